@@ -22,7 +22,9 @@ def shared_data() -> Path:
     """Path of the real datasets (``../shared/data`` or ``$FEDSTATS_DATA``); skips when absent."""
     path = _shared_data_dir()
     if not (path / "SHA256SUMS").is_file():
-        pytest.skip(f"real datasets not found at {path} (set FEDSTATS_DATA or place ../shared/data)")
+        pytest.skip(
+            f"real datasets not found at {path} (set FEDSTATS_DATA or place ../shared/data)"
+        )
     return path
 
 

@@ -279,8 +279,13 @@ class RandomSource:
 
     __slots__ = ("_master", "_prefix", "_seed")
 
-    def __init__(self, seed: int | None = None, *, _master: bytes | None = None,
-                 _prefix: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        seed: int | None = None,
+        *,
+        _master: bytes | None = None,
+        _prefix: tuple[int, ...] = (),
+    ) -> None:
         if seed is not None:
             seed = check_int("seed", seed, low=0, high=2**128 - 1)
             self._master = None

@@ -1,0 +1,221 @@
+"""Shared pieces of the command line: global state, options, output, progress and error handling.
+
+Conventions every command follows:
+
+* ``--json`` prints exactly one JSON object on stdout (nothing else goes to stdout);
+* progress bars and messages go to stderr, never with ``--quiet``;
+* a :class:`~fedstats.errors.FedstatsError` or a usage error prints one line ``error: ...`` on stderr and
+  exits with code 2 (see :class:`FedstatsGroup`), with no traceback;
+* files are written atomically (:func:`atomic_write_text`), so an error never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgressBar
+from rich.table import Table
+from typer.core import TyperGroup
+
+from fedstats.errors import FedstatsError
+from fedstats.randomness import RandomSource
+from fedstats.results import to_jsonable
+
+__all__ = [
+    "CliState",
+    "DataDirOption",
+    "FedstatsGroup",
+    "JsonOption",
+    "RichProgress",
+    "SeedOption",
+    "atomic_write_text",
+    "emit",
+    "progress_for",
+    "state_from",
+]
+
+
+class FedstatsGroup(TyperGroup):
+    """Typer group that turns user errors into one ``error: ...`` line on stderr and exit code 2."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Run the CLI; see the module docstring for the error convention."""
+        code: Any
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            cmd = exc.ctx.command_path if exc.ctx is not None else "fedstats"
+            click.echo(f"error: {exc.format_message()} (see '{cmd} --help')", err=True)
+            code = 2
+        except click.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            code = exc.exit_code
+        except FedstatsError as exc:
+            click.echo(f"error: {exc}", err=True)
+            code = 2
+        except click.Abort:
+            click.echo("aborted", err=True)
+            code = 1
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@dataclass
+class CliState:
+    """Global options (``fedstats --seed S --json --quiet --data-dir D COMMAND``)."""
+
+    seed: int | None = None
+    json: bool = False
+    quiet: bool = False
+    data_dir: Path | None = None
+
+    @property
+    def randomness(self) -> RandomSource:
+        """Secure source, or a reproducible one when ``--seed`` was given."""
+        return RandomSource(self.seed)
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+SeedOption = Annotated[
+    int | None,
+    typer.Option("--seed", min=0, help="Seed for a reproducible run (marked 'not for release')."),
+]
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir", help="Folder of the real datasets (default: $FEDSTATS_DATA, ../shared/data)."
+    ),
+]
+
+
+def state_from(
+    ctx: typer.Context,
+    *,
+    json_flag: bool = False,
+    seed: int | None = None,
+    data_dir: Path | None = None,
+) -> CliState:
+    """Merge the global options with a command's own ``--json``/``--seed``/``--data-dir``."""
+    base = ctx.find_root().obj if ctx.find_root().obj is not None else CliState()
+    assert isinstance(base, CliState)
+    return CliState(
+        seed=seed if seed is not None else base.seed,
+        json=json_flag or base.json,
+        quiet=base.quiet,
+        data_dir=data_dir if data_dir is not None else base.data_dir,
+    )
+
+
+def stdout_console() -> Console:
+    """Console for human-readable output on stdout."""
+    return Console(highlight=False)
+
+
+def stderr_console() -> Console:
+    """Console for messages and progress on stderr."""
+    return Console(stderr=True, highlight=False)
+
+
+def emit(
+    state: CliState, payload: dict[str, Any], render: Callable[[Console], None] | None = None
+) -> None:
+    """Print a command's result: one JSON object with ``--json``, else ``render`` (or a key/value table).
+
+    Parameters
+    ----------
+    state : CliState
+    payload : dict
+        The result; converted with :func:`fedstats.results.to_jsonable`.
+    render : callable, optional
+        Draws the human-readable form on a rich console.
+    """
+    data = to_jsonable(payload)
+    if state.json:
+        sys.stdout.write(json.dumps(data, sort_keys=False) + "\n")
+        return
+    console = stdout_console()
+    if render is not None:
+        render(console)
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in data.items():
+        table.add_row(
+            str(key), json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+        )
+    console.print(table)
+
+
+class RichProgress:
+    """A :class:`fedstats.engine.progress.Progress` drawn as rich progress bars on stderr."""
+
+    def __init__(self, bar: RichProgressBar) -> None:
+        self._bar = bar
+        self._tasks: dict[str, Any] = {}
+
+    def start(self, task: str, total: int) -> None:
+        """Open a bar."""
+        self._tasks[task] = self._bar.add_task(task, total=total)
+
+    def advance(self, task: str, n: int = 1) -> None:
+        """Advance a bar."""
+        if task in self._tasks:
+            self._bar.advance(self._tasks[task], n)
+
+    def finish(self, task: str) -> None:
+        """Close a bar."""
+        if task in self._tasks:
+            self._bar.remove_task(self._tasks.pop(task))
+
+
+@contextmanager
+def progress_for(state: CliState) -> Iterator[RichProgress]:
+    """Progress bars on stderr for the duration of a command (hidden with ``--quiet``).
+
+    Bars appear only once a task has run for about a second, and vanish when done.
+    """
+    bar = RichProgressBar(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr_console(),
+        transient=True,
+        disable=state.quiet,
+        refresh_per_second=4,
+    )
+    with bar:
+        yield RichProgress(bar)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,57 @@
+"""``fedstats demo``: run every analysis on the real data embedded in the package."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fedstats.cli._common import JsonOption, SeedOption, emit, progress_for, state_from
+from fedstats.experiments.demo import run_demo
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def demo(ctx: typer.Context, json_flag: JsonOption = False, seed: SeedOption = None) -> None:
+    """Run every analysis implemented so far on embedded real data and print one table."""
+    state = state_from(ctx, json_flag=json_flag, seed=seed)
+    randomness = state.randomness
+    with progress_for(state) as progress:
+        rows = run_demo(randomness, progress)
+    payload = {"analyses": rows, "seed": state.seed, "release_note": randomness.release_note}
+
+    def render(console: Console) -> None:
+        table = Table(title="fedstats demo")
+        for col in ("analysis", "data", "estimate", "true value", "error", "privacy spent"):
+            table.add_column(col)
+        for r in rows:
+            eps = r.get("epsilon")
+            spent = (
+                "not private"
+                if eps is None
+                else f"eps={_fmt(eps)}" + (f", delta={_fmt(r['delta'])}" if r.get("delta") else "")
+            )
+            table.add_row(
+                str(r["name"]),
+                str(r["dataset"]),
+                _fmt(r["estimate"]),
+                _fmt(r["truth"]),
+                _fmt(r["error"]),
+                spent,
+            )
+        console.print(table)
+        if randomness.release_note:
+            console.print(f"[dim]{randomness.release_note}[/dim]")
+
+    emit(state, payload, render)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``demo`` to the app."""
+    app.command("demo")(demo)

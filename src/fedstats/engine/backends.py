@@ -1,0 +1,186 @@
+"""Backends: the routes that compute a round's exact sum over a population.
+
+A backend receives a :class:`RoundJob` (everything needed to compute one round, picklable) and returns the
+:class:`~fedstats.engine.rounds.RoundSum`. The unit of work is a *shard*: a run of consecutive logical
+blocks, summed by :func:`sum_shard`. Because block ``b`` of round ``r`` always draws from the stream
+``("round", r, "block", b)`` and sums are exact integers, every backend and every shard size gives the
+same result for the same seed. The serial backend lives here; the secure-aggregation route is
+:mod:`fedstats.engine.secure` and the Dask route :mod:`fedstats.engine.dask`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from fedstats._validation import check_int
+from fedstats.engine.populations import Population, block_count
+from fedstats.engine.progress import NullProgress, Progress
+from fedstats.engine.rounds import Round, RoundSum
+from fedstats.errors import DataError, ParameterError
+from fedstats.randomness import RandomSource
+
+__all__ = ["Backend", "RoundJob", "SerialBackend", "add_exact", "sum_shard"]
+
+_INT64_SAFE = 2**62
+
+
+@dataclass(frozen=True)
+class RoundJob:
+    """One round to sum: the round, who takes part, and the randomness it is keyed by.
+
+    Attributes
+    ----------
+    round : Round
+        The round (encode function, public parameters, dim, bound).
+    population : Population
+        The clients.
+    randomness : RandomSource
+        The run's source; block ``b`` draws from ``randomness.generator("round", round_index, "block", b)``.
+    round_index : int
+        Index of the round in the protocol (0, 1, ...).
+    block_size : int
+        Logical block size (part of what defines the result for a seed).
+    client_range : tuple of int
+        Global client indices ``[lo, hi)`` taking part in this round.
+    """
+
+    round: Round
+    population: Population
+    randomness: RandomSource
+    round_index: int
+    block_size: int
+    client_range: tuple[int, int]
+
+    @property
+    def n_clients(self) -> int:
+        """Number of clients taking part."""
+        return self.client_range[1] - self.client_range[0]
+
+    @property
+    def exact_int64(self) -> bool:
+        """True when the sum provably fits in int64 (``n * bound < 2**62``)."""
+        return self.n_clients * self.round.bound < _INT64_SAFE
+
+    def blocks(self) -> range:
+        """Indices of the logical blocks this round touches."""
+        lo, hi = self.client_range
+        return range(lo // self.block_size, block_count(hi, self.block_size))
+
+    def shards(self, shard_blocks: int) -> list[tuple[int, int]]:
+        """Split :meth:`blocks` into ``[first, stop)`` runs of at most ``shard_blocks`` blocks."""
+        bl = self.blocks()
+        return [(b, min(b + shard_blocks, bl.stop)) for b in range(bl.start, bl.stop, shard_blocks)]
+
+    def encode_block(self, b: int) -> np.ndarray:
+        """Reports of the participating clients of block ``b``: int64 array ``(n_b, dim)``."""
+        lo, hi = self.client_range
+        start = max(lo, b * self.block_size)
+        stop = min(hi, (b + 1) * self.block_size)
+        batch = self.population.block(b, self.block_size, start, stop, self.randomness)
+        if batch.n != stop - start:
+            raise DataError(
+                f"population returned {batch.n} clients for block {b}, expected {stop - start}"
+            )
+        rng = self.randomness.generator("round", self.round_index, "block", b)
+        return self.round.encode_checked(batch, rng)
+
+
+def add_exact(total: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """Add two partial sums exactly (int64 when both are int64 and safe, Python ints otherwise)."""
+    if total.dtype == object or part.dtype == object:
+        out: np.ndarray = np.asarray(total, dtype=object) + np.asarray(part, dtype=object)
+        return out
+    summed: np.ndarray = total + part
+    return summed
+
+
+def sum_shard(job: RoundJob, first: int, stop: int) -> np.ndarray:
+    """Exact sum of the reports of blocks ``[first, stop)`` of ``job``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(dim,)``; int64 when :attr:`RoundJob.exact_int64`, else object (Python ints).
+    """
+    wide = not job.exact_int64
+    total = np.zeros(job.round.dim, dtype=object if wide else np.int64)
+    for b in range(first, stop):
+        rep = job.encode_block(b)
+        if wide:
+            # each block's sum is int64-safe (block_size * bound is checked by the engine); widen after
+            total = total + rep.sum(axis=0, dtype=np.int64).astype(object)
+        else:
+            total += rep.sum(axis=0, dtype=np.int64)
+    return total
+
+
+class Backend(Protocol):
+    """A route that computes the exact sum of a round's reports."""
+
+    name: str
+
+    def sum_round(self, job: RoundJob, progress: Progress) -> RoundSum:
+        """Sum the reports of every participating client of ``job``."""
+        ...
+
+    def bits_per_entry(self, job: RoundJob) -> int:
+        """Bits one report entry takes on the wire with this route."""
+        ...
+
+
+class SerialBackend:
+    """Compute a round's sum in this process, shard by shard.
+
+    Parameters
+    ----------
+    shard_size : int, optional
+        Clients per shard (rounded up to whole logical blocks), >= 1; default 1,048,576. Only progress
+        granularity depends on it, never the result.
+
+    Raises
+    ------
+    ParameterError
+        If ``shard_size`` is not a positive integer.
+    """
+
+    name = "serial"
+
+    def __init__(self, shard_size: int = 1 << 20) -> None:
+        self.shard_size = check_int("shard_size", shard_size, low=1)
+
+    def sum_round(self, job: RoundJob, progress: Progress | None = None) -> RoundSum:
+        """Sum the round over all shards, reporting one progress unit per block."""
+        progress = progress or NullProgress()
+        shard_blocks = max(1, math.ceil(self.shard_size / job.block_size))
+        task = f"round {job.round_index} ({job.round.name})"
+        progress.start(task, len(job.blocks()))
+        total = np.zeros(job.round.dim, dtype=np.int64 if job.exact_int64 else object)
+        for first, stop in job.shards(shard_blocks):
+            total = add_exact(total, sum_shard(job, first, stop))
+            progress.advance(task, stop - first)
+        progress.finish(task)
+        return RoundSum(total, job.n_clients)
+
+    def bits_per_entry(self, job: RoundJob) -> int:
+        """Bits for a signed entry of magnitude <= bound: ``ceil(log2(2 bound + 1))``."""
+        return math.ceil(math.log2(2 * job.round.bound + 1))
+
+
+def check_block_size(block_size: int, bound: int) -> int:
+    """Validate a logical block size against a round's bound (block sums must fit in int64).
+
+    Raises
+    ------
+    ParameterError
+        If ``block_size`` is not a positive integer or ``block_size * bound >= 2**62``.
+    """
+    block_size = check_int("block_size", block_size, low=1)
+    if block_size * bound >= _INT64_SAFE:
+        raise ParameterError(
+            "block_size", block_size, f"at most {_INT64_SAFE // bound} for bound={bound}"
+        )
+    return block_size

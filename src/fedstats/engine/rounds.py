@@ -1,0 +1,146 @@
+"""A summation round: the client-side ``encode`` and the public parameters it runs with.
+
+Every protocol in fedstats is a short sequence of rounds in which the server learns only the exact sum of
+the clients' integer reports (``DESIGN.md``). A :class:`Round` names a client-side function
+
+    ``encode(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> ndarray (n_batch, dim) int64``
+
+that must be a module-level function (so it can be pickled to workers and, in a deployment, shipped as
+code), together with the *public* parameters it needs. Nothing else crosses from the server to the clients,
+and only the sum of the reports crosses back (:class:`RoundSum`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from fedstats._validation import check_int
+from fedstats.errors import DataError, ParameterError
+from fedstats.randomness import RNG
+
+__all__ = ["ClientBatch", "Encoder", "Round", "RoundSum"]
+
+
+@dataclass(frozen=True)
+class ClientBatch:
+    """The data of a contiguous range of clients, handed to ``encode``.
+
+    Attributes
+    ----------
+    columns : Mapping[str, numpy.ndarray]
+        Each array has the clients on its first axis (``shape[0] == n``): a value per client for row
+        populations, a table per client (``(n, m_x, m_y)``) for table populations.
+    start : int
+        Global index of the first client in the batch, in ``[0, total)``.
+    total : int
+        Number of clients in the whole population.
+    """
+
+    columns: Mapping[str, np.ndarray]
+    start: int
+    total: int
+
+    @property
+    def n(self) -> int:
+        """Number of clients in the batch."""
+        for arr in self.columns.values():
+            return int(arr.shape[0])
+        return 0
+
+    @property
+    def indices(self) -> np.ndarray:
+        """Global client indices of the batch, int64 of shape ``(n,)``."""
+        return np.arange(self.start, self.start + self.n, dtype=np.int64)
+
+    def column(self, name: str) -> np.ndarray:
+        """Return one column, raising a :class:`DataError` naming it when absent."""
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise DataError(
+                f"column {name!r} not found; available: {', '.join(sorted(self.columns))}"
+            ) from None
+
+
+class Encoder(Protocol):
+    """Client-side encoding of one round (see module docstring)."""
+
+    def __call__(self, batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Round:
+    """One summation round.
+
+    Parameters
+    ----------
+    name : str
+        Short name shown in progress output (``"marginals"``, ``"projection"``).
+    encode : callable
+        Module-level client function ``encode(batch, params, rng) -> int64 array (batch.n, dim)``.
+    params : Mapping[str, Any]
+        Public parameters, plain serializable values (numbers, strings, lists, small arrays, seeds).
+    dim : int
+        Length of each client's report, >= 1.
+    bound : int
+        Upper bound on ``|report entry|`` for any single client, >= 1. It lets every route check that the
+        sum cannot overflow (int64 for the plain sum, 2^b for secure aggregation) before running.
+    """
+
+    name: str
+    encode: Callable[[ClientBatch, Mapping[str, Any], RNG], np.ndarray]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    dim: int = 1
+    bound: int = 1
+
+    def __post_init__(self) -> None:
+        check_int("dim", self.dim, low=1)
+        check_int("bound", self.bound, low=1)
+
+    def sum_bits(self, n_clients: int) -> int:
+        """Bits needed to hold any signed sum of ``n_clients`` reports: ``ceil(log2(n * bound + 1)) + 1``."""
+        return math.ceil(math.log2(max(n_clients, 1) * self.bound + 1)) + 1
+
+    def encode_checked(self, batch: ClientBatch, rng: RNG) -> np.ndarray:
+        """Run ``encode`` and check the report's shape, dtype and bound.
+
+        Raises
+        ------
+        ParameterError
+            If the reports are not integers of shape ``(batch.n, dim)`` within ``bound``.
+        """
+        rep = np.asarray(self.encode(batch, self.params, rng))
+        if rep.shape != (batch.n, self.dim):
+            raise ParameterError(
+                f"round {self.name!r} reports", rep.shape, f"shape ({batch.n}, {self.dim})"
+            )
+        if not np.issubdtype(rep.dtype, np.integer):
+            raise ParameterError(f"round {self.name!r} reports", rep.dtype, "an integer dtype")
+        if rep.size and int(np.abs(rep).max()) > self.bound:
+            raise ParameterError(
+                f"round {self.name!r} report entry",
+                int(np.abs(rep).max()),
+                f"an absolute value <= bound={self.bound}",
+            )
+        return rep.astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True)
+class RoundSum:
+    """What the server learns from a round: the exact sum of the reports, and how many clients sent one.
+
+    Attributes
+    ----------
+    total : numpy.ndarray
+        int64 array of shape ``(dim,)`` (object dtype of Python ints if the sum needed more than 63 bits).
+    n_clients : int
+        Number of clients whose reports are in the sum.
+    """
+
+    total: np.ndarray
+    n_clients: int

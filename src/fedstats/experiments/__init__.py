@@ -1,0 +1,1 @@
+"""Experiments: the demo and reproductions of the papers' tables and figures."""
