@@ -12,9 +12,7 @@ Conventions every command follows:
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,19 +27,27 @@ from rich.progress import Progress as RichProgressBar
 from rich.table import Table
 from typer.core import TyperGroup
 
+from fedstats._io import atomic_write_text
+from fedstats.engine import Engine
+from fedstats.engine.routes import open_backend
 from fedstats.errors import FedstatsError
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 
 __all__ = [
+    "BackendOption",
     "CliState",
     "DataDirOption",
     "FedstatsGroup",
     "JsonOption",
     "RichProgress",
+    "SchedulerOption",
     "SeedOption",
+    "ShardSizeOption",
+    "WorkersOption",
     "atomic_write_text",
     "emit",
+    "engine_for",
     "progress_for",
     "state_from",
 ]
@@ -106,6 +112,39 @@ DataDirOption = Annotated[
         "--data-dir", help="Folder of the real datasets (default: $FEDSTATS_DATA, ../shared/data)."
     ),
 ]
+
+
+BackendOption = Annotated[
+    str,
+    typer.Option("--backend", help="Route for each round's sum: serial, secure, process or dask."),
+]
+WorkersOption = Annotated[
+    int | None, typer.Option("--workers", min=1, help="Worker processes (process/dask backends).")
+]
+SchedulerOption = Annotated[
+    str | None, typer.Option("--scheduler", help="Address of a running Dask scheduler.")
+]
+ShardSizeOption = Annotated[
+    int, typer.Option("--shard-size", min=1, help="Clients per shard (never changes the result).")
+]
+
+
+@contextmanager
+def engine_for(
+    state: CliState,
+    progress: Any,
+    *,
+    backend: str = "serial",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    shard_size: int = 1 << 20,
+    **options: Any,
+) -> Iterator[Engine]:
+    """An :class:`~fedstats.engine.Engine` on the chosen route, closed (cluster shut down) on exit."""
+    with open_backend(
+        backend, shard_size=shard_size, workers=workers, scheduler=scheduler, **options
+    ) as be:
+        yield Engine(be, state.randomness, progress=progress)
 
 
 def state_from(
@@ -205,17 +244,3 @@ def progress_for(state: CliState) -> Iterator[RichProgress]:
     )
     with bar:
         yield RichProgress(bar)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

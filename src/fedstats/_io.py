@@ -1,0 +1,32 @@
+"""Atomic file writes: results are written to a temporary file and renamed, never left half-written."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["atomic_write_bytes", "atomic_write_text"]
+
+
+def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and an atomic rename.
+
+    The folder is created if needed. On any error the temporary file is removed and ``path`` is
+    untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    """Write ``text`` (UTF-8) atomically; see :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
