@@ -19,6 +19,7 @@ from fedstats.cli._common import CliState, FedstatsGroup
 _COMMAND_MODULES: tuple[str, ...] = (
     "fedstats.cli.demo",
     "fedstats.cli.datasets",
+    "fedstats.cli.reproduce",
 )
 
 app = typer.Typer(
