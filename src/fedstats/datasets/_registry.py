@@ -1,0 +1,640 @@
+"""The dataset registry: names, provenance, licenses, files, SHA-256 sums, and where the files are found.
+
+Every dataset fedstats can load is described by a :class:`Dataset` record with the SHA-256 of each stored
+file (copied from ``../shared/data/SHA256SUMS``; the hashes are part of the code, so a replaced SUMS file
+cannot make a substituted data file pass). Files are looked up, in order, in
+
+1. the ``data_dir`` argument (when given, it is the only place looked at);
+2. the directory named by the environment variable ``FEDSTATS_DATA``;
+3. ``../shared/data`` relative to the current working directory;
+4. ``../shared/data`` relative to the repository root (when running from a source checkout);
+5. the copies embedded in the package (``fedstats/datasets/embedded``), for the datasets that have one
+   (Adult, digits).
+
+Inside a data root a dataset lives in its own sub-directory (``adult/``, ``mushroom/``, ...); a
+``data_dir`` that points straight at that sub-directory is accepted too. A file is hashed once per process
+(keyed by its resolved path, size and modification time) and :class:`~fedstats.errors.ChecksumError` is
+raised when the hash differs from the recorded one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from fedstats.errors import ChecksumError, DatasetNotFoundError, ParameterError
+
+__all__ = [
+    "DATASETS",
+    "ENV_VAR",
+    "DataFile",
+    "Dataset",
+    "DatasetStatus",
+    "candidate_roots",
+    "clear_verification_cache",
+    "dataset_file",
+    "dataset_info",
+    "dataset_names",
+    "dataset_status",
+    "embedded_path",
+    "file_sha256",
+    "locate_file",
+    "verify_file",
+]
+
+ENV_VAR = "FEDSTATS_DATA"
+"""Environment variable naming the data root (the directory that holds ``adult/``, ``mushroom/``, ...)."""
+
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One stored file of a dataset.
+
+    Attributes
+    ----------
+    name : str
+        File name inside the dataset's directory.
+    sha256 : str
+        SHA-256 (hex) of the stored bytes, as listed in ``SHA256SUMS``.
+    size : int
+        Size of the stored file in bytes.
+    embedded : bool
+        True when a byte-identical copy ships inside the package.
+    required : bool
+        False for documentation files (``.names``) the loaders do not read.
+    """
+
+    name: str
+    sha256: str
+    size: int
+    embedded: bool = False
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Description of one dataset: what it is, where it comes from, its license and its files.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (``"adult"``, ``"census-income-kdd"``, ...), also the sub-directory of the data root.
+    description : str
+        One line on what the data is.
+    source : str
+        Where the stored bytes were taken from (repository and commit, or package).
+    original_source : str
+        The original publisher of the data.
+    license : str
+        The license as stated by the original publisher.
+    citation : str
+        What to cite.
+    files : tuple of DataFile
+        The stored files with their SHA-256 sums.
+    loader : str
+        Name of the loader function in :mod:`fedstats.datasets`.
+    shape : str
+        What the loader returns, in words (rows and columns).
+    """
+
+    name: str
+    description: str
+    source: str
+    original_source: str
+    license: str
+    citation: str
+    files: tuple[DataFile, ...]
+    loader: str
+    shape: str
+    notes: str = ""
+    directory: str = field(default="")
+
+    @property
+    def subdir(self) -> str:
+        """Sub-directory of the data root that holds the files."""
+        return self.directory or self.name
+
+    @property
+    def has_embedded_copy(self) -> bool:
+        """True when every file the loader needs by default ships inside the package."""
+        return any(f.embedded for f in self.files)
+
+    def file(self, name: str) -> DataFile:
+        """The :class:`DataFile` called ``name``.
+
+        Raises
+        ------
+        ParameterError
+            If the dataset has no such file.
+        """
+        for f in self.files:
+            if f.name == name:
+                return f
+        raise ParameterError("file", name, "one of " + ", ".join(f.name for f in self.files))
+
+
+_UCI_LICENSE = "CC BY 4.0 (as listed by the UCI Machine Learning Repository)"
+
+DATASETS: dict[str, Dataset] = {
+    d.name: d
+    for d in (
+        Dataset(
+            name="adult",
+            description="UCI Adult (1994 US census extract): 14 attributes and an income label",
+            source="GitHub aefuente/dm_prac @ 2abe7055235a700962c8a34d4746afb1996052cb (gzip -n -9)",
+            original_source="UCI Machine Learning Repository, dataset 2 'Adult' (Kohavi & Becker, 1996)",
+            license=_UCI_LICENSE,
+            citation="Kohavi, R. (1996). Scaling up the accuracy of naive-Bayes classifiers. KDD-96.",
+            files=(
+                DataFile(
+                    "adult.data.gz",
+                    "c7a2b4716a97f930123e0baf879188d701e798172631a654fc703d4b082907f3",
+                    408_969,
+                    embedded=True,
+                ),
+                DataFile(
+                    "adult.test.gz",
+                    "8a2c1bffa6e7ce5abfa43881ae5e87c4311ebc2b3cd526c9c40a43f19f06f799",
+                    205_254,
+                    embedded=True,
+                ),
+                DataFile(
+                    "adult.names",
+                    "c248284c0b5de30c9e1958d6cdd168a34a654758b620e68f46aefa83fc0a576a",
+                    5_229,
+                    required=False,
+                ),
+            ),
+            loader="load_adult",
+            shape="train 32,561 x 15, test 16,281 x 15",
+        ),
+        Dataset(
+            name="census-income-kdd",
+            description="UCI Census-Income (KDD), 1994/95 CPS, test split only (ages 0-90)",
+            source="GitHub vagnerasilva/stremlit_teste @ cf94e4622e5dcb6545bf4df856d77daa5ab32395",
+            original_source="UCI Machine Learning Repository 'Census-Income (KDD)' (Lane & Kohavi)",
+            license=_UCI_LICENSE,
+            citation="Lane, T. & Kohavi, R. Census-Income (KDD). UCI Machine Learning Repository.",
+            files=(
+                DataFile(
+                    "census-income.zip",
+                    "20d177e1ec7712b72553c5187f19778fd30ee939838a7a079d92fef6d50da4ea",
+                    3_879_140,
+                ),
+                DataFile(
+                    "census-income.names",
+                    "d6fea52977f68504ab3149351980458e09bfc3116808da8986646710d254ef98",
+                    14_892,
+                    required=False,
+                ),
+            ),
+            loader="load_census_kdd",
+            shape="test 99,762 x 42 (the training split was not obtainable)",
+        ),
+        Dataset(
+            name="mushroom",
+            description="UCI Mushroom: 22 categorical attributes of 8,124 gilled mushrooms, edible/poisonous",
+            source="GitHub robintux/Datasets4StackOverFlowQuestions @ a576ea1d (data), 2e3e3c4f (names)",
+            original_source="UCI Machine Learning Repository 'Mushroom' (Schlimmer, 1987)",
+            license=_UCI_LICENSE,
+            citation="Schlimmer, J. (1987). Mushroom. UCI Machine Learning Repository.",
+            files=(
+                DataFile(
+                    "agaricus-lepiota.data",
+                    "e65d082030501a3ebcbcd7c9f7c71aa9d28fdfff463bf4cf4716a3fe13ac360e",
+                    373_704,
+                ),
+                DataFile(
+                    "agaricus-lepiota.names",
+                    "79e440566900901a5900febc1f3c9659e3746e306a5fa1aed4d084a1e4da76fd",
+                    6_816,
+                    required=False,
+                ),
+            ),
+            loader="load_mushroom",
+            shape="8,124 x 23",
+        ),
+        Dataset(
+            name="lymphography",
+            description="UCI Lymphography: 18 coded attributes of 148 patients, 4 diagnoses",
+            source="GitHub Noot-tooN/MasinskoUcenje @ 5ebdb8c57523aaf3538cdc859c8e9d8335606569",
+            original_source=(
+                "UCI Machine Learning Repository 'Lymphography' (Institute of Oncology, Ljubljana; "
+                "Kononenko & Cestnik, 1988)"
+            ),
+            license=_UCI_LICENSE,
+            citation="Zwitter, M. & Soklic, M. Lymphography. UCI Machine Learning Repository.",
+            files=(
+                DataFile(
+                    "lymphography.data",
+                    "1d56052d55faa2c315d1c2457482bc864739d8ecb05a31e0e0187af40b9b37ff",
+                    5_904,
+                ),
+                DataFile(
+                    "lymphography.names",
+                    "65befbda99542348bb42f698fcb7bd4c24c8cd499bb542ce3ffa8db0f5691ac4",
+                    3_236,
+                    required=False,
+                ),
+            ),
+            loader="load_lymphography",
+            shape="148 x 19 (an added header line is skipped)",
+        ),
+        Dataset(
+            name="activity-older-people",
+            description=(
+                "Activity recognition of healthy older people with a batteryless wearable sensor "
+                "(RFID): 87 trials, sex from the file name"
+            ),
+            source=(
+                "GitHub DefKd911/Activity-recognition-with-healthy-older-people-using-a-batteryless-"
+                "wearable-sensor @ 4006e420 (trials), samruddhichitnis02/Activity_recognition (READMEs)"
+            ),
+            original_source=(
+                "UCI Machine Learning Repository dataset 427 (Torres, Visvanathan & Ranasinghe, 2016), "
+                "doi:10.24432/C5GG6B"
+            ),
+            license="CC BY 4.0",
+            citation=(
+                "Torres, R. L. S., Visvanathan, R., Abbott, D., Hill, K. D. & Ranasinghe, D. C. (2016). "
+                "A battery-less and wireless wearable sensor system for identifying bed and chair exits "
+                "in a pilot trial in hospitalized older people."
+            ),
+            files=(
+                DataFile(
+                    "Datasets_Healthy_Older_People.tar.gz",
+                    "37a74da982d1d5f1c5aa1def9c3784b0e15289439c5776e571a8c449bd1f7f8f",
+                    642_903,
+                ),
+                DataFile(
+                    "MANIFEST.sha256",
+                    "bea48603caac3d3ad4c587d57a5fefd05f4679d2a8ec7ee43935f293ceadea06",
+                    10_154,
+                ),
+            ),
+            loader="load_activity",
+            shape="75,128 x 13 (S1 52,482 rows in 60 trials, S2 22,646 rows in 27 trials)",
+        ),
+        Dataset(
+            name="reuters21578",
+            description="Reuters-21578 Distribution 1.0 newswire collection (SGML), 21,578 documents",
+            source="GitHub kchopra456/Reuters-21578 @ 85802cb1835ad4aafa2cbae3e7baa99ca0414a7d",
+            original_source="David D. Lewis; UCI KDD Archive 'Reuters-21578 Text Categorization Collection'",
+            license=(
+                "free distribution for research purposes only (Reuters Ltd. and Carnegie Group, Inc.); "
+                "acknowledge as 'Reuters-21578, Distribution 1.0'"
+            ),
+            citation="Lewis, D. D. Reuters-21578 text categorization test collection, Distribution 1.0.",
+            files=(
+                DataFile(
+                    "reuters21578.tar.gz",
+                    "f714370af96c9b68094786f60c2311bfef1fcdea92c845ca160e53acbbc343e3",
+                    8_092_787,
+                ),
+                DataFile(
+                    "MANIFEST.sha256",
+                    "3020885d00754d5d767e1a05302a893f972d53501bee7d1e74025fdbaebe443a",
+                    2_569,
+                ),
+            ),
+            loader="load_reuters",
+            shape="21,578 documents (LEWISSPLIT TRAIN 14,668, TEST 6,188, NOT-USED 722)",
+        ),
+        Dataset(
+            name="gtsrb",
+            description="GTSRB traffic-sign annotation CSVs (Kaggle layout): sizes, ROI boxes, classes",
+            source="GitHub bazylhorsey/gtsrb @ 90339adc92e013e053a7f5903f5c4af954266dc7",
+            original_source=(
+                "INI Bochum GTSRB (Stallkamp et al., 2011), Kaggle repackaging "
+                "'GTSRB - German Traffic Sign Recognition Benchmark'"
+            ),
+            license="not stated by the source (Kaggle listing commonly given as CC0 1.0, unverified)",
+            citation=(
+                "Stallkamp, J., Schlipsing, M., Salmen, J. & Igel, C. (2011). The German Traffic Sign "
+                "Recognition Benchmark: a multi-class classification competition. IJCNN."
+            ),
+            files=(
+                DataFile(
+                    "Train.csv.gz",
+                    "bb169559f35313a3c8faf06230e3c9a8ac44f18fd04ef4b957499a9f432452d4",
+                    286_551,
+                ),
+                DataFile(
+                    "Test.csv",
+                    "7d67912235e4570d19fb6bc96e9b227b4d89e4cd2ed47e14b8e8d976e1eb82b1",
+                    427_897,
+                ),
+                DataFile(
+                    "Meta.csv",
+                    "50b90aed8f9d4f071f841c3f2a92e4fc0378275fb6c7770849ec9f5937fc9cce",
+                    1_033,
+                ),
+            ),
+            loader="load_gtsrb",
+            shape="train 39,209 x 8, test 12,630 x 8, meta 43 x 5 (no images)",
+        ),
+        Dataset(
+            name="fashion-mnist",
+            description="Fashion-MNIST labels only (IDX1): 10 clothing classes, 6,000/1,000 per class",
+            source="GitHub zalandoresearch/fashion-mnist @ b2617bb6d3ffa2e429640350f613e3291e10b141",
+            original_source="Zalando Research (Xiao, Rasul & Vollgraf, 2017)",
+            license="MIT (Copyright 2017 Zalando SE)",
+            citation=(
+                "Xiao, H., Rasul, K. & Vollgraf, R. (2017). Fashion-MNIST: a novel image dataset for "
+                "benchmarking machine learning algorithms. arXiv:1708.07747."
+            ),
+            files=(
+                DataFile(
+                    "train-labels-idx1-ubyte.gz",
+                    "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+                    29_515,
+                ),
+                DataFile(
+                    "t10k-labels-idx1-ubyte.gz",
+                    "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
+                    5_148,
+                ),
+            ),
+            loader="load_fashion_mnist_labels",
+            shape="train 60,000 labels, test 10,000 labels (images not available offline)",
+        ),
+        Dataset(
+            name="digits",
+            description="Optical recognition of handwritten digits: 1,797 8x8 images, 10 classes",
+            source="scikit-learn 1.9.1, sklearn/datasets/data/digits.csv.gz (embedded in fedstats)",
+            original_source=(
+                "UCI Machine Learning Repository 'Optical Recognition of Handwritten Digits' "
+                "(Alpaydin & Kaynak, 1998), test set"
+            ),
+            license="BSD-3-Clause (scikit-learn); original data CC BY 4.0 (UCI)",
+            citation="Alpaydin, E. & Kaynak, C. (1998). Cascading classifiers. Kybernetika 34(4).",
+            files=(
+                DataFile(
+                    "digits.csv.gz",
+                    "09f66e6debdee2cd2b5ae59e0d6abbb73fc2b0e0185d2e1957e9ebb51e23aa22",
+                    57_523,
+                    embedded=True,
+                ),
+            ),
+            loader="load_digits",
+            shape="1,797 images of 64 pixels in [0, 1], labels 0-9",
+            notes="embedded only",
+        ),
+    )
+}
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Names of every registered dataset, in registry order."""
+    return tuple(DATASETS)
+
+
+def dataset_info(name: str) -> Dataset:
+    """The :class:`Dataset` record called ``name``.
+
+    Raises
+    ------
+    ParameterError
+        If ``name`` is not a registered dataset; the message lists the known names.
+    """
+    if not isinstance(name, str) or name not in DATASETS:
+        raise ParameterError("dataset", name, "one of " + ", ".join(DATASETS))
+    return DATASETS[name]
+
+
+def embedded_path(file_name: str) -> Path | None:
+    """Path of an embedded copy of ``file_name`` inside the package, or ``None`` if there is none."""
+    res = resources.files("fedstats.datasets").joinpath("embedded", file_name)
+    path = Path(str(res))
+    return path if path.is_file() else None
+
+
+def candidate_roots(data_dir: str | os.PathLike[str] | None = None) -> list[tuple[Path, str]]:
+    """Data roots to search, in order, each with a short description of where it came from.
+
+    Parameters
+    ----------
+    data_dir : str or path-like, optional
+        Explicit data root (or a dataset's own directory). When given it is the only root returned.
+
+    Returns
+    -------
+    list of (Path, str)
+        Candidate roots and their origin (``"data_dir argument"``, ``"$FEDSTATS_DATA"``, ...).
+    """
+    if data_dir is not None:
+        return [(Path(data_dir).expanduser(), "data_dir argument")]
+    roots: list[tuple[Path, str]] = []
+    env = os.environ.get(ENV_VAR)
+    if env:
+        roots.append((Path(env).expanduser(), f"${ENV_VAR}"))
+    roots.append(
+        (Path.cwd() / ".." / "shared" / "data", "../shared/data from the working directory")
+    )
+    roots.append((_REPO_ROOT.parent / "shared" / "data", "../shared/data from the repository root"))
+    return roots
+
+
+def locate_file(
+    dataset: str, file_name: str, data_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """Find a dataset's file on disk (see the module docstring for the search order).
+
+    Parameters
+    ----------
+    dataset : str
+        Registry name of the dataset.
+    file_name : str
+        One of the dataset's files.
+    data_dir : str or path-like, optional
+        Explicit data root, or the dataset's own directory.
+
+    Returns
+    -------
+    Path
+        The file's path (not yet verified; see :func:`verify_file`).
+
+    Raises
+    ------
+    ParameterError
+        If ``dataset`` or ``file_name`` is unknown.
+    DatasetNotFoundError
+        If the file is in none of the places looked at; the message lists them and how to set the path.
+    """
+    info = dataset_info(dataset)
+    df = info.file(file_name)
+    looked: list[str] = []
+    for root, origin in candidate_roots(data_dir):
+        for cand in (root / info.subdir / df.name, root / df.name):
+            if cand.is_file():
+                return cand
+        looked.append(f"{root / info.subdir} ({origin})")
+    if data_dir is None and df.embedded:
+        emb = embedded_path(df.name)
+        if emb is not None:
+            return emb
+        looked.append("the package's embedded copies")
+    raise DatasetNotFoundError(
+        f"dataset {dataset!r}: file {info.subdir}/{df.name} not found; looked in "
+        + "; ".join(looked)
+        + f". Pass data_dir=... (CLI: --data-dir), or set ${ENV_VAR} to the directory that holds "
+        f"{info.subdir}/"
+    )
+
+
+_verified: dict[tuple[str, int, int, str], bool] = {}
+_verified_lock = threading.Lock()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) of a file's bytes, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_file(path: str | os.PathLike[str], expected_sha256: str, *, label: str = "") -> Path:
+    """Check a file's SHA-256 against ``expected_sha256``; the result is cached for this process.
+
+    The cache key is (resolved path, size, modification time in ns, expected hash), so a file that is
+    replaced or rewritten is hashed again.
+
+    Parameters
+    ----------
+    path : str or path-like
+        File to check.
+    expected_sha256 : str
+        Expected SHA-256 in hex.
+    label : str, optional
+        How to name the file in the error message (defaults to the path).
+
+    Returns
+    -------
+    Path
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        If the file does not exist.
+    ChecksumError
+        If the hash differs (the file is corrupt, truncated or substituted).
+    """
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError as exc:
+        raise DatasetNotFoundError(f"file not found: {p}") from exc
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns, expected_sha256.lower())
+    with _verified_lock:
+        if key in _verified:
+            return p
+    actual = file_sha256(p)
+    if actual != expected_sha256.lower():
+        raise ChecksumError(
+            f"{label or p}: SHA-256 is {actual}, expected {expected_sha256} "
+            f"(file {p} is corrupt or not the registered version; replace it with the original)"
+        )
+    with _verified_lock:
+        _verified[key] = True
+    return p
+
+
+def clear_verification_cache() -> None:
+    """Forget which files were verified, so the next load hashes them again."""
+    with _verified_lock:
+        _verified.clear()
+
+
+def dataset_file(
+    dataset: str, file_name: str, data_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """Locate a dataset's file and verify its SHA-256 (cached per process).
+
+    Raises
+    ------
+    ParameterError
+        If ``dataset`` or ``file_name`` is unknown.
+    DatasetNotFoundError
+        If the file cannot be found.
+    ChecksumError
+        If its SHA-256 differs from the registered one.
+    """
+    info = dataset_info(dataset)
+    df = info.file(file_name)
+    path = locate_file(dataset, file_name, data_dir)
+    return verify_file(path, df.sha256, label=f"{info.subdir}/{df.name}")
+
+
+@dataclass(frozen=True)
+class DatasetStatus:
+    """Where a dataset was found and whether its files verified.
+
+    Attributes
+    ----------
+    name : str
+        Registry name.
+    location : str or None
+        Directory of the first file found (or ``"embedded"``), ``None`` if absent.
+    present : bool
+        True when every file was found.
+    verified : bool
+        True when every file was found and its SHA-256 matched.
+    problem : str
+        Why it is absent or unverified (empty when fine).
+    """
+
+    name: str
+    location: str | None
+    present: bool
+    verified: bool
+    problem: str = ""
+
+
+def dataset_status(
+    name: str, data_dir: str | os.PathLike[str] | None = None, *, verify: bool = True
+) -> DatasetStatus:
+    """Look for every file of dataset ``name`` and (optionally) verify their SHA-256 sums.
+
+    Never raises for a missing or corrupt file: the problem is reported in the returned status.
+
+    Raises
+    ------
+    ParameterError
+        If ``name`` is not a registered dataset.
+    """
+    info = dataset_info(name)
+    location: str | None = None
+    problems: list[str] = []
+    present = True
+    verified = verify
+    for df in info.files:
+        try:
+            path = locate_file(name, df.name, data_dir)
+        except DatasetNotFoundError:
+            if not df.required:
+                continue
+            present = False
+            verified = False
+            problems.append(f"{df.name} missing")
+            continue
+        if location is None:
+            emb = embedded_path(df.name)
+            is_emb = emb is not None and path.resolve() == emb.resolve()
+            location = "embedded (package)" if is_emb else str(path.parent)
+        if verify:
+            try:
+                verify_file(path, df.sha256)
+            except ChecksumError:
+                verified = False
+                problems.append(f"{df.name} checksum mismatch")
+    return DatasetStatus(name, location, present, verified and present, "; ".join(problems))

@@ -1,0 +1,696 @@
+"""Loaders for the real datasets of the registry; each verifies the SHA-256 of every file it reads.
+
+Every loader takes ``data_dir`` (see :mod:`fedstats.datasets._registry` for the search order) and raises
+:class:`~fedstats.errors.DatasetNotFoundError` when a file is absent and
+:class:`~fedstats.errors.ChecksumError` when a file differs from the registered version. Archives (zip,
+tar.gz) are read in memory, never extracted to disk. Categorical values are kept as strings exactly as
+the data has them (``"?"`` for Adult's missing values stays a category of its own, as in the authors'
+experiments of paper 004, App. I).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import html
+import inspect
+import io
+import os
+import re
+import tarfile
+import zipfile
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedstats._validation import check_choice
+from fedstats.datasets._registry import dataset_file, dataset_info
+from fedstats.datasets.readers import parse_idx
+from fedstats.errors import ChecksumError, DataError, ParameterError
+
+__all__ = [
+    "ACTIVITY_COLUMNS",
+    "ADULT_COLUMNS",
+    "CENSUS_KDD_COLUMNS",
+    "LYMPHOGRAPHY_COLUMNS",
+    "MUSHROOM_COLUMNS",
+    "load_activity",
+    "load_adult",
+    "load_census_kdd",
+    "load_dataset",
+    "load_digits",
+    "load_fashion_mnist_labels",
+    "load_gtsrb",
+    "load_lymphography",
+    "load_mushroom",
+    "load_reuters",
+]
+
+DataDir = str | os.PathLike[str] | None
+
+ADULT_COLUMNS: tuple[str, ...] = (
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education_num",
+    "marital_status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital_gain",
+    "capital_loss",
+    "hours_per_week",
+    "native_country",
+    "income",
+)
+_ADULT_NUMERIC = (
+    "age",
+    "fnlwgt",
+    "education_num",
+    "capital_gain",
+    "capital_loss",
+    "hours_per_week",
+)
+
+# The 42 columns of census-income.test, in file order, from census-income.names (attribute list).
+CENSUS_KDD_COLUMNS: tuple[str, ...] = (
+    "age",
+    "class_of_worker",
+    "detailed_industry_recode",
+    "detailed_occupation_recode",
+    "education",
+    "wage_per_hour",
+    "enroll_in_edu_inst_last_wk",
+    "marital_stat",
+    "major_industry_code",
+    "major_occupation_code",
+    "race",
+    "hispanic_origin",
+    "sex",
+    "member_of_a_labor_union",
+    "reason_for_unemployment",
+    "full_or_part_time_employment_stat",
+    "capital_gains",
+    "capital_losses",
+    "dividends_from_stocks",
+    "tax_filer_stat",
+    "region_of_previous_residence",
+    "state_of_previous_residence",
+    "detailed_household_and_family_stat",
+    "detailed_household_summary_in_household",
+    "instance_weight",
+    "migration_code_change_in_msa",
+    "migration_code_change_in_reg",
+    "migration_code_move_within_reg",
+    "live_in_this_house_1_year_ago",
+    "migration_prev_res_in_sunbelt",
+    "num_persons_worked_for_employer",
+    "family_members_under_18",
+    "country_of_birth_father",
+    "country_of_birth_mother",
+    "country_of_birth_self",
+    "citizenship",
+    "own_business_or_self_employed",
+    "fill_inc_questionnaire_for_veterans_admin",
+    "veterans_benefits",
+    "weeks_worked_in_year",
+    "year",
+    "income",
+)
+_CENSUS_KDD_NUMERIC = (
+    "age",
+    "detailed_industry_recode",
+    "detailed_occupation_recode",
+    "wage_per_hour",
+    "capital_gains",
+    "capital_losses",
+    "dividends_from_stocks",
+    "instance_weight",
+    "num_persons_worked_for_employer",
+    "own_business_or_self_employed",
+    "veterans_benefits",
+    "weeks_worked_in_year",
+    "year",
+)
+
+# agaricus-lepiota.names, section 7 (class first, then the 22 attributes in file order).
+MUSHROOM_COLUMNS: tuple[str, ...] = (
+    "class",
+    "cap-shape",
+    "cap-surface",
+    "cap-color",
+    "bruises",
+    "odor",
+    "gill-attachment",
+    "gill-spacing",
+    "gill-size",
+    "gill-color",
+    "stalk-shape",
+    "stalk-root",
+    "stalk-surface-above-ring",
+    "stalk-surface-below-ring",
+    "stalk-color-above-ring",
+    "stalk-color-below-ring",
+    "veil-type",
+    "veil-color",
+    "ring-number",
+    "ring-type",
+    "spore-print-color",
+    "population",
+    "habitat",
+)
+
+# lymphography.names, section 7 (class first, then the 18 attributes in file order).
+LYMPHOGRAPHY_COLUMNS: tuple[str, ...] = (
+    "class",
+    "lymphatics",
+    "block_of_affere",
+    "block_of_lymph_c",
+    "block_of_lymph_s",
+    "by_pass",
+    "extravasates",
+    "regeneration_of",
+    "early_uptake_in",
+    "lym_nodes_dimin",
+    "lym_nodes_enlar",
+    "changes_in_lym",
+    "defect_in_node",
+    "changes_in_node",
+    "changes_in_stru",
+    "special_forms",
+    "dislocation_of",
+    "exclusion_of_no",
+    "no_of_nodes_in",
+)
+
+ACTIVITY_COLUMNS: tuple[str, ...] = (
+    "time",
+    "acc_frontal",
+    "acc_vertical",
+    "acc_lateral",
+    "antenna_id",
+    "rssi",
+    "phase",
+    "frequency",
+    "activity",
+)
+
+
+def _gunzip(data: bytes, label: str) -> bytes:
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError) as exc:  # pragma: no cover - the checksum catches corruption first
+        raise DataError(f"{label}: corrupt gzip stream") from exc
+
+
+def _read_adult_file(name: str, data_dir: DataDir) -> pd.DataFrame:
+    path = dataset_file("adult", name, data_dir)
+    text = _gunzip(path.read_bytes(), name).decode("ascii")
+    # adult.test starts with the junk line "|1x3 Cross validator"; skip comment lines and blanks.
+    df = pd.read_csv(
+        io.StringIO(text),
+        header=None,
+        names=list(ADULT_COLUMNS),
+        sep=",",
+        skipinitialspace=True,
+        comment="|",
+        skip_blank_lines=True,
+        keep_default_na=False,
+        na_filter=False,
+        dtype={c: np.int64 for c in _ADULT_NUMERIC},
+    )
+    # Test labels carry a trailing period ("<=50K."); train labels do not.
+    df["income"] = df["income"].str.rstrip(".")
+    return df
+
+
+def load_adult(split: str = "train", data_dir: DataDir = None) -> pd.DataFrame:
+    """UCI Adult (census income), train, test or both, with SHA-256 verification.
+
+    Works with no data directory at all: the package embeds byte-identical copies of ``adult.data.gz``
+    and ``adult.test.gz``.
+
+    Parameters
+    ----------
+    split : {"train", "test", "all"}, optional
+        ``"train"`` (32,561 rows), ``"test"`` (16,281 rows) or ``"all"`` (48,842 rows, train first).
+    data_dir : str or path-like, optional
+        Data root or the ``adult/`` directory; default: search, then the embedded copy.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`ADULT_COLUMNS`: ``age``, ``fnlwgt``, ``education_num``, ``capital_gain``,
+        ``capital_loss``, ``hours_per_week`` as int64; the others as strings. Missing values stay as the
+        category ``"?"`` (train: 1,843 in occupation, 583 in native_country). ``income`` is ``"<=50K"`` or
+        ``">50K"`` in both splits (the test file's trailing periods are removed).
+
+    Raises
+    ------
+    ParameterError
+        If ``split`` is not one of the accepted values.
+    DatasetNotFoundError
+        If ``data_dir`` is given and holds no Adult files.
+    ChecksumError
+        If a file differs from the registered version.
+    """
+    check_choice("split", split, ("train", "test", "all"))
+    if split == "train":
+        return _read_adult_file("adult.data.gz", data_dir)
+    if split == "test":
+        return _read_adult_file("adult.test.gz", data_dir)
+    both = [_read_adult_file(n, data_dir) for n in ("adult.data.gz", "adult.test.gz")]
+    return pd.concat(both, ignore_index=True)
+
+
+def load_census_kdd(split: str = "test", data_dir: DataDir = None) -> pd.DataFrame:
+    """UCI Census-Income (KDD) from the 1994/95 Current Population Surveys (test split only).
+
+    The zip is read in memory (no extraction). Column 1 is ``age`` (0-90, children included), column 25
+    the CPS ``instance_weight`` (not a feature), the last column the label.
+
+    Parameters
+    ----------
+    split : {"test"}, optional
+        Only the 99,762-row test split is available offline (the training split exceeds the size limit
+        of the offline copy).
+    data_dir : str or path-like, optional
+        Data root or the ``census-income-kdd/`` directory.
+
+    Returns
+    -------
+    pandas.DataFrame
+        99,762 rows x 42 columns named :data:`CENSUS_KDD_COLUMNS`; numeric columns as int64 (``age``,
+        recodes, amounts, ``year``) or float64 (``instance_weight``), the rest strings;
+        ``income`` is ``"- 50000."`` or ``"50000+."`` as in the file.
+
+    Raises
+    ------
+    ParameterError
+        If ``split`` is not ``"test"``.
+    DatasetNotFoundError, ChecksumError
+        As for every loader.
+    """
+    check_choice("split", split, ("test",))
+    path = dataset_file("census-income-kdd", "census-income.zip", data_dir)
+    with zipfile.ZipFile(path) as zf:
+        raw = zf.read("census-income.test")
+    dtypes: dict[str, Any] = {c: np.int64 for c in _CENSUS_KDD_NUMERIC}
+    dtypes["instance_weight"] = np.float64
+    df = pd.read_csv(
+        io.BytesIO(raw),
+        header=None,
+        names=list(CENSUS_KDD_COLUMNS),
+        sep=",",
+        skipinitialspace=True,
+        keep_default_na=False,
+        na_filter=False,
+        dtype=dtypes,
+        encoding="latin-1",
+    )
+    return df
+
+
+def load_mushroom(data_dir: DataDir = None) -> pd.DataFrame:
+    """UCI Mushroom: 8,124 mushrooms, class (``e``/``p``) and 22 categorical attributes.
+
+    Parameters
+    ----------
+    data_dir : str or path-like, optional
+        Data root or the ``mushroom/`` directory.
+
+    Returns
+    -------
+    pandas.DataFrame
+        8,124 rows x 23 string columns named :data:`MUSHROOM_COLUMNS` (one-letter codes as in the
+        ``.names`` file; ``stalk-root`` has 2,480 ``"?"``, kept as a category).
+
+    Raises
+    ------
+    DatasetNotFoundError, ChecksumError
+        As for every loader.
+    """
+    path = dataset_file("mushroom", "agaricus-lepiota.data", data_dir)
+    return pd.read_csv(
+        path,
+        header=None,
+        names=list(MUSHROOM_COLUMNS),
+        dtype=str,
+        keep_default_na=False,
+        na_filter=False,
+    )
+
+
+def load_lymphography(data_dir: DataDir = None) -> pd.DataFrame:
+    """UCI Lymphography: 148 patients, class (1-4) and 18 integer-coded attributes.
+
+    The stored file has a header line added by its source repository; it is skipped and the columns are
+    named from the ``.names`` file instead.
+
+    Parameters
+    ----------
+    data_dir : str or path-like, optional
+        Data root or the ``lymphography/`` directory.
+
+    Returns
+    -------
+    pandas.DataFrame
+        148 rows x 19 int64 columns named :data:`LYMPHOGRAPHY_COLUMNS`; ``class`` is 1 normal find,
+        2 metastases, 3 malign lymph, 4 fibrosis (2, 81, 61 and 4 patients).
+
+    Raises
+    ------
+    DatasetNotFoundError, ChecksumError
+        As for every loader.
+    """
+    path = dataset_file("lymphography", "lymphography.data", data_dir)
+    return pd.read_csv(
+        path, header=None, skiprows=1, names=list(LYMPHOGRAPHY_COLUMNS), dtype=np.int64
+    )
+
+
+def _manifest(dataset: str, data_dir: DataDir) -> dict[str, str]:
+    path = dataset_file(dataset, "MANIFEST.sha256", data_dir)
+    out: dict[str, str] = {}
+    for line in path.read_text("ascii").splitlines():
+        if line.strip():
+            digest, name = line.split(maxsplit=1)
+            out[name.strip().lstrip("*")] = digest.lower()
+    return out
+
+
+def _tar_members(dataset: str, archive: str, data_dir: DataDir) -> dict[str, bytes]:
+    """Every regular file of a verified tar.gz, in memory, each checked against the MANIFEST."""
+    manifest = _manifest(dataset, data_dir)
+    path = dataset_file(dataset, archive, data_dir)
+    out: dict[str, bytes] = {}
+    with tarfile.open(path, mode="r:gz") as tf:
+        for member in tf.getmembers():
+            if not member.isfile():
+                continue
+            fh = tf.extractfile(member)
+            if fh is None:  # pragma: no cover - regular files always have a stream
+                continue
+            data = fh.read()
+            expected = manifest.get(member.name)
+            if expected is None or hashlib.sha256(data).hexdigest() != expected:
+                raise ChecksumError(
+                    f"{dataset}/{archive}: member {member.name} does not match MANIFEST.sha256"
+                )
+            out[member.name] = data
+    missing = set(manifest) - set(out)
+    if missing:
+        raise ChecksumError(
+            f"{dataset}/{archive}: members listed in MANIFEST.sha256 are missing: "
+            + ", ".join(sorted(missing)[:5])
+        )
+    return out
+
+
+_TRIAL_RE = re.compile(r"^d([12])p(\d+)([MF])$")
+
+
+def load_activity(data_dir: DataDir = None) -> pd.DataFrame:
+    """Activity recognition with healthy older people (batteryless RFID wearable), all 87 trials.
+
+    The tar.gz is read in memory and every member is checked against ``MANIFEST.sha256``. Each file is
+    one anonymised participant trial named ``d<dataset>p<number><sex>`` (``d1p01M``): room setting S1
+    (60 trials) or S2 (27), and the participant's sex as the last letter.
+
+    Parameters
+    ----------
+    data_dir : str or path-like, optional
+        Data root or the ``activity-older-people/`` directory.
+
+    Returns
+    -------
+    pandas.DataFrame
+        75,128 rows (S1 52,482, S2 22,646), in file order, with columns :data:`ACTIVITY_COLUMNS`
+        (``time`` in s, accelerations in G, ``antenna_id``, ``rssi``, ``phase``, ``frequency``,
+        ``activity`` 1 sit on bed, 2 sit on chair, 3 lying, 4 ambulating) then ``trial`` (file name,
+        e.g. ``"d1p01M"``), ``dataset`` (``"S1"``/``"S2"``), ``subject`` (``"d1p01"``: the anonymised
+        participant code of the file; the data do not say which trials share a person) and ``sex``
+        (``"M"``/``"F"``; 25 male and 62 female trials).
+
+    Raises
+    ------
+    DatasetNotFoundError, ChecksumError
+        As for every loader.
+    DataError
+        If a trial file name does not follow the ``dNpNN[MF]`` pattern.
+
+    References
+    ----------
+    Torres, Visvanathan & Ranasinghe (2016), UCI dataset 427, doi:10.24432/C5GG6B.
+    """
+    members = _tar_members(
+        "activity-older-people", "Datasets_Healthy_Older_People.tar.gz", data_dir
+    )
+    frames: list[pd.DataFrame] = []
+    meta: list[tuple[str, str, str, str, int]] = []
+    for name in sorted(members):
+        base = name.rsplit("/", 1)[-1]
+        if base == "README.txt":
+            continue
+        m = _TRIAL_RE.match(base)
+        if m is None:
+            raise DataError(f"activity archive: unexpected trial file name {name!r}")
+        df = pd.read_csv(
+            io.BytesIO(members[name]),
+            header=None,
+            names=list(ACTIVITY_COLUMNS),
+            dtype={"antenna_id": np.int64, "activity": np.int64},
+        )
+        frames.append(df)
+        meta.append((base, f"S{m.group(1)}", base[:-1], m.group(3), len(df)))
+    out = pd.concat(frames, ignore_index=True)
+    counts = np.array([k[4] for k in meta])
+    out["trial"] = np.repeat([k[0] for k in meta], counts)
+    out["dataset"] = np.repeat([k[1] for k in meta], counts)
+    out["subject"] = np.repeat([k[2] for k in meta], counts)
+    out["sex"] = np.repeat([k[3] for k in meta], counts)
+    return out
+
+
+_REUTERS_DOC = re.compile(r"<REUTERS(?P<attrs>[^>]*)>(?P<body>.*?)</REUTERS>", re.S)
+_ATTR = re.compile(r'(\w+)="([^"]*)"')
+_D = re.compile(r"<D>(.*?)</D>", re.S)
+_CTRL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _element(body: str, tag: str) -> str | None:
+    m = re.search(rf"<{tag}(?:\s[^>]*)?>(.*?)</{tag}>", body, re.S)
+    return m.group(1) if m else None
+
+
+def _clean(text: str | None) -> str:
+    if text is None:
+        return ""
+    return _CTRL.sub("", html.unescape(text)).strip()
+
+
+def load_reuters(data_dir: DataDir = None) -> pd.DataFrame:
+    """Reuters-21578, Distribution 1.0: the 21,578 documents of the 22 SGML files.
+
+    The archive is read in memory, each member checked against ``MANIFEST.sha256``, and the SGML decoded
+    as Latin-1 (``reut2-017.sgm`` has one byte that is not valid UTF-8). Entities are unescaped and
+    control characters (``&#3;`` etc.) removed.
+
+    Parameters
+    ----------
+    data_dir : str or path-like, optional
+        Data root or the ``reuters21578/`` directory.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per ``<REUTERS>`` element, in file order, with columns ``newid`` and ``oldid`` (int64),
+        ``lewissplit`` (``"TRAIN"`` 14,668, ``"TEST"`` 6,188, ``"NOT-USED"`` 722), ``cgisplit``,
+        ``has_topics`` (the ``TOPICS`` attribute == ``"YES"``), ``topics`` and ``places`` (lists of str),
+        ``date``, ``title`` and ``body`` (str; for ``TYPE="UNPROC"`` documents without ``<BODY>``, the
+        text of ``<TEXT>``).
+
+    Raises
+    ------
+    DatasetNotFoundError, ChecksumError
+        As for every loader.
+    """
+    members = _tar_members("reuters21578", "reuters21578.tar.gz", data_dir)
+    rows: list[dict[str, Any]] = []
+    for name in sorted(n for n in members if n.endswith(".sgm")):
+        text = members[name].decode("latin-1")
+        for m in _REUTERS_DOC.finditer(text):
+            attrs = dict(_ATTR.findall(m.group("attrs")))
+            body = m.group("body")
+            topics = _element(body, "TOPICS") or ""
+            places = _element(body, "PLACES") or ""
+            text_el = _element(body, "TEXT") or ""
+            main = _element(text_el, "BODY")
+            if main is None and _element(text_el, "TITLE") is None:
+                main = _TAG.sub("", text_el)
+            rows.append(
+                {
+                    "newid": int(attrs["NEWID"]),
+                    "oldid": int(attrs["OLDID"]),
+                    "lewissplit": attrs.get("LEWISSPLIT", ""),
+                    "cgisplit": attrs.get("CGISPLIT", ""),
+                    "has_topics": attrs.get("TOPICS", "") == "YES",
+                    "topics": [_clean(t) for t in _D.findall(topics)],
+                    "places": [_clean(t) for t in _D.findall(places)],
+                    "date": _clean(_element(body, "DATE")),
+                    "title": _clean(_element(text_el, "TITLE")),
+                    "body": _clean(main),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def load_gtsrb(split: str = "train", data_dir: DataDir = None) -> pd.DataFrame:
+    """GTSRB traffic-sign annotations (Kaggle layout; no images).
+
+    Parameters
+    ----------
+    split : {"train", "test", "meta"}, optional
+        ``Train.csv.gz`` (39,209 rows), ``Test.csv`` (12,630 rows) or ``Meta.csv`` (one row per class).
+    data_dir : str or path-like, optional
+        Data root or the ``gtsrb/`` directory.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Train and Test: ``Width``, ``Height``, ``Roi.X1``, ``Roi.Y1``, ``Roi.X2``, ``Roi.Y2``, ``ClassId``
+        (0-42, int64) and ``Path``. Meta: ``Path``, ``ClassId``, ``ShapeId``, ``ColorId``, ``SignId``.
+
+    Raises
+    ------
+    ParameterError
+        If ``split`` is not an accepted value.
+    DatasetNotFoundError, ChecksumError
+        As for every loader.
+    """
+    check_choice("split", split, ("train", "test", "meta"))
+    name = {"train": "Train.csv.gz", "test": "Test.csv", "meta": "Meta.csv"}[split]
+    path = dataset_file("gtsrb", name, data_dir)
+    return pd.read_csv(
+        path, dtype={"Path": str, "SignId": str} if split == "meta" else {"Path": str}
+    )
+
+
+def load_fashion_mnist_labels(split: str = "train", data_dir: DataDir = None) -> np.ndarray:
+    """Fashion-MNIST labels (the images are not available offline).
+
+    Parameters
+    ----------
+    split : {"train", "test"}, optional
+        60,000 training or 10,000 test labels.
+    data_dir : str or path-like, optional
+        Data root or the ``fashion-mnist/`` directory.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` uint8 labels 0-9 (each class 6,000 times in train, 1,000 in test).
+
+    Raises
+    ------
+    ParameterError
+        If ``split`` is not an accepted value.
+    DatasetNotFoundError, ChecksumError
+        As for every loader.
+    DataError
+        If the IDX content is malformed.
+    """
+    check_choice("split", split, ("train", "test"))
+    name = "train-labels-idx1-ubyte.gz" if split == "train" else "t10k-labels-idx1-ubyte.gz"
+    path = dataset_file("fashion-mnist", name, data_dir)
+    labels = parse_idx(_gunzip(path.read_bytes(), name), source=name)
+    if labels.ndim != 1:  # pragma: no cover - the checksum pins the file
+        raise DataError(f"{name}: expected an idx1 label file, got shape {labels.shape}")
+    return labels
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """The optical-recognition handwritten digits embedded in the package (scikit-learn's copy).
+
+    Needs neither scikit-learn nor a data directory.
+
+    Returns
+    -------
+    images : numpy.ndarray
+        ``(1797, 64)`` float64 in [0, 1]: the 8x8 pixel counts 0-16 divided by 16, row-major.
+    labels : numpy.ndarray
+        ``(1797,)`` int64 digits 0-9.
+
+    Raises
+    ------
+    ChecksumError
+        If the embedded file was altered.
+    DatasetNotFoundError
+        If the package was installed without its data files.
+    """
+    path = dataset_file("digits", "digits.csv.gz")
+    raw = np.loadtxt(
+        io.StringIO(_gunzip(path.read_bytes(), "digits.csv.gz").decode("ascii")),
+        delimiter=",",
+        dtype=np.int64,
+    )
+    if raw.shape != (1797, 65):  # pragma: no cover - the checksum pins the file
+        raise DataError(f"digits.csv.gz: expected shape (1797, 65), got {raw.shape}")
+    return raw[:, :64].astype(np.float64) / 16.0, raw[:, 64].copy()
+
+
+_LOADERS: dict[str, Any] = {
+    "adult": load_adult,
+    "census-income-kdd": load_census_kdd,
+    "mushroom": load_mushroom,
+    "lymphography": load_lymphography,
+    "activity-older-people": load_activity,
+    "reuters21578": load_reuters,
+    "gtsrb": load_gtsrb,
+    "fashion-mnist": load_fashion_mnist_labels,
+}
+
+
+def load_dataset(name: str, data_dir: DataDir = None, **kwargs: Any) -> Any:
+    """Load a registered dataset by name.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`~fedstats.datasets.dataset_names` (``"adult"``, ``"census-income-kdd"``,
+        ``"mushroom"``, ``"lymphography"``, ``"activity-older-people"``, ``"reuters21578"``, ``"gtsrb"``,
+        ``"fashion-mnist"``, ``"digits"``).
+    data_dir : str or path-like, optional
+        Data root (ignored for the embedded-only ``"digits"``).
+    **kwargs
+        Passed to the dataset's loader (e.g. ``split="test"``).
+
+    Returns
+    -------
+    pandas.DataFrame, numpy.ndarray or tuple
+        Whatever the dataset's loader returns.
+
+    Raises
+    ------
+    ParameterError
+        If ``name`` is unknown (the message lists the known names) or a keyword is not accepted.
+    DatasetNotFoundError, ChecksumError
+        As for every loader.
+    """
+    info = dataset_info(name)
+    if info.name == "digits":
+        if kwargs:
+            raise ParameterError(", ".join(kwargs), kwargs, "no options for 'digits'")
+        return load_digits()
+    loader = _LOADERS[info.name]
+    accepted = [p for p in inspect.signature(loader).parameters if p != "data_dir"]
+    unknown = [k for k in kwargs if k not in accepted]
+    if unknown:
+        raise ParameterError(
+            unknown[0], kwargs[unknown[0]], f"an option of {info.loader}: {', '.join(accepted)}"
+        )
+    return loader(data_dir=data_dir, **kwargs)
