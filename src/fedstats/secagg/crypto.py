@@ -1,0 +1,231 @@
+"""Cryptographic building blocks of secure aggregation, all from the ``cryptography`` package.
+
+* Key agreement: X25519 (two key pairs per client per session: one for mask seeds, one for encrypting
+  shares), Bell et al. 2020, Alg. 2 steps 2, 3 and 5.
+* Key derivation: HKDF-SHA256 with the session id as salt and a purpose label (plus the ordered pair of
+  client indices) as info, so keys for different sessions, purposes and pairs are independent.
+* Authenticated encryption of shares: ChaCha20-Poly1305 with associated data (session, sender, receiver).
+* Pseudorandom generator ``F`` expanding a 32-byte seed into a mask of ``length`` integers mod 2^b:
+  the AES-256-CTR keystream viewed as ``uint16/uint32/uint64`` (one keystream call per mask, no per-element
+  Python).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from fedstats.errors import ParameterError, SecurityError
+
+__all__ = [
+    "DTYPES",
+    "LABEL_MASK",
+    "LABEL_SELF_MASK",
+    "LABEL_SHARE_ENCRYPTION",
+    "KeyPair",
+    "add_mask",
+    "agree",
+    "decrypt_share",
+    "derive_key",
+    "encrypt_share",
+    "expand_mask",
+    "generate_key_pair",
+    "public_from_private",
+    "session_id",
+]
+
+LABEL_MASK = b"fedstats/secagg/v1/pairwise-mask"
+LABEL_SELF_MASK = b"fedstats/secagg/v1/self-mask"
+LABEL_SHARE_ENCRYPTION = b"fedstats/secagg/v1/share-encryption"
+DTYPES: dict[int, type[np.unsignedinteger]] = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+"""Unsigned numpy dtype for each supported modulus width ``b`` (arithmetic mod 2^b wraps natively)."""
+
+
+class KeyPair:
+    """An X25519 key pair: the private key object and the 32-byte raw public key."""
+
+    __slots__ = ("private", "public")
+
+    def __init__(self, private: X25519PrivateKey) -> None:
+        self.private = private
+        self.public = private.public_key().public_bytes_raw()
+
+    def private_bytes(self) -> bytes:
+        """The 32-byte raw private key (what is secret-shared)."""
+        return self.private.private_bytes_raw()
+
+
+def generate_key_pair() -> KeyPair:
+    """A fresh X25519 key pair from OS entropy (``cryptography``'s key generation)."""
+    return KeyPair(X25519PrivateKey.generate())
+
+
+def public_from_private(private: bytes) -> bytes:
+    """The raw X25519 public key of a raw 32-byte private key (to check a reconstructed key)."""
+    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
+
+
+def agree(private: X25519PrivateKey | bytes, peer_public: bytes) -> bytes:
+    """X25519 shared secret with a peer's raw public key.
+
+    Raises
+    ------
+    SecurityError
+        If the peer's public key is malformed or a low-order point (all-zero shared secret).
+    """
+    priv = X25519PrivateKey.from_private_bytes(private) if isinstance(private, bytes) else private
+    try:
+        return priv.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError as exc:
+        raise SecurityError(f"invalid X25519 public key from a peer: {exc}") from exc
+
+
+def session_id(round_id: bytes, advertised: dict[int, tuple[bytes, bytes]]) -> bytes:
+    """SHA-256 of the round id, the participants and their two public keys, in index order.
+
+    Parameters
+    ----------
+    round_id : bytes
+        Caller-chosen identifier of the aggregation round (unique per round).
+    advertised : dict int -> (bytes, bytes)
+        Client index -> (mask public key, encryption public key) of every client that advertised keys.
+
+    Returns
+    -------
+    bytes
+        32 bytes, used as HKDF salt and in the associated data of every ciphertext.
+    """
+    h = hashlib.sha256()
+    h.update(b"fedstats/secagg/v1/session\x00")
+    h.update(struct.pack("<I", len(round_id)) + round_id)
+    for idx in sorted(advertised):
+        c_pk, s_pk = advertised[idx]
+        h.update(struct.pack("<I", idx) + c_pk + s_pk)
+    return h.digest()
+
+
+def derive_key(shared: bytes, *, session: bytes, label: bytes, low: int, high: int) -> bytes:
+    """HKDF-SHA256 of a shared secret, salted with the session id, info = label || (low, high) indices.
+
+    The pair is ordered (``low < high``) so both ends derive the same key.
+    """
+    info = label + struct.pack("<II", low, high)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=session, info=info).derive(shared)
+
+
+def _aad(session: bytes, sender: int, receiver: int) -> bytes:
+    return session + struct.pack("<II", sender, receiver)
+
+
+def _nonce(sender: int, receiver: int) -> bytes:
+    # One message per direction per (session-bound) key, so (sender, receiver) is a unique nonce.
+    return struct.pack("<IIi", sender, receiver, 0)
+
+
+def encrypt_share(
+    key: bytes, plaintext: bytes, *, session: bytes, sender: int, receiver: int
+) -> bytes:
+    """ChaCha20-Poly1305 encryption of a share message with AD = session || sender || receiver."""
+    return ChaCha20Poly1305(key).encrypt(
+        _nonce(sender, receiver), plaintext, _aad(session, sender, receiver)
+    )
+
+
+def decrypt_share(
+    key: bytes, ciphertext: bytes, *, session: bytes, sender: int, receiver: int
+) -> bytes:
+    """Decrypt and authenticate a share ciphertext.
+
+    Raises
+    ------
+    SecurityError
+        If the ciphertext, the session, the sender or the receiver was altered (authentication fails).
+    """
+    try:
+        return ChaCha20Poly1305(key).decrypt(
+            _nonce(sender, receiver), ciphertext, _aad(session, sender, receiver)
+        )
+    except InvalidTag as exc:
+        raise SecurityError(
+            f"share ciphertext from client {sender} to client {receiver} failed authentication"
+        ) from exc
+
+
+_local = threading.local()
+
+
+def _zeros(nbytes: int) -> bytes:
+    z: bytes | None = getattr(_local, "zeros", None)
+    if z is None or len(z) < nbytes:
+        z = bytes(max(nbytes, 1 << 16))
+        _local.zeros = z
+    return z
+
+
+def _check_bits(bits: int) -> type[np.unsignedinteger]:
+    if bits not in DTYPES:
+        raise ParameterError("bits", bits, "one of 16, 32, 64")
+    return DTYPES[bits]
+
+
+def expand_mask(seed: bytes, length: int, bits: int) -> np.ndarray:
+    """PRG ``F``: expand a 32-byte seed into ``length`` uniform integers mod 2^bits.
+
+    The AES-256-CTR keystream (key = seed, zero counter block) is produced by one ``cryptography`` call
+    and viewed as unsigned integers of width ``bits``; each seed is used for exactly one mask.
+
+    Parameters
+    ----------
+    seed : bytes
+        32-byte key (from HKDF, never reused across sessions or purposes).
+    length : int
+        Number of elements, >= 0.
+    bits : int
+        16, 32 or 64.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(length,)``, dtype ``uint{bits}``, writable.
+    """
+    dtype = _check_bits(bits)
+    nbytes = length * (bits // 8)
+    buf = bytearray(nbytes + 15)
+    enc = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+    enc.update_into(memoryview(_zeros(nbytes))[:nbytes], buf)
+    return np.frombuffer(buf, dtype=np.uint8, count=nbytes).view(dtype)
+
+
+def add_mask(acc: np.ndarray, seed: bytes, *, sign: int, scratch: bytearray | None = None) -> None:
+    """``acc += sign * F(seed)`` in place, mod 2^b (b from ``acc.dtype``), with a reusable scratch buffer.
+
+    Parameters
+    ----------
+    acc : numpy.ndarray
+        1-D unsigned array (uint16/32/64), modified in place.
+    seed : bytes
+        32-byte PRG seed.
+    sign : int
+        +1 or -1.
+    scratch : bytearray, optional
+        Buffer of at least ``acc.nbytes + 15`` bytes reused across calls (avoids an allocation per mask).
+    """
+    nbytes = acc.nbytes
+    if scratch is None or len(scratch) < nbytes + 15:
+        scratch = bytearray(nbytes + 15)
+    enc = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+    enc.update_into(memoryview(_zeros(nbytes))[:nbytes], scratch)
+    mask = np.frombuffer(scratch, dtype=np.uint8, count=nbytes).view(acc.dtype)
+    if sign > 0:
+        np.add(acc, mask, out=acc)
+    else:
+        np.subtract(acc, mask, out=acc)

@@ -1,0 +1,77 @@
+"""The communication graph of secure aggregation: a Harary graph under a random permutation.
+
+Bell et al. 2020 (App. B of Pang et al. 2023, Alg. 3 and Def. 4): ``HARARY(n, k)`` joins ``i`` and ``j``
+when their distance on the ring of ``n`` positions is at most ``k / 2``; renaming the nodes with a uniformly
+random permutation ``pi`` gives each client ``k`` neighbours that look like a random ``k``-subset of the
+others, while the graph stays exactly ``k``-regular. fedstats uses even ``k`` (the ring definition is
+symmetric only then) or ``k = n - 1`` (the complete graph).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedstats._validation import check_int
+from fedstats.errors import ParameterError
+from fedstats.randomness import RNG
+
+__all__ = ["harary_neighbors", "random_harary_graph", "valid_degree"]
+
+
+def valid_degree(n: int, k: int) -> bool:
+    """True when ``HARARY(n, k)`` is defined here: ``k = n - 1``, or ``k`` even with ``2 <= k < n - 1``."""
+    return k == n - 1 or (k % 2 == 0 and 2 <= k < n - 1)
+
+
+def harary_neighbors(n: int, k: int) -> np.ndarray:
+    """Neighbours in ``HARARY(n, k)`` before renaming.
+
+    Parameters
+    ----------
+    n : int
+        Number of nodes, >= 2.
+    k : int
+        Degree: even in ``[2, n - 2]`` or ``n - 1``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(n, k)``, int64: row ``i`` lists the neighbours of ``i`` (sorted).
+
+    Raises
+    ------
+    ParameterError
+        If ``k`` is not a valid degree for ``n``.
+    """
+    n = check_int("clients", n, low=2)
+    if not valid_degree(n, k):
+        raise ParameterError("k", k, f"an even integer in [2, {n - 2}] or {n - 1} (complete graph)")
+    i = np.arange(n, dtype=np.int64)[:, None]
+    if k == n - 1:
+        offsets = np.arange(1, n, dtype=np.int64)
+    else:
+        h = k // 2
+        offsets = np.concatenate([np.arange(1, h + 1), np.arange(n - h, n)]).astype(np.int64)
+    return np.sort((i + offsets[None, :]) % n, axis=1)
+
+
+def random_harary_graph(n: int, k: int, rng: RNG) -> np.ndarray:
+    """``HARARY(n, k)`` with nodes renamed by a uniformly random permutation (Alg. 3, INITSECUREAGG).
+
+    Parameters
+    ----------
+    n, k : int
+        As in :func:`harary_neighbors`.
+    rng : numpy.random.Generator or SecureGenerator
+        Source of the permutation (public randomness: the graph is known to everyone).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(n, k)``, int64: row ``c`` lists the neighbours of client ``c`` in increasing order.
+    """
+    base = harary_neighbors(n, k)
+    pi = np.asarray(rng.permutation(n), dtype=np.int64)  # position p is client pi[p]
+    out = np.empty_like(base)
+    out[pi] = pi[base]
+    return np.sort(out, axis=1)

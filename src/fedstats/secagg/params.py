@@ -1,0 +1,233 @@
+"""Choosing the graph degree ``k`` and the Shamir threshold ``t`` (Bell et al. 2020, Sec. 3-4).
+
+With ``n`` clients, at most ``gamma n`` of them corrupt (colluding with the server) and at most
+``delta n`` dropping out, the neighbourhood of a client in the randomly renamed ``HARARY(n, k)`` graph is a
+uniformly random ``k``-subset of the other ``n - 1`` clients, so the number of its corrupt (dropped)
+neighbours is hypergeometric. A pair ``(k, t)`` is accepted when, with the union bound over clients:
+
+1. **shares stay secret** (probability of failure <= 2^-sigma): no honest client has ``t`` corrupt
+   neighbours. Against a *malicious* server that may claim a client dropped to some neighbours and survived to
+   others, each honest neighbour reveals at most one of the two shares (it refuses the other), so the server
+   needs ``2 t - k`` corrupt neighbours; this is the default threat model.
+2. **the honest survivors stay connected** (failure <= 2^-sigma): otherwise the server would learn partial
+   sums. In ``HARARY(n, 2h)`` the survivors are disconnected exactly when two disjoint arcs of ``h`` ring
+   positions are entirely removed; the union bound over the ``n (n - 1) / 2`` pairs of arcs is used.
+3. **the sum is recoverable** (failure <= 2^-eta): every client keeps at least ``t`` neighbours that answer
+   the unmasking request.
+
+The finder returns the smallest such ``k`` and, for it, the smallest ``t`` (the most dropout-tolerant);
+``k = n - 1`` (complete graph, the deterministic worst case) is the fallback. Bell et al. prove
+``k = O(log n)`` suffices.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import hypergeom
+
+from fedstats._validation import check_choice, check_int, check_real
+from fedstats.errors import ParameterError
+from fedstats.secagg.graph import valid_degree
+
+__all__ = ["THREAT_MODELS", "SecAggParameters", "find_parameters", "validate_parameters"]
+
+THREAT_MODELS = ("malicious", "semi-honest")
+
+
+@dataclass(frozen=True)
+class SecAggParameters:
+    """Public parameters of one secure-aggregation session.
+
+    Attributes
+    ----------
+    n : int
+        Number of clients the server invites.
+    k : int
+        Graph degree (number of neighbours, hence of shares per secret).
+    t : int
+        Shamir threshold: shares needed to reconstruct a secret, in ``[1, k]``.
+    min_survivors : int
+        The server aborts when fewer clients than this complete any step (``n - floor(delta n)``).
+    corrupt_fraction, dropout_rate : float
+        The ``gamma`` and ``delta`` the parameters were chosen for.
+    sigma, eta : float
+        Statistical security and correctness parameters (failure probabilities 2^-sigma, 2^-eta).
+    threat_model : str
+        ``"malicious"`` or ``"semi-honest"`` server.
+    security_bound, correctness_bound : float
+        log2 of the union-bound failure probabilities achieved (<= -sigma and <= -eta when found by the
+        finder; reported, not enforced, for overridden ``k``/``t``).
+    """
+
+    n: int
+    k: int
+    t: int
+    min_survivors: int
+    corrupt_fraction: float
+    dropout_rate: float
+    sigma: float
+    eta: float
+    threat_model: str
+    security_bound: float
+    correctness_bound: float
+
+
+def _log2_sf(k: int, bad: int, n_others: int, at_least: int) -> float:
+    """log2 P[Hyp(n_others, bad, k) >= at_least]."""
+    if at_least <= 0:
+        return 0.0
+    if at_least > min(k, bad):
+        return -math.inf
+    return float(hypergeom.logsf(at_least - 1, n_others, bad, k)) / math.log(2)
+
+
+def _log2_disconnect(n: int, k: int, removed: int) -> float:
+    """log2 of the union bound on P[survivors of a renamed HARARY(n, k) are disconnected]."""
+    if k >= n - 1:
+        return -math.inf
+    h = k // 2
+    if 2 * h > removed:
+        return -math.inf
+    j = np.arange(2 * h)
+    log_q = float(np.sum(np.log2(removed - j) - np.log2(n - j)))
+    return math.log2(n * (n - 1) / 2) + log_q
+
+
+def _bounds(
+    n: int, k: int, t: int, n_corrupt: int, n_drop: int, threat_model: str
+) -> tuple[float, float]:
+    log_n = math.log2(n)
+    need = 2 * t - k if threat_model == "malicious" else t
+    sec_shares = log_n + _log2_sf(k, n_corrupt, n - 1, max(need, 0))
+    if need <= 0:
+        sec_shares = 0.0
+    sec_graph = _log2_disconnect(n, k, n_corrupt + n_drop)
+    security = max(sec_shares, sec_graph)
+    correct = log_n + _log2_sf(k, n_drop, n - 1, k - t + 1)
+    return security, correct
+
+
+def validate_parameters(
+    n: int,
+    k: int,
+    t: int,
+    *,
+    corrupt_fraction: float = 0.0,
+    dropout_rate: float = 0.1,
+    sigma: float = 40.0,
+    eta: float = 30.0,
+    threat_model: str = "malicious",
+) -> SecAggParameters:
+    """Check user-chosen ``k`` and ``t`` and report their failure bounds (without enforcing them).
+
+    Raises
+    ------
+    ParameterError
+        If ``k`` is not a valid Harary degree for ``n`` or ``t`` is not in ``[1, k]``.
+    """
+    n = check_int("clients", n, low=2)
+    k = check_int("k", k, low=1, high=n - 1)
+    if not valid_degree(n, k):
+        raise ParameterError("k", k, f"an even integer in [2, {n - 2}] or {n - 1} (complete graph)")
+    t = check_int("t", t, low=1, high=k)
+    gamma = check_real("corrupt_fraction", corrupt_fraction, low=0.0, high=1.0, high_open=True)
+    delta = check_real("dropout_rate", dropout_rate, low=0.0, high=1.0, high_open=True)
+    check_choice("threat_model", threat_model, THREAT_MODELS)
+    n_corrupt, n_drop = math.floor(gamma * n), math.floor(delta * n)
+    sec, cor = _bounds(n, k, t, n_corrupt, n_drop, threat_model)
+    return SecAggParameters(
+        n=n,
+        k=k,
+        t=t,
+        min_survivors=n - n_drop,
+        corrupt_fraction=gamma,
+        dropout_rate=delta,
+        sigma=float(sigma),
+        eta=float(eta),
+        threat_model=threat_model,
+        security_bound=sec,
+        correctness_bound=cor,
+    )
+
+
+def find_parameters(
+    n: int,
+    *,
+    corrupt_fraction: float = 0.0,
+    dropout_rate: float = 0.1,
+    sigma: float = 40.0,
+    eta: float = 30.0,
+    threat_model: str = "malicious",
+) -> SecAggParameters:
+    """Smallest graph degree ``k`` and, for it, smallest threshold ``t`` meeting the three conditions.
+
+    Parameters
+    ----------
+    n : int
+        Number of clients, >= 2.
+    corrupt_fraction : float, default 0.0
+        ``gamma`` in [0, 1): fraction of clients that may collude with the server.
+    dropout_rate : float, default 0.1
+        ``delta`` in [0, 1): fraction of clients that may drop out over the whole protocol. The server
+        aborts when more drop out.
+    sigma : float, default 40
+        Statistical security parameter: the secrets and the honest sum stay hidden except with
+        probability 2^-sigma.
+    eta : float, default 30
+        Correctness parameter: the protocol fails to unmask with probability at most 2^-eta.
+    threat_model : {"malicious", "semi-honest"}, default "malicious"
+        Whether the server may send inconsistent dropout claims (see the module notes).
+
+    Returns
+    -------
+    SecAggParameters
+
+    Raises
+    ------
+    ParameterError
+        If no ``k <= n - 1`` meets the conditions (too many corrupt or dropped clients for ``n``).
+
+    References
+    ----------
+    Bell, Bonawitz, Gascon, Lepoint, Raykova (2020). Secure single-server aggregation with
+    (poly)logarithmic overhead. CCS. Sec. 3.3 and 4 (graph and parameter choice), Alg. 2.
+    """
+    n = check_int("clients", n, low=2)
+    gamma = check_real("corrupt_fraction", corrupt_fraction, low=0.0, high=1.0, high_open=True)
+    delta = check_real("dropout_rate", dropout_rate, low=0.0, high=1.0, high_open=True)
+    sigma = check_real("sigma", sigma, low=1.0, high=256.0)
+    eta = check_real("eta", eta, low=1.0, high=256.0)
+    check_choice("threat_model", threat_model, THREAT_MODELS)
+    n_corrupt, n_drop = math.floor(gamma * n), math.floor(delta * n)
+    candidates = [k for k in range(2, n - 1, 2)] + [n - 1]
+    for k in candidates:
+        if _log2_disconnect(n, k, n_corrupt + n_drop) > -sigma:
+            continue
+        for t in range(1, k + 1):
+            sec, cor = _bounds(n, k, t, n_corrupt, n_drop, threat_model)
+            if sec > -sigma:
+                continue
+            if cor > -eta:
+                break  # larger t only makes recovery harder
+            return SecAggParameters(
+                n=n,
+                k=k,
+                t=t,
+                min_survivors=n - n_drop,
+                corrupt_fraction=gamma,
+                dropout_rate=delta,
+                sigma=sigma,
+                eta=eta,
+                threat_model=threat_model,
+                security_bound=sec,
+                correctness_bound=cor,
+            )
+    raise ParameterError(
+        "dropout_rate/corrupt_fraction",
+        (delta, gamma),
+        f"smaller fractions: no graph degree k <= {n - 1} keeps {n} clients secure (2^-{sigma:g}) "
+        f"and correct (2^-{eta:g}) with {n_drop} dropouts and {n_corrupt} corrupt clients",
+    )
