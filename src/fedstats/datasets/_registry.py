@@ -102,6 +102,12 @@ class Dataset:
         Name of the loader function in :mod:`fedstats.datasets`.
     shape : str
         What the loader returns, in words (rows and columns).
+    license_short : str
+        The license in a few words (for tables).
+    origin : str
+        The original publisher in a few words (for tables).
+    embedded_only : bool
+        True when the dataset exists only inside the package (never looked up in a data directory).
     """
 
     name: str
@@ -113,7 +119,9 @@ class Dataset:
     files: tuple[DataFile, ...]
     loader: str
     shape: str
-    notes: str = ""
+    license_short: str = ""
+    origin: str = ""
+    embedded_only: bool = False
     directory: str = field(default="")
 
     @property
@@ -174,6 +182,8 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_adult",
             shape="train 32,561 x 15, test 16,281 x 15",
+            license_short="CC BY 4.0",
+            origin="UCI #2",
         ),
         Dataset(
             name="census-income-kdd",
@@ -197,6 +207,8 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_census_kdd",
             shape="test 99,762 x 42 (the training split was not obtainable)",
+            license_short="CC BY 4.0",
+            origin="UCI #117",
         ),
         Dataset(
             name="mushroom",
@@ -220,6 +232,8 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_mushroom",
             shape="8,124 x 23",
+            license_short="CC BY 4.0",
+            origin="UCI #73",
         ),
         Dataset(
             name="lymphography",
@@ -246,6 +260,8 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_lymphography",
             shape="148 x 19 (an added header line is skipped)",
+            license_short="CC BY 4.0",
+            origin="UCI #63",
         ),
         Dataset(
             name="activity-older-people",
@@ -281,6 +297,8 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_activity",
             shape="75,128 x 13 (S1 52,482 rows in 60 trials, S2 22,646 rows in 27 trials)",
+            license_short="CC BY 4.0",
+            origin="UCI #427",
         ),
         Dataset(
             name="reuters21578",
@@ -306,6 +324,8 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_reuters",
             shape="21,578 documents (LEWISSPLIT TRAIN 14,668, TEST 6,188, NOT-USED 722)",
+            license_short="research use only",
+            origin="UCI KDD / D. Lewis",
         ),
         Dataset(
             name="gtsrb",
@@ -339,6 +359,8 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_gtsrb",
             shape="train 39,209 x 8, test 12,630 x 8, meta 43 x 5 (no images)",
+            license_short="unstated (CC0?)",
+            origin="INI Bochum via Kaggle",
         ),
         Dataset(
             name="fashion-mnist",
@@ -364,6 +386,8 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_fashion_mnist_labels",
             shape="train 60,000 labels, test 10,000 labels (images not available offline)",
+            license_short="MIT",
+            origin="Zalando Research",
         ),
         Dataset(
             name="digits",
@@ -385,7 +409,9 @@ DATASETS: dict[str, Dataset] = {
             ),
             loader="load_digits",
             shape="1,797 images of 64 pixels in [0, 1], labels 0-9",
-            notes="embedded only",
+            license_short="BSD-3-Clause (data CC BY 4.0)",
+            origin="scikit-learn / UCI #80",
+            embedded_only=True,
         ),
     )
 }
@@ -436,7 +462,7 @@ def candidate_roots(data_dir: str | os.PathLike[str] | None = None) -> list[tupl
     if env:
         roots.append((Path(env).expanduser(), f"${ENV_VAR}"))
     roots.append(
-        (Path.cwd() / ".." / "shared" / "data", "../shared/data from the working directory")
+        (Path.cwd().parent / "shared" / "data", "../shared/data from the working directory")
     )
     roots.append((_REPO_ROOT.parent / "shared" / "data", "../shared/data from the repository root"))
     return roots
@@ -470,6 +496,14 @@ def locate_file(
     """
     info = dataset_info(dataset)
     df = info.file(file_name)
+    if info.embedded_only:
+        emb = embedded_path(df.name)
+        if emb is None:
+            raise DatasetNotFoundError(
+                f"dataset {dataset!r}: the package's embedded file {df.name} is missing "
+                "(reinstall fedstats with its package data)"
+            )
+        return emb
     looked: list[str] = []
     for root, origin in candidate_roots(data_dir):
         for cand in (root / info.subdir / df.name, root / df.name):
