@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
@@ -68,19 +67,20 @@ class FedstatsGroup(TyperGroup):
         code: Any
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.UsageError as exc:
-            cmd = exc.ctx.command_path if exc.ctx is not None else "fedstats"
-            click.echo(f"error: {exc.format_message()} (see '{cmd} --help')", err=True)
-            code = 2
-        except click.ClickException as exc:
-            click.echo(f"error: {exc.format_message()}", err=True)
+        except typer.TyperException as exc:  # click's usage errors (typer vendors click)
+            message = " ".join(exc.format_message().split())
+            ctx = getattr(exc, "ctx", None)
+            if exc.exit_code == 2:
+                cmd = ctx.command_path if ctx is not None else "fedstats"
+                message += f" (see '{cmd} --help')"
+            typer.echo(f"error: {message}", err=True)
             code = exc.exit_code
         except FedstatsError as exc:
-            click.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
             code = 2
-        except click.Abort:
-            click.echo("aborted", err=True)
-            code = 1
+        except (typer.Abort, KeyboardInterrupt):
+            typer.echo("aborted", err=True)
+            code = 130
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)

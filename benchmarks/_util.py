@@ -1,0 +1,45 @@
+"""Helpers shared by the benchmark scripts: results file, peak memory, timing."""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fedstats._io import atomic_write_text
+from fedstats.results import to_jsonable
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:
+    """Smallest wall time of ``repeat`` calls, in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def write_results(name: str, data: dict[str, Any]) -> Path:
+    """Write ``benchmarks/results/<name>.json`` atomically with machine metadata."""
+    payload = {
+        "benchmark": name,
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "processor": platform.processor()},
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **data,
+    }
+    path = RESULTS / f"{name}.json"
+    atomic_write_text(path, json.dumps(to_jsonable(payload), indent=2) + "\n")
+    return path

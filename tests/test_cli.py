@@ -1,0 +1,75 @@
+"""The command line: global options, the demo, and the one-line error convention (exit code 2)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fedstats import __version__
+from fedstats.cli.app import app
+from fedstats.errors import DataError
+from fedstats.experiments.demo import REQUIRED_KEYS
+
+runner = CliRunner()
+
+
+def _json(result: Any) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_version_and_help() -> None:
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and __version__ in res.stdout
+    res = runner.invoke(app, ["--help"])
+    assert res.exit_code == 0 and "demo" in res.stdout
+
+
+def test_demo_json_has_every_required_key_and_exact_rows() -> None:
+    data = _json(runner.invoke(app, ["--seed", "3", "--json", "demo"]))
+    names = [row["name"] for row in data["analyses"]]
+    assert "chi2 (exact, federated sum)" in names and "mean age (exact, federated sum)" in names
+    for row in data["analyses"]:
+        assert set(REQUIRED_KEYS) <= set(row)
+    exact = {r["name"]: r for r in data["analyses"]}
+    assert exact["mean age (exact, federated sum)"]["truth"] == pytest.approx(38.64358543876172)
+    assert abs(exact["chi2 (exact, federated sum)"]["error"]) < 1e-6
+    assert data["release_note"] == "reproducible (seeded) run: not for release"
+
+
+def test_seeded_demo_is_reproducible_and_json_flag_works_after_the_command() -> None:
+    a = _json(runner.invoke(app, ["--seed", "5", "demo", "--json"]))
+    b = _json(runner.invoke(app, ["demo", "--json", "--seed", "5"]))
+    assert a == b
+
+
+def test_human_readable_demo_prints_a_table() -> None:
+    res = runner.invoke(app, ["--quiet", "demo"])
+    assert res.exit_code == 0
+    assert "fedstats demo" in res.stdout and "mean age" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["no-such-command"], ["--seed", "-1", "demo"], ["demo", "--no-such-option"], ["--seed", "x", "demo"]],
+)
+def test_usage_errors_give_one_line_and_exit_2(args: list[str]) -> None:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "Traceback" not in res.output
+
+
+def test_fedstats_errors_give_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: Any, **__: Any) -> Any:
+        raise DataError("column 'age' has a NaN value")
+
+    monkeypatch.setattr("fedstats.cli.demo.run_demo", broken)
+    res = runner.invoke(app, ["demo", "--json"])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == "error: column 'age' has a NaN value"
+    assert res.stdout == ""
