@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedstats._validation import check_choice, check_int
-from fedstats.errors import DataError, ParameterError
+from fedstats.errors import DataError, ParameterError, ProtocolAbortError
 from fedstats.randomness import RandomSource
 from fedstats.secagg.client import SecAggClient
 from fedstats.secagg.crypto import DTYPES
@@ -59,6 +59,8 @@ class SecAggResult:
         ``(n,)`` int64: bytes each client sent and received.
     dropped : dict str -> tuple of int
         The clients dropped before each stage.
+    client_aborts : tuple of int
+        Clients that stopped on their own (too few live neighbours).
     """
 
     total: np.ndarray
@@ -70,6 +72,7 @@ class SecAggResult:
     bytes_sent: np.ndarray
     bytes_received: np.ndarray
     dropped: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    client_aborts: tuple[int, ...] = ()
 
     @property
     def bytes_per_client(self) -> float:
@@ -104,6 +107,7 @@ def run_secure_aggregation(
     dropouts: Mapping[str, Collection[int]] | None = None,
     randomness: RandomSource | None = None,
     round_id: bytes | None = None,
+    channel: Callable[[str, int, bytes], bytes] | None = None,
 ) -> SecAggResult:
     """Run the whole protocol in-process and return the server's sum.
 
@@ -125,6 +129,10 @@ def run_secure_aggregation(
         OS entropy.
     round_id : bytes, optional
         Session round id (default: 16 random bytes).
+    channel : callable, optional
+        ``channel(direction, client, data) -> data`` sees (and may alter) every serialized message in
+        transit; ``direction`` is ``"to_client"`` or ``"to_server"``. Models the network (or an attacker on
+        it) in tests.
 
     Returns
     -------
@@ -133,7 +141,8 @@ def run_secure_aggregation(
     Raises
     ------
     ProtocolAbortError
-        Too many dropouts at some step (no partial result).
+        Too many dropouts at some step (no partial result). A client that cannot continue (fewer than
+        ``t`` live neighbours) stops, which the server sees as a dropout.
     SecurityError
         A cryptographic check failed.
     ParameterError, DataError
@@ -178,18 +187,28 @@ def run_secure_aggregation(
     server_time = time.perf_counter() - t0
     clients: dict[int, SecAggClient] = {}
 
+    aborted: set[int] = set()
     for stage in DROPOUT_STAGES:
         for i, data in outbox.items():
+            if channel is not None:
+                data = channel("to_client", i, data)
             received[i] += len(data)
-            if i not in alive_at[stage]:
+            if i not in alive_at[stage] or i in aborted:
                 continue
             t1 = time.perf_counter()
-            if stage == "advertise":
-                clients[i] = SecAggClient(i, np.asarray(get(i)))
-            reply = clients[i].handle(decode(data)).to_bytes()  # type: ignore[arg-type]
-            t2 = time.perf_counter()
-            client_time[i] += t2 - t1
+            try:
+                if stage == "advertise":
+                    clients[i] = SecAggClient(i, np.asarray(get(i)))
+                reply = clients[i].handle(decode(data)).to_bytes()  # type: ignore[arg-type]
+            except ProtocolAbortError:
+                aborted.add(i)  # the client stops: a dropout for the server
+                continue
+            finally:
+                client_time[i] += time.perf_counter() - t1
             sent[i] += len(reply)
+            if channel is not None:
+                reply = channel("to_server", i, reply)
+            t2 = time.perf_counter()
             # Deliver at once (as a network would), so the server never holds n vectors.
             server.receive(decode(reply))  # type: ignore[arg-type]
             server_time += time.perf_counter() - t2
@@ -209,4 +228,5 @@ def run_secure_aggregation(
         bytes_sent=sent,
         bytes_received=received,
         dropped={s: tuple(sorted(v)) for s, v in drop.items()},
+        client_aborts=tuple(sorted(aborted)),
     )

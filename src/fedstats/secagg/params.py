@@ -115,7 +115,7 @@ def validate_parameters(
     k: int,
     t: int,
     *,
-    corrupt_fraction: float = 0.0,
+    corrupt_fraction: float = 0.05,
     dropout_rate: float = 0.1,
     sigma: float = 40.0,
     eta: float = 30.0,
@@ -156,7 +156,7 @@ def validate_parameters(
 def find_parameters(
     n: int,
     *,
-    corrupt_fraction: float = 0.0,
+    corrupt_fraction: float = 0.05,
     dropout_rate: float = 0.1,
     sigma: float = 40.0,
     eta: float = 30.0,
@@ -168,7 +168,7 @@ def find_parameters(
     ----------
     n : int
         Number of clients, >= 2.
-    corrupt_fraction : float, default 0.0
+    corrupt_fraction : float, default 0.05
         ``gamma`` in [0, 1): fraction of clients that may collude with the server.
     dropout_rate : float, default 0.1
         ``delta`` in [0, 1): fraction of clients that may drop out over the whole protocol. The server

@@ -1,0 +1,315 @@
+"""Building blocks of secure aggregation: Shamir, graph, parameters, PRG masks, messages, fixed point."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from scipy import stats
+
+from fedstats.errors import (
+    DataError,
+    OverflowRiskError,
+    ParameterError,
+    ProtocolAbortError,
+    SecurityError,
+)
+from fedstats.secagg import FixedPoint, check_overflow, find_parameters, validate_parameters
+from fedstats.secagg.crypto import (
+    agree,
+    decrypt_share,
+    derive_key,
+    encrypt_share,
+    expand_mask,
+    generate_key_pair,
+    public_from_private,
+)
+from fedstats.secagg.graph import harary_neighbors, random_harary_graph
+from fedstats.secagg.messages import (
+    AdvertiseKeys,
+    EncryptedShares,
+    KeyBroadcast,
+    MaskedInput,
+    SetupMessage,
+    ShareBroadcast,
+    UnmaskRequest,
+    UnmaskResponse,
+    decode,
+)
+from fedstats.secagg.params import _log2_disconnect
+from fedstats.secagg.shamir import FIELD_PRIME, reconstruct_secret, split_secret
+
+# -- Shamir ----------------------------------------------------------------------------------------
+
+
+def test_shamir_any_t_shares_reconstruct_and_t_minus_1_do_not_determine() -> None:
+    secret = os.urandom(32)
+    xs = [3, 7, 8, 11, 20]
+    shares = split_secret(secret, threshold=3, xs=xs)
+    for subset in itertools.combinations(range(5), 3):
+        got = reconstruct_secret([(xs[i], shares[i]) for i in subset], threshold=3)
+        assert got == secret
+    # With t-1 = 2 shares, every candidate secret is consistent with exactly one polynomial:
+    # interpolating through (0, s') and the two shares must give a valid sharing for any s'.
+    other = os.urandom(32)
+    pts = [(0, int.from_bytes(other, "little")), (xs[0], shares[0]), (xs[1], shares[1])]
+    # Lagrange through the 3 points evaluated at x=xs[2] gives a consistent third share for `other`.
+    p = FIELD_PRIME
+    x = xs[2]
+    y = 0
+    for j, (xj, yj) in enumerate(pts):
+        num, den = 1, 1
+        for m, (xm, _) in enumerate(pts):
+            if m != j:
+                num = num * (x - xm) % p
+                den = den * (xj - xm) % p
+        y = (y + yj * num * pow(den, -1, p)) % p
+    fake = reconstruct_secret([(xs[0], shares[0]), (xs[1], shares[1]), (x, y)], threshold=3)
+    assert fake == other
+
+
+def test_shamir_needs_t_shares_and_detects_garbage() -> None:
+    secret = os.urandom(32)
+    shares = split_secret(secret, threshold=4, xs=[1, 2, 3, 4, 5])
+    with pytest.raises(ProtocolAbortError):
+        reconstruct_secret([(1, shares[0]), (2, shares[1]), (3, shares[2])], threshold=4)
+    bad = [
+        (1, shares[0]),
+        (2, shares[1]),
+        (3, shares[2]),
+        (4, (shares[3] + int.from_bytes(os.urandom(64), "little")) % FIELD_PRIME),
+    ]
+    with pytest.raises(SecurityError):  # a random error gives a value >= 2^256 (prob. ~1 - 2^-265)
+        reconstruct_secret(bad, threshold=4)
+    with pytest.raises(ParameterError):
+        split_secret(b"short", threshold=1, xs=[1])
+    with pytest.raises(ParameterError):
+        split_secret(secret, threshold=3, xs=[1, 1, 2])
+
+
+def test_shamir_threshold_one_and_full() -> None:
+    secret = os.urandom(32)
+    (s,) = split_secret(secret, threshold=1, xs=[9])
+    assert s == int.from_bytes(secret, "little")
+    xs = list(range(1, 41))
+    shares = split_secret(secret, threshold=40, xs=xs)
+    assert reconstruct_secret(list(zip(xs, shares, strict=True))[::-1], threshold=40) == secret
+
+
+# -- graph -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "k"), [(2, 1), (3, 2), (7, 4), (8, 7), (50, 10), (101, 100)])
+def test_harary_graph_is_k_regular_symmetric(n: int, k: int) -> None:
+    rng = np.random.default_rng(5)
+    for nb in (harary_neighbors(n, k), random_harary_graph(n, k, rng)):
+        assert nb.shape == (n, k)
+        adj = np.zeros((n, n), dtype=bool)
+        adj[np.repeat(np.arange(n), k), nb.ravel()] = True
+        assert not adj.diagonal().any()
+        assert (adj == adj.T).all()
+        assert (adj.sum(axis=1) == k).all()
+
+
+def test_random_harary_graph_neighbours_are_uniform() -> None:
+    # Under the random permutation, P(j is a neighbour of 0) = k / (n - 1) for every j != 0.
+    n, k, reps = 12, 4, 3000
+    rng = np.random.default_rng(11)
+    counts = np.zeros(n)
+    for _ in range(reps):
+        counts[random_harary_graph(n, k, rng)[0]] += 1
+    assert counts[0] == 0
+    expected = reps * k / (n - 1)
+    chi2 = float(((counts[1:] - expected) ** 2 / expected).sum())
+    # the k neighbours are drawn without replacement: the chi-square is conservative here
+    assert stats.chi2.sf(chi2, n - 2) > 1e-6
+
+
+def test_invalid_degree_rejected() -> None:
+    with pytest.raises(ParameterError):
+        harary_neighbors(10, 3)
+    with pytest.raises(ParameterError):
+        harary_neighbors(10, 10)
+
+
+# -- parameters ------------------------------------------------------------------------------------
+
+
+def _disconnect_bruteforce(n: int, k: int, removed: int) -> float:
+    """Exact P[survivors of renamed HARARY(n, k) disconnected] by enumerating removal sets."""
+    nb = harary_neighbors(n, k)
+    bad = 0
+    total = 0
+    for rem in itertools.combinations(range(n), removed):
+        total += 1
+        alive = sorted(set(range(n)) - set(rem))
+        seen = {alive[0]}
+        stack = [alive[0]]
+        while stack:
+            v = stack.pop()
+            for w in nb[v]:
+                if int(w) not in seen and int(w) not in rem:
+                    seen.add(int(w))
+                    stack.append(int(w))
+        bad += len(seen) != len(alive)
+    return bad / total
+
+
+@pytest.mark.parametrize(("n", "k", "removed"), [(10, 2, 3), (12, 4, 5), (11, 4, 6)])
+def test_disconnection_bound_is_an_upper_bound(n: int, k: int, removed: int) -> None:
+    exact = _disconnect_bruteforce(n, k, removed)
+    assert exact > 0
+    assert exact <= 2.0 ** _log2_disconnect(n, k, removed) + 1e-12
+
+
+def test_find_parameters_meets_its_conditions() -> None:
+    for n in (2, 3, 10, 100, 1000, 10_000):
+        p = find_parameters(n, corrupt_fraction=0.05, dropout_rate=0.1)
+        assert 1 <= p.t <= p.k <= n - 1
+        assert p.security_bound <= -40 and p.correctness_bound <= -30
+        assert p.min_survivors == n - math.floor(0.1 * n)
+        # malicious server: refusing double reveals protects iff 2t > k + corrupt neighbours
+        assert 2 * p.t > p.k
+    big = find_parameters(10_000, corrupt_fraction=0.05, dropout_rate=0.1)
+    assert big.k < 200  # O(log n), not n
+    semi = find_parameters(
+        10_000, corrupt_fraction=0.05, dropout_rate=0.1, threat_model="semi-honest"
+    )
+    assert semi.k <= big.k and semi.t < big.t
+
+
+def test_find_parameters_minimal() -> None:
+    p = find_parameters(1000, corrupt_fraction=0.05, dropout_rate=0.1)
+    if p.k > 2:  # the next smaller degree fails for every threshold
+        for t in range(1, p.k - 1):
+            q = validate_parameters(1000, p.k - 2, t, corrupt_fraction=0.05, dropout_rate=0.1)
+            assert q.security_bound > -40 or q.correctness_bound > -30
+
+
+def test_find_parameters_impossible() -> None:
+    with pytest.raises(ParameterError, match="dropout_rate"):
+        find_parameters(6, dropout_rate=0.6)
+    with pytest.raises(ParameterError):
+        validate_parameters(10, 4, 5)
+
+
+# -- crypto ----------------------------------------------------------------------------------------
+
+
+def test_mask_is_the_aes_ctr_keystream() -> None:
+    seed = os.urandom(32)
+    raw = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor().update(bytes(8 * 100))
+    assert np.array_equal(expand_mask(seed, 100, 64), np.frombuffer(raw, dtype="<u8"))
+    assert np.array_equal(expand_mask(seed, 200, 32), np.frombuffer(raw[:800], dtype="<u4"))
+    assert expand_mask(seed, 0, 16).size == 0
+
+
+@pytest.mark.parametrize("bits", [16, 32, 64])
+def test_mask_uniform_chi_square(bits: int) -> None:
+    m = expand_mask(os.urandom(32), 200_000, bits)
+    top = (m >> np.asarray(bits - 8, dtype=m.dtype)).astype(np.int64)
+    low = (m & np.asarray(255, dtype=m.dtype)).astype(np.int64)
+    for x in (top, low):
+        counts = np.bincount(x, minlength=256)
+        assert stats.chisquare(counts).pvalue > 1e-6
+
+
+def test_key_agreement_and_aead() -> None:
+    a, b = generate_key_pair(), generate_key_pair()
+    assert agree(a.private, b.public) == agree(b.private, a.public)
+    assert public_from_private(a.private_bytes()) == a.public
+    session = os.urandom(32)
+    key = derive_key(agree(a.private, b.public), session=session, label=b"x", low=1, high=2)
+    assert key != derive_key(
+        agree(a.private, b.public), session=os.urandom(32), label=b"x", low=1, high=2
+    )
+    assert key != derive_key(agree(a.private, b.public), session=session, label=b"y", low=1, high=2)
+    ct = encrypt_share(key, b"hello", session=session, sender=1, receiver=2)
+    assert decrypt_share(key, ct, session=session, sender=1, receiver=2) == b"hello"
+    flipped = bytes([ct[0] ^ 1]) + ct[1:]
+    for kwargs, data in [
+        ({"session": session, "sender": 1, "receiver": 2}, flipped),
+        ({"session": session, "sender": 2, "receiver": 1}, ct),
+        ({"session": os.urandom(32), "sender": 1, "receiver": 2}, ct),
+    ]:
+        with pytest.raises(SecurityError):
+            decrypt_share(key, data, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(SecurityError):
+        agree(a.private, bytes(32))  # low-order point
+
+
+# -- messages --------------------------------------------------------------------------------------
+
+
+def test_messages_round_trip() -> None:
+    msgs = [
+        SetupMessage(b"round-7", 3, 10, 4, 3, 32, 5, (1, 2, 8, 9)),
+        AdvertiseKeys(3, os.urandom(32), os.urandom(32)),
+        KeyBroadcast(
+            os.urandom(32), {1: (os.urandom(32), os.urandom(32)), 9: (b"a" * 32, b"b" * 32)}
+        ),
+        EncryptedShares(3, os.urandom(32), {1: os.urandom(160), 2: b""}),
+        ShareBroadcast(3, {2: os.urandom(10)}),
+        UnmaskRequest((1, 2), (9,)),
+        UnmaskResponse(3, {1: FIELD_PRIME - 1, 2: 0}, {9: 12345}),
+    ]
+    for m in msgs:
+        assert decode(m.to_bytes()) == m
+    mi = MaskedInput(4, 16, np.array([0, 1, 65535], dtype=np.uint16))
+    back = decode(mi.to_bytes())
+    assert isinstance(back, MaskedInput) and back.bits == 16
+    assert np.array_equal(back.values, mi.values)
+    with pytest.raises(DataError):
+        decode(msgs[0].to_bytes()[:-1])
+    with pytest.raises(DataError):
+        decode(msgs[0].to_bytes() + b"\x00")
+    with pytest.raises(DataError):
+        decode(b"nope")
+
+
+# -- fixed point -----------------------------------------------------------------------------------
+
+
+def test_overflow_check() -> None:
+    check_overflow(value_bits=20, n_clients=1024, bits=32, headroom=2)
+    with pytest.raises(OverflowRiskError):
+        check_overflow(value_bits=21, n_clients=1024, bits=32, headroom=2)
+    with pytest.raises(OverflowRiskError):
+        FixedPoint.for_clients(clip=1.0, n_clients=2**15, bits=16)
+
+
+def test_fixed_point_sum_exact_within_quantum_and_clipping_counted() -> None:
+    rng = np.random.default_rng(3)
+    n = 500
+    x = rng.uniform(-1.5, 1.5, size=(n, 40))
+    for bits in (32, 64):
+        fp = FixedPoint.for_clients(clip=1.0, n_clients=n, bits=bits)
+        enc, clipped = fp.encode(x, bits)
+        assert clipped == int((np.abs(x) > 1.0).sum())
+        total = enc.sum(axis=0, dtype=enc.dtype)  # wraps mod 2^bits
+        est = fp.dequantize(total, bits)
+        truth = np.clip(x, -1, 1).sum(axis=0)
+        assert np.max(np.abs(est - truth)) <= n * 0.5 / fp.scale + 1e-9
+        # the worst case (all at the clip bound) does not wrap
+        worst = np.full((n, 1), 1.0)
+        wenc, _ = fp.encode(worst, bits)
+        assert fp.dequantize(wenc.sum(axis=0, dtype=wenc.dtype), bits)[0] == pytest.approx(
+            n, rel=1e-6
+        )
+        wenc, _ = fp.encode(-worst, bits)
+        assert fp.dequantize(wenc.sum(axis=0, dtype=wenc.dtype), bits)[0] == pytest.approx(
+            -n, rel=1e-6
+        )
+
+
+def test_stochastic_rounding_unbiased() -> None:
+    fp = FixedPoint(clip=1.0, scale=4.0)
+    rng = np.random.default_rng(9)
+    q = fp.quantize(np.full(200_000, 0.1), rng).values
+    # E[q] = 0.4, Var = 0.4 * 0.6
+    se = math.sqrt(0.24 / q.size)
+    assert abs(q.mean() - 0.4) < 6 * se
