@@ -61,6 +61,11 @@ class RoundLog:
     backend: str
 
     @property
+    def retries(self) -> int:
+        """Shards recomputed after a worker died (parallel routes; 0 for the serial route)."""
+        return int(getattr(self.backend, "retries", 0))
+
+    @property
     def bytes_per_client(self) -> int:
         """Bytes one participating client sends in this round: ``ceil(dim * bits_per_entry / 8)``."""
         return math.ceil(self.dim * self.bits_per_entry / 8)
@@ -154,6 +159,11 @@ class Engine:
                 rnd = protocol.send(total)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+    @property
+    def retries(self) -> int:
+        """Shards recomputed after a worker died (parallel routes; 0 for the serial route)."""
+        return int(getattr(self.backend, "retries", 0))
 
     @property
     def bytes_per_client(self) -> int:

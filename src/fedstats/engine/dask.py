@@ -1,0 +1,314 @@
+"""Parallel routes: a Dask cluster (``dask``) and a process pool on one machine (``process``).
+
+Both split a round into shards of whole logical blocks, compute each shard's exact sum with
+:func:`~fedstats.engine.backends.sum_shard` in a worker, and add the partial sums exactly. Because block
+``b`` of round ``r`` always draws from the stream ``("round", r, "block", b)`` and sums are integers,
+the result is bit-identical to the serial route for the same seed, for any number of workers and any
+shard size.
+
+Fault tolerance: a shard whose worker dies is computed again; since its randomness is keyed by its blocks
+the retry reproduces it exactly. Dask reschedules tasks lost with a worker by itself (up to
+``distributed.scheduler.allowed-failures`` times; the scheduler's count of such losses is read back as
+the retries); the process pool is rebuilt and the unfinished shards
+resubmitted (up to ``max_retries`` times). Each backend counts retries in :attr:`retries`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from fedstats._validation import check_int
+from fedstats.engine.backends import RoundJob, add_exact, sum_shard
+from fedstats.engine.progress import NullProgress, Progress
+from fedstats.engine.rounds import RoundSum
+from fedstats.engine.routes import register_backend
+from fedstats.errors import FedstatsError, ParameterError, ProtocolAbortError
+
+__all__ = ["DaskBackend", "ProcessPoolBackend"]
+
+
+def _plain_bits(job: RoundJob) -> int:
+    return math.ceil(math.log2(2 * job.round.bound + 1))
+
+
+def _shard_blocks(job: RoundJob, shard_size: int) -> int:
+    return max(1, math.ceil(shard_size / job.block_size))
+
+
+def _lost_attempts(keys: list[Any], dask_scheduler: Any = None) -> int:
+    """On the scheduler: how many times the given tasks were lost with a dying worker (re-run since)."""
+    tasks = dask_scheduler.tasks
+    return int(sum(tasks[k].suspicious for k in keys if k in tasks))
+
+
+class DaskBackend:
+    """Compute rounds on a Dask cluster (``dask.distributed``).
+
+    Parameters
+    ----------
+    workers : int, optional
+        Start a ``LocalCluster`` with this many single-threaded worker processes (default 2) when no
+        ``scheduler`` is given; it is shut down on exit, also on errors and Ctrl-C.
+    scheduler : str, optional
+        Address of a running scheduler (``tcp://host:8786``); the cluster is left running on exit.
+    shard_size : int, optional
+        Clients per task (rounded up to whole blocks), default 1,048,576.
+    memory_limit : str, optional
+        Per-worker memory limit of the local cluster (default ``"2GiB"``).
+
+    Raises
+    ------
+    ParameterError
+        If ``workers`` or ``shard_size`` is not a positive integer, or both ``workers`` and ``scheduler``
+        are given.
+    FedstatsError
+        If ``dask[distributed]`` is not installed (``pip install 'fedstats[distributed]'``).
+
+    Notes
+    -----
+    Use as a context manager (``with DaskBackend(workers=2) as backend: ...``); the routes module's
+    :func:`~fedstats.engine.routes.open_backend` does this for you.
+    """
+
+    name = "dask"
+
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        scheduler: str | None = None,
+        shard_size: int = 1 << 20,
+        memory_limit: str = "2GiB",
+    ) -> None:
+        if workers is not None and scheduler is not None:
+            raise ParameterError("--workers", workers, "no value when --scheduler is given")
+        self.workers = check_int("--workers", workers if workers is not None else 2, low=1)
+        self.scheduler = scheduler
+        self.shard_size = check_int("--shard-size", shard_size, low=1)
+        self.memory_limit = memory_limit
+        self.retries = 0
+        self._client: Any = None
+        self._cluster: Any = None
+
+    def __enter__(self) -> DaskBackend:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as exc:  # pragma: no cover - the extra is installed by make install
+            raise FedstatsError(
+                "the dask backend needs dask.distributed: pip install 'fedstats[distributed]'"
+            ) from exc
+        if self.scheduler is not None:
+            try:
+                self._client = Client(self.scheduler, timeout="10s")
+            except OSError as exc:
+                raise ParameterError(
+                    "--scheduler", self.scheduler, "the address of a reachable Dask scheduler"
+                ) from exc
+        else:
+            self._cluster = LocalCluster(
+                n_workers=self.workers,
+                threads_per_worker=1,
+                processes=True,
+                memory_limit=self.memory_limit,
+                dashboard_address=None,
+            )
+            self._client = Client(self._cluster)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the client and shut down a cluster this backend started."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    @property
+    def client(self) -> Any:
+        """The ``distributed.Client`` (only inside the ``with`` block)."""
+        if self._client is None:
+            raise FedstatsError("the dask backend is not open: use it as a context manager")
+        return self._client
+
+    def sum_round(self, job: RoundJob, progress: Progress | None = None) -> RoundSum:
+        """Sum the round with one task per shard; progress advances as shards finish."""
+        from distributed import as_completed
+
+        progress = progress or NullProgress()
+        client = self.client
+        shards = job.shards(_shard_blocks(job, self.shard_size))
+        task = f"round {job.round_index} ({job.round.name})"
+        progress.start(task, len(job.blocks()))
+        [job_future] = client.scatter([job], broadcast=True)
+        futures = {
+            client.submit(sum_shard, job_future, a, b, pure=False): (a, b) for a, b in shards
+        }
+        total = np.zeros(job.round.dim, dtype=np.int64 if job.exact_int64 else object)
+        try:
+            for fut in as_completed(futures):
+                total = add_exact(total, fut.result())
+                a, b = futures[fut]
+                progress.advance(task, b - a)
+            self.retries += client.run_on_scheduler(_lost_attempts, keys=[f.key for f in futures])
+        except Exception as exc:
+            if type(exc).__name__ == "KilledWorker":
+                raise ProtocolAbortError(
+                    f"a shard of round {job.round_index} failed on every retry (workers kept dying): {exc}"
+                ) from exc
+            raise
+        finally:
+            for fut in futures:
+                fut.cancel()
+        progress.finish(task)
+        return RoundSum(total, job.n_clients)
+
+    def bits_per_entry(self, job: RoundJob) -> int:
+        """Same wire size as the serial route (the route changes where sums are computed, not what)."""
+        return _plain_bits(job)
+
+
+class ProcessPoolBackend:
+    """Compute rounds in a pool of worker processes on this machine.
+
+    Parameters
+    ----------
+    workers : int, optional
+        Worker processes (default: the number of CPUs).
+    shard_size : int, optional
+        Clients per task (rounded up to whole blocks), default 1,048,576.
+    max_retries : int, optional
+        How many times the pool may be rebuilt after a worker dies in one round (default 3).
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is not a positive integer.
+    ProtocolAbortError
+        From :meth:`sum_round`, when workers keep dying beyond ``max_retries``.
+    """
+
+    name = "process"
+
+    def __init__(
+        self, *, workers: int | None = None, shard_size: int = 1 << 20, max_retries: int = 3
+    ) -> None:
+        self.workers = check_int(
+            "--workers", workers if workers is not None else (os.cpu_count() or 1), low=1
+        )
+        self.shard_size = check_int("--shard-size", shard_size, low=1)
+        self.max_retries = check_int("max_retries", max_retries, low=0)
+        self.retries = 0
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> ProcessPoolBackend:
+        self._pool = ProcessPoolExecutor(max_workers=self.workers)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Shut the pool down, cancelling queued shards."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+        return self._pool
+
+    def sum_round(self, job: RoundJob, progress: Progress | None = None) -> RoundSum:
+        """Sum the round with one task per shard, rebuilding the pool if a worker dies."""
+        progress = progress or NullProgress()
+        pending = list(job.shards(_shard_blocks(job, self.shard_size)))
+        task = f"round {job.round_index} ({job.round.name})"
+        progress.start(task, len(job.blocks()))
+        total = np.zeros(job.round.dim, dtype=np.int64 if job.exact_int64 else object)
+        failures = 0
+        while pending:
+            pool = self._executor()
+            futures: dict[Future[np.ndarray], tuple[int, int]] = {
+                pool.submit(sum_shard, job, a, b): (a, b) for a, b in pending
+            }
+            broken = False
+            not_done = set(futures)
+            while not_done:
+                done, not_done = wait(not_done, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    try:
+                        part = fut.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        continue
+                    total = add_exact(total, part)
+                    a, b = futures[fut]
+                    pending.remove((a, b))
+                    progress.advance(task, b - a)
+            if broken:
+                failures += 1
+                self.retries += len(pending)
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+                if failures > self.max_retries:
+                    raise ProtocolAbortError(
+                        f"workers died {failures} times in round {job.round_index}; "
+                        f"{len(pending)} shard(s) unfinished (max_retries={self.max_retries})"
+                    )
+        progress.finish(task)
+        return RoundSum(total, job.n_clients)
+
+    def bits_per_entry(self, job: RoundJob) -> int:
+        """Same wire size as the serial route."""
+        return _plain_bits(job)
+
+
+def _dask_factory(
+    *, shard_size: int = 1 << 20, workers: int | None = None, scheduler: str | None = None, **_: Any
+) -> DaskBackend:
+    return DaskBackend(workers=workers, scheduler=scheduler, shard_size=shard_size)
+
+
+def _process_factory(
+    *, shard_size: int = 1 << 20, workers: int | None = None, scheduler: str | None = None, **_: Any
+) -> ProcessPoolBackend:
+    if scheduler is not None:
+        raise ParameterError(
+            "--scheduler", scheduler, "no value with --backend process (dask only)"
+        )
+    return ProcessPoolBackend(workers=workers, shard_size=shard_size)
+
+
+register_backend("dask", _dask_factory)
+register_backend("process", _process_factory)
+
+
+@contextmanager
+def local_dask(workers: int = 2) -> Iterator[DaskBackend]:
+    """A :class:`DaskBackend` on a fresh local cluster, closed afterwards (for scripts and tests)."""
+    with DaskBackend(workers=workers) as backend:
+        yield backend
