@@ -1,0 +1,386 @@
+r"""Privacy accounting: a ledger of releases with budgets, and a meter of disclosed private bits.
+
+:class:`PrivacyLedger` records every release as (epsilon, delta) and, for Gaussian releases, rho (zCDP).
+Releases compose
+
+* **sequentially** for the clients they share: basic composition (epsilons and deltas add, Dwork & Roth
+  Thm. 3.16), and, for Gaussian releases, zCDP composition (rhos add, Bun & Steinke 2016, Lemma 2.3) converted
+  once with the summed deltas of those releases (Canonne, Kamath, Steinke 2020, Prop. 12); the smaller
+  epsilon of the two accountings is reported, both being valid at the same delta;
+* **in parallel** over disjoint client sets (McSherry 2009): each client is charged only for the releases
+  that touch it, and the ledger reports the worst-charged client.
+
+Client sets are ``None`` (every client), a ``range`` of client ids, or an array of ids; they are stored as
+sorted runs of consecutive ids, so a range of 10^9 clients costs two integers.
+
+Examples
+--------
+>>> ledger = PrivacyLedger(epsilon_budget=1.0)
+>>> ledger.spend(epsilon=0.5, label="group A mean", clients=range(0, 500))
+>>> ledger.spend(epsilon=0.5, label="group B mean", clients=range(500, 1000))
+>>> ledger.total().epsilon  # disjoint clients: parallel composition
+0.5
+>>> ledger.spend(epsilon=0.5, label="overall count")
+>>> ledger.total().epsilon
+1.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedstats._validation import check_int, check_real
+from fedstats.errors import BudgetExceededError, ParameterError
+from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
+
+__all__ = ["BitMeter", "LedgerEntry", "PrivacyLedger"]
+
+_TOL = 1e-12
+ClientSet = range | Iterable[int] | np.ndarray | None
+
+
+def _runs(clients: Any) -> np.ndarray | None:
+    """Client set -> (m, 2) int64 array of half-open runs [start, stop), or None for every client."""
+    if clients is None:
+        return None
+    if isinstance(clients, range):
+        if clients.step == 1:
+            if clients.start < 0:
+                raise ParameterError("clients", clients, "a range of non-negative client ids")
+            if len(clients) == 0:
+                raise ParameterError("clients", clients, "a non-empty set of client ids")
+            return np.array([[clients.start, clients.stop]], dtype=np.int64)
+        clients = np.arange(clients.start, clients.stop, clients.step)
+    if isinstance(clients, (int, np.integer)) and not isinstance(clients, bool):
+        clients = [int(clients)]
+    ids = np.asarray(clients if isinstance(clients, np.ndarray) else list(clients))
+    if ids.size == 0:
+        raise ParameterError("clients", "<empty>", "a non-empty set of client ids")
+    if not np.issubdtype(ids.dtype, np.integer) or ids.ndim != 1 or int(ids.min()) < 0:
+        raise ParameterError(
+            "clients",
+            f"<array {ids.dtype} {ids.shape}>",
+            "None, a range or 1-D non-negative integer ids",
+        )
+    ids = np.unique(ids.astype(np.int64))
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = ids[np.concatenate(([0], breaks))]
+    stops = ids[np.concatenate((breaks - 1, [ids.size - 1]))] + 1
+    return np.stack([starts, stops], axis=1)
+
+
+def _segment_sums(runs: list[np.ndarray | None], values: np.ndarray) -> np.ndarray:
+    """Per elementary client segment, the column sums of ``values`` over the entries covering it.
+
+    ``values`` has one row per entry. Entries with ``None`` runs cover every client. Returns an array
+    (n_segments, n_columns) that always includes the segment of clients covered only by global entries.
+    """
+    ncol = values.shape[1]
+    glob = np.zeros(ncol)
+    points: list[np.ndarray] = []
+    deltas: list[np.ndarray] = []
+    for r, v in zip(runs, values, strict=True):
+        if r is None:
+            glob += v
+            continue
+        points.append(r[:, 0])
+        deltas.append(np.broadcast_to(v, (r.shape[0], ncol)))
+        points.append(r[:, 1])
+        deltas.append(np.broadcast_to(-v, (r.shape[0], ncol)))
+    if not points:
+        return glob[None, :]
+    p = np.concatenate(points)
+    d = np.concatenate(deltas)
+    order = np.argsort(p, kind="stable")
+    p, d = p[order], d[order]
+    # aggregate events at the same point, then prefix-sum: value on [p_i, p_{i+1})
+    _, first = np.unique(p, return_index=True)
+    agg = np.add.reduceat(d, first, axis=0)
+    seg = np.cumsum(agg, axis=0)
+    seg = np.maximum(seg, 0.0)  # rounding in cumsum must not create negative charges
+    return np.vstack([glob[None, :], seg + glob[None, :]])
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded release.
+
+    Attributes
+    ----------
+    label : str
+        What was released.
+    epsilon, delta : float
+        Its (epsilon, delta)-DP guarantee.
+    rho : float or None
+        Its zCDP guarantee (Gaussian releases), else None.
+    clients : str
+        Description of the clients it touched ("all", "range(0, 500)", "1234 ids").
+    runs : numpy.ndarray or None
+        The client set as runs of ids, shape (m, 2); None for all clients.
+    """
+
+    label: str
+    epsilon: float
+    delta: float
+    rho: float | None
+    clients: str
+    runs: np.ndarray | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (without the runs array)."""
+        return {
+            "label": self.label,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "rho": self.rho,
+            "clients": self.clients,
+        }
+
+
+def _describe(clients: Any, runs: np.ndarray | None) -> str:
+    if runs is None:
+        return "all"
+    if isinstance(clients, range):
+        return repr(clients)
+    count = int((runs[:, 1] - runs[:, 0]).sum())
+    return f"{count} ids in {runs.shape[0]} run(s)"
+
+
+class PrivacyLedger:
+    """Records every DP release and enforces an optional total budget.
+
+    Parameters
+    ----------
+    epsilon_budget : float or None, default None
+        Total epsilon allowed for any single client, in (0, inf); None: unlimited (record only).
+    delta_budget : float or None, default None
+        Total delta allowed, in [0, 1); None: unlimited.
+
+    Raises
+    ------
+    ParameterError
+        If a budget is outside its range.
+    """
+
+    def __init__(
+        self, epsilon_budget: float | None = None, delta_budget: float | None = None
+    ) -> None:
+        self.epsilon_budget = (
+            None
+            if epsilon_budget is None
+            else check_real("epsilon_budget", epsilon_budget, low=0.0, high=math.inf, low_open=True)
+        )
+        self.delta_budget = (
+            None
+            if delta_budget is None
+            else check_real("delta_budget", delta_budget, low=0.0, high=1.0, high_open=True)
+        )
+        self._entries: list[LedgerEntry] = []
+
+    @property
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        """Every recorded release, in order."""
+        return tuple(self._entries)
+
+    @staticmethod
+    def _totals(entries: list[LedgerEntry]) -> PrivacyLoss:
+        if not entries:
+            return PrivacyLoss(0.0, 0.0, None)
+        # columns: eps (no rho), eps (rho), delta (no rho), delta (rho), rho
+        rows = np.zeros((len(entries), 5))
+        for i, e in enumerate(entries):
+            if e.rho is None:
+                rows[i, [0, 2]] = (e.epsilon, e.delta)
+            else:
+                rows[i, [1, 3, 4]] = (e.epsilon, e.delta, e.rho)
+        seg = _segment_sums([e.runs for e in entries], rows)
+        any_rho = any(e.rho is not None for e in entries)
+        worst_eps = 0.0
+        worst_delta = 0.0
+        worst_rho = 0.0
+        for eps_n, eps_r, d_n, d_r, rho in seg:
+            basic = eps_n + eps_r
+            if rho > 0.0 and 0.0 < d_r < 1.0:
+                basic = min(basic, eps_n + zcdp_to_approx_dp(rho=float(rho), delta=float(d_r)))
+            worst_eps = max(worst_eps, float(basic))
+            worst_delta = max(worst_delta, float(d_n + d_r))
+            worst_rho = max(worst_rho, float(rho))
+        return PrivacyLoss(worst_eps, min(1.0, worst_delta), worst_rho if any_rho else None)
+
+    def total(self) -> PrivacyLoss:
+        """Privacy spent by the worst-charged client: (epsilon, delta, rho of its Gaussian releases)."""
+        return self._totals(self._entries)
+
+    def remaining(self) -> tuple[float, float]:
+        """(epsilon, delta) still available (inf when there is no budget)."""
+        t = self.total()
+        e = math.inf if self.epsilon_budget is None else max(0.0, self.epsilon_budget - t.epsilon)
+        d = math.inf if self.delta_budget is None else max(0.0, self.delta_budget - t.delta)
+        return e, d
+
+    def spend(
+        self,
+        *,
+        epsilon: float,
+        delta: float = 0.0,
+        rho: float | None = None,
+        label: str,
+        clients: ClientSet = None,
+    ) -> None:
+        """Record a release, or refuse it if it would exceed the budget.
+
+        Parameters
+        ----------
+        epsilon : float
+            The release's epsilon, in [0, inf).
+        delta : float, default 0.0
+            Its delta, in [0, 1).
+        rho : float or None, default None
+            Its zCDP rho when it is a (discrete) Gaussian release, in [0, inf).
+        label : str
+            What is released (kept in the ledger and in error messages).
+        clients : None, range or array of int, default None
+            The clients whose data the release uses; None means every client. Releases on disjoint client
+            sets compose in parallel.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the total after this release would exceed ``epsilon_budget`` or ``delta_budget``; the message
+            states what was spent, what was requested and what remains. Nothing is recorded then.
+        ParameterError
+            If a parameter is outside its range.
+        """
+        eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, high_open=True)
+        dlt = check_real("delta", delta, low=0.0, high=1.0, high_open=True)
+        r = None if rho is None else check_real("rho", rho, low=0.0, high=math.inf, high_open=True)
+        if not isinstance(label, str) or not label:
+            raise ParameterError("label", label, "a non-empty string")
+        runs = _runs(clients)
+        entry = LedgerEntry(label, eps, dlt, r, _describe(clients, runs), runs)
+        before = self.total()
+        after = self._totals([*self._entries, entry])
+        over_eps = self.epsilon_budget is not None and after.epsilon > self.epsilon_budget * (
+            1 + _TOL
+        )
+        over_delta = (
+            self.delta_budget is not None and after.delta > self.delta_budget * (1 + _TOL) + 1e-300
+        )
+        if over_eps or over_delta:
+            rem_e, rem_d = self.remaining()
+            raise BudgetExceededError(
+                f"release {label!r} refused: spent epsilon={before.epsilon:.6g}, delta={before.delta:.6g}; "
+                f"requested epsilon={eps:.6g}, delta={dlt:.6g}; remaining epsilon={rem_e:.6g}, "
+                f"delta={rem_d:.6g} (budget epsilon={self.epsilon_budget}, delta={self.delta_budget})"
+            )
+        self._entries.append(entry)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary: budgets, entries and totals."""
+        return {
+            "epsilon_budget": self.epsilon_budget,
+            "delta_budget": self.delta_budget,
+            "entries": [e.as_dict() for e in self._entries],
+            "total": self.total().as_dict(),
+        }
+
+
+class BitMeter:
+    """Counts how many private bits each client disclosed (Cormode & Markov, paper 001).
+
+    In bit pushing a client reveals (a randomized version of) one bit of its value per report; the meter
+    records each disclosure and reports the worst-case number of bits any client has revealed.
+
+    Parameters
+    ----------
+    bit_budget : int or None, default None
+        Maximum bits any client may disclose; None: unlimited.
+
+    Raises
+    ------
+    ParameterError
+        If ``bit_budget`` is negative.
+    """
+
+    def __init__(self, bit_budget: int | None = None) -> None:
+        self.bit_budget = None if bit_budget is None else check_int("bit_budget", bit_budget, low=0)
+        self._records: list[tuple[str, int, np.ndarray | None]] = []
+
+    def _max(self, records: list[tuple[str, int, np.ndarray | None]]) -> int:
+        if not records:
+            return 0
+        seg = _segment_sums([r[2] for r in records], np.array([[float(r[1])] for r in records]))
+        return round(float(seg.max()))
+
+    def record(self, *, bits: int, label: str, clients: ClientSet = None) -> None:
+        """Record that each client in ``clients`` disclosed ``bits`` private bits.
+
+        Parameters
+        ----------
+        bits : int
+            Bits disclosed per client in this report, >= 0.
+        label : str
+            What was disclosed (e.g. "round 1: bit j").
+        clients : None, range or array of int
+            Who disclosed them (None: every client).
+
+        Raises
+        ------
+        BudgetExceededError
+            If a client would exceed ``bit_budget`` (nothing is recorded then).
+        ParameterError
+            If a parameter is invalid.
+        """
+        b = check_int("bits", bits, low=0)
+        if not isinstance(label, str) or not label:
+            raise ParameterError("label", label, "a non-empty string")
+        rec = (label, b, _runs(clients))
+        spent = self._max(self._records)
+        after = self._max([*self._records, rec])
+        if self.bit_budget is not None and after > self.bit_budget:
+            raise BudgetExceededError(
+                f"disclosure {label!r} refused: spent {spent} bit(s) per client, requested {b}, "
+                f"remaining {self.bit_budget - spent} (budget {self.bit_budget})"
+            )
+        self._records.append(rec)
+
+    def max_bits_per_client(self) -> int:
+        """The largest number of bits any client has disclosed."""
+        return self._max(self._records)
+
+    def bits_of(self, client: int) -> int:
+        """Bits disclosed by one client id."""
+        cid = check_int("client", client, low=0)
+        total = 0
+        for _, b, runs in self._records:
+            if runs is None or bool(((runs[:, 0] <= cid) & (cid < runs[:, 1])).any()):
+                total += b
+        return total
+
+    def total_bits(self, n_clients: int) -> int:
+        """Total bits disclosed by clients ``0..n_clients-1`` (for communication and leakage reports)."""
+        n = check_int("n_clients", n_clients, low=0)
+        total = 0
+        for _, b, runs in self._records:
+            if runs is None:
+                total += b * n
+            else:
+                total += b * int((np.minimum(runs[:, 1], n) - np.minimum(runs[:, 0], n)).sum())
+        return total
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary."""
+        return {
+            "bit_budget": self.bit_budget,
+            "records": [
+                {"label": lab, "bits": b, "clients": _describe(None, r) if r is not None else "all"}
+                for lab, b, r in self._records
+            ],
+            "max_bits_per_client": self.max_bits_per_client(),
+        }

@@ -1,0 +1,44 @@
+"""Vectorized privacy mechanisms and exact samplers (see each class for sources and release grid).
+
+Every ``randomize(values, rng)`` works on a whole array of clients at once and takes the generator it draws
+from. ``floating_point_safe`` tells whether a mechanism's outputs may be released (finite set or exact grid)
+or are for simulation only (continuous floating-point outputs, Mironov 2012).
+"""
+
+from fedstats.privacy.mechanisms.base import Mechanism
+from fedstats.privacy.mechanisms.dithering import SubtractiveDithering
+from fedstats.privacy.mechanisms.ldp import DuchiMechanism, Harmony, PiecewiseMechanism
+from fedstats.privacy.mechanisms.noise import (
+    GaussianMechanism,
+    LaplaceMechanism,
+    grid_spacing,
+    snap_to_grid,
+)
+from fedstats.privacy.mechanisms.randomized_response import (
+    GeneralizedRandomizedResponse,
+    RandomizedResponse,
+)
+from fedstats.privacy.mechanisms.samplers import (
+    bernoulli,
+    random_raw,
+    sample_discrete_gaussian,
+    sample_discrete_laplace,
+)
+
+__all__ = [
+    "DuchiMechanism",
+    "GaussianMechanism",
+    "GeneralizedRandomizedResponse",
+    "Harmony",
+    "LaplaceMechanism",
+    "Mechanism",
+    "PiecewiseMechanism",
+    "RandomizedResponse",
+    "SubtractiveDithering",
+    "bernoulli",
+    "grid_spacing",
+    "random_raw",
+    "sample_discrete_gaussian",
+    "sample_discrete_laplace",
+    "snap_to_grid",
+]
