@@ -318,7 +318,7 @@ def label_ratio_sample(
     if short.size:
         j = int(short[0])
         raise DataError(
-            f"label {uniques[j]!r} has {int(available[j])} rows but the ratio asks for {int(counts[j])}; "
+            f"label {uniques[j].item()!r} has {int(available[j])} rows but the ratio asks for {int(counts[j])}; "
             "lower size/fraction or change the ratios"
         )
     keys = np.asarray(_gen(rng, "label_ratio").random(n), dtype=np.float64)
@@ -575,7 +575,7 @@ def _column_codes(
         cats = list(categories)
         if len(set(cats)) != len(cats):
             raise ParameterError(f"{col} categories", cats, "distinct categories")
-        codes = pd.Categorical(s, categories=cats).codes.astype(np.int64)
+        codes = pd.Index(cats).get_indexer(s).astype(np.int64)
         if np.any(codes < 0):
             bad = s[codes < 0].iloc[0]
             raise DataError(
