@@ -287,6 +287,9 @@ def test_fashion_mnist_labels(shared_data: Path) -> None:
     assert train.shape == (60000,) and test.shape == (10000,) and train.dtype == np.uint8
     assert np.bincount(train).tolist() == [6000] * 10
     assert np.bincount(test).tolist() == [1000] * 10
+    np.testing.assert_array_equal(
+        D.read_idx(shared_data / "fashion-mnist" / "t10k-labels-idx1-ubyte.gz"), test
+    )
 
 
 def test_digits_match_scikit_learn() -> None:

@@ -103,6 +103,34 @@ def test_label_ratio_sample_follows_paper_000_design() -> None:
     assert (two[idx] == 7).sum() == 99 and (two[idx] == 3).sum() == 1
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    per_label=st.lists(st.integers(1, 60), min_size=1, max_size=6),
+    weights=st.lists(st.integers(0, 9), min_size=6, max_size=6),
+    size_frac=st.floats(0.01, 1.0),
+    seed=st.integers(0, 2**32),
+)
+def test_label_ratio_sample_counts_are_exact(
+    per_label: list[int], weights: list[int], size_frac: float, seed: int
+) -> None:
+    w = np.asarray(weights[: len(per_label)], dtype=float)
+    if w.sum() == 0:
+        w[0] = 1.0
+    labels = np.random.default_rng(seed).permutation(
+        np.repeat(np.arange(len(per_label)), per_label)
+    )
+    # largest feasible size so that no label runs short: bounded by n_k / share_k
+    share = w / w.sum()
+    feasible = int(min(n / s for n, s in zip(per_label, share, strict=True) if s > 0))
+    size = max(1, min(labels.size, int(size_frac * feasible)))
+    want = D.allocate_counts(size, w)
+    if np.any(want > np.asarray(per_label)):
+        return  # rounding pushed one label over its supply; covered by the error test
+    idx = D.label_ratio_sample(labels, w.tolist(), size=size, rng=np.random.default_rng(seed))
+    assert idx.size == size and np.unique(idx).size == size
+    np.testing.assert_array_equal(np.bincount(labels[idx], minlength=len(per_label)), want)
+
+
 def test_label_ratio_sample_errors() -> None:
     labels = np.array([0] * 10 + [1] * 10)
     rng = np.random.default_rng(0)
