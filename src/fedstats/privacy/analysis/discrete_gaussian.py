@@ -75,7 +75,8 @@ def discrete_gaussian_log_delta(epsilon: float, sigma: float, sensitivity: int) 
     theta = dlt * (big_k - m) / s2  # in (0, Delta / s2]
     # (1/2) e^{-x^2/2} [erfcx(x/r2) - e^{-theta} erfcx(y/r2)], factor e^{-x^2/2} kept apart.
     integral = 0.5 * (
-        _erfcx_diff(x / _SQRT2, y / _SQRT2) - math.expm1(-theta) * float(sc.erfcx(y / _SQRT2))
+        _erfcx_diff((2.0 * big_k + dlt) / (2.0 * _SQRT2 * sigma), dlt / (_SQRT2 * sigma))
+        - math.expm1(-theta) * float(sc.erfcx(y / _SQRT2))
     )
 
     def corr(kk: float) -> float:
@@ -154,7 +155,8 @@ def discrete_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: int) -
     s0 = analytic_gaussian_sigma(epsilon=eps, delta=dlt, sensitivity=float(sens))
 
     def ok(s: float) -> bool:
-        return discrete_gaussian_log_delta(eps, s, sens) <= target
+        # margin for rounding in the evaluation (relative 1e-13 of log delta, far above its error)
+        return discrete_gaussian_log_delta(eps, s, sens) + 1e-13 * (1.0 + abs(target)) <= target
 
     lo, hi = s0, s0
     step = 1.0 + 1e-6

@@ -19,11 +19,11 @@ which loses every digit in the far tail. Here, with :math:`s = \sigma/\Delta`, :
     \delta(s) = \tfrac12 e^{-u^2}\left[\operatorname{erfcx}(u) - \operatorname{erfcx}(v)\right],
 
 whose logarithm is computed without overflow or cancellation of the exponentials (a Taylor expansion of
-the difference is used when :math:`v - u` is small against :math:`u`). Its derivative is
+the difference around :math:`b/\sqrt 2` in the exact width :math:`\sqrt 2 a` is used when it is small). Its derivative is
 :math:`d\delta/ds = -\varphi(b - a)/s^2`, so :math:`d\log\delta/d\log s = -\sqrt{2/\pi}/(s\,[\operatorname{erfcx}(u) -
 \operatorname{erfcx}(v)])`, and a safeguarded Newton iteration in :math:`(\log s, \log\delta)` converges
 in a handful of steps. The returned :math:`\sigma` is then moved up, ulp by ulp, until the evaluated
-:math:`\delta` is at most the target.
+:math:`\delta`, plus a bound on its rounding error, is at most the target.
 
 Examples
 --------
@@ -69,14 +69,14 @@ class PrivacyWarning(UserWarning):
     """A privacy guarantee is used outside the range where it is proven (e.g. classical Gaussian, eps >= 1)."""
 
 
-def _erfcx_diff(u: float, v: float) -> float:
-    """Return ``erfcx(u) - erfcx(v)`` for ``u < v``, accurately also when ``v - u`` is tiny.
+def _erfcx_diff(m: float, h: float) -> float:
+    """Return ``erfcx(m - h/2) - erfcx(m + h/2)`` for ``h > 0``, accurately also when ``h`` is tiny.
 
-    Uses a Taylor expansion around the midpoint when ``(v - u)`` is small against ``max(1, |m|)``: the odd
-    derivatives follow from ``y' = 2 x y - 2/sqrt(pi)`` and ``y^(n+1) = 2 x y^(n) + 2 n y^(n-1)``.
+    The midpoint ``m`` and the width ``h`` are passed separately because ``v - u`` computed from two rounded
+    endpoints would lose ``log10(m / h)`` digits. A Taylor expansion around ``m`` is used when
+    ``h < 1e-3 * max(1, |m|)``: the odd derivatives follow from ``y' = 2 x y - 2/sqrt(pi)`` and
+    ``y^(n+1) = 2 x y^(n) + 2 n y^(n-1)``; the first omitted term is below 1e-19 relative.
     """
-    h = v - u
-    m = 0.5 * (u + v)
     if h < 1e-3 * max(1.0, abs(m)):
         y0 = float(sc.erfcx(m))
         y1 = 2.0 * m * y0 - _TWO_OVER_SQRT_PI
@@ -85,26 +85,36 @@ def _erfcx_diff(u: float, v: float) -> float:
         y4 = 2.0 * m * y3 + 6.0 * y2
         y5 = 2.0 * m * y4 + 8.0 * y3
         return -(h * y1 + h**3 * y3 / 24.0 + h**5 * y5 / 1920.0)
-    return float(sc.erfcx(u)) - float(sc.erfcx(v))
+    return float(sc.erfcx(m - 0.5 * h)) - float(sc.erfcx(m + 0.5 * h))
 
 
-def _log_delta(s: float, epsilon: float) -> tuple[float, float]:
-    """Return ``(log delta(s), d log delta / d log s)`` for ``s = sigma / sensitivity`` (Theorem 8)."""
+def _log_delta(s: float, epsilon: float) -> tuple[float, float, float]:
+    """Return ``(log delta(s), d log delta / d log s, bound on the absolute error of log delta)``.
+
+    ``s = sigma / sensitivity`` (Balle & Wang 2018, Thm. 8). The error bound is a conservative
+    first-order estimate (a few ulps of each rounded quantity, amplified by the cancellation in the
+    erfcx difference); callers that must never exceed a target delta use it as a margin.
+    """
     a = 0.5 / s
     b = epsilon * s
+    ulp = 2.0**-52
     if b - a >= -1.0:
         u = (b - a) / _SQRT2
-        v = (b + a) / _SQRT2
-        diff = _erfcx_diff(u, v)
+        m = b / _SQRT2
+        h = _SQRT2 * a
+        diff = _erfcx_diff(m, h)
         if diff <= 0.0:  # only when the result underflows every representable scale
-            return -math.inf, -math.inf
-        return -u * u + math.log(0.5 * diff), -_SQRT_2_OVER_PI / (s * diff)
+            return -math.inf, -math.inf, 0.0
+        cancel = 1.0 if h < 1e-3 * max(1.0, abs(m)) else 1.0 + max(1.0, abs(m)) / h
+        err = ulp * (8.0 + 4.0 * u * u + 8.0 * cancel)
+        return -u * u + math.log(0.5 * diff), -_SQRT_2_OVER_PI / (s * diff), err
     # Far from the tail (delta > Phi(1) - ..., close to 1): ndtr is accurate there.
     first = float(sc.ndtr(a - b))
     second = 0.5 * math.exp(-0.5 * (b - a) ** 2) * float(sc.erfcx((a + b) / _SQRT2))
     delta = first - second
     dens = math.exp(-0.5 * (b - a) ** 2) / math.sqrt(2.0 * math.pi)
-    return math.log(delta), -dens / (s * delta)
+    err = ulp * 8.0 * (1.0 + (first + second) / delta)
+    return math.log(delta), -dens / (s * delta), err
 
 
 def _check_common(epsilon: float, sensitivity: float) -> tuple[float, float]:
@@ -140,7 +150,7 @@ def analytic_gaussian_delta(*, epsilon: float, sigma: float, sensitivity: float)
     """
     eps, sens = _check_common(epsilon, sensitivity)
     sig = check_real("sigma", sigma, low=0.0, high=math.inf, low_open=True, high_open=True)
-    log_d, _ = _log_delta(sig / sens, eps)
+    log_d, _, _ = _log_delta(sig / sens, eps)
     return min(1.0, math.exp(log_d))
 
 
@@ -180,7 +190,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
     t = math.log(s0)
     lo, hi = -math.inf, math.inf  # t below lo: delta > target; above hi: delta < target
     for _ in range(200):
-        g, dg = _log_delta(math.exp(t), eps)
+        g, dg, _ = _log_delta(math.exp(t), eps)
         g -= target
         if g > 0.0:
             lo = t
@@ -204,10 +214,15 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
             t = hi
             break
         t = new
+    # Round up: never return a sigma whose delta (plus its rounding-error bound) exceeds the target.
+    log_d, dg, err = _log_delta(math.exp(t), eps)
+    excess = log_d + err - target
+    if excess > 0.0 and math.isfinite(dg) and dg < 0.0:
+        t += 1.01 * excess / -dg
     sigma = math.exp(t) * sens
-    # Round up: never return a sigma whose delta exceeds the target.
     for _ in range(10_000):
-        if _log_delta(sigma / sens, eps)[0] <= target:
+        log_d, _, err = _log_delta(sigma / sens, eps)
+        if log_d + err <= target:
             return sigma
         sigma = math.nextafter(sigma, math.inf) * (1.0 + 1e-15)
     raise ParameterError(
@@ -254,7 +269,8 @@ def analytic_gaussian_epsilon(*, delta: float, sigma: float, sensitivity: float)
         return 0.0
 
     def f(eps: float) -> float:
-        return _log_delta(s, eps)[0] - target
+        log_d, _, err = _log_delta(s, eps)
+        return log_d + err - target
 
     lo, hi = 1e-300, 1.0
     while f(hi) > 0.0:
