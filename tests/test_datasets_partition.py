@@ -303,3 +303,27 @@ def test_contingency_tables_by_client_sum_to_the_global_table(shared_data: Path)
     np.testing.assert_array_equal(tables.sum(axis=(1, 2)), np.bincount(assign))
     split = D.split_contingency_table(ct.counts, 100, rng=RandomSource(1))
     np.testing.assert_array_equal(split.sum(axis=0), ct.counts)
+
+
+def test_client_indices_and_the_secure_generator() -> None:
+    parts = D.client_indices(np.array([2, 0, 2]), 4)
+    assert [p.tolist() for p in parts] == [[1], [], [0, 2], []]
+    with pytest.raises(ParameterError, match="n_clients"):
+        D.client_indices(np.array([0]), 0)
+    with pytest.raises(DataError, match="outside"):
+        D.client_indices(np.array([0, 3]), 2)
+    secure = RandomSource()  # AES-CTR generator: only its documented subset of methods is used
+    y = np.repeat(np.arange(4), 50)
+    assert np.bincount(D.dirichlet_partition(y, 7, 0.3, rng=secure), minlength=7).sum() == 200
+    assert np.bincount(y[D.label_ratio_sample(y, "5:1:1:1", size=40, rng=secure)]).tolist() == [
+        25,
+        5,
+        5,
+        5,
+    ]
+    table = np.arange(12).reshape(3, 4)
+    np.testing.assert_array_equal(
+        D.split_contingency_table(table, 9, rng=secure).sum(axis=0), table
+    )
+    with pytest.raises(ParameterError, match="rng"):
+        D.iid_partition(10, 2, rng=123)  # type: ignore[arg-type]

@@ -142,13 +142,14 @@ def client_indices(assignment: Any, n_clients: int | None = None) -> list[np.nda
         raise DataError(
             f"assignment must be a 1-D integer array, got shape {a.shape}, dtype {a.dtype}"
         )
-    k = (
-        int(a.max()) + 1
-        if n_clients is None and a.size
-        else check_int("n_clients", n_clients or 1, low=1)
-    )
+    if n_clients is None:
+        k = int(a.max()) + 1 if a.size else 0
+    else:
+        k = check_int("n_clients", n_clients, low=1)
     if a.size and (a.min() < 0 or a.max() >= k):
         raise DataError(f"assignment has entries outside [0, {k}): min {a.min()}, max {a.max()}")
+    if k == 0:
+        return []
     order = np.argsort(a, kind="stable").astype(np.int64)
     sizes = np.bincount(a, minlength=k) if a.size else np.zeros(k, dtype=np.int64)
     return list(np.split(order, np.cumsum(sizes)[:-1]))
