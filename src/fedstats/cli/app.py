@@ -20,6 +20,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "fedstats.cli.demo",
     "fedstats.cli.datasets",
     "fedstats.cli.reproduce",
+    "fedstats.cli.gap",
     "fedstats.cli.secagg",
 )
 

@@ -1,0 +1,305 @@
+"""``fedstats gap`` and ``fedstats gap-plan``: private performance-gap measurement (Juarez & Korolova 2023).
+
+``gap`` measures the gap between two groups' mean performance from a table with one row per client (group
+and value columns), under local DP with the mechanism :math:`\\mathcal M_R` or :math:`\\mathcal M_L`; with
+``--clients K`` it simulates K clients resampled from the rows within each group, shard by shard.
+``gap-plan`` finds the smallest budget that bounds the error by ``alpha`` with a given probability.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fedstats.analyses.performance_gap import measure_performance_gap, plan_epsilon
+from fedstats.analyses.performance_gap.allocation import GroupLayout
+from fedstats.cli._common import (
+    BackendOption,
+    JsonOption,
+    SchedulerOption,
+    SeedOption,
+    ShardSizeOption,
+    WorkersOption,
+    emit,
+    engine_for,
+    progress_for,
+    state_from,
+)
+from fedstats.errors import DataError, ParameterError
+
+MechanismOption = Annotated[
+    str,
+    typer.Option(
+        "--mechanism",
+        "-m",
+        help="R: Harmony + randomized response on the value; L: Laplace noise on the value.",
+    ),
+]
+AccountingOption = Annotated[
+    str,
+    typer.Option(
+        "--accounting",
+        help="exact: budget split optimal under the TRUE privacy loss; paper: the paper's split "
+        "(its true loss is reported and exceeds epsilon).",
+    ),
+]
+
+
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def gap(
+    ctx: typer.Context,
+    data: Annotated[Path, typer.Argument(help="Table (CSV/Parquet), one row per client.")],
+    group_column: Annotated[str, typer.Option("--group-column", help="Column of the group.")],
+    value_column: Annotated[
+        str, typer.Option("--value-column", help="Column of the performance value.")
+    ],
+    mechanism: MechanismOption = "R",
+    epsilon: Annotated[
+        float, typer.Option("--epsilon", "-e", help="Local privacy budget per client (> 0).")
+    ] = 1.0,
+    clients: Annotated[
+        int | None,
+        typer.Option(
+            "--clients", help="Simulate K clients resampled from the rows within each group."
+        ),
+    ] = None,
+    accounting: AccountingOption = "exact",
+    scale: Annotated[
+        str,
+        typer.Option(
+            "--scale", help="rate: values are rates in [0, 1]; signed: values in [-1, 1]."
+        ),
+    ] = "rate",
+    pair: Annotated[
+        str | None,
+        typer.Option("--pair", help="Two groups 'A,B' to compare (gap = m_A - m_B)."),
+    ] = None,
+    estimate_sizes: Annotated[
+        bool,
+        typer.Option("--estimate-sizes", help="Estimate group sizes from the perturbed groups."),
+    ] = False,
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Level of the interval, in (0, 1).")
+    ] = 0.95,
+    backend: BackendOption = "serial",
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
+    shard_size: ShardSizeOption = 1 << 20,
+    json_flag: JsonOption = False,
+    seed: SeedOption = None,
+) -> None:
+    """Measure the performance gap between two groups under local differential privacy."""
+    state = state_from(ctx, json_flag=json_flag, seed=seed)
+    from fedstats.datasets.readers import load_table
+
+    df = load_table(data)
+    for name, col in (("--group-column", group_column), ("--value-column", value_column)):
+        if col not in df.columns:
+            raise ParameterError(name, col, "a column of DATA: " + ", ".join(map(str, df.columns)))
+    if df[group_column].isna().any():
+        raise DataError(f"column {group_column!r} has missing group labels")
+    pair_labels = None
+    if pair is not None:
+        parts = [p.strip() for p in pair.split(",")]
+        if len(parts) != 2:
+            raise ParameterError("--pair", pair, "two group labels separated by a comma")
+        pair_labels = parts
+    with (
+        progress_for(state) as progress,
+        engine_for(
+            state,
+            progress,
+            backend=backend,
+            workers=workers,
+            scheduler=scheduler,
+            shard_size=shard_size,
+        ) as engine,
+    ):
+        result = measure_payload(
+            df[group_column].to_numpy(),
+            df[value_column].to_numpy(),
+            mechanism=mechanism,
+            epsilon=epsilon,
+            accounting=accounting,
+            scale=scale,
+            pair=pair_labels,
+            estimate_sizes=estimate_sizes,
+            n_clients=clients,
+            engine=engine,
+            confidence=confidence,
+        )
+    payload = result.to_dict()
+    payload = {
+        "gap": payload["gap"],
+        "ci": payload["ci"],
+        "true_loss": payload["true_loss"],
+        **({"true_gap": payload["true_gap"]} if clients is not None else {}),
+        **{k: v for k, v in payload.items() if k not in ("gap", "ci", "true_loss", "true_gap")},
+    }
+    if clients is None:
+        payload["true_gap"] = result.true_gap
+
+    def render(console: Console) -> None:
+        t = Table(
+            title=f"performance gap {result.pair[0]} - {result.pair[1]}" if result.pair else ""
+        )
+        t.add_column("quantity")
+        t.add_column("value")
+        lo, hi = result.ci if result.ci else (None, None)
+        t.add_row("gap (estimate)", _fmt(result.gap))
+        t.add_row(f"{int(result.confidence * 100)}% CI", f"[{_fmt(lo)}, {_fmt(hi)}]")
+        t.add_row(
+            "true gap" + (" (simulated clients)" if clients else " (data)"), _fmt(result.true_gap)
+        )
+        t.add_row("mechanism", result.mechanism)
+        alloc = result.allocation
+        split = f"eps1={_fmt(alloc['epsilon1'])}, eps2={_fmt(alloc['epsilon2'])}"
+        if "k" in alloc:
+            split += f", k={_fmt(alloc['k'])}"
+        t.add_row("budget split", split)
+        t.add_row("true privacy loss", _fmt(result.true_loss))
+        t.add_row("clients", _fmt(result.n_clients))
+        for lab, m, s in zip(
+            result.groups, result.group_means, result.group_standard_errors, strict=True
+        ):
+            t.add_row(f"mean of {lab}", f"{_fmt(m)} +/- {_fmt(s)}")
+        t.add_row("bytes per client", _fmt(result.bytes_per_client))
+        console.print(t)
+        if result.release_note:
+            console.print(f"[dim]{result.release_note}[/dim]")
+
+    emit(state, payload, render)
+
+
+_CLI_NAMES = {
+    "clients": "--clients",
+    "epsilon": "--epsilon",
+    "mechanism": "--mechanism",
+    "accounting": "--accounting",
+    "scale": "--scale",
+    "pair": "--pair",
+    "confidence": "--confidence",
+    "alpha": "--alpha",
+    "probability": "--probability",
+    "bound": "--bound",
+}
+
+
+def _as_cli_error(exc: ParameterError) -> ParameterError:
+    """The same error, naming the command-line option the user typed."""
+    name = _CLI_NAMES.get(exc.name)
+    return exc if name is None else ParameterError(name, exc.value, exc.accepted)
+
+
+def measure_payload(groups: Any, values: Any, **kwargs: Any) -> Any:
+    """:func:`measure_performance_gap`, with parameter errors naming the CLI options."""
+    try:
+        return measure_performance_gap(groups, values, **kwargs)
+    except ParameterError as exc:
+        raise _as_cli_error(exc) from None
+
+
+def gap_plan(
+    ctx: typer.Context,
+    clients: Annotated[int, typer.Option("--clients", help="Number of clients K (>= 2).")],
+    alpha: Annotated[float, typer.Option("--alpha", help="Error target (> 0).")],
+    probability: Annotated[
+        float, typer.Option("--probability", help="Probability the error stays below alpha.")
+    ] = 0.99,
+    mechanism: MechanismOption = "R",
+    accounting: AccountingOption = "exact",
+    bound: Annotated[
+        str,
+        typer.Option(
+            "--bound",
+            help="chebyshev (the paper), bernstein (M_R only) or normal (CLT approximation).",
+        ),
+    ] = "chebyshev",
+    scale: Annotated[
+        str,
+        typer.Option(
+            "--scale",
+            help="signed: alpha in [-1, 1] value units (paper's Table 1); rate: rate units.",
+        ),
+    ] = "signed",
+    fractions: Annotated[
+        str | None,
+        typer.Option("--fractions", help="Group fractions 'f1,f2,...' (default two equal groups)."),
+    ] = None,
+    json_flag: JsonOption = False,
+) -> None:
+    """Smallest epsilon that bounds the gap's error by alpha with the given probability for K clients."""
+    state = state_from(ctx, json_flag=json_flag)
+    layout = None
+    if fractions is not None:
+        try:
+            fr = [float(x) for x in fractions.split(",")]
+        except ValueError:
+            raise ParameterError("--fractions", fractions, "comma-separated numbers") from None
+        if len(fr) < 2 or min(fr) <= 0 or abs(sum(fr) - 1.0) > 1e-6:
+            raise ParameterError(
+                "--fractions", fractions, "at least two positive fractions summing to 1"
+            )
+        if clients < 2:
+            raise ParameterError("--clients", clients, "an integer in [2, inf]")
+        layout = GroupLayout(tuple(f * clients for f in fr))
+    try:
+        plan = plan_epsilon(
+            clients,
+            alpha,
+            probability,
+            mechanism,
+            accounting=accounting,
+            bound=bound,
+            layout=layout,
+            scale=scale,
+        )
+    except ParameterError as exc:
+        raise _as_cli_error(exc) from None
+    payload = plan.to_dict()
+    alloc = payload["allocation"] or {}
+    payload = {
+        "epsilon": payload["epsilon"],
+        "epsilon1": alloc.get("epsilon1"),
+        "epsilon2": alloc.get("epsilon2"),
+        **({"k": alloc.get("k")} if plan.mechanism == "L" else {}),
+        **payload,
+    }
+
+    def render(console: Console) -> None:
+        t = Table(title="gap-plan", show_header=False)
+        if plan.epsilon is None:
+            t.add_row(
+                "epsilon",
+                f"none: no budget reaches alpha={_fmt(plan.alpha)} "
+                f"(best possible error {_fmt(plan.floor)})",
+            )
+        else:
+            t.add_row("epsilon", _fmt(plan.epsilon))
+            t.add_row("epsilon1 (group)", _fmt(alloc.get("epsilon1")))
+            t.add_row("epsilon2 (value)", _fmt(alloc.get("epsilon2")))
+            if plan.mechanism == "L":
+                t.add_row("k", _fmt(alloc.get("k")))
+            t.add_row("true privacy loss", _fmt(alloc.get("true_loss")))
+            t.add_row("paper's claimed loss", _fmt(alloc.get("paper_loss")))
+        t.add_row("bound / accounting", f"{plan.bound} / {plan.accounting}")
+        console.print(t)
+
+    emit(state, payload, render)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gap`` and ``gap-plan`` to the app."""
+    app.command("gap")(gap)
+    app.command("gap-plan")(gap_plan)
