@@ -117,8 +117,14 @@ class Harmony(Mechanism):
         return np.stack([1.0 - p, p], axis=1)
 
     def privacy_loss(self) -> PrivacyLoss:
-        """Exact loss from the output probabilities of the extreme inputs."""
-        return PrivacyLoss(discrete_privacy_loss(self.probabilities()))
+        r"""Exact loss from the output probabilities of the extreme inputs (in log space).
+
+        For x = 1, :math:`P(+c) = 1/(1 + e^{-\varepsilon})` and :math:`P(-c) = e^{-\varepsilon} P(+c)`; for
+        x = -1 the two are swapped.
+        """
+        lp = -math.log1p(math.exp(-self.epsilon))
+        lq = lp - self.epsilon
+        return PrivacyLoss(discrete_privacy_loss([[lq, lp], [lp, lq]], log_space=True))
 
 
 class DuchiMechanism(Harmony):
