@@ -1,0 +1,695 @@
+r"""Bit pushing on the engine: basic (Algorithm 1), weighted one-round, adaptive two-round (Algorithm 2).
+
+Cormode & Markov, "Bit-efficient numerical aggregation and stronger privacy for trust in federated
+analytics" (2021). Each client holds a b-bit code (:mod:`~fedstats.analyses.bitpushing.encoding`) and
+reports ``bits_per_client`` of its bits, chosen by the server's sampling vector p, as a one-hot report of
+length 2b: entry j is 1 when the client reports bit j, entry b + j is the (randomized) bit. The sum gives,
+per bit, the number of reports :math:`c_j` and the sum of reported bits :math:`s_j`; the bit means are
+:math:`m_j = s_j / c_j` and the mean code is :math:`\sum_j 2^j m_j` (Algorithm 1).
+
+Choices the paper leaves open (``PAPER_NOTES.md``), and fedstats' defaults:
+
+* allocation of clients to bits: ``"exact"`` (default; the quasi-Monte-Carlo allocation of Lemma 1's proof):
+  exactly ``round(N pi_j)`` clients report bit j, chosen by a public affine permutation of the global client
+  index; ``"random"``: each client draws its bits itself (systematic sampling with a private uniform, so
+  bit j is reported with probability exactly :math:`\pi_j`, distinct bits per client);
+* ``bits_per_client`` distinct bits per client (Corollary 2); :math:`\pi_j = \min(1, b_{send} p_j)`;
+* weighted one-round: :math:`p_j \propto 2^{\alpha j}`, ``alpha = 0.5`` by default (the paper found it the
+  better one-round choice without DP); adaptive round 1: :math:`p_j \propto 2^{\gamma j}`, ``gamma = 1``;
+  round 2: :math:`p_j \propto (4^j m_j(1-m_j))^{\alpha_2}`, ``alpha2 = 0.5`` (Lemma 3's optimum), from the
+  round-1 means clipped to [0, 1]; ``round1_fraction = 1/3`` of the clients in round 1 (Lemma 4; the paper's
+  delta); the final estimate pools both rounds' sums (Algorithm 2, line 9);
+* local DP: each reported bit goes through randomized response (:class:`RandomizedResponse`) with
+  ``epsilon / bits_per_client`` (so a client's total is ``epsilon`` by basic composition), debiased at the
+  server; one debiased report on bit j then has variance :math:`m_j(1-m_j) + e^{\varepsilon}/(e^\varepsilon-1)^2`;
+* bit squashing (Appendix B): with DP, the top run of bits whose debiased means are below ``squash_threshold`` times the
+  per-report DP noise standard deviation :math:`\sqrt{e^\varepsilon}/(e^\varepsilon - 1)` is treated as
+  noise: it gets no round-2 clients and contributes 0 to the estimate;
+* a bit that no client reported (possible for tiny p_j) is imputed at 1/2 and listed in
+  ``details["unreported_bits"]``.
+
+The estimate's variance is Lemma 1's formula with the pooled counts and the plug-in bit means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import scipy.stats
+
+from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses.bitpushing.allocation import (
+    affine_permutation,
+    check_probabilities,
+    exact_counts,
+    inclusion_probabilities,
+    rr_noise_variance,
+    weighted_probabilities,
+)
+from fedstats.analyses.bitpushing.encoding import BitEncoding
+from fedstats.analyses.bitpushing.stages import (
+    CodeSpec,
+    Stage,
+    StageEstimate,
+    client_codes,
+)
+from fedstats.engine.core import Protocol
+from fedstats.engine.rounds import ClientBatch, Round, RoundSum
+from fedstats.errors import DataError, ParameterError
+from fedstats.privacy.mechanisms import RandomizedResponse
+from fedstats.randomness import RNG
+from fedstats.results import AnalysisResult
+
+__all__ = [
+    "ALLOCATIONS",
+    "BitPushingResult",
+    "BitSums",
+    "MeanEstimate",
+    "VarianceEstimate",
+    "adaptive_stage",
+    "basic_stage",
+    "bit_means",
+    "bit_round",
+    "encode_bits",
+    "mean_protocol",
+    "variance_protocol",
+    "weighted_stage",
+]
+
+ALLOCATIONS = ("exact", "random")
+
+
+def _per_bit_epsilon(epsilon: float | None, bits_per_client: int) -> float | None:
+    if epsilon is None:
+        return None
+    e = check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
+    return e / bits_per_client
+
+
+def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """Client side of one bit-pushing round: one-hot (bit index, randomized bit) reports.
+
+    Parameters
+    ----------
+    batch : ClientBatch
+        The clients; ``params["column"]`` holds one real value each.
+    params : Mapping
+        :meth:`CodeSpec.params` plus ``allocation``, ``bits_per_client``, ``epsilon_bit`` and either
+        ``cum``/``a``/``c``/``size``/``lo`` (exact) or ``cum_pi`` (random).
+    rng : RNG
+        Private randomness: randomized rounding, random allocation, randomized response.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (batch.n, 2 b)
+        Entry j: 1 if the client reports bit j; entry b + j: the reported (randomized) bit.
+    """
+    b = int(params["bit_depth"])
+    s = int(params["bits_per_client"])
+    codes = client_codes(batch, params, rng)
+    n = batch.n
+    ks = np.arange(s, dtype=np.int64)
+    slots: np.ndarray
+    cum: np.ndarray
+    if params["allocation"] == "exact":
+        size = int(params["size"])
+        pos = (int(params["a"]) * (batch.indices - int(params["lo"])) + int(params["c"])) % size
+        slots = pos[:, None] + size * ks[None, :]
+        cum = np.asarray(params["cum"], dtype=np.int64)
+    else:
+        u = np.asarray(rng.random(n), dtype=np.float64)
+        slots = u[:, None] + ks[None, :]
+        cum = np.asarray(params["cum_pi"], dtype=np.float64)
+    j = np.minimum(np.searchsorted(cum, slots, side="right") - 1, b - 1)
+    bits = (codes[:, None] >> j) & 1
+    eps = params.get("epsilon_bit")
+    if eps is not None:
+        bits = RandomizedResponse(epsilon=eps).randomize(bits, rng)
+    out = np.zeros((n, 2 * b), dtype=np.int64)
+    rows = np.arange(n)[:, None]
+    out[rows, j] = 1
+    out[rows, b + j] = bits
+    return out
+
+
+@dataclass(frozen=True)
+class BitSums:
+    """What the server learns from one bit-pushing round.
+
+    Attributes
+    ----------
+    counts : numpy.ndarray of int64, shape (b,)
+        Reports per bit :math:`c_j`.
+    sums : numpy.ndarray of int64, shape (b,)
+        Sum of reported (randomized) bits :math:`s_j`.
+    n_clients : int
+    probabilities : numpy.ndarray of float64, shape (b,)
+        The sampling vector p used.
+    """
+
+    counts: np.ndarray
+    sums: np.ndarray
+    n_clients: int
+    probabilities: np.ndarray
+
+
+def bit_round(
+    name: str,
+    spec: CodeSpec,
+    probabilities: Any,
+    client_range: tuple[int, int],
+    public_seed: int,
+    *,
+    bits_per_client: int = 1,
+    allocation: str = "exact",
+    epsilon_bit: float | None = None,
+) -> Protocol[BitSums]:
+    """One round of basic bit pushing (Algorithm 1) over ``client_range``.
+
+    Parameters
+    ----------
+    name : str
+        Round name (also keys the public permutation).
+    spec : CodeSpec
+    probabilities : array_like of float, shape (b,)
+        Sampling vector p.
+    client_range : (int, int)
+        Global client indices ``[lo, hi)`` taking part (the round's ``params["client_range"]``).
+    public_seed : int
+        Seed of the public permutation (exact allocation).
+    bits_per_client : int
+        Distinct bits each client reports, in [1, number of bits with p_j > 0].
+    allocation : {"exact", "random"}
+    epsilon_bit : float, optional
+        Randomized-response epsilon per reported bit.
+
+    Returns
+    -------
+    Protocol[BitSums]
+    """
+    b = spec.bit_depth
+    p = check_probabilities(probabilities, b)
+    check_choice("allocation", allocation, ALLOCATIONS)
+    lo, hi = int(client_range[0]), int(client_range[1])
+    n = hi - lo
+    if n < 1:
+        raise DataError(f"round {name!r} has no clients (client range [{lo}, {hi}))")
+    pi = inclusion_probabilities(p, bits_per_client)
+    params: dict[str, Any] = {
+        **spec.params(),
+        "allocation": allocation,
+        "bits_per_client": bits_per_client,
+        "epsilon_bit": epsilon_bit,
+        "client_range": (lo, hi),
+    }
+    if allocation == "exact":
+        counts = exact_counts(n * bits_per_client, pi / bits_per_client)
+        a, c = affine_permutation(n, public_seed, "bitpushing", name, lo, hi)
+        params.update(
+            cum=np.concatenate([[0], np.cumsum(counts)]).tolist(), a=a, c=c, size=n, lo=lo
+        )
+    else:
+        cum_pi = np.concatenate([[0.0], np.cumsum(pi)])
+        cum_pi[-1] = float(bits_per_client)
+        params.update(cum_pi=cum_pi.tolist())
+    s: RoundSum = yield Round(name, encode_bits, params, dim=2 * b, bound=1)
+    tot = np.asarray(s.total, dtype=np.int64)
+    return BitSums(tot[:b].copy(), tot[b:].copy(), s.n_clients, p)
+
+
+def bit_means(counts: Any, sums: Any, epsilon_bit: float | None = None) -> np.ndarray:
+    """Debiased bit means :math:`m_j` (NaN where no client reported bit j).
+
+    Without DP ``s_j / c_j``; with randomized response ``(s_j/c_j - (1 - q)) / (2q - 1)``, which may leave
+    [0, 1].
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    s = np.asarray(sums, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = np.where(c > 0, s / c, np.nan)
+    if epsilon_bit is None:
+        return raw
+    out: np.ndarray = RandomizedResponse(epsilon=epsilon_bit).debias_mean(raw)
+    return out
+
+
+def _squash_level(epsilon_bit: float | None, squash_threshold: float | None) -> float | None:
+    if epsilon_bit is None or squash_threshold is None or squash_threshold <= 0:
+        return None
+    return float(squash_threshold) * math.sqrt(rr_noise_variance(epsilon_bit))
+
+
+def _squashed(m: np.ndarray, reported: np.ndarray, level: float | None) -> np.ndarray:
+    """Bits above the highest reported bit whose mean reaches ``level`` (the noisy top run, App. B)."""
+    b = m.size
+    if level is None:
+        return np.zeros(b, dtype=bool)
+    live = np.flatnonzero(reported & (np.nan_to_num(m, nan=-np.inf) >= level))
+    top = int(live.max()) if live.size else -1
+    out: np.ndarray = np.arange(b) > top
+    return out
+
+
+def _combine(
+    counts: np.ndarray,
+    sums: np.ndarray,
+    epsilon_bit: float | None,
+    squash_threshold: float | None,
+) -> tuple[float, float, dict[str, Any]]:
+    """Mean code, its Lemma 1 plug-in variance, and per-bit details from pooled sums."""
+    b = counts.size
+    m = bit_means(counts, sums, epsilon_bit)
+    reported = counts > 0
+    level = _squash_level(epsilon_bit, squash_threshold)
+    squashed = _squashed(m, reported, level)
+    used = np.where(reported, m, 0.5)
+    used[squashed] = 0.0
+    weights = 2.0 ** np.arange(b)
+    estimate = float((weights * used).sum())
+    mc = np.clip(np.nan_to_num(m, nan=0.5), 0.0, 1.0)
+    per = weights**2 * (mc * (1.0 - mc) + rr_noise_variance(epsilon_bit))
+    live = reported & ~squashed
+    variance = float((per[live] / counts[live]).sum())
+    details = {
+        "bit_means": m,
+        "bit_counts": counts,
+        "squashed_bits": np.flatnonzero(squashed).tolist(),
+        "unreported_bits": np.flatnonzero(~reported).tolist(),
+        "squash_level": level,
+    }
+    return estimate, variance, details
+
+
+def basic_stage(
+    spec: CodeSpec,
+    client_range: tuple[int, int],
+    public_seed: int,
+    *,
+    probabilities: Any = None,
+    alpha: float = 1.0,
+    bits_per_client: int = 1,
+    allocation: str = "exact",
+    epsilon: float | None = None,
+    squash_threshold: float | None = None,
+    name: str = "bits",
+) -> Protocol[StageEstimate]:
+    """One round of bit pushing with a fixed sampling vector (Algorithm 1; Corollary 2).
+
+    Parameters
+    ----------
+    spec : CodeSpec
+    client_range : (int, int)
+    public_seed : int
+    probabilities : array_like, optional
+        Sampling vector p (shape (b,)); default :math:`p_j \\propto 2^{\\alpha j}`.
+    alpha : float
+        Exponent used when ``probabilities`` is None: default 1, i.e. :math:`p_j = 2^j/(2^b-1)`, the
+        paper's choice from Lemma 3 with :math:`\\bar x^{(j)}(1-\\bar x^{(j)}) \\le 1/4`.
+    bits_per_client : int
+        Distinct bits per client, >= 1.
+    allocation : {"exact", "random"}
+    epsilon : float, optional
+        Local DP epsilon per client, in (0, 700]; each bit gets ``epsilon / bits_per_client``.
+    squash_threshold : float, optional
+        Bit squashing threshold in units of the per-report DP noise (only with ``epsilon``).
+
+    Returns
+    -------
+    Protocol[StageEstimate]
+    """
+    s_bits = check_int("bits_per_client", bits_per_client, low=1, high=spec.bit_depth)
+    eps_bit = _per_bit_epsilon(epsilon, s_bits)
+    p = (
+        weighted_probabilities(spec.bit_depth, alpha)
+        if probabilities is None
+        else check_probabilities(probabilities, spec.bit_depth)
+    )
+    sums = yield from bit_round(
+        name,
+        spec,
+        p,
+        client_range,
+        public_seed,
+        bits_per_client=s_bits,
+        allocation=allocation,
+        epsilon_bit=eps_bit,
+    )
+    est, var, details = _combine(sums.counts, sums.sums, eps_bit, squash_threshold)
+    details["probabilities"] = [p]
+    details["round_clients"] = [sums.n_clients]
+    return StageEstimate(est, var, sums.n_clients, s_bits, epsilon, details)
+
+
+def weighted_stage(
+    spec: CodeSpec, client_range: tuple[int, int], public_seed: int, **kw: Any
+) -> Protocol[StageEstimate]:
+    """Weighted one-round bit pushing, :math:`p_j \\propto 2^{\\alpha j}`, ``alpha = 0.5`` by default.
+
+    Keyword options as :func:`basic_stage` (``probabilities`` is ignored).
+    """
+    kw.pop("probabilities", None)
+    kw.setdefault("alpha", 0.5)
+    return (yield from basic_stage(spec, client_range, public_seed, **kw))
+
+
+def adaptive_stage(
+    spec: CodeSpec,
+    client_range: tuple[int, int],
+    public_seed: int,
+    *,
+    round1_fraction: float = 1.0 / 3.0,
+    gamma: float = 1.0,
+    alpha: float = 0.5,
+    min_reports: int = 16,
+    bits_per_client: int = 1,
+    allocation: str = "exact",
+    epsilon: float | None = None,
+    squash_threshold: float | None = None,
+) -> Protocol[StageEstimate]:
+    """Adaptive two-round bit pushing (Algorithm 2).
+
+    Round 1: ``round1_fraction`` of the clients (the first ones of ``client_range``), :math:`p_j \\propto
+    2^{\\gamma j}`. Round 2: the rest, :math:`p_j \\propto (4^j m_j (1 - m_j))^{\\alpha}` from the round-1
+    bit means clipped to [0, 1] (squashed bits get no clients). The estimate pools both rounds.
+
+    Parameters
+    ----------
+    spec, client_range, public_seed, bits_per_client, allocation, epsilon, squash_threshold
+        As :func:`basic_stage`.
+    round1_fraction : float
+        In (0, 1); default 1/3 (Lemma 4). Both rounds need at least one client.
+    gamma : float
+        Round-1 exponent.
+    alpha : float
+        Round-2 exponent (0.5: Lemma 3's optimal :math:`\\sqrt{\\beta_j}`).
+    min_reports : int
+        Round 1 mixes p with the uniform vector so that every bit gets about ``min_reports`` reports
+        (default 16; 0 gives the paper's round 1 exactly). With a loose bit depth, :math:`p_j \\propto 2^j`
+        leaves the low, dense bits with a handful of reports; a bit whose few reports happen to be all 0
+        would then get no round-2 clients and stay badly estimated.
+
+    Returns
+    -------
+    Protocol[StageEstimate]
+
+    Raises
+    ------
+    ParameterError
+        If ``round1_fraction`` leaves a round without clients.
+    """
+    frac = check_real(
+        "round1_fraction", round1_fraction, low=0.0, high=1.0, low_open=True, high_open=True
+    )
+    s_bits = check_int("bits_per_client", bits_per_client, low=1, high=spec.bit_depth)
+    eps_bit = _per_bit_epsilon(epsilon, s_bits)
+    lo, hi = client_range
+    n = hi - lo
+    n1 = round(frac * n)
+    if n1 < 1 or n1 >= n:
+        raise ParameterError(
+            "round1_fraction", round1_fraction, f"a fraction leaving both rounds clients (n={n})"
+        )
+    b = spec.bit_depth
+    p1 = weighted_probabilities(b, gamma)
+    mr = check_int("min_reports", min_reports, low=0)
+    floor = min(mr / (n1 * s_bits), 1.0 / b)
+    p1 = (1.0 - b * floor) * p1 + floor
+    r1 = yield from bit_round(
+        "bits-round1",
+        spec,
+        p1,
+        (lo, lo + n1),
+        public_seed,
+        bits_per_client=s_bits,
+        allocation=allocation,
+        epsilon_bit=eps_bit,
+    )
+    m1 = bit_means(r1.counts, r1.sums, eps_bit)
+    m1c = np.clip(np.nan_to_num(m1, nan=0.5), 0.0, 1.0)
+    beta = 4.0 ** np.arange(b) * m1c * (1.0 - m1c)
+    beta[_squashed(m1, r1.counts > 0, _squash_level(eps_bit, squash_threshold))] = 0.0
+    with np.errstate(divide="ignore"):
+        logw = np.where(beta > 0, alpha * np.log(np.where(beta > 0, beta, 1.0)), -np.inf)
+    if np.isfinite(logw).sum() >= s_bits:
+        w = np.exp(logw - logw[np.isfinite(logw)].max())
+        p2 = w / w.sum()
+        fallback = False
+    else:  # (almost) every bit constant in round 1: nothing to adapt to
+        p2 = p1
+        fallback = True
+    r2 = yield from bit_round(
+        "bits-round2",
+        spec,
+        p2,
+        (lo + n1, hi),
+        public_seed,
+        bits_per_client=s_bits,
+        allocation=allocation,
+        epsilon_bit=eps_bit,
+    )
+    counts = r1.counts + r2.counts
+    sums = r1.sums + r2.sums
+    est, var, details = _combine(counts, sums, eps_bit, squash_threshold)
+    details.update(
+        probabilities=[p1, p2],
+        round_clients=[r1.n_clients, r2.n_clients],
+        round1_bit_means=m1,
+        round2_fallback=fallback,
+        round1_fraction=frac,
+    )
+    return StageEstimate(est, var, r1.n_clients + r2.n_clients, s_bits, epsilon, details)
+
+
+# -- results and composed protocols ----------------------------------------------------------------
+
+
+@dataclass
+class BitPushingResult(AnalysisResult):
+    """A mean or variance estimated by bit pushing or a baseline on the engine.
+
+    Attributes (beyond :class:`~fedstats.results.AnalysisResult`)
+    ----------
+    method : str
+        ``"adaptive"``, ``"weighted"``, ``"basic"``, ``"dithering"``, ``"piecewise"``, ``"duchi"`` or
+        ``"laplace"``.
+    variance : float
+        Variance of the estimate (plug-in formula; ``standard_error**2``).
+    bit_depth : int
+        Bits of the codes.
+    n_clipped : int or None
+        Clients whose value lay outside the declared range (clipped), when known (simulation scan).
+    """
+
+    method: str = ""
+    variance: float = 0.0
+    bit_depth: int = 0
+    n_clipped: int | None = None
+
+
+@dataclass
+class MeanEstimate(BitPushingResult):
+    """Estimated mean (see :func:`mean_protocol`)."""
+
+
+@dataclass
+class VarianceEstimate(BitPushingResult):
+    """Estimated population variance (ddof = 0) (see :func:`variance_protocol`).
+
+    Attributes
+    ----------
+    mean : float
+        The mean estimated in the first stage (the public center of the squares).
+    """
+
+    mean: float = 0.0
+
+
+def _ci(estimate: float, variance: float, confidence: float) -> tuple[float, float]:
+    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2.0))
+    half = z * math.sqrt(max(variance, 0.0))
+    return estimate - half, estimate + half
+
+
+def _full_range(n_clients: int, client_range: tuple[int, int] | None) -> tuple[int, int]:
+    n = check_int("n_clients", n_clients, low=1)
+    if client_range is None:
+        return 0, n
+    lo, hi = int(client_range[0]), int(client_range[1])
+    if not 0 <= lo < hi <= n:
+        raise ParameterError("client_range", client_range, f"a non-empty range inside [0, {n}]")
+    return lo, hi
+
+
+def _public_seed(public_seed: int | None) -> int:
+    if public_seed is not None:
+        return int(public_seed)
+    from fedstats.randomness import RandomSource
+
+    return RandomSource().public_seed("bitpushing")
+
+
+def mean_protocol(
+    stage: Stage,
+    column: str,
+    encoding: BitEncoding,
+    n_clients: int,
+    *,
+    method: str = "",
+    client_range: tuple[int, int] | None = None,
+    public_seed: int | None = None,
+    confidence: float = 0.95,
+) -> Protocol[MeanEstimate]:
+    """Estimate the mean of ``column`` over the clients with one stage (bit pushing or a baseline).
+
+    Parameters
+    ----------
+    stage : Stage
+        E.g. ``functools.partial(adaptive_stage, epsilon=1.0)`` (see :func:`make_stage`).
+    column : str
+    encoding : BitEncoding
+        Declared range, resolution and bit depth.
+    n_clients : int
+        Clients in the population (the server knows its cohort size).
+    method : str
+        Name recorded in the result.
+    client_range : (int, int), optional
+        Clients taking part (default all).
+    public_seed : int, optional
+        Public randomness (permutation, dither); default from a fresh secure source.
+    confidence : float
+        CI level in (0, 1).
+
+    Returns
+    -------
+    Protocol[MeanEstimate]
+        Mean with variance, normal-approximation CI and bit metering. ``truth`` is filled by the caller.
+    """
+    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    rng_ = _full_range(n_clients, client_range)
+    spec = CodeSpec.for_mean(column, encoding)
+    st = yield from stage(spec, rng_, _public_seed(public_seed))
+    est = spec.decode_mean(st.code_mean)
+    var = spec.decode_variance(st.code_variance)
+    return MeanEstimate(
+        analysis="mean",
+        estimate=est,
+        ci=_ci(est, var, conf),
+        standard_error=math.sqrt(max(var, 0.0)),
+        confidence=conf,
+        epsilon=st.epsilon,
+        delta=0.0 if st.epsilon is not None else None,
+        n_clients=st.n_clients,
+        bits_per_client=float(st.bits_per_client),
+        method=method,
+        variance=var,
+        bit_depth=spec.bit_depth,
+        details=dict(st.details),
+    )
+
+
+def variance_protocol(
+    stage: Stage,
+    column: str,
+    encoding: BitEncoding,
+    n_clients: int,
+    *,
+    method: str = "",
+    mean_fraction: float = 0.2,
+    client_range: tuple[int, int] | None = None,
+    public_seed: int | None = None,
+    confidence: float = 0.95,
+    mean_stage: Stage | None = None,
+) -> Protocol[VarianceEstimate]:
+    r"""Estimate the population variance: a mean stage, then the mean of :math:`(x - \hat\mu)^2`.
+
+    The first ``mean_fraction`` of the clients estimate the mean :math:`\hat\mu` (published as the center);
+    the others push the bits of :math:`(x - \hat\mu)^2` (the :math:`E[(X - EX)^2]` form the paper found
+    better than :math:`E[X^2] - (EX)^2`). Disjoint cohorts, so each client discloses bits once. Since
+    :math:`E[(x-\hat\mu)^2] = \sigma^2 + (\hat\mu-\mu)^2`, the estimate subtracts the first stage's
+    plug-in variance of :math:`\hat\mu` (a bias correction; ``details["mean_correction"]``).
+
+    Parameters
+    ----------
+    stage : Stage
+        Stage for the squares (and the mean, unless ``mean_stage`` is given).
+    mean_fraction : float
+        In (0, 1), default 0.2: the variance stage is the harder one.
+    Other parameters as :func:`mean_protocol`.
+
+    Returns
+    -------
+    Protocol[VarianceEstimate]
+    """
+    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    frac = check_real(
+        "mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
+    )
+    lo, hi = _full_range(n_clients, client_range)
+    n_m = round(frac * (hi - lo))
+    if n_m < 1 or n_m >= hi - lo:
+        raise ParameterError(
+            "mean_fraction", mean_fraction, f"a fraction leaving both stages clients (n={hi - lo})"
+        )
+    seed = _public_seed(public_seed)
+    spec_m = CodeSpec.for_mean(column, encoding)
+    st_m = yield from (mean_stage or stage)(spec_m, (lo, lo + n_m), seed)
+    mu = spec_m.decode_mean(st_m.code_mean)
+    mu_var = spec_m.decode_variance(st_m.code_variance)
+    spec_v = CodeSpec.for_squares(column, encoding, mu)
+    st_v = yield from stage(spec_v, (lo + n_m, hi), seed + 1)
+    raw = spec_v.decode_mean(st_v.code_mean)
+    est = raw - mu_var
+    var = spec_v.decode_variance(st_v.code_variance)
+    details = {
+        "mean_stage": dict(st_m.details),
+        "variance_stage": dict(st_v.details),
+        "mean_correction": mu_var,
+        "uncorrected": raw,
+        "squares_bit_depth": spec_v.bit_depth,
+        "center": spec_v.center,
+    }
+    return VarianceEstimate(
+        analysis="variance",
+        estimate=est,
+        ci=_ci(est, var, conf),
+        standard_error=math.sqrt(max(var, 0.0)),
+        confidence=conf,
+        epsilon=st_v.epsilon,
+        delta=0.0 if st_v.epsilon is not None else None,
+        n_clients=st_m.n_clients + st_v.n_clients,
+        bits_per_client=float(max(st_m.bits_per_client, st_v.bits_per_client)),
+        method=method,
+        variance=var,
+        bit_depth=spec_m.bit_depth,
+        mean=mu,
+        details=details,
+    )
+
+
+BIT_PUSHING_METHODS = ("adaptive", "weighted", "basic")
+
+
+def bit_pushing_stage(method: str, **options: Any) -> Stage:
+    """The stage of a bit-pushing variant with its options bound (``adaptive``, ``weighted``, ``basic``).
+
+    Raises
+    ------
+    ParameterError
+        If ``method`` is unknown.
+    """
+    check_choice("protocol", method, BIT_PUSHING_METHODS)
+    fns: dict[str, Callable[..., Any]] = {
+        "adaptive": adaptive_stage,
+        "weighted": weighted_stage,
+        "basic": basic_stage,
+    }
+    stage: Stage = partial(fns[method], **options)
+    return stage
+
+
+__all__ += ["BIT_PUSHING_METHODS", "bit_pushing_stage"]
