@@ -20,8 +20,11 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "fedstats.cli.demo",
     "fedstats.cli.datasets",
     "fedstats.cli.reproduce",
+    "fedstats.cli.mean",
     "fedstats.cli.gap",
     "fedstats.cli.secagg",
+    "fedstats.cli.heterogeneity",
+    "fedstats.cli.privacy",
 )
 
 app = typer.Typer(

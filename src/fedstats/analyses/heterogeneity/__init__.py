@@ -165,7 +165,6 @@ def heterogeneity(
     min_variance: float = 0.05,
     form: str = "standard",
     confidence: float = 0.95,
-    n_bootstrap: int = 2000,
     frac_bits: int | None = None,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
@@ -184,7 +183,7 @@ def heterogeneity(
     noise : {"central", "distributed"}
     secure : bool
         Distributed discrete Gaussian shares (pair with an engine on the ``secure`` route).
-    round1_fraction, p, min_variance, form, confidence, n_bootstrap, frac_bits
+    round1_fraction, p, min_variance, form, confidence, frac_bits
         See :class:`~fedstats.analyses.heterogeneity.protocol.HeterogeneityConfig`.
     engine : Engine, optional
         Route and randomness of the client side (default: serial, with ``randomness``).
@@ -221,7 +220,6 @@ def heterogeneity(
         form=form,
         frac_bits=frac_bits,
         confidence=confidence,
-        n_bootstrap=n_bootstrap,
     )
     arr = check_vectors(x, need_weights=cfg.wants_q)
     n, d = arr.shape

@@ -23,9 +23,9 @@ Gaussian with covariance :math:`c\,(I + \bar\mu\bar\mu^\top)`, :math:`c = \sigma
 method) :math:`\mathrm{MSE}(Q'') \approx \sigma_Q^2 + (w_{\max}S)^2 c^2 [(d + m)^2 + 2(d - 1 + (1+m)^2)]`,
 :math:`m = \lVert\bar\mu\rVert^2`, and :math:`\mathrm{MSE}(I^2) \approx ((n-1)/Q^2)^2\,\mathrm{MSE}(Q)`.
 
-Intervals. The error distribution depends on the data only through :math:`\mu` (clipping), S and
-:math:`\bar\mu`, all released; a parametric bootstrap draws the two rounds' noise again around the released
-values and inverts the error quantiles. The I^2 interval is the Q interval mapped through the increasing
+Intervals (:func:`dispersion_interval`, :func:`q_interval`) bound each noise term by a quantile of its
+actual distribution and combine them with a union bound, so their coverage is *at least* the nominal level
+for every dataset (conservative; no plug-in). The I^2 interval is the Q interval mapped through the increasing
 function :math:`Q \mapsto \max(0, 1 - (n-1)/Q)`. Coverage is checked by simulation in the tests.
 
 The paper's intervals (Thms. 4.7, 4.15, 4.19) are reported beside them: they use the variance of
@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "attach_errors",
+    "dispersion_interval",
     "dispersion_mse",
     "i2_mse",
     "paper_interval_dispersion",
@@ -62,6 +63,7 @@ __all__ = [
     "paper_tmse_dispersion",
     "paper_tmse_i2",
     "paper_tmse_q",
+    "q_interval",
     "q_mse",
 ]
 
@@ -194,10 +196,60 @@ def paper_interval_i2(
     return estimate - h, estimate + h
 
 
-def _interval(estimate: float, errors: np.ndarray, level: float) -> tuple[float, float]:
-    a = (1.0 - level) / 2.0
-    lo_q, hi_q = np.quantile(errors, [a, 1.0 - a])
-    return max(0.0, estimate - float(hi_q)), max(0.0, estimate - float(lo_q))
+def dispersion_interval(
+    estimate: float, *, mean: np.ndarray, mean_sd: float, dispersion_sd: float, level: float
+) -> tuple[float, float]:
+    """Interval for D from the actual noise, with coverage at least ``level`` (union bound).
+
+    :math:`D = D'' - A - Z_D` with :math:`A = \\lVert\\mu' - \\mu\rVert^2 \\ge 0`. Clipping only moves
+    :math:`\\mu'` towards :math:`\\mu`, so :math:`A \\le \tau^2\\chi^2_d` (unclipped noise), and always
+    :math:`A \\le \\sum_j \\max(\\mu'_j, 1 - \\mu'_j)^2` (both centres lie in :math:`[0,1]^d`). With
+    :math:`a = 1 - \text{level}`: :math:`P(A > \tau^2\\chi^2_{d,1-a/2}) \\le a/2` and
+    :math:`P(|Z_D| > z_{1-a/4}\\sigma_D) = a/2`, hence
+
+    .. math:: D \\in [D'' - A_{hi} - z\\sigma_D,\\; D'' + z\\sigma_D].
+    """
+    a = 1.0 - level
+    d = mean.shape[0]
+    a_hi = min(
+        mean_sd**2 * float(scipy.stats.chi2.ppf(1.0 - a / 2.0, d)),
+        float(np.sum(np.maximum(mean, 1.0 - mean) ** 2)),
+    )
+    z = float(scipy.stats.norm.ppf(1.0 - a / 4.0))
+    return max(0.0, estimate - a_hi - z * dispersion_sd), max(0.0, estimate + z * dispersion_sd)
+
+
+def q_interval(
+    estimate: float,
+    *,
+    centre: np.ndarray,
+    weight_sum_u: float,
+    weighted_sd: float,
+    w_max: float,
+    q_sd: float,
+    level: float,
+) -> tuple[float, float]:
+    """Interval for Cochran's Q from the actual noise, coverage at least ``level`` (standard form).
+
+    :math:`Q'' - Q = w_{\\max} S\\,\\lVert e\rVert^2 + Z_Q` with :math:`e = \bar\\mu' - \bar\\mu`. Before
+    clipping, :math:`e = (Z_N - \bar\\mu (S' - S))/S'` with :math:`S'` the released (clipped) weight sum and
+    :math:`|S' - S| \\le |Z_S|`, so :math:`\\lVert e\rVert \\le (\\lVert Z_N\rVert + \\sqrt d |Z_S|)/S'`;
+    also :math:`\\lVert e\rVert^2 \\le \\sum_j\\max(\bar\\mu'_j, 1-\bar\\mu'_j)^2` and
+    :math:`S \\le S' + |Z_S|`. Each of :math:`\\lVert Z_N\rVert^2 \\le \\sigma_w^2\\chi^2_{d,1-a/4}`,
+    :math:`|Z_S| \\le z_{1-a/8}\\sigma_w` and :math:`|Z_Q| \\le z_{1-a/8}\\sigma_Q` fails with probability at
+    most :math:`a/4`, so the interval covers with probability at least :math:`1 - 3a/4`.
+    """
+    a = 1.0 - level
+    d = centre.shape[0]
+    z = float(scipy.stats.norm.ppf(1.0 - a / 8.0))
+    zn = weighted_sd * math.sqrt(float(scipy.stats.chi2.ppf(1.0 - a / 4.0, d)))
+    zs = z * weighted_sd
+    e2 = min(
+        ((zn + math.sqrt(d) * zs) / weight_sum_u) ** 2,
+        float(np.sum(np.maximum(centre, 1.0 - centre) ** 2)),
+    )
+    a_hi = w_max * (weight_sum_u + zs) * e2
+    return max(0.0, estimate - a_hi - z * q_sd), max(0.0, estimate + z * q_sd)
 
 
 def attach_errors(
@@ -210,39 +262,35 @@ def attach_errors(
     d: int,
     randomness: RandomSource,
 ) -> None:
-    """Fill noise levels, closed-form MSEs, bootstrap intervals and the paper's intervals into ``res``."""
+    """Fill noise levels, closed-form MSEs, intervals and the paper's intervals into ``res``."""
     if not cfg.private:
         return
-    rng = randomness.generator("heterogeneity", "bootstrap")
-    b = cfg.n_bootstrap
     if res.dispersion is not None:
         tau = p1.sigma * sens.mean_sum / n
         sd_d = p2.sigma * sens.dispersion_sum / n
         est = res.dispersion
         est.noise_sd = sd_d
         res.details["mean_noise_sd"] = tau
-        if cfg.p == 2.0:
+        if cfg.p == 2.0 and res.mean is not None:
             est.mse_theory = dispersion_mse(dim=d, mean_sd=tau, dispersion_sd=sd_d)
+            est.standard_error = math.sqrt(est.mse_theory)
             est.paper_interval = paper_interval_dispersion(est.estimate, xi1_sq=tau * tau, n=n)
-            if b > 0 and res.mean is not None:
-                y = np.asarray(rng.standard_normal((b, d)), dtype=np.float64) * tau
-                moved = np.clip(res.mean + y, 0.0, 1.0) - res.mean
-                err = np.einsum("ij,ij->i", moved, moved) + sd_d * np.asarray(
-                    rng.standard_normal(b), dtype=np.float64
-                )
-                est.interval = _interval(est.estimate, err, cfg.confidence)
-                est.standard_error = float(err.std())
+            est.interval = dispersion_interval(
+                est.estimate, mean=res.mean, mean_sd=tau, dispersion_sd=sd_d, level=cfg.confidence
+            )
     if res.q is not None and res.i2 is not None and res.weight_sum is not None:
         s_u = res.weight_sum / sens.w_max
         sd_w = p1.sigma * sens.weighted_sum
         sd_q = p2.sigma * sens.q_sum * sens.w_max
         res.q.noise_sd = sd_q
         assert res.weighted_mean is not None
-        m_hat = res.weighted_mean * n if cfg.form == "paper" else res.weighted_mean
-        m_hat = np.clip(m_hat, 0.0, 1.0)
         eta1_sq = (sd_w / s_u) ** 2
         res.details["weighted_mean_noise_sd"] = math.sqrt(eta1_sq)
+        res.q.paper_interval = paper_interval_q(
+            res.q.estimate, eta1_sq=eta1_sq, n=n, weight_sum=res.weight_sum
+        )
         if cfg.form == "standard":
+            m_hat = res.weighted_mean
             res.q.mse_theory = q_mse(
                 dim=d,
                 weighted_sd=sd_w,
@@ -251,34 +299,20 @@ def attach_errors(
                 q_sd=sd_q,
                 centre_sq=float(m_hat @ m_hat),
             )
+            res.q.standard_error = math.sqrt(res.q.mse_theory)
             res.i2.mse_theory = i2_mse(q=res.q.estimate, n=n, q_mse_value=res.q.mse_theory)
-        res.q.paper_interval = paper_interval_q(
-            res.q.estimate, eta1_sq=eta1_sq, n=n, weight_sum=res.weight_sum
-        )
-        if b > 0:
-            zn = np.asarray(rng.standard_normal((b, d)), dtype=np.float64) * sd_w
-            zs = np.asarray(rng.standard_normal(b), dtype=np.float64) * sd_w
-            s_b = np.clip(s_u + zs, n * sens.u_min, n)
-            m_b = np.clip((s_u * m_hat + zn) / s_b[:, None], 0.0, 1.0)
-            if cfg.form == "paper":
-                c_b = m_b / n
-                dev = np.einsum("ij,ij->i", m_hat - c_b, m_hat - c_b) - float(
-                    (m_hat - m_hat / n) @ (m_hat - m_hat / n)
-                )
-            else:
-                dev = np.einsum("ij,ij->i", m_b - m_hat, m_b - m_hat)
-            err = sens.w_max * s_u * dev + sd_q * np.asarray(
-                rng.standard_normal(b), dtype=np.float64
+            res.i2.standard_error = math.sqrt(res.i2.mse_theory)
+            res.q.interval = q_interval(
+                res.q.estimate,
+                centre=m_hat,
+                weight_sum_u=s_u,
+                weighted_sd=sd_w,
+                w_max=sens.w_max,
+                q_sd=sd_q,
+                level=cfg.confidence,
             )
-            res.q.interval = _interval(res.q.estimate, err, cfg.confidence)
-            res.q.standard_error = float(err.std())
             lo, hi = res.q.interval
             res.i2.interval = (i_squared(lo, n), i_squared(hi, n))
-            q_draws = res.q.estimate - err
-            i2_draws = np.where(
-                q_draws > n - 1, 1.0 - (n - 1) / np.where(q_draws > 0, q_draws, 1.0), 0.0
-            )
-            res.i2.standard_error = float(i2_draws.std())
 
 
 def normal_quantile(level: float) -> float:

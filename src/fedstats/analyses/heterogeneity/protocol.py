@@ -104,8 +104,6 @@ class HeterogeneityConfig:
         overflow int64).
     confidence : float
         Level of the intervals, in (0, 1).
-    n_bootstrap : int
-        Draws of the parametric bootstrap that derives intervals from the actual noise (0: none).
     column : str
         Population column holding the ``(n, d)`` vectors.
 
@@ -127,7 +125,6 @@ class HeterogeneityConfig:
     form: str = "standard"
     frac_bits: int | None = None
     confidence: float = 0.95
-    n_bootstrap: int = 2000
     column: str = "x"
 
     def __post_init__(self) -> None:
@@ -146,7 +143,6 @@ class HeterogeneityConfig:
         check_real("p", self.p, low=1.0, high=64.0)
         check_real("min_variance", self.min_variance, low=0.0, high=0.25, low_open=True)
         check_real("confidence", self.confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-        check_int("n_bootstrap", self.n_bootstrap, low=0)
         if self.frac_bits is not None:
             check_int("frac_bits", self.frac_bits, low=4, high=40)
         if (self.epsilon is None) != (self.delta is None):
@@ -404,9 +400,9 @@ class StatisticEstimate:
         ``"dispersion"``, ``"q"`` or ``"i2"``.
     estimate : float
     interval : tuple of float or None
-        Confidence interval derived from the actual noise (parametric bootstrap of the release), or None.
+        Confidence interval derived from the actual noise (coverage at least the nominal level), or None.
     standard_error : float or None
-        Standard deviation of the bootstrap error distribution.
+        Root of the closed-form MSE, where available.
     truth : float or None
         Exact value (simulation only).
     sensitivity : float or None
@@ -557,7 +553,7 @@ def heterogeneity_protocol(
     dim : int
         Vector length d, >= 1.
     randomness : RandomSource
-        Server-side randomness (central noise, bootstrap).
+        Server-side randomness (central noise).
 
     Returns
     -------

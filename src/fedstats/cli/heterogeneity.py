@@ -1,0 +1,215 @@
+"""``fedstats heterogeneity DATA``: private dispersion, Cochran's Q and I^2 of image vectors (paper 000)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fedstats.analyses.heterogeneity import STATISTICS, heterogeneity
+from fedstats.cli._common import (
+    BackendOption,
+    JsonOption,
+    SchedulerOption,
+    SeedOption,
+    ShardSizeOption,
+    WorkersOption,
+    emit,
+    engine_for,
+    progress_for,
+    state_from,
+)
+from fedstats.errors import ParameterError
+from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
+from fedstats.privacy.ledger import PrivacyLedger
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_fmt(t) for t in v) + "]"
+    return str(v)
+
+
+def heterogeneity_command(
+    ctx: typer.Context,
+    data: Annotated[
+        str,
+        typer.Argument(
+            help="'digits' (embedded), an IDX images file, a CIFAR batch/directory, or a CSV."
+        ),
+    ],
+    label_ratio: Annotated[
+        str | None,
+        typer.Option(
+            "--label-ratio",
+            help="Sample clients so labels 0..k-1 follow this ratio, e.g. 91:1:1:1:1:1:1:1:1:1.",
+        ),
+    ] = None,
+    sample_fraction: Annotated[
+        float | None,
+        typer.Option(
+            "--sample-fraction",
+            help="Sample size as a fraction of the rows (paper: 0.02); default: the largest sample "
+            "the ratio allows, or every row without a ratio.",
+        ),
+    ] = None,
+    statistic: Annotated[
+        str, typer.Option("--statistic", help="dispersion, q, i2 or all.")
+    ] = "all",
+    mechanism: Annotated[
+        str, typer.Option("--mechanism", help="Gaussian calibration: analytic or classical.")
+    ] = "analytic",
+    noise: Annotated[
+        str, typer.Option("--noise", help="central (after the sum) or distributed (client shares).")
+    ] = "central",
+    epsilon: Annotated[
+        float | None, typer.Option("--epsilon", help="Total epsilon of both rounds.")
+    ] = None,
+    delta: Annotated[float | None, typer.Option("--delta", help="Total delta, in (0, 1).")] = None,
+    no_privacy: Annotated[
+        bool, typer.Option("--no-privacy", help="Exact sums through the engine, no noise.")
+    ] = False,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="Secure aggregation route with distributed discrete Gaussian shares (implies "
+            "--noise distributed --backend secure).",
+        ),
+    ] = False,
+    min_variance: Annotated[
+        float,
+        typer.Option(
+            "--min-variance", help="Public floor on within-vector variance (weights <= 1/floor)."
+        ),
+    ] = 0.05,
+    p: Annotated[float, typer.Option("--p", help="Dispersion exponent, >= 1.")] = 2.0,
+    round1_fraction: Annotated[
+        float, typer.Option("--round1-fraction", help="Budget share of round 1.")
+    ] = 0.5,
+    form: Annotated[
+        str,
+        typer.Option("--weighted-mean", help="standard, or paper (Def. 3.5's extra 1/n)."),
+    ] = "standard",
+    pixel_max: Annotated[
+        float | None,
+        typer.Option(
+            "--pixel-max", help="Divide pixels by this (default 255 for IDX/CIFAR, 1 CSV)."
+        ),
+    ] = None,
+    json_flag: JsonOption = False,
+    seed: SeedOption = None,
+    backend: BackendOption = "serial",
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
+    shard_size: ShardSizeOption = 1 << 20,
+) -> None:
+    """Measure statistical heterogeneity of clients' image vectors with differential privacy."""
+    state = state_from(ctx, json_flag=json_flag, seed=seed)
+    if statistic not in STATISTICS:
+        raise ParameterError("--statistic", statistic, "one of " + ", ".join(STATISTICS))
+    if no_privacy and (epsilon is not None or delta is not None):
+        raise ParameterError("--no-privacy", True, "not together with --epsilon/--delta")
+    if not no_privacy and (epsilon is None or delta is None):
+        raise ParameterError(
+            "--epsilon/--delta", (epsilon, delta), "both given, or --no-privacy for exact sums"
+        )
+    if secure:
+        noise = "distributed"
+        if backend == "serial":
+            backend = "secure"
+    if sample_fraction is not None and not 0.0 < sample_fraction <= 1.0:
+        raise ParameterError("--sample-fraction", sample_fraction, "a value in (0, 1]")
+    randomness = state.randomness
+    x, labels, name = load_image_vectors(data, pixel_max=pixel_max)
+    if label_ratio is not None:
+        if labels is None:
+            raise ParameterError("--label-ratio", label_ratio, "data with labels")
+        rows = sample_by_label_ratio(
+            labels,
+            label_ratio,
+            fraction=sample_fraction,
+            rng=randomness.generator("heterogeneity", "sample"),
+        )
+        x = x[rows]
+    elif sample_fraction is not None:
+        rng = randomness.generator("heterogeneity", "sample")
+        k = max(2, round(sample_fraction * x.shape[0]))
+        x = x[sorted(rng.choice(x.shape[0], size=k, replace=False).tolist())]
+    ledger = PrivacyLedger(epsilon_budget=epsilon, delta_budget=delta) if epsilon else None
+    with (
+        progress_for(state) as progress,
+        engine_for(
+            state,
+            progress,
+            backend=backend,
+            workers=workers,
+            scheduler=scheduler,
+            shard_size=shard_size,
+        ) as engine,
+    ):
+        res = heterogeneity(
+            x,
+            statistic=statistic,
+            epsilon=epsilon,
+            delta=delta,
+            mechanism=mechanism,
+            noise=noise,
+            secure=secure,
+            round1_fraction=round1_fraction,
+            p=p,
+            min_variance=min_variance,
+            form=form,
+            engine=engine,
+            randomness=randomness,
+            ledger=ledger,
+        )
+    payload: dict[str, Any] = {
+        "dataset": name,
+        "label_ratio": label_ratio,
+        "dim": int(x.shape[1]),
+        "backend": backend,
+        **res.to_dict(),
+        "ledger": ledger.as_dict() if ledger is not None else None,
+        "seed": state.seed,
+    }
+    payload.pop("mean", None)
+    payload.pop("weighted_mean", None)
+
+    def render(console: Console) -> None:
+        title = (
+            f"heterogeneity of {name} ({res.n_clients} clients, d={x.shape[1]}"
+            + (f", labels {label_ratio}" if label_ratio else "")
+            + ")"
+        )
+        table = Table(title=title)
+        for col in ("statistic", "estimate", f"{res.confidence:.0%} interval", "exact", "error"):
+            table.add_column(col)
+        for st in (res.dispersion, res.q, res.i2):
+            if st is not None:
+                table.add_row(
+                    st.name, _fmt(st.estimate), _fmt(st.interval), _fmt(st.truth), _fmt(st.error)
+                )
+        console.print(table)
+        if epsilon is not None:
+            console.print(
+                f"privacy: epsilon={epsilon:g}, delta={delta:g} over 2 rounds "
+                f"({res.mechanism}, {res.noise} noise, route {backend})"
+            )
+        else:
+            console.print("not private (--no-privacy): exact sums")
+        if res.release_note:
+            console.print(f"[dim]{res.release_note}[/dim]")
+
+    emit(state, payload, render)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``heterogeneity`` to the app."""
+    app.command("heterogeneity")(heterogeneity_command)
