@@ -15,7 +15,10 @@ from fedstats.randomness import RandomSource
 
 __all__ = ["REQUIRED_KEYS", "run_demo"]
 
-_DEMO_MODULES: tuple[str, ...] = ("fedstats.experiments.demo_basic",)
+_DEMO_MODULES: tuple[str, ...] = (
+    "fedstats.experiments.demo_basic",
+    "fedstats.experiments.demo_bitpushing",
+)
 
 REQUIRED_KEYS = ("name", "dataset", "estimate", "truth", "error", "epsilon")
 
