@@ -195,10 +195,10 @@ def run_secure_aggregation(
             received[i] += len(data)
             if i not in alive_at[stage] or i in aborted:
                 continue
+            if stage == "advertise":
+                clients[i] = SecAggClient(i, np.asarray(get(i)))  # the client's data, not compute
             t1 = time.perf_counter()
             try:
-                if stage == "advertise":
-                    clients[i] = SecAggClient(i, np.asarray(get(i)))
                 reply = clients[i].handle(decode(data)).to_bytes()  # type: ignore[arg-type]
             except ProtocolAbortError:
                 aborted.add(i)  # the client stops: a dropout for the server
