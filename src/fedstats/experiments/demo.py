@@ -18,6 +18,7 @@ __all__ = ["REQUIRED_KEYS", "run_demo"]
 _DEMO_MODULES: tuple[str, ...] = (
     "fedstats.experiments.demo_basic",
     "fedstats.experiments.demo_bitpushing",
+    "fedstats.experiments.demo_heterogeneity",
 )
 
 REQUIRED_KEYS = ("name", "dataset", "estimate", "truth", "error", "epsilon")
