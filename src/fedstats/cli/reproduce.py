@@ -12,7 +12,7 @@ import typer
 
 from fedstats.cli._common import FedstatsGroup
 
-_REPRODUCE_MODULES: tuple[str, ...] = ()
+_REPRODUCE_MODULES: tuple[str, ...] = ("fedstats.cli.reproduce_performance_gap",)
 
 reproduce_app = typer.Typer(
     cls=FedstatsGroup,
