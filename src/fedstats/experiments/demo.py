@@ -17,6 +17,7 @@ __all__ = ["REQUIRED_KEYS", "run_demo"]
 
 _DEMO_MODULES: tuple[str, ...] = (
     "fedstats.experiments.demo_basic",
+    "fedstats.experiments.demo_performance_gap",
     "fedstats.experiments.demo_bitpushing",
     "fedstats.experiments.demo_heterogeneity",
 )
