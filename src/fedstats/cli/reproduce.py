@@ -12,7 +12,10 @@ import typer
 
 from fedstats.cli._common import FedstatsGroup
 
-_REPRODUCE_MODULES: tuple[str, ...] = ("fedstats.cli.reproduce_performance_gap",)
+_REPRODUCE_MODULES: tuple[str, ...] = (
+    "fedstats.cli.reproduce_performance_gap",
+    "fedstats.cli.reproduce_bit_pushing",
+)
 
 reproduce_app = typer.Typer(
     cls=FedstatsGroup,
