@@ -100,8 +100,9 @@ def check_vectors(
     if need_weights:
         if d < 2:
             raise DataError("Q and I^2 need d >= 2 (the within-vector variance of one value is 0)")
-        s2 = within_vector_variance(arr)
-        zero = s2 <= 0.0
+        zero = (
+            np.ptp(arr, axis=1) == 0.0
+        )  # exactly constant (the float variance may be 1e-34, not 0)
         if zero.any():
             i = int(np.flatnonzero(zero)[0])
             raise DataError(
@@ -175,8 +176,9 @@ def inverse_variance_weights(x: np.ndarray, *, min_variance: float | None = None
         v = check_real("min_variance", min_variance, low=0.0, high=0.25, low_open=True)
         floored: np.ndarray = 1.0 / np.maximum(s2, v)
         return floored
-    if (s2 <= 0.0).any():
-        i = int(np.flatnonzero(s2 <= 0.0)[0])
+    zero = (s2 <= 0.0) | (np.ptp(np.asarray(x, dtype=np.float64), axis=1) == 0.0)
+    if zero.any():
+        i = int(np.flatnonzero(zero)[0])
         raise DataError(f"client {i} holds a constant vector: its weight 1/s^2 is infinite")
     return 1.0 / s2
 

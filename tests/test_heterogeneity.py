@@ -1,0 +1,362 @@
+"""Tests of paper 000's heterogeneity measures: exact values, sensitivities, noise, MSE, intervals, routes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fedstats.analyses.heterogeneity import (
+    HeterogeneityConfig,
+    cochran_q,
+    ddg_rho,
+    ddg_share_variance,
+    dispersion,
+    exact_heterogeneity,
+    heterogeneity,
+    i_squared,
+    inverse_variance_weights,
+    plan_rounds,
+    rho_for_epsilon,
+    sensitivities,
+    weighted_mean,
+)
+from fedstats.cli.app import app
+from fedstats.engine import Engine, SerialBackend
+from fedstats.errors import BudgetExceededError, DataError, ParameterError
+from fedstats.privacy.analysis.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
+from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
+from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.randomness import RandomSource
+
+
+def _data(n: int = 400, d: int = 16, seed: int = 0, lo: float = 0.0, hi: float = 1.0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(lo, hi, size=(n, d))
+
+
+# ------------------------------------------------------------------------------------------ exact values
+def test_exact_statistics_match_direct_loops() -> None:
+    x = _data(50, 7, seed=1)
+    n, d = x.shape
+    mu = [sum(x[i, j] for i in range(n)) / n for j in range(d)]
+    disp = sum(sum((x[i, j] - mu[j]) ** 2 for j in range(d)) for i in range(n)) / n
+    disp3 = sum(math.sqrt(sum((x[i, j] - mu[j]) ** 2 for j in range(d))) ** 3 for i in range(n)) / n
+    s2 = [sum((x[i, j] - sum(x[i]) / d) ** 2 for j in range(d)) / d for i in range(n)]
+    w = [1.0 / max(v, 0.05) for v in s2]
+    mw = [sum(w[i] * x[i, j] for i in range(n)) / sum(w) for j in range(d)]
+    q = sum(w[i] * sum((x[i, j] - mw[j]) ** 2 for j in range(d)) for i in range(n))
+    assert dispersion(x) == pytest.approx(disp, rel=1e-12)
+    assert dispersion(x, 3.0) == pytest.approx(disp3, rel=1e-12)
+    ww = inverse_variance_weights(x, min_variance=0.05)
+    np.testing.assert_allclose(ww, w, rtol=1e-12)
+    np.testing.assert_allclose(weighted_mean(x, ww), mw, rtol=1e-12)
+    np.testing.assert_allclose(weighted_mean(x, ww, form="paper"), np.array(mw) / n, rtol=1e-12)
+    assert cochran_q(x, ww) == pytest.approx(q, rel=1e-12)
+    assert i_squared(q, n) == pytest.approx(max(0.0, 1 - (n - 1) / q))
+    assert i_squared(0.5 * (n - 1), n) == 0.0
+    ex = exact_heterogeneity(x, min_variance=0.05)
+    assert ex.q == pytest.approx(q, rel=1e-12) and ex.dispersion == pytest.approx(disp, rel=1e-12)
+
+
+def test_no_privacy_run_through_engine_equals_exact() -> None:
+    x = _data(300, 12, seed=2)
+    r = heterogeneity(x, randomness=RandomSource(5))
+    ex = exact_heterogeneity(x, min_variance=0.05)
+    assert r.dispersion is not None and r.q is not None and r.i2 is not None
+    assert r.dispersion.estimate == pytest.approx(ex.dispersion, rel=1e-6)
+    assert r.q.estimate == pytest.approx(ex.q, rel=1e-6)
+    assert r.i2.estimate == pytest.approx(ex.i2, abs=1e-8)
+    assert r.epsilon is None and r.dispersion.interval is None
+
+
+# ------------------------------------------------------------------------------------------ sensitivity
+def _reports(x: np.ndarray, mu: np.ndarray, v: float) -> dict[str, np.ndarray]:
+    """Per-client contributions to each summed release (un-normalised, weights in units of w_max)."""
+    u = v / np.maximum(x.var(axis=1), v)
+    diff = x - mu
+    sq = np.einsum("ij,ij->i", diff, diff)
+    return {
+        "mean": x,
+        "weighted": np.concatenate([u[:, None] * x, u[:, None]], axis=1),
+        "dispersion": sq[:, None],
+        "q": (u * sq)[:, None],
+    }
+
+
+def test_sensitivities_hold_against_adversarial_neighbours() -> None:
+    d, v = 9, 0.05
+    sens = sensitivities(d, min_variance=v)
+    bound = {
+        "mean": sens.mean_sum,
+        "weighted": sens.weighted_sum,
+        "dispersion": sens.dispersion_sum,
+        "q": sens.q_sum,
+    }
+    rng = np.random.default_rng(3)
+    half = np.r_[np.zeros(d // 2), np.ones(d - d // 2)]
+    extremes = [np.zeros(d), np.ones(d), half, 1 - half, rng.random(d)]
+    worst = dict.fromkeys(bound, 0.0)
+    for mu in [np.zeros(d), np.ones(d), np.full(d, 0.5), rng.random(d)]:
+        cands = np.vstack([extremes, rng.integers(0, 2, size=(200, d)), rng.random((200, d))])
+        rep = _reports(cands, mu, v)
+        for k, r in rep.items():
+            # largest change of one client's contribution over all pairs of candidates
+            diff = np.linalg.norm(r[:, None, :] - r[None, :, :], axis=2).max()
+            assert diff <= bound[k] * (1 + 1e-12), k
+            worst[k] = max(worst[k], float(diff))
+    for k in ("mean", "dispersion", "q"):  # these bounds are attained (tight), not just safe
+        assert worst[k] >= 0.97 * bound[k], (k, worst[k], bound[k])
+    # the weighted block's bound sqrt(d + (1 - u_min)^2) is within a few percent of what is attainable
+    assert worst["weighted"] >= math.sqrt(d) * (1 - 1e-9)
+    # the paper's sqrt(d)/n for the dispersion is too small: one client moves it by d/n
+    assert sens.dispersion_average(10) > sens.mean_average(10)
+
+
+def test_q_is_unbounded_without_weight_floor() -> None:
+    """Near-constant vectors have huge weights: one client moves Q without bound unless weights are capped."""
+    rng = np.random.default_rng(4)
+    d = 6
+    levels = np.linspace(0.0, 1.0, 20)
+    x = np.clip(levels[:, None] + rng.normal(0, 1e-4, size=(20, d)), 0, 1)
+    x2 = x.copy()
+    x2[0] = np.clip(1.0 + rng.normal(0, 1e-4, size=d), 0, 1)  # neighbour: client 0 moves to the top
+    raw = abs(
+        cochran_q(x2, inverse_variance_weights(x2)) - cochran_q(x, inverse_variance_weights(x))
+    )
+    assert raw > 1e6
+    v = 0.05
+    capped = abs(
+        cochran_q(x2, inverse_variance_weights(x2, min_variance=v))
+        - cochran_q(x, inverse_variance_weights(x, min_variance=v))
+    )
+    assert capped <= sensitivities(d, min_variance=v).q_weight_units
+
+
+# ------------------------------------------------------------------------------------------ noise scales
+def test_plan_uses_agm_and_cgm_calibration() -> None:
+    n, d = 500, 16
+    for mech, fn in (
+        ("analytic", analytic_gaussian_sigma),
+        ("classical", classical_gaussian_sigma),
+    ):
+        cfg = HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism=mech)
+        p1, p2, _ = plan_rounds(cfg, n, d)
+        assert p1.epsilon == pytest.approx(0.25) and p2.delta == pytest.approx(5e-6)
+        assert p1.sigma == pytest.approx(fn(epsilon=0.25, delta=5e-6, sensitivity=math.sqrt(2)))
+    agm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5), n, d)[0].sigma
+    cgm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism="classical"), n, d)[0]
+    assert agm < cgm.sigma
+
+
+@pytest.mark.parametrize("noise", ["central", "distributed"])
+def test_released_mean_noise_has_planned_variance(noise: str) -> None:
+    """Monte Carlo: the noise on the released mean is N(0, tau^2) per coordinate (chi-square test)."""
+    x = _data(200, 8, seed=6, lo=0.3, hi=0.7)  # interior mean: clipping never binds
+    mu = x.mean(axis=0)
+    errs = []
+    tau = 0.0
+    for rep in range(120):
+        r = heterogeneity(
+            x,
+            statistic="dispersion",
+            epsilon=4.0,
+            delta=1e-5,
+            noise=noise,
+            randomness=RandomSource(1000 + rep),
+        )
+        assert r.mean is not None
+        errs.append(r.mean - mu)
+        tau = float(r.details["mean_noise_sd"])
+    e = np.asarray(errs).ravel()
+    assert abs(e.mean()) < 6 * tau / math.sqrt(e.size)
+    # var estimate within 6 standard errors (sd of s^2/tau^2 is sqrt(2/m))
+    assert abs(e.var() / tau**2 - 1) < 6 * math.sqrt(2 / e.size)
+
+
+def test_dispersion_mse_formula_and_central_vs_distributed() -> None:
+    """EMSE of D'' matches sigma_D^2 + (d^2 + 2d) tau^4; distributed and central noise give the same MSE."""
+    x = _data(150, 6, seed=7, lo=0.35, hi=0.65)
+    mse: dict[str, float] = {}
+    for noise in ("central", "distributed"):
+        sq = []
+        theory = 0.0
+        for rep in range(250):
+            r = heterogeneity(
+                x,
+                statistic="dispersion",
+                epsilon=3.0,
+                delta=1e-5,
+                noise=noise,
+                randomness=RandomSource(5000 + rep),
+            )
+            assert r.dispersion is not None and r.dispersion.error is not None
+            sq.append(r.dispersion.error**2)
+            theory = float(r.dispersion.mse_theory or 0.0)
+        arr = np.asarray(sq)
+        se = arr.std() / math.sqrt(arr.size)
+        assert abs(arr.mean() - theory) < 6 * se, (noise, arr.mean(), theory)
+        mse[noise] = float(arr.mean())
+    # the paper's claim, measured: the two MSEs agree (ratio within 6 SE of 1 for ~Gaussian errors)
+    assert abs(mse["distributed"] / mse["central"] - 1) < 6 * math.sqrt(4 / 250)
+
+
+def test_interval_coverage_and_paper_intervals() -> None:
+    x = _data(120, 6, seed=8)
+    hits = {"dispersion": 0, "q": 0, "i2": 0}
+    paper_hits = {"dispersion": 0, "q": 0}
+    reps = 200
+    for rep in range(reps):
+        r = heterogeneity(x, epsilon=2.0, delta=1e-5, randomness=RandomSource(9000 + rep))
+        for name in hits:
+            st = getattr(r, name)
+            hits[name] += bool(st.covers())
+        for name in paper_hits:
+            st = getattr(r, name)
+            lo, hi = st.paper_interval
+            paper_hits[name] += lo <= st.truth <= hi
+    for name, h in hits.items():  # guaranteed coverage >= 95% (conservative)
+        assert h / reps >= 0.95 - 3 * math.sqrt(0.05 * 0.95 / reps), (name, h)
+    # Theorems 4.7 / 4.15 shrink like n^-4.5 and ignore the round-2 noise: they almost never cover
+    assert paper_hits["dispersion"] / reps < 0.2 and paper_hits["q"] / reps < 0.2
+
+
+# ------------------------------------------------------------------------------------------ discrete/secure
+def test_distributed_discrete_gaussian_accounting() -> None:
+    rho = rho_for_epsilon(epsilon=1.0, delta=1e-5)
+    assert zcdp_to_approx_dp(rho=rho, delta=1e-5) == pytest.approx(1.0, rel=1e-8)
+    n, l2 = 100, 2.0**16
+    s2 = ddg_share_variance(rho=rho / 2, n=n, l2=l2, l1=4 * l2, dim=5)
+    assert ddg_rho(share_variance=s2, n=n, l2=l2, l1=4 * l2, dim=5) <= rho / 2 * (1 + 1e-9)
+    # large shares: tau is negligible and the sum behaves like one Gaussian of variance n * s2
+    assert n * s2 == pytest.approx(l2 * l2 / rho, rel=1e-6)
+    # tiny shares: tau dominates and rho exceeds the continuous value
+    assert ddg_rho(share_variance=0.3, n=n, l2=1, l1=1, dim=5) > 1 / (2 * n * 0.3)
+    # with dropouts fewer shares reach the sum: the achieved epsilon grows and is reported
+    cfg = HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise="distributed", secure=True)
+    p1, p2, _ = plan_rounds(cfg, 50, 4)
+    assert zcdp_to_approx_dp(rho=p1.rho + p2.rho, delta=1e-5) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_secure_and_plain_routes_equal() -> None:
+    """Same seed: real secure aggregation gives exactly the plain route's result (discrete shares)."""
+    if importlib.util.find_spec("fedstats.engine.secure") is None:  # pragma: no cover
+        pytest.fail("the secure route (fedstats.engine.secure) is not installed")
+    from fedstats.engine.secure import SecureAggregationBackend
+
+    x = _data(12, 5, seed=10)
+    out = []
+    for backend in (SerialBackend(), SecureAggregationBackend(cohort_size=12)):
+        rs = RandomSource(77)
+        eng = Engine(backend, rs)
+        r = heterogeneity(
+            x, epsilon=1.0, delta=1e-5, noise="distributed", secure=True, engine=eng, randomness=rs
+        )
+        out.append(r)
+    a, b = out
+    assert a.dispersion is not None and b.dispersion is not None and a.q and b.q
+    assert a.dispersion.estimate == b.dispersion.estimate
+    assert a.q.estimate == b.q.estimate
+    np.testing.assert_array_equal(a.mean, b.mean)
+    assert a.details["epsilon_achieved"] == pytest.approx(1.0, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ ledger
+def test_ledger_records_both_rounds_and_refuses_over_budget() -> None:
+    x = _data(50, 4, seed=11)
+    led = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
+    heterogeneity(
+        x, epsilon=1.0, delta=1e-5, round1_fraction=0.3, ledger=led, randomness=RandomSource(1)
+    )
+    assert len(led.entries) == 2
+    assert [e.epsilon for e in led.entries] == pytest.approx([0.3, 0.7])
+    assert led.total().epsilon <= 1.0 + 1e-9  # basic composition, or tighter via zCDP
+    with pytest.raises(BudgetExceededError):
+        heterogeneity(x, epsilon=0.1, delta=1e-7, ledger=led, randomness=RandomSource(2))
+
+
+# ------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("x", "kwargs", "match"),
+    [
+        (np.full((5, 3), 1.5), {}, "outside"),
+        (np.r_[[[0.1, 0.9, 0.5]], [[0.4, 0.4, 0.4]]], {}, "constant vector"),
+        (np.array([[0.1, 0.2, 0.3]]), {}, "at least 2 clients"),
+        (np.array([[0.1, np.nan], [0.2, 0.3]]), {}, "NaN"),
+        (np.ones(4), {}, "shape"),
+    ],
+)
+def test_bad_input_api(x: np.ndarray, kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(DataError, match=match):
+        heterogeneity(x, randomness=RandomSource(0), **kwargs)  # type: ignore[arg-type]
+
+
+def test_constant_vectors_allowed_for_dispersion_only() -> None:
+    x = np.r_[[[0.1, 0.9, 0.5]], [[0.4, 0.4, 0.4]], [[0.2, 0.3, 0.8]]]
+    r = heterogeneity(x, statistic="dispersion", randomness=RandomSource(0))
+    assert r.q is None and r.dispersion is not None
+
+
+def test_bad_parameters_api() -> None:
+    x = _data(10, 3)
+    with pytest.raises(ParameterError, match="epsilon"):
+        heterogeneity(x, epsilon=1.0)
+    with pytest.raises(ParameterError, match="noise"):
+        heterogeneity(x, epsilon=1.0, delta=1e-5, secure=True)
+    with pytest.raises(ParameterError, match="min_variance"):
+        heterogeneity(x, min_variance=0.5)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+runner = CliRunner()
+
+
+def test_cli_json_keys_and_truth() -> None:
+    res = runner.invoke(
+        app,
+        [
+            "--seed",
+            "1",
+            "heterogeneity",
+            "digits",
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-5",
+            "--label-ratio",
+            "91:1:1:1:1:1:1:1:1:1",
+            "--noise",
+            "distributed",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    for key in ("dispersion", "q", "i2"):
+        assert {"estimate", "interval", "truth"} <= set(out[key])
+    assert out["n_clients"] == 195 and out["dim"] == 64
+    assert len(out["ledger"]["entries"]) == 2
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: pytest.TempPathFactory) -> None:
+    bad = tmp_path / "bad.csv"  # type: ignore[operator]
+    bad.write_text("a,b,c\n0.1,0.5,2.0\n0.3,0.2,0.1\n")
+    const = tmp_path / "const.csv"  # type: ignore[operator]
+    const.write_text("a,b,c\n0.1,0.5,0.9\n0.4,0.4,0.4\n")
+    one = tmp_path / "one.csv"  # type: ignore[operator]
+    one.write_text("a,b,c\n0.1,0.5,0.9\n")
+    cases = [
+        ([str(bad), "--no-privacy"], "outside [0, 1]"),
+        ([str(const), "--no-privacy"], "constant vector"),
+        ([str(one), "--no-privacy"], "at least 2 clients"),
+        (["digits", "--epsilon", "1"], "--epsilon/--delta"),
+        (["digits", "--no-privacy", "--statistic", "median"], "--statistic"),
+    ]
+    for args, msg in cases:
+        res = runner.invoke(app, ["heterogeneity", *args])
+        assert res.exit_code == 2, (args, res.output)
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], lines
