@@ -49,6 +49,8 @@ __all__ = [
     "MAX_DENSE_ENTRIES",
     "StableProjection",
     "cms_transform",
+    "coupled_columns",
+    "project_coupled",
     "sample_symmetric_stable",
 ]
 
@@ -142,6 +144,84 @@ def sample_symmetric_stable(alpha: float, size: int | tuple[int, ...], rng: RNG)
     w = np.asarray(rng.standard_exponential(shape), dtype=np.float64)
     w = np.where(w <= 0.0, np.finfo(np.float64).tiny, w)
     return cms_transform(alpha, v, w)
+
+
+def _cms_from_parts(
+    alpha: float, v: np.ndarray, log_cos_v: np.ndarray, log_w: np.ndarray
+) -> np.ndarray:
+    """CMS transform from precomputed ``log cos V`` and ``log W`` (shared across coupled stabilities)."""
+    if alpha == 2.0:
+        out: np.ndarray = 2.0 * np.sin(v) * np.exp(0.5 * log_w)
+        return out
+    if alpha == 1.0:
+        return np.asarray(np.tan(v))
+    c = (1.0 - alpha) / alpha
+    log_scale = -log_cos_v / alpha + c * (np.log(np.cos((1.0 - alpha) * v)) - log_w)
+    return np.asarray(np.sin(alpha * v) * np.exp(log_scale))
+
+
+def coupled_columns(
+    seed: int, encoding_size: int, alphas: tuple[float, ...], columns: Any
+) -> list[np.ndarray]:
+    """Columns of the projections of several stabilities from one seed, sharing their uniforms.
+
+    Parameters
+    ----------
+    seed : int
+        Public seed in ``[0, 2**256)``.
+    encoding_size : int
+        ``l`` >= 1.
+    alphas : tuple of float
+        Stabilities in (0, 2].
+    columns : array_like of int
+        Column indices (>= 0).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One ``(len(columns), l)`` array per alpha, equal to ``StableProjection(seed, l, a).columns(columns)``
+        (the angle, the exponential and their logarithms are computed once for all alphas).
+    """
+    s = check_int("projection_seed", seed, low=0, high=2**256 - 1)
+    ell = check_int("encoding_size", encoding_size, low=1)
+    al = [_check_alpha(a) for a in alphas]
+    j = np.asarray(columns, dtype=np.int64).ravel()
+    if j.size and int(j.min()) < 0:
+        raise ParameterError("columns", int(j.min()), "non-negative column indices")
+    outs = [np.empty((j.size, ell), dtype=np.float64) for _ in al]
+    step = max(1, _COLUMN_CHUNK_ENTRIES // ell)
+    for a in range(0, j.size, step):
+        u = _column_uniforms(s, j[a : a + step], 2 * ell)
+        v = (u[:, 0::2] - 0.5) * math.pi
+        log_w = np.log(-np.log(u[:, 1::2]))
+        log_cos_v = np.log(np.cos(v)) if any(x not in (1.0, 2.0) for x in al) else v
+        for out, alpha in zip(outs, al, strict=True):
+            out[a : a + step] = _cms_from_parts(alpha, v, log_cos_v, log_w)
+    return outs
+
+
+def project_coupled(
+    seed: int, encoding_size: int, alphas: tuple[float, ...], idx: Any, vals: Any
+) -> list[np.ndarray]:
+    """Project one sparse vector ``(idx, vals)`` at several stabilities from one seed (shared uniforms).
+
+    Returns one ``(l,)`` array per alpha, equal to ``StableProjection(seed, l, a).project((idx, vals))[0]``
+    up to rounding; memory ``O(len(alphas) * chunk)``, never ``l * m``.
+    """
+    i = np.asarray(idx, dtype=np.int64).ravel()
+    x = np.asarray(vals, dtype=np.float64).ravel()
+    if i.shape != x.shape:
+        raise DataError(f"idx and vals must have the same shape, got {i.shape} and {x.shape}")
+    if not np.isfinite(x).all():
+        raise DataError("vals has a NaN or infinite value")
+    ell = check_int("encoding_size", encoding_size, low=1)
+    res = [np.zeros(ell) for _ in alphas]
+    step = max(1, _COLUMN_CHUNK_ENTRIES // ell)
+    for a in range(0, i.size, step):
+        cols = coupled_columns(seed, ell, alphas, i[a : a + step])
+        for r, c in zip(res, cols, strict=True):
+            r += x[a : a + step] @ c
+    return res
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -238,18 +318,7 @@ class StableProjection:
         numpy.ndarray of float64
             Row ``i`` is column ``columns[i]`` of ``P``.
         """
-        j = np.asarray(columns, dtype=np.int64).ravel()
-        if j.size and int(j.min()) < 0:
-            raise ParameterError("columns", int(j.min()), "non-negative column indices")
-        ell = self.encoding_size
-        out = np.empty((j.size, ell), dtype=np.float64)
-        step = max(1, _COLUMN_CHUNK_ENTRIES // ell)
-        for a in range(0, j.size, step):
-            u = _column_uniforms(self.seed, j[a : a + step], 2 * ell)
-            v = (u[:, 0::2] - 0.5) * math.pi
-            w = -np.log(u[:, 1::2])
-            out[a : a + step] = cms_transform(self.alpha, v, w)
-        return out
+        return coupled_columns(self.seed, self.encoding_size, (self.alpha,), columns)[0]
 
     def matrix(self, m: int) -> np.ndarray:
         """The dense ``(l, m)`` matrix (a read-only view of a cached array).
