@@ -15,6 +15,7 @@ from fedstats.cli._common import FedstatsGroup
 _REPRODUCE_MODULES: tuple[str, ...] = (
     "fedstats.cli.reproduce_performance_gap",
     "fedstats.cli.reproduce_bit_pushing",
+    "fedstats.cli.reproduce_heterogeneity",
 )
 
 reproduce_app = typer.Typer(
