@@ -235,7 +235,7 @@ def plan_epsilon(
         m = _bernstein_m(alloc.mechanism, layout) if bound == "bernstein" else None
         return error_bound(var, p, bound=bound, bernstein_m=m), alloc
 
-    grid = np.geomspace(_EPS_LO, _EPS_HI, 161)
+    grid = np.geomspace(_EPS_LO, _EPS_HI, 81)
     errs = [err(float(e))[0] for e in grid]
     floor_eps = 700.0 if kind == "R" else _EPS_HI
     floor = err(floor_eps)[0]
