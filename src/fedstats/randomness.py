@@ -48,6 +48,7 @@ _DOMAIN_PRIVATE = 0
 _DOMAIN_PUBLIC = 1
 _DOMAIN_NAMES = {_DOMAIN_PRIVATE: "private", _DOMAIN_PUBLIC: "public"}
 _TWO_POW_53 = float(2**53)
+_CHUNK = 1 << 20  # bytes of keystream per cipher call in SecureGenerator._words
 _RELEASE_NOTE = "reproducible (seeded) run: not for release"
 
 
@@ -107,23 +108,46 @@ class SecureGenerator:
     # -- raw material -------------------------------------------------------------------------
     def bytes(self, length: int) -> bytes:
         """Return ``length`` bytes of keystream."""
+        if length > _CHUNK:
+            return self._words((length + 7) // 8).tobytes()[:length]
         if len(self._zeros) < length:
             self._zeros = bytes(max(length, 1 << 16))
         return self._enc.update(memoryview(self._zeros)[:length])
 
+    def _words(self, n: int) -> np.ndarray:
+        """``n`` keystream words as a fresh, writable uint64 array (keystream order as :meth:`bytes`).
+
+        The cipher writes straight into the array (``update_into``) in chunks of ``_CHUNK`` bytes, so no
+        intermediate ``bytes`` object is built and the zero input buffer stays small.
+        """
+        # update_into needs block_size - 1 spare bytes after the data: two spare words.
+        buf = np.empty(n + 2, dtype=np.uint64)
+        view = memoryview(buf.data).cast("B")
+        if len(self._zeros) < _CHUNK:
+            self._zeros = bytes(_CHUNK)
+        zeros = memoryview(self._zeros)
+        total = 8 * n
+        pos = 0
+        while pos < total:
+            step = min(_CHUNK, total - pos)
+            self._enc.update_into(zeros[:step], view[pos:])
+            pos += step
+        return buf[:n]
+
     def random_raw(self, size: Size = None) -> Any:
         """Return uniform 64-bit unsigned integers of the given shape (a Python int when size is None)."""
         n = int(np.prod(size)) if size is not None else 1
-        arr = np.frombuffer(self.bytes(8 * n), dtype=np.uint64)
+        arr = self._words(n)
         return int(arr[0]) if size is None else arr.reshape(size)
 
     def _unit(self, size: Size, *, open_low: bool = False) -> Any:
-        raw = np.asarray(self.random_raw(1 if size is None else size))
-        u = (raw >> np.uint64(11)).astype(np.float64)
+        raw = self._words(1 if size is None else int(np.prod(size)))
+        np.right_shift(raw, np.uint64(11), out=raw)
+        u = raw.view(np.int64).astype(np.float64)  # exact: values below 2^53
         if open_low:
             u += 0.5  # values in (0, 1): (k + 1/2) / 2^53
-        u /= _TWO_POW_53
-        return float(u.ravel()[0]) if size is None else u
+        u *= 1.0 / _TWO_POW_53  # a power of two: identical to dividing
+        return float(u[0]) if size is None else u.reshape(size)
 
     # -- continuous ---------------------------------------------------------------------------
     def random(self, size: Size = None) -> Any:

@@ -199,6 +199,11 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
         if g == 0.0:
             break
         step = -g / dg if math.isfinite(dg) and dg < 0.0 else math.nan
+        # Newton converges quadratically: once a step is below 1e-13 (relative sigma), the next one
+        # is at the rounding noise of log delta; stop there (the margin below handles the rest).
+        if abs(step) <= 1e-13:
+            t += step
+            break
         new = t + step if math.isfinite(step) else math.nan
         if not (lo < new < hi) or not math.isfinite(new):
             if math.isfinite(lo) and math.isfinite(hi):
@@ -207,7 +212,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
                 new = lo + 1.0
             else:
                 new = hi - 1.0
-        if abs(new - t) <= 1e-15 * max(1.0, abs(t)):
+        if abs(new - t) <= 1e-13:
             t = new
             break
         if math.isfinite(lo) and math.isfinite(hi) and hi - lo <= 4e-16 * max(1.0, abs(t)):
