@@ -25,6 +25,7 @@ import numpy as np
 
 from fedstats.analyses.heterogeneity import (
     dispersion,
+    dispersion_mse,
     heterogeneity,
     inverse_variance_weights,
     paper_tmse_dispersion,
@@ -110,6 +111,13 @@ def _rep_errors(
         out[f"{st.name}_cover"] = float(bool(st.covers()))
         lo, hi = st.paper_interval if st.paper_interval else (math.nan, math.nan)
         out[f"{st.name}_paper_cover"] = float(lo <= float(st.truth or 0.0) <= hi)
+    # theoretical MSE with the exact mean (clipping accounted for exactly)
+    out["dispersion_tmse"] = dispersion_mse(
+        dim=x.shape[1],
+        mean_sd=float(r.details["mean_noise_sd"]),
+        dispersion_sd=float(r.dispersion.noise_sd or 0.0),
+        centre=mu,
+    )
     out["dispersion_paper_tmse"] = paper_tmse_dispersion(x, mu, r.mean - mu, y2)
     out["q_paper_tmse"] = paper_tmse_q(x, w, mu_w, r.weighted_mean - mu_w, z2)
     out["i2_paper_tmse"] = paper_tmse_i2(n, r.q.estimate, float(r.q.truth or 0.0))

@@ -17,7 +17,8 @@ clipping, :math:`\mu' - \mu \sim N(0, \tau^2 I_d)` and
 
     \mathrm{MSE}(D'') = \sigma_D^2 + (d^2 + 2d)\,\tau^4
 
-(clipping :math:`\mu'` to :math:`[0,1]^d` only moves it towards :math:`\mu`, so this is an upper bound).
+(clipping :math:`\mu'` to :math:`[0,1]^d` only moves it towards :math:`\mu`, so this is an upper bound;
+:func:`dispersion_mse` with ``centre`` gives the exact value with clipping, from truncated-normal moments).
 For Q the weighted mean is a ratio of noisy sums, :math:`\bar\mu' - \bar\mu \approx (Z_N - \bar\mu Z_S)/S`,
 Gaussian with covariance :math:`c\,(I + \bar\mu\bar\mu^\top)`, :math:`c = \sigma_w^2/S^2`, whence (delta
 method) :math:`\mathrm{MSE}(Q'') \approx \sigma_Q^2 + (w_{\max}S)^2 c^2 [(d + m)^2 + 2(d - 1 + (1+m)^2)]`,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "attach_errors",
+    "clipped_error_moments",
     "dispersion_interval",
     "dispersion_mse",
     "i2_mse",
@@ -68,8 +70,44 @@ __all__ = [
 ]
 
 
-def dispersion_mse(*, dim: int, mean_sd: float, dispersion_sd: float) -> float:
-    """Closed-form MSE of the average dispersion D'' (p = 2), an upper bound when the mean is clipped.
+def clipped_error_moments(centre: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """:math:`E[e_j^2]` and :math:`E[e_j^4]` of :math:`e_j = \\mathrm{clip}(\\mu_j + Y_j, 0, 1) - \\mu_j`.
+
+    :math:`Y_j \\sim N(0, \\tau^2)`. Exact, from the truncated-normal moment recursion
+    :math:`M_k = (k-1)\\tau^2 M_{k-2} + \\tau^2(a^{k-1}\\varphi_\\tau(a) - b^{k-1}\\varphi_\\tau(b))` on
+    :math:`[a, b] = [-\\mu_j, 1 - \\mu_j]` plus the two clipped tails.
+
+    Parameters
+    ----------
+    centre : numpy.ndarray, shape (d,)
+        :math:`\\mu` in [0, 1]^d.
+    sd : float
+        :math:`\\tau > 0`.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Second and fourth moments, each ``(d,)``.
+    """
+    mu = np.asarray(centre, dtype=np.float64)
+    a, b = -mu, 1.0 - mu
+    t2 = sd * sd
+    pa = scipy.stats.norm.pdf(a, scale=sd)
+    pb = scipy.stats.norm.pdf(b, scale=sd)
+    m0 = scipy.stats.norm.cdf(b, scale=sd) - scipy.stats.norm.cdf(a, scale=sd)
+    m2 = t2 * m0 + t2 * (a * pa - b * pb)
+    m4 = 3.0 * t2 * m2 + t2 * (a**3 * pa - b**3 * pb)
+    lo = scipy.stats.norm.cdf(a, scale=sd)  # mass clipped to 0: error -mu
+    hi = scipy.stats.norm.sf(b, scale=sd)  # mass clipped to 1: error 1 - mu
+    e2 = m2 + a**2 * lo + b**2 * hi
+    e4 = m4 + a**4 * lo + b**4 * hi
+    return e2, e4
+
+
+def dispersion_mse(
+    *, dim: int, mean_sd: float, dispersion_sd: float, centre: np.ndarray | None = None
+) -> float:
+    """Theoretical MSE of the average dispersion D'' (p = 2).
 
     Parameters
     ----------
@@ -79,13 +117,20 @@ def dispersion_mse(*, dim: int, mean_sd: float, dispersion_sd: float) -> float:
         :math:`\\tau`, standard deviation of each coordinate of the released mean's noise.
     dispersion_sd : float
         :math:`\\sigma_D`, standard deviation of the noise on the average dispersion.
+    centre : numpy.ndarray, shape (d,), optional
+        The exact mean. When given, the clipping of the released mean to [0, 1]^d is accounted for
+        exactly: :math:`\\sigma_D^2 + (\\sum_j E e_j^2)^2 + \\sum_j (E e_j^4 - (E e_j^2)^2)`
+        (:func:`clipped_error_moments`); otherwise the unclipped upper bound
+        :math:`\\sigma_D^2 + (d^2 + 2d)\\tau^4`.
 
     Returns
     -------
     float
-        :math:`\\sigma_D^2 + (d^2 + 2d)\\tau^4`.
     """
-    return dispersion_sd**2 + (dim * dim + 2 * dim) * mean_sd**4
+    if centre is None or mean_sd == 0.0:
+        return dispersion_sd**2 + (dim * dim + 2 * dim) * mean_sd**4
+    e2, e4 = clipped_error_moments(centre, mean_sd)
+    return float(dispersion_sd**2 + e2.sum() ** 2 + (e4 - e2 * e2).sum())
 
 
 def q_mse(
@@ -272,7 +317,8 @@ def attach_errors(
         est.noise_sd = sd_d
         res.details["mean_noise_sd"] = tau
         if cfg.p == 2.0 and res.mean is not None:
-            est.mse_theory = dispersion_mse(dim=d, mean_sd=tau, dispersion_sd=sd_d)
+            # plug-in of the released mean for the clipping (the exact mean is not known to the server)
+            est.mse_theory = dispersion_mse(dim=d, mean_sd=tau, dispersion_sd=sd_d, centre=res.mean)
             est.standard_error = math.sqrt(est.mse_theory)
             est.paper_interval = paper_interval_dispersion(est.estimate, xi1_sq=tau * tau, n=n)
             est.interval = dispersion_interval(
