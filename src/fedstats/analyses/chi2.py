@@ -492,7 +492,15 @@ def fed_chi2_protocol(
         bits=b,
         frac_bits=f,
         decoder=dec,
-        details={"rows": rows.tolist(), "cols": cols.tolist(), "n_round1": n},
+        details={
+            "rows": rows.tolist(),
+            "cols": cols.tolist(),
+            "n_round1": n,
+            "encoding": e.tolist(),
+            # who dropped out is known to the server anyway (the survivors' set is public in secure
+            # aggregation); listed for simulations, up to 10,000 clients
+            "dropped_clients": dropped.tolist() if dropped.size <= 10_000 else None,
+        },
     )
 
 

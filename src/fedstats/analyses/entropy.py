@@ -416,6 +416,7 @@ def fed_entropy_protocol(
         bits=b,
         frac_bits=f,
         n_categories=mm,
+        details={"encoding_plus": e[:ell].tolist(), "encoding_minus": e[ell:].tolist()},
     )
 
 

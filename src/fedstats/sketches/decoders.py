@@ -122,6 +122,11 @@ def log_abs_stable_variance(alpha: float) -> float:
     return math.pi**2 * (1.0 / a**2 + 0.5) / 6.0
 
 
+def _exp(x: float) -> float:
+    """``exp`` that returns ``inf`` instead of raising on overflow."""
+    return math.exp(x) if x < 709.0 else math.inf
+
+
 def _log_abs_cumulants(alpha: float) -> tuple[float, float, float, float]:
     """First four cumulants of ``log|S|``, from ``log E|S|^t = log[(2/pi) G(1 - t/a) G(t) sin(pi t / 2)]``."""
     a = alpha
@@ -231,8 +236,8 @@ def geometric_mean_estimator(
     log_est = a * mean_log - _log_geometric_constant(a, ell)
     # pivot: mean_k log|S_k| = mean_log - log(F) / alpha, quantiles by Cornish-Fisher
     q_lo, q_hi = _mean_log_quantiles(a, ell, conf)
-    ci = (math.exp(a * (mean_log - q_hi)), math.exp(a * (mean_log - q_lo)))
-    return FrequencyMomentEstimate(math.exp(log_est), ci, conf, rel_se, "geometric", a, ell, False)
+    ci = (_exp(a * (mean_log - q_hi)), _exp(a * (mean_log - q_lo)))
+    return FrequencyMomentEstimate(_exp(log_est), ci, conf, rel_se, "geometric", a, ell, False)
 
 
 def mean_of_squares_estimator(

@@ -61,7 +61,7 @@ _GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64 increment (golden ratio)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _TWO_POW_53 = float(2**53)
-_COLUMN_CHUNK_ENTRIES = 1 << 22  # entries of P generated per chunk when streaming
+_COLUMN_CHUNK_ENTRIES = 1 << 19  # entries of P generated per chunk when streaming (~40 MB peak)
 
 
 def _check_alpha(alpha: float) -> float:

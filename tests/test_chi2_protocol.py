@@ -1,0 +1,202 @@
+"""FED-chi^2: correctness of the protocol, intervals on real tables, dropout, routes and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from fedstats.analyses.chi2 import _survivor_table as survivor_table
+from fedstats.analyses.chi2 import (
+    chi_square_statistic,
+    fed_chi2,
+    fed_chi2_protocol,
+    simulate_fed_chi2,
+)
+from fedstats.datasets import contingency_table, load_adult, split_contingency_table
+from fedstats.engine import Engine, InMemoryPopulation
+from fedstats.errors import DataError, OverflowRiskError, ParameterError
+from fedstats.randomness import RandomSource
+from fedstats.sketches.stable import StableProjection
+
+
+@pytest.fixture(scope="module")
+def adult_table() -> np.ndarray:
+    ct = contingency_table(load_adult("train"), "occupation", "native_country")
+    return np.asarray(ct.counts)
+
+
+@pytest.fixture(scope="module")
+def adult_clients(adult_table: np.ndarray) -> np.ndarray:
+    return split_contingency_table(adult_table, 100, rng=RandomSource(7))
+
+
+def _direct_statistic(table: np.ndarray, seed: int, ell: int) -> float:
+    """||P w||^2 / (2 l) computed centrally from the global table (what the protocol must reproduce)."""
+    t = table.astype(np.float64)
+    vbar = np.outer(t.sum(1), t.sum(0)) / t.sum()
+    w = ((t - vbar) / np.sqrt(vbar)).ravel()
+    e = StableProjection(seed, ell, 2.0).project(w[None, :])[0]
+    return float(e @ e / (2 * ell))
+
+
+def test_chi_square_statistic_matches_scipy(adult_table: np.ndarray) -> None:
+    stat, dof = chi_square_statistic(adult_table)
+    ref = scipy.stats.chi2_contingency(adult_table, correction=False)
+    assert stat == pytest.approx(ref[0], rel=1e-10)
+    assert dof == ref[2] == (adult_table.shape[0] - 1) * (adult_table.shape[1] - 1)
+
+
+@pytest.mark.parametrize("bits", [16, 32, 64])
+def test_protocol_reproduces_central_sketch(adult_clients: np.ndarray, bits: int) -> None:
+    # by linearity the summed client encodings are P w: only fixed-point rounding may differ
+    seed = 12345
+    res = fed_chi2(adult_clients, bits=bits, projection_seed=seed, randomness=RandomSource(1))
+    direct = _direct_statistic(adult_clients.sum(0), seed, 50)
+    # rounding noise of 100 clients at resolution 2^-f on |e_k| ~ sqrt(2 s)
+    tol = 6 * math.sqrt(100 / 4) * 2.0**-res.frac_bits * 2 / math.sqrt(2 * direct) + 1e-9
+    assert res.statistic == pytest.approx(direct, rel=tol)
+    assert res.dof == 14 * 41
+    assert res.bytes_full_table == math.ceil(15 * 42 * bits / 8)
+    assert res.bytes_per_client == math.ceil(57 * bits / 8) + math.ceil(50 * bits / 8)
+
+
+@pytest.mark.parametrize("decoder", ["mean-of-squares", "geometric"])
+def test_interval_covers_exact_statistic_on_adult(adult_clients: np.ndarray, decoder: str) -> None:
+    hits = 0
+    runs = 12
+    for r in range(runs):
+        res = fed_chi2(adult_clients, decoder=decoder, randomness=RandomSource(100 + r))
+        assert res.exact_statistic == pytest.approx(chi_square_statistic(adult_clients.sum(0))[0])
+        hits += res.ci is not None and res.ci[0] <= res.exact_statistic <= res.ci[1]
+        assert res.release_note is not None
+    # P(at most 8 of 12 hits | 95% coverage) < 2e-3
+    assert hits >= 9
+
+
+def test_p_value_and_decision(adult_clients: np.ndarray) -> None:
+    res = fed_chi2(adult_clients, randomness=RandomSource(2))
+    assert res.p_value == pytest.approx(scipy.stats.chi2.sf(res.statistic, res.dof))
+    assert (
+        res.rejected and res.decision_stable
+    )  # Adult occupation x country is far from independent
+    # an independent table: the interval straddles or sits below the critical value
+    rng = np.random.default_rng(0)
+    indep = rng.multinomial(2000, np.full(16, 1 / 16), size=30).reshape(30, 4, 4)
+    r2 = fed_chi2(indep, randomness=RandomSource(3))
+    assert r2.ci is not None
+    assert r2.decision_stable == (r2.ci[0] > r2.critical_value or r2.ci[1] <= r2.critical_value)
+
+
+def test_dropout_is_without_replacement_and_keeps_marginals(adult_clients: np.ndarray) -> None:
+    res = fed_chi2(adult_clients, dropout=0.2, randomness=RandomSource(4), projection_seed=99)
+    assert res.n_dropped == 20 and res.n_clients == 80
+    dropped = np.asarray(res.details["dropped_clients"])
+    assert dropped.size == 20 and np.unique(dropped).size == 20
+    survivors = np.setdiff1d(np.arange(100), dropped)
+    # the protocol's estimate is the sketch of the survivors' sum of u_i, with round-1 marginals
+    t = adult_clients.sum(0).astype(np.float64)
+    vbar = np.outer(t.sum(1), t.sum(0)) / t.sum()
+    vs = adult_clients[survivors].sum(0)
+    w = ((vs - 0.8 * vbar) / np.sqrt(vbar)).ravel()
+    e = StableProjection(99, 50, 2.0).project(w[None, :])[0]
+    assert res.statistic == pytest.approx(float(e @ e) / 100, rel=1e-6)
+    assert res.dof == 14 * 41
+
+
+def test_simulation_has_the_protocols_distribution(adult_table: np.ndarray) -> None:
+    # no dropout: l * s_hat / s ~ chi2_l exactly, for the materialized and the distribution shortcut
+    s = chi_square_statistic(adult_table)[0]
+    for mode, runs in (("materialize", 150), ("distribution", 400)):
+        x = [
+            simulate_fed_chi2(
+                adult_table, 100, randomness=RandomSource(r), projection=mode
+            ).statistic
+            * 50
+            / s
+            for r in range(runs)
+        ]
+        assert scipy.stats.kstest(x, scipy.stats.chi2(50).cdf).pvalue > 1e-6
+
+
+def test_survivor_table_matches_brute_force_authors_split() -> None:
+    table = np.array([[40, 3], [7, 120]])
+    rng = np.random.default_rng(5)
+    fast = np.array([survivor_table(table, 10, 7, "authors", rng)[1, 1] for _ in range(400)])
+    slow = np.array(
+        [
+            split_contingency_table(table, 10, rng=np.random.default_rng(1000 + i))[:7, 1, 1].sum()
+            for i in range(400)
+        ]
+    )
+    assert scipy.stats.ks_2samp(fast, slow).pvalue > 1e-6
+    iid = np.array([survivor_table(table, 10, 7, "iid", rng)[1, 1] for _ in range(400)])
+    assert abs(iid.mean() - 84) < 6 * math.sqrt(120 * 0.7 * 0.3 / 400)
+
+
+def test_protocol_runs_on_engine_directly() -> None:
+    rng = np.random.default_rng(1)
+    tables = rng.integers(0, 5, size=(20, 3, 4))
+    proto = fed_chi2_protocol((3, 4), projection_seed=5, max_cell=4, encoding_size=10)
+    res = Engine(randomness=RandomSource(0)).run(proto, InMemoryPopulation.from_tables(tables))
+    assert res.dof == 6 and res.encoding_size == 10
+    assert res.statistic == pytest.approx(_direct_statistic(tables.sum(0), 5, 10), rel=1e-6)
+
+
+def test_bad_input() -> None:
+    good = np.ones((3, 2, 2), dtype=np.int64)
+    neg = good.copy()
+    neg[1, 0, 1] = -1
+    with pytest.raises(DataError, match="negative"):
+        fed_chi2(neg)
+    empty_row = np.ones((3, 3, 2), dtype=np.int64)
+    empty_row[:, 2, :] = 0
+    with pytest.raises(DataError, match="empty row"):
+        fed_chi2(empty_row)
+    res = fed_chi2(empty_row, drop_empty=True, randomness=RandomSource(0))
+    assert res.dof == 1
+    with pytest.raises(ParameterError, match="encoding_size"):
+        fed_chi2(good, encoding_size=1)
+    with pytest.raises(ParameterError, match="decoder"):
+        fed_chi2(good, decoder="median")
+    with pytest.raises(ParameterError, match="bits"):
+        fed_chi2(good, bits=8)
+    with pytest.raises(ParameterError, match="dropout"):
+        fed_chi2(good, dropout=1.0)
+    with pytest.raises(DataError, match="whole-number"):
+        fed_chi2(good + 0.5)
+    with pytest.raises(DataError, match="shape"):
+        fed_chi2(np.ones((2, 2)))
+    with pytest.raises(DataError, match="empty"):
+        simulate_fed_chi2(np.array([[1, 0], [2, 0]]), 5)
+
+
+def test_narrow_field_is_refused_not_wrapped() -> None:
+    big = np.full((2, 30, 30), 10**6, dtype=np.int64)
+    big[0, 0, 0] = 1
+    with pytest.raises(OverflowRiskError, match="bits=16"):
+        fed_chi2(big, bits=16, randomness=RandomSource(0))
+
+
+def test_secure_route_gives_identical_results(adult_clients: np.ndarray) -> None:
+    secure = pytest.importorskip("fedstats.engine.secure")
+    tables = adult_clients[:30]
+    for bits in (16, 64):
+        plain = fed_chi2(
+            tables,
+            bits=bits,
+            dropout=0.1,
+            drop_empty=True,
+            engine=Engine(randomness=RandomSource(8)),
+        )
+        sec = fed_chi2(
+            tables,
+            bits=bits,
+            dropout=0.1,
+            drop_empty=True,
+            engine=Engine(secure.SecureAggregationBackend(), RandomSource(8)),
+        )
+        assert sec.statistic == plain.statistic
+        assert sec.ci == plain.ci
