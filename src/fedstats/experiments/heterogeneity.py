@@ -87,12 +87,25 @@ def _datasets(data_dir: Path | None, quick: bool) -> list[tuple[str, np.ndarray,
 
 
 def _rep_errors(
-    x: np.ndarray, *, epsilon: float, delta: float, mechanism: str, noise: str, rs: RandomSource
+    x: np.ndarray,
+    *,
+    epsilon: float,
+    delta: float,
+    mechanism: str,
+    noise: str,
+    rs: RandomSource,
+    secure: bool = False,
 ) -> dict[str, float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         r = heterogeneity(
-            x, epsilon=epsilon, delta=delta, mechanism=mechanism, noise=noise, randomness=rs
+            x,
+            epsilon=epsilon,
+            delta=delta,
+            mechanism=mechanism,
+            noise=noise,
+            secure=secure,
+            randomness=rs,
         )
     assert r.dispersion is not None and r.q is not None and r.i2 is not None
     assert r.mean is not None and r.weighted_mean is not None
@@ -121,7 +134,37 @@ def _rep_errors(
     out["dispersion_paper_tmse"] = paper_tmse_dispersion(x, mu, r.mean - mu, y2)
     out["q_paper_tmse"] = paper_tmse_q(x, w, mu_w, r.weighted_mean - mu_w, z2)
     out["i2_paper_tmse"] = paper_tmse_i2(n, r.q.estimate, float(r.q.truth or 0.0))
+    out["epsilon_achieved"] = float(r.details.get("epsilon_achieved", math.nan))
     return out
+
+
+def _secure_identity(x: np.ndarray, reps: int, rs: RandomSource) -> Callable[[], dict[str, Any]]:
+    """Run the discrete-share protocol on the real secure-aggregation route and on the plain route."""
+
+    def compute() -> dict[str, Any]:
+        from fedstats.engine import Engine, SerialBackend
+        from fedstats.engine.secure import SecureAggregationBackend
+
+        same = 0
+        for i in range(reps):
+            est = []
+            for backend in (SerialBackend(), SecureAggregationBackend(cohort_size=x.shape[0])):
+                rsi = rs.child("rep", i)
+                r = heterogeneity(
+                    x,
+                    epsilon=1.0,
+                    delta=1e-5,
+                    noise="distributed",
+                    secure=True,
+                    engine=Engine(backend, rsi),
+                    randomness=rsi,
+                )
+                assert r.dispersion is not None and r.q is not None
+                est.append((r.dispersion.estimate, r.q.estimate))
+            same += int(est[0] == est[1])
+        return {"identical": same, "reps": reps}
+
+    return compute
 
 
 def _cell(x: np.ndarray, reps: int, rs: RandomSource, **kw: Any) -> Callable[[], dict[str, Any]]:
@@ -297,10 +340,57 @@ def run_heterogeneity(
                                 ),
                             )
                         )
+    # Secure aggregation: distributed discrete Gaussian vs continuous shares vs central noise (digits)
+    sec_design = "2%" if quick else "max"
+    xs_sec = samples[f"digits|{sec_design}|10 labels equal"]
+    for route, kw in (
+        (
+            "distributed discrete Gaussian (secure arithmetic)",
+            {"noise": "distributed", "secure": True},
+        ),
+        ("distributed continuous Gaussian (AGM)", {"noise": "distributed"}),
+        ("central Gaussian (AGM)", {"noise": "central"}),
+    ):
+        cells.append(
+            (
+                f"secure|{route}",
+                _cell(
+                    xs_sec,
+                    r_tab,
+                    randomness.child("secure", route),
+                    epsilon=1.0,
+                    delta=1e-5,
+                    mechanism="analytic",
+                    **kw,
+                ),
+            )
+        )
+    reps_secure = 2 if quick else 5
+    cells.append(
+        (
+            "secure-identity",
+            _secure_identity(
+                samples["digits|2%|10 labels equal"], reps_secure, randomness.child("identity")
+            ),
+        )
+    )
     results = run_cells(cells, store, progress, task="heterogeneity cells")
+    sec: dict[str, Any] = {
+        "n_clients": int(xs_sec.shape[0]),
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "reps": r_tab,
+        "routes": {},
+    }
     for k, v in results.items():
-        part, rest = k.split("|", 1)
-        doc["tables" if part == "table" else "figure"][rest] = v
+        part, rest = k.split("|", 1) if "|" in k else (k, "")
+        if part == "secure":
+            sec["routes"][rest] = v
+        elif part == "secure-identity":
+            sec["identical"], sec["reps_secure"] = v["identical"], v["reps"]
+        else:
+            doc["tables" if part == "table" else "figure"][rest] = v
+    doc["secure"] = sec
     if legacy:
         rng = randomness.generator("legacy")
         leg = {}
@@ -485,22 +575,106 @@ def _page(doc: dict[str, Any], eps_grid: tuple[float, ...]) -> str:
             )
         lines.append("")
     lines += ["## Figure 1", ""] + [f"![{p}]({p})" for p in doc["plots"]]
+    lines += ["", "## Findings (computed from the tables above)", "", *_findings(doc)]
+    if "secure" in doc:
+        lines += ["", "## Secure aggregation with distributed discrete Gaussian shares", ""]
+        lines += _secure_lines(doc["secure"])
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _z(a: dict[str, Any], b: dict[str, Any], field: str) -> float:
+    """z-score of the difference of two cell means (independent repetitions)."""
+    se = math.sqrt(a[field + "_sd"] ** 2 / a["reps"] + b[field + "_sd"] ** 2 / b["reps"])
+    return (a[field] - b[field]) / se if se > 0 else 0.0
+
+
+def _findings(doc: dict[str, Any]) -> list[str]:
+    tabs = doc["tables"]
+    keys = sorted({tuple(k.split("|")[:3]) for k in tabs})
+    out: list[str] = []
+    zs: list[float] = []
+    cover: list[float] = []
+    pcover: list[float] = []
+    tm: list[tuple[str, float, float]] = []
+    ratios_ac: dict[str, list[float]] = {}
+    for ds, design, delta in keys:
+        for mech in ("analytic", "classical"):
+            dist = tabs[f"{ds}|{design}|{delta}|{mech}|distributed"]
+            cen = tabs[f"{ds}|{design}|{delta}|{mech}|central"]
+            for st in ("dispersion", "q", "i2"):
+                zs.append(abs(_z(dist, cen, f"{st}_se")))
+                cover.append(dist[f"{st}_cover"])
+                pcover.append(dist[f"{st}_paper_cover"])
+            if dist["dispersion_tmse"] > 0:
+                tm.append(
+                    (
+                        f"{design}, delta {delta}, {mech}",
+                        dist["dispersion_se"] / dist["dispersion_tmse"],
+                        (dist["dispersion_se"] - dist["dispersion_tmse"])
+                        / max(dist["dispersion_se_sd"] / math.sqrt(dist["reps"]), 1e-300),
+                    )
+                )
+        for st in ("dispersion", "q", "i2"):
+            a = tabs[f"{ds}|{design}|{delta}|analytic|distributed"][f"{st}_se"]
+            c = tabs[f"{ds}|{design}|{delta}|classical|distributed"][f"{st}_se"]
+            ratios_ac.setdefault(st, []).append(a / c if c > 0 else math.nan)
+    out.append(
+        f"* **Distributed = central.** Over {len(zs)} (statistic, mechanism, delta, sample) cells the EMSE "
+        f"with distributed noise and the CMSE with central noise differ by at most {max(zs):.2f} standard "
+        "errors: the sum of n shares N(0, sigma^2/n) is N(0, sigma^2), so the accuracy is the same (the "
+        "paper's claim holds; its Table 1 'CMSE' row is a different quantity, the square of one unscaled "
+        "noise draw)."
+    )
+    for st, rs in ratios_ac.items():
+        out.append(
+            f"* **AGM vs CGM ({st}).** EMSE ratio AGM/CGM at epsilon = 0.25 ranges over "
+            f"{min(rs):.3g}-{max(rs):.3g} over the samples and deltas (AGM's sigma is below CGM's at every "
+            "(epsilon, delta) used; I^2 saturates at 0 and 1, so its EMSE need not follow the noise level)."
+        )
+    tm_txt = "; ".join(f"{lab}: {r:.3g} (z = {z:+.1f})" for lab, r, z in tm)
+    out.append(
+        "* **Theory vs measurement.** Measured dispersion EMSE / theoretical MSE (exact, with the clipping "
+        f"of the released mean) per cell: {tm_txt}. The theory ignores the clamping of D'' at 0, which "
+        "lowers the error when the noise dwarfs D (small samples); elsewhere the ratio is 1 within Monte Carlo "
+        "error (z = difference in standard errors). The paper's "
+        "Corollaries 4.5/4.13 evaluated on the realised noise are *not* a theoretical MSE: they equal the "
+        "realised squared error plus (4/n) sum_i (Y1.(x_i - mu))^2, which is why the paper finds EMSE = TMSE."
+    )
+    out.append(
+        f"* **Intervals.** Our 95% intervals covered the truth in {min(cover):.0%}-{max(cover):.0%} of the "
+        f"repetitions (at least 95% by construction); the paper's Theorems 4.7/4.15/4.19 covered "
+        f"{min(pcover):.0%}-{max(pcover):.0%}: they are astronomically wide when n is small (they scale with "
+        "xi^4 or 1/eta^8) and far too narrow when n is large."
+    )
+    out.append(
+        "* **Magnitude.** With correct sensitivities the EMSEs are orders of magnitude above the paper's ~1e-8 "
+        "(Table 1-3): on a 2% sample (36 clients) at epsilon = 0.25 the released mean is mostly noise and the "
+        "error of D and Q is dominated by the clipped mean error; on the largest samples it falls roughly as "
+        "1/(n epsilon)^2 (Figure 1). Heterogeneous (skewed) samples have smaller true D and Q (Table 4), "
+        "so Table 6's percentage changes mostly reflect the statistics' sizes, not a robustness property."
+    )
+    return out
+
+
+def _secure_lines(sec: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Digits, {sec['n_clients']} clients, epsilon = {sec['epsilon']}, delta = {sec['delta']}, "
+        f"{sec['reps']} repetitions. Each client rounds its report to the grid 2^-16 and adds an integer "
+        "N_Z(0, sigma_s^2) share; the accounting is Kairouz, Liu & Steinke (2021) Prop. 14 for the sum of n "
+        "shares, composed in zCDP over the two rounds.",
+        "",
+        "| route | dispersion EMSE | Q EMSE | I^2 EMSE | epsilon achieved |",
+        "|---|---|---|---|---|",
+    ]
+    for route, v in sec["routes"].items():
+        lines.append(
+            f"| {route} | {v['dispersion_se']:.4g} | {v['q_se']:.4g} | {v['i2_se']:.4g} | "
+            f"{v['epsilon_achieved']:.6g} |"
+        )
     lines += [
         "",
-        "## Findings",
-        "",
-        "* The paper's EMSE ~ 1e-8 cannot be reached with correct noise: at epsilon = 0.25 on 36 clients the "
-        "released mean is essentially noise (its per-coordinate noise sd exceeds the pixel range), and D, Q are "
-        "dominated by the clipped mean error. With the largest samples the errors shrink as 1/n^2 and as epsilon grows.",
-        "* AGM is more accurate than CGM wherever both apply (column AGM/CGM < 1); at epsilon = 0.25 the gain is "
-        "modest, and CGM is not proven private for epsilon >= 1.",
-        "* Distributed and central noise give the same accuracy (EMSE vs CMSE rows agree within Monte Carlo "
-        "error): the sum of n shares N(0, sigma^2/n) is N(0, sigma^2). The only difference is fixed-point "
-        "rounding at 2^-24.",
-        "* The paper's corollaries (TMSE paper's) do not equal the measured EMSE (they add "
-        "4/n sum_i (Y1.(x_i - mu))^2 terms the estimator does not have); our closed form tracks it where "
-        "clipping does not bind (it is an upper bound otherwise).",
-        "* Our intervals cover at least 95%; the paper's cover almost never.",
-        "",
+        f"Same seeds on the real secure-aggregation route and the plain route: identical estimates in "
+        f"{sec['identical']} of {sec['reps_secure']} runs.",
     ]
-    return "\n".join(lines)
+    return lines
