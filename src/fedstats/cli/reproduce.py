@@ -13,6 +13,7 @@ import typer
 from fedstats.cli._common import FedstatsGroup
 
 _REPRODUCE_MODULES: tuple[str, ...] = (
+    "fedstats.cli.reproduce_fed_chi2",
     "fedstats.cli.reproduce_performance_gap",
     "fedstats.cli.reproduce_bit_pushing",
     "fedstats.cli.reproduce_heterogeneity",
