@@ -210,3 +210,24 @@ def test_dithering_error_is_uniform(bit_depth: int) -> None:
         h = d.sample_dither(N, rng)
         q = d.encode(x, h)
         assert q.min() >= 0 and q.max() <= d.levels
+
+
+def test_exponential_tail_is_continued_not_truncated() -> None:
+    """A 53-bit uniform in its lowest bucket continues the exponential past 53 ln 2 (memorylessness)."""
+    from fedstats.privacy.mechanisms.samplers import _exponential_from_raw
+
+    rng = np.random.default_rng(5)
+    e = _exponential_from_raw(np.zeros(N // 4, dtype=np.uint64), rng)
+    excess = e - 53 * math.log(2)
+    assert excess.min() > 0
+    assert st.kstest(excess, st.expon.cdf).pvalue > ALPHA
+
+
+def test_secure_generator_uniforms_after_in_place_keystream() -> None:
+    g = RandomSource().generator("u")
+    raw = g.random_raw(1000)
+    raw[0] = 0  # writable, fresh array
+    u = np.asarray(g.random(N))
+    assert u.min() >= 0 and u.max() < 1
+    assert np.all(u * 2.0**53 == np.floor(u * 2.0**53))  # 53-bit grid
+    assert st.kstest(u, st.uniform.cdf).pvalue > ALPHA
