@@ -643,6 +643,7 @@ def _g_result(
         details={"joint_entropy": ent.to_dict()},
     )
     res.standard_error = 2 * table_total * (ent.standard_error or 0.0)
+    res.encoding_size = ent.encoding_size
     if truth is not None:
         res.truth = res.exact_statistic = truth
         res.exact_p_value = float(scipy.stats.chi2.sf(truth, dof))

@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "fedstats.cli.secagg",
     "fedstats.cli.heterogeneity",
     "fedstats.cli.privacy",
+    "fedstats.cli.chi2",
 )
 
 app = typer.Typer(

@@ -1,0 +1,391 @@
+"""``fedstats chi2`` and ``fedstats entropy``: FED-chi^2, the G-test and FED-H (Pang et al., ICML 2023).
+
+Both read a registered dataset (``adult``, ``mushroom``, ...) or a CSV/Parquet file, give every client its
+own contingency table (``chi2``: columns ``--x`` by ``--y``) or histogram (``entropy``: ``--column``), and
+run the protocol through the engine. Clients are the values of ``--client-column`` or ``--clients N``
+(rows spread uniformly at random over ``N`` clients; default 100, the paper's). ``--secure`` runs every
+round through real secure aggregation; it is the default up to :data:`SECURE_DEFAULT_MAX_CLIENTS`
+clients. The data is at hand, so the JSON output also holds the exact statistic and the realised error:
+``statistic``, ``ci``, ``p_value``, ``dof``, ``exact_statistic``, ``multiplicative_error`` (``chi2``);
+``entropy``, ``ci``, ``exact_entropy``, ``additive_error`` (``entropy``).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fedstats.cli._common import (
+    BackendOption,
+    CliState,
+    DataDirOption,
+    JsonOption,
+    SchedulerOption,
+    SeedOption,
+    ShardSizeOption,
+    WorkersOption,
+    emit,
+    engine_for,
+    progress_for,
+    state_from,
+)
+from fedstats.errors import DataError, ParameterError
+
+__all__ = ["SECURE_DEFAULT_MAX_CLIENTS", "load_frame", "register"]
+
+SECURE_DEFAULT_MAX_CLIENTS = 3000
+"""Up to this many clients the commands use the secure route unless told otherwise."""
+
+_MAX_TABLE_ENTRIES = 50_000_000  # clients x cells held in memory before switching to the fast path
+
+ClientColumnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--client-column", help="Column whose values are the clients (one table per value)."
+    ),
+]
+ClientsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--clients", help="Spread the rows uniformly at random over N clients (default 100)."
+    ),
+]
+SecureOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--secure/--no-secure",
+        help=f"Real secure aggregation (default: on up to {SECURE_DEFAULT_MAX_CLIENTS} clients).",
+    ),
+]
+BitsOption = Annotated[int, typer.Option("--bits", help="Field 2^bits of the sums: 16, 32 or 64.")]
+SplitOption = Annotated[
+    str | None, typer.Option("--split", help="Split of a registered dataset (e.g. train, test).")
+]
+ConfidenceOption = Annotated[
+    float, typer.Option("--confidence", help="Level of the confidence interval.")
+]
+
+
+def load_frame(data: str, data_dir: Path | None, split: str | None) -> pd.DataFrame:
+    """A registered dataset or a CSV/Parquet file as a DataFrame.
+
+    Raises
+    ------
+    ParameterError
+        If ``--split`` is given for a file, or the dataset is not a table.
+    DatasetNotFoundError
+        If ``data`` is neither a dataset name nor an existing file.
+    """
+    from fedstats.datasets import dataset_names, load_dataset
+    from fedstats.datasets.readers import load_table
+
+    if data in dataset_names():
+        df = load_dataset(data, data_dir, **({"split": split} if split else {}))
+    else:
+        if split:
+            raise ParameterError("--split", split, "only with a registered dataset name")
+        df = load_table(data)
+    if not isinstance(df, pd.DataFrame):
+        raise ParameterError("DATA", data, "a tabular dataset (a DataFrame)")
+    if df.shape[0] == 0:
+        raise DataError(f"{data} has no rows")
+    return df
+
+
+def _check_column(df: pd.DataFrame, option: str, col: str, data: str) -> None:
+    if col not in df.columns:
+        cols = ", ".join(map(str, df.columns))
+        raise ParameterError(option, col, f"a column of {data}: {cols}")
+
+
+def _assignment(
+    df: pd.DataFrame, data: str, client_column: str | None, clients: int | None, state: CliState
+) -> tuple[np.ndarray, int]:
+    from fedstats.datasets import iid_partition
+
+    if client_column is not None and clients is not None:
+        raise ParameterError("--clients", clients, "not together with --client-column")
+    if client_column is not None:
+        _check_column(df, "--client-column", client_column, data)
+        codes, uniques = pd.factorize(df[client_column], sort=True)
+        if (codes < 0).any():
+            raise DataError(f"column {client_column!r} has missing values")
+        return np.asarray(codes, dtype=np.int64), len(uniques)
+    n = 100 if clients is None else clients
+    if not 1 <= n <= df.shape[0]:
+        raise ParameterError("--clients", n, f"an integer in [1, {df.shape[0]}] (rows of {data})")
+    return iid_partition(df.shape[0], n, rng=state.randomness.child("cli", "clients")), n
+
+
+def _route(secure: bool | None, backend: str, n_clients: int) -> str:
+    if secure and backend not in ("auto", "secure"):
+        raise ParameterError("--backend", backend, "'auto' or 'secure' together with --secure")
+    if backend != "auto":
+        return backend
+    if secure is None:
+        return "secure" if n_clients <= SECURE_DEFAULT_MAX_CLIENTS else "serial"
+    return "secure" if secure else "serial"
+
+
+def _lean(details: dict[str, Any]) -> dict[str, Any]:
+    drop = ("encoding", "encoding_plus", "encoding_minus", "dropped_clients", "joint_entropy")
+    return {k: v for k, v in details.items() if k not in drop}
+
+
+def chi2(
+    ctx: typer.Context,
+    data: Annotated[str, typer.Argument(help="Dataset name (e.g. adult) or a CSV/Parquet file.")],
+    x: Annotated[str, typer.Option("--x", help="Column of the table's rows.")],
+    y: Annotated[str, typer.Option("--y", help="Column of the table's columns.")],
+    client_column: ClientColumnOption = None,
+    clients: ClientsOption = None,
+    encoding_size: Annotated[
+        int, typer.Option("--encoding-size", help="l, length of the projection (>= 2).")
+    ] = 50,
+    decoder: Annotated[
+        str, typer.Option("--decoder", help="mean-of-squares (default, MLE) or geometric (paper).")
+    ] = "mean-of-squares",
+    dropout: Annotated[
+        float, typer.Option("--dropout", help="Fraction of clients dropping out before round 2.")
+    ] = 0.0,
+    test: Annotated[
+        str, typer.Option("--test", help="chi2 (FED-chi^2) or g (G-test via FED-H).")
+    ] = "chi2",
+    level: Annotated[float, typer.Option("--level", help="Significance level.")] = 0.05,
+    confidence: ConfidenceOption = 0.95,
+    bits: BitsOption = 64,
+    drop_empty: Annotated[
+        bool, typer.Option("--drop-empty", help="Drop rows/columns empty in the summed table.")
+    ] = False,
+    split: SplitOption = None,
+    secure: SecureOption = None,
+    backend: BackendOption = "auto",
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
+    shard_size: ShardSizeOption = 1 << 20,
+    json_flag: JsonOption = False,
+    seed: SeedOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Secure federated chi-square (or G) test of independence of two columns (FED-chi^2)."""
+    from fedstats.analyses.chi2 import fed_chi2, simulate_fed_chi2
+    from fedstats.analyses.entropy import fed_g_test
+    from fedstats.datasets import contingency_tables_by_client
+
+    state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
+    if test not in ("chi2", "g"):
+        raise ParameterError("--test", test, "'chi2' or 'g'")
+    if encoding_size < 2:
+        raise ParameterError("--encoding-size", encoding_size, "an integer >= 2")
+    df = load_frame(data, state.data_dir, split)
+    _check_column(df, "--x", x, data)
+    _check_column(df, "--y", y, data)
+    assign, n = _assignment(df, data, client_column, clients, state)
+    tables, xl, yl = contingency_tables_by_client(df, x, y, assign, n)
+    route = _route(secure, backend, n)
+    randomness = state.randomness
+    common: dict[str, Any] = {"encoding_size": encoding_size, "level": level}
+    common["confidence"] = confidence
+    if tables.size > _MAX_TABLE_ENTRIES and test == "chi2":
+        res: Any = simulate_fed_chi2(
+            tables.sum(axis=0),
+            n,
+            decoder=decoder,
+            dropout=dropout,
+            bits=bits,
+            randomness=randomness,
+            split="iid",
+            drop_empty=drop_empty,
+            **common,
+        )
+        route = "simulation (linearity shortcut)"
+    else:
+        with (
+            progress_for(state) as progress,
+            engine_for(
+                state,
+                progress,
+                backend=route,
+                workers=workers,
+                scheduler=scheduler,
+                shard_size=shard_size,
+            ) as engine,
+        ):
+            if test == "chi2":
+                res = fed_chi2(
+                    tables,
+                    decoder=decoder,
+                    dropout=dropout,
+                    bits=bits,
+                    engine=engine,
+                    randomness=randomness,
+                    drop_empty=drop_empty,
+                    **common,
+                )
+            else:
+                if dropout:
+                    raise ParameterError("--dropout", dropout, "0 with --test g")
+                res = fed_g_test(tables, bits=bits, engine=engine, randomness=randomness, **common)
+    out = res.to_dict()
+    payload: dict[str, Any] = {
+        "test": res.test,
+        "statistic": out.pop("statistic"),
+        "ci": out.pop("ci"),
+        "p_value": out.pop("p_value"),
+        "dof": out.pop("dof"),
+        "exact_statistic": out.pop("exact_statistic"),
+        "multiplicative_error": out.pop("multiplicative_error"),
+        "decision_stable": out.pop("decision_stable"),
+        "rejected": out.pop("rejected"),
+        "dataset": data,
+        "x": x,
+        "y": y,
+        "shape": [len(xl), len(yl)],
+        "route": route,
+        **{k: v for k, v in out.items() if k not in ("details", "test")},
+        "details": _lean(out.get("details", {})),
+    }
+
+    def render(console: Console) -> None:
+        name = "FED-chi^2" if res.test == "chi2" else "G-test via FED-H"
+        t = Table(title=f"{name}: {x} x {y} ({data})", show_header=False)
+        ci = payload["ci"]
+        verdict = "dependent" if payload["rejected"] else "no evidence of dependence"
+        rows = [
+            ("statistic", f"{payload['statistic']:.6g}"),
+            (f"{100 * confidence:g}% interval", f"[{ci[0]:.6g}, {ci[1]:.6g}]"),
+            ("p-value", f"{payload['p_value']:.4g} (dof {payload['dof']})"),
+            (
+                f"decision at level {level:g}",
+                verdict + ("" if payload["decision_stable"] else " (not stable over the interval)"),
+            ),
+            ("exact statistic (simulation)", f"{payload['exact_statistic']:.6g}"),
+            ("multiplicative error", f"{payload['multiplicative_error']:.4g}"),
+            ("clients", f"{payload['n_clients']} ({route})"),
+            (
+                "bytes per client",
+                f"{payload['bytes_per_client']} (whole table: {payload['bytes_full_table']})",
+            ),
+        ]
+        for k, v in rows:
+            t.add_row(k, v)
+        console.print(t)
+        if payload.get("release_note"):
+            console.print(f"[dim]{payload['release_note']}[/dim]")
+
+    emit(state, payload, render)
+
+
+def entropy(
+    ctx: typer.Context,
+    data: Annotated[str, typer.Argument(help="Dataset name (e.g. adult) or a CSV/Parquet file.")],
+    column: Annotated[str, typer.Option("--column", help="Categorical column.")],
+    client_column: ClientColumnOption = None,
+    clients: ClientsOption = None,
+    encoding_size: Annotated[
+        int, typer.Option("--encoding-size", help="l of each of the two projections (>= 2).")
+    ] = 1000,
+    delta: Annotated[
+        float, typer.Option("--delta", help="Finite-difference step D in (0, 0.5].")
+    ] = 0.05,
+    coupling: Annotated[
+        str, typer.Option("--coupling", help="coupled (default, one seed) or independent.")
+    ] = "coupled",
+    confidence: ConfidenceOption = 0.95,
+    bits: BitsOption = 64,
+    split: SplitOption = None,
+    secure: SecureOption = None,
+    backend: BackendOption = "auto",
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
+    shard_size: ShardSizeOption = 1 << 20,
+    json_flag: JsonOption = False,
+    seed: SeedOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Secure federated Shannon entropy (nats) of a categorical column (FED-H)."""
+    from fedstats.analyses.entropy import fed_entropy
+
+    state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
+    if encoding_size < 2:
+        raise ParameterError("--encoding-size", encoding_size, "an integer >= 2")
+    df = load_frame(data, state.data_dir, split)
+    _check_column(df, "--column", column, data)
+    assign, n = _assignment(df, data, client_column, clients, state)
+    codes, uniques = pd.factorize(df[column], sort=True)
+    if (codes < 0).any():
+        raise DataError(f"column {column!r} has missing values; recode them as a category")
+    m = len(uniques)
+    if m < 2:
+        raise DataError(f"column {column!r} has a single category: its entropy is 0")
+    hist = np.bincount(assign * m + codes, minlength=n * m).reshape(n, m)
+    route = _route(secure, backend, n)
+    with (
+        progress_for(state) as progress,
+        engine_for(
+            state,
+            progress,
+            backend=route,
+            workers=workers,
+            scheduler=scheduler,
+            shard_size=shard_size,
+        ) as engine,
+    ):
+        res = fed_entropy(
+            hist,
+            encoding_size=encoding_size,
+            delta=delta,
+            coupling=coupling,
+            bits=bits,
+            engine=engine,
+            randomness=state.randomness,
+            confidence=confidence,
+        )
+    out = res.to_dict()
+    payload: dict[str, Any] = {
+        "entropy": out.pop("entropy"),
+        "ci": out.pop("ci"),
+        "exact_entropy": out.pop("exact_entropy"),
+        "additive_error": out.pop("additive_error"),
+        "bias_bound": out.pop("bias_bound"),
+        "dataset": data,
+        "column": column,
+        "n_categories": m,
+        "route": route,
+        **{k: v for k, v in out.items() if k != "details"},
+        "details": _lean(out.get("details", {})),
+    }
+
+    def render(console: Console) -> None:
+        t = Table(title=f"FED-H: entropy of {column} ({data}), nats", show_header=False)
+        ci = payload["ci"]
+        rows = [
+            ("entropy", f"{payload['entropy']:.6g}"),
+            (f"{100 * confidence:g}% interval", f"[{ci[0]:.6g}, {ci[1]:.6g}]"),
+            ("exact entropy (simulation)", f"{payload['exact_entropy']:.6g}"),
+            ("additive error", f"{payload['additive_error']:.4g}"),
+            ("finite-difference bias bound", f"{payload['bias_bound']:.4g}"),
+            ("categories / clients", f"{m} / {payload['n_clients']} ({route})"),
+            ("bytes per client", str(payload["bytes_per_client"])),
+            ("log of the number of categories (max entropy)", f"{math.log(m):.4g} nats"),
+        ]
+        for k, v in rows:
+            t.add_row(k, v)
+        console.print(t)
+        if payload.get("release_note"):
+            console.print(f"[dim]{payload['release_note']}[/dim]")
+
+    emit(state, payload, render)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``chi2`` and ``entropy`` to the app."""
+    app.command("chi2")(chi2)
+    app.command("entropy")(entropy)
