@@ -128,6 +128,9 @@ def test_exact_counts_and_inclusion() -> None:
     assert np.allclose(pi[:2], [0.25, 0.75])
     with pytest.raises(ParameterError, match="bits_per_client"):
         inclusion_probabilities([0.5, 0.5, 0.0], 3)
+    # a single live bit takes every report
+    assert inclusion_probabilities([0, 0, 1.0, 0], 1).tolist() == [0, 0, 1.0, 0]
+    assert np.allclose(inclusion_probabilities([0, 0.5, 1.0, 0], 2), [0, 1, 1, 0])
 
 
 def test_affine_permutation_is_a_permutation() -> None:

@@ -190,9 +190,10 @@ def inclusion_probabilities(probabilities: Any, bits_per_client: int) -> np.ndar
     for _ in range(p.size + 1):
         rest = s - int(full.sum())
         free = ~full
-        pi[free] = rest * p[free] / p[free].sum()
+        mass = float(p[free].sum())
+        pi[free] = rest * p[free] / mass if mass > 0 else 0.0
         pi[full] = 1.0
-        over = free & (pi >= 1.0)
+        over = free & (pi > 1.0)
         if not over.any():
             break
         full |= over

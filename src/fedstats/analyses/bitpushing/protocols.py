@@ -2,9 +2,9 @@ r"""Bit pushing on the engine: basic (Algorithm 1), weighted one-round, adaptive
 
 Cormode & Markov, "Bit-efficient numerical aggregation and stronger privacy for trust in federated
 analytics" (2021). Each client holds a b-bit code (:mod:`~fedstats.analyses.bitpushing.encoding`) and
-reports ``bits_per_client`` of its bits, chosen by the server's sampling vector p, as a one-hot report of
-length 2b: entry j is 1 when the client reports bit j, entry b + j is the (randomized) bit. The sum gives,
-per bit, the number of reports :math:`c_j` and the sum of reported bits :math:`s_j`; the bit means are
+reports ``bits_per_client`` of its bits, chosen by the server's sampling vector p, as a one-hot report
+(:func:`encode_bits`): the sum gives, per bit, the number of reports :math:`c_j` (public under exact
+allocation) and the sum of reported bits :math:`s_j`; the bit means are
 :math:`m_j = s_j / c_j` and the mean code is :math:`\sum_j 2^j m_j` (Algorithm 1).
 
 Choices the paper leaves open (``PAPER_NOTES.md``), and fedstats' defaults:
@@ -106,8 +106,10 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
 
     Returns
     -------
-    numpy.ndarray of int64, shape (batch.n, 2 b)
-        Entry j: 1 if the client reports bit j; entry b + j: the reported (randomized) bit.
+    numpy.ndarray of int64, shape (batch.n, b) or (batch.n, 2 b)
+        Exact allocation: entry j holds the reported (randomized) bit if the client reports bit j, else 0
+        (which client reports which bit is public, so the server knows the counts). Random allocation:
+        one-hot (bit index, bit), entry j is 1 if the client reports bit j, entry b + j the bit.
     """
     b = int(params["bit_depth"])
     s = int(params["bits_per_client"])
@@ -126,12 +128,17 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
         slots = u[:, None] + ks[None, :]
         cum = np.asarray(params["cum_pi"], dtype=np.float64)
     j = np.minimum(np.searchsorted(cum, slots, side="right") - 1, b - 1)
-    bits = (codes[:, None] >> j) & 1
+    bits = ((codes[:, None] >> j) & 1).astype(np.uint8)
     eps = params.get("epsilon_bit")
     if eps is not None:
         bits = RandomizedResponse(epsilon=eps).randomize(bits, rng)
-    out = np.zeros((n, 2 * b), dtype=np.int64)
     rows = np.arange(n)[:, None]
+    if params["allocation"] == "exact":
+        # the bit index is implied by the public allocation: report only the bit, at its position
+        out = np.zeros((n, b), dtype=np.int64)
+        out[rows, j] = bits
+        return out
+    out = np.zeros((n, 2 * b), dtype=np.int64)
     out[rows, j] = 1
     out[rows, b + j] = bits
     return out
@@ -217,8 +224,11 @@ def bit_round(
         cum_pi = np.concatenate([[0.0], np.cumsum(pi)])
         cum_pi[-1] = float(bits_per_client)
         params.update(cum_pi=cum_pi.tolist())
-    s: RoundSum = yield Round(name, encode_bits, params, dim=2 * b, bound=1)
+    exact = allocation == "exact"
+    s: RoundSum = yield Round(name, encode_bits, params, dim=b if exact else 2 * b, bound=1)
     tot = np.asarray(s.total, dtype=np.int64)
+    if exact:
+        return BitSums(counts.copy(), tot.copy(), s.n_clients, p)
     return BitSums(tot[:b].copy(), tot[b:].copy(), s.n_clients, p)
 
 

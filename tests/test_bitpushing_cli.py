@@ -1,0 +1,104 @@
+"""``fedstats mean`` / ``fedstats variance``: JSON keys, simulation truth, and the one-line error convention."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fedstats.cli.app import app
+
+runner = CliRunner()
+
+
+def _json(args: list[str]) -> Any:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def _error(args: list[str]) -> str:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    assert res.stdout.strip() == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "eps"),
+    [("adaptive", None), ("adaptive", "2"), ("weighted", None), ("piecewise", "4")],
+)
+def test_mean_json_on_adult(protocol: str, eps: str | None) -> None:
+    args = [
+        "--seed",
+        "1",
+        "mean",
+        "adult",
+        "--column",
+        "age",
+        "--high",
+        "127",
+        "-p",
+        protocol,
+        "--json",
+    ]
+    if eps:
+        args += ["--epsilon", eps]
+    d = _json(args)
+    for key in ("estimate", "ci", "bits_per_client", "truth", "error", "standard_error", "epsilon"):
+        assert key in d
+    assert d["truth"] == pytest.approx(38.58164675532078)  # Adult train split ages
+    assert d["error"] == pytest.approx(d["estimate"] - d["truth"])
+    assert abs(d["error"]) < 6 * d["standard_error"]
+    assert d["ci"][0] < d["estimate"] < d["ci"][1]
+    assert d["bits_per_client"] == 1.0 and d["n_clients"] == 32561
+    assert d["epsilon"] == (float(eps) if eps else None)
+
+
+def test_variance_with_resampled_clients_and_csv(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 1000, 5000)
+    p = tmp_path / "v.csv"
+    p.write_text("x\n" + "\n".join(map(str, x)) + "\n")
+    d = _json(
+        [
+            "--seed",
+            "2",
+            "variance",
+            str(p),
+            "-c",
+            "x",
+            "--bits",
+            "10",
+            "--clients",
+            "200000",
+            "--json",
+        ]
+    )
+    assert d["n_clients"] == 200_000 and d["statistic"] == "variance"
+    assert abs(d["error"]) < 6 * d["standard_error"]
+    assert d["truth"] == pytest.approx(float(np.var(x)), rel=0.02)
+    d2 = _json(["--seed", "2", "mean", str(p), "-c", "x", "--bits", "10", "-s", "3", "--json"])
+    assert d2["bits_per_client"] == 3.0
+
+
+def test_bad_input_exit_code_2_one_line(tmp_path: Path) -> None:
+    assert "outside the declared range" in _error(
+        ["mean", "adult", "-c", "age", "--high", "50", "--out-of-range", "refuse"]
+    )
+    assert "--bits" in _error(["mean", "adult", "-c", "age", "--bits", "0"])
+    assert "--epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "0"])
+    assert "--epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "-2"])
+    assert "--high" in _error(["mean", "adult", "-c", "age"])
+    assert "--protocol" in _error(["mean", "adult", "-c", "age", "--high", "127", "-p", "median"])
+    assert "--column" in _error(["mean", "adult", "-c", "nope", "--high", "127"])
+    empty = tmp_path / "e.csv"
+    empty.write_text("x\n")
+    assert "error" in _error(["mean", str(empty), "-c", "x", "--high", "10"])
+    assert "epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "-p", "duchi"])
