@@ -394,20 +394,52 @@ def run_gap(
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     n_log = len(engine.log)
     sums = engine.run(
-        performance_gap_protocol(mech, with_truth=with_truth, resolution_bits=resolution_bits),
+        performance_gap_protocol(mech, resolution_bits=resolution_bits),
         population,
     )
     est = estimate_gap(sums, mech, sizes=sizes, pair=pair, scale=scale, confidence=confidence)
     est["bytes_per_client"] = engine.log[n_log].bytes_per_client
     est["clipped_reports"] = sums.clipped
-    if with_truth and sums.true_sums is not None and sums.true_counts is not None:
+    if with_truth:
+        true_sums, true_counts = simulated_truth(population, engine, mech.n_groups)
         i, j = pair
-        tc = sums.true_counts
-        if tc[i] == 0 or tc[j] == 0:
+        if true_counts[i] == 0 or true_counts[j] == 0:
             raise DataError("a compared group has no simulated client")
         unit = 0.5 if scale == "rate" else 1.0
-        est["true_gap"] = float(sums.true_sums[i] / tc[i] - sums.true_sums[j] / tc[j]) * unit
+        est["true_gap"] = (
+            float(true_sums[i] / true_counts[i] - true_sums[j] / true_counts[j]) * unit
+        )
     return est, sums
+
+
+def simulated_truth(
+    population: Population, engine: Engine, n_groups: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Simulation only: exact per-group sums and sizes of the clients the engine ran on.
+
+    Reads the population block by block with the engine's block size and randomness (a generated
+    population gives the same clients as in the round), outside any protocol: nothing here is sent by a
+    client.
+
+    Returns
+    -------
+    sums : numpy.ndarray of float64, shape (d,)
+    counts : numpy.ndarray of int64, shape (d,)
+    """
+    from fedstats.engine.populations import block_count
+
+    n = population.n_clients
+    bs = engine.block_size
+    sums = np.zeros(n_groups)
+    counts = np.zeros(n_groups, dtype=np.int64)
+    for b in range(block_count(n, bs)):
+        start, stop = b * bs, min((b + 1) * bs, n)
+        batch = population.block(b, bs, start, stop, engine.randomness)
+        g = np.asarray(batch.column(GROUP_COLUMN), dtype=np.int64)
+        v = np.asarray(batch.column(VALUE_COLUMN), dtype=np.float64)
+        sums += np.bincount(g, weights=v, minlength=n_groups)
+        counts += np.bincount(g, minlength=n_groups)
+    return sums, counts
 
 
 def layout_for(sizes: Sequence[float], pair: tuple[int, int]) -> GroupLayout:
