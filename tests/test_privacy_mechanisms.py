@@ -341,3 +341,29 @@ def test_invalid_data_rejected() -> None:
         SubtractiveDithering().randomize([1.2], rng)
     with pytest.raises(ParameterError):
         SubtractiveDithering(low=1.0, high=1.0)
+
+
+def test_vector_gaussian_grid_path_accounts_for_snapping() -> None:
+    from fedstats.privacy.analysis import approx_dp_to_zcdp
+
+    d = 64
+    sens = math.sqrt(d) / 1000  # mean of 1000 vectors in [0, 1]^64
+    g = GaussianMechanism(epsilon=1.0, delta=1e-6, sensitivity=sens, dimension=d)
+    loss = g.privacy_loss()
+    assert loss.epsilon <= 1.0 + 1e-12 and loss.delta == 1e-6
+    assert g.integer_sensitivity == pytest.approx(sens / g.grid + 8.0)
+    # zCDP calibration costs some noise against the exact float calibration, but not much
+    flt = GaussianMechanism(
+        epsilon=1.0, delta=1e-6, sensitivity=sens, dimension=d, resolution_bits=None
+    )
+    assert flt.sigma < g.sigma < 1.4 * flt.sigma
+    rho = approx_dp_to_zcdp(epsilon=1.0, delta=1e-6)
+    assert zcdp_to_approx_dp(rho=rho, delta=1e-6) <= 1.0
+    assert zcdp_to_approx_dp(rho=rho * (1 + 1e-9), delta=1e-6) > 1.0 - 1e-9
+    rng = np.random.default_rng(3)
+    x = np.full((20_000, d), 0.25)
+    y = g.randomize(x, rng)
+    assert y.shape == x.shape and np.array_equal(y / g.grid, np.round(y / g.grid))
+    assert abs(float(y.var()) / g.variance() - 1) <= 6 * math.sqrt(2 / y.size)
+    with pytest.raises(DataError):
+        g.randomize(np.zeros((3, d + 1)), rng)

@@ -16,7 +16,12 @@ from fedstats.privacy.analysis.loss import (
     discrete_privacy_loss,
     mixed_privacy_loss,
 )
-from fedstats.privacy.analysis.zcdp import compose_zcdp, gaussian_rho, zcdp_to_approx_dp
+from fedstats.privacy.analysis.zcdp import (
+    approx_dp_to_zcdp,
+    compose_zcdp,
+    gaussian_rho,
+    zcdp_to_approx_dp,
+)
 
 __all__ = [
     "PrivacyLoss",
@@ -24,6 +29,7 @@ __all__ = [
     "analytic_gaussian_delta",
     "analytic_gaussian_epsilon",
     "analytic_gaussian_sigma",
+    "approx_dp_to_zcdp",
     "classical_gaussian_sigma",
     "compose_zcdp",
     "continuous_privacy_loss",

@@ -30,7 +30,12 @@ from fedstats._validation import check_int, check_real
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.gaussian import _erfcx_diff, analytic_gaussian_sigma
 
-__all__ = ["discrete_gaussian_delta", "discrete_gaussian_log_delta", "discrete_gaussian_sigma"]
+__all__ = [
+    "discrete_gaussian_delta",
+    "discrete_gaussian_log_delta",
+    "discrete_gaussian_rho",
+    "discrete_gaussian_sigma",
+]
 
 _SQRT2 = math.sqrt(2.0)
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
@@ -180,3 +185,33 @@ def discrete_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: int) -
         else:
             lo = mid
     return hi
+
+
+def discrete_gaussian_rho(*, sigma: float, sensitivity: float) -> float:
+    r"""zCDP rho of independent :math:`N_{\mathbb Z}(0, \sigma^2)` noise on each integer coordinate.
+
+    For integer shifts, :math:`D_\alpha(N_{\mathbb Z}(\mu, \sigma^2) \| N_{\mathbb Z}(\nu, \sigma^2)) \le
+    \alpha(\mu - \nu)^2/(2\sigma^2)` (Canonne, Kamath, Steinke 2020, Prop. 5 / Thm. 4), and Rényi
+    divergences of product distributions add over coordinates, so a d-dimensional integer query whose L2
+    sensitivity is at most ``sensitivity`` is :math:`\Delta^2/(2\sigma^2)`-zCDP, as in the continuous case.
+
+    Parameters
+    ----------
+    sigma : float
+        In (0, inf).
+    sensitivity : float
+        Bound on the L2 norm of the (integer) difference between neighbouring queries, in [0, inf).
+
+    Returns
+    -------
+    float
+        rho.
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is outside its range.
+    """
+    sig = check_real("sigma", sigma, low=0.0, high=math.inf, low_open=True, high_open=True)
+    sens = check_real("sensitivity", sensitivity, low=0.0, high=math.inf, high_open=True)
+    return sens * sens / (2.0 * sig * sig)

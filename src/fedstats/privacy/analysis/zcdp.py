@@ -27,7 +27,7 @@ from scipy.optimize import minimize_scalar
 
 from fedstats._validation import check_real
 
-__all__ = ["compose_zcdp", "gaussian_rho", "zcdp_to_approx_dp"]
+__all__ = ["approx_dp_to_zcdp", "compose_zcdp", "gaussian_rho", "zcdp_to_approx_dp"]
 
 
 def gaussian_rho(*, sigma: float, sensitivity: float) -> float:
@@ -124,3 +124,42 @@ def compose_zcdp(rhos: Iterable[float]) -> float:
         If a rho is negative, NaN or infinite.
     """
     return math.fsum(check_real("rhos", r, low=0.0, high=math.inf, high_open=True) for r in rhos)
+
+
+def approx_dp_to_zcdp(*, epsilon: float, delta: float) -> float:
+    """Largest rho whose conversion (:func:`zcdp_to_approx_dp`) gives at most ``epsilon`` at ``delta``.
+
+    Used to calibrate mechanisms analysed in zCDP (e.g. the multivariate discrete Gaussian) to an
+    (epsilon, delta) target. Bisection in log rho to a relative 1e-12, rounded down (conservative).
+
+    Parameters
+    ----------
+    epsilon : float
+        In (0, inf).
+    delta : float
+        In (0, 1).
+
+    Returns
+    -------
+    float
+        rho > 0.
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is outside its range.
+    """
+    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+    d = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    lo, hi = 1e-300, max(eps, 1e-300)
+    while zcdp_to_approx_dp(rho=hi, delta=d) <= eps:
+        lo, hi = hi, hi * 2.0
+    for _ in range(2000):
+        mid = math.sqrt(lo * hi) if lo > 0 else hi / 2
+        if zcdp_to_approx_dp(rho=mid, delta=d) <= eps:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * lo:
+            break
+    return lo

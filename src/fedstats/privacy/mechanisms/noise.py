@@ -28,9 +28,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fedstats._validation import check_finite_array, check_int, check_real
-from fedstats.errors import OverflowRiskError
+from fedstats.errors import DataError, OverflowRiskError
 from fedstats.privacy.analysis.discrete_gaussian import (
     discrete_gaussian_delta,
+    discrete_gaussian_rho,
     discrete_gaussian_sigma,
 )
 from fedstats.privacy.analysis.gaussian import (
@@ -39,7 +40,7 @@ from fedstats.privacy.analysis.gaussian import (
     classical_gaussian_sigma,
 )
 from fedstats.privacy.analysis.loss import PrivacyLoss
-from fedstats.privacy.analysis.zcdp import gaussian_rho
+from fedstats.privacy.analysis.zcdp import approx_dp_to_zcdp, gaussian_rho, zcdp_to_approx_dp
 from fedstats.privacy.mechanisms.base import Mechanism
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
 from fedstats.randomness import RNG
@@ -204,6 +205,15 @@ class GaussianMechanism(Mechanism):
         path (simulation only).
     allow_large_epsilon : bool, default False
         Passed to :func:`~fedstats.privacy.analysis.gaussian.classical_gaussian_sigma`.
+    dimension : int, default 1
+        Length d of the vector released per query (the last axis of ``values``); ``sensitivity`` is then
+        the L2 sensitivity of the whole vector. The float path needs nothing more (Balle & Wang's
+        Theorem 8 holds in any dimension). On the grid path, snapping each coordinate adds at most
+        :math:`\sqrt d` grid steps to the L2 sensitivity, so the integer sensitivity is
+        :math:`\Delta/\gamma + \sqrt d` and, for d > 1, the noise is calibrated in zCDP (the product
+        discrete Gaussian is :math:`\Delta^2/(2\sigma^2)`-zCDP, Canonne, Kamath, Steinke 2020) and converted
+        with :func:`~fedstats.privacy.analysis.zcdp.zcdp_to_approx_dp`, which costs some noise against the
+        exact one-dimensional calibration.
 
     Attributes
     ----------
@@ -225,11 +235,13 @@ class GaussianMechanism(Mechanism):
         analytic: bool = True,
         resolution_bits: int | None = 20,
         allow_large_epsilon: bool = False,
+        dimension: int = 1,
     ) -> None:
         self.epsilon = check_real(
             "epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
         )
         self.delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        self.dimension = check_int("dimension", dimension, low=1)
         self.sensitivity = check_real(
             "sensitivity", sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
         )
@@ -248,6 +260,20 @@ class GaussianMechanism(Mechanism):
                     sensitivity=self.sensitivity,
                     allow_large_epsilon=allow_large_epsilon,
                 )
+        elif self.dimension > 1:
+            self.grid = grid_spacing(self.sensitivity, self.resolution_bits)
+            self.integer_sensitivity = self.sensitivity / self.grid + math.sqrt(self.dimension)
+            if self.analytic:
+                rho = approx_dp_to_zcdp(epsilon=self.epsilon, delta=self.delta)
+                self.integer_sigma = self.integer_sensitivity / math.sqrt(2.0 * rho)
+            else:
+                self.integer_sigma = classical_gaussian_sigma(
+                    epsilon=self.epsilon,
+                    delta=self.delta,
+                    sensitivity=self.integer_sensitivity,
+                    allow_large_epsilon=allow_large_epsilon,
+                )
+            self.sigma = self.integer_sigma * self.grid
         else:
             self.grid = grid_spacing(self.sensitivity, self.resolution_bits)
             self.integer_sensitivity = math.ceil(self.sensitivity / self.grid)
@@ -271,6 +297,7 @@ class GaussianMechanism(Mechanism):
             "sensitivity": self.sensitivity,
             "analytic": self.analytic,
             "resolution_bits": self.resolution_bits,
+            "dimension": self.dimension,
         }
 
     @property
@@ -301,6 +328,10 @@ class GaussianMechanism(Mechanism):
             If a value is too large for the exact grid.
         """
         x = check_finite_array("values", values)
+        if self.dimension > 1 and (x.ndim == 0 or x.shape[-1] != self.dimension):
+            raise DataError(
+                f"values must have last axis of length dimension={self.dimension}, got shape {x.shape}"
+            )
         if self.resolution_bits is None:
             return np.asarray(x + self.sigma * np.asarray(rng.standard_normal(size=x.shape)))
         idx = snap_to_grid(x, self.grid)
@@ -333,17 +364,24 @@ class GaussianMechanism(Mechanism):
         return snap_to_grid(x, self.grid) * self.grid - x
 
     def privacy_loss(self) -> PrivacyLoss:
-        """(epsilon, exact delta at this sigma, rho); discrete formula on the grid path."""
+        """(epsilon, exact delta at this sigma, rho); discrete formula on the grid path (zCDP for d > 1)."""
         if self.resolution_bits is None:
             d = analytic_gaussian_delta(
                 epsilon=self.epsilon, sigma=self.sigma, sensitivity=self.sensitivity
             )
             rho = gaussian_rho(sigma=self.sigma, sensitivity=self.sensitivity)
+        elif self.dimension > 1:
+            rho = discrete_gaussian_rho(
+                sigma=self.integer_sigma, sensitivity=float(self.integer_sensitivity)
+            )
+            return PrivacyLoss(zcdp_to_approx_dp(rho=rho, delta=self.delta), self.delta, rho)
         else:
             d = discrete_gaussian_delta(
-                epsilon=self.epsilon, sigma=self.integer_sigma, sensitivity=self.integer_sensitivity
+                epsilon=self.epsilon,
+                sigma=self.integer_sigma,
+                sensitivity=int(self.integer_sensitivity),
             )
-            rho = gaussian_rho(
+            rho = discrete_gaussian_rho(
                 sigma=self.integer_sigma, sensitivity=float(self.integer_sensitivity)
             )
         return PrivacyLoss(self.epsilon, d, rho)
