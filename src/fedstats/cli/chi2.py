@@ -68,6 +68,13 @@ BitsOption = Annotated[int, typer.Option("--bits", help="Field 2^bits of the sum
 SplitOption = Annotated[
     str | None, typer.Option("--split", help="Split of a registered dataset (e.g. train, test).")
 ]
+CountColumnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--count-column",
+        help="Column of non-negative integer counts: each row stands for that many records.",
+    ),
+]
 ConfidenceOption = Annotated[
     float, typer.Option("--confidence", help="Level of the confidence interval.")
 ]
@@ -114,14 +121,55 @@ def _assignment(
         raise ParameterError("--clients", clients, "not together with --client-column")
     if client_column is not None:
         _check_column(df, "--client-column", client_column, data)
-        codes, uniques = pd.factorize(df[client_column], sort=True)
-        if (codes < 0).any():
-            raise DataError(f"column {client_column!r} has missing values")
-        return np.asarray(codes, dtype=np.int64), len(uniques)
+        return _codes(df, client_column)
     n = 100 if clients is None else clients
     if not 1 <= n <= df.shape[0]:
         raise ParameterError("--clients", n, f"an integer in [1, {df.shape[0]}] (rows of {data})")
     return iid_partition(df.shape[0], n, rng=state.randomness.child("cli", "clients")), n
+
+
+def _codes(df: pd.DataFrame, col: str) -> tuple[np.ndarray, int]:
+    codes, uniques = pd.factorize(df[col], sort=True)
+    if (codes < 0).any():
+        raise DataError(f"column {col!r} has missing values; recode them as a category")
+    return np.asarray(codes, dtype=np.int64), len(uniques)
+
+
+def _weights(df: pd.DataFrame, data: str, count_column: str | None) -> np.ndarray | None:
+    """Per-row counts from ``--count-column`` (non-negative integers), or None (one record per row)."""
+    if count_column is None:
+        return None
+    _check_column(df, "--count-column", count_column, data)
+    try:
+        w = np.asarray(df[count_column].to_numpy(), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError("--count-column", count_column, "a numeric column") from None
+    if not np.isfinite(w).all() or not np.array_equal(w, np.round(w)):
+        raise DataError(f"column {count_column!r} must hold whole-number counts")
+    if (w < 0).any():
+        raise DataError(
+            f"column {count_column!r} has a negative count (row {int(np.argmax(w < 0))})"
+        )
+    return w
+
+
+def _tables(
+    df: pd.DataFrame,
+    cols: tuple[str, ...],
+    assign: np.ndarray,
+    n: int,
+    weights: np.ndarray | None,
+) -> np.ndarray:
+    """Per-client count arrays ``(n, m_1, ..., m_k)`` of the columns ``cols`` (one bincount)."""
+    flat = assign.astype(np.int64)
+    shape = [n]
+    for c in cols:
+        codes, m = _codes(df, c)
+        flat = flat * m + codes
+        shape.append(m)
+    size = int(np.prod(shape))
+    counts = np.bincount(flat, weights=weights, minlength=size)
+    return np.rint(counts).astype(np.int64).reshape(shape)
 
 
 def _route(secure: bool | None, backend: str, n_clients: int) -> str:
@@ -164,6 +212,7 @@ def chi2(
     drop_empty: Annotated[
         bool, typer.Option("--drop-empty", help="Drop rows/columns empty in the summed table.")
     ] = False,
+    count_column: CountColumnOption = None,
     split: SplitOption = None,
     secure: SecureOption = None,
     backend: BackendOption = "auto",
@@ -177,7 +226,6 @@ def chi2(
     """Secure federated chi-square (or G) test of independence of two columns (FED-chi^2)."""
     from fedstats.analyses.chi2 import fed_chi2, simulate_fed_chi2
     from fedstats.analyses.entropy import fed_g_test
-    from fedstats.datasets import contingency_tables_by_client
 
     state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
     if test not in ("chi2", "g"):
@@ -187,8 +235,9 @@ def chi2(
     df = load_frame(data, state.data_dir, split)
     _check_column(df, "--x", x, data)
     _check_column(df, "--y", y, data)
+    weights = _weights(df, data, count_column)
     assign, n = _assignment(df, data, client_column, clients, state)
-    tables, xl, yl = contingency_tables_by_client(df, x, y, assign, n)
+    tables = _tables(df, (x, y), assign, n, weights)
     route = _route(secure, backend, n)
     randomness = state.randomness
     common: dict[str, Any] = {"encoding_size": encoding_size, "level": level}
@@ -247,7 +296,7 @@ def chi2(
         "dataset": data,
         "x": x,
         "y": y,
-        "shape": [len(xl), len(yl)],
+        "shape": list(tables.shape[1:]),
         "route": route,
         **{k: v for k, v in out.items() if k not in ("details", "test")},
         "details": _lean(out.get("details", {})),
@@ -300,6 +349,7 @@ def entropy(
     ] = "coupled",
     confidence: ConfidenceOption = 0.95,
     bits: BitsOption = 64,
+    count_column: CountColumnOption = None,
     split: SplitOption = None,
     secure: SecureOption = None,
     backend: BackendOption = "auto",
@@ -318,14 +368,12 @@ def entropy(
         raise ParameterError("--encoding-size", encoding_size, "an integer >= 2")
     df = load_frame(data, state.data_dir, split)
     _check_column(df, "--column", column, data)
+    weights = _weights(df, data, count_column)
     assign, n = _assignment(df, data, client_column, clients, state)
-    codes, uniques = pd.factorize(df[column], sort=True)
-    if (codes < 0).any():
-        raise DataError(f"column {column!r} has missing values; recode them as a category")
-    m = len(uniques)
+    hist = _tables(df, (column,), assign, n, weights)
+    m = hist.shape[1]
     if m < 2:
         raise DataError(f"column {column!r} has a single category: its entropy is 0")
-    hist = np.bincount(assign * m + codes, minlength=n * m).reshape(n, m)
     route = _route(secure, backend, n)
     with (
         progress_for(state) as progress,
