@@ -20,6 +20,7 @@ _DEMO_MODULES: tuple[str, ...] = (
     "fedstats.experiments.demo_performance_gap",
     "fedstats.experiments.demo_bitpushing",
     "fedstats.experiments.demo_heterogeneity",
+    "fedstats.experiments.demo_chi2",
 )
 
 REQUIRED_KEYS = ("name", "dataset", "estimate", "truth", "error", "epsilon")
