@@ -293,7 +293,7 @@ def test_paper_allocation_is_labelled_with_its_true_loss() -> None:
 
 
 @pytest.mark.parametrize("kind", ["R", "L"])
-@pytest.mark.parametrize("eps", [0.05, 0.7, 3.0, 20.0])
+@pytest.mark.parametrize("eps", [0.05, 3.0])
 def test_optimal_allocation_respects_true_loss_and_beats_a_grid(kind: str, eps: float) -> None:
     layout = GroupLayout((3000.0, 1000.0, 500.0), (0, 1))
     alloc = optimal_allocation(kind, eps, layout)
@@ -301,8 +301,8 @@ def test_optimal_allocation_respects_true_loss_and_beats_a_grid(kind: str, eps: 
     v_opt = layout.gap_variance(alloc.mechanism)
     # brute force over every feasible (eps1, eps2) on a fine grid
     best = math.inf
-    for e2 in np.linspace(eps / 400, eps, 400):
-        for e1 in np.linspace(0, eps, 200):
+    for e2 in np.linspace(eps / 150, eps, 150):
+        for e1 in np.linspace(0, eps, 100):
             m = GapMechanism(kind, float(e1), float(e2), 3)
             if m.closed_form_loss() <= eps:
                 best = min(best, layout.gap_variance(m))
