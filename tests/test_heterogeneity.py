@@ -392,3 +392,20 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: pytest.TempPathFactory) -
         assert res.exit_code == 2, (args, res.output)
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("error:") and msg in lines[0], lines
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_dropout_tolerance_and_achieved_privacy(secure: bool) -> None:
+    """Shares calibrated for ceil(f n) reports meet the target exactly then, beat it with more, miss with fewer."""
+    from fedstats.analyses.heterogeneity.protocol import _achieved
+
+    n, f = 40, 0.75
+    cfg = HeterogeneityConfig(
+        epsilon=1.0, delta=1e-5, noise="distributed", secure=secure, min_reporting=f
+    )
+    p1, _, _ = plan_rounds(cfg, n, 6)
+    assert p1.epsilon is not None
+    at = _achieved(p1, cfg, 30)["epsilon_achieved"]
+    assert at == pytest.approx(p1.epsilon, rel=1e-6)
+    assert _achieved(p1, cfg, 40)["epsilon_achieved"] < p1.epsilon
+    assert _achieved(p1, cfg, 20)["epsilon_achieved"] > p1.epsilon

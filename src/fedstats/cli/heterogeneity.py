@@ -97,6 +97,19 @@ def heterogeneity_command(
         str,
         typer.Option("--weighted-mean", help="standard, or paper (Def. 3.5's extra 1/n)."),
     ] = "standard",
+    dropout: Annotated[
+        float,
+        typer.Option(
+            "--dropout", help="Secure route: probability that a client drops out (simulation)."
+        ),
+    ] = 0.0,
+    min_reporting: Annotated[
+        float,
+        typer.Option(
+            "--min-reporting",
+            help="Distributed noise: calibrate shares so privacy holds if this fraction reports.",
+        ),
+    ] = 1.0,
     pixel_max: Annotated[
         float | None,
         typer.Option(
@@ -166,6 +179,7 @@ def heterogeneity_command(
             p=p,
             min_variance=min_variance,
             form=form,
+            min_reporting=min_reporting,
             engine=engine,
             randomness=randomness,
             ledger=ledger,
@@ -200,7 +214,9 @@ def heterogeneity_command(
         if epsilon is not None:
             console.print(
                 f"privacy: epsilon={epsilon:g}, delta={delta:g} over 2 rounds "
-                f"({res.mechanism}, {res.noise} noise, route {backend})"
+                f"({res.mechanism}, {res.noise} noise, route {backend}); achieved epsilon "
+                f"{res.details.get('epsilon_achieved', float('nan')):.4g} with "
+                f"{', '.join(str(r['clients_summed']) for r in res.rounds)} clients summed"
             )
         else:
             console.print("not private (--no-privacy): exact sums")

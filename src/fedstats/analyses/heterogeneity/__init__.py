@@ -166,6 +166,7 @@ def heterogeneity(
     form: str = "standard",
     confidence: float = 0.95,
     frac_bits: int | None = None,
+    min_reporting: float = 1.0,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
     ledger: PrivacyLedger | None = None,
@@ -183,7 +184,7 @@ def heterogeneity(
     noise : {"central", "distributed"}
     secure : bool
         Distributed discrete Gaussian shares (pair with an engine on the ``secure`` route).
-    round1_fraction, p, min_variance, form, confidence, frac_bits
+    round1_fraction, p, min_variance, form, confidence, frac_bits, min_reporting
         See :class:`~fedstats.analyses.heterogeneity.protocol.HeterogeneityConfig`.
     engine : Engine, optional
         Route and randomness of the client side (default: serial, with ``randomness``).
@@ -220,6 +221,7 @@ def heterogeneity(
         form=form,
         frac_bits=frac_bits,
         confidence=confidence,
+        min_reporting=min_reporting,
     )
     arr = check_vectors(x, need_weights=cfg.wants_q)
     n, d = arr.shape

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -106,6 +106,11 @@ class HeterogeneityConfig:
         Level of the intervals, in (0, 1).
     column : str
         Population column holding the ``(n, d)`` vectors.
+    min_reporting : float
+        Distributed noise only: fraction f in (0, 1] of the clients whose shares are guaranteed to reach the
+        sum (dropouts); each share is calibrated for ``ceil(f n)`` shares, so the privacy target holds as
+        long as at least that many clients report (default 1: no dropout tolerated). Fewer reports give a
+        larger epsilon, which is recomputed and reported.
 
     Raises
     ------
@@ -126,6 +131,7 @@ class HeterogeneityConfig:
     frac_bits: int | None = None
     confidence: float = 0.95
     column: str = "x"
+    min_reporting: float = 1.0
 
     def __post_init__(self) -> None:
         check_choice("statistic", self.statistic, STATISTICS)
@@ -143,6 +149,7 @@ class HeterogeneityConfig:
         check_real("p", self.p, low=1.0, high=64.0)
         check_real("min_variance", self.min_variance, low=0.0, high=0.25, low_open=True)
         check_real("confidence", self.confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_real("min_reporting", self.min_reporting, low=0.0, high=1.0, low_open=True)
         if self.frac_bits is not None:
             check_int("frac_bits", self.frac_bits, low=4, high=40)
         if (self.epsilon is None) != (self.delta is None):
@@ -253,6 +260,7 @@ def _plan_one(
     lo = np.concatenate([_ranges(b, sens)[0] for b in blocks])
     hi = np.concatenate([_ranges(b, sens)[1] for b in blocks])
     f = cfg.frac_bits if cfg.frac_bits is not None else (16 if cfg.secure else 24)
+    n_shares = max(1, math.ceil(cfg.min_reporting * n - 1e-9))
     sigma = share_sd = share_var = 0.0
     r = None
     l2, l1 = math.sqrt(k), float((hi - lo).sum())
@@ -265,7 +273,7 @@ def _plan_one(
             cfg.mechanism, epsilon=eps_r, delta=delta_r, sensitivity=math.sqrt(k)
         )
         r = k / (2.0 * sigma * sigma)
-        share_sd = sigma / math.sqrt(n) if cfg.noise == "distributed" else 0.0
+        share_sd = sigma / math.sqrt(n_shares) if cfg.noise == "distributed" else 0.0
     clip = 1.0 + _NOISE_MARGIN * share_sd
     # keep every sum inside int64: n * clip * 2^f < 2^61 (noise margin included)
     for _ in range(64):
@@ -274,10 +282,10 @@ def _plan_one(
             scale = 2.0**f
             width = np.ceil(hi * scale) - np.floor(lo * scale)
             l2, l1 = float(np.sqrt((width**2).sum())), float(width.sum())
-            share_var = ddg_share_variance(rho=rho, n=n, l2=l2, l1=l1, dim=dim)
+            share_var = ddg_share_variance(rho=rho, n=n_shares, l2=l2, l1=l1, dim=dim)
             margin = _NOISE_MARGIN * math.sqrt(share_var) / scale
-            sigma = math.sqrt(n * share_var) / scale  # normalised units, approximately
-            r = ddg_rho(share_variance=share_var, n=n, l2=l2, l1=l1, dim=dim)
+            sigma = math.sqrt(n * share_var) / scale  # normalised units, when all n report
+            r = ddg_rho(share_variance=share_var, n=n_shares, l2=l2, l1=l1, dim=dim)
             assert delta_r is not None
             eps_r = zcdp_to_approx_dp(rho=r, delta=delta_r)
         total = n * (clip + margin) * 2.0**f
@@ -509,13 +517,29 @@ def _decode(s: RoundSum, plan: RoundPlan, cfg: HeterogeneityConfig, rng: RNG | N
     return vals
 
 
-def _achieved(
-    plan: RoundPlan, cfg: HeterogeneityConfig, n_planned: int, n_summed: int
-) -> dict[str, Any]:
-    """Privacy the round actually achieved given how many noise shares reached the sum."""
+def effective_sigma(plan: RoundPlan, cfg: HeterogeneityConfig, n_summed: int) -> float:
+    """Standard deviation of the noise actually on the normalised sum, given the shares summed."""
+    if not cfg.private:
+        return 0.0
+    if cfg.noise == "central":
+        return plan.sigma
+    if cfg.secure:
+        return math.sqrt(n_summed * plan.share_variance) / 2.0**plan.frac_bits
+    return plan.share_sd * math.sqrt(n_summed)
+
+
+def _achieved(plan: RoundPlan, cfg: HeterogeneityConfig, n_summed: int) -> dict[str, Any]:
+    """Privacy the round actually achieved given the noise that reached the sum.
+
+    Gaussian rounds: the exact (analytic) epsilon of the noise on the sum at this round's delta, so a
+    classical calibration at large epsilon, or missing shares, show their true cost. Discrete shares: Prop. 14
+    of Kairouz, Liu & Steinke (2021) with the number of shares summed.
+    """
     out: dict[str, Any] = {"clients_summed": n_summed}
     if not cfg.private or plan.delta is None:
         return out
+    sig = effective_sigma(plan, cfg, n_summed)
+    out["sigma_effective"] = sig
     if cfg.secure:
         rho = ddg_rho(
             share_variance=plan.share_variance, n=n_summed, l2=plan.l2, l1=plan.l1, dim=plan.dim
@@ -526,16 +550,13 @@ def _achieved(
             delta_achieved=plan.delta,
         )
         return out
-    if cfg.noise == "central" or n_summed == n_planned:
-        out.update(epsilon_achieved=plan.epsilon, delta_achieved=plan.delta, rho_achieved=plan.rho)
-        return out
-    sigma_eff = plan.share_sd * math.sqrt(n_summed)
+    k = len(plan.blocks)
     out.update(
         epsilon_achieved=analytic_gaussian_epsilon(
-            delta=plan.delta, sigma=sigma_eff, sensitivity=math.sqrt(len(plan.blocks))
+            delta=plan.delta, sigma=sig, sensitivity=math.sqrt(k)
         ),
         delta_achieved=plan.delta,
-        rho_achieved=len(plan.blocks) / (2.0 * sigma_eff**2),
+        rho_achieved=k / (2.0 * sig**2),
     )
     return out
 
@@ -617,16 +638,16 @@ def heterogeneity_protocol(
         res.q = StatisticEstimate("q", q, sensitivity=sens.q_weight_units)
         res.i2 = StatisticEstimate("i2", i_squared(q, n2))
     res.rounds = [
-        {**p1.as_dict(), **_achieved(p1, cfg, n_clients, n)},
-        {**p2.as_dict(), **_achieved(p2, cfg, n_clients, n2)},
+        {**p1.as_dict(), **_achieved(p1, cfg, n)},
+        {**p2.as_dict(), **_achieved(p2, cfg, n2)},
     ]
     if cfg.private:
-        eps_sum = sum(float(r.get("epsilon_achieved") or 0.0) for r in res.rounds)
-        if cfg.secure:
-            rho_tot = sum(float(r.get("rho_achieved") or 0.0) for r in res.rounds)
-            assert cfg.delta is not None
-            eps_sum = zcdp_to_approx_dp(rho=rho_tot, delta=cfg.delta)
-        res.details["epsilon_achieved"] = eps_sum
+        # basic composition of the rounds, or zCDP composition (both valid at the total delta): the smaller
+        assert cfg.delta is not None
+        rho_tot = sum(float(r.get("rho_achieved") or 0.0) for r in res.rounds)
+        eps_zcdp = zcdp_to_approx_dp(rho=rho_tot, delta=cfg.delta)
+        eps_basic = sum(float(r.get("epsilon_achieved") or 0.0) for r in res.rounds)
+        res.details["epsilon_achieved"] = eps_zcdp if cfg.secure else min(eps_basic, eps_zcdp)
     res.estimate = (
         res.i2.estimate
         if res.i2 is not None
@@ -634,5 +655,14 @@ def heterogeneity_protocol(
         if res.dispersion
         else math.nan
     )
-    attach_errors(res, cfg, p1, p2, sens, n2, d, randomness)
+    attach_errors(
+        res,
+        cfg,
+        replace(p1, sigma=effective_sigma(p1, cfg, n)),
+        replace(p2, sigma=effective_sigma(p2, cfg, n2)),
+        sens,
+        n2,
+        d,
+        randomness,
+    )
     return res
