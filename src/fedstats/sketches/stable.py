@@ -220,7 +220,7 @@ def project_coupled(
     for a in range(0, i.size, step):
         cols = coupled_columns(seed, ell, alphas, i[a : a + step])
         for r, c in zip(res, cols, strict=True):
-            r += x[a : a + step] @ c
+            r += np.dot(x[a : a + step], c)
     return res
 
 
@@ -381,14 +381,14 @@ class StableProjection:
         if mm * ell <= MAX_DENSE_ENTRIES:
             nz = np.flatnonzero(np.any(x != 0.0, axis=0))
             if nz.size * 2 > mm:
-                return np.asarray(x @ self.matrix(mm).T)
-            return np.asarray(x[:, nz] @ self.columns(nz))
+                return np.asarray(np.dot(x, self.matrix(mm).T))
+            return np.asarray(np.dot(x[:, nz], self.columns(nz)))
         out = np.zeros((n, ell), dtype=np.float64)
         nz = np.flatnonzero(np.any(x != 0.0, axis=0))
         step = max(1, _COLUMN_CHUNK_ENTRIES // ell)
         for a in range(0, nz.size, step):
             cols = nz[a : a + step]
-            out += x[:, cols] @ self.columns(cols)
+            out += np.dot(x[:, cols], self.columns(cols))
         return out
 
     def _project_scipy(self, sp: Any) -> np.ndarray:
