@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import best_of, peak_rss_mb, write_results  # noqa: E402
-
-from fedstats.analyses.chi2 import encode_projection  # noqa: E402
-from fedstats.engine import ClientBatch  # noqa: E402
-from fedstats.sketches.stable import StableProjection, _dense_columns  # noqa: E402
+from _util import best_of, peak_rss_mb, write_results
+from fedstats.analyses.chi2 import encode_projection
+from fedstats.engine import ClientBatch
+from fedstats.sketches.stable import StableProjection, _dense_columns
 
 
 def _params(m_x: int, m_y: int, n: int, ell: int, seed: int) -> dict[str, Any]:
@@ -84,7 +83,11 @@ def generation(m: int, ell: int, repeat: int) -> dict[str, Any]:
     def peer() -> None:
         np.random.default_rng(5).standard_normal((ell, m))
 
-    t_ours, t_alpha, t_peer = best_of(ours, repeat), best_of(ours_alpha, repeat), best_of(peer, repeat)
+    t_ours, t_alpha, t_peer = (
+        best_of(ours, repeat),
+        best_of(ours_alpha, repeat),
+        best_of(peer, repeat),
+    )
     return {
         "entries": m * ell,
         "ours_alpha2_seconds": t_ours,
@@ -150,7 +153,9 @@ def main() -> None:
         )
     print("projection generation vs numpy standard_normal ...")
     gen = generation(20_000 if q else 250_000, 50, 3)
-    print(f"  ratio {gen['ratio_ours_over_numpy']:.2f}, {gen['ours_entries_per_second']:.3g} entries/s")
+    print(
+        f"  ratio {gen['ratio_ours_over_numpy']:.2f}, {gen['ours_entries_per_second']:.3g} entries/s"
+    )
     print("Figure 2 (one client, l = 50) ...")
     sizes = [10, 50, 100, 200] if q else [10, 50, 100, 200, 300, 400, 500]
     fig2 = figure2(sizes, 50, 5 if q else 30)
