@@ -123,3 +123,21 @@ def test_bit_meter() -> None:
     with pytest.raises(BudgetExceededError, match="spent 2"):
         meter.record(bits=1, label="too much")
     assert meter.as_dict()["max_bits_per_client"] == 2
+
+
+def test_spend_loss_from_mechanisms() -> None:
+    from fedstats.privacy.mechanisms import (
+        GaussianMechanism,
+        RandomizedResponse,
+        SubtractiveDithering,
+    )
+
+    led = PrivacyLedger(epsilon_budget=3.0, delta_budget=1e-5)
+    g = GaussianMechanism(epsilon=1.0, delta=1e-6, sensitivity=1.0)
+    led.spend_loss(g.privacy_loss(), label="gaussian")
+    led.spend_loss(RandomizedResponse(epsilon=0.5).privacy_loss(), label="rr", clients=range(10))
+    t = led.total()
+    assert t.rho == pytest.approx(g.privacy_loss().rho)
+    assert t.epsilon == pytest.approx(1.5)
+    with pytest.raises(ParameterError):
+        led.spend_loss(SubtractiveDithering().privacy_loss(), label="quantizer")

@@ -281,6 +281,24 @@ class PrivacyLedger:
             )
         self._entries.append(entry)
 
+    def spend_loss(self, loss: PrivacyLoss, *, label: str, clients: ClientSet = None) -> None:
+        """Record a release described by a :class:`PrivacyLoss` (e.g. ``mechanism.privacy_loss()``).
+
+        Same as :meth:`spend` with ``epsilon=loss.epsilon, delta=loss.delta, rho=loss.rho``.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the release would exceed the budget.
+        ParameterError
+            If the loss is not finite (a non-private mechanism cannot be recorded).
+        """
+        if not math.isfinite(loss.epsilon):
+            raise ParameterError("loss", loss, "a finite privacy loss (the mechanism is not DP)")
+        self.spend(
+            epsilon=loss.epsilon, delta=loss.delta, rho=loss.rho, label=label, clients=clients
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly summary: budgets, entries and totals."""
         return {

@@ -33,6 +33,7 @@ __all__ = ["random_raw", "sample_discrete_gaussian", "sample_discrete_laplace"]
 _TWO_POW_53 = float(2**53)
 _LOG_2_POW_53 = 53.0 * math.log(2.0)
 _MAX_SCALE = 1e12  # keeps magnitudes far below 2**53
+_BLOCK = 1 << 18  # samples per round: bounds temporary memory whatever the output size
 
 
 def random_raw(rng: RNG, n: int) -> np.ndarray:
@@ -52,7 +53,11 @@ def _size_count(size: int | tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
 def _exponential_from_raw(raw: np.ndarray, rng: RNG) -> np.ndarray:
     """Exponential(1) variates from the top 53 bits of ``raw``; the lowest bucket continues the tail."""
     top = raw >> np.uint64(11)
-    e = -np.log((top.astype(np.float64) + 0.5) / _TWO_POW_53)
+    e = top.view(np.int64).astype(np.float64)
+    e += 0.5
+    e *= 1.0 / _TWO_POW_53
+    np.log(e, out=e)
+    np.negative(e, out=e)
     low = np.flatnonzero(top == 0)
     while low.size:  # probability 2**-53 per sample: E > 53 log 2, memoryless continuation
         more = random_raw(rng, low.size) >> np.uint64(11)
@@ -65,10 +70,12 @@ def _discrete_laplace_block(scale: float, m: int, rng: RNG) -> np.ndarray:
     """About ``m`` discrete Laplace candidates (fewer after rejecting -0), dtype int64."""
     raw = random_raw(rng, m)
     negative = (raw & np.uint64(1)) == 0
-    mag = np.floor(_exponential_from_raw(raw, rng) * scale)
+    mag = _exponential_from_raw(raw, rng)
+    mag *= scale
+    np.floor(mag, out=mag)
     keep = ~(negative & (mag == 0.0))
-    out = np.where(negative, -mag, mag)[keep]
-    return np.asarray(out, dtype=np.int64)
+    np.negative(mag, out=mag, where=negative)
+    return np.asarray(mag[keep], dtype=np.int64)
 
 
 def sample_discrete_laplace(scale: float, size: int | tuple[int, ...], rng: RNG) -> np.ndarray:
@@ -103,7 +110,7 @@ def sample_discrete_laplace(scale: float, size: int | tuple[int, ...], rng: RNG)
     filled = 0
     p_keep = 1.0 - 0.5 * (-math.expm1(-1.0 / t))
     while filled < n:
-        need = n - filled
+        need = min(n - filled, _BLOCK)  # bounded temporaries, cache-sized rounds
         cand = _discrete_laplace_block(t, int(need / p_keep * 1.02) + 16, rng)[:need]
         out[filled : filled + cand.size] = cand
         filled += cand.size
@@ -145,14 +152,19 @@ def sample_discrete_gaussian(sigma2: float, size: int | tuple[int, ...], rng: RN
     out = np.empty(n, dtype=np.int64)
     filled = 0
     rate = 0.5  # running estimate of the acceptance rate, refined each round
+    shift = s2 / t
+    scale = -1.0 / (2.0 * s2)
     while filled < n:
-        need = n - filled
+        need = min(n - filled, _BLOCK)  # bounded temporaries, cache-sized rounds
         m = int(need / rate * 1.05) + 16
         y = _discrete_laplace_block(t, m, rng)
-        u = _uniform(rng, y.size)
-        d = np.abs(y).astype(np.float64) - s2 / t
-        acc = y[u < np.exp(-(d * d) / (2.0 * s2))]
-        rate = max(0.05, acc.size / max(1, y.size) * (y.size / m))
+        d = np.abs(y).astype(np.float64)
+        d -= shift
+        d *= d
+        d *= scale
+        np.exp(d, out=d)  # acceptance probability exp(-(|y| - s2/t)^2 / (2 s2))
+        acc = y[_uniform(rng, y.size) < d]
+        rate = max(0.05, acc.size / m)
         take = acc[:need]
         out[filled : filled + take.size] = take
         filled += take.size
@@ -161,7 +173,10 @@ def sample_discrete_gaussian(sigma2: float, size: int | tuple[int, ...], rng: RN
 
 def _uniform(rng: RNG, n: int) -> np.ndarray:
     """Uniform doubles k / 2**53 in [0, 1) from either kind of generator."""
-    return (random_raw(rng, n) >> np.uint64(11)).astype(np.float64) / _TWO_POW_53
+    raw = random_raw(rng, n) >> np.uint64(11)
+    u = raw.view(np.int64).astype(np.float64)  # int64 -> float64 converts faster than uint64
+    u *= 1.0 / _TWO_POW_53
+    return u
 
 
 def bernoulli(p: Any, size: int, rng: RNG) -> np.ndarray:
