@@ -35,8 +35,11 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     """Write ``benchmarks/results/<name>.json`` atomically with machine metadata."""
     payload = {
         "benchmark": name,
-        "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "processor": platform.processor()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+        },
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **data,
     }

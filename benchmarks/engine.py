@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import peak_rss_mb, write_results  # noqa: E402
-
-from fedstats.engine import ClientBatch, Engine, GeneratedPopulation, Round, SerialBackend  # noqa: E402
-from fedstats.randomness import RNG, RandomSource  # noqa: E402
+from _util import peak_rss_mb, write_results
+from fedstats.engine import ClientBatch, Engine, GeneratedPopulation, Round, SerialBackend
+from fedstats.randomness import RNG, RandomSource
 
 BLOCK = 1 << 16
 
@@ -83,7 +82,9 @@ def main() -> None:
         "ratio_seeded_to_numpy_raw": seeded / raw,
         "ratio_secure_to_numpy_raw": secure / raw,
         "peak_rss_mib": peak_rss_mb(),
-        "sum_within_6_sd": bool(abs(total - expected) < 6 * sd and abs(total_s - expected) < 6 * sd),
+        "sum_within_6_sd": bool(
+            abs(total - expected) < 6 * sd and abs(total_s - expected) < 6 * sd
+        ),
     }
     path = write_results("engine", res)
     for k, v in res.items():
