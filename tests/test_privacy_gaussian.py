@@ -139,7 +139,8 @@ def mp_discrete_delta(eps: float, sigma: float, sens: int) -> mp.mpf:
 
 
 @pytest.mark.parametrize(
-    ("eps", "sigma", "sens"), [(1.0, 3.3, 1), (0.5, 10.0, 2), (3.0, 0.8, 1), (1.0, 25.0, 9)]
+    ("eps", "sigma", "sens"),
+    [(1.0, 3.3, 1), (0.5, 10.0, 2), (3.0, 0.8, 1), (1.0, 25.0, 9), (0.5, 5.0, 8), (1e-3, 3.0, 10)],
 )
 def test_discrete_gaussian_delta_matches_mpmath(eps: float, sigma: float, sens: int) -> None:
     ref = mp_discrete_delta(eps, sigma, sens)

@@ -55,18 +55,45 @@ def _log_z(sigma: float) -> float:
     return math.log(sigma * _SQRT_2PI) + _log_theta(sigma)
 
 
+def _em_corr(kk: float, s2: float) -> float:
+    """Euler-Maclaurin corrections, relative to f(K), of sum_{k >= K} f(k) beyond the integral."""
+    a = kk / s2
+    d1 = -a
+    d3 = -(a**3) + 3.0 * a / s2
+    d5 = -(a**5) + 10.0 * a**3 / s2 - 15.0 * a / s2**2
+    return 0.5 - d1 / 12.0 + d3 / 720.0 - d5 / 30240.0
+
+
+def _log_tail(big_k: int, sigma: float) -> float:
+    """log of sum_{k >= K} exp(-k^2 / (2 sigma^2)) for an integer K >= 1."""
+    s2 = sigma * sigma
+    if sigma <= _DIRECT_MAX_SIGMA:
+        k = np.arange(big_k, big_k + int(40.0 * sigma + 50.0) + 1, dtype=np.float64)
+        logf = -(k * k) / (2.0 * s2)
+        top = float(logf[0])
+        return top + math.log(float(np.exp(logf - top).sum()))
+    x = big_k / (_SQRT2 * sigma)
+    integral = sigma * math.sqrt(math.pi / 2.0) * float(sc.erfcx(x))
+    return -x * x + math.log(integral + _em_corr(float(big_k), s2))
+
+
 def discrete_gaussian_log_delta(epsilon: float, sigma: float, sensitivity: int) -> float:
     """log of the exact delta of Theorem 7 (no validation; see :func:`discrete_gaussian_delta`)."""
     s2 = sigma * sigma
     dlt = float(sensitivity)
     m = epsilon * s2 / dlt - dlt / 2.0
     big_k = math.floor(m) + 1
-    if sigma <= _DIRECT_MAX_SIGMA or big_k <= 0:
-        if big_k <= 0 and sigma > _DIRECT_MAX_SIGMA:
-            # delta is large here (about P[Y >= 0]); a direct sum over the bulk is still cheap enough.
-            pass
+    if big_k <= 0:
+        # m < 0: delta = P[Y >= K] - e^eps P[Y >= K + Delta] is not small here (see module notes), so the
+        # two probabilities are computed separately; K + Delta >= Delta / 2 > 0.
+        log_z = _log_z(sigma)
+        first = -math.expm1(_log_tail(1 - big_k, sigma) - log_z)  # P[Y >= K] = 1 - P[Y >= 1 - K]
+        second = math.exp(min(epsilon + _log_tail(big_k + sensitivity, sigma) - log_z, 700.0))
+        value = first - second
+        return math.log(value) if value > 0.0 else -math.inf
+    if sigma <= _DIRECT_MAX_SIGMA:
         span = int(40.0 * sigma + 50.0)
-        k = np.arange(big_k, big_k + span + abs(min(big_k, 0)) + 1, dtype=np.float64)
+        k = np.arange(big_k, big_k + span + 1, dtype=np.float64)
         logf = -(k * k - float(big_k) ** 2) / (2.0 * s2)
         w = np.exp(logf) * -np.expm1(-dlt * (k - m) / s2)
         total = float(w.sum())
@@ -84,14 +111,9 @@ def discrete_gaussian_log_delta(epsilon: float, sigma: float, sensitivity: int) 
         - math.expm1(-theta) * float(sc.erfcx(y / _SQRT2))
     )
 
-    def corr(kk: float) -> float:
-        a = kk / s2
-        d1 = -a
-        d3 = -(a**3) + 3.0 * a / s2
-        d5 = -(a**5) + 10.0 * a**3 / s2 - 15.0 * a / s2**2
-        return 0.5 - d1 / 12.0 + d3 / 720.0 - d5 / 30240.0
-
-    corrections = (corr(float(big_k)) - math.exp(-theta) * corr(big_k + dlt)) / (sigma * _SQRT_2PI)
+    corrections = (_em_corr(float(big_k), s2) - math.exp(-theta) * _em_corr(big_k + dlt, s2)) / (
+        sigma * _SQRT_2PI
+    )
     total = integral + corrections
     if total <= 0.0:
         return -math.inf
