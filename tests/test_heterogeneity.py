@@ -72,6 +72,18 @@ def test_no_privacy_run_through_engine_equals_exact() -> None:
     assert r.q.estimate == pytest.approx(ex.q, rel=1e-6)
     assert r.i2.estimate == pytest.approx(ex.i2, abs=1e-8)
     assert r.epsilon is None and r.dispersion.interval is None
+    r3 = heterogeneity(x, statistic="dispersion", p=3.0, randomness=RandomSource(6))
+    assert r3.dispersion is not None
+    assert r3.dispersion.estimate == pytest.approx(dispersion(x, 3.0), rel=1e-6)
+    with pytest.warns(UserWarning):
+        rc = classical_gaussian_sigma(
+            epsilon=2.0, delta=1e-5, sensitivity=1.0, allow_large_epsilon=True
+        )
+    assert rc > 0
+    r4 = heterogeneity(
+        x, epsilon=4.0, delta=1e-5, mechanism="classical", randomness=RandomSource(7)
+    )  # per-round epsilon 2: flagged
+    assert "warning" in r4.details and r4.details["epsilon_achieved"] > 0
 
 
 # ------------------------------------------------------------------------------------------ sensitivity

@@ -220,6 +220,8 @@ def heterogeneity_command(
             )
         else:
             console.print("not private (--no-privacy): exact sums")
+        if "warning" in res.details:
+            console.print(f"[yellow]warning: {res.details['warning']}[/yellow]")
         if res.release_note:
             console.print(f"[dim]{res.release_note}[/dim]")
 

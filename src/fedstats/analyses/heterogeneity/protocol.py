@@ -648,6 +648,15 @@ def heterogeneity_protocol(
         eps_zcdp = zcdp_to_approx_dp(rho=rho_tot, delta=cfg.delta)
         eps_basic = sum(float(r.get("epsilon_achieved") or 0.0) for r in res.rounds)
         res.details["epsilon_achieved"] = eps_zcdp if cfg.secure else min(eps_basic, eps_zcdp)
+        if (
+            not cfg.secure
+            and cfg.mechanism == "classical"
+            and max(float(p1.epsilon or 0.0), float(p2.epsilon or 0.0)) >= 1.0
+        ):
+            res.details["warning"] = (
+                "classical Gaussian calibration used at a per-round epsilon >= 1, outside its theorem "
+                "(Dwork & Roth Thm. A.1); epsilon_achieved gives the exact privacy of the noise added"
+            )
     res.estimate = (
         res.i2.estimate
         if res.i2 is not None
