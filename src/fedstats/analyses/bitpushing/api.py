@@ -76,6 +76,7 @@ def make_stage(method: str, **options: Any) -> Stage:
                 "gamma",
                 "alpha",
                 "min_reports",
+                "squash_z",
                 "squash_threshold",
             ),
             "weighted": ("epsilon", "bits_per_client", "allocation", "alpha", "squash_threshold"),

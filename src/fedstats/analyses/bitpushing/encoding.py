@@ -176,6 +176,8 @@ def enforce_range(
 ) -> tuple[np.ndarray, int]:
     """Clip-and-count or refuse values outside ``[low, high]`` (see :class:`BitEncoding`)."""
     v = np.asarray(values, dtype=np.float64)
+    if v.size and low <= float(v.min()) and float(v.max()) <= high:
+        return v, 0  # fast path: min/max are NaN if any value is, so this also proves finiteness
     if not np.isfinite(v).all():
         raise DataError(f"{name} has a NaN or infinite value")
     out = (v < low) | (v > high)
@@ -194,11 +196,10 @@ def to_codes(
     v: np.ndarray, offset: float, resolution: float, max_code: int, rng: RNG | None
 ) -> np.ndarray:
     """``(v - offset) / resolution`` as int64 in ``[0, max_code]``, by unbiased randomized rounding."""
-    x = (v - offset) / resolution
+    x = v if offset == 0.0 and resolution == 1.0 else (v - offset) / resolution
     fl = np.floor(x)
     frac = x - fl
-    if rng is not None and frac.any():
-        fl = fl + (rng.random(x.shape) < frac)
-    elif frac.any():
-        fl = np.rint(x)
-    return np.clip(fl, 0, max_code).astype(np.int64)
+    if frac.any():
+        fl = fl + (rng.random(x.shape) < frac) if rng is not None else np.rint(x)
+    out: np.ndarray = np.clip(fl, 0, max_code).astype(np.int64)
+    return out

@@ -254,12 +254,20 @@ def _squash_level(epsilon_bit: float | None, squash_threshold: float | None) -> 
     return float(squash_threshold) * math.sqrt(rr_noise_variance(epsilon_bit))
 
 
-def _squashed(m: np.ndarray, reported: np.ndarray, level: float | None) -> np.ndarray:
-    """Bits above the highest reported bit whose mean reaches ``level`` (the noisy top run, App. B)."""
+def _squashed(
+    m: np.ndarray, reported: np.ndarray, level: float | None, exclude: np.ndarray | None = None
+) -> np.ndarray:
+    """Bits above the highest reported bit whose mean reaches ``level`` (the noisy top run, App. B).
+
+    Bits in ``exclude`` cannot be that highest bit.
+    """
     b = m.size
     if level is None:
         return np.zeros(b, dtype=bool)
-    live = np.flatnonzero(reported & (np.nan_to_num(m, nan=-np.inf) >= level))
+    ok = reported & (np.nan_to_num(m, nan=-np.inf) >= level)
+    if exclude is not None:
+        ok &= ~exclude
+    live = np.flatnonzero(ok)
     top = int(live.max()) if live.size else -1
     out: np.ndarray = np.arange(b) > top
     return out
@@ -270,13 +278,27 @@ def _combine(
     sums: np.ndarray,
     epsilon_bit: float | None,
     squash_threshold: float | None,
+    presquashed: np.ndarray | None = None,
+    strict: np.ndarray | None = None,
 ) -> tuple[float, float, dict[str, Any]]:
-    """Mean code, its Lemma 1 plug-in variance, and per-bit details from pooled sums."""
+    """Mean code, its Lemma 1 plug-in variance, and per-bit details from pooled sums.
+
+    Bits in ``presquashed`` stay squashed; a bit in ``strict`` counts as live only if its mean minus one
+    standard error reaches the squash level.
+    """
     b = counts.size
     m = bit_means(counts, sums, epsilon_bit)
     reported = counts > 0
     level = _squash_level(epsilon_bit, squash_threshold)
-    squashed = _squashed(m, reported, level)
+    exclude = None
+    if strict is not None and level is not None:
+        mc0 = np.clip(np.nan_to_num(m, nan=0.5), 0.0, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            se = np.sqrt((mc0 * (1.0 - mc0) + rr_noise_variance(epsilon_bit)) / counts)
+        exclude = strict & ~(m - se >= level)
+    squashed = _squashed(m, reported, level, exclude)
+    if presquashed is not None:
+        squashed |= presquashed
     used = np.where(reported, m, 0.5)
     used[squashed] = 0.0
     weights = 2.0 ** np.arange(b)
@@ -376,6 +398,7 @@ def adaptive_stage(
     gamma: float = 1.0,
     alpha: float = 0.5,
     min_reports: int = 16,
+    squash_z: float = 2.0,
     bits_per_client: int = 1,
     allocation: str = "exact",
     epsilon: float | None = None,
@@ -397,6 +420,12 @@ def adaptive_stage(
         Round-1 exponent.
     alpha : float
         Round-2 exponent (0.5: Lemma 3's optimal :math:`\\sqrt{\\beta_j}`).
+    squash_z : float
+        With squashing, a bit is *live* after round 1 when its lower confidence bound
+        ``m_j - squash_z * se_j`` reaches the threshold, *noise* when ``m_j`` does not (squashed), and
+        *uncertain* in between: uncertain bits get about ``(4 / squash_threshold)**2`` round-2 reports each
+        (at most half of round 2), and the pooled estimate decides them (``m_j`` minus one standard error
+        must reach the threshold; for the other bits the final test is the paper's, on ``m_j``).
     min_reports : int
         Round 1 mixes p with the uniform vector so that every bit gets about ``min_reports`` reports
         (default 16; 0 gives the paper's round 1 exactly). With a loose bit depth, :math:`p_j \\propto 2^j`
@@ -442,16 +471,39 @@ def adaptive_stage(
     m1 = bit_means(r1.counts, r1.sums, eps_bit)
     m1c = np.clip(np.nan_to_num(m1, nan=0.5), 0.0, 1.0)
     beta = 4.0 ** np.arange(b) * m1c * (1.0 - m1c)
-    beta[_squashed(m1, r1.counts > 0, _squash_level(eps_bit, squash_threshold))] = 0.0
+    level = _squash_level(eps_bit, squash_threshold)
+    squashed1 = np.zeros(b, dtype=bool)
+    uncertain = np.zeros(b, dtype=bool)
+    if level is not None:
+        # Three-way split after round 1: bits above every bit whose mean reaches the threshold are noise
+        # (squashed, no round-2 clients); bits up to the highest one whose *lower confidence bound*
+        # reaches it are live (Lemma 3 weights); the ones in between are uncertain and get a fixed
+        # number of round-2 reports, enough to decide them, instead of a weight growing as 2^j.
+        reported1 = r1.counts > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            se1 = np.sqrt((m1c * (1.0 - m1c) + rr_noise_variance(eps_bit)) / r1.counts)
+        squashed1 = _squashed(m1, reported1, level)
+        not_live = _squashed(m1 - squash_z * se1, reported1, level)
+        uncertain = not_live & ~squashed1
+        beta[not_live] = 0.0
     with np.errstate(divide="ignore"):
         logw = np.where(beta > 0, alpha * np.log(np.where(beta > 0, beta, 1.0)), -np.inf)
-    if np.isfinite(logw).sum() >= s_bits:
-        w = np.exp(logw - logw[np.isfinite(logw)].max())
-        p2 = w / w.sum()
-        fallback = False
-    else:  # (almost) every bit constant in round 1: nothing to adapt to
+    n_live = int(np.isfinite(logw).sum())
+    fallback = False
+    if n_live + int(uncertain.sum()) < s_bits:  # (almost) every bit constant: nothing to adapt to
         p2 = p1
         fallback = True
+    else:
+        p2 = np.zeros(b)
+        if n_live:
+            w = np.exp(logw - logw[np.isfinite(logw)].max())
+            p2 = w / w.sum()
+        if uncertain.any():
+            assert level is not None and squash_threshold is not None
+            decide = (4.0 / float(squash_threshold)) ** 2  # reports resolving a bit to ~level/4
+            share = min(0.5, uncertain.sum() * decide / ((n - n1) * s_bits)) if n_live else 1.0
+            p2 = (1.0 - share) * p2
+            p2[uncertain] = share / uncertain.sum()
     r2 = yield from bit_round(
         "bits-round2",
         spec,
@@ -464,13 +516,15 @@ def adaptive_stage(
     )
     counts = r1.counts + r2.counts
     sums = r1.sums + r2.sums
-    est, var, details = _combine(counts, sums, eps_bit, squash_threshold)
+    # bits squashed after round 1 got no round-2 clients: they stay squashed
+    est, var, details = _combine(counts, sums, eps_bit, squash_threshold, squashed1, uncertain)
     details.update(
         probabilities=[p1, p2],
         round_clients=[r1.n_clients, r2.n_clients],
         round1_bit_means=m1,
         round2_fallback=fallback,
         round1_fraction=frac,
+        uncertain_bits=np.flatnonzero(uncertain).tolist(),
     )
     return StageEstimate(est, var, r1.n_clients + r2.n_clients, s_bits, epsilon, details)
 
