@@ -393,15 +393,21 @@ def run_gap(
     check_choice("scale", scale, ("rate", "signed"))
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     n_log = len(engine.log)
+    recorder = _TruthRecorder(population, mech.n_groups) if with_truth else None
     sums = engine.run(
         performance_gap_protocol(mech, resolution_bits=resolution_bits),
-        population,
+        recorder if recorder is not None else population,
     )
     est = estimate_gap(sums, mech, sizes=sizes, pair=pair, scale=scale, confidence=confidence)
     est["bytes_per_client"] = engine.log[n_log].bytes_per_client
     est["clipped_reports"] = sums.clipped
     if with_truth:
-        true_sums, true_counts = simulated_truth(population, engine, mech.n_groups)
+        assert recorder is not None
+        recorded = recorder.totals(engine.block_size)
+        # blocks read in worker processes do not come back: then read the population again
+        true_sums, true_counts = (
+            recorded if recorded is not None else simulated_truth(population, engine, mech.n_groups)
+        )
         i, j = pair
         if true_counts[i] == 0 or true_counts[j] == 0:
             raise DataError("a compared group has no simulated client")
@@ -410,6 +416,53 @@ def run_gap(
             float(true_sums[i] / true_counts[i] - true_sums[j] / true_counts[j]) * unit
         )
     return est, sums
+
+
+class _TruthRecorder:
+    """Simulation only: a population wrapper that adds up each block's true group sums as it is read.
+
+    Nothing recorded here is sent by a client: it is the simulator's bookkeeping of the truth, gathered
+    in the same pass as the round (so the truth costs no second generation of the clients). Blocks read in
+    other processes are not seen; :meth:`totals` then returns None.
+    """
+
+    def __init__(self, population: Population, n_groups: int) -> None:
+        self._pop = population
+        self._d = n_groups
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+
+    @property
+    def n_clients(self) -> int:
+        return self._pop.n_clients
+
+    def block(
+        self, block_index: int, block_size: int, start: int, stop: int, randomness: Any
+    ) -> ClientBatch:
+        batch = self._pop.block(block_index, block_size, start, stop, randomness)
+        if start == block_index * block_size and stop == min(
+            (block_index + 1) * block_size, self._pop.n_clients
+        ):
+            g = np.asarray(batch.column(GROUP_COLUMN), dtype=np.int64)
+            v = np.asarray(batch.column(VALUE_COLUMN), dtype=np.float64)
+            self._blocks[block_index] = (
+                np.bincount(g, weights=v, minlength=self._d),
+                np.bincount(g, minlength=self._d),
+                g.size,
+            )
+        return batch
+
+    def totals(self, block_size: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per-group sums and counts over every block, or None if some block was not seen here."""
+        from fedstats.engine.populations import block_count
+
+        if len(self._blocks) != block_count(self._pop.n_clients, block_size):
+            return None
+        sums = np.zeros(self._d)
+        counts = np.zeros(self._d, dtype=np.int64)
+        for b in sorted(self._blocks):
+            sums += self._blocks[b][0]
+            counts += self._blocks[b][1]
+        return sums, counts
 
 
 def simulated_truth(
