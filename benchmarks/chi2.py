@@ -143,8 +143,8 @@ def main() -> None:
     load_before = os.getloadavg()
     print("throughput (client encoding vs numpy X @ P.T) ...")
     thr = [
-        throughput(2000 if q else 20000, 20, 20, 50, 3),
-        throughput(200 if q else 2000, 100, 100, 50, 3),
+        throughput(2000 if q else 20000, 20, 20, 50, 7),
+        throughput(200 if q else 2000, 100, 100, 50, 7),
     ]
     for t in thr:
         print(

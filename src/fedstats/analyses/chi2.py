@@ -53,7 +53,7 @@ from fedstats.sketches.decoders import (
 )
 from fedstats.sketches.modular import BITS, choose_frac_bits, reduce_signed, wrap_reports
 from fedstats.sketches.seed_agreement import agree_projection_seed
-from fedstats.sketches.stable import StableProjection
+from fedstats.sketches.stable import MAX_DENSE_ENTRIES, StableProjection
 
 __all__ = [
     "DECODERS",
@@ -350,9 +350,21 @@ def encode_projection(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -
     vy = np.asarray(params["col_marginals"], dtype=np.float64)
     vbar = _expected(vx[rows], vy[cols])
     sq = np.sqrt(vbar)
-    x = t[:, rows][:, :, cols].reshape(batch.n, -1).astype(np.float64) / sq
-    proj = StableProjection(int(params["seed"]), int(params["encoding_size"]), 2.0)
-    e = proj.project(x) - proj.project(sq[None, :]) / float(params["n_total"])
+    m_x, m_y = params["shape"]
+    if rows.size == m_x and cols.size == m_y:
+        counts = t.reshape(batch.n, -1)
+    else:
+        counts = t[:, rows][:, :, cols].reshape(batch.n, -1)
+    ell = int(params["encoding_size"])
+    proj = StableProjection(int(params["seed"]), ell, 2.0)
+    n_total = float(params["n_total"])
+    if sq.size * ell <= MAX_DENSE_ENTRIES and batch.n >= 8:
+        # a block of clients: fold 1/sqrt(vbar) into the cached projection once, one BLAS product
+        cols_t = proj.matrix(sq.size).T  # (m, l)
+        scaled = cols_t / sq[:, None]
+        e = np.dot(counts.astype(np.float64), scaled) - np.dot(sq, cols_t) / n_total
+    else:
+        e = proj.project(counts.astype(np.float64) / sq) - proj.project(sq[None, :]) / n_total
     dropped = np.asarray(params.get("dropped", ()), dtype=np.int64)
     if dropped.size:
         e[np.isin(batch.indices, dropped)] = 0.0
