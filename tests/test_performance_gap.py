@@ -104,7 +104,7 @@ def test_worst_case_nu2_bounds_the_variance() -> None:
 def test_estimated_group_sizes_close_to_unbiased_with_delta_method_se() -> None:
     mech = GapMechanism("R", 1.5, 1.5)
     g, v = _population((3000, 1000), seed=3)
-    runs = 1500
+    runs = 800
     sums, counts = _monte_carlo(mech, g, v, runs, seed=4)
     K = g.size
     a, ao = mech.a, mech.a_other
@@ -135,7 +135,7 @@ def test_engine_protocol_is_unbiased_and_ci_covers() -> None:
     rates = np.where(groups == "a", rng.uniform(0.6, 1.0, n), rng.uniform(0.3, 0.9, n))
     zs = []
     cover = 0
-    reps = 120
+    reps = 80
     for mechanism, rep in itertools.product("RL", range(reps // 2)):
         res = measure_performance_gap(
             groups,
@@ -379,7 +379,7 @@ def test_sharper_bounds_need_less_budget_and_rate_scale_halves() -> None:
 def test_normal_and_bernstein_bounds_hold_by_simulation() -> None:
     mech = GapMechanism("R", 1.0, 1.0)
     g, v = _population((500, 500), seed=8)
-    runs = 6000
+    runs = 4000
     sums, _ = _monte_carlo(mech, g, v, runs, seed=9)
     means = sums / (mech.value_gain * 500)
     err = (means[:, 0] - means[:, 1]) - (v[g == 0].mean() - v[g == 1].mean())
