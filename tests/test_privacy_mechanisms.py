@@ -388,3 +388,17 @@ def test_grid_release_depends_only_on_the_snapped_integer() -> None:
     a = flt.randomize(np.full(1000, 0.1), np.random.default_rng(9))
     b = flt.randomize(np.full(1000, 0.1 + 1e-12), np.random.default_rng(9))
     assert not np.array_equal(a, b)
+
+
+def test_piecewise_on_grid_is_unbiased_and_safe() -> None:
+    m = PiecewiseMechanism(epsilon=1.0, resolution_bits=4)
+    assert m.floating_point_safe and m.privacy_loss().epsilon == pytest.approx(1.0, rel=1e-12)
+    rng = np.random.default_rng(12)
+    y = m.randomize(np.full(N, 0.4), rng)
+    k = y / m.grid
+    assert np.array_equal(k, np.round(k))
+    exact = PiecewiseMechanism(epsilon=1.0).variance(0.4)
+    assert abs(y.mean() - 0.4) <= 6 * math.sqrt(m.variance(0.4) / N)
+    # rounding adds between 0 and grid^2 / 4 to the variance
+    se = 6 * math.sqrt(float(np.mean((y - y.mean()) ** 4)) / N)
+    assert exact - se <= y.var() <= float(m.variance(0.4)) + se

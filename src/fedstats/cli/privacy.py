@@ -187,7 +187,7 @@ def _build(
         return Harmony(epsilon=epsilon)
     if mechanism == "duchi":
         return DuchiMechanism(epsilon=epsilon)
-    return PiecewiseMechanism(epsilon=epsilon)
+    return PiecewiseMechanism(epsilon=epsilon, resolution_bits=bits)
 
 
 def _sentence(info: dict[str, Any]) -> str:
@@ -226,7 +226,7 @@ def explain(
             "--resolution-bits",
             min=0,
             max=40,
-            help="Release grid for laplace/gaussian (0: float path, simulation only).",
+            help="Release grid for laplace/gaussian/piecewise (0: float path, simulation only).",
         ),
     ] = 20,
     json_flag: JsonOption = False,
