@@ -141,3 +141,11 @@ def test_spend_loss_from_mechanisms() -> None:
     assert t.epsilon == pytest.approx(1.5)
     with pytest.raises(ParameterError):
         led.spend_loss(SubtractiveDithering().privacy_loss(), label="quantizer")
+
+
+def test_explain_lists_every_release() -> None:
+    led = PrivacyLedger(epsilon_budget=2.0)
+    led.spend(epsilon=0.5, label="mean", clients=range(0, 10))
+    led.spend(epsilon=0.25, delta=1e-7, rho=0.01, label="gauss")
+    text = led.explain()
+    assert "1. mean" in text and "2. gauss" in text and "remaining: epsilon=1.25" in text

@@ -299,6 +299,24 @@ class PrivacyLedger:
             epsilon=loss.epsilon, delta=loss.delta, rho=loss.rho, label=label, clients=clients
         )
 
+    def explain(self) -> str:
+        """The ledger in words: one line per release, then the total and what remains."""
+        lines = []
+        for i, e in enumerate(self._entries, 1):
+            rho = f", rho={e.rho:.4g} (zCDP)" if e.rho is not None else ""
+            lines.append(
+                f"{i}. {e.label}: epsilon={e.epsilon:.4g}, delta={e.delta:.3g}{rho}, clients: {e.clients}"
+            )
+        t = self.total()
+        lines.append(
+            f"total for the worst-charged client: epsilon={t.epsilon:.4g}, delta={t.delta:.3g} "
+            "(basic composition, zCDP for Gaussian releases, parallel over disjoint clients)"
+        )
+        if self.epsilon_budget is not None or self.delta_budget is not None:
+            rem_e, rem_d = self.remaining()
+            lines.append(f"remaining: epsilon={rem_e:.4g}, delta={rem_d:.3g}")
+        return "\n".join(lines)
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly summary: budgets, entries and totals."""
         return {
