@@ -542,3 +542,30 @@ def test_cli_bad_input_exit_2_one_line(csv_path) -> None:  # type: ignore[no-unt
         assert res.exit_code == 2, (args, res.output)
         lines = [x for x in res.stderr.splitlines() if x.strip()]
         assert len(lines) == 1 and lines[0].startswith("error:"), (args, res.stderr)
+
+
+def test_three_groups_with_pair_and_estimated_sizes() -> None:
+    rng = np.random.default_rng(21)
+    n = 600
+    groups = rng.choice(["x", "y", "z"], n, p=[0.5, 0.3, 0.2])
+    rates = {"x": 0.9, "y": 0.6, "z": 0.75}
+    r = np.clip(np.array([rates[x] for x in groups]) + rng.uniform(-0.1, 0.1, n), 0, 1)
+    zs = []
+    reps = 12
+    for rep in range(reps):
+        res = measure_performance_gap(
+            groups,
+            r,
+            mechanism="R",
+            epsilon=3.0,
+            pair=("z", "y"),
+            estimate_sizes=True,
+            n_clients=60_000,
+            randomness=RandomSource(500 + rep),
+        )
+        assert res.pair == ("z", "y") and len(res.group_means) == 3
+        assert res.true_loss <= 3.0 + 1e-9 and res.allocation["epsilon2"] <= 3.0
+        assert res.standard_error is not None and res.true_gap is not None
+        zs.append((res.gap - res.true_gap) / res.standard_error)
+    assert abs(float(np.mean(zs))) < 5 / math.sqrt(reps)
+    assert 0.3 < float(np.std(zs)) < 1.6
