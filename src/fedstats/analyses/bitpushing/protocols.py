@@ -127,21 +127,23 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
         u = np.asarray(rng.random(n), dtype=np.float64)
         slots = u[:, None] + ks[None, :]
         cum = np.asarray(params["cum_pi"], dtype=np.float64)
-    j = np.minimum(np.searchsorted(cum, slots, side="right") - 1, b - 1)
+    j = np.searchsorted(cum, slots.ravel(), side="right").reshape(n, s) - 1
+    np.minimum(j, b - 1, out=j)
     bits = ((codes[:, None] >> j) & 1).astype(np.uint8)
     eps = params.get("epsilon_bit")
     if eps is not None:
         bits = RandomizedResponse(epsilon=eps).randomize(bits, rng)
-    rows = np.arange(n)[:, None]
-    if params["allocation"] == "exact":
+    exact = params["allocation"] == "exact"
+    width = b if exact else 2 * b
+    flat = (np.arange(n, dtype=np.int64)[:, None] * width + j).ravel()
+    out = np.zeros(n * width, dtype=np.int64)
+    if exact:
         # the bit index is implied by the public allocation: report only the bit, at its position
-        out = np.zeros((n, b), dtype=np.int64)
-        out[rows, j] = bits
-        return out
-    out = np.zeros((n, 2 * b), dtype=np.int64)
-    out[rows, j] = 1
-    out[rows, b + j] = bits
-    return out
+        out[flat] = bits.ravel()
+    else:
+        out[flat] = 1
+        out[flat + b] = bits.ravel()
+    return out.reshape(n, width)
 
 
 @dataclass(frozen=True)
