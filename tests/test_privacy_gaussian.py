@@ -8,6 +8,8 @@ import warnings
 import mpmath as mp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis import (
@@ -202,3 +204,20 @@ def test_zcdp_conversion_is_valid_and_tighter_than_simple(sigma: float) -> None:
     a = 1 + math.sqrt(math.log(1 / delta) / rho)
     at_a = a * rho + (math.log(1 / delta) - math.log(a)) / (a - 1) + math.log(1 - 1 / a)
     assert zcdp_to_approx_dp(rho=rho, delta=delta) <= at_a + 1e-12
+
+
+@given(
+    log_eps=hs.floats(-3, 3),
+    log_delta=hs.floats(-300, -1e-4),
+    log_sens=hs.floats(-6, 6),
+)
+@settings(max_examples=150, deadline=None)
+def test_sigma_is_private_and_tight_everywhere(
+    log_eps: float, log_delta: float, log_sens: float
+) -> None:
+    eps, delta, sens = 10**log_eps, 10**log_delta, 10**log_sens
+    sigma = analytic_gaussian_sigma(epsilon=eps, delta=delta, sensitivity=sens)
+    assert analytic_gaussian_delta(epsilon=eps, sigma=sigma, sensitivity=sens) <= delta
+    assert analytic_gaussian_delta(
+        epsilon=eps, sigma=sigma * (1 - 1e-10), sensitivity=sens
+    ) > delta * (1 - 1e-6)
