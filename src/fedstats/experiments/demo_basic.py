@@ -28,12 +28,15 @@ def run_demo(randomness: RandomSource) -> list[dict[str, Any]]:
     ct = contingency_table(adult, "occupation", "native_country")
     tables = split_contingency_table(ct.counts, 100, rng=randomness.child("split"))
     engine = Engine(randomness=randomness.child("engine"))
-    chi = engine.run(chi_square_protocol(ct.counts.shape, max_cell=int(tables.max())),
-                     InMemoryPopulation.from_tables(tables))
+    chi = engine.run(
+        chi_square_protocol(ct.counts.shape, max_cell=int(tables.max())),
+        InMemoryPopulation.from_tables(tables),
+    )
     truth_stat = float(scipy.stats.chi2_contingency(ct.counts, correction=False)[0])
     ages = adult["age"].to_numpy(dtype=np.float64)
     mean = Engine(randomness=randomness.child("engine-mean")).run(
-        mean_protocol("age", clip=128.0), InMemoryPopulation({"age": ages}))
+        mean_protocol("age", clip=128.0), InMemoryPopulation({"age": ages})
+    )
     truth_mean = float(ages.mean())
     return [
         {
