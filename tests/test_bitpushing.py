@@ -222,7 +222,8 @@ def test_basic_random_allocation(eps: float | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("method", "eps"), [("adaptive", None), ("adaptive", 1.5), ("weighted", 1.0)]
+    ("method", "eps"),
+    [("adaptive", None), ("adaptive", 1.5), ("weighted", None), ("weighted", 1.0)],
 )
 def test_adaptive_and_weighted_unbiased_with_plugin_variance(
     method: str, eps: float | None
