@@ -189,3 +189,14 @@ def test_empty_row_and_missing_file(tmp_path: Path) -> None:
     assert code == 2 and err.startswith("error:")
     code, _, err = _run("entropy", "adult", "--column", "no_such_column")
     assert code == 2 and "--column" in err
+
+
+def test_many_clients_use_the_fast_path(monkeypatch: pytest.MonkeyPatch, csv_file: Path) -> None:
+    monkeypatch.setattr("fedstats.cli.chi2._MAX_TABLE_ENTRIES", 100)
+    code, out, err = _run(
+        "--seed", "4", "chi2", str(csv_file), "--x", "a", "--y", "b", "--clients", "500", "--json"
+    )
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["route"].startswith("simulation") and d["n_clients"] == 500
+    assert d["ci"][0] <= d["statistic"] <= d["ci"][1]

@@ -237,12 +237,17 @@ def chi2(
     _check_column(df, "--y", y, data)
     weights = _weights(df, data, count_column)
     assign, n = _assignment(df, data, client_column, clients, state)
-    tables = _tables(df, (x, y), assign, n, weights)
+    cells = _codes(df, x)[1] * _codes(df, y)[1]
+    big = n * cells > _MAX_TABLE_ENTRIES
+    if big and test != "chi2":
+        raise ParameterError("--clients", n, f"at most {_MAX_TABLE_ENTRIES // cells} with --test g")
+    # too many clients x cells to hold every client's table: the global table and the fast path
+    tables = _tables(df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights)
     route = _route(secure, backend, n)
     randomness = state.randomness
     common: dict[str, Any] = {"encoding_size": encoding_size, "level": level}
     common["confidence"] = confidence
-    if tables.size > _MAX_TABLE_ENTRIES and test == "chi2":
+    if big:
         res: Any = simulate_fed_chi2(
             tables.sum(axis=0),
             n,
