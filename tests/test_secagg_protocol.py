@@ -28,6 +28,7 @@ from fedstats.secagg.crypto import generate_key_pair
 from fedstats.secagg.graph import valid_degree
 from fedstats.secagg.messages import (
     AdvertiseKeys,
+    KeyBroadcast,
     MaskedInput,
     ShareBroadcast,
     UnmaskRequest,
@@ -373,3 +374,21 @@ def test_masked_inputs_look_uniform() -> None:
         for part in ((v >> 8).astype(np.int64), (v & 255).astype(np.int64)):
             counts = np.bincount(part, minlength=256)
             assert stats.chisquare(counts).pvalue > 1e-6
+
+
+def test_repeated_public_keys_refused() -> None:
+    def mutate(m: object) -> object:
+        assert isinstance(m, KeyBroadcast)
+        if len(m.keys) < 2:
+            return None
+        a, b = list(m.keys)[:2]
+        keys = dict(m.keys)
+        keys[b] = keys[a]  # the server hands out one client's keys under two names
+        return KeyBroadcast(m.session, keys)
+
+    with pytest.raises(SecurityError, match="repeated public keys"):
+        run_secure_aggregation(
+            np.ones((8, 3), dtype=np.int64),
+            bits=32,
+            channel=_tamper(KeyBroadcast, mutate, "to_client"),
+        )

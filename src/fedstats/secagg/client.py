@@ -175,9 +175,10 @@ class SecAggClient:
                 f"client {self.index}: only {len(msg.keys)} neighbours advertised keys, "
                 f"threshold t={setup.t}"
             )
-        for c_pk, s_pk in msg.keys.values():
-            if c_pk == s_pk:
-                raise SecurityError("a neighbour advertised the same key for both purposes")
+        all_keys = [pk for pair in msg.keys.values() for pk in pair]
+        all_keys += [mask_keys.public, enc_keys.public]
+        if len(set(all_keys)) != len(all_keys):
+            raise SecurityError(f"client {self.index} received repeated public keys")
         self._session = msg.session
         self._peer_keys = dict(msg.keys)
         self._seed = os.urandom(32)
