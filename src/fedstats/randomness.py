@@ -49,6 +49,7 @@ _DOMAIN_PUBLIC = 1
 _DOMAIN_NAMES = {_DOMAIN_PRIVATE: "private", _DOMAIN_PUBLIC: "public"}
 _TWO_POW_53 = float(2**53)
 _CHUNK = 1 << 20  # bytes of keystream per cipher call in SecureGenerator._words
+_ZEROS = bytes(_CHUNK)  # shared, immutable plaintext: the CTR keystream is the encryption of zeros
 _RELEASE_NOTE = "reproducible (seeded) run: not for release"
 
 
@@ -103,36 +104,35 @@ class SecureGenerator:
         if len(nonce) != 16:
             raise ParameterError("nonce", f"<{len(nonce)} bytes>", "16 bytes")
         self._enc = Cipher(algorithms.AES(key), modes.CTR(nonce)).encryptor()
-        self._zeros = b""
 
     # -- raw material -------------------------------------------------------------------------
     def bytes(self, length: int) -> bytes:
         """Return ``length`` bytes of keystream."""
         if length > _CHUNK:
-            return self._words((length + 7) // 8).tobytes()[:length]
-        if len(self._zeros) < length:
-            self._zeros = bytes(max(length, 1 << 16))
-        return self._enc.update(memoryview(self._zeros)[:length])
+            return self._keystream(length)[:length].tobytes()
+        return self._enc.update(memoryview(_ZEROS)[:length])
 
-    def _words(self, n: int) -> np.ndarray:
-        """``n`` keystream words as a fresh, writable uint64 array (keystream order as :meth:`bytes`).
+    def _keystream(self, nbytes: int) -> np.ndarray:
+        """The next ``nbytes`` keystream bytes written into a fresh uint8 array of ``nbytes + 16`` bytes.
 
-        The cipher writes straight into the array (``update_into``) in chunks of ``_CHUNK`` bytes, so no
-        intermediate ``bytes`` object is built and the zero input buffer stays small.
+        The cipher writes straight into the array (``update_into``, which needs block_size - 1 spare
+        bytes) in chunks of ``_CHUNK`` bytes, so no intermediate ``bytes`` object is built; the zero
+        plaintext is one module-level buffer shared by every generator (no per-generator memory). Only
+        ``nbytes`` bytes of keystream are consumed, exactly as :meth:`bytes` would.
         """
-        # update_into needs block_size - 1 spare bytes after the data: two spare words.
-        buf = np.empty(n + 2, dtype=np.uint64)
+        buf = np.empty(nbytes + 16, dtype=np.uint8)
         view = memoryview(buf.data).cast("B")
-        if len(self._zeros) < _CHUNK:
-            self._zeros = bytes(_CHUNK)
-        zeros = memoryview(self._zeros)
-        total = 8 * n
+        zeros = memoryview(_ZEROS)
         pos = 0
-        while pos < total:
-            step = min(_CHUNK, total - pos)
+        while pos < nbytes:
+            step = min(_CHUNK, nbytes - pos)
             self._enc.update_into(zeros[:step], view[pos:])
             pos += step
-        return buf[:n]
+        return buf
+
+    def _words(self, n: int) -> np.ndarray:
+        """``n`` keystream words as a fresh, writable uint64 array (keystream order as :meth:`bytes`)."""
+        return self._keystream(8 * n)[: 8 * n].view(np.uint64)
 
     def random_raw(self, size: Size = None) -> Any:
         """Return uniform 64-bit unsigned integers of the given shape (a Python int when size is None)."""
