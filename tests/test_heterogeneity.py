@@ -421,3 +421,20 @@ def test_dropout_tolerance_and_achieved_privacy(secure: bool) -> None:
     assert at == pytest.approx(p1.epsilon, rel=1e-6)
     assert _achieved(p1, cfg, 40)["epsilon_achieved"] < p1.epsilon
     assert _achieved(p1, cfg, 20)["epsilon_achieved"] > p1.epsilon
+
+
+def test_zcdp_accounting_spends_exactly_the_target_with_less_noise() -> None:
+    x = _data(300, 8, seed=13)
+    led = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
+    rb = heterogeneity(x, epsilon=1.0, delta=1e-5, randomness=RandomSource(1))
+    rz = heterogeneity(
+        x, epsilon=1.0, delta=1e-5, accounting="zcdp", ledger=led, randomness=RandomSource(1)
+    )
+    # per-round AGM with a split budget under-spends once composed in zCDP
+    assert rb.details["epsilon_achieved"] < 0.9
+    assert rz.details["epsilon_achieved"] == pytest.approx(1.0, rel=1e-9)
+    assert rz.details["epsilon_achieved"] <= 1.0
+    assert rz.rounds[0]["sigma"] < rb.rounds[0]["sigma"]
+    assert led.total().epsilon <= 1.0 + 1e-9 and led.total().rho == pytest.approx(
+        rho_for_epsilon(epsilon=1.0, delta=1e-5), rel=1e-9
+    )

@@ -65,6 +65,13 @@ def heterogeneity_command(
     mechanism: Annotated[
         str, typer.Option("--mechanism", help="Gaussian calibration: analytic or classical.")
     ] = "analytic",
+    accounting: Annotated[
+        str,
+        typer.Option(
+            "--accounting",
+            help="basic (split epsilon/delta between rounds, the paper's) or zcdp (less noise).",
+        ),
+    ] = "basic",
     noise: Annotated[
         str, typer.Option("--noise", help="central (after the sum) or distributed (client shares).")
     ] = "central",
@@ -175,6 +182,7 @@ def heterogeneity_command(
             mechanism=mechanism,
             noise=noise,
             secure=secure,
+            accounting=accounting,
             round1_fraction=round1_fraction,
             p=p,
             min_variance=min_variance,

@@ -140,7 +140,7 @@ def record_privacy(ledger: PrivacyLedger, cfg: HeterogeneityConfig, n: int, d: i
     for plan in (p1, p2):
         assert plan.delta is not None and plan.epsilon is not None
         eps = plan.epsilon
-        if cfg.secure and plan.rho is not None:
+        if (cfg.secure or cfg.accounting == "zcdp") and plan.rho is not None:
             eps = zcdp_to_approx_dp(rho=plan.rho, delta=plan.delta)
         ledger.spend(
             epsilon=eps,
@@ -160,6 +160,7 @@ def heterogeneity(
     mechanism: str = "analytic",
     noise: str = "central",
     secure: bool = False,
+    accounting: str = "basic",
     round1_fraction: float = 0.5,
     p: float = 2.0,
     min_variance: float = 0.05,
@@ -184,6 +185,8 @@ def heterogeneity(
     noise : {"central", "distributed"}
     secure : bool
         Distributed discrete Gaussian shares (pair with an engine on the ``secure`` route).
+    accounting : {"basic", "zcdp"}
+        Budget split by epsilon (the paper's) or calibration through zCDP composition (less noise).
     round1_fraction, p, min_variance, form, confidence, frac_bits, min_reporting
         See :class:`~fedstats.analyses.heterogeneity.protocol.HeterogeneityConfig`.
     engine : Engine, optional
@@ -215,6 +218,7 @@ def heterogeneity(
         mechanism=mechanism,
         noise=noise,
         secure=secure,
+        accounting=accounting,
         round1_fraction=round1_fraction,
         p=p,
         min_variance=min_variance,
