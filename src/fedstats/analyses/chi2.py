@@ -234,11 +234,19 @@ def _expected(vx: np.ndarray, vy: np.ndarray) -> np.ndarray:
 
 def _row_norm_max(proj: StableProjection, m: int) -> float:
     """``max_k ||P_k||_2`` over the ``m`` columns (streamed; public, computed by the server)."""
+    return _row_norms_and_offset(proj, np.zeros(m))[0]
+
+
+def _row_norms_and_offset(proj: StableProjection, sq: np.ndarray) -> tuple[float, np.ndarray]:
+    """``max_k ||P_k||_2`` and ``P sq`` in one streamed pass over the columns (public values)."""
+    m = sq.size
     acc = np.zeros(proj.encoding_size)
+    off = np.zeros(proj.encoding_size)
     for a in range(0, m, _NORM_CHUNK):
         c = proj.columns(np.arange(a, min(m, a + _NORM_CHUNK)))
         acc += (c * c).sum(axis=0)
-    return float(np.sqrt(acc.max()))
+        off += np.dot(sq[a : a + _NORM_CHUNK], c)
+    return float(np.sqrt(acc.max())), off
 
 
 def _decode(
@@ -358,13 +366,18 @@ def encode_projection(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -
     ell = int(params["encoding_size"])
     proj = StableProjection(int(params["seed"]), ell, 2.0)
     n_total = float(params["n_total"])
+    if "offset" in params:
+        # P sqrt(vbar) / n is public and the same for every client: the server broadcasts it
+        offset = np.asarray(params["offset"], dtype=np.float64)
+    else:
+        offset = proj.project(sq[None, :])[0] / n_total
     if sq.size * ell <= MAX_DENSE_ENTRIES and batch.n >= 8:
         # a block of clients: fold 1/sqrt(vbar) into the cached projection once, one BLAS product
-        cols_t = proj.matrix(sq.size).T  # (m, l)
-        scaled = cols_t / sq[:, None]
-        e = np.dot(counts.astype(np.float64), scaled) - np.dot(sq, cols_t) / n_total
+        scaled = proj.matrix(sq.size).T / sq[:, None]  # (m, l)
+        e = np.dot(counts.astype(np.float64), scaled) - offset
     else:
-        e = proj.project(counts.astype(np.float64) / sq) - proj.project(sq[None, :]) / n_total
+        # few clients (a real device): only the columns of the client's non-zero cells
+        e = proj.project(counts.astype(np.float64) / sq) - offset
     dropped = np.asarray(params.get("dropped", ()), dtype=np.int64)
     if dropped.size:
         e[np.isin(batch.indices, dropped)] = 0.0
@@ -463,9 +476,8 @@ def fed_chi2_protocol(
     rows, cols = _kept(vx, vy, drop_empty)
     n = s1.n_clients
     vbar = _expected(vx[rows], vy[cols])
-    m = vbar.size
     proj = StableProjection(seed, ell, 2.0)
-    row_norm = _row_norm_max(proj, m)
+    row_norm, p_sq = _row_norms_and_offset(proj, np.sqrt(vbar))
     v = float(vx.sum())
     s_max = v * (min(rows.size, cols.size) - 1)
     client_bound = _client_bound(vbar, mc, n, row_norm)
@@ -480,6 +492,7 @@ def fed_chi2_protocol(
         "row_marginals": vx.tolist(),
         "col_marginals": vy.tolist(),
         "n_total": n,
+        "offset": (p_sq / n).tolist(),
         "seed": seed,
         "encoding_size": ell,
         "frac_bits": f,
