@@ -18,13 +18,16 @@ Choices the paper leaves open (``PAPER_NOTES.md``), and fedstats' defaults:
   better one-round choice without DP); adaptive round 1: :math:`p_j \propto 2^{\gamma j}`, ``gamma = 1``;
   round 2: :math:`p_j \propto (4^j m_j(1-m_j))^{\alpha_2}`, ``alpha2 = 0.5`` (Lemma 3's optimum), from the
   round-1 means clipped to [0, 1]; ``round1_fraction = 1/3`` of the clients in round 1 (Lemma 4; the paper's
-  delta); the final estimate pools both rounds' sums (Algorithm 2, line 9);
+  delta); round 1 guarantees each bit about ``min_reports = 16`` reports; the final estimate pools both
+  rounds' sums (Algorithm 2, line 9);
 * local DP: each reported bit goes through randomized response (:class:`RandomizedResponse`) with
   ``epsilon / bits_per_client`` (so a client's total is ``epsilon`` by basic composition), debiased at the
   server; one debiased report on bit j then has variance :math:`m_j(1-m_j) + e^{\varepsilon}/(e^\varepsilon-1)^2`;
-* bit squashing (Appendix B): with DP, the top run of bits whose debiased means are below ``squash_threshold`` times the
-  per-report DP noise standard deviation :math:`\sqrt{e^\varepsilon}/(e^\varepsilon - 1)` is treated as
-  noise: it gets no round-2 clients and contributes 0 to the estimate;
+* bit squashing (Appendix B), off by default: with DP, the top run of bits whose debiased means are below
+  ``squash_threshold`` times the per-report DP noise standard deviation
+  :math:`\sqrt{e^\varepsilon}/(e^\varepsilon - 1)` is treated as noise and contributes 0 to the estimate;
+  the adaptive protocol sorts bits after round 1 into noise, uncertain and live (see
+  :func:`adaptive_stage`, ``squash_z``);
 * a bit that no client reported (possible for tiny p_j) is imputed at 1/2 and listed in
   ``details["unreported_bits"]``.
 
