@@ -402,3 +402,24 @@ def test_piecewise_on_grid_is_unbiased_and_safe() -> None:
     # rounding adds between 0 and grid^2 / 4 to the variance
     se = 6 * math.sqrt(float(np.mean((y - y.mean()) ** 4)) / N)
     assert exact - se <= y.var() <= float(m.variance(0.4)) + se
+
+
+@given(
+    x=hs.lists(hs.floats(-100, 100), min_size=3, max_size=3),
+    direction=hs.lists(hs.floats(-1, 1), min_size=3, max_size=3),
+    sens=hs.floats(1e-2, 10),
+)
+@settings(max_examples=150, deadline=None)
+def test_vector_snapping_sensitivities(x: list[float], direction: list[float], sens: float) -> None:
+    a = np.array(x)
+    v = np.array(direction)
+    if float(np.abs(v).max()) < 1e-6:  # no direction to move in
+        return
+    lap = LaplaceMechanism(epsilon=1.0, sensitivity=sens, resolution_bits=6, dimension=3)
+    b = a + v / np.abs(v).sum() * sens  # L1 distance exactly sens (up to rounding)
+    diff = np.abs(snap_to_grid(b, lap.grid) - snap_to_grid(a, lap.grid)).sum()
+    assert diff <= lap.integer_sensitivity
+    g = GaussianMechanism(epsilon=1.0, delta=1e-6, sensitivity=sens, resolution_bits=6, dimension=3)
+    b = a + v / np.linalg.norm(v) * sens
+    diff2 = float(np.linalg.norm(snap_to_grid(b, g.grid) - snap_to_grid(a, g.grid)))
+    assert diff2 <= g.integer_sensitivity * (1 + 1e-12)

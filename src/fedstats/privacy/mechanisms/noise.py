@@ -95,6 +95,10 @@ class LaplaceMechanism(Mechanism):
         Grid path (safe, see module docstring) with :math:`\lceil\Delta/\gamma\rceil` integer sensitivity
         and discrete Laplace noise of scale :math:`\lceil\Delta/\gamma\rceil/\varepsilon`; ``None`` selects
         the float path (simulation only).
+    dimension : int, default 1
+        Length d of the vector released per query (last axis of ``values``); ``sensitivity`` is then its
+        L1 sensitivity. Snapping d coordinates adds at most d - 1 grid steps to the L1 sensitivity, so the
+        grid path uses the integer sensitivity :math:`\lceil\Delta/\gamma\rceil + d - 1`.
 
     Raises
     ------
@@ -103,7 +107,12 @@ class LaplaceMechanism(Mechanism):
     """
 
     def __init__(
-        self, *, epsilon: float, sensitivity: float, resolution_bits: int | None = 20
+        self,
+        *,
+        epsilon: float,
+        sensitivity: float,
+        resolution_bits: int | None = 20,
+        dimension: int = 1,
     ) -> None:
         self.epsilon = check_real(
             "epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
@@ -112,10 +121,11 @@ class LaplaceMechanism(Mechanism):
             "sensitivity", sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
         )
         self.resolution_bits = _check_resolution(resolution_bits)
+        self.dimension = check_int("dimension", dimension, low=1)
         self.floating_point_safe = self.resolution_bits is not None
         if self.resolution_bits is not None:
             self.grid = grid_spacing(self.sensitivity, self.resolution_bits)
-            self.integer_sensitivity = math.ceil(self.sensitivity / self.grid)
+            self.integer_sensitivity = math.ceil(self.sensitivity / self.grid) + self.dimension - 1
             self.integer_scale = self.integer_sensitivity / self.epsilon
         self.scale = self.sensitivity / self.epsilon
 
@@ -124,6 +134,7 @@ class LaplaceMechanism(Mechanism):
             "epsilon": self.epsilon,
             "sensitivity": self.sensitivity,
             "resolution_bits": self.resolution_bits,
+            "dimension": self.dimension,
         }
 
     @property
@@ -155,6 +166,10 @@ class LaplaceMechanism(Mechanism):
             If a value is too large for the exact grid.
         """
         x = check_finite_array("values", values)
+        if self.dimension > 1 and (x.ndim == 0 or x.shape[-1] != self.dimension):
+            raise DataError(
+                f"values must have last axis of length dimension={self.dimension}, got shape {x.shape}"
+            )
         if self.resolution_bits is None:
             return np.asarray(x + np.asarray(rng.laplace(0.0, self.scale, size=x.shape)))
         idx = snap_to_grid(x, self.grid)
