@@ -13,10 +13,17 @@ Usage: ``python benchmarks/chi2.py [--quick]``; writes ``benchmarks/results/chi2
    on a Snapdragon 865 phone, generation included or not is unstated).
 """
 
+# ruff: noqa: E402
 from __future__ import annotations
 
-import argparse
 import os
+
+# one client is one device: single-threaded BLAS (also avoids thread oversubscription on a shared machine,
+# where a multi-threaded small matrix-vector product was measured 20x slower)
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse
 import statistics
 import sys
 import time
@@ -182,6 +189,7 @@ def main() -> None:
             "peak_rss_mb": peak_rss_mb(),
             "load_average_before_after": [load_before, os.getloadavg()],
             "cpu_count": os.cpu_count(),
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         },
     )
     print(f"wrote {path}")
