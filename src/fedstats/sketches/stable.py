@@ -193,6 +193,10 @@ def coupled_columns(
     for a in range(0, j.size, step):
         u = _column_uniforms(s, j[a : a + step], 2 * ell)
         v = (u[:, 0::2] - 0.5) * math.pi
+        if al == [2.0]:
+            # the Gaussian case alone: 2 sin(V) sqrt(W) without the logarithms of the general form
+            outs[0][a : a + step] = 2.0 * np.sin(v) * np.sqrt(-np.log(u[:, 1::2]))
+            continue
         log_w = np.log(-np.log(u[:, 1::2]))
         log_cos_v = np.log(np.cos(v)) if any(x not in (1.0, 2.0) for x in al) else v
         for out, alpha in zip(outs, al, strict=True):
