@@ -162,13 +162,18 @@ class SecureGenerator:
         """Standard normal variates (Box-Muller on open-interval uniforms)."""
         n = 1 if size is None else int(np.prod(size))
         half = (n + 1) // 2
-        u1 = self._unit(half, open_low=True)
-        u2 = self._unit(half)
-        r = np.sqrt(-2.0 * np.log(u1))
-        theta = 2.0 * np.pi * u2
+        r = self._unit(half, open_low=True)
+        theta = self._unit(half)
+        # in place (same values as r = sqrt(-2 log u1), theta = 2 pi u2): fewer temporaries
+        np.log(r, out=r)
+        r *= -2.0
+        np.sqrt(r, out=r)
+        theta *= 2.0 * np.pi
         z = np.empty(2 * half)
-        z[:half] = r * np.cos(theta)
-        z[half:] = r * np.sin(theta)
+        np.cos(theta, out=z[:half])
+        z[:half] *= r
+        np.sin(theta, out=z[half:])
+        z[half:] *= r
         out = z[:n]
         return float(out[0]) if size is None else out.reshape(size)
 
