@@ -28,8 +28,14 @@ def test_version_and_help() -> None:
     assert res.exit_code == 0 and "demo" in res.stdout
 
 
-def test_demo_json_has_every_required_key_and_exact_rows() -> None:
-    data = _json(runner.invoke(app, ["--seed", "3", "--json", "demo"]))
+@pytest.fixture(scope="module")
+def demo_json() -> Any:
+    """One seeded demo run shared by the tests below (the demo runs every analysis, so it is slow)."""
+    return _json(runner.invoke(app, ["--seed", "5", "--json", "demo"]))
+
+
+def test_demo_json_has_every_required_key_and_exact_rows(demo_json: Any) -> None:
+    data = demo_json
     names = [row["name"] for row in data["analyses"]]
     assert "chi2 (exact, federated sum)" in names and "mean age (exact, federated sum)" in names
     for row in data["analyses"]:
@@ -40,21 +46,46 @@ def test_demo_json_has_every_required_key_and_exact_rows() -> None:
     assert data["release_note"] == "reproducible (seeded) run: not for release"
 
 
-def test_seeded_demo_is_reproducible_and_json_flag_works_after_the_command() -> None:
-    a = _json(runner.invoke(app, ["--seed", "5", "demo", "--json"]))
-    b = _json(runner.invoke(app, ["demo", "--json", "--seed", "5"]))
-    assert a == b
+def test_seeded_demo_is_reproducible_and_json_flag_works_after_the_command(demo_json: Any) -> None:
+    again = _json(runner.invoke(app, ["demo", "--json", "--seed", "5"]))
+    assert again == demo_json
 
 
-def test_human_readable_demo_prints_a_table() -> None:
+def test_human_readable_demo_prints_a_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [
+        {
+            "name": "mean age",
+            "dataset": "adult",
+            "estimate": 38.6,
+            "truth": 38.64,
+            "error": -0.04,
+            "epsilon": 1.0,
+            "delta": 1e-6,
+        },
+        {
+            "name": "chi2",
+            "dataset": "adult",
+            "estimate": 3236.8,
+            "truth": None,
+            "error": None,
+            "epsilon": None,
+        },
+    ]
+    monkeypatch.setattr("fedstats.cli.demo.run_demo", lambda *_a, **_k: rows)
     res = runner.invoke(app, ["--quiet", "demo"])
     assert res.exit_code == 0
     assert "fedstats demo" in res.stdout and "mean age" in res.stdout
+    assert "eps=1, delta=1e-06" in res.stdout and "not private" in res.stdout
 
 
 @pytest.mark.parametrize(
     "args",
-    [["no-such-command"], ["--seed", "-1", "demo"], ["demo", "--no-such-option"], ["--seed", "x", "demo"]],
+    [
+        ["no-such-command"],
+        ["--seed", "-1", "demo"],
+        ["demo", "--no-such-option"],
+        ["--seed", "x", "demo"],
+    ],
 )
 def test_usage_errors_give_one_line_and_exit_2(args: list[str]) -> None:
     res = runner.invoke(app, args)
