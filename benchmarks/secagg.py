@@ -303,9 +303,11 @@ def throughput(length: int, reps: int) -> dict[str, Any]:
 
     acc64 = np.zeros(length, dtype=np.uint64)
     acc32 = np.zeros(2 * length, dtype=np.uint32)
-    scratch = bytearray(nbytes + 15)
+    out64 = np.empty(length, dtype=np.uint64)
+    scratch = bytearray((1 << 18) + 15)
     t_raw = best(raw)
     t_raw_alloc = best(raw_alloc)
+    t_exp64_out = best(lambda: expand_mask(os.urandom(32), length, 64, out=out64))
     t_exp64 = best(lambda: expand_mask(os.urandom(32), length, 64))
     t_exp32 = best(lambda: expand_mask(os.urandom(32), 2 * length, 32))
     t_add64 = best(lambda: add_mask(acc64, os.urandom(32), sign=1, scratch=scratch))
@@ -314,14 +316,51 @@ def throughput(length: int, reps: int) -> dict[str, Any]:
     out.update(
         raw_aes_ctr_MBps=mb / t_raw,
         raw_aes_ctr_alloc_MBps=mb / t_raw_alloc,
+        expand_mask_uint64_into_MBps=mb / t_exp64_out,
         expand_mask_uint64_MBps=mb / t_exp64,
         expand_mask_uint32_MBps=mb / t_exp32,
         add_mask_uint64_MBps=mb / t_add64,
         add_mask_uint32_MBps=mb / t_add32,
     )
-    out["expand_mask_slowdown_vs_raw"] = t_exp64 / t_raw
+    # Like for like: into an existing buffer vs the raw keystream into an existing buffer, and a fresh
+    # array vs the raw keystream into fresh memory; add_mask (expand + accumulate) vs the raw keystream.
+    out["expand_mask_into_slowdown_vs_raw"] = t_exp64_out / t_raw
+    out["expand_mask_fresh_slowdown_vs_raw_alloc"] = t_exp64 / t_raw_alloc
     out["add_mask_slowdown_vs_raw"] = t_add64 / t_raw
     return out
+
+
+def save(
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    tp: dict[str, Any],
+    flwr_version: str | None,
+    *,
+    complete: bool,
+) -> None:
+    """Write benchmarks/results/secagg.json atomically (also after every row, marked incomplete)."""
+    import cryptography
+    import numpy
+
+    ratios = [r["speedup_total"] for r in rows if "speedup_total" in r]
+    out = {
+        "benchmark": "secagg",
+        "complete": complete,
+        "quick": bool(args.quick),
+        "peer": "flwr SecAggPlusWorkflow + secaggplus_mod (stub grid, in-process, protobuf-serialized)",
+        "flwr_version": flwr_version,
+        "cryptography_version": cryptography.__version__,
+        "numpy_version": numpy.__version__,
+        "cpu_count": os.cpu_count(),
+        "min_speedup_total": min(ratios) if ratios else None,
+        "rows": rows,
+        "mask_throughput": tp,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    tmp = RESULTS.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    os.replace(tmp, RESULTS)
 
 
 def main() -> None:
@@ -329,22 +368,47 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small grid (n=100; n=1000 at length 1e3)")
     ap.add_argument("--no-flower", action="store_true", help="skip the Flower comparison")
-    ap.add_argument("--flower-budget", type=float, default=900.0, help="max seconds per Flower run")
+    ap.add_argument(
+        "--flower-budget",
+        type=float,
+        default=900.0,
+        help="skip Flower runs projected to take longer",
+    )
+    ap.add_argument(
+        "--flower-timeout", type=float, default=2400.0, help="kill a Flower run after this"
+    )
     ap.add_argument("--flower-peer", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.flower_peer is not None:
         print(json.dumps(flower_peer(json.loads(args.flower_peer))))
         return
 
+    use_flower = not args.no_flower and ensure_peers()
+    flwr_version = flower_version() if use_flower else None
+    # Mask throughput first: Flower's per-element mask cost feeds the run-time projection below.
+    tp = throughput(1_000_000 if args.quick else 4_000_000, reps=5 if args.quick else 10)
+    c_mask = 0.0
+    if use_flower:
+        tp["flower"] = run_flower(
+            {"throughput": True, "length": tp["length"], "reps": 3}, timeout=600
+        )
+        if "pseudo_rand_gen_MBps" in tp["flower"]:
+            c_mask = tp["flower"]["pseudo_rand_gen_seconds"] / tp["length"]
+            tp["expand_mask_speedup_vs_flower"] = (
+                tp["expand_mask_uint64_MBps"] / tp["flower"]["pseudo_rand_gen_MBps"]
+            )
+    print(json.dumps(tp, indent=1), flush=True)
+
+    lengths = (1000, 10_000) if args.quick else (1000, 10_000, 1_000_000)
+    grid = [(n, ln) for n in (100, 1000) for ln in lengths]
     if args.quick:
         grid = [(100, 1000), (100, 10_000), (1000, 1000)]
-    else:
-        grid = [(n, ln) for n in (100, 1000) for ln in (1000, 10_000, 1_000_000)]
     dropouts = (0.0, 0.1)
-    use_flower = not args.no_flower and ensure_peers()
     bits = 32
     rows: list[dict[str, Any]] = []
-    flower_rate: dict[int, float] = {}  # n -> seconds per (client * element) seen so far
+    # (n, dropout) -> (length, seconds) of the last Flower run. Flower's cost is a per-client crypto part
+    # that does not depend on the length plus masks: project T(L) = T(L0) + (L - L0) n (k + 2) c_mask.
+    flower_seen: dict[tuple[int, float], tuple[int, float]] = {}
     for n, length in grid:
         for d in dropouts:
             t0 = time.perf_counter()
@@ -361,10 +425,17 @@ def main() -> None:
             ours_wall = time.perf_counter() - t0
             if use_flower:
                 flower_mem = 8.0 * n * length * 2
-                projected = flower_rate.get(n, 0.0) * n * length
+                projected = 0.0
+                if (n, d) in flower_seen:
+                    l0, t_prev = flower_seen[(n, d)]
+                    projected = t_prev + (length - l0) * n * (ours["k"] + 2) * c_mask
                 if flower_mem > FLOWER_MEMORY_LIMIT:
                     row["flower"] = {
                         "skipped": f"server would hold {flower_mem / 1e9:.0f} GB of masked vectors"
+                    }
+                elif args.quick and n >= 1000:
+                    row["flower"] = {
+                        "skipped": "--quick: Flower takes about 20 min per run at n=1000"
                     }
                 elif projected > args.flower_budget:
                     row["flower"] = {
@@ -379,10 +450,10 @@ def main() -> None:
                         "drop": ours["drop"],
                         "seed": 1,
                     }
-                    fl = run_flower(cfg, timeout=args.flower_budget * 1.5)
+                    fl = run_flower(cfg, timeout=args.flower_timeout)
                     row["flower"] = fl
                     if "total_seconds" in fl:
-                        flower_rate[n] = fl["total_seconds"] / (n * length)
+                        flower_seen[(n, d)] = (length, fl["total_seconds"])
                         row["speedup_total"] = fl["total_seconds"] / ours["total_seconds"]
                         row["speedup_total_cpu"] = (
                             fl["total_cpu_seconds"] / ours["total_cpu_seconds"]
@@ -391,6 +462,8 @@ def main() -> None:
                         row["speedup_server"] = fl["server_seconds"] / max(
                             ours["server_seconds"], 1e-9
                         )
+                    elif "skipped" in fl:  # timed out: a lower bound for longer runs
+                        flower_seen[(n, d)] = (length, args.flower_timeout)
             rows.append(row)
             fl_txt = ""
             if "speedup_total" in row:
@@ -406,37 +479,9 @@ def main() -> None:
                 f"({ours_wall:.1f} s wall) exact={ours['correct']}{fl_txt}",
                 flush=True,
             )
+            save(args, rows, tp, flwr_version, complete=False)
 
-    tp = throughput(1_000_000 if args.quick else 4_000_000, reps=5 if args.quick else 10)
-    if use_flower:
-        tp["flower"] = run_flower(
-            {"throughput": True, "length": tp["length"], "reps": 3}, timeout=600
-        )
-        if "pseudo_rand_gen_MBps" in tp["flower"]:
-            tp["expand_mask_speedup_vs_flower"] = (
-                tp["expand_mask_uint64_MBps"] / tp["flower"]["pseudo_rand_gen_MBps"]
-            )
-    print(json.dumps(tp, indent=1))
-
-    import cryptography
-    import numpy
-
-    out = {
-        "benchmark": "secagg",
-        "quick": bool(args.quick),
-        "peer": "flwr SecAggPlusWorkflow + secaggplus_mod (stub grid, in-process)",
-        "flwr_version": flower_version() if use_flower else None,
-        "cryptography_version": cryptography.__version__,
-        "numpy_version": numpy.__version__,
-        "cpu_count": os.cpu_count(),
-        "rows": rows,
-        "mask_throughput": tp,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    os.replace(tmp, RESULTS)
+    save(args, rows, tp, flwr_version, complete=True)
     print(f"wrote {RESULTS}")
 
 

@@ -20,6 +20,7 @@ from fedstats.errors import (
 )
 from fedstats.secagg import FixedPoint, check_overflow, find_parameters, validate_parameters
 from fedstats.secagg.crypto import (
+    add_mask,
     agree,
     decrypt_share,
     derive_key,
@@ -206,6 +207,26 @@ def test_mask_is_the_aes_ctr_keystream() -> None:
     assert np.array_equal(expand_mask(seed, 100, 64), np.frombuffer(raw, dtype="<u8"))
     assert np.array_equal(expand_mask(seed, 200, 32), np.frombuffer(raw[:800], dtype="<u4"))
     assert expand_mask(seed, 0, 16).size == 0
+
+
+@pytest.mark.parametrize("bits", [16, 32, 64])
+def test_add_mask_equals_expanded_mask_across_chunks(bits: int) -> None:
+    seed = os.urandom(32)
+    n = 3 * (1 << 18) // (bits // 8) + 7  # three full 256 KiB steps and a partial one
+    dtype = np.dtype(f"uint{bits}")
+    base = np.arange(n, dtype=dtype)
+    mask = expand_mask(seed, n, bits)
+    acc = base.copy()
+    add_mask(acc, seed, sign=+1)
+    assert np.array_equal(acc, base + mask)
+    add_mask(acc, seed, sign=-1)
+    assert np.array_equal(acc, base)
+    out = np.empty(n, dtype=dtype)
+    assert expand_mask(seed, n, bits, out=out) is out and np.array_equal(out, mask)
+    tiny = expand_mask(seed, 3, bits)  # shorter than the 15-byte tail
+    assert np.array_equal(tiny, mask[:3])
+    with pytest.raises(ParameterError):
+        expand_mask(seed, n, bits, out=np.empty(n, dtype=np.int64))
 
 
 @pytest.mark.parametrize("bits", [16, 32, 64])

@@ -245,7 +245,7 @@ class SecAggClient:
             self._held[sender] = (int.from_bytes(bs, "little"), int.from_bytes(ks, "little"))
         self._masking_peers = tuple(sorted(msg.ciphertexts))
         y = self._values.copy()
-        scratch = bytearray(y.nbytes + 15)
+        scratch = bytearray((1 << 18) + 15)
         add_mask(y, self_mask_seed(self._session, self.index, self._seed), sign=+1, scratch=scratch)
         for peer in self._masking_peers:
             shared = agree(mask_keys.private, self._peer_keys[peer][0])

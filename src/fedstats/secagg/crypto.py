@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
+from typing import Any
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -177,11 +178,20 @@ def _check_bits(bits: int) -> type[np.unsignedinteger]:
     return DTYPES[bits]
 
 
-def expand_mask(seed: bytes, length: int, bits: int) -> np.ndarray:
+_CHUNK = 1 << 18
+"""Bytes of keystream per step when adding a mask: small enough to stay in cache while it is added."""
+
+
+def _cipher(seed: bytes) -> Any:
+    return Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+
+
+def expand_mask(seed: bytes, length: int, bits: int, out: np.ndarray | None = None) -> np.ndarray:
     """PRG ``F``: expand a 32-byte seed into ``length`` uniform integers mod 2^bits.
 
-    The AES-256-CTR keystream (key = seed, zero counter block) is produced by one ``cryptography`` call
-    and viewed as unsigned integers of width ``bits``; each seed is used for exactly one mask.
+    The AES-256-CTR keystream (key = seed, zero counter block) is written by ``cryptography`` straight
+    into the output array's memory and viewed as unsigned integers of width ``bits`` (one keystream call,
+    plus one for the last 15 bytes); each seed is used for exactly one mask.
 
     Parameters
     ----------
@@ -191,41 +201,68 @@ def expand_mask(seed: bytes, length: int, bits: int) -> np.ndarray:
         Number of elements, >= 0.
     bits : int
         16, 32 or 64.
+    out : numpy.ndarray, optional
+        C-contiguous ``uint{bits}`` array of shape ``(length,)`` to fill (avoids an allocation).
 
     Returns
     -------
     numpy.ndarray
-        Shape ``(length,)``, dtype ``uint{bits}``, writable.
+        Shape ``(length,)``, dtype ``uint{bits}``, writable (``out`` when given).
+
+    Raises
+    ------
+    ParameterError
+        If ``bits`` is not 16, 32 or 64, or ``out`` has the wrong shape or dtype.
     """
     dtype = _check_bits(bits)
-    nbytes = length * (bits // 8)
-    buf = bytearray(nbytes + 15)
-    enc = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
-    enc.update_into(memoryview(_zeros(nbytes))[:nbytes], buf)
-    return np.frombuffer(buf, dtype=np.uint8, count=nbytes).view(dtype)
+    if out is None:
+        out = np.empty(length, dtype=dtype)
+    elif out.dtype != dtype or out.shape != (length,) or not out.flags.c_contiguous:
+        raise ParameterError(
+            "out", f"<{out.dtype} {out.shape}>", f"a contiguous uint{bits} ({length},) array"
+        )
+    nbytes = out.nbytes
+    mv = memoryview(out.view(np.uint8))  # type: ignore[arg-type]
+    zeros = memoryview(_zeros(nbytes))
+    enc = _cipher(seed)
+    head = max(0, nbytes - 15)  # update_into needs 15 spare bytes after the data
+    if head:
+        enc.update_into(zeros[:head], mv)
+    tail = nbytes - head
+    if tail:
+        scratch = bytearray(tail + 15)
+        enc.update_into(zeros[:tail], scratch)
+        mv[head:] = scratch[:tail]
+    return out
 
 
 def add_mask(acc: np.ndarray, seed: bytes, *, sign: int, scratch: bytearray | None = None) -> None:
-    """``acc += sign * F(seed)`` in place, mod 2^b (b from ``acc.dtype``), with a reusable scratch buffer.
+    """``acc += sign * F(seed)`` in place, mod 2^b (b from ``acc.dtype``).
+
+    The keystream is produced in 256 KiB steps into a small reusable buffer and added while it is still in
+    cache, so a mask costs one pass over ``acc`` (about the raw AES-CTR throughput).
 
     Parameters
     ----------
     acc : numpy.ndarray
-        1-D unsigned array (uint16/32/64), modified in place.
+        1-D C-contiguous unsigned array (uint16/32/64), modified in place.
     seed : bytes
         32-byte PRG seed.
     sign : int
         +1 or -1.
     scratch : bytearray, optional
-        Buffer of at least ``acc.nbytes + 15`` bytes reused across calls (avoids an allocation per mask).
+        Buffer of at least 256 KiB + 15 bytes reused across calls.
     """
-    nbytes = acc.nbytes
-    if scratch is None or len(scratch) < nbytes + 15:
-        scratch = bytearray(nbytes + 15)
-    enc = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
-    enc.update_into(memoryview(_zeros(nbytes))[:nbytes], scratch)
-    mask = np.frombuffer(scratch, dtype=np.uint8, count=nbytes).view(acc.dtype)
-    if sign > 0:
-        np.add(acc, mask, out=acc)
-    else:
-        np.subtract(acc, mask, out=acc)
+    if scratch is None or len(scratch) < _CHUNK + 15:
+        scratch = bytearray(_CHUNK + 15)
+    item = acc.dtype.itemsize
+    step = _CHUNK // item
+    view = np.frombuffer(scratch, dtype=np.uint8, count=_CHUNK).view(acc.dtype)
+    zeros = memoryview(_zeros(_CHUNK))
+    op = np.add if sign > 0 else np.subtract
+    enc = _cipher(seed)
+    n = acc.size
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        enc.update_into(zeros[: (e - s) * item], scratch)
+        op(acc[s:e], view[: e - s], out=acc[s:e])

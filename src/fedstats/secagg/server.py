@@ -284,7 +284,7 @@ class SecAggServer:
             for i, s in resp.key_shares.items():
                 key_shares[i].append((j + 1, s))
         acc = self._acc
-        scratch = bytearray(acc.nbytes + 15)
+        scratch = bytearray((1 << 18) + 15)
         for i in sorted(self.masked):
             if len(seed_shares[i]) < t:
                 raise ProtocolAbortError(
