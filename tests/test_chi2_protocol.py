@@ -200,3 +200,13 @@ def test_secure_route_gives_identical_results(adult_clients: np.ndarray) -> None
         )
         assert sec.statistic == plain.statistic
         assert sec.ci == plain.ci
+
+
+def test_process_route_gives_identical_results() -> None:
+    from fedstats.engine.routes import open_backend
+
+    tables = np.random.default_rng(0).integers(0, 9, size=(200, 4, 5))
+    plain = fed_chi2(tables, dropout=0.1, engine=Engine(randomness=RandomSource(3), block_size=64))
+    with open_backend("process", workers=2, shard_size=64) as be:
+        proc = fed_chi2(tables, dropout=0.1, engine=Engine(be, RandomSource(3), block_size=64))
+    assert proc.statistic == plain.statistic and proc.ci == plain.ci
