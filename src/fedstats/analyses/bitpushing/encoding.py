@@ -196,10 +196,13 @@ def to_codes(
     v: np.ndarray, offset: float, resolution: float, max_code: int, rng: RNG | None
 ) -> np.ndarray:
     """``(v - offset) / resolution`` as int64 in ``[0, max_code]``, by unbiased randomized rounding."""
-    x = v if offset == 0.0 and resolution == 1.0 else (v - offset) / resolution
+    identity = offset == 0.0 and resolution == 1.0
+    x = v if identity else (v - offset) / resolution
     fl = np.floor(x)
     frac = x - fl
     if frac.any():
         fl = fl + (rng.random(x.shape) < frac) if rng is not None else np.rint(x)
+    elif identity:  # integers already in [0, max_code] (the range was enforced): no clipping pass
+        return fl.astype(np.int64)
     out: np.ndarray = np.clip(fl, 0, max_code).astype(np.int64)
     return out

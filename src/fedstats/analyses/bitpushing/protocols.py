@@ -109,7 +109,7 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
 
     Returns
     -------
-    numpy.ndarray of int64, shape (batch.n, b) or (batch.n, 2 b)
+    numpy.ndarray of int8 (0/1 entries), shape (batch.n, b) or (batch.n, 2 b)
         Exact allocation: entry j holds the reported (randomized) bit if the client reports bit j, else 0
         (which client reports which bit is public, so the server knows the counts). Random allocation:
         one-hot (bit index, bit), entry j is 1 if the client reports bit j, entry b + j the bit.
@@ -139,7 +139,7 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
     exact = params["allocation"] == "exact"
     width = b if exact else 2 * b
     flat = (np.arange(n, dtype=np.int64)[:, None] * width + j).ravel()
-    out = np.zeros(n * width, dtype=np.int64)
+    out = np.zeros(n * width, dtype=np.int8)  # 0/1 entries; the engine widens to int64
     if exact:
         # the bit index is implied by the public allocation: report only the bit, at its position
         out[flat] = bits.ravel()
