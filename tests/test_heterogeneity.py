@@ -438,3 +438,83 @@ def test_zcdp_accounting_spends_exactly_the_target_with_less_noise() -> None:
     assert led.total().epsilon <= 1.0 + 1e-9 and led.total().rho == pytest.approx(
         rho_for_epsilon(epsilon=1.0, delta=1e-5), rel=1e-9
     )
+
+
+# ------------------------------------------------------------------------------------------ data loaders
+def _write_idx(path: object, arr: np.ndarray) -> None:
+    import struct
+    from pathlib import Path
+
+    header = struct.pack(">BBBB", 0, 0, 0x08, arr.ndim) + b"".join(
+        struct.pack(">I", s) for s in arr.shape
+    )
+    Path(str(path)).write_bytes(header + arr.astype(np.uint8).tobytes())
+
+
+def test_image_loaders_idx_cifar_csv(tmp_path: object) -> None:
+    import pickle
+    from pathlib import Path
+
+    from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
+
+    root = Path(str(tmp_path))
+    rng = np.random.default_rng(14)
+    imgs = rng.integers(0, 256, size=(30, 4, 4), dtype=np.uint8)
+    labels = np.repeat(np.arange(3), 10).astype(np.uint8)
+    _write_idx(root / "train-images-idx3-ubyte", imgs)
+    _write_idx(root / "train-labels-idx1-ubyte", labels)
+    x, y, _ = load_image_vectors(str(root / "train-images-idx3-ubyte"))
+    np.testing.assert_allclose(x, imgs.reshape(30, 16) / 255.0)
+    assert y is not None and y.tolist() == labels.tolist()
+    idx = sample_by_label_ratio(y, "8:1:1", fraction=None, rng=np.random.default_rng(0))
+    assert np.bincount(y[idx]).tolist() == [10, 1, 1]  # the largest sample with ratio 8:1:1
+    # CIFAR-100 batch: 20 coarse labels merged into 10 buckets (label // 2)
+    cif = {
+        b"data": rng.integers(0, 256, size=(8, 3072), dtype=np.uint8),
+        b"coarse_labels": [0, 1, 2, 3, 18, 19, 5, 7],
+        b"fine_labels": list(range(8)),
+    }
+    (root / "train").write_bytes(pickle.dumps(cif))
+    xc, yc, _ = load_image_vectors(str(root / "train"))
+    assert xc.shape == (8, 3072) and xc.max() <= 1.0
+    assert yc is not None and yc.tolist() == [0, 0, 1, 1, 9, 9, 2, 3]
+    # CSV with a label column
+    (root / "img.csv").write_text("a,b,label\n0.1,0.9,0\n0.4,0.2,1\n")
+    xs, ys, _ = load_image_vectors(str(root / "img.csv"))
+    assert xs.shape == (2, 2) and ys is not None and ys.tolist() == [0, 1]
+    res = runner.invoke(
+        app,
+        [
+            "--seed",
+            "2",
+            "heterogeneity",
+            str(root / "train-images-idx3-ubyte"),
+            "--no-privacy",
+            "--label-ratio",
+            "1:1:1",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["n_clients"] == 30
+    assert out["dispersion"]["estimate"] == pytest.approx(
+        dispersion(imgs.reshape(30, 16) / 255.0), rel=1e-6
+    )
+
+
+def test_demo_rows() -> None:
+    import time
+
+    from fedstats.experiments.demo import REQUIRED_KEYS
+    from fedstats.experiments.demo_heterogeneity import run_demo
+
+    t0 = time.perf_counter()
+    rows = run_demo(RandomSource(3))
+    assert time.perf_counter() - t0 < 5.0 * 3  # ~1 s here; generous for a loaded CI machine
+    assert len(rows) == 4
+    for row in rows:
+        assert set(REQUIRED_KEYS) <= set(row)
+        assert row["truth"] is not None and row["epsilon"] == 4.0
+    # the 91:1 skew is less heterogeneous than equal labels (true dispersion)
+    assert rows[2]["truth"] < rows[0]["truth"]

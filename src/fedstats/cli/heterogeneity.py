@@ -201,8 +201,6 @@ def heterogeneity_command(
         "ledger": ledger.as_dict() if ledger is not None else None,
         "seed": state.seed,
     }
-    payload.pop("mean", None)
-    payload.pop("weighted_mean", None)
 
     def render(console: Console) -> None:
         title = (
