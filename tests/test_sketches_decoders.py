@@ -104,3 +104,13 @@ def test_geometric_mean_log_space_handles_extreme_scales() -> None:
     assert math.isfinite(r.estimate)
     # log D_l -> alpha E log|S| as l grows, so F_hat -> e^2 / exp(2 E log|S|)
     assert r.estimate == pytest.approx(1e200 / math.exp(2 * log_abs_stable_mean(2.0)), rel=1e-3)
+
+
+def test_geometric_mean_reads_a_rounded_zero_as_quarter_resolution() -> None:
+    e = np.array([1.0, -2.0, 0.0, 3.0, 0.5])
+    assert geometric_mean_estimator(e, 2.0).estimate == 0.0
+    res = 2.0**-8
+    got = geometric_mean_estimator(e, 2.0, resolution=res).estimate
+    e2 = e.copy()
+    e2[2] = res / 4
+    assert got == pytest.approx(geometric_mean_estimator(e2, 2.0).estimate) and got > 0

@@ -250,11 +250,11 @@ def _row_norms_and_offset(proj: StableProjection, sq: np.ndarray) -> tuple[float
 
 
 def _decode(
-    e: np.ndarray, decoder: str, alpha: float, confidence: float
+    e: np.ndarray, decoder: str, alpha: float, confidence: float, resolution: float = 0.0
 ) -> FrequencyMomentEstimate:
     if decoder == "mean-of-squares":
         return mean_of_squares_estimator(e, confidence=confidence)
-    return geometric_mean_estimator(e, alpha, confidence=confidence)
+    return geometric_mean_estimator(e, alpha, confidence=confidence, resolution=resolution)
 
 
 def _finish(
@@ -503,7 +503,7 @@ def fed_chi2_protocol(
     bound = (1 << (b - 1)) if b < 64 else max(fp.bound, 1)
     s2: RoundSum = yield Round("projection", encode_projection, params, dim=ell, bound=bound)
     e = reduce_signed(s2.total, b) / fp.scale
-    est = _decode(e, dec, 2.0, conf)
+    est = _decode(e, dec, 2.0, conf, 1.0 / fp.scale)
     dof = (rows.size - 1) * (cols.size - 1)
     return _finish(
         est,
@@ -737,7 +737,7 @@ def simulate_fed_chi2(
     if b < 64:
         mod = 2.0**b
         q = np.mod(q + mod / 2, mod) - mod / 2
-    est = _decode(q / scale, dec, 2.0, conf)
+    est = _decode(q / scale, dec, 2.0, conf, 1.0 / scale)
     dof = int((rows.size - 1) * (cols.size - 1))
     res = _finish(
         est,

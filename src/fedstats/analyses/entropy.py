@@ -226,11 +226,23 @@ def entropy_from_moments(f_plus: float, f_minus: float, delta: float = DEFAULT_D
 
 
 def _decode_entropy(
-    e_plus: np.ndarray, e_minus: np.ndarray, d: float, m: int, conf: float
+    e_plus: np.ndarray,
+    e_minus: np.ndarray,
+    d: float,
+    m: int,
+    conf: float,
+    resolution: float = 0.0,
 ) -> tuple[float, tuple[float, float], float, tuple[float, float], float]:
     a_p, a_m = 1 + d, 1 - d
-    fp: FrequencyMomentEstimate = geometric_mean_estimator(e_plus, a_p, confidence=conf)
-    fm: FrequencyMomentEstimate = geometric_mean_estimator(e_minus, a_m, confidence=conf)
+    fp: FrequencyMomentEstimate = geometric_mean_estimator(
+        e_plus, a_p, confidence=conf, resolution=resolution
+    )
+    fm: FrequencyMomentEstimate = geometric_mean_estimator(
+        e_minus, a_m, confidence=conf, resolution=resolution
+    )
+    if resolution > 0:
+        e_plus = np.where(e_plus == 0.0, resolution / 4, e_plus)
+        e_minus = np.where(e_minus == 0.0, resolution / 4, e_minus)
     h = entropy_from_moments(fp.estimate, fm.estimate, d)
     ell = e_plus.size
     with np.errstate(divide="ignore"):
@@ -398,7 +410,7 @@ def fed_entropy_protocol(
         "projections", encode_entropy_projection, params, dim=2 * ell, bound=bound
     )
     e = reduce_signed(s2.total, b) / fp.scale
-    h, ci, sd, moments, bias = _decode_entropy(e[:ell], e[ell:], d, mm, conf)
+    h, ci, sd, moments, bias = _decode_entropy(e[:ell], e[ell:], d, mm, conf, 1.0 / fp.scale)
     return EntropyResult(
         analysis="fed-entropy",
         estimate=h,

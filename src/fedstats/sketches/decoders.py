@@ -192,7 +192,11 @@ def _log_geometric_constant(alpha: float, ell: int) -> float:
 
 
 def geometric_mean_estimator(
-    e: np.ndarray | list[float], alpha: float, *, confidence: float = 0.95
+    e: np.ndarray | list[float],
+    alpha: float,
+    *,
+    confidence: float = 0.95,
+    resolution: float = 0.0,
 ) -> FrequencyMomentEstimate:
     """Li's geometric-mean estimator of ``F_alpha`` from an aggregated stable projection.
 
@@ -204,6 +208,10 @@ def geometric_mean_estimator(
         Stability of the projection, in (0, 2].
     confidence : float
         Level of the interval, in (0, 1).
+    resolution : float
+        Quantisation step of ``e`` (``2**-frac_bits`` after fixed point), >= 0. An entry rounded to exactly 0
+        is then read as ``resolution / 4`` (the mean of ``|x|`` over its rounding cell is ``resolution / 4``)
+        instead of making the whole product 0.
 
     Returns
     -------
@@ -227,8 +235,11 @@ def geometric_mean_estimator(
     arr = _check_encoding(e)
     a = check_real("alpha", alpha, low=0.0, high=2.0, low_open=True)
     conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    res = check_real("resolution", resolution, low=0.0)
     ell = int(arr.size)
     absv = np.abs(arr)
+    if res > 0:
+        absv = np.where(absv == 0.0, res / 4, absv)
     rel_se = geometric_relative_standard_error(a, ell)
     if np.any(absv == 0.0):
         return FrequencyMomentEstimate(0.0, (0.0, 0.0), conf, rel_se, "geometric", a, ell, False)
