@@ -77,15 +77,7 @@ def _global(
 
 
 for _name in _COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except (
-        ModuleNotFoundError
-    ) as _exc:  # a command module not written yet must not break the others
-        if _exc.name != _name:
-            raise
-        continue
-    _module.register(app)
+    importlib.import_module(_name).register(app)
 
 
 def main() -> None:
