@@ -210,3 +210,11 @@ def test_process_route_gives_identical_results() -> None:
     with open_backend("process", workers=2, shard_size=64) as be:
         proc = fed_chi2(tables, dropout=0.1, engine=Engine(be, RandomSource(3), block_size=64))
     assert proc.statistic == plain.statistic and proc.ci == plain.ci
+
+
+def test_cell_above_declared_max_cell_is_refused() -> None:
+    tables = np.ones((4, 2, 3), dtype=np.int64)
+    tables[2, 1, 1] = 9
+    proto = fed_chi2_protocol((2, 3), projection_seed=1, max_cell=5, encoding_size=4)
+    with pytest.raises((DataError, ParameterError)):
+        Engine(randomness=RandomSource(0)).run(proto, InMemoryPopulation.from_tables(tables))

@@ -352,6 +352,10 @@ def encode_projection(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -
     ``params["dropped"]`` have dropped out and send zeros (the sum is that of the survivors).
     """
     t = _client_tables(batch, params)
+    if "max_cell" in params and t.size and int(t.max()) > int(params["max_cell"]):
+        raise DataError(
+            f"a client's cell count {int(t.max())} exceeds the declared max_cell={params['max_cell']}"
+        )
     rows = np.asarray(params["rows"], dtype=np.int64)
     cols = np.asarray(params["cols"], dtype=np.int64)
     vx = np.asarray(params["row_marginals"], dtype=np.float64)
@@ -431,8 +435,8 @@ def fed_chi2_protocol(
         The field ``2**bits`` of the round-2 sum (default 64).
     max_cell : int
         Declared largest count of one client in one cell (>= 1); bounds round 1 and fixes the fixed-point
-        scale of round 2 (a client with a larger cell is clipped, never silently: the engine refuses reports
-        above the bound).
+        scale of round 2 from public values only. A client holding a larger count refuses to encode
+        (:class:`~fedstats.errors.DataError`) rather than be clipped.
     confidence : float
         Level of the interval on the statistic, in (0, 1).
     level : float
@@ -492,6 +496,7 @@ def fed_chi2_protocol(
         "row_marginals": vx.tolist(),
         "col_marginals": vy.tolist(),
         "n_total": n,
+        "max_cell": mc,
         "offset": (p_sq / n).tolist(),
         "seed": seed,
         "encoding_size": ell,
