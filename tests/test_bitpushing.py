@@ -305,14 +305,17 @@ def test_ldp_baselines_unbiased(method: str) -> None:
     assert est.var() < runs[0].variance * 1.3
 
 
-def test_variance_estimation_unbiased() -> None:
+@pytest.mark.parametrize("eps", [None, 2.0])
+def test_variance_estimation_unbiased(eps: float | None) -> None:
     n, reps = 3000, 150
     sigma2 = float(((SUPPORT - MU) ** 2 * WEIGHTS).sum())
     rng = np.random.default_rng(9)
     est = []
     for r in range(reps):
         x = _draw(rng, n)
-        res = estimate_variance(x, ENC, engine=Engine(randomness=RandomSource(r)), truth=False)
+        res = estimate_variance(
+            x, ENC, epsilon=eps, engine=Engine(randomness=RandomSource(r)), truth=False
+        )
         est.append(res.estimate)
     e = np.array(est)
     assert abs(e.mean() - sigma2) < 6 * e.std() / math.sqrt(reps) + 0.01 * sigma2 / n
