@@ -356,6 +356,18 @@ def test_privacy_metering_and_ledger() -> None:
     assert math.isclose(ledger.total().epsilon, 1.0)  # disjoint stages: parallel composition
     with pytest.raises(BudgetExceededError):
         estimate_mean(x, ENC, epsilon=0.5, engine=Engine(randomness=RandomSource(1)), ledger=ledger)
+    # a refused range spends nothing and discloses nothing
+    fresh, fresh_meter = PrivacyLedger(), BitMeter()
+    with pytest.raises(DataError):
+        estimate_mean(
+            np.array([1.0, 99.0]),
+            BitEncoding(0, 15, out_of_range="refuse"),
+            epsilon=1.0,
+            ledger=fresh,
+            bit_meter=fresh_meter,
+            engine=Engine(randomness=RandomSource(1)),
+        )
+    assert fresh.total().epsilon == 0.0 and fresh_meter.max_bits_per_client() == 0
 
 
 def test_bad_input_is_rejected() -> None:

@@ -33,6 +33,7 @@ from fedstats.analyses.bitpushing.protocols import (
 from fedstats.analyses.bitpushing.stages import Stage
 from fedstats.engine import Engine, InMemoryPopulation, Population
 from fedstats.engine.populations import block_count
+from fedstats.errors import DataError
 from fedstats.privacy.ledger import BitMeter, PrivacyLedger
 from fedstats.randomness import RandomSource
 
@@ -175,6 +176,21 @@ def _meter(
             ledger.spend(epsilon=epsilon, label=label, clients=range(lo, hi))
 
 
+def _scan(
+    pop: Population, column: str, encoding: BitEncoding, engine: Engine, truth: bool
+) -> Truth | None:
+    """Simulation truth, and the refuse policy checked before anyone spends privacy or discloses bits."""
+    if not truth:
+        return None
+    tr = population_truth(pop, column, encoding, engine.randomness, engine.block_size)
+    if tr.n_clipped and encoding.out_of_range == "refuse":
+        raise DataError(
+            f"{tr.n_clipped} of {tr.n} {column} values lie outside the declared range "
+            f"[{encoding.low:g}, {encoding.high:g}] (use out_of_range='clip' to clip and count them)"
+        )
+    return tr
+
+
 def _options(method: str, epsilon: float | None, options: dict[str, Any]) -> dict[str, Any]:
     opts = dict(options)
     opts["epsilon"] = epsilon
@@ -254,15 +270,8 @@ def estimate_mean(
     stage = make_stage(method, **_options(method, epsilon, options))
     seed = public_seed if public_seed is not None else rs.public_seed("bitpushing", "mean")
     bits = int(options.get("bits_per_client", 1))
+    tr = _scan(pop, column, encoding, engine, truth)
     _meter([(f"{method} mean of {column}", (0, n), bits)], epsilon, ledger, bit_meter)
-    tr = population_truth(pop, column, encoding, rs, engine.block_size) if truth else None
-    if tr is not None and tr.n_clipped and encoding.out_of_range == "refuse":
-        from fedstats.errors import DataError
-
-        raise DataError(
-            f"{tr.n_clipped} of {n} {column} values lie outside the declared range "
-            f"[{encoding.low:g}, {encoding.high:g}] (use out_of_range='clip' to clip and count them)"
-        )
     first = len(engine.log)
     res = engine.run(
         mean_protocol(
@@ -318,6 +327,7 @@ def estimate_variance(
     stage = make_stage(method, **_options(method, epsilon, options))
     seed = public_seed if public_seed is not None else rs.public_seed("bitpushing", "variance")
     bits = int(options.get("bits_per_client", 1))
+    tr = _scan(pop, column, encoding, engine, truth)
     n_m = round(mean_fraction * n)
     if 0 < n_m < n:
         _meter(
@@ -328,14 +338,6 @@ def estimate_variance(
             epsilon,
             ledger,
             bit_meter,
-        )
-    tr = population_truth(pop, column, encoding, rs, engine.block_size) if truth else None
-    if tr is not None and tr.n_clipped and encoding.out_of_range == "refuse":
-        from fedstats.errors import DataError
-
-        raise DataError(
-            f"{tr.n_clipped} of {n} {column} values lie outside the declared range "
-            f"[{encoding.low:g}, {encoding.high:g}] (use out_of_range='clip' to clip and count them)"
         )
     first = len(engine.log)
     res = engine.run(
