@@ -75,8 +75,11 @@ class RoundJob:
         bl = self.blocks()
         return [(b, min(b + shard_blocks, bl.stop)) for b in range(bl.start, bl.stop, shard_blocks)]
 
-    def encode_block(self, b: int) -> np.ndarray:
-        """Reports of the participating clients of block ``b``: int64 array ``(n_b, dim)``."""
+    def encode_block(self, b: int, *, widen: bool = True) -> np.ndarray:
+        """Reports of the participating clients of block ``b``: int64 array ``(n_b, dim)``.
+
+        With ``widen=False`` the encoder's own integer dtype is kept (see :meth:`Round.encode_checked`).
+        """
         lo, hi = self.client_range
         start = max(lo, b * self.block_size)
         stop = min(hi, (b + 1) * self.block_size)
@@ -86,7 +89,7 @@ class RoundJob:
                 f"population returned {batch.n} clients for block {b}, expected {stop - start}"
             )
         rng = self.randomness.generator("round", self.round_index, "block", b)
-        return self.round.encode_checked(batch, rng)
+        return self.round.encode_checked(batch, rng, widen=widen)
 
 
 def add_exact(total: np.ndarray, part: np.ndarray) -> np.ndarray:
@@ -109,7 +112,7 @@ def sum_shard(job: RoundJob, first: int, stop: int) -> np.ndarray:
     wide = not job.exact_int64
     total = np.zeros(job.round.dim, dtype=object if wide else np.int64)
     for b in range(first, stop):
-        rep = job.encode_block(b)
+        rep = job.encode_block(b, widen=False)
         if wide:
             # each block's sum is int64-safe (block_size * bound is checked by the engine); widen after
             total = total + rep.sum(axis=0, dtype=np.int64).astype(object)

@@ -106,8 +106,17 @@ class Round:
         """Bits needed to hold any signed sum of ``n_clients`` reports: ``ceil(log2(n * bound + 1)) + 1``."""
         return math.ceil(math.log2(max(n_clients, 1) * self.bound + 1)) + 1
 
-    def encode_checked(self, batch: ClientBatch, rng: RNG) -> np.ndarray:
+    def encode_checked(self, batch: ClientBatch, rng: RNG, *, widen: bool = True) -> np.ndarray:
         """Run ``encode`` and check the report's shape, dtype and bound.
+
+        Parameters
+        ----------
+        batch : ClientBatch
+        rng : RNG
+            The clients' private randomness for this block.
+        widen : bool
+            Return int64 (default); ``False`` keeps the encoder's integer dtype (e.g. int8), for callers
+            that sum with ``dtype=np.int64`` anyway.
 
         Raises
         ------
@@ -121,13 +130,14 @@ class Round:
             )
         if not np.issubdtype(rep.dtype, np.integer):
             raise ParameterError(f"round {self.name!r} reports", rep.dtype, "an integer dtype")
-        if rep.size and int(np.abs(rep).max()) > self.bound:
-            raise ParameterError(
-                f"round {self.name!r} report entry",
-                int(np.abs(rep).max()),
-                f"an absolute value <= bound={self.bound}",
-            )
-        return rep.astype(np.int64, copy=False)
+        if rep.size:
+            # max and min, not abs: no temporary, and no overflow at the dtype's minimum
+            worst = max(int(rep.max()), -int(rep.min()))
+            if worst > self.bound:
+                raise ParameterError(
+                    f"round {self.name!r} report entry", worst, f"an absolute value <= bound={self.bound}"
+                )
+        return rep.astype(np.int64, copy=False) if widen else rep
 
 
 @dataclass(frozen=True)
