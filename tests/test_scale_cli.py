@@ -3,7 +3,7 @@
 Each command is run with ``--backend serial``, ``--backend process --workers 2`` and ``--backend dask
 --workers 2`` (a LocalCluster of 2 worker processes, started and shut down by the command), with several
 shards per round (``--shard-size`` of one block); the JSON outputs must be identical apart from the
-route's name. A bad ``--backend`` is one error line and exit code 2.
+route's name. A bad ``--backend`` (or ``--scheduler`` where it does not apply) is one error line and exit code 2.
 """
 
 from __future__ import annotations
@@ -77,10 +77,16 @@ def test_chi2_same_statistic_on_every_route(tables: dict[str, Path]) -> None:
     _check_routes(args, "statistic")
 
 
-def test_bad_backend_is_one_line_and_exit_2(tables: dict[str, Path]) -> None:
+def test_bad_route_options_are_one_line_and_exit_2(tables: dict[str, Path]) -> None:
     args = ["gap", str(tables["gap"]), "--group-column", "group", "--value-column", "rate"]
-    res = runner.invoke(app, [*args, "--clients", "1000", "--backend", "gpu"])
-    assert res.exit_code == 2
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and "--backend" in lines[0]
-    assert res.stdout == ""
+    bad = (
+        (["--backend", "gpu"], "--backend"),
+        (["--backend", "process", "--scheduler", "tcp://127.0.0.1:1"], "--scheduler"),
+        (["--backend", "dask", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers"),
+    )
+    for options, name in bad:
+        res = runner.invoke(app, [*args, "--clients", "1000", *options])
+        assert res.exit_code == 2, options
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and name in lines[0], lines
+        assert res.stdout == ""
