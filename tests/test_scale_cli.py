@@ -3,7 +3,8 @@
 Each command is run with ``--backend serial``, ``--backend process --workers 2`` and ``--backend dask
 --workers 2`` (a LocalCluster of 2 worker processes, started and shut down by the command), with several
 shards per round (``--shard-size`` of one block); the JSON outputs must be identical apart from the
-route's name. A bad ``--backend`` (or ``--scheduler`` where it does not apply) is one error line and exit code 2.
+route's name. A bad ``--backend`` (or a ``--scheduler`` where it does not apply) is one error line and
+exit code 2.
 """
 
 from __future__ import annotations
