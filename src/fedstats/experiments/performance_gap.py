@@ -51,6 +51,7 @@ from fedstats.randomness import RandomSource
 __all__ = ["PAPER_TABLE1", "PAPER_TABLE2", "run_performance_gap"]
 
 NAME = "performance-gap"
+_Z995 = 2.5758293035489004  # standard normal quantile at 0.995
 
 #: The paper's Table 1 (minimum epsilon; None for "-").
 PAPER_TABLE1: dict[str, dict[int, tuple[float | None, ...]]] = {
@@ -606,18 +607,21 @@ def _page(res: dict[str, Any], quick: bool) -> str:
             f"K = {t2['K']:.0e} clients resampled within each sex, {t2['runs']} runs per cell on the engine; "
             "errors |estimate - true gap of the simulated clients| in rate units. alpha: 0.99 bounds in "
             "rate units: *Cheb. (paper)* = the paper's formula (balanced groups, worst-case nu^2); *Cheb. "
-            "(data)* and *normal (data)* use the data's group sizes and nu^2.\n"
+            "(data)* and *normal (data)* use the data's group sizes and nu^2. *expected err* = E|error| "
+            "= sqrt(2/pi) sigma for the data's variance: the realised means agree with it within the "
+            "spread of 10 runs (the paper's own errors are from an unseeded run with its own model).\n"
         )
         L.append(
-            "| metric | split | mech | eps | true loss | mean err (sd) | paper err (sd) | Cheb. (paper) | "
-            "paper alpha | Cheb. (data) | normal (data) | s/run |"
+            "| metric | split | mech | eps | true loss | mean err (sd) | expected err | paper err (sd) | "
+            "Cheb. (paper) | paper alpha | Cheb. (data) | normal (data) | s/run |"
         )
-        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in t2["rows"]:
             p = r["paper"] or {}
             L.append(
                 f"| {r['metric']} | {r['accounting']} | M_{r['mechanism']} | {r['epsilon']:g} | "
                 f"{_f(r['true_loss'], 3)} | {r['mean_abs_error']:.4f} ({r['sd_abs_error']:.4f}) | "
+                f"{r['alpha_normal_data'] / _Z995 * math.sqrt(2 / math.pi):.4f} | "
                 + (f"{p['mean_abs_error']:.4f} ({p['sd']:.4f})" if p else "-")
                 + f" | {r['alpha_chebyshev_paper']:.4f} | "
                 + (f"{p['alpha']:.4f}" if p else "-")
