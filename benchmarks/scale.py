@@ -18,14 +18,18 @@ and block size (2^16). The same seed is used everywhere, so every route must giv
 Measured per run: wall seconds and clients per second (cluster start-up excluded, reported apart), CPU
 seconds of the driver and of the workers, peak resident memory of the driver and of each worker (Linux
 ``VmHWM``; the driver's high-water mark is reset before each run through ``/proc/self/clear_refs``), and
-the load average (the machine may be shared). Scaling efficiency of a 2-worker route =
-``throughput(route) / (2 * throughput(serial))`` for the same analysis and size, on wall time; the same
-ratio on CPU time (``cpu_efficiency``) shows the parallel overhead independently of other load.
+the load average (the machine may be shared). The extra route ``dask-notrim`` is ``dask`` with
+distributed's default worker environment ``MALLOC_TRIM_THRESHOLD_=65536`` unset (that setting disables
+glibc's dynamic mmap threshold, so each block-sized array is mmap'ed and zero-filled afresh).
+
+Scaling efficiency of a 2-worker route = ``throughput(route) / (2 * throughput(serial))`` for the same
+analysis and size, on wall time; the same ratio on CPU time (``cpu_efficiency``) shows the parallel
+overhead independently of other load.
 
 Usage::
 
-    python benchmarks/scale.py [--quick] [--sizes 1e7,1e8,1e9] [--backends serial,process,dask]
-                               [--analyses gap,bitpushing] [--workers 2]
+    python benchmarks/scale.py [--quick] [--sizes 1e7,1e8,1e9]
+        [--backends serial,process,dask[,dask-notrim]] [--analyses gap,bitpushing] [--workers 2]
 
 ``--quick`` runs 10^6 and 10^7 clients. Results go to ``benchmarks/results/scale.json`` (written atomically
 after every run, so an interrupted benchmark keeps the runs it finished).
@@ -41,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,6 +59,7 @@ from fedstats.randomness import RandomSource
 EPSILON = 1.0
 SEED = 1
 PAGE_KIB = 1024
+NOTRIM = "dask-notrim"
 
 
 def _status_kib(pid: int, field: str) -> float | None:
@@ -140,7 +146,17 @@ def run_cell(analysis: str, n: int, route: str, workers: int) -> dict[str, Any]:
     reset = _reset_driver_peak()
     load_before = os.getloadavg()
     t_open = time.perf_counter()
-    with open_backend(route, workers=None if route == "serial" else workers) as backend:
+    config: dict[str, Any] = {}
+    if route == NOTRIM:
+        # distributed's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers, which turns off glibc's
+        # dynamic mmap threshold: every block-sized numpy array is then mmap'ed and zero-filled afresh
+        config = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+    with (
+        dask.config.set(config),
+        open_backend(
+            "dask" if route == NOTRIM else route, workers=None if route == "serial" else workers
+        ) as backend,
+    ):
         startup = time.perf_counter() - t_open
         engine = Engine(backend, RandomSource(SEED))
         pids0 = _worker_pids(backend)
