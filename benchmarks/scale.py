@@ -53,6 +53,7 @@ from _util import write_results
 from fedstats.analyses.bitpushing import BitEncoding, estimate_mean
 from fedstats.analyses.performance_gap import measure_performance_gap
 from fedstats.engine import Engine, ResampledPopulation
+from fedstats.engine.dask import DaskBackend
 from fedstats.engine.routes import open_backend
 from fedstats.randomness import RandomSource
 
@@ -60,6 +61,7 @@ EPSILON = 1.0
 SEED = 1
 PAGE_KIB = 1024
 NOTRIM = "dask-notrim"
+TRIM_VAR = "MALLOC_TRIM_THRESHOLD_"
 
 
 def _status_kib(pid: int, field: str) -> float | None:
@@ -147,10 +149,13 @@ def run_cell(analysis: str, n: int, route: str, workers: int) -> dict[str, Any]:
     load_before = os.getloadavg()
     t_open = time.perf_counter()
     config: dict[str, Any] = {}
+    saved_env = os.environ.get(TRIM_VAR)
     if route == NOTRIM:
         # distributed's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers, which turns off glibc's
-        # dynamic mmap threshold: every block-sized numpy array is then mmap'ed and zero-filled afresh
-        config = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+        # dynamic mmap threshold: every block-sized numpy array is then mmap'ed and zero-filled afresh.
+        # The nanny also leaves the variable in this process's environment, which new workers inherit.
+        config = {f"distributed.nanny.pre-spawn-environ.{TRIM_VAR}": None}
+        os.environ.pop(TRIM_VAR, None)
     with (
         dask.config.set(config),
         open_backend(
@@ -166,9 +171,14 @@ def run_cell(analysis: str, n: int, route: str, workers: int) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
         driver_cpu = time.process_time() - c0
         pids = _worker_pids(backend)
+        trim: dict[str, Any] = {}
+        if isinstance(backend, DaskBackend):
+            trim = backend.client.run(os.environ.get, TRIM_VAR)
         worker_peak = {str(p): (_status_kib(p, "VmHWM") or 0.0) / PAGE_KIB for p in pids}
         worker_cpu = sum((_cpu_seconds(p) or 0.0) - cpu_w0.get(p, 0.0) for p in pids)
         retries = engine.retries
+    if saved_env is not None:
+        os.environ[TRIM_VAR] = saved_env
     driver_peak = (_status_kib(os.getpid(), "VmHWM") or 0.0) / PAGE_KIB
     cpu = driver_cpu + worker_cpu
     row: dict[str, Any] = {
@@ -187,6 +197,7 @@ def run_cell(analysis: str, n: int, route: str, workers: int) -> dict[str, Any]:
         "worker_peak_rss_mib": worker_peak,
         "max_worker_peak_rss_mib": max(worker_peak.values()) if worker_peak else driver_peak,
         "retries": retries,
+        "worker_malloc_trim_threshold": sorted({str(v) for v in trim.values()}),
         "rounds": [
             {"name": r.name, "clients": r.n_clients, "seconds": r.seconds} for r in engine.log
         ],
