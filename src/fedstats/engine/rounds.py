@@ -135,7 +135,9 @@ class Round:
             worst = max(int(rep.max()), -int(rep.min()))
             if worst > self.bound:
                 raise ParameterError(
-                    f"round {self.name!r} report entry", worst, f"an absolute value <= bound={self.bound}"
+                    f"round {self.name!r} report entry",
+                    worst,
+                    f"an absolute value <= bound={self.bound}",
                 )
         return rep.astype(np.int64, copy=False) if widen else rep
 
