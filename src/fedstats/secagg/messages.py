@@ -275,8 +275,8 @@ class MaskedInput:
         w.u32(self.sender)
         w.u32(self.bits)
         w.u32(int(self.values.size))
-        w.parts.append(np.ascontiguousarray(self.values, dtype=f"<u{self.bits // 8}").tobytes())
-        return w.getvalue()
+        arr = np.ascontiguousarray(self.values, dtype=f"<u{self.bits // 8}")
+        return b"".join([*w.parts, memoryview(arr).cast("B")])  # type: ignore[arg-type]
 
     @classmethod
     def from_bytes(cls, data: bytes) -> MaskedInput:
