@@ -166,8 +166,8 @@ def state_from(
 
 
 def stdout_console() -> Console:
-    """Console for human-readable output on stdout."""
-    return Console(highlight=False)
+    """Console for human-readable output on stdout (160 columns when piped, else the terminal's)."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def stderr_console() -> Console:
