@@ -53,6 +53,9 @@ def test_dask_local_cluster_equals_serial_and_survives_a_killed_worker(
     serial_total: np.ndarray, tmp_path: Path
 ) -> None:
     with DaskBackend(workers=2, shard_size=3 * BLOCK) as backend:
+        # workers keep glibc's malloc trimming (distributed's default setting doubles CPU per shard)
+        env = backend.client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_")
+        assert len(env) == 2 and set(env.values()) == {None}
         np.testing.assert_array_equal(_run(backend), serial_total)
         assert backend.retries == 0
         marker = tmp_path / "killed"

@@ -51,15 +51,17 @@ def _run(args: list[str]) -> dict[str, Any]:
 
 
 def _without_route(payload: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in payload.items() if k not in ("route", "backend")}
+    return {k: v for k, v in payload.items() if k not in ("route", "backend", "retries")}
 
 
 def _check_routes(args: list[str], key: str) -> None:
     serial = _run([*args, "--backend", "serial", *SHARD])
     assert isinstance(serial[key], float)
+    assert serial["backend"] == "serial" and serial["retries"] == 0
     for route in ROUTES:
         other = _run([*args, *route, *SHARD])
         assert other[key] == serial[key], route
+        assert other["backend"] == route[1] and other["retries"] == 0, route
         assert _without_route(other) == _without_route(serial), route
 
 

@@ -94,6 +94,8 @@ class CliState:
     json: bool = False
     quiet: bool = False
     data_dir: Path | None = None
+    engine: Engine | None = None
+    """The engine of the command, once :func:`engine_for` made it (its route and retries are reported)."""
 
     @property
     def randomness(self) -> RandomSource:
@@ -144,7 +146,8 @@ def engine_for(
     with open_backend(
         backend, shard_size=shard_size, workers=workers, scheduler=scheduler, **options
     ) as be:
-        yield Engine(be, state.randomness, progress=progress)
+        state.engine = Engine(be, state.randomness, progress=progress)
+        yield state.engine
 
 
 def state_from(
@@ -188,6 +191,13 @@ def emit(
     render : callable, optional
         Draws the human-readable form on a rich console.
     """
+    if state.engine is not None:
+        # the route and how many shards were recomputed after a worker died (issue 9)
+        payload = {**payload, "backend": state.engine.backend.name, "retries": state.engine.retries}
+        if state.engine.retries and not state.quiet:
+            stderr_console().print(
+                f"{state.engine.retries} shard(s) recomputed after a worker died"
+            )
     data = to_jsonable(payload)
     if state.json:
         sys.stdout.write(json.dumps(data, sort_keys=False) + "\n")
