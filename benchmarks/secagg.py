@@ -375,7 +375,7 @@ def save(
         "numpy_version": numpy.__version__,
         "cpu_count": os.cpu_count(),
         "min_speedup_total": min(ratios) if ratios else None,
-        "rows": rows,
+        "rows": sorted(rows, key=lambda r: (r["n"], r["length"], r["dropout"])),
         "mask_throughput": tp,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
