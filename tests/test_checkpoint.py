@@ -52,3 +52,17 @@ def test_atomic_write_leaves_no_partial_file(tmp_path: Path) -> None:
         atomic_write_text(target, Boom("new"))
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_atomic_write_gives_normal_permissions(tmp_path: Path) -> None:
+    import os
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "r.json", "{}")
+        assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+        os.chmod(tmp_path / "r.json", 0o640)
+        atomic_write_text(tmp_path / "r.json", "{}")  # a replaced file keeps its mode
+        assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
