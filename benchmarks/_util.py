@@ -6,9 +6,11 @@ import json
 import platform
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fedstats._io import atomic_write_text
 from fedstats.results import to_jsonable
@@ -29,6 +31,24 @@ def best_of(fn: Callable[[], Any], repeat: int = 3) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def numpy_raw_bernoulli_seconds(
+    n: int, probabilities: Sequence[float], block: int = 1 << 16
+) -> float:
+    """Wall seconds of the simulation peer: numpy drawing one Bernoulli per client and probability.
+
+    Block by block, ``(rng.random(m) < p).sum()`` for each probability: the randomness a one-bit protocol
+    needs, with none of its logic (the limit any simulation of it can reach).
+    """
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    acc = 0
+    for start in range(0, n, block):
+        m = min(block, n - start)
+        for p in probabilities:
+            acc += int((rng.random(m) < p).sum())
+    return time.perf_counter() - t0
 
 
 def write_results(name: str, data: dict[str, Any]) -> Path:

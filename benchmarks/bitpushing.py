@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import peak_rss_mb, write_results
+from _util import numpy_raw_bernoulli_seconds, peak_rss_mb, write_results
 from fedstats.analyses.bitpushing import BitEncoding, estimate_mean
 from fedstats.engine import Engine, GeneratedPopulation, SerialBackend
 from fedstats.randomness import RNG, RandomSource
@@ -47,23 +47,13 @@ def run_bitpushing(n: int, seed: int | None) -> tuple[float, float, float]:
     return time.perf_counter() - t0, res.estimate, float(res.standard_error or 0.0)
 
 
-def run_numpy_raw(n: int) -> float:
-    rng = np.random.default_rng(0)
-    t0 = time.perf_counter()
-    acc = 0
-    for start in range(0, n, BLOCK):
-        m = min(BLOCK, n - start)
-        acc += int((rng.random(m) < 0.5).sum()) + int((rng.random(m) < 0.75).sum())
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--clients", type=int, default=10**7)
     ap.add_argument("--quick", action="store_true", help="10^6 clients")
     args = ap.parse_args()
     n = 10**6 if args.quick else args.clients
-    raw = run_numpy_raw(n)
+    raw = numpy_raw_bernoulli_seconds(n, (0.5, 0.75), BLOCK)
     seeded, est, se = run_bitpushing(n, seed=1)
     secure, est_s, se_s = run_bitpushing(n, seed=None)
     truth = 63.5  # mean of the uniform distribution on {0, ..., 127}

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import peak_rss_mb, write_results
+from _util import numpy_raw_bernoulli_seconds, peak_rss_mb, write_results
 from fedstats.engine import ClientBatch, Engine, GeneratedPopulation, Round, SerialBackend
 from fedstats.randomness import RNG, RandomSource
 
@@ -48,23 +48,13 @@ def run_engine(n: int, seed: int | None) -> tuple[float, int]:
     return time.perf_counter() - t0, int(total[0])
 
 
-def run_numpy_raw(n: int) -> float:
-    rng = np.random.default_rng(0)
-    t0 = time.perf_counter()
-    acc = 0
-    for start in range(0, n, BLOCK):
-        m = min(BLOCK, n - start)
-        acc += int((rng.random(m) < 0.3).sum()) + int((rng.random(m) < 0.75).sum())
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--clients", type=int, default=10**8)
     ap.add_argument("--quick", action="store_true", help="10^7 clients")
     args = ap.parse_args()
     n = 10**7 if args.quick else args.clients
-    raw = run_numpy_raw(n)
+    raw = numpy_raw_bernoulli_seconds(n, (0.3, 0.75), BLOCK)
     seeded, total = run_engine(n, seed=1)
     secure, total_s = run_engine(n, seed=None)
     # expected reported ones: n * (0.3 * 0.75 + 0.7 * 0.25) = 0.4 n
