@@ -10,11 +10,11 @@ import numpy as np
 import scipy.stats
 from typer.testing import CliRunner
 
+from fedstats.analyses.chi2 import noise_averaged_p_value as calibrated_p_values
 from fedstats.cli.app import app
 from fedstats.experiments.fed_chi2 import (
     _shared_data_present,
     _unit_scale_quantiles,
-    calibrated_p_values,
     real_tables,
 )
 from fedstats.randomness import RandomSource

@@ -66,6 +66,7 @@ __all__ = [
     "encode_projection",
     "fed_chi2",
     "fed_chi2_protocol",
+    "noise_averaged_p_value",
     "simulate_fed_chi2",
     "sketch_noise_quantiles",
     "sketched_p_value",
@@ -312,12 +313,53 @@ def sketch_noise_quantiles(encoding_size: int, decoder: str, points: int = 2000)
     return _geometric_noise(ell, points)
 
 
+def noise_averaged_p_value(statistic: Any, dof: int, noise_quantiles: Any) -> Any:
+    """``P(s G > x)`` for ``s ~ chi2_dof`` and ``G`` given by quantile points: the average of
+    ``chi2_sf(x / G, dof)`` over the points.
+
+    Evaluated exactly on 2,000 log-spaced values between the smallest and largest positive ``x`` and
+    interpolated in ``log x`` (the function is smooth and monotone); a non-positive ``x`` gets 1.
+
+    Parameters
+    ----------
+    statistic : float or array_like
+        Decoded statistic(s), any shape.
+    dof : int
+        Degrees of freedom, >= 1.
+    noise_quantiles : array_like of float, shape (k,)
+        Positive quantile points of ``G`` (e.g. :func:`sketch_noise_quantiles`).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Same shape as ``statistic``, in [0, 1].
+
+    Raises
+    ------
+    ParameterError
+        If ``dof < 1``.
+    """
+    dof = check_int("dof", dof, low=1)
+    x = np.asarray(statistic, dtype=np.float64)
+    flat = x.ravel()
+    pos = flat > 0
+    out = np.ones(flat.size)
+    if pos.any():
+        lo, hi = np.log(flat[pos].min()), np.log(flat[pos].max())
+        grid = np.exp(np.linspace(lo, hi, 2000)) if hi > lo else np.exp(np.array([lo]))
+        g = np.asarray(noise_quantiles, dtype=np.float64)[None, :]
+        p_grid = scipy.stats.chi2.sf(grid[:, None] / g, dof).mean(axis=1)
+        out[pos] = np.interp(np.log(flat[pos]), np.log(grid), p_grid)
+    res = out.reshape(x.shape)
+    return float(res) if res.ndim == 0 else res
+
+
 def sketched_p_value(statistic: Any, dof: int, *, encoding_size: int, decoder: str) -> Any:
     """p-value of a sketched chi-square statistic under independence.
 
     Under independence the exact statistic is ``s ~ chi2_dof`` and the decoded one ``s * G`` with ``G`` the
-    decoder's noise (:func:`sketch_noise_quantiles`), so ``P(s G > x) = E_G[chi2_sf(x / G, dof)]``,
-    computed as the average over 2,000 quantile midpoints of ``G`` (midpoint rule in probability).
+    decoder's noise (:func:`sketch_noise_quantiles`), so ``P(s G > x) = E_G[chi2_sf(x / G, dof)]``
+    (:func:`noise_averaged_p_value` over 2,000 quantile midpoints of ``G``).
     The paper (Pang et al. 2023, Alg. 2) reads ``chi2_sf(x, dof)`` instead, as if ``x`` were exact; that
     p-value is too small under independence (measured: 28% rejections at level 0.05 with l = 50, against
     4% for the exact test; ``results/fed-chi2/``). This one is uniform under independence without dropout
@@ -344,15 +386,7 @@ def sketched_p_value(statistic: Any, dof: int, *, encoding_size: int, decoder: s
         If ``dof < 1``, ``l < 2`` or the decoder is unknown.
     """
     dof = check_int("dof", dof, low=1)
-    g = sketch_noise_quantiles(encoding_size, decoder)
-    x = np.asarray(statistic, dtype=np.float64)
-    flat = np.maximum(x.ravel(), 0.0)
-    out = np.empty(flat.size)
-    for i in range(0, flat.size, 512):  # bounded memory: 512 x 2000 at a time
-        chunk = flat[i : i + 512, None]
-        out[i : i + 512] = scipy.stats.chi2.sf(chunk / g[None, :], dof).mean(axis=1)
-    res = out.reshape(x.shape)
-    return float(res) if res.ndim == 0 else res
+    return noise_averaged_p_value(statistic, dof, sketch_noise_quantiles(encoding_size, decoder))
 
 
 def _finish(

@@ -39,7 +39,12 @@ from typing import Any
 import numpy as np
 import scipy.stats
 
-from fedstats.analyses.chi2 import chi_square_statistic, fed_chi2, simulate_fed_chi2
+from fedstats.analyses.chi2 import (
+    chi_square_statistic,
+    fed_chi2,
+    noise_averaged_p_value,
+    simulate_fed_chi2,
+)
 from fedstats.analyses.fdr import discovery_counts, saffron
 from fedstats.analyses.feature_selection import (
     batch_decode,
@@ -669,27 +674,6 @@ def _unit_scale_quantiles(
     return np.asarray(np.quantile(g, (np.arange(points) + 0.5) / points))
 
 
-def calibrated_p_values(stat: np.ndarray, dof: int, noise_quantiles: np.ndarray) -> np.ndarray:
-    """p-values of a sketched statistic ``s_hat = s G`` under independence (``s ~ chi2_dof``, ``G`` the noise).
-
-    ``P(s G > x) = E_G[chi2_sf(x / G, dof)]``, averaged over quantile points of ``G``; evaluated on a grid
-    of 2,000 log-spaced ``x`` and interpolated in ``log x`` (the function is smooth and monotone). Ours: the
-    paper reads the p-value of ``s_hat`` as if it were exact, which inflates false discoveries at small
-    ``l``.
-    """
-    x = np.asarray(stat, dtype=np.float64)
-    pos = x > 0
-    out = np.ones(x.size)
-    if not pos.any():
-        return out
-    lo, hi = np.log(x[pos].min()), np.log(x[pos].max())
-    grid = np.exp(np.linspace(lo, hi, 2000)) if hi > lo else np.exp(np.array([lo]))
-    g = noise_quantiles[None, :]
-    p_grid = scipy.stats.chi2.sf(grid[:, None] / g, dof).mean(axis=1)
-    out[pos] = np.interp(np.log(x[pos]), np.log(grid), p_grid)
-    return out
-
-
 def _fdr_cell(run: int, st: Settings, rs: RandomSource) -> dict[str, Any]:
     tables, null = _fdr_data(st, rs, run)
     s = chi2_scores_from_tables(tables)
@@ -714,7 +698,7 @@ def _fdr_cell(run: int, st: Settings, rs: RandomSource) -> dict[str, Any]:
             s_hat = batch_decode(np.sqrt(2.0 * s)[:, None] * z, dec)
             out[f"{dec}|{ell}"] = summarize(scipy.stats.chi2.sf(s_hat, dof))
             q = _unit_scale_quantiles(dec, ell, rs)
-            out[f"{dec}|{ell}|calibrated"] = summarize(calibrated_p_values(s_hat, dof, q))
+            out[f"{dec}|{ell}|calibrated"] = summarize(noise_averaged_p_value(s_hat, dof, q))
     return out
 
 
