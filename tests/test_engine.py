@@ -197,6 +197,26 @@ def test_fixed_point_randomized_rounding_is_unbiased() -> None:
     np.testing.assert_array_equal(q2, [4, -4, 2])
 
 
+def test_fixed_point_arithmetic_and_its_errors() -> None:
+    fp = FixedPoint(frac_bits=5, clip=3.0)
+    x = np.random.default_rng(3).normal(0, 2, size=(200, 3))
+    q, clipped = fp.encode(x)
+    np.testing.assert_array_equal(q, np.rint(np.clip(x, -3, 3) * 32).astype(np.int64))
+    assert clipped == int((np.abs(x) > 3).sum())
+    qr, _ = fp.encode(x, np.random.default_rng(9))
+    scaled = np.clip(x, -3, 3) * 32
+    expect = np.floor(scaled) + (
+        np.random.default_rng(9).random(x.shape) < scaled - np.floor(scaled)
+    )
+    np.testing.assert_array_equal(qr, expect.astype(np.int64))
+    empty, n_clipped = fp.encode(np.zeros((0, 3)))
+    assert empty.shape == (0, 3) and n_clipped == 0
+    with pytest.raises(DataError, match="NaN"):
+        fp.encode(np.array([1.0, np.nan]))
+    with pytest.raises(ParameterError, match="frac_bits"):
+        FixedPoint(frac_bits=52, clip=2.0**20)
+
+
 def test_chi_square_protocol_matches_scipy_on_summed_tables() -> None:
     rng = np.random.default_rng(0)
     tables = rng.integers(0, 4, size=(50, 3, 4))

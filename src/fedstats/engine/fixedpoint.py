@@ -3,6 +3,8 @@
 Reports must be integers for the sum to be exact (and for secure aggregation mod 2^b). A real value ``x``
 in ``[-clip, clip]`` becomes ``round(x * 2**frac_bits)``; values outside are clipped and *counted*, never
 silently. Randomized rounding (``rng`` given) makes the encoding unbiased: ``E[q] = x * 2**frac_bits``.
+The clipping and rounding are those of :class:`fedstats.secagg.quantize.FixedPoint` (one implementation,
+in the lower layer); this class fixes the scale to a power of two and speaks in the engine's terms.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstats._validation import check_int, check_real
+from fedstats.errors import ParameterError
 from fedstats.randomness import RNG
+from fedstats.secagg.quantize import FixedPoint as _Quantizer
 
 __all__ = ["FixedPoint"]
 
@@ -31,7 +35,7 @@ class FixedPoint:
     Raises
     ------
     ParameterError
-        If a parameter is outside its range.
+        If a parameter is outside its range, or encoded values could reach 2**62.
     """
 
     frac_bits: int
@@ -40,6 +44,12 @@ class FixedPoint:
     def __post_init__(self) -> None:
         check_int("frac_bits", self.frac_bits, low=0, high=52)
         check_real("clip", self.clip, low=0.0, high=2.0**60, low_open=True)
+        if self.bound >= 2**62:
+            raise ParameterError(
+                "frac_bits",
+                self.frac_bits,
+                f"a value with clip * 2**frac_bits < 2**62 (clip={self.clip:g})",
+            )
 
     @property
     def scale(self) -> float:
@@ -67,16 +77,17 @@ class FixedPoint:
             Same shape as ``values``.
         clipped : int
             How many values lay outside ``[-clip, clip]`` and were clipped.
+
+        Raises
+        ------
+        DataError
+            If ``values`` has a NaN or infinite entry.
         """
         v = np.asarray(values, dtype=np.float64)
-        clipped = int(np.count_nonzero(np.abs(v) > self.clip))
-        x = np.clip(v, -self.clip, self.clip) * self.scale
-        if rng is None:
-            q = np.rint(x)
-        else:
-            fl = np.floor(x)
-            q = fl + (rng.random(x.shape) < (x - fl))
-        return q.astype(np.int64), clipped
+        if v.size == 0:
+            return np.zeros(v.shape, dtype=np.int64), 0
+        q = _Quantizer(clip=self.clip, scale=self.scale).quantize(v, rng)
+        return q.values, q.clipped
 
     def decode(self, total: np.ndarray | int) -> np.ndarray:
         """Turn a sum of encoded integers back into a real (float64)."""
