@@ -37,7 +37,9 @@ class Population(Protocol):
     """A set of ``n_clients`` clients whose data is read one logical block at a time."""
 
     @property
-    def n_clients(self) -> int: ...
+    def n_clients(self) -> int:
+        """Number of clients, >= 1."""
+        ...
 
     def block(
         self, block_index: int, block_size: int, start: int, stop: int, randomness: RandomSource

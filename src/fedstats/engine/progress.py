@@ -18,11 +18,17 @@ class Progress(Protocol):
     ``advance(task, n)`` records ``n`` finished units, ``finish(task)`` closes it.
     """
 
-    def start(self, task: str, total: int) -> None: ...
+    def start(self, task: str, total: int) -> None:
+        """Open ``task`` with ``total`` units (>= 0)."""
+        ...
 
-    def advance(self, task: str, n: int = 1) -> None: ...
+    def advance(self, task: str, n: int = 1) -> None:
+        """Record ``n`` finished units of ``task``."""
+        ...
 
-    def finish(self, task: str) -> None: ...
+    def finish(self, task: str) -> None:
+        """Close ``task``."""
+        ...
 
 
 class NullProgress:

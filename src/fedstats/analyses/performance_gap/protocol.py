@@ -433,11 +433,13 @@ class _TruthRecorder:
 
     @property
     def n_clients(self) -> int:
+        """Number of clients of the wrapped population."""
         return self._pop.n_clients
 
     def block(
         self, block_index: int, block_size: int, start: int, stop: int, randomness: Any
     ) -> ClientBatch:
+        """The wrapped population's block (see :meth:`fedstats.engine.Population.block`)."""
         batch = self._pop.block(block_index, block_size, start, stop, randomness)
         if start == block_index * block_size and stop == min(
             (block_index + 1) * block_size, self._pop.n_clients

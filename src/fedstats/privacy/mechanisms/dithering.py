@@ -58,6 +58,7 @@ class SubtractiveDithering(Mechanism):
 
     @property
     def release_grid(self) -> str:
+        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
         return (
             f"integers {{0, ..., {self.levels}}} ({self.bit_depth} bit(s)); not private on its own"
         )

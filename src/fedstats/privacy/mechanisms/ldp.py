@@ -75,6 +75,7 @@ class Harmony(Mechanism):
 
     @property
     def release_grid(self) -> str:
+        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
         return f"two values {{-c, +c}}, c = {self.c:.6g}"
 
     def prob_positive(self, value: ArrayLike) -> Any:
@@ -198,6 +199,7 @@ class PiecewiseMechanism(Mechanism):
 
     @property
     def release_grid(self) -> str:
+        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
         if self.resolution_bits is None:
             return f"float in [-{self.C:.6g}, {self.C:.6g}] (simulation only: continuous output)"
         return (

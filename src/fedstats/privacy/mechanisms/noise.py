@@ -139,6 +139,7 @@ class LaplaceMechanism(Mechanism):
 
     @property
     def release_grid(self) -> str:
+        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
         if self.resolution_bits is None:
             return "float (simulation only: vulnerable to floating-point attacks)"
         return (
@@ -317,6 +318,7 @@ class GaussianMechanism(Mechanism):
 
     @property
     def release_grid(self) -> str:
+        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
         if self.resolution_bits is None:
             return "float (simulation only: vulnerable to floating-point attacks)"
         return (

@@ -69,6 +69,7 @@ class RandomizedResponse(Mechanism):
 
     @property
     def release_grid(self) -> str:
+        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
         return "bits {0, 1}"
 
     def randomize(self, values: ArrayLike, rng: RNG) -> np.ndarray:
@@ -161,6 +162,7 @@ class GeneralizedRandomizedResponse(Mechanism):
 
     @property
     def release_grid(self) -> str:
+        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
         return f"integers {{0, ..., {self.k - 1}}}"
 
     def randomize(self, values: ArrayLike, rng: RNG) -> np.ndarray:
