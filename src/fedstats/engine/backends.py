@@ -65,6 +65,10 @@ class RoundJob:
         """True when the sum provably fits in int64 (``n * bound < 2**62``)."""
         return self.n_clients * self.round.bound < _INT64_SAFE
 
+    def zero_total(self) -> np.ndarray:
+        """An empty accumulator: int64 zeros of shape ``(dim,)``, or Python-int zeros when not int64-safe."""
+        return np.zeros(self.round.dim, dtype=np.int64 if self.exact_int64 else object)
+
     def blocks(self) -> range:
         """Indices of the logical blocks this round touches."""
         lo, hi = self.client_range
@@ -110,7 +114,7 @@ def sum_shard(job: RoundJob, first: int, stop: int) -> np.ndarray:
         Shape ``(dim,)``; int64 when :attr:`RoundJob.exact_int64`, else object (Python ints).
     """
     wide = not job.exact_int64
-    total = np.zeros(job.round.dim, dtype=object if wide else np.int64)
+    total = job.zero_total()
     for b in range(first, stop):
         rep = job.encode_block(b, widen=False)
         if wide:
@@ -161,7 +165,7 @@ class SerialBackend:
         shard_blocks = max(1, math.ceil(self.shard_size / job.block_size))
         task = f"round {job.round_index} ({job.round.name})"
         progress.start(task, len(job.blocks()))
-        total = np.zeros(job.round.dim, dtype=np.int64 if job.exact_int64 else object)
+        total = job.zero_total()
         for first, stop in job.shards(shard_blocks):
             total = add_exact(total, sum_shard(job, first, stop))
             progress.advance(task, stop - first)

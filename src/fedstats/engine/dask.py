@@ -18,10 +18,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -190,7 +188,7 @@ class DaskBackend:
         futures = {
             client.submit(sum_shard, job_future, a, b, pure=False): (a, b) for a, b in shards
         }
-        total = np.zeros(job.round.dim, dtype=np.int64 if job.exact_int64 else object)
+        total = job.zero_total()
         try:
             for fut in as_completed(futures):
                 total = add_exact(total, fut.result())
@@ -276,7 +274,7 @@ class ProcessPoolBackend:
         pending = list(job.shards(_shard_blocks(job, self.shard_size)))
         task = f"round {job.round_index} ({job.round.name})"
         progress.start(task, len(job.blocks()))
-        total = np.zeros(job.round.dim, dtype=np.int64 if job.exact_int64 else object)
+        total = job.zero_total()
         failures = 0
         while pending:
             pool = self._executor()
@@ -334,10 +332,3 @@ def _process_factory(
 
 register_backend("dask", _dask_factory)
 register_backend("process", _process_factory)
-
-
-@contextmanager
-def local_dask(workers: int = 2) -> Iterator[DaskBackend]:
-    """A :class:`DaskBackend` on a fresh local cluster, closed afterwards (for scripts and tests)."""
-    with DaskBackend(workers=workers) as backend:
-        yield backend

@@ -174,7 +174,7 @@ class SecureAggregationBackend:
         source = self.randomness if self.randomness is not None else job.randomness
         task = f"round {job.round_index} ({job.round.name}, secure)"
         progress.start(task, len(cohorts))
-        total = np.zeros(job.round.dim, dtype=np.int64 if job.exact_int64 else object)
+        total = job.zero_total()
         included = 0
         # Reports of a block are encoded once even when a cohort boundary splits the block.
         cache: dict[int, np.ndarray] = {}
@@ -192,7 +192,7 @@ class SecureAggregationBackend:
                 round_id=struct.pack("<QQ", job.round_index, c),
             )
             part = res.signed_total().astype(np.int64)
-            total = add_exact(total, part if total.dtype != object else part.astype(object))
+            total = add_exact(total, part)
             included += len(res.included)
             self.stats.append(
                 CohortStats(
