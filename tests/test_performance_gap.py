@@ -522,7 +522,8 @@ def test_cli_gap_and_plan_json(csv_path) -> None:  # type: ignore[no-untyped-def
             "--json",
         ],
     )
-    assert json.loads(res.stdout)["true_loss"] == "inf"
+    out = json.loads(res.stdout)
+    assert out["true_loss"] is None and out["non_finite"]["true_loss"] == "inf"
 
 
 def test_cli_bad_input_exit_2_one_line(csv_path) -> None:  # type: ignore[no-untyped-def]

@@ -14,14 +14,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AnalysisResult", "to_jsonable"]
+__all__ = ["AnalysisResult", "non_finite_fields", "to_jsonable"]
 
 
 def to_jsonable(obj: Any) -> Any:
     """Convert numpy scalars/arrays, tuples, dataclasses and non-finite floats into JSON-ready values.
 
-    Non-finite floats become the strings ``"inf"``, ``"-inf"`` or ``"nan"`` (strict JSON has no such
-    numbers).
+    Non-finite floats become ``None`` (JSON ``null``): strict JSON has no such numbers, and a string in a
+    numeric field would break every consumer that reads it as a number. Results say why a field is null
+    (:func:`non_finite_fields`).
     """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         if hasattr(obj, "to_dict"):
@@ -36,12 +37,28 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return to_jsonable(obj.item())
     if isinstance(obj, float):
-        if math.isnan(obj):
-            return "nan"
-        if math.isinf(obj):
-            return "inf" if obj > 0 else "-inf"
-        return obj
+        return obj if math.isfinite(obj) else None
     return obj
+
+
+def non_finite_fields(values: dict[str, Any]) -> dict[str, str]:
+    """Name the top-level numeric entries of ``values`` that are non-finite, and what they were.
+
+    Parameters
+    ----------
+    values : dict
+        Field name to value (numbers, arrays, anything else is ignored).
+
+    Returns
+    -------
+    dict of str to str
+        ``{"p_value": "nan", "epsilon": "inf"}``: the reason a field is ``null`` in the JSON output.
+    """
+    out: dict[str, str] = {}
+    for name, v in values.items():
+        if isinstance(v, (float, np.floating)) and not math.isfinite(float(v)):
+            out[name] = "nan" if math.isnan(float(v)) else ("inf" if float(v) > 0 else "-inf")
+    return out
 
 
 @dataclass
@@ -96,7 +113,15 @@ class AnalysisResult:
         return None if self.truth is None else self.estimate - self.truth
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field plus ``error``."""
-        out = {f.name: to_jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        out["error"] = to_jsonable(self.error)
+        """JSON-ready dict of every field plus ``error``.
+
+        Non-finite numbers are ``null``; ``"non_finite"`` then maps each such field to what it was
+        (``"inf"``, ``"-inf"`` or ``"nan"``), so a reader can tell "infinite" from "unknown".
+        """
+        raw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        raw["error"] = self.error
+        out = {k: to_jsonable(v) for k, v in raw.items()}
+        why = non_finite_fields(raw)
+        if why:
+            out["non_finite"] = why
         return out

@@ -44,7 +44,7 @@ from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.feature_selection import batch_decode
 from fedstats.engine import ClientBatch, Engine, FixedPoint, InMemoryPopulation, Round, RoundSum
 from fedstats.engine.backends import SerialBackend
-from fedstats.engine.core import Protocol
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource
 from fedstats.results import AnalysisResult
@@ -550,7 +550,7 @@ def fed_chi2_protocol(
     column: str = "table",
     drop_empty: bool = False,
     dropout_randomness: RandomSource | None = None,
-) -> Protocol[Chi2Result]:
+) -> ProtocolGenerator[Chi2Result]:
     """FED-chi^2 as an engine protocol (Pang et al. 2023, Algorithm 2).
 
     Parameters
@@ -585,7 +585,7 @@ def fed_chi2_protocol(
 
     Returns
     -------
-    Protocol[Chi2Result]
+    ProtocolGenerator[Chi2Result]
         Run with :meth:`fedstats.engine.Engine.run`.
 
     Raises

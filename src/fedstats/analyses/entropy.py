@@ -50,7 +50,7 @@ from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.chi2 import Chi2Result, _check_tables, _finish, _kept
 from fedstats.engine import ClientBatch, Engine, FixedPoint, InMemoryPopulation, Round, RoundSum
 from fedstats.engine.backends import SerialBackend
-from fedstats.engine.core import Protocol
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource
 from fedstats.results import AnalysisResult
@@ -344,7 +344,7 @@ def fed_entropy_protocol(
     max_count: int,
     confidence: float = 0.95,
     column: str = "histogram",
-) -> Protocol[EntropyResult]:
+) -> ProtocolGenerator[EntropyResult]:
     """FED-H as an engine protocol (Pang et al. 2023, Sec. 3.5 on Algorithm 2).
 
     Parameters
@@ -371,7 +371,7 @@ def fed_entropy_protocol(
 
     Returns
     -------
-    Protocol[EntropyResult]
+    ProtocolGenerator[EntropyResult]
 
     Raises
     ------

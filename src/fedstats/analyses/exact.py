@@ -15,7 +15,7 @@ import scipy.stats
 
 from fedstats._validation import check_int
 from fedstats.engine import ClientBatch, Engine, FixedPoint, Population, Round, RoundSum
-from fedstats.engine.core import Protocol
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import DataError
 from fedstats.randomness import RNG
 from fedstats.results import AnalysisResult
@@ -52,7 +52,7 @@ class ChiSquareResult(AnalysisResult):
 
 def chi_square_protocol(
     shape: tuple[int, int], *, max_cell: int, column: str = "table"
-) -> Protocol[ChiSquareResult]:
+) -> ProtocolGenerator[ChiSquareResult]:
     """One round: clients send their contingency tables; the server tests independence on the sum.
 
     Parameters
@@ -66,7 +66,7 @@ def chi_square_protocol(
 
     Returns
     -------
-    Protocol[ChiSquareResult]
+    ProtocolGenerator[ChiSquareResult]
         Use with :meth:`fedstats.engine.Engine.run`.
 
     Raises
@@ -110,7 +110,9 @@ class MeanResult(AnalysisResult):
     """Exact federated mean (non-private)."""
 
 
-def mean_protocol(column: str, *, clip: float, frac_bits: int = 16) -> Protocol[MeanResult]:
+def mean_protocol(
+    column: str, *, clip: float, frac_bits: int = 16
+) -> ProtocolGenerator[MeanResult]:
     """One round: each client sends its value in fixed point and a 1; the server divides.
 
     Parameters
@@ -124,7 +126,7 @@ def mean_protocol(column: str, *, clip: float, frac_bits: int = 16) -> Protocol[
 
     Returns
     -------
-    Protocol[MeanResult]
+    ProtocolGenerator[MeanResult]
     """
     fp = FixedPoint(frac_bits, clip)
     s: RoundSum = yield Round(

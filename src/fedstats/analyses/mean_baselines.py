@@ -34,7 +34,7 @@ from fedstats.analyses.bitpushing.stages import (
     client_codes,
     public_uniform,
 )
-from fedstats.engine.core import Protocol
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import ClientBatch, Round, RoundSum
 from fedstats.errors import ParameterError
@@ -100,7 +100,7 @@ def dithering_stage(
     bits_per_client: int = 1,
     epsilon: float | None = None,
     **_: Any,
-) -> Protocol[StageEstimate]:
+) -> ProtocolGenerator[StageEstimate]:
     """Subtractive dithering with the power-of-two bound ``2^b`` (see module docstring).
 
     Raises
@@ -121,9 +121,10 @@ def dithering_stage(
         "seed": int(public_seed),
         "message_bits": s,
         "epsilon": epsilon,
-        "client_range": (lo, hi),
     }
-    r: RoundSum = yield Round("dithering", encode_dithering, params, dim=1, bound=2**s - 1)
+    r: RoundSum = yield Round(
+        "dithering", encode_dithering, params, dim=1, bound=2**s - 1, client_range=(lo, hi)
+    )
     n = r.n_clients
     levels = 2**s - 1
     qbar = float(r.total[0]) / n
@@ -184,7 +185,7 @@ def ldp_stage(
     epsilon: float | None = None,
     frac_bits: int = 20,
     **_: Any,
-) -> Protocol[StageEstimate]:
+) -> ProtocolGenerator[StageEstimate]:
     """Piecewise, Duchi or Laplace local DP mean (see module docstring).
 
     Raises
@@ -206,10 +207,11 @@ def ldp_stage(
         "epsilon": eps,
         "frac_bits": fb,
         "clip": clip,
-        "client_range": tuple(client_range),
     }
     bound = 1 if mechanism == "duchi" else FixedPoint(fb, clip).bound
-    r: RoundSum = yield Round(mechanism, encode_ldp, params, dim=1, bound=bound)
+    r: RoundSum = yield Round(
+        mechanism, encode_ldp, params, dim=1, bound=bound, client_range=tuple(client_range)
+    )
     n = r.n_clients
     mech = _mechanism(mechanism, eps)
     if mechanism == "duchi":

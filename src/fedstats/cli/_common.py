@@ -31,7 +31,7 @@ from fedstats.engine import Engine
 from fedstats.engine.routes import open_backend
 from fedstats.errors import FedstatsError
 from fedstats.randomness import RandomSource
-from fedstats.results import to_jsonable
+from fedstats.results import non_finite_fields, to_jsonable
 
 __all__ = [
     "BackendOption",
@@ -199,6 +199,9 @@ def emit(
                 f"{state.engine.retries} shard(s) recomputed after a worker died"
             )
     data = to_jsonable(payload)
+    why = non_finite_fields(payload)
+    if why and isinstance(data, dict):
+        data.setdefault("non_finite", why)
     if state.json:
         sys.stdout.write(json.dumps(data, sort_keys=False) + "\n")
         return

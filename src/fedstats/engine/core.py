@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from fedstats._validation import check_int
 from fedstats.engine.backends import Backend, RoundJob, SerialBackend, check_block_size
@@ -28,11 +28,11 @@ from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
 
-__all__ = ["Engine", "Protocol", "RoundLog"]
+__all__ = ["Engine", "ProtocolGenerator", "RoundLog"]
 
 T = TypeVar("T")
-Protocol = Generator[Round, RoundSum, T]
-"""Type of a protocol: yields rounds, receives sums, returns its result."""
+ProtocolGenerator = Generator[Round, RoundSum, T]
+"""Type of a protocol: a generator that yields rounds, receives their sums and returns its result."""
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,6 @@ class RoundLog:
     bits_per_entry: int
     seconds: float
     backend: str
-
-    @property
-    def retries(self) -> int:
-        """Shards recomputed after a worker died (parallel routes; 0 for the serial route)."""
-        return int(getattr(self.backend, "retries", 0))
 
     @property
     def bytes_per_client(self) -> int:
@@ -144,17 +139,15 @@ class Engine:
     def run(self, protocol: Generator[Round, RoundSum, T], population: Population) -> T:
         """Drive ``protocol`` to its end and return its result.
 
-        Each yielded round is summed over ``population`` (or over ``round.params["client_range"]`` when
-        that key holds a ``(lo, hi)`` pair: the clients that take part in that round).
+        Each yielded round is summed over ``population``, or over the clients ``[lo, hi)`` of its
+        :attr:`~fedstats.engine.rounds.Round.client_range` (who takes part is the server's choice of
+        cohort, not a parameter the clients see).
         """
         index = 0
         try:
             rnd = next(protocol)
             while True:
-                cr: Any = rnd.params.get("client_range") if rnd.params else None
-                total = self.sum_round(
-                    rnd, population, index, tuple(cr) if cr is not None else None
-                )  # type: ignore[arg-type]
+                total = self.sum_round(rnd, population, index, rnd.client_range)
                 index += 1
                 rnd = protocol.send(total)
         except StopIteration as stop:

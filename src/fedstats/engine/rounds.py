@@ -90,6 +90,9 @@ class Round:
     bound : int
         Upper bound on ``|report entry|`` for any single client, >= 1. It lets every route check that the
         sum cannot overflow (int64 for the plain sum, 2^b for secure aggregation) before running.
+    client_range : tuple of int, optional
+        The cohort: global client indices ``[lo, hi)`` that take part in this round (default: every
+        client). It is the server's scheduling decision and never travels to clients in ``params``.
     """
 
     name: str
@@ -97,10 +100,18 @@ class Round:
     params: Mapping[str, Any] = field(default_factory=dict)
     dim: int = 1
     bound: int = 1
+    client_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         check_int("dim", self.dim, low=1)
         check_int("bound", self.bound, low=1)
+        if self.client_range is not None:
+            lo, hi = (int(v) for v in self.client_range)
+            if not 0 <= lo < hi:
+                raise ParameterError(
+                    "client_range", self.client_range, "a pair lo < hi with lo >= 0"
+                )
+            object.__setattr__(self, "client_range", (lo, hi))
 
     def sum_bits(self, n_clients: int) -> int:
         """Bits needed to hold any signed sum of ``n_clients`` reports: ``ceil(log2(n * bound + 1)) + 1``."""

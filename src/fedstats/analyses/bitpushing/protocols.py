@@ -61,7 +61,7 @@ from fedstats.analyses.bitpushing.stages import (
     StageEstimate,
     client_codes,
 )
-from fedstats.engine.core import Protocol
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import ClientBatch, Round, RoundSum
 from fedstats.errors import DataError, ParameterError
 from fedstats.privacy.mechanisms import RandomizedResponse
@@ -180,7 +180,7 @@ def bit_round(
     bits_per_client: int = 1,
     allocation: str = "exact",
     epsilon_bit: float | None = None,
-) -> Protocol[BitSums]:
+) -> ProtocolGenerator[BitSums]:
     """One round of basic bit pushing (Algorithm 1) over ``client_range``.
 
     Parameters
@@ -191,7 +191,7 @@ def bit_round(
     probabilities : array_like of float, shape (b,)
         Sampling vector p.
     client_range : (int, int)
-        Global client indices ``[lo, hi)`` taking part (the round's ``params["client_range"]``).
+        Global client indices ``[lo, hi)`` taking part (the round's ``client_range``).
     public_seed : int
         Seed of the public permutation (exact allocation).
     bits_per_client : int
@@ -202,7 +202,7 @@ def bit_round(
 
     Returns
     -------
-    Protocol[BitSums]
+    ProtocolGenerator[BitSums]
     """
     b = spec.bit_depth
     p = check_probabilities(probabilities, b)
@@ -217,7 +217,6 @@ def bit_round(
         "allocation": allocation,
         "bits_per_client": bits_per_client,
         "epsilon_bit": epsilon_bit,
-        "client_range": (lo, hi),
     }
     if allocation == "exact":
         counts = exact_counts(n * bits_per_client, pi / bits_per_client)
@@ -230,7 +229,9 @@ def bit_round(
         cum_pi[-1] = float(bits_per_client)
         params.update(cum_pi=cum_pi.tolist())
     exact = allocation == "exact"
-    s: RoundSum = yield Round(name, encode_bits, params, dim=b if exact else 2 * b, bound=1)
+    s: RoundSum = yield Round(
+        name, encode_bits, params, dim=b if exact else 2 * b, bound=1, client_range=(lo, hi)
+    )
     tot = np.asarray(s.total, dtype=np.int64)
     if exact:
         return BitSums(counts.copy(), tot.copy(), s.n_clients, p)
@@ -334,7 +335,7 @@ def basic_stage(
     epsilon: float | None = None,
     squash_threshold: float | None = None,
     name: str = "bits",
-) -> Protocol[StageEstimate]:
+) -> ProtocolGenerator[StageEstimate]:
     """One round of bit pushing with a fixed sampling vector (Algorithm 1; Corollary 2).
 
     Parameters
@@ -357,7 +358,7 @@ def basic_stage(
 
     Returns
     -------
-    Protocol[StageEstimate]
+    ProtocolGenerator[StageEstimate]
     """
     s_bits = check_int("bits_per_client", bits_per_client, low=1, high=spec.bit_depth)
     eps_bit = _per_bit_epsilon(epsilon, s_bits)
@@ -384,7 +385,7 @@ def basic_stage(
 
 def weighted_stage(
     spec: CodeSpec, client_range: tuple[int, int], public_seed: int, **kw: Any
-) -> Protocol[StageEstimate]:
+) -> ProtocolGenerator[StageEstimate]:
     """Weighted one-round bit pushing, :math:`p_j \\propto 2^{\\alpha j}`, ``alpha = 0.5`` by default.
 
     Keyword options as :func:`basic_stage` (``probabilities`` is ignored).
@@ -408,7 +409,7 @@ def adaptive_stage(
     allocation: str = "exact",
     epsilon: float | None = None,
     squash_threshold: float | None = None,
-) -> Protocol[StageEstimate]:
+) -> ProtocolGenerator[StageEstimate]:
     """Adaptive two-round bit pushing (Algorithm 2).
 
     Round 1: ``round1_fraction`` of the clients (the first ones of ``client_range``), :math:`p_j \\propto
@@ -439,7 +440,7 @@ def adaptive_stage(
 
     Returns
     -------
-    Protocol[StageEstimate]
+    ProtocolGenerator[StageEstimate]
 
     Raises
     ------
@@ -612,7 +613,7 @@ def mean_protocol(
     client_range: tuple[int, int] | None = None,
     public_seed: int | None = None,
     confidence: float = 0.95,
-) -> Protocol[MeanEstimate]:
+) -> ProtocolGenerator[MeanEstimate]:
     """Estimate the mean of ``column`` over the clients with one stage (bit pushing or a baseline).
 
     Parameters
@@ -635,7 +636,7 @@ def mean_protocol(
 
     Returns
     -------
-    Protocol[MeanEstimate]
+    ProtocolGenerator[MeanEstimate]
         Mean with variance, normal-approximation CI and bit metering. ``truth`` is filled by the caller.
     """
     conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -673,7 +674,7 @@ def variance_protocol(
     public_seed: int | None = None,
     confidence: float = 0.95,
     mean_stage: Stage | None = None,
-) -> Protocol[VarianceEstimate]:
+) -> ProtocolGenerator[VarianceEstimate]:
     r"""Estimate the population variance: a mean stage, then the mean of :math:`(x - \hat\mu)^2`.
 
     The first ``mean_fraction`` of the clients estimate the mean :math:`\hat\mu` (published as the center);
@@ -692,7 +693,7 @@ def variance_protocol(
 
     Returns
     -------
-    Protocol[VarianceEstimate]
+    ProtocolGenerator[VarianceEstimate]
     """
     conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     frac = check_real(

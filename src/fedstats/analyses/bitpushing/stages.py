@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed, enforce_range, to_codes
-from fedstats.engine.core import Protocol
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import ClientBatch
 from fedstats.randomness import RNG
 
@@ -202,5 +202,5 @@ class StageEstimate:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-Stage = Callable[[CodeSpec, tuple[int, int], int], Protocol[StageEstimate]]
+Stage = Callable[[CodeSpec, tuple[int, int], int], ProtocolGenerator[StageEstimate]]
 """A stage: ``stage(spec, client_range, public_seed)`` -> protocol returning a :class:`StageEstimate`."""

@@ -45,7 +45,7 @@ from fedstats.analyses.heterogeneity.calibration import (
 )
 from fedstats.analyses.heterogeneity.exact import WEIGHTED_MEAN_FORMS, i_squared
 from fedstats.engine import ClientBatch, FixedPoint, Round, RoundSum
-from fedstats.engine.core import Protocol
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import OverflowRiskError, ParameterError
 from fedstats.privacy.analysis.gaussian import analytic_gaussian_epsilon
 from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
@@ -577,7 +577,7 @@ def _achieved(plan: RoundPlan, cfg: HeterogeneityConfig, n_summed: int) -> dict[
 
 def heterogeneity_protocol(
     cfg: HeterogeneityConfig, *, n_clients: int, dim: int, randomness: RandomSource
-) -> Protocol[HeterogeneityResult]:
+) -> ProtocolGenerator[HeterogeneityResult]:
     """The two-round protocol (module docstring); run it with :meth:`fedstats.engine.Engine.run`.
 
     Parameters
@@ -592,7 +592,7 @@ def heterogeneity_protocol(
 
     Returns
     -------
-    Protocol[HeterogeneityResult]
+    ProtocolGenerator[HeterogeneityResult]
         Truth fields are left empty (the server does not know them); see
         :func:`fedstats.analyses.heterogeneity.heterogeneity` for simulation.
     """
