@@ -210,7 +210,12 @@ def ldp_stage(
     }
     bound = 1 if mechanism == "duchi" else FixedPoint(fb, clip).bound
     r: RoundSum = yield Round(
-        mechanism, encode_ldp, params, dim=1, bound=bound, client_range=tuple(client_range)
+        mechanism,
+        encode_ldp,
+        params,
+        dim=1,
+        bound=bound,
+        client_range=(client_range[0], client_range[1]),
     )
     n = r.n_clients
     mech = _mechanism(mechanism, eps)

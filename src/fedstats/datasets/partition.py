@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from fedstats._numeric import largest_remainder
 from fedstats._validation import check_int, check_real
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource, as_generator
@@ -213,14 +214,7 @@ def allocate_counts(total: int, weights: Any) -> np.ndarray:
     """
     t = check_int("total", total, low=0)
     w = parse_label_ratios(list(np.asarray(weights, dtype=np.float64).ravel()))
-    quota = t * (w / w.sum())
-    base: np.ndarray = np.minimum(np.floor(quota).astype(np.int64), t)
-    short = t - int(base.sum())
-    if short > 0:
-        rem = quota - base
-        order = np.lexsort((np.arange(w.size), -rem))
-        base[order[:short]] += 1
-    return base
+    return largest_remainder(t, w)
 
 
 def _label_codes(labels: Any, name: str = "labels") -> tuple[np.ndarray, np.ndarray]:

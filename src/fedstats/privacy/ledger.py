@@ -23,12 +23,25 @@ Examples
 >>> ledger.spend(epsilon=0.5, label="overall count")
 >>> ledger.total().epsilon
 1.0
+
+A request of several releases is charged all or nothing inside :meth:`PrivacyLedger.atomic`:
+
+>>> try:
+...     with ledger.atomic():
+...         ledger.spend(epsilon=0.2, label="stage 1")
+...         ledger.spend(epsilon=0.2, label="stage 2")
+... except Exception as err:
+...     print(type(err).__name__)
+BudgetExceededError
+>>> ledger.total().epsilon  # stage 1 was rolled back with the refused stage 2
+1.0
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,6 +195,27 @@ class PrivacyLedger:
             else check_real("delta_budget", delta_budget, low=0.0, high=1.0, high_open=True)
         )
         self._entries: list[LedgerEntry] = []
+
+    @contextmanager
+    def atomic(self) -> Iterator[PrivacyLedger]:
+        """Charge every release made inside the block, or none of them.
+
+        A request is often several releases (two rounds, two stages); if any is refused, or anything else
+        raises inside the block, the releases already recorded in it are removed, so a refused request
+        charges nothing. Blocks nest (an inner failure that the outer block catches rolls back only the
+        inner block).
+
+        Yields
+        ------
+        PrivacyLedger
+            This ledger.
+        """
+        mark = len(self._entries)
+        try:
+            yield self
+        except BaseException:
+            del self._entries[mark:]
+            raise
 
     @property
     def entries(self) -> tuple[LedgerEntry, ...]:
@@ -347,6 +381,22 @@ class BitMeter:
     def __init__(self, bit_budget: int | None = None) -> None:
         self.bit_budget = None if bit_budget is None else check_int("bit_budget", bit_budget, low=0)
         self._records: list[tuple[str, int, np.ndarray | None]] = []
+
+    @contextmanager
+    def atomic(self) -> Iterator[BitMeter]:
+        """Record every disclosure made inside the block, or none (see :meth:`PrivacyLedger.atomic`).
+
+        Yields
+        ------
+        BitMeter
+            This meter.
+        """
+        mark = len(self._records)
+        try:
+            yield self
+        except BaseException:
+            del self._records[mark:]
+            raise
 
     def _max(self, records: list[tuple[str, int, np.ndarray | None]]) -> int:
         if not records:

@@ -1,0 +1,126 @@
+"""Small numeric helpers shared across layers: exact apportionment and safe-side bisection.
+
+Each exists once here so that every caller rounds the same way: apportionment sums exactly to its total,
+and bisection returns the end of the bracket on which the caller's condition holds (the *safe* side: a
+noise scale that is private, a budget that is not exceeded), never a midpoint that might not satisfy it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fedstats._validation import check_int
+from fedstats.errors import ParameterError
+
+__all__ = ["bisect_safe", "largest_remainder"]
+
+
+def largest_remainder(total: int, weights: Any) -> np.ndarray:
+    """Split the integer ``total`` in proportion to ``weights``, exactly (largest-remainder method).
+
+    Each count is ``floor(total * w_k / sum(w))``, plus one for the entries with the largest remainders
+    (ties to the lower index), so the counts sum to ``total`` and each lies within 1 of its quota
+    (Hamilton's method).
+
+    Parameters
+    ----------
+    total : int
+        Non-negative total.
+    weights : array_like, shape (k,)
+        Finite, non-negative weights with a positive sum.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(k,)`` int64 counts summing to ``total``.
+
+    Raises
+    ------
+    ParameterError
+        If ``total`` is negative or the weights are not finite, non-negative with a positive sum.
+
+    Examples
+    --------
+    >>> largest_remainder(10, [1, 1, 1]).tolist()
+    [4, 3, 3]
+    """
+    t = check_int("total", total, low=0)
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ParameterError("weights", weights, "finite non-negative weights with a positive sum")
+    quota = t * (w / w.sum())
+    base: np.ndarray = np.minimum(np.floor(quota).astype(np.int64), t)
+    short = t - int(base.sum())
+    if short > 0:
+        rem = quota - base
+        order = np.lexsort((np.arange(w.size), -rem))
+        base[order[:short]] += 1
+    return base
+
+
+def bisect_safe(
+    ok: Callable[[float], bool],
+    lo: float,
+    hi: float,
+    *,
+    log: bool = False,
+    rel_tol: float = 1e-13,
+    max_iter: int = 400,
+) -> float:
+    """Bisect a monotone condition and return the end of the bracket on which it holds.
+
+    Invariant: ``ok(hi)`` is true and ``ok(lo)`` false (either orientation: if ``ok(lo)`` holds and
+    ``ok(hi)`` does not, the roles swap). The bracket shrinks until its ends agree to ``rel_tol``; the
+    returned value always satisfies ``ok`` (the safe side), so rounding never crosses the boundary.
+
+    Parameters
+    ----------
+    ok : callable
+        ``ok(x) -> bool``, monotone on ``[lo, hi]``.
+    lo, hi : float
+        Bracket ends, finite; positive when ``log`` is true.
+    log : bool, default False
+        Bisect in ``log x`` (geometric midpoints), for scales spanning many orders of magnitude.
+    rel_tol : float, default 1e-13
+        Relative width at which to stop, in (0, 1).
+    max_iter : int, default 400
+        Iteration cap, >= 1.
+
+    Returns
+    -------
+    float
+        A point at which ``ok`` holds, within ``rel_tol`` (relative) of the boundary.
+
+    Raises
+    ------
+    ParameterError
+        If the bracket is invalid or ``ok`` has the same value at both ends.
+
+    Examples
+    --------
+    >>> x = bisect_safe(lambda s: s * s >= 2.0, 1.0, 2.0)
+    >>> x * x >= 2.0, abs(x - math.sqrt(2)) < 1e-12
+    (True, True)
+    """
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo == hi:
+        raise ParameterError("bracket", (lo, hi), "two distinct finite ends")
+    if log and (lo <= 0 or hi <= 0):
+        raise ParameterError("bracket", (lo, hi), "positive ends when log=True")
+    good, bad = (hi, lo) if ok(hi) else (lo, hi)
+    if ok(bad):
+        raise ParameterError("bracket", (lo, hi), "ends on which the condition differs")
+    for _ in range(check_int("max_iter", max_iter, low=1)):
+        if abs(good - bad) <= rel_tol * max(abs(good), abs(bad)):
+            break
+        mid = math.sqrt(good * bad) if log else 0.5 * (good + bad)
+        if mid in (good, bad):
+            break
+        if ok(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
