@@ -29,7 +29,7 @@ from typer.core import TyperGroup
 from fedstats._io import atomic_write_text
 from fedstats.engine import Engine
 from fedstats.engine.routes import open_backend
-from fedstats.errors import FedstatsError
+from fedstats.errors import FedstatsError, ParameterError
 from fedstats.randomness import RandomSource
 from fedstats.results import non_finite_fields, to_jsonable
 
@@ -52,8 +52,57 @@ __all__ = [
 ]
 
 
+PARAMETER_FLAGS: dict[str, str] = {"n_clients": "--clients", "clients": "--clients"}
+"""Library parameter names whose command-line flag is not ``--`` + the name with dashes."""
+
+
+def flag_for(command: Any, name: str) -> str | None:
+    """The ``--flag`` of ``command`` that sets the library parameter ``name``, if it has one.
+
+    This is the one place where library errors (which name the Python parameter, ``encoding_size``) are
+    translated into the user's vocabulary on the command line (``--encoding-size``).
+
+    Parameters
+    ----------
+    command : click.Command or None
+        The command that ran.
+    name : str
+        The parameter named by a :class:`~fedstats.errors.ParameterError`.
+
+    Returns
+    -------
+    str or None
+        The flag, or None when the command has no option for that parameter.
+    """
+    if command is None or name.startswith("-"):
+        return None
+    wanted = {name, PARAMETER_FLAGS.get(name, "")}
+    for param in getattr(command, "params", ()):
+        opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
+        if not opts:
+            continue
+        if param.name == name or wanted & set(opts) or opts[0] == "--" + name.replace("_", "-"):
+            return str(opts[0])
+    return None
+
+
 class FedstatsGroup(TyperGroup):
-    """Typer group that turns user errors into one ``error: ...`` line on stderr and exit code 2."""
+    """Typer group that turns user errors into one ``error: ...`` line on stderr and exit code 2.
+
+    A :class:`~fedstats.errors.ParameterError` that names a library parameter is re-worded with the flag
+    of the command that ran (:func:`flag_for`), so library code never spells command-line flags.
+    """
+
+    def invoke(self, ctx: Any) -> Any:
+        """Invoke the subcommand, translating library parameter names into its flags."""
+        try:
+            return super().invoke(ctx)
+        except ParameterError as exc:
+            sub = ctx.invoked_subcommand
+            flag = flag_for(self.get_command(ctx, sub) if sub else None, exc.name)
+            if flag is None:
+                raise
+            raise ParameterError(flag, exc.value, exc.accepted) from exc
 
     def main(  # type: ignore[override]
         self,

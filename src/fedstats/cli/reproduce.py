@@ -1,23 +1,39 @@
-"""``fedstats reproduce NAME``: reproductions of the papers' tables and figures.
+"""``fedstats reproduce NAME``: reproductions of the papers' tables and figures, one table-driven command.
 
-Each module named in ``_REPRODUCE_MODULES`` defines ``register_reproduce(app: typer.Typer) -> None`` that
-adds one subcommand to the ``reproduce`` group.
+Each entry of :data:`fedstats.experiments.framework.REPRODUCTIONS` becomes a subcommand with the common
+options (``--out``, ``--quick``, ``--update-committed``, ``--data-dir``, ``--json``, ``--seed``), plus
+``--reps`` and ``--workers`` where the reproduction uses them and its own options; nothing is accepted that
+a reproduction would ignore. Output folders follow :func:`fedstats.experiments.framework.output_folder`:
+never the committed ``results/<name>/`` unless ``--update-committed`` is given for a full run.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
-from fedstats.cli._common import FedstatsGroup
-
-_REPRODUCE_MODULES: tuple[str, ...] = (
-    "fedstats.cli.reproduce_fed_chi2",
-    "fedstats.cli.reproduce_performance_gap",
-    "fedstats.cli.reproduce_bit_pushing",
-    "fedstats.cli.reproduce_heterogeneity",
+from fedstats.cli._common import (
+    DataDirOption,
+    FedstatsGroup,
+    JsonOption,
+    SeedOption,
+    emit,
+    progress_for,
+    state_from,
 )
+from fedstats.experiments.framework import REPRODUCTIONS, Reproduction
+
+# Reproductions still served by their own command module (being moved onto the framework).
+_LEGACY: dict[str, str] = {
+    "fed-chi2": "fedstats.cli.reproduce_fed_chi2",
+    "performance-gap": "fedstats.cli.reproduce_performance_gap",
+    "bit-pushing": "fedstats.cli.reproduce_bit_pushing",
+    "heterogeneity": "fedstats.cli.reproduce_heterogeneity",
+}
 
 reproduce_app = typer.Typer(
     cls=FedstatsGroup,
@@ -26,8 +42,127 @@ reproduce_app = typer.Typer(
 )
 
 
+def _command(rep: Reproduction) -> Any:
+    """A typer command for ``rep`` whose signature holds exactly the options it takes."""
+
+    def command(ctx: typer.Context, **kw: Any) -> None:
+        from fedstats.experiments.framework import run_reproduction
+
+        state = state_from(
+            ctx, json_flag=kw.pop("json_flag"), seed=kw.pop("seed"), data_dir=kw.pop("data_dir")
+        )
+        with progress_for(state) as progress:
+            run_ctx, doc = run_reproduction(
+                rep.name,
+                out=kw.pop("out"),
+                quick=kw.pop("quick"),
+                update_committed=kw.pop("update_committed"),
+                seed=state.seed,
+                data_dir=state.data_dir,
+                progress=progress,
+                **kw,
+            )
+        emit(
+            state,
+            {
+                "reproduction": rep.name,
+                "out": str(run_ctx.out),
+                "files": [f"{run_ctx.stem}.json", f"{run_ctx.stem}.md", *doc.get("plots", [])],
+                "seconds": doc.get("seconds"),
+                "settings": run_ctx.settings,
+                "notes": doc.get("notes", []),
+                "release_note": run_ctx.randomness.release_note,
+            },
+        )
+
+    P = inspect.Parameter
+    params = [
+        P("ctx", P.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        P(
+            "out",
+            P.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[
+                Path | None,
+                typer.Option(
+                    "--out",
+                    help=f"Output folder (default ./reproduce-{rep.name}[-quick]; never the "
+                    "committed results unless --update-committed).",
+                ),
+            ],
+        ),
+        P(
+            "quick",
+            P.KEYWORD_ONLY,
+            default=False,
+            annotation=Annotated[
+                bool, typer.Option("--quick", help="Small version (about a minute).")
+            ],
+        ),
+        P(
+            "update_committed",
+            P.KEYWORD_ONLY,
+            default=False,
+            annotation=Annotated[
+                bool,
+                typer.Option(
+                    "--update-committed",
+                    help="Write a full run into results/<name>/ (replacing the committed results).",
+                ),
+            ],
+        ),
+    ]
+    if rep.reps:
+        params.append(
+            P(
+                "reps",
+                P.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[
+                    int | None, typer.Option("--reps", min=2, help="Repetitions per point.")
+                ],
+            )
+        )
+    if rep.workers:
+        params.append(
+            P(
+                "workers",
+                P.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[
+                    int | None, typer.Option("--workers", min=1, help="Processes running cells.")
+                ],
+            )
+        )
+    for opt in rep.options:
+        flag = "--" + opt.name.replace("_", "-")
+        ann: Any = Annotated[
+            opt.kind if opt.default is not None else opt.kind | None,
+            typer.Option(flag, help=opt.help, min=opt.minimum)
+            if opt.kind is int
+            else typer.Option(flag, help=opt.help),
+        ]
+        params.append(P(opt.name, P.KEYWORD_ONLY, default=opt.default, annotation=ann))
+    params += [
+        P("data_dir", P.KEYWORD_ONLY, default=None, annotation=DataDirOption),
+        P("json_flag", P.KEYWORD_ONLY, default=False, annotation=JsonOption),
+        P("seed", P.KEYWORD_ONLY, default=None, annotation=SeedOption),
+    ]
+
+    def wrapper(ctx: typer.Context, **kw: Any) -> None:
+        command(ctx, **kw)
+
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__doc__ = rep.summary
+    wrapper.__name__ = rep.name.replace("-", "_")
+    return wrapper
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``reproduce`` group and its subcommands to the app."""
-    for name in _REPRODUCE_MODULES:
-        importlib.import_module(name).register_reproduce(reproduce_app)
+    """Add the ``reproduce`` group with one subcommand per registered reproduction."""
+    for rep in REPRODUCTIONS:
+        if rep.name in _LEGACY:
+            importlib.import_module(_LEGACY[rep.name]).register_reproduce(reproduce_app)
+        else:
+            reproduce_app.command(rep.name)(_command(rep))
     app.add_typer(reproduce_app, name="reproduce")

@@ -9,9 +9,10 @@ so the resumed run's results equal an uninterrupted one's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(to_jsonable(data), indent=2) + "\n")
 
 
+def _digest(settings: Mapping[str, Any]) -> str:
+    text = json.dumps(to_jsonable(dict(settings)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class CheckpointStore:
     """Completed cells of one experiment, persisted as JSON lines.
 
@@ -41,6 +47,10 @@ class CheckpointStore:
         Where to keep ``<name>.cells.jsonl`` (created if needed).
     name : str
         Experiment name.
+    settings : mapping, optional
+        Every setting that changes a cell's value (seed, repetitions, grid options). Each line records
+        their digest, and lines saved under other settings are ignored (recomputed), so a rerun with
+        another seed or repetition count never reuses cells computed for different settings.
 
     Notes
     -----
@@ -48,9 +58,10 @@ class CheckpointStore:
     (from a crash mid-write) is ignored on reading.
     """
 
-    def __init__(self, folder: Path, name: str) -> None:
+    def __init__(self, folder: Path, name: str, settings: Mapping[str, Any] | None = None) -> None:
         self.path = Path(folder) / f"{name}.cells.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.settings_key = _digest(settings or {})
         self._done: dict[str, Any] = {}
         if self.path.exists():
             for line in self.path.read_text(encoding="utf-8").splitlines():
@@ -58,7 +69,8 @@ class CheckpointStore:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                self._done[rec["key"]] = rec["value"]
+                if rec.get("settings", _digest({})) == self.settings_key:
+                    self._done[rec["key"]] = rec["value"]
 
     def __contains__(self, key: str) -> bool:
         return key in self._done
@@ -74,7 +86,8 @@ class CheckpointStore:
         """Save cell ``key`` durably."""
         value = to_jsonable(value)
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"key": key, "value": value}) + "\n")
+            rec = {"key": key, "settings": self.settings_key, "value": value}
+            fh.write(json.dumps(rec) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         self._done[key] = value
