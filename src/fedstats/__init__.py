@@ -6,14 +6,23 @@ and secure aggregation allow. See the README for a tour and ``fedstats --help`` 
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from fedstats.errors import FedstatsError
 from fedstats.randomness import RandomSource
 
-try:
-    __version__ = version("fedstats")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0"
+
+def __getattr__(name: str) -> Any:
+    """Compute ``__version__`` on first use (``importlib.metadata`` costs as much as numpy to import)."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("fedstats")
+        except PackageNotFoundError:  # pragma: no cover - a source tree without install
+            v = "0.0.0"
+        globals()["__version__"] = v
+        return v
+    raise AttributeError(f"module 'fedstats' has no attribute {name!r}")
 
 __all__ = ["FedstatsError", "RandomSource", "__version__"]

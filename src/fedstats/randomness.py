@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
-import scipy.stats
 from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
@@ -247,6 +246,8 @@ class SecureGenerator:
         if size is None:
             size = np.broadcast(np.asarray(n), np.asarray(p)).shape or None
         u = self._unit(size, open_low=True)
+        import scipy.stats  # lazily: it costs more than the rest of `import fedstats` together
+
         return np.asarray(scipy.stats.binom.ppf(u, n, p)).astype(np.int64)
 
     def poisson(self, lam: Any = 1.0, size: Size = None) -> Any:
@@ -254,6 +255,8 @@ class SecureGenerator:
         if size is None:
             size = np.asarray(lam).shape or None
         u = self._unit(size, open_low=True)
+        import scipy.stats
+
         return np.asarray(scipy.stats.poisson.ppf(u, lam)).astype(np.int64)
 
     def permutation(self, x: Any) -> Any:

@@ -1,0 +1,79 @@
+"""The analysis contract (docs/architecture.md): every analysis package has the same parts, its client
+module runs on a device without the server stack, and no layer imports upwards."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fedstats.analyses
+
+PACKAGES = sorted(m.name for m in pkgutil.iter_modules(fedstats.analyses.__path__) if m.ispkg)
+HEAVY = ("scipy.stats", "pandas", "pyarrow", "typer", "rich", "dask", "distributed", "sqlalchemy")
+SRC = Path(fedstats.__file__).parent
+
+# layer -> the layers it may import (DESIGN.md: imports point downwards only)
+LAYERS = {
+    "privacy": {"privacy"},
+    "sketches": {"sketches", "privacy"},
+    "secagg": {"secagg", "privacy"},
+    "engine": {"engine", "secagg", "privacy", "sketches"},
+    "analyses": {"analyses", "engine", "secagg", "privacy", "sketches"},
+    "experiments": {"experiments", "analyses", "engine", "secagg", "privacy", "sketches", "datasets"},
+}
+
+
+def test_the_analyses_are_packages() -> None:
+    assert {"bitpushing", "chi2", "entropy", "exact", "heterogeneity", "performance_gap"} <= set(
+        PACKAGES
+    )
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_each_analysis_has_the_four_parts(name: str) -> None:
+    folder = SRC / "analyses" / name
+    for part in ("client", "protocol", "api"):
+        assert (folder / f"{part}.py").is_file(), f"analyses/{name}/{part}.py is missing"
+    client = importlib.import_module(f"fedstats.analyses.{name}.client")
+    encoders = [n for n in dir(client) if n.startswith("encode")]
+    assert encoders, f"analyses/{name}/client.py defines no encode_* function"
+    for n in encoders:
+        fn = getattr(client, n)
+        assert fn.__module__ == client.__name__ or fn.__module__.startswith("fedstats.")
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_client_modules_import_nothing_heavy(name: str) -> None:
+    code = (
+        f"import sys; import fedstats.analyses.{name}.client; "
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"fedstats.analyses.{name}.client imports {out.stdout.strip()}"
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m.split(".")[1] for m in found if m.startswith("fedstats.") and m.count(".") >= 1}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_imports_point_downwards(layer: str) -> None:
+    allowed = LAYERS[layer] | {"errors", "randomness", "results", "_validation", "_io", "_numeric"}
+    bad = []
+    for path in sorted((SRC / layer).rglob("*.py")):
+        for target in _imports(path) - allowed:
+            bad.append(f"{path.relative_to(SRC)} imports fedstats.{target}")
+    assert not bad, "\n".join(bad)
