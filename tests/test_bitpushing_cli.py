@@ -81,7 +81,7 @@ def test_variance_with_resampled_clients_and_csv(tmp_path: Path) -> None:
             "--json",
         ]
     )
-    assert d["n_clients"] == 200_000 and d["statistic"] == "variance"
+    assert d["n_clients"] == 200_000 and d["analysis"] == "bitpushing.variance"
     assert abs(d["error"]) < 6 * d["standard_error"]
     assert d["truth"] == pytest.approx(float(np.var(x)), rel=0.02)
     d2 = _json(["--seed", "2", "mean", str(p), "-c", "x", "--bits", "10", "-s", "3", "--json"])

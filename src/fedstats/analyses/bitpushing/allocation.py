@@ -15,8 +15,9 @@ Pure functions (no clients, no rounds), from Cormode & Markov 2021:
 * :func:`inclusion_probabilities`: with :math:`b_{send}` distinct bits per client, bit j is reported by a
   client with probability :math:`\pi_j = \min(1, b_{send} p_j)` (capped and re-spread, so
   :math:`\sum_j \pi_j = b_{send}`).
-* :func:`exact_counts`, :func:`affine_permutation`: the quasi-Monte-Carlo allocation of Lemma 1's proof,
-  exactly ``round(N pi_j)`` clients on bit j, chosen by a public permutation of the client indices.
+* :func:`affine_permutation` (with :func:`fedstats._numeric.largest_remainder`): the quasi-Monte-Carlo
+  allocation of Lemma 1's proof, exactly ``round(N pi_j)`` clients on bit j, chosen by a public permutation
+  of the client indices.
 
 Examples
 --------
@@ -39,7 +40,6 @@ from fedstats.errors import ParameterError
 
 __all__ = [
     "affine_permutation",
-    "exact_counts",
     "inclusion_probabilities",
     "lemma1_variance",
     "optimal_allocation",
@@ -199,23 +199,6 @@ def inclusion_probabilities(probabilities: Any, bits_per_client: int) -> np.ndar
         full |= over
     out: np.ndarray = np.minimum(pi, 1.0)
     return out
-
-
-def exact_counts(n: int, weights: Any) -> np.ndarray:
-    """Integers summing to ``n``, proportional to ``weights`` (largest remainders, ties to lower index).
-
-    Returns
-    -------
-    numpy.ndarray of int64, shape (len(weights),)
-    """
-    n = check_int("n", n, low=0)
-    w = check_probabilities(weights)
-    share = w * n
-    base: np.ndarray = np.floor(share).astype(np.int64)
-    rem = n - int(base.sum())
-    if rem > 0:
-        base[np.argsort(-(share - base), kind="stable")[:rem]] += 1
-    return base
 
 
 def affine_permutation(n: int, seed: int, *key: str | int) -> tuple[int, int]:
