@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses.bitpushing import BitEncoding, estimate_mean, estimate_variance
+from fedstats.analyses.bitpushing.api import mean, variance
+from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.engine import Engine
 from fedstats.engine.progress import NullProgress, Progress
 from fedstats.experiments.checkpoint import (
@@ -50,7 +51,7 @@ SIGMA = 100.0
 
 @dataclass(frozen=True)
 class Method:
-    """A curve: a method name of :data:`fedstats.analyses.bitpushing.METHODS` and its options."""
+    """A curve: a method name of :data:`fedstats.analyses.bitpushing.protocol.METHODS` and its options."""
 
     label: str
     method: str
@@ -139,10 +140,10 @@ def _cell(
             **m.options,
         }
         if statistic == "mean":
-            est.append(estimate_mean(values, enc, **kw).estimate)
+            est.append(mean(values, enc, **kw).estimate)
             tru.append(float(values.mean()))
         else:
-            est.append(estimate_variance(values, enc, **kw).estimate)
+            est.append(variance(values, enc, **kw).estimate)
             tru.append(float(values.var()))
     return nrmse(np.array(est), np.array(tru))
 
@@ -306,7 +307,7 @@ def _bit_means_cell(setup: _Setup, enc: BitEncoding, n: int) -> dict[str, Any]:
     for r in range(setup.reps):
         values = _normal_data(setup.randomness.child("data", "3b", r), mu=1000.0, n=n)
         rs = setup.randomness.child("3b", r)
-        res = estimate_mean(
+        res = mean(
             values,
             enc,
             epsilon=3.0,
