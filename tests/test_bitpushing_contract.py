@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from fedstats.analyses import mean_baselines
 from fedstats.analyses.bitpushing import BitEncoding, make_stage, mean, stage_mechanisms, variance
-from fedstats.analyses.bitpushing.bit_stages import STAGE_OPTIONS
+from fedstats.analyses.bitpushing.protocol import STAGE_OPTIONS
 from fedstats.analyses.mean_baselines.client import encode_ldp, ldp_mechanism
 from fedstats.analyses.mean_baselines.protocol import BASELINE_OPTIONS
 from fedstats.engine import ClientBatch, Engine

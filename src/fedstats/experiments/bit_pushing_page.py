@@ -17,7 +17,7 @@ __all__ = ["claims", "tables", "verdict"]
 
 
 def verdict(ok: bool, partly: bool = False) -> str:
-    """``"holds"``, ``"partly holds"`` or ``"does not hold"``.
+    """Name the verdict: ``"holds"``, ``"partly holds"`` or ``"does not hold"``.
 
     Parameters
     ----------
@@ -188,7 +188,7 @@ def _fig3(f: dict[str, Any]) -> dict[str, Any]:
 
 
 def claims(doc: dict[str, Any]) -> dict[str, Any]:
-    """The values each of the paper's statements is checked on, with verdicts (see the template).
+    """Compute the values each of the paper's statements is checked on, with verdicts.
 
     Parameters
     ----------

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the same names, for type checkers (at run time they load lazily, below)
     from fedstats.analyses.bitpushing.allocation import (
         affine_permutation,
+        bit_means,
         inclusion_probabilities,
         lemma1_variance,
         optimal_allocation,
@@ -41,16 +42,15 @@ if TYPE_CHECKING:  # the same names, for type checkers (at run time they load la
     from fedstats.analyses.bitpushing.api import mean as estimate_mean
     from fedstats.analyses.bitpushing.api import variance as estimate_variance
     from fedstats.analyses.bitpushing.bit_stages import (
-        BIT_PUSHING_METHODS,
         adaptive_stage,
         basic_stage,
-        bit_means,
         bit_round,
         weighted_stage,
     )
     from fedstats.analyses.bitpushing.client import encode_bits, public_uniform
     from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed, power_of_two_bound
     from fedstats.analyses.bitpushing.protocol import (
+        BIT_PUSHING_METHODS,
         METHODS,
         BitPushingResult,
         MeanEstimate,
@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (at run time they load la
 _EXPORTS = {
     "allocation": (
         "affine_permutation",
+        "bit_means",
         "inclusion_probabilities",
         "lemma1_variance",
         "optimal_allocation",
@@ -75,16 +76,15 @@ _EXPORTS = {
     ),
     "api": ("DEFAULT_SQUASH_THRESHOLD", "mean", "population_truth", "variance"),
     "bit_stages": (
-        "BIT_PUSHING_METHODS",
         "adaptive_stage",
         "basic_stage",
-        "bit_means",
         "bit_round",
         "weighted_stage",
     ),
     "client": ("encode_bits", "public_uniform"),
     "encoding": ("BitEncoding", "bits_needed", "power_of_two_bound"),
     "protocol": (
+        "BIT_PUSHING_METHODS",
         "METHODS",
         "BitPushingResult",
         "MeanEstimate",
@@ -149,5 +149,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    """The public names (for completion and ``dir()``)."""
+    """List the public names (for completion and ``dir()``)."""
     return sorted([*globals(), *__all__])

@@ -37,9 +37,11 @@ import numpy as np
 
 from fedstats._validation import check_int, check_real
 from fedstats.errors import ParameterError
+from fedstats.privacy.mechanisms import RandomizedResponse
 
 __all__ = [
     "affine_permutation",
+    "bit_means",
     "inclusion_probabilities",
     "lemma1_variance",
     "optimal_allocation",
@@ -77,7 +79,7 @@ def check_probabilities(p: Any, bit_depth: int | None = None) -> np.ndarray:
 
 
 def weighted_probabilities(bit_depth: int, alpha: float = 1.0) -> np.ndarray:
-    r"""Sampling vector :math:`p_j \propto 2^{\alpha j}`, ``j = 0..b-1``.
+    r"""Return the sampling vector :math:`p_j \propto 2^{\alpha j}`, ``j = 0..b-1``.
 
     Parameters
     ----------
@@ -201,12 +203,50 @@ def inclusion_probabilities(probabilities: Any, bits_per_client: int) -> np.ndar
     return out
 
 
+def bit_means(counts: Any, sums: Any, epsilon_bit: float | None = None) -> np.ndarray:
+    """Return the debiased bit means :math:`m_j` (Algorithm 1; NaN where no client reported bit j).
+
+    Without DP ``s_j / c_j``; with randomized response ``(s_j/c_j - (1 - q)) / (2q - 1)``, which may leave
+    [0, 1].
+
+    Parameters
+    ----------
+    counts : array_like of int, shape (b,)
+        Reports per bit :math:`c_j`.
+    sums : array_like of int, shape (b,)
+        Sum of the reported (randomized) bits :math:`s_j`.
+    epsilon_bit : float, optional
+        Randomized-response epsilon of each report (None: no DP).
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (b,)
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    s = np.asarray(sums, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = np.where(c > 0, s / c, np.nan)
+    if epsilon_bit is None:
+        return raw
+    out: np.ndarray = RandomizedResponse(epsilon=epsilon_bit).debias_mean(raw)
+    return out
+
+
 def affine_permutation(n: int, seed: int, *key: str | int) -> tuple[int, int]:
     """Public permutation ``k -> (a k + c) mod n`` of ``[0, n)`` derived from a public seed.
 
     ``c`` is uniform on ``[0, n)``, so every client's position is uniform: with exact allocation each
     client reports bit j with probability exactly ``count_j / n`` (unbiasedness holds for any data
     order). ``a`` is coprime to ``n`` and below ``2**62 / n``, so ``a * k`` never overflows int64.
+
+    Parameters
+    ----------
+    n : int
+        Clients in the round, >= 1.
+    seed : int
+        Public seed.
+    *key : str or int
+        Names the round (so two rounds get independent permutations).
 
     Returns
     -------

@@ -182,7 +182,7 @@ def _charge(
 def _scan(
     pop: Population, column: str, encoding: BitEncoding, engine: Engine, truth: bool
 ) -> Truth | None:
-    """Simulation truth, and the refuse policy checked before anyone spends privacy or discloses bits."""
+    """Compute the simulation truth; check the refuse policy before anyone spends privacy or bits."""
     if not truth:
         return None
     tr = population_truth(pop, column, encoding, engine.randomness, engine.block_size)

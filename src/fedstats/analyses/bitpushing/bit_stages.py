@@ -37,9 +37,7 @@ The estimate's variance is Lemma 1's formula with the pooled counts and the plug
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -48,29 +46,24 @@ from fedstats._numeric import largest_remainder
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.bitpushing.allocation import (
     affine_permutation,
+    bit_means,
     check_probabilities,
     inclusion_probabilities,
     rr_noise_variance,
     weighted_probabilities,
 )
 from fedstats.analyses.bitpushing.client import encode_bits
-from fedstats.analyses.bitpushing.stages import CodeSpec, Stage, StageEstimate
+from fedstats.analyses.bitpushing.stages import CodeSpec, StageEstimate
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError, ParameterError
-from fedstats.privacy.mechanisms import RandomizedResponse
 
 __all__ = [
     "ALLOCATIONS",
-    "BIT_PUSHING_METHODS",
-    "STAGE_OPTIONS",
     "BitSums",
     "adaptive_stage",
     "basic_stage",
-    "bit_means",
-    "bit_pushing_stage",
     "bit_round",
-    "check_options",
     "weighted_stage",
 ]
 
@@ -173,22 +166,6 @@ def bit_round(
     return BitSums(tot[:b].copy(), tot[b:].copy(), s.n_clients, p)
 
 
-def bit_means(counts: Any, sums: Any, epsilon_bit: float | None = None) -> np.ndarray:
-    """Debiased bit means :math:`m_j` (NaN where no client reported bit j).
-
-    Without DP ``s_j / c_j``; with randomized response ``(s_j/c_j - (1 - q)) / (2q - 1)``, which may leave
-    [0, 1].
-    """
-    c = np.asarray(counts, dtype=np.float64)
-    s = np.asarray(sums, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        raw = np.where(c > 0, s / c, np.nan)
-    if epsilon_bit is None:
-        return raw
-    out: np.ndarray = RandomizedResponse(epsilon=epsilon_bit).debias_mean(raw)
-    return out
-
-
 def _check_squash(squash_threshold: float | None, epsilon: float | None) -> None:
     """Bit squashing acts on DP noise: refuse a threshold without ``epsilon`` rather than ignore it."""
     if squash_threshold is None:
@@ -282,7 +259,7 @@ def basic_stage(
     squash_threshold: float | None = None,
     name: str = "bits",
 ) -> ProtocolGenerator[StageEstimate]:
-    """One round of bit pushing with a fixed sampling vector (Algorithm 1; Corollary 2).
+    r"""Run one round of bit pushing with a fixed sampling vector (Algorithm 1; Corollary 2).
 
     Parameters
     ----------
@@ -290,10 +267,10 @@ def basic_stage(
     client_range : (int, int)
     public_seed : int
     probabilities : array_like, optional
-        Sampling vector p (shape (b,)); default :math:`p_j \\propto 2^{\\alpha j}`.
+        Sampling vector p (shape (b,)); default :math:`p_j \propto 2^{\alpha j}`.
     alpha : float
         Exponent used when ``probabilities`` is None: default 1, i.e. :math:`p_j = 2^j/(2^b-1)`, the
-        paper's choice from Lemma 3 with :math:`\\bar x^{(j)}(1-\\bar x^{(j)}) \\le 1/4`.
+        paper's choice from Lemma 3 with :math:`\bar x^{(j)}(1-\bar x^{(j)}) \le 1/4`.
     bits_per_client : int
         Distinct bits per client, >= 1.
     allocation : {"exact", "random"}
@@ -385,10 +362,10 @@ def adaptive_stage(
     epsilon: float | None = None,
     squash_threshold: float | None = None,
 ) -> ProtocolGenerator[StageEstimate]:
-    """Adaptive two-round bit pushing (Algorithm 2).
+    r"""Run adaptive two-round bit pushing (Algorithm 2).
 
-    Round 1: ``round1_fraction`` of the clients (the first ones of ``client_range``), :math:`p_j \\propto
-    2^{\\gamma j}`. Round 2: the rest, :math:`p_j \\propto (4^j m_j (1 - m_j))^{\\alpha}` from the round-1
+    Round 1: ``round1_fraction`` of the clients (the first ones of ``client_range``), :math:`p_j \propto
+    2^{\gamma j}`. Round 2: the rest, :math:`p_j \propto (4^j m_j (1 - m_j))^{\alpha}` from the round-1
     bit means clipped to [0, 1] (squashed bits get no clients). The estimate pools both rounds.
 
     Parameters
@@ -400,7 +377,7 @@ def adaptive_stage(
     gamma : float
         Round-1 exponent.
     alpha : float
-        Round-2 exponent (0.5: Lemma 3's optimal :math:`\\sqrt{\\beta_j}`).
+        Round-2 exponent (0.5: Lemma 3's optimal :math:`\sqrt{\beta_j}`).
     squash_z : float
         With squashing, a bit is *live* after round 1 when its lower confidence bound
         ``m_j - squash_z * se_j`` reaches the threshold, *noise* when ``m_j`` does not (squashed), and
@@ -409,7 +386,7 @@ def adaptive_stage(
         must reach the threshold; for the other bits the final test is the paper's, on ``m_j``).
     min_reports : int
         Round 1 mixes p with the uniform vector so that every bit gets about ``min_reports`` reports
-        (default 16; 0 gives the paper's round 1 exactly). With a loose bit depth, :math:`p_j \\propto 2^j`
+        (default 16; 0 gives the paper's round 1 exactly). With a loose bit depth, :math:`p_j \propto 2^j`
         leaves the low, dense bits with a handful of reports; a bit whose few reports happen to be all 0
         would then get no round-2 clients and stay badly estimated.
 
@@ -509,69 +486,3 @@ def adaptive_stage(
         uncertain_bits=np.flatnonzero(uncertain).tolist(),
     )
     return StageEstimate(est, var, r1.n_clients + r2.n_clients, s_bits, epsilon, details)
-
-
-BIT_PUSHING_METHODS = ("adaptive", "weighted", "basic")
-
-_COMMON = ("epsilon", "bits_per_client", "allocation", "squash_threshold")
-STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "adaptive": (*_COMMON, "round1_fraction", "gamma", "alpha", "min_reports", "squash_z"),
-    "weighted": (*_COMMON, "alpha"),
-    "basic": (*_COMMON, "probabilities", "alpha"),
-}
-"""The options each bit-pushing variant accepts (keyword arguments of its stage function)."""
-
-
-def check_options(method: str, options: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
-    """Refuse options that ``method`` would not use (never drop them silently).
-
-    Parameters
-    ----------
-    method : str
-        The method the options are for (named in the error).
-    options : Mapping
-        Option name to value.
-    accepted : tuple of str
-        The option names ``method`` uses.
-
-    Raises
-    ------
-    ParameterError
-        Naming the first option ``method`` does not accept, with the accepted ones.
-    """
-    for name, value in options.items():
-        if name not in accepted:
-            raise ParameterError(
-                name, value, f"no value: {method!r} takes only {', '.join(accepted)}"
-            )
-
-
-def bit_pushing_stage(method: str, **options: Any) -> Stage:
-    """The stage of a bit-pushing variant with its options bound.
-
-    Parameters
-    ----------
-    method : {"adaptive", "weighted", "basic"}
-        :func:`adaptive_stage` (Algorithm 2), :func:`weighted_stage` or :func:`basic_stage`
-        (Algorithm 1).
-    **options
-        Keyword options of that stage (:data:`STAGE_OPTIONS`); ``epsilon=None`` means no DP.
-
-    Returns
-    -------
-    Stage
-
-    Raises
-    ------
-    ParameterError
-        If ``method`` is unknown or an option is not one of the method's.
-    """
-    check_choice("method", method, BIT_PUSHING_METHODS)
-    check_options(method, options, STAGE_OPTIONS[method])
-    fns: dict[str, Callable[..., Any]] = {
-        "adaptive": adaptive_stage,
-        "weighted": weighted_stage,
-        "basic": basic_stage,
-    }
-    stage: Stage = partial(fns[method], **options)
-    return stage

@@ -104,7 +104,7 @@ def to_codes(
 
 
 def client_codes(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
-    """The codes of a batch of clients (range policy, optional squaring, randomized rounding).
+    """Compute the codes of a batch of clients (range policy, optional squaring, randomized rounding).
 
     Parameters
     ----------

@@ -39,7 +39,7 @@ def bits_needed(max_code: int) -> int:
 
 
 def power_of_two_bound(bit_depth: int) -> int:
-    """The power-of-two range bound ``2**bit_depth`` used by subtractive dithering (Cormode & Markov, Sec. 3)."""
+    """Return ``2**bit_depth``, the power-of-two range bound of subtractive dithering (Cormode & Markov, Sec. 3)."""
     return 1 << check_int("bit_depth", bit_depth, low=1, high=MAX_BIT_DEPTH)
 
 
@@ -80,6 +80,7 @@ class BitEncoding:
     out_of_range: str = "clip"
 
     def __post_init__(self) -> None:
+        """Validate the range and resolution, and choose the bit depth."""
         low = check_real("low", self.low)
         high = check_real("high", self.high)
         if not high > low:
@@ -124,7 +125,7 @@ class BitEncoding:
         }
 
     def count_out_of_range(self, values: Any) -> int:
-        """Number of values outside ``[low, high]``."""
+        """Count the values outside ``[low, high]``."""
         v = np.asarray(values, dtype=np.float64)
         return int(np.count_nonzero((v < self.low) | (v > self.high)))
 

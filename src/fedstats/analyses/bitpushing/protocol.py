@@ -16,16 +16,13 @@ one-call API charges to the :class:`~fedstats.privacy.ledger.PrivacyLedger`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.analyses.bitpushing.bit_stages import (
-    BIT_PUSHING_METHODS,
-    STAGE_OPTIONS,
-    bit_pushing_stage,
-    check_options,
-)
+from fedstats.analyses.bitpushing.bit_stages import adaptive_stage, basic_stage, weighted_stage
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.stages import CodeSpec, Stage
 from fedstats.engine.core import ProtocolGenerator
@@ -35,10 +32,14 @@ from fedstats.results import AnalysisResult
 
 __all__ = [
     "BASELINE_METHODS",
+    "BIT_PUSHING_METHODS",
     "METHODS",
+    "STAGE_OPTIONS",
     "BitPushingResult",
     "MeanEstimate",
     "VarianceEstimate",
+    "bit_pushing_stage",
+    "check_options",
     "make_stage",
     "mean_protocol",
     "stage_mechanisms",
@@ -46,13 +47,79 @@ __all__ = [
     "variance_split",
 ]
 
+BIT_PUSHING_METHODS = ("adaptive", "weighted", "basic")
+
+_COMMON = ("epsilon", "bits_per_client", "allocation", "squash_threshold")
+STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "adaptive": (*_COMMON, "round1_fraction", "gamma", "alpha", "min_reports", "squash_z"),
+    "weighted": (*_COMMON, "alpha"),
+    "basic": (*_COMMON, "probabilities", "alpha"),
+}
+"""The options each bit-pushing variant accepts (keyword arguments of its stage function)."""
+
+
+def check_options(method: str, options: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
+    """Refuse options that ``method`` would not use (never drop them silently).
+
+    Parameters
+    ----------
+    method : str
+        The method the options are for (named in the error).
+    options : Mapping
+        Option name to value.
+    accepted : tuple of str
+        The option names ``method`` uses.
+
+    Raises
+    ------
+    ParameterError
+        Naming the first option ``method`` does not accept, with the accepted ones.
+    """
+    for name, value in options.items():
+        if name not in accepted:
+            raise ParameterError(
+                name, value, f"no value: {method!r} takes only {', '.join(accepted)}"
+            )
+
+
+def bit_pushing_stage(method: str, **options: Any) -> Stage:
+    """Bind a bit-pushing variant's stage to its options.
+
+    Parameters
+    ----------
+    method : {"adaptive", "weighted", "basic"}
+        :func:`adaptive_stage` (Algorithm 2), :func:`weighted_stage` or :func:`basic_stage`
+        (Algorithm 1).
+    **options
+        Keyword options of that stage (:data:`STAGE_OPTIONS`); ``epsilon=None`` means no DP.
+
+    Returns
+    -------
+    Stage
+
+    Raises
+    ------
+    ParameterError
+        If ``method`` is unknown or an option is not one of the method's.
+    """
+    check_choice("method", method, BIT_PUSHING_METHODS)
+    check_options(method, options, STAGE_OPTIONS[method])
+    fns: dict[str, Callable[..., Any]] = {
+        "adaptive": adaptive_stage,
+        "weighted": weighted_stage,
+        "basic": basic_stage,
+    }
+    stage: Stage = partial(fns[method], **options)
+    return stage
+
+
 BASELINE_METHODS = ("dithering", "piecewise", "duchi", "laplace")
 METHODS = (*BIT_PUSHING_METHODS, *BASELINE_METHODS)
 """Every method a mean or variance can be estimated with: bit pushing, then the baselines."""
 
 
 def make_stage(method: str, **options: Any) -> Stage:
-    """The stage of any method in :data:`METHODS` with its options bound.
+    """Bind the stage of any method in :data:`METHODS` to its options.
 
     Parameters
     ----------
@@ -84,7 +151,7 @@ def make_stage(method: str, **options: Any) -> Stage:
 
 
 def stage_mechanisms(method: str, **options: Any) -> list[Mechanism]:
-    """The mechanisms each client of one stage of ``method`` applies to its data, in order.
+    """List the mechanisms each client of one stage of ``method`` applies to its data, in order.
 
     Bit pushing: ``bits_per_client`` randomized responses with ``epsilon / bits_per_client`` each (one per
     reported bit); the baselines: their own mechanism (:func:`fedstats.analyses.mean_baselines.protocol.

@@ -66,5 +66,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    """The public names (for completion and ``dir()``)."""
+    """List the public names (for completion and ``dir()``)."""
     return sorted([*globals(), *__all__])

@@ -49,7 +49,7 @@ LAPLACE_SENSITIVITY = 2.0
 
 
 def dither(seed: int, indices: np.ndarray) -> np.ndarray:
-    """The public dithers ``h ~ U[-1/2, 1/2)`` of clients ``indices`` (client and server compute them).
+    """Return the public dithers ``h ~ U[-1/2, 1/2)`` of clients ``indices`` (both sides compute them).
 
     Parameters
     ----------
@@ -110,7 +110,7 @@ def ceil_log2(x: float) -> int:
 
 
 def ldp_mechanism(name: str, epsilon: float, frac_bits: int) -> Mechanism:
-    """The mechanism a client of ``name`` applies, on its release grid of spacing ``2**-frac_bits``.
+    """Build the mechanism a client of ``name`` applies, on its release grid ``2**-frac_bits``.
 
     Parameters
     ----------

@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.analyses.bitpushing.bit_stages import check_options
 from fedstats.analyses.bitpushing.encoding import BitEncoding
-from fedstats.analyses.bitpushing.protocol import MeanEstimate, VarianceEstimate
+from fedstats.analyses.bitpushing.protocol import MeanEstimate, VarianceEstimate, check_options
 from fedstats.analyses.bitpushing.protocol import mean_protocol as _mean_protocol
 from fedstats.analyses.bitpushing.protocol import variance_protocol as _variance_protocol
 from fedstats.analyses.bitpushing.stages import CodeSpec, Stage, StageEstimate
@@ -74,7 +73,7 @@ _MAX_GRID_BITS = 40  # resolution_bits of the mechanisms' grid paths
 
 
 def dither_sum(seed: int, lo: int, hi: int, chunk: int = 1 << 20) -> float:
-    """The sum of the public dithers of clients ``[lo, hi)``, computed in bounded memory.
+    """Sum the public dithers of clients ``[lo, hi)`` in bounded memory.
 
     Parameters
     ----------
@@ -259,7 +258,7 @@ def ldp_stage(
 
 
 def baseline_stage(method: str, **options: Any) -> Stage:
-    """The stage of a baseline with its options bound.
+    """Bind a baseline's stage to its options.
 
     Parameters
     ----------
@@ -290,7 +289,7 @@ def baseline_stage(method: str, **options: Any) -> Stage:
 
 
 def baseline_mechanisms(method: str, **options: Any) -> list[Mechanism]:
-    """The mechanisms each client of a baseline's stage applies (what the ledger is charged with).
+    """List the mechanisms each client of a baseline's stage applies (what the ledger is charged).
 
     Parameters
     ----------
@@ -329,7 +328,7 @@ def mean_protocol(
     confidence: float = 0.95,
     **options: Any,
 ) -> ProtocolGenerator[MeanEstimate]:
-    """The mean of ``column`` by a baseline: one stage, tagged ``"mean_baselines.mean"``.
+    """Estimate the mean of ``column`` by a baseline: one stage, tagged ``"mean_baselines.mean"``.
 
     Parameters
     ----------
@@ -371,7 +370,7 @@ def variance_protocol(
     confidence: float = 0.95,
     **options: Any,
 ) -> ProtocolGenerator[VarianceEstimate]:
-    """The variance of ``column`` by a baseline (mean stage, then squared deviations).
+    """Estimate the variance of ``column`` by a baseline (mean stage, then squared deviations).
 
     Tagged ``"mean_baselines.variance"``; see
     :func:`fedstats.analyses.bitpushing.protocol.variance_protocol`.
