@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (at run time they load la
         weighted_stage,
     )
     from fedstats.analyses.bitpushing.client import encode_bits, public_uniform
-    from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed, power_of_two_bound
+    from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed
     from fedstats.analyses.bitpushing.protocol import (
         BIT_PUSHING_METHODS,
         METHODS,
@@ -82,7 +82,7 @@ _EXPORTS = {
         "weighted_stage",
     ),
     "client": ("encode_bits", "public_uniform"),
-    "encoding": ("BitEncoding", "bits_needed", "power_of_two_bound"),
+    "encoding": ("BitEncoding", "bits_needed"),
     "protocol": (
         "BIT_PUSHING_METHODS",
         "METHODS",
@@ -126,7 +126,6 @@ __all__ = [
     "mean_protocol",
     "optimal_allocation",
     "population_truth",
-    "power_of_two_bound",
     "public_uniform",
     "rr_noise_variance",
     "stage_mechanisms",

@@ -27,7 +27,7 @@ from fedstats.analyses.bitpushing.client import enforce_range, to_codes
 from fedstats.errors import ParameterError
 from fedstats.randomness import RNG
 
-__all__ = ["OUT_OF_RANGE", "BitEncoding", "bits_needed", "power_of_two_bound"]
+__all__ = ["OUT_OF_RANGE", "BitEncoding", "bits_needed"]
 
 OUT_OF_RANGE = ("clip", "refuse")
 MAX_BIT_DEPTH = 52
@@ -36,11 +36,6 @@ MAX_BIT_DEPTH = 52
 def bits_needed(max_code: int) -> int:
     """Smallest ``b >= 1`` with ``2**b - 1 >= max_code``."""
     return max(1, int(max_code).bit_length())
-
-
-def power_of_two_bound(bit_depth: int) -> int:
-    """Return ``2**bit_depth``, the power-of-two range bound of subtractive dithering (Cormode & Markov, Sec. 3)."""
-    return 1 << check_int("bit_depth", bit_depth, low=1, high=MAX_BIT_DEPTH)
 
 
 @dataclass(frozen=True)
@@ -123,11 +118,6 @@ class BitEncoding:
             "bit_depth": self.b,
             "out_of_range": self.out_of_range,
         }
-
-    def count_out_of_range(self, values: Any) -> int:
-        """Count the values outside ``[low, high]``."""
-        v = np.asarray(values, dtype=np.float64)
-        return int(np.count_nonzero((v < self.low) | (v > self.high)))
 
     def enforce(self, values: Any, *, name: str = "values") -> tuple[np.ndarray, int]:
         """Apply the range policy.

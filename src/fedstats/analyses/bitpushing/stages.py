@@ -15,8 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed
 from fedstats.engine.core import ProtocolGenerator
 
@@ -118,11 +116,6 @@ class CodeSpec:
     def decode_variance(self, code_variance: float) -> float:
         """Variance in value units from one in code units."""
         return float(code_variance) * self.resolution**2
-
-    def values(self, x: Any) -> np.ndarray:
-        """Server-side (simulation) mirror of the client transform, without rounding: clipped values or squares."""
-        v = np.clip(np.asarray(x, dtype=np.float64), self.low, self.high)
-        return v if self.center is None else (v - self.center) ** 2
 
 
 @dataclass
