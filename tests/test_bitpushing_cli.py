@@ -102,3 +102,10 @@ def test_bad_input_exit_code_2_one_line(tmp_path: Path) -> None:
     empty.write_text("x\n")
     assert "error" in _error(["mean", str(empty), "-c", "x", "--high", "10"])
     assert "epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "-p", "duchi"])
+    # options the chosen protocol does not use are refused, named by their flag
+    base = ["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "1"]
+    assert "--round1-fraction" in _error([*base, "-p", "weighted", "--round1-fraction", "0.5"])
+    assert "--allocation" in _error([*base, "-p", "duchi", "--allocation", "random"])
+    assert "--squash-threshold" in _error(["mean", "adult", "-c", "age", "--high", "127",
+                                           "--squash-threshold", "0.15"])  # fmt: skip
+    assert "--protocol" in _error(["variance", "adult", "-c", "age", "--high", "127", "-p", "x"])

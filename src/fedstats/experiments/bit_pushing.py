@@ -90,7 +90,6 @@ def nrmse(estimates: np.ndarray, truths: np.ndarray) -> dict[str, float]:
 @dataclass
 class _Setup:
     reps: int
-    quick: bool
     ages: dict[str, np.ndarray]
     randomness: RandomSource
 
@@ -199,7 +198,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         ``claims`` (the paper's statements with our numbers and a verdict), ``tables``.
     """
     ages, notes = _load_ages(ctx.data_dir, ctx.quick)
-    setup = _Setup(ctx.reps or (8 if ctx.quick else 100), ctx.quick, ages, ctx.randomness)
+    setup = _Setup(ctx.reps or (8 if ctx.quick else 100), ages, ctx.randomness)
     g = _grids(ctx.quick)
     cells = _cells(setup, g)
     store = ctx.store()
