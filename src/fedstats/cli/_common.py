@@ -167,7 +167,11 @@ DataDirOption = Annotated[
 
 BackendOption = Annotated[
     str,
-    typer.Option("--backend", help="Route for each round's sum: serial, secure, process or dask."),
+    typer.Option(
+        "--backend",
+        help="Route for each round's sum: serial, secure, process, dask (bit-identical for a seed) or "
+        "aggregate (closed-form sums per distinct input: equal in distribution, any number of clients).",
+    ),
 ]
 WorkersOption = Annotated[
     int | None, typer.Option("--workers", min=1, help="Worker processes (process/dask backends).")
@@ -242,7 +246,10 @@ def emit(
     """
     if state.engine is not None:
         # the route and how many shards were recomputed after a worker died (issue 9)
-        payload = {**payload, "backend": state.engine.backend.name, "retries": state.engine.retries}
+        be = state.engine.backend
+        payload = {**payload, "backend": be.name, "route": be.name, "retries": state.engine.retries}
+        if getattr(be, "note", None):
+            payload["route_note"] = be.note
         if state.engine.retries and not state.quiet:
             stderr_console().print(
                 f"{state.engine.retries} shard(s) recomputed after a worker died"
