@@ -248,8 +248,9 @@ def emit(
         # the route and how many shards were recomputed after a worker died (issue 9)
         be = state.engine.backend
         payload = {**payload, "backend": be.name, "route": be.name, "retries": state.engine.retries}
-        if getattr(be, "note", None):
-            payload["route_note"] = be.note
+        note = getattr(be, "note", None)
+        if note:
+            payload["route_note"] = note
         if state.engine.retries and not state.quiet:
             stderr_console().print(
                 f"{state.engine.retries} shard(s) recomputed after a worker died"
