@@ -235,7 +235,8 @@ def test_adaptive_and_weighted_unbiased_with_plugin_variance(
     def one(x: np.ndarray, r: int) -> float:
         eng = Engine(randomness=RandomSource(7000 + r))
         res = eng.run(
-            mean_protocol(stage, "value", ENC, n, public_seed=r), InMemoryPopulation({"value": x})
+            mean_protocol(stage, "value", ENC, n, public_seed=r, method=method),
+            InMemoryPopulation({"value": x}),
         )
         variances.append(res.variance)
         return res.estimate
@@ -256,7 +257,7 @@ def test_dithering_variance_is_range_squared_over_12() -> None:
     est = np.array(
         [
             Engine(randomness=RandomSource(r))
-            .run(mean_protocol(stage, "value", enc, x.size, public_seed=r), pop)
+            .run(mean_protocol(stage, "value", enc, x.size, public_seed=r, method="dithering"), pop)
             .estimate
             for r in range(reps)
         ]
@@ -264,7 +265,7 @@ def test_dithering_variance_is_range_squared_over_12() -> None:
     var = 4.0**7 / 12 / x.size
     _check_mean_var(est, float(x.mean()), var)
     res = Engine(randomness=RandomSource(1)).run(
-        mean_protocol(stage, "value", enc, x.size, public_seed=1), pop
+        mean_protocol(stage, "value", enc, x.size, public_seed=1, method="dithering"), pop
     )
     assert math.isclose(res.variance, var)
 
@@ -278,7 +279,7 @@ def test_dithering_with_rr_variance() -> None:
     est = np.array(
         [
             Engine(randomness=RandomSource(r))
-            .run(mean_protocol(stage, "value", ENC, x.size, public_seed=r), pop)
+            .run(mean_protocol(stage, "value", ENC, x.size, public_seed=r, method="dithering"), pop)
             .estimate
             for r in range(1200)
         ]
@@ -295,7 +296,7 @@ def test_ldp_baselines_unbiased(method: str) -> None:
     pop = InMemoryPopulation({"value": x})
     runs = [
         Engine(randomness=RandomSource(r)).run(
-            mean_protocol(stage, "value", ENC, x.size, public_seed=r), pop
+            mean_protocol(stage, "value", ENC, x.size, public_seed=r, method=method), pop
         )
         for r in range(400)
     ]

@@ -259,7 +259,7 @@ def mean_protocol(
     n_clients: int,
     *,
     public_seed: int,
-    method: str = "adaptive",
+    method: str,
     client_range: tuple[int, int] | None = None,
     confidence: float = 0.95,
 ) -> ProtocolGenerator[MeanEstimate]:
@@ -353,7 +353,7 @@ def variance_protocol(
     n_clients: int,
     *,
     public_seed: int,
-    method: str = "adaptive",
+    method: str,
     mean_fraction: float = 0.2,
     client_range: tuple[int, int] | None = None,
     confidence: float = 0.95,
