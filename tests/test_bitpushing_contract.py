@@ -165,3 +165,27 @@ def test_laplace_rounding_of_t_keeps_it_unbiased_off_the_grid() -> None:
     assert abs(r.mean() / 2**fb - t) < 6 * math.sqrt(var / n)
     # without the rounding of t the snap would put every client at 1/8 (index 1): a bias of 0.058
     assert abs(r.mean() / 2**fb - 0.125) > 6 * math.sqrt(var / n)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    method=st.sampled_from(
+        ["adaptive", "weighted", "basic", "dithering", "piecewise", "duchi", "laplace"]
+    ),
+    epsilon=st.one_of(st.floats(max_value=0.0), st.floats(min_value=700.5), st.just(float("nan"))),
+)
+def test_bad_epsilon_is_refused_by_every_method(method: str, epsilon: float) -> None:
+    with pytest.raises(ParameterError, match="epsilon"):
+        make_stage(method, epsilon=epsilon)
+    with pytest.raises(ParameterError, match="epsilon"):
+        stage_mechanisms(method, epsilon=epsilon)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    method=st.sampled_from(["piecewise", "laplace"]),
+    frac_bits=st.one_of(st.integers(max_value=-1), st.integers(min_value=40, max_value=10**6)),
+)
+def test_frac_bits_outside_the_grid_range_is_refused(method: str, frac_bits: int) -> None:
+    with pytest.raises(ParameterError, match="frac_bits"):
+        make_stage(method, epsilon=1.0, frac_bits=frac_bits)

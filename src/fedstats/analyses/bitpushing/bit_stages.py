@@ -37,7 +37,6 @@ The estimate's variance is Lemma 1's formula with the pooled counts and the plug
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,17 +52,17 @@ from fedstats.analyses.bitpushing.allocation import (
     weighted_probabilities,
 )
 from fedstats.analyses.bitpushing.client import encode_bits
-from fedstats.analyses.bitpushing.stages import CodeSpec, StageEstimate
+from fedstats.analyses.bitpushing.stages import BitSums, CodeSpec, StageEstimate
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError, ParameterError
 
 __all__ = [
     "ALLOCATIONS",
-    "BitSums",
     "adaptive_stage",
     "basic_stage",
     "bit_round",
+    "check_squash",
     "weighted_stage",
 ]
 
@@ -75,27 +74,6 @@ def _per_bit_epsilon(epsilon: float | None, bits_per_client: int) -> float | Non
         return None
     e = check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
     return e / bits_per_client
-
-
-@dataclass(frozen=True)
-class BitSums:
-    """What the server learns from one bit-pushing round.
-
-    Attributes
-    ----------
-    counts : numpy.ndarray of int64, shape (b,)
-        Reports per bit :math:`c_j`.
-    sums : numpy.ndarray of int64, shape (b,)
-        Sum of reported (randomized) bits :math:`s_j`.
-    n_clients : int
-    probabilities : numpy.ndarray of float64, shape (b,)
-        The sampling vector p used.
-    """
-
-    counts: np.ndarray
-    sums: np.ndarray
-    n_clients: int
-    probabilities: np.ndarray
 
 
 def bit_round(
@@ -166,8 +144,21 @@ def bit_round(
     return BitSums(tot[:b].copy(), tot[b:].copy(), s.n_clients, p)
 
 
-def _check_squash(squash_threshold: float | None, epsilon: float | None) -> None:
-    """Bit squashing acts on DP noise: refuse a threshold without ``epsilon`` rather than ignore it."""
+def check_squash(squash_threshold: float | None, epsilon: float | None) -> None:
+    """Refuse a bit squashing threshold that is negative, or given without ``epsilon`` (never ignore it).
+
+    Parameters
+    ----------
+    squash_threshold : float or None
+        Threshold in units of the per-report DP noise sd, >= 0 (Cormode & Markov 2021, App. B).
+    epsilon : float or None
+        The stage's epsilon (squashing acts on DP noise only).
+
+    Raises
+    ------
+    ParameterError
+        If the threshold is invalid or ``epsilon`` is None.
+    """
     if squash_threshold is None:
         return
     check_real("squash_threshold", squash_threshold, low=0.0, high=math.inf, high_open=True)
@@ -285,7 +276,7 @@ def basic_stage(
     """
     s_bits = check_int("bits_per_client", bits_per_client, low=1, high=spec.bit_depth)
     eps_bit = _per_bit_epsilon(epsilon, s_bits)
-    _check_squash(squash_threshold, epsilon)
+    check_squash(squash_threshold, epsilon)
     p = (
         weighted_probabilities(spec.bit_depth, alpha)
         if probabilities is None
@@ -404,7 +395,7 @@ def adaptive_stage(
     )
     s_bits = check_int("bits_per_client", bits_per_client, low=1, high=spec.bit_depth)
     eps_bit = _per_bit_epsilon(epsilon, s_bits)
-    _check_squash(squash_threshold, epsilon)
+    check_squash(squash_threshold, epsilon)
     lo, hi = client_range
     n = hi - lo
     n1 = round(frac * n)

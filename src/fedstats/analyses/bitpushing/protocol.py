@@ -22,7 +22,13 @@ from functools import partial
 from typing import Any
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.analyses.bitpushing.bit_stages import adaptive_stage, basic_stage, weighted_stage
+from fedstats.analyses.bitpushing.bit_stages import (
+    ALLOCATIONS,
+    adaptive_stage,
+    basic_stage,
+    check_squash,
+    weighted_stage,
+)
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.stages import CodeSpec, Stage
 from fedstats.engine.core import ProtocolGenerator
@@ -104,6 +110,13 @@ def bit_pushing_stage(method: str, **options: Any) -> Stage:
     """
     check_choice("method", method, BIT_PUSHING_METHODS)
     check_options(method, options, STAGE_OPTIONS[method])
+    # validate now, so a bad request fails before anything is charged or run
+    epsilon = options.get("epsilon")
+    if epsilon is not None:
+        check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
+    check_int("bits_per_client", options.get("bits_per_client", 1), low=1)
+    check_choice("allocation", options.get("allocation", "exact"), ALLOCATIONS)
+    check_squash(options.get("squash_threshold"), epsilon)
     fns: dict[str, Callable[..., Any]] = {
         "adaptive": adaptive_stage,
         "weighted": weighted_stage,

@@ -15,10 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed
 from fedstats.engine.core import ProtocolGenerator
 
-__all__ = ["CodeSpec", "Stage", "StageEstimate"]
+__all__ = ["BitSums", "CodeSpec", "Stage", "StageEstimate"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,27 @@ class CodeSpec:
     def decode_variance(self, code_variance: float) -> float:
         """Variance in value units from one in code units."""
         return float(code_variance) * self.resolution**2
+
+
+@dataclass(frozen=True)
+class BitSums:
+    """What the server learns from one bit-pushing round.
+
+    Attributes
+    ----------
+    counts : numpy.ndarray of int64, shape (b,)
+        Reports per bit :math:`c_j`.
+    sums : numpy.ndarray of int64, shape (b,)
+        Sum of reported (randomized) bits :math:`s_j`.
+    n_clients : int
+    probabilities : numpy.ndarray of float64, shape (b,)
+        The sampling vector p used.
+    """
+
+    counts: np.ndarray
+    sums: np.ndarray
+    n_clients: int
+    probabilities: np.ndarray
 
 
 @dataclass
