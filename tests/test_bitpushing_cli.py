@@ -74,7 +74,7 @@ def test_variance_with_resampled_clients_and_csv(tmp_path: Path) -> None:
             str(p),
             "-c",
             "x",
-            "--bits",
+            "--bit-depth",
             "10",
             "--clients",
             "200000",
@@ -84,7 +84,7 @@ def test_variance_with_resampled_clients_and_csv(tmp_path: Path) -> None:
     assert d["n_clients"] == 200_000 and d["analysis"] == "bitpushing.variance"
     assert abs(d["error"]) < 6 * d["standard_error"]
     assert d["truth"] == pytest.approx(float(np.var(x)), rel=0.02)
-    d2 = _json(["--seed", "2", "mean", str(p), "-c", "x", "--bits", "10", "-s", "3", "--json"])
+    d2 = _json(["--seed", "2", "mean", str(p), "-c", "x", "--bit-depth", "10", "-s", "3", "--json"])
     assert d2["bits_per_client"] == 3.0
 
 
@@ -92,7 +92,7 @@ def test_bad_input_exit_code_2_one_line(tmp_path: Path) -> None:
     assert "outside the declared range" in _error(
         ["mean", "adult", "-c", "age", "--high", "50", "--out-of-range", "refuse"]
     )
-    assert "--bits" in _error(["mean", "adult", "-c", "age", "--bits", "0"])
+    assert "--bit-depth" in _error(["mean", "adult", "-c", "age", "--bit-depth", "0"])
     assert "--epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "0"])
     assert "--epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "-2"])
     assert "--high" in _error(["mean", "adult", "-c", "age"])

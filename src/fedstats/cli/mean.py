@@ -1,7 +1,7 @@
 """``fedstats mean`` and ``fedstats variance``: bit pushing (Cormode & Markov 2021) and its baselines.
 
 Both read one numeric column of a dataset (a registered name such as ``adult``, or a CSV/Parquet file),
-declare its range (``--low``/``--high``, or ``--bits`` for b-bit integers), and estimate the mean (or the
+declare its range (``--low``/``--high``, or ``--bit-depth`` for b-bit integers), and estimate the mean (or the
 variance) over the rows as clients, or over ``--clients N`` clients resampled from the rows, with any
 protocol: ``adaptive`` (default), ``weighted``, ``basic`` bit pushing, or the baselines ``dithering``,
 ``piecewise``, ``duchi``, ``laplace``. The JSON output holds ``estimate``, ``ci``, ``standard_error``,
@@ -82,9 +82,9 @@ def _encoding(
 ) -> BitEncoding:
     if high is None:
         if bit_depth is None:
-            raise ParameterError("--high", None, "a declared upper bound (or give --bits)")
+            raise ParameterError("--high", None, "a declared upper bound (or give --bit-depth)")
         if not 1 <= bit_depth <= 52:
-            raise ParameterError("--bits", bit_depth, "an integer in [1, 52]")
+            raise ParameterError("--bit-depth", bit_depth, "an integer in [1, 52]")
         high = low + (2**bit_depth - 1) * resolution
     return BitEncoding(
         low, high, resolution=resolution, bit_depth=bit_depth, out_of_range=out_of_range
@@ -119,7 +119,7 @@ def _run(
     if epsilon is not None and not epsilon > 0:
         raise ParameterError("--epsilon", epsilon, "a real number > 0")
     if bit_depth is not None and bit_depth < 1:
-        raise ParameterError("--bits", bit_depth, "an integer >= 1")
+        raise ParameterError("--bit-depth", bit_depth, "an integer >= 1")
     enc = _encoding(low, high, bit_depth, resolution, out_of_range)
     values = load_column(data, column, state.data_dir, split)
     pop: Any = values
@@ -197,7 +197,7 @@ EpsilonOpt = Annotated[
 ]
 BitsOpt = Annotated[
     int | None,
-    typer.Option("--bits", "-b", help="Bit depth b (default: fewest bits for the range)."),
+    typer.Option("--bit-depth", "-b", help="Bit depth b (default: fewest bits for the range)."),
 ]
 BitsPerClientOpt = Annotated[
     int | None,
@@ -209,7 +209,8 @@ LowOpt = Annotated[float, typer.Option("--low", help="Declared lower bound of th
 HighOpt = Annotated[
     float | None,
     typer.Option(
-        "--high", help="Declared upper bound (default with --bits: low + (2^b - 1) resolution)."
+        "--high",
+        help="Declared upper bound (default with --bit-depth: low + (2^b - 1) resolution).",
     ),
 ]
 ResolutionOpt = Annotated[
