@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from fedstats._validation import check_finite_array
 from fedstats.analyses._api import charging, resolve
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.protocol import (
+    BitPushingResult,
     MeanEstimate,
     VarianceEstimate,
     make_stage,
@@ -37,6 +38,7 @@ from fedstats.analyses.bitpushing.protocol import (
     variance_split,
 )
 from fedstats.engine import Engine, InMemoryPopulation, Population
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.populations import block_count
 from fedstats.errors import DataError
 from fedstats.privacy.ledger import BitMeter, PrivacyLedger
@@ -50,6 +52,8 @@ __all__ = [
     "population_truth",
     "variance",
 ]
+
+R = TypeVar("R", bound=BitPushingResult)
 
 DEFAULT_SQUASH_THRESHOLD = 0.15
 """Recommended bit squashing threshold (units of the per-report DP noise standard deviation), inside the
@@ -194,15 +198,30 @@ def _scan(
     return tr
 
 
-def _finish(
-    res: Any,
+def _bind(
+    method: str, epsilon: float | None, options: dict[str, Any]
+) -> tuple[Any, list[Mechanism]]:
+    """The stage of ``method`` with its options, and the mechanisms each of its clients applies."""
+    opts = {**options, "epsilon": epsilon}
+    return make_stage(method, **opts), stage_mechanisms(method, **opts)
+
+
+def _bits(options: dict[str, Any]) -> int:
+    return int(options.get("bits_per_client", 1))
+
+
+def _run(
     engine: Engine,
-    first_log: int,
+    protocol: ProtocolGenerator[R],
+    pop: Population,
     encoding: BitEncoding,
     privacy: tuple[float | None, float | None],
     randomness: RandomSource,
-) -> None:
-    logs = engine.log[first_log:]
+) -> R:
+    """Run the protocol and fill in what the engine and the charge know: privacy, bytes, rounds, note."""
+    first = len(engine.log)
+    res = engine.run(protocol, pop)
+    logs = engine.log[first:]
     res.epsilon, res.delta = privacy
     res.bytes_per_client = max((r.bytes_per_client for r in logs), default=0)
     notes = {engine.randomness.release_note, randomness.release_note} - {None}
@@ -214,6 +233,7 @@ def _finish(
         {"name": r.name, "clients": r.n_clients, "bytes_per_client": r.bytes_per_client}
         for r in logs
     ]
+    return res
 
 
 def mean(
@@ -287,25 +307,18 @@ def mean(
     engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)
     n = pop.n_clients
-    opts = {**options, "epsilon": epsilon}
-    stage = make_stage(method, **opts)
-    mechanisms = stage_mechanisms(method, **opts)
+    stage, mechanisms = _bind(method, epsilon, options)
     seed = public_seed if public_seed is not None else rs.public_seed("bitpushing", "mean")
     tr = _scan(pop, column, encoding, engine, truth)
-    bits = int(options.get("bits_per_client", 1))
-    privacy = _charge([(f"{method} mean of {column}", (0, n))], mechanisms, bits, ledger, bit_meter)
-    first = len(engine.log)
-    res = engine.run(
-        mean_protocol(
-            stage, column, encoding, n, method=method, public_seed=seed, confidence=confidence
-        ),
-        pop,
+    stages = [(f"{method} mean of {column}", (0, n))]
+    privacy = _charge(stages, mechanisms, _bits(options), ledger, bit_meter)
+    proto = mean_protocol(
+        stage, column, encoding, n, method=method, public_seed=seed, confidence=confidence
     )
+    res = _run(engine, proto, pop, encoding, privacy, rs)
     if tr is not None:
-        res.truth = tr.mean
-        res.n_clipped = tr.n_clipped
+        res.truth, res.n_clipped = tr.mean, tr.n_clipped
         res.details["truth_of_clipped"] = tr.clipped_mean
-    _finish(res, engine, first, encoding, privacy, rs)
     return res
 
 
@@ -360,35 +373,27 @@ def variance(
     engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)
     n = pop.n_clients
-    opts = {**options, "epsilon": epsilon}
-    stage = make_stage(method, **opts)
-    mechanisms = stage_mechanisms(method, **opts)
+    stage, mechanisms = _bind(method, epsilon, options)
     seed = public_seed if public_seed is not None else rs.public_seed("bitpushing", "variance")
     n_m = variance_split(n, mean_fraction)
     tr = _scan(pop, column, encoding, engine, truth)
-    bits = int(options.get("bits_per_client", 1))
     stages = [
         (f"{method} mean of {column} (variance stage 1)", (0, n_m)),
         (f"{method} squared deviations of {column}", (n_m, n)),
     ]
-    privacy = _charge(stages, mechanisms, bits, ledger, bit_meter)
-    first = len(engine.log)
-    res = engine.run(
-        variance_protocol(
-            stage,
-            column,
-            encoding,
-            n,
-            method=method,
-            mean_fraction=mean_fraction,
-            public_seed=seed,
-            confidence=confidence,
-        ),
-        pop,
+    privacy = _charge(stages, mechanisms, _bits(options), ledger, bit_meter)
+    proto = variance_protocol(
+        stage,
+        column,
+        encoding,
+        n,
+        method=method,
+        mean_fraction=mean_fraction,
+        public_seed=seed,
+        confidence=confidence,
     )
+    res = _run(engine, proto, pop, encoding, privacy, rs)
     if tr is not None:
-        res.truth = tr.variance
-        res.n_clipped = tr.n_clipped
+        res.truth, res.n_clipped = tr.variance, tr.n_clipped
         res.details["truth_of_clipped"] = tr.clipped_variance
-    _finish(res, engine, first, encoding, privacy, rs)
     return res

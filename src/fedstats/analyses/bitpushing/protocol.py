@@ -265,6 +265,22 @@ def _tag(method: str, statistic: str) -> str:
     return f"{package}.{statistic}"
 
 
+def _common(
+    analysis: str, estimate: float, variance: float, confidence: float, epsilon: float | None
+) -> dict[str, Any]:
+    """The fields a mean and a variance result share: estimate, its variance, CI and privacy."""
+    return {
+        "analysis": analysis,
+        "estimate": estimate,
+        "ci": _ci(estimate, variance, confidence),
+        "standard_error": math.sqrt(max(variance, 0.0)),
+        "confidence": confidence,
+        "epsilon": epsilon,
+        "delta": 0.0 if epsilon is not None else None,
+        "variance": variance,
+    }
+
+
 def mean_protocol(
     stage: Stage,
     column: str,
@@ -310,17 +326,10 @@ def mean_protocol(
     est = spec.decode_mean(st.code_mean)
     var = spec.decode_variance(st.code_variance)
     return MeanEstimate(
-        analysis=_tag(method, "mean"),
-        estimate=est,
-        ci=_ci(est, var, conf),
-        standard_error=math.sqrt(max(var, 0.0)),
-        confidence=conf,
-        epsilon=st.epsilon,
-        delta=0.0 if st.epsilon is not None else None,
+        **_common(_tag(method, "mean"), est, var, conf, st.epsilon),
         n_clients=st.n_clients,
         bits_per_client=float(st.bits_per_client),
         method=method,
-        variance=var,
         bit_depth=spec.bit_depth,
         details=dict(st.details),
     )
@@ -418,17 +427,10 @@ def variance_protocol(
         "center": spec_v.center,
     }
     return VarianceEstimate(
-        analysis=_tag(method, "variance"),
-        estimate=est,
-        ci=_ci(est, var, conf),
-        standard_error=math.sqrt(max(var, 0.0)),
-        confidence=conf,
-        epsilon=st_v.epsilon,
-        delta=0.0 if st_v.epsilon is not None else None,
+        **_common(_tag(method, "variance"), est, var, conf, st_v.epsilon),
         n_clients=st_m.n_clients + st_v.n_clients,
         bits_per_client=float(max(st_m.bits_per_client, st_v.bits_per_client)),
         method=method,
-        variance=var,
         bit_depth=spec_m.bit_depth,
         mean=mu,
         details=details,
