@@ -201,7 +201,7 @@ def _scan(
 def _bind(
     method: str, epsilon: float | None, options: dict[str, Any]
 ) -> tuple[Any, list[Mechanism]]:
-    """The stage of ``method`` with its options, and the mechanisms each of its clients applies."""
+    """Bind the stage of ``method`` to its options; list the mechanisms each of its clients applies."""
     opts = {**options, "epsilon": epsilon}
     return make_stage(method, **opts), stage_mechanisms(method, **opts)
 

@@ -268,7 +268,7 @@ def _tag(method: str, statistic: str) -> str:
 def _common(
     analysis: str, estimate: float, variance: float, confidence: float, epsilon: float | None
 ) -> dict[str, Any]:
-    """The fields a mean and a variance result share: estimate, its variance, CI and privacy."""
+    """Collect the fields a mean and a variance result share: estimate, variance, CI, privacy."""
     return {
         "analysis": analysis,
         "estimate": estimate,
