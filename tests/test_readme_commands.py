@@ -1,5 +1,9 @@
 """Every ``fedstats ...`` command in the README's shell blocks runs as printed and exits with code 0.
 
+The same holds for the commands of the getting-started page and the tutorials (``docs/``), whose shown
+output was pasted from real runs; a tutorial that reads an example file assumes ``fedstats examples --out
+.`` was run, so that is done first.
+
 Each command runs through the installed ``fedstats`` script in a fresh temporary working directory (so
 nothing is written into the repository). A command that reads one of the example files first gets them
 the way the README says: by running the README's own ``fedstats examples --out .`` line in that directory.
@@ -75,6 +79,19 @@ SKIPPED = {
     if (reason := skip_reason(argv))
 }
 EXAMPLE_STEPS = [argv for argv in ARGVS if argv[1:2] == ["examples"]]
+DOC_PAGES = [
+    README.parent / "docs" / "getting-started.md",
+    *sorted((README.parent / "docs" / "tutorials").glob("*.md")),
+]
+DOC_COMMANDS = [
+    (page.relative_to(README.parent).as_posix(), line)
+    for page in DOC_PAGES
+    for line in readme_commands(page.read_text(encoding="utf-8"))
+]
+
+
+def _id(line: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.,:=-]+", " ", line.split("#")[0]).strip()[:90]
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -112,6 +129,7 @@ def test_the_readme_has_commands_and_skips_only_the_long_runs() -> None:
         else line
         for line in COMMANDS
     ],
+    ids=[_id(line) for line in COMMANDS],
 )
 def test_readme_command_runs_as_printed(line: str, tmp_path: Path) -> None:
     argv = shlex.split(line, comments=True)
@@ -124,3 +142,23 @@ def test_readme_command_runs_as_printed(line: str, tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
     if "--json" in argv:  # one JSON object on stdout
         assert isinstance(json.loads(res.stdout), dict)
+
+
+def test_the_docs_pages_have_commands() -> None:
+    pages = {page for page, _ in DOC_COMMANDS}
+    assert len(pages) == len(DOC_PAGES) >= 6, pages  # every tutorial shows at least one command
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("page", "line"), DOC_COMMANDS, ids=[f"{page}: {_id(line)}" for page, line in DOC_COMMANDS]
+)
+def test_docs_command_runs_as_printed(page: str, line: str, tmp_path: Path) -> None:
+    argv = shlex.split(line, comments=True)
+    assert skip_reason(argv) is None, f"{page}: keep the docs' commands short ({line})"
+    if any(arg in EXAMPLES for arg in argv):  # the pages say: after fedstats examples --out .
+        done = _run(["fedstats", "examples", "--out", "."], tmp_path)
+        assert done.returncode == 0, done.stderr
+    res = _run(argv, tmp_path)
+    assert res.returncode == 0, f"{page}: {line}\nexit {res.returncode}\n{res.stderr[-3000:]}"
+    assert "Traceback" not in res.stderr

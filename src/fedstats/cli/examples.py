@@ -128,7 +128,9 @@ def examples(
         where = f"copied to {out}" if out is not None else "in the package (copy with --out DIR)"
         console.print(f"example files built from UCI Adult (CC BY 4.0), {where}:")
         for f in payload["files"]:
-            console.print(f"\n{f['name']} ({f['bytes']:,} bytes): {f['description']}", soft_wrap=True)
+            console.print(
+                f"\n{f['name']} ({f['bytes']:,} bytes): {f['description']}", soft_wrap=True
+            )
             console.print(f"  try: {f['command']}", soft_wrap=True)
 
     emit(state, payload, render)
