@@ -183,3 +183,37 @@ def test_version_json_is_one_object(argv: list[str]) -> None:
 def test_version_text() -> None:
     res = runner.invoke(app, ["--version"])
     assert res.exit_code == 0 and res.stdout == f"fedstats {__version__}\n"
+
+
+def test_cli_failure_midway_removes_the_files_it_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fedstats.cli.examples as cli_examples
+
+    calls: list[Path] = []
+    real = cli_examples.atomic_write_bytes
+
+    def fail_second(path: Path | str, data: bytes) -> None:
+        calls.append(Path(path))
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(cli_examples, "atomic_write_bytes", fail_second)
+    (tmp_path / "keep.txt").write_text("mine")
+    res = runner.invoke(app, ["examples", "--out", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert "No space left on device" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert len(calls) == 2  # the first file was written, then removed again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
+
+
+def test_getting_started_python_blocks_run(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
+    blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S)
+    assert len(blocks) >= 2
+    for code in blocks:
+        exec(compile(code, str(page), "exec"), {"__name__": "getting_started"})
+        assert capsys.readouterr().out.strip()  # each block prints its result
