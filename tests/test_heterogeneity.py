@@ -22,7 +22,6 @@ from fedstats.analyses.heterogeneity import (
     i_squared,
     inverse_variance_weights,
     plan_rounds,
-    rho_for_epsilon,
     sensitivities,
     weighted_mean,
 )
@@ -30,7 +29,7 @@ from fedstats.cli.app import app
 from fedstats.engine import Engine, SerialBackend
 from fedstats.errors import BudgetExceededError, DataError, ParameterError
 from fedstats.privacy.analysis.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
-from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
+from fedstats.privacy.analysis.zcdp import approx_dp_to_zcdp, zcdp_to_approx_dp
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 
@@ -156,13 +155,16 @@ def test_plan_uses_agm_and_cgm_calibration() -> None:
         ("analytic", analytic_gaussian_sigma),
         ("classical", classical_gaussian_sigma),
     ):
-        cfg = HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism=mech)
+        cfg = HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism=mech, float_noise=True)
         p1, p2, _ = plan_rounds(cfg, n, d)
         assert p1.epsilon == pytest.approx(0.25) and p2.delta == pytest.approx(5e-6)
         assert p1.sigma == pytest.approx(fn(epsilon=0.25, delta=5e-6, sensitivity=math.sqrt(2)))
-    agm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5), n, d)[0].sigma
-    cgm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism="classical"), n, d)[0]
-    assert agm < cgm.sigma
+        assert p1.path == "float"
+    agm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5, float_noise=True), n, d)[0]
+    cgm = plan_rounds(
+        HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism="classical", float_noise=True), n, d
+    )[0]
+    assert agm.sigma < cgm.sigma
 
 
 @pytest.mark.parametrize("noise", ["central", "distributed"])
@@ -214,7 +216,7 @@ def test_dispersion_mse_formula_and_central_vs_distributed() -> None:
     mu = x.mean(axis=0)
     assert (mu == 0).any()
     mse: dict[str, float] = {}
-    for noise in ("central", "distributed"):
+    for noise in ("central", "distributed"):  # the paper's continuous design (simulation only)
         sq = []
         theory = 0.0
         for rep in range(250):
@@ -224,6 +226,7 @@ def test_dispersion_mse_formula_and_central_vs_distributed() -> None:
                 epsilon=3.0,
                 delta=1e-5,
                 noise=noise,
+                float_noise=True,
                 randomness=RandomSource(5000 + rep),
             )
             assert r.dispersion is not None and r.dispersion.error is not None
@@ -270,7 +273,7 @@ def test_interval_coverage_and_paper_intervals() -> None:
 
 # ------------------------------------------------------------------------------------------ discrete/secure
 def test_distributed_discrete_gaussian_accounting() -> None:
-    rho = rho_for_epsilon(epsilon=1.0, delta=1e-5)
+    rho = approx_dp_to_zcdp(epsilon=1.0, delta=1e-5)
     assert zcdp_to_approx_dp(rho=rho, delta=1e-5) == pytest.approx(1.0, rel=1e-8)
     n, l2 = 100, 2.0**16
     s2 = ddg_share_variance(rho=rho / 2, n=n, l2=l2, l1=4 * l2, dim=5)
@@ -280,7 +283,9 @@ def test_distributed_discrete_gaussian_accounting() -> None:
     # tiny shares: tau dominates and rho exceeds the continuous value
     assert ddg_rho(share_variance=0.3, n=n, l2=1, l1=1, dim=5) > 1 / (2 * n * 0.3)
     # with dropouts fewer shares reach the sum: the achieved epsilon grows and is reported
-    cfg = HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise="distributed", secure=True)
+    cfg = HeterogeneityConfig(
+        epsilon=1.0, delta=1e-5, noise="distributed", secure=True, accounting="zcdp"
+    )
     p1, p2, _ = plan_rounds(cfg, 50, 4)
     assert zcdp_to_approx_dp(rho=p1.rho + p2.rho, delta=1e-5) == pytest.approx(1.0, rel=1e-6)
 
@@ -297,7 +302,14 @@ def test_secure_and_plain_routes_equal() -> None:
         rs = RandomSource(77)
         eng = Engine(backend, rs)
         r = heterogeneity(
-            x, epsilon=1.0, delta=1e-5, noise="distributed", secure=True, engine=eng, randomness=rs
+            x,
+            epsilon=1.0,
+            delta=1e-5,
+            noise="distributed",
+            secure=True,
+            accounting="zcdp",
+            engine=eng,
+            randomness=rs,
         )
         out.append(r)
     a, b = out
@@ -409,7 +421,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: pytest.TempPathFactory) -
 @pytest.mark.parametrize("secure", [True, False])
 def test_dropout_tolerance_and_achieved_privacy(secure: bool) -> None:
     """Shares calibrated for ceil(f n) reports meet the target exactly then, beat it with more, miss with fewer."""
-    from fedstats.analyses.heterogeneity.protocol import _achieved
+    from fedstats.analyses.heterogeneity.config import achieved_loss
 
     n, f = 40, 0.75
     cfg = HeterogeneityConfig(
@@ -417,10 +429,9 @@ def test_dropout_tolerance_and_achieved_privacy(secure: bool) -> None:
     )
     p1, _, _ = plan_rounds(cfg, n, 6)
     assert p1.epsilon is not None
-    at = _achieved(p1, cfg, 30)["epsilon_achieved"]
-    assert at == pytest.approx(p1.epsilon, rel=1e-6)
-    assert _achieved(p1, cfg, 40)["epsilon_achieved"] < p1.epsilon
-    assert _achieved(p1, cfg, 20)["epsilon_achieved"] > p1.epsilon
+    eps = {m: achieved_loss(p1, m).epsilon for m in (20, 30, 40)}  # type: ignore[union-attr]
+    assert eps[30] == pytest.approx(p1.epsilon, rel=1e-6)
+    assert eps[40] < p1.epsilon < eps[20]
 
 
 def test_zcdp_accounting_spends_exactly_the_target_with_less_noise() -> None:
@@ -436,7 +447,7 @@ def test_zcdp_accounting_spends_exactly_the_target_with_less_noise() -> None:
     assert rz.details["epsilon_achieved"] <= 1.0
     assert rz.rounds[0]["sigma"] < rb.rounds[0]["sigma"]
     assert led.total().epsilon <= 1.0 + 1e-9 and led.total().rho == pytest.approx(
-        rho_for_epsilon(epsilon=1.0, delta=1e-5), rel=1e-9
+        approx_dp_to_zcdp(epsilon=1.0, delta=1e-5), rel=1e-9
     )
 
 

@@ -40,18 +40,13 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.stats
 
 from fedstats.analyses.heterogeneity.exact import i_squared
-from fedstats.randomness import RandomSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedstats.analyses.heterogeneity.calibration import Sensitivities
-    from fedstats.analyses.heterogeneity.protocol import (
-        HeterogeneityConfig,
-        HeterogeneityResult,
-        RoundPlan,
-    )
+    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig, RoundPlan
+    from fedstats.analyses.heterogeneity.protocol import HeterogeneityResult
 
 __all__ = [
     "attach_errors",
@@ -89,6 +84,8 @@ def clipped_error_moments(centre: np.ndarray, sd: float) -> tuple[np.ndarray, np
     (numpy.ndarray, numpy.ndarray)
         Second and fourth moments, each ``(d,)``.
     """
+    import scipy.stats  # lazily (costly import)
+
     mu = np.asarray(centre, dtype=np.float64)
     a, b = -mu, 1.0 - mu
     t2 = sd * sd
@@ -254,6 +251,8 @@ def dispersion_interval(
 
     .. math:: D \\in [D'' - A_{hi} - z\\sigma_D,\\; D'' + z\\sigma_D].
     """
+    import scipy.stats  # lazily (costly import)
+
     a = 1.0 - level
     d = mean.shape[0]
     a_hi = min(
@@ -284,6 +283,8 @@ def q_interval(
     :math:`|Z_S| \\le z_{1-a/8}\\sigma_w` and :math:`|Z_Q| \\le z_{1-a/8}\\sigma_Q` fails with probability at
     most :math:`a/4`, so the interval covers with probability at least :math:`1 - 3a/4`.
     """
+    import scipy.stats  # lazily (costly import)
+
     a = 1.0 - level
     d = centre.shape[0]
     z = float(scipy.stats.norm.ppf(1.0 - a / 8.0))
@@ -305,9 +306,22 @@ def attach_errors(
     sens: Sensitivities,
     n: int,
     d: int,
-    randomness: RandomSource,
 ) -> None:
-    """Fill noise levels, closed-form MSEs, intervals and the paper's intervals into ``res``."""
+    """Fill noise levels, closed-form MSEs, intervals and the paper's intervals into ``res``.
+
+    Parameters
+    ----------
+    res : HeterogeneityResult
+        Filled in place.
+    cfg : HeterogeneityConfig
+    p1, p2 : RoundPlan
+        The rounds, with ``sigma`` set to the noise that actually reached each sum.
+    sens : Sensitivities
+    n : int
+        Clients in the final sum.
+    d : int
+        Vector length.
+    """
     if not cfg.private:
         return
     if res.dispersion is not None:
@@ -359,8 +373,3 @@ def attach_errors(
             )
             lo, hi = res.q.interval
             res.i2.interval = (i_squared(lo, n), i_squared(hi, n))
-
-
-def normal_quantile(level: float) -> float:
-    """Two-sided standard normal quantile, e.g. 1.96 for 0.95."""
-    return float(scipy.stats.norm.ppf(0.5 + level / 2.0))

@@ -54,13 +54,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.gaussian import (
     PrivacyWarning,
     analytic_gaussian_sigma,
     classical_gaussian_sigma,
 )
-from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
 
 __all__ = [
     "MECHANISMS",
@@ -69,7 +67,7 @@ __all__ = [
     "ddg_rho",
     "ddg_share_variance",
     "gaussian_sigma",
-    "rho_for_epsilon",
+    "quiet_gaussian_sigma",
     "sensitivities",
     "split_budget",
 ]
@@ -221,11 +219,6 @@ def gaussian_sigma(mechanism: str, *, epsilon: float, delta: float, sensitivity:
     )
 
 
-def classical_is_unproven(mechanism: str, epsilons: tuple[float, ...]) -> bool:
-    """True when the classical calibration is used at some epsilon >= 1 (outside its theorem)."""
-    return mechanism == "classical" and any(e >= 1.0 for e in epsilons)
-
-
 def _tau(share_sigma: float, n: int) -> float:
     # tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 s^2 k/(k+1)); terms decrease to exp(-2 pi^2 s^2), so bound the tail.
     c = 2.0 * math.pi**2 * share_sigma**2
@@ -299,35 +292,22 @@ def ddg_share_variance(*, rho: float, n: int, l2: float, l1: float, dim: int) ->
     return hi
 
 
-def rho_for_epsilon(*, epsilon: float, delta: float) -> float:
-    """Largest rho (to 1e-10 relative) such that rho-zCDP implies (epsilon, delta)-DP.
-
-    Raises
-    ------
-    ParameterError
-        If a parameter is outside its range.
-    """
-    e = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
-    lo, hi = 0.0, 1.0
-    while zcdp_to_approx_dp(rho=hi, delta=delta) < e:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e12:  # pragma: no cover
-            raise ParameterError("epsilon", epsilon, "a value reachable by zCDP conversion")
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if zcdp_to_approx_dp(rho=mid, delta=delta) <= e:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return lo
-
-
 def quiet_gaussian_sigma(
     mechanism: str, *, epsilon: float, delta: float, sensitivity: float
 ) -> float:
-    """:func:`gaussian_sigma` without the classical mechanism's warning (the caller flags it instead)."""
+    """:func:`gaussian_sigma` without the classical mechanism's warning (the caller flags it instead).
+
+    Parameters
+    ----------
+    mechanism : {"analytic", "classical"}
+    epsilon, delta, sensitivity : float
+        As in :func:`gaussian_sigma`.
+
+    Returns
+    -------
+    float
+        The noise standard deviation.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         return gaussian_sigma(mechanism, epsilon=epsilon, delta=delta, sensitivity=sensitivity)
