@@ -32,7 +32,6 @@ _LEGACY: dict[str, str] = {
     "fed-chi2": "fedstats.cli.reproduce_fed_chi2",
     "performance-gap": "fedstats.cli.reproduce_performance_gap",
     "bit-pushing": "fedstats.cli.reproduce_bit_pushing",
-    "heterogeneity": "fedstats.cli.reproduce_heterogeneity",
 }
 
 reproduce_app = typer.Typer(
