@@ -529,3 +529,135 @@ def test_demo_rows() -> None:
         assert row["truth"] is not None and row["epsilon"] == 4.0
     # the 91:1 skew is less heterogeneous than equal labels (true dispersion)
     assert rows[2]["truth"] < rows[0]["truth"]
+
+
+# ------------------------------------------------------------------------------------------ release path
+def test_every_release_is_on_the_discrete_grid_and_charged_as_its_mechanism_reports() -> None:
+    from fedstats.analyses.heterogeneity.config import achieved_loss, central_mechanism
+
+    x = _data(60, 5, seed=21)
+    n, d = x.shape
+    for noise in ("central", "distributed"):
+        cfg = HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise=noise)
+        p1, p2, _ = plan_rounds(cfg, n, d)
+        led = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
+        r = heterogeneity(
+            x, epsilon=1.0, delta=1e-5, noise=noise, ledger=led, randomness=RandomSource(4)
+        )
+        assert r.details["noise_path"] == "grid" and p1.path == p2.path == "grid"
+        for entry, plan in zip(led.entries, (p1, p2), strict=True):
+            loss = (
+                central_mechanism(plan).privacy_loss()
+                if noise == "central"
+                else achieved_loss(plan, n)
+            )
+            assert loss is not None
+            assert (entry.epsilon, entry.delta, entry.rho) == (loss.epsilon, loss.delta, loss.rho)
+            assert entry.epsilon <= plan.epsilon * (1 + 1e-12)  # type: ignore[operator]
+        assert led.total().epsilon <= 1.0 * (1 + 1e-9)
+        assert r.details["epsilon_achieved"] == pytest.approx(led.total().epsilon, rel=1e-12)
+    # the central mechanism releases the sum on the fixed-point grid itself: snapping is the identity
+    mech = central_mechanism(p1 if p1.noise == "central" else plan_rounds(
+        HeterogeneityConfig(epsilon=1.0, delta=1e-5), n, d)[0])  # fmt: skip
+    assert mech.floating_point_safe and mech.grid == 2.0**-24
+    sums = np.arange(-5, 5, dtype=np.float64) * 2.0**-24
+    out = mech.randomize(np.tile(sums[:, None], (1, mech.dimension)), np.random.default_rng(0))
+    np.testing.assert_array_equal(out / mech.grid, np.round(out / mech.grid))
+
+
+def test_float_noise_is_simulation_only_and_labelled() -> None:
+    x = _data(40, 4, seed=22)
+    r = heterogeneity(x, epsilon=1.0, delta=1e-5, float_noise=True, randomness=RandomSource(1))
+    assert r.details["noise_path"] == "float"
+    assert r.release_note is not None and "simulation only" in r.release_note
+    with pytest.raises(ParameterError, match="ledger"):
+        heterogeneity(x, epsilon=1.0, delta=1e-5, float_noise=True, ledger=PrivacyLedger())
+    grid = heterogeneity(x, epsilon=1.0, delta=1e-5, randomness=RandomSource(1))
+    assert grid.release_note is not None and "simulation" not in grid.release_note
+
+
+def test_refused_request_charges_nothing() -> None:
+    x = _data(40, 4, seed=23)
+    led = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
+    led.spend(epsilon=0.8, delta=0.0, label="earlier release")
+    kw = {"epsilon": 0.5, "delta": 5e-6, "round1_fraction": 0.1}
+    # round 1 alone would fit, rounds 1 and 2 together do not: the request is refused as a whole
+    p1, p2, _ = plan_rounds(HeterogeneityConfig(**kw), *x.shape)  # type: ignore[arg-type]
+    assert p1.loss is not None and p2.loss is not None
+    scratch = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
+    scratch.spend(epsilon=0.8, delta=0.0, label="earlier release")
+    scratch.spend_loss(p1.loss, label="round 1 alone")  # fits
+    with pytest.raises(BudgetExceededError):
+        scratch.spend_loss(p2.loss, label="round 2")
+    with pytest.raises(BudgetExceededError):
+        heterogeneity(x, ledger=led, randomness=RandomSource(2), **kw)  # type: ignore[arg-type]
+    assert [e.label for e in led.entries] == ["earlier release"]
+
+
+def test_configurations_that_would_ignore_a_parameter_are_refused() -> None:
+    with pytest.raises(ParameterError, match="mechanism"):
+        HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise="distributed", mechanism="classical")
+    with pytest.raises(ParameterError, match="mechanism"):
+        HeterogeneityConfig(epsilon=1.0, delta=1e-5, accounting="zcdp", mechanism="classical")
+    with pytest.raises(ParameterError, match="float_noise"):
+        HeterogeneityConfig(
+            epsilon=1.0, delta=1e-5, noise="distributed", secure=True, float_noise=True
+        )
+    # the classical formula remains available where it applies
+    HeterogeneityConfig(epsilon=1.0, delta=1e-5, mechanism="classical")
+    HeterogeneityConfig(
+        epsilon=1.0, delta=1e-5, noise="distributed", mechanism="classical", float_noise=True
+    )
+
+
+def test_cli_refuses_route_options_the_route_ignores() -> None:
+    cases = [
+        (["--dropout", "0.1"], "--dropout"),
+        (["--workers", "2"], "--workers"),
+        (["--backend", "process", "--scheduler", "tcp://127.0.0.1:1"], "--scheduler"),
+    ]
+    for extra, flag in cases:
+        res = runner.invoke(app, ["heterogeneity", "digits", "--no-privacy", *extra])
+        assert res.exit_code == 2, (extra, res.output)
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and flag in lines[0], lines
+
+
+def test_cli_dropout_on_the_secure_route_drops_clients(tmp_path: object) -> None:
+    from pathlib import Path
+
+    x = _data(40, 4, seed=24, lo=0.1, hi=0.9)
+    path = Path(str(tmp_path)) / "v.csv"
+    path.write_text("a,b,c,d\n" + "\n".join(",".join(f"{v:.6f}" for v in row) for row in x) + "\n")
+    args = ["--seed", "5", "heterogeneity", str(path), "--epsilon", "1", "--delta", "1e-5"]
+    args += ["--secure", "--min-reporting", "0.5", "--dropout", "0.2", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    summed = [r["clients_summed"] for r in out["rounds"]]
+    assert out["backend"] == "secure" and min(summed) < 40  # some clients dropped out
+    # shares are calibrated for ceil(0.5 n) = 20 reports: with at least that many the target holds
+    eps = [r["epsilon_achieved"] for r in out["rounds"]]
+    planned = [r["epsilon"] for r in out["rounds"]]
+    assert min(summed) >= 20
+    assert all(e <= p * (1 + 1e-9) for e, p in zip(eps, planned, strict=True))
+
+
+def test_cli_reads_parquet_like_csv(tmp_path: object) -> None:
+    from pathlib import Path
+
+    import pandas as pd
+
+    x = _data(30, 6, seed=25)
+    root = Path(str(tmp_path))
+    df = pd.DataFrame(x, columns=[f"p{j}" for j in range(6)])
+    df.to_csv(root / "v.csv", index=False, float_format="%.17g")
+    df.to_parquet(root / "v.parquet")
+    outs = []
+    for name in ("v.csv", "v.parquet"):
+        res = runner.invoke(app, ["heterogeneity", str(root / name), "--no-privacy", "--json"])
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.stdout))
+    assert outs[0]["dispersion"]["truth"] == outs[1]["dispersion"]["truth"]
+    assert outs[1]["dispersion"]["truth"] == pytest.approx(dispersion(x), rel=1e-12)
+    assert outs[1]["n_clients"] == 30

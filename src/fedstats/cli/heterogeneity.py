@@ -39,7 +39,7 @@ def _fmt(v: Any) -> str:
 def _route_options(
     backend: str, *, dropout: float, workers: int | None, scheduler: str | None
 ) -> dict[str, Any]:
-    """The route options that apply to ``backend``; refuse the ones it would ignore.
+    """Return the route options that apply to ``backend``; refuse the ones it would ignore.
 
     Raises
     ------

@@ -202,7 +202,7 @@ def secure_identity(x: np.ndarray, reps: int, rs: RandomSource) -> dict[str, Any
 
 
 def legacy_table(randomness: RandomSource) -> dict[str, Any]:
-    """The authors' script emulated for every dataset of the published Table 1 (see module docstring).
+    """Emulate the authors' script for every dataset of the published Table 1 (see module docstring).
 
     Parameters
     ----------
@@ -238,13 +238,13 @@ def legacy_table(randomness: RandomSource) -> dict[str, Any]:
 def legacy_dispersion_emse(
     *, dim: int, n_train: int, epsilon: float, delta: float, mechanism: str, reps: int, rng: Any
 ) -> float:
-    """EMSE of the dispersion as the authors' script computes it (to reproduce the published Table 1).
+    r"""EMSE of the dispersion as the authors' script computes it (to reproduce the published Table 1).
 
     Every client is a copy of one image (a counter is never incremented), so the true dispersion is 0;
-    the sensitivity is :math:`\\sqrt d / N_{\\text{train}}`; the noise is drawn with standard deviation
-    :math:`s = (\\Delta\\sigma_1)^2` (``normal(0, sigma**2)``); the per-client squared errors are averaged over
+    the sensitivity is :math:`\sqrt d / N_{\text{train}}`; the noise is drawn with standard deviation
+    :math:`s = (\Delta\sigma_1)^2` (``normal(0, sigma**2)``); the per-client squared errors are averaged over
     the 2% sample and the repetitions. The published numbers equal the round-2 noise term alone,
-    :math:`E[Y_2^2] = s^2 = (\\Delta\\sigma_1)^4` (within 2% for all six AGM/CGM entries of Table 1), so that is
+    :math:`E[Y_2^2] = s^2 = (\Delta\sigma_1)^4` (within 2% for all six AGM/CGM entries of Table 1), so that is
     what is simulated here.
     """
     c = quiet_gaussian_sigma(mechanism, epsilon=epsilon, delta=delta, sensitivity=1.0)

@@ -15,7 +15,7 @@ __all__ = ["findings", "page_data"]
 
 
 def page_data(doc: dict[str, Any], eps_grid: tuple[float, ...]) -> dict[str, Any]:
-    """The numbers the results page shows, arranged as rows (``heterogeneity.md.j2`` only formats them).
+    """Arrange the numbers the results page shows into rows (``heterogeneity.md.j2`` only formats them).
 
     Parameters
     ----------
@@ -104,7 +104,7 @@ def _z(a: dict[str, Any], b: dict[str, Any], field: str) -> float:
 
 
 def findings(doc: dict[str, Any]) -> dict[str, Any]:
-    """The numbers behind the page's findings, from Tables 1-3 and 5.
+    """Compute the numbers behind the page's findings, from Tables 1-3 and 5.
 
     Parameters
     ----------

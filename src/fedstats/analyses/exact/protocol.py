@@ -24,7 +24,7 @@ __all__ = ["ChiSquareResult", "MeanResult", "chi_square_protocol", "mean_protoco
 
 @dataclass
 class ChiSquareResult(AnalysisResult):
-    """Pearson chi-square test of independence on the summed table (``analysis="exact.chi2"``).
+    r"""Pearson chi-square test of independence on the summed table (``analysis="exact.chi2"``).
 
     ``estimate`` is Pearson's :math:`X^2` (no continuity correction); :attr:`statistic` is the same value
     under the test's usual name.
@@ -32,7 +32,7 @@ class ChiSquareResult(AnalysisResult):
     Attributes
     ----------
     p_value : float
-        Upper tail of :math:`\\chi^2_{\\mathrm{dof}}` at the statistic, in [0, 1].
+        Upper tail of :math:`\chi^2_{\mathrm{dof}}` at the statistic, in [0, 1].
     dof : int
         ``(m_x - 1)(m_y - 1)`` after dropping empty rows and columns.
     table : numpy.ndarray

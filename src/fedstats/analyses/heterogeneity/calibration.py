@@ -78,22 +78,22 @@ NOISE_MODES: tuple[str, ...] = ("central", "distributed")
 
 @dataclass(frozen=True)
 class Sensitivities:
-    """L2 sensitivities of the four summed releases (see the module docstring).
+    r"""L2 sensitivities of the four summed releases (see the module docstring).
 
     Attributes
     ----------
     dim : int
     p : float
     min_variance : float
-        Floor :math:`v_{\\min}` on the within-vector variance.
+        Floor :math:`v_{\min}` on the within-vector variance.
     mean_sum : float
-        :math:`\\sqrt d`.
+        :math:`\sqrt d`.
     weighted_sum : float
-        :math:`\\sqrt{d + (1 - u_{\\min})^2}` (in units of :math:`w_{\\max}`).
+        :math:`\sqrt{d + (1 - u_{\min})^2}` (in units of :math:`w_{\max}`).
     dispersion_sum : float
         :math:`d^{p/2}`.
     q_sum : float
-        :math:`d` in units of :math:`w_{\\max}` (:math:`w_{\\max} d` in weight units).
+        :math:`d` in units of :math:`w_{\max}` (:math:`w_{\max} d` in weight units).
     w_max, u_min : float
     """
 
@@ -108,16 +108,16 @@ class Sensitivities:
     u_min: float
 
     def mean_average(self, n: int) -> float:
-        """Sensitivity of the mean, :math:`\\sqrt d / n`."""
+        r"""Sensitivity of the mean, :math:`\sqrt d / n`."""
         return self.mean_sum / n
 
     def dispersion_average(self, n: int) -> float:
-        """Sensitivity of the average dispersion, :math:`d^{p/2}/n` (paper 000 uses :math:`\\sqrt d/n`)."""
+        r"""Sensitivity of the average dispersion, :math:`d^{p/2}/n` (paper 000 uses :math:`\sqrt d/n`)."""
         return self.dispersion_sum / n
 
     @property
     def q_weight_units(self) -> float:
-        """Sensitivity of Q in weight units, :math:`w_{\\max} d`."""
+        r"""Sensitivity of Q in weight units, :math:`w_{\max} d`."""
         return self.q_sum * self.w_max
 
 
@@ -191,13 +191,13 @@ def split_budget(
 
 
 def gaussian_sigma(mechanism: str, *, epsilon: float, delta: float, sensitivity: float) -> float:
-    """Noise standard deviation of the analytic or classical Gaussian mechanism.
+    r"""Noise standard deviation of the analytic or classical Gaussian mechanism.
 
     Parameters
     ----------
     mechanism : {"analytic", "classical"}
         ``"analytic"``: Balle & Wang 2018 (exact, any epsilon). ``"classical"``:
-        :math:`\\Delta\\sqrt{2\\ln(1.25/\\delta)}/\\varepsilon` (Dwork & Roth Thm. A.1), which is only proven
+        :math:`\Delta\sqrt{2\ln(1.25/\delta)}/\varepsilon` (Dwork & Roth Thm. A.1), which is only proven
         for epsilon < 1; larger epsilons are accepted to reproduce paper 000 (eps up to 5) and emit a
         :class:`~fedstats.privacy.analysis.gaussian.PrivacyWarning`.
     epsilon, delta, sensitivity : float

@@ -34,19 +34,19 @@ SHARE_KINDS: tuple[str, ...] = ("none", "discrete", "gaussian")
 
 
 def weights_u(x: np.ndarray, min_variance: float) -> np.ndarray:
-    """Bounded inverse-variance weights in units of their maximum, :math:`u_i = w_i / w_{\\max}`.
+    r"""Bounded inverse-variance weights in units of their maximum, :math:`u_i = w_i / w_{\max}`.
 
     Parameters
     ----------
     x : numpy.ndarray, shape (n, d)
         The clients' vectors, entries in [0, 1].
     min_variance : float
-        Public floor :math:`v_{\\min}` in (0, 1/4] on the within-vector variance.
+        Public floor :math:`v_{\min}` in (0, 1/4] on the within-vector variance.
 
     Returns
     -------
     numpy.ndarray
-        float64 ``(n,)``, :math:`v_{\\min}/\\max(s_i^2, v_{\\min}) \\in [\\min(1, 4 v_{\\min}), 1]`.
+        float64 ``(n,)``, :math:`v_{\min}/\max(s_i^2, v_{\min}) \in [\min(1, 4 v_{\min}), 1]`.
     """
     u: np.ndarray = min_variance / np.maximum(x.var(axis=1), min_variance)
     return u

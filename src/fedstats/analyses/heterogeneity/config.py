@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -140,6 +140,7 @@ class HeterogeneityConfig:
     float_noise: bool = False
 
     def __post_init__(self) -> None:
+        """Validate every parameter and their combination (see the class docstring)."""
         check_choice("statistic", self.statistic, STATISTICS)
         check_choice("mechanism", self.mechanism, MECHANISMS)
         check_choice("accounting", self.accounting, ACCOUNTINGS)
@@ -220,7 +221,7 @@ class HeterogeneityConfig:
 
 @dataclass(frozen=True)
 class RoundPlan:
-    """Public calibration of one round.
+    r"""Public calibration of one round.
 
     Attributes
     ----------
@@ -235,15 +236,15 @@ class RoundPlan:
     path : {"none", "grid", "float"}
         Discrete Gaussian on the grid (releasable) or floating-point noise (simulation only).
     epsilon, delta : float or None
-        This round's privacy loss at the planned number of shares (what the ledger is charged).
+        This round's budget (the target its mechanism is calibrated to).
     rho : float or None
-        Its zCDP rho.
+        The zCDP rho of its noise at the planned number of shares.
     sigma : float
         Standard deviation of the noise on each coordinate of the normalised sum (0 without privacy).
     share_sd : float
         Each client's floating-point share (float path, distributed), normalised units.
     share_variance : float
-        Each client's discrete Gaussian share :math:`\\sigma_s^2` (grid path, distributed), integer units.
+        Each client's discrete Gaussian share :math:`\sigma_s^2` (grid path, distributed), integer units.
     frac_bits : int
         f of the grid :math:`2^{-f}`.
     clip : float
@@ -254,6 +255,8 @@ class RoundPlan:
         Sensitivities of the summed reports on the integer grid (normalised ones on the float path).
     analytic : bool
         Analytic (True) or classical Gaussian calibration (central and float noise).
+    spent : PrivacyLoss or None
+        What the round's mechanism reports at the planned number of shares: what the ledger is charged.
     """
 
     name: str
@@ -273,13 +276,12 @@ class RoundPlan:
     l2: float
     l1: float
     analytic: bool = True
+    spent: PrivacyLoss | None = None
 
     @property
     def loss(self) -> PrivacyLoss | None:
-        """This round's privacy loss as planned (None without privacy)."""
-        if self.epsilon is None or self.delta is None:
-            return None
-        return PrivacyLoss(self.epsilon, self.delta, self.rho)
+        """Privacy loss of the round as planned (:attr:`spent`; None without privacy)."""
+        return self.spent
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -304,7 +306,7 @@ def _ceil_log2(x: float) -> int:
 
 
 def central_mechanism(plan: RoundPlan) -> GaussianMechanism:
-    """The discrete Gaussian mechanism that releases a central round's sum on the grid :math:`2^{-f}`.
+    """Build the discrete Gaussian mechanism that releases a central round's sum on the grid 2^-f.
 
     Its sensitivity is the L2 diameter of one client's integer report (``plan.l2``, randomized rounding
     included) in normalised units, and its grid is exactly the fixed-point grid, so snapping the sum is
@@ -426,10 +428,7 @@ def _plan_one(
         sigma = mech.sigma
     if loss is None:
         return plan
-    return RoundPlan(
-        name, blocks, dim, noise, cfg.noise_path, loss.epsilon, loss.delta, loss.rho, sigma,
-        share_sd, share_var, f, clip, bound, l2, l1, analytic,
-    )  # fmt: skip
+    return replace(plan, rho=loss.rho, sigma=sigma, spent=loss)
 
 
 def plan_rounds(
@@ -474,7 +473,7 @@ def plan_rounds(
 
 
 def effective_sigma(plan: RoundPlan, n_summed: int) -> float:
-    """Standard deviation of the noise actually on the normalised sum, given the shares summed.
+    """Return the standard deviation of the noise on the normalised sum, given the shares summed.
 
     Parameters
     ----------

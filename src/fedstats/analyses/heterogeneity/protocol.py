@@ -164,7 +164,7 @@ def _round_params(cfg: HeterogeneityConfig, plan: RoundPlan, sens: Sensitivities
 
 
 def _release(s: RoundSum, plan: RoundPlan, server: RNG | None) -> np.ndarray:
-    """The round's released normalised sum: central noise added by the server, if any."""
+    """Return the round's released normalised sum, with the server's central noise if any."""
     vals = np.asarray(s.total, dtype=np.float64) / 2.0**plan.frac_bits
     if plan.noise != "central":
         return vals
@@ -199,7 +199,7 @@ def _round_report(plan: RoundPlan, n_summed: int) -> dict[str, Any]:
 def heterogeneity_protocol(
     cfg: HeterogeneityConfig, *, n_clients: int, dim: int, randomness: RandomSource
 ) -> ProtocolGenerator[HeterogeneityResult]:
-    """The two-round protocol (module docstring); run it with :meth:`fedstats.engine.Engine.run`.
+    """Run the two-round protocol (module docstring) as a generator for :meth:`~fedstats.engine.Engine.run`.
 
     Parameters
     ----------
