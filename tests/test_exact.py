@@ -28,7 +28,7 @@ from fedstats.randomness import RandomSource
         np.int64,
         st.tuples(st.integers(1, 30), st.integers(2, 4), st.integers(2, 5)),
         elements=st.integers(0, 6),
-    )  # fmt: skip
+    )
 )
 def test_chi_square_equals_scipy_on_the_summed_table(tables: np.ndarray) -> None:
     total = tables.sum(axis=0)

@@ -421,7 +421,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: pytest.TempPathFactory) -
 @pytest.mark.parametrize("secure", [True, False])
 def test_dropout_tolerance_and_achieved_privacy(secure: bool) -> None:
     """Shares calibrated for ceil(f n) reports meet the target exactly then, beat it with more, miss with fewer."""
-    from fedstats.analyses.heterogeneity.config import achieved_loss
+    from fedstats.analyses.heterogeneity.protocol import achieved_loss
 
     n, f = 40, 0.75
     cfg = HeterogeneityConfig(
@@ -533,7 +533,8 @@ def test_demo_rows() -> None:
 
 # ------------------------------------------------------------------------------------------ release path
 def test_every_release_is_on_the_discrete_grid_and_charged_as_its_mechanism_reports() -> None:
-    from fedstats.analyses.heterogeneity.config import achieved_loss, central_mechanism
+    from fedstats.analyses.heterogeneity.config import central_mechanism
+    from fedstats.analyses.heterogeneity.protocol import achieved_loss
 
     x = _data(60, 5, seed=21)
     n, d = x.shape
@@ -557,8 +558,7 @@ def test_every_release_is_on_the_discrete_grid_and_charged_as_its_mechanism_repo
         assert led.total().epsilon <= 1.0 * (1 + 1e-9)
         assert r.details["epsilon_achieved"] == pytest.approx(led.total().epsilon, rel=1e-12)
     # the central mechanism releases the sum on the fixed-point grid itself: snapping is the identity
-    mech = central_mechanism(p1 if p1.noise == "central" else plan_rounds(
-        HeterogeneityConfig(epsilon=1.0, delta=1e-5), n, d)[0])  # fmt: skip
+    mech = central_mechanism(plan_rounds(HeterogeneityConfig(epsilon=1.0, delta=1e-5), n, d)[0])
     assert mech.floating_point_safe and mech.grid == 2.0**-24
     sums = np.arange(-5, 5, dtype=np.float64) * 2.0**-24
     out = mech.randomize(np.tile(sums[:, None], (1, mech.dimension)), np.random.default_rng(0))

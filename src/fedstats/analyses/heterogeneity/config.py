@@ -41,7 +41,7 @@ from fedstats.analyses.heterogeneity.calibration import (
 )
 from fedstats.analyses.heterogeneity.exact import WEIGHTED_MEAN_FORMS
 from fedstats.errors import OverflowRiskError, ParameterError
-from fedstats.privacy.analysis.gaussian import PrivacyWarning, analytic_gaussian_epsilon
+from fedstats.privacy.analysis.gaussian import PrivacyWarning
 from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.privacy.analysis.zcdp import approx_dp_to_zcdp, zcdp_to_approx_dp
 from fedstats.privacy.mechanisms.noise import GaussianMechanism
@@ -52,9 +52,7 @@ __all__ = [
     "STATISTICS",
     "HeterogeneityConfig",
     "RoundPlan",
-    "achieved_loss",
     "central_mechanism",
-    "effective_sigma",
     "plan_rounds",
 ]
 
@@ -419,9 +417,24 @@ def _plan_one(
         )
     bound = math.ceil((clip + margin) * 2.0**f) + 1
     plan = RoundPlan(
-        name, blocks, dim, noise, cfg.noise_path, eps_r, delta_r, None, sigma, share_sd, share_var,
-        f, clip, bound, l2, l1, analytic,
-    )  # fmt: skip
+        name=name,
+        blocks=blocks,
+        dim=dim,
+        noise=noise,
+        path=cfg.noise_path,
+        epsilon=eps_r,
+        delta=delta_r,
+        rho=None,
+        sigma=sigma,
+        share_sd=share_sd,
+        share_variance=share_var,
+        frac_bits=f,
+        clip=clip,
+        bound=bound,
+        l2=l2,
+        l1=l1,
+        analytic=analytic,
+    )
     if cfg.noise_path == "grid" and noise == "central":
         mech = central_mechanism(plan)
         loss = mech.privacy_loss()
@@ -470,60 +483,3 @@ def plan_rounds(
     p1 = _plan_one("centre", b1, cfg, sens, n, budgets[0], rhos[0])
     p2 = _plan_one("spread", b2, cfg, sens, n, budgets[1], rhos[1])
     return p1, p2, sens
-
-
-def effective_sigma(plan: RoundPlan, n_summed: int) -> float:
-    """Return the standard deviation of the noise on the normalised sum, given the shares summed.
-
-    Parameters
-    ----------
-    plan : RoundPlan
-    n_summed : int
-        Clients whose reports reached the sum.
-
-    Returns
-    -------
-    float
-    """
-    if plan.noise == "none":
-        return 0.0
-    if plan.noise == "central":
-        return plan.sigma
-    if plan.path == "grid":
-        return math.sqrt(n_summed * plan.share_variance) / 2.0**plan.frac_bits
-    return plan.share_sd * math.sqrt(n_summed)
-
-
-def achieved_loss(plan: RoundPlan, n_summed: int) -> PrivacyLoss | None:
-    """Privacy the round achieved given the noise that reached the sum (None without privacy).
-
-    Central noise does not depend on who reported. Distributed shares: fewer shares than planned (dropouts)
-    give less noise, so a larger loss: Prop. 14 of Kairouz, Liu & Steinke (2021) with the shares summed on
-    the grid, the analytic Gaussian epsilon (Balle & Wang 2018) of the float noise otherwise.
-
-    Parameters
-    ----------
-    plan : RoundPlan
-    n_summed : int
-        Clients whose reports reached the sum, >= 1.
-
-    Returns
-    -------
-    PrivacyLoss or None
-    """
-    if plan.loss is None or plan.delta is None:
-        return None
-    if plan.noise == "central":
-        return plan.loss
-    if plan.path == "grid":
-        r = ddg_rho(
-            share_variance=plan.share_variance, n=n_summed, l2=plan.l2, l1=plan.l1, dim=plan.dim
-        )
-        return PrivacyLoss(zcdp_to_approx_dp(rho=r, delta=plan.delta), plan.delta, r)
-    sig = effective_sigma(plan, n_summed)
-    k = len(plan.blocks)
-    return PrivacyLoss(
-        analytic_gaussian_epsilon(delta=plan.delta, sigma=sig, sensitivity=math.sqrt(k)),
-        plan.delta,
-        k / (2.0 * sig**2),
-    )

@@ -25,25 +25,32 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses.heterogeneity.calibration import Sensitivities
+from fedstats.analyses.heterogeneity.calibration import Sensitivities, ddg_rho
 from fedstats.analyses.heterogeneity.client import encode_centre, encode_spread
 from fedstats.analyses.heterogeneity.config import (
     FLOAT_NOTE,
     HeterogeneityConfig,
     RoundPlan,
-    achieved_loss,
     central_mechanism,
-    effective_sigma,
     plan_rounds,
 )
 from fedstats.analyses.heterogeneity.exact import i_squared
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import Round, RoundSum
+from fedstats.privacy.analysis.gaussian import analytic_gaussian_epsilon
+from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RNG, RandomSource
 from fedstats.results import AnalysisResult, to_jsonable
 
-__all__ = ["HeterogeneityResult", "StatisticEstimate", "heterogeneity_protocol"]
+__all__ = [
+    "HeterogeneityResult",
+    "StatisticEstimate",
+    "achieved_loss",
+    "effective_sigma",
+    "heterogeneity_protocol",
+]
 
 
 @dataclass
@@ -139,6 +146,63 @@ class HeterogeneityResult(AnalysisResult):
     p: float = 2.0
     min_variance: float = 0.05
     form: str = "standard"
+
+
+def effective_sigma(plan: RoundPlan, n_summed: int) -> float:
+    """Return the standard deviation of the noise on the normalised sum, given the shares summed.
+
+    Parameters
+    ----------
+    plan : RoundPlan
+    n_summed : int
+        Clients whose reports reached the sum.
+
+    Returns
+    -------
+    float
+    """
+    if plan.noise == "none":
+        return 0.0
+    if plan.noise == "central":
+        return plan.sigma
+    if plan.path == "grid":
+        return math.sqrt(n_summed * plan.share_variance) / 2.0**plan.frac_bits
+    return plan.share_sd * math.sqrt(n_summed)
+
+
+def achieved_loss(plan: RoundPlan, n_summed: int) -> PrivacyLoss | None:
+    """Privacy the round achieved given the noise that reached the sum (None without privacy).
+
+    Central noise does not depend on who reported. Distributed shares: fewer shares than planned (dropouts)
+    give less noise, so a larger loss: Prop. 14 of Kairouz, Liu & Steinke (2021) with the shares summed on
+    the grid, the analytic Gaussian epsilon (Balle & Wang 2018) of the float noise otherwise.
+
+    Parameters
+    ----------
+    plan : RoundPlan
+    n_summed : int
+        Clients whose reports reached the sum, >= 1.
+
+    Returns
+    -------
+    PrivacyLoss or None
+    """
+    if plan.loss is None or plan.delta is None:
+        return None
+    if plan.noise == "central":
+        return plan.loss
+    if plan.path == "grid":
+        r = ddg_rho(
+            share_variance=plan.share_variance, n=n_summed, l2=plan.l2, l1=plan.l1, dim=plan.dim
+        )
+        return PrivacyLoss(zcdp_to_approx_dp(rho=r, delta=plan.delta), plan.delta, r)
+    sig = effective_sigma(plan, n_summed)
+    k = len(plan.blocks)
+    return PrivacyLoss(
+        analytic_gaussian_epsilon(delta=plan.delta, sigma=sig, sensitivity=math.sqrt(k)),
+        plan.delta,
+        k / (2.0 * sig**2),
+    )
 
 
 def _round_params(cfg: HeterogeneityConfig, plan: RoundPlan, sens: Sensitivities) -> dict[str, Any]:
