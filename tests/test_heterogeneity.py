@@ -661,3 +661,26 @@ def test_cli_reads_parquet_like_csv(tmp_path: object) -> None:
     assert outs[0]["dispersion"]["truth"] == outs[1]["dispersion"]["truth"]
     assert outs[1]["dispersion"]["truth"] == pytest.approx(dispersion(x), rel=1e-12)
     assert outs[1]["n_clients"] == 30
+
+
+@pytest.mark.parametrize("noise", ["central", "distributed"])
+def test_rounds_carry_only_plain_public_parameters(noise: str) -> None:
+    """What crosses to the clients is JSON (a deployment ships it as is) and holds no client range."""
+    from fedstats.analyses.heterogeneity import heterogeneity_protocol
+    from fedstats.engine import ClientBatch, RoundSum
+
+    x = _data(30, 4, seed=26)
+    cfg = HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise=noise)
+    gen = heterogeneity_protocol(cfg, n_clients=30, dim=4, randomness=RandomSource(8))
+    rounds = [next(gen)]
+    with pytest.raises(StopIteration) as stop:
+        while True:
+            rnd = rounds[-1]
+            assert json.loads(json.dumps(rnd.params)) == rnd.params
+            assert rnd.client_range is None
+            assert not {"dropped", "client_range", "truth"} & set(rnd.params)
+            rep = rnd.encode_checked(ClientBatch({"x": x}, 0, 30), np.random.default_rng(0))
+            rounds.append(gen.send(RoundSum(rep.sum(axis=0), 30)))
+    assert [r.name for r in rounds] == ["centre", "spread"]
+    res = stop.value.value
+    assert res.analysis == "heterogeneity" and res.dispersion is not None
