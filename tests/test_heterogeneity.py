@@ -70,7 +70,7 @@ def test_no_privacy_run_through_engine_equals_exact() -> None:
     assert r.dispersion.estimate == pytest.approx(ex.dispersion, rel=1e-6)
     assert r.q.estimate == pytest.approx(ex.q, rel=1e-6)
     assert r.i2.estimate == pytest.approx(ex.i2, abs=1e-8)
-    assert r.epsilon is None and r.dispersion.interval is None
+    assert r.epsilon is None and r.dispersion.interval is None and r.ci is None
     r3 = heterogeneity(x, statistic="dispersion", p=3.0, randomness=RandomSource(6))
     assert r3.dispersion is not None
     assert r3.dispersion.estimate == pytest.approx(dispersion(x, 3.0), rel=1e-6)
@@ -546,6 +546,8 @@ def test_every_release_is_on_the_discrete_grid_and_charged_as_its_mechanism_repo
             x, epsilon=1.0, delta=1e-5, noise=noise, ledger=led, randomness=RandomSource(4)
         )
         assert r.details["noise_path"] == "grid" and p1.path == p2.path == "grid"
+        assert r.i2 is not None and r.estimate == r.i2.estimate and r.ci == r.i2.interval
+        assert r.truth == r.i2.truth and r.to_dict()["error"] == r.i2.error
         for entry, plan in zip(led.entries, (p1, p2), strict=True):
             loss = (
                 central_mechanism(plan).privacy_loss()

@@ -111,7 +111,8 @@ class StatisticEstimate:
 class HeterogeneityResult(AnalysisResult):
     """Result of :func:`heterogeneity_protocol` (``analysis="heterogeneity"``).
 
-    ``estimate`` is I^2 when Q was released, else the dispersion.
+    ``estimate`` is I^2 when Q was released, else the dispersion; ``ci``, ``standard_error`` and ``truth``
+    are that statistic's.
 
     Attributes
     ----------
@@ -383,4 +384,7 @@ def heterogeneity_protocol(
         n2,
         d,
     )
+    headline = res.i2 if res.i2 is not None else res.dispersion
+    if headline is not None:  # the base fields describe the headline estimate
+        res.ci, res.standard_error = headline.interval, headline.standard_error
     return res
