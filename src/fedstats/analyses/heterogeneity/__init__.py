@@ -17,6 +17,7 @@ noise (:mod:`.accuracy`), and every release on the discrete Gaussian grid (:mod:
 Examples
 --------
 >>> import numpy as np
+>>> from fedstats.analyses.heterogeneity import heterogeneity
 >>> from fedstats.randomness import RandomSource
 >>> x = np.random.default_rng(0).random((200, 16))
 >>> r = heterogeneity(x, randomness=RandomSource(1))            # no privacy: exact through the engine
@@ -29,52 +30,98 @@ True
 
 from __future__ import annotations
 
-from fedstats.analyses.heterogeneity.accuracy import (
-    dispersion_mse,
-    i2_mse,
-    paper_interval_dispersion,
-    paper_interval_i2,
-    paper_interval_q,
-    paper_tmse_dispersion,
-    paper_tmse_i2,
-    paper_tmse_q,
-    q_mse,
-)
-from fedstats.analyses.heterogeneity.api import heterogeneity
-from fedstats.analyses.heterogeneity.calibration import (
-    MECHANISMS,
-    NOISE_MODES,
-    Sensitivities,
-    ddg_rho,
-    ddg_share_variance,
-    gaussian_sigma,
-    sensitivities,
-    split_budget,
-)
-from fedstats.analyses.heterogeneity.client import encode_centre, encode_spread
-from fedstats.analyses.heterogeneity.config import (
-    STATISTICS,
-    HeterogeneityConfig,
-    RoundPlan,
-    plan_rounds,
-)
-from fedstats.analyses.heterogeneity.exact import (
-    ExactHeterogeneity,
-    check_vectors,
-    cochran_q,
-    dispersion,
-    exact_heterogeneity,
-    i_squared,
-    inverse_variance_weights,
-    mean,
-    weighted_mean,
-    within_vector_variance,
-)
-from fedstats.analyses.heterogeneity.protocol import (
-    HeterogeneityResult,
-    StatisticEstimate,
-    heterogeneity_protocol,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if (
+    TYPE_CHECKING
+):  # the names below load lazily (PEP 562), so a device importing .client loads only it
+    from fedstats.analyses.heterogeneity.accuracy import (
+        dispersion_mse,
+        i2_mse,
+        paper_interval_dispersion,
+        paper_interval_i2,
+        paper_interval_q,
+        paper_tmse_dispersion,
+        paper_tmse_i2,
+        paper_tmse_q,
+        q_mse,
+    )
+    from fedstats.analyses.heterogeneity.api import heterogeneity
+    from fedstats.analyses.heterogeneity.calibration import (
+        MECHANISMS,
+        NOISE_MODES,
+        Sensitivities,
+        ddg_rho,
+        ddg_share_variance,
+        gaussian_sigma,
+        sensitivities,
+        split_budget,
+    )
+    from fedstats.analyses.heterogeneity.client import encode_centre, encode_spread
+    from fedstats.analyses.heterogeneity.config import (
+        STATISTICS,
+        HeterogeneityConfig,
+        RoundPlan,
+        plan_rounds,
+    )
+    from fedstats.analyses.heterogeneity.exact import (
+        ExactHeterogeneity,
+        check_vectors,
+        cochran_q,
+        dispersion,
+        exact_heterogeneity,
+        i_squared,
+        inverse_variance_weights,
+        mean,
+        weighted_mean,
+        within_vector_variance,
+    )
+    from fedstats.analyses.heterogeneity.protocol import (
+        HeterogeneityResult,
+        StatisticEstimate,
+        heterogeneity_protocol,
+    )
+
+_LAZY: dict[str, str] = {
+    "ExactHeterogeneity": "fedstats.analyses.heterogeneity.exact",
+    "HeterogeneityConfig": "fedstats.analyses.heterogeneity.config",
+    "HeterogeneityResult": "fedstats.analyses.heterogeneity.protocol",
+    "MECHANISMS": "fedstats.analyses.heterogeneity.calibration",
+    "NOISE_MODES": "fedstats.analyses.heterogeneity.calibration",
+    "RoundPlan": "fedstats.analyses.heterogeneity.config",
+    "STATISTICS": "fedstats.analyses.heterogeneity.config",
+    "Sensitivities": "fedstats.analyses.heterogeneity.calibration",
+    "StatisticEstimate": "fedstats.analyses.heterogeneity.protocol",
+    "check_vectors": "fedstats.analyses.heterogeneity.exact",
+    "cochran_q": "fedstats.analyses.heterogeneity.exact",
+    "ddg_rho": "fedstats.analyses.heterogeneity.calibration",
+    "ddg_share_variance": "fedstats.analyses.heterogeneity.calibration",
+    "dispersion": "fedstats.analyses.heterogeneity.exact",
+    "dispersion_mse": "fedstats.analyses.heterogeneity.accuracy",
+    "encode_centre": "fedstats.analyses.heterogeneity.client",
+    "encode_spread": "fedstats.analyses.heterogeneity.client",
+    "exact_heterogeneity": "fedstats.analyses.heterogeneity.exact",
+    "gaussian_sigma": "fedstats.analyses.heterogeneity.calibration",
+    "heterogeneity": "fedstats.analyses.heterogeneity.api",
+    "heterogeneity_protocol": "fedstats.analyses.heterogeneity.protocol",
+    "i2_mse": "fedstats.analyses.heterogeneity.accuracy",
+    "i_squared": "fedstats.analyses.heterogeneity.exact",
+    "inverse_variance_weights": "fedstats.analyses.heterogeneity.exact",
+    "mean": "fedstats.analyses.heterogeneity.exact",
+    "paper_interval_dispersion": "fedstats.analyses.heterogeneity.accuracy",
+    "paper_interval_i2": "fedstats.analyses.heterogeneity.accuracy",
+    "paper_interval_q": "fedstats.analyses.heterogeneity.accuracy",
+    "paper_tmse_dispersion": "fedstats.analyses.heterogeneity.accuracy",
+    "paper_tmse_i2": "fedstats.analyses.heterogeneity.accuracy",
+    "paper_tmse_q": "fedstats.analyses.heterogeneity.accuracy",
+    "plan_rounds": "fedstats.analyses.heterogeneity.config",
+    "q_mse": "fedstats.analyses.heterogeneity.accuracy",
+    "sensitivities": "fedstats.analyses.heterogeneity.calibration",
+    "split_budget": "fedstats.analyses.heterogeneity.calibration",
+    "weighted_mean": "fedstats.analyses.heterogeneity.exact",
+    "within_vector_variance": "fedstats.analyses.heterogeneity.exact",
+}
 
 __all__ = [
     "MECHANISMS",
@@ -115,3 +162,18 @@ __all__ = [
     "weighted_mean",
     "within_vector_variance",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its submodule on first use (keeps ``import <package>.client`` light)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """Public names, including the ones not loaded yet."""
+    return sorted(set(globals()) | set(__all__))

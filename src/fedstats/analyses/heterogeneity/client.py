@@ -25,7 +25,6 @@ import numpy as np
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import ClientBatch
 from fedstats.errors import ParameterError
-from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian
 from fedstats.randomness import RNG
 
 __all__ = ["SHARE_KINDS", "add_noise_share", "encode_centre", "encode_spread", "weights_u"]
@@ -84,6 +83,9 @@ def add_noise_share(values: np.ndarray, params: Mapping[str, Any], rng: RNG) -> 
         values = values + rng.normal(0.0, float(params["share_sd"]), size=values.shape)
     q, _ = fp.encode(values, rng)
     if kind == "discrete":
+        # lazily: fedstats.privacy.mechanisms loads the whole privacy analysis (scipy) at import time
+        from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian
+
         q = q + sample_discrete_gaussian(float(params["share_variance"]), values.shape, rng)
         b = int(params["bound"])
         q = np.clip(q, -b, b)
