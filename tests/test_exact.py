@@ -71,6 +71,14 @@ def test_chi_square_refuses_bad_tables(tables: np.ndarray, match: str) -> None:
         chi_square(tables)
 
 
+def test_package_names_load_lazily_and_unknown_names_raise() -> None:
+    import fedstats.analyses.exact as pkg
+
+    assert "chi_square" in dir(pkg) and pkg.chi_square is chi_square
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = pkg.no_such_name
+
+
 def test_chi_square_protocol_refuses_bad_shape_and_bound() -> None:
     pop = InMemoryPopulation.from_tables(np.ones((2, 2, 2), dtype=np.int64))
     with pytest.raises(ParameterError, match="max_cell"):

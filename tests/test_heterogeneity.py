@@ -605,6 +605,10 @@ def test_configurations_that_would_ignore_a_parameter_are_refused() -> None:
         HeterogeneityConfig(
             epsilon=1.0, delta=1e-5, noise="distributed", secure=True, float_noise=True
         )
+    with pytest.raises(ParameterError, match="min_reporting"):
+        HeterogeneityConfig(epsilon=1.0, delta=1e-5, min_reporting=0.5)  # central noise
+    with pytest.raises(ParameterError, match="float_noise"):
+        HeterogeneityConfig(float_noise=True)  # no budget, no noise
     # the classical formula remains available where it applies
     HeterogeneityConfig(epsilon=1.0, delta=1e-5, mechanism="classical")
     HeterogeneityConfig(

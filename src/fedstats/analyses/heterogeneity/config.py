@@ -175,6 +175,12 @@ class HeterogeneityConfig:
                 True,
                 "False with secure aggregation (shares live on the integer grid)",
             )
+        if self.min_reporting != 1.0 and not (self.private and self.noise == "distributed"):
+            raise ParameterError(
+                "min_reporting", self.min_reporting, "1 unless noise='distributed' with a budget"
+            )
+        if self.float_noise and not self.private:
+            raise ParameterError("float_noise", True, "False without a budget (no noise is added)")
         if self.accounting == "zcdp" and self.mechanism != "analytic":
             raise ParameterError(
                 "mechanism",
