@@ -31,7 +31,6 @@ from fedstats.experiments.framework import REPRODUCTIONS, Reproduction
 _LEGACY: dict[str, str] = {
     "fed-chi2": "fedstats.cli.reproduce_fed_chi2",
     "performance-gap": "fedstats.cli.reproduce_performance_gap",
-    "heterogeneity": "fedstats.cli.reproduce_heterogeneity",
 }
 
 reproduce_app = typer.Typer(
