@@ -35,6 +35,7 @@ __all__ = [
     "KeyPair",
     "add_mask",
     "agree",
+    "check_public_key",
     "decrypt_share",
     "derive_key",
     "encrypt_share",
@@ -88,6 +89,29 @@ def agree(private: X25519PrivateKey | bytes, peer_public: bytes) -> bytes:
         return priv.exchange(X25519PublicKey.from_public_bytes(peer_public))
     except ValueError as exc:
         raise SecurityError(f"invalid X25519 public key from a peer: {exc}") from exc
+
+
+_PROBE = X25519PrivateKey.from_private_bytes(hashlib.sha256(b"fedstats/secagg/v2/probe").digest())
+
+
+def check_public_key(public: bytes) -> None:
+    """Validate an advertised X25519 public key: exactly 32 bytes and not a low-order point.
+
+    A low-order point (or a non-canonical encoding of one) makes every Diffie-Hellman agreement with it
+    all zeros, independent of the other party's key; ``cryptography`` refuses such agreements, so the key is
+    tried once against a fixed probe key.
+
+    Raises
+    ------
+    SecurityError
+        If the key has the wrong length or is a low-order point.
+    """
+    if len(public) != 32:
+        raise SecurityError(f"an X25519 public key must be 32 bytes, got {len(public)}")
+    try:
+        _PROBE.exchange(X25519PublicKey.from_public_bytes(public))
+    except ValueError as exc:
+        raise SecurityError("advertised X25519 public key is a low-order point") from exc
 
 
 def session_id(round_id: bytes, advertised: dict[int, tuple[bytes, bytes]]) -> bytes:
