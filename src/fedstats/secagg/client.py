@@ -622,13 +622,27 @@ class SecAggClient:
             )
         survivors = set(self._survivors)
         statement = survivor_statement(self._session, self.config.n, self._survivors)
-        wanted = set().union(*(self._nbrs[j] for j in self._held)) & survivors
-        valid = {self.index}
-        for signer, sig in msg.signatures.items():
-            if signer in wanted and signer != self.index:
-                if verify_signature(self._roster.identities[signer], sig, statement):
-                    valid.add(signer)
         threshold = self.signature_threshold()
+        # Verify lazily: signers in many of the held neighbourhoods first, and only while some
+        # neighbourhood still lacks signatures (an invalid signature simply does not count).
+        need = {j: threshold - (self.index in self._nbrs[j]) for j in self._held}
+        covers: dict[int, list[int]] = {}
+        for j in self._held:
+            for m in self._nbrs[j] & survivors:
+                if m != self.index and m in msg.signatures:
+                    covers.setdefault(m, []).append(j)
+        valid = {self.index}
+        short = sum(1 for v in need.values() if v > 0)
+        for signer in sorted(covers, key=lambda m: (-len(covers[m]), m)):
+            if short == 0:
+                break
+            if not any(need[j] > 0 for j in covers[signer]):
+                continue
+            if verify_signature(self._roster.identities[signer], msg.signatures[signer], statement):
+                valid.add(signer)
+                for j in covers[signer]:
+                    need[j] -= 1
+                    short -= need[j] == 0
         for j in self._held:
             count = len(self._nbrs[j] & valid)
             if count < threshold:

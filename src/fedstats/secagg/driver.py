@@ -123,6 +123,7 @@ def run_secure_aggregation(
     channel: Callable[[str, int, bytes], bytes] | None = None,
     authority: EnrollmentAuthority | None = None,
     task_id: bytes = b"fedstats",
+    session: bytes | None = None,
 ) -> SecAggResult:
     """Run the whole protocol in-process and return the server's sum.
 
@@ -153,6 +154,10 @@ def run_secure_aggregation(
         Malicious model: the authority that signs the roster (default: a fresh in-process one).
     task_id : bytes, default b"fedstats"
         Malicious model: the task named in the roster and in every client's configuration.
+    session : bytes, optional
+        Malicious model: the 32-byte session id the authority puts in the roster (it fixes the graph).
+        Default: fresh OS entropy. A fixed value makes the graph reproducible: tests only, not for
+        release.
 
     Returns
     -------
@@ -207,7 +212,9 @@ def run_secure_aggregation(
     if malicious:
         authority = authority if authority is not None else EnrollmentAuthority()
         identities = [ClientIdentity() for _ in range(n_clients)]  # enrollment, before the session
-        roster = authority.roster([c.public for c in identities], task_id=task_id)
+        roster = authority.roster(
+            [c.public for c in identities], task_id=task_id, session=session
+        )
         verifier = authority.verifier()
         t0 = time.perf_counter()
         server = SecAggServer(params, length=length, bits=bits, roster=roster)
