@@ -212,9 +212,7 @@ def run_secure_aggregation(
     if malicious:
         authority = authority if authority is not None else EnrollmentAuthority()
         identities = [ClientIdentity() for _ in range(n_clients)]  # enrollment, before the session
-        roster = authority.roster(
-            [c.public for c in identities], task_id=task_id, session=session
-        )
+        roster = authority.roster([c.public for c in identities], task_id=task_id, session=session)
         verifier = authority.verifier()
         t0 = time.perf_counter()
         server = SecAggServer(params, length=length, bits=bits, roster=roster)
