@@ -107,7 +107,7 @@ def _scenarios(draw: st.DrawFn) -> tuple[SecAggParameters, dict[str, set[int]], 
     return params, drops, draw(st.integers(1, 12)), draw(st.sampled_from([16, 32, 64]))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_scenarios(), st.binary(min_size=32, max_size=32))
 def test_exact_sum_under_dropouts_at_every_stage(
     scenario: tuple[SecAggParameters, dict[str, set[int]], int, int], session: bytes
@@ -130,6 +130,32 @@ def test_exact_sum_under_dropouts_at_every_stage(
         return
     want = x[sorted(included)].astype(f"uint{bits}").sum(axis=0, dtype=f"uint{bits}")
     assert np.array_equal(run(), want)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(25, 120),
+    st.sampled_from([(6, 4), (8, 5), (10, 7)]),
+    st.binary(min_size=32, max_size=32),
+    st.data(),
+)
+def test_exact_sum_medium_n(
+    n: int, kt: tuple[int, int], session: bytes, data: st.DataObject
+) -> None:
+    params = validate_parameters(n, kt[0], kt[1], dropout_rate=0.1)
+    drops = {
+        stage: set(data.draw(st.lists(st.integers(0, n - 1), max_size=n // 40)))
+        for stage in DROPOUT_STAGES
+    }
+    x = np.random.default_rng(n).integers(-1000, 1000, size=(n, 2))
+    aborts, included = _expected_outcome(params, session, drops)
+    if aborts:
+        with pytest.raises(ProtocolAbortError):
+            run_secure_aggregation(x, bits=32, params=params, dropouts=drops, session=session)
+        return
+    res = run_secure_aggregation(x, bits=32, params=params, dropouts=drops, session=session)
+    assert set(res.included) == included
+    assert np.array_equal(res.signed_total(), x[sorted(included)].sum(axis=0))
 
 
 def test_thousand_clients_dropping_at_every_stage() -> None:
