@@ -422,8 +422,13 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", help="n values (default 100 1000)")
     ap.add_argument("--lengths", type=int, nargs="+", help="L values (default 1e3 1e4 1e6)")
     ap.add_argument("--dropouts", type=float, nargs="+", help="dropout fractions (default 0 0.1)")
+    ap.add_argument(
+        "--output", type=Path, default=None, help="results file (default results/secagg.json)"
+    )
     ap.add_argument("--flower-peer", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.output is not None:
+        globals()["RESULTS"] = args.output
     if args.flower_peer is not None:
         print(json.dumps(flower_peer(json.loads(args.flower_peer))))
         return

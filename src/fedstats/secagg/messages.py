@@ -32,6 +32,7 @@ message                    direction         stage                content
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeAlias
@@ -428,6 +429,17 @@ class MaskedInput(_Signed):
         """Serialize (values as little-endian ``uint{bits}``)."""
         w = self._unsigned()
         w.signature(self.signature)
+        return w.getvalue()
+
+    def signed_bytes(self) -> bytes:
+        """Header and fields with the vector replaced by its SHA-256 (what the identity key signs).
+
+        Ed25519 hashes its message twice when signing; signing a 32-byte digest of a long vector
+        instead keeps the cost at one SHA-256 pass (collision resistance makes it as binding).
+        """
+        w = self._unsigned()
+        vec = w.parts.pop()
+        w.parts.append(hashlib.sha256(vec).digest())
         return w.getvalue()
 
     @classmethod
