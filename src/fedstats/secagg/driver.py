@@ -193,6 +193,7 @@ def run_secure_aggregation(
         drop[stage] |= {int(i) for i in ids}
     if not malicious:  # no consistency stage: dropping before it is dropping before unmasking
         drop["unmask"] |= drop["consistency"]
+        drop["consistency"] = set()
     gone: set[int] = set()
     alive_at: dict[str, set[int]] = {}
     for stage in stages:
