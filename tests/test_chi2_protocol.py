@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from fedstats.analyses.chi2 import _survivor_table as survivor_table
 from fedstats.analyses.chi2 import (
     chi_square_statistic,
     fed_chi2,
     fed_chi2_protocol,
     simulate_fed_chi2,
 )
+from fedstats.analyses.chi2.simulate import survivor_table
 from fedstats.datasets import contingency_table, load_adult, split_contingency_table
 from fedstats.engine import Engine, InMemoryPopulation
+from fedstats.engine.core import Dropout
 from fedstats.errors import DataError, OverflowRiskError, ParameterError
 from fedstats.randomness import RandomSource
 from fedstats.sketches.stable import StableProjection
@@ -93,8 +94,10 @@ def test_p_value_and_decision(adult_clients: np.ndarray) -> None:
 def test_dropout_is_without_replacement_and_keeps_marginals(adult_clients: np.ndarray) -> None:
     res = fed_chi2(adult_clients, dropout=0.2, randomness=RandomSource(4), projection_seed=99)
     assert res.n_dropped == 20 and res.n_clients == 80
-    dropped = np.asarray(res.details["dropped_clients"])
+    # the route drew them (first run of an engine on RandomSource(4)); the server only sees the count
+    dropped = Dropout(0.2).draw(100, RandomSource(4), 0)
     assert dropped.size == 20 and np.unique(dropped).size == 20
+    assert "dropped_clients" not in res.details
     survivors = np.setdiff1d(np.arange(100), dropped)
     # the protocol's estimate is the sketch of the survivors' sum of u_i, with round-1 marginals
     t = adult_clients.sum(0).astype(np.float64)
@@ -185,21 +188,65 @@ def test_secure_route_gives_identical_results(adult_clients: np.ndarray) -> None
     tables = adult_clients[:30]
     for bits in (16, 64):
         plain = fed_chi2(
-            tables,
-            bits=bits,
-            dropout=0.1,
-            drop_empty=True,
-            engine=Engine(randomness=RandomSource(8)),
+            tables, bits=bits, drop_empty=True, engine=Engine(randomness=RandomSource(8))
         )
         sec = fed_chi2(
             tables,
             bits=bits,
-            dropout=0.1,
             drop_empty=True,
             engine=Engine(secure.SecureAggregationBackend(), RandomSource(8)),
         )
         assert sec.statistic == plain.statistic
         assert sec.ci == plain.ci
+
+
+def test_secure_route_refuses_engine_dropout(adult_clients: np.ndarray) -> None:
+    secure = pytest.importorskip("fedstats.engine.secure")
+    with pytest.raises(ParameterError, match="dropout"):
+        fed_chi2(
+            adult_clients[:30],
+            dropout=0.1,
+            drop_empty=True,
+            engine=Engine(secure.SecureAggregationBackend(), RandomSource(8)),
+        )
+
+
+def test_dropped_clients_never_reach_the_round_parameters(adult_clients: np.ndarray) -> None:
+    shape = adult_clients.shape[1:]
+    proto = fed_chi2_protocol(shape, projection_seed=3, max_cell=10**6, drop_empty=True)
+    pop = InMemoryPopulation({"table": adult_clients})
+    dropout = Dropout(0.3)
+    engine = Engine(randomness=RandomSource(1), dropout=dropout)
+    rounds = []
+    rnd = next(proto)
+    try:
+        for index in range(2):
+            rounds.append(rnd)
+            gone = dropout.draw(100, engine.randomness, 0) if index else None
+            rnd = proto.send(engine.sum_round(rnd, pop, index, dropped=gone))
+    except StopIteration as stop:
+        res = stop.value
+    for r in rounds:
+        assert not {"dropped", "dropout", "survivors"} & set(r.params)
+    assert res.n_clients == 70 and res.n_dropped == 30
+
+
+def test_fast_path_equals_the_protocol_for_the_same_seed(adult_table: np.ndarray) -> None:
+    # no dropout, 64 bits: the fast path's projection of the sum is the protocol's sum of projections
+    tables = split_contingency_table(adult_table, 40, rng=np.random.default_rng(2))
+    for decoder in ("mean-of-squares", "geometric"):
+        src = RandomSource(6)
+        fast = simulate_fed_chi2(adult_table, 40, decoder=decoder, randomness=src, drop_empty=True)
+        full = fed_chi2(
+            tables,
+            decoder=decoder,
+            projection_seed=src.public_seed("chi2", "projection"),
+            randomness=RandomSource(7),
+            drop_empty=True,
+        )
+        assert fast.dof == full.dof
+        assert fast.statistic == pytest.approx(full.statistic, rel=1e-6)
+        assert fast.exact_statistic == pytest.approx(full.exact_statistic, rel=1e-12)
 
 
 def test_process_route_gives_identical_results() -> None:

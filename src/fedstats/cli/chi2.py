@@ -183,7 +183,7 @@ def _route(secure: bool | None, backend: str, n_clients: int) -> str:
 
 
 def _lean(details: dict[str, Any]) -> dict[str, Any]:
-    drop = ("encoding", "encoding_plus", "encoding_minus", "dropped_clients", "joint_entropy")
+    drop = ("encoding", "encoding_plus", "encoding_minus", "joint_entropy")
     return {k: v for k, v in details.items() if k not in drop}
 
 
@@ -346,8 +346,8 @@ def entropy(
     encoding_size: Annotated[
         int, typer.Option("--encoding-size", help="l of each of the two projections (>= 2).")
     ] = 1000,
-    delta: Annotated[
-        float, typer.Option("--delta", help="Finite-difference step D in (0, 0.5].")
+    fd_step: Annotated[
+        float, typer.Option("--fd-step", help="Finite-difference step D in (0, 0.5].")
     ] = 0.05,
     coupling: Annotated[
         str, typer.Option("--coupling", help="coupled (default, one seed) or independent.")
@@ -394,7 +394,7 @@ def entropy(
         res = fed_entropy(
             hist,
             encoding_size=encoding_size,
-            delta=delta,
+            fd_step=fd_step,
             coupling=coupling,
             bits=bits,
             engine=engine,
