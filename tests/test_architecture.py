@@ -25,7 +25,15 @@ LAYERS = {
     "secagg": {"secagg", "privacy"},
     "engine": {"engine", "secagg", "privacy", "sketches"},
     "analyses": {"analyses", "engine", "secagg", "privacy", "sketches"},
-    "experiments": {"experiments", "analyses", "engine", "secagg", "privacy", "sketches", "datasets"},
+    "experiments": {
+        "experiments",
+        "analyses",
+        "engine",
+        "secagg",
+        "privacy",
+        "sketches",
+        "datasets",
+    },
 }
 
 

@@ -142,3 +142,35 @@ def test_render_is_strict() -> None:
         framework.render(
             "_base.md.j2", doc={"settings": {}, "seconds": 1, "plots": []}, quick=False
         )
+
+
+def test_resource_guard_refuses_with_the_estimate() -> None:
+    from fedstats._resources import check_memory, duration_warning
+
+    with pytest.raises(ParameterError, match=r"encoding_size.*needs about 1\.0 GiB.*512\.0 MiB"):
+        check_memory(2**30, parameter="encoding_size", value=7, what="the projection", limit=2**29)
+    check_memory(2**20, parameter="encoding_size", value=7, what="the projection", limit=2**29)
+    assert duration_warning(10.0, what="x") is None
+    assert "about 2.0 h" in (duration_warning(7200.0, what="x") or "")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--json", "datasets"], "cannot write the output"),
+        (["datasets"], "cannot write the output"),
+    ],
+)
+def test_closed_stdout_is_one_error_line(args: list[str], message: str) -> None:
+    import subprocess
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from fedstats.cli.app import main; main()", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 2
+    assert message in err and "Traceback" not in err

@@ -25,4 +25,5 @@ def __getattr__(name: str) -> Any:
         return v
     raise AttributeError(f"module 'fedstats' has no attribute {name!r}")
 
+
 __all__ = ["FedstatsError", "RandomSource", "__version__"]

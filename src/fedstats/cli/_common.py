@@ -11,7 +11,10 @@ Conventions every command follows:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,6 +53,14 @@ __all__ = [
     "progress_for",
     "state_from",
 ]
+
+
+class OutputClosedError(FedstatsError):
+    """Standard output was closed, or its reader went away, before the result was written."""
+
+
+class ResourceLimitError(FedstatsError):
+    """The request needs more memory (or time) than this machine can give it."""
 
 
 PARAMETER_FLAGS: dict[str, str] = {"n_clients": "--clients", "clients": "--clients"}
@@ -94,9 +105,26 @@ class FedstatsGroup(TyperGroup):
     """
 
     def invoke(self, ctx: Any) -> Any:
-        """Invoke the subcommand, translating library parameter names into its flags."""
+        """Invoke the subcommand, translating library parameter names into its flags.
+
+        A closed standard output, a vanished pipe reader and exhausted memory become one-line errors too
+        (exit 2), never a traceback or click's silent exit 1.
+        """
         try:
             return super().invoke(ctx)
+        except MemoryError:
+            raise ResourceLimitError(
+                "the machine ran out of memory for this request (reduce the number of clients, the "
+                "vector length or the encoding size)"
+            ) from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.EBADF):
+                raise
+            if sys.stdout is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    # keep the interpreter's final flush from failing again on the dead stream
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise OutputClosedError(f"cannot write the output ({exc.strerror})") from None
         except ParameterError as exc:
             sub = ctx.invoked_subcommand
             flag = flag_for(self.get_command(ctx, sub) if sub else None, exc.name)
@@ -167,7 +195,11 @@ DataDirOption = Annotated[
 
 BackendOption = Annotated[
     str,
-    typer.Option("--backend", help="Route for each round's sum: serial, secure, process or dask."),
+    typer.Option(
+        "--backend",
+        help="Route for each round's sum: serial, secure, process, dask (bit-identical for a seed) or "
+        "aggregate (closed-form sums per distinct input: equal in distribution, any number of clients).",
+    ),
 ]
 WorkersOption = Annotated[
     int | None, typer.Option("--workers", min=1, help="Worker processes (process/dask backends).")
@@ -217,9 +249,20 @@ def state_from(
     )
 
 
+class _StdoutConsole(Console):
+    """A rich console whose broken pipe becomes the CLI's one-line error (rich would exit 1 silently)."""
+
+    def on_broken_pipe(self) -> None:
+        """Raise ``BrokenPipeError`` for :meth:`FedstatsGroup.main` to report."""
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of standard output went away")
+
+
 def stdout_console() -> Console:
     """Console for human-readable output on stdout (160 columns when piped, else the terminal's)."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    if sys.stdout is None:
+        raise OSError(errno.EBADF, "standard output is closed")
+    return _StdoutConsole(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def stderr_console() -> Console:
@@ -242,17 +285,24 @@ def emit(
     """
     if state.engine is not None:
         # the route and how many shards were recomputed after a worker died (issue 9)
-        payload = {**payload, "backend": state.engine.backend.name, "retries": state.engine.retries}
+        be = state.engine.backend
+        payload = {**payload, "backend": be.name, "route": be.name, "retries": state.engine.retries}
+        note = getattr(be, "note", None)
+        if note:
+            payload["route_note"] = note
         if state.engine.retries and not state.quiet:
             stderr_console().print(
                 f"{state.engine.retries} shard(s) recomputed after a worker died"
             )
+    if sys.stdout is None:  # started with standard output closed
+        raise OSError(errno.EBADF, "standard output is closed")
     data = to_jsonable(payload)
     why = non_finite_fields(payload)
     if why and isinstance(data, dict):
         data.setdefault("non_finite", why)
     if state.json:
         sys.stdout.write(json.dumps(data, sort_keys=False) + "\n")
+        sys.stdout.flush()  # a closed pipe fails here, inside the error handling, not at exit
         return
     console = stdout_console()
     if render is not None:

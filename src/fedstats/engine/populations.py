@@ -14,16 +14,18 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from fedstats._validation import check_int
-from fedstats.engine.rounds import ClientBatch
+from fedstats.engine.rounds import ClientBatch, InputHistogram
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource
 
 __all__ = [
     "GeneratedPopulation",
+    "HistogramPopulation",
     "InMemoryPopulation",
     "Population",
     "ResampledPopulation",
     "block_count",
+    "distinct_rows",
 ]
 
 
@@ -46,6 +48,45 @@ class Population(Protocol):
     ) -> ClientBatch:
         """Data of clients ``[start, stop)``, inside logical block ``block_index`` of size ``block_size``."""
         ...
+
+
+@runtime_checkable
+class HistogramSource(Protocol):
+    """A population that can describe a range of its clients by their distinct inputs (aggregate route)."""
+
+    def histogram(self, start: int, stop: int, randomness: RandomSource) -> InputHistogram:
+        """Return the distinct inputs of clients ``[start, stop)`` and their counts."""
+        ...
+
+
+def distinct_rows(columns: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Group clients by their whole input (every column jointly) and count them.
+
+    Parameters
+    ----------
+    columns : Mapping[str, numpy.ndarray]
+        Each array has the ``n >= 1`` clients on its first axis (any trailing shape).
+
+    Returns
+    -------
+    (dict, numpy.ndarray)
+        The distinct inputs (``k`` rows per column, in sorted order of their codes) and the int64 counts
+        ``(k,)`` summing to ``n``.
+    """
+    arrays = [np.asarray(v) for v in columns.values()]
+    n = arrays[0].shape[0]
+    codes = []
+    for v in arrays:
+        flat = np.ascontiguousarray(v.reshape(n, -1))
+        _, inv = np.unique(flat, axis=0, return_inverse=True)
+        codes.append(np.asarray(inv).ravel())
+    key = (
+        codes[0]
+        if len(codes) == 1
+        else np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)[1].ravel()
+    )
+    _, first, counts = np.unique(key, return_index=True, return_counts=True)
+    return {k: np.asarray(v)[first] for k, v in columns.items()}, counts.astype(np.int64)
 
 
 def _check_columns(columns: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -124,10 +165,94 @@ class InMemoryPopulation:
         return self._columns
 
     def block(
-        self, block_index: int, block_size: int, start: int, stop: int, randomness: RandomSource
+        self,
+        block_index: int,
+        block_size: int,
+        start: int,
+        stop: int,
+        randomness: RandomSource,
     ) -> ClientBatch:
         """Slice of clients ``[start, stop)``."""
         return ClientBatch({k: v[start:stop] for k, v in self._columns.items()}, start, self._n)
+
+    def histogram(
+        self,
+        start: int,
+        stop: int,
+        randomness: RandomSource,
+    ) -> InputHistogram:
+        """Distinct inputs of clients ``[start, stop)`` and their counts (exact)."""
+        cols, counts = distinct_rows({k: v[start:stop] for k, v in self._columns.items()})
+        return InputHistogram(cols, counts, self._n)
+
+
+class HistogramPopulation:
+    """A population given by its distinct inputs and how many clients hold each (10^12 clients, no memory).
+
+    Client ``i`` holds input ``j`` for ``cum[j] <= i < cum[j + 1]``, ``cum`` the cumulative counts: a fixed
+    layout, so per-client routes read it block by block and the aggregate route reads its histogram
+    exactly.
+
+    Parameters
+    ----------
+    columns : Mapping[str, array_like]
+        The distinct inputs, ``k`` rows each.
+    counts : array_like of int, shape (k,)
+        Clients per input, each >= 0, summing to at least 1 (and below 2^62).
+
+    Raises
+    ------
+    DataError
+        If the columns are inconsistent or the counts are not non-negative integers with a positive sum.
+
+    Examples
+    --------
+    >>> pop = HistogramPopulation({"age": [20, 30]}, [10**12, 3 * 10**12])
+    >>> pop.n_clients
+    4000000000000
+    """
+
+    def __init__(self, columns: Mapping[str, Any], counts: Any) -> None:
+        self._columns = _check_columns(columns)
+        c = np.asarray(counts)
+        k = next(iter(self._columns.values())).shape[0]
+        if c.shape != (k,) or not np.issubdtype(c.dtype, np.integer) or (c < 0).any():
+            raise DataError(f"counts must be {k} non-negative integers, one per distinct input")
+        if int(c.sum()) < 1 or int(c.astype(object).sum()) >= 2**62:
+            raise DataError("counts must sum to between 1 and 2^62 clients")
+        self._counts = c.astype(np.int64)
+        self._cum = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
+        self._n = int(self._cum[-1])
+
+    @property
+    def n_clients(self) -> int:
+        """Number of clients."""
+        return self._n
+
+    def block(
+        self,
+        block_index: int,
+        block_size: int,
+        start: int,
+        stop: int,
+        randomness: RandomSource,
+    ) -> ClientBatch:
+        """Clients ``[start, stop)``: the inputs at their positions in the fixed layout."""
+        idx = np.searchsorted(self._cum, np.arange(start, stop, dtype=np.int64), side="right") - 1
+        return ClientBatch({k: v[idx] for k, v in self._columns.items()}, start, self._n)
+
+    def histogram(
+        self,
+        start: int,
+        stop: int,
+        randomness: RandomSource,
+    ) -> InputHistogram:
+        """Distinct inputs of clients ``[start, stop)`` and their counts (exact)."""
+        lo = np.clip(self._cum[:-1], start, stop)
+        hi = np.clip(self._cum[1:], start, stop)
+        counts = hi - lo
+        keep = counts > 0
+        return InputHistogram({k: v[keep] for k, v in self._columns.items()}, counts[keep], self._n)
 
 
 GeneratorFn = Callable[[int, int, Mapping[str, Any], RNG], Mapping[str, np.ndarray]]
@@ -267,3 +392,50 @@ class ResampledPopulation(GeneratedPopulation):
         self.strata_values = values
         self.stratum_clients = per
         super().__init__(n_clients, _resample, params)
+
+    def histogram(self, start: int, stop: int, randomness: RandomSource) -> InputHistogram:
+        """Distinct inputs of clients ``[start, stop)`` and their counts, equal in distribution.
+
+        Each client resamples a row of its stratum uniformly, so the counts of a stratum's distinct rows
+        are Multinomial(clients of the stratum in the range, row frequencies), drawn by conditional
+        binomials from ``randomness.child("population").generator("histogram", start, stop)``: the same
+        range gives the same histogram in every round of a run (clients keep their data), and disjoint
+        ranges are independent, as their clients are.
+        """
+        p = self._params
+        bounds: np.ndarray = p["client_bounds"]
+        rng = randomness.child("population").generator("histogram", start, stop)
+        parts: list[dict[str, np.ndarray]] = []
+        counts: list[np.ndarray] = []
+        for s in range(bounds.size - 1):
+            m = min(stop, int(bounds[s + 1])) - max(start, int(bounds[s]))
+            if m <= 0:
+                continue
+            r0 = int(p["row_start"][s])
+            rows = {k: v[r0 : r0 + int(p["row_count"][s])] for k, v in p["columns"].items()}
+            values, freq = distinct_rows(rows)
+            drawn = _multinomial(rng, m, freq / freq.sum())
+            keep = drawn > 0
+            part = {k: v[keep] for k, v in values.items()}
+            part["_stratum"] = np.full(int(keep.sum()), s, dtype=np.int64)
+            parts.append(part)
+            counts.append(drawn[keep])
+        cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
+        return InputHistogram(cols, np.concatenate(counts), self._n)
+
+
+def _multinomial(rng: RNG, n: int, p: np.ndarray) -> np.ndarray:
+    """One Multinomial(n, p) draw by conditional binomials (works for any generator, any n < 2^62)."""
+    out = np.zeros(p.size, dtype=np.int64)
+    left = int(n)
+    rest = 1.0
+    for j in range(p.size - 1):
+        if left == 0:
+            break
+        q = min(1.0, max(0.0, float(p[j]) / rest)) if rest > 0 else 1.0
+        x = int(rng.binomial(left, q)) if 0.0 < q < 1.0 else (left if q >= 1.0 else 0)
+        out[j] = x
+        left -= x
+        rest -= float(p[j])
+    out[-1] += left
+    return out

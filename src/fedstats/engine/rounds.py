@@ -23,7 +23,7 @@ from fedstats._validation import check_int
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG
 
-__all__ = ["ClientBatch", "Encoder", "Round", "RoundSum"]
+__all__ = ["Aggregator", "ClientBatch", "Encoder", "InputHistogram", "Round", "RoundSum"]
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,67 @@ class ClientBatch:
             ) from None
 
 
+@dataclass(frozen=True)
+class InputHistogram:
+    """The distinct inputs of a cohort and how many clients hold each: the aggregate route's batch.
+
+    Clients with the same input are i.i.d. under any local randomizer, so the sum of their reports depends
+    only on this histogram; an encoder's ``aggregate`` form draws that sum directly.
+
+    Attributes
+    ----------
+    columns : Mapping[str, numpy.ndarray]
+        One entry per distinct input on the first axis (``k`` rows), same layout as a
+        :class:`ClientBatch`'s columns.
+    counts : numpy.ndarray
+        int64 ``(k,)``: clients holding each input, each >= 1.
+    total : int
+        Number of clients in the whole population.
+    """
+
+    columns: Mapping[str, np.ndarray]
+    counts: np.ndarray
+    total: int
+
+    @property
+    def n(self) -> int:
+        """Number of clients the histogram describes (``counts.sum()``)."""
+        return int(np.sum(self.counts, dtype=np.int64))
+
+    @property
+    def k(self) -> int:
+        """Number of distinct inputs."""
+        return int(self.counts.shape[0])
+
+    def column(self, name: str) -> np.ndarray:
+        """Return one column of distinct inputs, raising a :class:`DataError` naming it when absent."""
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise DataError(
+                f"column {name!r} not found; available: {', '.join(sorted(self.columns))}"
+            ) from None
+
+
 class Encoder(Protocol):
     """Client-side encoding of one round (see module docstring)."""
 
-    def __call__(self, batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray: ...
+    def __call__(self, batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+        """Return the reports of the batch's clients, int array ``(batch.n, dim)``."""
+        ...
+
+
+class Aggregator(Protocol):
+    """Aggregate form of an encoder: the sum of the reports of every client in a histogram.
+
+    ``aggregate(hist, params, rng) -> int64 array (dim,)`` must have exactly the distribution of
+    ``encode(clients, params, rng).sum(axis=0)`` for clients with those inputs (equal in distribution, not
+    bit-identical). It is module-level, beside ``encode`` in the analysis's ``client.py``.
+    """
+
+    def __call__(self, hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+        """Return the sum of the reports of the histogram's clients, int64 ``(dim,)``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -93,6 +150,9 @@ class Round:
     client_range : tuple of int, optional
         The cohort: global client indices ``[lo, hi)`` that take part in this round (default: every
         client). It is the server's scheduling decision and never travels to clients in ``params``.
+    aggregate : callable, optional
+        The encoder's aggregate form (:class:`Aggregator`), for the aggregate route; None when the round
+        has none (that route then refuses it).
     """
 
     name: str
@@ -101,6 +161,7 @@ class Round:
     dim: int = 1
     bound: int = 1
     client_range: tuple[int, int] | None = None
+    aggregate: Callable[[InputHistogram, Mapping[str, Any], RNG], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         check_int("dim", self.dim, low=1)

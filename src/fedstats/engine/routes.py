@@ -1,7 +1,9 @@
 """Choosing a route (backend) by name, for the CLI and experiments.
 
 Routes: ``serial`` (this process), ``secure`` (real secure aggregation, :mod:`fedstats.engine.secure`),
-``process`` and ``dask`` (:mod:`fedstats.engine.dask`). Every route gives the same sum for the same seed.
+``process`` and ``dask`` (:mod:`fedstats.engine.dask`): every one of these gives the same sum for the same
+seed. ``aggregate`` (:mod:`fedstats.engine.aggregate`) draws each sum from its closed form per distinct
+input: equal in distribution, not bit-identical, and its cost does not grow with the number of clients.
 A backend that holds resources (a cluster, a pool) is a context manager; :func:`open_backend` closes it on
 success, error or Ctrl-C.
 """
@@ -25,8 +27,9 @@ _LAZY: dict[str, str] = {
     "secure": "fedstats.engine.secure",
     "process": "fedstats.engine.dask",
     "dask": "fedstats.engine.dask",
+    "aggregate": "fedstats.engine.aggregate",
 }
-BACKENDS: tuple[str, ...] = ("serial", "secure", "process", "dask")
+BACKENDS: tuple[str, ...] = ("serial", "secure", "process", "dask", "aggregate")
 
 
 def register_backend(name: str, factory: BackendFactory) -> None:
@@ -54,7 +57,7 @@ def open_backend(
 
     Parameters
     ----------
-    name : {"serial", "secure", "process", "dask"}
+    name : {"serial", "secure", "process", "dask", "aggregate"}
     shard_size : int
         Clients per shard (>= 1).
     workers : int, optional
@@ -69,18 +72,16 @@ def open_backend(
     ParameterError
         If ``name`` is unknown or an option is out of range.
     """
-    check_choice("--backend", name, BACKENDS)
-    check_int("--shard-size", shard_size, low=1)
+    check_choice("backend", name, BACKENDS)
+    check_int("shard_size", shard_size, low=1)
     if workers is not None:
-        check_int("--workers", workers, low=1)
+        check_int("workers", workers, low=1)
     if name not in _FACTORIES and name in _LAZY:
         importlib.import_module(_LAZY[name])
     if name not in _FACTORIES:
         from fedstats.errors import ParameterError
 
-        raise ParameterError(
-            "--backend", name, f"one of {', '.join(sorted(_FACTORIES))} (installed)"
-        )
+        raise ParameterError("backend", name, f"one of {', '.join(sorted(_FACTORIES))} (installed)")
     kwargs: dict[str, Any] = {"shard_size": shard_size, **options}
     if workers is not None:
         kwargs["workers"] = workers
