@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.analyses.chi2.estimator import batch_decode
+from fedstats.analyses.chi2.calibration import batch_decode
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource, as_generator
 from fedstats.sketches.stable import StableProjection

@@ -10,7 +10,8 @@ The package follows the analysis contract (``docs/architecture.md``):
 
 * :mod:`~fedstats.analyses.chi2.client`: the two encoders a device runs (marginals; fixed-point ``P u_i``);
 * :mod:`~fedstats.analyses.chi2.protocol`: :func:`fed_chi2_protocol`, the server generator;
-* :mod:`~fedstats.analyses.chi2.estimator`: the one decoder and result (:class:`Chi2Result`, p-values);
+* :mod:`~fedstats.analyses.chi2.estimator`: the one decoder and result (:class:`Chi2Result`);
+* :mod:`~fedstats.analyses.chi2.calibration`: the sketch-aware p-value and batch decoding;
 * :mod:`~fedstats.analyses.chi2.api`: :func:`fed_chi2`, the one-call wrapper (with the exact test);
 * :mod:`~fedstats.analyses.chi2.simulate`: :func:`simulate_fed_chi2` and :func:`simulate_decoded`, the
   fast path, tested against the protocol.
@@ -36,16 +37,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fedstats.analyses.chi2.api import fed_chi2, with_dropout
-    from fedstats.analyses.chi2.client import encode_marginals, encode_projection, expected_counts
-    from fedstats.analyses.chi2.estimator import (
+    from fedstats.analyses.chi2.calibration import (
         DECODERS,
-        Chi2Result,
         batch_decode,
-        chi_square_statistic,
         noise_averaged_p_value,
         sketch_noise_quantiles,
         sketched_p_value,
     )
+    from fedstats.analyses.chi2.client import encode_marginals, encode_projection, expected_counts
+    from fedstats.analyses.chi2.estimator import Chi2Result, chi_square_statistic
     from fedstats.analyses.chi2.protocol import fed_chi2_protocol
     from fedstats.analyses.chi2.simulate import SPLITS, simulate_decoded, simulate_fed_chi2
 
@@ -55,13 +55,13 @@ _WHERE = {
     "encode_marginals": "client",
     "encode_projection": "client",
     "expected_counts": "client",
-    "DECODERS": "estimator",
+    "DECODERS": "calibration",
     "Chi2Result": "estimator",
-    "batch_decode": "estimator",
+    "batch_decode": "calibration",
     "chi_square_statistic": "estimator",
-    "noise_averaged_p_value": "estimator",
-    "sketch_noise_quantiles": "estimator",
-    "sketched_p_value": "estimator",
+    "noise_averaged_p_value": "calibration",
+    "sketch_noise_quantiles": "calibration",
+    "sketched_p_value": "calibration",
     "fed_chi2_protocol": "protocol",
     "SPLITS": "simulate",
     "simulate_decoded": "simulate",

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses.chi2.calibration import batch_decode
 from fedstats.analyses.chi2.client import expected_counts
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
     attach_truth,
-    batch_decode,
     check_options,
     check_table,
     chi_square_statistic,
@@ -231,4 +231,5 @@ def simulate_decoded(statistics: Any, encoding_size: int, decoder: str, rng: RNG
     if not np.isfinite(s).all() or (s < 0).any():
         raise DataError("statistics must be finite and non-negative")
     z = np.asarray(rng.standard_normal((s.size, ell)))
-    return batch_decode(np.sqrt(2.0 * s)[:, None] * z, decoder)
+    out: np.ndarray = batch_decode(np.sqrt(2.0 * s)[:, None] * z, decoder)
+    return out
