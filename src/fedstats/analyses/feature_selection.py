@@ -196,7 +196,7 @@ def _scores_from_counts(present: np.ndarray, totals: np.ndarray) -> np.ndarray:
 
 
 def top_k(scores: Any, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest scores (ties broken by the smaller index), sorted by index.
+    """Return the indices of the ``k`` largest scores (ties broken by the smaller index), sorted by index.
 
     Raises
     ------

@@ -59,7 +59,7 @@ def _sha256(*parts: bytes) -> bytes:
 
 
 def client_contribution(rng: RNG) -> bytes:
-    """A client's secret contribution: 32 random bytes from its private generator.
+    """Draw a client's secret contribution: 32 random bytes from its private generator.
 
     Parameters
     ----------
@@ -75,7 +75,7 @@ def client_contribution(rng: RNG) -> bytes:
 
 
 def commitment(client_id: int, value: bytes) -> bytes:
-    """The hash commitment ``SHA-256(domain || client_id || value)`` a client sends before revealing.
+    """Compute the hash commitment ``SHA-256(domain || client_id || value)`` sent before revealing.
 
     Parameters
     ----------
@@ -169,7 +169,7 @@ class SeedAgreement:
         self._reveals[i] = bytes(value)
 
     def seed(self) -> int:
-        """The agreed 256-bit seed ``SHA-256(domain || r_0 || ... || r_{n-1})`` as an int.
+        """Return the agreed 256-bit seed ``SHA-256(domain || r_0 || ... || r_{n-1})`` as an int.
 
         Raises
         ------

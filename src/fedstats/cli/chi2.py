@@ -81,7 +81,7 @@ ConfidenceOption = Annotated[
 
 
 def load_frame(data: str, data_dir: Path | None, split: str | None) -> pd.DataFrame:
-    """A registered dataset or a CSV/Parquet file as a DataFrame.
+    """Load a registered dataset or a CSV/Parquet file as a DataFrame.
 
     Raises
     ------

@@ -63,7 +63,7 @@ class RoundJob:
     )
 
     def _dropped_in(self, lo: int, hi: int) -> np.ndarray:
-        """The dropped clients with index in ``[lo, hi)`` (sorted)."""
+        """Return the dropped clients with index in ``[lo, hi)`` (sorted)."""
         d = self.dropped
         out: np.ndarray = d[np.searchsorted(d, lo) : np.searchsorted(d, hi)]
         return out
@@ -80,11 +80,11 @@ class RoundJob:
         return self.n_clients * self.round.bound < _INT64_SAFE
 
     def zero_total(self) -> np.ndarray:
-        """An empty accumulator: int64 zeros of shape ``(dim,)``, or Python-int zeros when not int64-safe."""
+        """Return an empty accumulator: int64 zeros of shape ``(dim,)``, or Python-int zeros when not int64-safe."""
         return np.zeros(self.round.dim, dtype=np.int64 if self.exact_int64 else object)
 
     def blocks(self) -> range:
-        """Indices of the logical blocks this round touches."""
+        """Return the indices of the logical blocks this round touches."""
         lo, hi = self.client_range
         return range(lo // self.block_size, block_count(hi, self.block_size))
 
@@ -94,7 +94,7 @@ class RoundJob:
         return [(b, min(b + shard_blocks, bl.stop)) for b in range(bl.start, bl.stop, shard_blocks)]
 
     def encode_block(self, b: int, *, widen: bool = True) -> np.ndarray:
-        """Reports of the participating clients of block ``b``: int64 array ``(n_b, dim)``.
+        """Encode the reports of the participating clients of block ``b``: int64 array ``(n_b, dim)``.
 
         Every client of the block in the range encodes (so a survivor's report does not depend on who
         dropped out); the rows of the dropped clients are then removed. With ``widen=False`` the encoder's

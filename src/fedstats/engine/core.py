@@ -96,6 +96,7 @@ class Dropout:
     from_round: int = 1
 
     def __post_init__(self) -> None:
+        """Validate ``fraction`` and ``from_round``."""
         object.__setattr__(
             self,
             "fraction",
@@ -104,7 +105,7 @@ class Dropout:
         object.__setattr__(self, "from_round", check_int("from_round", self.from_round, low=0))
 
     def draw(self, n_clients: int, randomness: RandomSource, run: int) -> np.ndarray:
-        """The dropped clients of run ``run`` over a population of ``n_clients``.
+        """Draw the dropped clients of run ``run`` over a population of ``n_clients``.
 
         Returns
         -------
@@ -153,6 +154,7 @@ class Engine:
     _runs: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        """Validate the block size and the dropout model (none on the secure route)."""
         self.block_size = check_int("block_size", self.block_size, low=1)
         if self.dropout is not None and not isinstance(self.dropout, Dropout):
             raise ParameterError("dropout", self.dropout, "a Dropout or None")

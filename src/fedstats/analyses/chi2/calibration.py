@@ -77,8 +77,9 @@ def sketch_noise_quantiles(encoding_size: int, decoder: str, points: int = 2000)
 
 
 def noise_averaged_p_value(statistic: Any, dof: int, noise_quantiles: Any) -> Any:
-    """``P(s G > x)`` for ``s ~ chi2_dof`` and ``G`` given by quantile points: the average of
-    ``chi2_sf(x / G, dof)`` over the points.
+    """Compute ``P(s G > x)`` for ``s ~ chi2_dof`` and ``G`` given by quantile points.
+
+    The average of ``chi2_sf(x / G, dof)`` over the points.
 
     Evaluated exactly on 2,000 log-spaced values between the smallest and largest positive ``x`` and
     interpolated in ``log x`` (the function is smooth and monotone); a non-positive ``x`` gets 1.

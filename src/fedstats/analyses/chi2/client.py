@@ -25,7 +25,7 @@ __all__ = ["encode_marginals", "encode_projection", "expected_counts"]
 
 
 def expected_counts(vx: np.ndarray, vy: np.ndarray) -> np.ndarray:
-    """Expected counts ``vbar_xy = v_x v_y / v`` under independence, flattened (Eq. 4).
+    """Compute the expected counts ``vbar_xy = v_x v_y / v`` under independence, flattened (Eq. 4).
 
     Parameters
     ----------

@@ -171,7 +171,7 @@ def check_table(table: Any, name: str = "table") -> np.ndarray:
 
 
 def kept_cells(vx: np.ndarray, vy: np.ndarray, drop_empty: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the non-empty rows and columns of the summed table.
+    """Return the indices of the non-empty rows and columns of the summed table.
 
     Raises
     ------
@@ -288,7 +288,7 @@ def finish(
     test: str = "chi2",
     details: dict[str, Any] | None = None,
 ) -> Chi2Result:
-    """The result of a decoded statistic: p-values, decision at ``level`` and its stability, cost.
+    """Build the result of a decoded statistic: p-values, decision at ``level`` and its stability, cost.
 
     Parameters
     ----------

@@ -39,7 +39,7 @@ SPLITS: tuple[str, ...] = ("authors", "iid")
 
 
 def survivor_table(table: np.ndarray, n: int, n_survivors: int, split: str, rng: RNG) -> np.ndarray:
-    """The survivors' summed table, in distribution, without materializing the clients' tables.
+    """Draw the survivors' summed table in distribution, without materializing the clients' tables.
 
     Parameters
     ----------
@@ -198,7 +198,7 @@ def simulate_fed_chi2(
 
 
 def simulate_decoded(statistics: Any, encoding_size: int, decoder: str, rng: RNG) -> np.ndarray:
-    """Decoded FED-chi^2 statistics for many exact ones at once, without dropout (fast path).
+    """Decode FED-chi^2 statistics for many exact ones at once, without dropout (fast path).
 
     Without dropout the aggregated encoding of a table with exact statistic ``s`` is ``sqrt(s)`` times
     ``l`` independent ``N(0, 2)`` variables (the 2-stable projection of ``sum_i u_i``, whose squared norm is

@@ -114,7 +114,7 @@ def fed_g_test(
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
 ) -> Chi2Result:
-    """The G-test of independence via FED-H on clients' tables, through the engine.
+    """Run the G-test of independence via FED-H on clients' tables, through the engine.
 
     Runs :func:`~fedstats.analyses.entropy.protocol.g_test_protocol` (round 1 the marginals, round 2 the
     projections of the joint tables).

@@ -25,7 +25,7 @@ __all__ = ["encode_entropy_projection", "encode_histogram_size", "encode_margina
 
 
 def _client_hist(batch: ClientBatch, params: Mapping[str, Any]) -> np.ndarray:
-    """The clients' histograms as ``(n, m)``: a ``(n, m_x, m_y)`` table column is flattened row-major."""
+    """Read the clients' histograms as ``(n, m)`` (a ``(n, m_x, m_y)`` table column is flattened row-major)."""
     h = np.asarray(batch.column(params.get("column", "histogram")))
     if h.ndim >= 2:
         h = h.reshape(h.shape[0], -1)

@@ -172,7 +172,7 @@ def finite_difference_bias_bound(m: int, fd_step: float = DEFAULT_FD_STEP) -> fl
 
 
 def appendix_g_bound(m: int, fd_step: float, epsilon: float) -> float:
-    """The error bound printed in Pang et al. 2023, Appendix G (Eq. 11), for comparison.
+    """Evaluate the error bound printed in Pang et al. 2023, Appendix G (Eq. 11), for comparison.
 
     ``(m^D + 1) epsilon / (2 D) + 9 D^2 / (2 (1 - D)^3 e^3)`` when both moments are within a factor
     ``1 +- epsilon``. The second term bounds the finite-difference error of *one* category; the sum over
@@ -318,7 +318,7 @@ def g_result(
     m_y: int,
     truth: float | None,
 ) -> Chi2Result:
-    """The G-test's result from FED-H's joint entropy and the exact marginal entropies.
+    """Build the G-test's result from FED-H's joint entropy and the exact marginal entropies.
 
     ``G = 2 |v| (H_X + H_Y - H_XY)``: the interval of ``H_XY`` maps to one on ``G`` (reversed), and the
     standard error scales by ``2 |v|``.

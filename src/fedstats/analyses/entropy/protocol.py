@@ -172,7 +172,7 @@ def g_test_protocol(
     column: str = "table",
     drop_empty: bool = False,
 ) -> ProtocolGenerator[Chi2Result]:
-    """The G-test of independence via FED-H, as an engine protocol (Pang et al. 2023, Sec. 3.5).
+    """Run the G-test of independence via FED-H as an engine protocol (Pang et al. 2023, Sec. 3.5).
 
     ``G = 2 sum_xy v_xy log(v_xy / vbar_xy) = 2 |v| (H_X + H_Y - H_XY)``. Round 1 sums the marginals of the
     clients' tables (as FED-chi^2's round 1), which give ``|v|`` and the marginal entropies exactly; round 2

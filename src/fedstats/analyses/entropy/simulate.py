@@ -139,7 +139,7 @@ def simulate_fed_g_test(
     level: float = 0.05,
     confidence: float = 0.95,
 ) -> Chi2Result:
-    """The G-test from FED-H on the joint table plus exact marginal entropies (fast path).
+    """Run the G-test from FED-H on the joint table plus exact marginal entropies (fast path).
 
     ``G = 2 |v| (H_X + H_Y - H_XY)`` with ``H_XY`` from :func:`simulate_fed_entropy`; ``dof`` is
     ``(m_x - 1)(m_y - 1)``. Same shortcuts as :func:`simulate_fed_entropy`.

@@ -1,5 +1,8 @@
-"""Section 4.2 of Pang et al. (ICML 2023): chi-square feature selection on Reuters-21578 and online FDR
-control with SAFFRON (Table 3); one module-level function per checkpointed cell."""
+"""Section 4.2 of Pang et al. (ICML 2023): feature selection on Reuters-21578 and online FDR (Table 3).
+
+Chi-square feature selection and online FDR control with SAFFRON; one module-level function per
+checkpointed cell.
+"""
 
 from __future__ import annotations
 
@@ -81,7 +84,7 @@ def _lr_accuracy(corpus: Any, columns: np.ndarray | None) -> float:
 
 
 def fs_exact_cell(st: Settings, rs: RandomSource, data_dir: Any) -> dict[str, Any]:
-    """The exact chi-square selection on Reuters-21578 and the logistic regressions it is compared with.
+    """Run the exact chi-square selection on Reuters-21578 and the logistic regressions to compare.
 
     Returns
     -------
@@ -164,7 +167,7 @@ def fs_fed_cell(
 
 
 def _fdr_data(st: Settings, rs: RandomSource, run: int) -> tuple[np.ndarray, np.ndarray]:
-    """The hypothesis stream: ``(T*H, bins, bins)`` tables and the null indicator.
+    """Draw the hypothesis stream: ``(T*H, bins, bins)`` tables and the null indicator.
 
     Each hypothesis draws ``fdr_samples`` points of a bivariate Gaussian; with probability 0.5 it is
     correlated (covariance ``A A^T`` with ``A`` uniform on [-1, 1]^(2x2)), otherwise independent (diagonal

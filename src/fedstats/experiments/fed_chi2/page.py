@@ -23,7 +23,7 @@ def _avg(
 
 
 def page_context(doc: dict[str, Any]) -> dict[str, Any]:
-    """The values the page template reads, from the results document.
+    """Arrange the values the page template reads from the results document.
 
     Parameters
     ----------

@@ -99,7 +99,7 @@ class Settings:
 
 
 def settings_for(quick: bool) -> Settings:
-    """The full reproduction (about 15 minutes on 2 cores) or the quick one (under a minute)."""
+    """Return the full reproduction's settings (about 15 minutes on 2 cores) or the quick one's."""
     if quick:
         return Settings(
             quick=True,
@@ -181,7 +181,7 @@ GTSRB_ATTRIBUTES: tuple[str, ...] = ("Width", "Height", "Roi.X1", "Roi.Y1", "Roi
 def real_tables(
     data_dir: str | Path | None, *, which: str = "all"
 ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The real contingency tables of App. I that are available, and notes on the missing ones.
+    """Load the real contingency tables of App. I that are available, with notes on the missing ones.
 
     Parameters
     ----------
