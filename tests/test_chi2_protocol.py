@@ -265,3 +265,26 @@ def test_cell_above_declared_max_cell_is_refused() -> None:
     proto = fed_chi2_protocol((2, 3), projection_seed=1, max_cell=5, encoding_size=4)
     with pytest.raises((DataError, ParameterError)):
         Engine(randomness=RandomSource(0)).run(proto, InMemoryPopulation.from_tables(tables))
+
+
+def test_batch_fast_path_has_the_protocols_distribution() -> None:
+    # simulate_decoded (used by the FDR experiment) against the engine protocol on one table, both
+    # decoders: the decoded statistics of many exact ones at once have the protocol's distribution
+    from fedstats.analyses.chi2 import simulate_decoded
+
+    rng = np.random.default_rng(11)
+    tables = rng.integers(0, 6, size=(12, 3, 4))
+    s = chi_square_statistic(tables.sum(0))[0]
+    for decoder in ("mean-of-squares", "geometric"):
+        proto = [
+            fed_chi2(
+                tables, encoding_size=8, decoder=decoder, randomness=RandomSource(500 + r)
+            ).statistic
+            for r in range(150)
+        ]
+        fast = simulate_decoded(np.full(2000, s), 8, decoder, np.random.default_rng(3))
+        assert scipy.stats.ks_2samp(proto, fast).pvalue > 1e-4
+    with pytest.raises(DataError):
+        simulate_decoded([1.0, -2.0], 8, "geometric", np.random.default_rng(0))
+    with pytest.raises(ParameterError, match="encoding_size"):
+        simulate_decoded([1.0], 1, "geometric", np.random.default_rng(0))
