@@ -290,11 +290,11 @@ def chi2(
     out = res.to_dict()
     payload: dict[str, Any] = {
         "test": res.test,
-        "statistic": out.pop("statistic"),
+        "statistic": res.statistic,
         "ci": out.pop("ci"),
         "p_value": out.pop("p_value"),
         "dof": out.pop("dof"),
-        "exact_statistic": out.pop("exact_statistic"),
+        "exact_statistic": res.exact_statistic,
         "multiplicative_error": out.pop("multiplicative_error"),
         "decision_stable": out.pop("decision_stable"),
         "rejected": out.pop("rejected"),
@@ -403,9 +403,9 @@ def entropy(
         )
     out = res.to_dict()
     payload: dict[str, Any] = {
-        "entropy": out.pop("entropy"),
+        "entropy": res.entropy,
         "ci": out.pop("ci"),
-        "exact_entropy": out.pop("exact_entropy"),
+        "exact_entropy": res.exact_entropy,
         "additive_error": out.pop("additive_error"),
         "bias_bound": out.pop("bias_bound"),
         "dataset": data,

@@ -51,8 +51,8 @@ class Chi2Result(AnalysisResult):
 
     Attributes
     ----------
-    statistic : float
-        The decoded chi-square statistic (also in ``estimate``).
+    estimate : float
+        The decoded chi-square statistic (alias :attr:`statistic`, the paper's name).
     p_value : float
         ``P(chi2_dof > statistic)``: the paper's p-value, which reads the sketched statistic as if it were
         exact (too small under independence: about 28% rejections at level 0.05 with l = 50).
@@ -72,8 +72,8 @@ class Chi2Result(AnalysisResult):
     decision_stable : bool
         True when the whole confidence interval lies on one side of ``critical_value``: the decision would
         be the same for any statistic in the interval.
-    exact_statistic : float or None
-        Pearson's statistic of the summed table, when simulating (also in ``truth``).
+    truth : float or None
+        Pearson's statistic of the summed table, when simulating (alias :attr:`exact_statistic`).
     exact_p_value : float or None
     multiplicative_error : float or None
         ``|statistic - exact_statistic| / exact_statistic`` (the paper's epsilon-hat), when simulating.
@@ -91,7 +91,6 @@ class Chi2Result(AnalysisResult):
         ``"chi2"`` or ``"g-test"``.
     """
 
-    statistic: float = 0.0
     p_value: float = 1.0
     p_value_sketch: float = 1.0
     p_value_ci: tuple[float, float] | None = None
@@ -100,7 +99,6 @@ class Chi2Result(AnalysisResult):
     critical_value: float = 0.0
     rejected: bool = False
     decision_stable: bool = True
-    exact_statistic: float | None = None
     exact_p_value: float | None = None
     multiplicative_error: float | None = None
     bytes_full_table: int = 0
@@ -110,6 +108,16 @@ class Chi2Result(AnalysisResult):
     frac_bits: int = 0
     n_dropped: int = 0
     test: str = "chi2"
+
+    @property
+    def statistic(self) -> float:
+        """The decoded statistic: :attr:`estimate` under the paper's name."""
+        return float(self.estimate) if self.estimate is not None else math.nan
+
+    @property
+    def exact_statistic(self) -> float | None:
+        """Pearson's statistic of the summed table (simulation): :attr:`truth` under the paper's name."""
+        return None if self.truth is None else float(self.truth)
 
 
 def check_options(
@@ -325,7 +333,6 @@ def finish(
         confidence=est.confidence,
         n_clients=n_clients,
         bytes_per_client=math.ceil((m_x + m_y) * bits / 8) + math.ceil(ell * bits / 8),
-        statistic=stat,
         p_value=float(scipy.stats.chi2.sf(stat, dof)),
         p_value_sketch=float(sketched_p_value(stat, dof, encoding_size=ell, decoder=decoder))
         if test == "chi2"
@@ -352,7 +359,6 @@ def attach_truth(res: Chi2Result, exact: float, dof: int) -> Chi2Result:
     import scipy.stats  # lazily (import cost)
 
     res.truth = exact
-    res.exact_statistic = exact
     res.exact_p_value = float(scipy.stats.chi2.sf(exact, dof))
     res.multiplicative_error = abs(res.statistic - exact) / exact if exact > 0 else math.inf
     return res

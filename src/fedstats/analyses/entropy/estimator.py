@@ -63,16 +63,16 @@ class EntropyResult(AnalysisResult):
 
     Attributes
     ----------
-    entropy : float
-        Estimated Shannon entropy in nats (also ``estimate``).
+    estimate : float
+        Estimated Shannon entropy in nats (alias :attr:`entropy`).
     moments : tuple of float
         Decoded ``(F_(1+D), F_(1-D))``.
     fd_step : float
         Finite-difference step ``D`` (not ``delta``, which names the privacy parameter).
     bias_bound : float
         Data-free bound on the finite-difference bias ``H_D - H`` (>= 0).
-    exact_entropy : float or None
-        Entropy of the summed histogram, when simulating (also ``truth``).
+    truth : float or None
+        Entropy of the summed histogram, when simulating (alias :attr:`exact_entropy`).
     additive_error : float or None
         ``|entropy - exact_entropy|`` (the paper's Fig. 5 metric), when simulating.
     encoding_size : int
@@ -81,17 +81,25 @@ class EntropyResult(AnalysisResult):
     n_categories : int
     """
 
-    entropy: float = 0.0
     moments: tuple[float, float] = (0.0, 0.0)
     fd_step: float = DEFAULT_FD_STEP
     bias_bound: float = 0.0
-    exact_entropy: float | None = None
     additive_error: float | None = None
     encoding_size: int = 0
     coupling: str = "coupled"
     bits: int = 64
     frac_bits: int = 0
     n_categories: int = 0
+
+    @property
+    def entropy(self) -> float:
+        """The estimated entropy (nats): :attr:`estimate` under the paper's name."""
+        return float(self.estimate) if self.estimate is not None else math.nan
+
+    @property
+    def exact_entropy(self) -> float | None:
+        """Entropy of the summed histogram (simulation): :attr:`truth` under the paper's name."""
+        return None if self.truth is None else float(self.truth)
 
 
 def shannon_entropy(counts: Any) -> float:

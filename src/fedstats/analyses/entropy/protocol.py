@@ -81,7 +81,6 @@ def _entropy_result(
         confidence=conf,
         n_clients=s2.n_clients,
         bytes_per_client=math.ceil(b / 8) + math.ceil(2 * ell * b / 8),
-        entropy=h,
         moments=moments,
         fd_step=d,
         bias_bound=bias,
