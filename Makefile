@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SRC    := src tests benchmarks
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint docs docs-check bench clean
 
 install: $(STAMP)
 
@@ -23,11 +23,21 @@ lint: install
 	$(BIN)/ruff format --check $(SRC)
 	$(BIN)/mypy
 
-test: lint
+# the documentation site (MkDocs + mkdocstrings, offline): site/index.html
+docs: install
+	$(BIN)/mkdocs build --strict
+
+# a strict build into a temporary folder, removed afterwards (part of make test; not --quiet:
+# mkdocs then stops counting warnings, and strict mode would pass anything)
+docs-check: install
+	@d=$$(mktemp -d); $(BIN)/mkdocs build --strict --site-dir "$$d"; rc=$$?; rm -rf "$$d"; \
+	  if [ $$rc -ne 0 ]; then echo "mkdocs build --strict failed"; fi; exit $$rc
+
+test: lint docs-check
 	$(BIN)/pytest -q -n 2 --doctest-modules src/fedstats tests
 
 bench: install
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -14,21 +14,21 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fedstats._numeric import largest_remainder
 from fedstats.analyses.bitpushing import (
     BitEncoding,
     CodeSpec,
     affine_permutation,
     bit_means,
     bit_round,
-    estimate_mean,
-    estimate_variance,
-    exact_counts,
     inclusion_probabilities,
     lemma1_variance,
     make_stage,
+    mean,
     mean_protocol,
     optimal_allocation,
     rr_noise_variance,
+    variance,
     weighted_probabilities,
 )
 from fedstats.engine import Engine, GeneratedPopulation, InMemoryPopulation
@@ -120,8 +120,8 @@ def test_randomized_rounding_is_unbiased() -> None:
 # -- allocation and the paper's formulas ---------------------------------------------------------
 
 
-def test_exact_counts_and_inclusion() -> None:
-    c = exact_counts(1000, [1, 2, 3, 4])
+def test_largest_remainder_counts_and_inclusion() -> None:
+    c = largest_remainder(1000, [1, 2, 3, 4])
     assert c.sum() == 1000 and c.tolist() == [100, 200, 300, 400]
     pi = inclusion_probabilities([0.05, 0.15, 0.8], 2)
     assert abs(pi.sum() - 2) < 1e-12 and pi.max() <= 1.0 and pi[2] == 1.0
@@ -193,7 +193,7 @@ def test_basic_exact_allocation_lemma1(s: int, eps: float | None) -> None:
     counts = counts_seen[0]
     # exactly round(N * pi_j) clients report bit j, in every run
     pi = inclusion_probabilities(p, s)
-    assert np.array_equal(counts, exact_counts(n * s, pi / s))
+    assert np.array_equal(counts, largest_remainder(n * s, pi / s))
     assert all(np.array_equal(c, counts) for c in counts_seen)
     per = 4.0 ** np.arange(4) * (BIT_MEANS * (1 - BIT_MEANS) + rr_noise_variance(eps))
     var = float((per / counts).sum())
@@ -235,7 +235,8 @@ def test_adaptive_and_weighted_unbiased_with_plugin_variance(
     def one(x: np.ndarray, r: int) -> float:
         eng = Engine(randomness=RandomSource(7000 + r))
         res = eng.run(
-            mean_protocol(stage, "value", ENC, n, public_seed=r), InMemoryPopulation({"value": x})
+            mean_protocol(stage, "value", ENC, n, public_seed=r, method=method),
+            InMemoryPopulation({"value": x}),
         )
         variances.append(res.variance)
         return res.estimate
@@ -256,7 +257,7 @@ def test_dithering_variance_is_range_squared_over_12() -> None:
     est = np.array(
         [
             Engine(randomness=RandomSource(r))
-            .run(mean_protocol(stage, "value", enc, x.size, public_seed=r), pop)
+            .run(mean_protocol(stage, "value", enc, x.size, public_seed=r, method="dithering"), pop)
             .estimate
             for r in range(reps)
         ]
@@ -264,7 +265,7 @@ def test_dithering_variance_is_range_squared_over_12() -> None:
     var = 4.0**7 / 12 / x.size
     _check_mean_var(est, float(x.mean()), var)
     res = Engine(randomness=RandomSource(1)).run(
-        mean_protocol(stage, "value", enc, x.size, public_seed=1), pop
+        mean_protocol(stage, "value", enc, x.size, public_seed=1, method="dithering"), pop
     )
     assert math.isclose(res.variance, var)
 
@@ -278,7 +279,7 @@ def test_dithering_with_rr_variance() -> None:
     est = np.array(
         [
             Engine(randomness=RandomSource(r))
-            .run(mean_protocol(stage, "value", ENC, x.size, public_seed=r), pop)
+            .run(mean_protocol(stage, "value", ENC, x.size, public_seed=r, method="dithering"), pop)
             .estimate
             for r in range(1200)
         ]
@@ -295,7 +296,7 @@ def test_ldp_baselines_unbiased(method: str) -> None:
     pop = InMemoryPopulation({"value": x})
     runs = [
         Engine(randomness=RandomSource(r)).run(
-            mean_protocol(stage, "value", ENC, x.size, public_seed=r), pop
+            mean_protocol(stage, "value", ENC, x.size, public_seed=r, method=method), pop
         )
         for r in range(400)
     ]
@@ -313,9 +314,7 @@ def test_variance_estimation_unbiased(eps: float | None) -> None:
     est = []
     for r in range(reps):
         x = _draw(rng, n)
-        res = estimate_variance(
-            x, ENC, epsilon=eps, engine=Engine(randomness=RandomSource(r)), truth=False
-        )
+        res = variance(x, ENC, epsilon=eps, engine=Engine(randomness=RandomSource(r)), truth=False)
         est.append(res.estimate)
     e = np.array(est)
     assert abs(e.mean() - sigma2) < 6 * e.std() / math.sqrt(reps) + 0.01 * sigma2 / n
@@ -328,11 +327,11 @@ def _gen(start: int, n: int, params: Any, rng: RNG) -> dict[str, np.ndarray]:
     return {"value": np.floor(np.asarray(rng.random(n)) * 16.0)}
 
 
-def test_generated_population_blocks_and_exact_counts() -> None:
+def test_generated_population_blocks_and_largest_remainder() -> None:
     n = 20_011
     pop = GeneratedPopulation(n, _gen)
     eng = Engine(randomness=RandomSource(4), block_size=1000)
-    res = estimate_mean(pop, ENC, engine=eng)
+    res = mean(pop, ENC, engine=eng)
     (c1, c2) = res.details["round_clients"]
     assert c1 == round(n / 3) and c1 + c2 == n
     assert res.bit_depth == 4 and res.details["bit_counts"].sum() == n
@@ -343,7 +342,7 @@ def test_generated_population_blocks_and_exact_counts() -> None:
 def test_privacy_metering_and_ledger() -> None:
     x = np.arange(1000) % 16
     meter, ledger = BitMeter(), PrivacyLedger(epsilon_budget=1.0)
-    res = estimate_variance(
+    res = variance(
         x,
         ENC,
         epsilon=1.0,
@@ -355,11 +354,11 @@ def test_privacy_metering_and_ledger() -> None:
     assert res.bits_per_client == 2.0 and meter.max_bits_per_client() == 2
     assert math.isclose(ledger.total().epsilon, 1.0)  # disjoint stages: parallel composition
     with pytest.raises(BudgetExceededError):
-        estimate_mean(x, ENC, epsilon=0.5, engine=Engine(randomness=RandomSource(1)), ledger=ledger)
+        mean(x, ENC, epsilon=0.5, engine=Engine(randomness=RandomSource(1)), ledger=ledger)
     # a refused range spends nothing and discloses nothing
     fresh, fresh_meter = PrivacyLedger(), BitMeter()
     with pytest.raises(DataError):
-        estimate_mean(
+        mean(
             np.array([1.0, 99.0]),
             BitEncoding(0, 15, out_of_range="refuse"),
             epsilon=1.0,
@@ -373,24 +372,22 @@ def test_privacy_metering_and_ledger() -> None:
 def test_bad_input_is_rejected() -> None:
     eng = Engine(randomness=RandomSource(1))
     with pytest.raises(DataError, match="outside the declared range"):
-        estimate_mean(
-            np.array([1.0, 20.0, 3.0]), BitEncoding(0, 15, out_of_range="refuse"), engine=eng
-        )
-    res = estimate_mean(np.array([1.0, 20.0, 3.0, 4.0]), ENC, engine=eng, method="weighted")
+        mean(np.array([1.0, 20.0, 3.0]), BitEncoding(0, 15, out_of_range="refuse"), engine=eng)
+    res = mean(np.array([1.0, 20.0, 3.0, 4.0]), ENC, engine=eng, method="weighted")
     assert res.n_clipped == 1
     with pytest.raises(DataError, match="empty"):
-        estimate_mean(np.array([]), ENC, engine=eng)
+        mean(np.array([]), ENC, engine=eng)
     for eps in (0.0, -1.0):
         with pytest.raises(ParameterError, match="epsilon"):
-            estimate_mean(np.arange(10.0), ENC, epsilon=eps, engine=eng)
+            mean(np.arange(10.0), ENC, epsilon=eps, engine=eng)
     with pytest.raises(ParameterError, match="epsilon"):
-        estimate_mean(np.arange(10.0), ENC, method="piecewise", engine=eng)
-    with pytest.raises(ParameterError, match="protocol"):
-        estimate_mean(np.arange(10.0), ENC, method="median", engine=eng)
+        mean(np.arange(10.0), ENC, method="piecewise", engine=eng)
+    with pytest.raises(ParameterError, match="method"):
+        mean(np.arange(10.0), ENC, method="median", engine=eng)
     with pytest.raises(ParameterError, match="bits_per_client"):
-        estimate_mean(np.arange(10.0), ENC, bits_per_client=5, engine=eng)
+        mean(np.arange(10.0), ENC, bits_per_client=5, engine=eng)
     with pytest.raises(DataError, match="NaN"):
-        estimate_mean(np.array([1.0, np.nan]), ENC, engine=eng)
+        mean(np.array([1.0, np.nan]), ENC, engine=eng)
 
 
 def test_squashing_removes_vacuous_bits_under_dp() -> None:
@@ -400,7 +397,7 @@ def test_squashing_removes_vacuous_bits_under_dp() -> None:
     err = {}
     for tau in (None, 0.15):
         e = [
-            estimate_mean(
+            mean(
                 x, enc, epsilon=3.0, squash_threshold=tau, engine=Engine(randomness=RandomSource(r))
             ).error
             for r in range(8)

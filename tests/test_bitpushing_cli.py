@@ -74,17 +74,17 @@ def test_variance_with_resampled_clients_and_csv(tmp_path: Path) -> None:
             str(p),
             "-c",
             "x",
-            "--bits",
+            "--bit-depth",
             "10",
             "--clients",
             "200000",
             "--json",
         ]
     )
-    assert d["n_clients"] == 200_000 and d["statistic"] == "variance"
+    assert d["n_clients"] == 200_000 and d["analysis"] == "bitpushing.variance"
     assert abs(d["error"]) < 6 * d["standard_error"]
     assert d["truth"] == pytest.approx(float(np.var(x)), rel=0.02)
-    d2 = _json(["--seed", "2", "mean", str(p), "-c", "x", "--bits", "10", "-s", "3", "--json"])
+    d2 = _json(["--seed", "2", "mean", str(p), "-c", "x", "--bit-depth", "10", "-s", "3", "--json"])
     assert d2["bits_per_client"] == 3.0
 
 
@@ -92,7 +92,7 @@ def test_bad_input_exit_code_2_one_line(tmp_path: Path) -> None:
     assert "outside the declared range" in _error(
         ["mean", "adult", "-c", "age", "--high", "50", "--out-of-range", "refuse"]
     )
-    assert "--bits" in _error(["mean", "adult", "-c", "age", "--bits", "0"])
+    assert "--bit-depth" in _error(["mean", "adult", "-c", "age", "--bit-depth", "0"])
     assert "--epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "0"])
     assert "--epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "-2"])
     assert "--high" in _error(["mean", "adult", "-c", "age"])
@@ -102,3 +102,10 @@ def test_bad_input_exit_code_2_one_line(tmp_path: Path) -> None:
     empty.write_text("x\n")
     assert "error" in _error(["mean", str(empty), "-c", "x", "--high", "10"])
     assert "epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "-p", "duchi"])
+    # options the chosen protocol does not use are refused, named by their flag
+    base = ["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "1"]
+    assert "--round1-fraction" in _error([*base, "-p", "weighted", "--round1-fraction", "0.5"])
+    assert "--allocation" in _error([*base, "-p", "duchi", "--allocation", "random"])
+    assert "--squash-threshold" in _error(["mean", "adult", "-c", "age", "--high", "127",
+                                           "--squash-threshold", "0.15"])  # fmt: skip
+    assert "--protocol" in _error(["variance", "adult", "-c", "age", "--high", "127", "-p", "x"])

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses.bitpushing import BitEncoding, estimate_mean
+from fedstats.analyses.bitpushing import BitEncoding, mean
 from fedstats.engine import (
     ClientBatch,
     Engine,
@@ -74,7 +74,7 @@ def test_bit_pushing_over_resampled_population_has_bounded_peak() -> None:
     pop = ResampledPopulation({"value": np.arange(128, dtype=np.float64)}, n)
     engine = Engine(SerialBackend(), RandomSource(5))
     est, peak = _traced_peak(
-        lambda: estimate_mean(pop, BitEncoding(0, 127), epsilon=1.0, engine=engine, truth=False)
+        lambda: mean(pop, BitEncoding(0, 127), epsilon=1.0, engine=engine, truth=False)
     )
     assert est.n_clients == n
     assert est.standard_error is not None

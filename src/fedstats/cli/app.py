@@ -8,6 +8,7 @@ command(s). Global options go before the command: ``fedstats --seed 1 --json dem
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -26,6 +27,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "fedstats.cli.heterogeneity",
     "fedstats.cli.privacy",
     "fedstats.cli.chi2",
+    "fedstats.cli.examples",
 )
 
 app = typer.Typer(
@@ -39,9 +41,11 @@ app = typer.Typer(
 )
 
 
-def _version(value: bool) -> None:
+def _version(ctx: typer.Context, value: bool) -> None:
+    # not eager, so the eager --json is already in ctx.params whatever the order on the command line
     if value:
-        typer.echo(f"fedstats {__version__}")
+        as_json = bool(ctx.params.get("json_flag"))
+        typer.echo(json.dumps({"version": __version__}) if as_json else f"fedstats {__version__}")
         raise typer.Exit(0)
 
 
@@ -55,7 +59,7 @@ def _global(
         ),
     ] = None,
     json_flag: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object on stdout.")
+        bool, typer.Option("--json", is_eager=True, help="Print one JSON object on stdout.")
     ] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bars or messages.")
@@ -69,7 +73,7 @@ def _global(
         ),
     ] = None,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+        bool, typer.Option("--version", callback=_version, help="Show the version.")
     ] = False,
 ) -> None:
     """Global options."""

@@ -1,7 +1,7 @@
 """``fedstats mean`` and ``fedstats variance``: bit pushing (Cormode & Markov 2021) and its baselines.
 
 Both read one numeric column of a dataset (a registered name such as ``adult``, or a CSV/Parquet file),
-declare its range (``--low``/``--high``, or ``--bits`` for b-bit integers), and estimate the mean (or the
+declare its range (``--low``/``--high``, or ``--bit-depth`` for b-bit integers), and estimate the mean (or the
 variance) over the rows as clients, or over ``--clients N`` clients resampled from the rows, with any
 protocol: ``adaptive`` (default), ``weighted``, ``basic`` bit pushing, or the baselines ``dithering``,
 ``piecewise``, ``duchi``, ``laplace``. The JSON output holds ``estimate``, ``ci``, ``standard_error``,
@@ -18,8 +18,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedstats.analyses.bitpushing import BitEncoding, estimate_mean, estimate_variance
-from fedstats.analyses.bitpushing.api import METHODS
+from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
+from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
+from fedstats.analyses.bitpushing.encoding import BitEncoding
+from fedstats.analyses.bitpushing.protocol import METHODS
 from fedstats.cli._common import (
     BackendOption,
     CliState,
@@ -76,119 +78,84 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
 
 
 def _encoding(
-    low: float, high: float | None, bits: int | None, resolution: float, out_of_range: str
+    low: float, high: float | None, bit_depth: int | None, resolution: float, out_of_range: str
 ) -> BitEncoding:
     if high is None:
-        if bits is None:
-            raise ParameterError("--high", None, "a declared upper bound (or give --bits)")
-        if not 1 <= bits <= 52:
-            raise ParameterError("--bits", bits, "an integer in [1, 52]")
-        high = low + (2**bits - 1) * resolution
-    return BitEncoding(low, high, resolution=resolution, bit_depth=bits, out_of_range=out_of_range)
+        if bit_depth is None:
+            raise ParameterError("--high", None, "a declared upper bound (or give --bit-depth)")
+        if not 1 <= bit_depth <= 52:
+            raise ParameterError("--bit-depth", bit_depth, "an integer in [1, 52]")
+        high = low + (2**bit_depth - 1) * resolution
+    return BitEncoding(
+        low, high, resolution=resolution, bit_depth=bit_depth, out_of_range=out_of_range
+    )
 
 
 def _run(
     kind: str,
     ctx: typer.Context,
+    *,
     data: str,
     column: str,
-    protocol: str,
+    method: str,
     epsilon: float | None,
-    bits: int | None,
-    bits_per_client: int,
+    bit_depth: int | None,
     low: float,
     high: float | None,
     resolution: float,
     out_of_range: str,
     clients: int | None,
     split: str | None,
-    allocation: str,
-    round1_fraction: float,
-    alpha: float | None,
-    squash_threshold: float | None,
-    mean_fraction: float,
+    options: dict[str, Any],
     confidence: float,
-    backend: str,
-    workers: int | None,
-    scheduler: str | None,
-    shard_size: int,
+    route: dict[str, Any],
     json_flag: bool,
     seed: int | None,
     data_dir: Path | None,
 ) -> None:
     state: CliState = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
-    if protocol not in METHODS:
-        raise ParameterError("--protocol", protocol, "one of " + ", ".join(METHODS))
+    if method not in METHODS:
+        raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
     if epsilon is not None and not epsilon > 0:
         raise ParameterError("--epsilon", epsilon, "a real number > 0")
-    if bits is not None and bits < 1:
-        raise ParameterError("--bits", bits, "an integer >= 1")
-    enc = _encoding(low, high, bits, resolution, out_of_range)
+    if bit_depth is not None and bit_depth < 1:
+        raise ParameterError("--bit-depth", bit_depth, "an integer >= 1")
+    enc = _encoding(low, high, bit_depth, resolution, out_of_range)
     values = load_column(data, column, state.data_dir, split)
     pop: Any = values
     if clients is not None:
         if clients < 1:
             raise ParameterError("--clients", clients, "an integer >= 1")
         pop = ResampledPopulation({column: values}, clients)
-    options: dict[str, Any] = {
-        "bits_per_client": bits_per_client,
-        "allocation": allocation,
-        "round1_fraction": round1_fraction,
-    }
-    if alpha is not None:
-        options["alpha"] = alpha
-    if squash_threshold is not None:
-        options["squash_threshold"] = squash_threshold
-    with (
-        progress_for(state) as progress,
-        engine_for(
-            state,
-            progress,
-            backend=backend,
-            workers=workers,
-            scheduler=scheduler,
-            shard_size=shard_size,
-        ) as engine,
-    ):
+    # only the options the user gave: the library refuses options a method does not use
+    given = {k: v for k, v in options.items() if v is not None}
+    with progress_for(state) as progress, engine_for(state, progress, **route) as engine:
         common: dict[str, Any] = {
-            "method": protocol,
+            "method": method,
             "column": column,
             "epsilon": epsilon,
             "engine": engine,
             "confidence": confidence,
-            **options,
+            "shuffle": not isinstance(pop, Population),
+            **given,
         }
-        if isinstance(pop, Population):
-            common["shuffle"] = False
-        if kind == "mean":
-            result: Any = estimate_mean(pop, enc, **common)
-        else:
-            result = estimate_variance(pop, enc, mean_fraction=mean_fraction, **common)
+        run = bitpushing_mean if kind == "mean" else bitpushing_variance
+        result: Any = run(pop, enc, **common)
     out = result.to_dict()
     details = out.pop("details")
     payload = {
-        "statistic": kind,
-        "estimate": out.pop("estimate"),
-        "ci": out.pop("ci"),
-        "standard_error": out.pop("standard_error"),
-        "truth": out.pop("truth"),
-        "error": out.pop("error"),
-        "bits_per_client": out.pop("bits_per_client"),
-        "epsilon": out.pop("epsilon"),
-        "protocol": protocol,
+        **out,
+        "protocol": method,
         "dataset": data,
         "column": column,
         "low": enc.low,
         "high": enc.high,
         "resolution": enc.resolution,
-        **out,
-        "details": {k: v for k, v in details.items() if k not in ("mean_stage", "variance_stage")}
-        if kind == "variance"
-        else details,
+        "details": {k: v for k, v in details.items() if k not in ("mean_stage", "variance_stage")},
     }
 
     def render(console: Console) -> None:
-        t = Table(title=f"{kind} of {column} ({data}) by {protocol}", show_header=False)
+        t = Table(title=f"{kind} of {column} ({data}) by {method}", show_header=False)
         rows = [
             ("estimate", f"{payload['estimate']:.6g}"),
             ("confidence interval", f"[{payload['ci'][0]:.6g}, {payload['ci'][1]:.6g}]"),
@@ -230,16 +197,20 @@ EpsilonOpt = Annotated[
 ]
 BitsOpt = Annotated[
     int | None,
-    typer.Option("--bits", "-b", help="Bit depth b (default: fewest bits for the range)."),
+    typer.Option("--bit-depth", "-b", help="Bit depth b (default: fewest bits for the range)."),
 ]
 BitsPerClientOpt = Annotated[
-    int, typer.Option("--bits-per-client", "-s", help="Bits each client sends (Corollary 2).")
+    int | None,
+    typer.Option(
+        "--bits-per-client", "-s", help="Bits each client sends (Corollary 2; default 1)."
+    ),
 ]
 LowOpt = Annotated[float, typer.Option("--low", help="Declared lower bound of the values.")]
 HighOpt = Annotated[
     float | None,
     typer.Option(
-        "--high", help="Declared upper bound (default with --bits: low + (2^b - 1) resolution)."
+        "--high",
+        help="Declared upper bound (default with --bit-depth: low + (2^b - 1) resolution).",
     ),
 ]
 ResolutionOpt = Annotated[
@@ -255,11 +226,12 @@ SplitOpt = Annotated[
     str | None, typer.Option("--split", help="Dataset split (e.g. train, test, all).")
 ]
 AllocationOpt = Annotated[
-    str,
+    str | None,
     typer.Option("--allocation", help="exact (quasi-Monte-Carlo, default) or random bit choice."),
 ]
 Round1Opt = Annotated[
-    float, typer.Option("--round1-fraction", help="Share of clients in round 1 (adaptive).")
+    float | None,
+    typer.Option("--round1-fraction", help="Share of clients in round 1 (adaptive; default 1/3)."),
 ]
 AlphaOpt = Annotated[
     float | None,
@@ -278,18 +250,18 @@ def mean(
     ctx: typer.Context,
     data: DataArg,
     column: ColumnOpt,
-    protocol: ProtocolOpt = "adaptive",
+    method: ProtocolOpt = "adaptive",
     epsilon: EpsilonOpt = None,
-    bits: BitsOpt = None,
-    bits_per_client: BitsPerClientOpt = 1,
+    bit_depth: BitsOpt = None,
+    bits_per_client: BitsPerClientOpt = None,
     low: LowOpt = 0.0,
     high: HighOpt = None,
     resolution: ResolutionOpt = 1.0,
     out_of_range: OutOfRangeOpt = "clip",
     clients: ClientsOpt = None,
     split: SplitOpt = None,
-    allocation: AllocationOpt = "exact",
-    round1_fraction: Round1Opt = 1.0 / 3.0,
+    allocation: AllocationOpt = None,
+    round1_fraction: Round1Opt = None,
     alpha: AlphaOpt = None,
     squash_threshold: SquashOpt = None,
     confidence: ConfidenceOpt = 0.95,
@@ -302,10 +274,24 @@ def mean(
     data_dir: DataDirOption = None,
 ) -> None:
     """Estimate the mean of a column by bit pushing (or a baseline), with CI and bits disclosed."""
+    options = {
+        "bits_per_client": bits_per_client,
+        "allocation": allocation,
+        "round1_fraction": round1_fraction,
+        "alpha": alpha,
+        "squash_threshold": squash_threshold,
+    }
+    route = {
+        "backend": backend,
+        "workers": workers,
+        "scheduler": scheduler,
+        "shard_size": shard_size,
+    }
     _run(
-        "mean", ctx, data, column, protocol, epsilon, bits, bits_per_client, low, high, resolution,
-        out_of_range, clients, split, allocation, round1_fraction, alpha, squash_threshold, 0.2,
-        confidence, backend, workers, scheduler, shard_size, json_flag, seed, data_dir,
+        "mean", ctx, data=data, column=column, method=method, epsilon=epsilon, bit_depth=bit_depth,
+        low=low, high=high, resolution=resolution, out_of_range=out_of_range, clients=clients,
+        split=split, options=options, confidence=confidence, route=route, json_flag=json_flag,
+        seed=seed, data_dir=data_dir,
     )  # fmt: skip
 
 
@@ -313,18 +299,18 @@ def variance(
     ctx: typer.Context,
     data: DataArg,
     column: ColumnOpt,
-    protocol: ProtocolOpt = "adaptive",
+    method: ProtocolOpt = "adaptive",
     epsilon: EpsilonOpt = None,
-    bits: BitsOpt = None,
-    bits_per_client: BitsPerClientOpt = 1,
+    bit_depth: BitsOpt = None,
+    bits_per_client: BitsPerClientOpt = None,
     low: LowOpt = 0.0,
     high: HighOpt = None,
     resolution: ResolutionOpt = 1.0,
     out_of_range: OutOfRangeOpt = "clip",
     clients: ClientsOpt = None,
     split: SplitOpt = None,
-    allocation: AllocationOpt = "exact",
-    round1_fraction: Round1Opt = 1.0 / 3.0,
+    allocation: AllocationOpt = None,
+    round1_fraction: Round1Opt = None,
     alpha: AlphaOpt = None,
     squash_threshold: SquashOpt = None,
     mean_fraction: Annotated[
@@ -340,11 +326,25 @@ def variance(
     data_dir: DataDirOption = None,
 ) -> None:
     """Estimate the variance of a column: a mean stage, then bit pushing of (x - mean)^2."""
+    options = {
+        "bits_per_client": bits_per_client,
+        "allocation": allocation,
+        "round1_fraction": round1_fraction,
+        "alpha": alpha,
+        "squash_threshold": squash_threshold,
+        "mean_fraction": mean_fraction,
+    }
+    route = {
+        "backend": backend,
+        "workers": workers,
+        "scheduler": scheduler,
+        "shard_size": shard_size,
+    }
     _run(
-        "variance", ctx, data, column, protocol, epsilon, bits, bits_per_client, low, high,
-        resolution, out_of_range, clients, split, allocation, round1_fraction, alpha,
-        squash_threshold, mean_fraction, confidence, backend, workers, scheduler, shard_size,
-        json_flag, seed, data_dir,
+        "variance", ctx, data=data, column=column, method=method, epsilon=epsilon,
+        bit_depth=bit_depth, low=low, high=high, resolution=resolution, out_of_range=out_of_range,
+        clients=clients, split=split, options=options, confidence=confidence, route=route,
+        json_flag=json_flag, seed=seed, data_dir=data_dir,
     )  # fmt: skip
 
 

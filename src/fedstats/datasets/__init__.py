@@ -9,6 +9,8 @@
   :func:`load_dataset` by name.
 * Readers: :func:`read_idx`, :func:`read_cifar`, :func:`read_csv`, :func:`read_parquet`,
   :func:`load_table`, :func:`check_finite_columns`.
+* Example files (:mod:`fedstats.datasets.examples`): :func:`example` gives the path of a small shipped
+  file built from Adult (``predictions.csv``, ``client_tables.csv``, ``client_vectors.csv``).
 * Partitioners (:mod:`fedstats.datasets.partition`): one row per client, IID, label-ratio skew,
   Dirichlet, and a contingency table split across clients.
 """
@@ -32,6 +34,7 @@ from fedstats.datasets._registry import (
     locate_file,
     verify_file,
 )
+from fedstats.datasets.examples import EXAMPLES, ExampleFile, example, example_names
 from fedstats.datasets.loaders import (
     ACTIVITY_COLUMNS,
     ADULT_COLUMNS,
@@ -80,6 +83,7 @@ __all__ = [
     "CENSUS_KDD_COLUMNS",
     "DATASETS",
     "ENV_VAR",
+    "EXAMPLES",
     "LYMPHOGRAPHY_COLUMNS",
     "MUSHROOM_COLUMNS",
     "CifarData",
@@ -87,6 +91,7 @@ __all__ = [
     "DataFile",
     "Dataset",
     "DatasetStatus",
+    "ExampleFile",
     "allocate_counts",
     "candidate_roots",
     "check_finite_columns",
@@ -101,6 +106,8 @@ __all__ = [
     "dirichlet_partition",
     "dirichlet_proportions",
     "embedded_path",
+    "example",
+    "example_names",
     "file_sha256",
     "iid_partition",
     "label_ratio_sample",

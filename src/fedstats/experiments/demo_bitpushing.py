@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses.bitpushing import BitEncoding, estimate_mean, estimate_variance
+from fedstats.analyses.bitpushing.api import mean, variance
+from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.datasets import load_adult
-from fedstats.engine import Engine
 from fedstats.randomness import RandomSource
 
 __all__ = ["run_demo"]
@@ -27,9 +27,7 @@ def run_demo(randomness: RandomSource) -> list[dict[str, Any]]:
     dataset = f"adult age, {ages.size} clients, 1 bit each"
     rows: list[dict[str, Any]] = []
     for i, eps in enumerate((None, DEMO_EPSILON)):
-        res = estimate_mean(
-            ages, enc, epsilon=eps, engine=Engine(randomness=randomness.child("mean", i))
-        )
+        res = mean(ages, enc, epsilon=eps, randomness=randomness.child("mean", i))
         rows.append(
             {
                 "name": "mean, adaptive bit pushing" + (" + RR" if eps else ""),
@@ -42,7 +40,7 @@ def run_demo(randomness: RandomSource) -> list[dict[str, Any]]:
                 "bits_per_client": res.bits_per_client,
             }
         )
-    var = estimate_variance(ages, enc, engine=Engine(randomness=randomness.child("variance")))
+    var = variance(ages, enc, randomness=randomness.child("variance"))
     rows.append(
         {
             "name": "variance, adaptive bit pushing",

@@ -26,7 +26,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import hypergeom
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import ParameterError
@@ -81,6 +80,8 @@ def _log2_sf(k: int, bad: int, n_others: int, at_least: int) -> float:
         return 0.0
     if at_least > min(k, bad):
         return -math.inf
+    from scipy.stats import hypergeom  # lazily: scipy.stats must not load with a client module
+
     return float(hypergeom.logsf(at_least - 1, n_others, bad, k)) / math.log(2)
 
 

@@ -15,8 +15,9 @@ Pure functions (no clients, no rounds), from Cormode & Markov 2021:
 * :func:`inclusion_probabilities`: with :math:`b_{send}` distinct bits per client, bit j is reported by a
   client with probability :math:`\pi_j = \min(1, b_{send} p_j)` (capped and re-spread, so
   :math:`\sum_j \pi_j = b_{send}`).
-* :func:`exact_counts`, :func:`affine_permutation`: the quasi-Monte-Carlo allocation of Lemma 1's proof,
-  exactly ``round(N pi_j)`` clients on bit j, chosen by a public permutation of the client indices.
+* :func:`affine_permutation` (with :func:`fedstats._numeric.largest_remainder`): the quasi-Monte-Carlo
+  allocation of Lemma 1's proof, exactly ``round(N pi_j)`` clients on bit j, chosen by a public permutation
+  of the client indices.
 
 Examples
 --------
@@ -36,10 +37,11 @@ import numpy as np
 
 from fedstats._validation import check_int, check_real
 from fedstats.errors import ParameterError
+from fedstats.privacy.mechanisms import RandomizedResponse
 
 __all__ = [
     "affine_permutation",
-    "exact_counts",
+    "bit_means",
     "inclusion_probabilities",
     "lemma1_variance",
     "optimal_allocation",
@@ -77,7 +79,7 @@ def check_probabilities(p: Any, bit_depth: int | None = None) -> np.ndarray:
 
 
 def weighted_probabilities(bit_depth: int, alpha: float = 1.0) -> np.ndarray:
-    r"""Sampling vector :math:`p_j \propto 2^{\alpha j}`, ``j = 0..b-1``.
+    r"""Return the sampling vector :math:`p_j \propto 2^{\alpha j}`, ``j = 0..b-1``.
 
     Parameters
     ----------
@@ -201,21 +203,33 @@ def inclusion_probabilities(probabilities: Any, bits_per_client: int) -> np.ndar
     return out
 
 
-def exact_counts(n: int, weights: Any) -> np.ndarray:
-    """Integers summing to ``n``, proportional to ``weights`` (largest remainders, ties to lower index).
+def bit_means(counts: Any, sums: Any, epsilon_bit: float | None = None) -> np.ndarray:
+    """Return the debiased bit means :math:`m_j` (Algorithm 1; NaN where no client reported bit j).
+
+    Without DP ``s_j / c_j``; with randomized response ``(s_j/c_j - (1 - q)) / (2q - 1)``, which may leave
+    [0, 1].
+
+    Parameters
+    ----------
+    counts : array_like of int, shape (b,)
+        Reports per bit :math:`c_j`.
+    sums : array_like of int, shape (b,)
+        Sum of the reported (randomized) bits :math:`s_j`.
+    epsilon_bit : float, optional
+        Randomized-response epsilon of each report (None: no DP).
 
     Returns
     -------
-    numpy.ndarray of int64, shape (len(weights),)
+    numpy.ndarray of float64, shape (b,)
     """
-    n = check_int("n", n, low=0)
-    w = check_probabilities(weights)
-    share = w * n
-    base: np.ndarray = np.floor(share).astype(np.int64)
-    rem = n - int(base.sum())
-    if rem > 0:
-        base[np.argsort(-(share - base), kind="stable")[:rem]] += 1
-    return base
+    c = np.asarray(counts, dtype=np.float64)
+    s = np.asarray(sums, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = np.where(c > 0, s / c, np.nan)
+    if epsilon_bit is None:
+        return raw
+    out: np.ndarray = RandomizedResponse(epsilon=epsilon_bit).debias_mean(raw)
+    return out
 
 
 def affine_permutation(n: int, seed: int, *key: str | int) -> tuple[int, int]:
@@ -224,6 +238,15 @@ def affine_permutation(n: int, seed: int, *key: str | int) -> tuple[int, int]:
     ``c`` is uniform on ``[0, n)``, so every client's position is uniform: with exact allocation each
     client reports bit j with probability exactly ``count_j / n`` (unbiasedness holds for any data
     order). ``a`` is coprime to ``n`` and below ``2**62 / n``, so ``a * k`` never overflows int64.
+
+    Parameters
+    ----------
+    n : int
+        Clients in the round, >= 1.
+    seed : int
+        Public seed.
+    *key : str or int
+        Names the round (so two rounds get independent permutations).
 
     Returns
     -------

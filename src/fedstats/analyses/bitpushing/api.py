@@ -1,12 +1,15 @@
 """One-call mean and variance estimation with any method, plus simulation truth and privacy metering.
 
-:func:`estimate_mean` and :func:`estimate_variance` take the data (an array, or any engine
+:func:`mean` and :func:`variance` take the data (an array, or any engine
 :class:`~fedstats.engine.Population` up to 10^9 clients), a declared :class:`BitEncoding`, a method name
-(:data:`METHODS`) and its options; they spend the privacy budget in a
-:class:`~fedstats.privacy.ledger.PrivacyLedger` and the disclosed bits in a
-:class:`~fedstats.privacy.ledger.BitMeter` *before* running (so an over-budget request is refused without
-any client disclosing anything), run the protocol on the engine, and, in simulation, fill in the true value
-and the number of clipped clients from a separate pass over the data.
+(:data:`~fedstats.analyses.bitpushing.protocol.METHODS`) and its options. They follow the rule of
+:mod:`fedstats.analyses._api`: ``engine`` sums the rounds and holds the clients' randomness; ``randomness``
+(default ``engine.randomness``) is the server's: the shuffle of an array and the public seed. They charge
+every release of the request to the :class:`~fedstats.privacy.ledger.PrivacyLedger` (from the mechanisms'
+own :meth:`~fedstats.privacy.mechanisms.Mechanism.privacy_loss`) and the disclosed bits to the
+:class:`~fedstats.privacy.ledger.BitMeter` *before* running, all or nothing (so a refused request, even the
+second stage of a variance, records nothing and no client discloses anything), run the protocol on the
+engine, and, in simulation, fill in the true value and the number of clipped clients from a separate pass.
 
 Round membership is by client index (round 1 takes the first ``round1_fraction`` of the clients): arrays are
 shuffled first; a :class:`~fedstats.engine.Population` must be in random order (generated and resampled
@@ -16,97 +19,67 @@ populations are).
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_finite_array
+from fedstats._validation import check_finite_array
+from fedstats.analyses._api import charging, resolve
 from fedstats.analyses.bitpushing.encoding import BitEncoding
-from fedstats.analyses.bitpushing.protocols import (
-    BIT_PUSHING_METHODS,
+from fedstats.analyses.bitpushing.protocol import (
+    BitPushingResult,
     MeanEstimate,
     VarianceEstimate,
-    bit_pushing_stage,
+    make_stage,
     mean_protocol,
+    stage_mechanisms,
     variance_protocol,
+    variance_split,
 )
-from fedstats.analyses.bitpushing.stages import Stage
 from fedstats.engine import Engine, InMemoryPopulation, Population
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.populations import block_count
 from fedstats.errors import DataError
 from fedstats.privacy.ledger import BitMeter, PrivacyLedger
+from fedstats.privacy.mechanisms import Mechanism
 from fedstats.randomness import RandomSource
 
 __all__ = [
     "DEFAULT_SQUASH_THRESHOLD",
-    "METHODS",
     "Truth",
-    "estimate_mean",
-    "estimate_variance",
-    "make_stage",
+    "mean",
     "population_truth",
+    "variance",
 ]
 
-METHODS = (*BIT_PUSHING_METHODS, "dithering", "piecewise", "duchi", "laplace")
+R = TypeVar("R", bound=BitPushingResult)
+
 DEFAULT_SQUASH_THRESHOLD = 0.15
 """Recommended bit squashing threshold (units of the per-report DP noise standard deviation), inside the
 0.1-0.2 the paper found best. Off by default: it removes vacuous high-order bits of a loose range, but also
 squashes genuine bits whose mean is that small (e.g. bit 6 of ages, mean ~0.05, when epsilon <= 2)."""
 
 
-def make_stage(method: str, **options: Any) -> Stage:
-    """The stage of any method in :data:`METHODS` with its options bound.
-
-    Options not used by a method are ignored: ``epsilon``, ``bits_per_client``, ``allocation``,
-    ``round1_fraction``, ``gamma``, ``alpha``, ``probabilities`` (basic), ``squash_threshold`` (bit pushing);
-    ``frac_bits`` (Piecewise/Laplace).
-
-    Raises
-    ------
-    ParameterError
-        If ``method`` is unknown or an option is invalid for it.
-    """
-    check_choice("protocol", method, METHODS)
-    if method in BIT_PUSHING_METHODS:
-        keys = {
-            "adaptive": (
-                "epsilon",
-                "bits_per_client",
-                "allocation",
-                "round1_fraction",
-                "gamma",
-                "alpha",
-                "min_reports",
-                "squash_z",
-                "squash_threshold",
-            ),
-            "weighted": ("epsilon", "bits_per_client", "allocation", "alpha", "squash_threshold"),
-            "basic": (
-                "epsilon",
-                "bits_per_client",
-                "allocation",
-                "probabilities",
-                "alpha",
-                "squash_threshold",
-            ),
-        }[method]
-        return bit_pushing_stage(method, **{k: v for k, v in options.items() if k in keys})
-    from fedstats.analyses.mean_baselines import baseline_stage
-
-    return baseline_stage(method, **options)
-
-
 class Truth:
     """Exact statistics of a population column, from one pass over its blocks (simulation only).
+
+    Parameters
+    ----------
+    s : numpy.ndarray, shape (4,)
+        Shifted sums of the values, their squares, the clipped values and their squares.
+    n : int
+        Number of values.
+    n_clipped : int
+        Values outside the declared range.
 
     Attributes
     ----------
     mean, variance : float
-        Of the values as given (variance with ddof = 0).
+        Of the values as given (variance with ddof = 0), before the shift is added back.
     clipped_mean, clipped_variance : float
         Of the values clipped to the declared range (what the protocol can estimate).
     n_clipped : int
-        Values outside the declared range.
     n : int
     """
 
@@ -129,6 +102,23 @@ def population_truth(
     """Exact mean and variance of ``column`` (and of its clipped values), reading block by block.
 
     Uses shifted sums (around the first block's mean) so the variance is accurate in float64.
+
+    Parameters
+    ----------
+    population : Population
+        The clients.
+    column : str
+        The column.
+    encoding : BitEncoding
+        The declared range (for the clipped statistics).
+    randomness : RandomSource
+        The source the population's blocks are generated from (the engine's).
+    block_size : int
+        Clients per block (the engine's).
+
+    Returns
+    -------
+    Truth
     """
     n = population.n_clients
     shift: float | None = None
@@ -163,23 +153,40 @@ def _as_population(data: Any, column: str, randomness: RandomSource, shuffle: bo
     return InMemoryPopulation({column: v})
 
 
-def _meter(
-    stages: list[tuple[str, tuple[int, int], int]],
-    epsilon: float | None,
+def _charge(
+    stages: Sequence[tuple[str, tuple[int, int]]],
+    mechanisms: list[Mechanism],
+    bits: int,
     ledger: PrivacyLedger | None,
     bit_meter: BitMeter | None,
-) -> None:
-    for label, (lo, hi), bits in stages:
-        if bit_meter is not None:
-            bit_meter.record(bits=bits, label=label, clients=range(lo, hi))
-        if ledger is not None and epsilon is not None:
-            ledger.spend(epsilon=epsilon, label=label, clients=range(lo, hi))
+) -> tuple[float | None, float | None]:
+    """Charge every stage's releases and bits, all or nothing; return the per-client (epsilon, delta).
+
+    Each client of a stage's cohort applies every mechanism once; the ledger composes their losses (the
+    cohorts are disjoint, so they compose in parallel).
+    """
+    with charging(ledger, bit_meter):
+        for label, (lo, hi) in stages:
+            if bit_meter is not None:
+                bit_meter.record(bits=bits, label=label, clients=range(lo, hi))
+            if ledger is not None:
+                for k, mech in enumerate(mechanisms):
+                    ledger.spend_loss(
+                        mech.privacy_loss(), label=f"{label}: report {k + 1}", clients=range(lo, hi)
+                    )
+    if not mechanisms:
+        return None, None
+    one = PrivacyLedger()  # what one client spends: the ledger composes, nothing by hand
+    for k, mech in enumerate(mechanisms):
+        one.spend_loss(mech.privacy_loss(), label=f"report {k + 1}")
+    total = one.total()
+    return total.epsilon, total.delta
 
 
 def _scan(
     pop: Population, column: str, encoding: BitEncoding, engine: Engine, truth: bool
 ) -> Truth | None:
-    """Simulation truth, and the refuse policy checked before anyone spends privacy or discloses bits."""
+    """Compute the simulation truth; check the refuse policy before anyone spends privacy or bits."""
     if not truth:
         return None
     tr = population_truth(pop, column, encoding, engine.randomness, engine.block_size)
@@ -191,171 +198,202 @@ def _scan(
     return tr
 
 
-def _options(method: str, epsilon: float | None, options: dict[str, Any]) -> dict[str, Any]:
-    opts = dict(options)
-    opts["epsilon"] = epsilon
-    return opts
+def _bind(
+    method: str, epsilon: float | None, options: dict[str, Any]
+) -> tuple[Any, list[Mechanism]]:
+    """Bind the stage of ``method`` to its options; list the mechanisms each of its clients applies."""
+    opts = {**options, "epsilon": epsilon}
+    return make_stage(method, **opts), stage_mechanisms(method, **opts)
 
 
-def _finish(res: Any, engine: Engine, first_log: int, n_bits: int, rounds: int) -> None:
-    logs = engine.log[first_log:]
-    res.bytes_per_client = max((r.bytes_per_client for r in logs), default=0) * rounds
-    res.release_note = engine.randomness.release_note
+def _bits(options: dict[str, Any]) -> int:
+    return int(options.get("bits_per_client", 1))
+
+
+def _run(
+    engine: Engine,
+    protocol: ProtocolGenerator[R],
+    pop: Population,
+    encoding: BitEncoding,
+    privacy: tuple[float | None, float | None],
+    randomness: RandomSource,
+) -> R:
+    """Run the protocol and fill in what the engine and the charge know: privacy, bytes, rounds, note."""
+    first = len(engine.log)
+    res = engine.run(protocol, pop)
+    logs = engine.log[first:]
+    res.epsilon, res.delta = privacy
+    res.bytes_per_client = max((r.bytes_per_client for r in logs), default=0)
+    notes = {engine.randomness.release_note, randomness.release_note} - {None}
+    res.release_note = "; ".join(sorted(n for n in notes if n)) or None
     res.details["compact_wire_bits_per_client"] = int(res.bits_per_client or 0) * (
-        1 + max(1, math.ceil(math.log2(max(n_bits, 2))))
+        1 + max(1, math.ceil(math.log2(max(encoding.b, 2))))
     )
     res.details["rounds"] = [
         {"name": r.name, "clients": r.n_clients, "bytes_per_client": r.bytes_per_client}
         for r in logs
     ]
+    return res
 
 
-def estimate_mean(
+def mean(
     data: Any,
     encoding: BitEncoding,
     *,
     method: str = "adaptive",
     column: str = "value",
     epsilon: float | None = None,
-    engine: Engine | None = None,
     public_seed: int | None = None,
     confidence: float = 0.95,
     truth: bool = True,
     shuffle: bool = True,
+    engine: Engine | None = None,
+    randomness: RandomSource | None = None,
     ledger: PrivacyLedger | None = None,
     bit_meter: BitMeter | None = None,
     **options: Any,
 ) -> MeanEstimate:
-    """Estimate the mean of one value per client with any method of :data:`METHODS`.
+    """Estimate the mean of one value per client with bit pushing (or a baseline).
+
+    Cormode & Markov 2021: Algorithm 1 (``"basic"``, ``"weighted"``), Algorithm 2 (``"adaptive"``), and the
+    baselines of their Sec. 5 (:mod:`fedstats.analyses.mean_baselines`).
 
     Parameters
     ----------
     data : array_like of float, shape (n,), or Population
-        The clients' values (arrays are shuffled with the engine's randomness unless ``shuffle=False``).
+        The clients' values (arrays are shuffled with the server's randomness unless ``shuffle=False``).
     encoding : BitEncoding
         Declared range (enforced: clip-and-count or refuse), resolution and bit depth.
     method : str
-        One of :data:`METHODS`; default ``"adaptive"``.
+        One of :data:`~fedstats.analyses.bitpushing.protocol.METHODS`; default ``"adaptive"``.
     column : str
         Column of a Population (or the name given to an array).
     epsilon : float, optional
         Local DP epsilon per client, in (0, 700]; None: no DP (bit pushing, dithering only).
-    engine : Engine, optional
-        Default: serial, secure randomness.
     public_seed : int, optional
-        Public randomness; default drawn from the engine's randomness.
+        Public randomness (permutation, dither); default ``randomness.public_seed("bitpushing", "mean")``.
     confidence : float
-        CI level.
+        CI level in (0, 1).
     truth : bool
         Compute the true mean and clipped count by a separate pass (simulation).
     shuffle : bool
         Shuffle an array before making it a population.
-    ledger, bit_meter : optional
-        Receive the privacy spent and the bits disclosed (before the run; over-budget requests are refused).
+    engine : Engine, optional
+        Sums the rounds; holds the clients' randomness (see :mod:`fedstats.analyses._api`).
+    randomness : RandomSource, optional
+        The server's randomness (shuffle, public seed); default ``engine.randomness``.
+    ledger : PrivacyLedger, optional
+        Charged before the run, all or nothing (an over-budget request is refused and runs nothing).
+    bit_meter : BitMeter, optional
+        Charged with the bits each client discloses, likewise.
     **options
-        Method options (see :func:`make_stage`).
+        The method's options (:func:`~fedstats.analyses.bitpushing.protocol.make_stage`); others are
+        refused.
 
     Returns
     -------
     MeanEstimate
+        Tagged ``"bitpushing.mean"`` (``"mean_baselines.mean"`` for a baseline).
 
     Raises
     ------
-    ParameterError, DataError, BudgetExceededError
+    ParameterError
+        If the method or an option is invalid.
+    DataError
+        If the data is empty, not finite, or outside the range under ``out_of_range="refuse"``.
+    BudgetExceededError
+        If the ledger or the bit meter refuses the request (nothing is charged then).
     """
-    engine = engine or Engine()
-    rs = engine.randomness
+    engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)
     n = pop.n_clients
-    stage = make_stage(method, **_options(method, epsilon, options))
+    stage, mechanisms = _bind(method, epsilon, options)
     seed = public_seed if public_seed is not None else rs.public_seed("bitpushing", "mean")
-    bits = int(options.get("bits_per_client", 1))
     tr = _scan(pop, column, encoding, engine, truth)
-    _meter([(f"{method} mean of {column}", (0, n), bits)], epsilon, ledger, bit_meter)
-    first = len(engine.log)
-    res = engine.run(
-        mean_protocol(
-            stage,
-            column,
-            encoding,
-            n,
-            method=method,
-            public_seed=seed,
-            confidence=confidence,
-        ),
-        pop,
+    stages = [(f"{method} mean of {column}", (0, n))]
+    privacy = _charge(stages, mechanisms, _bits(options), ledger, bit_meter)
+    proto = mean_protocol(
+        stage, column, encoding, n, method=method, public_seed=seed, confidence=confidence
     )
+    res = _run(engine, proto, pop, encoding, privacy, rs)
     if tr is not None:
-        res.truth = tr.mean
-        res.n_clipped = tr.n_clipped
+        res.truth, res.n_clipped = tr.mean, tr.n_clipped
         res.details["truth_of_clipped"] = tr.clipped_mean
-    _finish(res, engine, first, encoding.b, 1)
     return res
 
 
-def estimate_variance(
+def variance(
     data: Any,
     encoding: BitEncoding,
     *,
     method: str = "adaptive",
     column: str = "value",
     epsilon: float | None = None,
-    engine: Engine | None = None,
+    mean_fraction: float = 0.2,
     public_seed: int | None = None,
     confidence: float = 0.95,
-    mean_fraction: float = 0.2,
     truth: bool = True,
     shuffle: bool = True,
+    engine: Engine | None = None,
+    randomness: RandomSource | None = None,
     ledger: PrivacyLedger | None = None,
     bit_meter: BitMeter | None = None,
     **options: Any,
 ) -> VarianceEstimate:
     """Estimate the population variance (ddof = 0): a mean stage, then the mean of ``(x - mean)^2``.
 
-    Parameters as :func:`estimate_mean`, plus ``mean_fraction`` (share of clients in the mean stage,
-    default 0.2; see :func:`~fedstats.analyses.bitpushing.protocols.variance_protocol`). Each client takes
-    part in one stage only, so it discloses ``bits_per_client`` bits and spends ``epsilon`` once.
+    Cormode & Markov 2021, Sec. 4 (variance as the mean of squared deviations), see
+    :func:`~fedstats.analyses.bitpushing.protocol.variance_protocol`. Each client takes part in one stage
+    only, so it discloses ``bits_per_client`` bits and spends ``epsilon`` once.
+
+    Parameters
+    ----------
+    data, encoding, method, column, epsilon, confidence, truth, shuffle, engine, randomness, ledger,
+    bit_meter, **options
+        As :func:`mean`.
+    mean_fraction : float
+        Share of clients in the mean stage, in (0, 1), default 0.2.
+    public_seed : int, optional
+        Public randomness; default ``randomness.public_seed("bitpushing", "variance")``.
 
     Returns
     -------
     VarianceEstimate
+        Tagged ``"bitpushing.variance"`` (``"mean_baselines.variance"`` for a baseline).
+
+    Raises
+    ------
+    ParameterError
+        If the method, an option or ``mean_fraction`` is invalid.
+    DataError
+        As :func:`mean`.
+    BudgetExceededError
+        If the ledger or the bit meter refuses either stage (nothing is charged then).
     """
-    engine = engine or Engine()
-    rs = engine.randomness
+    engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)
     n = pop.n_clients
-    stage = make_stage(method, **_options(method, epsilon, options))
+    stage, mechanisms = _bind(method, epsilon, options)
     seed = public_seed if public_seed is not None else rs.public_seed("bitpushing", "variance")
-    bits = int(options.get("bits_per_client", 1))
+    n_m = variance_split(n, mean_fraction)
     tr = _scan(pop, column, encoding, engine, truth)
-    n_m = round(mean_fraction * n)
-    if 0 < n_m < n:
-        _meter(
-            [
-                (f"{method} mean of {column} (variance stage 1)", (0, n_m), bits),
-                (f"{method} squared deviations of {column}", (n_m, n), bits),
-            ],
-            epsilon,
-            ledger,
-            bit_meter,
-        )
-    first = len(engine.log)
-    res = engine.run(
-        variance_protocol(
-            stage,
-            column,
-            encoding,
-            n,
-            method=method,
-            mean_fraction=mean_fraction,
-            public_seed=seed,
-            confidence=confidence,
-        ),
-        pop,
+    stages = [
+        (f"{method} mean of {column} (variance stage 1)", (0, n_m)),
+        (f"{method} squared deviations of {column}", (n_m, n)),
+    ]
+    privacy = _charge(stages, mechanisms, _bits(options), ledger, bit_meter)
+    proto = variance_protocol(
+        stage,
+        column,
+        encoding,
+        n,
+        method=method,
+        mean_fraction=mean_fraction,
+        public_seed=seed,
+        confidence=confidence,
     )
+    res = _run(engine, proto, pop, encoding, privacy, rs)
     if tr is not None:
-        res.truth = tr.variance
-        res.n_clipped = tr.n_clipped
+        res.truth, res.n_clipped = tr.variance, tr.n_clipped
         res.details["truth_of_clipped"] = tr.clipped_variance
-    _finish(res, engine, first, encoding.b, 1)
     return res

@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.errors import DataError, ParameterError
+from fedstats.analyses.bitpushing.client import enforce_range, to_codes
+from fedstats.errors import ParameterError
 from fedstats.randomness import RNG
 
-__all__ = ["OUT_OF_RANGE", "BitEncoding", "bits_needed", "power_of_two_bound"]
+__all__ = ["OUT_OF_RANGE", "BitEncoding", "bits_needed"]
 
 OUT_OF_RANGE = ("clip", "refuse")
 MAX_BIT_DEPTH = 52
@@ -35,11 +36,6 @@ MAX_BIT_DEPTH = 52
 def bits_needed(max_code: int) -> int:
     """Smallest ``b >= 1`` with ``2**b - 1 >= max_code``."""
     return max(1, int(max_code).bit_length())
-
-
-def power_of_two_bound(bit_depth: int) -> int:
-    """The power-of-two range bound ``2**bit_depth`` used by subtractive dithering (Cormode & Markov, Sec. 3)."""
-    return 1 << check_int("bit_depth", bit_depth, low=1, high=MAX_BIT_DEPTH)
 
 
 @dataclass(frozen=True)
@@ -79,6 +75,7 @@ class BitEncoding:
     out_of_range: str = "clip"
 
     def __post_init__(self) -> None:
+        """Validate the range and resolution, and choose the bit depth."""
         low = check_real("low", self.low)
         high = check_real("high", self.high)
         if not high > low:
@@ -122,11 +119,6 @@ class BitEncoding:
             "out_of_range": self.out_of_range,
         }
 
-    def count_out_of_range(self, values: Any) -> int:
-        """Number of values outside ``[low, high]``."""
-        v = np.asarray(values, dtype=np.float64)
-        return int(np.count_nonzero((v < self.low) | (v > self.high)))
-
     def enforce(self, values: Any, *, name: str = "values") -> tuple[np.ndarray, int]:
         """Apply the range policy.
 
@@ -169,40 +161,3 @@ class BitEncoding:
     def decode_variance(self, code_variance: float) -> float:
         """Variance in value units from a variance in code units (times ``resolution**2``)."""
         return float(code_variance) * self.resolution**2
-
-
-def enforce_range(
-    values: Any, low: float, high: float, policy: str, *, name: str = "values"
-) -> tuple[np.ndarray, int]:
-    """Clip-and-count or refuse values outside ``[low, high]`` (see :class:`BitEncoding`)."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size and low <= float(v.min()) and float(v.max()) <= high:
-        return v, 0  # fast path: min/max are NaN if any value is, so this also proves finiteness
-    if not np.isfinite(v).all():
-        raise DataError(f"{name} has a NaN or infinite value")
-    out = (v < low) | (v > high)
-    n_out = int(np.count_nonzero(out))
-    if n_out:
-        if policy == "refuse":
-            raise DataError(
-                f"{n_out} of {v.size} {name} lie outside the declared range [{low:g}, {high:g}] "
-                "(use out_of_range='clip' to clip and count them)"
-            )
-        v = np.clip(v, low, high)
-    return v, n_out
-
-
-def to_codes(
-    v: np.ndarray, offset: float, resolution: float, max_code: int, rng: RNG | None
-) -> np.ndarray:
-    """``(v - offset) / resolution`` as int64 in ``[0, max_code]``, by unbiased randomized rounding."""
-    identity = offset == 0.0 and resolution == 1.0
-    x = v if identity else (v - offset) / resolution
-    fl = np.floor(x)
-    frac = x - fl
-    if frac.any():
-        fl = fl + (rng.random(x.shape) < frac) if rng is not None else np.rint(x)
-    elif identity:  # integers already in [0, max_code] (the range was enforced): no clipping pass
-        return fl.astype(np.int64)
-    out: np.ndarray = np.clip(fl, 0, max_code).astype(np.int64)
-    return out

@@ -2,9 +2,9 @@
 
 A stage estimates the mean of the clients' integer codes over a range of clients, in one or more engine
 rounds, and returns a :class:`StageEstimate` (the mean code and its variance). Bit pushing
-(:mod:`fedstats.analyses.bitpushing.protocols`) and the baselines (:mod:`fedstats.analyses.mean_baselines`)
-are stages; :func:`fedstats.analyses.bitpushing.protocols.mean_protocol` and
-:func:`~fedstats.analyses.bitpushing.protocols.variance_protocol` compose them, so every method is compared
+(:mod:`fedstats.analyses.bitpushing.bit_stages`) and the baselines (:mod:`fedstats.analyses.mean_baselines`)
+are stages; :func:`fedstats.analyses.bitpushing.protocol.mean_protocol` and
+:func:`~fedstats.analyses.bitpushing.protocol.variance_protocol` compose them, so every method is compared
 on the same data, encoding and engine.
 """
 
@@ -17,12 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed, enforce_range, to_codes
+from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed
 from fedstats.engine.core import ProtocolGenerator
-from fedstats.engine.rounds import ClientBatch
-from fedstats.randomness import RNG
 
-__all__ = ["CodeSpec", "Stage", "StageEstimate", "client_codes", "public_uniform"]
+__all__ = ["BitSums", "CodeSpec", "Stage", "StageEstimate"]
 
 
 @dataclass(frozen=True)
@@ -121,57 +119,26 @@ class CodeSpec:
         """Variance in value units from one in code units."""
         return float(code_variance) * self.resolution**2
 
-    def values(self, x: Any) -> np.ndarray:
-        """Server-side (simulation) mirror of the client transform, without rounding: clipped values or squares."""
-        v = np.clip(np.asarray(x, dtype=np.float64), self.low, self.high)
-        return v if self.center is None else (v - self.center) ** 2
 
+@dataclass(frozen=True)
+class BitSums:
+    """What the server learns from one bit-pushing round.
 
-def client_codes(batch: ClientBatch, params: Any, rng: RNG) -> np.ndarray:
-    """Client side: the codes of a batch (range policy, optional squaring, randomized rounding).
-
-    Returns
-    -------
-    numpy.ndarray of int64, shape (batch.n,)
-
-    Raises
-    ------
-    DataError
-        If a value is outside the declared range under ``out_of_range="refuse"`` or not finite.
+    Attributes
+    ----------
+    counts : numpy.ndarray of int64, shape (b,)
+        Reports per bit :math:`c_j`.
+    sums : numpy.ndarray of int64, shape (b,)
+        Sum of reported (randomized) bits :math:`s_j`.
+    n_clients : int
+    probabilities : numpy.ndarray of float64, shape (b,)
+        The sampling vector p used.
     """
-    x = batch.column(params["column"])
-    v, _ = enforce_range(
-        x, params["low"], params["high"], params["out_of_range"], name=f"{params['column']} values"
-    )
-    center = params.get("center")
-    if center is not None:
-        v = (v - center) ** 2
-    return to_codes(v, params["offset"], params["resolution"], params["max_code"], rng)
 
-
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def public_uniform(seed: int, indices: np.ndarray) -> np.ndarray:
-    """Public uniforms in [0, 1) for global client indices (SplitMix64 of ``seed`` and the index).
-
-    Shared randomness that client and server both compute from the public seed (the dither of subtractive
-    dithering): counter-based, so any range of clients can be regenerated in bounded memory.
-
-    Returns
-    -------
-    numpy.ndarray of float64, shape of ``indices``, with 53 random bits each.
-    """
-    s = np.uint64(int(seed) % (1 << 64))
-    with np.errstate(over="ignore"):
-        z = np.asarray(indices).astype(np.uint64) * _GOLDEN + s
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        z = z ^ (z >> np.uint64(31))
-    out: np.ndarray = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
-    return out
+    counts: np.ndarray
+    sums: np.ndarray
+    n_clients: int
+    probabilities: np.ndarray
 
 
 @dataclass

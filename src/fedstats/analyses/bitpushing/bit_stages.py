@@ -3,7 +3,7 @@ r"""Bit pushing on the engine: basic (Algorithm 1), weighted one-round, adaptive
 Cormode & Markov, "Bit-efficient numerical aggregation and stronger privacy for trust in federated
 analytics" (2021). Each client holds a b-bit code (:mod:`~fedstats.analyses.bitpushing.encoding`) and
 reports ``bits_per_client`` of its bits, chosen by the server's sampling vector p, as a one-hot report
-(:func:`encode_bits`): the sum gives, per bit, the number of reports :math:`c_j` (public under exact
+(:func:`~fedstats.analyses.bitpushing.client.encode_bits`): the sum gives, per bit, the number of reports :math:`c_j` (public under exact
 allocation) and the sum of reported bits :math:`s_j`; the bit means are
 :math:`m_j = s_j / c_j` and the mean code is :math:`\sum_j 2^j m_j` (Algorithm 1).
 
@@ -37,50 +37,32 @@ The estimate's variance is Lemma 1's formula with the pooled counts and the plug
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
-import scipy.stats
 
+from fedstats._numeric import largest_remainder
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.bitpushing.allocation import (
     affine_permutation,
+    bit_means,
     check_probabilities,
-    exact_counts,
     inclusion_probabilities,
     rr_noise_variance,
     weighted_probabilities,
 )
-from fedstats.analyses.bitpushing.encoding import BitEncoding
-from fedstats.analyses.bitpushing.stages import (
-    CodeSpec,
-    Stage,
-    StageEstimate,
-    client_codes,
-)
+from fedstats.analyses.bitpushing.client import encode_bits
+from fedstats.analyses.bitpushing.stages import BitSums, CodeSpec, StageEstimate
 from fedstats.engine.core import ProtocolGenerator
-from fedstats.engine.rounds import ClientBatch, Round, RoundSum
+from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError, ParameterError
-from fedstats.privacy.mechanisms import RandomizedResponse
-from fedstats.randomness import RNG
-from fedstats.results import AnalysisResult
 
 __all__ = [
     "ALLOCATIONS",
-    "BitPushingResult",
-    "BitSums",
-    "MeanEstimate",
-    "VarianceEstimate",
     "adaptive_stage",
     "basic_stage",
-    "bit_means",
     "bit_round",
-    "encode_bits",
-    "mean_protocol",
-    "variance_protocol",
+    "check_squash",
     "weighted_stage",
 ]
 
@@ -92,82 +74,6 @@ def _per_bit_epsilon(epsilon: float | None, bits_per_client: int) -> float | Non
         return None
     e = check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
     return e / bits_per_client
-
-
-def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
-    """Client side of one bit-pushing round: one-hot (bit index, randomized bit) reports.
-
-    Parameters
-    ----------
-    batch : ClientBatch
-        The clients; ``params["column"]`` holds one real value each.
-    params : Mapping
-        :meth:`CodeSpec.params` plus ``allocation``, ``bits_per_client``, ``epsilon_bit`` and either
-        ``cum``/``a``/``c``/``size``/``lo`` (exact) or ``cum_pi`` (random).
-    rng : RNG
-        Private randomness: randomized rounding, random allocation, randomized response.
-
-    Returns
-    -------
-    numpy.ndarray of int8 (0/1 entries), shape (batch.n, b) or (batch.n, 2 b)
-        Exact allocation: entry j holds the reported (randomized) bit if the client reports bit j, else 0
-        (which client reports which bit is public, so the server knows the counts). Random allocation:
-        one-hot (bit index, bit), entry j is 1 if the client reports bit j, entry b + j the bit.
-    """
-    b = int(params["bit_depth"])
-    s = int(params["bits_per_client"])
-    codes = client_codes(batch, params, rng)
-    n = batch.n
-    ks = np.arange(s, dtype=np.int64)
-    slots: np.ndarray
-    cum: np.ndarray
-    if params["allocation"] == "exact":
-        size = int(params["size"])
-        pos = (int(params["a"]) * (batch.indices - int(params["lo"])) + int(params["c"])) % size
-        slots = pos[:, None] + size * ks[None, :]
-        cum = np.asarray(params["cum"], dtype=np.int64)
-    else:
-        u = np.asarray(rng.random(n), dtype=np.float64)
-        slots = u[:, None] + ks[None, :]
-        cum = np.asarray(params["cum_pi"], dtype=np.float64)
-    j = np.searchsorted(cum, slots.ravel(), side="right").reshape(n, s) - 1
-    np.minimum(j, b - 1, out=j)
-    bits = ((codes[:, None] >> j) & 1).astype(np.uint8)
-    eps = params.get("epsilon_bit")
-    if eps is not None:
-        bits = RandomizedResponse(epsilon=eps).randomize(bits, rng)
-    exact = params["allocation"] == "exact"
-    width = b if exact else 2 * b
-    flat = (np.arange(n, dtype=np.int64)[:, None] * width + j).ravel()
-    out = np.zeros(n * width, dtype=np.int8)  # 0/1 entries; the engine widens to int64
-    if exact:
-        # the bit index is implied by the public allocation: report only the bit, at its position
-        out[flat] = bits.ravel()
-    else:
-        out[flat] = 1
-        out[flat + b] = bits.ravel()
-    return out.reshape(n, width)
-
-
-@dataclass(frozen=True)
-class BitSums:
-    """What the server learns from one bit-pushing round.
-
-    Attributes
-    ----------
-    counts : numpy.ndarray of int64, shape (b,)
-        Reports per bit :math:`c_j`.
-    sums : numpy.ndarray of int64, shape (b,)
-        Sum of reported (randomized) bits :math:`s_j`.
-    n_clients : int
-    probabilities : numpy.ndarray of float64, shape (b,)
-        The sampling vector p used.
-    """
-
-    counts: np.ndarray
-    sums: np.ndarray
-    n_clients: int
-    probabilities: np.ndarray
 
 
 def bit_round(
@@ -219,7 +125,7 @@ def bit_round(
         "epsilon_bit": epsilon_bit,
     }
     if allocation == "exact":
-        counts = exact_counts(n * bits_per_client, pi / bits_per_client)
+        counts = largest_remainder(n * bits_per_client, pi / bits_per_client)
         a, c = affine_permutation(n, public_seed, "bitpushing", name, lo, hi)
         params.update(
             cum=np.concatenate([[0], np.cumsum(counts)]).tolist(), a=a, c=c, size=n, lo=lo
@@ -238,20 +144,28 @@ def bit_round(
     return BitSums(tot[:b].copy(), tot[b:].copy(), s.n_clients, p)
 
 
-def bit_means(counts: Any, sums: Any, epsilon_bit: float | None = None) -> np.ndarray:
-    """Debiased bit means :math:`m_j` (NaN where no client reported bit j).
+def check_squash(squash_threshold: float | None, epsilon: float | None) -> None:
+    """Refuse a bit squashing threshold that is negative, or given without ``epsilon`` (never ignore it).
 
-    Without DP ``s_j / c_j``; with randomized response ``(s_j/c_j - (1 - q)) / (2q - 1)``, which may leave
-    [0, 1].
+    Parameters
+    ----------
+    squash_threshold : float or None
+        Threshold in units of the per-report DP noise sd, >= 0 (Cormode & Markov 2021, App. B).
+    epsilon : float or None
+        The stage's epsilon (squashing acts on DP noise only).
+
+    Raises
+    ------
+    ParameterError
+        If the threshold is invalid or ``epsilon`` is None.
     """
-    c = np.asarray(counts, dtype=np.float64)
-    s = np.asarray(sums, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        raw = np.where(c > 0, s / c, np.nan)
-    if epsilon_bit is None:
-        return raw
-    out: np.ndarray = RandomizedResponse(epsilon=epsilon_bit).debias_mean(raw)
-    return out
+    if squash_threshold is None:
+        return
+    check_real("squash_threshold", squash_threshold, low=0.0, high=math.inf, high_open=True)
+    if epsilon is None:
+        raise ParameterError(
+            "squash_threshold", squash_threshold, "no value without epsilon (it squashes DP noise)"
+        )
 
 
 def _squash_level(epsilon_bit: float | None, squash_threshold: float | None) -> float | None:
@@ -336,7 +250,7 @@ def basic_stage(
     squash_threshold: float | None = None,
     name: str = "bits",
 ) -> ProtocolGenerator[StageEstimate]:
-    """One round of bit pushing with a fixed sampling vector (Algorithm 1; Corollary 2).
+    r"""Run one round of bit pushing with a fixed sampling vector (Algorithm 1; Corollary 2).
 
     Parameters
     ----------
@@ -344,10 +258,10 @@ def basic_stage(
     client_range : (int, int)
     public_seed : int
     probabilities : array_like, optional
-        Sampling vector p (shape (b,)); default :math:`p_j \\propto 2^{\\alpha j}`.
+        Sampling vector p (shape (b,)); default :math:`p_j \propto 2^{\alpha j}`.
     alpha : float
         Exponent used when ``probabilities`` is None: default 1, i.e. :math:`p_j = 2^j/(2^b-1)`, the
-        paper's choice from Lemma 3 with :math:`\\bar x^{(j)}(1-\\bar x^{(j)}) \\le 1/4`.
+        paper's choice from Lemma 3 with :math:`\bar x^{(j)}(1-\bar x^{(j)}) \le 1/4`.
     bits_per_client : int
         Distinct bits per client, >= 1.
     allocation : {"exact", "random"}
@@ -362,6 +276,7 @@ def basic_stage(
     """
     s_bits = check_int("bits_per_client", bits_per_client, low=1, high=spec.bit_depth)
     eps_bit = _per_bit_epsilon(epsilon, s_bits)
+    check_squash(squash_threshold, epsilon)
     p = (
         weighted_probabilities(spec.bit_depth, alpha)
         if probabilities is None
@@ -384,15 +299,43 @@ def basic_stage(
 
 
 def weighted_stage(
-    spec: CodeSpec, client_range: tuple[int, int], public_seed: int, **kw: Any
+    spec: CodeSpec,
+    client_range: tuple[int, int],
+    public_seed: int,
+    *,
+    alpha: float = 0.5,
+    bits_per_client: int = 1,
+    allocation: str = "exact",
+    epsilon: float | None = None,
+    squash_threshold: float | None = None,
 ) -> ProtocolGenerator[StageEstimate]:
-    """Weighted one-round bit pushing, :math:`p_j \\propto 2^{\\alpha j}`, ``alpha = 0.5`` by default.
+    r"""Weighted one-round bit pushing, :math:`p_j \propto 2^{\alpha j}`, ``alpha = 0.5`` by default.
 
-    Keyword options as :func:`basic_stage` (``probabilities`` is ignored).
+    Cormode & Markov 2021, Sec. 2 (the one-round weighting their experiments found best without DP).
+
+    Parameters
+    ----------
+    spec, client_range, public_seed, bits_per_client, allocation, epsilon, squash_threshold
+        As :func:`basic_stage`.
+    alpha : float
+        Weight exponent, finite, default 0.5.
+
+    Returns
+    -------
+    ProtocolGenerator[StageEstimate]
     """
-    kw.pop("probabilities", None)
-    kw.setdefault("alpha", 0.5)
-    return (yield from basic_stage(spec, client_range, public_seed, **kw))
+    return (
+        yield from basic_stage(
+            spec,
+            client_range,
+            public_seed,
+            alpha=alpha,
+            bits_per_client=bits_per_client,
+            allocation=allocation,
+            epsilon=epsilon,
+            squash_threshold=squash_threshold,
+        )
+    )
 
 
 def adaptive_stage(
@@ -410,10 +353,10 @@ def adaptive_stage(
     epsilon: float | None = None,
     squash_threshold: float | None = None,
 ) -> ProtocolGenerator[StageEstimate]:
-    """Adaptive two-round bit pushing (Algorithm 2).
+    r"""Run adaptive two-round bit pushing (Algorithm 2).
 
-    Round 1: ``round1_fraction`` of the clients (the first ones of ``client_range``), :math:`p_j \\propto
-    2^{\\gamma j}`. Round 2: the rest, :math:`p_j \\propto (4^j m_j (1 - m_j))^{\\alpha}` from the round-1
+    Round 1: ``round1_fraction`` of the clients (the first ones of ``client_range``), :math:`p_j \propto
+    2^{\gamma j}`. Round 2: the rest, :math:`p_j \propto (4^j m_j (1 - m_j))^{\alpha}` from the round-1
     bit means clipped to [0, 1] (squashed bits get no clients). The estimate pools both rounds.
 
     Parameters
@@ -425,7 +368,7 @@ def adaptive_stage(
     gamma : float
         Round-1 exponent.
     alpha : float
-        Round-2 exponent (0.5: Lemma 3's optimal :math:`\\sqrt{\\beta_j}`).
+        Round-2 exponent (0.5: Lemma 3's optimal :math:`\sqrt{\beta_j}`).
     squash_z : float
         With squashing, a bit is *live* after round 1 when its lower confidence bound
         ``m_j - squash_z * se_j`` reaches the threshold, *noise* when ``m_j`` does not (squashed), and
@@ -434,7 +377,7 @@ def adaptive_stage(
         must reach the threshold; for the other bits the final test is the paper's, on ``m_j``).
     min_reports : int
         Round 1 mixes p with the uniform vector so that every bit gets about ``min_reports`` reports
-        (default 16; 0 gives the paper's round 1 exactly). With a loose bit depth, :math:`p_j \\propto 2^j`
+        (default 16; 0 gives the paper's round 1 exactly). With a loose bit depth, :math:`p_j \propto 2^j`
         leaves the low, dense bits with a handful of reports; a bit whose few reports happen to be all 0
         would then get no round-2 clients and stay badly estimated.
 
@@ -452,6 +395,7 @@ def adaptive_stage(
     )
     s_bits = check_int("bits_per_client", bits_per_client, low=1, high=spec.bit_depth)
     eps_bit = _per_bit_epsilon(epsilon, s_bits)
+    check_squash(squash_threshold, epsilon)
     lo, hi = client_range
     n = hi - lo
     n1 = round(frac * n)
@@ -533,233 +477,3 @@ def adaptive_stage(
         uncertain_bits=np.flatnonzero(uncertain).tolist(),
     )
     return StageEstimate(est, var, r1.n_clients + r2.n_clients, s_bits, epsilon, details)
-
-
-# -- results and composed protocols ----------------------------------------------------------------
-
-
-@dataclass
-class BitPushingResult(AnalysisResult):
-    """A mean or variance estimated by bit pushing or a baseline on the engine.
-
-    Attributes (beyond :class:`~fedstats.results.AnalysisResult`)
-    ----------
-    method : str
-        ``"adaptive"``, ``"weighted"``, ``"basic"``, ``"dithering"``, ``"piecewise"``, ``"duchi"`` or
-        ``"laplace"``.
-    variance : float
-        Variance of the estimate (plug-in formula; ``standard_error**2``).
-    bit_depth : int
-        Bits of the codes.
-    n_clipped : int or None
-        Clients whose value lay outside the declared range (clipped), when known (simulation scan).
-    """
-
-    method: str = ""
-    variance: float = 0.0
-    bit_depth: int = 0
-    n_clipped: int | None = None
-
-
-@dataclass
-class MeanEstimate(BitPushingResult):
-    """Estimated mean (see :func:`mean_protocol`)."""
-
-
-@dataclass
-class VarianceEstimate(BitPushingResult):
-    """Estimated population variance (ddof = 0) (see :func:`variance_protocol`).
-
-    Attributes
-    ----------
-    mean : float
-        The mean estimated in the first stage (the public center of the squares).
-    """
-
-    mean: float = 0.0
-
-
-def _ci(estimate: float, variance: float, confidence: float) -> tuple[float, float]:
-    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2.0))
-    half = z * math.sqrt(max(variance, 0.0))
-    return estimate - half, estimate + half
-
-
-def _full_range(n_clients: int, client_range: tuple[int, int] | None) -> tuple[int, int]:
-    n = check_int("n_clients", n_clients, low=1)
-    if client_range is None:
-        return 0, n
-    lo, hi = int(client_range[0]), int(client_range[1])
-    if not 0 <= lo < hi <= n:
-        raise ParameterError("client_range", client_range, f"a non-empty range inside [0, {n}]")
-    return lo, hi
-
-
-def _public_seed(public_seed: int | None) -> int:
-    if public_seed is not None:
-        return int(public_seed)
-    from fedstats.randomness import RandomSource
-
-    return RandomSource().public_seed("bitpushing")
-
-
-def mean_protocol(
-    stage: Stage,
-    column: str,
-    encoding: BitEncoding,
-    n_clients: int,
-    *,
-    method: str = "",
-    client_range: tuple[int, int] | None = None,
-    public_seed: int | None = None,
-    confidence: float = 0.95,
-) -> ProtocolGenerator[MeanEstimate]:
-    """Estimate the mean of ``column`` over the clients with one stage (bit pushing or a baseline).
-
-    Parameters
-    ----------
-    stage : Stage
-        E.g. ``functools.partial(adaptive_stage, epsilon=1.0)`` (see :func:`make_stage`).
-    column : str
-    encoding : BitEncoding
-        Declared range, resolution and bit depth.
-    n_clients : int
-        Clients in the population (the server knows its cohort size).
-    method : str
-        Name recorded in the result.
-    client_range : (int, int), optional
-        Clients taking part (default all).
-    public_seed : int, optional
-        Public randomness (permutation, dither); default from a fresh secure source.
-    confidence : float
-        CI level in (0, 1).
-
-    Returns
-    -------
-    ProtocolGenerator[MeanEstimate]
-        Mean with variance, normal-approximation CI and bit metering. ``truth`` is filled by the caller.
-    """
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    rng_ = _full_range(n_clients, client_range)
-    spec = CodeSpec.for_mean(column, encoding)
-    st = yield from stage(spec, rng_, _public_seed(public_seed))
-    est = spec.decode_mean(st.code_mean)
-    var = spec.decode_variance(st.code_variance)
-    return MeanEstimate(
-        analysis="mean",
-        estimate=est,
-        ci=_ci(est, var, conf),
-        standard_error=math.sqrt(max(var, 0.0)),
-        confidence=conf,
-        epsilon=st.epsilon,
-        delta=0.0 if st.epsilon is not None else None,
-        n_clients=st.n_clients,
-        bits_per_client=float(st.bits_per_client),
-        method=method,
-        variance=var,
-        bit_depth=spec.bit_depth,
-        details=dict(st.details),
-    )
-
-
-def variance_protocol(
-    stage: Stage,
-    column: str,
-    encoding: BitEncoding,
-    n_clients: int,
-    *,
-    method: str = "",
-    mean_fraction: float = 0.2,
-    client_range: tuple[int, int] | None = None,
-    public_seed: int | None = None,
-    confidence: float = 0.95,
-    mean_stage: Stage | None = None,
-) -> ProtocolGenerator[VarianceEstimate]:
-    r"""Estimate the population variance: a mean stage, then the mean of :math:`(x - \hat\mu)^2`.
-
-    The first ``mean_fraction`` of the clients estimate the mean :math:`\hat\mu` (published as the center);
-    the others push the bits of :math:`(x - \hat\mu)^2` (the :math:`E[(X - EX)^2]` form the paper found
-    better than :math:`E[X^2] - (EX)^2`). Disjoint cohorts, so each client discloses bits once. Since
-    :math:`E[(x-\hat\mu)^2] = \sigma^2 + (\hat\mu-\mu)^2`, the estimate subtracts the first stage's
-    plug-in variance of :math:`\hat\mu` (a bias correction; ``details["mean_correction"]``).
-
-    Parameters
-    ----------
-    stage : Stage
-        Stage for the squares (and the mean, unless ``mean_stage`` is given).
-    mean_fraction : float
-        In (0, 1), default 0.2: the variance stage is the harder one.
-    Other parameters as :func:`mean_protocol`.
-
-    Returns
-    -------
-    ProtocolGenerator[VarianceEstimate]
-    """
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    frac = check_real(
-        "mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-    )
-    lo, hi = _full_range(n_clients, client_range)
-    n_m = round(frac * (hi - lo))
-    if n_m < 1 or n_m >= hi - lo:
-        raise ParameterError(
-            "mean_fraction", mean_fraction, f"a fraction leaving both stages clients (n={hi - lo})"
-        )
-    seed = _public_seed(public_seed)
-    spec_m = CodeSpec.for_mean(column, encoding)
-    st_m = yield from (mean_stage or stage)(spec_m, (lo, lo + n_m), seed)
-    mu = spec_m.decode_mean(st_m.code_mean)
-    mu_var = spec_m.decode_variance(st_m.code_variance)
-    spec_v = CodeSpec.for_squares(column, encoding, mu)
-    st_v = yield from stage(spec_v, (lo + n_m, hi), seed + 1)
-    raw = spec_v.decode_mean(st_v.code_mean)
-    est = raw - mu_var
-    var = spec_v.decode_variance(st_v.code_variance)
-    details = {
-        "mean_stage": dict(st_m.details),
-        "variance_stage": dict(st_v.details),
-        "mean_correction": mu_var,
-        "uncorrected": raw,
-        "squares_bit_depth": spec_v.bit_depth,
-        "center": spec_v.center,
-    }
-    return VarianceEstimate(
-        analysis="variance",
-        estimate=est,
-        ci=_ci(est, var, conf),
-        standard_error=math.sqrt(max(var, 0.0)),
-        confidence=conf,
-        epsilon=st_v.epsilon,
-        delta=0.0 if st_v.epsilon is not None else None,
-        n_clients=st_m.n_clients + st_v.n_clients,
-        bits_per_client=float(max(st_m.bits_per_client, st_v.bits_per_client)),
-        method=method,
-        variance=var,
-        bit_depth=spec_m.bit_depth,
-        mean=mu,
-        details=details,
-    )
-
-
-BIT_PUSHING_METHODS = ("adaptive", "weighted", "basic")
-
-
-def bit_pushing_stage(method: str, **options: Any) -> Stage:
-    """The stage of a bit-pushing variant with its options bound (``adaptive``, ``weighted``, ``basic``).
-
-    Raises
-    ------
-    ParameterError
-        If ``method`` is unknown.
-    """
-    check_choice("protocol", method, BIT_PUSHING_METHODS)
-    fns: dict[str, Callable[..., Any]] = {
-        "adaptive": adaptive_stage,
-        "weighted": weighted_stage,
-        "basic": basic_stage,
-    }
-    stage: Stage = partial(fns[method], **options)
-    return stage
-
-
-__all__ += ["BIT_PUSHING_METHODS", "bit_pushing_stage"]

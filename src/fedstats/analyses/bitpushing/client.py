@@ -1,0 +1,227 @@
+"""Client side of bit pushing (Cormode & Markov 2021): what runs on a device.
+
+A client turns its value into a b-bit integer *code* (range policy, optional squaring for the variance
+stage, unbiased randomized rounding; :func:`client_codes`), then reports the bits the server's public
+allocation assigns it, each through randomized response when private (:func:`encode_bits`, Algorithm 1).
+:func:`public_uniform` is the counter-based public randomness that client and server both compute (the
+dither of subtractive dithering, :mod:`fedstats.analyses.mean_baselines.client`).
+
+Imports numpy, :mod:`fedstats.privacy` and the errors only, so a device needs nothing of the server stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedstats.errors import DataError
+from fedstats.privacy.mechanisms import RandomizedResponse
+from fedstats.randomness import RNG
+
+if TYPE_CHECKING:
+    from fedstats.engine.rounds import ClientBatch
+
+__all__ = ["client_codes", "encode_bits", "enforce_range", "public_uniform", "to_codes"]
+
+
+def enforce_range(
+    values: Any, low: float, high: float, policy: str, *, name: str = "values"
+) -> tuple[np.ndarray, int]:
+    """Clip-and-count or refuse values outside ``[low, high]``.
+
+    Parameters
+    ----------
+    values : array_like of float, shape (n,)
+        The values.
+    low, high : float
+        Declared range, ``low < high``.
+    policy : {"clip", "refuse"}
+        Clip the values outside the range (and count them) or refuse them.
+    name : str
+        What the values are, for error messages.
+
+    Returns
+    -------
+    values : numpy.ndarray of float64, shape (n,)
+        Clipped to ``[low, high]``.
+    n_clipped : int
+        How many were outside.
+
+    Raises
+    ------
+    DataError
+        If a value is NaN or infinite, or outside the range under ``policy="refuse"``.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.size and low <= float(v.min()) and float(v.max()) <= high:
+        return v, 0  # fast path: min/max are NaN if any value is, so this also proves finiteness
+    if not np.isfinite(v).all():
+        raise DataError(f"{name} has a NaN or infinite value")
+    out = (v < low) | (v > high)
+    n_out = int(np.count_nonzero(out))
+    if n_out:
+        if policy == "refuse":
+            raise DataError(
+                f"{n_out} of {v.size} {name} lie outside the declared range [{low:g}, {high:g}] "
+                "(use out_of_range='clip' to clip and count them)"
+            )
+        v = np.clip(v, low, high)
+    return v, n_out
+
+
+def to_codes(
+    v: np.ndarray, offset: float, resolution: float, max_code: int, rng: RNG | None
+) -> np.ndarray:
+    """Integer codes ``(v - offset) / resolution`` in ``[0, max_code]``, by unbiased randomized rounding.
+
+    Parameters
+    ----------
+    v : numpy.ndarray of float64, shape (n,)
+        Values already inside the declared range.
+    offset, resolution : float
+        Code mapping (``resolution > 0``).
+    max_code : int
+        Largest code.
+    rng : RNG or None
+        Randomized rounding (``E[code]`` exact); None rounds to nearest.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+    """
+    identity = offset == 0.0 and resolution == 1.0
+    x = v if identity else (v - offset) / resolution
+    fl = np.floor(x)
+    frac = x - fl
+    if frac.any():
+        fl = fl + (rng.random(x.shape) < frac) if rng is not None else np.rint(x)
+    elif identity:  # integers already in [0, max_code] (the range was enforced): no clipping pass
+        return fl.astype(np.int64)
+    out: np.ndarray = np.clip(fl, 0, max_code).astype(np.int64)
+    return out
+
+
+def client_codes(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """Compute the codes of a batch of clients (range policy, optional squaring, randomized rounding).
+
+    Parameters
+    ----------
+    batch : ClientBatch
+        ``params["column"]`` holds one real value per client.
+    params : Mapping
+        The public code description (``CodeSpec.params()``): ``column``, ``low``, ``high``,
+        ``out_of_range``, ``offset``, ``resolution``, ``max_code``, ``center`` (None, or the public center
+        of the squared deviations ``(x - center)**2``).
+    rng : RNG
+        The clients' private randomness (randomized rounding).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (batch.n,)
+
+    Raises
+    ------
+    DataError
+        If a value is outside the declared range under ``out_of_range="refuse"`` or not finite.
+    """
+    x = batch.column(params["column"])
+    v, _ = enforce_range(
+        x, params["low"], params["high"], params["out_of_range"], name=f"{params['column']} values"
+    )
+    center = params.get("center")
+    if center is not None:
+        v = (v - center) ** 2
+    return to_codes(v, params["offset"], params["resolution"], params["max_code"], rng)
+
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def public_uniform(seed: int, indices: np.ndarray) -> np.ndarray:
+    """Public uniforms in [0, 1) for global client indices (SplitMix64 of ``seed`` and the index).
+
+    Shared randomness that client and server both compute from the public seed (the dither of subtractive
+    dithering): counter-based, so any range of clients can be regenerated in bounded memory.
+
+    Parameters
+    ----------
+    seed : int
+        Public seed (reduced mod 2**64).
+    indices : numpy.ndarray of int
+        Global client indices.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape of ``indices``, with 53 random bits each.
+    """
+    s = np.uint64(int(seed) % (1 << 64))
+    with np.errstate(over="ignore"):
+        z = np.asarray(indices).astype(np.uint64) * _GOLDEN + s
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        z = z ^ (z >> np.uint64(31))
+    out: np.ndarray = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+    return out
+
+
+def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """One bit-pushing round on the client: the assigned bits of its code, randomized if private.
+
+    Cormode & Markov 2021, Algorithm 1 (Corollary 2 for several bits per client).
+
+    Parameters
+    ----------
+    batch : ClientBatch
+        The clients; ``params["column"]`` holds one real value each.
+    params : Mapping
+        The code description (:func:`client_codes`) plus ``bit_depth``, ``allocation``,
+        ``bits_per_client``, ``epsilon_bit`` and either ``cum``/``a``/``c``/``size``/``lo`` (exact
+        allocation: the public permutation and the cumulative counts per bit) or ``cum_pi`` (random
+        allocation: cumulative inclusion probabilities).
+    rng : RNG
+        Private randomness: randomized rounding, random allocation, randomized response.
+
+    Returns
+    -------
+    numpy.ndarray of int8 (0/1 entries), shape (batch.n, b) or (batch.n, 2 b)
+        Exact allocation: entry j holds the reported (randomized) bit if the client reports bit j, else 0
+        (which client reports which bit is public, so the server knows the counts). Random allocation:
+        one-hot (bit index, bit), entry j is 1 if the client reports bit j, entry b + j the bit.
+    """
+    b = int(params["bit_depth"])
+    s = int(params["bits_per_client"])
+    codes = client_codes(batch, params, rng)
+    n = batch.n
+    ks = np.arange(s, dtype=np.int64)
+    slots: np.ndarray
+    cum: np.ndarray
+    exact = params["allocation"] == "exact"
+    if exact:
+        size = int(params["size"])
+        pos = (int(params["a"]) * (batch.indices - int(params["lo"])) + int(params["c"])) % size
+        slots = pos[:, None] + size * ks[None, :]
+        cum = np.asarray(params["cum"], dtype=np.int64)
+    else:
+        u = np.asarray(rng.random(n), dtype=np.float64)
+        slots = u[:, None] + ks[None, :]
+        cum = np.asarray(params["cum_pi"], dtype=np.float64)
+    j = np.searchsorted(cum, slots.ravel(), side="right").reshape(n, s) - 1
+    np.minimum(j, b - 1, out=j)
+    bits = ((codes[:, None] >> j) & 1).astype(np.uint8)
+    eps = params.get("epsilon_bit")
+    if eps is not None:
+        bits = RandomizedResponse(epsilon=eps).randomize(bits, rng)
+    width = b if exact else 2 * b
+    flat = (np.arange(n, dtype=np.int64)[:, None] * width + j).ravel()
+    out = np.zeros(n * width, dtype=np.int8)  # 0/1 entries; the engine widens to int64
+    if exact:
+        # the bit index is implied by the public allocation: report only the bit, at its position
+        out[flat] = bits.ravel()
+    else:
+        out[flat] = 1
+        out[flat + b] = bits.ravel()
+    return out.reshape(n, width)
