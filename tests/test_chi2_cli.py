@@ -111,6 +111,17 @@ def test_entropy_and_g_test(csv_file: Path) -> None:
     assert json.loads(out)["analysis"] == "entropy.g_test"
 
 
+def test_dropout_chooses_the_plain_route(csv_file: Path) -> None:
+    args = ("chi2", str(csv_file), "--x", "a", "--y", "b", "--clients", "20", "--json")
+    code, out, err = _run("--seed", "2", *args, "--dropout", "0.25")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["route"] == "serial" and d["n_dropped"] == 5 and d["n_clients"] == 15
+    code, out, err = _run("--seed", "2", *args)
+    assert code == 0, err
+    assert json.loads(out)["route"] == "secure"
+
+
 def test_entropy_fd_step_flag(csv_file: Path) -> None:
     args = ("entropy", str(csv_file), "--column", "b", "--clients", "10", "--no-secure")
     code, out, err = _run(
