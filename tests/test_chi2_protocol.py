@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedstats.analyses.chi2 import (
     chi_square_statistic,
@@ -288,3 +290,16 @@ def test_batch_fast_path_has_the_protocols_distribution() -> None:
         simulate_decoded([1.0, -2.0], 8, "geometric", np.random.default_rng(0))
     with pytest.raises(ParameterError, match="encoding_size"):
         simulate_decoded([1.0], 1, "geometric", np.random.default_rng(0))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    name=st.sampled_from(["level", "confidence"]),
+    value=st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0), st.just(float("nan"))),
+)
+def test_out_of_range_options_name_their_parameter(name: str, value: float) -> None:
+    tables = np.ones((3, 2, 2), dtype=np.int64)
+    with pytest.raises(ParameterError, match=name):
+        fed_chi2(tables, **{name: value})
+    with pytest.raises(ParameterError, match=name):
+        simulate_fed_chi2(tables.sum(0), 3, **{name: value})
