@@ -10,13 +10,12 @@ from fedstats.analyses._api import resolve
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
     attach_truth,
+    check_client_tables,
     check_options,
-    check_tables,
     chi_square_statistic,
-    kept_cells,
 )
 from fedstats.analyses.chi2.protocol import fed_chi2_protocol
-from fedstats.analyses.seed_agreement import agree_projection_seed
+from fedstats.analyses.seed_agreement import resolve_projection_seed
 from fedstats.engine.core import Dropout, Engine
 from fedstats.engine.populations import InMemoryPopulation
 from fedstats.errors import ParameterError
@@ -107,18 +106,12 @@ def fed_chi2(
     ParameterError
         For out-of-range parameters (e.g. ``encoding_size < 2``).
     """
-    t = check_tables(tables)
+    t, total = check_client_tables(tables, drop_empty)
     check_options(encoding_size, decoder, bits, confidence, level)
     eng, src = resolve(engine, randomness)
     eng = with_dropout(eng, dropout)
     n, m_x, m_y = t.shape
-    total = t.sum(axis=0)
-    kept_cells(total.sum(axis=1), total.sum(axis=0), drop_empty)
-    seed = (
-        projection_seed
-        if projection_seed is not None
-        else agree_projection_seed(n, src.child("chi2"))
-    )
+    seed = resolve_projection_seed(projection_seed, n, src.child("chi2"))
     proto = fed_chi2_protocol(
         (m_x, m_y),
         encoding_size=encoding_size,

@@ -31,7 +31,9 @@ from fedstats.sketches.stable import StableProjection
 __all__ = [
     "Chi2Result",
     "attach_truth",
+    "check_client_tables",
     "check_options",
+    "check_shape",
     "check_table",
     "check_tables",
     "chi_square_statistic",
@@ -167,6 +169,38 @@ def check_tables(tables: Any, name: str = "tables") -> np.ndarray:
         idx = np.unravel_index(int(np.argmax(arr.ravel() < 0)), arr.shape)
         raise DataError(f"{name} has a negative count at index {tuple(int(i) for i in idx)}")
     return arr.astype(np.int64, copy=False)
+
+
+def check_client_tables(tables: Any, drop_empty: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Validate clients' tables and their sum for a test of independence.
+
+    Returns
+    -------
+    (tables, total)
+        int64 arrays of shapes ``(n, m_x, m_y)`` and ``(m_x, m_y)``.
+
+    Raises
+    ------
+    DataError
+        As :func:`check_tables`, and for an empty row or column of the sum unless ``drop_empty``.
+    """
+    t = check_tables(tables)
+    total = t.sum(axis=0)
+    kept_cells(total.sum(axis=1), total.sum(axis=0), drop_empty)
+    return t, total
+
+
+def check_shape(shape: Any) -> tuple[int, int]:
+    """Validate a table shape ``(m_x, m_y)``, each >= 2.
+
+    Raises
+    ------
+    ParameterError
+        If ``shape`` is not a pair of integers >= 2.
+    """
+    if len(tuple(shape)) != 2:
+        raise ParameterError("shape", shape, "a pair (m_x, m_y)")
+    return check_int("m_x", shape[0], low=2), check_int("m_y", shape[1], low=2)
 
 
 def check_table(table: Any, name: str = "table") -> np.ndarray:

@@ -20,6 +20,7 @@ from fedstats.analyses.chi2.client import encode_marginals, encode_projection, e
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
     check_options,
+    check_shape,
     client_bound,
     decode,
     finish,
@@ -29,7 +30,6 @@ from fedstats.analyses.chi2.estimator import (
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
-from fedstats.errors import ParameterError
 from fedstats.sketches.modular import choose_frac_bits, reduce_signed
 from fedstats.sketches.stable import StableProjection
 
@@ -94,10 +94,7 @@ def fed_chi2_protocol(
         If ``bits`` is too narrow for the aggregated encoding.
     """
     ell, dec, b, conf, lev = check_options(encoding_size, decoder, bits, confidence, level)
-    if len(tuple(shape)) != 2:
-        raise ParameterError("shape", shape, "a pair (m_x, m_y)")
-    m_x = check_int("m_x", shape[0], low=2)
-    m_y = check_int("m_y", shape[1], low=2)
+    m_x, m_y = check_shape(shape)
     mc = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
     base = {"column": column, "shape": (m_x, m_y)}

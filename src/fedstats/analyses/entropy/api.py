@@ -8,8 +8,7 @@ from fedstats.analyses._api import resolve
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
     attach_truth,
-    check_tables,
-    kept_cells,
+    check_client_tables,
 )
 from fedstats.analyses.chi2.estimator import (
     check_options as check_chi2_options,
@@ -23,7 +22,7 @@ from fedstats.analyses.entropy.estimator import (
     shannon_entropy,
 )
 from fedstats.analyses.entropy.protocol import fed_entropy_protocol, g_test_protocol
-from fedstats.analyses.seed_agreement import agree_projection_seed
+from fedstats.analyses.seed_agreement import resolve_projection_seed
 from fedstats.engine.core import Engine
 from fedstats.engine.populations import InMemoryPopulation
 from fedstats.randomness import RandomSource
@@ -77,11 +76,7 @@ def fed_entropy(
     check_options(encoding_size, fd_step, coupling, bits, confidence)
     eng, src = resolve(engine, randomness)
     n, m = h.shape
-    seed = (
-        projection_seed
-        if projection_seed is not None
-        else agree_projection_seed(n, src.child("entropy"))
-    )
+    seed = resolve_projection_seed(projection_seed, n, src.child("entropy"))
     proto = fed_entropy_protocol(
         m,
         encoding_size=encoding_size,
@@ -141,18 +136,12 @@ def fed_g_test(
     ParameterError
         Out-of-range parameters.
     """
-    t = check_tables(tables)
+    t, total = check_client_tables(tables, drop_empty)
     check_options(encoding_size, fd_step, coupling, bits, confidence)
     check_chi2_options(2, "mean-of-squares", bits, confidence, level)
     eng, src = resolve(engine, randomness)
     n, m_x, m_y = t.shape
-    total = t.sum(axis=0)
-    kept_cells(total.sum(axis=1), total.sum(axis=0), drop_empty)
-    seed = (
-        projection_seed
-        if projection_seed is not None
-        else agree_projection_seed(n, src.child("entropy"))
-    )
+    seed = resolve_projection_seed(projection_seed, n, src.child("entropy"))
     proto = g_test_protocol(
         (m_x, m_y),
         encoding_size=encoding_size,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_int, check_real
-from fedstats.analyses.chi2.estimator import Chi2Result, kept_cells
+from fedstats.analyses.chi2.estimator import Chi2Result, check_shape, kept_cells
 from fedstats.analyses.entropy.client import (
     encode_entropy_projection,
     encode_histogram_size,
@@ -34,7 +34,7 @@ from fedstats.analyses.entropy.estimator import (
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
-from fedstats.errors import DataError, ParameterError
+from fedstats.errors import DataError
 from fedstats.sketches.modular import choose_frac_bits, reduce_signed
 from fedstats.sketches.stable import StableProjection
 
@@ -205,10 +205,7 @@ def g_test_protocol(
     """
     ell, d, cp, b, conf = check_options(encoding_size, fd_step, coupling, bits, confidence)
     lev = check_real("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
-    if len(tuple(shape)) != 2:
-        raise ParameterError("shape", shape, "a pair (m_x, m_y)")
-    m_x = check_int("m_x", shape[0], low=2)
-    m_y = check_int("m_y", shape[1], low=2)
+    m_x, m_y = check_shape(shape)
     mc = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
     s1: RoundSum = yield Round(
