@@ -30,7 +30,6 @@ from fedstats.experiments.framework import REPRODUCTIONS, Reproduction
 # Reproductions still served by their own command module (being moved onto the framework).
 _LEGACY: dict[str, str] = {
     "performance-gap": "fedstats.cli.reproduce_performance_gap",
-    "heterogeneity": "fedstats.cli.reproduce_heterogeneity",
 }
 
 reproduce_app = typer.Typer(
