@@ -14,29 +14,64 @@ Bell, Bonawitz, Gascon, Lepoint, Raykova (2020). Secure single-server aggregatio
 overhead. CCS 2020, Alg. 2 and Sec. 5; Pang et al. 2023, App. B (Alg. 3, 4, Def. 4).
 Bonawitz et al. (2017). Practical secure aggregation for privacy-preserving machine learning. CCS 2017,
 Sec. 4.3 (consistency check).
+
+Names load on first use (:mod:`fedstats._lazy`): a device importing ``fedstats.secagg.quantize`` does
+not load the client, driver and cryptography.
 """
 
-from fedstats.secagg.client import ClientConfig, SecAggClient
-from fedstats.secagg.driver import DROPOUT_STAGES, SecAggResult, run_secure_aggregation
-from fedstats.secagg.graph import harary_neighbors, public_harary_graph, random_harary_graph
-from fedstats.secagg.identity import (
-    AuthorityVerifier,
-    ClientIdentity,
-    EnrollmentAuthority,
-    RosterVerifier,
-    SessionRoster,
-)
-from fedstats.secagg.params import (
-    ATTACKS,
-    STOPPED_BY,
-    THREAT_MODELS,
-    SecAggParameters,
-    find_parameters,
-    validate_parameters,
-)
-from fedstats.secagg.quantize import FixedPoint, Quantized, check_overflow
-from fedstats.secagg.server import SecAggServer
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from fedstats._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from fedstats.secagg.client import ClientConfig, SecAggClient
+    from fedstats.secagg.driver import DROPOUT_STAGES, SecAggResult, run_secure_aggregation
+    from fedstats.secagg.graph import harary_neighbors, public_harary_graph, random_harary_graph
+    from fedstats.secagg.identity import (
+        AuthorityVerifier,
+        ClientIdentity,
+        EnrollmentAuthority,
+        RosterVerifier,
+        SessionRoster,
+    )
+    from fedstats.secagg.params import (
+        ATTACKS,
+        STOPPED_BY,
+        THREAT_MODELS,
+        SecAggParameters,
+        find_parameters,
+        validate_parameters,
+    )
+    from fedstats.secagg.quantize import FixedPoint, Quantized, check_overflow
+    from fedstats.secagg.server import SecAggServer
+
+_WHERE = {
+    "ClientConfig": "client",
+    "SecAggClient": "client",
+    "DROPOUT_STAGES": "driver",
+    "SecAggResult": "driver",
+    "run_secure_aggregation": "driver",
+    "harary_neighbors": "graph",
+    "public_harary_graph": "graph",
+    "random_harary_graph": "graph",
+    "AuthorityVerifier": "identity",
+    "ClientIdentity": "identity",
+    "EnrollmentAuthority": "identity",
+    "RosterVerifier": "identity",
+    "SessionRoster": "identity",
+    "ATTACKS": "params",
+    "STOPPED_BY": "params",
+    "THREAT_MODELS": "params",
+    "SecAggParameters": "params",
+    "find_parameters": "params",
+    "validate_parameters": "params",
+    "FixedPoint": "quantize",
+    "Quantized": "quantize",
+    "check_overflow": "quantize",
+    "SecAggServer": "server",
+}
 __all__ = [
     "ATTACKS",
     "DROPOUT_STAGES",
@@ -62,3 +97,4 @@ __all__ = [
     "run_secure_aggregation",
     "validate_parameters",
 ]
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

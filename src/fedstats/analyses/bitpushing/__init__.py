@@ -20,8 +20,9 @@ See ``docs/bitpushing.md``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fedstats._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the same names, for type checkers (at run time they load lazily, below)
     from fedstats.analyses.bitpushing.allocation import (
@@ -135,18 +136,4 @@ __all__ = [
     "weighted_stage",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Import the submodule that defines ``name`` on first use."""
-    target = _ALIASES.get(name, name)
-    module = _WHERE.get(target)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), target)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the public names (for completion and ``dir()``)."""
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, _ALIASES)

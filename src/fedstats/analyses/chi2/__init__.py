@@ -32,8 +32,9 @@ The names are loaded on first use, so ``import fedstats.analyses.chi2.client`` s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fedstats._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fedstats.analyses.chi2.api import fed_chi2, with_dropout
@@ -87,10 +88,4 @@ __all__ = [
     "with_dropout",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Load a public name from its module on first use (PEP 562)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

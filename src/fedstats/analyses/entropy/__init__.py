@@ -46,8 +46,9 @@ The names are loaded on first use, so ``import fedstats.analyses.entropy.client`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fedstats._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fedstats.analyses.entropy.api import fed_entropy, fed_g_test
@@ -103,10 +104,4 @@ __all__ = [
     "simulate_fed_g_test",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Load a public name from its module on first use (PEP 562)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

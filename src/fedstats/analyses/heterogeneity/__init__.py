@@ -30,8 +30,9 @@ True
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fedstats._lazy import lazy_exports
 
 if (
     TYPE_CHECKING
@@ -163,17 +164,4 @@ __all__ = [
     "within_vector_variance",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Load a public name from its submodule on first use (keeps ``import <package>.client`` light)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """Public names, including the ones not loaded yet."""
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -9,8 +9,9 @@ protocol` (the stages and the mean/variance protocols, results tagged ``"mean_ba
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fedstats._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the same names, for type checkers (at run time they load lazily, below)
     from fedstats.analyses.mean_baselines.api import mean, variance
@@ -54,17 +55,4 @@ __all__ = [
     "variance_protocol",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Import the submodule that defines ``name`` on first use."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """List the public names (for completion and ``dir()``)."""
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
