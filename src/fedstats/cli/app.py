@@ -26,6 +26,9 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "fedstats.cli.heterogeneity",
     "fedstats.cli.privacy",
     "fedstats.cli.chi2",
+    "fedstats.cli.server",
+    "fedstats.cli.client",
+    "fedstats.cli.enroll",
 )
 
 app = typer.Typer(
