@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -120,7 +121,9 @@ class Deployment:
             try:
                 if (
                     httpx.get(
-                        f"{self.url}/healthz", verify=str(self.certs["ca"]), timeout=1
+                        f"{self.url}/healthz",
+                        verify=ssl.create_default_context(cafile=str(self.certs["ca"])),
+                        timeout=1,
                     ).status_code
                     == 200
                 ):
@@ -138,7 +141,7 @@ class Deployment:
     def admin(self) -> httpx.Client:
         return httpx.Client(
             base_url=self.url,
-            verify=str(self.certs["ca"]),
+            verify=ssl.create_default_context(cafile=str(self.certs["ca"])),
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=30,
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -267,7 +268,7 @@ class Device:
         self.log = log or (lambda _line: None)
         self._http = httpx.Client(
             base_url=server.rstrip("/"),
-            verify=str(ca) if ca is not None else True,
+            verify=ssl.create_default_context(cafile=str(ca)) if ca is not None else True,
             timeout=timeout,
         )
         self.refused: dict[str, str] = {}
@@ -375,10 +376,24 @@ class Device:
         max_seconds: float | None = None,
     ) -> None:
         """Register, then poll every ``poll`` seconds until ``until(self)`` or ``max_seconds`` elapse."""
-        self.register()
         t0 = time.monotonic()
+        registered = False
         while True:
-            work = self.step()
+            try:
+                if not registered:
+                    self.register()
+                    registered = True
+                work = self.step()
+            except (httpx.TransportError, _HTTPError) as exc:
+                # a server restarting or overloaded: keep polling (a 4xx other than 409/429 is fatal)
+                status = getattr(exc, "status", 503)
+                if status < 500 and status not in (409, 429):
+                    raise
+                self.log(f"poll failed ({exc}); retrying")
+                if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                    return
+                time.sleep(poll)
+                continue
             done = {f["run_id"] for f in work.get("finished", [])}
             self.finished = done
             if until is not None and until(self):
