@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from fedstats.engine.rounds import Round, RoundSum
@@ -237,7 +238,9 @@ def create_run(session: Session, task_id: str, analyst: str) -> str:
 def _run(session: Session, run_id: str, *, lock: bool = False) -> Run:
     stmt = select(Run).where(Run.id == run_id)
     if lock:
-        stmt = stmt.with_for_update()
+        # FOR NO KEY UPDATE: does not block the key-share locks of inserts referencing the run (reports,
+        # members), so a report and the driver closing its round cannot deadlock
+        stmt = stmt.with_for_update(key_share=True)
     run = session.execute(stmt).scalar_one_or_none()
     if run is None:
         raise NotFoundError(f"no run {run_id!r}")
@@ -362,7 +365,9 @@ def submit_report(
     rec = session.execute(
         select(RoundRecord)
         .where(RoundRecord.run_id == run_id, RoundRecord.index == index)
-        .with_for_update()
+        .with_for_update(
+            read=True
+        )  # reports share the round; closing it (FOR UPDATE) waits for them
     ).scalar_one_or_none()
     if rec is None:
         raise NotFoundError(f"no round {index} in run {run_id!r}")
@@ -510,6 +515,13 @@ class Driver:
             for rid in ids:
                 try:
                     self._advance(rid)
+                except OperationalError as exc:
+                    # a lock conflict or a lost connection: nothing was committed by the failed
+                    # transaction; rebuild the run from the journal on the next pass
+                    self._live.pop(rid, None)
+                    log.warning(
+                        json.dumps({"event": "retry_run", "run_id": rid, "error": str(exc)[:200]})
+                    )
                 except Exception as exc:  # one broken run must not stop the others
                     log.exception("run %s failed", rid)
                     self._abort(rid, f"internal error: {type(exc).__name__}: {exc}")
