@@ -354,3 +354,80 @@ def test_budget_refusal_says_spent_requested_remaining(deployment: Deployment) -
         )
         b = a.get("/v1/admin/budgets/population/small").json()
         assert math.isclose(b["spent_epsilon"], 0.6) and b["charges"] == 1
+
+
+def _devices(deployment: Deployment, tag: str, values: np.ndarray, n: int) -> list[Any]:
+    from fedstats.client import Device, LocalBudget, Policy
+
+    out = []
+    for i, part in enumerate(np.array_split(values, n)):
+        ident = json.loads(deployment.identity(f"{tag}-{i}").read_text())
+        out.append(
+            Device(
+                deployment.url,
+                ident,
+                {"value": part},
+                ca=deployment.certs["ca"],
+                policy=Policy(allow_non_private=True),
+                budget=LocalBudget(None, epsilon=100.0),
+                randomness=RandomSource(i),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("min_clients", [400, 500])
+def test_a_device_that_crashes_after_checkin_is_a_dropout(
+    deployment: Deployment, min_clients: int
+) -> None:
+    """Three devices check in; one never reports (crashed). Above the minimum the round closes at its
+    deadline with the others' exact sum; below it the run aborts, releases nothing and gives the charge back."""
+    values = _data()["value"]
+    devs = _devices(deployment, f"drop{min_clients}", values, 3)
+    for d in devs:
+        d.register()
+    name = "exact-mean" if min_clients == 400 else "bitpushing-onebit"
+    task = _task(name, min_clients=min_clients, deadlines={"checkin": 60.0, "round": 2.0})
+    with deployment.admin() as a:
+        tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+        rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
+        for d in devs:  # every device checks in
+            d.step()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for d in devs[:2]:  # the third device crashed: it never polls again
+                d.step()
+            view = a.get(f"/v1/admin/runs/{rid}").json()
+            if view["status"] in ("done", "aborted"):
+                break
+            time.sleep(0.1)
+    for d in devs:
+        d.close()
+    kept = np.concatenate(np.array_split(values, 3)[:2])
+    if min_clients == 400:
+        assert view["status"] == "done", view["error"]
+        assert (
+            view["rounds"][0]["records_expected"] == 600
+            and view["rounds"][0]["records_summed"] == 400
+        )
+        exact = Engine().run(
+            protocol_for(
+                "exact-mean",
+                1,
+                TASKS["exact-mean"]["params"],
+                n_clients=400,
+                epsilon=None,
+                delta=None,
+                randomness=RandomSource(),
+            ),
+            InMemoryPopulation({"value": kept}),
+        )
+        assert view["result"]["estimate"] == exact.estimate
+    else:
+        assert view["status"] == "aborted" and view["result"] is None
+        assert "fewer than the" in view["error"]
+        store = open_store(deployment.db, migrate=False)
+        with store.session() as s:
+            charge = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == rid)).scalar_one()
+        store.close()
+        assert charge.status == "released"
