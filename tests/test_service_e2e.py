@@ -317,9 +317,11 @@ def test_forged_replayed_and_oversized_requests_are_refused(deployment: Deployme
     h = auth.sign_request(key, "forger", "POST", path, body)
     assert http.post(path, content=body + b" ", headers=h).status_code == 401
     # a valid signed request, then the same bytes again: the replay is refused
-    h = auth.sign_request(key, "forger", "GET", "/v1/client/work", b"")
-    assert http.get("/v1/client/work", headers=h).status_code == 200
-    assert http.get("/v1/client/work", headers=h).status_code == 401
+    reg = json.dumps({"certificate": ident["certificate"]}).encode()
+    h = auth.sign_request(key, "forger", "POST", "/v1/client/register", reg)
+    h["content-type"] = "application/json"
+    assert http.post("/v1/client/register", content=reg, headers=h).status_code == 200
+    assert http.post("/v1/client/register", content=reg, headers=h).status_code == 401
     # oversized body
     big = b"[" + b"1," * (1 << 20) + b"1]"
     h = auth.sign_request(key, "forger", "POST", path, big)
@@ -423,6 +425,33 @@ def test_a_device_that_crashes_after_checkin_is_a_dropout(
             InMemoryPopulation({"value": kept}),
         )
         assert view["result"]["estimate"] == exact.estimate
+        # a retried upload (fresh signature, same report) is acknowledged and counted once; the same
+        # signed request replayed is refused
+        import httpx
+
+        from fedstats.service import auth
+
+        store = open_store(deployment.db, migrate=False)
+        with store.session() as s:
+            rep = s.execute(
+                select(Report).where(Report.run_id == rid, Report.client_id == "drop400-0")
+            ).scalar_one()
+        ident = json.loads((deployment.root / "ids" / "drop400-0.json").read_text())
+        key = auth.private_key_from_hex(ident["private_key"])
+        path = f"/v1/client/runs/{rid}/rounds/0/report"
+        body = json.dumps({"vector": json.loads(rep.vector), "count": rep.count}).encode()
+        h = auth.sign_request(key, "drop400-0", "POST", path, body)
+        with httpx.Client(
+            base_url=deployment.url,
+            verify=ssl.create_default_context(cafile=str(deployment.certs["ca"])),
+        ) as http:
+            r = http.post(path, content=body, headers=h)
+            assert r.status_code == 200 and r.json() == {"accepted": True, "duplicate": True}
+            assert http.post(path, content=body, headers=h).status_code == 401
+        with store.session() as s:
+            n = len(s.execute(select(Report).where(Report.run_id == rid)).scalars().all())
+        store.close()
+        assert n == 2
     else:
         assert view["status"] == "aborted" and view["result"] is None
         assert "fewer than the" in view["error"]

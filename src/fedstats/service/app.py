@@ -490,11 +490,14 @@ def create_app(
             )
         except SecurityError:
             raise HTTPException(401, "bad signature") from None
-        try:
-            with store.session() as s, s.begin():
-                s.add(Nonce(client_id=cid, nonce=nonce, ts=t))
-        except IntegrityError:
-            raise HTTPException(401, "replayed request (nonce already used)") from None
+        if method != "GET":
+            # state-changing requests are single-use: the nonce is recorded inside the window. GETs are
+            # read-only (a replay learns nothing TLS did not already protect), so polls cost no write.
+            try:
+                with store.session() as s, s.begin():
+                    s.add(Nonce(client_id=cid, nonce=nonce, ts=t))
+            except IntegrityError:
+                raise HTTPException(401, "replayed request (nonce already used)") from None
         return str(cid)
 
     async def signed(request: Request, public_key: str | None = None) -> tuple[str, bytes]:

@@ -6,7 +6,8 @@
 * Every **client request** carries ``X-Fedstats-Client``, ``X-Fedstats-Timestamp`` (Unix seconds),
   ``X-Fedstats-Nonce`` (random, 128 bits hex) and ``X-Fedstats-Signature``: the Ed25519 signature of
   ``"fedstats-v1\\n{METHOD}\\n{path}\\n{timestamp}\\n{nonce}\\n{sha256(body) hex}"``. The server refuses a
-  timestamp outside its window and a nonce it has seen inside the window (replays).
+  timestamp outside its window and, for state-changing requests (POST), a nonce it has seen inside the
+  window (replays); read-only polls (GET) are checked for signature and timestamp only.
 * **Operators** present ``Authorization: Bearer <token>``; the server stores only SHA-256 of tokens.
 """
 
