@@ -114,7 +114,7 @@ class Deployment:
             stdout=subprocess.DEVNULL,
             stderr=open(self.root / "server.log", "ab"),
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a loaded machine can take long to import the server
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited {self.proc.returncode}")

@@ -19,7 +19,7 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(_STORE, run_
 
 @schema.parametrize()
 @settings(
-    max_examples=30,
+    max_examples=15,
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
