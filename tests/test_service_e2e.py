@@ -460,3 +460,50 @@ def test_a_device_that_crashes_after_checkin_is_a_dropout(
             charge = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == rid)).scalar_one()
         store.close()
         assert charge.status == "released"
+
+
+def test_client_process_killed_after_checkin(deployment: Deployment) -> None:
+    """A real client process is SIGKILLed after it checked in (the cohort still open); the round closes at
+    its deadline with the other processes' exact sum."""
+    data = _data()
+    shards = write_shards(deployment.root, {"value": data["value"]}, 3)
+    task = _task("exact-mean", min_clients=400, deadlines={"checkin": 150.0, "round": 3.0})
+    with deployment.admin() as a:
+        tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+        rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
+        procs = _clients(deployment, shards[:2], "kill", 1)
+        try:
+            deadline = time.monotonic() + 150
+            while a.get(f"/v1/admin/runs/{rid}").json()["devices"] < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            procs[1].kill()  # checked in, never reports
+            procs[1].wait()
+            procs.append(_clients(deployment, shards[2:], "kill-late", 1)[0])
+            view = wait_run(a, rid, 240)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    assert view["status"] == "done", view["error"]
+    assert view["devices"] == 3 and view["rounds"][0]["records_summed"] == 400
+    kept = np.concatenate([pd_values(shards[0]), pd_values(shards[2])])
+    exact = Engine().run(
+        protocol_for(
+            "exact-mean",
+            1,
+            TASKS["exact-mean"]["params"],
+            n_clients=400,
+            epsilon=None,
+            delta=None,
+            randomness=RandomSource(),
+        ),
+        InMemoryPopulation({"value": kept}),
+    )
+    assert view["result"]["estimate"] == exact.estimate
+
+
+def pd_values(path: Path) -> np.ndarray:
+    import pandas as pd
+
+    return pd.read_csv(path)["value"].to_numpy()
