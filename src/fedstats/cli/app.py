@@ -28,6 +28,9 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "fedstats.cli.privacy",
     "fedstats.cli.chi2",
     "fedstats.cli.examples",
+    "fedstats.cli.server",
+    "fedstats.cli.client",
+    "fedstats.cli.enroll",
 )
 
 app = typer.Typer(

@@ -18,12 +18,24 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def demo(ctx: typer.Context, json_flag: JsonOption = False, seed: SeedOption = None) -> None:
+def demo(
+    ctx: typer.Context,
+    json_flag: JsonOption = False,
+    seed: SeedOption = None,
+    network: bool = typer.Option(
+        False, "--network", help="Run through a loopback server and 20 client processes (HTTPS)."
+    ),
+) -> None:
     """Run every analysis implemented so far on embedded real data and print one table."""
     state = state_from(ctx, json_flag=json_flag, seed=seed)
     randomness = state.randomness
     with progress_for(state) as progress:
-        rows = run_demo(randomness, progress)
+        if network:
+            from fedstats.service.demo import run_network_demo
+
+            rows = run_network_demo(progress=progress)
+        else:
+            rows = run_demo(randomness, progress)
     payload = {"analyses": rows, "seed": state.seed, "release_note": randomness.release_note}
 
     def render(console: Console) -> None:

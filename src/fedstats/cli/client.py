@@ -1,0 +1,101 @@
+"""``fedstats client run``: a device answering an aggregation server with its own data file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+client_app = typer.Typer(help="The client device (SDK: fedstats.client).", no_args_is_help=True)
+
+
+@client_app.command("run")
+def run(
+    server: Annotated[
+        str, typer.Option("--server", help="Server base URL, e.g. https://127.0.0.1:8443.")
+    ],
+    identity: Annotated[
+        Path, typer.Option("--identity", help="Identity file from 'fedstats enroll client'.")
+    ],
+    data: Annotated[Path, typer.Option("--data", help="The device's data: CSV or Parquet.")],
+    ca: Annotated[
+        Path | None, typer.Option("--ca", help="CA certificate of the server (PEM).")
+    ] = None,
+    budget_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--budget-file", help="Local privacy budget file (default: beside the identity)."
+        ),
+    ] = None,
+    budget_epsilon: Annotated[
+        float, typer.Option("--budget-epsilon", min=0.0, help="Total local epsilon.")
+    ] = 10.0,
+    budget_delta: Annotated[
+        float, typer.Option("--budget-delta", min=0.0, max=1.0, help="Total local delta.")
+    ] = 1e-4,
+    max_epsilon: Annotated[
+        float, typer.Option("--max-epsilon", min=0.0, help="Largest epsilon per task.")
+    ] = 4.0,
+    max_delta: Annotated[
+        float, typer.Option("--max-delta", min=0.0, max=1.0, help="Largest delta per task.")
+    ] = 1e-5,
+    max_bits: Annotated[
+        float | None, typer.Option("--max-bits", min=0.0, help="Largest private bits per record.")
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option("--allow", help="Allowed analysis (repeatable; default all)."),
+    ] = None,
+    allow_non_private: Annotated[
+        bool, typer.Option("--allow-non-private", help="Take part in exact analyses.")
+    ] = False,
+    poll: Annotated[float, typer.Option("--poll", min=0.01, help="Seconds between polls.")] = 0.5,
+    runs: Annotated[
+        int | None, typer.Option("--runs", min=1, help="Stop after this many runs finished.")
+    ] = None,
+    max_seconds: Annotated[
+        float | None, typer.Option("--max-seconds", min=0.1, help="Stop after this long.")
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", min=0, help="Seeded device randomness (not for release)."),
+    ] = None,
+) -> None:
+    """Poll the server, check each task against the local policy and budget, answer its rounds."""
+    from fedstats.client import Device, LocalBudget, Policy
+    from fedstats.randomness import RandomSource
+
+    policy = Policy(
+        allowed_analyses=tuple(allow) if allow else None,
+        max_epsilon=max_epsilon,
+        max_delta=max_delta,
+        max_bits=max_bits,
+        allow_non_private=allow_non_private,
+    )
+    path = budget_file or identity.with_suffix(".budget.json")
+    budget = LocalBudget(path, epsilon=budget_epsilon, delta=budget_delta)
+    dev = Device(
+        server,
+        identity,
+        data,
+        policy=policy,
+        budget=budget,
+        ca=ca,
+        randomness=RandomSource(seed),
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+
+    def enough(d: Device) -> bool:
+        return runs is not None and len(getattr(d, "finished", ())) >= runs
+
+    try:
+        dev.run(poll=poll, until=enough, max_seconds=max_seconds)
+    finally:
+        dev.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``client`` to the app."""
+    app.add_typer(client_app, name="client")

@@ -1,0 +1,46 @@
+"""``fedstats enroll``: the enrollment authority (separate from the server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+enroll_app = typer.Typer(
+    help="Enrollment authority: create it, issue client identities.", no_args_is_help=True
+)
+
+
+@enroll_app.command("init")
+def init(
+    authority: Annotated[Path, typer.Option("--authority", help="Folder for the authority's key.")],
+) -> None:
+    """Create an authority; prints its public key (give authority.pub to the server)."""
+    from fedstats.service.enrollment import init_authority
+
+    typer.echo(init_authority(authority))
+
+
+@enroll_app.command("client")
+def client(
+    authority: Annotated[Path, typer.Option("--authority", help="Folder of the authority.")],
+    client_id: Annotated[str, typer.Option("--client-id", help="Unique device name.")],
+    out: Annotated[Path, typer.Option("--out", help="Identity file to write (mode 0600).")],
+    population: Annotated[
+        str, typer.Option("--population", help="Data population of the device.")
+    ] = "default",
+    valid_days: Annotated[
+        float, typer.Option("--valid-days", min=0.01, help="Validity in days.")
+    ] = 365.0,
+) -> None:
+    """Issue a device identity: a fresh Ed25519 key and a certificate signed by the authority."""
+    from fedstats.service.enrollment import issue_identity
+
+    issue_identity(authority, client_id, population, out, valid_days=valid_days)
+    typer.echo(str(out))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``enroll`` to the app."""
+    app.add_typer(enroll_app, name="enroll")

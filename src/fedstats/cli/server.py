@@ -1,0 +1,138 @@
+"""``fedstats server``: run the aggregation server; ``dev-certs``, ``add-operator``, ``trust``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedstats.errors import ParameterError
+
+server_app = typer.Typer(
+    help="The aggregation server (needs the 'service' extra).",
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+
+DbOption = Annotated[
+    str,
+    typer.Option(
+        "--db",
+        help="Database URL: sqlite:///FILE (default ./fedstats.db) or postgresql+psycopg://...",
+    ),
+]
+
+
+@server_app.callback()
+def serve(
+    ctx: typer.Context,
+    db: DbOption = "sqlite:///fedstats.db",
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8443,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="Server certificate (PEM).")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="Server private key (PEM).")
+    ] = None,
+    authority: Annotated[
+        Path | None,
+        typer.Option("--authority", help="Trust this enrollment authority's public key file."),
+    ] = None,
+    max_body: Annotated[
+        int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")
+    ] = 1 << 20,
+    rate: Annotated[
+        float, typer.Option("--rate", min=0.1, help="Requests per second per client.")
+    ] = 50.0,
+    burst: Annotated[
+        float, typer.Option("--burst", min=1.0, help="Burst of requests per client.")
+    ] = 200.0,
+    tick: Annotated[
+        float, typer.Option("--tick", min=0.01, help="Seconds between run-driver passes.")
+    ] = 0.1,
+    crash_after: Annotated[
+        str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
+    ] = None,
+) -> None:
+    """Serve the admin and client APIs (HTTPS with --tls-cert/--tls-key; plain HTTP only without)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import uvicorn
+
+    from fedstats.service.app import ServerSettings, create_app, trust_authority
+    from fedstats.service.store import open_store
+
+    if (tls_cert is None) != (tls_key is None):
+        raise ParameterError("--tls-cert/--tls-key", "one of them", "both or neither")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    store = open_store(db)
+    if authority is not None:
+        trust_authority(store, authority.read_text().strip())
+    app = create_app(
+        store,
+        ServerSettings(max_body=max_body, rate=rate, burst=burst, tick=tick),
+        crash_after=crash_after,
+    )
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        ssl_certfile=str(tls_cert) if tls_cert else None,
+        ssl_keyfile=str(tls_key) if tls_key else None,
+        log_level="warning",
+        access_log=False,
+    )
+
+
+@server_app.command("dev-certs")
+def dev_certs(
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for ca.pem, server.pem, server-key.pem.")
+    ],
+    host: Annotated[
+        list[str] | None, typer.Option("--host", help="Host name or IP (repeatable).")
+    ] = None,
+) -> None:
+    """Create a development CA and a server certificate signed by it."""
+    from fedstats.service.tls import make_dev_certificates
+
+    paths = make_dev_certificates(out, list(host) if host else ["127.0.0.1", "localhost"])
+    for role, p in paths.items():
+        typer.echo(f"{role}: {p}")
+
+
+@server_app.command("add-operator")
+def add_operator_cmd(
+    name: Annotated[str, typer.Option("--name", help="Operator (analyst) name.")],
+    db: DbOption = "sqlite:///fedstats.db",
+) -> None:
+    """Create an operator and print its bearer token (stored hashed; shown only now)."""
+    from fedstats.service.app import add_operator
+    from fedstats.service.store import open_store
+
+    if not 1 <= len(name) <= 128:
+        raise ParameterError("--name", name, "1 to 128 characters")
+    typer.echo(add_operator(open_store(db), name))
+
+
+@server_app.command("trust")
+def trust_cmd(
+    authority: Annotated[
+        Path, typer.Option("--authority", help="authority.pub of an enrollment authority.")
+    ],
+    db: DbOption = "sqlite:///fedstats.db",
+) -> None:
+    """Trust an enrollment authority (its public key only)."""
+    from fedstats.service.app import trust_authority
+    from fedstats.service.store import open_store
+
+    typer.echo(trust_authority(open_store(db), authority.read_text().strip()))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``server`` to the app."""
+    app.add_typer(server_app, name="server")

@@ -1,0 +1,409 @@
+"""The fedstats client SDK: a device that answers an aggregation server's rounds with its own data.
+
+A :class:`Device` holds an enrolled identity (:mod:`fedstats.service.enrollment`), its data (a CSV or
+Parquet file, read lazily with pandas), a :class:`Policy` and a :class:`LocalBudget` kept in a local file.
+:meth:`Device.run` polls the server; for each task offered it checks the task against the policy (allowed
+analyses, largest epsilon and delta per task, largest number of private bits per record, whether exact
+non-private analyses are allowed) and the local budget, and refuses what is weaker than the policy allows;
+for each round of a run it joined it runs the round's encoder **only if** that encoder is registered for
+the task's analysis version in the installed registry (:func:`fedstats.service.registry.resolve_encoder`),
+sums its records' reports and uploads the sum and the count, signed. Network errors are retried with
+exponential backoff and jitter; an upload is idempotent, so a retry is counted once.
+
+Importing this package does not import SQLAlchemy, uvicorn, FastAPI or pandas.
+
+Data columns: a CSV column ``name`` is a value per record; columns ``name[0]``, ``name[1]``, ... are
+stacked into a 2-D column ``name`` (a vector per record, e.g. heterogeneity's ``x``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from fedstats._io import atomic_write_text
+from fedstats.engine.rounds import ClientBatch, Round
+from fedstats.errors import BudgetExceededError, DataError, FedstatsError, ParameterError
+from fedstats.randomness import RandomSource
+from fedstats.service import auth, wire
+from fedstats.service.enrollment import load_identity
+from fedstats.service.registry import lookup, resolve_encoder
+
+__all__ = ["Device", "LocalBudget", "Policy", "RefusedTask", "load_data"]
+
+_VECTOR = re.compile(r"^(.+)\[(\d+)\]$")
+
+
+def load_data(path: Path | str) -> dict[str, np.ndarray]:
+    """Read a device's data file (CSV or Parquet) into columns (see the module docstring).
+
+    Raises
+    ------
+    DataError
+        If the file cannot be read, is empty, or has an unknown extension.
+    """
+    import pandas as pd  # lazily: the SDK must import without pandas
+
+    p = Path(path)
+    try:
+        if p.suffix.lower() in (".parquet", ".pq"):
+            df = pd.read_parquet(p)
+        elif p.suffix.lower() in (".csv", ".gz", ".txt"):
+            df = pd.read_csv(p)
+        else:
+            raise DataError(f"data file {p} must be .csv or .parquet")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read data file {p}: {exc}") from None
+    if len(df) == 0:
+        raise DataError(f"data file {p} has no rows")
+    cols: dict[str, np.ndarray] = {}
+    vectors: dict[str, dict[int, np.ndarray]] = {}
+    for name in df.columns:
+        m = _VECTOR.match(str(name))
+        if m:
+            vectors.setdefault(m.group(1), {})[int(m.group(2))] = df[name].to_numpy()
+        else:
+            cols[str(name)] = df[name].to_numpy()
+    for name, parts in vectors.items():
+        if sorted(parts) != list(range(len(parts))):
+            raise DataError(
+                f"vector column {name!r} needs columns {name}[0] .. {name}[{len(parts) - 1}]"
+            )
+        cols[name] = np.stack([parts[i] for i in range(len(parts))], axis=1).astype(np.float64)
+    return cols
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a device agrees to take part in.
+
+    Parameters
+    ----------
+    allowed_analyses : tuple of str or None
+        Analysis names the device runs (None: every installed analysis).
+    max_epsilon : float
+        Largest epsilon one task may spend on this device's records (> 0): a task asking more is weaker
+        privacy and is refused. Default 4.
+    max_delta : float
+        Largest delta per task, in [0, 1). Default 1e-5.
+    max_bits : float or None
+        Largest number of private bits one record may disclose (bit metering); tasks whose analysis does not
+        meter bits disclose a full (noisy) value and pass only when this is None. Default None.
+    allow_non_private : bool
+        Take part in exact, non-private analyses (default False).
+    """
+
+    allowed_analyses: tuple[str, ...] | None = None
+    max_epsilon: float = 4.0
+    max_delta: float = 1e-5
+    max_bits: float | None = None
+    allow_non_private: bool = False
+
+    def check(self, task: Mapping[str, Any]) -> None:
+        """Raise :class:`RefusedTask` saying why, if ``task`` is weaker than this policy allows."""
+        name, version = str(task["analysis"]), int(task["version"])
+        if self.allowed_analyses is not None and name not in self.allowed_analyses:
+            raise RefusedTask(f"analysis {name!r} is not in the allowed analyses")
+        try:
+            spec = lookup(name, version)
+        except ParameterError:
+            raise RefusedTask(f"analysis {name} v{version} is not installed") from None
+        eps = task["privacy"]["epsilon"]
+        delta = float(task["privacy"].get("delta") or 0.0)
+        if eps is None or spec.privacy == "none":
+            if not self.allow_non_private:
+                raise RefusedTask(f"{name} is not private and the policy refuses non-private tasks")
+        else:
+            if float(eps) > self.max_epsilon:
+                raise RefusedTask(
+                    f"epsilon {eps} exceeds the policy's max_epsilon {self.max_epsilon}"
+                )
+            if delta > self.max_delta:
+                raise RefusedTask(f"delta {delta} exceeds the policy's max_delta {self.max_delta}")
+        if self.max_bits is not None:
+            bits = spec.bits_per_record(task.get("params") or {})
+            if bits is None or bits > self.max_bits:
+                raise RefusedTask(
+                    f"{name} discloses {'unmetered' if bits is None else bits} bit(s) per record; "
+                    f"the policy allows {self.max_bits}"
+                )
+
+
+class RefusedTask(FedstatsError):
+    """A task the device's policy or local budget refuses."""
+
+
+@dataclass
+class LocalBudget:
+    """The device's own local-DP budget across tasks, kept in a JSON file (written atomically).
+
+    Each run the device reports to is charged once, with the task's (epsilon, delta), by basic composition
+    (the device cannot know how the server's other runs relate to its data).
+
+    Parameters
+    ----------
+    path : path or None
+        File of the charges (None: in memory only).
+    epsilon : float
+        Total epsilon the device will spend, > 0.
+    delta : float
+        Total delta, in [0, 1).
+    """
+
+    path: Path | None
+    epsilon: float = 10.0
+    delta: float = 1e-4
+    charges: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.path is not None and Path(self.path).exists():
+            data = json.loads(Path(self.path).read_text())
+            self.charges = {k: (float(v[0]), float(v[1])) for k, v in data["charges"].items()}
+
+    def spent(self) -> tuple[float, float]:
+        """(epsilon, delta) spent so far."""
+        return (
+            math.fsum(e for e, _ in self.charges.values()),
+            math.fsum(d for _, d in self.charges.values()),
+        )
+
+    def check(self, epsilon: float, delta: float) -> None:
+        """Raise :class:`RefusedTask` if (epsilon, delta) more would exceed the budget."""
+        e, d = self.spent()
+        if (
+            e + epsilon > self.epsilon * (1 + 1e-12)
+            or d + delta > self.delta * (1 + 1e-12) + 1e-300
+        ):
+            raise RefusedTask(
+                f"local budget: spent epsilon={e:.6g}, delta={d:.3g}; requested epsilon={epsilon:.6g}, "
+                f"delta={delta:.3g}; remaining epsilon={max(0.0, self.epsilon - e):.6g}, "
+                f"delta={max(0.0, self.delta - d):.3g}"
+            )
+
+    def charge(self, run_id: str, epsilon: float, delta: float) -> None:
+        """Record the charge of a run (idempotent), then save.
+
+        Raises
+        ------
+        BudgetExceededError
+            If it does not fit.
+        """
+        if run_id in self.charges:
+            return
+        try:
+            self.check(epsilon, delta)
+        except RefusedTask as exc:
+            raise BudgetExceededError(str(exc)) from None
+        self.charges[run_id] = (float(epsilon), float(delta))
+        if self.path is not None:
+            atomic_write_text(
+                self.path,
+                json.dumps({"epsilon": self.epsilon, "delta": self.delta, "charges": self.charges}),
+            )
+
+
+class Device:
+    """A client device talking to one server.
+
+    Parameters
+    ----------
+    server : str
+        Base URL, e.g. ``https://127.0.0.1:8443``.
+    identity : path or dict
+        Identity file (or its contents) from ``fedstats enroll client``.
+    data : path or mapping
+        Data file, or columns already in memory (one row per record).
+    policy : Policy, optional
+    budget : LocalBudget, optional
+        Default: in memory, epsilon 10.
+    ca : path, optional
+        CA certificate to verify the server with (TLS); default the system store.
+    randomness : RandomSource, optional
+        The device's private randomness (default secure; seeded only for tests, not for release).
+    timeout : float
+        Per-request timeout, seconds.
+    log : callable, optional
+        Receives one line per event (refusals, uploads, retries).
+    """
+
+    def __init__(
+        self,
+        server: str,
+        identity: Path | str | Mapping[str, Any],
+        data: Path | str | Mapping[str, Any],
+        *,
+        policy: Policy | None = None,
+        budget: LocalBudget | None = None,
+        ca: Path | str | None = None,
+        randomness: RandomSource | None = None,
+        timeout: float = 30.0,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        ident = dict(identity) if isinstance(identity, Mapping) else load_identity(identity)
+        self.client_id = str(ident["client_id"])
+        self._key = auth.private_key_from_hex(ident["private_key"])
+        self._cert = ident["certificate"]
+        self.columns = (
+            {k: np.asarray(v) for k, v in data.items()}
+            if isinstance(data, Mapping)
+            else load_data(data)
+        )
+        lengths = {int(v.shape[0]) for v in self.columns.values()}
+        if len(lengths) != 1:
+            raise DataError("every data column must have one entry per record")
+        self.n_records = lengths.pop()
+        self.policy = policy or Policy()
+        self.budget = budget or LocalBudget(None)
+        self.randomness = randomness or RandomSource()
+        self.log = log or (lambda _line: None)
+        self._http = httpx.Client(
+            base_url=server.rstrip("/"),
+            verify=ssl.create_default_context(cafile=str(ca)) if ca is not None else True,
+            timeout=timeout,
+        )
+        self.refused: dict[str, str] = {}
+        self.joined: dict[str, dict[str, int]] = {}
+        self.reported: set[tuple[str, int]] = set()
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._http.close()
+
+    # -- transport
+    def _request(self, method: str, path: str, payload: Any = None, *, retries: int = 6) -> Any:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        delay = 0.2
+        for attempt in range(retries + 1):
+            headers = auth.sign_request(self._key, self.client_id, method, path, body)
+            if body:
+                headers["content-type"] = "application/json"
+            try:
+                r = self._http.request(method, path, content=body, headers=headers)
+            except httpx.TransportError as exc:
+                if attempt == retries:
+                    raise
+                self.log(f"retry {path} after {type(exc).__name__}")
+            else:
+                if r.status_code < 400:
+                    return r.json()
+                if r.status_code not in (429, 502, 503, 504) or attempt == retries:
+                    raise _HTTPError(r.status_code, r.text)
+                self.log(f"retry {path} after HTTP {r.status_code}")
+            time.sleep(delay * (0.5 + self.randomness.generator("backoff").random()))
+            delay = min(delay * 2.0, 5.0)
+        raise AssertionError("unreachable")
+
+    def register(self) -> None:
+        """Present the enrollment certificate to the server (idempotent)."""
+        self._request("POST", "/v1/client/register", {"certificate": self._cert})
+
+    # -- one pass
+    def step(self) -> dict[str, Any]:
+        """Poll once: answer offers (check in or refuse) and rounds; return the server's work list."""
+        work: dict[str, Any] = self._request("GET", "/v1/client/work")
+        for offer in work["offers"]:
+            rid = offer["run_id"]
+            if rid in self.refused or rid in self.joined:
+                continue
+            task = wire.decode(offer["task"])
+            try:
+                self.policy.check(task)
+                eps = task["privacy"]["epsilon"]
+                if eps is not None:
+                    self.budget.check(float(eps), float(task["privacy"].get("delta") or 0.0))
+            except RefusedTask as exc:
+                self.refused[rid] = str(exc)
+                self.log(f"refused run {rid}: {exc}")
+                continue
+            try:
+                self.joined[rid] = self._request(
+                    "POST", f"/v1/client/runs/{rid}/checkin", {"records": self.n_records}
+                )
+            except _HTTPError as exc:
+                if exc.status != 409:
+                    raise
+                self.refused[rid] = "check-in closed"
+        for rnd in work["rounds"]:
+            key = (rnd["run_id"], int(rnd["round"]))
+            if key in self.reported:
+                continue
+            self._answer(rnd)
+            self.reported.add(key)
+        return work
+
+    def _answer(self, rnd: Mapping[str, Any]) -> None:
+        run_id = str(rnd["run_id"])
+        fn = resolve_encoder(str(rnd["encode"]), str(rnd["analysis"]), int(rnd["version"]))
+        a, b = (int(x) for x in rnd["records"])
+        first = a - int(rnd["slot_start"])
+        cols = {k: v[first : first + (b - a)] for k, v in self.columns.items()}
+        batch = ClientBatch(cols, start=a, total=int(rnd["n_clients"]))
+        spec = Round(
+            str(rnd["name"]),
+            fn,
+            wire.decode(rnd["params"]),
+            dim=int(rnd["dim"]),
+            bound=int(rnd["bound"]),
+        )
+        eps = rnd["privacy"]["epsilon"]
+        if eps is not None:  # charge the local budget before anything leaves the device
+            self.budget.charge(run_id, float(eps), float(rnd["privacy"].get("delta") or 0.0))
+        rng = self.randomness.generator(run_id, int(rnd["round"]))
+        reports = spec.encode_checked(batch, rng)
+        vector = [int(x) for x in reports.sum(axis=0, dtype=object)]
+        self._request(
+            "POST",
+            f"/v1/client/runs/{run_id}/rounds/{int(rnd['round'])}/report",
+            {"vector": vector, "count": b - a},
+        )
+        self.log(f"reported run {run_id} round {rnd['round']} ({b - a} records)")
+
+    def run(
+        self,
+        *,
+        poll: float = 0.5,
+        until: Callable[[Device], bool] | None = None,
+        max_seconds: float | None = None,
+    ) -> None:
+        """Register, then poll every ``poll`` seconds until ``until(self)`` or ``max_seconds`` elapse."""
+        t0 = time.monotonic()
+        registered = False
+        while True:
+            try:
+                if not registered:
+                    self.register()
+                    registered = True
+                work = self.step()
+            except (httpx.TransportError, _HTTPError) as exc:
+                # a server restarting or overloaded: keep polling (a 4xx other than 409/429 is fatal)
+                status = getattr(exc, "status", 503)
+                if status < 500 and status not in (409, 429):
+                    raise
+                self.log(f"poll failed ({exc}); retrying")
+                if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                    return
+                time.sleep(poll)
+                continue
+            done = {f["run_id"] for f in work.get("finished", [])}
+            self.finished = done
+            if until is not None and until(self):
+                return
+            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                return
+            time.sleep(poll)
+
+
+class _HTTPError(FedstatsError):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"server answered HTTP {status}: {text[:300]}")
+        self.status = status

@@ -1,0 +1,636 @@
+"""The aggregation server as an ASGI app (FastAPI): admin API, client API, health and metrics.
+
+Admin endpoints (``/v1/admin/...``, bearer token of an operator, JSON, described at ``/openapi.json``)
+create tasks, start runs (reserving the privacy charge), set budgets and read runs, budgets and the audit
+log. Client endpoints (``/v1/client/...``) must be signed by an enrolled device (:mod:`.auth`): register
+with an enrollment certificate, poll for work, check in to a run, upload a round's report. Reports are
+acknowledged only after their transaction committed; a retried upload of the same report is acknowledged
+again and counted once.
+
+Every request is logged as one JSON line; bodies above ``max_body`` bytes get 413; each client (or remote
+address, for unsigned requests) gets a token bucket of ``rate`` requests per second (burst ``burst``),
+beyond which requests get 429. A background task advances the runs (:class:`.runs.Driver`).
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import resource
+import signal
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, Field
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
+from fedstats.service import auth, ledger, runs
+from fedstats.service.models import Audit, Authority, Budget, Client, Nonce, Operator
+from fedstats.service.store import Store
+
+__all__ = ["ServerSettings", "create_app"]
+
+log = logging.getLogger("fedstats.service")
+
+
+@dataclass
+class ServerSettings:
+    """Knobs of the server.
+
+    Attributes
+    ----------
+    max_body : int
+        Largest request body in bytes (default 1 MiB).
+    rate, burst : float
+        Token bucket per client: sustained requests per second and burst size.
+    replay_window : float
+        Seconds a signed request's timestamp may differ from the server clock; nonces are kept this long.
+    tick : float
+        Seconds between two passes of the run driver.
+    """
+
+    max_body: int = 1 << 20
+    rate: float = 50.0
+    burst: float = 200.0
+    replay_window: float = 300.0
+    tick: float = 0.1
+
+
+# -- middleware ---------------------------------------------------------------------------------------
+
+
+class _Limits:
+    """Body size limit, per-client token buckets and structured request logs (pure ASGI)."""
+
+    def __init__(self, app: ASGIApp, settings: ServerSettings, counters: dict[str, float]) -> None:
+        self.app = app
+        self.settings = settings
+        self.counters = counters
+        self.buckets: dict[str, tuple[float, float]] = {}
+
+    def _allow(self, key: str) -> bool:
+        now = time.monotonic()
+        tokens, last = self.buckets.get(key, (self.settings.burst, now))
+        tokens = min(self.settings.burst, tokens + (now - last) * self.settings.rate)
+        if tokens < 1.0:
+            self.buckets[key] = (tokens, now)
+            return False
+        self.buckets[key] = (tokens - 1.0, now)
+        return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+        client = headers.get(auth.HEADER_CLIENT) or (scope.get("client") or ("?", 0))[0]
+        status = {"code": 500}
+
+        async def send_logged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = int(message["status"])
+            await send(message)
+
+        async def reject(code: int, detail: str) -> None:
+            body = json.dumps({"detail": detail}).encode()
+            await send_logged(
+                {
+                    "type": "http.response.start",
+                    "status": code,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send_logged({"type": "http.response.body", "body": body})
+
+        path = scope.get("path", "")
+        limit = self.settings.max_body
+        try:
+            declared = int(headers.get("content-length", "0"))
+        except ValueError:
+            declared = limit + 1
+        if declared > limit:
+            await reject(413, f"request body larger than {limit} bytes")
+        elif path not in ("/healthz", "/metrics") and not self._allow(str(client)):
+            await reject(429, "rate limit exceeded")
+        else:
+            seen = 0
+
+            async def limited_receive() -> Message:
+                nonlocal seen
+                message = await receive()
+                if message["type"] == "http.request":
+                    seen += len(message.get("body", b""))
+                    if seen > limit:
+                        raise _TooLarge
+                return message
+
+            try:
+                await self.app(scope, limited_receive, send_logged)
+            except _TooLarge:
+                await reject(413, f"request body larger than {limit} bytes")
+        self.counters[f'http_requests_total{{code="{status["code"]}"}}'] += 1
+        log.info(
+            json.dumps(
+                {
+                    "event": "request",
+                    "method": scope.get("method"),
+                    "path": path,
+                    "status": status["code"],
+                    "client": client,
+                    "ms": round(1000 * (time.perf_counter() - t0), 2),
+                }
+            )
+        )
+
+
+class _TooLarge(Exception):
+    pass
+
+
+# -- request and response models (the admin API's OpenAPI description) ---------------------------------
+
+
+class Privacy(BaseModel):
+    """Privacy budget of a task: what one run spends, and the data population it is charged to."""
+
+    epsilon: Annotated[float | None, Field(gt=0, lt=1000)] = None
+    delta: Annotated[float | None, Field(ge=0, lt=1)] = None
+    population: Annotated[str, Field(min_length=1, max_length=128)] = "default"
+
+
+class Deadlines(BaseModel):
+    """Per-stage deadlines in seconds."""
+
+    checkin: Annotated[float, Field(ge=0.05, le=604800)] = 60.0
+    round: Annotated[float, Field(ge=0.05, le=604800)] = 60.0
+
+
+class TaskIn(BaseModel):
+    """A task configuration (immutable once created; its id is the SHA-256 of its canonical form)."""
+
+    analysis: Annotated[str, Field(min_length=1, max_length=64)]
+    version: Annotated[int, Field(ge=1, le=1000)] = 1
+    params: dict[str, Any] = {}
+    privacy: Privacy = Privacy()
+    cohort_size: Annotated[int, Field(ge=2, le=10**9)]
+    min_clients: Annotated[int | None, Field(ge=1, le=10**9)] = None
+    max_records_per_client: Annotated[int | None, Field(ge=1, le=10**9)] = None
+    deadlines: Deadlines = Deadlines()
+    label: Annotated[str, Field(max_length=256)] = ""
+
+
+class TaskOut(BaseModel):
+    """A stored task."""
+
+    task_id: str
+    created: bool
+    config: dict[str, Any]
+
+
+class RunIn(BaseModel):
+    """Start a run of a task."""
+
+    task_id: Annotated[str, Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$")]
+
+
+class RunOut(BaseModel):
+    """A run's state (``result`` once done)."""
+
+    run_id: str
+    task_id: str
+    analyst: str
+    status: str
+    n_clients: int | None
+    devices: int
+    rounds: list[dict[str, Any]]
+    result: dict[str, Any] | None
+    error: str | None
+
+
+class BudgetIn(BaseModel):
+    """A privacy budget."""
+
+    epsilon: Annotated[float, Field(gt=0, lt=1e6)]
+    delta: Annotated[float, Field(ge=0, lt=1)]
+
+
+class BudgetOut(BaseModel):
+    """A budget with what has been spent and what remains."""
+
+    scope: str
+    name: str
+    epsilon_budget: float
+    delta_budget: float
+    spent_epsilon: float
+    spent_delta: float
+    remaining_epsilon: float
+    remaining_delta: float
+    charges: int
+
+
+class ErrorOut(BaseModel):
+    """An error."""
+
+    detail: str
+
+
+# -- the app ------------------------------------------------------------------------------------------
+
+
+def _status_of(exc: FedstatsError) -> int:
+    if isinstance(exc, runs.NotFoundError):
+        return 404
+    if isinstance(exc, (runs.ConflictError, BudgetExceededError)):
+        return 409
+    if isinstance(exc, SecurityError):
+        return 403
+    return 422
+
+
+def create_app(
+    store: Store,
+    settings: ServerSettings | None = None,
+    *,
+    crash_after: str | None = None,
+    run_driver: bool = True,
+) -> FastAPI:
+    """Build the ASGI app over ``store``.
+
+    Parameters
+    ----------
+    store : Store
+        Opened (migrated) database.
+    settings : ServerSettings, optional
+    crash_after : str, optional
+        Fault injection for tests: ``"EVENT:ROUND"`` (``journaled`` or ``opened``) makes the process kill
+        itself with SIGKILL at that point of any run.
+    run_driver : bool
+        Start the background run driver (default True).
+    """
+    cfg = settings or ServerSettings()
+    counters: dict[str, float] = defaultdict(float)
+
+    def hook(event: str, run_id: str, index: int) -> None:
+        if crash_after and crash_after == f"{event}:{index}":
+            log.info(json.dumps({"event": "fault_injection", "at": crash_after, "run_id": run_id}))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    driver = runs.Driver(store, crash_hook=hook)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+
+        async def loop() -> None:
+            while not stop.is_set():
+                try:
+                    await asyncio.to_thread(driver.tick)
+                    await asyncio.to_thread(_purge_nonces)
+                except Exception:
+                    log.exception("driver tick failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), cfg.tick)
+
+        task = asyncio.create_task(loop()) if run_driver else None
+        yield
+        stop.set()
+        if task is not None:
+            await task
+
+    app = FastAPI(
+        title="fedstats aggregation server",
+        version="1",
+        description="Admin API of fedstats: tasks, runs, privacy budgets and audit.",
+        lifespan=lifespan,
+        responses={422: {"model": ErrorOut}},
+    )
+    app.state.driver = driver
+    app.state.store = store
+
+    @app.exception_handler(FedstatsError)
+    async def _fedstats_error(_request: Request, exc: FedstatsError) -> JSONResponse:
+        return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=_status_of(exc))
+
+    def _purge_nonces() -> None:
+        with store.session() as s, s.begin():
+            s.execute(delete(Nonce).where(Nonce.ts < time.time() - 2 * cfg.replay_window))
+
+    # -- operator auth
+    def operator(authorization: Annotated[str | None, Header()] = None) -> str:
+        if not authorization or not authorization.startswith("Bearer "):
+            raise HTTPException(401, "bearer token required", {"WWW-Authenticate": "Bearer"})
+        h = auth.hash_token(authorization[7:].strip())
+        with store.session() as s:
+            name = s.execute(select(Operator.name).where(Operator.token_hash == h)).scalar()
+        if name is None:
+            raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
+        return str(name)
+
+    Op = Annotated[str, Depends(operator)]
+    errors: dict[int | str, dict[str, Any]] = {
+        401: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        409: {"model": ErrorOut},
+    }
+
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict[str, str]:
+        """Liveness and database reachability."""
+        with store.session() as s:
+            s.execute(select(1))
+        return {"status": "ok"}
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["ops"])
+    def metrics() -> str:
+        """Prometheus text format."""
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        lines = [
+            "# TYPE fedstats_process_cpu_seconds_total counter",
+            f"fedstats_process_cpu_seconds_total {usage.ru_utime + usage.ru_stime:.3f}",
+            "# TYPE fedstats_process_max_rss_bytes gauge",
+            f"fedstats_process_max_rss_bytes {usage.ru_maxrss * 1024}",
+        ]
+        for name, v in sorted(driver.metrics.items()):
+            lines += [f"# TYPE fedstats_{name}_total counter", f"fedstats_{name}_total {v:g}"]
+        lines.append("# TYPE fedstats_http_requests_total counter")
+        for key, v in sorted(counters.items()):
+            if key.startswith("http_requests_total"):
+                lines.append(f"fedstats_{key} {v:g}")
+            else:
+                lines.append(f"# TYPE fedstats_{key}_total counter")
+                lines.append(f"fedstats_{key}_total {v:g}")
+        return "\n".join(lines) + "\n"
+
+    @app.post("/v1/admin/tasks", status_code=201, responses=errors, tags=["admin"])
+    def create_task(body: TaskIn, actor: Op) -> TaskOut:
+        """Create (or find) a task; its id is the SHA-256 of its canonical configuration."""
+        data = body.model_dump()
+        for k in ("min_clients", "max_records_per_client"):
+            if data[k] is None:
+                data.pop(k)
+        with store.session() as s, s.begin():
+            tid, new = runs.create_task(s, data, actor)
+            conf = runs.task_config(s, tid)
+        from fedstats.service import wire
+
+        return TaskOut(task_id=tid, created=new, config=wire.encode(conf))
+
+    @app.get("/v1/admin/tasks/{task_id}", responses=errors, tags=["admin"])
+    def get_task(task_id: str, actor: Op) -> TaskOut:
+        """A stored task's configuration."""
+        from fedstats.service import wire
+
+        with store.session() as s:
+            conf = runs.task_config(s, task_id)
+        return TaskOut(task_id=task_id, created=False, config=wire.encode(conf))
+
+    @app.post("/v1/admin/runs", status_code=201, responses=errors, tags=["admin"])
+    def create_run(body: RunIn, actor: Op) -> RunOut:
+        """Start a run; its privacy charge is reserved first (409 with spent/requested/remaining if refused)."""
+        try:
+            with store.session() as s, s.begin():
+                rid = runs.create_run(s, body.task_id, actor)
+        except BudgetExceededError as exc:
+            with store.session() as s, s.begin():
+                ledger.audit(s, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
+            raise
+        with store.session() as s:
+            return RunOut(**runs.run_view(s, rid))
+
+    @app.get("/v1/admin/runs/{run_id}", responses=errors, tags=["admin"])
+    def get_run(run_id: str, actor: Op) -> RunOut:
+        """A run's status, rounds and (once done and paid) result."""
+        with store.session() as s:
+            return RunOut(**runs.run_view(s, run_id))
+
+    @app.put("/v1/admin/budgets/{scope}/{name}", responses=errors, tags=["admin"])
+    def put_budget(scope: str, name: str, body: BudgetIn, actor: Op) -> BudgetOut:
+        """Set the budget of a population or an analyst (scope ``population`` or ``analyst``)."""
+        if scope not in ledger.SCOPES or not 1 <= len(name) <= 128:
+            raise HTTPException(
+                404, "scope must be 'population' or 'analyst', name 1-128 characters"
+            )
+        with store.session() as s, s.begin():
+            b = s.get(Budget, (scope, name), with_for_update=True)
+            if b is None:
+                s.add(Budget(scope=scope, name=name, epsilon=body.epsilon, delta=body.delta))
+            else:
+                b.epsilon, b.delta = body.epsilon, body.delta
+            ledger.audit(s, actor, "budget", None, scope=scope, name=name, epsilon=body.epsilon)
+        with store.session() as s:
+            st = ledger.budget_status(s, scope, name)
+        assert st is not None
+        return BudgetOut(**st)
+
+    @app.get("/v1/admin/budgets/{scope}/{name}", responses=errors, tags=["admin"])
+    def get_budget(scope: str, name: str, actor: Op) -> BudgetOut:
+        """A budget with its spent and remaining (epsilon, delta)."""
+        with store.session() as s:
+            st = ledger.budget_status(s, scope, name) if scope in ledger.SCOPES else None
+        if st is None:
+            raise HTTPException(404, f"no budget for {scope} {name!r}")
+        return BudgetOut(**st)
+
+    @app.get("/v1/admin/audit", responses=errors, tags=["admin"])
+    def get_audit(actor: Op, run_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        """The audit log (newest last), optionally for one run."""
+        limit = max(1, min(int(limit), 10000))
+        with store.session() as s:
+            stmt = select(Audit).order_by(Audit.id)
+            if run_id is not None:
+                stmt = stmt.where(Audit.run_id == run_id)
+            rows = s.execute(stmt.limit(limit)).scalars().all()
+        return [
+            {
+                "ts": a.ts,
+                "actor": a.actor,
+                "action": a.action,
+                "run_id": a.run_id,
+                "detail": json.loads(a.detail),
+            }
+            for a in rows
+        ]
+
+    # -- client side (signed requests; not part of the admin OpenAPI description)
+    def _verify(method: str, path: str, headers: Any, body: bytes, public_key: str | None) -> str:
+        cid = headers.get(auth.HEADER_CLIENT)
+        ts = headers.get(auth.HEADER_TIMESTAMP)
+        nonce = headers.get(auth.HEADER_NONCE)
+        sig = headers.get(auth.HEADER_SIGNATURE)
+        if not (cid and ts and nonce and sig) or len(nonce) > 64 or len(cid) > 128:
+            raise HTTPException(401, "signed request headers required")
+        try:
+            t = float(ts)
+        except ValueError:
+            raise HTTPException(401, "bad timestamp") from None
+        if abs(time.time() - t) > cfg.replay_window:
+            raise HTTPException(401, "timestamp outside the replay window")
+        if public_key is None:
+            with store.session() as s:
+                c = s.get(Client, cid)
+            if c is None:
+                raise HTTPException(401, "unknown client")
+            if c.not_after < time.time():
+                raise HTTPException(401, "client certificate expired")
+            public_key = c.public_key
+        try:
+            auth.verify_signature(
+                public_key, auth.signing_payload(method, path, ts, nonce, body), sig
+            )
+        except SecurityError:
+            raise HTTPException(401, "bad signature") from None
+        if method != "GET":
+            # state-changing requests are single-use: the nonce is recorded inside the window. GETs are
+            # read-only (a replay learns nothing TLS did not already protect), so polls cost no write.
+            try:
+                with store.session() as s, s.begin():
+                    s.add(Nonce(client_id=cid, nonce=nonce, ts=t))
+            except IntegrityError:
+                raise HTTPException(401, "replayed request (nonce already used)") from None
+        return str(cid)
+
+    async def signed(request: Request, public_key: str | None = None) -> tuple[str, bytes]:
+        body = await request.body()
+        cid = await run_in_threadpool(
+            _verify, request.method, request.url.path, request.headers, body, public_key
+        )
+        return cid, body
+
+    def _json(body: bytes) -> Any:
+        try:
+            return json.loads(body or b"{}")
+        except ValueError:
+            raise HTTPException(422, "body is not JSON") from None
+
+    async def threaded(fn: Callable[[], Any]) -> Any:
+        return await run_in_threadpool(fn)
+
+    @app.post("/v1/client/register", include_in_schema=False)
+    async def register(request: Request) -> dict[str, Any]:
+        body = await request.body()
+        data = _json(body)
+        if not isinstance(data, dict):
+            raise HTTPException(422, "body must be an object")
+        cert = auth.Certificate.from_dict(data.get("certificate"))
+
+        def trust() -> dict[str, str]:
+            with store.session() as s:
+                return {a.id: a.public_key for a in s.execute(select(Authority)).scalars()}
+
+        try:
+            auth.verify_certificate(cert, await threaded(trust))
+        except SecurityError as exc:
+            raise HTTPException(401, str(exc)) from None
+        if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
+            raise HTTPException(401, "client id does not match the certificate")
+        await run_in_threadpool(
+            _verify,
+            request.method,
+            request.url.path,
+            request.headers,
+            body,
+            str(cert.body["public_key"]),
+        )
+
+        def store_client() -> None:
+            with store.session() as s, s.begin():
+                c = s.get(Client, cert.body["client_id"])
+                if c is not None and c.public_key != cert.body["public_key"]:
+                    raise SecurityError("a different key is enrolled under this client id")
+                if c is None:
+                    s.add(
+                        Client(
+                            id=str(cert.body["client_id"]),
+                            public_key=str(cert.body["public_key"]),
+                            population=str(cert.body["population"]),
+                            authority=str(cert.body["authority"]),
+                            not_after=float(cert.body["not_after"]),
+                            enrolled_at=time.time(),
+                        )
+                    )
+
+        await threaded(store_client)
+        return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
+
+    @app.get("/v1/client/work", include_in_schema=False)
+    async def work(request: Request) -> dict[str, Any]:
+        cid, _ = await signed(request)
+
+        def get() -> dict[str, Any]:
+            with store.session() as s:
+                c = s.get(Client, cid)
+                assert c is not None
+                return runs.client_work(s, cid, c.population)
+
+        return dict(await threaded(get))
+
+    @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
+    async def checkin(run_id: str, request: Request) -> dict[str, Any]:
+        cid, body = await signed(request)
+        data = _json(body)
+        records = data.get("records") if isinstance(data, dict) else None
+        if not isinstance(records, int) or isinstance(records, bool):
+            raise HTTPException(422, "records must be an integer")
+
+        def go() -> dict[str, Any]:
+            with store.session() as s, s.begin():
+                c = s.get(Client, cid)
+                assert c is not None
+                conf = runs.task_config(s, runs._run(s, run_id).task_id)
+                if conf["privacy"]["population"] != c.population:
+                    raise SecurityError("this run is for another population")
+                return runs.checkin(s, run_id, cid, records)
+
+        return dict(await threaded(go))
+
+    @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", include_in_schema=False)
+    async def report(run_id: str, index: int, request: Request) -> dict[str, Any]:
+        cid, body = await signed(request)
+        data = _json(body)
+        if not isinstance(data, dict) or not isinstance(data.get("count"), int):
+            raise HTTPException(422, "body must be {vector: [int], count: int}")
+
+        def go() -> bool:
+            with store.session() as s, s.begin():
+                return runs.submit_report(s, run_id, index, cid, data.get("vector"), data["count"])
+
+        new = await threaded(go)
+        counters["reports_accepted" if new else "reports_duplicate"] += 1
+        # the transaction has committed: only now is the report acknowledged
+        return {"accepted": True, "duplicate": not new}
+
+    app.add_middleware(_Limits, settings=cfg, counters=counters)  # type: ignore[arg-type]
+    return app
+
+
+def add_operator(store: Store, name: str) -> str:
+    """Create an operator (or replace its token) and return the new bearer token (shown once)."""
+    token = auth.new_token()
+    with store.session() as s, s.begin():
+        op = s.get(Operator, name)
+        if op is None:
+            s.add(Operator(name=name, token_hash=auth.hash_token(token), created_at=time.time()))
+        else:
+            op.token_hash = auth.hash_token(token)
+    return token
+
+
+def trust_authority(store: Store, public_key_hex: str) -> str:
+    """Trust an enrollment authority's public key; return its fingerprint."""
+    auth.public_key_from_hex(public_key_hex)
+    fp = auth.fingerprint(public_key_hex)
+    with store.session() as s, s.begin():
+        if s.get(Authority, fp) is None:
+            s.add(Authority(id=fp, public_key=public_key_hex))
+    return fp

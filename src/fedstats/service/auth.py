@@ -1,0 +1,239 @@
+"""Identities and signatures: Ed25519 keys, enrollment certificates, signed requests, operator tokens.
+
+* An **enrollment authority** (not the server) holds an Ed25519 key and signs a *client certificate*
+  ``{"client_id", "public_key", "population", "not_after", "authority"}`` (canonical JSON, :mod:`.wire`);
+  the server trusts the authority's public key and keeps only the clients' public keys.
+* Every **client request** carries ``X-Fedstats-Client``, ``X-Fedstats-Timestamp`` (Unix seconds),
+  ``X-Fedstats-Nonce`` (random, 128 bits hex) and ``X-Fedstats-Signature``: the Ed25519 signature of
+  ``"fedstats-v1\\n{METHOD}\\n{path}\\n{timestamp}\\n{nonce}\\n{sha256(body) hex}"``. The server refuses a
+  timestamp outside its window and, for state-changing requests (POST), a nonce it has seen inside the
+  window (replays); read-only polls (GET) are checked for signature and timestamp only.
+* **Operators** present ``Authorization: Bearer <token>``; the server stores only SHA-256 of tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from fedstats.errors import SecurityError
+from fedstats.service.wire import canonical_bytes
+
+__all__ = [
+    "HEADER_CLIENT",
+    "HEADER_NONCE",
+    "HEADER_SIGNATURE",
+    "HEADER_TIMESTAMP",
+    "Certificate",
+    "fingerprint",
+    "hash_token",
+    "issue_certificate",
+    "new_token",
+    "private_key_from_hex",
+    "public_key_from_hex",
+    "public_key_hex",
+    "sign_request",
+    "signing_payload",
+    "verify_certificate",
+    "verify_signature",
+]
+
+HEADER_CLIENT = "x-fedstats-client"
+HEADER_TIMESTAMP = "x-fedstats-timestamp"
+HEADER_NONCE = "x-fedstats-nonce"
+HEADER_SIGNATURE = "x-fedstats-signature"
+
+
+def public_key_hex(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    """Raw 32-byte public key as hex."""
+    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+
+def private_key_hex(key: Ed25519PrivateKey) -> str:
+    """Raw 32-byte private key as hex (store only in a file readable by its owner)."""
+    return key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    ).hex()
+
+
+def public_key_from_hex(text: str) -> Ed25519PublicKey:
+    """Parse a raw hex public key.
+
+    Raises
+    ------
+    SecurityError
+        If it is not 32 bytes of hex.
+    """
+    try:
+        raw = bytes.fromhex(text)
+        if len(raw) != 32:
+            raise ValueError
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except ValueError:
+        raise SecurityError("a public key must be 32 bytes in hex") from None
+
+
+def private_key_from_hex(text: str) -> Ed25519PrivateKey:
+    """Parse a raw hex private key.
+
+    Raises
+    ------
+    SecurityError
+        If it is not 32 bytes of hex.
+    """
+    try:
+        raw = bytes.fromhex(text)
+        if len(raw) != 32:
+            raise ValueError
+        return Ed25519PrivateKey.from_private_bytes(raw)
+    except ValueError:
+        raise SecurityError("a private key must be 32 bytes in hex") from None
+
+
+def fingerprint(public_hex: str) -> str:
+    """Short identifier of a public key: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(bytes.fromhex(public_hex)).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A client certificate issued by an enrollment authority.
+
+    Attributes
+    ----------
+    body : dict
+        ``client_id``, ``public_key`` (hex), ``population``, ``not_after`` (Unix seconds), ``authority``
+        (fingerprint of the authority key).
+    signature : str
+        Hex Ed25519 signature of ``canonical_bytes(body)`` by the authority.
+    """
+
+    body: Mapping[str, Any]
+    signature: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form ``{"body": ..., "signature": ...}``."""
+        return {"body": dict(self.body), "signature": self.signature}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Certificate:
+        """Parse the JSON form.
+
+        Raises
+        ------
+        SecurityError
+            If fields are missing or of the wrong type.
+        """
+        try:
+            body = dict(data["body"])
+            sig = str(data["signature"])
+            for k in ("client_id", "public_key", "population", "not_after", "authority"):
+                body[k]
+        except (KeyError, TypeError, ValueError):
+            raise SecurityError("malformed client certificate") from None
+        return cls(body, sig)
+
+
+def issue_certificate(
+    authority: Ed25519PrivateKey,
+    *,
+    client_id: str,
+    public_key: str,
+    population: str,
+    valid_days: float = 365.0,
+) -> Certificate:
+    """Sign a client certificate (the enrollment authority's job, never the server's).
+
+    Parameters
+    ----------
+    authority : Ed25519PrivateKey
+    client_id : str
+        Unique device name, 1-128 characters.
+    public_key : str
+        The device's Ed25519 public key, hex.
+    population : str
+        The data population the device belongs to (privacy budgets are per population).
+    valid_days : float
+        Validity, > 0.
+    """
+    public_key_from_hex(public_key)
+    body = {
+        "client_id": client_id,
+        "public_key": public_key,
+        "population": population,
+        "not_after": int(time.time() + valid_days * 86400.0),
+        "authority": fingerprint(public_key_hex(authority)),
+    }
+    return Certificate(body, authority.sign(canonical_bytes(body)).hex())
+
+
+def verify_certificate(
+    cert: Certificate, authorities: Mapping[str, str], *, now: float | None = None
+) -> None:
+    """Check a certificate against the trusted authorities (fingerprint -> public key hex).
+
+    Raises
+    ------
+    SecurityError
+        If the authority is unknown, the signature is wrong or the certificate expired.
+    """
+    pub = authorities.get(str(cert.body.get("authority")))
+    if pub is None:
+        raise SecurityError("certificate issued by an untrusted authority")
+    verify_signature(pub, canonical_bytes(dict(cert.body)), cert.signature)
+    if float(cert.body["not_after"]) < (time.time() if now is None else now):
+        raise SecurityError("certificate expired")
+
+
+def verify_signature(public_hex: str, message: bytes, signature_hex: str) -> None:
+    """Verify an Ed25519 signature.
+
+    Raises
+    ------
+    SecurityError
+        If the signature does not verify (or is not hex).
+    """
+    try:
+        public_key_from_hex(public_hex).verify(bytes.fromhex(signature_hex), message)
+    except (InvalidSignature, ValueError):
+        raise SecurityError("bad signature") from None
+
+
+def signing_payload(method: str, path: str, timestamp: str, nonce: str, body: bytes) -> bytes:
+    """The bytes a client signs for one request (see the module docstring)."""
+    h = hashlib.sha256(body).hexdigest()
+    return f"fedstats-v1\n{method.upper()}\n{path}\n{timestamp}\n{nonce}\n{h}".encode()
+
+
+def sign_request(
+    key: Ed25519PrivateKey, client_id: str, method: str, path: str, body: bytes
+) -> dict[str, str]:
+    """Headers of a signed request: client id, timestamp, fresh nonce and signature."""
+    ts = str(int(time.time()))
+    nonce = secrets.token_hex(16)
+    sig = key.sign(signing_payload(method, path, ts, nonce, body)).hex()
+    return {
+        HEADER_CLIENT: client_id,
+        HEADER_TIMESTAMP: ts,
+        HEADER_NONCE: nonce,
+        HEADER_SIGNATURE: sig,
+    }
+
+
+def new_token() -> str:
+    """A fresh operator bearer token (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 (hex) of a bearer token: what the server stores."""
+    return hashlib.sha256(token.encode()).hexdigest()

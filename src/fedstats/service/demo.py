@@ -1,0 +1,361 @@
+"""``fedstats demo --network``: the demo's analyses through a real server and client processes on loopback.
+
+A temporary folder gets a development CA, an enrollment authority, an SQLite store and an operator token;
+a ``fedstats server`` process listens on 127.0.0.1 (HTTPS). The embedded real data is split into one shard
+per client process: every process holds a shard of each population (Adult ages, Adult test-set
+predictions, scikit-learn digits) as one enrolled device per population, and answers the rounds with
+:class:`fedstats.client.Device`. The operator creates one task per analysis and reads the results; each
+row carries ``"transport": "https"`` and ``"client_processes"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedstats.errors import FedstatsError, ProtocolAbortError
+from fedstats.randomness import RandomSource
+
+__all__ = ["run_network_demo"]
+
+_EPSILON = 2.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _populations() -> dict[str, dict[str, np.ndarray]]:
+    from fedstats.datasets import load_adult
+    from fedstats.experiments.demo_performance_gap import _correct_predictions
+    from fedstats.experiments.heterogeneity_data import load_image_vectors
+
+    ages = load_adult("all")["age"].to_numpy(dtype=np.float64)
+    sex, correct = _correct_predictions()
+    x, _, _ = load_image_vectors("digits")
+    return {
+        "adult": {"value": ages},
+        "adult-test": {"group": (sex == "Male").astype(np.int64), "value": 2.0 * correct - 1.0},
+        "digits": {"x": x},
+    }
+
+
+def _tasks(pops: dict[str, dict[str, np.ndarray]], deadline: float) -> list[dict[str, Any]]:
+    n_adult = len(pops["adult"]["value"])
+    n_test = len(pops["adult-test"]["value"])
+    n_digits = len(pops["digits"]["x"])
+    base = {"deadlines": {"checkin": deadline, "round": deadline}}
+    return [
+        {
+            **base,
+            "label": "mean age (exact, federated sum)",
+            "analysis": "exact-mean",
+            "params": {"column": "value", "clip": 128.0},
+            "privacy": {"epsilon": None, "population": "adult"},
+            "cohort_size": n_adult,
+        },
+        {
+            **base,
+            "label": "mean age, adaptive bit pushing + RR",
+            "analysis": "bitpushing-mean",
+            "params": {"column": "value", "low": 0.0, "high": 127.0, "method": "adaptive"},
+            "privacy": {"epsilon": _EPSILON, "population": "adult"},
+            "cohort_size": n_adult,
+        },
+        {
+            **base,
+            "label": "accuracy gap F-M (M_R, LDP)",
+            "analysis": "performance-gap",
+            "params": {"mechanism": "R", "scale": "rate"},
+            "privacy": {"epsilon": _EPSILON, "population": "adult-test"},
+            "cohort_size": n_test,
+        },
+        {
+            **base,
+            "label": "heterogeneity dispersion (distributed discrete Gaussian)",
+            "analysis": "heterogeneity",
+            "params": {"dim": int(pops["digits"]["x"].shape[1]), "statistic": "dispersion"},
+            "privacy": {"epsilon": 4.0, "delta": 1e-5, "population": "digits"},
+            "cohort_size": n_digits,
+        },
+    ]
+
+
+def _truths(pops: dict[str, dict[str, np.ndarray]]) -> list[float]:
+    from fedstats.engine import Engine, InMemoryPopulation
+    from fedstats.service.registry import protocol_for
+
+    ages = pops["adult"]["value"]
+    g, v = pops["adult-test"]["group"], pops["adult-test"]["value"]
+    gap = float(((v[g == 0] + 1) / 2).mean() - ((v[g == 1] + 1) / 2).mean())
+    x = pops["digits"]["x"]
+    het = Engine(randomness=RandomSource()).run(
+        protocol_for(
+            "heterogeneity",
+            1,
+            {"dim": int(x.shape[1]), "statistic": "dispersion"},
+            n_clients=len(x),
+            epsilon=None,
+            delta=None,
+            randomness=RandomSource(),
+        ),
+        InMemoryPopulation({"x": x}),
+    )
+    mean = float(ages.mean())
+    return [mean, mean, gap, float(het.dispersion.estimate)]
+
+
+def _write_shards(root: Path, pops: dict[str, dict[str, np.ndarray]], n: int) -> None:
+    import pandas as pd
+
+    for pop, cols in pops.items():
+        flat: dict[str, Any] = {}
+        for k, arr in cols.items():
+            if arr.ndim == 2:
+                for i in range(arr.shape[1]):
+                    flat[f"{k}[{i}]"] = arr[:, i]
+            else:
+                flat[k] = arr
+        df = pd.DataFrame(flat)
+        for i, idx in enumerate(np.array_split(np.arange(len(df)), n)):
+            df.iloc[idx].to_csv(root / f"{pop}-{i}.csv", index=False)
+
+
+def worker(spec_path: str) -> None:
+    """Entry of one client process: one device per population, each on its own shard, in threads."""
+    from fedstats.client import Device, LocalBudget, Policy
+
+    spec = json.loads(Path(spec_path).read_text())
+    policy = Policy(max_epsilon=4.0, max_delta=1e-5, allow_non_private=True)
+    stop = time.monotonic() + float(spec["max_seconds"])
+
+    def one(ident: str, data: str) -> None:
+        dev = Device(
+            spec["url"],
+            ident,
+            data,
+            policy=policy,
+            budget=LocalBudget(None, epsilon=100.0, delta=1e-3),
+            ca=spec["ca"],
+        )
+        want = int(spec["runs"][Path(ident).stem.split("@")[0]])
+        try:
+            dev.run(
+                poll=0.2,
+                until=lambda d: len(getattr(d, "finished", ())) >= want,
+                max_seconds=max(1.0, stop - time.monotonic()),
+            )
+        finally:
+            dev.close()
+
+    threads = [threading.Thread(target=one, args=(ident, data)) for ident, data in spec["devices"]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def run_network_demo(
+    n_processes: int = 20, *, timeout: float = 600.0, progress: Any = None
+) -> list[dict[str, Any]]:
+    """Run the network demo and return its rows.
+
+    Parameters
+    ----------
+    n_processes : int
+        Client processes, >= 2 (default 20).
+    timeout : float
+        Seconds before the demo gives up.
+    progress : Progress, optional
+        Receives one unit per finished analysis.
+
+    Returns
+    -------
+    list of dict
+        Rows with ``name``, ``dataset``, ``estimate``, ``truth``, ``error``, ``epsilon``, ``delta``, ``ci``,
+        ``transport`` and ``client_processes``.
+
+    Raises
+    ------
+    ProtocolAbortError
+        If the server does not start or a run aborts.
+    """
+    import httpx
+
+    from fedstats.service.app import add_operator
+    from fedstats.service.enrollment import init_authority, issue_identity
+    from fedstats.service.store import open_store
+    from fedstats.service.tls import make_dev_certificates
+
+    fedstats_bin = str(Path(sys.executable).with_name("fedstats"))
+    pops = _populations()
+    tasks = _tasks(pops, deadline=timeout / 2)
+    with tempfile.TemporaryDirectory(prefix="fedstats-net-") as tmp:
+        root = Path(tmp)
+        certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
+        init_authority(root / "authority")
+        db = f"sqlite:///{root / 'fedstats.db'}"
+        store = open_store(db)
+        token = add_operator(store, "demo")
+        store.close()
+        _write_shards(root, pops, n_processes)
+        port = _free_port()
+        url = f"https://127.0.0.1:{port}"
+        log = open(root / "server.log", "wb")
+        server = subprocess.Popen(
+            [
+                fedstats_bin,
+                "server",
+                "--db",
+                db,
+                "--port",
+                str(port),
+                "--tls-cert",
+                str(certs["cert"]),
+                "--tls-key",
+                str(certs["key"]),
+                "--authority",
+                str(root / "authority" / "authority.pub"),
+                "--rate",
+                "1000",
+                "--burst",
+                "1000",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        workers: list[subprocess.Popen[bytes]] = []
+        try:
+            ctx = ssl.create_default_context(cafile=str(certs["ca"]))
+            admin = httpx.Client(
+                base_url=url, verify=ctx, headers={"Authorization": f"Bearer {token}"}, timeout=60
+            )
+            t_end = time.monotonic() + timeout
+            while True:
+                try:
+                    if admin.get("/healthz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if server.poll() is not None or time.monotonic() > t_end:
+                    raise ProtocolAbortError("the demo server did not start")
+                time.sleep(0.2)
+            for pop in pops:
+                admin.put(
+                    f"/v1/admin/budgets/population/{pop}", json={"epsilon": 20.0, "delta": 1e-4}
+                )
+            admin.put("/v1/admin/budgets/analyst/demo", json={"epsilon": 50.0, "delta": 1e-3})
+            runs_per_pop: dict[str, int] = {}
+            for t in tasks:
+                p = t["privacy"]["population"]
+                runs_per_pop[p] = runs_per_pop.get(p, 0) + 1
+            for i in range(n_processes):
+                devices = []
+                for pop in pops:
+                    ident = root / f"{pop}@{i}.json"
+                    issue_identity(root / "authority", f"{pop}-device-{i}", pop, ident)
+                    devices.append([str(ident), str(root / f"{pop}-{i}.csv")])
+                spec = {
+                    "url": url,
+                    "ca": str(certs["ca"]),
+                    "devices": devices,
+                    "runs": runs_per_pop,
+                    "max_seconds": timeout,
+                }
+                (root / f"worker-{i}.json").write_text(json.dumps(spec))
+                workers.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "fedstats.service.demo",
+                            str(root / f"worker-{i}.json"),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+            run_ids = []
+            for t in tasks:
+                r = admin.post("/v1/admin/tasks", json=t)
+                r.raise_for_status()
+                r = admin.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
+                r.raise_for_status()
+                run_ids.append(r.json()["run_id"])
+            results = []
+            if progress is not None:
+                progress.start("demo", len(run_ids))
+            for rid in run_ids:
+                while True:
+                    view = admin.get(f"/v1/admin/runs/{rid}").json()
+                    if view["status"] in ("done", "aborted"):
+                        break
+                    if time.monotonic() > t_end:
+                        raise ProtocolAbortError(f"run {rid} did not finish within {timeout} s")
+                    time.sleep(0.2)
+                if view["status"] != "done":
+                    raise ProtocolAbortError(f"run {rid} aborted: {view['error']}")
+                results.append(view)
+                if progress is not None:
+                    progress.advance("demo")
+            if progress is not None:
+                progress.finish("demo")
+            admin.close()
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.send_signal(signal.SIGTERM)
+            for w in workers:
+                try:
+                    w.wait(10)
+                except subprocess.TimeoutExpired:
+                    w.kill()
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+            log.close()
+    truths = _truths(pops)
+    rows = []
+    for t, view, truth in zip(tasks, results, truths, strict=True):
+        res = view["result"]
+        est = res["dispersion"]["estimate"] if t["analysis"] == "heterogeneity" else res["estimate"]
+        ci = res["dispersion"]["interval"] if t["analysis"] == "heterogeneity" else res.get("ci")
+        rows.append(
+            {
+                "name": t["label"],
+                "dataset": f"{t['privacy']['population']}, {view['n_clients']} records on "
+                f"{view['devices']} devices",
+                "estimate": est,
+                "truth": truth,
+                "error": est - truth,
+                "epsilon": t["privacy"]["epsilon"],
+                "delta": t["privacy"].get("delta"),
+                "ci": ci,
+                "transport": "https",
+                "client_processes": n_processes,
+            }
+        )
+    return rows
+
+
+if __name__ == "__main__":  # a client process of the demo
+    try:
+        worker(sys.argv[1])
+    except (FedstatsError, KeyboardInterrupt):
+        sys.exit(os.EX_SOFTWARE)

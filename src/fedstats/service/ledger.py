@@ -1,0 +1,186 @@
+"""The persistent privacy ledger: budgets per data population and per analyst, reserve-then-spend.
+
+A run is charged when it is created: inside one transaction the ledger locks the two budget rows
+(population, analyst; ``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), composes the
+charges already reserved or spent with the new one through :class:`fedstats.privacy.ledger.PrivacyLedger`
+(basic composition, zCDP for Gaussian releases; no DP arithmetic here), and either inserts the reservation
+or refuses with spent / requested / remaining. Two concurrent requests therefore cannot both pass on the
+same remaining budget. When the run's result is stored the charge becomes ``spent`` in the same transaction
+(before the result can be read); an aborted run whose rounds released nothing gets it ``released``. One
+charge per run (a unique constraint), so a restarted server never charges twice. Every step is written to
+the audit log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from fedstats.errors import BudgetExceededError
+from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.service.models import Audit, Budget, LedgerCharge
+
+__all__ = ["Charge", "audit", "budget_status", "release", "reserve", "spend"]
+
+SCOPES = ("population", "analyst")
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A privacy charge requested for a run.
+
+    Attributes
+    ----------
+    epsilon : float
+    delta : float
+    rho : float or None
+        zCDP of a Gaussian release (composes by zCDP in the ledger), else None.
+    label : str
+    """
+
+    epsilon: float
+    delta: float
+    rho: float | None
+    label: str
+
+
+def audit(session: Session, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
+    """Append an audit record (in the caller's transaction)."""
+    session.add(
+        Audit(
+            ts=time.time(),
+            actor=actor,
+            action=action,
+            run_id=run_id,
+            detail=json.dumps(detail, sort_keys=True, default=str),
+        )
+    )
+
+
+def _lock_budget(session: Session, scope: str, name: str) -> Budget | None:
+    stmt = select(Budget).where(Budget.scope == scope, Budget.name == name).with_for_update()
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def _ledger_of(session: Session, budget: Budget, scope: str) -> PrivacyLedger:
+    col = LedgerCharge.population if scope == "population" else LedgerCharge.analyst
+    rows = session.execute(
+        select(LedgerCharge)
+        .where(col == budget.name, LedgerCharge.status.in_(("reserved", "spent")))
+        .order_by(LedgerCharge.id)
+    ).scalars()
+    ledger = PrivacyLedger(epsilon_budget=budget.epsilon, delta_budget=budget.delta)
+    for r in rows:
+        ledger.spend(epsilon=r.epsilon, delta=r.delta, rho=r.rho, label=f"run {r.run_id}")
+    return ledger
+
+
+def reserve(
+    session: Session, *, run_id: str, population: str, analyst: str, charge: Charge
+) -> None:
+    """Reserve ``charge`` on both budgets, in the caller's transaction.
+
+    A population or analyst without a budget row has no budget: nothing can be charged to it.
+
+    Raises
+    ------
+    BudgetExceededError
+        If either budget is missing or would be exceeded; the message gives spent, requested and
+        remaining (from :meth:`PrivacyLedger.spend`). Nothing is reserved then.
+    """
+    # lock in a fixed order (population, then analyst) so concurrent reservations cannot deadlock
+    for scope, name in (("population", population), ("analyst", analyst)):
+        budget = _lock_budget(session, scope, name)
+        if budget is None:
+            raise BudgetExceededError(
+                f"no privacy budget for {scope} {name!r}: spent epsilon=0, delta=0; requested "
+                f"epsilon={charge.epsilon:.6g}, delta={charge.delta:.6g}; remaining epsilon=0, delta=0"
+            )
+        ledger = _ledger_of(session, budget, scope)
+        try:
+            ledger.spend(
+                epsilon=charge.epsilon, delta=charge.delta, rho=charge.rho, label=charge.label
+            )
+        except BudgetExceededError as exc:
+            raise BudgetExceededError(f"{scope} {name!r}: {exc}") from None
+    now = time.time()
+    session.add(
+        LedgerCharge(
+            run_id=run_id,
+            population=population,
+            analyst=analyst,
+            epsilon=charge.epsilon,
+            delta=charge.delta,
+            rho=charge.rho,
+            status="reserved",
+            label=charge.label,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    audit(
+        session,
+        analyst,
+        "reserve",
+        run_id,
+        population=population,
+        epsilon=charge.epsilon,
+        delta=charge.delta,
+        rho=charge.rho,
+    )
+
+
+def _charge(session: Session, run_id: str) -> LedgerCharge | None:
+    return session.execute(
+        select(LedgerCharge).where(LedgerCharge.run_id == run_id).with_for_update()
+    ).scalar_one_or_none()
+
+
+def spend(session: Session, run_id: str, *, actor: str = "server") -> bool:
+    """Turn the run's reservation into a spend (idempotent); return True if it changed now."""
+    c = _charge(session, run_id)
+    if c is None or c.status == "spent":
+        return False
+    c.status = "spent"
+    c.updated_at = time.time()
+    audit(session, actor, "spend", run_id, epsilon=c.epsilon, delta=c.delta, rho=c.rho)
+    return True
+
+
+def release(session: Session, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
+    """Give a reservation back (a run that released nothing); return True if it changed now."""
+    c = _charge(session, run_id)
+    if c is None or c.status != "reserved":
+        return False
+    c.status = "released"
+    c.updated_at = time.time()
+    audit(session, actor, "release", run_id, reason=reason)
+    return True
+
+
+def budget_status(session: Session, scope: str, name: str) -> dict[str, Any] | None:
+    """Budget, spent (reserved + spent) and remaining of one population or analyst, or None."""
+    b = session.execute(
+        select(Budget).where(Budget.scope == scope, Budget.name == name)
+    ).scalar_one_or_none()
+    if b is None:
+        return None
+    ledger = _ledger_of(session, b, scope)
+    total = ledger.total()
+    rem_e, rem_d = ledger.remaining()
+    return {
+        "scope": scope,
+        "name": name,
+        "epsilon_budget": b.epsilon,
+        "delta_budget": b.delta,
+        "spent_epsilon": total.epsilon,
+        "spent_delta": total.delta,
+        "remaining_epsilon": rem_e,
+        "remaining_delta": rem_d,
+        "charges": len(ledger.entries),
+    }

@@ -1,0 +1,208 @@
+"""The service's persistent state (SQLAlchemy 2 declarative models; schema managed by Alembic).
+
+Tables
+------
+tasks
+    Immutable task configurations, keyed by the SHA-256 of their canonical JSON (:mod:`.wire`).
+runs
+    One execution of a task: status, cohort size once the check-in closed, the secret key of the run's
+    server-side randomness (public seeds, server noise: replay draws the same values), the result.
+run_members
+    Devices checked in to a run and the contiguous slots (protocol client indices) their records hold.
+rounds
+    The journal: each round's public parameters as the generator yielded them, its deadline, and once
+    closed the exact sum and the number of records in it, committed before the generator receives it.
+reports
+    One report per (run, round, device): the sum of its records' encoded reports and their count.
+clients, authorities, nonces
+    Enrolled device public keys (never private keys), trusted enrollment-authority public keys, and the
+    nonces of signed requests seen inside the replay window.
+operators
+    Operator names and the SHA-256 of their bearer tokens.
+budgets, ledger, audit
+    The privacy ledger: budgets per population and per analyst, one charge per run (reserved, then spent
+    or released), and an append-only audit log.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "Audit",
+    "Authority",
+    "Base",
+    "Budget",
+    "Client",
+    "LedgerCharge",
+    "Nonce",
+    "Operator",
+    "Report",
+    "RoundRecord",
+    "Run",
+    "RunMember",
+    "Task",
+]
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every service table."""
+
+
+class Task(Base):
+    """An immutable task configuration."""
+
+    __tablename__ = "tasks"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    config: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Run(Base):
+    """One execution of a task."""
+
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id"), index=True)
+    analyst: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    checkin_deadline: Mapped[float] = mapped_column(Float)
+    n_clients: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    secret: Mapped[str] = mapped_column(String(64))
+    result: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class RunMember(Base):
+    """A device in a run's cohort and its slots ``[slot_start, slot_start + slot_count)``."""
+
+    __tablename__ = "run_members"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    client_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    slot_start: Mapped[int] = mapped_column(Integer)
+    slot_count: Mapped[int] = mapped_column(Integer)
+    joined_at: Mapped[float] = mapped_column(Float)
+
+
+class RoundRecord(Base):
+    """A journaled round."""
+
+    __tablename__ = "rounds"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    encode: Mapped[str] = mapped_column(String(256))
+    params: Mapped[str] = mapped_column(Text)
+    params_digest: Mapped[str] = mapped_column(String(64))
+    dim: Mapped[int] = mapped_column(Integer)
+    bound: Mapped[int] = mapped_column(BigInteger)
+    lo: Mapped[int] = mapped_column(Integer)
+    hi: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    opened_at: Mapped[float] = mapped_column(Float)
+    deadline: Mapped[float] = mapped_column(Float)
+    total: Mapped[str | None] = mapped_column(Text, nullable=True)
+    n_clients: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Report(Base):
+    """One device's report in one round (idempotent: the primary key refuses a second one)."""
+
+    __tablename__ = "reports"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    round_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    client_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    vector: Mapped[str] = mapped_column(Text)
+    count: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(64))
+    received_at: Mapped[float] = mapped_column(Float)
+
+
+class Client(Base):
+    """An enrolled device: its Ed25519 public key and population."""
+
+    __tablename__ = "clients"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    public_key: Mapped[str] = mapped_column(String(64))
+    population: Mapped[str] = mapped_column(String(128))
+    authority: Mapped[str] = mapped_column(String(64))
+    not_after: Mapped[float] = mapped_column(Float)
+    enrolled_at: Mapped[float] = mapped_column(Float)
+
+
+class Authority(Base):
+    """A trusted enrollment authority (public key only)."""
+
+    __tablename__ = "authorities"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    public_key: Mapped[str] = mapped_column(String(64))
+
+
+class Nonce(Base):
+    """A signed request's nonce, kept while its timestamp is inside the replay window."""
+
+    __tablename__ = "nonces"
+    client_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    ts: Mapped[float] = mapped_column(Float, index=True)
+
+
+class Operator(Base):
+    """An operator (or analyst) and the SHA-256 of its bearer token."""
+
+    __tablename__ = "operators"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Budget(Base):
+    """A privacy budget of a data population or of an analyst."""
+
+    __tablename__ = "budgets"
+    scope: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+
+
+class LedgerCharge(Base):
+    """One run's privacy charge: ``reserved`` at run creation, then ``spent`` or ``released``."""
+
+    __tablename__ = "ledger"
+    __table_args__ = (UniqueConstraint("run_id", name="uq_ledger_run"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(36))
+    population: Mapped[str] = mapped_column(String(128), index=True)
+    analyst: Mapped[str] = mapped_column(String(128), index=True)
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    rho: Mapped[float | None] = mapped_column(Float, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    label: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Audit(Base):
+    """Append-only audit log (reservations, releases, refusals, aborts)."""
+
+    __tablename__ = "audit"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(32))
+    run_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    detail: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,205 @@
+"""Shared fixtures of the service tests: real server and client processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from fedstats.service.app import add_operator
+from fedstats.service.enrollment import init_authority, issue_identity
+from fedstats.service.store import open_store
+from fedstats.service.tls import make_dev_certificates
+
+FEDSTATS = [str(Path(sys.executable).with_name("fedstats"))]
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def pg_reachable() -> str | None:
+    """None if PostgreSQL answers at 127.0.0.1:5432, else the reason."""
+    try:
+        import psycopg
+
+        with psycopg.connect(
+            "host=127.0.0.1 port=5432 dbname=test user=postgres", connect_timeout=3
+        ):
+            return None
+    except Exception as exc:
+        return f"PostgreSQL at 127.0.0.1:5432 unreachable: {exc}"
+
+
+@contextmanager
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema, dropped afterwards; yields a URL whose search_path is that schema."""
+    import psycopg
+
+    name = "fedstats_test_" + uuid.uuid4().hex[:10]
+    conninfo = "host=127.0.0.1 port=5432 dbname=test user=postgres"
+    with psycopg.connect(conninfo, autocommit=True) as c:
+        c.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as c:
+            c.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Deployment:
+    """A temporary deployment: CA and certificates, authority, operator token, database, server process."""
+
+    root: Path
+    db: str
+    port: int = field(default_factory=free_port)
+    token: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.certs = make_dev_certificates(self.root / "tls", ["127.0.0.1"])
+        init_authority(self.root / "authority")
+        store = open_store(self.db)
+        self.token = add_operator(store, "alice")
+        store.close()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self, *extra: str, crash_after: str | None = None) -> None:
+        env = dict(os.environ, **self.env)
+        env.pop("FEDSTATS_CRASH_AFTER", None)
+        if crash_after:
+            env["FEDSTATS_CRASH_AFTER"] = crash_after
+        self.proc = subprocess.Popen(
+            [
+                *FEDSTATS,
+                "server",
+                "--db",
+                self.db,
+                "--port",
+                str(self.port),
+                "--tls-cert",
+                str(self.certs["cert"]),
+                "--tls-key",
+                str(self.certs["key"]),
+                "--authority",
+                str(self.root / "authority" / "authority.pub"),
+                "--tick",
+                "0.05",
+                *extra,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.root / "server.log", "ab"),
+        )
+        deadline = time.monotonic() + 120  # a loaded machine can take long to import the server
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited {self.proc.returncode}")
+            try:
+                if (
+                    httpx.get(
+                        f"{self.url}/healthz",
+                        verify=ssl.create_default_context(cafile=str(self.certs["ca"])),
+                        timeout=1,
+                    ).status_code
+                    == 200
+                ):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def admin(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url,
+            verify=ssl.create_default_context(cafile=str(self.certs["ca"])),
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30,
+        )
+
+    def identity(self, client_id: str, population: str = "default") -> Path:
+        out = self.root / "ids" / f"{client_id}.json"
+        out.parent.mkdir(exist_ok=True)
+        issue_identity(self.root / "authority", client_id, population, out)
+        return out
+
+    def start_client(self, client_id: str, data: Path, *extra: str) -> subprocess.Popen[bytes]:
+        ident = self.identity(client_id)
+        return subprocess.Popen(
+            [
+                *FEDSTATS,
+                "client",
+                "run",
+                "--server",
+                self.url,
+                "--identity",
+                str(ident),
+                "--data",
+                str(data),
+                "--ca",
+                str(self.certs["ca"]),
+                "--poll",
+                "0.1",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.root / f"client-{client_id}.log", "ab"),
+        )
+
+
+def write_shards(root: Path, columns: dict[str, np.ndarray], n_shards: int) -> list[Path]:
+    """Split the records into ``n_shards`` CSV files (vector columns as ``name[i]``)."""
+    flat: dict[str, Any] = {}
+    for k, v in columns.items():
+        if v.ndim == 2:
+            for i in range(v.shape[1]):
+                flat[f"{k}[{i}]"] = v[:, i]
+        else:
+            flat[k] = v
+    df = pd.DataFrame(flat)
+    paths = []
+    for i, part in enumerate(np.array_split(np.arange(len(df)), n_shards)):
+        p = root / f"shard-{i}.csv"
+        df.iloc[part].to_csv(p, index=False)
+        paths.append(p)
+    return paths
+
+
+def wait_run(admin: httpx.Client, run_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    """Poll a run until it is done or aborted."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = admin.get(f"/v1/admin/runs/{run_id}")
+        if r.status_code == 200 and r.json()["status"] in ("done", "aborted"):
+            return dict(r.json())
+        time.sleep(0.1)
+    raise TimeoutError(f"run {run_id} did not finish")

@@ -1,0 +1,509 @@
+"""End to end: a real ``fedstats server`` process and real client processes on 127.0.0.1.
+
+Each analysis runs over the network and is compared with the same protocol run in process by the engine:
+exact sums are equal; private estimates lie within 4 standard errors of the in-process exact value (a
+bound that a correct run exceeds with probability below 1e-4). The same tests run on SQLite and on
+PostgreSQL (skipped only when no PostgreSQL server answers at 127.0.0.1:5432).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from fedstats.engine import Engine, InMemoryPopulation
+from fedstats.randomness import RandomSource
+from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord
+from fedstats.service.registry import protocol_for
+from fedstats.service.store import open_store
+from service_helpers import Deployment, pg_reachable, pg_schema, wait_run, write_shards
+
+N_RECORDS = 600
+N_PROCS = 3
+DIM = 4
+
+
+def _data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(20261123)
+    group = rng.integers(0, 2, N_RECORDS)
+    value = np.clip(np.where(group == 0, 0.6, 0.1) + 0.3 * rng.standard_normal(N_RECORDS), -1, 1)
+    x = np.clip(rng.uniform(0.2, 0.8, (N_RECORDS, DIM)) + 0.1 * group[:, None], 0, 1)
+    return {"group": group, "value": value, "x": x}
+
+
+TASKS: dict[str, dict[str, Any]] = {
+    "exact-mean": {
+        "analysis": "exact-mean",
+        "params": {"column": "value", "clip": 1.0, "frac_bits": 20},
+        "privacy": {"epsilon": None, "population": "default"},
+    },
+    "bitpushing-mean": {
+        "analysis": "bitpushing-mean",
+        "params": {
+            "column": "value",
+            "low": -1.0,
+            "high": 1.0,
+            "resolution": 1 / 64,
+            "method": "adaptive",
+        },
+        "privacy": {"epsilon": 2.0, "population": "default"},
+    },
+    "bitpushing-onebit": {
+        "analysis": "bitpushing-mean",
+        "params": {
+            "column": "value",
+            "low": -1.0,
+            "high": 1.0,
+            "resolution": 1 / 64,
+            "method": "weighted",
+        },
+        "privacy": {"epsilon": 2.0, "population": "default"},
+    },
+    "performance-gap": {
+        "analysis": "performance-gap",
+        "params": {"mechanism": "R"},
+        "privacy": {"epsilon": 3.0, "population": "default"},
+    },
+    "heterogeneity": {
+        "analysis": "heterogeneity",
+        "params": {"dim": DIM, "statistic": "dispersion"},
+        "privacy": {"epsilon": 3.0, "delta": 1e-6, "population": "default"},
+    },
+}
+
+
+def _task(name: str, **over: Any) -> dict[str, Any]:
+    t = dict(TASKS[name])
+    t.update(
+        cohort_size=N_RECORDS,
+        min_clients=N_RECORDS // 2,
+        deadlines={"checkin": 150.0, "round": 150.0},
+        label=f"{name} {time.time()}",
+    )
+    t.update(over)
+    return t
+
+
+def _in_process(name: str, data: dict[str, np.ndarray], private: bool = True) -> Any:
+    t = TASKS[name]
+    eps = t["privacy"]["epsilon"] if private else None
+    params = dict(t["params"])
+    if name == "performance-gap" and not private:
+        return float(
+            data["value"][data["group"] == 0].mean() - data["value"][data["group"] == 1].mean()
+        )
+    gen = protocol_for(
+        t["analysis"],
+        1,
+        params,
+        n_clients=N_RECORDS,
+        epsilon=eps,
+        delta=t["privacy"].get("delta") if private else None,
+        randomness=RandomSource(5),
+    )
+    return Engine(randomness=RandomSource(6)).run(gen, InMemoryPopulation(data))
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp(f"svc-{request.param}")
+    if request.param == "postgresql":
+        reason = pg_reachable()
+        if reason is not None:
+            pytest.skip(reason)
+        with pg_schema() as url:
+            dep = Deployment(root, url)
+            yield from _serve(dep)
+    else:
+        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
+        yield from _serve(dep)
+
+
+def _serve(dep: Deployment) -> Iterator[Deployment]:
+    dep.start()
+    with dep.admin() as a:
+        assert (
+            a.put(
+                "/v1/admin/budgets/population/default", json={"epsilon": 100.0, "delta": 1e-3}
+            ).status_code
+            == 200
+        )
+        assert (
+            a.put(
+                "/v1/admin/budgets/analyst/alice", json={"epsilon": 100.0, "delta": 1e-3}
+            ).status_code
+            == 200
+        )
+    try:
+        yield dep
+    finally:
+        dep.kill()
+
+
+def _clients(dep: Deployment, shards: list[Path], tag: str, runs: int) -> list[Any]:
+    return [
+        dep.start_client(
+            f"{tag}-{i}",
+            p,
+            "--allow-non-private",
+            "--runs",
+            str(runs),
+            "--max-seconds",
+            "300",
+            "--seed",
+            str(100 + i),
+            "--budget-epsilon",
+            "100",
+            "--budget-delta",
+            "0.001",
+        )
+        for i, p in enumerate(shards)
+    ]
+
+
+def test_every_analysis_matches_the_in_process_engine(deployment: Deployment) -> None:
+    data = _data()
+    shards = write_shards(deployment.root, data, N_PROCS)
+    # clients first: on a loaded machine a client process needs seconds to start; they poll meanwhile
+    procs = _clients(deployment, shards, "all", len(TASKS))
+    with deployment.admin() as a:
+        run_ids = {}
+        for name in TASKS:
+            r = a.post("/v1/admin/tasks", json=_task(name))
+            assert r.status_code == 201, r.text
+            r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
+            assert r.status_code == 201, r.text
+            run_ids[name] = r.json()["run_id"]
+        try:
+            results = {name: wait_run(a, rid, 240) for name, rid in run_ids.items()}
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    for name, res in results.items():
+        assert res["status"] == "done", (name, res["error"])
+        assert res["n_clients"] == N_RECORDS and res["devices"] == N_PROCS
+    # exact sums: the same number as the engine in process
+    exact = _in_process("exact-mean", data)
+    assert results["exact-mean"]["result"]["estimate"] == exact.estimate
+    assert results["exact-mean"]["result"]["n_clients"] == N_RECORDS
+    # adaptive bit pushing ran two rounds, weighted one; both within 4 SE of the exact mean
+    assert len(results["bitpushing-mean"]["rounds"]) == 2
+    assert len(results["bitpushing-onebit"]["rounds"]) == 1
+    truth_mean = float(data["value"].mean())
+    for name in ("bitpushing-mean", "bitpushing-onebit"):
+        r = results[name]["result"]
+        assert abs(r["estimate"] - truth_mean) <= 4 * r["standard_error"], name
+    gap = results["performance-gap"]["result"]
+    truth_gap = _in_process("performance-gap", data, private=False)
+    assert abs(gap["estimate"] - truth_gap) <= 4 * gap["standard_error"]
+    het = results["heterogeneity"]["result"]
+    truth_disp = _in_process("heterogeneity", data, private=False).dispersion.estimate
+    lo, hi = het["dispersion"]["interval"]
+    assert lo <= truth_disp <= hi
+    assert het["secure"] is True and het["noise"] == "distributed"
+    # the ledger charged each private run exactly once, and spent it
+    store = open_store(deployment.db, migrate=False)
+    with store.session() as s:
+        for name, rid in run_ids.items():
+            charges = (
+                s.execute(select(LedgerCharge).where(LedgerCharge.run_id == rid)).scalars().all()
+            )
+            if TASKS[name]["privacy"]["epsilon"] is None:
+                assert charges == []
+            else:
+                assert [c.status for c in charges] == ["spent"]
+    store.close()
+
+
+def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: Deployment) -> None:
+    data = _data()
+    shards = write_shards(deployment.root, data, N_PROCS)
+    with deployment.admin() as a:
+        r = a.post("/v1/admin/tasks", json=_task("heterogeneity"))
+        rid = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}).json()["run_id"]
+    deployment.kill()
+    deployment.start(crash_after="journaled:0")
+    procs = _clients(deployment, shards, "crash", 1)
+    try:
+        for nxt in ("journaled:1", None):
+            assert deployment.proc is not None
+            deployment.proc.wait(240)  # killed itself with SIGKILL right after journaling the round
+            assert deployment.proc.returncode == -9
+            deployment.start(crash_after=nxt)
+        with deployment.admin() as a:
+            res = wait_run(a, rid, 240)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert res["status"] == "done", res["error"]
+    store = open_store(deployment.db, migrate=False)
+    with store.session() as s:
+        charges = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == rid)).scalars().all()
+        spends = (
+            s.execute(
+                select(Audit).where(Audit.run_id == rid, Audit.action.in_(("spend", "release")))
+            )
+            .scalars()
+            .all()
+        )
+        rounds = s.execute(select(RoundRecord).where(RoundRecord.run_id == rid)).scalars().all()
+    assert [c.status for c in charges] == ["spent"]
+    assert [a_.action for a_ in spends] == [
+        "spend",
+        "release",
+    ]  # one spend, one release of a result
+    assert [r_.status for r_ in rounds] == ["closed", "closed"]
+    # the same result as replaying the journal from scratch (nothing was drawn a second time)
+    from fedstats.service.runs import Driver
+
+    with store.session() as s:
+        from fedstats.service.models import Run
+
+        run = s.get(Run, rid)
+        assert run is not None
+        replayed = Driver(store)._rebuild(s, run)
+    assert (
+        json.loads(json.dumps(replayed.value.to_dict(), default=str))["estimate"]
+        == res["result"]["estimate"]
+    )
+    store.close()
+
+
+def test_forged_replayed_and_oversized_requests_are_refused(deployment: Deployment) -> None:
+    import httpx
+
+    from fedstats.client import Device
+    from fedstats.service import auth
+
+    ident = json.loads(deployment.identity("forger").read_text())
+    dev = Device(deployment.url, ident, {"value": np.zeros(3)}, ca=deployment.certs["ca"])
+    dev.register()
+    key = auth.private_key_from_hex(ident["private_key"])
+    body = json.dumps({"vector": [1, 1], "count": 1}).encode()
+    path = "/v1/client/runs/nope/rounds/0/report"
+    http = httpx.Client(
+        base_url=deployment.url,
+        verify=ssl.create_default_context(cafile=str(deployment.certs["ca"])),
+    )
+    store = open_store(deployment.db, migrate=False)
+
+    def n_reports() -> int:
+        with store.session() as s:
+            return len(
+                s.execute(select(Report).where(Report.client_id == "forger")).scalars().all()
+            )
+
+    # wrong signature (signed by another key)
+    other = auth.private_key_from_hex("11" * 32)
+    h = auth.sign_request(other, "forger", "POST", path, body)
+    assert http.post(path, content=body, headers=h).status_code == 401
+    # unknown client
+    h = auth.sign_request(key, "nobody", "POST", path, body)
+    assert http.post(path, content=body, headers=h).status_code == 401
+    # tampered body
+    h = auth.sign_request(key, "forger", "POST", path, body)
+    assert http.post(path, content=body + b" ", headers=h).status_code == 401
+    # a valid signed request, then the same bytes again: the replay is refused
+    reg = json.dumps({"certificate": ident["certificate"]}).encode()
+    h = auth.sign_request(key, "forger", "POST", "/v1/client/register", reg)
+    h["content-type"] = "application/json"
+    assert http.post("/v1/client/register", content=reg, headers=h).status_code == 200
+    assert http.post("/v1/client/register", content=reg, headers=h).status_code == 401
+    # oversized body
+    big = b"[" + b"1," * (1 << 20) + b"1]"
+    h = auth.sign_request(key, "forger", "POST", path, big)
+    assert http.post(path, content=big, headers=h).status_code == 413
+    # missing or bad operator token
+    assert http.post("/v1/admin/tasks", json=_task("exact-mean")).status_code == 401
+    assert http.get("/v1/admin/runs/x", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert n_reports() == 0
+    dev.close()
+    http.close()
+    store.close()
+
+
+def test_budget_refusal_says_spent_requested_remaining(deployment: Deployment) -> None:
+    with deployment.admin() as a:
+        assert (
+            a.put(
+                "/v1/admin/budgets/population/small", json={"epsilon": 1.0, "delta": 0.0}
+            ).status_code
+            == 200
+        )
+        t = _task("bitpushing-onebit", privacy={"epsilon": 0.6, "population": "small"})
+        tid = a.post("/v1/admin/tasks", json=t).json()["task_id"]
+        assert a.post("/v1/admin/runs", json={"task_id": tid}).status_code == 201
+        r = a.post("/v1/admin/runs", json={"task_id": tid})
+        assert r.status_code == 409
+        msg = r.json()["detail"]
+        assert (
+            "spent epsilon=0.6" in msg
+            and "requested epsilon=0.6" in msg
+            and "remaining epsilon=0.4" in msg
+        )
+        b = a.get("/v1/admin/budgets/population/small").json()
+        assert math.isclose(b["spent_epsilon"], 0.6) and b["charges"] == 1
+
+
+def _devices(deployment: Deployment, tag: str, values: np.ndarray, n: int) -> list[Any]:
+    from fedstats.client import Device, LocalBudget, Policy
+
+    out = []
+    for i, part in enumerate(np.array_split(values, n)):
+        ident = json.loads(deployment.identity(f"{tag}-{i}").read_text())
+        out.append(
+            Device(
+                deployment.url,
+                ident,
+                {"value": part},
+                ca=deployment.certs["ca"],
+                policy=Policy(allow_non_private=True),
+                budget=LocalBudget(None, epsilon=100.0),
+                randomness=RandomSource(i),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("min_clients", [400, 500])
+def test_a_device_that_crashes_after_checkin_is_a_dropout(
+    deployment: Deployment, min_clients: int
+) -> None:
+    """Three devices check in; one never reports (crashed). Above the minimum the round closes at its
+    deadline with the others' exact sum; below it the run aborts, releases nothing and gives the charge back."""
+    values = _data()["value"]
+    devs = _devices(deployment, f"drop{min_clients}", values, 3)
+    for d in devs:
+        d.register()
+    name = "exact-mean" if min_clients == 400 else "bitpushing-onebit"
+    task = _task(name, min_clients=min_clients, deadlines={"checkin": 60.0, "round": 2.0})
+    with deployment.admin() as a:
+        tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+        rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
+        for d in devs:  # every device checks in
+            d.step()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for d in devs[:2]:  # the third device crashed: it never polls again
+                d.step()
+            view = a.get(f"/v1/admin/runs/{rid}").json()
+            if view["status"] in ("done", "aborted"):
+                break
+            time.sleep(0.1)
+    for d in devs:
+        d.close()
+    kept = np.concatenate(np.array_split(values, 3)[:2])
+    if min_clients == 400:
+        assert view["status"] == "done", view["error"]
+        assert (
+            view["rounds"][0]["records_expected"] == 600
+            and view["rounds"][0]["records_summed"] == 400
+        )
+        exact = Engine().run(
+            protocol_for(
+                "exact-mean",
+                1,
+                TASKS["exact-mean"]["params"],
+                n_clients=400,
+                epsilon=None,
+                delta=None,
+                randomness=RandomSource(),
+            ),
+            InMemoryPopulation({"value": kept}),
+        )
+        assert view["result"]["estimate"] == exact.estimate
+        # a retried upload (fresh signature, same report) is acknowledged and counted once; the same
+        # signed request replayed is refused
+        import httpx
+
+        from fedstats.service import auth
+
+        store = open_store(deployment.db, migrate=False)
+        with store.session() as s:
+            rep = s.execute(
+                select(Report).where(Report.run_id == rid, Report.client_id == "drop400-0")
+            ).scalar_one()
+        ident = json.loads((deployment.root / "ids" / "drop400-0.json").read_text())
+        key = auth.private_key_from_hex(ident["private_key"])
+        path = f"/v1/client/runs/{rid}/rounds/0/report"
+        body = json.dumps({"vector": json.loads(rep.vector), "count": rep.count}).encode()
+        h = auth.sign_request(key, "drop400-0", "POST", path, body)
+        with httpx.Client(
+            base_url=deployment.url,
+            verify=ssl.create_default_context(cafile=str(deployment.certs["ca"])),
+        ) as http:
+            r = http.post(path, content=body, headers=h)
+            assert r.status_code == 200 and r.json() == {"accepted": True, "duplicate": True}
+            assert http.post(path, content=body, headers=h).status_code == 401
+        with store.session() as s:
+            n = len(s.execute(select(Report).where(Report.run_id == rid)).scalars().all())
+        store.close()
+        assert n == 2
+    else:
+        assert view["status"] == "aborted" and view["result"] is None
+        assert "fewer than the" in view["error"]
+        store = open_store(deployment.db, migrate=False)
+        with store.session() as s:
+            charge = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == rid)).scalar_one()
+        store.close()
+        assert charge.status == "released"
+
+
+def test_client_process_killed_after_checkin(deployment: Deployment) -> None:
+    """A real client process is SIGKILLed after it checked in (the cohort still open); the round closes at
+    its deadline with the other processes' exact sum."""
+    data = _data()
+    shards = write_shards(deployment.root, {"value": data["value"]}, 3)
+    task = _task("exact-mean", min_clients=400, deadlines={"checkin": 150.0, "round": 3.0})
+    with deployment.admin() as a:
+        tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+        rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
+        procs = _clients(deployment, shards[:2], "kill", 1)
+        try:
+            deadline = time.monotonic() + 150
+            while a.get(f"/v1/admin/runs/{rid}").json()["devices"] < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            procs[1].kill()  # checked in, never reports
+            procs[1].wait()
+            procs.append(_clients(deployment, shards[2:], "kill-late", 1)[0])
+            view = wait_run(a, rid, 240)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    assert view["status"] == "done", view["error"]
+    assert view["devices"] == 3 and view["rounds"][0]["records_summed"] == 400
+    kept = np.concatenate([pd_values(shards[0]), pd_values(shards[2])])
+    exact = Engine().run(
+        protocol_for(
+            "exact-mean",
+            1,
+            TASKS["exact-mean"]["params"],
+            n_clients=400,
+            epsilon=None,
+            delta=None,
+            randomness=RandomSource(),
+        ),
+        InMemoryPopulation({"value": kept}),
+    )
+    assert view["result"]["estimate"] == exact.estimate
+
+
+def pd_values(path: Path) -> np.ndarray:
+    import pandas as pd
+
+    return pd.read_csv(path)["value"].to_numpy()

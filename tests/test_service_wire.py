@@ -1,0 +1,140 @@
+"""Canonical wire encoding, the encoder registry, and the client's policy and local budget."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from fedstats.client import LocalBudget, Policy, RefusedTask, load_data
+from fedstats.errors import BudgetExceededError, DataError, SecurityError
+from fedstats.service import wire
+from fedstats.service.registry import ANALYSES, resolve_encoder
+
+finite_or_not = st.floats(allow_nan=True, allow_infinity=True)
+values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**62), 2**62) | finite_or_not | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+np_arrays = arrays(
+    st.sampled_from([np.int64, np.float64, np.int8, np.bool_]),
+    st.tuples(st.integers(0, 3), st.integers(1, 3)),
+)
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or a == b
+    if isinstance(a, np.ndarray):
+        return (
+            isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(np.array_equal(a, b, equal_nan=a.dtype.kind == "f"))
+        )
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+@given(values, np_arrays)
+def test_round_trip_is_exact_and_canonical(v: object, arr: np.ndarray) -> None:
+    doc = {"v": v, "a": arr}
+    back = wire.loads(wire.dumps(doc))
+    assert _same(back, doc)
+    # key order never changes the bytes (nor the digest)
+    assert wire.canonical_bytes(dict(reversed(list(doc.items())))) == wire.canonical_bytes(doc)
+    json.loads(wire.dumps(doc))  # strict JSON: no NaN/Infinity literals
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"$ndarray": {"dtype": "float64", "shape": [3], "data": [1.0]}},
+        {"$ndarray": {"dtype": "complex128", "shape": [1], "data": [1.0]}},
+        {"$float": "huge"},
+    ],
+)
+def test_malformed_arrays_are_refused(bad: object) -> None:
+    with pytest.raises(DataError):
+        wire.decode(bad)
+
+
+def test_only_registered_encoders_run() -> None:
+    ok = next(iter(ANALYSES[("exact-mean", 1)].encoders))
+    assert callable(resolve_encoder(ok, "exact-mean", 1))
+    for ref in ("os:system", "fedstats.analyses.heterogeneity.protocol:encode_centre"):
+        with pytest.raises(SecurityError, match="not registered"):
+            resolve_encoder(ref, "exact-mean", 1)
+
+
+def _task(analysis: str, eps: float | None, **params: object) -> dict[str, object]:
+    return {
+        "analysis": analysis,
+        "version": 1,
+        "params": params,
+        "privacy": {"epsilon": eps, "delta": 0.0},
+    }
+
+
+def test_policy_refuses_weaker_tasks() -> None:
+    pol = Policy(allowed_analyses=("bitpushing-mean", "exact-mean"), max_epsilon=2.0, max_bits=1)
+    pol.check(_task("bitpushing-mean", 1.0, bits_per_client=1))
+    for task, why in [
+        (_task("bitpushing-mean", 3.0), "max_epsilon"),
+        (_task("bitpushing-mean", 1.0, bits_per_client=2), "bit"),
+        (_task("exact-mean", None), "not private"),
+        (_task("performance-gap", 1.0), "allowed analyses"),
+        (
+            _task("nonexistent", 1.0) | {"analysis": "bitpushing-mean", "version": 9},
+            "not installed",
+        ),
+    ]:
+        with pytest.raises(RefusedTask, match=why):
+            pol.check(task)
+
+
+def test_local_budget_persists_and_refuses(tmp_path: Path) -> None:
+    f = tmp_path / "b.json"
+    b = LocalBudget(f, epsilon=1.0, delta=0.0)
+    b.charge("r1", 0.6, 0.0)
+    b.charge("r1", 0.6, 0.0)  # the same run is charged once
+    again = LocalBudget(f, epsilon=1.0, delta=0.0)
+    assert again.spent() == (0.6, 0.0)
+    with pytest.raises(
+        BudgetExceededError,
+        match=r"spent epsilon=0\.6.*requested epsilon=0\.6.*remaining epsilon=0\.4",
+    ):
+        again.charge("r2", 0.6, 0.0)
+
+
+def test_data_file_vector_columns(tmp_path: Path) -> None:
+    p = tmp_path / "d.csv"
+    p.write_text("v,x[1],x[0]\n1,0.5,0.25\n2,0.75,1\n")
+    cols = load_data(p)
+    assert cols["x"].shape == (2, 2) and cols["x"][0].tolist() == [0.25, 0.5]
+    (tmp_path / "e.csv").write_text("x[1]\n1\n")
+    with pytest.raises(DataError, match=r"x\[0\]"):
+        load_data(tmp_path / "e.csv")
+
+
+def test_client_sdk_imports_light() -> None:
+    code = (
+        "import sys, fedstats.client; "
+        "print([m for m in ('sqlalchemy', 'uvicorn', 'fastapi', 'pandas') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
