@@ -77,10 +77,10 @@ class AnalysisSpec:
         return float(params.get(self.bits, 1))
 
 
-_EXACT = "fedstats.analyses.exact"
-_BP = "fedstats.analyses.bitpushing.protocols"
+_EXACT = "fedstats.analyses.exact.client"
+_BP = "fedstats.analyses.bitpushing.client"
 _GAP = "fedstats.analyses.performance_gap.protocol"
-_HET = "fedstats.analyses.heterogeneity.protocol"
+_HET = "fedstats.analyses.heterogeneity.client"
 _HERE = "fedstats.service.registry"
 
 _SPECS = (
@@ -200,7 +200,7 @@ def _exact_mean(
     params: dict[str, Any], *, n_clients: int, epsilon: Any, delta: Any, randomness: Any
 ) -> Any:
     """Exact federated mean: ``{"column", "clip", "frac_bits"}`` (not private)."""
-    from fedstats.analyses.exact import mean_protocol
+    from fedstats.analyses.exact.protocol import mean_protocol
 
     _only(params, {"column", "clip", "frac_bits"})
     if epsilon is not None:
@@ -221,9 +221,8 @@ def _bitpushing_mean(
     (``"adaptive"`` default, ``"weighted"``, ``"basic"``), ``bits_per_client``, ``round1_fraction``.
     The public seed of the allocation comes from the run's randomness.
     """
-    from fedstats.analyses.bitpushing.api import make_stage
     from fedstats.analyses.bitpushing.encoding import BitEncoding
-    from fedstats.analyses.bitpushing.protocols import mean_protocol
+    from fedstats.analyses.bitpushing.protocol import make_stage, mean_protocol
 
     keys = {"column", "low", "high", "resolution", "bit_depth", "method", "bits_per_client"}
     _only(params, keys | {"round1_fraction"})
@@ -314,10 +313,8 @@ def _heterogeneity(
     Parameters: ``dim`` (vector length d), and optionally ``statistic``, ``p``, ``min_variance``,
     ``round1_fraction``, ``min_reporting``, ``column`` (default ``"x"``: CSV columns ``x[0]..x[d-1]``).
     """
-    from fedstats.analyses.heterogeneity.protocol import (
-        HeterogeneityConfig,
-        heterogeneity_protocol,
-    )
+    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig
+    from fedstats.analyses.heterogeneity.protocol import heterogeneity_protocol
 
     _only(
         params,
