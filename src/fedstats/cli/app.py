@@ -75,7 +75,7 @@ def _global(
             help="Folder of the real datasets (default ../shared/data).",
         ),
     ] = None,
-    version: Annotated[
+    version: Annotated[  # noqa: ARG001 - typer passes the eager option
         bool, typer.Option("--version", callback=_version, help="Show the version.")
     ] = False,
 ) -> None:

@@ -1,4 +1,4 @@
-"""``fedstats gap`` and ``fedstats gap-plan``: private performance-gap measurement (Juarez & Korolova 2023).
+r"""``fedstats gap`` and ``fedstats gap-plan``: private performance-gap measurement (Juarez & Korolova 2023).
 
 ``gap`` measures the gap between two groups' mean performance from a table with one row per client (group
 and value columns), under local DP with the mechanism :math:`\\mathcal M_R` or :math:`\\mathcal M_L`; with

@@ -107,7 +107,7 @@ def design_matrix(df: pd.DataFrame, reference: pd.DataFrame) -> tuple[np.ndarray
 def fit_logistic(
     x: np.ndarray, y: np.ndarray, *, penalty: float = 1.0, tol: float = 1e-10, max_iter: int = 100
 ) -> np.ndarray:
-    """L2-penalised logistic regression by Newton's method (IRLS); deterministic.
+    r"""L2-penalised logistic regression by Newton's method (IRLS); deterministic.
 
     Minimises :math:`-\\sum_i [y_i \\log p_i + (1 - y_i) \\log(1 - p_i)] + \\frac{\\lambda}{2}
     \\sum_{j \\ge 1} w_j^2` with :math:`p = \\sigma(Xw)` (the intercept, column 0, is not penalised).

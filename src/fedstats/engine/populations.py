@@ -166,11 +166,11 @@ class InMemoryPopulation:
 
     def block(
         self,
-        block_index: int,
-        block_size: int,
+        block_index: int,  # noqa: ARG002 - the Population protocol's signature
+        block_size: int,  # noqa: ARG002 - the Population protocol's signature
         start: int,
         stop: int,
-        randomness: RandomSource,
+        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
     ) -> ClientBatch:
         """Slice of clients ``[start, stop)``."""
         return ClientBatch({k: v[start:stop] for k, v in self._columns.items()}, start, self._n)
@@ -179,7 +179,7 @@ class InMemoryPopulation:
         self,
         start: int,
         stop: int,
-        randomness: RandomSource,
+        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
     ) -> InputHistogram:
         """Distinct inputs of clients ``[start, stop)`` and their counts (exact)."""
         cols, counts = distinct_rows({k: v[start:stop] for k, v in self._columns.items()})
@@ -231,11 +231,11 @@ class HistogramPopulation:
 
     def block(
         self,
-        block_index: int,
-        block_size: int,
+        block_index: int,  # noqa: ARG002 - the Population protocol's signature
+        block_size: int,  # noqa: ARG002 - the Population protocol's signature
         start: int,
         stop: int,
-        randomness: RandomSource,
+        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
     ) -> ClientBatch:
         """Clients ``[start, stop)``: the inputs at their positions in the fixed layout."""
         idx = np.searchsorted(self._cum, np.arange(start, stop, dtype=np.int64), side="right") - 1
@@ -245,7 +245,7 @@ class HistogramPopulation:
         self,
         start: int,
         stop: int,
-        randomness: RandomSource,
+        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
     ) -> InputHistogram:
         """Distinct inputs of clients ``[start, stop)`` and their counts (exact)."""
         lo = np.clip(self._cum[:-1], start, stop)

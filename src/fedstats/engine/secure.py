@@ -161,7 +161,7 @@ class SecureAggregationBackend:
         self._authority = EnrollmentAuthority()
         self.stats: list[CohortStats] = []
 
-    def bits_per_entry(self, job: RoundJob) -> int:
+    def bits_per_entry(self, job: RoundJob) -> int:  # noqa: ARG002 - the Backend protocol's signature
         """Masked inputs travel at the modulus width: ``bits`` per entry."""
         return self.bits
 

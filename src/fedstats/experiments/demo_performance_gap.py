@@ -1,4 +1,4 @@
-"""Demo rows of issue 7: a private accuracy gap between sexes on embedded Adult (Juarez & Korolova 2023).
+r"""Demo rows of issue 7: a private accuracy gap between sexes on embedded Adult (Juarez & Korolova 2023).
 
 A scikit-learn logistic regression is trained on the Adult train split (numeric features, standardized);
 each of the 16,281 test records is one client holding its group (sex) and its performance value (1 if the

@@ -1,4 +1,4 @@
-"""Reproduction of Juarez & Korolova (2023): Table 1, Figures 1 and 2, Appendix C and Table 2.
+r"""Reproduction of Juarez & Korolova (2023): Table 1, Figures 1 and 2, Appendix C and Table 2.
 
 ``fedstats reproduce performance-gap`` runs every experiment as checkpointed cells and writes
 ``performance-gap.json``, PNG plots and ``performance-gap.md`` (results set against the paper's numbers).
@@ -204,7 +204,8 @@ def figure2(quick: bool) -> dict[str, Any]:
 
 def _estimated_size_mse(mech: GapMechanism, sizes: tuple[float, float], K: float) -> float:
     """Delta-method variance of the gap when group sizes are estimated from the perturbed groups
-    (worst case over the group means |m| <= 1 and nu^2)."""
+    (worst case over the group means |m| <= 1 and nu^2).
+    """
     a, ao, c = mech.a, mech.a_other, mech.value_gain
     total = 0.0
     for n in sizes:

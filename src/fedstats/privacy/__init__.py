@@ -1,2 +1,3 @@
 """Differential privacy for fedstats: exact calibration (``analysis``), vectorized mechanisms and samplers
-(``mechanisms``), and accounting of budgets and disclosed bits (``ledger``)."""
+(``mechanisms``), and accounting of budgets and disclosed bits (``ledger``).
+"""

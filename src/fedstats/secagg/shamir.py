@@ -161,8 +161,11 @@ def reconstruct_secret(shares: Sequence[tuple[int, int]], *, threshold: int) -> 
 
 
 def _solve_mod(rows: list[list[int]], n_unknowns: int) -> list[int] | None:
-    """One solution of the linear system ``rows`` (each ``n_unknowns`` coefficients + right-hand side)
-    over GF(p) by Gaussian elimination (free variables set to 0), or None when it is inconsistent."""
+    """Solve the linear system ``rows`` over GF(p) by Gaussian elimination.
+
+    Each row holds ``n_unknowns`` coefficients and the right-hand side; free variables are set to 0.
+    Returns one solution, or None when the system is inconsistent.
+    """
     p = FIELD_PRIME
     a = [r[:] for r in rows]
     pivots: list[int] = []
@@ -191,8 +194,11 @@ def _solve_mod(rows: list[list[int]], n_unknowns: int) -> list[int] | None:
 
 
 def _berlekamp_welch(points: Sequence[tuple[int, int]], threshold: int) -> list[int] | None:
-    """Coefficients of the degree < ``threshold`` polynomial through all but at most ``e`` points,
-    ``e = (m - threshold) // 2`` (Berlekamp-Welch), or None when no such polynomial exists."""
+    """Decode a Shamir sharing with errors (Berlekamp-Welch).
+
+    Returns the coefficients of the degree < ``threshold`` polynomial through all but at most
+    ``e = (m - threshold) // 2`` of the points, or None when no such polynomial exists.
+    """
     p = FIELD_PRIME
     m = len(points)
     e = (m - threshold) // 2

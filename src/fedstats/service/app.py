@@ -387,7 +387,7 @@ def create_app(
         return TaskOut(task_id=tid, created=new, config=wire.encode(conf))
 
     @app.get("/v1/admin/tasks/{task_id}", responses=errors, tags=["admin"])
-    def get_task(task_id: str, actor: Op) -> TaskOut:
+    def get_task(task_id: str, actor: Op) -> TaskOut:  # noqa: ARG001 - authentication dependency
         """A stored task's configuration."""
         from fedstats.service import wire
 
@@ -409,7 +409,7 @@ def create_app(
             return RunOut(**runs.run_view(s, rid))
 
     @app.get("/v1/admin/runs/{run_id}", responses=errors, tags=["admin"])
-    def get_run(run_id: str, actor: Op) -> RunOut:
+    def get_run(run_id: str, actor: Op) -> RunOut:  # noqa: ARG001 - authentication dependency
         """A run's status, rounds and (once done and paid) result."""
         with store.session() as s:
             return RunOut(**runs.run_view(s, run_id))
@@ -434,7 +434,7 @@ def create_app(
         return BudgetOut(**st)
 
     @app.get("/v1/admin/budgets/{scope}/{name}", responses=errors, tags=["admin"])
-    def get_budget(scope: str, name: str, actor: Op) -> BudgetOut:
+    def get_budget(scope: str, name: str, actor: Op) -> BudgetOut:  # noqa: ARG001 - authentication dependency
         """A budget with its spent and remaining (epsilon, delta)."""
         with store.session() as s:
             st = ledger.budget_status(s, scope, name) if scope in ledger.SCOPES else None
@@ -443,7 +443,7 @@ def create_app(
         return BudgetOut(**st)
 
     @app.get("/v1/admin/audit", responses=errors, tags=["admin"])
-    def get_audit(actor: Op, run_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    def get_audit(actor: Op, run_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:  # noqa: ARG001 - authentication dependency
         """The audit log (newest last), optionally for one run."""
         limit = max(1, min(int(limit), 10000))
         with store.session() as s:

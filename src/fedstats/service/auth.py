@@ -1,4 +1,4 @@
-"""Identities and signatures: Ed25519 keys, enrollment certificates, signed requests, operator tokens.
+r"""Identities and signatures: Ed25519 keys, enrollment certificates, signed requests, operator tokens.
 
 * An **enrollment authority** (not the server) holds an Ed25519 key and signs a *client certificate*
   ``{"client_id", "public_key", "population", "not_after", "authority"}`` (canonical JSON, :mod:`.wire`);

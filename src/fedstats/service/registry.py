@@ -197,7 +197,12 @@ def _only(params: Mapping[str, Any], allowed: set[str]) -> None:
 
 
 def _exact_mean(
-    params: dict[str, Any], *, n_clients: int, epsilon: Any, delta: Any, randomness: Any
+    params: dict[str, Any],
+    *,
+    n_clients: int,
+    epsilon: Any,
+    delta: Any,
+    randomness: Any,
 ) -> Any:
     """Exact federated mean: ``{"column", "clip", "frac_bits"}`` (not private)."""
     from fedstats.analyses.exact.protocol import mean_protocol
@@ -213,7 +218,12 @@ def _exact_mean(
 
 
 def _bitpushing_mean(
-    params: dict[str, Any], *, n_clients: int, epsilon: Any, delta: Any, randomness: Any
+    params: dict[str, Any],
+    *,
+    n_clients: int,
+    epsilon: Any,
+    delta: Any,
+    randomness: Any,
 ) -> Any:
     """Bit-pushing mean (Cormode & Markov 2021): one round (``basic``/``weighted``) or adaptive two rounds.
 
@@ -250,7 +260,12 @@ def _bitpushing_mean(
 
 
 def _performance_gap(
-    params: dict[str, Any], *, n_clients: int, epsilon: Any, delta: Any, randomness: Any
+    params: dict[str, Any],
+    *,
+    n_clients: int,
+    epsilon: Any,
+    delta: Any,
+    randomness: Any,
 ) -> Any:
     """Performance gap (Juarez & Korolova 2023) with M_R or M_L; group sizes estimated from the reports.
 

@@ -232,7 +232,7 @@ def _tau(share_sigma: float, n: int) -> float:
 
 
 def ddg_rho(*, share_variance: float, n: int, l2: float, l1: float, dim: int) -> float:
-    """zCDP rho of the sum of n discrete Gaussian shares (Kairouz, Liu & Steinke 2021, Prop. 14).
+    r"""ZCDP rho of the sum of n discrete Gaussian shares (Kairouz, Liu & Steinke 2021, Prop. 14).
 
     Parameters
     ----------

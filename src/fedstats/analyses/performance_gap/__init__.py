@@ -1,4 +1,4 @@
-"""Private measurement of performance gaps across groups (Juarez & Korolova 2023), with corrected accounting.
+r"""Private measurement of performance gaps across groups (Juarez & Korolova 2023), with corrected accounting.
 
 * :mod:`.mechanisms`: :math:`\\mathcal M_R` and :math:`\\mathcal M_L`, their exact privacy loss (the paper's
   Theorems 5 and 6 do not hold as stated) and the variances of Eqs. (19), (20) and Theorem 9;

@@ -108,7 +108,7 @@ class GroupLayout:
         return len(self.sizes)
 
     def nu2_of(self, g: int) -> float | None:
-        """The given :math:`\\nu^2` of group ``g`` (None for the worst case)."""
+        r"""The given :math:`\\nu^2` of group ``g`` (None for the worst case)."""
         return None if self.nu2 is None else self.nu2[g]
 
     def gap_variance(self, mech: GapMechanism) -> float:
@@ -155,7 +155,7 @@ class Allocation:
 
     @property
     def k(self) -> float | None:
-        """:math:`\\mathcal M_L`'s k (None for :math:`\\mathcal M_R`)."""
+        r""":math:`\\mathcal M_L`'s k (None for :math:`\\mathcal M_R`)."""
         return self.mechanism.k if self.mechanism.kind == "L" else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,7 +191,7 @@ def paper_allocation(
     variant: str = "opt",
     exact_loss: bool = True,
 ) -> Allocation:
-    """The paper's budget split (Sec. 5, App. B), labelled with its true privacy loss.
+    r"""The paper's budget split (Sec. 5, App. B), labelled with its true privacy loss.
 
     Parameters
     ----------
@@ -269,7 +269,7 @@ def optimal_allocation(
     *,
     exact_loss: bool = True,
 ) -> Allocation:
-    """The split minimizing the gap's variance subject to the true privacy loss <= ``epsilon``.
+    r"""The split minimizing the gap's variance subject to the true privacy loss <= ``epsilon``.
 
     Parameters
     ----------

@@ -123,7 +123,7 @@ def measure_performance_gap(
     confidence: float = 0.95,
     resolution_bits: int = 16,
 ) -> PerformanceGapResult:
-    """Measure the gap between two groups' mean performance under local DP (Juarez & Korolova 2023).
+    r"""Measure the gap between two groups' mean performance under local DP (Juarez & Korolova 2023).
 
     Each client applies :math:`\\mathcal M_R` or :math:`\\mathcal M_L` to its (group, value) pair with the
     budget split chosen by ``accounting`` and sends a one-hot report; the server sees only the sum

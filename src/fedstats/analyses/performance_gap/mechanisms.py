@@ -154,12 +154,12 @@ class GapMechanism:
 
     @property
     def scale_keep(self) -> float:
-        """:math:`\\mathcal M_L`: Laplace scale ``2 / epsilon2`` for clients who keep their group."""
+        r""":math:`\\mathcal M_L`: Laplace scale ``2 / epsilon2`` for clients who keep their group."""
         return 2.0 / self.epsilon2
 
     @property
     def scale_flip(self) -> float:
-        """:math:`\\mathcal M_L`: Laplace scale ``k / epsilon2`` for clients whose group changed."""
+        r""":math:`\\mathcal M_L`: Laplace scale ``k / epsilon2`` for clients whose group changed."""
         return self.k / self.epsilon2
 
     # ------------------------------------------------------------------ privacy

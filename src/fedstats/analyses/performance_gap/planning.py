@@ -179,7 +179,7 @@ def plan_epsilon(
     layout: GroupLayout | None = None,
     scale: str = "signed",
 ) -> GapPlan:
-    """Smallest epsilon bounding the gap's error by ``alpha`` with probability ``probability``.
+    r"""Smallest epsilon bounding the gap's error by ``alpha`` with probability ``probability``.
 
     Parameters
     ----------

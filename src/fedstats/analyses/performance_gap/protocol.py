@@ -193,7 +193,7 @@ def performance_gap_protocol(
     clip_scales: float = 40.0,
     with_truth: bool = False,
 ) -> Generator[Round, RoundSum, GapSums]:
-    """Server-side protocol: one private round (and, in simulation, one exact round for the truth).
+    r"""Server-side protocol: one private round (and, in simulation, one exact round for the truth).
 
     Parameters
     ----------
@@ -237,7 +237,7 @@ def performance_gap_protocol(
 
 @dataclass
 class PerformanceGapResult(AnalysisResult):
-    """A measured performance gap ``m_A - m_B`` (Juarez & Korolova, Def. 4 without the absolute value).
+    r"""A measured performance gap ``m_A - m_B`` (Juarez & Korolova, Def. 4 without the absolute value).
 
     Attributes (beyond :class:`~fedstats.results.AnalysisResult`)
     ------------------------------------------------------------

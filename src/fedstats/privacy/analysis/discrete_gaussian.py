@@ -43,7 +43,7 @@ _DIRECT_MAX_SIGMA = 300.0
 
 
 def _log_theta(sigma: float) -> float:
-    """log of sum_k exp(-k^2/(2 s^2)) / (s sqrt(2 pi)) by Poisson summation."""
+    """Log of sum_k exp(-k^2/(2 s^2)) / (s sqrt(2 pi)) by Poisson summation."""
     j = np.arange(1, 6, dtype=np.float64)
     return math.log1p(2.0 * float(np.exp(-2.0 * math.pi**2 * sigma**2 * j * j).sum()))
 
@@ -65,7 +65,7 @@ def _em_corr(kk: float, s2: float) -> float:
 
 
 def _log_tail(big_k: int, sigma: float) -> float:
-    """log of sum_{k >= K} exp(-k^2 / (2 sigma^2)) for an integer K >= 1."""
+    """Log of sum_{k >= K} exp(-k^2 / (2 sigma^2)) for an integer K >= 1."""
     s2 = sigma * sigma
     if sigma <= _DIRECT_MAX_SIGMA:
         k = np.arange(big_k, big_k + int(40.0 * sigma + 50.0) + 1, dtype=np.float64)
@@ -78,7 +78,7 @@ def _log_tail(big_k: int, sigma: float) -> float:
 
 
 def discrete_gaussian_log_delta(epsilon: float, sigma: float, sensitivity: int) -> float:
-    """log of the exact delta of Theorem 7 (no validation; see :func:`discrete_gaussian_delta`)."""
+    """Log of the exact delta of Theorem 7 (no validation; see :func:`discrete_gaussian_delta`)."""
     s2 = sigma * sigma
     dlt = float(sensitivity)
     m = epsilon * s2 / dlt - dlt / 2.0
@@ -210,7 +210,7 @@ def discrete_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: int) -
 
 
 def discrete_gaussian_rho(*, sigma: float, sensitivity: float) -> float:
-    r"""zCDP rho of independent :math:`N_{\mathbb Z}(0, \sigma^2)` noise on each integer coordinate.
+    r"""ZCDP rho of independent :math:`N_{\mathbb Z}(0, \sigma^2)` noise on each integer coordinate.
 
     For integer shifts, :math:`D_\alpha(N_{\mathbb Z}(\mu, \sigma^2) \| N_{\mathbb Z}(\nu, \sigma^2)) \le
     \alpha(\mu - \nu)^2/(2\sigma^2)` (Canonne, Kamath, Steinke 2020, Prop. 5 / Thm. 4), and Rényi

@@ -31,7 +31,7 @@ __all__ = ["approx_dp_to_zcdp", "compose_zcdp", "gaussian_rho", "zcdp_to_approx_
 
 
 def gaussian_rho(*, sigma: float, sensitivity: float) -> float:
-    r"""rho of the (continuous or discrete) Gaussian mechanism: :math:`\Delta^2 / (2\sigma^2)`.
+    r"""Rho of the (continuous or discrete) Gaussian mechanism: :math:`\Delta^2 / (2\sigma^2)`.
 
     Parameters
     ----------
@@ -56,7 +56,7 @@ def gaussian_rho(*, sigma: float, sensitivity: float) -> float:
 
 
 def _cks_epsilon(alpha: float, rho: float, log_inv_delta: float) -> float:
-    """epsilon of CKS 2020 Prop. 12 at Rényi order alpha > 1."""
+    """Epsilon of CKS 2020 Prop. 12 at Rényi order alpha > 1."""
     return (
         alpha * rho + (log_inv_delta - math.log(alpha)) / (alpha - 1.0) + math.log1p(-1.0 / alpha)
     )

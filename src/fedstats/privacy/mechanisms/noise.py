@@ -196,7 +196,7 @@ class LaplaceMechanism(Mechanism):
         return snap_to_grid(x, self.grid) * self.grid - x
 
     def privacy_loss(self) -> PrivacyLoss:
-        """epsilon = (integer) sensitivity / scale: the largest log ratio of (discrete) Laplace probabilities."""
+        """Epsilon = (integer) sensitivity / scale: the largest log ratio of (discrete) Laplace probabilities."""
         if self.resolution_bits is None:
             return PrivacyLoss(self.sensitivity / self.scale)
         return PrivacyLoss(self.integer_sensitivity / self.integer_scale)
