@@ -184,6 +184,7 @@ def gap(
 
 _CLI_NAMES = {
     "clients": "--clients",
+    "n_clients": "--clients",
     "epsilon": "--epsilon",
     "mechanism": "--mechanism",
     "accounting": "--accounting",

@@ -30,7 +30,6 @@ from fedstats.experiments.framework import REPRODUCTIONS, Reproduction
 # Reproductions still served by their own command module (being moved onto the framework).
 _LEGACY: dict[str, str] = {
     "fed-chi2": "fedstats.cli.reproduce_fed_chi2",
-    "performance-gap": "fedstats.cli.reproduce_performance_gap",
     "heterogeneity": "fedstats.cli.reproduce_heterogeneity",
 }
 

@@ -60,7 +60,7 @@ import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import DataError, ParameterError
-from fedstats.privacy.analysis.loss import discrete_privacy_loss, mixed_privacy_loss
+from fedstats.privacy.analysis.loss import PrivacyLoss, discrete_privacy_loss, mixed_privacy_loss
 
 __all__ = [
     "MECHANISMS",
@@ -280,6 +280,19 @@ class GapMechanism:
         span = 4.0
         grid = np.unique(np.concatenate([np.linspace(-span, span, 81), [-1.0, 0.0, 1.0]]))
         return float(mixed_privacy_loss(self.log_density, inputs, np.arange(d), grid))
+
+    def privacy_loss(self) -> PrivacyLoss:
+        """The mechanism's true privacy loss as a :class:`~fedstats.privacy.analysis.loss.PrivacyLoss`.
+
+        Pure local DP: ``epsilon`` = :meth:`true_loss` (``inf`` when the mechanism is not DP, e.g.
+        :math:`\\mathcal M_L` with ``k != 2``), ``delta`` = 0. This is what a ledger is charged
+        (``ledger.spend_loss(mech.privacy_loss(), ...)``), never the paper's claimed loss.
+
+        Returns
+        -------
+        PrivacyLoss
+        """
+        return PrivacyLoss(epsilon=self.true_loss(), delta=0.0)
 
     # ------------------------------------------------------------------ utility (Eqs. 19, 20)
     def group_variance(self, n: float, n_clients: float, nu2: float | None = None) -> float:
