@@ -1,4 +1,4 @@
-"""Reproduction of Juarez & Korolova (2023): Table 1, Figures 1 and 2, Appendix C and Table 2.
+r"""Reproduction of Juarez & Korolova (2023): Table 1, Figures 1 and 2, Appendix C and Table 2.
 
 ``fedstats reproduce performance-gap`` runs every experiment on the run framework
 (:mod:`fedstats.experiments.framework`: checkpointed cells keyed by the settings) and writes
@@ -6,7 +6,7 @@
 ``templates/performance_gap.md.j2``: results set against the paper's numbers).
 
 * **Table 1** (minimum epsilon for error alpha with probability 0.99, balanced groups, worst-case
-  :math:`\\nu^2`, Chebyshev): as published (the paper's allocation, reproduced to the printed digits, each
+  :math:`\nu^2`, Chebyshev): as published (the paper's allocation, reproduced to the printed digits, each
   labelled with its true privacy loss) and corrected (allocation optimal under the true loss), plus the
   normal bound.
 * **Figure 1**: lower/upper bounds of the gap's MSE against epsilon, :math:`10^4` clients per group, for the
@@ -219,8 +219,10 @@ def figure2(quick: bool) -> dict[str, Any]:
 
 
 def _estimated_size_mse(mech: GapMechanism, sizes: tuple[float, float], K: float) -> float:
-    """Delta-method variance of the gap when group sizes are estimated from the perturbed groups
-    (worst case over the group means |m| <= 1 and nu^2)."""
+    """Delta-method variance of the gap when group sizes are estimated from the perturbed groups.
+
+    Worst case over the group means ``|m| <= 1`` and ``nu^2``.
+    """
     a, ao, c = mech.a, mech.a_other, mech.value_gain
     total = 0.0
     for n in sizes:

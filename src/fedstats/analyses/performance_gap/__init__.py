@@ -1,10 +1,10 @@
-"""Private measurement of performance gaps across groups (Juarez & Korolova 2023), with corrected accounting.
+r"""Private measurement of performance gaps across groups (Juarez & Korolova 2023), with corrected accounting.
 
-* :mod:`.mechanisms`: :math:`\\mathcal M_R` and :math:`\\mathcal M_L`, their exact privacy loss (the paper's
+* :mod:`.mechanisms`: :math:`\mathcal M_R` and :math:`\mathcal M_L`, their exact privacy loss (the paper's
   Theorems 5 and 6 do not hold as stated) and the variances of Eqs. (19), (20) and Theorem 9;
 * :mod:`.allocation`: the budget split minimizing the gap's variance under the true loss, and the paper's;
 * :mod:`.planning`: the smallest budget reaching an error target (Chebyshev, Bernstein, normal);
-* :mod:`.client`: the clients' encoders (and :math:`\\mathcal M_R`'s aggregate form);
+* :mod:`.client`: the clients' encoders (and :math:`\mathcal M_R`'s aggregate form);
 * :mod:`.protocol`: the one-round server protocol and the estimators of Def. 7, returning a
   :class:`PerformanceGapResult`;
 * :mod:`.api`: :func:`measure_performance_gap`, the one-call entry point.

@@ -117,7 +117,7 @@ def _resolve_pair(pair: Sequence[Any] | None, labels: list[Any]) -> tuple[int, i
 def simulated_truth(
     population: Population, engine: Engine, n_groups: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Simulation only: exact per-group sums and sizes of the clients the engine ran on.
+    """Compute the exact per-group sums and sizes of the clients the engine ran on (simulation only).
 
     Reads the population outside any protocol (nothing here is sent by a client) the way the engine's
     route does: block by block with the engine's block size and randomness on the per-client routes (a
@@ -180,9 +180,9 @@ def measure_performance_gap(
     randomness: RandomSource | None = None,
     ledger: PrivacyLedger | None = None,
 ) -> PerformanceGapResult:
-    """Measure the gap between two groups' mean performance under local DP (Juarez & Korolova 2023).
+    r"""Measure the gap between two groups' mean performance under local DP (Juarez & Korolova 2023).
 
-    Each client applies :math:`\\mathcal M_R` or :math:`\\mathcal M_L` to its (group, value) pair with the
+    Each client applies :math:`\mathcal M_R` or :math:`\mathcal M_L` to its (group, value) pair with the
     budget split chosen by ``accounting`` and sends a one-hot report; the server sees only the sum
     (:mod:`.protocol`). With known group sizes (the default, the paper's assumption) the exact sizes are
     released as they are (:attr:`PerformanceGapResult.exact_group_sizes_released`).
@@ -194,7 +194,7 @@ def measure_performance_gap(
     values : array_like of float, shape (n,)
         Each client's performance value (rates in [0, 1] or values in [-1, 1], see ``scale``).
     mechanism : {"R", "L"}
-        :math:`\\mathcal M_R` (randomized response on the value bit) or :math:`\\mathcal M_L`
+        :math:`\mathcal M_R` (randomized response on the value bit) or :math:`\mathcal M_L`
         (discrete Laplace on a grid).
     epsilon : float
         Total local privacy budget per client, in (0, inf).
@@ -216,7 +216,7 @@ def measure_performance_gap(
     confidence : float, default 0.95
         Level of the interval, in (0, 1).
     resolution_bits : int, default 16
-        :math:`\\mathcal M_L`'s release grid (see :mod:`.protocol`), in [2, 30].
+        :math:`\mathcal M_L`'s release grid (see :mod:`.protocol`), in [2, 30].
     engine : Engine, optional
         Route for the sum and the clients' randomness (see :mod:`fedstats.analyses._api`).
     randomness : RandomSource, optional

@@ -174,7 +174,7 @@ def outcome_probabilities(
 
 
 def aggregate_gap_report(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
-    r"""The sum of :func:`encode_gap_report` over a histogram of inputs, for :math:`\mathcal M_R`.
+    r"""Draw the sum of :func:`encode_gap_report` over a histogram of inputs, for :math:`\mathcal M_R`.
 
     Clients with the same (group, value) are i.i.d.: their reports are multinomial over (reported group,
     reported bit) with the probabilities of :func:`outcome_probabilities`. Equal in distribution to the

@@ -179,7 +179,7 @@ def plan_epsilon(
     layout: GroupLayout | None = None,
     scale: str = "signed",
 ) -> GapPlan:
-    """Smallest epsilon bounding the gap's error by ``alpha`` with probability ``probability``.
+    r"""Smallest epsilon bounding the gap's error by ``alpha`` with probability ``probability``.
 
     Parameters
     ----------
@@ -207,7 +207,7 @@ def plan_epsilon(
     ------
     ParameterError
         If an argument is outside its range (``n_clients < 2``, ``alpha <= 0``, Bernstein with
-        :math:`\\mathcal M_L`, ...).
+        :math:`\mathcal M_L`, ...).
     """
     kind = check_mechanism(mechanism)
     if isinstance(n_clients, float) and n_clients.is_integer():

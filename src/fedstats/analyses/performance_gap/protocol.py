@@ -59,16 +59,16 @@ SIZES_NOTE = (
 def report_params(
     mech: GapMechanism, resolution_bits: int = 16, clip_scales: float = 40.0
 ) -> dict[str, Any]:
-    """The round's public parameters (plain numbers), as the encoders of :mod:`.client` read them.
+    r"""Build the round's public parameters (plain numbers), as the encoders of :mod:`.client` read them.
 
     Parameters
     ----------
     mech : GapMechanism
         Mechanism and budget split.
     resolution_bits : int, default 16
-        :math:`\\mathcal M_L` grid resolution (spacing ``2**(1 - resolution_bits)``), in [2, 30].
+        :math:`\mathcal M_L` grid resolution (spacing ``2**(1 - resolution_bits)``), in [2, 30].
     clip_scales : float, default 40
-        :math:`\\mathcal M_L` clipping range in noise scales, >= 10.
+        :math:`\mathcal M_L` clipping range in noise scales, >= 10.
 
     Returns
     -------
@@ -107,7 +107,7 @@ def report_params(
 
 @dataclass(frozen=True)
 class GapSums:
-    """What the server learned: per perturbed group, the sum of reported values and the report count.
+    r"""What the server learned: per perturbed group, the sum of reported values and the report count.
 
     Attributes
     ----------
@@ -118,7 +118,7 @@ class GapSums:
     n_clients : int
         Clients in the round.
     clipped : int
-        :math:`\\mathcal M_L` reports that were clipped.
+        :math:`\mathcal M_L` reports that were clipped.
     """
 
     value_sums: np.ndarray
@@ -129,13 +129,13 @@ class GapSums:
 
 @dataclass
 class PerformanceGapResult(AnalysisResult):
-    """A measured performance gap ``m_A - m_B`` (Juarez & Korolova, Def. 4 without the absolute value).
+    r"""A measured performance gap ``m_A - m_B`` (Juarez & Korolova, Def. 4 without the absolute value).
 
     Attributes (beyond :class:`~fedstats.results.AnalysisResult`)
     ------------------------------------------------------------
     gap : float
         Estimated signed gap ``m_A - m_B`` in the data's units (rates or [-1, 1] values); equals
-        ``estimate``. Unbiased with known group sizes; ``abs(gap)`` is the paper's :math:`\\Delta m`.
+        ``estimate``. Unbiased with known group sizes; ``abs(gap)`` is the paper's :math:`\Delta m`.
     true_gap : float or None
         Simulation: the exact gap of the simulated clients (equals ``truth``).
     groups : list
@@ -163,7 +163,7 @@ class PerformanceGapResult(AnalysisResult):
         Half-width of the Chebyshev interval at ``confidence`` (always valid; the CI uses the normal
         approximation).
     clipped_reports : int
-        :math:`\\mathcal M_L` reports clipped on the wire.
+        :math:`\mathcal M_L` reports clipped on the wire.
     """
 
     gap: float = 0.0
@@ -195,7 +195,7 @@ def performance_gap_protocol(
     allocation: Mapping[str, Any] | None = None,
     client_range: tuple[int, int] | None = None,
 ) -> ProtocolGenerator[PerformanceGapResult]:
-    """Server-side protocol: one private round of perturbed reports, then the estimators of Def. 7.
+    r"""Server-side protocol: one private round of perturbed reports, then the estimators of Def. 7.
 
     Parameters
     ----------
@@ -214,9 +214,9 @@ def performance_gap_protocol(
     confidence : float, default 0.95
         Level of the normal-approximation interval, in (0, 1).
     resolution_bits : int, default 16
-        :math:`\\mathcal M_L` grid resolution (see :func:`report_params`).
+        :math:`\mathcal M_L` grid resolution (see :func:`report_params`).
     clip_scales : float, default 40
-        :math:`\\mathcal M_L` clipping range in noise scales.
+        :math:`\mathcal M_L` clipping range in noise scales.
     allocation : Mapping, optional
         The budget split's description, kept in the result.
     client_range : (int, int), optional
