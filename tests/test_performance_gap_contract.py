@@ -150,7 +150,7 @@ def test_randomness_alone_reproduces_a_run_and_truth_is_the_datas() -> None:
     )
     assert a.gap == b.gap
     assert a.truth == pytest.approx(rates[groups == "a"].mean() - rates[groups == "b"].mean())
-    assert "not for release" in (a.release_note or "")
+    assert a.release_note is not None and "not for release" in a.release_note
 
 
 def test_outcome_probabilities_match_the_encoder() -> None:

@@ -94,3 +94,17 @@ def test_rerun_reuses_the_cells_and_other_settings_recompute(
         "performance-gap", out=out, quick=True, seed=6, data_dir=shared_data, reps=2
     )
     assert other["appendix_c"]["R"]["empirical"] != first["appendix_c"]["R"]["empirical"]
+
+
+def test_missing_activity_data_is_a_note_not_a_crash(tmp_path: Path) -> None:
+    from fedstats.experiments.framework import run_reproduction
+
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    ctx, doc = run_reproduction(
+        "performance-gap", out=tmp_path / "pg", quick=True, seed=5, data_dir=empty
+    )
+    assert "DatasetNotFoundError" in doc["table2"]["error"]
+    assert doc["notes"] == [f"Table 2 not run: {doc['table2']['error']}"]
+    page = (ctx.out / "performance-gap-quick.md").read_text()
+    assert "Not run: DatasetNotFoundError" in page

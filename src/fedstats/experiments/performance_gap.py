@@ -24,6 +24,7 @@ r"""Reproduction of Juarez & Korolova (2023): Table 1, Figures 1 and 2, Appendix
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from pathlib import Path
@@ -38,6 +39,7 @@ from fedstats.analyses.performance_gap.mechanisms import GapMechanism
 from fedstats.analyses.performance_gap.planning import error_bound, plan_epsilon
 from fedstats.analyses.performance_gap.protocol import performance_gap_protocol, report_params
 from fedstats.engine import Engine, ResampledPopulation
+from fedstats.errors import DatasetNotFoundError
 from fedstats.experiments.framework import Cell, RunContext
 from fedstats.randomness import RandomSource
 
@@ -564,10 +566,16 @@ def run(ctx: RunContext) -> dict[str, Any]:
     doc["figure2"] = figure2(ctx.quick)
     doc["appendix_c"] = appendix_c(ctx)
     notes: list[str] = []
-    try:
-        doc["table2"] = table2(ctx)
-    except (FileNotFoundError, ImportError) as exc:  # data or scikit-learn missing
-        doc["table2"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if importlib.util.find_spec("sklearn") is None:
+        doc["table2"] = {
+            "error": "scikit-learn is not installed (pip install 'fedstats[experiments]')"
+        }
+    else:
+        try:
+            doc["table2"] = table2(ctx)
+        except DatasetNotFoundError as exc:  # the activity data are not in the data folder
+            doc["table2"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if "error" in doc["table2"]:
         notes.append(f"Table 2 not run: {doc['table2']['error']}")
     doc["notes"] = notes
     doc["release_note"] = ctx.randomness.release_note
