@@ -53,7 +53,7 @@ def _params(m_x: int, m_y: int, n: int, ell: int, seed: int) -> dict[str, Any]:
         "frac_bits": 24,
         "clip": 2.0**15,
         "bits": 64,
-        "dropped": np.zeros(0, dtype=np.int64),
+        "max_cell": 2**31,
     }
 
 

@@ -3,14 +3,17 @@
 Usage::
 
     python benchmarks/secagg.py [--quick] [--no-flower] [--flower-budget SECONDS]
+        [--clients 100 1000] [--lengths 1000 10000 1000000] [--dropouts 0 0.1]
 
 Runs, in the same process run:
 
 1. the full fedstats protocol (:func:`fedstats.secagg.run_secure_aggregation`: X25519, HKDF, AEAD, Shamir,
-   AES-CTR masks, all messages serialized) for n in {100, 1000}, lengths in {1e3, 1e4, 1e6} and dropout
-   in {0, 10%} (clients dropping before their masked input, the costliest case for the server), with
-   ``k``/``t`` from :func:`fedstats.secagg.find_parameters` (malicious server, 5% corrupt, tolerance
-   max(dropout, 10%), sigma 40, eta 30) and modulus 2^32;
+   AES-CTR masks, all messages serialized) in two threat models, ``"malicious"`` (Ed25519 identities, a
+   signed roster, signed messages, the consistency check: five stages) and ``"semi-honest"`` (four
+   stages), for n in {100, 1000}, lengths in {1e3, 1e4, 1e6} and dropout in {0, 10%} (clients dropping
+   before their masked input, the costliest case for the server), with ``k``/``t`` from
+   :func:`fedstats.secagg.find_parameters` (5% corrupt, tolerance max(dropout, 10%), sigma 40, eta 30;
+   each model its own) and modulus 2^32; bytes per client are reported per stage;
 2. Flower's SecAgg+ (``flwr`` in a separate virtualenv ``benchmarks/.venv-peers``, created here if missing):
    its real ``SecAggPlusWorkflow`` and ``secaggplus_mod`` driven in-process through a stub grid that
    delivers each message to the client's ``secaggplus_mod`` (no network, no serialization: this favours
@@ -228,14 +231,16 @@ def flower_version() -> str | None:
     return out.stdout.strip() or None
 
 
-def run_ours(n: int, length: int, dropout: float, bits: int, seed: int) -> dict[str, Any]:
-    """Run the fedstats protocol; returns timings, bytes and exactness."""
+def run_ours(
+    n: int, length: int, dropout: float, bits: int, seed: int, threat_model: str = "malicious"
+) -> dict[str, Any]:
+    """Run the fedstats protocol in one threat model; returns timings, bytes and exactness."""
     import numpy as np
 
     from fedstats.randomness import RandomSource
     from fedstats.secagg import find_parameters, run_secure_aggregation
 
-    params = find_parameters(n, dropout_rate=max(dropout, 0.1))
+    params = find_parameters(n, dropout_rate=max(dropout, 0.1), threat_model=threat_model)
     n_drop = math.floor(dropout * n)
     drop_ids = list(range(0, n, max(1, n // max(n_drop, 1))))[:n_drop]
     half = 2 ** (bits - 2 - math.ceil(math.log2(n)))
@@ -264,6 +269,7 @@ def run_ours(n: int, length: int, dropout: float, bits: int, seed: int) -> dict[
     for i in res.included:
         np.add(want, inputs(i).astype(dtype), out=want)
     return {
+        "threat_model": threat_model,
         "k": params.k,
         "t": params.t,
         "drop": drop_ids,
@@ -274,6 +280,7 @@ def run_ours(n: int, length: int, dropout: float, bits: int, seed: int) -> dict[
         "total_seconds": float(res.client_seconds.sum()) + res.server_seconds,
         "total_cpu_seconds": cpu,
         "bytes_per_client": res.bytes_per_client,
+        "bytes_per_client_by_stage": {st: float(v.mean()) for st, v in res.stage_bytes.items()},
     }
 
 
@@ -412,8 +419,16 @@ def main() -> None:
         action="store_true",
         help="re-measure only the mask throughput and update it in the existing results file",
     )
+    ap.add_argument("--clients", type=int, nargs="+", help="n values (default 100 1000)")
+    ap.add_argument("--lengths", type=int, nargs="+", help="L values (default 1e3 1e4 1e6)")
+    ap.add_argument("--dropouts", type=float, nargs="+", help="dropout fractions (default 0 0.1)")
+    ap.add_argument(
+        "--output", type=Path, default=None, help="results file (default results/secagg.json)"
+    )
     ap.add_argument("--flower-peer", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.output is not None:
+        globals()["RESULTS"] = args.output
     if args.flower_peer is not None:
         print(json.dumps(flower_peer(json.loads(args.flower_peer))))
         return
@@ -450,10 +465,11 @@ def main() -> None:
     print(json.dumps(tp, indent=1), flush=True)
 
     lengths = (1000, 10_000) if args.quick else (1000, 10_000, 1_000_000)
-    grid = [(n, ln) for n in (100, 1000) for ln in lengths]
-    if args.quick:
+    lengths = tuple(args.lengths) if args.lengths else lengths
+    grid = [(n, ln) for n in (args.clients or (100, 1000)) for ln in lengths]
+    if args.quick and not (args.clients or args.lengths):
         grid = [(100, 1000), (100, 10_000), (1000, 1000)]
-    dropouts = (0.0, 0.1)
+    dropouts = tuple(args.dropouts) if args.dropouts else (0.0, 0.1)
     bits = 32
     rows: list[dict[str, Any]] = []
     done: set[tuple[int, int, float]] = set()
@@ -469,6 +485,8 @@ def main() -> None:
                 continue
             t0 = time.perf_counter()
             ours = run_ours(n, length, d, bits, seed=n + length)
+            ours_wall = time.perf_counter() - t0
+            semi = run_ours(n, length, d, bits, seed=n + length, threat_model="semi-honest")
             row: dict[str, Any] = {
                 "n": n,
                 "length": length,
@@ -477,8 +495,10 @@ def main() -> None:
                 "k": ours["k"],
                 "t": ours["t"],
                 "fedstats": ours,
+                "fedstats_semi_honest": semi,
+                "malicious_over_semi_honest_cpu": ours["total_cpu_seconds"]
+                / max(semi["total_cpu_seconds"], 1e-9),
             }
-            ours_wall = time.perf_counter() - t0
             if use_flower:
                 flower_mem = 8.0 * n * length * 2
                 projected = 0.0
@@ -523,6 +543,9 @@ def main() -> None:
                         row["speedup_server"] = fl["server_seconds"] / max(
                             ours["server_seconds"], 1e-9
                         )
+                        row["speedup_total_cpu_semi_honest"] = (
+                            fl["total_cpu_seconds"] / semi["total_cpu_seconds"]
+                        )
                     elif "skipped" in fl:  # timed out: a lower bound for longer runs
                         flower_seen[(n, d)] = (length, args.flower_timeout)
             rows.append(row)
@@ -536,8 +559,15 @@ def main() -> None:
                 fl_txt = f" | flower: {row['flower']}"
             print(
                 f"n={n:5d} L={length:8d} drop={d:.0%} k={ours['k']} t={ours['t']} "
-                f"fedstats client {ours['client_seconds']:.2f} s server {ours['server_seconds']:.2f} s "
-                f"({ours_wall:.1f} s wall) exact={ours['correct']}{fl_txt}",
+                f"malicious client {ours['client_seconds']:.2f} s server {ours['server_seconds']:.2f} s "
+                f"({ours_wall:.1f} s wall) exact={ours['correct']} | semi-honest (k={semi['k']}) "
+                f"client {semi['client_seconds']:.2f} s server {semi['server_seconds']:.2f} s "
+                f"exact={semi['correct']}{fl_txt}",
+                flush=True,
+            )
+            print(
+                "  bytes/client by stage (malicious): "
+                + ", ".join(f"{k} {v:.0f}" for k, v in ours["bytes_per_client_by_stage"].items()),
                 flush=True,
             )
             save(args, rows, tp, flwr_version, complete=False)

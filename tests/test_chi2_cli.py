@@ -108,6 +108,32 @@ def test_entropy_and_g_test(csv_file: Path) -> None:
     )
     assert code == 0, err
     assert json.loads(out)["test"] == "g-test"
+    assert json.loads(out)["analysis"] == "entropy.g_test"
+
+
+def test_dropout_chooses_the_plain_route(csv_file: Path) -> None:
+    args = ("chi2", str(csv_file), "--x", "a", "--y", "b", "--clients", "20", "--json")
+    code, out, err = _run("--seed", "2", *args, "--dropout", "0.25")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["route"] == "serial" and d["n_dropped"] == 5 and d["n_clients"] == 15
+    code, out, err = _run("--seed", "2", *args)
+    assert code == 0, err
+    assert json.loads(out)["route"] == "secure"
+
+
+def test_entropy_fd_step_flag(csv_file: Path) -> None:
+    args = ("entropy", str(csv_file), "--column", "b", "--clients", "10", "--no-secure")
+    code, out, err = _run(
+        "--seed", "3", *args, "--encoding-size", "50", "--fd-step", "0.1", "--json"
+    )
+    assert code == 0, err
+    assert json.loads(out)["fd_step"] == 0.1
+    code, out, err = _run(*args, "--fd-step", "0.7")
+    assert code == 2 and out == ""
+    assert err.strip().startswith("error:") and "--fd-step" in err
+    code, _, err = _run(*args, "--delta", "0.1")
+    assert code == 2 and "--delta" in err  # the old name is gone
 
 
 @pytest.mark.parametrize(
@@ -119,6 +145,7 @@ def test_entropy_and_g_test(csv_file: Path) -> None:
         (("--x", "a", "--y", "b", "--dropout", "1.5"), "dropout"),
         (("--x", "a", "--y", "b", "--clients", "0"), "--clients"),
         (("--x", "a", "--y", "b", "--secure", "--backend", "serial"), "--backend"),
+        (("--x", "a", "--y", "b", "--secure", "--dropout", "0.1"), "--dropout"),
     ],
 )
 def test_chi2_bad_input_exits_2_with_one_line(

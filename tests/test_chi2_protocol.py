@@ -7,16 +7,19 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fedstats.analyses.chi2 import _survivor_table as survivor_table
 from fedstats.analyses.chi2 import (
     chi_square_statistic,
     fed_chi2,
     fed_chi2_protocol,
     simulate_fed_chi2,
 )
+from fedstats.analyses.chi2.simulate import survivor_table
 from fedstats.datasets import contingency_table, load_adult, split_contingency_table
 from fedstats.engine import Engine, InMemoryPopulation
+from fedstats.engine.core import Dropout
 from fedstats.errors import DataError, OverflowRiskError, ParameterError
 from fedstats.randomness import RandomSource
 from fedstats.sketches.stable import StableProjection
@@ -93,8 +96,10 @@ def test_p_value_and_decision(adult_clients: np.ndarray) -> None:
 def test_dropout_is_without_replacement_and_keeps_marginals(adult_clients: np.ndarray) -> None:
     res = fed_chi2(adult_clients, dropout=0.2, randomness=RandomSource(4), projection_seed=99)
     assert res.n_dropped == 20 and res.n_clients == 80
-    dropped = np.asarray(res.details["dropped_clients"])
+    # the route drew them (first run of an engine on RandomSource(4)); the server only sees the count
+    dropped = Dropout(0.2).draw(100, RandomSource(4), 0)
     assert dropped.size == 20 and np.unique(dropped).size == 20
+    assert "dropped_clients" not in res.details
     survivors = np.setdiff1d(np.arange(100), dropped)
     # the protocol's estimate is the sketch of the survivors' sum of u_i, with round-1 marginals
     t = adult_clients.sum(0).astype(np.float64)
@@ -185,21 +190,65 @@ def test_secure_route_gives_identical_results(adult_clients: np.ndarray) -> None
     tables = adult_clients[:30]
     for bits in (16, 64):
         plain = fed_chi2(
-            tables,
-            bits=bits,
-            dropout=0.1,
-            drop_empty=True,
-            engine=Engine(randomness=RandomSource(8)),
+            tables, bits=bits, drop_empty=True, engine=Engine(randomness=RandomSource(8))
         )
         sec = fed_chi2(
             tables,
             bits=bits,
-            dropout=0.1,
             drop_empty=True,
             engine=Engine(secure.SecureAggregationBackend(), RandomSource(8)),
         )
         assert sec.statistic == plain.statistic
         assert sec.ci == plain.ci
+
+
+def test_secure_route_refuses_engine_dropout(adult_clients: np.ndarray) -> None:
+    secure = pytest.importorskip("fedstats.engine.secure")
+    with pytest.raises(ParameterError, match="dropout"):
+        fed_chi2(
+            adult_clients[:30],
+            dropout=0.1,
+            drop_empty=True,
+            engine=Engine(secure.SecureAggregationBackend(), RandomSource(8)),
+        )
+
+
+def test_dropped_clients_never_reach_the_round_parameters(adult_clients: np.ndarray) -> None:
+    shape = adult_clients.shape[1:]
+    proto = fed_chi2_protocol(shape, projection_seed=3, max_cell=10**6, drop_empty=True)
+    pop = InMemoryPopulation({"table": adult_clients})
+    dropout = Dropout(0.3)
+    engine = Engine(randomness=RandomSource(1), dropout=dropout)
+    rounds = []
+    rnd = next(proto)
+    try:
+        for index in range(2):
+            rounds.append(rnd)
+            gone = dropout.draw(100, engine.randomness, 0) if index else None
+            rnd = proto.send(engine.sum_round(rnd, pop, index, dropped=gone))
+    except StopIteration as stop:
+        res = stop.value
+    for r in rounds:
+        assert not {"dropped", "dropout", "survivors"} & set(r.params)
+    assert res.n_clients == 70 and res.n_dropped == 30
+
+
+def test_fast_path_equals_the_protocol_for_the_same_seed(adult_table: np.ndarray) -> None:
+    # no dropout, 64 bits: the fast path's projection of the sum is the protocol's sum of projections
+    tables = split_contingency_table(adult_table, 40, rng=np.random.default_rng(2))
+    for decoder in ("mean-of-squares", "geometric"):
+        src = RandomSource(6)
+        fast = simulate_fed_chi2(adult_table, 40, decoder=decoder, randomness=src, drop_empty=True)
+        full = fed_chi2(
+            tables,
+            decoder=decoder,
+            projection_seed=src.public_seed("chi2", "projection"),
+            randomness=RandomSource(7),
+            drop_empty=True,
+        )
+        assert fast.dof == full.dof
+        assert fast.statistic == pytest.approx(full.statistic, rel=1e-6)
+        assert fast.exact_statistic == pytest.approx(full.exact_statistic, rel=1e-12)
 
 
 def test_process_route_gives_identical_results() -> None:
@@ -218,3 +267,39 @@ def test_cell_above_declared_max_cell_is_refused() -> None:
     proto = fed_chi2_protocol((2, 3), projection_seed=1, max_cell=5, encoding_size=4)
     with pytest.raises((DataError, ParameterError)):
         Engine(randomness=RandomSource(0)).run(proto, InMemoryPopulation.from_tables(tables))
+
+
+def test_batch_fast_path_has_the_protocols_distribution() -> None:
+    # simulate_decoded (used by the FDR experiment) against the engine protocol on one table, both
+    # decoders: the decoded statistics of many exact ones at once have the protocol's distribution
+    from fedstats.analyses.chi2 import simulate_decoded
+
+    rng = np.random.default_rng(11)
+    tables = rng.integers(0, 6, size=(12, 3, 4))
+    s = chi_square_statistic(tables.sum(0))[0]
+    for decoder in ("mean-of-squares", "geometric"):
+        proto = [
+            fed_chi2(
+                tables, encoding_size=8, decoder=decoder, randomness=RandomSource(500 + r)
+            ).statistic
+            for r in range(150)
+        ]
+        fast = simulate_decoded(np.full(2000, s), 8, decoder, np.random.default_rng(3))
+        assert scipy.stats.ks_2samp(proto, fast).pvalue > 1e-4
+    with pytest.raises(DataError):
+        simulate_decoded([1.0, -2.0], 8, "geometric", np.random.default_rng(0))
+    with pytest.raises(ParameterError, match="encoding_size"):
+        simulate_decoded([1.0], 1, "geometric", np.random.default_rng(0))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    name=st.sampled_from(["level", "confidence"]),
+    value=st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0), st.just(float("nan"))),
+)
+def test_out_of_range_options_name_their_parameter(name: str, value: float) -> None:
+    tables = np.ones((3, 2, 2), dtype=np.int64)
+    with pytest.raises(ParameterError, match=name):
+        fed_chi2(tables, **{name: value})
+    with pytest.raises(ParameterError, match=name):
+        simulate_fed_chi2(tables.sum(0), 3, **{name: value})

@@ -9,8 +9,7 @@ import pytest
 import scipy.stats
 from typer.testing import CliRunner
 
-from fedstats.analyses.chi2 import fed_chi2, sketch_noise_quantiles, sketched_p_value
-from fedstats.analyses.feature_selection import batch_decode
+from fedstats.analyses.chi2 import batch_decode, fed_chi2, sketch_noise_quantiles, sketched_p_value
 from fedstats.cli.app import app
 from fedstats.errors import ParameterError
 from fedstats.randomness import RandomSource

@@ -20,7 +20,8 @@ from fedstats.analyses.entropy import (
     simulate_fed_entropy,
     simulate_fed_g_test,
 )
-from fedstats.engine import Engine
+from fedstats.analyses.entropy.protocol import g_test_protocol
+from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
 from fedstats.sketches.decoders import geometric_mean_estimator
@@ -144,6 +145,42 @@ def test_g_test_from_entropies() -> None:
     assert r2.dof == 12 and r2.exact_statistic == pytest.approx(g)
 
 
+def test_g_test_protocol_is_two_rounds_and_matches_central_fed_h() -> None:
+    rng = np.random.default_rng(8)
+    tables = rng.integers(0, 20, size=(15, 3, 4))
+    total = tables.sum(0)
+    proto = g_test_protocol((3, 4), encoding_size=60, projection_seed=41, max_cell=19)
+    engine = Engine(randomness=RandomSource(4))
+    res = engine.run(proto, InMemoryPopulation({"table": tables}))
+    assert [r.name for r in engine.log] == ["marginals", "projections"]
+    assert engine.log[0].dim == 3 + 4 and engine.log[1].dim == 2 * 60
+    assert res.analysis == "entropy.g_test" and res.test == "g-test" and res.dof == 6
+    # G = 2|v| (H_X + H_Y - H_XY) with the marginal entropies exact and H_XY from the joint sketch
+    joint = fed_entropy(
+        tables.reshape(15, 12), encoding_size=60, projection_seed=41, randomness=RandomSource(4)
+    )
+    v = float(total.sum())
+    hx, hy = shannon_entropy(total.sum(1)), shannon_entropy(total.sum(0))
+    expected = max(2 * v * (hx + hy - joint.entropy), 0.0)
+    assert res.statistic == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    assert res.standard_error == pytest.approx(2 * v * joint.standard_error, rel=1e-9)
+    assert res.details["joint_entropy"]["estimate"] == pytest.approx(joint.entropy, rel=1e-12)
+
+
+def test_g_test_interval_covers_on_dependent_tables() -> None:
+    rng = np.random.default_rng(9)
+    p = np.array([[0.3, 0.05], [0.05, 0.6]])
+    hits = 0
+    runs = 20
+    for r in range(runs):
+        tables = rng.multinomial(400, p.ravel(), size=10).reshape(10, 2, 2)
+        res = fed_g_test(tables, encoding_size=400, randomness=RandomSource(200 + r))
+        assert res.ci is not None and res.exact_statistic is not None
+        hits += res.ci[0] <= res.exact_statistic <= res.ci[1]
+    # nominal 95% widened by the bias bound: P(at most 15 of 20 | 0.95) < 0.003
+    assert hits >= 16
+
+
 def test_secure_route_gives_identical_results() -> None:
     secure = pytest.importorskip("fedstats.engine.secure")
     hist = np.random.default_rng(7).integers(0, 9, size=(12, 30))
@@ -170,11 +207,21 @@ def test_bad_input() -> None:
         fed_entropy(np.zeros((3, 4), dtype=np.int64), encoding_size=10)
     with pytest.raises(ParameterError, match="encoding_size"):
         fed_entropy(good, encoding_size=1)
-    with pytest.raises(ParameterError, match="delta"):
-        simulate_fed_entropy(good[0], delta=0.0)
+    with pytest.raises(ParameterError, match="fd_step"):
+        simulate_fed_entropy(good[0], fd_step=0.0)
     with pytest.raises(ParameterError, match="coupling"):
         simulate_fed_entropy(good[0], coupling="tied")
     with pytest.raises(ParameterError, match="projection"):
         simulate_fed_entropy(good[0], projection="distribution")
     with pytest.raises(DataError):
         simulate_fed_entropy([1.0, np.nan, 2.0])
+    empty_col = np.ones((3, 2, 3), dtype=np.int64)
+    empty_col[:, :, 2] = 0
+    with pytest.raises(DataError, match="empty"):
+        fed_g_test(empty_col, encoding_size=10)
+    assert (
+        fed_g_test(empty_col, encoding_size=10, drop_empty=True, randomness=RandomSource(0)).dof
+        == 1
+    )
+    with pytest.raises(ParameterError, match="level"):
+        fed_g_test(np.ones((3, 2, 2), dtype=np.int64), level=1.5)

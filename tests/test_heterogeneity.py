@@ -22,7 +22,6 @@ from fedstats.analyses.heterogeneity import (
     i_squared,
     inverse_variance_weights,
     plan_rounds,
-    rho_for_epsilon,
     sensitivities,
     weighted_mean,
 )
@@ -30,7 +29,7 @@ from fedstats.cli.app import app
 from fedstats.engine import Engine, SerialBackend
 from fedstats.errors import BudgetExceededError, DataError, ParameterError
 from fedstats.privacy.analysis.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
-from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
+from fedstats.privacy.analysis.zcdp import approx_dp_to_zcdp, zcdp_to_approx_dp
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 
@@ -71,7 +70,7 @@ def test_no_privacy_run_through_engine_equals_exact() -> None:
     assert r.dispersion.estimate == pytest.approx(ex.dispersion, rel=1e-6)
     assert r.q.estimate == pytest.approx(ex.q, rel=1e-6)
     assert r.i2.estimate == pytest.approx(ex.i2, abs=1e-8)
-    assert r.epsilon is None and r.dispersion.interval is None
+    assert r.epsilon is None and r.dispersion.interval is None and r.ci is None
     r3 = heterogeneity(x, statistic="dispersion", p=3.0, randomness=RandomSource(6))
     assert r3.dispersion is not None
     assert r3.dispersion.estimate == pytest.approx(dispersion(x, 3.0), rel=1e-6)
@@ -156,13 +155,16 @@ def test_plan_uses_agm_and_cgm_calibration() -> None:
         ("analytic", analytic_gaussian_sigma),
         ("classical", classical_gaussian_sigma),
     ):
-        cfg = HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism=mech)
+        cfg = HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism=mech, float_noise=True)
         p1, p2, _ = plan_rounds(cfg, n, d)
         assert p1.epsilon == pytest.approx(0.25) and p2.delta == pytest.approx(5e-6)
         assert p1.sigma == pytest.approx(fn(epsilon=0.25, delta=5e-6, sensitivity=math.sqrt(2)))
-    agm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5), n, d)[0].sigma
-    cgm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism="classical"), n, d)[0]
-    assert agm < cgm.sigma
+        assert p1.path == "float"
+    agm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5, float_noise=True), n, d)[0]
+    cgm = plan_rounds(
+        HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism="classical", float_noise=True), n, d
+    )[0]
+    assert agm.sigma < cgm.sigma
 
 
 @pytest.mark.parametrize("noise", ["central", "distributed"])
@@ -214,7 +216,7 @@ def test_dispersion_mse_formula_and_central_vs_distributed() -> None:
     mu = x.mean(axis=0)
     assert (mu == 0).any()
     mse: dict[str, float] = {}
-    for noise in ("central", "distributed"):
+    for noise in ("central", "distributed"):  # the paper's continuous design (simulation only)
         sq = []
         theory = 0.0
         for rep in range(250):
@@ -224,6 +226,7 @@ def test_dispersion_mse_formula_and_central_vs_distributed() -> None:
                 epsilon=3.0,
                 delta=1e-5,
                 noise=noise,
+                float_noise=True,
                 randomness=RandomSource(5000 + rep),
             )
             assert r.dispersion is not None and r.dispersion.error is not None
@@ -270,7 +273,7 @@ def test_interval_coverage_and_paper_intervals() -> None:
 
 # ------------------------------------------------------------------------------------------ discrete/secure
 def test_distributed_discrete_gaussian_accounting() -> None:
-    rho = rho_for_epsilon(epsilon=1.0, delta=1e-5)
+    rho = approx_dp_to_zcdp(epsilon=1.0, delta=1e-5)
     assert zcdp_to_approx_dp(rho=rho, delta=1e-5) == pytest.approx(1.0, rel=1e-8)
     n, l2 = 100, 2.0**16
     s2 = ddg_share_variance(rho=rho / 2, n=n, l2=l2, l1=4 * l2, dim=5)
@@ -280,7 +283,9 @@ def test_distributed_discrete_gaussian_accounting() -> None:
     # tiny shares: tau dominates and rho exceeds the continuous value
     assert ddg_rho(share_variance=0.3, n=n, l2=1, l1=1, dim=5) > 1 / (2 * n * 0.3)
     # with dropouts fewer shares reach the sum: the achieved epsilon grows and is reported
-    cfg = HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise="distributed", secure=True)
+    cfg = HeterogeneityConfig(
+        epsilon=1.0, delta=1e-5, noise="distributed", secure=True, accounting="zcdp"
+    )
     p1, p2, _ = plan_rounds(cfg, 50, 4)
     assert zcdp_to_approx_dp(rho=p1.rho + p2.rho, delta=1e-5) == pytest.approx(1.0, rel=1e-6)
 
@@ -297,7 +302,14 @@ def test_secure_and_plain_routes_equal() -> None:
         rs = RandomSource(77)
         eng = Engine(backend, rs)
         r = heterogeneity(
-            x, epsilon=1.0, delta=1e-5, noise="distributed", secure=True, engine=eng, randomness=rs
+            x,
+            epsilon=1.0,
+            delta=1e-5,
+            noise="distributed",
+            secure=True,
+            accounting="zcdp",
+            engine=eng,
+            randomness=rs,
         )
         out.append(r)
     a, b = out
@@ -409,7 +421,7 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: pytest.TempPathFactory) -
 @pytest.mark.parametrize("secure", [True, False])
 def test_dropout_tolerance_and_achieved_privacy(secure: bool) -> None:
     """Shares calibrated for ceil(f n) reports meet the target exactly then, beat it with more, miss with fewer."""
-    from fedstats.analyses.heterogeneity.protocol import _achieved
+    from fedstats.analyses.heterogeneity.protocol import achieved_loss
 
     n, f = 40, 0.75
     cfg = HeterogeneityConfig(
@@ -417,10 +429,9 @@ def test_dropout_tolerance_and_achieved_privacy(secure: bool) -> None:
     )
     p1, _, _ = plan_rounds(cfg, n, 6)
     assert p1.epsilon is not None
-    at = _achieved(p1, cfg, 30)["epsilon_achieved"]
-    assert at == pytest.approx(p1.epsilon, rel=1e-6)
-    assert _achieved(p1, cfg, 40)["epsilon_achieved"] < p1.epsilon
-    assert _achieved(p1, cfg, 20)["epsilon_achieved"] > p1.epsilon
+    eps = {m: achieved_loss(p1, m).epsilon for m in (20, 30, 40)}  # type: ignore[union-attr]
+    assert eps[30] == pytest.approx(p1.epsilon, rel=1e-6)
+    assert eps[40] < p1.epsilon < eps[20]
 
 
 def test_zcdp_accounting_spends_exactly_the_target_with_less_noise() -> None:
@@ -436,7 +447,7 @@ def test_zcdp_accounting_spends_exactly_the_target_with_less_noise() -> None:
     assert rz.details["epsilon_achieved"] <= 1.0
     assert rz.rounds[0]["sigma"] < rb.rounds[0]["sigma"]
     assert led.total().epsilon <= 1.0 + 1e-9 and led.total().rho == pytest.approx(
-        rho_for_epsilon(epsilon=1.0, delta=1e-5), rel=1e-9
+        approx_dp_to_zcdp(epsilon=1.0, delta=1e-5), rel=1e-9
     )
 
 
@@ -518,3 +529,164 @@ def test_demo_rows() -> None:
         assert row["truth"] is not None and row["epsilon"] == 4.0
     # the 91:1 skew is less heterogeneous than equal labels (true dispersion)
     assert rows[2]["truth"] < rows[0]["truth"]
+
+
+# ------------------------------------------------------------------------------------------ release path
+def test_every_release_is_on_the_discrete_grid_and_charged_as_its_mechanism_reports() -> None:
+    from fedstats.analyses.heterogeneity.config import central_mechanism
+    from fedstats.analyses.heterogeneity.protocol import achieved_loss
+
+    x = _data(60, 5, seed=21)
+    n, d = x.shape
+    for noise in ("central", "distributed"):
+        cfg = HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise=noise)
+        p1, p2, _ = plan_rounds(cfg, n, d)
+        led = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
+        r = heterogeneity(
+            x, epsilon=1.0, delta=1e-5, noise=noise, ledger=led, randomness=RandomSource(4)
+        )
+        assert r.details["noise_path"] == "grid" and p1.path == p2.path == "grid"
+        assert r.i2 is not None and r.estimate == r.i2.estimate and r.ci == r.i2.interval
+        assert r.truth == r.i2.truth and r.to_dict()["error"] == r.i2.error
+        for entry, plan in zip(led.entries, (p1, p2), strict=True):
+            loss = (
+                central_mechanism(plan).privacy_loss()
+                if noise == "central"
+                else achieved_loss(plan, n)
+            )
+            assert loss is not None
+            assert (entry.epsilon, entry.delta, entry.rho) == (loss.epsilon, loss.delta, loss.rho)
+            assert entry.epsilon <= plan.epsilon * (1 + 1e-12)  # type: ignore[operator]
+        assert led.total().epsilon <= 1.0 * (1 + 1e-9)
+        assert r.details["epsilon_achieved"] == pytest.approx(led.total().epsilon, rel=1e-12)
+    # the central mechanism releases the sum on the fixed-point grid itself: snapping is the identity
+    mech = central_mechanism(plan_rounds(HeterogeneityConfig(epsilon=1.0, delta=1e-5), n, d)[0])
+    assert mech.floating_point_safe and mech.grid == 2.0**-24
+    sums = np.arange(-5, 5, dtype=np.float64) * 2.0**-24
+    out = mech.randomize(np.tile(sums[:, None], (1, mech.dimension)), np.random.default_rng(0))
+    np.testing.assert_array_equal(out / mech.grid, np.round(out / mech.grid))
+
+
+def test_float_noise_is_simulation_only_and_labelled() -> None:
+    x = _data(40, 4, seed=22)
+    r = heterogeneity(x, epsilon=1.0, delta=1e-5, float_noise=True, randomness=RandomSource(1))
+    assert r.details["noise_path"] == "float"
+    assert r.release_note is not None and "simulation only" in r.release_note
+    with pytest.raises(ParameterError, match="ledger"):
+        heterogeneity(x, epsilon=1.0, delta=1e-5, float_noise=True, ledger=PrivacyLedger())
+    grid = heterogeneity(x, epsilon=1.0, delta=1e-5, randomness=RandomSource(1))
+    assert grid.release_note is not None and "simulation" not in grid.release_note
+
+
+def test_refused_request_charges_nothing() -> None:
+    x = _data(40, 4, seed=23)
+    led = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
+    led.spend(epsilon=0.8, delta=0.0, label="earlier release")
+    kw = {"epsilon": 0.5, "delta": 5e-6, "round1_fraction": 0.1}
+    # round 1 alone would fit, rounds 1 and 2 together do not: the request is refused as a whole
+    p1, p2, _ = plan_rounds(HeterogeneityConfig(**kw), *x.shape)  # type: ignore[arg-type]
+    assert p1.loss is not None and p2.loss is not None
+    scratch = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
+    scratch.spend(epsilon=0.8, delta=0.0, label="earlier release")
+    scratch.spend_loss(p1.loss, label="round 1 alone")  # fits
+    with pytest.raises(BudgetExceededError):
+        scratch.spend_loss(p2.loss, label="round 2")
+    with pytest.raises(BudgetExceededError):
+        heterogeneity(x, ledger=led, randomness=RandomSource(2), **kw)  # type: ignore[arg-type]
+    assert [e.label for e in led.entries] == ["earlier release"]
+
+
+def test_configurations_that_would_ignore_a_parameter_are_refused() -> None:
+    with pytest.raises(ParameterError, match="mechanism"):
+        HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise="distributed", mechanism="classical")
+    with pytest.raises(ParameterError, match="mechanism"):
+        HeterogeneityConfig(epsilon=1.0, delta=1e-5, accounting="zcdp", mechanism="classical")
+    with pytest.raises(ParameterError, match="float_noise"):
+        HeterogeneityConfig(
+            epsilon=1.0, delta=1e-5, noise="distributed", secure=True, float_noise=True
+        )
+    with pytest.raises(ParameterError, match="min_reporting"):
+        HeterogeneityConfig(epsilon=1.0, delta=1e-5, min_reporting=0.5)  # central noise
+    with pytest.raises(ParameterError, match="float_noise"):
+        HeterogeneityConfig(float_noise=True)  # no budget, no noise
+    # the classical formula remains available where it applies
+    HeterogeneityConfig(epsilon=1.0, delta=1e-5, mechanism="classical")
+    HeterogeneityConfig(
+        epsilon=1.0, delta=1e-5, noise="distributed", mechanism="classical", float_noise=True
+    )
+
+
+def test_cli_refuses_route_options_the_route_ignores() -> None:
+    cases = [
+        (["--dropout", "0.1"], "--dropout"),
+        (["--workers", "2"], "--workers"),
+        (["--backend", "process", "--scheduler", "tcp://127.0.0.1:1"], "--scheduler"),
+    ]
+    for extra, flag in cases:
+        res = runner.invoke(app, ["heterogeneity", "digits", "--no-privacy", *extra])
+        assert res.exit_code == 2, (extra, res.output)
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error:") and flag in lines[0], lines
+
+
+def test_cli_dropout_on_the_secure_route_drops_clients(tmp_path: object) -> None:
+    from pathlib import Path
+
+    x = _data(40, 4, seed=24, lo=0.1, hi=0.9)
+    path = Path(str(tmp_path)) / "v.csv"
+    path.write_text("a,b,c,d\n" + "\n".join(",".join(f"{v:.6f}" for v in row) for row in x) + "\n")
+    args = ["--seed", "5", "heterogeneity", str(path), "--epsilon", "1", "--delta", "1e-5"]
+    args += ["--secure", "--min-reporting", "0.5", "--dropout", "0.2", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    summed = [r["clients_summed"] for r in out["rounds"]]
+    assert out["backend"] == "secure" and min(summed) < 40  # some clients dropped out
+    # shares are calibrated for ceil(0.5 n) = 20 reports: with at least that many the target holds
+    eps = [r["epsilon_achieved"] for r in out["rounds"]]
+    planned = [r["epsilon"] for r in out["rounds"]]
+    assert min(summed) >= 20
+    assert all(e <= p * (1 + 1e-9) for e, p in zip(eps, planned, strict=True))
+
+
+def test_cli_reads_parquet_like_csv(tmp_path: object) -> None:
+    from pathlib import Path
+
+    import pandas as pd
+
+    x = _data(30, 6, seed=25)
+    root = Path(str(tmp_path))
+    df = pd.DataFrame(x, columns=[f"p{j}" for j in range(6)])
+    df.to_csv(root / "v.csv", index=False, float_format="%.17g")
+    df.to_parquet(root / "v.parquet")
+    outs = []
+    for name in ("v.csv", "v.parquet"):
+        res = runner.invoke(app, ["heterogeneity", str(root / name), "--no-privacy", "--json"])
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.stdout))
+    assert outs[0]["dispersion"]["truth"] == outs[1]["dispersion"]["truth"]
+    assert outs[1]["dispersion"]["truth"] == pytest.approx(dispersion(x), rel=1e-12)
+    assert outs[1]["n_clients"] == 30
+
+
+@pytest.mark.parametrize("noise", ["central", "distributed"])
+def test_rounds_carry_only_plain_public_parameters(noise: str) -> None:
+    """What crosses to the clients is JSON (a deployment ships it as is) and holds no client range."""
+    from fedstats.analyses.heterogeneity import heterogeneity_protocol
+    from fedstats.engine import ClientBatch, RoundSum
+
+    x = _data(30, 4, seed=26)
+    cfg = HeterogeneityConfig(epsilon=1.0, delta=1e-5, noise=noise)
+    gen = heterogeneity_protocol(cfg, n_clients=30, dim=4, randomness=RandomSource(8))
+    rounds = [next(gen)]
+    with pytest.raises(StopIteration) as stop:
+        while True:
+            rnd = rounds[-1]
+            assert json.loads(json.dumps(rnd.params)) == rnd.params
+            assert rnd.client_range is None
+            assert not {"dropped", "client_range", "truth"} & set(rnd.params)
+            rep = rnd.encode_checked(ClientBatch({"x": x}, 0, 30), np.random.default_rng(0))
+            rounds.append(gen.send(RoundSum(rep.sum(axis=0), 30)))
+    assert [r.name for r in rounds] == ["centre", "spread"]
+    res = stop.value.value
+    assert res.analysis == "heterogeneity" and res.dispersion is not None

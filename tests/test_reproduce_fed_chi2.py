@@ -11,13 +11,9 @@ import scipy.stats
 from typer.testing import CliRunner
 
 from fedstats.analyses.chi2 import noise_averaged_p_value as calibrated_p_values
+from fedstats.analyses.chi2 import sketch_noise_quantiles
 from fedstats.cli.app import app
-from fedstats.experiments.fed_chi2 import (
-    _shared_data_present,
-    _unit_scale_quantiles,
-    real_tables,
-)
-from fedstats.randomness import RandomSource
+from fedstats.experiments.fed_chi2 import real_tables, shared_data_present
 
 
 def test_quick_reproduction_cli(tmp_path: Path) -> None:
@@ -30,7 +26,7 @@ def test_quick_reproduction_cli(tmp_path: Path) -> None:
     for name in payload["files"]:
         assert (out / name).is_file(), name
     assert not list(out.glob(".*.tmp")), "a temporary file was left behind"
-    doc = json.loads((out / "fed-chi2.json").read_text())
+    doc = json.loads((out / "fed-chi2-quick.json").read_text())
     assert doc["quick"] is True
     for png in doc["plots"]:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -38,7 +34,7 @@ def test_quick_reproduction_cli(tmp_path: Path) -> None:
         doc["plots"]
     )
     # Figure 1: every dataset and setting present; errors shrink with l; MoS beats geometric on average
-    ls = doc["settings"]["l_grid"]
+    ls = doc["config"]["l_grid"]
     errs = {dec: [] for dec in ("geometric", "mean-of-squares")}
     for entry in doc["fig1"].values():
         for dec in errs:
@@ -54,15 +50,28 @@ def test_quick_reproduction_cli(tmp_path: Path) -> None:
     )
     # FDR: counts add up to the number of hypotheses
     r0 = doc["fdr"]["run0"]["central"]
-    n_h = doc["settings"]["fdr_times"] * doc["settings"]["fdr_hypotheses"]
+    n_h = doc["config"]["fdr_times"] * doc["config"]["fdr_hypotheses"]
     assert r0["should_reject"] + r0["should_accept"] == n_h
-    md = (out / "fed-chi2.md").read_text()
+    md = (out / "fed-chi2-quick.md").read_text()
     for heading in ("## Figure 1", "## Figure 2", "## Figure 5", "## Section 4.2: online FDR"):
         assert heading in md
-    assert "95.03" in md or "Feature selection skipped" in md
+    if doc["feature_selection"]:
+        assert "overlap 95.03% (38,012 terms)" in md  # the paper's number beside ours
+    else:
+        assert "Feature selection skipped" in " ".join(doc["notes"])
+    assert "Figure 5 (FED-H) skipped" not in md
+    assert md.startswith("# FED-chi^2 / FED-H reproduction (quick run)")
+    assert "**Quick run**" in md
     # resumable: a rerun reuses every checkpointed cell and rewrites identical Figure 1 results
-    cells = (out / "fed-chi2-quick.cells.jsonl").read_text().count("\n")
+    cells = (out / "fed-chi2-quick.fig1.cells.jsonl").read_text().count("\n")
     assert cells >= len(doc["fig1"]) * len(ls)
+    again = CliRunner().invoke(
+        app, ["--quiet", "reproduce", "fed-chi2", "--quick", "--out", str(out), "--json"]
+    )
+    assert again.exit_code == 0, again.output
+    redo = json.loads((out / "fed-chi2-quick.json").read_text())
+    assert redo["fig1"] == doc["fig1"] and redo["fdr"] == doc["fdr"]
+    assert redo["timings"]["fig1_s"] < doc["timings"]["fig1_s"]
 
 
 def test_without_shared_data_only_synthetic_and_embedded_adult(tmp_path: Path) -> None:
@@ -70,7 +79,7 @@ def test_without_shared_data_only_synthetic_and_embedded_adult(tmp_path: Path) -
     assert list(tables) == ["adult: occupation x native-country"]
     assert tables["adult: occupation x native-country"].shape == (15, 42)
     assert any("Mushroom skipped" in n for n in notes)
-    assert not _shared_data_present(tmp_path)
+    assert not shared_data_present(tmp_path)
 
 
 def test_calibrated_p_values_uniform_under_independence() -> None:
@@ -78,7 +87,7 @@ def test_calibrated_p_values_uniform_under_independence() -> None:
     rng = np.random.default_rng(4)
     dof, ell, n = 16, 10, 4000
     s_hat = rng.chisquare(dof, n) * rng.chisquare(ell, n) / ell
-    q = _unit_scale_quantiles("mean-of-squares", ell, RandomSource(seed=1), points=400)
+    q = sketch_noise_quantiles(ell, "mean-of-squares", points=400)
     p = calibrated_p_values(s_hat, dof, q)
     assert scipy.stats.kstest(p, "uniform").pvalue > 1e-6
     naive = scipy.stats.chi2.sf(s_hat, dof)

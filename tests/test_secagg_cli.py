@@ -21,7 +21,9 @@ def _json(args: list[str]) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("stage", ["advertise", "share", "masked_input", "unmask", "random"])
+@pytest.mark.parametrize(
+    "stage", ["advertise", "share", "masked_input", "consistency", "unmask", "random"]
+)
 def test_simulate_is_exact_with_dropouts(stage: str) -> None:
     data = _json(
         [
@@ -51,6 +53,14 @@ def test_simulate_is_exact_with_dropouts(stage: str) -> None:
     for key in ("client_seconds", "server_seconds", "bytes_per_client", "k", "t"):
         assert data[key] > 0
     assert data["bytes_per_client"] > 100 * 4  # the masked vector at the modulus width
+    assert data["threat_model"] == "malicious" and "inconsistent_dropout_claims" in data["stops"]
+    assert set(data["bytes_per_client_by_stage"]) == {
+        "advertise",
+        "share",
+        "masked_input",
+        "consistency",
+        "unmask",
+    }
 
 
 def test_simulate_without_json_and_overrides() -> None:
@@ -73,6 +83,13 @@ def test_simulate_errors_are_one_line() -> None:
     assert res.exit_code == 2 and "--bits" in res.stderr
     res = runner.invoke(app, ["secagg", "simulate", "--clients", "10", "--length", "3", "--k", "4"])
     assert res.exit_code == 2
+    # (k, t) without security against a malicious server are refused, naming the option
+    weak = ["secagg", "simulate", "--clients", "10", "--length", "3", "--k", "2", "--t", "1"]
+    res = runner.invoke(app, weak)
+    assert res.exit_code == 2 and res.stderr.startswith("error: --t=1")
+    res = runner.invoke(app, [*weak, "--threat-model", "semi-honest", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "inconsistent_dropout_claims" not in json.loads(res.stdout)["stops"]
 
 
 def test_params_command_matches_finder() -> None:
@@ -80,3 +97,7 @@ def test_params_command_matches_finder() -> None:
     p = find_parameters(1000, corrupt_fraction=0.05, dropout_rate=0.1)
     assert (data["k"], data["t"], data["min_survivors"]) == (p.k, p.t, p.min_survivors)
     assert data["log2_security_failure"] <= -40
+    semi = _json(
+        ["secagg", "params", "--clients", "1000", "--threat-model", "semi-malicious", "--json"]
+    )
+    assert (semi["k"], semi["t"]) == (p.k, p.t) and set(semi["stops"]) < set(data["stops"])

@@ -28,14 +28,23 @@ def _round(bound: int = 10_000) -> Round:
 
 
 @pytest.mark.parametrize(
-    ("n", "cohort", "block", "bits"), [(2, 1000, 64, 64), (257, 50, 64, 32), (120, 7, 16, 16)]
+    ("n", "cohort", "block", "bits", "model"),
+    [
+        (2, 1000, 64, 64, "malicious"),
+        (257, 50, 64, 32, "malicious"),
+        (120, 7, 16, 16, "malicious"),
+        (120, 40, 16, 32, "semi-honest"),
+        (60, 30, 16, 32, "semi-malicious"),
+    ],
 )
-def test_secure_route_equals_plain_sum(n: int, cohort: int, block: int, bits: int) -> None:
+def test_secure_route_equals_plain_sum(
+    n: int, cohort: int, block: int, bits: int, model: str
+) -> None:
     rng = np.random.default_rng(n)
     pop = InMemoryPopulation({"v": rng.integers(-10_000 if bits > 16 else -40, 40, size=n)})
     rnd = _round(10_050 if bits > 16 else 90)
     plain = Engine(SerialBackend(), RandomSource(5), block_size=block).sum_round(rnd, pop, 0)
-    backend = SecureAggregationBackend(cohort_size=cohort, bits=bits)
+    backend = SecureAggregationBackend(cohort_size=cohort, bits=bits, threat_model=model)
     secure = Engine(backend, RandomSource(5), block_size=block).sum_round(rnd, pop, 0)
     np.testing.assert_array_equal(secure.total, plain.total)
     assert secure.n_clients == plain.n_clients == n
@@ -81,6 +90,8 @@ def test_overflow_refused_and_bad_options() -> None:
         SecureAggregationBackend(bits=8)
     with pytest.raises(ParameterError):
         SecureAggregationBackend(dropout=0.7)
+    with pytest.raises(ParameterError, match="threat_model"):
+        SecureAggregationBackend(threat_model="honest")
     with pytest.raises(ParameterError):
         Engine(SecureAggregationBackend()).sum_round(_round(), pop, 0, client_range=(0, 1))
 

@@ -9,6 +9,8 @@ import os
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from fedstats.errors import (
@@ -18,10 +20,20 @@ from fedstats.errors import (
     ProtocolAbortError,
     SecurityError,
 )
-from fedstats.secagg import FixedPoint, check_overflow, find_parameters, validate_parameters
+from fedstats.secagg import (
+    ATTACKS,
+    ClientIdentity,
+    EnrollmentAuthority,
+    FixedPoint,
+    SessionRoster,
+    check_overflow,
+    find_parameters,
+    validate_parameters,
+)
 from fedstats.secagg.crypto import (
     add_mask,
     agree,
+    check_public_key,
     decrypt_share,
     derive_key,
     encrypt_share,
@@ -29,20 +41,35 @@ from fedstats.secagg.crypto import (
     generate_key_pair,
     public_from_private,
 )
-from fedstats.secagg.graph import harary_neighbors, random_harary_graph
+from fedstats.secagg.graph import (
+    harary_neighbors,
+    public_harary_graph,
+    public_neighbors,
+    random_harary_graph,
+)
 from fedstats.secagg.messages import (
+    CIPHERTEXT_BYTES,
+    VERSION,
     AdvertiseKeys,
+    ConsistencySignature,
     EncryptedShares,
     KeyBroadcast,
     MaskedInput,
     SetupMessage,
     ShareBroadcast,
+    SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
     decode,
+    max_message_bytes,
 )
 from fedstats.secagg.params import _log2_disconnect
-from fedstats.secagg.shamir import FIELD_PRIME, reconstruct_secret, split_secret
+from fedstats.secagg.shamir import (
+    FIELD_PRIME,
+    reconstruct_secret,
+    robust_reconstruct,
+    split_secret,
+)
 
 # -- Shamir ----------------------------------------------------------------------------------------
 
@@ -187,8 +214,35 @@ def test_find_parameters_minimal() -> None:
     p = find_parameters(1000, corrupt_fraction=0.05, dropout_rate=0.1)
     if p.k > 2:  # the next smaller degree fails for every threshold
         for t in range(1, p.k - 1):
-            q = validate_parameters(1000, p.k - 2, t, corrupt_fraction=0.05, dropout_rate=0.1)
+            q = validate_parameters(
+                1000,
+                p.k - 2,
+                t,
+                corrupt_fraction=0.05,
+                dropout_rate=0.1,
+                threat_model="semi-malicious",
+            )
             assert q.security_bound > -40 or q.correctness_bound > -30
+    same = find_parameters(
+        1000, corrupt_fraction=0.05, dropout_rate=0.1, threat_model="semi-malicious"
+    )
+    assert (same.k, same.t) == (p.k, p.t)  # same bound, different protocol
+
+
+def test_malicious_refuses_parameters_without_security() -> None:
+    for k, t in [(2, 1), (4, 1), (4, 2), (10, 5)]:
+        with pytest.raises(ParameterError, match="malicious"):
+            validate_parameters(20, k, t)
+        validate_parameters(20, k, t, threat_model="semi-honest")  # allowed, and reported
+    assert validate_parameters(2, 1, 1).t == 1  # two clients: the sum reveals the other anyway
+    for n in (3, 10, 50):
+        p = find_parameters(n)
+        assert p.t >= 2 and 2 * p.t > p.k
+    # which attacks each threat model stops: malicious stops a strict superset
+    semi = set(find_parameters(100, threat_model="semi-malicious").stops)
+    mal = set(find_parameters(100).stops)
+    assert semi < mal and mal <= set(ATTACKS)
+    assert "inconsistent_dropout_claims" not in semi and "inconsistent_dropout_claims" in mal
 
 
 def test_find_parameters_impossible() -> None:
@@ -196,6 +250,8 @@ def test_find_parameters_impossible() -> None:
         find_parameters(6, dropout_rate=0.6)
     with pytest.raises(ParameterError):
         validate_parameters(10, 4, 5)
+    with pytest.raises(ParameterError):
+        validate_parameters(10, 4, 2, threat_model="honest")
 
 
 # -- crypto ----------------------------------------------------------------------------------------
@@ -267,29 +323,145 @@ def test_key_agreement_and_aead() -> None:
 
 
 def test_messages_round_trip() -> None:
+    sess = os.urandom(32)
+    sig = os.urandom(64)
     msgs = [
-        SetupMessage(b"round-7", 3, 10, 4, 3, 32, 5, (1, 2, 8, 9)),
-        AdvertiseKeys(3, os.urandom(32), os.urandom(32)),
+        SetupMessage(sess, 3, 10, 4, 3, 32, 5, 9, "semi-honest", (1, 2, 8, 9)),
+        SetupMessage(sess, 3, 10, 4, 3, 32, 5, 9, "malicious", (), b"roster"),
+        AdvertiseKeys(sess, 3, os.urandom(32), os.urandom(32), sig),
+        AdvertiseKeys(sess, 3, os.urandom(32), os.urandom(32)),
         KeyBroadcast(
-            os.urandom(32), {1: (os.urandom(32), os.urandom(32)), 9: (b"a" * 32, b"b" * 32)}
+            sess,
+            3,
+            os.urandom(32),
+            {1: (os.urandom(32), os.urandom(32), sig), 9: (b"a" * 32, b"b" * 32, b"")},
         ),
-        EncryptedShares(3, os.urandom(32), {1: os.urandom(160), 2: b""}),
-        ShareBroadcast(3, {2: os.urandom(10)}),
-        UnmaskRequest((1, 2), (9,)),
-        UnmaskResponse(3, {1: FIELD_PRIME - 1, 2: 0}, {9: 12345}),
+        EncryptedShares(sess, 3, os.urandom(32), {1: os.urandom(CIPHERTEXT_BYTES)}, sig),
+        ShareBroadcast(sess, 3, {2: os.urandom(CIPHERTEXT_BYTES)}),
+        SurvivorSet(sess, 3, 10, (0, 3, 9)),
+        ConsistencySignature(sess, 3, sig),
+        UnmaskRequest(sess, 3, (1, 2), (9,)),
+        UnmaskRequest(sess, 3, signatures={4: sig, 7: sig}),
+        UnmaskResponse(sess, 3, {1: FIELD_PRIME - 1, 2: 0}, {9: 12345}, sig),
     ]
     for m in msgs:
-        assert decode(m.to_bytes()) == m
-    mi = MaskedInput(4, 16, np.array([0, 1, 65535], dtype=np.uint16))
-    back = decode(mi.to_bytes())
-    assert isinstance(back, MaskedInput) and back.bits == 16
+        data = m.to_bytes()
+        assert decode(data) == m
+        assert data[4] == VERSION and data[6:38] == sess  # version and session in every header
+        limit = max_message_bytes(type(m), n=10, k=4, length=5, bits=32)
+        assert len(data) <= limit or isinstance(m, SetupMessage)
+        with pytest.raises(DataError):
+            decode(data[:-1])
+        with pytest.raises(DataError):
+            decode(data + b"\x00")
+        with pytest.raises(DataError):
+            decode(data, max_bytes=len(data) - 1)
+        with pytest.raises(DataError):
+            decode(data[:4] + bytes([VERSION + 1]) + data[5:])  # another protocol version
+    mi = MaskedInput(sess, 4, 16, np.array([0, 1, 65535], dtype=np.uint16), sig)
+    back = decode(mi.to_bytes(), expect=MaskedInput)
+    assert isinstance(back, MaskedInput) and back.bits == 16 and back.signature == sig
     assert np.array_equal(back.values, mi.values)
     with pytest.raises(DataError):
-        decode(msgs[0].to_bytes()[:-1])
-    with pytest.raises(DataError):
-        decode(msgs[0].to_bytes() + b"\x00")
+        decode(mi.to_bytes(), expect=UnmaskResponse)
     with pytest.raises(DataError):
         decode(b"nope")
+    with pytest.raises(DataError):  # a ciphertext of the wrong size is refused
+        EncryptedShares(sess, 3, os.urandom(32), {1: os.urandom(CIPHERTEXT_BYTES + 1)}).to_bytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400), st.integers(1, 10))
+def test_decoders_refuse_garbage(data: bytes, tag: int) -> None:
+    blob = b"FSA2" + bytes([VERSION, tag]) + data
+    try:
+        msg = decode(blob)
+    except DataError:
+        return
+    assert msg.to_bytes() == blob  # what parses is exactly a canonical message
+
+
+def test_counts_are_checked_before_allocation() -> None:
+    sess = os.urandom(32)
+    good = ShareBroadcast(sess, 1, {2: os.urandom(CIPHERTEXT_BYTES)}).to_bytes()
+    huge_count = good[:42] + (2**31).to_bytes(4, "little") + good[46:]
+    with pytest.raises(DataError, match="more entries"):
+        decode(huge_count)
+
+
+def test_low_order_keys_refused() -> None:
+    p = 2**255 - 19
+    lows = [0, 1, p - 1, p, p + 1]
+    lows += [
+        325606250916557431795983626356110631294008115727848805560023387167927233504,
+        39382357235489614581723060781553021112529911719440698176882885853963445705823,
+    ]
+    for u in lows:
+        for top in (0, 1 << 255):
+            key = (u | top).to_bytes(32, "little")
+            with pytest.raises(SecurityError, match="low-order"):
+                check_public_key(key)
+            with pytest.raises(SecurityError):  # cryptography agrees: all-zero shared secret
+                agree(generate_key_pair().private, key)
+    check_public_key(generate_key_pair().public)
+    with pytest.raises(SecurityError, match="32 bytes"):
+        check_public_key(bytes(31))
+
+
+def test_robust_reconstruct_identifies_wrong_shares() -> None:
+    secret = os.urandom(32)
+    xs = list(range(1, 21))
+    shares = list(zip(xs, split_secret(secret, threshold=8, xs=xs), strict=True))
+    ok = lambda s: s == secret  # noqa: E731
+    assert robust_reconstruct(shares, threshold=8, check=ok) == (secret, set())
+    bad = [(x, (y + 1) % FIELD_PRIME) if x in (1, 5) else (x, y) for x, y in shares]
+    bad[10] = (bad[10][0], FIELD_PRIME + 3)  # not a field element
+    assert robust_reconstruct(bad, threshold=8, check=ok) == (secret, {1, 5, 11})
+    too_many = [(x, y + 1) if x <= 7 else (x, y) for x, y in shares]  # 7 > (20 - 8) // 2
+    with pytest.raises(ProtocolAbortError):
+        robust_reconstruct(too_many, threshold=8, check=ok)
+    with pytest.raises(ProtocolAbortError):
+        robust_reconstruct(shares[:7], threshold=8, check=ok)
+
+
+def test_public_graph_is_a_renamed_harary_graph() -> None:
+    seed = os.urandom(32)
+    g = public_harary_graph(40, 6, seed)
+    assert np.array_equal(g, public_harary_graph(40, 6, seed))  # deterministic in the seed
+    assert not np.array_equal(g, public_harary_graph(40, 6, os.urandom(32)))
+    rows = public_neighbors(40, 6, seed, range(40))
+    assert all(set(g[i].tolist()) == rows[i] for i in range(40))
+    assert all(i in rows[j] and i not in rows[i] for i in range(40) for j in rows[i])
+    # neighbours of a client look like a uniform 6-subset: each other client equally often
+    counts = np.zeros(20)
+    for _ in range(600):
+        counts[sorted(public_neighbors(20, 6, os.urandom(32), [0])[0])] += 1
+    assert counts[0] == 0
+    assert stats.chisquare(counts[1:]).pvalue > 1e-4
+
+
+def test_roster_signature_and_parsing() -> None:
+    auth = EnrollmentAuthority()
+    ids = [ClientIdentity() for _ in range(5)]
+    roster = auth.roster([c.public for c in ids], task_id=b"task")
+    assert SessionRoster.from_bytes(roster.to_bytes()) == roster
+    auth.verifier().verify(roster)
+    with pytest.raises(SecurityError):
+        EnrollmentAuthority().verifier().verify(roster)  # another authority
+    forged = SessionRoster(
+        roster.task_id,
+        roster.session,
+        (*roster.identities[:4], ClientIdentity().public),
+        roster.signature,
+    )
+    with pytest.raises(SecurityError):
+        auth.verifier().verify(forged)  # the server cannot add or swap identities
+    with pytest.raises(DataError):
+        SessionRoster.from_bytes(roster.to_bytes(), max_clients=4)
+    with pytest.raises(DataError):
+        SessionRoster.from_bytes(roster.to_bytes()[:-1])
+    with pytest.raises(ParameterError):
+        auth.roster([ids[0].public, ids[0].public])
 
 
 # -- fixed point -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The secure-aggregation protocol end to end: exact sums under dropouts, aborts, and attacks."""
+"""The secure-aggregation protocol end to end (semi-honest and semi-malicious models): exact sums under
+dropouts, aborts, and attacks. The malicious model has its own file, ``test_secagg_malicious.py``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fedstats.errors import DataError, ProtocolAbortError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.secagg import (
     DROPOUT_STAGES,
+    ClientConfig,
     SecAggClient,
     SecAggParameters,
     SecAggServer,
@@ -48,7 +50,7 @@ def _expected_outcome(
     nbs = [set(int(v) for v in row) for row in nb]
     gone: set[int] = set()
     alive = {}
-    for s in DROPOUT_STAGES:
+    for s in DROPOUT_STAGES:  # no consistency stage: those clients drop before unmasking
         gone |= drops.get(s, set())
         alive[s] = set(range(n)) - gone
     a0 = alive["advertise"]
@@ -77,7 +79,8 @@ def _scenarios(draw: st.DrawFn) -> tuple[SecAggParameters, dict[str, set[int]], 
     n = draw(st.integers(2, 12))
     k = draw(st.sampled_from([k for k in range(1, n) if valid_degree(n, k)]))
     t = draw(st.integers(1, k))
-    params = validate_parameters(n, k, t, dropout_rate=0.0)
+    model = draw(st.sampled_from(["semi-honest", "semi-malicious"]))
+    params = validate_parameters(n, k, t, dropout_rate=0.0, threat_model=model)
     params = dataclasses.replace(params, min_survivors=draw(st.integers(1, n)))
     drops: dict[str, set[int]] = {}
     for stage in DROPOUT_STAGES:
@@ -112,7 +115,7 @@ def test_exact_sum_under_random_dropouts(
 
 def test_every_stage_with_default_parameters() -> None:
     n, length = 60, 50
-    params = find_parameters(n, dropout_rate=0.2)
+    params = find_parameters(n, dropout_rate=0.2, threat_model="semi-malicious")
     rng = np.random.default_rng(1)
     x = rng.integers(-1000, 1000, size=(n, length))
     for stage in DROPOUT_STAGES:
@@ -121,7 +124,9 @@ def test_every_stage_with_default_parameters() -> None:
             x, bits=32, params=params, dropouts=drops, randomness=RandomSource(2)
         )
         assert np.array_equal(res.signed_total(), x[list(res.included)].sum(axis=0))
-        expect_in = set(range(n)) - (drops[stage] if stage != "unmask" else set())
+        expect_in = set(range(n)) - (
+            drops[stage] if stage not in ("consistency", "unmask") else set()
+        )
         assert set(res.included) == expect_in
     # one more drop than tolerated, at each stage: abort
     for stage in DROPOUT_STAGES:
@@ -134,6 +139,7 @@ def test_two_clients() -> None:
     x = np.array([[5, -7, 2**40], [1, 1, 1]])
     res = run_secure_aggregation(x, bits=64)
     assert res.params.k == 1 and res.params.t == 1
+    assert res.params.threat_model == "malicious"  # the default
     assert res.signed_total().tolist() == [6, -6, 2**40 + 1]
 
 
@@ -156,7 +162,7 @@ def test_long_vectors() -> None:
     res = run_secure_aggregation(
         x,
         bits=64,
-        params=validate_parameters(n, 3, 2, dropout_rate=0.25),
+        params=validate_parameters(n, 3, 2, dropout_rate=0.25, threat_model="semi-honest"),
         dropouts={"masked_input": {3}},
     )
     assert np.array_equal(res.total, x[:3].astype(np.uint64).sum(axis=0, dtype=np.uint64))
@@ -166,7 +172,7 @@ def test_long_vectors() -> None:
 def test_inputs_as_function_and_lengths() -> None:
     rng = np.random.default_rng(4)
     rows = rng.integers(-5, 5, size=(6, 1))
-    res = run_secure_aggregation(lambda i: rows[i], n=6, bits=16)
+    res = run_secure_aggregation(lambda i: rows[i], n=6, bits=16)  # malicious model by default
     assert res.signed_total().tolist() == rows.sum(axis=0).tolist()
     with pytest.raises(DataError):
         run_secure_aggregation(np.ones((3, 2)), bits=32)
@@ -183,6 +189,11 @@ def test_abort_keeps_no_partial_result() -> None:
     with pytest.raises(ProtocolAbortError):
         server.result()
     assert not server._acc.any()
+    j, req = list(reqs.items())[-1]
+    with pytest.raises(ProtocolAbortError, match="aborted"):  # nothing is accepted after an abort
+        server.receive(clients[j].handle(req))  # type: ignore[arg-type]
+    with pytest.raises(ProtocolAbortError):
+        server.advance()
 
 
 # -- a hand-driven session, for attacks --------------------------------------------------------------
@@ -191,14 +202,15 @@ def test_abort_keeps_no_partial_result() -> None:
 def _session_until_unmask(
     n: int = 6, k: int = 4, t: int = 3, drop_masked: tuple[int, ...] = ()
 ) -> tuple[SecAggServer, dict[int, SecAggClient], dict[int, UnmaskRequest], np.ndarray]:
-    params = validate_parameters(n, k, t, dropout_rate=0.5)
+    params = validate_parameters(n, k, t, dropout_rate=0.5, threat_model="semi-malicious")
     rng = np.random.default_rng(3)
     x = rng.integers(0, 100, size=(n, 4))
     server = SecAggServer(params, length=4, bits=32, round_id=ROUND, rng=rng)
-    clients = {i: SecAggClient(i, x[i]) for i in range(n)}
+    config = ClientConfig.from_parameters(params, bits=32, length=4)
+    clients = {i: SecAggClient(i, x[i], config) for i in range(n)}
     out = server.setup()
     for i, m in out.items():
-        server.receive(decode(clients[i].handle(m).to_bytes()))  # type: ignore[arg-type]
+        server.receive_bytes(clients[i].handle_bytes(m.to_bytes()))
     for stage in ("share", "masked"):
         nxt = server.advance()
         for i, m in nxt.items():
@@ -219,22 +231,30 @@ def test_hand_driven_session_and_message_order() -> None:
     with pytest.raises(SecurityError):  # a second request in the same session is refused
         clients[0].handle(reqs[0])
     with pytest.raises(SecurityError):  # a message out of order
-        SecAggClient(0, x[0]).handle(reqs[0])
+        SecAggClient(0, x[0], clients[0].config).handle(reqs[0])
+    # every client that answered has forgotten its input, keys, seed and the shares it held
+    assert not any(c.holds_secrets() for i, c in clients.items() if i != 2)
+    assert clients[2].holds_secrets()  # the dropout never got that far
 
 
 def test_double_reveal_refused() -> None:
     _, clients, reqs, _ = _session_until_unmask()
     j, req = next(iter(reqs.items()))
     peer = req.survivors[0]
-    evil = UnmaskRequest(req.survivors, (peer,))
+    evil = UnmaskRequest(req.session, j, req.survivors, (peer,))
     with pytest.raises(SecurityError, match="refuses to reveal both"):
         clients[j].handle(evil)
+    assert not clients[j].holds_secrets()  # a refusal aborts the client: it forgets everything
+    with pytest.raises(SecurityError):
+        clients[j].handle(req)  # and answers nothing afterwards
     # asking for shares of a non-neighbour (or itself) is refused too
-    non_nb = next(i for i in range(6) if i not in req.survivors and i != j)
+    others = [(i, r) for i, r in reqs.items() if i != j]
+    (a, ra), (b, rb) = others[0], others[1]
+    non_nb = next(i for i in range(6) if i not in ra.survivors and i != a)
     with pytest.raises(SecurityError):
-        clients[j].handle(UnmaskRequest((non_nb,), ()))
+        clients[a].handle(UnmaskRequest(ra.session, a, (non_nb,), ()))
     with pytest.raises(SecurityError):
-        clients[j].handle(UnmaskRequest((j,), ()))
+        clients[b].handle(UnmaskRequest(rb.session, b, (b,), ()))
 
 
 def test_server_rejects_unrequested_shares() -> None:
@@ -242,7 +262,7 @@ def test_server_rejects_unrequested_shares() -> None:
     j, req = next((j, r) for j, r in reqs.items() if r.dropped)
     honest = clients[j].handle(req)
     assert isinstance(honest, UnmaskResponse)
-    forged = UnmaskResponse(j, honest.seed_shares, {**honest.key_shares, 99: 1})
+    forged = UnmaskResponse(req.session, j, honest.seed_shares, {**honest.key_shares, 99: 1})
     with pytest.raises(SecurityError):
         server.receive(forged)
 
@@ -277,11 +297,17 @@ def test_tampered_ciphertext_rejected(pos: int) -> None:
         sender = next(iter(m.ciphertexts))
         cts = dict(m.ciphertexts)
         cts[sender] = _flip(cts[sender], pos % len(cts[sender]))
-        return ShareBroadcast(m.receiver, cts)
+        return ShareBroadcast(m.session, m.receiver, cts)
 
     x = np.ones((8, 3), dtype=np.int64)
-    with pytest.raises(SecurityError, match="failed authentication"):
-        run_secure_aggregation(x, bits=32, channel=_tamper(ShareBroadcast, mutate, "to_client"))
+    for model in ("semi-malicious", "malicious"):
+        with pytest.raises(SecurityError, match="failed authentication"):
+            run_secure_aggregation(
+                x,
+                bits=32,
+                params=find_parameters(8, threat_model=model),
+                channel=_tamper(ShareBroadcast, mutate, "to_client"),
+            )
 
 
 def test_swapped_ciphertexts_rejected() -> None:
@@ -292,7 +318,7 @@ def test_swapped_ciphertexts_rejected() -> None:
         a, b = list(m.ciphertexts)[:2]
         cts = dict(m.ciphertexts)
         cts[a], cts[b] = cts[b], cts[a]
-        return ShareBroadcast(m.receiver, cts)
+        return ShareBroadcast(m.session, m.receiver, cts)
 
     with pytest.raises(SecurityError):
         run_secure_aggregation(
@@ -303,25 +329,29 @@ def test_swapped_ciphertexts_rejected() -> None:
 
 
 def test_reconstructed_key_must_match_advertised_key() -> None:
-    # The server's copy of client 0's mask key is replaced in transit; client 0 then drops before its
-    # masked input, so the server must reconstruct its key, which regenerates the *true* public key.
+    # Semi-malicious: the server's copy of client 0's mask key is replaced in transit (nothing is
+    # signed); client 0 then drops before its masked input, so the server must reconstruct its key,
+    # which regenerates the *true* public key: unmasking fails and the session aborts (fail closed).
     fake = generate_key_pair().public
 
     def mutate(m: object) -> object:
         assert isinstance(m, AdvertiseKeys)
-        return AdvertiseKeys(m.client, fake, m.encryption_public) if m.client == 0 else None
+        if m.client != 0:
+            return None
+        return AdvertiseKeys(m.session, m.client, fake, m.encryption_public)
 
-    with pytest.raises(SecurityError, match="advertised public key"):
+    with pytest.raises(ProtocolAbortError, match="unmasking failed"):
         run_secure_aggregation(
             np.ones((8, 3), dtype=np.int64),
             bits=32,
-            params=validate_parameters(8, 4, 3, dropout_rate=0.25),
+            params=validate_parameters(8, 4, 3, dropout_rate=0.25, threat_model="semi-malicious"),
             dropouts={"masked_input": {0}},
             channel=_tamper(AdvertiseKeys, mutate, "to_server"),
         )
 
 
-def test_tampered_seed_share_detected() -> None:
+def test_tampered_seed_share_identifies_the_sender() -> None:
+    # One wrong share no longer kills the session: Berlekamp-Welch finds it, the sum stays exact.
     def mutate(m: object) -> object:
         assert isinstance(m, UnmaskResponse)
         if not m.seed_shares:
@@ -329,28 +359,40 @@ def test_tampered_seed_share_detected() -> None:
         i = next(iter(m.seed_shares))
         seeds = dict(m.seed_shares)
         seeds[i] = (seeds[i] + 12345) % ((1 << 521) - 1)
-        return UnmaskResponse(m.sender, seeds, m.key_shares)
+        return UnmaskResponse(m.session, m.sender, seeds, m.key_shares)
 
-    with pytest.raises(SecurityError):
-        run_secure_aggregation(
-            np.ones((8, 3), dtype=np.int64),
-            bits=32,
-            params=validate_parameters(8, 6, 6, dropout_rate=0.0),
-            channel=_tamper(UnmaskResponse, mutate, "to_server"),
-        )
+    x = np.arange(24).reshape(8, 3)
+    res = run_secure_aggregation(
+        x,
+        bits=32,
+        params=validate_parameters(8, 6, 4, dropout_rate=0.0, threat_model="semi-malicious"),
+        channel=_tamper(UnmaskResponse, mutate, "to_server"),
+    )
+    assert res.signed_total().tolist() == x.sum(axis=0).tolist()
+    assert len(res.cheaters) == 1
 
 
 def test_server_rejects_malformed_client_messages() -> None:
-    params = validate_parameters(4, 2, 2, dropout_rate=0.0)
+    params = validate_parameters(4, 2, 2, dropout_rate=0.0, threat_model="semi-honest")
     server = SecAggServer(params, length=2, bits=32, round_id=ROUND, rng=np.random.default_rng(1))
     server.setup()
+    sess = server.session
     with pytest.raises(SecurityError):
-        server.receive(MaskedInput(0, 32, np.zeros(2, dtype=np.uint32)))  # wrong step
-    server.receive(AdvertiseKeys(0, os.urandom(32), os.urandom(32)))
+        server.receive(MaskedInput(sess, 0, 32, np.zeros(2, dtype=np.uint32)))  # wrong stage
+    keys = [generate_key_pair().public for _ in range(8)]
+    server.receive(AdvertiseKeys(sess, 0, keys[0], keys[1]))
     with pytest.raises(SecurityError):
-        server.receive(AdvertiseKeys(0, os.urandom(32), os.urandom(32)))  # duplicate
+        server.receive(AdvertiseKeys(sess, 0, keys[2], keys[3]))  # duplicate
     with pytest.raises(SecurityError):
-        server.receive(AdvertiseKeys(7, os.urandom(32), os.urandom(32)))  # not invited
+        server.receive(AdvertiseKeys(sess, 7, keys[2], keys[3]))  # not invited
+    with pytest.raises(SecurityError, match="another session"):
+        server.receive(AdvertiseKeys(os.urandom(32), 1, keys[2], keys[3]))
+    with pytest.raises(SecurityError, match="already in use"):
+        server.receive(AdvertiseKeys(sess, 1, keys[0], keys[3]))  # someone else's key
+    with pytest.raises(SecurityError, match="low-order"):
+        server.receive(AdvertiseKeys(sess, 1, bytes(32), keys[3]))
+    with pytest.raises(DataError):  # oversized: refused before parsing
+        server.receive_bytes(AdvertiseKeys(sess, 1, keys[2], keys[3]).to_bytes() + bytes(1 << 20))
     with pytest.raises(ProtocolAbortError):
         server.advance()  # only client 0 advertised, quorum is 4
 
@@ -366,7 +408,12 @@ def test_masked_inputs_look_uniform() -> None:
             seen.append(np.asarray(m.values).copy())
         return data
 
-    res = run_secure_aggregation(np.zeros((n, length), dtype=np.int64), bits=bits, channel=channel)
+    res = run_secure_aggregation(
+        np.zeros((n, length), dtype=np.int64),
+        bits=bits,
+        params=find_parameters(n, threat_model="semi-honest"),
+        channel=channel,
+    )
     assert not res.total.any()
     assert len(seen) == n
     partial = np.sum(seen[: n // 2], axis=0, dtype=np.uint16)
@@ -384,11 +431,12 @@ def test_repeated_public_keys_refused() -> None:
         a, b = list(m.keys)[:2]
         keys = dict(m.keys)
         keys[b] = keys[a]  # the server hands out one client's keys under two names
-        return KeyBroadcast(m.session, keys)
+        return KeyBroadcast(m.session, m.receiver, m.transcript, keys)
 
     with pytest.raises(SecurityError, match="repeated public keys"):
         run_secure_aggregation(
             np.ones((8, 3), dtype=np.int64),
             bits=32,
+            params=find_parameters(8, threat_model="semi-malicious"),
             channel=_tamper(KeyBroadcast, mutate, "to_client"),
         )

@@ -68,7 +68,7 @@ def saffron_gamma(
     normalization: str = "paper",
     terms: int = PAPER_GAMMA_TERMS,
 ) -> np.ndarray:
-    """The first ``n`` terms of SAFFRON's spending sequence ``gamma_j`` proportional to ``j^-exponent``.
+    """Compute the first ``n`` terms of SAFFRON's spending sequence ``gamma_j`` proportional to ``j^-exponent``.
 
     Parameters
     ----------
@@ -197,7 +197,7 @@ class OnlineSaffron:
         return len(self._a)
 
     def level(self) -> float:
-        """The test level ``alpha_t`` for the next p-value (does not advance the procedure)."""
+        """Return the test level ``alpha_t`` for the next p-value (does not advance the procedure)."""
         t = self.t + 1
         d = t - self._cand  # t - C_0+ (tau_0 = 0)
         total = self.w0 * float(self._gamma(d))
@@ -310,7 +310,7 @@ def _masks(rejected: Any, is_null: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def false_discovery_proportion(rejected: Any, is_null: Any) -> float:
-    """False discoveries over ``max(1, discoveries)`` (the FDP; its mean over runs is the FDR).
+    """Compute false discoveries over ``max(1, discoveries)`` (the FDP; its mean over runs is the FDR).
 
     Parameters
     ----------
@@ -333,7 +333,7 @@ def true_discovery_rate(rejected: Any, is_null: Any) -> float:
 
 
 def discovery_counts(rejected: Any, is_null: Any) -> dict[str, int]:
-    """The counts of Pang et al. 2023, Table 3: should reject / should accept / correct / false rejections."""
+    """Count as in Pang et al. 2023, Table 3: should reject / should accept / correct / false rejections."""
     r, h0 = _masks(rejected, is_null)
     return {
         "should_reject": int((~h0).sum()),

@@ -23,7 +23,7 @@ clients' tables is computed exactly and projected once. Two routes:
   (tested); the second costs ``O(l)`` per term instead of ``O(l C)`` stable variates.
 
 The decoders are those of :mod:`fedstats.sketches.decoders`, applied to many encodings at once through their
-homogeneity (:func:`batch_decode`).
+homogeneity (:func:`fedstats.analyses.chi2.estimator.batch_decode`, re-exported here).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ import numpy as np
 import scipy.sparse
 
 from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses.chi2.calibration import batch_decode
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource, as_generator
-from fedstats.sketches.decoders import geometric_mean_estimator, mean_of_squares_estimator
 from fedstats.sketches.stable import StableProjection
 
 __all__ = [
@@ -196,7 +196,7 @@ def _scores_from_counts(present: np.ndarray, totals: np.ndarray) -> np.ndarray:
 
 
 def top_k(scores: Any, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest scores (ties broken by the smaller index), sorted by index.
+    """Return the indices of the ``k`` largest scores (ties broken by the smaller index), sorted by index.
 
     Raises
     ------
@@ -215,52 +215,6 @@ def selection_overlap(a: Any, b: Any) -> float:
     if sa.size == 0:
         raise DataError("the first selection is empty")
     return float(np.intersect1d(sa, sb).size) / float(sa.size)
-
-
-def batch_decode(encodings: Any, decoder: str = "mean-of-squares") -> np.ndarray:
-    """Decode ``F_2`` from many aggregated Gaussian encodings at once (estimates only, no intervals).
-
-    Uses the decoders of :mod:`fedstats.sketches.decoders` through their homogeneity: the mean-of-squares
-    estimate of ``e`` is its estimate on the all-ones encoding times ``mean(e^2)``, and the geometric-mean
-    estimate is its estimate on all-ones times ``exp(2 mean log|e|)``; each decoder is called once per
-    encoding size.
-
-    Parameters
-    ----------
-    encodings : array_like, shape (n, l)
-        ``l >= 2`` entries per row, finite.
-    decoder : {"mean-of-squares", "geometric"}
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(n,)`` float64 estimates (0 for a row with an exactly-zero entry under the geometric mean).
-
-    Raises
-    ------
-    ParameterError
-        If ``l < 2`` or the decoder is unknown.
-    DataError
-        If an encoding is not finite.
-    """
-    decoder = check_choice("decoder", decoder, DECODERS)
-    e = np.asarray(encodings, dtype=np.float64)
-    if e.ndim != 2:
-        raise DataError(f"encodings must be (n, l), got shape {e.shape}")
-    ell = e.shape[1]
-    if ell < 2:
-        raise ParameterError("encoding_size", ell, "an integer >= 2")
-    if not np.isfinite(e).all():
-        raise DataError("an encoding has a NaN or infinite value")
-    ones = np.ones(ell)
-    if decoder == "mean-of-squares":
-        return np.asarray(mean_of_squares_estimator(ones).estimate * np.mean(e * e, axis=1))
-    base = geometric_mean_estimator(ones, 2.0).estimate
-    absv = np.abs(e)
-    zero = (absv == 0.0).any(axis=1)
-    with np.errstate(divide="ignore"):
-        out = base * np.exp(2.0 * np.mean(np.log(np.where(absv > 0, absv, 1.0)), axis=1))
-    return np.where(zero, 0.0, out)
 
 
 @dataclass

@@ -81,7 +81,7 @@ ConfidenceOption = Annotated[
 
 
 def load_frame(data: str, data_dir: Path | None, split: str | None) -> pd.DataFrame:
-    """A registered dataset or a CSV/Parquet file as a DataFrame.
+    """Load a registered dataset or a CSV/Parquet file as a DataFrame.
 
     Raises
     ------
@@ -172,18 +172,24 @@ def _tables(
     return np.rint(counts).astype(np.int64).reshape(shape)
 
 
-def _route(secure: bool | None, backend: str, n_clients: int) -> str:
+def _route(secure: bool | None, backend: str, n_clients: int, dropout: float = 0.0) -> str:
+    """Choose the route: ``--backend``, else secure aggregation up to the default size.
+
+    Simulated ``--dropout`` belongs to the plain routes (the secure route simulates its own dropouts), so
+    with dropout and neither ``--secure`` nor ``--backend`` the plain serial route is chosen.
+    """
     if secure and backend not in ("auto", "secure"):
         raise ParameterError("--backend", backend, "'auto' or 'secure' together with --secure")
     if backend != "auto":
         return backend
     if secure is None:
-        return "secure" if n_clients <= SECURE_DEFAULT_MAX_CLIENTS else "serial"
+        small = n_clients <= SECURE_DEFAULT_MAX_CLIENTS
+        return "secure" if small and not dropout else "serial"
     return "secure" if secure else "serial"
 
 
 def _lean(details: dict[str, Any]) -> dict[str, Any]:
-    drop = ("encoding", "encoding_plus", "encoding_minus", "dropped_clients", "joint_entropy")
+    drop = ("encoding", "encoding_plus", "encoding_minus", "joint_entropy")
     return {k: v for k, v in details.items() if k not in drop}
 
 
@@ -243,7 +249,7 @@ def chi2(
         raise ParameterError("--clients", n, f"at most {_MAX_TABLE_ENTRIES // cells} with --test g")
     # too many clients x cells to hold every client's table: the global table and the fast path
     tables = _tables(df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights)
-    route = _route(secure, backend, n)
+    route = _route(secure, backend, n, dropout)
     randomness = state.randomness
     common: dict[str, Any] = {"encoding_size": encoding_size, "level": level}
     common["confidence"] = confidence
@@ -290,11 +296,11 @@ def chi2(
     out = res.to_dict()
     payload: dict[str, Any] = {
         "test": res.test,
-        "statistic": out.pop("statistic"),
+        "statistic": res.statistic,
         "ci": out.pop("ci"),
         "p_value": out.pop("p_value"),
         "dof": out.pop("dof"),
-        "exact_statistic": out.pop("exact_statistic"),
+        "exact_statistic": res.exact_statistic,
         "multiplicative_error": out.pop("multiplicative_error"),
         "decision_stable": out.pop("decision_stable"),
         "rejected": out.pop("rejected"),
@@ -346,8 +352,8 @@ def entropy(
     encoding_size: Annotated[
         int, typer.Option("--encoding-size", help="l of each of the two projections (>= 2).")
     ] = 1000,
-    delta: Annotated[
-        float, typer.Option("--delta", help="Finite-difference step D in (0, 0.5].")
+    fd_step: Annotated[
+        float, typer.Option("--fd-step", help="Finite-difference step D in (0, 0.5].")
     ] = 0.05,
     coupling: Annotated[
         str, typer.Option("--coupling", help="coupled (default, one seed) or independent.")
@@ -394,7 +400,7 @@ def entropy(
         res = fed_entropy(
             hist,
             encoding_size=encoding_size,
-            delta=delta,
+            fd_step=fd_step,
             coupling=coupling,
             bits=bits,
             engine=engine,
@@ -403,9 +409,9 @@ def entropy(
         )
     out = res.to_dict()
     payload: dict[str, Any] = {
-        "entropy": out.pop("entropy"),
+        "entropy": res.entropy,
         "ci": out.pop("ci"),
-        "exact_entropy": out.pop("exact_entropy"),
+        "exact_entropy": res.exact_entropy,
         "additive_error": out.pop("additive_error"),
         "bias_bound": out.pop("bias_bound"),
         "dataset": data,

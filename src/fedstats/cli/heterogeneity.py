@@ -36,12 +36,39 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _route_options(
+    backend: str, *, dropout: float, workers: int | None, scheduler: str | None
+) -> dict[str, Any]:
+    """Return the route options that apply to ``backend``; refuse the ones it would ignore.
+
+    Raises
+    ------
+    ParameterError
+        ``dropout`` > 0 off the secure route, ``workers`` off the process/dask routes, ``scheduler`` off
+        the dask route.
+    """
+    options: dict[str, Any] = {}
+    if dropout:
+        if backend != "secure":
+            raise ParameterError("dropout", dropout, "0 unless --backend secure (or --secure)")
+        options["dropout"] = dropout
+    if workers is not None:
+        if backend not in ("process", "dask"):
+            raise ParameterError("workers", workers, "unset unless --backend process or dask")
+        options["workers"] = workers
+    if scheduler is not None:
+        if backend != "dask":
+            raise ParameterError("scheduler", scheduler, "unset unless --backend dask")
+        options["scheduler"] = scheduler
+    return options
+
+
 def heterogeneity_command(
     ctx: typer.Context,
     data: Annotated[
         str,
         typer.Argument(
-            help="'digits' (embedded), an IDX images file, a CIFAR batch/directory, or a CSV."
+            help="'digits' (embedded), an IDX images file, a CIFAR batch/directory, a CSV or a Parquet file."
         ),
     ],
     label_ratio: Annotated[
@@ -107,7 +134,8 @@ def heterogeneity_command(
     dropout: Annotated[
         float,
         typer.Option(
-            "--dropout", help="Secure route: probability that a client drops out (simulation)."
+            "--dropout",
+            help="Secure route only: probability that a client drops out (simulation).",
         ),
     ] = 0.0,
     min_reporting: Annotated[
@@ -120,7 +148,7 @@ def heterogeneity_command(
     pixel_max: Annotated[
         float | None,
         typer.Option(
-            "--pixel-max", help="Divide pixels by this (default 255 for IDX/CIFAR, 1 CSV)."
+            "--pixel-max", help="Divide pixels by this (default 255 for IDX/CIFAR, 1 CSV/Parquet)."
         ),
     ] = None,
     json_flag: JsonOption = False,
@@ -133,9 +161,9 @@ def heterogeneity_command(
     """Measure statistical heterogeneity of clients' image vectors with differential privacy."""
     state = state_from(ctx, json_flag=json_flag, seed=seed)
     if statistic not in STATISTICS:
-        raise ParameterError("--statistic", statistic, "one of " + ", ".join(STATISTICS))
+        raise ParameterError("statistic", statistic, "one of " + ", ".join(STATISTICS))
     if no_privacy and (epsilon is not None or delta is not None):
-        raise ParameterError("--no-privacy", True, "not together with --epsilon/--delta")
+        raise ParameterError("no_privacy", True, "not together with --epsilon/--delta")
     if not no_privacy and (epsilon is None or delta is None):
         raise ParameterError(
             "--epsilon/--delta", (epsilon, delta), "both given, or --no-privacy for exact sums"
@@ -144,34 +172,30 @@ def heterogeneity_command(
         noise = "distributed"
         if backend == "serial":
             backend = "secure"
+    route_options = _route_options(backend, dropout=dropout, workers=workers, scheduler=scheduler)
     if sample_fraction is not None and not 0.0 < sample_fraction <= 1.0:
-        raise ParameterError("--sample-fraction", sample_fraction, "a value in (0, 1]")
+        raise ParameterError("sample_fraction", sample_fraction, "a value in (0, 1]")
     randomness = state.randomness
     x, labels, name = load_image_vectors(data, pixel_max=pixel_max)
     if label_ratio is not None:
         if labels is None:
-            raise ParameterError("--label-ratio", label_ratio, "data with labels")
+            raise ParameterError("label_ratio", label_ratio, "data with labels")
         rows = sample_by_label_ratio(
             labels,
             label_ratio,
             fraction=sample_fraction,
-            rng=randomness.generator("heterogeneity", "sample"),
+            rng=randomness.generator("server", "heterogeneity", "sample"),
         )
         x = x[rows]
     elif sample_fraction is not None:
-        rng = randomness.generator("heterogeneity", "sample")
+        rng = randomness.generator("server", "heterogeneity", "sample")
         k = max(2, round(sample_fraction * x.shape[0]))
         x = x[sorted(rng.choice(x.shape[0], size=k, replace=False).tolist())]
     ledger = PrivacyLedger(epsilon_budget=epsilon, delta_budget=delta) if epsilon else None
     with (
         progress_for(state) as progress,
         engine_for(
-            state,
-            progress,
-            backend=backend,
-            workers=workers,
-            scheduler=scheduler,
-            shard_size=shard_size,
+            state, progress, backend=backend, shard_size=shard_size, **route_options
         ) as engine,
     ):
         res = heterogeneity(

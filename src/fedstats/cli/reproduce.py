@@ -28,10 +28,7 @@ from fedstats.cli._common import (
 from fedstats.experiments.framework import REPRODUCTIONS, Reproduction
 
 # Reproductions still served by their own command module (being moved onto the framework).
-_LEGACY: dict[str, str] = {
-    "fed-chi2": "fedstats.cli.reproduce_fed_chi2",
-    "heterogeneity": "fedstats.cli.reproduce_heterogeneity",
-}
+_LEGACY: dict[str, str] = {}
 
 reproduce_app = typer.Typer(
     cls=FedstatsGroup,

@@ -48,7 +48,12 @@ CorruptOption = Annotated[
     ),
 ]
 ThreatOption = Annotated[
-    str, typer.Option("--threat-model", help="Server model: malicious (default) or semi-honest.")
+    str,
+    typer.Option(
+        "--threat-model",
+        help="Server model: malicious (default; signed, consistency-checked protocol), "
+        "semi-malicious or semi-honest. See docs/secagg.md for the attacks each stops.",
+    ),
 ]
 SigmaOption = Annotated[
     float, typer.Option("--sigma", help="Security parameter (failure 2^-sigma).")
@@ -72,16 +77,20 @@ def _params(
     if (k is None) != (t is None):
         raise ParameterError("--k/--t", (k, t), "both or neither")
     if k is not None and t is not None:
-        return validate_parameters(
-            n,
-            k,
-            t,
-            corrupt_fraction=corrupt,
-            dropout_rate=dropout,
-            sigma=sigma,
-            eta=eta,
-            threat_model=threat,
-        )
+        try:
+            return validate_parameters(
+                n,
+                k,
+                t,
+                corrupt_fraction=corrupt,
+                dropout_rate=dropout,
+                sigma=sigma,
+                eta=eta,
+                threat_model=threat,
+            )
+        except ParameterError as exc:
+            name = f"--{exc.name}" if exc.name in ("k", "t") else exc.name
+            raise ParameterError(name, exc.value, exc.accepted) from exc
     return find_parameters(
         n, corrupt_fraction=corrupt, dropout_rate=dropout, sigma=sigma, eta=eta, threat_model=threat
     )
@@ -100,6 +109,7 @@ def _param_payload(p: SecAggParameters) -> dict[str, Any]:
         "eta": p.eta,
         "log2_security_failure": p.security_bound,
         "log2_correctness_failure": p.correctness_bound,
+        "stops": list(p.stops),
     }
 
 
@@ -113,8 +123,8 @@ def simulate(
         str,
         typer.Option(
             "--dropout-stage",
-            help="Step before which the clients drop: advertise, share, masked_input, unmask, or "
-            "random (each dropped client at a random step).",
+            help="Stage before which the clients drop: advertise, share, masked_input, "
+            "consistency, unmask, or random (each dropped client at a random stage).",
         ),
     ] = "random",
     bits: Annotated[int, typer.Option("--bits", help="Modulus width b: 16, 32 or 64.")] = 64,
@@ -188,6 +198,10 @@ def simulate(
         "bytes_sent_per_client": float(res.bytes_sent.mean()),
         "wall_seconds": wall,
         "threat_model": params.threat_model,
+        "stops": list(params.stops),
+        "client_aborts": len(res.client_aborts),
+        "rejected": len(res.rejected),
+        "bytes_per_client_by_stage": {s: float(v.mean()) for s, v in res.stage_bytes.items()},
         "release_note": rs.release_note,
     }
     emit(state, payload)

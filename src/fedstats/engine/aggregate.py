@@ -41,6 +41,7 @@ __all__ = [
     "laplace_sum",
     "multinomial",
     "randomized_response_sum",
+    "split_cohort",
 ]
 
 ROUTE_NOTE = (
@@ -228,6 +229,74 @@ def gaussian_sum(rng: RNG, count: Any, sigma: float) -> np.ndarray:
     z = np.asarray(rng.standard_normal(c.size), dtype=float)
     out: np.ndarray = (z * sigma * np.sqrt(c)).reshape(np.shape(count))
     return out
+
+
+_NUMPY_HYPERGEOMETRIC_LIMIT = 10**9
+
+
+def split_cohort(hist: InputHistogram, sizes: Any, rng: RNG) -> np.ndarray:
+    """Split a cohort uniformly at random into sub-cohorts of given sizes: inputs per sub-cohort.
+
+    What a public random assignment of clients to tasks (bit pushing's exact allocation) does to a
+    histogram. Exact in distribution:
+
+    * clients i.i.d. (``hist.source`` set): each sub-cohort is ``sizes[j]`` fresh i.i.d. clients,
+      Multinomial(sizes[j], source probabilities), independent across sub-cohorts (disjoint sets of
+      i.i.d. clients are independent), at any size;
+    * a fixed population below 10^9 clients: multivariate hypergeometric draws (without replacement).
+
+    Parameters
+    ----------
+    hist : InputHistogram
+        The cohort.
+    sizes : array_like of int, shape (m,)
+        Sub-cohort sizes summing to ``hist.n``.
+    rng : RNG
+        The round's generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 ``(k, m)``: clients with input ``i`` in sub-cohort ``j`` (``k`` rows of ``hist``, or of
+        ``hist.source`` when it is set: use :func:`split_inputs` to get the matching columns).
+
+    Raises
+    ------
+    ParameterError
+        For a fixed population of 10^9 clients or more (no fast exact sampler without replacement).
+    """
+    m = np.asarray(sizes, dtype=np.int64)
+    if hist.source is not None:
+        probs = np.broadcast_to(hist.source[1], (m.size, hist.source[1].size))
+        return multinomial(rng, m, probs).T
+    if hist.n >= _NUMPY_HYPERGEOMETRIC_LIMIT:
+        raise ParameterError(
+            "backend",
+            "aggregate",
+            f"a cohort below 10^9 clients, a resampled population, or a per-client route ({PER_CLIENT}): "
+            "splitting a fixed population of 10^9 or more clients without replacement has no fast "
+            "exact sampler",
+        )
+    gen = _numpy_generator(rng)
+    out = np.zeros((hist.k, m.size), dtype=np.int64)
+    left = hist.counts.astype(np.int64).copy()
+    for j, size in enumerate(m[:-1]):
+        out[:, j] = gen.multivariate_hypergeometric(left, int(size), method="marginals")
+        left -= out[:, j]
+    out[:, -1] = left
+    return out
+
+
+def split_inputs(hist: InputHistogram) -> dict[str, np.ndarray]:
+    """The input columns that the rows of :func:`split_cohort`'s result refer to."""
+    return dict(hist.source[0]) if hist.source is not None else dict(hist.columns)
+
+
+def _numpy_generator(rng: RNG) -> np.random.Generator:
+    """A numpy generator keyed from the round's stream (for samplers only numpy has; simulation only)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    return np.random.Generator(np.random.PCG64(int.from_bytes(rng.bytes(32), "little")))
 
 
 class AggregateBackend:

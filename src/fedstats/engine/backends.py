@@ -11,7 +11,7 @@ same result for the same seed. The serial backend lives here; the secure-aggrega
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -46,6 +46,10 @@ class RoundJob:
         Logical block size (part of what defines the result for a seed).
     client_range : tuple of int
         Global client indices ``[lo, hi)`` taking part in this round.
+    dropped : numpy.ndarray, optional
+        Sorted, distinct global indices (int64) of clients that dropped out of this round (simulated
+        dropout, :class:`~fedstats.engine.core.Dropout`): their reports are left out of the sum and of
+        :attr:`n_clients`. Known only to the route, never sent to clients. Default: none.
     """
 
     round: Round
@@ -54,11 +58,21 @@ class RoundJob:
     round_index: int
     block_size: int
     client_range: tuple[int, int]
+    dropped: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64), compare=False, repr=False
+    )
+
+    def _dropped_in(self, lo: int, hi: int) -> np.ndarray:
+        """Return the dropped clients with index in ``[lo, hi)`` (sorted)."""
+        d = self.dropped
+        out: np.ndarray = d[np.searchsorted(d, lo) : np.searchsorted(d, hi)]
+        return out
 
     @property
     def n_clients(self) -> int:
-        """Number of clients taking part."""
-        return self.client_range[1] - self.client_range[0]
+        """Number of clients whose reports are in the sum (the range minus the dropped clients)."""
+        lo, hi = self.client_range
+        return hi - lo - int(self._dropped_in(lo, hi).size)
 
     @property
     def exact_int64(self) -> bool:
@@ -66,11 +80,11 @@ class RoundJob:
         return self.n_clients * self.round.bound < _INT64_SAFE
 
     def zero_total(self) -> np.ndarray:
-        """An empty accumulator: int64 zeros of shape ``(dim,)``, or Python-int zeros when not int64-safe."""
+        """Return an empty accumulator: int64 zeros of shape ``(dim,)``, or Python-int zeros when not int64-safe."""
         return np.zeros(self.round.dim, dtype=np.int64 if self.exact_int64 else object)
 
     def blocks(self) -> range:
-        """Indices of the logical blocks this round touches."""
+        """Return the indices of the logical blocks this round touches."""
         lo, hi = self.client_range
         return range(lo // self.block_size, block_count(hi, self.block_size))
 
@@ -80,9 +94,11 @@ class RoundJob:
         return [(b, min(b + shard_blocks, bl.stop)) for b in range(bl.start, bl.stop, shard_blocks)]
 
     def encode_block(self, b: int, *, widen: bool = True) -> np.ndarray:
-        """Reports of the participating clients of block ``b``: int64 array ``(n_b, dim)``.
+        """Encode the reports of the participating clients of block ``b``: int64 array ``(n_b, dim)``.
 
-        With ``widen=False`` the encoder's own integer dtype is kept (see :meth:`Round.encode_checked`).
+        Every client of the block in the range encodes (so a survivor's report does not depend on who
+        dropped out); the rows of the dropped clients are then removed. With ``widen=False`` the encoder's
+        own integer dtype is kept (see :meth:`Round.encode_checked`).
         """
         lo, hi = self.client_range
         start = max(lo, b * self.block_size)
@@ -93,7 +109,13 @@ class RoundJob:
                 f"population returned {batch.n} clients for block {b}, expected {stop - start}"
             )
         rng = self.randomness.generator("round", self.round_index, "block", b)
-        return self.round.encode_checked(batch, rng, widen=widen)
+        rep = self.round.encode_checked(batch, rng, widen=widen)
+        gone = self._dropped_in(start, stop)
+        if gone.size:
+            keep = np.ones(stop - start, dtype=bool)
+            keep[gone - start] = False
+            rep = rep[keep]
+        return rep
 
 
 def add_exact(total: np.ndarray, part: np.ndarray) -> np.ndarray:

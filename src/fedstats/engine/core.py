@@ -20,7 +20,9 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from fedstats._validation import check_int
+import numpy as np
+
+from fedstats._validation import check_int, check_real
 from fedstats.engine.backends import Backend, RoundJob, SerialBackend, check_block_size
 from fedstats.engine.populations import Population
 from fedstats.engine.progress import NullProgress, Progress
@@ -28,7 +30,7 @@ from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
 
-__all__ = ["Engine", "ProtocolGenerator", "RoundLog"]
+__all__ = ["Dropout", "Engine", "ProtocolGenerator", "RoundLog"]
 
 T = TypeVar("T")
 ProtocolGenerator = Generator[Round, RoundSum, T]
@@ -66,6 +68,57 @@ class RoundLog:
         return math.ceil(self.dim * self.bits_per_entry / 8)
 
 
+@dataclass(frozen=True)
+class Dropout:
+    """Simulated dropout: a fraction of the clients stop answering from a given round on.
+
+    The dropped set is drawn once per :meth:`Engine.run`, uniformly without replacement, from the engine's
+    randomness (key ``("engine", "dropout", run)``): ``min(round(fraction * n), n - 1)`` clients, so at least
+    one client survives. The backend leaves their reports out of each round's sum and out of
+    :attr:`~fedstats.engine.rounds.RoundSum.n_clients` from round ``from_round`` on; the list never travels
+    to clients (it is the route's knowledge, as in a deployment where the server only sees who answered).
+
+    Parameters
+    ----------
+    fraction : float
+        Fraction of the population that drops out, in [0, 1).
+    from_round : int
+        Index of the first round (0-based) without the dropped clients, >= 0; default 1 (the clients answer
+        round 0 and drop out before round 1, as in FED-chi^2's experiments, Pang et al. 2023, Sec. 4).
+
+    Raises
+    ------
+    ParameterError
+        If ``fraction`` is outside [0, 1) or ``from_round`` is negative.
+    """
+
+    fraction: float
+    from_round: int = 1
+
+    def __post_init__(self) -> None:
+        """Validate ``fraction`` and ``from_round``."""
+        object.__setattr__(
+            self,
+            "fraction",
+            check_real("fraction", self.fraction, low=0.0, high=1.0, high_open=True),
+        )
+        object.__setattr__(self, "from_round", check_int("from_round", self.from_round, low=0))
+
+    def draw(self, n_clients: int, randomness: RandomSource, run: int) -> np.ndarray:
+        """Draw the dropped clients of run ``run`` over a population of ``n_clients``.
+
+        Returns
+        -------
+        numpy.ndarray
+            Sorted distinct global indices, int64, shape ``(min(round(fraction n), n - 1),)``.
+        """
+        k = min(round(self.fraction * n_clients), n_clients - 1)
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64)
+        rng = randomness.generator("engine", "dropout", run)
+        return np.sort(np.asarray(rng.choice(n_clients, size=k, replace=False), dtype=np.int64))
+
+
 @dataclass
 class Engine:
     """Runs protocols over populations.
@@ -82,6 +135,9 @@ class Engine:
         for any backend and shard size, given the same seed and block size.
     progress : Progress, optional
         Receiver of progress events (default: none).
+    dropout : Dropout, optional
+        Simulated dropout applied by the route (default: every client answers every round). Not available
+        on the secure-aggregation route, which simulates its own dropouts.
 
     Attributes
     ----------
@@ -94,9 +150,20 @@ class Engine:
     block_size: int = 65536
     progress: Progress = field(default_factory=NullProgress)
     log: list[RoundLog] = field(default_factory=list)
+    dropout: Dropout | None = None
+    _runs: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        """Validate the block size and the dropout model (none on the secure route)."""
         self.block_size = check_int("block_size", self.block_size, low=1)
+        if self.dropout is not None and not isinstance(self.dropout, Dropout):
+            raise ParameterError("dropout", self.dropout, "a Dropout or None")
+        if self.dropout is not None and getattr(self.backend, "name", "") == "secure":
+            raise ParameterError(
+                "dropout",
+                self.dropout,
+                "None on the secure route (use SecureAggregationBackend(dropout=...) there)",
+            )
 
     def sum_round(
         self,
@@ -104,8 +171,20 @@ class Engine:
         population: Population,
         round_index: int,
         client_range: tuple[int, int] | None = None,
+        dropped: np.ndarray | None = None,
     ) -> RoundSum:
         """Exact sum of ``rnd``'s reports over ``population`` (or the clients in ``client_range``).
+
+        Parameters
+        ----------
+        rnd : Round
+        population : Population
+        round_index : int
+            Index of the round in its protocol (keys the clients' randomness).
+        client_range : tuple of int, optional
+            Cohort ``[lo, hi)`` (default: every client).
+        dropped : numpy.ndarray, optional
+            Sorted global indices of clients whose reports are left out (see :class:`Dropout`).
 
         Raises
         ------
@@ -121,7 +200,14 @@ class Engine:
         if not (0 <= lo < hi <= n):
             raise ParameterError("client_range", (lo, hi), f"a non-empty range inside [0, {n}]")
         check_block_size(self.block_size, rnd.bound)
-        job = RoundJob(rnd, population, self.randomness, round_index, self.block_size, (lo, hi))
+        gone = np.zeros(0, dtype=np.int64) if dropped is None else np.asarray(dropped, np.int64)
+        if gone.size and getattr(self.backend, "name", "") == "secure":
+            raise ParameterError(
+                "dropout", "engine dropout", "none on the secure route (it simulates its own)"
+            )
+        job = RoundJob(
+            rnd, population, self.randomness, round_index, self.block_size, (lo, hi), gone
+        )
         t0 = time.perf_counter()
         result = self.backend.sum_round(job, self.progress)
         self.log.append(
@@ -141,13 +227,23 @@ class Engine:
 
         Each yielded round is summed over ``population``, or over the clients ``[lo, hi)`` of its
         :attr:`~fedstats.engine.rounds.Round.client_range` (who takes part is the server's choice of
-        cohort, not a parameter the clients see).
+        cohort, not a parameter the clients see). With :attr:`dropout`, the dropped set is drawn once for
+        this run and left out of the rounds from ``dropout.from_round`` on.
         """
         index = 0
+        dropped = None
+        from_round = 0
+        if self.dropout is not None:
+            dropped = self.dropout.draw(population.n_clients, self.randomness, self._runs)
+            from_round = self.dropout.from_round
+        self._runs += 1
         try:
             rnd = next(protocol)
             while True:
-                total = self.sum_round(rnd, population, index, rnd.client_range)
+                late = index >= from_round
+                total = self.sum_round(
+                    rnd, population, index, rnd.client_range, dropped if late else None
+                )
                 index += 1
                 rnd = protocol.send(total)
         except StopIteration as stop:

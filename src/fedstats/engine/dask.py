@@ -123,10 +123,10 @@ class DaskBackend:
         memory_limit: str = "2GiB",
     ) -> None:
         if workers is not None and scheduler is not None:
-            raise ParameterError("--workers", workers, "no value when --scheduler is given")
-        self.workers = check_int("--workers", workers if workers is not None else 2, low=1)
+            raise ParameterError("workers", workers, "no value when a scheduler is given")
+        self.workers = check_int("workers", workers if workers is not None else 2, low=1)
         self.scheduler = scheduler
-        self.shard_size = check_int("--shard-size", shard_size, low=1)
+        self.shard_size = check_int("shard_size", shard_size, low=1)
         self.memory_limit = memory_limit
         self.retries = 0
         self._client: Any = None
@@ -144,7 +144,7 @@ class DaskBackend:
                 self._client = Client(self.scheduler, timeout="10s")
             except OSError as exc:
                 raise ParameterError(
-                    "--scheduler", self.scheduler, "the address of a reachable Dask scheduler"
+                    "scheduler", self.scheduler, "the address of a reachable Dask scheduler"
                 ) from exc
         else:
             self._cluster = _start_local_cluster(LocalCluster, self.workers, self.memory_limit)
@@ -240,7 +240,7 @@ class ProcessPoolBackend:
         self.workers = check_int(
             "--workers", workers if workers is not None else (os.cpu_count() or 1), low=1
         )
-        self.shard_size = check_int("--shard-size", shard_size, low=1)
+        self.shard_size = check_int("shard_size", shard_size, low=1)
         self.max_retries = check_int("max_retries", max_retries, low=0)
         self.retries = 0
         self._pool: ProcessPoolExecutor | None = None
@@ -325,7 +325,7 @@ def _process_factory(
 ) -> ProcessPoolBackend:
     if scheduler is not None:
         raise ParameterError(
-            "--scheduler", scheduler, "no value with --backend process (dask only)"
+            "scheduler", scheduler, "no value with the process backend (dask only)"
         )
     return ProcessPoolBackend(workers=workers, shard_size=shard_size)
 

@@ -421,7 +421,13 @@ class ResampledPopulation(GeneratedPopulation):
             parts.append(part)
             counts.append(drawn[keep])
         cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
-        return InputHistogram(cols, np.concatenate(counts), self._n)
+        source = None
+        if bounds.size == 2:  # one stratum: every client an i.i.d. draw of the same rows
+            rows = dict(p["columns"])
+            values, freq = distinct_rows(rows)
+            values["_stratum"] = np.zeros(freq.size, dtype=np.int64)
+            source = (values, freq / freq.sum())
+        return InputHistogram(cols, np.concatenate(counts), self._n, source)
 
 
 def _multinomial(rng: RNG, n: int, p: np.ndarray) -> np.ndarray:

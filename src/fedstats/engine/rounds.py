@@ -83,11 +83,16 @@ class InputHistogram:
         int64 ``(k,)``: clients holding each input, each >= 1.
     total : int
         Number of clients in the whole population.
+    source : (Mapping[str, numpy.ndarray], numpy.ndarray) or None
+        For populations whose clients are i.i.d. draws (resampled populations): the distinct inputs and
+        their probabilities. A random sub-cohort of ``m`` such clients is then itself ``m`` i.i.d. draws,
+        which is how the aggregate route splits a cohort exactly at any size. None for fixed populations.
     """
 
     columns: Mapping[str, np.ndarray]
     counts: np.ndarray
     total: int
+    source: tuple[Mapping[str, np.ndarray], np.ndarray] | None = None
 
     @property
     def n(self) -> int:

@@ -7,6 +7,11 @@ cohort's sum cannot wrap (``b >= value bits + ceil(log2 cohort) + headroom``, el
 :class:`~fedstats.errors.OverflowRiskError`), so each cohort sum read as a signed integer is exact, and the
 engine adds the cohort sums exactly. Without dropouts the result equals the plain route's sum.
 
+The threat model is the user's choice (``threat_model``, default ``"malicious"``). In the malicious model
+the route plays the enrollment authority in-process (one :class:`~fedstats.secagg.EnrollmentAuthority`
+per backend, a signed roster per cohort): this simulates the deployment's cost and checks, not its trust
+split, since one process holds every party.
+
 With ``dropout > 0`` each client independently drops with that probability, before a uniformly chosen
 step of the protocol; clients dropping before their masked input are left out of the sum (the returned
 :class:`~fedstats.engine.rounds.RoundSum` counts the included clients). A cohort with more dropouts than
@@ -31,7 +36,13 @@ from fedstats.errors import ParameterError
 from fedstats.randomness import RandomSource
 from fedstats.secagg.crypto import DTYPES
 from fedstats.secagg.driver import DROPOUT_STAGES, run_secure_aggregation
-from fedstats.secagg.params import SecAggParameters, find_parameters, validate_parameters
+from fedstats.secagg.identity import EnrollmentAuthority
+from fedstats.secagg.params import (
+    THREAT_MODELS,
+    SecAggParameters,
+    find_parameters,
+    validate_parameters,
+)
 from fedstats.secagg.quantize import check_overflow
 
 __all__ = ["CohortStats", "SecureAggregationBackend", "cohort_bounds"]
@@ -78,17 +89,17 @@ def cohort_bounds(lo: int, hi: int, cohort_size: int) -> list[tuple[int, int]]:
     return [(edges[c], edges[c + 1]) for c in range(count)]
 
 
-def _parameters(n: int, dropout: float) -> SecAggParameters:
+def _parameters(n: int, dropout: float, threat_model: str = "malicious") -> SecAggParameters:
     """Parameters tolerating the dropouts a Bernoulli(dropout) model produces (mean + 5 SE + 1)."""
     tolerance = (
         0.05 if dropout == 0 else dropout + 5.0 * math.sqrt(dropout * (1 - dropout) / n) + 1.0 / n
     )
     for tol in (min(tolerance, 0.45), 0.3, 0.2, 0.1, 0.0):
         try:
-            return find_parameters(n, dropout_rate=tol)
+            return find_parameters(n, dropout_rate=tol, threat_model=threat_model)
         except ParameterError:
             continue
-    return validate_parameters(n, n - 1, n - 1, dropout_rate=0.0)
+    return validate_parameters(n, n - 1, n - 1, dropout_rate=0.0, threat_model=threat_model)
 
 
 class SecureAggregationBackend:
@@ -107,8 +118,10 @@ class SecureAggregationBackend:
     headroom : int, default 1
         Spare bits in the overflow check, >= 0.
     params : SecAggParameters, optional
-        Fixed ``k``/``t``/``min_survivors`` for every cohort (then all cohorts must have ``params.n``
-        clients); default :func:`~fedstats.secagg.find_parameters` per cohort size.
+        Fixed ``k``/``t``/``min_survivors``/threat model for every cohort (then all cohorts must have
+        ``params.n`` clients); default :func:`~fedstats.secagg.find_parameters` per cohort size.
+    threat_model : {"malicious", "semi-malicious", "semi-honest"}, default "malicious"
+        Protocol variant when ``params`` is not given (see ``docs/secagg.md`` for what each stops).
 
     Attributes
     ----------
@@ -132,6 +145,7 @@ class SecureAggregationBackend:
         *,
         headroom: int = 1,
         params: SecAggParameters | None = None,
+        threat_model: str = "malicious",
     ) -> None:
         self.cohort_size = check_int("cohort_size", cohort_size, low=2)
         if bits not in DTYPES:
@@ -141,6 +155,10 @@ class SecureAggregationBackend:
         self.randomness = randomness
         self.headroom = check_int("headroom", headroom, low=0)
         self.params = params
+        if threat_model not in THREAT_MODELS:
+            raise ParameterError("threat_model", threat_model, "one of " + ", ".join(THREAT_MODELS))
+        self.threat_model = threat_model
+        self._authority = EnrollmentAuthority()
         self.stats: list[CohortStats] = []
 
     def bits_per_entry(self, job: RoundJob) -> int:
@@ -181,7 +199,11 @@ class SecureAggregationBackend:
         for c, (c0, c1) in enumerate(cohorts):
             rows = self._cohort_rows(job, c0, c1, cache)
             n = c1 - c0
-            params = self.params if self.params is not None else _parameters(n, self.dropout)
+            params = (
+                self.params
+                if self.params is not None
+                else _parameters(n, self.dropout, self.threat_model)
+            )
             drops = self._dropouts(source, job.round_index, c, n)
             res = run_secure_aggregation(
                 rows,
@@ -190,6 +212,7 @@ class SecureAggregationBackend:
                 dropouts=drops,
                 randomness=source.child("secagg", job.round_index, c),
                 round_id=struct.pack("<QQ", job.round_index, c),
+                authority=self._authority,
             )
             part = res.signed_total().astype(np.int64)
             total = add_exact(total, part)
@@ -245,10 +268,15 @@ def _factory(
     bits: int = 64,
     dropout: float = 0.0,
     randomness: RandomSource | None = None,
+    threat_model: str = "malicious",
     **_: Any,
 ) -> SecureAggregationBackend:
     return SecureAggregationBackend(
-        cohort_size=cohort_size, bits=bits, dropout=dropout, randomness=randomness
+        cohort_size=cohort_size,
+        bits=bits,
+        dropout=dropout,
+        randomness=randomness,
+        threat_model=threat_model,
     )
 
 

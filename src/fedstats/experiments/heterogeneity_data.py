@@ -1,4 +1,4 @@
-"""Image data for the heterogeneity analyses: embedded digits, IDX (Fashion-MNIST), CIFAR pickles, CSV.
+"""Image data for the heterogeneity analyses: embedded digits, IDX (Fashion-MNIST), CIFAR pickles, CSV, Parquet.
 
 Every loader returns ``(vectors (n, d) float64 in [0, 1], labels (n,) int64 or None, name)``.
 """
@@ -16,6 +16,7 @@ from fedstats.datasets import (
     read_cifar,
     read_csv,
     read_idx,
+    read_parquet,
 )
 from fedstats.errors import DataError, DatasetNotFoundError
 from fedstats.randomness import RNG
@@ -40,10 +41,10 @@ def load_image_vectors(
         ``"digits"`` (scikit-learn's 1797 8x8 digits, embedded); an IDX images file
         (``*-images-idx3-ubyte[.gz]``, labels read from the matching ``*-labels-idx1-ubyte`` beside it); a
         CIFAR-10/100 python batch file or extracted directory (CIFAR-100: the 20 coarse labels merged
-        into 10 buckets ``label // 2``, as paper 000 does); or a CSV file (one image per row; a column
-        named ``label`` is used as the labels).
+        into 10 buckets ``label // 2``, as paper 000 does); or a CSV or Parquet (``.parquet``, ``.pq``)
+        file (one image per row; a column named ``label`` is used as the labels).
     pixel_max : float, optional
-        Divide the pixels by this (default 255 for IDX and CIFAR, 1 for CSV).
+        Divide the pixels by this (default 255 for IDX and CIFAR, 1 for CSV and Parquet).
 
     Returns
     -------
@@ -63,7 +64,8 @@ def load_image_vectors(
     path = Path(data)
     if not path.exists():
         raise DatasetNotFoundError(
-            f"{data}: no such file or directory (use 'digits', an IDX images file, a CIFAR batch or a CSV)"
+            f"{data}: no such file or directory (use 'digits', an IDX images file, a CIFAR batch, a CSV "
+            "or a Parquet file)"
         )
     name = path.name
     if path.is_dir() or name.startswith(("data_batch", "test_batch")) or name in ("train", "test"):
@@ -84,7 +86,7 @@ def load_image_vectors(
         if labels is not None and labels.shape[0] != x.shape[0]:
             raise DataError(f"{lp}: {labels.shape[0]} labels for {x.shape[0]} images")
         return x, labels, name
-    df = read_csv(path)
+    df = read_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else read_csv(path)
     labels = None
     if "label" in df.columns:
         labels = df.pop("label").to_numpy(dtype=np.int64)
@@ -102,6 +104,22 @@ def sample_by_label_ratio(
 
     The k ratios apply to the labels ``0 .. k-1`` (the paper's "5 labels" cases use the first five). With
     ``fraction=None`` the sample is the largest one the data allows (each label has enough rows).
+
+    Parameters
+    ----------
+    labels : numpy.ndarray of int, shape (n,)
+        One label per row.
+    ratios : str
+        Colon-separated ratios, e.g. ``"91:1:1:1:1:1:1:1:1:1"``.
+    fraction : float or None
+        Sample size as a fraction of the rows, in (0, 1]; None: the largest sample the ratio allows.
+    rng : RNG
+        Randomness of the sample (a public, server-side choice).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 row indices of the sample.
 
     Raises
     ------

@@ -107,7 +107,7 @@ def synthetic_global_table(
     rng: RNG | RandomSource,
     noise: bool = True,
 ) -> np.ndarray:
-    """The sum over clients of :func:`synthetic_client_tables` (same arguments), shape ``(m_x, m_y)``."""
+    """Sum over clients :func:`synthetic_client_tables` (same arguments), shape ``(m_x, m_y)``."""
     tables = synthetic_client_tables(kind, n_clients, m_x=m_x, m_y=m_y, rng=rng, noise=noise)
     return np.asarray(tables.sum(axis=0), dtype=np.int64)
 
@@ -120,7 +120,7 @@ def synthetic_global_histogram(
     rng: RNG | RandomSource,
     noise: bool = True,
 ) -> np.ndarray:
-    """The global histogram of length ``m`` summed over clients, built in blocks of bounded memory.
+    """Build the global histogram of length ``m`` summed over clients, built in blocks of bounded memory.
 
     Used for FED-H (Pang et al. 2023, Sec. 4.3, ``m_x = 100,000``): the generators of
     :func:`synthetic_client_tables` with ``m_y = 1``, clients drawn block by block (scratch memory about

@@ -1,14 +1,30 @@
 """The client side of secure aggregation as an explicit state machine (Bell et al. 2020, Alg. 2).
 
-A :class:`SecAggClient` consumes one server message per step and returns its reply; it holds its secrets
-(two X25519 private keys, the self-mask seed, the shares received from its neighbours) and refuses any
-request that would break the protocol's security:
+A :class:`SecAggClient` is driven only by serialized server messages (:meth:`SecAggClient.handle_bytes`:
+bytes in, bytes out; :meth:`SecAggClient.handle` takes and returns the message dataclasses). Everything
+security-relevant comes from the client's own :class:`ClientConfig` (``n``, ``k``, ``t``, width, length,
+``min_survivors``, threat model, identity key, roster verifier), never from the server: a setup message
+with other values is refused.
 
-* a message arriving out of order, or a second unmasking request (:class:`SecurityError`);
-* a request to reveal both the self-mask-seed share and the key share of the same neighbour
-  (which would let the server unmask that neighbour's input);
-* keys, ciphertexts or requests naming clients that are not its neighbours;
-* ciphertexts that fail authentication or carry the wrong sender/receiver.
+In the ``"malicious"`` threat model (Bell et al. 2020, Sec. 5, with the consistency check of Bonawitz
+et al. 2017, Sec. 4.3, adapted to the sparse graph) the client also
+
+* checks the enrollment authority's signature on the session roster and finds its own identity in it;
+* computes its neighbourhood itself from the roster's session id (public randomness the server does not
+  choose), so it has exactly ``k`` neighbours;
+* signs every message it sends with its identity key and verifies each neighbour's signed key
+  advertisement (and the keys' length, order and uniqueness) before sharing anything;
+* after its masked input, signs the survivor set ``S`` (refusing a set without itself or smaller than
+  ``min_survivors``) and reveals shares only when, for **every** neighbour ``j`` it holds shares of, at
+  least ``t`` clients of ``N(j)`` signed the identical ``(session, S)`` (see
+  :meth:`SecAggClient.signature_threshold` for why ``t`` is the right threshold); it then reveals the
+  seed share of ``j`` when ``j`` is in ``S`` and the key share otherwise, decided from ``S`` alone.
+
+In all models the client refuses messages out of order, of the wrong session, version, stage or size,
+keys of non-neighbours, low-order or repeated keys, ciphertexts that fail authentication, and requests for
+both shares of a neighbour. Any error aborts it for good: it forgets its secrets and answers nothing more.
+It forgets its input, private keys and self-mask seed once its masked input is sent, and the shares it
+holds once it has answered.
 """
 
 from __future__ import annotations
@@ -16,11 +32,18 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
 
-from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
+from fedstats.errors import (
+    DataError,
+    FedstatsError,
+    ParameterError,
+    ProtocolAbortError,
+    SecurityError,
+)
 from fedstats.secagg.crypto import (
     DTYPES,
     LABEL_MASK,
@@ -29,24 +52,41 @@ from fedstats.secagg.crypto import (
     KeyPair,
     add_mask,
     agree,
+    check_public_key,
     decrypt_share,
     derive_key,
     encrypt_share,
     generate_key_pair,
 )
+from fedstats.secagg.graph import public_neighbors, valid_degree
+from fedstats.secagg.identity import ClientIdentity, RosterVerifier, SessionRoster, verify_signature
 from fedstats.secagg.messages import (
     AdvertiseKeys,
+    ConsistencySignature,
     EncryptedShares,
     KeyBroadcast,
     MaskedInput,
+    Message,
     SetupMessage,
     ShareBroadcast,
+    SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
+    decode,
+    max_message_bytes,
+    survivor_statement,
 )
+from fedstats.secagg.params import THREAT_MODELS, SecAggParameters
 from fedstats.secagg.shamir import SHARE_BYTES, split_secret
 
-__all__ = ["ClientState", "SecAggClient", "seed_commitment", "self_mask_seed"]
+__all__ = [
+    "ClientConfig",
+    "ClientState",
+    "SecAggClient",
+    "roster_transcript",
+    "seed_commitment",
+    "self_mask_seed",
+]
 
 _PLAINTEXT = struct.Struct(f"<II{SHARE_BYTES}s{SHARE_BYTES}s")
 
@@ -58,19 +98,26 @@ class ClientState(Enum):
     ADVERTISED = "advertised"
     SHARED = "shared"
     MASKED = "masked"
+    SIGNED = "signed"
     DONE = "done"
+    ABORTED = "aborted"
 
 
 def seed_commitment(session: bytes, client: int, seed: bytes) -> bytes:
     """SHA-256 commitment to a client's self-mask seed (the server checks the reconstructed seed)."""
     return hashlib.sha256(
-        b"fedstats/secagg/v1/seed-commit" + session + struct.pack("<I", client) + seed
+        b"fedstats/secagg/v2/seed-commit" + session + struct.pack("<I", client) + seed
     ).digest()
 
 
 def self_mask_seed(session: bytes, client: int, seed: bytes) -> bytes:
     """PRG key of the self mask ``r_i = F(b_i)``, derived from ``b_i`` with its own HKDF label."""
     return derive_key(seed, session=session, label=LABEL_SELF_MASK, low=client, high=client)
+
+
+def roster_transcript(roster: SessionRoster) -> bytes:
+    """HKDF salt of a malicious-model session: SHA-256 of a label and the signed roster."""
+    return hashlib.sha256(b"fedstats/secagg/v2/transcript\x00" + roster.digest()).digest()
 
 
 def to_modular(values: np.ndarray, bits: int) -> np.ndarray:
@@ -87,6 +134,117 @@ def to_modular(values: np.ndarray, bits: int) -> np.ndarray:
     return arr.astype(DTYPES[bits], copy=True).ravel()
 
 
+@dataclass(frozen=True)
+class ClientConfig:
+    """What a client knows about its task before talking to the server (it trusts nothing else).
+
+    Attributes
+    ----------
+    n, k, t : int
+        Clients, graph degree (even in ``[2, n - 2]`` or ``n - 1``), Shamir threshold in ``[1, k]``.
+        Malicious model: ``t >= 2`` and ``2t > k`` unless ``n = 2``.
+    bits : int
+        Modulus width in {16, 32, 64}.
+    length : int
+        Vector length, >= 1.
+    min_survivors : int
+        Smallest survivor set the client accepts (malicious model), in ``[1, n]``.
+    threat_model : str
+        One of :data:`~fedstats.secagg.params.THREAT_MODELS`.
+    identity : ClientIdentity, optional
+        The client's long-term identity key (required in the malicious model).
+    verifier : RosterVerifier, optional
+        Checks the session roster (required in the malicious model), e.g.
+        :class:`~fedstats.secagg.identity.AuthorityVerifier` with the pinned authority key.
+    task_id : bytes
+        The task the roster must name.
+
+    Raises
+    ------
+    ParameterError
+        If a value is out of range, or the malicious model lacks an identity or verifier.
+    """
+
+    n: int
+    k: int
+    t: int
+    bits: int
+    length: int
+    min_survivors: int
+    threat_model: str = "malicious"
+    identity: ClientIdentity | None = None
+    verifier: RosterVerifier | None = None
+    task_id: bytes = b"fedstats"
+
+    def __post_init__(self) -> None:
+        if self.n < 2:
+            raise ParameterError("n", self.n, "an integer >= 2")
+        if not valid_degree(self.n, self.k):
+            raise ParameterError(
+                "k", self.k, f"an even integer in [2, {self.n - 2}] or {self.n - 1}"
+            )
+        if not 1 <= self.t <= self.k:
+            raise ParameterError("t", self.t, f"an integer in [1, {self.k}]")
+        if self.bits not in DTYPES:
+            raise ParameterError("bits", self.bits, "one of 16, 32, 64")
+        if self.length < 1:
+            raise ParameterError("length", self.length, "an integer >= 1")
+        if not 1 <= self.min_survivors <= self.n:
+            raise ParameterError(
+                "min_survivors", self.min_survivors, f"an integer in [1, {self.n}]"
+            )
+        if self.threat_model not in THREAT_MODELS:
+            raise ParameterError(
+                "threat_model", self.threat_model, "one of " + ", ".join(THREAT_MODELS)
+            )
+        if self.threat_model == "malicious":
+            if self.n > 2 and (self.t < 2 or 2 * self.t <= self.k):
+                raise ParameterError(
+                    "t",
+                    self.t,
+                    f"an integer in [max(2, {self.k // 2 + 1}), {self.k}] (malicious server)",
+                )
+            if self.identity is None or self.verifier is None:
+                raise ParameterError(
+                    "identity/verifier",
+                    None,
+                    "an identity key and a roster verifier (malicious server)",
+                )
+
+    @classmethod
+    def from_parameters(
+        cls,
+        params: SecAggParameters,
+        *,
+        bits: int,
+        length: int,
+        identity: ClientIdentity | None = None,
+        verifier: RosterVerifier | None = None,
+        task_id: bytes = b"fedstats",
+    ) -> ClientConfig:
+        """The configuration for a session with the given public parameters."""
+        return cls(
+            params.n,
+            params.k,
+            params.t,
+            bits,
+            length,
+            params.min_survivors,
+            params.threat_model,
+            identity,
+            verifier,
+            task_id,
+        )
+
+
+_EXPECTED: dict[ClientState, type[Message]] = {
+    ClientState.INIT: SetupMessage,
+    ClientState.ADVERTISED: KeyBroadcast,
+    ClientState.SHARED: ShareBroadcast,
+    ClientState.SIGNED: UnmaskRequest,
+}
+
+
 class SecAggClient:
     """One client of the protocol.
 
@@ -95,100 +253,229 @@ class SecAggClient:
     index : int
         The client's index in ``[0, n)`` (its Shamir abscissa is ``index + 1``).
     values : numpy.ndarray
-        Shape ``(length,)``, integer dtype: the client's input, reduced mod 2^b (two's complement)
-        when the setup message arrives.
+        Shape ``(length,)``, integer dtype: the client's input, reduced mod 2^b (two's complement).
+    config : ClientConfig
+        The client's own view of the task (parameters, threat model, identity).
 
     Notes
     -----
-    Drive it with :meth:`handle`: ``SetupMessage -> AdvertiseKeys``, ``KeyBroadcast -> EncryptedShares``,
-    ``ShareBroadcast -> MaskedInput``, ``UnmaskRequest -> UnmaskResponse``. Keys are generated by
-    ``cryptography`` from OS entropy; nothing is seeded.
+    ``SetupMessage -> AdvertiseKeys``, ``KeyBroadcast -> EncryptedShares``,
+    ``ShareBroadcast -> MaskedInput``, then (malicious) ``SurvivorSet -> ConsistencySignature``, and
+    ``UnmaskRequest -> UnmaskResponse``. Keys come from OS entropy; nothing is seeded.
     """
 
-    def __init__(self, index: int, values: np.ndarray) -> None:
+    def __init__(self, index: int, values: np.ndarray, config: ClientConfig) -> None:
+        if not 0 <= int(index) < config.n:
+            raise ParameterError("index", index, f"an integer in [0, {config.n})")
+        values = np.asarray(values)
+        if values.size != config.length:
+            raise DataError(
+                f"client {index} holds {values.size} values, the task expects {config.length}"
+            )
         self.index = int(index)
-        self._values = np.asarray(values)
+        self.config = config
+        self._malicious = config.threat_model == "malicious"
+        self._values = to_modular(values, config.bits)
         self.state = ClientState.INIT
-        self._setup: SetupMessage | None = None
+        self._session = b""
+        self._transcript = b""
+        self._roster: SessionRoster | None = None
+        self._nbrs: dict[int, frozenset[int]] = {}
         self._mask_keys: KeyPair | None = None
         self._enc_keys: KeyPair | None = None
-        self._session = b""
         self._peer_keys: dict[int, tuple[bytes, bytes]] = {}
         self._seed = b""
-        self._held: dict[int, tuple[int, int]] = {}  # sender -> (seed share, key share)
-        self._masking_peers: tuple[int, ...] = ()
         self._enc_pair: dict[int, bytes] = {}
+        self._held: dict[int, tuple[int, int]] = {}  # sender -> (seed share, key share)
+        self._survivors: tuple[int, ...] = ()
+        self._own_signature = b""
 
     # ------------------------------------------------------------------------------------------
-    def handle(
-        self, message: SetupMessage | KeyBroadcast | ShareBroadcast | UnmaskRequest
-    ) -> AdvertiseKeys | EncryptedShares | MaskedInput | UnmaskResponse:
+    def expected(self) -> type[Message] | None:
+        """The message type the client accepts next (None once done or aborted)."""
+        if self.state is ClientState.MASKED:
+            return SurvivorSet if self._malicious else UnmaskRequest
+        return _EXPECTED.get(self.state)
+
+    def handle_bytes(self, data: bytes) -> bytes:
+        """Process one serialized server message and return the serialized reply (the transport API).
+
+        The size limit of the expected stage is checked before parsing. Any error aborts the client.
+
+        Raises
+        ------
+        SecurityError, DataError, ParameterError, ProtocolAbortError
+            As :meth:`handle`; malformed, oversized or unexpected messages raise DataError.
+        """
+        expect = self.expected()
+        if expect is None:
+            raise SecurityError(
+                f"client {self.index} accepts no message in state {self.state.value}"
+            )
+        c = self.config
+        try:
+            limit = max_message_bytes(expect, n=c.n, k=c.k, length=c.length, bits=c.bits)
+            msg = decode(data, expect=expect, max_bytes=limit)
+        except FedstatsError:
+            self._abort()
+            raise
+        return self.handle(msg).to_bytes()
+
+    def handle(self, message: Message) -> Message:
         """Process one server message and return the reply.
 
         Raises
         ------
         SecurityError
-            Out-of-order or repeated message, a tampered ciphertext, or a request that breaks security.
+            Out-of-order, repeated or foreign message, a failed signature or authentication check, or a
+            request that breaks security. The client aborts.
+        ParameterError, DataError
+            The server's parameters differ from the client's configuration. The client aborts.
         ProtocolAbortError
-            Too few neighbours remain to continue.
+            Too few neighbours or signatures to continue. The client aborts.
         """
-        if isinstance(message, SetupMessage) and self.state is ClientState.INIT:
-            return self._advertise(message)
-        if isinstance(message, KeyBroadcast) and self.state is ClientState.ADVERTISED:
-            return self._share(message)
-        if isinstance(message, ShareBroadcast) and self.state is ClientState.SHARED:
-            return self._masked_input(message)
-        if isinstance(message, UnmaskRequest) and self.state is ClientState.MASKED:
+        expect = self.expected()
+        if expect is None or not isinstance(message, expect):
+            state = self.state
+            self._abort()
+            raise SecurityError(
+                f"client {self.index} refuses {type(message).__name__} in state {state.value}"
+            )
+        try:
+            if isinstance(message, SetupMessage):
+                return self._advertise(message)
+            assert isinstance(message, KeyBroadcast | ShareBroadcast | SurvivorSet | UnmaskRequest)
+            self._check_session(message)
+            if isinstance(message, KeyBroadcast):
+                return self._share(message)
+            if isinstance(message, ShareBroadcast):
+                return self._masked_input(message)
+            if isinstance(message, SurvivorSet):
+                return self._sign_survivors(message)
+            assert isinstance(message, UnmaskRequest)
             return self._unmask(message)
-        raise SecurityError(
-            f"client {self.index} refuses {type(message).__name__} in state {self.state.value}"
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        self._forget_keys()
+        self._held = {}
+        self._values = np.empty(0, dtype=np.uint8)
+        self.state = ClientState.ABORTED
+
+    def _forget_keys(self) -> None:
+        self._mask_keys = None
+        self._enc_keys = None
+        self._seed = b""
+        self._enc_pair = {}
+        self._peer_keys = {}
+
+    def holds_secrets(self) -> bool:
+        """True while the client still holds its input, a private key, its seed or neighbours' shares."""
+        return bool(
+            self._values.size or self._mask_keys or self._enc_keys or self._seed or self._held
         )
 
-    # -- step 2 ---------------------------------------------------------------------------------
+    def _check_session(
+        self, m: KeyBroadcast | ShareBroadcast | SurvivorSet | UnmaskRequest
+    ) -> None:
+        if m.session != self._session:
+            raise SecurityError(f"client {self.index} received a message of another session")
+        if m.receiver != self.index:
+            raise SecurityError(f"message for client {m.receiver} delivered to client {self.index}")
+
+    def _sign(self, msg: AdvertiseKeys | EncryptedShares | MaskedInput | UnmaskResponse) -> bytes:
+        if not self._malicious:
+            return b""
+        assert self.config.identity is not None
+        return self.config.identity.sign(msg.signed_bytes())
+
+    # -- stage advertise_keys ---------------------------------------------------------------------
     def _advertise(self, setup: SetupMessage) -> AdvertiseKeys:
+        c = self.config
         if setup.client != self.index:
             raise SecurityError(f"setup for client {setup.client} sent to client {self.index}")
-        if setup.bits not in DTYPES:
-            raise ParameterError("bits", setup.bits, "one of 16, 32, 64")
-        if self._values.size != setup.length:
-            raise DataError(
-                f"client {self.index} holds {self._values.size} values, the session expects {setup.length}"
+        got = (setup.n, setup.k, setup.t, setup.bits, setup.length, setup.min_survivors)
+        want = (c.n, c.k, c.t, c.bits, c.length, c.min_survivors)
+        if got != want or setup.threat_model != c.threat_model:
+            raise SecurityError(
+                f"client {self.index} refuses the server's parameters "
+                f"(n, k, t, bits, length, min_survivors, threat model) = {(*got, setup.threat_model)}; "
+                f"its task configuration says {(*want, c.threat_model)}"
             )
-        if not 1 <= setup.t <= len(setup.neighbors) or self.index in setup.neighbors:
-            raise SecurityError("inconsistent setup: threshold or neighbour list is invalid")
-        self._values = to_modular(self._values, setup.bits)
-        self._setup = setup
+        if self._malicious:
+            assert c.verifier is not None and c.identity is not None
+            if setup.neighbors:
+                raise SecurityError("the server may not choose neighbours in the malicious model")
+            roster = SessionRoster.from_bytes(setup.roster, max_clients=c.n)
+            c.verifier.verify(roster)
+            if roster.n != c.n or roster.task_id != c.task_id or roster.session != setup.session:
+                raise SecurityError("the session roster does not match the task or the session")
+            if roster.identities[self.index] != c.identity.public:
+                raise SecurityError(f"the roster does not list client {self.index}'s identity key")
+            self._roster = roster
+            own = public_neighbors(c.n, c.k, roster.session, [self.index])[self.index]
+            self._nbrs = public_neighbors(c.n, c.k, roster.session, [self.index, *own])
+            self._transcript = roster_transcript(roster)
+        else:
+            nb = setup.neighbors
+            if len(nb) != c.k or len(set(nb)) != c.k or any(not 0 <= j < c.n for j in nb):
+                raise SecurityError(
+                    f"client {self.index} needs exactly k={c.k} distinct neighbours"
+                )
+            if self.index in nb:
+                raise SecurityError(f"client {self.index} is listed as its own neighbour")
+            self._nbrs = {self.index: frozenset(nb)}
+        self._session = setup.session
         self._mask_keys = generate_key_pair()
         self._enc_keys = generate_key_pair()
         self.state = ClientState.ADVERTISED
-        return AdvertiseKeys(self.index, self._mask_keys.public, self._enc_keys.public)
+        msg = AdvertiseKeys(
+            self._session, self.index, self._mask_keys.public, self._enc_keys.public
+        )
+        return AdvertiseKeys(
+            msg.session, msg.client, msg.mask_public, msg.encryption_public, self._sign(msg)
+        )
 
-    # -- step 3 ---------------------------------------------------------------------------------
+    # -- stage share_keys -------------------------------------------------------------------------
     def _share(self, msg: KeyBroadcast) -> EncryptedShares:
-        setup, enc_keys, mask_keys = self._setup, self._enc_keys, self._mask_keys
-        assert setup is not None and enc_keys is not None and mask_keys is not None
-        neighbors = set(setup.neighbors)
+        c, enc_keys, mask_keys = self.config, self._enc_keys, self._mask_keys
+        assert enc_keys is not None and mask_keys is not None
+        neighbors = self._nbrs[self.index]
         if not set(msg.keys) <= neighbors:
             raise SecurityError(f"client {self.index} received keys of non-neighbours")
-        if len(msg.keys) < setup.t:
+        if len(msg.keys) < c.t:
             raise ProtocolAbortError(
-                f"client {self.index}: only {len(msg.keys)} neighbours advertised keys, "
-                f"threshold t={setup.t}"
+                f"client {self.index}: only {len(msg.keys)} neighbours advertised keys, threshold t={c.t}"
             )
-        all_keys = [pk for pair in msg.keys.values() for pk in pair]
+        if self._malicious:
+            assert self._roster is not None
+            if msg.transcript != self._transcript:
+                raise SecurityError(f"client {self.index} received a foreign key transcript")
+            for j, (c_pk, s_pk, sig) in msg.keys.items():
+                ad = AdvertiseKeys(self._session, j, c_pk, s_pk)
+                if not verify_signature(self._roster.identities[j], sig, ad.signed_bytes()):
+                    raise SecurityError(
+                        f"client {self.index}: the key advertisement of client {j} is not signed by "
+                        "its certified identity"
+                    )
+        else:
+            self._transcript = msg.transcript
+        all_keys = [pk for c_pk, s_pk, _ in msg.keys.values() for pk in (c_pk, s_pk)]
+        for pk in all_keys:
+            check_public_key(pk)
         all_keys += [mask_keys.public, enc_keys.public]
         if len(set(all_keys)) != len(all_keys):
             raise SecurityError(f"client {self.index} received repeated public keys")
-        self._session = msg.session
-        self._peer_keys = dict(msg.keys)
+        self._peer_keys = {j: (v[0], v[1]) for j, v in msg.keys.items()}
         self._seed = os.urandom(32)
         peers = sorted(msg.keys)
         xs = [p + 1 for p in peers]
-        seed_shares = split_secret(self._seed, threshold=setup.t, xs=xs)
-        key_shares = split_secret(mask_keys.private_bytes(), threshold=setup.t, xs=xs)
+        seed_shares = split_secret(self._seed, threshold=c.t, xs=xs)
+        key_shares = split_secret(mask_keys.private_bytes(), threshold=c.t, xs=xs)
         cts = {}
         for peer, bs, ks in zip(peers, seed_shares, key_shares, strict=True):
-            key = self._pair_key(enc_keys, peer)
             pt = _PLAINTEXT.pack(
                 self.index,
                 peer,
@@ -196,11 +483,21 @@ class SecAggClient:
                 ks.to_bytes(SHARE_BYTES, "little"),
             )
             cts[peer] = encrypt_share(
-                key, pt, session=self._session, sender=self.index, receiver=peer
+                self._pair_key(enc_keys, peer),
+                pt,
+                session=self._transcript,
+                sender=self.index,
+                receiver=peer,
             )
         self.state = ClientState.SHARED
+        out = EncryptedShares(
+            self._session,
+            self.index,
+            seed_commitment(self._transcript, self.index, self._seed),
+            cts,
+        )
         return EncryptedShares(
-            self.index, seed_commitment(self._session, self.index, self._seed), cts
+            out.session, out.sender, out.seed_commitment, out.ciphertexts, self._sign(out)
         )
 
     def _pair_key(self, enc_keys: KeyPair, peer: int) -> bytes:
@@ -210,30 +507,27 @@ class SecAggClient:
         shared = agree(enc_keys.private, self._peer_keys[peer][1])
         lo, hi = min(self.index, peer), max(self.index, peer)
         key = derive_key(
-            shared, session=self._session, label=LABEL_SHARE_ENCRYPTION, low=lo, high=hi
+            shared, session=self._transcript, label=LABEL_SHARE_ENCRYPTION, low=lo, high=hi
         )
         self._enc_pair[peer] = key
         return key
 
-    # -- step 5 ---------------------------------------------------------------------------------
+    # -- stage masked_input -----------------------------------------------------------------------
     def _masked_input(self, msg: ShareBroadcast) -> MaskedInput:
-        setup, enc_keys, mask_keys = self._setup, self._enc_keys, self._mask_keys
-        assert setup is not None and enc_keys is not None and mask_keys is not None
-        if msg.receiver != self.index:
-            raise SecurityError(
-                f"shares for client {msg.receiver} delivered to client {self.index}"
-            )
+        c, enc_keys, mask_keys = self.config, self._enc_keys, self._mask_keys
+        assert enc_keys is not None and mask_keys is not None
         if not set(msg.ciphertexts) <= set(self._peer_keys):
             raise SecurityError(f"client {self.index} received shares from unknown senders")
-        if len(msg.ciphertexts) < setup.t:
+        if len(msg.ciphertexts) < c.t:
             raise ProtocolAbortError(
-                f"client {self.index}: only {len(msg.ciphertexts)} neighbours shared, threshold t={setup.t}"
+                f"client {self.index}: only {len(msg.ciphertexts)} neighbours shared, threshold t={c.t}"
             )
+        held = {}
         for sender, ct in msg.ciphertexts.items():
             pt = decrypt_share(
                 self._pair_key(enc_keys, sender),
                 ct,
-                session=self._session,
+                session=self._transcript,
                 sender=sender,
                 receiver=self.index,
             )
@@ -242,22 +536,124 @@ class SecAggClient:
             s, r, bs, ks = _PLAINTEXT.unpack(pt)
             if s != sender or r != self.index:
                 raise SecurityError(f"share from client {sender} names sender {s} and receiver {r}")
-            self._held[sender] = (int.from_bytes(bs, "little"), int.from_bytes(ks, "little"))
-        self._masking_peers = tuple(sorted(msg.ciphertexts))
-        y = self._values.copy()
+            held[sender] = (int.from_bytes(bs, "little"), int.from_bytes(ks, "little"))
+        y = self._values
         scratch = bytearray((1 << 18) + 15)
-        add_mask(y, self_mask_seed(self._session, self.index, self._seed), sign=+1, scratch=scratch)
-        for peer in self._masking_peers:
+        add_mask(
+            y, self_mask_seed(self._transcript, self.index, self._seed), sign=+1, scratch=scratch
+        )
+        for peer in sorted(msg.ciphertexts):
             shared = agree(mask_keys.private, self._peer_keys[peer][0])
             lo, hi = min(self.index, peer), max(self.index, peer)
-            seed = derive_key(shared, session=self._session, label=LABEL_MASK, low=lo, high=hi)
+            seed = derive_key(shared, session=self._transcript, label=LABEL_MASK, low=lo, high=hi)
             add_mask(y, seed, sign=+1 if peer > self.index else -1, scratch=scratch)
+        self._held = held
+        # Forget: the plain input (overwritten by y, handed over below), keys and the self-mask seed.
+        self._values = np.empty(0, dtype=y.dtype)
+        self._forget_keys()
         self.state = ClientState.MASKED
-        self._values = np.empty(0, dtype=y.dtype)  # the plain input is no longer needed
-        return MaskedInput(self.index, setup.bits, y)
+        out = MaskedInput(self._session, self.index, c.bits, y)
+        return MaskedInput(out.session, out.sender, out.bits, out.values, self._sign(out))
 
-    # -- step 7 ---------------------------------------------------------------------------------
+    # -- stage consistency (malicious) ------------------------------------------------------------
+    def _sign_survivors(self, msg: SurvivorSet) -> ConsistencySignature:
+        c = self.config
+        assert c.identity is not None
+        if msg.n != c.n:
+            raise SecurityError(f"survivor set over {msg.n} clients, the task has {c.n}")
+        if self.index not in msg.survivors:
+            raise SecurityError(
+                f"client {self.index} refuses to sign a survivor set without itself"
+            )
+        if len(msg.survivors) < c.min_survivors:
+            raise ProtocolAbortError(
+                f"survivor set of {len(msg.survivors)} clients, fewer than min_survivors={c.min_survivors}"
+            )
+        self._survivors = msg.survivors
+        self._own_signature = c.identity.sign(survivor_statement(self._session, c.n, msg.survivors))
+        self.state = ClientState.SIGNED
+        return ConsistencySignature(self._session, self.index, self._own_signature)
+
+    def signature_threshold(self) -> int:
+        """Signatures on ``(session, S)`` needed from ``N(j)`` before revealing anything about ``j``.
+
+        Returns ``t``. Claim: if, for some client ``j``, two survivor sets ``S`` and ``S'`` that disagree
+        on ``j`` each carry ``t`` valid signatures from clients of ``N(j)``, then ``N(j)`` holds at least
+        ``2t - k`` corrupt clients. Proof: an honest client signs at most one set per session (it answers
+        the consistency stage once), so the honest signers of ``S`` and of ``S'`` are disjoint subsets
+        of the ``k - c_j`` honest clients of ``N(j)``, where ``c_j`` is the number of corrupt ones. Each
+        set has at least ``t - c_j`` honest signers, hence ``2 (t - c_j) <= k - c_j``, i.e.
+        ``c_j >= 2t - k``. The parameters of the malicious model are chosen
+        (:func:`~fedstats.secagg.params.find_parameters`) so that no client has ``2t - k`` corrupt
+        neighbours except with probability ``2^-sigma``; so, under that corruption bound, all honest
+        clients that reveal anything about ``j`` decide from sets that agree on ``j``: they all reveal
+        ``j``'s seed share, or all its key share, never both. The corrupt neighbours of ``j`` (fewer than
+        ``2t - k <= t``) cannot reach ``t`` shares of the other secret alone, so the server never
+        holds both ``b_j`` and ``sk_j``. A threshold below ``t`` would break the counting
+        (``2 (T - c_j) <= k - c_j`` no longer contradicts the bound), and ``t`` signers are anyway needed
+        to reconstruct ``j``'s secret, so a higher one would only cost dropout tolerance.
+        """
+        return self.config.t
+
+    # -- stage unmask -----------------------------------------------------------------------------
     def _unmask(self, msg: UnmaskRequest) -> UnmaskResponse:
+        if self._malicious:
+            seeds, keys = self._decide_from_signed_set(msg)
+        else:
+            seeds, keys = self._decide_from_request(msg)
+        out = UnmaskResponse(
+            self._session,
+            self.index,
+            {j: self._held[j][0] for j in sorted(seeds)},
+            {j: self._held[j][1] for j in sorted(keys)},
+        )
+        signed = UnmaskResponse(
+            out.session, out.sender, out.seed_shares, out.key_shares, self._sign(out)
+        )
+        self._held = {}  # answer at most once, then forget the shares
+        self.state = ClientState.DONE
+        return signed
+
+    def _decide_from_signed_set(self, msg: UnmaskRequest) -> tuple[set[int], set[int]]:
+        assert self._roster is not None
+        if msg.survivors or msg.dropped:
+            raise SecurityError(
+                "a malicious-model client decides from the signed survivor set only"
+            )
+        survivors = set(self._survivors)
+        statement = survivor_statement(self._session, self.config.n, self._survivors)
+        threshold = self.signature_threshold()
+        # Verify lazily: signers in many of the held neighbourhoods first, and only while some
+        # neighbourhood still lacks signatures (an invalid signature simply does not count).
+        need = {j: threshold - (self.index in self._nbrs[j]) for j in self._held}
+        covers: dict[int, list[int]] = {}
+        for j in self._held:
+            for m in self._nbrs[j] & survivors:
+                if m != self.index and m in msg.signatures:
+                    covers.setdefault(m, []).append(j)
+        valid = {self.index}
+        short = sum(1 for v in need.values() if v > 0)
+        for signer in sorted(covers, key=lambda m: (-len(covers[m]), m)):
+            if short == 0:
+                break
+            if not any(need[j] > 0 for j in covers[signer]):
+                continue
+            if verify_signature(self._roster.identities[signer], msg.signatures[signer], statement):
+                valid.add(signer)
+                for j in covers[signer]:
+                    need[j] -= 1
+                    short -= need[j] == 0
+        for j in self._held:
+            count = len(self._nbrs[j] & valid)
+            if count < threshold:
+                raise ProtocolAbortError(
+                    f"client {self.index}: only {count} neighbours of client {j} signed the survivor "
+                    f"set, {threshold} needed before revealing anything about it"
+                )
+        held = set(self._held)
+        return held & survivors, held - survivors
+
+    def _decide_from_request(self, msg: UnmaskRequest) -> tuple[set[int], set[int]]:
         survivors, dropped = set(msg.survivors), set(msg.dropped)
         both = survivors & dropped
         if both:
@@ -272,9 +668,4 @@ class SecAggClient:
             raise SecurityError(
                 f"client {self.index} holds no shares of client(s) {sorted(unknown)}"
             )
-        self.state = ClientState.DONE  # answer at most once per session
-        return UnmaskResponse(
-            self.index,
-            {i: self._held[i][0] for i in sorted(survivors)},
-            {i: self._held[i][1] for i in sorted(dropped)},
-        )
+        return survivors, dropped

@@ -35,6 +35,7 @@ __all__ = [
     "KeyPair",
     "add_mask",
     "agree",
+    "check_public_key",
     "decrypt_share",
     "derive_key",
     "encrypt_share",
@@ -88,6 +89,39 @@ def agree(private: X25519PrivateKey | bytes, peer_public: bytes) -> bytes:
         return priv.exchange(X25519PublicKey.from_public_bytes(peer_public))
     except ValueError as exc:
         raise SecurityError(f"invalid X25519 public key from a peer: {exc}") from exc
+
+
+_P25519 = (1 << 255) - 19
+_LOW_ORDER_U = frozenset(
+    {
+        0,
+        1,
+        _P25519 - 1,
+        325606250916557431795983626356110631294008115727848805560023387167927233504,
+        39382357235489614581723060781553021112529911719440698176882885853963445705823,
+    }
+)
+"""u-coordinates (mod p) of the points of order 1, 2, 4 and 8 on Curve25519 (libsodium's blocklist)."""
+
+
+def check_public_key(public: bytes) -> None:
+    """Validate an advertised X25519 public key: exactly 32 bytes and not a low-order point.
+
+    A low-order point makes every Diffie-Hellman agreement with it one of at most 8 values, independent
+    of the other party's key. The key is decoded as RFC 7748 does (top bit cleared, reduced mod
+    ``2^255 - 19``, so non-canonical encodings are caught too) and compared with the five low-order
+    u-coordinates.
+
+    Raises
+    ------
+    SecurityError
+        If the key has the wrong length or is a low-order point.
+    """
+    if len(public) != 32:
+        raise SecurityError(f"an X25519 public key must be 32 bytes, got {len(public)}")
+    u = (int.from_bytes(public, "little") & ((1 << 255) - 1)) % _P25519
+    if u in _LOW_ORDER_U:
+        raise SecurityError("advertised X25519 public key is a low-order point")
 
 
 def session_id(round_id: bytes, advertised: dict[int, tuple[bytes, bytes]]) -> bytes:

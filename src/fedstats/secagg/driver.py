@@ -1,16 +1,20 @@
 """In-process driver: ``n`` :class:`SecAggClient` state machines and one :class:`SecAggServer`.
 
 Every message is serialized to bytes and decoded on the other side, exactly as over a network, so the
-driver measures the bytes each client sends and receives and the compute time of each party. Dropouts
-can be injected before any step:
+driver measures the bytes each client sends and receives (per stage) and the compute time of each party.
+In the ``"malicious"`` threat model the driver plays the enrollment authority too: it creates each
+client's identity key and has an in-process :class:`~fedstats.secagg.identity.EnrollmentAuthority` sign
+the session roster (pass ``authority`` to use your own). Dropouts can be injected before any stage:
 
 ==================  =======================================================================
 stage               the client stops before ...
 ==================  =======================================================================
-``"advertise"``     advertising its public keys (step 2)
-``"share"``         sending its encrypted shares (step 3)
-``"masked_input"``  sending its masked input (step 5): its input is not in the sum
-``"unmask"``        answering the unmasking request (step 7): its input *is* in the sum
+``"advertise"``     advertising its public keys
+``"share"``         sending its encrypted shares
+``"masked_input"``  sending its masked input: its input is not in the sum
+``"consistency"``   signing the survivor set (malicious model; in the semi-honest models the same as
+                    ``"unmask"``): its input *is* in the sum
+``"unmask"``        answering the unmasking request: its input *is* in the sum
 ==================  =======================================================================
 """
 
@@ -24,17 +28,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedstats._validation import check_choice, check_int
-from fedstats.errors import DataError, ParameterError, ProtocolAbortError
+from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
 from fedstats.randomness import RandomSource
-from fedstats.secagg.client import SecAggClient
+from fedstats.secagg.client import ClientConfig, SecAggClient
 from fedstats.secagg.crypto import DTYPES
-from fedstats.secagg.messages import decode
+from fedstats.secagg.identity import ClientIdentity, EnrollmentAuthority
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.server import SecAggServer
 
 __all__ = ["DROPOUT_STAGES", "SecAggResult", "run_secure_aggregation"]
 
-DROPOUT_STAGES = ("advertise", "share", "masked_input", "unmask")
+DROPOUT_STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
 
 InputSource = np.ndarray | Callable[[int], np.ndarray]
 
@@ -48,7 +52,7 @@ class SecAggResult:
     total : numpy.ndarray
         ``(length,)`` ``uint{bits}``: sum mod 2^bits of the inputs of ``included`` clients.
     included : tuple of int
-        Clients whose masked input reached the server (the set ``A2``).
+        Clients whose masked input is in the sum (the survivor set ``S``).
     params : SecAggParameters
     bits : int
     client_seconds : numpy.ndarray
@@ -57,10 +61,16 @@ class SecAggResult:
         Compute time of the server.
     bytes_sent, bytes_received : numpy.ndarray
         ``(n,)`` int64: bytes each client sent and received.
+    stage_bytes : dict str -> numpy.ndarray
+        For each stage run, ``(n,)`` int64 bytes each client sent plus received in it.
     dropped : dict str -> tuple of int
         The clients dropped before each stage.
     client_aborts : tuple of int
-        Clients that stopped on their own (too few live neighbours).
+        Clients that stopped on their own (too few live neighbours or signatures).
+    rejected : tuple of int
+        Clients one of whose messages the server refused (then treated as dropouts).
+    cheaters : tuple of int
+        Clients the server caught sending wrong shares (their shares were ignored).
     """
 
     total: np.ndarray
@@ -71,8 +81,11 @@ class SecAggResult:
     server_seconds: float
     bytes_sent: np.ndarray
     bytes_received: np.ndarray
+    stage_bytes: dict[str, np.ndarray] = field(default_factory=dict)
     dropped: dict[str, tuple[int, ...]] = field(default_factory=dict)
     client_aborts: tuple[int, ...] = ()
+    rejected: tuple[int, ...] = ()
+    cheaters: tuple[int, ...] = ()
 
     @property
     def bytes_per_client(self) -> float:
@@ -108,6 +121,9 @@ def run_secure_aggregation(
     randomness: RandomSource | None = None,
     round_id: bytes | None = None,
     channel: Callable[[str, int, bytes], bytes] | None = None,
+    authority: EnrollmentAuthority | None = None,
+    task_id: bytes = b"fedstats",
+    session: bytes | None = None,
 ) -> SecAggResult:
     """Run the whole protocol in-process and return the server's sum.
 
@@ -121,18 +137,27 @@ def run_secure_aggregation(
     n : int, optional
         Number of clients when ``inputs`` is a function.
     params : SecAggParameters, optional
-        ``k``, ``t``, ``min_survivors``; default :func:`find_parameters(n)`.
+        ``k``, ``t``, ``min_survivors`` and the threat model; default :func:`find_parameters(n)`
+        (malicious server).
     dropouts : mapping str -> collection of int, optional
         For each stage in ``DROPOUT_STAGES``, the clients that drop before it.
     randomness : RandomSource, optional
-        Public randomness for the graph permutation (default: a secure source). Keys always come from
-        OS entropy.
+        Public randomness for the graph permutation in the semi-honest models (default: a secure
+        source). Keys, seeds and the malicious model's session id always come from OS entropy.
     round_id : bytes, optional
-        Session round id (default: 16 random bytes).
+        Round id of the semi-honest models (default: 16 random bytes).
     channel : callable, optional
         ``channel(direction, client, data) -> data`` sees (and may alter) every serialized message in
         transit; ``direction`` is ``"to_client"`` or ``"to_server"``. Models the network (or an attacker on
         it) in tests.
+    authority : EnrollmentAuthority, optional
+        Malicious model: the authority that signs the roster (default: a fresh in-process one).
+    task_id : bytes, default b"fedstats"
+        Malicious model: the task named in the roster and in every client's configuration.
+    session : bytes, optional
+        Malicious model: the 32-byte session id the authority puts in the roster (it fixes the graph).
+        Default: fresh OS entropy. A fixed value makes the graph reproducible: tests only, not for
+        release.
 
     Returns
     -------
@@ -141,10 +166,11 @@ def run_secure_aggregation(
     Raises
     ------
     ProtocolAbortError
-        Too many dropouts at some step (no partial result). A client that cannot continue (fewer than
-        ``t`` live neighbours) stops, which the server sees as a dropout.
+        Too many dropouts at some stage, or unmasking failed (no partial result). A client that cannot
+        continue (too few live neighbours or signatures) stops, which the server sees as a dropout; a
+        client message the server refuses makes its sender a dropout.
     SecurityError
-        A cryptographic check failed.
+        A client refused a server message (a check failed).
     ParameterError, DataError
         Bad parameters or inputs.
     """
@@ -156,16 +182,21 @@ def run_secure_aggregation(
         params = find_parameters(n_clients)
     if params.n != n_clients:
         raise ParameterError("params.n", params.n, f"the number of clients, {n_clients}")
+    malicious = params.threat_model == "malicious"
+    stages = DROPOUT_STAGES if malicious else tuple(s for s in DROPOUT_STAGES if s != "consistency")
     drop: dict[str, set[int]] = {s: set() for s in DROPOUT_STAGES}
     for stage, ids in (dropouts or {}).items():
         check_choice("dropout stage", stage, DROPOUT_STAGES)
         bad = [i for i in ids if not 0 <= int(i) < n_clients]
         if bad:
             raise ParameterError("dropouts", bad, f"client indices in [0, {n_clients})")
-        drop[stage] = {int(i) for i in ids}
+        drop[stage] |= {int(i) for i in ids}
+    if not malicious:  # no consistency stage: dropping before it is dropping before unmasking
+        drop["unmask"] |= drop["consistency"]
+        drop["consistency"] = set()
     gone: set[int] = set()
     alive_at: dict[str, set[int]] = {}
-    for stage in DROPOUT_STAGES:
+    for stage in stages:
         gone |= drop[stage]
         alive_at[stage] = set(range(n_clients)) - gone
 
@@ -174,44 +205,70 @@ def run_secure_aggregation(
     client_time = np.zeros(n_clients)
     sent = np.zeros(n_clients, dtype=np.int64)
     received = np.zeros(n_clients, dtype=np.int64)
+    stage_bytes = {s: np.zeros(n_clients, dtype=np.int64) for s in stages}
 
+    identities: list[ClientIdentity] = []
+    verifier = None
     t0 = time.perf_counter()
-    server = SecAggServer(
-        params,
-        length=length,
-        bits=bits,
-        round_id=round_id,
-        rng=randomness.public("secagg", "graph", round_id.hex()),
-    )
+    if malicious:
+        authority = authority if authority is not None else EnrollmentAuthority()
+        identities = [ClientIdentity() for _ in range(n_clients)]  # enrollment, before the session
+        roster = authority.roster([c.public for c in identities], task_id=task_id, session=session)
+        verifier = authority.verifier()
+        t0 = time.perf_counter()
+        server = SecAggServer(params, length=length, bits=bits, roster=roster)
+    else:
+        server = SecAggServer(
+            params,
+            length=length,
+            bits=bits,
+            round_id=round_id,
+            rng=randomness.public("secagg", "graph", round_id.hex()),
+        )
     outbox = {i: m.to_bytes() for i, m in server.setup().items()}
     server_time = time.perf_counter() - t0
     clients: dict[int, SecAggClient] = {}
 
     aborted: set[int] = set()
-    for stage in DROPOUT_STAGES:
+    rejected: set[int] = set()
+    for stage in stages:
         for i, data in outbox.items():
             if channel is not None:
                 data = channel("to_client", i, data)
             received[i] += len(data)
-            if i not in alive_at[stage] or i in aborted:
+            stage_bytes[stage][i] += len(data)
+            if i not in alive_at[stage] or i in aborted or i in rejected:
                 continue
             if stage == "advertise":
-                clients[i] = SecAggClient(i, np.asarray(get(i)))  # the client's data, not compute
+                config = ClientConfig.from_parameters(
+                    params,
+                    bits=bits,
+                    length=length,
+                    identity=identities[i] if malicious else None,
+                    verifier=verifier,
+                    task_id=task_id,
+                )
+                clients[i] = SecAggClient(i, np.asarray(get(i)), config)  # data, not compute
             t1 = time.perf_counter()
             try:
-                reply = clients[i].handle(decode(data)).to_bytes()  # type: ignore[arg-type]
+                reply = clients[i].handle_bytes(data)
             except ProtocolAbortError:
                 aborted.add(i)  # the client stops: a dropout for the server
                 continue
             finally:
                 client_time[i] += time.perf_counter() - t1
             sent[i] += len(reply)
+            stage_bytes[stage][i] += len(reply)
             if channel is not None:
                 reply = channel("to_server", i, reply)
             t2 = time.perf_counter()
             # Deliver at once (as a network would), so the server never holds n vectors.
-            server.receive(decode(reply))  # type: ignore[arg-type]
-            server_time += time.perf_counter() - t2
+            try:
+                server.receive_bytes(reply)
+            except (SecurityError, DataError):
+                rejected.add(i)  # refused message: the sender is a dropout
+            finally:
+                server_time += time.perf_counter() - t2
         t3 = time.perf_counter()
         try:
             outbox = {i: m.to_bytes() for i, m in server.advance().items()}
@@ -227,6 +284,9 @@ def run_secure_aggregation(
         server_seconds=server_time,
         bytes_sent=sent,
         bytes_received=received,
+        stage_bytes=stage_bytes,
         dropped={s: tuple(sorted(v)) for s, v in drop.items()},
         client_aborts=tuple(sorted(aborted)),
+        rejected=tuple(sorted(rejected)),
+        cheaters=tuple(sorted(server.cheaters)),
     )

@@ -9,13 +9,23 @@ symmetric only then) or ``k = n - 1`` (the complete graph).
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+
 import numpy as np
 
 from fedstats._validation import check_int
 from fedstats.errors import ParameterError
 from fedstats.randomness import RNG
+from fedstats.secagg.crypto import expand_mask
 
-__all__ = ["harary_neighbors", "random_harary_graph", "valid_degree"]
+__all__ = [
+    "harary_neighbors",
+    "public_harary_graph",
+    "public_neighbors",
+    "random_harary_graph",
+    "valid_degree",
+]
 
 
 def valid_degree(n: int, k: int) -> bool:
@@ -75,3 +85,70 @@ def random_harary_graph(n: int, k: int, rng: RNG) -> np.ndarray:
     out = np.empty_like(base)
     out[pi] = pi[base]
     return np.sort(out, axis=1)
+
+
+def public_harary_graph(n: int, k: int, seed: bytes) -> np.ndarray:
+    """``HARARY(n, k)`` renamed by a permutation derived deterministically from public randomness.
+
+    Used by the malicious-server protocol: every client recomputes its own neighbourhood from the
+    authority-signed session id, so the server cannot choose the graph. The permutation sorts ``n``
+    64-bit words of the AES-256-CTR keystream keyed by ``SHA-256(label || seed)`` (ties, probability
+    below ``n^2 / 2^65``, broken by index), which is uniform up to those ties and identical on every
+    platform.
+
+    Parameters
+    ----------
+    n, k : int
+        As in :func:`harary_neighbors`.
+    seed : bytes
+        Public randomness (the session id).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(n, k)``, int64, rows sorted.
+    """
+    base = harary_neighbors(n, k)
+    pi = _public_permutation(n, seed)
+    out = np.empty_like(base)
+    out[pi] = pi[base]
+    return np.sort(out, axis=1)
+
+
+def _public_permutation(n: int, seed: bytes) -> np.ndarray:
+    key = hashlib.sha256(b"fedstats/secagg/v2/graph\x00" + bytes(seed)).digest()
+    words = expand_mask(key, n, 64)
+    return np.argsort(words, kind="stable").astype(np.int64)
+
+
+def public_neighbors(
+    n: int, k: int, seed: bytes, clients: Iterable[int]
+) -> dict[int, frozenset[int]]:
+    """Rows of :func:`public_harary_graph` for some clients only (O(n log n) time, O(n) memory).
+
+    Parameters
+    ----------
+    n, k : int
+        As in :func:`harary_neighbors`.
+    seed : bytes
+        Public randomness (the session id).
+    clients : iterable of int
+        Clients in ``[0, n)`` whose neighbourhoods are wanted.
+
+    Returns
+    -------
+    dict int -> frozenset of int
+        Each client's ``k`` neighbours.
+    """
+    n = check_int("clients", n, low=2)
+    if not valid_degree(n, k):
+        raise ParameterError("k", k, f"an even integer in [2, {n - 2}] or {n - 1} (complete graph)")
+    pi = _public_permutation(n, seed)
+    pos = np.empty(n, dtype=np.int64)
+    pos[pi] = np.arange(n, dtype=np.int64)
+    if k == n - 1:
+        offsets = np.arange(1, n, dtype=np.int64)
+    else:
+        h = k // 2
+        offsets = np.concatenate([np.arange(1, h + 1), np.arange(n - h, n)]).astype(np.int64)
+    return {int(c): frozenset(pi[(pos[c] + offsets) % n].tolist()) for c in clients}

@@ -31,9 +31,59 @@ from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import ParameterError
 from fedstats.secagg.graph import valid_degree
 
-__all__ = ["THREAT_MODELS", "SecAggParameters", "find_parameters", "validate_parameters"]
+__all__ = [
+    "ATTACKS",
+    "STOPPED_BY",
+    "THREAT_MODELS",
+    "SecAggParameters",
+    "find_parameters",
+    "validate_parameters",
+]
 
-THREAT_MODELS = ("malicious", "semi-honest")
+THREAT_MODELS = ("malicious", "semi-malicious", "semi-honest")
+"""``"semi-honest"``: the server follows the protocol (honest but curious). ``"semi-malicious"``: the same
+protocol, parameters chosen so that each honest neighbour revealing one share per neighbour is not enough
+(``2t - k`` corrupt neighbours needed); the server is trusted to send consistent messages. ``"malicious"``:
+Bell et al. 2020 with identities, signatures, a client-computed graph and the consistency check."""
+
+ATTACKS: dict[str, str] = {
+    "inconsistent_dropout_claims": "server tells clients different dropout sets to get both shares",
+    "parameter_tampering": "server sends another n, k, t, or a neighbour list of the wrong size",
+    "graph_choice": "server chooses which clients are neighbours (e.g. all corrupt)",
+    "key_substitution": "server swaps public keys or runs fake clients",
+    "replay_or_forgery": "client messages replayed from another session or forged",
+    "double_reveal": "server asks one client for both shares of the same neighbour",
+    "fail_open": "an error while unmasking leaves a partly unmasked sum that is later released",
+    "bad_share": "one client sends a wrong share (or one >= the field prime) to kill the session",
+    "low_order_key": "a low-order X25519 public key",
+    "oversized_message": "messages far larger than the protocol needs",
+    "weak_parameters": "user-supplied (k, t) with no security, e.g. k = 2, t = 1",
+    "retained_secrets": "a client keeps its secrets after they are needed",
+}
+"""Attacks considered in ``docs/secagg.md`` (threat-model table), by name."""
+
+_COMMON = (
+    "parameter_tampering",
+    "double_reveal",
+    "fail_open",
+    "bad_share",
+    "low_order_key",
+    "oversized_message",
+    "retained_secrets",
+)
+STOPPED_BY: dict[str, tuple[str, ...]] = {
+    "semi-honest": _COMMON,
+    "semi-malicious": _COMMON,
+    "malicious": (
+        *_COMMON,
+        "inconsistent_dropout_claims",
+        "graph_choice",
+        "key_substitution",
+        "replay_or_forgery",
+        "weak_parameters",
+    ),
+}
+"""The attacks of :data:`ATTACKS` each threat model stops (the rest it does not)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +105,7 @@ class SecAggParameters:
     sigma, eta : float
         Statistical security and correctness parameters (failure probabilities 2^-sigma, 2^-eta).
     threat_model : str
-        ``"malicious"`` or ``"semi-honest"`` server.
+        ``"malicious"``, ``"semi-malicious"`` or ``"semi-honest"`` server (:data:`THREAT_MODELS`).
     security_bound, correctness_bound : float
         log2 of the union-bound failure probabilities achieved (<= -sigma and <= -eta when found by the
         finder; reported, not enforced, for overridden ``k``/``t``).
@@ -72,6 +122,11 @@ class SecAggParameters:
     threat_model: str
     security_bound: float
     correctness_bound: float
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """The attacks (keys of :data:`ATTACKS`) this threat model stops; it stops no others."""
+        return STOPPED_BY[self.threat_model]
 
 
 def _log2_sf(k: int, bad: int, n_others: int, at_least: int) -> float:
@@ -101,7 +156,7 @@ def _bounds(
     n: int, k: int, t: int, n_corrupt: int, n_drop: int, threat_model: str
 ) -> tuple[float, float]:
     log_n = math.log2(n)
-    need = 2 * t - k if threat_model == "malicious" else t
+    need = t if threat_model == "semi-honest" else 2 * t - k
     sec_shares = log_n + _log2_sf(k, n_corrupt, n - 1, max(need, 0))
     if need <= 0:
         sec_shares = 0.0
@@ -124,10 +179,14 @@ def validate_parameters(
 ) -> SecAggParameters:
     """Check user-chosen ``k`` and ``t`` and report their failure bounds (without enforcing them).
 
+    With ``threat_model="malicious"`` parameters without any security are refused: ``t < 2`` (unless
+    ``n = 2``) or a pair whose share-secrecy bound is void (``2t - k <= 0``, e.g. ``k = 2, t = 1``).
+
     Raises
     ------
     ParameterError
-        If ``k`` is not a valid Harary degree for ``n`` or ``t`` is not in ``[1, k]``.
+        If ``k`` is not a valid Harary degree for ``n``, ``t`` is not in ``[1, k]``, or (malicious) the
+        pair gives no security.
     """
     n = check_int("clients", n, low=2)
     k = check_int("k", k, low=1, high=n - 1)
@@ -139,6 +198,13 @@ def validate_parameters(
     check_choice("threat_model", threat_model, THREAT_MODELS)
     n_corrupt, n_drop = math.floor(gamma * n), math.floor(delta * n)
     sec, cor = _bounds(n, k, t, n_corrupt, n_drop, threat_model)
+    if threat_model == "malicious" and n > 2 and (t < 2 or 2 * t - k <= 0):
+        raise ParameterError(
+            "t",
+            t,
+            f"an integer in [max(2, {k // 2 + 1}), {k}] for k={k} against a malicious server "
+            "(smaller t lets the server reconstruct secrets from honest clients' answers)",
+        )
     return SecAggParameters(
         n=n,
         k=k,
@@ -179,8 +245,15 @@ def find_parameters(
         probability 2^-sigma.
     eta : float, default 30
         Correctness parameter: the protocol fails to unmask with probability at most 2^-eta.
-    threat_model : {"malicious", "semi-honest"}, default "malicious"
-        Whether the server may send inconsistent dropout claims (see the module notes).
+    threat_model : {"malicious", "semi-malicious", "semi-honest"}, default "malicious"
+        ``"semi-honest"``: needs ``t`` corrupt neighbours to break a client. ``"semi-malicious"`` and
+        ``"malicious"``: ``2t - k`` (each honest neighbour reveals at most one of a neighbour's two
+        secrets). Only ``"malicious"`` runs the protocol that enforces this against a deviating server
+        (signed keys, pinned parameters, consistency check); :data:`STOPPED_BY` lists exactly which
+        attacks each model stops: semi-honest and semi-malicious stop parameter tampering, double
+        reveals, fail-open unmasking, bad shares, low-order keys, oversized messages and retained
+        secrets; malicious also stops inconsistent dropout claims, graph choice, key substitution and
+        fake clients, replayed or forged messages and weak user parameters.
 
     Returns
     -------
@@ -207,7 +280,10 @@ def find_parameters(
     for k in candidates:
         if _log2_disconnect(n, k, n_corrupt + n_drop) > -sigma:
             continue
-        for t in range(1, k + 1):
+        t_min = 2 if threat_model == "malicious" and n > 2 else 1
+        for t in range(t_min, k + 1):
+            if threat_model == "malicious" and n > 2 and 2 * t - k <= 0:
+                continue
             sec, cor = _bounds(n, k, t, n_corrupt, n_drop, threat_model)
             if sec > -sigma:
                 continue

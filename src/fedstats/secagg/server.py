@@ -1,74 +1,114 @@
 """The server side of secure aggregation as an explicit state machine (Bell et al. 2020, Alg. 2).
 
-The server collects one message per client per step (:meth:`SecAggServer.receive`) and closes the step
-with :meth:`SecAggServer.advance` (in a deployment: at a deadline), which returns the messages to send next.
-Clients that did not answer a step are dropouts. At every step it aborts with
-:class:`~fedstats.errors.ProtocolAbortError` when fewer than ``min_survivors`` clients answered, and then
-keeps nothing: no partial sum is ever returned.
+The server collects one message per client per stage (:meth:`SecAggServer.receive_bytes` /
+:meth:`SecAggServer.receive`) and closes the stage with :meth:`SecAggServer.advance` (in a deployment: at a
+deadline), which returns the messages to send next. Clients that did not answer a stage are dropouts.
 
-At the end, the server knows ``sum_{i in A2} x_i mod 2^b`` for the set ``A2`` of clients whose masked
-input arrived, and nothing else: it removed the self masks ``r_i`` of the survivors (seed reconstructed from
-``t`` shares, checked against the client's commitment) and the pairwise masks between survivors and
-clients that dropped after sharing (private key reconstructed from ``t`` shares, checked against the
-advertised public key).
+* Every client message is checked before it is used: stage, version, session id, size limit, sender,
+  exact counts and lengths, public keys (length, low order, uniqueness) and, in the malicious model, the
+  sender's identity signature. A bad message is refused (:class:`~fedstats.errors.SecurityError` or
+  :class:`~fedstats.errors.DataError`) and its sender counts as a dropout; the session goes on.
+* At every stage the server aborts with :class:`~fedstats.errors.ProtocolAbortError` when fewer than
+  ``min_survivors`` clients answered.
+* Unmasking fails closed: it works on a copy of the accumulated sum, which replaces the sum only when every
+  secret was reconstructed and checked; any error aborts the session, the accumulator is wiped, and nothing
+  is accepted or released afterwards.
+* A client that sends wrong shares is identified (Berlekamp-Welch decoding checked against the seed
+  commitment or advertised public key, :func:`~fedstats.secagg.shamir.robust_reconstruct`), listed in
+  :attr:`SecAggServer.cheaters` and its shares ignored, like a dropout.
+
+At the end the server knows ``sum_{i in S} x_i mod 2^b`` for the set ``S`` of clients whose masked input
+arrived (in the malicious model, the survivor set the clients signed).
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from enum import Enum
 
 import numpy as np
 
-from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
+from fedstats.errors import (
+    DataError,
+    FedstatsError,
+    ParameterError,
+    ProtocolAbortError,
+    SecurityError,
+)
 from fedstats.randomness import RNG
-from fedstats.secagg.client import seed_commitment, self_mask_seed
+from fedstats.secagg.client import roster_transcript, seed_commitment, self_mask_seed
 from fedstats.secagg.crypto import (
     DTYPES,
     LABEL_MASK,
     add_mask,
     agree,
+    check_public_key,
     derive_key,
     public_from_private,
     session_id,
 )
-from fedstats.secagg.graph import random_harary_graph
+from fedstats.secagg.graph import public_harary_graph, random_harary_graph
+from fedstats.secagg.identity import SessionRoster, verify_signature
 from fedstats.secagg.messages import (
     AdvertiseKeys,
+    ConsistencySignature,
     EncryptedShares,
     KeyBroadcast,
     MaskedInput,
+    Message,
     SetupMessage,
     ShareBroadcast,
+    SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
+    decode,
+    max_message_bytes,
+    survivor_statement,
 )
 from fedstats.secagg.params import SecAggParameters
-from fedstats.secagg.shamir import reconstruct_secret
+from fedstats.secagg.shamir import robust_reconstruct
 
-__all__ = ["SecAggServer", "ServerState"]
+__all__ = ["SecAggServer", "ServerState", "semi_honest_session"]
 
-ClientMessage = AdvertiseKeys | EncryptedShares | MaskedInput | UnmaskResponse
-ServerMessage = SetupMessage | KeyBroadcast | ShareBroadcast | UnmaskRequest
+ClientMessage = (
+    AdvertiseKeys | EncryptedShares | MaskedInput | ConsistencySignature | UnmaskResponse
+)
 
 
 class ServerState(Enum):
-    """Which step's messages the server is collecting."""
+    """Which stage's messages the server is collecting."""
 
     SETUP = "setup"
-    ADVERTISE = "advertise"
-    SHARE = "share"
+    ADVERTISE = "advertise_keys"
+    SHARE = "share_keys"
     MASKED_INPUT = "masked_input"
+    CONSISTENCY = "consistency"
     UNMASK = "unmask"
     DONE = "done"
     ABORTED = "aborted"
 
 
-_EXPECTED: dict[ServerState, type] = {
+_EXPECTED: dict[ServerState, type[Message]] = {
     ServerState.ADVERTISE: AdvertiseKeys,
     ServerState.SHARE: EncryptedShares,
     ServerState.MASKED_INPUT: MaskedInput,
+    ServerState.CONSISTENCY: ConsistencySignature,
     ServerState.UNMASK: UnmaskResponse,
 }
+
+
+def semi_honest_session(round_id: bytes) -> bytes:
+    """32-byte session id of a semi-honest or semi-malicious session: SHA-256 of a label and the round id."""
+    return hashlib.sha256(b"fedstats/secagg/v2/session\x00" + bytes(round_id)).digest()
+
+
+def _seed_check(transcript: bytes, client: int, commitment: bytes) -> Callable[[bytes], bool]:
+    return lambda seed: seed_commitment(transcript, client, seed) == commitment
+
+
+def _key_check(public: bytes) -> Callable[[bytes], bool]:
+    return lambda private: public_from_private(private) == public
 
 
 class SecAggServer:
@@ -77,27 +117,44 @@ class SecAggServer:
     Parameters
     ----------
     params : SecAggParameters
-        ``n``, ``k``, ``t`` and ``min_survivors`` (see :func:`~fedstats.secagg.params.find_parameters`).
+        ``n``, ``k``, ``t``, ``min_survivors`` and the threat model.
     length : int
         Vector length ``l`` of every client's input, >= 1.
     bits : int
         Modulus width ``b`` in {16, 32, 64}: inputs and the sum live in Z / 2^b Z.
-    round_id : bytes
-        Unique id of this aggregation (bound into the session id, hence into every key).
-    rng : numpy.random.Generator or SecureGenerator
-        Public randomness for the graph permutation.
+    round_id : bytes, optional
+        Unique id of this aggregation (semi-honest models; the session id is derived from it).
+    rng : numpy.random.Generator or SecureGenerator, optional
+        Public randomness for the graph permutation (semi-honest models).
+    roster : SessionRoster, optional
+        The authority-signed roster (malicious model): the session id, the clients' identities and the
+        graph's public randomness all come from it.
 
     Attributes
     ----------
     state : ServerState
-    neighbors : numpy.ndarray
-        ``(n, k)`` int64 neighbour lists.
-    advertised, shared, masked, responded : set of int
-        The sets ``A0``, ``A1``, ``A2``, ``A3`` of clients that completed each step.
+    session : bytes
+        32-byte session id.
+    advertised, shared, masked, signed, responded : set of int
+        The clients that completed each stage (``S`` = ``masked``).
+    cheaters : set of int
+        Clients whose shares were found wrong (their answers were ignored).
+
+    Raises
+    ------
+    ParameterError
+        Bad width or length, or a roster / round id missing for the threat model.
     """
 
     def __init__(
-        self, params: SecAggParameters, *, length: int, bits: int, round_id: bytes, rng: RNG
+        self,
+        params: SecAggParameters,
+        *,
+        length: int,
+        bits: int,
+        round_id: bytes | None = None,
+        rng: RNG | None = None,
+        roster: SessionRoster | None = None,
     ) -> None:
         if bits not in DTYPES:
             raise ParameterError("bits", bits, "one of 16, 32, 64")
@@ -106,78 +163,154 @@ class SecAggServer:
         self.params = params
         self.length = int(length)
         self.bits = int(bits)
-        self.round_id = bytes(round_id)
-        self.neighbors = random_harary_graph(params.n, params.k, rng)
-        self._nbr_sets = [frozenset(int(v) for v in row) for row in self.neighbors]
+        self.malicious = params.threat_model == "malicious"
+        if self.malicious:
+            if roster is None or roster.n != params.n:
+                raise ParameterError("roster", roster, f"a signed roster of {params.n} clients")
+            self.roster: SessionRoster | None = roster
+            self.session = roster.session
+            self.neighbors = public_harary_graph(params.n, params.k, roster.session)
+            self._transcript = roster_transcript(roster)
+        else:
+            if round_id is None or rng is None:
+                raise ParameterError("round_id/rng", None, "a round id and a generator")
+            self.roster = None
+            self.round_id = bytes(round_id)
+            self.session = semi_honest_session(self.round_id)
+            self.neighbors = random_harary_graph(params.n, params.k, rng)
+            self._transcript = b""
+        self._nbr = [frozenset(int(v) for v in row) for row in self.neighbors]
         self.state = ServerState.SETUP
-        self.session = b""
-        self._keys: dict[int, tuple[bytes, bytes]] = {}
+        self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}
+        self._all_keys: set[bytes] = set()
         self._commitments: dict[int, bytes] = {}
         self._cts: dict[int, dict[int, bytes]] = {}
         self._acc = np.zeros(self.length, dtype=DTYPES[self.bits])
         self._masked: set[int] = set()
+        self._signatures: dict[int, bytes] = {}
         self._responses: dict[int, UnmaskResponse] = {}
         self._requests: dict[int, UnmaskRequest] = {}
         self._result: np.ndarray | None = None
         self.advertised: set[int] = set()
         self.shared: set[int] = set()
         self.masked: set[int] = set()
+        self.signed: set[int] = set()
         self.responded: set[int] = set()
+        self.cheaters: set[int] = set()
 
     # ------------------------------------------------------------------------------------------
     def setup(self) -> dict[int, SetupMessage]:
-        """Step 1: the parameters and neighbour list for each client."""
+        """Stage ``setup``: the parameters (and roster or neighbour list) for each client."""
         if self.state is not ServerState.SETUP:
             raise SecurityError("setup() called twice")
         p = self.params
         self.state = ServerState.ADVERTISE
+        roster = self.roster.to_bytes() if self.roster is not None else b""
         return {
             c: SetupMessage(
-                self.round_id,
+                self.session,
                 c,
                 p.n,
                 p.k,
                 p.t,
                 self.bits,
                 self.length,
-                tuple(int(v) for v in self.neighbors[c]),
+                p.min_survivors,
+                p.threat_model,
+                () if self.malicious else tuple(int(v) for v in self.neighbors[c]),
+                roster,
             )
             for c in range(p.n)
         }
 
+    def limit(self, cls: type[Message]) -> int:
+        """Size limit of a message type in this session (bytes)."""
+        p = self.params
+        return max_message_bytes(cls, n=p.n, k=p.k, length=self.length, bits=self.bits)
+
+    def receive_bytes(self, data: bytes) -> None:
+        """Accept one serialized client message (the transport API); the size limit is checked first.
+
+        Raises
+        ------
+        SecurityError, DataError
+            As :meth:`receive`, or a malformed or oversized message (refused; the session goes on).
+        ProtocolAbortError
+            The session has aborted.
+        """
+        expect = self._expect()
+        msg = decode(data, expect=expect, max_bytes=self.limit(expect))
+        self.receive(msg)  # type: ignore[arg-type]
+
+    def _expect(self) -> type[Message]:
+        if self.state is ServerState.ABORTED:
+            raise ProtocolAbortError("the session has aborted; nothing more is accepted")
+        expected = _EXPECTED.get(self.state)
+        if expected is None:
+            raise SecurityError(f"no client message is accepted in state {self.state.value}")
+        return expected
+
     def receive(self, message: ClientMessage) -> None:
-        """Accept one client message for the current step.
+        """Accept one client message for the current stage.
 
         Raises
         ------
         SecurityError
-            A message of the wrong step, a duplicate, or one from a client not entitled to send it.
+            A message of the wrong stage or session, a duplicate, a bad signature, bad keys, or one from
+            a client not entitled to send it. The message is ignored.
         DataError
-            A masked input of the wrong length or width.
+            A masked input of the wrong length or width. The message is ignored.
+        ProtocolAbortError
+            The session has aborted.
         """
-        expected = _EXPECTED.get(self.state)
-        if expected is None or not isinstance(message, expected):
+        expected = self._expect()
+        if not isinstance(message, expected):
             raise SecurityError(f"unexpected {type(message).__name__} in state {self.state.value}")
+        if message.session != self.session:
+            raise SecurityError("message of another session")
+        sender = message.client if isinstance(message, AdvertiseKeys) else message.sender
+        if not 0 <= sender < self.params.n:
+            raise SecurityError(f"message from client {sender}, who was not invited")
+        if self.malicious:
+            assert self.roster is not None
+            data = (
+                survivor_statement(self.session, self.params.n, tuple(sorted(self.masked)))
+                if isinstance(message, ConsistencySignature)
+                else message.signed_bytes()
+            )
+            if not verify_signature(self.roster.identities[sender], message.signature, data):
+                raise SecurityError(
+                    f"message claiming to be from client {sender} is not signed by it"
+                )
         if isinstance(message, AdvertiseKeys):
             self._receive_keys(message)
         elif isinstance(message, EncryptedShares):
             self._receive_shares(message)
         elif isinstance(message, MaskedInput):
             self._receive_masked(message)
+        elif isinstance(message, ConsistencySignature):
+            self._receive_signature(message)
         else:
-            assert isinstance(message, UnmaskResponse)
             self._receive_unmask(message)
 
     def _receive_keys(self, m: AdvertiseKeys) -> None:
-        if not 0 <= m.client < self.params.n or m.client in self._keys:
-            raise SecurityError(f"unexpected or duplicate key advertisement from client {m.client}")
-        self._keys[m.client] = (m.mask_public, m.encryption_public)
+        if m.client in self._keys:
+            raise SecurityError(f"duplicate key advertisement from client {m.client}")
+        check_public_key(m.mask_public)
+        check_public_key(m.encryption_public)
+        if (
+            m.mask_public == m.encryption_public
+            or {m.mask_public, m.encryption_public} & self._all_keys
+        ):
+            raise SecurityError(f"client {m.client} advertised a public key that is already in use")
+        self._all_keys |= {m.mask_public, m.encryption_public}
+        self._keys[m.client] = (m.mask_public, m.encryption_public, m.signature)
 
     def _receive_shares(self, m: EncryptedShares) -> None:
         i = m.sender
         if i not in self.advertised or i in self._commitments:
             raise SecurityError(f"unexpected or duplicate shares from client {i}")
-        if set(m.ciphertexts) != self._nbr_sets[i] & self.advertised:
+        if set(m.ciphertexts) != self._nbr[i] & self.advertised:
             raise SecurityError(f"client {i} did not send one share to each live neighbour")
         self._commitments[i] = m.seed_commitment
         self._cts[i] = dict(m.ciphertexts)
@@ -194,48 +327,72 @@ class SecAggServer:
         np.add(self._acc, m.values.astype(self._acc.dtype, copy=False), out=self._acc)
         self._masked.add(i)
 
+    def _receive_signature(self, m: ConsistencySignature) -> None:
+        if m.sender not in self.masked or m.sender in self._signatures:
+            raise SecurityError(
+                f"unexpected or duplicate consistency signature from client {m.sender}"
+            )
+        self._signatures[m.sender] = m.signature
+
     def _receive_unmask(self, m: UnmaskResponse) -> None:
         j = m.sender
         req = self._requests.get(j)
         if req is None or j in self._responses:
             raise SecurityError(f"unexpected or duplicate unmasking response from client {j}")
-        if set(m.seed_shares) != set(req.survivors) or set(m.key_shares) != set(req.dropped):
+        if self.malicious:
+            held = set(self._nbr[j] & self.shared)
+            want_seeds, want_keys = held & self.masked, held - self.masked
+        else:
+            want_seeds, want_keys = set(req.survivors), set(req.dropped)
+        if set(m.seed_shares) != want_seeds or set(m.key_shares) != want_keys:
             raise SecurityError(f"client {j} answered shares that were not requested")
         self._responses[j] = m
 
     # ------------------------------------------------------------------------------------------
-    def _check_quorum(self, count: int, step: str) -> None:
+    def _abort(self, reason: str) -> ProtocolAbortError:
+        self.state = ServerState.ABORTED
+        self._acc[:] = 0
+        self._result = None
+        self._responses.clear()
+        self._cts.clear()
+        return ProtocolAbortError(reason)
+
+    def _check_quorum(self, count: int, stage: str) -> None:
         if count < self.params.min_survivors:
-            self.state = ServerState.ABORTED
-            self._acc[:] = 0
-            raise ProtocolAbortError(
-                f"only {count} of {self.params.n} clients completed the {step} step; at least "
+            raise self._abort(
+                f"only {count} of {self.params.n} clients completed the {stage} stage; at least "
                 f"{self.params.min_survivors} are needed (dropout_rate={self.params.dropout_rate:g}), "
                 "so the server aborts without a result"
             )
 
-    def advance(self) -> dict[int, ServerMessage]:
-        """Close the current step and return the next messages, keyed by receiving client.
+    def advance(self) -> dict[int, Message]:
+        """Close the current stage and return the next messages, keyed by receiving client.
 
-        Returns an empty dict after the unmasking step; the sum is then available from :meth:`result`.
+        Returns an empty dict after the unmasking stage; the sum is then available from :meth:`result`.
 
         Raises
         ------
         ProtocolAbortError
-            Fewer than ``min_survivors`` clients completed the step, or some secret has fewer than ``t``
-            shares. The server keeps no partial result.
-        SecurityError
-            A reconstructed seed or key does not match its commitment or advertised public key.
+            Fewer than ``min_survivors`` clients completed the stage, or unmasking failed (a secret with
+            too few correct shares, a seed or key that does not match its commitment or public key). The
+            server keeps no partial result and accepts nothing more.
         """
+        if self.state is ServerState.ABORTED:
+            raise ProtocolAbortError("the session has aborted")
         if self.state is ServerState.ADVERTISE:
             self.advertised = set(self._keys)
             self._check_quorum(len(self.advertised), "key advertisement")
-            self.session = session_id(self.round_id, self._keys)
+            if not self.malicious:
+                self._transcript = session_id(
+                    self.round_id, {i: v[:2] for i, v in sorted(self._keys.items())}
+                )
             self.state = ServerState.SHARE
             return {
                 i: KeyBroadcast(
                     self.session,
-                    {j: self._keys[j] for j in sorted(self._nbr_sets[i] & self.advertised)},
+                    i,
+                    self._transcript,
+                    {j: self._keys[j] for j in sorted(self._nbr[i] & self.advertised)},
                 )
                 for i in sorted(self.advertised)
             }
@@ -243,37 +400,59 @@ class SecAggServer:
             self.shared = set(self._commitments)
             self._check_quorum(len(self.shared), "share distribution")
             self.state = ServerState.MASKED_INPUT
-            out: dict[int, ServerMessage] = {}
+            out: dict[int, Message] = {}
             for j in sorted(self.shared):
-                cts = {i: self._cts[i][j] for i in sorted(self._nbr_sets[j] & self.shared)}
-                out[j] = ShareBroadcast(j, cts)
+                cts = {i: self._cts[i][j] for i in sorted(self._nbr[j] & self.shared)}
+                out[j] = ShareBroadcast(self.session, j, cts)
             self._cts.clear()
             return out
         if self.state is ServerState.MASKED_INPUT:
             self.masked = set(self._masked)
             self._check_quorum(len(self.masked), "masked input")
-            dropped = self.shared - self.masked
-            self.state = ServerState.UNMASK
-            for j in sorted(self.masked):
-                nb = self._nbr_sets[j] & self.shared
-                self._requests[j] = UnmaskRequest(
-                    tuple(sorted(nb & self.masked)), tuple(sorted(nb & dropped))
-                )
-            return dict(self._requests)
+            if self.malicious:
+                self.state = ServerState.CONSISTENCY
+                members = tuple(sorted(self.masked))
+                return {i: SurvivorSet(self.session, i, self.params.n, members) for i in members}
+            return self._unmask_requests(set(self.masked))
+        if self.state is ServerState.CONSISTENCY:
+            self.signed = set(self._signatures)
+            self._check_quorum(len(self.signed), "consistency check")
+            return self._unmask_requests(self.signed)
         if self.state is ServerState.UNMASK:
             self.responded = set(self._responses)
             self._check_quorum(len(self.responded), "unmasking")
             try:
-                self._unmask()
-            except (ProtocolAbortError, SecurityError):
-                self.state = ServerState.ABORTED
-                self._acc[:] = 0
-                raise
+                result, cheaters = self._unmask()
+            except FedstatsError as exc:
+                raise self._abort(f"unmasking failed, the session aborts: {exc}") from exc
+            except Exception as exc:  # fail closed on anything unexpected too
+                raise self._abort(f"unmasking failed, the session aborts: {exc!r}") from exc
+            self._acc = result
+            self._result = result
+            self.cheaters = cheaters
             self.state = ServerState.DONE
             return {}
         raise SecurityError(f"advance() called in state {self.state.value}")
 
-    def _unmask(self) -> None:
+    def _unmask_requests(self, askers: set[int]) -> dict[int, Message]:
+        self.state = ServerState.UNMASK
+        if self.malicious:
+            for j in sorted(askers):
+                two_hop: set[int] = set().union(*(self._nbr[m] for m in self._nbr[j]))
+                two_hop &= self.signed
+                sigs = {s: self._signatures[s] for s in sorted(two_hop) if s != j}
+                self._requests[j] = UnmaskRequest(self.session, j, signatures=sigs)
+        else:
+            dropped = self.shared - self.masked
+            for j in sorted(askers):
+                nb = self._nbr[j] & self.shared
+                self._requests[j] = UnmaskRequest(
+                    self.session, j, tuple(sorted(nb & self.masked)), tuple(sorted(nb & dropped))
+                )
+        return dict(self._requests)
+
+    def _unmask(self) -> tuple[np.ndarray, set[int]]:
+        """Remove the masks from a copy of the sum; return it and the clients caught cheating."""
         t = self.params.t
         seed_shares: dict[int, list[tuple[int, int]]] = {i: [] for i in self.masked}
         key_shares: dict[int, list[tuple[int, int]]] = {i: [] for i in self.shared - self.masked}
@@ -283,40 +462,31 @@ class SecAggServer:
                 seed_shares[i].append((j + 1, s))
             for i, s in resp.key_shares.items():
                 key_shares[i].append((j + 1, s))
-        acc = self._acc
+        acc = self._acc.copy()
+        cheaters: set[int] = set()
         scratch = bytearray((1 << 18) + 15)
+        tr = self._transcript
         for i in sorted(self.masked):
-            if len(seed_shares[i]) < t:
-                raise ProtocolAbortError(
-                    f"only {len(seed_shares[i])} shares of client {i}'s mask seed arrived, t={t} needed"
-                )
-            seed = reconstruct_secret(seed_shares[i], threshold=t)
-            if seed_commitment(self.session, i, seed) != self._commitments[i]:
-                raise SecurityError(
-                    f"reconstructed mask seed of client {i} does not match its commitment"
-                )
-            add_mask(acc, self_mask_seed(self.session, i, seed), sign=-1, scratch=scratch)
+            seed, bad = robust_reconstruct(
+                seed_shares[i], threshold=t, check=_seed_check(tr, i, self._commitments[i])
+            )
+            cheaters |= {x - 1 for x in bad}
+            add_mask(acc, self_mask_seed(tr, i, seed), sign=-1, scratch=scratch)
         for i in sorted(key_shares):
-            live = sorted(self._nbr_sets[i] & self.masked)
+            live = sorted(self._nbr[i] & self.masked)
             if not live:
                 continue
-            if len(key_shares[i]) < t:
-                raise ProtocolAbortError(
-                    f"only {len(key_shares[i])} shares of dropped client {i}'s key arrived, t={t} needed"
-                )
-            sk = reconstruct_secret(key_shares[i], threshold=t)
-            if public_from_private(sk) != self._keys[i][0]:
-                raise SecurityError(
-                    f"reconstructed key of client {i} does not regenerate its advertised public key"
-                )
+            public = self._keys[i][0]
+            sk, bad = robust_reconstruct(key_shares[i], threshold=t, check=_key_check(public))
+            cheaters |= {x - 1 for x in bad}
             for j in live:
                 shared = agree(sk, self._keys[j][0])
                 seed = derive_key(
-                    shared, session=self.session, label=LABEL_MASK, low=min(i, j), high=max(i, j)
+                    shared, session=tr, label=LABEL_MASK, low=min(i, j), high=max(i, j)
                 )
                 # client j added +m if i > j, else -m; remove it.
                 add_mask(acc, seed, sign=-1 if i > j else +1, scratch=scratch)
-        self._result = acc
+        return acc, cheaters
 
     def result(self) -> np.ndarray:
         """The sum of the survivors' inputs mod 2^b.

@@ -18,11 +18,18 @@ True
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fedstats.errors import ParameterError, ProtocolAbortError, SecurityError
 
-__all__ = ["FIELD_PRIME", "SECRET_BYTES", "SHARE_BYTES", "reconstruct_secret", "split_secret"]
+__all__ = [
+    "FIELD_PRIME",
+    "SECRET_BYTES",
+    "SHARE_BYTES",
+    "reconstruct_secret",
+    "robust_reconstruct",
+    "split_secret",
+]
 
 FIELD_PRIME = (1 << 521) - 1
 """The Mersenne prime 2^521 - 1: every 32-byte secret is a field element."""
@@ -151,3 +158,126 @@ def reconstruct_secret(shares: Sequence[tuple[int, int]], *, threshold: int) -> 
             "reconstructed value is not a 32-byte secret: the shares are inconsistent"
         )
     return s.to_bytes(SECRET_BYTES, "little")
+
+
+def _solve_mod(rows: list[list[int]], n_unknowns: int) -> list[int] | None:
+    """One solution of the linear system ``rows`` (each ``n_unknowns`` coefficients + right-hand side)
+    over GF(p) by Gaussian elimination (free variables set to 0), or None when it is inconsistent."""
+    p = FIELD_PRIME
+    a = [r[:] for r in rows]
+    pivots: list[int] = []
+    r = 0
+    for c in range(n_unknowns):
+        piv = next((i for i in range(r, len(a)) if a[i][c] % p), None)
+        if piv is None:
+            continue
+        a[r], a[piv] = a[piv], a[r]
+        inv = pow(a[r][c], -1, p)
+        a[r] = [v * inv % p for v in a[r]]
+        for i in range(len(a)):
+            if i != r and a[i][c]:
+                f = a[i][c]
+                a[i] = [(vi - f * vr) % p for vi, vr in zip(a[i], a[r], strict=True)]
+        pivots.append(c)
+        r += 1
+        if r == len(a):
+            break
+    if any(row[-1] % p and not any(row[:-1]) for row in a[r:]):
+        return None
+    sol = [0] * n_unknowns
+    for i, c in enumerate(pivots):
+        sol[c] = a[i][-1]
+    return sol
+
+
+def _berlekamp_welch(points: Sequence[tuple[int, int]], threshold: int) -> list[int] | None:
+    """Coefficients of the degree < ``threshold`` polynomial through all but at most ``e`` points,
+    ``e = (m - threshold) // 2`` (Berlekamp-Welch), or None when no such polynomial exists."""
+    p = FIELD_PRIME
+    m = len(points)
+    e = (m - threshold) // 2
+    nq = threshold + e
+    rows = []
+    for x, y in points:
+        pw = [1] * (nq + 1)
+        for j in range(1, nq + 1):
+            pw[j] = pw[j - 1] * x % p
+        rows.append(pw[:nq] + [(-y * pw[d]) % p for d in range(e)] + [y * pw[e] % p])
+    sol = _solve_mod(rows, nq + e)
+    if sol is None:
+        return None
+    q = sol[:nq]
+    err = [*sol[nq:], 1]  # monic E of degree e
+    # P = Q / E by long division (E monic); the remainder must vanish.
+    rem = q[:]
+    quot = [0] * max(1, nq - e)
+    for d in range(nq - 1, e - 1, -1):
+        c = rem[d] % p
+        quot[d - e] = c
+        if c:
+            for j in range(e + 1):
+                rem[d - e + j] = (rem[d - e + j] - c * err[j]) % p
+    if any(v % p for v in rem[:e]):
+        return None
+    return quot[:threshold]
+
+
+def robust_reconstruct(
+    shares: Sequence[tuple[int, int]], *, threshold: int, check: Callable[[bytes], bool]
+) -> tuple[bytes, set[int]]:
+    """Reconstruct a secret despite wrong shares, and name the abscissae of the wrong ones.
+
+    The ``threshold`` shares with the lowest abscissae are tried first (Bell et al. 2020, Alg. 2 step 8);
+    when the result fails ``check`` (a commitment or public-key test), Berlekamp-Welch decoding over all
+    shares corrects up to ``(m - threshold) // 2`` wrong ones (Reed-Solomon decoding of Shamir shares,
+    McEliece and Sarwate 1981), and every share off the decoded polynomial is reported. Values that are
+    not field elements are wrong shares from the start.
+
+    Parameters
+    ----------
+    shares : sequence of (int, int)
+        ``(x, y)`` pairs with distinct positive ``x`` (any ``y``; non-field values count as wrong).
+    threshold : int
+        ``t``.
+    check : callable
+        ``check(secret) -> bool``: True for the genuine secret.
+
+    Returns
+    -------
+    secret : bytes
+        32 bytes, accepted by ``check``.
+    bad : set of int
+        Abscissae of the shares identified as wrong (empty when the first ``t`` were right).
+
+    Raises
+    ------
+    ProtocolAbortError
+        Too few valid shares, or too many wrong ones to decode.
+    """
+    valid = sorted((x, y) for x, y in shares if 0 <= y < FIELD_PRIME)
+    bad = {x for x, y in shares if not 0 <= y < FIELD_PRIME}
+    if len(valid) < threshold:
+        raise ProtocolAbortError(
+            f"only {len(valid)} valid shares available, {threshold} needed to reconstruct a secret"
+        )
+    try:
+        secret = reconstruct_secret(valid, threshold=threshold)
+        if check(secret):
+            return secret, bad
+    except SecurityError:
+        pass
+    poly = _berlekamp_welch(valid, threshold) if len(valid) > threshold + 1 else None
+    if poly is not None and poly[0] < 1 << (8 * SECRET_BYTES):
+        secret = poly[0].to_bytes(SECRET_BYTES, "little")
+        if check(secret):
+            p = FIELD_PRIME
+            for x, y in valid:
+                acc = 0
+                for c in reversed(poly):
+                    acc = (acc * x + c) % p
+                if acc != y:
+                    bad.add(x)
+            return secret, bad
+    raise ProtocolAbortError(
+        f"the {len(valid)} shares of a secret hold too many wrong values to reconstruct it"
+    )

@@ -1,9 +1,9 @@
 """Sketches: symmetric alpha-stable variables, stable random projections and frequency-moment decoders.
 
 Pure mathematics, independent of clients and rounds (``DESIGN.md``): :mod:`~fedstats.sketches.stable`
-(sampler and the public projection), :mod:`~fedstats.sketches.decoders` (geometric mean and mean of squares
-with confidence intervals) and :mod:`~fedstats.sketches.seed_agreement` (commit-then-reveal agreement on
-the public projection seed).
+(sampler and the public projection) and :mod:`~fedstats.sketches.decoders` (geometric mean and mean of squares
+with confidence intervals). The commit-then-reveal agreement on the public projection seed is a protocol
+step: :mod:`fedstats.analyses.seed_agreement`.
 """
 
 from fedstats.sketches.decoders import (

@@ -40,8 +40,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.special
-import scipy.stats
 
 from fedstats._validation import check_real
 from fedstats.errors import DataError, ParameterError
@@ -130,6 +128,8 @@ def _exp(x: float) -> float:
 def _log_abs_cumulants(alpha: float) -> tuple[float, float, float, float]:
     """First four cumulants of ``log|S|``, from ``log E|S|^t = log[(2/pi) G(1 - t/a) G(t) sin(pi t / 2)]``."""
     a = alpha
+    import scipy.special  # lazily: client modules import this package without scipy
+
     z3 = float(scipy.special.zeta(3.0))
     k1 = _EULER * (1.0 / a - 1.0)
     k2 = math.pi**2 / 6.0 * (1.0 / a**2 + 0.5)
@@ -143,6 +143,8 @@ def _mean_log_quantiles(alpha: float, ell: int, confidence: float) -> tuple[floa
     k1, k2, k3, k4 = _log_abs_cumulants(alpha)
     g1 = k3 / k2**1.5 / math.sqrt(ell)
     g2 = k4 / k2**2 / ell
+    import scipy.stats  # lazily: scipy.stats costs more than the rest of the import
+
     z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
     out = []
     for zp in (-z, z):
@@ -287,6 +289,8 @@ def mean_of_squares_estimator(
     ell = int(arr.size)
     ss = float(np.dot(arr, arr))
     tail = (1.0 - conf) / 2
+    import scipy.stats  # lazily, as above
+
     q_lo = float(scipy.stats.chi2.ppf(tail, ell))
     q_hi = float(scipy.stats.chi2.isf(tail, ell))
     return FrequencyMomentEstimate(

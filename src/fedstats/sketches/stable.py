@@ -276,7 +276,7 @@ class StableProjection:
     Parameters
     ----------
     seed : int
-        Public seed in ``[0, 2**256)`` (agreed with :mod:`fedstats.sketches.seed_agreement`).
+        Public seed in ``[0, 2**256)`` (agreed with :mod:`fedstats.analyses.seed_agreement`).
     encoding_size : int
         ``l``, the number of rows (length of each encoding), >= 1.
     alpha : float

@@ -39,7 +39,7 @@ from fedstats.analyses.bitpushing.protocol import (
 )
 from fedstats.engine import Engine, InMemoryPopulation, Population
 from fedstats.engine.core import ProtocolGenerator
-from fedstats.engine.populations import block_count
+from fedstats.engine.populations import HistogramSource, block_count
 from fedstats.errors import DataError
 from fedstats.privacy.ledger import BitMeter, PrivacyLedger
 from fedstats.privacy.mechanisms import Mechanism
@@ -144,6 +144,49 @@ def population_truth(
     return t
 
 
+def histogram_truth(
+    population: HistogramSource, column: str, encoding: BitEncoding, randomness: RandomSource
+) -> Truth:
+    """The truth on the aggregate route, from the population's histogram (no pass over the clients).
+
+    For a fixed population it is the exact statistic of its clients; for a population of i.i.d. clients
+    (resampled), the expectation under the distribution they are drawn from, since the aggregate route
+    draws every cohort afresh from it and never fixes the clients' values.
+
+    Parameters
+    ----------
+    population : HistogramSource
+        The clients.
+    column : str
+        The column.
+    encoding : BitEncoding
+        The declared range (for the clipped statistics).
+    randomness : RandomSource
+        The engine's source (the histogram's keys).
+
+    Returns
+    -------
+    Truth
+    """
+    n = int(population.n_clients)  # type: ignore[attr-defined]
+    hist = population.histogram(0, n, randomness)
+    if hist.source is not None:
+        values = np.asarray(hist.source[0][column], dtype=np.float64)
+        w = np.asarray(hist.source[1], dtype=np.float64) * n
+    else:
+        values = np.asarray(hist.column(column), dtype=np.float64)
+        w = hist.counts.astype(np.float64)
+    shift = float(np.average(values, weights=w))
+    x = values - shift
+    xc = np.clip(values, encoding.low, encoding.high) - shift
+    s = np.array([w @ x, w @ x**2, w @ xc, w @ xc**2])
+    outside = (values < encoding.low) | (values > encoding.high)
+    t = Truth(s, n, round(float(w[outside].sum())))
+    t.mean += shift
+    t.clipped_mean += shift
+    return t
+
+
 def _as_population(data: Any, column: str, randomness: RandomSource, shuffle: bool) -> Population:
     if isinstance(data, Population):
         return data
@@ -189,7 +232,10 @@ def _scan(
     """Compute the simulation truth; check the refuse policy before anyone spends privacy or bits."""
     if not truth:
         return None
-    tr = population_truth(pop, column, encoding, engine.randomness, engine.block_size)
+    if getattr(engine.backend, "name", "") == "aggregate" and isinstance(pop, HistogramSource):
+        tr = histogram_truth(pop, column, encoding, engine.randomness)
+    else:
+        tr = population_truth(pop, column, encoding, engine.randomness, engine.block_size)
     if tr.n_clipped and encoding.out_of_range == "refuse":
         raise DataError(
             f"{tr.n_clipped} of {tr.n} {column} values lie outside the declared range "

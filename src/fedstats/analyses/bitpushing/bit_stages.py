@@ -51,7 +51,7 @@ from fedstats.analyses.bitpushing.allocation import (
     rr_noise_variance,
     weighted_probabilities,
 )
-from fedstats.analyses.bitpushing.client import encode_bits
+from fedstats.analyses.bitpushing.client import aggregate_bits, encode_bits
 from fedstats.analyses.bitpushing.stages import BitSums, CodeSpec, StageEstimate
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import Round, RoundSum
@@ -136,7 +136,13 @@ def bit_round(
         params.update(cum_pi=cum_pi.tolist())
     exact = allocation == "exact"
     s: RoundSum = yield Round(
-        name, encode_bits, params, dim=b if exact else 2 * b, bound=1, client_range=(lo, hi)
+        name,
+        encode_bits,
+        params,
+        dim=b if exact else 2 * b,
+        bound=1,
+        client_range=(lo, hi),
+        aggregate=aggregate_bits,
     )
     tot = np.asarray(s.total, dtype=np.int64)
     if exact:

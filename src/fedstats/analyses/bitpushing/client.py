@@ -21,9 +21,16 @@ from fedstats.privacy.mechanisms import RandomizedResponse
 from fedstats.randomness import RNG
 
 if TYPE_CHECKING:
-    from fedstats.engine.rounds import ClientBatch
+    from fedstats.engine.rounds import ClientBatch, InputHistogram
 
-__all__ = ["client_codes", "encode_bits", "enforce_range", "public_uniform", "to_codes"]
+__all__ = [
+    "aggregate_bits",
+    "client_codes",
+    "encode_bits",
+    "enforce_range",
+    "public_uniform",
+    "to_codes",
+]
 
 
 def enforce_range(
@@ -225,3 +232,107 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
         out[flat] = 1
         out[flat + b] = bits.ravel()
     return out.reshape(n, width)
+
+
+def _code_histogram(
+    values: np.ndarray, counts: np.ndarray, params: Mapping[str, Any], rng: RNG
+) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct codes and their counts for clients holding ``values`` (randomized rounding in aggregate).
+
+    A client with value ``x`` rounds ``y = (x - offset) / resolution`` up with probability ``frac(y)``,
+    so the clients holding ``x`` split Binomial(count, frac) up, the rest down.
+    """
+    from fedstats.engine.aggregate import binomial
+
+    v, _ = enforce_range(
+        values,
+        params["low"],
+        params["high"],
+        params["out_of_range"],
+        name=f"{params['column']} values",
+    )
+    if params.get("center") is not None:
+        v = (v - params["center"]) ** 2
+    y = (v - params["offset"]) / params["resolution"]
+    fl = np.floor(y)
+    up = binomial(rng, counts, y - fl)
+    codes = np.clip(np.concatenate([fl, fl + 1]), 0, params["max_code"]).astype(np.int64)
+    weights = np.concatenate([counts - up, up])
+    uniq, inv = np.unique(codes, return_inverse=True)
+    return uniq, np.bincount(inv.ravel(), weights=weights, minlength=uniq.size).astype(np.int64)
+
+
+def aggregate_bits(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """Aggregate form of :func:`encode_bits`: the round's sum drawn per distinct input (aggregate route).
+
+    Clients with the same code are i.i.d. given the allocation, so (one bit per client): with the random
+    allocation each code's clients spread over the bits Multinomial(count, p); with the exact allocation
+    the public assignment of clients to bits is a uniform random split of the cohort into the public counts
+    (:func:`fedstats.engine.aggregate.split_cohort`); then the reported ones of bit ``j`` are randomized
+    response over the true ones and zeros among its clients. Equal in distribution to the per-client sum.
+
+    Parameters
+    ----------
+    hist : InputHistogram
+        Distinct values of ``params["column"]`` and their counts.
+    params : Mapping
+        As for :func:`encode_bits`.
+    rng : RNG
+        The round's generator.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (b,) or (2 b,)
+        What :func:`encode_bits`' reports sum to.
+
+    Raises
+    ------
+    ParameterError
+        With more than one bit per client (no aggregate form: use a per-client route).
+    """
+    from fedstats.engine.aggregate import (
+        multinomial,
+        randomized_response_sum,
+        split_cohort,
+        split_inputs,
+    )
+    from fedstats.errors import ParameterError
+
+    b = int(params["bit_depth"])
+    if int(params["bits_per_client"]) != 1:
+        raise ParameterError(
+            "backend",
+            "aggregate",
+            "a per-client route (serial, process or dask): the aggregate form covers one bit per client",
+        )
+    col = params["column"]
+    exact = params["allocation"] == "exact"
+    if exact:
+        cum = np.asarray(params["cum"], dtype=np.int64)
+        per_input = split_cohort(hist, np.diff(cum), rng)  # (k, b): clients of input i on bit j
+        values = np.asarray(split_inputs(hist)[col], dtype=np.float64)
+        # each sub-cohort's clients round independently: codes per (input, bit)
+        assigned = np.zeros(b, dtype=np.int64)
+        ones = np.zeros(b, dtype=np.int64)
+        for j in range(b):
+            if not per_input[:, j].any():
+                continue
+            codes, counts = _code_histogram(values, per_input[:, j], params, rng)
+            assigned[j] = counts.sum()
+            ones[j] = counts[((codes >> j) & 1) == 1].sum()
+    else:
+        codes, counts = _code_histogram(
+            np.asarray(hist.column(col), dtype=np.float64), hist.counts, params, rng
+        )
+        pi = np.diff(np.asarray(params["cum_pi"], dtype=np.float64))
+        per_code = multinomial(rng, counts, np.broadcast_to(pi / pi.sum(), (codes.size, b)))
+        assigned = per_code.sum(axis=0)
+        ones = (per_code * ((codes[:, None] >> np.arange(b)[None, :]) & 1)).sum(axis=0)
+    eps = params.get("epsilon_bit")
+    if eps is not None:
+        keep = RandomizedResponse(epsilon=eps).keep_probability
+        ones = randomized_response_sum(rng, ones, assigned - ones, keep)
+    if exact:
+        out: np.ndarray = ones.astype(np.int64)
+        return out
+    return np.concatenate([assigned, ones]).astype(np.int64)

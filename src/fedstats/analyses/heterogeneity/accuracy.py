@@ -1,5 +1,7 @@
-r"""Accuracy of the private heterogeneity measures: MSE formulas, intervals from the actual noise, and
-paper 000's own formulas (Corollaries 4.5, 4.13, 4.18; Theorems 4.7, 4.15, 4.19) for comparison.
+r"""Accuracy of the private heterogeneity measures, and paper 000's own formulas for comparison.
+
+MSE formulas, intervals from the actual noise, and the paper's Corollaries 4.5, 4.13, 4.18 and Theorems 4.7,
+4.15, 4.19.
 
 Error decomposition (p = 2). With :math:`\mu` the exact mean and :math:`\mu'` the released one,
 :math:`\sum_i\lVert x_i-\mu'\rVert^2 = \sum_i\lVert x_i-\mu\rVert^2 + n\lVert\mu'-\mu\rVert^2` (the cross term
@@ -40,18 +42,13 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.stats
 
 from fedstats.analyses.heterogeneity.exact import i_squared
-from fedstats.randomness import RandomSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedstats.analyses.heterogeneity.calibration import Sensitivities
-    from fedstats.analyses.heterogeneity.protocol import (
-        HeterogeneityConfig,
-        HeterogeneityResult,
-        RoundPlan,
-    )
+    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig, RoundPlan
+    from fedstats.analyses.heterogeneity.protocol import HeterogeneityResult
 
 __all__ = [
     "attach_errors",
@@ -71,24 +68,26 @@ __all__ = [
 
 
 def clipped_error_moments(centre: np.ndarray, sd: float) -> tuple[np.ndarray, np.ndarray]:
-    """:math:`E[e_j^2]` and :math:`E[e_j^4]` of :math:`e_j = \\mathrm{clip}(\\mu_j + Y_j, 0, 1) - \\mu_j`.
+    r""":math:`E[e_j^2]` and :math:`E[e_j^4]` of :math:`e_j = \mathrm{clip}(\mu_j + Y_j, 0, 1) - \mu_j`.
 
-    :math:`Y_j \\sim N(0, \\tau^2)`. Exact, from the truncated-normal moment recursion
-    :math:`M_k = (k-1)\\tau^2 M_{k-2} + \\tau^2(a^{k-1}\\varphi_\\tau(a) - b^{k-1}\\varphi_\\tau(b))` on
-    :math:`[a, b] = [-\\mu_j, 1 - \\mu_j]` plus the two clipped tails.
+    :math:`Y_j \sim N(0, \tau^2)`. Exact, from the truncated-normal moment recursion
+    :math:`M_k = (k-1)\tau^2 M_{k-2} + \tau^2(a^{k-1}\varphi_\tau(a) - b^{k-1}\varphi_\tau(b))` on
+    :math:`[a, b] = [-\mu_j, 1 - \mu_j]` plus the two clipped tails.
 
     Parameters
     ----------
     centre : numpy.ndarray, shape (d,)
-        :math:`\\mu` in [0, 1]^d.
+        :math:`\mu` in [0, 1]^d.
     sd : float
-        :math:`\\tau > 0`.
+        :math:`\tau > 0`.
 
     Returns
     -------
     (numpy.ndarray, numpy.ndarray)
         Second and fourth moments, each ``(d,)``.
     """
+    import scipy.stats  # lazily (costly import)
+
     mu = np.asarray(centre, dtype=np.float64)
     a, b = -mu, 1.0 - mu
     t2 = sd * sd
@@ -107,21 +106,21 @@ def clipped_error_moments(centre: np.ndarray, sd: float) -> tuple[np.ndarray, np
 def dispersion_mse(
     *, dim: int, mean_sd: float, dispersion_sd: float, centre: np.ndarray | None = None
 ) -> float:
-    """Theoretical MSE of the average dispersion D'' (p = 2).
+    r"""Theoretical MSE of the average dispersion D'' (p = 2).
 
     Parameters
     ----------
     dim : int
         d.
     mean_sd : float
-        :math:`\\tau`, standard deviation of each coordinate of the released mean's noise.
+        :math:`\tau`, standard deviation of each coordinate of the released mean's noise.
     dispersion_sd : float
-        :math:`\\sigma_D`, standard deviation of the noise on the average dispersion.
+        :math:`\sigma_D`, standard deviation of the noise on the average dispersion.
     centre : numpy.ndarray, shape (d,), optional
         The exact mean. When given, the clipping of the released mean to [0, 1]^d is accounted for
-        exactly: :math:`\\sigma_D^2 + (\\sum_j E e_j^2)^2 + \\sum_j (E e_j^4 - (E e_j^2)^2)`
+        exactly: :math:`\sigma_D^2 + (\sum_j E e_j^2)^2 + \sum_j (E e_j^4 - (E e_j^2)^2)`
         (:func:`clipped_error_moments`); otherwise the unclipped upper bound
-        :math:`\\sigma_D^2 + (d^2 + 2d)\\tau^4`.
+        :math:`\sigma_D^2 + (d^2 + 2d)\tau^4`.
 
     Returns
     -------
@@ -142,21 +141,21 @@ def q_mse(
     q_sd: float,
     centre_sq: float,
 ) -> float:
-    """Delta-method MSE of Cochran's Q'' (standard weighted mean, clipping ignored).
+    r"""Delta-method MSE of Cochran's Q'' (standard weighted mean, clipping ignored).
 
     Parameters
     ----------
     dim : int
         d.
     weighted_sd : float
-        :math:`\\sigma_w`, noise standard deviation on each coordinate of the summed :math:`(u_i x_i, u_i)`.
+        :math:`\sigma_w`, noise standard deviation on each coordinate of the summed :math:`(u_i x_i, u_i)`.
     weight_sum_u : float
-        :math:`S = \\sum_i u_i` (weights in units of :math:`w_{\\max}`).
+        :math:`S = \sum_i u_i` (weights in units of :math:`w_{\max}`).
     w_max : float
     q_sd : float
-        :math:`\\sigma_Q`, noise standard deviation on Q (weight units).
+        :math:`\sigma_Q`, noise standard deviation on Q (weight units).
     centre_sq : float
-        :math:`\\lVert\\bar\\mu\\rVert^2`.
+        :math:`\lVert\bar\mu\rVert^2`.
 
     Returns
     -------
@@ -169,7 +168,7 @@ def q_mse(
 
 
 def i2_mse(*, q: float, n: int, q_mse_value: float) -> float:
-    """Delta-method MSE of I^2 from that of Q: :math:`((n-1)/Q^2)^2 \\mathrm{MSE}(Q)` (0 if Q <= n-1)."""
+    r"""Delta-method MSE of I^2 from that of Q: :math:`((n-1)/Q^2)^2 \mathrm{MSE}(Q)` (0 if Q <= n-1)."""
     if q <= n - 1:
         return 0.0
     return ((n - 1) / (q * q)) ** 2 * q_mse_value
@@ -178,7 +177,7 @@ def i2_mse(*, q: float, n: int, q_mse_value: float) -> float:
 def paper_tmse_dispersion(
     x: np.ndarray, mu: np.ndarray, mean_error: np.ndarray, dispersion_noise: float
 ) -> float:
-    """Paper 000's Corollary 4.5 evaluated on one run's noise: :math:`\\frac1n\\sum_i[Y_1\\cdot(Y_1 - 2(x_i - \\mu)) + Y_2]^2`.
+    r"""Paper 000's Corollary 4.5 evaluated on one run's noise: :math:`\frac1n\sum_i[Y_1\cdot(Y_1 - 2(x_i - \mu)) + Y_2]^2`.
 
     Parameters
     ----------
@@ -186,7 +185,7 @@ def paper_tmse_dispersion(
     mu : numpy.ndarray, shape (d,)
         Exact mean.
     mean_error : numpy.ndarray, shape (d,)
-        :math:`Y_1 = \\mu' - \\mu`.
+        :math:`Y_1 = \mu' - \mu`.
     dispersion_noise : float
         :math:`Y_2`, the noise on the average dispersion.
     """
@@ -198,20 +197,20 @@ def paper_tmse_dispersion(
 def paper_tmse_q(
     x: np.ndarray, w: np.ndarray, mu_w: np.ndarray, centre_error: np.ndarray, q_noise: float
 ) -> float:
-    """Paper 000's Corollary 4.13 on one run's noise: :math:`\\frac1n\\sum_i[w_i Z_1\\cdot(Z_1 - 2(x_i - \\bar\\mu)) + Z_2]^2`."""
+    r"""Paper 000's Corollary 4.13 on one run's noise: :math:`\frac1n\sum_i[w_i Z_1\cdot(Z_1 - 2(x_i - \bar\mu)) + Z_2]^2`."""
     z1 = np.asarray(centre_error, dtype=np.float64)
     t = np.asarray(w) * (float(z1 @ z1) - 2.0 * (np.asarray(x) - mu_w) @ z1) + q_noise
     return float(np.mean(t * t))
 
 
 def paper_tmse_i2(n: int, q_released: float, q_true: float, z3: float = 0.0) -> float:
-    """Paper 000's Corollary 4.18: :math:`\\frac1n[Z_3 - (n-1)/Q'' + (n-1)/Q]^2` (Z3 = 0: no third noise)."""
+    r"""Paper 000's Corollary 4.18: :math:`\frac1n[Z_3 - (n-1)/Q'' + (n-1)/Q]^2` (Z3 = 0: no third noise)."""
     qr = q_released if q_released > 0 else math.inf
     return (z3 - (n - 1) / qr + (n - 1) / q_true) ** 2 / n
 
 
 def paper_interval_dispersion(estimate: float, *, xi1_sq: float, n: int) -> tuple[float, float]:
-    """Theorem 4.7: :math:`D'' \\pm 7.84\\sqrt6\\,\\xi_1^4/\\sqrt n` (xi1_sq: per-coordinate mean-noise variance)."""
+    r"""Theorem 4.7: :math:`D'' \pm 7.84\sqrt6\,\xi_1^4/\sqrt n` (xi1_sq: per-coordinate mean-noise variance)."""
     h = 7.84 * math.sqrt(6.0) * xi1_sq**2 / math.sqrt(n)
     return estimate - h, estimate + h
 
@@ -219,7 +218,7 @@ def paper_interval_dispersion(estimate: float, *, xi1_sq: float, n: int) -> tupl
 def paper_interval_q(
     estimate: float, *, eta1_sq: float, n: int, weight_sum: float
 ) -> tuple[float, float]:
-    """Theorem 4.15: :math:`Q'' \\pm \\sum_i 7.84 w_i\\sqrt6\\,\\eta_1^4/\\sqrt n`."""
+    r"""Theorem 4.15: :math:`Q'' \pm \sum_i 7.84 w_i\sqrt6\,\eta_1^4/\sqrt n`."""
     h = 7.84 * math.sqrt(6.0) * eta1_sq**2 * weight_sum / math.sqrt(n)
     return estimate - h, estimate + h
 
@@ -227,9 +226,9 @@ def paper_interval_q(
 def paper_interval_i2(
     estimate: float, *, eta1_sq: float, n: int, inverse_weight_sum: float
 ) -> tuple[float, float]:
-    """Theorem 4.19: :math:`I^2 \\pm \\sum_i 7.84\\sqrt2(n-1)/(3 w_i\\sqrt{35n}\\,\\eta_1^4)`.
+    r"""Theorem 4.19: :math:`I^2 \pm \sum_i 7.84\sqrt2(n-1)/(3 w_i\sqrt{35n}\,\eta_1^4)`.
 
-    Needs :math:`\\sum_i 1/w_i`, which the protocol does not release (simulation only).
+    Needs :math:`\sum_i 1/w_i`, which the protocol does not release (simulation only).
     """
     h = (
         7.84
@@ -244,16 +243,18 @@ def paper_interval_i2(
 def dispersion_interval(
     estimate: float, *, mean: np.ndarray, mean_sd: float, dispersion_sd: float, level: float
 ) -> tuple[float, float]:
-    """Interval for D from the actual noise, with coverage at least ``level`` (union bound).
+    r"""Interval for D from the actual noise, with coverage at least ``level`` (union bound).
 
-    :math:`D = D'' - A - Z_D` with :math:`A = \\lVert\\mu' - \\mu\rVert^2 \\ge 0`. Clipping only moves
-    :math:`\\mu'` towards :math:`\\mu`, so :math:`A \\le \tau^2\\chi^2_d` (unclipped noise), and always
-    :math:`A \\le \\sum_j \\max(\\mu'_j, 1 - \\mu'_j)^2` (both centres lie in :math:`[0,1]^d`). With
-    :math:`a = 1 - \text{level}`: :math:`P(A > \tau^2\\chi^2_{d,1-a/2}) \\le a/2` and
-    :math:`P(|Z_D| > z_{1-a/4}\\sigma_D) = a/2`, hence
+    :math:`D = D'' - A - Z_D` with :math:`A = \lVert\mu' - \mu\rVert^2 \ge 0`. Clipping only moves
+    :math:`\mu'` towards :math:`\mu`, so :math:`A \le \tau^2\chi^2_d` (unclipped noise), and always
+    :math:`A \le \sum_j \max(\mu'_j, 1 - \mu'_j)^2` (both centres lie in :math:`[0,1]^d`). With
+    :math:`a = 1 - \text{level}`: :math:`P(A > \tau^2\chi^2_{d,1-a/2}) \le a/2` and
+    :math:`P(|Z_D| > z_{1-a/4}\sigma_D) = a/2`, hence
 
-    .. math:: D \\in [D'' - A_{hi} - z\\sigma_D,\\; D'' + z\\sigma_D].
+    .. math:: D \in [D'' - A_{hi} - z\sigma_D,\; D'' + z\sigma_D].
     """
+    import scipy.stats  # lazily (costly import)
+
     a = 1.0 - level
     d = mean.shape[0]
     a_hi = min(
@@ -274,16 +275,18 @@ def q_interval(
     q_sd: float,
     level: float,
 ) -> tuple[float, float]:
-    """Interval for Cochran's Q from the actual noise, coverage at least ``level`` (standard form).
+    r"""Interval for Cochran's Q from the actual noise, coverage at least ``level`` (standard form).
 
-    :math:`Q'' - Q = w_{\\max} S\\,\\lVert e\rVert^2 + Z_Q` with :math:`e = \bar\\mu' - \bar\\mu`. Before
-    clipping, :math:`e = (Z_N - \bar\\mu (S' - S))/S'` with :math:`S'` the released (clipped) weight sum and
-    :math:`|S' - S| \\le |Z_S|`, so :math:`\\lVert e\rVert \\le (\\lVert Z_N\rVert + \\sqrt d |Z_S|)/S'`;
-    also :math:`\\lVert e\rVert^2 \\le \\sum_j\\max(\bar\\mu'_j, 1-\bar\\mu'_j)^2` and
-    :math:`S \\le S' + |Z_S|`. Each of :math:`\\lVert Z_N\rVert^2 \\le \\sigma_w^2\\chi^2_{d,1-a/4}`,
-    :math:`|Z_S| \\le z_{1-a/8}\\sigma_w` and :math:`|Z_Q| \\le z_{1-a/8}\\sigma_Q` fails with probability at
+    :math:`Q'' - Q = w_{\max} S\,\lVert e\rVert^2 + Z_Q` with :math:`e = \bar\mu' - \bar\mu`. Before
+    clipping, :math:`e = (Z_N - \bar\mu (S' - S))/S'` with :math:`S'` the released (clipped) weight sum and
+    :math:`|S' - S| \le |Z_S|`, so :math:`\lVert e\rVert \le (\lVert Z_N\rVert + \sqrt d |Z_S|)/S'`;
+    also :math:`\lVert e\rVert^2 \le \sum_j\max(\bar\mu'_j, 1-\bar\mu'_j)^2` and
+    :math:`S \le S' + |Z_S|`. Each of :math:`\lVert Z_N\rVert^2 \le \sigma_w^2\chi^2_{d,1-a/4}`,
+    :math:`|Z_S| \le z_{1-a/8}\sigma_w` and :math:`|Z_Q| \le z_{1-a/8}\sigma_Q` fails with probability at
     most :math:`a/4`, so the interval covers with probability at least :math:`1 - 3a/4`.
     """
+    import scipy.stats  # lazily (costly import)
+
     a = 1.0 - level
     d = centre.shape[0]
     z = float(scipy.stats.norm.ppf(1.0 - a / 8.0))
@@ -305,9 +308,22 @@ def attach_errors(
     sens: Sensitivities,
     n: int,
     d: int,
-    randomness: RandomSource,
 ) -> None:
-    """Fill noise levels, closed-form MSEs, intervals and the paper's intervals into ``res``."""
+    """Fill noise levels, closed-form MSEs, intervals and the paper's intervals into ``res``.
+
+    Parameters
+    ----------
+    res : HeterogeneityResult
+        Filled in place.
+    cfg : HeterogeneityConfig
+    p1, p2 : RoundPlan
+        The rounds, with ``sigma`` set to the noise that actually reached each sum.
+    sens : Sensitivities
+    n : int
+        Clients in the final sum.
+    d : int
+        Vector length.
+    """
     if not cfg.private:
         return
     if res.dispersion is not None:
@@ -359,8 +375,3 @@ def attach_errors(
             )
             lo, hi = res.q.interval
             res.i2.interval = (i_squared(lo, n), i_squared(hi, n))
-
-
-def normal_quantile(level: float) -> float:
-    """Two-sided standard normal quantile, e.g. 1.96 for 0.95."""
-    return float(scipy.stats.norm.ppf(0.5 + level / 2.0))

@@ -54,13 +54,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.gaussian import (
     PrivacyWarning,
     analytic_gaussian_sigma,
     classical_gaussian_sigma,
 )
-from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
 
 __all__ = [
     "MECHANISMS",
@@ -69,7 +67,7 @@ __all__ = [
     "ddg_rho",
     "ddg_share_variance",
     "gaussian_sigma",
-    "rho_for_epsilon",
+    "quiet_gaussian_sigma",
     "sensitivities",
     "split_budget",
 ]
@@ -80,22 +78,22 @@ NOISE_MODES: tuple[str, ...] = ("central", "distributed")
 
 @dataclass(frozen=True)
 class Sensitivities:
-    """L2 sensitivities of the four summed releases (see the module docstring).
+    r"""L2 sensitivities of the four summed releases (see the module docstring).
 
     Attributes
     ----------
     dim : int
     p : float
     min_variance : float
-        Floor :math:`v_{\\min}` on the within-vector variance.
+        Floor :math:`v_{\min}` on the within-vector variance.
     mean_sum : float
-        :math:`\\sqrt d`.
+        :math:`\sqrt d`.
     weighted_sum : float
-        :math:`\\sqrt{d + (1 - u_{\\min})^2}` (in units of :math:`w_{\\max}`).
+        :math:`\sqrt{d + (1 - u_{\min})^2}` (in units of :math:`w_{\max}`).
     dispersion_sum : float
         :math:`d^{p/2}`.
     q_sum : float
-        :math:`d` in units of :math:`w_{\\max}` (:math:`w_{\\max} d` in weight units).
+        :math:`d` in units of :math:`w_{\max}` (:math:`w_{\max} d` in weight units).
     w_max, u_min : float
     """
 
@@ -110,16 +108,16 @@ class Sensitivities:
     u_min: float
 
     def mean_average(self, n: int) -> float:
-        """Sensitivity of the mean, :math:`\\sqrt d / n`."""
+        r"""Sensitivity of the mean, :math:`\sqrt d / n`."""
         return self.mean_sum / n
 
     def dispersion_average(self, n: int) -> float:
-        """Sensitivity of the average dispersion, :math:`d^{p/2}/n` (paper 000 uses :math:`\\sqrt d/n`)."""
+        r"""Sensitivity of the average dispersion, :math:`d^{p/2}/n` (paper 000 uses :math:`\sqrt d/n`)."""
         return self.dispersion_sum / n
 
     @property
     def q_weight_units(self) -> float:
-        """Sensitivity of Q in weight units, :math:`w_{\\max} d`."""
+        r"""Sensitivity of Q in weight units, :math:`w_{\max} d`."""
         return self.q_sum * self.w_max
 
 
@@ -193,13 +191,13 @@ def split_budget(
 
 
 def gaussian_sigma(mechanism: str, *, epsilon: float, delta: float, sensitivity: float) -> float:
-    """Noise standard deviation of the analytic or classical Gaussian mechanism.
+    r"""Noise standard deviation of the analytic or classical Gaussian mechanism.
 
     Parameters
     ----------
     mechanism : {"analytic", "classical"}
         ``"analytic"``: Balle & Wang 2018 (exact, any epsilon). ``"classical"``:
-        :math:`\\Delta\\sqrt{2\\ln(1.25/\\delta)}/\\varepsilon` (Dwork & Roth Thm. A.1), which is only proven
+        :math:`\Delta\sqrt{2\ln(1.25/\delta)}/\varepsilon` (Dwork & Roth Thm. A.1), which is only proven
         for epsilon < 1; larger epsilons are accepted to reproduce paper 000 (eps up to 5) and emit a
         :class:`~fedstats.privacy.analysis.gaussian.PrivacyWarning`.
     epsilon, delta, sensitivity : float
@@ -219,11 +217,6 @@ def gaussian_sigma(mechanism: str, *, epsilon: float, delta: float, sensitivity:
     return classical_gaussian_sigma(
         epsilon=epsilon, delta=delta, sensitivity=sensitivity, allow_large_epsilon=True
     )
-
-
-def classical_is_unproven(mechanism: str, epsilons: tuple[float, ...]) -> bool:
-    """True when the classical calibration is used at some epsilon >= 1 (outside its theorem)."""
-    return mechanism == "classical" and any(e >= 1.0 for e in epsilons)
 
 
 def _tau(share_sigma: float, n: int) -> float:
@@ -299,35 +292,22 @@ def ddg_share_variance(*, rho: float, n: int, l2: float, l1: float, dim: int) ->
     return hi
 
 
-def rho_for_epsilon(*, epsilon: float, delta: float) -> float:
-    """Largest rho (to 1e-10 relative) such that rho-zCDP implies (epsilon, delta)-DP.
-
-    Raises
-    ------
-    ParameterError
-        If a parameter is outside its range.
-    """
-    e = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
-    lo, hi = 0.0, 1.0
-    while zcdp_to_approx_dp(rho=hi, delta=delta) < e:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e12:  # pragma: no cover
-            raise ParameterError("epsilon", epsilon, "a value reachable by zCDP conversion")
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if zcdp_to_approx_dp(rho=mid, delta=delta) <= e:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return lo
-
-
 def quiet_gaussian_sigma(
     mechanism: str, *, epsilon: float, delta: float, sensitivity: float
 ) -> float:
-    """:func:`gaussian_sigma` without the classical mechanism's warning (the caller flags it instead)."""
+    """:func:`gaussian_sigma` without the classical mechanism's warning (the caller flags it instead).
+
+    Parameters
+    ----------
+    mechanism : {"analytic", "classical"}
+    epsilon, delta, sensitivity : float
+        As in :func:`gaussian_sigma`.
+
+    Returns
+    -------
+    float
+        The noise standard deviation.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         return gaussian_sigma(mechanism, epsilon=epsilon, delta=delta, sensitivity=sensitivity)

@@ -51,9 +51,7 @@ __all__ = [
 WEIGHTED_MEAN_FORMS: tuple[str, ...] = ("standard", "paper")
 
 
-def check_vectors(
-    x: Any, *, need_weights: bool = False, min_variance: float | None = None
-) -> np.ndarray:
+def check_vectors(x: Any, *, need_weights: bool = False) -> np.ndarray:
     """Validate the clients' vectors and return them as float64 ``(n, d)``.
 
     Parameters
@@ -61,10 +59,9 @@ def check_vectors(
     x : array_like, shape (n_clients, d)
         One vector per client; every entry in [0, 1] (pixels / 255). ``n_clients >= 2``.
     need_weights : bool
-        Also require every within-vector variance to be positive (Q and I^2 use ``1 / s_i^2``).
-    min_variance : float, optional
-        Floor on the within-vector variance. With ``need_weights``, a client whose variance is zero
-        (a constant vector) is still refused: its weight would be set by the floor alone.
+        Also require every within-vector variance to be positive (Q and I^2 use ``1 / s_i^2``): a client
+        whose variance is zero (a constant vector) is refused even with a variance floor, since its weight
+        would be set by the floor alone.
 
     Returns
     -------
@@ -114,13 +111,13 @@ def check_vectors(
 
 
 def mean(x: np.ndarray) -> np.ndarray:
-    """Mean vector :math:`\\mu` (paper 000, Def. 3.2): float64 ``(d,)``."""
+    r"""Mean vector :math:`\mu` (paper 000, Def. 3.2): float64 ``(d,)``."""
     out: np.ndarray = np.asarray(x, dtype=np.float64).mean(axis=0)
     return out
 
 
 def dispersion(x: np.ndarray, p: float = 2.0, *, center: np.ndarray | None = None) -> float:
-    """Average dispersion :math:`D = \\frac1n\\sum_i \\lVert x_i - \\mu\\rVert_2^p` (Defs. 3.3-3.4).
+    r"""Average dispersion :math:`D = \frac1n\sum_i \lVert x_i - \mu\rVert_2^p` (Defs. 3.3-3.4).
 
     Parameters
     ----------
@@ -152,19 +149,19 @@ def within_vector_variance(x: np.ndarray) -> np.ndarray:
 
 
 def inverse_variance_weights(x: np.ndarray, *, min_variance: float | None = None) -> np.ndarray:
-    """Inverse-variance weights :math:`w_i = 1/\\max(s_i^2, v_{\\min})` (paper 000, Def. 3.5).
+    r"""Inverse-variance weights :math:`w_i = 1/\max(s_i^2, v_{\min})` (paper 000, Def. 3.5).
 
     Parameters
     ----------
     x : numpy.ndarray, shape (n, d)
     min_variance : float, optional
-        Floor :math:`v_{\\min}` in (0, 1/4]; bounds every weight by ``1 / min_variance``. Without it, a zero
+        Floor :math:`v_{\min}` in (0, 1/4]; bounds every weight by ``1 / min_variance``. Without it, a zero
         variance raises.
 
     Returns
     -------
     numpy.ndarray
-        float64 ``(n,)``, each in ``[4, 1 / min_variance]`` (4 because :math:`s_i^2 \\le 1/4`).
+        float64 ``(n,)``, each in ``[4, 1 / min_variance]`` (4 because :math:`s_i^2 \le 1/4`).
 
     Raises
     ------
@@ -184,7 +181,7 @@ def inverse_variance_weights(x: np.ndarray, *, min_variance: float | None = None
 
 
 def weighted_mean(x: np.ndarray, weights: np.ndarray, *, form: str = "standard") -> np.ndarray:
-    """Weighted mean :math:`\\sum_i w_i x_i / \\sum_i w_i` (``form="paper"``: divided once more by n).
+    r"""Weighted mean :math:`\sum_i w_i x_i / \sum_i w_i` (``form="paper"``: divided once more by n).
 
     Parameters
     ----------
@@ -192,7 +189,7 @@ def weighted_mean(x: np.ndarray, weights: np.ndarray, *, form: str = "standard")
     weights : numpy.ndarray, shape (n,)
         Positive weights.
     form : {"standard", "paper"}
-        ``"paper"`` is paper 000's Def. 3.5, :math:`(\\sum_i w_i x_i / n) / \\sum_i w_i`.
+        ``"paper"`` is paper 000's Def. 3.5, :math:`(\sum_i w_i x_i / n) / \sum_i w_i`.
 
     Returns
     -------
@@ -207,7 +204,7 @@ def weighted_mean(x: np.ndarray, weights: np.ndarray, *, form: str = "standard")
 
 
 def cochran_q(x: np.ndarray, weights: np.ndarray, *, form: str = "standard") -> float:
-    """Cochran's :math:`Q = \\sum_i w_i \\lVert x_i - \\bar\\mu\\rVert_2^2` (a sum; paper 000, Def. 4.16).
+    r"""Cochran's :math:`Q = \sum_i w_i \lVert x_i - \bar\mu\rVert_2^2` (a sum; paper 000, Def. 4.16).
 
     Parameters
     ----------
@@ -228,7 +225,7 @@ def cochran_q(x: np.ndarray, weights: np.ndarray, *, form: str = "standard") -> 
 
 
 def i_squared(q: float, n: int) -> float:
-    """:math:`I^2 = \\max(0, 1 - (n - 1)/Q)` (Higgins & Thompson 2002; paper 000, Def. 4.16).
+    r""":math:`I^2 = \max(0, 1 - (n - 1)/Q)` (Higgins & Thompson 2002; paper 000, Def. 4.16).
 
     Returns 0 when ``Q <= 0`` (then ``Q < n - 1``).
     """
@@ -239,7 +236,7 @@ def i_squared(q: float, n: int) -> float:
 
 @dataclass(frozen=True)
 class ExactHeterogeneity:
-    """All exact statistics of one dataset.
+    r"""All exact statistics of one dataset.
 
     Attributes
     ----------
@@ -254,7 +251,7 @@ class ExactHeterogeneity:
         Cochran's Q (a sum).
     i2 : float or None
     weight_sum : float or None
-        :math:`\\sum_i w_i`.
+        :math:`\sum_i w_i`.
     clipped_weights : int
         Clients whose variance was below the floor.
     """
@@ -302,7 +299,7 @@ def exact_heterogeneity(
     DataError
         See :func:`check_vectors`.
     """
-    arr = check_vectors(x, need_weights=weights, min_variance=min_variance)
+    arr = check_vectors(x, need_weights=weights)
     n, d = arr.shape
     mu = mean(arr)
     disp = dispersion(arr, p)

@@ -44,6 +44,7 @@ __all__ = [
     "agree_projection_seed",
     "client_contribution",
     "commitment",
+    "resolve_projection_seed",
 ]
 
 CONTRIBUTION_BYTES = 32
@@ -59,7 +60,7 @@ def _sha256(*parts: bytes) -> bytes:
 
 
 def client_contribution(rng: RNG) -> bytes:
-    """A client's secret contribution: 32 random bytes from its private generator.
+    """Draw a client's secret contribution: 32 random bytes from its private generator.
 
     Parameters
     ----------
@@ -75,7 +76,7 @@ def client_contribution(rng: RNG) -> bytes:
 
 
 def commitment(client_id: int, value: bytes) -> bytes:
-    """The hash commitment ``SHA-256(domain || client_id || value)`` a client sends before revealing.
+    """Compute the hash commitment ``SHA-256(domain || client_id || value)`` sent before revealing.
 
     Parameters
     ----------
@@ -169,7 +170,7 @@ class SeedAgreement:
         self._reveals[i] = bytes(value)
 
     def seed(self) -> int:
-        """The agreed 256-bit seed ``SHA-256(domain || r_0 || ... || r_{n-1})`` as an int.
+        """Return the agreed 256-bit seed ``SHA-256(domain || r_0 || ... || r_{n-1})`` as an int.
 
         Raises
         ------
@@ -213,3 +214,29 @@ def agree_projection_seed(n_clients: int, randomness: RandomSource) -> int:
     for i, v in enumerate(values):
         ag.reveal(i, v)
     return ag.seed()
+
+
+def resolve_projection_seed(seed: int | None, n_clients: int, randomness: RandomSource) -> int:
+    """Return ``seed`` if given, else the seed :func:`agree_projection_seed` agrees on.
+
+    Parameters
+    ----------
+    seed : int or None
+        A public seed fixed beforehand, in ``[0, 2**256)``.
+    n_clients : int
+        Clients taking part in the agreement, >= 1.
+    randomness : RandomSource
+        The clients' contributions (see :func:`agree_projection_seed`).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ParameterError
+        If ``seed`` is outside ``[0, 2**256)``.
+    """
+    if seed is not None:
+        return check_int("projection_seed", seed, low=0, high=2**256 - 1)
+    return agree_projection_seed(n_clients, randomness)

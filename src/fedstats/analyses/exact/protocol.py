@@ -1,53 +1,60 @@
-"""Exact (non-private) federated aggregates on the engine: a global contingency table and a mean.
+"""Server side of the exact (non-private) baselines: a global contingency table and a mean.
 
-These are the baselines every private analysis is measured against, computed through the same engine
-(so the same routes, shards and secure aggregation apply): the server learns only the sum.
+These are the baselines every private analysis is measured against, computed through the same engine (so
+the same routes, shards and secure aggregation apply): the server learns only the sum of the reports.
+Nothing is private here: the results carry no epsilon.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import scipy.stats
 
-from fedstats._validation import check_int
-from fedstats.engine import ClientBatch, Engine, FixedPoint, Population, Round, RoundSum
+from fedstats._validation import check_int, check_real
+from fedstats.analyses.exact.client import encode_table, encode_value
 from fedstats.engine.core import ProtocolGenerator
+from fedstats.engine.fixedpoint import FixedPoint
+from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError
-from fedstats.randomness import RNG
 from fedstats.results import AnalysisResult
 
 __all__ = ["ChiSquareResult", "MeanResult", "chi_square_protocol", "mean_protocol"]
 
 
-def encode_table(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
-    """Client side: flatten the client's ``(m_x, m_y)`` table into a report of length ``m_x * m_y``."""
-    t = batch.column(params.get("column", "table"))
-    return np.asarray(t, dtype=np.int64).reshape(batch.n, -1)
-
-
 @dataclass
 class ChiSquareResult(AnalysisResult):
-    """Pearson chi-square test of independence on the summed table.
+    r"""Pearson chi-square test of independence on the summed table (``analysis="exact.chi2"``).
+
+    ``estimate`` is Pearson's :math:`X^2` (no continuity correction); :attr:`statistic` is the same value
+    under the test's usual name.
 
     Attributes
     ----------
-    statistic : float
-        Pearson's X^2 (no continuity correction).
     p_value : float
+        Upper tail of :math:`\chi^2_{\mathrm{dof}}` at the statistic, in [0, 1].
     dof : int
         ``(m_x - 1)(m_y - 1)`` after dropping empty rows and columns.
     table : numpy.ndarray
         The global table (int64, ``(m_x, m_y)``) the server assembled.
     """
 
-    statistic: float = 0.0
     p_value: float = 1.0
     dof: int = 0
     table: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+
+    @property
+    def statistic(self) -> float:
+        """Pearson's :math:`X^2` (the same value as :attr:`estimate`)."""
+        return self.estimate
+
+
+@dataclass
+class MeanResult(AnalysisResult):
+    """Exact federated mean (``analysis="exact.mean"``, non-private).
+
+    ``details["resolution"]`` is the fixed-point step :math:`2^{-f}`: the estimate is exact to it.
+    """
 
 
 def chi_square_protocol(
@@ -71,14 +78,17 @@ def chi_square_protocol(
 
     Raises
     ------
+    ParameterError
+        If ``shape`` or ``max_cell`` is out of range.
     DataError
         If the summed table has fewer than two non-empty rows or columns.
     """
+    import scipy.stats  # lazily (costly import; server side only)
+
     m_x = check_int("m_x", shape[0], low=2)
     m_y = check_int("m_y", shape[1], low=2)
-    s: RoundSum = yield Round(
-        "table", encode_table, {"column": column}, dim=m_x * m_y, bound=max(1, int(max_cell))
-    )
+    bound = check_int("max_cell", max_cell, low=1)
+    s: RoundSum = yield Round("table", encode_table, {"column": column}, dim=m_x * m_y, bound=bound)
     table = np.asarray(s.total, dtype=np.int64).reshape(m_x, m_y)
     kept = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
     if kept.shape[0] < 2 or kept.shape[1] < 2:
@@ -87,27 +97,14 @@ def chi_square_protocol(
         )
     stat, p, dof, _ = scipy.stats.chi2_contingency(kept, correction=False)
     return ChiSquareResult(
-        analysis="chi2-exact",
+        analysis="exact.chi2",
         estimate=float(stat),
         n_clients=s.n_clients,
-        statistic=float(stat),
         p_value=float(p),
         dof=int(dof),
         table=table,
         truth=float(stat),
     )
-
-
-def encode_value(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
-    """Client side: the fixed-point value and a count of one, report ``(q, 1)``."""
-    fp = FixedPoint(params["frac_bits"], params["clip"])
-    q, _ = fp.encode(np.asarray(batch.column(params["column"]), dtype=np.float64))
-    return np.stack([q, np.ones_like(q)], axis=1)
-
-
-@dataclass
-class MeanResult(AnalysisResult):
-    """Exact federated mean (non-private)."""
 
 
 def mean_protocol(
@@ -120,14 +117,20 @@ def mean_protocol(
     column : str
         The population column holding one real value per client.
     clip : float
-        Declared bound: values must lie in ``[-clip, clip]`` (> 0).
+        Declared bound: values must lie in ``[-clip, clip]`` (> 0); larger values are clipped.
     frac_bits : int
         Fixed-point fractional bits, in [0, 52].
 
     Returns
     -------
     ProtocolGenerator[MeanResult]
+
+    Raises
+    ------
+    ParameterError
+        If ``clip`` or ``frac_bits`` is out of range.
     """
+    check_real("clip", clip, low=0.0, high=float("inf"), low_open=True, high_open=True)
     fp = FixedPoint(frac_bits, clip)
     s: RoundSum = yield Round(
         "sum",
@@ -137,38 +140,9 @@ def mean_protocol(
         bound=max(fp.bound, 1),
     )
     total, count = int(s.total[0]), int(s.total[1])
-    est = total / fp.scale / count
     return MeanResult(
-        analysis="mean-exact",
-        estimate=est,
+        analysis="exact.mean",
+        estimate=total / fp.scale / count,
         n_clients=count,
-        truth=None,
         details={"resolution": 1 / fp.scale},
     )
-
-
-def federated_mean(values: np.ndarray, *, engine: Engine, clip: float | None = None) -> MeanResult:
-    """Mean of one value per client, computed through the engine (a convenience wrapper).
-
-    Parameters
-    ----------
-    values : numpy.ndarray of float, shape (n_clients,)
-    engine : Engine
-    clip : float, optional
-        Declared bound (default: the largest |value|, rounded up to a power of two; a real deployment
-        must declare it instead of reading it from the data).
-
-    Raises
-    ------
-    DataError
-        If ``values`` is empty or not finite.
-    """
-    from fedstats._validation import check_finite_array
-    from fedstats.engine import InMemoryPopulation
-
-    v = check_finite_array("values", values, ndim=1)
-    bound = clip if clip is not None else float(2.0 ** np.ceil(np.log2(max(np.abs(v).max(), 1.0))))
-    pop: Population = InMemoryPopulation({"value": v})
-    res = engine.run(mean_protocol("value", clip=bound), pop)
-    res.truth = float(v.mean())
-    return res

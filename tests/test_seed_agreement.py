@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedstats.errors import ProtocolAbortError, SecurityError
-from fedstats.randomness import RandomSource
-from fedstats.sketches.seed_agreement import (
+from fedstats.analyses.seed_agreement import (
     SeedAgreement,
     agree_projection_seed,
     client_contribution,
     commitment,
 )
+from fedstats.errors import ProtocolAbortError, SecurityError
+from fedstats.randomness import RandomSource
 
 
 def _values(n: int, seed: int = 1) -> list[bytes]:

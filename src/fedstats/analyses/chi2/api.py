@@ -1,0 +1,129 @@
+"""FED-chi^2 in one call: clients' tables in, the test's result (with the exact test for comparison) out."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fedstats._validation import check_real
+from fedstats.analyses._api import resolve
+from fedstats.analyses.chi2.estimator import (
+    Chi2Result,
+    attach_truth,
+    check_client_tables,
+    check_options,
+    chi_square_statistic,
+)
+from fedstats.analyses.chi2.protocol import fed_chi2_protocol
+from fedstats.analyses.seed_agreement import resolve_projection_seed
+from fedstats.engine.core import Dropout, Engine
+from fedstats.engine.populations import InMemoryPopulation
+from fedstats.errors import ParameterError
+from fedstats.randomness import RandomSource
+
+__all__ = ["fed_chi2", "with_dropout"]
+
+
+def with_dropout(engine: Engine, dropout: float) -> Engine:
+    """``engine``, or a copy of it whose route drops ``dropout`` of the clients before round 2.
+
+    Parameters
+    ----------
+    engine : Engine
+        The route (its log is shared with the copy).
+    dropout : float
+        Fraction in [0, 1); 0 returns ``engine`` itself.
+
+    Returns
+    -------
+    Engine
+
+    Raises
+    ------
+    ParameterError
+        If ``dropout`` is outside [0, 1), or positive while ``engine`` already has a dropout model.
+    """
+    p = check_real("dropout", dropout, low=0.0, high=1.0, high_open=True)
+    if p == 0.0:
+        return engine
+    if engine.dropout is not None:
+        raise ParameterError("dropout", dropout, "0 when the engine already has a dropout model")
+    return dataclasses.replace(engine, dropout=Dropout(p, from_round=1))
+
+
+def fed_chi2(
+    tables: Any,
+    *,
+    encoding_size: int = 50,
+    decoder: str = "mean-of-squares",
+    dropout: float = 0.0,
+    bits: int = 64,
+    level: float = 0.05,
+    confidence: float = 0.95,
+    drop_empty: bool = False,
+    projection_seed: int | None = None,
+    max_cell: int | None = None,
+    engine: Engine | None = None,
+    randomness: RandomSource | None = None,
+) -> Chi2Result:
+    """Run FED-chi^2 on clients' tables through the engine and compare with the exact test.
+
+    Pang et al. 2023, Algorithm 2 (:func:`~fedstats.analyses.chi2.protocol.fed_chi2_protocol`). FED-chi^2
+    releases no differentially private value (the server learns the marginals and the sketch), so there is
+    no ``ledger`` to charge.
+
+    Parameters
+    ----------
+    tables : array_like of int, shape (n_clients, m_x, m_y)
+        One contingency table per client; non-negative counts.
+    encoding_size, decoder, bits, level, confidence, drop_empty
+        As in :func:`~fedstats.analyses.chi2.protocol.fed_chi2_protocol`.
+    dropout : float
+        Fraction of clients in [0, 1) that drop out before round 2, drawn by the engine's route without
+        replacement (:class:`~fedstats.engine.core.Dropout`; at least one survivor). Not available on the
+        secure route, which simulates its own dropouts.
+    projection_seed : int, optional
+        Use this public seed instead of running the commit-then-reveal agreement among the clients.
+    max_cell : int, optional
+        Declared bound on one client's cell; default the largest cell in ``tables`` (simulation only: a
+        deployment declares it).
+    engine : Engine, optional
+        The route and the clients' randomness (``fedstats.analyses._api``).
+    randomness : RandomSource, optional
+        The server's: the clients' seed contributions of the agreement come from
+        ``randomness.child("chi2")``. Default ``engine.randomness``.
+
+    Returns
+    -------
+    Chi2Result
+        With ``exact_statistic``, ``exact_p_value`` and ``multiplicative_error`` against the summed table
+        (all clients, including the dropped ones), and ``release_note`` for seeded runs.
+
+    Raises
+    ------
+    DataError
+        For negative or non-integer counts, a wrong shape, or an empty row/column.
+    ParameterError
+        For out-of-range parameters (e.g. ``encoding_size < 2``).
+    """
+    t, total = check_client_tables(tables, drop_empty)
+    check_options(encoding_size, decoder, bits, confidence, level)
+    eng, src = resolve(engine, randomness)
+    eng = with_dropout(eng, dropout)
+    n, m_x, m_y = t.shape
+    seed = resolve_projection_seed(projection_seed, n, src.child("chi2"))
+    proto = fed_chi2_protocol(
+        (m_x, m_y),
+        encoding_size=encoding_size,
+        decoder=decoder,
+        projection_seed=seed,
+        bits=bits,
+        max_cell=max_cell if max_cell is not None else max(int(t.max()), 1),
+        confidence=confidence,
+        level=level,
+        drop_empty=drop_empty,
+    )
+    res = eng.run(proto, InMemoryPopulation({"table": t}))
+    exact, dof = chi_square_statistic(total)
+    res.release_note = src.release_note
+    return attach_truth(res, exact, dof)

@@ -1,0 +1,201 @@
+"""FED-chi^2's p-value under independence that accounts for the sketch noise (ours), and batch decoding.
+
+Under independence the exact statistic is ``s ~ chi2_dof`` and the decoded one ``s * G`` with ``G`` the
+decoder's multiplicative noise, so ``P(s G > x) = E_G[chi2_sf(x / G, dof)]`` (:func:`sketched_p_value`).
+:func:`batch_decode` applies the decoders of :mod:`fedstats.sketches.decoders` to many encodings at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from fedstats._validation import check_choice, check_int
+from fedstats.errors import DataError, ParameterError
+from fedstats.randomness import RandomSource
+from fedstats.sketches.decoders import geometric_mean_estimator, mean_of_squares_estimator
+
+__all__ = [
+    "DECODERS",
+    "batch_decode",
+    "noise_averaged_p_value",
+    "sketch_noise_quantiles",
+    "sketched_p_value",
+]
+
+DECODERS: tuple[str, ...] = ("mean-of-squares", "geometric")
+
+_CALIBRATION_DRAWS = 20_000
+
+
+@functools.lru_cache(maxsize=64)
+def _geometric_noise(encoding_size: int, points: int) -> np.ndarray:
+    rng = RandomSource(0).public("fed-chi2", "geometric-noise", encoding_size)
+    z = np.asarray(rng.standard_normal((_CALIBRATION_DRAWS, encoding_size)))
+    g = np.sort(batch_decode(math.sqrt(2.0) * z, "geometric"))
+    return np.asarray(np.quantile(g, (np.arange(points) + 0.5) / points))
+
+
+def sketch_noise_quantiles(encoding_size: int, decoder: str, points: int = 2000) -> np.ndarray:
+    """Quantiles of the decoder's multiplicative noise ``G`` (the decoded statistic when the truth is 1).
+
+    With alpha = 2 the aggregated encoding is ``sqrt(s) * N(0, 2)^l`` (quantization aside), so the decoded
+    statistic is ``s * G`` with ``G`` independent of ``s``. For the mean of squares ``G = chi2_l / l``
+    exactly, and its quantiles are computed in closed form; for the geometric mean they come from 20,000
+    draws of a fixed public stream (deterministic, cached per ``l``).
+
+    Parameters
+    ----------
+    encoding_size : int
+        ``l >= 2``.
+    decoder : {"mean-of-squares", "geometric"}
+    points : int
+        Number of quantile midpoints ``(i + 1/2) / points``, >= 10.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape ``(points,)``, increasing.
+
+    Raises
+    ------
+    ParameterError
+        If ``l < 2``, the decoder is unknown or ``points < 10``.
+    """
+    ell = check_int("encoding_size", encoding_size, low=2)
+    decoder = check_choice("decoder", decoder, DECODERS)
+    points = check_int("points", points, low=10)
+    if decoder == "mean-of-squares":
+        import scipy.stats  # lazily (import cost)
+
+        u = (np.arange(points) + 0.5) / points
+        return np.asarray(scipy.stats.chi2.ppf(u, ell) / ell)
+    return _geometric_noise(ell, points)
+
+
+def noise_averaged_p_value(statistic: Any, dof: int, noise_quantiles: Any) -> Any:
+    """Compute ``P(s G > x)`` for ``s ~ chi2_dof`` and ``G`` given by quantile points.
+
+    The average of ``chi2_sf(x / G, dof)`` over the points.
+
+    Evaluated exactly on 2,000 log-spaced values between the smallest and largest positive ``x`` and
+    interpolated in ``log x`` (the function is smooth and monotone); a non-positive ``x`` gets 1.
+
+    Parameters
+    ----------
+    statistic : float or array_like
+        Decoded statistic(s), any shape.
+    dof : int
+        Degrees of freedom, >= 1.
+    noise_quantiles : array_like of float, shape (k,)
+        Positive quantile points of ``G`` (e.g. :func:`sketch_noise_quantiles`).
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Same shape as ``statistic``, in [0, 1].
+
+    Raises
+    ------
+    ParameterError
+        If ``dof < 1``.
+    """
+    dof = check_int("dof", dof, low=1)
+    x = np.asarray(statistic, dtype=np.float64)
+    flat = x.ravel()
+    pos = flat > 0
+    out = np.ones(flat.size)
+    if pos.any():
+        lo, hi = np.log(flat[pos].min()), np.log(flat[pos].max())
+        grid = np.exp(np.linspace(lo, hi, 2000)) if hi > lo else np.exp(np.array([lo]))
+        import scipy.stats  # lazily (import cost)
+
+        g = np.asarray(noise_quantiles, dtype=np.float64)[None, :]
+        p_grid = scipy.stats.chi2.sf(grid[:, None] / g, dof).mean(axis=1)
+        out[pos] = np.interp(np.log(flat[pos]), np.log(grid), p_grid)
+    res = out.reshape(x.shape)
+    return float(res) if res.ndim == 0 else res
+
+
+def sketched_p_value(statistic: Any, dof: int, *, encoding_size: int, decoder: str) -> Any:
+    """p-value of a sketched chi-square statistic under independence.
+
+    Under independence the exact statistic is ``s ~ chi2_dof`` and the decoded one ``s * G`` with ``G`` the
+    decoder's noise (:func:`sketch_noise_quantiles`), so ``P(s G > x) = E_G[chi2_sf(x / G, dof)]``
+    (:func:`noise_averaged_p_value` over 2,000 quantile midpoints of ``G``).
+    The paper (Pang et al. 2023, Alg. 2) reads ``chi2_sf(x, dof)`` instead, as if ``x`` were exact; that
+    p-value is too small under independence (measured: 28% rejections at level 0.05 with l = 50, against
+    4% for the exact test; ``results/fed-chi2/``). This one is uniform under independence without dropout
+    (dropout shrinks the statistic and makes it conservative).
+
+    Parameters
+    ----------
+    statistic : float or array_like
+        Decoded statistic(s), >= 0.
+    dof : int
+        Degrees of freedom, >= 1.
+    encoding_size : int
+        ``l >= 2``.
+    decoder : {"mean-of-squares", "geometric"}
+
+    Returns
+    -------
+    float or numpy.ndarray
+        Same shape as ``statistic``, in [0, 1].
+
+    Raises
+    ------
+    ParameterError
+        If ``dof < 1``, ``l < 2`` or the decoder is unknown.
+    """
+    dof = check_int("dof", dof, low=1)
+    return noise_averaged_p_value(statistic, dof, sketch_noise_quantiles(encoding_size, decoder))
+
+
+def batch_decode(encodings: Any, decoder: str = "mean-of-squares") -> np.ndarray:
+    """Decode ``F_2`` from many aggregated Gaussian encodings at once (estimates only, no intervals).
+
+    Uses the decoders of :mod:`fedstats.sketches.decoders` through their homogeneity: the mean-of-squares
+    estimate of ``e`` is its estimate on the all-ones encoding times ``mean(e^2)``, and the geometric-mean
+    estimate is its estimate on all-ones times ``exp(2 mean log|e|)``; each decoder is called once per
+    encoding size.
+
+    Parameters
+    ----------
+    encodings : array_like, shape (n, l)
+        ``l >= 2`` entries per row, finite.
+    decoder : {"mean-of-squares", "geometric"}
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` float64 estimates (0 for a row with an exactly-zero entry under the geometric mean).
+
+    Raises
+    ------
+    ParameterError
+        If ``l < 2`` or the decoder is unknown.
+    DataError
+        If an encoding is not finite.
+    """
+    decoder = check_choice("decoder", decoder, DECODERS)
+    e = np.asarray(encodings, dtype=np.float64)
+    if e.ndim != 2:
+        raise DataError(f"encodings must be (n, l), got shape {e.shape}")
+    ell = e.shape[1]
+    if ell < 2:
+        raise ParameterError("encoding_size", ell, "an integer >= 2")
+    if not np.isfinite(e).all():
+        raise DataError("an encoding has a NaN or infinite value")
+    ones = np.ones(ell)
+    if decoder == "mean-of-squares":
+        return np.asarray(mean_of_squares_estimator(ones).estimate * np.mean(e * e, axis=1))
+    base = geometric_mean_estimator(ones, 2.0).estimate
+    absv = np.abs(e)
+    zero = (absv == 0.0).any(axis=1)
+    with np.errstate(divide="ignore"):
+        out = base * np.exp(2.0 * np.mean(np.log(np.where(absv > 0, absv, 1.0)), axis=1))
+    return np.where(zero, 0.0, out)

@@ -1,0 +1,398 @@
+"""FED-chi^2, server side: the one estimator (decoding, intervals, p-values) the protocol and the fast path share.
+
+The server decodes ``s = F_2(sum_i u_i)`` from the aggregated encoding ``e`` (each ``e_k`` is ``N(0, 2 s)``,
+Pang et al. 2023, Eq. 4-5) with the mean of squares (maximum likelihood, exact chi-square interval; default)
+or Li's geometric mean (the paper's Algorithm 1), and reports the p-value with ``(m_x - 1)(m_y - 1)``
+degrees of freedom and whether the decision at ``level`` holds over the whole confidence interval
+(:func:`finish`). The p-value of the sketched statistic itself (ours, valid under independence) and batch
+decoding are in :mod:`fedstats.analyses.chi2.calibration`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses.chi2.calibration import DECODERS, sketched_p_value
+from fedstats.errors import DataError, ParameterError
+from fedstats.results import AnalysisResult
+from fedstats.sketches.decoders import (
+    FrequencyMomentEstimate,
+    geometric_mean_estimator,
+    mean_of_squares_estimator,
+)
+from fedstats.sketches.modular import BITS
+from fedstats.sketches.stable import StableProjection
+
+__all__ = [
+    "Chi2Result",
+    "attach_truth",
+    "check_client_tables",
+    "check_options",
+    "check_shape",
+    "check_table",
+    "check_tables",
+    "chi_square_statistic",
+    "client_bound",
+    "decode",
+    "finish",
+    "kept_cells",
+    "row_norms_and_offset",
+]
+
+_NORM_CHUNK = 1 << 16
+
+
+@dataclass
+class Chi2Result(AnalysisResult):
+    """Result of FED-chi^2 (or of the exact test, for comparison).
+
+    Attributes
+    ----------
+    estimate : float
+        The decoded chi-square statistic (alias :attr:`statistic`, the paper's name).
+    p_value : float
+        ``P(chi2_dof > statistic)``: the paper's p-value, which reads the sketched statistic as if it were
+        exact (too small under independence: about 28% rejections at level 0.05 with l = 50).
+    p_value_sketch : float
+        The p-value of the sketched statistic itself, :func:`sketched_p_value`: valid (uniform) under
+        independence without dropout. Use it for decisions and FDR control.
+    p_value_ci : tuple of float
+        p-values at the ends of ``ci`` (``(p(high), p(low))``).
+    dof : int
+        ``(m_x - 1)(m_y - 1)`` over the non-empty rows and columns.
+    level : float
+        Significance level of the decision.
+    critical_value : float
+        ``chi2_dof`` upper ``level`` quantile.
+    rejected : bool
+        ``statistic > critical_value`` (independence rejected at ``level``).
+    decision_stable : bool
+        True when the whole confidence interval lies on one side of ``critical_value``: the decision would
+        be the same for any statistic in the interval.
+    truth : float or None
+        Pearson's statistic of the summed table, when simulating (alias :attr:`exact_statistic`).
+    exact_p_value : float or None
+    multiplicative_error : float or None
+        ``|statistic - exact_statistic| / exact_statistic`` (the paper's epsilon-hat), when simulating.
+    bytes_full_table : int
+        What a client would send to aggregate its whole table in the same field instead
+        (``ceil(m_x m_y bits / 8)``); compare with ``bytes_per_client``
+        (``ceil((m_x + m_y) bits / 8) + ceil(l bits / 8)``).
+    encoding_size : int
+    decoder : str
+    bits : int
+    frac_bits : int
+    n_dropped : int
+        Clients that dropped out before round 2.
+    test : str
+        ``"chi2"`` or ``"g-test"``.
+    """
+
+    p_value: float = 1.0
+    p_value_sketch: float = 1.0
+    p_value_ci: tuple[float, float] | None = None
+    dof: int = 0
+    level: float = 0.05
+    critical_value: float = 0.0
+    rejected: bool = False
+    decision_stable: bool = True
+    exact_p_value: float | None = None
+    multiplicative_error: float | None = None
+    bytes_full_table: int = 0
+    encoding_size: int = 0
+    decoder: str = "mean-of-squares"
+    bits: int = 64
+    frac_bits: int = 0
+    n_dropped: int = 0
+    test: str = "chi2"
+
+    @property
+    def statistic(self) -> float:
+        """The decoded statistic: :attr:`estimate` under the paper's name."""
+        return float(self.estimate) if self.estimate is not None else math.nan
+
+    @property
+    def exact_statistic(self) -> float | None:
+        """Pearson's statistic of the summed table (simulation): :attr:`truth` under the paper's name."""
+        return None if self.truth is None else float(self.truth)
+
+
+def check_options(
+    encoding_size: int, decoder: str, bits: int, confidence: float, level: float
+) -> tuple[int, str, int, float, float]:
+    """Validate the options shared by the protocol and the fast path.
+
+    Returns
+    -------
+    (encoding_size, decoder, bits, confidence, level)
+
+    Raises
+    ------
+    ParameterError
+        If ``encoding_size < 2``, the decoder is unknown, ``bits`` is not 16, 32 or 64, or ``confidence``
+        or ``level`` is outside (0, 1).
+    """
+    ell = check_int("encoding_size", encoding_size, low=2)
+    dec = check_choice("decoder", decoder, DECODERS)
+    if isinstance(bits, bool) or bits not in BITS:
+        raise ParameterError("bits", bits, "one of 16, 32, 64")
+    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    lev = check_real("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
+    return ell, dec, int(bits), conf, lev
+
+
+def check_tables(tables: Any, name: str = "tables") -> np.ndarray:
+    """Validate ``(n_clients, m_x, m_y)`` whole-number, non-negative counts; return them as int64.
+
+    Raises
+    ------
+    DataError
+        If the shape, the dtype or a count is wrong.
+    """
+    arr = np.asarray(tables)
+    if arr.ndim != 3:
+        raise DataError(f"{name} must have shape (n_clients, m_x, m_y), got {arr.shape}")
+    if arr.size == 0:
+        raise DataError(f"{name} is empty")
+    if not np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+            raise DataError(f"{name} must hold whole-number counts, got dtype {arr.dtype}")
+        if not np.isfinite(arr).all() or not np.array_equal(arr, np.round(arr)):
+            raise DataError(f"{name} must hold whole-number counts (finite integers)")
+        arr = arr.astype(np.int64)
+    if (arr < 0).any():
+        idx = np.unravel_index(int(np.argmax(arr.ravel() < 0)), arr.shape)
+        raise DataError(f"{name} has a negative count at index {tuple(int(i) for i in idx)}")
+    return arr.astype(np.int64, copy=False)
+
+
+def check_client_tables(tables: Any, drop_empty: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Validate clients' tables and their sum for a test of independence.
+
+    Returns
+    -------
+    (tables, total)
+        int64 arrays of shapes ``(n, m_x, m_y)`` and ``(m_x, m_y)``.
+
+    Raises
+    ------
+    DataError
+        As :func:`check_tables`, and for an empty row or column of the sum unless ``drop_empty``.
+    """
+    t = check_tables(tables)
+    total = t.sum(axis=0)
+    kept_cells(total.sum(axis=1), total.sum(axis=0), drop_empty)
+    return t, total
+
+
+def check_shape(shape: Any) -> tuple[int, int]:
+    """Validate a table shape ``(m_x, m_y)``, each >= 2.
+
+    Raises
+    ------
+    ParameterError
+        If ``shape`` is not a pair of integers >= 2.
+    """
+    if len(tuple(shape)) != 2:
+        raise ParameterError("shape", shape, "a pair (m_x, m_y)")
+    return check_int("m_x", shape[0], low=2), check_int("m_y", shape[1], low=2)
+
+
+def check_table(table: Any, name: str = "table") -> np.ndarray:
+    """Validate one ``(m_x, m_y)`` table of counts (as :func:`check_tables`); return it as int64."""
+    arr = np.asarray(table)
+    if arr.ndim != 2:
+        raise DataError(f"{name} must have shape (m_x, m_y), got {arr.shape}")
+    out: np.ndarray = check_tables(arr[None], name)[0]
+    return out
+
+
+def kept_cells(vx: np.ndarray, vy: np.ndarray, drop_empty: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Return the indices of the non-empty rows and columns of the summed table.
+
+    Raises
+    ------
+    DataError
+        On an empty row or column unless ``drop_empty``, and when fewer than 2 x 2 are non-empty.
+    """
+    rows = np.flatnonzero(vx > 0)
+    cols = np.flatnonzero(vy > 0)
+    if not drop_empty and (rows.size < vx.size or cols.size < vy.size):
+        er = np.flatnonzero(vx <= 0).tolist()
+        ec = np.flatnonzero(vy <= 0).tolist()
+        what = []
+        if er:
+            what.append(f"row(s) {er[:5]}")
+        if ec:
+            what.append(f"column(s) {ec[:5]}")
+        raise DataError(
+            f"the summed table has empty {' and '.join(what)} (expected counts 0); remove them or "
+            "pass drop_empty=True"
+        )
+    if rows.size < 2 or cols.size < 2:
+        raise DataError(
+            f"the summed table has {rows.size} non-empty row(s) and {cols.size} column(s); need 2 x 2"
+        )
+    return rows, cols
+
+
+def chi_square_statistic(table: Any) -> tuple[float, int]:
+    """Pearson's statistic and degrees of freedom of a global table (empty rows/columns dropped).
+
+    Parameters
+    ----------
+    table : array_like of int, shape (m_x, m_y)
+
+    Returns
+    -------
+    statistic : float
+    dof : int
+        ``(m_x' - 1)(m_y' - 1)`` over the non-empty rows and columns.
+
+    Raises
+    ------
+    DataError
+        If fewer than two rows or columns are non-empty, or a count is negative.
+    """
+    t = check_table(table).astype(np.float64)
+    rows, cols = kept_cells(t.sum(axis=1), t.sum(axis=0), True)
+    k = t[np.ix_(rows, cols)]
+    vbar = np.outer(k.sum(axis=1), k.sum(axis=0)) / k.sum()
+    return float(((k - vbar) ** 2 / vbar).sum()), int((rows.size - 1) * (cols.size - 1))
+
+
+def row_norms_and_offset(proj: StableProjection, sq: np.ndarray) -> tuple[float, np.ndarray]:
+    """``max_k ||P_k||_2`` and ``P sq`` in one streamed pass over the columns (public values).
+
+    Parameters
+    ----------
+    proj : StableProjection
+        The public ``l x m`` projection.
+    sq : numpy.ndarray
+        float64 vector of length ``m`` (``sqrt(vbar)``, or zeros for the row norms alone).
+
+    Returns
+    -------
+    (float, numpy.ndarray)
+        The largest row norm and ``P sq`` (shape ``(l,)``).
+    """
+    m = sq.size
+    acc = np.zeros(proj.encoding_size)
+    off = np.zeros(proj.encoding_size)
+    for a in range(0, m, _NORM_CHUNK):
+        c = proj.columns(np.arange(a, min(m, a + _NORM_CHUNK)))
+        acc += (c * c).sum(axis=0)
+        off += np.dot(sq[a : a + _NORM_CHUNK], c)
+    return float(np.sqrt(acc.max())), off
+
+
+def client_bound(vbar: np.ndarray, max_cell: int, n: int, row_norm: float) -> float:
+    """Public bound on any client's ``|P u_i|_k``.
+
+    ``||P_k|| * ||u_i||`` with ``|u_i(c)| <= max(M, vbar_c / n) / sqrt(vbar_c)``, ``M`` = ``max_cell``.
+    """
+    u2 = float((np.maximum(float(max_cell), vbar / n) ** 2 / vbar).sum())
+    return row_norm * math.sqrt(u2)
+
+
+def decode(
+    e: np.ndarray, decoder: str, confidence: float, resolution: float = 0.0
+) -> FrequencyMomentEstimate:
+    """Decode ``F_2`` from the aggregated encoding ``e`` (shape ``(l,)``, float64).
+
+    ``decoder="mean-of-squares"`` is the maximum-likelihood estimator (exact chi-square interval);
+    ``"geometric"`` is Li's geometric mean (Pang et al. 2023, Algorithm 1), with ``resolution`` the
+    fixed-point grid step (an exactly-zero coordinate is read as a quarter of it).
+    """
+    if decoder == "mean-of-squares":
+        return mean_of_squares_estimator(e, confidence=confidence)
+    return geometric_mean_estimator(e, 2.0, confidence=confidence, resolution=resolution)
+
+
+def finish(
+    est: FrequencyMomentEstimate,
+    *,
+    dof: int,
+    level: float,
+    n_clients: int,
+    n_dropped: int,
+    m_x: int,
+    m_y: int,
+    ell: int,
+    bits: int,
+    frac_bits: int,
+    decoder: str,
+    test: str = "chi2",
+    details: dict[str, Any] | None = None,
+) -> Chi2Result:
+    """Build the result of a decoded statistic: p-values, decision at ``level`` and its stability, cost.
+
+    Parameters
+    ----------
+    est : FrequencyMomentEstimate
+        The decoded statistic and its interval.
+    dof : int
+        Degrees of freedom ``(m_x - 1)(m_y - 1)`` over the kept rows and columns.
+    level : float
+        Significance level, in (0, 1).
+    n_clients, n_dropped : int
+        Clients in the final sum, and clients lost since round 1.
+    m_x, m_y, ell, bits, frac_bits : int
+        Table shape, report length of round 2, field width and fixed-point fraction bits (for the
+        communication cost ``ceil((m_x + m_y) bits / 8) + ceil(l bits / 8)`` bytes per client).
+    decoder : str
+    test : {"chi2", "g-test"}
+        ``"g-test"`` gives the tag ``"entropy.g_test"`` and reads the p-value without the sketch noise.
+    details : dict, optional
+
+    Returns
+    -------
+    Chi2Result
+    """
+    import scipy.stats  # lazily (import cost)
+
+    stat = est.estimate
+    crit = float(scipy.stats.chi2.isf(level, dof))
+    lo, hi = est.ci
+    return Chi2Result(
+        analysis="chi2" if test == "chi2" else "entropy.g_test",
+        estimate=stat,
+        ci=(lo, hi),
+        standard_error=est.relative_standard_error * stat,
+        confidence=est.confidence,
+        n_clients=n_clients,
+        bytes_per_client=math.ceil((m_x + m_y) * bits / 8) + math.ceil(ell * bits / 8),
+        p_value=float(scipy.stats.chi2.sf(stat, dof)),
+        p_value_sketch=float(sketched_p_value(stat, dof, encoding_size=ell, decoder=decoder))
+        if test == "chi2"
+        else float(scipy.stats.chi2.sf(stat, dof)),
+        p_value_ci=(float(scipy.stats.chi2.sf(hi, dof)), float(scipy.stats.chi2.sf(lo, dof))),
+        dof=dof,
+        level=level,
+        critical_value=crit,
+        rejected=bool(stat > crit),
+        decision_stable=bool(lo > crit or hi <= crit),
+        bytes_full_table=math.ceil(m_x * m_y * bits / 8),
+        encoding_size=ell,
+        decoder=decoder,
+        bits=bits,
+        frac_bits=frac_bits,
+        n_dropped=n_dropped,
+        test=test,
+        details=details or {},
+    )
+
+
+def attach_truth(res: Chi2Result, exact: float, dof: int) -> Chi2Result:
+    """Record the exact statistic of a simulation: ``truth``, its p-value and the multiplicative error."""
+    import scipy.stats  # lazily (import cost)
+
+    res.truth = exact
+    res.exact_p_value = float(scipy.stats.chi2.sf(exact, dof))
+    res.multiplicative_error = abs(res.statistic - exact) / exact if exact > 0 else math.inf
+    return res

@@ -1,0 +1,153 @@
+"""FED-chi^2, server side: the two-round protocol (Pang et al., ICML 2023, Algorithm 2).
+
+Round 1 sums the marginals (``m_x + m_y`` counts per client); round 2 sums ``e_i = P u_i``, the projection of
+``u_i = (v^(i) - vbar / n) / sqrt(vbar)`` by a public ``l x m`` Gaussian (2-stable) matrix, in fixed point
+modulo ``2**bits``. The server decodes ``s = ||sum_i u_i||^2`` (:mod:`fedstats.analyses.chi2.estimator`).
+
+Clients that drop out before round 2 are the route's business (:class:`fedstats.engine.core.Dropout`): the
+server learns only how many answered (``RoundSum.n_clients``). The marginals, hence ``vbar`` and ``vbar/n``,
+are those of round 1, so the estimate is the squared norm of the survivors' ``sum u_i``, as in the paper.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fedstats._validation import check_int
+from fedstats.analyses.chi2.client import encode_marginals, encode_projection, expected_counts
+from fedstats.analyses.chi2.estimator import (
+    Chi2Result,
+    check_options,
+    check_shape,
+    client_bound,
+    decode,
+    finish,
+    kept_cells,
+    row_norms_and_offset,
+)
+from fedstats.engine.core import ProtocolGenerator
+from fedstats.engine.fixedpoint import FixedPoint
+from fedstats.engine.rounds import Round, RoundSum
+from fedstats.sketches.modular import choose_frac_bits, reduce_signed
+from fedstats.sketches.stable import StableProjection
+
+__all__ = ["fed_chi2_protocol"]
+
+
+def fed_chi2_protocol(
+    shape: tuple[int, int],
+    *,
+    encoding_size: int = 50,
+    decoder: str = "mean-of-squares",
+    projection_seed: int,
+    bits: int = 64,
+    max_cell: int,
+    confidence: float = 0.95,
+    level: float = 0.05,
+    column: str = "table",
+    drop_empty: bool = False,
+) -> ProtocolGenerator[Chi2Result]:
+    """FED-chi^2 as an engine protocol (Pang et al. 2023, Algorithm 2).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(m_x, m_y)`` of every client's table, each >= 2.
+    encoding_size : int
+        ``l``, length of the projection, >= 2 (default 50, the paper's).
+    decoder : {"mean-of-squares", "geometric"}
+        Decoder of ``F_2`` (default the maximum-likelihood mean of squares; ``"geometric"`` is Algorithm 1).
+    projection_seed : int
+        Public seed of the projection in ``[0, 2**256)``, agreed beforehand
+        (:func:`~fedstats.analyses.seed_agreement.agree_projection_seed`).
+    bits : {16, 32, 64}
+        The field ``2**bits`` of the round-2 sum (default 64).
+    max_cell : int
+        Declared largest count of one client in one cell (>= 1); bounds round 1 and fixes the fixed-point
+        scale of round 2 from public values only. A client holding a larger count refuses to encode
+        (:class:`~fedstats.errors.DataError`) rather than be clipped.
+    confidence : float
+        Level of the interval on the statistic, in (0, 1).
+    level : float
+        Significance level of the decision, in (0, 1).
+    column : str
+        Population column with the ``(n, m_x, m_y)`` tables.
+    drop_empty : bool
+        Remove rows/columns empty in the summed table instead of raising (the marginals are public, so
+        every client removes the same cells).
+
+    Returns
+    -------
+    ProtocolGenerator[Chi2Result]
+        Run with :meth:`fedstats.engine.Engine.run`; the result's ``n_clients`` counts the clients of round
+        2 and ``n_dropped`` those lost since round 1.
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is out of range.
+    DataError
+        If a count is negative or the summed table has an empty row or column (see ``drop_empty``).
+    OverflowRiskError
+        If ``bits`` is too narrow for the aggregated encoding.
+    """
+    ell, dec, b, conf, lev = check_options(encoding_size, decoder, bits, confidence, level)
+    m_x, m_y = check_shape(shape)
+    mc = check_int("max_cell", max_cell, low=1)
+    seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
+    base = {"column": column, "shape": (m_x, m_y)}
+    s1: RoundSum = yield Round(
+        "marginals", encode_marginals, base, dim=m_x + m_y, bound=mc * max(m_x, m_y)
+    )
+    marg = np.asarray(s1.total, dtype=np.int64)
+    vx, vy = marg[:m_x], marg[m_x:]
+    rows, cols = kept_cells(vx, vy, drop_empty)
+    n = s1.n_clients
+    vbar = expected_counts(vx[rows], vy[cols])
+    proj = StableProjection(seed, ell, 2.0)
+    row_norm, p_sq = row_norms_and_offset(proj, np.sqrt(vbar))
+    v = float(vx.sum())
+    s_max = v * (min(rows.size, cols.size) - 1)
+    bound_one = client_bound(vbar, mc, n, row_norm)
+    f = choose_frac_bits(b, bound_one, row_norm * math.sqrt(s_max))
+    fp = FixedPoint(f, max(bound_one, 1e-9))
+    params = {
+        **base,
+        "rows": rows.tolist(),
+        "cols": cols.tolist(),
+        "row_marginals": vx.tolist(),
+        "col_marginals": vy.tolist(),
+        "max_cell": mc,
+        # P sqrt(vbar) / n is public and the same for every client: the server broadcasts it
+        "offset": (p_sq / n).tolist(),
+        "seed": seed,
+        "encoding_size": ell,
+        "frac_bits": f,
+        "clip": fp.clip,
+        "bits": b,
+    }
+    bound = (1 << (b - 1)) if b < 64 else max(fp.bound, 1)
+    s2: RoundSum = yield Round("projection", encode_projection, params, dim=ell, bound=bound)
+    e = reduce_signed(s2.total, b) / fp.scale
+    est = decode(e, dec, conf, 1.0 / fp.scale)
+    return finish(
+        est,
+        dof=(rows.size - 1) * (cols.size - 1),
+        level=lev,
+        n_clients=s2.n_clients,
+        n_dropped=n - s2.n_clients,
+        m_x=m_x,
+        m_y=m_y,
+        ell=ell,
+        bits=b,
+        frac_bits=f,
+        decoder=dec,
+        details={
+            "rows": rows.tolist(),
+            "cols": cols.tolist(),
+            "n_round1": n,
+            "encoding": e.tolist(),
+        },
+    )

@@ -1,0 +1,155 @@
+"""One call: private (or exact) heterogeneity of the clients' vectors, with the truth filled in.
+
+Follows :mod:`fedstats.analyses._api`: ``engine`` sums the rounds and draws the clients' randomness (their
+rounding and noise shares), ``randomness`` is the server's (central noise), and ``ledger`` is charged for both
+rounds, from what each round's mechanism reports, before anything runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedstats.analyses._api import charging, resolve
+from fedstats.analyses.heterogeneity.accuracy import paper_interval_i2
+from fedstats.analyses.heterogeneity.config import HeterogeneityConfig, plan_rounds
+from fedstats.analyses.heterogeneity.exact import (
+    check_vectors,
+    exact_heterogeneity,
+    inverse_variance_weights,
+)
+from fedstats.analyses.heterogeneity.protocol import HeterogeneityResult, heterogeneity_protocol
+from fedstats.engine.backends import SerialBackend
+from fedstats.engine.core import Engine
+from fedstats.engine.populations import InMemoryPopulation
+from fedstats.errors import ParameterError
+from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.randomness import RandomSource
+
+__all__ = ["heterogeneity"]
+
+
+def _block_size(d: int) -> int:
+    # bounded memory: about 2^22 report entries (32 MiB of float64) per logical block
+    return int(max(256, min(65536, (1 << 22) // (2 * d + 2))))
+
+
+def heterogeneity(
+    x: Any,
+    *,
+    statistic: str = "all",
+    epsilon: float | None = None,
+    delta: float | None = None,
+    mechanism: str = "analytic",
+    noise: str = "central",
+    secure: bool = False,
+    accounting: str = "basic",
+    round1_fraction: float = 0.5,
+    p: float = 2.0,
+    min_variance: float = 0.05,
+    form: str = "standard",
+    confidence: float = 0.95,
+    frac_bits: int | None = None,
+    min_reporting: float = 1.0,
+    float_noise: bool = False,
+    engine: Engine | None = None,
+    randomness: RandomSource | None = None,
+    ledger: PrivacyLedger | None = None,
+) -> HeterogeneityResult:
+    """Measure heterogeneity of the clients' vectors, privately or exactly, and compare with the truth.
+
+    Parameters
+    ----------
+    x : array_like, shape (n_clients, d)
+        One vector per client, entries in [0, 1]; ``n_clients >= 2``.
+    statistic : {"dispersion", "q", "i2", "all"}
+        What to release.
+    epsilon, delta : float, optional
+        Total budget of both rounds; omit both for an exact (non-private) run.
+    mechanism, noise, secure, accounting, round1_fraction, p, min_variance, form, confidence, frac_bits, \
+min_reporting, float_noise
+        See :class:`~fedstats.analyses.heterogeneity.config.HeterogeneityConfig`. ``float_noise=True`` is
+        the paper's floating-point noise, for simulation only (refused with a ``ledger``).
+    engine : Engine, optional
+        Route and clients' randomness (default: serial, on ``randomness``, blocks of about 2^22 entries).
+    randomness : RandomSource, optional
+        Server-side randomness (default: the engine's, else secure).
+    ledger : PrivacyLedger, optional
+        Charged for both rounds before they run (all or nothing).
+
+    Returns
+    -------
+    HeterogeneityResult
+        With ``truth`` filled in on every statistic.
+
+    Raises
+    ------
+    DataError
+        Bad vectors: not 2-D, fewer than 2 clients, NaN, entries outside [0, 1], or a constant vector
+        when Q / I^2 is requested.
+    ParameterError
+        A parameter outside its range, or a ledger with ``float_noise``.
+    BudgetExceededError
+        If ``ledger`` refuses the releases (nothing is then charged or run).
+    """
+    cfg = HeterogeneityConfig(
+        statistic=statistic,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism,
+        noise=noise,
+        secure=secure,
+        accounting=accounting,
+        round1_fraction=round1_fraction,
+        p=p,
+        min_variance=min_variance,
+        form=form,
+        frac_bits=frac_bits,
+        confidence=confidence,
+        min_reporting=min_reporting,
+        float_noise=float_noise,
+    )
+    if ledger is not None and cfg.float_noise:
+        raise ParameterError(
+            "ledger",
+            "a PrivacyLedger",
+            "None with float_noise=True (simulation only: not a release)",
+        )
+    arr = check_vectors(x, need_weights=cfg.wants_q)
+    n, d = arr.shape
+    if engine is None:
+        src = randomness if randomness is not None else RandomSource()
+        engine = Engine(SerialBackend(), src, block_size=_block_size(d))
+    engine, server = resolve(engine, randomness)
+    with charging(ledger):
+        if ledger is not None and cfg.private:
+            p1, p2, _ = plan_rounds(cfg, n, d)
+            for plan in (p1, p2):
+                loss = plan.loss
+                assert loss is not None
+                ledger.spend_loss(
+                    loss,
+                    label=f"heterogeneity round {plan.name} ({', '.join(plan.blocks)})",
+                    clients=range(0, n),
+                )
+        pop = InMemoryPopulation({cfg.column: arr})
+        res = engine.run(heterogeneity_protocol(cfg, n_clients=n, dim=d, randomness=server), pop)
+    truth = exact_heterogeneity(
+        arr, p=cfg.p, weights=cfg.wants_q, min_variance=cfg.min_variance, form=cfg.form
+    )
+    res.bytes_per_client = engine.bytes_per_client
+    if res.dispersion is not None:
+        res.dispersion.truth = truth.dispersion
+    if res.q is not None and res.i2 is not None:
+        res.q.truth = truth.q
+        res.i2.truth = truth.i2
+        res.details["clipped_weights"] = truth.clipped_weights
+        eta = res.details.get("weighted_mean_noise_sd")
+        if eta:
+            w = inverse_variance_weights(arr, min_variance=cfg.min_variance)
+            res.i2.paper_interval = paper_interval_i2(
+                res.i2.estimate, eta1_sq=eta * eta, n=n, inverse_weight_sum=float((1.0 / w).sum())
+            )
+    res.truth = (
+        res.i2.truth if res.i2 is not None else res.dispersion.truth if res.dispersion else None
+    )
+    return res

@@ -1,0 +1,491 @@
+r"""Public parameters and per-round calibration of the private heterogeneity protocol (paper 000).
+
+:class:`HeterogeneityConfig` holds what the analyst chooses; :func:`plan_rounds` turns it into one
+:class:`RoundPlan` per round: the blocks, the fixed-point grid, the noise and the privacy loss that the
+round's mechanism reports (charged to the ledger before anything runs).
+
+Noise paths (every block is divided by its sensitivity on the client, so a round with k blocks has L2
+sensitivity :math:`\sqrt k` in normalised units, slightly more on the integer grid after rounding):
+
+===================  =============================================================  ======================
+path                 noise                                                          privacy loss
+===================  =============================================================  ======================
+central (release)    server adds :class:`~fedstats.privacy.mechanisms.GaussianMechanism`  the mechanism's
+                     (discrete Gaussian) to the integer sum on the grid :math:`2^{-f}`   ``privacy_loss()``
+distributed          each client adds an integer :math:`N_{\mathbb Z}(0,\sigma_s^2)`  Kairouz, Liu &
+(release)            share on the grid (the distributed discrete Gaussian)          Steinke 2021, Prop. 14
+float (simulation)   floating-point Gaussian (central or per-client shares), the    analytic Gaussian;
+                     paper's design; outputs marked "simulation only"               never charged
+===================  =============================================================  ======================
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses.heterogeneity.calibration import (
+    MECHANISMS,
+    NOISE_MODES,
+    Sensitivities,
+    ddg_rho,
+    ddg_share_variance,
+    quiet_gaussian_sigma,
+    sensitivities,
+    split_budget,
+)
+from fedstats.analyses.heterogeneity.exact import WEIGHTED_MEAN_FORMS
+from fedstats.errors import OverflowRiskError, ParameterError
+from fedstats.privacy.analysis.gaussian import PrivacyWarning
+from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.analysis.zcdp import approx_dp_to_zcdp, zcdp_to_approx_dp
+from fedstats.privacy.mechanisms.noise import GaussianMechanism
+from fedstats.results import to_jsonable
+
+__all__ = [
+    "ACCOUNTINGS",
+    "STATISTICS",
+    "HeterogeneityConfig",
+    "RoundPlan",
+    "central_mechanism",
+    "plan_rounds",
+]
+
+STATISTICS: tuple[str, ...] = ("dispersion", "q", "i2", "all")
+ACCOUNTINGS: tuple[str, ...] = ("basic", "zcdp")
+FLOAT_NOTE = "floating-point noise: simulation only, not for release"
+_NOISE_MARGIN = (
+    16.0  # fixed-point clip = data range + 16 share standard deviations (P(clip) < 1e-57)
+)
+
+
+@dataclass(frozen=True)
+class HeterogeneityConfig:
+    """Public parameters of a heterogeneity run.
+
+    Parameters
+    ----------
+    statistic : {"dispersion", "q", "i2", "all"}
+        What to release; ``"q"`` and ``"i2"`` run the same rounds (I^2 is post-processing of Q).
+    epsilon, delta : float or None
+        Total privacy budget of both rounds (epsilon > 0, delta in (0, 1)); both None: no noise (exact
+        sums through the engine).
+    mechanism : {"analytic", "classical"}
+        Gaussian calibration of central noise and of the float path. Distributed shares on the grid are
+        always the distributed discrete Gaussian, so ``"classical"`` is refused there.
+    noise : {"central", "distributed"}
+        Where the noise is added: by the server after the sum, or by each client (a share).
+    secure : bool
+        Pair with the secure-aggregation route (distributed shares; 16 fractional bits by default so the
+        sums fit a small modulus); requires ``noise="distributed"`` and the grid path.
+    accounting : {"basic", "zcdp"}
+        ``"basic"`` (the paper's design): split (epsilon, delta) between the rounds and calibrate each round
+        to its share. ``"zcdp"``: take the largest total rho whose conversion gives (epsilon, delta)
+        (:func:`~fedstats.privacy.analysis.zcdp.approx_dp_to_zcdp`) and split rho; composing Gaussians in
+        zCDP is tighter than adding epsilons, so this adds less noise for the same guarantee.
+    round1_fraction : float
+        Share of the budget spent on round 1, in (0, 1) (default 0.5).
+    p : float
+        Dispersion exponent in [1, 64] (default 2).
+    min_variance : float
+        Floor on each client's within-vector variance, in (0, 1/4]; bounds the weights by
+        ``1/min_variance`` (default 0.05, i.e. w <= 20). The floor must be public, not read from the data.
+    form : {"standard", "paper"}
+        Weighted mean: the meta-analysis one, or paper 000's Def. 3.5 with an extra 1/n.
+    frac_bits : int or None
+        Fixed-point fractional bits f in [4, 38] (default 24, or 16 with ``secure``; lowered if the sums
+        could overflow).
+    confidence : float
+        Level of the intervals, in (0, 1).
+    column : str
+        Population column holding the ``(n, d)`` vectors.
+    min_reporting : float
+        Distributed noise only: fraction in (0, 1] of the clients whose shares are guaranteed to reach the
+        sum (dropouts); each share is calibrated for ``ceil(min_reporting * n)`` shares, so the target holds
+        as long as at least that many clients report (default 1). Fewer reports give a larger epsilon,
+        which is recomputed and reported.
+    float_noise : bool
+        Draw floating-point Gaussian noise (the paper's continuous design) instead of the discrete
+        Gaussian on the grid: for Monte Carlo studies only, never for release (Mironov 2012). Results are
+        marked so, and a ledger refuses to be charged for them.
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is outside its range or the combination is invalid.
+    """
+
+    statistic: str = "all"
+    epsilon: float | None = None
+    delta: float | None = None
+    mechanism: str = "analytic"
+    noise: str = "central"
+    secure: bool = False
+    accounting: str = "basic"
+    round1_fraction: float = 0.5
+    p: float = 2.0
+    min_variance: float = 0.05
+    form: str = "standard"
+    frac_bits: int | None = None
+    confidence: float = 0.95
+    column: str = "x"
+    min_reporting: float = 1.0
+    float_noise: bool = False
+
+    def __post_init__(self) -> None:
+        """Validate every parameter and their combination (see the class docstring)."""
+        check_choice("statistic", self.statistic, STATISTICS)
+        check_choice("mechanism", self.mechanism, MECHANISMS)
+        check_choice("accounting", self.accounting, ACCOUNTINGS)
+        check_choice("noise", self.noise, NOISE_MODES)
+        check_choice("form", self.form, WEIGHTED_MEAN_FORMS)
+        check_real(
+            "round1_fraction",
+            self.round1_fraction,
+            low=0.0,
+            high=1.0,
+            low_open=True,
+            high_open=True,
+        )
+        check_real("p", self.p, low=1.0, high=64.0)
+        check_real("min_variance", self.min_variance, low=0.0, high=0.25, low_open=True)
+        check_real("confidence", self.confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_real("min_reporting", self.min_reporting, low=0.0, high=1.0, low_open=True)
+        if self.frac_bits is not None:
+            check_int("frac_bits", self.frac_bits, low=4, high=38)
+        if (self.epsilon is None) != (self.delta is None):
+            raise ParameterError(
+                "epsilon/delta", (self.epsilon, self.delta), "both given (private) or both omitted"
+            )
+        if self.epsilon is not None:
+            check_real(
+                "epsilon", self.epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
+            )
+            check_real("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        if self.secure and self.noise != "distributed":
+            raise ParameterError("noise", self.noise, "'distributed' with secure aggregation")
+        if self.secure and self.float_noise:
+            raise ParameterError(
+                "float_noise",
+                True,
+                "False with secure aggregation (shares live on the integer grid)",
+            )
+        if self.min_reporting != 1.0 and not (self.private and self.noise == "distributed"):
+            raise ParameterError(
+                "min_reporting", self.min_reporting, "1 unless noise='distributed' with a budget"
+            )
+        if self.float_noise and not self.private:
+            raise ParameterError("float_noise", True, "False without a budget (no noise is added)")
+        if self.accounting == "zcdp" and self.mechanism != "analytic":
+            raise ParameterError(
+                "mechanism",
+                self.mechanism,
+                "'analytic' with accounting='zcdp' (calibrated through zCDP)",
+            )
+        if self.grid_shares and self.mechanism != "analytic":
+            raise ParameterError(
+                "mechanism",
+                self.mechanism,
+                "'analytic' with distributed noise on the grid (the shares are the distributed "
+                "discrete Gaussian; the classical formula applies to central or float noise only)",
+            )
+
+    @property
+    def private(self) -> bool:
+        """True when noise is added."""
+        return self.epsilon is not None
+
+    @property
+    def grid_shares(self) -> bool:
+        """True when clients add discrete Gaussian shares (distributed noise, release path)."""
+        return self.private and self.noise == "distributed" and not self.float_noise
+
+    @property
+    def noise_path(self) -> str:
+        """``"none"``, ``"grid"`` (discrete Gaussian: releasable) or ``"float"`` (simulation only)."""
+        if not self.private:
+            return "none"
+        return "float" if self.float_noise else "grid"
+
+    @property
+    def wants_dispersion(self) -> bool:
+        """True when the dispersion is released."""
+        return self.statistic in ("dispersion", "all")
+
+    @property
+    def wants_q(self) -> bool:
+        """True when Q (and I^2) are released."""
+        return self.statistic in ("q", "i2", "all")
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    r"""Public calibration of one round.
+
+    Attributes
+    ----------
+    name : str
+        ``"centre"`` or ``"spread"``.
+    blocks : tuple of str
+        ``("mean", "weighted")`` in round 1, ``("dispersion", "q")`` in round 2 (those requested).
+    dim : int
+        Report length.
+    noise : {"none", "central", "distributed"}
+        Where this round's noise is added.
+    path : {"none", "grid", "float"}
+        Discrete Gaussian on the grid (releasable) or floating-point noise (simulation only).
+    epsilon, delta : float or None
+        This round's budget (the target its mechanism is calibrated to).
+    rho : float or None
+        The zCDP rho of its noise at the planned number of shares.
+    sigma : float
+        Standard deviation of the noise on each coordinate of the normalised sum (0 without privacy).
+    share_sd : float
+        Each client's floating-point share (float path, distributed), normalised units.
+    share_variance : float
+        Each client's discrete Gaussian share :math:`\sigma_s^2` (grid path, distributed), integer units.
+    frac_bits : int
+        f of the grid :math:`2^{-f}`.
+    clip : float
+        Fixed-point clip of a report entry (normalised units).
+    bound : int
+        Largest absolute report entry (the round's bound).
+    l2, l1 : float
+        Sensitivities of the summed reports on the integer grid (normalised ones on the float path).
+    analytic : bool
+        Analytic (True) or classical Gaussian calibration (central and float noise).
+    spent : PrivacyLoss or None
+        What the round's mechanism reports at the planned number of shares: what the ledger is charged.
+    """
+
+    name: str
+    blocks: tuple[str, ...]
+    dim: int
+    noise: str
+    path: str
+    epsilon: float | None
+    delta: float | None
+    rho: float | None
+    sigma: float
+    share_sd: float
+    share_variance: float
+    frac_bits: int
+    clip: float
+    bound: int
+    l2: float
+    l1: float
+    analytic: bool = True
+    spent: PrivacyLoss | None = None
+
+    @property
+    def loss(self) -> PrivacyLoss | None:
+        """Privacy loss of the round as planned (:attr:`spent`; None without privacy)."""
+        return self.spent
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: to_jsonable(v) for k, v in self.__dict__.items()}
+
+
+def _ranges(block: str, sens: Sensitivities) -> tuple[np.ndarray, np.ndarray]:
+    """Per-coordinate (low, high) of a normalised report block."""
+    d = sens.dim
+    if block == "mean":
+        return np.zeros(d), np.full(d, 1.0 / sens.mean_sum)
+    if block == "weighted":
+        lo = np.zeros(d + 1)
+        lo[d] = sens.u_min / sens.weighted_sum
+        return lo, np.full(d + 1, 1.0 / sens.weighted_sum)
+    return np.zeros(1), np.ones(1)
+
+
+def _ceil_log2(x: float) -> int:
+    mant, exp = math.frexp(x)
+    return exp - 1 if mant == 0.5 else exp
+
+
+def central_mechanism(plan: RoundPlan) -> GaussianMechanism:
+    """Build the discrete Gaussian mechanism that releases a central round's sum on the grid 2^-f.
+
+    Its sensitivity is the L2 diameter of one client's integer report (``plan.l2``, randomized rounding
+    included) in normalised units, and its grid is exactly the fixed-point grid, so snapping the sum is
+    the identity and the mechanism's :meth:`~fedstats.privacy.mechanisms.GaussianMechanism.privacy_loss`
+    describes the release.
+
+    Parameters
+    ----------
+    plan : RoundPlan
+        A central round on the grid path (``plan.epsilon``/``plan.delta`` are its budget).
+
+    Returns
+    -------
+    GaussianMechanism
+
+    Raises
+    ------
+    ParameterError
+        If the round is not a private central round, or the grid needs more than 40 resolution bits.
+    """
+    if plan.noise != "central" or plan.epsilon is None or plan.delta is None:
+        raise ParameterError("plan", plan.name, "a private round with central noise")
+    sensitivity = plan.l2 / 2.0**plan.frac_bits
+    bits = plan.frac_bits + _ceil_log2(sensitivity)
+    if not 1 <= bits <= 40:
+        raise ParameterError("frac_bits", plan.frac_bits, "a grid the release mechanism supports")
+    with (
+        warnings.catch_warnings()
+    ):  # the classical formula at epsilon >= 1 is flagged in the result
+        warnings.simplefilter("ignore", PrivacyWarning)
+        return GaussianMechanism(
+            epsilon=plan.epsilon,
+            delta=plan.delta,
+            sensitivity=sensitivity,
+            analytic=plan.analytic,
+            resolution_bits=bits,
+            allow_large_epsilon=True,
+            dimension=plan.dim,
+        )
+
+
+def _integer_sensitivities(lo: np.ndarray, hi: np.ndarray, f: int) -> tuple[float, float]:
+    scale = 2.0**f
+    width = np.ceil(hi * scale) - np.floor(lo * scale)
+    return float(np.sqrt((width**2).sum())), float(width.sum())
+
+
+def _plan_one(
+    name: str,
+    blocks: tuple[str, ...],
+    cfg: HeterogeneityConfig,
+    sens: Sensitivities,
+    n: int,
+    budget: tuple[float, float] | None,
+    rho_round: float | None,
+) -> RoundPlan:
+    dim = sum({"mean": sens.dim, "weighted": sens.dim + 1}.get(b, 1) for b in blocks)
+    k = len(blocks)
+    lo = np.concatenate([_ranges(b, sens)[0] for b in blocks])
+    hi = np.concatenate([_ranges(b, sens)[1] for b in blocks])
+    f = cfg.frac_bits if cfg.frac_bits is not None else (16 if cfg.secure else 24)
+    n_shares = max(1, math.ceil(cfg.min_reporting * n - 1e-9))
+    noise = cfg.noise if cfg.private else "none"
+    analytic = cfg.mechanism == "analytic"
+    eps_r, delta_r = budget if budget is not None else (None, None)
+    rho_r: float | None = None
+    if cfg.private:
+        assert eps_r is not None and delta_r is not None
+        rho_r = rho_round
+        if rho_r is not None:
+            eps_r = zcdp_to_approx_dp(rho=rho_r, delta=delta_r)
+    sigma = share_sd = share_var = 0.0
+    loss: PrivacyLoss | None = None
+    l2, l1 = math.sqrt(k), float((hi - lo).sum())
+    if cfg.noise_path == "float":
+        assert eps_r is not None and delta_r is not None
+        if cfg.accounting == "zcdp":
+            assert rho_r is not None
+            sigma = math.sqrt(k / (2.0 * rho_r))
+        else:
+            sigma = quiet_gaussian_sigma(
+                cfg.mechanism, epsilon=eps_r, delta=delta_r, sensitivity=math.sqrt(k)
+            )
+        share_sd = sigma / math.sqrt(n_shares) if noise == "distributed" else 0.0
+        loss = PrivacyLoss(eps_r, delta_r, k / (2.0 * sigma * sigma))  # the paper's budget
+    clip = 1.0 + _NOISE_MARGIN * share_sd
+    # keep every sum exact: n * clip * 2^f below 2^61 (int64), or 2^50 for the central release grid
+    limit = 2.0**50 if (cfg.noise_path == "grid" and noise == "central") else 2.0**61
+    margin = 0.0
+    for _ in range(64):
+        margin = 0.0
+        if cfg.noise_path == "grid":
+            assert eps_r is not None and delta_r is not None
+            l2, l1 = _integer_sensitivities(lo, hi, f)
+            if noise == "distributed":
+                target = (
+                    rho_r if rho_r is not None else approx_dp_to_zcdp(epsilon=eps_r, delta=delta_r)
+                )
+                share_var = ddg_share_variance(rho=target, n=n_shares, l2=l2, l1=l1, dim=dim)
+                margin = _NOISE_MARGIN * math.sqrt(share_var) / 2.0**f
+                sigma = math.sqrt(n * share_var) / 2.0**f  # normalised units, when all n report
+                r = ddg_rho(share_variance=share_var, n=n_shares, l2=l2, l1=l1, dim=dim)
+                loss = PrivacyLoss(zcdp_to_approx_dp(rho=r, delta=delta_r), delta_r, r)
+        if n * (clip + margin) * 2.0**f < limit or f <= 4:
+            break
+        f -= 1
+    if n * (clip + margin) * 2.0**f >= limit:
+        raise OverflowRiskError(
+            f"round {name!r}: {n} clients with reports up to {clip + margin:g} cannot be summed exactly"
+        )
+    bound = math.ceil((clip + margin) * 2.0**f) + 1
+    plan = RoundPlan(
+        name=name,
+        blocks=blocks,
+        dim=dim,
+        noise=noise,
+        path=cfg.noise_path,
+        epsilon=eps_r,
+        delta=delta_r,
+        rho=None,
+        sigma=sigma,
+        share_sd=share_sd,
+        share_variance=share_var,
+        frac_bits=f,
+        clip=clip,
+        bound=bound,
+        l2=l2,
+        l1=l1,
+        analytic=analytic,
+    )
+    if cfg.noise_path == "grid" and noise == "central":
+        mech = central_mechanism(plan)
+        loss = mech.privacy_loss()
+        sigma = mech.sigma
+    if loss is None:
+        return plan
+    return replace(plan, rho=loss.rho, sigma=sigma, spent=loss)
+
+
+def plan_rounds(
+    cfg: HeterogeneityConfig, n: int, d: int
+) -> tuple[RoundPlan, RoundPlan, Sensitivities]:
+    """Calibrate both rounds for n clients holding d-dimensional vectors.
+
+    Parameters
+    ----------
+    cfg : HeterogeneityConfig
+    n : int
+        Number of clients (public), >= 2.
+    d : int
+        Vector length, >= 1.
+
+    Returns
+    -------
+    (RoundPlan, RoundPlan, Sensitivities)
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is out of range (e.g. n < 2).
+    OverflowRiskError
+        If the sums cannot be kept exact.
+    """
+    check_int("n_clients", n, low=2)
+    sens = sensitivities(d, p=cfg.p, min_variance=cfg.min_variance)
+    b1 = tuple(b for b, on in (("mean", cfg.wants_dispersion), ("weighted", cfg.wants_q)) if on)
+    b2 = tuple(b for b, on in (("dispersion", cfg.wants_dispersion), ("q", cfg.wants_q)) if on)
+    budgets: tuple[tuple[float, float], tuple[float, float]] | tuple[None, None] = (None, None)
+    rhos: tuple[float | None, float | None] = (None, None)
+    if cfg.private:
+        assert cfg.epsilon is not None and cfg.delta is not None
+        budgets = split_budget(cfg.epsilon, cfg.delta, cfg.round1_fraction)
+        if cfg.accounting == "zcdp":
+            rho = approx_dp_to_zcdp(epsilon=cfg.epsilon, delta=cfg.delta)
+            rhos = (rho * cfg.round1_fraction, rho * (1.0 - cfg.round1_fraction))
+    p1 = _plan_one("centre", b1, cfg, sens, n, budgets[0], rhos[0])
+    p2 = _plan_one("spread", b2, cfg, sens, n, budgets[1], rhos[1])
+    return p1, p2, sens
