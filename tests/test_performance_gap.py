@@ -20,8 +20,9 @@ from fedstats.analyses.performance_gap import (
     plan_epsilon,
 )
 from fedstats.analyses.performance_gap.allocation import _variance_curve
+from fedstats.analyses.performance_gap.client import perturb
 from fedstats.analyses.performance_gap.planning import error_bound
-from fedstats.analyses.performance_gap.protocol import _report_layout, perturb
+from fedstats.analyses.performance_gap.protocol import report_params
 from fedstats.cli.app import app
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
@@ -39,7 +40,7 @@ def _population(sizes: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np.n
 
 def _monte_carlo(mech: GapMechanism, g: np.ndarray, v: np.ndarray, runs: int, seed: int) -> tuple:
     """Run the mechanism ``runs`` times on the same clients; return per-run group sums and counts."""
-    params = _report_layout(mech, 16, 40.0)
+    params = report_params(mech, 16, 40.0)
     d = mech.n_groups
     rng = np.random.default_rng(seed)
     gg = np.tile(g, runs)
@@ -208,7 +209,7 @@ def test_mr_loss_matches_brute_force(e1: float, e2: float, d: int) -> None:
 
 def test_mr_sampler_follows_the_analysed_distribution() -> None:
     mech = GapMechanism("R", 0.7, 1.1, n_groups=3)
-    params = _report_layout(mech, 16, 40.0)
+    params = report_params(mech, 16, 40.0)
     log_p = mech.log_probability_matrix()
     rng = np.random.default_rng(11)
     n = 60_000
@@ -262,7 +263,7 @@ def test_ml_with_k_not_2_has_unbounded_loss() -> None:
 
 def test_ml_sampler_noise_scales() -> None:
     mech = GapMechanism("L", 0.4, 0.8, k=1.0)
-    params = _report_layout(mech, 12, 40.0)
+    params = report_params(mech, 12, 40.0)
     rng = np.random.default_rng(12)
     n = 200_000
     new_g, y, _ = perturb(np.zeros(n, dtype=np.int64), np.full(n, 0.5), params, rng)

@@ -28,16 +28,17 @@ def test_reproduce_performance_gap_quick(tmp_path: Path, shared_data: Path) -> N
     )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
-    assert summary["table2"] is True
+    assert summary["reproduction"] == "performance-gap" and summary["notes"] == []
     for name in (
-        "performance-gap.json",
-        "performance-gap.md",
+        "performance-gap-quick.json",
+        "performance-gap-quick.md",
         "figure1.png",
         "figure2.png",
         "appendix_c.png",
     ):
         assert (out / name).stat().st_size > 500, name
-    data = json.loads((out / "performance-gap.json").read_text())
+    data = json.loads((out / "performance-gap-quick.json").read_text())
+    assert data["quick"] is True and "error" not in data["table2"]
     # Table 1 with the paper's rule reproduces the printed digits; the corrected split spends its budget
     for row in data["table1"]["rows"]:
         printed = PAPER_TABLE1[row["mechanism"]][row["K"]][[0.1, 0.01, 0.001].index(row["alpha"])]
@@ -61,5 +62,49 @@ def test_reproduce_performance_gap_quick(tmp_path: Path, shared_data: Path) -> N
         for r in t2["rows"]
         if r["accounting"] == "exact"
     )
-    page = (out / "performance-gap.md").read_text()
+    assert data["table1"]["reproduces_printed"] is True
+    page = (out / "performance-gap-quick.md").read_text()
     assert "reproduces every printed cell: **yes**" in page
+    assert "Quick run" in page
+    # every Table 2 row is on the page, with its measured error
+    for r in t2["rows"]:
+        assert f"{r['mean_abs_error']:.4f} ({r['sd_abs_error']:.4f})" in page
+
+
+def test_rerun_reuses_the_cells_and_other_settings_recompute(
+    tmp_path: Path, shared_data: Path
+) -> None:
+    from fedstats.experiments.framework import run_reproduction
+
+    out = tmp_path / "pg"
+    _, first = run_reproduction(
+        "performance-gap", out=out, quick=True, seed=5, data_dir=shared_data, reps=2
+    )
+    _, again = run_reproduction(
+        "performance-gap", out=out, quick=True, seed=5, data_dir=shared_data, reps=2
+    )
+    assert again["appendix_c"] == first["appendix_c"]
+    assert [r["mean_abs_error"] for r in again["table2"]["rows"]] == [
+        r["mean_abs_error"] for r in first["table2"]["rows"]
+    ]
+    assert max(r["seconds_per_run"] for r in again["table2"]["rows"]) == max(
+        r["seconds_per_run"] for r in first["table2"]["rows"]
+    )  # read back from the checkpoint, not recomputed
+    _, other = run_reproduction(
+        "performance-gap", out=out, quick=True, seed=6, data_dir=shared_data, reps=2
+    )
+    assert other["appendix_c"]["R"]["empirical"] != first["appendix_c"]["R"]["empirical"]
+
+
+def test_missing_activity_data_is_a_note_not_a_crash(tmp_path: Path) -> None:
+    from fedstats.experiments.framework import run_reproduction
+
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    ctx, doc = run_reproduction(
+        "performance-gap", out=tmp_path / "pg", quick=True, seed=5, data_dir=empty
+    )
+    assert "DatasetNotFoundError" in doc["table2"]["error"]
+    assert doc["notes"] == [f"Table 2 not run: {doc['table2']['error']}"]
+    page = (ctx.out / "performance-gap-quick.md").read_text()
+    assert "Not run: DatasetNotFoundError" in page

@@ -1,7 +1,7 @@
 r"""``fedstats gap`` and ``fedstats gap-plan``: private performance-gap measurement (Juarez & Korolova 2023).
 
 ``gap`` measures the gap between two groups' mean performance from a table with one row per client (group
-and value columns), under local DP with the mechanism :math:`\\mathcal M_R` or :math:`\\mathcal M_L`; with
+and value columns), under local DP with the mechanism :math:`\mathcal M_R` or :math:`\mathcal M_L`; with
 ``--clients K`` it simulates K clients resampled from the rows within each group, shard by shard.
 ``gap-plan`` finds the smallest budget that bounds the error by ``alpha`` with a given probability.
 """
@@ -184,6 +184,7 @@ def gap(
 
 _CLI_NAMES = {
     "clients": "--clients",
+    "n_clients": "--clients",
     "epsilon": "--epsilon",
     "mechanism": "--mechanism",
     "accounting": "--accounting",
@@ -197,7 +198,7 @@ _CLI_NAMES = {
 
 
 def _as_cli_error(exc: ParameterError) -> ParameterError:
-    """The same error, naming the command-line option the user typed."""
+    """Return the same error, naming the command-line option the user typed."""
     name = _CLI_NAMES.get(exc.name)
     return exc if name is None else ParameterError(name, exc.value, exc.accepted)
 

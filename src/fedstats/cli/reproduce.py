@@ -28,9 +28,7 @@ from fedstats.cli._common import (
 from fedstats.experiments.framework import REPRODUCTIONS, Reproduction
 
 # Reproductions still served by their own command module (being moved onto the framework).
-_LEGACY: dict[str, str] = {
-    "performance-gap": "fedstats.cli.reproduce_performance_gap",
-}
+_LEGACY: dict[str, str] = {}
 
 reproduce_app = typer.Typer(
     cls=FedstatsGroup,

@@ -2,8 +2,8 @@ r"""Demo rows of issue 7: a private accuracy gap between sexes on embedded Adult
 
 A scikit-learn logistic regression is trained on the Adult train split (numeric features, standardized);
 each of the 16,281 test records is one client holding its group (sex) and its performance value (1 if the
-model classifies its record correctly, else 0). The clients report through :math:`\\mathcal M_R` and
-:math:`\\mathcal M_L` with a total budget of 2 (split optimally under the true privacy loss) and the server
+model classifies its record correctly, else 0). The clients report through :math:`\mathcal M_R` and
+:math:`\mathcal M_L` with a total budget of 2 (split optimally under the true privacy loss) and the server
 estimates the accuracy gap female - male.
 """
 

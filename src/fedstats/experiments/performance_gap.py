@@ -1,10 +1,12 @@
 r"""Reproduction of Juarez & Korolova (2023): Table 1, Figures 1 and 2, Appendix C and Table 2.
 
-``fedstats reproduce performance-gap`` runs every experiment as checkpointed cells and writes
-``performance-gap.json``, PNG plots and ``performance-gap.md`` (results set against the paper's numbers).
+``fedstats reproduce performance-gap`` runs every experiment on the run framework
+(:mod:`fedstats.experiments.framework`: checkpointed cells keyed by the settings) and writes
+``performance-gap.json``, PNG plots and ``performance-gap.md`` (rendered from
+``templates/performance_gap.md.j2``: results set against the paper's numbers).
 
 * **Table 1** (minimum epsilon for error alpha with probability 0.99, balanced groups, worst-case
-  :math:`\\nu^2`, Chebyshev): as published (the paper's allocation, reproduced to the printed digits, each
+  :math:`\nu^2`, Chebyshev): as published (the paper's allocation, reproduced to the printed digits, each
   labelled with its true privacy loss) and corrected (allocation optimal under the true loss), plus the
   normal bound.
 * **Figure 1**: lower/upper bounds of the gap's MSE against epsilon, :math:`10^4` clients per group, for the
@@ -16,12 +18,13 @@ r"""Reproduction of Juarez & Korolova (2023): Table 1, Figures 1 and 2, Appendix
 * **Appendix C**: empirical MSE of the gap over growing numbers of runs (10 clients per group) against the
   theoretical MSE.
 * **Table 2**: the Appendix D activity model's per-client TPR and FPR, :math:`K = 10^7` clients resampled
-  within each sex, 10 runs per cell on the engine, mean absolute error against Chebyshev (the paper's
-  formula) and the sharper normal bound.
+  within each sex, 10 runs per cell on the engine (``--reps``), mean absolute error against Chebyshev (the
+  paper's formula) and the sharper normal bound.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
 from pathlib import Path
@@ -29,26 +32,18 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses.performance_gap import (
-    GapMechanism,
-    GroupLayout,
-    allocate,
-    paper_allocation,
-    plan_epsilon,
-)
-from fedstats.analyses.performance_gap.planning import error_bound
-from fedstats.analyses.performance_gap.protocol import _report_layout, perturb, run_gap
+from fedstats.analyses.performance_gap.allocation import GroupLayout, allocate, paper_allocation
+from fedstats.analyses.performance_gap.api import simulated_truth
+from fedstats.analyses.performance_gap.client import GROUP_COLUMN, VALUE_COLUMN, perturb
+from fedstats.analyses.performance_gap.mechanisms import GapMechanism
+from fedstats.analyses.performance_gap.planning import error_bound, plan_epsilon
+from fedstats.analyses.performance_gap.protocol import performance_gap_protocol, report_params
 from fedstats.engine import Engine, ResampledPopulation
-from fedstats.engine.progress import NullProgress, Progress
-from fedstats.experiments.checkpoint import (
-    CheckpointStore,
-    run_cells,
-    write_json_atomic,
-    write_text_atomic,
-)
+from fedstats.errors import DatasetNotFoundError
+from fedstats.experiments.framework import Cell, RunContext
 from fedstats.randomness import RandomSource
 
-__all__ = ["PAPER_TABLE1", "PAPER_TABLE2", "run_performance_gap"]
+__all__ = ["PAPER_TABLE1", "PAPER_TABLE2", "run"]
 
 NAME = "performance-gap"
 _Z995 = 2.5758293035489004  # standard normal quantile at 0.995
@@ -111,7 +106,16 @@ def table1(quick: bool) -> dict[str, Any]:
                         None if plan.allocation is None else plan.allocation.true_loss
                     )
                 rows.append(row)
-    return {"rows": rows, "probability": 0.99}
+    match = all(
+        (r["paper"] is None and r["paper_chebyshev"] is None)
+        or (
+            r["paper"] is not None
+            and r["paper_chebyshev"] is not None
+            and f"{r['paper_chebyshev']:.2f}" == f"{r['paper']:.2f}"
+        )
+        for r in rows
+    )
+    return {"rows": rows, "probability": 0.99, "reproduces_printed": match}
 
 
 def _curve(
@@ -199,12 +203,27 @@ def figure2(quick: bool) -> dict[str, Any]:
                 "estimated_sizes_mse": estimated,
             }
         out["panels"][label] = panel
+    j = int(np.argmin(np.abs(eps - 1.0)))  # the page's table: the grid point nearest epsilon 1
+    out["at_epsilon"] = float(eps[j])
+    out["at_epsilon_rows"] = [
+        {
+            "mechanism": label,
+            "minority": float(f),
+            "upper": s["upper"][j],
+            "plug_in_misestimated": s["plug_in_misestimated"][j],
+            "actual_mse_misestimated": s["actual_mse_misestimated"][j],
+            "estimated_sizes_mse": s["estimated_sizes_mse"][j],
+        }
+        for label, panel in out["panels"].items()
+        for f, s in panel.items()
+    ]
     return out
 
 
 def _estimated_size_mse(mech: GapMechanism, sizes: tuple[float, float], K: float) -> float:
-    """Delta-method variance of the gap when group sizes are estimated from the perturbed groups
-    (worst case over the group means |m| <= 1 and nu^2).
+    """Delta-method variance of the gap when group sizes are estimated from the perturbed groups.
+
+    Worst case over the group means ``|m| <= 1`` and ``nu^2``.
     """
     a, ao, c = mech.a, mech.a_other, mech.value_gain
     total = 0.0
@@ -219,22 +238,23 @@ def _estimated_size_mse(mech: GapMechanism, sizes: tuple[float, float], K: float
     return total
 
 
-def appendix_c(
-    randomness: RandomSource, store: CheckpointStore | None, quick: bool, progress: Progress
-) -> dict[str, Any]:
-    """Empirical vs theoretical MSE of the gap for 10 clients per group as the number of runs grows."""
-    runs_list = (10, 100, 1000, 10_000) if quick else (10, 100, 1000, 10_000, 100_000)
+def _appc_setup() -> tuple[np.ndarray, np.ndarray]:
     rng0 = np.random.default_rng(20230101)  # fixed, public client values
-    v = np.round(rng0.uniform(-1, 1, 20), 2)
-    g = np.repeat([0, 1], 10)
+    return np.repeat([0, 1], 10), np.round(rng0.uniform(-1, 1, 20), 2)
+
+
+def appendix_c(ctx: RunContext) -> dict[str, Any]:
+    """Empirical vs theoretical MSE of the gap for 10 clients per group as the number of runs grows."""
+    runs_list = (10, 100, 1000, 10_000) if ctx.quick else (10, 100, 1000, 10_000, 100_000)
+    g, v = _appc_setup()
     eps = 1.0
-    cells = []
-    for kind in ("R", "L"):
-        mech = paper_allocation(kind, eps, variant="k2").mechanism
-        for runs in runs_list:
-            key = f"appc/{kind}/{runs}"
-            cells.append((key, _appc_cell(mech, g, v, runs, randomness.child(NAME, key))))
-    done = run_cells(cells, store, progress, task="appendix C")
+    cells = [
+        Cell(f"appc/{kind}/{runs}", appendix_c_cell, (kind, runs, ctx.randomness.child(NAME, key)))
+        for kind in ("R", "L")
+        for runs in runs_list
+        for key in (f"appc/{kind}/{runs}",)
+    ]
+    done = ctx.cells(cells, part="appendix-c", task="appendix C")
     nu2 = (float(np.mean(v[g == 0] ** 2)), float(np.mean(v[g == 1] ** 2)))
     out: dict[str, Any] = {"values": v.tolist(), "epsilon": eps, "runs": list(runs_list)}
     for kind in ("R", "L"):
@@ -248,47 +268,55 @@ def appendix_c(
     return out
 
 
-def _appc_cell(
-    mech: GapMechanism, g: np.ndarray, v: np.ndarray, runs: int, rs: RandomSource
-) -> Any:
-    def compute() -> float:
-        params = _report_layout(mech, 16, 40.0)
-        rng = rs.generator("runs")
-        total = 0.0
-        chunk = 20_000
-        truth = v[g == 0].mean() - v[g == 1].mean()
-        done = 0
-        while done < runs:
-            r = min(chunk, runs - done)
-            new_g, y, _ = perturb(np.tile(g, r), np.tile(v, r), params, rng)
-            vals = y / (params["half"] if mech.kind == "L" else 1.0)
-            run = np.repeat(np.arange(r), g.size)
-            sums = np.zeros((r, 2))
-            np.add.at(sums, (run, new_g), vals)
-            gap = (sums[:, 0] - sums[:, 1]) / (mech.value_gain * 10)
-            total += float(np.sum((gap - truth) ** 2))
-            done += r
-        return total / runs
+def appendix_c_cell(kind: str, runs: int, rs: RandomSource) -> float:
+    """Empirical MSE of the gap over ``runs`` runs of the paper's k = 2 split at epsilon 1 (one cell).
 
-    return compute
+    Parameters
+    ----------
+    kind : {"R", "L"}
+        Mechanism.
+    runs : int
+        Independent runs of the 20 clients, >= 1.
+    rs : RandomSource
+        The cell's randomness.
+
+    Returns
+    -------
+    float
+        Mean squared error of the gap (value units).
+    """
+    g, v = _appc_setup()
+    mech = paper_allocation(kind, 1.0, variant="k2").mechanism
+    params = report_params(mech, 16, 40.0)
+    rng = rs.generator("runs")
+    total = 0.0
+    chunk = 20_000
+    truth = v[g == 0].mean() - v[g == 1].mean()
+    done = 0
+    while done < runs:
+        r = min(chunk, runs - done)
+        new_g, y, _ = perturb(np.tile(g, r), np.tile(v, r), params, rng)
+        vals = y / (params["half"] if mech.kind == "L" else 1.0)
+        run_ix = np.repeat(np.arange(r), g.size)
+        sums = np.zeros((r, 2))
+        np.add.at(sums, (run_ix, new_g), vals)
+        gap = (sums[:, 0] - sums[:, 1]) / (mech.value_gain * 10)
+        total += float(np.sum((gap - truth) ** 2))
+        done += r
+    return total / runs
 
 
 # ----------------------------------------------------------------------------- Table 2 (engine runs)
 
 
-def table2(
-    randomness: RandomSource,
-    store: CheckpointStore | None,
-    quick: bool,
-    data_dir: Any,
-    progress: Progress,
-) -> dict[str, Any]:
+def table2(ctx: RunContext) -> dict[str, Any]:
     """Table 2 on the Appendix D data: K clients resampled within each sex, runs per cell on the engine."""
     from fedstats.experiments.activity import activity_performance
 
-    perf = activity_performance(data_dir, seed=0)
+    quick = ctx.quick
+    perf = activity_performance(ctx.data_dir, seed=0)
     K = 10**5 if quick else 10**7
-    runs = 2 if quick else 10
+    runs = ctx.reps or (2 if quick else 10)
     eps_list = (0.1, 1.0) if quick else (0.01, 0.1, 1.0, 10.0)
     metrics = ("tpr",) if quick else ("tpr", "fpr")
     clients = perf.clients
@@ -303,15 +331,9 @@ def table2(
                 for eps in eps_list:
                     for run in range(runs):
                         key = f"table2/{metric}/{acc}/{kind}/{eps}/{run}"
-                        cells.append(
-                            (
-                                key,
-                                _table2_cell(
-                                    codes, v, K, kind, eps, acc, randomness.child(NAME, key)
-                                ),
-                            )
-                        )
-    done = run_cells(cells, store, progress, task="table 2")
+                        rs = ctx.randomness.child(NAME, key)
+                        cells.append(Cell(key, table2_cell, (codes, v, K, kind, eps, acc, rs)))
+    done = ctx.cells(cells, part="table-2", task="table 2")
     sizes_frac = np.bincount(codes, minlength=2) / codes.size
     out: dict[str, Any] = {
         "K": K,
@@ -361,6 +383,11 @@ def table2(
                             "alpha_chebyshev_paper": error_bound(var_paper, 0.99) / 2,
                             "alpha_chebyshev_data": error_bound(var_data, 0.99) / 2,
                             "alpha_normal_data": error_bound(var_data, 0.99, bound="normal") / 2,
+                            # E|error| = sqrt(2/pi) sigma for the data's variance (rate units)
+                            "expected_abs_error": error_bound(var_data, 0.99, bound="normal")
+                            / 2
+                            / _Z995
+                            * math.sqrt(2 / math.pi),
                             "coverage_normal_99": float(
                                 np.mean(errs < error_bound(var_data, 0.99, bound="normal") / 2)
                             ),
@@ -379,26 +406,49 @@ def _paper_t2(kind: str, eps: float) -> dict[str, float] | None:
     return {"mean_abs_error": row[off], "sd": row[off + 1], "alpha": row[off + 2]}
 
 
-def _table2_cell(
+def table2_cell(
     codes: np.ndarray, v: np.ndarray, K: int, kind: str, eps: float, acc: str, rs: RandomSource
-) -> Any:
-    def compute() -> dict[str, Any]:
-        t0 = time.perf_counter()
-        pop = ResampledPopulation({"group": codes, "value": v}, K, strata="group")
-        sizes = [float(x) for x in pop.stratum_clients]
-        layout = GroupLayout(tuple(sizes))
-        alloc = allocate(kind, eps, layout, accounting=acc)
-        engine = Engine(randomness=rs)
-        est, _ = run_gap(engine, pop, alloc.mechanism, sizes=sizes, scale="rate", with_truth=True)
-        return {
-            "gap": est["gap"],
-            "true_gap": est["true_gap"],
-            "standard_error": est["standard_error"],
-            "true_loss": alloc.true_loss,
-            "seconds": time.perf_counter() - t0,
-        }
+) -> dict[str, Any]:
+    """One run of Table 2: K clients resampled within each sex, the protocol on a serial engine.
 
-    return compute
+    Parameters
+    ----------
+    codes : numpy.ndarray of int64, shape (n,)
+        Each real client's group (0 male, 1 female).
+    v : numpy.ndarray of float64, shape (n,)
+        Each real client's value in [-1, 1] (``2 rate - 1``).
+    K : int
+        Simulated clients.
+    kind : {"R", "L"}
+        Mechanism.
+    eps : float
+        Budget.
+    acc : {"paper", "exact"}
+        Accounting of the budget split.
+    rs : RandomSource
+        The run's randomness (the engine's).
+
+    Returns
+    -------
+    dict
+        ``gap``, ``true_gap`` (the simulated clients'), ``standard_error`` (rate units), ``true_loss``,
+        ``seconds``.
+    """
+    t0 = time.perf_counter()
+    pop = ResampledPopulation({GROUP_COLUMN: codes, VALUE_COLUMN: v}, K, strata=GROUP_COLUMN)
+    sizes = [float(x) for x in pop.stratum_clients]
+    alloc = allocate(kind, eps, GroupLayout(tuple(sizes)), accounting=acc)
+    engine = Engine(randomness=rs)
+    res = engine.run(performance_gap_protocol(alloc.mechanism, sizes=sizes, scale="rate"), pop)
+    true_sums, true_counts = simulated_truth(pop, engine, 2)
+    true_gap = float(true_sums[0] / true_counts[0] - true_sums[1] / true_counts[1]) / 2.0
+    return {
+        "gap": res.gap,
+        "true_gap": true_gap,
+        "standard_error": res.standard_error,
+        "true_loss": alloc.true_loss,
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 # ----------------------------------------------------------------------------- plots and page
@@ -495,194 +545,40 @@ def _plots(out: Path, res: dict[str, Any]) -> list[str]:
     return files
 
 
-def _f(x: Any, nd: int = 2) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float) and math.isinf(x):
-        return "inf"
-    if isinstance(x, str):
-        return x
-    return f"{x:.{nd}f}"
-
-
-def _page(res: dict[str, Any], quick: bool) -> str:
-    L: list[str] = []
-    L.append("# Performance gap (Juarez & Korolova 2023): reproduction\n")
-    L.append(
-        (
-            "**Quick run** (small grids, K = 1e5 in Table 2): for the full results run without `--quick`.\n\n"
-            if quick
-            else ""
-        )
-        + "Generated by `fedstats reproduce performance-gap`. The paper's Theorems 5 and 6 do not hold as "
-        "stated (see `docs/performance_gap.md`): every allocation below is labelled with its **true** privacy "
-        "loss, computed from the mechanism's output distributions.\n"
-    )
-    L.append("## Table 1: minimum epsilon for error alpha with probability 0.99\n")
-    L.append(
-        "Balanced groups, worst-case nu^2, Chebyshev. *paper* = printed value; *published rule* = our "
-        "computation with the paper's budget split (its true loss in brackets); *corrected* = split optimal "
-        "under the true loss (true loss = epsilon); *normal* = corrected split with the normal bound.\n"
-    )
-    L.append("| mech | K | alpha | paper | published rule [true loss] | corrected | normal |")
-    L.append("|---|---|---|---|---|---|---|")
-    for r in res["table1"]["rows"]:
-        L.append(
-            f"| M_{r['mechanism']} | 1e{round(math.log10(r['K']))} | {r['alpha']:g} | {_f(r['paper'])} | "
-            f"{_f(r['paper_chebyshev'])} [{_f(r['paper_chebyshev_true_loss'])}] | "
-            f"{_f(r['exact_chebyshev'])} | {_f(r['exact_normal'])} |"
-        )
-    match = all(
-        (r["paper"] is None and r["paper_chebyshev"] is None)
-        or (
-            r["paper"] is not None
-            and r["paper_chebyshev"] is not None
-            and f"{r['paper_chebyshev']:.2f}" == f"{r['paper']:.2f}"
-        )
-        for r in res["table1"]["rows"]
-    )
-    L.append(
-        f"\nPublished rule reproduces every printed cell: **{'yes' if match else 'NO'}**. The paper's "
-        'M_R split costs more than claimed (eps + log(2e^eps/(1+e^eps))), and its "M_L opt." (k != 2) '
-        "is not epsilon-LDP for any finite epsilon (true loss inf). Under the true loss, M_L with k = 2 "
-        "needs *less* budget than the paper's M_L opt. at large epsilon (k = eps gives a larger variance "
-        "than k = 2 once eps > 2).\n"
-    )
-    f1 = res["figure1"]
-    L.append("## Figure 1: MSE bounds against epsilon (n_G = n_Gbar = 1e4)\n")
-    L.append("![figure 1](figure1.png)\n")
-    rng_ = f1["r_beats_l_range"]
-    L.append(
-        f"Paper: M_R opt. beats M_L opt. (upper bounds) for 0.31 <~ eps <~ 2.6; here for eps in "
-        f"[{_f(rng_[0] if rng_ else None)}, {_f(rng_[1] if rng_ else None)}] (grid resolution).\n"
-    )
-    L.append("## Figure 2: unbalanced groups and misestimated group sizes (K = 2e4)\n")
-    L.append("![figure 2](figure2.png)\n")
-    f2 = res["figure2"]
-    L.append(
-        "The paper's observation that a 50% error in the group fraction barely changes the MSE holds only "
-        "for the *plug-in* curve (the formula evaluated with the wrong size, dotted). The estimator that "
-        "divides by a wrong size is biased: its real MSE (dashed, worst case |m| = 1) is dominated by the "
-        "bias. Estimating the sizes from the perturbed groups (`estimate_sizes=True`) avoids the bias:\n"
-    )
-    L.append(
-        "| mechanism | minority | eps | MSE (true sizes) | plug-in, +50% | real MSE, +50% | estimated sizes |"
-    )
-    L.append("|---|---|---|---|---|---|---|")
-    eps = f2["epsilon"]
-    j = int(np.argmin(np.abs(np.asarray(eps) - 1.0)))
-    for label, panel in f2["panels"].items():
-        for fr, s in panel.items():
-            L.append(
-                f"| {label} | {float(fr):.1%} | {eps[j]:.2f} | {s['upper'][j]:.3g} | "
-                f"{s['plug_in_misestimated'][j]:.3g} | {s['actual_mse_misestimated'][j]:.3g} | "
-                f"{s['estimated_sizes_mse'][j]:.3g} |"
-            )
-    ac = res["appendix_c"]
-    L.append("\n## Appendix C: empirical against theoretical MSE (10 clients per group, eps = 1)\n")
-    L.append("![appendix C](appendix_c.png)\n")
-    L.append("| runs | " + " | ".join(str(r) for r in ac["runs"]) + " | theory |")
-    L.append("|---|" + "---|" * (len(ac["runs"]) + 1))
-    for kind in ("R", "L"):
-        L.append(
-            f"| M_{kind} | "
-            + " | ".join(f"{x:.4g}" for x in ac[kind]["empirical"])
-            + f" | {ac[kind]['theoretical']:.4g} |"
-        )
-    t2 = res.get("table2")
-    L.append("\n## Table 2: activity data (Appendix D)\n")
-    if t2 is None or "error" in (t2 or {}):
-        L.append(f"Not run: {t2.get('error') if t2 else 'no data'}\n")
-    else:
-        act = t2["activity"]
-        L.append(
-            f"Model (seed 0): accuracy {act['accuracy']:.4f} (paper 0.8437), TPR {act['tpr']:.4f} "
-            f"(0.8205), FPR {act['fpr']:.4f} (0.1069); clients {act['n_clients']} (paper: 25 M, 49 F)."
-        )
-        L.append(
-            f"Mean TPR M/F {act['mean_tpr'].get('M', 0):.4f} / {act['mean_tpr'].get('F', 0):.4f} "
-            "(paper 0.8901 / 0.7177); mean FPR M/F "
-            f"{act['mean_fpr'].get('M', 0):.4f} / {act['mean_fpr'].get('F', 0):.4f} (paper 0.1526 / 0.2490).\n"
-        )
-        L.append(
-            f"K = {t2['K']:.0e} clients resampled within each sex, {t2['runs']} runs per cell on the engine; "
-            "errors |estimate - true gap of the simulated clients| in rate units. alpha: 0.99 bounds in "
-            "rate units: *Cheb. (paper)* = the paper's formula (balanced groups, worst-case nu^2); *Cheb. "
-            "(data)* and *normal (data)* use the data's group sizes and nu^2. *expected err* = E|error| "
-            "= sqrt(2/pi) sigma for the data's variance: the realised means agree with it within the "
-            "spread of 10 runs (the paper's own errors are from an unseeded run with its own model).\n"
-        )
-        L.append(
-            "| metric | split | mech | eps | true loss | mean err (sd) | expected err | paper err (sd) | "
-            "Cheb. (paper) | paper alpha | Cheb. (data) | normal (data) | s/run |"
-        )
-        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in t2["rows"]:
-            p = r["paper"] or {}
-            L.append(
-                f"| {r['metric']} | {r['accounting']} | M_{r['mechanism']} | {r['epsilon']:g} | "
-                f"{_f(r['true_loss'], 3)} | {r['mean_abs_error']:.4f} ({r['sd_abs_error']:.4f}) | "
-                f"{r['alpha_normal_data'] / _Z995 * math.sqrt(2 / math.pi):.4f} | "
-                + (f"{p['mean_abs_error']:.4f} ({p['sd']:.4f})" if p else "-")
-                + f" | {r['alpha_chebyshev_paper']:.4f} | "
-                + (f"{p['alpha']:.4f}" if p else "-")
-                + f" | {r['alpha_chebyshev_data']:.4f} | {r['alpha_normal_data']:.4f} | "
-                f"{r['seconds_per_run']:.2f} |"
-            )
-        L.append(
-            "\nThe paper's Chebyshev alphas are reproduced by its formula (balanced groups, worst-case nu^2, "
-            "halved to rate units). The normal bound, validated by simulation in the tests, is 3-4x "
-            "tighter than Chebyshev at probability 0.99; the realised errors sit well inside it.\n"
-        )
-    L.append(f"\nTotal time: {res['seconds']:.1f} s.\n")
-    return "\n".join(L)
-
-
-def run_performance_gap(
-    out: Path,
-    *,
-    quick: bool = False,
-    data_dir: Any = None,
-    randomness: RandomSource | None = None,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Run every experiment, write ``<out>/performance-gap.json``, PNG plots and ``performance-gap.md``.
+def run(ctx: RunContext) -> dict[str, Any]:
+    """Run every experiment (cells resumed from the checkpoint), write JSON, PNG plots and the page.
 
     Parameters
     ----------
-    out : pathlib.Path
-        Output folder (created).
-    quick : bool
-        Small grids and K = 1e5 for Table 2 (under a minute).
-    data_dir : path-like, optional
-        Folder of the real datasets (for Table 2).
-    randomness : RandomSource, optional
-        Default: seeded 0 (a reproduction; marked not for release).
-    progress : Progress, optional
+    ctx : RunContext
+        The framework's context: output folder, quick (small grids, K = 1e5 for Table 2), seed (default
+        0), repetitions (Table 2's runs per cell: default 10, quick 2), data folder (Table 2), progress.
 
     Returns
     -------
     dict
-        Everything written to the JSON file.
+        The document written to ``performance-gap[-quick].json``: ``table1``, ``figure1``, ``figure2``,
+        ``appendix_c``, ``table2`` (or ``{"error": ...}`` without the data or scikit-learn).
     """
-    t0 = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    randomness = randomness or RandomSource(0)
-    progress = progress or NullProgress()
-    store = CheckpointStore(out, NAME + ("-quick" if quick else ""))
-    res: dict[str, Any] = {"quick": quick, "seed": randomness.seed}
-    res["table1"] = table1(quick)
-    res["figure1"] = figure1(quick)
-    res["figure2"] = figure2(quick)
-    res["appendix_c"] = appendix_c(randomness, store, quick, progress)
-    try:
-        res["table2"] = table2(randomness, store, quick, data_dir, progress)
-    except (FileNotFoundError, ImportError) as exc:  # data or scikit-learn missing
-        res["table2"] = {"error": f"{type(exc).__name__}: {exc}"}
-    res["seconds"] = time.perf_counter() - t0
-    res["plots"] = _plots(out, res)
-    res["release_note"] = randomness.release_note
-    write_json_atomic(out / f"{NAME}.json", res)
-    write_text_atomic(out / f"{NAME}.md", _page(res, quick))
-    return res
+    doc: dict[str, Any] = {"seed": ctx.seed}
+    doc["table1"] = table1(ctx.quick)
+    doc["figure1"] = figure1(ctx.quick)
+    doc["figure2"] = figure2(ctx.quick)
+    doc["appendix_c"] = appendix_c(ctx)
+    notes: list[str] = []
+    if importlib.util.find_spec("sklearn") is None:
+        doc["table2"] = {
+            "error": "scikit-learn is not installed (pip install 'fedstats[experiments]')"
+        }
+    else:
+        try:
+            doc["table2"] = table2(ctx)
+        except DatasetNotFoundError as exc:  # the activity data are not in the data folder
+            doc["table2"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if "error" in doc["table2"]:
+        notes.append(f"Table 2 not run: {doc['table2']['error']}")
+    doc["notes"] = notes
+    doc["release_note"] = ctx.randomness.release_note
+    plots = _plots(ctx.out, doc)
+    ctx.finish(doc, plots=plots)
+    return doc

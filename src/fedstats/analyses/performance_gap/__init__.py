@@ -1,35 +1,90 @@
 r"""Private measurement of performance gaps across groups (Juarez & Korolova 2023), with corrected accounting.
 
-* :mod:`.mechanisms`: :math:`\\mathcal M_R` and :math:`\\mathcal M_L`, their exact privacy loss (the paper's
+* :mod:`.mechanisms`: :math:`\mathcal M_R` and :math:`\mathcal M_L`, their exact privacy loss (the paper's
   Theorems 5 and 6 do not hold as stated) and the variances of Eqs. (19), (20) and Theorem 9;
 * :mod:`.allocation`: the budget split minimizing the gap's variance under the true loss, and the paper's;
 * :mod:`.planning`: the smallest budget reaching an error target (Chebyshev, Bernstein, normal);
-* :mod:`.protocol`: the one-round protocol on the engine and the estimators of Def. 7;
-* :mod:`.analysis`: :func:`measure_performance_gap`, the entry point.
+* :mod:`.client`: the clients' encoders (and :math:`\mathcal M_R`'s aggregate form);
+* :mod:`.protocol`: the one-round server protocol and the estimators of Def. 7, returning a
+  :class:`PerformanceGapResult`;
+* :mod:`.api`: :func:`measure_performance_gap`, the one-call entry point.
+
+Importing the package (or :mod:`.client`, which a client device imports) loads no submodule: the names
+below are loaded on first use, so the encoders stay free of scipy.stats.
 """
 
-from fedstats.analyses.performance_gap.allocation import (
-    Allocation,
-    GroupLayout,
-    allocate,
-    optimal_allocation,
-    paper_allocation,
-)
-from fedstats.analyses.performance_gap.analysis import measure_performance_gap, prepare_columns
-from fedstats.analyses.performance_gap.mechanisms import GapMechanism
-from fedstats.analyses.performance_gap.planning import (
-    GapPlan,
-    error_bound,
-    plan_epsilon,
-    tail_probability,
-)
-from fedstats.analyses.performance_gap.protocol import (
-    GapSums,
-    PerformanceGapResult,
-    estimate_gap,
-    performance_gap_protocol,
-    perturb,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedstats.analyses.performance_gap.allocation import (
+        Allocation,
+        GroupLayout,
+        allocate,
+        optimal_allocation,
+        paper_allocation,
+    )
+    from fedstats.analyses.performance_gap.api import (
+        measure_performance_gap,
+        prepare_columns,
+        simulated_truth,
+    )
+    from fedstats.analyses.performance_gap.client import (
+        aggregate_gap_report,
+        encode_gap_report,
+        perturb,
+    )
+    from fedstats.analyses.performance_gap.mechanisms import GapMechanism
+    from fedstats.analyses.performance_gap.planning import (
+        GapPlan,
+        error_bound,
+        plan_epsilon,
+        tail_probability,
+    )
+    from fedstats.analyses.performance_gap.protocol import (
+        GapSums,
+        PerformanceGapResult,
+        estimate_gap,
+        performance_gap_protocol,
+        report_params,
+    )
+
+_LAZY: dict[str, str] = {
+    "Allocation": "allocation",
+    "GapMechanism": "mechanisms",
+    "GapPlan": "planning",
+    "GapSums": "protocol",
+    "GroupLayout": "allocation",
+    "PerformanceGapResult": "protocol",
+    "aggregate_gap_report": "client",
+    "allocate": "allocation",
+    "encode_gap_report": "client",
+    "error_bound": "planning",
+    "estimate_gap": "protocol",
+    "measure_performance_gap": "api",
+    "optimal_allocation": "allocation",
+    "paper_allocation": "allocation",
+    "performance_gap_protocol": "protocol",
+    "perturb": "client",
+    "plan_epsilon": "planning",
+    "prepare_columns": "api",
+    "report_params": "protocol",
+    "simulated_truth": "api",
+    "tail_probability": "planning",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its submodule on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Allocation",
@@ -38,7 +93,9 @@ __all__ = [
     "GapSums",
     "GroupLayout",
     "PerformanceGapResult",
+    "aggregate_gap_report",
     "allocate",
+    "encode_gap_report",
     "error_bound",
     "estimate_gap",
     "measure_performance_gap",
@@ -48,5 +105,7 @@ __all__ = [
     "perturb",
     "plan_epsilon",
     "prepare_columns",
+    "report_params",
+    "simulated_truth",
     "tail_probability",
 ]

@@ -72,6 +72,7 @@ class GroupLayout:
     nu2: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
+        """Validate the fields."""
         sizes = tuple(float(s) for s in self.sizes)
         if len(sizes) < 2:
             raise DataError(
@@ -108,7 +109,7 @@ class GroupLayout:
         return len(self.sizes)
 
     def nu2_of(self, g: int) -> float | None:
-        r"""The given :math:`\\nu^2` of group ``g`` (None for the worst case)."""
+        r"""Return the given :math:`\nu^2` of group ``g`` (None for the worst case)."""
         return None if self.nu2 is None else self.nu2[g]
 
     def gap_variance(self, mech: GapMechanism) -> float:
@@ -155,7 +156,7 @@ class Allocation:
 
     @property
     def k(self) -> float | None:
-        r""":math:`\\mathcal M_L`'s k (None for :math:`\\mathcal M_R`)."""
+        r""":math:`\mathcal M_L`'s k (None for :math:`\mathcal M_R`)."""
         return self.mechanism.k if self.mechanism.kind == "L" else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,7 +192,7 @@ def paper_allocation(
     variant: str = "opt",
     exact_loss: bool = True,
 ) -> Allocation:
-    r"""The paper's budget split (Sec. 5, App. B), labelled with its true privacy loss.
+    r"""Return the paper's budget split (Sec. 5, App. B), labelled with its true privacy loss.
 
     Parameters
     ----------
@@ -200,8 +201,8 @@ def paper_allocation(
         Budget the paper allocates, in (0, inf).
     n_groups : int, default 2
     variant : {"opt", "k2"}
-        For :math:`\\mathcal M_L`: ``"opt"`` (App. B, k = 2/3 or k = eps) or ``"k2"`` (k = 2,
-        epsilon1 = eps/2). Ignored for :math:`\\mathcal M_R`.
+        For :math:`\mathcal M_L`: ``"opt"`` (App. B, k = 2/3 or k = eps) or ``"k2"`` (k = 2,
+        epsilon1 = eps/2). Ignored for :math:`\mathcal M_R`.
     exact_loss : bool, default True
         Compute the true loss from the output distributions (else from the closed form; they agree).
 
@@ -269,7 +270,7 @@ def optimal_allocation(
     *,
     exact_loss: bool = True,
 ) -> Allocation:
-    r"""The split minimizing the gap's variance subject to the true privacy loss <= ``epsilon``.
+    r"""Find the split minimizing the gap's variance subject to the true privacy loss <= ``epsilon``.
 
     Parameters
     ----------
@@ -277,14 +278,14 @@ def optimal_allocation(
     epsilon : float
         Budget, in (0, inf).
     layout : GroupLayout
-        Group sizes, compared pair and :math:`\\nu^2` (None: worst case) the variance is computed for.
+        Group sizes, compared pair and :math:`\nu^2` (None: worst case) the variance is computed for.
     exact_loss : bool, default True
         Report the true loss computed from the output distributions (else the closed form).
 
     Returns
     -------
     Allocation
-        With ``accounting="exact"``; ``true_loss <= epsilon`` (up to 1e-9). For :math:`\\mathcal M_L`,
+        With ``accounting="exact"``; ``true_loss <= epsilon`` (up to 1e-9). For :math:`\mathcal M_L`,
         ``k = 2``.
 
     Raises

@@ -60,7 +60,7 @@ import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import DataError, ParameterError
-from fedstats.privacy.analysis.loss import discrete_privacy_loss, mixed_privacy_loss
+from fedstats.privacy.analysis.loss import PrivacyLoss, discrete_privacy_loss, mixed_privacy_loss
 
 __all__ = [
     "MECHANISMS",
@@ -119,6 +119,7 @@ class GapMechanism:
     k: float = 2.0
 
     def __post_init__(self) -> None:
+        """Validate the fields (names as the parameters)."""
         object.__setattr__(self, "kind", check_mechanism(self.kind))
         check_real("epsilon1", self.epsilon1, low=0.0, high=math.inf, high_open=True)
         check_real("epsilon2", self.epsilon2, low=0.0, high=math.inf, low_open=True, high_open=True)
@@ -154,12 +155,12 @@ class GapMechanism:
 
     @property
     def scale_keep(self) -> float:
-        r""":math:`\\mathcal M_L`: Laplace scale ``2 / epsilon2`` for clients who keep their group."""
+        r""":math:`\mathcal M_L`: Laplace scale ``2 / epsilon2`` for clients who keep their group."""
         return 2.0 / self.epsilon2
 
     @property
     def scale_flip(self) -> float:
-        r""":math:`\\mathcal M_L`: Laplace scale ``k / epsilon2`` for clients whose group changed."""
+        r""":math:`\mathcal M_L`: Laplace scale ``k / epsilon2`` for clients whose group changed."""
         return self.k / self.epsilon2
 
     # ------------------------------------------------------------------ privacy
@@ -180,7 +181,7 @@ class GapMechanism:
         return max(self.epsilon2, self.epsilon1 + self.epsilon2 / 2.0)
 
     def paper_loss(self) -> float:
-        r"""The epsilon the paper claims: Theorem 5 (R) or Theorem 6, Eq. (1) (L). Not a valid guarantee.
+        r"""Return the epsilon the paper claims: Theorem 5 (R) or Theorem 6, Eq. (1) (L). Not a valid guarantee.
 
         Theorem 5: :math:`\max\{\varepsilon_1, \varepsilon_2\}`. Theorem 6: :math:`\max\{\varepsilon_2,
         \ln(2/k) + \varepsilon_2/2 - \varepsilon_1, \ln(k/2) + \varepsilon_2/k + \varepsilon_1\}`.
@@ -280,6 +281,19 @@ class GapMechanism:
         span = 4.0
         grid = np.unique(np.concatenate([np.linspace(-span, span, 81), [-1.0, 0.0, 1.0]]))
         return float(mixed_privacy_loss(self.log_density, inputs, np.arange(d), grid))
+
+    def privacy_loss(self) -> PrivacyLoss:
+        r"""Return the mechanism's true privacy loss as a :class:`~fedstats.privacy.analysis.loss.PrivacyLoss`.
+
+        Pure local DP: ``epsilon`` = :meth:`true_loss` (``inf`` when the mechanism is not DP, e.g.
+        :math:`\mathcal M_L` with ``k != 2``), ``delta`` = 0. This is what a ledger is charged
+        (``ledger.spend_loss(mech.privacy_loss(), ...)``), never the paper's claimed loss.
+
+        Returns
+        -------
+        PrivacyLoss
+        """
+        return PrivacyLoss(epsilon=self.true_loss(), delta=0.0)
 
     # ------------------------------------------------------------------ utility (Eqs. 19, 20)
     def group_variance(self, n: float, n_clients: float, nu2: float | None = None) -> float:

@@ -207,7 +207,7 @@ def plan_epsilon(
     ------
     ParameterError
         If an argument is outside its range (``n_clients < 2``, ``alpha <= 0``, Bernstein with
-        :math:`\\mathcal M_L`, ...).
+        :math:`\mathcal M_L`, ...).
     """
     kind = check_mechanism(mechanism)
     if isinstance(n_clients, float) and n_clients.is_integer():

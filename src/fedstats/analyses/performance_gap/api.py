@@ -1,7 +1,13 @@
-"""Measure a performance gap between groups from per-client (group, value) data, privately, on the engine."""
+"""One-call API: measure a performance gap between groups from per-client (group, value) data, privately.
+
+Follows the rule of :mod:`fedstats.analyses._api` for ``engine``, ``randomness`` and ``ledger``: the
+clients' draws and the simulated population's resampling come from the engine (its route reads the
+population with its own randomness; the analysis makes no server-side draw), and the ledger is charged the mechanism's true loss before the round runs.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -9,20 +15,21 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses import _api
 from fedstats.analyses.performance_gap.allocation import GroupLayout, allocate
+from fedstats.analyses.performance_gap.client import GROUP_COLUMN, VALUE_COLUMN
 from fedstats.analyses.performance_gap.mechanisms import check_mechanism
 from fedstats.analyses.performance_gap.protocol import (
-    GROUP_COLUMN,
-    VALUE_COLUMN,
     PerformanceGapResult,
-    run_gap,
+    performance_gap_protocol,
 )
 from fedstats.engine import Engine, InMemoryPopulation, ResampledPopulation
-from fedstats.engine.populations import Population
+from fedstats.engine.populations import Population, block_count
 from fedstats.errors import DataError, ParameterError
+from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 
-__all__ = ["measure_performance_gap", "prepare_columns"]
+__all__ = ["measure_performance_gap", "prepare_columns", "simulated_truth"]
 
 
 def prepare_columns(
@@ -107,6 +114,55 @@ def _resolve_pair(pair: Sequence[Any] | None, labels: list[Any]) -> tuple[int, i
     return idx[0], idx[1]
 
 
+def simulated_truth(
+    population: Population, engine: Engine, n_groups: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Compute the exact per-group sums and sizes of the clients the engine ran on (simulation only).
+
+    Reads the population outside any protocol (nothing here is sent by a client) the way the engine's
+    route does: block by block with the engine's block size and randomness on the per-client routes (a
+    generated population gives the same clients as in the round), or as the histogram of every client on
+    the aggregate route (the same range gives the same histogram).
+
+    Parameters
+    ----------
+    population : Population
+        Columns ``group`` (int in ``[0, n_groups)``) and ``value``.
+    engine : Engine
+        The engine that ran the round.
+    n_groups : int
+        Number of groups ``d``.
+
+    Returns
+    -------
+    sums : numpy.ndarray of float64, shape (d,)
+        Per-group sums of the values.
+    counts : numpy.ndarray of int64, shape (d,)
+        Per-group sizes.
+    """
+    n = population.n_clients
+    sums = np.zeros(n_groups)
+    counts = np.zeros(n_groups, dtype=np.int64)
+    histogram = getattr(population, "histogram", None)
+    if engine.backend.name == "aggregate" and histogram is not None:
+        hist = histogram(0, n, engine.randomness)
+        g = np.asarray(hist.column(GROUP_COLUMN), dtype=np.int64)
+        v = np.asarray(hist.column(VALUE_COLUMN), dtype=np.float64)
+        c = np.asarray(hist.counts, dtype=np.int64)
+        np.add.at(sums, g, v * c.astype(np.float64))
+        np.add.at(counts, g, c)
+        return sums, counts
+    bs = engine.block_size
+    for b in range(block_count(n, bs)):
+        start, stop = b * bs, min((b + 1) * bs, n)
+        batch = population.block(b, bs, start, stop, engine.randomness)
+        g = np.asarray(batch.column(GROUP_COLUMN), dtype=np.int64)
+        v = np.asarray(batch.column(VALUE_COLUMN), dtype=np.float64)
+        sums += np.bincount(g, weights=v, minlength=n_groups)
+        counts += np.bincount(g, minlength=n_groups)
+    return sums, counts
+
+
 def measure_performance_gap(
     groups: Any,
     values: Any,
@@ -118,16 +174,18 @@ def measure_performance_gap(
     pair: Sequence[Any] | None = None,
     estimate_sizes: bool = False,
     n_clients: int | None = None,
-    engine: Engine | None = None,
-    randomness: RandomSource | None = None,
     confidence: float = 0.95,
     resolution_bits: int = 16,
+    engine: Engine | None = None,
+    randomness: RandomSource | None = None,
+    ledger: PrivacyLedger | None = None,
 ) -> PerformanceGapResult:
     r"""Measure the gap between two groups' mean performance under local DP (Juarez & Korolova 2023).
 
-    Each client applies :math:`\\mathcal M_R` or :math:`\\mathcal M_L` to its (group, value) pair with the
+    Each client applies :math:`\mathcal M_R` or :math:`\mathcal M_L` to its (group, value) pair with the
     budget split chosen by ``accounting`` and sends a one-hot report; the server sees only the sum
-    (:mod:`.protocol`).
+    (:mod:`.protocol`). With known group sizes (the default, the paper's assumption) the exact sizes are
+    released as they are (:attr:`PerformanceGapResult.exact_group_sizes_released`).
 
     Parameters
     ----------
@@ -136,105 +194,106 @@ def measure_performance_gap(
     values : array_like of float, shape (n,)
         Each client's performance value (rates in [0, 1] or values in [-1, 1], see ``scale``).
     mechanism : {"R", "L"}
+        :math:`\mathcal M_R` (randomized response on the value bit) or :math:`\mathcal M_L`
+        (discrete Laplace on a grid).
     epsilon : float
         Total local privacy budget per client, in (0, inf).
     accounting : {"exact", "paper"}, default "exact"
         ``"exact"``: the split minimizing the gap's variance with true loss <= epsilon. ``"paper"``: the
-        paper's split (for reproduction; its real loss, reported as ``true_loss``, exceeds ``epsilon``).
+        paper's split (for reproduction; its real loss, reported as ``epsilon`` and charged to the
+        ledger, exceeds the budget).
     scale : {"rate", "signed"}, default "rate"
+        Units of ``values``.
     pair : (label, label), optional
         The two compared groups (A, B), gap = m_A - m_B; default the two groups in sorted order (required
         with more than two groups).
     estimate_sizes : bool, default False
-        Estimate group sizes from the perturbed groups instead of using the true ones.
+        Estimate group sizes from the perturbed groups instead of using (and releasing) the exact ones.
     n_clients : int, optional
         Simulate this many clients resampled with replacement from the rows within each group (block by
-        block, never materialized; groups keep their proportions); adds ``true_gap``.
-    engine : Engine, optional
-        Route for the sum (default: serial engine on ``randomness``).
-    randomness : RandomSource, optional
-        Used when ``engine`` is None (default: secure).
+        block, never materialized; groups keep their proportions); ``truth`` is then the simulated
+        clients' exact gap.
     confidence : float, default 0.95
+        Level of the interval, in (0, 1).
     resolution_bits : int, default 16
-        :math:`\\mathcal M_L`'s release grid (see :mod:`.protocol`).
+        :math:`\mathcal M_L`'s release grid (see :mod:`.protocol`), in [2, 30].
+    engine : Engine, optional
+        Route for the sum and the clients' randomness (see :mod:`fedstats.analyses._api`).
+    randomness : RandomSource, optional
+        Builds the serial engine when ``engine`` is None (this analysis makes no server-side draw).
+    ledger : PrivacyLedger, optional
+        Charged the mechanism's true loss (``mechanism.privacy_loss()``) before the round runs; a refused
+        charge runs nothing.
 
     Returns
     -------
     PerformanceGapResult
+        Estimate, interval, group means, ``truth`` (the data's or the simulated clients' exact gap).
 
     Raises
     ------
     DataError
         Bad data (see :func:`prepare_columns`).
     ParameterError
-        Bad parameters (epsilon <= 0, too few clients to give each group one, unknown mechanism, ...).
+        Bad parameters (epsilon <= 0, too few clients to give each group one, unknown mechanism, a
+        mechanism that is not DP charged to a ledger, ...).
+    BudgetExceededError
+        If the ledger refuses the charge.
     """
     kind = check_mechanism(mechanism)
     eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
     check_choice("accounting", accounting, ("exact", "paper"))
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     codes, v, labels = prepare_columns(groups, values, scale=scale)
     i, j = _resolve_pair(pair, labels)
     d = len(labels)
-    if engine is None:
-        engine = Engine(randomness=randomness or RandomSource())
+    engine, _ = _api.resolve(engine, randomness)
     population: Population
     if n_clients is None:
         population = InMemoryPopulation({GROUP_COLUMN: codes, VALUE_COLUMN: v})
         sizes = np.bincount(codes, minlength=d).astype(np.float64)
     else:
-        K = check_int("clients", n_clients, low=d)
+        K = check_int("n_clients", n_clients, low=d)
         pop = ResampledPopulation({GROUP_COLUMN: codes, VALUE_COLUMN: v}, K, strata=GROUP_COLUMN)
         sizes = np.asarray(pop.stratum_clients, dtype=np.float64)
         if (sizes < 1).any():
             raise ParameterError(
-                "clients", K, f"enough clients to give each of the {d} groups at least one"
+                "n_clients", K, f"enough clients to give each of the {d} groups at least one"
             )
         population = pop
     layout = GroupLayout(tuple(sizes.tolist()), (i, j))
     alloc = allocate(kind, eps, layout, accounting=accounting)
     mech = alloc.mechanism
-    est, sums = run_gap(
-        engine,
-        population,
+    protocol = performance_gap_protocol(
         mech,
         sizes=None if estimate_sizes else sizes.tolist(),
         pair=(i, j),
+        labels=labels,
         scale=scale,
         confidence=confidence,
-        with_truth=n_clients is not None,
         resolution_bits=resolution_bits,
-    )
-    if n_clients is None:
-        unit = 0.5 if scale == "rate" else 1.0
-        m = [float(v[codes == g].mean()) for g in (i, j)]
-        truth: float | None = (m[0] - m[1]) * unit
-    else:
-        truth = est.get("true_gap")
-    rs = engine.randomness
-    return PerformanceGapResult(
-        analysis="performance_gap",
-        estimate=est["gap"],
-        ci=est["ci"],
-        standard_error=est["standard_error"],
-        confidence=confidence,
-        truth=truth,
-        epsilon=alloc.true_loss,
-        delta=0.0,
-        n_clients=int(sums.n_clients),
-        bytes_per_client=int(est["bytes_per_client"]),
-        release_note=rs.release_note,
-        gap=est["gap"],
-        true_gap=truth,
-        groups=labels,
-        pair=(labels[i], labels[j]),
-        group_means=est["group_means"],
-        group_standard_errors=est["group_standard_errors"],
-        group_sizes=est["group_sizes"],
-        true_loss=alloc.true_loss,
-        mechanism=kind,
         allocation=alloc.to_dict(),
-        estimate_sizes=estimate_sizes,
-        chebyshev_half_width=est["chebyshev_half_width"],
-        clipped_reports=int(est["clipped_reports"]),
-        details={"scale": scale, "budget": eps, "accounting": accounting},
     )
+    with _api.charging(ledger):
+        if ledger is not None:
+            ledger.spend_loss(mech.privacy_loss(), label=f"performance gap (M_{kind})")
+    n_log = len(engine.log)
+    res = engine.run(protocol, population)
+    unit = 0.5 if scale == "rate" else 1.0
+    if n_clients is None:
+        m = [float(v[codes == g].mean()) for g in (i, j)]
+    else:
+        true_sums, true_counts = simulated_truth(population, engine, d)
+        if true_counts[i] == 0 or true_counts[j] == 0:
+            raise DataError("a compared group has no simulated client")
+        m = [float(true_sums[g] / true_counts[g]) for g in (i, j)]
+    truth = (m[0] - m[1]) * unit
+    res = dataclasses.replace(
+        res,
+        truth=truth,
+        true_gap=truth,
+        bytes_per_client=int(engine.log[n_log].bytes_per_client),
+        release_note=engine.randomness.release_note,
+        details={**res.details, "budget": eps, "accounting": accounting},
+    )
+    return res

@@ -1,0 +1,205 @@
+r"""Client side of the performance-gap round: the encoders of :math:`\mathcal M_R` and :math:`\mathcal M_L`.
+
+A client holds a group :math:`g \in \{0, \dots, d-1\}` and a value :math:`v \in [-1, 1]`. It perturbs the
+group with generalized randomized response (GRR, keep probability :math:`a`), zeroes the value if the group
+changed (Juarez & Korolova 2023, Algorithm 1, lines 1-4), then
+
+* :math:`\mathcal M_R`: discretizes the value to a bit :math:`B \sim \mathrm{Bernoulli}((1+v)/2)` and
+  applies randomized response (keep probability :math:`b`); the reported value is :math:`2B' - 1`;
+* :math:`\mathcal M_L`: rounds :math:`v/\gamma` (grid spacing :math:`\gamma = 2^{1-r}`) at random, adds
+  discrete Laplace noise of scale ``t_keep`` (group kept) or ``t_flip`` (group changed) and clips to
+  ``clip``.
+
+Its report is ``2d + 1`` integers: the reported value in the slot of its reported group, a 1 in that
+group's count slot and (:math:`\mathcal M_L`) a clipping flag. The round's public ``params`` are built by
+:func:`fedstats.analyses.performance_gap.protocol.report_params`.
+
+:func:`aggregate_gap_report` is :math:`\mathcal M_R`'s aggregate form (the sum of every client's report,
+drawn per distinct input from its multinomial distribution), for the engine's aggregate route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fedstats.privacy.mechanisms.randomized_response import (
+    GeneralizedRandomizedResponse,
+    RandomizedResponse,
+)
+from fedstats.privacy.mechanisms.samplers import bernoulli, sample_discrete_laplace
+from fedstats.randomness import RNG
+
+if TYPE_CHECKING:  # the engine package imports scipy.stats: a client needs only these types
+    from fedstats.engine.rounds import ClientBatch, InputHistogram
+
+__all__ = [
+    "GROUP_COLUMN",
+    "VALUE_COLUMN",
+    "aggregate_gap_report",
+    "encode_gap_report",
+    "outcome_probabilities",
+    "perturb",
+]
+
+GROUP_COLUMN = "group"
+"""Column of each client's group index (int, in ``[0, d)``)."""
+VALUE_COLUMN = "value"
+"""Column of each client's value (float, in ``[-1, 1]``)."""
+
+
+def _grr(params: Mapping[str, Any]) -> GeneralizedRandomizedResponse:
+    return GeneralizedRandomizedResponse(
+        epsilon=max(float(params["epsilon1"]), 1e-300), k=int(params["n_groups"])
+    )
+
+
+def perturb(
+    groups: np.ndarray, values: np.ndarray, params: Mapping[str, Any], rng: RNG
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Apply the mechanism to each client's (group, value): Algorithm 1 (R) or its Laplace variant (L).
+
+    Parameters
+    ----------
+    groups : numpy.ndarray of int, shape (n,)
+        Groups in ``{0, ..., d-1}``.
+    values : numpy.ndarray of float, shape (n,)
+        Values in ``[-1, 1]``.
+    params : Mapping
+        The round's public parameters (:func:`~fedstats.analyses.performance_gap.protocol.report_params`):
+        ``mechanism`` ("R" or "L"), ``epsilon1``, ``epsilon2``, ``n_groups`` and, for L, ``half``,
+        ``t_keep``, ``t_flip``, ``clip``.
+    rng : RNG
+        The clients' generator.
+
+    Returns
+    -------
+    new_groups : numpy.ndarray of int64, shape (n,)
+        Reported groups.
+    reported : numpy.ndarray of int64, shape (n,)
+        R: the value bit as -1/+1. L: the released grid index (value / gamma), clipped to ``clip``.
+    clipped : numpy.ndarray of bool, shape (n,)
+        L: whether the report was clipped (always False for R).
+    """
+    g = np.asarray(groups, dtype=np.int64)
+    n = g.size
+    new_g = _grr(params).randomize(g, rng) if n else g
+    kept = new_g == g
+    v = np.where(kept, np.asarray(values, dtype=np.float64), 0.0)
+    if params["mechanism"] == "R":
+        bits = bernoulli((1.0 + v) / 2.0, n, rng)  # Harmony discretization (Alg. 1, line 5)
+        rr = RandomizedResponse(epsilon=float(params["epsilon2"]))
+        out = rr.randomize(bits.astype(np.uint8), rng).astype(np.int64) * 2 - 1
+        return new_g, out, np.zeros(n, dtype=bool)
+    half = int(params["half"])
+    x = v * half  # grid index of the value, in [-half, half]
+    fl = np.floor(x)
+    idx = (fl + bernoulli(x - fl, n, rng)).astype(np.int64)  # unbiased randomized rounding
+    noise = np.asarray(sample_discrete_laplace(float(params["t_keep"]), n, rng), dtype=np.int64)
+    flipped = np.flatnonzero(~kept)
+    if flipped.size:
+        noise[flipped] = sample_discrete_laplace(float(params["t_flip"]), flipped.size, rng)
+    y = idx + noise
+    clip = int(params["clip"])
+    clipped = np.abs(y) > clip
+    return new_g, np.clip(y, -clip, clip), clipped
+
+
+def encode_gap_report(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """Each client's report: reported value in its reported group's slot, a count, a clipping flag.
+
+    Parameters
+    ----------
+    batch : ClientBatch
+        Columns ``group`` (int in ``[0, d)``) and ``value`` (float in ``[-1, 1]``).
+    params : Mapping
+        The round's public parameters (see :func:`perturb`).
+    rng : RNG
+        The clients' generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 ``(batch.n, 2d + 1)``: slots ``[0, d)`` the value (R: -1/+1; L: grid index), ``[d, 2d)`` the
+        one-hot reported group, ``2d`` the clipping flag.
+    """
+    d = int(params["n_groups"])
+    new_g, y, clipped = perturb(batch.column(GROUP_COLUMN), batch.column(VALUE_COLUMN), params, rng)
+    n = new_g.size
+    out = np.zeros((n, 2 * d + 1), dtype=np.int64)
+    rows = np.arange(n)
+    out[rows, new_g] = y
+    out[rows, d + new_g] = 1
+    out[:, 2 * d] = clipped
+    return out
+
+
+def outcome_probabilities(
+    groups: np.ndarray, values: np.ndarray, params: Mapping[str, Any]
+) -> np.ndarray:
+    r""":math:`\mathcal M_R`'s output distribution per input: P(reported group h, reported bit).
+
+    Parameters
+    ----------
+    groups : numpy.ndarray of int, shape (k,)
+        Groups in ``{0, ..., d-1}``.
+    values : numpy.ndarray of float, shape (k,)
+        Values in ``[-1, 1]``.
+    params : Mapping
+        The round's public parameters (``mechanism="R"``).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 ``(k, 2d)``: column ``2h + 1`` is P(group h, bit +1), column ``2h`` P(group h, bit -1);
+        each row sums to 1.
+    """
+    grr = _grr(params)
+    a = grr.keep_probability
+    other = grr.other_probability  # (1 - a) / (d - 1), without cancellation
+    b = RandomizedResponse(epsilon=float(params["epsilon2"])).keep_probability
+    g = np.asarray(groups, dtype=np.int64)
+    v = np.asarray(values, dtype=np.float64)
+    p_one = (1.0 + v) / 2.0
+    q = b * p_one + (1.0 - b) * (1.0 - p_one)  # P(reported bit = 1 | group kept)
+    probs = np.full(
+        (g.size, 2 * int(params["n_groups"])), other / 2.0
+    )  # a changed group reports value 0: a fair bit
+    rows = np.arange(g.size)
+    probs[rows, 2 * g + 1] = a * q
+    probs[rows, 2 * g] = a * (1.0 - q)
+    return probs
+
+
+def aggregate_gap_report(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    r"""Draw the sum of :func:`encode_gap_report` over a histogram of inputs, for :math:`\mathcal M_R`.
+
+    Clients with the same (group, value) are i.i.d.: their reports are multinomial over (reported group,
+    reported bit) with the probabilities of :func:`outcome_probabilities`. Equal in distribution to the
+    per-client sum, not bit-identical (simulation only).
+
+    Parameters
+    ----------
+    hist : InputHistogram
+        Distinct inputs (columns ``group``, ``value``) and their counts.
+    params : Mapping
+        The round's public parameters (``mechanism="R"``).
+    rng : RNG
+        The round's generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 ``(2d + 1,)``: the round's sum.
+    """
+    from fedstats.engine.aggregate import multinomial
+
+    d = int(params["n_groups"])
+    probs = outcome_probabilities(hist.column(GROUP_COLUMN), hist.column(VALUE_COLUMN), params)
+    counts = multinomial(rng, hist.counts, probs).sum(axis=0).reshape(d, 2)
+    out = np.zeros(2 * d + 1, dtype=np.int64)
+    out[:d] = counts[:, 1] - counts[:, 0]
+    out[d : 2 * d] = counts.sum(axis=1)
+    return out
