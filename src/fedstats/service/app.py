@@ -610,7 +610,7 @@ def create_app(
         # the transaction has committed: only now is the report acknowledged
         return {"accepted": True, "duplicate": not new}
 
-    app.add_middleware(_Limits, settings=cfg, counters=counters)  # type: ignore[arg-type]
+    app.add_middleware(_Limits, settings=cfg, counters=counters)
     return app
 
 

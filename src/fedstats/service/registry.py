@@ -275,12 +275,7 @@ def _performance_gap(
     ``confidence``. Data columns ``group`` (code in [0, n_groups)) and ``value`` (in [-1, 1]).
     """
     from fedstats.analyses.performance_gap.allocation import allocate, layout_from_fractions
-    from fedstats.analyses.performance_gap.protocol import (
-        PerformanceGapResult,
-        check_pair,
-        estimate_gap,
-        performance_gap_protocol,
-    )
+    from fedstats.analyses.performance_gap.protocol import check_pair, performance_gap_protocol
 
     _only(params, {"mechanism", "n_groups", "pair", "fractions", "scale", "confidence"})
     if epsilon is None:
@@ -290,34 +285,16 @@ def _performance_gap(
     fractions = params.get("fractions") or [1.0 / d] * d
     layout = layout_from_fractions(float(n_clients), fractions, pair)
     alloc = allocate(str(params["mechanism"]), float(epsilon), layout)
-    mech = alloc.mechanism
-    scale = str(params.get("scale", "signed"))
-    confidence = float(params.get("confidence", 0.95))
-    sums = yield from performance_gap_protocol(mech)
-    est = estimate_gap(sums, mech, sizes=None, pair=pair, scale=scale, confidence=confidence)
-    return PerformanceGapResult(
-        analysis="performance_gap",
-        estimate=est["gap"],
-        ci=est["ci"],
-        standard_error=est["standard_error"],
-        confidence=confidence,
-        epsilon=alloc.true_loss,
-        delta=0.0,
-        n_clients=int(sums.n_clients),
-        gap=est["gap"],
-        groups=list(range(d)),
+    result = yield from performance_gap_protocol(
+        alloc.mechanism,
+        sizes=None,  # estimated from the perturbed groups: the server learns no exact group size
         pair=pair,
-        group_means=est["group_means"],
-        group_standard_errors=est["group_standard_errors"],
-        group_sizes=est["group_sizes"],
-        true_loss=alloc.true_loss,
-        mechanism=mech.kind,
+        scale=str(params.get("scale", "signed")),
+        confidence=float(params.get("confidence", 0.95)),
         allocation=alloc.to_dict(),
-        estimate_sizes=True,
-        chebyshev_half_width=est["chebyshev_half_width"],
-        clipped_reports=int(sums.clipped),
-        details={"scale": scale, "budget": float(epsilon)},
     )
+    result.details["budget"] = float(epsilon)
+    return result
 
 
 def _heterogeneity(
