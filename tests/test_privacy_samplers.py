@@ -82,7 +82,7 @@ def dgauss_cdf(sigma2: float) -> Callable[[np.ndarray], np.ndarray]:
     return cdf
 
 
-@pytest.mark.parametrize("scale", [0.3, 1.0, 7.5, 1e4])
+@pytest.mark.parametrize("scale", [0.3, 1.0, 7.5, 1e4, 2.0**40])
 def test_discrete_laplace_chi_square(scale: float) -> None:
     for name, rng in generators():
         x = sample_discrete_laplace(scale, N, rng)
@@ -90,7 +90,7 @@ def test_discrete_laplace_chi_square(scale: float) -> None:
         assert chi2_integer(x, dlap_cdf(scale)) > ALPHA, name
 
 
-@pytest.mark.parametrize("sigma2", [0.09, 1.0, 20.0, 2.5e5])
+@pytest.mark.parametrize("sigma2", [0.09, 1.0, 20.0, 2.5e5, 2.0**80])
 def test_discrete_gaussian_chi_square(sigma2: float) -> None:
     for name, rng in generators():
         x = sample_discrete_gaussian(sigma2, (N // 2, 2), rng)
@@ -211,17 +211,6 @@ def test_dithering_error_is_uniform(bit_depth: int) -> None:
         h = d.sample_dither(N, rng)
         q = d.encode(x, h)
         assert q.min() >= 0 and q.max() <= d.levels
-
-
-def test_exponential_tail_is_continued_not_truncated() -> None:
-    """A 53-bit uniform in its lowest bucket continues the exponential past 53 ln 2 (memorylessness)."""
-    from fedstats.privacy.mechanisms.samplers import _exponential_from_raw
-
-    rng = np.random.default_rng(5)
-    e = _exponential_from_raw(np.zeros(N // 4, dtype=np.uint64), rng)
-    excess = e - 53 * math.log(2)
-    assert excess.min() > 0
-    assert st.kstest(excess, st.expon.cdf).pvalue > ALPHA
 
 
 def test_secure_generator_uniforms_after_in_place_keystream() -> None:
