@@ -68,7 +68,7 @@ _MAX_NUMERATOR = (
     2**53
 )  # t of the scale t/s; keeps U + tV in int64 unless V > 2^10 (probability e^-1024)
 _MAX_LAPLACE_SCALE = 2.0**41  # about 2.2e12
-_MAX_SIGMA2 = 1e22
+_MAX_SIGMA2 = 2.0**84  # sigma up to 2^42
 _REL = (
     2.0**-49
 )  # relative slack added to every certified float bound (covers a few roundings of 2^-53)
@@ -488,6 +488,8 @@ def sample_geometric_exp(n: int, src: WordSource, denominator: int = 1) -> np.nd
 # discrete Laplace and discrete Gaussian
 # ---------------------------------------------------------------------------------------------------------
 def _as_fraction(name: str, value: Any, high: float) -> Fraction:
+    if isinstance(value, (str, bytes, bool, np.bool_)):
+        raise ParameterError(name, value, f"a finite number in (0, {high:g}]")
     try:
         f = Fraction(value)
     except (TypeError, ValueError, OverflowError):
@@ -589,7 +591,7 @@ def sample_discrete_laplace(
     Parameters
     ----------
     scale : float or fractions.Fraction
-        The parameter t in (0, 1e12], taken as the exact rational it denotes; the variance is
+        The parameter t in (0, 2**41] (about 2.2e12), taken as the exact rational it denotes; the variance is
         :math:`2e^{-1/t}/(1-e^{-1/t})^2`.
     size : int or tuple of int
         Output shape.
@@ -639,7 +641,7 @@ def sample_discrete_gaussian(
     Parameters
     ----------
     sigma2 : float or fractions.Fraction
-        The parameter :math:`\sigma^2` in (0, 1e22], taken as the exact rational it denotes; the variance is
+        The parameter :math:`\sigma^2` in (0, 2**84] (sigma up to 2**42), taken as the exact rational it denotes; the variance is
         slightly below :math:`\sigma^2` (Canonne, Kamath, Steinke 2020, Prop. 19).
     size : int or tuple of int
         Output shape.
