@@ -548,7 +548,14 @@ def _laplace_candidates(t: int, s: int, m: int, src: WordSource) -> np.ndarray:
         k += 1
     u = u[alive]
     neg = negative[alive].astype(bool)
-    w = sample_geometric_exp(u.size, src, 1 << _K)
+    y = _laplace_magnitude(u, sample_geometric_exp(u.size, src, 1 << _K), t, s)
+    keep = ~(neg & (y == 0))
+    np.negative(y, out=y, where=neg)
+    return np.asarray(y[keep], dtype=np.int64)
+
+
+def _laplace_magnitude(u: np.ndarray, w: np.ndarray, t: int, s: int) -> np.ndarray:
+    """``floor((U + t W) / (s 2^K))`` exactly, int64 (Python integers past int64 for U + tW)."""
     big = int(w.max()) if w.size else 0
     if (
         big > (2**63 - 1 - t) // t
@@ -559,14 +566,31 @@ def _laplace_candidates(t: int, s: int, m: int, src: WordSource) -> np.ndarray:
         )
         if int(mag.max()) >= 2**63:
             raise OverflowRiskError("discrete Laplace magnitude beyond int64")
-        y = mag.astype(np.int64)
-    else:
-        x = u + t * w
-        d = s << _K
-        y = x >> (d.bit_length() - 1) if d & (d - 1) == 0 else x // d
-    keep = ~(neg & (y == 0))
-    np.negative(y, out=y, where=neg)
-    return np.asarray(y[keep], dtype=np.int64)
+        return np.asarray(mag.astype(np.int64))
+    x = u + t * w
+    d = s << _K
+    return np.asarray(x >> (d.bit_length() - 1) if d & (d - 1) == 0 else x // d)
+
+
+def _gaussian_gamma(
+    y: np.ndarray, s2: Fraction, t: int
+) -> tuple[np.ndarray, np.ndarray, Callable[[int], Fraction]]:
+    """Algorithm 3's exponent for candidates y: binary64 value, rigorous error bound, exact Fraction."""
+    c = s2 / t  # exact centre of the acceptance exponent
+    s2f = float(s2)
+    cf = s2f / t
+    x = np.abs(y)
+    xf = x.astype(np.float64)
+    d = xf - cf
+    # rigorous error of d: conversions of x, s2, the division and the subtraction (each <= 2^-53 rel.)
+    ed = (xf + cf + np.abs(d)) * 2.0**-51
+    g = d * d / (2.0 * s2f)
+    err = (2.0 * np.abs(d) + ed) * ed / (2.0 * s2f) * 2.0 + g * 2.0**-50
+
+    def exact(i: int) -> Fraction:
+        return (int(x[i]) - c) ** 2 / (2 * s2)
+
+    return g, err, exact
 
 
 def _laplace_parts(scale: Any) -> tuple[int, int]:
@@ -669,9 +693,6 @@ def sample_discrete_gaussian(
     src = _source(rng, words)
     n, shape = _size_count(size)
     t = math.isqrt(s2.numerator // s2.denominator) + 1
-    c = s2 / t  # exact centre of the acceptance exponent
-    s2f = float(s2)
-    cf = s2f / t
     out = np.empty(n, dtype=np.int64)
     filled = 0
     rate = 0.5
@@ -679,17 +700,7 @@ def sample_discrete_gaussian(
         need = min(n - filled, _BLOCK)
         m = int(need / rate * 1.1) + 16
         y = _laplace_candidates(t, 1, m, src)
-        x = np.abs(y)
-        xf = x.astype(np.float64)
-        d = xf - cf
-        # rigorous error of d: conversions of x, s2, the division and the subtraction (each <= 2^-53 rel.)
-        ed = (xf + cf + np.abs(d)) * 2.0**-51
-        g = d * d / (2.0 * s2f)
-        err = (2.0 * np.abs(d) + ed) * ed / (2.0 * s2f) * 2.0 + g * 2.0**-50
-
-        def exact(i: int, x: np.ndarray = x) -> Fraction:
-            return (int(x[i]) - c) ** 2 / (2 * s2)
-
+        g, err, exact = _gaussian_gamma(y, s2, t)
         acc = y[bernoulli_exp(g, err, exact, src)]
         rate = max(0.05, acc.size / m)
         take = acc[:need]
