@@ -296,8 +296,11 @@ def _bernoulli_exp_small(
     """
     n = g.size
     out = np.zeros(n, dtype=bool)
-    pending = np.arange(n)
-    k = 1
+    # trial K = 1 on every element (no gather), then K = 2, 3, ... on the still-running subset
+    a = _bernoulli_certified(g, err, exact, src)
+    out[~a] = True
+    pending = np.flatnonzero(a)
+    k = 2
     while pending.size:
         idx = pending
         kk = k
@@ -371,6 +374,23 @@ def bernoulli_exp(
         g.size and float(np.max(g)) > 2.0**60
     ):  # probability below e^(-2^60): refuse rather than overflow
         raise OverflowRiskError("Bernoulli(exp(-gamma)) with gamma beyond 2**60")
+    er0 = err + np.abs(g) * _REL + _TINY
+    single = g + er0 <= 1.0  # gamma <= 1 for certain: Algorithm 1 directly (the common case)
+    out = np.ones(g.size, dtype=bool)
+    if single.all():
+        return _bernoulli_exp_small(g, err, exact, src)
+    one0 = np.flatnonzero(single)
+    if one0.size:
+        out[one0] = _bernoulli_exp_small(g[one0], err[one0], lambda j: exact(int(one0[j])), src)
+    rest = np.flatnonzero(~single)
+    out[rest] = _bernoulli_exp_large(g[rest], err[rest], lambda j: exact(int(rest[j])), src)
+    return out
+
+
+def _bernoulli_exp_large(
+    g: np.ndarray, err: np.ndarray, exact: Callable[[int], Fraction], src: WordSource
+) -> np.ndarray:
+    """:func:`bernoulli_exp` for gamma that may exceed 1: e^{-a} (table) times e^{-r} (Algorithm 1)."""
     lower = np.maximum(g - err - np.abs(g) * _REL - _TINY, 0.0)
     a = np.floor(lower).astype(np.int64)
     gr = g - a  # |gr - (gamma - a)| <= er
@@ -380,7 +400,10 @@ def bernoulli_exp(
         a[i] = math.floor(gi)
         gr[i] = float(gi - int(a[i]))
         er[i] = 2.0**-50
-    out = bernoulli_exp_int(a, src)
+    out = np.ones(g.size, dtype=bool)
+    pos = np.flatnonzero(a > 0)  # e^{-0} = 1 needs no word
+    if pos.size:
+        out[pos] = bernoulli_exp_int(a[pos], src)
     cand = np.flatnonzero(out)
 
     def rexact(i: int) -> Fraction:
