@@ -30,18 +30,7 @@ from numpy.typing import ArrayLike
 
 from fedstats._validation import check_finite_array, check_int, check_real
 from fedstats.errors import DataError, OverflowRiskError
-from fedstats.privacy.analysis.discrete_gaussian import (
-    discrete_gaussian_delta,
-    discrete_gaussian_rho,
-    discrete_gaussian_sigma,
-)
-from fedstats.privacy.analysis.gaussian import (
-    analytic_gaussian_delta,
-    analytic_gaussian_sigma,
-    classical_gaussian_sigma,
-)
 from fedstats.privacy.analysis.loss import PrivacyLoss
-from fedstats.privacy.analysis.zcdp import approx_dp_to_zcdp, gaussian_rho, zcdp_to_approx_dp
 from fedstats.privacy.mechanisms.base import Mechanism
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
 from fedstats.randomness import RNG
@@ -280,6 +269,18 @@ class GaussianMechanism(Mechanism):
         allow_large_epsilon: bool = False,
         dimension: int = 1,
     ) -> None:
+        # calibration needs scipy: imported here, so a device running only Laplace noise never loads it
+        from fedstats.privacy.analysis.discrete_gaussian import (
+            discrete_gaussian_sigma,
+        )
+        from fedstats.privacy.analysis.gaussian import (
+            analytic_gaussian_sigma,
+            classical_gaussian_sigma,
+        )
+        from fedstats.privacy.analysis.zcdp import (
+            approx_dp_to_zcdp,
+        )
+
         self.epsilon = check_real(
             "epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
         )
@@ -410,6 +411,19 @@ class GaussianMechanism(Mechanism):
 
     def privacy_loss(self) -> PrivacyLoss:
         """(epsilon, exact delta at this sigma, rho); discrete formula on the grid path (zCDP for d > 1)."""
+        # calibration needs scipy: imported here, so a device running only Laplace noise never loads it
+        from fedstats.privacy.analysis.discrete_gaussian import (
+            discrete_gaussian_delta,
+            discrete_gaussian_rho,
+        )
+        from fedstats.privacy.analysis.gaussian import (
+            analytic_gaussian_delta,
+        )
+        from fedstats.privacy.analysis.zcdp import (
+            gaussian_rho,
+            zcdp_to_approx_dp,
+        )
+
         if self.resolution_bits is None:
             d = analytic_gaussian_delta(
                 epsilon=self.epsilon, sigma=self.sigma, sensitivity=self.sensitivity
