@@ -1,3 +1,5 @@
-"""Differential privacy for fedstats: exact calibration (``analysis``), vectorized mechanisms and samplers
-(``mechanisms``), and accounting of budgets and disclosed bits (``ledger``).
+"""Differential privacy for fedstats: calibration, mechanisms and samplers, accounting.
+
+``analysis`` holds the exact calibration and privacy-loss mathematics, ``mechanisms`` the vectorized
+mechanisms and exact samplers, ``ledger`` the accounting of budgets and disclosed bits.
 """

@@ -51,9 +51,8 @@ import math
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
-
 from fedstats._validation import check_choice, check_int, check_real
+from fedstats.privacy.analysis.distributed_gaussian import ddg_rho, ddg_share_variance
 from fedstats.privacy.analysis.gaussian import (
     PrivacyWarning,
     analytic_gaussian_sigma,
@@ -217,79 +216,6 @@ def gaussian_sigma(mechanism: str, *, epsilon: float, delta: float, sensitivity:
     return classical_gaussian_sigma(
         epsilon=epsilon, delta=delta, sensitivity=sensitivity, allow_large_epsilon=True
     )
-
-
-def _tau(share_sigma: float, n: int) -> float:
-    # tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 s^2 k/(k+1)); terms decrease to exp(-2 pi^2 s^2), so bound the tail.
-    c = 2.0 * math.pi**2 * share_sigma**2
-    if n <= 1:
-        return 0.0
-    m = min(n - 1, 10_000)
-    k = np.arange(1, m + 1, dtype=np.float64)
-    head = float(np.exp(-c * k / (k + 1.0)).sum())
-    tail = (n - 1 - m) * math.exp(-c)
-    return 10.0 * (head + tail)
-
-
-def ddg_rho(*, share_variance: float, n: int, l2: float, l1: float, dim: int) -> float:
-    r"""ZCDP rho of the sum of n discrete Gaussian shares (Kairouz, Liu & Steinke 2021, Prop. 14).
-
-    Parameters
-    ----------
-    share_variance : float
-        :math:`\\sigma_s^2` of each client's :math:`N_{\\mathbb Z}(0, \\sigma_s^2)` share (integer units),
-        with :math:`\\sigma_s \\ge 1/2`.
-    n : int
-        Number of clients (shares), >= 1.
-    l2, l1 : float
-        L2 and L1 sensitivities of the integer sum.
-    dim : int
-        Length of the released vector.
-
-    Returns
-    -------
-    float
-        rho.
-
-    Raises
-    ------
-    ParameterError
-        If :math:`\\sigma_s < 1/2` or another parameter is out of range.
-    """
-    s2 = check_real("share_variance", share_variance, low=0.25, high=math.inf, high_open=True)
-    nn = check_int("n", n, low=1)
-    s = math.sqrt(s2)
-    tau = _tau(s, nn)
-    ns = math.sqrt(nn) * s
-    b2 = 0.5 * (l2 * l2 / (nn * s2) + 2.0 * tau * l1 / ns + tau * tau * dim)
-    b3 = 0.5 * (l2 / ns + tau * math.sqrt(dim)) ** 2
-    return min(b2, b3)
-
-
-def ddg_share_variance(*, rho: float, n: int, l2: float, l1: float, dim: int) -> float:
-    """Smallest share variance (to 1e-9 relative) whose sum of n shares is rho-zCDP (Prop. 14).
-
-    Raises
-    ------
-    ParameterError
-        If rho is not positive.
-    """
-    r = check_real("rho", rho, low=0.0, high=math.inf, low_open=True, high_open=True)
-    lo = 0.25
-    if ddg_rho(share_variance=lo, n=n, l2=l2, l1=l1, dim=dim) <= r:
-        return lo
-    hi = max(1.0, l2 * l2 / (2.0 * r * n))
-    while ddg_rho(share_variance=hi, n=n, l2=l2, l1=l1, dim=dim) > r:
-        hi *= 2.0
-    for _ in range(200):
-        mid = math.sqrt(lo * hi)
-        if ddg_rho(share_variance=mid, n=n, l2=l2, l1=l1, dim=dim) > r:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo - 1.0 < 1e-10:
-            break
-    return hi
 
 
 def quiet_gaussian_sigma(

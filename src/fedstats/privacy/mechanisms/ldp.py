@@ -44,8 +44,10 @@ def _check_unit(values: ArrayLike) -> np.ndarray:
 
 
 class Harmony(Mechanism):
-    r"""Harmony (Nguyen et al. 2016): round x in [-1, 1] to +-1 with :math:`P(+1) = (1+x)/2`, apply randomized
-    response, and report :math:`\pm c`, :math:`c = (e^\varepsilon + 1)/(e^\varepsilon - 1)`.
+    r"""Harmony (Nguyen et al. 2016): one private bit for a value in [-1, 1], reported as :math:`\pm c`.
+
+    Round x to +-1 with :math:`P(+1) = (1+x)/2`, apply randomized response, and report :math:`\pm c`,
+    :math:`c = (e^\varepsilon + 1)/(e^\varepsilon - 1)`.
 
     Parameters
     ----------

@@ -22,6 +22,7 @@ continuous formula.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,22 @@ from fedstats.randomness import RNG
 __all__ = ["GaussianMechanism", "LaplaceMechanism", "grid_spacing", "snap_to_grid"]
 
 _EXACT_INT = float(2**52)
+
+
+def _ratio_up(num: float, den: float) -> float:
+    """The smallest double >= num / den (the exact rational quotient of the two doubles)."""
+    q = num / den
+    if Fraction(q) < Fraction(num) / Fraction(den):
+        q = math.nextafter(q, math.inf)
+    return q
+
+
+def _square_up(x: float) -> float:
+    """The smallest double >= x**2 (exactly)."""
+    q = x * x
+    if Fraction(q) < Fraction(x) ** 2:
+        q = math.nextafter(q, math.inf)
+    return q
 
 
 def grid_spacing(sensitivity: float, resolution_bits: int) -> float:
@@ -126,7 +143,8 @@ class LaplaceMechanism(Mechanism):
         if self.resolution_bits is not None:
             self.grid = grid_spacing(self.sensitivity, self.resolution_bits)
             self.integer_sensitivity = math.ceil(self.sensitivity / self.grid) + self.dimension - 1
-            self.integer_scale = self.integer_sensitivity / self.epsilon
+            # rounded up, so the noise's exact epsilon integer_sensitivity / integer_scale is <= epsilon
+            self.integer_scale = _ratio_up(self.integer_sensitivity, self.epsilon)
         self.scale = self.sensitivity / self.epsilon
 
     def _parameters(self) -> dict[str, Any]:
@@ -196,10 +214,19 @@ class LaplaceMechanism(Mechanism):
         return snap_to_grid(x, self.grid) * self.grid - x
 
     def privacy_loss(self) -> PrivacyLoss:
-        """Epsilon = (integer) sensitivity / scale: the largest log ratio of (discrete) Laplace probabilities."""
+        """Epsilon = (integer) sensitivity / scale: the largest log ratio of (discrete) Laplace probabilities.
+
+        On the grid path the sampler is exact (:func:`~fedstats.privacy.mechanisms.sample_discrete_laplace`)
+        and ``integer_scale`` is the double just above ``integer_sensitivity / epsilon``, so the exact loss
+        ``integer_sensitivity / integer_scale`` is at most ``epsilon`` with delta = 0 (tested by enumeration).
+        """
         if self.resolution_bits is None:
             return PrivacyLoss(self.sensitivity / self.scale)
-        return PrivacyLoss(self.integer_sensitivity / self.integer_scale)
+        # exact: integer_scale was rounded up, so integer_sensitivity / integer_scale <= epsilon
+        assert Fraction(self.integer_sensitivity) / Fraction(self.integer_scale) <= Fraction(
+            self.epsilon
+        )
+        return PrivacyLoss(self.epsilon)
 
 
 class GaussianMechanism(Mechanism):
@@ -352,7 +379,8 @@ class GaussianMechanism(Mechanism):
         if self.resolution_bits is None:
             return np.asarray(x + self.sigma * np.asarray(rng.standard_normal(size=x.shape)))
         idx = snap_to_grid(x, self.grid)
-        noise = sample_discrete_gaussian(self.integer_sigma**2, x.shape, rng)
+        # sigma^2 rounded up: the noise is at least what privacy_loss() accounts for
+        noise = sample_discrete_gaussian(_square_up(self.integer_sigma), x.shape, rng)
         return np.asarray((idx + noise) * self.grid)
 
     def variance(self, value: ArrayLike | None = None) -> Any:

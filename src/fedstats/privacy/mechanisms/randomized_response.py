@@ -124,8 +124,10 @@ class RandomizedResponse(Mechanism):
 
 
 class GeneralizedRandomizedResponse(Mechanism):
-    r"""k-ary randomized response: keep the value w.p. :math:`p = e^\varepsilon/(e^\varepsilon + k - 1)`,
-    else report one of the other k - 1 values uniformly.
+    r"""Generalized (k-ary) randomized response.
+
+    Keep the value w.p. :math:`p = e^\varepsilon/(e^\varepsilon + k - 1)`, else report one of the other
+    k - 1 values uniformly.
 
     Parameters
     ----------
