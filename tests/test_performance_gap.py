@@ -23,6 +23,7 @@ from fedstats.analyses.performance_gap.allocation import _variance_curve
 from fedstats.analyses.performance_gap.client import perturb
 from fedstats.analyses.performance_gap.planning import error_bound
 from fedstats.analyses.performance_gap.protocol import report_params
+from fedstats.analyses.performance_gap.simulate import simulate_sums
 from fedstats.cli.app import app
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
@@ -40,19 +41,8 @@ def _population(sizes: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np.n
 
 def _monte_carlo(mech: GapMechanism, g: np.ndarray, v: np.ndarray, runs: int, seed: int) -> tuple:
     """Run the mechanism ``runs`` times on the same clients; return per-run group sums and counts."""
-    params = report_params(mech, 16, 40.0)
-    d = mech.n_groups
-    rng = np.random.default_rng(seed)
-    gg = np.tile(g, runs)
-    vv = np.tile(v, runs)
-    new_g, y, _ = perturb(gg, vv, params, rng)
-    vals = y.astype(np.float64) / (params["half"] if mech.kind == "L" else 1.0)
-    run = np.repeat(np.arange(runs), g.size)
-    sums = np.zeros((runs, d))
-    counts = np.zeros((runs, d))
-    np.add.at(sums, (run, new_g), vals)
-    np.add.at(counts, (run, new_g), 1.0)
-    return sums, counts
+    sums, counts = simulate_sums(g, v, mech, np.random.default_rng(seed), runs=runs)
+    return sums, counts.astype(np.float64)
 
 
 MECHS = [

@@ -7,7 +7,8 @@ r"""Private measurement of performance gaps across groups (Juarez & Korolova 202
 * :mod:`.client`: the clients' encoders (and :math:`\mathcal M_R`'s aggregate form);
 * :mod:`.protocol`: the one-round server protocol and the estimators of Def. 7, returning a
   :class:`PerformanceGapResult`;
-* :mod:`.api`: :func:`measure_performance_gap`, the one-call entry point.
+* :mod:`.api`: :func:`measure_performance_gap`, the one-call entry point;
+* :mod:`.simulate`: :func:`simulate_sums`, the Monte Carlo fast path (many runs without the engine).
 
 Importing the package (or :mod:`.client`, which a client device imports) loads no submodule: the names
 below are loaded on first use, so the encoders stay free of scipy.stats.
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         performance_gap_protocol,
         report_params,
     )
+    from fedstats.analyses.performance_gap.simulate import simulate_sums
 
 _LAZY: dict[str, str] = {
     "Allocation": "allocation",
@@ -71,6 +73,7 @@ _LAZY: dict[str, str] = {
     "plan_epsilon": "planning",
     "prepare_columns": "api",
     "report_params": "protocol",
+    "simulate_sums": "simulate",
     "simulated_truth": "api",
     "tail_probability": "planning",
 }
@@ -106,6 +109,7 @@ __all__ = [
     "plan_epsilon",
     "prepare_columns",
     "report_params",
+    "simulate_sums",
     "simulated_truth",
     "tail_probability",
 ]
