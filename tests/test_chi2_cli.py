@@ -111,15 +111,16 @@ def test_entropy_and_g_test(csv_file: Path) -> None:
     assert json.loads(out)["analysis"] == "entropy.g_test"
 
 
-def test_dropout_chooses_the_plain_route(csv_file: Path) -> None:
+def test_dropout_runs_on_the_secure_route_with_the_plain_result(csv_file: Path) -> None:
     args = ("chi2", str(csv_file), "--x", "a", "--y", "b", "--clients", "20", "--json")
     code, out, err = _run("--seed", "2", *args, "--dropout", "0.25")
     assert code == 0, err
     d = json.loads(out)
-    assert d["route"] == "serial" and d["n_dropped"] == 5 and d["n_clients"] == 15
-    code, out, err = _run("--seed", "2", *args)
+    assert d["route"] == "secure" and d["n_dropped"] == 5 and d["n_clients"] == 15
+    code, out, err = _run("--seed", "2", *args, "--dropout", "0.25", "--backend", "serial")
     assert code == 0, err
-    assert json.loads(out)["route"] == "secure"
+    plain = json.loads(out)
+    assert plain["route"] == "serial" and plain["statistic"] == d["statistic"]
 
 
 def test_entropy_fd_step_flag(csv_file: Path) -> None:
@@ -145,7 +146,6 @@ def test_entropy_fd_step_flag(csv_file: Path) -> None:
         (("--x", "a", "--y", "b", "--dropout", "1.5"), "dropout"),
         (("--x", "a", "--y", "b", "--clients", "0"), "--clients"),
         (("--x", "a", "--y", "b", "--secure", "--backend", "serial"), "--backend"),
-        (("--x", "a", "--y", "b", "--secure", "--dropout", "0.1"), "--dropout"),
     ],
 )
 def test_chi2_bad_input_exits_2_with_one_line(

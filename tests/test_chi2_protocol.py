@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -202,15 +203,17 @@ def test_secure_route_gives_identical_results(adult_clients: np.ndarray) -> None
         assert sec.ci == plain.ci
 
 
-def test_secure_route_refuses_engine_dropout(adult_clients: np.ndarray) -> None:
+def test_secure_route_with_engine_dropout_equals_plain(adult_clients: np.ndarray) -> None:
     secure = pytest.importorskip("fedstats.engine.secure")
-    with pytest.raises(ParameterError, match="dropout"):
-        fed_chi2(
-            adult_clients[:30],
-            dropout=0.1,
-            drop_empty=True,
-            engine=Engine(secure.SecureAggregationBackend(), RandomSource(8)),
-        )
+    kw: dict[str, Any] = {"dropout": 0.1, "drop_empty": True}
+    plain = fed_chi2(adult_clients[:30], engine=Engine(randomness=RandomSource(8)), **kw)
+    sec = fed_chi2(
+        adult_clients[:30],
+        engine=Engine(secure.SecureAggregationBackend(), RandomSource(8)),
+        **kw,
+    )
+    assert sec.n_clients == plain.n_clients
+    assert sec.statistic == plain.statistic
 
 
 def test_dropped_clients_never_reach_the_round_parameters(adult_clients: np.ndarray) -> None:

@@ -1,5 +1,6 @@
 """Simulated dropout belongs to the route: drawn once per run, excluded from the sum and the client count,
-identical on every backend, never in a round's parameters, refused where the route simulates its own."""
+identical on every backend (the secure route leaves the dropped clients out of its sessions), never
+in a round's parameters."""
 
 from __future__ import annotations
 
@@ -99,15 +100,22 @@ def test_every_parallel_route_gives_the_serial_result() -> None:
             assert a.n_clients == b.n_clients
 
 
-def test_secure_route_refuses_engine_dropout() -> None:
+def test_secure_route_leaves_out_the_same_dropped_clients() -> None:
+    """Engine-dropped clients never join the secure session: the secure sum equals the serial one."""
     from fedstats.engine.secure import SecureAggregationBackend
 
-    with pytest.raises(ParameterError, match="dropout"):
-        Engine(SecureAggregationBackend(), RandomSource(1), dropout=Dropout(0.1))
-    eng = Engine(SecureAggregationBackend(), RandomSource(1))
-    rnd = Round("r", encode, {}, dim=3, bound=1000)
-    with pytest.raises(ParameterError, match="dropout"):
-        eng.sum_round(rnd, _population(), 1, dropped=np.array([3], dtype=np.int64))
+    n = 120
+    pop = InMemoryPopulation({"x": np.arange(n, dtype=np.int64) % 1000})
+
+    def run(backend: Any) -> tuple[RoundSum, RoundSum]:
+        eng = Engine(backend, RandomSource(5), block_size=BLOCK, dropout=Dropout(0.2))
+        return eng.run(two_rounds(), pop)
+
+    serial = run(SerialBackend())
+    secure = run(SecureAggregationBackend(cohort_size=60))
+    for a, b in zip(serial, secure, strict=True):
+        assert a.n_clients == b.n_clients
+        np.testing.assert_array_equal(a.total[:2], b.total[:2])  # values and counts: exact
 
 
 @settings(max_examples=40, deadline=None)

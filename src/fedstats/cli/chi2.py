@@ -172,11 +172,11 @@ def _tables(
     return np.rint(counts).astype(np.int64).reshape(shape)
 
 
-def _route(secure: bool | None, backend: str, n_clients: int, dropout: float = 0.0) -> str:
+def _route(secure: bool | None, backend: str, n_clients: int) -> str:
     """Choose the route: ``--backend``, else secure aggregation up to the default size.
 
-    Simulated ``--dropout`` belongs to the plain routes (the secure route simulates its own dropouts), so
-    with dropout and neither ``--secure`` nor ``--backend`` the plain serial route is chosen.
+    Simulated ``--dropout`` (clients leaving before round 2) works on every route: on the secure route the
+    dropped clients never join round 2's sessions.
     """
     if secure and backend not in ("auto", "secure"):
         raise ParameterError("--backend", backend, "'auto' or 'secure' together with --secure")
@@ -184,7 +184,7 @@ def _route(secure: bool | None, backend: str, n_clients: int, dropout: float = 0
         return backend
     if secure is None:
         small = n_clients <= SECURE_DEFAULT_MAX_CLIENTS
-        return "secure" if small and not dropout else "serial"
+        return "secure" if small else "serial"
     return "secure" if secure else "serial"
 
 
@@ -249,7 +249,7 @@ def chi2(
         raise ParameterError("--clients", n, f"at most {_MAX_TABLE_ENTRIES // cells} with --test g")
     # too many clients x cells to hold every client's table: the global table and the fast path
     tables = _tables(df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights)
-    route = _route(secure, backend, n, dropout)
+    route = _route(secure, backend, n)
     randomness = state.randomness
     common: dict[str, Any] = {"encoding_size": encoding_size, "level": level}
     common["confidence"] = confidence

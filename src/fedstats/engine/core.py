@@ -136,8 +136,9 @@ class Engine:
     progress : Progress, optional
         Receiver of progress events (default: none).
     dropout : Dropout, optional
-        Simulated dropout applied by the route (default: every client answers every round). Not available
-        on the secure-aggregation route, which simulates its own dropouts.
+        Simulated dropout applied by the route (default: every client answers every round). On the
+        secure-aggregation route the dropped clients never join the round's session (they drop before its
+        first stage); that route's own ``dropout`` models failures during a session.
 
     Attributes
     ----------
@@ -154,16 +155,10 @@ class Engine:
     _runs: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        """Validate the block size and the dropout model (none on the secure route)."""
+        """Validate the block size and the dropout model."""
         self.block_size = check_int("block_size", self.block_size, low=1)
         if self.dropout is not None and not isinstance(self.dropout, Dropout):
             raise ParameterError("dropout", self.dropout, "a Dropout or None")
-        if self.dropout is not None and getattr(self.backend, "name", "") == "secure":
-            raise ParameterError(
-                "dropout",
-                self.dropout,
-                "None on the secure route (use SecureAggregationBackend(dropout=...) there)",
-            )
 
     def sum_round(
         self,
@@ -201,10 +196,6 @@ class Engine:
             raise ParameterError("client_range", (lo, hi), f"a non-empty range inside [0, {n}]")
         check_block_size(self.block_size, rnd.bound)
         gone = np.zeros(0, dtype=np.int64) if dropped is None else np.asarray(dropped, np.int64)
-        if gone.size and getattr(self.backend, "name", "") == "secure":
-            raise ParameterError(
-                "dropout", "engine dropout", "none on the secure route (it simulates its own)"
-            )
         job = RoundJob(
             rnd, population, self.randomness, round_index, self.block_size, (lo, hi), gone
         )

@@ -198,7 +198,11 @@ class SecureAggregationBackend:
         cache: dict[int, np.ndarray] = {}
         for c, (c0, c1) in enumerate(cohorts):
             rows = self._cohort_rows(job, c0, c1, cache)
-            n = c1 - c0
+            # clients the engine's dropout model removed are not in ``rows``: they never join this
+            # session, exactly as a device that went offline between rounds
+            n = int(rows.shape[0])
+            if n < 2:
+                raise ParameterError("clients", n, "at least 2 answering clients per secure cohort")
             params = (
                 self.params
                 if self.params is not None
