@@ -333,7 +333,8 @@ class RunContext:
 
     def store(self, part: str = "cells") -> CheckpointStore:
         """The checkpoint of one part of the run, keyed by :attr:`settings`."""
-        return CheckpointStore(self.out, f"{self.stem}.{part}", settings=self.settings)
+        name = self.stem if part == "cells" else f"{self.stem}.{part}"
+        return CheckpointStore(self.out, name, settings=self.settings)
 
     def cells(
         self, cells: Sequence[Cell], *, part: str = "cells", task: str | None = None
