@@ -220,3 +220,23 @@ def test_bit_pushing_aggregate_form_matches_its_encoder(allocation: str) -> None
     for j in range(per_sums.shape[1]):
         zm, zv = same_distribution(per_sums[:, j], agg_sums[:, j])
         assert abs(zm) < z and abs(zv) < z, (j, zm, zv)
+
+
+def test_exact_analyses_give_the_same_sum_on_the_aggregate_route() -> None:
+    """Deterministic encoders: the aggregate form is exact (not only equal in distribution)."""
+    from fedstats.analyses.exact import chi_square_protocol, mean_protocol
+
+    rng = np.random.default_rng(4)
+    tables = rng.integers(0, 3, size=(500, 2, 3))
+    pop = InMemoryPopulation.from_tables(tables)
+    plain = Engine(randomness=RandomSource(1)).run(chi_square_protocol((2, 3), max_cell=2), pop)
+    agg = Engine(AggregateBackend(), RandomSource(1)).run(
+        chi_square_protocol((2, 3), max_cell=2), pop
+    )
+    assert agg.estimate == plain.estimate
+    ages = HistogramPopulation(
+        {"age": np.array([20.5, 31.0, 64.25])}, np.array([10**12, 3, 2 * 10**12])
+    )
+    m = Engine(AggregateBackend(), RandomSource(1)).run(mean_protocol("age", clip=128.0), ages)
+    assert m.n_clients == 3 * 10**12 + 3
+    assert abs(m.estimate - (20.5 * 1e12 + 93.0 + 64.25 * 2e12) / (3e12 + 3)) < 1e-9

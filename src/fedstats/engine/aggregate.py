@@ -365,7 +365,8 @@ class AggregateBackend:
         hist: InputHistogram = job.population.histogram(lo, hi, job.randomness)
         rng = job.randomness.generator("aggregate", "round", job.round_index)
         total = np.asarray(rnd.aggregate(hist, rnd.params, rng))
-        if total.shape != (rnd.dim,) or not np.issubdtype(total.dtype, np.integer):
+        wide = total.dtype == object and all(isinstance(v, int) for v in total.tolist())
+        if total.shape != (rnd.dim,) or not (wide or np.issubdtype(total.dtype, np.integer)):
             raise DataError(
                 f"round {rnd.name!r}: its aggregate form returned {total.dtype} {total.shape}, "
                 f"expected integers of shape ({rnd.dim},)"
@@ -377,6 +378,8 @@ class AggregateBackend:
             raise DataError(f"round {rnd.name!r}: aggregate sum exceeds n * bound")
         progress.advance(task)
         progress.finish(task)
+        if not job.exact_int64 or wide:
+            return RoundSum(np.asarray([int(v) for v in total.tolist()], dtype=object), n)
         return RoundSum(total.astype(np.int64), n)
 
     def bits_per_entry(self, job: RoundJob) -> int:

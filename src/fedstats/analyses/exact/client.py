@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from fedstats.engine.fixedpoint import FixedPoint
-from fedstats.engine.rounds import ClientBatch
+from fedstats.engine.rounds import ClientBatch, InputHistogram
 from fedstats.randomness import RNG
 
-__all__ = ["encode_table", "encode_value"]
+__all__ = ["aggregate_table", "aggregate_value", "encode_table", "encode_value"]
 
 
 def encode_table(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
@@ -60,3 +60,58 @@ def encode_value(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.
     fp = FixedPoint(int(params["frac_bits"]), float(params["clip"]))
     q, _ = fp.encode(np.asarray(batch.column(params["column"]), dtype=np.float64))
     return np.stack([q, np.ones_like(q)], axis=1)
+
+
+def _weighted(reports: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sum of ``counts[i]`` copies of each distinct input's (deterministic) report, exactly.
+
+    Python integers (object dtype) when a sum leaves int64, as the engine's own wide sums do.
+    """
+    total = (reports.astype(object) * counts.astype(object)[:, None]).sum(axis=0)
+    if all(-(2**63) <= int(v) < 2**63 for v in total):
+        return np.asarray([int(v) for v in total], dtype=np.int64)
+    return np.asarray([int(v) for v in total], dtype=object)
+
+
+def aggregate_table(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """Aggregate form of :func:`encode_table` (the aggregate route): each distinct table times its count.
+
+    The report is deterministic, so the sum is exact (not only equal in distribution).
+
+    Parameters
+    ----------
+    hist : InputHistogram
+        Distinct tables and their counts.
+    params : Mapping
+        As for :func:`encode_table`.
+    rng : RNG
+        Unused (deterministic).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(m_x * m_y,)`` int64 (object of Python ints beyond int64).
+    """
+    batch = ClientBatch(hist.columns, 0, hist.total)
+    return _weighted(encode_table(batch, params, rng), hist.counts)
+
+
+def aggregate_value(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """Aggregate form of :func:`encode_value`: each distinct value's report times its count (exact).
+
+    Parameters
+    ----------
+    hist : InputHistogram
+        Distinct values and their counts.
+    params : Mapping
+        As for :func:`encode_value`.
+    rng : RNG
+        Unused (deterministic).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(2,)`` int64 (object beyond int64): the fixed-point sum and the number of clients.
+    """
+    batch = ClientBatch(hist.columns, 0, hist.total)
+    return _weighted(encode_value(batch, params, rng), hist.counts)

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fedstats._validation import check_int, check_real
-from fedstats.analyses.exact.client import encode_table, encode_value
+from fedstats.analyses.exact.client import (
+    aggregate_table,
+    aggregate_value,
+    encode_table,
+    encode_value,
+)
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
@@ -88,7 +93,14 @@ def chi_square_protocol(
     m_x = check_int("m_x", shape[0], low=2)
     m_y = check_int("m_y", shape[1], low=2)
     bound = check_int("max_cell", max_cell, low=1)
-    s: RoundSum = yield Round("table", encode_table, {"column": column}, dim=m_x * m_y, bound=bound)
+    s: RoundSum = yield Round(
+        "table",
+        encode_table,
+        {"column": column},
+        dim=m_x * m_y,
+        bound=bound,
+        aggregate=aggregate_table,
+    )
     table = np.asarray(s.total, dtype=np.int64).reshape(m_x, m_y)
     kept = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
     if kept.shape[0] < 2 or kept.shape[1] < 2:
@@ -138,6 +150,7 @@ def mean_protocol(
         {"column": column, "frac_bits": frac_bits, "clip": clip},
         dim=2,
         bound=max(fp.bound, 1),
+        aggregate=aggregate_value,
     )
     total, count = int(s.total[0]), int(s.total[1])
     return MeanResult(
