@@ -79,7 +79,7 @@ class AnalysisSpec:
 
 _EXACT = "fedstats.analyses.exact.client"
 _BP = "fedstats.analyses.bitpushing.client"
-_GAP = "fedstats.analyses.performance_gap.protocol"
+_GAP = "fedstats.analyses.performance_gap.client"
 _HET = "fedstats.analyses.heterogeneity.client"
 _HERE = "fedstats.service.registry"
 
