@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from fedstats._numeric import largest_remainder
 from fedstats._validation import check_int
 from fedstats.engine.rounds import ClientBatch, InputHistogram
 from fedstats.errors import DataError, ParameterError
@@ -365,10 +366,7 @@ class ResampledPopulation(GeneratedPopulation):
             order = np.argsort(cols[strata], kind="stable")
             values, counts = np.unique(cols[strata], return_counts=True)
         if stratum_clients is None:
-            share = counts / counts.sum() * n_clients
-            per = np.floor(share).astype(np.int64)
-            rem = n_clients - int(per.sum())
-            per[np.argsort(-(share - per), kind="stable")[:rem]] += 1
+            per = largest_remainder(n_clients, counts)
         else:
             missing = [k for k in stratum_clients if k not in set(values.tolist())]
             if missing:
