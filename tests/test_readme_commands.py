@@ -43,7 +43,8 @@ def readme_commands(text: str) -> list[str]:
     """The ``fedstats`` command lines of the shell blocks of ``text``, as printed (``$ `` removed)."""
     lines = []
     for block in _BLOCK.findall(text):
-        for raw in block.splitlines():
+        # a command continued with a trailing backslash is one line
+        for raw in block.replace("\\\n", " ").splitlines():
             line = raw.strip().removeprefix("$ ")
             if line.startswith("fedstats ") or line == "fedstats":
                 lines.append(line)
@@ -52,13 +53,24 @@ def readme_commands(text: str) -> list[str]:
 
 def skip_reason(argv: list[str]) -> str | None:
     """Why a README command is not run here, or ``None`` when it is run."""
+    if argv[1:2] in (["server"], ["client"], ["enroll"]):
+        return (
+            "deployment walkthrough (an authority, a server and devices run by hand, some in the "
+            "background), run end to end on loopback by tests/test_service_e2e.py"
+        )
     if "reproduce" in argv:
         return (
             "reproduce: a paper reproduction (minutes to hours; this line is a synopsis), "
             "run with --quick by tests/test_reproduce_*.py"
         )
+    aggregate = any(f == "--backend" and v == "aggregate" for f, v in itertools.pairwise(argv))
     for flag, value in itertools.pairwise(argv):
-        if flag == "--clients" and value.isdigit() and int(value) >= LONG_RUN_CLIENTS:
+        if (
+            flag == "--clients"
+            and value.isdigit()
+            and int(value) >= LONG_RUN_CLIENTS
+            and not aggregate
+        ):
             return f"--clients {value}: simulating 10^9 clients takes many minutes"
     return None
 
@@ -115,7 +127,8 @@ def test_the_readme_has_commands_and_skips_only_the_long_runs() -> None:
     # what is skipped is listed (the 10^9-client and reproduce lines), nothing else
     assert SKIPPED, "expected the 10^9-client and reproduce lines to be listed as skipped"
     for line in SKIPPED:
-        assert "reproduce" in line or "--clients 1000000000" in line, line
+        deployment = line.split()[1] in ("server", "client", "enroll")
+        assert deployment or "reproduce" in line or "--clients 1000000000" in line, line
     # the examples step that makes the README's example files available is itself in the README
     assert EXAMPLE_STEPS and all("--out" in argv for argv in EXAMPLE_STEPS)
 
