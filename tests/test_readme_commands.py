@@ -13,6 +13,8 @@ Skipped, each with its reason in the test report (nothing is dropped silently):
 * ``reproduce`` lines: full reproductions of the papers take minutes to hours and the README line is a
   synopsis (``fed-chi2 | bit-pushing | ...``, ``[--out DIR]``); ``tests/test_reproduce_*.py`` run each one
   with ``--quick``;
+* the service walkthrough (``server``, ``enroll``, ``client``): its steps share files and a running server;
+  ``tests/test_service_e2e.py`` runs them end to end;
 * commands simulating 10^8 clients or more (``--clients 1000000000``): they run for many minutes;
   ``tests/test_scale*.py`` cover the route at smaller sizes.
 """
@@ -43,7 +45,7 @@ def readme_commands(text: str) -> list[str]:
     """The ``fedstats`` command lines of the shell blocks of ``text``, as printed (``$ `` removed)."""
     lines = []
     for block in _BLOCK.findall(text):
-        for raw in block.splitlines():
+        for raw in block.replace("\\\n", " ").splitlines():  # join continued lines
             line = raw.strip().removeprefix("$ ")
             if line.startswith("fedstats ") or line == "fedstats":
                 lines.append(line)
@@ -56,6 +58,11 @@ def skip_reason(argv: list[str]) -> str | None:
         return (
             "reproduce: a paper reproduction (minutes to hours; this line is a synopsis), "
             "run with --quick by tests/test_reproduce_*.py"
+        )
+    if argv[1:2] in (["server"], ["enroll"], ["client"]):
+        return (
+            "service walkthrough: steps share files and a running server; "
+            "tests/test_service_e2e.py runs them end to end"
         )
     for flag, value in itertools.pairwise(argv):
         if flag == "--clients" and value.isdigit() and int(value) >= LONG_RUN_CLIENTS:
@@ -115,7 +122,8 @@ def test_the_readme_has_commands_and_skips_only_the_long_runs() -> None:
     # what is skipped is listed (the 10^9-client and reproduce lines), nothing else
     assert SKIPPED, "expected the 10^9-client and reproduce lines to be listed as skipped"
     for line in SKIPPED:
-        assert "reproduce" in line or "--clients 1000000000" in line, line
+        service = line.split()[1] in ("server", "enroll", "client")
+        assert "reproduce" in line or "--clients 1000000000" in line or service, line
     # the examples step that makes the README's example files available is itself in the README
     assert EXAMPLE_STEPS and all("--out" in argv for argv in EXAMPLE_STEPS)
 

@@ -43,6 +43,12 @@ __all__ = ["SECURE_DEFAULT_MAX_CLIENTS", "load_frame", "register"]
 SECURE_DEFAULT_MAX_CLIENTS = 3000
 """Up to this many clients the commands use the secure route unless told otherwise."""
 
+NO_DP_NOTE = (
+    "no DP noise is added: secure aggregation hides each client's counts, but the released "
+    "statistic is not differentially private"
+)
+"""What ``chi2`` and ``entropy`` say about privacy, in the text output and the JSON (``privacy``)."""
+
 _MAX_TABLE_ENTRIES = 50_000_000  # clients x cells held in memory before switching to the fast path
 
 ClientColumnOption = Annotated[
@@ -276,13 +282,15 @@ def chi2(
                 workers=workers,
                 scheduler=scheduler,
                 shard_size=shard_size,
+                # the secure route simulates its own dropouts (clients vanish mid-protocol)
+                **({"dropout": dropout} if route == "secure" and dropout else {}),
             ) as engine,
         ):
             if test == "chi2":
                 res = fed_chi2(
                     tables,
                     decoder=decoder,
-                    dropout=dropout,
+                    dropout=0.0 if route == "secure" else dropout,
                     bits=bits,
                     engine=engine,
                     randomness=randomness,
@@ -309,6 +317,7 @@ def chi2(
         "y": y,
         "shape": list(tables.shape[1:]),
         "route": route,
+        "privacy": NO_DP_NOTE,
         **{k: v for k, v in out.items() if k not in ("details", "test")},
         "details": _lean(out.get("details", {})),
     }
@@ -337,6 +346,7 @@ def chi2(
         for k, v in rows:
             t.add_row(k, v)
         console.print(t)
+        console.print(f"privacy: {NO_DP_NOTE}")
         if payload.get("release_note"):
             console.print(f"[dim]{payload['release_note']}[/dim]")
 
@@ -418,6 +428,7 @@ def entropy(
         "column": column,
         "n_categories": m,
         "route": route,
+        "privacy": NO_DP_NOTE,
         **{k: v for k, v in out.items() if k != "details"},
         "details": _lean(out.get("details", {})),
     }
@@ -438,6 +449,7 @@ def entropy(
         for k, v in rows:
             t.add_row(k, v)
         console.print(t)
+        console.print(f"privacy: {NO_DP_NOTE}")
         if payload.get("release_note"):
             console.print(f"[dim]{payload['release_note']}[/dim]")
 

@@ -87,8 +87,12 @@ def gap(
     ] = None,
     estimate_sizes: Annotated[
         bool,
-        typer.Option("--estimate-sizes", help="Estimate group sizes from the perturbed groups."),
-    ] = False,
+        typer.Option(
+            "--estimate-sizes/--known-sizes",
+            help="Estimate the group sizes privately from the perturbed groups (default), or use the "
+            "known exact sizes: --known-sizes RELEASES the exact group sizes (not private).",
+        ),
+    ] = True,
     confidence: Annotated[
         float, typer.Option("--confidence", help="Level of the interval, in (0, 1).")
     ] = 0.95,
@@ -175,6 +179,10 @@ def gap(
         ):
             t.add_row(f"mean of {lab}", f"{_fmt(m)} +/- {_fmt(s)}")
         t.add_row("bytes per client", _fmt(result.bytes_per_client))
+        t.add_row(
+            "group sizes",
+            "estimated (private)" if estimate_sizes else "exact, RELEASED (not private)",
+        )
         console.print(t)
         if result.release_note:
             console.print(f"[dim]{result.release_note}[/dim]")

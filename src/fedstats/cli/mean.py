@@ -99,6 +99,7 @@ def _run(
     column: str,
     method: str,
     epsilon: float | None,
+    no_privacy: bool,
     bit_depth: int | None,
     low: float,
     high: float | None,
@@ -118,6 +119,15 @@ def _run(
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
     if epsilon is not None and not epsilon > 0:
         raise ParameterError("--epsilon", epsilon, "a real number > 0")
+    if epsilon is None and not no_privacy:
+        raise ParameterError(
+            "--epsilon",
+            None,
+            "a privacy choice: --epsilon E (local DP, E > 0), or --no-privacy to release a "
+            "non-private estimate",
+        )
+    if epsilon is not None and no_privacy:
+        raise ParameterError("--no-privacy", True, "either --epsilon E or --no-privacy, not both")
     if bit_depth is not None and bit_depth < 1:
         raise ParameterError("--bit-depth", bit_depth, "an integer >= 1")
     enc = _encoding(low, high, bit_depth, resolution, out_of_range)
@@ -164,7 +174,12 @@ def _run(
             ("clients", str(payload["n_clients"])),
             ("clipped to the declared range", str(payload.get("n_clipped"))),
             ("bits disclosed per client", str(payload["bits_per_client"])),
-            ("privacy", "not private" if epsilon is None else f"epsilon={epsilon:g} (local DP)"),
+            (
+                "privacy",
+                "NOT PRIVATE (--no-privacy: no DP noise)"
+                if epsilon is None
+                else f"epsilon={epsilon:g} (local DP)",
+            ),
             ("bit depth", str(payload["bit_depth"])),
         ]
         for k, v in rows:
@@ -193,7 +208,18 @@ ProtocolOpt = Annotated[
 ]
 EpsilonOpt = Annotated[
     float | None,
-    typer.Option("--epsilon", "-e", help="Local DP epsilon per client (> 0); default: none."),
+    typer.Option(
+        "--epsilon",
+        "-e",
+        help="Local DP epsilon per client (> 0). A privacy choice is required: this or --no-privacy.",
+    ),
+]
+NoPrivacyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-privacy",
+        help="Release a NON-private estimate (no DP noise); required when --epsilon is not given.",
+    ),
 ]
 BitsOpt = Annotated[
     int | None,
@@ -252,6 +278,7 @@ def mean(
     column: ColumnOpt,
     method: ProtocolOpt = "adaptive",
     epsilon: EpsilonOpt = None,
+    no_privacy: NoPrivacyOpt = False,
     bit_depth: BitsOpt = None,
     bits_per_client: BitsPerClientOpt = None,
     low: LowOpt = 0.0,
@@ -288,7 +315,8 @@ def mean(
         "shard_size": shard_size,
     }
     _run(
-        "mean", ctx, data=data, column=column, method=method, epsilon=epsilon, bit_depth=bit_depth,
+        "mean", ctx, data=data, column=column, method=method, epsilon=epsilon, no_privacy=no_privacy,
+        bit_depth=bit_depth,
         low=low, high=high, resolution=resolution, out_of_range=out_of_range, clients=clients,
         split=split, options=options, confidence=confidence, route=route, json_flag=json_flag,
         seed=seed, data_dir=data_dir,
@@ -301,6 +329,7 @@ def variance(
     column: ColumnOpt,
     method: ProtocolOpt = "adaptive",
     epsilon: EpsilonOpt = None,
+    no_privacy: NoPrivacyOpt = False,
     bit_depth: BitsOpt = None,
     bits_per_client: BitsPerClientOpt = None,
     low: LowOpt = 0.0,
@@ -342,7 +371,7 @@ def variance(
     }
     _run(
         "variance", ctx, data=data, column=column, method=method, epsilon=epsilon,
-        bit_depth=bit_depth, low=low, high=high, resolution=resolution, out_of_range=out_of_range,
+        no_privacy=no_privacy, bit_depth=bit_depth, low=low, high=high, resolution=resolution, out_of_range=out_of_range,
         clients=clients, split=split, options=options, confidence=confidence, route=route,
         json_flag=json_flag, seed=seed, data_dir=data_dir,
     )  # fmt: skip
