@@ -52,6 +52,7 @@ __all__ = [
     "engine_for",
     "progress_for",
     "state_from",
+    "warn_duration",
 ]
 
 
@@ -314,6 +315,29 @@ def emit(
             str(key), json.dumps(value) if isinstance(value, (list, dict)) else str(value)
         )
     console.print(table)
+
+
+SECONDS_PER_CLIENT = 1e-6
+"""Measured per-client time of the per-client routes (serial, process, dask; one core): 2 * 10^6 simulated
+clients of ``gap`` or ``mean`` take about 1-2 s on this project's 2-core test machine."""
+
+
+def warn_duration(state: CliState, n_clients: int, *, backend: str, workers: int | None) -> None:
+    """Print :func:`fedstats._resources.duration_warning` on stderr before a long per-client run.
+
+    Nothing is printed with ``--quiet``, on the ``aggregate`` route (closed-form, any number of clients)
+    or when the estimate (``n_clients`` x :data:`SECONDS_PER_CLIENT` / workers) is a few minutes or less.
+    """
+    from fedstats._resources import duration_warning
+
+    if state.quiet or backend == "aggregate":
+        return
+    seconds = n_clients * SECONDS_PER_CLIENT / max(1, workers or 1)
+    message = duration_warning(
+        seconds, what=f"{n_clients} simulated clients on the {backend} route"
+    )
+    if message is not None:
+        typer.echo(message, err=True)
 
 
 class RichProgress:

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedstats._resources import check_memory
 from fedstats.cli._common import (
     BackendOption,
     CliState,
@@ -178,6 +179,25 @@ def _tables(
     return np.rint(counts).astype(np.int64).reshape(shape)
 
 
+def _check_projection_memory(
+    encoding_size: int, cells: int, n_clients: int, projections: int = 1
+) -> None:
+    """Refuse an ``--encoding-size`` whose projection and encodings cannot fit in memory.
+
+    The server draws the ``l x cells`` projection (float64) and the clients' encodings are ``n x l``
+    integers, held with their sum: about ``8 l (cells + 2 n)`` bytes, estimated before anything is
+    allocated.
+    """
+    needed = 8.0 * projections * encoding_size * (cells + 2 * n_clients)
+    check_memory(
+        needed,
+        parameter="--encoding-size",
+        value=encoding_size,
+        what=f"{projections} {encoding_size} x {cells} projection(s) and {n_clients} clients' "
+        "encodings",
+    )
+
+
 def _route(secure: bool | None, backend: str, n_clients: int, dropout: float = 0.0) -> str:
     """Choose the route: ``--backend``, else secure aggregation up to the default size.
 
@@ -253,6 +273,7 @@ def chi2(
     big = n * cells > _MAX_TABLE_ENTRIES
     if big and test != "chi2":
         raise ParameterError("--clients", n, f"at most {_MAX_TABLE_ENTRIES // cells} with --test g")
+    _check_projection_memory(encoding_size, cells, 1 if big else n)
     # too many clients x cells to hold every client's table: the global table and the fast path
     tables = _tables(df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights)
     route = _route(secure, backend, n, dropout)
@@ -395,6 +416,7 @@ def entropy(
     m = hist.shape[1]
     if m < 2:
         raise DataError(f"column {column!r} has a single category: its entropy is 0")
+    _check_projection_memory(encoding_size, m, n, projections=2)  # f_+ and f_-
     route = _route(secure, backend, n)
     with (
         progress_for(state) as progress,

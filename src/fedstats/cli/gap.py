@@ -28,6 +28,7 @@ from fedstats.cli._common import (
     engine_for,
     progress_for,
     state_from,
+    warn_duration,
 )
 from fedstats.errors import DataError, ParameterError
 
@@ -119,6 +120,8 @@ def gap(
         if len(parts) != 2:
             raise ParameterError("--pair", pair, "two group labels separated by a comma")
         pair_labels = parts
+    if clients is not None and clients > 0:
+        warn_duration(state, clients, backend=backend, workers=workers)
     with (
         progress_for(state) as progress,
         engine_for(

@@ -35,6 +35,7 @@ from fedstats.cli._common import (
     engine_for,
     progress_for,
     state_from,
+    warn_duration,
 )
 from fedstats.engine import Population, ResampledPopulation
 from fedstats.errors import DataError, ParameterError
@@ -137,6 +138,7 @@ def _run(
         if clients < 1:
             raise ParameterError("--clients", clients, "an integer >= 1")
         pop = ResampledPopulation({column: values}, clients)
+        warn_duration(state, clients, backend=route["backend"], workers=route["workers"])
     # only the options the user gave: the library refuses options a method does not use
     given = {k: v for k, v in options.items() if v is not None}
     with progress_for(state) as progress, engine_for(state, progress, **route) as engine:
