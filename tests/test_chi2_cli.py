@@ -145,7 +145,7 @@ def test_entropy_fd_step_flag(csv_file: Path) -> None:
         (("--x", "a", "--y", "b", "--dropout", "1.5"), "dropout"),
         (("--x", "a", "--y", "b", "--clients", "0"), "--clients"),
         (("--x", "a", "--y", "b", "--secure", "--backend", "serial"), "--backend"),
-        (("--x", "a", "--y", "b", "--secure", "--dropout", "0.1"), "--dropout"),
+        (("--x", "a", "--y", "b", "--secure", "--dropout", "0.7"), "--dropout"),
     ],
 )
 def test_chi2_bad_input_exits_2_with_one_line(
