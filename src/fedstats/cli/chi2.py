@@ -50,6 +50,9 @@ NO_DP_NOTE = (
 )
 """What ``chi2`` and ``entropy`` say about privacy, in the text output and the JSON (``privacy``)."""
 
+MIN_FD_STEP = 1e-6
+"""Smallest ``--fd-step``: at 1e-8 the FED-H difference quotient is already dominated by rounding."""
+
 _MAX_TABLE_ENTRIES = 50_000_000  # clients x cells held in memory before switching to the fast path
 
 ClientColumnOption = Annotated[
@@ -408,6 +411,13 @@ def entropy(
     state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
     if encoding_size < 2:
         raise ParameterError("--encoding-size", encoding_size, "an integer >= 2")
+    if not MIN_FD_STEP <= fd_step <= 0.5:
+        raise ParameterError(
+            "--fd-step",
+            fd_step,
+            f"a step in [{MIN_FD_STEP:g}, 0.5] (below {MIN_FD_STEP:g} the finite difference loses its "
+            "digits to rounding)",
+        )
     df = load_frame(data, state.data_dir, split)
     _check_column(df, "--column", column, data)
     weights = _weights(df, data, count_column)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -112,6 +113,12 @@ def gap(
     for name, col in (("--group-column", group_column), ("--value-column", value_column)):
         if col not in df.columns:
             raise ParameterError(name, col, "a column of DATA: " + ", ".join(map(str, df.columns)))
+    try:
+        values = np.asarray(df[value_column].to_numpy(), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(
+            "--value-column", value_column, "a numeric column (it holds text)"
+        ) from None
     if df[group_column].isna().any():
         raise DataError(f"column {group_column!r} has missing group labels")
     pair_labels = None
@@ -135,7 +142,7 @@ def gap(
     ):
         result = measure_payload(
             df[group_column].to_numpy(),
-            df[value_column].to_numpy(),
+            values,
             mechanism=mechanism,
             epsilon=epsilon,
             accounting=accounting,

@@ -40,7 +40,10 @@ from fedstats.cli._common import (
 from fedstats.engine import Population, ResampledPopulation
 from fedstats.errors import DataError, ParameterError
 
-__all__ = ["load_column", "register"]
+__all__ = ["MAX_ABS_VALUE", "load_column", "register"]
+
+MAX_ABS_VALUE = 1e150
+"""Largest magnitude of a value read by ``mean``/``variance`` (its square must stay finite)."""
 
 
 def load_column(data: str, column: str, data_dir: Path | None, split: str | None) -> np.ndarray:
@@ -75,6 +78,14 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
         raise DataError(f"{data} has no rows: at least one client is needed")
     if not np.isfinite(values).all():
         raise DataError(f"column {column!r} has missing or infinite values")
+    worst = float(np.max(np.abs(values)))
+    if worst > MAX_ABS_VALUE:
+        raise ParameterError(
+            "--column",
+            column,
+            f"values of magnitude at most {MAX_ABS_VALUE:g} (found {worst:g}: its square, needed for "
+            "the exact mean and variance of the simulation, overflows)",
+        )
     return values
 
 
