@@ -87,7 +87,7 @@ def test_classical_refuses_then_warns() -> None:
 
 def test_invalid_calibration_is_one_line_error() -> None:
     res = runner.invoke(app, ["calibrate", "gaussian", "--epsilon", "1", "--delta", "1.5"])
-    assert res.exit_code == 2 and res.stderr.startswith("error: delta=1.5")
+    assert res.exit_code == 2 and res.stderr.startswith("error: --delta=1.5")
 
 
 @pytest.mark.parametrize(
