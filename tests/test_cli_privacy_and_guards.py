@@ -112,3 +112,58 @@ def test_long_per_client_runs_warn_and_quiet_or_aggregate_does_not(gap_csv: Path
     # a small run says nothing
     res = runner.invoke(app, [*base[:-1], "1000", *bad])
     assert not res.stderr.startswith("warning:")
+
+
+def _run_json(args: list[str]) -> tuple[dict[str, object], str]:
+    res = runner.invoke(app, ["--json", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout), res.stderr
+
+
+def test_zero_width_interval_is_flagged_not_silent() -> None:
+    # every Adult age is above 10: all clipped, the interval collapses to a point
+    d, err = _run_json(
+        ["--seed", "1", "mean", "adult", "-c", "age", "--high", "10", "--no-privacy"]
+    )
+    assert d["ci"][0] == d["ci"][1]
+    warnings = d["details"]["warnings"]  # type: ignore[index]
+    assert any("zero width" in w for w in warnings)
+    assert err.strip().startswith("warning:") and "zero width" in err
+
+
+def test_negative_variance_is_clipped_to_zero_and_says_so() -> None:
+    seen = 0
+    for seed in range(1, 7):
+        d, err = _run_json(["--quiet", "--seed", str(seed), "variance", "adult", "-c", "age",
+                            "--high", "127", "--epsilon", "0.5", "--clients", "20"])  # fmt: skip
+        assert d["estimate"] >= 0 and d["ci"][0] >= 0  # type: ignore[index,operator]
+        raw = d["details"].get("unclipped_estimate")  # type: ignore[attr-defined]
+        if raw is not None:
+            seen += 1
+            assert raw < 0 and d["estimate"] == 0.0
+            assert any("below 0" in w for w in d["details"]["warnings"])  # type: ignore[index]
+        assert err == ""  # --quiet: the warning is in the result only
+    assert seen > 0  # 20 clients at epsilon 0.5: the raw estimate goes negative for some seed
+
+
+def test_entropy_is_clipped_to_zero_log_m() -> None:
+    import math
+
+    for seed in range(1, 6):
+        d, _ = _run_json(["--seed", str(seed), "entropy", "adult", "--column", "sex",
+                          "--clients", "20", "--encoding-size", "20"])  # fmt: skip
+        top = math.log(2)
+        assert 0.0 <= d["entropy"] <= top  # type: ignore[operator]
+        assert all(0.0 <= c <= top for c in d["ci"])  # type: ignore[attr-defined]
+        raw = d["details"].get("unclipped_entropy")  # type: ignore[attr-defined]
+        if raw is not None:
+            assert not 0.0 <= raw <= top
+
+
+def test_alpha_out_of_range_and_heavy_dropout() -> None:
+    assert "--alpha" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "1",
+                                "-p", "weighted", "--alpha", "-5"])  # fmt: skip
+    d, err = _run_json(["--seed", "1", "chi2", "adult", "--x", "sex", "--y", "income",
+                        "--clients", "200", "--dropout", "0.99"])  # fmt: skip
+    assert any("unreliable" in w for w in d["details"]["warnings"])  # type: ignore[index]
+    assert "unreliable" in err

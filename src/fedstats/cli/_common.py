@@ -47,7 +47,9 @@ __all__ = [
     "SeedOption",
     "ShardSizeOption",
     "WorkersOption",
+    "add_warning",
     "atomic_write_text",
+    "check_interval",
     "emit",
     "engine_for",
     "progress_for",
@@ -315,6 +317,32 @@ def emit(
             str(key), json.dumps(value) if isinstance(value, (list, dict)) else str(value)
         )
     console.print(table)
+
+
+def add_warning(state: CliState, payload: dict[str, Any], message: str) -> None:
+    """Record a warning in the result (``details["warnings"]``) and print it on stderr (unless --quiet).
+
+    Used when a result would otherwise look more certain than it is (a zero-width interval, an estimate
+    clipped as post-processing, a decision made on a handful of survivors).
+    """
+    details = payload.setdefault("details", {})
+    details.setdefault("warnings", []).append(message)
+    if not state.quiet:
+        typer.echo(f"warning: {message}", err=True)
+
+
+def check_interval(state: CliState, payload: dict[str, Any], *, n_clients: int | None) -> None:
+    """Warn when the reported interval has zero width: it cannot carry its nominal confidence."""
+    ci = payload.get("ci")
+    if not ci or ci[0] is None or ci[1] is None or ci[1] > ci[0]:
+        return
+    why = f"only {n_clients} clients" if n_clients is not None and n_clients < 30 else "no spread"
+    add_warning(
+        state,
+        payload,
+        f"the {100 * float(payload.get('confidence', 0.95)):g}% interval has zero width ({why}, e.g. "
+        "every value clipped to the declared range): it cannot be trusted as a confidence interval",
+    )
 
 
 SECONDS_PER_CLIENT = 1e-6

@@ -32,6 +32,8 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    add_warning,
+    check_interval,
     emit,
     engine_for,
     progress_for,
@@ -201,6 +203,34 @@ def _check_projection_memory(
     )
 
 
+def _clip_entropy(state: CliState, payload: dict[str, Any], m: int) -> None:
+    """Clip the entropy and its interval to [0, log m] (post-processing) and say so when it moved."""
+    top = math.log(m)
+    raw = payload["entropy"]
+    if raw is None or 0.0 <= raw <= top:
+        clipped = False
+    else:
+        payload["entropy"] = min(max(raw, 0.0), top)
+        if "estimate" in payload:
+            payload["estimate"] = payload["entropy"]
+        payload["details"]["unclipped_entropy"] = raw
+        clipped = True
+    ci = payload.get("ci")
+    if ci and ci[0] is not None and ci[1] is not None:
+        payload["ci"] = [min(max(c, 0.0), top) for c in ci]
+    if clipped:
+        if payload.get("exact_entropy") is not None:
+            payload["additive_error"] = payload["entropy"] - payload["exact_entropy"]
+            if "error" in payload:
+                payload["error"] = payload["additive_error"]
+        add_warning(
+            state,
+            payload,
+            f"the entropy estimate {raw:.6g} was outside [0, log {m}] = [0, {top:.4g}] and is reported "
+            "clipped (post-processing)",
+        )
+
+
 def _route(secure: bool | None, backend: str, n_clients: int, dropout: float = 0.0) -> str:
     """Choose the route: ``--backend``, else secure aggregation up to the default size.
 
@@ -345,6 +375,14 @@ def chi2(
         **{k: v for k, v in out.items() if k not in ("details", "test")},
         "details": _lean(out.get("details", {})),
     }
+    if dropout > 0.5:
+        add_warning(
+            state,
+            payload,
+            f"{100 * dropout:g}% of the clients dropped out: the test's decision rests on the few "
+            "survivors and is unreliable",
+        )
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         name = "FED-chi^2" if res.test == "chi2" else "G-test via FED-H"
@@ -464,6 +502,8 @@ def entropy(
         **{k: v for k, v in out.items() if k != "details"},
         "details": _lean(out.get("details", {})),
     }
+    _clip_entropy(state, payload, m)
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         t = Table(title=f"FED-H: entropy of {column} ({data}), nats", show_header=False)

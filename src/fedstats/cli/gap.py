@@ -25,6 +25,7 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    check_interval,
     emit,
     engine_for,
     progress_for,
@@ -163,6 +164,7 @@ def gap(
     }
     if clients is None:
         payload["true_gap"] = result.true_gap
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         t = Table(

@@ -31,6 +31,8 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    add_warning,
+    check_interval,
     emit,
     engine_for,
     progress_for,
@@ -140,6 +142,10 @@ def _run(
         )
     if epsilon is not None and no_privacy:
         raise ParameterError("--no-privacy", True, "either --epsilon E or --no-privacy, not both")
+    if options.get("alpha") is not None and not 0.0 <= options["alpha"] <= 8.0:
+        raise ParameterError(
+            "--alpha", options["alpha"], "a real number in [0, 8] (weights p_j ~ 2^(alpha j))"
+        )
     if bit_depth is not None and bit_depth < 1:
         raise ParameterError("--bit-depth", bit_depth, "an integer >= 1")
     enc = _encoding(low, high, bit_depth, resolution, out_of_range)
@@ -176,6 +182,21 @@ def _run(
         "resolution": enc.resolution,
         "details": {k: v for k, v in details.items() if k not in ("mean_stage", "variance_stage")},
     }
+    if kind == "variance" and payload["estimate"] is not None and payload["estimate"] < 0:
+        raw = payload["estimate"]
+        payload["estimate"] = 0.0
+        payload["details"]["unclipped_estimate"] = raw
+        if payload.get("ci"):
+            payload["ci"] = [max(0.0, payload["ci"][0]), max(0.0, payload["ci"][1])]
+        if payload.get("truth") is not None:
+            payload["error"] = payload["estimate"] - payload["truth"]
+        add_warning(
+            state,
+            payload,
+            f"the variance estimate {raw:.6g} was below 0 and is reported as 0 (clipping is "
+            "post-processing: no privacy cost)",
+        )
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         t = Table(title=f"{kind} of {column} ({data}) by {method}", show_header=False)
