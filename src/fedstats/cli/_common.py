@@ -66,7 +66,13 @@ class ResourceLimitError(FedstatsError):
     """The request needs more memory (or time) than this machine can give it."""
 
 
-PARAMETER_FLAGS: dict[str, str] = {"n_clients": "--clients", "clients": "--clients"}
+PARAMETER_FLAGS: dict[str, str] = {
+    "n_clients": "--clients",
+    "clients": "--clients",
+    "ratios": "--label-ratio",
+    "epsilon_budget": "--epsilon",
+    "delta_budget": "--delta",
+}
 """Library parameter names whose command-line flag is not ``--`` + the name with dashes."""
 
 

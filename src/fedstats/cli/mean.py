@@ -169,7 +169,12 @@ def _run(
             **given,
         }
         run = bitpushing_mean if kind == "mean" else bitpushing_variance
-        result: Any = run(pop, enc, **common)
+        try:
+            result: Any = run(pop, enc, **common)
+        except DataError as exc:  # the library names its parameter; say the flag
+            raise DataError(
+                str(exc).replace("out_of_range='clip'", "--out-of-range clip")
+            ) from None
     out = result.to_dict()
     details = out.pop("details")
     payload = {
