@@ -48,8 +48,7 @@ def test_mean_json_on_adult(protocol: str, eps: str | None) -> None:
         protocol,
         "--json",
     ]
-    if eps:
-        args += ["--epsilon", eps]
+    args += ["--epsilon", eps] if eps else ["--no-privacy"]
     d = _json(args)
     for key in ("estimate", "ci", "bits_per_client", "truth", "error", "standard_error", "epsilon"):
         assert key in d
@@ -78,34 +77,52 @@ def test_variance_with_resampled_clients_and_csv(tmp_path: Path) -> None:
             "10",
             "--clients",
             "200000",
+            "--no-privacy",
             "--json",
         ]
     )
     assert d["n_clients"] == 200_000 and d["analysis"] == "bitpushing.variance"
     assert abs(d["error"]) < 6 * d["standard_error"]
     assert d["truth"] == pytest.approx(float(np.var(x)), rel=0.02)
-    d2 = _json(["--seed", "2", "mean", str(p), "-c", "x", "--bit-depth", "10", "-s", "3", "--json"])
+    d2 = _json(["--seed", "2", "mean", str(p), "-c", "x", "--bit-depth", "10", "-s", "3", "--no-privacy",
+                "--json"])  # fmt: skip
     assert d2["bits_per_client"] == 3.0
 
 
 def test_bad_input_exit_code_2_one_line(tmp_path: Path) -> None:
     assert "outside the declared range" in _error(
-        ["mean", "adult", "-c", "age", "--high", "50", "--out-of-range", "refuse"]
+        ["mean", "adult", "-c", "age", "--high", "50", "--out-of-range", "refuse", "--no-privacy"]
     )
-    assert "--bit-depth" in _error(["mean", "adult", "-c", "age", "--bit-depth", "0"])
+    assert "--bit-depth" in _error(
+        ["mean", "adult", "-c", "age", "--bit-depth", "0", "--no-privacy"]
+    )
     assert "--epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "0"])
     assert "--epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "-2"])
-    assert "--high" in _error(["mean", "adult", "-c", "age"])
-    assert "--protocol" in _error(["mean", "adult", "-c", "age", "--high", "127", "-p", "median"])
-    assert "--column" in _error(["mean", "adult", "-c", "nope", "--high", "127"])
+    assert "--high" in _error(["mean", "adult", "-c", "age", "--no-privacy"])
+    assert "--protocol" in _error(
+        ["mean", "adult", "-c", "age", "--high", "127", "-p", "median", "--no-privacy"]
+    )
+    assert "--column" in _error(["mean", "adult", "-c", "nope", "--high", "127", "--no-privacy"])
     empty = tmp_path / "e.csv"
     empty.write_text("x\n")
-    assert "error" in _error(["mean", str(empty), "-c", "x", "--high", "10"])
-    assert "epsilon" in _error(["mean", "adult", "-c", "age", "--high", "127", "-p", "duchi"])
+    assert "error" in _error(["mean", str(empty), "-c", "x", "--high", "10", "--no-privacy"])
+    assert "epsilon" in _error(
+        ["mean", "adult", "-c", "age", "--high", "127", "-p", "duchi", "--no-privacy"]
+    )
     # options the chosen protocol does not use are refused, named by their flag
     base = ["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "1"]
     assert "--round1-fraction" in _error([*base, "-p", "weighted", "--round1-fraction", "0.5"])
     assert "--allocation" in _error([*base, "-p", "duchi", "--allocation", "random"])
     assert "--squash-threshold" in _error(["mean", "adult", "-c", "age", "--high", "127",
-                                           "--squash-threshold", "0.15"])  # fmt: skip
-    assert "--protocol" in _error(["variance", "adult", "-c", "age", "--high", "127", "-p", "x"])
+                                           "--squash-threshold", "0.15", "--no-privacy"])  # fmt: skip
+    assert "--protocol" in _error(
+        ["variance", "adult", "-c", "age", "--high", "127", "-p", "x", "--no-privacy"]
+    )
+    # a privacy choice is required, and only one
+    for kind in ("mean", "variance"):
+        msg = _error([kind, "adult", "-c", "age", "--high", "127"])
+        assert "--epsilon" in msg and "--no-privacy" in msg
+        msg = _error(
+            [kind, "adult", "-c", "age", "--high", "127", "--epsilon", "1", "--no-privacy"]
+        )
+        assert "--no-privacy" in msg

@@ -13,6 +13,8 @@ Skipped, each with its reason in the test report (nothing is dropped silently):
 * ``reproduce`` lines: full reproductions of the papers take minutes to hours and the README line is a
   synopsis (``fed-chi2 | bit-pushing | ...``, ``[--out DIR]``); ``tests/test_reproduce_*.py`` run each one
   with ``--quick``;
+* the service walkthrough (``server``, ``enroll``, ``client``): its steps share files and a running server;
+  ``tests/test_service_e2e.py`` runs them end to end;
 * commands simulating 10^8 clients or more (``--clients 1000000000``): they run for many minutes;
   ``tests/test_scale*.py`` cover the route at smaller sizes.
 """

@@ -8,12 +8,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedstats._lazy import lazy_exports
 from fedstats.errors import FedstatsError
 from fedstats.randomness import RandomSource
 
+_ONE_CALL = {
+    "fed_chi2": "fedstats.analyses.chi2.api",
+    "fed_entropy": "fedstats.analyses.entropy.api",
+    "fed_g_test": "fedstats.analyses.entropy.api",
+    "mean": "fedstats.analyses.bitpushing.api",
+    "variance": "fedstats.analyses.bitpushing.api",
+    "BitEncoding": "fedstats.analyses.bitpushing.encoding",
+    "measure_performance_gap": "fedstats.analyses.performance_gap.api",
+    "plan_epsilon": "fedstats.analyses.performance_gap.planning",
+    "heterogeneity": "fedstats.analyses.heterogeneity.api",
+    "federated_mean": "fedstats.analyses.exact.api",
+    "chi_square": "fedstats.analyses.exact.api",
+    "PrivacyLedger": "fedstats.privacy.ledger",
+}
+"""The one-call API of each analysis, loaded on first use (``import fedstats`` stays light)."""
+
+_lazy_getattr, _lazy_dir = lazy_exports(__name__, _ONE_CALL)
+
+
+def __dir__() -> list[str]:
+    """Public names, including the lazily loaded one-call API."""
+    return sorted({*_lazy_dir(), "__version__"})
+
 
 def __getattr__(name: str) -> Any:
-    """Compute ``__version__`` on first use (``importlib.metadata`` costs as much as numpy to import)."""
+    """Load a one-call API, or compute ``__version__``, on first use (both cost imports)."""
+    if name in _ONE_CALL:
+        return _lazy_getattr(name)
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -26,4 +52,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'fedstats' has no attribute {name!r}")
 
 
-__all__ = ["FedstatsError", "RandomSource", "__version__"]
+__all__ = [
+    "BitEncoding",
+    "FedstatsError",
+    "PrivacyLedger",
+    "RandomSource",
+    "__version__",
+    "chi_square",
+    "fed_chi2",
+    "fed_entropy",
+    "fed_g_test",
+    "federated_mean",
+    "heterogeneity",
+    "mean",
+    "measure_performance_gap",
+    "plan_epsilon",
+    "variance",
+]

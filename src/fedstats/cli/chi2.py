@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedstats._resources import check_memory
 from fedstats.cli._common import (
     BackendOption,
     CliState,
@@ -31,6 +32,8 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    add_warning,
+    check_interval,
     emit,
     engine_for,
     progress_for,
@@ -42,6 +45,15 @@ __all__ = ["SECURE_DEFAULT_MAX_CLIENTS", "load_frame", "register"]
 
 SECURE_DEFAULT_MAX_CLIENTS = 3000
 """Up to this many clients the commands use the secure route unless told otherwise."""
+
+NO_DP_NOTE = (
+    "no DP noise is added: secure aggregation hides each client's counts, but the released "
+    "statistic is not differentially private"
+)
+"""What ``chi2`` and ``entropy`` say about privacy, in the text output and the JSON (``privacy``)."""
+
+MIN_FD_STEP = 1e-6
+"""Smallest ``--fd-step``: at 1e-8 the FED-H difference quotient is already dominated by rounding."""
 
 _MAX_TABLE_ENTRIES = 50_000_000  # clients x cells held in memory before switching to the fast path
 
@@ -172,6 +184,53 @@ def _tables(
     return np.rint(counts).astype(np.int64).reshape(shape)
 
 
+def _check_projection_memory(
+    encoding_size: int, cells: int, n_clients: int, projections: int = 1
+) -> None:
+    """Refuse an ``--encoding-size`` whose projection and encodings cannot fit in memory.
+
+    The server draws the ``l x cells`` projection (float64) and the clients' encodings are ``n x l``
+    integers, held with their sum: about ``8 l (cells + 2 n)`` bytes, estimated before anything is
+    allocated.
+    """
+    needed = 8.0 * projections * encoding_size * (cells + 2 * n_clients)
+    check_memory(
+        needed,
+        parameter="--encoding-size",
+        value=encoding_size,
+        what=f"{projections} {encoding_size} x {cells} projection(s) and {n_clients} clients' "
+        "encodings",
+    )
+
+
+def _clip_entropy(state: CliState, payload: dict[str, Any], m: int) -> None:
+    """Clip the entropy and its interval to [0, log m] (post-processing) and say so when it moved."""
+    top = math.log(m)
+    raw = payload["entropy"]
+    if raw is None or 0.0 <= raw <= top:
+        clipped = False
+    else:
+        payload["entropy"] = min(max(raw, 0.0), top)
+        if "estimate" in payload:
+            payload["estimate"] = payload["entropy"]
+        payload["details"]["unclipped_entropy"] = raw
+        clipped = True
+    ci = payload.get("ci")
+    if ci and ci[0] is not None and ci[1] is not None:
+        payload["ci"] = [min(max(c, 0.0), top) for c in ci]
+    if clipped:
+        if payload.get("exact_entropy") is not None:
+            payload["additive_error"] = payload["entropy"] - payload["exact_entropy"]
+            if "error" in payload:
+                payload["error"] = payload["additive_error"]
+        add_warning(
+            state,
+            payload,
+            f"the entropy estimate {raw:.6g} was outside [0, log {m}] = [0, {top:.4g}] and is reported "
+            "clipped (post-processing)",
+        )
+
+
 def _route(secure: bool | None, backend: str, n_clients: int) -> str:
     """Choose the route: ``--backend``, else secure aggregation up to the default size.
 
@@ -247,6 +306,7 @@ def chi2(
     big = n * cells > _MAX_TABLE_ENTRIES
     if big and test != "chi2":
         raise ParameterError("--clients", n, f"at most {_MAX_TABLE_ENTRIES // cells} with --test g")
+    _check_projection_memory(encoding_size, cells, 1 if big else n)
     # too many clients x cells to hold every client's table: the global table and the fast path
     tables = _tables(df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights)
     route = _route(secure, backend, n)
@@ -309,9 +369,18 @@ def chi2(
         "y": y,
         "shape": list(tables.shape[1:]),
         "route": route,
+        "privacy": NO_DP_NOTE,
         **{k: v for k, v in out.items() if k not in ("details", "test")},
         "details": _lean(out.get("details", {})),
     }
+    if dropout > 0.5:
+        add_warning(
+            state,
+            payload,
+            f"{100 * dropout:g}% of the clients dropped out: the test's decision rests on the few "
+            "survivors and is unreliable",
+        )
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         name = "FED-chi^2" if res.test == "chi2" else "G-test via FED-H"
@@ -337,6 +406,7 @@ def chi2(
         for k, v in rows:
             t.add_row(k, v)
         console.print(t)
+        console.print(f"privacy: {NO_DP_NOTE}")
         if payload.get("release_note"):
             console.print(f"[dim]{payload['release_note']}[/dim]")
 
@@ -377,6 +447,13 @@ def entropy(
     state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
     if encoding_size < 2:
         raise ParameterError("--encoding-size", encoding_size, "an integer >= 2")
+    if not MIN_FD_STEP <= fd_step <= 0.5:
+        raise ParameterError(
+            "--fd-step",
+            fd_step,
+            f"a step in [{MIN_FD_STEP:g}, 0.5] (below {MIN_FD_STEP:g} the finite difference loses its "
+            "digits to rounding)",
+        )
     df = load_frame(data, state.data_dir, split)
     _check_column(df, "--column", column, data)
     weights = _weights(df, data, count_column)
@@ -385,6 +462,7 @@ def entropy(
     m = hist.shape[1]
     if m < 2:
         raise DataError(f"column {column!r} has a single category: its entropy is 0")
+    _check_projection_memory(encoding_size, m, n, projections=2)  # f_+ and f_-
     route = _route(secure, backend, n)
     with (
         progress_for(state) as progress,
@@ -418,9 +496,12 @@ def entropy(
         "column": column,
         "n_categories": m,
         "route": route,
+        "privacy": NO_DP_NOTE,
         **{k: v for k, v in out.items() if k != "details"},
         "details": _lean(out.get("details", {})),
     }
+    _clip_entropy(state, payload, m)
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         t = Table(title=f"FED-H: entropy of {column} ({data}), nats", show_header=False)
@@ -438,6 +519,7 @@ def entropy(
         for k, v in rows:
             t.add_row(k, v)
         console.print(t)
+        console.print(f"privacy: {NO_DP_NOTE}")
         if payload.get("release_note"):
             console.print(f"[dim]{payload['release_note']}[/dim]")
 

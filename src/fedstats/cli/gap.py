@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -24,10 +25,12 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    check_interval,
     emit,
     engine_for,
     progress_for,
     state_from,
+    warn_duration,
 )
 from fedstats.errors import DataError, ParameterError
 
@@ -87,8 +90,12 @@ def gap(
     ] = None,
     estimate_sizes: Annotated[
         bool,
-        typer.Option("--estimate-sizes", help="Estimate group sizes from the perturbed groups."),
-    ] = False,
+        typer.Option(
+            "--estimate-sizes/--known-sizes",
+            help="Estimate the group sizes privately from the perturbed groups (default), or use the "
+            "known exact sizes: --known-sizes RELEASES the exact group sizes (not private).",
+        ),
+    ] = True,
     confidence: Annotated[
         float, typer.Option("--confidence", help="Level of the interval, in (0, 1).")
     ] = 0.95,
@@ -107,6 +114,12 @@ def gap(
     for name, col in (("--group-column", group_column), ("--value-column", value_column)):
         if col not in df.columns:
             raise ParameterError(name, col, "a column of DATA: " + ", ".join(map(str, df.columns)))
+    try:
+        values = np.asarray(df[value_column].to_numpy(), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(
+            "--value-column", value_column, "a numeric column (it holds text)"
+        ) from None
     if df[group_column].isna().any():
         raise DataError(f"column {group_column!r} has missing group labels")
     pair_labels = None
@@ -115,6 +128,8 @@ def gap(
         if len(parts) != 2:
             raise ParameterError("--pair", pair, "two group labels separated by a comma")
         pair_labels = parts
+    if clients is not None and clients > 0:
+        warn_duration(state, clients, backend=backend, workers=workers)
     with (
         progress_for(state) as progress,
         engine_for(
@@ -128,7 +143,7 @@ def gap(
     ):
         result = measure_payload(
             df[group_column].to_numpy(),
-            df[value_column].to_numpy(),
+            values,
             mechanism=mechanism,
             epsilon=epsilon,
             accounting=accounting,
@@ -149,6 +164,7 @@ def gap(
     }
     if clients is None:
         payload["true_gap"] = result.true_gap
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         t = Table(
@@ -175,6 +191,10 @@ def gap(
         ):
             t.add_row(f"mean of {lab}", f"{_fmt(m)} +/- {_fmt(s)}")
         t.add_row("bytes per client", _fmt(result.bytes_per_client))
+        t.add_row(
+            "group sizes",
+            "estimated (private)" if estimate_sizes else "exact, RELEASED (not private)",
+        )
         console.print(t)
         if result.release_note:
             console.print(f"[dim]{result.release_note}[/dim]")

@@ -31,15 +31,21 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    add_warning,
+    check_interval,
     emit,
     engine_for,
     progress_for,
     state_from,
+    warn_duration,
 )
 from fedstats.engine import Population, ResampledPopulation
 from fedstats.errors import DataError, ParameterError
 
-__all__ = ["load_column", "register"]
+__all__ = ["MAX_ABS_VALUE", "load_column", "register"]
+
+MAX_ABS_VALUE = 1e150
+"""Largest magnitude of a value read by ``mean``/``variance`` (its square must stay finite)."""
 
 
 def load_column(data: str, column: str, data_dir: Path | None, split: str | None) -> np.ndarray:
@@ -74,6 +80,14 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
         raise DataError(f"{data} has no rows: at least one client is needed")
     if not np.isfinite(values).all():
         raise DataError(f"column {column!r} has missing or infinite values")
+    worst = float(np.max(np.abs(values)))
+    if worst > MAX_ABS_VALUE:
+        raise ParameterError(
+            "--column",
+            column,
+            f"values of magnitude at most {MAX_ABS_VALUE:g} (found {worst:g}: its square, needed for "
+            "the exact mean and variance of the simulation, overflows)",
+        )
     return values
 
 
@@ -99,6 +113,7 @@ def _run(
     column: str,
     method: str,
     epsilon: float | None,
+    no_privacy: bool,
     bit_depth: int | None,
     low: float,
     high: float | None,
@@ -118,6 +133,19 @@ def _run(
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
     if epsilon is not None and not epsilon > 0:
         raise ParameterError("--epsilon", epsilon, "a real number > 0")
+    if epsilon is None and not no_privacy:
+        raise ParameterError(
+            "--epsilon",
+            None,
+            "a privacy choice: --epsilon E (local DP, E > 0), or --no-privacy to release a "
+            "non-private estimate",
+        )
+    if epsilon is not None and no_privacy:
+        raise ParameterError("--no-privacy", True, "either --epsilon E or --no-privacy, not both")
+    if options.get("alpha") is not None and not 0.0 <= options["alpha"] <= 8.0:
+        raise ParameterError(
+            "--alpha", options["alpha"], "a real number in [0, 8] (weights p_j ~ 2^(alpha j))"
+        )
     if bit_depth is not None and bit_depth < 1:
         raise ParameterError("--bit-depth", bit_depth, "an integer >= 1")
     enc = _encoding(low, high, bit_depth, resolution, out_of_range)
@@ -127,6 +155,7 @@ def _run(
         if clients < 1:
             raise ParameterError("--clients", clients, "an integer >= 1")
         pop = ResampledPopulation({column: values}, clients)
+        warn_duration(state, clients, backend=route["backend"], workers=route["workers"])
     # only the options the user gave: the library refuses options a method does not use
     given = {k: v for k, v in options.items() if v is not None}
     with progress_for(state) as progress, engine_for(state, progress, **route) as engine:
@@ -140,7 +169,12 @@ def _run(
             **given,
         }
         run = bitpushing_mean if kind == "mean" else bitpushing_variance
-        result: Any = run(pop, enc, **common)
+        try:
+            result: Any = run(pop, enc, **common)
+        except DataError as exc:  # the library names its parameter; say the flag
+            raise DataError(
+                str(exc).replace("out_of_range='clip'", "--out-of-range clip")
+            ) from None
     out = result.to_dict()
     details = out.pop("details")
     payload = {
@@ -153,6 +187,21 @@ def _run(
         "resolution": enc.resolution,
         "details": {k: v for k, v in details.items() if k not in ("mean_stage", "variance_stage")},
     }
+    if kind == "variance" and payload["estimate"] is not None and payload["estimate"] < 0:
+        raw = payload["estimate"]
+        payload["estimate"] = 0.0
+        payload["details"]["unclipped_estimate"] = raw
+        if payload.get("ci"):
+            payload["ci"] = [max(0.0, payload["ci"][0]), max(0.0, payload["ci"][1])]
+        if payload.get("truth") is not None:
+            payload["error"] = payload["estimate"] - payload["truth"]
+        add_warning(
+            state,
+            payload,
+            f"the variance estimate {raw:.6g} was below 0 and is reported as 0 (clipping is "
+            "post-processing: no privacy cost)",
+        )
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         t = Table(title=f"{kind} of {column} ({data}) by {method}", show_header=False)
@@ -164,7 +213,12 @@ def _run(
             ("clients", str(payload["n_clients"])),
             ("clipped to the declared range", str(payload.get("n_clipped"))),
             ("bits disclosed per client", str(payload["bits_per_client"])),
-            ("privacy", "not private" if epsilon is None else f"epsilon={epsilon:g} (local DP)"),
+            (
+                "privacy",
+                "NOT PRIVATE (--no-privacy: no DP noise)"
+                if epsilon is None
+                else f"epsilon={epsilon:g} (local DP)",
+            ),
             ("bit depth", str(payload["bit_depth"])),
         ]
         for k, v in rows:
@@ -193,7 +247,18 @@ ProtocolOpt = Annotated[
 ]
 EpsilonOpt = Annotated[
     float | None,
-    typer.Option("--epsilon", "-e", help="Local DP epsilon per client (> 0); default: none."),
+    typer.Option(
+        "--epsilon",
+        "-e",
+        help="Local DP epsilon per client (> 0). A privacy choice is required: this or --no-privacy.",
+    ),
+]
+NoPrivacyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-privacy",
+        help="Release a NON-private estimate (no DP noise); required when --epsilon is not given.",
+    ),
 ]
 BitsOpt = Annotated[
     int | None,
@@ -252,6 +317,7 @@ def mean(
     column: ColumnOpt,
     method: ProtocolOpt = "adaptive",
     epsilon: EpsilonOpt = None,
+    no_privacy: NoPrivacyOpt = False,
     bit_depth: BitsOpt = None,
     bits_per_client: BitsPerClientOpt = None,
     low: LowOpt = 0.0,
@@ -288,7 +354,8 @@ def mean(
         "shard_size": shard_size,
     }
     _run(
-        "mean", ctx, data=data, column=column, method=method, epsilon=epsilon, bit_depth=bit_depth,
+        "mean", ctx, data=data, column=column, method=method, epsilon=epsilon, no_privacy=no_privacy,
+        bit_depth=bit_depth,
         low=low, high=high, resolution=resolution, out_of_range=out_of_range, clients=clients,
         split=split, options=options, confidence=confidence, route=route, json_flag=json_flag,
         seed=seed, data_dir=data_dir,
@@ -301,6 +368,7 @@ def variance(
     column: ColumnOpt,
     method: ProtocolOpt = "adaptive",
     epsilon: EpsilonOpt = None,
+    no_privacy: NoPrivacyOpt = False,
     bit_depth: BitsOpt = None,
     bits_per_client: BitsPerClientOpt = None,
     low: LowOpt = 0.0,
@@ -342,7 +410,7 @@ def variance(
     }
     _run(
         "variance", ctx, data=data, column=column, method=method, epsilon=epsilon,
-        bit_depth=bit_depth, low=low, high=high, resolution=resolution, out_of_range=out_of_range,
+        no_privacy=no_privacy, bit_depth=bit_depth, low=low, high=high, resolution=resolution, out_of_range=out_of_range,
         clients=clients, split=split, options=options, confidence=confidence, route=route,
         json_flag=json_flag, seed=seed, data_dir=data_dir,
     )  # fmt: skip

@@ -52,6 +52,9 @@ privacy_app = typer.Typer(
     cls=FedstatsGroup, help="Privacy of fedstats' mechanisms.", no_args_is_help=True
 )
 
+MAX_SENSITIVITY = 1e150
+"""Largest ``--sensitivity`` of ``calibrate gaussian`` (the noise's variance, ~ S^2, stays finite)."""
+
 MECHANISMS = ("rr", "grr", "laplace", "gaussian", "harmony", "duchi", "piecewise", "dithering")
 
 EpsilonOption = Annotated[float, typer.Option("--epsilon", help="Privacy parameter epsilon > 0.")]
@@ -105,6 +108,13 @@ def calibrate_gaussian(
 ) -> None:
     """Smallest Gaussian noise for (epsilon, delta)-DP, and the delta it achieves exactly."""
     state = state_from(ctx, json_flag=json_flag)
+    if not 0.0 < sensitivity <= MAX_SENSITIVITY:
+        # sigma grows with the sensitivity and rho with its square: blame the sensitivity, not delta
+        raise ParameterError(
+            "--sensitivity",
+            sensitivity,
+            f"a real number in (0, {MAX_SENSITIVITY:g}] (sigma and rho would overflow beyond it)",
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if classical:

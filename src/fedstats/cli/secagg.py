@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from fedstats._resources import check_memory
 from fedstats.cli._common import FedstatsGroup, JsonOption, SeedOption, emit, state_from
 from fedstats.errors import ParameterError
 from fedstats.secagg import (
@@ -61,6 +62,10 @@ SigmaOption = Annotated[
 EtaOption = Annotated[float, typer.Option("--eta", help="Correctness parameter (failure 2^-eta).")]
 
 
+PARAMS_BYTES_PER_CLIENT = 24
+"""Peak memory of the parameter search per client (measured: 10^8 clients peak at about 2.5 GB)."""
+
+
 def _params(
     n: int,
     *,
@@ -91,6 +96,12 @@ def _params(
         except ParameterError as exc:
             name = f"--{exc.name}" if exc.name in ("k", "t") else exc.name
             raise ParameterError(name, exc.value, exc.accepted) from exc
+    check_memory(
+        PARAMS_BYTES_PER_CLIENT * n,
+        parameter="--clients",
+        value=n,
+        what="the search for the graph degree and threshold",
+    )
     return find_parameters(
         n, corrupt_fraction=corrupt, dropout_rate=dropout, sigma=sigma, eta=eta, threat_model=threat
     )
@@ -144,6 +155,13 @@ def simulate(
     stages = (*DROPOUT_STAGES, "random")
     if dropout_stage not in stages:
         raise ParameterError("--dropout-stage", dropout_stage, "one of " + ", ".join(stages))
+    # every client's masked vector, its masks and the sums are held at once
+    check_memory(
+        DTYPES[bits]().itemsize * length * (clients + 4),
+        parameter="--length",
+        value=length,
+        what=f"{clients} clients' vectors of length {length}",
+    )
     n_drop = math.floor(dropout * clients)
     params = _params(
         clients,

@@ -1,0 +1,169 @@
+"""Issue 14 items 4 and 6: a privacy choice is explicit, and requests too big for the machine are refused.
+
+* ``mean``/``variance`` refuse to run without ``--epsilon`` or ``--no-privacy``; ``chi2``/``entropy`` say in
+  their text output that no DP noise is added; ``gap`` estimates group sizes privately unless told
+  ``--known-sizes`` (which says it releases them).
+* ``chi2``/``entropy --encoding-size``, ``secagg params --clients`` and ``secagg simulate --length`` are
+  refused from an estimate before anything is allocated (the message gives it); ``gap``/``mean --clients``
+  on a per-client route warn on stderr when the run will take more than a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from fedstats.cli.app import app
+
+runner = CliRunner()
+
+
+def _error(args: list[str]) -> str:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, (args, res.output)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def gap_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rng = np.random.default_rng(3)
+    n = 4000
+    g = rng.choice(["a", "b"], size=n, p=[0.3, 0.7])
+    v = (rng.random(n) < np.where(g == "a", 0.9, 0.7)).astype(int)
+    path = tmp_path_factory.mktemp("gap") / "p.csv"
+    pd.DataFrame({"g": g, "v": v}).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["mean", "variance"])
+def test_mean_and_variance_need_a_privacy_choice(kind: str) -> None:
+    base = [kind, "adult", "-c", "age", "--high", "127"]
+    msg = _error(base)
+    assert "--epsilon" in msg and "--no-privacy" in msg
+    assert "--no-privacy" in _error([*base, "--epsilon", "1", "--no-privacy"])
+    res = runner.invoke(app, ["--seed", "1", *base, "--no-privacy"])
+    assert res.exit_code == 0 and "NOT PRIVATE" in res.stdout
+
+
+def test_chi2_and_entropy_text_says_no_dp_noise() -> None:
+    for args in (
+        ["chi2", "adult", "--x", "sex", "--y", "income", "--clients", "20"],
+        ["entropy", "adult", "--column", "sex", "--clients", "20", "--encoding-size", "50"],
+    ):
+        res = runner.invoke(app, ["--seed", "1", *args])
+        assert res.exit_code == 0, res.output
+        assert "no DP noise is added" in res.stdout
+        d = json.loads(runner.invoke(app, ["--seed", "1", "--json", *args]).stdout)
+        assert "no DP noise" in d["privacy"] and d["epsilon"] is None
+
+
+def test_gap_estimates_group_sizes_privately_by_default(gap_csv: Path) -> None:
+    base = ["--seed", "1", "--json", "gap", str(gap_csv), "--group-column", "g"]
+    base += ["--value-column", "v", "--epsilon", "2"]
+    private = json.loads(runner.invoke(app, base).stdout)
+    assert private["exact_group_sizes_released"] is False
+    known = json.loads(runner.invoke(app, [*base, "--known-sizes"]).stdout)
+    assert known["exact_group_sizes_released"] is True
+    text = runner.invoke(app, [*base[:2], *base[3:], "--known-sizes"]).stdout
+    assert "RELEASED" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["chi2", "adult", "--x", "occupation", "--y", "native_country"], "--encoding-size"),
+        (["entropy", "adult", "--column", "occupation"], "--encoding-size"),
+    ],
+)
+def test_huge_encoding_size_is_refused_with_the_estimate(args: list[str], flag: str) -> None:
+    msg = _error([*args, "--encoding-size", str(10**9)])
+    assert flag in msg and "needs about" in msg and "available" in msg and "GiB" in msg
+
+
+def test_secagg_sizes_beyond_memory_are_refused() -> None:
+    msg = _error(["secagg", "params", "--clients", str(10**12)])
+    assert "--clients" in msg and "TiB" in msg
+    msg = _error(["secagg", "simulate", "--clients", "10", "--length", str(10**9)])
+    assert "--length" in msg and "needs about" in msg
+
+
+def test_long_per_client_runs_warn_and_quiet_or_aggregate_does_not(gap_csv: Path) -> None:
+    # --confidence 2 fails right after the warning: nothing long actually runs
+    base = ["gap", str(gap_csv), "--group-column", "g", "--value-column", "v"]
+    base += ["--clients", str(10**12)]
+    bad = ["--confidence", "2"]
+    res = runner.invoke(app, [*base, *bad])
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("warning:") and "days" in lines[0] and "aggregate" in lines[0]
+    assert lines[-1].startswith("error:")
+    for extra in (["--backend", "aggregate"],):
+        res = runner.invoke(app, [*base, *bad, *extra])
+        assert not res.stderr.startswith("warning:"), res.stderr
+    res = runner.invoke(app, ["--quiet", *base, *bad])
+    assert not res.stderr.startswith("warning:"), res.stderr
+    # a small run says nothing
+    res = runner.invoke(app, [*base[:-1], "1000", *bad])
+    assert not res.stderr.startswith("warning:")
+
+
+def _run_json(args: list[str]) -> tuple[dict[str, object], str]:
+    res = runner.invoke(app, ["--json", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout), res.stderr
+
+
+def test_zero_width_interval_is_flagged_not_silent() -> None:
+    # every Adult age is above 10: all clipped, the interval collapses to a point
+    d, err = _run_json(
+        ["--seed", "1", "mean", "adult", "-c", "age", "--high", "10", "--no-privacy"]
+    )
+    assert d["ci"][0] == d["ci"][1]
+    warnings = d["details"]["warnings"]  # type: ignore[index]
+    assert any("zero width" in w for w in warnings)
+    assert err.strip().startswith("warning:") and "zero width" in err
+
+
+def test_negative_variance_is_clipped_to_zero_and_says_so() -> None:
+    seen = 0
+    for seed in range(1, 7):
+        d, err = _run_json(["--quiet", "--seed", str(seed), "variance", "adult", "-c", "age",
+                            "--high", "127", "--epsilon", "0.5", "--clients", "20"])  # fmt: skip
+        assert d["estimate"] >= 0 and d["ci"][0] >= 0  # type: ignore[index,operator]
+        raw = d["details"].get("unclipped_estimate")  # type: ignore[attr-defined]
+        if raw is not None:
+            seen += 1
+            assert raw < 0 and d["estimate"] == 0.0
+            assert any("below 0" in w for w in d["details"]["warnings"])  # type: ignore[index]
+        assert err == ""  # --quiet: the warning is in the result only
+    assert seen > 0  # 20 clients at epsilon 0.5: the raw estimate goes negative for some seed
+
+
+def test_entropy_is_clipped_to_zero_log_m() -> None:
+    import math
+
+    for seed in range(1, 6):
+        d, _ = _run_json(["--seed", str(seed), "entropy", "adult", "--column", "sex",
+                          "--clients", "20", "--encoding-size", "20"])  # fmt: skip
+        top = math.log(2)
+        assert 0.0 <= d["entropy"] <= top  # type: ignore[operator]
+        assert all(0.0 <= c <= top for c in d["ci"])  # type: ignore[attr-defined]
+        raw = d["details"].get("unclipped_entropy")  # type: ignore[attr-defined]
+        if raw is not None:
+            assert not 0.0 <= raw <= top
+
+
+def test_alpha_out_of_range_and_heavy_dropout() -> None:
+    assert "--alpha" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "1",
+                                "-p", "weighted", "--alpha", "-5"])  # fmt: skip
+    d, err = _run_json(["--seed", "1", "chi2", "adult", "--x", "sex", "--y", "income",
+                        "--clients", "200", "--dropout", "0.99"])  # fmt: skip
+    assert any("unreliable" in w for w in d["details"]["warnings"])  # type: ignore[index]
+    assert "unreliable" in err
