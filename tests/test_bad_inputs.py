@@ -140,7 +140,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*CHI, "--decoder", "median"], "--decoder"),
     ([*CHI, "--dropout", "1.5"], "--dropout"),
     ([*CHI, "--dropout", "-0.1"], "--dropout"),
-    ([*CHI, "--secure", "--dropout", "0.7"], "--dropout"),
+    ([*CHI, "--secure", "--dropout", "1.0"], "--dropout"),
     ([*CHI, "--test", "t"], "--test"),
     ([*CHI, "--level", "2"], "--level"),
     ([*CHI, "--confidence", "-1"], "--confidence"),
