@@ -141,6 +141,21 @@ REPRODUCTIONS: tuple[Reproduction, ...] = (
         "fedstats.experiments.performance_gap",
         0,
         reps=True,
+        options=(
+            Option(
+                "table2_clients",
+                int,
+                None,
+                "Table 2's simulated clients K (default 1e7, quick 1e5).",
+                minimum=2,
+            ),
+            Option(
+                "aggregate",
+                bool,
+                False,
+                "Run Table 2 on the aggregate route (equal in distribution, cost independent of K).",
+            ),
+        ),
     ),
     Reproduction(
         "heterogeneity",

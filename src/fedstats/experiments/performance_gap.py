@@ -18,12 +18,15 @@ r"""Reproduction of Juarez & Korolova (2023): Table 1, Figures 1 and 2, Appendix
 * **Appendix C**: empirical MSE of the gap over growing numbers of runs (10 clients per group) against the
   theoretical MSE.
 * **Table 2**: the Appendix D activity model's per-client TPR and FPR, :math:`K = 10^7` clients resampled
-  within each sex, 10 runs per cell on the engine (``--reps``), mean absolute error against Chebyshev (the
-  paper's formula) and the sharper normal bound.
+  within each sex (``--table2-clients``), 10 runs per cell on the engine (``--reps``), mean absolute error
+  against Chebyshev (the paper's formula) and the sharper normal bound. ``--aggregate`` runs it on the
+  aggregate route (equal in distribution to the per-client route, not bit-identical; a few milliseconds
+  per run whatever K), M_R only: M_L clips each client's report and has no aggregate form.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import time
@@ -32,7 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses.performance_gap.allocation import GroupLayout, allocate, paper_allocation
+from fedstats.analyses.performance_gap.allocation import (
+    Allocation,
+    GroupLayout,
+    allocate,
+    paper_allocation,
+)
 from fedstats.analyses.performance_gap.api import simulated_truth
 from fedstats.analyses.performance_gap.client import GROUP_COLUMN, VALUE_COLUMN
 from fedstats.analyses.performance_gap.mechanisms import GapMechanism
@@ -40,7 +48,8 @@ from fedstats.analyses.performance_gap.planning import error_bound, plan_epsilon
 from fedstats.analyses.performance_gap.protocol import performance_gap_protocol
 from fedstats.analyses.performance_gap.simulate import simulate_sums
 from fedstats.engine import Engine, ResampledPopulation
-from fedstats.errors import DatasetNotFoundError
+from fedstats.engine.aggregate import AggregateBackend
+from fedstats.errors import DatasetNotFoundError, ParameterError
 from fedstats.experiments.framework import Cell, RunContext
 from fedstats.randomness import RandomSource
 
@@ -306,7 +315,10 @@ def table2(ctx: RunContext) -> dict[str, Any]:
 
     quick = ctx.quick
     perf = activity_performance(ctx.data_dir, seed=0)
-    K = 10**5 if quick else 10**7
+    K = ctx.options.get("table2_clients") or (10**5 if quick else 10**7)
+    route = "aggregate" if ctx.options.get("aggregate") else "per-client"
+    # M_L's discrete Laplace report is clipped per client: no aggregate form, so that route runs M_R only
+    kinds = ("R",) if route == "aggregate" else ("R", "L")
     runs = ctx.reps or (2 if quick else 10)
     eps_list = (0.1, 1.0) if quick else (0.01, 0.1, 1.0, 10.0)
     metrics = ("tpr",) if quick else ("tpr", "fpr")
@@ -318,17 +330,22 @@ def table2(ctx: RunContext) -> dict[str, Any]:
         rate = clients[metric].to_numpy(dtype=np.float64)
         v = 2.0 * rate - 1.0
         for acc in ("paper", "exact"):
-            for kind in ("R", "L"):
+            for kind in kinds:
                 for eps in eps_list:
                     for run in range(runs):
                         key = f"table2/{metric}/{acc}/{kind}/{eps}/{run}"
                         rs = ctx.randomness.child(NAME, key)
-                        cells.append(Cell(key, table2_cell, (codes, v, K, kind, eps, acc, rs)))
+                        args: tuple[Any, ...] = (codes, v, K, kind, eps, acc, rs)
+                        if route == "aggregate":  # the default's cell arguments stay as they were
+                            args = (*args, route)
+                        cells.append(Cell(key, table2_cell, args))
     done = ctx.cells(cells, part="table-2", task="table 2")
     sizes_frac = np.bincount(codes, minlength=2) / codes.size
     out: dict[str, Any] = {
         "K": K,
         "runs": runs,
+        "route": route,
+        "mechanisms": list(kinds),
         "activity": perf.to_dict(),
         "paper_activity": PAPER_ACTIVITY,
         "rows": [],
@@ -339,7 +356,7 @@ def table2(ctx: RunContext) -> dict[str, Any]:
         nu2 = tuple(float(np.mean(v[codes == i] ** 2)) for i in (0, 1))
         data_gap = float(rate[codes == 0].mean() - rate[codes == 1].mean())
         for acc in ("paper", "exact"):
-            for kind in ("R", "L"):
+            for kind in kinds:
                 for eps in eps_list:
                     vals = [
                         done[f"table2/{metric}/{acc}/{kind}/{eps}/{run}"] for run in range(runs)
@@ -397,8 +414,21 @@ def _paper_t2(kind: str, eps: float) -> dict[str, float] | None:
     return {"mean_abs_error": row[off], "sd": row[off + 1], "alpha": row[off + 2]}
 
 
+@functools.lru_cache(maxsize=256)
+def _cached_allocation(kind: str, eps: float, sizes: tuple[float, ...], acc: str) -> Allocation:
+    """:func:`allocate` for one cell's sizes (a pure function; the cells of a row share it)."""
+    return allocate(kind, eps, GroupLayout(sizes), accounting=acc)
+
+
 def table2_cell(
-    codes: np.ndarray, v: np.ndarray, K: int, kind: str, eps: float, acc: str, rs: RandomSource
+    codes: np.ndarray,
+    v: np.ndarray,
+    K: int,
+    kind: str,
+    eps: float,
+    acc: str,
+    rs: RandomSource,
+    route: str = "per-client",
 ) -> dict[str, Any]:
     """One run of Table 2: K clients resampled within each sex, the protocol on a serial engine.
 
@@ -418,6 +448,10 @@ def table2_cell(
         Accounting of the budget split.
     rs : RandomSource
         The run's randomness (the engine's).
+    route : {"per-client", "aggregate"}
+        ``"per-client"`` (default: every client encodes its report, the reference) or ``"aggregate"``
+        (:class:`~fedstats.engine.aggregate.AggregateBackend`: the sums drawn per distinct input, equal in
+        distribution to the per-client route but not bit-identical, cost independent of ``K``).
 
     Returns
     -------
@@ -428,8 +462,13 @@ def table2_cell(
     t0 = time.perf_counter()
     pop = ResampledPopulation({GROUP_COLUMN: codes, VALUE_COLUMN: v}, K, strata=GROUP_COLUMN)
     sizes = [float(x) for x in pop.stratum_clients]
-    alloc = allocate(kind, eps, GroupLayout(tuple(sizes)), accounting=acc)
-    engine = Engine(randomness=rs)
+    alloc = _cached_allocation(kind, eps, tuple(sizes), acc)
+    if route == "aggregate":
+        engine = Engine(randomness=rs, backend=AggregateBackend())
+    elif route == "per-client":
+        engine = Engine(randomness=rs)
+    else:
+        raise ParameterError("route", route, '"per-client" or "aggregate"')
     res = engine.run(performance_gap_protocol(alloc.mechanism, sizes=sizes, scale="rate"), pop)
     true_sums, true_counts = simulated_truth(pop, engine, 2)
     true_gap = float(true_sums[0] / true_counts[0] - true_sums[1] / true_counts[1]) / 2.0
