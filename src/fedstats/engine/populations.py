@@ -394,12 +394,26 @@ class ResampledPopulation(GeneratedPopulation):
     def histogram(self, start: int, stop: int, randomness: RandomSource) -> InputHistogram:
         """Distinct inputs of clients ``[start, stop)`` and their counts, equal in distribution.
 
+        The last few histograms are kept (keyed by range and source), since a run asks for the same range
+        in several rounds and again for its truth.
+
         Each client resamples a row of its stratum uniformly, so the counts of a stratum's distinct rows
         are Multinomial(clients of the stratum in the range, row frequencies), drawn by conditional
         binomials from ``randomness.child("population").generator("histogram", start, stop)``: the same
         range gives the same histogram in every round of a run (clients keep their data), and disjoint
         ranges are independent, as their clients are.
         """
+        # the source's own derived seed, not id(): ids are reused once a source is collected
+        key = (start, stop, randomness.public_seed("population", "histogram-cache"))
+        cache = self.__dict__.setdefault("_histograms", {})
+        if key not in cache:
+            if len(cache) >= 4:
+                cache.pop(next(iter(cache)))
+            cache[key] = self._draw_histogram(start, stop, randomness)
+        hist: InputHistogram = cache[key]
+        return hist
+
+    def _draw_histogram(self, start: int, stop: int, randomness: RandomSource) -> InputHistogram:
         p = self._params
         bounds: np.ndarray = p["client_bounds"]
         rng = randomness.child("population").generator("histogram", start, stop)
