@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pandas as pd
+import pytest
 
 from fedstats.service.app import add_operator
 from fedstats.service.enrollment import init_authority, issue_identity
@@ -30,7 +31,11 @@ PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def pg_reachable() -> str | None:
-    """None if PostgreSQL answers at 127.0.0.1:5432, else the reason."""
+    """None if PostgreSQL answers at 127.0.0.1:5432, else the reason (a skip outside CI).
+
+    In CI (``CI`` set) the production store must be tested: an unreachable server fails the test instead
+    of skipping it.
+    """
     try:
         import psycopg
 
@@ -39,7 +44,10 @@ def pg_reachable() -> str | None:
         ):
             return None
     except Exception as exc:
-        return f"PostgreSQL at 127.0.0.1:5432 unreachable: {exc}"
+        reason = f"PostgreSQL at 127.0.0.1:5432 unreachable: {exc}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI must test the PostgreSQL store, not skip it)")
+        return reason
 
 
 @contextmanager
