@@ -16,8 +16,9 @@ below are loaded on first use, so the encoders stay free of scipy.stats.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fedstats._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from fedstats.analyses.performance_gap.allocation import (
@@ -79,16 +80,6 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Load a public name from its submodule on first use (PEP 562)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
 __all__ = [
     "Allocation",
     "GapMechanism",
@@ -113,3 +104,5 @@ __all__ = [
     "simulated_truth",
     "tail_probability",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
