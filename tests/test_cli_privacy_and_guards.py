@@ -161,8 +161,8 @@ def test_entropy_is_clipped_to_zero_log_m() -> None:
 
 
 def test_alpha_out_of_range_and_heavy_dropout() -> None:
-    assert "--alpha" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "1",
-                                "-p", "weighted", "--alpha", "-5"])  # fmt: skip
+    assert "--weight-exponent" in _error(["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "1",
+                                "-p", "weighted", "--weight-exponent", "-5"])  # fmt: skip
     d, err = _run_json(["--seed", "1", "chi2", "adult", "--x", "sex", "--y", "income",
                         "--clients", "200", "--dropout", "0.99"])  # fmt: skip
     assert any("unreliable" in w for w in d["details"]["warnings"])  # type: ignore[index]

@@ -144,7 +144,9 @@ def _run(
         raise ParameterError("--no-privacy", True, "either --epsilon E or --no-privacy, not both")
     if options.get("alpha") is not None and not 0.0 <= options["alpha"] <= 8.0:
         raise ParameterError(
-            "--alpha", options["alpha"], "a real number in [0, 8] (weights p_j ~ 2^(alpha j))"
+            "--weight-exponent",
+            options["alpha"],
+            "a real number in [0, 8] (weights p_j ~ 2^(alpha j))",
         )
     if bit_depth is not None and bit_depth < 1:
         raise ParameterError("--bit-depth", bit_depth, "an integer >= 1")
@@ -300,7 +302,10 @@ Round1Opt = Annotated[
 ]
 AlphaOpt = Annotated[
     float | None,
-    typer.Option("--alpha", help="Weight exponent (weighted: p ~ 2^(alpha j); adaptive round 2)."),
+    typer.Option(
+        "--weight-exponent",
+        help="Weight exponent alpha of Algorithm 1 (weighted: p ~ 2^(alpha j); adaptive round 2).",
+    ),
 ]
 SquashOpt = Annotated[
     float | None,
