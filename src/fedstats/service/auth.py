@@ -65,6 +65,17 @@ def private_key_hex(key: Ed25519PrivateKey) -> str:
     ).hex()
 
 
+def _raw32(text: str, what: str) -> bytes:
+    """The 32 raw bytes of a hex-encoded Ed25519 key, or a :class:`SecurityError` naming ``what``."""
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        raw = b""
+    if len(raw) != 32:
+        raise SecurityError(f"a {what} key must be 32 bytes in hex")
+    return raw
+
+
 def public_key_from_hex(text: str) -> Ed25519PublicKey:
     """Parse a raw hex public key.
 
@@ -73,13 +84,7 @@ def public_key_from_hex(text: str) -> Ed25519PublicKey:
     SecurityError
         If it is not 32 bytes of hex.
     """
-    try:
-        raw = bytes.fromhex(text)
-        if len(raw) != 32:
-            raise ValueError
-        return Ed25519PublicKey.from_public_bytes(raw)
-    except ValueError:
-        raise SecurityError("a public key must be 32 bytes in hex") from None
+    return Ed25519PublicKey.from_public_bytes(_raw32(text, "public"))
 
 
 def private_key_from_hex(text: str) -> Ed25519PrivateKey:
@@ -90,13 +95,7 @@ def private_key_from_hex(text: str) -> Ed25519PrivateKey:
     SecurityError
         If it is not 32 bytes of hex.
     """
-    try:
-        raw = bytes.fromhex(text)
-        if len(raw) != 32:
-            raise ValueError
-        return Ed25519PrivateKey.from_private_bytes(raw)
-    except ValueError:
-        raise SecurityError("a private key must be 32 bytes in hex") from None
+    return Ed25519PrivateKey.from_private_bytes(_raw32(text, "private"))
 
 
 def fingerprint(public_hex: str) -> str:
