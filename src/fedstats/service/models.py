@@ -83,6 +83,9 @@ class Run(Base):
     result: Mapped[str | None] = mapped_column(Text, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # row lease: the server process currently advancing the run, and until when (scale-out)
+    lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class RunMember(Base):
