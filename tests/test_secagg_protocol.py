@@ -440,3 +440,19 @@ def test_repeated_public_keys_refused() -> None:
             params=find_parameters(8, threat_model="semi-malicious"),
             channel=_tamper(KeyBroadcast, mutate, "to_client"),
         )
+
+
+def test_the_driver_reports_progress_per_stage_and_message() -> None:
+    """One progress task per stage, advanced once per message handed to a client, then closed."""
+    from fedstats.progress import RecordingProgress
+
+    bar = RecordingProgress()
+    x = np.arange(60, dtype=np.int64).reshape(12, 5)
+    res = run_secure_aggregation(x, bits=32, randomness=RandomSource(3), progress=bar)
+    assert np.array_equal(res.total, x.sum(axis=0).astype(np.uint32))
+    starts = [(t, n) for kind, t, n in bar.events if kind == "start"]
+    assert [t for t, _ in starts] == [f"secure aggregation: {s}" for s in DROPOUT_STAGES]
+    for task, total in starts:
+        advanced = sum(n for kind, t, n in bar.events if kind == "advance" and t == task)
+        assert advanced == total == 12
+        assert ("finish", task, 0) in bar.events

@@ -17,7 +17,14 @@ import numpy as np
 import typer
 
 from fedstats._resources import check_memory
-from fedstats.cli._common import FedstatsGroup, JsonOption, SeedOption, emit, state_from
+from fedstats.cli._common import (
+    FedstatsGroup,
+    JsonOption,
+    SeedOption,
+    emit,
+    progress_for,
+    state_from,
+)
 from fedstats.errors import ParameterError
 from fedstats.secagg import (
     DROPOUT_STAGES,
@@ -189,9 +196,10 @@ def simulate(
         )
 
     t0 = time.perf_counter()
-    res = run_secure_aggregation(
-        inputs, n=clients, bits=bits, params=params, dropouts=drops, randomness=rs
-    )
+    with progress_for(state) as bar:
+        res = run_secure_aggregation(
+            inputs, n=clients, bits=bits, params=params, dropouts=drops, randomness=rs, progress=bar
+        )
     wall = time.perf_counter() - t0
     dtype = DTYPES[bits]
     want = np.zeros(length, dtype=dtype)

@@ -27,9 +27,9 @@ import numpy as np
 
 from fedstats.engine.backends import RoundJob
 from fedstats.engine.populations import HistogramSource
-from fedstats.engine.progress import NullProgress, Progress
 from fedstats.engine.rounds import InputHistogram, RoundSum
 from fedstats.errors import DataError, ParameterError
+from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RNG
 
 __all__ = [

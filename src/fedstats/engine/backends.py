@@ -18,9 +18,9 @@ import numpy as np
 
 from fedstats._validation import check_int
 from fedstats.engine.populations import Population, block_count
-from fedstats.engine.progress import NullProgress, Progress
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError, ParameterError
+from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 
 __all__ = ["Backend", "RoundJob", "SerialBackend", "add_exact", "sum_shard"]

@@ -25,9 +25,9 @@ import numpy as np
 from fedstats._validation import check_int, check_real
 from fedstats.engine.backends import Backend, RoundJob, SerialBackend, check_block_size
 from fedstats.engine.populations import Population
-from fedstats.engine.progress import NullProgress, Progress
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError, ParameterError
+from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 
 __all__ = ["Dropout", "Engine", "ProtocolGenerator", "RoundLog"]

@@ -29,10 +29,10 @@ import numpy as np
 
 from fedstats._validation import check_int, check_real
 from fedstats.engine.backends import RoundJob, add_exact
-from fedstats.engine.progress import NullProgress, Progress
 from fedstats.engine.rounds import RoundSum
 from fedstats.engine.routes import register_backend
 from fedstats.errors import ParameterError
+from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 from fedstats.secagg.crypto import DTYPES
 from fedstats.secagg.driver import DROPOUT_STAGES, run_secure_aggregation

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedstats._io import atomic_write_text
-from fedstats.engine.progress import NullProgress, Progress
+from fedstats.progress import NullProgress, Progress
 from fedstats.results import to_jsonable
 
 __all__ = ["CheckpointStore", "run_cells", "write_json_atomic", "write_text_atomic"]

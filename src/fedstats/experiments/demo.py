@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from fedstats.engine.progress import NullProgress, Progress
+from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 
 __all__ = ["REQUIRED_KEYS", "run_demo"]

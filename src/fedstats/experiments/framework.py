@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedstats.engine.progress import NullProgress, Progress
 from fedstats.errors import ParameterError
 from fedstats.experiments.checkpoint import CheckpointStore, write_json_atomic, write_text_atomic
+from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 

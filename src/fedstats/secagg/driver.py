@@ -29,6 +29,7 @@ import numpy as np
 
 from fedstats._validation import check_choice, check_int
 from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
+from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 from fedstats.secagg.client import ClientConfig, SecAggClient
 from fedstats.secagg.crypto import DTYPES
@@ -124,6 +125,7 @@ def run_secure_aggregation(
     authority: EnrollmentAuthority | None = None,
     task_id: bytes = b"fedstats",
     session: bytes | None = None,
+    progress: Progress | None = None,
 ) -> SecAggResult:
     """Run the whole protocol in-process and return the server's sum.
 
@@ -158,6 +160,10 @@ def run_secure_aggregation(
         Malicious model: the 32-byte session id the authority puts in the roster (it fixes the graph).
         Default: fresh OS entropy. A fixed value makes the graph reproducible: tests only, not for
         release.
+
+    progress : Progress, optional
+        Receives one task per stage (``"secure aggregation: <stage>"``, ``n`` units: one per client
+        message handled); default none.
 
     Returns
     -------
@@ -231,8 +237,12 @@ def run_secure_aggregation(
 
     aborted: set[int] = set()
     rejected: set[int] = set()
+    bar = progress if progress is not None else NullProgress()
     for stage in stages:
+        task = f"secure aggregation: {stage}"
+        bar.start(task, len(outbox))
         for i, data in outbox.items():
+            bar.advance(task)
             if channel is not None:
                 data = channel("to_client", i, data)
             received[i] += len(data)
@@ -269,6 +279,7 @@ def run_secure_aggregation(
                 rejected.add(i)  # refused message: the sender is a dropout
             finally:
                 server_time += time.perf_counter() - t2
+        bar.finish(task)
         t3 = time.perf_counter()
         try:
             outbox = {i: m.to_bytes() for i, m in server.advance().items()}
