@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -117,10 +118,13 @@ class FedstatsGroup(TyperGroup):
         """Invoke the subcommand, translating library parameter names into its flags.
 
         A closed standard output, a vanished pipe reader and exhausted memory become one-line errors too
-        (exit 2), never a traceback or click's silent exit 1.
+        (exit 2), never a traceback or click's silent exit 1; Ctrl-C is one ``aborted`` line (exit 130).
         """
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # typer turns an interrupt into a silent exit 130; make it the one "aborted" line instead
+            raise typer.Abort() from None
         except MemoryError:
             raise ResourceLimitError(
                 "the machine ran out of memory for this request (reduce the number of clients, the "
@@ -351,31 +355,55 @@ def check_interval(state: CliState, payload: dict[str, Any], *, n_clients: int |
     )
 
 
-SECONDS_PER_CLIENT = 1e-6
-"""Measured per-client time of the per-client routes (serial, process, dask; one core): 2 * 10^6 simulated
-clients of ``gap`` or ``mean`` take about 1-2 s on this project's 2-core test machine."""
+CALIBRATION_CLIENTS = 50_000
+"""Clients in the calibration run of :func:`warn_duration`."""
+
+SLOWEST_SECONDS_PER_CLIENT = 2e-5
+"""An upper bound of the per-client time of every per-client route (one core; the slowest measured, the
+adaptive variance with dask, is about 5x below it): below ``WARN_SECONDS / SLOWEST_SECONDS_PER_CLIENT``
+clients no calibration runs."""
+
+_RATES: dict[str, float] = {}
 
 
-def warn_duration(state: CliState, n_clients: int, *, backend: str, workers: int | None) -> None:
-    """Print :func:`fedstats._resources.duration_warning` on stderr before a long per-client run.
+def warn_duration(
+    state: CliState,
+    n_clients: int,
+    *,
+    backend: str,
+    workers: int | None,
+    probe: Callable[[int], object],
+    key: str,
+) -> None:
+    """Before a long per-client run, warn on stderr with its estimated duration on this machine.
 
-    Nothing is printed with ``--quiet``, on the ``aggregate`` route (closed-form, any number of clients)
-    or when the estimate (``n_clients`` x :data:`SECONDS_PER_CLIENT` / workers) is a few minutes or less.
+    The per-client CPU time is *measured*: ``probe(CALIBRATION_CLIENTS)`` runs the same computation on
+    :data:`CALIBRATION_CLIENTS` clients with the serial engine (cached per process under ``key``), and
+    the estimate is ``n_clients`` x that rate / workers. Nothing runs or prints with ``--quiet``, on the
+    ``aggregate`` route (closed form, any number of clients), or when even the slowest route
+    (:data:`SLOWEST_SECONDS_PER_CLIENT`) would finish within a few minutes.
     """
-    from fedstats._resources import duration_warning
+    from fedstats._resources import WARN_SECONDS, duration_warning
 
     if state.quiet or backend == "aggregate":
         return
-    seconds = n_clients * SECONDS_PER_CLIENT / max(1, workers or 1)
+    parallel = max(1, workers or 1)
+    if n_clients * SLOWEST_SECONDS_PER_CLIENT / parallel <= WARN_SECONDS:
+        return
+    rate = _RATES.get(key)
+    if rate is None:
+        t0 = time.process_time()
+        probe(CALIBRATION_CLIENTS)
+        rate = _RATES[key] = (time.process_time() - t0) / CALIBRATION_CLIENTS
     message = duration_warning(
-        seconds, what=f"{n_clients} simulated clients on the {backend} route"
+        n_clients * rate / parallel, what=f"{n_clients} simulated clients on the {backend} route"
     )
     if message is not None:
         typer.echo(message, err=True)
 
 
 class RichProgress:
-    """A :class:`fedstats.engine.progress.Progress` drawn as rich progress bars on stderr."""
+    """A :class:`fedstats.progress.Progress` drawn as rich progress bars on stderr."""
 
     def __init__(self, bar: RichProgressBar) -> None:
         self._bar = bar

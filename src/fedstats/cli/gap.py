@@ -129,7 +129,28 @@ def gap(
             raise ParameterError("--pair", pair, "two group labels separated by a comma")
         pair_labels = parts
     if clients is not None and clients > 0:
-        warn_duration(state, clients, backend=backend, workers=workers)
+
+        def probe(n: int) -> object:
+            from fedstats.engine import Engine
+            from fedstats.randomness import RandomSource
+
+            return measure_payload(
+                df[group_column].to_numpy(),
+                values,
+                mechanism=mechanism,
+                epsilon=epsilon,
+                accounting=accounting,
+                scale=scale,
+                pair=pair_labels,
+                estimate_sizes=estimate_sizes,
+                n_clients=n,
+                engine=Engine(randomness=RandomSource(0)),
+                confidence=confidence,
+            )
+
+        warn_duration(
+            state, clients, backend=backend, workers=workers, probe=probe, key=f"gap {mechanism}"
+        )
     with (
         progress_for(state) as progress,
         engine_for(

@@ -157,9 +157,29 @@ def _run(
         if clients < 1:
             raise ParameterError("--clients", clients, "an integer >= 1")
         pop = ResampledPopulation({column: values}, clients)
-        warn_duration(state, clients, backend=route["backend"], workers=route["workers"])
     # only the options the user gave: the library refuses options a method does not use
     given = {k: v for k, v in options.items() if v is not None}
+    run = bitpushing_mean if kind == "mean" else bitpushing_variance
+    if clients is not None:
+
+        def probe(n: int) -> object:
+            from fedstats.engine import Engine
+            from fedstats.randomness import RandomSource
+
+            small = ResampledPopulation({column: values}, n)
+            serial = Engine(randomness=RandomSource(0))
+            return run(
+                small, enc, method=method, column=column, epsilon=epsilon, engine=serial, **given
+            )
+
+        warn_duration(
+            state,
+            clients,
+            backend=route["backend"],
+            workers=route["workers"],
+            probe=probe,
+            key=f"{kind} {method}",
+        )
     with progress_for(state) as progress, engine_for(state, progress, **route) as engine:
         common: dict[str, Any] = {
             "method": method,
@@ -170,7 +190,6 @@ def _run(
             "shuffle": not isinstance(pop, Population),
             **given,
         }
-        run = bitpushing_mean if kind == "mean" else bitpushing_variance
         try:
             result: Any = run(pop, enc, **common)
         except DataError as exc:  # the library names its parameter; say the flag

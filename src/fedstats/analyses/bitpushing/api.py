@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedstats._validation import check_finite_array
+from fedstats._validation import check_finite_array, check_real
 from fedstats.analyses._api import charging, resolve
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.protocol import (
@@ -350,6 +350,8 @@ def mean(
     BudgetExceededError
         If the ledger or the bit meter refuses the request (nothing is charged then).
     """
+    # refused before the (possibly long) truth scan and rounds, not after them
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)
     n = pop.n_clients
@@ -416,6 +418,8 @@ def variance(
     BudgetExceededError
         If the ledger or the bit meter refuses either stage (nothing is charged then).
     """
+    # refused before the (possibly long) truth scan and rounds, not after them
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)
     n = pop.n_clients
