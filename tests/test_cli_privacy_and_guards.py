@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from fedstats.cli import _common
 from fedstats.cli.app import app
 
 runner = CliRunner()
@@ -94,24 +96,66 @@ def test_secagg_sizes_beyond_memory_are_refused() -> None:
     assert "--length" in msg and "needs about" in msg
 
 
-def test_long_per_client_runs_warn_and_quiet_or_aggregate_does_not(gap_csv: Path) -> None:
-    # --confidence 2 fails right after the warning: nothing long actually runs
+def test_long_per_client_runs_warn_from_a_measured_rate(
+    gap_csv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warning's estimate comes from a calibration run of the same computation on this machine; the
+    long run itself is stopped at once (a fake Ctrl-C) so the test stays short."""
+    import fedstats.cli.gap as gap_cli
+
+    real = gap_cli.measure_payload
+    seen: list[int] = []
+
+    def measure(*args: object, **kwargs: object) -> object:
+        n = kwargs["n_clients"]
+        assert isinstance(n, int)
+        seen.append(n)
+        if n > 10**6:
+            raise KeyboardInterrupt  # the user stops the long run
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gap_cli, "measure_payload", measure)
+    monkeypatch.setattr(_common, "_RATES", {})  # another test in this process may have calibrated
     base = ["gap", str(gap_csv), "--group-column", "g", "--value-column", "v"]
     base += ["--clients", str(10**12)]
-    bad = ["--confidence", "2"]
-    res = runner.invoke(app, [*base, *bad])
-    assert res.exit_code == 2
+    res = runner.invoke(app, base)
+    assert res.exit_code == 130
     lines = res.stderr.strip().splitlines()
-    assert lines[0].startswith("warning:") and "days" in lines[0] and "aggregate" in lines[0]
-    assert lines[-1].startswith("error:")
-    for extra in (["--backend", "aggregate"],):
-        res = runner.invoke(app, [*base, *bad, *extra])
-        assert not res.stderr.startswith("warning:"), res.stderr
-    res = runner.invoke(app, ["--quiet", *base, *bad])
-    assert not res.stderr.startswith("warning:"), res.stderr
-    # a small run says nothing
-    res = runner.invoke(app, [*base[:-1], "1000", *bad])
-    assert not res.stderr.startswith("warning:")
+    assert (
+        re.search(r"^warning: .* about [0-9.]+ (h|days) ", lines[0]) and "aggregate" in lines[0]
+    ), lines
+    assert seen == [_common.CALIBRATION_CLIENTS, 10**12]  # calibrated once, then the run
+    # cached per process: a second run does not calibrate again
+    seen.clear()
+    assert runner.invoke(app, base).exit_code == 130 and seen == [10**12]
+    for extra in (["--backend", "aggregate"], ["--clients", "1000"]):
+        seen.clear()
+        res = runner.invoke(app, [*base, *extra])
+        assert "warning" not in res.stderr, res.stderr
+        assert len(seen) == 1 and _common.CALIBRATION_CLIENTS not in seen  # nothing calibrated
+    seen.clear()
+    res = runner.invoke(app, ["--quiet", *base])
+    assert res.exit_code == 130 and "warning" not in res.stderr and seen == [10**12]
+
+
+def test_the_duration_estimate_scales_the_measured_rate() -> None:
+    import time
+
+    def busy(n: int) -> None:  # about 1 microsecond of CPU per client
+        t0 = time.process_time()
+        while time.process_time() - t0 < n * 1e-6:
+            pass
+
+    state = _common.CliState()
+    with pytest.MonkeyPatch.context() as mp:
+        msgs: list[str] = []
+        mp.setattr(_common.typer, "echo", lambda m, err=False: msgs.append(m))
+        _common.warn_duration(state, 10**10, backend="serial", workers=None, probe=busy, key="t")
+        _common.warn_duration(state, 10**10, backend="dask", workers=100, probe=busy, key="t")
+    # 10^10 clients x 1 us = 2.8 h on one core; with 100 workers about 100 s: no warning
+    assert len(msgs) == 1, msgs
+    hours = float(msgs[0].split("about ")[1].split(" h ")[0])
+    assert 2.7 <= hours <= 4.0, msgs[0]
 
 
 def _run_json(args: list[str]) -> tuple[dict[str, object], str]:
@@ -167,3 +211,38 @@ def test_alpha_out_of_range_and_heavy_dropout() -> None:
                         "--clients", "200", "--dropout", "0.99"])  # fmt: skip
     assert any("unreliable" in w for w in d["details"]["warnings"])  # type: ignore[index]
     assert "unreliable" in err
+
+
+def test_an_invalid_confidence_is_refused_before_a_long_run() -> None:
+    """--confidence is checked before the truth scan and the rounds of 10^11 clients (it once ran them)."""
+    args = ["mean", "adult", "--column", "age", "--low", "0", "--high", "128", "--epsilon", "1"]
+    res = runner.invoke(app, ["--quiet", *args, "--clients", str(10**11), "--confidence", "2"])
+    assert res.exit_code == 2 and res.stderr.startswith("error: --confidence"), res.stderr
+
+
+@pytest.mark.parametrize("backend", ["dask", "process"])
+def test_ctrl_c_during_a_parallel_run_exits_130_with_one_line(gap_csv: Path, backend: str) -> None:
+    """SIGINT to a real ``fedstats gap`` process while its workers run: exit 130 and a single stderr line
+    (no traceback from the scheduler or the workers), within a bounded time."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    exe = str(Path(sys.executable).with_name("fedstats"))
+    args = [exe, "--quiet", "gap", str(gap_csv), "--group-column", "g", "--value-column", "v"]
+    args += ["--epsilon", "2", "--clients", str(10**10), "--backend", backend, "--workers", "2"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(12)  # imports, workers started, rounds running (10^10 clients take hours)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = err.decode()
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text, text
+    assert text.strip().splitlines() == ["aborted"], text

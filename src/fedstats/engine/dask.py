@@ -15,9 +15,13 @@ resubmitted (up to ``max_retries`` times). Each backend counts retries in :attr:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from types import TracebackType
@@ -27,10 +31,10 @@ import numpy as np
 
 from fedstats._validation import check_int
 from fedstats.engine.backends import RoundJob, add_exact, sum_shard
-from fedstats.engine.progress import NullProgress, Progress
 from fedstats.engine.rounds import RoundSum
 from fedstats.engine.routes import register_backend
 from fedstats.errors import FedstatsError, ParameterError, ProtocolAbortError
+from fedstats.progress import NullProgress, Progress
 
 __all__ = ["DaskBackend", "ProcessPoolBackend"]
 
@@ -47,6 +51,31 @@ def _lost_attempts(keys: list[Any], dask_scheduler: Any = None) -> int:
     """On the scheduler: how many times the given tasks were lost with a dying worker (re-run since)."""
     tasks = dask_scheduler.tasks
     return int(sum(tasks[k].suspicious for k in keys if k in tasks))
+
+
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[Callable[[], None]]:
+    """Hold Ctrl-C until the caller's next check, then raise ``KeyboardInterrupt`` there.
+
+    A ``KeyboardInterrupt`` raised inside ``concurrent.futures.wait`` can leave a future's lock held, and
+    the executor's shutdown then waits on it for ever; polling with a timeout and raising between waits
+    keeps the interrupt outside the executor's locks. Outside the main thread nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    hits: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _: hits.append(signum))
+
+    def check() -> None:
+        if hits:
+            raise KeyboardInterrupt
+
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        check()
 
 
 _TRIM_VAR = "MALLOC_TRIM_THRESHOLD_"
@@ -255,11 +284,19 @@ class ProcessPoolBackend:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(abandon=exc_type is not None)
 
-    def close(self) -> None:
-        """Shut the pool down, cancelling queued shards."""
+    def close(self, *, abandon: bool = False) -> None:
+        """Shut the pool down, cancelling queued shards.
+
+        With ``abandon`` (the ``with`` block ended in an error or Ctrl-C) the workers are terminated rather
+        than waited for: a shard already running can take many seconds, and its sum would be discarded.
+        """
         if self._pool is not None:
+            if abandon:
+                # the executor has no public way to stop running tasks (Python 3.14 adds terminate_workers)
+                for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+                    proc.terminate()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
@@ -276,38 +313,56 @@ class ProcessPoolBackend:
         progress.start(task, len(job.blocks()))
         total = job.zero_total()
         failures = 0
-        while pending:
-            pool = self._executor()
-            futures: dict[Future[np.ndarray], tuple[int, int]] = {
-                pool.submit(sum_shard, job, a, b): (a, b) for a, b in pending
-            }
-            broken = False
-            not_done = set(futures)
-            while not_done:
-                done, not_done = wait(not_done, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    try:
-                        part = fut.result()
-                    except BrokenProcessPool:
-                        broken = True
-                        continue
-                    total = add_exact(total, part)
-                    a, b = futures[fut]
-                    pending.remove((a, b))
-                    progress.advance(task, b - a)
-            if broken:
-                failures += 1
-                self.retries += len(pending)
-                if self._pool is not None:
-                    self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-                if failures > self.max_retries:
-                    raise ProtocolAbortError(
-                        f"workers died {failures} times in round {job.round_index}; "
-                        f"{len(pending)} shard(s) unfinished (max_retries={self.max_retries})"
-                    )
+        with _deferred_interrupt() as interrupted:
+            while pending:
+                total, failures = self._attempt(
+                    job, pending, total, failures, progress, interrupted
+                )
         progress.finish(task)
         return RoundSum(total, job.n_clients)
+
+    def _attempt(
+        self,
+        job: RoundJob,
+        pending: list[tuple[int, int]],
+        total: np.ndarray,
+        failures: int,
+        progress: Progress,
+        interrupted: Callable[[], None],
+    ) -> tuple[np.ndarray, int]:
+        """Submit the pending shards to one pool and collect them; rebuild the pool if it broke."""
+        task = f"round {job.round_index} ({job.round.name})"
+        pool = self._executor()
+        futures: dict[Future[np.ndarray], tuple[int, int]] = {
+            pool.submit(sum_shard, job, a, b): (a, b) for a, b in pending
+        }
+        broken = False
+        not_done = set(futures)
+        while not_done:
+            interrupted()
+            done, not_done = wait(not_done, timeout=0.25, return_when=FIRST_COMPLETED)
+            for fut in done:
+                try:
+                    part = fut.result()
+                except BrokenProcessPool:
+                    broken = True
+                    continue
+                total = add_exact(total, part)
+                a, b = futures[fut]
+                pending.remove((a, b))
+                progress.advance(task, b - a)
+        if broken:
+            failures += 1
+            self.retries += len(pending)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+            if failures > self.max_retries:
+                raise ProtocolAbortError(
+                    f"workers died {failures} times in round {job.round_index}; "
+                    f"{len(pending)} shard(s) unfinished (max_retries={self.max_retries})"
+                )
+        return total, failures
 
     def bits_per_entry(self, job: RoundJob) -> int:
         """Same wire size as the serial route."""
