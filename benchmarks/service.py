@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from _util import write_results
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.randomness import RandomSource
 from fedstats.service import auth, wire
@@ -236,18 +237,20 @@ def bench(db: str, n: int, procs: int, root: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Run the benchmark and print one JSON line per database."""
+    """Run the benchmark, print one JSON line per database, write ``results/service.json``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=int, default=10000)
     p.add_argument("--procs", type=int, default=4)
     p.add_argument("--db", choices=["sqlite", "postgresql", "both"], default="both")
     a = p.parse_args()
+    rows: list[dict[str, Any]] = []
     for kind in ["sqlite", "postgresql"] if a.db == "both" else [a.db]:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             if kind == "sqlite":
                 db = f"sqlite:///{root / 'bench.db'}"
-                print(json.dumps(bench(db, a.clients, a.procs, root)), flush=True)
+                rows.append(bench(db, a.clients, a.procs, root))
+                print(json.dumps(rows[-1]), flush=True)
                 continue
             import uuid
 
@@ -259,15 +262,22 @@ def main() -> None:
                     "host=127.0.0.1 port=5432 dbname=test user=postgres", autocommit=True
                 )
             except psycopg.OperationalError as exc:
-                print(json.dumps({"db": "postgresql", "skipped": str(exc)}))
+                rows.append({"db": "postgresql", "skipped": str(exc)})
+                print(json.dumps(rows[-1]), flush=True)
                 continue
             conn.execute(f"CREATE SCHEMA {schema}")
             try:
                 db = f"{PG}?options=-csearch_path%3D{schema}"
-                print(json.dumps(bench(db, a.clients, a.procs, root)), flush=True)
+                rows.append(bench(db, a.clients, a.procs, root))
+                print(json.dumps(rows[-1]), flush=True)
             finally:
                 conn.execute(f"DROP SCHEMA {schema} CASCADE")
                 conn.close()
+    out = write_results(
+        "service",
+        {"command": " ".join(["python", "benchmarks/service.py", *sys.argv[1:]]), "runs": rows},
+    )
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

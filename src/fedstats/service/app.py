@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -463,7 +464,41 @@ def create_app(
         ]
 
     # -- client side (signed requests; not part of the admin OpenAPI description)
-    def _verify(method: str, path: str, headers: Any, body: bytes, public_key: str | None) -> str:
+    # enrolled clients: id -> (public key, not_after, population); rows never change once stored
+    known: dict[str, tuple[str, float, str]] = {}
+
+    def _client(cid: str) -> tuple[str, float, str] | None:
+        got = known.get(cid)
+        if got is None:
+            with store.session() as s:
+                c = s.get(Client, cid)
+            if c is None:
+                return None
+            got = (c.public_key, float(c.not_after), c.population)
+            if len(known) > 100_000:
+                known.clear()
+            known[cid] = got
+        return got
+
+    def _enrolled(cid: str) -> tuple[str, float, str]:
+        """The enrolled row of a client whose request was just verified (the cache may have been cleared)."""
+        c = _client(cid)
+        if c is None:  # pragma: no cover - rows are never deleted
+            raise HTTPException(401, "unknown client")
+        return c
+
+    async def enrolled(cid: str) -> tuple[str, float, str]:
+        got = known.get(cid)
+        return got if got is not None else await run_in_threadpool(_enrolled, cid)
+
+    def _verify(
+        method: str, path: str, headers: Any, body: bytes, public_key: str | None
+    ) -> tuple[str, Nonce | None]:
+        """Check a signed request; return the client id and the nonce row to record.
+
+        For a state-changing request the handler adds the nonce row in the transaction of the
+        request's effect (single use); for a GET it is None.
+        """
         cid = headers.get(auth.HEADER_CLIENT)
         ts = headers.get(auth.HEADER_TIMESTAMP)
         nonce = headers.get(auth.HEADER_NONCE)
@@ -477,35 +512,42 @@ def create_app(
         if abs(time.time() - t) > cfg.replay_window:
             raise HTTPException(401, "timestamp outside the replay window")
         if public_key is None:
-            with store.session() as s:
-                c = s.get(Client, cid)
+            c = _client(cid)
             if c is None:
                 raise HTTPException(401, "unknown client")
-            if c.not_after < time.time():
+            if c[1] < time.time():
                 raise HTTPException(401, "client certificate expired")
-            public_key = c.public_key
+            public_key = c[0]
         try:
             auth.verify_signature(
                 public_key, auth.signing_payload(method, path, ts, nonce, body), sig
             )
         except SecurityError:
             raise HTTPException(401, "bad signature") from None
-        if method != "GET":
-            # state-changing requests are single-use: the nonce is recorded inside the window. GETs are
-            # read-only (a replay learns nothing TLS did not already protect), so polls cost no write.
-            try:
-                with store.session() as s, s.begin():
-                    s.add(Nonce(client_id=cid, nonce=nonce, ts=t))
-            except IntegrityError:
-                raise HTTPException(401, "replayed request (nonce already used)") from None
-        return str(cid)
+        # state-changing requests are single-use: the nonce is recorded inside the window, in the
+        # transaction of the request's effect (one commit, and a request cut off before its effect
+        # committed leaves its nonce unused for the retry). GETs are read-only (a replay learns nothing
+        # TLS did not already protect), so polls cost no write.
+        return str(cid), (None if method == "GET" else Nonce(client_id=cid, nonce=nonce, ts=t))
 
-    async def signed(request: Request, public_key: str | None = None) -> tuple[str, bytes]:
+    def _use(s: Session, nonce: Nonce | None) -> None:
+        """Record ``nonce`` in the open transaction of ``s``, or refuse the request as a replay."""
+        if nonce is None:
+            return
+        try:
+            with s.begin_nested():
+                s.add(nonce)
+        except IntegrityError:
+            raise HTTPException(401, "replayed request (nonce already used)") from None
+
+    async def signed(
+        request: Request, public_key: str | None = None
+    ) -> tuple[str, bytes, Nonce | None]:
         body = await request.body()
-        cid = await run_in_threadpool(
+        cid, nonce = await run_in_threadpool(
             _verify, request.method, request.url.path, request.headers, body, public_key
         )
-        return cid, body
+        return cid, body, nonce
 
     def _json(body: bytes) -> Any:
         try:
@@ -534,7 +576,7 @@ def create_app(
             raise HTTPException(401, str(exc)) from None
         if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
             raise HTTPException(401, "client id does not match the certificate")
-        await run_in_threadpool(
+        _, nonce = await run_in_threadpool(
             _verify,
             request.method,
             request.url.path,
@@ -545,6 +587,7 @@ def create_app(
 
         def store_client() -> None:
             with store.session() as s, s.begin():
+                _use(s, nonce)
                 c = s.get(Client, cert.body["client_id"])
                 if c is not None and c.public_key != cert.body["public_key"]:
                     raise SecurityError("a different key is enrolled under this client id")
@@ -565,30 +608,29 @@ def create_app(
 
     @app.get("/v1/client/work", include_in_schema=False)
     async def work(request: Request) -> dict[str, Any]:
-        cid, _ = await signed(request)
+        cid, _, _ = await signed(request)
+        c = await enrolled(cid)
 
         def get() -> dict[str, Any]:
             with store.session() as s:
-                c = s.get(Client, cid)
-                assert c is not None
-                return runs.client_work(s, cid, c.population)
+                return runs.client_work(s, cid, c[2])
 
         return dict(await threaded(get))
 
     @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
     async def checkin(run_id: str, request: Request) -> dict[str, Any]:
-        cid, body = await signed(request)
+        cid, body, nonce = await signed(request)
         data = _json(body)
         records = data.get("records") if isinstance(data, dict) else None
         if not isinstance(records, int) or isinstance(records, bool):
             raise HTTPException(422, "records must be an integer")
+        population = (await enrolled(cid))[2]
 
         def go() -> dict[str, Any]:
             with store.session() as s, s.begin():
-                c = s.get(Client, cid)
-                assert c is not None
+                _use(s, nonce)
                 conf = runs.task_config(s, runs._run(s, run_id).task_id)
-                if conf["privacy"]["population"] != c.population:
+                if conf["privacy"]["population"] != population:
                     raise SecurityError("this run is for another population")
                 return runs.checkin(s, run_id, cid, records)
 
@@ -596,13 +638,14 @@ def create_app(
 
     @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", include_in_schema=False)
     async def report(run_id: str, index: int, request: Request) -> dict[str, Any]:
-        cid, body = await signed(request)
+        cid, body, nonce = await signed(request)
         data = _json(body)
         if not isinstance(data, dict) or not isinstance(data.get("count"), int):
             raise HTTPException(422, "body must be {vector: [int], count: int}")
 
         def go() -> bool:
             with store.session() as s, s.begin():
+                _use(s, nonce)
                 return runs.submit_report(s, run_id, index, cid, data.get("vector"), data["count"])
 
         new = await threaded(go)

@@ -96,6 +96,14 @@ _SPECS = (
         bits="bits_per_client",
     ),
     AnalysisSpec(
+        "bitpushing-variance",
+        1,
+        f"{_HERE}:_bitpushing_variance",
+        frozenset({f"{_BP}:encode_bits"}),
+        "local",
+        bits="bits_per_client",
+    ),
+    AnalysisSpec(
         "performance-gap",
         1,
         f"{_HERE}:_performance_gap",
@@ -217,6 +225,31 @@ def _exact_mean(
     )
 
 
+def _bitpushing_stage(
+    params: dict[str, Any], epsilon: Any, extra: set[str]
+) -> tuple[Any, Any, str]:
+    """Check the parameters of a bit-pushing task; return (stage, encoding, method)."""
+    from fedstats.analyses.bitpushing.encoding import BitEncoding
+    from fedstats.analyses.bitpushing.protocol import make_stage
+
+    keys = {"column", "low", "high", "resolution", "bit_depth", "method", "bits_per_client"}
+    _only(params, keys | {"round1_fraction"} | extra)
+    enc = BitEncoding(
+        float(params["low"]),
+        float(params["high"]),
+        resolution=float(params.get("resolution", 1.0)),
+        bit_depth=params.get("bit_depth"),
+    )
+    method = str(params.get("method", "adaptive"))
+    options: dict[str, Any] = {
+        "epsilon": epsilon,
+        "bits_per_client": int(params.get("bits_per_client", 1)),
+    }
+    if "round1_fraction" in params:
+        options["round1_fraction"] = float(params["round1_fraction"])
+    return make_stage(method, **options), enc, method
+
+
 def _bitpushing_mean(
     params: dict[str, Any],
     *,
@@ -231,31 +264,44 @@ def _bitpushing_mean(
     (``"adaptive"`` default, ``"weighted"``, ``"basic"``), ``bits_per_client``, ``round1_fraction``.
     The public seed of the allocation comes from the run's randomness.
     """
-    from fedstats.analyses.bitpushing.encoding import BitEncoding
-    from fedstats.analyses.bitpushing.protocol import make_stage, mean_protocol
+    from fedstats.analyses.bitpushing.protocol import mean_protocol
 
-    keys = {"column", "low", "high", "resolution", "bit_depth", "method", "bits_per_client"}
-    _only(params, keys | {"round1_fraction"})
-    enc = BitEncoding(
-        float(params["low"]),
-        float(params["high"]),
-        resolution=float(params.get("resolution", 1.0)),
-        bit_depth=params.get("bit_depth"),
-    )
-    method = str(params.get("method", "adaptive"))
-    options: dict[str, Any] = {
-        "epsilon": epsilon,
-        "bits_per_client": int(params.get("bits_per_client", 1)),
-    }
-    if "round1_fraction" in params:
-        options["round1_fraction"] = float(params["round1_fraction"])
+    stage, enc, method = _bitpushing_stage(params, epsilon, set())
     return mean_protocol(
-        make_stage(method, **options),
+        stage,
         str(params.get("column", "value")),
         enc,
         n_clients,
         method=method,
         public_seed=randomness.public_seed("bitpushing"),
+    )
+
+
+def _bitpushing_variance(
+    params: dict[str, Any],
+    *,
+    n_clients: int,
+    epsilon: Any,
+    delta: Any,
+    randomness: Any,
+) -> Any:
+    """Bit-pushing variance (Cormode & Markov 2021, Sec. 4): a mean stage, then squared deviations.
+
+    Parameters: as ``bitpushing-mean``, plus ``mean_fraction`` (share of the cohort in the mean stage,
+    in (0, 1), default 0.2). Each device's records take part in one stage only; with the adaptive
+    method the task runs four rounds (two per stage).
+    """
+    from fedstats.analyses.bitpushing.protocol import variance_protocol
+
+    stage, enc, method = _bitpushing_stage(params, epsilon, {"mean_fraction"})
+    return variance_protocol(
+        stage,
+        str(params.get("column", "value")),
+        enc,
+        n_clients,
+        method=method,
+        mean_fraction=float(params.get("mean_fraction", 0.2)),
+        public_seed=randomness.public_seed("bitpushing", "variance"),
     )
 
 
