@@ -284,6 +284,25 @@ def chi2(
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     shard_size: ShardSizeOption = 1 << 20,
+    epsilon: Annotated[
+        float | None,
+        typer.Option(
+            "--epsilon",
+            help="Central DP: discrete Gaussian noise on both secure sums, total epsilon in (0, inf) "
+            "(with --delta; --test chi2 only). Default: no DP noise.",
+        ),
+    ] = None,
+    delta: Annotated[
+        float | None, typer.Option("--delta", help="Total delta in (0, 1), with --epsilon.")
+    ] = None,
+    max_records: Annotated[
+        int | None,
+        typer.Option(
+            "--max-records",
+            help="With --epsilon: the most records one client may hold (bounds the sensitivity; "
+            "default the most any client holds in the data).",
+        ),
+    ] = None,
     json_flag: JsonOption = False,
     seed: SeedOption = None,
     data_dir: DataDirOption = None,
@@ -297,6 +316,12 @@ def chi2(
         raise ParameterError("--test", test, "'chi2' or 'g'")
     if encoding_size < 2:
         raise ParameterError("--encoding-size", encoding_size, "an integer >= 2")
+    if (epsilon is None) != (delta is None):
+        raise ParameterError("--epsilon/--delta", (epsilon, delta), "both given, or neither")
+    if epsilon is not None and test != "chi2":
+        raise ParameterError("--epsilon", epsilon, "no value with --test g (DP noise: chi2 only)")
+    if max_records is not None and epsilon is None:
+        raise ParameterError("--max-records", max_records, "no value without --epsilon")
     df = load_frame(data, state.data_dir, split)
     _check_column(df, "--x", x, data)
     _check_column(df, "--y", y, data)
@@ -304,8 +329,9 @@ def chi2(
     assign, n = _assignment(df, data, client_column, clients, state)
     cells = _codes(df, x)[1] * _codes(df, y)[1]
     big = n * cells > _MAX_TABLE_ENTRIES
-    if big and test != "chi2":
-        raise ParameterError("--clients", n, f"at most {_MAX_TABLE_ENTRIES // cells} with --test g")
+    if big and (test != "chi2" or epsilon is not None):
+        what = "--test g" if test != "chi2" else "--epsilon"
+        raise ParameterError("--clients", n, f"at most {_MAX_TABLE_ENTRIES // cells} with {what}")
     _check_projection_memory(encoding_size, cells, 1 if big else n)
     # too many clients x cells to hold every client's table: the global table and the fast path
     tables = _tables(df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights)
@@ -347,6 +373,9 @@ def chi2(
                     engine=engine,
                     randomness=randomness,
                     drop_empty=drop_empty,
+                    epsilon=epsilon,
+                    delta=delta,
+                    max_records=max_records,
                     **common,
                 )
             else:
@@ -369,7 +398,7 @@ def chi2(
         "y": y,
         "shape": list(tables.shape[1:]),
         "route": route,
-        "privacy": NO_DP_NOTE,
+        "privacy": NO_DP_NOTE if epsilon is None else _dp_note(res),
         **{k: v for k, v in out.items() if k not in ("details", "test")},
         "details": _lean(out.get("details", {})),
     }
@@ -403,14 +432,27 @@ def chi2(
                 f"{payload['bytes_per_client']} (whole table: {payload['bytes_full_table']})",
             ),
         ]
+        if epsilon is not None:
+            rows.insert(3, ("p-value with sketch and DP noise", f"{payload['p_value_sketch']:.4g}"))
         for k, v in rows:
             t.add_row(k, v)
         console.print(t)
-        console.print(f"privacy: {NO_DP_NOTE}")
+        console.print(f"privacy: {payload['privacy']}")
         if payload.get("release_note"):
             console.print(f"[dim]{payload['release_note']}[/dim]")
 
     emit(state, payload, render)
+
+
+def _dp_note(res: Any) -> str:
+    """What a run with ``--epsilon`` released, in one sentence (text output and JSON ``privacy``)."""
+    p = res.details["privacy"]
+    return (
+        f"({res.epsilon:.4g}, {res.delta:.3g})-DP: central discrete Gaussian noise on the marginals "
+        f"(sigma {p['sigma_marginals']:.3g} counts) and on the projection (sigma "
+        f"{p['sigma_projection']:.3g}), one client's table of at most {p['max_records']} records "
+        "replaced; statistic, interval and p-values account for the noise"
+    )
 
 
 def entropy(

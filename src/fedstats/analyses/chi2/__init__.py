@@ -13,6 +13,8 @@ The package follows the analysis contract (``docs/architecture.md``):
 * :mod:`~fedstats.analyses.chi2.estimator`: the one decoder and result (:class:`Chi2Result`);
 * :mod:`~fedstats.analyses.chi2.calibration`: the sketch-aware p-value and batch decoding;
 * :mod:`~fedstats.analyses.chi2.api`: :func:`fed_chi2`, the one-call wrapper (with the exact test);
+* :mod:`~fedstats.analyses.chi2.privacy`: optional central DP (:func:`plan_chi2_privacy`, discrete
+  Gaussian noise on both sums; ours, not in the paper);
 * :mod:`~fedstats.analyses.chi2.simulate`: :func:`simulate_fed_chi2` and :func:`simulate_decoded`, the
   fast path, tested against the protocol.
 
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     )
     from fedstats.analyses.chi2.client import encode_marginals, encode_projection, expected_counts
     from fedstats.analyses.chi2.estimator import Chi2Result, chi_square_statistic
+    from fedstats.analyses.chi2.privacy import Chi2Privacy, plan_chi2_privacy
     from fedstats.analyses.chi2.protocol import fed_chi2_protocol
     from fedstats.analyses.chi2.simulate import SPLITS, simulate_decoded, simulate_fed_chi2
 
@@ -64,6 +67,8 @@ _WHERE = {
     "sketch_noise_quantiles": "calibration",
     "sketched_p_value": "calibration",
     "fed_chi2_protocol": "protocol",
+    "Chi2Privacy": "privacy",
+    "plan_chi2_privacy": "privacy",
     "SPLITS": "simulate",
     "simulate_decoded": "simulate",
     "simulate_fed_chi2": "simulate",
@@ -72,6 +77,7 @@ _WHERE = {
 __all__ = [
     "DECODERS",
     "SPLITS",
+    "Chi2Privacy",
     "Chi2Result",
     "batch_decode",
     "chi_square_statistic",
@@ -81,6 +87,7 @@ __all__ = [
     "fed_chi2",
     "fed_chi2_protocol",
     "noise_averaged_p_value",
+    "plan_chi2_privacy",
     "simulate_decoded",
     "simulate_fed_chi2",
     "sketch_noise_quantiles",

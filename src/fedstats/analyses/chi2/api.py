@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from fedstats._validation import check_real
-from fedstats.analyses._api import resolve
+from fedstats.analyses._api import charging, resolve
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
     attach_truth,
@@ -14,11 +14,13 @@ from fedstats.analyses.chi2.estimator import (
     check_options,
     chi_square_statistic,
 )
+from fedstats.analyses.chi2.privacy import plan_chi2_privacy
 from fedstats.analyses.chi2.protocol import fed_chi2_protocol
 from fedstats.analyses.seed_agreement import resolve_projection_seed
 from fedstats.engine.core import Dropout, Engine
 from fedstats.engine.populations import InMemoryPopulation
 from fedstats.errors import ParameterError
+from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 
 __all__ = ["fed_chi2", "with_dropout"]
@@ -63,14 +65,20 @@ def fed_chi2(
     drop_empty: bool = False,
     projection_seed: int | None = None,
     max_cell: int | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    max_records: int | None = None,
+    round1_fraction: float = 0.5,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
+    ledger: PrivacyLedger | None = None,
 ) -> Chi2Result:
     """Run FED-chi^2 on clients' tables through the engine and compare with the exact test.
 
-    Pang et al. 2023, Algorithm 2 (:func:`~fedstats.analyses.chi2.protocol.fed_chi2_protocol`). FED-chi^2
-    releases no differentially private value (the server learns the marginals and the sketch), so there is
-    no ``ledger`` to charge.
+    Pang et al. 2023, Algorithm 2 (:func:`~fedstats.analyses.chi2.protocol.fed_chi2_protocol`). Without
+    ``epsilon`` FED-chi^2 releases no differentially private value (the server learns the marginals and the
+    sketch) and charges nothing; with ``epsilon`` and ``delta`` the server adds discrete Gaussian noise to
+    both sums (:mod:`fedstats.analyses.chi2.privacy`) and ``ledger`` is charged once, before the run.
 
     Parameters
     ----------
@@ -87,11 +95,21 @@ def fed_chi2(
     max_cell : int, optional
         Declared bound on one client's cell; default the largest cell in ``tables`` (simulation only: a
         deployment declares it).
+    epsilon, delta : float, optional
+        Central DP budget of the whole run, epsilon in (0, inf) and delta in (0, 1), both or neither.
+    max_records : int, optional
+        With ``epsilon``: declared largest total count of one client's table (>= 1), which bounds the
+        sensitivity; default the largest in ``tables`` (simulation only: a deployment declares it).
+    round1_fraction : float
+        With ``epsilon``: share of the budget (in zCDP) spent on the marginals, in (0, 1).
     engine : Engine, optional
         The route and the clients' randomness (``fedstats.analyses._api``).
     randomness : RandomSource, optional
         The server's: the clients' seed contributions of the agreement come from
-        ``randomness.child("chi2")``. Default ``engine.randomness``.
+        ``randomness.child("chi2")``, the DP noise from ``randomness``. Default ``engine.randomness``.
+    ledger : PrivacyLedger, optional
+        Charged with the run's loss (:meth:`~fedstats.analyses.chi2.privacy.Chi2Privacy.loss`) when
+        ``epsilon`` is given; a refused charge runs nothing and charges nothing.
 
     Returns
     -------
@@ -104,13 +122,26 @@ def fed_chi2(
     DataError
         For negative or non-integer counts, a wrong shape, or an empty row/column.
     ParameterError
-        For out-of-range parameters (e.g. ``encoding_size < 2``).
+        For out-of-range parameters (e.g. ``encoding_size < 2``), or only one of ``epsilon``/``delta``.
+    BudgetExceededError
+        If ``ledger`` refuses the run (nothing is run or charged then).
     """
     t, total = check_client_tables(tables, drop_empty)
     check_options(encoding_size, decoder, bits, confidence, level)
+    n, m_x, m_y = t.shape
+    privacy = None
+    if (epsilon is None) != (delta is None):
+        raise ParameterError("epsilon/delta", (epsilon, delta), "both given, or neither")
+    if epsilon is not None and delta is not None:
+        biggest = int(t.reshape(n, -1).sum(axis=1).max())
+        privacy = plan_chi2_privacy(
+            epsilon=epsilon,
+            delta=delta,
+            max_records=max_records if max_records is not None else max(biggest, 1),
+            round1_fraction=round1_fraction,
+        )
     eng, src = resolve(engine, randomness)
     eng = with_dropout(eng, dropout)
-    n, m_x, m_y = t.shape
     seed = resolve_projection_seed(projection_seed, n, src.child("chi2"))
     proto = fed_chi2_protocol(
         (m_x, m_y),
@@ -122,8 +153,17 @@ def fed_chi2(
         confidence=confidence,
         level=level,
         drop_empty=drop_empty,
+        privacy=privacy,
+        randomness=src,
     )
-    res = eng.run(proto, InMemoryPopulation({"table": t}))
+    with charging(ledger if privacy is not None else None):
+        if ledger is not None and privacy is not None:
+            ledger.spend_loss(
+                privacy.loss(),
+                label="FED-chi^2 marginals and projection (central discrete Gaussian)",
+                clients=range(0, n),
+            )
+        res = eng.run(proto, InMemoryPopulation({"table": t}))
     exact, dof = chi_square_statistic(total)
     res.release_note = src.release_note
     return attach_truth(res, exact, dof)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int
+from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
 from fedstats.sketches.decoders import geometric_mean_estimator, mean_of_squares_estimator
@@ -120,7 +120,9 @@ def noise_averaged_p_value(statistic: Any, dof: int, noise_quantiles: Any) -> An
     return float(res) if res.ndim == 0 else res
 
 
-def sketched_p_value(statistic: Any, dof: int, *, encoding_size: int, decoder: str) -> Any:
+def sketched_p_value(
+    statistic: Any, dof: int, *, encoding_size: int, decoder: str, noise_offset: float = 0.0
+) -> Any:
     """p-value of a sketched chi-square statistic under independence.
 
     Under independence the exact statistic is ``s ~ chi2_dof`` and the decoded one ``s * G`` with ``G`` the
@@ -140,6 +142,10 @@ def sketched_p_value(statistic: Any, dof: int, *, encoding_size: int, decoder: s
     encoding_size : int
         ``l >= 2``.
     decoder : {"mean-of-squares", "geometric"}
+    noise_offset : float
+        ``tau >= 0``: the statistic was decoded from an encoding with independent DP noise of variance
+        ``2 tau`` per coordinate and ``tau`` subtracted (:mod:`fedstats.analyses.chi2.privacy`), so it is
+        ``(s + tau) G - tau`` and ``P(D > x) = E_G[chi2_sf((x + tau) / G - tau, dof)]``. Default 0.
 
     Returns
     -------
@@ -149,10 +155,25 @@ def sketched_p_value(statistic: Any, dof: int, *, encoding_size: int, decoder: s
     Raises
     ------
     ParameterError
-        If ``dof < 1``, ``l < 2`` or the decoder is unknown.
+        If ``dof < 1``, ``l < 2``, the decoder is unknown or ``noise_offset < 0``.
     """
     dof = check_int("dof", dof, low=1)
-    return noise_averaged_p_value(statistic, dof, sketch_noise_quantiles(encoding_size, decoder))
+    tau = check_real("noise_offset", noise_offset, low=0.0, high=math.inf, high_open=True)
+    g = sketch_noise_quantiles(encoding_size, decoder)
+    if tau == 0.0:
+        return noise_averaged_p_value(statistic, dof, g)
+    import scipy.stats  # lazily (import cost)
+
+    x = np.asarray(statistic, dtype=np.float64)
+    flat = x.ravel()
+    out = np.ones(flat.size)
+    for a in range(0, flat.size, 256):
+        xs = flat[a : a + 256]
+        shifted = np.maximum((xs[:, None] + tau) / g[None, :] - tau, 0.0)
+        p = scipy.stats.chi2.sf(shifted, dof).mean(axis=1)
+        out[a : a + 256] = np.where(xs > 0, p, 1.0)
+    res = out.reshape(x.shape)
+    return float(res) if res.ndim == 0 else res
 
 
 def batch_decode(encodings: Any, decoder: str = "mean-of-squares") -> np.ndarray:

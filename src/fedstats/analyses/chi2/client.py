@@ -48,6 +48,10 @@ def _client_tables(batch: ClientBatch, params: Mapping[str, Any]) -> np.ndarray:
         raise DataError(f"client tables must have shape (n, {m_x}, {m_y}), got {t.shape}")
     if (t < 0).any():
         raise DataError("a client's table has a negative count")
+    cap = params.get("max_records")
+    if cap is not None and t.size and int(t.reshape(t.shape[0], -1).sum(axis=1).max()) > int(cap):
+        # the privacy guarantee bounds each client's records: refuse rather than be clipped
+        raise DataError(f"a client's table holds more than the declared max_records={cap} records")
     return t
 
 
@@ -61,7 +65,7 @@ def encode_marginals(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) ->
     batch : ClientBatch
         Column ``params["column"]`` (default ``"table"``) holds the ``(n, m_x, m_y)`` tables.
     params : Mapping
-        ``shape`` = ``(m_x, m_y)``, optional ``column``.
+        ``shape`` = ``(m_x, m_y)``, optional ``column`` and ``max_records`` (with central DP).
     rng : RNG
         Unused: the marginals are sent exactly (the encoder signature is shared by every round).
 
@@ -73,7 +77,7 @@ def encode_marginals(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) ->
     Raises
     ------
     DataError
-        If the tables have the wrong shape or a negative count.
+        If the tables have the wrong shape, a negative count, or more than ``max_records`` records.
     """
     del rng  # exact round: no randomness
     t = _client_tables(batch, params).astype(np.int64)

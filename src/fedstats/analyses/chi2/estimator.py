@@ -329,6 +329,7 @@ def finish(
     decoder: str,
     test: str = "chi2",
     details: dict[str, Any] | None = None,
+    noise_offset: float = 0.0,
 ) -> Chi2Result:
     """Build the result of a decoded statistic: p-values, decision at ``level`` and its stability, cost.
 
@@ -349,6 +350,10 @@ def finish(
     test : {"chi2", "g-test"}
         ``"g-test"`` gives the tag ``"entropy.g_test"`` and reads the p-value without the sketch noise.
     details : dict, optional
+    noise_offset : float
+        ``tau``: the decoded value estimates ``s + tau`` because of central DP noise
+        (:mod:`fedstats.analyses.chi2.privacy`); the statistic and its interval are shifted down by ``tau``
+        and clipped at 0 (post-processing), and the sketch p-value accounts for the noise. Default 0.
 
     Returns
     -------
@@ -356,19 +361,22 @@ def finish(
     """
     import scipy.stats  # lazily (import cost)
 
-    stat = est.estimate
+    tau = float(noise_offset)
+    stat = max(0.0, est.estimate - tau)
     crit = float(scipy.stats.chi2.isf(level, dof))
-    lo, hi = est.ci
+    lo, hi = (max(0.0, c - tau) for c in est.ci)
     return Chi2Result(
         analysis="chi2" if test == "chi2" else "entropy.g_test",
         estimate=stat,
         ci=(lo, hi),
-        standard_error=est.relative_standard_error * stat,
+        standard_error=est.relative_standard_error * est.estimate,
         confidence=est.confidence,
         n_clients=n_clients,
         bytes_per_client=math.ceil((m_x + m_y) * bits / 8) + math.ceil(ell * bits / 8),
         p_value=float(scipy.stats.chi2.sf(stat, dof)),
-        p_value_sketch=float(sketched_p_value(stat, dof, encoding_size=ell, decoder=decoder))
+        p_value_sketch=float(
+            sketched_p_value(stat, dof, encoding_size=ell, decoder=decoder, noise_offset=tau)
+        )
         if test == "chi2"
         else float(scipy.stats.chi2.sf(stat, dof)),
         p_value_ci=(float(scipy.stats.chi2.sf(hi, dof)), float(scipy.stats.chi2.sf(lo, dof))),

@@ -12,6 +12,7 @@ are those of round 1, so the estimate is the squared norm of the survivors' ``su
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -27,9 +28,17 @@ from fedstats.analyses.chi2.estimator import (
     kept_cells,
     row_norms_and_offset,
 )
+from fedstats.analyses.chi2.privacy import (
+    Chi2Privacy,
+    add_discrete_gaussian,
+    discrete_gaussian_variance,
+    max_scaled_column_norm,
+)
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
+from fedstats.errors import ParameterError
+from fedstats.randomness import RandomSource
 from fedstats.sketches.modular import choose_frac_bits, reduce_signed
 from fedstats.sketches.stable import StableProjection
 
@@ -48,6 +57,8 @@ def fed_chi2_protocol(
     level: float = 0.05,
     column: str = "table",
     drop_empty: bool = False,
+    privacy: Chi2Privacy | None = None,
+    randomness: RandomSource | None = None,
 ) -> ProtocolGenerator[Chi2Result]:
     """FED-chi^2 as an engine protocol (Pang et al. 2023, Algorithm 2).
 
@@ -76,7 +87,15 @@ def fed_chi2_protocol(
         Population column with the ``(n, m_x, m_y)`` tables.
     drop_empty : bool
         Remove rows/columns empty in the summed table instead of raising (the marginals are public, so
-        every client removes the same cells).
+        every client removes the same cells). Without effect with ``privacy``: every cell is kept, since
+        which ones are empty is not public then.
+    privacy : Chi2Privacy, optional
+        Central DP (:mod:`fedstats.analyses.chi2.privacy`): the server adds discrete Gaussian noise to both
+        sums before using them, and clients refuse tables of more than ``privacy.max_records`` records.
+        Default None: the sums are used exactly (not differentially private).
+    randomness : RandomSource, optional
+        The server's, for the noise (``randomness.generator("server", "chi2", "noise")``); needed with
+        ``privacy``.
 
     Returns
     -------
@@ -97,18 +116,32 @@ def fed_chi2_protocol(
     m_x, m_y = check_shape(shape)
     mc = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
-    base = {"column": column, "shape": (m_x, m_y)}
+    base: dict[str, Any] = {"column": column, "shape": (m_x, m_y)}
+    server = None
+    if privacy is not None:
+        if randomness is None:
+            raise ParameterError("randomness", None, "the server's RandomSource with privacy")
+        server = randomness.generator("server", "chi2", "noise")
+        base["max_records"] = privacy.max_records
     s1: RoundSum = yield Round(
         "marginals", encode_marginals, base, dim=m_x + m_y, bound=mc * max(m_x, m_y)
     )
     marg = np.asarray(s1.total, dtype=np.int64)
+    headroom = 0.0
+    if privacy is not None and server is not None:
+        # noisy marginals, at least 1 (post-processing): every cell is kept
+        marg = np.maximum(add_discrete_gaussian(marg, privacy.marginal_sigma, server), 1.0)
+        marg = np.rint(marg).astype(np.int64)
+        rows, cols = np.arange(m_x), np.arange(m_y)
+        headroom = 10.0 * privacy.marginal_sigma * math.sqrt(m_x + m_y)
     vx, vy = marg[:m_x], marg[m_x:]
-    rows, cols = kept_cells(vx, vy, drop_empty)
+    if privacy is None:
+        rows, cols = kept_cells(vx, vy, drop_empty)
     n = s1.n_clients
     vbar = expected_counts(vx[rows], vy[cols])
     proj = StableProjection(seed, ell, 2.0)
     row_norm, p_sq = row_norms_and_offset(proj, np.sqrt(vbar))
-    v = float(vx.sum())
+    v = float(vx.sum()) + headroom
     s_max = v * (min(rows.size, cols.size) - 1)
     bound_one = client_bound(vbar, mc, n, row_norm)
     f = choose_frac_bits(b, bound_one, row_norm * math.sqrt(s_max))
@@ -130,9 +163,26 @@ def fed_chi2_protocol(
     }
     bound = (1 << (b - 1)) if b < 64 else max(fp.bound, 1)
     s2: RoundSum = yield Round("projection", encode_projection, params, dim=ell, bound=bound)
-    e = reduce_signed(s2.total, b) / fp.scale
+    total = reduce_signed(s2.total, b)
+    tau = 0.0
+    details: dict[str, Any] = {}
+    if privacy is not None and server is not None:
+        k, sigma = privacy.projection_release(max_scaled_column_norm(proj, np.sqrt(vbar)), f, ell)
+        half = (1 << k) >> 1
+        coarse = [(int(x) + half) >> k for x in total]  # nearest multiple of 2**k (exact integers)
+        step = 2.0**k / fp.scale
+        total = add_discrete_gaussian(coarse, sigma, server) * 2.0**k
+        # decoded s + tau: the noise, and the rounding to 2**k (uniform, variance 1/12 of a step)
+        tau = (discrete_gaussian_variance(sigma) + (1.0 / 12.0 if k else 0.0)) * step**2 / 2.0
+        details["privacy"] = {
+            **privacy.as_dict(),
+            "sigma_projection": sigma * step,
+            "noise_offset": tau,
+            "noisy_marginals": marg.tolist(),
+        }
+    e = np.asarray(total, dtype=np.float64) / fp.scale
     est = decode(e, dec, conf, 1.0 / fp.scale)
-    return finish(
+    res = finish(
         est,
         dof=(rows.size - 1) * (cols.size - 1),
         level=lev,
@@ -149,5 +199,11 @@ def fed_chi2_protocol(
             "cols": cols.tolist(),
             "n_round1": n,
             "encoding": e.tolist(),
+            **details,
         },
+        noise_offset=tau,
     )
+    if privacy is not None:
+        loss = privacy.loss()
+        res.epsilon, res.delta = loss.epsilon, loss.delta
+    return res
