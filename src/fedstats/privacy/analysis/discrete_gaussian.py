@@ -26,6 +26,7 @@ import math
 import numpy as np
 import scipy.special as sc
 
+from fedstats._numeric import bisect_safe
 from fedstats._validation import check_int, check_real
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.gaussian import _erfcx_diff, analytic_gaussian_sigma
@@ -198,15 +199,7 @@ def discrete_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: int) -
             return hi
     # Invariant: ok(hi), not ok(lo). (delta is monotone in sigma up to the floor in m; bisection finds a
     # sigma that satisfies the condition, which is what privacy needs.)
-    for _ in range(200):
-        if hi - lo <= 1e-13 * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return bisect_safe(ok, lo, hi, rel_tol=1e-13)
 
 
 def discrete_gaussian_rho(*, sigma: float, sensitivity: float) -> float:

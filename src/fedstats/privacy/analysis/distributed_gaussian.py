@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from fedstats._numeric import bisect_safe
 from fedstats._validation import check_int, check_real
 
 __all__ = ["ddg_rho", "ddg_share_variance", "ddg_tau"]
@@ -154,12 +155,10 @@ def ddg_share_variance(*, rho: float, n: int, l2: float, l1: float, dim: int) ->
     hi = max(1.0, l2 * l2 / (2.0 * r * n))
     while ddg_rho(share_variance=hi, n=n, l2=l2, l1=l1, dim=dim) > r:
         hi *= 2.0
-    for _ in range(200):
-        mid = math.sqrt(lo * hi)
-        if ddg_rho(share_variance=mid, n=n, l2=l2, l1=l1, dim=dim) > r:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo - 1.0 < 1e-10:
-            break
-    return hi
+    return bisect_safe(
+        lambda v: ddg_rho(share_variance=v, n=n, l2=l2, l1=l1, dim=dim) <= r,
+        lo,
+        hi,
+        log=True,
+        rel_tol=1e-10,
+    )

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 from scipy.optimize import minimize_scalar
 
+from fedstats._numeric import bisect_safe
 from fedstats._validation import check_real
 
 __all__ = ["approx_dp_to_zcdp", "compose_zcdp", "gaussian_rho", "zcdp_to_approx_dp"]
@@ -154,12 +155,6 @@ def approx_dp_to_zcdp(*, epsilon: float, delta: float) -> float:
     lo, hi = 1e-300, max(eps, 1e-300)
     while zcdp_to_approx_dp(rho=hi, delta=d) <= eps:
         lo, hi = hi, hi * 2.0
-    for _ in range(2000):
-        mid = math.sqrt(lo * hi) if lo > 0 else hi / 2
-        if zcdp_to_approx_dp(rho=mid, delta=d) <= eps:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * lo:
-            break
-    return lo
+    return bisect_safe(
+        lambda r: zcdp_to_approx_dp(rho=r, delta=d) <= eps, lo, hi, log=True, rel_tol=1e-12
+    )
