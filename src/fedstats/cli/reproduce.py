@@ -25,16 +25,20 @@ from fedstats.cli._common import (
     progress_for,
     state_from,
 )
-from fedstats.experiments.framework import REPRODUCTIONS, Reproduction
+from fedstats.experiments import framework
+from fedstats.experiments.framework import Reproduction
 
 # Reproductions still served by their own command module (being moved onto the framework).
 _LEGACY: dict[str, str] = {}
 
-reproduce_app = typer.Typer(
-    cls=FedstatsGroup,
-    help="Reproduce the papers' experiments (JSON results, PNG plots, a markdown results page).",
-    no_args_is_help=True,
-)
+
+def _reproduce_app() -> typer.Typer:
+    """A new ``reproduce`` group (one per :func:`register` call: registering never mutates shared state)."""
+    return typer.Typer(
+        cls=FedstatsGroup,
+        help="Reproduce the papers' experiments (JSON results, PNG plots, a markdown results page).",
+        no_args_is_help=True,
+    )
 
 
 def _command(rep: Reproduction) -> Any:
@@ -155,7 +159,8 @@ def _command(rep: Reproduction) -> Any:
 
 def register(app: typer.Typer) -> None:
     """Add the ``reproduce`` group with one subcommand per registered reproduction."""
-    for rep in REPRODUCTIONS:
+    reproduce_app = _reproduce_app()
+    for rep in framework.REPRODUCTIONS:  # read at registration (tests may replace the table)
         if rep.name in _LEGACY:
             importlib.import_module(_LEGACY[rep.name]).register_reproduce(reproduce_app)
         else:
