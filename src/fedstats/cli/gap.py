@@ -8,6 +8,7 @@ and value columns), under local DP with the mechanism :math:`\mathcal M_R` or :m
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -128,25 +129,26 @@ def gap(
         if len(parts) != 2:
             raise ParameterError("--pair", pair, "two group labels separated by a comma")
         pair_labels = parts
+    # the calibration probe and the run are the same computation with other clients and engine
+    run = functools.partial(
+        measure_payload,
+        df[group_column].to_numpy(),
+        values,
+        mechanism=mechanism,
+        epsilon=epsilon,
+        accounting=accounting,
+        scale=scale,
+        pair=pair_labels,
+        estimate_sizes=estimate_sizes,
+        confidence=confidence,
+    )
     if clients is not None and clients > 0:
 
         def probe(n: int) -> object:
             from fedstats.engine import Engine
             from fedstats.randomness import RandomSource
 
-            return measure_payload(
-                df[group_column].to_numpy(),
-                values,
-                mechanism=mechanism,
-                epsilon=epsilon,
-                accounting=accounting,
-                scale=scale,
-                pair=pair_labels,
-                estimate_sizes=estimate_sizes,
-                n_clients=n,
-                engine=Engine(randomness=RandomSource(0)),
-                confidence=confidence,
-            )
+            return run(n_clients=n, engine=Engine(randomness=RandomSource(0)))
 
         warn_duration(
             state, clients, backend=backend, workers=workers, probe=probe, key=f"gap {mechanism}"
@@ -162,19 +164,7 @@ def gap(
             shard_size=shard_size,
         ) as engine,
     ):
-        result = measure_payload(
-            df[group_column].to_numpy(),
-            values,
-            mechanism=mechanism,
-            epsilon=epsilon,
-            accounting=accounting,
-            scale=scale,
-            pair=pair_labels,
-            estimate_sizes=estimate_sizes,
-            n_clients=clients,
-            engine=engine,
-            confidence=confidence,
-        )
+        result = run(n_clients=clients, engine=engine)
     payload = result.to_dict()
     payload = {
         "gap": payload["gap"],
