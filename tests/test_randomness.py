@@ -111,3 +111,24 @@ def test_secure_generator_is_a_deterministic_keystream() -> None:
     np.testing.assert_array_equal(a, b)
     with pytest.raises(ParameterError, match="key"):
         SecureGenerator(b"short")
+
+
+def test_binomial_quantile_equals_scipy_binom_ppf() -> None:
+    """The secure generator's binomial (inversion through scipy.special, without importing scipy.stats)
+    is scipy.stats.binom.ppf exactly, including u = 1, p at 0 and 1, and n up to 2^40."""
+    import scipy.stats
+
+    from fedstats.randomness import binomial_quantile
+
+    rng = np.random.default_rng(12)
+    m = 2_000
+    u = rng.random(m)
+    u[:50] = 1.0
+    u[50:100] = np.nextafter(0.0, 1.0)
+    n = np.concatenate([rng.integers(0, 50, m // 2), rng.integers(0, 2**40, m - m // 2)])
+    p = rng.random(m)
+    p[100:150] = 0.0
+    p[150:200] = 1.0
+    want = np.asarray(scipy.stats.binom.ppf(u, n, p)).astype(np.int64)
+    np.testing.assert_array_equal(binomial_quantile(u, n, p), want)
+    assert binomial_quantile(0.3, 10, 0.5).shape == ()

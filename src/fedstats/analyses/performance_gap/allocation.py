@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.performance_gap.mechanisms import GapMechanism, check_mechanism
@@ -307,6 +306,8 @@ def _best_mechanism(kind: str, eps: float, layout: GroupLayout) -> GapMechanism:
     hi = grid[min(i + 1, grid.size - 1)]
     best = float(grid[i])
     if hi > lo:
+        from scipy.optimize import minimize_scalar  # lazily (about 0.2 s to import)
+
         res = minimize_scalar(
             lambda x: float(_variance_curve(kind, eps, np.array([x]), layout)[0]),
             bounds=(float(lo), float(hi)),

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import norm
+from scipy.special import ndtr, ndtri  # what scipy.stats.norm's sf and ppf call
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.performance_gap.allocation import (
@@ -81,7 +80,7 @@ def tail_probability(
     if bound == "chebyshev":
         return min(1.0, variance / alpha**2)
     if bound == "normal":
-        return float(min(1.0, 2.0 * norm.sf(alpha / math.sqrt(variance))))
+        return float(min(1.0, 2.0 * ndtr(-alpha / math.sqrt(variance))))  # 2 P(Z > a/sd)
     if bernstein_m is None:
         raise ParameterError("bernstein_m", None, "a positive number for the Bernstein bound")
     return min(1.0, 2.0 * math.exp(-(alpha**2) / (2.0 * (variance + bernstein_m * alpha / 3.0))))
@@ -110,7 +109,7 @@ def error_bound(
     if bound == "chebyshev":
         return math.sqrt(v / (1.0 - p))
     if bound == "normal":
-        return float(norm.ppf((1.0 + p) / 2.0)) * math.sqrt(v)
+        return float(ndtri((1.0 + p) / 2.0)) * math.sqrt(v)
     if bernstein_m is None:
         raise ParameterError("bernstein_m", None, "a positive number for the Bernstein bound")
     L = math.log(2.0 / (1.0 - p))
@@ -247,6 +246,8 @@ def plan_epsilon(
     if i == 0:
         eps_star = float(grid[0])
     else:
+        from scipy.optimize import brentq  # lazily (about 0.2 s to import)
+
         eps_star = float(
             brentq(lambda e: err(e)[0] - alpha_v, grid[i - 1], grid[i], xtol=1e-12, rtol=1e-12)
         )

@@ -23,8 +23,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from scipy.optimize import minimize_scalar
-
 from fedstats._numeric import bisect_safe
 from fedstats._validation import check_real
 
@@ -96,6 +94,8 @@ def zcdp_to_approx_dp(*, rho: float, delta: float) -> float:
     simple = r + 2.0 * math.sqrt(r * lid)
     # The unconstrained optimum is near alpha = 1 + sqrt(lid / rho); search log(alpha - 1) around it.
     centre = math.log(math.sqrt(lid / r) + 1e-300)
+    from scipy.optimize import minimize_scalar  # lazily: scipy.optimize costs about 0.2 s to import
+
     res = minimize_scalar(
         lambda t: _cks_epsilon(1.0 + math.exp(t), r, lid),
         bounds=(centre - 30.0, centre + 30.0),
