@@ -307,7 +307,7 @@ def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: De
     ]  # one spend, one release of a result
     assert [r_.status for r_ in rounds] == ["closed", "closed"]
     # the same result as replaying the journal from scratch (nothing was drawn a second time)
-    from fedstats.service.runs import Driver
+    from fedstats.service.driver import Driver
 
     with store.session() as s:
         from fedstats.service.models import Run

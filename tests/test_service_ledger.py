@@ -12,8 +12,9 @@ from sqlalchemy import select
 from fedstats.errors import BudgetExceededError
 from fedstats.service import ledger
 from fedstats.service.models import Audit, Budget, LedgerCharge
-from fedstats.service.runs import create_run, create_task
+from fedstats.service.runs import create_run
 from fedstats.service.store import Store, open_store
+from fedstats.service.tasks import create_task
 from service_helpers import pg_reachable, pg_schema
 
 TASK = {

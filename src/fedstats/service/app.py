@@ -9,7 +9,7 @@ again and counted once.
 
 Every request is logged as one JSON line; bodies above ``max_body`` bytes get 413; each client (or remote
 address, for unsigned requests) gets a token bucket of ``rate`` requests per second (burst ``burst``),
-beyond which requests get 429. A background task advances the runs (:class:`.runs.Driver`).
+beyond which requests get 429. A background task advances the runs (:class:`.driver.Driver`).
 """
 
 import asyncio
@@ -35,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
-from fedstats.service import auth, ledger, runs
+from fedstats.service import auth, driver, ledger, runs, tasks
 from fedstats.service.models import Audit, Authority, Budget, Client, Nonce, Operator
 from fedstats.service.store import Store
 
@@ -250,9 +250,9 @@ class ErrorOut(BaseModel):
 
 
 def _status_of(exc: FedstatsError) -> int:
-    if isinstance(exc, runs.NotFoundError):
+    if isinstance(exc, tasks.NotFoundError):
         return 404
-    if isinstance(exc, (runs.ConflictError, BudgetExceededError)):
+    if isinstance(exc, (tasks.ConflictError, BudgetExceededError)):
         return 409
     if isinstance(exc, SecurityError):
         return 403
@@ -287,7 +287,7 @@ def create_app(
             log.info(json.dumps({"event": "fault_injection", "at": crash_after, "run_id": run_id}))
             os.kill(os.getpid(), signal.SIGKILL)
 
-    driver = runs.Driver(store, crash_hook=hook)
+    runner = driver.Driver(store, crash_hook=hook)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -296,7 +296,7 @@ def create_app(
         async def loop() -> None:
             while not stop.is_set():
                 try:
-                    await asyncio.to_thread(driver.tick)
+                    await asyncio.to_thread(runner.tick)
                     await asyncio.to_thread(_purge_nonces)
                 except Exception:
                     log.exception("driver tick failed")
@@ -316,7 +316,7 @@ def create_app(
         lifespan=lifespan,
         responses={422: {"model": ErrorOut}},
     )
-    app.state.driver = driver
+    app.state.driver = runner
     app.state.store = store
 
     @app.exception_handler(FedstatsError)
@@ -362,7 +362,7 @@ def create_app(
             "# TYPE fedstats_process_max_rss_bytes gauge",
             f"fedstats_process_max_rss_bytes {usage.ru_maxrss * 1024}",
         ]
-        for name, v in sorted(driver.metrics.items()):
+        for name, v in sorted(runner.metrics.items()):
             lines += [f"# TYPE fedstats_{name}_total counter", f"fedstats_{name}_total {v:g}"]
         lines.append("# TYPE fedstats_http_requests_total counter")
         for key, v in sorted(counters.items()):
@@ -381,8 +381,8 @@ def create_app(
             if data[k] is None:
                 data.pop(k)
         with store.session() as s, s.begin():
-            tid, new = runs.create_task(s, data, actor)
-            conf = runs.task_config(s, tid)
+            tid, new = tasks.create_task(s, data, actor)
+            conf = tasks.task_config(s, tid)
         from fedstats.service import wire
 
         return TaskOut(task_id=tid, created=new, config=wire.encode(conf))
@@ -393,7 +393,7 @@ def create_app(
         from fedstats.service import wire
 
         with store.session() as s:
-            conf = runs.task_config(s, task_id)
+            conf = tasks.task_config(s, task_id)
         return TaskOut(task_id=task_id, created=False, config=wire.encode(conf))
 
     @app.post("/v1/admin/runs", status_code=201, responses=errors, tags=["admin"])
@@ -629,7 +629,7 @@ def create_app(
         def go() -> dict[str, Any]:
             with store.session() as s, s.begin():
                 _use(s, nonce)
-                conf = runs.task_config(s, runs._run(s, run_id).task_id)
+                conf = tasks.task_config(s, runs.load_run(s, run_id).task_id)
                 if conf["privacy"]["population"] != population:
                     raise SecurityError("this run is for another population")
                 return runs.checkin(s, run_id, cid, records)

@@ -1,0 +1,356 @@
+"""The run driver: advances live runs round by round, journals every sum, and replays after a restart.
+
+See :mod:`fedstats.service.runs` for the run's life cycle; :class:`Driver` is the part that runs in the
+server's background task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from fedstats.engine.rounds import Round, RoundSum
+from fedstats.errors import SecurityError
+from fedstats.randomness import RandomSource
+from fedstats.results import AnalysisResult, to_jsonable
+from fedstats.service import ledger, wire
+from fedstats.service.models import Report, RoundRecord, Run, RunMember
+from fedstats.service.registry import encoder_name, lookup, protocol_for
+from fedstats.service.runs import load_run
+from fedstats.service.store import Store
+from fedstats.service.tasks import task_config
+
+__all__ = ["Driver"]
+
+log = logging.getLogger("fedstats.service")
+
+_INT64 = 2**63 - 1
+
+# -- the driver ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Live:
+    gen: Generator[Round, RoundSum, Any]
+    index: int
+    pending: Round
+
+
+def _sum_reports(vectors: list[list[int]], dim: int) -> np.ndarray:
+    tot = [0] * dim
+    for v in vectors:
+        for i, x in enumerate(v):
+            tot[i] += x
+    if all(-_INT64 <= t <= _INT64 for t in tot):
+        return np.asarray(tot, dtype=np.int64)
+    out = np.empty(dim, dtype=object)
+    out[:] = tot
+    return out
+
+
+def _round_fields(rnd: Round, n: int) -> dict[str, Any]:
+    lo, hi = rnd.client_range if rnd.client_range is not None else (0, n)
+    return {
+        "name": rnd.name,
+        "encode": encoder_name(rnd.encode),
+        "params": wire.dumps(dict(rnd.params)),
+        "params_digest": wire.digest(dict(rnd.params)),
+        "dim": int(rnd.dim),
+        "bound": int(rnd.bound),
+        "lo": int(lo),
+        "hi": int(hi),
+    }
+
+
+class Driver:
+    """Advances every live run; one per server process.
+
+    Parameters
+    ----------
+    store : Store
+    crash_hook : callable, optional
+        Test hook called with ``(event, run_id, round_index)`` at ``"journaled"`` (sum committed, not yet
+        used) and ``"opened"`` (round journaled); fault-injection tests kill the process there.
+    """
+
+    def __init__(self, store: Store, crash_hook: Any = None) -> None:
+        self.store = store
+        self._live: dict[str, _Live] = {}
+        self._lock = threading.Lock()
+        self._crash_hook = crash_hook
+        self.metrics: dict[str, float] = {
+            "rounds_closed": 0,
+            "runs_done": 0,
+            "runs_aborted": 0,
+            "dropouts": 0,
+        }
+
+    def _hook(self, event: str, run_id: str, index: int) -> None:
+        if self._crash_hook is not None:
+            self._crash_hook(event, run_id, index)
+
+    def tick(self) -> None:
+        """Advance every run in check-in or running state by as much as possible now."""
+        with self._lock:
+            with self.store.session() as s:
+                ids = list(
+                    s.execute(
+                        select(Run.id).where(Run.status.in_(("checkin", "running")))
+                    ).scalars()
+                )
+            for rid in ids:
+                try:
+                    self._advance(rid)
+                except OperationalError as exc:
+                    # a lock conflict or a lost connection: nothing was committed by the failed
+                    # transaction; rebuild the run from the journal on the next pass
+                    self._live.pop(rid, None)
+                    log.warning(
+                        json.dumps({"event": "retry_run", "run_id": rid, "error": str(exc)[:200]})
+                    )
+                except Exception as exc:  # one broken run must not stop the others
+                    log.exception("run %s failed", rid)
+                    self._abort(rid, f"internal error: {type(exc).__name__}: {exc}")
+
+    # -- state transitions
+    def _abort(self, run_id: str, reason: str) -> None:
+        self._live.pop(run_id, None)
+        with self.store.session() as s, s.begin():
+            run = load_run(s, run_id, lock=True)
+            if run.status in ("done", "aborted"):
+                return
+            used = s.execute(
+                select(RoundRecord.index).where(
+                    RoundRecord.run_id == run_id, RoundRecord.status == "closed"
+                )
+            ).first()
+            run.status = "aborted"
+            run.error = reason
+            run.finished_at = time.time()
+            if used is None:
+                ledger.release(s, run_id, reason=reason)
+            else:  # a journaled sum already shaped later rounds' public parameters: keep the charge
+                ledger.spend(s, run_id)
+            ledger.audit(s, "server", "abort", run_id, reason=reason)
+        self.metrics["runs_aborted"] += 1
+        log.info(json.dumps({"event": "run_aborted", "run_id": run_id, "reason": reason}))
+
+    def _finish(self, run_id: str, result: Any) -> None:
+        self._live.pop(run_id, None)
+        if isinstance(result, AnalysisResult):
+            payload = result.to_dict()
+        else:
+            payload = {"value": to_jsonable(result)}
+        with self.store.session() as s, s.begin():
+            run = load_run(s, run_id, lock=True)
+            if run.status != "running":
+                return
+            ledger.spend(s, run_id)
+            run.result = json.dumps(to_jsonable(payload))
+            run.status = "done"
+            run.finished_at = time.time()
+            ledger.audit(s, "server", "release", run_id, analysis=payload.get("analysis"))
+        self.metrics["runs_done"] += 1
+        log.info(json.dumps({"event": "run_done", "run_id": run_id}))
+
+    def _protocol(self, s: Session, run: Run) -> Generator[Round, RoundSum, Any]:
+        cfg = task_config(s, run.task_id)
+        assert run.n_clients is not None
+        randomness = RandomSource(None, _master=bytes.fromhex(run.secret))
+        gen: Generator[Round, RoundSum, Any] = protocol_for(
+            cfg["analysis"],
+            cfg["version"],
+            cfg["params"],
+            n_clients=run.n_clients,
+            epsilon=cfg["privacy"]["epsilon"],
+            delta=cfg["privacy"]["delta"],
+            randomness=randomness,
+        )
+        return gen
+
+    def _check_encoder(self, cfg: Mapping[str, Any], rnd: Round) -> None:
+        spec = lookup(cfg["analysis"], cfg["version"])
+        if encoder_name(rnd.encode) not in spec.encoders:
+            raise SecurityError(f"round {rnd.name!r} names an unregistered encoder")
+
+    def _rebuild(self, s: Session, run: Run) -> _Live | Any:
+        """Replay the generator through the journaled rounds; return the live state or the result."""
+        gen = self._protocol(s, run)
+        cfg = task_config(s, run.task_id)
+        assert run.n_clients is not None
+        rnd = next(gen)
+        index = 0
+        closed = s.execute(
+            select(RoundRecord)
+            .where(RoundRecord.run_id == run.id, RoundRecord.status == "closed")
+            .order_by(RoundRecord.index)
+        ).scalars()
+        for rec in closed:
+            self._check_encoder(cfg, rnd)
+            f = _round_fields(rnd, run.n_clients)
+            if (
+                rec.index != index
+                or f["params_digest"] != rec.params_digest
+                or f["encode"] != rec.encode
+            ):
+                raise SecurityError(f"replay of round {index} diverged from the journal")
+            assert rec.total is not None and rec.n_clients is not None
+            total = wire.loads(rec.total)
+            try:
+                rnd = gen.send(RoundSum(np.asarray(total), int(rec.n_clients)))
+            except StopIteration as stop:
+                return _Result(stop.value)
+            index += 1
+        self._check_encoder(cfg, rnd)
+        return _Live(gen, index, rnd)
+
+    def _advance(self, run_id: str) -> None:
+        with self.store.session() as s:
+            with s.begin():
+                run = load_run(s, run_id, lock=True)
+                if run.status == "checkin":
+                    self._close_checkin(s, run)
+                    return
+                if run.status != "running":
+                    return
+                live = self._live.get(run_id)
+                if live is None:
+                    got = self._rebuild(s, run)
+                    if isinstance(got, _Result):
+                        result = got.value
+                        live = None
+                    else:
+                        live = got
+                        self._live[run_id] = live
+            if live is None:
+                self._finish(run_id, result)
+                return
+            while live is not None:
+                live = self._step(s, run_id, live)
+
+    def _close_checkin(self, s: Session, run: Run) -> None:
+        cfg = task_config(s, run.task_id)
+        used = sum(
+            s.execute(select(RunMember.slot_count).where(RunMember.run_id == run.id)).scalars()
+        )
+        if used < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
+            return
+        if used < int(cfg["min_clients"]):
+            reason = (
+                f"only {used} record(s) checked in; the task needs min_clients={cfg['min_clients']}"
+            )
+            run.status = "aborted"
+            run.error = reason
+            run.finished_at = time.time()
+            ledger.release(s, run.id, reason=reason)
+            ledger.audit(s, "server", "abort", run.id, reason=reason)
+            self.metrics["runs_aborted"] += 1
+            return
+        run.status = "running"
+        run.n_clients = used
+        ledger.audit(s, "server", "start", run.id, n_clients=used)
+
+    def _step(self, s: Session, run_id: str, live: _Live) -> _Live | None:
+        """Open, or try to close, the live round; return the state to continue with, or None to stop."""
+        with s.begin():
+            run = load_run(s, run_id, lock=True)
+            cfg = task_config(s, run.task_id)
+            assert run.n_clients is not None
+            rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
+            f = _round_fields(live.pending, run.n_clients)
+            if rec is None:
+                now = time.time()
+                s.add(
+                    RoundRecord(
+                        run_id=run_id,
+                        index=live.index,
+                        status="open",
+                        opened_at=now,
+                        deadline=now + float(cfg["deadlines"]["round"]),
+                        **f,
+                    )
+                )
+                opened = True
+            else:
+                opened = False
+                if rec.params_digest != f["params_digest"]:
+                    raise SecurityError(f"replay of round {live.index} diverged from the journal")
+        if opened:
+            self._hook("opened", run_id, live.index)
+            return None
+        with s.begin():
+            rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
+            assert rec is not None
+            # counts in SQL first: a pass over a round that is still waiting reads no rows
+            n_expected = s.execute(
+                select(func.count())
+                .select_from(RunMember)
+                .where(
+                    RunMember.run_id == run_id,
+                    RunMember.slot_start < rec.hi,
+                    RunMember.slot_start + RunMember.slot_count > rec.lo,
+                )
+            ).scalar_one()
+            n_got = s.execute(
+                select(func.count())
+                .select_from(Report)
+                .where(Report.run_id == run_id, Report.round_index == live.index)
+            ).scalar_one()
+            if n_got < n_expected and time.time() < rec.deadline:
+                return None
+            reports = (
+                s.execute(
+                    select(Report).where(Report.run_id == run_id, Report.round_index == live.index)
+                )
+                .scalars()
+                .all()
+            )
+            n = sum(r.count for r in reports)
+            n_range = rec.hi - rec.lo
+            required = math.ceil(int(cfg["min_clients"]) * n_range / run.n_clients - 1e-9)
+            self.metrics["dropouts"] += max(0, int(n_expected) - len(reports))
+            if n < max(1, required):
+                rec.status = "aborted"
+                reason = (
+                    f"round {live.index} ({rec.name}): {n} record(s) reported before the deadline, "
+                    f"fewer than the {required} required"
+                )
+                abort = reason
+            else:
+                total = _sum_reports([json.loads(r.vector) for r in reports], rec.dim)
+                rec.total = wire.dumps(total)
+                rec.n_clients = n
+                rec.status = "closed"
+                abort = None
+        if abort is not None:
+            self._abort(run_id, abort)
+            return None
+        self.metrics["rounds_closed"] += 1
+        self._hook("journaled", run_id, live.index)
+        try:
+            rnd = live.gen.send(RoundSum(total, n))
+        except StopIteration as stop:
+            self._finish(run_id, stop.value)
+            return None
+        with s.begin():
+            run = load_run(s, run_id)
+            self._check_encoder(task_config(s, run.task_id), rnd)
+        live.index += 1
+        live.pending = rnd
+        return live
+
+
+@dataclass
+class _Result:
+    value: Any
