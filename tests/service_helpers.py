@@ -96,18 +96,24 @@ class Deployment:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self, *extra: str, crash_after: str | None = None) -> None:
+        self.proc = self.spawn(self.port, *extra, crash_after=crash_after)
+
+    def spawn(
+        self, port: int, *extra: str, crash_after: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start a server process on ``port`` against this deployment's database; wait for /healthz."""
         env = dict(os.environ, **self.env)
         env.pop("FEDSTATS_CRASH_AFTER", None)
         if crash_after:
             env["FEDSTATS_CRASH_AFTER"] = crash_after
-        self.proc = subprocess.Popen(
+        proc = subprocess.Popen(
             [
                 *FEDSTATS,
                 "server",
                 "--db",
                 self.db,
                 "--port",
-                str(self.port),
+                str(port),
                 "--tls-cert",
                 str(self.certs["cert"]),
                 "--tls-key",
@@ -120,25 +126,26 @@ class Deployment:
             ],
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=open(self.root / "server.log", "ab"),
+            stderr=open(self.root / f"server-{port}.log", "ab"),
         )
         deadline = time.monotonic() + 120  # a loaded machine can take long to import the server
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited {self.proc.returncode}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited {proc.returncode}")
             try:
                 if (
                     httpx.get(
-                        f"{self.url}/healthz",
+                        f"https://127.0.0.1:{port}/healthz",
                         verify=ssl.create_default_context(cafile=str(self.certs["ca"])),
                         timeout=1,
                     ).status_code
                     == 200
                 ):
-                    return
+                    return proc
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
+        proc.kill()
         raise RuntimeError("server did not start")
 
     def kill(self) -> None:
@@ -160,7 +167,9 @@ class Deployment:
         issue_identity(self.root / "authority", client_id, population, out)
         return out
 
-    def start_client(self, client_id: str, data: Path, *extra: str) -> subprocess.Popen[bytes]:
+    def start_client(
+        self, client_id: str, data: Path, *extra: str, url: str | None = None
+    ) -> subprocess.Popen[bytes]:
         ident = self.identity(client_id)
         return subprocess.Popen(
             [
@@ -168,7 +177,7 @@ class Deployment:
                 "client",
                 "run",
                 "--server",
-                self.url,
+                url or self.url,
                 "--identity",
                 str(ident),
                 "--data",

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from sqlalchemy import select
@@ -25,7 +26,14 @@ from fedstats.randomness import RandomSource
 from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord
 from fedstats.service.registry import protocol_for
 from fedstats.service.store import open_store
-from service_helpers import Deployment, pg_reachable, pg_schema, wait_run, write_shards
+from service_helpers import (
+    Deployment,
+    free_port,
+    pg_reachable,
+    pg_schema,
+    wait_run,
+    write_shards,
+)
 
 N_RECORDS = 600
 N_PROCS = 3
@@ -320,6 +328,99 @@ def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: De
         == res["result"]["estimate"]
     )
     store.close()
+
+
+def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deployment) -> None:
+    """Scale-out: two server processes on one PostgreSQL database. A claims the run's lease and dies
+    (SIGKILL) right after journaling round 0; B, whose clients report through it all along, takes the
+    lease over once it expires, rebuilds the run from the journal and finishes it: each round journaled
+    once, one ledger charge, one release, and the estimate within 4 SE of the truth."""
+    if not deployment.db.startswith("postgresql"):
+        pytest.skip("scale-out (several server processes) needs the production store, PostgreSQL")
+
+    data = _data()
+    shards = write_shards(deployment.root, data, N_PROCS)
+    lease = ["--lease-seconds", "2"]
+    deployment.kill()
+    deployment.start(*lease, "--server-id", "server-a", crash_after="journaled:0")
+    with deployment.admin() as a:
+        r = a.post("/v1/admin/tasks", json=_task("heterogeneity"))
+        rid = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}).json()["run_id"]
+    store = open_store(deployment.db, migrate=False)
+    from fedstats.service.models import Run
+
+    deadline = time.monotonic() + 60
+    while True:  # A's driver claims the run on its next pass
+        with store.session() as s:
+            got = s.get(Run, rid)
+            assert got is not None
+            if got.lease_owner == "server-a":
+                break
+        assert time.monotonic() < deadline, "server A never claimed the run"
+        time.sleep(0.1)
+    port_b = free_port()
+    proc_b = deployment.spawn(port_b, *lease, "--server-id", "server-b")
+    url_b = f"https://127.0.0.1:{port_b}"
+    procs = [
+        deployment.start_client(
+            f"scale-{i}",
+            p,
+            "--allow-non-private",
+            "--runs",
+            "1",
+            "--max-seconds",
+            "300",
+            "--seed",
+            str(300 + i),
+            "--budget-epsilon",
+            "100",
+            "--budget-delta",
+            "0.001",
+            url=url_b,
+        )
+        for i, p in enumerate(shards)
+    ]
+    try:
+        assert deployment.proc is not None
+        deployment.proc.wait(240)  # A killed itself right after journaling round 0
+        assert deployment.proc.returncode == -9
+        with httpx.Client(
+            base_url=url_b,
+            verify=ssl.create_default_context(cafile=str(deployment.certs["ca"])),
+            headers={"Authorization": f"Bearer {deployment.token}"},
+            timeout=30,
+        ) as b:
+            res = wait_run(b, rid, 240)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        proc_b.kill()
+        proc_b.wait()
+        deployment.kill()
+        deployment.start()  # the module's other tests go on with one ordinary server
+    assert res["status"] == "done", res["error"]
+    with store.session() as s:
+        run = s.get(Run, rid)
+        assert run is not None and run.lease_owner == "server-b"
+        charges = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == rid)).scalars().all()
+        actions = (
+            s.execute(
+                select(Audit.action).where(
+                    Audit.run_id == rid, Audit.action.in_(("spend", "release"))
+                )
+            )
+            .scalars()
+            .all()
+        )
+        rounds = s.execute(select(RoundRecord).where(RoundRecord.run_id == rid)).scalars().all()
+    store.close()
+    assert [c.status for c in charges] == ["spent"]
+    assert sorted(actions) == ["release", "spend"]
+    assert [r_.status for r_ in rounds] == ["closed", "closed"]
+    truth = _in_process("heterogeneity", data, private=False).dispersion.estimate
+    disp = res["result"]["dispersion"]
+    assert abs(disp["estimate"] - truth) <= 4 * disp["standard_error"]
 
 
 def test_forged_replayed_and_oversized_requests_are_refused(deployment: Deployment) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -54,6 +55,23 @@ def serve(
     tick: Annotated[
         float, typer.Option("--tick", min=0.01, help="Seconds between run-driver passes.")
     ] = 0.1,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            "--lease-seconds",
+            min=0.5,
+            help="How long this process's claim on a run lasts unrenewed; then another server process "
+            "on the same database takes it over.",
+        ),
+    ] = 30.0,
+    server_id: Annotated[
+        str | None,
+        typer.Option(
+            "--server-id",
+            help="This process's name in run leases (default HOST:PORT: a restart on the same port "
+            "resumes its runs at once).",
+        ),
+    ] = None,
     crash_after: Annotated[
         str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
     ] = None,
@@ -74,7 +92,14 @@ def serve(
         trust_authority(store, authority.read_text().strip())
     app = create_app(
         store,
-        ServerSettings(max_body=max_body, rate=rate, burst=burst, tick=tick),
+        ServerSettings(
+            max_body=max_body,
+            rate=rate,
+            burst=burst,
+            tick=tick,
+            lease_seconds=lease_seconds,
+            server_id=server_id or f"{socket.gethostname()}:{port}",
+        ),
         crash_after=crash_after,
     )
     uvicorn.run(

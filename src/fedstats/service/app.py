@@ -58,6 +58,12 @@ class ServerSettings:
         Seconds a signed request's timestamp may differ from the server clock; nonces are kept this long.
     tick : float
         Seconds between two passes of the run driver.
+    lease_seconds : float
+        How long this process's claim on a run lasts without renewal (:class:`~.driver.Driver`); after
+        it, another server process on the same database takes the run over.
+    server_id : str or None
+        This process's name in the runs' leases; a process restarted under the same name resumes its runs
+        at once. Default: a fresh name (host, pid, random), so a restart waits for its old leases to expire.
     """
 
     max_body: int = 1 << 20
@@ -65,6 +71,8 @@ class ServerSettings:
     burst: float = 200.0
     replay_window: float = 300.0
     tick: float = 0.1
+    lease_seconds: float = 30.0
+    server_id: str | None = None
 
 
 # -- middleware ---------------------------------------------------------------------------------------
@@ -287,7 +295,9 @@ def create_app(
             log.info(json.dumps({"event": "fault_injection", "at": crash_after, "run_id": run_id}))
             os.kill(os.getpid(), signal.SIGKILL)
 
-    runner = driver.Driver(store, crash_hook=hook)
+    runner = driver.Driver(
+        store, crash_hook=hook, lease_seconds=cfg.lease_seconds, owner=cfg.server_id
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Generator, Mapping
@@ -16,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from fedstats.engine.rounds import Round, RoundSum
-from fedstats.errors import SecurityError
+from fedstats.errors import ParameterError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import AnalysisResult, to_jsonable
 from fedstats.service import ledger, wire
@@ -74,7 +77,14 @@ def _round_fields(rnd: Round, n: int) -> dict[str, Any]:
 
 
 class Driver:
-    """Advances every live run; one per server process.
+    """Advances the live runs it holds a lease on; one per server process.
+
+    Several server processes may serve one database (scale-out). Each pass first *claims* the live runs
+    whose lease is free, expired or its own (``SELECT ... FOR NO KEY UPDATE SKIP LOCKED`` on PostgreSQL,
+    so two processes never wait on each other), setting ``lease_owner`` and ``lease_until``; a process that
+    dies stops renewing, and after ``lease_seconds`` another one claims the run and rebuilds it from the
+    journal. Every transition re-reads the run under its row lock and goes on only while the lease is its
+    own (*fencing*): a process that lost its lease (paused past it) drops the run instead of writing.
 
     Parameters
     ----------
@@ -82,13 +92,28 @@ class Driver:
     crash_hook : callable, optional
         Test hook called with ``(event, run_id, round_index)`` at ``"journaled"`` (sum committed, not yet
         used) and ``"opened"`` (round journaled); fault-injection tests kill the process there.
+    lease_seconds : float
+        How long a claim lasts without renewal (each pass renews it), > 0 (default 30).
+    owner : str, optional
+        This process's name in ``lease_owner`` (default host, pid and a random suffix).
     """
 
-    def __init__(self, store: Store, crash_hook: Any = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        crash_hook: Any = None,
+        *,
+        lease_seconds: float = 30.0,
+        owner: str | None = None,
+    ) -> None:
+        if not lease_seconds > 0:
+            raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
         self.store = store
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
         self._crash_hook = crash_hook
+        self.lease_seconds = float(lease_seconds)
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
         self.metrics: dict[str, float] = {
             "rounds_closed": 0,
             "runs_done": 0,
@@ -100,15 +125,54 @@ class Driver:
         if self._crash_hook is not None:
             self._crash_hook(event, run_id, index)
 
-    def tick(self) -> None:
-        """Advance every run in check-in or running state by as much as possible now."""
-        with self._lock:
-            with self.store.session() as s:
-                ids = list(
-                    s.execute(
-                        select(Run.id).where(Run.status.in_(("checkin", "running")))
-                    ).scalars()
+    def _claim(self) -> list[str]:
+        """Claim free or expired leases, renew ours past half their time; return the runs we hold."""
+        now = time.time()
+        live = Run.status.in_(("checkin", "running"))
+        with self.store.session() as s, s.begin():
+            stmt = (
+                select(Run)
+                .where(
+                    live,
+                    or_(
+                        Run.lease_owner.is_(None),
+                        Run.lease_until < now,
+                        and_(
+                            Run.lease_owner == self.owner,
+                            Run.lease_until < now + self.lease_seconds / 2,
+                        ),
+                    ),
                 )
+                .with_for_update(skip_locked=True, key_share=True)
+            )
+            for run in s.execute(stmt).scalars():
+                if run.lease_owner not in (None, self.owner):
+                    log.info(
+                        json.dumps(
+                            {"event": "lease_taken_over", "run_id": run.id, "from": run.lease_owner}
+                        )
+                    )
+                run.lease_owner = self.owner
+                run.lease_until = now + self.lease_seconds
+        with self.store.session() as s:
+            ids = list(
+                s.execute(select(Run.id).where(live, Run.lease_owner == self.owner)).scalars()
+            )
+        for rid in set(self._live) - set(ids):
+            self._live.pop(rid, None)  # another process holds it now: our generator is stale
+        return ids
+
+    def _holds(self, run: Run) -> bool:
+        """Fencing: whether this process still holds ``run``'s lease (read under the run's row lock)."""
+        if run.lease_owner == self.owner:
+            return True
+        self._live.pop(run.id, None)
+        return False
+
+    def tick(self) -> None:
+        """Advance every run this process holds a lease on by as much as possible now."""
+        with self._lock:
+            ids = self._claim()
             for rid in ids:
                 try:
                     self._advance(rid)
@@ -154,7 +218,7 @@ class Driver:
             payload = {"value": to_jsonable(result)}
         with self.store.session() as s, s.begin():
             run = load_run(s, run_id, lock=True)
-            if run.status != "running":
+            if run.status != "running" or not self._holds(run):
                 return
             ledger.spend(s, run_id)
             run.result = json.dumps(to_jsonable(payload))
@@ -219,6 +283,8 @@ class Driver:
         with self.store.session() as s:
             with s.begin():
                 run = load_run(s, run_id, lock=True)
+                if not self._holds(run):
+                    return
                 if run.status == "checkin":
                     self._close_checkin(s, run)
                     return
@@ -265,6 +331,8 @@ class Driver:
         """Open, or try to close, the live round; return the state to continue with, or None to stop."""
         with s.begin():
             run = load_run(s, run_id, lock=True)
+            if not self._holds(run):
+                return None
             cfg = task_config(s, run.task_id)
             assert run.n_clients is not None
             rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
@@ -290,8 +358,15 @@ class Driver:
             self._hook("opened", run_id, live.index)
             return None
         with s.begin():
+            if not self._holds(load_run(s, run_id, lock=True)):
+                return None
             rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
             assert rec is not None
+            if (
+                rec.status != "open"
+            ):  # journaled by an earlier holder: rebuild from the journal next pass
+                self._live.pop(run_id, None)
+                return None
             # counts in SQL first: a pass over a round that is still waiting reads no rows
             n_expected = s.execute(
                 select(func.count())
