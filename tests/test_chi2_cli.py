@@ -219,7 +219,7 @@ def test_empty_row_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_many_clients_use_the_fast_path(monkeypatch: pytest.MonkeyPatch, csv_file: Path) -> None:
-    monkeypatch.setattr("fedstats.cli.chi2._MAX_TABLE_ENTRIES", 100)
+    monkeypatch.setattr("fedstats.cli._tables.MAX_TABLE_ENTRIES", 100)
     code, out, err = _run(
         "--seed", "4", "chi2", str(csv_file), "--x", "a", "--y", "b", "--clients", "500", "--json"
     )

@@ -30,7 +30,7 @@ _COMMANDS: dict[str, str] = {
     "calibrate": "fedstats.cli.privacy",
     "privacy": "fedstats.cli.privacy",
     "chi2": "fedstats.cli.chi2",
-    "entropy": "fedstats.cli.chi2",
+    "entropy": "fedstats.cli.entropy",
     "examples": "fedstats.cli.examples",
     "server": "fedstats.cli.server",
     "client": "fedstats.cli.client",

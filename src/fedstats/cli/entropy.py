@@ -1,0 +1,194 @@
+"""``fedstats entropy``: FED-H, the Shannon entropy of a categorical column (Pang et al., ICML 2023).
+
+Every client holds the histogram of its rows of ``--column``; the clients are chosen as for ``chi2``
+(:mod:`fedstats.cli._tables`). The JSON output holds ``entropy``, ``ci``, ``exact_entropy`` and
+``additive_error``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fedstats.cli import _tables as _t
+from fedstats.cli._common import (
+    BackendOption,
+    CliState,
+    DataDirOption,
+    JsonOption,
+    SchedulerOption,
+    SeedOption,
+    ShardSizeOption,
+    WorkersOption,
+    add_warning,
+    check_interval,
+    emit,
+    engine_for,
+    progress_for,
+    state_from,
+)
+from fedstats.cli._tables import (
+    BitsOption,
+    ClientColumnOption,
+    ClientsOption,
+    ConfidenceOption,
+    CountColumnOption,
+    SecureOption,
+    SplitOption,
+)
+from fedstats.errors import DataError, ParameterError
+
+__all__ = ["MIN_FD_STEP", "register"]
+
+MIN_FD_STEP = 1e-6
+"""Smallest ``--fd-step``: at 1e-8 the FED-H difference quotient is already dominated by rounding."""
+
+
+def _clip_entropy(state: CliState, payload: dict[str, Any], m: int) -> None:
+    """Clip the entropy and its interval to [0, log m] (post-processing) and say so when it moved."""
+    top = math.log(m)
+    raw = payload["entropy"]
+    if raw is None or 0.0 <= raw <= top:
+        clipped = False
+    else:
+        payload["entropy"] = min(max(raw, 0.0), top)
+        if "estimate" in payload:
+            payload["estimate"] = payload["entropy"]
+        payload["details"]["unclipped_entropy"] = raw
+        clipped = True
+    ci = payload.get("ci")
+    if ci and ci[0] is not None and ci[1] is not None:
+        payload["ci"] = [min(max(c, 0.0), top) for c in ci]
+    if clipped:
+        if payload.get("exact_entropy") is not None:
+            payload["additive_error"] = payload["entropy"] - payload["exact_entropy"]
+            if "error" in payload:
+                payload["error"] = payload["additive_error"]
+        add_warning(
+            state,
+            payload,
+            f"the entropy estimate {raw:.6g} was outside [0, log {m}] = [0, {top:.4g}] and is reported "
+            "clipped (post-processing)",
+        )
+
+
+def entropy(
+    ctx: typer.Context,
+    data: Annotated[str, typer.Argument(help="Dataset name (e.g. adult) or a CSV/Parquet file.")],
+    column: Annotated[str, typer.Option("--column", help="Categorical column.")],
+    client_column: ClientColumnOption = None,
+    clients: ClientsOption = None,
+    encoding_size: Annotated[
+        int, typer.Option("--encoding-size", help="l of each of the two projections (>= 2).")
+    ] = 1000,
+    fd_step: Annotated[
+        float, typer.Option("--fd-step", help="Finite-difference step D in (0, 0.5].")
+    ] = 0.05,
+    coupling: Annotated[
+        str, typer.Option("--coupling", help="coupled (default, one seed) or independent.")
+    ] = "coupled",
+    confidence: ConfidenceOption = 0.95,
+    bits: BitsOption = 64,
+    count_column: CountColumnOption = None,
+    split: SplitOption = None,
+    secure: SecureOption = None,
+    backend: BackendOption = "auto",
+    workers: WorkersOption = None,
+    scheduler: SchedulerOption = None,
+    shard_size: ShardSizeOption = 1 << 20,
+    json_flag: JsonOption = False,
+    seed: SeedOption = None,
+    data_dir: DataDirOption = None,
+) -> None:
+    """Secure federated Shannon entropy (nats) of a categorical column (FED-H)."""
+    from fedstats.analyses.entropy import fed_entropy
+
+    state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
+    if encoding_size < 2:
+        raise ParameterError("--encoding-size", encoding_size, "an integer >= 2")
+    if not MIN_FD_STEP <= fd_step <= 0.5:
+        raise ParameterError(
+            "--fd-step",
+            fd_step,
+            f"a step in [{MIN_FD_STEP:g}, 0.5] (below {MIN_FD_STEP:g} the finite difference loses its "
+            "digits to rounding)",
+        )
+    df = _t.load_frame(data, state.data_dir, split)
+    _t.check_column(df, "--column", column, data)
+    weights = _t.weights(df, data, count_column)
+    assign, n = _t.assignment(df, data, client_column, clients, state)
+    hist = _t.tables(df, (column,), assign, n, weights)
+    m = hist.shape[1]
+    if m < 2:
+        raise DataError(f"column {column!r} has a single category: its entropy is 0")
+    _t.check_projection_memory(encoding_size, m, n, projections=2)  # f_+ and f_-
+    route = _t.route(secure, backend, n)
+    with (
+        progress_for(state) as progress,
+        engine_for(
+            state,
+            progress,
+            backend=route,
+            workers=workers,
+            scheduler=scheduler,
+            shard_size=shard_size,
+        ) as engine,
+    ):
+        res = fed_entropy(
+            hist,
+            encoding_size=encoding_size,
+            fd_step=fd_step,
+            coupling=coupling,
+            bits=bits,
+            engine=engine,
+            randomness=state.randomness,
+            confidence=confidence,
+        )
+    out = res.to_dict()
+    payload: dict[str, Any] = {
+        "entropy": res.entropy,
+        "ci": out.pop("ci"),
+        "exact_entropy": res.exact_entropy,
+        "additive_error": out.pop("additive_error"),
+        "bias_bound": out.pop("bias_bound"),
+        "dataset": data,
+        "column": column,
+        "n_categories": m,
+        "route": route,
+        "privacy": _t.NO_DP_NOTE,
+        **{k: v for k, v in out.items() if k != "details"},
+        "details": _t.lean(out.get("details", {})),
+    }
+    _clip_entropy(state, payload, m)
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
+
+    def render(console: Console) -> None:
+        t = Table(title=f"FED-H: entropy of {column} ({data}), nats", show_header=False)
+        ci = payload["ci"]
+        rows = [
+            ("entropy", f"{payload['entropy']:.6g}"),
+            (f"{100 * confidence:g}% interval", f"[{ci[0]:.6g}, {ci[1]:.6g}]"),
+            ("exact entropy (simulation)", f"{payload['exact_entropy']:.6g}"),
+            ("additive error", f"{payload['additive_error']:.4g}"),
+            ("finite-difference bias bound", f"{payload['bias_bound']:.4g}"),
+            ("categories / clients", f"{m} / {payload['n_clients']} ({route})"),
+            ("bytes per client", str(payload["bytes_per_client"])),
+            ("log of the number of categories (max entropy)", f"{math.log(m):.4g} nats"),
+        ]
+        for k, v in rows:
+            t.add_row(k, v)
+        console.print(t)
+        console.print(f"privacy: {_t.NO_DP_NOTE}")
+        if payload.get("release_note"):
+            console.print(f"[dim]{payload['release_note']}[/dim]")
+
+    emit(state, payload, render)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``entropy`` to the app."""
+    app.command("entropy")(entropy)
