@@ -262,6 +262,92 @@ def _code_histogram(
     return uniq, np.bincount(inv.ravel(), weights=weights, minlength=uniq.size).astype(np.int64)
 
 
+def slot_classes(params: Mapping[str, Any]) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The bits a client reports, by slot class, and each class's share of the clients.
+
+    Exact allocation: a client at public position ``p`` in ``[0, size)`` reports the bits whose cumulative
+    counts contain ``p, p + size, ..., p + (s - 1) size``; the tuple changes only where one of these crosses
+    a cumulative count, so the classes are the intervals between those points, weighted by their number of
+    positions. Random allocation: a client draws ``u`` uniform in [0, 1) and reports the bits at ``u + k``,
+    so the classes are the intervals of ``u`` between the fractional cumulative probabilities, weighted by
+    their lengths.
+
+    Parameters
+    ----------
+    params : Mapping
+        A bit-pushing round's parameters (:func:`encode_bits`).
+
+    Returns
+    -------
+    (list of tuple of int, numpy.ndarray)
+        Each class's ``s`` distinct bit indices, and its clients (int64 counts summing to ``size``) or
+        probability (float64, summing to 1).
+    """
+    b = int(params["bit_depth"])
+    s = int(params["bits_per_client"])
+    exact = params["allocation"] == "exact"
+    if exact:
+        cum: np.ndarray = np.asarray(params["cum"], dtype=np.float64)
+        width = float(params["size"])
+    else:
+        cum = np.asarray(params["cum_pi"], dtype=np.float64)
+        width = 1.0
+    cuts = {0.0, width}
+    for k in range(s):
+        cuts |= {float(v) - k * width for v in cum if 0.0 < float(v) - k * width < width}
+    edges = np.array(sorted(cuts))
+    weights = np.diff(edges)
+    # float cumulative probabilities leave slivers (2e-16 wide) where the encoder's own bits collide:
+    # a probability far below any Monte Carlo resolution, left out
+    keep = weights > (0.0 if exact else 1e-12)
+    # each class read at its midpoint: no rounding of a cut can move a slot onto a neighbouring bit
+    mids = ((edges[:-1] + edges[1:]) / 2.0)[keep]
+    weights = weights[keep]
+    slots = mids[:, None] + width * np.arange(s)[None, :]
+    j = np.minimum(
+        np.searchsorted(cum, slots.ravel(), side="right").reshape(slots.shape) - 1, b - 1
+    )
+    tuples = [tuple(int(x) for x in row) for row in j]
+    out_w: np.ndarray = np.rint(weights).astype(np.int64) if exact else weights
+    return tuples, out_w
+
+
+def _several_bits(
+    hist: InputHistogram, params: Mapping[str, Any], rng: RNG, b: int, s: int, exact: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Clients and true ones per bit when every client reports ``s > 1`` bits (see :func:`aggregate_bits`)."""
+    from fedstats.engine.aggregate import multinomial, split_cohort, split_inputs
+    from fedstats.errors import ParameterError
+
+    col = params["column"]
+    tuples, weights = slot_classes(params)
+    if any(len(set(t)) != s for t in tuples):  # pragma: no cover - the allocation caps pi_j at 1
+        raise ParameterError("bits_per_client", s, "an allocation giving each client distinct bits")
+    assigned = np.zeros(b, dtype=np.int64)
+    ones = np.zeros(b, dtype=np.int64)
+    if exact:
+        per_input = split_cohort(hist, weights, rng)  # (k, classes): clients of input i in class c
+        values = np.asarray(split_inputs(hist)[col], dtype=np.float64)
+        for c, bits in enumerate(tuples):
+            if not per_input[:, c].any():
+                continue
+            codes, counts = _code_histogram(values, per_input[:, c], params, rng)
+            for j in bits:
+                assigned[j] += counts.sum()
+                ones[j] += counts[((codes >> j) & 1) == 1].sum()
+        return assigned, ones
+    codes, counts = _code_histogram(
+        np.asarray(hist.column(col), dtype=np.float64), hist.counts, params, rng
+    )
+    w = np.asarray(weights, dtype=np.float64)
+    per_code = multinomial(rng, counts, np.broadcast_to(w / w.sum(), (codes.size, w.size)))
+    for c, bits in enumerate(tuples):
+        for j in bits:
+            assigned[j] += per_code[:, c].sum()
+            ones[j] += per_code[((codes >> j) & 1) == 1, c].sum()
+    return assigned, ones
+
+
 def aggregate_bits(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
     """Aggregate form of :func:`encode_bits`: the round's sum drawn per distinct input (aggregate route).
 
@@ -269,7 +355,10 @@ def aggregate_bits(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) ->
     allocation each code's clients spread over the bits Multinomial(count, p); with the exact allocation
     the public assignment of clients to bits is a uniform random split of the cohort into the public counts
     (:func:`fedstats.engine.aggregate.split_cohort`); then the reported ones of bit ``j`` are randomized
-    response over the true ones and zeros among its clients. Equal in distribution to the per-client sum.
+    response over the true ones and zeros among its clients. With ``s > 1`` bits per client (Corollary 2)
+    the same holds per *slot class*: the clients whose ``s`` slots fall on the same ``s`` bits
+    (:func:`slot_classes`); a client's code is drawn once and read at each of its bits, and randomized
+    response is independent per reported bit. Equal in distribution to the per-client sum.
 
     Parameters
     ----------
@@ -285,10 +374,6 @@ def aggregate_bits(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) ->
     numpy.ndarray of int64, shape (b,) or (2 b,)
         What :func:`encode_bits`' reports sum to.
 
-    Raises
-    ------
-    ParameterError
-        With more than one bit per client (no aggregate form: use a per-client route).
     """
     from fedstats.engine.aggregate import (
         multinomial,
@@ -296,18 +381,14 @@ def aggregate_bits(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) ->
         split_cohort,
         split_inputs,
     )
-    from fedstats.errors import ParameterError
 
     b = int(params["bit_depth"])
-    if int(params["bits_per_client"]) != 1:
-        raise ParameterError(
-            "backend",
-            "aggregate",
-            "a per-client route (serial, process or dask): the aggregate form covers one bit per client",
-        )
+    s = int(params["bits_per_client"])
     col = params["column"]
     exact = params["allocation"] == "exact"
-    if exact:
+    if s > 1:
+        assigned, ones = _several_bits(hist, params, rng, b, s, exact)
+    elif exact:
         cum = np.asarray(params["cum"], dtype=np.int64)
         per_input = split_cohort(hist, np.diff(cum), rng)  # (k, b): clients of input i on bit j
         values = np.asarray(split_inputs(hist)[col], dtype=np.float64)
