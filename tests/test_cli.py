@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +12,7 @@ from fedstats import __version__
 from fedstats.cli.app import app
 from fedstats.errors import DataError
 from fedstats.experiments.demo import REQUIRED_KEYS
+from golden_helpers import check_golden
 
 runner = CliRunner()
 
@@ -49,35 +47,9 @@ def test_demo_json_has_every_required_key_and_exact_rows(demo_json: Any) -> None
     assert data["release_note"] == "reproducible (seeded) run: not for release"
 
 
-GOLDEN_DEMO = Path(__file__).parent / "golden" / "demo_seed5.json"
-
-
-def _same(a: Any, b: Any, where: str) -> None:
-    """Equal structures; floats to 1e-9 relative (BLAS may differ in the last bits between machines)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        assert sorted(a) == sorted(b), where
-        for k in a:
-            _same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list) and isinstance(b, list):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _same(x, y, f"{where}[{i}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12), (where, a, b)
-    else:
-        assert a == b, (where, a, b)
-
-
 def test_golden_seeded_demo_gives_the_same_numbers_as_the_recorded_run(demo_json: Any) -> None:
-    """Refactors keep results: ``fedstats --seed 5 --json demo`` equals tests/golden/demo_seed5.json.
-
-    A change that alters results on purpose rewrites the file (``FEDSTATS_UPDATE_GOLDEN=1 pytest
-    tests/test_cli.py -k golden``) and says which numbers changed and why in its commit.
-    """
-    if os.environ.get("FEDSTATS_UPDATE_GOLDEN") == "1":
-        GOLDEN_DEMO.write_text(json.dumps(demo_json["analyses"], indent=1, sort_keys=True) + "\n")
-    recorded = json.loads(GOLDEN_DEMO.read_text())
-    _same(demo_json["analyses"], recorded, "analyses")
+    """Refactors keep results: ``fedstats --seed 5 --json demo`` equals tests/golden/demo_seed5.json."""
+    check_golden("demo_seed5", demo_json["analyses"])
 
 
 def test_seeded_demo_is_reproducible_and_json_flag_works_after_the_command(demo_json: Any) -> None:

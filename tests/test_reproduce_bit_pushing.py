@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from fedstats.cli.app import app
 from fedstats.experiments.bit_pushing import nrmse
+from golden_helpers import check_golden
 
 runner = CliRunner()
 
@@ -31,6 +32,7 @@ def test_reproduce_quick(tmp_path: Path) -> None:
     for f in payload["files"]:
         assert (out / f).is_file(), f
     doc = json.loads((out / "bit-pushing-quick.json").read_text())
+    check_golden("reproduce-bit-pushing-quick", doc)  # the same numbers as the recorded run
     figs = doc["figures"]
     for key in ("1a", "1b", "1c-adult", "1d-adult", "2", "3a", "3b", "3c"):
         assert key in figs

@@ -14,6 +14,7 @@ from fedstats.analyses.chi2 import noise_averaged_p_value as calibrated_p_values
 from fedstats.analyses.chi2 import sketch_noise_quantiles
 from fedstats.cli.app import app
 from fedstats.experiments.fed_chi2 import real_tables, shared_data_present
+from golden_helpers import check_golden
 
 
 def test_quick_reproduction_cli(tmp_path: Path) -> None:
@@ -28,6 +29,8 @@ def test_quick_reproduction_cli(tmp_path: Path) -> None:
     assert not list(out.glob(".*.tmp")), "a temporary file was left behind"
     doc = json.loads((out / "fed-chi2-quick.json").read_text())
     assert doc["quick"] is True
+    if shared_data_present(None):  # the recorded run had the shared data (real tables, Reuters)
+        check_golden("reproduce-fed-chi2-quick", doc)
     for png in doc["plots"]:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"fig1_error.png", "fig1_power.png", "fig2_encoding.png", "fig4_fdr.png"} <= set(

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from fedstats.cli.app import app
 from fedstats.experiments.heterogeneity import PAPER_TABLE1, legacy_dispersion_emse
 from fedstats.privacy.analysis.gaussian import analytic_gaussian_sigma, classical_gaussian_sigma
+from golden_helpers import check_golden
 
 
 def test_legacy_script_reproduces_published_table1() -> None:
@@ -60,6 +61,7 @@ def test_reproduce_quick_cli(tmp_path: Path) -> None:
     payload = json.loads(res.stdout)
     assert payload["seconds"] < 60
     doc = json.loads((out / "heterogeneity-quick.json").read_text())
+    check_golden("reproduce-heterogeneity-quick", doc)  # the same numbers as the recorded run
     page = (out / "heterogeneity-quick.md").read_text()
     for f in payload["files"]:
         assert (out / f).is_file()

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from fedstats.cli.app import app
 from fedstats.experiments.performance_gap import PAPER_TABLE1
+from golden_helpers import check_golden
 
 
 def test_reproduce_performance_gap_quick(tmp_path: Path, shared_data: Path) -> None:
@@ -39,6 +40,7 @@ def test_reproduce_performance_gap_quick(tmp_path: Path, shared_data: Path) -> N
         assert (out / name).stat().st_size > 500, name
     data = json.loads((out / "performance-gap-quick.json").read_text())
     assert data["quick"] is True and "error" not in data["table2"]
+    check_golden("reproduce-performance-gap-quick", data)  # the same numbers as the recorded run
     # Table 1 with the paper's rule reproduces the printed digits; the corrected split spends its budget
     for row in data["table1"]["rows"]:
         printed = PAPER_TABLE1[row["mechanism"]][row["K"]][[0.1, 0.01, 0.001].index(row["alpha"])]
