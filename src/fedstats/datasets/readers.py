@@ -29,6 +29,7 @@ from fedstats.errors import DataError, DatasetNotFoundError, ParameterError, Sec
 __all__ = [
     "CifarData",
     "check_finite_columns",
+    "gunzip",
     "load_table",
     "read_cifar",
     "read_csv",
@@ -48,6 +49,20 @@ _IDX_DTYPES: dict[int, np.dtype[Any]] = {
 }
 
 
+def gunzip(data: bytes, label: str) -> bytes:
+    """Decompress a gzip stream read from a dataset file.
+
+    Raises
+    ------
+    DataError
+        If the stream is corrupt (named by ``label``).
+    """
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError) as exc:
+        raise DataError(f"{label}: corrupt gzip stream ({exc})") from exc
+
+
 def _existing(path: PathLike, what: str = "file") -> Path:
     p = Path(path).expanduser()
     if not p.exists():
@@ -59,10 +74,7 @@ def _read_maybe_gzip(p: Path) -> bytes:
     """The bytes of ``p``, gunzipped when the file starts with the gzip magic (whatever its suffix)."""
     raw = p.read_bytes()
     if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise DataError(f"{p}: corrupt gzip stream ({exc})") from exc
+        return gunzip(raw, str(p))
     return raw
 
 
