@@ -53,18 +53,14 @@ from fedstats.datasets.loaders import (
     load_reuters,
 )
 from fedstats.datasets.partition import (
-    ContingencyTable,
     allocate_counts,
     client_indices,
-    contingency_table,
-    contingency_tables_by_client,
     dirichlet_partition,
     dirichlet_proportions,
     iid_partition,
     label_ratio_sample,
     one_per_client,
     parse_label_ratios,
-    split_contingency_table,
 )
 from fedstats.datasets.readers import (
     CifarData,
@@ -75,6 +71,12 @@ from fedstats.datasets.readers import (
     read_csv,
     read_idx,
     read_parquet,
+)
+from fedstats.datasets.tables import (
+    ContingencyTable,
+    contingency_table,
+    contingency_tables_by_client,
+    split_contingency_table,
 )
 
 __all__ = [
