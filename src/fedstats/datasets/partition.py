@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 Randomness = RNG | RandomSource
-_MAX_BLOCK = 1 << 22  # elements of scratch per vectorized block (32 MiB of float64)
 
 
 def generator_for(rng: Randomness, *key: str) -> RNG:
