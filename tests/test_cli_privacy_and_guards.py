@@ -233,8 +233,21 @@ def test_ctrl_c_during_a_parallel_run_exits_130_with_one_line(gap_csv: Path, bac
     args = [exe, "--quiet", "gap", str(gap_csv), "--group-column", "g", "--value-column", "v"]
     args += ["--epsilon", "2", "--clients", str(10**10), "--backend", backend, "--workers", "2"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def children() -> int:  # worker processes started by the command (the backend is up)
+        n = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                n += stat.read_text().rsplit(")", 1)[1].split()[1] == str(proc.pid)
+            except (OSError, IndexError):
+                continue
+        return n
+
     try:
-        time.sleep(12)  # imports, workers started, rounds running (10^10 clients take hours)
+        deadline = time.monotonic() + 90  # a loaded machine is slow to import and start workers
+        while children() == 0 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        time.sleep(3)  # rounds running (10^10 clients take hours)
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)

@@ -340,7 +340,7 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
 
     data = _data()
     shards = write_shards(deployment.root, data, N_PROCS)
-    lease = ["--lease-seconds", "2"]
+    lease = ["--lease-seconds", "6"]  # long enough that a loaded machine never lets A's lease lapse
     deployment.kill()
     deployment.start(*lease, "--server-id", "server-a", crash_after="journaled:0")
     with deployment.admin() as a:
