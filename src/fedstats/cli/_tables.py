@@ -101,7 +101,7 @@ def load_frame(data: str, data_dir: Path | None, split: str | None) -> pd.DataFr
     if not isinstance(df, pd.DataFrame):
         raise ParameterError("DATA", data, "a tabular dataset (a DataFrame)")
     if df.shape[0] == 0:
-        raise DataError(f"{data} has no rows")
+        raise DataError(f"{data} has no rows: at least one client is needed")
     return df
 
 

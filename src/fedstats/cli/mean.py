@@ -60,24 +60,14 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
     DatasetNotFoundError
         If ``data`` is neither a dataset name nor an existing file.
     """
-    from fedstats.datasets import dataset_names, load_dataset
-    from fedstats.datasets.readers import load_table
+    from fedstats.cli._tables import check_column, load_frame
 
-    if data in dataset_names():
-        df = load_dataset(data, data_dir, **({"split": split} if split else {}))
-    else:
-        if split:
-            raise ParameterError("--split", split, "only with a registered dataset name")
-        df = load_table(data)
-    if not hasattr(df, "columns") or column not in df.columns:
-        cols = ", ".join(map(str, getattr(df, "columns", [])))
-        raise ParameterError("--column", column, f"a column of {data}: {cols}")
+    df = load_frame(data, data_dir, split)
+    check_column(df, "--column", column, data)
     try:
         values = np.asarray(df[column].to_numpy(), dtype=np.float64)
     except (TypeError, ValueError):
         raise ParameterError("--column", column, "a numeric column") from None
-    if values.size == 0:
-        raise DataError(f"{data} has no rows: at least one client is needed")
     if not np.isfinite(values).all():
         raise DataError(f"column {column!r} has missing or infinite values")
     worst = float(np.max(np.abs(values)))

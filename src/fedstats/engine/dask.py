@@ -176,8 +176,18 @@ class DaskBackend:
                     "scheduler", self.scheduler, "the address of a reachable Dask scheduler"
                 ) from exc
         else:
-            self._cluster = _start_local_cluster(LocalCluster, self.workers, self.memory_limit)
-            self._client = Client(self._cluster)
+            try:
+                # Ctrl-C while the cluster starts is held until it is up, then closes it cleanly (an
+                # interrupt inside distributed's start-up can leave its event loop waiting for ever)
+                with _deferred_interrupt():
+                    self._cluster = _start_local_cluster(
+                        LocalCluster, self.workers, self.memory_limit
+                    )
+                    self._client = Client(self._cluster)
+            except KeyboardInterrupt:
+                logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
+                self.close()
+                raise
         return self
 
     def __exit__(
@@ -186,6 +196,10 @@ class DaskBackend:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if exc_type is not None and self._cluster is not None:
+            # the run failed or was interrupted (its error is reported by the caller): the scheduler's
+            # complaints about the comms closing under it (CRITICAL tracebacks) would only bury it
+            logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
         self.close()
 
     def close(self) -> None:
@@ -206,33 +220,49 @@ class DaskBackend:
 
     def sum_round(self, job: RoundJob, progress: Progress | None = None) -> RoundSum:
         """Sum the round with one task per shard; progress advances as shards finish."""
-        from distributed import as_completed
+        from distributed import wait as wait_futures
 
         progress = progress or NullProgress()
         client = self.client
         shards = job.shards(_shard_blocks(job, self.shard_size))
         task = f"round {job.round_index} ({job.round.name})"
         progress.start(task, len(job.blocks()))
-        [job_future] = client.scatter([job], broadcast=True)
-        futures = {
-            client.submit(sum_shard, job_future, a, b, pure=False): (a, b) for a, b in shards
-        }
+        futures: dict[Any, tuple[int, int]] = {}
         total = job.zero_total()
-        try:
-            for fut in as_completed(futures):
-                total = add_exact(total, fut.result())
-                a, b = futures[fut]
-                progress.advance(task, b - a)
-            self.retries += client.run_on_scheduler(_lost_attempts, keys=[f.key for f in futures])
-        except Exception as exc:
-            if type(exc).__name__ == "KilledWorker":
-                raise ProtocolAbortError(
-                    f"a shard of round {job.round_index} failed on every retry (workers kept dying): {exc}"
-                ) from exc
-            raise
-        finally:
-            for fut in futures:
-                fut.cancel()
+        # Ctrl-C is held to the poll below: raised inside the client's calls it can hang the shutdown
+        with _deferred_interrupt() as interrupted:
+            try:
+                [job_future] = client.scatter([job], broadcast=True)
+                futures = {
+                    client.submit(sum_shard, job_future, a, b, pure=False): (a, b)
+                    for a, b in shards
+                }
+                pending = set(futures)
+                while pending:
+                    interrupted()
+                    try:
+                        done, pending = wait_futures(
+                            pending, timeout=0.25, return_when="FIRST_COMPLETED"
+                        )
+                    except TimeoutError:
+                        continue
+                    for fut in done:
+                        total = add_exact(total, fut.result())
+                        a, b = futures[fut]
+                        progress.advance(task, b - a)
+                self.retries += client.run_on_scheduler(
+                    _lost_attempts, keys=[f.key for f in futures]
+                )
+            except Exception as exc:
+                if type(exc).__name__ == "KilledWorker":
+                    raise ProtocolAbortError(
+                        f"a shard of round {job.round_index} failed on every retry (workers kept "
+                        f"dying): {exc}"
+                    ) from exc
+                raise
+            finally:
+                for fut in futures:
+                    fut.cancel()
         progress.finish(task)
         return RoundSum(total, job.n_clients)
 
