@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from fedstats.cli._common import FedstatsGroup
 from fedstats.errors import ParameterError
-from fedstats.experiments import framework
+from fedstats.experiments import framework, pages
 from fedstats.experiments.framework import Cell, Option, Reproduction, RunContext, output_folder
 
 CALLS: list[tuple[float, int]] = []
@@ -134,7 +134,7 @@ def test_table_driven_command(
 def test_render_is_strict() -> None:
     import jinja2
 
-    env_text = framework._fmt(float("inf")), framework._fmt(None), framework._sig(0.000123456)
+    env_text = pages.fmt(float("inf")), pages.fmt(None), pages.sig(0.000123456)
     assert env_text == ("inf", "-", "0.000123")
     with pytest.raises(ParameterError, match="template"):
         framework.render("no-such-template.md.j2", doc={})

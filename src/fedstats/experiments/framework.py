@@ -36,7 +36,6 @@ from __future__ import annotations
 import concurrent.futures
 import importlib
 import json
-import math
 import os
 import tempfile
 import time
@@ -47,6 +46,7 @@ from typing import Any
 
 from fedstats.errors import ParameterError
 from fedstats.experiments.checkpoint import CheckpointStore, write_json_atomic, write_text_atomic
+from fedstats.experiments.pages import render
 from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
@@ -422,75 +422,6 @@ class RunContext:
         page = self.out / f"{self.stem}.md"
         write_text_atomic(page, render(self.template, doc=doc, quick=self.quick, stem=self.stem))
         return page
-
-
-def _fmt(x: Any, nd: int = 3) -> str:
-    """Format a number for a page: ``-`` for missing, ``inf``/``nan`` spelled out."""
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return str(x)
-    if isinstance(x, float):
-        if math.isnan(x):
-            return "nan"
-        if math.isinf(x):
-            return "inf" if x > 0 else "-inf"
-        return f"{x:.{nd}f}"
-    return str(x)
-
-
-def _sig(x: Any, nd: int = 3) -> str:
-    """Format a number with ``nd`` significant digits (``-`` for missing)."""
-    if isinstance(x, float) and math.isfinite(x):
-        return f"{x:.{nd}g}"
-    return _fmt(x, nd)
-
-
-def render(template: str, **context: Any) -> str:
-    """Render a page template from ``fedstats/experiments/templates``.
-
-    Templates use Jinja2 with ``StrictUndefined`` (a missing value is an error, not an empty cell) and
-    the filters ``fmt(nd)`` (fixed decimals) and ``sig(nd)`` (significant digits), which spell missing and
-    non-finite values.
-
-    Parameters
-    ----------
-    template : str
-        File name under ``templates/`` (``"bit_pushing.md.j2"``).
-    **context
-        Template variables.
-
-    Returns
-    -------
-    str
-        The rendered text, ending with one newline.
-
-    Raises
-    ------
-    ParameterError
-        If the template does not exist.
-    """
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("fedstats.experiments", "templates"),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters["fmt"] = _fmt
-    env.filters["sig"] = _sig
-    try:
-        tpl = env.get_template(template)
-    except jinja2.TemplateNotFound:
-        raise ParameterError(
-            "template", template, "a template under fedstats/experiments/templates"
-        ) from None
-    return tpl.render(**context).rstrip("\n") + "\n"
 
 
 def run_reproduction(
