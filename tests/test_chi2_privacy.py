@@ -17,16 +17,16 @@ from typer.testing import CliRunner
 
 from fedstats.analyses.chi2 import fed_chi2
 from fedstats.analyses.chi2.client import encode_marginals, encode_projection, expected_counts
-from fedstats.analyses.chi2.privacy import (
-    discrete_gaussian_variance,
-    max_scaled_column_norm,
-    plan_chi2_privacy,
-)
+from fedstats.analyses.chi2.estimator import projection_norms
+from fedstats.analyses.chi2.privacy import plan_chi2_privacy
 from fedstats.cli.app import app
 from fedstats.engine.rounds import ClientBatch
 from fedstats.errors import BudgetExceededError, DataError
 from fedstats.privacy.analysis import zcdp_to_approx_dp
-from fedstats.privacy.analysis.discrete_gaussian import discrete_gaussian_rho
+from fedstats.privacy.analysis.discrete_gaussian import (
+    discrete_gaussian_rho,
+    discrete_gaussian_variance,
+)
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 from fedstats.sketches.stable import StableProjection
@@ -158,7 +158,7 @@ def test_neighbouring_reports_differ_by_at_most_the_sensitivity(
     }
     qa = encode_projection(ClientBatch({"table": a}, 0, 2), params, rng).astype(float)
     qb = encode_projection(ClientBatch({"table": b}, 0, 2), params, rng).astype(float)
-    c = max_scaled_column_norm(proj, sq)
+    c = projection_norms(proj, sq)[2]
     assert np.linalg.norm(qa - qb) <= 2.0**f * 2 * t_max * c + 2 * math.sqrt(ell)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "decode",
     "finish",
     "kept_cells",
+    "projection_norms",
     "row_norms_and_offset",
 ]
 
@@ -266,8 +267,43 @@ def chi_square_statistic(table: Any) -> tuple[float, int]:
     return float(((k - vbar) ** 2 / vbar).sum()), int((rows.size - 1) * (cols.size - 1))
 
 
+def projection_norms(proj: StableProjection, sq: np.ndarray) -> tuple[float, np.ndarray, float]:
+    """``max_k ||P_k||_2``, ``P sq`` and ``max_j ||P_j||_2 / sq_j`` in one streamed pass over the columns.
+
+    All three are public values (``P`` is public, ``sq = sqrt(vbar)`` comes from the released marginals);
+    the last is the column factor of round 2's sensitivity under central DP
+    (:mod:`fedstats.analyses.chi2.privacy`).
+
+    Parameters
+    ----------
+    proj : StableProjection
+        The public ``l x m`` projection.
+    sq : numpy.ndarray
+        float64 vector of length ``m``, >= 0 (``sqrt(vbar)``, or zeros for the row norms alone).
+
+    Returns
+    -------
+    (float, numpy.ndarray, float)
+        The largest row norm, ``P sq`` (shape ``(l,)``), and the largest column norm over ``sq`` (``inf``
+        when some ``sq_j`` is 0).
+    """
+    m = sq.size
+    acc = np.zeros(proj.encoding_size)
+    off = np.zeros(proj.encoding_size)
+    scaled = 0.0
+    for a in range(0, m, _NORM_CHUNK):
+        c = proj.columns(np.arange(a, min(m, a + _NORM_CHUNK)))  # (k, l)
+        c2 = c * c
+        acc += c2.sum(axis=0)
+        part = sq[a : a + _NORM_CHUNK]
+        off += np.dot(part, c)
+        with np.errstate(divide="ignore"):
+            scaled = max(scaled, float(np.max(np.sqrt(c2.sum(axis=1)) / part)))
+    return float(np.sqrt(acc.max())), off, scaled
+
+
 def row_norms_and_offset(proj: StableProjection, sq: np.ndarray) -> tuple[float, np.ndarray]:
-    """``max_k ||P_k||_2`` and ``P sq`` in one streamed pass over the columns (public values).
+    """``max_k ||P_k||_2`` and ``P sq`` (the first two values of :func:`projection_norms`).
 
     Parameters
     ----------
@@ -281,14 +317,8 @@ def row_norms_and_offset(proj: StableProjection, sq: np.ndarray) -> tuple[float,
     (float, numpy.ndarray)
         The largest row norm and ``P sq`` (shape ``(l,)``).
     """
-    m = sq.size
-    acc = np.zeros(proj.encoding_size)
-    off = np.zeros(proj.encoding_size)
-    for a in range(0, m, _NORM_CHUNK):
-        c = proj.columns(np.arange(a, min(m, a + _NORM_CHUNK)))
-        acc += (c * c).sum(axis=0)
-        off += np.dot(sq[a : a + _NORM_CHUNK], c)
-    return float(np.sqrt(acc.max())), off
+    row_norm, off, _ = projection_norms(proj, sq)
+    return row_norm, off
 
 
 def client_bound(vbar: np.ndarray, max_cell: int, n: int, row_norm: float) -> float:

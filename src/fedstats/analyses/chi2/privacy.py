@@ -42,13 +42,10 @@ from fedstats.errors import ParameterError
 from fedstats.privacy.analysis import PrivacyLoss, approx_dp_to_zcdp, zcdp_to_approx_dp
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian
 from fedstats.randomness import RNG
-from fedstats.sketches.stable import StableProjection
 
 __all__ = [
     "Chi2Privacy",
     "add_discrete_gaussian",
-    "discrete_gaussian_variance",
-    "max_scaled_column_norm",
     "plan_chi2_privacy",
 ]
 
@@ -99,7 +96,7 @@ class Chi2Privacy:
         Parameters
         ----------
         column_norm : float
-            ``c = max_j ||P_j|| / sqrt(vbar_j)`` (:func:`max_scaled_column_norm`).
+            ``c = max_j ||P_j|| / sqrt(vbar_j)`` (:func:`~fedstats.analyses.chi2.estimator.projection_norms`).
         frac_bits : int
             ``f``, the fixed-point fraction bits of round 2.
         ell : int
@@ -163,58 +160,12 @@ def plan_chi2_privacy(
     ParameterError
         If a parameter is outside its range.
     """
-    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
-    dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    rho = approx_dp_to_zcdp(epsilon=epsilon, delta=delta)  # checks epsilon and delta
     t = check_int("max_records", max_records, low=1)
     frac = check_real(
         "round1_fraction", round1_fraction, low=0.0, high=1.0, low_open=True, high_open=True
     )
-    rho = approx_dp_to_zcdp(epsilon=eps, delta=dlt)
-    return Chi2Privacy(eps, dlt, rho, rho * frac, rho * (1.0 - frac), t)
-
-
-def max_scaled_column_norm(proj: StableProjection, sq: np.ndarray) -> float:
-    """``max_j ||P_j||_2 / sq_j`` over the columns of the public projection (streamed).
-
-    Parameters
-    ----------
-    proj : StableProjection
-        The public ``l x m`` projection.
-    sq : numpy.ndarray
-        float64, shape ``(m,)``, positive (``sqrt(vbar)``).
-
-    Returns
-    -------
-    float
-    """
-    out = 0.0
-    for a in range(0, sq.size, _CHUNK):
-        c = proj.columns(np.arange(a, min(sq.size, a + _CHUNK)))  # (k, l)
-        out = max(out, float(np.max(np.sqrt((c * c).sum(axis=1)) / sq[a : a + _CHUNK])))
-    return out
-
-
-def discrete_gaussian_variance(sigma: float) -> float:
-    """Variance of the discrete Gaussian with parameter ``sigma`` (slightly below ``sigma**2``).
-
-    Summed exactly for ``sigma <= 10``; above, it equals ``sigma**2`` to a relative ``exp(-2 pi^2 sigma^2)``
-    (Canonne, Kamath & Steinke 2020, Prop. 19), far below double precision.
-
-    Parameters
-    ----------
-    sigma : float
-        In (0, inf).
-
-    Returns
-    -------
-    float
-    """
-    s = check_real("sigma", sigma, low=0.0, high=math.inf, low_open=True, high_open=True)
-    if s > 10.0:
-        return s * s
-    k = np.arange(-int(40 * s) - 10, int(40 * s) + 11, dtype=np.float64)
-    w = np.exp(-(k * k) / (2.0 * s * s))
-    return float((k * k * w).sum() / w.sum())
+    return Chi2Privacy(float(epsilon), float(delta), rho, rho * frac, rho * (1.0 - frac), t)
 
 
 def add_discrete_gaussian(values: Any, sigma: float, rng: RNG) -> np.ndarray:
@@ -222,6 +173,20 @@ def add_discrete_gaussian(values: Any, sigma: float, rng: RNG) -> np.ndarray:
 
     The exact sampler (:func:`~fedstats.privacy.mechanisms.samplers.sample_discrete_gaussian`) draws the
     integer noise; the sum is formed in float64 (exact below 2**53, far above any noise it carries).
+
+    Parameters
+    ----------
+    values : array_like of int, any shape
+        The released integer sums.
+    sigma : float
+        The discrete Gaussian's parameter, in (0, 2**42].
+    rng : RNG
+        The server's generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, the shape of ``values``.
 
     Raises
     ------

@@ -26,18 +26,14 @@ from fedstats.analyses.chi2.estimator import (
     decode,
     finish,
     kept_cells,
-    row_norms_and_offset,
+    projection_norms,
 )
-from fedstats.analyses.chi2.privacy import (
-    Chi2Privacy,
-    add_discrete_gaussian,
-    discrete_gaussian_variance,
-    max_scaled_column_norm,
-)
+from fedstats.analyses.chi2.privacy import Chi2Privacy, add_discrete_gaussian
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import ParameterError
+from fedstats.privacy.analysis.discrete_gaussian import discrete_gaussian_variance
 from fedstats.randomness import RandomSource
 from fedstats.sketches.modular import choose_frac_bits, reduce_signed
 from fedstats.sketches.stable import StableProjection
@@ -140,7 +136,7 @@ def fed_chi2_protocol(
     n = s1.n_clients
     vbar = expected_counts(vx[rows], vy[cols])
     proj = StableProjection(seed, ell, 2.0)
-    row_norm, p_sq = row_norms_and_offset(proj, np.sqrt(vbar))
+    row_norm, p_sq, column_norm = projection_norms(proj, np.sqrt(vbar))
     v = float(vx.sum()) + headroom
     s_max = v * (min(rows.size, cols.size) - 1)
     bound_one = client_bound(vbar, mc, n, row_norm)
@@ -167,7 +163,7 @@ def fed_chi2_protocol(
     tau = 0.0
     details: dict[str, Any] = {}
     if privacy is not None and server is not None:
-        k, sigma = privacy.projection_release(max_scaled_column_norm(proj, np.sqrt(vbar)), f, ell)
+        k, sigma = privacy.projection_release(column_norm, f, ell)
         half = (1 << k) >> 1
         coarse = [(int(x) + half) >> k for x in total]  # nearest multiple of 2**k (exact integers)
         step = 2.0**k / fp.scale
