@@ -106,6 +106,13 @@ def load_frame(data: str, data_dir: Path | None, split: str | None) -> pd.DataFr
 
 
 def check_column(df: pd.DataFrame, option: str, col: str, data: str) -> None:
+    """Refuse a column ``col`` (given as ``option``) that ``df`` does not have.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``option`` and listing the columns of ``data``.
+    """
     if col not in df.columns:
         cols = ", ".join(map(str, df.columns))
         raise ParameterError(option, col, f"a column of {data}: {cols}")
@@ -114,6 +121,20 @@ def check_column(df: pd.DataFrame, option: str, col: str, data: str) -> None:
 def assignment(
     df: pd.DataFrame, data: str, client_column: str | None, clients: int | None, state: CliState
 ) -> tuple[np.ndarray, int]:
+    """Assign the rows to clients: by ``--client-column``, or uniformly at random over ``--clients``.
+
+    Returns
+    -------
+    (numpy.ndarray, int)
+        int64 client index of each row (shape ``(n_rows,)``) and the number of clients (default 100).
+
+    Raises
+    ------
+    ParameterError
+        Both options given, an unknown column, or ``--clients`` outside ``[1, n_rows]``.
+    DataError
+        Missing values in the client column.
+    """
     from fedstats.datasets import iid_partition
 
     if client_column is not None and clients is not None:
@@ -128,6 +149,13 @@ def assignment(
 
 
 def column_codes(df: pd.DataFrame, col: str) -> tuple[np.ndarray, int]:
+    """Integer codes of a categorical column (sorted categories) and the number of categories.
+
+    Raises
+    ------
+    DataError
+        If the column has missing values.
+    """
     codes, uniques = pd.factorize(df[col], sort=True)
     if (codes < 0).any():
         raise DataError(f"column {col!r} has missing values; recode them as a category")
@@ -207,5 +235,6 @@ def route(secure: bool | None, backend: str, n_clients: int) -> str:
 
 
 def lean(details: dict[str, Any]) -> dict[str, Any]:
+    """``details`` without the raw encodings (long vectors kept out of the CLI's JSON)."""
     drop = ("encoding", "encoding_plus", "encoding_minus", "joint_entropy")
     return {k: v for k, v in details.items() if k not in drop}

@@ -27,7 +27,6 @@ does not replay deterministically must not release anything).
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 import time
 import uuid
@@ -49,8 +48,6 @@ __all__ = [
     "run_view",
     "submit_report",
 ]
-
-log = logging.getLogger("fedstats.service")
 
 
 def create_run(session: Session, task_id: str, analyst: str) -> str:
