@@ -490,16 +490,14 @@ def create_app(
             known[cid] = got
         return got
 
-    def _enrolled(cid: str) -> tuple[str, float, str]:
-        """The enrolled row of a client whose request was just verified (the cache may have been cleared)."""
-        c = _client(cid)
-        if c is None:  # pragma: no cover - rows are never deleted
-            raise HTTPException(401, "unknown client")
-        return c
-
     async def enrolled(cid: str) -> tuple[str, float, str]:
+        """The enrolled row of a client whose request was just verified (the cache may have been cleared)."""
         got = known.get(cid)
-        return got if got is not None else await run_in_threadpool(_enrolled, cid)
+        if got is None:
+            got = await run_in_threadpool(_client, cid)
+        if got is None:  # pragma: no cover - rows are never deleted
+            raise HTTPException(401, "unknown client")
+        return got
 
     def _verify(
         method: str, path: str, headers: Any, body: bytes, public_key: str | None
