@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import ssl
 import time
@@ -32,10 +33,18 @@ import httpx
 import numpy as np
 
 from fedstats._io import atomic_write_text
+from fedstats.client.secure import CertificateRosterVerifier, SecureState
 from fedstats.engine.rounds import ClientBatch, Round
-from fedstats.errors import BudgetExceededError, DataError, FedstatsError, ParameterError
+from fedstats.errors import (
+    BudgetExceededError,
+    DataError,
+    FedstatsError,
+    ParameterError,
+    ProtocolAbortError,
+    SecurityError,
+)
 from fedstats.randomness import RandomSource
-from fedstats.service import auth, wire
+from fedstats.service import auth, seeding, wire
 from fedstats.service.enrollment import load_identity
 from fedstats.service.registry import lookup, resolve_encoder
 
@@ -274,19 +283,34 @@ class Device:
         self.refused: dict[str, str] = {}
         self.joined: dict[str, dict[str, int]] = {}
         self.reported: set[tuple[str, int]] = set()
+        # secure runs: the pinned authority key, and each run's seed contribution and sessions
+        self.authority_public_key: str | None = ident.get("authority_public_key")
+        self.secure: dict[str, SecureState] = {}
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._http.close()
 
     # -- transport
-    def _request(self, method: str, path: str, payload: Any = None, *, retries: int = 6) -> Any:
-        body = b"" if payload is None else json.dumps(payload).encode()
+    def _request(
+        self,
+        method: str,
+        path: str,
+        payload: Any = None,
+        *,
+        retries: int = 6,
+        raw: bytes | None = None,
+        binary: bool = False,
+    ) -> Any:
+        """Send a signed request (JSON ``payload`` or ``raw`` bytes); return its JSON or raw body."""
+        body = raw if raw is not None else b"" if payload is None else json.dumps(payload).encode()
         delay = 0.2
         for attempt in range(retries + 1):
             headers = auth.sign_request(self._key, self.client_id, method, path, body)
             if body:
-                headers["content-type"] = "application/json"
+                headers["content-type"] = (
+                    "application/octet-stream" if raw is not None else "application/json"
+                )
             try:
                 r = self._http.request(method, path, content=body, headers=headers)
             except httpx.TransportError as exc:
@@ -295,7 +319,7 @@ class Device:
                 self.log(f"retry {path} after {type(exc).__name__}")
             else:
                 if r.status_code < 400:
-                    return r.json()
+                    return r.content if binary else r.json()
                 if r.status_code not in (429, 502, 503, 504) or attempt == retries:
                     raise _HTTPError(r.status_code, r.text)
                 self.log(f"retry {path} after HTTP {r.status_code}")
@@ -325,15 +349,26 @@ class Device:
                 self.refused[rid] = str(exc)
                 self.log(f"refused run {rid}: {exc}")
                 continue
+            body: dict[str, Any] = {"records": self.n_records}
+            if task.get("secure_aggregation") is not None:
+                if self.authority_public_key is None:
+                    self.refused[rid] = "secure task, but no pinned authority key in the identity"
+                    self.log(f"refused run {rid}: {self.refused[rid]}")
+                    continue
+                state = self.secure.setdefault(rid, SecureState(os.urandom(32)))
+                body["commitment"] = state.commitment(rid, self.client_id)
             try:
-                self.joined[rid] = self._request(
-                    "POST", f"/v1/client/runs/{rid}/checkin", {"records": self.n_records}
-                )
+                self.joined[rid] = self._request("POST", f"/v1/client/runs/{rid}/checkin", body)
             except _HTTPError as exc:
                 if exc.status != 409:
                     raise
                 self.refused[rid] = "check-in closed"
+        for item in work.get("reveals", []):
+            self._reveal(str(item["run_id"]))
         for rnd in work["rounds"]:
+            if rnd.get("secure") is not None:
+                self._secure_stage(rnd)
+                continue
             key = (rnd["run_id"], int(rnd["round"]))
             if key in self.reported:
                 continue
@@ -341,7 +376,104 @@ class Device:
             self.reported.add(key)
         return work
 
+    # -- secure runs (fedstats.client.secure)
+    def _reveal(self, run_id: str) -> None:
+        state = self.secure.get(run_id)
+        if state is None:  # checked in before a restart: the contribution is lost (the run aborts)
+            return
+        tr = self._request("GET", f"/v1/client/runs/{run_id}/seed")
+        entries = [(str(m[0]), str(m[1])) for m in tr["members"]]
+        if (self.client_id, state.commitment(run_id, self.client_id)) not in entries:
+            raise SecurityError("the run's commitment list lacks this device's commitment")
+        state.seen = seeding.commitments_digest(run_id, entries)
+        self._request(
+            "POST",
+            f"/v1/client/runs/{run_id}/reveal",
+            {"value": state.contribution.hex(), "seen": state.seen},
+        )
+
+    def _secure_stage(self, rnd: Mapping[str, Any]) -> None:
+        """Answer one stage of a secure round (verifying the seed and the roster at stage 0)."""
+        run_id, index = str(rnd["run_id"]), int(rnd["round"])
+        info = rnd["secure"]
+        number, stage = int(info["session"]), int(info["stage"])
+        state = self.secure.get(run_id)
+        if state is None or (index, number) in state.refused:
+            return  # no state (restarted) or left: a dropout for the protocol
+        path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
+        reply = state.replies.get((index, number, stage))
+        if reply is None:
+            try:
+                if stage == 0:
+                    client = self._join_session(rnd, state)
+                else:
+                    client = state.sessions.get((index, number))
+                    if client is None:
+                        return
+                down = self._request("GET", path, binary=True)
+                reply = client.handle_bytes(down)
+            except (SecurityError, ProtocolAbortError) as exc:
+                state.refused[(index, number)] = str(exc)
+                state.sessions.pop((index, number), None)
+                self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
+                return
+            state.replies[(index, number, stage)] = reply
+        self._request("POST", path, raw=reply)
+
+    def _join_session(self, rnd: Mapping[str, Any], state: SecureState) -> Any:
+        from fedstats.secagg import ClientConfig, SecAggClient, find_parameters
+        from fedstats.secagg.identity import ClientIdentity
+
+        run_id, index = str(rnd["run_id"]), int(rnd["round"])
+        info = rnd["secure"]
+        number = int(info["session"])
+        if state.seed is None:
+            if state.seen is None:
+                raise SecurityError("this device did not reveal: it cannot check the run seed")
+            tr = self._request("GET", f"/v1/client/runs/{run_id}/seed")
+            state.seed = seeding.verify_transcript(
+                run_id, self.client_id, tr, seen_digest=state.seen, own_value=state.contribution
+            )
+        certs = self._request(
+            "GET", f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/certificates"
+        )
+        verifier = CertificateRosterVerifier(
+            str(self.authority_public_key),
+            certs,
+            population=str(rnd["privacy"]["population"]),
+            session=seeding.session_id(state.seed, index, number),
+            task_id=seeding.task_id_bytes(run_id),
+        )
+        params = find_parameters(
+            int(info["n"])
+        )  # pinned: computed here, never taken from the server
+        config = ClientConfig.from_parameters(
+            params,
+            bits=seeding.BITS,
+            length=int(rnd["dim"]),
+            identity=ClientIdentity(self._key),
+            verifier=verifier,
+            task_id=seeding.task_id_bytes(run_id),
+        )
+        vector = self._encode(rnd)
+        values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
+        client = SecAggClient(int(info["index"]), values, config)
+        state.sessions[(index, number)] = client
+        return client
+
     def _answer(self, rnd: Mapping[str, Any]) -> None:
+        run_id = str(rnd["run_id"])
+        vector = self._encode(rnd)
+        a, b = (int(x) for x in rnd["records"])
+        self._request(
+            "POST",
+            f"/v1/client/runs/{run_id}/rounds/{int(rnd['round'])}/report",
+            {"vector": vector, "count": b - a},
+        )
+        self.log(f"reported run {run_id} round {rnd['round']} ({b - a} records)")
+
+    def _encode(self, rnd: Mapping[str, Any]) -> list[int]:
+        """Run the round's registered encoder on this device's records; return the summed report."""
         run_id = str(rnd["run_id"])
         fn = resolve_encoder(str(rnd["encode"]), str(rnd["analysis"]), int(rnd["version"]))
         a, b = (int(x) for x in rnd["records"])
@@ -360,13 +492,7 @@ class Device:
             self.budget.charge(run_id, float(eps), float(rnd["privacy"].get("delta") or 0.0))
         rng = self.randomness.generator(run_id, int(rnd["round"]))
         reports = spec.encode_checked(batch, rng)
-        vector = [int(x) for x in reports.sum(axis=0, dtype=object)]
-        self._request(
-            "POST",
-            f"/v1/client/runs/{run_id}/rounds/{int(rnd['round'])}/report",
-            {"vector": vector, "count": b - a},
-        )
-        self.log(f"reported run {run_id} round {rnd['round']} ({b - a} records)")
+        return [int(x) for x in reports.sum(axis=0, dtype=object)]
 
     def run(
         self,

@@ -3,7 +3,8 @@
 Admin endpoints (``/v1/admin/...``, bearer token of an operator, JSON, described at ``/openapi.json``)
 create tasks, start runs (reserving the privacy charge), set budgets and read runs, budgets and the audit
 log. Client endpoints (``/v1/client/...``) must be signed by an enrolled device (:mod:`.auth`): register
-with an enrollment certificate, poll for work, check in to a run, upload a round's report. Reports are
+with an enrollment certificate, poll for work, check in to a run, upload a round's report, and take part
+in the secure-aggregation stages of secure runs (:mod:`.secure_api`). Reports are
 acknowledged only after their transaction committed; a retried upload of the same report is acknowledged
 again and counted once.
 
@@ -37,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
 from fedstats.service import auth, driver, ledger, runs, tasks
 from fedstats.service.models import Audit, Authority, Budget, Client, Nonce, Operator
+from fedstats.service.secure_api import add_secure_routes
 from fedstats.service.store import Store
 
 __all__ = ["ServerSettings", "create_app"]
@@ -185,6 +187,12 @@ class Deadlines(BaseModel):
     round: Annotated[float, Field(ge=0.05, le=604800)] = 60.0
 
 
+class SecureAggregation(BaseModel):
+    """Compute every round's sum by secure aggregation among the devices (malicious-server model)."""
+
+    max_session: Annotated[int, Field(ge=2, le=10_000)] = 1000
+
+
 class TaskIn(BaseModel):
     """A task configuration (immutable once created; its id is the SHA-256 of its canonical form)."""
 
@@ -197,6 +205,7 @@ class TaskIn(BaseModel):
     max_records_per_client: Annotated[int | None, Field(ge=1, le=10**9)] = None
     deadlines: Deadlines = Deadlines()
     label: Annotated[str, Field(max_length=256)] = ""
+    secure_aggregation: SecureAggregation | None = None
 
 
 class TaskOut(BaseModel):
@@ -282,7 +291,8 @@ def create_app(
         Opened (migrated) database.
     settings : ServerSettings, optional
     crash_after : str, optional
-        Fault injection for tests: ``"EVENT:ROUND"`` (``journaled`` or ``opened``) makes the process kill
+        Fault injection for tests: ``"EVENT:ROUND"`` (``journaled``, ``opened``, or ``stageS``: a secure
+        session of the round journaled its stage-``S`` messages, S = 1..5, 5 = done) makes the process kill
         itself with SIGKILL at that point of any run.
     run_driver : bool
         Start the background run driver (default True).
@@ -387,7 +397,7 @@ def create_app(
     def create_task(body: TaskIn, actor: Op) -> TaskOut:
         """Create (or find) a task; its id is the SHA-256 of its canonical configuration."""
         data = body.model_dump()
-        for k in ("min_clients", "max_records_per_client"):
+        for k in ("min_clients", "max_records_per_client", "secure_aggregation"):
             if data[k] is None:
                 data.pop(k)
         with store.session() as s, s.begin():
@@ -608,8 +618,11 @@ def create_app(
                             authority=str(cert.body["authority"]),
                             not_after=float(cert.body["not_after"]),
                             enrolled_at=time.time(),
+                            certificate=json.dumps(cert.as_dict()),
                         )
                     )
+                elif c.certificate is None:  # enrolled before certificates were kept
+                    c.certificate = json.dumps(cert.as_dict())
 
         await threaded(store_client)
         return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
@@ -632,6 +645,7 @@ def create_app(
         records = data.get("records") if isinstance(data, dict) else None
         if not isinstance(records, int) or isinstance(records, bool):
             raise HTTPException(422, "records must be an integer")
+        commitment = data.get("commitment")
         population = (await enrolled(cid))[2]
 
         def go() -> dict[str, Any]:
@@ -640,7 +654,7 @@ def create_app(
                 conf = tasks.task_config(s, runs.load_run(s, run_id).task_id)
                 if conf["privacy"]["population"] != population:
                     raise SecurityError("this run is for another population")
-                return runs.checkin(s, run_id, cid, records)
+                return runs.checkin(s, run_id, cid, records, commitment)
 
         return dict(await threaded(go))
 
@@ -661,6 +675,7 @@ def create_app(
         # the transaction has committed: only now is the report acknowledged
         return {"accepted": True, "duplicate": not new}
 
+    add_secure_routes(app, store, signed, _use, _json, counters)
     app.add_middleware(_Limits, settings=cfg, counters=counters)
     return app
 

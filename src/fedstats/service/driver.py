@@ -24,10 +24,10 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from fedstats.engine.rounds import Round, RoundSum
-from fedstats.errors import ParameterError, SecurityError
+from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import AnalysisResult, to_jsonable
-from fedstats.service import ledger, wire
+from fedstats.service import ledger, secure, wire
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
 from fedstats.service.registry import encoder_name, lookup, protocol_for
 from fedstats.service.runs import load_run
@@ -76,6 +76,11 @@ def _round_fields(rnd: Round, n: int) -> dict[str, Any]:
     }
 
 
+def _required(cfg: Mapping[str, Any], n_clients: int, rec: RoundRecord) -> int:
+    """Records a round must sum: its client range's share of ``min_clients`` (at least 1)."""
+    return max(1, math.ceil(int(cfg["min_clients"]) * (rec.hi - rec.lo) / n_clients - 1e-9))
+
+
 class Driver:
     """Advances the live runs it holds a lease on; one per server process.
 
@@ -110,6 +115,7 @@ class Driver:
             raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
         self.store = store
         self._live: dict[str, _Live] = {}
+        self._sessions = secure.SessionCache()
         self._lock = threading.Lock()
         self._crash_hook = crash_hook
         self.lease_seconds = float(lease_seconds)
@@ -128,7 +134,7 @@ class Driver:
     def _claim(self) -> list[str]:
         """Claim free or expired leases, renew ours past half their time; return the runs we hold."""
         now = time.time()
-        live = Run.status.in_(("checkin", "running"))
+        live = Run.status.in_(("checkin", "seeding", "running"))
         with self.store.session() as s, s.begin():
             stmt = (
                 select(Run)
@@ -160,6 +166,7 @@ class Driver:
             )
         for rid in set(self._live) - set(ids):
             self._live.pop(rid, None)  # another process holds it now: our generator is stale
+            self._sessions.drop(rid)
         return ids
 
     def _holds(self, run: Run) -> bool:
@@ -167,6 +174,7 @@ class Driver:
         if run.lease_owner == self.owner:
             return True
         self._live.pop(run.id, None)
+        self._sessions.drop(run.id)
         return False
 
     def tick(self) -> None:
@@ -180,6 +188,8 @@ class Driver:
                     # a lock conflict or a lost connection: nothing was committed by the failed
                     # transaction; rebuild the run from the journal on the next pass
                     self._live.pop(rid, None)
+                    self._sessions.drop(rid)
+                    self._sessions.advanced.clear()
                     log.warning(
                         json.dumps({"event": "retry_run", "run_id": rid, "error": str(exc)[:200]})
                     )
@@ -190,6 +200,7 @@ class Driver:
     # -- state transitions
     def _abort(self, run_id: str, reason: str) -> None:
         self._live.pop(run_id, None)
+        self._sessions.drop(run_id)
         with self.store.session() as s, s.begin():
             run = load_run(s, run_id, lock=True)
             if run.status in ("done", "aborted"):
@@ -212,6 +223,7 @@ class Driver:
 
     def _finish(self, run_id: str, result: Any) -> None:
         self._live.pop(run_id, None)
+        self._sessions.drop(run_id)
         if isinstance(result, AnalysisResult):
             payload = result.to_dict()
         else:
@@ -240,6 +252,7 @@ class Driver:
             epsilon=cfg["privacy"]["epsilon"],
             delta=cfg["privacy"]["delta"],
             randomness=randomness,
+            public_seed=bytes.fromhex(run.public_seed) if run.public_seed else None,
         )
         return gen
 
@@ -288,6 +301,15 @@ class Driver:
                 if run.status == "checkin":
                     self._close_checkin(s, run)
                     return
+                if run.status == "seeding":
+                    cfg = task_config(s, run.task_id)
+                    deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
+                    reason = secure.close_seeding(s, run, deadline)
+                    if reason is not None:
+                        self._abort_in(s, run, reason)
+                    if run.status != "running":
+                        return
+                    ledger.audit(s, "server", "seeded", run.id, seed=run.public_seed)
                 if run.status != "running":
                     return
                 live = self._live.get(run_id)
@@ -316,16 +338,22 @@ class Driver:
             reason = (
                 f"only {used} record(s) checked in; the task needs min_clients={cfg['min_clients']}"
             )
-            run.status = "aborted"
-            run.error = reason
-            run.finished_at = time.time()
-            ledger.release(s, run.id, reason=reason)
-            ledger.audit(s, "server", "abort", run.id, reason=reason)
-            self.metrics["runs_aborted"] += 1
+            self._abort_in(s, run, reason)
             return
-        run.status = "running"
+        # a secure run first fixes its public seed from the members' reveals (service.seeding)
+        run.status = "seeding" if secure.is_secure(cfg) else "running"
         run.n_clients = used
         ledger.audit(s, "server", "start", run.id, n_clients=used)
+
+    def _abort_in(self, s: Session, run: Run, reason: str) -> None:
+        """Abort a run before any sum was used, inside the caller's transaction (releases the charge)."""
+        run.status = "aborted"
+        run.error = reason
+        run.finished_at = time.time()
+        ledger.release(s, run.id, reason=reason)
+        ledger.audit(s, "server", "abort", run.id, reason=reason)
+        self.metrics["runs_aborted"] += 1
+        log.info(json.dumps({"event": "run_aborted", "run_id": run.id, "reason": reason}))
 
     def _step(self, s: Session, run_id: str, live: _Live) -> _Live | None:
         """Open, or try to close, the live round; return the state to continue with, or None to stop."""
@@ -337,77 +365,68 @@ class Driver:
             assert run.n_clients is not None
             rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
             f = _round_fields(live.pending, run.n_clients)
+            opened, abort = False, None
             if rec is None:
                 now = time.time()
-                s.add(
-                    RoundRecord(
-                        run_id=run_id,
-                        index=live.index,
-                        status="open",
-                        opened_at=now,
-                        deadline=now + float(cfg["deadlines"]["round"]),
-                        **f,
-                    )
+                rec = RoundRecord(
+                    run_id=run_id,
+                    index=live.index,
+                    status="open",
+                    opened_at=now,
+                    deadline=now + float(cfg["deadlines"]["round"]),
+                    **f,
                 )
+                s.add(rec)
                 opened = True
-            else:
-                opened = False
-                if rec.params_digest != f["params_digest"]:
-                    raise SecurityError(f"replay of round {live.index} diverged from the journal")
+                if secure.is_secure(cfg):
+                    s.flush()
+                    try:
+                        secure.open_sessions(s, run, rec, cfg, self._sessions)
+                    except FedstatsError as exc:
+                        rec.status = "aborted"
+                        abort = f"round {live.index} ({rec.name}): {exc}"
+            elif rec.params_digest != f["params_digest"]:
+                raise SecurityError(f"replay of round {live.index} diverged from the journal")
+        if abort is not None:
+            self._abort(run_id, abort)
+            return None
         if opened:
             self._hook("opened", run_id, live.index)
             return None
         with s.begin():
-            if not self._holds(load_run(s, run_id, lock=True)):
+            run = load_run(s, run_id, lock=True)
+            if not self._holds(run):
                 return None
             rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
-            assert rec is not None
-            if (
-                rec.status != "open"
-            ):  # journaled by an earlier holder: rebuild from the journal next pass
+            assert rec is not None and run.n_clients is not None
+            if rec.status != "open":  # journaled by an earlier holder: rebuild from the journal
                 self._live.pop(run_id, None)
                 return None
-            # counts in SQL first: a pass over a round that is still waiting reads no rows
-            n_expected = s.execute(
-                select(func.count())
-                .select_from(RunMember)
-                .where(
-                    RunMember.run_id == run_id,
-                    RunMember.slot_start < rec.hi,
-                    RunMember.slot_start + RunMember.slot_count > rec.lo,
+            if secure.is_secure(cfg):
+                got = secure.advance_sessions(
+                    s, run, rec, self._sessions, float(cfg["deadlines"]["round"])
                 )
-            ).scalar_one()
-            n_got = s.execute(
-                select(func.count())
-                .select_from(Report)
-                .where(Report.run_id == run_id, Report.round_index == live.index)
-            ).scalar_one()
-            if n_got < n_expected and time.time() < rec.deadline:
-                return None
-            reports = (
-                s.execute(
-                    select(Report).where(Report.run_id == run_id, Report.round_index == live.index)
-                )
-                .scalars()
-                .all()
-            )
-            n = sum(r.count for r in reports)
-            n_range = rec.hi - rec.lo
-            required = math.ceil(int(cfg["min_clients"]) * n_range / run.n_clients - 1e-9)
-            self.metrics["dropouts"] += max(0, int(n_expected) - len(reports))
-            if n < max(1, required):
-                rec.status = "aborted"
-                reason = (
-                    f"round {live.index} ({rec.name}): {n} record(s) reported before the deadline, "
-                    f"fewer than the {required} required"
-                )
-                abort = reason
+                if isinstance(got, tuple) and got[1] < _required(cfg, run.n_clients, rec):
+                    got = (
+                        f"round {rec.index} ({rec.name}): {got[1]} record(s) in the secure sum, "
+                        f"fewer than the {_required(cfg, run.n_clients, rec)} required"
+                    )
             else:
-                total = _sum_reports([json.loads(r.vector) for r in reports], rec.dim)
+                got = self._close_plain(s, run, rec, cfg)
+            if isinstance(got, str):
+                rec.status = "aborted"
+                abort = got
+            elif got is not None:
+                total, n = got
                 rec.total = wire.dumps(total)
                 rec.n_clients = n
                 rec.status = "closed"
-                abort = None
+        # committed: fault-injection tests may now kill the process after a secure stage
+        for rid, idx, stage in self._sessions.advanced:
+            self._hook(f"stage{stage}", rid, idx)
+        self._sessions.advanced.clear()
+        if got is None:
+            return None
         if abort is not None:
             self._abort(run_id, abort)
             return None
@@ -424,6 +443,48 @@ class Driver:
         live.index += 1
         live.pending = rnd
         return live
+
+    def _close_plain(
+        self, s: Session, run: Run, rec: RoundRecord, cfg: Mapping[str, Any]
+    ) -> tuple[np.ndarray, int] | str | None:
+        """Close a plain round from its reports, in the caller's transaction.
+
+        Returns ``(total, n_records)``, an abort reason, or None while it still waits.
+        """
+        assert run.n_clients is not None
+        # counts in SQL first: a pass over a round that is still waiting reads no rows
+        n_expected = s.execute(
+            select(func.count())
+            .select_from(RunMember)
+            .where(
+                RunMember.run_id == run.id,
+                RunMember.slot_start < rec.hi,
+                RunMember.slot_start + RunMember.slot_count > rec.lo,
+            )
+        ).scalar_one()
+        n_got = s.execute(
+            select(func.count())
+            .select_from(Report)
+            .where(Report.run_id == run.id, Report.round_index == rec.index)
+        ).scalar_one()
+        if n_got < n_expected and time.time() < rec.deadline:
+            return None
+        reports = (
+            s.execute(
+                select(Report).where(Report.run_id == run.id, Report.round_index == rec.index)
+            )
+            .scalars()
+            .all()
+        )
+        n = sum(r.count for r in reports)
+        required = _required(cfg, run.n_clients, rec)
+        self.metrics["dropouts"] += max(0, int(n_expected) - len(reports))
+        if n < required:
+            return (
+                f"round {rec.index} ({rec.name}): {n} record(s) reported before the deadline, "
+                f"fewer than the {required} required"
+            )
+        return _sum_reports([json.loads(r.vector) for r in reports], rec.dim), n
 
 
 @dataclass

@@ -88,6 +88,8 @@ def issue_identity(
         "client_id": client_id,
         "private_key": auth.private_key_hex(key),
         "certificate": cert.as_dict(),
+        # pinned on the device: it checks secure sessions' rosters against it (fedstats.client.secure)
+        "authority_public_key": auth.public_key_hex(authority),
     }
     atomic_write_text(out, json.dumps(ident, indent=1) + "\n")
     Path(out).chmod(0o600)

@@ -19,6 +19,11 @@ clients, authorities, nonces
     nonces of signed requests seen inside the replay window.
 operators
     Operator names and the SHA-256 of their bearer tokens.
+secure_sessions, secure_messages
+    Secure aggregation over the network: one row per session of a secure round (its members, stage,
+    deadline and, once done, its sum), and the journal of every stage's messages in both directions
+    (``down``: server to device, ``up``: device to server), from which a restarted server rebuilds the
+    session by replay (:mod:`.secure`).
 budgets, ledger, audit
     The privacy ledger: budgets per population and per analyst, one charge per run (reserved, then spent
     or released), and an append-only audit log.
@@ -31,6 +36,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -50,6 +56,8 @@ __all__ = [
     "RoundRecord",
     "Run",
     "RunMember",
+    "SecureMessage",
+    "SecureSession",
     "Task",
 ]
 
@@ -86,6 +94,8 @@ class Run(Base):
     # row lease: the server process currently advancing the run, and until when (scale-out)
     lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
     lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # secure tasks: the run's public seed (hex), from the members' commit-then-reveal at check-in
+    public_seed: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class RunMember(Base):
@@ -97,6 +107,9 @@ class RunMember(Base):
     slot_start: Mapped[int] = mapped_column(Integer)
     slot_count: Mapped[int] = mapped_column(Integer)
     joined_at: Mapped[float] = mapped_column(Float)
+    # secure tasks: the commitment sent at check-in and the value revealed once check-in closed (hex)
+    commitment: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    reveal: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class RoundRecord(Base):
@@ -133,6 +146,40 @@ class Report(Base):
     received_at: Mapped[float] = mapped_column(Float)
 
 
+class SecureSession(Base):
+    """One secure-aggregation session of a secure round (a cohort larger than a session is split)."""
+
+    __tablename__ = "secure_sessions"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    round_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    members: Mapped[str] = mapped_column(Text)  # JSON list of client ids, in roster order
+    params: Mapped[str] = mapped_column(Text)  # JSON of the session's SecAggParameters
+    session: Mapped[str] = mapped_column(String(64))  # hex session id (from the run's public seed)
+    stage: Mapped[int] = mapped_column(Integer)  # index into fedstats.service.secure.STAGES
+    deadline: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))  # open, done, aborted
+    total: Mapped[str | None] = mapped_column(Text, nullable=True)
+    n_records: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    included: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON roster indices
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class SecureMessage(Base):
+    """One journaled secure-aggregation message (``down``: server to device, ``up``: device to server)."""
+
+    __tablename__ = "secure_messages"
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    round_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    stage: Mapped[int] = mapped_column(Integer, primary_key=True)
+    direction: Mapped[str] = mapped_column(String(4), primary_key=True)
+    client_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+    digest: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
 class Client(Base):
     """An enrolled device: its Ed25519 public key and population."""
 
@@ -143,6 +190,8 @@ class Client(Base):
     authority: Mapped[str] = mapped_column(String(64))
     not_after: Mapped[float] = mapped_column(Float)
     enrolled_at: Mapped[float] = mapped_column(Float)
+    # the enrollment certificate as registered (JSON): peers verify it in a secure session's roster
+    certificate: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Authority(Base):

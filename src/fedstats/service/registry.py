@@ -59,6 +59,9 @@ class AnalysisSpec:
     bits : str or None
         Parameter holding the private bits each record discloses (bit metering), if the analysis meters
         bits; None when a report is a full value (non-private) or a noisy value.
+    secure : {"optional", "required"}
+        ``"required"``: tasks must set ``secure_aggregation`` (the analysis's reports are private only
+        under it), and the factory receives the run's agreed ``public_seed`` (32 bytes).
     """
 
     name: str
@@ -67,6 +70,7 @@ class AnalysisSpec:
     encoders: frozenset[str]
     privacy: str
     bits: str | None = None
+    secure: str = "optional"
 
     def bits_per_record(self, params: Mapping[str, Any]) -> float | None:
         """Private bits one record discloses under ``params`` (None: not metered; inf: exact values)."""
@@ -81,6 +85,7 @@ _EXACT = "fedstats.analyses.exact.client"
 _BP = "fedstats.analyses.bitpushing.client"
 _GAP = "fedstats.analyses.performance_gap.client"
 _HET = "fedstats.analyses.heterogeneity.client"
+_CHI2 = "fedstats.analyses.chi2.client"
 _HERE = "fedstats.service.registry"
 
 _SPECS = (
@@ -116,6 +121,14 @@ _SPECS = (
         f"{_HERE}:_heterogeneity",
         frozenset({f"{_HET}:encode_centre", f"{_HET}:encode_spread"}),
         "distributed",
+    ),
+    AnalysisSpec(
+        "fed-chi2",
+        1,
+        f"{_HERE}:_fed_chi2",
+        frozenset({f"{_CHI2}:encode_marginals", f"{_CHI2}:encode_projection"}),
+        "none",
+        secure="required",
     ),
 )
 ANALYSES: dict[tuple[str, int], AnalysisSpec] = {(s.name, s.version): s for s in _SPECS}
@@ -180,8 +193,12 @@ def protocol_for(
     epsilon: float | None,
     delta: float | None,
     randomness: Any,
+    public_seed: bytes | None = None,
 ) -> Any:
     """The server-side protocol generator of a task (see module docstring).
+
+    ``public_seed`` is the run's agreed seed (:mod:`fedstats.service.seeding`), given to the factories of
+    analyses that require secure aggregation.
 
     Raises
     ------
@@ -190,8 +207,18 @@ def protocol_for(
     """
     spec = lookup(name, version)
     factory: Callable[..., Any] = resolve(spec.factory)
+    extra: dict[str, Any] = {}
+    if spec.secure == "required":
+        if public_seed is None or len(public_seed) != 32:
+            raise ParameterError("public_seed", public_seed, "the run's agreed 32-byte seed")
+        extra["public_seed"] = public_seed
     return factory(
-        dict(params), n_clients=n_clients, epsilon=epsilon, delta=delta, randomness=randomness
+        dict(params),
+        n_clients=n_clients,
+        epsilon=epsilon,
+        delta=delta,
+        randomness=randomness,
+        **extra,
     )
 
 
@@ -372,4 +399,54 @@ def _heterogeneity(
     )
     return heterogeneity_protocol(
         cfg, n_clients=n_clients, dim=int(params["dim"]), randomness=randomness
+    )
+
+
+def _fed_chi2(
+    params: dict[str, Any],
+    *,
+    n_clients: int,
+    epsilon: Any,
+    delta: Any,
+    randomness: Any,
+    public_seed: bytes,
+) -> Any:
+    """FED-chi^2 (Pang et al. 2023, Alg. 2) over secure aggregation; exact sums, no DP noise.
+
+    Parameters: ``shape`` ([m_x, m_y]), ``x`` and ``y`` (category columns, one record per row; default
+    "x", "y"), and optionally ``encoding_size`` (default 50), ``decoder``, ``max_cell`` (default 1),
+    ``confidence``, ``level``, ``drop_empty``. The projection seed derives from the run's agreed seed.
+    """
+    from fedstats.analyses.chi2.protocol import fed_chi2_protocol
+    from fedstats.service.seeding import projection_seed
+
+    del n_clients, epsilon, delta, randomness  # exact sums: no server randomness
+    _only(
+        params,
+        {
+            "shape",
+            "x",
+            "y",
+            "encoding_size",
+            "decoder",
+            "max_cell",
+            "confidence",
+            "level",
+            "drop_empty",
+        },
+    )
+    shape = params.get("shape")
+    if not isinstance(shape, (list, tuple)) or len(shape) != 2:
+        raise ParameterError("params.shape", shape, "[m_x, m_y]")
+    return fed_chi2_protocol(
+        (int(shape[0]), int(shape[1])),
+        encoding_size=int(params.get("encoding_size", 50)),
+        decoder=str(params.get("decoder", "mean-of-squares")),
+        projection_seed=projection_seed(public_seed),
+        bits=64,
+        max_cell=int(params.get("max_cell", 1)),
+        confidence=float(params.get("confidence", 0.95)),
+        level=float(params.get("level", 0.05)),
+        categorical=(str(params.get("x", "x")), str(params.get("y", "y"))),
+        drop_empty=bool(params.get("drop_empty", False)),
     )

@@ -14,6 +14,9 @@ A **run** executes it; this module holds its requests (creation, check-in, work,
    reported or at the deadline (the others are dropouts); with fewer records than the round's share of
    ``min_clients`` the round aborts and the run releases nothing; otherwise the exact sum is committed to
    the journal *before* the generator receives it;
+   a *secure* task (``secure_aggregation``) adds a ``seeding`` step between check-in and the first round
+   (the members reveal the contributions they committed to at check-in) and computes each round's sum by
+   secure aggregation among the devices instead of from their reports (:mod:`.secure`);
 3. the generator's :class:`~fedstats.results.AnalysisResult` is stored in the transaction that turns the
    run's ledger reservation into a spend (:mod:`.ledger`): a result is never readable before it is paid.
 
@@ -38,6 +41,7 @@ from sqlalchemy.orm import Session
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service import ledger, wire
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
+from fedstats.service.secure import secure_work
 from fedstats.service.tasks import ConflictError, NotFoundError, task_config
 
 __all__ = [
@@ -111,15 +115,20 @@ def load_run(session: Session, run_id: str, *, lock: bool = False) -> Run:
     return run
 
 
-def checkin(session: Session, run_id: str, client_id: str, records: int) -> dict[str, int]:
+def checkin(
+    session: Session, run_id: str, client_id: str, records: int, commitment: str | None = None
+) -> dict[str, int]:
     """Add a device to a run's cohort; idempotent (a second check-in returns the same slots).
+
+    ``commitment`` (64 hex digits, :func:`fedstats.service.seeding.commitment`) is required by a secure
+    task and refused otherwise.
 
     Raises
     ------
     ConflictError
         If the check-in is closed or the cohort is full.
     ParameterError
-        If ``records`` < 1.
+        If ``records`` < 1, or the commitment is missing, malformed or not expected.
     """
     if records < 1:
         raise ParameterError("records", records, "an integer >= 1")
@@ -130,6 +139,15 @@ def checkin(session: Session, run_id: str, client_id: str, records: int) -> dict
     if run.status != "checkin" or time.time() > run.checkin_deadline:
         raise ConflictError(f"run {run_id} is not accepting check-ins")
     cfg = task_config(session, run.task_id)
+    if cfg.get("secure_aggregation") is not None:
+        if not (isinstance(commitment, str) and len(commitment) == 64):
+            raise ParameterError("commitment", commitment, "64 hex digits (a secure task)")
+        try:
+            bytes.fromhex(commitment)
+        except ValueError:
+            raise ParameterError("commitment", commitment, "64 hex digits") from None
+    elif commitment is not None:
+        raise ParameterError("commitment", commitment, "none (the task is not secure)")
     used = sum(
         session.execute(select(RunMember.slot_count).where(RunMember.run_id == run_id)).scalars()
     )
@@ -144,6 +162,7 @@ def checkin(session: Session, run_id: str, client_id: str, records: int) -> dict
             slot_start=used,
             slot_count=count,
             joined_at=time.time(),
+            commitment=commitment,
         )
     )
     return {"slot_start": used, "slot_count": count}
@@ -161,7 +180,10 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
     rounds = []
     finished = []
     now = time.time()
-    live = session.execute(select(Run).where(Run.status.in_(("checkin", "running")))).scalars()
+    reveals = []
+    live = session.execute(
+        select(Run).where(Run.status.in_(("checkin", "seeding", "running")))
+    ).scalars()
     for run in live:
         cfg = task_config(session, run.task_id)
         if cfg["privacy"]["population"] != population:
@@ -173,13 +195,22 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
             continue
         if member is None:
             continue
+        if run.status == "seeding":
+            if member.reveal is None:
+                reveals.append({"run_id": run.id})
+            continue
         rec = session.execute(
             select(RoundRecord).where(RoundRecord.run_id == run.id, RoundRecord.status == "open")
         ).scalar_one_or_none()
         if rec is None:
             continue
         a, b = _overlap(member, rec.lo, rec.hi)
-        if b <= a or session.get(Report, (run.id, rec.index, client_id)) is not None:
+        secure_stage = None
+        if cfg.get("secure_aggregation") is not None:
+            secure_stage = secure_work(session, run, rec, client_id)
+            if b <= a or secure_stage is None:
+                continue
+        elif b <= a or session.get(Report, (run.id, rec.index, client_id)) is not None:
             continue
         rounds.append(
             {
@@ -199,6 +230,7 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
                 "slot_start": member.slot_start,
                 "n_clients": run.n_clients,
                 "deadline": rec.deadline,
+                "secure": secure_stage,
             }
         )
     done = session.execute(
@@ -207,7 +239,7 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
         .where(RunMember.client_id == client_id, Run.status.in_(("done", "aborted")))
     ).all()
     finished = [{"run_id": r, "status": s} for r, s in done]
-    return {"offers": offers, "rounds": rounds, "finished": finished}
+    return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
 
 
 def submit_report(

@@ -37,7 +37,10 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     (``{"epsilon", "delta", "population"}``; epsilon null for a non-private analysis), ``cohort_size``
     (records, >= 1), ``min_clients`` (records, in [1, cohort_size]), ``max_records_per_client`` (>= 1,
     default ``cohort_size``), ``deadlines`` (``{"checkin", "round"}``, seconds > 0), ``label`` (free text;
-    two otherwise equal tasks with different labels are different tasks).
+    two otherwise equal tasks with different labels are different tasks), ``secure_aggregation``
+    (optional: ``{"max_session": m}``, m in [2, 10000], default 1000, or ``true``; every round's sum is
+    then computed by secure aggregation among the devices, :mod:`fedstats.service.secure`; required by
+    the analyses whose registry entry says so).
 
     Raises
     ------
@@ -84,6 +87,29 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     for name, v in (("deadlines.checkin", d_checkin), ("deadlines.round", d_round)):
         if not (math.isfinite(v) and 0.05 <= v <= 7 * 86400):
             raise ParameterError(name, v, "seconds in [0.05, 604800]")
+    secure = config.get("secure_aggregation")
+    if secure is not None and secure is not False:
+        opts = {} if secure is True else secure
+        if not isinstance(opts, Mapping) or set(opts) - {"max_session"}:
+            raise ParameterError("secure_aggregation", secure, 'true or {"max_session": m}')
+        max_session = opts.get("max_session", 1000)
+        if (
+            isinstance(max_session, bool)
+            or not isinstance(max_session, int)
+            or not 2 <= max_session <= 10_000
+        ):
+            raise ParameterError(
+                "secure_aggregation.max_session", max_session, "an integer in [2, 10000]"
+            )
+        secure = {"max_session": int(max_session)}
+    else:
+        secure = None
+    if spec.secure == "required" and secure is None:
+        raise ParameterError(
+            "secure_aggregation",
+            None,
+            f'{{"max_session": m}} ({analysis} needs secure aggregation)',
+        )
     out = {
         "analysis": analysis,
         "version": version,
@@ -95,6 +121,8 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
         "deadlines": {"checkin": d_checkin, "round": d_round},
         "label": str(config.get("label", "")),
     }
+    if secure is not None:  # absent otherwise: the ids of tasks without it do not change
+        out["secure_aggregation"] = secure
     # the analysis validates its own parameters: build the protocol and ask for its first round
     try:
         gen = protocol_for(
@@ -105,6 +133,7 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
             epsilon=eps,
             delta=delta,
             randomness=RandomSource(),
+            public_seed=bytes(32) if secure is not None else None,
         )
         first = next(gen)
         gen.close()

@@ -21,7 +21,7 @@ from fedstats.randomness import RNG
 from fedstats.sketches.modular import wrap_reports
 from fedstats.sketches.stable import MAX_DENSE_ENTRIES, StableProjection
 
-__all__ = ["encode_marginals", "encode_projection", "expected_counts"]
+__all__ = ["encode_marginals", "encode_projection", "expected_counts", "record_tables"]
 
 
 def expected_counts(vx: np.ndarray, vy: np.ndarray) -> np.ndarray:
@@ -41,9 +41,44 @@ def expected_counts(vx: np.ndarray, vy: np.ndarray) -> np.ndarray:
     return (np.outer(vx.astype(np.float64), vy.astype(np.float64)) / v).ravel()
 
 
+def record_tables(x: np.ndarray, y: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """One-record tables from two category columns: ``out[r, x[r], y[r]] = 1``.
+
+    Parameters
+    ----------
+    x, y : numpy.ndarray
+        Integer codes, shape ``(n,)``, in ``[0, m_x)`` and ``[0, m_y)``.
+    shape : tuple of int
+        ``(m_x, m_y)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, shape ``(n, m_x, m_y)``.
+
+    Raises
+    ------
+    DataError
+        If a code is not an integer in range.
+    """
+    m_x, m_y = (int(v) for v in shape)
+    xs, ys = np.asarray(x), np.asarray(y)
+    for name, v, m in (("x", xs, m_x), ("y", ys, m_y)):
+        if v.ndim != 1 or (
+            v.size and (v.dtype.kind not in "iu" or int(v.min()) < 0 or int(v.max()) >= m)
+        ):
+            raise DataError(f"category column {name} must hold integer codes in [0, {m})")
+    out = np.zeros((xs.shape[0], m_x, m_y), dtype=np.int64)
+    out[np.arange(xs.shape[0]), xs, ys] = 1
+    return out
+
+
 def _client_tables(batch: ClientBatch, params: Mapping[str, Any]) -> np.ndarray:
-    t = np.asarray(batch.column(params.get("column", "table")))
     m_x, m_y = params["shape"]
+    pair = params.get("categorical")
+    if pair is not None:  # one record per row: its table has a single 1
+        return record_tables(batch.column(pair[0]), batch.column(pair[1]), (m_x, m_y))
+    t = np.asarray(batch.column(params.get("column", "table")))
     if t.ndim != 3 or t.shape[1:] != (m_x, m_y):
         raise DataError(f"client tables must have shape (n, {m_x}, {m_y}), got {t.shape}")
     if (t < 0).any():
@@ -63,9 +98,11 @@ def encode_marginals(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) ->
     Parameters
     ----------
     batch : ClientBatch
-        Column ``params["column"]`` (default ``"table"``) holds the ``(n, m_x, m_y)`` tables.
+        Column ``params["column"]`` (default ``"table"``) holds the ``(n, m_x, m_y)`` tables; or, with
+        ``params["categorical"] = [x, y]``, two columns of category codes, one record per row.
     params : Mapping
-        ``shape`` = ``(m_x, m_y)``, optional ``column`` and ``max_records`` (with central DP).
+        ``shape`` = ``(m_x, m_y)``, optional ``column`` or ``categorical``, and ``max_records`` (with
+        central DP).
     rng : RNG
         Unused: the marginals are sent exactly (the encoder signature is shared by every round).
 

@@ -52,6 +52,7 @@ def fed_chi2_protocol(
     confidence: float = 0.95,
     level: float = 0.05,
     column: str = "table",
+    categorical: tuple[str, str] | None = None,
     drop_empty: bool = False,
     privacy: Chi2Privacy | None = None,
     randomness: RandomSource | None = None,
@@ -81,6 +82,9 @@ def fed_chi2_protocol(
         Significance level of the decision, in (0, 1).
     column : str
         Population column with the ``(n, m_x, m_y)`` tables.
+    categorical : tuple of str, optional
+        Instead of ``column``: two columns of category codes, one record per row (each client's table is
+        the one-hot table of its row; a device summing its records' reports sends its whole table).
     drop_empty : bool
         Remove rows/columns empty in the summed table instead of raising (the marginals are public, so
         every client removes the same cells). Without effect with ``privacy``: every cell is kept, since
@@ -113,6 +117,8 @@ def fed_chi2_protocol(
     mc = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
     base: dict[str, Any] = {"column": column, "shape": (m_x, m_y)}
+    if categorical is not None:
+        base = {"categorical": [str(categorical[0]), str(categorical[1])], "shape": (m_x, m_y)}
     server = None
     if privacy is not None:
         if randomness is None:

@@ -1,0 +1,609 @@
+"""Secure aggregation over the network: the server's side of secure runs (seed, sessions, journal, replay).
+
+A task with ``"secure_aggregation": {"max_session": m}`` computes every round's sum by the
+malicious-server protocol of :mod:`fedstats.secagg` (Bell et al. 2020) between the devices and the server:
+
+* **Seed.** Check-in carries a commitment; once the cohort is fixed the run is ``seeding`` until every
+  member has revealed (:mod:`.seeding`); the run's public seed fixes every session id (hence every
+  communication graph) and FED-chi^2's projection seed. A member that does not reveal before the deadline
+  aborts the run: nothing was computed, the ledger reservation is released.
+* **Sessions.** A secure round's devices (in slot order) are split into ``ceil(d / m)`` near-equal
+  sessions, whose sums are added exactly, as the in-process ``secure`` route does. Each session runs the
+  five stages of :data:`STAGES`; a stage's messages are requests a device may repeat (the same bytes are
+  accepted once, other bytes refused), and a stage closes when every device it addressed has answered or
+  at its deadline; a device that missed it is a dropout with the protocol's semantics
+  (:data:`fedstats.secagg.DROPOUT_STAGES`). A session that loses its quorum aborts, and so does the round
+  and the run: no partial sum is ever released.
+* **Journal and replay.** Every message, in both directions, is stored (``secure_messages``) in the
+  transaction that moves the session on. :class:`SecAggServer` is deterministic given its roster and the
+  messages it received, so a restarted server (or another process that took over the run's lease)
+  rebuilds the session by replaying the journal stage by stage, and checks that the rebuilt messages are
+  those journaled before going on; a divergence aborts the run rather than release anything.
+* **Identities.** The roster lists the members' enrolled Ed25519 keys; instead of an authority's
+  signature over it (the authority is offline), the devices check each member's enrollment certificate
+  (:class:`fedstats.client.secure.CertificateRosterVerifier`) and that the session id follows from the
+  run's seed.
+
+What the server never sees is any device's report: only the masked vectors and, per session, their sum.
+Per-report range checks are not possible under secure aggregation (the protocol has no proofs of
+range): a device can shift the sum by up to the ring size, as in Bell et al.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
+from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
+from fedstats.secagg.messages import (
+    AdvertiseKeys,
+    ConsistencySignature,
+    EncryptedShares,
+    MaskedInput,
+    UnmaskResponse,
+    max_message_bytes,
+)
+from fedstats.secagg.params import SecAggParameters, find_parameters
+from fedstats.secagg.quantize import check_overflow
+from fedstats.secagg.server import SecAggServer
+from fedstats.service import seeding, wire
+from fedstats.service.models import (
+    Client,
+    RoundRecord,
+    Run,
+    RunMember,
+    SecureMessage,
+    SecureSession,
+)
+from fedstats.service.tasks import ConflictError, NotFoundError
+
+__all__ = [
+    "BITS",
+    "STAGES",
+    "SessionCache",
+    "advance_sessions",
+    "certificates",
+    "close_seeding",
+    "down_message",
+    "is_secure",
+    "member_of",
+    "open_sessions",
+    "record_reveal",
+    "secure_work",
+    "seed_transcript",
+    "session_bounds",
+    "submit_up",
+]
+
+STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
+"""The client stages of the malicious-server protocol; stage ``s``'s down message is what a device needs
+to send its stage-``s`` message."""
+
+_UP = (AdvertiseKeys, EncryptedShares, MaskedInput, ConsistencySignature, UnmaskResponse)
+
+BITS = seeding.BITS
+
+_EMPTY_SIGNATURE = b"\x00" * SIGNATURE_BYTES
+
+
+def is_secure(cfg: dict[str, Any]) -> bool:
+    """Whether a (normalized) task runs its rounds through secure aggregation."""
+    return cfg.get("secure_aggregation") is not None
+
+
+def session_bounds(n: int, max_session: int) -> list[tuple[int, int]]:
+    """Split ``n`` devices into ``ceil(n / max_session)`` contiguous, near-equal sessions ``[a, b)``."""
+    k = max(1, math.ceil(n / max_session))
+    edges = [round(i * n / k) for i in range(k + 1)]
+    return [(edges[i], edges[i + 1]) for i in range(k)]
+
+
+def _members(s: Session, run_id: str) -> list[RunMember]:
+    return list(
+        s.execute(
+            select(RunMember).where(RunMember.run_id == run_id).order_by(RunMember.slot_start)
+        ).scalars()
+    )
+
+
+# -- the run's seed -----------------------------------------------------------------------------
+
+
+def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
+    """The device's membership row in a run.
+
+    Raises
+    ------
+    SecurityError
+        If the device is not in the run's cohort.
+    """
+    m = s.get(RunMember, (run_id, client_id))
+    if m is None:
+        raise SecurityError("this client is not in the run's cohort")
+    return m
+
+
+def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
+    """The published seed transcript: members in slot order with commitment and reveal, and the seed."""
+    rows = _members(s, run.id)
+    entries = [(m.client_id, m.commitment or "") for m in rows]
+    return {
+        "members": [[m.client_id, m.commitment or "", m.reveal or ""] for m in rows],
+        "commitments_digest": seeding.commitments_digest(run.id, entries),
+        "seed": run.public_seed,
+        "status": run.status,
+    }
+
+
+def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_digest: str) -> bool:
+    """Store a member's reveal; return False for an identical repeat.
+
+    Raises
+    ------
+    ConflictError
+        The run is not collecting reveals, or a different value was revealed before.
+    SecurityError
+        Not a member, the value does not open the commitment, or the device saw another commitment list.
+    """
+    m = member_of(s, run.id, client_id)
+    if m.reveal is not None:
+        if m.reveal == value_hex:
+            return False
+        raise ConflictError("a different value was already revealed")
+    if run.status != "seeding":
+        raise ConflictError(f"run {run.id} is not collecting reveals (status {run.status})")
+    try:
+        value = bytes.fromhex(value_hex)
+    except ValueError:
+        raise DataError("the revealed value must be hex") from None
+    if m.commitment is None or seeding.commitment(run.id, client_id, value) != m.commitment:
+        raise SecurityError("the revealed value does not open this client's commitment")
+    if seed_transcript(s, run)["commitments_digest"] != seen_digest:
+        raise SecurityError("the commitment list this client saw is not the run's")
+    m.reveal = value_hex
+    return True
+
+
+def close_seeding(s: Session, run: Run, deadline: float) -> str | None:
+    """Fix the run's seed once every member revealed; return an abort reason past ``deadline``."""
+    rows = _members(s, run.id)
+    missing = [m.client_id for m in rows if m.reveal is None]
+    if missing:
+        if time.time() <= deadline:
+            return None
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        return (
+            f"{len(missing)} member(s) did not reveal their seed contribution before the deadline "
+            f"({shown}); a secure run needs every member's"
+        )
+    entries = [(m.client_id, str(m.commitment)) for m in rows]
+    reveals = [bytes.fromhex(str(m.reveal)) for m in rows]
+    run.public_seed = seeding.run_seed(run.id, entries, reveals).hex()
+    run.status = "running"
+    return None
+
+
+# -- sessions -----------------------------------------------------------------------------------
+
+
+def _roster(s: Session, run: Run, index: int, number: int, members: list[str]) -> SessionRoster:
+    keys = []
+    for cid in members:
+        c = s.get(Client, cid)
+        assert c is not None
+        keys.append(bytes.fromhex(c.public_key))
+    sid = seeding.session_id(bytes.fromhex(str(run.public_seed)), index, number)
+    return SessionRoster(seeding.task_id_bytes(run.id), sid, tuple(keys), _EMPTY_SIGNATURE)
+
+
+def _params(row: SecureSession) -> SecAggParameters:
+    return SecAggParameters(**json.loads(row.params))
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _store_down(s: Session, row: SecureSession, stage: int, out: dict[int, Any]) -> None:
+    now = time.time()
+    for i, msg in out.items():
+        data = msg.to_bytes()
+        s.add(
+            SecureMessage(
+                run_id=row.run_id,
+                round_index=row.round_index,
+                number=row.number,
+                stage=stage,
+                direction="down",
+                client_index=int(i),
+                payload=data,
+                digest=_digest(data),
+                created_at=now,
+            )
+        )
+
+
+def open_sessions(
+    s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any], cache: SessionCache
+) -> None:
+    """Create the sessions of a secure round and journal their stage-0 (setup) messages.
+
+    Raises
+    ------
+    OverflowRiskError
+        If a session's sum could wrap modulo 2^64.
+    ProtocolAbortError
+        If fewer than 2 devices hold records of the round.
+    """
+    devices = [
+        m
+        for m in _members(s, run.id)
+        if m.slot_start < rec.hi and m.slot_start + m.slot_count > rec.lo
+    ]
+    if len(devices) < 2:
+        raise ProtocolAbortError(f"round {rec.index}: secure aggregation needs at least 2 devices")
+    max_session = int(cfg["secure_aggregation"]["max_session"])
+    deadline = time.time() + float(cfg["deadlines"]["round"])
+    for number, (a, b) in enumerate(session_bounds(len(devices), max_session)):
+        members = [m.client_id for m in devices[a:b]]
+        records = _member_records(s, run.id, members, rec.lo, rec.hi)
+        # the session sums sum(records) reports of |entry| <= bound: it must not wrap mod 2^64
+        check_overflow(
+            value_bits=int(rec.bound).bit_length() + 1,
+            n_clients=max(2, sum(records)),
+            bits=BITS,
+            headroom=0,
+        )
+        params = find_parameters(len(members))
+        row = SecureSession(
+            run_id=run.id,
+            round_index=rec.index,
+            number=number,
+            members=json.dumps(members),
+            params=json.dumps(dataclasses.asdict(params)),
+            session=seeding.session_id(
+                bytes.fromhex(str(run.public_seed)), rec.index, number
+            ).hex(),
+            stage=0,
+            deadline=deadline,
+            status="open",
+        )
+        s.add(row)
+        server = SecAggServer(
+            params, length=rec.dim, bits=BITS, roster=_roster(s, run, rec.index, number, members)
+        )
+        _store_down(s, row, 0, server.setup())
+        cache.put(row, server, 0)
+
+
+@dataclass
+class _Live:
+    server: SecAggServer
+    stage: int
+    rejected: set[int] = field(default_factory=set)
+
+
+class SessionCache:
+    """The live :class:`SecAggServer` of each session this process advances (rebuilt by replay if absent)."""
+
+    def __init__(self) -> None:
+        self._live: dict[tuple[str, int, int], _Live] = {}
+        self.advanced: list[tuple[str, int, int]] = []
+        """``(run_id, round_index, new_stage)`` of each session moved on since the caller last cleared it
+        (``len(STAGES)``: done); fault-injection hooks fire on it once the transaction committed."""
+
+    def put(self, row: SecureSession, server: SecAggServer, stage: int) -> None:
+        """Remember ``server`` as session ``row`` at ``stage``."""
+        self._live[(row.run_id, row.round_index, row.number)] = _Live(server, stage)
+
+    def get(self, row: SecureSession) -> _Live | None:
+        """The live session if it is at the row's stage (else None: rebuild it)."""
+        got = self._live.get((row.run_id, row.round_index, row.number))
+        return got if got is not None and got.stage == row.stage else None
+
+    def drop(self, run_id: str) -> None:
+        """Forget every session of ``run_id`` (lease lost, failed transaction, run over)."""
+        for key in [k for k in self._live if k[0] == run_id]:
+            del self._live[key]
+
+
+def _ups(s: Session, row: SecureSession, stage: int) -> list[SecureMessage]:
+    return list(
+        s.execute(
+            select(SecureMessage)
+            .where(
+                SecureMessage.run_id == row.run_id,
+                SecureMessage.round_index == row.round_index,
+                SecureMessage.number == row.number,
+                SecureMessage.stage == stage,
+                SecureMessage.direction == "up",
+            )
+            .order_by(SecureMessage.client_index)
+        ).scalars()
+    )
+
+
+def _downs(s: Session, row: SecureSession, stage: int) -> dict[int, str]:
+    got = s.execute(
+        select(SecureMessage.client_index, SecureMessage.digest).where(
+            SecureMessage.run_id == row.run_id,
+            SecureMessage.round_index == row.round_index,
+            SecureMessage.number == row.number,
+            SecureMessage.stage == stage,
+            SecureMessage.direction == "down",
+        )
+    ).all()
+    return {int(i): str(d) for i, d in got}
+
+
+def _feed(live: _Live, ups: list[SecureMessage]) -> None:
+    for m in ups:
+        try:
+            live.server.receive_bytes(m.payload)
+        except (SecurityError, DataError):
+            live.rejected.add(int(m.client_index))  # a refused message: its sender is a dropout
+
+
+def _rebuild(s: Session, run: Run, row: SecureSession, dim: int) -> _Live:
+    """Replay the journal of stages before ``row.stage``; check every rebuilt message against it."""
+    members = json.loads(row.members)
+    roster = _roster(s, run, row.round_index, row.number, members)
+    if roster.session.hex() != row.session:
+        raise SecurityError("replay: the session id no longer follows from the run seed")
+    server = SecAggServer(_params(row), length=dim, bits=BITS, roster=roster)
+    live = _Live(server, 0)
+    out: dict[int, Any] = dict(server.setup())
+    for stage in range(row.stage + 1):
+        journal = _downs(s, row, stage)
+        if {i: _digest(m.to_bytes()) for i, m in out.items()} != journal:
+            raise SecurityError(
+                f"replay of session {row.number} of round {row.round_index} diverged from the "
+                f"journal at stage {STAGES[stage]}"
+            )
+        if stage == row.stage:
+            break
+        _feed(live, _ups(s, row, stage))
+        out = dict(server.advance())
+        live.stage = stage + 1
+    return live
+
+
+def _member_records(s: Session, run_id: str, members: list[str], lo: int, hi: int) -> list[int]:
+    out = []
+    for cid in members:
+        m = s.get(RunMember, (run_id, cid))
+        assert m is not None
+        a, b = max(m.slot_start, lo), min(m.slot_start + m.slot_count, hi)
+        out.append(max(0, b - a))
+    return out
+
+
+def advance_sessions(
+    s: Session, run: Run, rec: RoundRecord, cache: SessionCache, stage_seconds: float
+) -> tuple[np.ndarray, int] | str | None:
+    """Move every open session of a secure round on by at most one stage, inside the caller's transaction.
+
+    Returns
+    -------
+    tuple or str or None
+        ``(total, n_records)`` once every session is done (the exact sum of the session sums, int64 or
+        object), an abort reason if a session aborted, else None (still waiting).
+    """
+    rows = list(
+        s.execute(
+            select(SecureSession)
+            .where(SecureSession.run_id == run.id, SecureSession.round_index == rec.index)
+            .order_by(SecureSession.number)
+            .with_for_update()
+        ).scalars()
+    )
+    now = time.time()
+    for row in rows:
+        if row.status != "open":
+            continue
+        addressed = _downs(s, row, row.stage)
+        ups = _ups(s, row, row.stage)
+        if len(ups) < len(addressed) and now < row.deadline:
+            continue
+        live = cache.get(row)
+        if live is None:
+            live = _rebuild(s, run, row, rec.dim)
+        _feed(live, ups)
+        try:
+            out = live.server.advance()
+        except ProtocolAbortError as exc:
+            row.status = "aborted"
+            row.error = str(exc)
+            cache.drop(run.id)
+            return (
+                f"round {rec.index} ({rec.name}): secure session {row.number} aborted at stage "
+                f"{STAGES[row.stage]}: {exc}"
+            )
+        if out:
+            row.stage += 1
+            row.deadline = now + stage_seconds
+            _store_down(s, row, row.stage, out)
+            live.stage = row.stage
+            cache.put(row, live.server, row.stage)
+            cache.advanced.append((run.id, rec.index, row.stage))
+            continue
+        cache.advanced.append((run.id, rec.index, len(STAGES)))
+        members = json.loads(row.members)
+        included = sorted(live.server.masked)
+        records = _member_records(s, run.id, members, rec.lo, rec.hi)
+        row.total = wire.dumps(live.server.result().view(np.int64).astype(np.int64))
+        row.included = json.dumps(included)
+        row.n_records = sum(records[i] for i in included)
+        row.status = "done"
+    if any(r.status != "done" for r in rows):
+        return None
+    total: np.ndarray = np.zeros(rec.dim, dtype=np.int64)
+    exact = [0] * rec.dim
+    for r in rows:
+        part = wire.loads(str(r.total))
+        exact = [x + int(y) for x, y in zip(exact, part, strict=True)]
+    if all(-(2**63) < x < 2**63 for x in exact):
+        total = np.asarray(exact, dtype=np.int64)
+    else:
+        total = np.empty(rec.dim, dtype=object)
+        total[:] = exact
+    return total, sum(int(r.n_records or 0) for r in rows)
+
+
+# -- what devices see ---------------------------------------------------------------------------
+
+
+def _session_of(s: Session, run_id: str, index: int, number: int) -> SecureSession:
+    row = s.get(SecureSession, (run_id, index, number))
+    if row is None:
+        raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
+    return row
+
+
+def _position(row: SecureSession, client_id: str) -> int:
+    members = json.loads(row.members)
+    try:
+        return int(members.index(client_id))
+    except ValueError:
+        raise SecurityError("this client is not in the session") from None
+
+
+def secure_work(s: Session, run: Run, rec: RoundRecord, client_id: str) -> dict[str, Any] | None:
+    """The stage a device should answer now in a secure round, or None."""
+    rows = s.execute(
+        select(SecureSession).where(
+            SecureSession.run_id == run.id,
+            SecureSession.round_index == rec.index,
+            SecureSession.status == "open",
+        )
+    ).scalars()
+    for row in rows:
+        members = json.loads(row.members)
+        if client_id not in members:
+            continue
+        i = members.index(client_id)
+        key = (run.id, rec.index, row.number, row.stage)
+        down = s.get(SecureMessage, (*key, "down", i))
+        if down is None or s.get(SecureMessage, (*key, "up", i)) is not None:
+            return None
+        return {
+            "session": row.number,
+            "stage": row.stage,
+            "stage_name": STAGES[row.stage],
+            "index": i,
+            "n": len(members),
+            "deadline": row.deadline,
+        }
+    return None
+
+
+def down_message(
+    s: Session, run_id: str, index: int, number: int, stage: int, client_id: str
+) -> bytes:
+    """The server's stage message to one device.
+
+    Raises
+    ------
+    NotFoundError
+        No such session, or no message for this device at that stage (it dropped, or not yet).
+    SecurityError
+        The device is not a member of the session.
+    """
+    row = _session_of(s, run_id, index, number)
+    i = _position(row, client_id)
+    m = s.get(SecureMessage, (run_id, index, number, stage, "down", i))
+    if m is None:
+        raise NotFoundError(f"no stage {stage} message for this client in session {number}")
+    return bytes(m.payload)
+
+
+def submit_up(
+    s: Session, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
+) -> bool:
+    """Journal one device's stage message; return False for an identical repeat (idempotent).
+
+    The message is checked by the protocol only when the stage closes (a refused message makes its sender a
+    dropout); here only its stage, its sender and its size are.
+
+    Raises
+    ------
+    NotFoundError, SecurityError
+        As :func:`down_message`; the device was not addressed at this stage.
+    ConflictError
+        The stage is closed, or different bytes were already stored for it.
+    DataError
+        The message is larger than the protocol allows.
+    """
+    row = s.execute(
+        select(SecureSession)
+        .where(
+            SecureSession.run_id == run_id,
+            SecureSession.round_index == index,
+            SecureSession.number == number,
+        )
+        .with_for_update(read=True)
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
+    i = _position(row, client_id)
+    old = s.get(SecureMessage, (run_id, index, number, stage, "up", i))
+    digest = _digest(data)
+    if old is not None:
+        if old.digest == digest:
+            return False
+        raise ConflictError(f"a different stage {stage} message from this client is already stored")
+    if row.status != "open" or row.stage != stage:
+        raise ConflictError(f"stage {stage} of secure session {number} is closed")
+    if s.get(SecureMessage, (run_id, index, number, stage, "down", i)) is None:
+        raise SecurityError("this client was not addressed at this stage (a dropout)")
+    p = _params(row)
+    rec = s.get(RoundRecord, (run_id, index))
+    assert rec is not None
+    limit = max_message_bytes(_UP[stage], n=p.n, k=p.k, length=rec.dim, bits=BITS)
+    if len(data) > limit:
+        raise DataError(f"stage {stage} message of {len(data)} bytes exceeds the limit {limit}")
+    s.add(
+        SecureMessage(
+            run_id=run_id,
+            round_index=index,
+            number=number,
+            stage=stage,
+            direction="up",
+            client_index=i,
+            payload=data,
+            digest=digest,
+            created_at=time.time(),
+        )
+    )
+    return True
+
+
+def certificates(s: Session, run_id: str, index: int, number: int, client_id: str) -> list[Any]:
+    """The enrollment certificates of a session's members, in roster order (for a member to verify).
+
+    Raises
+    ------
+    NotFoundError, SecurityError
+        As :func:`down_message`.
+    ParameterError
+        If a member registered without a stored certificate (enrolled before certificates were kept).
+    """
+    row = _session_of(s, run_id, index, number)
+    _position(row, client_id)
+    out = []
+    for cid in json.loads(row.members):
+        c = s.get(Client, cid)
+        if c is None or c.certificate is None:
+            raise ParameterError("certificate", cid, "a member that registered its certificate")
+        out.append(json.loads(c.certificate))
+    return out

@@ -1,0 +1,129 @@
+"""The client endpoints of secure runs: the seed transcript, reveals, and secure-aggregation stages.
+
+Every request is signed by an enrolled device like the other client endpoints (:mod:`.app`);
+state-changing ones are single-use (their nonce is recorded in the transaction of their effect) and
+idempotent at the protocol level (the same message repeated is acknowledged again and stored once).
+Stage messages travel as raw bytes (``application/octet-stream``), in the serialization of
+:mod:`fedstats.secagg.messages`.
+
+============================================================  =====================================
+``GET  /v1/client/runs/{run}/seed``                           the seed transcript (:mod:`.seeding`)
+``POST /v1/client/runs/{run}/reveal``                         ``{"value": hex, "seen": hex}``
+``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/certificates``   the session's members' certificates
+``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the server's stage message to the device
+``POST /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the device's stage message
+============================================================  =====================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from fedstats.service import runs, secure
+from fedstats.service.models import Nonce
+from fedstats.service.store import Store
+
+__all__ = ["add_secure_routes"]
+
+Signed = Callable[[Request], Awaitable[tuple[str, bytes, Nonce | None]]]
+UseNonce = Callable[[Session, Nonce | None], None]
+
+
+def add_secure_routes(
+    app: FastAPI,
+    store: Store,
+    signed: Signed,
+    use_nonce: UseNonce,
+    parse_json: Callable[[bytes], Any],
+    counters: dict[str, float],
+) -> None:
+    """Add the secure-run client endpoints to ``app`` (see the module docstring).
+
+    Parameters
+    ----------
+    app : FastAPI
+    store : Store
+    signed : callable
+        Verifies a signed request; returns ``(client_id, body, nonce)``.
+    use_nonce : callable
+        Records a nonce inside a transaction, refusing a replay.
+    parse_json : callable
+        Parses a JSON body (HTTP 422 on malformed input).
+    counters : dict
+        The server's metrics counters.
+    """
+    base = "/v1/client/runs/{run_id}"
+
+    @app.get(base + "/seed", include_in_schema=False)
+    async def seed(run_id: str, request: Request) -> dict[str, Any]:
+        cid, _, _ = await signed(request)
+
+        def go() -> dict[str, Any]:
+            with store.session() as s:
+                run = runs.load_run(s, run_id)
+                secure.member_of(s, run_id, cid)
+                return secure.seed_transcript(s, run)
+
+        return dict(await run_in_threadpool(go))
+
+    @app.post(base + "/reveal", include_in_schema=False)
+    async def reveal(run_id: str, request: Request) -> dict[str, Any]:
+        cid, body, nonce = await signed(request)
+        data = parse_json(body)
+        if not isinstance(data, dict) or not all(
+            isinstance(data.get(k), str) for k in ("value", "seen")
+        ):
+            raise HTTPException(422, 'body must be {"value": hex, "seen": hex}')
+
+        def go() -> bool:
+            with store.session() as s, s.begin():
+                use_nonce(s, nonce)
+                run = runs.load_run(s, run_id, lock=True)
+                return secure.record_reveal(s, run, cid, data["value"], data["seen"])
+
+        new = await run_in_threadpool(go)
+        return {"accepted": True, "duplicate": not new}
+
+    stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
+
+    @app.get(base + "/rounds/{index}/secure/{number}/certificates", include_in_schema=False)
+    async def certificates(run_id: str, index: int, number: int, request: Request) -> list[Any]:
+        cid, _, _ = await signed(request)
+
+        def go() -> list[Any]:
+            with store.session() as s:
+                return secure.certificates(s, run_id, index, number, cid)
+
+        return list(await run_in_threadpool(go))
+
+    @app.get(stage_path, include_in_schema=False)
+    async def down(run_id: str, index: int, number: int, stage: int, request: Request) -> Response:
+        cid, _, _ = await signed(request)
+
+        def go() -> bytes:
+            with store.session() as s:
+                return secure.down_message(s, run_id, index, number, stage, cid)
+
+        data = await run_in_threadpool(go)
+        return Response(data, media_type="application/octet-stream")
+
+    @app.post(stage_path, include_in_schema=False)
+    async def up(
+        run_id: str, index: int, number: int, stage: int, request: Request
+    ) -> dict[str, Any]:
+        cid, body, nonce = await signed(request)
+
+        def go() -> bool:
+            with store.session() as s, s.begin():
+                use_nonce(s, nonce)
+                return secure.submit_up(s, run_id, index, number, stage, cid, body)
+
+        new = await run_in_threadpool(go)
+        counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
+        return {"accepted": True, "duplicate": not new}

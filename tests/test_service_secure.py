@@ -1,0 +1,381 @@
+"""Secure aggregation over the network: ``fedstats server`` and devices running the malicious-server protocol.
+
+The sums a secure round journals are compared with the devices' own reports, recomputed here from the same
+data and seeds (:meth:`fedstats.client.Device._encode`): they must be equal, bit for bit, over exactly the
+devices the protocol included. Devices run in threads of the test process (each with its own HTTP
+connection pool and state) or, for the Adult test, as 100 real ``fedstats client run`` processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from fedstats.client import Device, LocalBudget, Policy
+from fedstats.client.secure import CertificateRosterVerifier
+from fedstats.engine.rounds import RoundSum
+from fedstats.errors import SecurityError
+from fedstats.randomness import RandomSource
+from fedstats.results import to_jsonable
+from fedstats.secagg.identity import SessionRoster
+from fedstats.service import seeding, wire
+from fedstats.service.models import LedgerCharge, RoundRecord, Run, RunMember, SecureSession
+from fedstats.service.registry import protocol_for
+from fedstats.service.secure import session_bounds
+from fedstats.service.store import open_store
+from service_helpers import Deployment, pg_reachable, pg_schema, wait_run
+
+# -- pure parts ----------------------------------------------------------------------------------
+
+
+def _transcript(run_id: str, n: int) -> tuple[list[tuple[str, str]], list[bytes], dict[str, Any]]:
+    rng = np.random.default_rng(0)
+    values = [bytes(rng.bytes(32)) for _ in range(n)]
+    entries = [(f"c{i}", seeding.commitment(run_id, f"c{i}", v)) for i, v in enumerate(values)]
+    seed = seeding.run_seed(run_id, entries, values)
+    tr = {
+        "members": [[c, m, v.hex()] for (c, m), v in zip(entries, values, strict=True)],
+        "seed": seed.hex(),
+    }
+    return entries, values, tr
+
+
+def test_the_seed_transcript_verifies_and_every_tampering_is_caught() -> None:
+    run = "run-1"
+    entries, values, tr = _transcript(run, 5)
+    seen = seeding.commitments_digest(run, entries)
+    seed = seeding.verify_transcript(run, "c2", tr, seen_digest=seen, own_value=values[2])
+    assert seed.hex() == tr["seed"]
+    # the server publishes another seed
+    bad = dict(tr, seed=bytes(32).hex())
+    with pytest.raises(SecurityError, match="does not follow"):
+        seeding.verify_transcript(run, "c2", bad, seen_digest=seen, own_value=values[2])
+    # a member added after this device revealed (a grinding server's fake contribution)
+    extra = [*tr["members"], ["fake", seeding.commitment(run, "fake", bytes(32)), "00" * 32]]
+    with pytest.raises(SecurityError, match="changed after"):
+        seeding.verify_transcript(
+            run, "c2", dict(tr, members=extra), seen_digest=seen, own_value=values[2]
+        )
+    # this device's reveal replaced
+    swapped = [list(m) for m in tr["members"]]
+    swapped[2][2] = values[3].hex()
+    with pytest.raises(SecurityError, match="missing or altered"):
+        seeding.verify_transcript(
+            run, "c2", dict(tr, members=swapped), seen_digest=seen, own_value=values[2]
+        )
+    # another member's reveal does not open its commitment
+    swapped = [list(m) for m in tr["members"]]
+    swapped[0][2] = values[1].hex()
+    with pytest.raises(SecurityError, match="does not open"):
+        seeding.verify_transcript(
+            run, "c2", dict(tr, members=swapped), seen_digest=seen, own_value=values[2]
+        )
+
+
+def test_session_ids_and_projection_seed_follow_from_the_run_seed() -> None:
+    a, b = bytes(32), b"\x01" + bytes(31)
+    ids = {seeding.session_id(s, r, k) for s in (a, b) for r in range(3) for k in range(3)}
+    assert len(ids) == 18  # distinct per seed, round and session
+    assert 0 <= seeding.projection_seed(a) < 2**256
+    assert seeding.projection_seed(a) != seeding.projection_seed(b)
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 2), (5, 2), (10, 3), (1000, 1000), (1001, 1000)])
+def test_session_bounds_split_into_near_equal_sessions(n: int, m: int) -> None:
+    bounds = session_bounds(n, m)
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(b0[1] == b1[0] for b0, b1 in itertools.pairwise(bounds))
+    sizes = [b - a for a, b in bounds]
+    assert max(sizes) <= m and max(sizes) - min(sizes) <= 1
+    assert len(bounds) == -(-n // m)
+
+
+def _certified(tmp_path: Path, n: int, population: str = "default") -> tuple[str, list[Any]]:
+    from fedstats.service.enrollment import init_authority, issue_identity
+
+    pub = init_authority(tmp_path / "auth")
+    idents = [
+        issue_identity(tmp_path / "auth", f"d{i}", population, tmp_path / f"d{i}.json")
+        for i in range(n)
+    ]
+    return pub, idents
+
+
+def test_the_roster_verifier_refuses_sybils_foreign_populations_and_ground_session_ids(
+    tmp_path: Path,
+) -> None:
+    from fedstats.service import auth
+
+    pub, idents = _certified(tmp_path, 4)
+    certs = [i["certificate"] for i in idents]
+    keys = tuple(bytes.fromhex(c["body"]["public_key"]) for c in certs)
+    sid = seeding.session_id(bytes(32), 0, 0)
+    roster = SessionRoster(b"run", sid, keys, bytes(64))
+
+    def verifier(certificates: list[Any], session: bytes = sid, population: str = "default") -> Any:
+        return CertificateRosterVerifier(
+            pub, certificates, population=population, session=session, task_id=b"run"
+        )
+
+    verifier(certs).verify(roster)  # the honest roster passes
+    # a key the server minted (no certificate of the authority): a sybil
+    fake = auth.public_key_hex(auth.private_key_from_hex("11" * 32))
+    sybil = SessionRoster(b"run", sid, (*keys[:3], bytes.fromhex(fake)), bytes(64))
+    with pytest.raises(SecurityError):
+        verifier(certs).verify(sybil)
+    forged = [*certs[:3], {"body": dict(certs[3]["body"], public_key=fake), "signature": "00" * 64}]
+    with pytest.raises(SecurityError):
+        verifier(forged).verify(sybil)
+    with pytest.raises(SecurityError, match="twice"):
+        verifier([*certs[:3], certs[0]]).verify(
+            SessionRoster(b"run", sid, (*keys[:3], keys[0]), bytes(64))
+        )
+    with pytest.raises(SecurityError, match="population"):
+        verifier(certs, population="other").verify(roster)
+    with pytest.raises(SecurityError, match="agreed seed"):
+        verifier(certs, session=seeding.session_id(bytes(32), 0, 1)).verify(roster)
+
+
+# -- over the network ----------------------------------------------------------------------------
+
+N = 240  # records
+M_X, M_Y = 4, 3
+
+
+def _data(n: int = N, seed: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, M_X, n)
+    y = np.where(rng.random(n) < 0.4, x % M_Y, rng.integers(0, M_Y, n))
+    return {"x": x.astype(np.int64), "y": y.astype(np.int64)}
+
+
+def _task(**over: Any) -> dict[str, Any]:
+    t: dict[str, Any] = {
+        "analysis": "fed-chi2",
+        "params": {"shape": [M_X, M_Y], "encoding_size": 30},
+        "privacy": {"epsilon": None, "population": "default"},
+        "cohort_size": N,
+        "min_clients": N // 2,
+        "deadlines": {"checkin": 30.0, "round": 30.0},
+        "secure_aggregation": {"max_session": 5},
+        "label": f"secure {time.time()}",
+    }
+    t.update(over)
+    return t
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp(f"secure-{request.param}")
+    if request.param == "postgresql":
+        reason = pg_reachable()
+        if reason is not None:
+            pytest.skip(reason)
+        with pg_schema() as url:
+            yield from _serve(Deployment(root, url))
+    else:
+        yield from _serve(Deployment(root, f"sqlite:///{root / 'fedstats.db'}"))
+
+
+def _serve(dep: Deployment) -> Iterator[Deployment]:
+    dep.start()
+    try:
+        yield dep
+    finally:
+        dep.kill()
+
+
+class _StoppingDevice(Device):
+    """A device that stops (as if its process died) before it would send stage ``stop_before``."""
+
+    stop_before: int | None = None
+    seed: int = 0
+
+    def _secure_stage(self, rnd: Any) -> None:
+        if self.stop_before is not None and int(rnd["secure"]["stage"]) >= self.stop_before:
+            return
+        super()._secure_stage(rnd)
+
+
+def _devices(dep: Deployment, tag: str, data: dict[str, np.ndarray], n: int) -> list[Any]:
+    out = []
+    for i, part in enumerate(np.array_split(np.arange(len(data["x"])), n)):
+        ident = json.loads(dep.identity(f"{tag}-{i}").read_text())
+        dev = _StoppingDevice(
+            dep.url,
+            ident,
+            {k: v[part] for k, v in data.items()},
+            ca=dep.certs["ca"],
+            policy=Policy(allow_non_private=True),
+            budget=LocalBudget(None, epsilon=100.0),
+            randomness=RandomSource(1000 + i),
+        )
+        dev.seed = 1000 + i
+        out.append(dev)
+    return out
+
+
+def _start(dep: Deployment, task: dict[str, Any]) -> str:
+    with dep.admin() as a:
+        r = a.post("/v1/admin/tasks", json=task)
+        assert r.status_code in (200, 201), r.text
+        r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
+        assert r.status_code == 201, r.text
+        return str(r.json()["run_id"])
+
+
+def _drive(devices: list[Any], run_id: str, seconds: float = 150.0) -> list[threading.Thread]:
+    def done(dev: Any) -> bool:
+        return run_id in getattr(dev, "finished", set())
+
+    threads = [
+        threading.Thread(
+            target=d.run,
+            kwargs={"poll": 0.1, "max_seconds": seconds, "until": done},
+            daemon=True,
+        )
+        for d in devices
+    ]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def _signed64(values: list[int]) -> list[int]:
+    return [((int(v) + 2**63) % 2**64) - 2**63 for v in values]
+
+
+def _rounds(dep: Deployment, run_id: str, devices: list[Any]) -> list[dict[str, Any]]:
+    """Each round's journaled secure sum beside the sum of its included devices' own reports.
+
+    The reports are recomputed from each device's data and seed with the device's own encoder path
+    (:meth:`Device._encode`), for exactly the devices the protocol included.
+    """
+    by_id = {d.client_id: d for d in devices}
+    store = open_store(dep.db)
+    out = []
+    try:
+        with store.session() as s:
+            recs = s.execute(
+                select(RoundRecord).where(RoundRecord.run_id == run_id).order_by(RoundRecord.index)
+            ).scalars()
+            for rec in recs:
+                included: list[str] = []
+                for row in s.execute(
+                    select(SecureSession).where(
+                        SecureSession.run_id == run_id, SecureSession.round_index == rec.index
+                    )
+                ).scalars():
+                    members = json.loads(row.members)
+                    included += [members[i] for i in json.loads(row.included or "[]")]
+                reports = [0] * rec.dim
+                for cid in included:
+                    m = s.get(RunMember, (run_id, cid))
+                    assert m is not None
+                    dev = by_id[cid]
+                    twin = Device(  # the same data and seed give the same reports
+                        dep.url,
+                        {"client_id": cid, "private_key": "11" * 32, "certificate": {}},
+                        dev.columns,
+                        randomness=RandomSource(dev.seed),
+                    )
+                    rnd = {
+                        "run_id": run_id,
+                        "round": rec.index,
+                        "encode": rec.encode,
+                        "analysis": "fed-chi2",
+                        "version": 1,
+                        "records": [m.slot_start, m.slot_start + m.slot_count],
+                        "slot_start": m.slot_start,
+                        "n_clients": N,
+                        "name": rec.name,
+                        "params": json.loads(rec.params),
+                        "dim": rec.dim,
+                        "bound": rec.bound,
+                        "privacy": {"epsilon": None, "delta": None, "population": "default"},
+                    }
+                    reports = [a + b for a, b in zip(reports, twin._encode(rnd), strict=True)]
+                    twin.close()
+                out.append(
+                    {
+                        "index": rec.index,
+                        "status": rec.status,
+                        "journaled": None if rec.total is None else wire.loads(rec.total),
+                        "reports": reports,
+                        "n_records": rec.n_clients,
+                        "included": included,
+                    }
+                )
+            charges = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == run_id)).all()
+            out.append({"charges": len(charges)})
+    finally:
+        store.close()
+    return out
+
+
+def _check_exact(rounds: list[dict[str, Any]]) -> None:
+    for r in rounds[:-1]:
+        assert r["status"] == "closed"
+        assert _signed64(list(r["journaled"])) == _signed64(r["reports"])
+
+
+def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: Deployment) -> None:
+    data = _data()
+    devices = _devices(deployment, "exact", data, 12)
+    run_id = _start(deployment, _task())
+    threads = _drive(devices, run_id)
+    with deployment.admin() as a:
+        view = wait_run(a, run_id, timeout=150)
+    for t in threads:
+        t.join(30)
+    assert view["status"] == "done", view["error"]
+    rounds = _rounds(deployment, run_id, devices)
+    _check_exact(rounds)
+    assert [r["n_records"] for r in rounds[:-1]] == [N, N]  # nobody dropped: every record summed
+    assert all(len(r["included"]) == 12 for r in rounds[:-1])
+    # three sessions of four (max_session 5): the sums of sessions were added
+    store = open_store(deployment.db)
+    with store.session() as s:
+        sessions = (
+            s.execute(select(SecureSession).where(SecureSession.run_id == run_id)).scalars().all()
+        )
+    assert sorted((r.round_index, r.number) for r in sessions) == [
+        (i, k) for i in range(2) for k in range(3)
+    ]
+    # the release is the in-process protocol's on the same sums and the same agreed seed
+    with store.session() as s:
+        seed = bytes.fromhex(str(s.get(Run, run_id).public_seed))  # type: ignore[union-attr]
+    store.close()
+    gen = protocol_for(
+        "fed-chi2",
+        1,
+        _task()["params"],
+        n_clients=N,
+        epsilon=None,
+        delta=None,
+        randomness=RandomSource(0),
+        public_seed=seed,
+    )
+    next(gen)
+    gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), N))
+    with pytest.raises(StopIteration) as stop:
+        gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), N))
+    res = view["result"]
+    assert res == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
+    # and it estimates the exact statistic of the pooled table (4 SE: fails below 1e-4 if correct)
+    table = np.zeros((M_X, M_Y))
+    np.add.at(table, (data["x"], data["y"]), 1)
+    e = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / N
+    exact = float(((table - e) ** 2 / e).sum())
+    assert abs(res["estimate"] - exact) <= 4 * res["standard_error"]
