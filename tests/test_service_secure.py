@@ -26,6 +26,7 @@ from fedstats.engine.rounds import RoundSum
 from fedstats.errors import SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
+from fedstats.secagg import find_parameters
 from fedstats.secagg.identity import SessionRoster
 from fedstats.service import seeding, wire
 from fedstats.service.models import LedgerCharge, RoundRecord, Run, RunMember, SecureSession
@@ -379,3 +380,98 @@ def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: De
     e = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / N
     exact = float(((table - e) ** 2 / e).sum())
     assert abs(res["estimate"] - exact) <= 4 * res["standard_error"]
+
+
+# -- faults --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    """The production store (PostgreSQL) when reachable, else SQLite: fault tests run on one store."""
+    root = tmp_path_factory.mktemp("secure-faults")
+    if pg_reachable() is None:
+        with pg_schema() as url:
+            yield from _serve(Deployment(root, url))
+    else:
+        yield from _serve(Deployment(root, f"sqlite:///{root / 'fedstats.db'}"))
+
+
+N_DEV = 20  # one session: k = 6, t = 4, at least 18 survivors
+
+
+@pytest.fixture(autouse=True)
+def _warm() -> None:
+    """Import what the devices' first stage imports (scipy.stats, ~1.5 s) before deadlines run."""
+    find_parameters(N_DEV)
+
+
+@pytest.mark.parametrize(
+    ("stage", "n_stop"), [(0, 2), (1, 2), (2, 2), (3, 2), (4, 2), (3, 3)]
+)
+def test_devices_stopping_before_a_stage_leave_an_exact_sum_or_abort_the_run(
+    production: Deployment, stage: int, n_stop: int
+) -> None:
+    """Devices stop before ``stage`` in every round: the sum covers exactly the protocol's survivors."""
+    data = _data()
+    devices = _devices(production, f"drop{stage}-{n_stop}", data, N_DEV)
+    rng = np.random.default_rng(10 * stage + n_stop)
+    stoppers = {int(i) for i in rng.choice(N_DEV, n_stop, replace=False)}
+    for i in stoppers:
+        devices[i].stop_before = stage
+    task = _task(
+        secure_aggregation={"max_session": N_DEV},
+        deadlines={"checkin": 30.0, "round": 4.0},
+        min_clients=N // 2,
+    )
+    run_id = _start(production, task)
+    threads = _drive(devices, run_id, seconds=90)
+    with production.admin() as a:
+        view = wait_run(a, run_id, timeout=120)
+        audit = a.get("/v1/admin/audit", params={"run_id": run_id}).json()
+    for t in threads:
+        t.join(30)
+    releases = [e for e in audit if e["action"] == "release"]
+    gone = {devices[i].client_id for i in stoppers}
+    if n_stop == 3:
+        # 17 < 18 complete the stage: the session aborts, and with it the run; nothing is released
+        assert view["status"] == "aborted" and releases == []
+        assert "secure session 0 aborted" in view["error"]
+        return
+    assert view["status"] == "done", view["error"]
+    assert len(releases) == 1
+    rounds = _rounds(production, run_id, devices)
+    _check_exact(rounds)
+    for r in rounds[:-1]:
+        if stage <= 2:  # stopped before sending the masked input: not in the sum
+            assert set(r["included"]) == {d.client_id for d in devices} - gone
+        else:  # masked input sent, then stopped: in the sum (unmasked by the others' shares)
+            assert len(r["included"]) == N_DEV
+    assert rounds[0]["n_records"] == sum(
+        len(d.columns["x"]) for d in devices if d.client_id in rounds[0]["included"]
+    )
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3, 4, 5])
+def test_server_sigkilled_after_each_secure_stage_resumes_from_the_journal(
+    production: Deployment, stage: int
+) -> None:
+    """SIGKILL right after the server journaled stage ``stage`` (5: session done) of round 1, restart."""
+    data = _data()
+    devices = _devices(production, f"kill{stage}", data, 8)
+    production.kill()
+    production.start(crash_after=f"stage{stage}:1")
+    run_id = _start(production, _task(secure_aggregation={"max_session": 8}))
+    threads = _drive(devices, run_id, seconds=150)
+    assert production.proc is not None
+    production.proc.wait(90)  # killed itself at the fault point
+    production.start()  # the same database and port, no fault
+    with production.admin() as a:
+        view = wait_run(a, run_id, timeout=120)
+        audit = a.get("/v1/admin/audit", params={"run_id": run_id}).json()
+    for t in threads:
+        t.join(30)
+    assert view["status"] == "done", view["error"]
+    assert [e["action"] for e in audit].count("release") == 1
+    rounds = _rounds(production, run_id, devices)
+    _check_exact(rounds)
+    assert [r["n_records"] for r in rounds[:-1]] == [N, N]

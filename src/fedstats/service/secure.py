@@ -253,7 +253,6 @@ def open_sessions(
     if len(devices) < 2:
         raise ProtocolAbortError(f"round {rec.index}: secure aggregation needs at least 2 devices")
     max_session = int(cfg["secure_aggregation"]["max_session"])
-    deadline = time.time() + float(cfg["deadlines"]["round"])
     for number, (a, b) in enumerate(session_bounds(len(devices), max_session)):
         members = [m.client_id for m in devices[a:b]]
         records = _member_records(s, run.id, members, rec.lo, rec.hi)
@@ -265,6 +264,7 @@ def open_sessions(
             headroom=0,
         )
         params = find_parameters(len(members))
+        deadline = time.time() + float(cfg["deadlines"]["round"])
         row = SecureSession(
             run_id=run.id,
             round_index=rec.index,
