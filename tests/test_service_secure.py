@@ -405,9 +405,7 @@ def _warm() -> None:
     find_parameters(N_DEV)
 
 
-@pytest.mark.parametrize(
-    ("stage", "n_stop"), [(0, 2), (1, 2), (2, 2), (3, 2), (4, 2), (3, 3)]
-)
+@pytest.mark.parametrize(("stage", "n_stop"), [(0, 2), (1, 2), (2, 2), (3, 2), (4, 2), (3, 3)])
 def test_devices_stopping_before_a_stage_leave_an_exact_sum_or_abort_the_run(
     production: Deployment, stage: int, n_stop: int
 ) -> None:
