@@ -506,3 +506,27 @@ def test_stochastic_rounding_unbiased() -> None:
     # E[q] = 0.4, Var = 0.4 * 0.6
     se = math.sqrt(0.24 / q.size)
     assert abs(q.mean() - 0.4) < 6 * se
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n_others=st.integers(2, 3000),
+    k=st.integers(1, 200),
+    bad=st.integers(0, 3000),
+    at_least=st.integers(0, 200),
+)
+def test_exact_hypergeometric_tail_matches_scipy(
+    n_others: int, k: int, bad: int, at_least: int
+) -> None:
+    """The parameter finder's exact tail (no scipy.stats on devices) equals scipy's log survival."""
+    from fedstats.secagg.params import _log2_sf
+
+    k, bad = min(k, n_others), min(bad, n_others)
+    ours = _log2_sf(k, bad, n_others, at_least)
+    ref = float(stats.hypergeom.logsf(at_least - 1, n_others, bad, k)) / math.log(2)
+    if math.isinf(ours):  # an impossible tail: scipy gives -inf or a value below 2^-1000
+        assert ref < -1000
+    elif math.isinf(ref):  # scipy underflowed where the exact tail is finite
+        assert ours < -1000
+    else:
+        assert ours == pytest.approx(ref, rel=1e-9, abs=1e-9)

@@ -258,16 +258,25 @@ def _signed64(values: list[int]) -> list[int]:
 
 
 def _rounds(dep: Deployment, run_id: str, devices: list[Any]) -> list[dict[str, Any]]:
+    """Each round's journaled secure sum beside the sum of its included devices' own reports."""
+    return journal_and_reports(dep, run_id, {d.client_id: (d.columns, d.seed) for d in devices})
+
+
+def journal_and_reports(
+    dep: Deployment, run_id: str, sources: dict[str, tuple[Any, int]]
+) -> list[dict[str, Any]]:
     """Each round's journaled secure sum beside the sum of its included devices' own reports.
 
-    The reports are recomputed from each device's data and seed with the device's own encoder path
-    (:meth:`Device._encode`), for exactly the devices the protocol included.
+    The reports are recomputed from each device's data (columns or file) and seed with the device's own
+    encoder path (:meth:`Device._encode`), for exactly the devices the protocol included; the last item
+    counts the run's ledger rows.
     """
-    by_id = {d.client_id: d for d in devices}
     store = open_store(dep.db)
     out = []
     try:
         with store.session() as s:
+            run = s.get(Run, run_id)
+            assert run is not None
             recs = s.execute(
                 select(RoundRecord).where(RoundRecord.run_id == run_id).order_by(RoundRecord.index)
             ).scalars()
@@ -284,12 +293,12 @@ def _rounds(dep: Deployment, run_id: str, devices: list[Any]) -> list[dict[str, 
                 for cid in included:
                     m = s.get(RunMember, (run_id, cid))
                     assert m is not None
-                    dev = by_id[cid]
+                    data, seed = sources[cid]
                     twin = Device(  # the same data and seed give the same reports
                         dep.url,
                         {"client_id": cid, "private_key": "11" * 32, "certificate": {}},
-                        dev.columns,
-                        randomness=RandomSource(dev.seed),
+                        data,
+                        randomness=RandomSource(seed),
                     )
                     rnd = {
                         "run_id": run_id,
@@ -299,7 +308,7 @@ def _rounds(dep: Deployment, run_id: str, devices: list[Any]) -> list[dict[str, 
                         "version": 1,
                         "records": [m.slot_start, m.slot_start + m.slot_count],
                         "slot_start": m.slot_start,
-                        "n_clients": N,
+                        "n_clients": run.n_clients,
                         "name": rec.name,
                         "params": json.loads(rec.params),
                         "dim": rec.dim,

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
@@ -197,11 +197,7 @@ def close_seeding(s: Session, run: Run, deadline: float) -> str | None:
 
 
 def _roster(s: Session, run: Run, index: int, number: int, members: list[str]) -> SessionRoster:
-    keys = []
-    for cid in members:
-        c = s.get(Client, cid)
-        assert c is not None
-        keys.append(bytes.fromhex(c.public_key))
+    keys = [bytes.fromhex(c.public_key) for c in _clients(s, members)]
     sid = seeding.session_id(bytes.fromhex(str(run.public_seed)), index, number)
     return SessionRoster(seeding.task_id_bytes(run.id), sid, tuple(keys), _EMPTY_SIGNATURE)
 
@@ -333,6 +329,29 @@ def _ups(s: Session, row: SecureSession, stage: int) -> list[SecureMessage]:
     )
 
 
+def _count(s: Session, row: SecureSession, direction: str) -> int:
+    """Messages journaled in ``direction`` at the session's current stage."""
+    return int(
+        s.execute(
+            select(func.count())
+            .select_from(SecureMessage)
+            .where(
+                SecureMessage.run_id == row.run_id,
+                SecureMessage.round_index == row.round_index,
+                SecureMessage.number == row.number,
+                SecureMessage.stage == row.stage,
+                SecureMessage.direction == direction,
+            )
+        ).scalar_one()
+    )
+
+
+def _clients(s: Session, members: list[str]) -> list[Client]:
+    """The enrolled rows of ``members``, in their order (one query)."""
+    rows = {c.id: c for c in s.execute(select(Client).where(Client.id.in_(members))).scalars()}
+    return [rows[cid] for cid in members]
+
+
 def _downs(s: Session, row: SecureSession, stage: int) -> dict[int, str]:
     got = s.execute(
         select(SecureMessage.client_index, SecureMessage.digest).where(
@@ -411,10 +430,9 @@ def advance_sessions(
     for row in rows:
         if row.status != "open":
             continue
-        addressed = _downs(s, row, row.stage)
+        if now < row.deadline and _count(s, row, "up") < _count(s, row, "down"):
+            continue  # still waiting: counted in SQL, no payload read
         ups = _ups(s, row, row.stage)
-        if len(ups) < len(addressed) and now < row.deadline:
-            continue
         live = cache.get(row)
         if live is None:
             live = _rebuild(s, run, row, rec.dim)
@@ -601,9 +619,8 @@ def certificates(s: Session, run_id: str, index: int, number: int, client_id: st
     row = _session_of(s, run_id, index, number)
     _position(row, client_id)
     out = []
-    for cid in json.loads(row.members):
-        c = s.get(Client, cid)
-        if c is None or c.certificate is None:
-            raise ParameterError("certificate", cid, "a member that registered its certificate")
+    for c in _clients(s, json.loads(row.members)):
+        if c.certificate is None:
+            raise ParameterError("certificate", c.id, "a member that registered its certificate")
         out.append(json.loads(c.certificate))
     return out

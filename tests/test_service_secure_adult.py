@@ -1,0 +1,137 @@
+"""FED-chi^2 on Adult through secure aggregation: 100 real ``fedstats client run`` processes on loopback.
+
+Each process holds one shard of Adult's 32,561 training rows (education x income as category codes) and a
+seeded randomness; the server runs one secure session of 100 devices per round. The journaled sums must
+equal, bit for bit, the sums of the devices' own reports (recomputed here from the same shard files and
+seeds), and the release must be what the in-process protocol gives on those sums with the run's agreed
+seed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedstats.engine.rounds import RoundSum
+from fedstats.results import to_jsonable
+from fedstats.service.models import Run
+from fedstats.service.registry import protocol_for
+from fedstats.service.store import open_store
+from service_helpers import Deployment, pg_reachable, pg_schema, wait_run
+from test_service_secure import _check_exact, _start, journal_and_reports
+
+N_PROCS = 100
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("secure-adult")
+    if pg_reachable() is None:
+        with pg_schema() as url:
+            dep = Deployment(root, url)
+            dep.start()
+            try:
+                yield dep
+            finally:
+                dep.kill()
+    else:
+        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
+        dep.start()
+        try:
+            yield dep
+        finally:
+            dep.kill()
+
+
+def test_fed_chi2_on_adult_with_100_client_processes(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    from fedstats.datasets import load_adult
+
+    adult = load_adult("train")
+    x = pd.Categorical(adult["education"]).codes.astype(np.int64)
+    y = pd.Categorical(adult["income"]).codes.astype(np.int64)
+    m_x, m_y = int(x.max()) + 1, int(y.max()) + 1
+    n = len(x)
+    shards = []
+    for i, part in enumerate(np.array_split(np.arange(n), N_PROCS)):
+        p = tmp_path / f"adult-{i}.csv"
+        pd.DataFrame({"x": x[part], "y": y[part]}).to_csv(p, index=False)
+        shards.append(p)
+    task = {
+        "analysis": "fed-chi2",
+        "params": {"shape": [m_x, m_y], "encoding_size": 50},
+        "privacy": {"epsilon": None, "population": "default"},
+        "cohort_size": n,
+        "min_clients": n - n // 10,
+        "max_records_per_client": 1000,
+        "deadlines": {"checkin": 300.0, "round": 180.0},
+        "secure_aggregation": {"max_session": N_PROCS},
+        "label": "adult secure",
+    }
+    run_id = _start(deployment, task)
+    procs = [
+        deployment.start_client(
+            f"adult-{i}",
+            p,
+            "--allow-non-private",
+            "--runs",
+            "1",
+            "--max-seconds",
+            "600",
+            "--seed",
+            str(500 + i),
+            "--poll",
+            "1.0",
+        )
+        for i, p in enumerate(shards)
+    ]
+    try:
+        with deployment.admin() as a:
+            view = wait_run(a, run_id, timeout=600)
+    finally:
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    assert view["status"] == "done", view["error"]
+    rounds = journal_and_reports(
+        deployment, run_id, {f"adult-{i}": (p, 500 + i) for i, p in enumerate(shards)}
+    )
+    _check_exact(rounds)
+    assert [r["n_records"] for r in rounds[:-1]] == [n, n]
+    assert all(len(r["included"]) == N_PROCS for r in rounds[:-1])
+    store = open_store(deployment.db)
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None and run.public_seed is not None
+        seed = bytes.fromhex(run.public_seed)
+    store.close()
+    gen = protocol_for(
+        "fed-chi2",
+        1,
+        task["params"],
+        n_clients=n,
+        epsilon=None,
+        delta=None,
+        randomness=None,
+        public_seed=seed,
+    )
+    next(gen)
+    gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), n))
+    with pytest.raises(StopIteration) as stop:
+        gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), n))
+    assert view["result"] == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
+    table = np.zeros((m_x, m_y))
+    np.add.at(table, (x, y), 1)
+    e = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / n
+    exact = float(((table - e) ** 2 / e).sum())
+    res = view["result"]
+    assert abs(res["estimate"] - exact) <= 4 * res["standard_error"]
