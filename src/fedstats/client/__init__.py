@@ -40,7 +40,6 @@ from fedstats.errors import (
     DataError,
     FedstatsError,
     ParameterError,
-    ProtocolAbortError,
     SecurityError,
 )
 from fedstats.randomness import RandomSource
@@ -364,7 +363,14 @@ class Device:
                     raise
                 self.refused[rid] = "check-in closed"
         for item in work.get("reveals", []):
-            self._reveal(str(item["run_id"]))
+            rid = str(item["run_id"])
+            if rid in self.refused:
+                continue
+            try:
+                self._reveal(rid)
+            except SecurityError as exc:  # the commitment list is not the run's: reveal nothing
+                self.refused[rid] = str(exc)
+                self.log(f"refused run {rid}: {exc}")
         for rnd in work["rounds"]:
             if rnd.get("secure") is not None:
                 self._secure_stage(rnd)
@@ -412,7 +418,8 @@ class Device:
                         return
                 down = self._request("GET", path, binary=True)
                 reply = client.handle_bytes(down)
-            except (SecurityError, ProtocolAbortError) as exc:
+            except FedstatsError as exc:
+                # a failed check or a malformed message: leave the session, send nothing more
                 state.refused[(index, number)] = str(exc)
                 state.sessions.pop((index, number), None)
                 self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")

@@ -1,0 +1,234 @@
+"""A malicious aggregation server, as real devices see it: a proxy in front of ``fedstats server``.
+
+Devices talk to :class:`MaliciousProxy` over HTTP on 127.0.0.1 as if it were the server. It forwards every
+request unchanged (so the devices' signatures verify upstream) and, for the runs it is told to attack,
+rewrites what the server answers: the seed transcript, the session's certificates, or any stage message
+(decoded with the public message classes, changed, re-serialized). That is everything a malicious server
+controls; it holds no device's key. Each attack is one of :data:`fedstats.secagg.ATTACKS` (or the seed
+agreement's), and the test checks that every device refuses it and sends nothing more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from fedstats.secagg.identity import SessionRoster
+from fedstats.secagg.messages import SetupMessage, UnmaskRequest, decode
+from fedstats.service import auth
+from service_helpers import free_port
+
+__all__ = ["ATTACKS", "MaliciousProxy"]
+
+_STAGE = re.compile(r"^/v1/client/runs/([^/]+)/rounds/(\d+)/secure/(\d+)/(\d+)$")
+_CERTS = re.compile(r"^/v1/client/runs/([^/]+)/rounds/(\d+)/secure/(\d+)/certificates$")
+_SEED = re.compile(r"^/v1/client/runs/([^/]+)/seed$")
+
+
+def _setup(body: bytes, change: Callable[[SetupMessage], SetupMessage]) -> bytes:
+    msg = decode(body)
+    assert isinstance(msg, SetupMessage)
+    return change(msg).to_bytes()
+
+
+def _roster(msg: SetupMessage, **change: Any) -> SetupMessage:
+    roster = SessionRoster.from_bytes(msg.roster)
+    return dataclasses.replace(msg, roster=dataclasses.replace(roster, **change).to_bytes())
+
+
+def _fresh_key() -> bytes:
+    return bytes.fromhex(auth.public_key_hex(auth.private_key_from_hex(os.urandom(32).hex())))
+
+
+class MaliciousProxy:
+    """Forward devices' requests to ``upstream``; rewrite answers for the runs in :attr:`attacks`.
+
+    Parameters
+    ----------
+    upstream : str
+        The real server's URL.
+    ca : Path
+        CA certificate of the real server.
+    """
+
+    def __init__(self, upstream: str, ca: Path) -> None:
+        self.upstream = upstream
+        self.ca = ca
+        self.attacks: dict[str, str] = {}
+        self.tampered: dict[str, int] = {}
+        self._replay: dict[tuple[str, int, int], bytes] = {}
+        self.port = free_port()
+        app = Starlette(
+            routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT"])]
+        )
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> MaliciousProxy:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+    async def _forward(self, request: Request) -> Response:
+        body = await request.body()
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")
+        }
+        async with httpx.AsyncClient(
+            base_url=self.upstream, verify=ssl.create_default_context(cafile=str(self.ca))
+        ) as client:
+            r = await client.request(
+                request.method,
+                request.url.path,
+                params=request.query_params,
+                content=body,
+                headers=headers,
+                timeout=60,
+            )
+        content = r.content
+        if r.status_code == 200 and request.method == "GET":
+            content = self._tamper(request.url.path, content)
+        return Response(
+            content, status_code=r.status_code, media_type=r.headers.get("content-type")
+        )
+
+    def _tamper(self, path: str, body: bytes) -> bytes:
+        m = _STAGE.match(path) or _CERTS.match(path) or _SEED.match(path)
+        if m is None:
+            return body
+        run_id = m.group(1)
+        if _STAGE.match(path):
+            rnd, stage = int(m.group(2)), int(m.group(4))
+            if stage == 1 and rnd == 0:
+                self._replay[(run_id, 0, 1)] = body  # kept for the replay attack of round 1
+        attack = self.attacks.get(run_id)
+        if attack is None:
+            return body
+        out = ATTACKS[attack](self, path, body, run_id)
+        if out != body:
+            self.tampered[attack] = self.tampered.get(attack, 0) + 1
+        return out
+
+
+def _on_stage(stage: int, rnd: int | None = None) -> Callable[..., Any]:
+    def wrap(fn: Callable[[bytes], bytes]) -> Callable[..., bytes]:
+        def attack(proxy: MaliciousProxy, path: str, body: bytes, run_id: str) -> bytes:
+            m = _STAGE.match(path)
+            if (
+                m is None
+                or int(m.group(4)) != stage
+                or (rnd is not None and int(m.group(2)) != rnd)
+            ):
+                return body
+            return fn(body)
+
+        return attack
+
+    return wrap
+
+
+@_on_stage(0)
+def _parameter_tampering(body: bytes) -> bytes:
+    """A weaker threshold than the devices' own parameters for the session size."""
+    return _setup(body, lambda m: dataclasses.replace(m, t=max(1, m.t - 1)))
+
+
+@_on_stage(0)
+def _graph_choice(body: bytes) -> bytes:
+    """A session id the server picked (it fixes the communication graph), not the run seed's."""
+    return _setup(body, lambda m: _roster(m, session=os.urandom(32)))
+
+
+@_on_stage(0)
+def _key_substitution(body: bytes) -> bytes:
+    """A fake client: one roster identity replaced by a key the server made."""
+
+    def change(m: SetupMessage) -> SetupMessage:
+        roster = SessionRoster.from_bytes(m.roster)
+        j = (m.client + 1) % roster.n  # someone else's slot
+        ids = list(roster.identities)
+        ids[j] = _fresh_key()
+        return _roster(m, identities=tuple(ids))
+
+    return _setup(body, change)
+
+
+@_on_stage(4)
+def _inconsistent_dropout_claims(body: bytes) -> bytes:
+    """An unmasking request without the survivors' signatures (claims the server cannot prove)."""
+    msg = decode(body)
+    assert isinstance(msg, UnmaskRequest)
+    return dataclasses.replace(msg, signatures={}).to_bytes()
+
+
+@_on_stage(1)
+def _oversized_message(body: bytes) -> bytes:
+    """A key broadcast padded far beyond what the protocol needs."""
+    return body + b"\x00" * 5_000_000
+
+
+def _replay_or_forgery(proxy: MaliciousProxy, path: str, body: bytes, run_id: str) -> bytes:
+    """Round 1's key broadcast replaced by the same device's message from round 0 (another session)."""
+    m = _STAGE.match(path)
+    if m is None or int(m.group(2)) != 1 or int(m.group(4)) != 1:
+        return body
+    return proxy._replay.get((run_id, 0, 1), body)
+
+
+def _seed_grinding(proxy: MaliciousProxy, path: str, body: bytes, run_id: str) -> bytes:
+    """A published run seed the server chose (it fixes every session id and the projection)."""
+    if not _SEED.match(path):
+        return body
+    tr = json.loads(body)
+    if tr.get("seed"):
+        tr["seed"] = os.urandom(32).hex()
+    return json.dumps(tr).encode()
+
+
+def _sybil_certificate(proxy: MaliciousProxy, path: str, body: bytes, run_id: str) -> bytes:
+    """A member's certificate rewritten to name a key the server made (the signature no longer holds)."""
+    if not _CERTS.match(path):
+        return body
+    certs = json.loads(body)
+    certs[0]["body"]["public_key"] = _fresh_key().hex()
+    return json.dumps(certs).encode()
+
+
+ATTACKS: dict[str, Callable[[MaliciousProxy, str, bytes, str], bytes]] = {
+    "parameter_tampering": _parameter_tampering,
+    "graph_choice": _graph_choice,
+    "key_substitution": _key_substitution,
+    "sybil_certificate": _sybil_certificate,
+    "seed_grinding": _seed_grinding,
+    "oversized_message": _oversized_message,
+    "replay_or_forgery": _replay_or_forgery,
+    "inconsistent_dropout_claims": _inconsistent_dropout_claims,
+}
+"""Attack name -> rewrite of one answer (``proxy, path, body, run_id -> body``)."""

@@ -1,0 +1,140 @@
+"""Real device processes against a malicious server over HTTP: every attack is refused.
+
+The devices are ``fedstats client run`` processes; the server they talk to is
+:class:`malicious_proxy.MaliciousProxy` in front of a real ``fedstats server``: it forwards their signed
+requests and rewrites the answers of the run it attacks (one attack per run). Each attack must be refused
+by every device (its log says so for that run), the devices must send nothing at the attacked stage (the
+journal holds no message of theirs there), and the run must abort without a result.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from sqlalchemy import func, select
+
+from fedstats.service.models import SecureMessage
+from fedstats.service.store import open_store
+from malicious_proxy import ATTACKS, MaliciousProxy
+from service_helpers import Deployment, pg_reachable, pg_schema, wait_run
+
+N_DEV = 5
+N = 60
+WHERE = {  # attack -> (round, stage) at which the devices must stop sending
+    "parameter_tampering": (0, 0),
+    "graph_choice": (0, 0),
+    "key_substitution": (0, 0),
+    "sybil_certificate": (0, 0),
+    "seed_grinding": (0, 0),
+    "oversized_message": (0, 1),
+    "replay_or_forgery": (1, 1),
+    "inconsistent_dropout_claims": (0, 4),
+}
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("malicious")
+    if pg_reachable() is None:
+        with pg_schema() as url:
+            dep = Deployment(root, url)
+            dep.start()
+            try:
+                yield dep
+            finally:
+                dep.kill()
+    else:
+        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
+        dep.start()
+        try:
+            yield dep
+        finally:
+            dep.kill()
+
+
+def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    assert set(WHERE) == set(ATTACKS)
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 3, N)
+    y = (x + rng.integers(0, 2, N)) % 2
+    shards = []
+    for i, part in enumerate(np.array_split(np.arange(N), N_DEV)):
+        p = tmp_path / f"d{i}.csv"
+        pd.DataFrame({"x": x[part], "y": y[part]}).to_csv(p, index=False)
+        shards.append(p)
+    with MaliciousProxy(deployment.url, deployment.certs["ca"]) as proxy:
+        procs = [
+            deployment.start_client(
+                f"victim-{i}",
+                p,
+                "--allow-non-private",
+                "--runs",
+                str(len(ATTACKS)),
+                "--max-seconds",
+                "400",
+                url=proxy.url,
+            )
+            for i, p in enumerate(shards)
+        ]
+        runs: dict[str, str] = {}
+        try:
+            with deployment.admin() as a:
+                for attack in ATTACKS:
+                    task = {
+                        "analysis": "fed-chi2",
+                        "params": {"shape": [3, 2], "encoding_size": 20},
+                        "privacy": {"epsilon": None, "population": "default"},
+                        "cohort_size": N,
+                        "min_clients": N // 2,
+                        "deadlines": {"checkin": 60.0, "round": 4.0},
+                        "secure_aggregation": {"max_session": N_DEV},
+                        "label": f"attack {attack} {time.time()}",
+                    }
+                    r = a.post("/v1/admin/tasks", json=task)
+                    assert r.status_code == 201, r.text
+                    r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
+                    run_id = r.json()["run_id"]
+                    proxy.attacks[run_id] = attack
+                    runs[attack] = run_id
+                    view = wait_run(a, run_id, timeout=120)
+                    assert view["status"] == "aborted", (attack, view)
+                    assert view["result"] is None
+        finally:
+            for p in procs:
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    assert set(proxy.tampered) == set(ATTACKS)  # every attack was actually delivered
+    logs = [(deployment.root / f"client-victim-{i}.log").read_text() for i in range(N_DEV)]
+    store = open_store(deployment.db)
+    try:
+        with store.session() as s:
+            for attack, run_id in runs.items():
+                rnd, stage = WHERE[attack]
+                for log in logs:  # every device refused this run's attack
+                    assert any(
+                        run_id in line and ("left secure session" in line or "refused run" in line)
+                        for line in log.splitlines()
+                    ), (attack, log[-2000:])
+                sent = s.execute(
+                    select(func.count())
+                    .select_from(SecureMessage)
+                    .where(
+                        SecureMessage.run_id == run_id,
+                        SecureMessage.round_index == rnd,
+                        SecureMessage.stage == stage,
+                        SecureMessage.direction == "up",
+                    )
+                ).scalar_one()
+                assert sent == 0, attack
+    finally:
+        store.close()
