@@ -257,13 +257,16 @@ def _signed64(values: list[int]) -> list[int]:
     return [((int(v) + 2**63) % 2**64) - 2**63 for v in values]
 
 
-def _rounds(dep: Deployment, run_id: str, devices: list[Any]) -> list[dict[str, Any]]:
+def _rounds(
+    dep: Deployment, run_id: str, devices: list[Any], analysis: str = "fed-chi2"
+) -> list[dict[str, Any]]:
     """Each round's journaled secure sum beside the sum of its included devices' own reports."""
-    return journal_and_reports(dep, run_id, {d.client_id: (d.columns, d.seed) for d in devices})
+    sources = {d.client_id: (d.columns, d.seed) for d in devices}
+    return journal_and_reports(dep, run_id, sources, analysis)
 
 
 def journal_and_reports(
-    dep: Deployment, run_id: str, sources: dict[str, tuple[Any, int]]
+    dep: Deployment, run_id: str, sources: dict[str, tuple[Any, int]], analysis: str = "fed-chi2"
 ) -> list[dict[str, Any]]:
     """Each round's journaled secure sum beside the sum of its included devices' own reports.
 
@@ -304,7 +307,7 @@ def journal_and_reports(
                         "run_id": run_id,
                         "round": rec.index,
                         "encode": rec.encode,
-                        "analysis": "fed-chi2",
+                        "analysis": analysis,
                         "version": 1,
                         "records": [m.slot_start, m.slot_start + m.slot_count],
                         "slot_start": m.slot_start,
@@ -389,6 +392,51 @@ def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: De
     e = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / N
     exact = float(((table - e) ** 2 / e).sum())
     assert abs(res["estimate"] - exact) <= 4 * res["standard_error"]
+
+
+@pytest.mark.parametrize(
+    ("analysis", "params"),
+    [
+        ("fed-entropy", {"m": M_X, "encoding_size": 200}),
+        ("g-test", {"shape": [M_X, M_Y], "encoding_size": 200}),
+    ],
+)
+def test_fed_h_and_the_g_test_over_secure_aggregation(
+    production: Deployment, analysis: str, params: dict[str, Any]
+) -> None:
+    """FED-H and the G-test end to end: exact secure sums, the in-process release on them."""
+    data = _data()
+    devices = _devices(production, analysis, data, 8)
+    run_id = _start(production, _task(analysis=analysis, params=params))
+    threads = _drive(devices, run_id)
+    with production.admin() as a:
+        view = wait_run(a, run_id, timeout=150)
+    for t in threads:
+        t.join(30)
+    assert view["status"] == "done", view["error"]
+    rounds = _rounds(production, run_id, devices, analysis)
+    _check_exact(rounds)
+    store = open_store(production.db)
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None and run.public_seed is not None
+        seed = bytes.fromhex(run.public_seed)
+    store.close()
+    gen = protocol_for(
+        analysis,
+        1,
+        params,
+        n_clients=N,
+        epsilon=None,
+        delta=None,
+        randomness=None,
+        public_seed=seed,
+    )
+    next(gen)
+    gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), N))
+    with pytest.raises(StopIteration) as stop:
+        gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), N))
+    assert view["result"] == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
 
 
 # -- faults --------------------------------------------------------------------------------------

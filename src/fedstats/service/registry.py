@@ -86,6 +86,7 @@ _BP = "fedstats.analyses.bitpushing.client"
 _GAP = "fedstats.analyses.performance_gap.client"
 _HET = "fedstats.analyses.heterogeneity.client"
 _CHI2 = "fedstats.analyses.chi2.client"
+_ENT = "fedstats.analyses.entropy.client"
 _HERE = "fedstats.service.registry"
 
 _SPECS = (
@@ -127,6 +128,22 @@ _SPECS = (
         1,
         f"{_HERE}:_fed_chi2",
         frozenset({f"{_CHI2}:encode_marginals", f"{_CHI2}:encode_projection"}),
+        "none",
+        secure="required",
+    ),
+    AnalysisSpec(
+        "fed-entropy",
+        1,
+        f"{_HERE}:_fed_entropy",
+        frozenset({f"{_ENT}:encode_histogram_size", f"{_ENT}:encode_entropy_projection"}),
+        "none",
+        secure="required",
+    ),
+    AnalysisSpec(
+        "g-test",
+        1,
+        f"{_HERE}:_g_test",
+        frozenset({f"{_CHI2}:encode_marginals", f"{_ENT}:encode_entropy_projection"}),
         "none",
         secure="required",
     ),
@@ -447,6 +464,81 @@ def _fed_chi2(
         max_cell=int(params.get("max_cell", 1)),
         confidence=float(params.get("confidence", 0.95)),
         level=float(params.get("level", 0.05)),
+        categorical=(str(params.get("x", "x")), str(params.get("y", "y"))),
+        drop_empty=bool(params.get("drop_empty", False)),
+    )
+
+
+_FED_H_KEYS = {"encoding_size", "fd_step", "coupling", "confidence"}
+
+
+def _fed_entropy(
+    params: dict[str, Any],
+    *,
+    n_clients: int,
+    epsilon: Any,
+    delta: Any,
+    randomness: Any,
+    public_seed: bytes,
+) -> Any:
+    """FED-H (Pang et al. 2023, Sec. 3.5) over secure aggregation: Shannon entropy of one category column.
+
+    Parameters: ``m`` (categories), ``x`` (column of codes in [0, m), one record per row; default "x"),
+    and optionally ``encoding_size`` (default 1000), ``fd_step``, ``coupling``, ``confidence``.
+    """
+    from fedstats.analyses.entropy.estimator import DEFAULT_FD_STEP
+    from fedstats.analyses.entropy.protocol import fed_entropy_protocol
+    from fedstats.service.seeding import projection_seed
+
+    del n_clients, epsilon, delta, randomness  # exact sums: no server randomness
+    _only(params, {"m", "x", *_FED_H_KEYS})
+    return fed_entropy_protocol(
+        int(params["m"]),
+        encoding_size=int(params.get("encoding_size", 1000)),
+        fd_step=float(params.get("fd_step", DEFAULT_FD_STEP)),
+        coupling=str(params.get("coupling", "coupled")),
+        projection_seed=projection_seed(public_seed),
+        bits=64,
+        max_count=1,
+        confidence=float(params.get("confidence", 0.95)),
+        categorical=str(params.get("x", "x")),
+    )
+
+
+def _g_test(
+    params: dict[str, Any],
+    *,
+    n_clients: int,
+    epsilon: Any,
+    delta: Any,
+    randomness: Any,
+    public_seed: bytes,
+) -> Any:
+    """The G-test of independence via FED-H over secure aggregation (Pang et al. 2023, Sec. 3.5).
+
+    Parameters: ``shape`` ([m_x, m_y]), ``x`` and ``y`` (category columns, one record per row; default
+    "x", "y"), and optionally ``encoding_size`` (default 1000), ``fd_step``, ``coupling``,
+    ``confidence``, ``level``, ``drop_empty``.
+    """
+    from fedstats.analyses.entropy.estimator import DEFAULT_FD_STEP
+    from fedstats.analyses.entropy.protocol import g_test_protocol
+    from fedstats.service.seeding import projection_seed
+
+    del n_clients, epsilon, delta, randomness  # exact sums: no server randomness
+    _only(params, {"shape", "x", "y", "level", "drop_empty", *_FED_H_KEYS})
+    shape = params.get("shape")
+    if not isinstance(shape, (list, tuple)) or len(shape) != 2:
+        raise ParameterError("params.shape", shape, "[m_x, m_y]")
+    return g_test_protocol(
+        (int(shape[0]), int(shape[1])),
+        encoding_size=int(params.get("encoding_size", 1000)),
+        fd_step=float(params.get("fd_step", DEFAULT_FD_STEP)),
+        coupling=str(params.get("coupling", "coupled")),
+        projection_seed=projection_seed(public_seed),
+        bits=64,
+        max_cell=1,
+        level=float(params.get("level", 0.05)),
+        confidence=float(params.get("confidence", 0.95)),
         categorical=(str(params.get("x", "x")), str(params.get("y", "y"))),
         drop_empty=bool(params.get("drop_empty", False)),
     )

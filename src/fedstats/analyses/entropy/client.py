@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses.chi2.client import encode_marginals
+from fedstats.analyses.chi2.client import encode_marginals, record_tables
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import ClientBatch
 from fedstats.errors import DataError
@@ -25,7 +25,25 @@ __all__ = ["encode_entropy_projection", "encode_histogram_size", "encode_margina
 
 
 def _client_hist(batch: ClientBatch, params: Mapping[str, Any]) -> np.ndarray:
-    """Read the clients' histograms as ``(n, m)`` (a ``(n, m_x, m_y)`` table column is flattened row-major)."""
+    """Read the clients' histograms as ``(n, m)`` (a ``(n, m_x, m_y)`` table column is flattened row-major).
+
+    With ``params["categorical"]`` (one column of codes in ``[0, m)``, or two with ``params["shape"]``),
+    each row is one record and its histogram has a single 1 (row-major joint cell for two columns).
+    """
+    cat = params.get("categorical")
+    if cat is not None:
+        if len(cat) == 2:
+            t = record_tables(batch.column(cat[0]), batch.column(cat[1]), tuple(params["shape"]))
+            return t.reshape(t.shape[0], -1)
+        m = int(params["m"])
+        codes = np.asarray(batch.column(cat[0]))
+        if codes.ndim != 1 or (
+            codes.size and (codes.dtype.kind not in "iu" or codes.min() < 0 or codes.max() >= m)
+        ):
+            raise DataError(f"category column {cat[0]} must hold integer codes in [0, {m})")
+        out = np.zeros((codes.shape[0], m), dtype=np.int64)
+        out[np.arange(codes.shape[0]), codes] = 1
+        return out
     h = np.asarray(batch.column(params.get("column", "histogram")))
     if h.ndim >= 2:
         h = h.reshape(h.shape[0], -1)

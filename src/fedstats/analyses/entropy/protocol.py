@@ -104,6 +104,7 @@ def fed_entropy_protocol(
     max_count: int,
     confidence: float = 0.95,
     column: str = "histogram",
+    categorical: str | None = None,
 ) -> ProtocolGenerator[EntropyResult]:
     """FED-H as an engine protocol (Pang et al. 2023, Sec. 3.5 on Algorithm 2).
 
@@ -128,6 +129,8 @@ def fed_entropy_protocol(
         Level of the interval, in (0, 1).
     column : str
         Population column holding the ``(n, m)`` histograms.
+    categorical : str, optional
+        Instead of ``column``: a column of category codes in ``[0, m)``, one record per row.
 
     Returns
     -------
@@ -148,6 +151,8 @@ def fed_entropy_protocol(
     mc = check_int("max_count", max_count, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
     base: dict[str, Any] = {"column": column, "m": mm}
+    if categorical is not None:
+        base = {"categorical": [str(categorical)], "m": mm}
     s1: RoundSum = yield Round("size", encode_histogram_size, base, dim=1, bound=mc)
     total = int(np.asarray(s1.total).ravel()[0])
     if total <= 0:
@@ -169,6 +174,7 @@ def g_test_protocol(
     level: float = 0.05,
     confidence: float = 0.95,
     column: str = "table",
+    categorical: tuple[str, str] | None = None,
     drop_empty: bool = False,
 ) -> ProtocolGenerator[Chi2Result]:
     """Run the G-test of independence via FED-H as an engine protocol (Pang et al. 2023, Sec. 3.5).
@@ -189,6 +195,8 @@ def g_test_protocol(
         Significance level of the decision, in (0, 1).
     column : str
         Population column with the ``(n, m_x, m_y)`` tables.
+    categorical : tuple of str, optional
+        Instead of ``column``: two columns of category codes, one record per row.
     drop_empty : bool
         Leave rows/columns empty in the summed table out of the degrees of freedom instead of raising.
 
@@ -208,10 +216,13 @@ def g_test_protocol(
     m_x, m_y = check_shape(shape)
     mc = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
+    source: dict[str, Any] = {"column": column}
+    if categorical is not None:
+        source = {"categorical": [str(categorical[0]), str(categorical[1])]}
     s1: RoundSum = yield Round(
         "marginals",
         encode_marginals,
-        {"column": column, "shape": (m_x, m_y)},
+        {**source, "shape": (m_x, m_y)},
         dim=m_x + m_y,
         bound=mc * max(m_x, m_y),
     )
@@ -220,7 +231,8 @@ def g_test_protocol(
     rows, cols = kept_cells(vx, vy, drop_empty)
     total = int(vx.sum())
     m = m_x * m_y
-    rnd, fp = _projection_round({"column": column, "m": m}, m, total, ell, d, cp, seed, b)
+    joint = {**source, "m": m} if categorical is None else {**source, "shape": (m_x, m_y), "m": m}
+    rnd, fp = _projection_round(joint, m, total, ell, d, cp, seed, b)
     s2: RoundSum = yield rnd
     ent = _entropy_result(s2, fp, m, ell, d, cp, b, conf)
     res = g_result(
