@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import itertools
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from sqlalchemy import select
 
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
+from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.engine.rounds import RoundSum
 from fedstats.errors import SecurityError
 from fedstats.randomness import RandomSource
@@ -33,7 +36,7 @@ from fedstats.service.models import LedgerCharge, RoundRecord, Run, RunMember, S
 from fedstats.service.registry import protocol_for
 from fedstats.service.secure import session_bounds
 from fedstats.service.store import open_store
-from service_helpers import Deployment, pg_reachable, pg_schema, wait_run
+from service_helpers import Deployment, free_port, pg_reachable, pg_schema, wait_run
 
 # -- pure parts ----------------------------------------------------------------------------------
 
@@ -209,12 +212,14 @@ class _StoppingDevice(Device):
         super()._secure_stage(rnd)
 
 
-def _devices(dep: Deployment, tag: str, data: dict[str, np.ndarray], n: int) -> list[Any]:
+def _devices(
+    dep: Deployment, tag: str, data: dict[str, np.ndarray], n: int, url: str | None = None
+) -> list[Any]:
     out = []
     for i, part in enumerate(np.array_split(np.arange(len(data["x"])), n)):
         ident = json.loads(dep.identity(f"{tag}-{i}").read_text())
         dev = _StoppingDevice(
-            dep.url,
+            url or dep.url,
             ident,
             {k: v[part] for k, v in data.items()},
             ca=dep.certs["ca"],
@@ -530,3 +535,91 @@ def test_server_sigkilled_after_each_secure_stage_resumes_from_the_journal(
     rounds = _rounds(production, run_id, devices)
     _check_exact(rounds)
     assert [r["n_records"] for r in rounds[:-1]] == [N, N]
+
+
+def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Deployment) -> None:
+    """Scale-out with secure rounds: server A holds the run's lease and dies (SIGKILL) right after
+    journaling stage 3 of round 0's session; B, which the devices talk to all along, claims the lease once
+    it expires, rebuilds the session from the journal and finishes: private heterogeneity with the noise
+    shares summed under secure aggregation, each round journaled once, one charge, one release."""
+    if not production.db.startswith("postgresql"):
+        pytest.skip("scale-out (several server processes) needs the production store, PostgreSQL")
+    with production.admin() as a:
+        for scope, name in (("population", "default"), ("analyst", "alice")):
+            r = a.put(f"/v1/admin/budgets/{scope}/{name}", json={"epsilon": 100.0, "delta": 1e-3})
+            assert r.status_code == 200
+    rng = np.random.default_rng(8)
+    group = rng.integers(0, 2, N)
+    data = {"x": np.clip(rng.uniform(0.2, 0.8, (N, 3)) + 0.1 * group[:, None], 0, 1)}
+    lease = ["--lease-seconds", "6"]
+    production.kill()
+    production.start(*lease, "--server-id", "server-a", crash_after="stage3:0")
+    task = _task(
+        analysis="heterogeneity",
+        params={"dim": 3, "statistic": "dispersion"},
+        privacy={"epsilon": 3.0, "delta": 1e-6, "population": "default"},
+        secure_aggregation={"max_session": 8},
+    )
+    run_id = _start(production, task)
+    store = open_store(production.db)
+    deadline = time.monotonic() + 60
+    while True:  # A's driver claims the run on its next pass
+        with store.session() as s:
+            got = s.get(Run, run_id)
+            assert got is not None
+            if got.lease_owner == "server-a":
+                break
+        assert time.monotonic() < deadline, "server A never claimed the run"
+        time.sleep(0.1)
+    port_b = free_port()
+    proc_b = production.spawn(port_b, *lease, "--server-id", "server-b")
+    url_b = f"https://127.0.0.1:{port_b}"
+    devices = _devices(production, "scale", data, 8, url=url_b)
+    threads = _drive(devices, run_id)
+    try:
+        assert production.proc is not None
+        production.proc.wait(120)  # A killed itself right after journaling stage 3
+        assert production.proc.returncode == -9
+        with httpx.Client(
+            base_url=url_b,
+            verify=ssl.create_default_context(cafile=str(production.certs["ca"])),
+            headers={"Authorization": f"Bearer {production.token}"},
+            timeout=30,
+        ) as b:
+            view = wait_run(b, run_id, 180)
+            audit = b.get("/v1/admin/audit", params={"run_id": run_id}).json()
+    finally:
+        for t in threads:
+            t.join(30)
+        proc_b.kill()
+        proc_b.wait()
+        production.kill()
+        production.start()  # the module's other tests go on with one ordinary server
+    assert view["status"] == "done", view["error"]
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None and run.lease_owner == "server-b"
+        charges = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == run_id)).scalars()
+        assert [c.status for c in charges] == ["spent"]
+    store.close()
+    assert sorted(e["action"] for e in audit if e["action"] in ("spend", "release")) == [
+        "release",
+        "spend",
+    ]
+    rounds = _rounds(production, run_id, devices, "heterogeneity")
+    _check_exact(rounds)
+    assert [r["n_records"] for r in rounds[:-1]] == [N, N]
+    exact = Engine().run(
+        protocol_for(
+            "heterogeneity",
+            1,
+            task["params"],
+            n_clients=N,
+            epsilon=None,
+            delta=None,
+            randomness=RandomSource(0),
+        ),
+        InMemoryPopulation(data),
+    )
+    disp = view["result"]["dispersion"]
+    assert abs(disp["estimate"] - exact.dispersion.estimate) <= 4 * disp["standard_error"]
