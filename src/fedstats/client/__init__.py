@@ -33,7 +33,7 @@ import httpx
 import numpy as np
 
 from fedstats._io import atomic_write_text
-from fedstats.client.secure import CertificateRosterVerifier, SecureState
+from fedstats.client.secure import SecureRuns, SecureState
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.errors import (
     BudgetExceededError,
@@ -43,7 +43,7 @@ from fedstats.errors import (
     SecurityError,
 )
 from fedstats.randomness import RandomSource
-from fedstats.service import auth, seeding, wire
+from fedstats.service import auth, wire
 from fedstats.service.enrollment import load_identity
 from fedstats.service.registry import lookup, resolve_encoder
 
@@ -220,7 +220,7 @@ class LocalBudget:
             )
 
 
-class Device:
+class Device(SecureRuns):
     """A client device talking to one server.
 
     Parameters
@@ -381,92 +381,6 @@ class Device:
             self._answer(rnd)
             self.reported.add(key)
         return work
-
-    # -- secure runs (fedstats.client.secure)
-    def _reveal(self, run_id: str) -> None:
-        state = self.secure.get(run_id)
-        if state is None:  # checked in before a restart: the contribution is lost (the run aborts)
-            return
-        tr = self._request("GET", f"/v1/client/runs/{run_id}/seed")
-        entries = [(str(m[0]), str(m[1])) for m in tr["members"]]
-        if (self.client_id, state.commitment(run_id, self.client_id)) not in entries:
-            raise SecurityError("the run's commitment list lacks this device's commitment")
-        state.seen = seeding.commitments_digest(run_id, entries)
-        self._request(
-            "POST",
-            f"/v1/client/runs/{run_id}/reveal",
-            {"value": state.contribution.hex(), "seen": state.seen},
-        )
-
-    def _secure_stage(self, rnd: Mapping[str, Any]) -> None:
-        """Answer one stage of a secure round (verifying the seed and the roster at stage 0)."""
-        run_id, index = str(rnd["run_id"]), int(rnd["round"])
-        info = rnd["secure"]
-        number, stage = int(info["session"]), int(info["stage"])
-        state = self.secure.get(run_id)
-        if state is None or (index, number) in state.refused:
-            return  # no state (restarted) or left: a dropout for the protocol
-        path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
-        reply = state.replies.get((index, number, stage))
-        if reply is None:
-            try:
-                if stage == 0:
-                    client = self._join_session(rnd, state)
-                else:
-                    client = state.sessions.get((index, number))
-                    if client is None:
-                        return
-                down = self._request("GET", path, binary=True)
-                reply = client.handle_bytes(down)
-            except FedstatsError as exc:
-                # a failed check or a malformed message: leave the session, send nothing more
-                state.refused[(index, number)] = str(exc)
-                state.sessions.pop((index, number), None)
-                self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
-                return
-            state.replies[(index, number, stage)] = reply
-        self._request("POST", path, raw=reply)
-
-    def _join_session(self, rnd: Mapping[str, Any], state: SecureState) -> Any:
-        from fedstats.secagg import ClientConfig, SecAggClient, find_parameters
-        from fedstats.secagg.identity import ClientIdentity
-
-        run_id, index = str(rnd["run_id"]), int(rnd["round"])
-        info = rnd["secure"]
-        number = int(info["session"])
-        if state.seed is None:
-            if state.seen is None:
-                raise SecurityError("this device did not reveal: it cannot check the run seed")
-            tr = self._request("GET", f"/v1/client/runs/{run_id}/seed")
-            state.seed = seeding.verify_transcript(
-                run_id, self.client_id, tr, seen_digest=state.seen, own_value=state.contribution
-            )
-        certs = self._request(
-            "GET", f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/certificates"
-        )
-        verifier = CertificateRosterVerifier(
-            str(self.authority_public_key),
-            certs,
-            population=str(rnd["privacy"]["population"]),
-            session=seeding.session_id(state.seed, index, number),
-            task_id=seeding.task_id_bytes(run_id),
-        )
-        params = find_parameters(
-            int(info["n"])
-        )  # pinned: computed here, never taken from the server
-        config = ClientConfig.from_parameters(
-            params,
-            bits=seeding.BITS,
-            length=int(rnd["dim"]),
-            identity=ClientIdentity(self._key),
-            verifier=verifier,
-            task_id=seeding.task_id_bytes(run_id),
-        )
-        vector = self._encode(rnd)
-        values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
-        client = SecAggClient(int(info["index"]), values, config)
-        state.sessions[(index, number)] = client
-        return client
 
     def _answer(self, rnd: Mapping[str, Any]) -> None:
         run_id = str(rnd["run_id"])

@@ -22,23 +22,28 @@ import resource
 import signal
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, Field
 from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
 from fedstats.service import auth, driver, ledger, runs, tasks
-from fedstats.service.models import Audit, Authority, Budget, Client, Nonce, Operator
-from fedstats.service.secure_api import add_secure_routes
+from fedstats.service.client_api import add_client_routes
+from fedstats.service.models import Audit, Authority, Budget, Nonce, Operator
+from fedstats.service.schemas import (
+    BudgetIn,
+    BudgetOut,
+    ErrorOut,
+    RunIn,
+    RunOut,
+    TaskIn,
+    TaskOut,
+)
 from fedstats.service.store import Store
 
 __all__ = ["ServerSettings", "create_app"]
@@ -167,100 +172,6 @@ class _Limits:
 
 class _TooLarge(Exception):
     pass
-
-
-# -- request and response models (the admin API's OpenAPI description) ---------------------------------
-
-
-class Privacy(BaseModel):
-    """Privacy budget of a task: what one run spends, and the data population it is charged to."""
-
-    epsilon: Annotated[float | None, Field(gt=0, lt=1000)] = None
-    delta: Annotated[float | None, Field(ge=0, lt=1)] = None
-    population: Annotated[str, Field(min_length=1, max_length=128)] = "default"
-
-
-class Deadlines(BaseModel):
-    """Per-stage deadlines in seconds."""
-
-    checkin: Annotated[float, Field(ge=0.05, le=604800)] = 60.0
-    round: Annotated[float, Field(ge=0.05, le=604800)] = 60.0
-
-
-class SecureAggregation(BaseModel):
-    """Compute every round's sum by secure aggregation among the devices (malicious-server model)."""
-
-    max_session: Annotated[int, Field(ge=2, le=10_000)] = 1000
-
-
-class TaskIn(BaseModel):
-    """A task configuration (immutable once created; its id is the SHA-256 of its canonical form)."""
-
-    analysis: Annotated[str, Field(min_length=1, max_length=64)]
-    version: Annotated[int, Field(ge=1, le=1000)] = 1
-    params: dict[str, Any] = {}
-    privacy: Privacy = Privacy()
-    cohort_size: Annotated[int, Field(ge=2, le=10**9)]
-    min_clients: Annotated[int | None, Field(ge=1, le=10**9)] = None
-    max_records_per_client: Annotated[int | None, Field(ge=1, le=10**9)] = None
-    deadlines: Deadlines = Deadlines()
-    label: Annotated[str, Field(max_length=256)] = ""
-    secure_aggregation: SecureAggregation | None = None
-
-
-class TaskOut(BaseModel):
-    """A stored task."""
-
-    task_id: str
-    created: bool
-    config: dict[str, Any]
-
-
-class RunIn(BaseModel):
-    """Start a run of a task."""
-
-    task_id: Annotated[str, Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$")]
-
-
-class RunOut(BaseModel):
-    """A run's state (``result`` once done)."""
-
-    run_id: str
-    task_id: str
-    analyst: str
-    status: str
-    n_clients: int | None
-    devices: int
-    rounds: list[dict[str, Any]]
-    result: dict[str, Any] | None
-    error: str | None
-
-
-class BudgetIn(BaseModel):
-    """A privacy budget."""
-
-    epsilon: Annotated[float, Field(gt=0, lt=1e6)]
-    delta: Annotated[float, Field(ge=0, lt=1)]
-
-
-class BudgetOut(BaseModel):
-    """A budget with what has been spent and what remains."""
-
-    scope: str
-    name: str
-    epsilon_budget: float
-    delta_budget: float
-    spent_epsilon: float
-    spent_delta: float
-    remaining_epsilon: float
-    remaining_delta: float
-    charges: int
-
-
-class ErrorOut(BaseModel):
-    """An error."""
-
-    detail: str
 
 
 # -- the app ------------------------------------------------------------------------------------------
@@ -483,199 +394,7 @@ def create_app(
             for a in rows
         ]
 
-    # -- client side (signed requests; not part of the admin OpenAPI description)
-    # enrolled clients: id -> (public key, not_after, population); rows never change once stored
-    known: dict[str, tuple[str, float, str]] = {}
-
-    def _client(cid: str) -> tuple[str, float, str] | None:
-        got = known.get(cid)
-        if got is None:
-            with store.session() as s:
-                c = s.get(Client, cid)
-            if c is None:
-                return None
-            got = (c.public_key, float(c.not_after), c.population)
-            if len(known) > 100_000:
-                known.clear()
-            known[cid] = got
-        return got
-
-    async def enrolled(cid: str) -> tuple[str, float, str]:
-        """The enrolled row of a client whose request was just verified (the cache may have been cleared)."""
-        got = known.get(cid)
-        if got is None:
-            got = await run_in_threadpool(_client, cid)
-        if got is None:  # pragma: no cover - rows are never deleted
-            raise HTTPException(401, "unknown client")
-        return got
-
-    def _verify(
-        method: str, path: str, headers: Any, body: bytes, public_key: str | None
-    ) -> tuple[str, Nonce | None]:
-        """Check a signed request; return the client id and the nonce row to record.
-
-        For a state-changing request the handler adds the nonce row in the transaction of the
-        request's effect (single use); for a GET it is None.
-        """
-        cid = headers.get(auth.HEADER_CLIENT)
-        ts = headers.get(auth.HEADER_TIMESTAMP)
-        nonce = headers.get(auth.HEADER_NONCE)
-        sig = headers.get(auth.HEADER_SIGNATURE)
-        if not (cid and ts and nonce and sig) or len(nonce) > 64 or len(cid) > 128:
-            raise HTTPException(401, "signed request headers required")
-        try:
-            t = float(ts)
-        except ValueError:
-            raise HTTPException(401, "bad timestamp") from None
-        if abs(time.time() - t) > cfg.replay_window:
-            raise HTTPException(401, "timestamp outside the replay window")
-        if public_key is None:
-            c = _client(cid)
-            if c is None:
-                raise HTTPException(401, "unknown client")
-            if c[1] < time.time():
-                raise HTTPException(401, "client certificate expired")
-            public_key = c[0]
-        try:
-            auth.verify_signature(
-                public_key, auth.signing_payload(method, path, ts, nonce, body), sig
-            )
-        except SecurityError:
-            raise HTTPException(401, "bad signature") from None
-        # state-changing requests are single-use: the nonce is recorded inside the window, in the
-        # transaction of the request's effect (one commit, and a request cut off before its effect
-        # committed leaves its nonce unused for the retry). GETs are read-only (a replay learns nothing
-        # TLS did not already protect), so polls cost no write.
-        return str(cid), (None if method == "GET" else Nonce(client_id=cid, nonce=nonce, ts=t))
-
-    def _use(s: Session, nonce: Nonce | None) -> None:
-        """Record ``nonce`` in the open transaction of ``s``, or refuse the request as a replay."""
-        if nonce is None:
-            return
-        try:
-            with s.begin_nested():
-                s.add(nonce)
-        except IntegrityError:
-            raise HTTPException(401, "replayed request (nonce already used)") from None
-
-    async def signed(
-        request: Request, public_key: str | None = None
-    ) -> tuple[str, bytes, Nonce | None]:
-        body = await request.body()
-        cid, nonce = await run_in_threadpool(
-            _verify, request.method, request.url.path, request.headers, body, public_key
-        )
-        return cid, body, nonce
-
-    def _json(body: bytes) -> Any:
-        try:
-            return json.loads(body or b"{}")
-        except ValueError:
-            raise HTTPException(422, "body is not JSON") from None
-
-    async def threaded(fn: Callable[[], Any]) -> Any:
-        return await run_in_threadpool(fn)
-
-    @app.post("/v1/client/register", include_in_schema=False)
-    async def register(request: Request) -> dict[str, Any]:
-        body = await request.body()
-        data = _json(body)
-        if not isinstance(data, dict):
-            raise HTTPException(422, "body must be an object")
-        cert = auth.Certificate.from_dict(data.get("certificate"))
-
-        def trust() -> dict[str, str]:
-            with store.session() as s:
-                return {a.id: a.public_key for a in s.execute(select(Authority)).scalars()}
-
-        try:
-            auth.verify_certificate(cert, await threaded(trust))
-        except SecurityError as exc:
-            raise HTTPException(401, str(exc)) from None
-        if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
-            raise HTTPException(401, "client id does not match the certificate")
-        _, nonce = await run_in_threadpool(
-            _verify,
-            request.method,
-            request.url.path,
-            request.headers,
-            body,
-            str(cert.body["public_key"]),
-        )
-
-        def store_client() -> None:
-            with store.session() as s, s.begin():
-                _use(s, nonce)
-                c = s.get(Client, cert.body["client_id"])
-                if c is not None and c.public_key != cert.body["public_key"]:
-                    raise SecurityError("a different key is enrolled under this client id")
-                if c is None:
-                    s.add(
-                        Client(
-                            id=str(cert.body["client_id"]),
-                            public_key=str(cert.body["public_key"]),
-                            population=str(cert.body["population"]),
-                            authority=str(cert.body["authority"]),
-                            not_after=float(cert.body["not_after"]),
-                            enrolled_at=time.time(),
-                            certificate=json.dumps(cert.as_dict()),
-                        )
-                    )
-                elif c.certificate is None:  # enrolled before certificates were kept
-                    c.certificate = json.dumps(cert.as_dict())
-
-        await threaded(store_client)
-        return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
-
-    @app.get("/v1/client/work", include_in_schema=False)
-    async def work(request: Request) -> dict[str, Any]:
-        cid, _, _ = await signed(request)
-        c = await enrolled(cid)
-
-        def get() -> dict[str, Any]:
-            with store.session() as s:
-                return runs.client_work(s, cid, c[2])
-
-        return dict(await threaded(get))
-
-    @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
-    async def checkin(run_id: str, request: Request) -> dict[str, Any]:
-        cid, body, nonce = await signed(request)
-        data = _json(body)
-        records = data.get("records") if isinstance(data, dict) else None
-        if not isinstance(records, int) or isinstance(records, bool):
-            raise HTTPException(422, "records must be an integer")
-        commitment = data.get("commitment")
-        population = (await enrolled(cid))[2]
-
-        def go() -> dict[str, Any]:
-            with store.session() as s, s.begin():
-                _use(s, nonce)
-                conf = tasks.task_config(s, runs.load_run(s, run_id).task_id)
-                if conf["privacy"]["population"] != population:
-                    raise SecurityError("this run is for another population")
-                return runs.checkin(s, run_id, cid, records, commitment)
-
-        return dict(await threaded(go))
-
-    @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", include_in_schema=False)
-    async def report(run_id: str, index: int, request: Request) -> dict[str, Any]:
-        cid, body, nonce = await signed(request)
-        data = _json(body)
-        if not isinstance(data, dict) or not isinstance(data.get("count"), int):
-            raise HTTPException(422, "body must be {vector: [int], count: int}")
-
-        def go() -> bool:
-            with store.session() as s, s.begin():
-                _use(s, nonce)
-                return runs.submit_report(s, run_id, index, cid, data.get("vector"), data["count"])
-
-        new = await threaded(go)
-        counters["reports_accepted" if new else "reports_duplicate"] += 1
-        # the transaction has committed: only now is the report acknowledged
-        return {"accepted": True, "duplicate": not new}
-
-    add_secure_routes(app, store, signed, _use, _json, counters)
+    add_client_routes(app, store, cfg, counters)
     app.add_middleware(_Limits, settings=cfg, counters=counters)
     return app
 

@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service import ledger, wire
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
-from fedstats.service.secure import secure_work
+from fedstats.service.secure_devices import secure_work
 from fedstats.service.tasks import ConflictError, NotFoundError, task_config
 
 __all__ = [

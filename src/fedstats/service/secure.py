@@ -24,6 +24,9 @@ malicious-server protocol of :mod:`fedstats.secagg` (Bell et al. 2020) between t
   (:class:`fedstats.client.secure.CertificateRosterVerifier`) and that the session id follows from the
   run's seed.
 
+This module is the driver's part (sessions, journal, replay); the devices' requests are handled in
+:mod:`.secure_devices`.
+
 What the server never sees is any device's report: only the masked vectors and, per session, their sum.
 Per-report range checks are not possible under secure aggregation (the protocol has no proofs of
 range): a device can shift the sum by up to the ring size, as in Bell et al.
@@ -43,7 +46,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
+from fedstats.errors import DataError, ProtocolAbortError, SecurityError
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import (
     AdvertiseKeys,
@@ -51,7 +54,6 @@ from fedstats.secagg.messages import (
     EncryptedShares,
     MaskedInput,
     UnmaskResponse,
-    max_message_bytes,
 )
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
@@ -65,31 +67,24 @@ from fedstats.service.models import (
     SecureMessage,
     SecureSession,
 )
-from fedstats.service.tasks import ConflictError, NotFoundError
 
 __all__ = [
     "BITS",
     "STAGES",
     "SessionCache",
     "advance_sessions",
-    "certificates",
     "close_seeding",
-    "down_message",
     "is_secure",
-    "member_of",
     "open_sessions",
-    "record_reveal",
-    "secure_work",
-    "seed_transcript",
     "session_bounds",
-    "submit_up",
 ]
 
 STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
 """The client stages of the malicious-server protocol; stage ``s``'s down message is what a device needs
 to send its stage-``s`` message."""
 
-_UP = (AdvertiseKeys, EncryptedShares, MaskedInput, ConsistencySignature, UnmaskResponse)
+# the message type a device sends at each stage
+UP_MESSAGES = (AdvertiseKeys, EncryptedShares, MaskedInput, ConsistencySignature, UnmaskResponse)
 
 BITS = seeding.BITS
 
@@ -108,7 +103,8 @@ def session_bounds(n: int, max_session: int) -> list[tuple[int, int]]:
     return [(edges[i], edges[i + 1]) for i in range(k)]
 
 
-def _members(s: Session, run_id: str) -> list[RunMember]:
+def ordered_members(s: Session, run_id: str) -> list[RunMember]:
+    """A run's members in slot order."""
     return list(
         s.execute(
             select(RunMember).where(RunMember.run_id == run_id).order_by(RunMember.slot_start)
@@ -119,64 +115,9 @@ def _members(s: Session, run_id: str) -> list[RunMember]:
 # -- the run's seed -----------------------------------------------------------------------------
 
 
-def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
-    """The device's membership row in a run.
-
-    Raises
-    ------
-    SecurityError
-        If the device is not in the run's cohort.
-    """
-    m = s.get(RunMember, (run_id, client_id))
-    if m is None:
-        raise SecurityError("this client is not in the run's cohort")
-    return m
-
-
-def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
-    """The published seed transcript: members in slot order with commitment and reveal, and the seed."""
-    rows = _members(s, run.id)
-    entries = [(m.client_id, m.commitment or "") for m in rows]
-    return {
-        "members": [[m.client_id, m.commitment or "", m.reveal or ""] for m in rows],
-        "commitments_digest": seeding.commitments_digest(run.id, entries),
-        "seed": run.public_seed,
-        "status": run.status,
-    }
-
-
-def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_digest: str) -> bool:
-    """Store a member's reveal; return False for an identical repeat.
-
-    Raises
-    ------
-    ConflictError
-        The run is not collecting reveals, or a different value was revealed before.
-    SecurityError
-        Not a member, the value does not open the commitment, or the device saw another commitment list.
-    """
-    m = member_of(s, run.id, client_id)
-    if m.reveal is not None:
-        if m.reveal == value_hex:
-            return False
-        raise ConflictError("a different value was already revealed")
-    if run.status != "seeding":
-        raise ConflictError(f"run {run.id} is not collecting reveals (status {run.status})")
-    try:
-        value = bytes.fromhex(value_hex)
-    except ValueError:
-        raise DataError("the revealed value must be hex") from None
-    if m.commitment is None or seeding.commitment(run.id, client_id, value) != m.commitment:
-        raise SecurityError("the revealed value does not open this client's commitment")
-    if seed_transcript(s, run)["commitments_digest"] != seen_digest:
-        raise SecurityError("the commitment list this client saw is not the run's")
-    m.reveal = value_hex
-    return True
-
-
 def close_seeding(s: Session, run: Run, deadline: float) -> str | None:
     """Fix the run's seed once every member revealed; return an abort reason past ``deadline``."""
-    rows = _members(s, run.id)
+    rows = ordered_members(s, run.id)
     missing = [m.client_id for m in rows if m.reveal is None]
     if missing:
         if time.time() <= deadline:
@@ -197,16 +138,18 @@ def close_seeding(s: Session, run: Run, deadline: float) -> str | None:
 
 
 def _roster(s: Session, run: Run, index: int, number: int, members: list[str]) -> SessionRoster:
-    keys = [bytes.fromhex(c.public_key) for c in _clients(s, members)]
+    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(s, members)]
     sid = seeding.session_id(bytes.fromhex(str(run.public_seed)), index, number)
     return SessionRoster(seeding.task_id_bytes(run.id), sid, tuple(keys), _EMPTY_SIGNATURE)
 
 
-def _params(row: SecureSession) -> SecAggParameters:
+def parameters_of(row: SecureSession) -> SecAggParameters:
+    """The protocol parameters journaled with a session."""
     return SecAggParameters(**json.loads(row.params))
 
 
-def _digest(data: bytes) -> str:
+def digest_of(data: bytes) -> str:
+    """SHA-256 (hex) of a journaled message."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -223,7 +166,7 @@ def _store_down(s: Session, row: SecureSession, stage: int, out: dict[int, Any])
                 direction="down",
                 client_index=int(i),
                 payload=data,
-                digest=_digest(data),
+                digest=digest_of(data),
                 created_at=now,
             )
         )
@@ -243,7 +186,7 @@ def open_sessions(
     """
     devices = [
         m
-        for m in _members(s, run.id)
+        for m in ordered_members(s, run.id)
         if m.slot_start < rec.hi and m.slot_start + m.slot_count > rec.lo
     ]
     if len(devices) < 2:
@@ -346,7 +289,7 @@ def _count(s: Session, row: SecureSession, direction: str) -> int:
     )
 
 
-def _clients(s: Session, members: list[str]) -> list[Client]:
+def enrolled_rows(s: Session, members: list[str]) -> list[Client]:
     """The enrolled rows of ``members``, in their order (one query)."""
     rows = {c.id: c for c in s.execute(select(Client).where(Client.id.in_(members))).scalars()}
     return [rows[cid] for cid in members]
@@ -379,12 +322,12 @@ def _rebuild(s: Session, run: Run, row: SecureSession, dim: int) -> _Live:
     roster = _roster(s, run, row.round_index, row.number, members)
     if roster.session.hex() != row.session:
         raise SecurityError("replay: the session id no longer follows from the run seed")
-    server = SecAggServer(_params(row), length=dim, bits=BITS, roster=roster)
+    server = SecAggServer(parameters_of(row), length=dim, bits=BITS, roster=roster)
     live = _Live(server, 0)
     out: dict[int, Any] = dict(server.setup())
     for stage in range(row.stage + 1):
         journal = _downs(s, row, stage)
-        if {i: _digest(m.to_bytes()) for i, m in out.items()} != journal:
+        if {i: digest_of(m.to_bytes()) for i, m in out.items()} != journal:
             raise SecurityError(
                 f"replay of session {row.number} of round {row.round_index} diverged from the "
                 f"journal at stage {STAGES[stage]}"
@@ -476,151 +419,3 @@ def advance_sessions(
         total = np.empty(rec.dim, dtype=object)
         total[:] = exact
     return total, sum(int(r.n_records or 0) for r in rows)
-
-
-# -- what devices see ---------------------------------------------------------------------------
-
-
-def _session_of(s: Session, run_id: str, index: int, number: int) -> SecureSession:
-    row = s.get(SecureSession, (run_id, index, number))
-    if row is None:
-        raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
-    return row
-
-
-def _position(row: SecureSession, client_id: str) -> int:
-    members = json.loads(row.members)
-    try:
-        return int(members.index(client_id))
-    except ValueError:
-        raise SecurityError("this client is not in the session") from None
-
-
-def secure_work(s: Session, run: Run, rec: RoundRecord, client_id: str) -> dict[str, Any] | None:
-    """The stage a device should answer now in a secure round, or None."""
-    rows = s.execute(
-        select(SecureSession).where(
-            SecureSession.run_id == run.id,
-            SecureSession.round_index == rec.index,
-            SecureSession.status == "open",
-        )
-    ).scalars()
-    for row in rows:
-        members = json.loads(row.members)
-        if client_id not in members:
-            continue
-        i = members.index(client_id)
-        key = (run.id, rec.index, row.number, row.stage)
-        down = s.get(SecureMessage, (*key, "down", i))
-        if down is None or s.get(SecureMessage, (*key, "up", i)) is not None:
-            return None
-        return {
-            "session": row.number,
-            "stage": row.stage,
-            "stage_name": STAGES[row.stage],
-            "index": i,
-            "n": len(members),
-            "deadline": row.deadline,
-        }
-    return None
-
-
-def down_message(
-    s: Session, run_id: str, index: int, number: int, stage: int, client_id: str
-) -> bytes:
-    """The server's stage message to one device.
-
-    Raises
-    ------
-    NotFoundError
-        No such session, or no message for this device at that stage (it dropped, or not yet).
-    SecurityError
-        The device is not a member of the session.
-    """
-    row = _session_of(s, run_id, index, number)
-    i = _position(row, client_id)
-    m = s.get(SecureMessage, (run_id, index, number, stage, "down", i))
-    if m is None:
-        raise NotFoundError(f"no stage {stage} message for this client in session {number}")
-    return bytes(m.payload)
-
-
-def submit_up(
-    s: Session, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
-) -> bool:
-    """Journal one device's stage message; return False for an identical repeat (idempotent).
-
-    The message is checked by the protocol only when the stage closes (a refused message makes its sender a
-    dropout); here only its stage, its sender and its size are.
-
-    Raises
-    ------
-    NotFoundError, SecurityError
-        As :func:`down_message`; the device was not addressed at this stage.
-    ConflictError
-        The stage is closed, or different bytes were already stored for it.
-    DataError
-        The message is larger than the protocol allows.
-    """
-    row = s.execute(
-        select(SecureSession)
-        .where(
-            SecureSession.run_id == run_id,
-            SecureSession.round_index == index,
-            SecureSession.number == number,
-        )
-        .with_for_update(read=True)
-    ).scalar_one_or_none()
-    if row is None:
-        raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
-    i = _position(row, client_id)
-    old = s.get(SecureMessage, (run_id, index, number, stage, "up", i))
-    digest = _digest(data)
-    if old is not None:
-        if old.digest == digest:
-            return False
-        raise ConflictError(f"a different stage {stage} message from this client is already stored")
-    if row.status != "open" or row.stage != stage:
-        raise ConflictError(f"stage {stage} of secure session {number} is closed")
-    if s.get(SecureMessage, (run_id, index, number, stage, "down", i)) is None:
-        raise SecurityError("this client was not addressed at this stage (a dropout)")
-    p = _params(row)
-    rec = s.get(RoundRecord, (run_id, index))
-    assert rec is not None
-    limit = max_message_bytes(_UP[stage], n=p.n, k=p.k, length=rec.dim, bits=BITS)
-    if len(data) > limit:
-        raise DataError(f"stage {stage} message of {len(data)} bytes exceeds the limit {limit}")
-    s.add(
-        SecureMessage(
-            run_id=run_id,
-            round_index=index,
-            number=number,
-            stage=stage,
-            direction="up",
-            client_index=i,
-            payload=data,
-            digest=digest,
-            created_at=time.time(),
-        )
-    )
-    return True
-
-
-def certificates(s: Session, run_id: str, index: int, number: int, client_id: str) -> list[Any]:
-    """The enrollment certificates of a session's members, in roster order (for a member to verify).
-
-    Raises
-    ------
-    NotFoundError, SecurityError
-        As :func:`down_message`.
-    ParameterError
-        If a member registered without a stored certificate (enrolled before certificates were kept).
-    """
-    row = _session_of(s, run_id, index, number)
-    _position(row, client_id)
-    out = []
-    for c in _clients(s, json.loads(row.members)):
-        if c.certificate is None:
-            raise ParameterError("certificate", c.id, "a member that registered its certificate")
-        out.append(json.loads(c.certificate))
-    return out

@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from fedstats.service import runs, secure
+from fedstats.service import runs, secure_devices
 from fedstats.service.models import Nonce
 from fedstats.service.store import Store
 
@@ -67,8 +67,8 @@ def add_secure_routes(
         def go() -> dict[str, Any]:
             with store.session() as s:
                 run = runs.load_run(s, run_id)
-                secure.member_of(s, run_id, cid)
-                return secure.seed_transcript(s, run)
+                secure_devices.member_of(s, run_id, cid)
+                return secure_devices.seed_transcript(s, run)
 
         return dict(await run_in_threadpool(go))
 
@@ -85,7 +85,7 @@ def add_secure_routes(
             with store.session() as s, s.begin():
                 use_nonce(s, nonce)
                 run = runs.load_run(s, run_id, lock=True)
-                return secure.record_reveal(s, run, cid, data["value"], data["seen"])
+                return secure_devices.record_reveal(s, run, cid, data["value"], data["seen"])
 
         new = await run_in_threadpool(go)
         return {"accepted": True, "duplicate": not new}
@@ -98,7 +98,7 @@ def add_secure_routes(
 
         def go() -> list[Any]:
             with store.session() as s:
-                return secure.certificates(s, run_id, index, number, cid)
+                return secure_devices.certificates(s, run_id, index, number, cid)
 
         return list(await run_in_threadpool(go))
 
@@ -108,7 +108,7 @@ def add_secure_routes(
 
         def go() -> bytes:
             with store.session() as s:
-                return secure.down_message(s, run_id, index, number, stage, cid)
+                return secure_devices.down_message(s, run_id, index, number, stage, cid)
 
         data = await run_in_threadpool(go)
         return Response(data, media_type="application/octet-stream")
@@ -122,7 +122,7 @@ def add_secure_routes(
         def go() -> bool:
             with store.session() as s, s.begin():
                 use_nonce(s, nonce)
-                return secure.submit_up(s, run_id, index, number, stage, cid, body)
+                return secure_devices.submit_up(s, run_id, index, number, stage, cid, body)
 
         new = await run_in_threadpool(go)
         counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1

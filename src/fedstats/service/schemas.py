@@ -1,0 +1,111 @@
+"""Request and response models of the admin API (its OpenAPI description)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "BudgetIn",
+    "BudgetOut",
+    "Deadlines",
+    "ErrorOut",
+    "Privacy",
+    "RunIn",
+    "RunOut",
+    "SecureAggregation",
+    "TaskIn",
+    "TaskOut",
+]
+
+
+class Privacy(BaseModel):
+    """Privacy budget of a task: what one run spends, and the data population it is charged to."""
+
+    epsilon: Annotated[float | None, Field(gt=0, lt=1000)] = None
+    delta: Annotated[float | None, Field(ge=0, lt=1)] = None
+    population: Annotated[str, Field(min_length=1, max_length=128)] = "default"
+
+
+class Deadlines(BaseModel):
+    """Per-stage deadlines in seconds."""
+
+    checkin: Annotated[float, Field(ge=0.05, le=604800)] = 60.0
+    round: Annotated[float, Field(ge=0.05, le=604800)] = 60.0
+
+
+class SecureAggregation(BaseModel):
+    """Compute every round's sum by secure aggregation among the devices (malicious-server model)."""
+
+    max_session: Annotated[int, Field(ge=2, le=10_000)] = 1000
+
+
+class TaskIn(BaseModel):
+    """A task configuration (immutable once created; its id is the SHA-256 of its canonical form)."""
+
+    analysis: Annotated[str, Field(min_length=1, max_length=64)]
+    version: Annotated[int, Field(ge=1, le=1000)] = 1
+    params: dict[str, Any] = {}
+    privacy: Privacy = Privacy()
+    cohort_size: Annotated[int, Field(ge=2, le=10**9)]
+    min_clients: Annotated[int | None, Field(ge=1, le=10**9)] = None
+    max_records_per_client: Annotated[int | None, Field(ge=1, le=10**9)] = None
+    deadlines: Deadlines = Deadlines()
+    label: Annotated[str, Field(max_length=256)] = ""
+    secure_aggregation: SecureAggregation | None = None
+
+
+class TaskOut(BaseModel):
+    """A stored task."""
+
+    task_id: str
+    created: bool
+    config: dict[str, Any]
+
+
+class RunIn(BaseModel):
+    """Start a run of a task."""
+
+    task_id: Annotated[str, Field(min_length=64, max_length=64, pattern="^[0-9a-f]{64}$")]
+
+
+class RunOut(BaseModel):
+    """A run's state (``result`` once done)."""
+
+    run_id: str
+    task_id: str
+    analyst: str
+    status: str
+    n_clients: int | None
+    devices: int
+    rounds: list[dict[str, Any]]
+    result: dict[str, Any] | None
+    error: str | None
+
+
+class BudgetIn(BaseModel):
+    """A privacy budget."""
+
+    epsilon: Annotated[float, Field(gt=0, lt=1e6)]
+    delta: Annotated[float, Field(ge=0, lt=1)]
+
+
+class BudgetOut(BaseModel):
+    """A budget with what has been spent and what remains."""
+
+    scope: str
+    name: str
+    epsilon_budget: float
+    delta_budget: float
+    spent_epsilon: float
+    spent_delta: float
+    remaining_epsilon: float
+    remaining_delta: float
+    charges: int
+
+
+class ErrorOut(BaseModel):
+    """An error."""
+
+    detail: str

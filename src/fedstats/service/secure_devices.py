@@ -1,0 +1,239 @@
+"""Secure runs, the devices' side of the server: the seed transcript, reveals, and stage messages.
+
+The requests of :mod:`.secure_api` land here (one transaction each); the session state machines that
+consume the stored messages are in :mod:`.secure`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from fedstats.errors import DataError, ParameterError, SecurityError
+from fedstats.secagg.messages import max_message_bytes
+from fedstats.service import seeding
+from fedstats.service.models import RoundRecord, Run, RunMember, SecureMessage, SecureSession
+from fedstats.service.secure import (
+    BITS,
+    STAGES,
+    UP_MESSAGES,
+    digest_of,
+    enrolled_rows,
+    ordered_members,
+    parameters_of,
+)
+from fedstats.service.tasks import ConflictError, NotFoundError
+
+__all__ = [
+    "certificates",
+    "down_message",
+    "member_of",
+    "record_reveal",
+    "secure_work",
+    "seed_transcript",
+    "submit_up",
+]
+
+
+def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
+    """The device's membership row in a run.
+
+    Raises
+    ------
+    SecurityError
+        If the device is not in the run's cohort.
+    """
+    m = s.get(RunMember, (run_id, client_id))
+    if m is None:
+        raise SecurityError("this client is not in the run's cohort")
+    return m
+
+
+def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
+    """The published seed transcript: members in slot order with commitment and reveal, and the seed."""
+    rows = ordered_members(s, run.id)
+    entries = [(m.client_id, m.commitment or "") for m in rows]
+    return {
+        "members": [[m.client_id, m.commitment or "", m.reveal or ""] for m in rows],
+        "commitments_digest": seeding.commitments_digest(run.id, entries),
+        "seed": run.public_seed,
+        "status": run.status,
+    }
+
+
+def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_digest: str) -> bool:
+    """Store a member's reveal; return False for an identical repeat.
+
+    Raises
+    ------
+    ConflictError
+        The run is not collecting reveals, or a different value was revealed before.
+    SecurityError
+        Not a member, the value does not open the commitment, or the device saw another commitment list.
+    """
+    m = member_of(s, run.id, client_id)
+    if m.reveal is not None:
+        if m.reveal == value_hex:
+            return False
+        raise ConflictError("a different value was already revealed")
+    if run.status != "seeding":
+        raise ConflictError(f"run {run.id} is not collecting reveals (status {run.status})")
+    try:
+        value = bytes.fromhex(value_hex)
+    except ValueError:
+        raise DataError("the revealed value must be hex") from None
+    if m.commitment is None or seeding.commitment(run.id, client_id, value) != m.commitment:
+        raise SecurityError("the revealed value does not open this client's commitment")
+    if seed_transcript(s, run)["commitments_digest"] != seen_digest:
+        raise SecurityError("the commitment list this client saw is not the run's")
+    m.reveal = value_hex
+    return True
+
+
+def _session_of(s: Session, run_id: str, index: int, number: int) -> SecureSession:
+    row = s.get(SecureSession, (run_id, index, number))
+    if row is None:
+        raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
+    return row
+
+
+def _position(row: SecureSession, client_id: str) -> int:
+    members = json.loads(row.members)
+    try:
+        return int(members.index(client_id))
+    except ValueError:
+        raise SecurityError("this client is not in the session") from None
+
+
+def secure_work(s: Session, run: Run, rec: RoundRecord, client_id: str) -> dict[str, Any] | None:
+    """The stage a device should answer now in a secure round, or None."""
+    rows = s.execute(
+        select(SecureSession).where(
+            SecureSession.run_id == run.id,
+            SecureSession.round_index == rec.index,
+            SecureSession.status == "open",
+        )
+    ).scalars()
+    for row in rows:
+        members = json.loads(row.members)
+        if client_id not in members:
+            continue
+        i = members.index(client_id)
+        key = (run.id, rec.index, row.number, row.stage)
+        down = s.get(SecureMessage, (*key, "down", i))
+        if down is None or s.get(SecureMessage, (*key, "up", i)) is not None:
+            return None
+        return {
+            "session": row.number,
+            "stage": row.stage,
+            "stage_name": STAGES[row.stage],
+            "index": i,
+            "n": len(members),
+            "deadline": row.deadline,
+        }
+    return None
+
+
+def down_message(
+    s: Session, run_id: str, index: int, number: int, stage: int, client_id: str
+) -> bytes:
+    """The server's stage message to one device.
+
+    Raises
+    ------
+    NotFoundError
+        No such session, or no message for this device at that stage (it dropped, or not yet).
+    SecurityError
+        The device is not a member of the session.
+    """
+    row = _session_of(s, run_id, index, number)
+    i = _position(row, client_id)
+    m = s.get(SecureMessage, (run_id, index, number, stage, "down", i))
+    if m is None:
+        raise NotFoundError(f"no stage {stage} message for this client in session {number}")
+    return bytes(m.payload)
+
+
+def submit_up(
+    s: Session, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
+) -> bool:
+    """Journal one device's stage message; return False for an identical repeat (idempotent).
+
+    The message is checked by the protocol only when the stage closes (a refused message makes its sender a
+    dropout); here only its stage, its sender and its size are.
+
+    Raises
+    ------
+    NotFoundError, SecurityError
+        As :func:`down_message`; the device was not addressed at this stage.
+    ConflictError
+        The stage is closed, or different bytes were already stored for it.
+    DataError
+        The message is larger than the protocol allows.
+    """
+    row = s.execute(
+        select(SecureSession)
+        .where(
+            SecureSession.run_id == run_id,
+            SecureSession.round_index == index,
+            SecureSession.number == number,
+        )
+        .with_for_update(read=True)
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
+    i = _position(row, client_id)
+    old = s.get(SecureMessage, (run_id, index, number, stage, "up", i))
+    digest = digest_of(data)
+    if old is not None:
+        if old.digest == digest:
+            return False
+        raise ConflictError(f"a different stage {stage} message from this client is already stored")
+    if row.status != "open" or row.stage != stage:
+        raise ConflictError(f"stage {stage} of secure session {number} is closed")
+    if s.get(SecureMessage, (run_id, index, number, stage, "down", i)) is None:
+        raise SecurityError("this client was not addressed at this stage (a dropout)")
+    p = parameters_of(row)
+    rec = s.get(RoundRecord, (run_id, index))
+    assert rec is not None
+    limit = max_message_bytes(UP_MESSAGES[stage], n=p.n, k=p.k, length=rec.dim, bits=BITS)
+    if len(data) > limit:
+        raise DataError(f"stage {stage} message of {len(data)} bytes exceeds the limit {limit}")
+    s.add(
+        SecureMessage(
+            run_id=run_id,
+            round_index=index,
+            number=number,
+            stage=stage,
+            direction="up",
+            client_index=i,
+            payload=data,
+            digest=digest,
+            created_at=time.time(),
+        )
+    )
+    return True
+
+
+def certificates(s: Session, run_id: str, index: int, number: int, client_id: str) -> list[Any]:
+    """The enrollment certificates of a session's members, in roster order (for a member to verify).
+
+    Raises
+    ------
+    NotFoundError, SecurityError
+        As :func:`down_message`.
+    ParameterError
+        If a member registered without a stored certificate (enrolled before certificates were kept).
+    """
+    row = _session_of(s, run_id, index, number)
+    _position(row, client_id)
+    out = []
+    for c in enrolled_rows(s, json.loads(row.members)):
+        if c.certificate is None:
+            raise ParameterError("certificate", c.id, "a member that registered its certificate")
+        out.append(json.loads(c.certificate))
+    return out
