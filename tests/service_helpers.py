@@ -211,6 +211,25 @@ def write_shards(root: Path, columns: dict[str, np.ndarray], n_shards: int) -> l
     return paths
 
 
+def production_deployment(root: Path) -> Iterator[Deployment]:
+    """A started deployment on the production store (a PostgreSQL schema) when reachable, else SQLite."""
+    if pg_reachable() is None:
+        with pg_schema() as url:
+            dep = Deployment(root, url)
+            dep.start()
+            try:
+                yield dep
+            finally:
+                dep.kill()
+    else:
+        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
+        dep.start()
+        try:
+            yield dep
+        finally:
+            dep.kill()
+
+
 def wait_run(admin: httpx.Client, run_id: str, timeout: float = 60.0) -> dict[str, Any]:
     """Poll a run until it is done or aborted."""
     deadline = time.monotonic() + timeout

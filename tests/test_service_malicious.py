@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from fedstats.service.models import SecureMessage
 from fedstats.service.store import open_store
 from malicious_proxy import ATTACKS, MaliciousProxy
-from service_helpers import Deployment, pg_reachable, pg_schema, wait_run
+from service_helpers import Deployment, production_deployment, wait_run
 
 N_DEV = 5
 N = 60
@@ -40,22 +40,7 @@ WHERE = {  # attack -> (round, stage) at which the devices must stop sending
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp("malicious")
-    if pg_reachable() is None:
-        with pg_schema() as url:
-            dep = Deployment(root, url)
-            dep.start()
-            try:
-                yield dep
-            finally:
-                dep.kill()
-    else:
-        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
-        dep.start()
-        try:
-            yield dep
-        finally:
-            dep.kill()
+    yield from production_deployment(tmp_path_factory.mktemp("malicious"))
 
 
 def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(

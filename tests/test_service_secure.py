@@ -36,7 +36,14 @@ from fedstats.service.models import LedgerCharge, RoundRecord, Run, RunMember, S
 from fedstats.service.registry import protocol_for
 from fedstats.service.secure import session_bounds
 from fedstats.service.store import open_store
-from service_helpers import Deployment, free_port, pg_reachable, pg_schema, wait_run
+from service_helpers import (
+    Deployment,
+    free_port,
+    pg_reachable,
+    pg_schema,
+    production_deployment,
+    wait_run,
+)
 
 # -- pure parts ----------------------------------------------------------------------------------
 
@@ -348,6 +355,39 @@ def _check_exact(rounds: list[dict[str, Any]]) -> None:
         assert _signed64(list(r["journaled"])) == _signed64(r["reports"])
 
 
+def assert_release_is_in_process(
+    dep: Deployment,
+    run_id: str,
+    view: dict[str, Any],
+    rounds: list[dict[str, Any]],
+    analysis: str,
+    params: dict[str, Any],
+) -> None:
+    """The run's release equals the in-process protocol fed the devices' summed reports, with the run's
+    agreed seed."""
+    store = open_store(dep.db)
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None and run.public_seed is not None and run.n_clients is not None
+        seed, n = bytes.fromhex(run.public_seed), run.n_clients
+    store.close()
+    gen = protocol_for(
+        analysis,
+        1,
+        params,
+        n_clients=n,
+        epsilon=None,
+        delta=None,
+        randomness=None,
+        public_seed=seed,
+    )
+    next(gen)
+    gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), rounds[0]["n_records"]))
+    with pytest.raises(StopIteration) as stop:
+        gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), rounds[1]["n_records"]))
+    assert view["result"] == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
+
+
 def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: Deployment) -> None:
     data = _data()
     devices = _devices(deployment, "exact", data, 12)
@@ -371,26 +411,9 @@ def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: De
     assert sorted((r.round_index, r.number) for r in sessions) == [
         (i, k) for i in range(2) for k in range(3)
     ]
-    # the release is the in-process protocol's on the same sums and the same agreed seed
-    with store.session() as s:
-        seed = bytes.fromhex(str(s.get(Run, run_id).public_seed))  # type: ignore[union-attr]
     store.close()
-    gen = protocol_for(
-        "fed-chi2",
-        1,
-        _task()["params"],
-        n_clients=N,
-        epsilon=None,
-        delta=None,
-        randomness=RandomSource(0),
-        public_seed=seed,
-    )
-    next(gen)
-    gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), N))
-    with pytest.raises(StopIteration) as stop:
-        gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), N))
+    assert_release_is_in_process(deployment, run_id, view, rounds, "fed-chi2", _task()["params"])
     res = view["result"]
-    assert res == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
     # and it estimates the exact statistic of the pooled table (4 SE: fails below 1e-4 if correct)
     table = np.zeros((M_X, M_Y))
     np.add.at(table, (data["x"], data["y"]), 1)
@@ -421,27 +444,7 @@ def test_fed_h_and_the_g_test_over_secure_aggregation(
     assert view["status"] == "done", view["error"]
     rounds = _rounds(production, run_id, devices, analysis)
     _check_exact(rounds)
-    store = open_store(production.db)
-    with store.session() as s:
-        run = s.get(Run, run_id)
-        assert run is not None and run.public_seed is not None
-        seed = bytes.fromhex(run.public_seed)
-    store.close()
-    gen = protocol_for(
-        analysis,
-        1,
-        params,
-        n_clients=N,
-        epsilon=None,
-        delta=None,
-        randomness=None,
-        public_seed=seed,
-    )
-    next(gen)
-    gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), N))
-    with pytest.raises(StopIteration) as stop:
-        gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), N))
-    assert view["result"] == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
+    assert_release_is_in_process(production, run_id, view, rounds, analysis, params)
 
 
 # -- faults --------------------------------------------------------------------------------------
@@ -450,12 +453,7 @@ def test_fed_h_and_the_g_test_over_secure_aggregation(
 @pytest.fixture(scope="module")
 def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     """The production store (PostgreSQL) when reachable, else SQLite: fault tests run on one store."""
-    root = tmp_path_factory.mktemp("secure-faults")
-    if pg_reachable() is None:
-        with pg_schema() as url:
-            yield from _serve(Deployment(root, url))
-    else:
-        yield from _serve(Deployment(root, f"sqlite:///{root / 'fedstats.db'}"))
+    yield from production_deployment(tmp_path_factory.mktemp("secure-faults"))
 
 
 N_DEV = 20  # one session: k = 6, t = 4, at least 18 survivors

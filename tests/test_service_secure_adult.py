@@ -9,7 +9,6 @@ seed.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,35 +17,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedstats.engine.rounds import RoundSum
-from fedstats.results import to_jsonable
-from fedstats.service.models import Run
-from fedstats.service.registry import protocol_for
-from fedstats.service.store import open_store
-from service_helpers import Deployment, pg_reachable, pg_schema, wait_run
-from test_service_secure import _check_exact, _start, journal_and_reports
+from service_helpers import Deployment, production_deployment, wait_run
+from test_service_secure import (
+    _check_exact,
+    _start,
+    assert_release_is_in_process,
+    journal_and_reports,
+)
 
 N_PROCS = 100
 
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp("secure-adult")
-    if pg_reachable() is None:
-        with pg_schema() as url:
-            dep = Deployment(root, url)
-            dep.start()
-            try:
-                yield dep
-            finally:
-                dep.kill()
-    else:
-        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
-        dep.start()
-        try:
-            yield dep
-        finally:
-            dep.kill()
+    yield from production_deployment(tmp_path_factory.mktemp("secure-adult"))
 
 
 def test_fed_chi2_on_adult_with_100_client_processes(
@@ -108,27 +92,7 @@ def test_fed_chi2_on_adult_with_100_client_processes(
     _check_exact(rounds)
     assert [r["n_records"] for r in rounds[:-1]] == [n, n]
     assert all(len(r["included"]) == N_PROCS for r in rounds[:-1])
-    store = open_store(deployment.db)
-    with store.session() as s:
-        run = s.get(Run, run_id)
-        assert run is not None and run.public_seed is not None
-        seed = bytes.fromhex(run.public_seed)
-    store.close()
-    gen = protocol_for(
-        "fed-chi2",
-        1,
-        task["params"],
-        n_clients=n,
-        epsilon=None,
-        delta=None,
-        randomness=None,
-        public_seed=seed,
-    )
-    next(gen)
-    gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), n))
-    with pytest.raises(StopIteration) as stop:
-        gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), n))
-    assert view["result"] == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
+    assert_release_is_in_process(deployment, run_id, view, rounds, "fed-chi2", task["params"])
     table = np.zeros((m_x, m_y))
     np.add.at(table, (x, y), 1)
     e = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / n

@@ -223,11 +223,8 @@ def _fed_chi2(
             "drop_empty",
         },
     )
-    shape = params.get("shape")
-    if not isinstance(shape, (list, tuple)) or len(shape) != 2:
-        raise ParameterError("params.shape", shape, "[m_x, m_y]")
     return fed_chi2_protocol(
-        (int(shape[0]), int(shape[1])),
+        _shape(params),
         encoding_size=int(params.get("encoding_size", 50)),
         decoder=str(params.get("decoder", "mean-of-squares")),
         projection_seed=projection_seed(public_seed),
@@ -241,6 +238,28 @@ def _fed_chi2(
 
 
 _FED_H_KEYS = {"encoding_size", "fd_step", "coupling", "confidence"}
+
+
+def _shape(params: Mapping[str, Any]) -> tuple[int, int]:
+    shape = params.get("shape")
+    if not isinstance(shape, (list, tuple)) or len(shape) != 2:
+        raise ParameterError("params.shape", shape, "[m_x, m_y]")
+    return int(shape[0]), int(shape[1])
+
+
+def _fed_h_options(params: Mapping[str, Any], public_seed: bytes) -> dict[str, Any]:
+    """FED-H's projection options shared by FED-H and the G-test (64-bit ring, one record per row)."""
+    from fedstats.analyses.entropy.estimator import DEFAULT_FD_STEP
+    from fedstats.service.seeding import projection_seed
+
+    return {
+        "encoding_size": int(params.get("encoding_size", 1000)),
+        "fd_step": float(params.get("fd_step", DEFAULT_FD_STEP)),
+        "coupling": str(params.get("coupling", "coupled")),
+        "projection_seed": projection_seed(public_seed),
+        "bits": 64,
+        "confidence": float(params.get("confidence", 0.95)),
+    }
 
 
 def _fed_entropy(
@@ -257,22 +276,15 @@ def _fed_entropy(
     Parameters: ``m`` (categories), ``x`` (column of codes in [0, m), one record per row; default "x"),
     and optionally ``encoding_size`` (default 1000), ``fd_step``, ``coupling``, ``confidence``.
     """
-    from fedstats.analyses.entropy.estimator import DEFAULT_FD_STEP
     from fedstats.analyses.entropy.protocol import fed_entropy_protocol
-    from fedstats.service.seeding import projection_seed
 
     del n_clients, epsilon, delta, randomness  # exact sums: no server randomness
     _only(params, {"m", "x", *_FED_H_KEYS})
     return fed_entropy_protocol(
         int(params["m"]),
-        encoding_size=int(params.get("encoding_size", 1000)),
-        fd_step=float(params.get("fd_step", DEFAULT_FD_STEP)),
-        coupling=str(params.get("coupling", "coupled")),
-        projection_seed=projection_seed(public_seed),
-        bits=64,
         max_count=1,
-        confidence=float(params.get("confidence", 0.95)),
         categorical=str(params.get("x", "x")),
+        **_fed_h_options(params, public_seed),
     )
 
 
@@ -291,25 +303,15 @@ def _g_test(
     "x", "y"), and optionally ``encoding_size`` (default 1000), ``fd_step``, ``coupling``,
     ``confidence``, ``level``, ``drop_empty``.
     """
-    from fedstats.analyses.entropy.estimator import DEFAULT_FD_STEP
     from fedstats.analyses.entropy.protocol import g_test_protocol
-    from fedstats.service.seeding import projection_seed
 
     del n_clients, epsilon, delta, randomness  # exact sums: no server randomness
     _only(params, {"shape", "x", "y", "level", "drop_empty", *_FED_H_KEYS})
-    shape = params.get("shape")
-    if not isinstance(shape, (list, tuple)) or len(shape) != 2:
-        raise ParameterError("params.shape", shape, "[m_x, m_y]")
     return g_test_protocol(
-        (int(shape[0]), int(shape[1])),
-        encoding_size=int(params.get("encoding_size", 1000)),
-        fd_step=float(params.get("fd_step", DEFAULT_FD_STEP)),
-        coupling=str(params.get("coupling", "coupled")),
-        projection_seed=projection_seed(public_seed),
-        bits=64,
+        _shape(params),
         max_cell=1,
         level=float(params.get("level", 0.05)),
-        confidence=float(params.get("confidence", 0.95)),
         categorical=(str(params.get("x", "x")), str(params.get("y", "y"))),
         drop_empty=bool(params.get("drop_empty", False)),
+        **_fed_h_options(params, public_seed),
     )
