@@ -189,3 +189,53 @@ def test_resampled_blocks_equal_the_per_client_search() -> None:
 def test_warm_heap_runs_once_per_process() -> None:
     warm_heap()
     warm_heap()  # a no-op the second time
+
+
+class _Recording(SerialBackend):
+    """The serial route, keeping every round it sums."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: list[Round] = []
+
+    def sum_round(self, job: Any, progress: Any = None) -> Any:
+        self.rounds.append(job.round)
+        return super().sum_round(job, progress)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"method": "adaptive"},
+        {"method": "adaptive", "allocation": "random"},
+        {"method": "basic", "epsilon": None},
+        {"method": "weighted", "allocation": "random", "epsilon": None},
+        {"method": "basic", "bits_per_client": 2},
+        {"method": "weighted", "allocation": "random", "bits_per_client": 3},
+    ],
+)
+def test_summed_bits_equal_the_reports_sum(options: dict[str, Any]) -> None:
+    from fedstats.analyses.bitpushing import BitEncoding, mean
+    from fedstats.analyses.bitpushing.client import encode_bits, sum_bits
+
+    opts = {"epsilon": 1.0, **options}
+    backend = _Recording()
+    values = np.random.default_rng(3).uniform(-2.0, 130.0, 3000)  # some out of range: clipped
+    mean(
+        values,
+        BitEncoding(0, 127, resolution=0.5, out_of_range="clip"),
+        engine=Engine(backend, RandomSource(4), block_size=512),
+        **opts,
+    )
+    assert backend.rounds and all(r.encode_sum is sum_bits for r in backend.rounds)
+    for rnd in backend.rounds:
+        for start, n in ((0, 1), (5, 700), (1000, 2000)):
+            batch = ClientBatch({"value": values[start : start + n]}, start, values.size)
+            for source in (RandomSource(9), RandomSource(None)):
+                ref_rng = source.generator("bits", start)
+                fast_rng = source.generator("bits", start)
+                ref = encode_bits(batch, rnd.params, ref_rng).sum(axis=0, dtype=np.int64)
+                fast = sum_bits(batch, rnd.params, fast_rng)
+                assert fast.dtype == np.int64
+                np.testing.assert_array_equal(fast, ref)
+                assert _state(fast_rng) == _state(ref_rng)
