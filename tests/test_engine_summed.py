@@ -239,3 +239,36 @@ def test_summed_bits_equal_the_reports_sum(options: dict[str, Any]) -> None:
                 assert fast.dtype == np.int64
                 np.testing.assert_array_equal(fast, ref)
                 assert _state(fast_rng) == _state(ref_rng)
+
+
+def test_gap_truth_from_the_rounds_reads_equals_a_second_read() -> None:
+    from fedstats.analyses.performance_gap.api import _ObservedPopulation, simulated_truth
+
+    r = np.random.default_rng(8)
+    rows = {GROUP_COLUMN: r.integers(0, 3, 40), VALUE_COLUMN: r.uniform(-1, 1, 40)}
+    pop = ResampledPopulation(rows, 10_007, strata=GROUP_COLUMN)
+    rnd = _gap_round("R", 3, True)
+    for client_range in (None, (0, 5000)):
+        seen = _ObservedPopulation(pop, 3)
+        eng = Engine(SerialBackend(), RandomSource(2), block_size=1000)
+        eng.sum_round(rnd, seen, 0, client_range=client_range)
+        assert bool(seen.recorded(1000, eng.randomness)) == (client_range is None)
+        assert not seen.recorded(999, eng.randomness)
+        got = simulated_truth(seen, eng, 3)
+        ref = simulated_truth(pop, Engine(SerialBackend(), RandomSource(2), block_size=1000), 3)
+        for a, b in zip(got, ref, strict=True):
+            assert a.tobytes() == b.tobytes()
+    # another engine's randomness is not taken for this one's
+    other = Engine(SerialBackend(), RandomSource(3), block_size=1000)
+    assert not seen.recorded(1000, other.randomness)
+
+
+def test_summed_gap_reports_with_a_non_finite_value_follow_the_encoder() -> None:
+    # populations refuse NaN, but the summed form must not depend on that: it takes perturb's selection
+    params = report_params(GapMechanism("R", 0.2, 1.0))
+    g = np.array([0, 1, 0, 1] * 50)
+    v = np.linspace(-1, 1, 200)
+    v[::7] = np.nan
+    batch = ClientBatch({GROUP_COLUMN: g, VALUE_COLUMN: v}, 0, 200)
+    ref = encode_gap_report(batch, params, np.random.default_rng(1)).sum(axis=0)
+    np.testing.assert_array_equal(sum_gap_reports(batch, params, np.random.default_rng(1)), ref)

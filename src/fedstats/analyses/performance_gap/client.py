@@ -194,32 +194,47 @@ def _report_cells_r(
     The same draws in the same order as :func:`perturb` (GRR's keep uniforms, its ``integers`` call for
     the other group, Harmony's uniforms, randomized response's uniforms; ``U < p`` with ``U`` the
     generator's 53-bit doubles, as :func:`~fedstats.privacy.mechanisms.samplers.bernoulli`), so the
-    cells are exactly those of its reports; fewer temporaries (no per-client probability array for
-    the clients whose group changed, no re-check of the bits it drew itself).
+    cells are exactly those of its reports. Branch-free selections instead of ``where`` and masks:
+
+    * the reported group ``g'`` is ``other + kept (g - other)``; with two groups ``other = 1 - g``, so
+      ``g' = [g == kept]``, and numpy's generator draws nothing for ``integers(0, 1)`` (not called);
+    * Harmony's ``p = (1 + v') / 2`` with ``v' = kept v`` is ``0.5 + kept (v / 2)``: the same double, since
+      halving is exact (``fl(1 + v) / 2 = fl(0.5 + v / 2)``; for a subnormal ``v`` both are 0.5). Only for
+      finite values (a non-finite one takes :func:`perturb`'s own selection).
     """
     g = np.asarray(groups)
     d = int(params["n_groups"])
     if g.size and (not np.issubdtype(g.dtype, np.integer) or int(g.min()) < 0 or int(g.max()) >= d):
         raise DataError(f"values must be integers in [0, {d - 1}]")
     g = g.astype(np.int64, copy=False)
+    v = np.asarray(values, dtype=np.float64)
     n = g.size
     grr = _grr(params)
     b = RandomizedResponse(epsilon=float(params["epsilon2"])).keep_probability
     kept = np.asarray(rng.random(n)) < grr.keep_probability
-    other = np.asarray(rng.integers(0, d - 1, size=n), dtype=np.int64)
-    other += other >= g  # skip the true value: uniform over the d - 1 others
-    new_g = np.where(kept, g, other)
-    # Harmony: bit ~ Bernoulli((1 + v) / 2), v zeroed (p = 1/2) for a client whose group changed
-    p = np.add(values, 1.0, dtype=np.float64)
-    p /= 2.0
-    p[~kept] = 0.5
+    cells: np.ndarray
+    if d == 2 and type(rng) is np.random.Generator:
+        cells = np.equal(g, kept).astype(np.int64)  # g' = g if kept else 1 - g
+    else:
+        other = np.asarray(rng.integers(0, d - 1, size=n), dtype=np.int64)
+        other += other >= g  # skip the true value: uniform over the d - 1 others
+        cells = g - other
+        cells *= kept
+        cells += other
+    # Harmony: bit ~ Bernoulli((1 + v') / 2), v' = v if the group was kept, else 0
+    if n and np.isfinite(v.min()) and np.isfinite(v.max()):
+        p = np.multiply(v, 0.5)
+        p *= kept
+        p += 0.5
+    else:
+        p = (1.0 + np.where(kept, v, 0.0)) / 2.0
     bit = np.asarray(rng.random(n)) < p
     # randomized response: keep the bit when U < b, i.e. report bit == (U < b)
     rr = np.asarray(rng.random(n)) < b
     np.equal(bit, rr, out=rr)
-    new_g *= 2
-    new_g += rr
-    return new_g
+    cells *= 2
+    cells += rr
+    return cells
 
 
 def outcome_probabilities(
