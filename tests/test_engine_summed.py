@@ -272,3 +272,18 @@ def test_summed_gap_reports_with_a_non_finite_value_follow_the_encoder() -> None
     batch = ClientBatch({GROUP_COLUMN: g, VALUE_COLUMN: v}, 0, 200)
     ref = encode_gap_report(batch, params, np.random.default_rng(1)).sum(axis=0)
     np.testing.assert_array_equal(sum_gap_reports(batch, params, np.random.default_rng(1)), ref)
+
+
+@pytest.mark.parametrize("size", [1, 2, 8, 16, 17, 53])
+def test_count_at_or_below_is_searchsorted(size: int) -> None:
+    from fedstats.analyses.bitpushing.client import _count_at_or_below
+
+    r = np.random.default_rng(size)
+    cum = np.sort(r.integers(0, 50, size))  # with repeats
+    x = r.integers(-2, 53, 1000)
+    np.testing.assert_array_equal(_count_at_or_below(cum, x), np.searchsorted(cum, x, side="right"))
+    cum_f = np.sort(r.uniform(0, 1, size))
+    u = np.concatenate([r.uniform(0, 1, 1000), cum_f])  # ties on the entries themselves
+    got = _count_at_or_below(cum_f, u)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, np.searchsorted(cum_f, u, side="right"))

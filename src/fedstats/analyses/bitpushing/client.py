@@ -235,6 +235,24 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
     return out.reshape(n, width)
 
 
+_SHORT_CUM = 16
+
+
+def _count_at_or_below(cum: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(cum, x, side="right")`` (``cum`` sorted): how many entries are ``<= x``, int64.
+
+    For a short ``cum`` (a bit depth's cumulative counts) as one comparison per entry, summed in uint8:
+    branch-free, where a binary search per client mispredicts on random positions.
+    """
+    if cum.size > _SHORT_CUM:
+        out: np.ndarray = np.searchsorted(cum, x, side="right")
+        return out
+    acc = np.zeros(x.shape, dtype=np.uint8)
+    for c in cum:
+        acc += x >= c
+    return acc.astype(np.int64)
+
+
 def sum_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
     """The sum of :func:`encode_bits`' reports over the batch, from the same draws (the summed encoder).
 
@@ -275,7 +293,7 @@ def sum_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndar
     else:
         slots = np.asarray(rng.random(n), dtype=np.float64)
         cum = np.asarray(params["cum_pi"], dtype=np.float64)
-    j = np.searchsorted(cum, slots, side="right")
+    j = _count_at_or_below(cum, slots)
     j -= 1
     np.minimum(j, b - 1, out=j)
     np.right_shift(codes, j, out=codes)
