@@ -115,11 +115,14 @@ class RoundJob:
         bl = self.blocks()
         return [(b, min(b + shard_blocks, bl.stop)) for b in range(bl.start, bl.stop, shard_blocks)]
 
+    def _block_range(self, b: int) -> tuple[int, int]:
+        """Global range ``[start, stop)`` of the clients of block ``b`` in the round's range."""
+        lo, hi = self.client_range
+        return max(lo, b * self.block_size), min(hi, (b + 1) * self.block_size)
+
     def _block_batch(self, b: int) -> tuple[ClientBatch, int, int]:
         """The participating clients of block ``b`` (a batch) and their global range ``[start, stop)``."""
-        lo, hi = self.client_range
-        start = max(lo, b * self.block_size)
-        stop = min(hi, (b + 1) * self.block_size)
+        start, stop = self._block_range(b)
         batch = self.population.block(b, self.block_size, start, stop, self.randomness)
         if batch.n != stop - start:
             raise DataError(
@@ -138,10 +141,9 @@ class RoundJob:
         sum comes from it directly (the same draws as ``encode``, no ``(n, dim)`` reports); otherwise it is
         the sum of :meth:`encode_block`'s reports.
         """
-        if self.round.encode_sum is not None:
-            batch, start, stop = self._block_batch(b)
-            if not self._dropped_in(start, stop).size:
-                return self.round.encode_sum_checked(batch, self._block_rng(b))
+        if self.round.encode_sum is not None and not self._dropped_in(*self._block_range(b)).size:
+            batch, _, _ = self._block_batch(b)
+            return self.round.encode_sum_checked(batch, self._block_rng(b))
         out: np.ndarray = self.encode_block(b, widen=False).sum(axis=0, dtype=np.int64)
         return out
 
