@@ -307,17 +307,36 @@ class GeneratedPopulation:
 
 
 def _resample(start: int, n: int, params: Mapping[str, Any], rng: RNG) -> dict[str, np.ndarray]:
+    """Clients ``[start, start + n)`` of a resampled population: one uniform each picks a row of its stratum.
+
+    Clients are laid out stratum by stratum, so a block spans a few contiguous strata: each segment is
+    computed with its stratum's scalars (no per-client search). Client ``i`` of stratum ``s`` takes row
+    ``row_start[s] + min(floor(u_i * row_count[s]), row_count[s] - 1)``, ``u`` = ``rng.random(n)``.
+    """
     cols: Mapping[str, np.ndarray] = params["columns"]
     bounds: np.ndarray = params["client_bounds"]  # cumulative clients per stratum, shape (S+1,)
     row_start: np.ndarray = params["row_start"]  # first row of each stratum in the sorted columns
     row_count: np.ndarray = params["row_count"]
-    idx = np.arange(start, start + n, dtype=np.int64)
-    stratum = np.searchsorted(bounds, idx, side="right") - 1
+    stop = start + n
     u = rng.random(n)
-    rows = row_start[stratum] + np.minimum(
-        (u * row_count[stratum]).astype(np.int64), row_count[stratum] - 1
-    )
-    out = {k: v[rows] for k, v in cols.items()}
+    rows = np.empty(n, dtype=np.int64)
+    stratum = np.empty(n, dtype=np.int64)
+    first = int(np.searchsorted(bounds, start, side="right")) - 1
+    for s in range(first, bounds.size - 1):
+        a = max(int(bounds[s]), start) - start
+        b = min(int(bounds[s + 1]), stop) - start
+        if a >= stop - start:
+            break
+        if b <= a:
+            continue
+        count = int(row_count[s])
+        seg = rows[a:b]
+        # the same float product and truncation as a per-client (u * count).astype(int64)
+        seg[...] = np.multiply(u[a:b], count, out=u[a:b])
+        np.minimum(seg, count - 1, out=seg)
+        seg += int(row_start[s])
+        stratum[a:b] = s
+    out = {k: v.take(rows) for k, v in cols.items()}
     out["_stratum"] = stratum
     return out
 

@@ -23,7 +23,15 @@ from fedstats._validation import check_int
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG
 
-__all__ = ["Aggregator", "ClientBatch", "Encoder", "InputHistogram", "Round", "RoundSum"]
+__all__ = [
+    "Aggregator",
+    "ClientBatch",
+    "Encoder",
+    "InputHistogram",
+    "Round",
+    "RoundSum",
+    "SummedEncoder",
+]
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,19 @@ class Encoder(Protocol):
         ...
 
 
+class SummedEncoder(Protocol):
+    """Summed form of an encoder: the sum of a batch's reports, drawn exactly as ``encode`` draws them.
+
+    ``encode_sum(batch, params, rng) -> int64 array (dim,)`` must equal ``encode(batch, params,
+    rng).sum(axis=0)`` bit for bit for the same generator state (the same draws in the same order), so
+    a seeded run gives the same sums on every route. It is module-level, beside ``encode``.
+    """
+
+    def __call__(self, batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+        """Return the sum of the reports of the batch's clients, int64 ``(dim,)``."""
+        ...
+
+
 class Aggregator(Protocol):
     """Aggregate form of an encoder: the sum of the reports of every client in a histogram.
 
@@ -158,6 +179,12 @@ class Round:
     aggregate : callable, optional
         The encoder's aggregate form (:class:`Aggregator`), for the aggregate route; None when the round
         has none (that route then refuses it).
+    encode_sum : callable, optional
+        The encoder's summed form (:class:`SummedEncoder`): ``encode_sum(batch, params, rng)`` returns
+        ``encode(batch, params, rng).sum(axis=0)`` exactly, from the same draws of ``rng``, without the
+        ``(n, dim)`` reports. The per-client routes that need only a block's sum (serial, process, Dask)
+        call it when no client of the block dropped out; ``encode`` stays the reference (devices, secure
+        aggregation, dropout). None: those routes sum ``encode``'s reports.
     """
 
     name: str
@@ -167,6 +194,7 @@ class Round:
     bound: int = 1
     client_range: tuple[int, int] | None = None
     aggregate: Callable[[InputHistogram, Mapping[str, Any], RNG], np.ndarray] | None = None
+    encode_sum: Callable[[ClientBatch, Mapping[str, Any], RNG], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         check_int("dim", self.dim, low=1)
@@ -217,6 +245,50 @@ class Round:
                     f"an absolute value <= bound={self.bound}",
                 )
         return rep.astype(np.int64, copy=False) if widen else rep
+
+    def encode_sum_checked(self, batch: ClientBatch, rng: RNG) -> np.ndarray:
+        """Run ``encode_sum`` (the round must have one) and check the sum's shape, dtype and bound.
+
+        The check is on the sum only (``dim`` entries): its shape, an integer dtype and
+        ``|entry| <= batch.n * bound``. The per-report checks of :meth:`encode_checked` stay with
+        ``encode``; a summed form is the library's own code, tested equal to ``encode``'s sum.
+
+        Parameters
+        ----------
+        batch : ClientBatch
+        rng : RNG
+            The clients' private randomness for this block.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64 ``(dim,)``.
+
+        Raises
+        ------
+        ParameterError
+            If the round has no ``encode_sum``, or the sum is not integers of shape ``(dim,)`` within
+            ``batch.n * bound``.
+        """
+        if self.encode_sum is None:
+            raise ParameterError(f"round {self.name!r} encode_sum", None, "a summed encoder")
+        tot = np.asarray(self.encode_sum(batch, self.params, rng))
+        if tot.shape != (self.dim,):
+            raise ParameterError(
+                f"round {self.name!r} summed report", tot.shape, f"shape ({self.dim},)"
+            )
+        if not np.issubdtype(tot.dtype, np.integer):
+            raise ParameterError(
+                f"round {self.name!r} summed report", tot.dtype, "an integer dtype"
+            )
+        worst = max(int(tot.max()), -int(tot.min()))
+        if worst > batch.n * self.bound:
+            raise ParameterError(
+                f"round {self.name!r} summed report entry",
+                worst,
+                f"an absolute value <= n * bound = {batch.n * self.bound}",
+            )
+        return tot.astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True)

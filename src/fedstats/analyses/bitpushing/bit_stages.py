@@ -51,7 +51,7 @@ from fedstats.analyses.bitpushing.allocation import (
     rr_noise_variance,
     weighted_probabilities,
 )
-from fedstats.analyses.bitpushing.client import aggregate_bits, encode_bits
+from fedstats.analyses.bitpushing.client import aggregate_bits, encode_bits, sum_bits
 from fedstats.analyses.bitpushing.stages import BitSums, CodeSpec, StageEstimate
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import Round, RoundSum
@@ -143,6 +143,7 @@ def bit_round(
         bound=1,
         client_range=(lo, hi),
         aggregate=aggregate_bits,
+        encode_sum=sum_bits,
     )
     tot = np.asarray(s.total, dtype=np.int64)
     if exact:

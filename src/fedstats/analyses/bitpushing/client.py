@@ -29,6 +29,7 @@ __all__ = [
     "encode_bits",
     "enforce_range",
     "public_uniform",
+    "sum_bits",
     "to_codes",
 ]
 
@@ -232,6 +233,82 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
         out[flat] = 1
         out[flat + b] = bits.ravel()
     return out.reshape(n, width)
+
+
+_SHORT_CUM = 16
+
+
+def _count_at_or_below(cum: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(cum, x, side="right")`` (``cum`` sorted): how many entries are ``<= x``, int64.
+
+    For a short ``cum`` (a bit depth's cumulative counts) as one comparison per entry, summed in uint8:
+    branch-free, where a binary search per client mispredicts on random positions.
+    """
+    if cum.size > _SHORT_CUM:
+        out: np.ndarray = np.searchsorted(cum, x, side="right")
+        return out
+    acc = np.zeros(x.shape, dtype=np.uint8)
+    for c in cum:
+        acc += x >= c
+    return acc.astype(np.int64)
+
+
+def sum_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """The sum of :func:`encode_bits`' reports over the batch, from the same draws (the summed encoder).
+
+    Equal bit for bit to ``encode_bits(batch, params, rng).sum(axis=0, dtype=np.int64)`` for the same
+    generator state: the codes, the allocation and randomized response draw as there (randomized
+    response keeps a bit when its uniform is below the keep probability, as
+    :meth:`~fedstats.privacy.mechanisms.RandomizedResponse.randomize`), but the ``(n, b)`` reports are
+    never built and the bits it drew are not checked again: the reported ones are counted per bit.
+    Several bits per client (Corollary 2) fall back to the reports' sum.
+
+    Parameters
+    ----------
+    batch : ClientBatch
+    params : Mapping
+        As for :func:`encode_bits`.
+    rng : RNG
+        Private randomness.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (b,) or (2 b,)
+    """
+    b = int(params["bit_depth"])
+    if int(params["bits_per_client"]) != 1:
+        out: np.ndarray = encode_bits(batch, params, rng).sum(axis=0, dtype=np.int64)
+        return out
+    codes = client_codes(batch, params, rng)
+    n = batch.n
+    exact = params["allocation"] == "exact"
+    if exact:
+        size = int(params["size"])
+        slots = batch.indices
+        slots -= int(params["lo"])
+        slots *= int(params["a"])
+        slots += int(params["c"])
+        slots %= size
+        cum = np.asarray(params["cum"], dtype=np.int64)
+    else:
+        slots = np.asarray(rng.random(n), dtype=np.float64)
+        cum = np.asarray(params["cum_pi"], dtype=np.float64)
+    j = _count_at_or_below(cum, slots)
+    j -= 1
+    np.minimum(j, b - 1, out=j)
+    np.right_shift(codes, j, out=codes)
+    codes &= 1
+    eps = params.get("epsilon_bit")
+    if eps is not None:
+        keep = np.asarray(rng.random(n)) < RandomizedResponse(epsilon=eps).keep_probability
+        codes = np.equal(codes, keep)  # the bit if kept, flipped otherwise (bits are 0 or 1)
+    # one count of the cells 2 j + reported bit: the reported ones and the clients of each bit
+    j *= 2
+    j += codes
+    cells = np.bincount(j, minlength=2 * b).reshape(b, 2)
+    if exact:
+        return cells[:, 1].astype(np.int64)
+    return np.concatenate([cells.sum(axis=1), cells[:, 1]]).astype(np.int64)
 
 
 def _code_histogram(

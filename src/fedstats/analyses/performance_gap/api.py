@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -114,6 +115,60 @@ def _resolve_pair(pair: Sequence[Any] | None, labels: list[Any]) -> tuple[int, i
     return idx[0], idx[1]
 
 
+def _block_truth(batch: Any, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group sums of the values and sizes of one block's clients."""
+    g = np.asarray(batch.column(GROUP_COLUMN), dtype=np.int64)
+    v = np.asarray(batch.column(VALUE_COLUMN), dtype=np.float64)
+    return np.bincount(g, weights=v, minlength=n_groups), np.bincount(g, minlength=n_groups)
+
+
+class _ObservedPopulation:
+    """A population that keeps the truth of each whole block the round reads in this process.
+
+    Simulation only: :func:`simulated_truth` then adds the recorded per-block sums (in block order: the
+    same arithmetic as reading the blocks again) instead of generating every client a second time. Blocks
+    read by other processes (the process and Dask routes) are not recorded; the truth then reads them.
+    """
+
+    def __init__(self, inner: Population, n_groups: int) -> None:
+        self.inner = inner
+        self.n_groups = n_groups
+        self.pid = os.getpid()
+        self.seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.key: tuple[int, RandomSource] | None = None
+
+    @property
+    def n_clients(self) -> int:
+        """Number of clients."""
+        return self.inner.n_clients
+
+    def block(
+        self, block_index: int, block_size: int, start: int, stop: int, randomness: RandomSource
+    ) -> Any:
+        """The inner population's clients; a whole block read here is also summed per group."""
+        batch = self.inner.block(block_index, block_size, start, stop, randomness)
+        first = block_index * block_size
+        whole = start == first and stop == min(first + block_size, self.n_clients)
+        if whole and os.getpid() == self.pid:
+            if self.key != (block_size, randomness):
+                self.key, self.seen = (block_size, randomness), {}
+            self.seen[block_index] = _block_truth(batch, self.n_groups)
+        return batch
+
+    def histogram(self, start: int, stop: int, randomness: RandomSource) -> Any:
+        """The inner population's histogram (aggregate route)."""
+        return self.inner.histogram(start, stop, randomness)  # type: ignore[attr-defined]
+
+    def recorded(
+        self, block_size: int, randomness: RandomSource
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every block's truth when all were read with this block size and randomness, else empty."""
+        n_blocks = block_count(self.n_clients, block_size)
+        if self.key != (block_size, randomness) or len(self.seen) != n_blocks:
+            return []
+        return [self.seen[b] for b in range(n_blocks)]
+
+
 def simulated_truth(
     population: Population, engine: Engine, n_groups: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +177,9 @@ def simulated_truth(
     Reads the population outside any protocol (nothing here is sent by a client) the way the engine's
     route does: block by block with the engine's block size and randomness on the per-client routes (a
     generated population gives the same clients as in the round), or as the histogram of every client on
-    the aggregate route (the same range gives the same histogram).
+    the aggregate route (the same range gives the same histogram). A population of
+    :func:`measure_performance_gap` whose blocks the round read in this process gives their recorded
+    per-block sums instead (the same numbers, added in the same order).
 
     Parameters
     ----------
@@ -153,13 +210,20 @@ def simulated_truth(
         np.add.at(counts, g, c)
         return sums, counts
     bs = engine.block_size
+    seen = (
+        population.recorded(bs, engine.randomness)
+        if isinstance(population, _ObservedPopulation)
+        else []
+    )
     for b in range(block_count(n, bs)):
-        start, stop = b * bs, min((b + 1) * bs, n)
-        batch = population.block(b, bs, start, stop, engine.randomness)
-        g = np.asarray(batch.column(GROUP_COLUMN), dtype=np.int64)
-        v = np.asarray(batch.column(VALUE_COLUMN), dtype=np.float64)
-        sums += np.bincount(g, weights=v, minlength=n_groups)
-        counts += np.bincount(g, minlength=n_groups)
+        if seen:
+            block_sums, block_counts = seen[b]
+        else:
+            start, stop = b * bs, min((b + 1) * bs, n)
+            batch = population.block(b, bs, start, stop, engine.randomness)
+            block_sums, block_counts = _block_truth(batch, n_groups)
+        sums += block_sums
+        counts += block_counts
     return sums, counts
 
 
@@ -260,7 +324,8 @@ def measure_performance_gap(
             raise ParameterError(
                 "n_clients", K, f"enough clients to give each of the {d} groups at least one"
             )
-        population = pop
+        # the round's own reads of each block give the truth (no second generation of the clients)
+        population = _ObservedPopulation(pop, d)
     layout = GroupLayout(tuple(sizes.tolist()), (i, j))
     alloc = allocate(kind, eps, layout, accounting=accounting)
     mech = alloc.mechanism

@@ -14,6 +14,8 @@ Its report is ``2d + 1`` integers: the reported value in the slot of its reporte
 group's count slot and (:math:`\mathcal M_L`) a clipping flag. The round's public ``params`` are built by
 :func:`fedstats.analyses.performance_gap.protocol.report_params`.
 
+:func:`sum_gap_reports` is the encoder's summed form (the sum of a batch's reports from the same draws, without
+the ``(n, 2d + 1)`` one-hot array), which the engine's per-client routes use for a block's sum;
 :func:`aggregate_gap_report` is :math:`\mathcal M_R`'s aggregate form (the sum of every client's report,
 drawn per distinct input from its multinomial distribution), for the engine's aggregate route.
 """
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedstats.errors import DataError
 from fedstats.privacy.mechanisms.randomized_response import (
     GeneralizedRandomizedResponse,
     RandomizedResponse,
@@ -42,6 +45,7 @@ __all__ = [
     "encode_gap_report",
     "outcome_probabilities",
     "perturb",
+    "sum_gap_reports",
 ]
 
 GROUP_COLUMN = "group"
@@ -134,6 +138,103 @@ def encode_gap_report(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -
     out[rows, d + new_g] = 1
     out[:, 2 * d] = clipped
     return out
+
+
+_FLOAT_EXACT = 2**53
+
+
+def sum_gap_reports(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
+    """The sum of :func:`encode_gap_report`'s reports over the batch, from the same draws.
+
+    Equal bit for bit to ``encode_gap_report(batch, params, rng).sum(axis=0)`` for the same generator
+    state: the clients run :func:`perturb` as there; only the one-hot reports are never built (the
+    per-group sums are counted directly).
+
+    Parameters
+    ----------
+    batch : ClientBatch
+        Columns ``group`` (int in ``[0, d)``) and ``value`` (float in ``[-1, 1]``).
+    params : Mapping
+        The round's public parameters (see :func:`perturb`).
+    rng : RNG
+        The clients' generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 ``(2d + 1,)``: per reported group the sum of the reported values, then the number of
+        reports, then the number of clipped reports.
+    """
+    d = int(params["n_groups"])
+    out = np.zeros(2 * d + 1, dtype=np.int64)
+    if params["mechanism"] == "R":
+        # per group, (reports with +1) - (reports with -1), from one count of the cells 2 g' + [y = +1]
+        cells = _report_cells_r(batch.column(GROUP_COLUMN), batch.column(VALUE_COLUMN), params, rng)
+        both = np.bincount(cells, minlength=2 * d).reshape(d, 2)
+        out[:d] = both[:, 1] - both[:, 0]
+        out[d : 2 * d] = both.sum(axis=1)
+        return out
+    new_g, y, clipped = perturb(batch.column(GROUP_COLUMN), batch.column(VALUE_COLUMN), params, rng)
+    out[d : 2 * d] = np.bincount(new_g, minlength=d)
+    if y.size and y.size * int(params["clip"]) < _FLOAT_EXACT:
+        # every partial sum is an integer below 2^53 in magnitude: the float64 sums are exact
+        out[:d] = np.bincount(new_g, weights=y, minlength=d).astype(np.int64)
+    else:
+        for h in range(d):
+            out[h] = int(y[new_g == h].sum(dtype=np.int64))
+    out[2 * d] = int(np.count_nonzero(clipped))
+    return out
+
+
+def _report_cells_r(
+    groups: np.ndarray, values: np.ndarray, params: Mapping[str, Any], rng: RNG
+) -> np.ndarray:
+    r""":math:`\mathcal M_R` as :func:`perturb` runs it, to the cell ``2 g' + [y = +1]`` of each report.
+
+    The same draws in the same order as :func:`perturb` (GRR's keep uniforms, its ``integers`` call for
+    the other group, Harmony's uniforms, randomized response's uniforms; ``U < p`` with ``U`` the
+    generator's 53-bit doubles, as :func:`~fedstats.privacy.mechanisms.samplers.bernoulli`), so the
+    cells are exactly those of its reports. Branch-free selections instead of ``where`` and masks:
+
+    * the reported group ``g'`` is ``other + kept (g - other)``; with two groups ``other = 1 - g``, so
+      ``g' = [g == kept]``, and numpy's generator draws nothing for ``integers(0, 1)`` (not called);
+    * Harmony's ``p = (1 + v') / 2`` with ``v' = kept v`` is ``0.5 + kept (v / 2)``: the same double, since
+      halving is exact (``fl(1 + v) / 2 = fl(0.5 + v / 2)``; for a subnormal ``v`` both are 0.5). Only for
+      finite values (a non-finite one takes :func:`perturb`'s own selection).
+    """
+    g = np.asarray(groups)
+    d = int(params["n_groups"])
+    if g.size and (not np.issubdtype(g.dtype, np.integer) or int(g.min()) < 0 or int(g.max()) >= d):
+        raise DataError(f"values must be integers in [0, {d - 1}]")
+    g = g.astype(np.int64, copy=False)
+    v = np.asarray(values, dtype=np.float64)
+    n = g.size
+    grr = _grr(params)
+    b = RandomizedResponse(epsilon=float(params["epsilon2"])).keep_probability
+    kept = np.asarray(rng.random(n)) < grr.keep_probability
+    cells: np.ndarray
+    if d == 2 and type(rng) is np.random.Generator:
+        cells = np.equal(g, kept).astype(np.int64)  # g' = g if kept else 1 - g
+    else:
+        other = np.asarray(rng.integers(0, d - 1, size=n), dtype=np.int64)
+        other += other >= g  # skip the true value: uniform over the d - 1 others
+        cells = g - other
+        cells *= kept
+        cells += other
+    # Harmony: bit ~ Bernoulli((1 + v') / 2), v' = v if the group was kept, else 0
+    if n and np.isfinite(v.min()) and np.isfinite(v.max()):
+        p = np.multiply(v, 0.5)
+        p *= kept
+        p += 0.5
+    else:
+        p = (1.0 + np.where(kept, v, 0.0)) / 2.0
+    bit = np.asarray(rng.random(n)) < p
+    # randomized response: keep the bit when U < b, i.e. report bit == (U < b)
+    rr = np.asarray(rng.random(n)) < b
+    np.equal(bit, rr, out=rr)
+    cells *= 2
+    cells += rr
+    return cells
 
 
 def outcome_probabilities(

@@ -34,7 +34,11 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.analyses.performance_gap.client import aggregate_gap_report, encode_gap_report
+from fedstats.analyses.performance_gap.client import (
+    aggregate_gap_report,
+    encode_gap_report,
+    sum_gap_reports,
+)
 from fedstats.analyses.performance_gap.mechanisms import GapMechanism
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import Round
@@ -251,6 +255,7 @@ def performance_gap_protocol(
         bound=int(params.get("clip", 1)),
         client_range=client_range,
         aggregate=aggregate_gap_report if mech.kind == "R" else None,
+        encode_sum=sum_gap_reports,
     )
     total = np.asarray(s.total, dtype=object)
     value_sums = np.array([int(x) for x in total[:d]], dtype=np.float64)
