@@ -12,6 +12,7 @@ with the exact discrete Laplace / Gaussian pmf, including scales 1 and 2^40.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from fractions import Fraction
 
 import mpmath
@@ -24,7 +25,13 @@ from fedstats.privacy.mechanisms import exact_bernoulli as eb
 from fedstats.privacy.mechanisms import samplers as sm
 
 B = 16
-mpmath.mp.dps = 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _mp_precision() -> Iterator[None]:
+    """60 digits for this module's tests only (a module-level setting leaked into the next module)."""
+    with mpmath.workdps(60):
+        yield
 
 
 class Scripted:
