@@ -188,7 +188,7 @@ def test_geometric_inversion_enumerated(denominator: int) -> None:
         assert np.all(out[(w < (table[v - 1] if v <= table.size else 0))] >= v)
         assert np.all(out[~tie & (w > (table[v - 1] if v <= table.size else -1))] < v)
         # the tie word's continuation, enumerated over a second word: P(V >= v) bracketed to 2^-32
-        lo, hi = prob_less(eb._exp_digits_q(Fraction(v, denominator)), levels=2)
+        lo, hi = prob_less(eb._exp_digits(Fraction(v, denominator)), levels=2)
         assert (
             mpmath.mpf(lo.numerator) / lo.denominator
             <= ev

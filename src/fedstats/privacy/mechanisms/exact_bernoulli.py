@@ -102,7 +102,9 @@ def exp_neg_digits(a: int | Fraction, n: int) -> int:
         terms *= 2
 
 
-def _exp_digits(a: int) -> DigitsFn:
+def _exp_digits(a: int | Fraction) -> DigitsFn:
+    """The digits of :math:`e^{-a}` for rational a >= 0 (:func:`exp_neg_digits`)."""
+
     def digits(n: int) -> tuple[int, bool]:
         return exp_neg_digits(a, n), a == 0
 
@@ -311,13 +313,6 @@ def _geometric_table(b: int, denominator: int = 1) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def _exp_digits_q(a: Fraction) -> DigitsFn:
-    def digits(n: int) -> tuple[int, bool]:
-        return exp_neg_digits(a, n), a == 0
-
-    return digits
-
-
 _LUT_BITS = 16
 
 
@@ -372,7 +367,7 @@ def sample_geometric_exp(n: int, src: WordSource, denominator: int = 1) -> np.nd
     for i in np.flatnonzero(padded[v0] == w):
         lazy = _LazyUniform(int(w[i]), src)
         v = int(v0[i]) + 1
-        while lazy.less(_exp_digits_q(Fraction(v, denominator))):
+        while lazy.less(_exp_digits(Fraction(v, denominator))):
             v += 1
         v0[i] = v - 1
     return np.asarray(v0, dtype=np.int64)
