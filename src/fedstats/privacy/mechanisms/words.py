@@ -92,16 +92,10 @@ def uniform_below(m: int, n: int, src: WordSource) -> np.ndarray:
     if m == 1 or n == 0:
         return out
     length = (m - 1).bit_length()
-    b = src.bits
-    k = -(-length // b)
-    mask = np.uint64((1 << length) - 1)
     bound = np.uint64(m)
     pending = np.arange(n)
     while pending.size:
-        v = src.words(pending.size)
-        for i in range(1, k):
-            v |= src.words(pending.size) << np.uint64(b * i)
-        v &= mask
+        v = _bits(src, pending.size, length)
         ok = v < bound
         out[pending[ok]] = v[ok].astype(np.int64)
         pending = pending[~ok]
