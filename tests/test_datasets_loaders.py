@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from fedstats import datasets as D
-from fedstats.datasets import _registry
+from fedstats.datasets import _lookup
 from fedstats.errors import ChecksumError, DatasetNotFoundError, ParameterError
 
 # --------------------------------------------------------------------------- registry and checksums
@@ -78,13 +78,13 @@ def test_verification_is_cached_per_process_and_redone_when_the_file_changes(
     f.write_bytes(b"hello")
     digest = hashlib.sha256(b"hello").hexdigest()
     calls: list[Path] = []
-    real = _registry.file_sha256
+    real = _lookup.file_sha256
 
     def counting(path: Path) -> str:
         calls.append(Path(path))
         return real(path)
 
-    monkeypatch.setattr(_registry, "file_sha256", counting)
+    monkeypatch.setattr(_lookup, "file_sha256", counting)
     D.verify_file(f, digest)
     D.verify_file(f, digest)
     assert len(calls) == 1
@@ -128,7 +128,7 @@ def test_resolution_order_argument_env_cwd(
     assert D.locate_file("mushroom", name) == env_root / "mushroom" / name
     monkeypatch.delenv(D.ENV_VAR)
     assert D.locate_file("mushroom", name).resolve() == (cwd_root / "mushroom" / name).resolve()
-    monkeypatch.setattr(_registry, "_REPO_ROOT", tmp_path / "nowhere" / "repo")
+    monkeypatch.setattr(_lookup, "_REPO_ROOT", tmp_path / "nowhere" / "repo")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DatasetNotFoundError) as err:
         D.locate_file("mushroom", name)
@@ -149,7 +149,7 @@ def test_adult_works_with_no_data_dir_from_the_embedded_copy(
 ) -> None:
     monkeypatch.delenv(D.ENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(_registry, "_REPO_ROOT", tmp_path / "nowhere" / "repo")
+    monkeypatch.setattr(_lookup, "_REPO_ROOT", tmp_path / "nowhere" / "repo")
     path = D.locate_file("adult", "adult.data.gz")
     assert path == D.embedded_path("adult.data.gz")
     assert "fedstats" in str(path) and "embedded" in str(path)

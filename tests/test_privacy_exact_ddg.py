@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import mpmath
 import pytest
@@ -10,7 +11,12 @@ import pytest
 from fedstats.analyses.heterogeneity import calibration
 from fedstats.privacy.analysis.distributed_gaussian import ddg_rho, ddg_share_variance, ddg_tau
 
-mpmath.mp.dps = 50
+
+@pytest.fixture(autouse=True, scope="module")
+def _mp_precision() -> Iterator[None]:
+    """50 digits for this module's tests only (a module-level setting leaked into the next module)."""
+    with mpmath.workdps(50):
+        yield
 
 
 def exact_tau(s: float, n: int) -> mpmath.mpf:

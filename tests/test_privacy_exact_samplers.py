@@ -1,7 +1,7 @@
 """The exact samplers' own code, enumerated on 16-bit words, against exact (rational / 60-digit) values.
 
-Every random decision of ``fedstats.privacy.mechanisms.samplers`` is a uniform integer by rejection or the
-event R < p for a lazily drawn uniform R. These tests feed the same functions 16-bit words (an injected
+Every random decision of ``fedstats.privacy.mechanisms.samplers`` (and of ``exact_bernoulli`` and ``words``,
+which it builds on) is a uniform integer by rejection or the event R < p for a lazily drawn uniform R. These tests feed the same functions 16-bit words (an injected
 ``WordSource``), enumerate every word a decision can see, and compare the resulting probabilities with
 exact ones: rationals (:class:`fractions.Fraction`) where the probability is rational, brackets of width
 2^-32 from two enumerated word levels against 60-digit mpmath values where it is e^-x. The composite pmf is
@@ -12,6 +12,7 @@ with the exact discrete Laplace / Gaussian pmf, including scales 1 and 2^40.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from fractions import Fraction
 
 import mpmath
@@ -20,10 +21,17 @@ import pytest
 import scipy.stats as st
 
 from fedstats.privacy.mechanisms import LaplaceMechanism, sample_discrete_gaussian
+from fedstats.privacy.mechanisms import exact_bernoulli as eb
 from fedstats.privacy.mechanisms import samplers as sm
 
 B = 16
-mpmath.mp.dps = 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _mp_precision() -> Iterator[None]:
+    """60 digits for this module's tests only (a module-level setting leaked into the next module)."""
+    with mpmath.workdps(60):
+        yield
 
 
 class Scripted:
@@ -102,7 +110,7 @@ def prob_less(p_digits: sm.DigitsFn, levels: int = 2) -> tuple[Fraction, Fractio
 
 @pytest.mark.parametrize("p", [Fraction(1, 3), Fraction(12345, 2**20), Fraction(2**16 - 1, 2**16)])
 def test_lazy_comparison_with_a_rational_is_exact(p: Fraction) -> None:
-    low, high = prob_less(sm._rational_digits(p))
+    low, high = prob_less(eb._rational_digits(p))
     assert low <= p <= high and high - low <= Fraction(1, 2**32)
     if p.denominator & (p.denominator - 1) == 0 and p.denominator <= 2**32:  # dyadic: exactly p
         assert low == high == p
@@ -119,7 +127,7 @@ def test_certified_bernoulli_first_word_decisions_are_exact() -> None:
         err = np.full(2**B, abs(float(p) - p) * 1.0)
         src = Scripted([ALL])
         calls = []
-        res = sm._bernoulli_certified(g, err, lambda i, p=p, calls=calls: calls.append(i) or p, src)  # type: ignore[func-returns-value]
+        res = eb._bernoulli_certified(g, err, lambda i, p=p, calls=calls: calls.append(i) or p, src)  # type: ignore[func-returns-value]
         decided = np.setdiff1d(np.arange(2**B), calls)
         truth = (ALL.astype(np.int64) + 1) * p.denominator <= p.numerator << B
         assert np.array_equal(res[decided], truth[decided])
@@ -131,7 +139,7 @@ def test_certified_bernoulli_first_word_decisions_are_exact() -> None:
             cond = p * 2**B - w
             if 0 < cond < 1:
                 lo, hi = prob_less(
-                    lambda n, w=w, p=p: sm._rational_digits(p * 2**B - w)(n), levels=2
+                    lambda n, w=w, p=p: eb._rational_digits(p * 2**B - w)(n), levels=2
                 )
                 assert lo <= cond <= hi and hi - lo <= Fraction(1, 2**32)
 
@@ -141,7 +149,7 @@ def test_algorithm1_chain_outputs_parity_of_first_failure() -> None:
     """Scripted trials: word 0 makes R < gamma/K true, word 2^16 - 1 false; the output is [K odd]."""
     for kstar in range(1, 9):
         script = [np.array([0])] * (kstar - 1) + [np.array([2**B - 1])]
-        out = sm._bernoulli_exp_small(
+        out = eb._bernoulli_exp_small(
             np.array([0.9]), np.array([1e-16]), lambda i: Fraction(9, 10), Scripted(script)
         )
         assert bool(out[0]) == (kstar % 2 == 1)
@@ -168,7 +176,7 @@ def test_algorithm1_probability_is_exp_minus_gamma(gamma: Fraction) -> None:
 # -- the geometric part: P(W >= w) = e^(-w/d) ----------------------------------------------------------
 @pytest.mark.parametrize("denominator", [1, 16])
 def test_geometric_inversion_enumerated(denominator: int) -> None:
-    table = sm._geometric_table(B, denominator)
+    table = eb._geometric_table(B, denominator)
     for v, d in enumerate(table, start=1):  # the table against 60 digits
         assert d == int(mpmath.floor(mpmath.exp(-mpmath.mpf(v) / denominator) * 2**B))
     out = sm.sample_geometric_exp(2**B, Scripted([ALL], seed=denominator), denominator)
@@ -180,7 +188,7 @@ def test_geometric_inversion_enumerated(denominator: int) -> None:
         assert np.all(out[(w < (table[v - 1] if v <= table.size else 0))] >= v)
         assert np.all(out[~tie & (w > (table[v - 1] if v <= table.size else -1))] < v)
         # the tie word's continuation, enumerated over a second word: P(V >= v) bracketed to 2^-32
-        lo, hi = prob_less(sm._exp_digits_q(Fraction(v, denominator)), levels=2)
+        lo, hi = prob_less(eb._exp_digits(Fraction(v, denominator)), levels=2)
         assert (
             mpmath.mpf(lo.numerator) / lo.denominator
             <= ev

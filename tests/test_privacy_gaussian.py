@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
 
 import mpmath as mp
 import numpy as np
@@ -30,7 +31,12 @@ from fedstats.privacy.analysis.discrete_gaussian import (
 EPSILONS = [1e-3, 1e-2, 0.1, 1.0, 5.0, 20.0, 100.0, 1e3]
 DELTAS = [1e-300, 1e-100, 1e-20, 1e-8, 1e-5, 1e-2, 0.5, 0.999]
 
-mp.mp.dps = 60
+
+@pytest.fixture(autouse=True, scope="module")
+def _mp_precision() -> Iterator[None]:
+    """60 digits for this module's tests only (a module-level setting leaked into the next module)."""
+    with mp.workdps(60):
+        yield
 
 
 def mp_delta(eps: float, sigma: mp.mpf, sens: float) -> mp.mpf:

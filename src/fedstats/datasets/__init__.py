@@ -17,17 +17,13 @@
 
 from __future__ import annotations
 
-from fedstats.datasets._registry import (
-    DATASETS,
+from fedstats.datasets._catalog import DATASETS, DataFile, Dataset, dataset_info, dataset_names
+from fedstats.datasets._lookup import (
     ENV_VAR,
-    DataFile,
-    Dataset,
     DatasetStatus,
     candidate_roots,
     clear_verification_cache,
     dataset_file,
-    dataset_info,
-    dataset_names,
     dataset_status,
     embedded_path,
     file_sha256,

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fedstats._validation import check_choice
-from fedstats.datasets._registry import dataset_file
+from fedstats.datasets._lookup import dataset_file
 from fedstats.datasets.readers import gunzip, parse_idx
 from fedstats.errors import ChecksumError, DataError
 

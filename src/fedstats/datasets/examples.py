@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from fedstats.datasets._registry import verify_file
+from fedstats.datasets._lookup import verify_file
 from fedstats.errors import DatasetNotFoundError, ParameterError
 
 __all__ = ["EXAMPLES", "ExampleFile", "example", "example_names"]

@@ -1,6 +1,6 @@
 """Loaders for the real datasets of the registry; each verifies the SHA-256 of every file it reads.
 
-Every loader takes ``data_dir`` (see :mod:`fedstats.datasets._registry` for the search order) and raises
+Every loader takes ``data_dir`` (see :mod:`fedstats.datasets._lookup` for the search order) and raises
 :class:`~fedstats.errors.DatasetNotFoundError` when a file is absent and
 :class:`~fedstats.errors.ChecksumError` when a file differs from the registered version. Archives (zip,
 tar.gz) are read in memory, never extracted to disk. Categorical values are kept as strings exactly as
@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from fedstats._validation import check_choice
-from fedstats.datasets._registry import dataset_file, dataset_info
+from fedstats.datasets._catalog import dataset_info
+from fedstats.datasets._lookup import dataset_file
 from fedstats.datasets.archives import (
     ACTIVITY_COLUMNS,
     load_activity,

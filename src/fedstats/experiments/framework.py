@@ -1,8 +1,9 @@
 """The run framework every reproduction shares: output folder, settings-keyed cells, workers, pages.
 
 A reproduction is one entry of :data:`REPRODUCTIONS` (a :class:`Reproduction`: its command name, its module
-and its own options) and one module-level function ``run(ctx: RunContext) -> dict`` in that module. The
-framework does everything else the same way for all of them:
+and its own options; the table is in :mod:`fedstats.experiments.reproductions`) and one module-level
+function ``run(ctx: RunContext) -> dict`` in that module. The framework does everything else the same way
+for all of them:
 
 * **Where results go** (:func:`output_folder`): ``--out DIR`` if given, else ``./reproduce-<name>[-quick]``
   under the current directory. A folder that holds a *full* run's results (``<name>.json`` with
@@ -47,6 +48,7 @@ from typing import Any
 from fedstats.errors import ParameterError
 from fedstats.experiments.checkpoint import CheckpointStore, write_json_atomic, write_text_atomic
 from fedstats.experiments.pages import render
+from fedstats.experiments.reproductions import REPRODUCTIONS, Option, Reproduction
 from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
@@ -64,113 +66,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Option:
-    """A reproduction's own command-line option.
-
-    Attributes
-    ----------
-    name : str
-        Python name, passed to the run in :attr:`RunContext.options` (``"legacy"``).
-    kind : type
-        ``bool`` (a flag) or ``int``.
-    default : object
-        Default value (``False`` for flags; ``None`` means "the reproduction's default").
-    help : str
-        One-line help.
-    minimum : int or None
-        Smallest accepted value for ``int`` options.
-    """
-
-    name: str
-    kind: type
-    default: Any
-    help: str
-    minimum: int | None = None
-
-
-@dataclass(frozen=True)
-class Reproduction:
-    """One reproduction of a paper's experiments.
-
-    Attributes
-    ----------
-    name : str
-        Command name and file stem (``"fed-chi2"``).
-    summary : str
-        One line for ``fedstats reproduce --help``.
-    module : str
-        Module defining ``run(ctx: RunContext) -> dict``; its last component names the template.
-    default_seed : int
-        Seed of the published (committed) run, used when the user gives none.
-    reps : bool
-        Whether ``--reps`` applies.
-    workers : bool
-        Whether ``--workers`` applies (cells run in a process pool).
-    options : tuple of Option
-        Further options of this reproduction only.
-    """
-
-    name: str
-    summary: str
-    module: str
-    default_seed: int
-    reps: bool = False
-    workers: bool = False
-    options: tuple[Option, ...] = ()
-
-
-REPRODUCTIONS: tuple[Reproduction, ...] = (
-    Reproduction(
-        "fed-chi2",
-        "Pang et al. (ICML 2023): Figures 1, 2, 5, feature selection and online FDR (Table 3).",
-        "fedstats.experiments.fed_chi2",
-        2023,
-        workers=True,
-    ),
-    Reproduction(
-        "bit-pushing",
-        "Cormode & Markov: bit pushing's Figures 1-3 on real ages.",
-        "fedstats.experiments.bit_pushing",
-        2021,
-        reps=True,
-    ),
-    Reproduction(
-        "performance-gap",
-        "Juarez & Korolova: Table 1, Figures 1-2, Appendix C and Table 2 (corrected privacy).",
-        "fedstats.experiments.performance_gap",
-        0,
-        reps=True,
-        options=(
-            Option(
-                "table2_clients",
-                int,
-                None,
-                "Table 2's simulated clients K (default 1e7, quick 1e5).",
-                minimum=2,
-            ),
-            Option(
-                "aggregate",
-                bool,
-                False,
-                "Run Table 2 on the aggregate route (equal in distribution, cost independent of K).",
-            ),
-        ),
-    ),
-    Reproduction(
-        "heterogeneity",
-        "Scott, Cormode & Maple: Tables 1-6 and Figure 1 with correct mathematics.",
-        "fedstats.experiments.heterogeneity",
-        2024,
-        reps=True,
-        options=(
-            Option("legacy", bool, False, "Also emulate the authors' script (published Table 1)."),
-        ),
-    ),
-)
-"""Every reproduction ``fedstats reproduce`` offers, in help order."""
-
-
 def reproduction(name: str) -> Reproduction:
     """The registered reproduction called ``name``.
 
@@ -179,7 +74,7 @@ def reproduction(name: str) -> Reproduction:
     ParameterError
         If there is none.
     """
-    for r in REPRODUCTIONS:
+    for r in REPRODUCTIONS:  # this module's name: substituting framework.REPRODUCTIONS takes effect
         if r.name == name:
             return r
     raise ParameterError("name", name, "one of " + ", ".join(r.name for r in REPRODUCTIONS))

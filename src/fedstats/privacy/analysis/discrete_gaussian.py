@@ -30,6 +30,7 @@ from fedstats._numeric import bisect_safe
 from fedstats._validation import check_int, check_real
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.gaussian import _erfcx_diff, analytic_gaussian_sigma
+from fedstats.privacy.analysis.zcdp import gaussian_rho
 
 __all__ = [
     "discrete_gaussian_delta",
@@ -228,9 +229,7 @@ def discrete_gaussian_rho(*, sigma: float, sensitivity: float) -> float:
     ParameterError
         If a parameter is outside its range.
     """
-    sig = check_real("sigma", sigma, low=0.0, high=math.inf, low_open=True, high_open=True)
-    sens = check_real("sensitivity", sensitivity, low=0.0, high=math.inf, high_open=True)
-    return sens * sens / (2.0 * sig * sig)
+    return gaussian_rho(sigma=sigma, sensitivity=sensitivity)
 
 
 def discrete_gaussian_variance(sigma: float) -> float:

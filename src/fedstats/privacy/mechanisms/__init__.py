@@ -28,11 +28,10 @@ if TYPE_CHECKING:
         RandomizedResponse,
     )
     from fedstats.privacy.mechanisms.samplers import (
-        bernoulli,
-        random_raw,
         sample_discrete_gaussian,
         sample_discrete_laplace,
     )
+    from fedstats.privacy.mechanisms.words import bernoulli, random_raw
 
 _WHERE = {
     "Mechanism": "base",
@@ -46,10 +45,10 @@ _WHERE = {
     "snap_to_grid": "noise",
     "GeneralizedRandomizedResponse": "randomized_response",
     "RandomizedResponse": "randomized_response",
-    "bernoulli": "samplers",
-    "random_raw": "samplers",
     "sample_discrete_gaussian": "samplers",
     "sample_discrete_laplace": "samplers",
+    "bernoulli": "words",
+    "random_raw": "words",
 }
 __all__ = [
     "DuchiMechanism",

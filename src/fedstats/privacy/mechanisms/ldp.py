@@ -26,7 +26,7 @@ from fedstats.privacy.analysis.loss import (
 )
 from fedstats.privacy.mechanisms.base import Mechanism
 from fedstats.privacy.mechanisms.noise import grid_spacing
-from fedstats.privacy.mechanisms.samplers import bernoulli
+from fedstats.privacy.mechanisms.words import bernoulli
 from fedstats.randomness import RNG
 
 __all__ = ["DuchiMechanism", "Harmony", "PiecewiseMechanism"]

@@ -88,6 +88,33 @@ def _check_resolution(resolution_bits: Any) -> int | None:
     )
 
 
+def _check_values(values: ArrayLike, dimension: int) -> np.ndarray:
+    """Finite values as an array whose last axis has length ``dimension`` (when ``dimension > 1``)."""
+    x = check_finite_array("values", values)
+    if dimension > 1 and (x.ndim == 0 or x.shape[-1] != dimension):
+        raise DataError(
+            f"values must have last axis of length dimension={dimension}, got shape {x.shape}"
+        )
+    return x
+
+
+def _release_grid(mech: LaplaceMechanism | GaussianMechanism, noise: str) -> str:
+    """The ``release_grid`` of the Laplace and Gaussian mechanisms (``noise`` names the grid path's)."""
+    if mech.resolution_bits is None:
+        return "float (simulation only: vulnerable to floating-point attacks)"
+    return f"multiples of 2^{int(math.log2(mech.grid))} = {mech.grid:g} ({noise})"
+
+
+def _snap_bias(mech: LaplaceMechanism | GaussianMechanism, value: ArrayLike | None) -> Any:
+    """The ``bias`` of the Laplace and Gaussian mechanisms: the snap error on the grid path, else 0."""
+    if mech.resolution_bits is None:
+        return 0.0 if value is None else np.zeros(np.shape(value))
+    if value is None:
+        return mech.grid / 2.0
+    x = np.asarray(value, dtype=np.float64)
+    return snap_to_grid(x, mech.grid) * mech.grid - x
+
+
 class LaplaceMechanism(Mechanism):
     r"""Laplace mechanism: add noise of scale :math:`\Delta/\varepsilon` (Dwork et al. 2006), pure epsilon-DP.
 
@@ -147,11 +174,7 @@ class LaplaceMechanism(Mechanism):
     @property
     def release_grid(self) -> str:
         """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
-        if self.resolution_bits is None:
-            return "float (simulation only: vulnerable to floating-point attacks)"
-        return (
-            f"multiples of 2^{int(math.log2(self.grid))} = {self.grid:g} (discrete Laplace noise)"
-        )
+        return _release_grid(self, "discrete Laplace noise")
 
     def randomize(self, values: ArrayLike, rng: RNG) -> np.ndarray:
         """Release each value plus independent noise.
@@ -173,11 +196,7 @@ class LaplaceMechanism(Mechanism):
         OverflowRiskError
             If a value is too large for the exact grid.
         """
-        x = check_finite_array("values", values)
-        if self.dimension > 1 and (x.ndim == 0 or x.shape[-1] != self.dimension):
-            raise DataError(
-                f"values must have last axis of length dimension={self.dimension}, got shape {x.shape}"
-            )
+        x = _check_values(values, self.dimension)
         if self.resolution_bits is None:
             return np.asarray(x + np.asarray(rng.laplace(0.0, self.scale, size=x.shape)))
         idx = snap_to_grid(x, self.grid)
@@ -195,12 +214,7 @@ class LaplaceMechanism(Mechanism):
 
     def bias(self, value: ArrayLike | None = None) -> Any:
         """Snap error ``grid_value - value`` (0 on the float path); worst case ``grid / 2`` when None."""
-        if self.resolution_bits is None:
-            return 0.0 if value is None else np.zeros(np.shape(value))
-        if value is None:
-            return self.grid / 2.0
-        x = np.asarray(value, dtype=np.float64)
-        return snap_to_grid(x, self.grid) * self.grid - x
+        return _snap_bias(self, value)
 
     def privacy_loss(self) -> PrivacyLoss:
         """Epsilon = (integer) sensitivity / scale: the largest log ratio of (discrete) Laplace probabilities.
@@ -347,11 +361,7 @@ class GaussianMechanism(Mechanism):
     @property
     def release_grid(self) -> str:
         """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
-        if self.resolution_bits is None:
-            return "float (simulation only: vulnerable to floating-point attacks)"
-        return (
-            f"multiples of 2^{int(math.log2(self.grid))} = {self.grid:g} (discrete Gaussian noise)"
-        )
+        return _release_grid(self, "discrete Gaussian noise")
 
     def randomize(self, values: ArrayLike, rng: RNG) -> np.ndarray:
         """Release each value plus independent Gaussian (or discrete Gaussian) noise.
@@ -372,11 +382,7 @@ class GaussianMechanism(Mechanism):
         OverflowRiskError
             If a value is too large for the exact grid.
         """
-        x = check_finite_array("values", values)
-        if self.dimension > 1 and (x.ndim == 0 or x.shape[-1] != self.dimension):
-            raise DataError(
-                f"values must have last axis of length dimension={self.dimension}, got shape {x.shape}"
-            )
+        x = _check_values(values, self.dimension)
         if self.resolution_bits is None:
             return np.asarray(x + self.sigma * np.asarray(rng.standard_normal(size=x.shape)))
         idx = snap_to_grid(x, self.grid)
@@ -402,12 +408,7 @@ class GaussianMechanism(Mechanism):
 
     def bias(self, value: ArrayLike | None = None) -> Any:
         """Snap error ``grid_value - value`` (0 on the float path); worst case ``grid / 2`` when None."""
-        if self.resolution_bits is None:
-            return 0.0 if value is None else np.zeros(np.shape(value))
-        if value is None:
-            return self.grid / 2.0
-        x = np.asarray(value, dtype=np.float64)
-        return snap_to_grid(x, self.grid) * self.grid - x
+        return _snap_bias(self, value)
 
     def privacy_loss(self) -> PrivacyLoss:
         """(epsilon, exact delta at this sigma, rho); discrete formula on the grid path (zCDP for d > 1)."""

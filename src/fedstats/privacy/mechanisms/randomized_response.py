@@ -19,7 +19,7 @@ from fedstats._validation import check_int, check_real
 from fedstats.errors import DataError
 from fedstats.privacy.analysis.loss import PrivacyLoss, discrete_privacy_loss
 from fedstats.privacy.mechanisms.base import Mechanism
-from fedstats.privacy.mechanisms.samplers import bernoulli
+from fedstats.privacy.mechanisms.words import bernoulli
 from fedstats.randomness import RNG
 
 __all__ = ["GeneralizedRandomizedResponse", "RandomizedResponse"]
