@@ -319,7 +319,9 @@ class Device(SecureRuns):
             else:
                 if r.status_code < 400:
                     return r.content if binary else r.json()
-                if r.status_code not in (429, 502, 503, 504) or attempt == retries:
+                # a request queued past the replay window (an overloaded server) is signed anew
+                stale = r.status_code == 401 and "replay window" in r.text
+                if (r.status_code not in (429, 502, 503, 504) and not stale) or attempt == retries:
                     raise _HTTPError(r.status_code, r.text)
                 self.log(f"retry {path} after HTTP {r.status_code}")
             time.sleep(delay * (0.5 + self.randomness.generator("backoff").random()))

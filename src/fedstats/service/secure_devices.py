@@ -35,6 +35,7 @@ __all__ = [
     "record_reveal",
     "secure_work",
     "seed_transcript",
+    "session_member",
     "submit_up",
 ]
 
@@ -65,6 +66,21 @@ def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
     }
 
 
+_DIGESTS: dict[str, str] = {}
+
+
+def _commitments_digest(s: Session, run: Run) -> str:
+    """The digest of a seeding run's commitment list (fixed once check-in closed: computed once)."""
+    got = _DIGESTS.get(run.id)
+    if got is None:
+        entries = [(m.client_id, m.commitment or "") for m in ordered_members(s, run.id)]
+        got = seeding.commitments_digest(run.id, entries)
+        if len(_DIGESTS) > 1000:
+            _DIGESTS.clear()
+        _DIGESTS[run.id] = got
+    return got
+
+
 def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_digest: str) -> bool:
     """Store a member's reveal; return False for an identical repeat.
 
@@ -88,7 +104,7 @@ def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_dig
         raise DataError("the revealed value must be hex") from None
     if m.commitment is None or seeding.commitment(run.id, client_id, value) != m.commitment:
         raise SecurityError("the revealed value does not open this client's commitment")
-    if seed_transcript(s, run)["commitments_digest"] != seen_digest:
+    if _commitments_digest(s, run) != seen_digest:
         raise SecurityError("the commitment list this client saw is not the run's")
     m.reveal = value_hex
     return True
@@ -107,6 +123,19 @@ def _position(row: SecureSession, client_id: str) -> int:
         return int(members.index(client_id))
     except ValueError:
         raise SecurityError("this client is not in the session") from None
+
+
+def session_member(s: Session, run_id: str, index: int, number: int, client_id: str) -> int:
+    """The device's index in a session.
+
+    Raises
+    ------
+    NotFoundError
+        No such session.
+    SecurityError
+        The device is not one of its members.
+    """
+    return _position(_session_of(s, run_id, index, number), client_id)
 
 
 def secure_work(s: Session, run: Run, rec: RoundRecord, client_id: str) -> dict[str, Any] | None:
