@@ -238,7 +238,7 @@ class Server:
             base_url=self.url,
             verify=ssl.create_default_context(cafile=str(self.certs["ca"])),
             headers={"Authorization": f"Bearer {self.token}"},
-            timeout=60,
+            timeout=300,
         )
 
     def log_tail(self, lines: int = 15) -> str:
@@ -489,6 +489,27 @@ def _run_created(db: str, run_id: str) -> float:
         store.close()
 
 
+def _wait_run(db: str, run_id: str, timeout: float) -> str:
+    """Poll the run's status in the store until done or aborted (or ``timeout``); return it."""
+    from fedstats.service.models import Run
+    from fedstats.service.store import open_store
+
+    store = open_store(db, migrate=False)
+    status = "unknown"
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with store.session() as s:
+                run = s.get(Run, run_id)
+                status = "unknown" if run is None else str(run.status)
+            if status in ("done", "aborted"):
+                break
+            time.sleep(0.2)
+    finally:
+        store.close()
+    return status
+
+
 def _stop_all(procs: list[Any], go: Any) -> None:
     for _ in procs:
         with contextlib.suppress(Exception):
@@ -579,20 +600,23 @@ def bench_fedstats(
             r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
             r.raise_for_status()
             run_id = str(r.json()["run_id"])
+            result["run_id"] = run_id
             for _ in workers:
                 go.put(run_id)
-            view: dict[str, Any] = {}
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                view = a.get(f"/v1/admin/runs/{run_id}").json()
-                if view["status"] in ("done", "aborted"):
-                    break
-                time.sleep(0.2)
+            # watch the run in the store, not over HTTP: an overloaded server answers the admin late
+            status = _wait_run(db, run_id, timeout)
             wall = time.perf_counter() - t0
             cpu_run = proc_cpu_seconds(pid) - cpu0
             hwm = proc_status_kib(pid, "VmHWM")
-        if view.get("status") not in ("done", "aborted"):
-            raise TimeoutError(f"run {run_id} not finished after {timeout:.0f} s")
+            result.update(  # kept even if the run did not finish
+                wall_seconds=wall,
+                server_cpu_seconds=cpu_run,
+                server_rss_before_run_mib=rss_before / 1024,
+                server_peak_rss_mib=hwm / 1024,
+            )
+            if status not in ("done", "aborted"):
+                raise TimeoutError(f"run {run_id} not finished after {timeout:.0f} s ({status})")
+            view = a.get(f"/v1/admin/runs/{run_id}", timeout=600).json()
         per_worker: list[dict[str, Any]] = []
         deadline = time.monotonic() + 120
         while len(per_worker) < procs:
@@ -641,6 +665,9 @@ def bench_fedstats(
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["server_log_tail"] = server.log_tail()
+        if result.get("run_id"):  # what the journal holds of an unfinished run (stages so far)
+            with contextlib.suppress(Exception):
+                result["journal_partial"] = _journal(db, str(result["run_id"]))
         return result
     finally:
         _stop_all(workers, go)
@@ -808,6 +835,12 @@ def main() -> None:
     )
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")
+    ap.add_argument(
+        "--keep-others",
+        action="store_true",
+        help="keep the configurations of other n from the existing results file (each row records "
+        "its own command line, time and load averages)",
+    )
     args = ap.parse_args()
     clients = args.clients or ([100] if args.quick else [100, 1000])
 
@@ -846,13 +879,34 @@ def main() -> None:
         "complete": False,
     }
 
+    command = doc["command"]
+    kept: list[dict[str, Any]] = []
+    old_file = HERE / "results" / f"{args.output}.json"
+    if args.keep_others and old_file.exists():
+        old = json.loads(old_file.read_text())
+        for row in old.get("configurations", []):
+            if row["n"] not in clients:
+                row.setdefault("command", old.get("command"))
+                row.setdefault("time", old.get("time"))
+                row.setdefault("load_average_before", old.get("load_average_before"))
+                row.setdefault("load_average_after", old.get("load_average_after"))
+                kept.append(row)
+
     def save() -> None:
         doc["load_average_after"] = list(os.getloadavg())
+        doc["configurations"] = sorted([*kept, *ran], key=lambda r: int(r["n"]))
         write_results(args.output, doc)
+
+    ran: list[dict[str, Any]] = []
 
     for n in clients:
         poll = args.poll if args.poll is not None else max(0.5, n / 200)
-        row: dict[str, Any] = {"n": n}
+        row: dict[str, Any] = {
+            "n": n,
+            "command": command,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average_before": list(os.getloadavg()),
+        }
         from fedstats.secagg import find_parameters
 
         p = find_parameters(n)
@@ -906,7 +960,8 @@ def main() -> None:
                 "ratios_flower_over_fedstats_lower_bounds"
             )
             print(f"n={n} ratios: {ratios}", flush=True)
-        doc["configurations"].append(row)
+        row["load_average_after"] = list(os.getloadavg())
+        ran.append(row)
         save()
     doc["complete"] = True
     save()
