@@ -1,0 +1,972 @@
+"""Benchmark: one FED-chi^2 secure run over the network (``fedstats server`` + devices) vs Flower's SecAgg+.
+
+Usage::
+
+    python benchmarks/service_secagg.py [--quick] [--clients 100 1000] [--procs 4] [--poll SECONDS]
+        [--timeout SECONDS] [--flower-timeout SECONDS] [--no-flower] [--db auto|sqlite|postgresql]
+
+For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
+
+1. **fedstats.** A real ``fedstats server`` process (HTTPS on 127.0.0.1, the worktree's sources) and ``n``
+   enrolled devices: unchanged :class:`fedstats.client.Device` objects (the real SDK: signed requests,
+   certificate checks of the roster, the seed transcript, the five-stage malicious-server protocol), run in
+   threads of ``--procs`` worker processes (``Device.run`` with ``--poll``). One ``fed-chi2`` task
+   with ``secure_aggregation.max_session = n`` (one session of ``n``) and ``n * records`` records; the run
+   is two secure rounds (marginals, length ``m_x + m_y``; projection, length ``encoding_size``). Measured:
+
+   * per round and stage, the stage's wall time from the server's journal (``secure_messages.created_at``:
+     stage ``s`` lasts from the server's stage-``s`` messages to its stage-``s+1`` messages; the last stage
+     ends when the round's sum is journaled, i.e. the next round opens or the result is released), and the
+     mean bytes per device of the stage's payloads in each direction;
+   * per device, the bytes of every request and response body it sent and received over the whole run
+     (polls included), by endpoint; TLS and HTTP headers are not counted;
+   * the server process's CPU seconds (``utime + stime`` from ``/proc/<pid>/stat``) from just before the
+     run is created to its release, and its peak RSS (``VmHWM``, reset through ``clear_refs`` before the run
+     when the kernel allows it, else since the process started);
+   * the run's phases: check-in, seeding (commit-then-reveal), each round, and the total;
+   * the server's protocol CPU alone: every session replayed in the benchmark process from the journal
+     (:func:`protocol_replay`: the journaled device messages fed to a fresh ``SecAggServer``, no HTTP,
+     TLS, signatures or store), checked to give the journaled sum.
+
+   The store is PostgreSQL when reachable at 127.0.0.1:5432 (a throwaway schema of database ``test``), else
+   SQLite. Before the run the server's idle CPU rate (run-driver ticks alone) is measured for 5 s.
+
+2. **Flower.** ``flwr``'s ``SecAggPlusWorkflow`` and ``secaggplus_mod`` (virtualenv
+   ``benchmarks/.venv-peers``, made by ``benchmarks/secagg.py`` if missing) with the same ``n``, ``k``,
+   ``t`` (``num_shares = k + 1``, ``reconstruction_threshold = t``, from
+   :func:`fedstats.secagg.find_parameters`) and the same two vector lengths, one SecAgg+ round per length.
+   Flower runs through the in-process stub grid of ``benchmarks/secagg.py`` (messages serialized as
+   Flower's protobuf, no network), via ``_flower_cpu_peer.py``, which makes its client/server split CPU
+   seconds instead of wall seconds. Its real SuperLink/SuperNode transport was not run: it needs one
+   SuperNode process per client (and ClientApp processes per message in subprocess isolation), which does
+   not fit this 2-core machine at n = 1000 within the benchmark's time bounds. The stub favours Flower (no
+   network, no TLS, no polling, no store). A Flower round that exceeds ``--flower-timeout`` is recorded
+   as timed out and its wall time is then a lower bound.
+
+Ratios (Flower / fedstats) of server CPU and wall time are reported as measured. Results go to
+``benchmarks/results/service_secagg.json`` (atomically, also after each configuration, marked incomplete),
+with the command line, the machine, and the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+import fedstats
+from _util import write_results
+
+HERE = Path(__file__).resolve().parent
+SRC = Path(fedstats.__file__).resolve().parents[1]
+PG_CONNINFO = "host=127.0.0.1 port=5432 dbname=test user=postgres"
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
+SHAPE = (4, 3)
+ENCODING_SIZE = 50
+RECORDS_PER_DEVICE = 10
+
+
+# ---------------------------------------------------------------------------------------------------
+# deployment: certificates, authority, store, server process
+# ---------------------------------------------------------------------------------------------------
+
+
+def pg_reachable() -> str | None:
+    """None if PostgreSQL answers at 127.0.0.1:5432 (database ``test``), else the reason."""
+    try:
+        import psycopg
+
+        with psycopg.connect(PG_CONNINFO, connect_timeout=3):
+            return None
+    except Exception as exc:
+        return f"PostgreSQL at 127.0.0.1:5432 unreachable: {exc}"
+
+
+@contextlib.contextmanager
+def pg_schema() -> Iterator[str]:
+    """A fresh PostgreSQL schema, dropped afterwards; yields a URL whose search_path is that schema."""
+    import psycopg
+
+    name = "fedstats_bench_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(PG_CONNINFO, autocommit=True) as c:
+        c.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield f"{PG_URL}?options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(PG_CONNINFO, autocommit=True) as c:
+            c.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_status_kib(pid: int, key: str) -> int:
+    """A ``kB`` field (``VmHWM``, ``VmRSS``) of ``/proc/<pid>/status``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset ``VmHWM`` of ``pid`` to its current RSS (``clear_refs`` 5); False if not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+class Server:
+    """A ``fedstats server`` process on a free loopback port with dev TLS certificates and an authority.
+
+    Parameters
+    ----------
+    root : Path
+        Scratch folder (certificates, authority, identities, server log).
+    db : str
+        Store URL.
+    tick : float
+        Seconds between run-driver passes.
+    """
+
+    def __init__(self, root: Path, db: str, tick: float) -> None:
+        from fedstats.service.app import add_operator
+        from fedstats.service.enrollment import init_authority
+        from fedstats.service.store import open_store
+        from fedstats.service.tls import make_dev_certificates
+
+        self.root, self.db, self.tick = root, db, tick
+        self.certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
+        init_authority(root / "authority")
+        store = open_store(db)
+        self.token = add_operator(store, "bench")
+        store.close()
+        self.port = _free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.log = root / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Spawn the server (the worktree's sources first on PYTHONPATH) and wait for /healthz."""
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+        )
+        env.pop("FEDSTATS_CRASH_AFTER", None)
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys; from fedstats.cli.app import main; sys.argv[0] = 'fedstats'; main()",
+            "server",
+            "--db",
+            self.db,
+            "--port",
+            str(self.port),
+            "--tls-cert",
+            str(self.certs["cert"]),
+            "--tls-key",
+            str(self.certs["key"]),
+            "--authority",
+            str(self.root / "authority" / "authority.pub"),
+            "--tick",
+            str(self.tick),
+        ]
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "ab"),
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 180
+        with self.admin() as a:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited {self.proc.returncode}: {self.log_tail()}")
+                try:
+                    if a.get("/healthz", timeout=2).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
+        raise RuntimeError("server did not start within 180 s")
+
+    def stop(self) -> None:
+        """SIGTERM the server (SIGKILL after 20 s)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def admin(self) -> httpx.Client:
+        """An operator HTTP client."""
+        return httpx.Client(
+            base_url=self.url,
+            verify=ssl.create_default_context(cafile=str(self.certs["ca"])),
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=300,
+        )
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The last lines of the server's stderr."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+# ---------------------------------------------------------------------------------------------------
+# devices: worker processes driving unchanged Device objects in threads
+# ---------------------------------------------------------------------------------------------------
+
+
+def _category(method: str, path: str) -> str:
+    """An endpoint's name for the byte tally (secure stages by stage name and direction)."""
+    parts = path.split("?")[0].strip("/").split("/")
+    if "secure" in parts:
+        last = parts[-1]
+        if last == "certificates":
+            return "certificates"
+        return f"{STAGES[int(last)]}_{'up' if method == 'POST' else 'down'}"
+    return parts[-1] if parts[-1] in ("work", "register", "checkin", "seed", "reveal") else "other"
+
+
+class _MeteredHTTP:
+    """Wraps a device's ``httpx.Client``: counts each request's and response's body bytes by endpoint."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self._http = http
+        self.sent: dict[str, int] = defaultdict(int)
+        self.received: dict[str, int] = defaultdict(int)
+        self.requests: dict[str, int] = defaultdict(int)
+
+    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        r = self._http.request(method, path, **kw)
+        cat = _category(method, path)
+        self.sent[cat] += len(kw.get("content") or b"")
+        self.received[cat] += len(r.content)
+        self.requests[cat] += 1
+        return r
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _worker(
+    wid: int,
+    url: str,
+    ca: str,
+    idents: list[dict[str, Any]],
+    columns: list[dict[str, list[int]]],
+    poll: float,
+    seconds: float,
+    go: Any,
+    out: Any,
+) -> None:
+    """Build this worker's devices, signal ready, wait for ``go`` (the run id), run them; put metrics."""
+    from fedstats.client import Device, LocalBudget, Policy
+    from fedstats.secagg import find_parameters
+
+    find_parameters(len(idents))  # warm the imports the first stage needs (scipy)
+    devices = []
+    for ident, cols in zip(idents, columns, strict=True):
+        dev = Device(
+            url,
+            ident,
+            {k: np.asarray(v, dtype=np.int64) for k, v in cols.items()},
+            ca=ca,
+            policy=Policy(allow_non_private=True),
+            budget=LocalBudget(None, epsilon=100.0),
+            timeout=120.0,
+        )
+        dev._http = _MeteredHTTP(dev._http)  # type: ignore[assignment]
+        devices.append(dev)
+    out.put(("ready", wid, None))
+    run_id = go.get()
+    if run_id is None:
+        return
+    errors: list[str] = []
+
+    def drive(dev: Any) -> None:
+        try:
+            dev.run(poll=poll, max_seconds=seconds, until=lambda d: run_id in d.finished)
+        except Exception as exc:  # reported, not raised: the run's outcome tells the rest
+            errors.append(f"{dev.client_id}: {type(exc).__name__}: {exc}")
+
+    c0 = time.process_time()
+    threads = [threading.Thread(target=drive, args=(d,), daemon=True) for d in devices]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpu = time.process_time() - c0
+    per_device = []
+    for d in devices:
+        http = d._http
+        per_device.append(
+            {
+                "sent": dict(http.sent),
+                "received": dict(http.received),
+                "requests": dict(http.requests),
+                "finished": run_id in getattr(d, "finished", set()),
+                "refused": dict(d.refused),
+            }
+        )
+        d.close()
+    out.put(("result", wid, {"cpu_seconds": cpu, "devices": per_device, "errors": errors[:20]}))
+
+
+# ---------------------------------------------------------------------------------------------------
+# one fedstats configuration
+# ---------------------------------------------------------------------------------------------------
+
+
+def _data(n: int, seed: int) -> list[dict[str, list[int]]]:
+    """Each device's ``x``, ``y`` columns (``RECORDS_PER_DEVICE`` records, dependent categories)."""
+    rng = np.random.default_rng(seed)
+    total = n * RECORDS_PER_DEVICE
+    x = rng.integers(0, SHAPE[0], total)
+    y = np.where(rng.random(total) < 0.4, x % SHAPE[1], rng.integers(0, SHAPE[1], total))
+    return [
+        {"x": x[i : i + RECORDS_PER_DEVICE].tolist(), "y": y[i : i + RECORDS_PER_DEVICE].tolist()}
+        for i in range(0, total, RECORDS_PER_DEVICE)
+    ]
+
+
+def _journal(db: str, run_id: str) -> dict[str, Any]:
+    """Per-round stage timings and payload sizes, and the run's phases, from the server's journal."""
+    from sqlalchemy import func, select
+
+    from fedstats.service.models import Audit, RoundRecord, Run, SecureMessage, SecureSession
+    from fedstats.service.store import open_store
+
+    store = open_store(db, migrate=False)
+    try:
+        with store.session() as s:
+            run = s.get(Run, run_id)
+            assert run is not None
+            audit = {
+                a: float(ts)
+                for a, ts in s.execute(
+                    select(Audit.action, func.min(Audit.ts))
+                    .where(Audit.run_id == run_id)
+                    .group_by(Audit.action)
+                ).all()
+            }
+            recs = list(
+                s.execute(
+                    select(RoundRecord)
+                    .where(RoundRecord.run_id == run_id)
+                    .order_by(RoundRecord.index)
+                ).scalars()
+            )
+            rows = s.execute(
+                select(
+                    SecureMessage.round_index,
+                    SecureMessage.stage,
+                    SecureMessage.direction,
+                    func.count(),
+                    func.min(SecureMessage.created_at),
+                    func.max(SecureMessage.created_at),
+                    func.sum(func.length(SecureMessage.payload)),
+                )
+                .where(SecureMessage.run_id == run_id)
+                .group_by(SecureMessage.round_index, SecureMessage.stage, SecureMessage.direction)
+            ).all()
+            sessions = list(
+                s.execute(select(SecureSession).where(SecureSession.run_id == run_id)).scalars()
+            )
+            finished = float(run.finished_at or time.time())
+            out: dict[str, Any] = {
+                "status": run.status,
+                "error": run.error,
+                "n_sessions_per_round": len(sessions) // max(1, len(recs)),
+                "included": [len(json.loads(r.included or "[]")) for r in sessions],
+            }
+            rounds_info = [
+                {
+                    "index": r.index,
+                    "name": r.name,
+                    "dim": int(r.dim),
+                    "opened_at": float(r.opened_at),
+                    "n_records": r.n_clients,
+                }
+                for r in recs
+            ]
+    finally:
+        store.close()
+    msgs: dict[tuple[int, int, str], dict[str, float]] = {
+        (int(r), int(st), str(d)): {
+            "count": int(c),
+            "first": float(a),
+            "last": float(b),
+            "bytes": float(z or 0),
+        }
+        for r, st, d, c, a, b, z in rows
+    }
+    release = audit.get("release", finished)
+    for i, info in enumerate(rounds_info):
+        end = rounds_info[i + 1]["opened_at"] if i + 1 < len(rounds_info) else release
+        stages = {}
+        for st, name in enumerate(STAGES):
+            down = msgs.get((info["index"], st, "down"))
+            up = msgs.get((info["index"], st, "up"))
+            if down is None:
+                continue
+            nxt = msgs.get((info["index"], st + 1, "down"))
+            closed = nxt["first"] if nxt is not None else end
+            stages[name] = {
+                "seconds": closed - down["first"],
+                "first_up_after_seconds": None if up is None else up["first"] - down["first"],
+                "last_up_after_seconds": None if up is None else up["last"] - down["first"],
+                "devices_answered": 0 if up is None else up["count"],
+                "down_bytes_per_device": down["bytes"] / down["count"],
+                "up_bytes_per_device": 0.0 if up is None else up["bytes"] / up["count"],
+            }
+        info["round_seconds"] = end - info["opened_at"]
+        info["stages"] = stages
+        info["secure_bytes_per_device"] = sum(
+            v["down_bytes_per_device"] + v["up_bytes_per_device"] for v in stages.values()
+        )
+    created = float(audit.get("start", rounds_info[0]["opened_at"] if rounds_info else finished))
+    out["phases"] = {
+        "checkin_seconds": created - _run_created(db, run_id),
+        "seeding_seconds": audit.get("seeded", created) - created,
+        "seeded_to_first_round_seconds": (rounds_info[0]["opened_at"] if rounds_info else finished)
+        - audit.get("seeded", created),
+        "rounds_seconds": [r["round_seconds"] for r in rounds_info],
+        "run_seconds": release - _run_created(db, run_id),
+    }
+    out["rounds"] = rounds_info
+    return out
+
+
+def _run_created(db: str, run_id: str) -> float:
+    from fedstats.service.models import Run
+    from fedstats.service.store import open_store
+
+    store = open_store(db, migrate=False)
+    try:
+        with store.session() as s:
+            run = s.get(Run, run_id)
+            assert run is not None
+            return float(run.created_at)
+    finally:
+        store.close()
+
+
+def _wait_run(db: str, run_id: str, timeout: float) -> str:
+    """Poll the run's status in the store until done or aborted (or ``timeout``); return it."""
+    from fedstats.service.models import Run
+    from fedstats.service.store import open_store
+
+    store = open_store(db, migrate=False)
+    status = "unknown"
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with store.session() as s:
+                run = s.get(Run, run_id)
+                status = "unknown" if run is None else str(run.status)
+            if status in ("done", "aborted"):
+                break
+            time.sleep(0.2)
+    finally:
+        store.close()
+    return status
+
+
+def _stop_all(procs: list[Any], go: Any) -> None:
+    for _ in procs:
+        with contextlib.suppress(Exception):
+            go.put(None)
+    for p in procs:
+        p.join(5)
+        if p.is_alive():
+            p.terminate()
+            p.join(5)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=float)
+    return {"mean": float(a.mean()), "max": float(a.max()), "min": float(a.min())}
+
+
+def bench_fedstats(
+    n: int, db: str, root: Path, procs: int, poll: float, tick: float, timeout: float
+) -> dict[str, Any]:
+    """Run one fed-chi2 secure run with ``n`` devices; return the measurements."""
+    from fedstats.service.enrollment import issue_identity
+
+    server = Server(root, db, tick)
+    idents = [
+        issue_identity(root / "authority", f"dev{i}", "default", root / "ids" / f"dev{i}.json")
+        for i in range(n)
+    ]
+    data = _data(n, seed=n)
+    procs = max(1, min(procs, n))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    go = ctx.Queue()
+    workers: list[Any] = []
+    result: dict[str, Any] = {"n": n, "client_processes": procs, "poll_seconds": poll, "tick": tick}
+    try:
+        server.start()
+        assert server.proc is not None
+        pid = server.proc.pid
+        # the server's own cost when nobody talks to it (run-driver ticks against the store)
+        idle0, t_idle = proc_cpu_seconds(pid), time.perf_counter()
+        time.sleep(5.0)
+        result["server_idle_cpu_seconds_per_second"] = (proc_cpu_seconds(pid) - idle0) / (
+            time.perf_counter() - t_idle
+        )
+        for w in range(procs):
+            p = ctx.Process(
+                target=_worker,
+                args=(
+                    w,
+                    server.url,
+                    str(server.certs["ca"]),
+                    idents[w::procs],
+                    data[w::procs],
+                    poll,
+                    timeout,
+                    go,
+                    out,
+                ),
+                daemon=True,
+            )
+            p.start()
+            workers.append(p)
+        ready = 0
+        deadline = time.monotonic() + 300
+        while ready < procs:
+            kind, _wid, _ = out.get(timeout=max(1.0, deadline - time.monotonic()))
+            ready += kind == "ready"
+        task = {
+            "analysis": "fed-chi2",
+            "params": {"shape": list(SHAPE), "encoding_size": ENCODING_SIZE},
+            "privacy": {"epsilon": None, "population": "default"},
+            "cohort_size": n * RECORDS_PER_DEVICE,
+            "min_clients": n * RECORDS_PER_DEVICE // 2,
+            "deadlines": {"checkin": timeout, "round": timeout},
+            "secure_aggregation": {"max_session": n},
+            "label": f"service_secagg n={n}",
+        }
+        rss_before = proc_status_kib(pid, "VmRSS")
+        hwm_reset = reset_peak_rss(pid)
+        with server.admin() as a:
+            r = a.post("/v1/admin/tasks", json=task)
+            r.raise_for_status()
+            cpu0 = proc_cpu_seconds(pid)
+            t0 = time.perf_counter()
+            r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
+            r.raise_for_status()
+            run_id = str(r.json()["run_id"])
+            result["run_id"] = run_id
+            for _ in workers:
+                go.put(run_id)
+            # watch the run in the store, not over HTTP: an overloaded server answers the admin late
+            status = _wait_run(db, run_id, timeout)
+            wall = time.perf_counter() - t0
+            cpu_run = proc_cpu_seconds(pid) - cpu0
+            hwm = proc_status_kib(pid, "VmHWM")
+            result.update(  # kept even if the run did not finish
+                wall_seconds=wall,
+                server_cpu_seconds=cpu_run,
+                server_rss_before_run_mib=rss_before / 1024,
+                server_peak_rss_mib=hwm / 1024,
+            )
+            if status not in ("done", "aborted"):
+                raise TimeoutError(f"run {run_id} not finished after {timeout:.0f} s ({status})")
+            view = a.get(f"/v1/admin/runs/{run_id}", timeout=600).json()
+        per_worker: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 120
+        while len(per_worker) < procs:
+            kind, _wid, payload = out.get(timeout=max(1.0, deadline - time.monotonic()))
+            if kind == "result":
+                per_worker.append(payload)
+        cpu_all = proc_cpu_seconds(pid) - cpu0
+        devices = [d for w in per_worker for d in w["devices"]]
+        cats = sorted({c for d in devices for c in (*d["sent"], *d["received"])})
+        sent = [sum(d["sent"].values()) for d in devices]
+        received = [sum(d["received"].values()) for d in devices]
+        result.update(
+            run_id=run_id,
+            status=view["status"],
+            error=view.get("error"),
+            estimate=(view.get("result") or {}).get("estimate"),
+            wall_seconds=wall,
+            server_cpu_seconds=cpu_run,
+            server_cpu_seconds_until_devices_stopped=cpu_all,
+            server_rss_before_run_mib=rss_before / 1024,
+            server_peak_rss_mib=hwm / 1024,
+            server_peak_rss_reset_before_run=hwm_reset,
+            client_cpu_seconds_total=sum(w["cpu_seconds"] for w in per_worker),
+            device_errors=[e for w in per_worker for e in w["errors"]][:20],
+            devices_finished=sum(d["finished"] for d in devices),
+            bytes_per_client={
+                "sent": _summary(sent),
+                "received": _summary(received),
+                "total_mean": float(np.mean(sent) + np.mean(received)),
+                "by_endpoint_mean": {
+                    c: {
+                        "sent": float(np.mean([d["sent"].get(c, 0) for d in devices])),
+                        "received": float(np.mean([d["received"].get(c, 0) for d in devices])),
+                        "requests": float(np.mean([d["requests"].get(c, 0) for d in devices])),
+                    }
+                    for c in cats
+                },
+            },
+        )
+        result["journal"] = _journal(db, run_id)
+        if view["status"] == "done":
+            replay = protocol_replay(db, run_id)
+            result["protocol_replay"] = replay
+            result["protocol_server_cpu_seconds"] = sum(r["cpu_seconds"] for r in replay)
+        return result
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["server_log_tail"] = server.log_tail()
+        if result.get("run_id"):  # what the journal holds of an unfinished run (stages so far)
+            with contextlib.suppress(Exception):
+                result["journal_partial"] = _journal(db, str(result["run_id"]))
+        return result
+    finally:
+        _stop_all(workers, go)
+        server.stop()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Flower
+# ---------------------------------------------------------------------------------------------------
+
+
+def _run_flower_cpu(peer_py: Path, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One Flower round through ``_flower_cpu_peer.py`` (CPU-time split, wall time) in the peers venv."""
+    try:
+        out = subprocess.run(
+            [str(peer_py), str(HERE / "_flower_cpu_peer.py"), json.dumps(cfg)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"timed out after {timeout:.0f} s"}
+    if out.returncode != 0:
+        lines = out.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else "failed"}
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def protocol_replay(db: str, run_id: str) -> list[dict[str, Any]]:
+    """The server's protocol CPU alone: each session replayed in this process from the journal.
+
+    The journaled device messages are fed to a fresh :class:`fedstats.secagg.server.SecAggServer` stage by
+    stage (as a restarted server does), timed with ``time.process_time`` (no HTTP, TLS, signatures, store);
+    the replayed sum must equal the journaled one.
+    """
+    from sqlalchemy import select
+
+    from fedstats.secagg.server import SecAggServer
+    from fedstats.service import secure, wire
+    from fedstats.service.models import RoundRecord, Run, SecureSession
+    from fedstats.service.store import open_store
+
+    store = open_store(db, migrate=False)
+    out = []
+    try:
+        with store.session() as s:
+            run = s.get(Run, run_id)
+            assert run is not None
+            rows = s.execute(
+                select(SecureSession)
+                .where(SecureSession.run_id == run_id)
+                .order_by(SecureSession.round_index, SecureSession.number)
+            ).scalars()
+            for row in rows:
+                rec = s.get(RoundRecord, (run_id, row.round_index))
+                assert rec is not None
+                members = json.loads(row.members)
+                roster = secure._roster(s, run, row.round_index, row.number, members)
+                ups = [
+                    [bytes(m.payload) for m in secure._ups(s, row, st)] for st in range(len(STAGES))
+                ]
+                c0 = time.process_time()
+                server = SecAggServer(
+                    secure._params(row), length=rec.dim, bits=secure.BITS, roster=roster
+                )
+                server.setup()
+                for st in range(len(STAGES)):
+                    for data in ups[st]:
+                        server.receive_bytes(data)
+                    server.advance()
+                total = server.result().view(np.int64).astype(np.int64)
+                cpu = time.process_time() - c0
+                same = [int(x) for x in total] == [int(x) for x in wire.loads(str(row.total))]
+                out.append(
+                    {
+                        "round": row.round_index,
+                        "session": row.number,
+                        "dim": int(rec.dim),
+                        "cpu_seconds": cpu,
+                        "sum_matches_journal": same,
+                    }
+                )
+    finally:
+        store.close()
+    return out
+
+
+def bench_flower(n: int, lengths: list[int], timeout: float) -> dict[str, Any]:
+    """Flower SecAgg+ rounds (in-process stub grid of ``benchmarks/secagg.py``), one per vector length.
+
+    A round that does not finish within ``timeout`` seconds is recorded as such (its time is then a lower
+    bound), and the remaining lengths are not run.
+    """
+    import secagg as peer
+    from fedstats.secagg import find_parameters
+
+    params = find_parameters(n)
+    rounds = []
+    for length in lengths:
+        cfg = {"n": n, "length": length, "k": params.k, "t": params.t, "drop": [], "seed": 1}
+        t0 = time.perf_counter()
+        res = _run_flower_cpu(peer.PEER_PY, cfg, timeout)
+        res["length"] = length
+        res["process_wall_seconds"] = time.perf_counter() - t0
+        rounds.append(res)
+        if "total_seconds" not in res:
+            break
+    out: dict[str, Any] = {"n": n, "k": params.k, "t": params.t, "rounds": rounds}
+    if len(rounds) < len(lengths) or "total_seconds" not in rounds[-1]:
+        out["timed_out"] = True
+        out["wall_seconds_lower_bound"] = sum(
+            r.get("wall_seconds", r["process_wall_seconds"]) for r in rounds
+        )
+    if all("total_seconds" in r for r in rounds):
+        out["wall_seconds"] = sum(r["wall_seconds"] for r in rounds)
+        out["server_cpu_seconds"] = sum(r["server_seconds"] for r in rounds)
+        out["client_cpu_seconds"] = sum(r["client_seconds"] for r in rounds)
+        out["server_seconds"] = out["server_cpu_seconds"]
+        out["total_seconds"] = sum(r["total_seconds"] for r in rounds)
+        out["total_cpu_seconds"] = sum(r["total_cpu_seconds"] for r in rounds)
+        out["client_seconds"] = sum(r["client_seconds"] for r in rounds)
+        out["bytes_per_client"] = sum(r["bytes_per_client"] for r in rounds)
+        out["correct"] = all(r["correct"] for r in rounds)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------------------------------
+
+
+def _machine() -> dict[str, Any]:
+    info: dict[str, Any] = {"cpu_count": os.cpu_count()}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    with contextlib.suppress(OSError):
+        info["mem_total_kib"] = int(Path("/proc/meminfo").read_text().split()[1])
+    return info
+
+
+def main() -> None:
+    """Run the configurations; print one line each; write ``results/service_secagg.json``."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="n = 100 only")
+    ap.add_argument("--clients", type=int, nargs="+", help="n values (default 100 1000)")
+    ap.add_argument("--procs", type=int, default=4, help="device worker processes")
+    ap.add_argument(
+        "--poll",
+        type=float,
+        default=None,
+        help="seconds between a device's polls (default: n / 200, at least 0.5)",
+    )
+    ap.add_argument("--tick", type=float, default=0.1, help="server run-driver tick, seconds")
+    ap.add_argument("--timeout", type=float, default=1200.0, help="per configuration, seconds")
+    ap.add_argument("--no-flower", action="store_true", help="skip the Flower comparison")
+    ap.add_argument(
+        "--flower-timeout",
+        type=float,
+        default=900.0,
+        help="per Flower round, seconds (about 30 min per round at n = 1000 on an idle 2-core machine)",
+    )
+    ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
+    ap.add_argument("--output", default="service_secagg", help="results name under results/")
+    ap.add_argument(
+        "--keep-others",
+        action="store_true",
+        help="keep the configurations of other n from the existing results file (each row records "
+        "its own command line, time and load averages)",
+    )
+    args = ap.parse_args()
+    clients = args.clients or ([100] if args.quick else [100, 1000])
+
+    import secagg as peer
+
+    use_flower = not args.no_flower and peer.ensure_peers()
+    pg = None if args.db == "sqlite" else pg_reachable()
+    kind = (
+        "sqlite" if args.db == "sqlite" or (args.db == "auto" and pg is not None) else "postgresql"
+    )
+    if kind == "postgresql" and pg is not None:
+        raise SystemExit(pg)
+    doc: dict[str, Any] = {
+        "command": " ".join(["python", "benchmarks/service_secagg.py", *sys.argv[1:]]),
+        "machine_details": _machine(),
+        "load_average_before": list(os.getloadavg()),
+        "store": kind,
+        "store_note": None if kind == "postgresql" else pg,
+        "fedstats_sources": str(SRC),
+        "task": {
+            "analysis": "fed-chi2",
+            "shape": list(SHAPE),
+            "encoding_size": ENCODING_SIZE,
+            "records_per_device": RECORDS_PER_DEVICE,
+            "vector_lengths": [sum(SHAPE), ENCODING_SIZE],
+            "max_session": "n (one session)",
+        },
+        "flower_transport": "in-process stub grid, no network" if use_flower else None,
+        "flower_version": peer.flower_version() if use_flower else None,
+        "flower_note": (
+            "Flower's SecAggPlusWorkflow + secaggplus_mod driven through benchmarks/secagg.py's stub grid "
+            "(protobuf-serialized messages, no network, no TLS, no polling); its SuperLink/SuperNode "
+            "transport was not run (one SuperNode process per client does not fit 2 cores at n = 1000)"
+        ),
+        "configurations": [],
+        "complete": False,
+    }
+
+    command = doc["command"]
+    kept: list[dict[str, Any]] = []
+    old_file = HERE / "results" / f"{args.output}.json"
+    if args.keep_others and old_file.exists():
+        old = json.loads(old_file.read_text())
+        for row in old.get("configurations", []):
+            if row["n"] not in clients:
+                row.setdefault("command", old.get("command"))
+                row.setdefault("time", old.get("time"))
+                row.setdefault("load_average_before", old.get("load_average_before"))
+                row.setdefault("load_average_after", old.get("load_average_after"))
+                kept.append(row)
+
+    def save() -> None:
+        doc["load_average_after"] = list(os.getloadavg())
+        doc["configurations"] = sorted([*kept, *ran], key=lambda r: int(r["n"]))
+        write_results(args.output, doc)
+
+    ran: list[dict[str, Any]] = []
+
+    for n in clients:
+        poll = args.poll if args.poll is not None else max(0.5, n / 200)
+        row: dict[str, Any] = {
+            "n": n,
+            "command": command,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "load_average_before": list(os.getloadavg()),
+        }
+        from fedstats.secagg import find_parameters
+
+        p = find_parameters(n)
+        row["k"], row["t"] = p.k, p.t
+        with tempfile.TemporaryDirectory(prefix="svc-secagg-") as tmp:
+            root = Path(tmp)
+            if kind == "postgresql":
+                with pg_schema() as url:
+                    ours = bench_fedstats(n, url, root, args.procs, poll, args.tick, args.timeout)
+            else:
+                db = f"sqlite:///{root / 'fedstats.db'}"
+                ours = bench_fedstats(n, db, root, args.procs, poll, args.tick, args.timeout)
+            if "error" in ours and ours.get("status") != "done":
+                keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
+                keep.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(OSError):
+                    shutil.copy(root / "server.log", keep)
+        row["fedstats"] = ours
+        print(
+            f"n={n} fedstats: status {ours.get('status')} wall {ours.get('wall_seconds', 0):.1f} s, "
+            f"server CPU {ours.get('server_cpu_seconds', 0):.1f} s, "
+            f"peak RSS {ours.get('server_peak_rss_mib', 0):.0f} MiB, "
+            f"error {ours.get('error')}",
+            flush=True,
+        )
+        if use_flower:
+            lengths = [sum(SHAPE), ENCODING_SIZE]
+            fl = bench_flower(n, lengths, timeout=args.flower_timeout)
+            row["flower"] = fl
+            if "server_cpu_seconds" in fl and ours.get("status") == "done":
+                secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
+                row["ratios_flower_over_fedstats"] = {
+                    "server_cpu": fl["server_cpu_seconds"] / ours["server_cpu_seconds"],
+                    "server_cpu_protocol_only": fl["server_cpu_seconds"]
+                    / ours["protocol_server_cpu_seconds"],
+                    "wall_secure_rounds": fl["wall_seconds"] / secure_wall,
+                    "wall_whole_run": fl["wall_seconds"] / ours["wall_seconds"],
+                    "bytes_per_client": fl["bytes_per_client"]
+                    / ours["bytes_per_client"]["total_mean"],
+                }
+            elif fl.get("timed_out") and ours.get("status") == "done":
+                secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
+                row["ratios_flower_over_fedstats_lower_bounds"] = {
+                    "wall_secure_rounds": fl["wall_seconds_lower_bound"] / secure_wall,
+                    "wall_whole_run": fl["wall_seconds_lower_bound"] / ours["wall_seconds"],
+                    "note": "Flower's first round did not finish within --flower-timeout: its wall time "
+                    "is a lower bound, its server CPU unknown",
+                }
+            print(f"n={n} flower: {json.dumps({k: v for k, v in fl.items() if k != 'rounds'})}")
+            ratios = row.get("ratios_flower_over_fedstats") or row.get(
+                "ratios_flower_over_fedstats_lower_bounds"
+            )
+            print(f"n={n} ratios: {ratios}", flush=True)
+        row["load_average_after"] = list(os.getloadavg())
+        ran.append(row)
+        save()
+    doc["complete"] = True
+    save()
+    print(f"wrote {HERE / 'results' / (args.output + '.json')}")
+
+
+if __name__ == "__main__":
+    main()
