@@ -732,7 +732,7 @@ def protocol_replay(db: str, run_id: str) -> list[dict[str, Any]]:
                 ]
                 c0 = time.process_time()
                 server = SecAggServer(
-                    secure._params(row), length=rec.dim, bits=secure.BITS, roster=roster
+                    secure.parameters_of(row), length=rec.dim, bits=secure.BITS, roster=roster
                 )
                 server.setup()
                 for st in range(len(STAGES)):

@@ -182,6 +182,7 @@ class SecureRuns:
         self._request("POST", path, raw=reply)
 
     def _join_session(self, rnd: Mapping[str, Any], state: SecureState) -> Any:
+        """Verify the run seed and the session's roster certificates; build this device's client."""
         from fedstats.secagg import ClientConfig, SecAggClient, find_parameters
         from fedstats.secagg.identity import ClientIdentity
 
@@ -205,9 +206,8 @@ class SecureRuns:
             session=seeding.session_id(state.seed, index, number),
             task_id=seeding.task_id_bytes(run_id),
         )
-        params = find_parameters(
-            int(info["n"])
-        )  # pinned: computed here, never taken from the server
+        # the parameters are pinned: computed here from the session size, never taken from the server
+        params = find_parameters(int(info["n"]))
         config = ClientConfig.from_parameters(
             params,
             bits=seeding.BITS,
