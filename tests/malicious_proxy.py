@@ -162,8 +162,10 @@ def _parameter_tampering(body: bytes) -> bytes:
 
 @_on_stage(0)
 def _graph_choice(body: bytes) -> bytes:
-    """A session id the server picked (it fixes the communication graph), not the run seed's."""
-    return _setup(body, lambda m: _roster(m, session=os.urandom(32)))
+    """A session id the server picked (it fixes the communication graph), not the run seed's, put
+    consistently in the setup message and its roster (only the run-seed check can catch it)."""
+    sid = os.urandom(32)
+    return _setup(body, lambda m: _roster(dataclasses.replace(m, session=sid), session=sid))
 
 
 @_on_stage(0)
