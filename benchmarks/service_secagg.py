@@ -2,7 +2,8 @@
 
 Usage::
 
-    python benchmarks/service_secagg.py [--quick] [--clients 100 1000] [--procs 4] [--poll SECONDS]
+    python benchmarks/service_secagg.py [--quick] [--clients 100 1000] [--procs 4] [--wait SECONDS]
+        [--poll SECONDS]
         [--timeout SECONDS] [--flower-timeout SECONDS] [--no-flower] [--db auto|sqlite|postgresql]
 
 For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
@@ -10,7 +11,8 @@ For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
 1. **fedstats.** A real ``fedstats server`` process (HTTPS on 127.0.0.1, the worktree's sources) and ``n``
    enrolled devices: unchanged :class:`fedstats.client.Device` objects (the real SDK: signed requests,
    certificate checks of the roster, the seed transcript, the five-stage malicious-server protocol), run in
-   threads of ``--procs`` worker processes (``Device.run`` with ``--poll``). One ``fed-chi2`` task
+   threads of ``--procs`` worker processes (``Device.run`` long-polling with ``--wait``; with
+   ``--wait 0`` they poll every ``--poll`` seconds instead). One ``fed-chi2`` task
    with ``secure_aggregation.max_session = n`` (one session of ``n``) and ``n * records`` records; the run
    is two secure rounds (marginals, length ``m_x + m_y``; projection, length ``encoding_size``). Measured:
 
@@ -293,6 +295,7 @@ def _worker(
     idents: list[dict[str, Any]],
     columns: list[dict[str, list[int]]],
     poll: float,
+    wait: float,
     seconds: float,
     go: Any,
     out: Any,
@@ -323,7 +326,7 @@ def _worker(
 
     def drive(dev: Any) -> None:
         try:
-            dev.run(poll=poll, max_seconds=seconds, until=lambda d: run_id in d.finished)
+            dev.run(poll=poll, wait=wait, max_seconds=seconds, until=lambda d: run_id in d.finished)
         except Exception as exc:  # reported, not raised: the run's outcome tells the rest
             errors.append(f"{dev.client_id}: {type(exc).__name__}: {exc}")
 
@@ -530,7 +533,14 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 def bench_fedstats(
-    n: int, db: str, root: Path, procs: int, poll: float, tick: float, timeout: float
+    n: int,
+    db: str,
+    root: Path,
+    procs: int,
+    poll: float,
+    wait: float,
+    tick: float,
+    timeout: float,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements."""
     from fedstats.service.enrollment import issue_identity
@@ -546,7 +556,13 @@ def bench_fedstats(
     out = ctx.Queue()
     go = ctx.Queue()
     workers: list[Any] = []
-    result: dict[str, Any] = {"n": n, "client_processes": procs, "poll_seconds": poll, "tick": tick}
+    result: dict[str, Any] = {
+        "n": n,
+        "client_processes": procs,
+        "long_poll_seconds": wait,
+        "poll_seconds": poll,
+        "tick": tick,
+    }
     try:
         server.start()
         assert server.proc is not None
@@ -567,6 +583,7 @@ def bench_fedstats(
                     idents[w::procs],
                     data[w::procs],
                     poll,
+                    wait,
                     timeout,
                     go,
                     out,
@@ -822,9 +839,17 @@ def main() -> None:
         "--poll",
         type=float,
         default=None,
-        help="seconds between a device's polls (default: n / 200, at least 0.5)",
+        help="with --wait 0: seconds between a device's polls (default: n / 200, at least 0.5)",
     )
-    ap.add_argument("--tick", type=float, default=0.1, help="server run-driver tick, seconds")
+    ap.add_argument(
+        "--wait",
+        type=float,
+        default=20.0,
+        help="long polling: the server holds a device's poll up to this long (0: plain polling)",
+    )
+    ap.add_argument(
+        "--tick", type=float, default=1.0, help="server run-driver's longest pause, seconds"
+    )
     ap.add_argument("--timeout", type=float, default=1200.0, help="per configuration, seconds")
     ap.add_argument("--no-flower", action="store_true", help="skip the Flower comparison")
     ap.add_argument(
@@ -915,10 +940,14 @@ def main() -> None:
             root = Path(tmp)
             if kind == "postgresql":
                 with pg_schema() as url:
-                    ours = bench_fedstats(n, url, root, args.procs, poll, args.tick, args.timeout)
+                    ours = bench_fedstats(
+                        n, url, root, args.procs, poll, args.wait, args.tick, args.timeout
+                    )
             else:
                 db = f"sqlite:///{root / 'fedstats.db'}"
-                ours = bench_fedstats(n, db, root, args.procs, poll, args.tick, args.timeout)
+                ours = bench_fedstats(
+                    n, db, root, args.procs, poll, args.wait, args.tick, args.timeout
+                )
             if "error" in ours and ours.get("status") != "done":
                 keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
                 keep.parent.mkdir(parents=True, exist_ok=True)

@@ -121,7 +121,7 @@ class Deployment:
                 "--authority",
                 str(self.root / "authority" / "authority.pub"),
                 "--tick",
-                "0.05",
+                "0.5",
                 *extra,
             ],
             env=env,

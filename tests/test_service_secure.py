@@ -255,7 +255,7 @@ def _drive(devices: list[Any], run_id: str, seconds: float = 150.0) -> list[thre
     threads = [
         threading.Thread(
             target=d.run,
-            kwargs={"poll": 0.1, "max_seconds": seconds, "until": done},
+            kwargs={"poll": 0.1, "wait": 10.0, "max_seconds": seconds, "until": done},
             daemon=True,
         )
         for d in devices

@@ -51,7 +51,22 @@ def run(
     allow_non_private: Annotated[
         bool, typer.Option("--allow-non-private", help="Take part in exact analyses.")
     ] = False,
-    poll: Annotated[float, typer.Option("--poll", min=0.01, help="Seconds between polls.")] = 0.5,
+    poll: Annotated[
+        float,
+        typer.Option(
+            "--poll", min=0.01, help="Seconds between polls with --wait 0, and before a retry."
+        ),
+    ] = 0.5,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=0.0,
+            max=3600.0,
+            help="Long polling: the server holds each poll up to this long until there is new work "
+            "(0: poll every --poll seconds).",
+        ),
+    ] = 20.0,
     runs: Annotated[
         int | None, typer.Option("--runs", min=1, help="Stop after this many runs finished.")
     ] = None,
@@ -91,7 +106,7 @@ def run(
         return runs is not None and len(getattr(d, "finished", ())) >= runs
 
     try:
-        dev.run(poll=poll, until=enough, max_seconds=max_seconds)
+        dev.run(poll=poll, wait=wait, until=enough, max_seconds=max_seconds)
     finally:
         dev.close()
 

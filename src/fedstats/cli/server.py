@@ -53,8 +53,13 @@ def serve(
         float, typer.Option("--burst", min=1.0, help="Burst of requests per client.")
     ] = 200.0,
     tick: Annotated[
-        float, typer.Option("--tick", min=0.01, help="Seconds between run-driver passes.")
-    ] = 0.1,
+        float,
+        typer.Option(
+            "--tick",
+            min=0.01,
+            help="Longest time between run-driver passes (devices' messages also start one at once).",
+        ),
+    ] = 1.0,
     lease_seconds: Annotated[
         float,
         typer.Option(
@@ -110,6 +115,8 @@ def serve(
         ssl_keyfile=str(tls_key) if tls_key else None,
         log_level="warning",
         access_log=False,
+        # held long polls would otherwise keep a stopping server up to ServerSettings.max_wait
+        timeout_graceful_shutdown=3,
     )
 
 

@@ -274,11 +274,14 @@ class Device(SecureRuns):
         self.budget = budget or LocalBudget(None)
         self.randomness = randomness or RandomSource()
         self.log = log or (lambda _line: None)
+        self._timeout = float(timeout)
         self._http = httpx.Client(
             base_url=server.rstrip("/"),
             verify=ssl.create_default_context(cafile=str(ca)) if ca is not None else True,
             timeout=timeout,
         )
+        self._work: dict[str, Any] = {"offers": [], "reveals": [], "rounds": [], "finished": []}
+        self._etag: str | None = None  # the server's tag of the last work list handled in full
         self.refused: dict[str, str] = {}
         self.joined: dict[str, dict[str, int]] = {}
         self.reported: set[tuple[str, int]] = set()
@@ -303,22 +306,45 @@ class Device(SecureRuns):
     ) -> Any:
         """Send a signed request (JSON ``payload`` or ``raw`` bytes); return its JSON or raw body."""
         body = raw if raw is not None else b"" if payload is None else json.dumps(payload).encode()
+        kind = None if not body else "application/octet-stream" if raw else "application/json"
+        r = self._send(method, path, body, content_type=kind, retries=retries)
+        return r.content if binary else r.json()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        *,
+        content_type: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        retries: int = 6,
+    ) -> httpx.Response:
+        """Send a signed request, retrying transport errors and 429/5xx with backoff; return a < 400 answer."""
         delay = 0.2
         for attempt in range(retries + 1):
-            headers = auth.sign_request(self._key, self.client_id, method, path, body)
-            if body:
-                headers["content-type"] = (
-                    "application/octet-stream" if raw is not None else "application/json"
-                )
+            signed = auth.sign_request(self._key, self.client_id, method, path, body)
+            if content_type is not None:
+                signed["content-type"] = content_type
+            signed.update(headers or {})
             try:
-                r = self._http.request(method, path, content=body, headers=headers)
+                r = self._http.request(
+                    method,
+                    path,
+                    content=body,
+                    headers=signed,
+                    params=params,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
             except httpx.TransportError as exc:
                 if attempt == retries:
                     raise
                 self.log(f"retry {path} after {type(exc).__name__}")
             else:
                 if r.status_code < 400:
-                    return r.content if binary else r.json()
+                    return r
                 # a request queued past the replay window (an overloaded server) is signed anew
                 stale = r.status_code == 401 and "replay window" in r.text
                 if (r.status_code not in (429, 502, 503, 504) and not stale) or attempt == retries:
@@ -333,9 +359,34 @@ class Device(SecureRuns):
         self._request("POST", "/v1/client/register", {"certificate": self._cert})
 
     # -- one pass
-    def step(self) -> dict[str, Any]:
-        """Poll once: answer offers (check in or refuse) and rounds; return the server's work list."""
-        work: dict[str, Any] = self._request("GET", "/v1/client/work")
+    def step(self, wait: float = 0.0) -> dict[str, Any]:
+        """Poll once: answer offers (check in or refuse) and rounds; return the server's work list.
+
+        Parameters
+        ----------
+        wait : float
+            Long polling: if the work list is still the one this device last handled in full, the server
+            holds the poll up to this many seconds (it caps it, by default at 25) until the list changes;
+            if it does not, nothing is done. 0 (default) answers at once.
+        """
+        headers = {"If-None-Match": self._etag} if self._etag else None
+        r = self._send(
+            "GET",
+            "/v1/client/work",
+            b"",
+            params={"wait": f"{max(0.0, wait):.3f}"},
+            headers=headers,
+            timeout=self._timeout + max(0.0, wait),
+        )
+        if r.status_code == 304:  # nothing new since the last list, which was handled in full
+            return self._work
+        work: dict[str, Any] = r.json()
+        self._handle(work)
+        # only now: a list whose handling failed part-way is fetched (and handled) again at once
+        self._work, self._etag = work, r.headers.get("etag")
+        return work
+
+    def _handle(self, work: Mapping[str, Any]) -> None:
         for offer in work["offers"]:
             rid = offer["run_id"]
             if rid in self.refused or rid in self.joined:
@@ -382,7 +433,6 @@ class Device(SecureRuns):
                 continue
             self._answer(rnd)
             self.reported.add(key)
-        return work
 
     def _answer(self, rnd: Mapping[str, Any]) -> None:
         run_id = str(rnd["run_id"])
@@ -421,18 +471,33 @@ class Device(SecureRuns):
         self,
         *,
         poll: float = 0.5,
+        wait: float = 20.0,
         until: Callable[[Device], bool] | None = None,
         max_seconds: float | None = None,
     ) -> None:
-        """Register, then poll every ``poll`` seconds until ``until(self)`` or ``max_seconds`` elapse."""
+        """Register, then poll until ``until(self)`` or ``max_seconds`` elapse.
+
+        Parameters
+        ----------
+        poll : float
+            Seconds between two polls when ``wait`` is 0, and before a retry after a failed poll (> 0).
+        wait : float
+            Long polling (>= 0): each poll is held by the server up to this many seconds until there is
+            something new, and the next one follows at once. 0: poll every ``poll`` seconds.
+        until : callable, optional
+            Stop once it returns True (checked after each poll).
+        max_seconds : float, optional
+            Stop after this long.
+        """
         t0 = time.monotonic()
         registered = False
         while True:
+            left = None if max_seconds is None else max_seconds - (time.monotonic() - t0)
             try:
                 if not registered:
                     self.register()
                     registered = True
-                work = self.step()
+                work = self.step(wait if left is None else max(0.0, min(wait, left)))
             except (httpx.TransportError, _HTTPError) as exc:
                 # a server restarting or overloaded: keep polling (a 4xx other than 409/429 is fatal)
                 status = getattr(exc, "status", 503)
@@ -449,7 +514,8 @@ class Device(SecureRuns):
                 return
             if max_seconds is not None and time.monotonic() - t0 > max_seconds:
                 return
-            time.sleep(poll)
+            if wait <= 0:
+                time.sleep(poll)
 
 
 class _HTTPError(FedstatsError):

@@ -29,10 +29,12 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import delete, select
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
 from fedstats.service import auth, driver, ledger, runs, tasks
+from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import add_client_routes
 from fedstats.service.models import Audit, Authority, Budget, Nonce, Operator
 from fedstats.service.schemas import (
@@ -50,6 +52,8 @@ __all__ = ["ServerSettings", "create_app"]
 
 log = logging.getLogger("fedstats.service")
 
+_PURGE_SECONDS = 30.0  # expired nonces are deleted at most this often
+
 
 @dataclass
 class ServerSettings:
@@ -64,7 +68,14 @@ class ServerSettings:
     replay_window : float
         Seconds a signed request's timestamp may differ from the server clock; nonces are kept this long.
     tick : float
-        Seconds between two passes of the run driver.
+        Longest time between two passes of the run driver (deadlines, and changes made by other server
+        processes, are noticed within it). A device's message also triggers a pass at once
+        (:mod:`.changes`), so this does not pace the rounds.
+    max_wait : float
+        Longest time a long-polling ``GET /v1/client/work`` is held open (a device asks for at most this).
+    recheck : float
+        How often this process reads the shared ``state_version`` counter, to wake its held polls when
+        another server process on the same database changed a run (:mod:`.changes`).
     lease_seconds : float
         How long this process's claim on a run lasts without renewal (:class:`~.driver.Driver`); after
         it, another server process on the same database takes the run over.
@@ -77,7 +88,9 @@ class ServerSettings:
     rate: float = 50.0
     burst: float = 200.0
     replay_window: float = 300.0
-    tick: float = 0.1
+    tick: float = 1.0
+    max_wait: float = 25.0
+    recheck: float = 2.0
     lease_seconds: float = 30.0
     server_id: str | None = None
 
@@ -216,27 +229,64 @@ def create_app(
             log.info(json.dumps({"event": "fault_injection", "at": crash_after, "run_id": run_id}))
             os.kill(os.getpid(), signal.SIGKILL)
 
+    changes = Changes()  # the driver's state transitions: wake long-polling devices
+    wakeup = Wakeup()  # devices' messages: wake the driver
+
+    def changed() -> None:
+        """Publish a state transition: to the other server processes, then to this one's waiting polls."""
+        try:
+            changes.observe(record_change(store))
+        except SQLAlchemyError:  # the database is away: this process's devices still learn of it
+            log.exception("cannot record a state change")
+        changes.bump()
+
     runner = driver.Driver(
-        store, crash_hook=hook, lease_seconds=cfg.lease_seconds, owner=cfg.server_id
+        store,
+        crash_hook=hook,
+        lease_seconds=cfg.lease_seconds,
+        owner=cfg.server_id,
+        on_change=changed,
     )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
+        changes.bind(asyncio.get_running_loop())
+        wakeup.bind()
 
         async def loop() -> None:
+            purged = 0.0
             while not stop.is_set():
+                changed = False
                 try:
-                    await asyncio.to_thread(runner.tick)
-                    await asyncio.to_thread(_purge_nonces)
+                    changed = await asyncio.to_thread(runner.tick)
+                    if time.monotonic() - purged > _PURGE_SECONDS:
+                        await asyncio.to_thread(_purge_nonces)
+                        purged = time.monotonic()
                 except Exception:
                     log.exception("driver tick failed")
+                if (
+                    changed
+                ):  # a transition may enable the next one (e.g. check-in closed: open round 0)
+                    continue
+                await wakeup.wait(cfg.tick)
+
+        async def watch() -> None:
+            while not stop.is_set():
+                try:
+                    if changes.observe(await asyncio.to_thread(read_version, store)):
+                        changes.bump()  # another server process changed a run
+                except SQLAlchemyError:
+                    log.exception("cannot read the state version")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), cfg.tick)
+                    await asyncio.wait_for(stop.wait(), cfg.recheck)
 
         task = asyncio.create_task(loop()) if run_driver else None
+        watcher = asyncio.create_task(watch())
         yield
         stop.set()
+        wakeup.set()
+        await watcher
         if task is not None:
             await task
 
@@ -337,6 +387,7 @@ def create_app(
             with store.session() as s, s.begin():
                 ledger.audit(s, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
             raise
+        changed()  # a new offer: wake the devices waiting for work
         with store.session() as s:
             return RunOut(**runs.run_view(s, rid))
 
@@ -394,7 +445,7 @@ def create_app(
             for a in rows
         ]
 
-    add_client_routes(app, store, cfg, counters)
+    add_client_routes(app, store, cfg, counters, changes=changes, wakeup=wakeup)
     app.add_middleware(_Limits, settings=cfg, counters=counters)
     return app
 

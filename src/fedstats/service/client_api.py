@@ -6,12 +6,14 @@ Every request is signed by an enrolled device (:mod:`.auth`); the secure-run end
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -19,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from fedstats.errors import SecurityError
 from fedstats.service import auth, runs, tasks
+from fedstats.service.changes import Changes, Wakeup
 from fedstats.service.models import Authority, Client, Nonce
 from fedstats.service.secure_api import add_secure_routes
 from fedstats.service.store import Store
@@ -26,7 +29,15 @@ from fedstats.service.store import Store
 __all__ = ["add_client_routes"]
 
 
-def add_client_routes(app: FastAPI, store: Store, cfg: Any, counters: dict[str, float]) -> None:
+def add_client_routes(
+    app: FastAPI,
+    store: Store,
+    cfg: Any,
+    counters: dict[str, float],
+    *,
+    changes: Changes,
+    wakeup: Wakeup,
+) -> None:
     """Add the client endpoints (and the secure-run ones) to ``app``.
 
     Parameters
@@ -34,9 +45,13 @@ def add_client_routes(app: FastAPI, store: Store, cfg: Any, counters: dict[str, 
     app : FastAPI
     store : Store
     cfg : ServerSettings
-        The server's settings (replay window).
+        The server's settings (replay window, long-poll bounds).
     counters : dict
         The server's metrics counters.
+    changes : Changes
+        The run driver's state transitions, which wake long-polling ``GET /v1/client/work`` requests.
+    wakeup : Wakeup
+        Set after each device message is committed, so the driver closes a round or stage at once.
     """
     # -- client side (signed requests; not part of the admin OpenAPI description)
     # enrolled clients: id -> (public key, not_after, population); rows never change once stored
@@ -183,15 +198,34 @@ def add_client_routes(app: FastAPI, store: Store, cfg: Any, counters: dict[str, 
         return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
     @app.get("/v1/client/work", include_in_schema=False)
-    async def work(request: Request) -> dict[str, Any]:
+    async def work(request: Request, wait: float = 0.0) -> Response:
+        """The device's work list (JSON, with an ``ETag``), long-polled.
+
+        With ``If-None-Match`` naming the list the device already has, the request is held up to ``wait``
+        seconds (at most ``max_wait``) until the list differs; if it still does not, the answer is 304.
+        """
         cid, _, _ = await signed(request)
         c = await enrolled(cid)
+        if not 0.0 <= wait <= 3600.0:  # NaN fails too
+            raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
+        known = request.headers.get("if-none-match")
+        end = time.monotonic() + min(wait, cfg.max_wait)
 
-        def get() -> dict[str, Any]:
+        def get() -> bytes:
             with store.session() as s:
-                return runs.client_work(s, cid, c[2])
+                return json.dumps(runs.client_work(s, cid, c[2]), separators=(",", ":")).encode()
 
-        return dict(await threaded(get))
+        while True:
+            generation = changes.generation
+            body = await threaded(get)
+            tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+            left = end - time.monotonic()
+            if tag != known:
+                return Response(body, media_type="application/json", headers={"ETag": tag})
+            if left <= 0:
+                return Response(status_code=304, headers={"ETag": tag})
+            if changes.generation == generation:  # else: changed while we computed; look again
+                await changes.wait(left)
 
     @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
     async def checkin(run_id: str, request: Request) -> dict[str, Any]:
@@ -211,7 +245,9 @@ def add_client_routes(app: FastAPI, store: Store, cfg: Any, counters: dict[str, 
                     raise SecurityError("this run is for another population")
                 return runs.checkin(s, run_id, cid, records, commitment)
 
-        return dict(await threaded(go))
+        out = dict(await threaded(go))
+        wakeup.set()  # the cohort may be complete: let the driver close check-in now
+        return out
 
     @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", include_in_schema=False)
     async def report(run_id: str, index: int, request: Request) -> dict[str, Any]:
@@ -226,8 +262,9 @@ def add_client_routes(app: FastAPI, store: Store, cfg: Any, counters: dict[str, 
                 return runs.submit_report(s, run_id, index, cid, data.get("vector"), data["count"])
 
         new = await threaded(go)
+        wakeup.set()  # the round may be complete
         counters["reports_accepted" if new else "reports_duplicate"] += 1
         # the transaction has committed: only now is the report acknowledged
         return {"accepted": True, "duplicate": not new}
 
-    add_secure_routes(app, store, signed, _use, _json, counters)
+    add_secure_routes(app, store, signed, _use, _json, counters, wakeup)

@@ -14,7 +14,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +101,10 @@ class Driver:
         How long a claim lasts without renewal (each pass renews it), > 0 (default 30).
     owner : str, optional
         This process's name in ``lease_owner`` (default host, pid and a random suffix).
+    on_change : callable, optional
+        Called (from the thread running :meth:`tick`) after a pass that changed what devices see: a run
+        started, seeded or finished, a round or a secure stage opened or closed. The server wakes its
+        long-polling devices with it (:class:`fedstats.service.changes.Changes`).
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class Driver:
         *,
         lease_seconds: float = 30.0,
         owner: str | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
@@ -118,6 +123,8 @@ class Driver:
         self._sessions = secure.SessionCache()
         self._lock = threading.Lock()
         self._crash_hook = crash_hook
+        self._on_change = on_change
+        self._changed = False
         self.lease_seconds = float(lease_seconds)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
         self.metrics: dict[str, float] = {
@@ -177,9 +184,16 @@ class Driver:
         self._sessions.drop(run.id)
         return False
 
-    def tick(self) -> None:
-        """Advance every run this process holds a lease on by as much as possible now."""
+    def tick(self) -> bool:
+        """Advance every run this process holds a lease on by as much as possible now.
+
+        Returns
+        -------
+        bool
+            Whether the pass changed what devices see (another pass may then advance further).
+        """
         with self._lock:
+            self._changed = False
             ids = self._claim()
             for rid in ids:
                 try:
@@ -196,6 +210,9 @@ class Driver:
                 except Exception as exc:  # one broken run must not stop the others
                     log.exception("run %s failed", rid)
                     self._abort(rid, f"internal error: {type(exc).__name__}: {exc}")
+            if self._changed and self._on_change is not None:
+                self._on_change()
+            return self._changed
 
     # -- state transitions
     def _abort(self, run_id: str, reason: str) -> None:
@@ -218,6 +235,7 @@ class Driver:
             else:  # a journaled sum already shaped later rounds' public parameters: keep the charge
                 ledger.spend(s, run_id)
             ledger.audit(s, "server", "abort", run_id, reason=reason)
+        self._changed = True
         self.metrics["runs_aborted"] += 1
         log.info(json.dumps({"event": "run_aborted", "run_id": run_id, "reason": reason}))
 
@@ -237,6 +255,7 @@ class Driver:
             run.status = "done"
             run.finished_at = time.time()
             ledger.audit(s, "server", "release", run_id, analysis=payload.get("analysis"))
+        self._changed = True
         self.metrics["runs_done"] += 1
         log.info(json.dumps({"event": "run_done", "run_id": run_id}))
 
@@ -310,6 +329,7 @@ class Driver:
                     if run.status != "running":
                         return
                     ledger.audit(s, "server", "seeded", run.id, seed=run.public_seed)
+                    self._changed = True
                 if run.status != "running":
                     return
                 live = self._live.get(run_id)
@@ -343,6 +363,7 @@ class Driver:
         # a secure run first fixes its public seed from the members' reveals (service.seeding)
         run.status = "seeding" if secure.is_secure(cfg) else "running"
         run.n_clients = used
+        self._changed = True
         ledger.audit(s, "server", "start", run.id, n_clients=used)
 
     def _abort_in(self, s: Session, run: Run, reason: str) -> None:
@@ -352,6 +373,7 @@ class Driver:
         run.finished_at = time.time()
         ledger.release(s, run.id, reason=reason)
         ledger.audit(s, "server", "abort", run.id, reason=reason)
+        self._changed = True
         self.metrics["runs_aborted"] += 1
         log.info(json.dumps({"event": "run_aborted", "run_id": run.id, "reason": reason}))
 
@@ -391,6 +413,7 @@ class Driver:
             self._abort(run_id, abort)
             return None
         if opened:
+            self._changed = True
             self._hook("opened", run_id, live.index)
             return None
         with s.begin():
@@ -422,6 +445,8 @@ class Driver:
                 rec.n_clients = n
                 rec.status = "closed"
         # committed: fault-injection tests may now kill the process after a secure stage
+        if self._sessions.advanced or got is not None:
+            self._changed = True
         for rid, idx, stage in self._sessions.advanced:
             self._hook(f"stage{stage}", rid, idx)
         self._sessions.advanced.clear()

@@ -24,6 +24,9 @@ secure_sessions, secure_messages
     deadline and, once done, its sum), and the journal of every stage's messages in both directions
     (``down``: server to device, ``up``: device to server), from which a restarted server rebuilds the
     session by replay (:mod:`.secure`).
+state_version
+    One row: a counter the run drivers of every server process increment after each state transition,
+    so that a process whose devices long-poll learns of transitions made by another (:mod:`.changes`).
 budgets, ledger, audit
     The privacy ledger: budgets per population and per analyst, one charge per run (reserved, then spent
     or released), and an append-only audit log.
@@ -58,6 +61,7 @@ __all__ = [
     "RunMember",
     "SecureMessage",
     "SecureSession",
+    "StateVersion",
     "Task",
 ]
 
@@ -209,6 +213,14 @@ class Nonce(Base):
     client_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
     ts: Mapped[float] = mapped_column(Float, index=True)
+
+
+class StateVersion(Base):
+    """The one-row counter of state transitions (:mod:`.changes`)."""
+
+    __tablename__ = "state_version"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Operator(Base):

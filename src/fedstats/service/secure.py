@@ -361,12 +361,14 @@ def advance_sessions(
         ``(total, n_records)`` once every session is done (the exact sum of the session sums, int64 or
         object), an abort reason if a session aborted, else None (still waiting).
     """
+    # read without a lock: only the run's lease holder (the caller, under the run's row lock) changes a
+    # session, and devices' stage messages (which take the row FOR SHARE) must not queue behind a pass
+    # that only counts; the row is locked, and re-read, only to close its stage
     rows = list(
         s.execute(
             select(SecureSession)
             .where(SecureSession.run_id == run.id, SecureSession.round_index == rec.index)
             .order_by(SecureSession.number)
-            .with_for_update()
         ).scalars()
     )
     now = time.time()
@@ -375,6 +377,9 @@ def advance_sessions(
             continue
         if now < row.deadline and _count(s, row, "up") < _count(s, row, "down"):
             continue  # still waiting: counted in SQL, no payload read
+        s.refresh(row, with_for_update=True)
+        if row.status != "open":
+            continue
         ups = _ups(s, row, row.stage)
         live = cache.get(row)
         if live is None:

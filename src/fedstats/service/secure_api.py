@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from fedstats.service import runs, secure_devices
+from fedstats.service.changes import Wakeup
 from fedstats.service.models import Nonce
 from fedstats.service.store import Store
 
@@ -43,6 +44,7 @@ def add_secure_routes(
     use_nonce: UseNonce,
     parse_json: Callable[[bytes], Any],
     counters: dict[str, float],
+    wakeup: Wakeup,
 ) -> None:
     """Add the secure-run client endpoints to ``app`` (see the module docstring).
 
@@ -58,6 +60,8 @@ def add_secure_routes(
         Parses a JSON body (HTTP 422 on malformed input).
     counters : dict
         The server's metrics counters.
+    wakeup : Wakeup
+        Set after each committed reveal or stage message: the driver may close the seeding or the stage.
     """
     base = "/v1/client/runs/{run_id}"
 
@@ -104,6 +108,7 @@ def add_secure_routes(
                 return secure_devices.record_reveal(s, run, cid, data["value"], data["seen"])
 
         new = await run_in_threadpool(go)
+        wakeup.set()
         return {"accepted": True, "duplicate": not new}
 
     stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
@@ -145,5 +150,6 @@ def add_secure_routes(
                 return secure_devices.submit_up(s, run_id, index, number, stage, cid, body)
 
         new = await run_in_threadpool(go)
+        wakeup.set()
         counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
         return {"accepted": True, "duplicate": not new}

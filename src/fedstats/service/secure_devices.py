@@ -117,12 +117,27 @@ def _session_of(s: Session, run_id: str, index: int, number: int) -> SecureSessi
     return row
 
 
+# a session's members never change once it is stored: each session's member -> index map is parsed once
+# (a 1000-member session is asked about by every member at every poll and stage)
+_MEMBERS: dict[tuple[str, int, int], dict[str, int]] = {}
+
+
+def _members(row: SecureSession) -> dict[str, int]:
+    key = (row.run_id, row.round_index, row.number)
+    got = _MEMBERS.get(key)
+    if got is None:
+        got = {cid: i for i, cid in enumerate(json.loads(row.members))}
+        if len(_MEMBERS) > 1024:
+            _MEMBERS.clear()
+        _MEMBERS[key] = got
+    return got
+
+
 def _position(row: SecureSession, client_id: str) -> int:
-    members = json.loads(row.members)
-    try:
-        return int(members.index(client_id))
-    except ValueError:
-        raise SecurityError("this client is not in the session") from None
+    i = _members(row).get(client_id)
+    if i is None:
+        raise SecurityError("this client is not in the session")
+    return i
 
 
 def session_member(s: Session, run_id: str, index: int, number: int, client_id: str) -> int:
@@ -148,10 +163,10 @@ def secure_work(s: Session, run: Run, rec: RoundRecord, client_id: str) -> dict[
         )
     ).scalars()
     for row in rows:
-        members = json.loads(row.members)
-        if client_id not in members:
+        members = _members(row)
+        i = members.get(client_id)
+        if i is None:
             continue
-        i = members.index(client_id)
         key = (run.id, rec.index, row.number, row.stage)
         down = s.get(SecureMessage, (*key, "down", i))
         if down is None or s.get(SecureMessage, (*key, "up", i)) is not None:

@@ -54,7 +54,9 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         return _sqlite_engine(url)
     if url.startswith("postgresql"):
-        return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+        # 20 kept connections: a connection past the pool size is closed when returned, and reopening it
+        # costs a new PostgreSQL backend process
+        return create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
     raise ParameterError("db", url, "a sqlite:///FILE or postgresql+psycopg://... URL")
 
 

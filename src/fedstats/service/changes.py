@@ -1,0 +1,126 @@
+"""Wake-ups inside one server process: long-polling devices on state changes, the run driver on messages.
+
+Devices long-poll ``GET /v1/client/work`` (:mod:`.client_api`): the request is held until the device's work
+list differs from the one it already has, instead of the device asking again every fraction of a second.
+Two signals make that cheap and prompt:
+
+* :class:`Changes` counts the run driver's state transitions (a run opened, seeded, finished; a round or a
+  secure stage opened or closed) and wakes every waiting poll, which then recomputes its device's work;
+* :class:`Wakeup` is set by the handlers of device messages (check-in, reveal, report, stage message), so
+  the driver closes a round or a stage as soon as its last message is in rather than at its next timed
+  pass.
+
+Across server processes on one database (scale-out), every transition also increments the one-row
+``state_version`` counter (:func:`record_change`); each process reads it every ``ServerSettings.recheck``
+seconds (:func:`read_version`, one query per process, not per device) and wakes its own waiting polls
+when another process moved it. The driver sees other processes' changes at its next timed pass
+(``ServerSettings.tick``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+from sqlalchemy import select, update
+
+from fedstats.service.models import StateVersion
+from fedstats.service.store import Store
+
+__all__ = ["Changes", "Wakeup", "read_version", "record_change"]
+
+
+def record_change(store: Store) -> int:
+    """Increment the shared ``state_version`` counter in its own transaction; return its new value."""
+    with store.session() as s, s.begin():
+        got = s.execute(
+            update(StateVersion)
+            .where(StateVersion.id == 1)
+            .values(version=StateVersion.version + 1)
+            .returning(StateVersion.version)
+        ).scalar_one()
+    return int(got)
+
+
+def read_version(store: Store) -> int:
+    """The shared ``state_version`` counter."""
+    with store.session() as s:
+        return int(s.execute(select(StateVersion.version).where(StateVersion.id == 1)).scalar_one())
+
+
+class Changes:
+    """A generation counter whose increments wake coroutines waiting in :meth:`wait`.
+
+    :meth:`bump` may be called from any thread (the run driver runs in a worker thread); :meth:`wait` is
+    awaited on the server's event loop, bound by :meth:`bind` when the app starts.
+    """
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._seen: int | None = None
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Attach to the event loop the waiters run on (called once, at startup, on that loop)."""
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def bump(self) -> None:
+        """Record a state change and wake every waiter (thread-safe; a no-op before :meth:`bind`)."""
+        with self._lock:
+            self.generation += 1
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop is shutting down
+                loop.call_soon_threadsafe(self._fire)
+
+    def observe(self, version: int) -> bool:
+        """Note the shared counter's value; return whether it moved since the last value noted."""
+        with self._lock:
+            moved = self._seen is not None and version != self._seen
+            self._seen = version
+        return moved
+
+    def _fire(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        if event is not None:
+            event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait until the next :meth:`bump` or ``timeout`` seconds; return whether a bump came."""
+        event = self._event
+        if event is None or timeout <= 0:
+            return False
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+class Wakeup:
+    """A coalescing wake-up for the run driver's loop: many :meth:`set` calls make one early pass."""
+
+    def __init__(self) -> None:
+        self._event: asyncio.Event | None = None
+
+    def bind(self) -> None:
+        """Create the event on the running loop (called once, at startup)."""
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        """Ask for a driver pass soon (call on the event loop, e.g. from a request handler)."""
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self, timeout: float) -> None:
+        """Return when :meth:`set` was called since the last return, or after ``timeout`` seconds."""
+        if self._event is None:
+            await asyncio.sleep(timeout)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._event.wait(), timeout)
+        self._event.clear()
