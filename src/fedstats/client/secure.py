@@ -105,6 +105,9 @@ class SecureState:
         ``(round, session) -> SecAggClient``.
     replies : dict
         ``(round, session, stage) -> bytes``: each stage message sent, resent as is on a retry.
+    acknowledged : set
+        ``(round, session, stage)`` whose message the server acknowledged (the server lists a stage
+        until it closes).
     refused : dict
         ``(round, session) -> reason`` of the sessions it left because a check failed.
     """
@@ -114,6 +117,7 @@ class SecureState:
     seed: bytes | None = None
     sessions: dict[tuple[int, int], Any] = field(default_factory=dict)
     replies: dict[tuple[int, int, int], bytes] = field(default_factory=dict)
+    acknowledged: set[tuple[int, int, int]] = field(default_factory=set)
     refused: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def commitment(self, run_id: str, client_id: str) -> str:
@@ -160,6 +164,8 @@ class SecureRuns:
         state = self.secure.get(run_id)
         if state is None or (index, number) in state.refused:
             return  # no state (restarted) or left: a dropout for the protocol
+        if (index, number, stage) in state.acknowledged:
+            return
         path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
         reply = state.replies.get((index, number, stage))
         if reply is None:
@@ -180,6 +186,7 @@ class SecureRuns:
                 return
             state.replies[(index, number, stage)] = reply
         self._request("POST", path, raw=reply)
+        state.acknowledged.add((index, number, stage))
 
     def _join_session(self, rnd: Mapping[str, Any], state: SecureState) -> Any:
         """Verify the run seed and the session's roster certificates; build this device's client."""

@@ -35,7 +35,7 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from fedstats.errors import DataError, ParameterError, SecurityError
@@ -175,60 +175,82 @@ def _overlap(member: RunMember, lo: int, hi: int) -> tuple[int, int]:
 
 
 def client_work(session: Session, client_id: str, population: str) -> dict[str, Any]:
-    """What a device may do now: runs open for check-in, and rounds waiting for its report."""
-    offers = []
-    rounds = []
-    finished = []
+    """What a device may do now: runs open for check-in, and rounds waiting for its report.
+
+    Every device asks this at every poll and stage, so it costs three to five small statements: the live
+    runs with this device's membership and their open round (one join), the device's own report or
+    secure-stage messages (key columns only, no payloads), and the finished runs it was in.
+    """
+    offers: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = []
+    reveals: list[dict[str, Any]] = []
     now = time.time()
-    reveals = []
     live = session.execute(
-        select(Run).where(Run.status.in_(("checkin", "seeding", "running")))
-    ).scalars()
-    for run in live:
-        cfg = task_config(session, run.task_id)
+        select(
+            Run.id,
+            Run.task_id,
+            Run.status,
+            Run.checkin_deadline,
+            Run.n_clients,
+            RunMember.slot_start,
+            RunMember.slot_count,
+            RunMember.reveal,
+            RoundRecord,
+        )
+        .outerjoin(RunMember, and_(RunMember.run_id == Run.id, RunMember.client_id == client_id))
+        .outerjoin(RoundRecord, and_(RoundRecord.run_id == Run.id, RoundRecord.status == "open"))
+        .where(Run.status.in_(("checkin", "seeding", "running")))
+    ).all()
+    for run_id, task_id, status, checkin_deadline, n_clients, start, count, reveal, rec in live:
+        cfg = task_config(session, task_id)
         if cfg["privacy"]["population"] != population:
             continue
-        member = session.get(RunMember, (run.id, client_id))
-        if run.status == "checkin":
-            if member is None and now <= run.checkin_deadline:
-                offers.append({"run_id": run.id, "task_id": run.task_id, "task": wire.encode(cfg)})
+        if status == "checkin":
+            if start is None and now <= checkin_deadline:
+                offers.append({"run_id": run_id, "task_id": task_id, "task": wire.encode(cfg)})
             continue
-        if member is None:
+        if start is None:
             continue
-        if run.status == "seeding":
-            if member.reveal is None:
-                reveals.append({"run_id": run.id})
+        if status == "seeding":
+            if reveal is None:
+                reveals.append({"run_id": run_id})
             continue
-        rec = session.execute(
-            select(RoundRecord).where(RoundRecord.run_id == run.id, RoundRecord.status == "open")
-        ).scalar_one_or_none()
         if rec is None:
             continue
-        a, b = _overlap(member, rec.lo, rec.hi)
+        a = max(start, rec.lo)
+        b = max(a, min(start + count, rec.hi))
+        if b <= a:
+            continue
         secure_stage = None
         if cfg.get("secure_aggregation") is not None:
-            secure_stage = secure_work(session, run, rec, client_id)
-            if b <= a or secure_stage is None:
+            secure_stage = secure_work(session, run_id, rec, client_id)
+            if secure_stage is None:
                 continue
-        elif b <= a or session.get(Report, (run.id, rec.index, client_id)) is not None:
+        elif session.execute(
+            select(Report.client_id).where(
+                Report.run_id == run_id,
+                Report.round_index == rec.index,
+                Report.client_id == client_id,
+            )
+        ).first():
             continue
         rounds.append(
             {
-                "run_id": run.id,
-                "task_id": run.task_id,
+                "run_id": run_id,
+                "task_id": task_id,
                 "analysis": cfg["analysis"],
                 "version": cfg["version"],
                 "privacy": cfg["privacy"],
                 "round": rec.index,
                 "name": rec.name,
                 "encode": rec.encode,
-                "params": json.loads(rec.params),
+                "params": _params_of(rec),
                 "dim": rec.dim,
                 "bound": rec.bound,
                 "client_range": [rec.lo, rec.hi],
                 "records": [a, b],
-                "slot_start": member.slot_start,
-                "n_clients": run.n_clients,
+                "slot_start": start,
+                "n_clients": n_clients,
                 "deadline": rec.deadline,
                 "secure": secure_stage,
             }
@@ -240,6 +262,21 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
     ).all()
     finished = [{"run_id": r, "status": s} for r, s in done]
     return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
+
+
+# a round's public parameters never change once journaled: parsed once per round, not per poll
+_PARAMS: dict[tuple[str, int, str], Any] = {}
+
+
+def _params_of(rec: RoundRecord) -> Any:
+    key = (rec.run_id, rec.index, rec.params_digest)
+    got = _PARAMS.get(key)
+    if got is None:
+        got = json.loads(rec.params)
+        if len(_PARAMS) > 1024:
+            _PARAMS.clear()
+        _PARAMS[key] = got
+    return got
 
 
 def submit_report(

@@ -133,11 +133,33 @@ def _members(row: SecureSession) -> dict[str, int]:
     return got
 
 
-def _position(row: SecureSession, client_id: str) -> int:
-    i = _members(row).get(client_id)
+def _index_in(members: dict[str, int], client_id: str) -> int:
+    i = members.get(client_id)
     if i is None:
         raise SecurityError("this client is not in the session")
     return i
+
+
+def _position(row: SecureSession, client_id: str) -> int:
+    return _index_in(_members(row), client_id)
+
+
+_LIMITS: dict[tuple[str, int, int, int], int] = {}
+
+
+def _limit(s: Session, run_id: str, index: int, number: int, stage: int) -> int:
+    """The largest stage message the protocol allows in a session (computed once per stage)."""
+    key = (run_id, index, number, stage)
+    got = _LIMITS.get(key)
+    if got is None:
+        p = parameters_of(_session_of(s, run_id, index, number))
+        rec = s.get(RoundRecord, (run_id, index))
+        assert rec is not None
+        got = max_message_bytes(UP_MESSAGES[stage], n=p.n, k=p.k, length=rec.dim, bits=BITS)
+        if len(_LIMITS) > 4096:
+            _LIMITS.clear()
+        _LIMITS[key] = got
+    return got
 
 
 def session_member(s: Session, run_id: str, index: int, number: int, client_id: str) -> int:
@@ -153,31 +175,54 @@ def session_member(s: Session, run_id: str, index: int, number: int, client_id: 
     return _position(_session_of(s, run_id, index, number), client_id)
 
 
-def secure_work(s: Session, run: Run, rec: RoundRecord, client_id: str) -> dict[str, Any] | None:
-    """The stage a device should answer now in a secure round, or None."""
+def _members_of(s: Session, run_id: str, index: int, number: int) -> dict[str, int]:
+    """A session's member -> index map (parsed once per process: members never change)."""
+    got = _MEMBERS.get((run_id, index, number))
+    if got is None:
+        got = _members(_session_of(s, run_id, index, number))
+    return got
+
+
+def secure_work(s: Session, run_id: str, rec: RoundRecord, client_id: str) -> dict[str, Any] | None:
+    """The stage a device's session is at in a secure round, if the device is addressed there, else None.
+
+    The stage stays listed after the device answered it (the device remembers what it sent). Two small
+    statements: the round's open sessions (key columns), and whether the device was sent a message at its
+    session's current stage (key columns, no payload).
+    """
     rows = s.execute(
-        select(SecureSession).where(
-            SecureSession.run_id == run.id,
+        select(SecureSession.number, SecureSession.stage, SecureSession.deadline).where(
+            SecureSession.run_id == run_id,
             SecureSession.round_index == rec.index,
             SecureSession.status == "open",
         )
-    ).scalars()
-    for row in rows:
-        members = _members(row)
+    ).all()
+    for number, stage, deadline in rows:
+        members = _members_of(s, run_id, rec.index, number)
         i = members.get(client_id)
         if i is None:
             continue
-        key = (run.id, rec.index, row.number, row.stage)
-        down = s.get(SecureMessage, (*key, "down", i))
-        if down is None or s.get(SecureMessage, (*key, "up", i)) is not None:
+        addressed = s.execute(
+            select(SecureMessage.direction).where(
+                SecureMessage.run_id == run_id,
+                SecureMessage.round_index == rec.index,
+                SecureMessage.number == number,
+                SecureMessage.stage == stage,
+                SecureMessage.direction == "down",
+                SecureMessage.client_index == i,
+            )
+        ).first()
+        if addressed is None:  # a dropout for the protocol
             return None
+        # listed until the stage closes, answered or not: the device's answer does not change its work
+        # list, so its next long poll waits for the next stage instead of returning at once
         return {
-            "session": row.number,
-            "stage": row.stage,
-            "stage_name": STAGES[row.stage],
+            "session": number,
+            "stage": stage,
+            "stage_name": STAGES[stage],
             "index": i,
             "n": len(members),
-            "deadline": row.deadline,
+            "deadline": deadline,
         }
     return None
 
@@ -194,12 +239,20 @@ def down_message(
     SecurityError
         The device is not a member of the session.
     """
-    row = _session_of(s, run_id, index, number)
-    i = _position(row, client_id)
-    m = s.get(SecureMessage, (run_id, index, number, stage, "down", i))
-    if m is None:
+    i = _index_in(_members_of(s, run_id, index, number), client_id)
+    payload = s.execute(
+        select(SecureMessage.payload).where(
+            SecureMessage.run_id == run_id,
+            SecureMessage.round_index == index,
+            SecureMessage.number == number,
+            SecureMessage.stage == stage,
+            SecureMessage.direction == "down",
+            SecureMessage.client_index == i,
+        )
+    ).scalar_one_or_none()
+    if payload is None:
         raise NotFoundError(f"no stage {stage} message for this client in session {number}")
-    return bytes(m.payload)
+    return bytes(payload)
 
 
 def submit_up(
@@ -219,32 +272,42 @@ def submit_up(
     DataError
         The message is larger than the protocol allows.
     """
-    row = s.execute(
-        select(SecureSession)
+    # the session row FOR SHARE: the driver closing this stage (FOR UPDATE) waits for this insert
+    got = s.execute(
+        select(SecureSession.status, SecureSession.stage)
         .where(
             SecureSession.run_id == run_id,
             SecureSession.round_index == index,
             SecureSession.number == number,
         )
         .with_for_update(read=True)
-    ).scalar_one_or_none()
-    if row is None:
+    ).one_or_none()
+    if got is None:
         raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
-    i = _position(row, client_id)
-    old = s.get(SecureMessage, (run_id, index, number, stage, "up", i))
+    status, current = got
+    i = _index_in(_members_of(s, run_id, index, number), client_id)
+    mine = {
+        direction: digest
+        for direction, digest in s.execute(
+            select(SecureMessage.direction, SecureMessage.digest).where(
+                SecureMessage.run_id == run_id,
+                SecureMessage.round_index == index,
+                SecureMessage.number == number,
+                SecureMessage.stage == stage,
+                SecureMessage.client_index == i,
+            )
+        ).all()
+    }
     digest = digest_of(data)
-    if old is not None:
-        if old.digest == digest:
+    if "up" in mine:
+        if mine["up"] == digest:
             return False
         raise ConflictError(f"a different stage {stage} message from this client is already stored")
-    if row.status != "open" or row.stage != stage:
+    if status != "open" or current != stage:
         raise ConflictError(f"stage {stage} of secure session {number} is closed")
-    if s.get(SecureMessage, (run_id, index, number, stage, "down", i)) is None:
+    if "down" not in mine:
         raise SecurityError("this client was not addressed at this stage (a dropout)")
-    p = parameters_of(row)
-    rec = s.get(RoundRecord, (run_id, index))
-    assert rec is not None
-    limit = max_message_bytes(UP_MESSAGES[stage], n=p.n, k=p.k, length=rec.dim, bits=BITS)
+    limit = _limit(s, run_id, index, number, stage)
     if len(data) > limit:
         raise DataError(f"stage {stage} message of {len(data)} bytes exceeds the limit {limit}")
     s.add(
