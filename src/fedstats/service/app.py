@@ -257,19 +257,17 @@ def create_app(
         async def loop() -> None:
             purged = 0.0
             while not stop.is_set():
-                changed = False
+                moved = False
                 try:
-                    changed = await asyncio.to_thread(runner.tick)
+                    moved = await asyncio.to_thread(runner.tick)
                     if time.monotonic() - purged > _PURGE_SECONDS:
                         await asyncio.to_thread(_purge_nonces)
                         purged = time.monotonic()
                 except Exception:
                     log.exception("driver tick failed")
-                if (
-                    changed
-                ):  # a transition may enable the next one (e.g. check-in closed: open round 0)
-                    continue
-                await wakeup.wait(cfg.tick)
+                # a transition may enable the next one (check-in closed: open round 0), so pass again
+                if not moved:
+                    await wakeup.wait(cfg.tick)
 
         async def watch() -> None:
             while not stop.is_set():
