@@ -169,9 +169,13 @@ def checkin(
 
 
 def _overlap(member: RunMember, lo: int, hi: int) -> tuple[int, int]:
-    a = max(member.slot_start, lo)
-    b = min(member.slot_start + member.slot_count, hi)
-    return a, max(a, b)
+    return _slots_in(member.slot_start, member.slot_count, lo, hi)
+
+
+def _slots_in(start: int, count: int, lo: int, hi: int) -> tuple[int, int]:
+    """The part ``[a, b)`` of slots ``[start, start + count)`` inside ``[lo, hi)`` (``a == b``: none)."""
+    a = max(start, lo)
+    return a, max(a, min(start + count, hi))
 
 
 def client_work(session: Session, client_id: str, population: str) -> dict[str, Any]:
@@ -217,8 +221,7 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
             continue
         if rec is None:
             continue
-        a = max(start, rec.lo)
-        b = max(a, min(start + count, rec.hi))
+        a, b = _slots_in(start, count, rec.lo, rec.hi)
         if b <= a:
             continue
         secure_stage = None
