@@ -21,11 +21,16 @@ from service_helpers import Deployment, production_deployment, wait_run
 from test_service_secure import (
     _check_exact,
     _start,
+    assert_estimates_the_exact_statistic,
     assert_release_is_in_process,
     journal_and_reports,
 )
 
 N_PROCS = 100
+# the 100 client processes leave any other server on the machine a small share of the CPU for a minute or
+# more, so this runs in one xdist group with the secure fault tests, whose stage deadlines assume a fair
+# share (`make test` passes --dist loadgroup): in CI, a dropout run beside it missed its 12 s deadlines
+pytestmark = pytest.mark.xdist_group("secure-load")
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +98,4 @@ def test_fed_chi2_on_adult_with_100_client_processes(
     assert [r["n_records"] for r in rounds[:-1]] == [n, n]
     assert all(len(r["included"]) == N_PROCS for r in rounds[:-1])
     assert_release_is_in_process(deployment, run_id, view, rounds, "fed-chi2", task["params"])
-    table = np.zeros((m_x, m_y))
-    np.add.at(table, (x, y), 1)
-    e = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / n
-    exact = float(((table - e) ** 2 / e).sum())
-    res = view["result"]
-    assert abs(res["estimate"] - exact) <= 4 * res["standard_error"]
+    assert_estimates_the_exact_statistic(view["result"], x, y, (m_x, m_y))
