@@ -232,13 +232,13 @@ def create_app(
     changes = Changes()  # the driver's state transitions: wake long-polling devices
     wakeup = Wakeup()  # devices' messages: wake the driver
 
-    def changed() -> None:
-        """Publish a state transition: to the other server processes, then to this one's waiting polls."""
+    def changed(populations: set[str] | None) -> None:
+        """Publish a state change of ``populations``' runs (None: any) to all server processes' polls."""
         try:
             changes.observe(record_change(store))
         except SQLAlchemyError:  # the database is away: this process's devices still learn of it
             log.exception("cannot record a state change")
-        changes.bump()
+        changes.bump(populations)
 
     runner = driver.Driver(
         store,
@@ -385,9 +385,11 @@ def create_app(
             with store.session() as s, s.begin():
                 ledger.audit(s, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
             raise
-        changed()  # a new offer: wake the devices waiting for work
         with store.session() as s:
-            return RunOut(**runs.run_view(s, rid))
+            population = str(tasks.task_config(s, body.task_id)["privacy"]["population"])
+            out = RunOut(**runs.run_view(s, rid))
+        changed({population})  # a new offer: wake the population's devices waiting for work
+        return out
 
     @app.get("/v1/admin/runs/{run_id}", responses=errors, tags=["admin"])
     def get_run(run_id: str, actor: Op) -> RunOut:  # noqa: ARG001 - authentication dependency

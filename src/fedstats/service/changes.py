@@ -5,7 +5,8 @@ list differs from the one it already has, instead of the device asking again eve
 Two signals make that cheap and prompt:
 
 * :class:`Changes` counts the run driver's state transitions (a run opened, seeded, finished; a round or a
-  secure stage opened or closed) and wakes every waiting poll, which then recomputes its device's work;
+  secure stage opened or closed) per population and wakes the waiting polls of the devices of that
+  population, which then recompute their work (other populations' devices sleep on);
 * :class:`Wakeup` is set by the handlers of device messages (check-in, reveal, report, stage message), so
   the driver closes a round or a stage as soon as its last message is in rather than at its next timed
   pass.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Collection
 
 from sqlalchemy import select, update
 
@@ -50,32 +52,47 @@ def read_version(store: Store) -> int:
 
 
 class Changes:
-    """A generation counter whose increments wake coroutines waiting in :meth:`wait`.
+    """Generation counters, one per population, whose increments wake coroutines waiting in :meth:`wait`.
 
-    :meth:`bump` may be called from any thread (the run driver runs in a worker thread); :meth:`wait` is
-    awaited on the server's event loop, bound by :meth:`bind` when the app starts.
+    A device's work list only lists runs of its own population, so a state change of a run wakes only
+    that population's waiting polls; a change that may concern any population (another server process
+    moved the shared counter) wakes them all. :meth:`bump` may be called from any thread (the run driver
+    runs in a worker thread); :meth:`wait` is awaited on the server's event loop, bound by :meth:`bind`
+    when the app starts.
     """
 
     def __init__(self) -> None:
-        self.generation = 0
+        self._all = 0  # bumps of every population
+        self._of: dict[str, int] = {}  # bumps of one population
         self._seen: int | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._event: asyncio.Event | None = None
+        self._events: dict[str, asyncio.Event] = {}  # touched on the loop only
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """Attach to the event loop the waiters run on (called once, at startup, on that loop)."""
         self._loop = loop
-        self._event = asyncio.Event()
 
-    def bump(self) -> None:
-        """Record a state change and wake every waiter (thread-safe; a no-op before :meth:`bind`)."""
+    def generation(self, population: str) -> tuple[int, int]:
+        """What :meth:`wait` compares: it changes at every bump that concerns ``population``."""
         with self._lock:
-            self.generation += 1
+            return self._all, self._of.get(population, 0)
+
+    def bump(self, populations: Collection[str] | None = None) -> None:
+        """Record a state change of ``populations``' runs (None: of any) and wake their waiters.
+
+        Thread-safe; the wake-up is a no-op before :meth:`bind`.
+        """
+        with self._lock:
+            if populations is None:
+                self._all += 1
+            else:
+                for p in populations:
+                    self._of[p] = self._of.get(p, 0) + 1
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop is shutting down
-                loop.call_soon_threadsafe(self._fire)
+                loop.call_soon_threadsafe(self._fire, populations)
 
     def observe(self, version: int) -> bool:
         """Note the shared counter's value; return whether it moved since the last value noted."""
@@ -84,16 +101,20 @@ class Changes:
             self._seen = version
         return moved
 
-    def _fire(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        if event is not None:
-            event.set()
+    def _fire(self, populations: Collection[str] | None) -> None:
+        names = list(self._events) if populations is None else populations
+        for p in names:
+            event = self._events.pop(p, None)
+            if event is not None:
+                event.set()
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait until the next :meth:`bump` or ``timeout`` seconds; return whether a bump came."""
-        event = self._event
-        if event is None or timeout <= 0:
+    async def wait(self, population: str, timeout: float) -> bool:
+        """Wait for the next bump of ``population`` (or of all), at most ``timeout`` s; return if one came."""
+        if self._loop is None or timeout <= 0:
             return False
+        event = self._events.get(population)
+        if event is None:
+            event = self._events[population] = asyncio.Event()
         try:
             await asyncio.wait_for(event.wait(), timeout)
         except TimeoutError:

@@ -215,8 +215,9 @@ def add_client_routes(
             with store.session() as s:
                 return json.dumps(runs.client_work(s, cid, c[2]), separators=(",", ":")).encode()
 
+        population = c[2]
         while True:
-            generation = changes.generation
+            generation = changes.generation(population)
             body = await threaded(get)
             tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
             left = end - time.monotonic()
@@ -224,8 +225,8 @@ def add_client_routes(
                 return Response(body, media_type="application/json", headers={"ETag": tag})
             if left <= 0:
                 return Response(status_code=304, headers={"ETag": tag})
-            if changes.generation == generation:  # else: changed while we computed; look again
-                await changes.wait(left)
+            if changes.generation(population) == generation:  # else: changed while we computed
+                await changes.wait(population, left)
 
     @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
     async def checkin(run_id: str, request: Request) -> dict[str, Any]:

@@ -103,8 +103,10 @@ class Driver:
         This process's name in ``lease_owner`` (default host, pid and a random suffix).
     on_change : callable, optional
         Called (from the thread running :meth:`tick`) after a pass that changed what devices see: a run
-        started, seeded or finished, a round or a secure stage opened or closed. The server wakes its
-        long-polling devices with it (:class:`fedstats.service.changes.Changes`).
+        started, seeded or finished, a round or a secure stage opened or closed. Its argument is the set
+        of populations whose runs changed (only their devices' work lists can differ), or None if any
+        may have. The server wakes those long-polling devices with it
+        (:class:`fedstats.service.changes.Changes`).
     """
 
     def __init__(
@@ -114,7 +116,7 @@ class Driver:
         *,
         lease_seconds: float = 30.0,
         owner: str | None = None,
-        on_change: Callable[[], None] | None = None,
+        on_change: Callable[[set[str] | None], None] | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
@@ -124,7 +126,8 @@ class Driver:
         self._lock = threading.Lock()
         self._crash_hook = crash_hook
         self._on_change = on_change
-        self._changed = False
+        self._changed: set[str] = set()  # ids of the runs whose state this pass changed
+        self._population: dict[str, str] = {}  # run id -> its task's population (immutable)
         self.lease_seconds = float(lease_seconds)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
         self.metrics: dict[str, float] = {
@@ -193,7 +196,7 @@ class Driver:
             Whether the pass changed what devices see (another pass may then advance further).
         """
         with self._lock:
-            self._changed = False
+            self._changed = set()
             ids = self._claim()
             for rid in ids:
                 try:
@@ -211,8 +214,9 @@ class Driver:
                     log.exception("run %s failed", rid)
                     self._abort(rid, f"internal error: {type(exc).__name__}: {exc}")
             if self._changed and self._on_change is not None:
-                self._on_change()
-            return self._changed
+                pops = {self._population.get(rid) for rid in self._changed}
+                self._on_change(None if None in pops else {p for p in pops if p is not None})
+            return bool(self._changed)
 
     # -- state transitions
     def _abort(self, run_id: str, reason: str) -> None:
@@ -235,7 +239,7 @@ class Driver:
             else:  # a journaled sum already shaped later rounds' public parameters: keep the charge
                 ledger.spend(s, run_id)
             ledger.audit(s, "server", "abort", run_id, reason=reason)
-        self._changed = True
+        self._changed.add(run_id)
         self.metrics["runs_aborted"] += 1
         log.info(json.dumps({"event": "run_aborted", "run_id": run_id, "reason": reason}))
 
@@ -255,7 +259,7 @@ class Driver:
             run.status = "done"
             run.finished_at = time.time()
             ledger.audit(s, "server", "release", run_id, analysis=payload.get("analysis"))
-        self._changed = True
+        self._changed.add(run_id)
         self.metrics["runs_done"] += 1
         log.info(json.dumps({"event": "run_done", "run_id": run_id}))
 
@@ -317,6 +321,11 @@ class Driver:
                 run = load_run(s, run_id, lock=True)
                 if not self._holds(run):
                     return
+                if run_id not in self._population:
+                    if len(self._population) > 10000:  # a long-lived server: cheap to rebuild
+                        self._population.clear()
+                    conf = task_config(s, run.task_id)
+                    self._population[run_id] = str(conf["privacy"]["population"])
                 if run.status == "checkin":
                     self._close_checkin(s, run)
                     return
@@ -329,7 +338,7 @@ class Driver:
                     if run.status != "running":
                         return
                     ledger.audit(s, "server", "seeded", run.id, seed=run.public_seed)
-                    self._changed = True
+                    self._changed.add(run.id)
                 if run.status != "running":
                     return
                 live = self._live.get(run_id)
@@ -363,7 +372,7 @@ class Driver:
         # a secure run first fixes its public seed from the members' reveals (service.seeding)
         run.status = "seeding" if secure.is_secure(cfg) else "running"
         run.n_clients = used
-        self._changed = True
+        self._changed.add(run.id)
         ledger.audit(s, "server", "start", run.id, n_clients=used)
 
     def _abort_in(self, s: Session, run: Run, reason: str) -> None:
@@ -373,7 +382,7 @@ class Driver:
         run.finished_at = time.time()
         ledger.release(s, run.id, reason=reason)
         ledger.audit(s, "server", "abort", run.id, reason=reason)
-        self._changed = True
+        self._changed.add(run.id)
         self.metrics["runs_aborted"] += 1
         log.info(json.dumps({"event": "run_aborted", "run_id": run.id, "reason": reason}))
 
@@ -413,7 +422,7 @@ class Driver:
             self._abort(run_id, abort)
             return None
         if opened:
-            self._changed = True
+            self._changed.add(run_id)
             self._hook("opened", run_id, live.index)
             return None
         with s.begin():
@@ -446,7 +455,7 @@ class Driver:
                 rec.status = "closed"
         # committed: fault-injection tests may now kill the process after a secure stage
         if self._sessions.advanced or got is not None:
-            self._changed = True
+            self._changed.add(run_id)
         for rid, idx, stage in self._sessions.advanced:
             self._hook(f"stage{stage}", rid, idx)
         self._sessions.advanced.clear()
