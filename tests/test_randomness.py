@@ -132,3 +132,12 @@ def test_binomial_quantile_equals_scipy_binom_ppf() -> None:
     want = np.asarray(scipy.stats.binom.ppf(u, n, p)).astype(np.int64)
     np.testing.assert_array_equal(binomial_quantile(u, n, p), want)
     assert binomial_quantile(0.3, 10, 0.5).shape == ()
+
+
+def test_splitmix64_is_the_reference_generator() -> None:
+    """The one counter hash reproduces Vigna's splitmix64.c from state 0 (its first three outputs)."""
+    from fedstats.randomness import SPLITMIX64_GAMMA, splitmix64
+
+    with np.errstate(over="ignore"):
+        got = splitmix64(np.arange(1, 4, dtype=np.uint64) * SPLITMIX64_GAMMA)
+    assert [int(v) for v in got] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]

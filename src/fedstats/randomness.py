@@ -38,7 +38,16 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from fedstats._validation import check_int
 from fedstats.errors import ParameterError
 
-__all__ = ["RNG", "KeyPart", "RandomSource", "SecureGenerator", "as_generator", "binomial_quantile"]
+__all__ = [
+    "RNG",
+    "SPLITMIX64_GAMMA",
+    "KeyPart",
+    "RandomSource",
+    "SecureGenerator",
+    "as_generator",
+    "binomial_quantile",
+    "splitmix64",
+]
 
 KeyPart: TypeAlias = int | str
 Size: TypeAlias = int | tuple[int, ...] | None
@@ -72,6 +81,40 @@ def _key_ints(key: Sequence[KeyPart]) -> tuple[int, ...]:
 
 def _key_bytes(ints: Sequence[int]) -> bytes:
     return b"".join(i.to_bytes(8, "little") for i in ints)
+
+
+SPLITMIX64_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's counter increment (golden ratio)
+_MIX_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def splitmix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function, vectorized: the library's one counter hash.
+
+    Counter-based public randomness (the stable projection's entries, bit pushing's shared dither) is
+    ``splitmix64(key + i * SPLITMIX64_GAMMA)`` for counters ``i``: any range of counters can be
+    regenerated, in any order, in bounded memory, by client and server alike. Not cryptographic: it spreads
+    a secret-free public seed; private randomness comes from :class:`RandomSource`.
+
+    Parameters
+    ----------
+    z : numpy.ndarray of uint64
+        Any shape (wrap-around arithmetic: call under ``np.errstate(over="ignore")``).
+
+    Returns
+    -------
+    numpy.ndarray of uint64
+        Same shape.
+
+    Notes
+    -----
+    Steele, Lea and Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014 (the ``mix64``
+    variant 13 constants of Java's ``SplittableRandom``).
+    """
+    z = (z ^ (z >> np.uint64(30))) * _MIX_M1
+    z = (z ^ (z >> np.uint64(27))) * _MIX_M2
+    out: np.ndarray = z ^ (z >> np.uint64(31))
+    return out
 
 
 def binomial_quantile(u: Any, n: Any, p: Any) -> np.ndarray:

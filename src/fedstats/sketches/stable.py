@@ -43,7 +43,7 @@ import numpy as np
 
 from fedstats._validation import check_int, check_real
 from fedstats.errors import DataError, ParameterError
-from fedstats.randomness import RNG
+from fedstats.randomness import RNG, SPLITMIX64_GAMMA, splitmix64
 
 __all__ = [
     "MAX_DENSE_ENTRIES",
@@ -57,9 +57,6 @@ __all__ = [
 MAX_DENSE_ENTRIES = 1 << 24
 """Largest ``l * m`` kept as one dense cached matrix (128 MiB of float64); larger projections stream."""
 
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64 increment (golden ratio)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _TWO_POW_53 = float(2**53)
 _COLUMN_CHUNK_ENTRIES = 1 << 19  # entries of P generated per chunk when streaming (~40 MB peak)
 
@@ -233,14 +230,6 @@ def project_coupled(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """SplitMix64 output function (Steele, Lea and Flood 2014), vectorized on uint64 arrays."""
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    out: np.ndarray = z ^ (z >> np.uint64(31))
-    return out
-
-
 def _seed_keys(seed: int) -> tuple[np.uint64, np.uint64]:
     digest = hashlib.sha256(
         b"fedstats-stable-projection\x00" + seed.to_bytes(32, "little")
@@ -256,9 +245,9 @@ def _column_uniforms(seed: int, columns: np.ndarray, count: int) -> np.ndarray:
     k1, k2 = _seed_keys(seed)
     with np.errstate(over="ignore"):
         j = np.asarray(columns, dtype=np.uint64)
-        col_key = _mix64(_mix64(j * _GAMMA + k1) ^ k2)
-        ctr = (np.arange(1, count + 1, dtype=np.uint64) * _GAMMA)[None, :]
-        raw = _mix64(col_key[:, None] + ctr)
+        col_key = splitmix64(splitmix64(j * SPLITMIX64_GAMMA + k1) ^ k2)
+        ctr = (np.arange(1, count + 1, dtype=np.uint64) * SPLITMIX64_GAMMA)[None, :]
+        raw = splitmix64(col_key[:, None] + ctr)
     return ((raw >> np.uint64(11)).astype(np.float64) + 0.5) / _TWO_POW_53
 
 

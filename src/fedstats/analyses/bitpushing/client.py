@@ -18,7 +18,7 @@ import numpy as np
 
 from fedstats.errors import DataError
 from fedstats.privacy.mechanisms import RandomizedResponse
-from fedstats.randomness import RNG
+from fedstats.randomness import RNG, SPLITMIX64_GAMMA, splitmix64
 
 if TYPE_CHECKING:
     from fedstats.engine.rounds import ClientBatch, InputHistogram
@@ -144,13 +144,8 @@ def client_codes(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.
     return to_codes(v, params["offset"], params["resolution"], params["max_code"], rng)
 
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
 def public_uniform(seed: int, indices: np.ndarray) -> np.ndarray:
-    """Public uniforms in [0, 1) for global client indices (SplitMix64 of ``seed`` and the index).
+    """Public uniforms in [0, 1) for global client indices (:func:`~fedstats.randomness.splitmix64`).
 
     Shared randomness that client and server both compute from the public seed (the dither of subtractive
     dithering): counter-based, so any range of clients can be regenerated in bounded memory.
@@ -168,10 +163,7 @@ def public_uniform(seed: int, indices: np.ndarray) -> np.ndarray:
     """
     s = np.uint64(int(seed) % (1 << 64))
     with np.errstate(over="ignore"):
-        z = np.asarray(indices).astype(np.uint64) * _GOLDEN + s
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        z = z ^ (z >> np.uint64(31))
+        z = splitmix64(np.asarray(indices).astype(np.uint64) * SPLITMIX64_GAMMA + s)
     out: np.ndarray = (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
     return out
 
