@@ -32,3 +32,15 @@ def shared_data() -> Path:
 def randomness() -> RandomSource:
     """A seeded, reproducible RandomSource for tests."""
     return RandomSource(seed=20261120)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the ``xdist_group("secure-load")`` tests first (stable order otherwise).
+
+    Under ``--dist loadgroup`` the group runs on one worker, one test after the other (about 400 s in CI);
+    started first, it overlaps the rest of the suite on the other worker instead of trailing it.
+    """
+    first = [it for it in items if it.get_closest_marker("xdist_group") is not None]
+    if first:
+        rest = [it for it in items if it.get_closest_marker("xdist_group") is None]
+        items[:] = first + rest
