@@ -35,9 +35,10 @@ def randomness() -> RandomSource:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the ``xdist_group("secure-load")`` tests first (stable order otherwise).
+    """Put the ``xdist_group`` tests first (stable order otherwise).
 
-    Under ``--dist loadgroup`` the group runs on one worker, one test after the other (about 400 s in CI);
+    Under ``--dist loadgroup`` the ``machine-load`` group (the 100-process Adult test and the tests whose
+    deadlines must not run beside it) runs on one worker, one test after the other (about 400 s in CI);
     started first, it overlaps the rest of the suite on the other worker instead of trailing it.
     """
     first = [it for it in items if it.get_closest_marker("xdist_group") is not None]

@@ -220,6 +220,8 @@ def test_an_invalid_confidence_is_refused_before_a_long_run() -> None:
     assert res.exit_code == 2 and res.stderr.startswith("error: --confidence"), res.stderr
 
 
+# beside the 100-process Adult test the dask teardown once outlasted the 60 s bound: never side by side
+@pytest.mark.xdist_group("machine-load")
 @pytest.mark.parametrize("backend", ["dask", "process"])
 def test_ctrl_c_during_a_parallel_run_exits_130_with_one_line(gap_csv: Path, backend: str) -> None:
     """SIGINT to a real ``fedstats gap`` process while its workers run: exit 130 and a single stderr line

@@ -53,7 +53,7 @@ from service_helpers import (
 )
 
 # with the Adult test (test_service_secure_adult.py), never beside it: see the note there
-pytestmark = pytest.mark.xdist_group("secure-load")
+pytestmark = pytest.mark.xdist_group("machine-load")
 
 # -- pure parts ----------------------------------------------------------------------------------
 

@@ -27,10 +27,11 @@ from test_service_secure import (
 )
 
 N_PROCS = 100
-# the 100 client processes leave any other server on the machine a small share of the CPU for a minute or
-# more, so this runs in one xdist group with the secure fault tests, whose stage deadlines assume a fair
-# share (`make test` passes --dist loadgroup): in CI, a dropout run beside it missed its 12 s deadlines
-pytestmark = pytest.mark.xdist_group("secure-load")
+# the 100 client processes leave any other process on the machine a small share of the CPU for a minute or
+# more, so this runs in one xdist group with the tests whose deadlines assume a fair share (the secure
+# fault tests, Ctrl-C on the parallel routes; `make test` passes --dist loadgroup): in CI, a dropout run
+# beside it missed its 12 s deadlines
+pytestmark = pytest.mark.xdist_group("machine-load")
 
 
 @pytest.fixture(scope="module")
