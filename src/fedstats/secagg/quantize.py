@@ -55,7 +55,7 @@ import numpy as np
 
 from fedstats._numeric import round_to_integers
 from fedstats._validation import check_choice, check_finite_array, check_int, check_real
-from fedstats.errors import OverflowRiskError, ParameterError
+from fedstats.errors import DataError, OverflowRiskError, ParameterError
 from fedstats.randomness import RNG
 from fedstats.secagg.crypto import DTYPES
 
@@ -66,6 +66,7 @@ __all__ = [
     "check_overflow",
     "choose_frac_bits",
     "reduce_signed",
+    "to_modular",
     "wrap_reports",
 ]
 
@@ -216,7 +217,7 @@ class FixedPoint:
         """Quantize and reduce mod 2^bits: returns (``uint{bits}`` array, number clipped)."""
         _check_bits(bits)
         q = self.quantize(values, rng)
-        return q.values.astype(DTYPES[bits]), q.clipped
+        return to_modular(q.values, bits).reshape(q.values.shape), q.clipped
 
     def dequantize(self, total: np.ndarray, bits: int) -> np.ndarray:
         """Read a sum mod 2^bits as signed (two's complement) and divide by ``scale``.
@@ -294,6 +295,20 @@ def wrap_reports(q: np.ndarray, bits: int) -> np.ndarray:
         half, mod = np.int64(half), np.int64(mod)
     out: np.ndarray = ((q + half) % mod) - half
     return out
+
+
+def to_modular(values: np.ndarray, bits: int) -> np.ndarray:
+    """Integers reduced mod 2^bits (two's complement for negatives) as ``uint{bits}``.
+
+    Raises
+    ------
+    DataError
+        If ``values`` is not an integer array.
+    """
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu":
+        raise DataError(f"secure aggregation inputs must be integers, got dtype {arr.dtype}")
+    return arr.astype(DTYPES[bits], copy=True).ravel()
 
 
 def reduce_signed(total: np.ndarray, bits: int) -> np.ndarray:
