@@ -30,13 +30,13 @@ from fedstats.secagg import (
     run_secure_aggregation,
     validate_parameters,
 )
-from fedstats.secagg.client import self_mask_seed
 from fedstats.secagg.crypto import (
     LABEL_MASK,
     add_mask,
     agree,
     derive_key,
     generate_key_pair,
+    self_mask_seed,
 )
 from fedstats.secagg.graph import public_neighbors, valid_degree
 from fedstats.secagg.messages import (

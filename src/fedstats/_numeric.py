@@ -1,22 +1,63 @@
-"""Small numeric helpers shared across layers: exact apportionment and safe-side bisection.
+"""Small numeric helpers shared across layers: rounding to integers, exact apportionment, safe bisection.
 
-Each exists once here so that every caller rounds the same way: apportionment sums exactly to its total,
-and bisection returns the end of the bracket on which the caller's condition holds (the *safe* side: a
-noise scale that is private, a budget that is not exceeded), never a midpoint that might not satisfy it.
+Each exists once here so that every caller rounds the same way: rounding to integers is round-half-to-even
+or unbiased randomized rounding (the rule of every fixed-point encoding, :mod:`fedstats.secagg.quantize`,
+and of the local mechanisms' release grids, which sit in the lowest layer), apportionment sums exactly to
+its total, and bisection returns the end of the bracket on which the caller's condition holds (the *safe*
+side: a noise scale that is private, a budget that is not exceeded), never a midpoint that might not
+satisfy it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedstats._validation import check_int
 from fedstats.errors import ParameterError
 
-__all__ = ["bisect_safe", "largest_remainder"]
+if TYPE_CHECKING:
+    from fedstats.randomness import RNG
+
+__all__ = ["bisect_safe", "largest_remainder", "round_to_integers"]
+
+
+def round_to_integers(values: np.ndarray, rng: RNG | None = None) -> np.ndarray:
+    """Round reals to integers: half to even, or unbiased randomized rounding when ``rng`` is given.
+
+    Randomized rounding rounds ``x`` up with probability ``x - floor(x)`` (one ``rng.random`` draw per
+    entry, ``U < x - floor(x)``), so ``E[round(x)] = x``; deterministic rounding draws nothing.
+
+    Parameters
+    ----------
+    values : numpy.ndarray of float64
+        Finite reals, any shape.
+    rng : numpy.random.Generator or SecureGenerator, optional
+        Randomness for randomized rounding; None rounds half to even (:func:`numpy.rint`).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, same shape as ``values``, integer-valued.
+
+    Examples
+    --------
+    >>> round_to_integers(np.array([0.5, 1.5, -2.5])).tolist()
+    [0.0, 2.0, -2.0]
+    >>> q = round_to_integers(np.full(100_000, 0.25), np.random.default_rng(0))
+    >>> sorted(set(q.tolist())), bool(abs(q.mean() - 0.25) < 0.01)
+    ([0.0, 1.0], True)
+    """
+    if rng is None:
+        out: np.ndarray = np.rint(values)
+        return out
+    low = np.floor(values)
+    up = np.asarray(rng.random(low.shape)) < (values - low)
+    rounded: np.ndarray = low + up
+    return rounded
 
 
 def largest_remainder(total: int, weights: Any) -> np.ndarray:

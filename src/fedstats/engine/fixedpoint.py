@@ -3,8 +3,10 @@
 Reports must be integers for the sum to be exact (and for secure aggregation mod 2^b). A real value ``x``
 in ``[-clip, clip]`` becomes ``round(x * 2**frac_bits)``; values outside are clipped and *counted*, never
 silently. Randomized rounding (``rng`` given) makes the encoding unbiased: ``E[q] = x * 2**frac_bits``.
-The clipping and rounding are those of :class:`fedstats.secagg.quantize.FixedPoint` (one implementation,
-in the lower layer); this class fixes the scale to a power of two and speaks in the engine's terms.
+With ``bits``, reports are reduced modulo ``2**bits`` (the secure-aggregation field) and a sum is read back
+modulo ``2**bits``. The clipping, rounding and modular reduction are those of
+:mod:`fedstats.secagg.quantize` (the one codec, in the lower layer); this class fixes the scale to a power of
+two and speaks in the engine's terms.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fedstats._validation import check_int, check_real
 from fedstats.errors import ParameterError
 from fedstats.randomness import RNG
 from fedstats.secagg.quantize import FixedPoint as _Quantizer
+from fedstats.secagg.quantize import reduce_signed, wrap_reports
 
 __all__ = ["FixedPoint"]
 
@@ -61,7 +64,24 @@ class FixedPoint:
         """Largest magnitude of an encoded integer (use as a round's ``bound``)."""
         return int(np.ceil(self.clip * self.scale))
 
-    def encode(self, values: np.ndarray, rng: RNG | None = None) -> tuple[np.ndarray, int]:
+    def report_bound(self, bits: int) -> int:
+        """Largest magnitude of a report reduced modulo ``2**bits`` (a round's ``bound``), at least 1.
+
+        Parameters
+        ----------
+        bits : {16, 32, 64}
+            Width of the modular sum.
+
+        Returns
+        -------
+        int
+            ``2**(bits-1)`` below 64 bits (a wrapped report may take any value); else ``max(bound, 1)``.
+        """
+        return (1 << (bits - 1)) if bits < 64 else max(self.bound, 1)
+
+    def encode(
+        self, values: np.ndarray, rng: RNG | None = None, *, bits: int | None = None
+    ) -> tuple[np.ndarray, int]:
         """Encode reals as int64.
 
         Parameters
@@ -70,6 +90,8 @@ class FixedPoint:
             Any shape; must be finite.
         rng : RNG, optional
             When given, randomized (unbiased) rounding; otherwise round-half-to-even.
+        bits : {16, 32, 64}, optional
+            When given, reduce each encoded integer to its signed representative modulo ``2**bits``.
 
         Returns
         -------
@@ -87,8 +109,25 @@ class FixedPoint:
         if v.size == 0:
             return np.zeros(v.shape, dtype=np.int64), 0
         q = _Quantizer(clip=self.clip, scale=self.scale).quantize(v, rng)
+        if bits is not None:
+            return wrap_reports(q.values, bits), q.clipped
         return q.values, q.clipped
 
-    def decode(self, total: np.ndarray | int) -> np.ndarray:
-        """Turn a sum of encoded integers back into a real (float64)."""
+    def decode(self, total: np.ndarray | int, *, bits: int | None = None) -> np.ndarray:
+        """Turn a sum of encoded integers back into reals.
+
+        Parameters
+        ----------
+        total : numpy.ndarray or int
+            The sum of encoded reports (int64, object of Python ints, or float64 integers), any shape.
+        bits : {16, 32, 64}, optional
+            When given, the sum is first read modulo ``2**bits`` as a signed integer (and flattened).
+
+        Returns
+        -------
+        numpy.ndarray
+            float64: ``total / 2**frac_bits``.
+        """
+        if bits is not None:
+            total = reduce_signed(np.asarray(total), bits)
         return np.asarray(total, dtype=np.float64) / self.scale

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from fedstats._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from fedstats.secagg.client import ClientConfig, SecAggClient
+    from fedstats.secagg.client import SecAggClient
     from fedstats.secagg.driver import DROPOUT_STAGES, SecAggResult, run_secure_aggregation
     from fedstats.secagg.graph import harary_neighbors, public_harary_graph, random_harary_graph
     from fedstats.secagg.identity import (
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         ATTACKS,
         STOPPED_BY,
         THREAT_MODELS,
+        ClientConfig,
         SecAggParameters,
         find_parameters,
         validate_parameters,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from fedstats.secagg.server import SecAggServer
 
 _WHERE = {
-    "ClientConfig": "client",
+    "ClientConfig": "params",
     "SecAggClient": "client",
     "DROPOUT_STAGES": "driver",
     "SecAggResult": "driver",

@@ -29,10 +29,8 @@ holds once it has answered.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
-from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -45,9 +43,7 @@ from fedstats.errors import (
     SecurityError,
 )
 from fedstats.secagg.crypto import (
-    DTYPES,
     LABEL_MASK,
-    LABEL_SELF_MASK,
     LABEL_SHARE_ENCRYPTION,
     KeyPair,
     add_mask,
@@ -57,9 +53,12 @@ from fedstats.secagg.crypto import (
     derive_key,
     encrypt_share,
     generate_key_pair,
+    roster_transcript,
+    seed_commitment,
+    self_mask_seed,
 )
-from fedstats.secagg.graph import public_neighbors, valid_degree
-from fedstats.secagg.identity import ClientIdentity, RosterVerifier, SessionRoster, verify_signature
+from fedstats.secagg.graph import public_neighbors
+from fedstats.secagg.identity import SessionRoster, verify_signature
 from fedstats.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
@@ -76,17 +75,11 @@ from fedstats.secagg.messages import (
     max_message_bytes,
     survivor_statement,
 )
-from fedstats.secagg.params import THREAT_MODELS, SecAggParameters
+from fedstats.secagg.params import ClientConfig
+from fedstats.secagg.quantize import to_modular
 from fedstats.secagg.shamir import SHARE_BYTES, split_secret
 
-__all__ = [
-    "ClientConfig",
-    "ClientState",
-    "SecAggClient",
-    "roster_transcript",
-    "seed_commitment",
-    "self_mask_seed",
-]
+__all__ = ["ClientState", "SecAggClient"]
 
 _PLAINTEXT = struct.Struct(f"<II{SHARE_BYTES}s{SHARE_BYTES}s")
 
@@ -101,140 +94,6 @@ class ClientState(Enum):
     SIGNED = "signed"
     DONE = "done"
     ABORTED = "aborted"
-
-
-def seed_commitment(session: bytes, client: int, seed: bytes) -> bytes:
-    """SHA-256 commitment to a client's self-mask seed (the server checks the reconstructed seed)."""
-    return hashlib.sha256(
-        b"fedstats/secagg/v2/seed-commit" + session + struct.pack("<I", client) + seed
-    ).digest()
-
-
-def self_mask_seed(session: bytes, client: int, seed: bytes) -> bytes:
-    """PRG key of the self mask ``r_i = F(b_i)``, derived from ``b_i`` with its own HKDF label."""
-    return derive_key(seed, session=session, label=LABEL_SELF_MASK, low=client, high=client)
-
-
-def roster_transcript(roster: SessionRoster) -> bytes:
-    """HKDF salt of a malicious-model session: SHA-256 of a label and the signed roster."""
-    return hashlib.sha256(b"fedstats/secagg/v2/transcript\x00" + roster.digest()).digest()
-
-
-def to_modular(values: np.ndarray, bits: int) -> np.ndarray:
-    """Integers reduced mod 2^bits (two's complement for negatives) as ``uint{bits}``.
-
-    Raises
-    ------
-    DataError
-        If ``values`` is not an integer array.
-    """
-    arr = np.asarray(values)
-    if arr.dtype.kind not in "iu":
-        raise DataError(f"secure aggregation inputs must be integers, got dtype {arr.dtype}")
-    return arr.astype(DTYPES[bits], copy=True).ravel()
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    """What a client knows about its task before talking to the server (it trusts nothing else).
-
-    Attributes
-    ----------
-    n, k, t : int
-        Clients, graph degree (even in ``[2, n - 2]`` or ``n - 1``), Shamir threshold in ``[1, k]``.
-        Malicious model: ``t >= 2`` and ``2t > k`` unless ``n = 2``.
-    bits : int
-        Modulus width in {16, 32, 64}.
-    length : int
-        Vector length, >= 1.
-    min_survivors : int
-        Smallest survivor set the client accepts (malicious model), in ``[1, n]``.
-    threat_model : str
-        One of :data:`~fedstats.secagg.params.THREAT_MODELS`.
-    identity : ClientIdentity, optional
-        The client's long-term identity key (required in the malicious model).
-    verifier : RosterVerifier, optional
-        Checks the session roster (required in the malicious model), e.g.
-        :class:`~fedstats.secagg.identity.AuthorityVerifier` with the pinned authority key.
-    task_id : bytes
-        The task the roster must name.
-
-    Raises
-    ------
-    ParameterError
-        If a value is out of range, or the malicious model lacks an identity or verifier.
-    """
-
-    n: int
-    k: int
-    t: int
-    bits: int
-    length: int
-    min_survivors: int
-    threat_model: str = "malicious"
-    identity: ClientIdentity | None = None
-    verifier: RosterVerifier | None = None
-    task_id: bytes = b"fedstats"
-
-    def __post_init__(self) -> None:
-        if self.n < 2:
-            raise ParameterError("n", self.n, "an integer >= 2")
-        if not valid_degree(self.n, self.k):
-            raise ParameterError(
-                "k", self.k, f"an even integer in [2, {self.n - 2}] or {self.n - 1}"
-            )
-        if not 1 <= self.t <= self.k:
-            raise ParameterError("t", self.t, f"an integer in [1, {self.k}]")
-        if self.bits not in DTYPES:
-            raise ParameterError("bits", self.bits, "one of 16, 32, 64")
-        if self.length < 1:
-            raise ParameterError("length", self.length, "an integer >= 1")
-        if not 1 <= self.min_survivors <= self.n:
-            raise ParameterError(
-                "min_survivors", self.min_survivors, f"an integer in [1, {self.n}]"
-            )
-        if self.threat_model not in THREAT_MODELS:
-            raise ParameterError(
-                "threat_model", self.threat_model, "one of " + ", ".join(THREAT_MODELS)
-            )
-        if self.threat_model == "malicious":
-            if self.n > 2 and (self.t < 2 or 2 * self.t <= self.k):
-                raise ParameterError(
-                    "t",
-                    self.t,
-                    f"an integer in [max(2, {self.k // 2 + 1}), {self.k}] (malicious server)",
-                )
-            if self.identity is None or self.verifier is None:
-                raise ParameterError(
-                    "identity/verifier",
-                    None,
-                    "an identity key and a roster verifier (malicious server)",
-                )
-
-    @classmethod
-    def from_parameters(
-        cls,
-        params: SecAggParameters,
-        *,
-        bits: int,
-        length: int,
-        identity: ClientIdentity | None = None,
-        verifier: RosterVerifier | None = None,
-        task_id: bytes = b"fedstats",
-    ) -> ClientConfig:
-        """The configuration for a session with the given public parameters."""
-        return cls(
-            params.n,
-            params.k,
-            params.t,
-            bits,
-            length,
-            params.min_survivors,
-            params.threat_model,
-            identity,
-            verifier,
-            task_id,
-        )
 
 
 _EXPECTED: dict[ClientState, type[Message]] = {

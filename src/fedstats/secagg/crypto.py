@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -26,6 +26,9 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedstats.errors import ParameterError, SecurityError
+
+if TYPE_CHECKING:
+    from fedstats.secagg.identity import SessionRoster
 
 __all__ = [
     "DTYPES",
@@ -42,6 +45,9 @@ __all__ = [
     "expand_mask",
     "generate_key_pair",
     "public_from_private",
+    "roster_transcript",
+    "seed_commitment",
+    "self_mask_seed",
     "session_id",
 ]
 
@@ -155,6 +161,23 @@ def derive_key(shared: bytes, *, session: bytes, label: bytes, low: int, high: i
     """
     info = label + struct.pack("<II", low, high)
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=session, info=info).derive(shared)
+
+
+def seed_commitment(session: bytes, client: int, seed: bytes) -> bytes:
+    """SHA-256 commitment to a client's self-mask seed (the server checks the reconstructed seed)."""
+    return hashlib.sha256(
+        b"fedstats/secagg/v2/seed-commit" + session + struct.pack("<I", client) + seed
+    ).digest()
+
+
+def self_mask_seed(session: bytes, client: int, seed: bytes) -> bytes:
+    """PRG key of the self mask ``r_i = F(b_i)``, derived from ``b_i`` with its own HKDF label."""
+    return derive_key(seed, session=session, label=LABEL_SELF_MASK, low=client, high=client)
+
+
+def roster_transcript(roster: SessionRoster) -> bytes:
+    """HKDF salt of a malicious-model session: SHA-256 of a label and the signed roster."""
+    return hashlib.sha256(b"fedstats/secagg/v2/transcript\x00" + roster.digest()).digest()
 
 
 def _aad(session: bytes, sender: int, receiver: int) -> bytes:

@@ -31,10 +31,10 @@ from fedstats._validation import check_choice, check_int
 from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
 from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
-from fedstats.secagg.client import ClientConfig, SecAggClient
+from fedstats.secagg.client import SecAggClient
 from fedstats.secagg.crypto import DTYPES
 from fedstats.secagg.identity import ClientIdentity, EnrollmentAuthority
-from fedstats.secagg.params import SecAggParameters, find_parameters
+from fedstats.secagg.params import ClientConfig, SecAggParameters, find_parameters
 from fedstats.secagg.server import SecAggServer
 
 __all__ = ["DROPOUT_STAGES", "SecAggResult", "run_secure_aggregation"]

@@ -24,17 +24,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import ParameterError
+from fedstats.secagg.crypto import DTYPES
 from fedstats.secagg.graph import valid_degree
+
+if TYPE_CHECKING:
+    from fedstats.secagg.identity import ClientIdentity, RosterVerifier
 
 __all__ = [
     "ATTACKS",
     "STOPPED_BY",
     "THREAT_MODELS",
+    "ClientConfig",
     "SecAggParameters",
     "find_parameters",
     "validate_parameters",
@@ -317,3 +323,106 @@ def find_parameters(
         f"smaller fractions: no graph degree k <= {n - 1} keeps {n} clients secure (2^-{sigma:g}) "
         f"and correct (2^-{eta:g}) with {n_drop} dropouts and {n_corrupt} corrupt clients",
     )
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """What a client knows about its task before talking to the server (it trusts nothing else).
+
+    Attributes
+    ----------
+    n, k, t : int
+        Clients, graph degree (even in ``[2, n - 2]`` or ``n - 1``), Shamir threshold in ``[1, k]``.
+        Malicious model: ``t >= 2`` and ``2t > k`` unless ``n = 2``.
+    bits : int
+        Modulus width in {16, 32, 64}.
+    length : int
+        Vector length, >= 1.
+    min_survivors : int
+        Smallest survivor set the client accepts (malicious model), in ``[1, n]``.
+    threat_model : str
+        One of :data:`~fedstats.secagg.params.THREAT_MODELS`.
+    identity : ClientIdentity, optional
+        The client's long-term identity key (required in the malicious model).
+    verifier : RosterVerifier, optional
+        Checks the session roster (required in the malicious model), e.g.
+        :class:`~fedstats.secagg.identity.AuthorityVerifier` with the pinned authority key.
+    task_id : bytes
+        The task the roster must name.
+
+    Raises
+    ------
+    ParameterError
+        If a value is out of range, or the malicious model lacks an identity or verifier.
+    """
+
+    n: int
+    k: int
+    t: int
+    bits: int
+    length: int
+    min_survivors: int
+    threat_model: str = "malicious"
+    identity: ClientIdentity | None = None
+    verifier: RosterVerifier | None = None
+    task_id: bytes = b"fedstats"
+
+    def __post_init__(self) -> None:
+        if self.n < 2:
+            raise ParameterError("n", self.n, "an integer >= 2")
+        if not valid_degree(self.n, self.k):
+            raise ParameterError(
+                "k", self.k, f"an even integer in [2, {self.n - 2}] or {self.n - 1}"
+            )
+        if not 1 <= self.t <= self.k:
+            raise ParameterError("t", self.t, f"an integer in [1, {self.k}]")
+        if self.bits not in DTYPES:
+            raise ParameterError("bits", self.bits, "one of 16, 32, 64")
+        if self.length < 1:
+            raise ParameterError("length", self.length, "an integer >= 1")
+        if not 1 <= self.min_survivors <= self.n:
+            raise ParameterError(
+                "min_survivors", self.min_survivors, f"an integer in [1, {self.n}]"
+            )
+        if self.threat_model not in THREAT_MODELS:
+            raise ParameterError(
+                "threat_model", self.threat_model, "one of " + ", ".join(THREAT_MODELS)
+            )
+        if self.threat_model == "malicious":
+            if self.n > 2 and (self.t < 2 or 2 * self.t <= self.k):
+                raise ParameterError(
+                    "t",
+                    self.t,
+                    f"an integer in [max(2, {self.k // 2 + 1}), {self.k}] (malicious server)",
+                )
+            if self.identity is None or self.verifier is None:
+                raise ParameterError(
+                    "identity/verifier",
+                    None,
+                    "an identity key and a roster verifier (malicious server)",
+                )
+
+    @classmethod
+    def from_parameters(
+        cls,
+        params: SecAggParameters,
+        *,
+        bits: int,
+        length: int,
+        identity: ClientIdentity | None = None,
+        verifier: RosterVerifier | None = None,
+        task_id: bytes = b"fedstats",
+    ) -> ClientConfig:
+        """The configuration for a session with the given public parameters."""
+        return cls(
+            params.n,
+            params.k,
+            params.t,
+            bits,
+            length,
+            params.min_survivors,
+            params.threat_model,
+            identity,
+            verifier,
+            task_id,
+        )

@@ -37,7 +37,6 @@ from fedstats.errors import (
     SecurityError,
 )
 from fedstats.randomness import RNG
-from fedstats.secagg.client import roster_transcript, seed_commitment, self_mask_seed
 from fedstats.secagg.crypto import (
     DTYPES,
     LABEL_MASK,
@@ -46,6 +45,9 @@ from fedstats.secagg.crypto import (
     check_public_key,
     derive_key,
     public_from_private,
+    roster_transcript,
+    seed_commitment,
+    self_mask_seed,
     session_id,
 )
 from fedstats.secagg.graph import public_harary_graph, random_harary_graph

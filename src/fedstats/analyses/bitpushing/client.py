@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedstats._numeric import round_to_integers
 from fedstats.errors import DataError
 from fedstats.privacy.mechanisms import RandomizedResponse
 from fedstats.randomness import RNG, SPLITMIX64_GAMMA, splitmix64
@@ -104,7 +105,7 @@ def to_codes(
     fl = np.floor(x)
     frac = x - fl
     if frac.any():
-        fl = fl + (rng.random(x.shape) < frac) if rng is not None else np.rint(x)
+        fl = round_to_integers(x, rng)
     elif identity:  # integers already in [0, max_code] (the range was enforced): no clipping pass
         return fl.astype(np.int64)
     out: np.ndarray = np.clip(fl, 0, max_code).astype(np.int64)

@@ -18,7 +18,6 @@ from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import ClientBatch
 from fedstats.errors import DataError
 from fedstats.randomness import RNG
-from fedstats.sketches.modular import wrap_reports
 from fedstats.sketches.stable import MAX_DENSE_ENTRIES, StableProjection
 
 __all__ = ["encode_marginals", "encode_projection", "expected_counts", "record_tables"]
@@ -175,5 +174,5 @@ def encode_projection(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -
         # few clients (a real device): only the columns of the client's non-zero cells
         e = proj.project(counts.astype(np.float64) / sq) - offset
     fp = FixedPoint(int(params["frac_bits"]), float(params["clip"]))
-    q, _ = fp.encode(e, rng)
-    return wrap_reports(q, int(params["bits"]))
+    q, _ = fp.encode(e, rng, bits=int(params["bits"]))
+    return q

@@ -20,12 +20,12 @@ from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.chi2.calibration import DECODERS, sketched_p_value
 from fedstats.errors import DataError, ParameterError
 from fedstats.results import AnalysisResult
+from fedstats.secagg.quantize import BITS
 from fedstats.sketches.decoders import (
     FrequencyMomentEstimate,
     geometric_mean_estimator,
     mean_of_squares_estimator,
 )
-from fedstats.sketches.modular import BITS
 from fedstats.sketches.stable import StableProjection
 
 __all__ = [

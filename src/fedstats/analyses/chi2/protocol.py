@@ -35,7 +35,7 @@ from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.discrete_gaussian import discrete_gaussian_variance
 from fedstats.randomness import RandomSource
-from fedstats.sketches.modular import choose_frac_bits, reduce_signed
+from fedstats.secagg.quantize import choose_frac_bits, reduce_signed
 from fedstats.sketches.stable import StableProjection
 
 __all__ = ["fed_chi2_protocol"]
@@ -163,8 +163,9 @@ def fed_chi2_protocol(
         "clip": fp.clip,
         "bits": b,
     }
-    bound = (1 << (b - 1)) if b < 64 else max(fp.bound, 1)
-    s2: RoundSum = yield Round("projection", encode_projection, params, dim=ell, bound=bound)
+    s2: RoundSum = yield Round(
+        "projection", encode_projection, params, dim=ell, bound=fp.report_bound(b)
+    )
     total = reduce_signed(s2.total, b)
     tau = 0.0
     details: dict[str, Any] = {}
@@ -182,7 +183,7 @@ def fed_chi2_protocol(
             "noise_offset": tau,
             "noisy_marginals": marg.tolist(),
         }
-    e = np.asarray(total, dtype=np.float64) / fp.scale
+    e = fp.decode(total)
     est = decode(e, dec, conf, 1.0 / fp.scale)
     res = finish(
         est,

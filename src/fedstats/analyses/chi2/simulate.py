@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats._numeric import round_to_integers
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.chi2.calibration import batch_decode
 from fedstats.analyses.chi2.client import expected_counts
@@ -30,7 +31,7 @@ from fedstats.analyses.chi2.estimator import (
 )
 from fedstats.errors import DataError
 from fedstats.randomness import RNG, RandomSource
-from fedstats.sketches.modular import choose_frac_bits
+from fedstats.secagg.quantize import choose_frac_bits, wrap_reports
 from fedstats.sketches.stable import StableProjection
 
 __all__ = ["SPLITS", "simulate_decoded", "simulate_fed_chi2", "survivor_table"]
@@ -172,10 +173,7 @@ def simulate_fed_chi2(
     f = choose_frac_bits(b, client_bound(vbar, mc, n, row_norm), row_norm * math.sqrt(s_max))
     scale = 2.0**f
     qs = e * scale + np.asarray(rng.normal(0.0, math.sqrt(n / 6.0), ell))
-    q = np.rint(qs)
-    if b < 64:
-        mod = 2.0**b
-        q = np.mod(q + mod / 2, mod) - mod / 2
+    q = wrap_reports(round_to_integers(qs), b)  # float64 integers, reduced like the protocol's sum
     est = decode(q / scale, dec, conf, 1.0 / scale)
     dof = int((rows.size - 1) * (cols.size - 1))
     res = finish(

@@ -18,7 +18,6 @@ from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import ClientBatch
 from fedstats.errors import DataError
 from fedstats.randomness import RNG
-from fedstats.sketches.modular import wrap_reports
 from fedstats.sketches.stable import StableProjection
 
 __all__ = ["encode_entropy_projection", "encode_histogram_size", "encode_marginals"]
@@ -120,5 +119,5 @@ def encode_entropy_projection(
         axis=1,
     )
     fp = FixedPoint(int(params["frac_bits"]), float(params["clip"]))
-    q, _ = fp.encode(e, rng)
-    return wrap_reports(q, int(params["bits"]))
+    q, _ = fp.encode(e, rng, bits=int(params["bits"]))
+    return q

@@ -28,8 +28,8 @@ from fedstats.analyses.chi2.estimator import (
 )
 from fedstats.errors import DataError, ParameterError
 from fedstats.results import AnalysisResult
+from fedstats.secagg.quantize import BITS
 from fedstats.sketches.decoders import FrequencyMomentEstimate, geometric_mean_estimator
-from fedstats.sketches.modular import BITS
 from fedstats.sketches.stable import StableProjection
 
 __all__ = [

@@ -35,7 +35,7 @@ from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import DataError
-from fedstats.sketches.modular import choose_frac_bits, reduce_signed
+from fedstats.secagg.quantize import choose_frac_bits
 from fedstats.sketches.stable import StableProjection
 
 __all__ = ["fed_entropy_protocol", "g_test_protocol"]
@@ -64,14 +64,14 @@ def _projection_round(
         "clip": fp.clip,
         "bits": b,
     }
-    bound = (1 << (b - 1)) if b < 64 else max(fp.bound, 1)
+    bound = fp.report_bound(b)
     return Round("projections", encode_entropy_projection, params, dim=2 * ell, bound=bound), fp
 
 
 def _entropy_result(
     s2: RoundSum, fp: FixedPoint, m: int, ell: int, d: float, cp: str, b: int, conf: float
 ) -> EntropyResult:
-    e = reduce_signed(s2.total, b) / fp.scale
+    e = fp.decode(s2.total, bits=b)
     h, ci, sd, moments, bias = decode_entropy(e[:ell], e[ell:], d, m, conf, 1.0 / fp.scale)
     return EntropyResult(
         analysis="entropy.shannon",

@@ -155,7 +155,7 @@ def mean_protocol(
     total, count = int(s.total[0]), int(s.total[1])
     return MeanResult(
         analysis="exact.mean",
-        estimate=total / fp.scale / count,
+        estimate=float(fp.decode(total)) / count,
         n_clients=count,
         details={"resolution": 1 / fp.scale},
     )

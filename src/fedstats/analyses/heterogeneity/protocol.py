@@ -36,6 +36,7 @@ from fedstats.analyses.heterogeneity.config import (
 )
 from fedstats.analyses.heterogeneity.exact import i_squared
 from fedstats.engine.core import ProtocolGenerator
+from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.privacy.analysis.gaussian import analytic_gaussian_epsilon
 from fedstats.privacy.analysis.loss import PrivacyLoss
@@ -230,7 +231,7 @@ def _round_params(cfg: HeterogeneityConfig, plan: RoundPlan, sens: Sensitivities
 
 def _release(s: RoundSum, plan: RoundPlan, server: RNG | None) -> np.ndarray:
     """Return the round's released normalised sum, with the server's central noise if any."""
-    vals = np.asarray(s.total, dtype=np.float64) / 2.0**plan.frac_bits
+    vals = FixedPoint(plan.frac_bits, plan.clip).decode(s.total)
     if plan.noise != "central":
         return vals
     assert server is not None

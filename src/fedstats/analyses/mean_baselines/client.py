@@ -167,7 +167,8 @@ def encode_ldp(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.nd
         return sign
     if name == "laplace":
         # unbiased randomized rounding of t onto the release grid, so the mechanism's snap is exact
-        t = FixedPoint(fb, 1.0).decode(FixedPoint(fb, 1.0).encode(t, rng)[0])
+        grid = FixedPoint(fb, 1.0)
+        t = grid.decode(grid.encode(t, rng)[0])
     z = mech.randomize(t, rng)  # grid points: z * 2**frac_bits is an exact integer
     q, _ = FixedPoint(fb, float(params["clip"])).encode(z)
     out: np.ndarray = q.reshape(-1, 1)

@@ -242,7 +242,7 @@ def ldp_stage(
         pos = float(r.total[0])
         t_mean = DuchiMechanism(epsilon=eps).c * (2.0 * pos - n) / n
     else:
-        t_mean = float(r.total[0]) / float(2**fb) / n
+        t_mean = float(FixedPoint(fb, clip).decode(r.total[0])) / n
     per_t = float(mech.variance())
     if mechanism == "laplace":  # the randomized rounding of t onto the grid
         per_t += 0.25 / float(4**fb)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from fedstats._numeric import round_to_integers
 from fedstats._validation import check_finite_array, check_int, check_real
 from fedstats.errors import DataError
 from fedstats.privacy.analysis.loss import (
@@ -244,10 +245,7 @@ class PiecewiseMechanism(Mechanism):
         if self.resolution_bits is None:
             return np.asarray(y)
         # unbiased randomized rounding to the grid (post-processing: epsilon unchanged)
-        scaled = y / self.grid
-        low = np.floor(scaled)
-        up = np.asarray(rng.random(size=x.shape)) < (scaled - low)
-        return np.asarray((low + up) * self.grid)
+        return np.asarray(round_to_integers(y / self.grid, rng) * self.grid)
 
     def log_density(self, value: Any, outputs: np.ndarray) -> np.ndarray:
         """Log density of ``outputs`` (1-D) for the single input ``value``; ``-inf`` outside [-C, C]."""
