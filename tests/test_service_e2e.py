@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -714,3 +715,50 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
     assert view["rounds"][0]["records_summed"] == 40
     exact = _exact_mean(values)
     assert view["result"]["estimate"] == exact.estimate
+
+
+def test_a_long_poll_is_held_until_a_run_of_its_population_changes(deployment: Deployment) -> None:
+    """``GET /v1/client/work?wait=S`` naming the list the device has: 304 after ``S`` seconds when nothing
+    changes; a run offered to another population does not wake it; a run offered to its own population
+    answers it within seconds, with the offer."""
+    from fedstats.client import Device
+
+    ident = json.loads(deployment.identity("poll-a", "poll-a").read_text())
+    # the default policy refuses exact (non-private) tasks: the device never checks in
+    dev = Device(deployment.url, ident, {"value": np.zeros(3)}, ca=deployment.certs["ca"])
+    dev.register()
+    dev.step()  # the list it has now (and its ETag)
+
+    def offer_later(population: str, box: list[str]) -> threading.Thread:
+        def go() -> None:
+            time.sleep(1.0)
+            task = _task("exact-mean", privacy={"epsilon": None, "population": population})
+            with deployment.admin() as a:
+                tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+                box.append(a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"])
+
+        t = threading.Thread(target=go)
+        t.start()
+        return t
+
+    try:
+        t0 = time.monotonic()
+        assert dev.step(wait=3.0)["offers"] == []  # nothing new: held, then 304
+        assert time.monotonic() - t0 >= 2.5
+        other: list[str] = []
+        t = offer_later("poll-b", other)
+        t0 = time.monotonic()
+        assert dev.step(wait=5.0)["offers"] == []  # another population's run: still held to the end
+        waited = time.monotonic() - t0
+        t.join()
+        assert other and waited >= 4.5, waited
+        own: list[str] = []
+        t = offer_later("poll-a", own)
+        t0 = time.monotonic()
+        work = dev.step(wait=20.0)
+        waited = time.monotonic() - t0
+        t.join()
+        assert [o["run_id"] for o in work["offers"]] == own, work
+        assert waited < 10.0, waited  # woken by the offer (about 1 s), not by the end of the wait
+    finally:
+        dev.close()
