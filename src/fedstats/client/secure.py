@@ -110,6 +110,9 @@ class SecureState:
         until it closes).
     refused : dict
         ``(round, session) -> reason`` of the sessions it left because a check failed.
+    certificates : tuple or None
+        ``(etag, list)``: the last session's member certificates as received; a later round whose
+        session has the same members is answered 304 and verified again from this copy.
     """
 
     contribution: bytes
@@ -119,6 +122,7 @@ class SecureState:
     replies: dict[tuple[int, int, int], bytes] = field(default_factory=dict)
     acknowledged: set[tuple[int, int, int]] = field(default_factory=set)
     refused: dict[tuple[int, int], str] = field(default_factory=dict)
+    certificates: tuple[str, Any] | None = None
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
@@ -139,6 +143,7 @@ class SecureRuns:
     log: Callable[[str], None]
     _key: Ed25519PrivateKey
     _request: Callable[..., Any]
+    _send: Callable[..., Any]
     _encode: Callable[[Mapping[str, Any]], list[int]]
 
     def _reveal(self, run_id: str) -> None:
@@ -203,9 +208,15 @@ class SecureRuns:
             state.seed = seeding.verify_transcript(
                 run_id, self.client_id, tr, seen_digest=state.seen, own_value=state.contribution
             )
-        certs = self._request(
-            "GET", f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/certificates"
-        )
+        path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/certificates"
+        held = state.certificates
+        r = self._send("GET", path, b"", headers={"If-None-Match": held[0]} if held else None)
+        if r.status_code == 304 and held is not None:
+            certs = held[1]  # the same members as before: verified below for this session anew
+        else:
+            certs = r.json()
+            etag = r.headers.get("etag")
+            state.certificates = (etag, certs) if etag else None
         verifier = CertificateRosterVerifier(
             str(self.authority_public_key),
             certs,
