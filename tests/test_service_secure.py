@@ -238,6 +238,8 @@ DEVICE_LOG: list[str] = []  # what the devices logged (retries, refusals), shown
 
 
 def _logger(client_id: str) -> Any:
+    """A device's ``log``: its lines go to :data:`DEVICE_LOG`, with the time and the client id."""
+
     def log(line: str) -> None:
         DEVICE_LOG.append(f"{time.time():.2f} {client_id}: {line}")
 
@@ -263,9 +265,7 @@ def _devices(
             policy=Policy(allow_non_private=True),
             budget=LocalBudget(None, epsilon=100.0),
             randomness=RandomSource(1000 + i),
-            log=lambda line, cid=f"{tag}-{i}": DEVICE_LOG.append(
-                f"{time.time():.2f} {cid}: {line}"
-            ),
+            log=_logger(f"{tag}-{i}"),
         )
         dev.seed = 1000 + i
         out.append(dev)
