@@ -69,6 +69,7 @@ def add_secure_routes(
     # immutable answers, serialized once (off the event loop): a session's certificates, and a seed
     # transcript once the seed is fixed; every device of a 1000-device session asks for them
     cache: dict[tuple[str, ...], bytes] = {}
+    tags: dict[bytes, str] = {}  # ETag of a cached certificate list
 
     def cached(key: tuple[str, ...], build: Callable[[], Any]) -> bytes:
         got = cache.get(key)
@@ -127,8 +128,14 @@ def add_secure_routes(
                 )
 
         body = await run_in_threadpool(go)
-        # a device names the list it already holds (the same members as in its previous round): 304
-        tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        # a device names the list it already holds (the same members as in its previous round): 304;
+        # the tag of a cached (immutable) body is computed once
+        tag = tags.get(body)
+        if tag is None:
+            tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+            if len(tags) > 256:
+                tags.clear()
+            tags[body] = tag
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={"ETag": tag})
         return Response(body, media_type="application/json", headers={"ETag": tag})
