@@ -262,8 +262,7 @@ def decode_entropy(
 
 
 def entropy_result(
-    e_plus: np.ndarray,
-    e_minus: np.ndarray,
+    encodings: tuple[np.ndarray, np.ndarray],
     d: float,
     m: int,
     conf: float,
@@ -278,8 +277,10 @@ def entropy_result(
 
     Parameters
     ----------
-    e_plus, e_minus, d, m, conf, resolution
-        As :func:`decode_entropy`; ``encoding_size`` is ``e_plus.size``.
+    encodings : (numpy.ndarray, numpy.ndarray)
+        ``(e_plus, e_minus)`` of :func:`decode_entropy`; ``encoding_size`` is their length.
+    d, m, conf, resolution
+        As :func:`decode_entropy`.
     coupling : str
     bits, frac_bits : int
         Recorded in the result.
@@ -291,6 +292,7 @@ def entropy_result(
     EntropyResult
         Tagged ``"entropy.shannon"``.
     """
+    e_plus, e_minus = encodings
     h, ci, sd, moments, bias = decode_entropy(e_plus, e_minus, d, m, conf, resolution)
     return EntropyResult(
         analysis="entropy.shannon",

@@ -73,8 +73,7 @@ def _entropy_result(
 ) -> EntropyResult:
     e = fp.decode(s2.total, bits=b)
     return entropy_result(
-        e[:ell],
-        e[ell:],
+        (e[:ell], e[ell:]),
         d,
         m,
         conf,

@@ -106,8 +106,7 @@ def simulate_fed_entropy(
             em = StableProjection(sm, ell, 1 - d).project((nz, w[nz]), m=c.size)[0]
     exact = shannon_entropy(c)
     res = entropy_result(
-        ep,
-        em,
+        (ep, em),
         d,
         int(c.size),
         conf,
