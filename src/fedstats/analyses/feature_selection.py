@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.analyses.chi2.calibration import batch_decode
+from fedstats.analyses.chi2.calibration import DECODERS, batch_decode
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource, as_generator
 from fedstats.sketches.stable import StableProjection
@@ -51,7 +51,6 @@ __all__ = [
     "top_k",
 ]
 
-DECODERS: tuple[str, ...] = ("mean-of-squares", "geometric")
 _TERM_BLOCK = 4096
 
 

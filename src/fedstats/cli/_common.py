@@ -53,6 +53,7 @@ __all__ = [
     "check_interval",
     "emit",
     "engine_for",
+    "fmt_value",
     "progress_for",
     "state_from",
     "warn_duration",
@@ -281,6 +282,17 @@ def stdout_console() -> Console:
 def stderr_console() -> Console:
     """Console for messages and progress on stderr."""
     return Console(stderr=True, highlight=False)
+
+
+def fmt_value(value: Any) -> str:
+    """A cell of a text table: ``-`` for None, floats to 6 significant digits, lists and tuples by item."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(fmt_value(v) for v in value) + "]"
+    return str(value)
 
 
 def emit(

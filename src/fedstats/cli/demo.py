@@ -6,16 +6,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedstats.cli._common import JsonOption, SeedOption, emit, progress_for, state_from
+from fedstats.cli._common import (
+    JsonOption,
+    SeedOption,
+    emit,
+    fmt_value,
+    progress_for,
+    state_from,
+)
 from fedstats.experiments.demo import run_demo
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
 
 
 def demo(
@@ -47,14 +46,15 @@ def demo(
             spent = (
                 "not private"
                 if eps is None
-                else f"eps={_fmt(eps)}" + (f", delta={_fmt(r['delta'])}" if r.get("delta") else "")
+                else f"eps={fmt_value(eps)}"
+                + (f", delta={fmt_value(r['delta'])}" if r.get("delta") else "")
             )
             table.add_row(
                 str(r["name"]),
                 str(r["dataset"]),
-                _fmt(r["estimate"]),
-                _fmt(r["truth"]),
-                _fmt(r["error"]),
+                fmt_value(r["estimate"]),
+                fmt_value(r["truth"]),
+                fmt_value(r["error"]),
                 spent,
             )
         console.print(table)

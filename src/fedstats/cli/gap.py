@@ -29,6 +29,7 @@ from fedstats.cli._common import (
     check_interval,
     emit,
     engine_for,
+    fmt_value,
     progress_for,
     state_from,
     warn_duration,
@@ -51,14 +52,6 @@ AccountingOption = Annotated[
         "(its true loss is reported and exceeds epsilon).",
     ),
 ]
-
-
-def _fmt(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.6g}"
-    return str(x)
 
 
 def gap(
@@ -184,24 +177,25 @@ def gap(
         t.add_column("quantity")
         t.add_column("value")
         lo, hi = result.ci if result.ci else (None, None)
-        t.add_row("gap (estimate)", _fmt(result.gap))
-        t.add_row(f"{int(result.confidence * 100)}% CI", f"[{_fmt(lo)}, {_fmt(hi)}]")
+        t.add_row("gap (estimate)", fmt_value(result.gap))
+        t.add_row(f"{int(result.confidence * 100)}% CI", f"[{fmt_value(lo)}, {fmt_value(hi)}]")
         t.add_row(
-            "true gap" + (" (simulated clients)" if clients else " (data)"), _fmt(result.true_gap)
+            "true gap" + (" (simulated clients)" if clients else " (data)"),
+            fmt_value(result.true_gap),
         )
         t.add_row("mechanism", result.mechanism)
         alloc = result.allocation
-        split = f"eps1={_fmt(alloc['epsilon1'])}, eps2={_fmt(alloc['epsilon2'])}"
+        split = f"eps1={fmt_value(alloc['epsilon1'])}, eps2={fmt_value(alloc['epsilon2'])}"
         if "k" in alloc:
-            split += f", k={_fmt(alloc['k'])}"
+            split += f", k={fmt_value(alloc['k'])}"
         t.add_row("budget split", split)
-        t.add_row("true privacy loss", _fmt(result.true_loss))
-        t.add_row("clients", _fmt(result.n_clients))
+        t.add_row("true privacy loss", fmt_value(result.true_loss))
+        t.add_row("clients", fmt_value(result.n_clients))
         for lab, m, s in zip(
             result.groups, result.group_means, result.group_standard_errors, strict=True
         ):
-            t.add_row(f"mean of {lab}", f"{_fmt(m)} +/- {_fmt(s)}")
-        t.add_row("bytes per client", _fmt(result.bytes_per_client))
+            t.add_row(f"mean of {lab}", f"{fmt_value(m)} +/- {fmt_value(s)}")
+        t.add_row("bytes per client", fmt_value(result.bytes_per_client))
         t.add_row(
             "group sizes",
             "estimated (private)" if estimate_sizes else "exact, RELEASED (not private)",
@@ -314,17 +308,17 @@ def gap_plan(
         if plan.epsilon is None:
             t.add_row(
                 "epsilon",
-                f"none: no budget reaches alpha={_fmt(plan.alpha)} "
-                f"(best possible error {_fmt(plan.floor)})",
+                f"none: no budget reaches alpha={fmt_value(plan.alpha)} "
+                f"(best possible error {fmt_value(plan.floor)})",
             )
         else:
-            t.add_row("epsilon", _fmt(plan.epsilon))
-            t.add_row("epsilon1 (group)", _fmt(alloc.get("epsilon1")))
-            t.add_row("epsilon2 (value)", _fmt(alloc.get("epsilon2")))
+            t.add_row("epsilon", fmt_value(plan.epsilon))
+            t.add_row("epsilon1 (group)", fmt_value(alloc.get("epsilon1")))
+            t.add_row("epsilon2 (value)", fmt_value(alloc.get("epsilon2")))
             if plan.mechanism == "L":
-                t.add_row("k", _fmt(alloc.get("k")))
-            t.add_row("true privacy loss", _fmt(alloc.get("true_loss")))
-            t.add_row("paper's claimed loss", _fmt(alloc.get("paper_loss")))
+                t.add_row("k", fmt_value(alloc.get("k")))
+            t.add_row("true privacy loss", fmt_value(alloc.get("true_loss")))
+            t.add_row("paper's claimed loss", fmt_value(alloc.get("paper_loss")))
         t.add_row("bound / accounting", f"{plan.bound} / {plan.accounting}")
         console.print(t)
 

@@ -18,22 +18,13 @@ from fedstats.cli._common import (
     WorkersOption,
     emit,
     engine_for,
+    fmt_value,
     progress_for,
     state_from,
 )
 from fedstats.errors import ParameterError
 from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
 from fedstats.privacy.ledger import PrivacyLedger
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    if isinstance(v, (tuple, list)):
-        return "[" + ", ".join(_fmt(t) for t in v) + "]"
-    return str(v)
 
 
 def _route_options(
@@ -238,7 +229,11 @@ def heterogeneity_command(
         for st in (res.dispersion, res.q, res.i2):
             if st is not None:
                 table.add_row(
-                    st.name, _fmt(st.estimate), _fmt(st.interval), _fmt(st.truth), _fmt(st.error)
+                    st.name,
+                    fmt_value(st.estimate),
+                    fmt_value(st.interval),
+                    fmt_value(st.truth),
+                    fmt_value(st.error),
                 )
         console.print(table)
         if epsilon is not None:

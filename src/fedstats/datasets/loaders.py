@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import io
-import os
 import zipfile
 from typing import Any
 
@@ -24,6 +23,7 @@ from fedstats.datasets._catalog import dataset_info
 from fedstats.datasets._lookup import dataset_file
 from fedstats.datasets.archives import (
     ACTIVITY_COLUMNS,
+    DataDir,
     load_activity,
     load_digits,
     load_fashion_mnist_labels,
@@ -50,8 +50,6 @@ __all__ = [
     "load_mushroom",
     "load_reuters",
 ]
-
-DataDir = str | os.PathLike[str] | None
 
 ADULT_COLUMNS: tuple[str, ...] = (
     "age",

@@ -34,6 +34,16 @@ __all__ = [
 ]
 
 
+def _column(columns: Mapping[str, np.ndarray], name: str) -> np.ndarray:
+    """``columns[name]``, or a :class:`DataError` naming the column and those available."""
+    try:
+        return columns[name]
+    except KeyError:
+        raise DataError(
+            f"column {name!r} not found; available: {', '.join(sorted(columns))}"
+        ) from None
+
+
 @dataclass(frozen=True)
 class ClientBatch:
     """The data of a contiguous range of clients, handed to ``encode``.
@@ -67,12 +77,7 @@ class ClientBatch:
 
     def column(self, name: str) -> np.ndarray:
         """Return one column, raising a :class:`DataError` naming it when absent."""
-        try:
-            return self.columns[name]
-        except KeyError:
-            raise DataError(
-                f"column {name!r} not found; available: {', '.join(sorted(self.columns))}"
-            ) from None
+        return _column(self.columns, name)
 
 
 @dataclass(frozen=True)
@@ -114,12 +119,7 @@ class InputHistogram:
 
     def column(self, name: str) -> np.ndarray:
         """Return one column of distinct inputs, raising a :class:`DataError` naming it when absent."""
-        try:
-            return self.columns[name]
-        except KeyError:
-            raise DataError(
-                f"column {name!r} not found; available: {', '.join(sorted(self.columns))}"
-            ) from None
+        return _column(self.columns, name)
 
 
 class Encoder(Protocol):

@@ -156,6 +156,17 @@ class LedgerEntry:
         }
 
 
+@contextmanager
+def _all_or_nothing(records: list[Any]) -> Iterator[None]:
+    """Remove what the block appended to ``records`` if it raises (the ``atomic`` of both ledgers)."""
+    mark = len(records)
+    try:
+        yield
+    except BaseException:
+        del records[mark:]
+        raise
+
+
 def _describe(clients: Any, runs: np.ndarray | None) -> str:
     if runs is None:
         return "all"
@@ -210,12 +221,8 @@ class PrivacyLedger:
         PrivacyLedger
             This ledger.
         """
-        mark = len(self._entries)
-        try:
+        with _all_or_nothing(self._entries):
             yield self
-        except BaseException:
-            del self._entries[mark:]
-            raise
 
     @property
     def entries(self) -> tuple[LedgerEntry, ...]:
@@ -391,12 +398,8 @@ class BitMeter:
         BitMeter
             This meter.
         """
-        mark = len(self._records)
-        try:
+        with _all_or_nothing(self._records):
             yield self
-        except BaseException:
-            del self._records[mark:]
-            raise
 
     def _max(self, records: list[tuple[str, int, np.ndarray | None]]) -> int:
         if not records:

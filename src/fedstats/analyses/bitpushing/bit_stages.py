@@ -175,6 +175,37 @@ def check_squash(squash_threshold: float | None, epsilon: float | None) -> None:
         )
 
 
+def split_clients(name: str, fraction: float, n: int, parts: str) -> int:
+    """Clients in the first of two parts of ``n``: ``round(fraction * n)``, leaving both parts clients.
+
+    Parameters
+    ----------
+    name : str
+        The fraction's parameter name, for the error.
+    fraction : float
+        In (0, 1).
+    n : int
+        Clients to split.
+    parts : str
+        What the two parts are (``"rounds"``, ``"stages"``), for the error.
+
+    Returns
+    -------
+    int
+        In ``[1, n - 1]``.
+
+    Raises
+    ------
+    ParameterError
+        If ``fraction`` is outside (0, 1) or leaves a part without clients.
+    """
+    frac = check_real(name, fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+    n1 = round(frac * n)
+    if n1 < 1 or n1 >= n:
+        raise ParameterError(name, fraction, f"a fraction leaving both {parts} clients (n={n})")
+    return n1
+
+
 def _squash_level(epsilon_bit: float | None, squash_threshold: float | None) -> float | None:
     if epsilon_bit is None or squash_threshold is None or squash_threshold <= 0:
         return None
@@ -397,19 +428,12 @@ def adaptive_stage(
     ParameterError
         If ``round1_fraction`` leaves a round without clients.
     """
-    frac = check_real(
-        "round1_fraction", round1_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-    )
+    lo, hi = client_range
+    n = hi - lo
+    n1 = split_clients("round1_fraction", round1_fraction, n, "rounds")
     s_bits = check_int("bits_per_client", bits_per_client, low=1, high=spec.bit_depth)
     eps_bit = _per_bit_epsilon(epsilon, s_bits)
     check_squash(squash_threshold, epsilon)
-    lo, hi = client_range
-    n = hi - lo
-    n1 = round(frac * n)
-    if n1 < 1 or n1 >= n:
-        raise ParameterError(
-            "round1_fraction", round1_fraction, f"a fraction leaving both rounds clients (n={n})"
-        )
     b = spec.bit_depth
     p1 = weighted_probabilities(b, gamma)
     mr = check_int("min_reports", min_reports, low=0)
@@ -480,7 +504,7 @@ def adaptive_stage(
         round_clients=[r1.n_clients, r2.n_clients],
         round1_bit_means=m1,
         round2_fallback=fallback,
-        round1_fraction=frac,
+        round1_fraction=float(round1_fraction),
         uncertain_bits=np.flatnonzero(uncertain).tolist(),
     )
     return StageEstimate(est, var, r1.n_clients + r2.n_clients, s_bits, epsilon, details)

@@ -27,6 +27,7 @@ from fedstats.analyses.bitpushing.bit_stages import (
     adaptive_stage,
     basic_stage,
     check_squash,
+    split_clients,
     weighted_stage,
 )
 from fedstats.analyses.bitpushing.encoding import BitEncoding
@@ -355,17 +356,7 @@ def variance_split(n_clients: int, mean_fraction: float) -> int:
     ParameterError
         If ``mean_fraction`` leaves a stage without clients.
     """
-    frac = check_real(
-        "mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-    )
-    n_m = round(frac * n_clients)
-    if n_m < 1 or n_m >= n_clients:
-        raise ParameterError(
-            "mean_fraction",
-            mean_fraction,
-            f"a fraction leaving both stages clients (n={n_clients})",
-        )
-    return n_m
+    return split_clients("mean_fraction", mean_fraction, n_clients, "stages")
 
 
 def variance_protocol(

@@ -42,6 +42,7 @@ __all__ = [
     "check_options",
     "decode_entropy",
     "entropy_from_moments",
+    "entropy_result",
     "finite_difference_bias_bound",
     "g_result",
     "g_statistic",
@@ -258,6 +259,57 @@ def decode_entropy(
     bias = finite_difference_bias_bound(m, d)
     ci = (h - z * sd - bias, h + z * sd)
     return h, ci, sd, (fp.estimate, fm.estimate), bias
+
+
+def entropy_result(
+    encodings: tuple[np.ndarray, np.ndarray],
+    d: float,
+    m: int,
+    conf: float,
+    resolution: float = 0.0,
+    *,
+    coupling: str,
+    bits: int,
+    frac_bits: int,
+    **fields: Any,
+) -> EntropyResult:
+    """The :class:`EntropyResult` of two aggregated encodings, decoded by :func:`decode_entropy`.
+
+    Parameters
+    ----------
+    encodings : (numpy.ndarray, numpy.ndarray)
+        ``(e_plus, e_minus)`` of :func:`decode_entropy`; ``encoding_size`` is their length.
+    d, m, conf, resolution
+        As :func:`decode_entropy`.
+    coupling : str
+    bits, frac_bits : int
+        Recorded in the result.
+    **fields
+        Further fields of the result (``n_clients``, ``truth``, ``details``, ...).
+
+    Returns
+    -------
+    EntropyResult
+        Tagged ``"entropy.shannon"``.
+    """
+    e_plus, e_minus = encodings
+    h, ci, sd, moments, bias = decode_entropy(e_plus, e_minus, d, m, conf, resolution)
+    return EntropyResult(
+        analysis="entropy.shannon",
+        estimate=h,
+        ci=ci,
+        standard_error=sd,
+        confidence=conf,
+        moments=moments,
+        fd_step=d,
+        bias_bound=bias,
+        encoding_size=e_plus.size,
+        coupling=coupling,
+        bits=bits,
+        frac_bits=frac_bits,
+        n_categories=m,
+        **fields,
+    )
 
 
 def check_options(

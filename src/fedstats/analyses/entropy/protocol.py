@@ -25,7 +25,7 @@ from fedstats.analyses.entropy.estimator import (
     DEFAULT_FD_STEP,
     EntropyResult,
     check_options,
-    decode_entropy,
+    entropy_result,
     g_result,
     projection_abs_max,
     projection_seeds,
@@ -72,23 +72,17 @@ def _entropy_result(
     s2: RoundSum, fp: FixedPoint, m: int, ell: int, d: float, cp: str, b: int, conf: float
 ) -> EntropyResult:
     e = fp.decode(s2.total, bits=b)
-    h, ci, sd, moments, bias = decode_entropy(e[:ell], e[ell:], d, m, conf, 1.0 / fp.scale)
-    return EntropyResult(
-        analysis="entropy.shannon",
-        estimate=h,
-        ci=ci,
-        standard_error=sd,
-        confidence=conf,
-        n_clients=s2.n_clients,
-        bytes_per_client=math.ceil(b / 8) + math.ceil(2 * ell * b / 8),
-        moments=moments,
-        fd_step=d,
-        bias_bound=bias,
-        encoding_size=ell,
+    return entropy_result(
+        (e[:ell], e[ell:]),
+        d,
+        m,
+        conf,
+        1.0 / fp.scale,
         coupling=cp,
         bits=b,
         frac_bits=fp.frac_bits,
-        n_categories=m,
+        n_clients=s2.n_clients,
+        bytes_per_client=math.ceil(b / 8) + math.ceil(2 * ell * b / 8),
         details={"encoding_plus": e[:ell].tolist(), "encoding_minus": e[ell:].tolist()},
     )
 

@@ -18,7 +18,7 @@ from fedstats.analyses.entropy.estimator import (
     DEFAULT_FD_STEP,
     EntropyResult,
     check_options,
-    decode_entropy,
+    entropy_result,
     g_result,
     g_statistic,
     projection_seeds,
@@ -104,27 +104,21 @@ def simulate_fed_entropy(
         else:
             ep = StableProjection(sp, ell, 1 + d).project((nz, w[nz]), m=c.size)[0]
             em = StableProjection(sm, ell, 1 - d).project((nz, w[nz]), m=c.size)[0]
-    h, ci, sd, moments, bias = decode_entropy(ep, em, d, c.size, conf)
     exact = shannon_entropy(c)
-    return EntropyResult(
-        analysis="entropy.shannon",
-        estimate=h,
-        ci=ci,
-        standard_error=sd,
-        confidence=conf,
-        truth=exact,
-        release_note=note,
-        moments=moments,
-        fd_step=d,
-        bias_bound=bias,
-        additive_error=abs(h - exact),
-        encoding_size=ell,
+    res = entropy_result(
+        (ep, em),
+        d,
+        int(c.size),
+        conf,
         coupling=cp,
         bits=64,
         frac_bits=0,
-        n_categories=int(c.size),
+        truth=exact,
+        release_note=note,
         details={"projection": mode},
     )
+    res.additive_error = abs(res.estimate - exact)
+    return res
 
 
 def simulate_fed_g_test(
