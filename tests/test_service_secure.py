@@ -26,7 +26,7 @@ from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.engine.rounds import RoundSum
-from fedstats.errors import SecurityError
+from fedstats.errors import FedstatsError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 from fedstats.secagg import find_parameters
@@ -225,13 +225,13 @@ class _StoppingDevice(Device):
     stop_round: int | None = None
     seed: int = 0
 
-    def _secure_stage(self, rnd: Any) -> None:
-        stopped = self.stop_before is not None and int(rnd["secure"]["stage"]) >= self.stop_before
+    def _answer_stage(self, rnd: Any, stage: int, down: bytes | None) -> bool:
+        stopped = self.stop_before is not None and stage >= self.stop_before
         if stopped and self.stop_round in (None, int(rnd["round"])):
-            return
+            return False
         if stopped and self.stop_round is not None and int(rnd["round"]) > self.stop_round:
-            return  # a process that died stays dead
-        super()._secure_stage(rnd)
+            return False  # a process that died stays dead
+        return bool(super()._answer_stage(rnd, stage, down))
 
 
 DEVICE_LOG: list[str] = []  # what the devices logged (retries, refusals), shown when a test fails
@@ -512,6 +512,79 @@ def test_fed_h_and_the_g_test_over_secure_aggregation(
     rounds = _rounds(production, run_id, devices, analysis)
     _check_exact(rounds)
     assert_release_is_in_process(production, run_id, view, rounds, analysis, params)
+
+
+def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
+    deployment: Deployment,
+) -> None:
+    """After sending its stage-``s`` message a device asks for stage ``s + 1`` at once with ``wait``: the
+    server holds that request while the session has not reached the stage (204 when ``wait`` runs out;
+    404 at once without ``wait``), and answers it as soon as the stage opens; the devices then take most
+    of their stage messages that way, not from their work list."""
+    data = _data()
+    devices = _devices(deployment, "held", data, 4)
+    late = devices[3]
+    late.stop_before = 0  # checks in and reveals, then holds back its first stage until released
+    held: dict[str, int] = {}
+
+    def recording(dev: Any) -> None:
+        inner = dev._send
+
+        def send(method: str, path: str, body: bytes, **kw: Any) -> Any:
+            r = inner(method, path, body, **kw)
+            if method == "GET" and "/secure/" in path and (kw.get("params") or {}).get("wait"):
+                held[dev.client_id] = held.get(dev.client_id, 0) + (r.status_code == 200)
+            return r
+
+        dev._send = send
+
+    for d in devices[:3]:
+        recording(d)
+    run_id = _start(
+        deployment,
+        _task(secure_aggregation={"max_session": 4}, deadlines={"checkin": 60.0, "round": 60.0}),
+    )
+    threads = _drive(devices[:3], run_id)
+    threads.append(
+        threading.Thread(
+            target=late.run,
+            kwargs={
+                "poll": 0.1,
+                "wait": 1.0,
+                "max_seconds": 150.0,
+                "until": lambda d: run_id in getattr(d, "finished", set()),
+            },
+            daemon=True,
+        )
+    )
+    threads[-1].start()
+    first = devices[0]
+    end = time.monotonic() + 60
+    while time.monotonic() < end:  # first has sent its round-0 stage-0 message
+        state = first.secure.get(run_id)
+        if state is not None and (0, 0, 0) in state.acknowledged:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the first device did not send its first stage within 60 s")
+    path = f"/v1/client/runs/{run_id}/rounds/0/secure/0/1"
+    t0 = time.monotonic()
+    r = Device._send(first, "GET", path, b"", params={"wait": "1.5"}, retries=0)
+    assert r.status_code == 204 and time.monotonic() - t0 >= 1.4
+    with pytest.raises(FedstatsError, match="HTTP 404"):
+        Device._send(first, "GET", path, b"", retries=0)
+    late.stop_before = None
+    late._etag = None  # its next poll hands it the listed stage again
+    with deployment.admin() as a:
+        view = wait_run(a, run_id, timeout=150)
+    for t in threads:
+        t.join(30)
+    assert view["status"] == "done", view["error"]
+    rounds = _rounds(deployment, run_id, devices)
+    _check_exact(rounds)
+    assert all(len(r["included"]) == 4 for r in rounds[:-1])
+    # stages 1-4 of two rounds: eight stage messages per device, at most one per round from the work list
+    assert all(held.get(d.client_id, 0) >= 4 for d in devices[:3]), held
 
 
 # -- faults --------------------------------------------------------------------------------------

@@ -248,12 +248,12 @@ class Device(SecureRuns):
         if r.status_code == 304:  # nothing new since the last list, which was handled in full
             return self._work
         work: dict[str, Any] = r.json()
-        self._handle(work)
+        self._handle(work, max(0.0, wait))
         # only now: a list whose handling failed part-way is fetched (and handled) again at once
         self._work, self._etag = work, r.headers.get("etag")
         return work
 
-    def _handle(self, work: Mapping[str, Any]) -> None:
+    def _handle(self, work: Mapping[str, Any], wait: float = 0.0) -> None:
         for offer in work["offers"]:
             rid = offer["run_id"]
             if rid in self.refused or rid in self.joined:
@@ -293,7 +293,7 @@ class Device(SecureRuns):
                 self.log(f"refused run {rid}: {exc}")
         for rnd in work["rounds"]:
             if rnd.get("secure") is not None:
-                self._secure_stage(rnd)
+                self._secure_stage(rnd, wait)
                 continue
             key = (rnd["run_id"], int(rnd["round"]))
             if key in self.reported:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -142,6 +143,7 @@ class SecureRuns:
     refused: dict[str, str]
     log: Callable[[str], None]
     _key: Ed25519PrivateKey
+    _timeout: float
     _request: Callable[..., Any]
     _send: Callable[..., Any]
     _encode: Callable[[Mapping[str, Any]], list[int]]
@@ -161,16 +163,49 @@ class SecureRuns:
             {"value": state.contribution.hex(), "seen": state.seen},
         )
 
-    def _secure_stage(self, rnd: Mapping[str, Any]) -> None:
-        """Answer one stage of a secure round (verifying the seed and the roster at stage 0)."""
+    def _secure_stage(self, rnd: Mapping[str, Any], wait: float = 0.0) -> None:
+        """Answer the listed stage of a secure round, then, with ``wait``, the session's next stages.
+
+        After sending its stage-``s`` message the device asks for its stage-``s + 1`` message at once,
+        held by the server up to ``wait`` seconds until the stage opens, instead of polling its work
+        list in between; when that request is not answered with a message (the stage did not open in
+        time, or opened without this device), the work list takes over again.
+        """
         run_id, index = str(rnd["run_id"]), int(rnd["round"])
         info = rnd["secure"]
         number, stage = int(info["session"]), int(info["stage"])
+        down: bytes | None = None
+        while self._answer_stage(rnd, stage, down) and wait > 0 and stage + 1 < len(seeding.STAGES):
+            stage += 1
+            path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
+            try:
+                r = self._send(
+                    "GET",
+                    path,
+                    b"",
+                    params={"wait": f"{wait:.3f}"},
+                    timeout=self._timeout + wait,
+                    retries=0,
+                )
+            except (FedstatsError, httpx.TransportError):
+                return  # not addressed there (a dropout), or no answer: the work list says what is next
+            if r.status_code != 200:
+                return  # 204: not open in time
+            down = r.content
+
+    def _answer_stage(self, rnd: Mapping[str, Any], stage: int, down: bytes | None) -> bool:
+        """Send this device's message of one stage (fetching the server's unless ``down`` holds it).
+
+        Verifies the seed and the roster at stage 0. Returns whether the server has acknowledged this
+        device's message of that stage.
+        """
+        run_id, index = str(rnd["run_id"]), int(rnd["round"])
+        number = int(rnd["secure"]["session"])
         state = self.secure.get(run_id)
         if state is None or (index, number) in state.refused:
-            return  # no state (restarted) or left: a dropout for the protocol
+            return False  # no state (restarted) or left: a dropout for the protocol
         if (index, number, stage) in state.acknowledged:
-            return
+            return True
         path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
         reply = state.replies.get((index, number, stage))
         if reply is None:
@@ -180,18 +215,20 @@ class SecureRuns:
                 else:
                     client = state.sessions.get((index, number))
                     if client is None:
-                        return
-                down = self._request("GET", path, binary=True)
+                        return False
+                if down is None:
+                    down = self._request("GET", path, binary=True)
                 reply = client.handle_bytes(down)
             except FedstatsError as exc:
                 # a failed check or a malformed message: leave the session, send nothing more
                 state.refused[(index, number)] = str(exc)
                 state.sessions.pop((index, number), None)
                 self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
-                return
+                return False
             state.replies[(index, number, stage)] = reply
         self._request("POST", path, raw=reply)
         state.acknowledged.add((index, number, stage))
+        return True
 
     def _join_session(self, rnd: Mapping[str, Any], state: SecureState) -> Any:
         """Verify the run seed and the session's roster certificates; build this device's client."""

@@ -268,4 +268,18 @@ def add_client_routes(
         # the transaction has committed: only now is the report acknowledged
         return {"accepted": True, "duplicate": not new}
 
-    add_secure_routes(app, store, signed, _use, _json, counters, wakeup)
+    async def population_of(cid: str) -> str:
+        return (await enrolled(cid))[2]
+
+    add_secure_routes(
+        app,
+        store,
+        signed,
+        _use,
+        _json,
+        counters,
+        wakeup,
+        changes=changes,
+        population_of=population_of,
+        max_wait=cfg.max_wait,
+    )

@@ -79,9 +79,7 @@ __all__ = [
     "session_bounds",
 ]
 
-STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
-"""The client stages of the malicious-server protocol; stage ``s``'s down message is what a device needs
-to send its stage-``s`` message."""
+STAGES = seeding.STAGES
 
 # the message type a device sends at each stage
 UP_MESSAGES = (AdvertiseKeys, EncryptedShares, MaskedInput, ConsistencySignature, UnmaskResponse)

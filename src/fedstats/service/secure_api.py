@@ -11,6 +11,7 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 ``POST /v1/client/runs/{run}/reveal``                         ``{"value": hex, "seen": hex}``
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/certificates``   the session's members' certificates (ETag)
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the server's stage message to the device
+                                                              (``?wait=``: held until the stage opens)
 ``POST /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the device's stage message
 ============================================================  =====================================
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,9 +30,10 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from fedstats.service import runs, secure_devices
-from fedstats.service.changes import Wakeup
+from fedstats.service.changes import Changes, Wakeup
 from fedstats.service.models import Nonce
 from fedstats.service.store import Store
+from fedstats.service.tasks import NotFoundError
 
 __all__ = ["add_secure_routes"]
 
@@ -46,6 +49,10 @@ def add_secure_routes(
     parse_json: Callable[[bytes], Any],
     counters: dict[str, float],
     wakeup: Wakeup,
+    *,
+    changes: Changes,
+    population_of: Callable[[str], Awaitable[str]],
+    max_wait: float,
 ) -> None:
     """Add the secure-run client endpoints to ``app`` (see the module docstring).
 
@@ -63,6 +70,12 @@ def add_secure_routes(
         The server's metrics counters.
     wakeup : Wakeup
         Set after each committed reveal or stage message: the driver may close the seeding or the stage.
+    changes : Changes
+        The run driver's state transitions, which wake a held request for a stage message.
+    population_of : callable
+        The population of an enrolled device (by client id).
+    max_wait : float
+        The longest a request for a stage message is held, seconds.
     """
     base = "/v1/client/runs/{run_id}"
 
@@ -141,15 +154,41 @@ def add_secure_routes(
         return Response(body, media_type="application/json", headers={"ETag": tag})
 
     @app.get(stage_path, include_in_schema=False)
-    async def down(run_id: str, index: int, number: int, stage: int, request: Request) -> Response:
+    async def down(
+        run_id: str, index: int, number: int, stage: int, request: Request, wait: float = 0.0
+    ) -> Response:
+        """The device's stage message; with ``wait``, held until its open session reaches the stage.
+
+        A device that has just sent its stage-``s`` message asks for stage ``s + 1`` at once with
+        ``wait`` (instead of polling its work list in between): the request is held while the session is
+        open and before that stage, up to ``wait`` seconds (at most ``max_wait``); 204 if the stage has
+        not opened by then, 404 at once if it opened without a message for this device (a dropout).
+        """
         cid, _, _ = await signed(request)
+        if not 0.0 <= wait <= 3600.0:  # NaN fails too
+            raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
+        end = time.monotonic() + min(wait, max_wait)
 
-        def go() -> bytes:
+        def go() -> bytes | None:
             with store.session() as s:
-                return secure_devices.down_message(s, run_id, index, number, stage, cid)
+                try:
+                    return secure_devices.down_message(s, run_id, index, number, stage, cid)
+                except NotFoundError:
+                    if wait > 0 and secure_devices.stage_pending(s, run_id, index, number, stage):
+                        return None
+                    raise
 
-        data = await run_in_threadpool(go)
-        return Response(data, media_type="application/octet-stream")
+        population = await population_of(cid) if wait > 0 else ""
+        while True:
+            generation = changes.generation(population)
+            data = await run_in_threadpool(go)
+            if data is not None:
+                return Response(data, media_type="application/octet-stream")
+            left = end - time.monotonic()
+            if left <= 0:
+                return Response(status_code=204)
+            if changes.generation(population) == generation:  # else: changed while we read
+                await changes.wait(population, left)
 
     @app.post(stage_path, include_in_schema=False)
     async def up(

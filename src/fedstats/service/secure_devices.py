@@ -255,6 +255,18 @@ def down_message(
     return bytes(payload)
 
 
+def stage_pending(s: Session, run_id: str, index: int, number: int, stage: int) -> bool:
+    """Whether a session is still open and has not reached ``stage`` yet (its messages may still come)."""
+    got = s.execute(
+        select(SecureSession.status, SecureSession.stage).where(
+            SecureSession.run_id == run_id,
+            SecureSession.round_index == index,
+            SecureSession.number == number,
+        )
+    ).one_or_none()
+    return got is not None and got[0] == "open" and int(got[1]) < stage
+
+
 def submit_up(
     s: Session, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
 ) -> bool:

@@ -36,6 +36,7 @@ from fedstats.errors import SecurityError
 __all__ = [
     "BITS",
     "CONTRIBUTION_BYTES",
+    "STAGES",
     "commitment",
     "commitments_digest",
     "projection_seed",
@@ -48,6 +49,9 @@ __all__ = [
 CONTRIBUTION_BYTES = 32
 BITS = 64
 """Ring width of every secure sum over the network: reports are int64, summed mod 2^64."""
+STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
+"""The device stages of a secure session (the ``{stage}`` of its URLs, by index): stage ``s``'s down
+message is what a device needs to send its stage-``s`` message."""
 _COMMIT = b"fedstats/service/seed-commit/v1\x00"
 _LIST = b"fedstats/service/seed-list/v1\x00"
 _SEED = b"fedstats/service/run-seed/v1\x00"
