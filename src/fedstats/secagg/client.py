@@ -47,12 +47,13 @@ from fedstats.secagg.crypto import (
     LABEL_SHARE_ENCRYPTION,
     KeyPair,
     add_mask,
-    agree,
     check_public_key,
     decrypt_share,
-    derive_key,
     encrypt_share,
     generate_key_pair,
+    mask_scratch,
+    mask_sign,
+    pair_key,
     roster_transcript,
     seed_commitment,
     self_mask_seed,
@@ -363,10 +364,13 @@ class SecAggClient:
         cached = self._enc_pair.get(peer)
         if cached is not None:
             return cached
-        shared = agree(enc_keys.private, self._peer_keys[peer][1])
-        lo, hi = min(self.index, peer), max(self.index, peer)
-        key = derive_key(
-            shared, session=self._transcript, label=LABEL_SHARE_ENCRYPTION, low=lo, high=hi
+        key = pair_key(
+            enc_keys.private,
+            self._peer_keys[peer][1],
+            session=self._transcript,
+            label=LABEL_SHARE_ENCRYPTION,
+            me=self.index,
+            peer=peer,
         )
         self._enc_pair[peer] = key
         return key
@@ -397,15 +401,14 @@ class SecAggClient:
                 raise SecurityError(f"share from client {sender} names sender {s} and receiver {r}")
             held[sender] = (int.from_bytes(bs, "little"), int.from_bytes(ks, "little"))
         y = self._values
-        scratch = bytearray((1 << 18) + 15)
-        add_mask(
-            y, self_mask_seed(self._transcript, self.index, self._seed), sign=+1, scratch=scratch
-        )
+        tr, me, scratch = self._transcript, self.index, mask_scratch()
+        add_mask(y, self_mask_seed(tr, me, self._seed), sign=+1, scratch=scratch)
         for peer in sorted(msg.ciphertexts):
-            shared = agree(mask_keys.private, self._peer_keys[peer][0])
-            lo, hi = min(self.index, peer), max(self.index, peer)
-            seed = derive_key(shared, session=self._transcript, label=LABEL_MASK, low=lo, high=hi)
-            add_mask(y, seed, sign=+1 if peer > self.index else -1, scratch=scratch)
+            peer_public = self._peer_keys[peer][0]
+            seed = pair_key(
+                mask_keys.private, peer_public, session=tr, label=LABEL_MASK, me=me, peer=peer
+            )
+            add_mask(y, seed, sign=mask_sign(me, peer), scratch=scratch)
         self._held = held
         # Forget: the plain input (overwritten by y, handed over below), keys and the self-mask seed.
         self._values = np.empty(0, dtype=y.dtype)

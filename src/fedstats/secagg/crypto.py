@@ -44,6 +44,9 @@ __all__ = [
     "encrypt_share",
     "expand_mask",
     "generate_key_pair",
+    "mask_scratch",
+    "mask_sign",
+    "pair_key",
     "public_from_private",
     "roster_transcript",
     "seed_commitment",
@@ -161,6 +164,37 @@ def derive_key(shared: bytes, *, session: bytes, label: bytes, low: int, high: i
     """
     info = label + struct.pack("<II", low, high)
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=session, info=info).derive(shared)
+
+
+def pair_key(
+    private: X25519PrivateKey | bytes,
+    peer_public: bytes,
+    *,
+    session: bytes,
+    label: bytes,
+    me: int,
+    peer: int,
+) -> bytes:
+    """The key clients ``me`` and ``peer`` share for ``label``.
+
+    :func:`derive_key` of their X25519 secret (:func:`agree`), the pair ordered so that both ends (or
+    the server, from a reconstructed private key) derive the same key.
+    """
+    shared = agree(private, peer_public)
+    return derive_key(shared, session=session, label=label, low=min(me, peer), high=max(me, peer))
+
+
+def mask_sign(me: int, peer: int) -> int:
+    """The sign with which client ``me`` adds the mask it shares with ``peer``.
+
+    +1 if ``peer`` is the higher index, else -1: the pair's two masks cancel in the sum.
+    """
+    return +1 if peer > me else -1
+
+
+def mask_scratch() -> bytearray:
+    """A buffer for :func:`add_mask` to reuse across calls (one keystream step and 15 spare bytes)."""
+    return bytearray(_CHUNK + 15)
 
 
 def seed_commitment(session: bytes, client: int, seed: bytes) -> bytes:
