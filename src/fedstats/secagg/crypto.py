@@ -38,6 +38,7 @@ __all__ = [
     "KeyPair",
     "add_mask",
     "agree",
+    "check_bits",
     "check_public_key",
     "decrypt_share",
     "derive_key",
@@ -263,7 +264,8 @@ def _zeros(nbytes: int) -> bytes:
     return z
 
 
-def _check_bits(bits: int) -> type[np.unsignedinteger]:
+def check_bits(bits: int) -> type[np.unsignedinteger]:
+    """The unsigned dtype of a modulus width; ParameterError unless ``bits`` is 16, 32 or 64."""
     if bits not in DTYPES:
         raise ParameterError("bits", bits, "one of 16, 32, 64")
     return DTYPES[bits]
@@ -305,7 +307,7 @@ def expand_mask(seed: bytes, length: int, bits: int, out: np.ndarray | None = No
     ParameterError
         If ``bits`` is not 16, 32 or 64, or ``out`` has the wrong shape or dtype.
     """
-    dtype = _check_bits(bits)
+    dtype = check_bits(bits)
     if out is None:
         out = np.empty(length, dtype=dtype)
     elif out.dtype != dtype or out.shape != (length,) or not out.flags.c_contiguous:

@@ -30,7 +30,7 @@ import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import ParameterError
-from fedstats.secagg.crypto import DTYPES
+from fedstats.secagg.crypto import check_bits
 from fedstats.secagg.graph import valid_degree
 
 if TYPE_CHECKING:
@@ -376,8 +376,7 @@ class ClientConfig:
             )
         if not 1 <= self.t <= self.k:
             raise ParameterError("t", self.t, f"an integer in [1, {self.k}]")
-        if self.bits not in DTYPES:
-            raise ParameterError("bits", self.bits, "one of 16, 32, 64")
+        check_bits(self.bits)
         if self.length < 1:
             raise ParameterError("length", self.length, "an integer >= 1")
         if not 1 <= self.min_survivors <= self.n:

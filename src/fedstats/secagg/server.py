@@ -41,6 +41,7 @@ from fedstats.secagg.crypto import (
     DTYPES,
     LABEL_MASK,
     add_mask,
+    check_bits,
     check_public_key,
     mask_scratch,
     mask_sign,
@@ -159,8 +160,7 @@ class SecAggServer:
         rng: RNG | None = None,
         roster: SessionRoster | None = None,
     ) -> None:
-        if bits not in DTYPES:
-            raise ParameterError("bits", bits, "one of 16, 32, 64")
+        check_bits(bits)
         if length < 1:
             raise ParameterError("length", length, "an integer >= 1")
         self.params = params
