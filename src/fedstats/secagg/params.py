@@ -31,7 +31,7 @@ import numpy as np
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import ParameterError
 from fedstats.secagg.crypto import check_bits
-from fedstats.secagg.graph import valid_degree
+from fedstats.secagg.graph import check_degree, valid_degree
 
 if TYPE_CHECKING:
     from fedstats.secagg.identity import ClientIdentity, RosterVerifier
@@ -241,8 +241,7 @@ def validate_parameters(
     """
     n = check_int("clients", n, low=2)
     k = check_int("k", k, low=1, high=n - 1)
-    if not valid_degree(n, k):
-        raise ParameterError("k", k, f"an even integer in [2, {n - 2}] or {n - 1} (complete graph)")
+    check_degree(n, k)
     t = check_int("t", t, low=1, high=k)
     gamma = check_real("corrupt_fraction", corrupt_fraction, low=0.0, high=1.0, high_open=True)
     delta = check_real("dropout_rate", dropout_rate, low=0.0, high=1.0, high_open=True)
