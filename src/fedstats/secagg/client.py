@@ -29,9 +29,11 @@ holds once it has answered.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 from enum import Enum
+from typing import TypeVar
 
 import numpy as np
 
@@ -47,12 +49,13 @@ from fedstats.secagg.crypto import (
     LABEL_SHARE_ENCRYPTION,
     KeyPair,
     add_mask,
-    agree,
     check_public_key,
     decrypt_share,
-    derive_key,
     encrypt_share,
     generate_key_pair,
+    mask_scratch,
+    mask_sign,
+    pair_key,
     roster_transcript,
     seed_commitment,
     self_mask_seed,
@@ -81,6 +84,7 @@ from fedstats.secagg.shamir import SHARE_BYTES, split_secret
 
 __all__ = ["ClientState", "SecAggClient"]
 
+_Reply = TypeVar("_Reply", AdvertiseKeys, EncryptedShares, MaskedInput, UnmaskResponse)
 _PLAINTEXT = struct.Struct(f"<II{SHARE_BYTES}s{SHARE_BYTES}s")
 
 
@@ -244,11 +248,12 @@ class SecAggClient:
         if m.receiver != self.index:
             raise SecurityError(f"message for client {m.receiver} delivered to client {self.index}")
 
-    def _sign(self, msg: AdvertiseKeys | EncryptedShares | MaskedInput | UnmaskResponse) -> bytes:
+    def _signed(self, msg: _Reply) -> _Reply:
+        """``msg`` signed with the client's identity key (malicious model; else as it is, unsigned)."""
         if not self._malicious:
-            return b""
+            return msg
         assert self.config.identity is not None
-        return self.config.identity.sign(msg.signed_bytes())
+        return dataclasses.replace(msg, signature=self.config.identity.sign(msg.signed_bytes()))
 
     # -- stage advertise_keys ---------------------------------------------------------------------
     def _advertise(self, setup: SetupMessage) -> AdvertiseKeys:
@@ -290,11 +295,8 @@ class SecAggClient:
         self._mask_keys = generate_key_pair()
         self._enc_keys = generate_key_pair()
         self.state = ClientState.ADVERTISED
-        msg = AdvertiseKeys(
-            self._session, self.index, self._mask_keys.public, self._enc_keys.public
-        )
-        return AdvertiseKeys(
-            msg.session, msg.client, msg.mask_public, msg.encryption_public, self._sign(msg)
+        return self._signed(
+            AdvertiseKeys(self._session, self.index, self._mask_keys.public, self._enc_keys.public)
         )
 
     # -- stage share_keys -------------------------------------------------------------------------
@@ -349,24 +351,20 @@ class SecAggClient:
                 receiver=peer,
             )
         self.state = ClientState.SHARED
-        out = EncryptedShares(
-            self._session,
-            self.index,
-            seed_commitment(self._transcript, self.index, self._seed),
-            cts,
-        )
-        return EncryptedShares(
-            out.session, out.sender, out.seed_commitment, out.ciphertexts, self._sign(out)
-        )
+        commitment = seed_commitment(self._transcript, self.index, self._seed)
+        return self._signed(EncryptedShares(self._session, self.index, commitment, cts))
 
     def _pair_key(self, enc_keys: KeyPair, peer: int) -> bytes:
         cached = self._enc_pair.get(peer)
         if cached is not None:
             return cached
-        shared = agree(enc_keys.private, self._peer_keys[peer][1])
-        lo, hi = min(self.index, peer), max(self.index, peer)
-        key = derive_key(
-            shared, session=self._transcript, label=LABEL_SHARE_ENCRYPTION, low=lo, high=hi
+        key = pair_key(
+            enc_keys.private,
+            self._peer_keys[peer][1],
+            session=self._transcript,
+            label=LABEL_SHARE_ENCRYPTION,
+            me=self.index,
+            peer=peer,
         )
         self._enc_pair[peer] = key
         return key
@@ -397,22 +395,20 @@ class SecAggClient:
                 raise SecurityError(f"share from client {sender} names sender {s} and receiver {r}")
             held[sender] = (int.from_bytes(bs, "little"), int.from_bytes(ks, "little"))
         y = self._values
-        scratch = bytearray((1 << 18) + 15)
-        add_mask(
-            y, self_mask_seed(self._transcript, self.index, self._seed), sign=+1, scratch=scratch
-        )
+        tr, me, scratch = self._transcript, self.index, mask_scratch()
+        add_mask(y, self_mask_seed(tr, me, self._seed), sign=+1, scratch=scratch)
         for peer in sorted(msg.ciphertexts):
-            shared = agree(mask_keys.private, self._peer_keys[peer][0])
-            lo, hi = min(self.index, peer), max(self.index, peer)
-            seed = derive_key(shared, session=self._transcript, label=LABEL_MASK, low=lo, high=hi)
-            add_mask(y, seed, sign=+1 if peer > self.index else -1, scratch=scratch)
+            peer_public = self._peer_keys[peer][0]
+            seed = pair_key(
+                mask_keys.private, peer_public, session=tr, label=LABEL_MASK, me=me, peer=peer
+            )
+            add_mask(y, seed, sign=mask_sign(me, peer), scratch=scratch)
         self._held = held
         # Forget: the plain input (overwritten by y, handed over below), keys and the self-mask seed.
         self._values = np.empty(0, dtype=y.dtype)
         self._forget_keys()
         self.state = ClientState.MASKED
-        out = MaskedInput(self._session, self.index, c.bits, y)
-        return MaskedInput(out.session, out.sender, out.bits, out.values, self._sign(out))
+        return self._signed(MaskedInput(self._session, self.index, c.bits, y))
 
     # -- stage consistency (malicious) ------------------------------------------------------------
     def _sign_survivors(self, msg: SurvivorSet) -> ConsistencySignature:
@@ -460,14 +456,13 @@ class SecAggClient:
             seeds, keys = self._decide_from_signed_set(msg)
         else:
             seeds, keys = self._decide_from_request(msg)
-        out = UnmaskResponse(
-            self._session,
-            self.index,
-            {j: self._held[j][0] for j in sorted(seeds)},
-            {j: self._held[j][1] for j in sorted(keys)},
-        )
-        signed = UnmaskResponse(
-            out.session, out.sender, out.seed_shares, out.key_shares, self._sign(out)
+        signed = self._signed(
+            UnmaskResponse(
+                self._session,
+                self.index,
+                {j: self._held[j][0] for j in sorted(seeds)},
+                {j: self._held[j][1] for j in sorted(keys)},
+            )
         )
         self._held = {}  # answer at most once, then forget the shares
         self.state = ClientState.DONE

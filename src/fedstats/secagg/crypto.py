@@ -38,12 +38,16 @@ __all__ = [
     "KeyPair",
     "add_mask",
     "agree",
+    "check_bits",
     "check_public_key",
     "decrypt_share",
     "derive_key",
     "encrypt_share",
     "expand_mask",
     "generate_key_pair",
+    "mask_scratch",
+    "mask_sign",
+    "pair_key",
     "public_from_private",
     "roster_transcript",
     "seed_commitment",
@@ -163,6 +167,37 @@ def derive_key(shared: bytes, *, session: bytes, label: bytes, low: int, high: i
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=session, info=info).derive(shared)
 
 
+def pair_key(
+    private: X25519PrivateKey | bytes,
+    peer_public: bytes,
+    *,
+    session: bytes,
+    label: bytes,
+    me: int,
+    peer: int,
+) -> bytes:
+    """The key clients ``me`` and ``peer`` share for ``label``.
+
+    :func:`derive_key` of their X25519 secret (:func:`agree`), the pair ordered so that both ends (or
+    the server, from a reconstructed private key) derive the same key.
+    """
+    shared = agree(private, peer_public)
+    return derive_key(shared, session=session, label=label, low=min(me, peer), high=max(me, peer))
+
+
+def mask_sign(me: int, peer: int) -> int:
+    """The sign with which client ``me`` adds the mask it shares with ``peer``.
+
+    +1 if ``peer`` is the higher index, else -1: the pair's two masks cancel in the sum.
+    """
+    return +1 if peer > me else -1
+
+
+def mask_scratch() -> bytearray:
+    """A buffer for :func:`add_mask` to reuse across calls (one keystream step and 15 spare bytes)."""
+    return bytearray(_CHUNK + 15)
+
+
 def seed_commitment(session: bytes, client: int, seed: bytes) -> bytes:
     """SHA-256 commitment to a client's self-mask seed (the server checks the reconstructed seed)."""
     return hashlib.sha256(
@@ -229,7 +264,8 @@ def _zeros(nbytes: int) -> bytes:
     return z
 
 
-def _check_bits(bits: int) -> type[np.unsignedinteger]:
+def check_bits(bits: int) -> type[np.unsignedinteger]:
+    """The unsigned dtype of a modulus width; ParameterError unless ``bits`` is 16, 32 or 64."""
     if bits not in DTYPES:
         raise ParameterError("bits", bits, "one of 16, 32, 64")
     return DTYPES[bits]
@@ -271,7 +307,7 @@ def expand_mask(seed: bytes, length: int, bits: int, out: np.ndarray | None = No
     ParameterError
         If ``bits`` is not 16, 32 or 64, or ``out`` has the wrong shape or dtype.
     """
-    dtype = _check_bits(bits)
+    dtype = check_bits(bits)
     if out is None:
         out = np.empty(length, dtype=dtype)
     elif out.dtype != dtype or out.shape != (length,) or not out.flags.c_contiguous:

@@ -32,7 +32,7 @@ from fedstats.errors import DataError, ParameterError, ProtocolAbortError, Secur
 from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 from fedstats.secagg.client import SecAggClient
-from fedstats.secagg.crypto import DTYPES
+from fedstats.secagg.crypto import check_bits
 from fedstats.secagg.identity import ClientIdentity, EnrollmentAuthority
 from fedstats.secagg.params import ClientConfig, SecAggParameters, find_parameters
 from fedstats.secagg.server import SecAggServer
@@ -180,8 +180,7 @@ def run_secure_aggregation(
     ParameterError, DataError
         Bad parameters or inputs.
     """
-    if bits not in DTYPES:
-        raise ParameterError("bits", bits, "one of 16, 32, 64")
+    check_bits(bits)
     n_clients, length, get = _input_fn(inputs, n)
     n_clients = check_int("clients", n_clients, low=2)
     if params is None:

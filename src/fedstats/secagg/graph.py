@@ -20,6 +20,7 @@ from fedstats.randomness import RNG
 from fedstats.secagg.crypto import expand_mask
 
 __all__ = [
+    "check_degree",
     "harary_neighbors",
     "public_harary_graph",
     "public_neighbors",
@@ -31,6 +32,29 @@ __all__ = [
 def valid_degree(n: int, k: int) -> bool:
     """True when ``HARARY(n, k)`` is defined here: ``k = n - 1``, or ``k`` even with ``2 <= k < n - 1``."""
     return k == n - 1 or (k % 2 == 0 and 2 <= k < n - 1)
+
+
+def check_degree(n: int, k: int) -> None:
+    """Refuse (ParameterError) a degree ``k`` for which ``HARARY(n, k)`` is not defined here."""
+    if not valid_degree(n, k):
+        raise ParameterError("k", k, f"an even integer in [2, {n - 2}] or {n - 1} (complete graph)")
+
+
+def _ring(n: int, k: int) -> tuple[int, np.ndarray]:
+    """``n`` (checked) and the ring offsets of a node's neighbours in ``HARARY(n, k)`` (``k`` checked)."""
+    n = check_int("clients", n, low=2)
+    check_degree(n, k)
+    if k == n - 1:
+        return n, np.arange(1, n, dtype=np.int64)
+    h = k // 2
+    return n, np.concatenate([np.arange(1, h + 1), np.arange(n - h, n)]).astype(np.int64)
+
+
+def _rename(base: np.ndarray, pi: np.ndarray) -> np.ndarray:
+    """The graph ``base`` with the node at ring position ``p`` renamed ``pi[p]``, rows sorted."""
+    out = np.empty_like(base)
+    out[pi] = pi[base]
+    return np.sort(out, axis=1)
 
 
 def harary_neighbors(n: int, k: int) -> np.ndarray:
@@ -53,15 +77,8 @@ def harary_neighbors(n: int, k: int) -> np.ndarray:
     ParameterError
         If ``k`` is not a valid degree for ``n``.
     """
-    n = check_int("clients", n, low=2)
-    if not valid_degree(n, k):
-        raise ParameterError("k", k, f"an even integer in [2, {n - 2}] or {n - 1} (complete graph)")
+    n, offsets = _ring(n, k)
     i = np.arange(n, dtype=np.int64)[:, None]
-    if k == n - 1:
-        offsets = np.arange(1, n, dtype=np.int64)
-    else:
-        h = k // 2
-        offsets = np.concatenate([np.arange(1, h + 1), np.arange(n - h, n)]).astype(np.int64)
     return np.sort((i + offsets[None, :]) % n, axis=1)
 
 
@@ -81,10 +98,7 @@ def random_harary_graph(n: int, k: int, rng: RNG) -> np.ndarray:
         Shape ``(n, k)``, int64: row ``c`` lists the neighbours of client ``c`` in increasing order.
     """
     base = harary_neighbors(n, k)
-    pi = np.asarray(rng.permutation(n), dtype=np.int64)  # position p is client pi[p]
-    out = np.empty_like(base)
-    out[pi] = pi[base]
-    return np.sort(out, axis=1)
+    return _rename(base, np.asarray(rng.permutation(n), dtype=np.int64))
 
 
 def public_harary_graph(n: int, k: int, seed: bytes) -> np.ndarray:
@@ -109,10 +123,7 @@ def public_harary_graph(n: int, k: int, seed: bytes) -> np.ndarray:
         Shape ``(n, k)``, int64, rows sorted.
     """
     base = harary_neighbors(n, k)
-    pi = _public_permutation(n, seed)
-    out = np.empty_like(base)
-    out[pi] = pi[base]
-    return np.sort(out, axis=1)
+    return _rename(base, _public_permutation(n, seed))
 
 
 def _public_permutation(n: int, seed: bytes) -> np.ndarray:
@@ -140,15 +151,8 @@ def public_neighbors(
     dict int -> frozenset of int
         Each client's ``k`` neighbours.
     """
-    n = check_int("clients", n, low=2)
-    if not valid_degree(n, k):
-        raise ParameterError("k", k, f"an even integer in [2, {n - 2}] or {n - 1} (complete graph)")
+    n, offsets = _ring(n, k)
     pi = _public_permutation(n, seed)
     pos = np.empty(n, dtype=np.int64)
     pos[pi] = np.arange(n, dtype=np.int64)
-    if k == n - 1:
-        offsets = np.arange(1, n, dtype=np.int64)
-    else:
-        h = k // 2
-        offsets = np.concatenate([np.arange(1, h + 1), np.arange(n - h, n)]).astype(np.int64)
     return {int(c): frozenset(pi[(pos[c] + offsets) % n].tolist()) for c in clients}

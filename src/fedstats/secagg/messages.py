@@ -34,12 +34,26 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeAlias
+from typing import Annotated, Any, ClassVar, Self, TypeAlias, get_args
 
 import numpy as np
 
 from fedstats.errors import DataError
+from fedstats.secagg._wire import (
+    BLOB,
+    IDS,
+    SIG,
+    U32,
+    Codec,
+    Reader,
+    fixed,
+    layout,
+    put_u32,
+    row,
+    table,
+)
 from fedstats.secagg.crypto import DTYPES
 from fedstats.secagg.identity import SIGNATURE_BYTES
 from fedstats.secagg.shamir import SHARE_BYTES
@@ -79,108 +93,128 @@ THREAT_CODES = {"semi-honest": 1, "semi-malicious": 2, "malicious": 3}
 _STATEMENT_LABEL = b"fedstats/secagg/v2/survivors\x00"
 
 
-class _Writer:
-    def __init__(self, tag: int, session: bytes) -> None:
-        if len(session) != 32:
-            raise DataError(f"session id must be 32 bytes, got {len(session)}")
-        self.parts: list[bytes] = [_MAGIC, bytes([VERSION, tag]), bytes(session)]
-
-    def u8(self, v: int) -> None:
-        self.parts.append(struct.pack("<B", v))
-
-    def u32(self, v: int) -> None:
-        self.parts.append(struct.pack("<I", v))
-
-    def fixed(self, b: bytes, size: int) -> None:
-        if len(b) != size:
-            raise DataError(f"field must be {size} bytes, got {len(b)}")
-        self.parts.append(bytes(b))
-
-    def blob(self, b: bytes) -> None:
-        self.u32(len(b))
-        self.parts.append(bytes(b))
-
-    def ids(self, values: tuple[int, ...]) -> None:
-        self.u32(len(values))
-        self.parts.append(np.asarray(values, dtype="<u4").tobytes())
-
-    def signature(self, sig: bytes) -> None:
-        if len(sig) not in (0, SIGNATURE_BYTES):
-            raise DataError(f"a signature is 0 or {SIGNATURE_BYTES} bytes, got {len(sig)}")
-        self.u8(len(sig))
-        self.parts.append(bytes(sig))
-
-    def getvalue(self) -> bytes:
-        return b"".join(self.parts)
+def _read_threat(r: Reader, _: object) -> str:
+    code = r.take(1)[0]
+    models = {v: k for k, v in THREAT_CODES.items()}
+    if code not in models:
+        raise DataError(f"unknown threat model code {code}")
+    return models[code]
 
 
-class _Reader:
-    def __init__(self, data: bytes, tag: int) -> None:
-        self.view = memoryview(data)
-        if len(data) < HEADER_BYTES or bytes(self.view[:4]) != _MAGIC or data[5] != tag:
+def _check_width(bits: int) -> int:
+    if bits not in DTYPES:
+        raise DataError(f"masked input has unsupported width {bits}")
+    return bits
+
+
+def _put_vector(parts: list[bytes], values: np.ndarray, msg: Any) -> None:
+    """The vector's size, then its values at the width ``msg.bits`` (one part, the last one)."""
+    put_u32(parts, int(values.size))
+    arr = np.ascontiguousarray(values, dtype=f"<u{msg.bits // 8}")
+    parts.append(memoryview(arr).cast("B"))  # type: ignore[arg-type]
+
+
+def _read_vector(r: Reader, fields_read: dict[str, Any]) -> np.ndarray:
+    width = fields_read["bits"] // 8
+    size = r.count(width)
+    return np.frombuffer(r.take(size * width), dtype=f"<u{width}")
+
+
+def _pack_set(n: int, members: tuple[int, ...]) -> bytes:
+    bits = np.zeros(n, dtype=bool)
+    bits[list(members)] = True
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def _put_bitmap(parts: list[bytes], members: tuple[int, ...], msg: Any) -> None:
+    if any(not 0 <= s < msg.n for s in members):
+        raise DataError("survivor outside [0, n)")
+    parts.append(_pack_set(msg.n, members))
+
+
+def _read_bitmap(r: Reader, fields_read: dict[str, Any]) -> tuple[int, ...]:
+    n = fields_read["n"]
+    size = (n + 7) // 8
+    if size != r.left():
+        raise DataError("survivor bitmap has the wrong length")
+    bits = np.unpackbits(np.frombuffer(r.take(size), dtype=np.uint8), bitorder="little")
+    if bits[n:].any():
+        raise DataError("survivor bitmap has bits beyond n")
+    return tuple(int(v) for v in np.flatnonzero(bits[:n]))
+
+
+_KEY = fixed(32)
+_SIGNATURE = fixed(SIGNATURE_BYTES)
+_THREAT = Codec(1, lambda p, v, _: p.append(bytes([THREAT_CODES[v]])), _read_threat)
+_WIDTH = Codec(4, lambda p, v, _: put_u32(p, _check_width(v)), lambda r, _: _check_width(r.u32()))
+_VECTOR = Codec(4, _put_vector, _read_vector)
+"""A vector mod 2^bits (``bits`` an earlier field): its size, then little-endian ``uint{bits}``."""
+_BITMAP = Codec(0, _put_bitmap, _read_bitmap)
+"""A set of clients as an ``n``-bit bitmap (``n`` an earlier field), filling the rest of the message."""
+_SHARE = Codec(
+    SHARE_BYTES,
+    lambda p, v, _: p.append(v.to_bytes(SHARE_BYTES, "little")),
+    lambda r, _: int.from_bytes(r.fixed(SHARE_BYTES), "little"),
+)
+"""A Shamir share value: a 66-byte little-endian integer."""
+_KEYS = table(row(_KEY, _KEY, SIG), "client {} listed twice")
+_CIPHERTEXTS = table(fixed(CIPHERTEXT_BYTES), "two ciphertexts for client {}")
+_SIGNATURES = table(_SIGNATURE, "two signatures of client {}")
+_SHARES = table(_SHARE, "two shares of client {}")
+
+
+@dataclass(frozen=True, eq=False)
+class _Message:
+    """A message: its header (magic, :data:`VERSION`, ``TAG``, ``session``), then its fields.
+
+    Each field after ``session`` travels by the codec its type is annotated with, in order.
+    """
+
+    TAG: ClassVar[int]
+    STAGE: ClassVar[str]
+    session: bytes
+
+    def _parts(self, fields: tuple[tuple[str, Codec], ...]) -> list[bytes]:
+        if len(self.session) != 32:
+            raise DataError(f"session id must be 32 bytes, got {len(self.session)}")
+        parts = [_MAGIC, bytes([VERSION, self.TAG]), bytes(self.session)]
+        for name, codec in fields:
+            codec.write(parts, getattr(self, name), self)
+        return parts
+
+    def to_bytes(self) -> bytes:
+        """Serialize."""
+        return b"".join(self._parts(layout(type(self))))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Self:
+        """Deserialize; raises DataError on malformed input."""
+        view = memoryview(data)
+        if len(data) < HEADER_BYTES or bytes(view[:4]) != _MAGIC or data[5] != cls.TAG:
             raise DataError("not a fedstats secure-aggregation message of the expected stage")
         if data[4] != VERSION:
             raise DataError(f"secure-aggregation protocol version {data[4]}, expected {VERSION}")
-        self.session = bytes(self.view[6:HEADER_BYTES])
-        self.pos = HEADER_BYTES
-
-    def left(self) -> int:
-        return len(self.view) - self.pos
-
-    def take(self, size: int) -> memoryview:
-        if size < 0 or self.pos + size > len(self.view):
-            raise DataError("truncated secure-aggregation message")
-        out = self.view[self.pos : self.pos + size]
-        self.pos += size
-        return out
-
-    def u8(self) -> int:
-        return int(self.take(1)[0])
-
-    def u32(self) -> int:
-        return int(struct.unpack("<I", self.take(4))[0])
-
-    def fixed(self, size: int) -> bytes:
-        return bytes(self.take(size))
-
-    def blob(self) -> bytes:
-        return bytes(self.take(self.u32()))
-
-    def count(self, entry_bytes: int) -> int:
-        """A count whose entries (``entry_bytes`` each, at least) must fit in the bytes left."""
-        c = self.u32()
-        if c * entry_bytes > self.left():
-            raise DataError("secure-aggregation message announces more entries than it holds")
-        return c
-
-    def ids(self) -> tuple[int, ...]:
-        c = self.count(4)
-        return tuple(int(v) for v in np.frombuffer(self.take(4 * c), dtype="<u4"))
-
-    def signature(self) -> bytes:
-        size = self.u8()
-        if size not in (0, SIGNATURE_BYTES):
-            raise DataError("malformed signature field")
-        return self.fixed(size)
-
-    def done(self) -> None:
-        if self.pos != len(self.view):
-            raise DataError("trailing bytes after a secure-aggregation message")
+        r = Reader(view[HEADER_BYTES:])
+        values: dict[str, Any] = {}
+        for name, codec in layout(cls):
+            values[name] = codec.read(r, values)
+        r.done()
+        make: Callable[..., Self] = cls
+        return make(bytes(view[6:HEADER_BYTES]), **values)
 
 
-class _Signed:
-    """Mixin of client-to-server messages: ``signed_bytes()`` is what the identity key signs."""
+class _Signed(_Message):
+    """Client-to-server messages, whose last field is ``signature`` (:data:`SIG`)."""
 
     signature: bytes
 
     def signed_bytes(self) -> bytes:
         """Header and fields without the signature: the bytes covered by the signature."""
-        w = self._unsigned()  # type: ignore[attr-defined]
-        return bytes(w.getvalue())
+        return b"".join(self._parts(layout(type(self))[:-1]))
 
 
 @dataclass(frozen=True)
-class SetupMessage:
+class SetupMessage(_Message):
     """Server -> client, stage ``setup``: the session's parameters (the client checks them all).
 
     Attributes
@@ -198,43 +232,16 @@ class SetupMessage:
 
     TAG: ClassVar[int] = 1
     STAGE: ClassVar[str] = "setup"
-    session: bytes
-    client: int
-    n: int
-    k: int
-    t: int
-    bits: int
-    length: int
-    min_survivors: int
-    threat_model: str
-    neighbors: tuple[int, ...] = ()
-    roster: bytes = b""
-
-    def to_bytes(self) -> bytes:
-        """Serialize."""
-        w = _Writer(self.TAG, self.session)
-        for v in (self.client, self.n, self.k, self.t, self.bits, self.length, self.min_survivors):
-            w.u32(v)
-        w.u8(THREAT_CODES[self.threat_model])
-        w.ids(self.neighbors)
-        w.blob(self.roster)
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> SetupMessage:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        client, n, k, t, bits, length, min_survivors = (r.u32() for _ in range(7))
-        code = r.u8()
-        models = {v: k for k, v in THREAT_CODES.items()}
-        if code not in models:
-            raise DataError(f"unknown threat model code {code}")
-        neighbors = r.ids()
-        roster = r.blob()
-        r.done()
-        return cls(
-            r.session, client, n, k, t, bits, length, min_survivors, models[code], neighbors, roster
-        )
+    client: Annotated[int, U32]
+    n: Annotated[int, U32]
+    k: Annotated[int, U32]
+    t: Annotated[int, U32]
+    bits: Annotated[int, U32]
+    length: Annotated[int, U32]
+    min_survivors: Annotated[int, U32]
+    threat_model: Annotated[str, _THREAT]
+    neighbors: Annotated[tuple[int, ...], IDS] = ()
+    roster: Annotated[bytes, BLOB] = b""
 
 
 @dataclass(frozen=True)
@@ -247,36 +254,14 @@ class AdvertiseKeys(_Signed):
 
     TAG: ClassVar[int] = 2
     STAGE: ClassVar[str] = "advertise_keys"
-    session: bytes
-    client: int
-    mask_public: bytes
-    encryption_public: bytes
-    signature: bytes = b""
-
-    def _unsigned(self) -> _Writer:
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.client)
-        w.fixed(self.mask_public, 32)
-        w.fixed(self.encryption_public, 32)
-        return w
-
-    def to_bytes(self) -> bytes:
-        """Serialize."""
-        w = self._unsigned()
-        w.signature(self.signature)
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> AdvertiseKeys:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        out = cls(r.session, r.u32(), r.fixed(32), r.fixed(32), r.signature())
-        r.done()
-        return out
+    client: Annotated[int, U32]
+    mask_public: Annotated[bytes, _KEY]
+    encryption_public: Annotated[bytes, _KEY]
+    signature: Annotated[bytes, SIG] = b""
 
 
 @dataclass(frozen=True)
-class KeyBroadcast:
+class KeyBroadcast(_Message):
     """Server -> client, stage ``share_keys``: the neighbours' key advertisements.
 
     ``keys`` maps neighbour index -> (mask public key, encryption public key, its signature). ``transcript``
@@ -286,56 +271,9 @@ class KeyBroadcast:
 
     TAG: ClassVar[int] = 3
     STAGE: ClassVar[str] = "share_keys"
-    session: bytes
-    receiver: int
-    transcript: bytes
-    keys: dict[int, tuple[bytes, bytes, bytes]] = field(default_factory=dict)
-
-    def to_bytes(self) -> bytes:
-        """Serialize."""
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.receiver)
-        w.fixed(self.transcript, 32)
-        w.u32(len(self.keys))
-        for idx in sorted(self.keys):
-            c_pk, s_pk, sig = self.keys[idx]
-            w.u32(idx)
-            w.fixed(c_pk, 32)
-            w.fixed(s_pk, 32)
-            w.signature(sig)
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> KeyBroadcast:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        receiver = r.u32()
-        transcript = r.fixed(32)
-        keys = {}
-        for _ in range(r.count(4 + 64 + 1)):
-            idx = r.u32()
-            if idx in keys:
-                raise DataError(f"client {idx} listed twice")
-            keys[idx] = (r.fixed(32), r.fixed(32), r.signature())
-        r.done()
-        return cls(r.session, receiver, transcript, keys)
-
-
-def _write_cts(w: _Writer, cts: dict[int, bytes]) -> None:
-    w.u32(len(cts))
-    for idx in sorted(cts):
-        w.u32(idx)
-        w.fixed(cts[idx], CIPHERTEXT_BYTES)
-
-
-def _read_cts(r: _Reader) -> dict[int, bytes]:
-    out: dict[int, bytes] = {}
-    for _ in range(r.count(4 + CIPHERTEXT_BYTES)):
-        idx = r.u32()
-        if idx in out:
-            raise DataError(f"two ciphertexts for client {idx}")
-        out[idx] = r.fixed(CIPHERTEXT_BYTES)
-    return out
+    receiver: Annotated[int, U32]
+    transcript: Annotated[bytes, _KEY]
+    keys: Annotated[dict[int, tuple[bytes, bytes, bytes]], _KEYS] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -344,92 +282,35 @@ class EncryptedShares(_Signed):
 
     TAG: ClassVar[int] = 4
     STAGE: ClassVar[str] = "share_keys"
-    session: bytes
-    sender: int
-    seed_commitment: bytes
-    ciphertexts: dict[int, bytes] = field(default_factory=dict)
-    signature: bytes = b""
-
-    def _unsigned(self) -> _Writer:
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.sender)
-        w.fixed(self.seed_commitment, 32)
-        _write_cts(w, self.ciphertexts)
-        return w
-
-    def to_bytes(self) -> bytes:
-        """Serialize."""
-        w = self._unsigned()
-        w.signature(self.signature)
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> EncryptedShares:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        sender = r.u32()
-        commitment = r.fixed(32)
-        cts = _read_cts(r)
-        sig = r.signature()
-        r.done()
-        return cls(r.session, sender, commitment, cts, sig)
+    sender: Annotated[int, U32]
+    seed_commitment: Annotated[bytes, _KEY]
+    ciphertexts: Annotated[dict[int, bytes], _CIPHERTEXTS] = field(default_factory=dict)
+    signature: Annotated[bytes, SIG] = b""
 
 
 @dataclass(frozen=True)
-class ShareBroadcast:
+class ShareBroadcast(_Message):
     """Server -> client, stage ``masked_input``: the ciphertexts addressed to ``receiver``, by sender."""
 
     TAG: ClassVar[int] = 5
     STAGE: ClassVar[str] = "masked_input"
-    session: bytes
-    receiver: int
-    ciphertexts: dict[int, bytes] = field(default_factory=dict)
-
-    def to_bytes(self) -> bytes:
-        """Serialize."""
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.receiver)
-        _write_cts(w, self.ciphertexts)
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> ShareBroadcast:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        receiver = r.u32()
-        cts = _read_cts(r)
-        r.done()
-        return cls(r.session, receiver, cts)
+    receiver: Annotated[int, U32]
+    ciphertexts: Annotated[dict[int, bytes], _CIPHERTEXTS] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
 class MaskedInput(_Signed):
-    """Client -> server, stage ``masked_input``: ``y_i`` mod 2^bits at the modulus width, signed."""
+    """Client -> server, stage ``masked_input``: ``y_i`` mod 2^bits at the modulus width, signed.
+
+    On the wire the values are little-endian ``uint{bits}``; :meth:`from_bytes` gives a zero-copy view.
+    """
 
     TAG: ClassVar[int] = 6
     STAGE: ClassVar[str] = "masked_input"
-    session: bytes
-    sender: int
-    bits: int
-    values: np.ndarray
-    signature: bytes = b""
-
-    def _unsigned(self) -> _Writer:
-        if self.bits not in DTYPES:
-            raise DataError(f"masked input has unsupported width {self.bits}")
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.sender)
-        w.u32(self.bits)
-        w.u32(int(self.values.size))
-        arr = np.ascontiguousarray(self.values, dtype=f"<u{self.bits // 8}")
-        w.parts.append(memoryview(arr).cast("B"))  # type: ignore[arg-type]
-        return w
-
-    def to_bytes(self) -> bytes:
-        """Serialize (values as little-endian ``uint{bits}``)."""
-        w = self._unsigned()
-        w.signature(self.signature)
-        return w.getvalue()
+    sender: Annotated[int, U32]
+    bits: Annotated[int, _WIDTH]
+    values: Annotated[np.ndarray, _VECTOR]
+    signature: Annotated[bytes, SIG] = b""
 
     def signed_bytes(self) -> bytes:
         """Header and fields with the vector replaced by its SHA-256 (what the identity key signs).
@@ -437,29 +318,9 @@ class MaskedInput(_Signed):
         Ed25519 hashes its message twice when signing; signing a 32-byte digest of a long vector
         instead keeps the cost at one SHA-256 pass (collision resistance makes it as binding).
         """
-        w = self._unsigned()
-        vec = w.parts.pop()
-        w.parts.append(hashlib.sha256(vec).digest())
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> MaskedInput:
-        """Deserialize (zero-copy view of the vector); raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        sender, bits = r.u32(), r.u32()
-        if bits not in DTYPES:
-            raise DataError(f"masked input has unsupported width {bits}")
-        size = r.count(bits // 8)
-        values = np.frombuffer(r.take(size * (bits // 8)), dtype=f"<u{bits // 8}")
-        sig = r.signature()
-        r.done()
-        return cls(r.session, sender, bits, values, sig)
-
-
-def _pack_set(n: int, members: tuple[int, ...]) -> bytes:
-    bits = np.zeros(n, dtype=bool)
-    bits[list(members)] = True
-    return np.packbits(bits, bitorder="little").tobytes()
+        parts = self._parts(layout(type(self))[:-1])
+        parts.append(hashlib.sha256(parts.pop()).digest())
+        return b"".join(parts)
 
 
 def survivor_statement(session: bytes, n: int, survivors: tuple[int, ...]) -> bytes:
@@ -468,68 +329,31 @@ def survivor_statement(session: bytes, n: int, survivors: tuple[int, ...]) -> by
 
 
 @dataclass(frozen=True)
-class SurvivorSet:
-    """Server -> client, stage ``consistency``: the set ``S`` of clients whose masked input arrived."""
+class SurvivorSet(_Message):
+    """Server -> client, stage ``consistency``: the set ``S`` of clients whose masked input arrived.
+
+    On the wire ``S`` is an ``n``-bit bitmap.
+    """
 
     TAG: ClassVar[int] = 7
     STAGE: ClassVar[str] = "consistency"
-    session: bytes
-    receiver: int
-    n: int
-    survivors: tuple[int, ...]
-
-    def to_bytes(self) -> bytes:
-        """Serialize (``S`` as an ``n``-bit bitmap)."""
-        if any(not 0 <= s < self.n for s in self.survivors):
-            raise DataError("survivor outside [0, n)")
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.receiver)
-        w.u32(self.n)
-        w.parts.append(_pack_set(self.n, self.survivors))
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> SurvivorSet:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        receiver, n = r.u32(), r.u32()
-        size = (n + 7) // 8
-        if size != r.left():
-            raise DataError("survivor bitmap has the wrong length")
-        bits = np.unpackbits(np.frombuffer(r.take(size), dtype=np.uint8), bitorder="little")
-        if bits[n:].any():
-            raise DataError("survivor bitmap has bits beyond n")
-        return cls(r.session, receiver, n, tuple(int(v) for v in np.flatnonzero(bits[:n])))
+    receiver: Annotated[int, U32]
+    n: Annotated[int, U32]
+    survivors: Annotated[tuple[int, ...], _BITMAP]
 
 
 @dataclass(frozen=True)
-class ConsistencySignature:
+class ConsistencySignature(_Message):
     """Client -> server, stage ``consistency``: the client's signature on :func:`survivor_statement`."""
 
     TAG: ClassVar[int] = 8
     STAGE: ClassVar[str] = "consistency"
-    session: bytes
-    sender: int
-    signature: bytes
-
-    def to_bytes(self) -> bytes:
-        """Serialize."""
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.sender)
-        w.fixed(self.signature, SIGNATURE_BYTES)
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> ConsistencySignature:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        out = cls(r.session, r.u32(), r.fixed(SIGNATURE_BYTES))
-        r.done()
-        return out
+    sender: Annotated[int, U32]
+    signature: Annotated[bytes, _SIGNATURE]
 
 
 @dataclass(frozen=True)
-class UnmaskRequest:
+class UnmaskRequest(_Message):
     """Server -> client, stage ``unmask``.
 
     Malicious model: ``signatures`` holds the consistency signatures (signer -> 64 bytes) of the clients
@@ -540,55 +364,10 @@ class UnmaskRequest:
 
     TAG: ClassVar[int] = 9
     STAGE: ClassVar[str] = "unmask"
-    session: bytes
-    receiver: int
-    survivors: tuple[int, ...] = ()
-    dropped: tuple[int, ...] = ()
-    signatures: dict[int, bytes] = field(default_factory=dict)
-
-    def to_bytes(self) -> bytes:
-        """Serialize."""
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.receiver)
-        w.ids(self.survivors)
-        w.ids(self.dropped)
-        w.u32(len(self.signatures))
-        for idx in sorted(self.signatures):
-            w.u32(idx)
-            w.fixed(self.signatures[idx], SIGNATURE_BYTES)
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> UnmaskRequest:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        receiver = r.u32()
-        survivors, dropped = r.ids(), r.ids()
-        sigs: dict[int, bytes] = {}
-        for _ in range(r.count(4 + SIGNATURE_BYTES)):
-            idx = r.u32()
-            if idx in sigs:
-                raise DataError(f"two signatures of client {idx}")
-            sigs[idx] = r.fixed(SIGNATURE_BYTES)
-        r.done()
-        return cls(r.session, receiver, survivors, dropped, sigs)
-
-
-def _write_shares(w: _Writer, shares: dict[int, int]) -> None:
-    w.u32(len(shares))
-    for idx in sorted(shares):
-        w.u32(idx)
-        w.fixed(shares[idx].to_bytes(SHARE_BYTES, "little"), SHARE_BYTES)
-
-
-def _read_shares(r: _Reader) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for _ in range(r.count(4 + SHARE_BYTES)):
-        idx = r.u32()
-        if idx in out:
-            raise DataError(f"two shares of client {idx}")
-        out[idx] = int.from_bytes(r.fixed(SHARE_BYTES), "little")
-    return out
+    receiver: Annotated[int, U32]
+    survivors: Annotated[tuple[int, ...], IDS] = ()
+    dropped: Annotated[tuple[int, ...], IDS] = ()
+    signatures: Annotated[dict[int, bytes], _SIGNATURES] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -600,35 +379,10 @@ class UnmaskResponse(_Signed):
 
     TAG: ClassVar[int] = 10
     STAGE: ClassVar[str] = "unmask"
-    session: bytes
-    sender: int
-    seed_shares: dict[int, int] = field(default_factory=dict)
-    key_shares: dict[int, int] = field(default_factory=dict)
-    signature: bytes = b""
-
-    def _unsigned(self) -> _Writer:
-        w = _Writer(self.TAG, self.session)
-        w.u32(self.sender)
-        _write_shares(w, self.seed_shares)
-        _write_shares(w, self.key_shares)
-        return w
-
-    def to_bytes(self) -> bytes:
-        """Serialize."""
-        w = self._unsigned()
-        w.signature(self.signature)
-        return w.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> UnmaskResponse:
-        """Deserialize; raises DataError on malformed input."""
-        r = _Reader(data, cls.TAG)
-        sender = r.u32()
-        seeds = _read_shares(r)
-        keys = _read_shares(r)
-        sig = r.signature()
-        r.done()
-        return cls(r.session, sender, seeds, keys, sig)
+    sender: Annotated[int, U32]
+    seed_shares: Annotated[dict[int, int], _SHARES] = field(default_factory=dict)
+    key_shares: Annotated[dict[int, int], _SHARES] = field(default_factory=dict)
+    signature: Annotated[bytes, SIG] = b""
 
 
 Message: TypeAlias = (
@@ -644,21 +398,7 @@ Message: TypeAlias = (
     | UnmaskResponse
 )
 
-_TYPES: dict[int, type[Message]] = {
-    cls.TAG: cls
-    for cls in (
-        SetupMessage,
-        AdvertiseKeys,
-        KeyBroadcast,
-        EncryptedShares,
-        ShareBroadcast,
-        MaskedInput,
-        SurvivorSet,
-        ConsistencySignature,
-        UnmaskRequest,
-        UnmaskResponse,
-    )
-}
+_TYPES: dict[int, type[Message]] = {cls.TAG: cls for cls in get_args(Message)}
 
 
 def max_message_bytes(cls: type[Message], *, n: int, k: int, length: int, bits: int) -> int:

@@ -30,8 +30,8 @@ import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import ParameterError
-from fedstats.secagg.crypto import DTYPES
-from fedstats.secagg.graph import valid_degree
+from fedstats.secagg.crypto import check_bits
+from fedstats.secagg.graph import check_degree, valid_degree
 
 if TYPE_CHECKING:
     from fedstats.secagg.identity import ClientIdentity, RosterVerifier
@@ -167,6 +167,11 @@ def _log2_disconnect(n: int, k: int, removed: int) -> float:
     return math.log2(n * (n - 1) / 2) + log_q
 
 
+def _secure_against_malicious(n: int, k: int, t: int) -> bool:
+    """Whether ``t`` gives any security against a malicious server: ``t >= 2`` and ``2t > k`` (or n = 2)."""
+    return n <= 2 or (t >= 2 and 2 * t - k > 0)
+
+
 def _bounds(
     n: int, k: int, t: int, n_corrupt: int, n_drop: int, threat_model: str
 ) -> tuple[float, float]:
@@ -179,6 +184,37 @@ def _bounds(
     security = max(sec_shares, sec_graph)
     correct = log_n + _log2_sf(k, n_drop, n - 1, k - t + 1)
     return security, correct
+
+
+def _parameters(
+    n: int,
+    k: int,
+    t: int,
+    gamma: float,
+    delta: float,
+    sigma: float,
+    eta: float,
+    threat_model: str,
+) -> SecAggParameters:
+    """``(k, t)`` for ``n`` clients, with the failure bounds they achieve.
+
+    The bounds are for ``floor(gamma n)`` corrupt and ``floor(delta n)`` dropped clients.
+    """
+    n_corrupt, n_drop = math.floor(gamma * n), math.floor(delta * n)
+    sec, cor = _bounds(n, k, t, n_corrupt, n_drop, threat_model)
+    return SecAggParameters(
+        n=n,
+        k=k,
+        t=t,
+        min_survivors=n - n_drop,
+        corrupt_fraction=gamma,
+        dropout_rate=delta,
+        sigma=sigma,
+        eta=eta,
+        threat_model=threat_model,
+        security_bound=sec,
+        correctness_bound=cor,
+    )
 
 
 def validate_parameters(
@@ -205,34 +241,19 @@ def validate_parameters(
     """
     n = check_int("clients", n, low=2)
     k = check_int("k", k, low=1, high=n - 1)
-    if not valid_degree(n, k):
-        raise ParameterError("k", k, f"an even integer in [2, {n - 2}] or {n - 1} (complete graph)")
+    check_degree(n, k)
     t = check_int("t", t, low=1, high=k)
     gamma = check_real("corrupt_fraction", corrupt_fraction, low=0.0, high=1.0, high_open=True)
     delta = check_real("dropout_rate", dropout_rate, low=0.0, high=1.0, high_open=True)
     check_choice("threat_model", threat_model, THREAT_MODELS)
-    n_corrupt, n_drop = math.floor(gamma * n), math.floor(delta * n)
-    sec, cor = _bounds(n, k, t, n_corrupt, n_drop, threat_model)
-    if threat_model == "malicious" and n > 2 and (t < 2 or 2 * t - k <= 0):
+    if threat_model == "malicious" and not _secure_against_malicious(n, k, t):
         raise ParameterError(
             "t",
             t,
             f"an integer in [max(2, {k // 2 + 1}), {k}] for k={k} against a malicious server "
             "(smaller t lets the server reconstruct secrets from honest clients' answers)",
         )
-    return SecAggParameters(
-        n=n,
-        k=k,
-        t=t,
-        min_survivors=n - n_drop,
-        corrupt_fraction=gamma,
-        dropout_rate=delta,
-        sigma=float(sigma),
-        eta=float(eta),
-        threat_model=threat_model,
-        security_bound=sec,
-        correctness_bound=cor,
-    )
+    return _parameters(n, k, t, gamma, delta, float(sigma), float(eta), threat_model)
 
 
 def find_parameters(
@@ -295,28 +316,15 @@ def find_parameters(
     for k in candidates:
         if _log2_disconnect(n, k, n_corrupt + n_drop) > -sigma:
             continue
-        t_min = 2 if threat_model == "malicious" and n > 2 else 1
-        for t in range(t_min, k + 1):
-            if threat_model == "malicious" and n > 2 and 2 * t - k <= 0:
+        for t in range(1, k + 1):
+            if threat_model == "malicious" and not _secure_against_malicious(n, k, t):
                 continue
-            sec, cor = _bounds(n, k, t, n_corrupt, n_drop, threat_model)
-            if sec > -sigma:
+            params = _parameters(n, k, t, gamma, delta, sigma, eta, threat_model)
+            if params.security_bound > -sigma:
                 continue
-            if cor > -eta:
+            if params.correctness_bound > -eta:
                 break  # larger t only makes recovery harder
-            return SecAggParameters(
-                n=n,
-                k=k,
-                t=t,
-                min_survivors=n - n_drop,
-                corrupt_fraction=gamma,
-                dropout_rate=delta,
-                sigma=sigma,
-                eta=eta,
-                threat_model=threat_model,
-                security_bound=sec,
-                correctness_bound=cor,
-            )
+            return params
     raise ParameterError(
         "dropout_rate/corrupt_fraction",
         (delta, gamma),
@@ -376,8 +384,7 @@ class ClientConfig:
             )
         if not 1 <= self.t <= self.k:
             raise ParameterError("t", self.t, f"an integer in [1, {self.k}]")
-        if self.bits not in DTYPES:
-            raise ParameterError("bits", self.bits, "one of 16, 32, 64")
+        check_bits(self.bits)
         if self.length < 1:
             raise ParameterError("length", self.length, "an integer >= 1")
         if not 1 <= self.min_survivors <= self.n:
@@ -389,7 +396,7 @@ class ClientConfig:
                 "threat_model", self.threat_model, "one of " + ", ".join(THREAT_MODELS)
             )
         if self.threat_model == "malicious":
-            if self.n > 2 and (self.t < 2 or 2 * self.t <= self.k):
+            if not _secure_against_malicious(self.n, self.k, self.t):
                 raise ParameterError(
                     "t",
                     self.t,

@@ -57,7 +57,7 @@ from fedstats._numeric import round_to_integers
 from fedstats._validation import check_choice, check_finite_array, check_int, check_real
 from fedstats.errors import DataError, OverflowRiskError, ParameterError
 from fedstats.randomness import RNG
-from fedstats.secagg.crypto import DTYPES
+from fedstats.secagg.crypto import DTYPES, check_bits
 
 __all__ = [
     "BITS",
@@ -73,11 +73,6 @@ __all__ = [
 BITS: tuple[int, ...] = tuple(DTYPES)
 _CLIENT_LIMIT_64 = 2.0**40
 _SUM_LIMIT_64 = 2.0**62
-
-
-def _check_bits(bits: int) -> None:
-    if bits not in DTYPES:
-        raise ParameterError("bits", bits, "one of 16, 32, 64")
 
 
 def check_overflow(*, value_bits: int, n_clients: int, bits: int, headroom: int = 1) -> None:
@@ -170,7 +165,7 @@ class FixedPoint:
         OverflowRiskError
             If not even integer values fit.
         """
-        _check_bits(bits)
+        check_bits(bits)
         n_clients = check_int("clients", n_clients, low=1)
         headroom = check_int("headroom", headroom, low=0)
         clip = check_real("clip", clip, low=0.0, low_open=True, high=1e300)
@@ -215,7 +210,7 @@ class FixedPoint:
         self, values: np.ndarray, bits: int, rng: RNG | None = None
     ) -> tuple[np.ndarray, int]:
         """Quantize and reduce mod 2^bits: returns (``uint{bits}`` array, number clipped)."""
-        _check_bits(bits)
+        check_bits(bits)
         q = self.quantize(values, rng)
         return to_modular(q.values, bits).reshape(q.values.shape), q.clipped
 
@@ -227,7 +222,7 @@ class FixedPoint:
         numpy.ndarray
             float64, same shape as ``total``.
         """
-        _check_bits(bits)
+        check_bits(bits)
         out: np.ndarray = reduce_signed(total, bits).reshape(np.shape(total)) / self.scale
         return out
 

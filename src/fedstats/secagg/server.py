@@ -41,9 +41,11 @@ from fedstats.secagg.crypto import (
     DTYPES,
     LABEL_MASK,
     add_mask,
-    agree,
+    check_bits,
     check_public_key,
-    derive_key,
+    mask_scratch,
+    mask_sign,
+    pair_key,
     public_from_private,
     roster_transcript,
     seed_commitment,
@@ -158,8 +160,7 @@ class SecAggServer:
         rng: RNG | None = None,
         roster: SessionRoster | None = None,
     ) -> None:
-        if bits not in DTYPES:
-            raise ParameterError("bits", bits, "one of 16, 32, 64")
+        check_bits(bits)
         if length < 1:
             raise ParameterError("length", length, "an integer >= 1")
         self.params = params
@@ -466,7 +467,7 @@ class SecAggServer:
                 key_shares[i].append((j + 1, s))
         acc = self._acc.copy()
         cheaters: set[int] = set()
-        scratch = bytearray((1 << 18) + 15)
+        scratch = mask_scratch()
         tr = self._transcript
         for i in sorted(self.masked):
             seed, bad = robust_reconstruct(
@@ -482,12 +483,8 @@ class SecAggServer:
             sk, bad = robust_reconstruct(key_shares[i], threshold=t, check=_key_check(public))
             cheaters |= {x - 1 for x in bad}
             for j in live:
-                shared = agree(sk, self._keys[j][0])
-                seed = derive_key(
-                    shared, session=tr, label=LABEL_MASK, low=min(i, j), high=max(i, j)
-                )
-                # client j added +m if i > j, else -m; remove it.
-                add_mask(acc, seed, sign=-1 if i > j else +1, scratch=scratch)
+                seed = pair_key(sk, self._keys[j][0], session=tr, label=LABEL_MASK, me=i, peer=j)
+                add_mask(acc, seed, sign=-mask_sign(j, i), scratch=scratch)  # remove what j added
         return acc, cheaters
 
     def result(self) -> np.ndarray:
