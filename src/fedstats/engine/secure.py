@@ -34,7 +34,7 @@ from fedstats.engine.routes import register_backend
 from fedstats.errors import ParameterError
 from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
-from fedstats.secagg.crypto import DTYPES
+from fedstats.secagg.crypto import check_bits
 from fedstats.secagg.driver import DROPOUT_STAGES, run_secure_aggregation
 from fedstats.secagg.identity import EnrollmentAuthority
 from fedstats.secagg.params import (
@@ -148,8 +148,7 @@ class SecureAggregationBackend:
         threat_model: str = "malicious",
     ) -> None:
         self.cohort_size = check_int("cohort_size", cohort_size, low=2)
-        if bits not in DTYPES:
-            raise ParameterError("bits", bits, "one of 16, 32, 64")
+        check_bits(bits)
         self.bits = int(bits)
         self.dropout = check_real("dropout", dropout, low=0.0, high=0.5, high_open=True)
         self.randomness = randomness
