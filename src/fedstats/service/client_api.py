@@ -132,9 +132,13 @@ def add_client_routes(
         request: Request, public_key: str | None = None
     ) -> tuple[str, bytes, Nonce | None]:
         body = await request.body()
-        cid, nonce = await run_in_threadpool(
-            _verify, request.method, request.url.path, request.headers, body, public_key
-        )
+        args = (request.method, request.url.path, request.headers, body, public_key)
+        if public_key is None and request.headers.get(auth.HEADER_CLIENT) in known:
+            # an enrolled device seen before: no database access, one signature check (about
+            # 0.1 ms), done on the event loop rather than through a worker thread
+            cid, nonce = _verify(*args)
+        else:
+            cid, nonce = await run_in_threadpool(_verify, *args)
         return cid, body, nonce
 
     def _json(body: bytes) -> Any:
