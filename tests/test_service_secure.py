@@ -166,6 +166,46 @@ def test_the_roster_verifier_refuses_sybils_foreign_populations_and_ground_sessi
         verifier(certs, session=seeding.session_id(bytes(32), 0, 1)).verify(roster)
 
 
+def test_a_device_checks_each_certificate_signature_once_and_the_rest_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next round's session has the same members: their certificates' signatures are not checked
+    again (1,000 checks per round at n = 1000), but expiry, population, keys and session id are."""
+    from fedstats.client import secure
+
+    pub, idents = _certified(tmp_path, 4)
+    certs = [i["certificate"] for i in idents]
+    keys = tuple(bytes.fromhex(c["body"]["public_key"]) for c in certs)
+    sid = seeding.session_id(bytes(32), 0, 0)
+    roster = SessionRoster(b"run", sid, keys, bytes(64))
+    cache: set[tuple[str, bytes]] = set()
+
+    def verifier(certificates: list[Any], population: str = "default") -> Any:
+        return CertificateRosterVerifier(
+            pub, certificates, population=population, session=sid, task_id=b"run", verified=cache
+        )
+
+    forged = [*certs[:3], dict(certs[3], signature="00" * 64)]
+    with pytest.raises(SecurityError, match="signature"):
+        verifier(forged).verify(roster)
+    assert len(cache) == 3  # the three good ones checked, the forged one never remembered
+    verifier(certs).verify(roster)
+    assert len(cache) == 4
+    with pytest.raises(SecurityError, match="signature"):
+        verifier(forged).verify(roster)  # another signature: checked, refused
+
+    def no_check(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("a remembered certificate's signature was checked again")
+
+    monkeypatch.setattr(secure.auth, "verify_certificate", no_check)
+    verifier(certs).verify(roster)
+    with pytest.raises(SecurityError, match="population"):
+        verifier(certs, population="other").verify(roster)
+    monkeypatch.setattr(secure.time, "time", lambda: 1e12)  # every certificate has expired
+    with pytest.raises(SecurityError, match="expired"):
+        verifier(certs).verify(roster)
+
+
 # -- over the network ----------------------------------------------------------------------------
 
 N = 240  # records

@@ -155,6 +155,8 @@ class Device(SecureRuns):
         # secure runs: the pinned authority key, and each run's seed contribution and sessions
         self.authority_public_key: str | None = ident.get("authority_public_key")
         self.secure: dict[str, SecureState] = {}
+        # certificates whose authority signature was checked (a session's roster), for later rounds
+        self.verified_certificates: set[tuple[str, bytes]] = set()
 
     def close(self) -> None:
         """Close the HTTP connection pool."""

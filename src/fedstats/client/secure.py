@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fedstats.errors import FedstatsError, SecurityError
 from fedstats.secagg.identity import SessionRoster
 from fedstats.service import auth, seeding
+from fedstats.service.wire import canonical_bytes
 
 __all__ = ["CertificateRosterVerifier", "SecureRuns", "SecureState"]
 
@@ -52,6 +53,10 @@ class CertificateRosterVerifier:
         The session id the device computed from the run seed (:func:`fedstats.service.seeding.session_id`).
     task_id : bytes
         The roster's task id (the run id).
+    verified : set, optional
+        Certificates (signature and canonical body) whose authority signature this device has already
+        checked, filled in here: a later roster with the same members (the next round's session) skips
+        the signature checks, not the others (expiry, population, keys, session id, duplicates).
     """
 
     def __init__(
@@ -62,12 +67,14 @@ class CertificateRosterVerifier:
         population: str,
         session: bytes,
         task_id: bytes,
+        verified: set[tuple[str, bytes]] | None = None,
     ) -> None:
         self._trusted = {auth.fingerprint(authority_public_key): authority_public_key}
         self.certificates = [auth.Certificate.from_dict(c) for c in certificates]
         self.population = population
         self.session = session
         self.task_id = task_id
+        self.verified = set() if verified is None else verified
 
     def verify(self, roster: SessionRoster) -> None:
         """Raise :class:`~fedstats.errors.SecurityError` unless every roster identity is certified."""
@@ -80,7 +87,14 @@ class CertificateRosterVerifier:
         ids = set()
         now = time.time()
         for key, cert in zip(roster.identities, self.certificates, strict=True):
-            auth.verify_certificate(cert, self._trusted, now=now)
+            seen = (cert.signature, canonical_bytes(dict(cert.body)))
+            if seen not in self.verified:
+                auth.verify_certificate(cert, self._trusted, now=now)
+                if len(self.verified) >= 100_000:  # bounded: a device keeps few sessions' members
+                    self.verified.clear()
+                self.verified.add(seen)
+            elif float(cert.body["not_after"]) < now:
+                raise SecurityError("certificate expired")
             if bytes.fromhex(str(cert.body["public_key"])) != key:
                 raise SecurityError("a roster identity does not match its certificate")
             if str(cert.body["population"]) != self.population:
@@ -140,6 +154,7 @@ class SecureRuns:
     client_id: str
     authority_public_key: str | None
     secure: dict[str, SecureState]
+    verified_certificates: set[tuple[str, bytes]]
     refused: dict[str, str]
     log: Callable[[str], None]
     _key: Ed25519PrivateKey
@@ -260,6 +275,7 @@ class SecureRuns:
             population=str(rnd["privacy"]["population"]),
             session=seeding.session_id(state.seed, index, number),
             task_id=seeding.task_id_bytes(run_id),
+            verified=self.verified_certificates,
         )
         # the parameters are pinned: computed here from the session size, never taken from the server
         params = find_parameters(int(info["n"]))
