@@ -18,6 +18,8 @@ Pure functions (no clients, no rounds), from Cormode & Markov 2021:
 * :func:`affine_permutation` (with :func:`fedstats._numeric.largest_remainder`): the quasi-Monte-Carlo
   allocation of Lemma 1's proof, exactly ``round(N pi_j)`` clients on bit j, chosen by a public permutation
   of the client indices.
+* :func:`split_clients`: the clients of a first round or stage, ``round(fraction * N)``, leaving both
+  parts clients.
 
 Examples
 --------
@@ -46,6 +48,7 @@ __all__ = [
     "lemma1_variance",
     "optimal_allocation",
     "rr_noise_variance",
+    "split_clients",
     "weighted_probabilities",
 ]
 
@@ -260,3 +263,34 @@ def affine_permutation(n: int, seed: int, *key: str | int) -> tuple[int, int]:
     while math.gcd(a, n) != 1:
         a = a + 1 if a + 1 < amax else 1
     return a, c
+
+
+def split_clients(name: str, fraction: float, n: int, parts: str) -> int:
+    """Clients in the first of two parts of ``n``: ``round(fraction * n)``, leaving both parts clients.
+
+    Parameters
+    ----------
+    name : str
+        The fraction's parameter name, for the error.
+    fraction : float
+        In (0, 1).
+    n : int
+        Clients to split.
+    parts : str
+        What the two parts are (``"rounds"``, ``"stages"``), for the error.
+
+    Returns
+    -------
+    int
+        In ``[1, n - 1]``.
+
+    Raises
+    ------
+    ParameterError
+        If ``fraction`` is outside (0, 1) or leaves a part without clients.
+    """
+    frac = check_real(name, fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+    n1 = round(frac * n)
+    if n1 < 1 or n1 >= n:
+        raise ParameterError(name, fraction, f"a fraction leaving both {parts} clients (n={n})")
+    return n1

@@ -49,6 +49,7 @@ from fedstats.analyses.bitpushing.allocation import (
     check_probabilities,
     inclusion_probabilities,
     rr_noise_variance,
+    split_clients,
     weighted_probabilities,
 )
 from fedstats.analyses.bitpushing.client import aggregate_bits, encode_bits, sum_bits
@@ -173,37 +174,6 @@ def check_squash(squash_threshold: float | None, epsilon: float | None) -> None:
         raise ParameterError(
             "squash_threshold", squash_threshold, "no value without epsilon (it squashes DP noise)"
         )
-
-
-def split_clients(name: str, fraction: float, n: int, parts: str) -> int:
-    """Clients in the first of two parts of ``n``: ``round(fraction * n)``, leaving both parts clients.
-
-    Parameters
-    ----------
-    name : str
-        The fraction's parameter name, for the error.
-    fraction : float
-        In (0, 1).
-    n : int
-        Clients to split.
-    parts : str
-        What the two parts are (``"rounds"``, ``"stages"``), for the error.
-
-    Returns
-    -------
-    int
-        In ``[1, n - 1]``.
-
-    Raises
-    ------
-    ParameterError
-        If ``fraction`` is outside (0, 1) or leaves a part without clients.
-    """
-    frac = check_real(name, fraction, low=0.0, high=1.0, low_open=True, high_open=True)
-    n1 = round(frac * n)
-    if n1 < 1 or n1 >= n:
-        raise ParameterError(name, fraction, f"a fraction leaving both {parts} clients (n={n})")
-    return n1
 
 
 def _squash_level(epsilon_bit: float | None, squash_threshold: float | None) -> float | None:

@@ -22,12 +22,12 @@ from functools import partial
 from typing import Any
 
 from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses.bitpushing.allocation import split_clients
 from fedstats.analyses.bitpushing.bit_stages import (
     ALLOCATIONS,
     adaptive_stage,
     basic_stage,
     check_squash,
-    split_clients,
     weighted_stage,
 )
 from fedstats.analyses.bitpushing.encoding import BitEncoding
