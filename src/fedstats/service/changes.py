@@ -1,7 +1,9 @@
 """Wake-ups inside one server process: long-polling devices on state changes, the run driver on messages.
 
-Devices long-poll ``GET /v1/client/work`` (:mod:`.client_api`): the request is held until the device's work
-list differs from the one it already has, instead of the device asking again every fraction of a second.
+Devices long-poll ``GET /v1/client/work`` (:mod:`.client_api`) and their next secure stage message
+(:mod:`.secure_api`): the request is held (:meth:`Changes.hold`) until the device's work list differs
+from the one it already has, or the stage opens, instead of the device asking again every fraction of a
+second.
 Two signals make that cheap and prompt:
 
 * :class:`Changes` counts the run driver's state transitions (a run opened, seeded, finished; a round or a
@@ -23,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Collection
+import time
+from collections.abc import Awaitable, Callable, Collection
+from typing import TypeVar
 
 from sqlalchemy import select, update
 
@@ -31,6 +35,8 @@ from fedstats.service.models import StateVersion
 from fedstats.service.store import Store
 
 __all__ = ["Changes", "Wakeup", "read_version", "record_change"]
+
+T = TypeVar("T")
 
 
 def record_change(store: Store) -> int:
@@ -120,6 +126,37 @@ class Changes:
         except TimeoutError:
             return False
         return True
+
+    async def hold(
+        self, population: str, seconds: float, attempt: Callable[[], Awaitable[T | None]]
+    ) -> T | None:
+        """A held request: ``attempt()`` now, and again after each change of ``population``.
+
+        Parameters
+        ----------
+        population : str
+            The requesting device's population (whose changes may change the answer).
+        seconds : float
+            The longest the request is held, >= 0 (0: one attempt).
+        attempt : callable
+            Computes the answer, or None while there is none yet.
+
+        Returns
+        -------
+        object or None
+            The first answer, or None if there was none within ``seconds``.
+        """
+        end = time.monotonic() + seconds
+        while True:
+            generation = self.generation(population)
+            got = await attempt()
+            if got is not None:
+                return got
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            if self.generation(population) == generation:  # else: changed while attempt ran
+                await self.wait(population, left)
 
 
 class Wakeup:

@@ -213,24 +213,20 @@ def add_client_routes(
         if not 0.0 <= wait <= 3600.0:  # NaN fails too
             raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
         known = request.headers.get("if-none-match")
-        end = time.monotonic() + min(wait, cfg.max_wait)
 
         def get() -> bytes:
             with store.session() as s:
                 return json.dumps(runs.client_work(s, cid, c[2]), separators=(",", ":")).encode()
 
-        population = c[2]
-        while True:
-            generation = changes.generation(population)
+        async def differs() -> Response | None:
             body = await threaded(get)
             tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-            left = end - time.monotonic()
-            if tag != known:
-                return Response(body, media_type="application/json", headers={"ETag": tag})
-            if left <= 0:
-                return Response(status_code=304, headers={"ETag": tag})
-            if changes.generation(population) == generation:  # else: changed while we computed
-                await changes.wait(population, left)
+            if tag == known:
+                return None
+            return Response(body, media_type="application/json", headers={"ETag": tag})
+
+        got = await changes.hold(c[2], min(wait, cfg.max_wait), differs)
+        return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
 
     @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
     async def checkin(run_id: str, request: Request) -> dict[str, Any]:

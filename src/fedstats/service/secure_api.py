@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -167,7 +166,6 @@ def add_secure_routes(
         cid, _, _ = await signed(request)
         if not 0.0 <= wait <= 3600.0:  # NaN fails too
             raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
-        end = time.monotonic() + min(wait, max_wait)
 
         def go() -> bytes | None:
             with store.session() as s:
@@ -178,17 +176,14 @@ def add_secure_routes(
                         return None
                     raise
 
+        async def attempt() -> bytes | None:
+            return await run_in_threadpool(go)
+
         population = await population_of(cid) if wait > 0 else ""
-        while True:
-            generation = changes.generation(population)
-            data = await run_in_threadpool(go)
-            if data is not None:
-                return Response(data, media_type="application/octet-stream")
-            left = end - time.monotonic()
-            if left <= 0:
-                return Response(status_code=204)
-            if changes.generation(population) == generation:  # else: changed while we read
-                await changes.wait(population, left)
+        data = await changes.hold(population, min(wait, max_wait), attempt)
+        if data is None:
+            return Response(status_code=204)  # the stage did not open in time
+        return Response(data, media_type="application/octet-stream")
 
     @app.post(stage_path, include_in_schema=False)
     async def up(
