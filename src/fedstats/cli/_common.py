@@ -285,7 +285,23 @@ def stderr_console() -> Console:
 
 
 def fmt_value(value: Any) -> str:
-    """A cell of a text table: ``-`` for None, floats to 6 significant digits, lists and tuples by item."""
+    """A cell of a text table.
+
+    Parameters
+    ----------
+    value : object
+        None, a float, a list or tuple (formatted item by item), or anything with ``str``.
+
+    Returns
+    -------
+    str
+        ``-`` for None, floats to 6 significant digits.
+
+    Examples
+    --------
+    >>> fmt_value([0.1234567, None, 3])
+    '[0.123457, -, 3]'
+    """
     if value is None:
         return "-"
     if isinstance(value, float):

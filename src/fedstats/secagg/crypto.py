@@ -176,25 +176,62 @@ def pair_key(
     me: int,
     peer: int,
 ) -> bytes:
-    """The key clients ``me`` and ``peer`` share for ``label``.
+    """The key clients ``me`` and ``peer`` share for ``label`` (Bell et al. 2020, Alg. 2, key agreement).
 
     :func:`derive_key` of their X25519 secret (:func:`agree`), the pair ordered so that both ends (or
     the server, from a reconstructed private key) derive the same key.
+
+    Parameters
+    ----------
+    private : X25519PrivateKey or bytes
+        The private key of ``me`` (32 raw bytes when reconstructed by the server).
+    peer_public : bytes
+        The 32-byte raw X25519 public key of ``peer``.
+    session : bytes
+        The session transcript (HKDF salt).
+    label : bytes
+        What the key is for (``LABEL_MASK``, ``LABEL_SHARE_ENCRYPTION``).
+    me, peer : int
+        The two clients' indices in the session, ``>= 0`` and distinct.
+
+    Returns
+    -------
+    bytes
+        32 bytes.
+
+    Raises
+    ------
+    SecurityError
+        If ``peer_public`` is malformed or a low-order point.
     """
     shared = agree(private, peer_public)
     return derive_key(shared, session=session, label=label, low=min(me, peer), high=max(me, peer))
 
 
 def mask_sign(me: int, peer: int) -> int:
-    """The sign with which client ``me`` adds the mask it shares with ``peer``.
+    """The sign with which client ``me`` adds the mask it shares with ``peer`` (Bell et al. 2020, Alg. 2).
 
-    +1 if ``peer`` is the higher index, else -1: the pair's two masks cancel in the sum.
+    Parameters
+    ----------
+    me, peer : int
+        Two distinct client indices.
+
+    Returns
+    -------
+    int
+        +1 if ``peer`` is the higher index, else -1: the pair's two masks cancel in the sum.
     """
     return +1 if peer > me else -1
 
 
 def mask_scratch() -> bytearray:
-    """A buffer for :func:`add_mask` to reuse across calls (one keystream step and 15 spare bytes)."""
+    """A buffer for :func:`add_mask` to reuse across calls.
+
+    Returns
+    -------
+    bytearray
+        ``2**18 + 15`` bytes: one keystream step and 15 spare bytes.
+    """
     return bytearray(_CHUNK + 15)
 
 
@@ -265,7 +302,23 @@ def _zeros(nbytes: int) -> bytes:
 
 
 def check_bits(bits: int) -> type[np.unsignedinteger]:
-    """The unsigned dtype of a modulus width; ParameterError unless ``bits`` is 16, 32 or 64."""
+    """The unsigned dtype of a modulus width.
+
+    Parameters
+    ----------
+    bits : int
+        The ring is the integers mod ``2**bits``: 16, 32 or 64.
+
+    Returns
+    -------
+    type
+        ``numpy.uint16``, ``numpy.uint32`` or ``numpy.uint64``.
+
+    Raises
+    ------
+    ParameterError
+        If ``bits`` is not 16, 32 or 64.
+    """
     if bits not in DTYPES:
         raise ParameterError("bits", bits, "one of 16, 32, 64")
     return DTYPES[bits]

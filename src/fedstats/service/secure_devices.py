@@ -256,7 +256,25 @@ def down_message(
 
 
 def stage_pending(s: Session, run_id: str, index: int, number: int, stage: int) -> bool:
-    """Whether a session is still open and has not reached ``stage`` yet (its messages may still come)."""
+    """Whether a session is still open and has not reached ``stage`` yet (its messages may still come).
+
+    Parameters
+    ----------
+    s : Session
+        An open store session.
+    run_id : str
+    index : int
+        The round.
+    number : int
+        The session within the round.
+    stage : int
+        Index into :data:`fedstats.service.seeding.STAGES`.
+
+    Returns
+    -------
+    bool
+        False also when there is no such session.
+    """
     got = s.execute(
         select(SecureSession.status, SecureSession.stage).where(
             SecureSession.run_id == run_id,
