@@ -911,8 +911,8 @@ def main() -> None:
         "--flower-transport",
         action="store_true",
         help="also run Flower's SecAgg+ over its real transport (SuperLink + n SuperNodes on loopback); "
-        "heavy: about 250 MiB of RSS per SuperNode idle, 400 at peak, and 1.3 s of CPU per SuperNode per "
-        "message (on 2 cores and 24 GiB: correct at n = 30, dropouts at n = 50, out of memory at n = 100)",
+        "heavy: a SuperNode process per client and a ClientApp process per message (see the module "
+        "docstring for the n that fit this machine)",
     )
     ap.add_argument(
         "--flower-transport-timeout",

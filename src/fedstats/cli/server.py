@@ -125,9 +125,9 @@ def _settle_heap() -> None:
     """Import what a release needs now, then move every object alive at start-up out of the collector's view.
 
     A server process keeps tens of thousands of long-lived objects (modules, the ASGI app, the ORM's
-    mappings); each full collection walked them all, which took a fifth of the server's CPU in a secure
-    run at n = 100 (``benchmarks/service_secagg.py``, sampled with py-spy). ``gc.freeze`` leaves them out
-    of every later collection; objects created by requests are collected as before.
+    mappings), and each full collection walked them all (a sampling profiler put the collector high in a
+    secure run of ``benchmarks/service_secagg.py``). ``gc.freeze`` leaves them out of every later
+    collection; objects created by requests are collected as before.
     """
     import gc
 
