@@ -338,6 +338,16 @@ def _drive(devices: list[Any], run_id: str, seconds: float = 150.0) -> list[thre
     return threads
 
 
+def _finished(dep: Deployment, run_id: str, threads: list[threading.Thread]) -> dict[str, Any]:
+    """The run's view once it ended (150 s at most), after its devices' threads stopped; it must be done."""
+    with dep.admin() as a:
+        view = wait_run(a, run_id, timeout=150)
+    for t in threads:
+        t.join(30)
+    assert view["status"] == "done", view["error"]
+    return dict(view)
+
+
 def _timeline(dep: Deployment, run_id: str, tag: str) -> str:
     """What a failed run looked like: its rounds, its secure messages per stage, its devices' log lines."""
     store = open_store(dep.db)
@@ -506,11 +516,7 @@ def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: De
     devices = _devices(deployment, "exact", data, 12)
     run_id = _start(deployment, _task())
     threads = _drive(devices, run_id)
-    with deployment.admin() as a:
-        view = wait_run(a, run_id, timeout=150)
-    for t in threads:
-        t.join(30)
-    assert view["status"] == "done", view["error"]
+    view = _finished(deployment, run_id, threads)
     rounds = _rounds(deployment, run_id, devices)
     _check_exact(rounds)
     assert [r["n_records"] for r in rounds[:-1]] == [N, N]  # nobody dropped: every record summed
@@ -544,11 +550,7 @@ def test_fed_h_and_the_g_test_over_secure_aggregation(
     devices = _devices(production, analysis, data, 8)
     run_id = _start(production, _task(analysis=analysis, params=params))
     threads = _drive(devices, run_id)
-    with production.admin() as a:
-        view = wait_run(a, run_id, timeout=150)
-    for t in threads:
-        t.join(30)
-    assert view["status"] == "done", view["error"]
+    view = _finished(production, run_id, threads)
     rounds = _rounds(production, run_id, devices, analysis)
     _check_exact(rounds)
     assert_release_is_in_process(production, run_id, view, rounds, analysis, params)
@@ -615,11 +617,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
         Device._send(first, "GET", path, b"", retries=0)
     late.stop_before = None
     late._etag = None  # its next poll hands it the listed stage again
-    with deployment.admin() as a:
-        view = wait_run(a, run_id, timeout=150)
-    for t in threads:
-        t.join(30)
-    assert view["status"] == "done", view["error"]
+    _finished(deployment, run_id, threads)
     rounds = _rounds(deployment, run_id, devices)
     _check_exact(rounds)
     assert all(len(r["included"]) == 4 for r in rounds[:-1])
