@@ -89,12 +89,12 @@ import numpy as np
 
 import fedstats
 from _util import write_results
+from fedstats.service.seeding import STAGES
 
 HERE = Path(__file__).resolve().parent
 SRC = Path(fedstats.__file__).resolve().parents[1]
 PG_CONNINFO = "host=127.0.0.1 port=5432 dbname=test user=postgres"
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
 SHAPE = (4, 3)
 ENCODING_SIZE = 50
 RECORDS_PER_DEVICE = 10

@@ -160,7 +160,7 @@ class SecureSession(Base):
     members: Mapped[str] = mapped_column(Text)  # JSON list of client ids, in roster order
     params: Mapped[str] = mapped_column(Text)  # JSON of the session's SecAggParameters
     session: Mapped[str] = mapped_column(String(64))  # hex session id (from the run's public seed)
-    stage: Mapped[int] = mapped_column(Integer)  # index into fedstats.service.secure.STAGES
+    stage: Mapped[int] = mapped_column(Integer)  # index into fedstats.service.seeding.STAGES
     deadline: Mapped[float] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16))  # open, done, aborted
     total: Mapped[str | None] = mapped_column(Text, nullable=True)
