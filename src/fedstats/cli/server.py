@@ -131,8 +131,7 @@ def _settle_heap() -> None:
     """
     import gc
 
-    import scipy.special
-    import scipy.stats  # noqa: F401  (the decoders import them lazily, at a run's first release)
+    import scipy.stats  # noqa: F401  (with scipy.special; the decoders import them lazily, at a release)
 
     gc.collect()
     gc.freeze()
