@@ -80,14 +80,29 @@ class Changes:
         self._loop = loop
 
     def generation(self, population: str) -> tuple[int, int]:
-        """What :meth:`wait` compares: it changes at every bump that concerns ``population``."""
+        """What :meth:`wait` compares: it changes at every bump that concerns ``population``.
+
+        Parameters
+        ----------
+        population : str
+
+        Returns
+        -------
+        tuple of int
+            ``(bumps of every population, bumps of this one)``.
+        """
         with self._lock:
             return self._all, self._of.get(population, 0)
 
     def bump(self, populations: Collection[str] | None = None) -> None:
-        """Record a state change of ``populations``' runs (None: of any) and wake their waiters.
+        """Record a state change of ``populations``' runs and wake their waiters.
 
         Thread-safe; the wake-up is a no-op before :meth:`bind`.
+
+        Parameters
+        ----------
+        populations : collection of str or None
+            The populations whose runs changed; None: any (wakes every waiter).
         """
         with self._lock:
             if populations is None:
@@ -115,7 +130,19 @@ class Changes:
                 event.set()
 
     async def wait(self, population: str, timeout: float) -> bool:
-        """Wait for the next bump of ``population`` (or of all), at most ``timeout`` s; return if one came."""
+        """Wait for the next bump of ``population`` (or of all).
+
+        Parameters
+        ----------
+        population : str
+        timeout : float
+            Seconds, at most; <= 0 (or before :meth:`bind`) returns at once.
+
+        Returns
+        -------
+        bool
+            Whether a bump came.
+        """
         if self._loop is None or timeout <= 0:
             return False
         event = self._events.get(population)
