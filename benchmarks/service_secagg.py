@@ -173,15 +173,17 @@ class Server:
         Store URL.
     tick : float
         Seconds between run-driver passes.
+    store_threads : int
+        ``fedstats server --store-threads``.
     """
 
-    def __init__(self, root: Path, db: str, tick: float) -> None:
+    def __init__(self, root: Path, db: str, tick: float, store_threads: int = 4) -> None:
         from fedstats.service.app import add_operator
         from fedstats.service.enrollment import init_authority
         from fedstats.service.store import open_store
         from fedstats.service.tls import make_dev_certificates
 
-        self.root, self.db, self.tick = root, db, tick
+        self.root, self.db, self.tick, self.store_threads = root, db, tick, store_threads
         self.certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
         init_authority(root / "authority")
         store = open_store(db)
@@ -215,6 +217,8 @@ class Server:
             str(self.root / "authority" / "authority.pub"),
             "--tick",
             str(self.tick),
+            "--store-threads",
+            str(self.store_threads),
         ]
         self.proc = subprocess.Popen(
             cmd,
@@ -554,11 +558,12 @@ def bench_fedstats(
     wait: float,
     tick: float,
     timeout: float,
+    store_threads: int = 4,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements."""
     from fedstats.service.enrollment import issue_identity
 
-    server = Server(root, db, tick)
+    server = Server(root, db, tick, store_threads)
     idents = [
         issue_identity(root / "authority", f"dev{i}", "default", root / "ids" / f"dev{i}.json")
         for i in range(n)
@@ -575,6 +580,7 @@ def bench_fedstats(
         "long_poll_seconds": wait,
         "poll_seconds": poll,
         "tick": tick,
+        "store_threads": store_threads,
     }
     try:
         server.start()
@@ -899,6 +905,12 @@ def main() -> None:
     ap.add_argument(
         "--tick", type=float, default=1.0, help="server run-driver's longest pause, seconds"
     )
+    ap.add_argument(
+        "--store-threads",
+        type=int,
+        default=4,
+        help="fedstats server --store-threads (threads running device requests' database work)",
+    )
     ap.add_argument("--timeout", type=float, default=1200.0, help="per configuration, seconds")
     ap.add_argument("--no-flower", action="store_true", help="skip the Flower comparison")
     ap.add_argument(
@@ -1011,12 +1023,28 @@ def main() -> None:
             if kind == "postgresql":
                 with pg_schema() as url:
                     ours = bench_fedstats(
-                        n, url, root, args.procs, poll, args.wait, args.tick, args.timeout
+                        n,
+                        url,
+                        root,
+                        args.procs,
+                        poll,
+                        args.wait,
+                        args.tick,
+                        args.timeout,
+                        args.store_threads,
                     )
             else:
                 db = f"sqlite:///{root / 'fedstats.db'}"
                 ours = bench_fedstats(
-                    n, db, root, args.procs, poll, args.wait, args.tick, args.timeout
+                    n,
+                    db,
+                    root,
+                    args.procs,
+                    poll,
+                    args.wait,
+                    args.tick,
+                    args.timeout,
+                    args.store_threads,
                 )
             if "error" in ours and ours.get("status") != "done":
                 keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"

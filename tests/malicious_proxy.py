@@ -2,8 +2,9 @@
 
 Devices talk to :class:`MaliciousProxy` over HTTP on 127.0.0.1 as if it were the server. It forwards every
 request unchanged (so the devices' signatures verify upstream) and, for the runs it is told to attack,
-rewrites what the server answers: the seed transcript, the session's certificates, or any stage message
-(decoded with the public message classes, changed, re-serialized). That is everything a malicious server
+rewrites what the server answers: the seed transcript, the session's certificates, or any stage message,
+whether asked for or carried by the acknowledgement of the device's previous one (decoded with the
+public message classes, changed, re-serialized). That is everything a malicious server
 controls; it holds no device's key. Each attack is one of :data:`fedstats.secagg.ATTACKS` (or the seed
 agreement's), and the test checks that every device refuses it and sends nothing more.
 """
@@ -113,10 +114,20 @@ class MaliciousProxy:
                 timeout=60,
             )
         content = r.content
+        path = request.url.path
+        carried = r.headers.get("content-type", "") == "application/octet-stream"
+        m = _STAGE.match(path)
         if r.status_code == 200 and request.method == "GET":
-            content = self._tamper(request.url.path, content)
+            content = self._tamper(path, content)
+        elif r.status_code == 200 and carried and m is not None:
+            # a stage message acknowledged with the device's next one: that one is the server's too
+            content = self._tamper(f"{path.rsplit('/', 1)[0]}/{int(m.group(4)) + 1}", content)
+        kept = {k: v for k, v in r.headers.items() if k.lower().startswith("fedstats-")}
         return Response(
-            content, status_code=r.status_code, media_type=r.headers.get("content-type")
+            content,
+            status_code=r.status_code,
+            media_type=r.headers.get("content-type"),
+            headers=kept,
         )
 
     def _tamper(self, path: str, body: bytes) -> bytes:

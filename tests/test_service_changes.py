@@ -47,3 +47,50 @@ def test_a_bump_wakes_its_population_only_and_none_wakes_all() -> None:
         "all_moves_b": True,
         "timed_out": False,
     }
+
+
+def test_store_work_runs_on_at_most_the_configured_threads() -> None:
+    """:class:`Offload` runs blocking store work off the event loop, at most ``threads`` at once, and
+    hands back each result or exception; a server with no store thread is refused."""
+    import time
+
+    import pytest
+
+    from fedstats.errors import ParameterError
+    from fedstats.service.app import ServerSettings, create_app
+    from fedstats.service.client_api import Offload
+    from fedstats.service.store import open_store
+
+    lock = threading.Lock()
+    running = {"now": 0, "max": 0}
+
+    def work(i: int) -> int:
+        with lock:
+            running["now"] += 1
+            running["max"] = max(running["max"], running["now"])
+        time.sleep(0.05)
+        with lock:
+            running["now"] -= 1
+        if i == 7:
+            raise KeyError(i)
+        return i * i
+
+    async def scenario() -> list[object]:
+        offload = Offload(3)
+        try:
+            return await asyncio.gather(
+                *(offload(work, i) for i in range(12)), return_exceptions=True
+            )
+        finally:
+            offload.close()
+
+    got = asyncio.run(scenario())
+    assert got[:7] == [i * i for i in range(7)] and isinstance(got[7], KeyError)
+    assert got[8:] == [i * i for i in range(8, 12)]
+    assert running["max"] == 3
+    store = open_store("sqlite://")
+    try:
+        with pytest.raises(ParameterError, match="store_threads"):
+            create_app(store, ServerSettings(store_threads=0), run_driver=False)
+    finally:
+        store.close()

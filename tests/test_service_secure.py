@@ -265,13 +265,15 @@ class _StoppingDevice(Device):
     stop_round: int | None = None
     seed: int = 0
 
-    def _answer_stage(self, rnd: Any, stage: int, down: bytes | None) -> bool:
+    def _answer_stage(
+        self, rnd: Any, stage: int, down: bytes | None, wait: float = 0.0
+    ) -> tuple[bool, bytes | None, bool]:
         stopped = self.stop_before is not None and stage >= self.stop_before
         if stopped and self.stop_round in (None, int(rnd["round"])):
-            return False
+            return False, None, False
         if stopped and self.stop_round is not None and int(rnd["round"]) > self.stop_round:
-            return False  # a process that died stays dead
-        return bool(super()._answer_stage(rnd, stage, down))
+            return False, None, False  # a process that died stays dead
+        return super()._answer_stage(rnd, stage, down, wait)
 
 
 DEVICE_LOG: list[str] = []  # what the devices logged (retries, refusals), shown when a test fails
@@ -559,10 +561,10 @@ def test_fed_h_and_the_g_test_over_secure_aggregation(
 def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     deployment: Deployment,
 ) -> None:
-    """After sending its stage-``s`` message a device asks for stage ``s + 1`` at once with ``wait``: the
-    server holds that request while the session has not reached the stage (204 when ``wait`` runs out;
-    404 at once without ``wait``), and answers it as soon as the stage opens; the devices then take most
-    of their stage messages that way, not from their work list."""
+    """A device sends its stage-``s`` message with ``wait``, and the server answers it with the device's
+    stage-``s + 1`` message as soon as that stage opens; a ``GET`` of a stage with ``wait`` is held the
+    same way (204 when ``wait`` runs out; 404 at once without ``wait``). The devices then take most of
+    their stage messages that way, not from their work list."""
     data = _data()
     devices = _devices(deployment, "held", data, 4)
     late = devices[3]
@@ -574,8 +576,11 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
 
         def send(method: str, path: str, body: bytes, **kw: Any) -> Any:
             r = inner(method, path, body, **kw)
-            if method == "GET" and "/secure/" in path and (kw.get("params") or {}).get("wait"):
-                held[dev.client_id] = held.get(dev.client_id, 0) + (r.status_code == 200)
+            if "/secure/" in path and (kw.get("params") or {}).get("wait"):
+                carried = r.headers.get("content-type", "") == "application/octet-stream"
+                held[dev.client_id] = held.get(dev.client_id, 0) + (
+                    r.status_code == 200 and carried
+                )
             return r
 
         dev._send = send
@@ -615,6 +620,18 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     assert r.status_code == 204 and time.monotonic() - t0 >= 1.4
     with pytest.raises(FedstatsError, match="HTTP 404"):
         Device._send(first, "GET", path, b"", retries=0)
+    # its stage-0 message again, with wait: stored once, and acknowledged (JSON) when wait runs out
+    t0 = time.monotonic()
+    r = Device._send(
+        first,
+        "POST",
+        path[:-1] + "0",
+        first.secure[run_id].replies[(0, 0, 0)],
+        content_type="application/octet-stream",
+        params={"wait": "1.5"},
+        retries=0,
+    )
+    assert r.json() == {"accepted": True, "duplicate": True} and time.monotonic() - t0 >= 1.4
     late.stop_before = None
     late._etag = None  # its next poll hands it the listed stage again
     _finished(deployment, run_id, threads)
@@ -622,6 +639,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     _check_exact(rounds)
     assert all(len(r["included"]) == 4 for r in rounds[:-1])
     # stages 1-4 of two rounds: eight stage messages per device, at most one per round from the work list
+    # (round 0's stage 1 waits for the late device)
     assert all(held.get(d.client_id, 0) >= 4 for d in devices[:3]), held
 
 

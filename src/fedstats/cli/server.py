@@ -77,6 +77,15 @@ def serve(
             "resumes its runs at once).",
         ),
     ] = None,
+    store_threads: Annotated[
+        int,
+        typer.Option(
+            "--store-threads",
+            min=1,
+            max=256,
+            help="Threads running device requests' database work (more for a remote database).",
+        ),
+    ] = 4,
     crash_after: Annotated[
         str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
     ] = None,
@@ -104,6 +113,7 @@ def serve(
             tick=tick,
             lease_seconds=lease_seconds,
             server_id=server_id or f"{socket.gethostname()}:{port}",
+            store_threads=store_threads,
         ),
         crash_after=crash_after,
     )

@@ -181,46 +181,69 @@ class SecureRuns:
     def _secure_stage(self, rnd: Mapping[str, Any], wait: float = 0.0) -> None:
         """Answer the listed stage of a secure round, then, with ``wait``, the session's next stages.
 
-        After sending its stage-``s`` message the device asks for its stage-``s + 1`` message at once,
-        held by the server up to ``wait`` seconds until the stage opens, instead of polling its work
-        list in between; when that request is not answered with a message (the stage did not open in
-        time, or opened without this device), the work list takes over again.
+        With ``wait``, the device sends its stage-``s`` message asking the server to answer with its
+        stage-``s + 1`` message, held up to ``wait`` seconds until that stage opens: one request per stage,
+        no polling of the work list in between. A stage answered before (listed again) is followed by a
+        held request for the next one. When no next message comes (the stage did not open in time, or
+        opened without this device), the work list takes over again.
         """
         run_id, index = str(rnd["run_id"]), int(rnd["round"])
         info = rnd["secure"]
         number, stage = int(info["session"]), int(info["stage"])
         down: bytes | None = None
-        while self._answer_stage(rnd, stage, down) and wait > 0 and stage + 1 < len(seeding.STAGES):
+        while True:
+            more = wait > 0 and stage + 1 < len(seeding.STAGES)
+            answered, down, sent = self._answer_stage(rnd, stage, down, wait if more else 0.0)
+            if not answered or not more:
+                return
             stage += 1
-            path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
-            try:
-                r = self._send(
-                    "GET",
-                    path,
-                    b"",
-                    params={"wait": f"{wait:.3f}"},
-                    timeout=self._timeout + wait,
-                    retries=0,
-                )
-            except (FedstatsError, httpx.TransportError):
-                return  # not addressed there (a dropout), or no answer: the work list says what is next
-            if r.status_code != 200:
-                return  # 204: not open in time
-            down = r.content
+            if down is None and not sent:  # acknowledged earlier: ask for the next stage, held
+                down = self._held_stage(run_id, index, number, stage, wait)
+            if down is None:
+                return
 
-    def _answer_stage(self, rnd: Mapping[str, Any], stage: int, down: bytes | None) -> bool:
+    def _held_stage(
+        self, run_id: str, index: int, number: int, stage: int, wait: float
+    ) -> bytes | None:
+        """The device's message of ``stage``, held by the server up to ``wait`` s (None if none came)."""
+        path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
+        try:
+            r = self._send(
+                "GET",
+                path,
+                b"",
+                params={"wait": f"{wait:.3f}"},
+                timeout=self._timeout + wait,
+                retries=0,
+            )
+        except (FedstatsError, httpx.TransportError):
+            return None  # not addressed there (a dropout), or no answer: the work list says what is next
+        return r.content if r.status_code == 200 else None  # 204: not open in time
+
+    def _answer_stage(
+        self, rnd: Mapping[str, Any], stage: int, down: bytes | None, wait: float = 0.0
+    ) -> tuple[bool, bytes | None, bool]:
         """Send this device's message of one stage (fetching the server's unless ``down`` holds it).
 
-        Verifies the seed and the roster at stage 0. Returns whether the server has acknowledged this
-        device's message of that stage.
+        Verifies the seed and the roster at stage 0. With ``wait`` > 0 the server may answer with this
+        device's next stage message (see :meth:`_secure_stage`).
+
+        Returns
+        -------
+        answered : bool
+            Whether the server has acknowledged this device's message of that stage.
+        next_down : bytes or None
+            The device's message of the next stage, if the acknowledgement carried it.
+        sent : bool
+            Whether the message was sent now (False: acknowledged before, or not answered).
         """
         run_id, index = str(rnd["run_id"]), int(rnd["round"])
         number = int(rnd["secure"]["session"])
         state = self.secure.get(run_id)
         if state is None or (index, number) in state.refused:
-            return False  # no state (restarted) or left: a dropout for the protocol
+            return False, None, False  # no state (restarted) or left: a dropout for the protocol
         if (index, number, stage) in state.acknowledged:
-            return True
+            return True, None, False
         path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
         reply = state.replies.get((index, number, stage))
         if reply is None:
@@ -230,7 +253,7 @@ class SecureRuns:
                 else:
                     client = state.sessions.get((index, number))
                     if client is None:
-                        return False
+                        return False, None, False
                 if down is None:
                     down = self._request("GET", path, binary=True)
                 reply = client.handle_bytes(down)
@@ -239,11 +262,19 @@ class SecureRuns:
                 state.refused[(index, number)] = str(exc)
                 state.sessions.pop((index, number), None)
                 self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
-                return False
+                return False, None, False
             state.replies[(index, number, stage)] = reply
-        self._request("POST", path, raw=reply)
+        r = self._send(
+            "POST",
+            path,
+            reply,
+            content_type="application/octet-stream",
+            params={"wait": f"{wait:.3f}"} if wait > 0 else None,
+            timeout=self._timeout + wait if wait > 0 else None,
+        )
         state.acknowledged.add((index, number, stage))
-        return True
+        carried = r.headers.get("content-type", "").startswith("application/octet-stream")
+        return True, r.content if carried else None, True
 
     def _join_session(self, rnd: Mapping[str, Any], state: SecureState) -> Any:
         """Verify the run seed and the session's roster certificates; build this device's client."""

@@ -32,10 +32,10 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
+from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError, SecurityError
 from fedstats.service import auth, driver, ledger, runs, tasks
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
-from fedstats.service.client_api import add_client_routes
+from fedstats.service.client_api import Offload, add_client_routes
 from fedstats.service.models import Audit, Authority, Budget, Nonce, Operator
 from fedstats.service.schemas import (
     BudgetIn,
@@ -82,6 +82,10 @@ class ServerSettings:
     server_id : str or None
         This process's name in the runs' leases; a process restarted under the same name resumes its runs
         at once. Default: a fresh name (host, pid, random), so a restart waits for its old leases to expire.
+    store_threads : int
+        Threads that run device requests' store work (:class:`~.client_api.Offload`), >= 1 (default 4).
+        More let more requests wait on the database at once (a remote database); fewer contend less for
+        the interpreter lock.
     """
 
     max_body: int = 1 << 20
@@ -93,6 +97,7 @@ class ServerSettings:
     recheck: float = 2.0
     lease_seconds: float = 30.0
     server_id: str | None = None
+    store_threads: int = 4
 
 
 # -- middleware ---------------------------------------------------------------------------------------
@@ -229,6 +234,9 @@ def create_app(
             log.info(json.dumps({"event": "fault_injection", "at": crash_after, "run_id": run_id}))
             os.kill(os.getpid(), signal.SIGKILL)
 
+    if cfg.store_threads < 1:
+        raise ParameterError("store_threads", cfg.store_threads, "an integer >= 1")
+    offload = Offload(cfg.store_threads)  # device requests' store work
     changes = Changes()  # the driver's state transitions: wake long-polling devices
     wakeup = Wakeup()  # devices' messages: wake the driver
 
@@ -287,6 +295,7 @@ def create_app(
         await watcher
         if task is not None:
             await task
+        offload.close()
 
     app = FastAPI(
         title="fedstats aggregation server",
@@ -445,7 +454,7 @@ def create_app(
             for a in rows
         ]
 
-    add_client_routes(app, store, cfg, counters, changes=changes, wakeup=wakeup)
+    add_client_routes(app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload)
     app.add_middleware(_Limits, settings=cfg, counters=counters)
     return app
 

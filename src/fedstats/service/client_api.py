@@ -6,18 +6,20 @@ Every request is signed by an enrolled device (:mod:`.auth`); the secure-run end
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
 from fedstats.errors import SecurityError
 from fedstats.service import auth, runs, tasks
@@ -26,7 +28,37 @@ from fedstats.service.models import Authority, Client, Nonce
 from fedstats.service.secure_api import add_secure_routes
 from fedstats.service.store import Store
 
-__all__ = ["add_client_routes"]
+__all__ = ["Offload", "add_client_routes"]
+
+T = TypeVar("T")
+
+
+class Offload:
+    """Runs the blocking store work of device requests on a bounded pool of threads.
+
+    The event loop never waits on the database; at most ``threads`` requests' store work runs at once,
+    the rest queue here. Fewer threads contend less for the interpreter lock: the store work is short
+    (local transactions of a few statements) and mostly holds that lock. ``fedstats server
+    --store-threads`` sets the number; ``benchmarks/service_secagg.py --store-threads`` measures it.
+
+    Parameters
+    ----------
+    threads : int
+        Threads in the pool, >= 1.
+    """
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fedstats-store")
+
+    async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a pool thread; the caller awaits its result (or exception)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, functools.partial(fn, *args)
+        )
+
+    def close(self) -> None:
+        """Stop the pool's threads once their current work is done (queued work is dropped)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def add_client_routes(
@@ -37,6 +69,7 @@ def add_client_routes(
     *,
     changes: Changes,
     wakeup: Wakeup,
+    offload: Offload,
 ) -> None:
     """Add the client endpoints (and the secure-run ones) to ``app``.
 
@@ -52,6 +85,8 @@ def add_client_routes(
         The run driver's state transitions, which wake long-polling ``GET /v1/client/work`` requests.
     wakeup : Wakeup
         Set after each device message is committed, so the driver closes a round or stage at once.
+    offload : Offload
+        Runs the requests' blocking store work.
     """
     # -- client side (signed requests; not part of the admin OpenAPI description)
     # enrolled clients: id -> (public key, not_after, population); rows never change once stored
@@ -74,7 +109,7 @@ def add_client_routes(
         """The enrolled row of a client whose request was just verified (the cache may have been cleared)."""
         got = known.get(cid)
         if got is None:
-            got = await run_in_threadpool(_client, cid)
+            got = await offload(_client, cid)
         if got is None:  # pragma: no cover - rows are never deleted
             raise HTTPException(401, "unknown client")
         return got
@@ -138,7 +173,7 @@ def add_client_routes(
             # 0.1 ms), done on the event loop rather than through a worker thread
             cid, nonce = _verify(*args)
         else:
-            cid, nonce = await run_in_threadpool(_verify, *args)
+            cid, nonce = await offload(_verify, *args)
         return cid, body, nonce
 
     def _json(body: bytes) -> Any:
@@ -148,7 +183,7 @@ def add_client_routes(
             raise HTTPException(422, "body is not JSON") from None
 
     async def threaded(fn: Callable[[], Any]) -> Any:
-        return await run_in_threadpool(fn)
+        return await offload(fn)
 
     @app.post("/v1/client/register", include_in_schema=False)
     async def register(request: Request) -> dict[str, Any]:
@@ -168,7 +203,7 @@ def add_client_routes(
             raise HTTPException(401, str(exc)) from None
         if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
             raise HTTPException(401, "client id does not match the certificate")
-        _, nonce = await run_in_threadpool(
+        _, nonce = await offload(
             _verify,
             request.method,
             request.url.path,
@@ -282,4 +317,5 @@ def add_client_routes(
         changes=changes,
         population_of=population_of,
         max_wait=cfg.max_wait,
+        offload=offload,
     )

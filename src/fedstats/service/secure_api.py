@@ -13,6 +13,7 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the server's stage message to the device
                                                               (``?wait=``: held until the stage opens)
 ``POST /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the device's stage message
+                                                              (``?wait=``: answered with the next one)
 ============================================================  =====================================
 """
 
@@ -21,20 +22,30 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
-from fedstats.service import runs, secure_devices
+from fedstats.service import runs, secure_devices, seeding
 from fedstats.service.changes import Changes, Wakeup
 from fedstats.service.models import Nonce
 from fedstats.service.store import Store
 from fedstats.service.tasks import NotFoundError
 
 __all__ = ["add_secure_routes"]
+
+T = TypeVar("T")
+
+
+class Offloading(Protocol):
+    """Runs a blocking store function off the event loop (:class:`.client_api.Offload`)."""
+
+    def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]:
+        """Await ``fn()`` run on a store thread."""
+        ...
+
 
 Signed = Callable[[Request], Awaitable[tuple[str, bytes, Nonce | None]]]
 UseNonce = Callable[[Session, Nonce | None], None]
@@ -52,6 +63,7 @@ def add_secure_routes(
     changes: Changes,
     population_of: Callable[[str], Awaitable[str]],
     max_wait: float,
+    offload: Offloading,
 ) -> None:
     """Add the secure-run client endpoints to ``app`` (see the module docstring).
 
@@ -75,6 +87,8 @@ def add_secure_routes(
         The population of an enrolled device (by client id).
     max_wait : float
         The longest a request for a stage message is held, seconds.
+    offload : callable
+        Runs a blocking store function on the server's store threads (:class:`.client_api.Offload`).
     """
     base = "/v1/client/runs/{run_id}"
 
@@ -104,7 +118,7 @@ def add_secure_routes(
                     return json.dumps(secure_devices.seed_transcript(s, run)).encode()
                 return cached(("seed", run_id), lambda: secure_devices.seed_transcript(s, run))
 
-        return Response(await run_in_threadpool(go), media_type="application/json")
+        return Response(await offload(go), media_type="application/json")
 
     @app.post(base + "/reveal", include_in_schema=False)
     async def reveal(run_id: str, request: Request) -> dict[str, Any]:
@@ -121,7 +135,7 @@ def add_secure_routes(
                 run = runs.load_run(s, run_id, lock=True)
                 return secure_devices.record_reveal(s, run, cid, data["value"], data["seen"])
 
-        new = await run_in_threadpool(go)
+        new = await offload(go)
         wakeup.set()
         return {"accepted": True, "duplicate": not new}
 
@@ -139,7 +153,7 @@ def add_secure_routes(
                     lambda: secure_devices.certificates(s, run_id, index, number, cid),
                 )
 
-        body = await run_in_threadpool(go)
+        body = await offload(go)
         # a device names the list it already holds (the same members as in its previous round): 304;
         # the tag of a cached (immutable) body is computed once
         tag = tags.get(body)
@@ -152,18 +166,14 @@ def add_secure_routes(
             return Response(status_code=304, headers={"ETag": tag})
         return Response(body, media_type="application/json", headers={"ETag": tag})
 
-    @app.get(stage_path, include_in_schema=False)
-    async def down(
-        run_id: str, index: int, number: int, stage: int, request: Request, wait: float = 0.0
-    ) -> Response:
-        """The device's stage message; with ``wait``, held until its open session reaches the stage.
+    async def next_message(
+        run_id: str, index: int, number: int, stage: int, cid: str, wait: float
+    ) -> bytes | None:
+        """The device's ``stage`` message, held up to ``wait`` seconds while the session is before it.
 
-        A device that has just sent its stage-``s`` message asks for stage ``s + 1`` at once with
-        ``wait`` (instead of polling its work list in between): the request is held while the session is
-        open and before that stage, up to ``wait`` seconds (at most ``max_wait``); 204 if the stage has
-        not opened by then, 404 at once if it opened without a message for this device (a dropout).
+        None if the stage has not opened by then; :class:`NotFoundError` if it opened without a message
+        for this device (a dropout), or at once without ``wait``.
         """
-        cid, _, _ = await signed(request)
         if not 0.0 <= wait <= 3600.0:  # NaN fails too
             raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
 
@@ -177,26 +187,62 @@ def add_secure_routes(
                     raise
 
         async def attempt() -> bytes | None:
-            return await run_in_threadpool(go)
+            return await offload(go)
 
         population = await population_of(cid) if wait > 0 else ""
-        data = await changes.hold(population, min(wait, max_wait), attempt)
+        return await changes.hold(population, min(wait, max_wait), attempt)
+
+    @app.get(stage_path, include_in_schema=False)
+    async def down(
+        run_id: str, index: int, number: int, stage: int, request: Request, wait: float = 0.0
+    ) -> Response:
+        """The device's stage message; with ``wait``, held until its open session reaches the stage.
+
+        A device whose stage-``s`` message was acknowledged without the next one (see :func:`up`) asks
+        for stage ``s + 1`` with ``wait``: the request is held while the session is open and before that
+        stage, up to ``wait`` seconds (at most ``max_wait``); 204 if the stage has not opened by then,
+        404 at once if it opened without a message for this device (a dropout).
+        """
+        cid, _, _ = await signed(request)
+        data = await next_message(run_id, index, number, stage, cid, wait)
         if data is None:
             return Response(status_code=204)  # the stage did not open in time
         return Response(data, media_type="application/octet-stream")
 
     @app.post(stage_path, include_in_schema=False)
     async def up(
-        run_id: str, index: int, number: int, stage: int, request: Request
-    ) -> dict[str, Any]:
+        run_id: str, index: int, number: int, stage: int, request: Request, wait: float = 0.0
+    ) -> Response:
+        """Journal the device's stage message; with ``wait``, answer with its next stage's message.
+
+        The acknowledgement is ``{"accepted": true, "duplicate": bool}`` (JSON). With ``wait`` > 0 and a
+        later stage, once the message is committed the request is held like a ``GET`` of stage
+        ``stage + 1`` with that ``wait``, and if that message comes in time it is the answer instead
+        (``application/octet-stream``, the acknowledgement in the ``Fedstats-Duplicate`` header): one
+        request per stage instead of two. Otherwise (not open in time, or opened without this device)
+        the answer is the JSON acknowledgement, and the device's work list says what is next.
+        """
         cid, body, nonce = await signed(request)
+        if not 0.0 <= wait <= 3600.0:  # NaN fails too; checked before anything is stored
+            raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
 
         def go() -> bool:
             with store.session() as s, s.begin():
                 use_nonce(s, nonce)
                 return secure_devices.submit_up(s, run_id, index, number, stage, cid, body)
 
-        new = await run_in_threadpool(go)
+        new = await offload(go)
         wakeup.set()
         counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
-        return {"accepted": True, "duplicate": not new}
+        if wait > 0 and stage + 1 < len(seeding.STAGES):
+            try:
+                data = await next_message(run_id, index, number, stage + 1, cid, wait)
+            except NotFoundError:
+                data = None
+            if data is not None:
+                return Response(
+                    data,
+                    media_type="application/octet-stream",
+                    headers={"Fedstats-Duplicate": "true" if not new else "false"},
+                )
+        return JSONResponse({"accepted": True, "duplicate": not new})
