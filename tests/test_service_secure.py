@@ -643,6 +643,56 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     assert all(held.get(d.client_id, 0) >= 4 for d in devices[:3]), held
 
 
+def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Deployment) -> None:
+    """While a member has not revealed, the seed transcript lists every commitment and no reveal (a
+    device that revealed learns nothing of the others' contributions, nor does one still to reveal);
+    once all are in, the seed is published with every reveal and the run completes."""
+    data = _data()
+    devices = _devices(deployment, "withheld", data, 4)
+    late = devices[3]
+    release = threading.Event()
+    inner = late._reveal
+
+    def reveal_when_released(run_id: str) -> None:
+        assert release.wait(60)
+        inner(run_id)
+
+    late._reveal = reveal_when_released
+    run_id = _start(
+        deployment,
+        _task(secure_aggregation={"max_session": 4}, deadlines={"checkin": 60.0, "round": 60.0}),
+    )
+    threads = _drive(devices, run_id)
+    first = devices[0]
+    path = f"/v1/client/runs/{run_id}/seed"
+    end = time.monotonic() + 60
+    while time.monotonic() < end:  # the others have revealed
+        with deployment.admin() as a:
+            view = a.get(f"/v1/admin/runs/{run_id}").json()
+        if view["status"] == "seeding" and all(
+            d.secure.get(run_id) is not None and d.secure[run_id].seen for d in devices[:3]
+        ):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("three devices did not reveal within 60 s")
+    time.sleep(0.5)  # their reveals committed
+    tr = Device._send(first, "GET", path, b"", retries=0).json()
+    assert tr["seed"] is None and tr["status"] == "seeding"
+    assert len(tr["members"]) == 4 and all(m[1] and m[2] == "" for m in tr["members"])
+    entries = [(m[0], m[1]) for m in tr["members"]]
+    assert tr["commitments_digest"] == seeding.commitments_digest(run_id, entries)
+    release.set()
+    _finished(deployment, run_id, threads)
+    tr = Device._send(first, "GET", path, b"", retries=0).json()
+    assert all(m[2] for m in tr["members"])
+    state = first.secure[run_id]
+    assert seeding.verify_transcript(
+        run_id, first.client_id, tr, seen_digest=str(state.seen), own_value=state.contribution
+    ) == bytes.fromhex(tr["seed"])
+    _check_exact(_rounds(deployment, run_id, devices))
+
+
 # -- faults --------------------------------------------------------------------------------------
 
 

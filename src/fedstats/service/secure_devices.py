@@ -54,8 +54,35 @@ def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
     return m
 
 
+_COMMITMENTS: dict[str, list[list[str]]] = {}
+
+
 def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
-    """The published seed transcript: members in slot order with commitment and reveal, and the seed."""
+    """The published seed transcript: members in slot order with commitment and reveal, and the seed.
+
+    Before the seed is fixed the reveals are withheld (empty strings): a device needs only the
+    commitment list to reveal, and no member sees the others' contributions before it has revealed its
+    own. While the run is ``seeding`` that list is fixed, so it is read from the store once per process
+    (every member asks for it at n = 1000).
+    """
+    if run.public_seed is None:
+        members = _COMMITMENTS.get(run.id)
+        if members is None:
+            members = [[m.client_id, m.commitment or "", ""] for m in ordered_members(s, run.id)]
+            if run.status == "seeding":  # the cohort is fixed
+                if len(_COMMITMENTS) > 100:
+                    _COMMITMENTS.clear()
+                _COMMITMENTS[run.id] = members
+        if run.status == "seeding":
+            digest = _commitments_digest(s, run)
+        else:
+            digest = seeding.commitments_digest(run.id, [(cid, c) for cid, c, _ in members])
+        return {
+            "members": members,
+            "commitments_digest": digest,
+            "seed": None,
+            "status": run.status,
+        }
     rows = ordered_members(s, run.id)
     entries = [(m.client_id, m.commitment or "") for m in rows]
     return {
