@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -157,9 +157,11 @@ def add_client_routes(
         """Record ``nonce`` in the open transaction of ``s``, or refuse the request as a replay."""
         if nonce is None:
             return
+        # no savepoint: a replay fails the whole request, whose transaction then rolls back
         try:
-            with s.begin_nested():
-                s.add(nonce)
+            s.execute(
+                insert(Nonce).values(client_id=nonce.client_id, nonce=nonce.nonce, ts=nonce.ts)
+            )
         except IntegrityError:
             raise HTTPException(401, "replayed request (nonce already used)") from None
 

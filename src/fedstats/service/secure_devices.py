@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from fedstats.errors import DataError, ParameterError, SecurityError
@@ -367,8 +367,8 @@ def submit_up(
     limit = _limit(s, run_id, index, number, stage)
     if len(data) > limit:
         raise DataError(f"stage {stage} message of {len(data)} bytes exceeds the limit {limit}")
-    s.add(
-        SecureMessage(
+    s.execute(
+        insert(SecureMessage).values(
             run_id=run_id,
             round_index=index,
             number=number,
