@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -839,7 +840,24 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
     threads = _drive(devices, run_id)
     try:
         assert production.proc is not None
-        production.proc.wait(120)  # A killed itself right after journaling stage 3
+        try:
+            production.proc.wait(120)  # A killed itself right after journaling stage 3
+        except subprocess.TimeoutExpired:
+            with store.session() as s:
+                got = s.get(Run, run_id)
+                state = (got.status, got.error, got.lease_owner) if got else None
+            logs = {  # the servers' events and errors, without the request lines
+                p.name: [
+                    line
+                    for line in p.read_text(errors="replace").splitlines()
+                    if '"event": "request"' not in line
+                ][-30:]
+                for p in production.root.glob("server-*.log")
+            }
+            pytest.fail(
+                f"server A did not reach stage 3 within 120 s; run {state}\n"
+                f"{_timeline(production, run_id, 'scale')}\nserver logs: {json.dumps(logs, indent=1)}"
+            )
         assert production.proc.returncode == -9
         with httpx.Client(
             base_url=url_b,
