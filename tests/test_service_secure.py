@@ -821,8 +821,12 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
         params={"dim": 3, "statistic": "dispersion"},
         privacy={"epsilon": 3.0, "delta": 1e-6, "population": "default"},
         secure_aggregation={"max_session": 8},
+        # B starts only once A holds the run, and a loaded machine takes tens of seconds to start a
+        # server: the devices must still find the run open (it closes early once all checked in)
+        deadlines={"checkin": 150.0, "round": 60.0},
     )
     run_id = _start(production, task)
+    created = time.monotonic()
     store = open_store(production.db)
     deadline = time.monotonic() + 60
     while True:  # A's driver claims the run on its next pass
@@ -835,13 +839,14 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
         time.sleep(0.1)
     port_b = free_port()
     proc_b = production.spawn(port_b, *lease, "--server-id", "server-b")
+    b_up = time.monotonic() - created
     url_b = f"https://127.0.0.1:{port_b}"
     devices = _devices(production, "scale", data, 8, url=url_b)
     threads = _drive(devices, run_id)
     try:
         assert production.proc is not None
         try:
-            production.proc.wait(120)  # A killed itself right after journaling stage 3
+            production.proc.wait(240)  # A killed itself right after journaling stage 3
         except subprocess.TimeoutExpired:
             with store.session() as s:
                 got = s.get(Run, run_id)
@@ -855,7 +860,8 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
                 for p in production.root.glob("server-*.log")
             }
             pytest.fail(
-                f"server A did not reach stage 3 within 120 s; run {state}\n"
+                f"server A did not reach stage 3 within 240 s; run {state}; B answered "
+                f"{b_up:.1f} s after the run was created\n"
                 f"{_timeline(production, run_id, 'scale')}\nserver logs: {json.dumps(logs, indent=1)}"
             )
         assert production.proc.returncode == -9
