@@ -1020,21 +1020,12 @@ def main() -> None:
         row["k"], row["t"] = p.k, p.t
         with tempfile.TemporaryDirectory(prefix="svc-secagg-") as tmp:
             root = Path(tmp)
-            if kind == "postgresql":
-                with pg_schema() as url:
-                    ours = bench_fedstats(
-                        n,
-                        url,
-                        root,
-                        args.procs,
-                        poll,
-                        args.wait,
-                        args.tick,
-                        args.timeout,
-                        args.store_threads,
-                    )
-            else:
-                db = f"sqlite:///{root / 'fedstats.db'}"
+            store: contextlib.AbstractContextManager[str] = (
+                pg_schema()
+                if kind == "postgresql"
+                else contextlib.nullcontext(f"sqlite:///{root / 'fedstats.db'}")
+            )
+            with store as db:
                 ours = bench_fedstats(
                     n,
                     db,
