@@ -30,11 +30,12 @@ from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
 from sqlalchemy import select, update
+from starlette.exceptions import HTTPException
 
 from fedstats.service.models import StateVersion
 from fedstats.service.store import Store
 
-__all__ = ["Changes", "Wakeup", "read_version", "record_change"]
+__all__ = ["Changes", "Wakeup", "check_wait", "read_version", "record_change"]
 
 T = TypeVar("T")
 
@@ -184,6 +185,18 @@ class Changes:
                 return None
             if self.generation(population) == generation:  # else: changed while attempt ran
                 await self.wait(population, left)
+
+
+def check_wait(wait: float) -> None:
+    """Refuse a held request's ``wait`` outside [0, 3600] seconds (NaN too) with HTTP 422.
+
+    Raises
+    ------
+    HTTPException
+        422, naming the accepted range.
+    """
+    if not 0.0 <= wait <= 3600.0:
+        raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
 
 
 class Wakeup:

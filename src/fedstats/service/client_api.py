@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from fedstats.errors import SecurityError
 from fedstats.service import auth, runs, tasks
-from fedstats.service.changes import Changes, Wakeup
+from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.models import Authority, Client, Nonce
 from fedstats.service.secure_api import add_secure_routes
 from fedstats.service.store import Store
@@ -184,9 +184,6 @@ def add_client_routes(
         except ValueError:
             raise HTTPException(422, "body is not JSON") from None
 
-    async def threaded(fn: Callable[[], Any]) -> Any:
-        return await offload(fn)
-
     @app.post("/v1/client/register", include_in_schema=False)
     async def register(request: Request) -> dict[str, Any]:
         body = await request.body()
@@ -200,7 +197,7 @@ def add_client_routes(
                 return {a.id: a.public_key for a in s.execute(select(Authority)).scalars()}
 
         try:
-            auth.verify_certificate(cert, await threaded(trust))
+            auth.verify_certificate(cert, await offload(trust))
         except SecurityError as exc:
             raise HTTPException(401, str(exc)) from None
         if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
@@ -235,7 +232,7 @@ def add_client_routes(
                 elif c.certificate is None:  # enrolled before certificates were kept
                     c.certificate = json.dumps(cert.as_dict())
 
-        await threaded(store_client)
+        await offload(store_client)
         return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
     @app.get("/v1/client/work", include_in_schema=False)
@@ -247,8 +244,7 @@ def add_client_routes(
         """
         cid, _, _ = await signed(request)
         c = await enrolled(cid)
-        if not 0.0 <= wait <= 3600.0:  # NaN fails too
-            raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
+        check_wait(wait)
         known = request.headers.get("if-none-match")
 
         def get() -> bytes:
@@ -256,7 +252,7 @@ def add_client_routes(
                 return json.dumps(runs.client_work(s, cid, c[2]), separators=(",", ":")).encode()
 
         async def differs() -> Response | None:
-            body = await threaded(get)
+            body = await offload(get)
             tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
             if tag == known:
                 return None
@@ -283,7 +279,7 @@ def add_client_routes(
                     raise SecurityError("this run is for another population")
                 return runs.checkin(s, run_id, cid, records, commitment)
 
-        out = dict(await threaded(go))
+        out = dict(await offload(go))
         wakeup.set()  # the cohort may be complete: let the driver close check-in now
         return out
 
@@ -299,7 +295,7 @@ def add_client_routes(
                 _use(s, nonce)
                 return runs.submit_report(s, run_id, index, cid, data.get("vector"), data["count"])
 
-        new = await threaded(go)
+        new = await offload(go)
         wakeup.set()  # the round may be complete
         counters["reports_accepted" if new else "reports_duplicate"] += 1
         # the transaction has committed: only now is the report acknowledged

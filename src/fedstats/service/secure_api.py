@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
 from fedstats.service import runs, secure_devices, seeding
-from fedstats.service.changes import Changes, Wakeup
+from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.models import Nonce
 from fedstats.service.store import Store
 from fedstats.service.tasks import NotFoundError
@@ -172,10 +172,8 @@ def add_secure_routes(
         """The device's ``stage`` message, held up to ``wait`` seconds while the session is before it.
 
         None if the stage has not opened by then; :class:`NotFoundError` if it opened without a message
-        for this device (a dropout), or at once without ``wait``.
+        for this device (a dropout), or at once without ``wait``. ``wait`` was checked by the endpoint.
         """
-        if not 0.0 <= wait <= 3600.0:  # NaN fails too
-            raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
 
         def go() -> bytes | None:
             with store.session() as s:
@@ -204,6 +202,7 @@ def add_secure_routes(
         404 at once if it opened without a message for this device (a dropout).
         """
         cid, _, _ = await signed(request)
+        check_wait(wait)
         data = await next_message(run_id, index, number, stage, cid, wait)
         if data is None:
             return Response(status_code=204)  # the stage did not open in time
@@ -223,8 +222,7 @@ def add_secure_routes(
         the answer is the JSON acknowledgement, and the device's work list says what is next.
         """
         cid, body, nonce = await signed(request)
-        if not 0.0 <= wait <= 3600.0:  # NaN fails too; checked before anything is stored
-            raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
+        check_wait(wait)  # before anything is stored
 
         def go() -> bool:
             with store.session() as s, s.begin():

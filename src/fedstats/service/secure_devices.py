@@ -54,7 +54,22 @@ def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
     return m
 
 
-_COMMITMENTS: dict[str, list[list[str]]] = {}
+# a seeding run's commitment list and its digest: fixed once check-in closed, read once per process
+_COMMITMENTS: dict[str, tuple[list[list[str]], str]] = {}
+
+
+def _commitment_list(s: Session, run: Run) -> tuple[list[list[str]], str]:
+    """``[[client_id, commitment, ""], ...]`` in slot order (reveals withheld), and its digest."""
+    got = _COMMITMENTS.get(run.id)
+    if got is None:
+        rows = ordered_members(s, run.id)
+        members = [[m.client_id, m.commitment or "", ""] for m in rows]
+        got = members, seeding.commitments_digest(run.id, [(c, m) for c, m, _ in members])
+        if run.status == "seeding":  # the cohort is fixed
+            if len(_COMMITMENTS) > 100:
+                _COMMITMENTS.clear()
+            _COMMITMENTS[run.id] = got
+    return got
 
 
 def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
@@ -63,20 +78,10 @@ def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
     Before the seed is fixed the reveals are withheld (empty strings): a device needs only the
     commitment list to reveal, and no member sees the others' contributions before it has revealed its
     own. While the run is ``seeding`` that list is fixed, so it is read from the store once per process
-    (every member asks for it at n = 1000).
+    (every member asks for it).
     """
     if run.public_seed is None:
-        members = _COMMITMENTS.get(run.id)
-        if members is None:
-            members = [[m.client_id, m.commitment or "", ""] for m in ordered_members(s, run.id)]
-            if run.status == "seeding":  # the cohort is fixed
-                if len(_COMMITMENTS) > 100:
-                    _COMMITMENTS.clear()
-                _COMMITMENTS[run.id] = members
-        if run.status == "seeding":
-            digest = _commitments_digest(s, run)
-        else:
-            digest = seeding.commitments_digest(run.id, [(cid, c) for cid, c, _ in members])
+        members, digest = _commitment_list(s, run)
         return {
             "members": members,
             "commitments_digest": digest,
@@ -91,21 +96,6 @@ def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
         "seed": run.public_seed,
         "status": run.status,
     }
-
-
-_DIGESTS: dict[str, str] = {}
-
-
-def _commitments_digest(s: Session, run: Run) -> str:
-    """The digest of a seeding run's commitment list (fixed once check-in closed: computed once)."""
-    got = _DIGESTS.get(run.id)
-    if got is None:
-        entries = [(m.client_id, m.commitment or "") for m in ordered_members(s, run.id)]
-        got = seeding.commitments_digest(run.id, entries)
-        if len(_DIGESTS) > 1000:
-            _DIGESTS.clear()
-        _DIGESTS[run.id] = got
-    return got
 
 
 def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_digest: str) -> bool:
@@ -131,7 +121,7 @@ def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_dig
         raise DataError("the revealed value must be hex") from None
     if m.commitment is None or seeding.commitment(run.id, client_id, value) != m.commitment:
         raise SecurityError("the revealed value does not open this client's commitment")
-    if _commitments_digest(s, run) != seen_digest:
+    if _commitment_list(s, run)[1] != seen_digest:
         raise SecurityError("the commitment list this client saw is not the run's")
     m.reveal = value_hex
     return True
