@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
+import pytest
+
+from fedstats.errors import ParameterError
+from fedstats.service.app import ServerSettings, create_app
 from fedstats.service.changes import Changes
+from fedstats.service.client_api import Offload
+from fedstats.service.store import open_store
 
 
 async def _scenario() -> dict[str, object]:
@@ -52,15 +59,6 @@ def test_a_bump_wakes_its_population_only_and_none_wakes_all() -> None:
 def test_store_work_runs_on_at_most_the_configured_threads() -> None:
     """:class:`Offload` runs blocking store work off the event loop, at most ``threads`` at once, and
     hands back each result or exception; a server with no store thread is refused."""
-    import time
-
-    import pytest
-
-    from fedstats.errors import ParameterError
-    from fedstats.service.app import ServerSettings, create_app
-    from fedstats.service.client_api import Offload
-    from fedstats.service.store import open_store
-
     lock = threading.Lock()
     running = {"now": 0, "max": 0}
 
