@@ -177,7 +177,7 @@ class Server:
         ``fedstats server --store-threads``.
     """
 
-    def __init__(self, root: Path, db: str, tick: float, store_threads: int = 4) -> None:
+    def __init__(self, root: Path, db: str, tick: float, store_threads: int) -> None:
         from fedstats.service.app import add_operator
         from fedstats.service.enrollment import init_authority
         from fedstats.service.store import open_store
@@ -558,7 +558,7 @@ def bench_fedstats(
     wait: float,
     tick: float,
     timeout: float,
-    store_threads: int = 4,
+    store_threads: int,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements."""
     from fedstats.service.enrollment import issue_identity
