@@ -56,7 +56,7 @@ def f(name: str) -> str:
 
 MEAN = ["mean", "adult", "-c", "age", "--high", "127", "--epsilon", "1"]
 VAR = ["variance", "adult", "-c", "age", "--high", "127", "--epsilon", "1"]
-GAP = ["gap", "@t", "--group-column", "g", "--value-column", "v"]
+GAP = ["gap", "@t", "--group-column", "g", "--value-column", "v", "--epsilon", "1"]
 PLAN = ["gap-plan", "--clients", "10000", "--alpha", "0.05"]
 CHI = ["chi2", "adult", "--x", "sex", "--y", "income"]
 ENT = ["entropy", "adult", "--column", "sex"]
@@ -122,7 +122,8 @@ CASES: list[tuple[list[str], str]] = [
     (["gap", "@t", "--group-column", "nope", "--value-column", "v"], "--group-column"),
     (["gap", "@t", "--group-column", "g", "--value-column", "nope"], "--value-column"),
     (["gap", "@text", "--group-column", "g", "--value-column", "v"], "--value-column"),
-    (["gap", "@t", "--group-column", "g", "--value-column", "x"], "value"),
+    ([*GAP[:5], "x", "--epsilon", "1"], "value"),
+    (["gap", "@t", "--group-column", "g", "--value-column", "v"], "--epsilon"),
     (["gap", "missing.csv", "--group-column", "g", "--value-column", "v"], "missing.csv"),
     ([*PLAN[:-1], "-5"], "--alpha"),
     ([*PLAN[:-1], "0"], "--alpha"),

@@ -116,7 +116,7 @@ def test_long_per_client_runs_warn_from_a_measured_rate(
 
     monkeypatch.setattr(gap_cli, "measure_payload", measure)
     monkeypatch.setattr(_common, "_RATES", {})  # another test in this process may have calibrated
-    base = ["gap", str(gap_csv), "--group-column", "g", "--value-column", "v"]
+    base = ["gap", str(gap_csv), "--group-column", "g", "--value-column", "v", "--epsilon", "1"]
     base += ["--clients", str(10**12)]
     res = runner.invoke(app, base)
     assert res.exit_code == 130

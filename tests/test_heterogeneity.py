@@ -64,14 +64,16 @@ def test_exact_statistics_match_direct_loops() -> None:
 
 def test_no_privacy_run_through_engine_equals_exact() -> None:
     x = _data(300, 12, seed=2)
-    r = heterogeneity(x, randomness=RandomSource(5))
+    r = heterogeneity(x, no_privacy=True, randomness=RandomSource(5))
     ex = exact_heterogeneity(x, min_variance=0.05)
     assert r.dispersion is not None and r.q is not None and r.i2 is not None
     assert r.dispersion.estimate == pytest.approx(ex.dispersion, rel=1e-6)
     assert r.q.estimate == pytest.approx(ex.q, rel=1e-6)
     assert r.i2.estimate == pytest.approx(ex.i2, abs=1e-8)
     assert r.epsilon is None and r.dispersion.interval is None and r.ci is None
-    r3 = heterogeneity(x, statistic="dispersion", p=3.0, randomness=RandomSource(6))
+    r3 = heterogeneity(
+        x, statistic="dispersion", p=3.0, no_privacy=True, randomness=RandomSource(6)
+    )
     assert r3.dispersion is not None
     assert r3.dispersion.estimate == pytest.approx(dispersion(x, 3.0), rel=1e-6)
     with pytest.warns(UserWarning):
@@ -347,12 +349,12 @@ def test_ledger_records_both_rounds_and_refuses_over_budget() -> None:
 )
 def test_bad_input_api(x: np.ndarray, kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(DataError, match=match):
-        heterogeneity(x, randomness=RandomSource(0), **kwargs)  # type: ignore[arg-type]
+        heterogeneity(x, no_privacy=True, randomness=RandomSource(0), **kwargs)  # type: ignore[arg-type]
 
 
 def test_constant_vectors_allowed_for_dispersion_only() -> None:
     x = np.r_[[[0.1, 0.9, 0.5]], [[0.4, 0.4, 0.4]], [[0.2, 0.3, 0.8]]]
-    r = heterogeneity(x, statistic="dispersion", randomness=RandomSource(0))
+    r = heterogeneity(x, statistic="dispersion", no_privacy=True, randomness=RandomSource(0))
     assert r.q is None and r.dispersion is not None
 
 
@@ -363,7 +365,11 @@ def test_bad_parameters_api() -> None:
     with pytest.raises(ParameterError, match="noise"):
         heterogeneity(x, epsilon=1.0, delta=1e-5, secure=True)
     with pytest.raises(ParameterError, match="min_variance"):
-        heterogeneity(x, min_variance=0.5)
+        heterogeneity(x, min_variance=0.5, no_privacy=True)
+    with pytest.raises(ParameterError, match="epsilon"):
+        heterogeneity(x)  # no privacy choice
+    with pytest.raises(ParameterError, match="no_privacy"):
+        heterogeneity(x, epsilon=1.0, delta=1e-5, no_privacy=True)
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -88,7 +88,7 @@ def test_bad_route_options_are_one_line_and_exit_2(tables: dict[str, Path]) -> N
         (["--backend", "dask", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"], "--workers"),
     )
     for options, name in bad:
-        res = runner.invoke(app, [*args, "--clients", "1000", *options])
+        res = runner.invoke(app, [*args, "--epsilon", "1", "--clients", "1000", *options])
         assert res.exit_code == 2, options
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error:") and name in lines[0], lines

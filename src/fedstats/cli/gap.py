@@ -63,8 +63,9 @@ def gap(
     ],
     mechanism: MechanismOption = "R",
     epsilon: Annotated[
-        float, typer.Option("--epsilon", "-e", help="Local privacy budget per client (> 0).")
-    ] = 1.0,
+        float | None,
+        typer.Option("--epsilon", "-e", help="Local privacy budget per client (> 0), required."),
+    ] = None,
     clients: Annotated[
         int | None,
         typer.Option(
@@ -122,6 +123,12 @@ def gap(
         if len(parts) != 2:
             raise ParameterError("--pair", pair, "two group labels separated by a comma")
         pair_labels = parts
+    if epsilon is None:
+        raise ParameterError(
+            "--epsilon",
+            None,
+            "a local privacy budget in (0, inf) (the gap has no non-private mode)",
+        )
     # the calibration probe and the run are the same computation with other clients and engine
     run = functools.partial(
         measure_payload,

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedstats.analyses.heterogeneity import STATISTICS, heterogeneity
+from fedstats.analyses.heterogeneity.api import heterogeneity_block_size
 from fedstats.cli._common import (
     BackendOption,
     JsonOption,
@@ -189,11 +190,14 @@ def heterogeneity_command(
             state, progress, backend=backend, shard_size=shard_size, **route_options
         ) as engine,
     ):
+        # the API's block size: the same seed and options give the Python API's result
+        engine.block_size = heterogeneity_block_size(int(x.shape[1]))
         res = heterogeneity(
             x,
             statistic=statistic,
             epsilon=epsilon,
             delta=delta,
+            no_privacy=no_privacy,
             mechanism=mechanism,
             noise=noise,
             secure=secure,

@@ -20,7 +20,7 @@ Examples
 >>> from fedstats.analyses.heterogeneity import heterogeneity
 >>> from fedstats.randomness import RandomSource
 >>> x = np.random.default_rng(0).random((200, 16))
->>> r = heterogeneity(x, randomness=RandomSource(1))            # no privacy: exact through the engine
+>>> r = heterogeneity(x, no_privacy=True, randomness=RandomSource(1))  # exact through the engine
 >>> abs(r.dispersion.estimate - r.dispersion.truth) < 1e-5
 True
 >>> r = heterogeneity(x, epsilon=1.0, delta=1e-5, randomness=RandomSource(1))

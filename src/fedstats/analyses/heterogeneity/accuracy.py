@@ -168,9 +168,15 @@ def q_mse(
 
 
 def i2_mse(*, q: float, n: int, q_mse_value: float) -> float:
-    r"""Delta-method MSE of I^2 from that of Q: :math:`((n-1)/Q^2)^2 \mathrm{MSE}(Q)` (0 if Q <= n-1)."""
+    r"""MSE of I^2 from that of Q: the delta method :math:`((n-1)/Q^2)^2 \mathrm{MSE}(Q)` for Q > n - 1.
+
+    Where :math:`I^2 = \max(0, 1 - (n-1)/Q)` is flat (Q'' <= n - 1, the estimate clipped to 0) the delta
+    method would give 0; the square of the change of I^2 over one standard error of Q above Q'' is used
+    instead, :math:`I^2(Q'' + \sqrt{\mathrm{MSE}(Q)})^2`, so a clipped estimate never reports a zero error
+    while Q is uncertain.
+    """
     if q <= n - 1:
-        return 0.0
+        return i_squared(q + math.sqrt(q_mse_value), n) ** 2
     return ((n - 1) / (q * q)) ** 2 * q_mse_value
 
 
@@ -374,4 +380,11 @@ def attach_errors(
                 level=cfg.confidence,
             )
             lo, hi = res.q.interval
-            res.i2.interval = (i_squared(lo, n), i_squared(hi, n))
+            # I^2 is flat at 0 for Q <= n - 1: the upper end is taken at least one MSE-based z above
+            # Q'' (a wider interval, still covering), so a clipped estimate gets a real upper end
+            # whenever I^2's standard error is positive, never [0, 0] beside a positive error
+            import scipy.stats  # lazily (costly import)
+
+            z = float(scipy.stats.norm.ppf(0.5 + cfg.confidence / 2.0))
+            q_up = max(hi, res.q.estimate + z * res.q.standard_error)
+            res.i2.interval = (i_squared(lo, n), i_squared(q_up, n))

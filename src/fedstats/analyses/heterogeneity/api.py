@@ -25,11 +25,14 @@ from fedstats.errors import ParameterError
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 
-__all__ = ["heterogeneity"]
+__all__ = ["heterogeneity", "heterogeneity_block_size"]
 
 
-def _block_size(d: int) -> int:
-    # bounded memory: about 2^22 report entries (32 MiB of float64) per logical block
+def heterogeneity_block_size(d: int) -> int:
+    """Engine block size for d-dimensional vectors: about 2^22 report entries (32 MiB) per block.
+
+    The CLI's engine uses the same, so the clients' randomness (keyed by block) and the result agree.
+    """
     return int(max(256, min(65536, (1 << 22) // (2 * d + 2))))
 
 
@@ -39,6 +42,7 @@ def heterogeneity(
     statistic: str = "all",
     epsilon: float | None = None,
     delta: float | None = None,
+    no_privacy: bool = False,
     mechanism: str = "analytic",
     noise: str = "central",
     secure: bool = False,
@@ -64,7 +68,10 @@ def heterogeneity(
     statistic : {"dispersion", "q", "i2", "all"}
         What to release.
     epsilon, delta : float, optional
-        Total budget of both rounds; omit both for an exact (non-private) run.
+        Total budget of both rounds (epsilon > 0, delta in (0, 1)). A privacy choice is required, as on
+        the CLI (``--epsilon/--delta`` or ``--no-privacy``): give both, or ``no_privacy=True``.
+    no_privacy : bool, default False
+        Explicit opt-out: exact sums through the engine, no noise (refused together with a budget).
     mechanism, noise, secure, accounting, round1_fraction, p, min_variance, form, confidence, frac_bits, \
 min_reporting, float_noise
         See :class:`~fedstats.analyses.heterogeneity.config.HeterogeneityConfig`. ``float_noise=True`` is
@@ -91,6 +98,14 @@ min_reporting, float_noise
     BudgetExceededError
         If ``ledger`` refuses the releases (nothing is then charged or run).
     """
+    if no_privacy and (epsilon is not None or delta is not None):
+        raise ParameterError("no_privacy", True, "False when epsilon/delta are given")
+    if not no_privacy and (epsilon is None or delta is None):
+        raise ParameterError(
+            "epsilon",
+            (epsilon, delta),
+            "a budget: epsilon in (0, inf) and delta in (0, 1), or no_privacy=True for exact sums",
+        )
     cfg = HeterogeneityConfig(
         statistic=statistic,
         epsilon=epsilon,
@@ -118,7 +133,7 @@ min_reporting, float_noise
     n, d = arr.shape
     if engine is None:
         src = randomness if randomness is not None else RandomSource()
-        engine = Engine(SerialBackend(), src, block_size=_block_size(d))
+        engine = Engine(SerialBackend(), src, block_size=heterogeneity_block_size(d))
     engine, server = resolve(engine, randomness)
     with charging(ledger):
         if ledger is not None and cfg.private:

@@ -341,11 +341,15 @@ def heterogeneity_protocol(
     res.details["noise_path"] = cfg.noise_path
     k = 0
     if "dispersion" in p2.blocks:
-        disp = max(0.0, float(v2[k]) * sens.dispersion_sum / n2)
+        raw = float(v2[k]) * sens.dispersion_sum / n2
+        res.details["dispersion_unclipped"] = raw  # post-processing below: dispersion >= 0
+        disp = max(0.0, raw)
         res.dispersion = StatisticEstimate("dispersion", disp, sensitivity=sens.dispersion_sum / n2)
         k += 1
     if "q" in p2.blocks:
-        q = max(0.0, float(v2[k]) * sens.q_sum * sens.w_max)
+        raw = float(v2[k]) * sens.q_sum * sens.w_max
+        res.details["q_unclipped"] = raw  # post-processing below: Q >= 0, I^2 in [0, 1]
+        q = max(0.0, raw)
         res.q = StatisticEstimate("q", q, sensitivity=sens.q_weight_units)
         res.i2 = StatisticEstimate("i2", i_squared(q, n2))
     res.rounds = [_round_report(p1, n), _round_report(p2, n2)]

@@ -318,7 +318,27 @@ def _best_mechanism(kind: str, eps: float, layout: GroupLayout) -> GapMechanism:
             best = float(res.x)
     eps2 = min(best, eps)
     eps1 = float(_exact_split(kind, eps, np.array([eps2]))[0])
-    return GapMechanism(kind, eps1, eps2, layout.n_groups, k=2.0)
+    return _within_budget(GapMechanism(kind, eps1, eps2, layout.n_groups, k=2.0), eps)
+
+
+def _within_budget(mech: GapMechanism, eps: float) -> GapMechanism:
+    """Shrink a split by a few ulps until its computed loss (closed form and exact) is <= ``eps``.
+
+    ``eps1 = eps - eps2 / 2`` (or ``eps - log 2b``) in floating point can leave the loss an ulp or a few
+    above the budget; the loss increases in both epsilons, so scaling both down by a relative
+    ``2**-52``, doubling, reaches a split whose reported loss is at most the budget (never above).
+    """
+    step = 2.0**-52
+    while max(mech.closed_form_loss(), mech.true_loss()) > eps:
+        mech = GapMechanism(
+            mech.kind,
+            mech.epsilon1 * (1.0 - step),
+            mech.epsilon2 * (1.0 - step),
+            mech.n_groups,
+            k=mech.k,
+        )
+        step *= 2.0
+    return mech
 
 
 def allocate(

@@ -231,12 +231,12 @@ def measure_performance_gap(
     groups: Any,
     values: Any,
     *,
-    mechanism: str,
-    epsilon: float,
+    mechanism: str = "R",
+    epsilon: float | None = None,
     accounting: str = "exact",
     scale: str = "rate",
     pair: Sequence[Any] | None = None,
-    estimate_sizes: bool = False,
+    estimate_sizes: bool = True,
     n_clients: int | None = None,
     confidence: float = 0.95,
     resolution_bits: int = 16,
@@ -248,8 +248,17 @@ def measure_performance_gap(
 
     Each client applies :math:`\mathcal M_R` or :math:`\mathcal M_L` to its (group, value) pair with the
     budget split chosen by ``accounting`` and sends a one-hot report; the server sees only the sum
-    (:mod:`.protocol`). With known group sizes (the default, the paper's assumption) the exact sizes are
-    released as they are (:attr:`PerformanceGapResult.exact_group_sizes_released`).
+    (:mod:`.protocol`). By default the group sizes are estimated from the randomized group reports, so
+    nothing exact is released; ``estimate_sizes=False`` uses the known exact sizes (the paper's Def. 7
+    assumption) and releases them as they are (:attr:`PerformanceGapResult.exact_group_sizes_released`).
+    The defaults are those of ``fedstats gap``: the same seed and options give the same result (the CLI's
+    ``--seed s`` is ``randomness=RandomSource(s)``).
+
+    The estimate, the interval's end points and the group means are clipped to the parameter space as
+    post-processing (group means in the value range, the gap in [-1, 1] for rates, [-2, 2] for signed
+    values); the unclipped numbers are in ``details["unclipped"]``. With estimated sizes the standard error
+    is the delta method's evaluated at a lower confidence bound of each group size (a conservative
+    small-sample correction, see ``docs/performance_gap.md``).
 
     Parameters
     ----------
@@ -257,11 +266,13 @@ def measure_performance_gap(
         Each client's group label.
     values : array_like of float, shape (n,)
         Each client's performance value (rates in [0, 1] or values in [-1, 1], see ``scale``).
-    mechanism : {"R", "L"}
+    mechanism : {"R", "L"}, default "R"
         :math:`\mathcal M_R` (randomized response on the value bit) or :math:`\mathcal M_L`
         (discrete Laplace on a grid).
     epsilon : float
-        Total local privacy budget per client, in (0, inf).
+        Total local privacy budget per client, in (0, inf). Required: the measurement is local DP and has
+        no non-private mode (a call without it raises :class:`ParameterError` naming ``epsilon``, as the
+        CLI requires ``--epsilon``).
     accounting : {"exact", "paper"}, default "exact"
         ``"exact"``: the split minimizing the gap's variance with true loss <= epsilon. ``"paper"``: the
         paper's split (for reproduction; its real loss, reported as ``epsilon`` and charged to the
@@ -271,8 +282,9 @@ def measure_performance_gap(
     pair : (label, label), optional
         The two compared groups (A, B), gap = m_A - m_B; default the two groups in sorted order (required
         with more than two groups).
-    estimate_sizes : bool, default False
-        Estimate group sizes from the perturbed groups instead of using (and releasing) the exact ones.
+    estimate_sizes : bool, default True
+        Estimate the group sizes from the perturbed groups (private, the default); False uses the known
+        exact sizes and releases them without privacy (opt-in, the paper's assumption).
     n_clients : int, optional
         Simulate this many clients resampled with replacement from the rows within each group (block by
         block, never materialized; groups keep their proportions); ``truth`` is then the simulated
@@ -304,6 +316,12 @@ def measure_performance_gap(
     BudgetExceededError
         If the ledger refuses the charge.
     """
+    if epsilon is None:
+        raise ParameterError(
+            "epsilon",
+            None,
+            "a local privacy budget in (0, inf): the performance gap has no non-private mode",
+        )
     kind = check_mechanism(mechanism)
     eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
     check_choice("accounting", accounting, ("exact", "paper"))

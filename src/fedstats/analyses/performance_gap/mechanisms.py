@@ -66,6 +66,7 @@ __all__ = [
     "MECHANISMS",
     "GapMechanism",
     "check_mechanism",
+    "div_up",
     "laplace_variance",
 ]
 
@@ -76,6 +77,34 @@ def check_mechanism(mechanism: Any) -> str:
     """Return ``"R"`` or ``"L"`` (case-insensitive), else raise :class:`ParameterError` naming ``mechanism``."""
     value = str(mechanism).upper() if isinstance(mechanism, str) else mechanism
     return check_choice("mechanism", value, MECHANISMS)
+
+
+def div_up(numerator: float, denominator: float) -> float:
+    r"""Return the float nearest above ``numerator / denominator``: never below the exact real quotient.
+
+    A Laplace scale :math:`\Delta/\varepsilon` rounded to nearest can fall an ulp below the exact quotient,
+    and the mechanism's loss :math:`\Delta/t` then exceeds :math:`\varepsilon` (the issue saw M_L's loss
+    reported as 1.0000000000000004 at epsilon = 1). The quotient is checked in exact rational arithmetic
+    and moved up one ulp when it rounded down.
+
+    Parameters
+    ----------
+    numerator : float
+        Finite, >= 0.
+    denominator : float
+        Finite, > 0.
+
+    Returns
+    -------
+    float
+        ``q`` with ``q * denominator >= numerator`` exactly (as real numbers).
+    """
+    from fractions import Fraction
+
+    q = numerator / denominator
+    if Fraction(q) * Fraction(denominator) < Fraction(numerator):
+        q = math.nextafter(q, math.inf)
+    return q
 
 
 def laplace_variance(scale: float) -> float:
@@ -155,13 +184,13 @@ class GapMechanism:
 
     @property
     def scale_keep(self) -> float:
-        r""":math:`\mathcal M_L`: Laplace scale ``2 / epsilon2`` for clients who keep their group."""
-        return 2.0 / self.epsilon2
+        r""":math:`\mathcal M_L`: Laplace scale ``2 / epsilon2`` (rounded up) for clients who keep their group."""
+        return div_up(2.0, self.epsilon2)
 
     @property
     def scale_flip(self) -> float:
-        r""":math:`\mathcal M_L`: Laplace scale ``k / epsilon2`` for clients whose group changed."""
-        return self.k / self.epsilon2
+        r""":math:`\mathcal M_L`: Laplace scale ``k / epsilon2`` (rounded up) for clients whose group changed."""
+        return div_up(self.k, self.epsilon2)
 
     # ------------------------------------------------------------------ privacy
     def closed_form_loss(self) -> float:

@@ -39,7 +39,7 @@ from fedstats.analyses.performance_gap.client import (
     encode_gap_report,
     sum_gap_reports,
 )
-from fedstats.analyses.performance_gap.mechanisms import GapMechanism
+from fedstats.analyses.performance_gap.mechanisms import GapMechanism, div_up
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.rounds import Round
 from fedstats.errors import DataError, ParameterError
@@ -96,8 +96,9 @@ def report_params(
     }
     if mech.kind == "L":
         half = 2 ** (resolution_bits - 1)  # value index range [-half, half]
-        t_keep = 2.0 * half / mech.epsilon2  # integer sensitivity 2 * half
-        t_flip = mech.k * half / mech.epsilon2
+        # integer sensitivity 2 * half; both scales rounded up so the realised loss never exceeds epsilon2
+        t_keep = div_up(2.0 * half, mech.epsilon2)
+        t_flip = div_up(mech.k * half, mech.epsilon2)
         clip = math.ceil(half + clip_scales * max(t_keep, t_flip))
         params.update(
             resolution_bits=resolution_bits,
@@ -290,7 +291,11 @@ def performance_gap_protocol(
         estimate_sizes=sizes is None,
         chebyshev_half_width=est["chebyshev_half_width"],
         clipped_reports=sums.clipped,
-        details={"scale": scale, "sizes": SIZES_NOTE if sizes is not None else "estimated"},
+        details={
+            "scale": scale,
+            "sizes": SIZES_NOTE if sizes is not None else "estimated",
+            "unclipped": est["unclipped"],
+        },
     )
 
 
@@ -337,57 +342,65 @@ def estimate_gap(
     K = float(sums.n_clients)
     c = mech.value_gain
     unit = 0.5 if scale == "rate" else 1.0
+    from scipy.special import ndtri  # the normal quantile (what scipy.stats.norm.ppf calls), lazily
+
+    z = float(ndtri((1 + confidence) / 2))
+    i, j = pair
     if sizes is None:
         a, ao = mech.a, mech.a_other
-        n_hat = (sums.counts - K * ao) / (a - ao)
-        n_used = np.asarray(n_hat, dtype=np.float64)
+        n_raw = np.asarray((sums.counts - K * ao) / (a - ao), dtype=np.float64)
+        # post-processing: a size is at least one client and at most all of them
+        n_used = np.clip(n_raw, 1.0, max(K, 1.0))
+        var_n = (n_used * a * (1 - a) + (K - n_used) * ao * (1 - ao)) / (a - ao) ** 2
+        # conservative: the variance is evaluated at a lower confidence bound of each group's size
+        n_var = np.maximum(n_used - z * np.sqrt(var_n), 1.0)
     else:
         n_used = np.asarray(sizes, dtype=np.float64)
         if n_used.shape != (d,):
             raise DataError(f"sizes needs one entry per group ({d}), got shape {n_used.shape}")
-    i, j = pair
-    for g in (i, j):
-        if n_used[g] <= 0:
-            raise DataError(
-                f"group {g} has no clients"
-                + (
-                    " (estimated size <= 0: too few clients for this epsilon)"
-                    if sizes is None
-                    else ""
-                )
-            )
+        n_raw = n_used
+        n_var = n_used
+        for g in (i, j):
+            if n_used[g] <= 0:
+                raise DataError(f"group {g} has no clients")
     safe = np.where(n_used > 0, n_used, np.nan)
     means = sums.value_sums / (c * safe)
     var = np.array(
         [
-            mech.group_variance(float(safe[g]), K, None if nu2 is None else float(nu2[g]))
+            mech.group_variance(float(n_var[g]), K, None if nu2 is None else float(nu2[g]))
             if np.isfinite(safe[g])
             else np.nan
             for g in range(d)
         ]
     )
     if sizes is None:
-        # delta method for S / (c n_hat): Var ~ Var(S)/(cn)^2 + m^2 Var(n_hat)/n^2 - 2 m Cov(S, n_hat)/(c n^2)
-        a, ao = mech.a, mech.a_other
+        # delta method for S / (c n_hat): Var ~ Var(S)/(cn)^2 + m^2 Var(n_hat)/n^2 - 2 m Cov(S, n_hat)/(c n^2),
+        # with n at its lower confidence bound (a larger variance) and |m| <= 1
         m = np.clip(means, -1.0, 1.0)
-        var_n = (safe * a * (1 - a) + (K - safe) * ao * (1 - ao)) / (a - ao) ** 2
-        cov = c * safe * m * (1 - a) / (a - ao)
-        var = var + m**2 * var_n / safe**2 - 2 * m * cov / (c * safe**2)
+        cov = c * n_var * m * (1 - a) / (a - ao)
+        var = var + m**2 * var_n / n_var**2 - 2 * m * cov / (c * n_var**2)
+        var = np.maximum(var, [mech.group_variance(float(x), K, nu2=None) for x in n_var])
     gap = float(means[i] - means[j])
     gvar = float(var[i] + var[j])
     se = math.sqrt(max(gvar, 0.0))
-    from scipy.special import ndtri  # the normal quantile (what scipy.stats.norm.ppf calls), lazily
-
-    z = float(ndtri((1 + confidence) / 2))
     cheb = se / math.sqrt(1 - confidence)
+    # post-processing into the parameter space: group means in [-1, 1] (v units), the gap in [-2, 2]
+    lo_raw, hi_raw = gap - z * se, gap + z * se
+    offset = 0.5 if scale == "rate" else 0.0
     return {
-        "gap": gap * unit,
+        "gap": float(np.clip(gap, -2.0, 2.0)) * unit,
         "standard_error": se * unit,
-        "ci": ((gap - z * se) * unit, (gap + z * se) * unit),
+        "ci": (float(np.clip(lo_raw, -2.0, 2.0)) * unit, float(np.clip(hi_raw, -2.0, 2.0)) * unit),
         "chebyshev_half_width": cheb * unit,
-        "group_means": [float(x) * unit + (0.5 if scale == "rate" else 0.0) for x in means],
+        "group_means": [float(np.clip(x, -1.0, 1.0)) * unit + offset for x in means],
         "group_standard_errors": [math.sqrt(max(float(x), 0.0)) * unit for x in var],
         "group_sizes": [float(x) for x in n_used],
+        "unclipped": {
+            "gap": gap * unit,
+            "ci": [lo_raw * unit, hi_raw * unit],
+            "group_means": [float(x) * unit + offset for x in means],
+            "group_sizes": [float(x) for x in n_raw],
+        },
     }
 
 
