@@ -336,8 +336,11 @@ def _record(
 
 def _sample(rs: RandomSource, size: int, n: int | None) -> np.ndarray:
     """Rows of one run: ``n`` drawn without replacement (all rows, shuffled, when n is None)."""
-    perm = np.asarray(rs.generator("validation", "sample").permutation(size), dtype=np.int64)
-    return perm if n is None else perm[:n]
+    rng = rs.generator("validation", "sample")
+    if n is None or n >= size:
+        return np.asarray(rng.permutation(size), dtype=np.int64)
+    # a third of a bit-pushing run's time went into permuting all 48,842 rows to keep 300
+    return np.asarray(rng.choice(size, size=n, replace=False), dtype=np.int64)
 
 
 # -- runners -----------------------------------------------------------------------------------------

@@ -324,7 +324,7 @@ def write_plot(path: Path, doc: dict[str, Any]) -> None:
         xs = np.arange(len(rows))
         ys = np.array([r["coverage"] for r in rows])
         es = 2.0 * np.array([r["coverage_se"] for r in rows])
-        bad = np.array([r["verdict"] == "FLAG" for r in rows])
+        bad = np.array(["coverage" in r["flags"] for r in rows])
         ax.errorbar(
             xs[~bad],
             ys[~bad],
@@ -333,7 +333,7 @@ def write_plot(path: Path, doc: dict[str, Any]) -> None:
             ms=2.5,
             lw=0.7,
             color="tab:blue",
-            label="PASS",
+            label="coverage (2 SE)",
         )
         if bad.any():
             ax.errorbar(
@@ -344,8 +344,21 @@ def write_plot(path: Path, doc: dict[str, Any]) -> None:
                 ms=2.5,
                 lw=0.7,
                 color="tab:red",
-                label="FLAG",
+                label="coverage FLAG",
             )
+        if len(rows) <= 24:  # few cells: name them
+            ax.set_xticks(xs)
+            ax.set_xticklabels(
+                [
+                    f"{r['method']} {r['data']} {r['target']} e={r['epsilon']:g} n={_n(r['n'])}"
+                    for r in rows
+                ],
+                rotation=20,
+                ha="right",
+                fontsize=5,
+            )
+        else:
+            ax.locator_params(axis="x", integer=True)
         ax.axhline(COVERAGE_TARGET, color="k", ls="--", lw=0.8, label="0.95 target")
         ax.axhline(COVERAGE_BAR, color="tab:red", ls=":", lw=0.8, label="0.94 bar")
         ax.set_ylim(max(0.0, min(0.8, float(np.nanmin(ys)) - 0.05)), 1.005)
