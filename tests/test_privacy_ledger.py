@@ -149,3 +149,22 @@ def test_explain_lists_every_release() -> None:
     led.spend(epsilon=0.25, delta=1e-7, rho=0.01, label="gauss")
     text = led.explain()
     assert "1. mean" in text and "2. gauss" in text and "remaining: epsilon=1.25" in text
+
+
+def test_a_budget_cannot_be_set_below_what_is_spent() -> None:
+    led = PrivacyLedger(epsilon_budget=2.0, delta_budget=1e-5)
+    led.spend(epsilon=0.7, delta=4e-6, label="a")
+    led.spend(epsilon=0.5, label="b")
+    with pytest.raises(BudgetExceededError, match=r"epsilon_budget=1 refused.*spent \(1\.2\)"):
+        led.epsilon_budget = 1.0
+    with pytest.raises(BudgetExceededError, match="delta_budget=1e-06 refused"):
+        led.delta_budget = 1e-6
+    assert led.epsilon_budget == 2.0 and led.delta_budget == 1e-5
+    led.epsilon_budget = 1.2  # the spent amount itself is accepted: nothing remains
+    assert led.remaining()[0] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(BudgetExceededError):
+        led.spend(epsilon=0.1, label="c")
+    led.epsilon_budget = None
+    led.spend(epsilon=0.1, label="c")
+    with pytest.raises(ParameterError, match="epsilon_budget"):
+        led.epsilon_budget = -1.0

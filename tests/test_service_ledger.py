@@ -104,3 +104,115 @@ def test_missing_budget_refuses(store: Store) -> None:
     with pytest.raises(BudgetExceededError, match="no privacy budget for population 'pop'"):
         with store.session() as s, s.begin():
             create_run(s, tid, "a0")
+
+
+def test_a_released_charge_cannot_be_spent(store: Store) -> None:
+    """spend() of a released charge is refused: it would count again with no budget check."""
+    tid = _budgets(store, 0.6)  # room for 2 runs of epsilon 0.3
+    with store.session() as s, s.begin():
+        r1 = create_run(s, tid, "a0")
+    with store.session() as s, s.begin():
+        assert ledger.release(s, r1, reason="test") is True
+    with store.session() as s, s.begin():  # the budget is used by two other runs meanwhile
+        create_run(s, tid, "a0")
+        create_run(s, tid, "a1")
+    with pytest.raises(BudgetExceededError, match=f"run '{r1}'.*was released"):
+        with store.session() as s, s.begin():
+            ledger.spend(s, r1)
+    with store.session() as s:
+        c = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == r1)).scalar_one()
+        st = ledger.budget_status(s, "population", "pop")
+        acts = [a.action for a in s.execute(select(Audit).order_by(Audit.id)).scalars()]
+    assert c.status == "released"
+    assert st is not None and st["spent_epsilon"] == pytest.approx(0.6) and st["charges"] == 2
+    assert "spend" not in acts
+
+
+def test_a_budget_below_what_is_spent_is_refused(store: Store) -> None:
+    tid = _budgets(store, 1.0)
+    with store.session() as s, s.begin():
+        r1 = create_run(s, tid, "a0")
+        create_run(s, tid, "a1")
+    with store.session() as s, s.begin():
+        ledger.spend(s, r1)
+    with pytest.raises(BudgetExceededError) as info:  # 0.6 is reserved or spent
+        with store.session() as s, s.begin():
+            ledger.set_budget(s, "population", "pop", epsilon=0.5, delta=0.0, actor="admin")
+    msg = str(info.value)
+    assert "population 'pop'" in msg and "requested epsilon=0.5" in msg
+    assert "already spent or reserved: epsilon=0.6" in msg
+    with store.session() as s:
+        st = ledger.budget_status(s, "population", "pop")
+    assert st is not None and st["epsilon_budget"] == 1.0
+    assert st["remaining_epsilon"] == pytest.approx(0.4)
+    # the spent amount itself, a higher budget and a new budget are accepted
+    with store.session() as s, s.begin():
+        ledger.set_budget(s, "population", "pop", epsilon=0.6, delta=0.0, actor="admin")
+    with store.session() as s:
+        st = ledger.budget_status(s, "population", "pop")
+    assert st is not None and st["remaining_epsilon"] == pytest.approx(0.0, abs=1e-12)
+    with store.session() as s, s.begin():
+        ledger.set_budget(s, "population", "pop", epsilon=2.0, delta=1e-6, actor="admin")
+        ledger.set_budget(s, "analyst", "a2", epsilon=0.1, delta=0.0, actor="admin")
+    with store.session() as s:
+        st = ledger.budget_status(s, "population", "pop")
+        acts = [a.action for a in s.execute(select(Audit).order_by(Audit.id)).scalars()]
+    assert st is not None and st["remaining_epsilon"] == pytest.approx(1.4)
+    assert acts.count("budget") == 3
+
+
+def test_a_budget_already_below_its_charges_reads_and_refuses_clearly(store: Store) -> None:
+    """A database written before lower budgets were refused: status and new runs name the budget."""
+    tid = _budgets(store, 1.0)
+    with store.session() as s, s.begin():
+        create_run(s, tid, "a0")
+        create_run(s, tid, "a1")
+    with store.session() as s, s.begin():  # as the old endpoint did, with no check
+        b = s.get(Budget, ("population", "pop"))
+        assert b is not None
+        b.epsilon = 0.4
+    with store.session() as s:
+        st = ledger.budget_status(s, "population", "pop")
+    assert st is not None and st["spent_epsilon"] == pytest.approx(0.6)
+    assert st["remaining_epsilon"] == 0.0
+    with pytest.raises(BudgetExceededError, match=r"population 'pop'.*epsilon_budget=0\.4") as info:
+        with store.session() as s, s.begin():
+            create_run(s, tid, "a0")
+    assert "release 'run" not in str(info.value)  # not blamed on an old run
+
+
+@pytest.mark.filterwarnings("ignore:Using `httpx`")
+def test_budget_endpoint_refuses_a_budget_below_what_is_spent(tmp_path: Path) -> None:
+    """PUT /v1/admin/budgets: 409 naming the budget, the spent and the requested amounts."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from fedstats.service.app import create_app
+    from fedstats.service.auth import hash_token
+    from fedstats.service.models import Operator
+
+    st = open_store(f"sqlite:///{tmp_path / 'api.db'}")
+    try:
+        with st.session() as s, s.begin():
+            s.add(Operator(name="admin", token_hash=hash_token("tok"), created_at=time.time()))
+        tid = _budgets(st, 1.0)
+        with st.session() as s, s.begin():
+            create_run(s, tid, "a0")
+        h = {"Authorization": "Bearer tok"}
+        with TestClient(create_app(st, run_driver=False)) as http:
+            r = http.put(
+                "/v1/admin/budgets/population/pop", json={"epsilon": 0.2, "delta": 0.0}, headers=h
+            )
+            assert r.status_code == 409
+            msg = r.json()["detail"]
+            assert "population 'pop'" in msg and "requested epsilon=0.2" in msg
+            assert "spent or reserved: epsilon=0.3" in msg
+            got = http.get("/v1/admin/budgets/population/pop", headers=h).json()
+            assert got["epsilon_budget"] == 1.0 and got["spent_epsilon"] == pytest.approx(0.3)
+            r = http.put(
+                "/v1/admin/budgets/population/pop", json={"epsilon": 0.5, "delta": 0.0}, headers=h
+            )
+            assert r.status_code == 200 and r.json()["remaining_epsilon"] == pytest.approx(0.2)
+    finally:
+        st.close()

@@ -190,22 +190,61 @@ class PrivacyLedger:
     ------
     ParameterError
         If a budget is outside its range.
+
+    Notes
+    -----
+    The budgets can be changed later (``ledger.epsilon_budget = 2.0``, None for unlimited), but not set
+    below what is already spent: that raises :class:`BudgetExceededError` and leaves the budget as it was.
     """
 
     def __init__(
         self, epsilon_budget: float | None = None, delta_budget: float | None = None
     ) -> None:
-        self.epsilon_budget = (
-            None
-            if epsilon_budget is None
-            else check_real("epsilon_budget", epsilon_budget, low=0.0, high=math.inf, low_open=True)
-        )
-        self.delta_budget = (
-            None
-            if delta_budget is None
-            else check_real("delta_budget", delta_budget, low=0.0, high=1.0, high_open=True)
-        )
         self._entries: list[LedgerEntry] = []
+        self._epsilon_budget: float | None = None
+        self._delta_budget: float | None = None
+        self.epsilon_budget = epsilon_budget
+        self.delta_budget = delta_budget
+
+    @property
+    def epsilon_budget(self) -> float | None:
+        """Total epsilon allowed, in (0, inf), or None (unlimited); never below the spent epsilon."""
+        return self._epsilon_budget
+
+    @epsilon_budget.setter
+    def epsilon_budget(self, value: float | None) -> None:
+        v = (
+            None
+            if value is None
+            else check_real("epsilon_budget", value, low=0.0, high=math.inf, low_open=True)
+        )
+        spent = self.total().epsilon
+        if v is not None and spent > v * (1 + _TOL):
+            raise BudgetExceededError(
+                f"epsilon_budget={v:.6g} refused: below the epsilon already spent ({spent:.6g}); "
+                f"the budget stays {self._epsilon_budget}"
+            )
+        self._epsilon_budget = v
+
+    @property
+    def delta_budget(self) -> float | None:
+        """Total delta allowed, in [0, 1), or None (unlimited); never below the spent delta."""
+        return self._delta_budget
+
+    @delta_budget.setter
+    def delta_budget(self, value: float | None) -> None:
+        v = (
+            None
+            if value is None
+            else check_real("delta_budget", value, low=0.0, high=1.0, high_open=True)
+        )
+        spent = self.total().delta
+        if v is not None and spent > v * (1 + _TOL) + 1e-300:
+            raise BudgetExceededError(
+                f"delta_budget={v:.6g} refused: below the delta already spent ({spent:.6g}); "
+                f"the budget stays {self._delta_budget}"
+            )
+        self._delta_budget = v
 
     @contextmanager
     def atomic(self) -> Iterator[PrivacyLedger]:

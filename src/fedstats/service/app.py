@@ -36,7 +36,7 @@ from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError, 
 from fedstats.service import auth, driver, ledger, runs, tasks
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import Offload, add_client_routes
-from fedstats.service.models import Audit, Authority, Budget, Nonce, Operator
+from fedstats.service.models import Audit, Authority, Nonce, Operator
 from fedstats.service.schemas import (
     BudgetIn,
     BudgetOut,
@@ -408,18 +408,16 @@ def create_app(
 
     @app.put("/v1/admin/budgets/{scope}/{name}", responses=errors, tags=["admin"])
     def put_budget(scope: str, name: str, body: BudgetIn, actor: Op) -> BudgetOut:
-        """Set the budget of a population or an analyst (scope ``population`` or ``analyst``)."""
+        """Set the budget of a population or an analyst (scope ``population`` or ``analyst``).
+
+        A budget below what its reserved and spent charges already compose to is refused (409).
+        """
         if scope not in ledger.SCOPES or not 1 <= len(name) <= 128:
             raise HTTPException(
                 404, "scope must be 'population' or 'analyst', name 1-128 characters"
             )
-        with store.session() as s, s.begin():
-            b = s.get(Budget, (scope, name), with_for_update=True)
-            if b is None:
-                s.add(Budget(scope=scope, name=name, epsilon=body.epsilon, delta=body.delta))
-            else:
-                b.epsilon, b.delta = body.epsilon, body.delta
-            ledger.audit(s, actor, "budget", None, scope=scope, name=name, epsilon=body.epsilon)
+        with store.session() as s, s.begin():  # 409 if below what is already spent or reserved
+            ledger.set_budget(s, scope, name, epsilon=body.epsilon, delta=body.delta, actor=actor)
         with store.session() as s:
             st = ledger.budget_status(s, scope, name)
         assert st is not None

@@ -7,8 +7,10 @@ charges already reserved or spent with the new one through :class:`fedstats.priv
 or refuses with spent / requested / remaining. Two concurrent requests therefore cannot both pass on the
 same remaining budget. When the run's result is stored the charge becomes ``spent`` in the same transaction
 (before the result can be read); an aborted run whose rounds released nothing gets it ``released``. One
-charge per run (a unique constraint), so a restarted server never charges twice. Every step is written to
-the audit log.
+charge per run (a unique constraint), so a restarted server never charges twice. A released charge is
+final: :func:`spend` refuses it (spending it again would skip the budget check that a new reservation makes).
+A budget can be raised at any time but not set below what its reserved and spent charges already compose
+to (:func:`set_budget`). Every step is written to the audit log.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from fedstats.errors import BudgetExceededError
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.service.models import Audit, Budget, LedgerCharge
 
-__all__ = ["Charge", "audit", "budget_status", "release", "reserve", "spend"]
+__all__ = ["Charge", "audit", "budget_status", "release", "reserve", "set_budget", "spend"]
 
 SCOPES = ("population", "analyst")
 
@@ -74,9 +76,21 @@ def _ledger_of(session: Session, budget: Budget, scope: str) -> PrivacyLedger:
         .where(col == budget.name, LedgerCharge.status.in_(("reserved", "spent")))
         .order_by(LedgerCharge.id)
     ).scalars()
-    ledger = PrivacyLedger(epsilon_budget=budget.epsilon, delta_budget=budget.delta)
+    # no budget while replaying: these charges were accepted when they were reserved, and checking them
+    # again one by one would blame an old run for a budget that is too small now
+    ledger = PrivacyLedger()
     for r in rows:
         ledger.spend(epsilon=r.epsilon, delta=r.delta, rho=r.rho, label=f"run {r.run_id}")
+    return ledger
+
+
+def _with_budget(ledger: PrivacyLedger, budget: Budget, scope: str) -> PrivacyLedger:
+    """Put ``budget`` on a replayed ledger; refuse (naming the budget) if it is below what is spent."""
+    try:
+        ledger.epsilon_budget = budget.epsilon
+        ledger.delta_budget = budget.delta
+    except BudgetExceededError as exc:  # only a database written before set_budget checked this
+        raise BudgetExceededError(f"{scope} {budget.name!r}: {exc}") from None
     return ledger
 
 
@@ -101,7 +115,7 @@ def reserve(
                 f"no privacy budget for {scope} {name!r}: spent epsilon=0, delta=0; requested "
                 f"epsilon={charge.epsilon:.6g}, delta={charge.delta:.6g}; remaining epsilon=0, delta=0"
             )
-        ledger = _ledger_of(session, budget, scope)
+        ledger = _with_budget(_ledger_of(session, budget, scope), budget, scope)
         try:
             ledger.spend(
                 epsilon=charge.epsilon, delta=charge.delta, rho=charge.rho, label=charge.label
@@ -142,10 +156,22 @@ def _charge(session: Session, run_id: str) -> LedgerCharge | None:
 
 
 def spend(session: Session, run_id: str, *, actor: str = "server") -> bool:
-    """Turn the run's reservation into a spend (idempotent); return True if it changed now."""
+    """Turn the run's reservation into a spend (idempotent); return True if it changed now.
+
+    Raises
+    ------
+    BudgetExceededError
+        If the run's charge was released: it no longer counts against any budget, and turning it back
+        into a spend would skip the budget check (a released run must not publish a result).
+    """
     c = _charge(session, run_id)
     if c is None or c.status == "spent":
         return False
+    if c.status == "released":
+        raise BudgetExceededError(
+            f"the privacy charge of run {run_id!r} (epsilon={c.epsilon:.6g}, delta={c.delta:.6g}) was "
+            "released; a released charge cannot be spent (it is no longer reserved on any budget)"
+        )
     c.status = "spent"
     c.updated_at = time.time()
     audit(session, actor, "spend", run_id, epsilon=c.epsilon, delta=c.delta, rho=c.rho)
@@ -163,6 +189,46 @@ def release(session: Session, run_id: str, *, actor: str = "server", reason: str
     return True
 
 
+def set_budget(
+    session: Session, scope: str, name: str, *, epsilon: float, delta: float, actor: str
+) -> None:
+    """Create or change a budget, in the caller's transaction; refuse one below what is already charged.
+
+    Parameters
+    ----------
+    scope : {"population", "analyst"}
+    name : str
+    epsilon, delta : float
+        The new budget, epsilon in (0, inf), delta in [0, 1).
+    actor : str
+        Who sets it (audit log).
+
+    Raises
+    ------
+    BudgetExceededError
+        If the reserved and spent charges of ``scope``/``name`` already compose to more than the new
+        budget (HTTP 409); the message names the budget, the spent amount and the requested one. Nothing
+        changes then.
+    """
+    b = _lock_budget(session, scope, name)
+    if b is None:
+        session.add(Budget(scope=scope, name=name, epsilon=epsilon, delta=delta))
+    else:
+        spent = _ledger_of(session, b, scope)
+        try:
+            spent.epsilon_budget = epsilon
+            spent.delta_budget = delta
+        except BudgetExceededError:
+            t = spent.total()
+            raise BudgetExceededError(
+                f"budget of {scope} {name!r} refused: requested epsilon={epsilon:.6g}, "
+                f"delta={delta:.6g} is below what is already spent or reserved: epsilon={t.epsilon:.6g}, "
+                f"delta={t.delta:.6g} (current budget epsilon={b.epsilon:.6g}, delta={b.delta:.6g})"
+            ) from None
+        b.epsilon, b.delta = epsilon, delta
+    audit(session, actor, "budget", None, scope=scope, name=name, epsilon=epsilon, delta=delta)
+
+
 def budget_status(session: Session, scope: str, name: str) -> dict[str, Any] | None:
     """Budget, spent (reserved + spent) and remaining of one population or analyst, or None."""
     b = session.execute(
@@ -172,7 +238,10 @@ def budget_status(session: Session, scope: str, name: str) -> dict[str, Any] | N
         return None
     ledger = _ledger_of(session, b, scope)
     total = ledger.total()
-    rem_e, rem_d = ledger.remaining()
+    # computed here, not by PrivacyLedger.remaining(): a database written before set_budget refused
+    # lower budgets may hold a budget below its spent total (then 0 remains)
+    rem_e = max(0.0, b.epsilon - total.epsilon)
+    rem_d = max(0.0, b.delta - total.delta)
     return {
         "scope": scope,
         "name": name,

@@ -1,0 +1,185 @@
+"""``fedstats validate``: the report's files, its reproducibility, and the statistics behind its FLAG column.
+
+The quick slice runs once through the CLI (about 35 s on one core, hence ``slow``); the properties it can
+support statistically are checked with z bounds of 4 (a false failure per check has probability below
+1e-4). The rules of the FLAG column are checked on synthetic runs whose answer is known.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fedstats.cli.app import app
+from fedstats.errors import ParameterError
+from fedstats.experiments.validation import cell_grid, run_validation
+from fedstats.experiments.validation.report import summarize_estimates, summarize_test
+
+runner = CliRunner()
+FIELDS = {
+    "id", "analysis", "method", "data", "epsilon", "n", "target", "runs", "truth", "mean_estimate",
+    "bias", "bias_sd", "bias_z", "rmse", "coverage", "coverage_se", "ci_width", "bias_on",
+    "bias_released", "z_released", "flags", "verdict",
+}  # fmt: skip
+ANALYSES = ("mean", "variance", "performance_gap", "heterogeneity", "chi2")
+Z = 4.0
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    out = tmp_path_factory.mktemp("validation")
+    res = runner.invoke(
+        app, ["validate", "--quick", "--out", str(out), "--workers", "1", "--seed", "11", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.stdout)
+    doc = json.loads((out / "validation.json").read_text())
+    return out, payload, doc
+
+
+@pytest.mark.slow
+def test_quick_writes_the_three_files(quick: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    out, payload, doc = quick
+    assert payload["files"] == ["validation.json", "README.md", "coverage.png"]
+    assert payload["seed"] == 11 and "not for release" in payload["release_note"]
+    assert {c["analysis"] for c in doc["cells"]} == set(ANALYSES)
+    for c in doc["cells"]:
+        assert FIELDS <= set(c), FIELDS - set(c)
+        assert c["verdict"] in ("PASS", "FLAG") and (c["verdict"] == "FLAG") == bool(c["flags"])
+    assert {t["method"] for t in doc["tests"]} == {"independence", "dependence"}
+    assert doc["summary"]["flagged"] == payload["flagged"]
+    assert not list(out.glob(".*.tmp"))  # written atomically: no temporary file left
+    page = (out / "README.md").read_text()
+    assert "seeded, not for release" in page
+    headers = [ln for ln in page.splitlines() if ln.startswith("| analysis | method |")]
+    assert len(headers) == len(ANALYSES)  # one table per analysis
+    for analysis in ANALYSES:
+        assert sum(ln.startswith(f"| {analysis} |") for ln in page.splitlines()) == sum(
+            c["analysis"] == analysis for c in doc["cells"]
+        )
+    assert "| adult:sex x race | independence |" in page
+    png = (out / "coverage.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+@pytest.mark.slow
+def test_rerun_gives_the_same_numbers_whatever_the_workers(
+    quick: tuple[Path, dict[str, Any], dict[str, Any]], tmp_path: Path
+) -> None:
+    _, _, doc = quick
+    ids = ["mean/basic/age/1.0/1000", "gap/L/predictions/1.0/1000"]
+    run_validation(tmp_path, quick=True, seed=11, workers=2, cells=ids)
+    again = json.loads((tmp_path / "validation.json").read_text())
+    first = [c for c in doc["cells"] if c["id"] in ids]
+    assert len(first) == 2 and again["cells"] == first
+
+
+@pytest.mark.slow
+def test_quick_slice_statistics(quick: tuple[Path, dict[str, Any], dict[str, Any]]) -> None:
+    _, _, doc = quick
+    for c in doc["cells"]:
+        # the table's own arithmetic
+        if c["bias_sd"]:
+            assert c["bias_z"] == pytest.approx(c["bias"] / (c["bias_sd"] / math.sqrt(c["runs"])))
+        if c["coverage"] is not None:
+            cov = c["coverage"]
+            assert c["coverage_se"] == pytest.approx(math.sqrt(cov * (1 - cov) / c["ci_runs"]))
+            assert ("coverage" in c["flags"]) == (cov < 0.94 and cov + 2 * c["coverage_se"] < 0.95)
+        assert ("bias" in c["flags"]) == (abs(c["bias_z"]) > 3)
+    # basic bit pushing is unbiased and its interval has nominal coverage (Cormode & Markov, Alg. 1)
+    basic = [c for c in doc["cells"] if c["method"] == "basic"]
+    assert len(basic) == 3
+    for c in basic:
+        assert abs(c["bias_z"]) <= Z, c
+        assert c["coverage"] >= 0.95 - Z * math.sqrt(0.95 * 0.05 / c["runs"]), c
+    # every interval of a bit-pushing cell is finite and its truth is the clients' exact value
+    for c in doc["cells"]:
+        if c["analysis"] in ("mean", "variance"):
+            assert c["ci_runs"] == c["runs"] and c["ci_width"] > 0
+
+
+def _runs(
+    rng: np.random.Generator, k: int, *, shift: float = 0.0, half: float = 1.96
+) -> list[dict[str, Any]]:
+    truth = rng.uniform(-1, 1, k)
+    est = truth + shift + rng.standard_normal(k)
+    return [
+        {"estimate": e, "unclipped": None, "lo": e - half, "hi": e + half, "truth": t}
+        for e, t in zip(est, truth, strict=True)
+    ]
+
+
+def test_flag_rules_on_known_answers() -> None:
+    rng = np.random.default_rng(3)
+    good = summarize_estimates(_runs(rng, 2000))
+    assert good["verdict"] == "PASS" and abs(good["bias_z"]) < Z
+    assert abs(good["coverage"] - 0.95) < Z * math.sqrt(0.95 * 0.05 / 2000)
+    assert good["rmse"] == pytest.approx(1.0, abs=Z * math.sqrt(2 / 2000))
+    biased = summarize_estimates(_runs(rng, 2000, shift=0.2))  # z about 0.2 sqrt(2000) = 9
+    assert biased["flags"] == ["bias"]
+    narrow = summarize_estimates(_runs(rng, 2000, half=1.645))  # 90% intervals
+    assert narrow["flags"] == ["coverage"]
+    # 0.93 over 100 runs: below 0.94 but within 2 SE of 0.95, not flagged
+    few = [
+        {"estimate": 0.0, "unclipped": None, "lo": -1.0, "hi": 1.0, "truth": 0.0 if i < 93 else 5.0}
+        for i in range(100)
+    ]
+    assert summarize_estimates(few)["coverage"] == pytest.approx(0.93)
+    assert "coverage" not in summarize_estimates(few)["flags"]
+
+
+def test_bias_is_measured_on_the_unclipped_estimate_when_reported() -> None:
+    rng = np.random.default_rng(4)
+    truth = np.full(1000, 0.05)
+    raw = truth + 0.1 * rng.standard_normal(1000)
+    recs = [
+        {"estimate": max(r, 0.0), "unclipped": r, "lo": max(r - 0.2, 0), "hi": r + 0.2, "truth": t}
+        for r, t in zip(raw, truth, strict=True)
+    ]
+    s = summarize_estimates(recs)
+    assert s["bias_on"] == "unclipped" and abs(s["bias_z"]) < Z
+    assert s["z_released"] > Z  # clipping at 0 biases the released estimate upwards
+
+
+def test_decision_rules_on_known_answers() -> None:
+    rng = np.random.default_rng(5)
+    p = rng.uniform(size=2000)
+    ok = summarize_test(
+        [{"p_value": x, "p_value_sketch": x, "rejected": x < 0.05} for x in p], null=True
+    )
+    assert ok["verdict"] == "PASS" and ok["p_value_at_1"] == 0.0
+    assert abs(ok["rejection_rate"] - 0.05) < Z * math.sqrt(0.05 * 0.95 / 2000)
+    q = np.where(p < 0.5, 1.0, p)  # half the p-values at 1, rejecting 10%
+    bad = summarize_test(
+        [
+            {"p_value": x, "p_value_sketch": x, "rejected": u < 0.1}
+            for x, u in zip(q, p, strict=True)
+        ],
+        null=True,
+    )
+    assert bad["flags"] == ["size", "p_value not uniform"]
+    assert bad["p_value_at_1"] == pytest.approx(np.mean(p < 0.5))
+    power = summarize_test(
+        [{"p_value": 0.0, "p_value_sketch": 0.0, "rejected": True}] * 10, null=False
+    )
+    assert power["rejection_rate"] == 1.0 and power["verdict"] == "PASS"
+
+
+def test_grid_and_refusals(tmp_path: Path) -> None:
+    full = cell_grid(quick=False)
+    assert len({c.id for c in full}) == len(full)
+    assert {c.analysis for c in full} == set(ANALYSES)
+    bp = [c for c in full if c.analysis in ("mean", "variance")]
+    assert {c.epsilon for c in bp} == {0.5, 1.0, 2.0, 4.0} and min(c.runs for c in bp) >= 400
+    assert {c.method for c in bp} == {"adaptive", "basic"}
+    with pytest.raises(ParameterError, match="cells"):
+        run_validation(tmp_path, quick=True, cells=["no/such/cell"])
+    with pytest.raises(ParameterError, match="runs"):
+        run_validation(tmp_path, quick=True, runs=1)
+    assert not list(tmp_path.iterdir())  # refused before anything is written
