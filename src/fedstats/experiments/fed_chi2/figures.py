@@ -92,7 +92,7 @@ def fig1_cell(
             authors_dof = m_x * m_y - 1
             row = rows[dec]
             row["err"].append(float(res.multiplicative_error or 0.0))
-            row["rej"].append(float(res.p_value < st.level))
+            row["rej"].append(float(res.p_value_paper < st.level))
             row["rej_authors"].append(
                 float(scipy.stats.chi2.sf(res.statistic, authors_dof) < st.level)
             )
