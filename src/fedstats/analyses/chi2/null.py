@@ -56,6 +56,7 @@ __all__ = [
     "mc_p_value",
     "noisy_marginals",
     "round2_plan",
+    "shifted_interval",
     "simulate_null",
 ]
 
@@ -179,10 +180,15 @@ class NullSample:
         float64, shape ``(B,)``, sorted.
     denominator : float
         ``dof + tau`` of the observed run.
+    shift : numpy.ndarray
+        float64, shape ``(B,)``, sorted: ``s~_b - s_b``, what the noisy marginals add to each replicate's
+        statistic (the squared norm its sketch encodes, minus Pearson's statistic of its table). Its mean
+        is subtracted from the estimate and its quantiles widen the interval (:func:`shifted_interval`).
     """
 
     r: np.ndarray
     denominator: float
+    shift: np.ndarray
 
     @property
     def replicates(self) -> int:
@@ -192,6 +198,36 @@ class NullSample:
     def p_value(self, decoded: float) -> float:
         """``(1 + #{R_b >= D / (dof + tau)}) / (B + 1)`` for a decoded value ``D`` (before subtracting tau)."""
         return mc_p_value(decoded / self.denominator, self.r)
+
+
+def shifted_interval(
+    wide: tuple[float, float], tau: float, shift: np.ndarray, confidence: float
+) -> tuple[float, float]:
+    """Interval on the exact statistic ``s`` from one on ``s~ + tau`` and the simulated ``s~ - s``.
+
+    A Bonferroni union (conservative): ``wide`` has level ``1 - (1 - confidence) / 2`` for ``s~ + tau``
+    (the decoder's interval), and ``[q_lo, q_hi]``, the ``(1 - confidence) / 4`` and
+    ``1 - (1 - confidence) / 4`` quantiles of ``shift``, holds ``s~ - s`` with probability
+    ``1 - (1 - confidence) / 2`` under the null model; so ``[lo - tau - q_hi, hi - tau - q_lo]`` clipped at 0
+    covers ``s`` with probability at least ``confidence`` (up to the null model's fit).
+
+    Parameters
+    ----------
+    wide : tuple of float
+        The decoder's interval at level ``1 - (1 - confidence) / 2``.
+    tau : float
+    shift : numpy.ndarray
+        Sorted ``s~_b - s_b`` (:class:`NullSample`).
+    confidence : float
+
+    Returns
+    -------
+    tuple of float
+        ``(low, high)``, both >= 0.
+    """
+    a = (1.0 - confidence) / 4.0
+    q_lo, q_hi = (float(v) for v in np.quantile(shift, [a, 1.0 - a]))
+    return max(0.0, wide[0] - tau - q_hi), max(0.0, wide[1] - tau - q_lo)
 
 
 def mc_p_value(observed: float, simulated: np.ndarray) -> float:
@@ -290,6 +326,14 @@ def simulate_null(
     if n_survivors < n_clients:
         counts = np.asarray(rng.binomial(tables, frac), dtype=np.float64)
     w = (counts - frac * vbar) / sq
+    # the marginal noise's share of the statistic: ||w||^2 against Pearson's statistic of the replicate's
+    # own table (its exact expected counts; an empty row or column contributes 0)
+    ex = (cube.sum(axis=2)[:, :, None] * cube.sum(axis=1)[:, None, :]).reshape(
+        replicates, m
+    ) / total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pearson = np.where(ex > 0, (tables - ex) ** 2 / np.where(ex > 0, ex, 1.0), 0.0).sum(axis=1)
+    shift = (w * w).sum(axis=1) - pearson
     # public column norms ||P_j|| (streamed), and the largest row norm
     col = np.empty(m)
     acc = np.zeros(ell)
@@ -299,7 +343,7 @@ def simulate_null(
         acc += (c * c).sum(axis=0)
     row_norm = float(np.sqrt(acc.max()))
     cnorm = (col[None, :] / sq).max(axis=1)
-    extra = headroom(privacy, m_x, m_y)
+    room = headroom(privacy, m_x, m_y)
     plans = [
         round2_plan(
             privacy,
@@ -310,7 +354,7 @@ def simulate_null(
             max_cell=max_cell,
             bits=bits,
             ell=ell,
-            total_bound=float(bx[b].sum()) + extra,
+            total_bound=float(bx[b].sum()) + room,
             min_dim=min(m_x, m_y),
             exact=False,
         )
@@ -329,4 +373,4 @@ def simulate_null(
     e = e + rounding[:, None] * np.asarray(rng.standard_normal((replicates, ell)))
     taus = np.array([q.tau for q in plans])
     r = batch_decode(e, decoder) / (dof + taus)
-    return NullSample(np.sort(r), float(dof + tau))
+    return NullSample(np.sort(r), float(dof + tau), np.sort(shift))

@@ -214,7 +214,8 @@ def fed_chi2_protocol(
                 rng=randomness.generator("server", "chi2", "null"),
             )
     e = fp.decode(total)
-    est = decode(e, dec, conf, 1.0 / fp.scale)
+    res_step = 1.0 / fp.scale
+    est = decode(e, dec, conf, res_step)
     res = finish(
         est,
         dof=(rows.size - 1) * (cols.size - 1),
@@ -236,6 +237,7 @@ def fed_chi2_protocol(
         },
         noise_offset=tau,
         null=null,
+        wide=None if null is None else decode(e, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
     )
     if privacy is not None:
         loss = privacy.loss()

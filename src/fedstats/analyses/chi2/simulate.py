@@ -239,7 +239,8 @@ def simulate_fed_chi2(
         tau = plan.tau
         shortcuts.append("central DP: the protocol's release on the summed integer sketch")
     q = wrap_reports(q, b)  # float64 integers, reduced like the protocol's sum
-    est = decode(q / scale, dec, conf, 1.0 / scale)
+    res_step = 1.0 / scale
+    est = decode(q / scale, dec, conf, res_step)
     if privacy is not None:
         null = simulate_null(
             np.concatenate([vx, vy]),
@@ -283,6 +284,7 @@ def simulate_fed_chi2(
         ),
         noise_offset=tau,
         null=null,
+        wide=None if null is None else decode(q / scale, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
     )
     exact, _ = chi_square_statistic(t)
     res.release_note = note
