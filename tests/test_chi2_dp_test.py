@@ -117,6 +117,28 @@ def test_power_under_strong_dependence() -> None:
     assert np.mean(rej) >= 0.9
 
 
+@pytest.mark.parametrize("eps", [0.5, 2.0])
+def test_interval_covers_the_exact_statistic(eps: float) -> None:
+    """n = 300 one-record clients, y = x 30% of the time: the 95% interval (conservative: Bonferroni over
+    the decoder's interval and the simulated marginal-noise shift) covers the exact statistic in at least
+    95% - 3 SE of 300 runs, and the estimate and interval are >= 0."""
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 3, 300)
+    y = np.where(rng.random(300) < 0.3, x, rng.integers(0, 3, 300))
+    t = np.zeros((3, 3), dtype=np.int64)
+    np.add.at(t, (x, y), 1)
+    hits = 0
+    for r in range(300):
+        res = simulate_fed_chi2(
+            t, 300, epsilon=eps, delta=1e-6, max_records=1, null_replicates=B,
+            randomness=RandomSource(90_000 + r),
+        )  # fmt: skip
+        assert res.ci is not None and res.exact_statistic is not None
+        assert 0.0 <= res.ci[0] <= res.statistic <= res.ci[1]
+        hits += res.ci[0] <= res.exact_statistic <= res.ci[1]
+    assert hits / 300 >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / 300), hits
+
+
 def test_end_to_end_matches_the_fast_path() -> None:
     """fed_chi2 (engine, one-record clients) and simulate_fed_chi2 give the same law of the statistic and
     of the noise offset (two-sample KS at 1e-3 over 40 runs each), and the result exposes the simulated

@@ -434,7 +434,7 @@ def finish(
 
         stat = max(0.0, est.estimate - tau - float(null.shift.mean()))
         lo, hi = shifted_interval(wide.ci, tau, null.shift, est.confidence)
-        hi = max(hi, stat)
+        lo, hi = min(lo, stat), max(hi, stat)
     paper = float(scipy.stats.chi2.sf(stat, dof))
     mc_error, method = 0.0, "sketch"
     if test != "chi2":

@@ -98,7 +98,8 @@ def fig1_cell(
             )
             ci = res.ci if res.ci is not None else (math.nan, math.nan)
             row["covered"].append(float(ci[0] <= exact <= ci[1]))
-            row["stable"].append(float(res.decision_stable))
+            # the paper's decision (p_value_paper < level) and its stability over the interval
+            row["stable"].append(float(ci[0] > res.critical_value or ci[1] <= res.critical_value))
             if dec == DECODERS[0]:
                 central.append(float(scipy.stats.chi2.sf(exact, res.dof) < st.level))
                 central_authors.append(float(scipy.stats.chi2.sf(exact, authors_dof) < st.level))
