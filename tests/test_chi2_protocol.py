@@ -16,6 +16,7 @@ from fedstats.analyses.chi2 import (
     fed_chi2,
     fed_chi2_protocol,
     simulate_fed_chi2,
+    sketched_p_value,
 )
 from fedstats.analyses.chi2.simulate import survivor_table
 from fedstats.datasets import contingency_table, load_adult, split_contingency_table
@@ -82,16 +83,23 @@ def test_interval_covers_exact_statistic_on_adult(adult_clients: np.ndarray, dec
 
 def test_p_value_and_decision(adult_clients: np.ndarray) -> None:
     res = fed_chi2(adult_clients, randomness=RandomSource(2))
-    assert res.p_value == pytest.approx(scipy.stats.chi2.sf(res.statistic, res.dof))
+    # the paper's p-value reads the sketched statistic as exact; the decision uses the sketch-aware one
+    assert res.p_value_paper == pytest.approx(scipy.stats.chi2.sf(res.statistic, res.dof))
+    assert res.p_value == pytest.approx(
+        sketched_p_value(res.statistic, res.dof, encoding_size=50, decoder="mean-of-squares")
+    )
+    assert res.p_value_method == "sketch" and res.p_value_mc_error == 0.0
     assert (
         res.rejected and res.decision_stable
     )  # Adult occupation x country is far from independent
-    # an independent table: the interval straddles or sits below the critical value
+    # an independent table: stable iff the p-values at both ends of the interval agree on the decision
     rng = np.random.default_rng(0)
     indep = rng.multinomial(2000, np.full(16, 1 / 16), size=30).reshape(30, 4, 4)
     r2 = fed_chi2(indep, randomness=RandomSource(3))
     assert r2.ci is not None
-    assert r2.decision_stable == (r2.ci[0] > r2.critical_value or r2.ci[1] <= r2.critical_value)
+    ends = sketched_p_value(np.array(r2.ci), r2.dof, encoding_size=50, decoder="mean-of-squares")
+    assert r2.decision_stable == ((ends[0] <= 0.05) == (ends[1] <= 0.05))
+    assert r2.rejected == (r2.p_value <= r2.level)
 
 
 def test_dropout_is_without_replacement_and_keeps_marginals(adult_clients: np.ndarray) -> None:

@@ -15,6 +15,8 @@ The package follows the analysis contract (``docs/architecture.md``):
 * :mod:`~fedstats.analyses.chi2.api`: :func:`fed_chi2`, the one-call wrapper (with the exact test);
 * :mod:`~fedstats.analyses.chi2.privacy`: optional central DP (:func:`plan_chi2_privacy`, discrete
   Gaussian noise on both sums; ours, not in the paper);
+* :mod:`~fedstats.analyses.chi2.null`: with DP, the release steps shared by the protocol and the fast path
+  and the null distribution of the released statistic (the test's Monte Carlo p-value);
 * :mod:`~fedstats.analyses.chi2.simulate`: :func:`simulate_fed_chi2` and :func:`simulate_decoded`, the
   fast path, tested against the protocol.
 
@@ -22,6 +24,8 @@ Deviations from the paper (PAPER_NOTES, 004), each an explicit option or documen
 
 * decoder: ``"mean-of-squares"`` by default (relative variance ``2/l`` against about ``pi^2/(2l)``);
   ``decoder="geometric"`` is the paper's;
+* the p-value and the decision come from the released statistic's distribution (sketch noise; with DP,
+  both rounds' noise, simulated); the paper's ``chi2_sf(statistic)`` is ``p_value_paper``;
 * degrees of freedom ``(m_x - 1)(m_y - 1)`` (the authors' code uses ``m_x m_y - 1``);
 * the shared seed by commit-then-reveal (:mod:`fedstats.analyses.seed_agreement`), not the sum of the
   clients' seeds;

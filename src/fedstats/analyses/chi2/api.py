@@ -14,6 +14,7 @@ from fedstats.analyses.chi2.estimator import (
     check_options,
     chi_square_statistic,
 )
+from fedstats.analyses.chi2.null import DEFAULT_NULL_REPLICATES
 from fedstats.analyses.chi2.privacy import plan_chi2_privacy
 from fedstats.analyses.chi2.protocol import fed_chi2_protocol
 from fedstats.analyses.seed_agreement import resolve_projection_seed
@@ -69,6 +70,7 @@ def fed_chi2(
     delta: float | None = None,
     max_records: int | None = None,
     round1_fraction: float = 0.5,
+    null_replicates: int = DEFAULT_NULL_REPLICATES,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
     ledger: PrivacyLedger | None = None,
@@ -102,11 +104,15 @@ def fed_chi2(
         sensitivity; default the largest in ``tables`` (simulation only: a deployment declares it).
     round1_fraction : float
         With ``epsilon``: share of the budget (in zCDP) spent on the marginals, in (0, 1).
+    null_replicates : int
+        With ``epsilon``: ``B >= 99``, replicates of the released statistic's null distribution behind
+        ``p_value`` and ``rejected`` (:mod:`fedstats.analyses.chi2.null`; default 999). The Monte Carlo
+        error of the p-value is ``p_value_mc_error``.
     engine : Engine, optional
         The route and the clients' randomness (``fedstats.analyses._api``).
     randomness : RandomSource, optional
         The server's: the clients' seed contributions of the agreement come from
-        ``randomness.child("chi2")``, the DP noise from ``randomness``. Default ``engine.randomness``.
+        ``randomness.child("chi2")``, the DP noise and the null simulation from ``randomness``. Default ``engine.randomness``.
     ledger : PrivacyLedger, optional
         Charged with the run's loss (:meth:`~fedstats.analyses.chi2.privacy.Chi2Privacy.loss`) when
         ``epsilon`` is given; a refused charge runs nothing and charges nothing.
@@ -155,6 +161,7 @@ def fed_chi2(
         drop_empty=drop_empty,
         privacy=privacy,
         randomness=src,
+        null_replicates=null_replicates,
     )
     with charging(ledger if privacy is not None else None):
         if ledger is not None and privacy is not None:

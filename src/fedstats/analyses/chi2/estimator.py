@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from fedstats.sketches.decoders import (
     mean_of_squares_estimator,
 )
 from fedstats.sketches.stable import StableProjection
+
+if TYPE_CHECKING:
+    from fedstats.analyses.chi2.null import NullSample
 
 __all__ = [
     "Chi2Result",
@@ -57,24 +60,40 @@ class Chi2Result(AnalysisResult):
     estimate : float
         The decoded chi-square statistic (alias :attr:`statistic`, the paper's name).
     p_value : float
-        ``P(chi2_dof > statistic)``: the paper's p-value, which reads the sketched statistic as if it were
-        exact (too small under independence: about 28% rejections at level 0.05 with l = 50).
+        The p-value of the RELEASED statistic under independence, the one the decision uses. Without DP:
+        :func:`sketched_p_value` (the decoder's noise averaged exactly; uniform under independence without
+        dropout, conservative with it). With DP (``epsilon``): the Monte Carlo p-value
+        ``(1 + #{R_b >= R}) / (B + 1)`` of :mod:`fedstats.analyses.chi2.null` (a parametric bootstrap through
+        both rounds' noise, the sketch and the decoder), with :attr:`p_value_mc_error`.
     p_value_sketch : float
-        The p-value of the sketched statistic itself, :func:`sketched_p_value`: valid (uniform) under
-        independence without dropout. Use it for decisions and FDR control.
+        The same as :attr:`p_value` (kept under its earlier name).
+    p_value_paper : float
+        ``P(chi2_dof > statistic)``: the paper's p-value (Pang et al. 2023, Alg. 2), which reads the
+        sketched (and noisy) statistic as if it were exact; too small under independence (about 28%
+        rejections at level 0.05 with l = 50, 42% with DP at epsilon 0.5). For reproductions only.
+    p_value_mc_error : float
+        Monte Carlo standard error of :attr:`p_value`, ``sqrt(p (1 - p) / B)`` (0 when it is computed, not
+        simulated).
+    null_replicates : int
+        ``B``, the simulated null replicates behind :attr:`p_value` (0 when it is computed).
+    p_value_method : str
+        ``"sketch"`` (computed), ``"parametric-bootstrap"`` (DP) or ``"chi2"`` (G-test).
     p_value_ci : tuple of float
-        p-values at the ends of ``ci`` (``(p(high), p(low))``).
+        ``(chi2_sf(high), chi2_sf(low))``: an interval for the exact (noise-free, unsketched) test's p-value,
+        from the interval on the exact statistic.
     dof : int
         ``(m_x - 1)(m_y - 1)`` over the non-empty rows and columns.
     level : float
         Significance level of the decision.
     critical_value : float
-        ``chi2_dof`` upper ``level`` quantile.
+        ``chi2_dof`` upper ``level`` quantile: the exact (noise-free) test's threshold, shown for reference;
+        the decision does not compare the released statistic with it.
     rejected : bool
-        ``statistic > critical_value`` (independence rejected at ``level``).
+        ``p_value <= level`` (independence rejected at ``level``).
     decision_stable : bool
-        True when the whole confidence interval lies on one side of ``critical_value``: the decision would
-        be the same for any statistic in the interval.
+        True when the decision would be the same for any decoded value in the confidence interval (the
+        p-value at both ends on the same side of ``level``) and, with DP, ``|p_value - level|`` exceeds 3
+        Monte Carlo standard errors.
     truth : float or None
         Pearson's statistic of the summed table, when simulating (alias :attr:`exact_statistic`).
     exact_p_value : float or None
@@ -96,6 +115,10 @@ class Chi2Result(AnalysisResult):
 
     p_value: float = 1.0
     p_value_sketch: float = 1.0
+    p_value_paper: float = 1.0
+    p_value_mc_error: float = 0.0
+    null_replicates: int = 0
+    p_value_method: str = "sketch"
     p_value_ci: tuple[float, float] | None = None
     dof: int = 0
     level: float = 0.05
@@ -360,6 +383,8 @@ def finish(
     test: str = "chi2",
     details: dict[str, Any] | None = None,
     noise_offset: float = 0.0,
+    null: NullSample | None = None,
+    wide: FrequencyMomentEstimate | None = None,
 ) -> Chi2Result:
     """Build the result of a decoded statistic: p-values, decision at ``level`` and its stability, cost.
 
@@ -383,7 +408,16 @@ def finish(
     noise_offset : float
         ``tau``: the decoded value estimates ``s + tau`` because of central DP noise
         (:mod:`fedstats.analyses.chi2.privacy`); the statistic and its interval are shifted down by ``tau``
-        and clipped at 0 (post-processing), and the sketch p-value accounts for the noise. Default 0.
+        and clipped at 0 (post-processing). Default 0.
+    null : NullSample, optional
+        With DP: the simulated null distribution of the released statistic
+        (:func:`~fedstats.analyses.chi2.null.simulate_null`); the p-value and the decision come from it.
+        Without it (no DP) the p-value is :func:`sketched_p_value` (with ``noise_offset`` if positive).
+        With it, the estimate also subtracts the simulated mean of what the noisy marginals add
+        (``null.shift``), and the interval is
+        :func:`~fedstats.analyses.chi2.null.shifted_interval` of ``wide``.
+    wide : FrequencyMomentEstimate, optional
+        With ``null``: the same decoding at level ``1 - (1 - confidence) / 2``.
 
     Returns
     -------
@@ -395,6 +429,34 @@ def finish(
     stat = max(0.0, est.estimate - tau)
     crit = float(scipy.stats.chi2.isf(level, dof))
     lo, hi = (max(0.0, c - tau) for c in est.ci)
+    if null is not None and wide is not None:
+        from fedstats.analyses.chi2.null import shifted_interval
+
+        stat = max(0.0, est.estimate - tau - float(null.shift.mean()))
+        lo, hi = shifted_interval(wide.ci, tau, null.shift, est.confidence)
+        lo, hi = min(lo, stat), max(hi, stat)
+    paper = float(scipy.stats.chi2.sf(stat, dof))
+    mc_error, method = 0.0, "sketch"
+    if test != "chi2":
+        method = "chi2"
+        p_lo_end, p, p_hi_end = (float(scipy.stats.chi2.sf(x, dof)) for x in (lo, stat, hi))
+    elif null is not None:
+        method = "parametric-bootstrap"
+        p_lo_end, p, p_hi_end = (null.p_value(x) for x in (est.ci[0], est.estimate, est.ci[1]))
+        mc_error = math.sqrt(p * (1.0 - p) / null.replicates)
+    else:
+        # one value at a time: a vector would be evaluated on a 2,000-point grid (4 million chi2_sf calls)
+        p_lo_end, p, p_hi_end = (
+            float(
+                sketched_p_value(
+                    max(x - tau, 0.0), dof, encoding_size=ell, decoder=decoder, noise_offset=tau
+                )
+            )
+            for x in (est.ci[0], est.estimate, est.ci[1])
+        )
+    stable = (p_lo_end <= level) == (p_hi_end <= level)
+    if null is not None:
+        stable = stable and abs(p - level) > 3.0 * mc_error
     return Chi2Result(
         analysis="chi2" if test == "chi2" else "entropy.g_test",
         estimate=stat,
@@ -403,18 +465,18 @@ def finish(
         confidence=est.confidence,
         n_clients=n_clients,
         bytes_per_client=math.ceil((m_x + m_y) * bits / 8) + math.ceil(ell * bits / 8),
-        p_value=float(scipy.stats.chi2.sf(stat, dof)),
-        p_value_sketch=float(
-            sketched_p_value(stat, dof, encoding_size=ell, decoder=decoder, noise_offset=tau)
-        )
-        if test == "chi2"
-        else float(scipy.stats.chi2.sf(stat, dof)),
+        p_value=p,
+        p_value_sketch=p,
+        p_value_paper=paper,
+        p_value_mc_error=mc_error,
+        null_replicates=null.replicates if null is not None else 0,
+        p_value_method=method,
         p_value_ci=(float(scipy.stats.chi2.sf(hi, dof)), float(scipy.stats.chi2.sf(lo, dof))),
         dof=dof,
         level=level,
         critical_value=crit,
-        rejected=bool(stat > crit),
-        decision_stable=bool(lo > crit or hi <= crit),
+        rejected=bool(p <= level),
+        decision_stable=bool(stable),
         bytes_full_table=math.ceil(m_x * m_y * bits / 8),
         encoding_size=ell,
         decoder=decoder,

@@ -21,18 +21,28 @@ The budget is converted to zCDP (:func:`~fedstats.privacy.analysis.approx_dp_to_
 :math:`\sigma = \Delta / \sqrt{2\rho}` (Canonne, Kamath &
 Steinke 2020, Thm. 4).
 
+Rounding: every noise scale is rounded UP, never to nearest (a larger noise is always private, a smaller one
+is not). The shares are rounded down so that ``rho_marginals + rho_projection <= rho`` exactly (as rationals);
+each ``sigma`` is the smallest float with ``sigma**2 >= Delta**2 / (2 rho_round)`` exactly
+(:func:`sigma_up`); the sampler receives the exact square of that float as a :class:`fractions.Fraction`
+(never ``sigma * sigma`` rounded to nearest); and the projection's sensitivity, computed from floating-point
+norms, is inflated by a relative ``2**-30`` to cover their rounding errors (:data:`SENSITIVITY_MARGIN`). So
+the realised zCDP loss of each round is at most its share, as exact rationals.
+
 Decoding: each coordinate of the encoding is :math:`N(0, 2s)` (the sketch) plus independent noise of
 variance :math:`\sigma_e^2`, so the decoders estimate :math:`s + \tau` with :math:`\tau = \sigma_e^2 / 2`
 (exactly for the mean of squares, whose chi-square interval stays exact up to the noise being discrete);
-the server subtracts :math:`\tau` from the estimate and the interval (clipping at 0 is post-processing),
-and the p-value under independence becomes :math:`P(D > x) = E_G[\chi^2_{\mathrm{sf}}((x + \tau)/G -
-\tau)]` (:func:`~fedstats.analyses.chi2.calibration.sketched_p_value` with ``noise_offset``).
+the server subtracts :math:`\tau` from the estimate and the interval (clipping at 0 is post-processing).
+The test's p-value and decision come from the simulated null distribution of the released statistic, which
+also carries the noisy marginals (:mod:`fedstats.analyses.chi2.null`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -44,12 +54,49 @@ from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian
 from fedstats.randomness import RNG
 
 __all__ = [
+    "SENSITIVITY_MARGIN",
     "Chi2Privacy",
     "add_discrete_gaussian",
     "plan_chi2_privacy",
+    "sigma_up",
 ]
 
 _CHUNK = 1 << 16
+
+SENSITIVITY_MARGIN = 1.0 + 2.0**-30
+"""Relative inflation of a sensitivity computed from floating-point norms (covers their rounding error)."""
+
+
+def _down(x: float) -> float:
+    return math.nextafter(x, -math.inf)
+
+
+def sigma_up(sensitivity: float, rho: float) -> float:
+    r"""The smallest float ``sigma`` with ``sigma**2 >= sensitivity**2 / (2 rho)`` exactly (as rationals).
+
+    Canonne, Kamath & Steinke 2020, Thm. 4: :math:`N_{\mathbb Z}(0, \sigma^2)` noise on an integer query of
+    L2 sensitivity :math:`\Delta` is :math:`\Delta^2/(2\sigma^2)`-zCDP; rounding ``sigma`` up keeps the loss
+    at most ``rho``.
+
+    Parameters
+    ----------
+    sensitivity : float
+        In (0, inf).
+    rho : float
+        In (0, inf).
+
+    Returns
+    -------
+    float
+        ``sigma > 0``, rounded up.
+    """
+    need = Fraction(sensitivity) ** 2 / (2 * Fraction(rho))
+    s = sensitivity / math.sqrt(2.0 * rho)
+    while Fraction(s) ** 2 < need:
+        s = math.nextafter(s, math.inf)
+    while s > 0 and Fraction(math.nextafter(s, 0.0)) ** 2 >= need:
+        s = math.nextafter(s, 0.0)
+    return s
 
 
 @dataclass(frozen=True)
@@ -82,8 +129,8 @@ class Chi2Privacy:
 
     @property
     def marginal_sigma(self) -> float:
-        """Discrete Gaussian parameter of the round-1 noise (counts)."""
-        return self.marginal_sensitivity / math.sqrt(2.0 * self.rho_marginals)
+        """Discrete Gaussian parameter of the round-1 noise (counts), rounded up (:func:`sigma_up`)."""
+        return sigma_up(self.marginal_sensitivity, self.rho_marginals)
 
     def projection_release(self, column_norm: float, frac_bits: int, ell: int) -> tuple[int, float]:
         """How the round-2 sum is released: rounded to the grid ``2**(k - f)``, plus ``N_Z(0, sigma^2)``.
@@ -107,13 +154,21 @@ class Chi2Privacy:
         (int, float)
             ``k >= 0`` and ``sigma`` in units of ``2**(k - f)``.
         """
-        exact = 2.0**frac_bits * 2.0 * self.max_records * column_norm + 2.0 * math.sqrt(ell)
+        k, sensitivity = self.projection_sensitivity(column_norm, frac_bits, ell)
+        return k, sigma_up(sensitivity, self.rho_projection)
+
+    def projection_sensitivity(
+        self, column_norm: float, frac_bits: int, ell: int
+    ) -> tuple[int, float]:
+        """``k`` and the round-2 L2 sensitivity on the grid ``2**(k - f)`` (:meth:`projection_release`)."""
+        root_l = math.nextafter(math.sqrt(ell), math.inf)
+        exact = 2.0**frac_bits * 2.0 * self.max_records * column_norm + 2.0 * root_l
+        exact *= SENSITIVITY_MARGIN
         root = math.sqrt(2.0 * self.rho_projection)
         k = 0
         while exact / 2.0**k / root > 2.0**24:
             k += 1
-        sensitivity = exact / 2.0**k + (math.sqrt(ell) if k > 0 else 0.0)
-        return k, sensitivity / root
+        return k, (exact / 2.0**k + (root_l if k > 0 else 0.0)) * SENSITIVITY_MARGIN
 
     def loss(self) -> PrivacyLoss:
         """The run's privacy loss: ``rho`` and its (epsilon, delta) at ``delta`` (at most the budget)."""
@@ -133,6 +188,11 @@ class Chi2Privacy:
             "max_records": self.max_records,
             "sigma_marginals": self.marginal_sigma,
         }
+
+
+@functools.lru_cache(maxsize=256)
+def _rho(epsilon: float, delta: float) -> float:
+    return approx_dp_to_zcdp(epsilon=epsilon, delta=delta)
 
 
 def plan_chi2_privacy(
@@ -160,19 +220,30 @@ def plan_chi2_privacy(
     ParameterError
         If a parameter is outside its range.
     """
-    rho = approx_dp_to_zcdp(epsilon=epsilon, delta=delta)  # checks epsilon and delta
+    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+    dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    rho = _rho(eps, dlt)
     t = check_int("max_records", max_records, low=1)
     frac = check_real(
         "round1_fraction", round1_fraction, low=0.0, high=1.0, low_open=True, high_open=True
     )
-    return Chi2Privacy(float(epsilon), float(delta), rho, rho * frac, rho * (1.0 - frac), t)
+    # shares rounded down, so that rho_marginals + rho_projection <= rho exactly (as rationals)
+    r1 = rho * frac
+    while Fraction(r1) > Fraction(rho) * Fraction(frac):
+        r1 = _down(r1)
+    r2 = rho - r1
+    while Fraction(r1) + Fraction(r2) > Fraction(rho):
+        r2 = _down(r2)
+    return Chi2Privacy(float(epsilon), float(delta), rho, r1, r2, t)
 
 
 def add_discrete_gaussian(values: Any, sigma: float, rng: RNG) -> np.ndarray:
     """Return ``values`` (integers, any shape) plus discrete Gaussian noise of parameter ``sigma``, as float64.
 
     The exact sampler (:func:`~fedstats.privacy.mechanisms.samplers.sample_discrete_gaussian`) draws the
-    integer noise; the sum is formed in float64 (exact below 2**53, far above any noise it carries).
+    integer noise with parameter ``sigma**2`` taken exactly (the rational square of the float ``sigma``, not
+    ``sigma * sigma`` rounded to nearest); the sum is formed in float64 (exact below 2**53, far above any
+    noise it carries).
 
     Parameters
     ----------
@@ -197,5 +268,5 @@ def add_discrete_gaussian(values: Any, sigma: float, rng: RNG) -> np.ndarray:
         raise ParameterError(
             "epsilon", sigma, "a budget whose noise (sigma here) the exact sampler supports (2**42)"
         )
-    z = sample_discrete_gaussian(sigma * sigma, np.shape(values), rng)
+    z = sample_discrete_gaussian(Fraction(sigma) ** 2, np.shape(values), rng)
     return np.asarray(values, dtype=np.float64) + z.astype(np.float64)

@@ -11,7 +11,6 @@ are those of round 1, so the estimate is the squared norm of the survivors' ``su
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -28,14 +27,20 @@ from fedstats.analyses.chi2.estimator import (
     kept_cells,
     projection_norms,
 )
+from fedstats.analyses.chi2.null import (
+    DEFAULT_NULL_REPLICATES,
+    headroom,
+    noisy_marginals,
+    round2_plan,
+    simulate_null,
+)
 from fedstats.analyses.chi2.privacy import Chi2Privacy, add_discrete_gaussian
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import ParameterError
-from fedstats.privacy.analysis.discrete_gaussian import discrete_gaussian_variance
 from fedstats.randomness import RandomSource
-from fedstats.secagg.quantize import choose_frac_bits, reduce_signed
+from fedstats.secagg.quantize import reduce_signed
 from fedstats.sketches.stable import StableProjection
 
 __all__ = ["fed_chi2_protocol"]
@@ -56,6 +61,7 @@ def fed_chi2_protocol(
     drop_empty: bool = False,
     privacy: Chi2Privacy | None = None,
     randomness: RandomSource | None = None,
+    null_replicates: int = DEFAULT_NULL_REPLICATES,
 ) -> ProtocolGenerator[Chi2Result]:
     """FED-chi^2 as an engine protocol (Pang et al. 2023, Algorithm 2).
 
@@ -113,6 +119,7 @@ def fed_chi2_protocol(
         If ``bits`` is too narrow for the aggregated encoding.
     """
     ell, dec, b, conf, lev = check_options(encoding_size, decoder, bits, confidence, level)
+    null_replicates = check_int("null_replicates", null_replicates, low=99)
     m_x, m_y = check_shape(shape)
     mc = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
@@ -129,13 +136,12 @@ def fed_chi2_protocol(
         "marginals", encode_marginals, base, dim=m_x + m_y, bound=mc * max(m_x, m_y)
     )
     marg = np.asarray(s1.total, dtype=np.int64)
-    headroom = 0.0
+    total_bound = float(marg[:m_x].sum())
     if privacy is not None and server is not None:
         # noisy marginals, at least 1 (post-processing): every cell is kept
-        marg = np.maximum(add_discrete_gaussian(marg, privacy.marginal_sigma, server), 1.0)
-        marg = np.rint(marg).astype(np.int64)
+        marg = noisy_marginals(marg, privacy, server)
         rows, cols = np.arange(m_x), np.arange(m_y)
-        headroom = 10.0 * privacy.marginal_sigma * math.sqrt(m_x + m_y)
+        total_bound = float(marg[:m_x].sum()) + headroom(privacy, m_x, m_y)
     vx, vy = marg[:m_x], marg[m_x:]
     if privacy is None:
         rows, cols = kept_cells(vx, vy, drop_empty)
@@ -143,11 +149,20 @@ def fed_chi2_protocol(
     vbar = expected_counts(vx[rows], vy[cols])
     proj = StableProjection(seed, ell, 2.0)
     row_norm, p_sq, column_norm = projection_norms(proj, np.sqrt(vbar))
-    v = float(vx.sum()) + headroom
-    s_max = v * (min(rows.size, cols.size) - 1)
-    bound_one = client_bound(vbar, mc, n, row_norm)
-    f = choose_frac_bits(b, bound_one, row_norm * math.sqrt(s_max))
-    fp = FixedPoint(f, max(bound_one, 1e-9))
+    plan = round2_plan(
+        privacy,
+        vbar=vbar,
+        row_norm=row_norm,
+        column_norm=column_norm,
+        n_clients=n,
+        max_cell=mc,
+        bits=b,
+        ell=ell,
+        total_bound=total_bound,
+        min_dim=min(rows.size, cols.size),
+    )
+    f = plan.frac_bits
+    fp = FixedPoint(f, max(client_bound(vbar, mc, n, row_norm), 1e-9))
     params = {
         **base,
         "rows": rows.tolist(),
@@ -169,22 +184,38 @@ def fed_chi2_protocol(
     total = reduce_signed(s2.total, b)
     tau = 0.0
     details: dict[str, Any] = {}
+    null = None
     if privacy is not None and server is not None:
-        k, sigma = privacy.projection_release(column_norm, f, ell)
+        k, sigma = plan.k, plan.sigma
         half = (1 << k) >> 1
         coarse = [(int(x) + half) >> k for x in total]  # nearest multiple of 2**k (exact integers)
-        step = 2.0**k / fp.scale
         total = add_discrete_gaussian(coarse, sigma, server) * 2.0**k
         # decoded s + tau: the noise, and the rounding to 2**k (uniform, variance 1/12 of a step)
-        tau = (discrete_gaussian_variance(sigma) + (1.0 / 12.0 if k else 0.0)) * step**2 / 2.0
+        tau = plan.tau
         details["privacy"] = {
             **privacy.as_dict(),
-            "sigma_projection": sigma * step,
+            "sigma_projection": sigma * plan.step,
             "noise_offset": tau,
             "noisy_marginals": marg.tolist(),
         }
+        if null_replicates and randomness is not None:
+            null = simulate_null(
+                marg,
+                (m_x, m_y),
+                privacy=privacy,
+                projection=proj,
+                decoder=dec,
+                n_clients=n,
+                n_survivors=s2.n_clients,
+                max_cell=mc,
+                bits=b,
+                tau=tau,
+                replicates=null_replicates,
+                rng=randomness.generator("server", "chi2", "null"),
+            )
     e = fp.decode(total)
-    est = decode(e, dec, conf, 1.0 / fp.scale)
+    res_step = 1.0 / fp.scale
+    est = decode(e, dec, conf, res_step)
     res = finish(
         est,
         dof=(rows.size - 1) * (cols.size - 1),
@@ -205,6 +236,8 @@ def fed_chi2_protocol(
             **details,
         },
         noise_offset=tau,
+        null=null,
+        wide=None if null is None else decode(e, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
     )
     if privacy is not None:
         loss = privacy.loss()

@@ -23,15 +23,22 @@ from fedstats.analyses.chi2.estimator import (
     check_options,
     check_table,
     chi_square_statistic,
-    client_bound,
     decode,
     finish,
     kept_cells,
-    row_norms_and_offset,
+    projection_norms,
 )
-from fedstats.errors import DataError
+from fedstats.analyses.chi2.null import (
+    DEFAULT_NULL_REPLICATES,
+    headroom,
+    noisy_marginals,
+    round2_plan,
+    simulate_null,
+)
+from fedstats.analyses.chi2.privacy import add_discrete_gaussian, plan_chi2_privacy
+from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource
-from fedstats.secagg.quantize import choose_frac_bits, wrap_reports
+from fedstats.secagg.quantize import wrap_reports
 from fedstats.sketches.stable import StableProjection
 
 __all__ = ["SPLITS", "simulate_decoded", "simulate_fed_chi2", "survivor_table"]
@@ -89,6 +96,11 @@ def simulate_fed_chi2(
     confidence: float = 0.95,
     projection: str = "materialize",
     drop_empty: bool = False,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    max_records: int | None = None,
+    round1_fraction: float = 0.5,
+    null_replicates: int = DEFAULT_NULL_REPLICATES,
 ) -> Chi2Result:
     """FED-chi^2 on a global table split across ``n_clients``, without the per-client engine (fast path).
 
@@ -112,6 +124,16 @@ def simulate_fed_chi2(
         ``"materialize"`` generates the public projection and computes ``P w`` (``O(l m)``);
         ``"distribution"`` draws ``e = sqrt(F_2(w)) * N(0, 2)`` directly (``O(l)``), which has exactly the
         same distribution given ``w``.
+    epsilon, delta, round1_fraction, null_replicates
+        Central DP as in :func:`~fedstats.analyses.chi2.api.fed_chi2` (both or neither of
+        ``epsilon``/``delta``): the same release (:func:`~fedstats.analyses.chi2.null.noisy_marginals`,
+        :func:`~fedstats.analyses.chi2.null.round2_plan`, the discrete Gaussian on the integer sum) and the
+        same p-value (:func:`~fedstats.analyses.chi2.null.simulate_null`). The noise and the null
+        simulation draw from the private streams ``("chi2", "noise")`` and ``("chi2", "null")`` of a
+        RandomSource (or from the generator).
+    max_records : int, optional
+        With ``epsilon``: the declared ``T``; default ``ceil(total / n_clients)`` (an even split; simulation
+        only).
 
     Returns
     -------
@@ -139,18 +161,39 @@ def simulate_fed_chi2(
     p_drop = check_real("dropout", dropout, low=0.0, high=1.0, high_open=True)
     sp = check_choice("split", split, SPLITS)
     mode = check_choice("projection", projection, ("materialize", "distribution"))
+    null_replicates = check_int("null_replicates", null_replicates, low=99)
+    if (epsilon is None) != (delta is None):
+        raise ParameterError("epsilon/delta", (epsilon, delta), "both given, or neither")
+    privacy = None
+    if epsilon is not None and delta is not None:
+        privacy = plan_chi2_privacy(
+            epsilon=epsilon,
+            delta=delta,
+            max_records=max_records
+            if max_records is not None
+            else max(1, math.ceil(int(t.sum()) / n)),
+            round1_fraction=round1_fraction,
+        )
     if isinstance(randomness, RandomSource) or randomness is None:
         src = randomness if randomness is not None else RandomSource()
         rng: RNG = src.generator("chi2", "simulate")
+        noise_rng, null_rng = src.generator("chi2", "noise"), src.generator("chi2", "null")
         seed = src.public_seed("chi2", "projection")
         note = src.release_note
     else:
-        rng = randomness
+        rng = noise_rng = null_rng = randomness
         seed = int(rng.integers(0, 2**63))
         note = None
     m_x, m_y = t.shape
     vx, vy = t.sum(axis=1), t.sum(axis=0)
-    rows, cols = kept_cells(vx, vy, drop_empty)
+    total_bound = float(vx.sum())
+    if privacy is not None:
+        marg = noisy_marginals(np.concatenate([vx, vy]), privacy, noise_rng)
+        vx, vy = marg[:m_x], marg[m_x:]
+        rows, cols = np.arange(m_x), np.arange(m_y)
+        total_bound = float(vx.sum()) + headroom(privacy, m_x, m_y)
+    else:
+        rows, cols = kept_cells(vx, vy, drop_empty)
     kept = t[np.ix_(rows, cols)]
     vbar = expected_counts(vx[rows], vy[cols])
     k_drop = min(round(p_drop * n), n - 1)
@@ -159,22 +202,60 @@ def simulate_fed_chi2(
     shortcuts = ["linearity (sum of projections = projection of the sum)", "public seed"]
     if k_drop:
         shortcuts.append(f"survivors' table drawn in distribution (split={sp})")
+    proj = StableProjection(seed, ell, 2.0)
     if mode == "materialize":
-        proj = StableProjection(seed, ell, 2.0)
         e = proj.project(w[None, :])[0]
-        row_norm = row_norms_and_offset(proj, np.zeros(w.size))[0]
     else:
         e = math.sqrt(float(w @ w)) * np.asarray(rng.normal(0.0, math.sqrt(2.0), ell))
-        row_norm = math.sqrt(2.0 * w.size) * 1.5
         shortcuts.append("projection drawn in distribution")
-    v = float(vx.sum())
-    s_max = v * (min(rows.size, cols.size) - 1)
+    if mode == "materialize" or privacy is not None:
+        # the public norms (with DP, c = max_j ||P_j|| / sqrt(vbar_j) sets the noise, as in the protocol)
+        row_norm, _, column_norm = projection_norms(proj, np.sqrt(vbar))
+    else:
+        row_norm, column_norm = math.sqrt(2.0 * w.size) * 1.5, math.inf
     mc = max(1, math.ceil(float(t.max()) / n))
-    f = choose_frac_bits(b, client_bound(vbar, mc, n, row_norm), row_norm * math.sqrt(s_max))
+    plan = round2_plan(
+        privacy,
+        vbar=vbar,
+        row_norm=row_norm,
+        column_norm=column_norm,
+        n_clients=n,
+        max_cell=mc,
+        bits=b,
+        ell=ell,
+        total_bound=total_bound,
+        min_dim=min(rows.size, cols.size),
+    )
+    f = plan.frac_bits
     scale = 2.0**f
     qs = e * scale + np.asarray(rng.normal(0.0, math.sqrt(n / 6.0), ell))
-    q = wrap_reports(round_to_integers(qs), b)  # float64 integers, reduced like the protocol's sum
-    est = decode(q / scale, dec, conf, 1.0 / scale)
+    q = round_to_integers(qs)
+    tau = 0.0
+    null = None
+    if privacy is not None:
+        half = (1 << plan.k) >> 1
+        coarse = [(int(x) + half) >> plan.k for x in q]  # nearest multiple of 2**k, as the protocol
+        q = add_discrete_gaussian(coarse, plan.sigma, noise_rng) * 2.0**plan.k
+        tau = plan.tau
+        shortcuts.append("central DP: the protocol's release on the summed integer sketch")
+    q = wrap_reports(q, b)  # float64 integers, reduced like the protocol's sum
+    res_step = 1.0 / scale
+    est = decode(q / scale, dec, conf, res_step)
+    if privacy is not None:
+        null = simulate_null(
+            np.concatenate([vx, vy]),
+            (m_x, m_y),
+            privacy=privacy,
+            projection=proj,
+            decoder=dec,
+            n_clients=n,
+            n_survivors=n - k_drop,
+            max_cell=mc,
+            bits=b,
+            tau=tau,
+            replicates=null_replicates,
+            rng=null_rng,
+        )
     dof = int((rows.size - 1) * (cols.size - 1))
     res = finish(
         est,
@@ -188,10 +269,28 @@ def simulate_fed_chi2(
         bits=b,
         frac_bits=f,
         decoder=dec,
-        details={"shortcuts": shortcuts, "split": sp, "projection": mode},
+        details={"shortcuts": shortcuts, "split": sp, "projection": mode}
+        | (
+            {}
+            if privacy is None
+            else {
+                "privacy": {
+                    **privacy.as_dict(),
+                    "sigma_projection": plan.sigma * plan.step,
+                    "noise_offset": tau,
+                    "noisy_marginals": np.concatenate([vx, vy]).tolist(),
+                }
+            }
+        ),
+        noise_offset=tau,
+        null=null,
+        wide=None if null is None else decode(q / scale, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
     )
     exact, _ = chi_square_statistic(t)
     res.release_note = note
+    if privacy is not None:
+        loss = privacy.loss()
+        res.epsilon, res.delta = loss.epsilon, loss.delta
     return attach_truth(res, exact, dof)
 
 

@@ -92,13 +92,14 @@ def fig1_cell(
             authors_dof = m_x * m_y - 1
             row = rows[dec]
             row["err"].append(float(res.multiplicative_error or 0.0))
-            row["rej"].append(float(res.p_value < st.level))
+            row["rej"].append(float(res.p_value_paper < st.level))
             row["rej_authors"].append(
                 float(scipy.stats.chi2.sf(res.statistic, authors_dof) < st.level)
             )
             ci = res.ci if res.ci is not None else (math.nan, math.nan)
             row["covered"].append(float(ci[0] <= exact <= ci[1]))
-            row["stable"].append(float(res.decision_stable))
+            # the paper's decision (p_value_paper < level) and its stability over the interval
+            row["stable"].append(float(ci[0] > res.critical_value or ci[1] <= res.critical_value))
             if dec == DECODERS[0]:
                 central.append(float(scipy.stats.chi2.sf(exact, res.dof) < st.level))
                 central_authors.append(float(scipy.stats.chi2.sf(exact, authors_dof) < st.level))
