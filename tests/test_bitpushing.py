@@ -314,8 +314,15 @@ def test_variance_estimation_unbiased(eps: float | None) -> None:
     est = []
     for r in range(reps):
         x = _draw(rng, n)
-        res = variance(x, ENC, epsilon=eps, engine=Engine(randomness=RandomSource(r)), truth=False)
-        est.append(res.estimate)
+        res = variance(
+            x,
+            ENC,
+            epsilon=eps,
+            no_privacy=eps is None,
+            engine=Engine(randomness=RandomSource(r)),
+            truth=False,
+        )
+        est.append(res.details["unclipped_estimate"])
     e = np.array(est)
     assert abs(e.mean() - sigma2) < 6 * e.std() / math.sqrt(reps) + 0.01 * sigma2 / n
 
@@ -331,7 +338,7 @@ def test_generated_population_blocks_and_largest_remainder() -> None:
     n = 20_011
     pop = GeneratedPopulation(n, _gen)
     eng = Engine(randomness=RandomSource(4), block_size=1000)
-    res = mean(pop, ENC, engine=eng)
+    res = mean(pop, ENC, no_privacy=True, engine=eng)
     (c1, c2) = res.details["round_clients"]
     assert c1 == round(n / 3) and c1 + c2 == n
     assert res.bit_depth == 4 and res.details["bit_counts"].sum() == n
@@ -372,22 +379,29 @@ def test_privacy_metering_and_ledger() -> None:
 def test_bad_input_is_rejected() -> None:
     eng = Engine(randomness=RandomSource(1))
     with pytest.raises(DataError, match="outside the declared range"):
-        mean(np.array([1.0, 20.0, 3.0]), BitEncoding(0, 15, out_of_range="refuse"), engine=eng)
-    res = mean(np.array([1.0, 20.0, 3.0, 4.0]), ENC, engine=eng, method="weighted")
+        mean(
+            np.array([1.0, 20.0, 3.0]),
+            BitEncoding(0, 15, out_of_range="refuse"),
+            no_privacy=True,
+            engine=eng,
+        )
+    res = mean(np.array([1.0, 20.0, 3.0, 4.0]), ENC, no_privacy=True, engine=eng, method="weighted")
     assert res.n_clipped == 1
     with pytest.raises(DataError, match="empty"):
-        mean(np.array([]), ENC, engine=eng)
+        mean(np.array([]), ENC, no_privacy=True, engine=eng)
     for eps in (0.0, -1.0):
         with pytest.raises(ParameterError, match="epsilon"):
             mean(np.arange(10.0), ENC, epsilon=eps, engine=eng)
     with pytest.raises(ParameterError, match="epsilon"):
-        mean(np.arange(10.0), ENC, method="piecewise", engine=eng)
+        mean(np.arange(10.0), ENC, method="piecewise", no_privacy=True, engine=eng)
+    with pytest.raises(ParameterError, match="epsilon"):
+        mean(np.arange(10.0), ENC, engine=eng)  # no privacy choice
     with pytest.raises(ParameterError, match="method"):
-        mean(np.arange(10.0), ENC, method="median", engine=eng)
+        mean(np.arange(10.0), ENC, method="median", no_privacy=True, engine=eng)
     with pytest.raises(ParameterError, match="bits_per_client"):
-        mean(np.arange(10.0), ENC, bits_per_client=5, engine=eng)
+        mean(np.arange(10.0), ENC, bits_per_client=5, no_privacy=True, engine=eng)
     with pytest.raises(DataError, match="NaN"):
-        mean(np.array([1.0, np.nan]), ENC, engine=eng)
+        mean(np.array([1.0, np.nan]), ENC, no_privacy=True, engine=eng)
 
 
 def test_squashing_removes_vacuous_bits_under_dp() -> None:

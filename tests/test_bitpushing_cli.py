@@ -126,3 +126,29 @@ def test_bad_input_exit_code_2_one_line(tmp_path: Path) -> None:
             [kind, "adult", "-c", "age", "--high", "127", "--epsilon", "1", "--no-privacy"]
         )
         assert "--no-privacy" in msg
+
+
+def test_estimator_option_and_clipping_warning() -> None:
+    base = [
+        "--seed",
+        "3",
+        "mean",
+        "adult",
+        "-c",
+        "age",
+        "--high",
+        "127",
+        "--epsilon",
+        "1",
+        "--json",
+    ]
+    assert _json(base)["details"]["estimator"] == "split"  # the unbiased default
+    assert _json([*base, "--estimator", "pooled"])["details"]["estimator"] == "pooled"
+    assert "--estimator" in _error([*base, "--estimator", "mixed"])
+    assert "--estimator" in _error([*base, "-p", "weighted", "--estimator", "pooled"])
+    # a variance estimate below 0 is released as 0, with a warning and an interval that is not [0, 0]
+    d = _json(["--seed", "0", "--json", "variance", "adult", "-c", "capital_gain", "--high", "99999",
+               "--clients", "300", "--epsilon", "0.5"])  # fmt: skip
+    assert d["details"]["unclipped_estimate"] < 0 and d["estimate"] == 0.0
+    assert d["ci"][0] == 0.0 and d["ci"][1] > 0.0
+    assert any("reported as 0" in w for w in d["details"]["warnings"])

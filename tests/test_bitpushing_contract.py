@@ -27,16 +27,16 @@ X = (np.arange(2000) % 16).astype(np.float64)
 
 def test_results_are_tagged_by_package_and_statistic() -> None:
     rs = RandomSource(3)
-    assert mean(X, ENC, randomness=rs).analysis == "bitpushing.mean"
-    assert variance(X, ENC, randomness=rs).analysis == "bitpushing.variance"
+    assert mean(X, ENC, no_privacy=True, randomness=rs).analysis == "bitpushing.mean"
+    assert variance(X, ENC, no_privacy=True, randomness=rs).analysis == "bitpushing.variance"
     res = mean_baselines.mean(X, ENC, method="duchi", epsilon=1.0, randomness=rs)
     assert res.analysis == "mean_baselines.mean" and res.method == "duchi"
-    res_v = mean_baselines.variance(X, ENC, method="dithering", randomness=rs)
+    res_v = mean_baselines.variance(X, ENC, method="dithering", no_privacy=True, randomness=rs)
     assert res_v.analysis == "mean_baselines.variance"
     d = res.to_dict()
     assert d["analysis"] == "mean_baselines.mean" and d["error"] == res.error
     with pytest.raises(ParameterError, match="method"):
-        mean_baselines.mean(X, ENC, method="adaptive", randomness=rs)
+        mean_baselines.mean(X, ENC, method="adaptive", no_privacy=True, randomness=rs)
 
 
 def test_randomness_alone_reproduces_a_run() -> None:
@@ -69,7 +69,7 @@ def test_options_a_method_does_not_use_are_refused(method: str, option: str, val
 
 def test_squash_threshold_needs_epsilon() -> None:
     with pytest.raises(ParameterError, match="squash_threshold"):
-        mean(X, ENC, squash_threshold=0.15, randomness=RandomSource(1))
+        mean(X, ENC, squash_threshold=0.15, no_privacy=True, randomness=RandomSource(1))
 
 
 @settings(max_examples=40, deadline=None)

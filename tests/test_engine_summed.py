@@ -208,8 +208,8 @@ class _Recording(SerialBackend):
     [
         {"method": "adaptive"},
         {"method": "adaptive", "allocation": "random"},
-        {"method": "basic", "epsilon": None},
-        {"method": "weighted", "allocation": "random", "epsilon": None},
+        {"method": "basic", "epsilon": None, "no_privacy": True},
+        {"method": "weighted", "allocation": "random", "epsilon": None, "no_privacy": True},
         {"method": "basic", "bits_per_client": 2},
         {"method": "weighted", "allocation": "random", "bits_per_client": 3},
     ],

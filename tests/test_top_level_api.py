@@ -42,5 +42,7 @@ def test_import_fedstats_loads_no_analysis_and_unknown_names_fail() -> None:
 
 def test_one_call_mean_runs_from_the_top_level() -> None:
     x = np.full(2000, 64.0)
-    res = fedstats.mean(x, fedstats.BitEncoding(0, 127), randomness=fedstats.RandomSource(3))
+    res = fedstats.mean(
+        x, fedstats.BitEncoding(0, 127), no_privacy=True, randomness=fedstats.RandomSource(3)
+    )
     assert res.estimate == pytest.approx(64.0, abs=6 * res.standard_error + 1e-9)

@@ -159,7 +159,14 @@ def _run(
             small = ResampledPopulation({column: values}, n)
             serial = Engine(randomness=RandomSource(0))
             return run(
-                small, enc, method=method, column=column, epsilon=epsilon, engine=serial, **given
+                small,
+                enc,
+                method=method,
+                column=column,
+                epsilon=epsilon,
+                no_privacy=no_privacy,
+                engine=serial,
+                **given,
             )
 
         warn_duration(
@@ -175,6 +182,7 @@ def _run(
             "method": method,
             "column": column,
             "epsilon": epsilon,
+            "no_privacy": no_privacy,
             "engine": engine,
             "confidence": confidence,
             "shuffle": not isinstance(pop, Population),
@@ -198,19 +206,13 @@ def _run(
         "resolution": enc.resolution,
         "details": {k: v for k, v in details.items() if k not in ("mean_stage", "variance_stage")},
     }
-    if kind == "variance" and payload["estimate"] is not None and payload["estimate"] < 0:
-        raw = payload["estimate"]
-        payload["estimate"] = 0.0
-        payload["details"]["unclipped_estimate"] = raw
-        if payload.get("ci"):
-            payload["ci"] = [max(0.0, payload["ci"][0]), max(0.0, payload["ci"][1])]
-        if payload.get("truth") is not None:
-            payload["error"] = payload["estimate"] - payload["truth"]
+    raw = payload["details"].get("unclipped_estimate")
+    if raw is not None and raw != payload["estimate"]:  # the library clipped it (post-processing)
         add_warning(
             state,
             payload,
-            f"the variance estimate {raw:.6g} was below 0 and is reported as 0 (clipping is "
-            "post-processing: no privacy cost)",
+            f"the {kind} estimate {raw:.6g} was outside the parameter space and is reported as "
+            f"{payload['estimate']:.6g} (clipping is post-processing: no privacy cost)",
         )
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
@@ -309,6 +311,14 @@ Round1Opt = Annotated[
     float | None,
     typer.Option("--round1-fraction", help="Share of clients in round 1 (adaptive; default 1/3)."),
 ]
+EstimatorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--estimator",
+        help="Adaptive estimator: split (default; unbiased under local DP) or pooled (the paper's "
+        "Algorithm 2, biased low under local DP on skewed data; for reproductions).",
+    ),
+]
 AlphaOpt = Annotated[
     float | None,
     typer.Option(
@@ -342,6 +352,7 @@ def mean(
     split: SplitOpt = None,
     allocation: AllocationOpt = None,
     round1_fraction: Round1Opt = None,
+    estimator: EstimatorOpt = None,
     alpha: AlphaOpt = None,
     squash_threshold: SquashOpt = None,
     confidence: ConfidenceOpt = 0.95,
@@ -358,6 +369,7 @@ def mean(
         "bits_per_client": bits_per_client,
         "allocation": allocation,
         "round1_fraction": round1_fraction,
+        "estimator": estimator,
         "alpha": alpha,
         "squash_threshold": squash_threshold,
     }
@@ -393,6 +405,7 @@ def variance(
     split: SplitOpt = None,
     allocation: AllocationOpt = None,
     round1_fraction: Round1Opt = None,
+    estimator: EstimatorOpt = None,
     alpha: AlphaOpt = None,
     squash_threshold: SquashOpt = None,
     mean_fraction: Annotated[
@@ -412,6 +425,7 @@ def variance(
         "bits_per_client": bits_per_client,
         "allocation": allocation,
         "round1_fraction": round1_fraction,
+        "estimator": estimator,
         "alpha": alpha,
         "squash_threshold": squash_threshold,
         "mean_fraction": mean_fraction,

@@ -27,7 +27,9 @@ def run_demo(randomness: RandomSource) -> list[dict[str, Any]]:
     dataset = f"adult age, {ages.size} clients, 1 bit each"
     rows: list[dict[str, Any]] = []
     for i, eps in enumerate((None, DEMO_EPSILON)):
-        res = mean(ages, enc, epsilon=eps, randomness=randomness.child("mean", i))
+        res = mean(
+            ages, enc, epsilon=eps, no_privacy=eps is None, randomness=randomness.child("mean", i)
+        )
         rows.append(
             {
                 "name": "mean, adaptive bit pushing" + (" + RR" if eps else ""),
@@ -40,7 +42,7 @@ def run_demo(randomness: RandomSource) -> list[dict[str, Any]]:
                 "bits_per_client": res.bits_per_client,
             }
         )
-    var = variance(ages, enc, randomness=randomness.child("variance"))
+    var = variance(ages, enc, no_privacy=True, randomness=randomness.child("variance"))
     rows.append(
         {
             "name": "variance, adaptive bit pushing",

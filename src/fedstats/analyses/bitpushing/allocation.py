@@ -43,6 +43,7 @@ from fedstats.privacy.mechanisms import RandomizedResponse
 
 __all__ = [
     "affine_permutation",
+    "bit_mean_variances",
     "bit_means",
     "inclusion_probabilities",
     "lemma1_variance",
@@ -232,6 +233,54 @@ def bit_means(counts: Any, sums: Any, epsilon_bit: float | None = None) -> np.nd
     if epsilon_bit is None:
         return raw
     out: np.ndarray = RandomizedResponse(epsilon=epsilon_bit).debias_mean(raw)
+    return out
+
+
+def bit_mean_variances(
+    counts: Any, sums: Any, epsilon_bit: float | None = None, *, unbiased: bool = False
+) -> np.ndarray:
+    r"""Estimated variance of each debiased bit mean :math:`m_j` (0 where no client reported bit j).
+
+    One report on bit j is a Bernoulli(:math:`y_j`) variable with :math:`y_j = (1 - q) + (2q - 1)\bar
+    x^{(j)}` (:math:`q = e^\varepsilon/(1+e^\varepsilon)`, :math:`y_j = \bar x^{(j)}` without DP), so
+    :math:`\mathbb V[m_j] = y_j(1-y_j) / ((2q-1)^2 c_j)`, which equals Lemma 1's
+    :math:`(\bar x^{(j)}(1-\bar x^{(j)}) + e^\varepsilon/(e^\varepsilon-1)^2)/c_j` (Cormode & Markov
+    2021, Lemma 1 with randomized response). Two plug-ins of :math:`y_j(1-y_j)`:
+
+    * default (for intervals): the small-sample corrected :math:`\tilde y_j(1-\tilde y_j)` with
+      :math:`\tilde y_j = (s_j + 1/2)/(c_j + 1)`, never 0, so a bit whose few reports happen to be all 0
+      (or all 1) still counts (the plain plug-in :math:`m_j(1-m_j) = 0` makes intervals too short at small
+      n on skewed data);
+    * ``unbiased=True`` (for bias corrections): :math:`\bar y_j(1-\bar y_j)\,c_j/(c_j-1)`, unbiased for
+      :math:`y_j(1-y_j)` given :math:`c_j \ge 2` (the corrected one where :math:`c_j = 1`).
+
+    Parameters
+    ----------
+    counts : array_like of int, shape (b,)
+        Reports per bit :math:`c_j \ge 0`.
+    sums : array_like of int, shape (b,)
+        Sum of the reported (randomized) bits :math:`s_j`.
+    epsilon_bit : float, optional
+        Randomized-response epsilon of each report (None: no DP).
+    unbiased : bool
+        Which plug-in (see above).
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (b,)
+        :math:`\widehat{\mathbb V}[m_j] \ge 0`.
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    s = np.asarray(sums, dtype=np.float64)
+    d2 = 1.0 if epsilon_bit is None else math.tanh(float(epsilon_bit) / 2.0) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        yt = (s + 0.5) / (c + 1.0)
+        corrected = np.where(c > 0, yt * (1.0 - yt) / (d2 * c), 0.0)
+        if not unbiased:
+            return corrected
+        yb = s / c
+        plain = yb * (1.0 - yb) / (d2 * (c - 1.0))
+        out: np.ndarray = np.where(c >= 2, plain, corrected)
     return out
 
 

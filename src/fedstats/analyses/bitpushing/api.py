@@ -40,7 +40,7 @@ from fedstats.analyses.bitpushing.protocol import (
 from fedstats.engine import Engine, InMemoryPopulation, Population
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.populations import HistogramSource, block_count
-from fedstats.errors import DataError
+from fedstats.errors import DataError, ParameterError
 from fedstats.privacy.ledger import BitMeter, PrivacyLedger
 from fedstats.privacy.mechanisms import Mechanism
 from fedstats.randomness import RandomSource
@@ -48,6 +48,7 @@ from fedstats.randomness import RandomSource
 __all__ = [
     "DEFAULT_SQUASH_THRESHOLD",
     "Truth",
+    "check_privacy_choice",
     "mean",
     "population_truth",
     "variance",
@@ -244,6 +245,32 @@ def _scan(
     return tr
 
 
+def check_privacy_choice(epsilon: float | None, no_privacy: bool) -> None:
+    """Require an explicit privacy choice, as the CLI does: ``epsilon=E`` or ``no_privacy=True``.
+
+    Parameters
+    ----------
+    epsilon : float or None
+        Local DP epsilon per client.
+    no_privacy : bool
+        The explicit choice of a non-private estimate.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``epsilon`` if neither or both are given.
+    """
+    if epsilon is None and not no_privacy:
+        raise ParameterError(
+            "epsilon",
+            None,
+            "a privacy choice: epsilon=E (local DP, E > 0), or no_privacy=True to release a "
+            "non-private estimate",
+        )
+    if epsilon is not None and no_privacy:
+        raise ParameterError("epsilon", epsilon, "either epsilon=E or no_privacy=True, not both")
+
+
 def _bind(
     method: str, epsilon: float | None, options: dict[str, Any]
 ) -> tuple[Any, list[Mechanism]]:
@@ -289,6 +316,7 @@ def mean(
     method: str = "adaptive",
     column: str = "value",
     epsilon: float | None = None,
+    no_privacy: bool = False,
     public_seed: int | None = None,
     confidence: float = 0.95,
     truth: bool = True,
@@ -315,7 +343,10 @@ def mean(
     column : str
         Column of a Population (or the name given to an array).
     epsilon : float, optional
-        Local DP epsilon per client, in (0, 700]; None: no DP (bit pushing, dithering only).
+        Local DP epsilon per client, in (0, 700]. A privacy choice is required, as on the command line:
+        ``epsilon=E`` or ``no_privacy=True`` (neither, or both, raise ``ParameterError``).
+    no_privacy : bool
+        The explicit choice of a non-private estimate (bit pushing, dithering only); default False.
     public_seed : int, optional
         Public randomness (permutation, dither); default ``randomness.public_seed("bitpushing", "mean")``.
     confidence : float
@@ -344,13 +375,14 @@ def mean(
     Raises
     ------
     ParameterError
-        If the method or an option is invalid.
+        If the method or an option is invalid, or no privacy choice (or both) is given.
     DataError
         If the data is empty, not finite, or outside the range under ``out_of_range="refuse"``.
     BudgetExceededError
         If the ledger or the bit meter refuses the request (nothing is charged then).
     """
     # refused before the (possibly long) truth scan and rounds, not after them
+    check_privacy_choice(epsilon, no_privacy)
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)
@@ -377,6 +409,7 @@ def variance(
     method: str = "adaptive",
     column: str = "value",
     epsilon: float | None = None,
+    no_privacy: bool = False,
     mean_fraction: float = 0.2,
     public_seed: int | None = None,
     confidence: float = 0.95,
@@ -396,8 +429,8 @@ def variance(
 
     Parameters
     ----------
-    data, encoding, method, column, epsilon, confidence, truth, shuffle, engine, randomness, ledger,
-    bit_meter, **options
+    data, encoding, method, column, epsilon, no_privacy, confidence, truth, shuffle, engine, randomness,
+    ledger, bit_meter, **options
         As :func:`mean`.
     mean_fraction : float
         Share of clients in the mean stage, in (0, 1), default 0.2.
@@ -412,13 +445,14 @@ def variance(
     Raises
     ------
     ParameterError
-        If the method, an option or ``mean_fraction`` is invalid.
+        If the method, an option or ``mean_fraction`` is invalid, or the privacy choice is missing.
     DataError
         As :func:`mean`.
     BudgetExceededError
         If the ledger or the bit meter refuses either stage (nothing is charged then).
     """
     # refused before the (possibly long) truth scan and rounds, not after them
+    check_privacy_choice(epsilon, no_privacy)
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)

@@ -25,6 +25,7 @@ from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses.bitpushing.allocation import split_clients
 from fedstats.analyses.bitpushing.bit_stages import (
     ALLOCATIONS,
+    ESTIMATORS,
     adaptive_stage,
     basic_stage,
     check_squash,
@@ -47,6 +48,7 @@ __all__ = [
     "VarianceEstimate",
     "bit_pushing_stage",
     "check_options",
+    "clip_to_space",
     "make_stage",
     "mean_protocol",
     "stage_mechanisms",
@@ -58,7 +60,15 @@ BIT_PUSHING_METHODS = ("adaptive", "weighted", "basic")
 
 _COMMON = ("epsilon", "bits_per_client", "allocation", "squash_threshold")
 STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "adaptive": (*_COMMON, "round1_fraction", "gamma", "alpha", "min_reports", "squash_z"),
+    "adaptive": (
+        *_COMMON,
+        "round1_fraction",
+        "gamma",
+        "alpha",
+        "min_reports",
+        "squash_z",
+        "estimator",
+    ),
     "weighted": (*_COMMON, "alpha"),
     "basic": (*_COMMON, "probabilities", "alpha"),
 }
@@ -118,6 +128,8 @@ def bit_pushing_stage(method: str, **options: Any) -> Stage:
     check_int("bits_per_client", options.get("bits_per_client", 1), low=1)
     check_choice("allocation", options.get("allocation", "exact"), ALLOCATIONS)
     check_squash(options.get("squash_threshold"), epsilon)
+    if "estimator" in options:
+        check_choice("estimator", options["estimator"], ESTIMATORS)
     fns: dict[str, Callable[..., Any]] = {
         "adaptive": adaptive_stage,
         "weighted": weighted_stage,
@@ -243,12 +255,50 @@ class VarianceEstimate(BitPushingResult):
     mean: float = 0.0
 
 
-def _ci(estimate: float, variance: float, confidence: float) -> tuple[float, float]:
+def _z(confidence: float) -> float:
     from scipy.special import ndtri  # the normal quantile (what scipy.stats.norm.ppf calls), lazily
 
-    z = float(ndtri(0.5 + confidence / 2.0))
-    half = z * math.sqrt(max(variance, 0.0))
-    return estimate - half, estimate + half
+    return float(ndtri(0.5 + confidence / 2.0))
+
+
+def clip_to_space(
+    estimate: float, standard_error: float, z: float, space: tuple[float, float]
+) -> tuple[float, tuple[float, float]]:
+    r"""Clip an estimate and its normal interval ``estimate +- z * se`` to the parameter space [a, b].
+
+    Post-processing of released values (no privacy cost). The estimate is clipped to [a, b]; the interval
+    keeps its part inside [a, b], so its coverage never drops. If the whole normal interval lies outside
+    [a, b] (the truth is then missed anyway), it is replaced by ``[a, min(b, a + z se)]`` (below) or
+    ``[max(a, b - z se), b]`` (above): the half of a z-interval around the clipped estimate that lies in
+    the space, never degenerate while ``se > 0`` (a variance clipped to 0 with a large standard error
+    reports ``[0, z se]``, not ``[0, 0]``).
+
+    Parameters
+    ----------
+    estimate : float
+        Unclipped (unbiased) estimate.
+    standard_error : float
+        Its standard error, >= 0.
+    z : float
+        Normal quantile of the interval, > 0.
+    space : (float, float)
+        Parameter space [a, b], a <= b (mean: the declared range; variance: [0, ((high - low)/2)^2],
+        Popoviciu's bound).
+
+    Returns
+    -------
+    (float, (float, float))
+        The clipped estimate and interval.
+    """
+    a, b = float(space[0]), float(space[1])
+    half = z * standard_error
+    lo, hi = estimate - half, estimate + half
+    est = min(max(estimate, a), b)
+    if hi < a:
+        return est, (a, min(b, a + half))
+    if lo > b:
+        return est, (max(a, b - half), b)
+    return est, (max(lo, a), min(hi, b))
 
 
 def _full_range(n_clients: int, client_range: tuple[int, int] | None) -> tuple[int, int]:
@@ -267,18 +317,37 @@ def _tag(method: str, statistic: str) -> str:
 
 
 def _common(
-    analysis: str, estimate: float, variance: float, confidence: float, epsilon: float | None
+    analysis: str,
+    estimate: float,
+    variance: float,
+    confidence: float,
+    epsilon: float | None,
+    space: tuple[float, float],
+    details: dict[str, Any],
 ) -> dict[str, Any]:
-    """Collect the fields a mean and a variance result share: estimate, variance, CI, privacy."""
+    """Collect the fields a mean and a variance result share: estimate, variance, CI, privacy, details.
+
+    The estimate and CI are clipped to ``space`` (:func:`clip_to_space`); the unclipped (unbiased)
+    estimate and normal interval stay in ``details["unclipped_estimate"]`` / ``["unclipped_ci"]``.
+    """
+    se = math.sqrt(max(variance, 0.0))
+    z = _z(confidence)
+    est, ci = clip_to_space(estimate, se, z, space)
     return {
         "analysis": analysis,
-        "estimate": estimate,
-        "ci": _ci(estimate, variance, confidence),
-        "standard_error": math.sqrt(max(variance, 0.0)),
+        "estimate": est,
+        "ci": ci,
+        "standard_error": se,
         "confidence": confidence,
         "epsilon": epsilon,
         "delta": 0.0 if epsilon is not None else None,
         "variance": variance,
+        "details": {
+            **details,
+            "unclipped_estimate": estimate,
+            "unclipped_ci": (estimate - z * se, estimate + z * se),
+            "parameter_space": (float(space[0]), float(space[1])),
+        },
     }
 
 
@@ -318,7 +387,9 @@ def mean_protocol(
     -------
     ProtocolGenerator[MeanEstimate]
         Tagged ``"bitpushing.mean"`` (``"mean_baselines.mean"`` for a baseline), with variance,
-        normal-approximation CI and bit metering; ``truth`` is filled by the caller.
+        normal-approximation CI and bit metering; ``truth`` is filled by the caller. The estimate and CI
+        are clipped to the declared range ``[low, high]`` (:func:`clip_to_space`, post-processing); the
+        unclipped, unbiased estimate is ``details["unclipped_estimate"]``.
     """
     conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     cohort = _full_range(n_clients, client_range)
@@ -326,13 +397,13 @@ def mean_protocol(
     st = yield from stage(spec, cohort, int(public_seed))
     est = spec.decode_mean(st.code_mean)
     var = spec.decode_variance(st.code_variance)
+    space = (encoding.low, encoding.high)
     return MeanEstimate(
-        **_common(_tag(method, "mean"), est, var, conf, st.epsilon),
+        **_common(_tag(method, "mean"), est, var, conf, st.epsilon, space, dict(st.details)),
         n_clients=st.n_clients,
         bits_per_client=float(st.bits_per_client),
         method=method,
         bit_depth=spec.bit_depth,
-        details=dict(st.details),
     )
 
 
@@ -377,8 +448,15 @@ def variance_protocol(
     The first ``mean_fraction`` of the clients estimate the mean :math:`\hat\mu` (published as the center);
     the others push the bits of :math:`(x - \hat\mu)^2` (the :math:`E[(X - EX)^2]` form Cormode & Markov
     found better than :math:`E[X^2] - (EX)^2`). Disjoint cohorts, so each client discloses bits once. Since
-    :math:`E[(x-\hat\mu)^2] = \sigma^2 + (\hat\mu-\mu)^2`, the estimate subtracts the first stage's
-    plug-in variance of :math:`\hat\mu` (a bias correction; ``details["mean_correction"]``).
+    :math:`E[(x-\hat\mu)^2] = \sigma^2 + E[(\hat\mu-\mu)^2]`, the estimate subtracts an unbiased
+    estimate of the first stage's variance (Lemma 1 with the unbiased per-bit plug-in,
+    :func:`~fedstats.analyses.bitpushing.allocation.bit_mean_variances`; ``details["mean_correction"]``),
+    so it is unbiased when the mean stage is. The center :math:`\hat\mu` is not clipped to the declared
+    range (clipping it would make the correction too large: :meth:`CodeSpec.for_squares`). The reported
+    variance is the squares stage's plus :math:`2\,\widehat{\mathbb V}[\hat\mu]^2` (the variance of
+    :math:`(\hat\mu-\mu)^2` for a normal error), which dominates when epsilon * n is small. The
+    estimate and interval are clipped to :math:`[0, ((high - low)/2)^2]` (Popoviciu's bound) as
+    post-processing (:func:`clip_to_space`); ``details["unclipped_estimate"]`` is the unbiased one.
 
     Parameters
     ----------
@@ -403,12 +481,21 @@ def variance_protocol(
     spec_m = CodeSpec.for_mean(column, encoding)
     st_m = yield from (mean_stage or stage)(spec_m, (lo, lo + n_m), seed)
     mu = spec_m.decode_mean(st_m.code_mean)
-    mu_var = spec_m.decode_variance(st_m.code_variance)
+    unbiased_code_var = st_m.code_variance_unbiased
+    if unbiased_code_var is None:
+        unbiased_code_var = st_m.code_variance
+    mu_var = spec_m.decode_variance(unbiased_code_var)
     spec_v = CodeSpec.for_squares(column, encoding, mu)
     st_v = yield from stage(spec_v, (lo + n_m, hi), seed + 1)
     raw = spec_v.decode_mean(st_v.code_mean)
+    n_v = hi - lo - n_m
+    # E[raw] = sigma^2 + E[(mu_hat - mu)^2] for i.i.d. clients, and mu_var (Lemma 1, unbiased plug-in)
+    # is unbiased for E[(mu_hat - mu)^2]: est is unbiased (docs/bitpushing.md)
     est = raw - mu_var
-    var = spec_v.decode_variance(st_v.code_variance)
+    # the squares stage's own variance, plus Var((mu_hat - mu)^2) = 2 Var(mu_hat)^2 for a normal mean
+    # error (the center's error enters the squares; it dominates at small epsilon * n)
+    mu_var_ci = spec_m.decode_variance(st_m.code_variance)
+    var = spec_v.decode_variance(st_v.code_variance) + 2.0 * mu_var_ci**2
     details = {
         "mean_stage": dict(st_m.details),
         "variance_stage": dict(st_v.details),
@@ -416,13 +503,14 @@ def variance_protocol(
         "uncorrected": raw,
         "squares_bit_depth": spec_v.bit_depth,
         "center": spec_v.center,
+        "stage_clients": [n_m, n_v],
     }
+    space = (0.0, ((encoding.high - encoding.low) / 2.0) ** 2)
     return VarianceEstimate(
-        **_common(_tag(method, "variance"), est, var, conf, st_v.epsilon),
+        **_common(_tag(method, "variance"), est, var, conf, st_v.epsilon, space, details),
         n_clients=st_m.n_clients + st_v.n_clients,
         bits_per_client=float(max(st_m.bits_per_client, st_v.bits_per_client)),
         method=method,
         bit_depth=spec_m.bit_depth,
         mean=mu,
-        details=details,
     )

@@ -46,7 +46,8 @@ def mean(
     method : {"dithering", "piecewise", "duchi", "laplace"}
         The baseline, default ``"dithering"``.
     epsilon : float, optional
-        Local DP epsilon per client (required except for dithering).
+        Local DP epsilon per client (required except for dithering, which also accepts the explicit
+        non-private choice ``no_privacy=True``, one of ``**options``).
     engine, randomness, ledger, bit_meter
         As :func:`fedstats.analyses.bitpushing.api.mean`.
     **options
