@@ -25,6 +25,7 @@ from fedstats.analyses.heterogeneity import (
     sensitivities,
     weighted_mean,
 )
+from fedstats.analyses.heterogeneity.accuracy import clipped_error_moments
 from fedstats.cli.app import app
 from fedstats.engine import Engine, SerialBackend
 from fedstats.errors import BudgetExceededError, DataError, ParameterError
@@ -195,8 +196,6 @@ def test_released_mean_noise_has_planned_variance(noise: str) -> None:
 
 
 def test_clipped_error_moments_match_monte_carlo() -> None:
-    from fedstats.analyses.heterogeneity.accuracy import clipped_error_moments
-
     rng = np.random.default_rng(12)
     mu = np.array([0.0, 0.05, 0.5, 0.9, 1.0])
     tau = 0.4
@@ -219,8 +218,8 @@ def test_dispersion_mse_formula_and_central_vs_distributed() -> None:
     assert (mu == 0).any()
     mse: dict[str, float] = {}
     for noise in ("central", "distributed"):  # the paper's continuous design (simulation only)
-        sq = []
-        theory = 0.0
+        sq, sq_debiased = [], []
+        theory = theory_debiased = 0.0
         for rep in range(250):
             r = heterogeneity(
                 x,
@@ -232,7 +231,12 @@ def test_dispersion_mse_formula_and_central_vs_distributed() -> None:
                 randomness=RandomSource(5000 + rep),
             )
             assert r.dispersion is not None and r.dispersion.error is not None
-            sq.append(r.dispersion.error**2)
+            # the closed form is the MSE of paper 000's plug-in D''; the release is debiased (issue 26)
+            truth = float(r.dispersion.truth or 0.0)
+            sq.append((r.dispersion.details["plugin_estimate"] - truth) ** 2)
+            sq_debiased.append(r.dispersion.error**2)
+            e2, e4 = clipped_error_moments(mu, float(r.details["mean_noise_sd"]))
+            theory_debiased = float(r.dispersion.noise_sd or 0.0) ** 2 + float((e4 - e2 * e2).sum())
             theory = dispersion_mse(
                 dim=x.shape[1],
                 mean_sd=float(r.details["mean_noise_sd"]),
@@ -248,6 +252,13 @@ def test_dispersion_mse_formula_and_central_vs_distributed() -> None:
         se = arr.std() / math.sqrt(arr.size)
         assert abs(arr.mean() - theory) < 6 * se, (noise, arr.mean(), theory)
         assert unclipped > theory  # the unclipped formula is an upper bound
+        # debiased: the squared bias is gone, the variance stays (the plug-in correction adds a little)
+        deb = np.asarray(sq_debiased)
+        assert deb.mean() < arr.mean(), (noise, deb.mean(), arr.mean())
+        assert (
+            abs(deb.mean() - theory_debiased)
+            < 6 * deb.std() / math.sqrt(deb.size) + 0.1 * theory_debiased
+        )
         mse[noise] = float(arr.mean())
     # the paper's claim, measured: the two MSEs agree (6 standard errors of the ratio)
     assert abs(mse["distributed"] / mse["central"] - 1) < 6 * math.sqrt(4 / 250) * 1.5

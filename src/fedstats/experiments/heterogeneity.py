@@ -37,6 +37,7 @@ from fedstats.analyses.heterogeneity import (
     weighted_mean,
 )
 from fedstats.analyses.heterogeneity.calibration import quiet_gaussian_sigma
+from fedstats.analyses.heterogeneity.protocol import StatisticEstimate
 from fedstats.experiments.framework import Cell, RunContext
 from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
 from fedstats.experiments.heterogeneity_page import page_data
@@ -98,6 +99,13 @@ def _datasets(data_dir: Path | None, quick: bool) -> list[tuple[str, np.ndarray,
     return out
 
 
+def _plugin(st: StatisticEstimate) -> tuple[float, float]:
+    """Paper 000's plug-in estimate of a statistic and its closed-form MSE (from ``st.details``)."""
+    est = float(st.details.get("plugin_estimate", st.estimate))
+    mse = st.details.get("plugin_mse_theory", st.mse_theory)
+    return est, float(mse) if mse is not None else math.nan
+
+
 def _rep_errors(x: np.ndarray, rs: RandomSource, kw: dict[str, Any]) -> dict[str, float]:
     """Squared errors, theory and coverage of one private run of the three statistics."""
     with warnings.catch_warnings():
@@ -109,14 +117,16 @@ def _rep_errors(x: np.ndarray, rs: RandomSource, kw: dict[str, Any]) -> dict[str
     mu = x.mean(axis=0)
     w = inverse_variance_weights(x, min_variance=r.min_variance)
     mu_w = weighted_mean(x, w)
-    y2 = r.dispersion.estimate - dispersion(x, center=r.mean)
+    # paper 000's plug-ins (D'', Q'' and I^2 from Q''), not the debiased releases: this reproduces the paper
+    plug = {st.name: _plugin(st) for st in (r.dispersion, r.q, r.i2)}
+    y2 = plug["dispersion"][0] - dispersion(x, center=r.mean)
     diff = x - r.weighted_mean
-    z2 = r.q.estimate - float(w @ np.einsum("ij,ij->i", diff, diff))
+    z2 = plug["q"][0] - float(w @ np.einsum("ij,ij->i", diff, diff))
     out: dict[str, float] = {}
     for st in (r.dispersion, r.q, r.i2):
-        assert st.error is not None
-        out[f"{st.name}_se"] = st.error**2
-        out[f"{st.name}_tmse"] = float(st.mse_theory) if st.mse_theory is not None else math.nan
+        est, tmse = plug[st.name]
+        out[f"{st.name}_se"] = (est - float(st.truth or 0.0)) ** 2
+        out[f"{st.name}_tmse"] = tmse
         out[f"{st.name}_cover"] = float(bool(st.covers()))
         lo, hi = st.paper_interval if st.paper_interval else (math.nan, math.nan)
         out[f"{st.name}_paper_cover"] = float(lo <= float(st.truth or 0.0) <= hi)
@@ -129,7 +139,7 @@ def _rep_errors(x: np.ndarray, rs: RandomSource, kw: dict[str, Any]) -> dict[str
     )
     out["dispersion_paper_tmse"] = paper_tmse_dispersion(x, mu, r.mean - mu, y2)
     out["q_paper_tmse"] = paper_tmse_q(x, w, mu_w, r.weighted_mean - mu_w, z2)
-    out["i2_paper_tmse"] = paper_tmse_i2(n, r.q.estimate, float(r.q.truth or 0.0))
+    out["i2_paper_tmse"] = paper_tmse_i2(n, plug["q"][0], float(r.q.truth or 0.0))
     out["epsilon_achieved"] = float(r.details.get("epsilon_achieved", math.nan))
     return out
 

@@ -4,7 +4,9 @@ Paper 000 (Scott, Cormode & Maple, "Towards robust federated analytics via diffe
 measurements of statistical heterogeneity"), implemented on the round engine with the corrections listed in
 ``PAPER_NOTES.md``: correct sensitivities (:mod:`.calibration`), the standard inverse-variance weighted mean
 with bounded weights, Q as a sum, I^2 by post-processing, MSE formulas and intervals derived from the actual
-noise (:mod:`.accuracy`), and every release on the discrete Gaussian grid (:mod:`.config`).
+noise (:mod:`.accuracy`), dispersion and Q debiased for the noise of round 1's centres (paper 000's
+plug-ins are biased up; :func:`.accuracy.attach_errors`), and every release on the discrete Gaussian grid
+(:mod:`.config`).
 
 * :mod:`.client`: the encoders a device runs (``encode_centre``, ``encode_spread``) and its noise share;
 * :mod:`.protocol`: the two-round server generator and its result;
@@ -38,6 +40,8 @@ if (
     TYPE_CHECKING
 ):  # the names below load lazily (PEP 562), so a device importing .client loads only it
     from fedstats.analyses.heterogeneity.accuracy import (
+        clipped_centre_sq_error,
+        dispersion_excess,
         dispersion_mse,
         i2_mse,
         paper_interval_dispersion,
@@ -46,7 +50,9 @@ if (
         paper_tmse_dispersion,
         paper_tmse_i2,
         paper_tmse_q,
+        q_excess,
         q_mse,
+        weighted_mean_excess,
     )
     from fedstats.analyses.heterogeneity.api import heterogeneity
     from fedstats.analyses.heterogeneity.calibration import (
@@ -95,10 +101,12 @@ _LAZY: dict[str, str] = {
     "Sensitivities": "fedstats.analyses.heterogeneity.calibration",
     "StatisticEstimate": "fedstats.analyses.heterogeneity.protocol",
     "check_vectors": "fedstats.analyses.heterogeneity.exact",
+    "clipped_centre_sq_error": "fedstats.analyses.heterogeneity.accuracy",
     "cochran_q": "fedstats.analyses.heterogeneity.exact",
     "ddg_rho": "fedstats.analyses.heterogeneity.calibration",
     "ddg_share_variance": "fedstats.analyses.heterogeneity.calibration",
     "dispersion": "fedstats.analyses.heterogeneity.exact",
+    "dispersion_excess": "fedstats.analyses.heterogeneity.accuracy",
     "dispersion_mse": "fedstats.analyses.heterogeneity.accuracy",
     "encode_centre": "fedstats.analyses.heterogeneity.client",
     "encode_spread": "fedstats.analyses.heterogeneity.client",
@@ -117,10 +125,12 @@ _LAZY: dict[str, str] = {
     "paper_tmse_i2": "fedstats.analyses.heterogeneity.accuracy",
     "paper_tmse_q": "fedstats.analyses.heterogeneity.accuracy",
     "plan_rounds": "fedstats.analyses.heterogeneity.config",
+    "q_excess": "fedstats.analyses.heterogeneity.accuracy",
     "q_mse": "fedstats.analyses.heterogeneity.accuracy",
     "sensitivities": "fedstats.analyses.heterogeneity.calibration",
     "split_budget": "fedstats.analyses.heterogeneity.calibration",
     "weighted_mean": "fedstats.analyses.heterogeneity.exact",
+    "weighted_mean_excess": "fedstats.analyses.heterogeneity.accuracy",
     "within_vector_variance": "fedstats.analyses.heterogeneity.exact",
 }
 
@@ -135,10 +145,12 @@ __all__ = [
     "Sensitivities",
     "StatisticEstimate",
     "check_vectors",
+    "clipped_centre_sq_error",
     "cochran_q",
     "ddg_rho",
     "ddg_share_variance",
     "dispersion",
+    "dispersion_excess",
     "dispersion_mse",
     "encode_centre",
     "encode_spread",
@@ -157,10 +169,12 @@ __all__ = [
     "paper_tmse_i2",
     "paper_tmse_q",
     "plan_rounds",
+    "q_excess",
     "q_mse",
     "sensitivities",
     "split_budget",
     "weighted_mean",
+    "weighted_mean_excess",
     "within_vector_variance",
 ]
 

@@ -161,8 +161,11 @@ min_reporting, float_noise
         eta = res.details.get("weighted_mean_noise_sd")
         if eta:
             w = inverse_variance_weights(arr, min_variance=cfg.min_variance)
-            res.i2.paper_interval = paper_interval_i2(
-                res.i2.estimate, eta1_sq=eta * eta, n=n, inverse_weight_sum=float((1.0 / w).sum())
+            res.i2.paper_interval = paper_interval_i2(  # Theorem 4.19, around the paper's plug-in
+                float(res.i2.details.get("plugin_estimate", res.i2.estimate)),
+                eta1_sq=eta * eta,
+                n=n,
+                inverse_weight_sum=float((1.0 / w).sum()),
             )
     res.truth = (
         res.i2.truth if res.i2 is not None else res.dispersion.truth if res.dispersion else None

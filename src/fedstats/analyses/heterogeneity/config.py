@@ -21,6 +21,7 @@ float (simulation)   floating-point Gaussian (central or per-client shares), the
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, replace
@@ -337,18 +338,30 @@ def central_mechanism(plan: RoundPlan) -> GaussianMechanism:
     bits = plan.frac_bits + _ceil_log2(sensitivity)
     if not 1 <= bits <= 40:
         raise ParameterError("frac_bits", plan.frac_bits, "a grid the release mechanism supports")
+    return _grid_mechanism(plan.epsilon, plan.delta, sensitivity, plan.analytic, bits, plan.dim)
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_mechanism(
+    epsilon: float, delta: float, sensitivity: float, analytic: bool, bits: int, dim: int
+) -> GaussianMechanism:
+    """Return the calibrated mechanism, cached.
+
+    Its calibration (a zCDP search) dominated a small run's time; a mechanism is immutable after
+    construction (its randomness comes from the caller's generator), so sharing it changes no result.
+    """
     with (
         warnings.catch_warnings()
     ):  # the classical formula at epsilon >= 1 is flagged in the result
         warnings.simplefilter("ignore", PrivacyWarning)
         return GaussianMechanism(
-            epsilon=plan.epsilon,
-            delta=plan.delta,
+            epsilon=epsilon,
+            delta=delta,
             sensitivity=sensitivity,
-            analytic=plan.analytic,
+            analytic=analytic,
             resolution_bits=bits,
             allow_large_epsilon=True,
-            dimension=plan.dim,
+            dimension=dim,
         )
 
 

@@ -6,8 +6,11 @@ Round 1 (``"centre"``): each client sends its vector :math:`x_i` and/or :math:`(
 weighted mean :math:`\bar\mu'`, clipped to :math:`[0,1]^d`.
 
 Round 2 (``"spread"``): each client sends :math:`\lVert x_i - \mu'\rVert^p` and/or
-:math:`u_i\lVert x_i - \bar\mu'\rVert^2`; the server releases the noisy dispersion :math:`D''` and Cochran's
-:math:`Q''` (both clamped at 0), and :math:`I^2 = \max(0, 1 - (n-1)/Q'')` by post-processing.
+:math:`u_i\lVert x_i - \bar\mu'\rVert^2`; the server receives the noisy sums :math:`D''` and :math:`Q''`
+(paper 000's plug-ins, biased up by the round-1 noise), subtracts their expected excess (computed from the
+public noise scales and the released centres: post-processing, see
+:func:`~fedstats.analyses.heterogeneity.accuracy.attach_errors`), clamps at 0, and releases
+:math:`I^2 = \max(0, 1 - (n-1)/\hat Q)` by post-processing.
 
 The noise of each round is planned by :func:`~fedstats.analyses.heterogeneity.config.plan_rounds`: central
 noise is the discrete Gaussian mechanism on the integer sum, distributed noise is one discrete Gaussian
@@ -78,6 +81,12 @@ class StatisticEstimate:
         Closed-form mean squared error (``accuracy`` module), where available.
     paper_interval : tuple of float or None
         Paper 000's Theorem 4.7 / 4.15 / 4.19 interval, for comparison.
+    details : dict
+        ``unclipped_estimate`` (the debiased estimate before the clamp to the parameter space; dispersion
+        and Q only), ``plugin_estimate`` (paper 000's plug-in, biased up by the round-1 noise, as released
+        before issue 26), ``plugin_unclipped``, ``bias_correction`` (what was subtracted from the plug-in),
+        ``plugin_mse_theory`` and ``plugin_standard_error`` (the plug-in's closed-form error), where they
+        apply.
     """
 
     name: str
@@ -89,6 +98,7 @@ class StatisticEstimate:
     noise_sd: float | None = None
     mse_theory: float | None = None
     paper_interval: tuple[float, float] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
     @property
     def error(self) -> float | None:
@@ -344,14 +354,26 @@ def heterogeneity_protocol(
         raw = float(v2[k]) * sens.dispersion_sum / n2
         res.details["dispersion_unclipped"] = raw  # post-processing below: dispersion >= 0
         disp = max(0.0, raw)
-        res.dispersion = StatisticEstimate("dispersion", disp, sensitivity=sens.dispersion_sum / n2)
+        res.dispersion = StatisticEstimate(
+            "dispersion",
+            disp,
+            sensitivity=sens.dispersion_sum / n2,
+            details={"unclipped_estimate": raw, "plugin_estimate": disp, "plugin_unclipped": raw},
+        )
         k += 1
     if "q" in p2.blocks:
         raw = float(v2[k]) * sens.q_sum * sens.w_max
         res.details["q_unclipped"] = raw  # post-processing below: Q >= 0, I^2 in [0, 1]
         q = max(0.0, raw)
-        res.q = StatisticEstimate("q", q, sensitivity=sens.q_weight_units)
-        res.i2 = StatisticEstimate("i2", i_squared(q, n2))
+        res.q = StatisticEstimate(
+            "q",
+            q,
+            sensitivity=sens.q_weight_units,
+            details={"unclipped_estimate": raw, "plugin_estimate": q, "plugin_unclipped": raw},
+        )
+        res.i2 = StatisticEstimate(
+            "i2", i_squared(q, n2), details={"plugin_estimate": i_squared(q, n2)}
+        )
     res.rounds = [_round_report(p1, n), _round_report(p2, n2)]
     if cfg.private:
         # the ledger composes the rounds' achieved losses (basic or zCDP, whichever is smaller)
@@ -373,14 +395,7 @@ def heterogeneity_protocol(
                 "classical Gaussian calibration used at a per-round epsilon >= 1, outside its theorem "
                 "(Dwork & Roth Thm. A.1); epsilon_achieved gives the exact privacy of the noise added"
             )
-    res.estimate = (
-        res.i2.estimate
-        if res.i2 is not None
-        else res.dispersion.estimate
-        if res.dispersion
-        else math.nan
-    )
-    attach_errors(
+    attach_errors(  # debiases D'' and Q'' (post-processing), then their errors and intervals
         res,
         cfg,
         replace(p1, sigma=effective_sigma(p1, n)),
@@ -388,6 +403,14 @@ def heterogeneity_protocol(
         sens,
         n2,
         d,
+        n_centre=n,
+    )
+    res.estimate = (
+        res.i2.estimate
+        if res.i2 is not None
+        else res.dispersion.estimate
+        if res.dispersion
+        else math.nan
     )
     headline = res.i2 if res.i2 is not None else res.dispersion
     if headline is not None:  # the base fields describe the headline estimate
