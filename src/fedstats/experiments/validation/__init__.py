@@ -19,6 +19,7 @@ from fedstats._validation import check_int
 from fedstats.errors import ParameterError
 from fedstats.experiments.validation.cells import Cell, cell_grid, run_cell
 from fedstats.experiments.validation.report import (
+    NOT_UNBIASED,
     summarize_estimates,
     summarize_test,
     write_json,
@@ -55,7 +56,8 @@ def _rows(
     cells, tests = [], []
     for target, rs in recs.items():
         n_mean = [r["n"] for r in rs if "n" in r]
-        row = {**head, "target": target, **summarize_estimates(rs)}
+        claimed = target not in NOT_UNBIASED
+        row = {**head, "target": target, **summarize_estimates(rs, unbiased=claimed)}
         if n_mean:
             row["n"] = round(sum(n_mean) / len(n_mean))
         cells.append(row)
