@@ -429,12 +429,18 @@ def finish(
     stat = max(0.0, est.estimate - tau)
     crit = float(scipy.stats.chi2.isf(level, dof))
     lo, hi = (max(0.0, c - tau) for c in est.ci)
+    raw = est.estimate - tau
     if null is not None and wide is not None:
         from fedstats.analyses.chi2.null import shifted_interval
 
-        stat = max(0.0, est.estimate - tau - float(null.shift.mean()))
+        raw = est.estimate - tau - float(null.shift.mean())
+        stat = max(0.0, raw)
         lo, hi = shifted_interval(wide.ci, tau, null.shift, est.confidence)
         lo, hi = min(lo, stat), max(hi, stat)
+    details = dict(details or {})
+    # the estimate before it is clipped at 0 (post-processing): the unbiased one under DP, what bias is
+    # measured on (the validation report reads it)
+    details["unclipped_estimate"] = float(raw)
     paper = float(scipy.stats.chi2.sf(stat, dof))
     mc_error, method = 0.0, "sketch"
     if test != "chi2":
@@ -484,7 +490,7 @@ def finish(
         frac_bits=frac_bits,
         n_dropped=n_dropped,
         test=test,
-        details=details or {},
+        details=details,
     )
 
 
