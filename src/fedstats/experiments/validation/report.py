@@ -223,7 +223,7 @@ TITLES = {
     "variance": "Bit pushing: variance (`fedstats.variance`, local DP)",
     "performance_gap": "Performance gap (`fedstats.measure_performance_gap`, local DP, estimated group sizes)",
     "heterogeneity": "Heterogeneity (`fedstats.heterogeneity`, central DP)",
-    "chi2": "Chi-square statistic (`fedstats.fed_chi2` with epsilon, central DP)",
+    "chi2": "Chi-square statistic (FED-chi^2 with epsilon: `fed_chi2`'s release, central DP)",
 }
 
 
@@ -284,7 +284,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out.append("")
     if doc["tests"]:
         out += [
-            "## Chi-square decisions (`fedstats chi2 --epsilon E --delta 1e-6`)",
+            "## Chi-square decisions (FED-chi^2 with epsilon, delta 1e-6: `fed_chi2`'s release and p-value)",
             "",
             "Under independence one column is permuted in every run (the real margins, no dependence): the "
             "rejection rate is the test's size. Under dependence the real table is used: the rate is the "
