@@ -32,9 +32,10 @@ import numpy as np
 from _util import write_results
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.randomness import RandomSource
-from fedstats.service import auth, wire
+from fedstats import wire
+from fedstats.wire import auth
 from fedstats.service.app import add_operator, trust_authority
-from fedstats.service.registry import resolve_encoder
+from fedstats.wire.registry import resolve_encoder
 from fedstats.service.store import open_store
 from fedstats.service.tls import make_dev_certificates
 

@@ -89,7 +89,7 @@ import numpy as np
 
 import fedstats
 from _util import write_results
-from fedstats.service.seeding import STAGES
+from fedstats.wire.seeding import STAGES
 
 HERE = Path(__file__).resolve().parent
 SRC = Path(fedstats.__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ class Server:
 
     def __init__(self, root: Path, db: str, tick: float, store_threads: int) -> None:
         from fedstats.service.app import add_operator
-        from fedstats.service.enrollment import init_authority
+        from fedstats.wire.enrollment import init_authority
         from fedstats.service.store import open_store
         from fedstats.service.tls import make_dev_certificates
 
@@ -561,7 +561,7 @@ def bench_fedstats(
     store_threads: int,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements."""
-    from fedstats.service.enrollment import issue_identity
+    from fedstats.wire.enrollment import issue_identity
 
     server = Server(root, db, tick, store_threads)
     idents = [
@@ -743,7 +743,8 @@ def protocol_replay(db: str, run_id: str) -> list[dict[str, Any]]:
     from sqlalchemy import select
 
     from fedstats.secagg.server import SecAggServer
-    from fedstats.service import secure, wire
+    from fedstats import wire
+    from fedstats.service import secure
     from fedstats.service.models import RoundRecord, Run, SecureSession
     from fedstats.service.store import open_store
 

@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from fedstats.secagg.identity import SessionRoster
 from fedstats.secagg.messages import SetupMessage, UnmaskRequest, decode
-from fedstats.service import auth
+from fedstats.wire import auth
 from service_helpers import free_port
 
 __all__ = ["ATTACKS", "MaliciousProxy"]

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from fedstats.service.app import add_operator
-from fedstats.service.enrollment import init_authority, issue_identity
+from fedstats.wire.enrollment import init_authority, issue_identity
 from fedstats.service.store import open_store
 from fedstats.service.tls import make_dev_certificates
 

@@ -18,22 +18,21 @@ PACKAGES = sorted(m.name for m in pkgutil.iter_modules(fedstats.analyses.__path_
 HEAVY = ("scipy.stats", "pandas", "pyarrow", "typer", "rich", "dask", "distributed", "sqlalchemy")
 SRC = Path(fedstats.__file__).parent
 
-# layer -> the layers it may import (DESIGN.md: imports point downwards only)
+# layer -> the layers it may import (DESIGN.md: imports point downwards only). The device SDK (client) and
+# the server (service) both stand on wire and never import each other; only the CLI sees both.
+_CORE = {"analyses", "engine", "wire", "secagg", "privacy", "sketches"}
 LAYERS = {
     "privacy": {"privacy"},
     "sketches": {"sketches", "privacy"},
     "secagg": {"secagg", "privacy"},
+    "wire": {"wire"},
+    "datasets": {"datasets"},
     "engine": {"engine", "secagg", "privacy", "sketches"},
-    "analyses": {"analyses", "engine", "secagg", "privacy", "sketches"},
-    "experiments": {
-        "experiments",
-        "analyses",
-        "engine",
-        "secagg",
-        "privacy",
-        "sketches",
-        "datasets",
-    },
+    "analyses": {"analyses", "engine", "wire", "secagg", "privacy", "sketches"},
+    "experiments": _CORE | {"experiments", "datasets"},
+    "client": _CORE | {"client"},
+    "service": _CORE | {"service"},
+    "cli": _CORE | {"cli", "client", "service", "experiments", "datasets", "_resources"},
 }
 
 
@@ -94,3 +93,19 @@ def test_imports_point_downwards(layer: str) -> None:
         for target in _imports(path) - allowed:
             bad.append(f"{path.relative_to(SRC)} imports fedstats.{target}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_device_sdk_and_the_server_do_not_import_each_other() -> None:
+    """Issue 25: client and service share only fedstats.wire (checked on every import, lazy ones too)."""
+    for side, other in (("client", "service"), ("service", "client")):
+        for path in sorted((SRC / side).rglob("*.py")):
+            assert other not in _imports(path), f"{path.relative_to(SRC)} imports fedstats.{other}"
+
+
+def test_importing_the_device_sdk_loads_no_server_module() -> None:
+    code = (
+        "import sys, fedstats.client; "
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('fedstats.service'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""

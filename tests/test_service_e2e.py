@@ -25,7 +25,7 @@ from sqlalchemy import select
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.randomness import RandomSource
 from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord
-from fedstats.service.registry import protocol_for
+from fedstats.wire.registry import protocol_for
 from fedstats.service.store import open_store
 from service_helpers import (
     Deployment,
@@ -428,7 +428,7 @@ def test_forged_replayed_and_oversized_requests_are_refused(deployment: Deployme
     import httpx
 
     from fedstats.client import Device
-    from fedstats.service import auth
+    from fedstats.wire import auth
 
     ident = json.loads(deployment.identity("forger").read_text())
     dev = Device(deployment.url, ident, {"value": np.zeros(3)}, ca=deployment.certs["ca"])
@@ -560,7 +560,7 @@ def test_a_device_that_crashes_after_checkin_is_a_dropout(
         # signed request replayed is refused
         import httpx
 
-        from fedstats.service import auth
+        from fedstats.wire import auth
 
         store = open_store(deployment.db, migrate=False)
         with store.session() as s:
@@ -640,8 +640,9 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
     import httpx
 
     from fedstats.engine.rounds import ClientBatch, Round
-    from fedstats.service import auth, wire
-    from fedstats.service.registry import resolve_encoder
+    from fedstats import wire
+    from fedstats.wire import auth
+    from fedstats.wire.registry import resolve_encoder
 
     values = _data()["value"][:40]
     devs = _devices(deployment, "cut", values, 2)

@@ -32,7 +32,8 @@ from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 from fedstats.secagg import find_parameters
 from fedstats.secagg.identity import SessionRoster
-from fedstats.service import seeding, wire
+from fedstats import wire
+from fedstats.wire import seeding
 from fedstats.service.models import (
     LedgerCharge,
     RoundRecord,
@@ -41,7 +42,7 @@ from fedstats.service.models import (
     SecureMessage,
     SecureSession,
 )
-from fedstats.service.registry import protocol_for
+from fedstats.wire.registry import protocol_for
 from fedstats.service.secure import session_bounds
 from fedstats.service.store import open_store
 from service_helpers import (
@@ -122,7 +123,7 @@ def test_session_bounds_split_into_near_equal_sessions(n: int, m: int) -> None:
 
 
 def _certified(tmp_path: Path, n: int, population: str = "default") -> tuple[str, list[Any]]:
-    from fedstats.service.enrollment import init_authority, issue_identity
+    from fedstats.wire.enrollment import init_authority, issue_identity
 
     pub = init_authority(tmp_path / "auth")
     idents = [
@@ -135,7 +136,7 @@ def _certified(tmp_path: Path, n: int, population: str = "default") -> tuple[str
 def test_the_roster_verifier_refuses_sybils_foreign_populations_and_ground_session_ids(
     tmp_path: Path,
 ) -> None:
-    from fedstats.service import auth
+    from fedstats.wire import auth
 
     pub, idents = _certified(tmp_path, 4)
     certs = [i["certificate"] for i in idents]

@@ -16,8 +16,8 @@ from hypothesis.extra.numpy import arrays
 
 from fedstats.client import LocalBudget, Policy, RefusedTask, load_data
 from fedstats.errors import BudgetExceededError, DataError, SecurityError
-from fedstats.service import wire
-from fedstats.service.registry import ANALYSES, resolve_encoder
+from fedstats import wire
+from fedstats.wire.registry import ANALYSES, resolve_encoder
 
 finite_or_not = st.floats(allow_nan=True, allow_infinity=True)
 values = st.recursive(

@@ -30,7 +30,7 @@ def demo(
     randomness = state.randomness
     with progress_for(state) as progress:
         if network:
-            from fedstats.service.demo import run_network_demo
+            from fedstats.cli.network_demo import run_network_demo
 
             rows = run_network_demo(progress=progress)
         else:

@@ -17,7 +17,7 @@ def init(
     authority: Annotated[Path, typer.Option("--authority", help="Folder for the authority's key.")],
 ) -> None:
     """Create an authority; prints its public key (give authority.pub to the server)."""
-    from fedstats.service.enrollment import init_authority
+    from fedstats.wire.enrollment import init_authority
 
     typer.echo(init_authority(authority))
 
@@ -35,7 +35,7 @@ def client(
     ] = 365.0,
 ) -> None:
     """Issue a device identity: a fresh Ed25519 key and a certificate signed by the authority."""
-    from fedstats.service.enrollment import issue_identity
+    from fedstats.wire.enrollment import issue_identity
 
     issue_identity(authority, client_id, population, out, valid_days=valid_days)
     typer.echo(str(out))

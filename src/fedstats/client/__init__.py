@@ -1,12 +1,12 @@
 """The fedstats client SDK: a device that answers an aggregation server's rounds with its own data.
 
-A :class:`Device` holds an enrolled identity (:mod:`fedstats.service.enrollment`), its data (a CSV or
+A :class:`Device` holds an enrolled identity (:mod:`fedstats.wire.enrollment`), its data (a CSV or
 Parquet file, read lazily with pandas), a :class:`Policy` and a :class:`LocalBudget` kept in a local file.
 :meth:`Device.run` polls the server; for each task offered it checks the task against the policy (allowed
 analyses, largest epsilon and delta per task, largest number of private bits per record, whether exact
 non-private analyses are allowed) and the local budget, and refuses what is weaker than the policy allows;
 for each round of a run it joined it runs the round's encoder **only if** that encoder is registered for
-the task's analysis version in the installed registry (:func:`fedstats.service.registry.resolve_encoder`),
+the task's analysis version in the installed registry (:func:`fedstats.wire.registry.resolve_encoder`),
 sums its records' reports and uploads the sum and the count, signed. Network errors are retried with
 exponential backoff and jitter; an upload is idempotent, so a retry is counted once.
 
@@ -39,9 +39,10 @@ from fedstats.errors import (
     SecurityError,
 )
 from fedstats.randomness import RandomSource
-from fedstats.service import auth, wire
-from fedstats.service.enrollment import load_identity
-from fedstats.service.registry import resolve_encoder
+from fedstats import wire
+from fedstats.wire import auth
+from fedstats.wire.enrollment import load_identity
+from fedstats.wire.registry import resolve_encoder
 
 __all__ = ["Device", "LocalBudget", "Policy", "RefusedTask", "load_data"]
 

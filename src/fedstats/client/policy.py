@@ -15,7 +15,7 @@ from typing import Any
 
 from fedstats._io import atomic_write_text
 from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError
-from fedstats.service.registry import lookup
+from fedstats.wire.registry import lookup
 
 __all__ = ["LocalBudget", "Policy", "RefusedTask"]
 

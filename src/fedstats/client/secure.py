@@ -3,7 +3,7 @@
 The device trusts only its own configuration: the enrollment authority's public key (pinned in its
 identity file), the protocol's parameters for the session size (:func:`fedstats.secagg.find_parameters`,
 computed here, never taken from the server), and the run's seed transcript, which it verifies itself
-(:func:`fedstats.service.seeding.verify_transcript`). Against a malicious server it refuses, and drops out
+(:func:`fedstats.wire.seeding.verify_transcript`). Against a malicious server it refuses, and drops out
 of the session without sending anything more, when:
 
 * the roster lists an identity without a valid certificate of the pinned authority for the task's
@@ -27,8 +27,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedstats.errors import FedstatsError, SecurityError
 from fedstats.secagg.identity import SessionRoster
-from fedstats.service import auth, seeding
-from fedstats.service.wire import canonical_bytes
+from fedstats.wire import auth, seeding
+from fedstats.wire.encoding import canonical_bytes
 
 __all__ = ["CertificateRosterVerifier", "SecureRuns", "SecureState"]
 
@@ -37,7 +37,7 @@ class CertificateRosterVerifier:
     """Accepts a roster whose every identity holds a certificate of the pinned enrollment authority.
 
     The deployment's authority is offline, so it cannot sign each session's roster; it signed each device's
-    certificate at enrollment instead (:mod:`fedstats.service.enrollment`). This verifier checks the
+    certificate at enrollment instead (:mod:`fedstats.wire.enrollment`). This verifier checks the
     certificate of every roster entry and that the session id follows from the run's agreed seed; the
     roster's own signature field is ignored.
 
@@ -50,7 +50,7 @@ class CertificateRosterVerifier:
     population : str
         The task's population: every member must be certified for it.
     session : bytes
-        The session id the device computed from the run seed (:func:`fedstats.service.seeding.session_id`).
+        The session id the device computed from the run seed (:func:`fedstats.wire.seeding.session_id`).
     task_id : bytes
         The roster's task id (the run id).
     verified : set, optional

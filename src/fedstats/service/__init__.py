@@ -1,6 +1,6 @@
-"""fedstats as a network service: an aggregation server with persistent state, and its wire formats.
+"""fedstats as a network service: the aggregation server with persistent state.
 
 Importing this package imports nothing heavy: the server modules (``app``, ``store``, ``models``, ``runs``)
-need the ``service`` extra (SQLAlchemy, Alembic, FastAPI, uvicorn); :mod:`.wire`, :mod:`.registry` and
-:mod:`.auth` are shared with the client SDK (:mod:`fedstats.client`).
+need the ``service`` extra (SQLAlchemy, Alembic, FastAPI, uvicorn). What the server shares with the client
+SDK (:mod:`fedstats.client`) lives below both, in :mod:`fedstats.wire`.
 """

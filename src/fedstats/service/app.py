@@ -2,7 +2,7 @@
 
 Admin endpoints (``/v1/admin/...``, bearer token of an operator, JSON, described at ``/openapi.json``)
 create tasks, start runs (reserving the privacy charge), set budgets and read runs, budgets and the audit
-log. Client endpoints (``/v1/client/...``) must be signed by an enrolled device (:mod:`.auth`): register
+log. Client endpoints (``/v1/client/...``) must be signed by an enrolled device (:mod:`fedstats.wire.auth`): register
 with an enrollment certificate, poll for work, check in to a run, upload a round's report, and take part
 in the secure-aggregation stages of secure runs (:mod:`.secure_api`). Reports are
 acknowledged only after their transaction committed; a retried upload of the same report is acknowledged
@@ -33,7 +33,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError, SecurityError
-from fedstats.service import auth, driver, ledger, runs, tasks
+from fedstats.wire import auth
+from fedstats.service import driver, ledger, runs, tasks
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import Offload, add_client_routes
 from fedstats.service.models import Audit, Authority, Nonce, Operator
@@ -371,14 +372,14 @@ def create_app(
         with store.session() as s, s.begin():
             tid, new = tasks.create_task(s, data, actor)
             conf = tasks.task_config(s, tid)
-        from fedstats.service import wire
+        from fedstats import wire
 
         return TaskOut(task_id=tid, created=new, config=wire.encode(conf))
 
     @app.get("/v1/admin/tasks/{task_id}", responses=errors, tags=["admin"])
     def get_task(task_id: str, actor: Op) -> TaskOut:  # noqa: ARG001 - authentication dependency
         """A stored task's configuration."""
-        from fedstats.service import wire
+        from fedstats import wire
 
         with store.session() as s:
             conf = tasks.task_config(s, task_id)

@@ -1,6 +1,6 @@
 """The client endpoints of the server: registration, work, check-in and reports (signed by devices).
 
-Every request is signed by an enrolled device (:mod:`.auth`); the secure-run endpoints are added by
+Every request is signed by an enrolled device (:mod:`fedstats.wire.auth`); the secure-run endpoints are added by
 :mod:`.secure_api`. Not part of the admin OpenAPI description.
 """
 
@@ -22,7 +22,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fedstats.errors import SecurityError
-from fedstats.service import auth, runs, tasks
+from fedstats.wire import auth
+from fedstats.service import runs, tasks
 from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.models import Authority, Client, Nonce
 from fedstats.service.secure_api import add_secure_routes

@@ -27,9 +27,10 @@ from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import AnalysisResult, to_jsonable
-from fedstats.service import ledger, secure, wire
+from fedstats import wire
+from fedstats.service import ledger, secure
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
-from fedstats.service.registry import encoder_name, lookup, protocol_for
+from fedstats.wire.registry import encoder_name, lookup, protocol_for
 from fedstats.service.runs import load_run
 from fedstats.service.store import Store
 from fedstats.service.tasks import task_config
@@ -369,7 +370,7 @@ class Driver:
             )
             self._abort_in(s, run, reason)
             return
-        # a secure run first fixes its public seed from the members' reveals (service.seeding)
+        # a secure run first fixes its public seed from the members' reveals (fedstats.wire.seeding)
         run.status = "seeding" if secure.is_secure(cfg) else "running"
         run.n_clients = used
         self._changed.add(run.id)

@@ -1,8 +1,8 @@
-"""The server-side protocol factories of the installed analyses (named in :mod:`.registry`).
+"""The server-side protocol factories of the installed analyses (named in :mod:`fedstats.wire.registry`).
 
 Each has the signature ``factory(params, *, n_clients, epsilon, delta, randomness)`` (plus
 ``public_seed`` for the analyses that require secure aggregation) and returns a protocol generator; see
-:mod:`.registry` for the contract (deterministic given its arguments: a restarted server replays it).
+:mod:`fedstats.wire.registry` for the contract (deterministic given its arguments: a restarted server replays it).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def _fed_chi2(
     ``confidence``, ``level``, ``drop_empty``. The projection seed derives from the run's agreed seed.
     """
     from fedstats.analyses.chi2.protocol import fed_chi2_protocol
-    from fedstats.service.seeding import projection_seed
+    from fedstats.wire.seeding import projection_seed
 
     del n_clients, epsilon, delta, randomness  # exact sums: no server randomness
     _only(
@@ -250,7 +250,7 @@ def _shape(params: Mapping[str, Any]) -> tuple[int, int]:
 def _fed_h_options(params: Mapping[str, Any], public_seed: bytes) -> dict[str, Any]:
     """FED-H's projection options shared by FED-H and the G-test (64-bit ring, one record per row)."""
     from fedstats.analyses.entropy.estimator import DEFAULT_FD_STEP
-    from fedstats.service.seeding import projection_seed
+    from fedstats.wire.seeding import projection_seed
 
     return {
         "encoding_size": int(params.get("encoding_size", 1000)),

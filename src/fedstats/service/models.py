@@ -3,7 +3,7 @@
 Tables
 ------
 tasks
-    Immutable task configurations, keyed by the SHA-256 of their canonical JSON (:mod:`.wire`).
+    Immutable task configurations, keyed by the SHA-256 of their canonical JSON (:mod:`fedstats.wire.encoding`).
 runs
     One execution of a task: status, cohort size once the check-in closed, the secret key of the run's
     server-side randomness (public seeds, server noise: replay draws the same values), the result.
@@ -160,7 +160,7 @@ class SecureSession(Base):
     members: Mapped[str] = mapped_column(Text)  # JSON list of client ids, in roster order
     params: Mapped[str] = mapped_column(Text)  # JSON of the session's SecAggParameters
     session: Mapped[str] = mapped_column(String(64))  # hex session id (from the run's public seed)
-    stage: Mapped[int] = mapped_column(Integer)  # index into fedstats.service.seeding.STAGES
+    stage: Mapped[int] = mapped_column(Integer)  # index into fedstats.wire.seeding.STAGES
     deadline: Mapped[float] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16))  # open, done, aborted
     total: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -7,7 +7,7 @@ A **run** executes it; this module holds its requests (creation, check-in, work,
 1. *check-in*: devices that accepted the task join with the number of records they hold and receive
    contiguous *slots* (the protocol's global client indices); the check-in closes when the cohort is full or
    its deadline passes; with fewer than ``min_clients`` records the run aborts and releases nothing;
-2. *rounds*: the server drives the analysis's protocol generator (:mod:`.registry`); each yielded
+2. *rounds*: the server drives the analysis's protocol generator (:mod:`fedstats.wire.registry`); each yielded
    :class:`~fedstats.engine.rounds.Round` is journaled (name, encoder, canonical parameters, dim, bound,
    client range, deadline) and offered to the devices whose slots intersect its client range; each device
    sends the sum of its records' reports and their count; the round closes when every expected device
@@ -39,7 +39,8 @@ from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
 from fedstats.errors import DataError, ParameterError, SecurityError
-from fedstats.service import ledger, wire
+from fedstats import wire
+from fedstats.service import ledger
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
 from fedstats.service.secure_devices import secure_work
 from fedstats.service.tasks import ConflictError, NotFoundError, task_config
@@ -120,7 +121,7 @@ def checkin(
 ) -> dict[str, int]:
     """Add a device to a run's cohort; idempotent (a second check-in returns the same slots).
 
-    ``commitment`` (64 hex digits, :func:`fedstats.service.seeding.commitment`) is required by a secure
+    ``commitment`` (64 hex digits, :func:`fedstats.wire.seeding.commitment`) is required by a secure
     task and refused otherwise.
 
     Raises

@@ -4,7 +4,7 @@ A task with ``"secure_aggregation": {"max_session": m}`` computes every round's 
 malicious-server protocol of :mod:`fedstats.secagg` (Bell et al. 2020) between the devices and the server:
 
 * **Seed.** Check-in carries a commitment; once the cohort is fixed the run is ``seeding`` until every
-  member has revealed (:mod:`.seeding`); the run's public seed fixes every session id (hence every
+  member has revealed (:mod:`fedstats.wire.seeding`); the run's public seed fixes every session id (hence every
   communication graph) and FED-chi^2's projection seed. A member that does not reveal before the deadline
   aborts the run: nothing was computed, the ledger reservation is released.
 * **Sessions.** A secure round's devices (in slot order) are split into ``ceil(d / m)`` near-equal
@@ -58,7 +58,8 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
-from fedstats.service import seeding, wire
+from fedstats import wire
+from fedstats.wire import seeding
 from fedstats.service.models import (
     Client,
     RoundRecord,

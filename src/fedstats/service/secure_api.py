@@ -7,7 +7,7 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 :mod:`fedstats.secagg.messages`.
 
 ============================================================  =====================================
-``GET  /v1/client/runs/{run}/seed``                           the seed transcript (:mod:`.seeding`)
+``GET  /v1/client/runs/{run}/seed``                           the seed transcript (:mod:`fedstats.wire.seeding`)
 ``POST /v1/client/runs/{run}/reveal``                         ``{"value": hex, "seen": hex}``
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/certificates``   the session's members' certificates (ETag)
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the server's stage message to the device
@@ -28,7 +28,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
-from fedstats.service import runs, secure_devices, seeding
+from fedstats.wire import seeding
+from fedstats.service import runs, secure_devices
 from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.models import Nonce
 from fedstats.service.store import Store

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.secagg.messages import max_message_bytes
-from fedstats.service import seeding
+from fedstats.wire import seeding
 from fedstats.service.models import RoundRecord, Run, RunMember, SecureMessage, SecureSession
 from fedstats.service.secure import (
     BITS,
@@ -285,7 +285,7 @@ def stage_pending(s: Session, run_id: str, index: int, number: int, stage: int) 
     number : int
         The session within the round.
     stage : int
-        Index into :data:`fedstats.service.seeding.STAGES`.
+        Index into :data:`fedstats.wire.seeding.STAGES`.
 
     Returns
     -------

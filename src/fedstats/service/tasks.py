@@ -15,9 +15,10 @@ from sqlalchemy.orm import Session
 
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.randomness import RandomSource
-from fedstats.service import ledger, wire
+from fedstats import wire
+from fedstats.service import ledger
 from fedstats.service.models import Task
-from fedstats.service.registry import encoder_name, lookup, protocol_for
+from fedstats.wire.registry import encoder_name, lookup, protocol_for
 
 __all__ = ["ConflictError", "NotFoundError", "create_task", "normalize_task", "task_config"]
 

@@ -3,7 +3,7 @@
 The authority is a folder holding ``authority.key`` (Ed25519 private key, hex, mode 0600) and
 ``authority.pub``; it runs apart from the server, which only trusts ``authority.pub``. For each device it
 writes an *identity file*: the device's private key, its client id and the certificate the authority signed
-over its public key and population (:func:`fedstats.service.auth.issue_certificate`). A device may also
+over its public key and population (:func:`fedstats.wire.auth.issue_certificate`). A device may also
 generate its own key and have only the public key certified (``public_key``), so no private key ever leaves
 it; the identity file is then completed on the device.
 """
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedstats._io import atomic_write_text
 from fedstats.errors import ParameterError
-from fedstats.service import auth
+from fedstats.wire import auth
 
 __all__ = ["init_authority", "issue_identity", "load_authority", "load_identity"]
 

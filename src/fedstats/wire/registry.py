@@ -11,7 +11,7 @@ A task names an analysis and its version (``"bitpushing-mean"``, ``1``). Both si
 Every reference is a ``"module:qualname"`` string imported on first use, so importing this module imports
 no analysis (the client stays light) and the lead can repoint paths when analyses move.
 
-Factories (:mod:`.factories`) have the signature ``factory(params, *, n_clients, epsilon, delta, randomness)`` and return a
+Factories (:mod:`fedstats.service.factories`) have the signature ``factory(params, *, n_clients, epsilon, delta, randomness)`` and return a
 :data:`~fedstats.engine.core.ProtocolGenerator` of an :class:`~fedstats.results.AnalysisResult`. They must be
 deterministic given their arguments: a restarted server rebuilds a run by replaying the generator from the
 journal, with ``randomness`` keyed by the run's stored secret (public seeds and server-side noise come from
@@ -214,7 +214,7 @@ def protocol_for(
 ) -> Any:
     """The server-side protocol generator of a task (see module docstring).
 
-    ``public_seed`` is the run's agreed seed (:mod:`fedstats.service.seeding`), given to the factories of
+    ``public_seed`` is the run's agreed seed (:mod:`fedstats.wire.seeding`), given to the factories of
     analyses that require secure aggregation.
 
     Raises

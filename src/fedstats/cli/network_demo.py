@@ -97,7 +97,7 @@ def _tasks(pops: dict[str, dict[str, np.ndarray]], deadline: float) -> list[dict
 
 def _truths(pops: dict[str, dict[str, np.ndarray]]) -> list[float]:
     from fedstats.engine import Engine, InMemoryPopulation
-    from fedstats.service.registry import protocol_for
+    from fedstats.wire.registry import protocol_for
 
     ages = pops["adult"]["value"]
     g, v = pops["adult-test"]["group"], pops["adult-test"]["value"]
@@ -197,7 +197,7 @@ def run_network_demo(
     import httpx
 
     from fedstats.service.app import add_operator
-    from fedstats.service.enrollment import init_authority, issue_identity
+    from fedstats.wire.enrollment import init_authority, issue_identity
     from fedstats.service.store import open_store
     from fedstats.service.tls import make_dev_certificates
 
@@ -282,7 +282,7 @@ def run_network_demo(
                         [
                             sys.executable,
                             "-m",
-                            "fedstats.service.demo",
+                            "fedstats.cli.network_demo",
                             str(root / f"worker-{i}.json"),
                         ],
                         stdout=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 r"""Identities and signatures: Ed25519 keys, enrollment certificates, signed requests, operator tokens.
 
 * An **enrollment authority** (not the server) holds an Ed25519 key and signs a *client certificate*
-  ``{"client_id", "public_key", "population", "not_after", "authority"}`` (canonical JSON, :mod:`.wire`);
+  ``{"client_id", "public_key", "population", "not_after", "authority"}`` (canonical JSON, :mod:`.encoding`);
   the server trusts the authority's public key and keeps only the clients' public keys.
 * Every **client request** carries ``X-Fedstats-Client``, ``X-Fedstats-Timestamp`` (Unix seconds),
   ``X-Fedstats-Nonce`` (random, 128 bits hex) and ``X-Fedstats-Signature``: the Ed25519 signature of
@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from fedstats.errors import SecurityError
-from fedstats.service.wire import canonical_bytes
+from fedstats.wire.encoding import canonical_bytes
 
 __all__ = [
     "HEADER_CLIENT",
