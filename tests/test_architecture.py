@@ -25,7 +25,7 @@ LAYERS = {
     "privacy": {"privacy"},
     "sketches": {"sketches", "privacy"},
     "secagg": {"secagg", "privacy"},
-    "wire": {"wire"},
+    "wire": {"wire", "privacy"},
     "datasets": {"datasets"},
     "engine": {"engine", "secagg", "privacy", "sketches"},
     "analyses": {"analyses", "engine", "wire", "secagg", "privacy", "sketches"},

@@ -39,6 +39,7 @@ class SecureAggregation(BaseModel):
     """Compute every round's sum by secure aggregation among the devices (malicious-server model)."""
 
     max_session: Annotated[int, Field(ge=2, le=10_000)] = 1000
+    min_session_size: Annotated[int | None, Field(ge=2, le=10_000)] = None
 
 
 class TaskIn(BaseModel):

@@ -39,7 +39,8 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     (records, >= 1), ``min_clients`` (records, in [1, cohort_size]), ``max_records_per_client`` (>= 1,
     default ``cohort_size``), ``deadlines`` (``{"checkin", "round"}``, seconds > 0), ``label`` (free text;
     two otherwise equal tasks with different labels are different tasks), ``secure_aggregation``
-    (optional: ``{"max_session": m}``, m in [2, 10000], default 1000, or ``true``; every round's sum is
+    (optional: ``{"max_session": m, "min_session_size": k}``, m in [2, 10000], default 1000, k in
+    [2, m], default min(10, m), or ``true``; devices refuse a secure session smaller than k; every round's sum is
     then computed by secure aggregation among the devices, :mod:`fedstats.service.secure`; required by
     the analyses whose registry entry says so).
 
@@ -91,8 +92,10 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     secure = config.get("secure_aggregation")
     if secure is not None and secure is not False:
         opts = {} if secure is True else secure
-        if not isinstance(opts, Mapping) or set(opts) - {"max_session"}:
-            raise ParameterError("secure_aggregation", secure, 'true or {"max_session": m}')
+        if not isinstance(opts, Mapping) or set(opts) - {"max_session", "min_session_size"}:
+            raise ParameterError(
+                "secure_aggregation", secure, 'true or {"max_session": m, "min_session_size": k}'
+            )
         max_session = opts.get("max_session", 1000)
         if (
             isinstance(max_session, bool)
@@ -102,7 +105,20 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
             raise ParameterError(
                 "secure_aggregation.max_session", max_session, "an integer in [2, 10000]"
             )
-        secure = {"max_session": int(max_session)}
+        min_session = opts.get("min_session_size")
+        if min_session is None:
+            min_session = min(10, max_session)
+        if (
+            isinstance(min_session, bool)
+            or not isinstance(min_session, int)
+            or not 2 <= min_session <= max_session
+        ):
+            raise ParameterError(
+                "secure_aggregation.min_session_size",
+                min_session,
+                f"an integer in [2, max_session={max_session}]",
+            )
+        secure = {"max_session": int(max_session), "min_session_size": int(min_session)}
     else:
         secure = None
     if spec.secure == "required" and secure is None:

@@ -237,3 +237,70 @@ def protocol_for(
         randomness=randomness,
         **extra,
     )
+
+
+# -- the task-level face both sides use (issue 25). Devices and servers call only these three with a
+# -- (verified) task; how an analysis builds its config, plan and privacy loss stays behind them.
+
+
+def config_for(task: Mapping[str, Any]) -> Any:
+    """The analysis's validated configuration of a normalized ``task`` (its params and privacy).
+
+    Raises
+    ------
+    ParameterError
+        If the analysis is unknown or an option is out of range (the error names the option).
+    """
+    spec = lookup(str(task["analysis"]), int(task["version"]))
+    return {"spec": spec, "params": dict(task.get("params") or {}), "privacy": dict(task["privacy"])}
+
+
+def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> Any:
+    """The plan of ``task``'s rounds: a protocol generator that yields each round and receives its sum.
+
+    Deterministic given ``(task, n_clients, public_seed)``: a device replays it with the public sums it is
+    shown to derive every round's encoder and public parameters itself, and a restarted server replays it
+    from its journal. ``public_seed`` (32 bytes) is the run's public seed: the verified commit-reveal seed
+    of a secure run, the server's stated seed of a plain run (it shapes only public choices, such as which
+    records report which bit, never a device's privacy).
+
+    Raises
+    ------
+    ParameterError
+        If the analysis is unknown, an option is out of range, or the seed is not 32 bytes.
+    """
+    import hashlib
+
+    from fedstats.randomness import RandomSource
+
+    if not isinstance(public_seed, bytes) or len(public_seed) != 32:
+        raise ParameterError("public_seed", public_seed, "32 bytes")
+    # every public choice of the plan is keyed by the public seed (never by a server secret)
+    randomness = RandomSource(None, _master=hashlib.sha256(b"fedstats/plan/v1" + public_seed).digest())
+    privacy = task["privacy"]
+    return protocol_for(
+        str(task["analysis"]),
+        int(task["version"]),
+        dict(task.get("params") or {}),
+        n_clients=int(n_clients),
+        epsilon=privacy.get("epsilon"),
+        delta=privacy.get("delta"),
+        randomness=randomness,
+        public_seed=public_seed,
+    )
+
+
+def privacy_loss_for(task: Mapping[str, Any]) -> Any:
+    """The privacy loss of one run of ``task`` on each record: a :class:`~fedstats.privacy.PrivacyLoss`.
+
+    The one arithmetic of the library's ledger, the server's ledger and the device's budget: each charges
+    this (epsilon, delta, rho) and composes charges the way :class:`fedstats.privacy.ledger.PrivacyLedger`
+    does.
+    """
+    from fedstats.privacy.analysis.loss import PrivacyLoss
+
+    privacy = task["privacy"]
+    eps = privacy.get("epsilon")
+    if eps is None:
+        return PrivacyLoss(math.inf, 1.0, None)  # exact values: no DP guarantee
+    return PrivacyLoss(float(eps), float(privacy.get("delta") or 0.0), None)
