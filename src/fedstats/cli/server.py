@@ -86,24 +86,46 @@ def serve(
             help="Threads running device requests' database work (more for a remote database).",
         ),
     ] = 4,
+    insecure_http: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-http",
+            help="Development only: serve plain HTTP on a non-loopback address (reports of non-secure "
+            "runs and operator tokens then travel in the clear).",
+        ),
+    ] = False,
     crash_after: Annotated[
         str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
     ] = None,
 ) -> None:
-    """Serve the admin and client APIs (HTTPS with --tls-cert/--tls-key; plain HTTP only without)."""
+    """Serve the admin and client APIs over HTTPS (--tls-cert/--tls-key); plain HTTP on loopback only."""
     if ctx.invoked_subcommand is not None:
         return
+    if (tls_cert is None) != (tls_key is None):
+        raise ParameterError("--tls-cert/--tls-key", "one of them", "both or neither")
+    if tls_cert is None:
+        if not is_loopback(host) and not insecure_http:
+            raise ParameterError(
+                "--host",
+                host,
+                "a loopback address without --tls-cert/--tls-key (or --insecure-http, for development)",
+            )
+        typer.echo(
+            f"WARNING: serving plain HTTP on {host}:{port}: without TLS, reports and tokens can be "
+            "read and altered on the way"
+            + ("" if is_loopback(host) else " (--insecure-http: development only)"),
+            err=True,
+        )
+    authority_key = None if authority is None else public_key_file(authority, "--authority")
     import uvicorn
 
     from fedstats.service.app import ServerSettings, create_app, trust_authority
     from fedstats.service.store import open_store
 
-    if (tls_cert is None) != (tls_key is None):
-        raise ParameterError("--tls-cert/--tls-key", "one of them", "both or neither")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     store = open_store(db)
-    if authority is not None:
-        trust_authority(store, authority.read_text().strip())
+    if authority_key is not None:
+        trust_authority(store, authority_key)
     app = create_app(
         store,
         ServerSettings(
@@ -129,6 +151,63 @@ def serve(
         # held long polls would otherwise keep a stopping server up to ServerSettings.max_wait
         timeout_graceful_shutdown=3,
     )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1 or localhost)."""
+    import ipaddress
+
+    if host.strip().lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return (
+            False  # a host name other than localhost, or 0.0.0.0-like wildcards resolve elsewhere
+        )
+
+
+def public_key_file(path: Path, option: str) -> str:
+    """The Ed25519 public key (hex) in ``path``; refuse a file that holds private key material.
+
+    The trust boundary (issue 25): the server never holds the enrollment authority's or an analyst's
+    private key. An authority's ``authority.key``, a device's or an analyst's identity file (JSON with a
+    ``private_key``) and any PEM private key are refused, so a mix-up cannot put signing power on the server.
+
+    Raises
+    ------
+    SecurityError
+        If the file holds a private key.
+    ParameterError
+        If it cannot be read or is not a 32-byte public key in hex.
+    """
+    import json
+
+    from fedstats.errors import SecurityError
+    from fedstats.wire import auth
+
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ParameterError(option, str(path), f"a readable authority.pub ({exc})") from None
+    private = "PRIVATE KEY" in text
+    if text.startswith("{"):
+        try:
+            private = private or "private_key" in json.loads(text)
+        except (ValueError, TypeError):
+            pass
+    if private:
+        raise SecurityError(
+            f"{option} {path} holds a private key: the server must only ever get a public key "
+            "(authority.pub); keep the authority's and analysts' private keys off the server"
+        )
+    try:
+        auth.public_key_from_hex(text)
+    except SecurityError:
+        raise ParameterError(
+            option, str(path), "a file with an Ed25519 public key in hex"
+        ) from None
+    return text
 
 
 def _settle_heap() -> None:
@@ -189,7 +268,8 @@ def trust_cmd(
     from fedstats.service.app import trust_authority
     from fedstats.service.store import open_store
 
-    typer.echo(trust_authority(open_store(db), authority.read_text().strip()))
+    key = public_key_file(authority, "--authority")
+    typer.echo(trust_authority(open_store(db), key))
 
 
 def register(app: typer.Typer) -> None:

@@ -36,7 +36,12 @@ def init_authority(folder: Path | str) -> str:
     if (d / "authority.key").exists():
         raise ParameterError("authority", str(d), "a folder without an authority.key")
     key = Ed25519PrivateKey.generate()
-    atomic_write_text(d / "authority.key", auth.private_key_hex(key) + "\n")
+    # labelled, so that a server handed this file by mistake recognizes a private key and refuses it
+    atomic_write_text(
+        d / "authority.key",
+        json.dumps({"kind": "fedstats-authority-key", "private_key": auth.private_key_hex(key)})
+        + "\n",
+    )
     (d / "authority.key").chmod(0o600)
     pub = auth.public_key_hex(key)
     atomic_write_text(d / "authority.pub", pub + "\n")
@@ -54,7 +59,10 @@ def load_authority(folder: Path | str) -> Ed25519PrivateKey:
     p = Path(folder) / "authority.key"
     if not p.exists():
         raise ParameterError("authority", str(folder), "a folder made by 'fedstats enroll init'")
-    return auth.private_key_from_hex(p.read_text().strip())
+    text = p.read_text().strip()
+    if text.startswith("{"):  # the labelled form; a bare hex key is an authority made before it
+        text = str(json.loads(text)["private_key"])
+    return auth.private_key_from_hex(text)
 
 
 def issue_identity(
