@@ -18,6 +18,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from Crypto.Hash import TurboSHAKE128
@@ -28,6 +29,11 @@ from fedstats.vdaf.field import Field, FieldArray
 __all__ = ["SEED_SIZE", "XofTurboShake128", "expand_into_vecs"]
 
 SEED_SIZE = 32
+
+
+def _message(seed: bytes, dst: bytes, binder: bytes) -> bytes:
+    """The absorbed string: ``len(dst) (2 bytes LE) || dst || len(seed) (1 byte) || seed || binder``."""
+    return len(dst).to_bytes(2, "little") + dst + bytes([len(seed)]) + seed + binder
 
 
 class XofTurboShake128:
@@ -55,9 +61,7 @@ class XofTurboShake128:
             raise ParameterError("seed", f"{len(seed)} bytes", f"{SEED_SIZE} bytes")
         if len(dst) >= 2**16:
             raise ParameterError("dst", f"{len(dst)} bytes", "fewer than 65536 bytes")
-        self._h = TurboSHAKE128.new(domain=1)
-        self._h.update(len(dst).to_bytes(2, "little") + dst + len(seed).to_bytes(1, "little"))
-        self._h.update(seed + binder)
+        self._h = TurboSHAKE128.new(domain=1, data=_message(seed, dst, binder))
 
     def next(self, length: int) -> bytes:
         """The next ``length`` bytes of the output stream."""
@@ -65,17 +69,7 @@ class XofTurboShake128:
 
     def next_vec(self, field: type[Field], length: int) -> FieldArray:
         """The next ``length`` field elements, by rejection sampling (§6.2, ``next_vec``)."""
-        size = field.ENCODED_SIZE
-        chunks: list[FieldArray] = []
-        have = 0
-        while have < length:
-            vals, ok = field._from_bytes(self.next((length - have) * size))
-            kept = vals[ok]
-            chunks.append(kept)
-            have += kept.size
-        if len(chunks) == 1:
-            return chunks[0]
-        return np.concatenate(chunks)[:length]
+        return _next_vec(self._h, field, length)
 
     @classmethod
     def derive_seed(cls, seed: bytes, dst: bytes, binder: bytes) -> bytes:
@@ -88,6 +82,20 @@ class XofTurboShake128:
     ) -> FieldArray:
         """``length`` field elements from ``seed`` (§6.2, ``expand_into_vec``); shape ``(length,)``."""
         return cls(seed, dst, binder).next_vec(field, length)
+
+
+def _next_vec(h: Any, field: type[Field], length: int) -> FieldArray:
+    size = field.ENCODED_SIZE
+    chunks: list[FieldArray] = []
+    have = 0
+    while have < length:
+        vals, ok = field._from_bytes(bytes(h.read((length - have) * size)))
+        kept = vals[ok]
+        chunks.append(kept)
+        have += kept.size
+    if len(chunks) == 1:
+        return chunks[0]
+    return np.concatenate(chunks)[:length]
 
 
 def expand_into_vecs(
@@ -120,8 +128,16 @@ def expand_into_vecs(
     size = field.ENCODED_SIZE
     if n == 0 or length == 0:
         return field.zeros((n, length))
-    xofs = [XofTurboShake128(s, dst, b) for s, b in zip(seeds, binders, strict=True)]
-    data = b"".join([x.next(length * size) for x in xofs])
+    if len(dst) >= 2**16:
+        raise ParameterError("dst", f"{len(dst)} bytes", "fewer than 65536 bytes")
+    head = len(dst).to_bytes(2, "little") + dst + bytes([SEED_SIZE])
+    nbytes = length * size
+    hashes = []
+    for s, b in zip(seeds, binders, strict=True):
+        if len(s) != SEED_SIZE:
+            raise ParameterError("seed", f"{len(s)} bytes", f"{SEED_SIZE} bytes")
+        hashes.append(TurboSHAKE128.new(domain=1, data=head + s + b))
+    data = b"".join([h.read(nbytes) for h in hashes])
     vals, ok = field._from_bytes(data)
     out = vals.reshape(n, length)
     ok2 = ok.reshape(n, length)
@@ -130,6 +146,6 @@ def expand_into_vecs(
         out = out.copy()
         for i in bad:
             row = out[i][ok2[i]]
-            more = xofs[i].next_vec(field, length - row.size)
+            more = _next_vec(hashes[i], field, length - row.size)
             out[i] = np.concatenate([row, more])
     return out
