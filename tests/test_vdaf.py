@@ -37,7 +37,11 @@ def _load(name: str) -> dict[str, Any]:
 
 
 def _variant(name: str, tv: dict[str, Any]) -> Prio3:
-    kind = name.rsplit("_", 1)[0] if not name.split("_", 1)[1].startswith("bad") else name.split("_")[0]
+    kind = (
+        name.rsplit("_", 1)[0]
+        if not name.split("_", 1)[1].startswith("bad")
+        else name.split("_")[0]
+    )
     kind = name.split("_")[0]
     shares = tv["shares"]
     if kind == "Prio3Count":
@@ -169,7 +173,9 @@ def test_negative_vector_is_rejected_at_its_step(name: str) -> None:
         kind = op["operation"]
         if kind == "verify_init":
             j = op["aggregator_id"]
-            st, vs = vdaf.verify_init(key, ctx, j, nonce, public, bytes.fromhex(r["input_shares"][j]))
+            st, vs = vdaf.verify_init(
+                key, ctx, j, nonce, public, bytes.fromhex(r["input_shares"][j])
+            )
             assert op["success"]
             assert vs.hex() == r["verifier_shares"][0][j]
             states[j], vshares[j] = st, vs

@@ -36,13 +36,15 @@ CTX = b"fedstats tests"
 @given(data=st.data())
 def test_field_ops_match_python_ints(field: type[Field], data: Any) -> None:
     p = field.MODULUS
-    elems = st.one_of(st.integers(0, p - 1), st.sampled_from([0, 1, p - 1, p - 2, 2**32, 2**63 % p]))
+    elems = st.one_of(
+        st.integers(0, p - 1), st.sampled_from([0, 1, p - 1, p - 2, 2**32, 2**63 % p])
+    )
     xs = data.draw(st.lists(elems, min_size=1, max_size=40))
     ys = data.draw(st.lists(elems, min_size=len(xs), max_size=len(xs)))
     a, b = field.array(xs), field.array(ys)
-    assert field.to_ints(field.add(a, b)) == [(x + y) % p for x, y in zip(xs, ys)]
-    assert field.to_ints(field.sub(a, b)) == [(x - y) % p for x, y in zip(xs, ys)]
-    assert field.to_ints(field.mul(a, b)) == [x * y % p for x, y in zip(xs, ys)]
+    assert field.to_ints(field.add(a, b)) == [(x + y) % p for x, y in zip(xs, ys, strict=False)]
+    assert field.to_ints(field.sub(a, b)) == [(x - y) % p for x, y in zip(xs, ys, strict=False)]
+    assert field.to_ints(field.mul(a, b)) == [x * y % p for x, y in zip(xs, ys, strict=False)]
     assert int(field.sum(a)) == sum(xs) % p
     assert field.to_ints(field.inv(a)) == [pow(x, p - 2, p) for x in xs]
     assert field.to_ints(field.decode(field.encode(a))) == xs
@@ -70,13 +72,18 @@ def test_ntt_lagrange_and_roots_agree_with_naive_evaluation(field: type[Field]) 
     assert field.to_ints(inv_ntt(field, field.array([vals])))[0] == coeffs
     t = 123456789
     weights = field.to_ints(lagrange_weights(field, field.array([t]), n))[0]
-    assert sum(wi * v for wi, v in zip(weights, vals)) % p == sum(c * pow(t, k, p) for k, c in enumerate(coeffs)) % p
+    assert (
+        sum(wi * v for wi, v in zip(weights, vals, strict=False)) % p
+        == sum(c * pow(t, k, p) for k, c in enumerate(coeffs)) % p
+    )
 
 
 # --- Prio3: completeness --------------------------------------------------------------------------
 
 
-def _run(vdaf: Prio3, meas_enc: Any, *, encoded: bool = False, tamper: Any = None) -> tuple[np.ndarray, Any]:
+def _run(
+    vdaf: Prio3, meas_enc: Any, *, encoded: bool = False, tamper: Any = None
+) -> tuple[np.ndarray, Any]:
     n = len(meas_enc)
     key = os.urandom(32)
     nonces = [os.urandom(16) for _ in range(n)]
@@ -118,10 +125,14 @@ def test_sum_verifies_and_sums_exactly(max_measurement: int, data: Any) -> None:
 @given(st.integers(1, 6), st.integers(1, 300), st.integers(1, 5), st.data())
 def test_sumvec_verifies_and_sums_exactly(length: int, max_m: int, chunk: int, data: Any) -> None:
     rows = data.draw(
-        st.lists(st.lists(st.integers(0, max_m), min_size=length, max_size=length), min_size=1, max_size=4)
+        st.lists(
+            st.lists(st.integers(0, max_m), min_size=length, max_size=length),
+            min_size=1,
+            max_size=4,
+        )
     )
     ok, result = _run(Prio3SumVec(length=length, max_measurement=max_m, chunk_length=chunk), rows)
-    assert ok.all() and result == [sum(c) for c in zip(*rows)]
+    assert ok.all() and result == [sum(c) for c in zip(*rows, strict=False)]
 
 
 @SETTINGS
@@ -138,14 +149,16 @@ def test_multihot_verifies_and_counts_exactly(length: int, chunk: int, data: Any
     max_weight = data.draw(st.integers(1, length))
     rows = data.draw(
         st.lists(
-            st.lists(st.integers(0, 1), min_size=length, max_size=length).filter(lambda r: sum(r) <= max_weight),
+            st.lists(st.integers(0, 1), min_size=length, max_size=length).filter(
+                lambda r: sum(r) <= max_weight
+            ),
             min_size=1,
             max_size=4,
         )
     )
     vdaf = Prio3MultihotCountVec(length=length, max_weight=max_weight, chunk_length=chunk)
     ok, result = _run(vdaf, rows)
-    assert ok.all() and result == [sum(c) for c in zip(*rows)]
+    assert ok.all() and result == [sum(c) for c in zip(*rows, strict=False)]
 
 
 def test_three_aggregators_work_too() -> None:
@@ -195,7 +208,9 @@ def test_histogram_with_two_ones_or_none_is_rejected(length: int, chunk: int, da
     i, j = data.draw(st.lists(st.integers(0, length - 1), min_size=2, max_size=2, unique=True))
     two = [0] * length
     two[i] = two[j] = 1
-    ok, result = _run(vdaf, _enc(vdaf, [two, [0] * length, [int(b == i) for b in range(length)]]), encoded=True)
+    ok, result = _run(
+        vdaf, _enc(vdaf, [two, [0] * length, [int(b == i) for b in range(length)]]), encoded=True
+    )
     assert ok.tolist() == [False, False, True]
     assert result == [int(b == i) for b in range(length)]
 
@@ -227,7 +242,10 @@ def test_sumvec_and_multihot_cheats_are_rejected() -> None:
         (Prio3Sum(max_measurement=100), [99, 3]),
         (Prio3Histogram(length=6, chunk_length=3), [5, 2]),
         (Prio3SumVec(length=4, max_measurement=3, chunk_length=2), [[3, 2, 1, 0], [0, 0, 0, 1]]),
-        (Prio3MultihotCountVec(length=4, max_weight=2, chunk_length=2), [[1, 0, 1, 0], [0, 0, 0, 0]]),
+        (
+            Prio3MultihotCountVec(length=4, max_weight=2, chunk_length=2),
+            [[1, 0, 1, 0], [0, 0, 0, 0]],
+        ),
     ],
     ids=["count", "sum", "histogram", "sumvec", "multihot"],
 )

@@ -294,7 +294,8 @@ class Field64(Field):
         t1 = hi_lo * cls._EPS
         res = t0 + t1
         res = res + (res < t1) * cls._EPS
-        return np.where(res >= cls._P, res - cls._P, res)
+        out: FieldArray = np.where(res >= cls._P, res - cls._P, res)
+        return out
 
     @classmethod
     def sum(cls, a: FieldArray, axis: int | None = None) -> FieldArray:
@@ -303,13 +304,14 @@ class Field64(Field):
         n = a.size if axis is None else a.shape[axis]
         if n >= 2**32:
             raise ValueError("Field64.sum: more than 2^32 terms")
-        lo = np.sum(a & _M32, axis=axis, dtype=np.uint64)
-        hi = np.sum(a >> _S32, axis=axis, dtype=np.uint64)
+        lo: FieldArray = np.asarray(np.sum(a & _M32, axis=axis, dtype=np.uint64))
+        hi: FieldArray = np.asarray(np.sum(a >> _S32, axis=axis, dtype=np.uint64))
         # hi * 2^32 + lo = (hi >> 32) * 2^64 + ((hi & M32) << 32) + lo
         low = (hi & _M32) << _S32
         low2 = low + lo
         carry = (low2 < low).astype(np.uint64)
-        with np.errstate(over="ignore"):  # numpy scalars (axis=None) warn on the intended wrap-around
+        # 0-d results (axis=None) would warn on the intended wrap-around
+        with np.errstate(over="ignore"):
             return cls._reduce128((hi >> _S32) + carry, low2)
 
     @classmethod

@@ -21,6 +21,10 @@ first ``gadget_poly_len``. Evaluations at the query point ``t`` use the barycent
 which are what the draft's ``poly_eval_batched`` computes (§6.1.3.2).
 """
 
+# The circuits implement one interface (gadget_inputs, combine, decode) whose arguments not every
+# circuit needs, as in the draft (§7.3.2).
+# ruff: noqa: ARG002
+
 from __future__ import annotations
 
 from functools import cached_property
@@ -66,7 +70,9 @@ def gadget_poly_len(degree: int, wire_len: int) -> int:
 
 def _bitrev_perm(n: int) -> IntArray:
     bits = n.bit_length() - 1
-    return np.array([int(f"{i:0{bits}b}"[::-1], 2) if bits else 0 for i in range(n)], dtype=np.int64)
+    return np.array(
+        [int(f"{i:0{bits}b}"[::-1], 2) if bits else 0 for i in range(n)], dtype=np.int64
+    )
 
 
 def ntt(field: type[Field], coeffs: FieldArray, n: int) -> FieldArray:
@@ -342,7 +348,9 @@ def _as_int_array(name: str, values: Any, shape_tail: tuple[int, ...]) -> Any:
     if arr.dtype.kind not in "iuO":
         raise ParameterError(name, f"dtype {arr.dtype}", "integers")
     if arr.ndim != 1 + len(shape_tail) or arr.shape[1:] != shape_tail:
-        raise ParameterError(name, f"shape {arr.shape}", f"shape (n, {', '.join(map(str, shape_tail))})")
+        raise ParameterError(
+            name, f"shape {arr.shape}", f"shape (n, {', '.join(map(str, shape_tail))})"
+        )
     if arr.dtype.kind == "O":
         for v in arr.ravel():
             if isinstance(v, (bool, np.bool_)):
@@ -377,7 +385,9 @@ class Count(Circuit):
         _check_range("measurement", arr, 0, 1)
         return self.field.array(np.asarray(arr, dtype=np.int64).reshape(-1, 1))
 
-    def gadget_inputs(self, meas: FieldArray, joint_rand: FieldArray, num_shares: int) -> FieldArray:
+    def gadget_inputs(
+        self, meas: FieldArray, joint_rand: FieldArray, num_shares: int
+    ) -> FieldArray:
         """One call: ``Mul(x, x)``."""
         return np.stack([meas[:, 0], meas[:, 0]], axis=-1)[:, None, :]
 
@@ -411,7 +421,9 @@ class Sum(Circuit):
 
     def __init__(self, field: type[Field], max_measurement: int) -> None:
         if max_measurement < 1 or 2 ** max_measurement.bit_length() >= field.MODULUS:
-            raise ParameterError("max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)")
+            raise ParameterError(
+                "max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)"
+            )
         self.field = field
         self.max_measurement = max_measurement
         self.bits = max_measurement.bit_length()
@@ -427,7 +439,9 @@ class Sum(Circuit):
         _check_range("measurement", arr, 0, self.max_measurement)
         return self.field.array(_encode_range_checked(arr, self.max_measurement))
 
-    def gadget_inputs(self, meas: FieldArray, joint_rand: FieldArray, num_shares: int) -> FieldArray:
+    def gadget_inputs(
+        self, meas: FieldArray, joint_rand: FieldArray, num_shares: int
+    ) -> FieldArray:
         """Call ``i`` gets bit ``i``."""
         return meas[:, :, None]
 
@@ -470,7 +484,9 @@ class _RangeCheckCircuit(Circuit):
         self.JOINT_RAND_LEN = self.calls
         self.gadget = ParallelSum(chunk_length)
 
-    def gadget_inputs(self, meas: FieldArray, joint_rand: FieldArray, num_shares: int) -> FieldArray:
+    def gadget_inputs(
+        self, meas: FieldArray, joint_rand: FieldArray, num_shares: int
+    ) -> FieldArray:
         """``(n, calls, 2 * chunk_length)`` interleaved ``(r^(j+1) x, x - 1/num_shares)`` pairs."""
         f = self.field
         n = meas.shape[0]
@@ -511,11 +527,15 @@ class SumVec(_RangeCheckCircuit):
 
     EVAL_OUTPUT_LEN = 1
 
-    def __init__(self, field: type[Field], length: int, max_measurement: int, chunk_length: int) -> None:
+    def __init__(
+        self, field: type[Field], length: int, max_measurement: int, chunk_length: int
+    ) -> None:
         if length < 1:
             raise ParameterError("length", length, "an integer >= 1")
         if max_measurement < 1 or 2 ** max_measurement.bit_length() >= field.MODULUS:
-            raise ParameterError("max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)")
+            raise ParameterError(
+                "max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)"
+            )
         self.length = length
         self.max_measurement = max_measurement
         self.bits = max_measurement.bit_length()
@@ -547,7 +567,11 @@ class SumVec(_RangeCheckCircuit):
 
     def params(self) -> dict[str, int]:
         """``length``, ``max_measurement``, ``chunk_length``."""
-        return {"length": self.length, "max_measurement": self.max_measurement, "chunk_length": self.chunk_length}
+        return {
+            "length": self.length,
+            "max_measurement": self.max_measurement,
+            "chunk_length": self.chunk_length,
+        }
 
 
 class Histogram(_RangeCheckCircuit):
@@ -661,7 +685,11 @@ class MultihotCountVec(_RangeCheckCircuit):
 
     def params(self) -> dict[str, int]:
         """``length``, ``max_weight``, ``chunk_length``."""
-        return {"length": self.length, "max_weight": self.max_weight, "chunk_length": self.chunk_length}
+        return {
+            "length": self.length,
+            "max_weight": self.max_weight,
+            "chunk_length": self.chunk_length,
+        }
 
 
 # --- the FLP (§7.3) -------------------------------------------------------------------------------
@@ -691,7 +719,9 @@ class FlpBBCGGI19:
         self.M = next_power_of_2(self.m)
         self.step = self.M // self.P
         if self.field.GEN_ORDER % self.M:
-            raise ParameterError("length", valid.calls, f"a circuit small enough for {self.field.NAME}")
+            raise ParameterError(
+                "length", valid.calls, f"a circuit small enough for {self.field.NAME}"
+            )
         self.PROVE_RAND_LEN = g.ARITY
         self.QUERY_RAND_LEN = 1 + (valid.EVAL_OUTPUT_LEN if valid.EVAL_OUTPUT_LEN > 1 else 0)
         self.JOINT_RAND_LEN = valid.JOINT_RAND_LEN

@@ -173,10 +173,16 @@ class Prio3:
     VERIFY_KEY_SIZE = SEED_SIZE
     ROUNDS = 1
 
-    def __init__(self, algorithm_id: int, circuit: flp_mod.Circuit, shares: int, num_proofs: int = 1) -> None:
+    def __init__(
+        self, algorithm_id: int, circuit: flp_mod.Circuit, shares: int, num_proofs: int = 1
+    ) -> None:
         if isinstance(shares, bool) or not isinstance(shares, int) or not 2 <= shares <= 255:
             raise ParameterError("shares", shares, "an integer in [2, 255]")
-        if isinstance(num_proofs, bool) or not isinstance(num_proofs, int) or not 1 <= num_proofs <= 255:
+        if (
+            isinstance(num_proofs, bool)
+            or not isinstance(num_proofs, int)
+            or not 1 <= num_proofs <= 255
+        ):
             raise ParameterError("num_proofs", num_proofs, "an integer in [1, 255]")
         self.ID = algorithm_id
         self.SHARES = shares
@@ -193,20 +199,32 @@ class Prio3:
 
     def _helper_meas(self, ctx: bytes, agg_id: int, seeds: Sequence[bytes]) -> FieldArray:
         dst = self.domain_separation_tag(USAGE_MEAS_SHARE, ctx)
-        return expand_into_vecs(self.field, seeds, dst, [bytes([agg_id])] * len(seeds), self.flp.MEAS_LEN)
+        return expand_into_vecs(
+            self.field, seeds, dst, [bytes([agg_id])] * len(seeds), self.flp.MEAS_LEN
+        )
 
     def _helper_proofs(self, ctx: bytes, agg_id: int, seeds: Sequence[bytes]) -> FieldArray:
         dst = self.domain_separation_tag(USAGE_PROOF_SHARE, ctx)
         binder = bytes([self.PROOFS, agg_id])
-        return expand_into_vecs(self.field, seeds, dst, [binder] * len(seeds), self.flp.PROOF_LEN * self.PROOFS)
+        return expand_into_vecs(
+            self.field, seeds, dst, [binder] * len(seeds), self.flp.PROOF_LEN * self.PROOFS
+        )
 
     def _joint_rand_parts(
-        self, ctx: bytes, agg_id: int, blinds: Sequence[bytes], meas: FieldArray, nonces: Sequence[bytes]
+        self,
+        ctx: bytes,
+        agg_id: int,
+        blinds: Sequence[bytes],
+        meas: FieldArray,
+        nonces: Sequence[bytes],
     ) -> list[bytes]:
         dst = self.domain_separation_tag(USAGE_JOINT_RAND_PART, ctx)
         rows = self.field.encode_rows(meas)
         head = bytes([agg_id])
-        return [XofTurboShake128.derive_seed(b, dst, head + nc + r) for b, nc, r in zip(blinds, nonces, rows, strict=True)]
+        return [
+            XofTurboShake128.derive_seed(b, dst, head + nc + r)
+            for b, nc, r in zip(blinds, nonces, rows, strict=True)
+        ]
 
     def _joint_rand_seeds(self, ctx: bytes, parts: Sequence[Sequence[bytes]]) -> list[bytes]:
         dst = self.domain_separation_tag(USAGE_JOINT_RAND_SEED, ctx)
@@ -216,13 +234,21 @@ class Prio3:
     def _joint_rands(self, ctx: bytes, seeds: Sequence[bytes]) -> FieldArray:
         dst = self.domain_separation_tag(USAGE_JOINT_RANDOMNESS, ctx)
         return expand_into_vecs(
-            self.field, seeds, dst, [bytes([self.PROOFS])] * len(seeds), self.flp.JOINT_RAND_LEN * self.PROOFS
+            self.field,
+            seeds,
+            dst,
+            [bytes([self.PROOFS])] * len(seeds),
+            self.flp.JOINT_RAND_LEN * self.PROOFS,
         )
 
     def _prove_rands(self, ctx: bytes, seeds: Sequence[bytes]) -> FieldArray:
         dst = self.domain_separation_tag(USAGE_PROVE_RANDOMNESS, ctx)
         return expand_into_vecs(
-            self.field, seeds, dst, [bytes([self.PROOFS])] * len(seeds), self.flp.PROVE_RAND_LEN * self.PROOFS
+            self.field,
+            seeds,
+            dst,
+            [bytes([self.PROOFS])] * len(seeds),
+            self.flp.PROVE_RAND_LEN * self.PROOFS,
         )
 
     def _query_rands(self, verify_key: bytes, ctx: bytes, nonces: Sequence[bytes]) -> FieldArray:
@@ -290,17 +316,23 @@ class Prio3:
             raise ParameterError("meas", f"shape {meas.shape}", f"shape (n, {self.flp.MEAS_LEN})")
         nonces = self._check_nonces(nonces)
         if len(nonces) != n:
-            raise ParameterError("nonces", f"{len(nonces)} nonces", f"{n} nonces, one per measurement")
+            raise ParameterError(
+                "nonces", f"{len(nonces)} nonces", f"{n} nonces, one per measurement"
+            )
         if rands is None:
             rands = [os.urandom(self.RAND_SIZE) for _ in range(n)]
         if len(rands) != n:
-            raise ParameterError("rands", f"{len(rands)} strings", f"{n} strings, one per measurement")
+            raise ParameterError(
+                "rands", f"{len(rands)} strings", f"{n} strings, one per measurement"
+            )
         rands = [_check_bytes("rand", r, self.RAND_SIZE) for r in rands]
         k = self.SHARES - 1
         seeds = [[r[i : i + SEED_SIZE] for i in range(0, self.RAND_SIZE, SEED_SIZE)] for r in rands]
         if self.uses_joint_rand:
             helper_seeds = [[s[2 * j] for s in seeds] for j in range(k)]
-            helper_blinds: list[list[bytes]] | None = [[s[2 * j + 1] for s in seeds] for j in range(k)]
+            helper_blinds: list[list[bytes]] | None = [
+                [s[2 * j + 1] for s in seeds] for j in range(k)
+            ]
             leader_blinds: list[bytes] | None = [s[2 * k] for s in seeds]
             prove_seeds = [s[2 * k + 1] for s in seeds]
         else:
@@ -315,7 +347,9 @@ class Prio3:
             hm = self._helper_meas(ctx, j + 1, helper_seeds[j])
             leader_meas = f.sub(leader_meas, hm)
             if helper_blinds is not None:
-                helper_parts.append(self._joint_rand_parts(ctx, j + 1, helper_blinds[j], hm, nonces))
+                helper_parts.append(
+                    self._joint_rand_parts(ctx, j + 1, helper_blinds[j], hm, nonces)
+                )
 
         public: list[list[bytes]] | None = None
         joint_rands = f.zeros((n, 0))
@@ -328,7 +362,11 @@ class Prio3:
         prl, jrl = self.flp.PROVE_RAND_LEN, self.flp.JOINT_RAND_LEN
         proofs = np.concatenate(
             [
-                self.flp.prove(meas, prove_rands[:, i * prl : (i + 1) * prl], joint_rands[:, i * jrl : (i + 1) * jrl])
+                self.flp.prove(
+                    meas,
+                    prove_rands[:, i * prl : (i + 1) * prl],
+                    joint_rands[:, i * jrl : (i + 1) * jrl],
+                )
                 for i in range(self.PROOFS)
             ],
             axis=1,
@@ -339,7 +377,11 @@ class Prio3:
         shares = [InputShares(0, meas=leader_meas, proofs=proofs, blinds=leader_blinds)]
         for j in range(k):
             shares.append(
-                InputShares(j + 1, seeds=helper_seeds[j], blinds=None if helper_blinds is None else helper_blinds[j])
+                InputShares(
+                    j + 1,
+                    seeds=helper_seeds[j],
+                    blinds=None if helper_blinds is None else helper_blinds[j],
+                )
             )
         return ShardBatch(public, shares)
 
@@ -385,11 +427,15 @@ class Prio3:
         if isinstance(agg_id, bool) or not isinstance(agg_id, int) or not 0 <= agg_id < self.SHARES:
             raise ParameterError("agg_id", agg_id, f"an integer in [0, {self.SHARES})")
         if input_shares.agg_id != agg_id:
-            raise ParameterError("input_shares", f"shares of aggregator {input_shares.agg_id}", f"shares of {agg_id}")
+            raise ParameterError(
+                "input_shares", f"shares of aggregator {input_shares.agg_id}", f"shares of {agg_id}"
+            )
         nonces = self._check_nonces(nonces)
         n = len(nonces)
         if len(input_shares) != n:
-            raise ParameterError("input_shares", f"{len(input_shares)} reports", f"{n} reports, one per nonce")
+            raise ParameterError(
+                "input_shares", f"{len(input_shares)} reports", f"{n} reports, one per nonce"
+            )
         if agg_id == 0:
             assert input_shares.meas is not None and input_shares.proofs is not None
             meas, proofs = input_shares.meas, input_shares.proofs
@@ -404,12 +450,16 @@ class Prio3:
         joint_rands = f.zeros((n, 0))
         if self.uses_joint_rand:
             if public_shares is None or input_shares.blinds is None or len(public_shares) != n:
-                raise ParameterError("public_shares", "missing", f"{n} lists of {self.SHARES} joint randomness parts")
+                raise ParameterError(
+                    "public_shares", "missing", f"{n} lists of {self.SHARES} joint randomness parts"
+                )
             part = self._joint_rand_parts(ctx, agg_id, input_shares.blinds, meas, nonces)
             parts = [list(ps) for ps in public_shares]
             for i in range(n):
                 if len(parts[i]) != self.SHARES:
-                    raise ParameterError("public_shares", f"{len(parts[i])} parts", f"{self.SHARES} parts")
+                    raise ParameterError(
+                        "public_shares", f"{len(parts[i])} parts", f"{self.SHARES} parts"
+                    )
                 parts[i][agg_id] = part[i]
             corrected = self._joint_rand_seeds(ctx, parts)
             joint_rands = self._joint_rands(ctx, corrected)
@@ -451,7 +501,11 @@ class Prio3:
             ``(n,)``, True where every proof was accepted.
         """
         if len(verifier_shares) != self.SHARES:
-            raise ParameterError("verifier_shares", f"{len(verifier_shares)} shares", f"{self.SHARES} (one per aggregator)")
+            raise ParameterError(
+                "verifier_shares",
+                f"{len(verifier_shares)} shares",
+                f"{self.SHARES} (one per aggregator)",
+            )
         f = self.field
         total = verifier_shares[0].verifiers
         ok = verifier_shares[0].ok.copy()
@@ -465,10 +519,16 @@ class Prio3:
         if self.uses_joint_rand:
             parts_by_agg = [vs.joint_rand_parts for vs in verifier_shares]
             if any(p is None for p in parts_by_agg):
-                raise ParameterError("verifier_shares", "missing joint randomness parts", "parts from every aggregator")
+                raise ParameterError(
+                    "verifier_shares",
+                    "missing joint randomness parts",
+                    "parts from every aggregator",
+                )
             parts = [[p[i] for p in parts_by_agg if p is not None] for i in range(n)]
             seeds = self._joint_rand_seeds(ctx, parts)
-            messages: list[bytes | None] = [s if good else None for s, good in zip(seeds, ok, strict=True)]
+            messages: list[bytes | None] = [
+                s if good else None for s, good in zip(seeds, ok, strict=True)
+            ]
         else:
             messages = [b"" if good else None for good in ok]
         return messages, ok
@@ -532,7 +592,9 @@ class Prio3:
                 raise DataError("public share: expected 0 bytes")
             return None
         if len(encoded) != self.SHARES * SEED_SIZE:
-            raise DataError(f"public share: {len(encoded)} bytes, expected {self.SHARES * SEED_SIZE}")
+            raise DataError(
+                f"public share: {len(encoded)} bytes, expected {self.SHARES * SEED_SIZE}"
+            )
         return [encoded[i : i + SEED_SIZE] for i in range(0, len(encoded), SEED_SIZE)]
 
     def encode_input_share(self, shares: InputShares, index: int) -> bytes:
@@ -540,7 +602,11 @@ class Prio3:
         blind = b"" if shares.blinds is None else shares.blinds[index]
         if shares.agg_id == 0:
             assert shares.meas is not None and shares.proofs is not None
-            return self.field.encode(shares.meas[index]) + self.field.encode(shares.proofs[index]) + blind
+            return (
+                self.field.encode(shares.meas[index])
+                + self.field.encode(shares.proofs[index])
+                + blind
+            )
         assert shares.seeds is not None
         return shares.seeds[index] + blind
 
@@ -565,7 +631,12 @@ class Prio3:
             vals = f.decode(b"".join(e[: ml + pl] for e in encoded), "leader input share")
             vals = vals.reshape(n, self.flp.MEAS_LEN + self.flp.PROOF_LEN * self.PROOFS)
             blinds = [e[ml + pl :] for e in encoded] if blind_len else None
-            return InputShares(0, meas=vals[:, : self.flp.MEAS_LEN], proofs=vals[:, self.flp.MEAS_LEN :], blinds=blinds)
+            return InputShares(
+                0,
+                meas=vals[:, : self.flp.MEAS_LEN],
+                proofs=vals[:, self.flp.MEAS_LEN :],
+                blinds=blinds,
+            )
         want = SEED_SIZE + blind_len
         for e in encoded:
             if len(e) != want:
@@ -602,7 +673,9 @@ class Prio3:
         """Parse an aggregate share. Raises DataError on a malformed share."""
         vals = self.field.decode(encoded, "aggregate share")
         if vals.shape[0] != self.flp.OUTPUT_LEN:
-            raise DataError(f"aggregate share: {vals.shape[0]} elements, expected {self.flp.OUTPUT_LEN}")
+            raise DataError(
+                f"aggregate share: {vals.shape[0]} elements, expected {self.flp.OUTPUT_LEN}"
+            )
         return vals
 
     # --- per-report API (a batch of one; bytes in, bytes out) -----------------------------------
@@ -617,11 +690,19 @@ class Prio3:
             If the measurement, nonce or ``rand`` is invalid.
         """
         batch = self.shard_batch(ctx, [measurement], [nonce], None if rand is None else [rand])
-        public = self.encode_public_share(None if batch.public_shares is None else batch.public_shares[0])
+        public = self.encode_public_share(
+            None if batch.public_shares is None else batch.public_shares[0]
+        )
         return public, [self.encode_input_share(s, 0) for s in batch.input_shares]
 
     def verify_init(
-        self, verify_key: bytes, ctx: bytes, agg_id: int, nonce: bytes, public_share: bytes, input_share: bytes
+        self,
+        verify_key: bytes,
+        ctx: bytes,
+        agg_id: int,
+        nonce: bytes,
+        public_share: bytes,
+        input_share: bytes,
     ) -> tuple[VerifyState, bytes]:
         """One aggregator's ``verify_init`` on encoded messages; returns its state and verifier share.
 
@@ -666,7 +747,8 @@ class Prio3:
         out, ok = self.verify_next_batch(state, [message])
         if not bool(ok[0]):
             raise SecurityError("Prio3 verification: joint randomness check failed")
-        return out[0]
+        row: FieldArray = out[0]
+        return row
 
 
 # --- the variants (§7.4) --------------------------------------------------------------------------
@@ -701,8 +783,12 @@ class Prio3SumVec(Prio3):
     ``sqrt(length * bit_length(max_measurement))``).
     """
 
-    def __init__(self, *, length: int, max_measurement: int, chunk_length: int, shares: int = 2) -> None:
-        super().__init__(0x00000003, flp_mod.SumVec(Field128, length, max_measurement, chunk_length), shares)
+    def __init__(
+        self, *, length: int, max_measurement: int, chunk_length: int, shares: int = 2
+    ) -> None:
+        super().__init__(
+            0x00000003, flp_mod.SumVec(Field128, length, max_measurement, chunk_length), shares
+        )
 
 
 class Prio3Histogram(Prio3):
@@ -735,5 +821,8 @@ class Prio3SumVecWithMultiproof(Prio3):
         shares: int = 2,
     ) -> None:
         super().__init__(
-            0xFFFFFFFF, flp_mod.SumVec(field, length, max_measurement, chunk_length), shares, num_proofs
+            0xFFFFFFFF,
+            flp_mod.SumVec(field, length, max_measurement, chunk_length),
+            shares,
+            num_proofs,
         )
