@@ -108,6 +108,21 @@ class Field:
         raise NotImplementedError
 
     @classmethod
+    def add_lazy(cls, a: FieldArray, b: FieldArray) -> FieldArray:
+        """a + b, possibly unreduced: valid input to :meth:`mul` and :meth:`reduce` only."""
+        return cls.add(a, b)
+
+    @classmethod
+    def sub_lazy(cls, a: FieldArray, b: FieldArray) -> FieldArray:
+        """a - b, possibly unreduced (see :meth:`add_lazy`)."""
+        return cls.sub(a, b)
+
+    @classmethod
+    def reduce(cls, a: FieldArray) -> FieldArray:
+        """Canonical representatives of possibly unreduced values."""
+        return a
+
+    @classmethod
     def neg(cls, a: FieldArray) -> FieldArray:
         """Elementwise -a (mod p)."""
         return cls.sub(cls.zeros(np.shape(a)), a)
@@ -372,8 +387,23 @@ class Field128(Field):
         return np.asarray(d % cls.MODULUS, dtype=object)
 
     @classmethod
+    def add_lazy(cls, a: FieldArray, b: FieldArray) -> FieldArray:
+        """a + b as Python ints, not reduced."""
+        return np.add(a, b, dtype=object)
+
+    @classmethod
+    def sub_lazy(cls, a: FieldArray, b: FieldArray) -> FieldArray:
+        """a - b as Python ints, not reduced (may be negative)."""
+        return np.subtract(a, b, dtype=object)
+
+    @classmethod
+    def reduce(cls, a: FieldArray) -> FieldArray:
+        """Values mod p."""
+        return np.asarray(a % cls.MODULUS, dtype=object)
+
+    @classmethod
     def mul(cls, a: FieldArray, b: FieldArray) -> FieldArray:
-        """Elementwise a * b (mod p)."""
+        """Elementwise a * b (mod p); the factors may be unreduced."""
         m = np.multiply(a, b, dtype=object)
         return np.asarray(m % cls.MODULUS, dtype=object)
 

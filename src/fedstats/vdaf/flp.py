@@ -27,7 +27,7 @@ which are what the draft's ``poly_eval_batched`` computes (§6.1.3.2).
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -98,13 +98,27 @@ def ntt(field: type[Field], coeffs: FieldArray, n: int) -> FieldArray:
     x = coeffs[..., _bitrev_perm(n)]
     h = 1
     while h < n:
-        tw = field.array(field.root_powers(2 * h)[:h])
         blocks = x.reshape(*lead, n // (2 * h), 2, h)
         u = blocks[..., 0, :]
-        v = field.mul(blocks[..., 1, :], tw)
-        x = np.stack([field.add(u, v), field.sub(u, v)], axis=-2).reshape(*lead, n)
+        v = blocks[..., 1, :] if h == 1 else field.mul(blocks[..., 1, :], _twiddles(field, h))
+        # sums and differences stay unreduced (Field128) until the next product or the end
+        x = np.stack([field.add_lazy(u, v), field.sub_lazy(u, v)], axis=-2).reshape(*lead, n)
         h *= 2
-    return x
+    return field.reduce(x)
+
+
+@lru_cache(maxsize=None)
+def _twiddles(field: type[Field], h: int) -> FieldArray:
+    """``[root(2h) ** j for j < h]``."""
+    return field.array(field.root_powers(2 * h)[:h])
+
+
+@lru_cache(maxsize=None)
+def _coset_twist(field: type[Field], n: int) -> FieldArray:
+    """``[s ** k / n for k < n]``, ``s = root(2n)``: moves coefficients to the odd coset, with INTT's 1/n."""
+    p = field.MODULUS
+    inv_n = pow(n, p - 2, p)
+    return field.array([w * inv_n % p for w in field.root_powers(2 * n)[:n]])
 
 
 def inv_ntt(field: type[Field], values: FieldArray) -> FieldArray:
@@ -190,8 +204,18 @@ class Gadget:
 
 
 def _extend_wires(field: type[Field], wires: FieldArray, out_len: int) -> FieldArray:
-    """Values of the wire polynomials at the ``out_len``-th roots (``out_len`` a multiple of ``P``)."""
-    return ntt(field, inv_ntt(field, wires), out_len)
+    """Values of the wire polynomials at the ``out_len``-th roots (``out_len`` a multiple of ``P``).
+
+    For ``out_len = 2P`` (every degree-2 gadget) the even positions are the given values and only the
+    odd coset is computed: two size-``P`` transforms instead of one of size ``P`` and one of ``2P``
+    (the draft's ``double_evaluations``, §6.1.3.2).
+    """
+    n = wires.shape[-1]
+    if out_len != 2 * n:
+        return ntt(field, inv_ntt(field, wires), out_len)
+    raw = ntt(field, wires, n)[..., (-np.arange(n)) % n]  # n * coefficients
+    odd = ntt(field, field.mul(raw, _coset_twist(field, n)), n)
+    return np.stack([wires, odd], axis=-1).reshape(*wires.shape[:-1], 2 * n)
 
 
 class Mul(Gadget):
