@@ -44,7 +44,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _util import write_results
-
 from fedstats.vdaf import Prio3, Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
 
 REF_ROOT = Path("/tmp/fedstats-vdaf-ref")
