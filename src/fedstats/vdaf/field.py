@@ -43,6 +43,18 @@ _S32 = np.uint64(32)
 _ONE = np.uint64(1)
 
 
+def _wrapping(fn: Any) -> Any:
+    """Run ``fn`` with numpy's overflow warnings off: uint64 wrap-around is intended (0-d operands warn)."""
+
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        with np.errstate(over="ignore"):
+            return fn(*args, **kwargs)
+
+    inner.__doc__ = fn.__doc__
+    inner.__name__ = fn.__name__
+    return inner
+
+
 def next_power_of_2(n: int) -> int:
     """The smallest power of two that is at least ``n`` (``n >= 1``)."""
     return 1 << (int(n) - 1).bit_length()
@@ -340,8 +352,21 @@ class Field64(Field):
         return arr, arr < cls._P
 
 
+_F128 = np.dtype([("lo", "<u8"), ("hi", "<u8")])
+_I32 = np.int64(32)
+_IM32 = np.int64(0xFFFFFFFF)
+_I28 = np.int64(28)
+
+
 class Field128(Field):
-    """GF(p), p = 2^66 * 4611686018427387897 + 1, in ``object`` arrays of Python ints (§6.1.4)."""
+    """GF(p), p = 2^66 * 4611686018427387897 + 1 = 2^128 - 28 * 2^64 + 1 (§6.1.4), in uint64 limbs.
+
+    An element is a numpy structured scalar ``(lo, hi)`` of two little-endian ``uint64`` (so an array's
+    memory is exactly the draft's encoding). A product is formed from 32-bit limbs (16 partial products,
+    columns summed exactly in ``uint64``) and reduced with 2^128 = 28 * 2^64 - 1 (mod p) on signed
+    ``int64`` columns: two folds bring any 256-bit product into [0, 2^128), one conditional subtraction
+    into [0, p).
+    """
 
     MODULUS = 2**66 * 4611686018427387897 + 1
     ENCODED_SIZE = 16
@@ -349,101 +374,188 @@ class Field128(Field):
     NAME = "Field128"
     _GEN_BASE = 7
     _GEN_EXP = 4611686018427387897
+    DTYPE = _F128
     _P_HI = np.uint64((2**66 * 4611686018427387897 + 1) >> 64)
     _P_LO = np.uint64((2**66 * 4611686018427387897 + 1) & (2**64 - 1))
+    _K_HI = np.uint64(27)  # K = 2^128 - p = 28 * 2^64 - 1 = 27 * 2^64 + (2^64 - 1)
+    _K_LO = np.uint64(2**64 - 1)
 
     @classmethod
-    def zeros(cls, shape: int | tuple[int, ...]) -> FieldArray:
-        """An array of (Python int) zeros of the given shape."""
-        out = np.empty(shape, dtype=object)
-        out.fill(0)
+    def _make(cls, lo: FieldArray, hi: FieldArray) -> FieldArray:
+        out = np.empty(np.broadcast_shapes(np.shape(lo), np.shape(hi)), dtype=_F128)
+        out["lo"] = lo
+        out["hi"] = hi
         return out
 
     @classmethod
+    def zeros(cls, shape: int | tuple[int, ...]) -> FieldArray:
+        """An array of zeros of the given shape."""
+        return np.zeros(shape, dtype=_F128)
+
+    @classmethod
     def array(cls, values: Iterable[Any] | FieldArray) -> FieldArray:
-        """Field elements from integers, reduced mod p (``object`` dtype)."""
+        """Field elements from integers, reduced mod p."""
         arr = values if isinstance(values, np.ndarray) else np.array(values, dtype=object)
-        if arr.dtype.kind in "iu":
-            arr = arr.astype(object)
-        elif arr.dtype != object:
+        if arr.dtype == _F128:
+            return arr.copy()
+        if arr.dtype.kind in "iu" and arr.dtype.itemsize <= 8 and arr.dtype != np.uint64:
+            big = arr.astype(np.int64)
+            out = cls._make(np.abs(big).astype(np.uint64), np.zeros(big.shape, dtype=np.uint64))
+            neg = big < 0
+            if neg.any():
+                out = np.where(neg, cls.neg(out), out)
+            return out
+        if arr.dtype.kind not in "uO":
             raise TypeError(f"{cls.NAME}.array needs integers, got dtype {arr.dtype}")
-        return np.asarray(arr % cls.MODULUS, dtype=object)
+        obj = np.asarray(arr.astype(object) % cls.MODULUS, dtype=object)
+        return cls._make((obj & (2**64 - 1)).astype(np.uint64), (obj >> 64).astype(np.uint64))
 
     @classmethod
     def to_ints(cls, a: FieldArray) -> Any:
         """The elements as (nested lists of) Python ints."""
-        return np.asarray(a, dtype=object).tolist()
+        a = np.asarray(a, dtype=_F128)
+        vals = (a["hi"].astype(object) << 64) | a["lo"].astype(object)
+        return np.asarray(vals, dtype=object).tolist()
+
+    # 128-bit helpers on (lo, hi) uint64 pairs ----------------------------------------------------
+    @staticmethod
+    def _add128(
+        alo: FieldArray, ahi: FieldArray, blo: FieldArray, bhi: FieldArray
+    ) -> tuple[FieldArray, FieldArray, FieldArray]:
+        lo = alo + blo
+        c0 = lo < alo
+        hi_t = ahi + bhi
+        c1 = hi_t < ahi
+        hi = hi_t + c0
+        c2 = hi < hi_t
+        return lo, hi, c1 | c2
 
     @classmethod
+    @_wrapping
+    def _canon(cls, lo: FieldArray, hi: FieldArray, force: FieldArray | None = None) -> FieldArray:
+        """Subtract p (add K mod 2^128) where the value is >= p or ``force`` (a lost carry) is set."""
+        ge = (hi > cls._P_HI) | ((hi == cls._P_HI) & (lo >= cls._P_LO))
+        if force is not None:
+            ge = ge | force
+        lo2, hi2, _ = cls._add128(lo, hi, cls._K_LO, cls._K_HI)
+        return cls._make(np.where(ge, lo2, lo), np.where(ge, hi2, hi))
+
+    @classmethod
+    @_wrapping
     def add(cls, a: FieldArray, b: FieldArray) -> FieldArray:
         """Elementwise a + b (mod p)."""
-        s = np.add(a, b, dtype=object)
-        return np.asarray(s % cls.MODULUS, dtype=object)
+        lo, hi, carry = cls._add128(a["lo"], a["hi"], b["lo"], b["hi"])
+        return cls._canon(lo, hi, carry)
 
     @classmethod
+    @_wrapping
     def sub(cls, a: FieldArray, b: FieldArray) -> FieldArray:
         """Elementwise a - b (mod p)."""
-        d = np.subtract(a, b, dtype=object)
-        return np.asarray(d % cls.MODULUS, dtype=object)
+        alo, ahi, blo, bhi = a["lo"], a["hi"], b["lo"], b["hi"]
+        lo = alo - blo
+        br0 = alo < blo
+        hi_t = ahi - bhi
+        br1 = ahi < bhi
+        hi = hi_t - br0
+        br2 = hi_t < br0
+        borrow = br1 | br2
+        lo2, hi2, _ = cls._add128(lo, hi, cls._P_LO, cls._P_HI)  # + p (mod 2^128) where borrowed
+        return cls._make(np.where(borrow, lo2, lo), np.where(borrow, hi2, hi))
 
     @classmethod
-    def add_lazy(cls, a: FieldArray, b: FieldArray) -> FieldArray:
-        """a + b as Python ints, not reduced."""
-        return np.add(a, b, dtype=object)
+    @_wrapping
+    def _reduce_cols(cls, cols: list[Any]) -> FieldArray:
+        """Reduce ``sum_k cols[k] 2^(32k)`` (8 uint64 columns, each < 2^62 / 2^9) mod p.
 
-    @classmethod
-    def sub_lazy(cls, a: FieldArray, b: FieldArray) -> FieldArray:
-        """a - b as Python ints, not reduced (may be negative)."""
-        return np.subtract(a, b, dtype=object)
+        The columns are read as int64 (no copy). Columns 7..4 fold down with
+        2^(32k) = 28 * 2^(32(k-2)) - 2^(32(k-4)) (mod p); three signed carry passes, each folding the
+        carry out of 2^128 back as 28 * 2^64 - 1, bring the value into [0, 2^128) with 32-bit limbs
+        (the first carry is below 2^40, the second in {-1, 0, 1}, the third 0); a conditional
+        subtraction of p finishes.
+        """
+        c = [np.asarray(x, dtype=np.uint64).view(np.int64) for x in cols]
+        for k in (7, 6, 5, 4):
+            c[k - 2] = c[k - 2] + _I28 * c[k]
+            c[k - 4] = c[k - 4] - c[k]
+        c = c[:4]
+        for _ in range(3):
+            v = c[0]
+            c[0] = v & _IM32
+            v = c[1] + (v >> _I32)
+            c[1] = v & _IM32
+            v = c[2] + (v >> _I32)
+            c[2] = v & _IM32
+            v = c[3] + (v >> _I32)
+            c[3] = v & _IM32
+            carry = v >> _I32
+            c[2] = c[2] + _I28 * carry
+            c[0] = c[0] - carry
+        u = [x.view(np.uint64) for x in c]
+        return cls._canon(u[0] | (u[1] << _S32), u[2] | (u[3] << _S32))
 
-    @classmethod
-    def reduce(cls, a: FieldArray) -> FieldArray:
-        """Values mod p."""
-        return np.asarray(a % cls.MODULUS, dtype=object)
+    @staticmethod
+    def _product_cols(a: FieldArray, b: FieldArray) -> list[Any]:
+        """The 8 column sums (each < 2^35) of the 32-bit-limb product a * b, elementwise."""
+        alo, ahi, blo, bhi = a["lo"], a["hi"], b["lo"], b["hi"]
+        x = (alo & _M32, alo >> _S32, ahi & _M32, ahi >> _S32)
+        y = (blo & _M32, blo >> _S32, bhi & _M32, bhi >> _S32)
+        cols: list[Any] = [0] * 8
+        for i in range(4):
+            for j in range(4):
+                pr = x[i] * y[j]
+                cols[i + j] = cols[i + j] + (pr & _M32)
+                cols[i + j + 1] = cols[i + j + 1] + (pr >> _S32)
+        return cols
 
     @classmethod
     def mul(cls, a: FieldArray, b: FieldArray) -> FieldArray:
-        """Elementwise a * b (mod p); the factors may be unreduced."""
-        m = np.multiply(a, b, dtype=object)
-        return np.asarray(m % cls.MODULUS, dtype=object)
-
-    @classmethod
-    def sum(cls, a: FieldArray, axis: int | None = None) -> FieldArray:
-        """Sum (mod p) along ``axis``; the reduction happens once, at the end."""
-        s = np.sum(np.asarray(a, dtype=object), axis=axis, dtype=object)
-        return np.asarray(s % cls.MODULUS, dtype=object)
+        """Elementwise a * b (mod p), from 32-bit limbs."""
+        return cls._reduce_cols(cls._product_cols(a, b))
 
     @classmethod
     def dot(cls, a: FieldArray, b: FieldArray, axis: int = -1) -> FieldArray:
-        """Sum over ``axis`` of a * b (mod p), reducing once (Python ints do not overflow)."""
-        s = np.sum(np.multiply(a, b, dtype=object), axis=axis, dtype=object)
-        return np.asarray(s % cls.MODULUS, dtype=object)
+        """Sum over ``axis`` of a * b (mod p): product columns are summed first, reduced once."""
+        shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+        k = shape[axis]
+        if k > 2**16:  # keep the folded column sums below 2^63 (about 2^10 * k * 2^35)
+            a2, b2 = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
+            parts = [
+                cls.dot(np.take(a2, range(i, min(i + 2**16, k)), axis=axis),
+                        np.take(b2, range(i, min(i + 2**16, k)), axis=axis), axis=axis)
+                for i in range(0, k, 2**16)
+            ]
+            acc = parts[0]
+            for part in parts[1:]:
+                acc = cls.add(acc, part)
+            return acc
+        cols = cls._product_cols(a, b)
+        summed = [np.sum(np.broadcast_to(c, shape), axis=axis, dtype=np.uint64) for c in cols]
+        return cls._reduce_cols(summed)
 
     @classmethod
-    def inv(cls, a: FieldArray) -> FieldArray:
-        """Elementwise inverse (CPython's modular ``pow``); 0 maps to 0."""
-        f = np.frompyfunc(lambda v: pow(v, cls.MODULUS - 2, cls.MODULUS), 1, 1)
-        return np.asarray(f(a), dtype=object)
-
-    @classmethod
-    def pow(cls, a: FieldArray, exponent: int) -> FieldArray:
-        """Elementwise a ** exponent (mod p)."""
-        e = int(exponent)
-        f = np.frompyfunc(lambda v: pow(v, e, cls.MODULUS), 1, 1)
-        return np.asarray(f(a), dtype=object)
+    @_wrapping
+    def sum(cls, a: FieldArray, axis: int | None = None) -> FieldArray:
+        """Sum (mod p) along ``axis``: each 32-bit limb column is summed exactly, then reduced."""
+        a = np.asarray(a, dtype=_F128)
+        n = a.size if axis is None else a.shape[axis]
+        if n >= 2**30:
+            raise ValueError("Field128.sum: more than 2^30 terms")
+        lo, hi = a["lo"], a["hi"]
+        s = [
+            np.asarray(np.sum(part, axis=axis, dtype=np.uint64))
+            for part in (lo & _M32, lo >> _S32, hi & _M32, hi >> _S32)
+        ]
+        zero = np.zeros_like(s[0])
+        return cls._reduce_cols([*s, zero, zero, zero, zero])
 
     @classmethod
     def encode(cls, a: FieldArray) -> bytes:
         """Little-endian 16-byte encodings of the elements in C order."""
-        flat = np.asarray(a, dtype=object).ravel()
-        lo = (flat & (2**64 - 1)).astype(np.uint64)
-        hi = (flat >> 64).astype(np.uint64)
-        return np.stack([lo, hi], axis=-1).astype("<u8").tobytes()
+        return np.ascontiguousarray(a, dtype=_F128).tobytes()
 
     @classmethod
     def _from_bytes(cls, data: bytes) -> tuple[FieldArray, npt.NDArray[np.bool_]]:
-        limbs = np.frombuffer(data, dtype="<u8").astype(np.uint64).reshape(-1, 2)
-        lo, hi = limbs[:, 0], limbs[:, 1]
+        vals = np.frombuffer(data, dtype=_F128).copy()
+        lo, hi = vals["lo"], vals["hi"]
         ok = (hi < cls._P_HI) | ((hi == cls._P_HI) & (lo < cls._P_LO))
-        vals = (hi.astype(object) << 64) | lo.astype(object)
-        return np.asarray(vals, dtype=object), ok
+        return vals, ok

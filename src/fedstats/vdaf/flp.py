@@ -427,7 +427,7 @@ class Count(Circuit):
 
     def decode(self, agg: FieldArray, num_measurements: int) -> int:
         """The count of ones."""
-        return int(agg[0])
+        return int(self.field.to_ints(agg)[0])
 
 
 class Sum(Circuit):
@@ -481,7 +481,7 @@ class Sum(Circuit):
 
     def decode(self, agg: FieldArray, num_measurements: int) -> int:
         """The sum."""
-        return int(agg[0])
+        return int(self.field.to_ints(agg)[0])
 
     def params(self) -> dict[str, int]:
         """``max_measurement``."""
@@ -587,7 +587,7 @@ class SumVec(_RangeCheckCircuit):
 
     def decode(self, agg: FieldArray, num_measurements: int) -> list[int]:
         """The vector sum."""
-        return [int(v) for v in agg]
+        return [int(v) for v in self.field.to_ints(agg)]
 
     def params(self) -> dict[str, int]:
         """``length``, ``max_measurement``, ``chunk_length``."""
@@ -642,7 +642,7 @@ class Histogram(_RangeCheckCircuit):
 
     def decode(self, agg: FieldArray, num_measurements: int) -> list[int]:
         """Bucket counts."""
-        return [int(v) for v in agg]
+        return [int(v) for v in self.field.to_ints(agg)]
 
     def params(self) -> dict[str, int]:
         """``length``, ``chunk_length``."""
@@ -705,7 +705,7 @@ class MultihotCountVec(_RangeCheckCircuit):
 
     def decode(self, agg: FieldArray, num_measurements: int) -> list[int]:
         """Per-position counts."""
-        return [int(v) for v in agg]
+        return [int(v) for v in self.field.to_ints(agg)]
 
     def params(self) -> dict[str, int]:
         """``length``, ``max_weight``, ``chunk_length``."""
