@@ -224,3 +224,16 @@ def test_negative_vector_is_rejected_by_the_batch_api(name: str) -> None:
         _, ok = vdaf.verifier_shares_to_message_batch(ctx, [vs for _, vs in inits])
     assert not ok.any()
     assert np.asarray(ok).shape == (1,)
+
+
+def test_turboshake_backends_agree_and_the_vectors_pass_on_the_public_one(monkeypatch: Any) -> None:
+    import os
+
+    from fedstats.vdaf import xof
+
+    msgs = [os.urandom(k) for k in (0, 1, 77, 168, 169, 500)]
+    for nbytes in (1, 32, 168, 1000):
+        assert xof._turboshake_raw(msgs, nbytes) == xof._turboshake_public(msgs, nbytes)
+    monkeypatch.setattr(xof, "_BACKEND", xof._turboshake_public)
+    test_positive_vector_batch_api("Prio3Histogram_1.json")
+    test_positive_vector_batch_api("Prio3Sum_2.json")

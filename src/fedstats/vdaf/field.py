@@ -26,8 +26,9 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, ClassVar
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -37,21 +38,22 @@ from fedstats.errors import DataError
 __all__ = ["Field", "Field64", "Field128", "next_power_of_2"]
 
 FieldArray = npt.NDArray[Any]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 _ONE = np.uint64(1)
 
 
-def _wrapping(fn: Any) -> Any:
+def _wrapping(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run ``fn`` with numpy's overflow warnings off: uint64 wrap-around is intended (0-d operands warn)."""
 
-    def inner(*args: Any, **kwargs: Any) -> Any:
+    @functools.wraps(fn)
+    def inner(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with np.errstate(over="ignore"):
             return fn(*args, **kwargs)
 
-    inner.__doc__ = fn.__doc__
-    inner.__name__ = fn.__name__
     return inner
 
 
@@ -121,12 +123,12 @@ class Field:
 
     @classmethod
     def add_lazy(cls, a: FieldArray, b: FieldArray) -> FieldArray:
-        """a + b, possibly unreduced: valid input to :meth:`mul` and :meth:`reduce` only."""
+        """A + b, possibly unreduced: valid input to :meth:`mul` and :meth:`reduce` only."""
         return cls.add(a, b)
 
     @classmethod
     def sub_lazy(cls, a: FieldArray, b: FieldArray) -> FieldArray:
-        """a - b, possibly unreduced (see :meth:`add_lazy`)."""
+        """A - b, possibly unreduced (see :meth:`add_lazy`)."""
         return cls.sub(a, b)
 
     @classmethod
@@ -419,9 +421,7 @@ class Field128(Field):
 
     # 128-bit helpers on (lo, hi) uint64 pairs ----------------------------------------------------
     @staticmethod
-    def _add128(
-        alo: FieldArray, ahi: FieldArray, blo: FieldArray, bhi: FieldArray
-    ) -> tuple[FieldArray, FieldArray, FieldArray]:
+    def _add128(alo: Any, ahi: Any, blo: Any, bhi: Any) -> tuple[Any, Any, Any]:
         lo = alo + blo
         c0 = lo < alo
         hi_t = ahi + bhi
@@ -520,8 +520,11 @@ class Field128(Field):
         if k > 2**16:  # keep the folded column sums below 2^63 (about 2^10 * k * 2^35)
             a2, b2 = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
             parts = [
-                cls.dot(np.take(a2, range(i, min(i + 2**16, k)), axis=axis),
-                        np.take(b2, range(i, min(i + 2**16, k)), axis=axis), axis=axis)
+                cls.dot(
+                    np.take(a2, range(i, min(i + 2**16, k)), axis=axis),
+                    np.take(b2, range(i, min(i + 2**16, k)), axis=axis),
+                    axis=axis,
+                )
                 for i in range(0, k, 2**16)
             ]
             acc = parts[0]

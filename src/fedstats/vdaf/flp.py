@@ -27,7 +27,7 @@ which are what the draft's ``poly_eval_batched`` computes (§6.1.3.2).
 
 from __future__ import annotations
 
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -107,18 +107,25 @@ def ntt(field: type[Field], coeffs: FieldArray, n: int) -> FieldArray:
     return field.reduce(x)
 
 
-@lru_cache(maxsize=None)
+_CACHE: dict[tuple[str, str, int], FieldArray] = {}
+
+
 def _twiddles(field: type[Field], h: int) -> FieldArray:
-    """``[root(2h) ** j for j < h]``."""
-    return field.array(field.root_powers(2 * h)[:h])
+    """``[root(2h) ** j for j < h]`` (cached)."""
+    key = ("twiddles", field.NAME, h)
+    if key not in _CACHE:
+        _CACHE[key] = field.array(field.root_powers(2 * h)[:h])
+    return _CACHE[key]
 
 
-@lru_cache(maxsize=None)
 def _coset_twist(field: type[Field], n: int) -> FieldArray:
     """``[s ** k / n for k < n]``, ``s = root(2n)``: moves coefficients to the odd coset, with INTT's 1/n."""
-    p = field.MODULUS
-    inv_n = pow(n, p - 2, p)
-    return field.array([w * inv_n % p for w in field.root_powers(2 * n)[:n]])
+    key = ("twist", field.NAME, n)
+    if key not in _CACHE:
+        p = field.MODULUS
+        inv_n = pow(n, p - 2, p)
+        _CACHE[key] = field.array([w * inv_n % p for w in field.root_powers(2 * n)[:n]])
+    return _CACHE[key]
 
 
 def inv_ntt(field: type[Field], values: FieldArray) -> FieldArray:

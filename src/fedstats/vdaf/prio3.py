@@ -49,7 +49,7 @@ import numpy.typing as npt
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.vdaf import flp as flp_mod
 from fedstats.vdaf.field import Field, Field64, Field128, FieldArray
-from fedstats.vdaf.xof import SEED_SIZE, XofTurboShake128, expand_into_vecs
+from fedstats.vdaf.xof import SEED_SIZE, derive_seeds, expand_into_vecs
 
 __all__ = [
     "VERSION",
@@ -221,15 +221,14 @@ class Prio3:
         dst = self.domain_separation_tag(USAGE_JOINT_RAND_PART, ctx)
         rows = self.field.encode_rows(meas)
         head = bytes([agg_id])
-        return [
-            XofTurboShake128.derive_seed(b, dst, head + nc + r)
-            for b, nc, r in zip(blinds, nonces, rows, strict=True)
-        ]
+        return derive_seeds(
+            blinds, dst, [head + nc + r for nc, r in zip(nonces, rows, strict=True)]
+        )
 
     def _joint_rand_seeds(self, ctx: bytes, parts: Sequence[Sequence[bytes]]) -> list[bytes]:
         dst = self.domain_separation_tag(USAGE_JOINT_RAND_SEED, ctx)
         zero = bytes(SEED_SIZE)
-        return [XofTurboShake128.derive_seed(zero, dst, b"".join(p)) for p in parts]
+        return derive_seeds([zero] * len(parts), dst, [b"".join(p) for p in parts])
 
     def _joint_rands(self, ctx: bytes, seeds: Sequence[bytes]) -> FieldArray:
         dst = self.domain_separation_tag(USAGE_JOINT_RANDOMNESS, ctx)
