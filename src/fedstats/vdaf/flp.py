@@ -54,6 +54,9 @@ __all__ = [
 
 IntArray = npt.NDArray[np.int64]
 
+PROVE_BLOCK = 2**16  # wire-array elements per block of reports when proving
+QUERY_BLOCK = 2**20  # ... when querying
+
 
 def wire_poly_len(calls: int) -> int:
     """Values per wire polynomial: ``next_power_of_2(1 + calls)`` (§7.3.3)."""
@@ -767,6 +770,10 @@ class FlpBBCGGI19:
             return None
         return self.field.array(_extension_matrix(self.field, self.m, self.M))
 
+    def _rows_per_block(self, elements: int) -> int:
+        """Reports per block so that a block's wire array has about ``elements`` elements."""
+        return max(1, elements // (self.valid.gadget.ARITY * self.P))
+
     def _wires(self, seeds: FieldArray, inputs: FieldArray) -> FieldArray:
         """Wire values ``(n, ARITY, P)``: the seed, then one input per call, then zeros."""
         n, calls, arity = inputs.shape
@@ -792,6 +799,16 @@ class FlpBBCGGI19:
         numpy.ndarray
             ``(n, PROOF_LEN)``: wire seeds, then the first ``gadget_poly_len`` gadget-polynomial values.
         """
+        rows = self._rows_per_block(PROVE_BLOCK)  # the NTTs run fastest on cache-sized blocks
+        if meas.shape[0] > rows:
+            return np.concatenate(
+                [
+                    self.prove(
+                        meas[i : i + rows], prove_rand[i : i + rows], joint_rand[i : i + rows]
+                    )
+                    for i in range(0, meas.shape[0], rows)
+                ]
+            )
         inputs = self.valid.gadget_inputs(meas, joint_rand, 1)
         wires = self._wires(prove_rand, inputs)
         gpoly = self.valid.gadget.eval_poly(self.field, wires, self.M)
@@ -828,6 +845,19 @@ class FlpBBCGGI19:
             ``(n,)``: False where ``t`` is a ``P``-th root of unity (the draft aborts there; the
             probability is negligible).
         """
+        rows = self._rows_per_block(QUERY_BLOCK)  # large: the per-report loops are over columns
+        if meas.shape[0] > rows:
+            parts = [
+                self.query(
+                    meas[i : i + rows],
+                    proof[i : i + rows],
+                    query_rand[i : i + rows],
+                    joint_rand[i : i + rows],
+                    num_shares,
+                )
+                for i in range(0, meas.shape[0], rows)
+            ]
+            return np.concatenate([q for q, _ in parts]), np.concatenate([u for _, u in parts])
         f = self.field
         v = self.valid
         arity = v.gadget.ARITY
