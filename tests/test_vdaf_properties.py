@@ -291,3 +291,12 @@ def test_bad_parameters_raise_parameter_error() -> None:
         Prio3Histogram(length=3, chunk_length=0)
     with pytest.raises(ParameterError, match="max_measurement"):
         Prio3Sum(max_measurement=0)
+
+
+def test_the_docs_example_runs_and_prints_the_histogram(capsys: Any) -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "vdaf.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/vdaf.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "[1, 0, 2, 0]"
