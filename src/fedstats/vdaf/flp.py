@@ -103,7 +103,11 @@ def ntt(field: type[Field], coeffs: FieldArray, n: int) -> FieldArray:
     while h < n:
         blocks = x.reshape(*lead, n // (2 * h), 2, h)
         u = blocks[..., 0, :]
-        v = blocks[..., 1, :] if h == 1 else field.mul(blocks[..., 1, :], _twiddles(field, h))
+        b = blocks[..., 1, :]
+        if h == 1:
+            v = b
+        else:  # the first twiddle is 1: multiply only the others
+            v = np.concatenate([b[..., :1], field.mul(b[..., 1:], _twiddles(field, h)[1:])], axis=-1)
         # sums and differences stay unreduced (Field128) until the next product or the end
         x = np.stack([field.add_lazy(u, v), field.sub_lazy(u, v)], axis=-2).reshape(*lead, n)
         h *= 2
