@@ -107,7 +107,9 @@ def ntt(field: type[Field], coeffs: FieldArray, n: int) -> FieldArray:
         if h == 1:
             v = b
         else:  # the first twiddle is 1: multiply only the others
-            v = np.concatenate([b[..., :1], field.mul(b[..., 1:], _twiddles(field, h)[1:])], axis=-1)
+            v = np.concatenate(
+                [b[..., :1], field.mul(b[..., 1:], _twiddles(field, h)[1:])], axis=-1
+            )
         # sums and differences stay unreduced (Field128) until the next product or the end
         x = np.stack([field.add_lazy(u, v), field.sub_lazy(u, v)], axis=-2).reshape(*lead, n)
         h *= 2

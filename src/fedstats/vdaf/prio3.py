@@ -436,10 +436,23 @@ class Prio3:
                 "input_shares", f"{len(input_shares)} reports", f"{n} reports, one per nonce"
             )
         if agg_id == 0:
-            assert input_shares.meas is not None and input_shares.proofs is not None
+            if input_shares.meas is None or input_shares.proofs is None:
+                raise ParameterError(
+                    "input_shares", "no measurement or proof shares", "the leader's shares"
+                )
             meas, proofs = input_shares.meas, input_shares.proofs
+            if meas.shape != (n, self.flp.MEAS_LEN) or proofs.shape != (
+                n,
+                self.flp.PROOF_LEN * self.PROOFS,
+            ):
+                raise ParameterError(
+                    "input_shares",
+                    f"shapes {meas.shape} and {proofs.shape}",
+                    f"({n}, {self.flp.MEAS_LEN}) and ({n}, {self.flp.PROOF_LEN * self.PROOFS})",
+                )
         else:
-            assert input_shares.seeds is not None
+            if input_shares.seeds is None:
+                raise ParameterError("input_shares", "no share seeds", "a helper's seeds")
             meas = self._helper_meas(ctx, agg_id, input_shares.seeds)
             proofs = self._helper_proofs(ctx, agg_id, input_shares.seeds)
         out_shares = self.flp.valid.truncate(meas)
@@ -552,8 +565,8 @@ class Prio3:
             if msg is None:
                 ok[i] = False
             elif self.uses_joint_rand:
-                assert state.corrected_joint_rand_seeds is not None
-                ok[i] &= msg == state.corrected_joint_rand_seeds[i]
+                seeds = state.corrected_joint_rand_seeds
+                ok[i] &= seeds is not None and msg == seeds[i]
             else:
                 ok[i] &= msg == b""
         return state.out_shares, ok
@@ -600,13 +613,17 @@ class Prio3:
         """Report ``index``'s input share for ``shares.agg_id`` (§7.2.7.2)."""
         blind = b"" if shares.blinds is None else shares.blinds[index]
         if shares.agg_id == 0:
-            assert shares.meas is not None and shares.proofs is not None
+            if shares.meas is None or shares.proofs is None:
+                raise ParameterError(
+                    "shares", "no measurement or proof shares", "the leader's shares"
+                )
             return (
                 self.field.encode(shares.meas[index])
                 + self.field.encode(shares.proofs[index])
                 + blind
             )
-        assert shares.seeds is not None
+        if shares.seeds is None:
+            raise ParameterError("shares", "no share seeds", "a helper's seeds")
         return shares.seeds[index] + blind
 
     def decode_input_shares(self, agg_id: int, encoded: Sequence[bytes]) -> InputShares:
