@@ -197,6 +197,7 @@ def main() -> None:
     ap.add_argument("--ref-python", type=Path, default=REF_ROOT / ".venv" / "bin" / "python")
     ap.add_argument("--setup-ref", type=Path, default=None, metavar="GIT_DIR")
     ap.add_argument("--no-ref", action="store_true")
+    ap.add_argument("--no-write", dest="write", action="store_false", help="do not write the JSON")
     args = ap.parse_args()
 
     if args.setup_ref is not None:
@@ -204,6 +205,15 @@ def main() -> None:
     specs = variants()
     results: dict[str, Any] = {}
     ref: dict[str, Any] = {}
+    if not args.no_ref and not (args.ref_python.exists() and args.ref_src.is_dir()):
+        print(
+            f"reference implementation not found ({args.ref_python}, {args.ref_src}): run with "
+            "--setup-ref GIT_DIR (a clone of cfrg/draft-irtf-cfrg-vdaf) to compare; timing fedstats "
+            "only and leaving benchmarks/results/prio3.json unchanged",
+            flush=True,
+        )
+        args.no_ref = True
+        args.write = False
     if not args.no_ref:
         ref_cfg = {
             name: max(args.ref_n // (10 if name == "Prio3SumVec" else 1), 2) for name in specs
@@ -257,8 +267,9 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "command": "python " + " ".join(sys.argv),
     }
-    path = write_results("prio3", {"meta": meta, "results": results})
-    print(f"wrote {path}")
+    if args.write:
+        path = write_results("prio3", {"meta": meta, "results": results})
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
