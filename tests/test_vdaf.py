@@ -237,3 +237,37 @@ def test_turboshake_backends_agree_and_the_vectors_pass_on_the_public_one(monkey
     monkeypatch.setattr(xof, "_BACKEND", xof._turboshake_public)
     test_positive_vector_batch_api("Prio3Histogram_1.json")
     test_positive_vector_batch_api("Prio3Sum_2.json")
+
+
+def test_rejection_sampling_continues_the_stream_in_order() -> None:
+    """A field that rejects half of all draws exercises the redraw path of expand_into_vecs."""
+    import os
+
+    import numpy.typing as npt
+    from Crypto.Hash import TurboSHAKE128
+
+    from fedstats.vdaf.xof import expand_into_vecs
+
+    class HalfRejecting(Field64):
+        @classmethod
+        def _from_bytes(cls, data: bytes) -> tuple[Any, npt.NDArray[np.bool_]]:
+            arr = np.frombuffer(data, dtype="<u8").astype(np.uint64)
+            return arr, arr < np.uint64(2**63)
+
+    def naive(seed: bytes, dst: bytes, binder: bytes, length: int) -> list[int]:
+        h = TurboSHAKE128.new(
+            domain=1, data=len(dst).to_bytes(2, "little") + dst + bytes([32]) + seed + binder
+        )
+        out: list[int] = []
+        while len(out) < length:
+            x = int.from_bytes(h.read(8), "little")
+            if x < 2**63:
+                out.append(x)
+        return out
+
+    seeds = [os.urandom(32) for _ in range(5)]
+    binders = [bytes([i]) for i in range(5)]
+    got = expand_into_vecs(HalfRejecting, seeds, b"dst", binders, 40)
+    assert got.tolist() == [naive(s, b"dst", b, 40) for s, b in zip(seeds, binders, strict=True)]
+    one = XofTurboShake128.expand_into_vec(HalfRejecting, seeds[0], b"dst", binders[0], 40)
+    assert one.tolist() == naive(seeds[0], b"dst", binders[0], 40)
