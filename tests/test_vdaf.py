@@ -37,11 +37,6 @@ def _load(name: str) -> dict[str, Any]:
 
 
 def _variant(name: str, tv: dict[str, Any]) -> Prio3:
-    kind = (
-        name.rsplit("_", 1)[0]
-        if not name.split("_", 1)[1].startswith("bad")
-        else name.split("_")[0]
-    )
     kind = name.split("_")[0]
     shares = tv["shares"]
     if kind == "Prio3Count":
