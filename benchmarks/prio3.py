@@ -18,8 +18,8 @@ reports (``--n-sumvec`` for SumVec), handed to the batch API in blocks of ``--bl
 and random bytes drawn beforehand (as for the reference); the cost per report is the batch's total over its
 size. The reference (``poc/vdaf_poc`` at tag ``draft-irtf-cfrg-vdaf-20``, in its own Python >= 3.12
 virtualenv with ``pycryptodomex==3.23.0`` as its ``pyproject.toml`` pins) runs ``--ref-n`` reports one by
-one (fewer for the slow variants) in a subprocess started from this run; it verifies nothing but its own
-output. Both sides report CPU seconds (``time.process_time``, the machine is shared) and wall seconds; the
+one (``--ref-n / 10`` for SumVec) in a subprocess started from this run just before fedstats' run of the
+same variant (so both see the same machine load); its own output is what it verifies. Both sides report CPU seconds (``time.process_time``, the machine is shared) and wall seconds; the
 speed-ups use CPU seconds.
 
 ``--setup-ref GIT_DIR`` creates the reference environment from a clone of
@@ -214,19 +214,24 @@ def main() -> None:
         )
         args.no_ref = True
         args.write = False
-    if not args.no_ref:
-        ref_cfg = {
-            name: max(args.ref_n // (10 if name == "Prio3SumVec" else 1), 2) for name in specs
-        }
-        proc = subprocess.run(
-            [str(args.ref_python), "-c", REF_SCRIPT, str(args.ref_src), json.dumps(ref_cfg)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        ref = json.loads(proc.stdout.strip().splitlines()[-1])
     for name, (vdaf, sample, params) in specs.items():
         n = args.n_sumvec if name == "Prio3SumVec" else args.n
+        if not args.no_ref:
+            # the reference runs right before fedstats, variant by variant: both see the same load
+            ref_n = max(args.ref_n // (10 if name == "Prio3SumVec" else 1), 2)
+            proc = subprocess.run(
+                [
+                    str(args.ref_python),
+                    "-c",
+                    REF_SCRIPT,
+                    str(args.ref_src),
+                    json.dumps({name: ref_n}),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            ref.update(json.loads(proc.stdout.strip().splitlines()[-1]))
         ours = bench_fedstats(vdaf, sample, n, min(args.block, n))
         row: dict[str, Any] = {"parameters": params, "fedstats": ours}
         if name in ref:
