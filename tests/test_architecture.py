@@ -25,6 +25,7 @@ LAYERS = {
     "privacy": {"privacy"},
     "sketches": {"sketches", "privacy"},
     "secagg": {"secagg", "privacy"},
+    "vdaf": {"vdaf", "privacy"},
     "wire": {"wire", "privacy"},
     "datasets": {"datasets"},
     "engine": {"engine", "secagg", "privacy", "sketches"},
