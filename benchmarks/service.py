@@ -30,14 +30,14 @@ import httpx
 import numpy as np
 
 from _util import write_results
+from fedstats import wire
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.randomness import RandomSource
-from fedstats import wire
-from fedstats.wire import auth
 from fedstats.service.app import add_operator, trust_authority
-from fedstats.wire.registry import resolve_encoder
 from fedstats.service.store import open_store
 from fedstats.service.tls import make_dev_certificates
+from fedstats.wire import auth
+from fedstats.wire.registry import resolve_encoder
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -22,9 +22,9 @@ import pandas as pd
 import pytest
 
 from fedstats.service.app import add_operator
-from fedstats.wire.enrollment import init_authority, issue_identity
 from fedstats.service.store import open_store
 from fedstats.service.tls import make_dev_certificates
+from fedstats.wire.enrollment import init_authority, issue_identity
 
 FEDSTATS = [str(Path(sys.executable).with_name("fedstats"))]
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -25,8 +25,8 @@ from sqlalchemy import select
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.randomness import RandomSource
 from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord
-from fedstats.wire.registry import protocol_for
 from fedstats.service.store import open_store
+from fedstats.wire.registry import protocol_for
 from service_helpers import (
     Deployment,
     free_port,
@@ -639,8 +639,8 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
 
     import httpx
 
-    from fedstats.engine.rounds import ClientBatch, Round
     from fedstats import wire
+    from fedstats.engine.rounds import ClientBatch, Round
     from fedstats.wire import auth
     from fedstats.wire.registry import resolve_encoder
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from fedstats import wire
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
 from fedstats.engine import Engine, InMemoryPopulation
@@ -32,8 +33,6 @@ from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 from fedstats.secagg import find_parameters
 from fedstats.secagg.identity import SessionRoster
-from fedstats import wire
-from fedstats.wire import seeding
 from fedstats.service.models import (
     LedgerCharge,
     RoundRecord,
@@ -42,9 +41,10 @@ from fedstats.service.models import (
     SecureMessage,
     SecureSession,
 )
-from fedstats.wire.registry import protocol_for
 from fedstats.service.secure import session_bounds
 from fedstats.service.store import open_store
+from fedstats.wire import seeding
+from fedstats.wire.registry import protocol_for
 from service_helpers import (
     Deployment,
     free_port,

@@ -197,9 +197,9 @@ def run_network_demo(
     import httpx
 
     from fedstats.service.app import add_operator
-    from fedstats.wire.enrollment import init_authority, issue_identity
     from fedstats.service.store import open_store
     from fedstats.service.tls import make_dev_certificates
+    from fedstats.wire.enrollment import init_authority, issue_identity
 
     fedstats_bin = str(Path(sys.executable).with_name("fedstats"))
     pops = _populations()

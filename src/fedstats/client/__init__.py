@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from fedstats import wire
 from fedstats.client.policy import LocalBudget, Policy, RefusedTask
 from fedstats.client.secure import SecureRuns, SecureState
 from fedstats.engine.rounds import ClientBatch, Round
@@ -39,7 +40,6 @@ from fedstats.errors import (
     SecurityError,
 )
 from fedstats.randomness import RandomSource
-from fedstats import wire
 from fedstats.wire import auth
 from fedstats.wire.enrollment import load_identity
 from fedstats.wire.registry import resolve_encoder

@@ -33,7 +33,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError, SecurityError
-from fedstats.wire import auth
 from fedstats.service import driver, ledger, runs, tasks
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import Offload, add_client_routes
@@ -48,6 +47,7 @@ from fedstats.service.schemas import (
     TaskOut,
 )
 from fedstats.service.store import Store
+from fedstats.wire import auth
 
 __all__ = ["ServerSettings", "create_app"]
 

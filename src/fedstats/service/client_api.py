@@ -22,12 +22,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fedstats.errors import SecurityError
-from fedstats.wire import auth
 from fedstats.service import runs, tasks
 from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.models import Authority, Client, Nonce
 from fedstats.service.secure_api import add_secure_routes
 from fedstats.service.store import Store
+from fedstats.wire import auth
 
 __all__ = ["Offload", "add_client_routes"]
 

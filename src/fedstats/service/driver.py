@@ -23,17 +23,17 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from fedstats import wire
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import AnalysisResult, to_jsonable
-from fedstats import wire
 from fedstats.service import ledger, secure
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
-from fedstats.wire.registry import encoder_name, lookup, protocol_for
 from fedstats.service.runs import load_run
 from fedstats.service.store import Store
 from fedstats.service.tasks import task_config
+from fedstats.wire.registry import encoder_name, lookup, protocol_for
 
 __all__ = ["Driver"]
 

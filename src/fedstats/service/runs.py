@@ -38,8 +38,8 @@ from typing import Any
 from sqlalchemy import and_, select
 from sqlalchemy.orm import Session
 
-from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats import wire
+from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service import ledger
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
 from fedstats.service.secure_devices import secure_work

@@ -46,6 +46,7 @@ import numpy as np
 from sqlalchemy import Row, func, insert, select
 from sqlalchemy.orm import Session
 
+from fedstats import wire
 from fedstats.errors import DataError, ProtocolAbortError, SecurityError
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import (
@@ -58,8 +59,6 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
-from fedstats import wire
-from fedstats.wire import seeding
 from fedstats.service.models import (
     Client,
     RoundRecord,
@@ -68,6 +67,7 @@ from fedstats.service.models import (
     SecureMessage,
     SecureSession,
 )
+from fedstats.wire import seeding
 
 __all__ = [
     "BITS",

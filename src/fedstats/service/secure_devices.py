@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session
 
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.secagg.messages import max_message_bytes
-from fedstats.wire import seeding
 from fedstats.service.models import RoundRecord, Run, RunMember, SecureMessage, SecureSession
 from fedstats.service.secure import (
     BITS,
@@ -27,6 +26,7 @@ from fedstats.service.secure import (
     parameters_of,
 )
 from fedstats.service.tasks import ConflictError, NotFoundError
+from fedstats.wire import seeding
 
 __all__ = [
     "certificates",

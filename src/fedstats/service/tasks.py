@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from fedstats import wire
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.randomness import RandomSource
-from fedstats import wire
 from fedstats.service import ledger
 from fedstats.service.models import Task
 from fedstats.wire.registry import encoder_name, lookup, protocol_for

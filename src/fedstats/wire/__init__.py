@@ -1,5 +1,6 @@
-"""What devices and servers share, below both: the canonical encoding, signatures and certificates, the
-run seed, and the registry of analyses.
+"""What devices and servers share, below both: encoding, signatures, certificates, seeds, the registry.
+
+The canonical encoding, signatures and certificates, the run seed, and the registry of analyses.
 
 ``fedstats.client`` (the device SDK) and ``fedstats.service`` (the server) both import this package and
 never each other. The canonical encoding (:mod:`.encoding`) is re-exported here, so ``wire.dumps``,

@@ -252,7 +252,11 @@ def config_for(task: Mapping[str, Any]) -> Any:
         If the analysis is unknown or an option is out of range (the error names the option).
     """
     spec = lookup(str(task["analysis"]), int(task["version"]))
-    return {"spec": spec, "params": dict(task.get("params") or {}), "privacy": dict(task["privacy"])}
+    return {
+        "spec": spec,
+        "params": dict(task.get("params") or {}),
+        "privacy": dict(task["privacy"]),
+    }
 
 
 def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> Any:
@@ -276,7 +280,9 @@ def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> 
     if not isinstance(public_seed, bytes) or len(public_seed) != 32:
         raise ParameterError("public_seed", public_seed, "32 bytes")
     # every public choice of the plan is keyed by the public seed (never by a server secret)
-    randomness = RandomSource(None, _master=hashlib.sha256(b"fedstats/plan/v1" + public_seed).digest())
+    randomness = RandomSource(
+        None, _master=hashlib.sha256(b"fedstats/plan/v1" + public_seed).digest()
+    )
     privacy = task["privacy"]
     return protocol_for(
         str(task["analysis"]),
