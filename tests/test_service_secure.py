@@ -318,7 +318,7 @@ def _devices(
 
 def _start(dep: Deployment, task: dict[str, Any]) -> str:
     with dep.admin() as a:
-        r = a.post("/v1/admin/tasks", json=task)
+        r = a.post("/v1/admin/tasks", json=dep.sign(task))
         assert r.status_code in (200, 201), r.text
         r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
         assert r.status_code == 201, r.text
