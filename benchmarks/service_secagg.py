@@ -179,9 +179,9 @@ class Server:
 
     def __init__(self, root: Path, db: str, tick: float, store_threads: int) -> None:
         from fedstats.service.app import add_operator
-        from fedstats.wire.enrollment import init_authority
         from fedstats.service.store import open_store
         from fedstats.service.tls import make_dev_certificates
+        from fedstats.wire.enrollment import init_authority
 
         self.root, self.db, self.tick, self.store_threads = root, db, tick, store_threads
         self.certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
@@ -628,8 +628,12 @@ def bench_fedstats(
         }
         rss_before = proc_status_kib(pid, "VmRSS")
         hwm_reset = reset_peak_rss(pid)
+        from fedstats.wire.enrollment import issue_analyst
+        from fedstats.wire.tasks import sign_task
+
+        analyst = issue_analyst(root / "authority", "bench", ["default"], root / "analyst.json")
         with server.admin() as a:
-            r = a.post("/v1/admin/tasks", json=task)
+            r = a.post("/v1/admin/tasks", json=sign_task(task, analyst))
             r.raise_for_status()
             cpu0 = proc_cpu_seconds(pid)
             t0 = time.perf_counter()
@@ -742,8 +746,8 @@ def protocol_replay(db: str, run_id: str) -> list[dict[str, Any]]:
     """
     from sqlalchemy import select
 
-    from fedstats.secagg.server import SecAggServer
     from fedstats import wire
+    from fedstats.secagg.server import SecAggServer
     from fedstats.service import secure
     from fedstats.service.models import RoundRecord, Run, SecureSession
     from fedstats.service.store import open_store

@@ -25,8 +25,8 @@ from sqlalchemy import select
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.randomness import RandomSource
 from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord
-from fedstats.wire.registry import protocol_for
 from fedstats.service.store import open_store
+from fedstats.wire.registry import protocol_for
 from service_helpers import (
     Deployment,
     free_port,
@@ -471,7 +471,9 @@ def test_forged_replayed_and_oversized_requests_are_refused(deployment: Deployme
     h = auth.sign_request(key, "forger", "POST", path, big)
     assert http.post(path, content=big, headers=h).status_code == 413
     # missing or bad operator token
-    assert http.post("/v1/admin/tasks", json=deployment.sign(_task("exact-mean"))).status_code == 401
+    assert (
+        http.post("/v1/admin/tasks", json=deployment.sign(_task("exact-mean"))).status_code == 401
+    )
     assert http.get("/v1/admin/runs/x", headers={"Authorization": "Bearer nope"}).status_code == 401
     assert n_reports() == 0
     dev.close()
@@ -641,8 +643,8 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
 
     import httpx
 
-    from fedstats.engine.rounds import ClientBatch, Round
     from fedstats import wire
+    from fedstats.engine.rounds import ClientBatch, Round
     from fedstats.wire import auth
     from fedstats.wire.registry import resolve_encoder
 

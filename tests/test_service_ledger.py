@@ -204,8 +204,8 @@ def test_budget_endpoint_refuses_a_budget_below_what_is_spent(tmp_path: Path) ->
     from fastapi.testclient import TestClient
 
     from fedstats.service.app import create_app
-    from fedstats.wire.auth import hash_token
     from fedstats.service.models import Operator
+    from fedstats.wire.auth import hash_token
 
     st = open_store(f"sqlite:///{tmp_path / 'api.db'}")
     try:

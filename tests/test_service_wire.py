@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from fedstats import wire
 from fedstats.client import LocalBudget, Policy, RefusedTask, load_data
 from fedstats.errors import BudgetExceededError, DataError, SecurityError
 from fedstats.privacy.analysis.loss import PrivacyLoss
-from fedstats import wire
 from fedstats.wire.registry import ANALYSES, resolve_encoder
 
 finite_or_not = st.floats(allow_nan=True, allow_infinity=True)

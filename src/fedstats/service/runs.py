@@ -227,7 +227,18 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
         .outerjoin(RoundRecord, and_(RoundRecord.run_id == Run.id, RoundRecord.status == "open"))
         .where(Run.status.in_(("checkin", "seeding", "running")))
     ).all()
-    for run_id, task_id, status, checkin_deadline, n_clients, seed, start, count, reveal, rec in live:
+    for (
+        run_id,
+        task_id,
+        status,
+        checkin_deadline,
+        n_clients,
+        seed,
+        start,
+        count,
+        reveal,
+        rec,
+    ) in live:
         cfg = task_config(session, task_id)
         if cfg["privacy"]["population"] != population:
             continue
