@@ -26,7 +26,7 @@ from sqlalchemy import select
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
 from fedstats.engine import Engine, InMemoryPopulation
-from fedstats.engine.rounds import RoundSum
+from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
@@ -42,7 +42,7 @@ from fedstats.service.models import (
     SecureMessage,
     SecureSession,
 )
-from fedstats.wire.registry import protocol_for
+from fedstats.wire.registry import protocol_for, resolve_encoder
 from fedstats.service.secure import session_bounds
 from fedstats.service.store import open_store
 from service_helpers import (
@@ -435,7 +435,14 @@ def journal_and_reports(
                         "bound": rec.bound,
                         "privacy": {"epsilon": None, "delta": None, "population": "default"},
                     }
-                    reports = [a + b for a, b in zip(reports, twin._encode(rnd), strict=True)]
+                    spec = Round(  # the round as journaled (which the devices derived themselves)
+                        rec.name,
+                        resolve_encoder(rec.encode, analysis, 1),
+                        wire.decode(rnd["params"]),
+                        dim=rec.dim,
+                        bound=rec.bound,
+                    )
+                    reports = [a + b for a, b in zip(reports, twin._report(rnd, spec), strict=True)]
                     twin.close()
                 out.append(
                     {

@@ -23,6 +23,8 @@ only what it accepted; the server proposes, the device derives:
 
 Network errors are retried with exponential backoff and jitter; an upload is idempotent, so a retry is
 counted once. The device talks TLS: a plain ``http://`` URL is refused unless the host is loopback.
+The accepted tasks and the replays are kept in memory: a restarted device refuses the rounds of runs it
+joined before (it is a dropout there); its budget file keeps their charges.
 
 Importing this package does not import SQLAlchemy, uvicorn, FastAPI or pandas.
 
@@ -231,7 +233,7 @@ class Device(SecureRuns):
         # runs whose signed task this device accepted, and its cached replay of each run's plan
         self.accepted: dict[str, _Accepted] = {}
         self._replays: dict[str, _Replay] = {}
-        self.population = str(self._cert["body"]["population"])
+        self.population = str((self._cert.get("body") or {}).get("population", ""))
         self.reported: set[tuple[str, int]] = set()
         # secure runs: the pinned authority key, and each run's seed contribution and sessions
         self.authority_public_key: str | None = ident.get("authority_public_key")
@@ -425,7 +427,10 @@ class Device(SecureRuns):
             raise SecurityError("the offered task id is not the digest of the signed task")
         self.policy.check(task)
         loss = privacy_loss_for(task)
-        self.budget.check(loss)
+        if (
+            self.budget.status(str(offer["run_id"])) is None
+        ):  # not already reserved (a retried check-in)
+            self.budget.check(loss)
         return _Accepted(tid, task, loss)
 
     def _derive(self, rnd: Mapping[str, Any]) -> Round:
@@ -574,13 +579,23 @@ class Device(SecureRuns):
         fn = resolve_encoder(
             encoder_name(derived.encode), acc.task["analysis"], int(acc.task["version"])
         )
-        a, b = (int(x) for x in rnd["records"])
-        first = a - int(self.joined[run_id]["slot_start"])
-        cols = {k: v[first : first + (b - a)] for k, v in self.columns.items()}
-        batch = ClientBatch(cols, start=a, total=int(rnd["n_clients"]))
         spec = Round(derived.name, fn, derived.params, dim=derived.dim, bound=derived.bound)
         # the reservation becomes a spend before anything is computed from the data
         self.budget.spend(run_id, acc.loss)
+        return self._report(rnd, spec)
+
+    def _report(self, rnd: Mapping[str, Any], spec: Round) -> list[int]:
+        """Encode the records ``rnd["records"]`` with ``spec``; return their summed report.
+
+        No check here: :meth:`_encode` derives ``spec`` and checks the records first. The randomness is
+        keyed by (run, round), so the same data and seed give the same report (tests rebuild a device's
+        reports with it).
+        """
+        run_id = str(rnd["run_id"])
+        a, b = (int(x) for x in rnd["records"])
+        first = a - int(rnd["slot_start"])
+        cols = {k: v[first : first + (b - a)] for k, v in self.columns.items()}
+        batch = ClientBatch(cols, start=a, total=int(rnd["n_clients"]))
         rng = self.randomness.generator(run_id, int(rnd["round"]))
         reports = spec.encode_checked(batch, rng)
         return [int(x) for x in reports.sum(axis=0, dtype=object)]
