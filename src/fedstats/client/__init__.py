@@ -393,7 +393,11 @@ class Device(SecureRuns):
             if rnd.get("secure") is not None:
                 self._secure_stage(rnd, wait)
                 continue
-            self._answer(rnd)
+            try:
+                self._answer(rnd)
+            except BudgetExceededError as exc:  # its reservation was given back and no longer fits
+                self._refuse(rid, str(exc))
+                continue
             self.reported.add(key)
         for fin in work.get("finished", []):
             rid = str(fin.get("run_id"))
