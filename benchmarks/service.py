@@ -201,7 +201,22 @@ def bench(db: str, n: int, procs: int, root: Path) -> dict[str, Any]:
             "cohort_size": n,
             "deadlines": {"checkin": 3600.0, "round": 3600.0},
         }
-        tid = admin.post("/v1/admin/tasks", json=task).json()["task_id"]
+        # signed by an analyst key the authority certified (the server holds no analyst key)
+        from fedstats.wire.tasks import sign_task
+
+        analyst_key = Ed25519PrivateKey.generate()
+        analyst = {
+            "private_key": auth.private_key_hex(analyst_key),
+            "certificate": auth.issue_analyst_certificate(
+                authority,
+                analyst="bench",
+                public_key=auth.public_key_hex(analyst_key),
+                populations=["bench"],
+            ).as_dict(),
+        }
+        r = admin.post("/v1/admin/tasks", json=sign_task(task, analyst))
+        r.raise_for_status()
+        tid = r.json()["task_id"]
         rid = admin.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
         parts = [clients[i::procs] for i in range(procs)]
         with mp.get_context("spawn").Pool(procs) as pool:

@@ -628,8 +628,12 @@ def bench_fedstats(
         }
         rss_before = proc_status_kib(pid, "VmRSS")
         hwm_reset = reset_peak_rss(pid)
+        from fedstats.wire.enrollment import issue_analyst
+        from fedstats.wire.tasks import sign_task
+
+        analyst = issue_analyst(root / "authority", "bench", ["default"], root / "analyst.json")
         with server.admin() as a:
-            r = a.post("/v1/admin/tasks", json=task)
+            r = a.post("/v1/admin/tasks", json=sign_task(task, analyst))
             r.raise_for_status()
             cpu0 = proc_cpu_seconds(pid)
             t0 = time.perf_counter()

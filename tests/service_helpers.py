@@ -24,7 +24,8 @@ import pytest
 from fedstats.service.app import add_operator
 from fedstats.service.store import open_store
 from fedstats.service.tls import make_dev_certificates
-from fedstats.wire.enrollment import init_authority, issue_identity
+from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
+from fedstats.wire.tasks import sign_task
 
 FEDSTATS = [str(Path(sys.executable).with_name("fedstats"))]
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -87,6 +88,7 @@ class Deployment:
     def __post_init__(self) -> None:
         self.certs = make_dev_certificates(self.root / "tls", ["127.0.0.1"])
         init_authority(self.root / "authority")
+        self.analysts: dict[str, dict[str, Any]] = {}
         store = open_store(self.db)
         self.token = add_operator(store, "alice")
         store.close()
@@ -160,6 +162,21 @@ class Deployment:
             headers={"Authorization": f"Bearer {self.token}"},
             timeout=30,
         )
+
+    def analyst(self, population: str = "default") -> dict[str, Any]:
+        """The analyst identity (issued by this deployment's authority) that signs tasks for ``population``."""
+        if population not in self.analysts:
+            out = self.root / "analysts" / f"{population}.json"
+            out.parent.mkdir(exist_ok=True)
+            self.analysts[population] = issue_analyst(
+                self.root / "authority", f"analyst-{population}", [population], out
+            )
+        return self.analysts[population]
+
+    def sign(self, task: dict[str, Any]) -> dict[str, Any]:
+        """``task`` signed by the analyst of its population: the body of ``POST /v1/admin/tasks``."""
+        population = str((task.get("privacy") or {}).get("population", "default"))
+        return sign_task(task, self.analyst(population))
 
     def identity(self, client_id: str, population: str = "default") -> Path:
         out = self.root / "ids" / f"{client_id}.json"

@@ -103,6 +103,8 @@ TASKS: dict[str, dict[str, Any]] = {
         "analysis": "heterogeneity",
         "params": {"dim": DIM, "statistic": "dispersion"},
         "privacy": {"epsilon": 3.0, "delta": 1e-6, "population": "default"},
+        # distributed noise shares are private only inside the secure sum
+        "secure_aggregation": {"max_session": N_PROCS, "min_session_size": N_PROCS},
     },
 }
 
@@ -222,7 +224,7 @@ def test_every_analysis_matches_the_in_process_engine(deployment: Deployment) ->
     with deployment.admin() as a:
         run_ids = {}
         for name in TASKS:
-            r = a.post("/v1/admin/tasks", json=_task(name))
+            r = a.post("/v1/admin/tasks", json=deployment.sign(_task(name)))
             assert r.status_code == 201, r.text
             r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
             assert r.status_code == 201, r.text
@@ -280,7 +282,7 @@ def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: De
     data = _data()
     shards = write_shards(deployment.root, data, N_PROCS)
     with deployment.admin() as a:
-        r = a.post("/v1/admin/tasks", json=_task("heterogeneity"))
+        r = a.post("/v1/admin/tasks", json=deployment.sign(_task("heterogeneity")))
         rid = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}).json()["run_id"]
     deployment.kill()
     deployment.start(crash_after="journaled:0")
@@ -345,7 +347,7 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
     deployment.kill()
     deployment.start(*lease, "--server-id", "server-a", crash_after="journaled:0")
     with deployment.admin() as a:
-        r = a.post("/v1/admin/tasks", json=_task("heterogeneity"))
+        r = a.post("/v1/admin/tasks", json=deployment.sign(_task("heterogeneity")))
         rid = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}).json()["run_id"]
     store = open_store(deployment.db, migrate=False)
     from fedstats.service.models import Run
@@ -469,7 +471,9 @@ def test_forged_replayed_and_oversized_requests_are_refused(deployment: Deployme
     h = auth.sign_request(key, "forger", "POST", path, big)
     assert http.post(path, content=big, headers=h).status_code == 413
     # missing or bad operator token
-    assert http.post("/v1/admin/tasks", json=_task("exact-mean")).status_code == 401
+    assert (
+        http.post("/v1/admin/tasks", json=deployment.sign(_task("exact-mean"))).status_code == 401
+    )
     assert http.get("/v1/admin/runs/x", headers={"Authorization": "Bearer nope"}).status_code == 401
     assert n_reports() == 0
     dev.close()
@@ -486,7 +490,7 @@ def test_budget_refusal_says_spent_requested_remaining(deployment: Deployment) -
             == 200
         )
         t = _task("bitpushing-onebit", privacy={"epsilon": 0.6, "population": "small"})
-        tid = a.post("/v1/admin/tasks", json=t).json()["task_id"]
+        tid = a.post("/v1/admin/tasks", json=deployment.sign(t)).json()["task_id"]
         assert a.post("/v1/admin/runs", json={"task_id": tid}).status_code == 201
         r = a.post("/v1/admin/runs", json={"task_id": tid})
         assert r.status_code == 409
@@ -533,7 +537,7 @@ def test_a_device_that_crashes_after_checkin_is_a_dropout(
     name = "exact-mean" if min_clients == 400 else "bitpushing-onebit"
     task = _task(name, min_clients=min_clients, deadlines={"checkin": 60.0, "round": 2.0})
     with deployment.admin() as a:
-        tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+        tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
         for d in devs:  # every device checks in
             d.step()
@@ -600,7 +604,7 @@ def test_client_process_killed_after_checkin(deployment: Deployment) -> None:
     shards = write_shards(deployment.root, {"value": data["value"]}, 3)
     task = _task("exact-mean", min_clients=400, deadlines={"checkin": 150.0, "round": 3.0})
     with deployment.admin() as a:
-        tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+        tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
         procs = _clients(deployment, shards[:2], "kill", 1)
         try:
@@ -662,7 +666,7 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
             return len(s.execute(q).scalars().all())
 
     with deployment.admin() as a, httpx.Client(base_url=deployment.url, verify=ctx) as http:
-        tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+        tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
         deadline = time.monotonic() + 60
         while a.get(f"/v1/admin/runs/{rid}").json()["devices"] < 2:  # both check in
@@ -735,7 +739,7 @@ def test_a_long_poll_is_held_until_a_run_of_its_population_changes(deployment: D
             time.sleep(1.0)
             task = _task("exact-mean", privacy={"epsilon": None, "population": population})
             with deployment.admin() as a:
-                tid = a.post("/v1/admin/tasks", json=task).json()["task_id"]
+                tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
                 box.append(a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"])
 
         t = threading.Thread(target=go)

@@ -15,6 +15,8 @@ from fedstats.service.models import Audit, Budget, LedgerCharge
 from fedstats.service.runs import create_run
 from fedstats.service.store import Store, open_store
 from fedstats.service.tasks import create_task
+from fedstats.wire.enrollment import init_authority, issue_analyst
+from fedstats.wire.tasks import sign_task
 from service_helpers import pg_reachable, pg_schema
 
 TASK = {
@@ -41,12 +43,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         st.close()
 
 
+def _signed(store: Store) -> dict[str, object]:
+    """``TASK`` signed by an analyst of an authority the store trusts."""
+    import tempfile
+
+    from fedstats.service.app import trust_authority
+
+    root = Path(tempfile.mkdtemp(prefix="fedstats-ledger-"))
+    trust_authority(store, init_authority(root / "authority"))
+    return sign_task(TASK, issue_analyst(root / "authority", "ana", ["pop"], root / "ana.json"))
+
+
 def _budgets(store: Store, eps: float) -> str:
+    envelope = _signed(store)
     with store.session() as s, s.begin():
         s.add(Budget(scope="population", name="pop", epsilon=eps, delta=0.0))
         for a in ("a0", "a1"):
             s.add(Budget(scope="analyst", name=a, epsilon=10.0, delta=0.0))
-        tid, _ = create_task(s, TASK, "admin")
+        tid, _ = create_task(s, envelope, "admin")
     return tid
 
 
@@ -99,8 +113,9 @@ def test_spend_and_release_are_idempotent_and_audited(store: Store) -> None:
 
 
 def test_missing_budget_refuses(store: Store) -> None:
+    envelope = _signed(store)
     with store.session() as s, s.begin():
-        tid, _ = create_task(s, TASK, "admin")
+        tid, _ = create_task(s, envelope, "admin")
     with pytest.raises(BudgetExceededError, match="no privacy budget for population 'pop'"):
         with store.session() as s, s.begin():
             create_run(s, tid, "a0")

@@ -83,7 +83,7 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
                         "secure_aggregation": {"max_session": N_DEV},
                         "label": f"attack {attack} {time.time()}",
                     }
-                    r = a.post("/v1/admin/tasks", json=task)
+                    r = a.post("/v1/admin/tasks", json=deployment.sign(task))
                     assert r.status_code == 201, r.text
                     r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
                     run_id = r.json()["run_id"]

@@ -27,7 +27,7 @@ from fedstats import wire
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
 from fedstats.engine import Engine, InMemoryPopulation
-from fedstats.engine.rounds import RoundSum
+from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
@@ -44,7 +44,7 @@ from fedstats.service.models import (
 from fedstats.service.secure import session_bounds
 from fedstats.service.store import open_store
 from fedstats.wire import seeding
-from fedstats.wire.registry import protocol_for
+from fedstats.wire.registry import protocol_for, resolve_encoder
 from service_helpers import (
     Deployment,
     free_port,
@@ -318,7 +318,7 @@ def _devices(
 
 def _start(dep: Deployment, task: dict[str, Any]) -> str:
     with dep.admin() as a:
-        r = a.post("/v1/admin/tasks", json=task)
+        r = a.post("/v1/admin/tasks", json=dep.sign(task))
         assert r.status_code in (200, 201), r.text
         r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
         assert r.status_code == 201, r.text
@@ -435,7 +435,14 @@ def journal_and_reports(
                         "bound": rec.bound,
                         "privacy": {"epsilon": None, "delta": None, "population": "default"},
                     }
-                    reports = [a + b for a, b in zip(reports, twin._encode(rnd), strict=True)]
+                    spec = Round(  # the round as journaled (which the devices derived themselves)
+                        rec.name,
+                        resolve_encoder(rec.encode, analysis, 1),
+                        wire.decode(rnd["params"]),
+                        dim=rec.dim,
+                        bound=rec.bound,
+                    )
+                    reports = [a + b for a, b in zip(reports, twin._report(rnd, spec), strict=True)]
                     twin.close()
                 out.append(
                     {

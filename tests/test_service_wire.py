@@ -17,6 +17,7 @@ from hypothesis.extra.numpy import arrays
 from fedstats import wire
 from fedstats.client import LocalBudget, Policy, RefusedTask, load_data
 from fedstats.errors import BudgetExceededError, DataError, SecurityError
+from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.wire.registry import ANALYSES, resolve_encoder
 
 finite_or_not = st.floats(allow_nan=True, allow_infinity=True)
@@ -110,15 +111,50 @@ def test_policy_refuses_weaker_tasks() -> None:
 def test_local_budget_persists_and_refuses(tmp_path: Path) -> None:
     f = tmp_path / "b.json"
     b = LocalBudget(f, epsilon=1.0, delta=0.0)
-    b.charge("r1", 0.6, 0.0)
-    b.charge("r1", 0.6, 0.0)  # the same run is charged once
+    b.charge("r1", PrivacyLoss(0.6, 0.0))
+    b.charge("r1", PrivacyLoss(0.6, 0.0))  # the same run is charged once
     again = LocalBudget(f, epsilon=1.0, delta=0.0)
     assert again.spent() == (0.6, 0.0)
-    with pytest.raises(
-        BudgetExceededError,
-        match=r"spent epsilon=0\.6.*requested epsilon=0\.6.*remaining epsilon=0\.4",
-    ):
-        again.charge("r2", 0.6, 0.0)
+    assert again.status("r1") == "spent"
+    with pytest.raises(BudgetExceededError, match=r"requested|exceed|remaining"):
+        again.charge("r2", PrivacyLoss(0.6, 0.0))
+    assert set(again.charges) == {"r1"}  # a refused charge records nothing
+    # the file is plain JSON, and the older {run: [epsilon, delta]} form still reads
+    data = json.loads(f.read_text())
+    assert data["charges"]["r1"] == {"epsilon": 0.6, "delta": 0.0, "rho": None, "status": "spent"}
+    f.write_text(json.dumps({"epsilon": 1.0, "delta": 0.0, "charges": {"old": [0.25, 0.0]}}))
+    assert LocalBudget(f, epsilon=1.0, delta=0.0).spent() == (0.25, 0.0)
+
+
+def test_local_budget_reserves_releases_and_composes_as_the_server_ledger(tmp_path: Path) -> None:
+    """Reserve at check-in, spend before encoding, release what was never spent; the totals are those of
+    :class:`PrivacyLedger` (the server's arithmetic), zCDP composition of Gaussian charges included."""
+    from fedstats.privacy.ledger import PrivacyLedger
+
+    b = LocalBudget(tmp_path / "b.json", epsilon=10.0, delta=1e-3)
+    gauss = PrivacyLoss(1.5, 1e-6, 0.05)
+    b.reserve("a", gauss)
+    b.reserve("b", gauss)
+    b.reserve("c", PrivacyLoss(0.7, 0.0))
+    b.spend("a", gauss)
+    assert (b.status("a"), b.status("b"), b.status("c")) == ("spent", "reserved", "reserved")
+    assert b.release("b") is True and b.release("a") is False  # a spent charge is never given back
+    b.reserve("d", PrivacyLoss(math.inf, 1.0))  # a non-private loss is not a DP charge
+    assert "d" not in b.charges
+    ref = PrivacyLedger()
+    ref.spend_loss(gauss, label="a")
+    ref.spend_loss(PrivacyLoss(0.7, 0.0), label="c")
+    assert b.total() == ref.total()
+    again = LocalBudget(tmp_path / "b.json", epsilon=10.0, delta=1e-3)
+    assert again.total() == ref.total() and set(again.charges) == {"a", "c"}
+    # with three Gaussian charges zCDP composes below the basic sum of their epsilons
+    many = LocalBudget(None, epsilon=100.0, delta=1e-3)
+    for k in range(3):
+        many.spend(f"g{k}", PrivacyLoss(3.0, 1e-6, 0.01))
+    ref = PrivacyLedger()
+    for k in range(3):
+        ref.spend_loss(PrivacyLoss(3.0, 1e-6, 0.01), label=f"g{k}")
+    assert many.total() == ref.total() and many.total().rho == pytest.approx(0.03)
 
 
 def test_data_file_vector_columns(tmp_path: Path) -> None:

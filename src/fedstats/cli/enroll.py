@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 enroll_app = typer.Typer(
-    help="Enrollment authority: create it, issue client identities.", no_args_is_help=True
+    help="Enrollment authority: create it, issue device and analyst identities.",
+    no_args_is_help=True,
 )
 
 
@@ -38,6 +39,30 @@ def client(
     from fedstats.wire.enrollment import issue_identity
 
     issue_identity(authority, client_id, population, out, valid_days=valid_days)
+    typer.echo(str(out))
+
+
+@enroll_app.command("analyst")
+def analyst(
+    name: Annotated[str, typer.Argument(help="The analyst's name (or the population policy's).")],
+    authority: Annotated[Path, typer.Option("--authority", help="Folder of the authority.")],
+    out: Annotated[Path, typer.Option("--out", help="Analyst identity file to write (mode 0600).")],
+    population: Annotated[
+        list[str],
+        typer.Option("--population", help="A population its tasks may address (repeatable)."),
+    ],
+    valid_days: Annotated[
+        float, typer.Option("--valid-days", min=0.01, help="Validity in days.")
+    ] = 365.0,
+) -> None:
+    """Issue an analyst identity: a task-signing Ed25519 key and its certificate for the populations.
+
+    Sign tasks with it (``fedstats.wire.tasks.sign_task``); devices accept only tasks signed under a
+    certificate of the authority they pinned. Keep the file with the analyst, never on the server.
+    """
+    from fedstats.wire.enrollment import issue_analyst
+
+    issue_analyst(authority, name, population, out, valid_days=valid_days)
     typer.echo(str(out))
 
 

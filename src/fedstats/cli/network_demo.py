@@ -1,7 +1,8 @@
 """``fedstats demo --network``: the demo's analyses through a real server and client processes on loopback.
 
-A temporary folder gets a development CA, an enrollment authority, an SQLite store and an operator token;
-a ``fedstats server`` process listens on 127.0.0.1 (HTTPS). The embedded real data is split into one shard
+A temporary folder gets a development CA, an enrollment authority (which also certifies the demo's analyst
+key: every task is signed with it, and devices accept only signed tasks), an SQLite store and an operator
+token; a ``fedstats server`` process listens on 127.0.0.1 (HTTPS). The embedded real data is split into one shard
 per client process: every process holds a shard of each population (Adult ages, Adult test-set
 predictions, scikit-learn digits) as one enrolled device per population, and answers the rounds with
 :class:`fedstats.client.Device`. The operator creates one task per analysis and reads the results; each
@@ -54,7 +55,9 @@ def _populations() -> dict[str, dict[str, np.ndarray]]:
     }
 
 
-def _tasks(pops: dict[str, dict[str, np.ndarray]], deadline: float) -> list[dict[str, Any]]:
+def _tasks(
+    pops: dict[str, dict[str, np.ndarray]], deadline: float, n_devices: int = 20
+) -> list[dict[str, Any]]:
     n_adult = len(pops["adult"]["value"])
     n_test = len(pops["adult-test"]["value"])
     n_digits = len(pops["digits"]["x"])
@@ -91,6 +94,11 @@ def _tasks(pops: dict[str, dict[str, np.ndarray]], deadline: float) -> list[dict
             "params": {"dim": int(pops["digits"]["x"].shape[1]), "statistic": "dispersion"},
             "privacy": {"epsilon": 4.0, "delta": 1e-5, "population": "digits"},
             "cohort_size": n_digits,
+            # distributed noise shares are private only inside the secure sum
+            "secure_aggregation": {
+                "max_session": 1000,
+                "min_session_size": max(2, min(10, n_devices)),
+            },
         },
     ]
 
@@ -199,15 +207,18 @@ def run_network_demo(
     from fedstats.service.app import add_operator
     from fedstats.service.store import open_store
     from fedstats.service.tls import make_dev_certificates
-    from fedstats.wire.enrollment import init_authority, issue_identity
+    from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
+    from fedstats.wire.tasks import sign_task
 
     fedstats_bin = str(Path(sys.executable).with_name("fedstats"))
     pops = _populations()
-    tasks = _tasks(pops, deadline=timeout / 2)
+    tasks = _tasks(pops, deadline=timeout / 2, n_devices=n_processes)
     with tempfile.TemporaryDirectory(prefix="fedstats-net-") as tmp:
         root = Path(tmp)
         certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
         init_authority(root / "authority")
+        # the analyst's task-signing key, certified by the authority; it never goes to the server
+        analyst = issue_analyst(root / "authority", "demo", list(pops), root / "analyst.json")
         db = f"sqlite:///{root / 'fedstats.db'}"
         store = open_store(db)
         token = add_operator(store, "demo")
@@ -291,7 +302,7 @@ def run_network_demo(
                 )
             run_ids = []
             for t in tasks:
-                r = admin.post("/v1/admin/tasks", json=t)
+                r = admin.post("/v1/admin/tasks", json=sign_task(t, analyst))
                 r.raise_for_status()
                 r = admin.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
                 r.raise_for_status()

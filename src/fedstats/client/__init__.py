@@ -1,14 +1,30 @@
 """The fedstats client SDK: a device that answers an aggregation server's rounds with its own data.
 
-A :class:`Device` holds an enrolled identity (:mod:`fedstats.wire.enrollment`), its data (a CSV or
-Parquet file, read lazily with pandas), a :class:`Policy` and a :class:`LocalBudget` kept in a local file.
-:meth:`Device.run` polls the server; for each task offered it checks the task against the policy (allowed
-analyses, largest epsilon and delta per task, largest number of private bits per record, whether exact
-non-private analyses are allowed) and the local budget, and refuses what is weaker than the policy allows;
-for each round of a run it joined it runs the round's encoder **only if** that encoder is registered for
-the task's analysis version in the installed registry (:func:`fedstats.wire.registry.resolve_encoder`),
-sums its records' reports and uploads the sum and the count, signed. Network errors are retried with
-exponential backoff and jitter; an upload is idempotent, so a retry is counted once.
+A :class:`Device` holds an enrolled identity (:mod:`fedstats.wire.enrollment`, with the enrollment
+authority's public key pinned), its data (a CSV or Parquet file, read lazily with pandas), a :class:`Policy`
+and a :class:`LocalBudget` kept in a local file. :meth:`Device.run` polls the server. The device computes
+only what it accepted; the server proposes, the device derives:
+
+* **Signed tasks.** An offered task is accepted only through :func:`fedstats.wire.tasks.verify_task`: an
+  analyst certificate chained to the pinned authority, for the device's population, and a valid signature
+  over the task's canonical bytes (the server cannot create or alter a task). Then the task is checked
+  against the policy (allowed analyses, the task's privacy loss against the largest epsilon and delta,
+  private bits per record, non-private tasks) and the local budget, and the budget **reserves** the task's
+  privacy loss (:func:`fedstats.wire.registry.privacy_loss_for`) before the device checks in.
+* **Derived rounds.** For every round of a run it joined, the device replays the accepted task's plan
+  itself (:func:`fedstats.wire.registry.plan_for` with the run's public seed, cohort size and the public
+  sums of the earlier rounds, all carried by the round) and compares the round it derives with the one the
+  server sent: name, encoder, canonical parameters, dim, bound, client range, and the records asked of it.
+  A round that differs, a round beyond the plan, a round of a run whose task it did not accept (or whose
+  task changed) is refused: the reason goes to :attr:`Device.refused`, nothing is uploaded, and an unspent
+  reservation is given back. It encodes with **its own** derived round, and only with an encoder registered
+  for the analysis in the installed registry (:func:`fedstats.wire.registry.resolve_encoder`); the
+  reservation becomes a spend just before its data is first encoded.
+
+Network errors are retried with exponential backoff and jitter; an upload is idempotent, so a retry is
+counted once. The device talks TLS: a plain ``http://`` URL is refused unless the host is loopback.
+The accepted tasks and the replays are kept in memory: a restarted device refuses the rounds of runs it
+joined before (it is a dropout there); its budget file keeps their charges.
 
 Importing this package does not import SQLAlchemy, uvicorn, FastAPI or pandas.
 
@@ -18,12 +34,14 @@ stacked into a 2-D column ``name`` (a vector per record, e.g. heterogeneity's ``
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
 import ssl
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +51,77 @@ import numpy as np
 from fedstats import wire
 from fedstats.client.policy import LocalBudget, Policy, RefusedTask
 from fedstats.client.secure import SecureRuns, SecureState
-from fedstats.engine.rounds import ClientBatch, Round
+from fedstats.engine.rounds import ClientBatch, Round, RoundSum
 from fedstats.errors import (
+    BudgetExceededError,
     DataError,
     FedstatsError,
+    ParameterError,
     SecurityError,
 )
+from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.randomness import RandomSource
 from fedstats.wire import auth
 from fedstats.wire.enrollment import load_identity
-from fedstats.wire.registry import resolve_encoder
+from fedstats.wire.registry import encoder_name, plan_for, privacy_loss_for, resolve_encoder
+from fedstats.wire.tasks import task_id as task_id_of
+from fedstats.wire.tasks import verify_task
 
-__all__ = ["Device", "LocalBudget", "Policy", "RefusedTask", "load_data"]
+__all__ = ["Device", "LocalBudget", "Policy", "RefusedTask", "check_server_url", "load_data"]
 
 _VECTOR = re.compile(r"^(.+)\[(\d+)\]$")
+
+
+def check_server_url(server: str) -> str:
+    """The server URL, if the device may talk to it: ``https://``, or ``http://`` to loopback only.
+
+    Loopback: ``localhost``, 127.0.0.0/8 and ``::1``. Reports of non-secure runs travel in the clear over
+    plain HTTP, so a device never sends them beyond its own machine.
+
+    Raises
+    ------
+    SecurityError
+        If the URL is ``http://`` to a host that is not loopback.
+    ParameterError
+        If the scheme is neither ``https`` nor ``http``, or the URL has no host.
+    """
+    url = httpx.URL(server)
+    if url.scheme not in ("https", "http") or not url.host:
+        raise ParameterError("server", server, "an https:// URL (http:// only to loopback)")
+    if url.scheme == "http" and not _loopback(url.host):
+        raise SecurityError(
+            f"refusing plain http:// to {url.host}: use https:// (http:// is allowed only to "
+            "loopback: localhost, 127.0.0.0/8, ::1)"
+        )
+    return server
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class _Accepted:
+    """A run whose signed task this device accepted: the task, its id and its privacy loss."""
+
+    task_id: str
+    task: dict[str, Any]
+    loss: PrivacyLoss
+
+
+@dataclass
+class _Replay:
+    """The device's replay of a run's plan: the generator and the rounds derived so far (cached)."""
+
+    key: tuple[int, str]  # (n_clients, public seed hex) it was built with
+    gen: Generator[Round, RoundSum, Any]
+    rounds: list[Round] = field(default_factory=list)
+    sums: list[str] = field(default_factory=list)  # digests of the public sums sent into the plan
 
 
 def load_data(path: Path | str) -> dict[str, np.ndarray]:
@@ -94,9 +169,11 @@ class Device(SecureRuns):
     Parameters
     ----------
     server : str
-        Base URL, e.g. ``https://127.0.0.1:8443``.
+        Base URL, e.g. ``https://127.0.0.1:8443``; ``http://`` only to loopback (else
+        :class:`~fedstats.errors.SecurityError`).
     identity : path or dict
-        Identity file (or its contents) from ``fedstats enroll client``.
+        Identity file (or its contents) from ``fedstats enroll client``; its ``authority_public_key`` is
+        the pinned key every accepted task must chain to.
     data : path or mapping
         Data file, or columns already in memory (one row per record).
     policy : Policy, optional
@@ -125,6 +202,7 @@ class Device(SecureRuns):
         timeout: float = 30.0,
         log: Callable[[str], None] | None = None,
     ) -> None:
+        check_server_url(server)
         ident = dict(identity) if isinstance(identity, Mapping) else load_identity(identity)
         self.client_id = str(ident["client_id"])
         self._key = auth.private_key_from_hex(ident["private_key"])
@@ -152,6 +230,10 @@ class Device(SecureRuns):
         self._etag: str | None = None  # the server's tag of the last work list handled in full
         self.refused: dict[str, str] = {}
         self.joined: dict[str, dict[str, int]] = {}
+        # runs whose signed task this device accepted, and its cached replay of each run's plan
+        self.accepted: dict[str, _Accepted] = {}
+        self._replays: dict[str, _Replay] = {}
+        self.population = str((self._cert.get("body") or {}).get("population", ""))
         self.reported: set[tuple[str, int]] = set()
         # secure runs: the pinned authority key, and each run's seed contribution and sessions
         self.authority_public_key: str | None = ident.get("authority_public_key")
@@ -258,51 +340,221 @@ class Device(SecureRuns):
 
     def _handle(self, work: Mapping[str, Any], wait: float = 0.0) -> None:
         for offer in work["offers"]:
-            rid = offer["run_id"]
+            rid = str(offer["run_id"])
             if rid in self.refused or rid in self.joined:
                 continue
-            task = wire.decode(offer["task"])
             try:
-                self.policy.check(task)
-                eps = task["privacy"]["epsilon"]
-                if eps is not None:
-                    self.budget.check(float(eps), float(task["privacy"].get("delta") or 0.0))
-            except RefusedTask as exc:
-                self.refused[rid] = str(exc)
-                self.log(f"refused run {rid}: {exc}")
+                acc = self._accept(offer)
+            except (RefusedTask, SecurityError) as exc:
+                self._refuse(rid, str(exc))
                 continue
             body: dict[str, Any] = {"records": self.n_records}
-            if task.get("secure_aggregation") is not None:
-                if self.authority_public_key is None:
-                    self.refused[rid] = "secure task, but no pinned authority key in the identity"
-                    self.log(f"refused run {rid}: {self.refused[rid]}")
-                    continue
+            if acc.task.get("secure_aggregation") is not None:
                 state = self.secure.setdefault(rid, SecureState(os.urandom(32)))
                 body["commitment"] = state.commitment(rid, self.client_id)
+            # reserved before the device checks in: its data may be used from then on
+            try:
+                self.budget.reserve(rid, acc.loss)
+            except BudgetExceededError as exc:
+                self._refuse(rid, str(exc))
+                continue
+            self.accepted[rid] = acc
             try:
                 self.joined[rid] = self._request("POST", f"/v1/client/runs/{rid}/checkin", body)
             except _HTTPError as exc:
                 if exc.status != 409:
                     raise
-                self.refused[rid] = "check-in closed"
+                self._refuse(rid, "check-in closed")
         for item in work.get("reveals", []):
             rid = str(item["run_id"])
             if rid in self.refused:
                 continue
+            if rid not in self.accepted:
+                self._refuse(
+                    rid, "seed reveal asked for a run whose task this device did not accept"
+                )
+                continue
             try:
                 self._reveal(rid)
             except SecurityError as exc:  # the commitment list is not the run's: reveal nothing
-                self.refused[rid] = str(exc)
-                self.log(f"refused run {rid}: {exc}")
+                self._refuse(rid, str(exc))
         for rnd in work["rounds"]:
+            rid = str(rnd.get("run_id"))
+            if rid in self.refused:
+                continue
+            key = (rid, int(rnd["round"]))
+            if rnd.get("secure") is None and key in self.reported:
+                continue
+            try:
+                self._derive(rnd)  # before anything of the device's data is used
+            except SecurityError as exc:
+                self._refuse(rid, str(exc))
+                continue
             if rnd.get("secure") is not None:
                 self._secure_stage(rnd, wait)
                 continue
-            key = (rnd["run_id"], int(rnd["round"]))
-            if key in self.reported:
+            try:
+                self._answer(rnd)
+            except BudgetExceededError as exc:  # its reservation was given back and no longer fits
+                self._refuse(rid, str(exc))
                 continue
-            self._answer(rnd)
             self.reported.add(key)
+        for fin in work.get("finished", []):
+            rid = str(fin.get("run_id"))
+            # a run that ended before this device encoded anything for it: its reservation comes back
+            if self.budget.release(rid):
+                self.log(f"run {rid} ended ({fin.get('status')}) before this device took part")
+
+    def _refuse(self, run_id: str, reason: str) -> None:
+        """Refuse a run: remember why, log it, and give back its reservation if nothing was spent."""
+        self.refused[run_id] = reason
+        self.budget.release(run_id)
+        self._replays.pop(run_id, None)
+        self.log(f"refused run {run_id}: {reason}")
+
+    def _accept(self, offer: Mapping[str, Any]) -> _Accepted:
+        """Verify an offered task's signature, then check it against the policy and the budget.
+
+        Raises
+        ------
+        SecurityError
+            If the task is unsigned, altered, signed under a certificate the pinned authority did not
+            issue for this device's population, or its id is not the one offered.
+        RefusedTask
+            If the policy or the local budget refuses it.
+        """
+        if self.authority_public_key is None:
+            raise SecurityError("no pinned authority key in the identity: no task can be verified")
+        task = verify_task(offer.get("envelope"), self.authority_public_key, self.population)
+        tid = task_id_of(task)
+        if str(offer.get("task_id")) != tid:
+            raise SecurityError("the offered task id is not the digest of the signed task")
+        self.policy.check(task)
+        loss = privacy_loss_for(task)
+        if (
+            self.budget.status(str(offer["run_id"])) is None
+        ):  # not already reserved (a retried check-in)
+            self.budget.check(loss)
+        return _Accepted(tid, task, loss)
+
+    def _derive(self, rnd: Mapping[str, Any]) -> Round:
+        """Derive the round ``rnd`` proposes from the accepted task; refuse (raise) if they differ.
+
+        Replays the accepted task's plan (cached per run) with the round's stated cohort size, public seed
+        and the public sums of the earlier rounds, and compares the derived round with the proposed one.
+
+        Raises
+        ------
+        SecurityError
+            If the run's task was not accepted or changed, the round is beyond the plan, any field differs
+            from the derived round, or the records asked of the device are not its own slots in the
+            derived client range.
+        """
+        rid = str(rnd["run_id"])
+        acc = self.accepted.get(rid)
+        if acc is None or rid not in self.joined:
+            raise SecurityError(f"a round of run {rid}, whose task this device did not accept")
+        try:
+            return self._derive_checked(rnd, rid, acc)
+        except SecurityError:
+            raise
+        except (FedstatsError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise SecurityError(f"malformed round: {type(exc).__name__}: {exc}") from None
+
+    def _derive_checked(self, rnd: Mapping[str, Any], rid: str, acc: _Accepted) -> Round:
+        task = acc.task
+        if str(rnd["task_id"]) != acc.task_id:
+            raise SecurityError("the run's task changed after this device accepted it")
+        if (str(rnd["analysis"]), int(rnd["version"])) != (task["analysis"], task["version"]):
+            raise SecurityError("the round names another analysis than the accepted task")
+        if wire.digest(rnd["privacy"]) != wire.digest(task["privacy"]):
+            raise SecurityError("the round's privacy parameters are not the accepted task's")
+        index = int(rnd["round"])
+        n = int(rnd["n_clients"])
+        seed = str(rnd["public_seed"])
+        if len(seed) != 64 or len(bytes.fromhex(seed)) != 32:
+            raise SecurityError("the run's public seed is not 32 bytes")
+        mine = self.joined[rid]
+        start, count = int(mine["slot_start"]), int(mine["slot_count"])
+        if not (int(task["min_clients"]) <= n <= int(task["cohort_size"]) and start + count <= n):
+            raise SecurityError(
+                f"cohort size {n} is impossible for this task and this device's slots"
+            )
+        state = self.secure.get(rid)
+        if task.get("secure_aggregation") is not None:
+            cohort = getattr(
+                state, "cohort", None
+            )  # the verified cohort, once the seed is verified
+            if cohort is not None:
+                if n != sum(int(c[2]) for c in cohort):
+                    raise SecurityError("the cohort size is not the verified cohort's")
+                if (self.client_id, start, count) not in [
+                    (str(c[0]), int(c[1]), int(c[2])) for c in cohort
+                ]:
+                    raise SecurityError(
+                        "this device's slots are not its slots in the verified cohort"
+                    )
+            if state is not None and state.seed is not None and state.seed.hex() != seed:
+                raise SecurityError("the round's public seed is not the run's verified seed")
+        derived = self._replay(rid, acc, index, n, seed, rnd["history"])
+        lo, hi = derived.client_range if derived.client_range is not None else (0, n)
+        proposed = {
+            "name": str(rnd["name"]),
+            "encode": str(rnd["encode"]),
+            "params": wire.digest(rnd["params"]),
+            "dim": int(rnd["dim"]),
+            "bound": int(rnd["bound"]),
+            "client_range": [int(x) for x in rnd["client_range"]],
+        }
+        own = {
+            "name": derived.name,
+            "encode": encoder_name(derived.encode),
+            "params": wire.digest(dict(derived.params)),
+            "dim": int(derived.dim),
+            "bound": int(derived.bound),
+            "client_range": [int(lo), int(hi)],
+        }
+        for k, v in own.items():
+            if proposed[k] != v:
+                raise SecurityError(
+                    f"round {index} differs from the task's plan in its {k} "
+                    f"(derived {str(v)[:80]}, proposed {str(proposed[k])[:80]})"
+                )
+        a, b = max(start, lo), max(max(start, lo), min(start + count, hi))
+        if [int(x) for x in rnd["records"]] != [a, b] or int(rnd["slot_start"]) != start or b <= a:
+            raise SecurityError(
+                f"round {index} asks for records {rnd['records']}; this device's are [{a}, {b})"
+            )
+        return derived
+
+    def _replay(
+        self, rid: str, acc: _Accepted, index: int, n: int, seed: str, history: Any
+    ) -> Round:
+        """Round ``index`` of the run's plan, replayed with the stated public sums (cached per run)."""
+        if not isinstance(history, list) or len(history) != index:
+            raise SecurityError(f"round {index} must come with the {index} earlier public sums")
+        rep = self._replays.get(rid)
+        if rep is not None and rep.key != (n, seed):
+            raise SecurityError("the run's cohort size or public seed changed between rounds")
+        if rep is None:
+            gen = plan_for(acc.task, n_clients=n, public_seed=bytes.fromhex(seed))
+            rep = _Replay((n, seed), gen, [next(gen)])
+            self._replays[rid] = rep
+        sums = [wire.digest(h) for h in history]
+        if sums[: len(rep.sums)] != rep.sums[: len(sums)]:
+            raise SecurityError("the public sums of earlier rounds changed")
+        while len(rep.rounds) <= index:
+            h = history[len(rep.rounds) - 1]
+            total = np.asarray(wire.decode(h["total"]))
+            try:
+                nxt = rep.gen.send(RoundSum(total, int(h["n_clients"])))
+            except StopIteration:
+                raise SecurityError(
+                    f"round {index} is beyond the task's plan ({len(rep.rounds)} round(s))"
+                ) from None
+            rep.sums.append(sums[len(rep.rounds) - 1])
+            rep.rounds.append(nxt)
+        return rep.rounds[index]
 
     def _answer(self, rnd: Mapping[str, Any]) -> None:
         run_id = str(rnd["run_id"])
@@ -316,23 +568,38 @@ class Device(SecureRuns):
         self.log(f"reported run {run_id} round {rnd['round']} ({b - a} records)")
 
     def _encode(self, rnd: Mapping[str, Any]) -> list[int]:
-        """Run the round's registered encoder on this device's records; return the summed report."""
+        """Run this device's own derived round on its records; return the summed report.
+
+        The round is derived from the accepted task (:meth:`_derive`), never taken from the server; its
+        encoder must be registered for the analysis in the installed registry. The run's reservation
+        becomes a spend before the data is encoded.
+        """
         run_id = str(rnd["run_id"])
-        fn = resolve_encoder(str(rnd["encode"]), str(rnd["analysis"]), int(rnd["version"]))
+        derived = self._derive(rnd)
+        acc = self.accepted[run_id]
+        state = self.secure.get(run_id)
+        if state is not None and state.seed is not None and state.seed.hex() != rnd["public_seed"]:
+            raise SecurityError("the round's public seed is not the run's verified seed")
+        fn = resolve_encoder(
+            encoder_name(derived.encode), acc.task["analysis"], int(acc.task["version"])
+        )
+        spec = Round(derived.name, fn, derived.params, dim=derived.dim, bound=derived.bound)
+        # the reservation becomes a spend before anything is computed from the data
+        self.budget.spend(run_id, acc.loss)
+        return self._report(rnd, spec)
+
+    def _report(self, rnd: Mapping[str, Any], spec: Round) -> list[int]:
+        """Encode the records ``rnd["records"]`` with ``spec``; return their summed report.
+
+        No check here: :meth:`_encode` derives ``spec`` and checks the records first. The randomness is
+        keyed by (run, round), so the same data and seed give the same report (tests rebuild a device's
+        reports with it).
+        """
+        run_id = str(rnd["run_id"])
         a, b = (int(x) for x in rnd["records"])
         first = a - int(rnd["slot_start"])
         cols = {k: v[first : first + (b - a)] for k, v in self.columns.items()}
         batch = ClientBatch(cols, start=a, total=int(rnd["n_clients"]))
-        spec = Round(
-            str(rnd["name"]),
-            fn,
-            wire.decode(rnd["params"]),
-            dim=int(rnd["dim"]),
-            bound=int(rnd["bound"]),
-        )
-        eps = rnd["privacy"]["epsilon"]
-        if eps is not None:  # charge the local budget before anything leaves the device
-            self.budget.charge(run_id, float(eps), float(rnd["privacy"].get("delta") or 0.0))
         rng = self.randomness.generator(run_id, int(rnd["round"]))
         reports = spec.encode_checked(batch, rng)
         return [int(x) for x in reports.sum(axis=0, dtype=object)]

@@ -1,7 +1,9 @@
 """What a device agrees to: its :class:`Policy` for offered tasks and its :class:`LocalBudget` of privacy.
 
-The device (:class:`fedstats.client.Device`) checks every offered task against both before it checks in,
-and charges the budget before any report leaves the device.
+The device (:class:`fedstats.client.Device`) checks every offered (signed) task against both before it
+checks in. Both use the analysis's one privacy loss (:func:`fedstats.wire.registry.privacy_loss_for`:
+epsilon, delta and rho where the mechanism gives it), the loss the server's ledger charges too, and the
+budget composes charges with :class:`fedstats.privacy.ledger.PrivacyLedger`, as the server does.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 
 from fedstats._io import atomic_write_text
 from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError
-from fedstats.wire.registry import lookup
+from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.wire.registry import lookup, privacy_loss_for
 
 __all__ = ["LocalBudget", "Policy", "RefusedTask"]
 
@@ -29,10 +33,11 @@ class Policy:
     allowed_analyses : tuple of str or None
         Analysis names the device runs (None: every installed analysis).
     max_epsilon : float
-        Largest epsilon one task may spend on this device's records (> 0): a task asking more is weaker
-        privacy and is refused. Default 4.
+        Largest epsilon one task may spend on this device's records (> 0): a task whose privacy loss
+        (:func:`fedstats.wire.registry.privacy_loss_for`, the mechanism's true loss, not the task's nominal
+        epsilon) is larger is weaker privacy and is refused. Default 4.
     max_delta : float
-        Largest delta per task, in [0, 1). Default 1e-5.
+        Largest delta of a task's privacy loss, in [0, 1). Default 1e-5.
     max_bits : float or None
         Largest number of private bits one record may disclose (bit metering); tasks whose analysis does not
         meter bits disclose a full (noisy) value and pass only when this is None. Default None.
@@ -47,26 +52,34 @@ class Policy:
     allow_non_private: bool = False
 
     def check(self, task: Mapping[str, Any]) -> None:
-        """Raise :class:`RefusedTask` saying why, if ``task`` is weaker than this policy allows."""
+        """Raise :class:`RefusedTask` saying why, if a verified task is weaker than this policy allows.
+
+        The task's privacy is judged by its privacy loss (:func:`fedstats.wire.registry.privacy_loss_for`);
+        an infinite epsilon (or an analysis registered as not private) is a non-private task.
+        """
         name, version = str(task["analysis"]), int(task["version"])
         if self.allowed_analyses is not None and name not in self.allowed_analyses:
             raise RefusedTask(f"analysis {name!r} is not in the allowed analyses")
         try:
             spec = lookup(name, version)
-        except ParameterError:
-            raise RefusedTask(f"analysis {name} v{version} is not installed") from None
-        eps = task["privacy"]["epsilon"]
-        delta = float(task["privacy"].get("delta") or 0.0)
-        if eps is None or spec.privacy == "none":
+            loss = privacy_loss_for(task)
+        except (ParameterError, KeyError, TypeError, ValueError) as exc:
+            raise RefusedTask(
+                f"analysis {name} v{version} is not installed or invalid: {exc}"
+            ) from None
+        if not math.isfinite(loss.epsilon) or spec.privacy == "none":
             if not self.allow_non_private:
                 raise RefusedTask(f"{name} is not private and the policy refuses non-private tasks")
         else:
-            if float(eps) > self.max_epsilon:
+            if loss.epsilon > self.max_epsilon:
                 raise RefusedTask(
-                    f"epsilon {eps} exceeds the policy's max_epsilon {self.max_epsilon}"
+                    f"privacy loss epsilon {loss.epsilon:.6g} exceeds the policy's max_epsilon "
+                    f"{self.max_epsilon}"
                 )
-            if delta > self.max_delta:
-                raise RefusedTask(f"delta {delta} exceeds the policy's max_delta {self.max_delta}")
+            if loss.delta > self.max_delta:
+                raise RefusedTask(
+                    f"privacy loss delta {loss.delta:.3g} exceeds the policy's max_delta {self.max_delta}"
+                )
         if self.max_bits is not None:
             bits = spec.bits_per_record(task.get("params") or {})
             if bits is None or bits > self.max_bits:
@@ -80,12 +93,27 @@ class RefusedTask(FedstatsError):
     """A task the device's policy or local budget refuses."""
 
 
+_STATUSES = ("reserved", "spent")
+
+
 @dataclass
 class LocalBudget:
-    """The device's own local-DP budget across tasks, kept in a JSON file (written atomically).
+    """The device's own privacy budget across runs, kept in a JSON file (written atomically).
 
-    Each run the device reports to is charged once, with the task's (epsilon, delta), by basic composition
-    (the device cannot know how the server's other runs relate to its data).
+    Each run is charged once, with its task's privacy loss (:func:`fedstats.wire.registry.privacy_loss_for`,
+    the loss the server's ledger charges), and charges compose exactly as the server composes them: through
+    :class:`fedstats.privacy.ledger.PrivacyLedger` (basic composition of epsilon and delta; Gaussian
+    releases with rho also by zCDP), every charge counted against every record of the device (it cannot
+    know how the server's other runs relate to its data). A non-private loss (infinite epsilon) is not a
+    DP charge: the policy decides about non-private tasks, and nothing is recorded.
+
+    A charge is **reserved** when the device checks in (before anything of its data is used), becomes
+    **spent** just before the device first encodes its data for the run, and is **released** (removed) if
+    the run is refused, the check-in fails, or the run ends before the device encoded anything.
+
+    The file: ``{"epsilon", "delta", "composition": "PrivacyLedger", "charges": {run_id: {"epsilon",
+    "delta", "rho", "status"}}}`` (a file of the older form ``{run_id: [epsilon, delta]}`` reads as spent
+    charges).
 
     Parameters
     ----------
@@ -100,50 +128,129 @@ class LocalBudget:
     path: Path | None
     epsilon: float = 10.0
     delta: float = 1e-4
-    charges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    charges: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.epsilon, (int, float)) and 0 < self.epsilon < math.inf):
+            raise ParameterError("budget epsilon", self.epsilon, "a number in (0, inf)")
+        if not (isinstance(self.delta, (int, float)) and 0 <= self.delta < 1):
+            raise ParameterError("budget delta", self.delta, "a number in [0, 1)")
         if self.path is not None and Path(self.path).exists():
-            data = json.loads(Path(self.path).read_text())
-            self.charges = {k: (float(v[0]), float(v[1])) for k, v in data["charges"].items()}
+            try:
+                data = json.loads(Path(self.path).read_text())
+                charges = {}
+                for k, v in data["charges"].items():
+                    if isinstance(v, list):  # the older form: [epsilon, delta], spent
+                        v = {"epsilon": v[0], "delta": v[1], "rho": None, "status": "spent"}
+                    if v["status"] not in _STATUSES:
+                        raise ValueError(f"status {v['status']!r}")
+                    charges[str(k)] = {
+                        "epsilon": float(v["epsilon"]),
+                        "delta": float(v["delta"]),
+                        "rho": None if v.get("rho") is None else float(v["rho"]),
+                        "status": str(v["status"]),
+                    }
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ParameterError(
+                    "budget file", str(self.path), f"a local budget file ({exc})"
+                ) from None
+            self.charges = charges
+
+    # -- the arithmetic: the server's (fedstats.service.ledger replays its charges the same way)
+    def _ledger(self) -> PrivacyLedger:
+        ledger = PrivacyLedger()
+        for rid, c in self.charges.items():
+            ledger.spend(epsilon=c["epsilon"], delta=c["delta"], rho=c["rho"], label=f"run {rid}")
+        return ledger
+
+    def total(self) -> PrivacyLoss:
+        """The composed loss of every reserved and spent charge (epsilon, delta, rho)."""
+        return self._ledger().total()
 
     def spent(self) -> tuple[float, float]:
-        """(epsilon, delta) spent so far."""
-        return (
-            math.fsum(e for e, _ in self.charges.values()),
-            math.fsum(d for _, d in self.charges.values()),
-        )
+        """(epsilon, delta) composed over the reserved and spent charges."""
+        t = self.total()
+        return t.epsilon, t.delta
 
-    def check(self, epsilon: float, delta: float) -> None:
-        """Raise :class:`RefusedTask` if (epsilon, delta) more would exceed the budget."""
-        e, d = self.spent()
-        if (
-            e + epsilon > self.epsilon * (1 + 1e-12)
-            or d + delta > self.delta * (1 + 1e-12) + 1e-300
-        ):
-            raise RefusedTask(
-                f"local budget: spent epsilon={e:.6g}, delta={d:.3g}; requested epsilon={epsilon:.6g}, "
-                f"delta={delta:.3g}; remaining epsilon={max(0.0, self.epsilon - e):.6g}, "
-                f"delta={max(0.0, self.delta - d):.3g}"
-            )
+    def check(self, loss: PrivacyLoss) -> None:
+        """Raise :class:`RefusedTask` if a charge of ``loss`` more would exceed the budget."""
+        if not math.isfinite(loss.epsilon):
+            return
+        ledger = self._ledger()
+        try:
+            ledger.epsilon_budget = self.epsilon
+            ledger.delta_budget = self.delta
+            ledger.spend_loss(loss, label="requested")
+        except BudgetExceededError as exc:
+            raise RefusedTask(f"local budget: {exc}") from None
 
-    def charge(self, run_id: str, epsilon: float, delta: float) -> None:
-        """Record the charge of a run (idempotent), then save.
+    def reserve(self, run_id: str, loss: PrivacyLoss) -> None:
+        """Reserve ``loss`` for ``run_id`` (idempotent), then save.
 
         Raises
         ------
         BudgetExceededError
-            If it does not fit.
+            If it does not fit (nothing is recorded then).
         """
-        if run_id in self.charges:
+        if run_id in self.charges or not math.isfinite(loss.epsilon):
             return
         try:
-            self.check(epsilon, delta)
+            self.check(loss)
         except RefusedTask as exc:
             raise BudgetExceededError(str(exc)) from None
-        self.charges[run_id] = (float(epsilon), float(delta))
+        self.charges[run_id] = {
+            "epsilon": float(loss.epsilon),
+            "delta": float(loss.delta),
+            "rho": None if loss.rho is None else float(loss.rho),
+            "status": "reserved",
+        }
+        self._save()
+
+    def spend(self, run_id: str, loss: PrivacyLoss) -> None:
+        """Turn the run's reservation into a spend (reserving ``loss`` first if there is none); save.
+
+        Raises
+        ------
+        BudgetExceededError
+            If there was no reservation and ``loss`` does not fit.
+        """
+        if not math.isfinite(loss.epsilon):
+            return
+        self.reserve(run_id, loss)
+        if self.charges[run_id]["status"] != "spent":
+            self.charges[run_id]["status"] = "spent"
+            self._save()
+
+    def charge(self, run_id: str, loss: PrivacyLoss) -> None:
+        """Reserve and spend ``loss`` for ``run_id`` at once (idempotent)."""
+        self.spend(run_id, loss)
+
+    def release(self, run_id: str) -> bool:
+        """Give back a reservation that was never spent; return whether one was released."""
+        c = self.charges.get(run_id)
+        if c is None or c["status"] != "reserved":
+            return False
+        del self.charges[run_id]
+        self._save()
+        return True
+
+    def status(self, run_id: str) -> str | None:
+        """``"reserved"``, ``"spent"`` or None (no charge) for ``run_id``."""
+        c = self.charges.get(run_id)
+        return None if c is None else str(c["status"])
+
+    def _save(self) -> None:
         if self.path is not None:
             atomic_write_text(
                 self.path,
-                json.dumps({"epsilon": self.epsilon, "delta": self.delta, "charges": self.charges}),
+                json.dumps(
+                    {
+                        "epsilon": self.epsilon,
+                        "delta": self.delta,
+                        "composition": "PrivacyLedger",
+                        "charges": self.charges,
+                    },
+                    indent=1,
+                    sort_keys=True,
+                ),
             )

@@ -43,7 +43,7 @@ from fedstats.service.schemas import (
     ErrorOut,
     RunIn,
     RunOut,
-    TaskIn,
+    SignedTaskIn,
     TaskOut,
 )
 from fedstats.service.store import Store
@@ -330,6 +330,7 @@ def create_app(
     Op = Annotated[str, Depends(operator)]
     errors: dict[int | str, dict[str, Any]] = {
         401: {"model": ErrorOut},
+        403: {"model": ErrorOut},
         404: {"model": ErrorOut},
         409: {"model": ErrorOut},
     }
@@ -363,27 +364,29 @@ def create_app(
         return "\n".join(lines) + "\n"
 
     @app.post("/v1/admin/tasks", status_code=201, responses=errors, tags=["admin"])
-    def create_task(body: TaskIn, actor: Op) -> TaskOut:
-        """Create (or find) a task; its id is the SHA-256 of its canonical configuration."""
-        data = body.model_dump()
-        for k in ("min_clients", "max_records_per_client", "secure_aggregation"):
-            if data[k] is None:
-                data.pop(k)
-        with store.session() as s, s.begin():
-            tid, new = tasks.create_task(s, data, actor)
-            conf = tasks.task_config(s, tid)
+    def create_task(body: SignedTaskIn, actor: Op) -> TaskOut:
+        """Store an analyst's signed task (or find it); its id is the SHA-256 of its canonical form.
+
+        The envelope must verify against a trusted enrollment authority (403 otherwise); the server
+        stores it unchanged and relays it to devices, which verify it again.
+        """
         from fedstats import wire
 
-        return TaskOut(task_id=tid, created=new, config=wire.encode(conf))
+        with store.session() as s, s.begin():
+            tid, new = tasks.create_task(s, body.model_dump(), actor)
+            conf = tasks.task_config(s, tid)
+            env = tasks.task_envelope(s, tid)
+        return TaskOut(task_id=tid, created=new, config=wire.encode(conf), envelope=env)
 
     @app.get("/v1/admin/tasks/{task_id}", responses=errors, tags=["admin"])
     def get_task(task_id: str, actor: Op) -> TaskOut:  # noqa: ARG001 - authentication dependency
-        """A stored task's configuration."""
+        """A stored task's configuration and signed envelope."""
         from fedstats import wire
 
         with store.session() as s:
             conf = tasks.task_config(s, task_id)
-        return TaskOut(task_id=task_id, created=False, config=wire.encode(conf))
+            env = tasks.task_envelope(s, task_id)
+        return TaskOut(task_id=task_id, created=False, config=wire.encode(conf), envelope=env)
 
     @app.post("/v1/admin/runs", status_code=201, responses=errors, tags=["admin"])
     def create_run(body: RunIn, actor: Op) -> RunOut:

@@ -26,14 +26,13 @@ from sqlalchemy.orm import Session
 from fedstats import wire
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
-from fedstats.randomness import RandomSource
 from fedstats.results import AnalysisResult, to_jsonable
 from fedstats.service import ledger, secure
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
-from fedstats.service.runs import load_run
+from fedstats.service.runs import load_run, new_public_seed
 from fedstats.service.store import Store
 from fedstats.service.tasks import task_config
-from fedstats.wire.registry import encoder_name, lookup, protocol_for
+from fedstats.wire.registry import encoder_name, lookup, plan_for
 
 __all__ = ["Driver"]
 
@@ -265,18 +264,13 @@ class Driver:
         log.info(json.dumps({"event": "run_done", "run_id": run_id}))
 
     def _protocol(self, s: Session, run: Run) -> Generator[Round, RoundSum, Any]:
+        """The run's plan: the same generator a device replays (task, cohort size, public seed)."""
         cfg = task_config(s, run.task_id)
         assert run.n_clients is not None
-        randomness = RandomSource(None, _master=bytes.fromhex(run.secret))
-        gen: Generator[Round, RoundSum, Any] = protocol_for(
-            cfg["analysis"],
-            cfg["version"],
-            cfg["params"],
-            n_clients=run.n_clients,
-            epsilon=cfg["privacy"]["epsilon"],
-            delta=cfg["privacy"]["delta"],
-            randomness=randomness,
-            public_seed=bytes.fromhex(run.public_seed) if run.public_seed else None,
+        if not run.public_seed:
+            raise SecurityError(f"run {run.id} has no public seed: its plan cannot be derived")
+        gen: Generator[Round, RoundSum, Any] = plan_for(
+            cfg, n_clients=run.n_clients, public_seed=bytes.fromhex(run.public_seed)
         )
         return gen
 
@@ -372,6 +366,8 @@ class Driver:
             return
         # a secure run first fixes its public seed from the members' reveals (fedstats.wire.seeding)
         run.status = "seeding" if secure.is_secure(cfg) else "running"
+        if run.status == "running" and not run.public_seed:  # a run created before plain seeds
+            run.public_seed = new_public_seed()
         run.n_clients = used
         self._changed.add(run.id)
         ledger.audit(s, "server", "start", run.id, n_clients=used)

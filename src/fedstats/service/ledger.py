@@ -1,6 +1,8 @@
 """The persistent privacy ledger: budgets per data population and per analyst, reserve-then-spend.
 
-A run is charged when it is created: inside one transaction the ledger locks the two budget rows
+A run is charged when it is created, with its task's privacy loss
+(:func:`fedstats.wire.registry.privacy_loss_for`: the loss devices reserve on their own budgets too): inside
+one transaction the ledger locks the two budget rows
 (population, analyst; ``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), composes the
 charges already reserved or spent with the new one through :class:`fedstats.privacy.ledger.PrivacyLedger`
 (basic composition, zCDP for Gaussian releases; no DP arithmetic here), and either inserts the reservation

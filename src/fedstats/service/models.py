@@ -3,10 +3,13 @@
 Tables
 ------
 tasks
-    Immutable task configurations, keyed by the SHA-256 of their canonical JSON (:mod:`fedstats.wire.encoding`).
+    Immutable tasks, keyed by the SHA-256 of their normalized canonical JSON
+    (:mod:`fedstats.wire.encoding`); ``config`` holds the analyst's signed envelope
+    ``{"task", "certificate", "signature"}`` as posted (:mod:`fedstats.wire.tasks`).
 runs
-    One execution of a task: status, cohort size once the check-in closed, the secret key of the run's
-    server-side randomness (public seeds, server noise: replay draws the same values), the result.
+    One execution of a task: status, cohort size once the check-in closed, the run's public seed (which,
+    with the task and the cohort size, determines the plan of its rounds: replay derives the same rounds),
+    the result. ``secret`` is no longer used (the plan is keyed by the public seed only).
 run_members
     Devices checked in to a run and the contiguous slots (protocol client indices) their records hold.
 rounds
@@ -98,7 +101,8 @@ class Run(Base):
     # row lease: the server process currently advancing the run, and until when (scale-out)
     lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
     lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # secure tasks: the run's public seed (hex), from the members' commit-then-reveal at check-in
+    # the run's public seed (hex): a plain run's stated by the server at creation; a secure run's from the
+    # members' commit-then-reveal at check-in
     public_seed: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 

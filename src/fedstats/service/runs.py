@@ -20,16 +20,26 @@ A **run** executes it; this module holds its requests (creation, check-in, work,
 3. the generator's :class:`~fedstats.results.AnalysisResult` is stored in the transaction that turns the
    run's ledger reservation into a spend (:mod:`.ledger`): a result is never readable before it is paid.
 
-A restarted server rebuilds each live run by replaying its generator from the journal: the same task
-parameters, cohort size and run secret (the key of the run's server-side randomness: public seeds and any
-server noise are drawn from it, so they are sampled once and redrawn identically), and the journaled sums.
+Every run has a 32-byte **public seed**: a plain run's is drawn by the server when the run is created and
+stated to the devices (it shapes public choices only, such as which records report which bit, never a
+device's privacy: a device's randomness is its own); a secure run's is the seed its members agreed by
+commit-then-reveal (:mod:`fedstats.wire.seeding`), which each device verifies. The plan of the rounds is a
+function of the task, the cohort size and this seed (:func:`fedstats.wire.registry.plan_for`), so a device
+replays it: each round's work item carries the public seed, the cohort size and the journaled
+``(total, n_clients)`` of the earlier rounds, and the device derives the round itself and refuses one that
+differs (:mod:`fedstats.client`). A restarted server rebuilds each live run the same way, from the journal.
 Each replayed round's parameters must hash to the journaled digest, or the run aborts (a protocol that
 does not replay deterministically must not release anything).
+
+The privacy charge reserved for a run is the analysis's privacy loss
+(:func:`fedstats.wire.registry.privacy_loss_for`: epsilon, delta and rho where the mechanism gives it), the
+same loss the devices reserve on their own budgets.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import time
 import uuid
@@ -43,7 +53,8 @@ from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service import ledger
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
 from fedstats.service.secure_devices import secure_work
-from fedstats.service.tasks import ConflictError, NotFoundError, task_config
+from fedstats.service.tasks import ConflictError, NotFoundError, task_config, task_envelope
+from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [
     "checkin",
@@ -66,18 +77,20 @@ def create_run(session: Session, task_id: str, analyst: str) -> str:
         If the population's or the analyst's budget cannot cover the task.
     """
     cfg = task_config(session, task_id)
+    if task_envelope(session, task_id) is None:
+        raise ConflictError(f"task {task_id} was stored unsigned: devices would refuse it")
     run_id = str(uuid.uuid4())
-    eps = cfg["privacy"]["epsilon"]
-    if eps is not None:
+    loss = privacy_loss_for(cfg)
+    if math.isfinite(loss.epsilon):  # an infinite loss is a non-private task: no DP charge
         ledger.reserve(
             session,
             run_id=run_id,
             population=cfg["privacy"]["population"],
             analyst=analyst,
             charge=ledger.Charge(
-                float(eps),
-                float(cfg["privacy"]["delta"] or 0.0),
-                None,
+                float(loss.epsilon),
+                float(loss.delta),
+                None if loss.rho is None else float(loss.rho),
                 f"{cfg['analysis']} {task_id[:12]}",
             ),
         )
@@ -90,11 +103,18 @@ def create_run(session: Session, task_id: str, analyst: str) -> str:
             status="checkin",
             created_at=now,
             checkin_deadline=now + float(cfg["deadlines"]["checkin"]),
-            secret=secrets.token_hex(32),
+            secret=secrets.token_hex(32),  # unused since the plan is keyed by the public seed
+            # a plain run's public seed is stated now; a secure run's is agreed after check-in
+            public_seed=None if cfg.get("secure_aggregation") is not None else new_public_seed(),
         )
     )
     ledger.audit(session, analyst, "create-run", run_id, task_id=task_id)
     return run_id
+
+
+def new_public_seed() -> str:
+    """A plain run's public seed: 32 fresh random bytes (hex), stated to the devices."""
+    return secrets.token_hex(32)
 
 
 def load_run(session: Session, run_id: str, *, lock: bool = False) -> Run:
@@ -197,6 +217,7 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
             Run.status,
             Run.checkin_deadline,
             Run.n_clients,
+            Run.public_seed,
             RunMember.slot_start,
             RunMember.slot_count,
             RunMember.reveal,
@@ -206,13 +227,31 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
         .outerjoin(RoundRecord, and_(RoundRecord.run_id == Run.id, RoundRecord.status == "open"))
         .where(Run.status.in_(("checkin", "seeding", "running")))
     ).all()
-    for run_id, task_id, status, checkin_deadline, n_clients, start, count, reveal, rec in live:
+    for (
+        run_id,
+        task_id,
+        status,
+        checkin_deadline,
+        n_clients,
+        seed,
+        start,
+        count,
+        reveal,
+        rec,
+    ) in live:
         cfg = task_config(session, task_id)
         if cfg["privacy"]["population"] != population:
             continue
         if status == "checkin":
             if start is None and now <= checkin_deadline:
-                offers.append({"run_id": run_id, "task_id": task_id, "task": wire.encode(cfg)})
+                offers.append(
+                    {
+                        "run_id": run_id,
+                        "task_id": task_id,
+                        "task": wire.encode(cfg),
+                        "envelope": task_envelope(session, task_id),
+                    }
+                )
             continue
         if start is None:
             continue
@@ -255,6 +294,8 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
                 "records": [a, b],
                 "slot_start": start,
                 "n_clients": n_clients,
+                "public_seed": seed,
+                "history": _history(session, run_id, rec.index),
                 "deadline": rec.deadline,
                 "secure": secure_stage,
             }
@@ -280,6 +321,38 @@ def _params_of(rec: RoundRecord) -> Any:
         if len(_PARAMS) > 1024:
             _PARAMS.clear()
         _PARAMS[key] = got
+    return got
+
+
+# the journaled sums of a run's closed rounds never change: read once per (run, round), not per poll
+_HISTORY: dict[tuple[str, int], list[Any]] = {}
+
+
+def _history(session: Session, run_id: str, index: int) -> list[Any]:
+    """``[{"total", "n_clients"}, ...]`` of rounds ``0 .. index - 1`` as journaled (canonically encoded).
+
+    What a device needs to replay the plan up to round ``index`` (:mod:`fedstats.client`).
+    """
+    key = (run_id, index)
+    got = _HISTORY.get(key)
+    if got is None:
+        rows = session.execute(
+            select(RoundRecord.index, RoundRecord.total, RoundRecord.n_clients)
+            .where(
+                RoundRecord.run_id == run_id,
+                RoundRecord.index < index,
+                RoundRecord.status == "closed",
+            )
+            .order_by(RoundRecord.index)
+        ).all()
+        got = [
+            {"total": json.loads(total), "n_clients": int(n)}
+            for _i, total, n in rows
+            if total is not None and n is not None
+        ]
+        if len(_HISTORY) > 1024:
+            _HISTORY.clear()
+        _HISTORY[key] = got
     return got
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "RunIn",
     "RunOut",
     "SecureAggregation",
+    "SignedTaskIn",
     "TaskIn",
     "TaskOut",
 ]
@@ -57,12 +58,28 @@ class TaskIn(BaseModel):
     secure_aggregation: SecureAggregation | None = None
 
 
+class SignedTaskIn(BaseModel):
+    """A task signed by an analyst (``fedstats.wire.tasks.sign_task``): what ``POST /v1/admin/tasks`` takes.
+
+    ``task`` is the normalized configuration (the fields of :class:`TaskIn`, defaults filled in),
+    ``certificate`` the analyst certificate issued by a trusted enrollment authority
+    (``fedstats enroll analyst``), ``signature`` the analyst's Ed25519 signature (hex) over
+    ``TASK_DOMAIN`` + the canonical JSON of the task. The server checks it and stores it unchanged;
+    devices check it again against the authority key they pinned.
+    """
+
+    task: dict[str, Any]
+    certificate: dict[str, Any]
+    signature: Annotated[str, Field(min_length=128, max_length=128, pattern="^[0-9a-f]{128}$")]
+
+
 class TaskOut(BaseModel):
-    """A stored task."""
+    """A stored task: its id, its configuration and the envelope the analyst signed."""
 
     task_id: str
     created: bool
     config: dict[str, Any]
+    envelope: dict[str, Any] | None = None
 
 
 class RunIn(BaseModel):

@@ -1,8 +1,12 @@
 r"""Identities and signatures: Ed25519 keys, enrollment certificates, signed requests, operator tokens.
 
 * An **enrollment authority** (not the server) holds an Ed25519 key and signs a *client certificate*
-  ``{"client_id", "public_key", "population", "not_after", "authority"}`` (canonical JSON, :mod:`.encoding`);
-  the server trusts the authority's public key and keeps only the clients' public keys.
+  ``{"role": "device", "client_id", "public_key", "population", "not_after", "authority"}`` (canonical
+  JSON, :mod:`.encoding`); the server trusts the authority's public key and keeps only the clients' public
+  keys. It also signs *analyst certificates* ``{"role": "analyst", "analyst", "public_key", "populations",
+  "not_after", "authority"}``: the key that signs tasks (:mod:`fedstats.wire.tasks`) for those populations;
+  devices pin the authority's key at enrollment and accept only tasks signed under such a certificate.
+  A certificate of one role is never accepted for the other.
 * Every **client request** carries ``X-Fedstats-Client``, ``X-Fedstats-Timestamp`` (Unix seconds),
   ``X-Fedstats-Nonce`` (random, 128 bits hex) and ``X-Fedstats-Signature``: the Ed25519 signature of
   ``"fedstats-v1\\n{METHOD}\\n{path}\\n{timestamp}\\n{nonce}\\n{sha256(body) hex}"``. The server refuses a
@@ -35,6 +39,7 @@ __all__ = [
     "Certificate",
     "fingerprint",
     "hash_token",
+    "issue_analyst_certificate",
     "issue_certificate",
     "new_token",
     "private_key_from_hex",
@@ -103,15 +108,25 @@ def fingerprint(public_hex: str) -> str:
     return hashlib.sha256(bytes.fromhex(public_hex)).hexdigest()[:16]
 
 
+ROLES = ("device", "analyst")
+_FIELDS = {
+    "device": ("client_id", "public_key", "population", "not_after", "authority"),
+    "analyst": ("analyst", "public_key", "populations", "not_after", "authority"),
+}
+
+
 @dataclass(frozen=True)
 class Certificate:
-    """A client certificate issued by an enrollment authority.
+    """A certificate issued by an enrollment authority: a device's or an analyst's.
 
     Attributes
     ----------
     body : dict
+        A device's: ``role`` = ``"device"`` (absent in certificates issued before roles existed),
         ``client_id``, ``public_key`` (hex), ``population``, ``not_after`` (Unix seconds), ``authority``
-        (fingerprint of the authority key).
+        (fingerprint of the authority key). An analyst's: ``role`` = ``"analyst"``, ``analyst`` (name),
+        ``public_key``, ``populations`` (list of the populations its tasks may address), ``not_after``,
+        ``authority``.
     signature : str
         Hex Ed25519 signature of ``canonical_bytes(body)`` by the authority.
     """
@@ -123,22 +138,34 @@ class Certificate:
         """JSON form ``{"body": ..., "signature": ...}``."""
         return {"body": dict(self.body), "signature": self.signature}
 
+    @property
+    def role(self) -> str:
+        """``"device"`` or ``"analyst"``."""
+        return str(self.body.get("role", "device"))
+
     @classmethod
-    def from_dict(cls, data: Any) -> Certificate:
-        """Parse the JSON form.
+    def from_dict(cls, data: Any, role: str = "device") -> Certificate:
+        """Parse the JSON form of a certificate of ``role`` (``"device"`` or ``"analyst"``).
 
         Raises
         ------
         SecurityError
-            If fields are missing or of the wrong type.
+            If fields are missing or of the wrong type, or the certificate is of another role.
         """
         try:
             body = dict(data["body"])
             sig = str(data["signature"])
-            for k in ("client_id", "public_key", "population", "not_after", "authority"):
+            for k in _FIELDS[role]:
                 body[k]
+            if role == "analyst" and not (
+                isinstance(body["populations"], list)
+                and all(isinstance(p, str) for p in body["populations"])
+            ):
+                raise ValueError("populations")
         except (KeyError, TypeError, ValueError):
-            raise SecurityError("malformed client certificate") from None
+            raise SecurityError(f"malformed {role} certificate") from None
+        if str(body.get("role", "device")) != role:
+            raise SecurityError(f"a {body.get('role')} certificate is not a {role} certificate")
         return cls(body, sig)
 
 
@@ -166,9 +193,56 @@ def issue_certificate(
     """
     public_key_from_hex(public_key)
     body = {
+        "role": "device",
         "client_id": client_id,
         "public_key": public_key,
         "population": population,
+        "not_after": int(time.time() + valid_days * 86400.0),
+        "authority": fingerprint(public_key_hex(authority)),
+    }
+    return Certificate(body, authority.sign(canonical_bytes(body)).hex())
+
+
+def issue_analyst_certificate(
+    authority: Ed25519PrivateKey,
+    *,
+    analyst: str,
+    public_key: str,
+    populations: list[str] | tuple[str, ...],
+    valid_days: float = 365.0,
+) -> Certificate:
+    """Sign an analyst certificate: ``public_key`` may sign tasks addressed to ``populations``.
+
+    Parameters
+    ----------
+    authority : Ed25519PrivateKey
+    analyst : str
+        The analyst's (or population policy's) name, 1-128 characters.
+    public_key : str
+        The analyst's Ed25519 public key, hex.
+    populations : list of str
+        The data populations its tasks may address (at least one).
+    valid_days : float
+        Validity, > 0.
+
+    Raises
+    ------
+    ParameterError
+        If ``populations`` is empty or a name is empty or longer than 128 characters.
+    """
+    from fedstats.errors import ParameterError
+
+    public_key_from_hex(public_key)
+    pops = sorted({str(p) for p in populations})
+    if not pops or any(not 1 <= len(p) <= 128 for p in pops) or not 1 <= len(analyst) <= 128:
+        raise ParameterError(
+            "populations", list(populations), "one or more names of 1 to 128 characters"
+        )
+    body = {
+        "role": "analyst",
+        "analyst": analyst,
+        "public_key": public_key,
+        "populations": pops,
         "not_after": int(time.time() + valid_days * 86400.0),
         "authority": fingerprint(public_key_hex(authority)),
     }

@@ -6,6 +6,12 @@ writes an *identity file*: the device's private key, its client id and the certi
 over its public key and population (:func:`fedstats.wire.auth.issue_certificate`). A device may also
 generate its own key and have only the public key certified (``public_key``), so no private key ever leaves
 it; the identity file is then completed on the device.
+
+The authority also issues **analyst identities** (:func:`issue_analyst`, ``fedstats enroll analyst``): an
+analyst's (or a population policy's) signing key and its certificate naming the populations its tasks may
+address. Tasks are signed with it (:func:`fedstats.wire.tasks.sign_task`); devices accept a task only under
+such a certificate chained to the authority key they pinned, so the server, which never holds an analyst's
+key, can relay tasks but not create or alter one.
 """
 
 from __future__ import annotations
@@ -17,10 +23,17 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedstats._io import atomic_write_text
-from fedstats.errors import ParameterError
+from fedstats.errors import FedstatsError, ParameterError
 from fedstats.wire import auth
 
-__all__ = ["init_authority", "issue_identity", "load_authority", "load_identity"]
+__all__ = [
+    "init_authority",
+    "issue_analyst",
+    "issue_identity",
+    "load_analyst",
+    "load_authority",
+    "load_identity",
+]
 
 
 def init_authority(folder: Path | str) -> str:
@@ -119,4 +132,80 @@ def load_identity(path: Path | str) -> dict[str, Any]:
         str(data["client_id"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ParameterError("identity", str(path), f"an identity file ({exc})") from None
+    return dict(data)
+
+
+def issue_analyst(
+    authority_folder: Path | str,
+    name: str,
+    populations: list[str] | tuple[str, ...],
+    out: Path | str,
+    *,
+    valid_days: float = 365.0,
+) -> dict[str, Any]:
+    """Generate an analyst's task-signing key, certify it for ``populations``, write ``out`` (mode 0600).
+
+    The analyst identity file holds ``{"role": "analyst", "analyst", "private_key", "certificate",
+    "authority_public_key"}``; keep it with the analyst, never on the server (the server refuses to start
+    with a private key it should not hold).
+
+    Parameters
+    ----------
+    authority_folder : path
+        Folder of the authority (``fedstats enroll init``).
+    name : str
+        The analyst's name, 1-128 characters.
+    populations : list of str
+        The populations its tasks may address (at least one).
+    out : path
+        Analyst identity file to write.
+    valid_days : float
+        Validity of the certificate, > 0.
+
+    Raises
+    ------
+    ParameterError
+        If ``name`` or a population is empty or too long, or no population is given.
+    """
+    if not 1 <= len(name) <= 128:
+        raise ParameterError("analyst", name, "1 to 128 characters")
+    if not 0 < valid_days < 1e6:
+        raise ParameterError("valid_days", valid_days, "a number of days in (0, 1e6)")
+    authority = load_authority(authority_folder)
+    key = Ed25519PrivateKey.generate()
+    cert = auth.issue_analyst_certificate(
+        authority,
+        analyst=name,
+        public_key=auth.public_key_hex(key),
+        populations=list(populations),
+        valid_days=valid_days,
+    )
+    ident = {
+        "role": "analyst",
+        "analyst": name,
+        "private_key": auth.private_key_hex(key),
+        "certificate": cert.as_dict(),
+        "authority_public_key": auth.public_key_hex(authority),
+    }
+    atomic_write_text(out, json.dumps(ident, indent=1) + "\n")
+    Path(out).chmod(0o600)
+    return ident
+
+
+def load_analyst(path: Path | str) -> dict[str, Any]:
+    """Read an analyst identity file (:func:`issue_analyst`).
+
+    Raises
+    ------
+    ParameterError
+        If the file is missing or is not an analyst identity.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+        auth.private_key_from_hex(data["private_key"])
+        auth.Certificate.from_dict(data["certificate"], role="analyst")
+    except (OSError, ValueError, KeyError, TypeError, FedstatsError) as exc:
+        raise ParameterError(
+            "analyst identity", str(path), f"an analyst identity file ({exc})"
+        ) from None
     return dict(data)

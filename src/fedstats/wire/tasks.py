@@ -1,0 +1,321 @@
+"""Tasks as both sides see them: the normalized configuration, its id, and the analyst's signature over it.
+
+A **task** is an immutable configuration (analysis, its options, privacy parameters, cohort and session
+rules, deadlines), canonically encoded (:mod:`.encoding`); its id is the SHA-256 of that encoding. An
+analyst (or a population policy) signs it with the key the enrollment authority certified for its
+populations (:func:`fedstats.wire.enrollment.issue_analyst`); the signed **envelope**
+``{"task", "certificate", "signature"}`` is what the server stores and relays unchanged. A device accepts a
+task only through :func:`verify_task` (certificate chained to the authority key it pinned at enrollment,
+role analyst, its population allowed, unexpired, signature valid over the task's canonical bytes), then
+checks it against its own policy and budget. The server verifies envelopes too (so garbage is not stored),
+but it never holds an analyst's private key: it can relay a task, not create or alter one.
+
+Pure: no database, no HTTP.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedstats.errors import FedstatsError, ParameterError, SecurityError
+from fedstats.wire import auth
+from fedstats.wire.encoding import canonical_bytes, decode, digest, encode
+from fedstats.wire.registry import config_for, encoder_name, lookup, plan_for
+
+__all__ = ["TASK_DOMAIN", "normalize_task", "sign_task", "task_id", "verify_task"]
+
+TASK_DOMAIN = b"fedstats-task-v1\n"
+"""Prefix of the bytes an analyst signs (domain separation from request and certificate signatures)."""
+
+MAX_ENVELOPE_BYTES = 64 * 1024
+"""Largest canonical task accepted in an envelope (a device checks this before verifying anything)."""
+
+
+def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a task configuration and fill in defaults; the result is what gets hashed and signed.
+
+    Fields: ``analysis`` (str), ``version`` (int >= 1), ``params`` (object), ``privacy``
+    (``{"epsilon", "delta", "population"}``; epsilon null for a non-private analysis), ``cohort_size``
+    (records, >= 2), ``min_clients`` (records, in [1, cohort_size]), ``max_records_per_client`` (>= 1,
+    default ``cohort_size``), ``deadlines`` (``{"checkin", "round"}``, seconds in [0.05, 604800]),
+    ``label`` (free text; two otherwise equal tasks with different labels are different tasks),
+    ``secure_aggregation`` (optional: ``{"max_session": m, "min_session_size": k}``, m in [2, 10000],
+    default 1000, k in [2, m], default min(10, m), or ``true``; devices refuse a secure session smaller
+    than k; every round's sum is then computed by secure aggregation among the devices; required by the
+    analyses whose registry entry says so, and by every analysis whose privacy is ``"distributed"``: its
+    noise shares are private only inside the secure sum).
+
+    Normalizing a normalized task returns it unchanged. The analysis validates its own options: the task
+    is checked by :func:`fedstats.wire.registry.config_for` and its plan must yield a first round with a
+    registered encoder.
+
+    Raises
+    ------
+    ParameterError
+        If a field is missing or outside its range, or the analysis refuses its options.
+    SecurityError
+        If the analysis's plan yields an unregistered encoder.
+    """
+    if not isinstance(config, Mapping):
+        raise ParameterError("task", type(config).__name__, "an object")
+    try:
+        analysis = str(config["analysis"])
+        version = int(config.get("version", 1))
+        params = dict(config.get("params") or {})
+        privacy = dict(config.get("privacy") or {})
+        cohort = int(config["cohort_size"])
+        min_clients = int(config.get("min_clients", cohort))
+        deadlines = dict(config.get("deadlines") or {})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ParameterError("task", str(exc), "analysis, cohort_size and valid fields") from None
+    spec = lookup(analysis, version)
+    if cohort < 2 or cohort > 10**9:
+        raise ParameterError("cohort_size", cohort, "an integer in [2, 10**9]")
+    if not 1 <= min_clients <= cohort:
+        raise ParameterError("min_clients", min_clients, f"an integer in [1, cohort_size={cohort}]")
+    max_rec = int(config.get("max_records_per_client", cohort))
+    if not 1 <= max_rec <= cohort:
+        raise ParameterError("max_records_per_client", max_rec, f"an integer in [1, {cohort}]")
+    eps, delta = privacy.get("epsilon"), privacy.get("delta")
+    population = str(privacy.get("population", "default"))
+    if not 1 <= len(population) <= 128:
+        raise ParameterError("privacy.population", population, "1 to 128 characters")
+    if spec.privacy == "none":
+        if eps is not None:
+            raise ParameterError("privacy.epsilon", eps, f"null ({analysis} is not private)")
+    else:
+        if eps is None or isinstance(eps, bool) or not isinstance(eps, (int, float)):
+            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
+        if not 0 < float(eps) < 1000:
+            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
+        eps = float(eps)
+        if spec.privacy == "distributed":
+            if delta is None or not isinstance(delta, (int, float)) or not 0 < float(delta) < 1:
+                raise ParameterError("privacy.delta", delta, "a number in (0, 1)")
+            delta = float(delta)
+        elif delta not in (None, 0, 0.0):
+            raise ParameterError("privacy.delta", delta, "0 or null (pure local DP)")
+        else:
+            delta = 0.0
+    try:
+        d_checkin = float(deadlines.get("checkin", 60.0))
+        d_round = float(deadlines.get("round", 60.0))
+    except (TypeError, ValueError):
+        raise ParameterError("deadlines", deadlines, "seconds in [0.05, 604800]") from None
+    for name, v in (("deadlines.checkin", d_checkin), ("deadlines.round", d_round)):
+        if not (math.isfinite(v) and 0.05 <= v <= 7 * 86400):
+            raise ParameterError(name, v, "seconds in [0.05, 604800]")
+    secure = _secure_options(config.get("secure_aggregation"))
+    if spec.secure == "required" and secure is None:
+        raise ParameterError(
+            "secure_aggregation",
+            None,
+            f'{{"max_session": m}} ({analysis} needs secure aggregation)',
+        )
+    if spec.privacy == "distributed" and secure is None:
+        raise ParameterError(
+            "secure_aggregation",
+            None,
+            f'{{"max_session": m, "min_session_size": k}} ({analysis} adds distributed noise '
+            "shares: a report is private only inside the secure sum)",
+        )
+    label = config.get("label", "")
+    if not isinstance(label, str) or len(label) > 256:
+        raise ParameterError("label", label, "text of at most 256 characters")
+    out: dict[str, Any] = {
+        "analysis": analysis,
+        "version": version,
+        "params": decode(encode(params)),
+        "privacy": {"epsilon": eps, "delta": delta, "population": population},
+        "cohort_size": cohort,
+        "min_clients": min_clients,
+        "max_records_per_client": max_rec,
+        "deadlines": {"checkin": d_checkin, "round": d_round},
+        "label": label,
+    }
+    if secure is not None:  # absent otherwise: the ids of tasks without it do not change
+        out["secure_aggregation"] = secure
+    # the analysis validates its own options, and its plan must start with a registered encoder
+    try:
+        config_for(out)
+        gen = plan_for(out, n_clients=cohort, public_seed=bytes(32))
+        first = next(gen)
+        gen.close()
+    except (ParameterError, SecurityError):
+        raise  # the analysis's own error names the option
+    except FedstatsError as exc:
+        raise ParameterError(
+            "params", " ".join(str(exc).split()), f"options {analysis} v{version} accepts"
+        ) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ParameterError(
+            "params", repr(exc), f"options {analysis} v{version} accepts"
+        ) from None
+    except StopIteration:
+        raise ParameterError("params", "no rounds", "a plan with at least one round") from None
+    if encoder_name(first.encode) not in spec.encoders:
+        raise SecurityError(f"{analysis} v{version} yields an unregistered encoder")
+    return out
+
+
+def _secure_options(secure: Any) -> dict[str, int] | None:
+    if secure is None or secure is False:
+        return None
+    opts = {} if secure is True else secure
+    if not isinstance(opts, Mapping) or set(opts) - {"max_session", "min_session_size"}:
+        raise ParameterError(
+            "secure_aggregation", secure, 'true or {"max_session": m, "min_session_size": k}'
+        )
+    max_session = opts.get("max_session", 1000)
+    if (
+        isinstance(max_session, bool)
+        or not isinstance(max_session, int)
+        or not 2 <= max_session <= 10_000
+    ):
+        raise ParameterError(
+            "secure_aggregation.max_session", max_session, "an integer in [2, 10000]"
+        )
+    min_session = opts.get("min_session_size")
+    if min_session is None:
+        min_session = min(10, max_session)
+    if (
+        isinstance(min_session, bool)
+        or not isinstance(min_session, int)
+        or not 2 <= min_session <= max_session
+    ):
+        raise ParameterError(
+            "secure_aggregation.min_session_size",
+            min_session,
+            f"an integer in [2, max_session={max_session}]",
+        )
+    return {"max_session": int(max_session), "min_session_size": int(min_session)}
+
+
+def task_id(task: Mapping[str, Any]) -> str:
+    """The id of a normalized task: SHA-256 (hex) of its canonical bytes."""
+    return digest(dict(task))
+
+
+def _signed_bytes(task: Mapping[str, Any]) -> bytes:
+    return TASK_DOMAIN + canonical_bytes(dict(task))
+
+
+def sign_task(config: Mapping[str, Any], analyst: Mapping[str, Any] | Path | str) -> dict[str, Any]:
+    """Normalize ``config`` and sign it with an analyst identity; return the envelope to post.
+
+    Parameters
+    ----------
+    config : mapping
+        A task configuration (see :func:`normalize_task`).
+    analyst : mapping or path
+        An analyst identity (:func:`fedstats.wire.enrollment.issue_analyst`) or its file.
+
+    Returns
+    -------
+    dict
+        ``{"task": normalized task, "certificate": the analyst certificate, "signature": hex}``, the
+        signature being Ed25519 over ``TASK_DOMAIN + canonical_bytes(task)``.
+
+    Raises
+    ------
+    ParameterError
+        If the task is invalid, or ``analyst`` is not an analyst identity.
+    SecurityError
+        If the task's population is not one the analyst's certificate allows.
+    """
+    from fedstats.wire.enrollment import load_analyst
+
+    ident = dict(analyst) if isinstance(analyst, Mapping) else load_analyst(analyst)
+    try:
+        key = auth.private_key_from_hex(str(ident["private_key"]))
+        cert = auth.Certificate.from_dict(ident["certificate"], role="analyst")
+    except (KeyError, SecurityError) as exc:
+        raise ParameterError("analyst", "identity", f"an analyst identity ({exc})") from None
+    task = normalize_task(config)
+    population = task["privacy"]["population"]
+    if population not in cert.body["populations"]:
+        raise SecurityError(
+            f"the analyst certificate does not cover population {population!r} "
+            f"(it covers {cert.body['populations']})"
+        )
+    if auth.public_key_hex(key) != cert.body["public_key"]:
+        raise ParameterError("analyst", "identity", "a key that matches its certificate")
+    return {
+        "task": task,
+        "certificate": cert.as_dict(),
+        "signature": key.sign(_signed_bytes(task)).hex(),
+    }
+
+
+def verify_task(
+    envelope: Any,
+    authority_public_key: str | Mapping[str, str],
+    population: str | None = None,
+    *,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Check a signed task envelope; return the normalized task it carries.
+
+    Parameters
+    ----------
+    envelope : object
+        ``{"task", "certificate", "signature"}`` as :func:`sign_task` makes it.
+    authority_public_key : str or mapping
+        The pinned authority key (hex), or the trusted authorities (fingerprint -> key hex).
+    population : str, optional
+        The population the verifier belongs to (a device's own): the task must address it.
+    now : float, optional
+        Unix time to check expiry against (default the clock).
+
+    Raises
+    ------
+    SecurityError
+        If the envelope is malformed or too large, the certificate is not an analyst certificate of a
+        trusted authority, has expired or does not cover the task's population, the task is not for
+        ``population``, the signature does not verify over the task, or the task is not in normalized form.
+    """
+    if not isinstance(envelope, Mapping) or set(envelope) != {"task", "certificate", "signature"}:
+        raise SecurityError("a task must come as a signed envelope {task, certificate, signature}")
+    task = envelope["task"]
+    if not isinstance(task, Mapping):
+        raise SecurityError("the envelope's task is not an object")
+    try:
+        body = canonical_bytes(dict(task))
+    except FedstatsError:
+        raise SecurityError("the envelope's task has no canonical form") from None
+    if len(body) > MAX_ENVELOPE_BYTES:
+        raise SecurityError(f"the task is larger than {MAX_ENVELOPE_BYTES} bytes")
+    cert = auth.Certificate.from_dict(envelope["certificate"], role="analyst")
+    if isinstance(authority_public_key, Mapping):
+        trusted = {str(k): str(v) for k, v in authority_public_key.items()}
+    else:
+        trusted = {auth.fingerprint(authority_public_key): authority_public_key}
+    auth.verify_certificate(cert, trusted, now=now if now is not None else time.time())
+    signature = envelope["signature"]
+    if not isinstance(signature, str) or len(signature) != 128:
+        raise SecurityError("the task signature must be 64 bytes in hex")
+    try:
+        auth.verify_signature(str(cert.body["public_key"]), TASK_DOMAIN + body, signature)
+    except SecurityError:
+        raise SecurityError(
+            "the task's signature does not verify (unsigned or altered task)"
+        ) from None
+    try:
+        target = str(task["privacy"]["population"])
+    except (KeyError, TypeError):
+        raise SecurityError("the task names no population") from None
+    if target not in cert.body["populations"]:
+        raise SecurityError(f"the analyst certificate does not cover population {target!r}")
+    if population is not None and target != population:
+        raise SecurityError(f"the task is for population {target!r}, not {population!r}")
+    try:
+        norm = normalize_task(task)
+    except FedstatsError as exc:
+        raise SecurityError(f"the signed task is not valid: {exc}") from None
+    if canonical_bytes(norm) != body:
+        raise SecurityError("the signed task is not in normalized form")
+    return norm

@@ -1,0 +1,99 @@
+"""A deviating aggregation server, as unmodified devices see it: a proxy in front of ``fedstats server``.
+
+Devices talk to :class:`DeviatingProxy` over plain HTTP on 127.0.0.1 (loopback, which a device allows) as
+if it were the server. It forwards every request unchanged (the devices' signatures verify upstream),
+records every request, and passes each work list (``GET /v1/client/work``) through :attr:`rewrite`, which
+changes what the server proposes: an offered task, or a round's encoder, parameters, privacy, index, run or
+task. That is what a server that deviates controls; it holds no device's and no analyst's key.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from service_helpers import free_port
+
+__all__ = ["DeviatingProxy"]
+
+
+class DeviatingProxy:
+    """Forward devices' requests to ``upstream``; rewrite the work lists with :attr:`rewrite`.
+
+    Attributes
+    ----------
+    rewrite : callable or None
+        ``work dict -> work dict``, applied to every work list the server answers.
+    requests : list of (method, path)
+        Every request forwarded, in order.
+    """
+
+    def __init__(self, upstream: str, ca: Path) -> None:
+        self.upstream = upstream
+        self.ca = ca
+        self.rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self.requests: list[tuple[str, str]] = []
+        self.port = free_port()
+        app = Starlette(routes=[Route("/{path:path}", self._forward, methods=["GET", "POST"])])
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def posted(self, prefix: str) -> list[str]:
+        """Paths of the POST requests that start with ``prefix``."""
+        with self._lock:
+            return [p for m, p in self.requests if m == "POST" and p.startswith(prefix)]
+
+    def __enter__(self) -> DeviatingProxy:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+    async def _forward(self, request: Request) -> Response:
+        body = await request.body()
+        drop = ("host", "content-length", "if-none-match")  # every work list is answered in full
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in drop}
+        path = request.url.path
+        with self._lock:
+            self.requests.append((request.method, path))
+        async with httpx.AsyncClient(
+            base_url=self.upstream, verify=ssl.create_default_context(cafile=str(self.ca))
+        ) as client:
+            r = await client.request(
+                request.method,
+                path,
+                params=request.query_params,
+                content=body,
+                headers=headers,
+                timeout=60,
+            )
+        content = r.content
+        if path == "/v1/client/work" and r.status_code == 200 and self.rewrite is not None:
+            content = json.dumps(self.rewrite(json.loads(content))).encode()
+        return Response(
+            content, status_code=r.status_code, media_type=r.headers.get("content-type")
+        )
