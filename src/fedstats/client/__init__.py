@@ -277,7 +277,7 @@ class Device(SecureRuns):
                     self.refused[rid] = "secure task, but no pinned authority key in the identity"
                     self.log(f"refused run {rid}: {self.refused[rid]}")
                     continue
-                state = self.secure.setdefault(rid, SecureState(os.urandom(32)))
+                state = self.secure.setdefault(rid, SecureState(os.urandom(32), task=task))
                 body["commitment"] = state.commitment(rid, self.client_id)
             try:
                 self.joined[rid] = self._request("POST", f"/v1/client/runs/{rid}/checkin", body)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +45,7 @@ import numpy as np
 from sqlalchemy import Row, func, insert, select
 from sqlalchemy.orm import Session
 
+from fedstats import wire
 from fedstats.errors import DataError, ProtocolAbortError, SecurityError
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import (
@@ -58,8 +58,6 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
-from fedstats import wire
-from fedstats.wire import seeding
 from fedstats.service.models import (
     Client,
     RoundRecord,
@@ -68,6 +66,7 @@ from fedstats.service.models import (
     SecureMessage,
     SecureSession,
 )
+from fedstats.wire import seeding
 
 __all__ = [
     "BITS",
@@ -75,8 +74,10 @@ __all__ = [
     "SessionCache",
     "advance_sessions",
     "close_seeding",
+    "cohort",
     "is_secure",
     "open_sessions",
+    "partition",
     "session_bounds",
 ]
 
@@ -95,11 +96,7 @@ def is_secure(cfg: dict[str, Any]) -> bool:
     return cfg.get("secure_aggregation") is not None
 
 
-def session_bounds(n: int, max_session: int) -> list[tuple[int, int]]:
-    """Split ``n`` devices into ``ceil(n / max_session)`` contiguous, near-equal sessions ``[a, b)``."""
-    k = max(1, math.ceil(n / max_session))
-    edges = [round(i * n / k) for i in range(k + 1)]
-    return [(edges[i], edges[i + 1]) for i in range(k)]
+session_bounds = seeding.session_bounds
 
 
 def ordered_members(s: Session, run_id: str) -> list[RunMember]:
@@ -126,7 +123,7 @@ def close_seeding(s: Session, run: Run, deadline: float) -> str | None:
             f"{len(missing)} member(s) did not reveal their seed contribution before the deadline "
             f"({shown}); a secure run needs every member's"
         )
-    entries = [(m.client_id, str(m.commitment)) for m in rows]
+    entries = [(m.client_id, str(m.commitment), m.slot_start, m.slot_count) for m in rows]
     reveals = [bytes.fromhex(str(m.reveal)) for m in rows]
     run.public_seed = seeding.run_seed(run.id, entries, reveals).hex()
     run.status = "running"
@@ -176,6 +173,33 @@ def _store_down(s: Session, row: SecureSession, stage: int, out: dict[int, Any])
     s.execute(insert(SecureMessage), rows)
 
 
+def cohort(s: Session, run_id: str) -> list[seeding.Slots]:
+    """The run's cohort ``(client_id, slot_start, slot_count)`` in slot order (fixed once seeding began)."""
+    return [(m.client_id, m.slot_start, m.slot_count) for m in ordered_members(s, run_id)]
+
+
+def partition(s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any]) -> list[list[str]]:
+    """The members of each session of a secure round, in roster order (:func:`seeding.sessions_of`).
+
+    The devices derive the same partition from the verified cohort and seed, and refuse any other.
+
+    Raises
+    ------
+    ProtocolAbortError
+        If a session would be smaller than the task's ``min_session_size``.
+    """
+    opts = cfg["secure_aggregation"]
+    max_session = int(opts["max_session"])
+    return seeding.sessions_of(
+        cohort(s, run.id),
+        bytes.fromhex(str(run.public_seed)),
+        rec.index,
+        (rec.lo, rec.hi),
+        max_session,
+        int(opts.get("min_session_size") or min(10, max_session)),
+    )
+
+
 def open_sessions(
     s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any], cache: SessionCache
 ) -> None:
@@ -186,18 +210,9 @@ def open_sessions(
     OverflowRiskError
         If a session's sum could wrap modulo 2^64.
     ProtocolAbortError
-        If fewer than 2 devices hold records of the round.
+        If the round's participants cannot form sessions of the task's ``min_session_size``.
     """
-    devices = [
-        m
-        for m in ordered_members(s, run.id)
-        if m.slot_start < rec.hi and m.slot_start + m.slot_count > rec.lo
-    ]
-    if len(devices) < 2:
-        raise ProtocolAbortError(f"round {rec.index}: secure aggregation needs at least 2 devices")
-    max_session = int(cfg["secure_aggregation"]["max_session"])
-    for number, (a, b) in enumerate(session_bounds(len(devices), max_session)):
-        members = [m.client_id for m in devices[a:b]]
+    for number, members in enumerate(partition(s, run, rec, cfg)):
         records = _member_records(s, run.id, members, rec.lo, rec.hi)
         # the session sums sum(records) reports of |entry| <= bound: it must not wrap mod 2^64
         check_overflow(

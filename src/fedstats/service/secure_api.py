@@ -28,12 +28,12 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
-from fedstats.wire import seeding
 from fedstats.service import runs, secure_devices
 from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.models import Nonce
 from fedstats.service.store import Store
 from fedstats.service.tasks import NotFoundError
+from fedstats.wire import seeding
 
 __all__ = ["add_secure_routes"]
 
