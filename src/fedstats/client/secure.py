@@ -587,12 +587,6 @@ class SecureRuns:
         assert isinstance(setup, SetupMessage)
         if (setup.client, setup.n) != (i, n):
             raise SecurityError("the setup message is not for this device's derived index and size")
-        verifier.verify(SessionRoster.from_bytes(setup.roster, max_clients=n))
-        state.rounds[index] = number  # one session per round: any other is refused from now on
-        vector = state.encoded.get(index)
-        if vector is None:  # each round is encoded (and charged) once
-            vector = self._encode(rnd)
-            state.encoded[index] = vector
         config = ClientConfig.from_parameters(
             params,
             bits=seeding.BITS,
@@ -601,6 +595,19 @@ class SecureRuns:
             verifier=verifier,
             task_id=seeding.task_id_bytes(run_id),
         )
+        got = (setup.k, setup.t, setup.bits, setup.length, setup.min_survivors, setup.threat_model)
+        want = (config.k, config.t, config.bits, length, config.min_survivors, config.threat_model)
+        if got != want:  # checked again by the client; here before the data is read
+            raise SecurityError(
+                f"the server's session parameters (k, t, bits, length, min_survivors, threat model) "
+                f"= {got}; this device's for n={n} are {want}"
+            )
+        verifier.verify(SessionRoster.from_bytes(setup.roster, max_clients=n))
+        state.rounds[index] = number  # one session per round: any other is refused from now on
+        vector = state.encoded.get(index)
+        if vector is None:  # each round is encoded (and charged) once
+            vector = self._encode(rnd)
+            state.encoded[index] = vector
         values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
         client = SecAggClient(i, values, config)
         state.sessions[(index, number)] = client
