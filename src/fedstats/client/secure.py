@@ -444,15 +444,21 @@ class SecureRuns:
                 self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
                 return False, None, False
             state.replies[(index, number, stage)] = reply
-        r = self._capped_send(
-            "POST",
-            path,
-            reply,
-            limit=max(_ACK_BYTES, state.limits.get((index, number), 0)),
-            content_type="application/octet-stream",
-            params={"wait": f"{wait:.3f}"} if wait > 0 else None,
-            timeout=self._timeout + wait if wait > 0 else None,
-        )
+        try:
+            r = self._capped_send(
+                "POST",
+                path,
+                reply,
+                limit=max(_ACK_BYTES, state.limits.get((index, number), 0)),
+                content_type="application/octet-stream",
+                params={"wait": f"{wait:.3f}"} if wait > 0 else None,
+                timeout=self._timeout + wait if wait > 0 else None,
+            )
+        except SecurityError as exc:  # the answer (the next stage's message) is oversized: leave
+            state.refused[(index, number)] = str(exc)
+            state.sessions.pop((index, number), None)
+            self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
+            return False, None, True
         state.acknowledged.add((index, number, stage))
         carried = r.headers.get("content-type", "").startswith("application/octet-stream")
         return True, r.content if carried else None, True
