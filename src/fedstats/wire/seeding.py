@@ -28,7 +28,8 @@ device recomputes the seed from the published transcript before it takes part in
 
 **Sessions.** Which devices form each secure session of a round, in which roster order, is not the
 server's choice either: :func:`sessions_of` takes the round's participants (the cohort members whose slots
-meet the round's client range), orders them by a PRF keyed by the run seed and the round index, and cuts
+meet the round's client range), orders them by a PRF keyed by the run seed (the same order in every round,
+so that no two rounds cut the same participants into different groups), and cuts
 that order into ``ceil(d / max_session)`` near-equal sessions, refusing any partition with a session below
 the task's ``min_session_size``. Server and devices call the same function; a device takes part only in
 the session it derives itself into, with the derived roster order, index and size.
@@ -299,7 +300,8 @@ def sessions_of(
     -------
     list of list of str
         Session ``number``'s members (client ids) in roster order: the participants ordered by
-        ``HMAC-SHA256(seed, domain || round || client_id)``, cut into ``k = ceil(d / max_session)``
+        ``HMAC-SHA256(seed, domain || client_id)`` (the same order in every round: rounds with the same
+        participants have the same sessions), cut into ``k = ceil(d / max_session)``
         near-equal sessions (sizes ``floor(d / k)`` or ``ceil(d / k)``).
 
     Raises
@@ -317,7 +319,9 @@ def sessions_of(
     if len(seed) != 32:
         raise ParameterError("seed", seed.hex(), "32 bytes")
     lo, hi = int(client_range[0]), int(client_range[1])
-    prefix = _ORDER + struct.pack("<I", int(round_index))
+    # keyed by the seed alone, not the round: the same participants form the same sessions in every
+    # round, so sums of differently cut groups over rounds cannot be subtracted from each other
+    prefix = _ORDER
     keyed = []
     for cid, start, count in cohort:
         if int(start) < hi and int(start) + int(count) > lo:
