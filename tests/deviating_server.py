@@ -7,7 +7,8 @@ a malicious server operator would, with the attack named there:
 
 * a *partition* attack replaces the round's sessions (:func:`fedstats.service.secure.partition`): the
   server then builds, journals and serves real setup messages and rosters for the sessions it chose;
-* a *certificates* attack rewrites the certificate list it serves for a session.
+* a *certificates* attack rewrites the certificate list it serves for a session;
+* a *cohort* attack publishes another commitment list than the check-ins gave (slots moved).
 
 It holds no device's key and changes nothing else: the devices talking to it are unmodified.
 """
@@ -60,6 +61,7 @@ def install(plan: Path) -> None:
 
     honest_partition = secure.partition
     honest_certificates = secure_devices.certificates
+    honest_list = secure_devices._commitment_list
 
     def attack_of(cfg: dict[str, Any]) -> str | None:
         got = json.loads(plan.read_text()).get(str(cfg.get("label")))
@@ -84,7 +86,19 @@ def install(plan: Path) -> None:
         attack = attack_of(task_config(s, runs.load_run(s, run_id).task_id))
         return CERTIFICATES[attack](got) if attack in CERTIFICATES else got
 
+    def commitment_list(s: Any, run: Any) -> tuple[list[list[Any]], str]:
+        members, digest = honest_list(s, run)
+        if attack_of(task_config(s, run.task_id)) != "moved_slots" or len(members) < 2:
+            return members, digest
+        # the first two members' slots exchanged, the list still a partition of [0, n)
+        a, b = members[0], members[1]
+        moved = [[b[0], b[1], b[2], 0, b[4]], [a[0], a[1], a[2], b[4], a[4]], *members[2:]]
+        return moved, seeding.commitments_digest(
+            run.id, [(c, m, start, n) for c, m, _, start, n in moved]
+        )
+
     secure.partition = partition  # type: ignore[assignment]
+    secure_devices._commitment_list = commitment_list  # type: ignore[assignment]
     secure_devices.certificates = certificates  # type: ignore[assignment]
 
 

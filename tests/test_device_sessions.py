@@ -122,6 +122,8 @@ CASES: dict[str, dict[str, int]] = {
     "below_minimum": {"max_session": 4, "min_session_size": 4},
     # an honest server's sessions of 3, 4, 3 (the task allows 3): below the devices' floor of 5
     "policy_floor": {"max_session": 4, "min_session_size": 3},
+    # the commitment list moves two members' slots (another cohort than the check-ins gave)
+    "moved_slots": ONE,
     "honest": ONE,
 }
 PLAN_FILE = "deviate.json"
@@ -240,7 +242,10 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
             # the extra session of overlapping_one_derived waits long enough for its members to finish
             # their derived session first (they are then asked to join a second one)
             seconds = {"overlapping_one_derived": 45.0, "honest": 30.0}.get(attack, 15.0)
-            task_id = _post_task(a, _task(labels[attack], secure, seconds))
+            task = _task(labels[attack], secure, seconds)
+            if attack == "moved_slots":  # aborts once check-in and one round deadline have passed
+                task["deadlines"]["checkin"] = 30.0
+            task_id = _post_task(a, task)
             r = a.post("/v1/admin/runs", json={"task_id": task_id})
             assert r.status_code == 201, r.text
             runs[attack] = str(r.json()["run_id"])
@@ -286,6 +291,18 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
         assert view["status"] == "aborted" and view["result"] is None, (attack, view)
         sessions, ups, charges = _up_messages(deviating, run_id)
         assert [c.status for c in charges] == ["released"], attack  # nothing spent on the server
+        if attack == "moved_slots":
+            # the two moved members refuse to reveal: no seed, no session, the run aborts in seeding
+            assert sessions == {} and ups == [], attack
+            assert "did not reveal" in str(view["error"]), view["error"]
+            refusals = [
+                line
+                for line in log.splitlines()
+                if f"refused run {run_id}:" in line and "slots" in line
+            ]
+            assert len(refusals) >= 2, log[-3000:]
+            assert all(run_id not in d.budget.charges for d in devices)
+            continue
         if attack == "overlapping_one_derived":
             # the derived sessions run; the extra one (the first without its first member) is refused
             # by each of its members, who already joined their derived session of the round

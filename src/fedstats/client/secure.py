@@ -206,6 +206,8 @@ CERTIFICATE_BYTES = 4096
 """The most bytes of certificate list a device reads per member of the session it derived."""
 DEFAULT_POLICY_FLOOR = 10
 """The smallest secure session a device joins when its policy does not say (``Policy.min_session_size``)."""
+TRANSCRIPT_BYTES = 512
+"""The most bytes of seed transcript a device reads per possible member (the task's cohort size)."""
 _DOWN_MESSAGES = (SetupMessage, KeyBroadcast, ShareBroadcast, SurvivorSet, UnmaskRequest)
 _ACK_BYTES = 4096  # a JSON acknowledgement
 
@@ -312,7 +314,7 @@ class SecureRuns:
         slots = self.joined.get(run_id)
         if slots is None:
             raise SecurityError("this device holds no check-in slots for the run")
-        tr = self._request("GET", f"/v1/client/runs/{run_id}/seed")
+        tr = self._transcript(run_id, state)
         entries = seeding.entries_of(tr, max_members=_cohort_cap(state))
         start, count = int(slots["slot_start"]), int(slots["slot_count"])
         seeding.check_own_entry(
@@ -330,13 +332,44 @@ class SecureRuns:
             {"value": state.contribution.hex(), "seen": state.seen},
         )
 
+    def _transcript(self, run_id: str, state: SecureState) -> Any:
+        """The run's published seed transcript, read up to a size its task's cohort allows."""
+        path = f"/v1/client/runs/{run_id}/seed"
+        cap = _cohort_cap(state)
+        if cap is None:
+            return self._request("GET", path)
+        r = self._capped_send("GET", path, b"", limit=TRANSCRIPT_BYTES * cap + _ACK_BYTES)
+        try:
+            return r.json()
+        except ValueError:
+            raise SecurityError("the seed transcript is not JSON") from None
+
+    def verified_cohort(self, run_id: str) -> tuple[bytes, list[tuple[str, int, int]]]:
+        """The run's verified seed and cohort ``[(client_id, slot_start, slot_count), ...]``.
+
+        Fetched and checked once (:func:`fedstats.wire.seeding.verify_transcript`), then kept on the run's
+        :class:`SecureState`; ``n_clients`` is the sum of the slot counts.
+
+        Raises
+        ------
+        SecurityError
+            If the device holds no state of the run (not a secure run it joined, or lost in a restart),
+            did not reveal, or the transcript does not verify.
+        """
+        state = self.secure.get(run_id)
+        if state is None:
+            raise SecurityError(f"this device holds no secure state of run {run_id}")
+        seed = self._verified_seed(run_id, state)
+        assert state.cohort is not None
+        return seed, list(state.cohort)
+
     def _verified_seed(self, run_id: str, state: SecureState) -> bytes:
         """The run's seed, verified from its published transcript (once), and the cohort with it."""
         if state.seed is not None and state.cohort is not None:
             return state.seed
         if state.seen is None:
             raise SecurityError("this device did not reveal: it cannot check the run seed")
-        tr = self._request("GET", f"/v1/client/runs/{run_id}/seed")
+        tr = self._transcript(run_id, state)
         seed = seeding.verify_transcript(
             run_id,
             self.client_id,
