@@ -122,10 +122,13 @@ CASES: dict[str, dict[str, int]] = {
     "below_minimum": {"max_session": 4, "min_session_size": 4},
     # an honest server's sessions of 3, 4, 3 (the task allows 3): below the devices' floor of 5
     "policy_floor": {"max_session": 4, "min_session_size": 3},
+    # the same task on an honest server: the round aborts before any session opens
+    "below_minimum_honest": {"max_session": 4, "min_session_size": 4},
     # the commitment list moves two members' slots (another cohort than the check-ins gave)
     "moved_slots": ONE,
     "honest": ONE,
 }
+HONEST = {"honest", "policy_floor", "below_minimum_honest"}  # cases the server does not deviate in
 PLAN_FILE = "deviate.json"
 
 
@@ -226,7 +229,7 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
     stamp = f"{time.time():.3f}"
     labels = {attack: f"{attack} {stamp}" for attack in CASES}
     (deviating.root / PLAN_FILE).write_text(
-        json.dumps({labels[a]: a for a in CASES if a not in ("honest", "policy_floor")})
+        json.dumps({labels[a]: a for a in CASES if a not in HONEST})
     )
     rng = np.random.default_rng(5)
     group = rng.integers(0, 2, N)
@@ -291,6 +294,10 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
         assert view["status"] == "aborted" and view["result"] is None, (attack, view)
         sessions, ups, charges = _up_messages(deviating, run_id)
         assert [c.status for c in charges] == ["released"], attack  # nothing spent on the server
+        if attack == "below_minimum_honest":
+            assert sessions == {} and "min_session_size=4" in str(view["error"]), view["error"]
+            assert all(run_id not in d.budget.charges for d in devices)
+            continue
         if attack == "moved_slots":
             # the two moved members refuse to reveal: no seed, no session, the run aborts in seeding
             assert sessions == {} and ups == [], attack
