@@ -4,14 +4,21 @@ A task with ``"secure_aggregation": {"max_session": m}`` computes every round's 
 malicious-server protocol of :mod:`fedstats.secagg` (Bell et al. 2020) between the devices and the server:
 
 * **Seed.** Check-in carries a commitment; once the cohort is fixed the run is ``seeding`` until every
-  member has revealed (:mod:`fedstats.wire.seeding`); the run's public seed fixes every session id (hence every
-  communication graph) and FED-chi^2's projection seed. A member that does not reveal before the deadline
-  aborts the run: nothing was computed, the ledger reservation is released.
-* **Sessions.** A secure round's devices (in slot order) are split into ``ceil(d / m)`` near-equal
-  sessions, whose sums are added exactly, as the in-process ``secure`` route does. Each session runs the
-  five stages of :data:`STAGES`; a stage's messages are requests a device may repeat (the same bytes are
-  accepted once, other bytes refused), and a stage closes when every device it addressed has answered or
-  at its deadline; a device that missed it is a dropout with the protocol's semantics
+  member has revealed (:mod:`fedstats.wire.seeding`; the commitment list each member checks and reveals
+  against carries every member's slots, so the seed transcript binds the cohort); the run's public seed
+  fixes every session id (hence every communication graph), every round's partition into sessions and
+  FED-chi^2's projection seed. A member that does not reveal before the deadline aborts the run: nothing
+  was computed, the ledger reservation is released.
+* **Sessions.** The server does not choose them: a secure round's participants (the members whose slots
+  meet its client range) are ordered by a PRF keyed by the run seed and cut into ``ceil(d / m)``
+  near-equal sessions of at least the task's ``min_session_size``
+  (:func:`fedstats.wire.seeding.sessions_of`, :func:`partition`); fewer participants abort the round.
+  Each device derives the same partition from the cohort and seed it verified, and refuses a session it
+  is not derived into, or with other members, another roster order, index or size. The sessions' sums are
+  added exactly, as the in-process ``secure`` route does. Each session runs the five stages of
+  :data:`STAGES`; a stage's messages are requests a device may repeat (the same bytes are accepted once,
+  other bytes refused), and a stage closes when every device it addressed has answered or at its
+  deadline; a device that missed it is a dropout with the protocol's semantics
   (:data:`fedstats.secagg.DROPOUT_STAGES`). A session that loses its quorum aborts, and so does the round
   and the run: no partial sum is ever released.
 * **Journal and replay.** Every message, in both directions, is stored (``secure_messages``) in the
