@@ -1,4 +1,4 @@
-"""A device's side of secure runs: its seed contribution, the sessions it derives, the roster checks, the stages.
+"""A device's side of secure runs: its seed contribution, the sessions it derives, roster checks, stages.
 
 The device trusts only its own configuration and what it can verify: the enrollment authority's public key
 (pinned in its identity file), the task it accepted (its ``secure_aggregation`` options), its
