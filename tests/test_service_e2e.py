@@ -211,6 +211,9 @@ def _clients(dep: Deployment, shards: list[Path], tag: str, runs: int) -> list[A
             "100",
             "--budget-delta",
             "0.001",
+            # the heterogeneity task's secure sessions have N_PROCS devices (the default floor is 10)
+            "--min-session-size",
+            str(N_PROCS),
         )
         for i, p in enumerate(shards)
     ]
@@ -379,6 +382,8 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
             "100",
             "--budget-delta",
             "0.001",
+            "--min-session-size",
+            str(N_PROCS),
             url=url_b,
         )
         for i, p in enumerate(shards)

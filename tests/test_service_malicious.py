@@ -61,6 +61,8 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
                 f"victim-{i}",
                 p,
                 "--allow-non-private",
+                "--min-session-size",  # sessions of N_DEV = 5, below the default floor of 10
+                str(N_DEV),
                 "--runs",
                 str(len(ATTACKS)),
                 "--max-seconds",

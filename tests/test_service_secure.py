@@ -60,13 +60,15 @@ pytestmark = pytest.mark.xdist_group("machine-load")
 # -- pure parts ----------------------------------------------------------------------------------
 
 
-def _transcript(run_id: str, n: int) -> tuple[list[tuple[str, str]], list[bytes], dict[str, Any]]:
+def _transcript(run_id: str, n: int) -> tuple[list[seeding.Entry], list[bytes], dict[str, Any]]:
     rng = np.random.default_rng(0)
     values = [bytes(rng.bytes(32)) for _ in range(n)]
-    entries = [(f"c{i}", seeding.commitment(run_id, f"c{i}", v)) for i, v in enumerate(values)]
+    entries = [
+        (f"c{i}", seeding.commitment(run_id, f"c{i}", v), 3 * i, 3) for i, v in enumerate(values)
+    ]
     seed = seeding.run_seed(run_id, entries, values)
     tr = {
-        "members": [[c, m, v.hex()] for (c, m), v in zip(entries, values, strict=True)],
+        "members": [[c, m, v.hex(), a, k] for (c, m, a, k), v in zip(entries, values, strict=True)],
         "seed": seed.hex(),
     }
     return entries, values, tr
@@ -83,7 +85,7 @@ def test_the_seed_transcript_verifies_and_every_tampering_is_caught() -> None:
     with pytest.raises(SecurityError, match="does not follow"):
         seeding.verify_transcript(run, "c2", bad, seen_digest=seen, own_value=values[2])
     # a member added after this device revealed (a grinding server's fake contribution)
-    extra = [*tr["members"], ["fake", seeding.commitment(run, "fake", bytes(32)), "00" * 32]]
+    extra = [*tr["members"], ["fake", seeding.commitment(run, "fake", bytes(32)), "00" * 32, 15, 1]]
     with pytest.raises(SecurityError, match="changed after"):
         seeding.verify_transcript(
             run, "c2", dict(tr, members=extra), seen_digest=seen, own_value=values[2]
@@ -101,6 +103,20 @@ def test_the_seed_transcript_verifies_and_every_tampering_is_caught() -> None:
     with pytest.raises(SecurityError, match="does not open"):
         seeding.verify_transcript(
             run, "c2", dict(tr, members=swapped), seen_digest=seen, own_value=values[2]
+        )
+    # the cohort moved after this device revealed: two members' slots changed, still a partition
+    moved = [list(m) for m in tr["members"]]
+    moved[0][4], moved[1][3], moved[1][4] = 2, 2, 4
+    with pytest.raises(SecurityError, match="changed after"):
+        seeding.verify_transcript(
+            run, "c2", dict(tr, members=moved), seen_digest=seen, own_value=values[2]
+        )
+    # slots with a gap: not a cohort at all
+    gap = [list(m) for m in tr["members"]]
+    gap[4][3] = 13
+    with pytest.raises(SecurityError, match="contiguous"):
+        seeding.verify_transcript(
+            run, "c2", dict(tr, members=gap), seen_digest=seen, own_value=values[2]
         )
 
 
@@ -229,7 +245,8 @@ def _task(**over: Any) -> dict[str, Any]:
         "cohort_size": N,
         "min_clients": N // 2,
         "deadlines": {"checkin": 30.0, "round": 30.0},
-        "secure_aggregation": {"max_session": 5},
+        # three sessions of four: smaller than the default minimum of min(10, max_session)
+        "secure_aggregation": {"max_session": 5, "min_session_size": 3},
         "label": f"secure {time.time()}",
     }
     t.update(over)
@@ -297,6 +314,7 @@ def _devices(
     n: int,
     url: str | None = None,
     population: str = "default",
+    floor: int = 2,
 ) -> list[Any]:
     out = []
     for i, part in enumerate(np.array_split(np.arange(len(data["x"])), n)):
@@ -306,7 +324,8 @@ def _devices(
             ident,
             {k: v[part] for k, v in data.items()},
             ca=dep.certs["ca"],
-            policy=Policy(allow_non_private=True),
+            # the sessions here are small (4 to 20): the devices' floor is the tests' choice
+            policy=Policy(allow_non_private=True, min_session_size=floor),
             budget=LocalBudget(None, epsilon=100.0),
             randomness=RandomSource(1000 + i),
             log=_logger(f"{tag}-{i}"),
@@ -581,7 +600,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     held: dict[str, int] = {}
 
     def recording(dev: Any) -> None:
-        inner = dev._send
+        inner = dev._capped_send  # the device's secure-stage transport (reads at most a limit)
 
         def send(method: str, path: str, body: bytes, **kw: Any) -> Any:
             r = inner(method, path, body, **kw)
@@ -592,7 +611,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
                 )
             return r
 
-        dev._send = send
+        dev._capped_send = send
 
     for d in devices[:3]:
         recording(d)
@@ -689,7 +708,8 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     tr = Device._send(first, "GET", path, b"", retries=0).json()
     assert tr["seed"] is None and tr["status"] == "seeding"
     assert len(tr["members"]) == 4 and all(m[1] and m[2] == "" for m in tr["members"])
-    entries = [(m[0], m[1]) for m in tr["members"]]
+    entries = [(m[0], m[1], m[3], m[4]) for m in tr["members"]]
+    assert seeding.check_cohort(entries) == N  # the slots: a partition of the cohort's records
     assert tr["commitments_digest"] == seeding.commitments_digest(run_id, entries)
     release.set()
     _finished(deployment, run_id, threads)

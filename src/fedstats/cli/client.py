@@ -51,6 +51,12 @@ def run(
     allow_non_private: Annotated[
         bool, typer.Option("--allow-non-private", help="Take part in exact analyses.")
     ] = False,
+    min_session_size: Annotated[
+        int,
+        typer.Option(
+            "--min-session-size", min=2, help="Smallest secure-aggregation session to join."
+        ),
+    ] = 10,
     poll: Annotated[
         float,
         typer.Option(
@@ -88,6 +94,7 @@ def run(
         max_delta=max_delta,
         max_bits=max_bits,
         allow_non_private=allow_non_private,
+        min_session_size=min_session_size,
     )
     path = budget_file or identity.with_suffix(".budget.json")
     budget = LocalBudget(path, epsilon=budget_epsilon, delta=budget_delta)

@@ -148,7 +148,12 @@ def worker(spec_path: str) -> None:
     from fedstats.client import Device, LocalBudget, Policy
 
     spec = json.loads(Path(spec_path).read_text())
-    policy = Policy(max_epsilon=4.0, max_delta=1e-5, allow_non_private=True)
+    policy = Policy(
+        max_epsilon=4.0,
+        max_delta=1e-5,
+        allow_non_private=True,
+        min_session_size=int(spec.get("min_session_size", 10)),
+    )
     stop = time.monotonic() + float(spec["max_seconds"])
 
     def one(ident: str, data: str) -> None:
@@ -286,6 +291,8 @@ def run_network_demo(
                     "devices": devices,
                     "runs": runs_per_pop,
                     "max_seconds": timeout,
+                    # the devices' floor on secure sessions: the demo's tasks ask for this minimum
+                    "min_session_size": max(2, min(10, n_processes)),
                 }
                 (root / f"worker-{i}.json").write_text(json.dumps(spec))
                 workers.append(

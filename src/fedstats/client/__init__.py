@@ -350,7 +350,7 @@ class Device(SecureRuns):
                 continue
             body: dict[str, Any] = {"records": self.n_records}
             if acc.task.get("secure_aggregation") is not None:
-                state = self.secure.setdefault(rid, SecureState(os.urandom(32)))
+                state = self.secure.setdefault(rid, SecureState(os.urandom(32), task=acc.task))
                 body["commitment"] = state.commitment(rid, self.client_id)
             # reserved before the device checks in: its data may be used from then on
             try:

@@ -43,6 +43,9 @@ class Policy:
         meter bits disclose a full (noisy) value and pass only when this is None. Default None.
     allow_non_private : bool
         Take part in exact, non-private analyses (default False).
+    min_session_size : int
+        Smallest secure-aggregation session the device joins (its floor beside the task's own minimum;
+        a smaller session is refused before anything is computed). Default 10.
     """
 
     allowed_analyses: tuple[str, ...] | None = None
@@ -50,6 +53,7 @@ class Policy:
     max_delta: float = 1e-5
     max_bits: float | None = None
     allow_non_private: bool = False
+    min_session_size: int = 10
 
     def check(self, task: Mapping[str, Any]) -> None:
         """Raise :class:`RefusedTask` saying why, if a verified task is weaker than this policy allows.

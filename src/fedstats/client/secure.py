@@ -1,13 +1,31 @@
-"""A device's side of secure runs: its seed contribution, roster checks, and the secure-aggregation stages.
+"""A device's side of secure runs: its seed contribution, the sessions it derives, roster checks, stages.
 
-The device trusts only its own configuration: the enrollment authority's public key (pinned in its
-identity file), the protocol's parameters for the session size (:func:`fedstats.secagg.find_parameters`,
-computed here, never taken from the server), and the run's seed transcript, which it verifies itself
-(:func:`fedstats.wire.seeding.verify_transcript`). Against a malicious server it refuses, and drops out
-of the session without sending anything more, when:
+The device trusts only its own configuration and what it can verify: the enrollment authority's public key
+(pinned in its identity file), the task it accepted (its ``secure_aggregation`` options), its
+:class:`~fedstats.client.Policy` (``min_session_size``, the smallest session it joins, default 10), and the
+run's seed transcript, which it verifies itself (:mod:`fedstats.wire.seeding`). From these alone it
+derives every secure session:
 
+* **the cohort**: before revealing, the device checks its own entry in the commitment list (its
+  commitment and the slots it was given at check-in) and that the members' slots are disjoint and
+  contiguous from 0; the digest it reveals with covers every member's slots, so the verified transcript
+  fixes the cohort (:attr:`SecureState.cohort`);
+* **the session**: for each secure round it computes :func:`fedstats.wire.seeding.sessions_of` from the
+  cohort, the seed and the round's client range; the server's session number, its member list (the
+  certificates, in roster order), the device's index and the size ``n`` must be the derived ones;
+* **the parameters** for that ``n`` (:func:`fedstats.secagg.find_parameters`), computed only once ``n`` has
+  passed these checks, never taken from the server; every message the server sends is read at most up to
+  the size the protocol allows for the derived session (the certificate list at most a few KB per
+  member), before parsing.
+
+Against a malicious server it refuses, and drops out of the session without sending anything (and before
+encoding its data or charging its budget), when:
+
+* the session is not the one it derives itself into (another number, other members, another order,
+  another index or size), or is smaller than the task's ``min_session_size`` or its policy's floor;
+* it already joined a session of that round (it joins at most one per round, and encodes each round once);
 * the roster lists an identity without a valid certificate of the pinned authority for the task's
-  population, or one device twice (no sybils);
+  population, or one device twice (no sybils), or the certificate list or a message is oversized;
 * the session id is not the one the run's seed gives (no grinding of the communication graph);
 * any message fails the checks of :class:`fedstats.secagg.SecAggClient` (wrong session, forged keys or
   signatures, too small a survivor set, an unmasking request that would reveal both of a device's masks).
@@ -27,6 +45,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedstats.errors import FedstatsError, SecurityError
 from fedstats.secagg.identity import SessionRoster
+from fedstats.secagg.messages import (
+    KeyBroadcast,
+    SetupMessage,
+    ShareBroadcast,
+    SurvivorSet,
+    UnmaskRequest,
+    decode,
+    max_message_bytes,
+)
 from fedstats.wire import auth, seeding
 from fedstats.wire.encoding import canonical_bytes
 
@@ -57,6 +84,9 @@ class CertificateRosterVerifier:
         Certificates (signature and canonical body) whose authority signature this device has already
         checked, filled in here: a later roster with the same members (the next round's session) skips
         the signature checks, not the others (expiry, population, keys, session id, duplicates).
+    members : sequence of str, optional
+        The session's members (client ids) in the roster order the device derived
+        (:func:`fedstats.wire.seeding.sessions_of`): certificate ``i`` must name ``members[i]``.
     """
 
     def __init__(
@@ -68,6 +98,7 @@ class CertificateRosterVerifier:
         session: bytes,
         task_id: bytes,
         verified: set[tuple[str, bytes]] | None = None,
+        members: Sequence[str] | None = None,
     ) -> None:
         self._trusted = {auth.fingerprint(authority_public_key): authority_public_key}
         self.certificates = [auth.Certificate.from_dict(c) for c in certificates]
@@ -75,6 +106,7 @@ class CertificateRosterVerifier:
         self.session = session
         self.task_id = task_id
         self.verified = set() if verified is None else verified
+        self.members = None if members is None else [str(m) for m in members]
 
     def verify(self, roster: SessionRoster) -> None:
         """Raise :class:`~fedstats.errors.SecurityError` unless every roster identity is certified."""
@@ -84,6 +116,13 @@ class CertificateRosterVerifier:
             raise SecurityError("the roster names another run")
         if len(self.certificates) != roster.n:
             raise SecurityError("the roster and its certificates differ in length")
+        if self.members is not None:
+            named = [str(c.body.get("client_id")) for c in self.certificates]
+            if len(self.members) != roster.n or named != self.members:
+                raise SecurityError(
+                    "the session's members or their roster order are not the ones this device "
+                    "derives from the run's cohort and seed"
+                )
         ids = set()
         now = time.time()
         for key, cert in zip(roster.identities, self.certificates, strict=True):
@@ -128,6 +167,19 @@ class SecureState:
     certificates : tuple or None
         ``(etag, list)``: the last session's member certificates as received; a later round whose
         session has the same members is answered 304 and verified again from this copy.
+    task : mapping or None
+        The task the device accepted (its ``secure_aggregation`` options, population and cohort size).
+    slots : tuple or None
+        ``(slot_start, slot_count)`` given at check-in, checked in the commitment list before revealing.
+    cohort : list or None
+        The verified cohort ``[(client_id, slot_start, slot_count), ...]`` in slot order, kept once the
+        seed transcript verified (``n_clients = sum(slot_count)``).
+    rounds : dict
+        ``round -> session``: the one session joined in each round (a second one is refused).
+    encoded : dict
+        ``round -> summed report``: each round is encoded once.
+    limits : dict
+        ``(round, session) -> bytes``: the largest server message read in a joined session.
     """
 
     contribution: bytes
@@ -138,17 +190,33 @@ class SecureState:
     acknowledged: set[tuple[int, int, int]] = field(default_factory=set)
     refused: dict[tuple[int, int], str] = field(default_factory=dict)
     certificates: tuple[str, Any] | None = None
+    task: Mapping[str, Any] | None = None
+    slots: tuple[int, int] | None = None
+    cohort: list[tuple[str, int, int]] | None = None
+    rounds: dict[int, int] = field(default_factory=dict)
+    encoded: dict[int, list[int]] = field(default_factory=dict)
+    limits: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
         return seeding.commitment(run_id, client_id, self.contribution)
 
 
+CERTIFICATE_BYTES = 4096
+"""The most bytes of certificate list a device reads per member of the session it derived."""
+DEFAULT_POLICY_FLOOR = 10
+"""The smallest secure session a device joins when its policy does not say (``Policy.min_session_size``)."""
+TRANSCRIPT_BYTES = 512
+"""The most bytes of seed transcript a device reads per possible member (the task's cohort size)."""
+_DOWN_MESSAGES = (SetupMessage, KeyBroadcast, ShareBroadcast, SurvivorSet, UnmaskRequest)
+_ACK_BYTES = 4096  # a JSON acknowledgement
+
+
 class SecureRuns:
     """The secure-run part of :class:`fedstats.client.Device`.
 
-    A mixin: it uses the device's signed transport (``_request``), identity, encoder path (``_encode``)
-    and log, declared here for type checking.
+    A mixin: it uses the device's signed transport (``_request``), identity, policy, check-in slots
+    (``joined``), encoder path (``_encode``) and log, declared here for type checking.
     """
 
     client_id: str
@@ -156,21 +224,107 @@ class SecureRuns:
     secure: dict[str, SecureState]
     verified_certificates: set[tuple[str, bytes]]
     refused: dict[str, str]
+    joined: dict[str, dict[str, int]]
+    policy: Any
+    randomness: Any
     log: Callable[[str], None]
     _key: Ed25519PrivateKey
     _timeout: float
+    _http: httpx.Client
     _request: Callable[..., Any]
     _send: Callable[..., Any]
     _encode: Callable[[Mapping[str, Any]], list[int]]
 
+    # -- transport with a size cap
+    def _capped_send(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        *,
+        limit: int,
+        content_type: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        retries: int = 6,
+    ) -> httpx.Response:
+        """Send a signed request like ``_send``, reading at most ``limit`` bytes of the answer.
+
+        Raises
+        ------
+        SecurityError
+            If the answer is longer than ``limit`` (refused before parsing; the rest is not read).
+        """
+        from fedstats.client import _HTTPError  # the device's error type (defined beside _send)
+
+        delay = 0.2
+        for attempt in range(retries + 1):
+            signed = auth.sign_request(self._key, self.client_id, method, path, body)
+            if content_type is not None:
+                signed["content-type"] = content_type
+            signed.update(headers or {})
+            try:
+                with self._http.stream(
+                    method,
+                    path,
+                    content=body,
+                    headers=signed,
+                    params=params,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                ) as r:
+                    declared = r.headers.get("content-length")
+                    if declared is not None and declared.isdigit() and int(declared) > limit:
+                        raise SecurityError(
+                            f"the server's answer to {path} ({declared} bytes) exceeds the "
+                            f"{limit} bytes this device reads for it"
+                        )
+                    parts, got = [], 0
+                    for chunk in r.iter_bytes():
+                        got += len(chunk)
+                        if got > limit:
+                            raise SecurityError(
+                                f"the server's answer to {path} exceeds the {limit} bytes this "
+                                "device reads for it"
+                            )
+                        parts.append(chunk)
+                    data = b"".join(parts)
+                    status, answer_headers = r.status_code, r.headers
+            except httpx.TransportError as exc:
+                if attempt == retries:
+                    raise
+                self.log(f"retry {path} after {type(exc).__name__}")
+            else:
+                if status < 400:
+                    return httpx.Response(status, headers=answer_headers, content=data)
+                text = data[:300].decode(errors="replace")
+                stale = status == 401 and "replay window" in text
+                if (status not in (429, 502, 503, 504) and not stale) or attempt == retries:
+                    raise _HTTPError(status, text)
+                self.log(f"retry {path} after HTTP {status}")
+            time.sleep(delay * (0.5 + self.randomness.generator("backoff").random()))
+            delay = min(delay * 2.0, 5.0)
+        raise AssertionError("unreachable")
+
+    # -- the seed
     def _reveal(self, run_id: str) -> None:
         state = self.secure.get(run_id)
         if state is None:  # checked in before a restart: the contribution is lost (the run aborts)
             return
-        tr = self._request("GET", f"/v1/client/runs/{run_id}/seed")
-        entries = [(str(m[0]), str(m[1])) for m in tr["members"]]
-        if (self.client_id, state.commitment(run_id, self.client_id)) not in entries:
-            raise SecurityError("the run's commitment list lacks this device's commitment")
+        slots = self.joined.get(run_id)
+        if slots is None:
+            raise SecurityError("this device holds no check-in slots for the run")
+        tr = self._transcript(run_id, state)
+        entries = seeding.entries_of(tr, max_members=_cohort_cap(state))
+        start, count = int(slots["slot_start"]), int(slots["slot_count"])
+        seeding.check_own_entry(
+            entries,
+            self.client_id,
+            commitment=state.commitment(run_id, self.client_id),
+            slot_start=start,
+            slot_count=count,
+        )
+        state.slots = (start, count)
         state.seen = seeding.commitments_digest(run_id, entries)
         self._request(
             "POST",
@@ -178,6 +332,57 @@ class SecureRuns:
             {"value": state.contribution.hex(), "seen": state.seen},
         )
 
+    def _transcript(self, run_id: str, state: SecureState) -> Any:
+        """The run's published seed transcript, read up to a size its task's cohort allows."""
+        path = f"/v1/client/runs/{run_id}/seed"
+        cap = _cohort_cap(state)
+        if cap is None:
+            return self._request("GET", path)
+        r = self._capped_send("GET", path, b"", limit=TRANSCRIPT_BYTES * cap + _ACK_BYTES)
+        try:
+            return r.json()
+        except ValueError:
+            raise SecurityError("the seed transcript is not JSON") from None
+
+    def verified_cohort(self, run_id: str) -> tuple[bytes, list[tuple[str, int, int]]]:
+        """The run's verified seed and cohort ``[(client_id, slot_start, slot_count), ...]``.
+
+        Fetched and checked once (:func:`fedstats.wire.seeding.verify_transcript`), then kept on the run's
+        :class:`SecureState`; ``n_clients`` is the sum of the slot counts.
+
+        Raises
+        ------
+        SecurityError
+            If the device holds no state of the run (not a secure run it joined, or lost in a restart),
+            did not reveal, or the transcript does not verify.
+        """
+        state = self.secure.get(run_id)
+        if state is None:
+            raise SecurityError(f"this device holds no secure state of run {run_id}")
+        seed = self._verified_seed(run_id, state)
+        assert state.cohort is not None
+        return seed, list(state.cohort)
+
+    def _verified_seed(self, run_id: str, state: SecureState) -> bytes:
+        """The run's seed, verified from its published transcript (once), and the cohort with it."""
+        if state.seed is not None and state.cohort is not None:
+            return state.seed
+        if state.seen is None:
+            raise SecurityError("this device did not reveal: it cannot check the run seed")
+        tr = self._transcript(run_id, state)
+        seed = seeding.verify_transcript(
+            run_id,
+            self.client_id,
+            tr,
+            seen_digest=state.seen,
+            own_value=state.contribution,
+            max_members=_cohort_cap(state),
+        )
+        state.cohort = seeding.cohort_of(seeding.entries_of(tr))
+        state.seed = seed
+        return seed
+
+    # -- the stages
     def _secure_stage(self, rnd: Mapping[str, Any], wait: float = 0.0) -> None:
         """Answer the listed stage of a secure round, then, with ``wait``, the session's next stages.
 
@@ -206,12 +411,17 @@ class SecureRuns:
         self, run_id: str, index: int, number: int, stage: int, wait: float
     ) -> bytes | None:
         """The device's message of ``stage``, held by the server up to ``wait`` s (None if none came)."""
+        state = self.secure.get(run_id)
+        limit = None if state is None else state.limits.get((index, number))
+        if limit is None:
+            return None  # not a session this device joined
         path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
         try:
-            r = self._send(
+            r = self._capped_send(
                 "GET",
                 path,
                 b"",
+                limit=limit,
                 params={"wait": f"{wait:.3f}"},
                 timeout=self._timeout + wait,
                 retries=0,
@@ -225,8 +435,9 @@ class SecureRuns:
     ) -> tuple[bool, bytes | None, bool]:
         """Send this device's message of one stage (fetching the server's unless ``down`` holds it).
 
-        Verifies the seed and the roster at stage 0. With ``wait`` > 0 the server may answer with this
-        device's next stage message (see :meth:`_secure_stage`).
+        At stage 0 the device first derives its session and checks the server's against it, the seed, the
+        certificates and the roster (:meth:`_join_session`). With ``wait`` > 0 the server may answer with
+        this device's next stage message (see :meth:`_secure_stage`).
 
         Returns
         -------
@@ -249,13 +460,15 @@ class SecureRuns:
         if reply is None:
             try:
                 if stage == 0:
-                    client = self._join_session(rnd, state)
+                    client, down = self._join_session(rnd, state, down)
                 else:
                     client = state.sessions.get((index, number))
                     if client is None:
                         return False, None, False
-                if down is None:
-                    down = self._request("GET", path, binary=True)
+                    if down is None:
+                        down = self._capped_send(
+                            "GET", path, b"", limit=state.limits[(index, number)]
+                        ).content
                 reply = client.handle_bytes(down)
             except FedstatsError as exc:
                 # a failed check or a malformed message: leave the session, send nothing more
@@ -264,62 +477,184 @@ class SecureRuns:
                 self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
                 return False, None, False
             state.replies[(index, number, stage)] = reply
-        r = self._send(
-            "POST",
-            path,
-            reply,
-            content_type="application/octet-stream",
-            params={"wait": f"{wait:.3f}"} if wait > 0 else None,
-            timeout=self._timeout + wait if wait > 0 else None,
-        )
+        try:
+            r = self._capped_send(
+                "POST",
+                path,
+                reply,
+                limit=max(_ACK_BYTES, state.limits.get((index, number), 0)),
+                content_type="application/octet-stream",
+                params={"wait": f"{wait:.3f}"} if wait > 0 else None,
+                timeout=self._timeout + wait if wait > 0 else None,
+            )
+        except SecurityError as exc:  # the answer (the next stage's message) is oversized: leave
+            state.refused[(index, number)] = str(exc)
+            state.sessions.pop((index, number), None)
+            self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
+            return False, None, True
         state.acknowledged.add((index, number, stage))
         carried = r.headers.get("content-type", "").startswith("application/octet-stream")
         return True, r.content if carried else None, True
 
-    def _join_session(self, rnd: Mapping[str, Any], state: SecureState) -> Any:
-        """Verify the run seed and the session's roster certificates; build this device's client."""
+    def _derive_session(
+        self, rnd: Mapping[str, Any], state: SecureState, seed: bytes
+    ) -> tuple[list[str], int]:
+        """The members (roster order) of the session this device derives itself into, and its index.
+
+        Raises
+        ------
+        SecurityError
+            If the server's session (number, size, index, the device's records) is not the derived one,
+            the device already joined a session of the round, or the session is below the policy floor.
+        ProtocolAbortError
+            If the round's participants cannot form sessions of the task's ``min_session_size``.
+        """
+        index = int(rnd["round"])
+        info = rnd["secure"]
+        number = int(info["session"])
+        if state.task is None or state.task.get("secure_aggregation") is None:
+            raise SecurityError(
+                "a secure round of a run whose secure task this device did not accept"
+            )
+        if index in state.rounds:
+            raise SecurityError(
+                f"this device already joined session {state.rounds[index]} of round {index}: it joins "
+                "at most one session per round"
+            )
+        opts = state.task["secure_aggregation"]
+        max_session = int(opts["max_session"])
+        minimum = int(opts.get("min_session_size") or min(10, max_session))
+        floor = int(getattr(self.policy, "min_session_size", DEFAULT_POLICY_FLOOR))
+        assert state.cohort is not None and state.slots is not None
+        lo, hi = (int(x) for x in rnd["client_range"])
+        start, count = state.slots
+        a = max(start, lo)
+        mine = [a, max(a, min(start + count, hi))]
+        n_clients = sum(c for _, _, c in state.cohort)
+        if [int(x) for x in rnd["records"]] != mine or int(rnd["slot_start"]) != start:
+            raise SecurityError("the round names other records of this device than its slots")
+        if int(rnd["n_clients"]) != n_clients:
+            raise SecurityError("the round's n_clients is not the verified cohort's")
+        sessions = seeding.sessions_of(state.cohort, seed, index, (lo, hi), max_session, minimum)
+        derived = [k for k, members in enumerate(sessions) if self.client_id in members]
+        if not derived:
+            raise SecurityError(f"this device is in no session of round {index} it derives")
+        members = sessions[derived[0]]
+        if number != derived[0]:
+            raise SecurityError(
+                f"the server lists this device in session {number} of round {index}; it derives "
+                f"session {derived[0]}"
+            )
+        i = members.index(self.client_id)
+        if (int(info["n"]), int(info["index"])) != (len(members), i):
+            raise SecurityError(
+                f"the server's session has n={info['n']} and this device at index {info['index']}; it "
+                f"derives n={len(members)} and index {i}"
+            )
+        if len(members) < max(2, floor):
+            raise SecurityError(
+                f"a secure session of {len(members)} is below this device's policy floor "
+                f"min_session_size={floor}"
+            )
+        return members, i
+
+    def _join_session(
+        self, rnd: Mapping[str, Any], state: SecureState, down: bytes | None
+    ) -> tuple[Any, bytes]:
+        """Derive and check the session, its certificates and roster; then encode and build the client.
+
+        Returns the device's :class:`~fedstats.secagg.SecAggClient` and the server's setup message.
+        Nothing of the device's data is read before every check passed.
+        """
         from fedstats.secagg import ClientConfig, SecAggClient, find_parameters
         from fedstats.secagg.identity import ClientIdentity
 
         run_id, index = str(rnd["run_id"]), int(rnd["round"])
-        info = rnd["secure"]
-        number = int(info["session"])
-        if state.seed is None:
-            if state.seen is None:
-                raise SecurityError("this device did not reveal: it cannot check the run seed")
-            tr = self._request("GET", f"/v1/client/runs/{run_id}/seed")
-            state.seed = seeding.verify_transcript(
-                run_id, self.client_id, tr, seen_digest=state.seen, own_value=state.contribution
-            )
+        number = int(rnd["secure"]["session"])
+        seed = self._verified_seed(run_id, state)
+        members, i = self._derive_session(rnd, state, seed)
+        n = len(members)
+        # n is derived: the parameters and every size limit follow from it, never from the server
+        params = find_parameters(n)
+        length = int(rnd["dim"])
+        limit = max(
+            max_message_bytes(cls, n=n, k=params.k, length=length, bits=seeding.BITS)
+            for cls in _DOWN_MESSAGES
+        )
+        state.limits[(index, number)] = limit
         path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/certificates"
         held = state.certificates
-        r = self._send("GET", path, b"", headers={"If-None-Match": held[0]} if held else None)
+        r = self._capped_send(
+            "GET",
+            path,
+            b"",
+            limit=CERTIFICATE_BYTES * n,
+            headers={"If-None-Match": held[0]} if held else None,
+        )
         if r.status_code == 304 and held is not None:
             certs = held[1]  # the same members as before: verified below for this session anew
         else:
-            certs = r.json()
+            try:
+                certs = r.json()
+            except ValueError:
+                raise SecurityError("the session's certificate list is not JSON") from None
             etag = r.headers.get("etag")
             state.certificates = (etag, certs) if etag else None
+        if not isinstance(certs, list) or len(certs) != n:
+            raise SecurityError(
+                f"the certificate list names {len(certs) if isinstance(certs, list) else '?'} "
+                f"member(s); the derived session has {n}"
+            )
+        assert state.task is not None
         verifier = CertificateRosterVerifier(
             str(self.authority_public_key),
             certs,
-            population=str(rnd["privacy"]["population"]),
-            session=seeding.session_id(state.seed, index, number),
+            population=str(state.task["privacy"]["population"]),
+            session=seeding.session_id(seed, index, number),
             task_id=seeding.task_id_bytes(run_id),
             verified=self.verified_certificates,
+            members=members,
         )
-        # the parameters are pinned: computed here from the session size, never taken from the server
-        params = find_parameters(int(info["n"]))
+        if down is None:
+            down = self._capped_send(
+                "GET",
+                f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/0",
+                b"",
+                limit=limit,
+            ).content
+        setup = decode(down, expect=SetupMessage, max_bytes=limit)
+        assert isinstance(setup, SetupMessage)
+        if (setup.client, setup.n) != (i, n):
+            raise SecurityError("the setup message is not for this device's derived index and size")
         config = ClientConfig.from_parameters(
             params,
             bits=seeding.BITS,
-            length=int(rnd["dim"]),
+            length=length,
             identity=ClientIdentity(self._key),
             verifier=verifier,
             task_id=seeding.task_id_bytes(run_id),
         )
-        vector = self._encode(rnd)
+        got = (setup.k, setup.t, setup.bits, setup.length, setup.min_survivors, setup.threat_model)
+        want = (config.k, config.t, config.bits, length, config.min_survivors, config.threat_model)
+        if got != want:  # checked again by the client; here before the data is read
+            raise SecurityError(
+                f"the server's session parameters (k, t, bits, length, min_survivors, threat model) "
+                f"= {got}; this device's for n={n} are {want}"
+            )
+        verifier.verify(SessionRoster.from_bytes(setup.roster, max_clients=n))
+        state.rounds[index] = number  # one session per round: any other is refused from now on
+        vector = state.encoded.get(index)
+        if vector is None:  # each round is encoded (and charged) once
+            vector = self._encode(rnd)
+            state.encoded[index] = vector
         values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
-        client = SecAggClient(int(info["index"]), values, config)
+        client = SecAggClient(i, values, config)
         state.sessions[(index, number)] = client
-        return client
+        return client, down
+
+
+def _cohort_cap(state: SecureState) -> int | None:
+    """The most members a run's cohort can have: its task's cohort size (each holds >= 1 slot)."""
+    if state.task is None:
+        return None
+    return int(state.task.get("cohort_size") or 0) or None

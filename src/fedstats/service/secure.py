@@ -4,14 +4,21 @@ A task with ``"secure_aggregation": {"max_session": m}`` computes every round's 
 malicious-server protocol of :mod:`fedstats.secagg` (Bell et al. 2020) between the devices and the server:
 
 * **Seed.** Check-in carries a commitment; once the cohort is fixed the run is ``seeding`` until every
-  member has revealed (:mod:`fedstats.wire.seeding`); the run's public seed fixes every session id (hence every
-  communication graph) and FED-chi^2's projection seed. A member that does not reveal before the deadline
-  aborts the run: nothing was computed, the ledger reservation is released.
-* **Sessions.** A secure round's devices (in slot order) are split into ``ceil(d / m)`` near-equal
-  sessions, whose sums are added exactly, as the in-process ``secure`` route does. Each session runs the
-  five stages of :data:`STAGES`; a stage's messages are requests a device may repeat (the same bytes are
-  accepted once, other bytes refused), and a stage closes when every device it addressed has answered or
-  at its deadline; a device that missed it is a dropout with the protocol's semantics
+  member has revealed (:mod:`fedstats.wire.seeding`; the commitment list each member checks and reveals
+  against carries every member's slots, so the seed transcript binds the cohort); the run's public seed
+  fixes every session id (hence every communication graph), every round's partition into sessions and
+  FED-chi^2's projection seed. A member that does not reveal before the deadline aborts the run: nothing
+  was computed, the ledger reservation is released.
+* **Sessions.** The server does not choose them: a secure round's participants (the members whose slots
+  meet its client range) are ordered by a PRF keyed by the run seed and cut into ``ceil(d / m)``
+  near-equal sessions of at least the task's ``min_session_size``
+  (:func:`fedstats.wire.seeding.sessions_of`, :func:`partition`); fewer participants abort the round.
+  Each device derives the same partition from the cohort and seed it verified, and refuses a session it
+  is not derived into, or with other members, another roster order, index or size. The sessions' sums are
+  added exactly, as the in-process ``secure`` route does. Each session runs the five stages of
+  :data:`STAGES`; a stage's messages are requests a device may repeat (the same bytes are accepted once,
+  other bytes refused), and a stage closes when every device it addressed has answered or at its
+  deadline; a device that missed it is a dropout with the protocol's semantics
   (:data:`fedstats.secagg.DROPOUT_STAGES`). A session that loses its quorum aborts, and so does the round
   and the run: no partial sum is ever released.
 * **Journal and replay.** Every message, in both directions, is stored (``secure_messages``) in the
@@ -37,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,8 +81,10 @@ __all__ = [
     "SessionCache",
     "advance_sessions",
     "close_seeding",
+    "cohort",
     "is_secure",
     "open_sessions",
+    "partition",
     "session_bounds",
 ]
 
@@ -95,11 +103,7 @@ def is_secure(cfg: dict[str, Any]) -> bool:
     return cfg.get("secure_aggregation") is not None
 
 
-def session_bounds(n: int, max_session: int) -> list[tuple[int, int]]:
-    """Split ``n`` devices into ``ceil(n / max_session)`` contiguous, near-equal sessions ``[a, b)``."""
-    k = max(1, math.ceil(n / max_session))
-    edges = [round(i * n / k) for i in range(k + 1)]
-    return [(edges[i], edges[i + 1]) for i in range(k)]
+session_bounds = seeding.session_bounds
 
 
 def ordered_members(s: Session, run_id: str) -> list[RunMember]:
@@ -126,7 +130,7 @@ def close_seeding(s: Session, run: Run, deadline: float) -> str | None:
             f"{len(missing)} member(s) did not reveal their seed contribution before the deadline "
             f"({shown}); a secure run needs every member's"
         )
-    entries = [(m.client_id, str(m.commitment)) for m in rows]
+    entries = [(m.client_id, str(m.commitment), m.slot_start, m.slot_count) for m in rows]
     reveals = [bytes.fromhex(str(m.reveal)) for m in rows]
     run.public_seed = seeding.run_seed(run.id, entries, reveals).hex()
     run.status = "running"
@@ -176,6 +180,33 @@ def _store_down(s: Session, row: SecureSession, stage: int, out: dict[int, Any])
     s.execute(insert(SecureMessage), rows)
 
 
+def cohort(s: Session, run_id: str) -> list[seeding.Slots]:
+    """The run's cohort ``(client_id, slot_start, slot_count)`` in slot order (fixed once seeding began)."""
+    return [(m.client_id, m.slot_start, m.slot_count) for m in ordered_members(s, run_id)]
+
+
+def partition(s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any]) -> list[list[str]]:
+    """The members of each session of a secure round, in roster order (:func:`seeding.sessions_of`).
+
+    The devices derive the same partition from the verified cohort and seed, and refuse any other.
+
+    Raises
+    ------
+    ProtocolAbortError
+        If a session would be smaller than the task's ``min_session_size``.
+    """
+    opts = cfg["secure_aggregation"]
+    max_session = int(opts["max_session"])
+    return seeding.sessions_of(
+        cohort(s, run.id),
+        bytes.fromhex(str(run.public_seed)),
+        rec.index,
+        (rec.lo, rec.hi),
+        max_session,
+        int(opts.get("min_session_size") or min(10, max_session)),
+    )
+
+
 def open_sessions(
     s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any], cache: SessionCache
 ) -> None:
@@ -186,18 +217,9 @@ def open_sessions(
     OverflowRiskError
         If a session's sum could wrap modulo 2^64.
     ProtocolAbortError
-        If fewer than 2 devices hold records of the round.
+        If the round's participants cannot form sessions of the task's ``min_session_size``.
     """
-    devices = [
-        m
-        for m in ordered_members(s, run.id)
-        if m.slot_start < rec.hi and m.slot_start + m.slot_count > rec.lo
-    ]
-    if len(devices) < 2:
-        raise ProtocolAbortError(f"round {rec.index}: secure aggregation needs at least 2 devices")
-    max_session = int(cfg["secure_aggregation"]["max_session"])
-    for number, (a, b) in enumerate(session_bounds(len(devices), max_session)):
-        members = [m.client_id for m in devices[a:b]]
+    for number, members in enumerate(partition(s, run, rec, cfg)):
         records = _member_records(s, run.id, members, rec.lo, rec.hi)
         # the session sums sum(records) reports of |entry| <= bound: it must not wrap mod 2^64
         check_overflow(

@@ -55,16 +55,25 @@ def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
 
 
 # a seeding run's commitment list and its digest: fixed once check-in closed, read once per process
-_COMMITMENTS: dict[str, tuple[list[list[str]], str]] = {}
+_COMMITMENTS: dict[str, tuple[list[list[Any]], str]] = {}
 
 
-def _commitment_list(s: Session, run: Run) -> tuple[list[list[str]], str]:
-    """``[[client_id, commitment, ""], ...]`` in slot order (reveals withheld), and its digest."""
+def _commitment_list(s: Session, run: Run) -> tuple[list[list[Any]], str]:
+    """The commitment list in slot order, reveals withheld, and its digest (slots included).
+
+    Each member is ``[client_id, commitment, "", slot_start, slot_count]``; the digest is
+    :func:`fedstats.wire.seeding.commitments_digest`.
+    """
     got = _COMMITMENTS.get(run.id)
     if got is None:
         rows = ordered_members(s, run.id)
-        members = [[m.client_id, m.commitment or "", ""] for m in rows]
-        got = members, seeding.commitments_digest(run.id, [(c, m) for c, m, _ in members])
+        members: list[list[Any]] = [
+            [m.client_id, m.commitment or "", "", m.slot_start, m.slot_count] for m in rows
+        ]
+        got = (
+            members,
+            seeding.commitments_digest(run.id, [(c, m, a, n) for c, m, _, a, n in members]),
+        )
         if run.status == "seeding":  # the cohort is fixed
             if len(_COMMITMENTS) > 100:
                 _COMMITMENTS.clear()
@@ -73,12 +82,14 @@ def _commitment_list(s: Session, run: Run) -> tuple[list[list[str]], str]:
 
 
 def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
-    """The published seed transcript: members in slot order with commitment and reveal, and the seed.
+    """The published seed transcript: members in slot order with commitment, reveal and slots, and the seed.
 
-    Before the seed is fixed the reveals are withheld (empty strings): a device needs only the
-    commitment list to reveal, and no member sees the others' contributions before it has revealed its
-    own. While the run is ``seeding`` that list is fixed, so it is read from the store once per process
-    (every member asks for it).
+    Each member is ``[client_id, commitment, reveal, slot_start, slot_count]``: the slots are the cohort
+    the devices derive every secure session from (:func:`fedstats.wire.seeding.sessions_of`), bound by
+    the digest each member revealed with. Before the seed is fixed the reveals are withheld (empty
+    strings): a device needs only the commitment list to reveal, and no member sees the others'
+    contributions before it has revealed its own. While the run is ``seeding`` that list is fixed, so it
+    is read from the store once per process (every member asks for it).
     """
     if run.public_seed is None:
         members, digest = _commitment_list(s, run)
@@ -89,9 +100,12 @@ def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
             "status": run.status,
         }
     rows = ordered_members(s, run.id)
-    entries = [(m.client_id, m.commitment or "") for m in rows]
+    entries = [(m.client_id, m.commitment or "", m.slot_start, m.slot_count) for m in rows]
     return {
-        "members": [[m.client_id, m.commitment or "", m.reveal or ""] for m in rows],
+        "members": [
+            [m.client_id, m.commitment or "", m.reveal or "", m.slot_start, m.slot_count]
+            for m in rows
+        ],
         "commitments_digest": seeding.commitments_digest(run.id, entries),
         "seed": run.public_seed,
         "status": run.status,

@@ -10,41 +10,67 @@ draw them, so a secure run derives both from its members (:mod:`fedstats.analyse
 in-process form of the same idea):
 
 1. at check-in each device sends ``c_i = SHA-256(domain || run || client || r_i)`` for 32 secret random
-   bytes ``r_i``; nobody knows the cohort yet;
-2. once check-in closes, each device fetches the list of every member's commitment and reveals ``r_i``,
-   binding the digest of the list it saw into its (signed) reveal, so no commitment can be added after any
-   reveal;
+   bytes ``r_i`` and is given its slots (``slot_start``, ``slot_count``: its records' global indices);
+   nobody knows the cohort yet;
+2. once check-in closes, each device fetches the list of every member's ``(client_id, commitment,
+   slot_start, slot_count)`` (the *cohort*), checks its own entry (its commitment, the slots it was given)
+   and that the slots are disjoint and contiguous from 0 (:func:`check_cohort`), and reveals ``r_i``,
+   binding the digest of the list it saw (slots included) into its (signed) reveal, so no member can be
+   added, removed or moved after any reveal;
 3. the run's seed is ``SHA-256(domain || run || digest(list) || r_1 || ... || r_m)`` in slot order, and
-   every session id and the projection seed derive from it (:func:`session_id`,
-   :func:`projection_seed`).
+   every session id, the projection seed and the partition of each secure round into sessions derive
+   from it (:func:`session_id`, :func:`projection_seed`, :func:`sessions_of`).
 
 A member that commits and does not reveal aborts the run (it could otherwise choose between two seeds, and
 a server that hid a reveal could choose among many): the server cannot bias the seed, only abort, and each
 device recomputes the seed from the published transcript before it takes part in a secure round
 (:func:`verify_transcript`).
+
+**Sessions.** Which devices form each secure session of a round, in which roster order, is not the
+server's choice either: :func:`sessions_of` takes the round's participants (the cohort members whose slots
+meet the round's client range), orders them by a PRF keyed by the run seed (the same order in every round,
+so that no two rounds cut the same participants into different groups), and cuts
+that order into ``ceil(d / max_session)`` near-equal sessions, refusing any partition with a session below
+the task's ``min_session_size``. Server and devices call the same function; a device takes part only in
+the session it derives itself into, with the derived roster order, index and size.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from fedstats.errors import SecurityError
+from fedstats.errors import ParameterError, ProtocolAbortError, SecurityError
 
 __all__ = [
     "BITS",
     "CONTRIBUTION_BYTES",
     "STAGES",
+    "Entry",
+    "Slots",
+    "check_cohort",
+    "check_own_entry",
+    "cohort_of",
     "commitment",
     "commitments_digest",
+    "entries_of",
     "projection_seed",
     "run_seed",
+    "session_bounds",
     "session_id",
+    "sessions_of",
     "task_id_bytes",
     "verify_transcript",
 ]
+
+Entry = tuple[str, str, int, int]
+"""One member of a run's commitment list: ``(client_id, commitment_hex, slot_start, slot_count)``."""
+Slots = tuple[str, int, int]
+"""One member of a run's verified cohort: ``(client_id, slot_start, slot_count)``."""
 
 CONTRIBUTION_BYTES = 32
 BITS = 64
@@ -53,10 +79,11 @@ STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
 """The device stages of a secure session (the ``{stage}`` of its URLs, by index): stage ``s``'s down
 message is what a device needs to send its stage-``s`` message."""
 _COMMIT = b"fedstats/service/seed-commit/v1\x00"
-_LIST = b"fedstats/service/seed-list/v1\x00"
+_LIST = b"fedstats/service/seed-list/v2\x00"
 _SEED = b"fedstats/service/run-seed/v1\x00"
 _SESSION = b"fedstats/service/session/v1\x00"
 _PROJECTION = b"fedstats/service/projection/v1\x00"
+_ORDER = b"fedstats/service/session-order/v1\x00"
 
 
 def _field(text: str) -> bytes:
@@ -89,17 +116,131 @@ def commitment(run_id: str, client_id: str, value: bytes) -> str:
     return hashlib.sha256(_COMMIT + _field(run_id) + _field(client_id) + value).hexdigest()
 
 
-def commitments_digest(run_id: str, entries: Sequence[tuple[str, str]]) -> str:
-    """Digest (hex) of the ordered list of ``(client_id, commitment_hex)`` a device sees before revealing."""
+def commitments_digest(run_id: str, entries: Sequence[Entry]) -> str:
+    """Digest (hex) of the ordered commitment list a device sees before revealing, slots included.
+
+    Parameters
+    ----------
+    run_id : str
+    entries : sequence of (client_id, commitment_hex, slot_start, slot_count)
+        The run's members in slot order.
+
+    Returns
+    -------
+    str
+        64 hex digits.
+    """
     h = hashlib.sha256(_LIST + _field(run_id))
     h.update(struct.pack("<I", len(entries)))
-    for cid, c in entries:
-        h.update(_field(cid) + bytes.fromhex(c))
+    for cid, c, start, count in entries:
+        h.update(_field(cid) + bytes.fromhex(c) + struct.pack("<QQ", int(start), int(count)))
     return h.hexdigest()
 
 
-def run_seed(run_id: str, entries: Sequence[tuple[str, str]], reveals: Sequence[bytes]) -> bytes:
-    """The run's 32-byte public seed from the ordered commitments and every member's revealed value.
+def check_cohort(entries: Sequence[Entry] | Sequence[Slots]) -> int:
+    """Check that the members' slots are disjoint and contiguous from 0, in list order; return their total.
+
+    Parameters
+    ----------
+    entries : sequence
+        ``(client_id, commitment, slot_start, slot_count)`` or ``(client_id, slot_start, slot_count)``
+        per member, in slot order.
+
+    Returns
+    -------
+    int
+        ``n_clients``: the number of slots (records) of the cohort.
+
+    Raises
+    ------
+    SecurityError
+        If a client id repeats, a member holds no slot, or the slots leave a gap or overlap.
+    """
+    used, seen = 0, set()
+    for e in entries:
+        cid, start, count = str(e[0]), int(e[-2]), int(e[-1])
+        if cid in seen:
+            raise SecurityError(f"the cohort lists {cid!r} twice")
+        seen.add(cid)
+        if count < 1 or start != used:
+            raise SecurityError(
+                f"the cohort's slots are not disjoint and contiguous from 0 at {cid!r} "
+                f"(slots [{start}, {start + count}), expected to start at {used})"
+            )
+        used += count
+    return used
+
+
+def entries_of(transcript: Mapping[str, Any], *, max_members: int | None = None) -> list[Entry]:
+    """The commitment list of a published seed transcript, parsed and checked (:func:`check_cohort`).
+
+    Parameters
+    ----------
+    transcript : mapping
+        ``{"members": [[client_id, commitment, reveal, slot_start, slot_count], ...], ...}``.
+    max_members : int, optional
+        Refuse a longer list (e.g. the task's ``cohort_size``: every member holds at least one slot).
+
+    Raises
+    ------
+    SecurityError
+        If the list is malformed, too long, or its slots are not a partition of ``[0, n)``.
+    """
+    try:
+        rows = transcript["members"]
+        if max_members is not None and len(rows) > max_members:
+            raise SecurityError(f"the cohort lists {len(rows)} members, more than {max_members}")
+        out = []
+        for m in rows:
+            c = str(m[1])
+            if len(c) != 64:
+                raise ValueError(c)
+            bytes.fromhex(c)
+            start, count = m[3], m[4]
+            if (
+                not (isinstance(start, int) and isinstance(count, int))
+                or isinstance(start, bool)
+                or isinstance(count, bool)
+            ):
+                raise TypeError("slots")
+            out.append((str(m[0]), c, start, count))
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise SecurityError("malformed seed transcript") from None
+    check_cohort(out)
+    return out
+
+
+def cohort_of(entries: Sequence[Entry]) -> list[Slots]:
+    """``(client_id, slot_start, slot_count)`` of each member (the commitments left out)."""
+    return [(cid, int(start), int(count)) for cid, _, start, count in entries]
+
+
+def check_own_entry(
+    entries: Sequence[Entry], client_id: str, *, commitment: str, slot_start: int, slot_count: int
+) -> None:
+    """A device's check of its own entry in the commitment list before it reveals.
+
+    Raises
+    ------
+    SecurityError
+        If its entry is missing, listed twice, or carries another commitment or other slots than the ones
+        it was given at check-in.
+    """
+    mine = [e for e in entries if e[0] == client_id]
+    if len(mine) != 1:
+        raise SecurityError("the run's commitment list lacks this device's commitment")
+    _, c, start, count = mine[0]
+    if not hmac.compare_digest(c, commitment):
+        raise SecurityError("the run's commitment list lacks this device's commitment")
+    if (int(start), int(count)) != (int(slot_start), int(slot_count)):
+        raise SecurityError(
+            f"the run's commitment list gives this device slots [{start}, {start + count}), not the "
+            f"[{slot_start}, {slot_start + slot_count}) it was given at check-in"
+        )
+
+
+def run_seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes]) -> bytes:
+    """The run's 32-byte public seed from the ordered commitment list and every member's revealed value.
 
     Raises
     ------
@@ -108,7 +249,7 @@ def run_seed(run_id: str, entries: Sequence[tuple[str, str]], reveals: Sequence[
     """
     if len(reveals) != len(entries):
         raise SecurityError("every member's reveal is needed for the run seed")
-    for (cid, c), r in zip(entries, reveals, strict=True):
+    for (cid, c, _, _), r in zip(entries, reveals, strict=True):
         if not hmac.compare_digest(commitment(run_id, cid, r), c):
             raise SecurityError(f"the value revealed by {cid!r} does not open its commitment")
     h = hashlib.sha256(_SEED + _field(run_id) + bytes.fromhex(commitments_digest(run_id, entries)))
@@ -120,6 +261,83 @@ def run_seed(run_id: str, entries: Sequence[tuple[str, str]], reveals: Sequence[
 def session_id(seed: bytes, round_index: int, number: int) -> bytes:
     """The 32-byte id of session ``number`` of round ``round_index``, derived from the run's seed."""
     return hashlib.sha256(_SESSION + seed + struct.pack("<II", round_index, number)).digest()
+
+
+def session_bounds(n: int, max_session: int) -> list[tuple[int, int]]:
+    """Split ``n`` devices into ``ceil(n / max_session)`` contiguous, near-equal sessions ``[a, b)``."""
+    k = max(1, math.ceil(n / max_session))
+    edges = [round(i * n / k) for i in range(k + 1)]
+    return [(edges[i], edges[i + 1]) for i in range(k)]
+
+
+def sessions_of(
+    cohort: Sequence[Slots],
+    seed: bytes,
+    round_index: int,
+    client_range: tuple[int, int],
+    max_session: int,
+    min_session_size: int,
+) -> list[list[str]]:
+    """The secure sessions of a round, derived from the verified cohort and the run seed (both sides).
+
+    Parameters
+    ----------
+    cohort : sequence of (client_id, slot_start, slot_count)
+        The run's members (:func:`cohort_of`).
+    seed : bytes
+        The run's verified seed (32 bytes).
+    round_index : int
+        The round (>= 0).
+    client_range : (int, int)
+        The round's global client indices ``[lo, hi)``; its participants are the members whose slots meet
+        it.
+    max_session : int
+        Largest session (>= 2, the task's ``secure_aggregation.max_session``).
+    min_session_size : int
+        Smallest session allowed (>= 2, the task's ``secure_aggregation.min_session_size``).
+
+    Returns
+    -------
+    list of list of str
+        Session ``number``'s members (client ids) in roster order: the participants ordered by
+        ``HMAC-SHA256(seed, domain || client_id)`` (the same order in every round: rounds with the same
+        participants have the same sessions), cut into ``k = ceil(d / max_session)``
+        near-equal sessions (sizes ``floor(d / k)`` or ``ceil(d / k)``).
+
+    Raises
+    ------
+    ParameterError
+        If ``max_session`` or ``min_session_size`` is below 2, or ``seed`` is not 32 bytes.
+    ProtocolAbortError
+        If a session would have fewer than ``min_session_size`` members (the round has too few
+        participants for the task's minimum): no partition, the round aborts.
+    """
+    if isinstance(max_session, bool) or int(max_session) < 2:
+        raise ParameterError("max_session", max_session, "an integer >= 2")
+    if isinstance(min_session_size, bool) or int(min_session_size) < 2:
+        raise ParameterError("min_session_size", min_session_size, "an integer >= 2")
+    if len(seed) != 32:
+        raise ParameterError("seed", seed.hex(), "32 bytes")
+    lo, hi = int(client_range[0]), int(client_range[1])
+    # keyed by the seed alone, not the round: the same participants form the same sessions in every
+    # round, so sums of differently cut groups over rounds cannot be subtracted from each other
+    prefix = _ORDER
+    keyed = []
+    for cid, start, count in cohort:
+        if int(start) < hi and int(start) + int(count) > lo:
+            tag = hmac.new(seed, prefix + _field(str(cid)), hashlib.sha256).digest()
+            keyed.append((tag, str(cid)))
+    keyed.sort()
+    order = [cid for _, cid in keyed]
+    d = len(order)
+    bounds = session_bounds(d, int(max_session)) if d else [(0, 0)]
+    smallest = min(b - a for a, b in bounds)
+    if smallest < int(min_session_size):
+        raise ProtocolAbortError(
+            f"round {round_index}: {d} participant(s) make a secure session of {smallest}, fewer than "
+            f"the task's min_session_size={min_session_size}"
+        )
+    return [order[a:b] for a, b in bounds]
 
 
 def task_id_bytes(run_id: str) -> bytes:
@@ -135,41 +353,46 @@ def projection_seed(seed: bytes) -> int:
 def verify_transcript(
     run_id: str,
     client_id: str,
-    transcript: dict[str, object],
+    transcript: Mapping[str, Any],
     *,
     seen_digest: str,
     own_value: bytes,
+    max_members: int | None = None,
 ) -> bytes:
     """A device's check of the published seed transcript; returns the run's seed.
 
     Parameters
     ----------
     run_id, client_id : str
-    transcript : dict
-        The server's ``{"members": [[client_id, commitment, reveal], ...], "seed": hex}``.
+    transcript : mapping
+        The server's ``{"members": [[client_id, commitment, reveal, slot_start, slot_count], ...],
+        "seed": hex}``.
     seen_digest : str
-        :func:`commitments_digest` of the list this device saw before revealing.
+        :func:`commitments_digest` of the list this device saw before revealing (slots included).
     own_value : bytes
         This device's contribution.
+    max_members : int, optional
+        Refuse a longer member list.
 
     Raises
     ------
     SecurityError
-        If the list changed since this device revealed, its own entry is missing or altered, a reveal does
-        not open its commitment, or the published seed is not the one the transcript gives.
+        If the list (or a member's slots) changed since this device revealed, its own entry is missing or
+        altered, a reveal does not open its commitment, or the published seed is not the one the
+        transcript gives.
     """
+    entries = entries_of(transcript, max_members=max_members)
     try:
-        rows = [(str(m[0]), str(m[1]), bytes.fromhex(str(m[2]))) for m in transcript["members"]]  # type: ignore[attr-defined]
+        reveals = [bytes.fromhex(str(m[2])) for m in transcript["members"]]
         published = bytes.fromhex(str(transcript["seed"]))
     except (KeyError, TypeError, ValueError, IndexError):
         raise SecurityError("malformed seed transcript") from None
-    entries = [(cid, c) for cid, c, _ in rows]
     if not hmac.compare_digest(commitments_digest(run_id, entries), seen_digest):
         raise SecurityError("the run's commitment list changed after this device revealed")
-    mine = [r for cid, _, r in rows if cid == client_id]
+    mine = [r for (cid, _, _, _), r in zip(entries, reveals, strict=True) if cid == client_id]
     if mine != [own_value]:
         raise SecurityError("this device's reveal is missing or altered in the seed transcript")
-    seed = run_seed(run_id, entries, [r for _, _, r in rows])
+    seed = run_seed(run_id, entries, reveals)
     if not hmac.compare_digest(seed, published):
         raise SecurityError("the published run seed does not follow from its transcript")
     return seed
