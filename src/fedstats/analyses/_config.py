@@ -131,7 +131,9 @@ class AnalysisConfig:
     def _privacy_kwargs(cls, epsilon: Any, delta: Any) -> dict[str, Any]:
         if cls.PRIVACY == "none":
             if epsilon is not None:
-                raise ParameterError("privacy.epsilon", epsilon, "null (the analysis is not private)")
+                raise ParameterError(
+                    "privacy.epsilon", epsilon, "null (the analysis is not private)"
+                )
             if delta not in (None, 0, 0.0):
                 raise ParameterError("privacy.delta", delta, "null (the analysis is not private)")
             return {}
@@ -144,6 +146,7 @@ class AnalysisConfig:
     @classmethod
     def _task_fixed(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         """Values of :attr:`TASK_FIXED` fields given the others (subclasses override)."""
+        del kwargs
         return {}
 
     @classmethod

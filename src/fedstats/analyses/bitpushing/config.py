@@ -15,7 +15,7 @@ from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, plan_randomne
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
 
-__all__ = ["BitPushingMeanConfig", "BitPushingVarianceConfig", "ROUND1_FRACTION"]
+__all__ = ["ROUND1_FRACTION", "BitPushingMeanConfig", "BitPushingVarianceConfig"]
 
 ROUND1_FRACTION = 1.0 / 3.0
 """Adaptive bit pushing's default share of the records in round 1 (``adaptive_stage``'s default)."""
@@ -71,7 +71,14 @@ class BitPushingMeanConfig(AnalysisConfig):
         check_choice("method", self.method, _METHODS)
         for name in ("low", "high", "resolution", "round1_fraction"):
             object.__setattr__(self, name, check_real(name, getattr(self, name)))
-        check_real("round1_fraction", self.round1_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_real(
+            "round1_fraction",
+            self.round1_fraction,
+            low=0.0,
+            high=1.0,
+            low_open=True,
+            high_open=True,
+        )
         if self.method != "adaptive" and self.round1_fraction != ROUND1_FRACTION:
             raise ParameterError(
                 "round1_fraction", self.round1_fraction, f"the default with method={self.method!r}"
@@ -92,7 +99,9 @@ class BitPushingMeanConfig(AnalysisConfig):
         """The :class:`~fedstats.analyses.bitpushing.encoding.BitEncoding` of the declared range."""
         from fedstats.analyses.bitpushing.encoding import BitEncoding
 
-        return BitEncoding(self.low, self.high, resolution=self.resolution, bit_depth=self.bit_depth)
+        return BitEncoding(
+            self.low, self.high, resolution=self.resolution, bit_depth=self.bit_depth
+        )
 
     def stage_options(self) -> dict[str, Any]:
         """The options of one stage (:func:`~fedstats.analyses.bitpushing.protocol.make_stage`)."""
@@ -172,7 +181,9 @@ class BitPushingVarianceConfig(BitPushingMeanConfig):
     def __post_init__(self) -> None:
         """Validate every option."""
         super().__post_init__()
-        mf = check_real("mean_fraction", self.mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+        mf = check_real(
+            "mean_fraction", self.mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
+        )
         object.__setattr__(self, "mean_fraction", mf)
 
     def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
@@ -192,4 +203,3 @@ class BitPushingVarianceConfig(BitPushingMeanConfig):
             mean_fraction=self.mean_fraction,
             public_seed=seed,
         )
-

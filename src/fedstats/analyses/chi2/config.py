@@ -93,7 +93,9 @@ class FedChi2Config(AnalysisConfig):
         check_choice("decoder", self.decoder, DECODERS)
         check_int("max_cell", self.max_cell, low=1, high=2**20)
         for name in ("confidence", "level"):
-            v = check_real(name, getattr(self, name), low=0.0, high=1.0, low_open=True, high_open=True)
+            v = check_real(
+                name, getattr(self, name), low=0.0, high=1.0, low_open=True, high_open=True
+            )
             object.__setattr__(self, name, v)
         if not isinstance(self.drop_empty, bool):
             raise ParameterError("drop_empty", self.drop_empty, "true or false")

@@ -26,7 +26,9 @@ def _check_fed_h(cfg: Any) -> None:
     check_int("encoding_size", cfg.encoding_size, low=2, high=100_000)
     object.__setattr__(cfg, "fd_step", check_fd_step(cfg.fd_step))
     check_choice("coupling", cfg.coupling, COUPLINGS)
-    conf = check_real("confidence", cfg.confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_real(
+        "confidence", cfg.confidence, low=0.0, high=1.0, low_open=True, high_open=True
+    )
     object.__setattr__(cfg, "confidence", conf)
 
 

@@ -93,13 +93,19 @@ class PerformanceGapConfig(AnalysisConfig):
                 raise ParameterError("fractions", fr, f"{d} positive shares summing to 1")
             object.__setattr__(self, "fractions", vals)
         check_choice("scale", self.scale, ("signed", "rate"))
-        conf = check_real("confidence", self.confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+        conf = check_real(
+            "confidence", self.confidence, low=0.0, high=1.0, low_open=True, high_open=True
+        )
         object.__setattr__(self, "confidence", conf)
         check_choice("accounting", self.accounting, ACCOUNTINGS)
         check_int("resolution_bits", self.resolution_bits, low=2, high=30)
         if self.epsilon is None:
-            raise ParameterError("epsilon", None, "a positive number (local DP; no non-private mode)")
-        eps = check_real("epsilon", self.epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+            raise ParameterError(
+                "epsilon", None, "a positive number (local DP; no non-private mode)"
+            )
+        eps = check_real(
+            "epsilon", self.epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
+        )
         object.__setattr__(self, "epsilon", eps)
 
     def allocation(self) -> Any:
