@@ -108,10 +108,13 @@ class AnalysisConfig:
         delta 0), or ``epsilon`` and ``delta``.
     TASK_FIXED : tuple of str
         Fields a task cannot set (the deployment's trust model fixes them; see the subclass).
+    TASK_REQUIRED : tuple of str
+        Fields with a library default (None: read from the data) that a task must give.
     """
 
     PRIVACY: ClassVar[str] = "none"
     TASK_FIXED: ClassVar[tuple[str, ...]] = ()
+    TASK_REQUIRED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def param_names(cls) -> tuple[str, ...]:
@@ -179,7 +182,8 @@ class AnalysisConfig:
         unknown = sorted(str(k) for k in params if k not in names)
         if unknown:
             raise ParameterError("params", unknown, f"keys among {list(names)}")
-        missing = [n for n in cls._required() if n in names and n not in params]
+        required = (*cls._required(), *cls.TASK_REQUIRED)
+        missing = [n for n in required if n in names and n not in params]
         if missing:
             raise ParameterError(f"params.{missing[0]}", None, "a value (required)")
         kwargs: dict[str, Any] = {str(k): _unwire(v) for k, v in params.items()}

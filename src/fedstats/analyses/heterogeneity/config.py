@@ -133,6 +133,7 @@ class HeterogeneityConfig(AnalysisConfig):
 
     PRIVACY = "distributed"
     TASK_FIXED = ("noise", "secure", "float_noise")
+    TASK_REQUIRED = ("dim",)
 
     statistic: str = "all"
     epsilon: float | None = None
