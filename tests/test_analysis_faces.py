@@ -648,3 +648,18 @@ def test_fed_h_default_step_is_the_estimators() -> None:
     from fedstats.analyses.entropy.estimator import DEFAULT_FD_STEP
 
     assert FedEntropyConfig(m=3).fd_step == DEFAULT_FD_STEP
+
+
+def test_performance_gap_api_shares_the_configs_defaults() -> None:
+    import inspect
+
+    from fedstats.analyses.performance_gap.api import measure_performance_gap
+    from fedstats.analyses.performance_gap.config import PerformanceGapConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(PerformanceGapConfig)}
+    shared = ("mechanism", "accounting", "confidence", "resolution_bits")
+    params = inspect.signature(measure_performance_gap).parameters
+    for name in shared:
+        assert params[name].default == defaults[name], name
+    # the one documented difference: the library reads rates, a task's values are in [-1, 1]
+    assert (params["scale"].default, defaults["scale"]) == ("rate", "signed")
