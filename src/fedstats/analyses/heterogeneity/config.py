@@ -30,7 +30,12 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
-from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
+from fedstats.analyses._config import (
+    NOT_PRIVATE,
+    AnalysisConfig,
+    check_public_seed,
+    plan_randomness,
+)
 from fedstats.analyses.heterogeneity.calibration import (
     MECHANISMS,
     NOISE_MODES,
@@ -343,7 +348,8 @@ class HeterogeneityConfig(AnalysisConfig):
             self,
             n_clients=check_int("n_clients", n_clients, low=2),
             dim=self.dim,
-            randomness=randomness if randomness is not None else RandomSource(),
+            # without central noise the protocol draws nothing: the public seed's source keeps it pure
+            randomness=randomness if randomness is not None else plan_randomness(public_seed),
         )
 
     @property
