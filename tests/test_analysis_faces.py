@@ -663,3 +663,38 @@ def test_performance_gap_api_shares_the_configs_defaults() -> None:
         assert params[name].default == defaults[name], name
     # the one documented difference: the library reads rates, a task's values are in [-1, 1]
     assert (params["scale"].default, defaults["scale"]) == ("rate", "signed")
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(sorted(TASKS)), data=st.data())
+def test_any_json_value_of_an_option_gives_a_config_or_a_parameter_error(
+    name: str, data: st.DataObject
+) -> None:
+    """A device parses tasks relayed by an untrusted server: any value is refused cleanly, by name."""
+    from fedstats.analyses.bitpushing.config import BitPushingMeanConfig
+
+    cls = resolve(lookup(name, 1).config)
+    key = data.draw(st.sampled_from(cls.param_names()))
+    value = data.draw(_JSON)
+    try:
+        cfg = config_for(_task(name, **{key: value}))
+    except ParameterError as exc:
+        assert exc.name in ("params", f"params.{key}") or (
+            # bit pushing checks the range's width against the bit depth it implies
+            issubclass(cls, BitPushingMeanConfig) and exc.name.startswith("params.")
+        ), str(exc)
+        return
+    assert config_for({**_task(name), "params": cfg.to_params()}) == cfg
