@@ -13,6 +13,7 @@ For each analysis of :data:`fedstats.wire.registry.ANALYSES`:
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import math
 from collections.abc import Generator
@@ -698,3 +699,24 @@ def test_any_json_value_of_an_option_gives_a_config_or_a_parameter_error(
         ), str(exc)
         return
     assert config_for({**_task(name), "params": cfg.to_params()}) == cfg
+
+
+def test_each_face_lives_in_its_analysis_package_and_imports_nothing_above_it() -> None:
+    import subprocess
+    import sys
+
+    modules = sorted({spec.config.partition(":")[0] for spec in ANALYSES.values()})
+    for spec in ANALYSES.values():
+        package = spec.config.rsplit(".", 2)[0]
+        assert spec.config.startswith("fedstats.analyses.") and spec.config.split(":")[0].endswith(
+            ".config"
+        )
+        assert any(enc.startswith(package + ".") for enc in spec.encoders), spec.name
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('fedstats.')}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(ast.literal_eval(out.stdout))  # a printed list of layer names
+    assert not loaded & {"service", "client", "cli", "experiments", "datasets"}, loaded
