@@ -19,6 +19,7 @@ from rich.table import Table
 
 from fedstats.analyses.performance_gap import measure_performance_gap, plan_epsilon
 from fedstats.analyses.performance_gap.allocation import GroupLayout
+from fedstats.analyses.performance_gap.config import PerformanceGapConfig
 from fedstats.cli._common import (
     BackendOption,
     JsonOption,
@@ -35,6 +36,8 @@ from fedstats.cli._common import (
     warn_duration,
 )
 from fedstats.errors import DataError, ParameterError
+
+_DEFAULT = PerformanceGapConfig  # the options a task shares take the config's defaults
 
 MechanismOption = Annotated[
     str,
@@ -61,7 +64,7 @@ def gap(
     value_column: Annotated[
         str, typer.Option("--value-column", help="Column of the performance value.")
     ],
-    mechanism: MechanismOption = "R",
+    mechanism: MechanismOption = _DEFAULT.mechanism,
     epsilon: Annotated[
         float | None,
         typer.Option("--epsilon", "-e", help="Local privacy budget per client (> 0), required."),
@@ -72,7 +75,7 @@ def gap(
             "--clients", help="Simulate K clients resampled from the rows within each group."
         ),
     ] = None,
-    accounting: AccountingOption = "exact",
+    accounting: AccountingOption = _DEFAULT.accounting,
     scale: Annotated[
         str,
         typer.Option(
@@ -250,8 +253,8 @@ def gap_plan(
     probability: Annotated[
         float, typer.Option("--probability", help="Probability the error stays below alpha.")
     ] = 0.99,
-    mechanism: MechanismOption = "R",
-    accounting: AccountingOption = "exact",
+    mechanism: MechanismOption = _DEFAULT.mechanism,
+    accounting: AccountingOption = _DEFAULT.accounting,
     bound: Annotated[
         str,
         typer.Option(

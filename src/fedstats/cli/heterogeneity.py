@@ -8,8 +8,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedstats.analyses.heterogeneity import STATISTICS, heterogeneity
-from fedstats.analyses.heterogeneity.api import heterogeneity_block_size
+from fedstats.analyses.heterogeneity.api import heterogeneity_block_size, heterogeneity_from_config
+from fedstats.analyses.heterogeneity.config import HeterogeneityConfig
 from fedstats.cli._common import (
     BackendOption,
     JsonOption,
@@ -26,6 +26,8 @@ from fedstats.cli._common import (
 from fedstats.errors import ParameterError
 from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
 from fedstats.privacy.ledger import PrivacyLedger
+
+_DEFAULT = HeterogeneityConfig  # the options' defaults are the config's (one default per option)
 
 
 def _route_options(
@@ -80,20 +82,20 @@ def heterogeneity_command(
     ] = None,
     statistic: Annotated[
         str, typer.Option("--statistic", help="dispersion, q, i2 or all.")
-    ] = "all",
+    ] = _DEFAULT.statistic,
     mechanism: Annotated[
         str, typer.Option("--mechanism", help="Gaussian calibration: analytic or classical.")
-    ] = "analytic",
+    ] = _DEFAULT.mechanism,
     accounting: Annotated[
         str,
         typer.Option(
             "--accounting",
             help="basic (split epsilon/delta between rounds, the paper's) or zcdp (less noise).",
         ),
-    ] = "basic",
+    ] = _DEFAULT.accounting,
     noise: Annotated[
         str, typer.Option("--noise", help="central (after the sum) or distributed (client shares).")
-    ] = "central",
+    ] = _DEFAULT.noise,
     epsilon: Annotated[
         float | None, typer.Option("--epsilon", help="Total epsilon of both rounds.")
     ] = None,
@@ -114,15 +116,15 @@ def heterogeneity_command(
         typer.Option(
             "--min-variance", help="Public floor on within-vector variance (weights <= 1/floor)."
         ),
-    ] = 0.05,
-    p: Annotated[float, typer.Option("--p", help="Dispersion exponent, >= 1.")] = 2.0,
+    ] = _DEFAULT.min_variance,
+    p: Annotated[float, typer.Option("--p", help="Dispersion exponent, >= 1.")] = _DEFAULT.p,
     round1_fraction: Annotated[
         float, typer.Option("--round1-fraction", help="Budget share of round 1.")
-    ] = 0.5,
+    ] = _DEFAULT.round1_fraction,
     form: Annotated[
         str,
         typer.Option("--weighted-mean", help="standard, or paper (Def. 3.5's extra 1/n)."),
-    ] = "standard",
+    ] = _DEFAULT.form,
     dropout: Annotated[
         float,
         typer.Option(
@@ -136,7 +138,7 @@ def heterogeneity_command(
             "--min-reporting",
             help="Distributed noise: calibrate shares so privacy holds if this fraction reports.",
         ),
-    ] = 1.0,
+    ] = _DEFAULT.min_reporting,
     pixel_max: Annotated[
         float | None,
         typer.Option(
@@ -152,8 +154,6 @@ def heterogeneity_command(
 ) -> None:
     """Measure statistical heterogeneity of clients' image vectors with differential privacy."""
     state = state_from(ctx, json_flag=json_flag, seed=seed)
-    if statistic not in STATISTICS:
-        raise ParameterError("statistic", statistic, "one of " + ", ".join(STATISTICS))
     if no_privacy and (epsilon is not None or delta is not None):
         raise ParameterError("no_privacy", True, "not together with --epsilon/--delta")
     if not no_privacy and (epsilon is None or delta is None):
@@ -165,6 +165,20 @@ def heterogeneity_command(
         if backend == "serial":
             backend = "secure"
     route_options = _route_options(backend, dropout=dropout, workers=workers, scheduler=scheduler)
+    config = HeterogeneityConfig(  # validated here, before any data is read
+        statistic=statistic,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism,
+        noise=noise,
+        secure=secure,
+        accounting=accounting,
+        round1_fraction=round1_fraction,
+        p=p,
+        min_variance=min_variance,
+        form=form,
+        min_reporting=min_reporting,
+    )
     if sample_fraction is not None and not 0.0 < sample_fraction <= 1.0:
         raise ParameterError("sample_fraction", sample_fraction, "a value in (0, 1]")
     randomness = state.randomness
@@ -192,24 +206,8 @@ def heterogeneity_command(
     ):
         # the API's block size: the same seed and options give the Python API's result
         engine.block_size = heterogeneity_block_size(int(x.shape[1]))
-        res = heterogeneity(
-            x,
-            statistic=statistic,
-            epsilon=epsilon,
-            delta=delta,
-            no_privacy=no_privacy,
-            mechanism=mechanism,
-            noise=noise,
-            secure=secure,
-            accounting=accounting,
-            round1_fraction=round1_fraction,
-            p=p,
-            min_variance=min_variance,
-            form=form,
-            min_reporting=min_reporting,
-            engine=engine,
-            randomness=randomness,
-            ledger=ledger,
+        res = heterogeneity_from_config(
+            x, config, engine=engine, randomness=randomness, ledger=ledger
         )
     payload: dict[str, Any] = {
         "dataset": name,

@@ -1,21 +1,22 @@
 """The analyses a deployment can run: the one place that names concrete analysis code.
 
-A task names an analysis and its version (``"bitpushing-mean"``, ``1``). Both sides look it up here:
+A task names an analysis and its version (``"bitpushing-mean"``, ``1``). Both sides look it up here and
+meet the analysis only through its one face (:mod:`fedstats.analyses._config`):
 
-* the **server** builds the protocol generator with the entry's ``factory`` from the task's parameters,
-  its cohort size and its privacy budget (:func:`protocol_for`);
+* :func:`config_for` builds the analysis's frozen config from the task's ``params`` and ``privacy``
+  (validated; errors name the option);
+* :func:`plan_for` is the plan of the task's rounds, a protocol generator deterministic given the task, the
+  cohort size and the run's public seed: the **server** drives it, a restarted server replays it from its
+  journal, and a **device** replays it with the public sums to derive each round it is asked to answer;
+* :func:`privacy_loss_for` is the privacy loss of one run on each record, the one number the library's
+  ledger, the server's ledger and the device's budget charge;
 * a **client** runs only an encoder listed in its *installed* registry for that analysis version
   (:func:`resolve_encoder`): no code is ever shipped, a round names its encoder as ``"module:qualname"``
   and a client refuses any name not listed here.
 
 Every reference is a ``"module:qualname"`` string imported on first use, so importing this module imports
-no analysis (the client stays light) and the lead can repoint paths when analyses move.
-
-Factories (:mod:`fedstats.service.factories`) have the signature ``factory(params, *, n_clients, epsilon, delta, randomness)`` and return a
-:data:`~fedstats.engine.core.ProtocolGenerator` of an :class:`~fedstats.results.AnalysisResult`. They must be
-deterministic given their arguments: a restarted server rebuilds a run by replaying the generator from the
-journal, with ``randomness`` keyed by the run's stored secret (public seeds and server-side noise come from
-it, never from fresh entropy).
+no analysis (the client stays light). Adding an analysis to the service is one line in :data:`_SPECS`
+naming its config class and encoders (``docs/architecture.md``, "Adding an analysis").
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ from fedstats.errors import ParameterError, SecurityError
 __all__ = [
     "ANALYSES",
     "AnalysisSpec",
+    "config_for",
     "encoder_name",
     "lookup",
+    "plan_for",
+    "privacy_loss_for",
     "protocol_for",
     "resolve",
     "resolve_encoder",
@@ -49,8 +53,9 @@ class AnalysisSpec:
         Analysis name as tasks spell it.
     version : int
         Version >= 1; an incompatible change of encoders or parameters gets a new version.
-    factory : str
-        ``"module:qualname"`` of the server-side protocol factory (see module docstring).
+    config : str
+        ``"module:qualname"`` of the analysis's config class (an
+        :class:`~fedstats.analyses._config.AnalysisConfig`: ``from_params``, ``plan``, ``privacy_loss``).
     encoders : frozenset of str
         ``"module:qualname"`` of every client encoder its rounds may name.
     privacy : {"none", "local", "distributed"}
@@ -61,12 +66,12 @@ class AnalysisSpec:
         bits; None when a report is a full value (non-private) or a noisy value.
     secure : {"optional", "required"}
         ``"required"``: tasks must set ``secure_aggregation`` (the analysis's reports are private only
-        under it), and the factory receives the run's agreed ``public_seed`` (32 bytes).
+        under it; its plan keys its projections by the run's agreed ``public_seed``).
     """
 
     name: str
     version: int
-    factory: str
+    config: str
     encoders: frozenset[str]
     privacy: str
     bits: str | None = None
@@ -81,69 +86,74 @@ class AnalysisSpec:
         return float(params.get(self.bits, 1))
 
 
-_EXACT = "fedstats.analyses.exact.client"
-_BP = "fedstats.analyses.bitpushing.client"
-_GAP = "fedstats.analyses.performance_gap.client"
-_HET = "fedstats.analyses.heterogeneity.client"
-_CHI2 = "fedstats.analyses.chi2.client"
-_ENT = "fedstats.analyses.entropy.client"
-_HERE = "fedstats.service.factories"
+_EXACT = "fedstats.analyses.exact"
+_BP = "fedstats.analyses.bitpushing"
+_GAP = "fedstats.analyses.performance_gap"
+_HET = "fedstats.analyses.heterogeneity"
+_CHI2 = "fedstats.analyses.chi2"
+_ENT = "fedstats.analyses.entropy"
 
 _SPECS = (
     AnalysisSpec(
-        "exact-mean", 1, f"{_HERE}:_exact_mean", frozenset({f"{_EXACT}:encode_value"}), "none"
+        "exact-mean",
+        1,
+        f"{_EXACT}.config:ExactMeanConfig",
+        frozenset({f"{_EXACT}.client:encode_value"}),
+        "none",
     ),
     AnalysisSpec(
         "bitpushing-mean",
         1,
-        f"{_HERE}:_bitpushing_mean",
-        frozenset({f"{_BP}:encode_bits"}),
+        f"{_BP}.config:BitPushingMeanConfig",
+        frozenset({f"{_BP}.client:encode_bits"}),
         "local",
         bits="bits_per_client",
     ),
     AnalysisSpec(
         "bitpushing-variance",
         1,
-        f"{_HERE}:_bitpushing_variance",
-        frozenset({f"{_BP}:encode_bits"}),
+        f"{_BP}.config:BitPushingVarianceConfig",
+        frozenset({f"{_BP}.client:encode_bits"}),
         "local",
         bits="bits_per_client",
     ),
     AnalysisSpec(
         "performance-gap",
         1,
-        f"{_HERE}:_performance_gap",
-        frozenset({f"{_GAP}:encode_gap_report"}),
+        f"{_GAP}.config:PerformanceGapConfig",
+        frozenset({f"{_GAP}.client:encode_gap_report"}),
         "local",
     ),
     AnalysisSpec(
         "heterogeneity",
         1,
-        f"{_HERE}:_heterogeneity",
-        frozenset({f"{_HET}:encode_centre", f"{_HET}:encode_spread"}),
+        f"{_HET}.config:HeterogeneityConfig",
+        frozenset({f"{_HET}.client:encode_centre", f"{_HET}.client:encode_spread"}),
         "distributed",
     ),
     AnalysisSpec(
         "fed-chi2",
         1,
-        f"{_HERE}:_fed_chi2",
-        frozenset({f"{_CHI2}:encode_marginals", f"{_CHI2}:encode_projection"}),
+        f"{_CHI2}.config:FedChi2Config",
+        frozenset({f"{_CHI2}.client:encode_marginals", f"{_CHI2}.client:encode_projection"}),
         "none",
         secure="required",
     ),
     AnalysisSpec(
         "fed-entropy",
         1,
-        f"{_HERE}:_fed_entropy",
-        frozenset({f"{_ENT}:encode_histogram_size", f"{_ENT}:encode_entropy_projection"}),
+        f"{_ENT}.config:FedEntropyConfig",
+        frozenset(
+            {f"{_ENT}.client:encode_histogram_size", f"{_ENT}.client:encode_entropy_projection"}
+        ),
         "none",
         secure="required",
     ),
     AnalysisSpec(
         "g-test",
         1,
-        f"{_HERE}:_g_test",
-        frozenset({f"{_CHI2}:encode_marginals", f"{_ENT}:encode_entropy_projection"}),
+        f"{_ENT}.config:GTestConfig",
+        frozenset({f"{_CHI2}.client:encode_marginals", f"{_ENT}.client:encode_entropy_projection"}),
         "none",
         secure="required",
     ),
@@ -201,6 +211,88 @@ def resolve_encoder(ref: str, name: str, version: int) -> Callable[..., Any]:
     return fn
 
 
+def config_for(task: Mapping[str, Any]) -> Any:
+    """The analysis's validated configuration of a normalized ``task`` (its params and privacy).
+
+    Parameters
+    ----------
+    task : Mapping
+        With ``analysis``, ``version``, ``params`` and ``privacy`` (``epsilon``, ``delta``; ``population``
+        is not the analysis's business).
+
+    Returns
+    -------
+    AnalysisConfig
+        The frozen config of the analysis (e.g. :class:`~fedstats.analyses.heterogeneity.config.
+        HeterogeneityConfig`).
+
+    Raises
+    ------
+    ParameterError
+        If the analysis is unknown, a key is unknown, or an option is out of range (the error names it:
+        ``params.<name>``, ``privacy.epsilon``, ...).
+    """
+    spec = lookup(str(task["analysis"]), int(task.get("version", 1)))
+    privacy = task.get("privacy") or {}
+    if not isinstance(privacy, Mapping):
+        raise ParameterError("privacy", privacy, "an object {epsilon, delta, population}")
+    cls = resolve(spec.config)
+    return cls.from_params(
+        task.get("params") or {}, epsilon=privacy.get("epsilon"), delta=privacy.get("delta")
+    )
+
+
+def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> Any:
+    """The plan of ``task``'s rounds: a protocol generator that yields each round and receives its sum.
+
+    Deterministic given ``(task, n_clients, public_seed)`` and using no server secret: a device replays it
+    with the public sums it is shown to derive every round's encoder and public parameters itself, and a
+    restarted server replays it from its journal. ``public_seed`` (32 bytes) is the run's public seed: the
+    verified commit-reveal seed of a secure run, the server's stated seed of a plain run (it shapes only
+    public choices, such as which records report which bit, never a device's privacy).
+
+    Parameters
+    ----------
+    task : Mapping
+        A normalized task (see :func:`config_for`).
+    n_clients : int
+        Records in the run's cohort, >= 1.
+    public_seed : bytes
+        The run's 32-byte public seed.
+
+    Returns
+    -------
+    ProtocolGenerator
+        Yields :class:`~fedstats.engine.rounds.Round`, receives
+        :class:`~fedstats.engine.rounds.RoundSum`, returns the :class:`~fedstats.results.AnalysisResult`.
+
+    Raises
+    ------
+    ParameterError
+        If the analysis is unknown, an option is out of range, or the seed is not 32 bytes.
+    """
+    if not isinstance(public_seed, bytes) or len(public_seed) != 32:
+        raise ParameterError("public_seed", public_seed, "32 bytes")
+    return config_for(task).plan(n_clients=int(n_clients), public_seed=public_seed)
+
+
+def privacy_loss_for(task: Mapping[str, Any]) -> Any:
+    """The privacy loss of one run of ``task`` on each record: a :class:`~fedstats.privacy.PrivacyLoss`.
+
+    The one arithmetic of the library's ledger, the server's ledger and the device's budget: each charges
+    this (epsilon, delta, rho) and composes charges the way :class:`fedstats.privacy.ledger.PrivacyLedger`
+    does. It is the analysis's true loss computed from its config (e.g. the performance gap's mechanism
+    loss, heterogeneity's two Gaussian rounds composed in zCDP); an analysis releasing exact sums returns
+    ``PrivacyLoss(inf, 1.0, None)`` (not private: both ledgers treat it as non-private).
+
+    Raises
+    ------
+    ParameterError
+        If the analysis is unknown or an option is out of range.
+    """
+    return config_for(task).privacy_loss()
+
+
 def protocol_for(
     name: str,
     version: int,
@@ -212,101 +304,27 @@ def protocol_for(
     randomness: Any,
     public_seed: bytes | None = None,
 ) -> Any:
-    """The server-side protocol generator of a task (see module docstring).
+    """Deprecated: the protocol generator of an analysis version; use :func:`plan_for`.
 
-    ``public_seed`` is the run's agreed seed (:mod:`fedstats.wire.seeding`), given to the factories of
-    analyses that require secure aggregation.
+    A thin wrapper kept until the service's callers move to :func:`plan_for`: it builds the task's plan
+    with ``public_seed``, or, when it is None (a plain run), with a 32-byte public seed drawn from
+    ``randomness`` (``randomness.public("plan", "seed")``), so a replay with the same randomness gives the
+    same rounds.
 
     Raises
     ------
     ParameterError
-        If the analysis is unknown or a parameter is invalid.
+        If the analysis is unknown or refuses its parameters, or a secure analysis gets no 32-byte seed.
     """
     spec = lookup(name, version)
-    factory: Callable[..., Any] = resolve(spec.factory)
-    extra: dict[str, Any] = {}
-    if spec.secure == "required":
-        if public_seed is None or len(public_seed) != 32:
+    if public_seed is None:
+        if spec.secure == "required":
             raise ParameterError("public_seed", public_seed, "the run's agreed 32-byte seed")
-        extra["public_seed"] = public_seed
-    return factory(
-        dict(params),
-        n_clients=n_clients,
-        epsilon=epsilon,
-        delta=delta,
-        randomness=randomness,
-        **extra,
-    )
-
-
-# -- the task-level face both sides use (issue 25). Devices and servers call only these three with a
-# -- (verified) task; how an analysis builds its config, plan and privacy loss stays behind them.
-
-
-def config_for(task: Mapping[str, Any]) -> Any:
-    """The analysis's validated configuration of a normalized ``task`` (its params and privacy).
-
-    Raises
-    ------
-    ParameterError
-        If the analysis is unknown or an option is out of range (the error names the option).
-    """
-    spec = lookup(str(task["analysis"]), int(task["version"]))
-    return {
-        "spec": spec,
-        "params": dict(task.get("params") or {}),
-        "privacy": dict(task["privacy"]),
+        public_seed = bytes(randomness.public("plan", "seed").integers(0, 256, size=32).tolist())
+    task = {
+        "analysis": name,
+        "version": version,
+        "params": dict(params),
+        "privacy": {"epsilon": epsilon, "delta": delta},
     }
-
-
-def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> Any:
-    """The plan of ``task``'s rounds: a protocol generator that yields each round and receives its sum.
-
-    Deterministic given ``(task, n_clients, public_seed)``: a device replays it with the public sums it is
-    shown to derive every round's encoder and public parameters itself, and a restarted server replays it
-    from its journal. ``public_seed`` (32 bytes) is the run's public seed: the verified commit-reveal seed
-    of a secure run, the server's stated seed of a plain run (it shapes only public choices, such as which
-    records report which bit, never a device's privacy).
-
-    Raises
-    ------
-    ParameterError
-        If the analysis is unknown, an option is out of range, or the seed is not 32 bytes.
-    """
-    import hashlib
-
-    from fedstats.randomness import RandomSource
-
-    if not isinstance(public_seed, bytes) or len(public_seed) != 32:
-        raise ParameterError("public_seed", public_seed, "32 bytes")
-    # every public choice of the plan is keyed by the public seed (never by a server secret)
-    randomness = RandomSource(
-        None, _master=hashlib.sha256(b"fedstats/plan/v1" + public_seed).digest()
-    )
-    privacy = task["privacy"]
-    return protocol_for(
-        str(task["analysis"]),
-        int(task["version"]),
-        dict(task.get("params") or {}),
-        n_clients=int(n_clients),
-        epsilon=privacy.get("epsilon"),
-        delta=privacy.get("delta"),
-        randomness=randomness,
-        public_seed=public_seed,
-    )
-
-
-def privacy_loss_for(task: Mapping[str, Any]) -> Any:
-    """The privacy loss of one run of ``task`` on each record: a :class:`~fedstats.privacy.PrivacyLoss`.
-
-    The one arithmetic of the library's ledger, the server's ledger and the device's budget: each charges
-    this (epsilon, delta, rho) and composes charges the way :class:`fedstats.privacy.ledger.PrivacyLedger`
-    does.
-    """
-    from fedstats.privacy.analysis.loss import PrivacyLoss
-
-    privacy = task["privacy"]
-    eps = privacy.get("epsilon")
-    if eps is None:
-        return PrivacyLoss(math.inf, 1.0, None)  # exact values: no DP guarantee
-    return PrivacyLoss(float(eps), float(privacy.get("delta") or 0.0), None)
+    return plan_for(task, n_clients=n_clients, public_seed=public_seed)

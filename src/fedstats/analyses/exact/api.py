@@ -11,6 +11,7 @@ import numpy as np
 
 from fedstats._validation import check_finite_array, check_int
 from fedstats.analyses._api import resolve
+from fedstats.analyses.exact.config import ExactMeanConfig
 from fedstats.analyses.exact.protocol import (
     ChiSquareResult,
     MeanResult,
@@ -104,7 +105,11 @@ def federated_mean(
     """
     v = check_finite_array("values", values, ndim=1)
     bound = clip if clip is not None else float(2.0 ** np.ceil(np.log2(max(np.abs(v).max(), 1.0))))
+    cfg = ExactMeanConfig(clip=bound)  # the task's config: one set of defaults (frac_bits, column)
     eng, _ = resolve(engine, randomness)
-    res = eng.run(mean_protocol("value", clip=bound), InMemoryPopulation({"value": v}))
+    res = eng.run(
+        mean_protocol(cfg.column, clip=cfg.clip, frac_bits=cfg.frac_bits),
+        InMemoryPopulation({cfg.column: v}),
+    )
     res.truth = float(v.mean())
     return res

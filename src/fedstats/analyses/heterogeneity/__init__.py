@@ -54,7 +54,7 @@ if (
         q_mse,
         weighted_mean_excess,
     )
-    from fedstats.analyses.heterogeneity.api import heterogeneity
+    from fedstats.analyses.heterogeneity.api import heterogeneity, heterogeneity_from_config
     from fedstats.analyses.heterogeneity.calibration import (
         MECHANISMS,
         NOISE_MODES,
@@ -113,6 +113,7 @@ _LAZY: dict[str, str] = {
     "exact_heterogeneity": "fedstats.analyses.heterogeneity.exact",
     "gaussian_sigma": "fedstats.analyses.heterogeneity.calibration",
     "heterogeneity": "fedstats.analyses.heterogeneity.api",
+    "heterogeneity_from_config": "fedstats.analyses.heterogeneity.api",
     "heterogeneity_protocol": "fedstats.analyses.heterogeneity.protocol",
     "i2_mse": "fedstats.analyses.heterogeneity.accuracy",
     "i_squared": "fedstats.analyses.heterogeneity.exact",
@@ -157,6 +158,7 @@ __all__ = [
     "exact_heterogeneity",
     "gaussian_sigma",
     "heterogeneity",
+    "heterogeneity_from_config",
     "heterogeneity_protocol",
     "i2_mse",
     "i_squared",

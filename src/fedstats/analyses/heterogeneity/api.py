@@ -2,7 +2,11 @@
 
 Follows :mod:`fedstats.analyses._api`: ``engine`` sums the rounds and draws the clients' randomness (their
 rounding and noise shares), ``randomness`` is the server's (central noise), and ``ledger`` is charged for both
-rounds, from what each round's mechanism reports, before anything runs.
+rounds before anything runs: each round's loss as :meth:`HeterogeneityConfig.round_losses` gives it (the
+one arithmetic of the library, the server and the device; the rounds' mechanisms report it).
+
+:func:`heterogeneity` takes the options as keyword arguments (each default is the config's);
+:func:`heterogeneity_from_config` takes a :class:`HeterogeneityConfig`, the one path the CLI also uses.
 """
 
 from __future__ import annotations
@@ -25,7 +29,12 @@ from fedstats.errors import ParameterError
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 
-__all__ = ["heterogeneity", "heterogeneity_block_size"]
+__all__ = ["heterogeneity", "heterogeneity_block_size", "heterogeneity_from_config"]
+
+_DEFAULT = HeterogeneityConfig  # every keyword default below is the config's (one default)
+_TOL = (
+    1e-9  # planned mechanism loss vs the loss the round is calibrated to (floating-point rounding)
+)
 
 
 def heterogeneity_block_size(d: int) -> int:
@@ -39,22 +48,22 @@ def heterogeneity_block_size(d: int) -> int:
 def heterogeneity(
     x: Any,
     *,
-    statistic: str = "all",
+    statistic: str = _DEFAULT.statistic,
     epsilon: float | None = None,
     delta: float | None = None,
     no_privacy: bool = False,
-    mechanism: str = "analytic",
-    noise: str = "central",
-    secure: bool = False,
-    accounting: str = "basic",
-    round1_fraction: float = 0.5,
-    p: float = 2.0,
-    min_variance: float = 0.05,
-    form: str = "standard",
-    confidence: float = 0.95,
-    frac_bits: int | None = None,
-    min_reporting: float = 1.0,
-    float_noise: bool = False,
+    mechanism: str = _DEFAULT.mechanism,
+    noise: str = _DEFAULT.noise,
+    secure: bool = _DEFAULT.secure,
+    accounting: str = _DEFAULT.accounting,
+    round1_fraction: float = _DEFAULT.round1_fraction,
+    p: float = _DEFAULT.p,
+    min_variance: float = _DEFAULT.min_variance,
+    form: str = _DEFAULT.form,
+    confidence: float = _DEFAULT.confidence,
+    frac_bits: int | None = _DEFAULT.frac_bits,
+    min_reporting: float = _DEFAULT.min_reporting,
+    float_noise: bool = _DEFAULT.float_noise,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
     ledger: PrivacyLedger | None = None,
@@ -123,6 +132,44 @@ min_reporting, float_noise
         min_reporting=min_reporting,
         float_noise=float_noise,
     )
+    return heterogeneity_from_config(x, cfg, engine=engine, randomness=randomness, ledger=ledger)
+
+
+def heterogeneity_from_config(
+    x: Any,
+    config: HeterogeneityConfig,
+    *,
+    engine: Engine | None = None,
+    randomness: RandomSource | None = None,
+    ledger: PrivacyLedger | None = None,
+) -> HeterogeneityResult:
+    """Measure heterogeneity of the clients' vectors under ``config`` (the one path of api and CLI).
+
+    Parameters
+    ----------
+    x : array_like, shape (n_clients, d)
+        One vector per client, entries in [0, 1]; ``n_clients >= 2``; ``d`` must equal ``config.dim``
+        when that is set.
+    config : HeterogeneityConfig
+        Every option; ``epsilon=None`` means exact sums (no noise).
+    engine, randomness, ledger
+        As :func:`heterogeneity`.
+
+    Returns
+    -------
+    HeterogeneityResult
+        With ``truth`` filled in on every statistic.
+
+    Raises
+    ------
+    DataError
+        Bad vectors (see :func:`heterogeneity`).
+    ParameterError
+        ``x``'s width differs from ``config.dim``, or a ledger with ``float_noise``.
+    BudgetExceededError
+        If ``ledger`` refuses the releases (nothing is then charged or run).
+    """
+    cfg = config
     if ledger is not None and cfg.float_noise:
         raise ParameterError(
             "ledger",
@@ -131,6 +178,8 @@ min_reporting, float_noise
         )
     arr = check_vectors(x, need_weights=cfg.wants_q)
     n, d = arr.shape
+    if cfg.dim is not None and cfg.dim != d:
+        raise ParameterError("dim", cfg.dim, f"the vectors' length {d}")
     if engine is None:
         src = randomness if randomness is not None else RandomSource()
         engine = Engine(SerialBackend(), src, block_size=heterogeneity_block_size(d))
@@ -138,9 +187,10 @@ min_reporting, float_noise
     with charging(ledger):
         if ledger is not None and cfg.private:
             p1, p2, _ = plan_rounds(cfg, n, d)
-            for plan in (p1, p2):
-                loss = plan.loss
-                assert loss is not None
+            for plan, loss in zip((p1, p2), cfg.round_losses(), strict=True):
+                planned = plan.loss
+                # the round's mechanism reports (at most) the loss it is calibrated to
+                assert planned is not None and planned.epsilon <= loss.epsilon * (1 + _TOL)
                 ledger.spend_loss(
                     loss,
                     label=f"heterogeneity round {plan.name} ({', '.join(plan.blocks)})",

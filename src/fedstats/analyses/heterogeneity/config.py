@@ -30,6 +30,12 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses._config import (
+    NOT_PRIVATE,
+    AnalysisConfig,
+    check_public_seed,
+    plan_randomness,
+)
 from fedstats.analyses.heterogeneity.calibration import (
     MECHANISMS,
     NOISE_MODES,
@@ -46,6 +52,7 @@ from fedstats.privacy.analysis.gaussian import PrivacyWarning
 from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.privacy.analysis.zcdp import approx_dp_to_zcdp, zcdp_to_approx_dp
 from fedstats.privacy.mechanisms.noise import GaussianMechanism
+from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 
 __all__ = [
@@ -66,8 +73,8 @@ _NOISE_MARGIN = (
 
 
 @dataclass(frozen=True)
-class HeterogeneityConfig:
-    """Public parameters of a heterogeneity run.
+class HeterogeneityConfig(AnalysisConfig):
+    """Public parameters of a heterogeneity run (the one face of the ``heterogeneity`` task).
 
     Parameters
     ----------
@@ -114,12 +121,24 @@ class HeterogeneityConfig:
         Draw floating-point Gaussian noise (the paper's continuous design) instead of the discrete
         Gaussian on the grid: for Monte Carlo studies only, never for release (Mironov 2012). Results are
         marked so, and a ledger refuses to be charged for them.
+    dim : int or None
+        Vector length d >= 1 (a task must give it; the library reads it from the data when None).
 
     Raises
     ------
     ParameterError
         If a parameter is outside its range or the combination is invalid.
+
+    Notes
+    -----
+    A task (:meth:`from_params`) cannot set ``noise``, ``secure`` or ``float_noise``: in a deployment the
+    devices add the noise (``noise="distributed"``, on the integer grid, ``secure`` when private) since
+    the server is not trusted to add it. The library's default stays central noise.
     """
+
+    PRIVACY = "distributed"
+    TASK_FIXED = ("noise", "secure", "float_noise")
+    TASK_REQUIRED = ("dim",)
 
     statistic: str = "all"
     epsilon: float | None = None
@@ -137,9 +156,17 @@ class HeterogeneityConfig:
     column: str = "x"
     min_reporting: float = 1.0
     float_noise: bool = False
+    dim: int | None = None
 
     def __post_init__(self) -> None:
         """Validate every parameter and their combination (see the class docstring)."""
+        if self.dim is not None:
+            check_int("dim", self.dim, low=1, high=10**7)
+        for name in ("secure", "float_noise"):
+            if not isinstance(getattr(self, name), bool):
+                raise ParameterError(name, getattr(self, name), "true or false")
+        if not isinstance(self.column, str) or not self.column:
+            raise ParameterError("column", self.column, "a non-empty column name")
         check_choice("statistic", self.statistic, STATISTICS)
         check_choice("mechanism", self.mechanism, MECHANISMS)
         check_choice("accounting", self.accounting, ACCOUNTINGS)
@@ -200,6 +227,130 @@ class HeterogeneityConfig:
     def private(self) -> bool:
         """True when noise is added."""
         return self.epsilon is not None
+
+    @classmethod
+    def _task_fixed(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A task's noise is added by the devices (distributed, on the grid, secure when private)."""
+        return {
+            "noise": "distributed",
+            "secure": kwargs.get("epsilon") is not None,
+            "float_noise": False,
+        }
+
+    def to_params(self) -> dict[str, Any]:
+        """The canonical task ``params`` (see :meth:`AnalysisConfig.to_params`).
+
+        Raises
+        ------
+        ParameterError
+            If the config is not a task's (central or floating-point noise, or no ``dim``).
+        """
+        fixed = self._task_fixed({"epsilon": self.epsilon})
+        for name, value in fixed.items():
+            if getattr(self, name) != value:
+                raise ParameterError(name, getattr(self, name), f"{value!r} in a task")
+        if self.dim is None:
+            raise ParameterError("dim", None, "the vector length in a task")
+        return super().to_params()
+
+    def round_losses(self) -> tuple[PrivacyLoss, ...]:
+        """The privacy loss each round is calibrated to: ``()`` without privacy, else (centre, spread).
+
+        Each round's noise is calibrated to a zCDP target: basic accounting splits (epsilon, delta) by
+        ``round1_fraction`` and targets ``rho_r = approx_dp_to_zcdp(epsilon_r, delta_r)``; zCDP accounting
+        splits ``rho = approx_dp_to_zcdp(epsilon, delta)``. Grid noise (distributed discrete Gaussian, or
+        the central discrete Gaussian) then has ``rho_r`` and ``epsilon = zcdp_to_approx_dp(rho_r,
+        delta_r)``; the classical calibration has the rho of its sigma. Float noise (simulation) has the
+        round's epsilon with basic accounting. These depend on neither the number of clients nor ``dim``;
+        the rounds' mechanisms report them (:func:`plan_rounds`, to floating-point rounding, at or below).
+
+        Returns
+        -------
+        tuple of PrivacyLoss
+        """
+        if not self.private:
+            return ()
+        assert self.epsilon is not None and self.delta is not None
+        budgets = split_budget(self.epsilon, self.delta, self.round1_fraction)
+        out = []
+        for k, (eps_r, delta_r) in enumerate(budgets):
+            if self.accounting == "zcdp":
+                rho = approx_dp_to_zcdp(epsilon=self.epsilon, delta=self.delta)
+                rho_r = rho * (self.round1_fraction if k == 0 else 1.0 - self.round1_fraction)
+                out.append(PrivacyLoss(zcdp_to_approx_dp(rho=rho_r, delta=delta_r), delta_r, rho_r))
+                continue
+            if self.mechanism == "classical" or self.float_noise:
+                sigma = quiet_gaussian_sigma(
+                    self.mechanism, epsilon=eps_r, delta=delta_r, sensitivity=1.0
+                )
+                rho_r = 1.0 / (2.0 * sigma * sigma)
+            else:
+                rho_r = approx_dp_to_zcdp(epsilon=eps_r, delta=delta_r)
+            if self.float_noise:
+                out.append(PrivacyLoss(eps_r, delta_r, rho_r))
+            else:
+                out.append(PrivacyLoss(zcdp_to_approx_dp(rho=rho_r, delta=delta_r), delta_r, rho_r))
+        return tuple(out)
+
+    def privacy_loss(self) -> PrivacyLoss:
+        """Privacy loss of one run on each record: the two rounds composed as the ledger composes them.
+
+        Returns
+        -------
+        PrivacyLoss
+            :class:`~fedstats.privacy.ledger.PrivacyLedger` composition of :meth:`round_losses` (the
+            smaller of basic composition and the zCDP conversion of the summed rho, delta summed, rho
+            summed); :data:`~fedstats.analyses._config.NOT_PRIVATE` without a budget.
+        """
+        from fedstats.privacy.ledger import PrivacyLedger
+
+        if not self.private:
+            return NOT_PRIVATE
+        ledger = PrivacyLedger()
+        for name, loss in zip(("centre", "spread"), self.round_losses(), strict=True):
+            ledger.spend_loss(loss, label=f"heterogeneity round {name}")
+        return ledger.total()
+
+    def plan(
+        self, *, n_clients: int, public_seed: bytes, randomness: RandomSource | None = None
+    ) -> Any:
+        """The two rounds (:func:`~fedstats.analyses.heterogeneity.protocol.heterogeneity_protocol`).
+
+        Parameters
+        ----------
+        n_clients : int
+            Records in the cohort, >= 2 (the noise shares are calibrated for it).
+        public_seed : bytes
+            The run's 32-byte public seed (the plan makes no public random choice).
+        randomness : RandomSource, optional
+            The server's secret randomness, required for central noise only (the server adds it); a task's
+            plan (distributed noise) uses none.
+
+        Returns
+        -------
+        ProtocolGenerator[HeterogeneityResult]
+
+        Raises
+        ------
+        ParameterError
+            If ``dim`` is unset, or central noise is planned without ``randomness``.
+        """
+        from fedstats.analyses.heterogeneity.protocol import heterogeneity_protocol
+
+        check_public_seed(public_seed)
+        if self.dim is None:
+            raise ParameterError("dim", None, "the vector length (required to plan the rounds)")
+        if self.private and self.noise == "central" and randomness is None:
+            raise ParameterError(
+                "randomness", None, "the server's secret randomness with central noise"
+            )
+        return heterogeneity_protocol(
+            self,
+            n_clients=check_int("n_clients", n_clients, low=2),
+            dim=self.dim,
+            # without central noise the protocol draws nothing: the public seed's source keeps it pure
+            randomness=randomness if randomness is not None else plan_randomness(public_seed),
+        )
 
     @property
     def grid_shares(self) -> bool:

@@ -382,7 +382,10 @@ def heterogeneity_protocol(
             loss = achieved_loss(plan, summed)
             assert loss is not None
             achieved.spend_loss(loss, label=f"heterogeneity round {plan.name}")
-        res.details["epsilon_achieved"] = achieved.total().epsilon
+        total = achieved.total()
+        res.details["epsilon_achieved"] = total.epsilon
+        res.details["delta_achieved"] = total.delta
+        res.details["rho_achieved"] = total.rho
         if (
             cfg.mechanism == "classical"
             and max(

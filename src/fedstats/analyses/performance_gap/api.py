@@ -19,6 +19,7 @@ from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses import _api
 from fedstats.analyses.performance_gap.allocation import GroupLayout, allocate
 from fedstats.analyses.performance_gap.client import GROUP_COLUMN, VALUE_COLUMN
+from fedstats.analyses.performance_gap.config import PerformanceGapConfig
 from fedstats.analyses.performance_gap.mechanisms import check_mechanism
 from fedstats.analyses.performance_gap.protocol import (
     PerformanceGapResult,
@@ -227,19 +228,24 @@ def simulated_truth(
     return sums, counts
 
 
+_DEFAULT = PerformanceGapConfig
+"""The options the library shares with a task take the config's defaults. ``scale`` differs on purpose:
+the library reads rates by default (``fedstats gap``), a task's ``value`` column is already in [-1, 1]."""
+
+
 def measure_performance_gap(
     groups: Any,
     values: Any,
     *,
-    mechanism: str = "R",
+    mechanism: str = _DEFAULT.mechanism,
     epsilon: float | None = None,
-    accounting: str = "exact",
+    accounting: str = _DEFAULT.accounting,
     scale: str = "rate",
     pair: Sequence[Any] | None = None,
     estimate_sizes: bool = True,
     n_clients: int | None = None,
-    confidence: float = 0.95,
-    resolution_bits: int = 16,
+    confidence: float = _DEFAULT.confidence,
+    resolution_bits: int = _DEFAULT.resolution_bits,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
     ledger: PrivacyLedger | None = None,

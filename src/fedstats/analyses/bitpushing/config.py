@@ -1,0 +1,205 @@
+"""The face of bit pushing in a deployment (tasks ``bitpushing-mean`` and ``bitpushing-variance``).
+
+Cormode & Markov 2021: one config per task, its plan of rounds (keyed by the run's public seed) and its
+privacy loss, the composition of the randomized responses each record applies (what the library's
+:func:`~fedstats.analyses.bitpushing.mean` reports and charges).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, plan_randomness
+from fedstats.errors import ParameterError
+from fedstats.privacy.analysis.loss import PrivacyLoss
+
+__all__ = ["ROUND1_FRACTION", "BitPushingMeanConfig", "BitPushingVarianceConfig"]
+
+ROUND1_FRACTION = 1.0 / 3.0
+"""Adaptive bit pushing's default share of the records in round 1 (``adaptive_stage``'s default)."""
+
+_METHODS = ("adaptive", "weighted", "basic")
+
+
+@dataclass(frozen=True)
+class BitPushingMeanConfig(AnalysisConfig):
+    """Options of a bit-pushing mean (local DP: each record's reported bits are randomized).
+
+    Parameters
+    ----------
+    low, high : float
+        Declared range of the values (``high > low``). Required.
+    column : str
+        Data column (default ``"value"``).
+    resolution : float
+        Fixed-point step of the codes, > 0 (default 1).
+    bit_depth : int or None
+        Bits of the codes, in [1, 52] (default: the fewest that hold the range at ``resolution``).
+    method : {"adaptive", "weighted", "basic"}
+        Algorithm 2 (two rounds, default) or Algorithm 1 with weighted / uniform bit sampling (one round).
+    bits_per_client : int
+        Bits each record reports, in [1, bit_depth] (default 1); each gets ``epsilon / bits_per_client``.
+    round1_fraction : float
+        Adaptive only: share of the records in round 1, in (0, 1) (default 1/3).
+    epsilon : float or None
+        Local DP epsilon per record, in (0, 700]; None: no randomization (library only; tasks need it).
+
+    Raises
+    ------
+    ParameterError
+        If an option is out of range (named).
+    """
+
+    PRIVACY = "local"
+
+    low: float
+    high: float
+    column: str = "value"
+    resolution: float = 1.0
+    bit_depth: int | None = None
+    method: str = "adaptive"
+    bits_per_client: int = 1
+    round1_fraction: float = ROUND1_FRACTION
+    epsilon: float | None = None
+
+    def __post_init__(self) -> None:
+        """Validate every option (see the class docstring)."""
+        if not isinstance(self.column, str) or not self.column:
+            raise ParameterError("column", self.column, "a non-empty column name")
+        check_choice("method", self.method, _METHODS)
+        for name in ("low", "high", "resolution", "round1_fraction"):
+            object.__setattr__(self, name, check_real(name, getattr(self, name)))
+        check_real(
+            "round1_fraction",
+            self.round1_fraction,
+            low=0.0,
+            high=1.0,
+            low_open=True,
+            high_open=True,
+        )
+        if self.method != "adaptive" and self.round1_fraction != ROUND1_FRACTION:
+            raise ParameterError(
+                "round1_fraction", self.round1_fraction, f"the default with method={self.method!r}"
+            )
+        if self.bit_depth is not None:
+            check_int("bit_depth", self.bit_depth, low=1, high=52)
+        check_int("bits_per_client", self.bits_per_client, low=1, high=52)
+        if self.epsilon is not None:
+            eps = check_real("epsilon", self.epsilon, low=0.0, high=700.0, low_open=True)
+            object.__setattr__(self, "epsilon", eps)
+        enc = self.encoding()  # validates low < high, resolution and bit depth together
+        if self.bits_per_client > enc.b:
+            raise ParameterError(
+                "bits_per_client", self.bits_per_client, f"an integer in [1, bit_depth={enc.b}]"
+            )
+
+    def encoding(self) -> Any:
+        """The :class:`~fedstats.analyses.bitpushing.encoding.BitEncoding` of the declared range."""
+        from fedstats.analyses.bitpushing.encoding import BitEncoding
+
+        return BitEncoding(
+            self.low, self.high, resolution=self.resolution, bit_depth=self.bit_depth
+        )
+
+    def stage_options(self) -> dict[str, Any]:
+        """The options of one stage (:func:`~fedstats.analyses.bitpushing.protocol.make_stage`)."""
+        options: dict[str, Any] = {"epsilon": self.epsilon, "bits_per_client": self.bits_per_client}
+        if self.method == "adaptive":
+            options["round1_fraction"] = self.round1_fraction
+        return options
+
+    def stage(self) -> Any:
+        """The bound stage of :attr:`method`."""
+        from fedstats.analyses.bitpushing.protocol import make_stage
+
+        return make_stage(self.method, **self.stage_options())
+
+    def privacy_loss(self) -> PrivacyLoss:
+        """Composition of the randomized responses one record applies (the library ledger's arithmetic).
+
+        Returns
+        -------
+        PrivacyLoss
+            ``bits_per_client`` randomized responses at ``epsilon / bits_per_client`` each, composed by
+            :class:`~fedstats.privacy.ledger.PrivacyLedger` (each record takes part in one stage);
+            :data:`~fedstats.analyses._config.NOT_PRIVATE` without epsilon.
+        """
+        from fedstats.analyses.bitpushing.protocol import stage_mechanisms
+        from fedstats.privacy.ledger import PrivacyLedger
+
+        mechanisms = stage_mechanisms(self.method, **self.stage_options())
+        if not mechanisms:
+            return NOT_PRIVATE
+        one = PrivacyLedger()
+        for k, mech in enumerate(mechanisms):
+            one.spend_loss(mech.privacy_loss(), label=f"report {k + 1}")
+        return one.total()
+
+    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+        """The rounds of the mean (:func:`~fedstats.analyses.bitpushing.protocol.mean_protocol`).
+
+        Parameters
+        ----------
+        n_clients : int
+            Records in the cohort, >= 1.
+        public_seed : bytes
+            The run's 32-byte public seed; the stage's public seed (which records report which bit) is
+            ``plan_randomness(public_seed).public_seed("bitpushing")``.
+
+        Returns
+        -------
+        ProtocolGenerator[MeanEstimate]
+        """
+        from fedstats.analyses.bitpushing.protocol import mean_protocol
+
+        seed = plan_randomness(public_seed).public_seed("bitpushing")
+        return mean_protocol(
+            self.stage(),
+            self.column,
+            self.encoding(),
+            check_int("n_clients", n_clients, low=1),
+            method=self.method,
+            public_seed=seed,
+        )
+
+
+@dataclass(frozen=True)
+class BitPushingVarianceConfig(BitPushingMeanConfig):
+    """Options of a bit-pushing variance (Cormode & Markov 2021, Sec. 4): a mean stage, then squares.
+
+    Parameters
+    ----------
+    mean_fraction : float
+        Share of the records in the mean stage, in (0, 1) (default 0.2); every other option as
+        :class:`BitPushingMeanConfig`. Each record takes part in one stage only.
+    """
+
+    mean_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        """Validate every option."""
+        super().__post_init__()
+        mf = check_real(
+            "mean_fraction", self.mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
+        )
+        object.__setattr__(self, "mean_fraction", mf)
+
+    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+        """The rounds of the variance (:func:`~fedstats.analyses.bitpushing.protocol.variance_protocol`).
+
+        The stage seed is ``plan_randomness(public_seed).public_seed("bitpushing", "variance")``.
+        """
+        from fedstats.analyses.bitpushing.protocol import variance_protocol
+
+        seed = plan_randomness(public_seed).public_seed("bitpushing", "variance")
+        return variance_protocol(
+            self.stage(),
+            self.column,
+            self.encoding(),
+            check_int("n_clients", n_clients, low=1),
+            method=self.method,
+            mean_fraction=self.mean_fraction,
+            public_seed=seed,
+        )

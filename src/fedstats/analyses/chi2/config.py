@@ -1,0 +1,129 @@
+"""The face of FED-chi^2 in a deployment (task ``fed-chi2``; Pang et al. 2023, Alg. 2).
+
+Exact sums over secure aggregation, no DP noise: the privacy loss is infinite (the server learns the
+summed marginals and the projected table, exactly). The projection seed is derived from the run's agreed
+public seed (:func:`fedstats.wire.seeding.projection_seed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
+from fedstats.errors import ParameterError
+from fedstats.privacy.analysis.loss import PrivacyLoss
+
+__all__ = ["FedChi2Config", "check_columns", "check_task_shape"]
+
+MAX_CATEGORIES = 10_000
+"""Largest number of categories of one variable in a task."""
+
+
+def check_task_shape(shape: Any) -> tuple[int, int]:
+    """Return ``shape`` as ``(m_x, m_y)``, each in [2, :data:`MAX_CATEGORIES`].
+
+    Raises
+    ------
+    ParameterError
+        Naming ``shape``.
+    """
+    if not isinstance(shape, (tuple, list)) or len(shape) != 2:
+        raise ParameterError("shape", shape, "[m_x, m_y]")
+    return (
+        check_int("shape", shape[0], low=2, high=MAX_CATEGORIES),
+        check_int("shape", shape[1], low=2, high=MAX_CATEGORIES),
+    )
+
+
+def check_columns(**columns: Any) -> None:
+    """Refuse a column name that is not a non-empty string (named)."""
+    for name, value in columns.items():
+        if not isinstance(value, str) or not value:
+            raise ParameterError(name, value, "a non-empty column name")
+
+
+@dataclass(frozen=True)
+class FedChi2Config(AnalysisConfig):
+    """Options of FED-chi^2 over secure aggregation (one record per row, 64-bit ring).
+
+    Parameters
+    ----------
+    shape : (int, int)
+        ``(m_x, m_y)`` categories, each in [2, 10000]. Required.
+    x, y : str
+        Category columns, codes in [0, m_x) and [0, m_y) (default ``"x"``, ``"y"``).
+    encoding_size : int
+        Projection length l, in [2, 100000] (default 50, the paper's).
+    decoder : {"mean-of-squares", "geometric"}
+        Decoder of F_2 (default ``"mean-of-squares"``).
+    max_cell : int
+        Largest count of one device in one cell, in [1, 2**20] (default 1).
+    confidence, level : float
+        Interval level and test level, in (0, 1) (defaults 0.95, 0.05).
+    drop_empty : bool
+        Drop categories empty in the summed marginals instead of failing (default False).
+
+    Raises
+    ------
+    ParameterError
+        If an option is out of range (named).
+    """
+
+    PRIVACY = "none"
+
+    shape: tuple[int, int]
+    x: str = "x"
+    y: str = "y"
+    encoding_size: int = 50
+    decoder: str = "mean-of-squares"
+    max_cell: int = 1
+    confidence: float = 0.95
+    level: float = 0.05
+    drop_empty: bool = False
+
+    def __post_init__(self) -> None:
+        """Validate every option (see the class docstring)."""
+        from fedstats.analyses.chi2.calibration import DECODERS
+
+        object.__setattr__(self, "shape", check_task_shape(self.shape))
+        check_columns(x=self.x, y=self.y)
+        check_int("encoding_size", self.encoding_size, low=2, high=100_000)
+        check_choice("decoder", self.decoder, DECODERS)
+        check_int("max_cell", self.max_cell, low=1, high=2**20)
+        for name in ("confidence", "level"):
+            v = check_real(
+                name, getattr(self, name), low=0.0, high=1.0, low_open=True, high_open=True
+            )
+            object.__setattr__(self, name, v)
+        if not isinstance(self.drop_empty, bool):
+            raise ParameterError("drop_empty", self.drop_empty, "true or false")
+
+    def privacy_loss(self) -> PrivacyLoss:
+        """Not private: exact sums are released (infinite epsilon, delta 1)."""
+        return NOT_PRIVATE
+
+    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+        """The two rounds (marginals, then the projection keyed by ``projection_seed(public_seed)``).
+
+        Returns
+        -------
+        ProtocolGenerator[Chi2Result]
+        """
+        from fedstats.analyses.chi2.protocol import fed_chi2_protocol
+        from fedstats.wire.seeding import projection_seed
+
+        check_int("n_clients", n_clients, low=1)
+        return fed_chi2_protocol(
+            self.shape,
+            encoding_size=self.encoding_size,
+            decoder=self.decoder,
+            projection_seed=projection_seed(check_public_seed(public_seed)),
+            bits=64,
+            max_cell=self.max_cell,
+            confidence=self.confidence,
+            level=self.level,
+            categorical=(self.x, self.y),
+            drop_empty=self.drop_empty,
+        )

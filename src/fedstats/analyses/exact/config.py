@@ -1,0 +1,72 @@
+"""The face of the exact federated mean (task ``exact-mean``): its config, plan and privacy loss."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from fedstats._validation import check_int, check_real
+from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
+from fedstats.errors import ParameterError
+from fedstats.privacy.analysis.loss import PrivacyLoss
+
+__all__ = ["ExactMeanConfig"]
+
+
+@dataclass(frozen=True)
+class ExactMeanConfig(AnalysisConfig):
+    """Options of the exact (non-private) federated mean.
+
+    Parameters
+    ----------
+    clip : float
+        Declared bound: values lie in ``[-clip, clip]`` (larger ones are clipped), in (0, inf). Required.
+    column : str
+        Data column holding one value per record (default ``"value"``).
+    frac_bits : int
+        Fixed-point fractional bits, in [0, 52] (default 16: the mean is exact to 2^-16).
+
+    Raises
+    ------
+    ParameterError
+        If an option is out of range (named).
+    """
+
+    PRIVACY = "none"
+
+    clip: float
+    column: str = "value"
+    frac_bits: int = 16
+
+    def __post_init__(self) -> None:
+        """Validate every option (see the class docstring)."""
+        clip = check_real("clip", self.clip, low=0.0, high=math.inf, low_open=True, high_open=True)
+        object.__setattr__(self, "clip", clip)
+        check_int("frac_bits", self.frac_bits, low=0, high=52)
+        if not isinstance(self.column, str) or not self.column:
+            raise ParameterError("column", self.column, "a non-empty column name")
+
+    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+        """The one round: values in fixed point and a count (:func:`~.protocol.mean_protocol`).
+
+        Parameters
+        ----------
+        n_clients : int
+            Records in the cohort (unused: the count is summed).
+        public_seed : bytes
+            The run's 32-byte public seed (unused: nothing is random).
+
+        Returns
+        -------
+        ProtocolGenerator[MeanResult]
+        """
+        from fedstats.analyses.exact.protocol import mean_protocol
+
+        check_int("n_clients", n_clients, low=1)
+        check_public_seed(public_seed)
+        return mean_protocol(self.column, clip=self.clip, frac_bits=self.frac_bits)
+
+    def privacy_loss(self) -> PrivacyLoss:
+        """Not private: exact sums are released (infinite epsilon, delta 1)."""
+        return NOT_PRIVATE
