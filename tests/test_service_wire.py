@@ -82,11 +82,18 @@ def test_only_registered_encoders_run() -> None:
             resolve_encoder(ref, "exact-mean", 1)
 
 
+# the options each analysis requires (the rest take their config's defaults)
+_REQUIRED: dict[str, dict[str, object]] = {
+    "bitpushing-mean": {"low": 0.0, "high": 100.0},
+    "exact-mean": {"clip": 100.0},
+}
+
+
 def _task(analysis: str, eps: float | None, **params: object) -> dict[str, object]:
     return {
         "analysis": analysis,
         "version": 1,
-        "params": params,
+        "params": {**_REQUIRED.get(analysis, {}), **params},
         "privacy": {"epsilon": eps, "delta": 0.0},
     }
 
