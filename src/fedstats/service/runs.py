@@ -52,6 +52,7 @@ from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service import ledger
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
+from fedstats.service.reports import report_problem
 from fedstats.service.secure_devices import secure_work
 from fedstats.service.tasks import ConflictError, NotFoundError, task_config, task_envelope
 from fedstats.wire.registry import privacy_loss_for
@@ -125,7 +126,9 @@ def load_run(session: Session, run_id: str, *, lock: bool = False) -> Run:
     NotFoundError
         If there is no such run.
     """
-    stmt = select(Run).where(Run.id == run_id)
+    # populate_existing: a fresh read even if the session already holds the run (a stale lease owner or
+    # epoch in the identity map must never pass the fencing check)
+    stmt = select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
     if lock:
         # FOR NO KEY UPDATE: does not block the key-share locks of inserts referencing the run (reports,
         # members), so a report and the driver closing its round cannot deadlock
@@ -399,9 +402,11 @@ def submit_report(
     a, b = _overlap(member, rec.lo, rec.hi)
     if count != b - a or count < 1:
         raise DataError(f"report count must be {b - a} (records of this client in the round)")
-    limit = rec.bound * count
-    if any(abs(v) > limit for v in vector):
-        raise DataError(f"report entries must lie within +-{limit} (bound x records)")
+    problem = report_problem(
+        vector, count, encode=rec.encode, dim=rec.dim, bound=rec.bound, records=b - a
+    )
+    if problem is not None:
+        raise DataError(f"report refused: {problem}")
     session.add(
         Report(
             run_id=run_id,

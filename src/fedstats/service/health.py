@@ -1,0 +1,47 @@
+"""Health endpoints: ``/healthz`` (liveness) and ``/readyz`` (readiness), both probing the store's writes.
+
+A server whose database cannot be written (a read-only file system, a full disk, a lost PostgreSQL) would
+accept requests it cannot store; both endpoints then answer 503 with the reason, so a load balancer or an
+orchestrator stops sending it traffic. The probe is a write rolled back (:meth:`.store.Store.writable`);
+a failed probe reopens the store's connections, so the endpoints answer 200 again as soon as the cause
+is gone, without a restart.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from fedstats.service.store import Store
+
+__all__ = ["add_health_routes"]
+
+
+def add_health_routes(app: FastAPI, store: Store) -> None:
+    """Mount ``GET /healthz`` and ``GET /readyz`` on ``app``.
+
+    Parameters
+    ----------
+    app : FastAPI
+    store : Store
+        The server's store, probed by a rolled-back write at each request.
+    """
+
+    def probe() -> JSONResponse:
+        why = store.writable()
+        if why is not None:
+            return JSONResponse(
+                {"status": "unavailable", "detail": f"the store cannot write: {why}"},
+                status_code=503,
+            )
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/healthz", tags=["ops"], responses={503: {"description": "the store cannot write"}})
+    def healthz() -> JSONResponse:
+        """Liveness: the process answers and its store can write (503 otherwise)."""
+        return probe()
+
+    @app.get("/readyz", tags=["ops"], responses={503: {"description": "the store cannot write"}})
+    def readyz() -> JSONResponse:
+        """Readiness: the store can write now (a rolled-back write; 503 with the reason otherwise)."""
+        return probe()
