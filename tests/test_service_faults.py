@@ -245,22 +245,24 @@ def test_holder_paused_past_its_lease_writes_nothing_after_it_resumes(
         while t.is_alive() and not pause.reached.wait(0.02):
             pass
     assert t is not None
-    # A is paused now, between committing round 0's sum and using it; its lease expires
+    # A is paused now, between committing round 0's sum and using it; its lease expires and B claims
+    # the run (a new epoch) before it writes anything itself
     time.sleep(1.3)
-    _drive(
-        store, b, rid
-    )  # B claims the run (a new epoch), rebuilds it from the journal, finishes it
-    before = _snapshot(store, rid)
-    assert before["status"] == "done" and before["charge"] == "spent", before
-    assert before["epoch"] == 2 and before["owner"] == "server-b"
-    assert len(before["rounds"]) >= 2  # B journaled rounds after A's pause
-    pause.release.set()  # A resumes with its stale generator
+    assert b._claim() == [rid]
+    claimed = _snapshot(store, rid)
+    assert claimed["epoch"] == 2 and claimed["owner"] == "server-b"
+    pause.release.set()  # A resumes with its stale generator: it would open round 1 now
     t.join(30)
     assert not t.is_alive()
+    assert _snapshot(store, rid) == claimed  # A wrote nothing: no round 1, no audit line
+    _drive(store, b, rid)  # B rebuilds the run from the journal and finishes it
+    before = _snapshot(store, rid)
+    assert before["status"] == "done" and before["charge"] == "spent", before
+    assert len(before["rounds"]) >= 2  # B journaled rounds after A's pause
     for _ in range(3):
         a.tick()
     after = _snapshot(store, rid)
-    assert after == before  # no round, audit line, charge or result written by A after it resumed
+    assert after == before  # nothing written by A after it resumed
     assert a.metrics["fenced_writes"] >= 1  # A tried, and the fencing check refused it
     indexes = [r[0] for r in after["rounds"]]
     assert indexes == sorted(set(indexes))  # each round journaled once
