@@ -77,9 +77,22 @@ def _round_fields(rnd: Round, n: int) -> dict[str, Any]:
     }
 
 
-def _required(cfg: Mapping[str, Any], n_clients: int, rec: RoundRecord) -> int:
-    """Records a round must sum: its client range's share of ``min_clients`` (at least 1)."""
-    return max(1, math.ceil(int(cfg["min_clients"]) * (rec.hi - rec.lo) / n_clients - 1e-9))
+def _required(cfg: Mapping[str, Any], n_devices: int, rec: RoundRecord) -> int:
+    """Records a round must sum: the fraction ``min_clients / devices`` of its records (at least 1).
+
+    ``min_clients`` counts devices; with one record per device (the default) this is the round's client
+    range's share of ``min_clients``.
+    """
+    frac = int(cfg["min_clients"]) / max(1, n_devices)
+    return max(1, math.ceil(frac * (rec.hi - rec.lo) - 1e-9))
+
+
+def _n_devices(s: Session, run_id: str) -> int:
+    return int(
+        s.execute(
+            select(func.count()).select_from(RunMember).where(RunMember.run_id == run_id)
+        ).scalar_one()
+    )
 
 
 class Driver:
@@ -315,6 +328,12 @@ class Driver:
             run = load_run(s, run_id, lock=True)
             if run.status != "running" or not self._holds(run):
                 return
+            # what the result stands on: devices, records, and the per-device cap the task stated
+            payload["n_devices"] = _n_devices(s, run_id)
+            payload["n_records"] = run.n_clients
+            payload["max_records_per_client"] = int(
+                task_config(s, run.task_id).get("max_records_per_client", 1)
+            )
             ledger.spend(s, run_id)
             run.result = json.dumps(to_jsonable(payload))
             run.status = "done"
@@ -414,14 +433,16 @@ class Driver:
 
     def _close_checkin(self, s: Session, run: Run) -> None:
         cfg = task_config(s, run.task_id)
-        used = sum(
+        counts = list(
             s.execute(select(RunMember.slot_count).where(RunMember.run_id == run.id)).scalars()
         )
-        if used < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
+        devices, used = len(counts), sum(counts)  # cohort_size and min_clients count devices
+        if devices < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
             return
-        if used < int(cfg["min_clients"]):
+        if devices < int(cfg["min_clients"]):
             reason = (
-                f"only {used} record(s) checked in; the task needs min_clients={cfg['min_clients']}"
+                f"only {devices} device(s) checked in; the task needs "
+                f"min_clients={cfg['min_clients']} devices"
             )
             self._abort_in(s, run, reason)
             return
@@ -431,7 +452,7 @@ class Driver:
             run.public_seed = new_public_seed()
         run.n_clients = used
         self._changed.add(run.id)
-        ledger.audit(s, "server", "start", run.id, n_clients=used)
+        ledger.audit(s, "server", "start", run.id, n_clients=used, n_devices=devices)
 
     def _abort_in(self, s: Session, run: Run, reason: str) -> None:
         """Abort a run before any sum was used, inside the caller's transaction (releases the charge)."""
@@ -497,10 +518,11 @@ class Driver:
                 got = secure.advance_sessions(
                     s, run, rec, self._sessions, float(cfg["deadlines"]["round"])
                 )
-                if isinstance(got, tuple) and got[1] < _required(cfg, run.n_clients, rec):
+                need = _required(cfg, _n_devices(s, run.id), rec)
+                if isinstance(got, tuple) and got[1] < need:
                     got = (
                         f"round {rec.index} ({rec.name}): {got[1]} record(s) in the secure sum, "
-                        f"fewer than the {_required(cfg, run.n_clients, rec)} required"
+                        f"fewer than the {need} required"
                     )
             else:
                 got = self._close_plain(s, run, rec, cfg)
@@ -580,7 +602,7 @@ class Driver:
             if vector is not None:
                 kept.append(vector)
                 n += int(r.count)
-        required = _required(cfg, run.n_clients, rec)
+        required = _required(cfg, len(members), rec)
         self.metrics["dropouts"] += max(0, int(n_expected) - len(reports))
         if n < required:
             return (
