@@ -247,10 +247,12 @@ def test_holder_paused_past_its_lease_writes_nothing_after_it_resumes(
     assert t is not None
     # A is paused now, between committing round 0's sum and using it; its lease expires and B claims
     # the run (a new epoch) before it writes anything itself
+    held = _snapshot(store, rid)
+    assert held["owner"] == "server-a"
     time.sleep(1.3)
     assert b._claim() == [rid]
     claimed = _snapshot(store, rid)
-    assert claimed["epoch"] == 2 and claimed["owner"] == "server-b"
+    assert claimed["epoch"] == held["epoch"] + 1 and claimed["owner"] == "server-b"
     pause.release.set()  # A resumes with its stale generator: it would open round 1 now
     t.join(30)
     assert not t.is_alive()
