@@ -493,3 +493,38 @@ def test_server_refuses_to_start_on_a_read_only_database(tmp_path: Path) -> None
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert "Traceback" not in proc.stderr
     assert any("read-only" in ln for ln in lines), proc.stderr
+
+
+def test_a_lock_timeout_is_a_503_with_retry_after(make_store: Callable[..., Store]) -> None:
+    """A request blocked on a row lock past ``lock_timeout`` answers 503 + Retry-After, not 500."""
+    from starlette.testclient import TestClient
+
+    from fedstats.service.app import add_operator, create_app
+    from fedstats.service.models import Budget
+
+    timeouts = Timeouts(lock=0.5, statement=10.0, idle_in_transaction=10.0)
+    store = make_store("postgresql", timeouts)
+    with store.session() as s, s.begin():
+        ledger.set_budget(s, "population", "locked", epsilon=1.0, delta=0.0, actor="t")
+    token = add_operator(store, "op")
+    holder = make_store("postgresql", timeouts)
+    app = create_app(store, run_driver=False)
+    auth_h = {"Authorization": f"Bearer {token}"}
+    with TestClient(app) as http:
+        with holder.session() as s, s.begin():
+            s.execute(select(Budget).where(Budget.name == "locked").with_for_update()).scalar_one()
+            t0 = time.monotonic()
+            r = http.put(
+                "/v1/admin/budgets/population/locked",
+                json={"epsilon": 2.0, "delta": 0.0},
+                headers=auth_h,
+            )
+            assert time.monotonic() - t0 < 5.0
+            assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        # the lock is gone: the same request succeeds
+        r = http.put(
+            "/v1/admin/budgets/population/locked",
+            json={"epsilon": 2.0, "delta": 0.0},
+            headers=auth_h,
+        )
+        assert r.status_code == 200, r.text
