@@ -540,7 +540,12 @@ def assert_release_is_in_process(
     gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), rounds[0]["n_records"]))
     with pytest.raises(StopIteration) as stop:
         gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), rounds[1]["n_records"]))
-    assert view["result"] == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
+    released = dict(view["result"])
+    # the server adds what the result stands on: devices, records, the per-device cap
+    assert released.pop("n_devices") == view["devices"]
+    assert released.pop("n_records") == n
+    assert released.pop("max_records_per_client") >= 1
+    assert released == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
 
 
 def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: Deployment) -> None:
