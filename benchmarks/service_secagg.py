@@ -620,8 +620,9 @@ def bench_fedstats(
             "analysis": "fed-chi2",
             "params": {"shape": list(SHAPE), "encoding_size": ENCODING_SIZE},
             "privacy": {"epsilon": None, "population": "default"},
-            "cohort_size": n * RECORDS_PER_DEVICE,
-            "min_clients": n * RECORDS_PER_DEVICE // 2,
+            "cohort_size": n,  # devices
+            "min_clients": n // 2,
+            "max_records_per_client": RECORDS_PER_DEVICE,
             "deadlines": {"checkin": timeout, "round": timeout},
             "secure_aggregation": {"max_session": n},
             "label": f"service_secagg n={n}",

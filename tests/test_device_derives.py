@@ -79,8 +79,9 @@ def _task(population: str, **over: Any) -> dict[str, Any]:
             "method": "weighted",
         },
         "privacy": {"epsilon": 1.0, "population": population},
-        "cohort_size": N,
-        "min_clients": N,
+        "cohort_size": 2,  # devices
+        "min_clients": 2,
+        "max_records_per_client": N // 2,
         "deadlines": {"checkin": 30.0, "round": 2.0},
         "label": f"derive {population} {time.time()}",
     }

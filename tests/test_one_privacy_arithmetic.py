@@ -135,8 +135,9 @@ def test_device_budget_server_ledger_and_privacy_loss_agree(
     task: dict[str, Any] = {
         **spec,
         "privacy": {**spec["privacy"], "population": population},
-        "cohort_size": N,
-        "min_clients": N,
+        "cohort_size": N_DEVICES,  # devices
+        "min_clients": N_DEVICES,
+        "max_records_per_client": N // N_DEVICES,
         "deadlines": {"checkin": 60.0, "round": 60.0},
         "label": f"{case} {time.time()}",
     }

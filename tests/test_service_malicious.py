@@ -79,8 +79,9 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
                         "analysis": "fed-chi2",
                         "params": {"shape": [3, 2], "encoding_size": 20},
                         "privacy": {"epsilon": None, "population": "default"},
-                        "cohort_size": N,
-                        "min_clients": N // 2,
+                        "cohort_size": N_DEV,  # devices
+                        "min_clients": N_DEV // 2,
+                        "max_records_per_client": N // N_DEV,
                         "deadlines": {"checkin": 60.0, "round": 4.0},
                         "secure_aggregation": {"max_session": N_DEV},
                         "label": f"attack {attack} {time.time()}",

@@ -237,13 +237,15 @@ def _data(n: int = N, seed: int = 3) -> dict[str, np.ndarray]:
     return {"x": x.astype(np.int64), "y": y.astype(np.int64)}
 
 
-def _task(**over: Any) -> dict[str, Any]:
+def _task(devices: int = 12, **over: Any) -> dict[str, Any]:
+    """A secure fed-chi2 task for ``devices`` devices sharing the N records (cohort_size counts devices)."""
     t: dict[str, Any] = {
         "analysis": "fed-chi2",
         "params": {"shape": [M_X, M_Y], "encoding_size": 30},
         "privacy": {"epsilon": None, "population": "default"},
-        "cohort_size": N,
-        "min_clients": N // 2,
+        "cohort_size": devices,
+        "min_clients": max(1, devices // 2),
+        "max_records_per_client": -(-N // devices),
         "deadlines": {"checkin": 30.0, "round": 30.0},
         # three sessions of four: smaller than the default minimum of min(10, max_session)
         "secure_aggregation": {"max_session": 5, "min_session_size": 3},
@@ -538,7 +540,12 @@ def assert_release_is_in_process(
     gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), rounds[0]["n_records"]))
     with pytest.raises(StopIteration) as stop:
         gen.send(RoundSum(np.asarray(rounds[1]["reports"], dtype=object), rounds[1]["n_records"]))
-    assert view["result"] == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
+    released = dict(view["result"])
+    # the server adds what the result stands on: devices, records, the per-device cap
+    assert released.pop("n_devices") == view["devices"]
+    assert released.pop("n_records") == n
+    assert released.pop("max_records_per_client") >= 1
+    assert released == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
 
 
 def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: Deployment) -> None:
@@ -578,7 +585,7 @@ def test_fed_h_and_the_g_test_over_secure_aggregation(
     """FED-H and the G-test end to end: exact secure sums, the in-process release on them."""
     data = _data()
     devices = _devices(production, analysis, data, 8)
-    run_id = _start(production, _task(analysis=analysis, params=params))
+    run_id = _start(production, _task(8, analysis=analysis, params=params))
     threads = _drive(devices, run_id)
     view = _finished(production, run_id, threads)
     rounds = _rounds(production, run_id, devices, analysis)
@@ -617,7 +624,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
         recording(d)
     run_id = _start(
         deployment,
-        _task(secure_aggregation={"max_session": 4}, deadlines={"checkin": 60.0, "round": 60.0}),
+        _task(4, secure_aggregation={"max_session": 4}, deadlines={"checkin": 60.0, "round": 60.0}),
     )
     threads = _drive(devices[:3], run_id)
     threads.append(
@@ -688,7 +695,7 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     late._reveal = reveal_when_released
     run_id = _start(
         deployment,
-        _task(secure_aggregation={"max_session": 4}, deadlines={"checkin": 60.0, "round": 60.0}),
+        _task(4, secure_aggregation={"max_session": 4}, deadlines={"checkin": 60.0, "round": 60.0}),
     )
     threads = _drive(devices, run_id)
     first = devices[0]
@@ -760,12 +767,13 @@ def test_devices_stopping_before_each_stage_leave_an_exact_sum_or_abort_the_run(
         for i in stoppers:
             devices[i].stop_before, devices[i].stop_round = stage, 1
         task = _task(
+            N_DEV,
             secure_aggregation={"max_session": N_DEV},
             privacy={"epsilon": None, "population": population},
             # a stage waits this long for the stopped devices; 4 s was too short for a live device's
             # first stage while the 100-process Adult test loaded the CI machine (one flaky abort in CI)
             deadlines={"checkin": 60.0, "round": 12.0},
-            min_clients=N // 2,
+            min_clients=N_DEV // 2,
         )
         cases.append((stage, n_stop, devices, stoppers, _start(production, task)))
     # the devices give up after `seconds`: on a loaded CI machine the six runs took longer than 150 s
@@ -810,7 +818,7 @@ def test_server_sigkilled_after_each_secure_stage_resumes_from_the_journal(
     devices = _devices(production, f"kill{stage}", data, 8)
     production.kill()
     production.start(crash_after=f"stage{stage}:1")
-    run_id = _start(production, _task(secure_aggregation={"max_session": 8}))
+    run_id = _start(production, _task(8, secure_aggregation={"max_session": 8}))
     threads = _drive(devices, run_id, seconds=150)
     assert production.proc is not None
     production.proc.wait(90)  # killed itself at the fault point
@@ -845,6 +853,7 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
     production.kill()
     production.start(*lease, "--server-id", "server-a", crash_after="stage3:0")
     task = _task(
+        8,
         analysis="heterogeneity",
         params={"dim": 3, "statistic": "dispersion"},
         privacy={"epsilon": 3.0, "delta": 1e-6, "population": "default"},

@@ -58,9 +58,9 @@ def test_fed_chi2_on_adult_with_100_client_processes(
         "analysis": "fed-chi2",
         "params": {"shape": [m_x, m_y], "encoding_size": 50},
         "privacy": {"epsilon": None, "population": "default"},
-        "cohort_size": n,
-        "min_clients": n - n // 10,
-        "max_records_per_client": 1000,
+        "cohort_size": N_PROCS,  # devices
+        "min_clients": N_PROCS - N_PROCS // 10,
+        "max_records_per_client": -(-n // N_PROCS),  # every record of every shard
         "deadlines": {"checkin": 300.0, "round": 180.0},
         "secure_aggregation": {"max_session": N_PROCS},
         "label": "adult secure",

@@ -62,6 +62,11 @@ def _tasks(
     n_test = len(pops["adult-test"]["value"])
     n_digits = len(pops["digits"]["x"])
     base = {"deadlines": {"checkin": deadline, "round": deadline}}
+
+    def cohort(n_records: int) -> dict[str, int]:
+        # cohort_size counts devices; each contributes every record of its shard
+        return {"cohort_size": n_devices, "max_records_per_client": -(-n_records // n_devices)}
+
     return [
         {
             **base,
@@ -69,7 +74,7 @@ def _tasks(
             "analysis": "exact-mean",
             "params": {"column": "value", "clip": 128.0},
             "privacy": {"epsilon": None, "population": "adult"},
-            "cohort_size": n_adult,
+            **cohort(n_adult),
         },
         {
             **base,
@@ -77,7 +82,7 @@ def _tasks(
             "analysis": "bitpushing-mean",
             "params": {"column": "value", "low": 0.0, "high": 127.0, "method": "adaptive"},
             "privacy": {"epsilon": _EPSILON, "population": "adult"},
-            "cohort_size": n_adult,
+            **cohort(n_adult),
         },
         {
             **base,
@@ -85,7 +90,7 @@ def _tasks(
             "analysis": "performance-gap",
             "params": {"mechanism": "R", "scale": "rate"},
             "privacy": {"epsilon": _EPSILON, "population": "adult-test"},
-            "cohort_size": n_test,
+            **cohort(n_test),
         },
         {
             **base,
@@ -93,7 +98,7 @@ def _tasks(
             "analysis": "heterogeneity",
             "params": {"dim": int(pops["digits"]["x"].shape[1]), "statistic": "dispersion"},
             "privacy": {"epsilon": 4.0, "delta": 1e-5, "population": "digits"},
-            "cohort_size": n_digits,
+            **cohort(n_digits),
             # distributed noise shares are private only inside the secure sum
             "secure_aggregation": {
                 "max_session": 1000,

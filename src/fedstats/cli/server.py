@@ -123,7 +123,7 @@ def serve(
     from fedstats.service.store import open_store
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    store = open_store(db)
+    store = open_store(db, require_writable=True)  # refuse a read-only database (exit 2)
     if authority_key is not None:
         trust_authority(store, authority_key)
     app = create_app(

@@ -476,7 +476,9 @@ class Device(SecureRuns):
             raise SecurityError("the run's public seed is not 32 bytes")
         mine = self.joined[rid]
         start, count = int(mine["slot_start"]), int(mine["slot_count"])
-        if not (int(task["min_clients"]) <= n <= int(task["cohort_size"]) and start + count <= n):
+        # n counts records: at least one per device, at most max_records_per_client per device
+        most = int(task["cohort_size"]) * int(task.get("max_records_per_client", 1))
+        if not (int(task["min_clients"]) <= n <= most and start + count <= n):
             raise SecurityError(
                 f"cohort size {n} is impossible for this task and this device's slots"
             )

@@ -36,6 +36,7 @@ from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError, 
 from fedstats.service import driver, ledger, runs, tasks
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import Offload, add_client_routes
+from fedstats.service.health import add_health_routes
 from fedstats.service.models import Audit, Authority, Nonce, Operator
 from fedstats.service.schemas import (
     BudgetIn,
@@ -335,12 +336,7 @@ def create_app(
         409: {"model": ErrorOut},
     }
 
-    @app.get("/healthz", tags=["ops"])
-    def healthz() -> dict[str, str]:
-        """Liveness and database reachability."""
-        with store.session() as s:
-            s.execute(select(1))
-        return {"status": "ok"}
+    add_health_routes(app, store)  # /healthz, /readyz (fedstats.service.health)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["ops"])
     def metrics() -> str:
@@ -354,6 +350,7 @@ def create_app(
         ]
         for name, v in sorted(runner.metrics.items()):
             lines += [f"# TYPE fedstats_{name}_total counter", f"fedstats_{name}_total {v:g}"]
+        lines += driver.excluded_metrics(runner)  # fedstats_reports_excluded_total{reason=...}
         lines.append("# TYPE fedstats_http_requests_total counter")
         for key, v in sorted(counters.items()):
             if key.startswith("http_requests_total"):

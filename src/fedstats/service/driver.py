@@ -29,12 +29,13 @@ from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.results import AnalysisResult, to_jsonable
 from fedstats.service import ledger, secure
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
+from fedstats.service.reports import report_problem
 from fedstats.service.runs import load_run, new_public_seed
 from fedstats.service.store import Store
 from fedstats.service.tasks import task_config
 from fedstats.wire.registry import encoder_name, lookup, plan_for
 
-__all__ = ["Driver"]
+__all__ = ["Driver", "excluded_metrics"]
 
 log = logging.getLogger("fedstats.service")
 
@@ -76,9 +77,22 @@ def _round_fields(rnd: Round, n: int) -> dict[str, Any]:
     }
 
 
-def _required(cfg: Mapping[str, Any], n_clients: int, rec: RoundRecord) -> int:
-    """Records a round must sum: its client range's share of ``min_clients`` (at least 1)."""
-    return max(1, math.ceil(int(cfg["min_clients"]) * (rec.hi - rec.lo) / n_clients - 1e-9))
+def _required(cfg: Mapping[str, Any], n_devices: int, rec: RoundRecord) -> int:
+    """Records a round must sum: the fraction ``min_clients / devices`` of its records (at least 1).
+
+    ``min_clients`` counts devices; with one record per device (the default) this is the round's client
+    range's share of ``min_clients``.
+    """
+    frac = int(cfg["min_clients"]) / max(1, n_devices)
+    return max(1, math.ceil(frac * (rec.hi - rec.lo) - 1e-9))
+
+
+def _n_devices(s: Session, run_id: str) -> int:
+    return int(
+        s.execute(
+            select(func.count()).select_from(RunMember).where(RunMember.run_id == run_id)
+        ).scalar_one()
+    )
 
 
 class Driver:
@@ -88,15 +102,21 @@ class Driver:
     whose lease is free, expired or its own (``SELECT ... FOR NO KEY UPDATE SKIP LOCKED`` on PostgreSQL,
     so two processes never wait on each other), setting ``lease_owner`` and ``lease_until``; a process that
     dies stops renewing, and after ``lease_seconds`` another one claims the run and rebuilds it from the
-    journal. Every transition re-reads the run under its row lock and goes on only while the lease is its
-    own (*fencing*): a process that lost its lease (paused past it) drops the run instead of writing.
+    journal. Every claim that is not the renewal of a lease this process still holds increments the run's
+    ``lease_epoch`` (the *fencing token*), and the driver remembers the epoch it claimed. Every
+    state-changing write of a run (check-in close, seeding, opening and closing rounds and secure stages,
+    aborts, releases, the result) happens in a transaction that first re-reads the run under its row lock
+    (a fresh read, never the session's cached copy) and goes on only while both the owner and the epoch
+    are still its own (*fencing*): a process that lost its lease (paused past it, even if it got it back
+    since) writes nothing and drops the run, rebuilding it from the journal if it claims it again.
 
     Parameters
     ----------
     store : Store
     crash_hook : callable, optional
         Test hook called with ``(event, run_id, round_index)`` at ``"journaled"`` (sum committed, not yet
-        used) and ``"opened"`` (round journaled); fault-injection tests kill the process there.
+        used), ``"opened"`` (round journaled) and ``"locked"`` (inside the transaction that closes a round,
+        its run row locked and fenced); fault-injection tests kill or pause the process there.
     lease_seconds : float
         How long a claim lasts without renewal (each pass renews it), > 0 (default 30).
     owner : str, optional
@@ -128,6 +148,9 @@ class Driver:
         self._on_change = on_change
         self._changed: set[str] = set()  # ids of the runs whose state this pass changed
         self._population: dict[str, str] = {}  # run id -> its task's population (immutable)
+        self._epochs: dict[
+            str, int
+        ] = {}  # run id -> the lease epoch (fencing token) this process claimed
         self.lease_seconds = float(lease_seconds)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
         self.metrics: dict[str, float] = {
@@ -135,7 +158,10 @@ class Driver:
             "runs_done": 0,
             "runs_aborted": 0,
             "dropouts": 0,
+            "leases_claimed": 0,
+            "fenced_writes": 0,
         }
+        self.excluded: dict[str, float] = {}  # reason -> reports excluded from a sum for it
 
     def _hook(self, event: str, run_id: str, index: int) -> None:
         if self._crash_hook is not None:
@@ -161,30 +187,81 @@ class Driver:
                 )
                 .with_for_update(skip_locked=True, key_share=True)
             )
-            for run in s.execute(stmt).scalars():
-                if run.lease_owner not in (None, self.owner):
-                    log.info(
-                        json.dumps(
-                            {"event": "lease_taken_over", "run_id": run.id, "from": run.lease_owner}
-                        )
-                    )
-                run.lease_owner = self.owner
-                run.lease_until = now + self.lease_seconds
+            for run in s.execute(stmt.execution_options(populate_existing=True)).scalars():
+                self._take(run, now)
         with self.store.session() as s:
-            ids = list(
-                s.execute(select(Run.id).where(live, Run.lease_owner == self.owner)).scalars()
-            )
+            held = s.execute(
+                select(Run.id, Run.lease_epoch).where(live, Run.lease_owner == self.owner)
+            ).all()
+        # a run under our name but not under the epoch we claimed (a restart under the same server_id,
+        # or a claim lost and regained): claim it anew, with a new epoch, before writing anything
+        stale = [rid for rid, epoch in held if self._epochs.get(rid) != epoch]
+        if stale:
+            with self.store.session() as s, s.begin():
+                for run in s.execute(
+                    select(Run)
+                    .where(Run.id.in_(stale), live, Run.lease_owner == self.owner)
+                    .with_for_update(skip_locked=True, key_share=True)
+                    .execution_options(populate_existing=True)
+                ).scalars():
+                    self._take(run, now)
+        ids = [rid for rid, _e in held]
         for rid in set(self._live) - set(ids):
-            self._live.pop(rid, None)  # another process holds it now: our generator is stale
-            self._sessions.drop(rid)
-        return ids
+            self._forget(rid)  # another process holds it now: our generator is stale
+        for rid in set(self._epochs) - set(ids):
+            self._epochs.pop(rid, None)
+        return [rid for rid in ids if rid in self._epochs]
+
+    def _take(self, run: Run, now: float) -> None:
+        """Claim or renew ``run``'s lease (row locked by the caller); a new claim gets a new epoch."""
+        renewal = (
+            run.lease_owner == self.owner
+            and run.lease_until is not None
+            and run.lease_until >= now
+            and self._epochs.get(run.id) == run.lease_epoch
+        )
+        if not renewal:
+            if run.lease_owner not in (None, self.owner):
+                log.info(
+                    json.dumps(
+                        {"event": "lease_taken_over", "run_id": run.id, "from": run.lease_owner}
+                    )
+                )
+            run.lease_epoch = int(run.lease_epoch or 0) + 1
+            self._forget(run.id)  # whatever we knew of it may be stale: rebuild from the journal
+            self._epochs[run.id] = run.lease_epoch
+            self.metrics["leases_claimed"] += 1
+        run.lease_owner = self.owner
+        run.lease_until = now + self.lease_seconds
+
+    def _forget(self, run_id: str) -> None:
+        self._live.pop(run_id, None)
+        self._sessions.drop(run_id)
 
     def _holds(self, run: Run) -> bool:
-        """Fencing: whether this process still holds ``run``'s lease (read under the run's row lock)."""
-        if run.lease_owner == self.owner:
+        """Fencing: whether this process still holds ``run``'s lease under the epoch it claimed.
+
+        ``run`` must have been read fresh under its row lock in the caller's write transaction
+        (:func:`~fedstats.service.runs.load_run` with ``lock=True``). If not, the run is dropped (its
+        live state forgotten) and the caller must write nothing.
+        """
+        epoch = self._epochs.get(run.id)
+        if run.lease_owner == self.owner and epoch is not None and run.lease_epoch == epoch:
             return True
-        self._live.pop(run.id, None)
-        self._sessions.drop(run.id)
+        self._forget(run.id)
+        self._epochs.pop(run.id, None)
+        self.metrics["fenced_writes"] += 1
+        log.warning(
+            json.dumps(
+                {
+                    "event": "fenced",
+                    "run_id": run.id,
+                    "owner": run.lease_owner,
+                    "epoch": run.lease_epoch,
+                    "claimed_epoch": epoch,
+                }
+            )
+        )
         return False
 
     def tick(self) -> bool:
@@ -204,8 +281,7 @@ class Driver:
                 except OperationalError as exc:
                     # a lock conflict or a lost connection: nothing was committed by the failed
                     # transaction; rebuild the run from the journal on the next pass
-                    self._live.pop(rid, None)
-                    self._sessions.drop(rid)
+                    self._forget(rid)
                     self._sessions.advanced.clear()
                     log.warning(
                         json.dumps({"event": "retry_run", "run_id": rid, "error": str(exc)[:200]})
@@ -220,11 +296,10 @@ class Driver:
 
     # -- state transitions
     def _abort(self, run_id: str, reason: str) -> None:
-        self._live.pop(run_id, None)
-        self._sessions.drop(run_id)
+        self._forget(run_id)
         with self.store.session() as s, s.begin():
             run = load_run(s, run_id, lock=True)
-            if run.status in ("done", "aborted"):
+            if run.status in ("done", "aborted") or not self._holds(run):
                 return
             used = s.execute(
                 select(RoundRecord.index).where(
@@ -244,8 +319,7 @@ class Driver:
         log.info(json.dumps({"event": "run_aborted", "run_id": run_id, "reason": reason}))
 
     def _finish(self, run_id: str, result: Any) -> None:
-        self._live.pop(run_id, None)
-        self._sessions.drop(run_id)
+        self._forget(run_id)
         if isinstance(result, AnalysisResult):
             payload = result.to_dict()
         else:
@@ -254,6 +328,12 @@ class Driver:
             run = load_run(s, run_id, lock=True)
             if run.status != "running" or not self._holds(run):
                 return
+            # what the result stands on: devices, records, and the per-device cap the task stated
+            payload["n_devices"] = _n_devices(s, run_id)
+            payload["n_records"] = run.n_clients
+            payload["max_records_per_client"] = int(
+                task_config(s, run.task_id).get("max_records_per_client", 1)
+            )
             ledger.spend(s, run_id)
             run.result = json.dumps(to_jsonable(payload))
             run.status = "done"
@@ -345,22 +425,24 @@ class Driver:
                     else:
                         live = got
                         self._live[run_id] = live
-            if live is None:
-                self._finish(run_id, result)
-                return
-            while live is not None:
-                live = self._step(s, run_id, live)
+        if live is None:
+            self._finish(run_id, result)
+            return
+        while live is not None:  # one new session per transaction: no stale identity map
+            live = self._step(run_id, live)
 
     def _close_checkin(self, s: Session, run: Run) -> None:
         cfg = task_config(s, run.task_id)
-        used = sum(
+        counts = list(
             s.execute(select(RunMember.slot_count).where(RunMember.run_id == run.id)).scalars()
         )
-        if used < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
+        devices, used = len(counts), sum(counts)  # cohort_size and min_clients count devices
+        if devices < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
             return
-        if used < int(cfg["min_clients"]):
+        if devices < int(cfg["min_clients"]):
             reason = (
-                f"only {used} record(s) checked in; the task needs min_clients={cfg['min_clients']}"
+                f"only {devices} device(s) checked in; the task needs "
+                f"min_clients={cfg['min_clients']} devices"
             )
             self._abort_in(s, run, reason)
             return
@@ -370,7 +452,7 @@ class Driver:
             run.public_seed = new_public_seed()
         run.n_clients = used
         self._changed.add(run.id)
-        ledger.audit(s, "server", "start", run.id, n_clients=used)
+        ledger.audit(s, "server", "start", run.id, n_clients=used, n_devices=devices)
 
     def _abort_in(self, s: Session, run: Run, reason: str) -> None:
         """Abort a run before any sum was used, inside the caller's transaction (releases the charge)."""
@@ -383,9 +465,9 @@ class Driver:
         self.metrics["runs_aborted"] += 1
         log.info(json.dumps({"event": "run_aborted", "run_id": run.id, "reason": reason}))
 
-    def _step(self, s: Session, run_id: str, live: _Live) -> _Live | None:
+    def _step(self, run_id: str, live: _Live) -> _Live | None:
         """Open, or try to close, the live round; return the state to continue with, or None to stop."""
-        with s.begin():
+        with self.store.session() as s, s.begin():
             run = load_run(s, run_id, lock=True)
             if not self._holds(run):
                 return None
@@ -422,10 +504,11 @@ class Driver:
             self._changed.add(run_id)
             self._hook("opened", run_id, live.index)
             return None
-        with s.begin():
+        with self.store.session() as s, s.begin():
             run = load_run(s, run_id, lock=True)
             if not self._holds(run):
                 return None
+            self._hook("locked", run_id, live.index)
             rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
             assert rec is not None and run.n_clients is not None
             if rec.status != "open":  # journaled by an earlier holder: rebuild from the journal
@@ -435,10 +518,11 @@ class Driver:
                 got = secure.advance_sessions(
                     s, run, rec, self._sessions, float(cfg["deadlines"]["round"])
                 )
-                if isinstance(got, tuple) and got[1] < _required(cfg, run.n_clients, rec):
+                need = _required(cfg, _n_devices(s, run.id), rec)
+                if isinstance(got, tuple) and got[1] < need:
                     got = (
                         f"round {rec.index} ({rec.name}): {got[1]} record(s) in the secure sum, "
-                        f"fewer than the {_required(cfg, run.n_clients, rec)} required"
+                        f"fewer than the {need} required"
                     )
             else:
                 got = self._close_plain(s, run, rec, cfg)
@@ -468,7 +552,7 @@ class Driver:
         except StopIteration as stop:
             self._finish(run_id, stop.value)
             return None
-        with s.begin():
+        with self.store.session() as s:
             run = load_run(s, run_id)
             self._check_encoder(task_config(s, run.task_id), rnd)
         live.index += 1
@@ -507,15 +591,78 @@ class Driver:
             .scalars()
             .all()
         )
-        n = sum(r.count for r in reports)
-        required = _required(cfg, run.n_clients, rec)
+        members = {
+            m.client_id: m
+            for m in s.execute(select(RunMember).where(RunMember.run_id == run.id)).scalars()
+        }
+        kept: list[list[int]] = []
+        n = 0
+        for r in reports:
+            vector = self._checked(run, rec, r, members.get(r.client_id))
+            if vector is not None:
+                kept.append(vector)
+                n += int(r.count)
+        required = _required(cfg, len(members), rec)
         self.metrics["dropouts"] += max(0, int(n_expected) - len(reports))
         if n < required:
             return (
                 f"round {rec.index} ({rec.name}): {n} record(s) reported before the deadline, "
                 f"fewer than the {required} required"
             )
-        return _sum_reports([json.loads(r.vector) for r in reports], rec.dim), n
+        return _sum_reports(kept, rec.dim), n
+
+    def _checked(
+        self, run: Run, rec: RoundRecord, report: Report, member: RunMember | None
+    ) -> list[int] | None:
+        """The report's vector if it may be summed; else None, with ``report.excluded`` set and counted."""
+        if report.excluded is not None:
+            return None
+        problem: str | None
+        vector: Any = None
+        if member is None:
+            problem = "member: the device is not in the run's cohort"
+        else:
+            try:
+                vector = json.loads(report.vector)
+            except ValueError:
+                problem = "shape: the stored report is not JSON"
+            else:
+                lo = max(member.slot_start, rec.lo)
+                records = max(0, min(member.slot_start + member.slot_count, rec.hi) - lo)
+                problem = report_problem(
+                    vector,
+                    report.count,
+                    encode=rec.encode,
+                    dim=rec.dim,
+                    bound=rec.bound,
+                    records=records,
+                )
+        if problem is None:
+            return list(vector)
+        reason = problem.split(":", 1)[0]
+        report.excluded = problem
+        self.excluded[reason] = self.excluded.get(reason, 0) + 1
+        log.warning(
+            json.dumps(
+                {
+                    "event": "report_excluded",
+                    "run_id": run.id,
+                    "round": rec.index,
+                    "client_id": report.client_id,
+                    "reason": reason,
+                    "detail": problem,
+                }
+            )
+        )
+        return None
+
+
+def excluded_metrics(driver: Driver) -> list[str]:
+    """Prometheus lines of ``fedstats_reports_excluded_total{reason=...}`` (reports left out of sums)."""
+    lines = ["# TYPE fedstats_reports_excluded_total counter"]
+    for reason, v in sorted(driver.excluded.items()):
+        lines.append(f'fedstats_reports_excluded_total{{reason="{reason}"}} {v:g}')
+    return lines
 
 
 @dataclass

@@ -104,6 +104,8 @@ class Run(Base):
     # the run's public seed (hex): a plain run's stated by the server at creation; a secure run's from the
     # members' commit-then-reveal at check-in
     public_seed: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # the fencing token: every claim of the lease increments it; a write checks it (migration 0005)
+    lease_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class RunMember(Base):
@@ -152,6 +154,8 @@ class Report(Base):
     count: Mapped[int] = mapped_column(Integer)
     digest: Mapped[str] = mapped_column(String(64))
     received_at: Mapped[float] = mapped_column(Float)
+    # why the report was left out of its round's sum (None: included)
+    excluded: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class SecureSession(Base):
@@ -200,6 +204,8 @@ class Client(Base):
     enrolled_at: Mapped[float] = mapped_column(Float)
     # the enrollment certificate as registered (JSON): peers verify it in a secure session's roster
     certificate: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # revoked devices are refused at every signed request (None: active)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Authority(Base):
@@ -262,6 +268,20 @@ class LedgerCharge(Base):
     label: Mapped[str] = mapped_column(String(256))
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class IdempotencyKey(Base):
+    """The first answer to an admin write sent with an ``Idempotency-Key`` (a retry gets it again)."""
+
+    __tablename__ = "idempotency_keys"
+    actor: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(256))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class Audit(Base):

@@ -5,14 +5,16 @@ A **run** executes it; this module holds its requests (creation, check-in, work,
 :mod:`.driver` the background part that advances it:
 
 1. *check-in*: devices that accepted the task join with the number of records they hold and receive
-   contiguous *slots* (the protocol's global client indices); the check-in closes when the cohort is full or
-   its deadline passes; with fewer than ``min_clients`` records the run aborts and releases nothing;
+   contiguous *slots* (the protocol's global client indices), at most the task's
+   ``max_records_per_client`` (default 1: a device holding more contributes its first records); the
+   check-in closes when ``cohort_size`` **devices** joined or its deadline passes; with fewer than
+   ``min_clients`` devices the run aborts and releases nothing;
 2. *rounds*: the server drives the analysis's protocol generator (:mod:`fedstats.wire.registry`); each yielded
    :class:`~fedstats.engine.rounds.Round` is journaled (name, encoder, canonical parameters, dim, bound,
    client range, deadline) and offered to the devices whose slots intersect its client range; each device
    sends the sum of its records' reports and their count; the round closes when every expected device
    reported or at the deadline (the others are dropouts); with fewer records than the round's share of
-   ``min_clients`` the round aborts and the run releases nothing; otherwise the exact sum is committed to
+   ``min_clients`` (the fraction ``min_clients / devices`` of the round's records) the round aborts and the run releases nothing; otherwise the exact sum is committed to
    the journal *before* the generator receives it;
    a *secure* task (``secure_aggregation``) adds a ``seeding`` step between check-in and the first round
    (the members reveal the contributions they committed to at check-in) and computes each round's sum by
@@ -52,6 +54,7 @@ from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service import ledger
 from fedstats.service.models import Report, RoundRecord, Run, RunMember
+from fedstats.service.reports import report_problem
 from fedstats.service.secure_devices import secure_work
 from fedstats.service.tasks import ConflictError, NotFoundError, task_config, task_envelope
 from fedstats.wire.registry import privacy_loss_for
@@ -125,7 +128,9 @@ def load_run(session: Session, run_id: str, *, lock: bool = False) -> Run:
     NotFoundError
         If there is no such run.
     """
-    stmt = select(Run).where(Run.id == run_id)
+    # populate_existing: a fresh read even if the session already holds the run (a stale lease owner or
+    # epoch in the identity map must never pass the fencing check)
+    stmt = select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
     if lock:
         # FOR NO KEY UPDATE: does not block the key-share locks of inserts referencing the run (reports,
         # members), so a report and the driver closing its round cannot deadlock
@@ -147,7 +152,7 @@ def checkin(
     Raises
     ------
     ConflictError
-        If the check-in is closed or the cohort is full.
+        If the check-in is closed or the cohort already has ``cohort_size`` devices.
     ParameterError
         If ``records`` < 1, or the commitment is missing, malformed or not expected.
     """
@@ -169,13 +174,13 @@ def checkin(
             raise ParameterError("commitment", commitment, "64 hex digits") from None
     elif commitment is not None:
         raise ParameterError("commitment", commitment, "none (the task is not secure)")
-    used = sum(
+    counts = list(
         session.execute(select(RunMember.slot_count).where(RunMember.run_id == run_id)).scalars()
     )
-    free = int(cfg["cohort_size"]) - used
-    if free <= 0:
-        raise ConflictError(f"run {run_id} has a full cohort")
-    count = min(int(records), free, int(cfg["max_records_per_client"]))
+    if len(counts) >= int(cfg["cohort_size"]):  # cohort_size counts devices
+        raise ConflictError(f"run {run_id} has a full cohort ({len(counts)} devices)")
+    used = sum(counts)
+    count = min(int(records), int(cfg.get("max_records_per_client", 1)))
     session.add(
         RunMember(
             run_id=run_id,
@@ -399,9 +404,11 @@ def submit_report(
     a, b = _overlap(member, rec.lo, rec.hi)
     if count != b - a or count < 1:
         raise DataError(f"report count must be {b - a} (records of this client in the round)")
-    limit = rec.bound * count
-    if any(abs(v) > limit for v in vector):
-        raise DataError(f"report entries must lie within +-{limit} (bound x records)")
+    problem = report_problem(
+        vector, count, encode=rec.encode, dim=rec.dim, bound=rec.bound, records=b - a
+    )
+    if problem is not None:
+        raise DataError(f"report refused: {problem}")
     session.add(
         Report(
             run_id=run_id,
@@ -442,7 +449,7 @@ def run_view(session: Session, run_id: str) -> dict[str, Any]:
         "task_id": run.task_id,
         "analyst": run.analyst,
         "status": run.status,
-        "n_clients": run.n_clients,
+        "n_clients": run.n_clients,  # records in the cohort
         "devices": len(members),
         "rounds": rounds,
         "result": json.loads(run.result) if run.result else None,

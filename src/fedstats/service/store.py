@@ -4,22 +4,66 @@
 revision shipped in ``fedstats/service/migrations``. On SQLite every transaction starts with
 ``BEGIN IMMEDIATE`` (one writer at a time, so a read-then-write transaction such as a ledger reservation
 cannot interleave with another), with WAL journaling and a busy timeout. On PostgreSQL the ledger locks
-the budget rows it reads (``SELECT ... FOR UPDATE``).
+the budget rows it reads (``SELECT ... FOR UPDATE``), and every connection gets ``lock_timeout``,
+``statement_timeout`` and ``idle_in_transaction_session_timeout`` (:class:`Timeouts`): a server process
+stopped inside a transaction holds its row locks at most the idle timeout, and nobody waits on a lock longer
+than the lock timeout (the request fails with a retryable error instead of hanging).
+
+Recovery: a write that fails with an operational error (a read-only or full disk, a lost connection)
+invalidates the engine's pool, so the next transaction opens fresh connections (a SQLite connection that
+once hit a read-only file stays read-only until it is reopened). :meth:`Store.writable` is a cheap write
+probe (a committed write that changes nothing the service reads), used by ``/readyz`` and at start-up
+(:func:`open_store` refuses a database it cannot write).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from fedstats.errors import ParameterError
+from fedstats.errors import DataError, ParameterError
 
-__all__ = ["Store", "open_store", "upgrade"]
+__all__ = ["Store", "Timeouts", "open_store", "upgrade"]
+
+log = logging.getLogger("fedstats.service")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """PostgreSQL session timeouts of every connection, in seconds (0 disables one).
+
+    Attributes
+    ----------
+    lock : float
+        ``lock_timeout``: longest wait for a row or table lock (default 5).
+    statement : float
+        ``statement_timeout``: longest statement (default 30).
+    idle_in_transaction : float
+        ``idle_in_transaction_session_timeout``: a session idle inside a transaction this long (its
+        process stopped or hung) is terminated and its locks released (default 30).
+    """
+
+    lock: float = 5.0
+    statement: float = 30.0
+    idle_in_transaction: float = 30.0
+
+    def __post_init__(self) -> None:
+        for name in ("lock", "statement", "idle_in_transaction"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 <= v <= 86400):
+                raise ParameterError(f"{name}_timeout", v, "seconds in [0, 86400] (0: none)")
+
 
 _MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -43,8 +87,46 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
-def make_engine(url: str) -> Engine:
+# SQLite errors after which a connection must be reopened (not "database is locked": that is a wait)
+_SQLITE_BROKEN = (
+    "readonly",
+    "read-only",
+    "disk i/o",
+    "disk is full",
+    "unable to open",
+    "malformed",
+)
+
+
+def _pg_engine(url: str, timeouts: Timeouts) -> Engine:
+    # 20 kept connections: a connection past the pool size is closed when returned, and reopening it
+    # costs a new PostgreSQL backend process
+    engine = create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
+    settings = {
+        "lock_timeout": timeouts.lock,
+        "statement_timeout": timeouts.statement,
+        "idle_in_transaction_session_timeout": timeouts.idle_in_transaction,
+    }
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        for name, seconds in settings.items():
+            cur.execute(f"SET {name} = {round(seconds * 1000)}")  # milliseconds; ours, not input
+        cur.close()
+        dbapi_conn.commit()
+
+    return engine
+
+
+def make_engine(url: str, timeouts: Timeouts | None = None) -> Engine:
     """SQLAlchemy engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
+
+    Parameters
+    ----------
+    url : str
+    timeouts : Timeouts, optional
+        PostgreSQL session timeouts (default :class:`Timeouts`); ignored for SQLite.
 
     Raises
     ------
@@ -52,12 +134,27 @@ def make_engine(url: str) -> Engine:
         If the URL is neither SQLite nor PostgreSQL.
     """
     if url.startswith("sqlite"):
-        return _sqlite_engine(url)
-    if url.startswith("postgresql"):
-        # 20 kept connections: a connection past the pool size is closed when returned, and reopening it
-        # costs a new PostgreSQL backend process
-        return create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
-    raise ParameterError("db", url, "a sqlite:///FILE or postgresql+psycopg://... URL")
+        engine = _sqlite_engine(url)
+    elif url.startswith("postgresql"):
+        engine = _pg_engine(url, timeouts or Timeouts())
+    else:
+        raise ParameterError("db", url, "a sqlite:///FILE or postgresql+psycopg://... URL")
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(ctx: ExceptionContext) -> None:
+        # a failed write on SQLite (read-only file, full disk, I/O error) can leave the connection unable
+        # to write even after the cause is gone: drop every pooled connection, reopen on the next use
+        if engine.url.get_backend_name() != "sqlite":
+            return
+        if type(ctx.original_exception).__name__ != "OperationalError":
+            return
+        msg = str(ctx.original_exception).lower()
+        if any(m in msg for m in _SQLITE_BROKEN):
+            log.warning('{"event": "store_reopen", "error": %s}', json.dumps(msg[:200]))
+            ctx.invalidate_pool_on_disconnect = True
+            ctx.is_disconnect = True
+
+    return engine
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -76,11 +173,13 @@ class Store:
     ----------
     url : str
         Database URL (see :func:`make_engine`).
+    timeouts : Timeouts, optional
+        PostgreSQL session timeouts.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeouts: Timeouts | None = None) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, timeouts)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.is_sqlite = url.startswith("sqlite")
 
@@ -88,12 +187,40 @@ class Store:
         """A new session (use as a context manager; ``with s.begin():`` for one transaction)."""
         return self.sessions()
 
+    def writable(self) -> str | None:
+        """Probe whether the store can write now; None if it can, else the reason.
+
+        Commits a write that changes nothing the service reads (on SQLite the header's unused
+        ``user_version``, on PostgreSQL ``state_version`` set to itself), so a read-only file, directory or file system,
+        a full disk or a read-only PostgreSQL role fails here). A failure invalidates the pool (see
+        :func:`make_engine`), so a store whose cause went away (a read-only file made writable again)
+        answers None at the next probe, without a restart.
+        """
+        try:
+            with self.engine.begin() as conn:
+                if self.is_sqlite:
+                    # SQLite skips writing an unchanged page: change the header's user_version (unused
+                    # by the schema) so that the commit really reaches the journal and the file
+                    v = int(conn.exec_driver_sql("PRAGMA user_version").scalar() or 0)
+                    conn.exec_driver_sql(f"PRAGMA user_version = {(v + 1) % 1000}")
+                else:
+                    conn.execute(text("UPDATE state_version SET version = version"))
+        except SQLAlchemyError as exc:
+            return " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+        return None
+
     def close(self) -> None:
         """Dispose of the connection pool."""
         self.engine.dispose()
 
 
-def open_store(url: str, *, migrate: bool = True) -> Store:
+def open_store(
+    url: str,
+    *,
+    migrate: bool = True,
+    require_writable: bool = False,
+    timeouts: Timeouts | None = None,
+) -> Store:
     """Open the database at ``url`` and bring its schema up to date.
 
     Parameters
@@ -102,8 +229,41 @@ def open_store(url: str, *, migrate: bool = True) -> Store:
         ``sqlite:///path/to/file.db`` or ``postgresql+psycopg://user@host:port/db``.
     migrate : bool
         Run the migrations (default True).
+    require_writable : bool
+        Refuse a database this process cannot write (the server: it would accept requests it cannot
+        store). Default False.
+    timeouts : Timeouts, optional
+        PostgreSQL session timeouts.
+
+    Raises
+    ------
+    DataError
+        If ``require_writable`` and the database cannot be written (read-only file, directory or role).
     """
-    store = Store(url)
-    if migrate:
-        upgrade(store.engine)
+    if require_writable and url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :].split("?", 1)[0])
+        if path.exists() and not os.access(path, os.W_OK):
+            raise DataError(f"database {path} is read-only: the server needs to write it")
+        if not os.access(path.parent if path.parent != Path("") else Path("."), os.W_OK):
+            raise DataError(
+                f"directory {path.parent} of database {path.name} is read-only: SQLite needs to "
+                "write its journal there"
+            )
+    store = Store(url, timeouts)
+    try:
+        if migrate:
+            upgrade(store.engine)
+        if require_writable:
+            why = store.writable()
+            if why is not None:
+                raise DataError(f"database {url} cannot be written: {why}")
+    except SQLAlchemyError as exc:
+        store.close()
+        if require_writable:
+            cause = getattr(exc, "orig", None) or exc
+            raise DataError(f"database {url} cannot be opened for writing: {cause}") from None
+        raise
+    except DataError:
+        store.close()
+        raise
     return store

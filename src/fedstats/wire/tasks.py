@@ -40,8 +40,10 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
 
     Fields: ``analysis`` (str), ``version`` (int >= 1), ``params`` (object), ``privacy``
     (``{"epsilon", "delta", "population"}``; epsilon null for a non-private analysis), ``cohort_size``
-    (records, >= 2), ``min_clients`` (records, in [1, cohort_size]), ``max_records_per_client`` (>= 1,
-    default ``cohort_size``), ``deadlines`` (``{"checkin", "round"}``, seconds in [0.05, 604800]),
+    (**devices**, >= 2: the check-in closes when this many devices joined), ``min_clients`` (devices, in
+    [1, cohort_size], default cohort_size: with fewer devices at the check-in deadline the run aborts),
+    ``max_records_per_client`` (records each device contributes at most, in [1, 10**6], default **1**:
+    a device holding more contributes its first ``max_records_per_client``), ``deadlines`` (``{"checkin", "round"}``, seconds in [0.05, 604800]),
     ``label`` (free text; two otherwise equal tasks with different labels are different tasks),
     ``secure_aggregation`` (optional: ``{"max_session": m, "min_session_size": k}``, m in [2, 10000],
     default 1000, k in [2, m], default min(10, m), or ``true``; devices refuse a secure session smaller
@@ -77,9 +79,10 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
         raise ParameterError("cohort_size", cohort, "an integer in [2, 10**9]")
     if not 1 <= min_clients <= cohort:
         raise ParameterError("min_clients", min_clients, f"an integer in [1, cohort_size={cohort}]")
-    max_rec = int(config.get("max_records_per_client", cohort))
-    if not 1 <= max_rec <= cohort:
-        raise ParameterError("max_records_per_client", max_rec, f"an integer in [1, {cohort}]")
+    max_rec = config.get("max_records_per_client")
+    max_rec = 1 if max_rec is None else max_rec
+    if isinstance(max_rec, bool) or not isinstance(max_rec, int) or not 1 <= max_rec <= 10**6:
+        raise ParameterError("max_records_per_client", max_rec, "an integer in [1, 10**6]")
     eps, delta = privacy.get("epsilon"), privacy.get("delta")
     population = str(privacy.get("population", "default"))
     if not 1 <= len(population) <= 128:

@@ -1,0 +1,70 @@
+"""Health endpoints: ``/healthz`` (liveness) and ``/readyz`` (readiness), both probing the store's writes.
+
+A server whose database cannot be written (a read-only file system, a full disk, a lost PostgreSQL) would
+accept requests it cannot store; both endpoints then answer 503 with the reason, so a load balancer or an
+orchestrator stops sending it traffic. The probe is a write rolled back (:meth:`.store.Store.writable`);
+a failed probe reopens the store's connections, so the endpoints answer 200 again as soon as the cause
+is gone, without a restart.
+
+A request whose transaction fails on the store's side (a PostgreSQL lock or statement timeout, a lost
+connection, a SQLite file that cannot be written) answers 503 with ``Retry-After`` instead of an opaque
+500: nothing was committed, and devices retry 503 with backoff.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+
+from fedstats.service.store import Store
+
+__all__ = ["add_health_routes"]
+
+log = logging.getLogger("fedstats.service")
+
+
+def add_health_routes(app: FastAPI, store: Store) -> None:
+    """Mount ``GET /healthz`` and ``GET /readyz`` on ``app``, and answer store failures with 503.
+
+    Parameters
+    ----------
+    app : FastAPI
+    store : Store
+        The server's store, probed by a rolled-back write at each request.
+    """
+
+    async def store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+        reason = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+        log.warning(
+            json.dumps({"event": "store_unavailable", "path": request.url.path, "error": reason})
+        )
+        return JSONResponse(
+            {"detail": "the store is busy or unavailable; nothing was stored, retry later"},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+
+    app.add_exception_handler(OperationalError, store_unavailable)
+
+    def probe() -> JSONResponse:
+        why = store.writable()
+        if why is not None:
+            return JSONResponse(
+                {"status": "unavailable", "detail": f"the store cannot write: {why}"},
+                status_code=503,
+            )
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/healthz", tags=["ops"], responses={503: {"description": "the store cannot write"}})
+    def healthz() -> JSONResponse:
+        """Liveness: the process answers and its store can write (503 otherwise)."""
+        return probe()
+
+    @app.get("/readyz", tags=["ops"], responses={503: {"description": "the store cannot write"}})
+    def readyz() -> JSONResponse:
+        """Readiness: the store can write now (a rolled-back write; 503 with the reason otherwise)."""
+        return probe()

@@ -1,0 +1,530 @@
+"""Fault tests of the run driver and the store (issue 27): fencing, takeover, recovery, bad reports.
+
+The drivers run in this process (two :class:`~fedstats.service.driver.Driver` objects on one database
+stand for two server processes); devices are simulated by checking in and submitting their reports
+through the same store functions the HTTP endpoints call. A *paused* holder is a driver whose crash hook
+blocks (outside or inside its write transaction) until the test releases it. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
+
+from fedstats import wire
+from fedstats.engine.rounds import ClientBatch, Round
+from fedstats.errors import DataError
+from fedstats.randomness import RandomSource
+from fedstats.service import ledger, runs, tasks
+from fedstats.service.app import trust_authority
+from fedstats.service.driver import Driver, excluded_metrics
+from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord, Run, RunMember
+from fedstats.service.schemas import SignedTaskIn
+from fedstats.service.store import Store, Timeouts, open_store
+from fedstats.wire.enrollment import init_authority, issue_analyst
+from fedstats.wire.registry import resolve_encoder
+from fedstats.wire.tasks import sign_task
+from service_helpers import free_port, pg_reachable, pg_schema
+
+N = 6
+VALUES = np.linspace(-0.8, 0.9, N)
+
+EXACT_MEAN = {
+    "analysis": "exact-mean",
+    "params": {"column": "value", "clip": 1.0, "frac_bits": 16},
+    "privacy": {"epsilon": None, "population": "default"},
+}
+BITPUSHING = {
+    "analysis": "bitpushing-mean",
+    "params": {
+        "column": "value",
+        "low": -1.0,
+        "high": 1.0,
+        "resolution": 1 / 8,
+        "method": "adaptive",
+    },
+    "privacy": {"epsilon": 2.0, "population": "default"},
+}
+
+
+def _db_urls() -> list[str]:
+    return ["sqlite", "postgresql"]
+
+
+@pytest.fixture
+def make_store(tmp_path: Path) -> Iterator[Callable[..., Store]]:
+    """``make_store(kind, timeouts=None)``: a migrated store; further calls open the same database."""
+    opened: list[Store] = []
+    urls: dict[str, str] = {}
+    schemas: list[Any] = []
+
+    def make(kind: str, timeouts: Timeouts | None = None) -> Store:
+        if kind not in urls:
+            if kind == "postgresql":
+                reason = pg_reachable()
+                if reason is not None:
+                    pytest.skip(reason)
+                cm = pg_schema()
+                urls[kind] = cm.__enter__()
+                schemas.append(cm)
+            else:
+                urls[kind] = f"sqlite:///{tmp_path / 'faults.db'}"
+        st = open_store(urls[kind], timeouts=timeouts)
+        opened.append(st)
+        return st
+
+    yield make
+    for st in opened:
+        st.close()
+    for cm in schemas:
+        cm.__exit__(None, None, None)
+
+
+def _setup_run(store: Store, root: Path, task: dict[str, Any], **over: Any) -> str:
+    """Trust a fresh authority, sign and store ``task``, set budgets, start a run, check in N devices."""
+    init_authority(root / "authority")
+    analyst = issue_analyst(root / "authority", "analyst-x", ["default"], root / "analyst.json")
+    trust_authority(store, (root / "authority" / "authority.pub").read_text().strip())
+    body = dict(task) | {
+        "cohort_size": N,
+        "min_clients": N - 2,
+        "max_records_per_client": 1,
+        "deadlines": {"checkin": 60.0, "round": 60.0},
+        "label": f"faults {time.time()}",
+    }
+    body.update(over)
+    env = SignedTaskIn(**sign_task(body, analyst)).model_dump()
+    with store.session() as s, s.begin():
+        ledger.set_budget(s, "population", "default", epsilon=10, delta=1e-3, actor="t")
+        ledger.set_budget(s, "analyst", "alice", epsilon=10, delta=1e-3, actor="t")
+        tid, _ = tasks.create_task(s, env, "alice")
+        rid = runs.create_run(s, tid, "alice")
+    for i in range(N):
+        with store.session() as s, s.begin():
+            runs.checkin(s, rid, f"dev-{i}", 1)
+    return rid
+
+
+def _answer(
+    store: Store, rid: str, tamper: Callable[[str, list[int]], list[int]] | None = None
+) -> int:
+    """Every member without a report in the open round reports; return how many reported."""
+    done = 0
+    with store.session() as s:
+        run = s.get(Run, rid)
+        assert run is not None
+        rec = s.execute(
+            select(RoundRecord).where(RoundRecord.run_id == rid, RoundRecord.status == "open")
+        ).scalar_one_or_none()
+        if rec is None:
+            return 0
+        cfg = tasks.task_config(s, run.task_id)
+        members = s.execute(select(RunMember).where(RunMember.run_id == rid)).scalars().all()
+        have = set(
+            s.execute(
+                select(Report.client_id).where(
+                    Report.run_id == rid, Report.round_index == rec.index
+                )
+            ).scalars()
+        )
+        index, n = rec.index, int(run.n_clients or 0)
+        spec = Round(
+            rec.name,
+            resolve_encoder(rec.encode, cfg["analysis"], cfg["version"]),
+            wire.decode(json.loads(rec.params)),
+            dim=rec.dim,
+            bound=rec.bound,
+        )
+        lo, hi = rec.lo, rec.hi
+    for m in members:
+        a, b = max(m.slot_start, lo), min(m.slot_start + m.slot_count, hi)
+        if b <= a or m.client_id in have:
+            continue
+        batch = ClientBatch({"value": VALUES[a:b]}, start=a, total=n)
+        rep = spec.encode_checked(batch, RandomSource(7).generator(m.client_id, index))
+        vector = [int(x) for x in rep.sum(axis=0)]
+        if tamper is not None:
+            vector = tamper(m.client_id, vector)
+        with store.session() as s, s.begin():
+            runs.submit_report(s, rid, index, m.client_id, vector, b - a)
+        done += 1
+    return done
+
+
+def _status(store: Store, rid: str) -> str:
+    with store.session() as s:
+        return str(s.execute(select(Run.status).where(Run.id == rid)).scalar_one())
+
+
+def _drive(store: Store, drv: Driver, rid: str, timeout: float = 30.0) -> None:
+    """Tick ``drv`` and answer rounds until the run is finished (bounded)."""
+    deadline = time.monotonic() + timeout
+    while _status(store, rid) not in ("done", "aborted"):
+        assert time.monotonic() < deadline, "run did not finish in time"
+        drv.tick()
+        _answer(store, rid)
+
+
+def _snapshot(store: Store, rid: str) -> dict[str, Any]:
+    with store.session() as s:
+        rounds = [
+            (r.index, r.status, r.params_digest, r.total, r.n_clients)
+            for r in s.execute(
+                select(RoundRecord).where(RoundRecord.run_id == rid).order_by(RoundRecord.index)
+            ).scalars()
+        ]
+        audit = [
+            (a.id, a.action)
+            for a in s.execute(
+                select(Audit).where(Audit.run_id == rid).order_by(Audit.id)
+            ).scalars()
+        ]
+        charge = s.execute(
+            select(LedgerCharge.status).where(LedgerCharge.run_id == rid)
+        ).scalar_one_or_none()
+        run = s.get(Run, rid)
+        assert run is not None
+        return {
+            "rounds": rounds,
+            "audit": audit,
+            "charge": charge,
+            "status": run.status,
+            "result": run.result,
+            "owner": run.lease_owner,
+            "epoch": run.lease_epoch,
+        }
+
+
+class _Pause:
+    """A crash hook that blocks the driver's thread at one event until released (a paused process)."""
+
+    def __init__(self, event: str, run_id: str) -> None:
+        self.event = event
+        self.run_id = run_id
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self.fired = False
+
+    def __call__(self, event: str, run_id: str, _index: int) -> None:
+        if event == self.event and run_id == self.run_id and not self.fired:
+            self.fired = True
+            self.reached.set()
+            assert self.release.wait(60), "the test never released the paused driver"
+
+
+@pytest.mark.parametrize("kind", _db_urls())
+def test_holder_paused_past_its_lease_writes_nothing_after_it_resumes(
+    make_store: Callable[..., Store], tmp_path: Path, kind: str
+) -> None:
+    """A pauses after journaling round 0; B takes the run over, finishes it; A then writes nothing."""
+    store = make_store(kind)
+    rid = _setup_run(store, tmp_path, BITPUSHING)
+    pause = _Pause("journaled", rid)
+    a = Driver(make_store(kind), pause, lease_seconds=1.0, owner="server-a")
+    b = Driver(make_store(kind), lease_seconds=1.0, owner="server-b")
+    deadline = time.monotonic() + 30
+    t: threading.Thread | None = None
+    while not pause.reached.is_set():  # A runs the check-in and round 0 until it journals the sum
+        assert time.monotonic() < deadline, "A never journaled round 0"
+        _answer(store, rid)
+        t = threading.Thread(target=a.tick, daemon=True)
+        t.start()
+        while t.is_alive() and not pause.reached.wait(0.02):
+            pass
+    assert t is not None
+    # A is paused now, between committing round 0's sum and using it; its lease expires and B claims
+    # the run (a new epoch) before it writes anything itself
+    held = _snapshot(store, rid)
+    assert held["owner"] == "server-a"
+    time.sleep(1.3)
+    assert b._claim() == [rid]
+    claimed = _snapshot(store, rid)
+    assert claimed["epoch"] == held["epoch"] + 1 and claimed["owner"] == "server-b"
+    pause.release.set()  # A resumes with its stale generator: it would open round 1 now
+    t.join(30)
+    assert not t.is_alive()
+    assert _snapshot(store, rid) == claimed  # A wrote nothing: no round 1, no audit line
+    _drive(store, b, rid)  # B rebuilds the run from the journal and finishes it
+    before = _snapshot(store, rid)
+    assert before["status"] == "done" and before["charge"] == "spent", before
+    assert len(before["rounds"]) >= 2  # B journaled rounds after A's pause
+    for _ in range(3):
+        a.tick()
+    after = _snapshot(store, rid)
+    assert after == before  # nothing written by A after it resumed
+    assert a.metrics["fenced_writes"] >= 1  # A tried, and the fencing check refused it
+    indexes = [r[0] for r in after["rounds"]]
+    assert indexes == sorted(set(indexes))  # each round journaled once
+    assert [x for _i, x in after["audit"]].count("spend") == 1  # one spend
+    assert after["charge"] == "spent"
+
+
+def test_holder_paused_inside_a_write_transaction_is_taken_over(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """A stops inside its round-closing transaction (row locked); B takes over within the timeouts.
+
+    Check-ins through B on the locked run fail fast (lock timeout, a retryable error) instead of
+    hanging; other runs are unaffected; A's transaction is ended by ``idle_in_transaction`` and A
+    writes nothing after it resumes.
+    """
+    t_lock, t_idle, lease = 1.0, 2.0, 1.0
+    timeouts = Timeouts(lock=t_lock, statement=10.0, idle_in_transaction=t_idle)
+    store = make_store("postgresql", timeouts)
+    rid = _setup_run(store, tmp_path, BITPUSHING)
+    other = _setup_run(store, tmp_path / "other", BITPUSHING, label="other run")
+    pause = _Pause("locked", rid)
+    a = Driver(make_store("postgresql", timeouts), pause, lease_seconds=lease, owner="server-a")
+    b = Driver(make_store("postgresql", timeouts), lease_seconds=lease, owner="server-b")
+    deadline = time.monotonic() + 30
+    while _snapshot(store, rid)["rounds"] == []:  # A closes the check-in and opens round 0
+        assert time.monotonic() < deadline
+        a.tick()
+    _answer(store, rid)
+    t = threading.Thread(target=a.tick, daemon=True)
+    t.start()
+    assert pause.reached.wait(30), "A did not reach its transaction"
+    t0 = time.monotonic()
+    # a check-in on the locked run waits at most the lock timeout, then fails with a retryable error
+    with pytest.raises(OperationalError), store.session() as s, s.begin():
+        runs.checkin(s, rid, "late-device", 1)
+    assert time.monotonic() - t0 < t_lock + 2.0
+    # the other run is not blocked at all
+    t1 = time.monotonic()
+    with store.session() as s, s.begin():
+        assert runs.load_run(s, other, lock=True).id == other  # its row lock is free
+    assert time.monotonic() - t1 < 1.0
+    taken = None
+    while taken is None:
+        assert time.monotonic() - t0 < 30, "B never took the run over"
+        b.tick()
+        if _snapshot(store, rid)["owner"] == "server-b":
+            taken = time.monotonic() - t0
+        time.sleep(0.05)
+    # the lock goes when PostgreSQL ends A's idle transaction; the lease expired before that
+    assert taken < max(lease, t_idle) + t_lock + 2.0, taken
+    _drive(store, b, rid)
+    before = _snapshot(store, rid)
+    assert before["status"] == "done" and before["charge"] == "spent"
+    pause.release.set()
+    t.join(30)
+    assert not t.is_alive()
+    a.tick()
+    assert _snapshot(store, rid) == before
+    assert [x for _i, x in before["audit"]].count("spend") == 1
+
+
+@pytest.mark.parametrize("kind", _db_urls())
+def test_malformed_report_is_excluded_and_the_run_completes(
+    make_store: Callable[..., Store], tmp_path: Path, kind: str
+) -> None:
+    """A report with a bad count entry is refused (422); one stored anyway is excluded at close time."""
+    store = make_store(kind)
+    rid = _setup_run(store, tmp_path, EXACT_MEAN)
+    drv = Driver(make_store(kind), lease_seconds=30.0, owner="server-a")
+    deadline = time.monotonic() + 30
+    while not _snapshot(store, rid)["rounds"]:
+        assert time.monotonic() < deadline
+        drv.tick()
+
+    def zero_count(cid: str, v: list[int]) -> list[int]:  # the exact mean's (value, 1): count 0
+        return [v[0], 0] if cid == "dev-0" else v
+
+    # refused at submission: the count entry does not match the record count
+    with pytest.raises(DataError, match="count_entry"):
+        _answer(store, rid, zero_count)
+    # a bad report stored without that check (an older server): the driver excludes it
+    with store.session() as s, s.begin():
+        s.add(
+            Report(
+                run_id=rid,
+                round_index=0,
+                client_id="dev-0",
+                vector=json.dumps([5, -1]),
+                count=1,
+                digest="x" * 64,
+                received_at=time.time(),
+            )
+        )
+    assert _answer(store, rid) == N - 1
+    _drive(store, drv, rid)
+    view = _snapshot(store, rid)
+    assert view["status"] == "done", view
+    result = json.loads(view["result"])
+    # the others' exact mean, device 0 left out
+    others = VALUES[1:]
+    assert result["n_clients"] == N - 1
+    assert result["estimate"] == pytest.approx(float(np.mean(others)), abs=2**-15)
+    with store.session() as s:
+        rep = s.get(Report, (rid, 0, "dev-0"))
+        assert rep is not None and rep.excluded is not None and "count_entry" in rep.excluded
+    assert drv.excluded == {"count_entry": 1}
+    assert 'fedstats_reports_excluded_total{reason="count_entry"} 1' in excluded_metrics(drv)
+
+
+_READONLY_SCRIPT = r"""
+import json, os, subprocess, sys
+from fedstats.service.store import open_store
+from fedstats.service.app import create_app
+from starlette.testclient import TestClient
+
+d, mode = sys.argv[1], sys.argv[2]
+url = f"sqlite:///{d}/x.db"
+store = open_store(url)
+app = create_app(store, run_driver=False)
+out = {}
+
+def lock(on):
+    files = [os.path.join(d, f) for f in sorted(os.listdir(d)) if not f.endswith("-shm")] + [d]
+    if mode == "chattr":  # root ignores permissions: make the files immutable instead
+        subprocess.run(["chattr", "+i" if on else "-i", *files], check=True)
+    else:
+        for f in files:
+            os.chmod(f, (0o555 if on else 0o755) if os.path.isdir(f) else (0o444 if on else 0o644))
+
+with TestClient(app) as http:
+    out["before"] = [http.get("/healthz").status_code, http.get("/readyz").status_code]
+    lock(True)
+    try:
+        out["during"] = [http.get("/healthz").status_code, http.get("/readyz").status_code]
+        # connections opened during the read-only period (a pool that grows) open read-only
+        conns = [store.engine.connect() for _ in range(3)]
+        for c in conns:
+            try:
+                with c.begin():
+                    c.exec_driver_sql("UPDATE state_version SET version = version + 1")
+            except Exception:
+                pass
+        for c in conns:
+            c.close()
+        try:
+            open_store(url, require_writable=True)
+            out["open"] = "opened"
+        except Exception as exc:
+            out["open"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        lock(False)
+    out["after"] = [http.get("/healthz").status_code, http.get("/readyz").status_code]
+    conns = [store.engine.connect() for _ in range(3)]  # every pooled connection writes again
+    try:
+        for c in conns:
+            with c.begin():
+                c.exec_driver_sql("UPDATE state_version SET version = version + 1")
+        out["write"] = "ok"
+    except Exception as exc:
+        out["write"] = str(exc)[:200]
+    for c in conns:
+        c.close()
+print(json.dumps(out))
+"""
+
+
+def test_sqlite_recovers_from_a_read_only_period_without_restart(tmp_path: Path) -> None:
+    """/healthz and /readyz answer 503 while the database cannot be written, 200 again after."""
+    if os.geteuid() == 0 and shutil.which("chattr") is None:
+        pytest.fail("running as root needs chattr (e2fsprogs) to make the database read-only")
+    mode = "chattr" if os.geteuid() == 0 else "chmod"
+    d = tmp_path / "db"
+    d.mkdir()
+    script = tmp_path / "readonly.py"
+    script.write_text(_READONLY_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(script), str(d), mode],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        if mode == "chattr":
+            subprocess.run(["chattr", "-R", "-i", str(d)], check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["before"] == [200, 200]
+    assert out["during"] == [503, 503]
+    assert out["open"].startswith("DataError") and "read-only" in out["open"], out
+    assert out["after"] == [200, 200]
+    assert out["write"] == "ok"
+
+
+def test_server_refuses_to_start_on_a_read_only_database(tmp_path: Path) -> None:
+    """``fedstats server`` on a read-only database: one line on stderr, exit 2, no traceback."""
+    d = tmp_path / "db"
+    d.mkdir()
+    url = f"sqlite:///{d / 'x.db'}"
+    open_store(url).close()
+    fedstats = str(Path(sys.executable).with_name("fedstats"))
+    root = os.geteuid() == 0
+    files = [str(p) for p in d.iterdir()] + [str(d)]
+    if root:
+        subprocess.run(["chattr", "+i", *files], check=True)
+    else:
+        for f in files:
+            os.chmod(f, 0o555 if os.path.isdir(f) else 0o444)
+    try:
+        proc = subprocess.run(
+            [fedstats, "server", "--db", url, "--port", str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        if root:
+            subprocess.run(["chattr", "-i", *files], check=False)
+        else:
+            for f in files:
+                os.chmod(f, 0o755 if os.path.isdir(f) else 0o644)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in proc.stderr
+    assert any("read-only" in ln for ln in lines), proc.stderr
+
+
+def test_a_lock_timeout_is_a_503_with_retry_after(make_store: Callable[..., Store]) -> None:
+    """A request blocked on a row lock past ``lock_timeout`` answers 503 + Retry-After, not 500."""
+    from starlette.testclient import TestClient
+
+    from fedstats.service.app import add_operator, create_app
+    from fedstats.service.models import Budget
+
+    timeouts = Timeouts(lock=0.5, statement=10.0, idle_in_transaction=10.0)
+    store = make_store("postgresql", timeouts)
+    with store.session() as s, s.begin():
+        ledger.set_budget(s, "population", "locked", epsilon=1.0, delta=0.0, actor="t")
+    token = add_operator(store, "op")
+    holder = make_store("postgresql", timeouts)
+    app = create_app(store, run_driver=False)
+    auth_h = {"Authorization": f"Bearer {token}"}
+    with TestClient(app) as http:
+        with holder.session() as s, s.begin():
+            s.execute(select(Budget).where(Budget.name == "locked").with_for_update()).scalar_one()
+            t0 = time.monotonic()
+            r = http.put(
+                "/v1/admin/budgets/population/locked",
+                json={"epsilon": 2.0, "delta": 0.0},
+                headers=auth_h,
+            )
+            assert time.monotonic() - t0 < 5.0
+            assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+        # the lock is gone: the same request succeeds
+        r = http.put(
+            "/v1/admin/budgets/population/locked",
+            json={"epsilon": 2.0, "delta": 0.0},
+            headers=auth_h,
+        )
+        assert r.status_code == 200, r.text
