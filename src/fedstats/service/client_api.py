@@ -138,6 +138,7 @@ def add_client_routes(
         ts = headers.get(auth.HEADER_TIMESTAMP)
         nonce = headers.get(auth.HEADER_NONCE)
         sig = headers.get(auth.HEADER_SIGNATURE)
+        revoked = False
         if not (cid and ts and nonce and sig) or len(nonce) > 64 or len(cid) > 128:
             raise HTTPException(401, "signed request headers required")
         try:
@@ -152,15 +153,15 @@ def add_client_routes(
                 raise HTTPException(401, "unknown client")
             if c[1] < time.time():
                 raise HTTPException(401, "client certificate expired")
-            if c[3]:
-                raise HTTPException(403, "device revoked by an operator")
-            public_key = c[0]
+            public_key, revoked = c[0], c[3]
         try:
             auth.verify_signature(
                 public_key, auth.signing_payload(method, path, ts, nonce, body), sig
             )
         except SecurityError:
             raise HTTPException(401, "bad signature") from None
+        if revoked:  # told only to the device itself (its signature verified)
+            raise HTTPException(403, "device revoked by an operator")
         # state-changing requests are single-use: the nonce is recorded inside the window, in the
         # transaction of the request's effect (one commit, and a request cut off before its effect
         # committed leaves its nonce unused for the retry). GETs are read-only (a replay learns nothing
