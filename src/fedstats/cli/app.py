@@ -35,6 +35,7 @@ _COMMANDS: dict[str, str] = {
     "server": "fedstats.cli.server",
     "client": "fedstats.cli.client",
     "enroll": "fedstats.cli.enroll",
+    "admin": "fedstats.cli.admin",
     "validate": "fedstats.cli.validate",
 }
 """Command name -> the module whose ``register`` adds it (imported only when the command runs)."""

@@ -74,8 +74,20 @@ def run(
         ),
     ] = 20.0,
     runs: Annotated[
-        int | None, typer.Option("--runs", min=1, help="Stop after this many runs finished.")
+        int | None,
+        typer.Option(
+            "--runs", min=1, help="Join exactly this many runs; stop once they all finished."
+        ),
     ] = None,
+    connect_timeout: Annotated[
+        float,
+        typer.Option(
+            "--connect-timeout",
+            min=0.1,
+            help="Seconds to keep trying a server that refuses connections before giving up (exit "
+            "1); a TLS failure or an unknown host fails at once.",
+        ),
+    ] = 30.0,
     max_seconds: Annotated[
         float | None, typer.Option("--max-seconds", min=0.1, help="Stop after this long.")
     ] = None,
@@ -84,8 +96,12 @@ def run(
         typer.Option("--seed", min=0, help="Seeded device randomness (not for release)."),
     ] = None,
 ) -> None:
-    """Poll the server, check each task against the local policy and budget, answer its rounds."""
-    from fedstats.client import Device, LocalBudget, Policy
+    """Poll the server, check each task against the local policy and budget, answer its rounds.
+
+    Exits 1 with one line saying why (TLS failure, unknown host, connection refused) if the server
+    never answered, 2 on a refused request (for example a revoked device: HTTP 403).
+    """
+    from fedstats.client import ConnectionFailed, Device, LocalBudget, Policy
     from fedstats.randomness import RandomSource
 
     policy = Policy(
@@ -109,11 +125,17 @@ def run(
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
 
-    def enough(d: Device) -> bool:
-        return runs is not None and len(getattr(d, "finished", ())) >= runs
-
     try:
-        dev.run(poll=poll, wait=wait, until=enough, max_seconds=max_seconds)
+        dev.run(
+            poll=poll,
+            wait=wait,
+            runs=runs,
+            max_seconds=max_seconds,
+            connect_timeout=connect_timeout,
+        )
+    except ConnectionFailed as exc:  # never reached the server: say why, exit 1
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise typer.Exit(1) from None
     finally:
         dev.close()
 

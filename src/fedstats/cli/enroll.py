@@ -34,10 +34,30 @@ def client(
     valid_days: Annotated[
         float, typer.Option("--valid-days", min=0.01, help="Validity in days.")
     ] = 365.0,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace an existing identity file (a new key: the server must re-key the device, "
+            "see docs/admin.md).",
+        ),
+    ] = False,
 ) -> None:
-    """Issue a device identity: a fresh Ed25519 key and a certificate signed by the authority."""
+    """Issue a device identity: a fresh Ed25519 key and a certificate signed by the authority.
+
+    An existing identity file is never overwritten without ``--force``: the server knows the device by
+    its key, so a replaced key locks the device out until an operator re-keys it
+    (``fedstats admin devices reinstate ID --certificate NEW_IDENTITY``).
+    """
+    from fedstats.errors import ParameterError
     from fedstats.wire.enrollment import issue_identity
 
+    if str(out).strip() in ("", "."):
+        raise ParameterError("--out", str(out), "a file path")
+    if out.exists() and not force:
+        raise ParameterError(
+            "--out", str(out), "a path with no identity yet (this one exists; --force replaces it)"
+        )
     issue_identity(authority, client_id, population, out, valid_days=valid_days)
     typer.echo(str(out))
 

@@ -248,13 +248,43 @@ def add_operator_cmd(
     name: Annotated[str, typer.Option("--name", help="Operator (analyst) name.")],
     db: DbOption = "sqlite:///fedstats.db",
 ) -> None:
-    """Create an operator and print its bearer token (stored hashed; shown only now)."""
+    """Create an operator and print its bearer token (stored hashed; shown only now).
+
+    An existing name is refused (its token is replaced only by ``rotate-operator``).
+    """
     from fedstats.service.app import add_operator
     from fedstats.service.store import open_store
 
     if not 1 <= len(name) <= 128:
         raise ParameterError("--name", name, "1 to 128 characters")
-    typer.echo(add_operator(open_store(db), name))
+    try:
+        token = add_operator(open_store(db), name)
+    except ParameterError:
+        raise ParameterError(
+            "--name",
+            name,
+            "a new operator name (this one exists; 'fedstats server rotate-operator' replaces its "
+            "token)",
+        ) from None
+    typer.echo(token)
+
+
+@server_app.command("rotate-operator")
+def rotate_operator_cmd(
+    name: Annotated[str, typer.Option("--name", help="Operator whose token to replace.")],
+    db: DbOption = "sqlite:///fedstats.db",
+) -> None:
+    """Issue a new bearer token for an operator and print it; the old token stops working at once."""
+    from fedstats.service.app import rotate_operator
+    from fedstats.service.store import open_store
+    from fedstats.service.tasks import NotFoundError
+
+    try:
+        token = rotate_operator(open_store(db), name)
+    except NotFoundError:
+        raise ParameterError("--name", name, "an existing operator") from None
+    typer.echo(token)
+    typer.echo(f"the previous token of operator {name!r} no longer works", err=True)
 
 
 @server_app.command("trust")

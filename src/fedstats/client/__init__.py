@@ -67,7 +67,15 @@ from fedstats.wire.registry import encoder_name, plan_for, privacy_loss_for, res
 from fedstats.wire.tasks import task_id as task_id_of
 from fedstats.wire.tasks import verify_task
 
-__all__ = ["Device", "LocalBudget", "Policy", "RefusedTask", "check_server_url", "load_data"]
+__all__ = [
+    "ConnectionFailed",
+    "Device",
+    "LocalBudget",
+    "Policy",
+    "RefusedTask",
+    "check_server_url",
+    "load_data",
+]
 
 _VECTOR = re.compile(r"^(.+)\[(\d+)\]$")
 
@@ -230,6 +238,8 @@ class Device(SecureRuns):
         self._etag: str | None = None  # the server's tag of the last work list handled in full
         self.refused: dict[str, str] = {}
         self.joined: dict[str, dict[str, int]] = {}
+        self.max_runs: int | None = None  # join no more runs than this (Device.run(runs=...))
+        self.connected = False  # whether the server answered once (Device.run)
         # runs whose signed task this device accepted, and its cached replay of each run's plan
         self.accepted: dict[str, _Accepted] = {}
         self._replays: dict[str, _Replay] = {}
@@ -343,6 +353,8 @@ class Device(SecureRuns):
             rid = str(offer["run_id"])
             if rid in self.refused or rid in self.joined:
                 continue
+            if self.max_runs is not None and len(self.joined) >= self.max_runs:
+                break  # joined as many runs as asked: leave the others' slots to other devices
             try:
                 acc = self._accept(offer)
             except (RefusedTask, SecurityError) as exc:
@@ -613,8 +625,10 @@ class Device(SecureRuns):
         wait: float = 20.0,
         until: Callable[[Device], bool] | None = None,
         max_seconds: float | None = None,
+        runs: int | None = None,
+        connect_timeout: float = 30.0,
     ) -> None:
-        """Register, then poll until ``until(self)`` or ``max_seconds`` elapse.
+        """Register, then poll until ``until(self)``, ``runs`` runs finished, or ``max_seconds`` elapse.
 
         Parameters
         ----------
@@ -627,11 +641,32 @@ class Device(SecureRuns):
             Stop once it returns True (checked after each poll).
         max_seconds : float, optional
             Stop after this long.
+        runs : int, optional
+            Join exactly this many runs (>= 1; later offers are left alone) and stop once they all
+            finished (done or aborted).
+        connect_timeout : float
+            How long to keep trying to reach a server that refuses connections before the first answer
+            (> 0). A TLS failure or an unknown host fails at once.
+
+        Raises
+        ------
+        ConnectionFailed
+            If the server never answered: TLS failure, unknown host, or connections refused for
+            ``connect_timeout`` seconds (or until ``max_seconds``).
+        ParameterError
+            If ``runs`` < 1 or ``connect_timeout`` <= 0.
         """
+        if runs is not None and runs < 1:
+            raise ParameterError("runs", runs, "an integer >= 1")
+        if not connect_timeout > 0:
+            raise ParameterError("connect_timeout", connect_timeout, "a number of seconds > 0")
+        self.max_runs = runs
         t0 = time.monotonic()
         registered = False
         while True:
             left = None if max_seconds is None else max_seconds - (time.monotonic() - t0)
+            if not self.connected:
+                self._probe(t0, poll, connect_timeout, max_seconds)
             try:
                 if not registered:
                     self.register()
@@ -649,12 +684,61 @@ class Device(SecureRuns):
                 continue
             done = {f["run_id"] for f in work.get("finished", [])}
             self.finished = done
+            if runs is not None and len(self.joined) >= runs and set(self.joined) <= done:
+                return
             if until is not None and until(self):
                 return
             if max_seconds is not None and time.monotonic() - t0 > max_seconds:
                 return
             if wait <= 0:
                 time.sleep(poll)
+
+    def _probe(
+        self, t0: float, poll: float, connect_timeout: float, max_seconds: float | None
+    ) -> None:
+        """Reach the server once (``GET /healthz``, unsigned); raise :class:`ConnectionFailed` if not."""
+        while True:
+            try:
+                self._http.get("/healthz")
+            except httpx.TransportError as exc:
+                reason, permanent = _connect_failure(exc, str(self._http.base_url))
+                waited = time.monotonic() - t0
+                out_of_time = max_seconds is not None and waited > max_seconds
+                if permanent or waited > connect_timeout or out_of_time:
+                    raise ConnectionFailed(reason) from None
+                self.log(f"{reason}; retrying")
+                time.sleep(poll)
+                continue
+            self.connected = True
+            return
+
+
+class ConnectionFailed(FedstatsError):
+    """The device never reached its server (TLS failure, unknown host, connection refused)."""
+
+
+def _connect_failure(exc: BaseException, url: str) -> tuple[str, bool]:
+    """A one-line reason for a failed connection, and whether retrying cannot help."""
+    import socket
+
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and len(chain) < 10:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    text = " ".join(str(x) for x in chain)
+    if any(isinstance(x, ssl.SSLError) for x in chain) or "SSL" in text or "CERTIFICATE" in text:
+        detail = (
+            "certificate not trusted (pass the server's CA with --ca)"
+            if ("CERTIFICATE_VERIFY_FAILED" in text)
+            else text.split("\n")[0][:200]
+        )
+        return f"cannot connect to {url}: TLS failure: {detail}", True
+    if any(isinstance(x, socket.gaierror) for x in chain) or "Name or service not known" in text:
+        return f"cannot connect to {url}: unknown host", True
+    if any(isinstance(x, ConnectionRefusedError) for x in chain) or "refused" in text.lower():
+        return f"cannot connect to {url}: connection refused (is the server running?)", False
+    return f"cannot connect to {url}: {type(exc).__name__}: {str(exc)[:200]}", False
 
 
 class _HTTPError(FedstatsError):

@@ -24,33 +24,28 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError, SecurityError
-from fedstats.service import driver, ledger, runs, tasks
+from fedstats.service import driver, tasks
+from fedstats.service.admin_api import admin_router
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import Offload, add_client_routes
 from fedstats.service.health import add_health_routes
-from fedstats.service.models import Audit, Authority, Nonce, Operator
+from fedstats.service.models import Authority, Nonce, Operator
 from fedstats.service.schemas import (
-    BudgetIn,
-    BudgetOut,
     ErrorOut,
-    RunIn,
-    RunOut,
-    SignedTaskIn,
-    TaskOut,
 )
 from fedstats.service.store import Store
 from fedstats.wire import auth
 
-__all__ = ["ServerSettings", "create_app"]
+__all__ = ["ServerSettings", "add_operator", "create_app", "rotate_operator", "trust_authority"]
 
 log = logging.getLogger("fedstats.service")
 
@@ -328,14 +323,6 @@ def create_app(
             raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
         return str(name)
 
-    Op = Annotated[str, Depends(operator)]
-    errors: dict[int | str, dict[str, Any]] = {
-        401: {"model": ErrorOut},
-        403: {"model": ErrorOut},
-        404: {"model": ErrorOut},
-        409: {"model": ErrorOut},
-    }
-
     add_health_routes(app, store)  # /healthz, /readyz (fedstats.service.health)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["ops"])
@@ -360,114 +347,45 @@ def create_app(
                 lines.append(f"fedstats_{key}_total {v:g}")
         return "\n".join(lines) + "\n"
 
-    @app.post("/v1/admin/tasks", status_code=201, responses=errors, tags=["admin"])
-    def create_task(body: SignedTaskIn, actor: Op) -> TaskOut:
-        """Store an analyst's signed task (or find it); its id is the SHA-256 of its canonical form.
-
-        The envelope must verify against a trusted enrollment authority (403 otherwise); the server
-        stores it unchanged and relays it to devices, which verify it again.
-        """
-        from fedstats import wire
-
-        with store.session() as s, s.begin():
-            tid, new = tasks.create_task(s, body.model_dump(), actor)
-            conf = tasks.task_config(s, tid)
-            env = tasks.task_envelope(s, tid)
-        return TaskOut(task_id=tid, created=new, config=wire.encode(conf), envelope=env)
-
-    @app.get("/v1/admin/tasks/{task_id}", responses=errors, tags=["admin"])
-    def get_task(task_id: str, actor: Op) -> TaskOut:  # noqa: ARG001 - authentication dependency
-        """A stored task's configuration and signed envelope."""
-        from fedstats import wire
-
-        with store.session() as s:
-            conf = tasks.task_config(s, task_id)
-            env = tasks.task_envelope(s, task_id)
-        return TaskOut(task_id=task_id, created=False, config=wire.encode(conf), envelope=env)
-
-    @app.post("/v1/admin/runs", status_code=201, responses=errors, tags=["admin"])
-    def create_run(body: RunIn, actor: Op) -> RunOut:
-        """Start a run; its privacy charge is reserved first (409 with spent/requested/remaining if refused)."""
-        try:
-            with store.session() as s, s.begin():
-                rid = runs.create_run(s, body.task_id, actor)
-        except BudgetExceededError as exc:
-            with store.session() as s, s.begin():
-                ledger.audit(s, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
-            raise
-        with store.session() as s:
-            population = str(tasks.task_config(s, body.task_id)["privacy"]["population"])
-            out = RunOut(**runs.run_view(s, rid))
-        changed({population})  # a new offer: wake the population's devices waiting for work
-        return out
-
-    @app.get("/v1/admin/runs/{run_id}", responses=errors, tags=["admin"])
-    def get_run(run_id: str, actor: Op) -> RunOut:  # noqa: ARG001 - authentication dependency
-        """A run's status, rounds and (once done and paid) result."""
-        with store.session() as s:
-            return RunOut(**runs.run_view(s, run_id))
-
-    @app.put("/v1/admin/budgets/{scope}/{name}", responses=errors, tags=["admin"])
-    def put_budget(scope: str, name: str, body: BudgetIn, actor: Op) -> BudgetOut:
-        """Set the budget of a population or an analyst (scope ``population`` or ``analyst``).
-
-        A budget below what its reserved and spent charges already compose to is refused (409).
-        """
-        if scope not in ledger.SCOPES or not 1 <= len(name) <= 128:
-            raise HTTPException(
-                404, "scope must be 'population' or 'analyst', name 1-128 characters"
-            )
-        with store.session() as s, s.begin():  # 409 if below what is already spent or reserved
-            ledger.set_budget(s, scope, name, epsilon=body.epsilon, delta=body.delta, actor=actor)
-        with store.session() as s:
-            st = ledger.budget_status(s, scope, name)
-        assert st is not None
-        return BudgetOut(**st)
-
-    @app.get("/v1/admin/budgets/{scope}/{name}", responses=errors, tags=["admin"])
-    def get_budget(scope: str, name: str, actor: Op) -> BudgetOut:  # noqa: ARG001 - authentication dependency
-        """A budget with its spent and remaining (epsilon, delta)."""
-        with store.session() as s:
-            st = ledger.budget_status(s, scope, name) if scope in ledger.SCOPES else None
-        if st is None:
-            raise HTTPException(404, f"no budget for {scope} {name!r}")
-        return BudgetOut(**st)
-
-    @app.get("/v1/admin/audit", responses=errors, tags=["admin"])
-    def get_audit(actor: Op, run_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:  # noqa: ARG001 - authentication dependency
-        """The audit log (newest last), optionally for one run."""
-        limit = max(1, min(int(limit), 10000))
-        with store.session() as s:
-            stmt = select(Audit).order_by(Audit.id)
-            if run_id is not None:
-                stmt = stmt.where(Audit.run_id == run_id)
-            rows = s.execute(stmt.limit(limit)).scalars().all()
-        return [
-            {
-                "ts": a.ts,
-                "actor": a.actor,
-                "action": a.action,
-                "run_id": a.run_id,
-                "detail": json.loads(a.detail),
-            }
-            for a in rows
-        ]
-
+    app.include_router(admin_router(store, operator, changed))
     add_client_routes(app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload)
     app.add_middleware(_Limits, settings=cfg, counters=counters)
     return app
 
 
 def add_operator(store: Store, name: str) -> str:
-    """Create an operator (or replace its token) and return the new bearer token (shown once)."""
+    """Create an operator and return its bearer token (stored hashed; shown once).
+
+    Raises
+    ------
+    ParameterError
+        If ``name`` is not 1-128 characters, or an operator of that name exists (its token is replaced
+        only by :func:`rotate_operator`, never silently).
+    """
+    if not 1 <= len(name) <= 128:
+        raise ParameterError("name", name, "1 to 128 characters")
     token = auth.new_token()
     with store.session() as s, s.begin():
-        op = s.get(Operator, name)
-        if op is None:
-            s.add(Operator(name=name, token_hash=auth.hash_token(token), created_at=time.time()))
-        else:
-            op.token_hash = auth.hash_token(token)
+        if s.get(Operator, name) is not None:
+            raise ParameterError(
+                "name", name, "a new operator name (this one exists: rotate its token instead)"
+            )
+        s.add(Operator(name=name, token_hash=auth.hash_token(token), created_at=time.time()))
     return token
+
+
+def rotate_operator(store: Store, name: str) -> str:
+    """Give operator ``name`` a new bearer token and return it; the old token stops working at once.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such operator.
+    """
+    from fedstats.service.admin_api import rotate_token
+
+    with store.session() as s, s.begin():
+        return rotate_token(s, name)
 
 
 def trust_authority(store: Store, public_key_hex: str) -> str:

@@ -33,6 +33,8 @@ __all__ = ["Offload", "add_client_routes"]
 
 T = TypeVar("T")
 
+_REREAD = 5.0  # seconds an enrolled device's cached row (key, revocation) is trusted
+
 
 class Offload:
     """Runs the blocking store work of device requests on a bounded pool of threads.
@@ -90,23 +92,32 @@ def add_client_routes(
         Runs the requests' blocking store work.
     """
     # -- client side (signed requests; not part of the admin OpenAPI description)
-    # enrolled clients: id -> (public key, not_after, population); rows never change once stored
-    known: dict[str, tuple[str, float, str]] = {}
+    # enrolled clients: id -> (public key, not_after, population, revoked, read at); an operator may
+    # revoke or re-key a device (admin API), so an entry is re-read after _REREAD seconds, and dropped
+    # at once when this process revoked it (app.state.forget_client)
+    known: dict[str, tuple[str, float, str, bool, float]] = {}
+    app.state.forget_client = lambda cid: known.pop(cid, None)
 
-    def _client(cid: str) -> tuple[str, float, str] | None:
+    def _client(cid: str) -> tuple[str, float, str, bool, float] | None:
         got = known.get(cid)
-        if got is None:
+        if got is None or time.monotonic() - got[4] > _REREAD:
             with store.session() as s:
                 c = s.get(Client, cid)
             if c is None:
                 return None
-            got = (c.public_key, float(c.not_after), c.population)
+            got = (
+                c.public_key,
+                float(c.not_after),
+                c.population,
+                c.revoked_at is not None,
+                time.monotonic(),
+            )
             if len(known) > 100_000:
                 known.clear()
             known[cid] = got
         return got
 
-    async def enrolled(cid: str) -> tuple[str, float, str]:
+    async def enrolled(cid: str) -> tuple[str, float, str, bool, float]:
         """The enrolled row of a client whose request was just verified (the cache may have been cleared)."""
         got = known.get(cid)
         if got is None:
@@ -127,6 +138,7 @@ def add_client_routes(
         ts = headers.get(auth.HEADER_TIMESTAMP)
         nonce = headers.get(auth.HEADER_NONCE)
         sig = headers.get(auth.HEADER_SIGNATURE)
+        revoked = False
         if not (cid and ts and nonce and sig) or len(nonce) > 64 or len(cid) > 128:
             raise HTTPException(401, "signed request headers required")
         try:
@@ -141,13 +153,15 @@ def add_client_routes(
                 raise HTTPException(401, "unknown client")
             if c[1] < time.time():
                 raise HTTPException(401, "client certificate expired")
-            public_key = c[0]
+            public_key, revoked = c[0], c[3]
         try:
             auth.verify_signature(
                 public_key, auth.signing_payload(method, path, ts, nonce, body), sig
             )
         except SecurityError:
             raise HTTPException(401, "bad signature") from None
+        if revoked:  # told only to the device itself (its signature verified)
+            raise HTTPException(403, "device revoked by an operator")
         # state-changing requests are single-use: the nonce is recorded inside the window, in the
         # transaction of the request's effect (one commit, and a request cut off before its effect
         # committed leaves its nonce unused for the retry). GETs are read-only (a replay learns nothing
@@ -171,7 +185,8 @@ def add_client_routes(
     ) -> tuple[str, bytes, Nonce | None]:
         body = await request.body()
         args = (request.method, request.url.path, request.headers, body, public_key)
-        if public_key is None and request.headers.get(auth.HEADER_CLIENT) in known:
+        cached = known.get(request.headers.get(auth.HEADER_CLIENT) or "")
+        if public_key is None and cached is not None and time.monotonic() - cached[4] <= _REREAD:
             # an enrolled device seen before: no database access, one signature check (about
             # 0.1 ms), done on the event loop rather than through a worker thread
             cid, nonce = _verify(*args)
@@ -216,6 +231,8 @@ def add_client_routes(
             with store.session() as s, s.begin():
                 _use(s, nonce)
                 c = s.get(Client, cert.body["client_id"])
+                if c is not None and c.revoked_at is not None:
+                    raise SecurityError("device revoked by an operator")
                 if c is not None and c.public_key != cert.body["public_key"]:
                     raise SecurityError("a different key is enrolled under this client id")
                 if c is None:

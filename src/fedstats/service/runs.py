@@ -60,6 +60,7 @@ from fedstats.service.tasks import ConflictError, NotFoundError, task_config, ta
 from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [
+    "cancel_run",
     "checkin",
     "client_work",
     "create_run",
@@ -113,6 +114,44 @@ def create_run(session: Session, task_id: str, analyst: str) -> str:
     )
     ledger.audit(session, analyst, "create-run", run_id, task_id=task_id)
     return run_id
+
+
+def cancel_run(session: Session, run_id: str, actor: str) -> str:
+    """Cancel a live run (in the caller's transaction); return its population.
+
+    The run becomes ``aborted`` with the error ``"cancelled by <actor>"`` (devices see it finished), as
+    the driver aborts a run: its privacy reservation is released if no round's sum was journaled yet,
+    else spent (a journaled sum already shaped later rounds). Its lease is cleared and its fencing token
+    (``lease_epoch``) incremented, so the process that was advancing it writes nothing more to it.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such run.
+    ConflictError
+        If the run is already done or aborted.
+    """
+    run = load_run(session, run_id, lock=True)
+    if run.status not in ("checkin", "seeding", "running"):
+        raise ConflictError(f"run {run_id} is already {run.status}: nothing to cancel")
+    reason = f"cancelled by {actor}"
+    used = session.execute(
+        select(RoundRecord.index).where(
+            RoundRecord.run_id == run_id, RoundRecord.status == "closed"
+        )
+    ).first()
+    run.status = "aborted"
+    run.error = reason
+    run.finished_at = time.time()
+    run.lease_owner = None
+    run.lease_until = None
+    run.lease_epoch = int(run.lease_epoch or 0) + 1
+    if used is None:
+        ledger.release(session, run_id, actor=actor, reason=reason)
+    else:
+        ledger.spend(session, run_id, actor=actor)
+    ledger.audit(session, actor, "cancel", run_id, reason=reason)
+    return str(task_config(session, run.task_id)["privacy"]["population"])
 
 
 def new_public_seed() -> str:

@@ -1,0 +1,618 @@
+"""``fedstats admin``: the operator's tools over the server's admin API (``docs/admin.md``).
+
+``fedstats admin [--server URL] [--token T] [--ca PEM] GROUP COMMAND``, with groups ``budgets``,
+``tasks``, ``runs``, ``devices`` and ``operators``. The token comes from ``--token`` or
+``FEDSTATS_TOKEN`` (the server from ``FEDSTATS_SERVER``, the CA from ``FEDSTATS_CA``). With ``--json``
+(global or per command) each command prints one JSON object; otherwise a table.
+
+Bad input prints one line and exits 2; an answer of the server that is an error prints the server's
+message in one line and exits 1, as does a server that cannot be reached. ``tasks create`` and
+``runs create`` send an ``Idempotency-Key`` (a fresh one unless ``--idempotency-key`` is given) and retry
+a lost answer with it: one task, one run, one reservation.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fedstats.cli._common import JsonOption, emit, fmt_value, state_from
+from fedstats.errors import FedstatsError, ParameterError
+
+admin_app = typer.Typer(
+    help="Operator tools over the server's admin API: budgets, tasks, runs, devices, operators.",
+    no_args_is_help=True,
+)
+budgets_app = typer.Typer(help="Privacy budgets of populations and analysts.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Signed tasks.", no_args_is_help=True)
+runs_app = typer.Typer(help="Runs of tasks.", no_args_is_help=True)
+devices_app = typer.Typer(help="Enrolled devices.", no_args_is_help=True)
+operators_app = typer.Typer(help="Operators and their tokens.", no_args_is_help=True)
+admin_app.add_typer(budgets_app, name="budgets")
+admin_app.add_typer(tasks_app, name="tasks")
+admin_app.add_typer(runs_app, name="runs")
+admin_app.add_typer(devices_app, name="devices")
+admin_app.add_typer(operators_app, name="operators")
+
+
+class AdminHTTPError(FedstatsError):
+    """The server answered an admin request with an error, or could not be reached (exit 1)."""
+
+
+@dataclass
+class _Conn:
+    server: str
+    token: str | None
+    ca: Path | None
+    timeout: float
+
+
+@admin_app.callback()
+def _admin(
+    ctx: typer.Context,
+    server: Annotated[
+        str,
+        typer.Option("--server", envvar="FEDSTATS_SERVER", help="Server base URL."),
+    ] = "https://127.0.0.1:8443",
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", envvar="FEDSTATS_TOKEN", help="Operator bearer token (or FEDSTATS_TOKEN)."
+        ),
+    ] = None,
+    ca: Annotated[
+        Path | None,
+        typer.Option("--ca", envvar="FEDSTATS_CA", help="CA certificate of the server (PEM)."),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.1, max=600.0, help="Seconds per request.")
+    ] = 30.0,
+) -> None:
+    """Operator tools over the server's admin API."""
+    ctx.obj = _Conn(server=server, token=token, ca=ca, timeout=timeout)
+
+
+def _conn(ctx: typer.Context) -> _Conn:
+    c = ctx.find_object(_Conn)
+    assert c is not None
+    return c
+
+
+class _Api:
+    """A small client of the admin API: one-line errors, retries of idempotent requests."""
+
+    def __init__(self, conn: _Conn) -> None:
+        import httpx
+
+        from fedstats.client import check_server_url
+
+        if not conn.token:
+            raise ParameterError("--token", "", "an operator token (--token or FEDSTATS_TOKEN)")
+        url = check_server_url(conn.server)
+        if conn.ca is not None and not conn.ca.is_file():
+            raise ParameterError("--ca", str(conn.ca), "a PEM file")
+        verify: Any = ssl.create_default_context(cafile=str(conn.ca)) if conn.ca else True
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(
+            base_url=self.url,
+            verify=verify,
+            timeout=conn.timeout,
+            headers={"Authorization": f"Bearer {conn.token}"},
+        )
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, Any] | None = None,
+        key: str | None = None,
+        retries: int = 0,
+    ) -> Any:
+        """Send one request; retry transport errors ``retries`` times; return the JSON answer."""
+        import httpx
+
+        from fedstats.client import _connect_failure
+
+        headers = {"Idempotency-Key": key} if key else {}
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        for attempt in range(retries + 1):
+            try:
+                r = self.http.request(method, path, json=body, params=params, headers=headers)
+            except httpx.TransportError as exc:
+                reason, permanent = _connect_failure(exc, self.url)
+                if permanent or attempt == retries:
+                    raise AdminHTTPError(reason) from None
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            if r.status_code >= 400:
+                try:
+                    detail = r.json().get("detail", r.text)
+                except ValueError:
+                    detail = r.text
+                if not isinstance(detail, str):
+                    detail = json.dumps(detail)
+                raise AdminHTTPError(
+                    f"{method} {path}: HTTP {r.status_code}: {' '.join(detail.split())[:500]}"
+                )
+            return r.json()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _run(
+    ctx: typer.Context, json_flag: bool, fn: Callable[[_Api], Any], show: Any = None
+) -> dict[str, Any]:
+    """Call the API with ``fn``, print its answer (``show(console, answer)`` draws it) and return it."""
+    state = state_from(ctx, json_flag=json_flag)
+    api = _Api(_conn(ctx))
+    try:
+        got = fn(api)
+    except AdminHTTPError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise typer.Exit(1) from None
+    finally:
+        api.close()
+    payload = got if isinstance(got, dict) else {"items": got}
+    emit(state, payload, None if show is None else (lambda console: show(console, payload)))
+    return payload
+
+
+def _table(console: Console, rows: list[dict[str, Any]], columns: list[str], title: str) -> None:
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c)
+    for row in rows:
+        table.add_row(*(_cell(c, row.get(c)) for c in columns))
+    console.print(table)
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is not None and column.endswith("_at") and isinstance(value, (int, float)):
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(value)))
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return fmt_value(value)
+
+
+def _page_view(columns: list[str], title: str) -> Callable[[Console, dict[str, Any]], None]:
+    def show(console: Console, page: dict[str, Any]) -> None:
+        _table(console, list(page.get("items", [])), columns, title)
+        more = page.get("next_offset")
+        tail = f"; next page: --offset {more}" if more is not None else ""
+        console.print(f"{len(page.get('items', []))} of {page.get('total')}{tail}")
+
+    return show
+
+
+def _kv_view(console: Console, payload: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None)
+    for k, v in payload.items():
+        table.add_row(str(k), json.dumps(v) if isinstance(v, (list, dict)) else _cell(k, v))
+    console.print(table)
+
+
+Limit = Annotated[int, typer.Option("--limit", min=1, max=500, help="Items per page.")]
+Offset = Annotated[int, typer.Option("--offset", min=0, help="Items to skip.")]
+KeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--idempotency-key",
+        help="Idempotency-Key to send (default: a fresh one; reuse one to retry a lost answer).",
+    ),
+]
+
+
+def _key(key: str | None) -> str:
+    from fedstats.service.idempotency import check_key
+
+    return check_key(key) or uuid.uuid4().hex
+
+
+def _read_json(path: Path, option: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ParameterError(option, str(path), f"a readable JSON file ({exc})") from None
+
+
+# -- budgets
+@budgets_app.command("set")
+def budget_set(
+    ctx: typer.Context,
+    scope: Annotated[str, typer.Argument(help="'population' or 'analyst'.")],
+    name: Annotated[str, typer.Argument(help="Population or analyst (operator) name.")],
+    epsilon: Annotated[float, typer.Option("--epsilon", help="Total epsilon, > 0.")],
+    delta: Annotated[float, typer.Option("--delta", help="Total delta, in [0, 1).")] = 0.0,
+    json_flag: JsonOption = False,
+) -> None:
+    """Set a budget (it cannot go below what is already reserved or spent)."""
+    if scope not in ("population", "analyst"):
+        raise ParameterError("scope", scope, "'population' or 'analyst'")
+    if not 1 <= len(name) <= 128:
+        raise ParameterError("name", name, "1 to 128 characters")
+    if not 0 < epsilon < 1e6:
+        raise ParameterError("--epsilon", epsilon, "a number in (0, 1e6)")
+    if not 0 <= delta < 1:
+        raise ParameterError("--delta", delta, "a number in [0, 1)")
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call(
+            "PUT", f"/v1/admin/budgets/{scope}/{name}", {"epsilon": epsilon, "delta": delta}
+        ),
+        _kv_view,
+    )
+
+
+@budgets_app.command("show")
+def budget_show(
+    ctx: typer.Context,
+    scope: Annotated[str, typer.Argument(help="'population' or 'analyst'.")],
+    name: Annotated[str, typer.Argument(help="Population or analyst name.")],
+    json_flag: JsonOption = False,
+) -> None:
+    """A budget with what is spent (reserved + spent) and what remains."""
+    if scope not in ("population", "analyst"):
+        raise ParameterError("scope", scope, "'population' or 'analyst'")
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("GET", f"/v1/admin/budgets/{scope}/{name}", retries=2),
+        _kv_view,
+    )
+
+
+@budgets_app.command("list")
+def budget_list(
+    ctx: typer.Context, limit: Limit = 50, offset: Offset = 0, json_flag: JsonOption = False
+) -> None:
+    """All budgets."""
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call(
+            "GET", "/v1/admin/budgets", params={"limit": limit, "offset": offset}, retries=2
+        ),
+        _page_view(
+            [
+                "scope",
+                "name",
+                "epsilon_budget",
+                "spent_epsilon",
+                "remaining_epsilon",
+                "delta_budget",
+                "spent_delta",
+                "charges",
+            ],
+            "budgets",
+        ),
+    )
+
+
+# -- tasks
+@tasks_app.command("create")
+def task_create(
+    ctx: typer.Context,
+    file: Annotated[
+        Path,
+        typer.Argument(help="A signed task envelope (JSON), or with --analyst a task to sign."),
+    ],
+    analyst: Annotated[
+        Path | None,
+        typer.Option("--analyst", help="Analyst identity file: sign the task in FILE with it."),
+    ] = None,
+    key: KeyOption = None,
+    json_flag: JsonOption = False,
+) -> None:
+    """Post a signed task (or sign the task in FILE with --analyst first)."""
+    data = _read_json(file, "file")
+    if not isinstance(data, dict):
+        raise ParameterError("file", str(file), "a JSON object")
+    if analyst is not None:
+        from fedstats.wire.tasks import sign_task
+
+        if set(data) == {"task", "certificate", "signature"}:
+            raise ParameterError("--analyst", str(analyst), "omitted: FILE is already signed")
+        data = sign_task(data, analyst)
+    elif set(data) != {"task", "certificate", "signature"}:
+        raise ParameterError(
+            "file",
+            str(file),
+            "a signed envelope {task, certificate, signature} (or pass --analyst to sign a task)",
+        )
+    k = _key(key)
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("POST", "/v1/admin/tasks", data, key=k, retries=3),
+        lambda console, p: _kv_view(
+            console, {"task_id": p["task_id"], "created": p["created"], **_task_summary(p)}
+        ),
+    )
+
+
+def _task_summary(p: dict[str, Any]) -> dict[str, Any]:
+    conf = p.get("config") or {}
+    return {
+        "analysis": conf.get("analysis"),
+        "population": (conf.get("privacy") or {}).get("population"),
+        "epsilon": (conf.get("privacy") or {}).get("epsilon"),
+        "cohort_size": conf.get("cohort_size"),
+        "params": conf.get("params"),
+    }
+
+
+@tasks_app.command("list")
+def task_list(
+    ctx: typer.Context,
+    analysis: Annotated[str | None, typer.Option("--analysis", help="Only this analysis.")] = None,
+    population: Annotated[
+        str | None, typer.Option("--population", help="Only this population.")
+    ] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    json_flag: JsonOption = False,
+) -> None:
+    """Stored tasks, newest first."""
+    params = {"limit": limit, "offset": offset, "analysis": analysis, "population": population}
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("GET", "/v1/admin/tasks", params=params, retries=2),
+        _page_view(
+            ["task_id", "analysis", "population", "epsilon", "cohort_size", "label", "created_at"],
+            "tasks",
+        ),
+    )
+
+
+@tasks_app.command("show")
+def task_show(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument(help="Task id (64 hex digits).")],
+    json_flag: JsonOption = False,
+) -> None:
+    """A task's configuration and signed envelope."""
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("GET", f"/v1/admin/tasks/{task_id}", retries=2),
+        lambda console, p: _kv_view(console, {"task_id": p["task_id"], **_task_summary(p)}),
+    )
+
+
+# -- runs
+_RUN_COLUMNS = ["run_id", "status", "analyst", "n_clients", "created_at", "finished_at", "error"]
+
+
+def _run_view(console: Console, p: dict[str, Any]) -> None:
+    _kv_view(console, {k: v for k, v in p.items() if k != "rounds"})
+    if p.get("rounds"):
+        _table(
+            console,
+            list(p["rounds"]),
+            ["index", "name", "status", "records_expected", "records_summed"],
+            "rounds",
+        )
+
+
+@runs_app.command("create")
+def run_create(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument(help="Task id (64 hex digits).")],
+    key: KeyOption = None,
+    json_flag: JsonOption = False,
+) -> None:
+    """Start a run of a task (reserves its privacy charge; a lost answer is retried once-only)."""
+    k = _key(key)
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("POST", "/v1/admin/runs", {"task_id": task_id}, key=k, retries=3),
+        _run_view,
+    )
+
+
+@runs_app.command("list")
+def run_list(
+    ctx: typer.Context,
+    status: Annotated[
+        str | None,
+        typer.Option("--status", help="checkin, seeding, running, done or aborted."),
+    ] = None,
+    task_id: Annotated[str | None, typer.Option("--task", help="Only runs of this task.")] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    json_flag: JsonOption = False,
+) -> None:
+    """Runs, newest first."""
+    if status is not None and status not in ("checkin", "seeding", "running", "done", "aborted"):
+        raise ParameterError("--status", status, "checkin, seeding, running, done or aborted")
+    params = {"limit": limit, "offset": offset, "status": status, "task_id": task_id}
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("GET", "/v1/admin/runs", params=params, retries=2),
+        _page_view(_RUN_COLUMNS, "runs"),
+    )
+
+
+@runs_app.command("show")
+def run_show(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    json_flag: JsonOption = False,
+) -> None:
+    """A run's status, rounds and result."""
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("GET", f"/v1/admin/runs/{run_id}", retries=2),
+        _run_view,
+    )
+
+
+@runs_app.command("cancel")
+def run_cancel(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    json_flag: JsonOption = False,
+) -> None:
+    """Cancel a live run (its reservation is released if no round's sum was used, else spent)."""
+    _run(ctx, json_flag, lambda api: api.call("POST", f"/v1/admin/runs/{run_id}/cancel"), _run_view)
+
+
+@runs_app.command("wait")
+def run_wait(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    wait_timeout: Annotated[
+        float, typer.Option("--wait-timeout", min=0.1, help="Give up after this many seconds.")
+    ] = 600.0,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.05, max=60.0, help="Seconds between polls.")
+    ] = 1.0,
+    json_flag: JsonOption = False,
+) -> None:
+    """Wait until a run is done or aborted and show it; exit 1 if it was aborted or time ran out."""
+
+    def wait(api: _Api) -> Any:
+        deadline = time.monotonic() + wait_timeout
+        while True:
+            got = api.call("GET", f"/v1/admin/runs/{run_id}", retries=3)
+            if got["status"] in ("done", "aborted"):
+                return got
+            if time.monotonic() > deadline:
+                raise AdminHTTPError(f"run {run_id} still {got['status']} after {wait_timeout:g} s")
+            time.sleep(interval)
+
+    got = _run(ctx, json_flag, wait, _run_view)
+    if got.get("status") == "aborted":  # shown, but not a success
+        print(f"error: run {run_id} aborted: {got.get('error')}", file=sys.stderr, flush=True)
+        raise typer.Exit(1)
+
+
+# -- devices
+@devices_app.command("list")
+def device_list(
+    ctx: typer.Context,
+    population: Annotated[
+        str | None, typer.Option("--population", help="Only this population.")
+    ] = None,
+    status: Annotated[str | None, typer.Option("--status", help="active or revoked.")] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    json_flag: JsonOption = False,
+) -> None:
+    """Enrolled devices."""
+    if status is not None and status not in ("active", "revoked"):
+        raise ParameterError("--status", status, "active or revoked")
+    params = {"limit": limit, "offset": offset, "population": population, "status": status}
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("GET", "/v1/admin/devices", params=params, retries=2),
+        _page_view(
+            ["client_id", "population", "status", "enrolled_at", "revoked_at", "not_after"],
+            "devices",
+        ),
+    )
+
+
+@devices_app.command("revoke")
+def device_revoke(
+    ctx: typer.Context,
+    client_id: Annotated[str, typer.Argument(help="Device (client) id.")],
+    json_flag: JsonOption = False,
+) -> None:
+    """Revoke a device: its signed requests are refused (403) from now on."""
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("POST", f"/v1/admin/devices/{client_id}/revoke", retries=2),
+        _kv_view,
+    )
+
+
+@devices_app.command("reinstate")
+def device_reinstate(
+    ctx: typer.Context,
+    client_id: Annotated[str, typer.Argument(help="Device (client) id.")],
+    certificate: Annotated[
+        Path | None,
+        typer.Option(
+            "--certificate",
+            help="Re-key: the device's new identity file (only its certificate is sent) or "
+            "certificate JSON, from 'fedstats enroll client --force'.",
+        ),
+    ] = None,
+    json_flag: JsonOption = False,
+) -> None:
+    """Reinstate a revoked device (with --certificate: under its new key)."""
+    body: dict[str, Any] = {}
+    if certificate is not None:
+        data = _read_json(certificate, "--certificate")
+        cert = data.get("certificate", data) if isinstance(data, dict) else None
+        if not isinstance(cert, dict) or "body" not in cert:
+            raise ParameterError(
+                "--certificate", str(certificate), "an identity file or a device certificate"
+            )
+        body["certificate"] = cert  # never the private key
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("POST", f"/v1/admin/devices/{client_id}/reinstate", body),
+        _kv_view,
+    )
+
+
+# -- operators
+@operators_app.command("list")
+def operator_list(
+    ctx: typer.Context, limit: Limit = 50, offset: Offset = 0, json_flag: JsonOption = False
+) -> None:
+    """Operators (names only: tokens are stored hashed)."""
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call(
+            "GET", "/v1/admin/operators", params={"limit": limit, "offset": offset}, retries=2
+        ),
+        _page_view(["name", "created_at"], "operators"),
+    )
+
+
+@operators_app.command("rotate")
+def operator_rotate(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Operator whose token to replace.")],
+    json_flag: JsonOption = False,
+) -> None:
+    """Issue a new token for an operator (printed once); its old token stops working at once."""
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("POST", f"/v1/admin/operators/{name}/rotate"),
+        lambda console, p: console.print(p["token"]),
+    )
+    print(f"the previous token of operator {name!r} no longer works", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``admin`` to the app."""
+    app.add_typer(admin_app, name="admin")

@@ -1,0 +1,505 @@
+"""The operator API (``/v1/admin/...``): tasks, runs, budgets, devices, operators and the audit log.
+
+Every endpoint takes an operator's bearer token. Writes that reserve or store something
+(``POST /v1/admin/tasks``, ``POST /v1/admin/runs``) accept an ``Idempotency-Key`` header
+(:mod:`.idempotency`): a retry with the same key and body gets the first answer. List endpoints are
+paginated with ``limit`` (1..500, default 50) and ``offset``, and answer
+``{"items": [...], "total", "limit", "offset", "next_offset"}`` (``next_offset`` is null on the last
+page). Documented for operators in ``docs/admin.md``.
+"""
+
+import json
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from fedstats.errors import BudgetExceededError, SecurityError
+from fedstats.service import idempotency, ledger, runs, tasks
+from fedstats.service.models import Audit, Budget, Client, Operator, Run, Task
+from fedstats.service.schemas import (
+    BudgetIn,
+    BudgetOut,
+    ErrorOut,
+    RunIn,
+    RunOut,
+    SignedTaskIn,
+    TaskOut,
+)
+from fedstats.service.store import Store
+from fedstats.wire import auth
+
+__all__ = ["OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]
+
+RUN_STATUSES = ("checkin", "seeding", "running", "done", "aborted")
+
+Limit = Annotated[int, Query(ge=1, le=500, description="Items per page (1..500).")]
+Offset = Annotated[int, Query(ge=0, le=10**9, description="Items to skip.")]
+IdemKey = Annotated[
+    str | None,
+    Header(
+        alias=idempotency.HEADER,
+        max_length=256,
+        description="Optional: a retry with the same key and body returns the first answer "
+        "(one write); the same key with another body is a 422.",
+    ),
+]
+
+
+class Page(BaseModel):
+    """One page of a list."""
+
+    items: list[dict[str, Any]]
+    total: int
+    limit: int
+    offset: int
+    next_offset: int | None
+
+
+class ReinstateIn(BaseModel):
+    """Reinstate a revoked device; with ``certificate``, under a new key (re-keying)."""
+
+    certificate: dict[str, Any] | None = Field(
+        default=None,
+        description="A new device certificate for this client id, issued by a trusted authority "
+        "(the 'certificate' of the identity written by 'fedstats enroll client --force'): its key "
+        "replaces the enrolled one.",
+    )
+
+
+class OperatorToken(BaseModel):
+    """An operator's new bearer token (shown once; the old one stops working)."""
+
+    name: str
+    token: str
+
+
+def _page(s: Session, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
+    total = int(s.execute(select(func.count()).select_from(stmt.subquery())).scalar_one())
+    rows = list(s.execute(stmt.limit(limit).offset(offset)).scalars())
+    return rows, total
+
+
+def _pageout(items: list[dict[str, Any]], total: int, limit: int, offset: int) -> Page:
+    nxt = offset + len(items)
+    return Page(
+        items=items,
+        total=total,
+        limit=limit,
+        offset=offset,
+        next_offset=nxt if nxt < total else None,
+    )
+
+
+def _device(c: Client) -> dict[str, Any]:
+    return {
+        "client_id": c.id,
+        "population": c.population,
+        "authority": c.authority,
+        "public_key": c.public_key,
+        "not_after": c.not_after,
+        "enrolled_at": c.enrolled_at,
+        "revoked_at": c.revoked_at,
+        "status": "revoked" if c.revoked_at is not None else "active",
+    }
+
+
+def _answer(ans: idempotency.Answer) -> JSONResponse:
+    headers = {"Idempotent-Replayed": "true"} if ans.replayed else None
+    return JSONResponse(ans.body, status_code=ans.status, headers=headers)
+
+
+def admin_router(
+    store: Store,
+    operator: Callable[..., str],
+    changed: Callable[[set[str] | None], None],
+) -> APIRouter:
+    """The operator endpoints over ``store``.
+
+    Parameters
+    ----------
+    store : Store
+    operator : callable
+        The FastAPI dependency that authenticates an operator's bearer token and returns its name.
+    changed : callable
+        Publishes a state change of the given populations' runs (wakes their long-polling devices).
+    """
+    Op = Annotated[str, Depends(operator)]
+    errors: dict[int | str, dict[str, Any]] = {
+        401: {"model": ErrorOut},
+        403: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        409: {"model": ErrorOut},
+        422: {"model": ErrorOut},
+    }
+    r = APIRouter(prefix="/v1/admin", tags=["admin"], responses=errors)
+
+    # -- tasks
+    @r.post("/tasks", status_code=201, response_model=TaskOut)
+    def create_task(
+        body: SignedTaskIn, request: Request, actor: Op, key: IdemKey = None
+    ) -> JSONResponse:
+        """Store an analyst's signed task (or find it); its id is the SHA-256 of its canonical form.
+
+        The envelope must verify against a trusted enrollment authority (403 otherwise); the server
+        stores it unchanged and relays it to devices, which verify it again.
+        """
+        from fedstats import wire
+
+        def write(s: Session) -> idempotency.Answer:
+            tid, new = tasks.create_task(s, body.model_dump(), actor)
+            conf = tasks.task_config(s, tid)
+            env = tasks.task_envelope(s, tid)
+            out = TaskOut(task_id=tid, created=new, config=wire.encode(conf), envelope=env)
+            return idempotency.Answer(201, out.model_dump(mode="json"))
+
+        ans = idempotency.run_once(
+            store,
+            actor,
+            idempotency.check_key(key),
+            "POST",
+            request.url.path,
+            body.model_dump(mode="json"),
+            write,
+        )
+        return _answer(ans)
+
+    @r.get("/tasks")
+    def list_tasks(
+        actor: Op,  # noqa: ARG001 - authentication dependency
+        limit: Limit = 50,
+        offset: Offset = 0,
+        analysis: Annotated[str | None, Query(max_length=64)] = None,
+        population: Annotated[str | None, Query(max_length=128)] = None,
+    ) -> Page:
+        """Stored tasks, newest first (filters: ``analysis``, ``population``)."""
+        with store.session() as s:
+            rows = s.execute(select(Task).order_by(Task.created_at.desc(), Task.id)).scalars()
+            items = []
+            for t in rows:
+                conf = tasks.task_config(s, t.id)
+                if analysis is not None and conf.get("analysis") != analysis:
+                    continue
+                if population is not None and conf["privacy"]["population"] != population:
+                    continue
+                items.append(
+                    {
+                        "task_id": t.id,
+                        "analysis": conf.get("analysis"),
+                        "population": conf["privacy"]["population"],
+                        "epsilon": conf["privacy"].get("epsilon"),
+                        "delta": conf["privacy"].get("delta"),
+                        "cohort_size": conf.get("cohort_size"),
+                        "label": conf.get("label", ""),
+                        "secure": conf.get("secure_aggregation") is not None,
+                        "created_by": t.created_by,
+                        "created_at": t.created_at,
+                    }
+                )
+        return _pageout(items[offset : offset + limit], len(items), limit, offset)
+
+    @r.get("/tasks/{task_id}")
+    def get_task(task_id: str, actor: Op) -> TaskOut:  # noqa: ARG001 - authentication dependency
+        """A stored task's configuration and signed envelope."""
+        from fedstats import wire
+
+        with store.session() as s:
+            conf = tasks.task_config(s, task_id)
+            env = tasks.task_envelope(s, task_id)
+        return TaskOut(task_id=task_id, created=False, config=wire.encode(conf), envelope=env)
+
+    # -- runs
+    @r.post("/runs", status_code=201, response_model=RunOut)
+    def create_run(body: RunIn, request: Request, actor: Op, key: IdemKey = None) -> JSONResponse:
+        """Start a run; its privacy charge is reserved first (409 with spent/requested/remaining if refused).
+
+        With an ``Idempotency-Key``, a retry (same key, same body) returns the first answer: one run,
+        one reservation.
+        """
+
+        def write(s: Session) -> idempotency.Answer:
+            rid = runs.create_run(s, body.task_id, actor)
+            s.flush()
+            return idempotency.Answer(201, RunOut(**runs.run_view(s, rid)).model_dump(mode="json"))
+
+        try:
+            ans = idempotency.run_once(
+                store,
+                actor,
+                idempotency.check_key(key),
+                "POST",
+                request.url.path,
+                body.model_dump(mode="json"),
+                write,
+            )
+        except BudgetExceededError as exc:
+            with store.session() as s, s.begin():
+                ledger.audit(s, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
+            raise
+        if not ans.replayed:
+            with store.session() as s:
+                population = str(tasks.task_config(s, body.task_id)["privacy"]["population"])
+            changed({population})  # a new offer: wake the population's devices waiting for work
+        return _answer(ans)
+
+    @r.get("/runs")
+    def list_runs(
+        actor: Op,  # noqa: ARG001 - authentication dependency
+        limit: Limit = 50,
+        offset: Offset = 0,
+        status: Annotated[Literal[RUN_STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
+        task_id: Annotated[str | None, Query(max_length=64)] = None,
+        analyst: Annotated[str | None, Query(max_length=128)] = None,
+    ) -> Page:
+        """Runs, newest first (filters: ``status``, ``task_id``, ``analyst``)."""
+        stmt = select(Run).order_by(Run.created_at.desc(), Run.id)
+        if status is not None:
+            stmt = stmt.where(Run.status == status)
+        if task_id is not None:
+            stmt = stmt.where(Run.task_id == task_id)
+        if analyst is not None:
+            stmt = stmt.where(Run.analyst == analyst)
+        with store.session() as s:
+            rows, total = _page(s, stmt, limit, offset)
+            items = [
+                {
+                    "run_id": run.id,
+                    "task_id": run.task_id,
+                    "analyst": run.analyst,
+                    "status": run.status,
+                    "created_at": run.created_at,
+                    "finished_at": run.finished_at,
+                    "n_clients": run.n_clients,
+                    "error": run.error,
+                }
+                for run in rows
+            ]
+        return _pageout(items, total, limit, offset)
+
+    @r.get("/runs/{run_id}")
+    def get_run(run_id: str, actor: Op) -> RunOut:  # noqa: ARG001 - authentication dependency
+        """A run's status, rounds and (once done and paid) result."""
+        with store.session() as s:
+            return RunOut(**runs.run_view(s, run_id))
+
+    @r.post("/runs/{run_id}/cancel")
+    def cancel_run(run_id: str, actor: Op) -> RunOut:
+        """Stop a live run: it becomes ``aborted`` with the error "cancelled by <operator>".
+
+        Its reservation is released if no round's sum was used yet, else spent; devices see it
+        finished. 409 if the run is already done or aborted.
+        """
+        with store.session() as s, s.begin():
+            population = runs.cancel_run(s, run_id, actor)
+        with store.session() as s:
+            out = RunOut(**runs.run_view(s, run_id))
+        changed({population})
+        return out
+
+    # -- budgets
+    @r.get("/budgets")
+    def list_budgets(
+        actor: Op,  # noqa: ARG001 - authentication dependency
+        limit: Limit = 50,
+        offset: Offset = 0,
+        scope: Annotated[Literal["population", "analyst"] | None, Query()] = None,
+    ) -> Page:
+        """Budgets with spent and remaining (epsilon, delta)."""
+        stmt = select(Budget).order_by(Budget.scope, Budget.name)
+        if scope is not None:
+            stmt = stmt.where(Budget.scope == scope)
+        with store.session() as s:
+            rows, total = _page(s, stmt, limit, offset)
+            items = [ledger.budget_status(s, b.scope, b.name) or {} for b in rows]
+        return _pageout(items, total, limit, offset)
+
+    @r.put("/budgets/{scope}/{name}")
+    def put_budget(scope: str, name: str, body: BudgetIn, actor: Op) -> BudgetOut:
+        """Set the budget of a population or an analyst (scope ``population`` or ``analyst``).
+
+        A budget below what its reserved and spent charges already compose to is refused (409).
+        """
+        if scope not in ledger.SCOPES or not 1 <= len(name) <= 128:
+            raise HTTPException(
+                404, "scope must be 'population' or 'analyst', name 1-128 characters"
+            )
+        with store.session() as s, s.begin():  # 409 if below what is already spent or reserved
+            ledger.set_budget(s, scope, name, epsilon=body.epsilon, delta=body.delta, actor=actor)
+        with store.session() as s:
+            st = ledger.budget_status(s, scope, name)
+        assert st is not None
+        return BudgetOut(**st)
+
+    @r.get("/budgets/{scope}/{name}")
+    def get_budget(scope: str, name: str, actor: Op) -> BudgetOut:  # noqa: ARG001 - authentication dependency
+        """A budget with its spent and remaining (epsilon, delta)."""
+        with store.session() as s:
+            st = ledger.budget_status(s, scope, name) if scope in ledger.SCOPES else None
+        if st is None:
+            raise HTTPException(404, f"no budget for {scope} {name!r}")
+        return BudgetOut(**st)
+
+    # -- devices
+    @r.get("/devices")
+    def list_devices(
+        actor: Op,  # noqa: ARG001 - authentication dependency
+        limit: Limit = 50,
+        offset: Offset = 0,
+        population: Annotated[str | None, Query(max_length=128)] = None,
+        status: Annotated[Literal["active", "revoked"] | None, Query()] = None,
+    ) -> Page:
+        """Enrolled devices (filters: ``population``, ``status``)."""
+        stmt = select(Client).order_by(Client.id)
+        if population is not None:
+            stmt = stmt.where(Client.population == population)
+        if status == "active":
+            stmt = stmt.where(Client.revoked_at.is_(None))
+        elif status == "revoked":
+            stmt = stmt.where(Client.revoked_at.is_not(None))
+        with store.session() as s:
+            rows, total = _page(s, stmt, limit, offset)
+            items = [_device(c) for c in rows]
+        return _pageout(items, total, limit, offset)
+
+    def _load_device(s: Session, client_id: str) -> Client:
+        c = s.execute(
+            select(Client).where(Client.id == client_id).with_for_update()
+        ).scalar_one_or_none()
+        if c is None:
+            raise tasks.NotFoundError(f"no device {client_id!r}")
+        return c
+
+    def _forget(request: Request, client_id: str) -> None:
+        # the client API caches enrollment rows (``app.state.forget_client`` drops one at once here;
+        # other server processes re-read theirs within a few seconds)
+        hook = getattr(request.app.state, "forget_client", None)
+        if hook is not None:
+            hook(client_id)
+
+    @r.post("/devices/{client_id}/revoke")
+    def revoke_device(client_id: str, request: Request, actor: Op) -> dict[str, Any]:
+        """Revoke a device: every later signed request of it is refused (403), so it joins no run.
+
+        Idempotent (a revoked device stays revoked since its first revocation).
+        """
+        with store.session() as s, s.begin():
+            c = _load_device(s, client_id)
+            if c.revoked_at is None:
+                c.revoked_at = time.time()
+                ledger.audit(s, actor, "revoke-device", None, client_id=client_id)
+            out = _device(c)
+        _forget(request, client_id)
+        return out
+
+    @r.post("/devices/{client_id}/reinstate")
+    def reinstate_device(
+        client_id: str, request: Request, actor: Op, body: ReinstateIn | None = None
+    ) -> dict[str, Any]:
+        """Reinstate a revoked device; with a new ``certificate``, under its new key (re-keying).
+
+        The certificate must be a device certificate for ``client_id`` from a trusted authority
+        (403 otherwise); its key, population, authority and expiry replace the enrolled ones, so the old
+        key is refused from then on. 409 if the device is not revoked.
+        """
+        with store.session() as s, s.begin():
+            c = _load_device(s, client_id)
+            if c.revoked_at is None:
+                raise tasks.ConflictError(
+                    f"device {client_id!r} is not revoked (revoke it first to re-key it)"
+                )
+            detail: dict[str, Any] = {"client_id": client_id, "rekeyed": False}
+            if body is not None and body.certificate is not None:
+                try:
+                    cert = auth.Certificate.from_dict(body.certificate)
+                    auth.verify_certificate(cert, tasks.trusted_authorities(s))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise SecurityError(f"not a device certificate: {exc}") from None
+                if cert.body.get("role", "device") != "device":
+                    raise SecurityError("not a device certificate")
+                if cert.body.get("client_id") != client_id:
+                    raise SecurityError(
+                        f"the certificate is for {cert.body.get('client_id')!r}, not {client_id!r}"
+                    )
+                c.public_key = str(cert.body["public_key"])
+                c.population = str(cert.body["population"])
+                c.authority = str(cert.body["authority"])
+                c.not_after = float(cert.body["not_after"])
+                c.certificate = json.dumps(cert.as_dict())
+                c.enrolled_at = time.time()
+                detail["rekeyed"] = True
+                detail["public_key"] = c.public_key
+            c.revoked_at = None
+            ledger.audit(s, actor, "reinstate-device", None, **detail)
+            out = _device(c)
+        _forget(request, client_id)
+        return out
+
+    # -- operators
+    @r.get("/operators")
+    def list_operators(
+        actor: Op,  # noqa: ARG001 - authentication dependency
+        limit: Limit = 50,
+        offset: Offset = 0,
+    ) -> Page:
+        """Operators (names and creation times; tokens are stored hashed and never shown)."""
+        with store.session() as s:
+            rows, total = _page(s, select(Operator).order_by(Operator.name), limit, offset)
+            items = [{"name": o.name, "created_at": o.created_at} for o in rows]
+        return _pageout(items, total, limit, offset)
+
+    @r.post("/operators/{name}/rotate")
+    def rotate_operator_token(name: str, actor: Op) -> OperatorToken:
+        """Issue a new bearer token for operator ``name``; its old token stops working at once."""
+        with store.session() as s, s.begin():
+            token = rotate_token(s, name)
+            ledger.audit(s, actor, "rotate-operator", None, name=name)
+        return OperatorToken(name=name, token=token)
+
+    # -- audit
+    @r.get("/audit")
+    def get_audit(
+        actor: Op,  # noqa: ARG001 - authentication dependency
+        run_id: Annotated[str | None, Query(max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        """The audit log (newest last), optionally for one run."""
+        with store.session() as s:
+            stmt = select(Audit).order_by(Audit.id)
+            if run_id is not None:
+                stmt = stmt.where(Audit.run_id == run_id)
+            rows = s.execute(stmt.limit(limit)).scalars().all()
+        return [
+            {
+                "ts": a.ts,
+                "actor": a.actor,
+                "action": a.action,
+                "run_id": a.run_id,
+                "detail": json.loads(a.detail),
+            }
+            for a in rows
+        ]
+
+    return r
+
+
+def rotate_token(s: Session, name: str) -> str:
+    """Give operator ``name`` a new bearer token (in the caller's transaction); return it.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such operator.
+    """
+    op = s.execute(
+        select(Operator).where(Operator.name == name).with_for_update()
+    ).scalar_one_or_none()
+    if op is None:
+        raise tasks.NotFoundError(f"no operator {name!r}")
+    token = auth.new_token()
+    op.token_hash = auth.hash_token(token)
+    return token
