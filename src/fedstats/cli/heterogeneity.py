@@ -17,6 +17,7 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    check_applies,
     emit,
     engine_for,
     fmt_value,
@@ -160,6 +161,9 @@ def heterogeneity_command(
         raise ParameterError(
             "--epsilon/--delta", (epsilon, delta), "both given, or --no-privacy for exact sums"
         )
+    for name in ("mechanism", "accounting", "noise", "round1_fraction", "min_reporting"):
+        check_applies(ctx, name, not no_privacy, "unset with --no-privacy (exact sums, no noise)")
+    check_applies(ctx, "noise", not secure, "unset with --secure (it implies --noise distributed)")
     if secure:
         noise = "distributed"
         if backend == "serial":
