@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedstats._validation import check_real
 from fedstats.analyses.performance_gap import measure_performance_gap, plan_epsilon
 from fedstats.analyses.performance_gap.allocation import GroupLayout
 from fedstats.analyses.performance_gap.config import PerformanceGapConfig
@@ -114,6 +115,8 @@ def gap(
 
     check_distinct_columns({"--group-column": group_column, "--value-column": value_column})
     check_route_options(ctx, backend)
+    # checked before the duration estimate and the data scan of a long run
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     df = read_table(data)
     for name, col in (("--group-column", group_column), ("--value-column", value_column)):
         if col not in df.columns:

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedstats._validation import check_real
 from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
 from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
 from fedstats.analyses.bitpushing.encoding import BitEncoding
@@ -125,6 +126,8 @@ def _run(
     if method not in METHODS:
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
     check_route_options(ctx, route["backend"])
+    # checked before the duration estimate and the data scan of a long run
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     if epsilon is not None and not epsilon > 0:
         raise ParameterError("--epsilon", epsilon, "a real number > 0")
     if epsilon is None and not no_privacy:
