@@ -165,6 +165,11 @@ def test_route_options_off_their_route_are_refused() -> None:
         "--workers",
     )  # fmt: skip
     refused(["entropy", TABLES, "--column", "sex", "--workers", "2"], "--workers")
+    refused([*MEAN, "--no-privacy", "--backend", "aggregate", "--shard-size", "64"], "--shard-size")
+    refused(["entropy", TABLES, "--column", "sex", "--shard-size", "64"], "--shard-size", "secure")
+    refused(
+        ["heterogeneity", VECTORS, "--no-privacy", "--secure", "--shard-size", "64"], "--shard-size"
+    )
     refused(["chi2", TABLES, "--x", "sex", "--y", "income", "--scheduler", "x:1"], "--scheduler")
 
 

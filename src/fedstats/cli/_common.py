@@ -291,7 +291,10 @@ def check_applies(ctx: typer.Context, name: str, applies: bool, accepted: str) -
 
 
 def check_route_options(ctx: typer.Context, backend: str) -> None:
-    """Refuse ``--workers`` off the process/dask routes and ``--scheduler`` off the dask route.
+    """Refuse the route options that the route ``backend`` would ignore.
+
+    ``--workers`` is for process/dask, ``--scheduler`` for dask, ``--shard-size`` for the routes that
+    work in shards (serial, process, dask; not secure or aggregate).
 
     Raises
     ------
@@ -306,6 +309,12 @@ def check_route_options(ctx: typer.Context, backend: str) -> None:
     )
     check_applies(
         ctx, "scheduler", backend == "dask", f"unset unless --backend dask (not {backend})"
+    )
+    check_applies(
+        ctx,
+        "shard_size",
+        backend in ("serial", "process", "dask"),
+        f"unset with the {backend} route (only serial, process and dask work in shards)",
     )
 
 

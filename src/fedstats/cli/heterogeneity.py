@@ -169,6 +169,12 @@ def heterogeneity_command(
         if backend == "serial":
             backend = "secure"
     route_options = _route_options(backend, dropout=dropout, workers=workers, scheduler=scheduler)
+    check_applies(
+        ctx,
+        "shard_size",
+        backend in ("serial", "process", "dask"),
+        f"unset with the {backend} route (only serial, process and dask work in shards)",
+    )
     config = HeterogeneityConfig(  # validated here, before any data is read
         statistic=statistic,
         epsilon=epsilon,
