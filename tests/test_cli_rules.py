@@ -365,3 +365,23 @@ def test_the_grid_floor_is_above_the_local_floor() -> None:
         check_local_epsilon(
             "epsilon", MIN_GRID_EPSILON / 2, low=MIN_GRID_EPSILON, why="its release grid"
         )
+
+
+def test_gaussian_calibration_takes_every_normal_epsilon_and_names_epsilon_below() -> None:
+    """(epsilon -> 0, delta) has a finite sigma: a tiny normal epsilon is calibrated (a correct, wide
+    result); a subnormal one is refused naming --epsilon, not --delta."""
+    import json
+    import sys
+
+    out = json.loads(
+        ok(["--json", "calibrate", "gaussian", "--epsilon", "1e-300", "--delta", "1e-5"]).stdout
+    )
+    # (0, delta)-DP Gaussian: delta = 2 Phi(1 / (2 sigma)) - 1, so sigma -> 1 / (delta sqrt(2 pi))
+    assert out["sigma"] == pytest.approx(1 / (1e-5 * math.sqrt(2 * math.pi)), rel=1e-6)
+    assert out["private"] is True
+    for args in (["calibrate", "gaussian"], ["privacy", "explain", "gaussian"]):
+        refused(
+            [*args, "--epsilon", "1e-320", "--delta", "1e-5"],
+            "--epsilon",
+            f"{sys.float_info.min:g}",
+        )
