@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from deadlines import scaled
 from fedstats.service.app import add_operator
 from fedstats.service.store import open_store
 from fedstats.service.tls import make_dev_certificates
@@ -130,7 +131,8 @@ class Deployment:
             stdout=subprocess.DEVNULL,
             stderr=open(self.root / f"server-{port}.log", "ab"),
         )
-        deadline = time.monotonic() + 120  # a loaded machine can take long to import the server
+        # a loaded machine can take long to import the server
+        deadline = time.monotonic() + scaled(120)
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited {proc.returncode}")

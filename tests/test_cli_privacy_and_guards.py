@@ -117,7 +117,7 @@ def test_long_per_client_runs_warn_from_a_measured_rate(
     monkeypatch.setattr(gap_cli, "measure_payload", measure)
     monkeypatch.setattr(_common, "_RATES", {})  # another test in this process may have calibrated
     base = ["gap", str(gap_csv), "--group-column", "g", "--value-column", "v", "--epsilon", "1"]
-    base += ["--clients", str(10**12)]
+    base += ["--clients", str(10**12), "--allow-long"]  # refused above an hour without it
     res = runner.invoke(app, base)
     assert res.exit_code == 130
     lines = res.stderr.strip().splitlines()
@@ -150,7 +150,9 @@ def test_the_duration_estimate_scales_the_measured_rate() -> None:
     with pytest.MonkeyPatch.context() as mp:
         msgs: list[str] = []
         mp.setattr(_common.typer, "echo", lambda m, err=False: msgs.append(m))
-        _common.warn_duration(state, 10**10, backend="serial", workers=None, probe=busy, key="t")
+        _common.warn_duration(
+            state, 10**10, backend="serial", workers=None, probe=busy, key="t", allow_long=True
+        )
         _common.warn_duration(state, 10**10, backend="dask", workers=100, probe=busy, key="t")
     # 10^10 clients x 1 us = 2.8 h on one core; with 100 workers about 100 s: no warning
     assert len(msgs) == 1, msgs
@@ -233,6 +235,7 @@ def test_ctrl_c_during_a_parallel_run_exits_130_with_one_line(gap_csv: Path, bac
     exe = str(Path(sys.executable).with_name("fedstats"))
     args = [exe, "--quiet", "gap", str(gap_csv), "--group-column", "g", "--value-column", "v"]
     args += ["--epsilon", "2", "--clients", str(10**10), "--backend", backend, "--workers", "2"]
+    args += ["--allow-long"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def children() -> int:  # worker processes started by the command (the backend is up)

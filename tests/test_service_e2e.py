@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from deadlines import scaled
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.randomness import RandomSource
 from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord
@@ -115,7 +116,7 @@ def _task(name: str, **over: Any) -> dict[str, Any]:
         cohort_size=N_PROCS,
         min_clients=2,
         max_records_per_client=N_RECORDS // N_PROCS,
-        deadlines={"checkin": 150.0, "round": 150.0},
+        deadlines={"checkin": scaled(150.0), "round": scaled(150.0)},
         label=f"{name} {time.time()}",
     )
     t.update(over)
@@ -234,7 +235,7 @@ def test_every_analysis_matches_the_in_process_engine(deployment: Deployment) ->
             assert r.status_code == 201, r.text
             run_ids[name] = r.json()["run_id"]
         try:
-            results = {name: wait_run(a, rid, 240) for name, rid in run_ids.items()}
+            results = {name: wait_run(a, rid, scaled(240)) for name, rid in run_ids.items()}
         finally:
             for p in procs:
                 p.kill()
@@ -298,11 +299,13 @@ def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: De
     try:
         for nxt in ("journaled:1", None):
             assert deployment.proc is not None
-            deployment.proc.wait(240)  # killed itself with SIGKILL right after journaling the round
+            deployment.proc.wait(
+                scaled(240)
+            )  # killed itself with SIGKILL right after journaling the round
             assert deployment.proc.returncode == -9
             deployment.start(crash_after=nxt)
         with deployment.admin() as a:
-            res = wait_run(a, rid, 240)
+            res = wait_run(a, rid, scaled(240))
     finally:
         for p in procs:
             p.kill()
@@ -360,7 +363,7 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
     store = open_store(deployment.db, migrate=False)
     from fedstats.service.models import Run
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while True:  # A's driver claims the run on its next pass
         with store.session() as s:
             got = s.get(Run, rid)
@@ -395,15 +398,15 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
     ]
     try:
         assert deployment.proc is not None
-        deployment.proc.wait(240)  # A killed itself right after journaling round 0
+        deployment.proc.wait(scaled(240))  # A killed itself right after journaling round 0
         assert deployment.proc.returncode == -9
         with httpx.Client(
             base_url=url_b,
             verify=ssl.create_default_context(cafile=str(deployment.certs["ca"])),
             headers={"Authorization": f"Bearer {deployment.token}"},
-            timeout=30,
+            timeout=scaled(30),
         ) as b:
-            res = wait_run(b, rid, 240)
+            res = wait_run(b, rid, scaled(240))
     finally:
         for p in procs:
             p.kill()
@@ -545,13 +548,15 @@ def test_a_device_that_crashes_after_checkin_is_a_dropout(
     for d in devs:
         d.register()
     name = "exact-mean" if min_clients == 2 else "bitpushing-onebit"
-    task = _task(name, min_clients=min_clients, deadlines={"checkin": 60.0, "round": 2.0})
+    task = _task(
+        name, min_clients=min_clients, deadlines={"checkin": scaled(60.0), "round": scaled(2.0)}
+    )
     with deployment.admin() as a:
         tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
         for d in devs:  # every device checks in
             d.step()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while time.monotonic() < deadline:
             for d in devs[:2]:  # the third device crashed: it never polls again
                 d.step()
@@ -612,20 +617,22 @@ def test_client_process_killed_after_checkin(deployment: Deployment) -> None:
     its deadline with the other processes' exact sum."""
     data = _data()
     shards = write_shards(deployment.root, {"value": data["value"]}, 3)
-    task = _task("exact-mean", min_clients=2, deadlines={"checkin": 150.0, "round": 3.0})
+    task = _task(
+        "exact-mean", min_clients=2, deadlines={"checkin": scaled(150.0), "round": scaled(3.0)}
+    )
     with deployment.admin() as a:
         tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
         procs = _clients(deployment, shards[:2], "kill", 1)
         try:
-            deadline = time.monotonic() + 150
+            deadline = time.monotonic() + scaled(150)
             while a.get(f"/v1/admin/runs/{rid}").json()["devices"] < 2:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             procs[1].kill()  # checked in, never reports
             procs[1].wait()
             procs.append(_clients(deployment, shards[2:], "kill-late", 1)[0])
-            view = wait_run(a, rid, 240)
+            view = wait_run(a, rid, scaled(240))
         finally:
             for p in procs:
                 p.kill()
@@ -667,7 +674,7 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
         cohort_size=2,
         min_clients=2,
         max_records_per_client=20,
-        deadlines={"checkin": 60, "round": 60},
+        deadlines={"checkin": scaled(60), "round": scaled(60)},
     )
     ident = json.loads((deployment.root / "ids" / "cut-1.json").read_text())
     key = auth.private_key_from_hex(ident["private_key"])
@@ -682,7 +689,7 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
     with deployment.admin() as a, httpx.Client(base_url=deployment.url, verify=ctx) as http:
         tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + scaled(60)
         while a.get(f"/v1/admin/runs/{rid}").json()["devices"] < 2:  # both check in
             assert time.monotonic() < deadline
             for d in devs:
@@ -711,7 +718,7 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
         raw = (
             f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {len(body)}\r\n{head}\r\n"
         ).encode()
-        with socket.create_connection(("127.0.0.1", deployment.port), timeout=10) as sock:
+        with socket.create_connection(("127.0.0.1", deployment.port), timeout=scaled(10)) as sock:
             with ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
                 tls.sendall(raw + body[: len(body) // 2])  # ... and the device dies here
         time.sleep(0.5)

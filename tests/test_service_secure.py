@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from deadlines import scaled
 from fedstats import wire
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
@@ -246,7 +247,7 @@ def _task(devices: int = 12, **over: Any) -> dict[str, Any]:
         "cohort_size": devices,
         "min_clients": max(1, devices // 2),
         "max_records_per_client": -(-N // devices),
-        "deadlines": {"checkin": 30.0, "round": 30.0},
+        "deadlines": {"checkin": scaled(30.0), "round": scaled(30.0)},
         # three sessions of four: smaller than the default minimum of min(10, max_session)
         "secure_aggregation": {"max_session": 5, "min_session_size": 3},
         "label": f"secure {time.time()}",
@@ -353,7 +354,7 @@ def _drive(devices: list[Any], run_id: str, seconds: float = 150.0) -> list[thre
     threads = [
         threading.Thread(
             target=d.run,
-            kwargs={"poll": 0.1, "wait": 10.0, "max_seconds": seconds, "until": done},
+            kwargs={"poll": 0.1, "wait": 10.0, "max_seconds": scaled(seconds), "until": done},
             daemon=True,
         )
         for d in devices
@@ -366,9 +367,9 @@ def _drive(devices: list[Any], run_id: str, seconds: float = 150.0) -> list[thre
 def _finished(dep: Deployment, run_id: str, threads: list[threading.Thread]) -> dict[str, Any]:
     """The run's view once it ended (150 s at most), after its devices' threads stopped; it must be done."""
     with dep.admin() as a:
-        view = wait_run(a, run_id, timeout=150)
+        view = wait_run(a, run_id, timeout=scaled(150))
     for t in threads:
-        t.join(30)
+        t.join(scaled(30))
     assert view["status"] == "done", view["error"]
     return dict(view)
 
@@ -624,7 +625,11 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
         recording(d)
     run_id = _start(
         deployment,
-        _task(4, secure_aggregation={"max_session": 4}, deadlines={"checkin": 60.0, "round": 60.0}),
+        _task(
+            4,
+            secure_aggregation={"max_session": 4},
+            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
+        ),
     )
     threads = _drive(devices[:3], run_id)
     threads.append(
@@ -633,7 +638,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
             kwargs={
                 "poll": 0.1,
                 "wait": 1.0,
-                "max_seconds": 150.0,
+                "max_seconds": scaled(150.0),
                 "until": lambda d: run_id in getattr(d, "finished", set()),
             },
             daemon=True,
@@ -641,7 +646,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     )
     threads[-1].start()
     first = devices[0]
-    end = time.monotonic() + 60
+    end = time.monotonic() + scaled(60)
     while time.monotonic() < end:  # first has sent its round-0 stage-0 message
         state = first.secure.get(run_id)
         if state is not None and (0, 0, 0) in state.acknowledged:
@@ -689,18 +694,22 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     inner = late._reveal
 
     def reveal_when_released(run_id: str) -> None:
-        assert release.wait(60)
+        assert release.wait(scaled(60))
         inner(run_id)
 
     late._reveal = reveal_when_released
     run_id = _start(
         deployment,
-        _task(4, secure_aggregation={"max_session": 4}, deadlines={"checkin": 60.0, "round": 60.0}),
+        _task(
+            4,
+            secure_aggregation={"max_session": 4},
+            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
+        ),
     )
     threads = _drive(devices, run_id)
     first = devices[0]
     path = f"/v1/client/runs/{run_id}/seed"
-    end = time.monotonic() + 60
+    end = time.monotonic() + scaled(60)
     while time.monotonic() < end:  # the others have revealed
         with deployment.admin() as a:
             view = a.get(f"/v1/admin/runs/{run_id}").json()
@@ -772,7 +781,7 @@ def test_devices_stopping_before_each_stage_leave_an_exact_sum_or_abort_the_run(
             privacy={"epsilon": None, "population": population},
             # a stage waits this long for the stopped devices; 4 s was too short for a live device's
             # first stage while the 100-process Adult test loaded the CI machine (one flaky abort in CI)
-            deadlines={"checkin": 60.0, "round": 12.0},
+            deadlines={"checkin": scaled(60.0), "round": scaled(12.0)},
             min_clients=N_DEV // 2,
         )
         cases.append((stage, n_stop, devices, stoppers, _start(production, task)))
@@ -781,7 +790,7 @@ def test_devices_stopping_before_each_stage_leave_an_exact_sum_or_abort_the_run(
     threads = [t for _, _, devs, _, rid in cases for t in _drive(devs, rid, seconds=420)]
     for stage, n_stop, devices, stoppers, run_id in cases:
         with production.admin() as a:
-            view = wait_run(a, run_id, timeout=450)
+            view = wait_run(a, run_id, timeout=scaled(450))
             audit = a.get("/v1/admin/audit", params={"run_id": run_id}).json()
         releases = [e for e in audit if e["action"] == "release"]
         gone = {devices[i].client_id for i in stoppers}
@@ -806,7 +815,7 @@ def test_devices_stopping_before_each_stage_leave_an_exact_sum_or_abort_the_run(
             len(d.columns["x"]) for d in devices if d.client_id in rounds[1]["included"]
         ), case
     for t in threads:
-        t.join(30)
+        t.join(scaled(30))
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3, 4, 5])
@@ -821,13 +830,13 @@ def test_server_sigkilled_after_each_secure_stage_resumes_from_the_journal(
     run_id = _start(production, _task(8, secure_aggregation={"max_session": 8}))
     threads = _drive(devices, run_id, seconds=150)
     assert production.proc is not None
-    production.proc.wait(90)  # killed itself at the fault point
+    production.proc.wait(scaled(90))  # killed itself at the fault point
     production.start()  # the same database and port, no fault
     with production.admin() as a:
-        view = wait_run(a, run_id, timeout=120)
+        view = wait_run(a, run_id, timeout=scaled(120))
         audit = a.get("/v1/admin/audit", params={"run_id": run_id}).json()
     for t in threads:
-        t.join(30)
+        t.join(scaled(30))
     assert view["status"] == "done", view["error"]
     assert [e["action"] for e in audit].count("release") == 1
     rounds = _rounds(production, run_id, devices)
@@ -860,12 +869,12 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
         secure_aggregation={"max_session": 8},
         # B starts only once A holds the run, and a loaded machine takes tens of seconds to start a
         # server: the devices must still find the run open (it closes early once all checked in)
-        deadlines={"checkin": 150.0, "round": 60.0},
+        deadlines={"checkin": scaled(150.0), "round": scaled(60.0)},
     )
     run_id = _start(production, task)
     created = time.monotonic()
     store = open_store(production.db)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while True:  # A's driver claims the run on its next pass
         with store.session() as s:
             got = s.get(Run, run_id)
@@ -883,7 +892,7 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
     try:
         assert production.proc is not None
         try:
-            production.proc.wait(240)  # A killed itself right after journaling stage 3
+            production.proc.wait(scaled(240))  # A killed itself right after journaling stage 3
         except subprocess.TimeoutExpired:
             with store.session() as s:
                 got = s.get(Run, run_id)
@@ -906,13 +915,13 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
             base_url=url_b,
             verify=ssl.create_default_context(cafile=str(production.certs["ca"])),
             headers={"Authorization": f"Bearer {production.token}"},
-            timeout=30,
+            timeout=scaled(30),
         ) as b:
-            view = wait_run(b, run_id, 180)
+            view = wait_run(b, run_id, scaled(180))
             audit = b.get("/v1/admin/audit", params={"run_id": run_id}).json()
     finally:
         for t in threads:
-            t.join(30)
+            t.join(scaled(30))
         proc_b.kill()
         proc_b.wait()
         production.kill()

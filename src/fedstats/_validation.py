@@ -39,6 +39,62 @@ def check_real(
     return v
 
 
+MIN_LOCAL_EPSILON = 1e-12
+"""Smallest epsilon of a pure-epsilon mechanism (randomized response, Laplace, the local-DP mean and gap
+mechanisms). Below it the mechanism cannot be calibrated in double precision: its output probabilities
+differ from a fair coin's by less than 1 part in 10^12 (at 1e-16 they round to exactly 1/2, so the loss
+computed from the output distribution is 0), and its variance, about 1/epsilon^2, overflows near 1e-154."""
+
+
+MIN_GRID_EPSILON = 1e-5
+"""Smallest epsilon of the mechanisms that release their noisy values on a fixed-point grid (the Laplace and
+Piecewise mean baselines, the performance-gap mechanisms): below it their noise, on the default grid of
+2^-20, no longer fits the 64-bit integers the exact sums use."""
+
+GRID_WHY = "the mechanism's noise on its release grid no longer fits 64-bit integers"
+"""Why epsilon below :data:`MIN_GRID_EPSILON` is refused (said in the error)."""
+
+
+def check_local_epsilon(
+    name: str,
+    value: Any,
+    *,
+    high: float = math.inf,
+    low: float = MIN_LOCAL_EPSILON,
+    why: str = "the mechanism cannot be calibrated in double precision: its noise is "
+    "indistinguishable from a fair coin's and its variance overflows",
+) -> float:
+    """Return ``value`` as a float after checking it is an epsilon a pure-epsilon mechanism can take.
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name (``"epsilon"``), named in the error.
+    value : object
+        The epsilon.
+    high : float
+        Largest accepted value (inclusive when finite).
+    low : float
+        Smallest accepted value (default :data:`MIN_LOCAL_EPSILON`).
+    why : str
+        Why values below ``low`` cannot be used (said in the error).
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ParameterError
+        If ``value`` is not a real number in ``[low, high]``.
+    """
+    v = check_real(name, value, low=0.0, high=high, low_open=True, high_open=math.isinf(high))
+    if v < low:
+        top = "inf)" if math.isinf(high) else f"{high:g}]"
+        raise ParameterError(name, value, f"a real number in [{low:g}, {top} (below {low:g} {why})")
+    return v
+
+
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
     """Return ``value`` as an int after checking it is an integer in ``[low, high]``.
 

@@ -38,6 +38,8 @@ from fedstats.randomness import RandomSource
 from fedstats.results import non_finite_fields, to_jsonable
 
 __all__ = [
+    "LONG_SECONDS",
+    "AllowLongOption",
     "BackendOption",
     "CliState",
     "DataDirOption",
@@ -50,10 +52,15 @@ __all__ = [
     "WorkersOption",
     "add_warning",
     "atomic_write_text",
+    "check_applies",
+    "check_distinct_columns",
     "check_interval",
+    "check_route_options",
     "emit",
     "engine_for",
     "fmt_value",
+    "given",
+    "out_path",
     "progress_for",
     "state_from",
     "warn_duration",
@@ -224,6 +231,132 @@ SchedulerOption = Annotated[
 ShardSizeOption = Annotated[
     int, typer.Option("--shard-size", min=1, help="Clients per shard (never changes the result).")
 ]
+AllowLongOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-long",
+        help="Start a run estimated to take more than an hour on this machine (refused otherwise).",
+    ),
+]
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the option ``name`` (its Python name) was given on the command line or by the environment.
+
+    Parameters
+    ----------
+    ctx : typer.Context
+        The running command's context.
+    name : str
+        The parameter's Python name (``"workers"``).
+
+    Returns
+    -------
+    bool
+        False when it took its default (or the command has no such option).
+    """
+    source = ctx.get_parameter_source(name)
+    # compared by name: typer may run on its own copy of click, with its own ParameterSource enum
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def _flag(ctx: typer.Context, name: str) -> str:
+    for param in ctx.command.params:
+        if param.name == name:
+            longs = [o for o in param.opts if o.startswith("--")]
+            return longs[0] if longs else param.opts[0]
+    return "--" + name.replace("_", "-")
+
+
+def check_applies(ctx: typer.Context, name: str, applies: bool, accepted: str) -> None:
+    """Refuse an option that was given but that the chosen backend, protocol or mode would ignore.
+
+    Parameters
+    ----------
+    ctx : typer.Context
+    name : str
+        The option's Python name.
+    applies : bool
+        Whether the option has any effect in this run.
+    accepted : str
+        When it applies, in words (``"only with --backend dask"``).
+
+    Raises
+    ------
+    ParameterError
+        Naming the option's flag, if it was given and does not apply.
+    """
+    if not applies and given(ctx, name):
+        raise ParameterError(_flag(ctx, name), ctx.params.get(name), accepted)
+
+
+def check_route_options(ctx: typer.Context, backend: str) -> None:
+    """Refuse the route options that the route ``backend`` would ignore.
+
+    ``--workers`` is for process/dask, ``--scheduler`` for dask, ``--shard-size`` for the routes that
+    work in shards (serial, process, dask; not secure or aggregate).
+
+    Raises
+    ------
+    ParameterError
+        Naming the option that the route ``backend`` would ignore.
+    """
+    check_applies(
+        ctx,
+        "workers",
+        backend in ("process", "dask"),
+        f"unset unless --backend process or dask (the {backend} route runs in this process)",
+    )
+    check_applies(
+        ctx, "scheduler", backend == "dask", f"unset unless --backend dask (not {backend})"
+    )
+    check_applies(
+        ctx,
+        "shard_size",
+        backend in ("serial", "process", "dask"),
+        f"unset with the {backend} route (only serial, process and dask work in shards)",
+    )
+
+
+def check_distinct_columns(roles: dict[str, str | None]) -> None:
+    """Refuse one column in two roles (``--x`` equal to ``--y``, a column both group and value, ...).
+
+    Parameters
+    ----------
+    roles : dict
+        Flag -> the column given for it (None when the option was not given), in command-line order.
+
+    Raises
+    ------
+    ParameterError
+        Naming the second flag that repeats a column.
+    """
+    seen: dict[str, str] = {}
+    for flag, col in roles.items():
+        if col is None:
+            continue
+        if col in seen:
+            raise ParameterError(
+                flag,
+                col,
+                f"a column other than the {seen[col]} column {col!r} (one column cannot play two roles)",
+            )
+        seen[col] = flag
+
+
+def out_path(value: str | None, flag: str = "--out") -> Path | None:
+    """The path of an ``--out`` option given as text, refusing an empty one (it would mean ``.``).
+
+    Raises
+    ------
+    ParameterError
+        If ``value`` is empty or only blanks.
+    """
+    if value is None:
+        return None
+    if not value.strip():
+        raise ParameterError(flag, value, "a non-empty path (use . for the current folder)")
+    return Path(value)
 
 
 @contextmanager
@@ -391,6 +524,9 @@ SLOWEST_SECONDS_PER_CLIENT = 2e-5
 adaptive variance with dask, is about 5x below it): below ``WARN_SECONDS / SLOWEST_SECONDS_PER_CLIENT``
 clients no calibration runs."""
 
+LONG_SECONDS = 3600.0
+"""Runs estimated above this are refused unless ``--allow-long`` is given."""
+
 _RATES: dict[str, float] = {}
 
 
@@ -402,18 +538,26 @@ def warn_duration(
     workers: int | None,
     probe: Callable[[int], object],
     key: str,
+    allow_long: bool = False,
 ) -> None:
-    """Before a long per-client run, warn on stderr with its estimated duration on this machine.
+    """Before a long per-client run, refuse it above an hour, or warn with its estimated duration.
 
     The per-client CPU time is *measured*: ``probe(CALIBRATION_CLIENTS)`` runs the same computation on
     :data:`CALIBRATION_CLIENTS` clients with the serial engine (cached per process under ``key``), and
-    the estimate is ``n_clients`` x that rate / workers. Nothing runs or prints with ``--quiet``, on the
-    ``aggregate`` route (closed form, any number of clients), or when even the slowest route
-    (:data:`SLOWEST_SECONDS_PER_CLIENT`) would finish within a few minutes.
-    """
-    from fedstats._resources import WARN_SECONDS, duration_warning
+    the estimate is ``n_clients`` x that rate / workers. Nothing runs on the ``aggregate`` route (closed
+    form, any number of clients) or when even the slowest route (:data:`SLOWEST_SECONDS_PER_CLIENT`)
+    would finish within a few minutes; with ``--quiet`` the estimate still runs (a long run is refused),
+    but no warning is printed.
 
-    if state.quiet or backend == "aggregate":
+    Raises
+    ------
+    ResourceLimitError
+        If the estimate exceeds :data:`LONG_SECONDS` and ``allow_long`` is False; the message gives the
+        estimate and points to ``--backend aggregate`` and ``--allow-long``.
+    """
+    from fedstats._resources import WARN_SECONDS, duration_warning, human_seconds
+
+    if backend == "aggregate":
         return
     parallel = max(1, workers or 1)
     if n_clients * SLOWEST_SECONDS_PER_CLIENT / parallel <= WARN_SECONDS:
@@ -423,10 +567,16 @@ def warn_duration(
         t0 = time.process_time()
         probe(CALIBRATION_CLIENTS)
         rate = _RATES[key] = (time.process_time() - t0) / CALIBRATION_CLIENTS
-    message = duration_warning(
-        n_clients * rate / parallel, what=f"{n_clients} simulated clients on the {backend} route"
-    )
-    if message is not None:
+    seconds = n_clients * rate / parallel
+    what = f"{n_clients} simulated clients on the {backend} route"
+    if seconds > LONG_SECONDS and not allow_long:
+        raise ResourceLimitError(
+            f"{what} would take about {human_seconds(seconds)} on this machine (more than an "
+            "hour): use --backend aggregate (closed-form sums, any number "
+            "of clients), fewer --clients, or --allow-long to start it anyway"
+        )
+    message = duration_warning(seconds, what=what)
+    if message is not None and not state.quiet:
         typer.echo(message, err=True)
 
 

@@ -25,9 +25,11 @@ __all__ = [
     "assignment",
     "check_column",
     "check_projection_memory",
+    "check_unique_columns",
     "column_codes",
     "lean",
     "load_frame",
+    "read_table",
     "route",
     "tables",
     "weights",
@@ -90,19 +92,62 @@ def load_frame(data: str, data_dir: Path | None, split: str | None) -> pd.DataFr
         If ``data`` is neither a dataset name nor an existing file.
     """
     from fedstats.datasets import dataset_names, load_dataset
-    from fedstats.datasets.readers import load_table
 
     if data in dataset_names():
         df = load_dataset(data, data_dir, **({"split": split} if split else {}))
     else:
         if split:
             raise ParameterError("--split", split, "only with a registered dataset name")
-        df = load_table(data)
+        df = read_table(data)
     if not isinstance(df, pd.DataFrame):
         raise ParameterError("DATA", data, "a tabular dataset (a DataFrame)")
     if df.shape[0] == 0:
         raise DataError(f"{data} has no rows: at least one client is needed")
     return df
+
+
+_TEXT_SUFFIXES = (".csv", ".tsv", ".txt")
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a user's CSV/TSV/Parquet table, refusing duplicate column names.
+
+    pandas renames a repeated CSV header (``a``, ``a.1``) without a word, so ``--column a`` would then
+    read one of two columns of that name; the header is read as written and checked first.
+
+    Raises
+    ------
+    DataError
+        If two columns have the same name.
+    DatasetNotFoundError
+        If the file does not exist.
+    """
+    from fedstats.datasets.readers import load_table
+
+    name = Path(path).name.lower()
+    if any(suffix in name for suffix in _TEXT_SUFFIXES) and Path(path).is_file():
+        header = load_table(path, header=None, nrows=1, dtype=str, keep_default_na=False)
+        check_unique_columns([str(c) for c in header.iloc[0].tolist()], str(path))
+    df = load_table(path)
+    check_unique_columns([str(c) for c in df.columns], str(path))
+    return df
+
+
+def check_unique_columns(names: list[str], data: str) -> None:
+    """Refuse a table in which two columns have the same name (which one would an option mean?).
+
+    Raises
+    ------
+    DataError
+        Naming the repeated column(s).
+    """
+    counts = pd.Series(names, dtype=object).value_counts()
+    repeated = [str(n) for n, c in counts.items() if c > 1]
+    if repeated:
+        raise DataError(
+            f"{data} has duplicate column names ({', '.join(map(repr, sorted(repeated)))}): an option "
+            "naming one of them would be ambiguous; rename them"
+        )
 
 
 def check_column(df: pd.DataFrame, option: str, col: str, data: str) -> None:
@@ -226,6 +271,8 @@ def route(secure: bool | None, backend: str, n_clients: int) -> str:
     """
     if secure and backend not in ("auto", "secure"):
         raise ParameterError("--backend", backend, "'auto' or 'secure' together with --secure")
+    if secure is False and backend == "secure":
+        raise ParameterError("--no-secure", True, "not together with --backend secure")
     if backend != "auto":
         return backend
     if secure is None:

@@ -30,7 +30,10 @@ from fedstats.cli._common import (
     ShardSizeOption,
     WorkersOption,
     add_warning,
+    check_applies,
+    check_distinct_columns,
     check_interval,
+    check_route_options,
     emit,
     engine_for,
     progress_for,
@@ -129,6 +132,17 @@ def chi2(
         raise ParameterError("--max-records", max_records, "no value without --epsilon")
     if null_replicates < 99:
         raise ParameterError("--null-replicates", null_replicates, "an integer >= 99")
+    for name in ("decoder", "drop_empty"):
+        check_applies(ctx, name, test == "chi2", "unset with --test g (FED-chi^2 only)")
+    check_applies(
+        ctx,
+        "null_replicates",
+        epsilon is not None,
+        "unset without --epsilon (only the DP p-value is simulated from null replicates)",
+    )
+    check_distinct_columns(
+        {"--x": x, "--y": y, "--client-column": client_column, "--count-column": count_column}
+    )
     df = _t.load_frame(data, state.data_dir, split)
     _t.check_column(df, "--x", x, data)
     _t.check_column(df, "--y", y, data)
@@ -145,6 +159,17 @@ def chi2(
         df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights
     )
     route = _t.route(secure, backend, n)
+    if big:  # the linearity shortcut computes the sums in closed form: no route runs
+        for name in ("secure", "backend", "workers", "scheduler", "shard_size"):
+            check_applies(
+                ctx,
+                name,
+                False,
+                f"unset with {n} clients x {cells} cells (over {_t.MAX_TABLE_ENTRIES}: the sums are "
+                "simulated by linearity, no route runs)",
+            )
+    else:
+        check_route_options(ctx, route)
     randomness = state.randomness
     common: dict[str, Any] = {"encoding_size": encoding_size, "level": level}
     common["confidence"] = confidence

@@ -25,7 +25,9 @@ from fedstats.cli._common import (
     ShardSizeOption,
     WorkersOption,
     add_warning,
+    check_distinct_columns,
     check_interval,
+    check_route_options,
     emit,
     engine_for,
     progress_for,
@@ -117,6 +119,9 @@ def entropy(
             f"a step in [{MIN_FD_STEP:g}, 0.5] (below {MIN_FD_STEP:g} the finite difference loses its "
             "digits to rounding)",
         )
+    check_distinct_columns(
+        {"--column": column, "--client-column": client_column, "--count-column": count_column}
+    )
     df = _t.load_frame(data, state.data_dir, split)
     _t.check_column(df, "--column", column, data)
     weights = _t.weights(df, data, count_column)
@@ -127,6 +132,7 @@ def entropy(
         raise DataError(f"column {column!r} has a single category: its entropy is 0")
     _t.check_projection_memory(encoding_size, m, n, projections=2)  # f_+ and f_-
     route = _t.route(secure, backend, n)
+    check_route_options(ctx, route)
     with (
         progress_for(state) as progress,
         engine_for(

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from fedstats._io import atomic_write_bytes
-from fedstats.cli._common import JsonOption, emit, state_from
+from fedstats.cli._common import JsonOption, emit, out_path, state_from
 from fedstats.errors import ParameterError
 
 __all__ = ["copy_examples", "register"]
@@ -93,8 +93,8 @@ def copy_examples(out: Path, *, force: bool = False) -> list[dict[str, Any]]:
 
 def examples(
     ctx: typer.Context,
-    out: Annotated[
-        Path | None,
+    out_text: Annotated[
+        str | None,
         typer.Option("--out", help="Copy the example files into this folder (created if needed)."),
     ] = None,
     force: Annotated[
@@ -106,6 +106,7 @@ def examples(
     from fedstats.datasets.examples import EXAMPLES, example
 
     state = state_from(ctx, json_flag=json_flag)
+    out = out_path(out_text)
     if force and out is None:
         raise ParameterError("--force", True, "only together with --out")
     if out is None:

@@ -17,17 +17,21 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedstats._validation import check_real
 from fedstats.analyses.performance_gap import measure_performance_gap, plan_epsilon
 from fedstats.analyses.performance_gap.allocation import GroupLayout
 from fedstats.analyses.performance_gap.config import PerformanceGapConfig
 from fedstats.cli._common import (
+    AllowLongOption,
     BackendOption,
     JsonOption,
     SchedulerOption,
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    check_distinct_columns,
     check_interval,
+    check_route_options,
     emit,
     engine_for,
     fmt_value,
@@ -101,14 +105,19 @@ def gap(
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     shard_size: ShardSizeOption = 1 << 20,
+    allow_long: AllowLongOption = False,
     json_flag: JsonOption = False,
     seed: SeedOption = None,
 ) -> None:
     """Measure the performance gap between two groups under local differential privacy."""
     state = state_from(ctx, json_flag=json_flag, seed=seed)
-    from fedstats.datasets.readers import load_table
+    from fedstats.cli._tables import read_table
 
-    df = load_table(data)
+    check_distinct_columns({"--group-column": group_column, "--value-column": value_column})
+    check_route_options(ctx, backend)
+    # checked before the duration estimate and the data scan of a long run
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    df = read_table(data)
     for name, col in (("--group-column", group_column), ("--value-column", value_column)):
         if col not in df.columns:
             raise ParameterError(name, col, "a column of DATA: " + ", ".join(map(str, df.columns)))
@@ -154,7 +163,13 @@ def gap(
             return run(n_clients=n, engine=Engine(randomness=RandomSource(0)))
 
         warn_duration(
-            state, clients, backend=backend, workers=workers, probe=probe, key=f"gap {mechanism}"
+            state,
+            clients,
+            backend=backend,
+            workers=workers,
+            probe=probe,
+            key=f"gap {mechanism}",
+            allow_long=allow_long,
         )
     with (
         progress_for(state) as progress,

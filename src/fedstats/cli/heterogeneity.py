@@ -17,6 +17,7 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    check_applies,
     emit,
     engine_for,
     fmt_value,
@@ -160,11 +161,20 @@ def heterogeneity_command(
         raise ParameterError(
             "--epsilon/--delta", (epsilon, delta), "both given, or --no-privacy for exact sums"
         )
+    for name in ("mechanism", "accounting", "noise", "round1_fraction", "min_reporting"):
+        check_applies(ctx, name, not no_privacy, "unset with --no-privacy (exact sums, no noise)")
+    check_applies(ctx, "noise", not secure, "unset with --secure (it implies --noise distributed)")
     if secure:
         noise = "distributed"
         if backend == "serial":
             backend = "secure"
     route_options = _route_options(backend, dropout=dropout, workers=workers, scheduler=scheduler)
+    check_applies(
+        ctx,
+        "shard_size",
+        backend in ("serial", "process", "dask"),
+        f"unset with the {backend} route (only serial, process and dask work in shards)",
+    )
     config = HeterogeneityConfig(  # validated here, before any data is read
         statistic=statistic,
         epsilon=epsilon,

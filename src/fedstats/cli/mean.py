@@ -18,11 +18,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fedstats._validation import check_real
 from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
 from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.protocol import METHODS
 from fedstats.cli._common import (
+    AllowLongOption,
     BackendOption,
     CliState,
     DataDirOption,
@@ -33,6 +35,7 @@ from fedstats.cli._common import (
     WorkersOption,
     add_warning,
     check_interval,
+    check_route_options,
     emit,
     engine_for,
     progress_for,
@@ -114,6 +117,7 @@ def _run(
     options: dict[str, Any],
     confidence: float,
     route: dict[str, Any],
+    allow_long: bool,
     json_flag: bool,
     seed: int | None,
     data_dir: Path | None,
@@ -121,6 +125,9 @@ def _run(
     state: CliState = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
     if method not in METHODS:
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
+    check_route_options(ctx, route["backend"])
+    # checked before the duration estimate and the data scan of a long run
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     if epsilon is not None and not epsilon > 0:
         raise ParameterError("--epsilon", epsilon, "a real number > 0")
     if epsilon is None and not no_privacy:
@@ -176,6 +183,7 @@ def _run(
             workers=route["workers"],
             probe=probe,
             key=f"{kind} {method}",
+            allow_long=allow_long,
         )
     with progress_for(state) as progress, engine_for(state, progress, **route) as engine:
         common: dict[str, Any] = {
@@ -360,6 +368,7 @@ def mean(
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     shard_size: ShardSizeOption = 1 << 20,
+    allow_long: AllowLongOption = False,
     json_flag: JsonOption = False,
     seed: SeedOption = None,
     data_dir: DataDirOption = None,
@@ -383,8 +392,8 @@ def mean(
         "mean", ctx, data=data, column=column, method=method, epsilon=epsilon, no_privacy=no_privacy,
         bit_depth=bit_depth,
         low=low, high=high, resolution=resolution, out_of_range=out_of_range, clients=clients,
-        split=split, options=options, confidence=confidence, route=route, json_flag=json_flag,
-        seed=seed, data_dir=data_dir,
+        split=split, options=options, confidence=confidence, route=route, allow_long=allow_long,
+        json_flag=json_flag, seed=seed, data_dir=data_dir,
     )  # fmt: skip
 
 
@@ -416,6 +425,7 @@ def variance(
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,
     shard_size: ShardSizeOption = 1 << 20,
+    allow_long: AllowLongOption = False,
     json_flag: JsonOption = False,
     seed: SeedOption = None,
     data_dir: DataDirOption = None,
@@ -440,7 +450,7 @@ def variance(
         "variance", ctx, data=data, column=column, method=method, epsilon=epsilon,
         no_privacy=no_privacy, bit_depth=bit_depth, low=low, high=high, resolution=resolution, out_of_range=out_of_range,
         clients=clients, split=split, options=options, confidence=confidence, route=route,
-        json_flag=json_flag, seed=seed, data_dir=data_dir,
+        allow_long=allow_long, json_flag=json_flag, seed=seed, data_dir=data_dir,
     )  # fmt: skip
 
 

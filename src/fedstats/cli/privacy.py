@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fedstats.cli._common import FedstatsGroup, JsonOption, emit, state_from
+from fedstats.cli._common import FedstatsGroup, JsonOption, check_applies, emit, state_from
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis import (
     analytic_gaussian_delta,
@@ -108,6 +108,12 @@ def calibrate_gaussian(
 ) -> None:
     """Smallest Gaussian noise for (epsilon, delta)-DP, and the delta it achieves exactly."""
     state = state_from(ctx, json_flag=json_flag)
+    check_applies(
+        ctx,
+        "allow_large_epsilon",
+        classical,
+        "only with --classical (the analytic calibration holds for every epsilon)",
+    )
     if not 0.0 < sensitivity <= MAX_SENSITIVITY:
         # sigma grows with the sensitivity and rho with its square: blame the sensitivity, not delta
         raise ParameterError(
@@ -243,6 +249,18 @@ def explain(
 ) -> None:
     """A mechanism's privacy loss, variance, bias and release grid, in words."""
     state = state_from(ctx, json_flag=json_flag)
+    name = mechanism.lower()
+    uses = {
+        "epsilon": name != "dithering",
+        "delta": name == "gaussian",
+        "sensitivity": name in ("laplace", "gaussian"),
+        "k": name == "grr",
+        "bit_depth": name == "dithering",
+        "resolution_bits": name in ("laplace", "gaussian", "piecewise"),
+    }
+    if name in MECHANISMS:
+        for option, applies in uses.items():
+            check_applies(ctx, option, applies, f"unset for {name} (it does not use it)")
     mech = _build(
         mechanism.lower(),
         epsilon=epsilon,

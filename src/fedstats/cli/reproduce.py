@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +21,7 @@ from fedstats.cli._common import (
     JsonOption,
     SeedOption,
     emit,
+    out_path,
     progress_for,
     state_from,
 )
@@ -53,7 +53,7 @@ def _command(rep: Reproduction) -> Any:
         with progress_for(state) as progress:
             run_ctx, doc = run_reproduction(
                 rep.name,
-                out=kw.pop("out"),
+                out=out_path(kw.pop("out")),
                 quick=kw.pop("quick"),
                 update_committed=kw.pop("update_committed"),
                 seed=state.seed,
@@ -82,7 +82,7 @@ def _command(rep: Reproduction) -> Any:
             P.KEYWORD_ONLY,
             default=None,
             annotation=Annotated[
-                Path | None,
+                str | None,
                 typer.Option(
                     "--out",
                     help=f"Output folder (default ./reproduce-{rep.name}[-quick]; never the "

@@ -21,6 +21,7 @@ from fedstats.cli._common import (
     FedstatsGroup,
     JsonOption,
     SeedOption,
+    check_applies,
     emit,
     progress_for,
     state_from,
@@ -162,6 +163,7 @@ def simulate(
     stages = (*DROPOUT_STAGES, "random")
     if dropout_stage not in stages:
         raise ParameterError("--dropout-stage", dropout_stage, "one of " + ", ".join(stages))
+    check_applies(ctx, "dropout_stage", dropout > 0, "unset unless --dropout > 0 (nobody drops)")
     # every client's masked vector, its masks and the sums are held at once
     check_memory(
         DTYPES[bits]().itemsize * length * (clients + 4),

@@ -7,7 +7,6 @@ Writes ``validation.json``, ``README.md`` and ``coverage.png`` to ``--out`` (def
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -18,6 +17,7 @@ from fedstats.cli._common import (
     JsonOption,
     SeedOption,
     emit,
+    out_path,
     state_from,
     stderr_console,
 )
@@ -28,9 +28,9 @@ def validate(
     quick: Annotated[
         bool, typer.Option("--quick", help="A small slice (under 2 minutes): checks the pipeline.")
     ] = False,
-    out: Annotated[
-        Path, typer.Option("--out", help="Output folder (default results/validation).")
-    ] = Path("results/validation"),
+    out_text: Annotated[
+        str, typer.Option("--out", help="Output folder (default results/validation).")
+    ] = "results/validation",
     runs: Annotated[
         int | None,
         typer.Option("--runs", min=2, help="Runs per cell (default 400; 100 with --quick)."),
@@ -46,6 +46,8 @@ def validate(
     from fedstats.experiments.validation import DEFAULT_SEED, run_validation
 
     state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
+    out = out_path(out_text)
+    assert out is not None
     the_seed = DEFAULT_SEED if state.seed is None else state.seed
     err = stderr_console()
 

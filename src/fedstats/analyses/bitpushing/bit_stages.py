@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from fedstats._numeric import largest_remainder
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
 from fedstats.analyses.bitpushing.allocation import (
     affine_permutation,
     bit_mean_variances,
@@ -80,7 +80,7 @@ ALLOCATIONS = ("exact", "random")
 def _per_bit_epsilon(epsilon: float | None, bits_per_client: int) -> float | None:
     if epsilon is None:
         return None
-    e = check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
+    e = check_local_epsilon("epsilon", epsilon, high=700.0)
     return e / bits_per_client
 
 

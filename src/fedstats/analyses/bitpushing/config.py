@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
 from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, plan_randomness
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
@@ -87,7 +87,7 @@ class BitPushingMeanConfig(AnalysisConfig):
             check_int("bit_depth", self.bit_depth, low=1, high=52)
         check_int("bits_per_client", self.bits_per_client, low=1, high=52)
         if self.epsilon is not None:
-            eps = check_real("epsilon", self.epsilon, low=0.0, high=700.0, low_open=True)
+            eps = check_local_epsilon("epsilon", self.epsilon, high=700.0)
             object.__setattr__(self, "epsilon", eps)
         enc = self.encoding()  # validates low < high, resolution and bit depth together
         if self.bits_per_client > enc.b:

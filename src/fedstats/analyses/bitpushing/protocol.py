@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
 from fedstats.analyses.bitpushing.allocation import split_clients
 from fedstats.analyses.bitpushing.bit_stages import (
     ALLOCATIONS,
@@ -124,7 +124,7 @@ def bit_pushing_stage(method: str, **options: Any) -> Stage:
     # validate now, so a bad request fails before anything is charged or run
     epsilon = options.get("epsilon")
     if epsilon is not None:
-        check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
+        check_local_epsilon("epsilon", epsilon, high=700.0)
     check_int("bits_per_client", options.get("bits_per_client", 1), low=1)
     check_choice("allocation", options.get("allocation", "exact"), ALLOCATIONS)
     check_squash(options.get("squash_threshold"), epsilon)
@@ -210,7 +210,7 @@ def stage_mechanisms(method: str, **options: Any) -> list[Mechanism]:
     if epsilon is None:
         return []
     s = check_int("bits_per_client", options.get("bits_per_client", 1), low=1)
-    eps = check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
+    eps = check_local_epsilon("epsilon", epsilon, high=700.0)
     return [RandomizedResponse(epsilon=eps / s) for _ in range(s)]
 
 

@@ -24,7 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import (
+    GRID_WHY,
+    MIN_GRID_EPSILON,
+    MIN_LOCAL_EPSILON,
+    check_choice,
+    check_int,
+    check_local_epsilon,
+)
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.protocol import MeanEstimate, VarianceEstimate, check_options
 from fedstats.analyses.bitpushing.protocol import mean_protocol as _mean_protocol
@@ -99,7 +106,7 @@ def _dithering_checks(bits_per_client: int, epsilon: float | None) -> tuple[int,
     s = check_int("bits_per_client", bits_per_client, low=1, high=32)
     if epsilon is None:
         return s, None
-    eps = check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
+    eps = check_local_epsilon("epsilon", epsilon, high=700.0)
     if s != 1:
         raise ParameterError(
             "bits_per_client", bits_per_client, "1 for private dithering (one randomized bit)"
@@ -166,7 +173,12 @@ def _ldp_checks(mechanism: str, epsilon: float | None, frac_bits: int) -> tuple[
         raise ParameterError(
             "epsilon", None, f"a positive epsilon (the {mechanism} mechanism is DP)"
         )
-    eps = check_real("epsilon", epsilon, low=0.0, low_open=True, high=700.0)
+    if mechanism == "duchi":  # one randomized bit: no release grid
+        eps = check_local_epsilon("epsilon", epsilon, high=700.0, low=MIN_LOCAL_EPSILON)
+    else:
+        eps = check_local_epsilon(
+            "epsilon", epsilon, high=700.0, low=MIN_GRID_EPSILON, why=GRID_WHY
+        )
     top = {"laplace": _MAX_GRID_BITS - 1, "duchi": _MAX_GRID_BITS}.get(mechanism)
     if top is None:  # piecewise: the grid needs frac_bits + ceil(log2 C) <= 40 bits
         top = _MAX_GRID_BITS - ceil_log2(PiecewiseMechanism(epsilon=eps).C)

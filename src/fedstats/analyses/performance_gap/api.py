@@ -8,14 +8,20 @@ population with its own randomness; the analysis makes no server-side draw), and
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import (
+    GRID_WHY,
+    MIN_GRID_EPSILON,
+    check_choice,
+    check_int,
+    check_local_epsilon,
+    check_real,
+)
 from fedstats.analyses import _api
 from fedstats.analyses.performance_gap.allocation import GroupLayout, allocate
 from fedstats.analyses.performance_gap.client import GROUP_COLUMN, VALUE_COLUMN
@@ -329,7 +335,7 @@ def measure_performance_gap(
             "a local privacy budget in (0, inf): the performance gap has no non-private mode",
         )
     kind = check_mechanism(mechanism)
-    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+    eps = check_local_epsilon("epsilon", epsilon, low=MIN_GRID_EPSILON, why=GRID_WHY)
     check_choice("accounting", accounting, ("exact", "paper"))
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     codes, v, labels = prepare_columns(groups, values, scale=scale)

@@ -16,7 +16,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import (
+    GRID_WHY,
+    MIN_GRID_EPSILON,
+    check_choice,
+    check_int,
+    check_local_epsilon,
+    check_real,
+)
 from fedstats.analyses._config import AnalysisConfig, check_public_seed
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
@@ -103,9 +110,7 @@ class PerformanceGapConfig(AnalysisConfig):
             raise ParameterError(
                 "epsilon", None, "a positive number (local DP; no non-private mode)"
             )
-        eps = check_real(
-            "epsilon", self.epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
-        )
+        eps = check_local_epsilon("epsilon", self.epsilon, low=MIN_GRID_EPSILON, why=GRID_WHY)
         object.__setattr__(self, "epsilon", eps)
 
     def allocation(self) -> Any:

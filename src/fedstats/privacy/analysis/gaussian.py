@@ -45,6 +45,7 @@ C. Dwork, A. Roth. The Algorithmic Foundations of Differential Privacy, 2014, Th
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 
 import scipy.special as sc
@@ -119,6 +120,13 @@ def _log_delta(s: float, epsilon: float) -> tuple[float, float, float]:
 
 def _check_common(epsilon: float, sensitivity: float) -> tuple[float, float]:
     eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+    if eps < sys.float_info.min:  # subnormal: the calibration's tail arithmetic cannot resolve it
+        raise ParameterError(
+            "epsilon",
+            epsilon,
+            f"a real number in [{sys.float_info.min:g}, inf) (a subnormal epsilon has too few "
+            "significant bits to calibrate the noise)",
+        )
     sens = check_real(
         "sensitivity", sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
     )

@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fedstats._numeric import round_to_integers
-from fedstats._validation import check_finite_array, check_int, check_real
+from fedstats._validation import check_finite_array, check_int, check_local_epsilon
 from fedstats.errors import DataError
 from fedstats.privacy.analysis.loss import (
     PrivacyLoss,
@@ -34,7 +34,7 @@ __all__ = ["DuchiMechanism", "Harmony", "PiecewiseMechanism"]
 
 
 def _check_epsilon(epsilon: Any) -> float:
-    return check_real("epsilon", epsilon, low=0.0, high=700.0, low_open=True)
+    return check_local_epsilon("epsilon", epsilon, high=700.0)
 
 
 def _check_unit(values: ArrayLike) -> np.ndarray:

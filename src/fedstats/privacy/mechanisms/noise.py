@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedstats._validation import check_finite_array, check_int, check_real
+from fedstats._validation import check_finite_array, check_int, check_local_epsilon, check_real
 from fedstats.errors import DataError, OverflowRiskError
 from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.privacy.mechanisms.base import Mechanism
@@ -147,9 +147,7 @@ class LaplaceMechanism(Mechanism):
         resolution_bits: int | None = 20,
         dimension: int = 1,
     ) -> None:
-        self.epsilon = check_real(
-            "epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
-        )
+        self.epsilon = check_local_epsilon("epsilon", epsilon)
         self.sensitivity = check_real(
             "sensitivity", sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
         )

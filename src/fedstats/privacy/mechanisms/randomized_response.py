@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedstats._validation import check_int, check_real
+from fedstats._validation import check_int, check_local_epsilon
 from fedstats.errors import DataError
 from fedstats.privacy.analysis.loss import PrivacyLoss, discrete_privacy_loss
 from fedstats.privacy.mechanisms.base import Mechanism
@@ -26,7 +26,7 @@ __all__ = ["GeneralizedRandomizedResponse", "RandomizedResponse"]
 
 
 def _check_epsilon(epsilon: Any) -> float:
-    return check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+    return check_local_epsilon("epsilon", epsilon)
 
 
 class RandomizedResponse(Mechanism):
