@@ -36,7 +36,9 @@ from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError, 
 from fedstats.service import driver, ledger, runs, tasks
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import Offload, add_client_routes
+from fedstats.service.dashboard import add_dashboard
 from fedstats.service.models import Audit, Authority, Nonce, Operator
+from fedstats.service.openapi import install_params_schemas
 from fedstats.service.schemas import (
     BudgetIn,
     BudgetOut,
@@ -457,6 +459,8 @@ def create_app(
         ]
 
     add_client_routes(app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload)
+    add_dashboard(app, store)  # the operator's read-only status page (/dashboard)
+    install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
     app.add_middleware(_Limits, settings=cfg, counters=counters)
     return app
 
