@@ -20,13 +20,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from service_helpers import free_port, pg_reachable, pg_schema
 
 from fedstats.wire.registry import ANALYSES
+from service_helpers import free_port, pg_reachable, pg_schema
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "deploy.md"
 SECTION = "## Walkthrough: from nothing to a released result"
-TIMEOUT = 420.0  # the whole walkthrough, a loaded machine included; it takes about a minute when idle
+TIMEOUT = (
+    420.0  # the whole walkthrough, a loaded machine included; it takes about a minute when idle
+)
 
 
 def walkthrough_blocks() -> list[str]:
@@ -78,7 +80,7 @@ def test_the_walkthrough_has_every_step() -> None:
         if " -d " in call or "--data" in call:
             assert "Content-Type: application/json" in call, call
     # one task per registered analysis
-    named = set(re.findall(r'cat > tasks/([\w-]+)\.json', text))
+    named = set(re.findall(r"cat > tasks/([\w-]+)\.json", text))
     assert named == {name for name, _ in ANALYSES}
     assert sum(b.lstrip().startswith("# alternative: postgresql") for b in blocks) == 1
     assert sum(b.lstrip().startswith("# default: sqlite") for b in blocks) == 1
@@ -122,7 +124,7 @@ def _run(tmp_path: Path, db: str, pg_url: str | None = None) -> None:
     analyses = set()
     for run in runs:
         r = json.loads((tmp_path / f"result-{run}.json").read_text())
-        assert r["status"] == "done" and r["result"], (r, logs)
+        assert r["status"] == "done" and r["result"], (r["status"], r["error"], r["rounds"], logs)
         analyses.add(r["task_id"])
     assert len(analyses) == len(ANALYSES)  # one run per distinct task
     # the ledger: every private task's run spent its charge on the population's budget
