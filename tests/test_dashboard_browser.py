@@ -22,6 +22,9 @@ from service_helpers import Deployment, wait_run
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+# one worker holds the module's live server (pytest-xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("dashboard_browser")
+
 XSS_LABEL = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 
 
