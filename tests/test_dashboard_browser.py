@@ -57,7 +57,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
                 "cohort_size": 3,
                 "min_clients": 3,
                 "max_records_per_client": 1,
-                "deadlines": {"checkin": 60.0, "round": 60.0},
+                "deadlines": {"checkin": 120.0, "round": 120.0},
                 "label": "dashboard test " + XSS_LABEL,
             }
             tid = a.post("/v1/admin/tasks", json=dep.sign(task)).json()["task_id"]
@@ -67,11 +67,11 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
                 p.write_text(f"value\n{v}\n")
                 data.append(p)
             procs = [
-                dep.start_client(f"dash-{i}", p, "--max-seconds", "90") for i, p in enumerate(data)
+                dep.start_client(f"dash-{i}", p, "--max-seconds", "240") for i, p in enumerate(data)
             ]
             r = a.post("/v1/admin/runs", json={"task_id": tid})
             assert r.status_code == 201, r.text
-            run = wait_run(a, r.json()["run_id"], timeout=90)
+            run = wait_run(a, r.json()["run_id"], timeout=180)
             for proc in procs:
                 proc.kill()
                 proc.wait(10)
