@@ -9,7 +9,14 @@ SRC    := src tests benchmarks
 
 install: $(STAMP)
 
+# Debian's chromium and chromedriver drive the dashboard's browser test (tests/test_dashboard_browser.py):
+# installed from the distribution only where missing; nothing downloads a browser at run time
 $(STAMP): pyproject.toml
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium chromium-driver; \
+	fi
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[all]"

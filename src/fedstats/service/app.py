@@ -37,8 +37,10 @@ from fedstats.service import driver, tasks
 from fedstats.service.admin_api import admin_router
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import Offload, add_client_routes
+from fedstats.service.dashboard import add_dashboard
 from fedstats.service.health import add_health_routes
 from fedstats.service.models import Authority, Nonce, Operator
+from fedstats.service.openapi import install_params_schemas
 from fedstats.service.schemas import (
     ErrorOut,
 )
@@ -349,6 +351,8 @@ def create_app(
 
     app.include_router(admin_router(store, operator, changed))
     add_client_routes(app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload)
+    add_dashboard(app, store)  # the operator's read-only status page (/dashboard)
+    install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
     app.add_middleware(_Limits, settings=cfg, counters=counters)
     return app
 

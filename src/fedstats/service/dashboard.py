@@ -1,0 +1,303 @@
+"""The operator dashboard: a read-only status page at ``/dashboard``, behind an operator's bearer token.
+
+An operator signs in once with a form (``POST /dashboard/login``); the token then travels in an
+``HttpOnly``, ``Secure``, ``SameSite=Strict`` cookie and is never written into a page. The page is
+rendered on the server with Jinja2 (autoescaping on: task labels, errors and audit details are data) and
+refreshes itself. It shows the latest runs (status, task, rounds and their state, devices checked in,
+start and end, error), the enrolled and checked-in devices per population, every budget (spent, reserved
+and remaining, as ``GET /v1/admin/budgets/...`` computes them) and recent errors: aborted runs and the
+audit entries that record a refusal, an abort or a release. It writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.service import ledger, runs
+from fedstats.service.models import (
+    Audit,
+    Budget,
+    Client,
+    LedgerCharge,
+    Operator,
+    Run,
+    RunMember,
+    Task,
+)
+from fedstats.service.store import Store
+from fedstats.wire import auth
+
+__all__ = ["COOKIE", "add_dashboard", "dashboard_state"]
+
+COOKIE = "fedstats_operator"
+"""Name of the cookie that carries the operator's token after sign-in."""
+
+_RUNS_SHOWN = 50
+_ERRORS_SHOWN = 30
+_REFRESH_SECONDS = 5
+_ERROR_ACTIONS = ("refuse", "abort", "release", "exclude", "cancel", "revoke")
+
+_env = Environment(
+    loader=PackageLoader("fedstats.service", "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _when(ts: float | None) -> str:
+    """A timestamp as UTC ISO text (empty for None)."""
+    if ts is None:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def _num(x: float) -> str:
+    """A budget figure as the page shows it (six significant digits)."""
+    return f"{x:.6g}"
+
+
+def _task_summary(task: Task | None) -> dict[str, Any]:
+    if task is None:
+        return {"analysis": "?", "label": "", "population": "?"}
+    conf = json.loads(task.config)
+    body = conf.get("task", conf) if isinstance(conf, dict) else {}
+    return {
+        "analysis": str(body.get("analysis", "?")),
+        "label": str(body.get("label", "")),
+        "population": str((body.get("privacy") or {}).get("population", "?")),
+        "cohort_size": body.get("cohort_size"),
+    }
+
+
+def _reserved(session: Session, scope: str, name: str) -> tuple[float, float, int]:
+    """Epsilon and delta of the charges still reserved (not yet spent) on one budget, composed."""
+    col = LedgerCharge.population if scope == "population" else LedgerCharge.analyst
+    rows = (
+        session.execute(
+            select(LedgerCharge)
+            .where(col == name, LedgerCharge.status == "reserved")
+            .order_by(LedgerCharge.id)
+        )
+        .scalars()
+        .all()
+    )
+    composed = PrivacyLedger()
+    for r in rows:
+        composed.spend(epsilon=r.epsilon, delta=r.delta, rho=r.rho, label=f"run {r.run_id}")
+    total = composed.total()
+    return total.epsilon, total.delta, len(rows)
+
+
+def dashboard_state(session: Session, now: float | None = None) -> dict[str, Any]:
+    """Everything the dashboard shows, read in one session (no writes).
+
+    Parameters
+    ----------
+    session : Session
+        An open store session.
+    now : float, optional
+        The time the page is rendered at (default: now).
+
+    Returns
+    -------
+    dict
+        ``runs`` (newest first, with their rounds), ``populations`` (devices enrolled, revoked and
+        checked in to live runs), ``budgets`` (each as :func:`fedstats.service.ledger.budget_status`
+        plus the reserved part), ``errors`` (aborted runs) and ``audit`` (recent refusals, aborts and
+        releases), and ``generated`` (the time as text).
+    """
+    now = time.time() if now is None else now
+    tasks_by_id: dict[str, Task] = {}
+    run_rows = (
+        session.execute(select(Run).order_by(Run.created_at.desc()).limit(_RUNS_SHOWN))
+        .scalars()
+        .all()
+    )
+    shown_runs = []
+    for run in run_rows:
+        if run.task_id not in tasks_by_id:
+            task = session.get(Task, run.task_id)
+            if task is not None:
+                tasks_by_id[run.task_id] = task
+        view = runs.run_view(session, run.id)
+        shown_runs.append(
+            {
+                **view,
+                "task": _task_summary(tasks_by_id.get(run.task_id)),
+                "created": _when(run.created_at),
+                "finished": _when(run.finished_at),
+            }
+        )
+
+    populations: dict[str, dict[str, Any]] = {}
+    for pop, n, revoked, last in session.execute(
+        select(
+            Client.population,
+            func.count(Client.id),
+            func.count(Client.revoked_at),
+            func.max(Client.enrolled_at),
+        ).group_by(Client.population)
+    ):
+        populations[str(pop)] = {
+            "population": str(pop),
+            "enrolled": int(n),
+            "revoked": int(revoked),
+            "checked_in": 0,
+            "last_registered": _when(last),
+        }
+    live = ("checkin", "seeding", "running")
+    for pop, n in session.execute(
+        select(Client.population, func.count(func.distinct(RunMember.client_id)))
+        .join(Run, Run.id == RunMember.run_id)
+        .join(Client, Client.id == RunMember.client_id)
+        .where(Run.status.in_(live))
+        .group_by(Client.population)
+    ):
+        populations.setdefault(
+            str(pop),
+            {"population": str(pop), "enrolled": 0, "revoked": 0, "last_registered": ""},
+        )["checked_in"] = int(n)
+
+    budgets = []
+    for b in session.execute(select(Budget).order_by(Budget.scope, Budget.name)).scalars():
+        st = ledger.budget_status(session, b.scope, b.name)
+        if st is None:  # pragma: no cover - the row was just read
+            continue
+        res_e, res_d, res_n = _reserved(session, b.scope, b.name)
+        budgets.append(
+            {
+                **st,
+                "reserved_epsilon": res_e,
+                "reserved_delta": res_d,
+                "reserved_charges": res_n,
+                "text": {
+                    k: _num(v)
+                    for k, v in {
+                        "epsilon_budget": st["epsilon_budget"],
+                        "delta_budget": st["delta_budget"],
+                        "spent_epsilon": st["spent_epsilon"],
+                        "spent_delta": st["spent_delta"],
+                        "remaining_epsilon": st["remaining_epsilon"],
+                        "remaining_delta": st["remaining_delta"],
+                        "reserved_epsilon": res_e,
+                        "reserved_delta": res_d,
+                    }.items()
+                },
+            }
+        )
+
+    aborted = [r for r in shown_runs if r["status"] == "aborted"]
+    audit_rows = (
+        session.execute(
+            select(Audit)
+            .where(Audit.action.in_(_ERROR_ACTIONS))
+            .order_by(Audit.id.desc())
+            .limit(_ERRORS_SHOWN)
+        )
+        .scalars()
+        .all()
+    )
+    audit = [
+        {
+            "when": _when(a.ts),
+            "actor": a.actor,
+            "action": a.action,
+            "run_id": a.run_id or "",
+            "detail": a.detail,
+        }
+        for a in audit_rows
+    ]
+    return {
+        "runs": shown_runs,
+        "populations": sorted(populations.values(), key=lambda p: p["population"]),
+        "budgets": budgets,
+        "errors": aborted,
+        "audit": audit,
+        "generated": _when(now),
+    }
+
+
+def _operator_of(store: Store, token: str | None) -> str | None:
+    """The operator whose bearer token is ``token``, or None."""
+    if not token:
+        return None
+    with store.session() as s:
+        name = s.execute(
+            select(Operator.name).where(Operator.token_hash == auth.hash_token(token))
+        ).scalar()
+    return None if name is None else str(name)
+
+
+def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    html = _env.get_template(name).render(**context)
+    return HTMLResponse(
+        html,
+        status_code=status,
+        headers={
+            "Cache-Control": "no-store",
+            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+            "form-action 'self'; frame-ancestors 'none'",
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+        },
+    )
+
+
+def add_dashboard(app: FastAPI, store: Store) -> None:
+    """Mount the operator dashboard on ``app``: ``/`` and ``/dashboard`` (GET), login and logout (POST).
+
+    Parameters
+    ----------
+    app : FastAPI
+        The server's app (:func:`fedstats.service.app.create_app`).
+    store : Store
+        Its store; the dashboard only reads it.
+    """
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/dashboard", status_code=303)
+
+    @app.get("/dashboard", include_in_schema=False)
+    def dashboard(request: Request) -> Response:
+        operator = _operator_of(store, request.cookies.get(COOKIE))
+        if operator is None:
+            return _page("login.html.j2", status=401, error=None)
+        with store.session() as s:
+            state = dashboard_state(s)
+        return _page("dashboard.html.j2", operator=operator, refresh=_REFRESH_SECONDS, **state)
+
+    @app.post("/dashboard/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        body = (await request.body())[:4096].decode("utf-8", errors="replace")
+        token = (parse_qs(body).get("token") or [""])[0].strip()
+        if _operator_of(store, token) is None:
+            return _page("login.html.j2", status=401, error="unknown token")
+        out = RedirectResponse("/dashboard", status_code=303)
+        out.set_cookie(
+            COOKIE,
+            token,
+            httponly=True,
+            secure=request.url.scheme == "https",
+            samesite="strict",
+            path="/dashboard",
+            max_age=8 * 3600,
+        )
+        return out
+
+    @app.post("/dashboard/logout", include_in_schema=False)
+    def logout() -> Response:
+        out = RedirectResponse("/dashboard", status_code=303)
+        out.delete_cookie(COOKIE, path="/dashboard")
+        return out

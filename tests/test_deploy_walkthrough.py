@@ -1,0 +1,149 @@
+"""``docs/deploy.md``'s walkthrough, executed: every shell command of it, in order, in an empty folder.
+
+The ``bash`` blocks of the section "Walkthrough: from nothing to a released result" are joined into one
+script (``set -euo pipefail``: a failing command fails the test) and run with the installed ``fedstats``
+and ``python`` first on the PATH, on a free port instead of 8443. The block marked ``# default: sqlite``
+runs on SQLite; with PostgreSQL reachable, a second run uses the block marked ``# alternative:
+postgresql`` instead (its URL pointed at a fresh schema). Every run the walkthrough starts must be
+released (``done``, with a result), one per registered analysis, and the ledger must hold the private
+ones' charges. Background processes (server, devices) are stopped at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedstats.wire.registry import ANALYSES
+from service_helpers import free_port, pg_reachable, pg_schema
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "deploy.md"
+SECTION = "## Walkthrough: from nothing to a released result"
+TIMEOUT = (
+    420.0  # the whole walkthrough, a loaded machine included; it takes about a minute when idle
+)
+
+
+def walkthrough_blocks() -> list[str]:
+    """The ``bash`` blocks of the walkthrough section, in order."""
+    text = DOC.read_text()
+    assert SECTION in text, f"{DOC} has no section {SECTION!r}"
+    section = text.split(SECTION, 1)[1]
+    section = re.split(r"^## ", section, flags=re.M)[0]
+    return re.findall(r"^```bash\n(.*?)^```", section, flags=re.M | re.S)
+
+
+def script_for(db: str, port: int, pg_url: str | None = None) -> str:
+    """The walkthrough as one script, for SQLite (``db == "sqlite"``) or PostgreSQL (``pg_url``)."""
+    lines = ["set -euo pipefail"]
+    for block in walkthrough_blocks():
+        first = block.lstrip().splitlines()[0] if block.strip() else ""
+        if first.startswith("# default: sqlite") and db != "sqlite":
+            continue
+        if first.startswith("# alternative: postgresql"):
+            if db != "postgresql":
+                continue
+            assert pg_url is not None
+            block = re.sub(r'export DB="[^"]*"', f'export DB="{pg_url}"', block)
+        lines.append(block)
+    return "\n".join(lines).replace("8443", str(port))
+
+
+def test_the_walkthrough_has_every_step() -> None:
+    blocks = walkthrough_blocks()
+    text = "\n".join(blocks)
+    for step in (
+        "fedstats enroll init",
+        "fedstats enroll analyst",
+        "fedstats enroll client",
+        "fedstats server dev-certs",
+        "fedstats server add-operator",
+        "fedstats server --db",
+        "/v1/admin/budgets/population/",
+        "/v1/admin/budgets/analyst/",
+        "sign_task",
+        "/v1/admin/tasks",
+        "/v1/admin/runs",
+        "fedstats client run",
+        "/v1/admin/audit",
+    ):
+        assert step in text, step
+    # every curl that sends a body says it is JSON
+    for call in re.findall(r"curl[^\n]*(?:\\\n[^\n]*)*", text):
+        if " -d " in call or "--data" in call:
+            assert "Content-Type: application/json" in call, call
+    # one task per registered analysis
+    named = set(re.findall(r"cat > tasks/([\w-]+)\.json", text))
+    assert named == {name for name, _ in ANALYSES}
+    assert sum(b.lstrip().startswith("# alternative: postgresql") for b in blocks) == 1
+    assert sum(b.lstrip().startswith("# default: sqlite") for b in blocks) == 1
+
+
+def _run(tmp_path: Path, db: str, pg_url: str | None = None) -> None:
+    port = free_port()
+    script = script_for(db, port, pg_url)
+    (tmp_path / "walkthrough.sh").write_text(script)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.Popen(
+        ["bash", str(tmp_path / "walkthrough.sh")],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the walkthrough did not finish in {TIMEOUT} s:\n{out.decode()[-4000:]}")
+    finally:
+        # the server and the devices it started in the background, whatever happened
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    log = out.decode(errors="replace")
+    logs = "".join(
+        f"\n--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
+        for p in sorted(tmp_path.glob("*.log"))
+    )
+    assert proc.returncode == 0, f"walkthrough failed ({proc.returncode}):\n{log[-4000:]}{logs}"
+
+    runs = (tmp_path / "runs.txt").read_text().split()
+    assert len(runs) == len(ANALYSES)
+    analyses = set()
+    for run in runs:
+        r = json.loads((tmp_path / f"result-{run}.json").read_text())
+        assert r["status"] == "done" and r["result"], (r["status"], r["error"], r["rounds"], logs)
+        analyses.add(r["task_id"])
+    assert len(analyses) == len(ANALYSES)  # one run per distinct task
+    # the ledger: every private task's run spent its charge on the population's budget
+    private = sum(
+        json.loads(p.read_text())["privacy"].get("epsilon") is not None
+        for p in (tmp_path / "tasks").glob("*.json")
+    )
+    audit = json.loads((tmp_path / "audit.json").read_text())
+    spends = [a for a in audit if a["action"] == "spend"]
+    assert len(spends) == private, audit
+
+
+def test_the_walkthrough_runs_on_sqlite(tmp_path: Path) -> None:
+    _run(tmp_path, "sqlite")
+
+
+def test_the_walkthrough_runs_on_postgresql(tmp_path: Path) -> None:
+    reason = pg_reachable()
+    if reason is not None:
+        pytest.skip(reason)
+    with pg_schema() as url:
+        _run(tmp_path, "postgresql", url)
