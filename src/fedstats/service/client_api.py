@@ -24,7 +24,9 @@ from sqlalchemy.orm import Session
 from fedstats.errors import SecurityError
 from fedstats.service import runs, tasks
 from fedstats.service.changes import Changes, Wakeup, check_wait
+from fedstats.service.http import BadJSON, strict_loads
 from fedstats.service.models import Authority, Client, Nonce
+from fedstats.service.schemas import IdPath, IndexPath
 from fedstats.service.secure_api import add_secure_routes
 from fedstats.service.store import Store
 from fedstats.wire import auth
@@ -129,12 +131,10 @@ def add_client_routes(
         sig = headers.get(auth.HEADER_SIGNATURE)
         if not (cid and ts and nonce and sig) or len(nonce) > 64 or len(cid) > 128:
             raise HTTPException(401, "signed request headers required")
-        try:
-            t = float(ts)
-        except ValueError:
-            raise HTTPException(401, "bad timestamp") from None
-        if abs(time.time() - t) > cfg.replay_window:
-            raise HTTPException(401, "timestamp outside the replay window")
+        try:  # a finite number of seconds inside the replay window (NaN never is)
+            t = auth.check_timestamp(ts, cfg.replay_window)
+        except SecurityError as exc:
+            raise HTTPException(401, str(exc)) from None
         if public_key is None:
             c = _client(cid)
             if c is None:
@@ -180,10 +180,10 @@ def add_client_routes(
         return cid, body, nonce
 
     def _json(body: bytes) -> Any:
-        try:
-            return json.loads(body or b"{}")
-        except ValueError:
-            raise HTTPException(422, "body is not JSON") from None
+        try:  # finite numbers only, bounded nesting (422 naming the field)
+            return strict_loads(body or b"{}")
+        except BadJSON as exc:
+            raise HTTPException(422, str(exc)) from None
 
     @app.post("/v1/client/register", include_in_schema=False)
     async def register(request: Request) -> dict[str, Any]:
@@ -263,7 +263,7 @@ def add_client_routes(
         return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
 
     @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
-    async def checkin(run_id: str, request: Request) -> dict[str, Any]:
+    async def checkin(run_id: IdPath, request: Request) -> dict[str, Any]:
         cid, body, nonce = await signed(request)
         data = _json(body)
         records = data.get("records") if isinstance(data, dict) else None
@@ -285,7 +285,7 @@ def add_client_routes(
         return out
 
     @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", include_in_schema=False)
-    async def report(run_id: str, index: int, request: Request) -> dict[str, Any]:
+    async def report(run_id: IdPath, index: IndexPath, request: Request) -> dict[str, Any]:
         cid, body, nonce = await signed(request)
         data = _json(body)
         if not isinstance(data, dict) or not isinstance(data.get("count"), int):

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from fastapi import Path
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "MAX_INDEX",
     "BudgetIn",
     "BudgetOut",
     "Deadlines",
     "ErrorOut",
+    "IdPath",
+    "IndexPath",
     "Privacy",
     "RunIn",
     "RunOut",
@@ -19,6 +23,16 @@ __all__ = [
     "TaskIn",
     "TaskOut",
 ]
+
+
+MAX_INDEX = 2**31 - 1
+"""Largest round index, session number or stage accepted in a path (a 32-bit column holds it)."""
+
+IdPath = Annotated[str, Path(min_length=1, max_length=128)]
+"""A task, run or client id (or budget name) in a path: 1-128 characters."""
+
+IndexPath = Annotated[int, Path(ge=0, le=MAX_INDEX)]
+"""A round index, session number or stage in a path: 0 to :data:`MAX_INDEX` (422 beyond)."""
 
 
 class Privacy(BaseModel):

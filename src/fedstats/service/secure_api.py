@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from fedstats.service import runs, secure_devices
 from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.models import Nonce
+from fedstats.service.schemas import IdPath, IndexPath
 from fedstats.service.store import Store
 from fedstats.service.tasks import NotFoundError
 from fedstats.wire import seeding
@@ -108,7 +109,7 @@ def add_secure_routes(
         return got
 
     @app.get(base + "/seed", include_in_schema=False)
-    async def seed(run_id: str, request: Request) -> Response:
+    async def seed(run_id: IdPath, request: Request) -> Response:
         cid, _, _ = await signed(request)
 
         def go() -> bytes:
@@ -122,7 +123,7 @@ def add_secure_routes(
         return Response(await offload(go), media_type="application/json")
 
     @app.post(base + "/reveal", include_in_schema=False)
-    async def reveal(run_id: str, request: Request) -> dict[str, Any]:
+    async def reveal(run_id: IdPath, request: Request) -> dict[str, Any]:
         cid, body, nonce = await signed(request)
         data = parse_json(body)
         if not isinstance(data, dict) or not all(
@@ -143,7 +144,9 @@ def add_secure_routes(
     stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
 
     @app.get(base + "/rounds/{index}/secure/{number}/certificates", include_in_schema=False)
-    async def certificates(run_id: str, index: int, number: int, request: Request) -> Response:
+    async def certificates(
+        run_id: IdPath, index: IndexPath, number: IndexPath, request: Request
+    ) -> Response:
         cid, _, _ = await signed(request)
 
         def go() -> bytes:
@@ -193,7 +196,12 @@ def add_secure_routes(
 
     @app.get(stage_path, include_in_schema=False)
     async def down(
-        run_id: str, index: int, number: int, stage: int, request: Request, wait: float = 0.0
+        run_id: IdPath,
+        index: IndexPath,
+        number: IndexPath,
+        stage: IndexPath,
+        request: Request,
+        wait: float = 0.0,
     ) -> Response:
         """The device's stage message; with ``wait``, held until its open session reaches the stage.
 
@@ -211,7 +219,12 @@ def add_secure_routes(
 
     @app.post(stage_path, include_in_schema=False)
     async def up(
-        run_id: str, index: int, number: int, stage: int, request: Request, wait: float = 0.0
+        run_id: IdPath,
+        index: IndexPath,
+        number: IndexPath,
+        stage: IndexPath,
+        request: Request,
+        wait: float = 0.0,
     ) -> Response:
         """Journal the device's stage message; with ``wait``, answer with its next stage's message.
 
