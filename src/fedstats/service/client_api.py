@@ -1,7 +1,8 @@
 """The client endpoints of the server: registration, work, check-in and reports (signed by devices).
 
 Every request is signed by an enrolled device (:mod:`fedstats.wire.auth`); the secure-run endpoints are added by
-:mod:`.secure_api`. Not part of the admin OpenAPI description.
+:mod:`.secure_api`. They are in the OpenAPI description (tag ``device``) with their raw bodies declared
+(:data:`.schemas.DEVICE`), so that schema-driven tests exercise them signed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from fedstats.service import runs, tasks
 from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.http import BadJSON, strict_loads
 from fedstats.service.models import Authority, Client, Nonce
-from fedstats.service.schemas import IdPath, IndexPath
+from fedstats.service.schemas import (
+    CHECKIN_BODY,
+    DEVICE,
+    REGISTER_BODY,
+    REPORT_BODY,
+    IdPath,
+    IndexPath,
+)
 from fedstats.service.secure_api import add_secure_routes
 from fedstats.service.store import Store
 from fedstats.wire import auth
@@ -185,7 +193,7 @@ def add_client_routes(
         except BadJSON as exc:
             raise HTTPException(422, str(exc)) from None
 
-    @app.post("/v1/client/register", include_in_schema=False)
+    @app.post("/v1/client/register", openapi_extra=REGISTER_BODY, **DEVICE)
     async def register(request: Request) -> dict[str, Any]:
         body = await request.body()
         data = _json(body)
@@ -236,7 +244,7 @@ def add_client_routes(
         await offload(store_client)
         return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
-    @app.get("/v1/client/work", include_in_schema=False)
+    @app.get("/v1/client/work", **DEVICE)
     async def work(request: Request, wait: float = 0.0) -> Response:
         """The device's work list (JSON, with an ``ETag``), long-polled.
 
@@ -262,13 +270,13 @@ def add_client_routes(
         got = await changes.hold(c[2], min(wait, cfg.max_wait), differs)
         return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
 
-    @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
+    @app.post("/v1/client/runs/{run_id}/checkin", openapi_extra=CHECKIN_BODY, **DEVICE)
     async def checkin(run_id: IdPath, request: Request) -> dict[str, Any]:
         cid, body, nonce = await signed(request)
         data = _json(body)
         records = data.get("records") if isinstance(data, dict) else None
-        if not isinstance(records, int) or isinstance(records, bool):
-            raise HTTPException(422, "records must be an integer")
+        if not isinstance(records, int) or isinstance(records, bool) or not 1 <= records <= 10**9:
+            raise HTTPException(422, "records must be an integer in [1, 10^9]")
         commitment = data.get("commitment")
         population = (await enrolled(cid))[2]
 
@@ -284,12 +292,13 @@ def add_client_routes(
         wakeup.set()  # the cohort may be complete: let the driver close check-in now
         return out
 
-    @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", include_in_schema=False)
+    @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", openapi_extra=REPORT_BODY, **DEVICE)
     async def report(run_id: IdPath, index: IndexPath, request: Request) -> dict[str, Any]:
         cid, body, nonce = await signed(request)
         data = _json(body)
-        if not isinstance(data, dict) or not isinstance(data.get("count"), int):
-            raise HTTPException(422, "body must be {vector: [int], count: int}")
+        count = data.get("count") if isinstance(data, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 10**9:
+            raise HTTPException(422, "body must be {vector: [int], count: int in [0, 10^9]}")
 
         def go() -> bool:
             with store.session() as s, s.begin():
