@@ -28,7 +28,7 @@ from fedstats.service.http import MAX_DEPTH, BadJSON, JsonLogFormatter, strict_l
 from fedstats.service.schemas import MAX_INDEX
 from fedstats.service.store import open_store
 from fedstats.wire import auth
-from tests.service_helpers import FEDSTATS, free_port
+from service_helpers import FEDSTATS, free_port
 
 
 class Server:

@@ -59,17 +59,24 @@ class Offload:
     """
 
     def __init__(self, threads: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fedstats-store")
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a pool thread; the caller awaits its result (or exception)."""
+        if self._pool is None:  # first use, or the app was started again after a stop (tests do)
+            self._pool = ThreadPoolExecutor(
+                max_workers=self._threads, thread_name_prefix="fedstats-store"
+            )
         return await asyncio.get_running_loop().run_in_executor(
             self._pool, functools.partial(fn, *args)
         )
 
     def close(self) -> None:
         """Stop the pool's threads once their current work is done (queued work is dropped)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def add_client_routes(
