@@ -349,3 +349,20 @@ def test_the_server_says_where_it_listens_and_logs_json(tmp_path: Path) -> None:
     request = next(e for e in logged if e.get("event") == "request")
     assert request["path"] == "/v1/admin/runs/{run_id}" and request["status"] == 401
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", e["ts"]) for e in logged)
+
+
+def test_a_streamed_body_past_the_limit_is_a_413_on_admin_and_device_endpoints(
+    server: Server,
+) -> None:
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the size is learnt while reading
+        yield b'{"task_id": "'
+        for _ in range(40):
+            yield b"a" * 65536
+        yield b'"}'
+
+    before = server.metrics().get(413, 0)
+    got = server.http.post("/v1/admin/runs", content=chunks(), headers=server.admin)
+    assert got.status_code == 413, got.text
+    got = server.http.post("/v1/client/runs/r/checkin", content=chunks())
+    assert got.status_code == 413, got.text
+    assert server.metrics().get(413, 0) == before + 2

@@ -34,6 +34,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
@@ -234,8 +235,14 @@ def install_error_handlers(app: FastAPI) -> None:
 # -- middleware ----------------------------------------------------------------------------------------
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """A body that grew past the limit while it was read: 413, like a declared size.
+
+    An HTTPException, so FastAPI's body parsing passes it on instead of answering 400.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body larger than {limit} bytes")
 
 
 def _iso_now() -> str:
@@ -343,7 +350,7 @@ class EdgeMiddleware:
                 if message["type"] == "http.request":
                     seen += len(message.get("body", b""))
                     if seen > limit:
-                        raise _TooLarge
+                        raise _TooLarge(limit)
                 return message
 
             try:
@@ -351,6 +358,8 @@ class EdgeMiddleware:
             except _TooLarge:
                 if not state["status"]:
                     await answer(413, {"detail": f"request body larger than {limit} bytes"})
+            except ClientDisconnect:  # the client went away mid-request: not a server error
+                state["status"] = state["status"] or 499
             except Exception:
                 error_id = uuid.uuid4().hex[:16]
                 log.error(
@@ -368,7 +377,7 @@ class EdgeMiddleware:
                     await answer(500, {"detail": "internal server error", "error_id": error_id})
                 else:  # the answer had started: the client sees a cut-off response
                     state["status"] = 500
-        status = state["status"] or 500
+        status = state["status"] or 500  # no answer started: counted as the error it is
         self.counters[f'http_responses_total{{status="{status}"}}'] += 1
         record = {
             "event": "request",
