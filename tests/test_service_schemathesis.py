@@ -5,7 +5,8 @@ and one run in check-in. For every operation of its OpenAPI schema (admin, ops a
 Schemathesis draws a fixed number of requests (seeded; no shrinking, so the run is bounded); each request is
 sent with the operator's bearer token and signed by the device over its exact bytes
 (:func:`fedstats.wire.auth.sign_request`), so the device endpoints are exercised past their signature check;
-half of the requests to run paths name the live run, so handlers go past "no such run" too. Every answer
+half of the requests to run paths name the live run (its device checked in, round 0 open), so handlers go
+past "no such run" too. Every answer
 must be below 500 (Schemathesis' ``not_a_server_error``), and ``/metrics`` must have counted exactly the
 answers the run received, status by status.
 """
@@ -99,9 +100,10 @@ def test_no_operation_answers_5xx_and_metrics_count_every_answer(live: Deploymen
         "analysis": "exact-mean",
         "params": {"column": "value", "clip": 1.0, "frac_bits": 20},
         "privacy": {"epsilon": None, "population": "default"},
-        "cohort_size": 40,
-        "min_clients": 40,
-        "deadlines": {"checkin": 600.0, "round": 600.0},
+        "cohort_size": 2,
+        "min_clients": 1,
+        # check-in closes soon with this device alone: round 0 is then open to (fuzzed) reports
+        "deadlines": {"checkin": 2.0, "round": 600.0},
         "label": "schemathesis",
     }
     made = admin.post("/v1/admin/tasks", json=dep.sign(task))
@@ -110,6 +112,24 @@ def test_no_operation_answers_5xx_and_metrics_count_every_answer(live: Deploymen
     run = admin.post("/v1/admin/runs", json={"task_id": task_id})
     assert run.status_code == 201, run.text
     run_id = run.json()["run_id"]
+    path = f"/v1/client/runs/{run_id}/checkin"
+    body = json.dumps({"records": 1}).encode()
+    joined = httpx.post(
+        dep.url + path,
+        content=body,
+        headers={
+            **auth.sign_request(key, cid, "POST", path, body),
+            "content-type": "application/json",
+        },
+        verify=ctx,
+    )
+    assert joined.status_code == 200, joined.text
+    deadline = time.monotonic() + 60
+    while not any(
+        r["status"] == "open" for r in admin.get(f"/v1/admin/runs/{run_id}").json()["rounds"]
+    ):
+        assert time.monotonic() < deadline, "round 0 did not open"
+        time.sleep(0.2)
 
     schema = schemathesis.openapi.from_dict(httpx.get(f"{dep.url}/openapi.json", verify=ctx).json())
     operations = {op.label: op for op in (r.ok() for r in schema.get_all_operations())}
