@@ -120,9 +120,16 @@ def serve(
     import uvicorn
 
     from fedstats.service.app import ServerSettings, create_app, trust_authority
+    from fedstats.service.http import JsonLogFormatter
     from fedstats.service.store import open_store
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter())  # one JSON object per line, ISO timestamps
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    if tls_cert is None:  # the warning above, also in the structured log
+        logging.getLogger("fedstats.service").warning(
+            '{"event": "plain_http", "message": "serving plain HTTP: no TLS (development only)"}'
+        )
     store = open_store(db, require_writable=True)  # refuse a read-only database (exit 2)
     if authority_key is not None:
         trust_authority(store, authority_key)
@@ -140,7 +147,7 @@ def serve(
         crash_after=crash_after,
     )
     _settle_heap()
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -151,6 +158,19 @@ def serve(
         # held long polls would otherwise keep a stopping server up to ServerSettings.max_wait
         timeout_graceful_shutdown=3,
     )
+    where = f"[{host}]" if ":" in host else host
+    url = f"{'https' if tls_cert else 'http'}://{where}:{port}"
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # the socket is bound: say where (uvicorn's own line is silenced)
+                typer.echo(f"fedstats server: listening on {url}", err=True)
+
+    server = Server(config)
+    server.run()
+    if not server.started:  # could not bind (address in use, permission): uvicorn logged why
+        raise SystemExit(3)
 
 
 def is_loopback(host: str) -> bool:

@@ -20,12 +20,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fedstats.errors import BudgetExceededError, SecurityError
-from fedstats.service import idempotency, ledger, runs, tasks
+from fedstats.service import http, idempotency, ledger, runs, tasks
 from fedstats.service.models import Audit, Budget, Client, Operator, Run, Task
 from fedstats.service.schemas import (
     BudgetIn,
     BudgetOut,
     ErrorOut,
+    IdPath,
     RunIn,
     RunOut,
     SignedTaskIn,
@@ -137,7 +138,10 @@ def admin_router(
         409: {"model": ErrorOut},
         422: {"model": ErrorOut},
     }
-    r = APIRouter(prefix="/v1/admin", tags=["admin"], responses=errors)
+    # strict JSON bodies (no NaN/Infinity, bounded depth), as every route of the app
+    r = APIRouter(
+        prefix="/v1/admin", tags=["admin"], responses=errors, route_class=http.StrictRoute
+    )
 
     # -- tasks
     @r.post("/tasks", status_code=201, response_model=TaskOut)
@@ -204,7 +208,7 @@ def admin_router(
         return _pageout(items[offset : offset + limit], len(items), limit, offset)
 
     @r.get("/tasks/{task_id}")
-    def get_task(task_id: str, actor: Op) -> TaskOut:  # noqa: ARG001 - authentication dependency
+    def get_task(task_id: IdPath, actor: Op) -> TaskOut:  # noqa: ARG001 - authentication dependency
         """A stored task's configuration and signed envelope."""
         from fedstats import wire
 
@@ -282,13 +286,13 @@ def admin_router(
         return _pageout(items, total, limit, offset)
 
     @r.get("/runs/{run_id}")
-    def get_run(run_id: str, actor: Op) -> RunOut:  # noqa: ARG001 - authentication dependency
+    def get_run(run_id: IdPath, actor: Op) -> RunOut:  # noqa: ARG001 - authentication dependency
         """A run's status, rounds and (once done and paid) result."""
         with store.session() as s:
             return RunOut(**runs.run_view(s, run_id))
 
     @r.post("/runs/{run_id}/cancel")
-    def cancel_run(run_id: str, actor: Op) -> RunOut:
+    def cancel_run(run_id: IdPath, actor: Op) -> RunOut:
         """Stop a live run: it becomes ``aborted`` with the error "cancelled by <operator>".
 
         Its reservation is released if no round's sum was used yet, else spent; devices see it
@@ -319,7 +323,7 @@ def admin_router(
         return _pageout(items, total, limit, offset)
 
     @r.put("/budgets/{scope}/{name}")
-    def put_budget(scope: str, name: str, body: BudgetIn, actor: Op) -> BudgetOut:
+    def put_budget(scope: IdPath, name: IdPath, body: BudgetIn, actor: Op) -> BudgetOut:
         """Set the budget of a population or an analyst (scope ``population`` or ``analyst``).
 
         A budget below what its reserved and spent charges already compose to is refused (409).
@@ -336,7 +340,7 @@ def admin_router(
         return BudgetOut(**st)
 
     @r.get("/budgets/{scope}/{name}")
-    def get_budget(scope: str, name: str, actor: Op) -> BudgetOut:  # noqa: ARG001 - authentication dependency
+    def get_budget(scope: IdPath, name: IdPath, actor: Op) -> BudgetOut:  # noqa: ARG001 - authentication dependency
         """A budget with its spent and remaining (epsilon, delta)."""
         with store.session() as s:
             st = ledger.budget_status(s, scope, name) if scope in ledger.SCOPES else None
@@ -382,7 +386,7 @@ def admin_router(
             hook(client_id)
 
     @r.post("/devices/{client_id}/revoke")
-    def revoke_device(client_id: str, request: Request, actor: Op) -> dict[str, Any]:
+    def revoke_device(client_id: IdPath, request: Request, actor: Op) -> dict[str, Any]:
         """Revoke a device: every later signed request of it is refused (403), so it joins no run.
 
         Idempotent (a revoked device stays revoked since its first revocation).
@@ -398,7 +402,7 @@ def admin_router(
 
     @r.post("/devices/{client_id}/reinstate")
     def reinstate_device(
-        client_id: str, request: Request, actor: Op, body: ReinstateIn | None = None
+        client_id: IdPath, request: Request, actor: Op, body: ReinstateIn | None = None
     ) -> dict[str, Any]:
         """Reinstate a revoked device; with a new ``certificate``, under its new key (re-keying).
 
@@ -453,7 +457,7 @@ def admin_router(
         return _pageout(items, total, limit, offset)
 
     @r.post("/operators/{name}/rotate")
-    def rotate_operator_token(name: str, actor: Op) -> OperatorToken:
+    def rotate_operator_token(name: IdPath, actor: Op) -> OperatorToken:
         """Issue a new bearer token for operator ``name``; its old token stops working at once."""
         with store.session() as s, s.begin():
             token = rotate_token(s, name)

@@ -26,14 +26,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import FastAPI, Header, HTTPException, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi import FastAPI, Header, HTTPException
+from fastapi.responses import PlainTextResponse
 from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError, SecurityError
-from fedstats.service import driver, tasks
+from fedstats.errors import ParameterError
+from fedstats.service import driver, http
 from fedstats.service.admin_api import admin_router
 from fedstats.service.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.client_api import Offload, add_client_routes
@@ -99,109 +98,9 @@ class ServerSettings:
     store_threads: int = 4
 
 
-# -- middleware ---------------------------------------------------------------------------------------
-
-
-class _Limits:
-    """Body size limit, per-client token buckets and structured request logs (pure ASGI)."""
-
-    def __init__(self, app: ASGIApp, settings: ServerSettings, counters: dict[str, float]) -> None:
-        self.app = app
-        self.settings = settings
-        self.counters = counters
-        self.buckets: dict[str, tuple[float, float]] = {}
-
-    def _allow(self, key: str) -> bool:
-        now = time.monotonic()
-        tokens, last = self.buckets.get(key, (self.settings.burst, now))
-        tokens = min(self.settings.burst, tokens + (now - last) * self.settings.rate)
-        if tokens < 1.0:
-            self.buckets[key] = (tokens, now)
-            return False
-        self.buckets[key] = (tokens - 1.0, now)
-        return True
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        t0 = time.perf_counter()
-        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
-        client = headers.get(auth.HEADER_CLIENT) or (scope.get("client") or ("?", 0))[0]
-        status = {"code": 500}
-
-        async def send_logged(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status["code"] = int(message["status"])
-            await send(message)
-
-        async def reject(code: int, detail: str) -> None:
-            body = json.dumps({"detail": detail}).encode()
-            await send_logged(
-                {
-                    "type": "http.response.start",
-                    "status": code,
-                    "headers": [(b"content-type", b"application/json")],
-                }
-            )
-            await send_logged({"type": "http.response.body", "body": body})
-
-        path = scope.get("path", "")
-        limit = self.settings.max_body
-        try:
-            declared = int(headers.get("content-length", "0"))
-        except ValueError:
-            declared = limit + 1
-        if declared > limit:
-            await reject(413, f"request body larger than {limit} bytes")
-        elif path not in ("/healthz", "/metrics") and not self._allow(str(client)):
-            await reject(429, "rate limit exceeded")
-        else:
-            seen = 0
-
-            async def limited_receive() -> Message:
-                nonlocal seen
-                message = await receive()
-                if message["type"] == "http.request":
-                    seen += len(message.get("body", b""))
-                    if seen > limit:
-                        raise _TooLarge
-                return message
-
-            try:
-                await self.app(scope, limited_receive, send_logged)
-            except _TooLarge:
-                await reject(413, f"request body larger than {limit} bytes")
-        self.counters[f'http_requests_total{{code="{status["code"]}"}}'] += 1
-        log.info(
-            json.dumps(
-                {
-                    "event": "request",
-                    "method": scope.get("method"),
-                    "path": path,
-                    "status": status["code"],
-                    "client": client,
-                    "ms": round(1000 * (time.perf_counter() - t0), 2),
-                }
-            )
-        )
-
-
-class _TooLarge(Exception):
-    pass
-
+_status_of = http.status_of  # moved to .http
 
 # -- the app ------------------------------------------------------------------------------------------
-
-
-def _status_of(exc: FedstatsError) -> int:
-    if isinstance(exc, tasks.NotFoundError):
-        return 404
-    if isinstance(exc, (tasks.ConflictError, BudgetExceededError)):
-        return 409
-    if isinstance(exc, SecurityError):
-        return 403
-    return 422
 
 
 def create_app(
@@ -303,12 +202,11 @@ def create_app(
         lifespan=lifespan,
         responses={422: {"model": ErrorOut}},
     )
+    app.router.route_class = http.StrictRoute  # strict JSON bodies (no NaN/Infinity, bounded depth)
     app.state.driver = runner
     app.state.store = store
 
-    @app.exception_handler(FedstatsError)
-    async def _fedstats_error(_request: Request, exc: FedstatsError) -> JSONResponse:
-        return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=_status_of(exc))
+    http.install_error_handlers(app)  # FedstatsError and validation errors: one-line JSON 4xx
 
     def _purge_nonces() -> None:
         with store.session() as s, s.begin():
@@ -340,11 +238,9 @@ def create_app(
         for name, v in sorted(runner.metrics.items()):
             lines += [f"# TYPE fedstats_{name}_total counter", f"fedstats_{name}_total {v:g}"]
         lines += driver.excluded_metrics(runner)  # fedstats_reports_excluded_total{reason=...}
-        lines.append("# TYPE fedstats_http_requests_total counter")
+        lines += http.metrics_lines(counters)
         for key, v in sorted(counters.items()):
-            if key.startswith("http_requests_total"):
-                lines.append(f"fedstats_{key} {v:g}")
-            else:
+            if not key.startswith("http_responses_total"):
                 lines.append(f"# TYPE fedstats_{key}_total counter")
                 lines.append(f"fedstats_{key}_total {v:g}")
         return "\n".join(lines) + "\n"
@@ -353,7 +249,13 @@ def create_app(
     add_client_routes(app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload)
     add_dashboard(app, store)  # the operator's read-only status page (/dashboard)
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
-    app.add_middleware(_Limits, settings=cfg, counters=counters)
+    app.add_middleware(
+        http.EdgeMiddleware,
+        max_body=cfg.max_body,
+        rate=cfg.rate,
+        burst=cfg.burst,
+        counters=counters,
+    )
     return app
 
 

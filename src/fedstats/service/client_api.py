@@ -1,7 +1,8 @@
 """The client endpoints of the server: registration, work, check-in and reports (signed by devices).
 
 Every request is signed by an enrolled device (:mod:`fedstats.wire.auth`); the secure-run endpoints are added by
-:mod:`.secure_api`. Not part of the admin OpenAPI description.
+:mod:`.secure_api`. They are in the OpenAPI description (tag ``device``) with their raw bodies declared
+(:data:`.schemas.DEVICE`), so that schema-driven tests exercise them signed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,16 @@ from sqlalchemy.orm import Session
 from fedstats.errors import SecurityError
 from fedstats.service import runs, tasks
 from fedstats.service.changes import Changes, Wakeup, check_wait
+from fedstats.service.http import BadJSON, strict_loads
 from fedstats.service.models import Authority, Client, Nonce
+from fedstats.service.schemas import (
+    CHECKIN_BODY,
+    DEVICE,
+    REGISTER_BODY,
+    REPORT_BODY,
+    IdPath,
+    IndexPath,
+)
 from fedstats.service.secure_api import add_secure_routes
 from fedstats.service.store import Store
 from fedstats.wire import auth
@@ -51,17 +61,24 @@ class Offload:
     """
 
     def __init__(self, threads: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="fedstats-store")
+        self._threads = threads
+        self._pool: ThreadPoolExecutor | None = None
 
     async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a pool thread; the caller awaits its result (or exception)."""
+        if self._pool is None:  # first use, or the app was started again after a stop (tests do)
+            self._pool = ThreadPoolExecutor(
+                max_workers=self._threads, thread_name_prefix="fedstats-store"
+            )
         return await asyncio.get_running_loop().run_in_executor(
             self._pool, functools.partial(fn, *args)
         )
 
     def close(self) -> None:
         """Stop the pool's threads once their current work is done (queued work is dropped)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def add_client_routes(
@@ -141,12 +158,10 @@ def add_client_routes(
         revoked = False
         if not (cid and ts and nonce and sig) or len(nonce) > 64 or len(cid) > 128:
             raise HTTPException(401, "signed request headers required")
-        try:
-            t = float(ts)
-        except ValueError:
-            raise HTTPException(401, "bad timestamp") from None
-        if abs(time.time() - t) > cfg.replay_window:
-            raise HTTPException(401, "timestamp outside the replay window")
+        try:  # a finite number of seconds inside the replay window (NaN never is)
+            t = auth.check_timestamp(ts, cfg.replay_window)
+        except SecurityError as exc:
+            raise HTTPException(401, str(exc)) from None
         if public_key is None:
             c = _client(cid)
             if c is None:
@@ -195,12 +210,12 @@ def add_client_routes(
         return cid, body, nonce
 
     def _json(body: bytes) -> Any:
-        try:
-            return json.loads(body or b"{}")
-        except ValueError:
-            raise HTTPException(422, "body is not JSON") from None
+        try:  # finite numbers only, bounded nesting (422 naming the field)
+            return strict_loads(body or b"{}")
+        except BadJSON as exc:
+            raise HTTPException(422, str(exc)) from None
 
-    @app.post("/v1/client/register", include_in_schema=False)
+    @app.post("/v1/client/register", openapi_extra=REGISTER_BODY, **DEVICE)
     async def register(request: Request) -> dict[str, Any]:
         body = await request.body()
         data = _json(body)
@@ -253,7 +268,7 @@ def add_client_routes(
         await offload(store_client)
         return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
-    @app.get("/v1/client/work", include_in_schema=False)
+    @app.get("/v1/client/work", **DEVICE)
     async def work(request: Request, wait: float = 0.0) -> Response:
         """The device's work list (JSON, with an ``ETag``), long-polled.
 
@@ -279,13 +294,13 @@ def add_client_routes(
         got = await changes.hold(c[2], min(wait, cfg.max_wait), differs)
         return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
 
-    @app.post("/v1/client/runs/{run_id}/checkin", include_in_schema=False)
-    async def checkin(run_id: str, request: Request) -> dict[str, Any]:
+    @app.post("/v1/client/runs/{run_id}/checkin", openapi_extra=CHECKIN_BODY, **DEVICE)
+    async def checkin(run_id: IdPath, request: Request) -> dict[str, Any]:
         cid, body, nonce = await signed(request)
         data = _json(body)
         records = data.get("records") if isinstance(data, dict) else None
-        if not isinstance(records, int) or isinstance(records, bool):
-            raise HTTPException(422, "records must be an integer")
+        if not isinstance(records, int) or isinstance(records, bool) or not 1 <= records <= 10**9:
+            raise HTTPException(422, "records must be an integer in [1, 10^9]")
         commitment = data.get("commitment")
         population = (await enrolled(cid))[2]
 
@@ -301,12 +316,13 @@ def add_client_routes(
         wakeup.set()  # the cohort may be complete: let the driver close check-in now
         return out
 
-    @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", include_in_schema=False)
-    async def report(run_id: str, index: int, request: Request) -> dict[str, Any]:
+    @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", openapi_extra=REPORT_BODY, **DEVICE)
+    async def report(run_id: IdPath, index: IndexPath, request: Request) -> dict[str, Any]:
         cid, body, nonce = await signed(request)
         data = _json(body)
-        if not isinstance(data, dict) or not isinstance(data.get("count"), int):
-            raise HTTPException(422, "body must be {vector: [int], count: int}")
+        count = data.get("count") if isinstance(data, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 10**9:
+            raise HTTPException(422, "body must be {vector: [int], count: int in [0, 10^9]}")
 
         def go() -> bool:
             with store.session() as s, s.begin():

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from fastapi import Path
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "DEVICE",
+    "MAX_INDEX",
     "BudgetIn",
     "BudgetOut",
     "Deadlines",
     "ErrorOut",
+    "IdPath",
+    "IndexPath",
     "Privacy",
     "RunIn",
     "RunOut",
@@ -18,7 +23,18 @@ __all__ = [
     "SignedTaskIn",
     "TaskIn",
     "TaskOut",
+    "device_body",
 ]
+
+
+MAX_INDEX = 2**31 - 1
+"""Largest round index, session number or stage accepted in a path (a 32-bit column holds it)."""
+
+IdPath = Annotated[str, Path(min_length=1, max_length=128)]
+"""A task, run or client id (or budget name) in a path: 1-128 characters."""
+
+IndexPath = Annotated[int, Path(ge=0, le=MAX_INDEX)]
+"""A round index, session number or stage in a path: 0 to :data:`MAX_INDEX` (422 beyond)."""
 
 
 class Privacy(BaseModel):
@@ -127,3 +143,75 @@ class ErrorOut(BaseModel):
     """An error."""
 
     detail: str
+
+
+# -- device endpoints: raw bodies (each is signed over its exact bytes), declared for the OpenAPI schema
+
+
+def device_body(schema: dict[str, Any], media_type: str = "application/json") -> dict[str, Any]:
+    """``openapi_extra`` declaring a device endpoint's raw request body (read by the handler itself).
+
+    Parameters
+    ----------
+    schema : dict
+        JSON Schema of the body.
+    media_type : str
+        ``application/json`` or ``application/octet-stream`` (secure-aggregation stage messages).
+
+    Returns
+    -------
+    dict
+        ``{"requestBody": ...}`` for FastAPI's ``openapi_extra``.
+    """
+    return {"requestBody": {"required": True, "content": {media_type: {"schema": schema}}}}
+
+
+DEVICE: dict[str, Any] = {
+    "tags": ["device"],
+    "description": "Signed by an enrolled device: headers X-Fedstats-Client, X-Fedstats-Timestamp, "
+    "X-Fedstats-Nonce and X-Fedstats-Signature (fedstats.wire.auth.sign_request over the exact body).",
+}
+"""Route keywords shared by the device endpoints (their tag and how they are authenticated)."""
+
+_HEX = {"type": "string", "pattern": "^[0-9a-f]*$", "maxLength": 256}
+REGISTER_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["certificate"],
+        "properties": {
+            "certificate": {
+                "type": "object",
+                "required": ["body", "signature"],
+                "properties": {"body": {"type": "object"}, "signature": _HEX},
+            }
+        },
+    }
+)
+CHECKIN_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["records"],
+        "properties": {
+            "records": {"type": "integer", "minimum": 1, "maximum": 10**9},
+            "commitment": {"anyOf": [_HEX, {"type": "null"}]},
+        },
+    }
+)
+REPORT_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["vector", "count"],
+        "properties": {
+            "vector": {"type": "array", "items": {"type": "integer"}},
+            "count": {"type": "integer", "minimum": 0, "maximum": 10**9},
+        },
+    }
+)
+REVEAL_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["value", "seen"],
+        "properties": {"value": _HEX, "seen": _HEX},
+    }
+)
+STAGE_BODY = device_body({"type": "string", "format": "binary"}, "application/octet-stream")

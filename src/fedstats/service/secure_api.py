@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from fedstats.service import runs, secure_devices
 from fedstats.service.changes import Changes, Wakeup, check_wait
 from fedstats.service.models import Nonce
+from fedstats.service.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
 from fedstats.service.store import Store
 from fedstats.service.tasks import NotFoundError
 from fedstats.wire import seeding
@@ -107,8 +108,8 @@ def add_secure_routes(
             cache[key] = got
         return got
 
-    @app.get(base + "/seed", include_in_schema=False)
-    async def seed(run_id: str, request: Request) -> Response:
+    @app.get(base + "/seed", **DEVICE)
+    async def seed(run_id: IdPath, request: Request) -> Response:
         cid, _, _ = await signed(request)
 
         def go() -> bytes:
@@ -121,8 +122,8 @@ def add_secure_routes(
 
         return Response(await offload(go), media_type="application/json")
 
-    @app.post(base + "/reveal", include_in_schema=False)
-    async def reveal(run_id: str, request: Request) -> dict[str, Any]:
+    @app.post(base + "/reveal", openapi_extra=REVEAL_BODY, **DEVICE)
+    async def reveal(run_id: IdPath, request: Request) -> dict[str, Any]:
         cid, body, nonce = await signed(request)
         data = parse_json(body)
         if not isinstance(data, dict) or not all(
@@ -142,8 +143,10 @@ def add_secure_routes(
 
     stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
 
-    @app.get(base + "/rounds/{index}/secure/{number}/certificates", include_in_schema=False)
-    async def certificates(run_id: str, index: int, number: int, request: Request) -> Response:
+    @app.get(base + "/rounds/{index}/secure/{number}/certificates", **DEVICE)
+    async def certificates(
+        run_id: IdPath, index: IndexPath, number: IndexPath, request: Request
+    ) -> Response:
         cid, _, _ = await signed(request)
 
         def go() -> bytes:
@@ -191,9 +194,14 @@ def add_secure_routes(
         population = await population_of(cid) if wait > 0 else ""
         return await changes.hold(population, min(wait, max_wait), attempt)
 
-    @app.get(stage_path, include_in_schema=False)
+    @app.get(stage_path, **DEVICE)
     async def down(
-        run_id: str, index: int, number: int, stage: int, request: Request, wait: float = 0.0
+        run_id: IdPath,
+        index: IndexPath,
+        number: IndexPath,
+        stage: IndexPath,
+        request: Request,
+        wait: float = 0.0,
     ) -> Response:
         """The device's stage message; with ``wait``, held until its open session reaches the stage.
 
@@ -209,9 +217,14 @@ def add_secure_routes(
             return Response(status_code=204)  # the stage did not open in time
         return Response(data, media_type="application/octet-stream")
 
-    @app.post(stage_path, include_in_schema=False)
+    @app.post(stage_path, openapi_extra=STAGE_BODY, **DEVICE)
     async def up(
-        run_id: str, index: int, number: int, stage: int, request: Request, wait: float = 0.0
+        run_id: IdPath,
+        index: IndexPath,
+        number: IndexPath,
+        stage: IndexPath,
+        request: Request,
+        wait: float = 0.0,
     ) -> Response:
         """Journal the device's stage message; with ``wait``, answer with its next stage's message.
 

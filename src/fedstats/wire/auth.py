@@ -37,6 +37,7 @@ __all__ = [
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
     "Certificate",
+    "check_timestamp",
     "fingerprint",
     "hash_token",
     "issue_analyst_certificate",
@@ -300,6 +301,43 @@ def sign_request(
         HEADER_NONCE: nonce,
         HEADER_SIGNATURE: sig,
     }
+
+
+def check_timestamp(text: str, window: float, *, now: float | None = None) -> float:
+    """A signed request's timestamp: a finite number of Unix seconds within ``window`` of ``now``.
+
+    Parameters
+    ----------
+    text : str
+        The ``X-Fedstats-Timestamp`` header (decimal seconds, at most 32 characters).
+    window : float
+        The replay window, seconds.
+    now : float, optional
+        The server clock (default ``time.time()``).
+
+    Returns
+    -------
+    float
+        The timestamp.
+
+    Raises
+    ------
+    SecurityError
+        If it is not a decimal number (``nan``, ``inf`` and ``1e999`` are not), or is more than ``window``
+        seconds from ``now``.
+    """
+    import math
+
+    try:
+        t = float(text) if len(text) <= 32 and text.isascii() else math.nan
+    except ValueError:
+        t = math.nan
+    if not math.isfinite(t):
+        raise SecurityError("bad timestamp: a finite number of Unix seconds is required")
+    # written so that the comparison is False only for a finite difference within the window
+    if not abs((time.time() if now is None else now) - t) <= window:
+        raise SecurityError("timestamp outside the replay window")
+    return t
 
 
 def new_token() -> str:

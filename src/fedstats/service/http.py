@@ -1,0 +1,448 @@
+"""The HTTP edge of the server: strict JSON, limits, one error model, response counting and request logs.
+
+Everything a client can send is checked here before a handler sees it, and everything the server answers
+is counted and logged here (``docs/service-errors.md``):
+
+* **Strict JSON** (:func:`strict_loads`): ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow a
+  double are refused with 422 naming the field; nesting deeper than :data:`MAX_DEPTH` with 422 (never
+  Python's ``RecursionError``). Admin bodies are parsed by it through :class:`StrictRoute`; the device
+  endpoints call it themselves.
+* **Limits** (:class:`EdgeMiddleware`): request bodies above ``max_body`` bytes get 413, a client beyond its
+  token bucket 429; headers are decoded as Latin-1 (HTTP's own rule), so undecodable bytes never raise.
+* **Every response is counted and logged**: ``fedstats_http_responses_total{status="..."}`` in ``/metrics``
+  and one JSON log line per request (ISO timestamp, method, path template, status, duration; no bodies,
+  no headers). An exception no handler turned into an answer becomes a JSON 500 ``{"detail", "error_id"}``,
+  logged with its traceback under the same id.
+* **Errors** (:func:`install_error_handlers`): a :class:`~fedstats.errors.FedstatsError` maps to 403, 404,
+  409 or 422 by kind; a request that does not match its schema is a 422 whose ``detail`` is one string
+  naming each bad field.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Coroutine, MutableMapping
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
+from fedstats.service import tasks
+
+__all__ = [
+    "MAX_DEPTH",
+    "BadJSON",
+    "EdgeMiddleware",
+    "JsonLogFormatter",
+    "StrictRoute",
+    "install_error_handlers",
+    "metrics_lines",
+    "status_of",
+    "strict_loads",
+]
+
+log = logging.getLogger("fedstats.service")
+
+MAX_DEPTH = 32
+"""Deepest nesting of arrays and objects a JSON body may have."""
+
+_UNMATCHED = "-"  # the path template of a request no route matched
+
+
+class BadJSON(ValueError):
+    """A body that is not strict JSON; the message names the field (``body.privacy.epsilon``)."""
+
+
+class _NonFinite:
+    """Marks where a non-finite number stood, so that the error can name its field."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _where(obj: Any, path: str) -> str | None:
+    """The path of the first :class:`_NonFinite` in ``obj`` (iterative: depth was checked before)."""
+    stack: list[tuple[Any, str]] = [(obj, path)]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, _NonFinite):
+            return f"{at}: {node.text}"
+        if isinstance(node, dict):
+            stack.extend((v, f"{at}.{k}") for k, v in reversed(node.items()))
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}[{i}]") for i, v in reversed(list(enumerate(node))))
+    return None
+
+
+def _depth(obj: Any) -> int:
+    """Nesting depth of arrays and objects in a parsed JSON value (iterative)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict):
+            deepest = max(deepest, d + 1)
+            stack.extend((v, d + 1) for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            deepest = max(deepest, d + 1)
+            stack.extend((v, d + 1) for v in node if isinstance(v, (dict, list)))
+    return deepest
+
+
+def strict_loads(body: bytes | str, *, max_depth: int = MAX_DEPTH, where: str = "body") -> Any:
+    """Parse strict JSON: finite numbers only, nesting at most ``max_depth``.
+
+    Parameters
+    ----------
+    body : bytes or str
+        The JSON text (UTF-8 if bytes).
+    max_depth : int
+        Deepest nesting of arrays and objects accepted.
+    where : str
+        Name of the whole value in error messages.
+
+    Returns
+    -------
+    Any
+        The parsed value.
+
+    Raises
+    ------
+    BadJSON
+        If the text is not JSON, not UTF-8, nests deeper than ``max_depth``, or holds ``NaN``,
+        ``Infinity``, ``-Infinity`` or a number too large for a double (the message names the field).
+    """
+    seen: list[_NonFinite] = []
+
+    def constant(text: str) -> _NonFinite:
+        seen.append(_NonFinite(f"{text} is not a JSON number (numbers must be finite)"))
+        return seen[-1]
+
+    def number(text: str) -> float | _NonFinite:
+        value = float(text)
+        if math.isfinite(value):
+            return value
+        seen.append(_NonFinite(f"{text[:40]} overflows a double (numbers must be finite)"))
+        return seen[-1]
+
+    raw = body.encode() if isinstance(body, str) else body
+    # a cheap bound first: fewer opening brackets than the limit cannot nest deeper than it
+    deep = raw.count(b"[") + raw.count(b"{") > max_depth
+    try:
+        value = json.loads(raw, parse_constant=constant, parse_float=number)
+    except RecursionError:
+        raise BadJSON(f"{where}: JSON nested deeper than {max_depth} levels") from None
+    except UnicodeDecodeError:
+        raise BadJSON(f"{where}: not UTF-8 text") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4300 digits
+        raise BadJSON(f"{where}: not JSON ({str(exc)[:120]})") from None
+    if deep and _depth(value) > max_depth:
+        raise BadJSON(f"{where}: JSON nested deeper than {max_depth} levels")
+    if seen:
+        raise BadJSON(_where(value, where) or f"{where}: numbers must be finite")
+    return value
+
+
+class _StrictRequest(Request):
+    """A request whose ``json()`` is :func:`strict_loads` (422 naming the field otherwise)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            try:
+                self._json = strict_loads(await self.body())
+            except BadJSON as exc:
+                raise HTTPException(422, str(exc)) from None
+        return self._json
+
+
+class StrictRoute(APIRoute):
+    """A FastAPI route that parses JSON bodies strictly (set as ``app.router.route_class``)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler, given a :class:`_StrictRequest`."""
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(_StrictRequest(request.scope, request.receive))
+
+        return strict
+
+
+# -- error model ---------------------------------------------------------------------------------------
+
+
+def status_of(exc: FedstatsError) -> int:
+    """The HTTP status of a :class:`~fedstats.errors.FedstatsError`: 404, 409, 403 or 422."""
+    if isinstance(exc, tasks.NotFoundError):
+        return 404
+    if isinstance(exc, (tasks.ConflictError, BudgetExceededError)):
+        return 409
+    if isinstance(exc, SecurityError):
+        return 403
+    return 422
+
+
+def _field(loc: Any) -> str:
+    parts = [str(p) for p in (loc or ())]
+    out = parts[0] if parts else "request"
+    for p in parts[1:]:
+        out += f"[{p}]" if p.isdigit() else f".{p}"
+    return out
+
+
+def _validation_detail(request: Request, exc: RequestValidationError) -> str:
+    """One line naming each field that failed validation (never echoing its value)."""
+    msgs = []
+    for err in exc.errors()[:10]:
+        loc = tuple(err.get("loc") or ())
+        msg = str(err.get("msg", "invalid"))
+        if loc == ("body",) and err.get("type") in (
+            "model_attributes_type",
+            "dict_type",
+            "missing",
+        ):
+            ctype = request.headers.get("content-type", "")
+            if "json" not in ctype.lower():
+                msg += f" (send a JSON body with Content-Type: application/json, not {ctype!r})"
+        msgs.append(f"{_field(loc)}: {msg}")
+    more = len(exc.errors()) - len(msgs)
+    return "; ".join(msgs) + (f"; and {more} more" if more > 0 else "")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map :class:`~fedstats.errors.FedstatsError` and request validation errors to JSON 4xx answers."""
+
+    @app.exception_handler(FedstatsError)
+    async def _fedstats_error(_request: Request, exc: FedstatsError) -> JSONResponse:
+        return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=status_of(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _validation_detail(request, exc)}, status_code=422)
+
+
+# -- middleware ----------------------------------------------------------------------------------------
+
+
+class _TooLarge(HTTPException):
+    """A body that grew past the limit while it was read: 413, like a declared size.
+
+    An HTTPException, so FastAPI's body parsing passes it on instead of answering 400.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body larger than {limit} bytes")
+
+
+def _iso_now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class EdgeMiddleware:
+    """Body size limit, per-client token buckets, response counting and one log line per request.
+
+    Pure ASGI (no buffering of responses, so long polls and streaming are unaffected).
+
+    Parameters
+    ----------
+    app : ASGI app
+    max_body : int
+        Largest request body in bytes (413 above).
+    rate, burst : float
+        Token bucket per client (signed client id, else remote address): requests per second, burst.
+    counters : dict
+        The server's metrics counters; ``http_responses_total{status="..."}`` is incremented per response.
+    exempt : tuple of str
+        Paths without a rate limit (health and metrics probes).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body: int,
+        rate: float,
+        burst: float,
+        counters: MutableMapping[str, float],
+        exempt: tuple[str, ...] = ("/healthz", "/readyz", "/metrics"),
+    ) -> None:
+        self.app = app
+        self.max_body = max_body
+        self.rate = rate
+        self.burst = burst
+        self.counters = counters
+        self.exempt = exempt
+        self.buckets: dict[str, tuple[float, float]] = {}
+
+    def _allow(self, key: str) -> bool:
+        now = time.monotonic()
+        tokens, last = self.buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens < 1.0:
+            self.buckets[key] = (tokens, now)
+            return False
+        if len(self.buckets) > 100_000:  # forget idle clients rather than grow without bound
+            self.buckets.clear()
+        self.buckets[key] = (tokens - 1.0, now)
+        return True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Limit, answer through the app, count and log one HTTP request."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        # HTTP header values are Latin-1 (RFC 9110): decoding never fails, whatever bytes came
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        client = headers.get("x-fedstats-client", "")[:128] or (scope.get("client") or ("?", 0))[0]
+        state = {"status": 0}
+        error_id: str | None = None
+
+        async def counted_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = int(message["status"])
+            await send(message)
+
+        async def answer(code: int, payload: dict[str, Any]) -> None:
+            await counted_send(
+                {
+                    "type": "http.response.start",
+                    "status": code,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await counted_send({"type": "http.response.body", "body": json.dumps(payload).encode()})
+
+        path = str(scope.get("path", ""))
+        limit = self.max_body
+        try:
+            declared = int(headers.get("content-length", "0"))
+        except ValueError:
+            declared = -1
+        if declared < 0 or declared > limit:
+            await answer(
+                413 if declared > limit else 400,
+                {
+                    "detail": f"request body larger than {limit} bytes"
+                    if declared > limit
+                    else "Content-Length must be a non-negative integer"
+                },
+            )
+        elif path not in self.exempt and not self._allow(str(client)):
+            await answer(429, {"detail": "rate limit exceeded"})
+        else:
+            seen = 0
+
+            async def limited_receive() -> Message:
+                nonlocal seen
+                message = await receive()
+                if message["type"] == "http.request":
+                    seen += len(message.get("body", b""))
+                    if seen > limit:
+                        raise _TooLarge(limit)
+                return message
+
+            try:
+                await self.app(scope, limited_receive, counted_send)
+            except _TooLarge:
+                if not state["status"]:
+                    await answer(413, {"detail": f"request body larger than {limit} bytes"})
+            except ClientDisconnect:  # the client went away mid-request: not a server error
+                state["status"] = state["status"] or 499
+            except Exception:
+                error_id = uuid.uuid4().hex[:16]
+                log.error(
+                    json.dumps(
+                        {
+                            "event": "unhandled_error",
+                            "error_id": error_id,
+                            "method": scope.get("method"),
+                            "path": _template(scope),
+                            "traceback": traceback.format_exc(),
+                        }
+                    )
+                )
+                if not state["status"]:
+                    await answer(500, {"detail": "internal server error", "error_id": error_id})
+                else:  # the answer had started: the client sees a cut-off response
+                    state["status"] = 500
+        status = state["status"] or 500  # no answer started: counted as the error it is
+        self.counters[f'http_responses_total{{status="{status}"}}'] += 1
+        record = {
+            "event": "request",
+            "method": scope.get("method"),
+            "path": _template(scope),
+            "status": status,
+            "client": client,
+            "ms": round(1000 * (time.perf_counter() - t0), 2),
+        }
+        if error_id is not None:
+            record["error_id"] = error_id
+        log.log(logging.WARNING if status >= 500 else logging.INFO, json.dumps(record))
+
+
+def _template(scope: Scope) -> str:
+    """The route's path template (``/v1/admin/runs/{run_id}``), not the path with its ids."""
+    route = scope.get("route")
+    template = getattr(route, "path", None)
+    return str(template) if template else _UNMATCHED
+
+
+def metrics_lines(counters: MutableMapping[str, float]) -> list[str]:
+    """Prometheus lines of the HTTP response counters (``fedstats_http_responses_total``)."""
+    lines = [
+        "# HELP fedstats_http_responses_total HTTP responses sent, by status (5xx included).",
+        "# TYPE fedstats_http_responses_total counter",
+    ]
+    for key, v in sorted(counters.items()):
+        if key.startswith("http_responses_total"):
+            lines.append(f"fedstats_{key} {v:g}")
+    return lines
+
+
+class JsonLogFormatter(logging.Formatter):
+    """Log records as one JSON object per line: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, fields.
+
+    A message that is itself a JSON object (the server's structured events) is merged into the line;
+    any other message goes in ``message``; an exception's traceback in ``traceback``.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """One JSON line for ``record``."""
+        out: dict[str, Any] = {
+            "ts": _dt.datetime.fromtimestamp(record.created, _dt.UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+        }
+        msg = record.getMessage()
+        parsed: Any = None
+        if msg.startswith("{"):
+            try:
+                parsed = json.loads(msg)
+            except ValueError:
+                parsed = None
+        if isinstance(parsed, dict):
+            out.update({k: v for k, v in parsed.items() if k not in out})
+        else:
+            out["message"] = msg
+        if record.exc_info:
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def iso_now() -> str:
+    """The current time, ISO 8601 in UTC with milliseconds (``2026-11-26T14:00:00.000Z``)."""
+    return _iso_now()
