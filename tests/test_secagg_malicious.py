@@ -161,7 +161,10 @@ def test_thousand_clients_dropping_at_every_stage() -> None:
     params = validate_parameters(n, 8, 6, dropout_rate=0.05)
     x = np.random.default_rng(5).integers(-(2**20), 2**20, size=(n, 3))
     drops = {s: set(range(3 * j, 30, 15)) for j, s in enumerate(DROPOUT_STAGES)}
-    res = run_secure_aggregation(x, bits=32, params=params, dropouts=drops)
+    # a fixed session id fixes the graph: with a random one, a rare graph leaves a dropped client's
+    # secret with fewer than t surviving shareholders and the session rightly aborts (it failed so in
+    # one clean-clone CI run, "only 5 valid shares available, 6 needed")
+    res = run_secure_aggregation(x, bits=32, params=params, dropouts=drops, session=bytes(32))
     gone = drops["advertise"] | drops["share"] | drops["masked_input"]
     assert set(res.included) <= set(range(n)) - gone
     assert len(res.included) >= n - len(gone) - 40  # a few more leave when a neighbourhood thins

@@ -183,7 +183,8 @@ class AnalysisConfig:
         if unknown:
             raise ParameterError("params", unknown, f"keys among {list(names)}")
         required = (*cls._required(), *cls.TASK_REQUIRED)
-        missing = [n for n in required if n in names and n not in params]
+        # a required option given as null is missing too (a task cannot leave it to the data)
+        missing = [n for n in required if n in names and params.get(n) is None]
         if missing:
             raise ParameterError(f"params.{missing[0]}", None, "a value (required)")
         kwargs: dict[str, Any] = {str(k): _unwire(v) for k, v in params.items()}
