@@ -27,6 +27,7 @@ which are what the draft's ``poly_eval_batched`` computes (§6.1.3.2).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from functools import cached_property
 from typing import Any
 
@@ -201,22 +202,27 @@ def _extension_matrix(field: type[Field], m: int, big_m: int) -> list[list[int]]
 # --- gadgets (Appendix A) ----------------------------------------------------------------------
 
 
-class Gadget:
-    """A gadget: ``eval`` on values, ``eval_poly`` on polynomials given by their values (App. A)."""
+class Gadget(ABC):
+    """A gadget: ``eval`` on values, ``eval_poly`` on polynomials given by their values (App. A).
+
+    Abstract: :class:`Mul`, :class:`PolyEval` and :class:`ParallelSum` implement both.
+    """
 
     ARITY: int
     DEGREE: int
 
+    @abstractmethod
     def eval(self, field: type[Field], inp: FieldArray) -> FieldArray:
         """Evaluate on inputs of shape ``(..., ARITY)``; returns shape ``(...)``."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def eval_poly(self, field: type[Field], wires: FieldArray, out_len: int) -> FieldArray:
         """The gadget polynomial's values at ``root(out_len) ** i``.
 
         ``wires`` has shape ``(..., ARITY, P)`` (values at the ``P``-th roots); returns ``(..., out_len)``.
         """
-        raise NotImplementedError
+        ...
 
 
 def _extend_wires(field: type[Field], wires: FieldArray, out_len: int) -> FieldArray:
@@ -298,8 +304,11 @@ class ParallelSum(Gadget):
 # --- validity circuits (§7.3.2, §7.4) ------------------------------------------------------------
 
 
-class Circuit:
+class Circuit(ABC):
     """A validity circuit with one gadget, evaluated for many reports at once (§7.3.2).
+
+    Abstract: :class:`Count`, :class:`Sum`, :class:`SumVec`, :class:`Histogram` and
+    :class:`MultihotCountVec` implement its encoding, gadget inputs, output and decoding.
 
     Attributes
     ----------
@@ -319,6 +328,7 @@ class Circuit:
     gadget: Gadget
     calls: int
 
+    @abstractmethod
     def encode(self, measurements: Any) -> FieldArray:
         """Encode measurements; returns ``(n, MEAS_LEN)``.
 
@@ -327,27 +337,31 @@ class Circuit:
         ParameterError
             If a measurement is outside the circuit's domain.
         """
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def gadget_inputs(
         self, meas: FieldArray, joint_rand: FieldArray, num_shares: int
     ) -> FieldArray:
         """The inputs of every gadget call, ``(n, calls, ARITY)``."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def combine(
         self, gadget_out: FieldArray, meas: FieldArray, joint_rand: FieldArray, num_shares: int
     ) -> FieldArray:
         """The circuit output ``(n, EVAL_OUTPUT_LEN)`` from the gadget outputs ``(n, calls)``."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def truncate(self, meas: FieldArray) -> FieldArray:
         """The aggregatable output ``(n, OUTPUT_LEN)`` of (shares of) encoded measurements."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def decode(self, agg: FieldArray, num_measurements: int) -> Any:
         """The aggregate result from the ``(OUTPUT_LEN,)`` aggregate."""
-        raise NotImplementedError
+        ...
 
     def params(self) -> dict[str, int]:
         """The circuit's parameters, named as in the draft's test vectors."""
