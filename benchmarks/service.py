@@ -33,9 +33,9 @@ from _util import write_results
 from fedstats import wire
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.randomness import RandomSource
-from fedstats.service.app import add_operator, trust_authority
+from fedstats.service.http.app import add_operator, trust_authority
+from fedstats.service.http.tls import make_dev_certificates
 from fedstats.service.store import open_store
-from fedstats.service.tls import make_dev_certificates
 from fedstats.wire import auth
 from fedstats.wire.registry import resolve_encoder
 

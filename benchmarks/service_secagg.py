@@ -178,9 +178,9 @@ class Server:
     """
 
     def __init__(self, root: Path, db: str, tick: float, store_threads: int) -> None:
-        from fedstats.service.app import add_operator
+        from fedstats.service.http.app import add_operator
+        from fedstats.service.http.tls import make_dev_certificates
         from fedstats.service.store import open_store
-        from fedstats.service.tls import make_dev_certificates
         from fedstats.wire.enrollment import init_authority
 
         self.root, self.db, self.tick, self.store_threads = root, db, tick, store_threads
@@ -391,8 +391,8 @@ def _journal(db: str, run_id: str) -> dict[str, Any]:
     """Per-round stage timings and payload sizes, and the run's phases, from the server's journal."""
     from sqlalchemy import func, select
 
-    from fedstats.service.models import Audit, RoundRecord, Run, SecureMessage, SecureSession
     from fedstats.service.store import open_store
+    from fedstats.service.store.tables import Audit, RoundRecord, Run, SecureMessage, SecureSession
 
     store = open_store(db, migrate=False)
     try:
@@ -496,8 +496,8 @@ def _journal(db: str, run_id: str) -> dict[str, Any]:
 
 
 def _run_created(db: str, run_id: str) -> float:
-    from fedstats.service.models import Run
     from fedstats.service.store import open_store
+    from fedstats.service.store.tables import Run
 
     store = open_store(db, migrate=False)
     try:
@@ -511,8 +511,8 @@ def _run_created(db: str, run_id: str) -> float:
 
 def _wait_run(db: str, run_id: str, timeout: float) -> str:
     """Poll the run's status in the store until done or aborted (or ``timeout``); return it."""
-    from fedstats.service.models import Run
     from fedstats.service.store import open_store
+    from fedstats.service.store.tables import Run
 
     store = open_store(db, migrate=False)
     status = "unknown"
@@ -749,9 +749,9 @@ def protocol_replay(db: str, run_id: str) -> list[dict[str, Any]]:
 
     from fedstats import wire
     from fedstats.secagg.server import SecAggServer
-    from fedstats.service import secure
-    from fedstats.service.models import RoundRecord, Run, SecureSession
+    from fedstats.service.domain import secure
     from fedstats.service.store import open_store
+    from fedstats.service.store.tables import RoundRecord, Run, SecureSession
 
     store = open_store(db, migrate=False)
     out = []

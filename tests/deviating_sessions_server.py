@@ -5,7 +5,7 @@ server``). It is the real server (the same HTTP API, store, journal, driver and 
 except that for each task whose label is a key of the JSON file named by ``FEDSTATS_DEVIATE``, it does what
 a malicious server operator would, with the attack named there:
 
-* a *partition* attack replaces the round's sessions (:func:`fedstats.service.secure.partition`): the
+* a *partition* attack replaces the round's sessions (:func:`fedstats.service.domain.secure.partition`): the
   server then builds, journals and serves real setup messages and rosters for the sessions it chose;
 * a *certificates* attack rewrites the certificate list it serves for a session;
 * a *cohort* attack publishes another commitment list than the check-ins gave (slots moved).
@@ -55,8 +55,8 @@ CERTIFICATES: dict[str, Callable[[list[Any]], list[Any]]] = {
 
 def install(plan: Path) -> None:
     """Make this process's server deviate as ``plan`` (label -> attack) says."""
-    from fedstats.service import runs, secure, secure_devices
-    from fedstats.service.tasks import task_config
+    from fedstats.service.domain import runs, secure, secure_devices
+    from fedstats.service.domain.tasks import task_config
     from fedstats.wire import seeding
 
     honest_partition = secure.partition

@@ -22,9 +22,9 @@ import pandas as pd
 import pytest
 
 from deadlines import scaled
-from fedstats.service.app import add_operator
+from fedstats.service.http.app import add_operator
+from fedstats.service.http.tls import make_dev_certificates
 from fedstats.service.store import open_store
-from fedstats.service.tls import make_dev_certificates
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
 from fedstats.wire.tasks import sign_task
 

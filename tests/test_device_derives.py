@@ -27,8 +27,8 @@ from deviating_server import DeviatingProxy
 from fedstats import wire
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.randomness import RandomSource
-from fedstats.service.models import Report, RunMember
 from fedstats.service.store import open_store
+from fedstats.service.store.tables import Report, RunMember
 from fedstats.wire.enrollment import init_authority, issue_analyst
 from fedstats.wire.tasks import sign_task
 from service_helpers import Deployment, pg_reachable, pg_schema

@@ -25,8 +25,8 @@ from sqlalchemy import select
 
 import service_helpers
 from fedstats.errors import ParameterError, ProtocolAbortError, SecurityError
-from fedstats.service.models import LedgerCharge, SecureMessage, SecureSession
 from fedstats.service.store import open_store
+from fedstats.service.store.tables import LedgerCharge, SecureMessage, SecureSession
 from fedstats.wire import seeding
 from service_helpers import Deployment, pg_reachable, pg_schema, wait_run
 from test_service_secure import DEVICE_LOG, _devices

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 
-from fedstats.service.app import create_app
+from fedstats.service.http.app import create_app
 from fedstats.service.store import open_store
 from fedstats.wire.registry import ANALYSES, config_for
 

@@ -279,8 +279,8 @@ def test_cancel_stops_a_live_run_releases_its_reservation_and_devices_see_it_fin
 
 def test_cancel_after_a_used_sum_keeps_the_charge_spent(dep: Deployment) -> None:
     """A run whose journal holds a closed round: cancelling it spends the reservation (as _abort)."""
-    from fedstats.service import runs
-    from fedstats.service.models import LedgerCharge, RoundRecord
+    from fedstats.service.domain import runs
+    from fedstats.service.store.tables import LedgerCharge, RoundRecord
 
     _budget(dep, 10.0)
     tid = _task(dep, "cancel-spent")
@@ -378,7 +378,7 @@ def test_a_revoked_device_is_refused_and_rekeyed_by_a_new_certificate(dep: Deplo
 
 
 def test_operator_token_rotation_over_the_api(dep: Deployment) -> None:
-    from fedstats.service.app import add_operator
+    from fedstats.service.http.app import add_operator
 
     store = open_store(dep.db, migrate=False)
     try:

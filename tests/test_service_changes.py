@@ -1,4 +1,4 @@
-"""Long-poll wake-ups (:mod:`fedstats.service.changes`): a run's state change wakes its population only."""
+"""Long-poll wake-ups (:mod:`fedstats.service.domain.changes`): a run's state change wakes its population only."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 import pytest
 
 from fedstats.errors import ParameterError
-from fedstats.service.app import ServerSettings, create_app
-from fedstats.service.changes import Changes
-from fedstats.service.client_api import Offload
+from fedstats.service.domain.changes import Changes
+from fedstats.service.http.app import ServerSettings, create_app
+from fedstats.service.http.device import Offload
 from fedstats.service.store import open_store
 
 

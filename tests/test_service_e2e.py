@@ -25,8 +25,8 @@ from sqlalchemy import select
 from deadlines import scaled
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.randomness import RandomSource
-from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord
 from fedstats.service.store import open_store
+from fedstats.service.store.tables import Audit, LedgerCharge, Report, RoundRecord
 from fedstats.wire.registry import protocol_for
 from service_helpers import (
     Deployment,
@@ -329,10 +329,10 @@ def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: De
     ]  # one spend, one release of a result
     assert [r_.status for r_ in rounds] == ["closed", "closed"]
     # the same result as replaying the journal from scratch (nothing was drawn a second time)
-    from fedstats.service.driver import Driver
+    from fedstats.service.domain.driver import Driver
 
     with store.session() as s:
-        from fedstats.service.models import Run
+        from fedstats.service.store.tables import Run
 
         run = s.get(Run, rid)
         assert run is not None
@@ -361,7 +361,7 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
         r = a.post("/v1/admin/tasks", json=deployment.sign(_task("heterogeneity")))
         rid = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}).json()["run_id"]
     store = open_store(deployment.db, migrate=False)
-    from fedstats.service.models import Run
+    from fedstats.service.store.tables import Run
 
     deadline = time.monotonic() + scaled(60)
     while True:  # A's driver claims the run on its next pass

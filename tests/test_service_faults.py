@@ -1,6 +1,6 @@
 """Fault tests of the run driver and the store (issue 27): fencing, takeover, recovery, bad reports.
 
-The drivers run in this process (two :class:`~fedstats.service.driver.Driver` objects on one database
+The drivers run in this process (two :class:`~fedstats.service.domain.driver.Driver` objects on one database
 stand for two server processes); devices are simulated by checking in and submitting their reports
 through the same store functions the HTTP endpoints call. A *paused* holder is a driver whose crash hook
 blocks (outside or inside its write transaction) until the test releases it. Every wait is bounded.
@@ -28,12 +28,12 @@ from fedstats import wire
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.errors import DataError
 from fedstats.randomness import RandomSource
-from fedstats.service import ledger, runs, tasks
-from fedstats.service.app import trust_authority
-from fedstats.service.driver import Driver, excluded_metrics
-from fedstats.service.models import Audit, LedgerCharge, Report, RoundRecord, Run, RunMember
-from fedstats.service.schemas import SignedTaskIn
+from fedstats.service.domain import ledger, runs, tasks
+from fedstats.service.domain.driver import Driver, excluded_metrics
+from fedstats.service.http.app import trust_authority
+from fedstats.service.http.schemas import SignedTaskIn
 from fedstats.service.store import Store, Timeouts, open_store
+from fedstats.service.store.tables import Audit, LedgerCharge, Report, RoundRecord, Run, RunMember
 from fedstats.wire.enrollment import init_authority, issue_analyst
 from fedstats.wire.registry import resolve_encoder
 from fedstats.wire.tasks import sign_task
@@ -378,7 +378,7 @@ def test_malformed_report_is_excluded_and_the_run_completes(
 _READONLY_SCRIPT = r"""
 import json, os, subprocess, sys
 from fedstats.service.store import open_store
-from fedstats.service.app import create_app
+from fedstats.service.http.app import create_app
 from starlette.testclient import TestClient
 
 d, mode = sys.argv[1], sys.argv[2]
@@ -499,8 +499,8 @@ def test_a_lock_timeout_is_a_503_with_retry_after(make_store: Callable[..., Stor
     """A request blocked on a row lock past ``lock_timeout`` answers 503 + Retry-After, not 500."""
     from starlette.testclient import TestClient
 
-    from fedstats.service.app import add_operator, create_app
-    from fedstats.service.models import Budget
+    from fedstats.service.http.app import add_operator, create_app
+    from fedstats.service.store.tables import Budget
 
     timeouts = Timeouts(lock=0.5, statement=10.0, idle_in_transaction=10.0)
     store = make_store("postgresql", timeouts)

@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import select
 
 from fedstats.errors import BudgetExceededError
-from fedstats.service import ledger
-from fedstats.service.models import Audit, Budget, LedgerCharge
-from fedstats.service.runs import create_run
+from fedstats.service.domain import ledger
+from fedstats.service.domain.runs import create_run
+from fedstats.service.domain.tasks import create_task
 from fedstats.service.store import Store, open_store
-from fedstats.service.tasks import create_task
+from fedstats.service.store.tables import Audit, Budget, LedgerCharge
 from fedstats.wire.enrollment import init_authority, issue_analyst
 from fedstats.wire.tasks import sign_task
 from service_helpers import pg_reachable, pg_schema
@@ -47,7 +47,7 @@ def _signed(store: Store) -> dict[str, object]:
     """``TASK`` signed by an analyst of an authority the store trusts."""
     import tempfile
 
-    from fedstats.service.app import trust_authority
+    from fedstats.service.http.app import trust_authority
 
     root = Path(tempfile.mkdtemp(prefix="fedstats-ledger-"))
     trust_authority(store, init_authority(root / "authority"))
@@ -203,8 +203,8 @@ def test_budget_endpoint_refuses_a_budget_below_what_is_spent(tmp_path: Path) ->
 
     from fastapi.testclient import TestClient
 
-    from fedstats.service.app import create_app
-    from fedstats.service.models import Operator
+    from fedstats.service.http.app import create_app
+    from fedstats.service.store.tables import Operator
     from fedstats.wire.auth import hash_token
 
     st = open_store(f"sqlite:///{tmp_path / 'api.db'}")

@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 from sqlalchemy import func, select
 
-from fedstats.service.models import SecureMessage
 from fedstats.service.store import open_store
+from fedstats.service.store.tables import SecureMessage
 from malicious_proxy import ATTACKS, MaliciousProxy
 from service_helpers import Deployment, production_deployment, wait_run
 

@@ -34,7 +34,9 @@ from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 from fedstats.secagg import find_parameters
 from fedstats.secagg.identity import SessionRoster
-from fedstats.service.models import (
+from fedstats.service.domain.secure import session_bounds
+from fedstats.service.store import open_store
+from fedstats.service.store.tables import (
     LedgerCharge,
     RoundRecord,
     Run,
@@ -42,8 +44,6 @@ from fedstats.service.models import (
     SecureMessage,
     SecureSession,
 )
-from fedstats.service.secure import session_bounds
-from fedstats.service.store import open_store
 from fedstats.wire import seeding
 from fedstats.wire.registry import protocol_for, resolve_encoder
 from service_helpers import (

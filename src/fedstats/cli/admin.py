@@ -218,7 +218,7 @@ KeyOption = Annotated[
 
 
 def _key(key: str | None) -> str:
-    from fedstats.service.idempotency import check_key
+    from fedstats.service.domain.idempotency import check_key
 
     return check_key(key) or uuid.uuid4().hex
 

@@ -214,9 +214,9 @@ def run_network_demo(
     """
     import httpx
 
-    from fedstats.service.app import add_operator
+    from fedstats.service.http.app import add_operator
+    from fedstats.service.http.tls import make_dev_certificates
     from fedstats.service.store import open_store
-    from fedstats.service.tls import make_dev_certificates
     from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
     from fedstats.wire.tasks import sign_task
 

@@ -119,8 +119,8 @@ def serve(
     authority_key = None if authority is None else public_key_file(authority, "--authority")
     import uvicorn
 
-    from fedstats.service.app import ServerSettings, create_app, trust_authority
-    from fedstats.service.http import JsonLogFormatter
+    from fedstats.service.http.app import ServerSettings, create_app, trust_authority
+    from fedstats.service.http.edge import JsonLogFormatter
     from fedstats.service.store import open_store
 
     handler = logging.StreamHandler(sys.stderr)
@@ -256,7 +256,7 @@ def dev_certs(
     ] = None,
 ) -> None:
     """Create a development CA and a server certificate signed by it."""
-    from fedstats.service.tls import make_dev_certificates
+    from fedstats.service.http.tls import make_dev_certificates
 
     paths = make_dev_certificates(out, list(host) if host else ["127.0.0.1", "localhost"])
     for role, p in paths.items():
@@ -272,7 +272,7 @@ def add_operator_cmd(
 
     An existing name is refused (its token is replaced only by ``rotate-operator``).
     """
-    from fedstats.service.app import add_operator
+    from fedstats.service.http.app import add_operator
     from fedstats.service.store import open_store
 
     if not 1 <= len(name) <= 128:
@@ -295,9 +295,9 @@ def rotate_operator_cmd(
     db: DbOption = "sqlite:///fedstats.db",
 ) -> None:
     """Issue a new bearer token for an operator and print it; the old token stops working at once."""
-    from fedstats.service.app import rotate_operator
+    from fedstats.service.domain.tasks import NotFoundError
+    from fedstats.service.http.app import rotate_operator
     from fedstats.service.store import open_store
-    from fedstats.service.tasks import NotFoundError
 
     try:
         token = rotate_operator(open_store(db), name)
@@ -315,7 +315,7 @@ def trust_cmd(
     db: DbOption = "sqlite:///fedstats.db",
 ) -> None:
     """Trust an enrollment authority (its public key only)."""
-    from fedstats.service.app import trust_authority
+    from fedstats.service.http.app import trust_authority
     from fedstats.service.store import open_store
 
     key = public_key_file(authority, "--authority")

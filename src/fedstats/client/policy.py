@@ -160,7 +160,7 @@ class LocalBudget:
                 ) from None
             self.charges = charges
 
-    # -- the arithmetic: the server's (fedstats.service.ledger replays its charges the same way)
+    # -- the arithmetic: the server's (fedstats.service.domain.ledger replays its charges the same way)
     def _ledger(self) -> PrivacyLedger:
         ledger = PrivacyLedger()
         for rid, c in self.charges.items():

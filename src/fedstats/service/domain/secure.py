@@ -65,7 +65,7 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
-from fedstats.service.models import (
+from fedstats.service.store.tables import (
     Client,
     RoundRecord,
     Run,

@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 
 from fedstats import wire
 from fedstats.errors import FedstatsError
-from fedstats.service import ledger
-from fedstats.service.models import Authority, Task
+from fedstats.service.domain import ledger
+from fedstats.service.store.tables import Authority, Task
 from fedstats.wire.tasks import normalize_task, task_id, verify_task
 
 __all__ = [

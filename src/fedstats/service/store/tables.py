@@ -26,10 +26,10 @@ secure_sessions, secure_messages
     Secure aggregation over the network: one row per session of a secure round (its members, stage,
     deadline and, once done, its sum), and the journal of every stage's messages in both directions
     (``down``: server to device, ``up``: device to server), from which a restarted server rebuilds the
-    session by replay (:mod:`.secure`).
+    session by replay (:mod:`fedstats.service.domain.secure`).
 state_version
     One row: a counter the run drivers of every server process increment after each state transition,
-    so that a process whose devices long-poll learns of transitions made by another (:mod:`.changes`).
+    so that a process whose devices long-poll learns of transitions made by another (:mod:`fedstats.service.domain.changes`).
 budgets, ledger, audit
     The privacy ledger: budgets per population and per analyst, one charge per run (reserved, then spent
     or released), and an append-only audit log.
@@ -226,7 +226,7 @@ class Nonce(Base):
 
 
 class StateVersion(Base):
-    """The one-row counter of state transitions (:mod:`.changes`)."""
+    """The one-row counter of state transitions (:mod:`fedstats.service.domain.changes`)."""
 
     __tablename__ = "state_version"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

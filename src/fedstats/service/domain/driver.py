@@ -1,6 +1,6 @@
 """The run driver: advances live runs round by round, journals every sum, and replays after a restart.
 
-See :mod:`fedstats.service.runs` for the run's life cycle; :class:`Driver` is the part that runs in the
+See :mod:`fedstats.service.domain.runs` for the run's life cycle; :class:`Driver` is the part that runs in the
 server's background task.
 """
 
@@ -27,12 +27,12 @@ from fedstats import wire
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.results import AnalysisResult, to_jsonable
-from fedstats.service import ledger, secure
-from fedstats.service.models import Report, RoundRecord, Run, RunMember
-from fedstats.service.reports import report_problem
-from fedstats.service.runs import load_run, new_public_seed
+from fedstats.service.domain import ledger, secure
+from fedstats.service.domain.reports import report_problem
+from fedstats.service.domain.runs import load_run, new_public_seed
+from fedstats.service.domain.tasks import task_config
 from fedstats.service.store import Store
-from fedstats.service.tasks import task_config
+from fedstats.service.store.tables import Report, RoundRecord, Run, RunMember
 from fedstats.wire.registry import encoder_name, lookup, plan_for
 
 __all__ = ["Driver", "excluded_metrics"]
@@ -126,7 +126,7 @@ class Driver:
         started, seeded or finished, a round or a secure stage opened or closed. Its argument is the set
         of populations whose runs changed (only their devices' work lists can differ), or None if any
         may have. The server wakes those long-polling devices with it
-        (:class:`fedstats.service.changes.Changes`).
+        (:class:`fedstats.service.domain.changes.Changes`).
     """
 
     def __init__(
@@ -242,7 +242,7 @@ class Driver:
         """Fencing: whether this process still holds ``run``'s lease under the epoch it claimed.
 
         ``run`` must have been read fresh under its row lock in the caller's write transaction
-        (:func:`~fedstats.service.runs.load_run` with ``lock=True``). If not, the run is dropped (its
+        (:func:`~fedstats.service.domain.runs.load_run` with ``lock=True``). If not, the run is dropped (its
         live state forgotten) and the caller must write nothing.
         """
         epoch = self._epochs.get(run.id)

@@ -52,11 +52,11 @@ from sqlalchemy.orm import Session
 
 from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
-from fedstats.service import ledger
-from fedstats.service.models import Report, RoundRecord, Run, RunMember
-from fedstats.service.reports import report_problem
-from fedstats.service.secure_devices import secure_work
-from fedstats.service.tasks import ConflictError, NotFoundError, task_config, task_envelope
+from fedstats.service.domain import ledger
+from fedstats.service.domain.reports import report_problem
+from fedstats.service.domain.secure_devices import secure_work
+from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
+from fedstats.service.store.tables import Report, RoundRecord, Run, RunMember
 from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [

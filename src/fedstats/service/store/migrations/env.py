@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from fedstats.service.models import Base
+from fedstats.service.store.tables import Base
 
 target_metadata = Base.metadata
 connection = context.config.attributes.get("connection")

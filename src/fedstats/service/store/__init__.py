@@ -1,7 +1,7 @@
 """Database engines and migrations: SQLite (a file, the embedded default) or PostgreSQL.
 
 :func:`open_store` creates the SQLAlchemy engine for a URL and brings the schema to the newest Alembic
-revision shipped in ``fedstats/service/migrations``. On SQLite every transaction starts with
+revision shipped in ``fedstats/service/store/migrations``. On SQLite every transaction starts with
 ``BEGIN IMMEDIATE`` (one writer at a time, so a read-then-write transaction such as a ledger reservation
 cannot interleave with another), with WAL journaling and a busy timeout. On PostgreSQL the ledger locks
 the budget rows it reads (``SELECT ... FOR UPDATE``), and every connection gets ``lock_timeout``,

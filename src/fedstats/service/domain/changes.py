@@ -1,7 +1,7 @@
 """Wake-ups inside one server process: long-polling devices on state changes, the run driver on messages.
 
-Devices long-poll ``GET /v1/client/work`` (:mod:`.client_api`) and their next secure stage message
-(:mod:`.secure_api`): the request is held (:meth:`Changes.hold`) until the device's work list differs
+Devices long-poll ``GET /v1/client/work`` (:mod:`fedstats.service.http.device`) and their next secure stage message
+(:mod:`fedstats.service.http.secure`): the request is held (:meth:`Changes.hold`) until the device's work list differs
 from the one it already has, or the stage opens, instead of the device asking again every fraction of a
 second.
 Two signals make that cheap and prompt:
@@ -32,8 +32,8 @@ from typing import TypeVar
 from sqlalchemy import select, update
 from starlette.exceptions import HTTPException
 
-from fedstats.service.models import StateVersion
 from fedstats.service.store import Store
+from fedstats.service.store.tables import StateVersion
 
 __all__ = ["Changes", "Wakeup", "check_wait", "read_version", "record_change"]
 

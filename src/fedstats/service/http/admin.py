@@ -2,7 +2,7 @@
 
 Every endpoint takes an operator's bearer token. Writes that reserve or store something
 (``POST /v1/admin/tasks``, ``POST /v1/admin/runs``) accept an ``Idempotency-Key`` header
-(:mod:`.idempotency`): a retry with the same key and body gets the first answer. List endpoints are
+(:mod:`fedstats.service.domain.idempotency`): a retry with the same key and body gets the first answer. List endpoints are
 paginated with ``limit`` (1..500, default 50) and ``offset``, and answer
 ``{"items": [...], "total", "limit", "offset", "next_offset"}`` (``next_offset`` is null on the last
 page). Documented for operators in ``docs/admin.md``.
@@ -20,9 +20,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fedstats.errors import BudgetExceededError, SecurityError
-from fedstats.service import http, idempotency, ledger, runs, tasks
-from fedstats.service.models import Audit, Budget, Client, Operator, Run, Task
-from fedstats.service.schemas import (
+from fedstats.service.domain import idempotency, ledger, runs, tasks
+from fedstats.service.http import edge as http
+from fedstats.service.http.schemas import (
     BudgetIn,
     BudgetOut,
     ErrorOut,
@@ -33,6 +33,7 @@ from fedstats.service.schemas import (
     TaskOut,
 )
 from fedstats.service.store import Store
+from fedstats.service.store.tables import Audit, Budget, Client, Operator, Run, Task
 from fedstats.wire import auth
 
 __all__ = ["OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]

@@ -27,8 +27,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fedstats.errors import ParameterError
-from fedstats.service.models import IdempotencyKey
 from fedstats.service.store import Store
+from fedstats.service.store.tables import IdempotencyKey
 
 __all__ = ["HEADER", "Answer", "check_key", "request_hash", "run_once"]
 

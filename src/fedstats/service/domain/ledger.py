@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from fedstats.errors import BudgetExceededError
 from fedstats.privacy.ledger import PrivacyLedger
-from fedstats.service.models import Audit, Budget, LedgerCharge
+from fedstats.service.store.tables import Audit, Budget, LedgerCharge
 
 __all__ = ["Charge", "audit", "budget_status", "release", "reserve", "set_budget", "spend"]
 

@@ -5,10 +5,10 @@ device's slots inside the round's client range; the vector must have the round's
 within ``bound x count``; and where an encoder's report carries a count of its own (the exact mean's
 ``(value, 1)`` per record), that entry must equal the count. :func:`report_problem` gives the reason a
 report fails, or None. The server refuses such a report at submission (422,
-:func:`fedstats.service.runs.submit_report`) and, should one be stored anyway (a row written by an older
+:func:`fedstats.service.domain.runs.submit_report`) and, should one be stored anyway (a row written by an older
 server, a membership changed since), the driver leaves it out of the round's sum with ``reports.excluded``
 set, a logged line and a counter (``fedstats_reports_excluded_total{reason=...}``) instead of aborting
-the run (:mod:`fedstats.service.driver`).
+the run (:mod:`fedstats.service.domain.driver`).
 """
 
 from __future__ import annotations

@@ -4,13 +4,13 @@ Admin endpoints (``/v1/admin/...``, bearer token of an operator, JSON, described
 create tasks, start runs (reserving the privacy charge), set budgets and read runs, budgets and the audit
 log. Client endpoints (``/v1/client/...``) must be signed by an enrolled device (:mod:`fedstats.wire.auth`): register
 with an enrollment certificate, poll for work, check in to a run, upload a round's report, and take part
-in the secure-aggregation stages of secure runs (:mod:`.secure_api`). Reports are
+in the secure-aggregation stages of secure runs (:mod:`fedstats.service.http.secure`). Reports are
 acknowledged only after their transaction committed; a retried upload of the same report is acknowledged
 again and counted once.
 
 Every request is logged as one JSON line; bodies above ``max_body`` bytes get 413; each client (or remote
 address, for unsigned requests) gets a token bucket of ``rate`` requests per second (burst ``burst``),
-beyond which requests get 429. A background task advances the runs (:class:`.driver.Driver`).
+beyond which requests get 429. A background task advances the runs (:class:`fedstats.service.domain.driver.Driver`).
 """
 
 import asyncio
@@ -32,18 +32,19 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from fedstats.errors import ParameterError
-from fedstats.service import driver, http
-from fedstats.service.admin_api import admin_router
-from fedstats.service.changes import Changes, Wakeup, read_version, record_change
-from fedstats.service.client_api import Offload, add_client_routes
-from fedstats.service.dashboard import add_dashboard
-from fedstats.service.health import add_health_routes
-from fedstats.service.models import Authority, Nonce, Operator
-from fedstats.service.openapi import install_params_schemas
-from fedstats.service.schemas import (
+from fedstats.service.domain import driver
+from fedstats.service.domain.changes import Changes, Wakeup, read_version, record_change
+from fedstats.service.http import edge as http
+from fedstats.service.http.admin import admin_router
+from fedstats.service.http.dashboard import add_dashboard
+from fedstats.service.http.device import Offload, add_client_routes
+from fedstats.service.http.health import add_health_routes
+from fedstats.service.http.openapi import install_params_schemas
+from fedstats.service.http.schemas import (
     ErrorOut,
 )
 from fedstats.service.store import Store
+from fedstats.service.store.tables import Authority, Nonce, Operator
 from fedstats.wire import auth
 
 __all__ = ["ServerSettings", "add_operator", "create_app", "rotate_operator", "trust_authority"]
@@ -68,12 +69,12 @@ class ServerSettings:
     tick : float
         Longest time between two passes of the run driver (deadlines, and changes made by other server
         processes, are noticed within it). A device's message also triggers a pass at once
-        (:mod:`.changes`), so this does not pace the rounds.
+        (:mod:`fedstats.service.domain.changes`), so this does not pace the rounds.
     max_wait : float
         Longest time a long-polling ``GET /v1/client/work`` is held open (a device asks for at most this).
     recheck : float
         How often this process reads the shared ``state_version`` counter, to wake its held polls when
-        another server process on the same database changed a run (:mod:`.changes`).
+        another server process on the same database changed a run (:mod:`fedstats.service.domain.changes`).
     lease_seconds : float
         How long this process's claim on a run lasts without renewal (:class:`~.driver.Driver`); after
         it, another server process on the same database takes the run over.
@@ -223,7 +224,7 @@ def create_app(
             raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
         return str(name)
 
-    add_health_routes(app, store)  # /healthz, /readyz (fedstats.service.health)
+    add_health_routes(app, store)  # /healthz, /readyz (fedstats.service.http.health)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["ops"])
     def metrics() -> str:
@@ -288,7 +289,7 @@ def rotate_operator(store: Store, name: str) -> str:
     NotFoundError
         If there is no such operator.
     """
-    from fedstats.service.admin_api import rotate_token
+    from fedstats.service.http.admin import rotate_token
 
     with store.session() as s, s.begin():
         return rotate_token(s, name)

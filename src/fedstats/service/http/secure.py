@@ -1,6 +1,6 @@
 """The client endpoints of secure runs: the seed transcript, reveals, and secure-aggregation stages.
 
-Every request is signed by an enrolled device like the other client endpoints (:mod:`.app`);
+Every request is signed by an enrolled device like the other client endpoints (:mod:`fedstats.service.http.device`);
 state-changing ones are single-use (their nonce is recorded in the transaction of their effect) and
 idempotent at the protocol level (the same message repeated is acknowledged again and stored once).
 Stage messages travel as raw bytes (``application/octet-stream``), in the serialization of
@@ -28,12 +28,12 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
-from fedstats.service import runs, secure_devices
-from fedstats.service.changes import Changes, Wakeup, check_wait
-from fedstats.service.models import Nonce
-from fedstats.service.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
+from fedstats.service.domain import runs, secure_devices
+from fedstats.service.domain.changes import Changes, Wakeup, check_wait
+from fedstats.service.domain.tasks import NotFoundError
+from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
 from fedstats.service.store import Store
-from fedstats.service.tasks import NotFoundError
+from fedstats.service.store.tables import Nonce
 from fedstats.wire import seeding
 
 __all__ = ["add_secure_routes"]
@@ -42,7 +42,7 @@ T = TypeVar("T")
 
 
 class Offloading(Protocol):
-    """Runs a blocking store function off the event loop (:class:`.client_api.Offload`)."""
+    """Runs a blocking store function off the event loop (:class:`fedstats.service.http.device.Offload`)."""
 
     def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]:
         """Await ``fn()`` run on a store thread."""
@@ -90,7 +90,7 @@ def add_secure_routes(
     max_wait : float
         The longest a request for a stage message is held, seconds.
     offload : callable
-        Runs a blocking store function on the server's store threads (:class:`.client_api.Offload`).
+        Runs a blocking store function on the server's store threads (:class:`fedstats.service.http.device.Offload`).
     """
     base = "/v1/client/runs/{run_id}"
 

@@ -23,8 +23,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from fedstats.privacy.ledger import PrivacyLedger
-from fedstats.service import ledger, runs
-from fedstats.service.models import (
+from fedstats.service.domain import ledger, runs
+from fedstats.service.store import Store
+from fedstats.service.store.tables import (
     Audit,
     Budget,
     Client,
@@ -34,7 +35,6 @@ from fedstats.service.models import (
     RunMember,
     Task,
 )
-from fedstats.service.store import Store
 from fedstats.wire import auth
 
 __all__ = ["COOKIE", "add_dashboard", "dashboard_state"]
@@ -48,7 +48,7 @@ _REFRESH_SECONDS = 5
 _ERROR_ACTIONS = ("refuse", "abort", "release", "exclude", "cancel", "revoke")
 
 _env = Environment(
-    loader=PackageLoader("fedstats.service", "templates"),
+    loader=PackageLoader("fedstats.service.http", "templates"),
     autoescape=select_autoescape(default=True, default_for_string=True),
     trim_blocks=True,
     lstrip_blocks=True,
@@ -113,7 +113,7 @@ def dashboard_state(session: Session, now: float | None = None) -> dict[str, Any
     -------
     dict
         ``runs`` (newest first, with their rounds), ``populations`` (devices enrolled, revoked and
-        checked in to live runs), ``budgets`` (each as :func:`fedstats.service.ledger.budget_status`
+        checked in to live runs), ``budgets`` (each as :func:`fedstats.service.domain.ledger.budget_status`
         plus the reserved part), ``errors`` (aborted runs) and ``audit`` (recent refusals, aborts and
         releases), and ``generated`` (the time as text).
     """
@@ -260,7 +260,7 @@ def add_dashboard(app: FastAPI, store: Store) -> None:
     Parameters
     ----------
     app : FastAPI
-        The server's app (:func:`fedstats.service.app.create_app`).
+        The server's app (:func:`fedstats.service.http.app.create_app`).
     store : Store
         Its store; the dashboard only reads it.
     """

@@ -1,6 +1,6 @@
 """Secure runs, the devices' side of the server: the seed transcript, reveals, and stage messages.
 
-The requests of :mod:`.secure_api` land here (one transaction each); the session state machines that
+The requests of :mod:`fedstats.service.http.secure` land here (one transaction each); the session state machines that
 consume the stored messages are in :mod:`.secure`.
 """
 
@@ -15,8 +15,7 @@ from sqlalchemy.orm import Session
 
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.secagg.messages import max_message_bytes
-from fedstats.service.models import RoundRecord, Run, RunMember, SecureMessage, SecureSession
-from fedstats.service.secure import (
+from fedstats.service.domain.secure import (
     BITS,
     STAGES,
     UP_MESSAGES,
@@ -25,7 +24,8 @@ from fedstats.service.secure import (
     ordered_members,
     parameters_of,
 )
-from fedstats.service.tasks import ConflictError, NotFoundError
+from fedstats.service.domain.tasks import ConflictError, NotFoundError
+from fedstats.service.store.tables import RoundRecord, Run, RunMember, SecureMessage, SecureSession
 from fedstats.wire import seeding
 
 __all__ = [

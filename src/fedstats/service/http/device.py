@@ -1,7 +1,7 @@
 """The client endpoints of the server: registration, work, check-in and reports (signed by devices).
 
 Every request is signed by an enrolled device (:mod:`fedstats.wire.auth`); the secure-run endpoints are added by
-:mod:`.secure_api`. They are in the OpenAPI description (tag ``device``) with their raw bodies declared
+:mod:`fedstats.service.http.secure`. They are in the OpenAPI description (tag ``device``) with their raw bodies declared
 (:data:`.schemas.DEVICE`), so that schema-driven tests exercise them signed.
 """
 
@@ -23,11 +23,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fedstats.errors import SecurityError
-from fedstats.service import runs, tasks
-from fedstats.service.changes import Changes, Wakeup, check_wait
-from fedstats.service.http import BadJSON, strict_loads
-from fedstats.service.models import Authority, Client, Nonce
-from fedstats.service.schemas import (
+from fedstats.service.domain import runs, tasks
+from fedstats.service.domain.changes import Changes, Wakeup, check_wait
+from fedstats.service.http.edge import BadJSON, strict_loads
+from fedstats.service.http.schemas import (
     CHECKIN_BODY,
     DEVICE,
     REGISTER_BODY,
@@ -35,8 +34,9 @@ from fedstats.service.schemas import (
     IdPath,
     IndexPath,
 )
-from fedstats.service.secure_api import add_secure_routes
+from fedstats.service.http.secure import add_secure_routes
 from fedstats.service.store import Store
+from fedstats.service.store.tables import Authority, Client, Nonce
 from fedstats.wire import auth
 
 __all__ = ["Offload", "add_client_routes"]

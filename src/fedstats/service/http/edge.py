@@ -38,7 +38,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
-from fedstats.service import tasks
+from fedstats.service.domain import tasks
 
 __all__ = [
     "MAX_DEPTH",
