@@ -9,12 +9,13 @@ from pathlib import Path
 __all__ = ["atomic_write_bytes", "atomic_write_text"]
 
 
-def atomic_write_bytes(path: Path | str, data: bytes) -> None:
+def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int | None = None) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder and an atomic rename.
 
     The folder is created if needed. On any error the temporary file is removed and ``path`` is
-    untouched. The file gets the usual permissions (those of the file it replaces, else ``0o666`` less the
-    umask), not the private ``0o600`` of a temporary file.
+    untouched. The file gets ``mode`` if given (``0o600`` for a private key: the temporary file has it
+    from its creation, so the key is never readable by others, not even briefly), else the usual
+    permissions (those of the file it replaces, else ``0o666`` less the umask).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -22,7 +23,9 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
+        if mode is None:
+            mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -36,6 +39,6 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: Path | str, text: str) -> None:
+def atomic_write_text(path: Path | str, text: str, *, mode: int | None = None) -> None:
     """Write ``text`` (UTF-8) atomically; see :func:`atomic_write_bytes`."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)

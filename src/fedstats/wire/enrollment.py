@@ -36,6 +36,16 @@ __all__ = [
 ]
 
 
+def _write_private(path: Path | str, content: dict[str, Any]) -> None:
+    """Write a file holding a private key: JSON, atomically, mode 0600 from its creation."""
+    atomic_write_text(path, json.dumps(content, indent=1) + "\n", mode=0o600)
+
+
+def _check_valid_days(valid_days: float) -> None:
+    if not 0 < valid_days < 1e6:
+        raise ParameterError("valid_days", valid_days, "a number of days in (0, 1e6)")
+
+
 def init_authority(folder: Path | str) -> str:
     """Create an authority in ``folder``; return its public key (hex).
 
@@ -50,12 +60,10 @@ def init_authority(folder: Path | str) -> str:
         raise ParameterError("authority", str(d), "a folder without an authority.key")
     key = Ed25519PrivateKey.generate()
     # labelled, so that a server handed this file by mistake recognizes a private key and refuses it
-    atomic_write_text(
+    _write_private(
         d / "authority.key",
-        json.dumps({"kind": "fedstats-authority-key", "private_key": auth.private_key_hex(key)})
-        + "\n",
+        {"kind": "fedstats-authority-key", "private_key": auth.private_key_hex(key)},
     )
-    (d / "authority.key").chmod(0o600)
     pub = auth.public_key_hex(key)
     atomic_write_text(d / "authority.pub", pub + "\n")
     return pub
@@ -96,6 +104,7 @@ def issue_identity(
     for name, v in (("client_id", client_id), ("population", population)):
         if not 1 <= len(v) <= 128:
             raise ParameterError(name, v, "1 to 128 characters")
+    _check_valid_days(valid_days)
     authority = load_authority(authority_folder)
     key = Ed25519PrivateKey.generate()
     cert = auth.issue_certificate(
@@ -112,8 +121,7 @@ def issue_identity(
         # pinned on the device: it checks secure sessions' rosters against it (fedstats.client.secure)
         "authority_public_key": auth.public_key_hex(authority),
     }
-    atomic_write_text(out, json.dumps(ident, indent=1) + "\n")
-    Path(out).chmod(0o600)
+    _write_private(out, ident)
     return ident
 
 
@@ -169,8 +177,7 @@ def issue_analyst(
     """
     if not 1 <= len(name) <= 128:
         raise ParameterError("analyst", name, "1 to 128 characters")
-    if not 0 < valid_days < 1e6:
-        raise ParameterError("valid_days", valid_days, "a number of days in (0, 1e6)")
+    _check_valid_days(valid_days)
     authority = load_authority(authority_folder)
     key = Ed25519PrivateKey.generate()
     cert = auth.issue_analyst_certificate(
@@ -187,8 +194,7 @@ def issue_analyst(
         "certificate": cert.as_dict(),
         "authority_public_key": auth.public_key_hex(authority),
     }
-    atomic_write_text(out, json.dumps(ident, indent=1) + "\n")
-    Path(out).chmod(0o600)
+    _write_private(out, ident)
     return ident
 
 

@@ -96,9 +96,7 @@ def make_dev_certificates(out: Path | str, hosts: list[str]) -> dict[str, Path]:
         "key": folder / "server-key.pem",
     }
     atomic_write_bytes(paths["ca"], ca.public_bytes(serialization.Encoding.PEM))
-    atomic_write_bytes(paths["ca_key"], _pem_key(ca_key))
+    atomic_write_bytes(paths["ca_key"], _pem_key(ca_key), mode=0o600)
     atomic_write_bytes(paths["cert"], cert.public_bytes(serialization.Encoding.PEM))
-    atomic_write_bytes(paths["key"], _pem_key(key))
-    for k in ("ca_key", "key"):
-        paths[k].chmod(0o600)
+    atomic_write_bytes(paths["key"], _pem_key(key), mode=0o600)
     return paths

@@ -1,7 +1,7 @@
-"""Store queries of the core path: clients, nonces, tasks, runs, members, rounds, reports, the ledger,
-operators, idempotency keys, the change counter.
+"""Store queries of the core path.
 
-:class:`CoreQueries` is the interface the domain layer calls (through a transaction object, see
+Clients, nonces, tasks, runs, members, rounds, reports, the ledger, operators, idempotency keys, the
+change counter. :class:`CoreQueries` is the interface the domain layer calls (through a transaction object, see
 :meth:`fedstats.service.store.Store.transaction`); :class:`SqlCoreQueries` implements it with SQLAlchemy Core
 statements on the transaction's connection (SQLite and PostgreSQL); :class:`MemoryCoreQueries` with Python
 containers, for fast domain tests. Methods take and return plain values (str, int, dict, tuples, frozen
@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC
 
 
-class CoreQueries(ABC):
+class CoreQueries(ABC):  # noqa: B024 - methods land with the store interface
     """The core path's queries, one method per statement or set-based group of statements."""
 
 
