@@ -14,6 +14,7 @@ performance gap's mechanisms R and L; heterogeneity's discrete, Gaussian and abs
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Generator
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fedstats import wire
 from fedstats.analyses.bitpushing.client import encode_bits
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.stages import CodeSpec
@@ -217,6 +219,11 @@ def test_every_honest_report_passes(case: str) -> None:
             assert check_reports(rnd, sums.tolist(), counts) == [None] * len(counts), case
             # one device holding every record of the round
             assert check_report(rnd, reps.sum(axis=0).tolist(), n, first_index=lo) is None
+            # the server checks against the round as it stored it: parameters through JSON
+            stored = dataclasses.replace(rnd, params=wire.loads(wire.dumps(dict(rnd.params))))
+            assert check_reports(stored, sums.tolist(), counts, starts=starts) == [None] * len(
+                counts
+            )
 
 
 # -- (b) specific impossible reports ------------------------------------------------------------------------

@@ -106,7 +106,7 @@ def check_value_reports(
     out.fail(
         "value_out_of_range",
         exceeds(np.abs(vectors[:, 0]), counts, m),
-        lambda i: f"value sum {vectors[i, 0]} beyond +-{counts[i] * m}",
+        lambda i: f"value sum {vectors[i, 0]} beyond +-{int(counts[i]) * m}",
     )
     return out
 
