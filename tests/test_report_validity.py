@@ -615,3 +615,49 @@ def test_a_malicious_device_is_excluded_and_counted_and_the_rest_summed_exactly(
     )
     assert odd.excluded == {"not_integer": 1, "shape": 1}
     assert odd.total.tolist() == (honest.sum(axis=0) - devices[0] - devices[1]).tolist()
+
+
+class _FixedUniform:
+    """A generator stub whose uniforms are all ``u``: places every client's slots where a test wants."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def random(self, size: Any = None) -> np.ndarray:
+        return np.full(size, self.u)
+
+
+@pytest.mark.parametrize(
+    ("cum_pi", "u", "bits"),
+    [
+        # bit 1 is 1 + 2^-52 wide (a float cumulative sum): slots 0.3 and 1.3 both fall on it
+        ([0.0, 0.3, 1.3000000000000003, 2.0], 0.3, [1]),
+        # the top slot fl(u + 1) rounds up to 2.0 = s: clamped onto the last bit, whose pi is 0
+        ([0.0, 1.0, 2.0, 2.0], float(np.nextafter(1.0, 0.0)), [0, 2]),
+    ],
+)
+def test_random_allocation_float_slivers_are_honest_reports(
+    cum_pi: list[float], u: float, bits: list[int]
+) -> None:
+    """The encoder's rare float edge cases (two slots on one bit, a clamped top slot) pass the check."""
+    params = {
+        "column": "value",
+        "low": 0.0,
+        "high": 7.0,
+        "out_of_range": "clip",
+        "offset": 0.0,
+        "resolution": 1.0,
+        "max_code": 7,
+        "bit_depth": 3,
+        "center": None,
+        "allocation": "random",
+        "bits_per_client": 2,
+        "epsilon_bit": None,
+        "cum_pi": cum_pi,
+    }
+    rnd = Round("bits", encode_bits, params, dim=6, bound=1)
+    batch = ClientBatch({"value": np.array([7.0, 0.0, 5.0])}, 0, 3)
+    reps = encode_bits(batch, params, _FixedUniform(u))  # type: ignore[arg-type]
+    assert [list(np.flatnonzero(r[:3])) for r in reps] == [bits] * 3  # the edge case happened
+    assert check_reports(rnd, reps, [1, 1, 1]) == [None] * 3
+    assert check_report(rnd, reps.sum(axis=0), 3) is None
