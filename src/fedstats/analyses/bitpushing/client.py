@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedstats._numeric import round_to_integers
-from fedstats.errors import DataError
+from fedstats.engine.validity import Verdicts, output_check
+from fedstats.errors import DataError, ParameterError
 from fedstats.privacy.mechanisms import RandomizedResponse
 from fedstats.randomness import RNG, SPLITMIX64_GAMMA, splitmix64
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "aggregate_bits",
+    "check_bits_reports",
     "client_codes",
     "encode_bits",
     "enforce_range",
@@ -226,6 +228,183 @@ def encode_bits(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.n
         out[flat] = 1
         out[flat + b] = bits.ravel()
     return out.reshape(n, width)
+
+
+def _code_cap(params: Mapping[str, Any]) -> int:
+    """Largest code :func:`client_codes` can return under ``params``.
+
+    That is ``max_code``, or more on the identity path, where integer values are not clipped to it.
+    """
+    cap = int(params["max_code"])
+    if float(params["offset"]) == 0.0 and float(params["resolution"]) == 1.0:
+        low, high = float(params["low"]), float(params["high"])
+        center = params.get("center")
+        top = high if center is None else max((high - center) ** 2, (center - low) ** 2)
+        cap = max(cap, int(np.ceil(top)) + 1)
+    return cap
+
+
+def _exact_assigned(
+    params: Mapping[str, Any], counts: np.ndarray, starts: np.ndarray, b: int
+) -> np.ndarray:
+    """Per report, how many of its records report each bit under the exact allocation: int64 ``(n, b)``.
+
+    The records of report ``r`` are ``[starts[r], starts[r] + counts[r])``; each reports the distinct
+    bits its public slots fall on, exactly as :func:`encode_bits` computes them.
+    """
+    s = int(params["bits_per_client"])
+    size, lo = int(params["size"]), int(params["lo"])
+    n = counts.size
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    first = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    idx = first + np.arange(owner.size, dtype=np.int64)
+    if idx.size and (int(idx.min()) < lo or int(idx.max()) >= lo + size):
+        raise ParameterError(
+            "starts", starts.tolist(), f"records inside the round's [{lo}, {lo + size})"
+        )
+    pos = (int(params["a"]) * (idx - lo) + int(params["c"])) % size
+    slots = pos[:, None] + size * np.arange(s, dtype=np.int64)[None, :]
+    cum = np.asarray(params["cum"], dtype=np.int64)
+    j = np.searchsorted(cum, slots.ravel(), side="right").reshape(slots.shape) - 1
+    np.minimum(j, b - 1, out=j)
+    # a record reports each of its bits once (two slots on one bit write one entry)
+    cells = np.unique((np.arange(idx.size, dtype=np.int64)[:, None] * b + j).ravel())
+    out = np.zeros(n * b, dtype=np.int64)
+    np.add.at(out, owner[cells // b] * b + cells % b, 1)
+    return out.reshape(n, b)
+
+
+@output_check(encode_bits)
+def check_bits_reports(
+    vectors: np.ndarray, counts: np.ndarray, params: Mapping[str, Any], starts: np.ndarray | None
+) -> Verdicts:
+    """Output check of :func:`encode_bits`: bit counts within the records that report each bit.
+
+    One record reports ``s = bits_per_client`` distinct bits, each 0 or 1 (randomized response makes any
+    bit possible; without it, a bit above the largest code in the declared range is always 0).
+
+    * **Exact allocation** (``b`` entries): entry ``j`` counts the device's records that report bit ``j``
+      and sent a 1. With ``starts`` (the device's record indices) the bits each record reports are public,
+      so the check is **exact**: ``0 <= v_j <= m_j``, ``m_j`` the device's records assigned bit ``j``
+      (``unassigned_bit`` where ``m_j = 0``, ``bit_out_of_range`` above it). Without ``starts``: the
+      necessary ``0 <= v_j <= count`` on bits with a non-empty allocation, ``sum v <= s count``.
+    * **Random allocation** (``2 b`` entries: ``c_j`` reports of bit ``j``, then ``v_j`` ones): exact up to
+      the joint law of the slots: ``0 <= v_j <= c_j`` (``bit_out_of_range``), ``c_j = 0`` where
+      ``pi_j = 0`` (``unassigned_bit``), ``c_j <= count`` and ``sum c = s count`` (``total_mismatch``).
+      With ``s > 1``, float cumulative probabilities leave slivers where two of a record's slots fall on
+      one bit (a bit with ``pi_j`` within 1e-9 of 1, or the last bit when the top slot rounds up to
+      ``s``); each such bit can absorb one slot, so the total is then only bounded:
+      ``(s - slivers) count <= sum c <= s count``, and the last bit counts as possible.
+    * Without randomized response (``epsilon_bit`` None): a bit ``j`` with ``2^j`` above the largest code
+      is 0 (``vacuous_bit``), the loose-bound poisoning of a high-order bit.
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        int64 ``(n, b)`` (exact) or ``(n, 2 b)`` (random).
+    counts : numpy.ndarray
+        int64 ``(n,)``, >= 1.
+    params : Mapping
+        The round's parameters (:func:`encode_bits`).
+    starts : numpy.ndarray or None
+        int64 ``(n,)``: each report's first record index (exact allocation), or None.
+
+    Returns
+    -------
+    Verdicts
+
+    Raises
+    ------
+    ParameterError
+        If ``starts`` puts records outside the round's client range.
+    """
+    b = int(params["bit_depth"])
+    s = int(params["bits_per_client"])
+    out = Verdicts(counts.size)
+    k = counts[:, None]
+    private = params.get("epsilon_bit") is not None
+    vacuous = (1 << np.arange(b, dtype=np.int64)) > _code_cap(params) if not private else None
+    if params["allocation"] == "exact":
+        ones = vectors
+        cum = np.asarray(params["cum"], dtype=np.int64)
+        possible = np.diff(cum) > 0
+        if cum[-1] < int(params["size"]) * s:  # never for the protocol's counts (they sum to n s)
+            possible[-1] = True
+        if starts is not None:
+            cap = _exact_assigned(params, counts, np.asarray(starts, dtype=np.int64), b)
+        else:
+            cap = np.where(possible[None, :], k, 0)
+        out.fail("bit_out_of_range", (ones < 0).any(axis=1), "a negative bit count")
+        out.fail(
+            "unassigned_bit",
+            ((cap == 0) & (ones != 0)).any(axis=1),
+            lambda i: (
+                f"bit {int(np.flatnonzero((cap[i] == 0) & (ones[i] != 0))[0])} is reported "
+                "by none of the device's records"
+            ),
+        )
+        out.fail(
+            "bit_out_of_range",
+            (ones > cap).any(axis=1),
+            lambda i: (
+                f"bit {int(np.flatnonzero(ones[i] > cap[i])[0])} counts more ones than the "
+                "records that report it"
+            ),
+        )
+        if starts is None:
+            out.fail(
+                "total_mismatch",
+                ones.sum(axis=1) > s * counts,
+                lambda i: (
+                    f"{int(ones[i].sum())} ones from {int(counts[i])} record(s) of {s} bit(s)"
+                ),
+            )
+    else:
+        reps, ones = vectors[:, :b], vectors[:, b:]
+        cum_pi = np.asarray(params["cum_pi"], dtype=np.float64)
+        widths = np.diff(cum_pi)
+        possible = widths > 0.0
+        slivers = 0
+        if s > 1:
+            possible[-1] = True
+            slivers = int(np.count_nonzero(widths >= 1.0 - 1e-9)) + 1
+        lowest = max(s - slivers, 1)
+        out.fail(
+            "bit_out_of_range",
+            ((reps < 0) | (ones < 0)).any(axis=1),
+            "a negative count",
+        )
+        out.fail(
+            "unassigned_bit",
+            (reps[:, ~possible] != 0).any(axis=1),
+            "a bit with inclusion probability 0 is reported",
+        )
+        out.fail(
+            "bit_out_of_range",
+            (reps > k).any(axis=1),
+            lambda i: f"a bit reported more than the {int(counts[i])} record(s)",
+        )
+        total = reps.sum(axis=1)
+        out.fail(
+            "total_mismatch",
+            (total > s * counts) | (total < lowest * counts),
+            lambda i: f"{int(total[i])} bit reports from {int(counts[i])} record(s) of {s} bit(s)",
+        )
+        out.fail(
+            "bit_out_of_range",
+            (ones > reps).any(axis=1),
+            lambda i: f"bit {int(np.flatnonzero(ones[i] > reps[i])[0])} has more ones than reports",
+        )
+    if vacuous is not None:
+        out.fail(
+            "vacuous_bit",
+            (ones[:, vacuous] != 0).any(axis=1),
+            lambda i: (
+                f"bit {int(np.flatnonzero(vacuous & (ones[i] != 0))[0])} is 1, above every "
+                "code in the declared range"
+            ),
+        )
+    return out
 
 
 _SHORT_CUM = 16

@@ -12,9 +12,16 @@ import numpy as np
 
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import ClientBatch, InputHistogram
+from fedstats.engine.validity import Verdicts, exceeds, output_check
 from fedstats.randomness import RNG
 
-__all__ = ["aggregate_table", "aggregate_value", "encode_table", "encode_value"]
+__all__ = [
+    "aggregate_table",
+    "aggregate_value",
+    "check_value_reports",
+    "encode_table",
+    "encode_value",
+]
 
 
 def encode_table(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.ndarray:
@@ -60,6 +67,48 @@ def encode_value(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.
     fp = FixedPoint(int(params["frac_bits"]), float(params["clip"]))
     q, _ = fp.encode(np.asarray(batch.column(params["column"]), dtype=np.float64))
     return np.stack([q, np.ones_like(q)], axis=1)
+
+
+@output_check(encode_value)
+def check_value_reports(
+    vectors: np.ndarray, counts: np.ndarray, params: Mapping[str, Any], starts: np.ndarray | None
+) -> Verdicts:
+    """Output check of :func:`encode_value` (exact): ``(sum of count values, count)``.
+
+    One record outputs ``(q, 1)`` with ``q = rint(clip(x) * 2**frac_bits)``, any integer in ``[-M, M]``,
+    ``M = rint(clip * 2**frac_bits)`` (round half to even is monotone). A sum of ``k`` records is exactly
+    ``(s, k)`` with ``|s| <= k M``: reasons ``total_mismatch`` (entry 1 is not the count) and
+    ``value_out_of_range``.
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        int64 ``(n, 2)``.
+    counts : numpy.ndarray
+        int64 ``(n,)``, >= 1.
+    params : Mapping
+        The round's ``frac_bits`` and ``clip``.
+    starts : numpy.ndarray or None
+        Unused (every record has the same output set).
+
+    Returns
+    -------
+    Verdicts
+    """
+    del starts  # the output set does not depend on the record
+    m = int(np.rint(float(params["clip"]) * float(2 ** int(params["frac_bits"]))))
+    out = Verdicts(counts.size)
+    out.fail(
+        "total_mismatch",
+        vectors[:, 1] != counts,
+        lambda i: f"count entry {vectors[i, 1]}, not {counts[i]}",
+    )
+    out.fail(
+        "value_out_of_range",
+        exceeds(np.abs(vectors[:, 0]), counts, m),
+        lambda i: f"value sum {vectors[i, 0]} beyond +-{int(counts[i]) * m}",
+    )
+    return out
 
 
 def _weighted(reports: np.ndarray, counts: np.ndarray) -> np.ndarray:

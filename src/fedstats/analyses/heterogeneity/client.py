@@ -24,10 +24,19 @@ import numpy as np
 
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import ClientBatch
+from fedstats.engine.validity import Verdicts, output_check
 from fedstats.errors import ParameterError
 from fedstats.randomness import RNG
 
-__all__ = ["SHARE_KINDS", "add_noise_share", "encode_centre", "encode_spread", "weights_u"]
+__all__ = [
+    "SHARE_KINDS",
+    "add_noise_share",
+    "check_centre_reports",
+    "check_spread_reports",
+    "encode_centre",
+    "encode_spread",
+    "weights_u",
+]
 
 SHARE_KINDS: tuple[str, ...] = ("none", "discrete", "gaussian")
 
@@ -155,3 +164,158 @@ def encode_spread(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np
         diff = x - np.asarray(params["mu_w"], dtype=np.float64)
         parts.append((u * np.einsum("ij,ij->i", diff, diff) / float(params["sens_q"]))[:, None])
     return add_noise_share(np.concatenate(parts, axis=1), params, rng)
+
+
+# relative slack on a bound computed in floating point other than the encoder's own operations (sums of
+# squares, powers): their rounding errors are below 1e-12 relative, so an honest value never exceeds it
+_SLACK = 1e-9
+
+
+def _grid_range(
+    params: Mapping[str, Any], low: np.ndarray, high: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Integer range ``[lo, hi]`` of one record's entries whose real values lie in ``[low, high]``.
+
+    With a noise share the entry is any integer the share allows: ``[-bound, bound]`` (discrete Gaussian,
+    full support, clipped to ``bound``) or the fixed-point range (Gaussian shares, clipped before
+    rounding). Without one it is the randomized rounding of the clipped value: ``floor`` of the low end to
+    ``ceil`` of the high end on the grid ``2^-f``.
+    """
+    kind = params["noise"]
+    fp = FixedPoint(int(params["frac_bits"]), float(params["clip"]))
+    if kind == "discrete":
+        b = int(params["bound"])
+        return np.full(low.shape, -b, dtype=np.int64), np.full(high.shape, b, dtype=np.int64)
+    if kind == "gaussian":
+        return (
+            np.full(low.shape, -fp.bound, dtype=np.int64),
+            np.full(high.shape, fp.bound, dtype=np.int64),
+        )
+    c = fp.clip
+    lo = np.floor(np.clip(low, -c, c) * fp.scale).astype(np.int64)
+    hi = np.ceil(np.clip(high, -c, c) * fp.scale).astype(np.int64)
+    return lo, hi
+
+
+def _range_verdicts(
+    vectors: np.ndarray, counts: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> Verdicts:
+    """Reports whose entries leave ``[count lo_j, count hi_j]`` fail with ``value_out_of_range``."""
+    out = Verdicts(counts.size)
+    k = counts[:, None]
+    # a sum S of k entries in [lo, hi] lies in [k lo, k hi]: ceil(S / k) <= hi and floor(S / k) >= lo
+    over = -((-vectors) // k) > hi[None, :]
+    under = vectors // k < lo[None, :]
+    out.fail(
+        "value_out_of_range",
+        (over | under).any(axis=1),
+        lambda i: (
+            f"entry {int(np.flatnonzero((over | under)[i])[0])} is outside "
+            f"{int(counts[i])} x the encoder's range"
+        ),
+    )
+    return out
+
+
+def _centre_layout(params: Mapping[str, Any], dim: int) -> tuple[int, bool, bool]:
+    mean = "mean" in params["blocks"]
+    weighted = "weighted" in params["blocks"]
+    d = (dim - int(weighted)) // (int(mean) + int(weighted))
+    return d, mean, weighted
+
+
+@output_check(encode_centre)
+def check_centre_reports(
+    vectors: np.ndarray, counts: np.ndarray, params: Mapping[str, Any], starts: np.ndarray | None
+) -> Verdicts:
+    r"""Output check of :func:`encode_centre`: each entry within ``count`` times one record's range.
+
+    With a noise share (``"discrete"``: every release) one record's entry is any integer in
+    ``[-bound, bound]``, so the check (``value_out_of_range``) is **exact**. Without one (central noise or
+    none) the real values are :math:`x_j / s_m \in [0, 1/s_m]`, :math:`u x_j / s_w \in [0, 1/s_w]` and
+    :math:`u / s_w \in [\min(1, 4 v_{\min}) / s_w, 1/s_w]`, rounded at random on the grid; the check is
+    then the tight necessary per-entry range, plus :math:`\sum u x_j \le \sum u + k` on the grid
+    (``weight_mismatch``: each record rounds :math:`u x_j \le u` to at most one step above its rounded
+    :math:`u`).
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        int64 ``(n, dim)``.
+    counts : numpy.ndarray
+        int64 ``(n,)``, >= 1.
+    params : Mapping
+        The round's parameters (:func:`encode_centre`, :func:`add_noise_share`).
+    starts : numpy.ndarray or None
+        Unused (every record has the same output set).
+
+    Returns
+    -------
+    Verdicts
+    """
+    del starts  # the output set does not depend on the record
+    dim = vectors.shape[1]
+    d, mean, weighted = _centre_layout(params, dim)
+    low, high = [], []
+    if mean:
+        low += [0.0] * d
+        high += [1.0 / float(params["sens_mean"])] * d
+    if weighted:
+        sw = float(params["sens_weighted"])
+        u_min = min(1.0, 4.0 * float(params["min_variance"]))
+        low += [0.0] * d + [u_min / sw * (1.0 - _SLACK)]
+        high += [1.0 / sw] * (d + 1)
+    lo, hi = _grid_range(params, np.asarray(low), np.asarray(high))
+    out = _range_verdicts(vectors, counts, lo, hi)
+    if weighted and params["noise"] == "none":
+        off = d if mean else 0
+        ux, u = vectors[:, off : off + d], vectors[:, off + d]
+        bad = (ux > (u + counts)[:, None]).any(axis=1)
+        out.fail(
+            "weight_mismatch",
+            bad,
+            "a weighted entry exceeds the reported weight by more than one step per record",
+        )
+    return out
+
+
+@output_check(encode_spread)
+def check_spread_reports(
+    vectors: np.ndarray, counts: np.ndarray, params: Mapping[str, Any], starts: np.ndarray | None
+) -> Verdicts:
+    r"""Output check of :func:`encode_spread`: each entry within ``count`` times one record's range.
+
+    With a noise share one record's entry is any integer in ``[-bound, bound]`` (**exact**). Without one,
+    :math:`\lVert x - \mu'\rVert^p / s_D \in [0, (\sum_j \max(\mu'_j, 1 - \mu'_j)^2)^{p/2} / s_D]` for
+    :math:`x \in [0, 1]^d` and :math:`u \lVert x - \mu_w'\rVert^2 / s_Q` likewise with :math:`u \le 1`
+    (the upper ends with a relative slack of 1e-9 for floating-point sums): the tight necessary per-entry
+    range (``value_out_of_range``).
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        int64 ``(n, dim)``, one column per block.
+    counts : numpy.ndarray
+        int64 ``(n,)``, >= 1.
+    params : Mapping
+        The round's parameters (:func:`encode_spread`, :func:`add_noise_share`).
+    starts : numpy.ndarray or None
+        Unused (every record has the same output set).
+
+    Returns
+    -------
+    Verdicts
+    """
+    del starts  # the output set does not depend on the record
+    high = []
+    if "dispersion" in params["blocks"]:
+        mu = np.asarray(params["mu"], dtype=np.float64)
+        far = float(np.sum(np.maximum(mu, 1.0 - mu) ** 2))
+        high.append(far ** (float(params["p"]) / 2.0) / float(params["sens_dispersion"]))
+    if "q" in params["blocks"]:
+        mu_w = np.asarray(params["mu_w"], dtype=np.float64)
+        far = float(np.sum(np.maximum(mu_w, 1.0 - mu_w) ** 2))
+        high.append(far / float(params["sens_q"]))
+    top = np.asarray(high) * (1.0 + _SLACK)
+    lo, hi = _grid_range(params, np.zeros_like(top), top)
+    return _range_verdicts(vectors, counts, lo, hi)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedstats.engine.validity import Verdicts, exceeds, output_check
 from fedstats.errors import DataError
 from fedstats.privacy.mechanisms.randomized_response import (
     GeneralizedRandomizedResponse,
@@ -42,6 +43,7 @@ __all__ = [
     "GROUP_COLUMN",
     "VALUE_COLUMN",
     "aggregate_gap_report",
+    "check_gap_reports",
     "encode_gap_report",
     "outcome_probabilities",
     "perturb",
@@ -137,6 +139,85 @@ def encode_gap_report(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -
     out[rows, new_g] = y
     out[rows, d + new_g] = 1
     out[:, 2 * d] = clipped
+    return out
+
+
+@output_check(encode_gap_report)
+def check_gap_reports(
+    vectors: np.ndarray, counts: np.ndarray, params: Mapping[str, Any], starts: np.ndarray | None
+) -> Verdicts:
+    r"""Output check of :func:`encode_gap_report` (exact): the sum of ``count`` one-hot group reports.
+
+    One record outputs its reported group :math:`g'` (GRR: any of the ``d`` groups) one-hot in slots
+    ``[d, 2d)``, its reported value in slot :math:`g'` and a clipping flag in slot ``2d``. So a sum of ``k``
+    records has group counts :math:`c_h \ge 0` with :math:`\sum_h c_h = k` (``group_out_of_range``,
+    ``total_mismatch``), and per group a value :math:`v_h`:
+
+    * :math:`\mathcal M_R` (values :math:`\pm 1`, flag 0): exactly :math:`|v_h| \le c_h` and
+      :math:`v_h \equiv c_h \pmod 2` (``value_out_of_range``, ``parity``), flag 0 (``clip_flag``);
+    * :math:`\mathcal M_L` (any integer in ``[-clip, clip]``, discrete Laplace noise having full support;
+      flag 1 only for a clipped value :math:`\pm` ``clip``): exactly :math:`|v_h| \le \mathrm{clip}\,c_h`
+      and flags :math:`f \le \sum_h \mathrm{cap}_h` (``clip_flag``), where group ``h`` can hold
+      :math:`c_h` flagged records if :math:`v_h` is a sum of :math:`c_h` values :math:`\pm` ``clip``
+      (a multiple of ``clip`` with the parity of :math:`c_h`), else :math:`c_h - 1` (one unflagged record
+      makes up any remainder in ``[-clip, clip]``).
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        int64 ``(n, 2d + 1)``.
+    counts : numpy.ndarray
+        int64 ``(n,)``, >= 1.
+    params : Mapping
+        The round's parameters (:func:`perturb`): ``mechanism``, ``n_groups``, ``clip`` (L).
+    starts : numpy.ndarray or None
+        Unused (every record has the same output set).
+
+    Returns
+    -------
+    Verdicts
+    """
+    del starts  # the output set does not depend on the record
+    d = int(params["n_groups"])
+    vals, groups, flags = vectors[:, :d], vectors[:, d : 2 * d], vectors[:, 2 * d]
+    out = Verdicts(counts.size)
+    out.fail(
+        "group_out_of_range",
+        (groups < 0).any(axis=1),
+        lambda i: f"group {int(np.flatnonzero(groups[i] < 0)[0])} has a negative count",
+    )
+    out.fail(
+        "total_mismatch",
+        groups.sum(axis=1) != counts,
+        lambda i: f"group counts sum to {int(groups[i].sum())}, not {int(counts[i])}",
+    )
+    if params["mechanism"] == "R":
+        out.fail(
+            "value_out_of_range",
+            (np.abs(vals) > groups).any(axis=1),
+            "a group's sum of +-1 values exceeds its count",
+        )
+        out.fail(
+            "parity",
+            ((vals - groups) % 2 != 0).any(axis=1),
+            "a group's sum of +-1 values has the wrong parity for its count",
+        )
+        out.fail("clip_flag", flags != 0, lambda i: f"flag {int(flags[i])} in a mechanism-R report")
+        return out
+    clip = int(params["clip"])
+    out.fail(
+        "value_out_of_range",
+        exceeds(np.abs(vals), np.maximum(groups, 1), clip).any(axis=1)
+        | ((groups == 0) & (vals != 0)).any(axis=1),
+        f"a group's value sum exceeds clip={clip} times its count",
+    )
+    all_clipped = (vals % clip == 0) & ((vals // clip - groups) % 2 == 0)
+    cap = np.where(all_clipped, groups, np.maximum(groups - 1, 0)).sum(axis=1)
+    out.fail(
+        "clip_flag",
+        (flags < 0) | (flags > cap),
+        lambda i: f"{int(flags[i])} clipped record(s), at most {int(cap[i])} possible",
+    )
     return out
 
 
