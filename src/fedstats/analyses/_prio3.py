@@ -1,0 +1,450 @@
+"""The analyses on Prio3: every round's sum computed by two aggregators that verify each report's proof.
+
+:class:`Prio3Backend` is an engine route (:class:`~fedstats.engine.backends.Backend`): for each round it
+runs the clients' encoder as every route does, turns each client's integer report into a Prio3
+measurement whose validity circuit encodes what the encoder may output (:func:`validity_for`), shards it
+(:meth:`fedstats.vdaf.Prio3.shard_encoded`), and plays the leader and the helper: both run
+``verify_init`` on the batch, combine their verifier shares, drop the reports whose proof fails
+(counted in :attr:`Prio3Backend.rejected`), sum the output shares of the others, and each adds its share of
+DP noise (:class:`AggregatorNoise`) before the two aggregate shares are combined. Without noise and without
+cheating clients the sum is the serial route's sum exactly, so every analysis's server-side estimator runs
+unchanged, and the results are bit-identical to the in-process engine's for the same seed. One process
+plays every party here: the route measures the protocol's cost and proves its robustness; the deployment
+is the service's two-aggregator mode (:mod:`fedstats.service.domain.vdaf`, ``docs/vdaf.md``).
+
+What each analysis's reports become (:func:`validity_for`):
+
+================================  =====================================  ==========================================
+analysis, round                   Prio3 variant                          what the proof guarantees
+================================  =====================================  ==========================================
+bit pushing, a bit round          MultihotCountVec(length=dim,           entries are bits and at most
+(:func:`~.bitpushing.client.       max_weight=bits_per_client, x2 with    ``bits_per_client`` (exact allocation) of
+encode_bits`)                     random allocation)                     them are ones: a client adds at most that
+                                                                         many ones, whatever it does
+FED-chi^2 / G-test, marginals     SumVec(length=m_x+m_y,                 every marginal in ``[0, bound]``
+                                  max_measurement=bound)
+FED-chi^2, projection             SumVec(length=l, max_measurement=2B),  every sketch entry in ``[-B, B]`` with
+                                  entries shifted by ``B``               ``B = ceil(clip 2^frac_bits)`` (the
+                                                                         client's clipping bound), not merely
+                                                                         modulo ``2^bits``
+performance gap (R and L)         Histogram(length=2 d) of (group,       one group, and a value on the grid
+                                  outcome) and the generic check
+any other round                   SumVec(length=dim,                     every entry in ``[-bound, bound]``
+                                  max_measurement=2 bound), shifted
+================================  =====================================  ==========================================
+
+**Quantization.** Prio3 sums integers: every report is already an integer of the analysis's own fixed-point
+grid (the engine's contract), so this route adds no quantization error of its own. FED-chi^2's projection
+is quantized by its encoder with randomized rounding to the grid ``2^-f`` (``f = frac_bits`` of the
+round, chosen by :func:`fedstats.secagg.quantize.choose_frac_bits` from ``bits``): each client's
+projected coordinate has an error of at most ``2^-f`` in absolute value, zero in expectation, so the sum of
+``n`` clients' coordinates has error at most ``n 2^-f`` and standard deviation at most ``sqrt(n) 2^-f / 2``;
+the estimator of ``F_2`` is the mean of squares of ``l`` such coordinates. The projection entries are
+also clipped at ``clip`` (``FixedPoint``; the protocol picks ``clip`` as the client bound of Pang et
+al.'s Lemma, so no honest entry is clipped). With ``bits=32`` the per-entry bound ``B`` is below ``2^31``,
+so each report needs ``l * 32`` field elements.
+
+**DP noise.** :class:`AggregatorNoise` gives each aggregator a discrete Gaussian (or discrete Laplace) of
+the full scale calibrated for the round's sensitivity (:func:`calibrate_discrete_gaussian`). An
+aggregator's own additions depend only on its aggregate share, which is uniformly random and independent of
+the data, so they are post-processing: the release is (epsilon, delta)-DP if **at least one** aggregator is
+honest; with both honest the noise variance is twice one aggregator's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedstats._validation import check_int, check_real
+from fedstats.engine.backends import RoundJob
+from fedstats.engine.rounds import Round, RoundSum
+from fedstats.errors import ParameterError
+from fedstats.privacy.analysis.discrete_gaussian import discrete_gaussian_sigma
+from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
+from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
+from fedstats.progress import NullProgress, Progress
+from fedstats.randomness import RandomSource
+from fedstats.vdaf import (
+    Prio3,
+    Prio3Histogram,
+    Prio3MultihotCountVec,
+    Prio3SumVec,
+)
+
+__all__ = [
+    "AggregatorNoise",
+    "Prio3Backend",
+    "Prio3RoundStats",
+    "Validity",
+    "calibrate_discrete_gaussian",
+    "validity_for",
+]
+
+CTX = b"fedstats prio3 route"
+
+
+def _chunk(length: int) -> int:
+    """``chunk_length`` about ``sqrt(length)`` (draft-irtf-cfrg-vdaf-20 §7.4.3.1)."""
+    return max(1, math.isqrt(max(length, 1)))
+
+
+@dataclass(frozen=True)
+class Validity:
+    """How a round's integer reports become Prio3 measurements, and the sum comes back.
+
+    Attributes
+    ----------
+    vdaf : Prio3
+        The variant whose circuit checks each report.
+    to_measurements : callable
+        ``(n, dim)`` int64 reports -> the variant's measurements for ``n`` clients (raises
+        :class:`~fedstats.errors.ParameterError` for a report outside the circuit's set: an honest
+        client's report never is).
+    from_total : callable
+        ``(OUTPUT_LEN,)`` integer aggregate and the number of summed reports -> ``(dim,)`` integer sum of
+        the reports.
+    description : str
+        The variant and its parameters, for logs.
+    """
+
+    vdaf: Prio3
+    to_measurements: Callable[[np.ndarray], Any]
+    from_total: Callable[[np.ndarray, int], np.ndarray]
+    description: str
+
+
+def _as_sum(total: np.ndarray, n: int) -> np.ndarray:
+    """The aggregate is the reports' sum itself (``n`` unused)."""
+    del n
+    out: np.ndarray = np.asarray(total, dtype=object)
+    return out
+
+
+def _shifted_sumvec(dim: int, bound: int) -> Validity:
+    """Entries in ``[-bound, bound]``: SumVec of ``report + bound`` in ``[0, 2 bound]``."""
+    vdaf = Prio3SumVec(
+        length=dim, max_measurement=2 * bound, chunk_length=_chunk(dim * (2 * bound).bit_length())
+    )
+
+    def back(total: np.ndarray, n: int) -> np.ndarray:
+        out: np.ndarray = np.asarray(total, dtype=object) - n * bound
+        return out
+
+    return Validity(
+        vdaf, lambda r: r + bound, back, f"SumVec(length={dim}, max={2 * bound}, shifted {bound})"
+    )
+
+
+def _sumvec(dim: int, bound: int) -> Validity:
+    """Non-negative entries in ``[0, bound]``."""
+    vdaf = Prio3SumVec(
+        length=dim, max_measurement=bound, chunk_length=_chunk(dim * bound.bit_length())
+    )
+    return Validity(
+        vdaf,
+        lambda r: r,
+        _as_sum,
+        f"SumVec(length={dim}, max={bound})",
+    )
+
+
+def _multihot(dim: int, max_weight: int) -> Validity:
+    vdaf = Prio3MultihotCountVec(length=dim, max_weight=max_weight, chunk_length=_chunk(dim))
+    return Validity(
+        vdaf,
+        lambda r: r,
+        _as_sum,
+        f"MultihotCountVec(length={dim}, max_weight={max_weight})",
+    )
+
+
+def validity_for(rnd: Round) -> Validity:
+    """The Prio3 check of a round's reports (see the module's table).
+
+    Parameters
+    ----------
+    rnd : Round
+
+    Returns
+    -------
+    Validity
+
+    Raises
+    ------
+    ParameterError
+        If the round's reports are too wide for Field128 sums (``bound`` above ``2^100``).
+    """
+    from fedstats.analyses.bitpushing.client import encode_bits
+    from fedstats.analyses.chi2.client import encode_marginals, encode_projection
+
+    if rnd.bound > 2**100:
+        raise ParameterError("bound", rnd.bound, "at most 2^100 (Field128 sums)")
+    p = rnd.params
+    if rnd.encode is encode_bits:
+        s = int(p["bits_per_client"]) * (1 if p["allocation"] == "exact" else 2)
+        return _multihot(rnd.dim, min(s, rnd.dim))
+    if rnd.encode is encode_marginals:
+        return _sumvec(rnd.dim, rnd.bound)
+    if rnd.encode is encode_projection:
+        b = math.ceil(float(p["clip"]) * 2.0 ** int(p["frac_bits"]))
+        if 1 <= b < 2 ** (int(p["bits"]) - 1):
+            return _shifted_sumvec(rnd.dim, b)  # no honest report wraps modulo 2^bits
+    return _shifted_sumvec(rnd.dim, rnd.bound)
+
+
+def histogram_validity(length: int) -> Validity:
+    """One-hot reports of ``length`` buckets checked by Prio3Histogram (a report is its bucket index)."""
+    vdaf = Prio3Histogram(length=length, chunk_length=_chunk(length))
+
+    def to_index(r: np.ndarray) -> np.ndarray:
+        if r.ndim != 2 or r.shape[1] != length or not np.all(r.sum(axis=1) == 1):
+            raise ParameterError("reports", "not one-hot", f"one-hot rows of length {length}")
+        idx: np.ndarray = r.argmax(axis=1)
+        return idx
+
+    return Validity(vdaf, to_index, _as_sum, f"Histogram(length={length})")
+
+
+@dataclass(frozen=True)
+class AggregatorNoise:
+    """Each aggregator's DP noise on a round's aggregate share (the full scale each; see the module).
+
+    Attributes
+    ----------
+    mechanism : {"discrete_gaussian", "discrete_laplace"}
+    parameter : float
+        ``sigma2`` of :func:`~fedstats.privacy.mechanisms.samplers.sample_discrete_gaussian` or ``scale``
+        of :func:`~fedstats.privacy.mechanisms.samplers.sample_discrete_laplace`, > 0.
+    """
+
+    mechanism: str
+    parameter: float
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in ("discrete_gaussian", "discrete_laplace"):
+            raise ParameterError(
+                "mechanism", self.mechanism, "'discrete_gaussian' or 'discrete_laplace'"
+            )
+        check_real("parameter", self.parameter, low=0.0, high=2.0**84, low_open=True)
+
+    def sample(self, size: int, rng: Any) -> np.ndarray:
+        """``(size,)`` int64 noise drawn from ``rng``."""
+        if self.mechanism == "discrete_gaussian":
+            return sample_discrete_gaussian(float(self.parameter), size, rng)
+        return sample_discrete_laplace(float(self.parameter), size, rng)
+
+    @property
+    def variance_bound(self) -> float:
+        """An upper bound on one aggregator's noise variance per entry (sigma2; Laplace: its variance)."""
+        if self.mechanism == "discrete_gaussian":
+            return float(self.parameter)
+        t = float(self.parameter)
+        return 2.0 * math.exp(-1.0 / t) / (1.0 - math.exp(-1.0 / t)) ** 2
+
+
+def calibrate_discrete_gaussian(
+    *, epsilon: float, delta: float, l2_sensitivity: float, dim: int
+) -> AggregatorNoise:
+    """One aggregator's discrete Gaussian noise for an (epsilon, delta)-DP release of a ``dim``-vector sum.
+
+    ``dim == 1`` with an integer sensitivity: the exact condition of Canonne, Kamath & Steinke 2020,
+    Thm. 7 (:func:`~fedstats.privacy.analysis.discrete_gaussian.discrete_gaussian_sigma`). Otherwise their
+    Thm. 14: independent discrete Gaussians of parameter ``sigma`` on every entry are
+    ``l2^2 / (2 sigma^2)``-zCDP, converted to (epsilon, delta) by
+    :func:`~fedstats.privacy.analysis.zcdp.zcdp_to_approx_dp`; sigma is the smallest (bisection to a relative
+    1e-9) whose epsilon is at most ``epsilon``.
+
+    Parameters
+    ----------
+    epsilon : float
+        In (0, inf).
+    delta : float
+        In (0, 1).
+    l2_sensitivity : float
+        L2 norm of the largest change of the sum when one client's data changes, > 0.
+    dim : int
+        Entries of the sum, >= 1.
+
+    Returns
+    -------
+    AggregatorNoise
+        What *each* aggregator adds (the release is DP if at least one is honest).
+    """
+    check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+    check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_real(
+        "l2_sensitivity", l2_sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
+    )
+    check_int("dim", dim, low=1)
+    if dim == 1 and float(l2_sensitivity).is_integer():
+        sigma = discrete_gaussian_sigma(
+            epsilon=epsilon, delta=delta, sensitivity=int(l2_sensitivity)
+        )
+        return AggregatorNoise("discrete_gaussian", sigma * sigma)
+
+    def eps_of(sigma: float) -> float:
+        return zcdp_to_approx_dp(rho=l2_sensitivity**2 / (2.0 * sigma * sigma), delta=delta)
+
+    lo, hi = 1e-6, 1.0
+    while eps_of(hi) > epsilon:
+        hi *= 2.0
+        if hi > 1e11:
+            raise ParameterError("epsilon", epsilon, "a budget that needs sigma <= 1e11")
+    while hi / lo > 1 + 1e-9:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if eps_of(mid) > epsilon else (lo, mid)
+    return AggregatorNoise("discrete_gaussian", hi * hi)
+
+
+@dataclass
+class Prio3RoundStats:
+    """What the two aggregators saw in one round.
+
+    Attributes
+    ----------
+    round_index : int
+    name : str
+    variant : str
+        The Prio3 variant and its parameters.
+    accepted, rejected : int
+        Reports whose proofs verified, and reports refused (left out of the sum and of ``n_clients``).
+    upload_bytes : int
+        One client's upload: public share plus both input shares (the draft's encodings).
+    """
+
+    round_index: int
+    name: str
+    variant: str
+    accepted: int
+    rejected: int
+    upload_bytes: int
+
+
+@dataclass
+class Prio3Backend:
+    """The engine route whose sums are computed by Prio3 with two aggregators (see the module).
+
+    Parameters
+    ----------
+    noise : mapping or callable, optional
+        Each aggregator's DP noise per round: a mapping round name -> :class:`AggregatorNoise`, or a
+        callable ``noise(round) -> AggregatorNoise | None``. Default: none (exact sums).
+    batch_size : int
+        Reports sharded and verified together, >= 1 (bounds memory: SumVec reports are long).
+    randomness : RandomSource, optional
+        The aggregators' noise randomness (default secure; seeded only for tests, not for release).
+    cheaters : sequence of int, optional
+        Tests and demonstrations: global indices of clients that cheat, sending an encoding whose first
+        element is 2 (not a bit, which every circuit here range-checks) with an honestly computed proof.
+    validity : callable, optional
+        ``validity(round) -> Validity`` instead of :func:`validity_for`.
+
+    Attributes
+    ----------
+    stats : list of Prio3RoundStats
+        One entry per round summed.
+    """
+
+    noise: Mapping[str, AggregatorNoise] | Callable[[Round], AggregatorNoise | None] | None = None
+    batch_size: int = 1000
+    randomness: RandomSource = field(default_factory=RandomSource)
+    cheaters: Sequence[int] = ()
+    validity: Callable[[Round], Validity] | None = None
+    stats: list[Prio3RoundStats] = field(default_factory=list)
+
+    name = "prio3"
+
+    def __post_init__(self) -> None:
+        check_int("batch_size", self.batch_size, low=1)
+
+    @property
+    def rejected(self) -> int:
+        """Reports rejected so far, over all rounds."""
+        return sum(s.rejected for s in self.stats)
+
+    def _noise_for(self, rnd: Round) -> AggregatorNoise | None:
+        if self.noise is None:
+            return None
+        if callable(self.noise):
+            return self.noise(rnd)
+        return self.noise.get(rnd.name)
+
+    def sum_round(self, job: RoundJob, progress: Progress | None = None) -> RoundSum:
+        """The round's sum over the reports whose proofs verified, plus both aggregators' noise."""
+        progress = progress or NullProgress()
+        rnd = job.round
+        val = (self.validity or validity_for)(rnd)
+        vdaf = val.vdaf
+        f = vdaf.field
+        verify_key = os.urandom(32)
+        shares = [f.zeros(vdaf.flp.OUTPUT_LEN), f.zeros(vdaf.flp.OUTPUT_LEN)]
+        accepted = rejected = 0
+        upload = 0
+        cheat = np.asarray(sorted(set(int(c) for c in self.cheaters)), dtype=np.int64)
+        task = f"round {job.round_index} ({rnd.name}, Prio3)"
+        blocks = job.blocks()
+        progress.start(task, len(blocks))
+        for b in blocks:
+            reports = job.encode_block(b)
+            start, stop = job._block_range(b)
+            gone = job._dropped_in(start, stop)
+            idx = np.arange(start, stop, dtype=np.int64)
+            if gone.size:
+                idx = idx[~np.isin(idx, gone)]
+            for lo in range(0, reports.shape[0], self.batch_size):
+                rep = reports[lo : lo + self.batch_size]
+                who = idx[lo : lo + self.batch_size]
+                enc = vdaf.flp.valid.encode(val.to_measurements(rep))
+                bad = np.isin(who, cheat)
+                if bad.any():
+                    enc[bad, 0] = f.array([2])[0]
+                nonces = [os.urandom(16) for _ in range(rep.shape[0])]
+                batch = vdaf.shard_encoded(CTX, enc, nonces)
+                if not upload:
+                    upload = len(
+                        vdaf.encode_public_share(
+                            None if batch.public_shares is None else batch.public_shares[0]
+                        )
+                    ) + sum(len(vdaf.encode_input_share(s, 0)) for s in batch.input_shares)
+                inits = [
+                    vdaf.verify_init_batch(
+                        verify_key, CTX, j, nonces, batch.public_shares, batch.input_shares[j]
+                    )
+                    for j in range(2)
+                ]
+                messages, ok = vdaf.verifier_shares_to_message_batch(CTX, [v for _, v in inits])
+                for j, (state, _) in enumerate(inits):
+                    out, ok_j = vdaf.verify_next_batch(state, messages)
+                    shares[j] = f.add(shares[j], vdaf.aggregate(out, ok_j & ok))
+                accepted += int(ok.sum())
+                rejected += int((~ok).sum())
+            progress.advance(task, 1)
+        progress.finish(task)
+        noise = self._noise_for(rnd)
+        if noise is not None:
+            for j in range(2):
+                rng = self.randomness.generator("prio3", "aggregator", j, "round", job.round_index)
+                shares[j] = f.add(shares[j], f.array(noise.sample(vdaf.flp.OUTPUT_LEN, rng)))
+        p = f.MODULUS
+        total = np.asarray(
+            [v - p if v > p // 2 else v for v in f.to_ints(vdaf.merge(shares))], dtype=object
+        )
+        out_sum = val.from_total(total, accepted)
+        self.stats.append(
+            Prio3RoundStats(job.round_index, rnd.name, val.description, accepted, rejected, upload)
+        )
+        wide = any(abs(int(v)) >= 2**62 for v in out_sum)
+        return RoundSum(np.asarray(out_sum, dtype=object if wide else np.int64), accepted)
+
+    def bits_per_entry(self, job: RoundJob) -> int:
+        """Upload bits per report entry (a client's public share and both input shares over ``dim``)."""
+        for s in reversed(self.stats):
+            if s.round_index == job.round_index and s.name == job.round.name:
+                return math.ceil(8 * s.upload_bytes / job.round.dim)
+        return 0
