@@ -4,6 +4,7 @@ clients rejected and counted, and the aggregators' DP noise unbiased and of the 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -187,3 +188,47 @@ def test_bit_pushing_with_the_aggregators_noise_is_unbiased() -> None:
     se = est.std(ddof=1) / math.sqrt(reps)
     assert se > 0
     assert abs(est.mean() - exact) <= 4.5 * se
+
+
+def test_fed_h_heterogeneity_and_the_gap_on_prio3_are_the_engine_s() -> None:
+    from fedstats.analyses.entropy import fed_entropy
+    from fedstats.analyses.heterogeneity import heterogeneity
+    from fedstats.analyses.performance_gap.api import measure_performance_gap
+
+    rng = np.random.default_rng(12)
+    hist = rng.integers(0, 30, size=(25, 60))
+    x = rng.uniform(0.0, 1.0, (60, 3))
+    g, v = rng.integers(0, 3, 400), rng.integers(0, 2, 400).astype(float)
+    runs: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
+        (fed_entropy, (hist,), {"encoding_size": 40, "projection_seed": 77, "bits": 32}),
+        (heterogeneity, (x,), {"no_privacy": True, "statistic": "all"}),
+        (measure_performance_gap, (g, v), {"mechanism": "R", "epsilon": 2.0, "pair": (0, 2)}),
+        (measure_performance_gap, (g, v), {"mechanism": "L", "epsilon": 2.0, "pair": (0, 2)}),
+    ]
+    variants = []
+    for fn, args, kw in runs:
+        plain = fn(*args, engine=Engine(randomness=RandomSource(7)), **kw)
+        be = Prio3Backend()
+        got = fn(*args, engine=Engine(backend=be, randomness=RandomSource(7)), **kw)
+        assert got.estimate == plain.estimate, fn
+        assert be.rejected == 0
+        variants += [s.variant for s in be.stats]
+    # FED-H's projection is range-checked at its clipping bound, not modulo 2^32; M_R is a histogram
+    assert any(
+        s.startswith("SumVec(length=80") and "shifted" in s and "2147483648" not in s
+        for s in variants
+    )
+    assert "Histogram(length=6) of (group, outcome)" in variants
+
+
+def test_a_gap_report_outside_m_r_is_rejected() -> None:
+    from fedstats.analyses.performance_gap.api import measure_performance_gap
+
+    rng = np.random.default_rng(13)
+    g, v = rng.integers(0, 2, 300), rng.integers(0, 2, 300).astype(float)
+    be = Prio3Backend(cheaters=[4, 200])
+    res = measure_performance_gap(
+        g, v, mechanism="R", epsilon=2.0, engine=Engine(backend=be, randomness=RandomSource(3))
+    )
+    assert be.stats[-1].variant.startswith("Histogram") and be.rejected == 2
+    assert res.n_clients == 298

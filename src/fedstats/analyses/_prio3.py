@@ -14,35 +14,37 @@ is the service's two-aggregator mode (:mod:`fedstats.service.domain.vdaf`, ``doc
 
 What each analysis's reports become (:func:`validity_for`):
 
-================================  =====================================  ==========================================
-analysis, round                   Prio3 variant                          what the proof guarantees
-================================  =====================================  ==========================================
-bit pushing, a bit round          MultihotCountVec(length=dim,           entries are bits and at most
-(:func:`~.bitpushing.client.       max_weight=bits_per_client, x2 with    ``bits_per_client`` (exact allocation) of
-encode_bits`)                     random allocation)                     them are ones: a client adds at most that
-                                                                         many ones, whatever it does
-FED-chi^2 / G-test, marginals     SumVec(length=m_x+m_y,                 every marginal in ``[0, bound]``
-                                  max_measurement=bound)
-FED-chi^2, projection             SumVec(length=l, max_measurement=2B),  every sketch entry in ``[-B, B]`` with
-                                  entries shifted by ``B``               ``B = ceil(clip 2^frac_bits)`` (the
-                                                                         client's clipping bound), not merely
-                                                                         modulo ``2^bits``
-performance gap (R and L)         Histogram(length=2 d) of (group,       one group, and a value on the grid
-                                  outcome) and the generic check
-any other round                   SumVec(length=dim,                     every entry in ``[-bound, bound]``
-                                  max_measurement=2 bound), shifted
-================================  =====================================  ==========================================
+* **bit pushing**, a bit round (:func:`~fedstats.analyses.bitpushing.client.encode_bits`):
+  ``MultihotCountVec(length=dim, max_weight=bits_per_client)`` (twice that with random allocation): the
+  entries are bits and at most that many are ones, so a client adds at most its share of ones whatever it
+  does. The randomized response stays on the device; the server's estimator is unchanged.
+* **FED-chi^2 / G-test marginals, FED-H's histogram size**: ``SumVec(length=dim, max_measurement=bound)``,
+  each entry in ``[0, bound]`` (``bound = max_cell * max(m_x, m_y)``, resp. ``max_cell``).
+* **FED-chi^2 and FED-H projections** (:func:`~fedstats.analyses.chi2.client.encode_projection`,
+  :func:`~fedstats.analyses.entropy.client.encode_entropy_projection`): ``SumVec(length=dim,
+  max_measurement=2B)`` of ``entry + B`` with ``B = ceil(clip 2^frac_bits)``, the encoder's clipping
+  bound, whenever ``B < 2^(bits-1)`` (``bits=32`` for FED-chi^2; FED-H's ``choose_frac_bits`` keeps it there
+  for 32 and 64): the check bounds the real entry, not merely its residue modulo ``2^bits``. For FED-H the
+  clip is the bound of the whole sum (``||w_i||_1 <= 1``), so the check stops overflow-scale poisoning, not
+  a client that reports up to the population's total.
+* **performance gap, M_R** (:func:`~fedstats.analyses.performance_gap.client.encode_gap_report`): a
+  ``Histogram(length=2 d)`` of (group, outcome): one group, a value of -1 or +1, nothing clipped; the cell
+  counts give back the report sum exactly.
+* **heterogeneity, performance gap M_L, any other round**: ``SumVec(length=dim, max_measurement=2 bound)``
+  of ``entry + bound``: every entry in ``[-bound, bound]`` (heterogeneity: its fixed-point sums, ``x_i``,
+  ``w_i``, ``w_i x_i`` and ``w_i (x_i - mu')^2``, each on the grid ``2^-f`` within its clip).
 
-**Quantization.** Prio3 sums integers: every report is already an integer of the analysis's own fixed-point
-grid (the engine's contract), so this route adds no quantization error of its own. FED-chi^2's projection
-is quantized by its encoder with randomized rounding to the grid ``2^-f`` (``f = frac_bits`` of the
-round, chosen by :func:`fedstats.secagg.quantize.choose_frac_bits` from ``bits``): each client's
-projected coordinate has an error of at most ``2^-f`` in absolute value, zero in expectation, so the sum of
-``n`` clients' coordinates has error at most ``n 2^-f`` and standard deviation at most ``sqrt(n) 2^-f / 2``;
-the estimator of ``F_2`` is the mean of squares of ``l`` such coordinates. The projection entries are
-also clipped at ``clip`` (``FixedPoint``; the protocol picks ``clip`` as the client bound of Pang et
-al.'s Lemma, so no honest entry is clipped). With ``bits=32`` the per-entry bound ``B`` is below ``2^31``,
-so each report needs ``l * 32`` field elements.
+**Quantization.** Prio3 sums integers, and every report is already an integer on its analysis's own
+fixed-point grid (the engine's contract), so this route adds no error of its own: without noise and
+cheaters its sums equal the serial route's bit for bit. The encoders' own fixed-point error, stated for
+the analyses that quantize: a projection coordinate (FED-chi^2, FED-H) or a heterogeneity report entry is
+rounded at random to the grid ``2^-f`` (``f = frac_bits`` of the round; FED-chi^2 and FED-H choose it with
+:func:`fedstats.secagg.quantize.choose_frac_bits` from ``bits``; heterogeneity from its ``frac_bits``,
+default 24): each client's entry is off by less than ``2^-f``, zero in expectation, so a sum over ``n``
+clients is off by less than ``n 2^-f`` and has standard deviation at most ``sqrt(n) 2^-f / 2``. FED-chi^2's
+statistic is ``||e||^2 / (2 l)`` over ``l`` such coordinates, so its error is at most
+``(2 ||e||_inf d + d^2) / 2`` with ``d = n 2^-f`` (``tests/test_prio3_analyses.py`` checks the
+``6 sigma`` version). Bit pushing and the performance gap's M_R send exact integers (bits, counts).
 
 **DP noise.** :class:`AggregatorNoise` gives each aggregator a discrete Gaussian (or discrete Laplace) of
 the full scale calibrated for the round's sensitivity (:func:`calibrate_discrete_gaussian`). An
@@ -182,6 +184,11 @@ def validity_for(rnd: Round) -> Validity:
     """
     from fedstats.analyses.bitpushing.client import encode_bits
     from fedstats.analyses.chi2.client import encode_marginals, encode_projection
+    from fedstats.analyses.entropy.client import (
+        encode_entropy_projection,
+        encode_histogram_size,
+    )
+    from fedstats.analyses.performance_gap.client import encode_gap_report
 
     if rnd.bound > 2**100:
         raise ParameterError("bound", rnd.bound, "at most 2^100 (Field128 sums)")
@@ -189,13 +196,47 @@ def validity_for(rnd: Round) -> Validity:
     if rnd.encode is encode_bits:
         s = int(p["bits_per_client"]) * (1 if p["allocation"] == "exact" else 2)
         return _multihot(rnd.dim, min(s, rnd.dim))
-    if rnd.encode is encode_marginals:
+    if rnd.encode is encode_marginals or rnd.encode is encode_histogram_size:
         return _sumvec(rnd.dim, rnd.bound)
-    if rnd.encode is encode_projection:
+    if rnd.encode is encode_projection or rnd.encode is encode_entropy_projection:
         b = math.ceil(float(p["clip"]) * 2.0 ** int(p["frac_bits"]))
         if 1 <= b < 2 ** (int(p["bits"]) - 1):
             return _shifted_sumvec(rnd.dim, b)  # no honest report wraps modulo 2^bits
+    if rnd.encode is encode_gap_report and p["mechanism"] == "R":
+        return _gap_histogram(int(p["n_groups"]))
     return _shifted_sumvec(rnd.dim, rnd.bound)
+
+
+def _gap_histogram(d: int) -> Validity:
+    """The performance gap's M_R reports as a Histogram of the ``2 d`` cells (group, outcome).
+
+    A report ``[y e_g, e_g, 0]`` with ``y`` in {-1, +1} is the bucket ``2 g + [y = +1]``; the bucket counts
+    give back the report sum: per group (+1 count) - (-1 count), then the group's count, then 0 clipped.
+    """
+    vdaf = Prio3Histogram(length=2 * d, chunk_length=_chunk(2 * d))
+
+    def to_cell(r: np.ndarray) -> np.ndarray:
+        g = r[:, d : 2 * d].argmax(axis=1)
+        y = r[np.arange(r.shape[0]), g]
+        ok = (
+            (r[:, d : 2 * d].sum(axis=1) == 1)
+            & (np.abs(y) == 1)
+            & (np.count_nonzero(r[:, :d], axis=1) == 1)
+            & (r[:, 2 * d] == 0)
+        )
+        if not ok.all():
+            raise ParameterError("reports", "not an M_R report", "one group, a value of -1 or +1")
+        cell: np.ndarray = 2 * g + (y > 0)
+        return cell
+
+    def back(total: np.ndarray, n: int) -> np.ndarray:
+        del n
+        cells = np.asarray(total, dtype=object).reshape(d, 2)
+        return np.concatenate(
+            [cells[:, 1] - cells[:, 0], cells.sum(axis=1), np.zeros(1, dtype=object)]
+        )
+
+    return Validity(vdaf, to_cell, back, f"Histogram(length={2 * d}) of (group, outcome)")
 
 
 def histogram_validity(length: int) -> Validity:
