@@ -281,3 +281,70 @@ def test_noise_is_added_once_by_each_aggregator(pair: Pair) -> None:
     assert np.any(diff != 0)
     assert np.all(np.abs(diff) < 8 * 20 * np.sqrt(2))
     assert collect(task, pair.leader, pair.helper) == got  # drawn once
+
+
+def test_a_job_retried_after_the_helper_answered_adds_nothing_twice(tmp_path: Path) -> None:
+    """The leader fails after the helper committed a job: the next pass resends the same job, gets the
+    same answer, and both aggregates count every report once."""
+    from fedstats.client.vdaf import unshard
+    from fedstats.service.domain import vdaf as domain
+    from fedstats.service.domain.tasks import ConflictError
+
+    stores = [open_store(f"sqlite:///{tmp_path / f'{r}.db'}") for r in ("leader", "helper")]
+    task_id, key, token = secrets.token_hex(32), os.urandom(32), secrets.token_urlsafe(32)
+    task = Prio3Task(task_id, HIST, b"ctx", LEADER_URL, HELPER_URL)
+    for s, role, peer in zip(stores, ("leader", "helper"), (HELPER_URL, LEADER_URL), strict=True):
+        domain.create_task(
+            s,
+            task_id=task_id,
+            role=role,
+            vdaf=HIST,
+            verify_key=key,
+            ctx=b"ctx",
+            peer_url=peer,
+            peer_token=token,
+        )
+    values = [0, 3, 3, 1, 2, 3, 0, 1]
+    for i, v in enumerate(values):
+        rid, public, shares = shard_report(task, v)
+        for j, s in enumerate(stores):
+            domain.upload_report(
+                s,
+                task_id,
+                client_id=f"d{i}",
+                population="default",
+                report_id=rid,
+                public_share=public,
+                input_share=shares[j],
+            )
+    calls: list[str] = []
+
+    def flaky(tid: str, job: dict[str, Any]) -> dict[str, Any]:
+        answer = domain.helper_job(stores[1], tid, job)
+        calls.append(job["job_id"])
+        if len(calls) == 1:
+            raise DataError("connection lost after the helper committed")
+        return answer
+
+    with pytest.raises(DataError, match="connection lost"):
+        domain.run_leader_jobs(stores[0], task_id, flaky, batch_size=5)
+    done = domain.run_leader_jobs(stores[0], task_id, flaky, batch_size=5)
+    assert calls[0] == calls[1]  # the same job, resent
+    assert done == {"jobs": 2, "accepted": 8, "rejected": 0}
+    rng = np.random.default_rng(0)
+    answers = [domain.collect(s, task_id, rng) for s in stores]
+    got = unshard(task, answers[0], answers[1])
+    assert got.result == np.bincount(values, minlength=4).tolist()
+    assert answers[0]["jobs"] == answers[1]["jobs"] == 2
+    # a job id reused with other reports is refused by the helper
+    with pytest.raises(ConflictError, match="other reports"):
+        domain.helper_job(
+            stores[1],
+            task_id,
+            {
+                "job_id": calls[0],
+                "reports": [{"report_id": "00" * 16, "public_share": "", "verifier_share": "00"}],
+            },
+        )
+    for s in stores:
+        s.close()
