@@ -107,6 +107,11 @@ def test_the_generic_check_bounds_signed_reports() -> None:
     assert be.rejected == 1
 
 
+def validity_for_bound(variant: str) -> int:
+    """The shift ``B`` of a ``SumVec(..., shifted B)`` description."""
+    return int(variant.rsplit("shifted ", 1)[1].rstrip(")"))
+
+
 def _direct_statistic(table: np.ndarray, seed: int, ell: int) -> float:
     """||P w||^2 / (2 l) from the global table, unquantized."""
     t = table.astype(np.float64)
@@ -120,14 +125,16 @@ def test_fed_chi2_on_prio3_is_the_engine_s_and_within_the_quantization_error() -
     rng = np.random.default_rng(4)
     n = 80
     tables = rng.multinomial(30, rng.dirichlet(np.ones(12)), size=n).reshape(n, 3, 4)
-    plain = fed_chi2(tables, bits=32, projection_seed=9, engine=Engine(randomness=RandomSource(3)))
+    plain = fed_chi2(tables, bits=64, projection_seed=9, engine=Engine(randomness=RandomSource(3)))
     be = Prio3Backend(batch_size=50)
     got = fed_chi2(
-        tables, bits=32, projection_seed=9, engine=Engine(backend=be, randomness=RandomSource(3))
+        tables, bits=64, projection_seed=9, engine=Engine(backend=be, randomness=RandomSource(3))
     )
     assert got.statistic == plain.statistic
     assert [s.accepted for s in be.stats] == [n, n] and be.rejected == 0
     assert "SumVec(length=7" in be.stats[0].variant and "shifted" in be.stats[1].variant
+    # range-checked at the client's clipping bound, far inside the 64-bit residues
+    assert validity_for_bound(be.stats[1].variant) < 2**62
     # the stated error: each of n coordinates off by at most 2^-f, sd sqrt(n)/2 2^-f; the statistic is
     # the mean of squares of l = 50 such coordinates e_k ~ sqrt(2 stat)
     direct = _direct_statistic(tables.sum(0), 9, 50)

@@ -348,3 +348,16 @@ def test_a_job_retried_after_the_helper_answered_adds_nothing_twice(tmp_path: Pa
         )
     for s in stores:
         s.close()
+
+
+def test_network_demo_two_aggregator_processes_agree_with_the_engine(tmp_path: Path) -> None:
+    """Two `serve` processes (HTTPS), device processes, bit pushing and FED-chi^2: bit for bit the
+    in-process engine's results, the cheating device rejected by both aggregators in every round."""
+    from fedstats.cli.prio3_demo import run_prio3_demo
+
+    rows = run_prio3_demo(n_devices=12, processes=2, seed=3, cheaters=1, workdir=tmp_path)
+    assert [r["agree"] for r in rows] == [True, True]
+    for r in rows:
+        assert r["network"] == r["engine"]
+        assert all((x["accepted"], x["rejected"]) == (11, 1) for x in r["rounds"])
+        assert r["rejected_in_process"] == len(r["rounds"])

@@ -23,8 +23,10 @@ What each analysis's reports become (:func:`validity_for`):
 * **FED-chi^2 and FED-H projections** (:func:`~fedstats.analyses.chi2.client.encode_projection`,
   :func:`~fedstats.analyses.entropy.client.encode_entropy_projection`): ``SumVec(length=dim,
   max_measurement=2B)`` of ``entry + B`` with ``B = ceil(clip 2^frac_bits)``, the encoder's clipping
-  bound, whenever ``B < 2^(bits-1)`` (``bits=32`` for FED-chi^2; FED-H's ``choose_frac_bits`` keeps it there
-  for 32 and 64): the check bounds the real entry, not merely its residue modulo ``2^bits``. For FED-H the
+  bound, whenever ``B < 2^(bits-1)`` (always with ``bits=64``, where ``choose_frac_bits`` keeps a client's
+  entry below 2^62; with 16 or 32 bits only when the client bound is well below the sum's, else honest
+  reports wrap and the check is the generic one below, modulo ``2^bits``): the check bounds the real
+  entry, not merely its residue modulo ``2^bits``. For FED-H the
   clip is the bound of the whole sum (``||w_i||_1 <= 1``), so the check stops overflow-scale poisoning, not
   a client that reports up to the population's total.
 * **performance gap, M_R** (:func:`~fedstats.analyses.performance_gap.client.encode_gap_report`): a

@@ -93,7 +93,8 @@ def vdaf_from_spec(spec: Mapping[str, Any]) -> Prio3:
         ``{"type": "count"}``, ``{"type": "sum", "max_measurement": M}``, ``{"type": "sumvec",
         "length": L, "max_measurement": M, "chunk_length": C}``, ``{"type": "histogram", "length": L,
         "chunk_length": C}`` or ``{"type": "multihot", "length": L, "max_weight": W, "chunk_length": C}``;
-        integers as in :mod:`fedstats.vdaf.prio3`, outputs of at most 100,000 entries.
+        integers as in :mod:`fedstats.vdaf.prio3` (``max_measurement`` up to 2^64, the others up to
+        10^6), outputs of at most 100,000 entries.
 
     Returns
     -------
@@ -116,8 +117,9 @@ def vdaf_from_spec(spec: Mapping[str, Any]) -> Prio3:
     args: dict[str, int] = {}
     for k in keys:
         v = spec.get(k)
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10**9:
-            raise ParameterError(f"vdaf.{k}", v, "an integer in [1, 10^9]")
+        high = 2**64 if k == "max_measurement" else 10**6
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= high:
+            raise ParameterError(f"vdaf.{k}", v, f"an integer in [1, {high}]")
         args[k] = v
     if args.get("length", 1) > _MAX_OUTPUT:
         raise ParameterError("vdaf.length", args["length"], f"an integer in [1, {_MAX_OUTPUT}]")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
-from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Request
 from sqlalchemy import select
 
 from fedstats.errors import DataError, FedstatsError, ParameterError, SecurityError
@@ -44,7 +44,7 @@ from fedstats.service.store import Store
 from fedstats.service.store.tables import Client, Operator
 from fedstats.wire import auth
 
-__all__ = ["Transport", "helper_transport", "vdaf_router"]
+__all__ = ["Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
 
 # send(task_id, job) -> the helper's answer
 Send = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -316,3 +316,38 @@ def vdaf_router(
         return out
 
     return router
+
+
+def add_vdaf_routes(
+    app: FastAPI,
+    store: Store,
+    *,
+    peer_ca: Path | str | None = None,
+    batch_size: int = 1000,
+    replay_window: float = 300.0,
+) -> None:
+    """Serve the two-aggregator mode on ``app`` (what ``fedstats server --vdaf`` does).
+
+    Parameters
+    ----------
+    app : FastAPI
+        The server's app (:func:`fedstats.service.http.app.create_app`): its device registration,
+        operators and error handling are shared.
+    store : Store
+        The app's store.
+    peer_ca : path, optional
+        CA certificate of the helper's TLS certificate, when this server leads tasks (default: the
+        system's trust store).
+    batch_size : int
+        Reports per aggregation job, in [1, 100000].
+    replay_window : float
+        The server's replay window for signed device requests (``ServerSettings.replay_window``).
+    """
+    app.include_router(
+        vdaf_router(
+            store,
+            replay_window=replay_window,
+            transport=helper_transport(peer_ca),
+            batch_size=batch_size,
+        )
+    )
