@@ -361,3 +361,76 @@ def test_network_demo_two_aggregator_processes_agree_with_the_engine(tmp_path: P
         assert r["network"] == r["engine"]
         assert all((x["accepted"], x["rejected"]) == (11, 1) for x in r["rounds"])
         assert r["rejected_in_process"] == len(r["rounds"])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_leader_processes_never_count_a_report_twice(backend: str, tmp_path: Path) -> None:
+    """Two leader workers on one database (threads here) drive the same task at once: every report is
+    aggregated exactly once, at both aggregators."""
+    import threading
+
+    from fedstats.client.vdaf import unshard
+    from fedstats.service.domain import vdaf as domain
+
+    with ExitStack() as stack:
+        if backend == "sqlite":
+            urls = [f"sqlite:///{tmp_path / f'{r}.db'}" for r in ("leader", "helper")]
+        else:
+            why = pg_reachable()
+            if why:
+                pytest.skip(why)
+            urls = [stack.enter_context(pg_schema()) for _ in range(2)]
+        stores = [open_store(u) for u in urls]
+        stack.callback(lambda: [s.close() for s in stores])
+        task_id, key, token = secrets.token_hex(32), os.urandom(32), secrets.token_urlsafe(32)
+        task = Prio3Task(task_id, COUNT, b"c", LEADER_URL, HELPER_URL)
+        for s, role in zip(stores, ("leader", "helper"), strict=True):
+            domain.create_task(
+                s,
+                task_id=task_id,
+                role=role,
+                vdaf=COUNT,
+                verify_key=key,
+                ctx=b"c",
+                peer_url=HELPER_URL,
+                peer_token=token,
+            )
+        values = np.random.default_rng(1).integers(0, 2, 60)
+        for i, v in enumerate(values):
+            rid, public, shares = shard_report(task, int(v))
+            for j, s in enumerate(stores):
+                domain.upload_report(
+                    s,
+                    task_id,
+                    client_id=f"d{i}",
+                    population="default",
+                    report_id=rid,
+                    public_share=public,
+                    input_share=shares[j],
+                )
+        totals: list[dict[str, int]] = []
+        errors: list[BaseException] = []
+
+        def leader() -> None:
+            try:
+                totals.append(
+                    domain.run_leader_jobs(
+                        stores[0],
+                        task_id,
+                        lambda tid, job: domain.helper_job(stores[1], tid, job),
+                        batch_size=4,
+                    )
+                )
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        workers = [threading.Thread(target=leader) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+        assert not errors, errors
+        assert sum(t["accepted"] for t in totals) == 60
+        rng = np.random.default_rng(0)
+        got = unshard(task, *[domain.collect(s, task_id, rng) for s in stores])
+        assert (got.result, got.accepted, got.rejected) == ([int(values.sum())], 60, 0)

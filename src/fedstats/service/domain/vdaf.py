@@ -582,7 +582,8 @@ def run_leader_jobs(
     Returns
     -------
     dict
-        ``{"jobs", "accepted", "rejected"}`` of this call.
+        ``{"jobs", "accepted", "rejected"}`` of the jobs this call finished (a job that another leader
+        process finished first counts there).
 
     Raises
     ------
@@ -607,10 +608,11 @@ def run_leader_jobs(
         job_id, report_ids = _claim(store, task_id, batch_size)
         if job_id is None:
             break
-        acc, rej = _leader_job(store, vdaf, row, job_id, report_ids, send)
-        totals["jobs"] += 1
-        totals["accepted"] += acc
-        totals["rejected"] += rej
+        done = _leader_job(store, vdaf, row, job_id, report_ids, send)
+        if done is not None:
+            totals["jobs"] += 1
+            totals["accepted"] += done[0]
+            totals["rejected"] += done[1]
     return totals
 
 
@@ -687,7 +689,8 @@ def _leader_job(
     job_id: str,
     report_ids: list[str],
     send: Callable[[str, dict[str, Any]], dict[str, Any]],
-) -> tuple[int, int]:
+) -> tuple[int, int] | None:
+    """One job: verify, ask the helper, decide, add; (accepted, rejected), None if finished elsewhere."""
     task_id = str(row["id"])
     with store.engine.connect() as conn:
         stored = _load_reports(conn, task_id, report_ids)
@@ -746,7 +749,8 @@ def _leader_job(
         for k, i in enumerate(present):
             fates[ids[i]] = None if bool(ok[k]) else "invalid_proof"
     with store.engine.begin() as conn:
-        _finish(conn, vdaf, task_id, job_id, fates, agg, None)
+        if not _finish(conn, vdaf, task_id, job_id, fates, agg, None):
+            return None  # another leader process finished this job first: nothing added here
     accepted = sum(1 for why in fates.values() if why is None)
     return accepted, len(fates) - accepted
 
