@@ -381,7 +381,8 @@ def test_two_leader_processes_never_count_a_report_twice(backend: str, tmp_path:
                 pytest.skip(why)
             urls = [stack.enter_context(pg_schema()) for _ in range(2)]
         stores = [open_store(u) for u in urls]
-        stack.callback(lambda: [s.close() for s in stores])
+        for s in stores:
+            stack.callback(s.close)
         task_id, key, token = secrets.token_hex(32), os.urandom(32), secrets.token_urlsafe(32)
         task = Prio3Task(task_id, COUNT, b"c", LEADER_URL, HELPER_URL)
         for s, role in zip(stores, ("leader", "helper"), strict=True):
