@@ -260,8 +260,8 @@ def create_task(
     _hex("task_id", task_id, 32)
     if role not in ("leader", "helper"):
         raise ParameterError("role", role, "'leader' or 'helper'")
+    vdaf_from_spec(vdaf)  # a mapping of a known variant with valid parameters, or ParameterError
     spec = dict(vdaf)
-    vdaf_from_spec(spec)
     if not isinstance(verify_key, bytes) or len(verify_key) != 32:
         raise ParameterError("verify_key", "not 32 bytes", "32 bytes")
     if not isinstance(ctx, bytes) or len(ctx) > 255:
