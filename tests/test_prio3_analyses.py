@@ -12,11 +12,11 @@ import pytest
 from fedstats.analyses._prio3 import (
     AggregatorNoise,
     Prio3Backend,
+    bit_pushing_noise,
     calibrate_discrete_gaussian,
     validity_for,
 )
 from fedstats.analyses.bitpushing import BitEncoding, mean
-from fedstats.analyses.bitpushing.client import encode_bits
 from fedstats.analyses.chi2 import fed_chi2
 from fedstats.analyses.exact.client import encode_value
 from fedstats.engine import Engine, InMemoryPopulation
@@ -183,14 +183,17 @@ def test_bit_pushing_with_the_aggregators_noise_is_unbiased() -> None:
     x = _values(120, 9)
     kw = {"method": "basic", "no_privacy": True, "truth": False}
     exact = mean(x, ENC, engine=Engine(randomness=RandomSource(2)), **kw).estimate  # type: ignore[arg-type]
-    noise = calibrate_discrete_gaussian(epsilon=2.0, delta=1e-5, l2_sensitivity=1.0, dim=1)
+    noise = bit_pushing_noise(epsilon=2.0, delta=1e-5)
+    bits = _bit_round(120)
+    calibrated = noise(bits)
+    assert calibrated is not None and noise(Round("other", encode_value, dim=2)) is None
+    # one client changes one entry by 1 of a vector of bit_depth entries: the zCDP calibration
+    s2 = calibrated.parameter
+    assert zcdp_to_approx_dp(rho=1 / (2 * s2), delta=1e-5) <= 2.0
     reps = 60
     est = np.empty(reps)
     for r in range(reps):
-        be = Prio3Backend(
-            noise=lambda rnd: noise if rnd.encode is encode_bits else None,
-            randomness=RandomSource(50 + r),
-        )
+        be = Prio3Backend(noise=noise, randomness=RandomSource(50 + r))
         est[r] = mean(x, ENC, engine=Engine(backend=be, randomness=RandomSource(2)), **kw).estimate  # type: ignore[arg-type]
     se = est.std(ddof=1) / math.sqrt(reps)
     assert se > 0

@@ -86,6 +86,7 @@ __all__ = [
     "Prio3Backend",
     "Prio3RoundStats",
     "Validity",
+    "bit_pushing_noise",
     "calibrate_discrete_gaussian",
     "validity_for",
 ]
@@ -343,6 +344,52 @@ def calibrate_discrete_gaussian(
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if eps_of(mid) > epsilon else (lo, mid)
     return AggregatorNoise("discrete_gaussian", hi * hi)
+
+
+def bit_pushing_noise(
+    *, epsilon: float, delta: float, bits_per_client: int = 1
+) -> Callable[[Round], AggregatorNoise | None]:
+    """The aggregators' noise for central-DP bit pushing on Prio3 (devices send exact bits).
+
+    A bit round's sum changes in at most ``bits_per_client`` entries by 1 when one client's value changes
+    (which entries a client reports is public, or drawn independently of its value), so its L2
+    sensitivity is ``sqrt(bits_per_client)``; each aggregator adds
+    :func:`calibrate_discrete_gaussian` noise for it. The rounds of one estimate (basic: one; adaptive: two)
+    have disjoint clients, so the estimate is (epsilon, delta)-DP by parallel composition when at least
+    one aggregator is honest. The estimator is linear in the bit sums given the public allocation, so
+    the noise leaves it unbiased (``tests/test_prio3_analyses.py``). The library's result does not record
+    this loss (its ``epsilon`` is the local one): charge a ledger with ``(epsilon, delta)`` yourself.
+
+    Parameters
+    ----------
+    epsilon : float
+        In (0, inf).
+    delta : float
+        In (0, 1).
+    bits_per_client : int
+        The method's ``bits_per_client`` (>= 1).
+
+    Returns
+    -------
+    callable
+        ``noise(round)`` for :class:`Prio3Backend`: the noise for bit rounds, None for other rounds.
+    """
+    from fedstats.analyses.bitpushing.client import encode_bits
+
+    s = check_int("bits_per_client", bits_per_client, low=1)
+    calibrate_discrete_gaussian(epsilon=epsilon, delta=delta, l2_sensitivity=1.0, dim=2)  # checks
+    by_dim: dict[int, AggregatorNoise] = {}
+
+    def for_round(rnd: Round) -> AggregatorNoise | None:
+        if rnd.encode is not encode_bits:
+            return None
+        if rnd.dim not in by_dim:
+            by_dim[rnd.dim] = calibrate_discrete_gaussian(
+                epsilon=epsilon, delta=delta, l2_sensitivity=math.sqrt(s), dim=rnd.dim
+            )
+        return by_dim[rnd.dim]
+
+    return for_round
 
 
 @dataclass
