@@ -20,7 +20,7 @@ SRC = Path(fedstats.__file__).parent
 
 # layer -> the layers it may import (DESIGN.md: imports point downwards only). The device SDK (client) and
 # the server (service) both stand on wire and never import each other; only the CLI sees both.
-_CORE = {"analyses", "engine", "wire", "secagg", "privacy", "sketches"}
+_CORE = {"analyses", "engine", "wire", "secagg", "vdaf", "privacy", "sketches"}
 LAYERS = {
     "privacy": {"privacy"},
     "sketches": {"sketches", "privacy"},
@@ -29,7 +29,7 @@ LAYERS = {
     "wire": {"wire", "privacy"},
     "datasets": {"datasets"},
     "engine": {"engine", "secagg", "privacy", "sketches"},
-    "analyses": {"analyses", "engine", "wire", "secagg", "privacy", "sketches"},
+    "analyses": {"analyses", "engine", "wire", "secagg", "vdaf", "privacy", "sketches"},
     "experiments": _CORE | {"experiments", "datasets"},
     "client": _CORE | {"client"},
     "service": _CORE | {"service"},

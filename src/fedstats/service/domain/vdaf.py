@@ -1,0 +1,975 @@
+"""The two-aggregator mode (Prio3, DAP-like): tasks, uploads, aggregation jobs and collection; no HTTP.
+
+Two aggregators, the **leader** and the **helper**, each with its own database, hold the same Prio3 task
+(the VDAF variant and its parameters, the application context, and a ``verify_key`` that the two share and
+nobody else knows). A device shards its measurement (:meth:`fedstats.vdaf.Prio3.shard`) and uploads the
+leader's input share to the leader and the helper's to the helper, each in a signed request; either share
+alone is uniformly random. The leader drives aggregation in **jobs** of up to ``batch_size`` reports
+(:func:`run_leader_jobs`):
+
+1. it claims pending reports (a job row, so that a crash or a second leader process never takes a report
+   twice) and runs ``verify_init`` on the whole batch (:meth:`~fedstats.vdaf.Prio3.verify_init_batch`);
+2. it sends the helper the job: report ids (the Prio3 nonces), public shares and its verifier shares;
+3. the helper (:func:`helper_job`) looks its input shares up, runs ``verify_init`` on the batch, combines
+   both verifier shares into the verifier messages, runs ``verify_next``, adds the output shares of the
+   valid reports to its aggregate share, records every report's fate, and answers with its own verifier
+   shares (or the reason it has none: ``missing_at_helper``, ``replayed``); the answer is stored with the
+   job, so a retried job gets the same answer and adds nothing twice;
+4. the leader combines the same verifier shares, decides the same way and adds its output shares.
+
+A rejected report is counted with its reason (``invalid_proof``, ``missing_at_helper``, ``replayed``).
+Collection (:func:`collect`) freezes the task (no more uploads or jobs), adds this aggregator's share of
+DP noise (drawn once; a repeated collection returns the same answer) and returns its aggregate share with
+the counts; the collector combines the two answers (:func:`fedstats.client.vdaf.unshard`). Trust: the helper never sees a
+leader's input share nor the leader a helper's, so a report stays secret unless the two collude; a report
+that is not a valid encoding is rejected as long as one aggregator follows the protocol; each aggregator's
+noise alone makes the release DP, so it is private if at least one aggregator is honest
+(``docs/vdaf.md``, "Two-aggregator mode").
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from fedstats.errors import DataError, ParameterError, SecurityError
+from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
+from fedstats.service.domain.tasks import ConflictError, NotFoundError
+from fedstats.service.store import Store
+from fedstats.service.store.tables import Nonce
+from fedstats.service.store.vdaf import vdaf_jobs, vdaf_reports, vdaf_tasks
+from fedstats.vdaf import (
+    Prio3,
+    Prio3Count,
+    Prio3Histogram,
+    Prio3MultihotCountVec,
+    Prio3Sum,
+    Prio3SumVec,
+    VerifierShares,
+    VerifyState,
+)
+from fedstats.wire import auth
+
+__all__ = [
+    "REASONS",
+    "Noise",
+    "check_peer_token",
+    "collect",
+    "create_task",
+    "helper_job",
+    "run_leader_jobs",
+    "task_info",
+    "upload_report",
+    "vdaf_from_spec",
+]
+
+# why a report was left out of the aggregate
+REASONS = ("invalid_proof", "missing_at_helper", "replayed")
+
+_VARIANTS: dict[str, tuple[Callable[..., Prio3], tuple[str, ...]]] = {
+    "count": (Prio3Count, ()),
+    "sum": (Prio3Sum, ("max_measurement",)),
+    "sumvec": (Prio3SumVec, ("length", "max_measurement", "chunk_length")),
+    "histogram": (Prio3Histogram, ("length", "chunk_length")),
+    "multihot": (Prio3MultihotCountVec, ("length", "max_weight", "chunk_length")),
+}
+_MAX_OUTPUT = 100_000  # longest aggregate a task may have
+
+
+def vdaf_from_spec(spec: Mapping[str, Any]) -> Prio3:
+    """The Prio3 instance (two aggregators) of a task's VDAF description.
+
+    Parameters
+    ----------
+    spec : mapping
+        ``{"type": "count"}``, ``{"type": "sum", "max_measurement": M}``, ``{"type": "sumvec",
+        "length": L, "max_measurement": M, "chunk_length": C}``, ``{"type": "histogram", "length": L,
+        "chunk_length": C}`` or ``{"type": "multihot", "length": L, "max_weight": W, "chunk_length": C}``;
+        integers as in :mod:`fedstats.vdaf.prio3` (``max_measurement`` up to 2^64, the others up to
+        10^6), outputs of at most 100,000 entries.
+
+    Returns
+    -------
+    Prio3
+
+    Raises
+    ------
+    ParameterError
+        If the type is unknown, a parameter is missing, unknown or out of range (named ``vdaf.<key>``).
+    """
+    if not isinstance(spec, Mapping):
+        raise ParameterError("vdaf", spec, "an object with a 'type' and the variant's parameters")
+    kind = spec.get("type")
+    if kind not in _VARIANTS:
+        raise ParameterError("vdaf.type", kind, f"one of {sorted(_VARIANTS)}")
+    cls, keys = _VARIANTS[str(kind)]
+    extra = set(spec) - set(keys) - {"type"}
+    if extra:
+        raise ParameterError(f"vdaf.{sorted(extra)[0]}", "present", f"only the keys {list(keys)}")
+    args: dict[str, int] = {}
+    for k in keys:
+        v = spec.get(k)
+        high = 2**64 if k == "max_measurement" else 10**6
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= high:
+            raise ParameterError(f"vdaf.{k}", v, f"an integer in [1, {high}]")
+        args[k] = v
+    if args.get("length", 1) > _MAX_OUTPUT:
+        raise ParameterError("vdaf.length", args["length"], f"an integer in [1, {_MAX_OUTPUT}]")
+    return cls(**args)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """An aggregator's share of DP noise, added to its aggregate share at collection.
+
+    Each aggregator draws ``OUTPUT_LEN`` independent integers from the mechanism and adds them (mod p) to
+    its aggregate share. Calibrate the parameter so that one aggregator's noise alone gives the release its
+    (epsilon, delta): a dishonest aggregator's own additions depend only on its share, which is independent
+    of the measurements, so they are post-processing, and the release is DP if at least one aggregator is
+    honest (with both honest the variance doubles).
+
+    Attributes
+    ----------
+    mechanism : {"discrete_gaussian", "discrete_laplace"}
+    parameter : float
+        The discrete Gaussian's ``sigma2`` (in (0, 2^84]) or the discrete Laplace's ``scale`` (in
+        (0, 2^41]) of :mod:`fedstats.privacy.mechanisms.samplers`.
+    """
+
+    mechanism: str
+    parameter: float
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in ("discrete_gaussian", "discrete_laplace"):
+            raise ParameterError(
+                "noise.mechanism", self.mechanism, "'discrete_gaussian' or 'discrete_laplace'"
+            )
+        high = 2.0**84 if self.mechanism == "discrete_gaussian" else 2.0**41
+        p = self.parameter
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= high:
+            raise ParameterError("noise.parameter", p, f"a number in (0, {high:g}]")
+
+    def sample(self, size: int, rng: Any) -> np.ndarray:
+        """``size`` integers ``(size,)`` int64 from the mechanism, drawn from ``rng`` (a generator)."""
+        if self.mechanism == "discrete_gaussian":
+            return sample_discrete_gaussian(float(self.parameter), size, rng)
+        return sample_discrete_laplace(float(self.parameter), size, rng)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"mechanism": ..., "parameter": ...}``."""
+        return {"mechanism": self.mechanism, "parameter": float(self.parameter)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Noise | None:
+        """Parse ``{"mechanism", "parameter"}`` (None: no noise). Raises ParameterError."""
+        if data is None:
+            return None
+        if not isinstance(data, Mapping) or set(data) != {"mechanism", "parameter"}:
+            raise ParameterError("noise", data, "null or {mechanism, parameter}")
+        return cls(str(data["mechanism"]), data["parameter"])
+
+
+# -- tasks ------------------------------------------------------------------------------------------
+
+
+def _hex(name: str, value: Any, size: int | None = None, *, max_size: int = 1 << 22) -> bytes:
+    try:
+        raw = bytes.fromhex(value) if isinstance(value, str) else None
+    except ValueError:
+        raw = None
+    if raw is None or (size is not None and len(raw) != size) or len(raw) > max_size:
+        what = f"{size} bytes" if size is not None else f"at most {max_size} bytes"
+        raise ParameterError(
+            name, "not that" if raw is None else f"{len(raw)} bytes", f"hex of {what}"
+        )
+    return raw
+
+
+def _task_row(conn: Connection, task_id: str, *, lock: bool = False) -> Any:
+    q = select(vdaf_tasks).where(vdaf_tasks.c.id == task_id)
+    if lock:
+        q = q.with_for_update()
+    row = conn.execute(q).mappings().first()
+    if row is None:
+        raise NotFoundError(f"no Prio3 task {task_id!r}")
+    return row
+
+
+def create_task(
+    store: Store,
+    *,
+    task_id: str,
+    role: str,
+    vdaf: Mapping[str, Any],
+    verify_key: bytes,
+    ctx: bytes,
+    peer_url: str,
+    peer_token: str,
+    population: str = "default",
+    min_batch_size: int = 1,
+    noise: Noise | None = None,
+) -> dict[str, Any]:
+    """Create a Prio3 task on this aggregator (an operator's act, done alike on both aggregators).
+
+    Parameters
+    ----------
+    store : Store
+    task_id : str
+        64 hex digits (32 random bytes), the same on both aggregators.
+    role : {"leader", "helper"}
+    vdaf : mapping
+        The variant and its parameters (:func:`vdaf_from_spec`).
+    verify_key : bytes
+        32 bytes, shared by the two aggregators only.
+    ctx : bytes
+        Prio3's application context (at most 255 bytes), the same for devices and aggregators.
+    peer_url : str
+        The other aggregator's base URL (``https://...``).
+    peer_token : str
+        The bearer token of aggregator-to-aggregator requests (at least 32 characters); the leader keeps
+        it, the helper keeps its SHA-256 only.
+    population : str
+        The device population whose enrolled devices may upload.
+    min_batch_size : int
+        Collection is refused below this many accepted reports, >= 1.
+    noise : Noise, optional
+        This aggregator's DP noise (None: exact aggregate).
+
+    Returns
+    -------
+    dict
+        The task's public description (:func:`task_info`).
+
+    Raises
+    ------
+    ParameterError
+        If a parameter is out of range.
+    ConflictError
+        If a task of that id exists with other parameters (an identical one is accepted again).
+    """
+    if not isinstance(task_id, str) or len(task_id) != 64:
+        raise ParameterError("task_id", task_id, "64 hex digits")
+    _hex("task_id", task_id, 32)
+    if role not in ("leader", "helper"):
+        raise ParameterError("role", role, "'leader' or 'helper'")
+    vdaf_from_spec(vdaf)  # a mapping of a known variant with valid parameters, or ParameterError
+    spec = dict(vdaf)
+    if not isinstance(verify_key, bytes) or len(verify_key) != 32:
+        raise ParameterError("verify_key", "not 32 bytes", "32 bytes")
+    if not isinstance(ctx, bytes) or len(ctx) > 255:
+        raise ParameterError("ctx", "too long", "at most 255 bytes")
+    if not isinstance(peer_url, str) or not peer_url.startswith(("https://", "http://")):
+        raise ParameterError("peer_url", peer_url, "an https:// URL")
+    if not isinstance(peer_token, str) or not 32 <= len(peer_token) <= 512:
+        raise ParameterError("peer_token", "too short", "32 to 512 characters")
+    if not isinstance(population, str) or not 1 <= len(population) <= 128:
+        raise ParameterError("population", population, "1 to 128 characters")
+    if (
+        isinstance(min_batch_size, bool)
+        or not isinstance(min_batch_size, int)
+        or min_batch_size < 1
+    ):
+        raise ParameterError("min_batch_size", min_batch_size, "an integer >= 1")
+    values = {
+        "id": task_id,
+        "role": role,
+        "vdaf": json.dumps(spec, sort_keys=True),
+        "ctx": ctx,
+        "verify_key": verify_key,
+        "peer_url": peer_url.rstrip("/"),
+        "peer_token": peer_token if role == "leader" else None,
+        "peer_token_hash": auth.hash_token(peer_token) if role == "helper" else None,
+        "population": population,
+        "min_batch_size": min_batch_size,
+        "noise": None if noise is None else json.dumps(noise.to_json(), sort_keys=True),
+    }
+    with store.engine.begin() as conn:
+        old = conn.execute(select(vdaf_tasks).where(vdaf_tasks.c.id == task_id)).mappings().first()
+        if old is not None:
+            if any(old[k] != v for k, v in values.items()):
+                raise ConflictError(f"Prio3 task {task_id} exists with other parameters")
+        else:
+            conn.execute(
+                insert(vdaf_tasks).values(
+                    **values,
+                    status="open",
+                    agg_share=None,
+                    accepted=0,
+                    rejected=0,
+                    collection=None,
+                    created_at=time.time(),
+                )
+            )
+    return task_info(store, task_id)
+
+
+def task_info(store: Store, task_id: str) -> dict[str, Any]:
+    """A task's public description: id, role, VDAF, ctx (hex), population, status and report counts.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such task.
+    """
+    with store.engine.connect() as conn:
+        row = _task_row(conn, task_id)
+        counts = conn.execute(
+            select(vdaf_reports.c.status, vdaf_reports.c.reason, func.count())
+            .where(vdaf_reports.c.task_id == task_id)
+            .group_by(vdaf_reports.c.status, vdaf_reports.c.reason)
+        ).all()
+    by_status: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    for status, reason, n in counts:
+        by_status[str(status)] = by_status.get(str(status), 0) + int(n)
+        if reason is not None:
+            reasons[str(reason)] = reasons.get(str(reason), 0) + int(n)
+    return {
+        "task_id": row["id"],
+        "role": row["role"],
+        "vdaf": json.loads(row["vdaf"]),
+        "ctx": bytes(row["ctx"]).hex(),
+        "population": row["population"],
+        "min_batch_size": int(row["min_batch_size"]),
+        "noise": json.loads(row["noise"]) if row["noise"] else None,
+        "status": row["status"],
+        "reports": by_status,
+        "rejected_by_reason": reasons,
+    }
+
+
+def check_peer_token(store: Store, task_id: str, token: str) -> None:
+    """Check the bearer token of an aggregator-to-aggregator request on the helper.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such task.
+    SecurityError
+        If this aggregator is not the task's helper or the token is wrong.
+    """
+    with store.engine.connect() as conn:
+        row = _task_row(conn, task_id)
+    if row["role"] != "helper" or not secrets.compare_digest(
+        str(row["peer_token_hash"] or ""), auth.hash_token(token)
+    ):
+        raise SecurityError("not the leader of this task")
+
+
+# -- uploads ----------------------------------------------------------------------------------------
+
+
+def upload_report(
+    store: Store,
+    task_id: str,
+    *,
+    client_id: str,
+    population: str,
+    report_id: str,
+    public_share: bytes,
+    input_share: bytes,
+    nonce: tuple[str, str, float] | None = None,
+) -> bool:
+    """Store a device's report share (its signature was checked by the caller).
+
+    Parameters
+    ----------
+    store : Store
+    task_id : str
+    client_id, population : str
+        The enrolled device and its population (must be the task's).
+    report_id : str
+        The report's Prio3 nonce, 32 hex digits; the same at both aggregators.
+    public_share, input_share : bytes
+        The draft's encodings; checked for length and field range here.
+    nonce : (client_id, nonce, timestamp), optional
+        The signed request's nonce, recorded in the same transaction (a replay is refused).
+
+    Returns
+    -------
+    bool
+        True for a new report, False for a repeated identical upload (acknowledged again).
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such task.
+    ConflictError
+        If the task was collected, or the device already uploaded another report to it.
+    SecurityError
+        If the device is of another population, or the request's nonce was used before.
+    DataError
+        If a share is malformed.
+    """
+    if not isinstance(report_id, str) or len(report_id) != 32:
+        raise ParameterError("report_id", report_id, "32 hex digits")
+    _hex("report_id", report_id, 16)
+    with store.engine.connect() as conn:
+        row = _task_row(conn, task_id)
+    vdaf = vdaf_from_spec(json.loads(row["vdaf"]))
+    agg_id = 0 if row["role"] == "leader" else 1
+    vdaf.decode_public_share(public_share)  # DataError on a wrong length
+    vdaf.decode_input_shares(agg_id, [input_share])  # lengths and field range
+    if row["population"] != population:
+        raise SecurityError("this task is for another population")
+    with store.engine.begin() as conn:
+        task = _task_row(conn, task_id)
+        if task["status"] != "open":
+            raise ConflictError("this task was collected: it takes no more reports")
+        if nonce is not None:
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        insert(Nonce).values(client_id=nonce[0], nonce=nonce[1], ts=nonce[2])
+                    )
+            except IntegrityError:
+                raise SecurityError("replayed request (nonce already used)") from None
+        old = (
+            conn.execute(
+                select(vdaf_reports).where(
+                    vdaf_reports.c.task_id == task_id,
+                    (vdaf_reports.c.report_id == report_id)
+                    | (vdaf_reports.c.client_id == client_id),
+                )
+            )
+            .mappings()
+            .first()
+        )
+        if old is not None:
+            same = (
+                old["report_id"] == report_id
+                and old["client_id"] == client_id
+                and bytes(old["public_share"]) == public_share
+                and bytes(old["input_share"]) == input_share
+            )
+            if not same:
+                raise ConflictError("this device (or report id) already has a report in this task")
+            return False
+        conn.execute(
+            insert(vdaf_reports).values(
+                task_id=task_id,
+                report_id=report_id,
+                client_id=client_id,
+                public_share=public_share,
+                input_share=input_share,
+                received_at=time.time(),
+                job_id=None,
+                status="pending",
+                reason=None,
+            )
+        )
+    return True
+
+
+# -- aggregation --------------------------------------------------------------------------------------
+
+
+def _add_agg(vdaf: Prio3, old: bytes | None, new: np.ndarray) -> bytes:
+    acc = new if old is None else vdaf.field.add(vdaf.decode_agg_share(bytes(old)), new)
+    return vdaf.encode_agg_share(acc)
+
+
+def _finish(
+    conn: Connection,
+    vdaf: Prio3,
+    task_id: str,
+    job_id: str,
+    fates: dict[str, str | None],
+    agg: np.ndarray,
+    response: dict[str, Any] | None,
+) -> bool:
+    """Record a job's outcome in the open transaction; False if the job was already finished."""
+    task = _task_row(conn, task_id, lock=True)
+    done = conn.execute(
+        update(vdaf_jobs)
+        .where(
+            vdaf_jobs.c.task_id == task_id,
+            vdaf_jobs.c.job_id == job_id,
+            vdaf_jobs.c.status == "running",
+        )
+        .values(status="done", response=None if response is None else json.dumps(response))
+    )
+    if done.rowcount != 1:
+        return False
+    accepted = [r for r, why in fates.items() if why is None]
+    for reason in sorted({why for why in fates.values() if why is not None}):
+        ids = [r for r, why in fates.items() if why == reason]
+        conn.execute(
+            update(vdaf_reports)
+            .where(vdaf_reports.c.task_id == task_id, vdaf_reports.c.report_id.in_(ids))
+            .values(status="rejected", reason=reason, job_id=job_id)
+        )
+    if accepted:
+        conn.execute(
+            update(vdaf_reports)
+            .where(vdaf_reports.c.task_id == task_id, vdaf_reports.c.report_id.in_(accepted))
+            .values(status="accepted", reason=None, job_id=job_id)
+        )
+    conn.execute(
+        update(vdaf_tasks)
+        .where(vdaf_tasks.c.id == task_id)
+        .values(
+            agg_share=_add_agg(vdaf, task["agg_share"], agg),
+            accepted=int(task["accepted"]) + len(accepted),
+            rejected=int(task["rejected"]) + len(fates) - len(accepted),
+        )
+    )
+    return True
+
+
+def _verify_batch(
+    vdaf: Prio3,
+    row: Mapping[str, Any],
+    agg_id: int,
+    nonces: list[bytes],
+    publics: list[bytes],
+    shares: list[bytes],
+) -> tuple[Any, Any]:
+    """``verify_init`` on a batch of stored reports: (state, verifier shares)."""
+    public = [vdaf.decode_public_share(p) for p in publics]
+    inputs = vdaf.decode_input_shares(agg_id, shares)
+    return vdaf.verify_init_batch(
+        bytes(row["verify_key"]),
+        bytes(row["ctx"]),
+        agg_id,
+        nonces,
+        None if not vdaf.uses_joint_rand else [p for p in public if p is not None],
+        inputs,
+    )
+
+
+def _decide(
+    vdaf: Prio3, ctx: bytes, state: Any, shares: Sequence[Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Combine both aggregators' verifier shares, finish verification: (output shares, ok)."""
+    messages, ok = vdaf.verifier_shares_to_message_batch(ctx, list(shares))
+    out, ok_next = vdaf.verify_next_batch(state, messages)
+    return out, ok & ok_next
+
+
+def run_leader_jobs(
+    store: Store,
+    task_id: str,
+    send: Callable[[str, dict[str, Any]], dict[str, Any]],
+    *,
+    batch_size: int = 1000,
+    max_jobs: int | None = None,
+) -> dict[str, int]:
+    """The leader's aggregation: finish unfinished jobs, then turn pending reports into jobs.
+
+    Parameters
+    ----------
+    store : Store
+        The leader's database.
+    task_id : str
+    send : callable
+        ``send(task_id, job)`` posts an aggregation job to the helper and returns its answer (the HTTP
+        layer's transport, :func:`fedstats.service.http.vdaf.helper_transport`); raising leaves the job to
+        be retried by the next call.
+    batch_size : int
+        Reports per job, in [1, 100000].
+    max_jobs : int, optional
+        Stop after this many jobs (default: until no report is pending).
+
+    Returns
+    -------
+    dict
+        ``{"jobs", "accepted", "rejected"}`` of the jobs this call finished (a job that another leader
+        process finished first counts there).
+
+    Raises
+    ------
+    SecurityError
+        If this aggregator is not the task's leader.
+    ConflictError
+        If the task was collected.
+    DataError
+        If the helper's answer is malformed.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        raise ParameterError("batch_size", batch_size, "an integer in [1, 100000]")
+    if not 1 <= batch_size <= 100_000:
+        raise ParameterError("batch_size", batch_size, "an integer in [1, 100000]")
+    with store.engine.connect() as conn:
+        row = _task_row(conn, task_id)
+    if row["role"] != "leader":
+        raise SecurityError("only the leader drives aggregation")
+    vdaf = vdaf_from_spec(json.loads(row["vdaf"]))
+    totals = {"jobs": 0, "accepted": 0, "rejected": 0}
+    while max_jobs is None or totals["jobs"] < max_jobs:
+        job_id, report_ids = _claim(store, task_id, batch_size)
+        if job_id is None:
+            break
+        done = _leader_job(store, vdaf, row, job_id, report_ids, send)
+        if done is not None:
+            totals["jobs"] += 1
+            totals["accepted"] += done[0]
+            totals["rejected"] += done[1]
+    return totals
+
+
+def _claim(store: Store, task_id: str, batch_size: int) -> tuple[str | None, list[str]]:
+    """An unfinished job of the task, else a new job over up to ``batch_size`` pending reports."""
+    with store.engine.begin() as conn:
+        task = _task_row(conn, task_id, lock=True)
+        running = conn.execute(
+            select(vdaf_jobs.c.job_id, vdaf_jobs.c.report_ids)
+            .where(vdaf_jobs.c.task_id == task_id, vdaf_jobs.c.status == "running")
+            .order_by(vdaf_jobs.c.created_at)
+            .limit(1)
+        ).first()
+        if running is not None:
+            return str(running[0]), list(json.loads(running[1]))
+        if task["status"] != "open":
+            return None, []
+        ids = [
+            str(r)
+            for r in conn.execute(
+                select(vdaf_reports.c.report_id)
+                .where(
+                    vdaf_reports.c.task_id == task_id,
+                    vdaf_reports.c.status == "pending",
+                    vdaf_reports.c.job_id.is_(None),
+                )
+                .order_by(vdaf_reports.c.received_at, vdaf_reports.c.report_id)
+                .limit(batch_size)
+            ).scalars()
+        ]
+        if not ids:
+            return None, []
+        job_id = secrets.token_hex(16)
+        conn.execute(
+            insert(vdaf_jobs).values(
+                task_id=task_id,
+                job_id=job_id,
+                status="running",
+                report_ids=json.dumps(ids),
+                response=None,
+                created_at=time.time(),
+            )
+        )
+        took = conn.execute(
+            update(vdaf_reports)
+            .where(
+                vdaf_reports.c.task_id == task_id,
+                vdaf_reports.c.report_id.in_(ids),
+                vdaf_reports.c.job_id.is_(None),
+            )
+            .values(job_id=job_id)
+        )
+        if took.rowcount != len(ids):  # another leader process took some: roll back, try again
+            raise ConflictError("reports claimed concurrently; retry")
+    return job_id, ids
+
+
+def _load_reports(conn: Connection, task_id: str, report_ids: Sequence[str]) -> dict[str, Any]:
+    rows = conn.execute(
+        select(
+            vdaf_reports.c.report_id,
+            vdaf_reports.c.public_share,
+            vdaf_reports.c.input_share,
+            vdaf_reports.c.job_id,
+        ).where(vdaf_reports.c.task_id == task_id, vdaf_reports.c.report_id.in_(report_ids))
+    ).all()
+    return {str(r[0]): r for r in rows}
+
+
+def _leader_job(
+    store: Store,
+    vdaf: Prio3,
+    row: Mapping[str, Any],
+    job_id: str,
+    report_ids: list[str],
+    send: Callable[[str, dict[str, Any]], dict[str, Any]],
+) -> tuple[int, int] | None:
+    """One job: verify, ask the helper, decide, add; (accepted, rejected), None if finished elsewhere."""
+    task_id = str(row["id"])
+    with store.engine.connect() as conn:
+        stored = _load_reports(conn, task_id, report_ids)
+    ids = [r for r in report_ids if r in stored]
+    nonces = [bytes.fromhex(r) for r in ids]
+    publics = [bytes(stored[r][1]) for r in ids]
+    state, shares = _verify_batch(vdaf, row, 0, nonces, publics, [bytes(stored[r][2]) for r in ids])
+    job = {
+        "job_id": job_id,
+        "reports": [
+            {
+                "report_id": r,
+                "public_share": publics[i].hex(),
+                "verifier_share": vdaf.encode_verifier_share(shares, i).hex(),
+            }
+            for i, r in enumerate(ids)
+        ],
+    }
+    answer = send(task_id, job)
+    theirs = answer.get("reports") if isinstance(answer, dict) else None
+    if not isinstance(theirs, list) or len(theirs) != len(ids):
+        raise DataError("helper answer: one entry per report of the job expected")
+    fates: dict[str, str | None] = {}
+    present: list[int] = []
+    helper_shares: list[bytes] = []
+    for i, (r, entry) in enumerate(zip(ids, theirs, strict=True)):
+        if not isinstance(entry, dict) or entry.get("report_id") != r:
+            raise DataError("helper answer: reports out of order")
+        vs, reason = entry.get("verifier_share"), entry.get("reason")
+        if vs is None:
+            fates[r] = str(reason) if reason in REASONS else "invalid_proof"
+        else:
+            present.append(i)
+            helper_shares.append(_hex("verifier_share", vs))
+    agg = vdaf.field.zeros(vdaf.flp.OUTPUT_LEN)
+    if present:
+        idx = np.asarray(present)
+        sub_state = VerifyState(
+            state.out_shares[idx],
+            None
+            if state.corrected_joint_rand_seeds is None
+            else [state.corrected_joint_rand_seeds[i] for i in present],
+            state.ok[idx],
+        )
+        mine = VerifierShares(
+            shares.verifiers[idx],
+            None
+            if shares.joint_rand_parts is None
+            else [shares.joint_rand_parts[i] for i in present],
+            shares.ok[idx],
+        )
+        out, ok = _decide(
+            vdaf, bytes(row["ctx"]), sub_state, [mine, vdaf.decode_verifier_shares(helper_shares)]
+        )
+        agg = vdaf.aggregate(out, ok)
+        for k, i in enumerate(present):
+            fates[ids[i]] = None if bool(ok[k]) else "invalid_proof"
+    with store.engine.begin() as conn:
+        if not _finish(conn, vdaf, task_id, job_id, fates, agg, None):
+            return None  # another leader process finished this job first: nothing added here
+    accepted = sum(1 for why in fates.values() if why is None)
+    return accepted, len(fates) - accepted
+
+
+def helper_job(store: Store, task_id: str, job: Mapping[str, Any]) -> dict[str, Any]:
+    """The helper's side of an aggregation job (its bearer token checked by the caller).
+
+    Parameters
+    ----------
+    store : Store
+        The helper's database.
+    task_id : str
+    job : mapping
+        ``{"job_id": 32 hex digits, "reports": [{"report_id", "public_share", "verifier_share"}, ...]}``
+        (hex strings; at most 100,000 reports).
+
+    Returns
+    -------
+    dict
+        ``{"job_id", "reports": [{"report_id", "verifier_share" (hex) or None, "reason", "accepted"}]}``,
+        in the job's order; the same answer to a retried job.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such task.
+    ConflictError
+        If the task was collected, or the job id was used with other reports.
+    ParameterError, DataError
+        If the job is malformed.
+    """
+    job_id = job.get("job_id") if isinstance(job, Mapping) else None
+    if not isinstance(job_id, str) or len(job_id) != 32:
+        raise ParameterError("job_id", job_id, "32 hex digits")
+    _hex("job_id", job_id, 16)
+    entries = job.get("reports")
+    if not isinstance(entries, list) or not 1 <= len(entries) <= 100_000:
+        raise ParameterError("reports", "not a list", "a list of 1 to 100000 reports")
+    ids: list[str] = []
+    publics: list[bytes] = []
+    leader_vs: list[bytes] = []
+    for e in entries:
+        if not isinstance(e, Mapping):
+            raise ParameterError(
+                "reports[]", e, "objects {report_id, public_share, verifier_share}"
+            )
+        rid = e.get("report_id")
+        if not isinstance(rid, str) or len(rid) != 32:
+            raise ParameterError("reports[].report_id", rid, "32 hex digits")
+        _hex("reports[].report_id", rid, 16)
+        ids.append(rid)
+        publics.append(_hex("reports[].public_share", e.get("public_share")))
+        leader_vs.append(_hex("reports[].verifier_share", e.get("verifier_share")))
+    if len(set(ids)) != len(ids):
+        raise ParameterError("reports", "repeated report ids", "distinct report ids")
+    with store.engine.begin() as conn:
+        row = _task_row(conn, task_id, lock=True)
+        if row["role"] != "helper":
+            raise SecurityError("this aggregator is not the task's helper")
+        vdaf = vdaf_from_spec(json.loads(row["vdaf"]))
+        old = conn.execute(
+            select(vdaf_jobs.c.report_ids, vdaf_jobs.c.response).where(
+                vdaf_jobs.c.task_id == task_id, vdaf_jobs.c.job_id == job_id
+            )
+        ).first()
+        if old is not None:
+            if json.loads(old[0]) != ids or old[1] is None:
+                raise ConflictError("this job id was used with other reports")
+            answer: dict[str, Any] = json.loads(old[1])
+            return answer
+        if row["status"] != "open":
+            raise ConflictError("this task was collected: it takes no more jobs")
+        stored = _load_reports(conn, task_id, ids)
+        fates: dict[str, str | None] = {}
+        usable: list[int] = []
+        for i, r in enumerate(ids):
+            got = stored.get(r)
+            if got is None:
+                fates[r] = "missing_at_helper"
+            elif got[3] is not None:
+                fates[r] = "replayed"
+            elif bytes(got[1]) != publics[i]:
+                fates[r] = "invalid_proof"  # the two aggregators hold different public shares
+            else:
+                usable.append(i)
+        mine_enc: dict[int, bytes] = {}
+        agg = vdaf.field.zeros(vdaf.flp.OUTPUT_LEN)
+        if usable:
+            u_ids = [ids[i] for i in usable]
+            state, mine = _verify_batch(
+                vdaf,
+                row,
+                1,
+                [bytes.fromhex(r) for r in u_ids],
+                [publics[i] for i in usable],
+                [bytes(stored[r][2]) for r in u_ids],
+            )
+            theirs = vdaf.decode_verifier_shares([leader_vs[i] for i in usable])
+            out, ok = _decide(vdaf, bytes(row["ctx"]), state, [theirs, mine])
+            agg = vdaf.aggregate(out, ok)
+            for k, i in enumerate(usable):
+                fates[ids[i]] = None if bool(ok[k]) else "invalid_proof"
+                mine_enc[i] = vdaf.encode_verifier_share(mine, k)
+        answer = {
+            "job_id": job_id,
+            "reports": [
+                {
+                    "report_id": r,
+                    "verifier_share": mine_enc[i].hex() if i in mine_enc else None,
+                    "reason": fates[r],
+                    "accepted": fates[r] is None,
+                }
+                for i, r in enumerate(ids)
+            ],
+        }
+        conn.execute(
+            insert(vdaf_jobs).values(
+                task_id=task_id,
+                job_id=job_id,
+                status="running",
+                report_ids=json.dumps(ids),
+                response=None,
+                created_at=time.time(),
+            )
+        )
+        # reports the helper never received are counted in its answer, not in its table
+        known = {r: why for r, why in fates.items() if why != "missing_at_helper"}
+        replayed = {r for r, why in known.items() if why == "replayed"}
+        _finish(
+            conn,
+            vdaf,
+            task_id,
+            job_id,
+            {r: why for r, why in known.items() if r not in replayed},
+            agg,
+            answer,
+        )
+        if replayed or len(known) != len(fates):
+            missing = len(fates) - len(known)
+            t = _task_row(conn, task_id)
+            conn.execute(
+                update(vdaf_tasks)
+                .where(vdaf_tasks.c.id == task_id)
+                .values(rejected=int(t["rejected"]) + missing + len(replayed))
+            )
+    return answer
+
+
+# -- collection ---------------------------------------------------------------------------------------
+
+
+def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
+    """Freeze the task and return this aggregator's (noised) aggregate share, once.
+
+    The leader calls :func:`run_leader_jobs` before (the HTTP layer does), so that no job is left
+    unfinished; the collector asks the leader first, then the helper.
+
+    Parameters
+    ----------
+    store : Store
+    task_id : str
+    rng : generator
+        The noise's randomness (:class:`fedstats.randomness.SecureGenerator` in a deployment).
+
+    Returns
+    -------
+    dict
+        ``{"task_id", "role", "agg_share" (hex), "accepted", "rejected", "jobs", "noise"}``; the same
+        answer to every later call.
+
+    Raises
+    ------
+    ConflictError
+        If fewer than ``min_batch_size`` reports were accepted, or (leader) a job is unfinished.
+    """
+    with store.engine.begin() as conn:
+        row = _task_row(conn, task_id, lock=True)
+        if row["collection"] is not None:
+            done: dict[str, Any] = json.loads(row["collection"])
+            return done
+        unfinished = conn.execute(
+            select(func.count())
+            .select_from(vdaf_jobs)
+            .where(vdaf_jobs.c.task_id == task_id, vdaf_jobs.c.status == "running")
+        ).scalar_one()
+        if unfinished:
+            raise ConflictError(f"{unfinished} aggregation job(s) unfinished")
+        if int(row["accepted"]) < int(row["min_batch_size"]):
+            raise ConflictError(
+                f"{row['accepted']} reports accepted, fewer than the task's minimum batch "
+                f"size {row['min_batch_size']}"
+            )
+        vdaf = vdaf_from_spec(json.loads(row["vdaf"]))
+        f = vdaf.field
+        agg = (
+            f.zeros(vdaf.flp.OUTPUT_LEN)
+            if row["agg_share"] is None
+            else vdaf.decode_agg_share(bytes(row["agg_share"]))
+        )
+        noise = Noise.from_json(json.loads(row["noise"]) if row["noise"] else None)
+        if noise is not None:
+            agg = f.add(agg, f.array(noise.sample(vdaf.flp.OUTPUT_LEN, rng)))
+        jobs = conn.execute(
+            select(func.count())
+            .select_from(vdaf_jobs)
+            .where(vdaf_jobs.c.task_id == task_id, vdaf_jobs.c.status == "done")
+        ).scalar_one()
+        answer = {
+            "task_id": task_id,
+            "role": row["role"],
+            "agg_share": vdaf.encode_agg_share(agg).hex(),
+            "accepted": int(row["accepted"]),
+            "rejected": int(row["rejected"]),
+            "jobs": int(jobs),
+            "noise": None if noise is None else noise.to_json(),
+        }
+        conn.execute(
+            update(vdaf_tasks)
+            .where(vdaf_tasks.c.id == task_id)
+            .values(status="collected", collection=json.dumps(answer))
+        )
+    return answer

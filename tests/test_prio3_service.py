@@ -1,0 +1,437 @@
+"""The two-aggregator mode (Prio3) over HTTP: a leader and a helper app in process, each with its own
+database (SQLite files, and PostgreSQL schemas when reachable), signed devices, a malicious device."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from fedstats.client.vdaf import Prio3Task, Prio3Uploader, collect, shard_report
+from fedstats.errors import DataError
+from fedstats.service.http.app import add_operator, create_app, trust_authority
+from fedstats.service.http.vdaf import vdaf_router
+from fedstats.service.store import Store, open_store
+from fedstats.wire.enrollment import init_authority, issue_identity
+from service_helpers import pg_reachable, pg_schema
+
+LEADER_URL = "http://127.0.0.1:18001"
+HELPER_URL = "http://127.0.0.2:18002"
+
+HIST = {"type": "histogram", "length": 4, "chunk_length": 2}
+COUNT = {"type": "count"}
+
+
+@dataclass
+class Pair:
+    """Two aggregators in process, their operator clients and an authority for devices."""
+
+    root: Path
+    leader: TestClient
+    helper: TestClient
+    stores: tuple[Store, Store]
+
+    def task(
+        self, spec: dict[str, Any], *, noise: dict[str, Any] | None = None, **kw: Any
+    ) -> Prio3Task:
+        task_id = secrets.token_hex(32)
+        key, token, ctx = os.urandom(32), secrets.token_urlsafe(32), b"fedstats prio3 test"
+        for c, role, peer in (
+            (self.leader, "leader", HELPER_URL),
+            (self.helper, "helper", LEADER_URL),
+        ):
+            body = {
+                "task_id": task_id,
+                "role": role,
+                "vdaf": spec,
+                "verify_key": key.hex(),
+                "ctx": ctx.hex(),
+                "peer_url": peer,
+                "peer_token": token,
+                "noise": noise,
+                **kw,
+            }
+            r = c.post("/v1/vdaf/tasks", json=body)
+            assert r.status_code == 200, r.text
+        return Prio3Task(task_id, spec, ctx, LEADER_URL, HELPER_URL)
+
+    def device(self, name: str, population: str = "default") -> Prio3Uploader:
+        ident = issue_identity(
+            self.root / "authority", name, population, self.root / f"{name}.json"
+        )
+        up = Prio3Uploader(ident, clients={LEADER_URL: self.leader, HELPER_URL: self.helper})
+        for c in (self.leader, self.helper):
+            # registration with the device API of each server (no bearer token on device requests)
+            up._post(str(c.base_url), "/v1/client/register", {"certificate": ident["certificate"]})
+        return up
+
+    def info(self, task: Prio3Task, which: TestClient) -> dict[str, Any]:
+        r = which.get(f"/v1/vdaf/tasks/{task.task_id}")
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+
+@contextmanager
+def _pair(root: Path, urls: tuple[str, str], batch_size: int = 7) -> Iterator[Pair]:
+    pub = init_authority(root / "authority")
+    stores = (open_store(urls[0]), open_store(urls[1]))
+    tokens = []
+    for s in stores:
+        trust_authority(s, pub)
+        tokens.append(add_operator(s, "alice"))
+    with ExitStack() as stack:
+        helper_app = create_app(stores[1], run_driver=False)
+        helper_app.include_router(vdaf_router(stores[1], batch_size=batch_size))
+        helper = stack.enter_context(TestClient(helper_app, base_url=HELPER_URL))
+        helper.headers["Authorization"] = f"Bearer {tokens[1]}"
+
+        def transport(peer_url: str, token: str) -> Any:
+            assert peer_url == HELPER_URL
+
+            def send(task_id: str, job: dict[str, Any]) -> dict[str, Any]:
+                r = helper.post(
+                    f"/v1/vdaf/tasks/{task_id}/jobs",
+                    json=job,
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                if r.status_code != 200:
+                    raise DataError(f"helper refused: {r.status_code} {r.text}")
+                out: dict[str, Any] = r.json()
+                return out
+
+            return send
+
+        leader_app = create_app(stores[0], run_driver=False)
+        leader_app.include_router(
+            vdaf_router(
+                stores[0],
+                transport=transport,
+                batch_size=batch_size,
+                rng_factory=lambda: np.random.default_rng(5),
+            )
+        )
+        leader = stack.enter_context(TestClient(leader_app, base_url=LEADER_URL))
+        leader.headers["Authorization"] = f"Bearer {tokens[0]}"
+        try:
+            yield Pair(root, leader, helper, stores)
+        finally:
+            for s in stores:
+                s.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
+    if request.param == "sqlite":
+        urls = (f"sqlite:///{tmp_path / 'leader.db'}", f"sqlite:///{tmp_path / 'helper.db'}")
+        with _pair(tmp_path, urls) as p:
+            yield p
+        return
+    why = pg_reachable()
+    if why:
+        pytest.skip(why)
+    with pg_schema() as lu, pg_schema() as hu, _pair(tmp_path, (lu, hu)) as p:
+        yield p
+
+
+def _bad_upload(pair: Pair, task: Prio3Task, dev: Prio3Uploader, encoded: list[int]) -> None:
+    """A malicious device: an encoding outside the variant's range, with an honestly computed proof."""
+    vdaf = task.prio3()
+    nonce = os.urandom(16)
+    batch = vdaf.shard_encoded(task.ctx, vdaf.field.array([encoded]), [nonce])
+    public = vdaf.encode_public_share(
+        None if batch.public_shares is None else batch.public_shares[0]
+    )
+    shares = [vdaf.encode_input_share(s, 0) for s in batch.input_shares]
+    dev.upload_shares(task, nonce.hex(), public, shares)
+
+
+@pytest.mark.parametrize(
+    ("spec", "draw"),
+    [(COUNT, lambda rng: int(rng.integers(0, 2))), (HIST, lambda rng: int(rng.integers(0, 4)))],
+)
+def test_honest_devices_give_the_exact_sum_and_a_cheat_is_rejected(
+    pair: Pair, spec: dict[str, Any], draw: Any
+) -> None:
+    rng = np.random.default_rng(11)
+    task = pair.task(spec)
+    values = [draw(rng) for _ in range(17)]
+    for i, v in enumerate(values):
+        pair.device(f"d{i}").upload(task, v)
+    # the cheats: a "bit" of 2 (Count), a histogram vector with two ones (Histogram)
+    cheat = [2] if spec is COUNT else [1, 1, 0, 0]
+    _bad_upload(pair, task, pair.device("mallory"), cheat)
+    # and a device that tampers with its proof share (the leader's share is sent in full)
+    vdaf = task.prio3()
+    rid, public, shares = shard_report(task, draw(rng))
+    leader_share = bytearray(shares[0])
+    flip = vdaf.flp.MEAS_LEN * vdaf.field.ENCODED_SIZE  # the first proof element
+    leader_share[flip] ^= 1
+    pair.device("trudy").upload_shares(task, rid, public, [bytes(leader_share), shares[1]])
+
+    r = pair.leader.post(f"/v1/vdaf/tasks/{task.task_id}/aggregate", json={})
+    assert r.status_code == 200, r.text
+    assert r.json()["jobs"] == 3  # 19 reports in jobs of 7
+    got = collect(task, pair.leader, pair.helper)
+    want = [sum(values)] if spec is COUNT else np.bincount(values, minlength=4).tolist()
+    assert got.result == want
+    assert (got.accepted, got.rejected) == (17, 2)
+    for side in (pair.leader, pair.helper):
+        info = pair.info(task, side)
+        assert info["status"] == "collected"
+        assert info["reports"] == {"accepted": 17, "rejected": 2}
+        assert info["rejected_by_reason"] == {"invalid_proof": 2}
+
+
+def test_reports_missing_at_the_helper_repeated_and_after_collection(pair: Pair) -> None:
+    task = pair.task(COUNT)
+    devs = [pair.device(f"d{i}") for i in range(4)]
+    for d in devs[:3]:
+        d.upload(task, 1)
+    # a device that uploads to the leader only: rejected at aggregation, with its reason
+    rid, public, shares = shard_report(task, 1)
+    path = f"/v1/vdaf/tasks/{task.task_id}/reports"
+    devs[3]._post(
+        LEADER_URL,
+        path,
+        {"report_id": rid, "public_share": public.hex(), "input_share": shares[0].hex()},
+    )
+    # the same upload again is acknowledged as a duplicate; another report of the same device is refused
+    again = devs[3]._post(
+        LEADER_URL,
+        path,
+        {"report_id": rid, "public_share": public.hex(), "input_share": shares[0].hex()},
+    )
+    assert again == {"accepted": True, "duplicate": True}
+    with pytest.raises(DataError, match="409"):
+        devs[3].upload(task, 0)
+    got = collect(task, pair.leader, pair.helper)
+    assert (got.result, got.accepted, got.rejected) == ([3], 3, 1)
+    assert pair.info(task, pair.leader)["rejected_by_reason"] == {"missing_at_helper": 1}
+    # collected: no more uploads, the same answer again
+    with pytest.raises(DataError, match="409"):
+        pair.device("late").upload(task, 1)
+    assert collect(task, pair.leader, pair.helper) == got
+
+
+def test_authentication_and_refusals(pair: Pair) -> None:
+    task = pair.task(COUNT, min_batch_size=3)
+    job = {"job_id": secrets.token_hex(16), "reports": []}
+    jobs = f"/v1/vdaf/tasks/{task.task_id}/jobs"
+    # the helper's job endpoint wants the peer token, not an operator's
+    assert pair.helper.post(jobs, json=job).status_code == 403
+    assert pair.helper.post(jobs, json=job, headers={"Authorization": ""}).status_code == 401
+    # uploads must be signed by an enrolled device of the task's population
+    reports = f"/v1/vdaf/tasks/{task.task_id}/reports"
+    assert pair.leader.post(reports, json={}).status_code == 401
+    other = pair.device("outsider", population="elsewhere")
+    with pytest.raises(DataError, match="403"):
+        other.upload(task, 1)
+    # a malformed share is refused at upload (422), naming the problem
+    dev = pair.device("d0")
+    with pytest.raises(DataError, match="422"):
+        dev._post(
+            LEADER_URL, reports, {"report_id": "00" * 16, "public_share": "", "input_share": "00"}
+        )
+    # operators only on the admin side of the task
+    assert (
+        pair.leader.get(
+            f"/v1/vdaf/tasks/{task.task_id}", headers={"Authorization": "Bearer x"}
+        ).status_code
+        == 401
+    )
+    # below the minimum batch size nothing is released
+    dev.upload(task, 1)
+    r = pair.leader.post(f"/v1/vdaf/tasks/{task.task_id}/collect")
+    assert r.status_code == 409 and "minimum batch size" in r.text
+    # a task created again with other parameters is a conflict
+    r = pair.leader.post(
+        "/v1/vdaf/tasks",
+        json={
+            "task_id": task.task_id,
+            "role": "leader",
+            "vdaf": HIST,
+            "verify_key": "00" * 32,
+            "ctx": "",
+            "peer_url": HELPER_URL,
+            "peer_token": "t" * 40,
+        },
+    )
+    assert r.status_code == 409
+
+
+def test_noise_is_added_once_by_each_aggregator(pair: Pair) -> None:
+    noise = {"mechanism": "discrete_gaussian", "parameter": 400.0}
+    task = pair.task(HIST, noise=noise)
+    values = [0, 1, 1, 3, 3, 3]
+    for i, v in enumerate(values):
+        pair.device(f"d{i}").upload(task, v)
+    got = collect(task, pair.leader, pair.helper)
+    exact = np.bincount(values, minlength=4)
+    diff = np.asarray(got.result) - exact
+    # two discrete Gaussian shares of sigma 20: nonzero somewhere, and within 8 sigma * sqrt(2)
+    assert np.any(diff != 0)
+    assert np.all(np.abs(diff) < 8 * 20 * np.sqrt(2))
+    assert collect(task, pair.leader, pair.helper) == got  # drawn once
+
+
+def test_a_job_retried_after_the_helper_answered_adds_nothing_twice(tmp_path: Path) -> None:
+    """The leader fails after the helper committed a job: the next pass resends the same job, gets the
+    same answer, and both aggregates count every report once."""
+    from fedstats.client.vdaf import unshard
+    from fedstats.service.domain import vdaf as domain
+    from fedstats.service.domain.tasks import ConflictError
+
+    stores = [open_store(f"sqlite:///{tmp_path / f'{r}.db'}") for r in ("leader", "helper")]
+    task_id, key, token = secrets.token_hex(32), os.urandom(32), secrets.token_urlsafe(32)
+    task = Prio3Task(task_id, HIST, b"ctx", LEADER_URL, HELPER_URL)
+    for s, role, peer in zip(stores, ("leader", "helper"), (HELPER_URL, LEADER_URL), strict=True):
+        domain.create_task(
+            s,
+            task_id=task_id,
+            role=role,
+            vdaf=HIST,
+            verify_key=key,
+            ctx=b"ctx",
+            peer_url=peer,
+            peer_token=token,
+        )
+    values = [0, 3, 3, 1, 2, 3, 0, 1]
+    for i, v in enumerate(values):
+        rid, public, shares = shard_report(task, v)
+        for j, s in enumerate(stores):
+            domain.upload_report(
+                s,
+                task_id,
+                client_id=f"d{i}",
+                population="default",
+                report_id=rid,
+                public_share=public,
+                input_share=shares[j],
+            )
+    calls: list[str] = []
+
+    def flaky(tid: str, job: dict[str, Any]) -> dict[str, Any]:
+        answer = domain.helper_job(stores[1], tid, job)
+        calls.append(job["job_id"])
+        if len(calls) == 1:
+            raise DataError("connection lost after the helper committed")
+        return answer
+
+    with pytest.raises(DataError, match="connection lost"):
+        domain.run_leader_jobs(stores[0], task_id, flaky, batch_size=5)
+    done = domain.run_leader_jobs(stores[0], task_id, flaky, batch_size=5)
+    assert calls[0] == calls[1]  # the same job, resent
+    assert done == {"jobs": 2, "accepted": 8, "rejected": 0}
+    rng = np.random.default_rng(0)
+    answers = [domain.collect(s, task_id, rng) for s in stores]
+    got = unshard(task, answers[0], answers[1])
+    assert got.result == np.bincount(values, minlength=4).tolist()
+    assert answers[0]["jobs"] == answers[1]["jobs"] == 2
+    # a job id reused with other reports is refused by the helper
+    with pytest.raises(ConflictError, match="other reports"):
+        domain.helper_job(
+            stores[1],
+            task_id,
+            {
+                "job_id": calls[0],
+                "reports": [{"report_id": "00" * 16, "public_share": "", "verifier_share": "00"}],
+            },
+        )
+    for s in stores:
+        s.close()
+
+
+def test_network_demo_two_aggregator_processes_agree_with_the_engine(tmp_path: Path) -> None:
+    """Two `serve` processes (HTTPS), device processes, bit pushing and FED-chi^2: bit for bit the
+    in-process engine's results, the cheating device rejected by both aggregators in every round."""
+    from fedstats.cli.prio3_demo import run_prio3_demo
+
+    rows = run_prio3_demo(n_devices=12, processes=2, seed=3, cheaters=1, workdir=tmp_path)
+    assert [r["agree"] for r in rows] == [True, True]
+    for r in rows:
+        assert r["network"] == r["engine"]
+        assert all((x["accepted"], x["rejected"]) == (11, 1) for x in r["rounds"])
+        assert r["rejected_in_process"] == len(r["rounds"])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_two_leader_processes_never_count_a_report_twice(backend: str, tmp_path: Path) -> None:
+    """Two leader workers on one database (threads here) drive the same task at once: every report is
+    aggregated exactly once, at both aggregators."""
+    import threading
+
+    from fedstats.client.vdaf import unshard
+    from fedstats.service.domain import vdaf as domain
+
+    with ExitStack() as stack:
+        if backend == "sqlite":
+            urls = [f"sqlite:///{tmp_path / f'{r}.db'}" for r in ("leader", "helper")]
+        else:
+            why = pg_reachable()
+            if why:
+                pytest.skip(why)
+            urls = [stack.enter_context(pg_schema()) for _ in range(2)]
+        stores = [open_store(u) for u in urls]
+        for s in stores:
+            stack.callback(s.close)
+        task_id, key, token = secrets.token_hex(32), os.urandom(32), secrets.token_urlsafe(32)
+        task = Prio3Task(task_id, COUNT, b"c", LEADER_URL, HELPER_URL)
+        for s, role in zip(stores, ("leader", "helper"), strict=True):
+            domain.create_task(
+                s,
+                task_id=task_id,
+                role=role,
+                vdaf=COUNT,
+                verify_key=key,
+                ctx=b"c",
+                peer_url=HELPER_URL,
+                peer_token=token,
+            )
+        values = np.random.default_rng(1).integers(0, 2, 60)
+        for i, v in enumerate(values):
+            rid, public, shares = shard_report(task, int(v))
+            for j, s in enumerate(stores):
+                domain.upload_report(
+                    s,
+                    task_id,
+                    client_id=f"d{i}",
+                    population="default",
+                    report_id=rid,
+                    public_share=public,
+                    input_share=shares[j],
+                )
+        totals: list[dict[str, int]] = []
+        errors: list[BaseException] = []
+
+        def leader() -> None:
+            try:
+                totals.append(
+                    domain.run_leader_jobs(
+                        stores[0],
+                        task_id,
+                        lambda tid, job: domain.helper_job(stores[1], tid, job),
+                        batch_size=4,
+                    )
+                )
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        workers = [threading.Thread(target=leader) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(120)
+        assert not errors, errors
+        assert sum(t["accepted"] for t in totals) == 60
+        rng = np.random.default_rng(0)
+        got = unshard(task, *[domain.collect(s, task_id, rng) for s in stores])
+        assert (got.result, got.accepted, got.rejected) == ([int(values.sum())], 60, 0)
