@@ -48,6 +48,7 @@ from fedstats.secagg.crypto import (
     LABEL_MASK,
     LABEL_SHARE_ENCRYPTION,
     KeyPair,
+    VerificationCache,
     add_mask,
     check_public_key,
     decrypt_share,
@@ -119,6 +120,10 @@ class SecAggClient:
         Shape ``(length,)``, integer dtype: the client's input, reduced mod 2^b (two's complement).
     config : ClientConfig
         The client's own view of the task (parameters, threat model, identity).
+    cache : VerificationCache, optional
+        Signature verifications and roster checks shared with the other parties of a simulated session
+        (:class:`~fedstats.secagg.crypto.VerificationCache` says why that is sound). Default: the
+        client verifies everything itself, as a device does.
 
     Notes
     -----
@@ -127,7 +132,14 @@ class SecAggClient:
     ``UnmaskRequest -> UnmaskResponse``. Keys come from OS entropy; nothing is seeded.
     """
 
-    def __init__(self, index: int, values: np.ndarray, config: ClientConfig) -> None:
+    def __init__(
+        self,
+        index: int,
+        values: np.ndarray,
+        config: ClientConfig,
+        *,
+        cache: VerificationCache | None = None,
+    ) -> None:
         if not 0 <= int(index) < config.n:
             raise ParameterError("index", index, f"an integer in [0, {config.n})")
         values = np.asarray(values)
@@ -137,6 +149,7 @@ class SecAggClient:
             )
         self.index = int(index)
         self.config = config
+        self._cache = cache
         self._malicious = config.threat_model == "malicious"
         self._values = to_modular(values, config.bits)
         self.state = ClientState.INIT
@@ -248,6 +261,12 @@ class SecAggClient:
         if m.receiver != self.index:
             raise SecurityError(f"message for client {m.receiver} delivered to client {self.index}")
 
+    def _verify(self, public: bytes, signature: bytes, data: bytes) -> bool:
+        """Ed25519 check of a peer's signature (through the shared cache when there is one)."""
+        if self._cache is not None:
+            return self._cache.verify(public, signature, data)
+        return verify_signature(public, signature, data)
+
     def _signed(self, msg: _Reply) -> _Reply:
         """``msg`` signed with the client's identity key (malicious model; else as it is, unsigned)."""
         if not self._malicious:
@@ -272,8 +291,12 @@ class SecAggClient:
             assert c.verifier is not None and c.identity is not None
             if setup.neighbors:
                 raise SecurityError("the server may not choose neighbours in the malicious model")
-            roster = SessionRoster.from_bytes(setup.roster, max_clients=c.n)
-            c.verifier.verify(roster)
+            if self._cache is not None:
+                roster, transcript = self._cache.roster(setup.roster, c.verifier, max_clients=c.n)
+            else:
+                roster = SessionRoster.from_bytes(setup.roster, max_clients=c.n)
+                c.verifier.verify(roster)
+                transcript = roster_transcript(roster)
             if roster.n != c.n or roster.task_id != c.task_id or roster.session != setup.session:
                 raise SecurityError("the session roster does not match the task or the session")
             if roster.identities[self.index] != c.identity.public:
@@ -281,7 +304,7 @@ class SecAggClient:
             self._roster = roster
             own = public_neighbors(c.n, c.k, roster.session, [self.index])[self.index]
             self._nbrs = public_neighbors(c.n, c.k, roster.session, [self.index, *own])
-            self._transcript = roster_transcript(roster)
+            self._transcript = transcript
         else:
             nb = setup.neighbors
             if len(nb) != c.k or len(set(nb)) != c.k or any(not 0 <= j < c.n for j in nb):
@@ -316,7 +339,7 @@ class SecAggClient:
                 raise SecurityError(f"client {self.index} received a foreign key transcript")
             for j, (c_pk, s_pk, sig) in msg.keys.items():
                 ad = AdvertiseKeys(self._session, j, c_pk, s_pk)
-                if not verify_signature(self._roster.identities[j], sig, ad.signed_bytes()):
+                if not self._verify(self._roster.identities[j], sig, ad.signed_bytes()):
                     raise SecurityError(
                         f"client {self.index}: the key advertisement of client {j} is not signed by "
                         "its certified identity"
@@ -492,7 +515,7 @@ class SecAggClient:
                 break
             if not any(need[j] > 0 for j in covers[signer]):
                 continue
-            if verify_signature(self._roster.identities[signer], msg.signatures[signer], statement):
+            if self._verify(self._roster.identities[signer], msg.signatures[signer], statement):
                 valid.add(signer)
                 for j in covers[signer]:
                     need[j] -= 1

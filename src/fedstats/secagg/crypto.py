@@ -8,6 +8,8 @@
 * Pseudorandom generator ``F`` expanding a 32-byte seed into a mask of ``length`` integers mod 2^b:
   the AES-256-CTR keystream viewed as ``uint16/uint32/uint64`` (one keystream call per mask, no per-element
   Python).
+* :class:`VerificationCache`: Ed25519 verification results (and parsed keys and rosters) shared by the
+  parties of one simulated session, keyed by the exact bytes.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from cryptography.exceptions import InvalidTag
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
@@ -28,7 +31,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from fedstats.errors import ParameterError, SecurityError
 
 if TYPE_CHECKING:
-    from fedstats.secagg.identity import SessionRoster
+    from fedstats.secagg.identity import RosterVerifier, SessionRoster
 
 __all__ = [
     "DTYPES",
@@ -36,6 +39,7 @@ __all__ = [
     "LABEL_SELF_MASK",
     "LABEL_SHARE_ENCRYPTION",
     "KeyPair",
+    "VerificationCache",
     "add_mask",
     "agree",
     "check_bits",
@@ -412,3 +416,157 @@ def add_mask(acc: np.ndarray, seed: bytes, *, sign: int, scratch: bytearray | No
         e = min(n, s + step)
         enc.update_into(zeros[: (e - s) * item], scratch)
         op(acc[s:e], view[: e - s], out=acc[s:e])
+
+
+_SIGNATURE_BYTES = 64
+
+
+class VerificationCache:
+    """Ed25519 verification results shared by the parties of one simulated session.
+
+    In :func:`~fedstats.secagg.driver.run_secure_aggregation` all ``n`` clients and the server live in
+    one process, and the malicious model makes them verify the same signatures over and over: the
+    server checks each client's key advertisement, then each of the client's ``k`` neighbours checks it
+    again; each consistency signature is checked by the server and by every client within two hops.
+    This cache verifies each distinct ``(public key, signature, message)`` once and hands the same
+    answer to every later party that asks.
+
+    Why this is sound: Ed25519 verification (RFC 8032, as ``cryptography``/OpenSSL implement it) is a
+    deterministic function of the three byte strings, with no secret input and no state. The cache key
+    is the triple itself (a tuple of the exact ``bytes``, compared for equality by the dictionary, not a
+    digest of them), so a hit means that the very same bytes were verified under the very same public
+    key, and the party asking gets exactly the answer its own computation would give, valid or invalid.
+    A party that is meant to check independently still does: a forged or altered signature, message or
+    key is a different key in the cache and is verified afresh. Everything in the cache is public (keys,
+    signatures, signed bytes), so sharing it between parties reveals nothing. The cache is per run
+    (never global), so it is bounded by the session's messages and dies with it.
+
+    The rosters are cached the same way (:meth:`roster`): the serialized roster each client receives is
+    parsed and checked by the pinned verifier once per distinct ``(verifier, bytes)``.
+
+    It is a simulation device: in a deployment every device verifies on its own, and the per-party
+    compute times of a cached run no longer include the verifications another party already paid for
+    (:attr:`verified` and :attr:`hits` count both).
+
+    Attributes
+    ----------
+    verified : int
+        Signatures actually verified (cache misses).
+    hits : int
+        Verifications answered from the cache.
+    """
+
+    __slots__ = ("_keys", "_results", "_rosters", "hits", "verified")
+
+    def __init__(self) -> None:
+        self._keys: dict[bytes, Ed25519PublicKey | None] = {}
+        self._results: dict[tuple[bytes, bytes, bytes], bool] = {}
+        self._rosters: dict[tuple[int, bytes], tuple[SessionRoster, bytes, RosterVerifier]] = {}
+        self.verified = 0
+        self.hits = 0
+
+    def public_key(self, public: bytes) -> Ed25519PublicKey | None:
+        """The parsed Ed25519 public key of 32 raw bytes (None when malformed), parsed once.
+
+        Parameters
+        ----------
+        public : bytes
+            Raw public key.
+
+        Returns
+        -------
+        Ed25519PublicKey or None
+        """
+        public = bytes(public)
+        try:
+            return self._keys[public]
+        except KeyError:
+            pass
+        key: Ed25519PublicKey | None = None
+        if len(public) == 32:
+            try:
+                key = Ed25519PublicKey.from_public_bytes(public)
+            except ValueError:
+                key = None
+        self._keys[public] = key
+        return key
+
+    def verify(self, public: bytes, signature: bytes, data: bytes) -> bool:
+        """True when ``signature`` is a valid Ed25519 signature of ``data`` under ``public``.
+
+        The same answer as :func:`fedstats.secagg.identity.verify_signature`, computed once per distinct
+        triple of byte strings.
+
+        Parameters
+        ----------
+        public : bytes
+            Raw 32-byte Ed25519 public key.
+        signature : bytes
+            64-byte signature.
+        data : bytes
+            The signed message.
+
+        Returns
+        -------
+        bool
+        """
+        triple = (bytes(public), bytes(signature), bytes(data))
+        try:
+            ok = self._results[triple]
+        except KeyError:
+            pass
+        else:
+            self.hits += 1
+            return ok
+        key = self.public_key(triple[0])
+        ok = False
+        if key is not None and len(triple[1]) == _SIGNATURE_BYTES:
+            self.verified += 1
+            try:
+                key.verify(triple[1], triple[2])
+                ok = True
+            except InvalidSignature:
+                ok = False
+        self._results[triple] = ok
+        return ok
+
+    def roster(
+        self, data: bytes, verifier: RosterVerifier, *, max_clients: int
+    ) -> tuple[SessionRoster, bytes]:
+        """Parse a serialized roster, check it with ``verifier`` and compute its transcript, once.
+
+        Parameters
+        ----------
+        data : bytes
+            The serialized :class:`~fedstats.secagg.identity.SessionRoster`.
+        verifier : RosterVerifier
+            The client's pinned verifier (results are cached per verifier object: a client with another
+            verifier checks the roster itself).
+        max_clients : int
+            Refuse rosters listing more clients.
+
+        Returns
+        -------
+        roster : SessionRoster
+        transcript : bytes
+            :func:`roster_transcript` of the roster.
+
+        Raises
+        ------
+        DataError
+            Malformed roster.
+        SecurityError
+            ``verifier`` refuses it (failures are not cached: every client gets its own exception).
+        """
+        from fedstats.secagg.identity import SessionRoster
+
+        key = (id(verifier), bytes(data))
+        hit = self._rosters.get(key)
+        if hit is not None and hit[2] is verifier and hit[0].n <= max_clients:
+            self.hits += 1
+            return hit[0], hit[1]
+        roster = SessionRoster.from_bytes(data, max_clients=max_clients)
+        verifier.verify(roster)
+        transcript = roster_transcript(roster)
+        self._rosters[key] = (roster, transcript, verifier)  # holds verifier: its id stays unique
+        return roster, transcript

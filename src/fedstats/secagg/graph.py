@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from functools import lru_cache
 
 import numpy as np
 
@@ -127,9 +128,18 @@ def public_harary_graph(n: int, k: int, seed: bytes) -> np.ndarray:
 
 
 def _public_permutation(n: int, seed: bytes) -> np.ndarray:
-    key = hashlib.sha256(b"fedstats/secagg/v2/graph\x00" + bytes(seed)).digest()
+    return _cached_permutation(int(n), bytes(seed))
+
+
+@lru_cache(maxsize=16)
+def _cached_permutation(n: int, seed: bytes) -> np.ndarray:
+    # A pure function of public inputs; every client of a simulated session asks for the same one, so
+    # it is computed once (read-only, so no caller can change what the next one gets).
+    key = hashlib.sha256(b"fedstats/secagg/v2/graph\x00" + seed).digest()
     words = expand_mask(key, n, 64)
-    return np.argsort(words, kind="stable").astype(np.int64)
+    perm = np.argsort(words, kind="stable").astype(np.int64)
+    perm.setflags(write=False)
+    return perm
 
 
 def public_neighbors(

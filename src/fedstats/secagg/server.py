@@ -40,6 +40,7 @@ from fedstats.randomness import RNG
 from fedstats.secagg.crypto import (
     DTYPES,
     LABEL_MASK,
+    VerificationCache,
     add_mask,
     check_bits,
     check_public_key,
@@ -133,6 +134,10 @@ class SecAggServer:
     roster : SessionRoster, optional
         The authority-signed roster (malicious model): the session id, the clients' identities and the
         graph's public randomness all come from it.
+    cache : VerificationCache, optional
+        Signature verifications shared with the clients of a simulated session (see
+        :class:`~fedstats.secagg.crypto.VerificationCache`); default: the server verifies every
+        signature itself.
 
     Attributes
     ----------
@@ -159,8 +164,10 @@ class SecAggServer:
         round_id: bytes | None = None,
         rng: RNG | None = None,
         roster: SessionRoster | None = None,
+        cache: VerificationCache | None = None,
     ) -> None:
         check_bits(bits)
+        self._cache = cache
         if length < 1:
             raise ParameterError("length", length, "an integer >= 1")
         self.params = params
@@ -281,7 +288,8 @@ class SecAggServer:
                 if isinstance(message, ConsistencySignature)
                 else message.signed_bytes()
             )
-            if not verify_signature(self.roster.identities[sender], message.signature, data):
+            check = self._cache.verify if self._cache is not None else verify_signature
+            if not check(self.roster.identities[sender], message.signature, data):
                 raise SecurityError(
                     f"message claiming to be from client {sender} is not signed by it"
                 )

@@ -1,0 +1,157 @@
+"""The verification cache shared by the parties of one simulated malicious-model session.
+
+It must give every party exactly the answer its own Ed25519 verification would give (valid or not, for
+any key, signature and message, however often asked), verify each distinct signature of an honest run
+once, refuse tampered signatures as before, and keep roster checks apart per pinned verifier.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedstats.errors import DataError, SecurityError
+from fedstats.secagg import (
+    ClientIdentity,
+    EnrollmentAuthority,
+    run_secure_aggregation,
+    validate_parameters,
+)
+from fedstats.secagg.crypto import VerificationCache, roster_transcript
+from fedstats.secagg.graph import public_harary_graph, public_neighbors
+from fedstats.secagg.identity import verify_signature
+from fedstats.secagg.messages import KeyBroadcast, UnmaskRequest, decode
+
+_IDENTITY = ClientIdentity()
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    if not data:
+        return b"\x01"
+    raw = bytearray(data)
+    raw[at % len(raw)] ^= 1 << (at % 8)
+    return bytes(raw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    message=st.binary(max_size=200),
+    part=st.sampled_from(["none", "public", "signature", "data", "short_key", "short_sig"]),
+    at=st.integers(0, 10_000),
+    repeats=st.integers(1, 3),
+)
+def test_cache_answers_as_direct_verification(
+    message: bytes, part: str, at: int, repeats: int
+) -> None:
+    public, signature = _IDENTITY.public, _IDENTITY.sign(message)
+    data = message
+    if part == "public":
+        public = _flip(public, at)
+    elif part == "signature":
+        signature = _flip(signature, at)
+    elif part == "data":
+        data = _flip(data, at)
+    elif part == "short_key":
+        public = public[: at % 32]
+    elif part == "short_sig":
+        signature = signature[: at % 64]
+    want = verify_signature(public, signature, data)
+    assert want == (part == "none")
+    cache = VerificationCache()
+    # the genuine triple first, so a tampered one can only be answered right by verifying it afresh
+    assert cache.verify(_IDENTITY.public, _IDENTITY.sign(message), message)
+    for _ in range(repeats):
+        assert cache.verify(public, signature, data) == want
+    well_formed = len(public) == 32 and len(signature) == 64
+    fresh = part != "none" and well_formed and cache.public_key(public) is not None
+    assert cache.verified == 1 + int(fresh)
+    assert cache.hits == repeats - 1 + int(part == "none")
+
+
+def test_honest_run_verifies_each_signature_once() -> None:
+    n = 30
+    params = validate_parameters(n, 12, 9, dropout_rate=0.1)
+    x = np.random.default_rng(3).integers(-1000, 1000, size=(n, 5))
+    res = run_secure_aggregation(x, bits=32, params=params)
+    assert np.array_equal(res.signed_total(), x.sum(axis=0))
+    # the server verifies each client's message at each of the five signed stages; everything the
+    # clients check (key advertisements, consistency signatures, the roster) is one of those or a hit
+    assert res.signatures_verified == 5 * n
+    assert res.signature_cache_hits >= n * params.k + (n - 1)
+    alone = run_secure_aggregation(x, bits=32, params=params, share_verifications=False)
+    assert np.array_equal(alone.signed_total(), x.sum(axis=0))
+    assert alone.signatures_verified == alone.signature_cache_hits == 0
+
+
+def _tamper(kind: str, victim: int):  # type: ignore[no-untyped-def]
+    def channel(direction: str, client: int, data: bytes) -> bytes:
+        if direction != "to_client" or client != victim:
+            return data
+        m = decode(data)
+        if kind == "advertisement" and isinstance(m, KeyBroadcast):
+            j = min(m.keys)
+            c_pk, s_pk, sig = m.keys[j]
+            keys = {**m.keys, j: (c_pk, s_pk, _flip(sig, 7))}
+            return KeyBroadcast(m.session, m.receiver, m.transcript, keys).to_bytes()
+        if kind == "consistency" and isinstance(m, UnmaskRequest):
+            sigs = {s: _flip(v, s) for s, v in m.signatures.items()}
+            return UnmaskRequest(m.session, m.receiver, signatures=sigs).to_bytes()
+        return data
+
+    return channel
+
+
+def test_tampered_advertisement_refused_through_the_cache() -> None:
+    # the server verified (and cached) the genuine advertisement; the altered copy is new bytes
+    params = validate_parameters(20, 8, 6, dropout_rate=0.1)
+    x = np.arange(40).reshape(20, 2)
+    with pytest.raises(SecurityError, match="not signed by its certified identity"):
+        run_secure_aggregation(x, bits=32, params=params, channel=_tamper("advertisement", 4))
+
+
+def test_tampered_consistency_signatures_do_not_count() -> None:
+    params = validate_parameters(20, 8, 6, dropout_rate=0.2)
+    x = np.arange(40).reshape(20, 2)
+    res = run_secure_aggregation(x, bits=32, params=params, channel=_tamper("consistency", 4))
+    assert 4 in res.client_aborts  # no valid signature reached it: it reveals nothing
+    assert np.array_equal(res.signed_total(), x[list(res.included)].sum(axis=0))
+
+
+def test_roster_checked_once_per_verifier() -> None:
+    authority, other = EnrollmentAuthority(), EnrollmentAuthority()
+    roster = authority.roster([ClientIdentity().public for _ in range(5)])
+    data = roster.to_bytes()
+    cache = VerificationCache()
+    got, transcript = cache.roster(data, authority.verifier(), max_clients=5)
+    assert got == roster and transcript == roster_transcript(roster)
+    same = authority.verifier()
+    again = cache.roster(data, same, max_clients=5)
+    assert again == (roster, transcript)
+    hits = cache.hits
+    assert cache.roster(data, same, max_clients=5) == (roster, transcript)
+    assert cache.hits == hits + 1
+    # a client pinning another authority checks for itself, and refuses, however often asked
+    for _ in range(2):
+        with pytest.raises(SecurityError, match="not signed by the enrollment authority"):
+            cache.roster(data, other.verifier(), max_clients=5)
+    with pytest.raises(DataError):
+        cache.roster(data, same, max_clients=4)
+    raw = bytearray(data)
+    raw[-70] ^= 1  # a bit of the last identity key
+    with pytest.raises(SecurityError):
+        cache.roster(bytes(raw), same, max_clients=5)
+
+
+def test_cached_permutation_is_read_only_and_consistent() -> None:
+    session = bytes(range(32))
+    graph = public_harary_graph(50, 10, session)
+    rows = public_neighbors(50, 10, session, range(50))
+    assert all(rows[i] == frozenset(graph[i].tolist()) for i in range(50))
+    from fedstats.secagg.graph import _public_permutation
+
+    perm = _public_permutation(50, session)
+    with pytest.raises(ValueError):
+        perm[0] = perm[1]
+    assert sorted(perm.tolist()) == list(range(50))
