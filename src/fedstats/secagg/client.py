@@ -32,7 +32,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
+from collections import Counter
 from enum import Enum
+from itertools import chain
 from typing import TypeVar
 
 import numpy as np
@@ -500,28 +502,27 @@ class SecAggClient:
         survivors = set(self._survivors)
         statement = survivor_statement(self._session, self.config.n, self._survivors)
         threshold = self.signature_threshold()
-        # Verify lazily: signers in many of the held neighbourhoods first, and only while some
-        # neighbourhood still lacks signatures (an invalid signature simply does not count).
-        need = {j: threshold - (self.index in self._nbrs[j]) for j in self._held}
-        covers: dict[int, list[int]] = {}
-        for j in self._held:
-            for m in self._nbrs[j] & survivors:
-                if m != self.index and m in msg.signatures:
-                    covers.setdefault(m, []).append(j)
+        # Verify lazily, neighbourhood by neighbourhood, each signer at most once, and only while the
+        # neighbourhood lacks signatures (an invalid signature simply does not count). Whether each
+        # N(j) reaches t valid signers does not depend on the order; signers in many of the held
+        # neighbourhoods go first so that few signatures are checked. Set operations, not Python
+        # loops over k^2 pairs.
+        signers = (survivors & msg.signatures.keys()) - {self.index}
+        coverage = Counter(chain.from_iterable(self._nbrs[j] & signers for j in self._held))
         valid = {self.index}
-        short = sum(1 for v in need.values() if v > 0)
-        for signer in sorted(covers, key=lambda m: (-len(covers[m]), m)):
-            if short == 0:
-                break
-            if not any(need[j] > 0 for j in covers[signer]):
-                continue
-            if self._verify(self._roster.identities[signer], msg.signatures[signer], statement):
-                valid.add(signer)
-                for j in covers[signer]:
-                    need[j] -= 1
-                    short -= need[j] == 0
-        for j in self._held:
+        checked: set[int] = set()
+        identities = self._roster.identities
+        for j in sorted(self._held):
             count = len(self._nbrs[j] & valid)
+            if count < threshold:
+                todo = sorted((self._nbrs[j] & signers) - checked, key=lambda m: (-coverage[m], m))
+                for m in todo:
+                    checked.add(m)
+                    if self._verify(identities[m], msg.signatures[m], statement):
+                        valid.add(m)
+                        count += 1
+                        if count >= threshold:
+                            break
             if count < threshold:
                 raise ProtocolAbortError(
                     f"client {self.index}: only {count} neighbours of client {j} signed the survivor "

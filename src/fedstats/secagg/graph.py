@@ -128,18 +128,22 @@ def public_harary_graph(n: int, k: int, seed: bytes) -> np.ndarray:
 
 
 def _public_permutation(n: int, seed: bytes) -> np.ndarray:
-    return _cached_permutation(int(n), bytes(seed))
+    return _cached_permutation(int(n), bytes(seed))[0]
 
 
 @lru_cache(maxsize=16)
-def _cached_permutation(n: int, seed: bytes) -> np.ndarray:
+def _cached_permutation(n: int, seed: bytes) -> tuple[np.ndarray, np.ndarray]:
     # A pure function of public inputs; every client of a simulated session asks for the same one, so
-    # it is computed once (read-only, so no caller can change what the next one gets).
+    # it is computed once (read-only, so no caller can change what the next one gets). Returns the
+    # permutation (ring position -> client) and its inverse (client -> ring position).
     key = hashlib.sha256(b"fedstats/secagg/v2/graph\x00" + seed).digest()
     words = expand_mask(key, n, 64)
     perm = np.argsort(words, kind="stable").astype(np.int64)
+    pos = np.empty(n, dtype=np.int64)
+    pos[perm] = np.arange(n, dtype=np.int64)
     perm.setflags(write=False)
-    return perm
+    pos.setflags(write=False)
+    return perm, pos
 
 
 def public_neighbors(
@@ -162,7 +166,7 @@ def public_neighbors(
         Each client's ``k`` neighbours.
     """
     n, offsets = _ring(n, k)
-    pi = _public_permutation(n, seed)
-    pos = np.empty(n, dtype=np.int64)
-    pos[pi] = np.arange(n, dtype=np.int64)
-    return {int(c): frozenset(pi[(pos[c] + offsets) % n].tolist()) for c in clients}
+    pi, pos = _cached_permutation(n, bytes(seed))
+    ids = [int(c) for c in clients]
+    rows = pi[(pos[np.asarray(ids, dtype=np.int64)][:, None] + offsets[None, :]) % n].tolist()
+    return {c: frozenset(row) for c, row in zip(ids, rows, strict=True)}
