@@ -4,7 +4,8 @@ The verification cache shared by the parties of one simulated malicious-model se
 party exactly the answer its own Ed25519 verification would give (valid or not, for any key, signature
 and message, however often asked), verify each distinct signature of an honest run once, refuse
 tampered signatures as before, and keep roster checks apart per pinned verifier. The HMAC-based key
-derivation is RFC 5869 HKDF, and the bulk table codecs write and read the generic wire format.
+derivation is RFC 5869 HKDF, the bulk table codecs write and read the generic wire format, and
+adding masks block by block gives the sum of the masks added one by one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from fedstats.secagg import (
     validate_parameters,
 )
 from fedstats.secagg._wire import SIG, Codec, fixed, row, table
-from fedstats.secagg.crypto import VerificationCache, derive_key, roster_transcript
+from fedstats.secagg.crypto import (
+    VerificationCache,
+    add_mask,
+    add_masks,
+    derive_key,
+    expand_mask,
+    roster_transcript,
+)
 from fedstats.secagg.graph import public_harary_graph, public_neighbors
 from fedstats.secagg.identity import verify_signature
 from fedstats.secagg.messages import (
@@ -235,3 +243,29 @@ def test_bulk_tables_are_the_generic_wire_format(
         dup = bytes(raw) + i.to_bytes(4, "little") + v
         with pytest.raises(DataError, match=f"two ciphertexts for client {i}"):
             decode(dup)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    bits=st.sampled_from([16, 32, 64]),
+    length=st.sampled_from([0, 1, 7, 65_536, 131_072 + 3, 300_001]),
+    signs=st.lists(st.sampled_from([1, -1]), max_size=5),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_add_masks_equals_one_add_mask_per_mask(
+    bits: int, length: int, signs: list[int], seed: int
+) -> None:
+    # block by block over all masks gives the sum of the masks added one by one (chunk edges included)
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(f"uint{bits}")
+    acc = rng.integers(0, 2**bits, size=length, dtype=dtype)
+    masks = [(rng.bytes(32), s) for s in signs]
+    want = acc.copy()
+    for key, s in masks:
+        add_mask(want, key, sign=s)
+        mask = expand_mask(key, length, bits)
+        acc_one = acc.copy()
+        add_masks(acc_one, [(key, s)])
+        assert np.array_equal(acc_one, acc + mask if s > 0 else acc - mask)
+    add_masks(acc, masks)
+    assert np.array_equal(acc, want)

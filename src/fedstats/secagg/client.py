@@ -51,7 +51,7 @@ from fedstats.secagg.crypto import (
     LABEL_SHARE_ENCRYPTION,
     KeyPair,
     VerificationCache,
-    add_mask,
+    add_masks,
     check_public_key,
     decrypt_share,
     encrypt_share,
@@ -420,14 +420,15 @@ class SecAggClient:
                 raise SecurityError(f"share from client {sender} names sender {s} and receiver {r}")
             held[sender] = (int.from_bytes(bs, "little"), int.from_bytes(ks, "little"))
         y = self._values
-        tr, me, scratch = self._transcript, self.index, mask_scratch()
-        add_mask(y, self_mask_seed(tr, me, self._seed), sign=+1, scratch=scratch)
+        tr, me = self._transcript, self.index
+        masks = [(self_mask_seed(tr, me, self._seed), +1)]
         for peer in sorted(msg.ciphertexts):
             peer_public = self._peer_keys[peer][0]
             seed = pair_key(
                 mask_keys.private, peer_public, session=tr, label=LABEL_MASK, me=me, peer=peer
             )
-            add_mask(y, seed, sign=mask_sign(me, peer), scratch=scratch)
+            masks.append((seed, mask_sign(me, peer)))
+        add_masks(y, masks, scratch=mask_scratch())
         self._held = held
         # Forget: the plain input (overwritten by y, handed over below), keys and the self-mask seed.
         self._values = np.empty(0, dtype=y.dtype)

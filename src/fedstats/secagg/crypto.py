@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import struct
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "KeyPair",
     "VerificationCache",
     "add_mask",
+    "add_masks",
     "agree",
     "check_bits",
     "check_public_key",
@@ -393,7 +395,8 @@ def add_mask(acc: np.ndarray, seed: bytes, *, sign: int, scratch: bytearray | No
     """``acc += sign * F(seed)`` in place, mod 2^b (b from ``acc.dtype``).
 
     The keystream is produced in 256 KiB steps into a small reusable buffer and added while it is still in
-    cache, so a mask costs one pass over ``acc`` (about the raw AES-CTR throughput).
+    cache, so a mask costs one pass over ``acc`` (about the raw AES-CTR throughput). Several masks:
+    :func:`add_masks`.
 
     Parameters
     ----------
@@ -406,19 +409,46 @@ def add_mask(acc: np.ndarray, seed: bytes, *, sign: int, scratch: bytearray | No
     scratch : bytearray, optional
         Buffer of at least 256 KiB + 15 bytes reused across calls.
     """
+    add_masks(acc, [(seed, sign)], scratch=scratch)
+
+
+def add_masks(
+    acc: np.ndarray, masks: Sequence[tuple[bytes, int]], *, scratch: bytearray | None = None
+) -> None:
+    """``acc += sum(sign * F(seed) for seed, sign in masks)`` in place, mod 2^b.
+
+    The same result as one :func:`add_mask` per mask, computed block by block: each 256 KiB block of
+    ``acc`` receives every mask's keystream for that block while it stays in cache (one AES-CTR context
+    per mask, advanced block by block), so ``acc`` is read and written once from memory, not once per
+    mask.
+
+    Parameters
+    ----------
+    acc : numpy.ndarray
+        1-D C-contiguous unsigned array (uint16/32/64), modified in place.
+    masks : sequence of (bytes, int)
+        ``(32-byte seed, sign)`` pairs, sign +1 or -1.
+    scratch : bytearray, optional
+        Buffer of at least 256 KiB + 15 bytes reused across calls.
+    """
+    if not masks:
+        return
     if scratch is None or len(scratch) < _CHUNK + 15:
         scratch = bytearray(_CHUNK + 15)
     item = acc.dtype.itemsize
     step = _CHUNK // item
     view = np.frombuffer(scratch, dtype=np.uint8, count=_CHUNK).view(acc.dtype)
     zeros = memoryview(_zeros(_CHUNK))
-    op = np.add if sign > 0 else np.subtract
-    enc = _cipher(seed)
+    streams = [
+        (_cipher(seed).update_into, np.add if sign > 0 else np.subtract) for seed, sign in masks
+    ]
     n = acc.size
     for s in range(0, n, step):
         e = min(n, s + step)
-        enc.update_into(zeros[: (e - s) * item], scratch)
-        op(acc[s:e], view[: e - s], out=acc[s:e])
+        block, key, z = acc[s:e], view[: e - s], zeros[: (e - s) * item]
+        for update_into, op in streams:
+            update_into(z, scratch)
+            op(block, key, out=block)
 
 
 _SIGNATURE_BYTES = 64

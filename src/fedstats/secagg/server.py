@@ -41,7 +41,7 @@ from fedstats.secagg.crypto import (
     DTYPES,
     LABEL_MASK,
     VerificationCache,
-    add_mask,
+    add_masks,
     check_bits,
     check_public_key,
     mask_scratch,
@@ -473,16 +473,15 @@ class SecAggServer:
                 seed_shares[i].append((j + 1, s))
             for i, s in resp.key_shares.items():
                 key_shares[i].append((j + 1, s))
-        acc = self._acc.copy()
         cheaters: set[int] = set()
-        scratch = mask_scratch()
         tr = self._transcript
+        masks: list[tuple[bytes, int]] = []  # every secret is reconstructed and checked first
         for i in sorted(self.masked):
             seed, bad = robust_reconstruct(
                 seed_shares[i], threshold=t, check=_seed_check(tr, i, self._commitments[i])
             )
             cheaters |= {x - 1 for x in bad}
-            add_mask(acc, self_mask_seed(tr, i, seed), sign=-1, scratch=scratch)
+            masks.append((self_mask_seed(tr, i, seed), -1))
         for i in sorted(key_shares):
             live = sorted(self._nbr[i] & self.masked)
             if not live:
@@ -492,7 +491,9 @@ class SecAggServer:
             cheaters |= {x - 1 for x in bad}
             for j in live:
                 seed = pair_key(sk, self._keys[j][0], session=tr, label=LABEL_MASK, me=i, peer=j)
-                add_mask(acc, seed, sign=-mask_sign(j, i), scratch=scratch)  # remove what j added
+                masks.append((seed, -mask_sign(j, i)))  # remove what j added
+        acc = self._acc.copy()
+        add_masks(acc, masks, scratch=mask_scratch())
         return acc, cheaters
 
     def result(self) -> np.ndarray:
