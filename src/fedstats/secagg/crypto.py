@@ -337,8 +337,11 @@ _CHUNK = 1 << 18
 """Bytes of keystream per step when adding a mask: small enough to stay in cache while it is added."""
 
 
+_CTR_ZERO = modes.CTR(bytes(16))  # an immutable value: one object for every mask
+
+
 def _cipher(seed: bytes) -> Any:
-    return Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+    return Cipher(algorithms.AES(seed), _CTR_ZERO).encryptor()
 
 
 def expand_mask(seed: bytes, length: int, bits: int, out: np.ndarray | None = None) -> np.ndarray:

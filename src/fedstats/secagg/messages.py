@@ -122,12 +122,14 @@ def _read_vector(r: Reader, fields_read: dict[str, Any]) -> np.ndarray:
 
 def _pack_set(n: int, members: tuple[int, ...]) -> bytes:
     bits = np.zeros(n, dtype=bool)
-    bits[list(members)] = True
+    bits[np.asarray(members, dtype=np.int64)] = True
     return np.packbits(bits, bitorder="little").tobytes()
 
 
 def _put_bitmap(parts: list[bytes], members: tuple[int, ...], msg: Any) -> None:
-    if any(not 0 <= s < msg.n for s in members):
+    # numpy, not a Python loop: every client of a session receives the n-client set
+    idx = np.asarray(members, dtype=np.int64).reshape(-1)
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= msg.n):
         raise DataError("survivor outside [0, n)")
     parts.append(_pack_set(msg.n, members))
 
@@ -140,7 +142,7 @@ def _read_bitmap(r: Reader, fields_read: dict[str, Any]) -> tuple[int, ...]:
     bits = np.unpackbits(np.frombuffer(r.take(size), dtype=np.uint8), bitorder="little")
     if bits[n:].any():
         raise DataError("survivor bitmap has bits beyond n")
-    return tuple(int(v) for v in np.flatnonzero(bits[:n]))
+    return tuple(np.flatnonzero(bits[:n]).tolist())
 
 
 _KEY = fixed(32)
