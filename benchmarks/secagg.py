@@ -442,7 +442,8 @@ def save(
         "numpy_version": numpy.__version__,
         "cpu_count": os.cpu_count(),
         "min_speedup_total": min(ratios) if ratios else None,
-        "rows": sorted(rows, key=lambda r: (r["n"], r["length"], r["dropout"])),
+        "speedup_total_cpu": [r["speedup_total_cpu"] for r in rows if "speedup_total_cpu" in r],
+        "rows": sorted(rows, key=lambda r: (r["n"], r["length"], r["dropout"], r.get("repeat", 0))),
         "mask_throughput": tp,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -495,6 +496,12 @@ def main() -> None:
     )
     ap.add_argument(
         "--reps", type=int, default=2, help="--scaling: runs per n (the least CPU kept)"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run the whole grid this many times (rows carry 'repeat'; ratios stay within a repeat)",
     )
     ap.add_argument("--flower-peer", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -557,22 +564,23 @@ def main() -> None:
     dropouts = tuple(args.dropouts) if args.dropouts else (0.0, 0.1)
     bits = 32
     rows: list[dict[str, Any]] = []
-    done: set[tuple[int, int, float]] = set()
+    done: set[tuple[int, int, int, float]] = set()
     if args.resume and RESULTS.exists():
         rows = json.loads(RESULTS.read_text())["rows"]
-        done = {(r["n"], r["length"], r["dropout"]) for r in rows}
+        done = {(r.get("repeat", 0), r["n"], r["length"], r["dropout"]) for r in rows}
     # (n, dropout) -> (length, seconds) of the last Flower run. Flower's cost is a per-client crypto part
     # that does not depend on the length plus masks: project T(L) = T(L0) + (L - L0) n (k + 2) c_mask.
     flower_seen: dict[tuple[int, float], tuple[int, float]] = {}
-    for n, length in grid:
+    for rep, n, length in [(r, n, ln) for r in range(args.repeats) for n, ln in grid]:
         for d in dropouts:
-            if (n, length, d) in done:
+            if (rep, n, length, d) in done:
                 continue
             t0 = time.perf_counter()
             ours = run_ours(n, length, d, bits, seed=n + length)
             ours_wall = time.perf_counter() - t0
             semi = run_ours(n, length, d, bits, seed=n + length, threat_model="semi-honest")
             row: dict[str, Any] = {
+                "repeat": rep,
                 "n": n,
                 "length": length,
                 "dropout": d,

@@ -166,7 +166,22 @@ def public_neighbors(
         Each client's ``k`` neighbours.
     """
     n, offsets = _ring(n, k)
-    pi, pos = _cached_permutation(n, bytes(seed))
+    seed = bytes(seed)
+    pi, pos = _cached_permutation(n, seed)
+    known = _cached_rows(n, k, seed)
     ids = [int(c) for c in clients]
-    rows = pi[(pos[np.asarray(ids, dtype=np.int64)][:, None] + offsets[None, :]) % n].tolist()
-    return {c: frozenset(row) for c, row in zip(ids, rows, strict=True)}
+    todo = [c for c in dict.fromkeys(ids) if c not in known]
+    if todo:
+        rows = pi[(pos[np.asarray(todo, dtype=np.int64)][:, None] + offsets[None, :]) % n]
+        known.update(zip(todo, map(frozenset, rows.tolist()), strict=True))
+    return {c: known[c] for c in ids}
+
+
+@lru_cache(maxsize=16)
+def _cached_rows(n: int, k: int, seed: bytes) -> dict[int, frozenset[int]]:
+    # Neighbourhoods already computed in this session, shared by every caller (the simulated clients
+    # each ask for theirs and their neighbours': k + 1 rows each). Rows are immutable public data, a
+    # pure function of (n, k, seed); they are filled on demand, so a device holds only the rows it
+    # asked for, not n of them.
+    del n, k, seed  # only the cache key
+    return {}

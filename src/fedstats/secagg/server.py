@@ -201,6 +201,7 @@ class SecAggServer:
         self._responses: dict[int, UnmaskResponse] = {}
         self._requests: dict[int, UnmaskRequest] = {}
         self._result: np.ndarray | None = None
+        self._survivor_statement: bytes | None = None
         self.advertised: set[int] = set()
         self.shared: set[int] = set()
         self.masked: set[int] = set()
@@ -284,7 +285,7 @@ class SecAggServer:
         if self.malicious:
             assert self.roster is not None
             data = (
-                survivor_statement(self.session, self.params.n, tuple(sorted(self.masked)))
+                self._statement()
                 if isinstance(message, ConsistencySignature)
                 else message.signed_bytes()
             )
@@ -303,6 +304,14 @@ class SecAggServer:
             self._receive_signature(message)
         else:
             self._receive_unmask(message)
+
+    def _statement(self) -> bytes:
+        """The survivor statement the clients sign (fixed once ``S`` is; computed once, not per signer)."""
+        if self._survivor_statement is None:
+            self._survivor_statement = survivor_statement(
+                self.session, self.params.n, tuple(sorted(self.masked))
+            )
+        return self._survivor_statement
 
     def _receive_keys(self, m: AdvertiseKeys) -> None:
         if m.client in self._keys:
@@ -419,6 +428,7 @@ class SecAggServer:
             return out
         if self.state is ServerState.MASKED_INPUT:
             self.masked = set(self._masked)
+            self._survivor_statement = None
             self._check_quorum(len(self.masked), "masked input")
             if self.malicious:
                 self.state = ServerState.CONSISTENCY
