@@ -5,7 +5,8 @@ party exactly the answer its own Ed25519 verification would give (valid or not, 
 and message, however often asked), verify each distinct signature of an honest run once, refuse
 tampered signatures as before, and keep roster checks apart per pinned verifier. The HMAC-based key
 derivation is RFC 5869 HKDF, the bulk table codecs write and read the generic wire format, and
-adding masks block by block gives the sum of the masks added one by one.
+adding masks block by block gives the sum of the masks added one by one. The driver fetches each
+client's input only when its masked input is due (one vector in memory at a time).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedstats.errors import DataError, SecurityError
+from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.secagg import (
     ClientIdentity,
     EnrollmentAuthority,
+    SecAggClient,
     run_secure_aggregation,
     validate_parameters,
 )
@@ -42,6 +44,7 @@ from fedstats.secagg.messages import (
     decode,
 )
 from fedstats.secagg.shamir import SHARE_BYTES
+from secagg_harness import Deployment
 
 _IDENTITY = ClientIdentity()
 
@@ -269,3 +272,45 @@ def test_add_masks_equals_one_add_mask_per_mask(
         assert np.array_equal(acc_one, acc + mask if s > 0 else acc - mask)
     add_masks(acc, masks)
     assert np.array_equal(acc, want)
+
+
+def test_driver_fetches_each_input_when_its_masked_input_is_due() -> None:
+    # one vector at a time: a client's input is fetched once, only if it reaches the masked input
+    n = 20
+    x = np.random.default_rng(4).integers(-100, 100, size=(n, 3))
+    calls: list[int] = []
+
+    def inputs(i: int) -> np.ndarray:
+        calls.append(i)
+        return x[i]
+
+    params = validate_parameters(n, 8, 6, dropout_rate=0.2)
+    gone = {"advertise": [1], "share": [2], "masked_input": [3]}
+    res = run_secure_aggregation(inputs, n=n, bits=32, params=params, dropouts=gone)
+    assert calls[0] == 0  # the length probe
+    fetched = calls[1:]
+    assert len(fetched) == len(set(fetched))
+    assert set(fetched) == set(range(n)) - {1, 2, 3} - set(res.client_aborts)
+    assert np.array_equal(res.signed_total(), x[list(res.included)].sum(axis=0))
+
+
+def test_client_input_given_late_once_and_in_time() -> None:
+    dep = Deployment(8, 4, 3)
+    fresh = {i: SecAggClient(i, None, dep.configs[i]) for i in range(8)}
+    with pytest.raises(DataError, match="holds 5 values"):
+        fresh[0].provide_input(np.zeros(5, dtype=np.int64))
+    fresh[0].provide_input(dep.x[0])
+    with pytest.raises(SecurityError, match="already has its input"):
+        fresh[0].provide_input(dep.x[0])
+    # client 1 never gets its input: it cannot send a masked input and stops, holding nothing
+    dep.clients = fresh
+    for i in range(2, 8):
+        dep.clients[i].provide_input(dep.x[i])
+    out = dep.honest_until("masked_input")
+    assert dep.send(1, out[1]) is None
+    assert isinstance(dep.errors[1], ParameterError)
+    assert not dep.clients[1].holds_secrets()
+    with pytest.raises(SecurityError, match="takes no input"):
+        dep.clients[1].provide_input(dep.x[1])
+    reply = dep.send(0, out[0])
+    assert reply is not None and reply.__class__.__name__ == "MaskedInput"

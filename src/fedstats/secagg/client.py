@@ -118,8 +118,9 @@ class SecAggClient:
     ----------
     index : int
         The client's index in ``[0, n)`` (its Shamir abscissa is ``index + 1``).
-    values : numpy.ndarray
+    values : numpy.ndarray or None
         Shape ``(length,)``, integer dtype: the client's input, reduced mod 2^b (two's complement).
+        None: given later with :meth:`provide_input`, before the masked-input stage.
     config : ClientConfig
         The client's own view of the task (parameters, threat model, identity).
     cache : VerificationCache, optional
@@ -137,23 +138,19 @@ class SecAggClient:
     def __init__(
         self,
         index: int,
-        values: np.ndarray,
+        values: np.ndarray | None,
         config: ClientConfig,
         *,
         cache: VerificationCache | None = None,
     ) -> None:
         if not 0 <= int(index) < config.n:
             raise ParameterError("index", index, f"an integer in [0, {config.n})")
-        values = np.asarray(values)
-        if values.size != config.length:
-            raise DataError(
-                f"client {index} holds {values.size} values, the task expects {config.length}"
-            )
         self.index = int(index)
         self.config = config
         self._cache = cache
         self._malicious = config.threat_model == "malicious"
-        self._values = to_modular(values, config.bits)
+        self._has_input = values is not None
+        self._values = self._modular(values) if values is not None else np.empty(0, dtype=np.uint8)
         self.state = ClientState.INIT
         self._session = b""
         self._transcript = b""
@@ -167,6 +164,41 @@ class SecAggClient:
         self._held: dict[int, tuple[int, int]] = {}  # sender -> (seed share, key share)
         self._survivors: tuple[int, ...] = ()
         self._own_signature = b""
+
+    def _modular(self, values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values)
+        if values.size != self.config.length:
+            raise DataError(
+                f"client {self.index} holds {values.size} values, the task expects "
+                f"{self.config.length}"
+            )
+        return to_modular(values, self.config.bits)
+
+    def provide_input(self, values: np.ndarray) -> None:
+        """Give the client its input after construction, at the latest just before its masked input.
+
+        A client built with ``values=None`` takes part in the key stages without its data; the input
+        is needed only for the masked input. The in-process driver uses this so that it holds one
+        client's vector at a time, not ``n`` of them.
+
+        Parameters
+        ----------
+        values : numpy.ndarray
+            Shape ``(length,)``, integer dtype (reduced mod 2^b, two's complement).
+
+        Raises
+        ------
+        DataError
+            Wrong size or a non-integer dtype.
+        SecurityError
+            The client already has its input, or is past the masked-input stage.
+        """
+        if self._has_input:
+            raise SecurityError(f"client {self.index} already has its input")
+        if self.state not in (ClientState.INIT, ClientState.ADVERTISED, ClientState.SHARED):
+            raise SecurityError(f"client {self.index} takes no input in state {self.state.value}")
+        self._values = self._modular(values)
+        self._has_input = True
 
     # ------------------------------------------------------------------------------------------
     def expected(self) -> type[Message] | None:
@@ -419,6 +451,10 @@ class SecAggClient:
             if s != sender or r != self.index:
                 raise SecurityError(f"share from client {sender} names sender {s} and receiver {r}")
             held[sender] = (int.from_bytes(bs, "little"), int.from_bytes(ks, "little"))
+        if not self._has_input:
+            raise ParameterError(
+                "values", None, "the client's input, given before its masked input is due"
+            )
         y = self._values
         tr, me = self._transcript, self.index
         masks = [(self_mask_seed(tr, me, self._seed), +1)]

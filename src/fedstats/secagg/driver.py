@@ -274,7 +274,10 @@ def run_secure_aggregation(
                     verifier=verifier,
                     task_id=task_id,
                 )
-                clients[i] = SecAggClient(i, np.asarray(get(i)), config, cache=cache)
+                # The input is fetched when the masked input is due: one vector in memory at a time.
+                clients[i] = SecAggClient(i, None, config, cache=cache)
+            elif stage == "masked_input":
+                clients[i].provide_input(np.asarray(get(i)))  # data, not compute
             t1 = time.perf_counter()
             try:
                 reply = clients[i].handle_bytes(data)
