@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/secagg.py [--quick] [--no-flower] [--flower-budget SECONDS]
         [--clients 100 1000] [--lengths 1000 10000 1000000] [--dropouts 0 0.1]
+    python benchmarks/secagg.py --scaling 50 100 200 500 1000 2000 [--lengths 1000] [--reps 2]
 
 Runs, in the same process run:
 
@@ -31,6 +32,7 @@ Compute is wall-clock time inside each party's code (single process, one party a
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -44,6 +46,7 @@ HERE = Path(__file__).resolve().parent
 PEERS = HERE / ".venv-peers"
 PEER_PY = PEERS / "bin" / "python"
 RESULTS = HERE / "results" / "secagg.json"
+SCALING = HERE / "results" / "secagg_scaling.json"
 FLOWER_MEMORY_LIMIT = 4e9  # bytes of masked vectors Flower's server would hold at once
 
 
@@ -281,6 +284,8 @@ def run_ours(
         "total_cpu_seconds": cpu,
         "bytes_per_client": res.bytes_per_client,
         "bytes_per_client_by_stage": {st: float(v.mean()) for st, v in res.stage_bytes.items()},
+        "signatures_verified": res.signatures_verified,
+        "signature_cache_hits": res.signature_cache_hits,
     }
 
 
@@ -359,6 +364,61 @@ def throughput(length: int, reps: int) -> dict[str, Any]:
     return out
 
 
+def scaling(ns: list[int], length: int, dropout: float, reps: int) -> dict[str, Any]:
+    """CPU of the malicious model as n grows (k and t from find_parameters at each n).
+
+    Bell et al. 2020 give each client O(log n) neighbours; per client the work is k key agreements and
+    key derivations, two Shamir splits into k shares of degree t - 1 (O(k t) field operations), O(k)
+    signature checks and k + 1 masks of length L; the server reconstructs O(n) secrets from t shares
+    (O(t^2) each) and removes O(n) masks. So the total is O(n (k t + k L)), and with k, t = O(log n)
+    it is O(n log^2 n) at short vectors and O(n log n L) at long ones. ``exponent`` is the local slope
+    of log CPU against log n; ``cpu_per_client_per_k`` and ``cpu_per_client_per_kt`` show which term
+    dominates.
+    """
+    rows = []
+    for n in ns:
+        runs = [run_ours(n, length, dropout, 32, seed=n) for _ in range(reps)]
+        best = min(runs, key=lambda r: r["total_cpu_seconds"])
+        cpu = best["total_cpu_seconds"]
+        k, t = best["k"], best["t"]
+        rows.append(
+            {
+                "n": n,
+                "k": k,
+                "t": t,
+                "correct": all(r["correct"] for r in runs),
+                "total_cpu_seconds": cpu,
+                "all_cpu_seconds": [r["total_cpu_seconds"] for r in runs],
+                "client_seconds": best["client_seconds"],
+                "server_seconds": best["server_seconds"],
+                "cpu_per_client_ms": 1e3 * cpu / n,
+                "cpu_per_client_per_k_us": 1e6 * cpu / n / k,
+                "cpu_per_client_per_kt_us": 1e6 * cpu / n / (k * t),
+                "signatures_verified": best["signatures_verified"],
+                "signature_cache_hits": best["signature_cache_hits"],
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    for a, b in itertools.pairwise(rows):
+        b["exponent"] = math.log(b["total_cpu_seconds"] / a["total_cpu_seconds"]) / math.log(
+            b["n"] / a["n"]
+        )
+    first, last = rows[0], rows[-1]
+    return {
+        "benchmark": "secagg_scaling",
+        "threat_model": "malicious",
+        "length": length,
+        "dropout": dropout,
+        "bits": 32,
+        "repetitions": reps,
+        "rows": rows,
+        "exponent_overall": math.log(last["total_cpu_seconds"] / first["total_cpu_seconds"])
+        / math.log(last["n"] / first["n"]),
+        "cpu_count": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 def save(
     args: argparse.Namespace,
     rows: list[dict[str, Any]],
@@ -382,7 +442,8 @@ def save(
         "numpy_version": numpy.__version__,
         "cpu_count": os.cpu_count(),
         "min_speedup_total": min(ratios) if ratios else None,
-        "rows": sorted(rows, key=lambda r: (r["n"], r["length"], r["dropout"])),
+        "speedup_total_cpu": [r["speedup_total_cpu"] for r in rows if "speedup_total_cpu" in r],
+        "rows": sorted(rows, key=lambda r: (r["n"], r["length"], r["dropout"], r.get("repeat", 0))),
         "mask_throughput": tp,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -425,6 +486,23 @@ def main() -> None:
     ap.add_argument(
         "--output", type=Path, default=None, help="results file (default results/secagg.json)"
     )
+    ap.add_argument(
+        "--scaling",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="only measure the malicious model's CPU at these n (length from --lengths, default "
+        "1000; dropout from --dropouts, default 0.1) into results/secagg_scaling.json",
+    )
+    ap.add_argument(
+        "--reps", type=int, default=2, help="--scaling: runs per n (the least CPU kept)"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run the whole grid this many times (rows carry 'repeat'; ratios stay within a repeat)",
+    )
     ap.add_argument("--flower-peer", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.output is not None:
@@ -433,6 +511,20 @@ def main() -> None:
         print(json.dumps(flower_peer(json.loads(args.flower_peer))))
         return
 
+    if args.scaling:
+        out = scaling(
+            args.scaling,
+            length=(args.lengths or [1000])[0],
+            dropout=(args.dropouts or [0.1])[0],
+            reps=args.reps,
+        )
+        target = args.output if args.output is not None else SCALING
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(out, indent=1))
+        os.replace(tmp, target)
+        print(f"wrote {target}: exponent {out['exponent_overall']:.2f}")
+        return
     if args.throughput_only:
         tp = throughput(4_000_000, reps=15)
         if not args.no_flower and ensure_peers():
@@ -472,22 +564,23 @@ def main() -> None:
     dropouts = tuple(args.dropouts) if args.dropouts else (0.0, 0.1)
     bits = 32
     rows: list[dict[str, Any]] = []
-    done: set[tuple[int, int, float]] = set()
+    done: set[tuple[int, int, int, float]] = set()
     if args.resume and RESULTS.exists():
         rows = json.loads(RESULTS.read_text())["rows"]
-        done = {(r["n"], r["length"], r["dropout"]) for r in rows}
+        done = {(r.get("repeat", 0), r["n"], r["length"], r["dropout"]) for r in rows}
     # (n, dropout) -> (length, seconds) of the last Flower run. Flower's cost is a per-client crypto part
     # that does not depend on the length plus masks: project T(L) = T(L0) + (L - L0) n (k + 2) c_mask.
     flower_seen: dict[tuple[int, float], tuple[int, float]] = {}
-    for n, length in grid:
+    for rep, n, length in [(r, n, ln) for r in range(args.repeats) for n, ln in grid]:
         for d in dropouts:
-            if (n, length, d) in done:
+            if (rep, n, length, d) in done:
                 continue
             t0 = time.perf_counter()
             ours = run_ours(n, length, d, bits, seed=n + length)
             ours_wall = time.perf_counter() - t0
             semi = run_ours(n, length, d, bits, seed=n + length, threat_model="semi-honest")
             row: dict[str, Any] = {
+                "repeat": rep,
                 "n": n,
                 "length": length,
                 "dropout": d,

@@ -32,6 +32,7 @@ from fedstats.secagg import (
 )
 from fedstats.secagg.crypto import (
     LABEL_MASK,
+    VerificationCache,
     add_mask,
     agree,
     derive_key,
@@ -202,9 +203,22 @@ def _split_attack(dep: Deployment, victim: int) -> list[Message | None]:
     return answers
 
 
+def _share_one_cache(dep: Deployment) -> VerificationCache:
+    """Give the server and every client of ``dep`` one verification cache, as the driver does."""
+    cache = VerificationCache()
+    p = dep.params
+    dep.server = SecAggServer(p, length=dep.length, bits=dep.bits, roster=dep.roster, cache=cache)
+    dep.clients = {i: SecAggClient(i, dep.x[i], dep.configs[i], cache=cache) for i in range(p.n)}
+    return cache
+
+
+@pytest.mark.parametrize("shared_cache", [False, True])
 @pytest.mark.parametrize("corrupt", [(), (3, 11)])
-def test_inconsistent_dropout_claims_reveal_nothing(corrupt: tuple[int, ...]) -> None:
+def test_inconsistent_dropout_claims_reveal_nothing(
+    corrupt: tuple[int, ...], shared_cache: bool
+) -> None:
     dep = Deployment(30, 12, 9, corrupt=corrupt, min_survivors=20)
+    cache = _share_one_cache(dep) if shared_cache else None
     victim = 0
     answers = _split_attack(dep, victim)
     assert_learns_only_one_signed_set(answers, dep.params.t)
@@ -213,6 +227,8 @@ def test_inconsistent_dropout_claims_reveal_nothing(corrupt: tuple[int, ...]) ->
     assert any(a is not None for a in answers)  # clients whose view is consistent still answer
     refused = [e for e in dep.errors.values() if isinstance(e, ProtocolAbortError | SecurityError)]
     assert refused  # the victim's neighbourhood could not gather t signatures on both sets
+    if cache is not None:  # the attack's signatures on both sets went through the shared cache
+        assert cache.hits > 0 and cache.verified > 0
 
 
 def test_clients_refuse_per_client_lists_and_foreign_sets() -> None:

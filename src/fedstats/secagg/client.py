@@ -32,7 +32,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
+from collections import Counter
 from enum import Enum
+from itertools import chain
 from typing import TypeVar
 
 import numpy as np
@@ -48,7 +50,8 @@ from fedstats.secagg.crypto import (
     LABEL_MASK,
     LABEL_SHARE_ENCRYPTION,
     KeyPair,
-    add_mask,
+    VerificationCache,
+    add_masks,
     check_public_key,
     decrypt_share,
     encrypt_share,
@@ -115,10 +118,15 @@ class SecAggClient:
     ----------
     index : int
         The client's index in ``[0, n)`` (its Shamir abscissa is ``index + 1``).
-    values : numpy.ndarray
+    values : numpy.ndarray or None
         Shape ``(length,)``, integer dtype: the client's input, reduced mod 2^b (two's complement).
+        None: given later with :meth:`provide_input`, before the masked-input stage.
     config : ClientConfig
         The client's own view of the task (parameters, threat model, identity).
+    cache : VerificationCache, optional
+        Signature verifications and roster checks shared with the other parties of a simulated session
+        (:class:`~fedstats.secagg.crypto.VerificationCache` says why that is sound). Default: the
+        client verifies everything itself, as a device does.
 
     Notes
     -----
@@ -127,18 +135,22 @@ class SecAggClient:
     ``UnmaskRequest -> UnmaskResponse``. Keys come from OS entropy; nothing is seeded.
     """
 
-    def __init__(self, index: int, values: np.ndarray, config: ClientConfig) -> None:
+    def __init__(
+        self,
+        index: int,
+        values: np.ndarray | None,
+        config: ClientConfig,
+        *,
+        cache: VerificationCache | None = None,
+    ) -> None:
         if not 0 <= int(index) < config.n:
             raise ParameterError("index", index, f"an integer in [0, {config.n})")
-        values = np.asarray(values)
-        if values.size != config.length:
-            raise DataError(
-                f"client {index} holds {values.size} values, the task expects {config.length}"
-            )
         self.index = int(index)
         self.config = config
+        self._cache = cache
         self._malicious = config.threat_model == "malicious"
-        self._values = to_modular(values, config.bits)
+        self._has_input = values is not None
+        self._values = self._modular(values) if values is not None else np.empty(0, dtype=np.uint8)
         self.state = ClientState.INIT
         self._session = b""
         self._transcript = b""
@@ -152,6 +164,41 @@ class SecAggClient:
         self._held: dict[int, tuple[int, int]] = {}  # sender -> (seed share, key share)
         self._survivors: tuple[int, ...] = ()
         self._own_signature = b""
+
+    def _modular(self, values: np.ndarray) -> np.ndarray:
+        values = np.asarray(values)
+        if values.size != self.config.length:
+            raise DataError(
+                f"client {self.index} holds {values.size} values, the task expects "
+                f"{self.config.length}"
+            )
+        return to_modular(values, self.config.bits)
+
+    def provide_input(self, values: np.ndarray) -> None:
+        """Give the client its input after construction, at the latest just before its masked input.
+
+        A client built with ``values=None`` takes part in the key stages without its data; the input
+        is needed only for the masked input. The in-process driver uses this so that it holds one
+        client's vector at a time, not ``n`` of them.
+
+        Parameters
+        ----------
+        values : numpy.ndarray
+            Shape ``(length,)``, integer dtype (reduced mod 2^b, two's complement).
+
+        Raises
+        ------
+        DataError
+            Wrong size or a non-integer dtype.
+        SecurityError
+            The client already has its input, or is past the masked-input stage.
+        """
+        if self._has_input:
+            raise SecurityError(f"client {self.index} already has its input")
+        if self.state not in (ClientState.INIT, ClientState.ADVERTISED, ClientState.SHARED):
+            raise SecurityError(f"client {self.index} takes no input in state {self.state.value}")
+        self._values = self._modular(values)
+        self._has_input = True
 
     # ------------------------------------------------------------------------------------------
     def expected(self) -> type[Message] | None:
@@ -248,6 +295,12 @@ class SecAggClient:
         if m.receiver != self.index:
             raise SecurityError(f"message for client {m.receiver} delivered to client {self.index}")
 
+    def _verify(self, public: bytes, signature: bytes, data: bytes) -> bool:
+        """Ed25519 check of a peer's signature (through the shared cache when there is one)."""
+        if self._cache is not None:
+            return self._cache.verify(public, signature, data)
+        return verify_signature(public, signature, data)
+
     def _signed(self, msg: _Reply) -> _Reply:
         """``msg`` signed with the client's identity key (malicious model; else as it is, unsigned)."""
         if not self._malicious:
@@ -272,8 +325,12 @@ class SecAggClient:
             assert c.verifier is not None and c.identity is not None
             if setup.neighbors:
                 raise SecurityError("the server may not choose neighbours in the malicious model")
-            roster = SessionRoster.from_bytes(setup.roster, max_clients=c.n)
-            c.verifier.verify(roster)
+            if self._cache is not None:
+                roster, transcript = self._cache.roster(setup.roster, c.verifier, max_clients=c.n)
+            else:
+                roster = SessionRoster.from_bytes(setup.roster, max_clients=c.n)
+                c.verifier.verify(roster)
+                transcript = roster_transcript(roster)
             if roster.n != c.n or roster.task_id != c.task_id or roster.session != setup.session:
                 raise SecurityError("the session roster does not match the task or the session")
             if roster.identities[self.index] != c.identity.public:
@@ -281,7 +338,7 @@ class SecAggClient:
             self._roster = roster
             own = public_neighbors(c.n, c.k, roster.session, [self.index])[self.index]
             self._nbrs = public_neighbors(c.n, c.k, roster.session, [self.index, *own])
-            self._transcript = roster_transcript(roster)
+            self._transcript = transcript
         else:
             nb = setup.neighbors
             if len(nb) != c.k or len(set(nb)) != c.k or any(not 0 <= j < c.n for j in nb):
@@ -316,7 +373,7 @@ class SecAggClient:
                 raise SecurityError(f"client {self.index} received a foreign key transcript")
             for j, (c_pk, s_pk, sig) in msg.keys.items():
                 ad = AdvertiseKeys(self._session, j, c_pk, s_pk)
-                if not verify_signature(self._roster.identities[j], sig, ad.signed_bytes()):
+                if not self._verify(self._roster.identities[j], sig, ad.signed_bytes()):
                     raise SecurityError(
                         f"client {self.index}: the key advertisement of client {j} is not signed by "
                         "its certified identity"
@@ -394,15 +451,20 @@ class SecAggClient:
             if s != sender or r != self.index:
                 raise SecurityError(f"share from client {sender} names sender {s} and receiver {r}")
             held[sender] = (int.from_bytes(bs, "little"), int.from_bytes(ks, "little"))
+        if not self._has_input:
+            raise ParameterError(
+                "values", None, "the client's input, given before its masked input is due"
+            )
         y = self._values
-        tr, me, scratch = self._transcript, self.index, mask_scratch()
-        add_mask(y, self_mask_seed(tr, me, self._seed), sign=+1, scratch=scratch)
+        tr, me = self._transcript, self.index
+        masks = [(self_mask_seed(tr, me, self._seed), +1)]
         for peer in sorted(msg.ciphertexts):
             peer_public = self._peer_keys[peer][0]
             seed = pair_key(
                 mask_keys.private, peer_public, session=tr, label=LABEL_MASK, me=me, peer=peer
             )
-            add_mask(y, seed, sign=mask_sign(me, peer), scratch=scratch)
+            masks.append((seed, mask_sign(me, peer)))
+        add_masks(y, masks, scratch=mask_scratch())
         self._held = held
         # Forget: the plain input (overwritten by y, handed over below), keys and the self-mask seed.
         self._values = np.empty(0, dtype=y.dtype)
@@ -477,28 +539,27 @@ class SecAggClient:
         survivors = set(self._survivors)
         statement = survivor_statement(self._session, self.config.n, self._survivors)
         threshold = self.signature_threshold()
-        # Verify lazily: signers in many of the held neighbourhoods first, and only while some
-        # neighbourhood still lacks signatures (an invalid signature simply does not count).
-        need = {j: threshold - (self.index in self._nbrs[j]) for j in self._held}
-        covers: dict[int, list[int]] = {}
-        for j in self._held:
-            for m in self._nbrs[j] & survivors:
-                if m != self.index and m in msg.signatures:
-                    covers.setdefault(m, []).append(j)
+        # Verify lazily, neighbourhood by neighbourhood, each signer at most once, and only while the
+        # neighbourhood lacks signatures (an invalid signature simply does not count). Whether each
+        # N(j) reaches t valid signers does not depend on the order; signers in many of the held
+        # neighbourhoods go first so that few signatures are checked. Set operations, not Python
+        # loops over k^2 pairs.
+        signers = (survivors & msg.signatures.keys()) - {self.index}
+        coverage = Counter(chain.from_iterable(self._nbrs[j] & signers for j in self._held))
         valid = {self.index}
-        short = sum(1 for v in need.values() if v > 0)
-        for signer in sorted(covers, key=lambda m: (-len(covers[m]), m)):
-            if short == 0:
-                break
-            if not any(need[j] > 0 for j in covers[signer]):
-                continue
-            if verify_signature(self._roster.identities[signer], msg.signatures[signer], statement):
-                valid.add(signer)
-                for j in covers[signer]:
-                    need[j] -= 1
-                    short -= need[j] == 0
-        for j in self._held:
+        checked: set[int] = set()
+        identities = self._roster.identities
+        for j in sorted(self._held):
             count = len(self._nbrs[j] & valid)
+            if count < threshold:
+                todo = sorted((self._nbrs[j] & signers) - checked, key=lambda m: (-coverage[m], m))
+                for m in todo:
+                    checked.add(m)
+                    if self._verify(identities[m], msg.signatures[m], statement):
+                        valid.add(m)
+                        count += 1
+                        if count >= threshold:
+                            break
             if count < threshold:
                 raise ProtocolAbortError(
                     f"client {self.index}: only {count} neighbours of client {j} signed the survivor "

@@ -8,27 +8,30 @@
 * Pseudorandom generator ``F`` expanding a 32-byte seed into a mask of ``length`` integers mod 2^b:
   the AES-256-CTR keystream viewed as ``uint16/uint32/uint64`` (one keystream call per mask, no per-element
   Python).
+* :class:`VerificationCache`: Ed25519 verification results (and parsed keys and rosters) shared by the
+  parties of one simulated session, keyed by the exact bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import struct
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedstats.errors import ParameterError, SecurityError
 
 if TYPE_CHECKING:
-    from fedstats.secagg.identity import SessionRoster
+    from fedstats.secagg.identity import RosterVerifier, SessionRoster
 
 __all__ = [
     "DTYPES",
@@ -36,7 +39,9 @@ __all__ = [
     "LABEL_SELF_MASK",
     "LABEL_SHARE_ENCRYPTION",
     "KeyPair",
+    "VerificationCache",
     "add_mask",
+    "add_masks",
     "agree",
     "check_bits",
     "check_public_key",
@@ -164,7 +169,11 @@ def derive_key(shared: bytes, *, session: bytes, label: bytes, low: int, high: i
     The pair is ordered (``low < high``) so both ends derive the same key.
     """
     info = label + struct.pack("<II", low, high)
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=session, info=info).derive(shared)
+    # RFC 5869 with L = 32 = HashLen: PRK = HMAC(salt, IKM), OKM = T(1) = HMAC(PRK, info || 0x01).
+    # The same bytes as cryptography's HKDF (a test checks it), without building an object per key:
+    # every client derives about 2k of these per session.
+    prk = hmac.digest(session, shared, "sha256")  # an empty salt is HMAC's zero key, as in RFC 5869
+    return hmac.digest(prk, info + b"\x01", "sha256")
 
 
 def pair_key(
@@ -328,8 +337,11 @@ _CHUNK = 1 << 18
 """Bytes of keystream per step when adding a mask: small enough to stay in cache while it is added."""
 
 
+_CTR_ZERO = modes.CTR(bytes(16))  # an immutable value: one object for every mask
+
+
 def _cipher(seed: bytes) -> Any:
-    return Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
+    return Cipher(algorithms.AES(seed), _CTR_ZERO).encryptor()
 
 
 def expand_mask(seed: bytes, length: int, bits: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -386,7 +398,8 @@ def add_mask(acc: np.ndarray, seed: bytes, *, sign: int, scratch: bytearray | No
     """``acc += sign * F(seed)`` in place, mod 2^b (b from ``acc.dtype``).
 
     The keystream is produced in 256 KiB steps into a small reusable buffer and added while it is still in
-    cache, so a mask costs one pass over ``acc`` (about the raw AES-CTR throughput).
+    cache, so a mask costs one pass over ``acc`` (about the raw AES-CTR throughput). Several masks:
+    :func:`add_masks`.
 
     Parameters
     ----------
@@ -399,16 +412,197 @@ def add_mask(acc: np.ndarray, seed: bytes, *, sign: int, scratch: bytearray | No
     scratch : bytearray, optional
         Buffer of at least 256 KiB + 15 bytes reused across calls.
     """
+    add_masks(acc, [(seed, sign)], scratch=scratch)
+
+
+def add_masks(
+    acc: np.ndarray, masks: Sequence[tuple[bytes, int]], *, scratch: bytearray | None = None
+) -> None:
+    """``acc += sum(sign * F(seed) for seed, sign in masks)`` in place, mod 2^b.
+
+    The same result as one :func:`add_mask` per mask, computed block by block: each 256 KiB block of
+    ``acc`` receives every mask's keystream for that block while it stays in cache (one AES-CTR context
+    per mask, advanced block by block), so ``acc`` is read and written once from memory, not once per
+    mask.
+
+    Parameters
+    ----------
+    acc : numpy.ndarray
+        1-D C-contiguous unsigned array (uint16/32/64), modified in place.
+    masks : sequence of (bytes, int)
+        ``(32-byte seed, sign)`` pairs, sign +1 or -1.
+    scratch : bytearray, optional
+        Buffer of at least 256 KiB + 15 bytes reused across calls.
+    """
+    if not masks:
+        return
     if scratch is None or len(scratch) < _CHUNK + 15:
         scratch = bytearray(_CHUNK + 15)
     item = acc.dtype.itemsize
     step = _CHUNK // item
     view = np.frombuffer(scratch, dtype=np.uint8, count=_CHUNK).view(acc.dtype)
     zeros = memoryview(_zeros(_CHUNK))
-    op = np.add if sign > 0 else np.subtract
-    enc = _cipher(seed)
+    streams = [
+        (_cipher(seed).update_into, np.add if sign > 0 else np.subtract) for seed, sign in masks
+    ]
     n = acc.size
     for s in range(0, n, step):
         e = min(n, s + step)
-        enc.update_into(zeros[: (e - s) * item], scratch)
-        op(acc[s:e], view[: e - s], out=acc[s:e])
+        block, key, z = acc[s:e], view[: e - s], zeros[: (e - s) * item]
+        for update_into, op in streams:
+            update_into(z, scratch)
+            op(block, key, out=block)
+
+
+_SIGNATURE_BYTES = 64
+
+
+class VerificationCache:
+    """Ed25519 verification results shared by the parties of one simulated session.
+
+    In :func:`~fedstats.secagg.driver.run_secure_aggregation` all ``n`` clients and the server live in
+    one process, and the malicious model makes them verify the same signatures over and over: the
+    server checks each client's key advertisement, then each of the client's ``k`` neighbours checks it
+    again; each consistency signature is checked by the server and by every client within two hops.
+    This cache verifies each distinct ``(public key, signature, message)`` once and hands the same
+    answer to every later party that asks.
+
+    Why this is sound: Ed25519 verification (RFC 8032, as ``cryptography``/OpenSSL implement it) is a
+    deterministic function of the three byte strings, with no secret input and no state. The cache key
+    is the triple itself (a tuple of the exact ``bytes``, compared for equality by the dictionary, not a
+    digest of them), so a hit means that the very same bytes were verified under the very same public
+    key, and the party asking gets exactly the answer its own computation would give, valid or invalid.
+    A party that is meant to check independently still does: a forged or altered signature, message or
+    key is a different key in the cache and is verified afresh. Everything in the cache is public (keys,
+    signatures, signed bytes), so sharing it between parties reveals nothing. The cache is per run
+    (never global), so it is bounded by the session's messages and dies with it.
+
+    The rosters are cached the same way (:meth:`roster`): the serialized roster each client receives is
+    parsed and checked by the pinned verifier once per distinct ``(verifier, bytes)``.
+
+    It is a simulation device: in a deployment every device verifies on its own, and the per-party
+    compute times of a cached run no longer include the verifications another party already paid for
+    (:attr:`verified` and :attr:`hits` count both).
+
+    Attributes
+    ----------
+    verified : int
+        Signatures actually verified (cache misses).
+    hits : int
+        Verifications answered from the cache.
+    """
+
+    __slots__ = ("_keys", "_results", "_rosters", "hits", "verified")
+
+    def __init__(self) -> None:
+        self._keys: dict[bytes, Ed25519PublicKey | None] = {}
+        self._results: dict[tuple[bytes, bytes, bytes], bool] = {}
+        self._rosters: dict[tuple[int, bytes], tuple[SessionRoster, bytes, RosterVerifier]] = {}
+        self.verified = 0
+        self.hits = 0
+
+    def public_key(self, public: bytes) -> Ed25519PublicKey | None:
+        """The parsed Ed25519 public key of 32 raw bytes (None when malformed), parsed once.
+
+        Parameters
+        ----------
+        public : bytes
+            Raw public key.
+
+        Returns
+        -------
+        Ed25519PublicKey or None
+        """
+        public = bytes(public)
+        try:
+            return self._keys[public]
+        except KeyError:
+            pass
+        key: Ed25519PublicKey | None = None
+        if len(public) == 32:
+            try:
+                key = Ed25519PublicKey.from_public_bytes(public)
+            except ValueError:
+                key = None
+        self._keys[public] = key
+        return key
+
+    def verify(self, public: bytes, signature: bytes, data: bytes) -> bool:
+        """True when ``signature`` is a valid Ed25519 signature of ``data`` under ``public``.
+
+        The same answer as :func:`fedstats.secagg.identity.verify_signature`, computed once per distinct
+        triple of byte strings.
+
+        Parameters
+        ----------
+        public : bytes
+            Raw 32-byte Ed25519 public key.
+        signature : bytes
+            64-byte signature.
+        data : bytes
+            The signed message.
+
+        Returns
+        -------
+        bool
+        """
+        triple = (bytes(public), bytes(signature), bytes(data))
+        try:
+            ok = self._results[triple]
+        except KeyError:
+            pass
+        else:
+            self.hits += 1
+            return ok
+        key = self.public_key(triple[0])
+        ok = False
+        if key is not None and len(triple[1]) == _SIGNATURE_BYTES:
+            self.verified += 1
+            try:
+                key.verify(triple[1], triple[2])
+                ok = True
+            except InvalidSignature:
+                ok = False
+        self._results[triple] = ok
+        return ok
+
+    def roster(
+        self, data: bytes, verifier: RosterVerifier, *, max_clients: int
+    ) -> tuple[SessionRoster, bytes]:
+        """Parse a serialized roster, check it with ``verifier`` and compute its transcript, once.
+
+        Parameters
+        ----------
+        data : bytes
+            The serialized :class:`~fedstats.secagg.identity.SessionRoster`.
+        verifier : RosterVerifier
+            The client's pinned verifier (results are cached per verifier object: a client with another
+            verifier checks the roster itself).
+        max_clients : int
+            Refuse rosters listing more clients.
+
+        Returns
+        -------
+        roster : SessionRoster
+        transcript : bytes
+            :func:`roster_transcript` of the roster.
+
+        Raises
+        ------
+        DataError
+            Malformed roster.
+        SecurityError
+            ``verifier`` refuses it (failures are not cached: every client gets its own exception).
+        """
+        from fedstats.secagg.identity import SessionRoster
+
+        key = (id(verifier), bytes(data))
+        hit = self._rosters.get(key)
+        if hit is not None and hit[2] is verifier and hit[0].n <= max_clients:
+            self.hits += 1
+            return hit[0], hit[1]
+        roster = SessionRoster.from_bytes(data, max_clients=max_clients)
+        verifier.verify(roster)
+        transcript = roster_transcript(roster)
+        self._rosters[key] = (roster, transcript, verifier)  # holds verifier: its id stays unique
+        return roster, transcript

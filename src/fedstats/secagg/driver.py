@@ -32,7 +32,7 @@ from fedstats.errors import DataError, ParameterError, ProtocolAbortError, Secur
 from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 from fedstats.secagg.client import SecAggClient
-from fedstats.secagg.crypto import check_bits
+from fedstats.secagg.crypto import VerificationCache, check_bits
 from fedstats.secagg.identity import ClientIdentity, EnrollmentAuthority
 from fedstats.secagg.params import ClientConfig, SecAggParameters, find_parameters
 from fedstats.secagg.server import SecAggServer
@@ -72,6 +72,13 @@ class SecAggResult:
         Clients one of whose messages the server refused (then treated as dropouts).
     cheaters : tuple of int
         Clients the server caught sending wrong shares (their shares were ignored).
+    signatures_verified : int
+        Ed25519 signatures the shared cache verified, each distinct one once (0 when the cache is off:
+        then every party verifies on its own and nothing is counted).
+    signature_cache_hits : int
+        Verifications answered by the shared :class:`~fedstats.secagg.crypto.VerificationCache`
+        (0 when it is off): ``signatures_verified + signature_cache_hits`` is what the parties would
+        verify on separate devices.
     """
 
     total: np.ndarray
@@ -87,6 +94,8 @@ class SecAggResult:
     client_aborts: tuple[int, ...] = ()
     rejected: tuple[int, ...] = ()
     cheaters: tuple[int, ...] = ()
+    signatures_verified: int = 0
+    signature_cache_hits: int = 0
 
     @property
     def bytes_per_client(self) -> float:
@@ -126,6 +135,7 @@ def run_secure_aggregation(
     task_id: bytes = b"fedstats",
     session: bytes | None = None,
     progress: Progress | None = None,
+    share_verifications: bool = True,
 ) -> SecAggResult:
     """Run the whole protocol in-process and return the server's sum.
 
@@ -160,6 +170,12 @@ def run_secure_aggregation(
         Malicious model: the 32-byte session id the authority puts in the roster (it fixes the graph).
         Default: fresh OS entropy. A fixed value makes the graph reproducible: tests only, not for
         release.
+    share_verifications : bool, default True
+        Malicious model: the server and the clients share one
+        :class:`~fedstats.secagg.crypto.VerificationCache` for this run, so each distinct signature
+        (and the roster) is verified once in the process rather than by every party (the answers are
+        the same: see the class for why). False makes every party verify on its own, as separate
+        devices would (to measure a device's cost).
 
     progress : Progress, optional
         Receives one task per stage (``"secure aggregation: <stage>"``, ``n`` units: one per client
@@ -214,6 +230,7 @@ def run_secure_aggregation(
 
     identities: list[ClientIdentity] = []
     verifier = None
+    cache = VerificationCache() if malicious and share_verifications else None
     t0 = time.perf_counter()
     if malicious:
         authority = authority if authority is not None else EnrollmentAuthority()
@@ -221,7 +238,7 @@ def run_secure_aggregation(
         roster = authority.roster([c.public for c in identities], task_id=task_id, session=session)
         verifier = authority.verifier()
         t0 = time.perf_counter()
-        server = SecAggServer(params, length=length, bits=bits, roster=roster)
+        server = SecAggServer(params, length=length, bits=bits, roster=roster, cache=cache)
     else:
         server = SecAggServer(
             params,
@@ -257,7 +274,10 @@ def run_secure_aggregation(
                     verifier=verifier,
                     task_id=task_id,
                 )
-                clients[i] = SecAggClient(i, np.asarray(get(i)), config)  # data, not compute
+                # The input is fetched when the masked input is due: one vector in memory at a time.
+                clients[i] = SecAggClient(i, None, config, cache=cache)
+            elif stage == "masked_input":
+                clients[i].provide_input(np.asarray(get(i)))  # data, not compute
             t1 = time.perf_counter()
             try:
                 reply = clients[i].handle_bytes(data)
@@ -299,4 +319,6 @@ def run_secure_aggregation(
         client_aborts=tuple(sorted(aborted)),
         rejected=tuple(sorted(rejected)),
         cheaters=tuple(sorted(server.cheaters)),
+        signatures_verified=cache.verified if cache is not None else 0,
+        signature_cache_hits=cache.hits if cache is not None else 0,
     )

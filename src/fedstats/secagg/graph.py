@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from functools import lru_cache
 
 import numpy as np
 
@@ -127,9 +128,22 @@ def public_harary_graph(n: int, k: int, seed: bytes) -> np.ndarray:
 
 
 def _public_permutation(n: int, seed: bytes) -> np.ndarray:
-    key = hashlib.sha256(b"fedstats/secagg/v2/graph\x00" + bytes(seed)).digest()
+    return _cached_permutation(int(n), bytes(seed))[0]
+
+
+@lru_cache(maxsize=16)
+def _cached_permutation(n: int, seed: bytes) -> tuple[np.ndarray, np.ndarray]:
+    # A pure function of public inputs; every client of a simulated session asks for the same one, so
+    # it is computed once (read-only, so no caller can change what the next one gets). Returns the
+    # permutation (ring position -> client) and its inverse (client -> ring position).
+    key = hashlib.sha256(b"fedstats/secagg/v2/graph\x00" + seed).digest()
     words = expand_mask(key, n, 64)
-    return np.argsort(words, kind="stable").astype(np.int64)
+    perm = np.argsort(words, kind="stable").astype(np.int64)
+    pos = np.empty(n, dtype=np.int64)
+    pos[perm] = np.arange(n, dtype=np.int64)
+    perm.setflags(write=False)
+    pos.setflags(write=False)
+    return perm, pos
 
 
 def public_neighbors(
@@ -152,7 +166,22 @@ def public_neighbors(
         Each client's ``k`` neighbours.
     """
     n, offsets = _ring(n, k)
-    pi = _public_permutation(n, seed)
-    pos = np.empty(n, dtype=np.int64)
-    pos[pi] = np.arange(n, dtype=np.int64)
-    return {int(c): frozenset(pi[(pos[c] + offsets) % n].tolist()) for c in clients}
+    seed = bytes(seed)
+    pi, pos = _cached_permutation(n, seed)
+    known = _cached_rows(n, k, seed)
+    ids = [int(c) for c in clients]
+    todo = [c for c in dict.fromkeys(ids) if c not in known]
+    if todo:
+        rows = pi[(pos[np.asarray(todo, dtype=np.int64)][:, None] + offsets[None, :]) % n]
+        known.update(zip(todo, map(frozenset, rows.tolist()), strict=True))
+    return {c: known[c] for c in ids}
+
+
+@lru_cache(maxsize=16)
+def _cached_rows(n: int, k: int, seed: bytes) -> dict[int, frozenset[int]]:
+    # Neighbourhoods already computed in this session, shared by every caller (the simulated clients
+    # each ask for theirs and their neighbours': k + 1 rows each). Rows are immutable public data, a
+    # pure function of (n, k, seed); they are filled on demand, so a device holds only the rows it
+    # asked for, not n of them.
+    del n, k, seed  # only the cache key
+    return {}

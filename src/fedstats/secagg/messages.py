@@ -122,12 +122,14 @@ def _read_vector(r: Reader, fields_read: dict[str, Any]) -> np.ndarray:
 
 def _pack_set(n: int, members: tuple[int, ...]) -> bytes:
     bits = np.zeros(n, dtype=bool)
-    bits[list(members)] = True
+    bits[np.asarray(members, dtype=np.int64)] = True
     return np.packbits(bits, bitorder="little").tobytes()
 
 
 def _put_bitmap(parts: list[bytes], members: tuple[int, ...], msg: Any) -> None:
-    if any(not 0 <= s < msg.n for s in members):
+    # numpy, not a Python loop: every client of a session receives the n-client set
+    idx = np.asarray(members, dtype=np.int64).reshape(-1)
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= msg.n):
         raise DataError("survivor outside [0, n)")
     parts.append(_pack_set(msg.n, members))
 
@@ -140,7 +142,7 @@ def _read_bitmap(r: Reader, fields_read: dict[str, Any]) -> tuple[int, ...]:
     bits = np.unpackbits(np.frombuffer(r.take(size), dtype=np.uint8), bitorder="little")
     if bits[n:].any():
         raise DataError("survivor bitmap has bits beyond n")
-    return tuple(int(v) for v in np.flatnonzero(bits[:n]))
+    return tuple(np.flatnonzero(bits[:n]).tolist())
 
 
 _KEY = fixed(32)
@@ -157,10 +159,107 @@ _SHARE = Codec(
     lambda r, _: int.from_bytes(r.fixed(SHARE_BYTES), "little"),
 )
 """A Shamir share value: a 66-byte little-endian integer."""
-_KEYS = table(row(_KEY, _KEY, SIG), "client {} listed twice")
-_CIPHERTEXTS = table(fixed(CIPHERTEXT_BYTES), "two ciphertexts for client {}")
-_SIGNATURES = table(_SIGNATURE, "two signatures of client {}")
-_SHARES = table(_SHARE, "two shares of client {}")
+
+
+def _duplicate(indices: list[int], duplicate: str) -> DataError:
+    seen: set[int] = set()
+    for idx in indices:
+        if idx in seen:
+            break
+        seen.add(idx)
+    return DataError(duplicate.format(idx))
+
+
+def _bulk_table(
+    size: int,
+    duplicate: str,
+    encode: Callable[[Any], bytes] | None = None,
+    decode_value: Callable[[bytes], Any] | None = None,
+) -> Codec:
+    """:func:`~fedstats.secagg._wire.table` of ``size``-byte values, packed and parsed in bulk.
+
+    The same bytes as ``table(fixed(size), duplicate)`` (a count, then ``(index, value)`` entries in
+    index order), with one ``struct`` call per message instead of several Python calls per entry: these
+    tables hold ``k`` ciphertexts, shares or signatures, or ``2k`` signatures, per message.
+    ``encode``/``decode_value`` map a value to and from its ``size`` bytes (default: the bytes as they
+    are, length checked).
+    """
+    entry = struct.Struct(f"<I{size}s")
+
+    def write(parts: list[bytes], entries: dict[int, Any], _: object) -> None:
+        values = entries if encode is None else {i: encode(v) for i, v in entries.items()}
+        if not all(map(size.__eq__, map(len, values.values()))):
+            raise DataError(f"field must be {size} bytes")
+        put_u32(parts, len(values))
+        pack = entry.pack
+        parts.append(b"".join([pack(i, values[i]) for i in sorted(values)]))
+
+    def read(r: Reader, _: dict[str, Any]) -> dict[int, Any]:
+        count = r.count(entry.size)
+        pairs = list(entry.iter_unpack(r.take(count * entry.size)))
+        out = dict(pairs)
+        if len(out) != count:
+            raise _duplicate([i for i, _ in pairs], duplicate)
+        if decode_value is not None:
+            return {i: decode_value(v) for i, v in out.items()}
+        return out
+
+    return Codec(4, write, read)
+
+
+def _keys_table(duplicate: str) -> Codec:
+    """``{index: (mask key, encryption key, signature)}``: ``table(row(_KEY, _KEY, SIG))``, in bulk.
+
+    Every signature of one table has the same length in practice (all 64 bytes in the malicious model,
+    none otherwise): such a table is parsed in one ``struct`` call; a mixed one by the generic codec.
+    """
+    generic = table(row(_KEY, _KEY, SIG), duplicate)
+    layouts = {n: struct.Struct(f"<I32s32sB{n}s") for n in (0, SIGNATURE_BYTES)}
+
+    def write(parts: list[bytes], entries: dict[int, tuple[bytes, bytes, bytes]], m: Any) -> None:
+        sizes = {len(sig) for _, _, sig in entries.values()}
+        keys_ok = all(len(a) == 32 and len(b) == 32 for a, b, _ in entries.values())
+        if len(sizes) != 1 or not keys_ok or next(iter(sizes)) not in layouts:
+            generic.write(parts, entries, m)  # raises the precise error, or writes a mixed table
+            return
+        size = next(iter(sizes))
+        pack = layouts[size].pack
+        put_u32(parts, len(entries))
+        parts.append(
+            b"".join([pack(i, *entries[i][:2], size, entries[i][2]) for i in sorted(entries)])
+        )
+
+    def read(r: Reader, fields_read: dict[str, Any]) -> dict[int, tuple[bytes, bytes, bytes]]:
+        start = r.pos
+        count = r.count(4 + 32 + 32 + 1)
+        if count:
+            first = r.take(4 + 64 + 1)[-1]
+            lay = layouts.get(first)
+            r.pos -= 4 + 64 + 1
+            if lay is not None and count * lay.size <= r.left():
+                rows = list(lay.iter_unpack(r.view[r.pos : r.pos + count * lay.size]))
+                if all(row_[3] == first for row_ in rows):
+                    r.pos += count * lay.size
+                    out = {i: (a, b, sig) for i, a, b, _, sig in rows}
+                    if len(out) != count:
+                        raise _duplicate([row_[0] for row_ in rows], duplicate)
+                    return out
+        r.pos = start
+        result: dict[int, tuple[bytes, bytes, bytes]] = generic.read(r, fields_read)
+        return result
+
+    return Codec(4, write, read)
+
+
+_KEYS = _keys_table("client {} listed twice")
+_CIPHERTEXTS = _bulk_table(CIPHERTEXT_BYTES, "two ciphertexts for client {}")
+_SIGNATURES = _bulk_table(SIGNATURE_BYTES, "two signatures of client {}")
+_SHARES = _bulk_table(
+    SHARE_BYTES,
+    "two shares of client {}",
+    lambda v: int(v).to_bytes(SHARE_BYTES, "little"),
+    lambda b: int.from_bytes(b, "little"),
+)
 
 
 @dataclass(frozen=True, eq=False)

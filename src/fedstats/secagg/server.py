@@ -40,7 +40,8 @@ from fedstats.randomness import RNG
 from fedstats.secagg.crypto import (
     DTYPES,
     LABEL_MASK,
-    add_mask,
+    VerificationCache,
+    add_masks,
     check_bits,
     check_public_key,
     mask_scratch,
@@ -133,6 +134,10 @@ class SecAggServer:
     roster : SessionRoster, optional
         The authority-signed roster (malicious model): the session id, the clients' identities and the
         graph's public randomness all come from it.
+    cache : VerificationCache, optional
+        Signature verifications shared with the clients of a simulated session (see
+        :class:`~fedstats.secagg.crypto.VerificationCache`); default: the server verifies every
+        signature itself.
 
     Attributes
     ----------
@@ -159,8 +164,10 @@ class SecAggServer:
         round_id: bytes | None = None,
         rng: RNG | None = None,
         roster: SessionRoster | None = None,
+        cache: VerificationCache | None = None,
     ) -> None:
         check_bits(bits)
+        self._cache = cache
         if length < 1:
             raise ParameterError("length", length, "an integer >= 1")
         self.params = params
@@ -194,6 +201,7 @@ class SecAggServer:
         self._responses: dict[int, UnmaskResponse] = {}
         self._requests: dict[int, UnmaskRequest] = {}
         self._result: np.ndarray | None = None
+        self._survivor_statement: bytes | None = None
         self.advertised: set[int] = set()
         self.shared: set[int] = set()
         self.masked: set[int] = set()
@@ -277,11 +285,12 @@ class SecAggServer:
         if self.malicious:
             assert self.roster is not None
             data = (
-                survivor_statement(self.session, self.params.n, tuple(sorted(self.masked)))
+                self._statement()
                 if isinstance(message, ConsistencySignature)
                 else message.signed_bytes()
             )
-            if not verify_signature(self.roster.identities[sender], message.signature, data):
+            check = self._cache.verify if self._cache is not None else verify_signature
+            if not check(self.roster.identities[sender], message.signature, data):
                 raise SecurityError(
                     f"message claiming to be from client {sender} is not signed by it"
                 )
@@ -295,6 +304,14 @@ class SecAggServer:
             self._receive_signature(message)
         else:
             self._receive_unmask(message)
+
+    def _statement(self) -> bytes:
+        """The survivor statement the clients sign (fixed once ``S`` is; computed once, not per signer)."""
+        if self._survivor_statement is None:
+            self._survivor_statement = survivor_statement(
+                self.session, self.params.n, tuple(sorted(self.masked))
+            )
+        return self._survivor_statement
 
     def _receive_keys(self, m: AdvertiseKeys) -> None:
         if m.client in self._keys:
@@ -411,6 +428,7 @@ class SecAggServer:
             return out
         if self.state is ServerState.MASKED_INPUT:
             self.masked = set(self._masked)
+            self._survivor_statement = None
             self._check_quorum(len(self.masked), "masked input")
             if self.malicious:
                 self.state = ServerState.CONSISTENCY
@@ -465,16 +483,15 @@ class SecAggServer:
                 seed_shares[i].append((j + 1, s))
             for i, s in resp.key_shares.items():
                 key_shares[i].append((j + 1, s))
-        acc = self._acc.copy()
         cheaters: set[int] = set()
-        scratch = mask_scratch()
         tr = self._transcript
+        masks: list[tuple[bytes, int]] = []  # every secret is reconstructed and checked first
         for i in sorted(self.masked):
             seed, bad = robust_reconstruct(
                 seed_shares[i], threshold=t, check=_seed_check(tr, i, self._commitments[i])
             )
             cheaters |= {x - 1 for x in bad}
-            add_mask(acc, self_mask_seed(tr, i, seed), sign=-1, scratch=scratch)
+            masks.append((self_mask_seed(tr, i, seed), -1))
         for i in sorted(key_shares):
             live = sorted(self._nbr[i] & self.masked)
             if not live:
@@ -484,7 +501,9 @@ class SecAggServer:
             cheaters |= {x - 1 for x in bad}
             for j in live:
                 seed = pair_key(sk, self._keys[j][0], session=tr, label=LABEL_MASK, me=i, peer=j)
-                add_mask(acc, seed, sign=-mask_sign(j, i), scratch=scratch)  # remove what j added
+                masks.append((seed, -mask_sign(j, i)))  # remove what j added
+        acc = self._acc.copy()
+        add_masks(acc, masks, scratch=mask_scratch())
         return acc, cheaters
 
     def result(self) -> np.ndarray:

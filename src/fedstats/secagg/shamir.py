@@ -83,9 +83,9 @@ def split_secret(secret: bytes, *, threshold: int, xs: Sequence[int]) -> list[in
     shares = []
     for x in xs:
         acc = 0
-        for c in rev:  # Horner
-            acc = (acc * x + c) % p
-        shares.append(acc)
+        for c in rev:  # Horner over the integers (x < 2^32: acc grows 32 bits a step), reduced once
+            acc = acc * x + c
+        shares.append(acc % p)
     return shares
 
 
