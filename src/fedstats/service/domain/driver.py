@@ -31,7 +31,7 @@ from fedstats.service.domain import ledger, secure
 from fedstats.service.domain.reports import report_problem
 from fedstats.service.domain.runs import load_run, new_public_seed
 from fedstats.service.domain.tasks import task_config
-from fedstats.service.store import Store
+from fedstats.service.store import Store, as_tx
 from fedstats.service.store.tables import Report, RoundRecord, Run, RunMember
 from fedstats.wire.registry import encoder_name, lookup, plan_for
 
@@ -49,6 +49,12 @@ class _Live:
     gen: Generator[Round, RoundSum, Any]
     index: int
     pending: Round
+    # a plain round waiting for reports, as of the last look at the database: the devices expected,
+    # the reports seen, the round's deadline and when (monotonic) that look was (None: not looked yet)
+    expected: int | None = None
+    seen: int = 0
+    deadline: float = 0.0
+    checked: float = 0.0
 
 
 def _sum_reports(vectors: list[list[int]], dim: int) -> np.ndarray:
@@ -137,6 +143,7 @@ class Driver:
         lease_seconds: float = 30.0,
         owner: str | None = None,
         on_change: Callable[[set[str] | None], None] | None = None,
+        recheck: float = 1.0,
     ) -> None:
         if not lease_seconds > 0:
             raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
@@ -152,6 +159,14 @@ class Driver:
             str, int
         ] = {}  # run id -> the lease epoch (fencing token) this process claimed
         self.lease_seconds = float(lease_seconds)
+        # a pass claims leases at most this often (unless poked: a run was created), and looks at a
+        # waiting plain round at least this often even if this process saw no report for it (another
+        # process may have taken them)
+        self.recheck = float(recheck)
+        self._claim_every = min(self.lease_seconds / 4, self.recheck)
+        self._claimed_at = -float("inf")
+        self._held: list[str] = []
+        self._reports: dict[tuple[str, int], int] = {}  # reports this process accepted since a look
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
         self.metrics: dict[str, float] = {
             "rounds_closed": 0,
@@ -162,13 +177,41 @@ class Driver:
             "fenced_writes": 0,
         }
         self.excluded: dict[str, float] = {}  # reason -> reports excluded from a sum for it
+        self._counted = (0, 0)  # (devices expected, reports in) at the last look at a plain round
+
+    def poke(self) -> None:
+        """Claim leases at the next pass (a run was created or cancelled)."""
+        self._claimed_at = -float("inf")
+
+    def note_report(self, run_id: str, index: int) -> None:
+        """Note a report of round ``index`` of ``run_id`` committed by this process.
+
+        Not locked: a lost increment only delays the round's close to the next look.
+        """
+        key = (run_id, index)
+        self._reports[key] = self._reports.get(key, 0) + 1
+
+    def _due(self, run_id: str, live: _Live) -> bool:
+        """Whether a pass must look at the run in the database (False: it certainly waits still)."""
+        if live.expected is None:
+            return True
+        if time.time() >= live.deadline or time.monotonic() - live.checked >= self.recheck:
+            return True
+        return live.seen + self._reports.get((run_id, live.index), 0) >= live.expected
 
     def _hook(self, event: str, run_id: str, index: int) -> None:
         if self._crash_hook is not None:
             self._crash_hook(event, run_id, index)
 
     def _claim(self) -> list[str]:
-        """Claim free or expired leases, renew ours past half their time; return the runs we hold."""
+        """Claim free or expired leases, renew ours past half their time; return the runs we hold.
+
+        At most every ``min(lease_seconds / 4, recheck)`` seconds (or after :meth:`poke`); in between,
+        the runs held at the last claim.
+        """
+        if time.monotonic() - self._claimed_at < self._claim_every:
+            return [rid for rid in self._held if rid in self._epochs]
+        self._claimed_at = time.monotonic()
         now = time.time()
         live = Run.status.in_(("checkin", "seeding", "running"))
         with self.store.session() as s, s.begin():
@@ -189,7 +232,6 @@ class Driver:
             )
             for run in s.execute(stmt.execution_options(populate_existing=True)).scalars():
                 self._take(run, now)
-        with self.store.session() as s:
             held = s.execute(
                 select(Run.id, Run.lease_epoch).where(live, Run.lease_owner == self.owner)
             ).all()
@@ -210,6 +252,7 @@ class Driver:
             self._forget(rid)  # another process holds it now: our generator is stale
         for rid in set(self._epochs) - set(ids):
             self._epochs.pop(rid, None)
+        self._held = ids
         return [rid for rid in ids if rid in self._epochs]
 
     def _take(self, run: Run, now: float) -> None:
@@ -276,6 +319,9 @@ class Driver:
             self._changed = set()
             ids = self._claim()
             for rid in ids:
+                live = self._live.get(rid)
+                if live is not None and not self._due(rid, live):
+                    continue  # a plain round still waiting: no statement at all
                 try:
                     self._advance(rid)
                 except OperationalError as exc:
@@ -433,10 +479,7 @@ class Driver:
 
     def _close_checkin(self, s: Session, run: Run) -> None:
         cfg = task_config(s, run.task_id)
-        counts = list(
-            s.execute(select(RunMember.slot_count).where(RunMember.run_id == run.id)).scalars()
-        )
-        devices, used = len(counts), sum(counts)  # cohort_size and min_clients count devices
+        devices, used = as_tx(s).cohort(run.id)  # cohort_size and min_clients count devices
         if devices < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
             return
         if devices < int(cfg["min_clients"]):
@@ -526,6 +569,9 @@ class Driver:
                     )
             else:
                 got = self._close_plain(s, run, rec, cfg)
+                live.expected, live.seen = self._counted
+                live.deadline, live.checked = float(rec.deadline), time.monotonic()
+                self._reports.pop((run_id, live.index), None)
             if isinstance(got, str):
                 rec.status = "aborted"
                 abort = got
@@ -582,6 +628,7 @@ class Driver:
             .select_from(Report)
             .where(Report.run_id == run.id, Report.round_index == rec.index)
         ).scalar_one()
+        self._counted = (int(n_expected), int(n_got))
         if n_got < n_expected and time.time() < rec.deadline:
             return None
         reports = (

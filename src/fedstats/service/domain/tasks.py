@@ -16,13 +16,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fedstats import wire
 from fedstats.errors import FedstatsError
 from fedstats.service.domain import ledger
-from fedstats.service.store.tables import Authority, Task
+from fedstats.service.store import Tx, as_tx
+from fedstats.service.store.tables import Task
 from fedstats.wire.tasks import normalize_task, task_id, verify_task
 
 __all__ = [
@@ -43,9 +43,9 @@ class NotFoundError(FedstatsError):
     """A named run, task or round does not exist (HTTP 404)."""
 
 
-def trusted_authorities(session: Session) -> dict[str, str]:
+def trusted_authorities(session: Session | Tx) -> dict[str, str]:
     """The trusted enrollment authorities: fingerprint -> public key (hex)."""
-    return {a.id: a.public_key for a in session.execute(select(Authority)).scalars()}
+    return as_tx(session).authorities()
 
 
 def create_task(session: Session, envelope: Mapping[str, Any], actor: str) -> tuple[str, bool]:
@@ -87,7 +87,7 @@ def create_task(session: Session, envelope: Mapping[str, Any], actor: str) -> tu
     return tid, False
 
 
-def task_config(session: Session, task_id: str) -> dict[str, Any]:
+def task_config(session: Session | Tx, task_id: str) -> dict[str, Any]:
     """The (normalized) configuration of a stored task.
 
     Raises
@@ -98,7 +98,7 @@ def task_config(session: Session, task_id: str) -> dict[str, Any]:
     return _load(session, task_id)[0]
 
 
-def task_envelope(session: Session, task_id: str) -> dict[str, Any] | None:
+def task_envelope(session: Session | Tx, task_id: str) -> dict[str, Any] | None:
     """The signed envelope of a stored task, as the analyst posted it (None for an unsigned legacy row).
 
     Raises
@@ -109,14 +109,14 @@ def task_envelope(session: Session, task_id: str) -> dict[str, Any] | None:
     return _load(session, task_id)[1]
 
 
-def _load(session: Session, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _load(session: Session | Tx, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     cached = _TASK_CACHE.get(tid)
     if cached is not None:  # tasks are immutable: a parsed configuration stays valid
         return cached
-    t = session.get(Task, tid)
-    if t is None:
+    config = as_tx(session).task_json(tid)
+    if config is None:
         raise NotFoundError(f"no task {tid!r}")
-    data: dict[str, Any] = wire.loads(t.config)
+    data: dict[str, Any] = wire.loads(config)
     if set(data) == {"task", "certificate", "signature"}:
         got: tuple[dict[str, Any], dict[str, Any] | None] = (dict(data["task"]), data)
     else:  # a task stored before tasks were signed

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +35,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedstats.errors import DataError, ParameterError
+from fedstats.service.store.core import SqlCoreQueries
+from fedstats.service.store.secure import SqlSecureQueries
 
-__all__ = ["Store", "Timeouts", "open_store", "upgrade"]
+__all__ = ["Store", "StoreError", "Timeouts", "Tx", "open_store", "upgrade"]
+
+StoreError = SQLAlchemyError
+"""What a failed store operation raises (the database away, a lock timeout): catch this, not SQLAlchemy's."""
 
 log = logging.getLogger("fedstats.service")
 
@@ -82,7 +89,9 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # a read-only transaction (Store.transaction(read_only=True)) takes no write lock
+        read = conn.get_execution_options().get("fedstats_read_only", False)
+        conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -166,6 +175,39 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
+class Tx(SqlCoreQueries, SqlSecureQueries):
+    """One open transaction of the store: the core and the secure query groups on one session.
+
+    Obtained from :meth:`Store.transaction`; the domain layer calls its query methods
+    (:class:`~fedstats.service.store.core.CoreQueries`, :class:`~fedstats.service.store.secure.SecureQueries`).
+    ``session`` is the SQLAlchemy session of the transaction, for code not yet converted to the query
+    methods.
+
+    Parameters
+    ----------
+    session : Session
+        A session inside its transaction.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def core(self) -> Tx:
+        """The core query group (this object)."""
+        return self
+
+    @property
+    def secure(self) -> Tx:
+        """The secure query group (this object)."""
+        return self
+
+
+def as_tx(session_or_tx: Session | Tx) -> Tx:
+    """``session_or_tx`` as a :class:`Tx` (a session inside its transaction is wrapped)."""
+    return session_or_tx if isinstance(session_or_tx, Tx) else Tx(session_or_tx)
+
+
 class Store:
     """An engine plus a session factory.
 
@@ -186,6 +228,21 @@ class Store:
     def session(self) -> Session:
         """A new session (use as a context manager; ``with s.begin():`` for one transaction)."""
         return self.sessions()
+
+    @contextmanager
+    def transaction(self, *, read_only: bool = False) -> Iterator[Tx]:
+        """One transaction: yields a :class:`Tx`; commits at the end, rolls back on an exception.
+
+        Parameters
+        ----------
+        read_only : bool
+            The transaction only reads (default False). On SQLite it then starts with a plain ``BEGIN``
+            (a snapshot, no write lock) instead of ``BEGIN IMMEDIATE``; it still ends with one commit.
+        """
+        with self.sessions() as s, s.begin():
+            if read_only and self.is_sqlite:
+                s.connection(execution_options={"fedstats_read_only": True})
+            yield Tx(s)
 
     def writable(self) -> str | None:
         """Probe whether the store can write now; None if it can, else the reason.

@@ -1,5 +1,6 @@
-"""Store queries of the core path: clients, nonces, tasks, runs, members, rounds, reports, the ledger,
-operators, idempotency keys, the change counter.
+"""Store queries of the core path.
+
+Clients, nonces, tasks, runs, members, rounds, reports, operators, authorities, the change counter.
 
 :class:`CoreQueries` is the interface the domain layer calls (through a transaction object, see
 :meth:`fedstats.service.store.Store.transaction`); :class:`SqlCoreQueries` implements it with SQLAlchemy Core
@@ -10,15 +11,521 @@ dataclasses), never ORM objects; reads that grow with a run's cohort are not on 
 
 from __future__ import annotations
 
-from abc import ABC
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, delete, exists, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from fedstats.service.store.tables import (
+    Authority,
+    Client,
+    Nonce,
+    Operator,
+    Report,
+    RoundRecord,
+    Run,
+    RunMember,
+    StateVersion,
+    Task,
+)
+
+__all__ = [
+    "ClientRow",
+    "CoreQueries",
+    "LiveRun",
+    "MemoryCoreQueries",
+    "RoundRow",
+    "SqlCoreQueries",
+]
+
+
+def _table(model: Any) -> Table:
+    return cast(Table, model.__table__)
+
+
+_AUTHORITIES = _table(Authority)
+_CLIENTS = _table(Client)
+_NONCES = _table(Nonce)
+_OPERATORS = _table(Operator)
+_REPORTS = _table(Report)
+_ROUNDS = _table(RoundRecord)
+_RUNS = _table(Run)
+_MEMBERS = _table(RunMember)
+_VERSION = _table(StateVersion)
+_TASKS = _table(Task)
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """An enrolled device (``clients`` row).
+
+    Attributes
+    ----------
+    id, public_key, population, authority : str
+    not_after : float
+        Expiry of its certificate (Unix seconds).
+    revoked : bool
+        Whether an operator revoked it.
+    certificate : str or None
+        The enrollment certificate as registered (JSON).
+    """
+
+    id: str
+    public_key: str
+    population: str
+    authority: str
+    not_after: float
+    revoked: bool
+    certificate: str | None
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    """A journaled round (``rounds`` row, without its total)."""
+
+    run_id: str
+    index: int
+    name: str
+    encode: str
+    params: str
+    params_digest: str
+    dim: int
+    bound: int
+    lo: int
+    hi: int
+    status: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A live run as a device's work list sees it: the run, the device's membership, the open round."""
+
+    run_id: str
+    task_id: str
+    status: str
+    checkin_deadline: float
+    n_clients: int | None
+    public_seed: str | None
+    slot_start: int | None
+    slot_count: int | None
+    reveal: str | None
+    round: RoundRow | None
 
 
 class CoreQueries(ABC):
     """The core path's queries, one method per statement or set-based group of statements."""
 
+    # -- devices and signed requests
+    @abstractmethod
+    def client(self, client_id: str) -> ClientRow | None:
+        """The enrolled device ``client_id``, or None."""
+
+    @abstractmethod
+    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
+        """Enroll a device."""
+
+    @abstractmethod
+    def set_client_certificate(self, client_id: str, certificate: str) -> None:
+        """Keep the certificate of a device enrolled before certificates were kept."""
+
+    @abstractmethod
+    def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
+        """Record a signed request's nonce; False if it was already used (a replay; nothing written)."""
+
+    @abstractmethod
+    def purge_nonces(self, before: float) -> int:
+        """Delete the nonces older than ``before``; return how many."""
+
+    @abstractmethod
+    def authorities(self) -> dict[str, str]:
+        """The trusted enrollment authorities: fingerprint -> public key (hex)."""
+
+    @abstractmethod
+    def add_authority(self, fingerprint: str, public_key: str) -> bool:
+        """Trust an authority; False if it was trusted already."""
+
+    @abstractmethod
+    def operator_of(self, token_hash: str) -> str | None:
+        """The operator whose token hashes to ``token_hash``, or None."""
+
+    @abstractmethod
+    def operator_exists(self, name: str) -> bool:
+        """Whether an operator of that name exists."""
+
+    @abstractmethod
+    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
+        """Create an operator."""
+
+    # -- tasks
+    @abstractmethod
+    def task_json(self, task_id: str) -> str | None:
+        """The stored JSON of task ``task_id`` (its envelope), or None."""
+
+    # -- runs, members, rounds, reports
+    @abstractmethod
+    def cohort(self, run_id: str) -> tuple[int, int]:
+        """``(devices, slots)`` of a run's cohort so far (one aggregate row)."""
+
+    @abstractmethod
+    def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
+        """``(slot_start, slot_count)`` of a device in a run (primary-key lookup), or None."""
+
+    @abstractmethod
+    def add_member(
+        self,
+        run_id: str,
+        client_id: str,
+        slot_start: int,
+        slot_count: int,
+        joined_at: float,
+        commitment: str | None,
+    ) -> None:
+        """Add a device to a run's cohort."""
+
+    @abstractmethod
+    def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
+        """Round ``index`` of a run, share-locked (closing it waits for the reports being written)."""
+
+    @abstractmethod
+    def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
+        """The digest of a device's stored report in a round, or None."""
+
+    @abstractmethod
+    def add_report(
+        self,
+        run_id: str,
+        index: int,
+        client_id: str,
+        vector: str,
+        count: int,
+        digest: str,
+        received_at: float,
+    ) -> None:
+        """Store a report."""
+
+    @abstractmethod
+    def live_runs(self, client_id: str) -> list[LiveRun]:
+        """Every live run with ``client_id``'s membership (if any) and its open round (if any)."""
+
+    @abstractmethod
+    def reported(self, run_id: str, index: int, client_id: str) -> bool:
+        """Whether the device has a report in the round."""
+
+    @abstractmethod
+    def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
+        """``(index, total, n_clients)`` of the closed rounds ``< before`` of a run, in order."""
+
+    @abstractmethod
+    def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
+        """``(run_id, status)`` of the done or aborted runs the device was a member of."""
+
+    # -- the change counter
+    @abstractmethod
+    def bump_version(self) -> int:
+        """Increment the shared ``state_version`` counter; return its new value."""
+
+    @abstractmethod
+    def version(self) -> int:
+        """The shared ``state_version`` counter."""
+
+
+def _round(r: Any) -> RoundRow:
+    return RoundRow(
+        run_id=r.run_id,
+        index=int(r.index),
+        name=r.name,
+        encode=r.encode,
+        params=r.params,
+        params_digest=r.params_digest,
+        dim=int(r.dim),
+        bound=int(r.bound),
+        lo=int(r.lo),
+        hi=int(r.hi),
+        status=r.status,
+        deadline=float(r.deadline),
+    )
+
+
+_ROUND_COLUMNS = (
+    RoundRecord.run_id,
+    RoundRecord.index,
+    RoundRecord.name,
+    RoundRecord.encode,
+    RoundRecord.params,
+    RoundRecord.params_digest,
+    RoundRecord.dim,
+    RoundRecord.bound,
+    RoundRecord.lo,
+    RoundRecord.hi,
+    RoundRecord.status,
+    RoundRecord.deadline,
+)
+
 
 class SqlCoreQueries(CoreQueries):
     """:class:`CoreQueries` on SQLAlchemy (``self.session``: the transaction's session)."""
+
+    session: Session
+
+    def _insert_ignore(self, table: Any, **values: Any) -> int:
+        """``INSERT ... ON CONFLICT DO NOTHING``; the number of rows inserted (0 or 1)."""
+        dialect = self.session.get_bind().dialect.name
+        ins = (postgresql if dialect == "postgresql" else sqlite).insert(table)
+        # RETURNING rather than rowcount (which psycopg reports as -1 here)
+        stmt = ins.values(**values).on_conflict_do_nothing().returning(*table.primary_key.columns)
+        return len(self.session.execute(stmt).all())
+
+    def client(self, client_id: str) -> ClientRow | None:
+        """See :meth:`CoreQueries.client`."""
+        c = _CLIENTS.c
+        row = self.session.execute(
+            select(
+                c.id,
+                c.public_key,
+                c.population,
+                c.authority,
+                c.not_after,
+                c.revoked_at,
+                c.certificate,
+            ).where(c.id == client_id)
+        ).first()
+        if row is None:
+            return None
+        return ClientRow(
+            id=row.id,
+            public_key=row.public_key,
+            population=row.population,
+            authority=row.authority,
+            not_after=float(row.not_after),
+            revoked=row.revoked_at is not None,
+            certificate=row.certificate,
+        )
+
+    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
+        """See :meth:`CoreQueries.add_client`."""
+        self.session.execute(
+            _CLIENTS.insert().values(
+                id=row.id,
+                public_key=row.public_key,
+                population=row.population,
+                authority=row.authority,
+                not_after=row.not_after,
+                enrolled_at=enrolled_at,
+                certificate=row.certificate,
+            )
+        )
+
+    def set_client_certificate(self, client_id: str, certificate: str) -> None:
+        """See :meth:`CoreQueries.set_client_certificate`."""
+        c = _CLIENTS.c
+        self.session.execute(
+            update(_CLIENTS).where(c.id == client_id).values(certificate=certificate)
+        )
+
+    def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
+        """See :meth:`CoreQueries.use_nonce`."""
+        return self._insert_ignore(_NONCES, client_id=client_id, nonce=nonce, ts=ts) == 1
+
+    def purge_nonces(self, before: float) -> int:
+        """See :meth:`CoreQueries.purge_nonces`."""
+        got = self.session.execute(delete(_NONCES).where(_NONCES.c.ts < before))
+        return int(getattr(got, "rowcount", 0) or 0)
+
+    def authorities(self) -> dict[str, str]:
+        """See :meth:`CoreQueries.authorities`."""
+        a = _AUTHORITIES.c
+        return {i: k for i, k in self.session.execute(select(a.id, a.public_key)).all()}
+
+    def add_authority(self, fingerprint: str, public_key: str) -> bool:
+        """See :meth:`CoreQueries.add_authority`."""
+        return self._insert_ignore(_AUTHORITIES, id=fingerprint, public_key=public_key) == 1
+
+    def operator_of(self, token_hash: str) -> str | None:
+        """See :meth:`CoreQueries.operator_of`."""
+        o = _OPERATORS.c
+        got = self.session.execute(select(o.name).where(o.token_hash == token_hash)).scalar()
+        return None if got is None else str(got)
+
+    def operator_exists(self, name: str) -> bool:
+        """See :meth:`CoreQueries.operator_exists`."""
+        o = _OPERATORS.c
+        return self.session.execute(select(o.name).where(o.name == name)).first() is not None
+
+    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
+        """See :meth:`CoreQueries.add_operator`."""
+        self.session.execute(
+            _OPERATORS.insert().values(name=name, token_hash=token_hash, created_at=created_at)
+        )
+
+    def task_json(self, task_id: str) -> str | None:
+        """See :meth:`CoreQueries.task_json`."""
+        t = _TASKS.c
+        got = self.session.execute(select(t.config).where(t.id == task_id)).scalar()
+        return None if got is None else str(got)
+
+    def cohort(self, run_id: str) -> tuple[int, int]:
+        """See :meth:`CoreQueries.cohort`."""
+        m = _MEMBERS.c
+        devices, slots = self.session.execute(
+            select(func.count(), func.coalesce(func.sum(m.slot_count), 0)).where(m.run_id == run_id)
+        ).one()
+        return int(devices), int(slots)
+
+    def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
+        """See :meth:`CoreQueries.member`."""
+        m = _MEMBERS.c
+        row = self.session.execute(
+            select(m.slot_start, m.slot_count).where(m.run_id == run_id, m.client_id == client_id)
+        ).first()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def add_member(
+        self,
+        run_id: str,
+        client_id: str,
+        slot_start: int,
+        slot_count: int,
+        joined_at: float,
+        commitment: str | None,
+    ) -> None:
+        """See :meth:`CoreQueries.add_member`."""
+        self.session.execute(
+            _MEMBERS.insert().values(
+                run_id=run_id,
+                client_id=client_id,
+                slot_start=slot_start,
+                slot_count=slot_count,
+                joined_at=joined_at,
+                commitment=commitment,
+            )
+        )
+
+    def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
+        """See :meth:`CoreQueries.round_for_report`."""
+        r = _ROUNDS.c
+        row = self.session.execute(
+            select(*_ROUND_COLUMNS)
+            .where(r.run_id == run_id, r.index == index)
+            .with_for_update(read=True)
+        ).first()
+        return None if row is None else _round(row)
+
+    def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
+        """See :meth:`CoreQueries.report_digest`."""
+        p = _REPORTS.c
+        got = self.session.execute(
+            select(p.digest).where(
+                p.run_id == run_id, p.round_index == index, p.client_id == client_id
+            )
+        ).scalar()
+        return None if got is None else str(got)
+
+    def add_report(
+        self,
+        run_id: str,
+        index: int,
+        client_id: str,
+        vector: str,
+        count: int,
+        digest: str,
+        received_at: float,
+    ) -> None:
+        """See :meth:`CoreQueries.add_report`."""
+        self.session.execute(
+            _REPORTS.insert().values(
+                run_id=run_id,
+                round_index=index,
+                client_id=client_id,
+                vector=vector,
+                count=count,
+                digest=digest,
+                received_at=received_at,
+            )
+        )
+
+    def live_runs(self, client_id: str) -> list[LiveRun]:
+        """See :meth:`CoreQueries.live_runs`."""
+        run, m, r = _RUNS.c, _MEMBERS.c, _ROUNDS.c
+        rows = self.session.execute(
+            select(
+                run.id,
+                run.task_id,
+                run.status,
+                run.checkin_deadline,
+                run.n_clients,
+                run.public_seed,
+                m.slot_start,
+                m.slot_count,
+                m.reveal,
+                *_ROUND_COLUMNS,
+            )
+            .select_from(_RUNS)
+            .outerjoin(_MEMBERS, and_(m.run_id == run.id, m.client_id == client_id))
+            .outerjoin(_ROUNDS, and_(r.run_id == run.id, r.status == "open"))
+            .where(run.status.in_(("checkin", "seeding", "running")))
+        ).all()
+        out = []
+        for row in rows:
+            rec = None
+            if row[9] is not None:
+                rec = RoundRow(*row[9:])
+            out.append(
+                LiveRun(
+                    run_id=row[0],
+                    task_id=row[1],
+                    status=row[2],
+                    checkin_deadline=float(row[3]),
+                    n_clients=row[4],
+                    public_seed=row[5],
+                    slot_start=row[6],
+                    slot_count=row[7],
+                    reveal=row[8],
+                    round=rec,
+                )
+            )
+        return out
+
+    def reported(self, run_id: str, index: int, client_id: str) -> bool:
+        """See :meth:`CoreQueries.reported`."""
+        return self.report_digest(run_id, index, client_id) is not None
+
+    def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
+        """See :meth:`CoreQueries.closed_totals`."""
+        r = _ROUNDS.c
+        rows = self.session.execute(
+            select(r.index, r.total, r.n_clients)
+            .where(r.run_id == run_id, r.index < before, r.status == "closed")
+            .order_by(r.index)
+        ).all()
+        return [(int(i), str(t), int(n)) for i, t, n in rows if t is not None and n is not None]
+
+    def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
+        """See :meth:`CoreQueries.finished_runs`."""
+        # by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members
+        # table has no index on client_id alone
+        run, m = _RUNS.c, _MEMBERS.c
+        member = exists().where(m.run_id == run.id, m.client_id == client_id)
+        rows = self.session.execute(
+            select(run.id, run.status).where(run.status.in_(("done", "aborted")), member)
+        ).all()
+        return [(str(i), str(s)) for i, s in rows]
+
+    def bump_version(self) -> int:
+        """See :meth:`CoreQueries.bump_version`."""
+        v = _VERSION.c
+        got = self.session.execute(
+            update(_VERSION).where(v.id == 1).values(version=v.version + 1).returning(v.version)
+        ).scalar_one()
+        return int(got)
+
+    def version(self) -> int:
+        """See :meth:`CoreQueries.version`."""
+        v = _VERSION.c
+        return int(self.session.execute(select(v.version).where(v.id == 1)).scalar_one())
 
 
 class MemoryCoreQueries(CoreQueries):
