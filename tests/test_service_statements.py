@@ -105,6 +105,8 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
         "cohort_size": n,
         "min_clients": n,
         "deadlines": {"checkin": 600, "round": 600},
+        # tasks are cached per process by id: each store gets its own task (and analyst signature)
+        "label": f"{kind}-{n}",
     }
     rng = np.random.default_rng(n)
     with _store(kind, root) as store:
