@@ -47,18 +47,14 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service.domain import ledger
 from fedstats.service.domain.reports import report_problem
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
-from fedstats.service.store import Tx, as_tx
+from fedstats.service.store import Tx, TxLike, as_tx
 from fedstats.service.store.core import RoundRow
-from fedstats.service.store.tables import RoundRecord, Run, RunMember
 from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [
@@ -72,7 +68,7 @@ __all__ = [
 ]
 
 
-def create_run(session: Session, task_id: str, analyst: str) -> str:
+def create_run(session: TxLike, task_id: str, analyst: str) -> str:
     """Start a run of a task, reserving its privacy charge first (in the caller's transaction).
 
     Raises
@@ -82,14 +78,15 @@ def create_run(session: Session, task_id: str, analyst: str) -> str:
     BudgetExceededError
         If the population's or the analyst's budget cannot cover the task.
     """
-    cfg = task_config(session, task_id)
-    if task_envelope(session, task_id) is None:
+    tx = as_tx(session)
+    cfg = task_config(tx, task_id)
+    if task_envelope(tx, task_id) is None:
         raise ConflictError(f"task {task_id} was stored unsigned: devices would refuse it")
     run_id = str(uuid.uuid4())
     loss = privacy_loss_for(cfg)
     if math.isfinite(loss.epsilon):  # an infinite loss is a non-private task: no DP charge
         ledger.reserve(
-            session,
+            tx,
             run_id=run_id,
             population=cfg["privacy"]["population"],
             analyst=analyst,
@@ -101,24 +98,23 @@ def create_run(session: Session, task_id: str, analyst: str) -> str:
             ),
         )
     now = time.time()
-    session.add(
-        Run(
-            id=run_id,
-            task_id=task_id,
-            analyst=analyst,
-            status="checkin",
-            created_at=now,
-            checkin_deadline=now + float(cfg["deadlines"]["checkin"]),
-            secret=secrets.token_hex(32),  # unused since the plan is keyed by the public seed
-            # a plain run's public seed is stated now; a secure run's is agreed after check-in
-            public_seed=None if cfg.get("secure_aggregation") is not None else new_public_seed(),
-        )
+    tx.add_run(
+        id=run_id,
+        task_id=task_id,
+        analyst=analyst,
+        status="checkin",
+        created_at=now,
+        checkin_deadline=now + float(cfg["deadlines"]["checkin"]),
+        secret=secrets.token_hex(32),  # unused since the plan is keyed by the public seed
+        # a plain run's public seed is stated now; a secure run's is agreed after check-in
+        public_seed=None if cfg.get("secure_aggregation") is not None else new_public_seed(),
+        lease_epoch=0,
     )
-    ledger.audit(session, analyst, "create-run", run_id, task_id=task_id)
+    ledger.audit(tx, analyst, "create-run", run_id, task_id=task_id)
     return run_id
 
 
-def cancel_run(session: Session, run_id: str, actor: str) -> str:
+def cancel_run(session: TxLike, run_id: str, actor: str) -> str:
     """Cancel a live run (in the caller's transaction); return its population.
 
     The run becomes ``aborted`` with the error ``"cancelled by <actor>"`` (devices see it finished), as
@@ -133,27 +129,24 @@ def cancel_run(session: Session, run_id: str, actor: str) -> str:
     ConflictError
         If the run is already done or aborted.
     """
-    run = load_run(session, run_id, lock=True)
+    tx = as_tx(session)
+    run = load_run(tx, run_id, lock=True)
     if run.status not in ("checkin", "seeding", "running"):
         raise ConflictError(f"run {run_id} is already {run.status}: nothing to cancel")
     reason = f"cancelled by {actor}"
-    used = session.execute(
-        select(RoundRecord.index).where(
-            RoundRecord.run_id == run_id, RoundRecord.status == "closed"
-        )
-    ).first()
+    used = tx.any_closed_round(run_id)
     run.status = "aborted"
     run.error = reason
     run.finished_at = time.time()
     run.lease_owner = None
     run.lease_until = None
     run.lease_epoch = int(run.lease_epoch or 0) + 1
-    if used is None:
-        ledger.release(session, run_id, actor=actor, reason=reason)
+    if not used:
+        ledger.release(tx, run_id, actor=actor, reason=reason)
     else:
-        ledger.spend(session, run_id, actor=actor)
-    ledger.audit(session, actor, "cancel", run_id, reason=reason)
-    return str(task_config(session, run.task_id)["privacy"]["population"])
+        ledger.spend(tx, run_id, actor=actor)
+    ledger.audit(tx, actor, "cancel", run_id, reason=reason)
+    return str(task_config(tx, run.task_id)["privacy"]["population"])
 
 
 def new_public_seed() -> str:
@@ -161,29 +154,25 @@ def new_public_seed() -> str:
     return secrets.token_hex(32)
 
 
-def load_run(session: Session, run_id: str, *, lock: bool = False) -> Run:
-    """The run ``run_id``, optionally locked for update (``FOR NO KEY UPDATE`` on PostgreSQL).
+def load_run(session: TxLike, run_id: str, *, lock: bool = False) -> Any:
+    """The run ``run_id`` (its ORM row, read fresh), optionally locked (``FOR NO KEY UPDATE``).
+
+    Transitional (:meth:`~fedstats.service.store.core.CoreQueries.orm_run`): the driver's fencing and
+    the secure path still change run rows through it.
 
     Raises
     ------
     NotFoundError
         If there is no such run.
     """
-    # populate_existing: a fresh read even if the session already holds the run (a stale lease owner or
-    # epoch in the identity map must never pass the fencing check)
-    stmt = select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
-    if lock:
-        # FOR NO KEY UPDATE: does not block the key-share locks of inserts referencing the run (reports,
-        # members), so a report and the driver closing its round cannot deadlock
-        stmt = stmt.with_for_update(key_share=True)
-    run = session.execute(stmt).scalar_one_or_none()
+    run = as_tx(session).orm_run(run_id, lock=lock)
     if run is None:
         raise NotFoundError(f"no run {run_id!r}")
     return run
 
 
 def checkin(
-    tx: Session | Tx, run_id: str, client_id: str, records: int, commitment: str | None = None
+    tx: TxLike, run_id: str, client_id: str, records: int, commitment: str | None = None
 ) -> dict[str, int]:
     """Add a device to a run's cohort; idempotent (a second check-in returns the same slots).
 
@@ -201,7 +190,7 @@ def checkin(
     if records < 1:
         raise ParameterError("records", records, "an integer >= 1")
     tx = as_tx(tx)
-    run = load_run(tx.session, run_id, lock=True)
+    run = load_run(tx, run_id, lock=True)
     m = tx.member(run_id, client_id)
     if m is not None:
         return {"slot_start": m[0], "slot_count": m[1]}
@@ -225,17 +214,13 @@ def checkin(
     return {"slot_start": used, "slot_count": count}
 
 
-def _overlap(member: RunMember, lo: int, hi: int) -> tuple[int, int]:
-    return _slots_in(member.slot_start, member.slot_count, lo, hi)
-
-
 def _slots_in(start: int, count: int, lo: int, hi: int) -> tuple[int, int]:
     """The part ``[a, b)`` of slots ``[start, start + count)`` inside ``[lo, hi)`` (``a == b``: none)."""
     a = max(start, lo)
     return a, max(a, min(start + count, hi))
 
 
-def client_work(tx: Session | Tx, client_id: str, population: str) -> dict[str, Any]:
+def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
     """What a device may do now: runs open for check-in, and rounds waiting for its report.
 
     Every device asks this at every poll and stage (unless its cached answer is still valid, see
@@ -310,8 +295,10 @@ def client_work(tx: Session | Tx, client_id: str, population: str) -> dict[str, 
     return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
 
 
-def _orm_round(tx: Tx, rec: RoundRow) -> RoundRecord:
+def _orm_round(tx: Tx, rec: RoundRow) -> Any:
     """The ORM row of a round, for the secure path's functions that take one (not yet converted)."""
+    from fedstats.service.store.tables import RoundRecord  # transitional, as the secure path needs
+
     got = tx.session.get(RoundRecord, (rec.run_id, rec.index))
     assert got is not None
     return got
@@ -321,7 +308,7 @@ def _orm_round(tx: Tx, rec: RoundRow) -> RoundRecord:
 _PARAMS: dict[tuple[str, int, str], Any] = {}
 
 
-def _params_of(rec: RoundRow | RoundRecord) -> Any:
+def _params_of(rec: RoundRow) -> Any:
     key = (rec.run_id, rec.index, rec.params_digest)
     got = _PARAMS.get(key)
     if got is None:
@@ -358,7 +345,7 @@ def _history(tx: Tx, run_id: str, index: int) -> list[Any]:
 
 
 def submit_report(
-    tx: Session | Tx, run_id: str, index: int, client_id: str, vector: Any, count: int
+    tx: TxLike, run_id: str, index: int, client_id: str, vector: Any, count: int
 ) -> bool:
     """Store a device's report; return False if the same report was already stored (idempotent retry).
 
@@ -407,34 +394,34 @@ def submit_report(
     return True
 
 
-def run_view(session: Session, run_id: str) -> dict[str, Any]:
+def run_view(session: TxLike, run_id: str) -> dict[str, Any]:
     """Status of a run, its rounds and, once done, its result."""
-    run = load_run(session, run_id)
-    recs = session.execute(
-        select(RoundRecord).where(RoundRecord.run_id == run_id).order_by(RoundRecord.index)
-    ).scalars()
+    tx = as_tx(session)
+    run = load_run(tx, run_id)
+    slots = tx.slots_of(run_id)  # once, not once per round
     rounds = []
-    for r in recs:
-        expected = session.execute(select(RunMember).where(RunMember.run_id == run_id)).scalars()
-        n_exp = sum(_overlap(m, r.lo, r.hi)[1] - _overlap(m, r.lo, r.hi)[0] for m in expected)
+    for index, name, status, lo, hi, summed in tx.rounds_of(run_id):
+        n_exp = 0
+        for start, count in slots:
+            a, b = _slots_in(start, count, lo, hi)
+            n_exp += b - a
         rounds.append(
             {
-                "index": r.index,
-                "name": r.name,
-                "status": r.status,
-                "client_range": [r.lo, r.hi],
+                "index": index,
+                "name": name,
+                "status": status,
+                "client_range": [lo, hi],
                 "records_expected": n_exp,
-                "records_summed": r.n_clients,
+                "records_summed": summed,
             }
         )
-    members = session.execute(select(RunMember).where(RunMember.run_id == run_id)).scalars().all()
     return {
         "run_id": run.id,
         "task_id": run.task_id,
         "analyst": run.analyst,
         "status": run.status,
         "n_clients": run.n_clients,  # records in the cohort
-        "devices": len(members),
+        "devices": len(slots),
         "rounds": rounds,
         "result": json.loads(run.result) if run.result else None,
         "error": run.error,

@@ -32,7 +32,7 @@ from fedstats.service.http.schemas import (
     SignedTaskIn,
     TaskOut,
 )
-from fedstats.service.store import Store
+from fedstats.service.store import Store, Tx
 from fedstats.service.store.tables import Audit, Budget, Client, Operator, Run, Task
 from fedstats.wire import auth
 
@@ -156,7 +156,7 @@ def admin_router(
         """
         from fedstats import wire
 
-        def write(s: Session) -> idempotency.Answer:
+        def write(s: Tx) -> idempotency.Answer:
             tid, new = tasks.create_task(s, body.model_dump(), actor)
             conf = tasks.task_config(s, tid)
             env = tasks.task_envelope(s, tid)
@@ -227,9 +227,8 @@ def admin_router(
         one reservation.
         """
 
-        def write(s: Session) -> idempotency.Answer:
+        def write(s: Tx) -> idempotency.Answer:
             rid = runs.create_run(s, body.task_id, actor)
-            s.flush()
             return idempotency.Answer(201, RunOut(**runs.run_view(s, rid)).model_dump(mode="json"))
 
         try:
@@ -243,12 +242,12 @@ def admin_router(
                 write,
             )
         except BudgetExceededError as exc:
-            with store.session() as s, s.begin():
-                ledger.audit(s, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
+            with store.transaction() as tx:
+                ledger.audit(tx, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
             raise
         if not ans.replayed:
-            with store.session() as s:
-                population = str(tasks.task_config(s, body.task_id)["privacy"]["population"])
+            with store.transaction(read_only=True) as tx:
+                population = str(tasks.task_config(tx, body.task_id)["privacy"]["population"])
             changed({population})  # a new offer: wake the population's devices waiting for work
         return _answer(ans)
 

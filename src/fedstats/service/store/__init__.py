@@ -38,7 +38,7 @@ from fedstats.errors import DataError, ParameterError
 from fedstats.service.store.core import SqlCoreQueries
 from fedstats.service.store.secure import SqlSecureQueries
 
-__all__ = ["Store", "StoreError", "Timeouts", "Tx", "open_store", "upgrade"]
+__all__ = ["Store", "StoreError", "Timeouts", "Tx", "TxLike", "as_tx", "open_store", "upgrade"]
 
 StoreError = SQLAlchemyError
 """What a failed store operation raises (the database away, a lock timeout): catch this, not SQLAlchemy's."""
@@ -203,7 +203,11 @@ class Tx(SqlCoreQueries, SqlSecureQueries):
         return self
 
 
-def as_tx(session_or_tx: Session | Tx) -> Tx:
+TxLike = Tx | Session
+"""A :class:`Tx`, or a SQLAlchemy session inside its transaction (callers not yet converted)."""
+
+
+def as_tx(session_or_tx: TxLike) -> Tx:
     """``session_or_tx`` as a :class:`Tx` (a session inside its transaction is wrapped)."""
     return session_or_tx if isinstance(session_or_tx, Tx) else Tx(session_or_tx)
 

@@ -20,8 +20,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from fedstats.service.store.tables import (
+    Audit,
     Authority,
+    Budget,
     Client,
+    IdempotencyKey,
+    LedgerCharge,
     Nonce,
     Operator,
     Report,
@@ -33,8 +37,11 @@ from fedstats.service.store.tables import (
 )
 
 __all__ = [
+    "BudgetRow",
+    "ChargeRow",
     "ClientRow",
     "CoreQueries",
+    "IdempotentAnswer",
     "LiveRun",
     "MemoryCoreQueries",
     "RoundRow",
@@ -46,6 +53,10 @@ def _table(model: Any) -> Table:
     return cast(Table, model.__table__)
 
 
+_AUDIT = _table(Audit)
+_BUDGETS = _table(Budget)
+_CHARGES = _table(LedgerCharge)
+_IDEMPOTENCY = _table(IdempotencyKey)
 _AUTHORITIES = _table(Authority)
 _CLIENTS = _table(Client)
 _NONCES = _table(Nonce)
@@ -80,6 +91,41 @@ class ClientRow:
     not_after: float
     revoked: bool
     certificate: str | None
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """A privacy budget (``budgets`` row)."""
+
+    scope: str
+    name: str
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class ChargeRow:
+    """A run's privacy charge (``ledger`` row)."""
+
+    run_id: str
+    population: str
+    analyst: str
+    epsilon: float
+    delta: float
+    rho: float | None
+    status: str
+    label: str
+
+
+@dataclass(frozen=True)
+class IdempotentAnswer:
+    """The stored request and answer of an idempotency key."""
+
+    method: str
+    path: str
+    request_hash: str
+    status_code: int
+    response: str
 
 
 @dataclass(frozen=True)
@@ -223,6 +269,91 @@ class CoreQueries(ABC):
     def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
         """``(run_id, status)`` of the done or aborted runs the device was a member of."""
 
+    @abstractmethod
+    def orm_run(self, run_id: str, *, lock: bool = False) -> Any:
+        """The ORM row of a run, read fresh (locked ``FOR NO KEY UPDATE`` with ``lock``), or None.
+
+        Transitional: for the driver's fencing and the secure path, which still change run rows
+        through the ORM session (``tx.session``).
+        """
+
+    @abstractmethod
+    def add_run(self, **values: Any) -> None:
+        """Insert a run (the ``runs`` columns as keywords)."""
+
+    @abstractmethod
+    def update_run(self, run_id: str, **values: Any) -> None:
+        """Set columns of a run."""
+
+    @abstractmethod
+    def any_closed_round(self, run_id: str) -> bool:
+        """Whether a round of the run has a journaled sum."""
+
+    @abstractmethod
+    def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
+        """``(index, name, status, lo, hi, n_clients)`` of a run's rounds, in order."""
+
+    @abstractmethod
+    def slots_of(self, run_id: str) -> list[tuple[int, int]]:
+        """``(slot_start, slot_count)`` of every member of a run.
+
+        Grows with the cohort: admin views and round closes only.
+        """
+
+    # -- tasks (write)
+    @abstractmethod
+    def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
+        """Store a task; False if one with that id exists (nothing written)."""
+
+    # -- the ledger and the audit log
+    @abstractmethod
+    def add_audit(
+        self, ts: float, actor: str, action: str, run_id: str | None, detail: str
+    ) -> None:
+        """Append an audit record."""
+
+    @abstractmethod
+    def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:
+        """A budget (locked ``FOR UPDATE`` with ``lock``), or None."""
+
+    @abstractmethod
+    def put_budget(self, scope: str, name: str, epsilon: float, delta: float) -> None:
+        """Create or change a budget (after :meth:`budget` with ``lock``)."""
+
+    @abstractmethod
+    def charges_on(self, scope: str, name: str) -> list[ChargeRow]:
+        """The reserved and spent charges on a population's or analyst's budget, in order."""
+
+    @abstractmethod
+    def add_charge(self, charge: ChargeRow, now: float) -> None:
+        """Insert a run's charge."""
+
+    @abstractmethod
+    def charge_of(self, run_id: str) -> ChargeRow | None:
+        """A run's charge, locked ``FOR UPDATE``, or None."""
+
+    @abstractmethod
+    def set_charge_status(self, run_id: str, status: str, now: float) -> None:
+        """Change a run's charge's status."""
+
+    # -- idempotency keys
+    @abstractmethod
+    def idempotent_answer(self, actor: str, key: str) -> IdempotentAnswer | None:
+        """The stored request and answer of ``(actor, key)``, or None."""
+
+    @abstractmethod
+    def claim_key(
+        self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
+    ) -> bool:
+        """Claim ``(actor, key)`` for a request; False if it was claimed already (nothing written).
+
+        A concurrent claim of the same key waits for the first claimer's transaction to end.
+        """
+
+    @abstractmethod
+    def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
+        """Store the answer of a claimed key."""
+
     # -- the change counter
     @abstractmethod
     def bump_version(self) -> int:
@@ -263,6 +394,18 @@ _ROUND_COLUMNS = (
     RoundRecord.hi,
     RoundRecord.status,
     RoundRecord.deadline,
+)
+
+
+_CHARGE_COLUMNS = (
+    _CHARGES.c.run_id,
+    _CHARGES.c.population,
+    _CHARGES.c.analyst,
+    _CHARGES.c.epsilon,
+    _CHARGES.c.delta,
+    _CHARGES.c.rho,
+    _CHARGES.c.status,
+    _CHARGES.c.label,
 )
 
 
@@ -513,6 +656,172 @@ class SqlCoreQueries(CoreQueries):
             select(run.id, run.status).where(run.status.in_(("done", "aborted")), member)
         ).all()
         return [(str(i), str(s)) for i, s in rows]
+
+    def orm_run(self, run_id: str, *, lock: bool = False) -> Any:
+        """See :meth:`CoreQueries.orm_run`."""
+        # populate_existing: a fresh read even if the session already holds the run (a stale lease
+        # owner or epoch in the identity map must never pass the fencing check)
+        stmt = select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
+        if lock:
+            # FOR NO KEY UPDATE: does not block the key-share locks of inserts referencing the run
+            # (reports, members), so a report and the driver closing its round cannot deadlock
+            stmt = stmt.with_for_update(key_share=True)
+        return self.session.execute(stmt).scalar_one_or_none()
+
+    def add_run(self, **values: Any) -> None:
+        """See :meth:`CoreQueries.add_run`."""
+        self.session.execute(_RUNS.insert().values(**values))
+
+    def update_run(self, run_id: str, **values: Any) -> None:
+        """See :meth:`CoreQueries.update_run`."""
+        self.session.execute(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
+
+    def any_closed_round(self, run_id: str) -> bool:
+        """See :meth:`CoreQueries.any_closed_round`."""
+        r = _ROUNDS.c
+        got = self.session.execute(
+            select(r.index).where(r.run_id == run_id, r.status == "closed").limit(1)
+        ).first()
+        return got is not None
+
+    def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
+        """See :meth:`CoreQueries.rounds_of`."""
+        r = _ROUNDS.c
+        rows = self.session.execute(
+            select(r.index, r.name, r.status, r.lo, r.hi, r.n_clients)
+            .where(r.run_id == run_id)
+            .order_by(r.index)
+        ).all()
+        return [(int(i), str(n), str(s), int(lo), int(hi), c) for i, n, s, lo, hi, c in rows]
+
+    def slots_of(self, run_id: str) -> list[tuple[int, int]]:
+        """See :meth:`CoreQueries.slots_of`."""
+        m = _MEMBERS.c
+        rows = self.session.execute(
+            select(m.slot_start, m.slot_count).where(m.run_id == run_id)
+        ).all()
+        return [(int(a), int(c)) for a, c in rows]
+
+    def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
+        """See :meth:`CoreQueries.add_task`."""
+        return (
+            self._insert_ignore(
+                _TASKS, id=task_id, config=config, created_by=created_by, created_at=created_at
+            )
+            == 1
+        )
+
+    def add_audit(
+        self, ts: float, actor: str, action: str, run_id: str | None, detail: str
+    ) -> None:
+        """See :meth:`CoreQueries.add_audit`."""
+        self.session.execute(
+            _AUDIT.insert().values(ts=ts, actor=actor, action=action, run_id=run_id, detail=detail)
+        )
+
+    def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:
+        """See :meth:`CoreQueries.budget`."""
+        b = _BUDGETS.c
+        stmt = select(b.scope, b.name, b.epsilon, b.delta).where(b.scope == scope, b.name == name)
+        if lock:
+            stmt = stmt.with_for_update()
+        row = self.session.execute(stmt).first()
+        if row is None:
+            return None
+        return BudgetRow(row.scope, row.name, float(row.epsilon), float(row.delta))
+
+    def put_budget(self, scope: str, name: str, epsilon: float, delta: float) -> None:
+        """See :meth:`CoreQueries.put_budget`."""
+        b = _BUDGETS.c
+        got = self.session.execute(
+            update(_BUDGETS)
+            .where(b.scope == scope, b.name == name)
+            .values(epsilon=epsilon, delta=delta)
+            .returning(b.scope)
+        ).all()
+        if not got:
+            self.session.execute(
+                _BUDGETS.insert().values(scope=scope, name=name, epsilon=epsilon, delta=delta)
+            )
+
+    def charges_on(self, scope: str, name: str) -> list[ChargeRow]:
+        """See :meth:`CoreQueries.charges_on`."""
+        c = _CHARGES.c
+        col = c.population if scope == "population" else c.analyst
+        rows = self.session.execute(
+            select(*_CHARGE_COLUMNS)
+            .where(col == name, c.status.in_(("reserved", "spent")))
+            .order_by(c.id)
+        ).all()
+        return [ChargeRow(*r) for r in rows]
+
+    def add_charge(self, charge: ChargeRow, now: float) -> None:
+        """See :meth:`CoreQueries.add_charge`."""
+        self.session.execute(
+            _CHARGES.insert().values(
+                run_id=charge.run_id,
+                population=charge.population,
+                analyst=charge.analyst,
+                epsilon=charge.epsilon,
+                delta=charge.delta,
+                rho=charge.rho,
+                status=charge.status,
+                label=charge.label,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+    def charge_of(self, run_id: str) -> ChargeRow | None:
+        """See :meth:`CoreQueries.charge_of`."""
+        row = self.session.execute(
+            select(*_CHARGE_COLUMNS).where(_CHARGES.c.run_id == run_id).with_for_update()
+        ).first()
+        return None if row is None else ChargeRow(*row)
+
+    def set_charge_status(self, run_id: str, status: str, now: float) -> None:
+        """See :meth:`CoreQueries.set_charge_status`."""
+        self.session.execute(
+            update(_CHARGES)
+            .where(_CHARGES.c.run_id == run_id)
+            .values(status=status, updated_at=now)
+        )
+
+    def idempotent_answer(self, actor: str, key: str) -> IdempotentAnswer | None:
+        """See :meth:`CoreQueries.idempotent_answer`."""
+        k = _IDEMPOTENCY.c
+        row = self.session.execute(
+            select(k.method, k.path, k.request_hash, k.status_code, k.response).where(
+                k.actor == actor, k.key == key
+            )
+        ).first()
+        return None if row is None else IdempotentAnswer(*row)
+
+    def claim_key(
+        self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
+    ) -> bool:
+        """See :meth:`CoreQueries.claim_key`."""
+        got = self._insert_ignore(
+            _IDEMPOTENCY,
+            actor=actor,
+            key=key,
+            method=method,
+            path=path,
+            request_hash=request_hash,
+            status_code=0,
+            response="",
+            created_at=now,
+        )
+        return got == 1
+
+    def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
+        """See :meth:`CoreQueries.store_answer`."""
+        k = _IDEMPOTENCY.c
+        self.session.execute(
+            update(_IDEMPOTENCY)
+            .where(k.actor == actor, k.key == key)
+            .values(status_code=status_code, response=response)
+        )
 
     def bump_version(self) -> int:
         """See :meth:`CoreQueries.bump_version`."""
