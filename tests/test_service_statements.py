@@ -12,6 +12,10 @@ the driver and everything else elsewhere. Three phases, each counted separately:
 * *re-poll*: every device polls again with the ``ETag`` of the list it has: nothing changed for it, so
   the answer is 304 without touching the database.
 
+A device's enrolled row, cached by the server, is confirmed once per ``deps.REREAD`` seconds (one key
+lookup inside the request's transaction): a cost per device and per time, not per report, kept out of the
+count here by a long ``REREAD``.
+
 The properties: at most 1.2 commits per accepted report during the upload (driver included), no rollback
 on this happy path, and statements per report independent of the cohort size (n = 20 and n = 200 within
 +-1), i.e. nothing on a per-report path reads the whole cohort.
@@ -34,6 +38,7 @@ from sqlalchemy import event
 
 from fedstats.client import Device
 from fedstats.randomness import RandomSource
+from fedstats.service.http import deps
 from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
 from fedstats.service.store import Store, open_store
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
@@ -112,7 +117,11 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
     with _store(kind, root) as store:
         token = add_operator(store, "alice")
         trust_authority(store, (root / "authority" / "authority.pub").read_text().strip())
-        settings = ServerSettings(rate=1e6, burst=1e6, tick=0.05, work_cache_seconds=600)
+        # the driver's timed passes (lease claims, a look at a waiting round every `recheck` seconds)
+        # cost per time, not per report: made rare here so that a slow machine does not count them
+        settings = ServerSettings(
+            rate=1e6, burst=1e6, tick=0.05, recheck=30.0, work_cache_seconds=600
+        )
         counts = Counts(store)
         with TestClient(create_app(store, settings)) as http:
             admin = {"Authorization": f"Bearer {token}"}
@@ -183,7 +192,13 @@ def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def test_statements_per_report_do_not_grow_with_the_cohort(kind: str, tmp_path: Path) -> None:
+def test_statements_per_report_do_not_grow_with_the_cohort(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a device's enrolled row is re-read (one key lookup inside the request's transaction) when its
+    # cached copy is older than deps.REREAD seconds: a cost per device and per time, not per report,
+    # which a slow machine would add to the larger cohort only; kept out of this count
+    monkeypatch.setattr(deps, "REREAD", 3600.0)
     got = {}
     for n in SIZES:
         (tmp_path / str(n)).mkdir()

@@ -31,17 +31,30 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedstats.errors import DataError, ParameterError
 from fedstats.service.store.core import SqlCoreQueries
 from fedstats.service.store.secure import SqlSecureQueries
 
-__all__ = ["Store", "StoreError", "Timeouts", "Tx", "TxLike", "as_tx", "open_store", "upgrade"]
+__all__ = [
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "Timeouts",
+    "Tx",
+    "TxLike",
+    "as_tx",
+    "open_store",
+    "upgrade",
+]
 
 StoreError = SQLAlchemyError
 """What a failed store operation raises (the database away, a lock timeout): catch this, not SQLAlchemy's."""
+
+StoreUnavailable = OperationalError
+"""A lock conflict, a timeout or a lost connection: nothing of the transaction was committed; retry."""
 
 log = logging.getLogger("fedstats.service")
 

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, delete, exists, func, select, update
+from sqlalchemy import Table, and_, delete, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -44,6 +44,7 @@ __all__ = [
     "IdempotentAnswer",
     "LiveRun",
     "MemoryCoreQueries",
+    "ReportRow",
     "RoundRow",
     "SqlCoreQueries",
 ]
@@ -126,6 +127,16 @@ class IdempotentAnswer:
     request_hash: str
     status_code: int
     response: str
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """A stored report (``reports`` row)."""
+
+    client_id: str
+    vector: str
+    count: int
+    excluded: str | None
 
 
 @dataclass(frozen=True)
@@ -299,6 +310,49 @@ class CoreQueries(ABC):
 
         Grows with the cohort: admin views and round closes only.
         """
+
+    # -- the run driver
+    @abstractmethod
+    def claim_runs(
+        self, owner: str, now: float, renew_before: float, *, own: list[str] | None = None
+    ) -> list[tuple[str, Any]]:
+        """Lock the live runs whose lease is free, expired, or ``owner``'s ending before ``renew_before``.
+
+        With ``own``: those live runs of the list leased to ``owner`` instead (to claim them anew).
+        Returns ``(run_id, (lease_owner, lease_until, lease_epoch))`` of each. Runs locked by another transaction are skipped (``SKIP LOCKED`` on PostgreSQL).
+        """
+
+    @abstractmethod
+    def held_runs(self, owner: str) -> list[tuple[str, int]]:
+        """``(run_id, lease_epoch)`` of the live runs leased to ``owner``."""
+
+    @abstractmethod
+    def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
+        """``(index, params_digest, encode, total, n_clients)`` of a run's closed rounds, in order."""
+
+    @abstractmethod
+    def orm_round(self, run_id: str, index: int) -> Any:
+        """The ORM row of a round, locked ``FOR UPDATE``, or None (transitional, see :meth:`orm_run`)."""
+
+    @abstractmethod
+    def add_orm_round(self, **values: Any) -> Any:
+        """Insert a round and return its ORM row (transitional, see :meth:`orm_run`)."""
+
+    @abstractmethod
+    def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
+        """``(members with slots in [lo, hi), reports in the round)``: two aggregates, no rows."""
+
+    @abstractmethod
+    def round_reports(self, run_id: str, index: int) -> list[ReportRow]:
+        """Every report of a round (its close only)."""
+
+    @abstractmethod
+    def exclude_report(self, run_id: str, index: int, client_id: str, problem: str) -> None:
+        """Mark a report as left out of its round's sum, with the reason."""
+
+    @abstractmethod
+    def member_slots(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """``client_id -> (slot_start, slot_count)`` of a run's cohort (a round's close only)."""
 
     # -- tasks (write)
     @abstractmethod
@@ -701,6 +755,97 @@ class SqlCoreQueries(CoreQueries):
             select(m.slot_start, m.slot_count).where(m.run_id == run_id)
         ).all()
         return [(int(a), int(c)) for a, c in rows]
+
+    def claim_runs(
+        self, owner: str, now: float, renew_before: float, *, own: list[str] | None = None
+    ) -> list[tuple[str, Any]]:
+        """See :meth:`CoreQueries.claim_runs`."""
+        r = _RUNS.c
+        if own is None:
+            which = or_(
+                r.lease_owner.is_(None),
+                r.lease_until < now,
+                and_(r.lease_owner == owner, r.lease_until < renew_before),
+            )
+        else:
+            which = and_(r.id.in_(own), r.lease_owner == owner)
+        rows = self.session.execute(
+            select(r.id, r.lease_owner, r.lease_until, r.lease_epoch)
+            .where(r.status.in_(("checkin", "seeding", "running")), which)
+            .with_for_update(skip_locked=True, key_share=True)
+        ).all()
+        return [(str(i), (o, u, int(e or 0))) for i, o, u, e in rows]
+
+    def held_runs(self, owner: str) -> list[tuple[str, int]]:
+        """See :meth:`CoreQueries.held_runs`."""
+        r = _RUNS.c
+        rows = self.session.execute(
+            select(r.id, r.lease_epoch).where(
+                r.status.in_(("checkin", "seeding", "running")), r.lease_owner == owner
+            )
+        ).all()
+        return [(str(i), int(e or 0)) for i, e in rows]
+
+    def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
+        """See :meth:`CoreQueries.closed_rounds`."""
+        r = _ROUNDS.c
+        rows = self.session.execute(
+            select(r.index, r.params_digest, r.encode, r.total, r.n_clients)
+            .where(r.run_id == run_id, r.status == "closed")
+            .order_by(r.index)
+        ).all()
+        return [(int(i), str(d), str(e), t, n) for i, d, e, t, n in rows]
+
+    def orm_round(self, run_id: str, index: int) -> Any:
+        """See :meth:`CoreQueries.orm_round`."""
+        return self.session.get(RoundRecord, (run_id, index), with_for_update=True)
+
+    def add_orm_round(self, **values: Any) -> Any:
+        """See :meth:`CoreQueries.add_orm_round`."""
+        rec = RoundRecord(**values)
+        self.session.add(rec)
+        self.session.flush()
+        return rec
+
+    def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
+        """See :meth:`CoreQueries.round_counts`."""
+        m, p = _MEMBERS.c, _REPORTS.c
+        expected = self.session.execute(
+            select(func.count()).where(
+                m.run_id == run_id, m.slot_start < hi, m.slot_start + m.slot_count > lo
+            )
+        ).scalar_one()
+        got = self.session.execute(
+            select(func.count()).where(p.run_id == run_id, p.round_index == index)
+        ).scalar_one()
+        return int(expected), int(got)
+
+    def round_reports(self, run_id: str, index: int) -> list[ReportRow]:
+        """See :meth:`CoreQueries.round_reports`."""
+        p = _REPORTS.c
+        rows = self.session.execute(
+            select(p.client_id, p.vector, p.count, p.excluded).where(
+                p.run_id == run_id, p.round_index == index
+            )
+        ).all()
+        return [ReportRow(str(c), str(v), int(n), x) for c, v, n, x in rows]
+
+    def exclude_report(self, run_id: str, index: int, client_id: str, problem: str) -> None:
+        """See :meth:`CoreQueries.exclude_report`."""
+        p = _REPORTS.c
+        self.session.execute(
+            update(_REPORTS)
+            .where(p.run_id == run_id, p.round_index == index, p.client_id == client_id)
+            .values(excluded=problem)
+        )
+
+    def member_slots(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """See :meth:`CoreQueries.member_slots`."""
+        m = _MEMBERS.c
+        rows = self.session.execute(
+            select(m.client_id, m.slot_start, m.slot_count).where(m.run_id == run_id)
+        ).all()
+        return {str(c): (int(a), int(n)) for c, a, n in rows}
 
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
         """See :meth:`CoreQueries.add_task`."""
