@@ -354,6 +354,33 @@ class CoreQueries(ABC):
     def member_slots(self, run_id: str) -> dict[str, tuple[int, int]]:
         """``client_id -> (slot_start, slot_count)`` of a run's cohort (a round's close only)."""
 
+    # -- the operator's dashboard (reads)
+    @abstractmethod
+    def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
+        """``(run_id, task_id, created_at, finished_at)`` of the newest runs."""
+
+    @abstractmethod
+    def population_counts(self) -> list[tuple[str, int, int, float | None]]:
+        """``(population, devices enrolled, revoked, last enrolment time)`` per population."""
+
+    @abstractmethod
+    def checked_in_by_population(self) -> list[tuple[str, int]]:
+        """``(population, devices in live runs)`` per population."""
+
+    @abstractmethod
+    def budgets(self) -> list[BudgetRow]:
+        """Every budget, by scope and name."""
+
+    @abstractmethod
+    def reserved_charges(self, scope: str, name: str) -> list[ChargeRow]:
+        """The charges still reserved (not yet spent) on one budget, in order."""
+
+    @abstractmethod
+    def recent_audit(
+        self, actions: tuple[str, ...], limit: int
+    ) -> list[tuple[float, str, str, str | None, str]]:
+        """``(ts, actor, action, run_id, detail)`` of the newest audit records of ``actions``."""
+
     # -- tasks (write)
     @abstractmethod
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
@@ -846,6 +873,69 @@ class SqlCoreQueries(CoreQueries):
             select(m.client_id, m.slot_start, m.slot_count).where(m.run_id == run_id)
         ).all()
         return {str(c): (int(a), int(n)) for c, a, n in rows}
+
+    def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
+        """See :meth:`CoreQueries.recent_runs`."""
+        r = _RUNS.c
+        rows = self.session.execute(
+            select(r.id, r.task_id, r.created_at, r.finished_at)
+            .order_by(r.created_at.desc())
+            .limit(limit)
+        ).all()
+        return [(str(i), str(t), float(c), f) for i, t, c, f in rows]
+
+    def population_counts(self) -> list[tuple[str, int, int, float | None]]:
+        """See :meth:`CoreQueries.population_counts`."""
+        c = _CLIENTS.c
+        rows = self.session.execute(
+            select(
+                c.population, func.count(c.id), func.count(c.revoked_at), func.max(c.enrolled_at)
+            ).group_by(c.population)
+        ).all()
+        return [(str(p), int(n), int(r), last) for p, n, r, last in rows]
+
+    def checked_in_by_population(self) -> list[tuple[str, int]]:
+        """See :meth:`CoreQueries.checked_in_by_population`."""
+        c, m, r = _CLIENTS.c, _MEMBERS.c, _RUNS.c
+        rows = self.session.execute(
+            select(c.population, func.count(func.distinct(m.client_id)))
+            .select_from(_MEMBERS)
+            .join(_RUNS, r.id == m.run_id)
+            .join(_CLIENTS, c.id == m.client_id)
+            .where(r.status.in_(("checkin", "seeding", "running")))
+            .group_by(c.population)
+        ).all()
+        return [(str(p), int(n)) for p, n in rows]
+
+    def budgets(self) -> list[BudgetRow]:
+        """See :meth:`CoreQueries.budgets`."""
+        b = _BUDGETS.c
+        rows = self.session.execute(
+            select(b.scope, b.name, b.epsilon, b.delta).order_by(b.scope, b.name)
+        ).all()
+        return [BudgetRow(str(s), str(n), float(e), float(d)) for s, n, e, d in rows]
+
+    def reserved_charges(self, scope: str, name: str) -> list[ChargeRow]:
+        """See :meth:`CoreQueries.reserved_charges`."""
+        c = _CHARGES.c
+        col = c.population if scope == "population" else c.analyst
+        rows = self.session.execute(
+            select(*_CHARGE_COLUMNS).where(col == name, c.status == "reserved").order_by(c.id)
+        ).all()
+        return [ChargeRow(*r) for r in rows]
+
+    def recent_audit(
+        self, actions: tuple[str, ...], limit: int
+    ) -> list[tuple[float, str, str, str | None, str]]:
+        """See :meth:`CoreQueries.recent_audit`."""
+        a = _AUDIT.c
+        rows = self.session.execute(
+            select(a.ts, a.actor, a.action, a.run_id, a.detail)
+            .where(a.action.in_(actions))
+            .order_by(a.id.desc())
+            .limit(limit)
+        ).all()
+        return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
         """See :meth:`CoreQueries.add_task`."""
