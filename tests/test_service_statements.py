@@ -9,8 +9,9 @@ the driver and everything else elsewhere. Three phases, each counted separately:
 * *poll*: every device fetches its work list once the round is open (one transaction each);
 * *upload*: every device uploads its report (one transaction each), while the driver, woken by each
   report, decides whether the round can close;
-* *re-poll*: every device polls again with the ``ETag`` of the list it has: nothing changed for it, so
-  the answer is 304 without touching the database.
+* *re-poll*: right after its upload, the device polls again with the ``ETag`` of the list it had: the
+  server answers the list without the round, derived from its cache without touching the database (and
+  equal to what the database gives, checked outside the count).
 
 A device's enrolled row, cached by the server, is confirmed once per ``deps.REREAD`` seconds (one key
 lookup inside the request's transaction): a cost per device and per time, not per report, kept out of the
@@ -38,6 +39,7 @@ from sqlalchemy import event
 
 from fedstats.client import Device
 from fedstats.randomness import RandomSource
+from fedstats.service.domain import runs
 from fedstats.service.http import deps
 from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
 from fedstats.service.store import Store, open_store
@@ -169,6 +171,11 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
                 d._work, d._etag = r.json(), r.headers.get("etag")
                 counts.phase = "repoll"  # right after its upload: nothing changed for the device
                 d.step()
+                counts.phase = "check"
+                if d is not devices[-1]:  # (the last report may close the round meanwhile)
+                    # the list the server derived from its cache is the one the database gives
+                    with store.transaction(read_only=True) as tx:
+                        assert runs.client_work(tx, d.client_id, "default") == d._work
             assert all(len(d.reported) == 1 for d in devices)
             counts.phase = "close"
             deadline = time.monotonic() + 120

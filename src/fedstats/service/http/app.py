@@ -297,8 +297,8 @@ def rotate_operator(store: Store, name: str) -> str:
     """
     from fedstats.service.http.admin import rotate_token
 
-    with store.session() as s, s.begin():
-        return rotate_token(s, name)
+    with store.transaction() as tx:
+        return rotate_token(tx, name)
 
 
 def trust_authority(store: Store, public_key_hex: str) -> str:

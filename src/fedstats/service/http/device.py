@@ -106,12 +106,37 @@ class WorkCache:
         return (*self.changes.generation(population), self._writes.get(client_id, 0))
 
     def touch(self, client_id: str) -> None:
-        """The device sent a state-changing request: its entry is no longer valid."""
+        """The device sent a state-changing request: its entry is no longer valid.
+
+        The entry is kept (its key no longer matches) so that :meth:`after_report` can derive the next
+        one from it.
+        """
         if len(self._writes) > 200_000:
             self._writes.clear()
             self._entries.clear()
         self._writes[client_id] = self._writes.get(client_id, 0) + 1
-        self._entries.pop(client_id, None)
+
+    def after_report(self, client_id: str, population: str, run_id: str, index: int) -> None:
+        """The device's report of round ``index`` of ``run_id`` committed: derive its next work list.
+
+        If the entry held before this request was valid until the request's own write (the same
+        generation, exactly one write since), the list is now that one without the round (the only
+        thing a plain report changes in it), stored without reading the database. Otherwise nothing is
+        stored and the next poll reads the list.
+        """
+        got = self._entries.get(client_id)
+        if got is None or time.monotonic() - got[1] > self.seconds:
+            return
+        key = self.key(client_id, population)
+        if got[0] != (*key[:-1], key[-1] - 1):
+            return
+        work = json.loads(got[3])
+        work["rounds"] = [
+            r
+            for r in work["rounds"]
+            if not (r["run_id"] == run_id and r["round"] == index and r.get("secure") is None)
+        ]
+        self.put(client_id, key, json.dumps(work, separators=(",", ":")).encode())
 
     def get(self, client_id: str, key: tuple[Any, ...]) -> tuple[str, bytes] | None:
         """``(etag, body)`` of the device's valid entry for ``key``, or None."""
@@ -291,22 +316,18 @@ def device_router(
         if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 10**9:
             raise HTTPException(422, "body must be {vector: [int], count: int in [0, 10^9]}")
         cid, population = req.client_id, req.population
-        key = cache.key(cid, population)
 
         def go() -> bool:
-            # one transaction: the nonce, the report, and the device's work list as it is now (the
-            # device's next poll is then answered from the cache, without the database)
-            with store.transaction() as tx:
+            with store.transaction() as tx:  # one transaction: the nonce and the report
                 use_nonce(tx, req.nonce)
                 device.confirm(tx, req)
-                new = runs.submit_report(tx, run_id, index, cid, data.get("vector"), count)
-                body = _work_json(tx, cid, population)
-            cache.put(cid, key, body)
-            return new
+                return runs.submit_report(tx, run_id, index, cid, data.get("vector"), count)
 
         new = await offload(go)
         if new:
             request.app.state.driver.note_report(run_id, index)
+        # the device's next poll is answered from the cache, without the database
+        cache.after_report(cid, population, run_id, index)
         request.scope["fedstats.work_cached"] = True  # DeviceWrites: the entry is already fresh
         wakeup.set()  # the round may be complete
         counters["reports_accepted" if new else "reports_duplicate"] += 1

@@ -381,6 +381,57 @@ class CoreQueries(ABC):
     ) -> list[tuple[float, str, str, str | None, str]]:
         """``(ts, actor, action, run_id, detail)`` of the newest audit records of ``actions``."""
 
+    # -- the operator API (reads and device/operator changes)
+    @abstractmethod
+    def tasks_newest(self) -> list[tuple[str, str, float]]:
+        """``(task_id, created_by, created_at)`` of every task, newest first."""
+
+    @abstractmethod
+    def page_runs(
+        self,
+        limit: int,
+        offset: int,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        analyst: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of runs, newest first (with the filters), and the number of matching runs."""
+
+    @abstractmethod
+    def page_budgets(
+        self, limit: int, offset: int, *, scope: str | None = None
+    ) -> tuple[list[BudgetRow], int]:
+        """One page of budgets by scope and name, and the number of matching budgets."""
+
+    @abstractmethod
+    def page_devices(
+        self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of enrolled devices by id (``status``: active or revoked), and their number."""
+
+    @abstractmethod
+    def device_for_update(self, client_id: str) -> dict[str, Any] | None:
+        """An enrolled device as :meth:`page_devices` lists it, locked ``FOR UPDATE``, or None."""
+
+    @abstractmethod
+    def update_client(self, client_id: str, **values: Any) -> None:
+        """Set columns of an enrolled device."""
+
+    @abstractmethod
+    def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """One page of operators (name, created_at) by name, and their number."""
+
+    @abstractmethod
+    def set_operator_token(self, name: str, token_hash: str) -> bool:
+        """Replace an operator's token hash; False if there is no such operator."""
+
+    @abstractmethod
+    def audit_log(
+        self, run_id: str | None, limit: int
+    ) -> list[tuple[float, str, str, str | None, str]]:
+        """``(ts, actor, action, run_id, detail)`` of the oldest ``limit`` records (of one run)."""
+
     # -- tasks (write)
     @abstractmethod
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
@@ -935,6 +986,123 @@ class SqlCoreQueries(CoreQueries):
             .order_by(a.id.desc())
             .limit(limit)
         ).all()
+        return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
+
+    def _page(self, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
+        total = self.session.execute(select(func.count()).select_from(stmt.subquery())).scalar_one()
+        return list(self.session.execute(stmt.limit(limit).offset(offset)).all()), int(total)
+
+    def tasks_newest(self) -> list[tuple[str, str, float]]:
+        """See :meth:`CoreQueries.tasks_newest`."""
+        t = _TASKS.c
+        rows = self.session.execute(
+            select(t.id, t.created_by, t.created_at).order_by(t.created_at.desc(), t.id)
+        ).all()
+        return [(str(i), str(b), float(a)) for i, b, a in rows]
+
+    def page_runs(
+        self,
+        limit: int,
+        offset: int,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        analyst: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """See :meth:`CoreQueries.page_runs`."""
+        r = _RUNS.c
+        stmt = select(
+            r.id, r.task_id, r.analyst, r.status, r.created_at, r.finished_at, r.n_clients, r.error
+        ).order_by(r.created_at.desc(), r.id)
+        if status is not None:
+            stmt = stmt.where(r.status == status)
+        if task_id is not None:
+            stmt = stmt.where(r.task_id == task_id)
+        if analyst is not None:
+            stmt = stmt.where(r.analyst == analyst)
+        rows, total = self._page(stmt, limit, offset)
+        keys = ("run_id", "task_id", "analyst", "status", "created_at", "finished_at")
+        return [dict(zip((*keys, "n_clients", "error"), row, strict=True)) for row in rows], total
+
+    def page_budgets(
+        self, limit: int, offset: int, *, scope: str | None = None
+    ) -> tuple[list[BudgetRow], int]:
+        """See :meth:`CoreQueries.page_budgets`."""
+        b = _BUDGETS.c
+        stmt = select(b.scope, b.name, b.epsilon, b.delta).order_by(b.scope, b.name)
+        if scope is not None:
+            stmt = stmt.where(b.scope == scope)
+        rows, total = self._page(stmt, limit, offset)
+        return [BudgetRow(str(s), str(n), float(e), float(d)) for s, n, e, d in rows], total
+
+    _DEVICE_COLUMNS = ("id", "population", "authority", "public_key", "not_after", "enrolled_at")
+
+    @staticmethod
+    def _device(row: Any) -> dict[str, Any]:
+        cid, population, authority, key, not_after, enrolled_at, revoked_at = row
+        return {
+            "client_id": cid,
+            "population": population,
+            "authority": authority,
+            "public_key": key,
+            "not_after": not_after,
+            "enrolled_at": enrolled_at,
+            "revoked_at": revoked_at,
+            "status": "revoked" if revoked_at is not None else "active",
+        }
+
+    def page_devices(
+        self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """See :meth:`CoreQueries.page_devices`."""
+        c = _CLIENTS.c
+        cols = [c[k] for k in self._DEVICE_COLUMNS]
+        stmt = select(*cols, c.revoked_at).order_by(c.id)
+        if population is not None:
+            stmt = stmt.where(c.population == population)
+        if status == "active":
+            stmt = stmt.where(c.revoked_at.is_(None))
+        elif status == "revoked":
+            stmt = stmt.where(c.revoked_at.is_not(None))
+        rows, total = self._page(stmt, limit, offset)
+        return [self._device(row) for row in rows], total
+
+    def device_for_update(self, client_id: str) -> dict[str, Any] | None:
+        """See :meth:`CoreQueries.device_for_update`."""
+        c = _CLIENTS.c
+        cols = [c[k] for k in self._DEVICE_COLUMNS]
+        row = self.session.execute(
+            select(*cols, c.revoked_at).where(c.id == client_id).with_for_update()
+        ).first()
+        return None if row is None else self._device(row)
+
+    def update_client(self, client_id: str, **values: Any) -> None:
+        """See :meth:`CoreQueries.update_client`."""
+        self.session.execute(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
+
+    def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """See :meth:`CoreQueries.page_operators`."""
+        o = _OPERATORS.c
+        rows, total = self._page(select(o.name, o.created_at).order_by(o.name), limit, offset)
+        return [{"name": n, "created_at": c} for n, c in rows], total
+
+    def set_operator_token(self, name: str, token_hash: str) -> bool:
+        """See :meth:`CoreQueries.set_operator_token`."""
+        o = _OPERATORS.c
+        got = self.session.execute(
+            update(_OPERATORS).where(o.name == name).values(token_hash=token_hash).returning(o.name)
+        ).all()
+        return bool(got)
+
+    def audit_log(
+        self, run_id: str | None, limit: int
+    ) -> list[tuple[float, str, str, str | None, str]]:
+        """See :meth:`CoreQueries.audit_log`."""
+        a = _AUDIT.c
+        stmt = select(a.ts, a.actor, a.action, a.run_id, a.detail).order_by(a.id)
+        if run_id is not None:
+            stmt = stmt.where(a.run_id == run_id)
+        rows = self.session.execute(stmt.limit(limit)).all()
         return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
