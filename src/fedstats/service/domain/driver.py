@@ -557,6 +557,7 @@ class Driver:
             self._check_encoder(task_config(s, run.task_id), rnd)
         live.index += 1
         live.pending = rnd
+        live.expected = None  # the next round: not looked at yet
         return live
 
     def _close_plain(

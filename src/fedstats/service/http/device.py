@@ -3,6 +3,12 @@
 Every request is signed by an enrolled device (:mod:`fedstats.wire.auth`); the secure-run endpoints are added by
 :mod:`fedstats.service.http.secure`. They are in the OpenAPI description (tag ``device``) with their raw bodies declared
 (:data:`.schemas.DEVICE`), so that schema-driven tests exercise them signed.
+
+The request path is short: the signature is checked by one dependency (:mod:`.deps`, on the event loop for a
+device seen recently); each poll or upload is one store transaction (the nonce recorded in the transaction
+of the request's effect); a device's work list is cached with its ``ETag`` (:class:`WorkCache`), so an
+unchanged list is answered (or 304) without the database, and the list after a report is derived from
+the cached one.
 """
 
 from __future__ import annotations

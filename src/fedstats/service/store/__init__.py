@@ -1,4 +1,10 @@
-"""Database engines and migrations: SQLite (a file, the embedded default) or PostgreSQL.
+"""The store: database engines, migrations and transactions; SQLite (a file, the embedded default) or PostgreSQL.
+
+The service's only SQL is here. :meth:`Store.transaction` opens one transaction and yields a :class:`Tx`,
+whose methods are the typed queries of the core path (:mod:`.core`) and of secure runs (:mod:`.secure`);
+they take and return plain values and frozen dataclasses. ``Tx.session`` (the SQLAlchemy session of the
+transaction) remains for the code not yet converted (the secure path, the ORM rows of runs and rounds it
+changes). A read-only transaction (``read_only=True``) starts with a plain ``BEGIN`` on SQLite.
 
 :func:`open_store` creates the SQLAlchemy engine for a URL and brings the schema to the newest Alembic
 revision shipped in ``fedstats/service/store/migrations``. On SQLite every transaction starts with
