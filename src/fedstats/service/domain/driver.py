@@ -28,7 +28,7 @@ from fedstats.service.domain import ledger, secure
 from fedstats.service.domain.reports import report_problem
 from fedstats.service.domain.runs import load_run, new_public_seed
 from fedstats.service.domain.tasks import task_config
-from fedstats.service.store import Store, StoreUnavailable, Tx
+from fedstats.service.store import Store, StoreUnavailable, Tx, TxLike, as_tx
 from fedstats.service.store.core import ReportRow
 from fedstats.wire.registry import encoder_name, lookup, plan_for
 
@@ -371,8 +371,12 @@ class Driver:
         if encoder_name(rnd.encode) not in spec.encoders:
             raise SecurityError(f"round {rnd.name!r} names an unregistered encoder")
 
-    def _rebuild(self, s: Tx, run: Any) -> _Live | Any:
-        """Replay the generator through the journaled rounds; return the live state or the result."""
+    def _rebuild(self, s: TxLike, run: Any) -> _Live | Any:
+        """Replay the generator through the journaled rounds; return the live state or the result.
+
+        ``s``: the open transaction (a session is accepted too).
+        """
+        s = as_tx(s)
         gen = self._protocol(s, run)
         cfg = task_config(s, run.task_id)
         assert run.n_clients is not None
