@@ -11,7 +11,8 @@ the driver and everything else elsewhere. Three phases, each counted separately:
   report, decides whether the round can close;
 * *re-poll*: right after its upload, the device polls again with the ``ETag`` of the list it had: the
   server answers the list without the round, derived from its cache without touching the database (and
-  equal to what the database gives, checked outside the count).
+  equal to what the database gives, checked outside the count); asked once more with the new ``ETag``,
+  it answers 304, again without the database.
 
 A device's enrolled row, cached by the server, is confirmed once per ``deps.REREAD`` seconds (one key
 lookup inside the request's transaction): a cost per device and per time, not per report, kept out of the
@@ -171,8 +172,13 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
                 d._work, d._etag = r.json(), r.headers.get("etag")
                 counts.phase = "repoll"  # right after its upload: nothing changed for the device
                 d.step()
-                counts.phase = "check"
                 if d is not devices[-1]:  # (the last report may close the round meanwhile)
+                    # the list the device now has, named: 304 without the database
+                    counts.phase = "unchanged"
+                    r = d._send("GET", "/v1/client/work", b"", headers={"If-None-Match": d._etag})
+                    assert r.status_code == 304 and r.headers["etag"] == d._etag
+                counts.phase = "check"
+                if d is not devices[-1]:
                     # the list the server derived from its cache is the one the database gives
                     with store.transaction(read_only=True) as tx:
                         assert runs.client_work(tx, d.client_id, "default") == d._work
@@ -183,7 +189,7 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
                 assert time.monotonic() < deadline, "the run did not finish"
                 time.sleep(0.05)
     out: dict[str, Any] = {"n": n}
-    for phase in ("poll", "upload", "repoll"):
+    for phase in ("poll", "upload", "repoll", "unchanged"):
         for k in ("statements", "commits", "rollbacks"):
             out[f"{phase}_{k}"] = counts.get(phase, k) / n
             out[f"{phase}_request_{k}"] = counts.get(phase, k, "request") / n
@@ -220,6 +226,7 @@ def test_statements_per_report_do_not_grow_with_the_cohort(
         # may come after the driver closed the round, which changed its list)
         assert m["poll_request_commits"] == 1.0, (n, m)
         assert m["repoll_request_commits"] * n <= 1, (n, m)
+        assert m["unchanged_request_statements"] == 0, (n, m)
     small, large = got[SIZES[0]], got[SIZES[1]]
     for phase in ("poll", "upload"):
         for who in ("", "request_"):
