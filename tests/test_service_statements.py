@@ -123,7 +123,12 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
         # the driver's timed passes (lease claims, a look at a waiting round every `recheck` seconds)
         # cost per time, not per report: made rare here so that a slow machine does not count them
         settings = ServerSettings(
-            rate=1e6, burst=1e6, tick=0.05, recheck=30.0, work_cache_seconds=600
+            rate=1e6,
+            burst=1e6,
+            tick=0.05,
+            recheck=30.0,
+            lease_seconds=120.0,
+            work_cache_seconds=600,
         )
         counts = Counts(store)
         with TestClient(create_app(store, settings)) as http:
