@@ -151,6 +151,8 @@ def serve(
         app,
         host=host,
         port=port,
+        loop=_loop_impl(),
+        http=_http_impl(),
         ssl_certfile=str(tls_cert) if tls_cert else None,
         ssl_keyfile=str(tls_key) if tls_key else None,
         log_level="warning",
@@ -171,6 +173,22 @@ def serve(
     server.run()
     if not server.started:  # could not bind (address in use, permission): uvicorn logged why
         raise SystemExit(3)
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def _loop_impl() -> str:
+    """The event loop of uvicorn: ``uvloop`` where it is installed (``uvicorn[standard]``), else asyncio."""
+    return "uvloop" if _importable("uvloop") else "asyncio"
+
+
+def _http_impl() -> str:
+    """The HTTP/1.1 parser of uvicorn: ``httptools`` where it is installed, else h11."""
+    return "httptools" if _importable("httptools") else "h11"
 
 
 def is_loopback(host: str) -> bool:

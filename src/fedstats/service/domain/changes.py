@@ -29,11 +29,8 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import TypeVar
 
-from sqlalchemy import select, update
-from starlette.exceptions import HTTPException
-
+from fedstats.errors import ParameterError
 from fedstats.service.store import Store
-from fedstats.service.store.tables import StateVersion
 
 __all__ = ["Changes", "Wakeup", "check_wait", "read_version", "record_change"]
 
@@ -42,20 +39,14 @@ T = TypeVar("T")
 
 def record_change(store: Store) -> int:
     """Increment the shared ``state_version`` counter in its own transaction; return its new value."""
-    with store.session() as s, s.begin():
-        got = s.execute(
-            update(StateVersion)
-            .where(StateVersion.id == 1)
-            .values(version=StateVersion.version + 1)
-            .returning(StateVersion.version)
-        ).scalar_one()
-    return int(got)
+    with store.transaction() as tx:
+        return tx.bump_version()
 
 
 def read_version(store: Store) -> int:
     """The shared ``state_version`` counter."""
-    with store.session() as s:
-        return int(s.execute(select(StateVersion.version).where(StateVersion.id == 1)).scalar_one())
+    with store.transaction(read_only=True) as tx:
+        return tx.version()
 
 
 class Changes:
@@ -188,15 +179,15 @@ class Changes:
 
 
 def check_wait(wait: float) -> None:
-    """Refuse a held request's ``wait`` outside [0, 3600] seconds (NaN too) with HTTP 422.
+    """Refuse a held request's ``wait`` outside [0, 3600] seconds (NaN too).
 
     Raises
     ------
-    HTTPException
-        422, naming the accepted range.
+    ParameterError
+        Naming the accepted range (HTTP 422).
     """
     if not 0.0 <= wait <= 3600.0:
-        raise HTTPException(422, "wait must be a number of seconds in [0, 3600]")
+        raise ParameterError("wait", wait, "a number of seconds in [0, 3600]")
 
 
 class Wakeup:

@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, func, or_, select
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
 
 from fedstats import wire
 from fedstats.engine.rounds import Round, RoundSum
@@ -31,8 +28,8 @@ from fedstats.service.domain import ledger, secure
 from fedstats.service.domain.reports import report_problem
 from fedstats.service.domain.runs import load_run, new_public_seed
 from fedstats.service.domain.tasks import task_config
-from fedstats.service.store import Store
-from fedstats.service.store.tables import Report, RoundRecord, Run, RunMember
+from fedstats.service.store import Store, StoreUnavailable, Tx, TxLike, as_tx
+from fedstats.service.store.core import ReportRow
 from fedstats.wire.registry import encoder_name, lookup, plan_for
 
 __all__ = ["Driver", "excluded_metrics"]
@@ -49,6 +46,12 @@ class _Live:
     gen: Generator[Round, RoundSum, Any]
     index: int
     pending: Round
+    # a plain round waiting for reports, as of the last look at the database: the devices expected,
+    # the reports seen, the round's deadline and when (monotonic) that look was (None: not looked yet)
+    expected: int | None = None
+    seen: int = 0
+    deadline: float = 0.0
+    checked: float = 0.0
 
 
 def _sum_reports(vectors: list[list[int]], dim: int) -> np.ndarray:
@@ -77,22 +80,18 @@ def _round_fields(rnd: Round, n: int) -> dict[str, Any]:
     }
 
 
-def _required(cfg: Mapping[str, Any], n_devices: int, rec: RoundRecord) -> int:
+def _required(cfg: Mapping[str, Any], n_devices: int, rec: Any) -> int:
     """Records a round must sum: the fraction ``min_clients / devices`` of its records (at least 1).
 
     ``min_clients`` counts devices; with one record per device (the default) this is the round's client
     range's share of ``min_clients``.
     """
     frac = int(cfg["min_clients"]) / max(1, n_devices)
-    return max(1, math.ceil(frac * (rec.hi - rec.lo) - 1e-9))
+    return max(1, math.ceil(frac * (int(rec.hi) - int(rec.lo)) - 1e-9))
 
 
-def _n_devices(s: Session, run_id: str) -> int:
-    return int(
-        s.execute(
-            select(func.count()).select_from(RunMember).where(RunMember.run_id == run_id)
-        ).scalar_one()
-    )
+def _n_devices(tx: Tx, run_id: str) -> int:
+    return int(tx.cohort(run_id)[0])
 
 
 class Driver:
@@ -137,6 +136,7 @@ class Driver:
         lease_seconds: float = 30.0,
         owner: str | None = None,
         on_change: Callable[[set[str] | None], None] | None = None,
+        recheck: float = 1.0,
     ) -> None:
         if not lease_seconds > 0:
             raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
@@ -152,6 +152,14 @@ class Driver:
             str, int
         ] = {}  # run id -> the lease epoch (fencing token) this process claimed
         self.lease_seconds = float(lease_seconds)
+        # a pass claims leases at most this often (unless poked: a run was created), and looks at a
+        # waiting plain round at least this often even if this process saw no report for it (another
+        # process may have taken them)
+        self.recheck = float(recheck)
+        self._claim_every = min(self.lease_seconds / 4, self.recheck)
+        self._claimed_at = -float("inf")
+        self._held: list[str] = []
+        self._reports: dict[tuple[str, int], int] = {}  # reports this process accepted since a look
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
         self.metrics: dict[str, float] = {
             "rounds_closed": 0,
@@ -162,83 +170,88 @@ class Driver:
             "fenced_writes": 0,
         }
         self.excluded: dict[str, float] = {}  # reason -> reports excluded from a sum for it
+        self._counted = (0, 0)  # (devices expected, reports in) at the last look at a plain round
+
+    def poke(self) -> None:
+        """Claim leases at the next pass (a run was created or cancelled)."""
+        self._claimed_at = -float("inf")
+
+    def note_report(self, run_id: str, index: int) -> None:
+        """Note a report of round ``index`` of ``run_id`` committed by this process.
+
+        Not locked: a lost increment only delays the round's close to the next look.
+        """
+        key = (run_id, index)
+        self._reports[key] = self._reports.get(key, 0) + 1
+
+    def _due(self, run_id: str, live: _Live) -> bool:
+        """Whether a pass must look at the run in the database (False: it certainly waits still)."""
+        if live.expected is None:
+            return True
+        if time.time() >= live.deadline or time.monotonic() - live.checked >= self.recheck:
+            return True
+        return live.seen + self._reports.get((run_id, live.index), 0) >= live.expected
 
     def _hook(self, event: str, run_id: str, index: int) -> None:
         if self._crash_hook is not None:
             self._crash_hook(event, run_id, index)
 
     def _claim(self) -> list[str]:
-        """Claim free or expired leases, renew ours past half their time; return the runs we hold."""
+        """Claim free or expired leases, renew ours past half their time; return the runs we hold.
+
+        At most every ``min(lease_seconds / 4, recheck)`` seconds (or after :meth:`poke`); in between,
+        the runs held at the last claim.
+        """
+        if time.monotonic() - self._claimed_at < self._claim_every:
+            return [rid for rid in self._held if rid in self._epochs]
+        self._claimed_at = time.monotonic()
         now = time.time()
-        live = Run.status.in_(("checkin", "seeding", "running"))
-        with self.store.session() as s, s.begin():
-            stmt = (
-                select(Run)
-                .where(
-                    live,
-                    or_(
-                        Run.lease_owner.is_(None),
-                        Run.lease_until < now,
-                        and_(
-                            Run.lease_owner == self.owner,
-                            Run.lease_until < now + self.lease_seconds / 2,
-                        ),
-                    ),
-                )
-                .with_for_update(skip_locked=True, key_share=True)
-            )
-            for run in s.execute(stmt.execution_options(populate_existing=True)).scalars():
-                self._take(run, now)
-        with self.store.session() as s:
-            held = s.execute(
-                select(Run.id, Run.lease_epoch).where(live, Run.lease_owner == self.owner)
-            ).all()
+        with self.store.transaction() as tx:
+            for rid, lease in tx.claim_runs(self.owner, now, now + self.lease_seconds / 2):
+                self._take(tx, rid, lease, now)
+            held = tx.held_runs(self.owner)
         # a run under our name but not under the epoch we claimed (a restart under the same server_id,
         # or a claim lost and regained): claim it anew, with a new epoch, before writing anything
         stale = [rid for rid, epoch in held if self._epochs.get(rid) != epoch]
         if stale:
-            with self.store.session() as s, s.begin():
-                for run in s.execute(
-                    select(Run)
-                    .where(Run.id.in_(stale), live, Run.lease_owner == self.owner)
-                    .with_for_update(skip_locked=True, key_share=True)
-                    .execution_options(populate_existing=True)
-                ).scalars():
-                    self._take(run, now)
+            with self.store.transaction() as tx:
+                for rid, lease in tx.claim_runs(self.owner, now, now, own=stale):
+                    self._take(tx, rid, lease, now)
         ids = [rid for rid, _e in held]
         for rid in set(self._live) - set(ids):
             self._forget(rid)  # another process holds it now: our generator is stale
         for rid in set(self._epochs) - set(ids):
             self._epochs.pop(rid, None)
+        self._held = ids
         return [rid for rid in ids if rid in self._epochs]
 
-    def _take(self, run: Run, now: float) -> None:
-        """Claim or renew ``run``'s lease (row locked by the caller); a new claim gets a new epoch."""
+    def _take(self, tx: Tx, run_id: str, lease: tuple[Any, Any, int], now: float) -> None:
+        """Claim or renew a run's lease (row locked by the caller); a new claim gets a new epoch."""
+        lease_owner, lease_until, epoch = lease
         renewal = (
-            run.lease_owner == self.owner
-            and run.lease_until is not None
-            and run.lease_until >= now
-            and self._epochs.get(run.id) == run.lease_epoch
+            lease_owner == self.owner
+            and lease_until is not None
+            and lease_until >= now
+            and self._epochs.get(run_id) == epoch
         )
         if not renewal:
-            if run.lease_owner not in (None, self.owner):
+            if lease_owner not in (None, self.owner):
                 log.info(
-                    json.dumps(
-                        {"event": "lease_taken_over", "run_id": run.id, "from": run.lease_owner}
-                    )
+                    json.dumps({"event": "lease_taken_over", "run_id": run_id, "from": lease_owner})
                 )
-            run.lease_epoch = int(run.lease_epoch or 0) + 1
-            self._forget(run.id)  # whatever we knew of it may be stale: rebuild from the journal
-            self._epochs[run.id] = run.lease_epoch
+            epoch += 1
+            self._forget(run_id)  # whatever we knew of it may be stale: rebuild from the journal
+            self._epochs[run_id] = epoch
             self.metrics["leases_claimed"] += 1
-        run.lease_owner = self.owner
-        run.lease_until = now + self.lease_seconds
+        tx.update_run(
+            run_id, lease_owner=self.owner, lease_until=now + self.lease_seconds, lease_epoch=epoch
+        )
 
     def _forget(self, run_id: str) -> None:
         self._live.pop(run_id, None)
         self._sessions.drop(run_id)
 
-    def _holds(self, run: Run) -> bool:
+    def _holds(self, run: Any) -> bool:
         """Fencing: whether this process still holds ``run``'s lease under the epoch it claimed.
 
         ``run`` must have been read fresh under its row lock in the caller's write transaction
@@ -276,9 +289,12 @@ class Driver:
             self._changed = set()
             ids = self._claim()
             for rid in ids:
+                live = self._live.get(rid)
+                if live is not None and not self._due(rid, live):
+                    continue  # a plain round still waiting: no statement at all
                 try:
                     self._advance(rid)
-                except OperationalError as exc:
+                except StoreUnavailable as exc:
                     # a lock conflict or a lost connection: nothing was committed by the failed
                     # transaction; rebuild the run from the journal on the next pass
                     self._forget(rid)
@@ -297,19 +313,15 @@ class Driver:
     # -- state transitions
     def _abort(self, run_id: str, reason: str) -> None:
         self._forget(run_id)
-        with self.store.session() as s, s.begin():
+        with self.store.transaction() as s:
             run = load_run(s, run_id, lock=True)
             if run.status in ("done", "aborted") or not self._holds(run):
                 return
-            used = s.execute(
-                select(RoundRecord.index).where(
-                    RoundRecord.run_id == run_id, RoundRecord.status == "closed"
-                )
-            ).first()
+            used = s.any_closed_round(run_id)
             run.status = "aborted"
             run.error = reason
             run.finished_at = time.time()
-            if used is None:
+            if not used:
                 ledger.release(s, run_id, reason=reason)
             else:  # a journaled sum already shaped later rounds' public parameters: keep the charge
                 ledger.spend(s, run_id)
@@ -324,7 +336,7 @@ class Driver:
             payload = result.to_dict()
         else:
             payload = {"value": to_jsonable(result)}
-        with self.store.session() as s, s.begin():
+        with self.store.transaction() as s:
             run = load_run(s, run_id, lock=True)
             if run.status != "running" or not self._holds(run):
                 return
@@ -343,7 +355,7 @@ class Driver:
         self.metrics["runs_done"] += 1
         log.info(json.dumps({"event": "run_done", "run_id": run_id}))
 
-    def _protocol(self, s: Session, run: Run) -> Generator[Round, RoundSum, Any]:
+    def _protocol(self, s: Tx, run: Any) -> Generator[Round, RoundSum, Any]:
         """The run's plan: the same generator a device replays (task, cohort size, public seed)."""
         cfg = task_config(s, run.task_id)
         assert run.n_clients is not None
@@ -359,31 +371,26 @@ class Driver:
         if encoder_name(rnd.encode) not in spec.encoders:
             raise SecurityError(f"round {rnd.name!r} names an unregistered encoder")
 
-    def _rebuild(self, s: Session, run: Run) -> _Live | Any:
-        """Replay the generator through the journaled rounds; return the live state or the result."""
+    def _rebuild(self, s: TxLike, run: Any) -> _Live | Any:
+        """Replay the generator through the journaled rounds; return the live state or the result.
+
+        ``s``: the open transaction (a session is accepted too).
+        """
+        s = as_tx(s)
         gen = self._protocol(s, run)
         cfg = task_config(s, run.task_id)
         assert run.n_clients is not None
         rnd = next(gen)
         index = 0
-        closed = s.execute(
-            select(RoundRecord)
-            .where(RoundRecord.run_id == run.id, RoundRecord.status == "closed")
-            .order_by(RoundRecord.index)
-        ).scalars()
-        for rec in closed:
+        for rec_index, digest, encode, rec_total, rec_n in s.closed_rounds(run.id):
             self._check_encoder(cfg, rnd)
             f = _round_fields(rnd, run.n_clients)
-            if (
-                rec.index != index
-                or f["params_digest"] != rec.params_digest
-                or f["encode"] != rec.encode
-            ):
+            if rec_index != index or f["params_digest"] != digest or f["encode"] != encode:
                 raise SecurityError(f"replay of round {index} diverged from the journal")
-            assert rec.total is not None and rec.n_clients is not None
-            total = wire.loads(rec.total)
+            assert rec_total is not None and rec_n is not None
+            total = wire.loads(rec_total)
             try:
-                rnd = gen.send(RoundSum(np.asarray(total), int(rec.n_clients)))
+                rnd = gen.send(RoundSum(np.asarray(total), int(rec_n)))
             except StopIteration as stop:
                 return _Result(stop.value)
             index += 1
@@ -391,52 +398,48 @@ class Driver:
         return _Live(gen, index, rnd)
 
     def _advance(self, run_id: str) -> None:
-        with self.store.session() as s:
-            with s.begin():
-                run = load_run(s, run_id, lock=True)
-                if not self._holds(run):
-                    return
-                if run_id not in self._population:
-                    if len(self._population) > 10000:  # a long-lived server: cheap to rebuild
-                        self._population.clear()
-                    conf = task_config(s, run.task_id)
-                    self._population[run_id] = str(conf["privacy"]["population"])
-                if run.status == "checkin":
-                    self._close_checkin(s, run)
-                    return
-                if run.status == "seeding":
-                    cfg = task_config(s, run.task_id)
-                    deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
-                    reason = secure.close_seeding(s, run, deadline)
-                    if reason is not None:
-                        self._abort_in(s, run, reason)
-                    if run.status != "running":
-                        return
-                    ledger.audit(s, "server", "seeded", run.id, seed=run.public_seed)
-                    self._changed.add(run.id)
+        with self.store.transaction() as s:
+            run = load_run(s, run_id, lock=True)
+            if not self._holds(run):
+                return
+            if run_id not in self._population:
+                if len(self._population) > 10000:  # a long-lived server: cheap to rebuild
+                    self._population.clear()
+                conf = task_config(s, run.task_id)
+                self._population[run_id] = str(conf["privacy"]["population"])
+            if run.status == "checkin":
+                self._close_checkin(s, run)
+                return
+            if run.status == "seeding":
+                cfg = task_config(s, run.task_id)
+                deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
+                reason = secure.close_seeding(s.session, run, deadline)
+                if reason is not None:
+                    self._abort_in(s, run, reason)
                 if run.status != "running":
                     return
-                live = self._live.get(run_id)
-                if live is None:
-                    got = self._rebuild(s, run)
-                    if isinstance(got, _Result):
-                        result = got.value
-                        live = None
-                    else:
-                        live = got
-                        self._live[run_id] = live
+                ledger.audit(s, "server", "seeded", run.id, seed=run.public_seed)
+                self._changed.add(run.id)
+            if run.status != "running":
+                return
+            live = self._live.get(run_id)
+            if live is None:
+                got = self._rebuild(s, run)
+                if isinstance(got, _Result):
+                    result = got.value
+                    live = None
+                else:
+                    live = got
+                    self._live[run_id] = live
         if live is None:
             self._finish(run_id, result)
             return
         while live is not None:  # one new session per transaction: no stale identity map
             live = self._step(run_id, live)
 
-    def _close_checkin(self, s: Session, run: Run) -> None:
+    def _close_checkin(self, s: Tx, run: Any) -> None:
         cfg = task_config(s, run.task_id)
-        counts = list(
-            s.execute(select(RunMember.slot_count).where(RunMember.run_id == run.id)).scalars()
-        )
-        devices, used = len(counts), sum(counts)  # cohort_size and min_clients count devices
+        devices, used = s.cohort(run.id)  # cohort_size and min_clients count devices
         if devices < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
             return
         if devices < int(cfg["min_clients"]):
@@ -454,7 +457,7 @@ class Driver:
         self._changed.add(run.id)
         ledger.audit(s, "server", "start", run.id, n_clients=used, n_devices=devices)
 
-    def _abort_in(self, s: Session, run: Run, reason: str) -> None:
+    def _abort_in(self, s: Tx, run: Any, reason: str) -> None:
         """Abort a run before any sum was used, inside the caller's transaction (releases the charge)."""
         run.status = "aborted"
         run.error = reason
@@ -467,18 +470,18 @@ class Driver:
 
     def _step(self, run_id: str, live: _Live) -> _Live | None:
         """Open, or try to close, the live round; return the state to continue with, or None to stop."""
-        with self.store.session() as s, s.begin():
+        with self.store.transaction() as s:
             run = load_run(s, run_id, lock=True)
             if not self._holds(run):
                 return None
             cfg = task_config(s, run.task_id)
             assert run.n_clients is not None
-            rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
+            rec = s.orm_round(run_id, live.index)
             f = _round_fields(live.pending, run.n_clients)
             opened, abort = False, None
             if rec is None:
                 now = time.time()
-                rec = RoundRecord(
+                rec = s.add_orm_round(
                     run_id=run_id,
                     index=live.index,
                     status="open",
@@ -486,12 +489,10 @@ class Driver:
                     deadline=now + float(cfg["deadlines"]["round"]),
                     **f,
                 )
-                s.add(rec)
                 opened = True
                 if secure.is_secure(cfg):
-                    s.flush()
                     try:
-                        secure.open_sessions(s, run, rec, cfg, self._sessions)
+                        secure.open_sessions(s.session, run, rec, cfg, self._sessions)
                     except FedstatsError as exc:
                         rec.status = "aborted"
                         abort = f"round {live.index} ({rec.name}): {exc}"
@@ -504,19 +505,19 @@ class Driver:
             self._changed.add(run_id)
             self._hook("opened", run_id, live.index)
             return None
-        with self.store.session() as s, s.begin():
+        with self.store.transaction() as s:
             run = load_run(s, run_id, lock=True)
             if not self._holds(run):
                 return None
             self._hook("locked", run_id, live.index)
-            rec = s.get(RoundRecord, (run_id, live.index), with_for_update=True)
+            rec = s.orm_round(run_id, live.index)
             assert rec is not None and run.n_clients is not None
             if rec.status != "open":  # journaled by an earlier holder: rebuild from the journal
                 self._live.pop(run_id, None)
                 return None
             if secure.is_secure(cfg):
                 got = secure.advance_sessions(
-                    s, run, rec, self._sessions, float(cfg["deadlines"]["round"])
+                    s.session, run, rec, self._sessions, float(cfg["deadlines"]["round"])
                 )
                 need = _required(cfg, _n_devices(s, run.id), rec)
                 if isinstance(got, tuple) and got[1] < need:
@@ -526,6 +527,9 @@ class Driver:
                     )
             else:
                 got = self._close_plain(s, run, rec, cfg)
+                live.expected, live.seen = self._counted
+                live.deadline, live.checked = float(rec.deadline), time.monotonic()
+                self._reports.pop((run_id, live.index), None)
             if isinstance(got, str):
                 rec.status = "aborted"
                 abort = got
@@ -552,15 +556,16 @@ class Driver:
         except StopIteration as stop:
             self._finish(run_id, stop.value)
             return None
-        with self.store.session() as s:
+        with self.store.transaction(read_only=True) as s:
             run = load_run(s, run_id)
             self._check_encoder(task_config(s, run.task_id), rnd)
         live.index += 1
         live.pending = rnd
+        live.expected = None  # the next round: not looked at yet
         return live
 
     def _close_plain(
-        self, s: Session, run: Run, rec: RoundRecord, cfg: Mapping[str, Any]
+        self, s: Tx, run: Any, rec: Any, cfg: Mapping[str, Any]
     ) -> tuple[np.ndarray, int] | str | None:
         """Close a plain round from its reports, in the caller's transaction.
 
@@ -568,37 +573,16 @@ class Driver:
         """
         assert run.n_clients is not None
         # counts in SQL first: a pass over a round that is still waiting reads no rows
-        n_expected = s.execute(
-            select(func.count())
-            .select_from(RunMember)
-            .where(
-                RunMember.run_id == run.id,
-                RunMember.slot_start < rec.hi,
-                RunMember.slot_start + RunMember.slot_count > rec.lo,
-            )
-        ).scalar_one()
-        n_got = s.execute(
-            select(func.count())
-            .select_from(Report)
-            .where(Report.run_id == run.id, Report.round_index == rec.index)
-        ).scalar_one()
+        n_expected, n_got = s.round_counts(run.id, rec.index, rec.lo, rec.hi)
+        self._counted = (n_expected, n_got)
         if n_got < n_expected and time.time() < rec.deadline:
             return None
-        reports = (
-            s.execute(
-                select(Report).where(Report.run_id == run.id, Report.round_index == rec.index)
-            )
-            .scalars()
-            .all()
-        )
-        members = {
-            m.client_id: m
-            for m in s.execute(select(RunMember).where(RunMember.run_id == run.id)).scalars()
-        }
+        reports = s.round_reports(run.id, rec.index)
+        members = s.member_slots(run.id)
         kept: list[list[int]] = []
         n = 0
         for r in reports:
-            vector = self._checked(run, rec, r, members.get(r.client_id))
+            vector = self._checked(s, run, rec, r, members.get(r.client_id))
             if vector is not None:
                 kept.append(vector)
                 n += int(r.count)
@@ -612,9 +596,9 @@ class Driver:
         return _sum_reports(kept, rec.dim), n
 
     def _checked(
-        self, run: Run, rec: RoundRecord, report: Report, member: RunMember | None
+        self, s: Tx, run: Any, rec: Any, report: ReportRow, member: tuple[int, int] | None
     ) -> list[int] | None:
-        """The report's vector if it may be summed; else None, with ``report.excluded`` set and counted."""
+        """The report's vector if it may be summed; else None, with ``reports.excluded`` set and counted."""
         if report.excluded is not None:
             return None
         problem: str | None
@@ -627,8 +611,9 @@ class Driver:
             except ValueError:
                 problem = "shape: the stored report is not JSON"
             else:
-                lo = max(member.slot_start, rec.lo)
-                records = max(0, min(member.slot_start + member.slot_count, rec.hi) - lo)
+                slot_start, slot_count = member
+                lo = max(slot_start, rec.lo)
+                records = max(0, min(slot_start + slot_count, rec.hi) - lo)
                 problem = report_problem(
                     vector,
                     report.count,
@@ -640,7 +625,7 @@ class Driver:
         if problem is None:
             return list(vector)
         reason = problem.split(":", 1)[0]
-        report.excluded = problem
+        s.exclude_report(run.id, rec.index, report.client_id, problem)
         self.excluded[reason] = self.excluded.get(reason, 0) + 1
         log.warning(
             json.dumps(

@@ -22,13 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
-
 from fedstats.errors import ParameterError
-from fedstats.service.store import Store
-from fedstats.service.store.tables import IdempotencyKey
+from fedstats.service.store import Store, Tx
 
 __all__ = ["HEADER", "Answer", "check_key", "request_hash", "run_once"]
 
@@ -66,10 +61,8 @@ def request_hash(method: str, path: str, body: Any) -> str:
     return hashlib.sha256(f"{method.upper()}\n{path}\n{canon}".encode()).hexdigest()
 
 
-def _stored(s: Session, actor: str, key: str, rhash: str) -> Answer | None:
-    row = s.execute(
-        select(IdempotencyKey).where(IdempotencyKey.actor == actor, IdempotencyKey.key == key)
-    ).scalar_one_or_none()
+def _stored(tx: Tx, actor: str, key: str, rhash: str) -> Answer | None:
+    row = tx.idempotent_answer(actor, key)
     if row is None:
         return None
     if row.request_hash != rhash:
@@ -89,7 +82,7 @@ def run_once(
     method: str,
     path: str,
     body: Any,
-    write: Callable[[Session], Answer],
+    write: Callable[[Tx], Answer],
 ) -> Answer:
     """Run ``write`` in one transaction, exactly once per ``(actor, key)``.
 
@@ -105,7 +98,8 @@ def run_once(
     body : Any
         The request's parsed JSON body (part of the request hash).
     write : callable
-        Does the write in the session's open transaction and returns the answer to store.
+        Does the write in the open transaction (a :class:`~fedstats.service.store.Tx`) and returns the
+        answer to store.
 
     Returns
     -------
@@ -117,41 +111,16 @@ def run_once(
     ParameterError
         If the key was used before with another request (HTTP 422).
     """
-    if key is None:
-        with store.session() as s, s.begin():
-            return write(s)
-    rhash = request_hash(method, path, body)
-    failed: IntegrityError | None = None
-    for _attempt in range(3):
-        with store.session() as s:
-            try:
-                with s.begin():
-                    got = _stored(s, actor, key, rhash)
-                    if got is not None:
-                        return got
-                    # claim the key first: a concurrent request with the same key blocks on this
-                    # insert until our transaction ends, and then fails (and reads our answer)
-                    row = IdempotencyKey(
-                        actor=actor,
-                        key=key,
-                        method=method.upper(),
-                        path=path[:256],
-                        request_hash=rhash,
-                        status_code=0,
-                        response="",
-                        created_at=time.time(),
-                    )
-                    s.add(row)
-                    s.flush()
-                    answer = write(s)
-                    row.status_code = answer.status
-                    row.response = json.dumps(answer.body, sort_keys=True)
-                return answer
-            except IntegrityError as exc:
-                failed = exc  # another request with this key committed first: read its answer
-    with store.session() as s:
-        got = _stored(s, actor, key, rhash)
-    if got is None:  # the integrity error was the write's own, not the key's
-        assert failed is not None
-        raise failed
-    return got
+    with store.transaction() as tx:
+        if key is None:
+            return write(tx)
+        rhash = request_hash(method, path, body)
+        # claim the key first: a concurrent request with the same key waits on this insert until our
+        # transaction ends, and then finds the key taken (and reads the answer stored with it)
+        if not tx.claim_key(actor, key, method.upper(), path[:256], rhash, time.time()):
+            got = _stored(tx, actor, key, rhash)
+            assert got is not None
+            return got
+        answer = write(tx)
+        tx.store_answer(actor, key, answer.status, json.dumps(answer.body, sort_keys=True))
+        return answer

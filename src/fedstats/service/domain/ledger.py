@@ -22,12 +22,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from fedstats.errors import BudgetExceededError
 from fedstats.privacy.ledger import PrivacyLedger
-from fedstats.service.store.tables import Audit, Budget, LedgerCharge
+from fedstats.service.store import Tx, TxLike, as_tx
+from fedstats.service.store.core import BudgetRow, ChargeRow
 
 __all__ = ["Charge", "audit", "budget_status", "release", "reserve", "set_budget", "spend"]
 
@@ -53,31 +51,15 @@ class Charge:
     label: str
 
 
-def audit(session: Session, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
-    """Append an audit record (in the caller's transaction)."""
-    session.add(
-        Audit(
-            ts=time.time(),
-            actor=actor,
-            action=action,
-            run_id=run_id,
-            detail=json.dumps(detail, sort_keys=True, default=str),
-        )
+def audit(tx: TxLike, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
+    """Append an audit record (in the caller's transaction ``tx``: a :class:`Tx` or a session)."""
+    as_tx(tx).add_audit(
+        time.time(), actor, action, run_id, json.dumps(detail, sort_keys=True, default=str)
     )
 
 
-def _lock_budget(session: Session, scope: str, name: str) -> Budget | None:
-    stmt = select(Budget).where(Budget.scope == scope, Budget.name == name).with_for_update()
-    return session.execute(stmt).scalar_one_or_none()
-
-
-def _ledger_of(session: Session, budget: Budget, scope: str) -> PrivacyLedger:
-    col = LedgerCharge.population if scope == "population" else LedgerCharge.analyst
-    rows = session.execute(
-        select(LedgerCharge)
-        .where(col == budget.name, LedgerCharge.status.in_(("reserved", "spent")))
-        .order_by(LedgerCharge.id)
-    ).scalars()
+def _ledger_of(tx: Tx, budget: BudgetRow, scope: str) -> PrivacyLedger:
+    rows = tx.charges_on(scope, budget.name)
     # no budget while replaying: these charges were accepted when they were reserved, and checking them
     # again one by one would blame an old run for a budget that is too small now
     ledger = PrivacyLedger()
@@ -86,7 +68,7 @@ def _ledger_of(session: Session, budget: Budget, scope: str) -> PrivacyLedger:
     return ledger
 
 
-def _with_budget(ledger: PrivacyLedger, budget: Budget, scope: str) -> PrivacyLedger:
+def _with_budget(ledger: PrivacyLedger, budget: BudgetRow, scope: str) -> PrivacyLedger:
     """Put ``budget`` on a replayed ledger; refuse (naming the budget) if it is below what is spent."""
     try:
         ledger.epsilon_budget = budget.epsilon
@@ -96,9 +78,7 @@ def _with_budget(ledger: PrivacyLedger, budget: Budget, scope: str) -> PrivacyLe
     return ledger
 
 
-def reserve(
-    session: Session, *, run_id: str, population: str, analyst: str, charge: Charge
-) -> None:
+def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, charge: Charge) -> None:
     """Reserve ``charge`` on both budgets, in the caller's transaction.
 
     A population or analyst without a budget row has no budget: nothing can be charged to it.
@@ -109,38 +89,35 @@ def reserve(
         If either budget is missing or would be exceeded; the message gives spent, requested and
         remaining (from :meth:`PrivacyLedger.spend`). Nothing is reserved then.
     """
+    tx = as_tx(session)
     # lock in a fixed order (population, then analyst) so concurrent reservations cannot deadlock
     for scope, name in (("population", population), ("analyst", analyst)):
-        budget = _lock_budget(session, scope, name)
+        budget = tx.budget(scope, name, lock=True)
         if budget is None:
             raise BudgetExceededError(
                 f"no privacy budget for {scope} {name!r}: spent epsilon=0, delta=0; requested "
                 f"epsilon={charge.epsilon:.6g}, delta={charge.delta:.6g}; remaining epsilon=0, delta=0"
             )
-        ledger = _with_budget(_ledger_of(session, budget, scope), budget, scope)
+        ledger = _with_budget(_ledger_of(tx, budget, scope), budget, scope)
         try:
             ledger.spend(
                 epsilon=charge.epsilon, delta=charge.delta, rho=charge.rho, label=charge.label
             )
         except BudgetExceededError as exc:
             raise BudgetExceededError(f"{scope} {name!r}: {exc}") from None
-    now = time.time()
-    session.add(
-        LedgerCharge(
-            run_id=run_id,
-            population=population,
-            analyst=analyst,
-            epsilon=charge.epsilon,
-            delta=charge.delta,
-            rho=charge.rho,
-            status="reserved",
-            label=charge.label,
-            created_at=now,
-            updated_at=now,
-        )
+    row = ChargeRow(
+        run_id,
+        population,
+        analyst,
+        charge.epsilon,
+        charge.delta,
+        charge.rho,
+        "reserved",
+        charge.label,
     )
+    tx.add_charge(row, time.time())
     audit(
-        session,
+        tx,
         analyst,
         "reserve",
         run_id,
@@ -151,13 +128,7 @@ def reserve(
     )
 
 
-def _charge(session: Session, run_id: str) -> LedgerCharge | None:
-    return session.execute(
-        select(LedgerCharge).where(LedgerCharge.run_id == run_id).with_for_update()
-    ).scalar_one_or_none()
-
-
-def spend(session: Session, run_id: str, *, actor: str = "server") -> bool:
+def spend(session: TxLike, run_id: str, *, actor: str = "server") -> bool:
     """Turn the run's reservation into a spend (idempotent); return True if it changed now.
 
     Raises
@@ -166,7 +137,8 @@ def spend(session: Session, run_id: str, *, actor: str = "server") -> bool:
         If the run's charge was released: it no longer counts against any budget, and turning it back
         into a spend would skip the budget check (a released run must not publish a result).
     """
-    c = _charge(session, run_id)
+    tx = as_tx(session)
+    c = tx.charge_of(run_id)
     if c is None or c.status == "spent":
         return False
     if c.status == "released":
@@ -174,25 +146,24 @@ def spend(session: Session, run_id: str, *, actor: str = "server") -> bool:
             f"the privacy charge of run {run_id!r} (epsilon={c.epsilon:.6g}, delta={c.delta:.6g}) was "
             "released; a released charge cannot be spent (it is no longer reserved on any budget)"
         )
-    c.status = "spent"
-    c.updated_at = time.time()
-    audit(session, actor, "spend", run_id, epsilon=c.epsilon, delta=c.delta, rho=c.rho)
+    tx.set_charge_status(run_id, "spent", time.time())
+    audit(tx, actor, "spend", run_id, epsilon=c.epsilon, delta=c.delta, rho=c.rho)
     return True
 
 
-def release(session: Session, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
+def release(session: TxLike, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
     """Give a reservation back (a run that released nothing); return True if it changed now."""
-    c = _charge(session, run_id)
+    tx = as_tx(session)
+    c = tx.charge_of(run_id)
     if c is None or c.status != "reserved":
         return False
-    c.status = "released"
-    c.updated_at = time.time()
-    audit(session, actor, "release", run_id, reason=reason)
+    tx.set_charge_status(run_id, "released", time.time())
+    audit(tx, actor, "release", run_id, reason=reason)
     return True
 
 
 def set_budget(
-    session: Session, scope: str, name: str, *, epsilon: float, delta: float, actor: str
+    session: TxLike, scope: str, name: str, *, epsilon: float, delta: float, actor: str
 ) -> None:
     """Create or change a budget, in the caller's transaction; refuse one below what is already charged.
 
@@ -212,11 +183,10 @@ def set_budget(
         budget (HTTP 409); the message names the budget, the spent amount and the requested one. Nothing
         changes then.
     """
-    b = _lock_budget(session, scope, name)
-    if b is None:
-        session.add(Budget(scope=scope, name=name, epsilon=epsilon, delta=delta))
-    else:
-        spent = _ledger_of(session, b, scope)
+    tx = as_tx(session)
+    b = tx.budget(scope, name, lock=True)
+    if b is not None:
+        spent = _ledger_of(tx, b, scope)
         try:
             spent.epsilon_budget = epsilon
             spent.delta_budget = delta
@@ -227,18 +197,17 @@ def set_budget(
                 f"delta={delta:.6g} is below what is already spent or reserved: epsilon={t.epsilon:.6g}, "
                 f"delta={t.delta:.6g} (current budget epsilon={b.epsilon:.6g}, delta={b.delta:.6g})"
             ) from None
-        b.epsilon, b.delta = epsilon, delta
-    audit(session, actor, "budget", None, scope=scope, name=name, epsilon=epsilon, delta=delta)
+    tx.put_budget(scope, name, epsilon, delta)
+    audit(tx, actor, "budget", None, scope=scope, name=name, epsilon=epsilon, delta=delta)
 
 
-def budget_status(session: Session, scope: str, name: str) -> dict[str, Any] | None:
+def budget_status(session: TxLike, scope: str, name: str) -> dict[str, Any] | None:
     """Budget, spent (reserved + spent) and remaining of one population or analyst, or None."""
-    b = session.execute(
-        select(Budget).where(Budget.scope == scope, Budget.name == name)
-    ).scalar_one_or_none()
+    tx = as_tx(session)
+    b = tx.budget(scope, name)
     if b is None:
         return None
-    ledger = _ledger_of(session, b, scope)
+    ledger = _ledger_of(tx, b, scope)
     total = ledger.total()
     # computed here, not by PrivacyLedger.remaining(): a database written before set_budget refused
     # lower budgets may hold a budget below its spent total (then 0 remains)

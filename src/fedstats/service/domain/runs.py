@@ -47,16 +47,14 @@ import time
 import uuid
 from typing import Any
 
-from sqlalchemy import and_, select
-from sqlalchemy.orm import Session
-
 from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service.domain import ledger
 from fedstats.service.domain.reports import report_problem
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
-from fedstats.service.store.tables import Report, RoundRecord, Run, RunMember
+from fedstats.service.store import Tx, TxLike, as_tx
+from fedstats.service.store.core import RoundRow
 from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [
@@ -70,7 +68,7 @@ __all__ = [
 ]
 
 
-def create_run(session: Session, task_id: str, analyst: str) -> str:
+def create_run(session: TxLike, task_id: str, analyst: str) -> str:
     """Start a run of a task, reserving its privacy charge first (in the caller's transaction).
 
     Raises
@@ -80,14 +78,15 @@ def create_run(session: Session, task_id: str, analyst: str) -> str:
     BudgetExceededError
         If the population's or the analyst's budget cannot cover the task.
     """
-    cfg = task_config(session, task_id)
-    if task_envelope(session, task_id) is None:
+    tx = as_tx(session)
+    cfg = task_config(tx, task_id)
+    if task_envelope(tx, task_id) is None:
         raise ConflictError(f"task {task_id} was stored unsigned: devices would refuse it")
     run_id = str(uuid.uuid4())
     loss = privacy_loss_for(cfg)
     if math.isfinite(loss.epsilon):  # an infinite loss is a non-private task: no DP charge
         ledger.reserve(
-            session,
+            tx,
             run_id=run_id,
             population=cfg["privacy"]["population"],
             analyst=analyst,
@@ -99,24 +98,23 @@ def create_run(session: Session, task_id: str, analyst: str) -> str:
             ),
         )
     now = time.time()
-    session.add(
-        Run(
-            id=run_id,
-            task_id=task_id,
-            analyst=analyst,
-            status="checkin",
-            created_at=now,
-            checkin_deadline=now + float(cfg["deadlines"]["checkin"]),
-            secret=secrets.token_hex(32),  # unused since the plan is keyed by the public seed
-            # a plain run's public seed is stated now; a secure run's is agreed after check-in
-            public_seed=None if cfg.get("secure_aggregation") is not None else new_public_seed(),
-        )
+    tx.add_run(
+        id=run_id,
+        task_id=task_id,
+        analyst=analyst,
+        status="checkin",
+        created_at=now,
+        checkin_deadline=now + float(cfg["deadlines"]["checkin"]),
+        secret=secrets.token_hex(32),  # unused since the plan is keyed by the public seed
+        # a plain run's public seed is stated now; a secure run's is agreed after check-in
+        public_seed=None if cfg.get("secure_aggregation") is not None else new_public_seed(),
+        lease_epoch=0,
     )
-    ledger.audit(session, analyst, "create-run", run_id, task_id=task_id)
+    ledger.audit(tx, analyst, "create-run", run_id, task_id=task_id)
     return run_id
 
 
-def cancel_run(session: Session, run_id: str, actor: str) -> str:
+def cancel_run(session: TxLike, run_id: str, actor: str) -> str:
     """Cancel a live run (in the caller's transaction); return its population.
 
     The run becomes ``aborted`` with the error ``"cancelled by <actor>"`` (devices see it finished), as
@@ -131,27 +129,24 @@ def cancel_run(session: Session, run_id: str, actor: str) -> str:
     ConflictError
         If the run is already done or aborted.
     """
-    run = load_run(session, run_id, lock=True)
+    tx = as_tx(session)
+    run = load_run(tx, run_id, lock=True)
     if run.status not in ("checkin", "seeding", "running"):
         raise ConflictError(f"run {run_id} is already {run.status}: nothing to cancel")
     reason = f"cancelled by {actor}"
-    used = session.execute(
-        select(RoundRecord.index).where(
-            RoundRecord.run_id == run_id, RoundRecord.status == "closed"
-        )
-    ).first()
+    used = tx.any_closed_round(run_id)
     run.status = "aborted"
     run.error = reason
     run.finished_at = time.time()
     run.lease_owner = None
     run.lease_until = None
     run.lease_epoch = int(run.lease_epoch or 0) + 1
-    if used is None:
-        ledger.release(session, run_id, actor=actor, reason=reason)
+    if not used:
+        ledger.release(tx, run_id, actor=actor, reason=reason)
     else:
-        ledger.spend(session, run_id, actor=actor)
-    ledger.audit(session, actor, "cancel", run_id, reason=reason)
-    return str(task_config(session, run.task_id)["privacy"]["population"])
+        ledger.spend(tx, run_id, actor=actor)
+    ledger.audit(tx, actor, "cancel", run_id, reason=reason)
+    return str(task_config(tx, run.task_id)["privacy"]["population"])
 
 
 def new_public_seed() -> str:
@@ -159,34 +154,31 @@ def new_public_seed() -> str:
     return secrets.token_hex(32)
 
 
-def load_run(session: Session, run_id: str, *, lock: bool = False) -> Run:
-    """The run ``run_id``, optionally locked for update (``FOR NO KEY UPDATE`` on PostgreSQL).
+def load_run(session: TxLike, run_id: str, *, lock: bool = False) -> Any:
+    """The run ``run_id`` (its ORM row, read fresh), optionally locked (``FOR NO KEY UPDATE``).
+
+    Transitional (:meth:`~fedstats.service.store.core.CoreQueries.orm_run`): the driver's fencing and
+    the secure path still change run rows through it.
 
     Raises
     ------
     NotFoundError
         If there is no such run.
     """
-    # populate_existing: a fresh read even if the session already holds the run (a stale lease owner or
-    # epoch in the identity map must never pass the fencing check)
-    stmt = select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
-    if lock:
-        # FOR NO KEY UPDATE: does not block the key-share locks of inserts referencing the run (reports,
-        # members), so a report and the driver closing its round cannot deadlock
-        stmt = stmt.with_for_update(key_share=True)
-    run = session.execute(stmt).scalar_one_or_none()
+    run = as_tx(session).orm_run(run_id, lock=lock)
     if run is None:
         raise NotFoundError(f"no run {run_id!r}")
     return run
 
 
 def checkin(
-    session: Session, run_id: str, client_id: str, records: int, commitment: str | None = None
+    tx: TxLike, run_id: str, client_id: str, records: int, commitment: str | None = None
 ) -> dict[str, int]:
     """Add a device to a run's cohort; idempotent (a second check-in returns the same slots).
 
     ``commitment`` (64 hex digits, :func:`fedstats.wire.seeding.commitment`) is required by a secure
-    task and refused otherwise.
+    task and refused otherwise. The run row is locked (check-ins of one run are serialized, so slots
+    never overlap); the cohort so far is read as one aggregate row.
 
     Raises
     ------
@@ -197,13 +189,14 @@ def checkin(
     """
     if records < 1:
         raise ParameterError("records", records, "an integer >= 1")
-    run = load_run(session, run_id, lock=True)
-    m = session.get(RunMember, (run_id, client_id))
+    tx = as_tx(tx)
+    run = load_run(tx, run_id, lock=True)
+    m = tx.member(run_id, client_id)
     if m is not None:
-        return {"slot_start": m.slot_start, "slot_count": m.slot_count}
+        return {"slot_start": m[0], "slot_count": m[1]}
     if run.status != "checkin" or time.time() > run.checkin_deadline:
         raise ConflictError(f"run {run_id} is not accepting check-ins")
-    cfg = task_config(session, run.task_id)
+    cfg = task_config(tx, run.task_id)
     if cfg.get("secure_aggregation") is not None:
         if not (isinstance(commitment, str) and len(commitment) == 64):
             raise ParameterError("commitment", commitment, "64 hex digits (a secure task)")
@@ -213,28 +206,12 @@ def checkin(
             raise ParameterError("commitment", commitment, "64 hex digits") from None
     elif commitment is not None:
         raise ParameterError("commitment", commitment, "none (the task is not secure)")
-    counts = list(
-        session.execute(select(RunMember.slot_count).where(RunMember.run_id == run_id)).scalars()
-    )
-    if len(counts) >= int(cfg["cohort_size"]):  # cohort_size counts devices
-        raise ConflictError(f"run {run_id} has a full cohort ({len(counts)} devices)")
-    used = sum(counts)
+    devices, used = tx.cohort(run_id)
+    if devices >= int(cfg["cohort_size"]):  # cohort_size counts devices
+        raise ConflictError(f"run {run_id} has a full cohort ({devices} devices)")
     count = min(int(records), int(cfg.get("max_records_per_client", 1)))
-    session.add(
-        RunMember(
-            run_id=run_id,
-            client_id=client_id,
-            slot_start=used,
-            slot_count=count,
-            joined_at=time.time(),
-            commitment=commitment,
-        )
-    )
+    tx.add_member(run_id, client_id, used, count, time.time(), commitment)
     return {"slot_start": used, "slot_count": count}
-
-
-def _overlap(member: RunMember, lo: int, hi: int) -> tuple[int, int]:
-    return _slots_in(member.slot_start, member.slot_count, lo, hi)
 
 
 def _slots_in(start: int, count: int, lo: int, hi: int) -> tuple[int, int]:
@@ -243,83 +220,53 @@ def _slots_in(start: int, count: int, lo: int, hi: int) -> tuple[int, int]:
     return a, max(a, min(start + count, hi))
 
 
-def client_work(session: Session, client_id: str, population: str) -> dict[str, Any]:
+def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
     """What a device may do now: runs open for check-in, and rounds waiting for its report.
 
-    Every device asks this at every poll and stage, so it costs three to five small statements: the live
-    runs with this device's membership and their open round (one join), the device's own report or
-    secure-stage messages (key columns only, no payloads), and the finished runs it was in.
+    Every device asks this at every poll and stage (unless its cached answer is still valid, see
+    :mod:`fedstats.service.http.device`), so it costs a few small statements, none reading more than
+    this device's rows: the live runs with this device's membership and their open round (one join), the
+    device's own report or secure-stage messages (key columns only, no payloads), and the finished runs
+    it was in.
     """
+    tx = as_tx(tx)
     offers: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []
     reveals: list[dict[str, Any]] = []
     now = time.time()
-    live = session.execute(
-        select(
-            Run.id,
-            Run.task_id,
-            Run.status,
-            Run.checkin_deadline,
-            Run.n_clients,
-            Run.public_seed,
-            RunMember.slot_start,
-            RunMember.slot_count,
-            RunMember.reveal,
-            RoundRecord,
-        )
-        .outerjoin(RunMember, and_(RunMember.run_id == Run.id, RunMember.client_id == client_id))
-        .outerjoin(RoundRecord, and_(RoundRecord.run_id == Run.id, RoundRecord.status == "open"))
-        .where(Run.status.in_(("checkin", "seeding", "running")))
-    ).all()
-    for (
-        run_id,
-        task_id,
-        status,
-        checkin_deadline,
-        n_clients,
-        seed,
-        start,
-        count,
-        reveal,
-        rec,
-    ) in live:
-        cfg = task_config(session, task_id)
+    for live in tx.live_runs(client_id):
+        run_id, task_id, rec = live.run_id, live.task_id, live.round
+        cfg = task_config(tx, task_id)
         if cfg["privacy"]["population"] != population:
             continue
-        if status == "checkin":
-            if start is None and now <= checkin_deadline:
+        if live.status == "checkin":
+            if live.slot_start is None and now <= live.checkin_deadline:
                 offers.append(
                     {
                         "run_id": run_id,
                         "task_id": task_id,
                         "task": wire.encode(cfg),
-                        "envelope": task_envelope(session, task_id),
+                        "envelope": task_envelope(tx, task_id),
                     }
                 )
             continue
-        if start is None:
+        if live.slot_start is None or live.slot_count is None:
             continue
-        if status == "seeding":
-            if reveal is None:
+        if live.status == "seeding":
+            if live.reveal is None:
                 reveals.append({"run_id": run_id})
             continue
         if rec is None:
             continue
-        a, b = _slots_in(start, count, rec.lo, rec.hi)
+        a, b = _slots_in(live.slot_start, live.slot_count, rec.lo, rec.hi)
         if b <= a:
             continue
         secure_stage = None
         if cfg.get("secure_aggregation") is not None:
-            secure_stage = secure_work(session, run_id, rec, client_id)
+            secure_stage = secure_work(tx.session, run_id, _orm_round(tx, rec), client_id)
             if secure_stage is None:
                 continue
-        elif session.execute(
-            select(Report.client_id).where(
-                Report.run_id == run_id,
-                Report.round_index == rec.index,
-                Report.client_id == client_id,
-            )
-        ).first():
+        elif tx.reported(run_id, rec.index, client_id):
             continue
         rounds.append(
             {
@@ -336,28 +283,32 @@ def client_work(session: Session, client_id: str, population: str) -> dict[str, 
                 "bound": rec.bound,
                 "client_range": [rec.lo, rec.hi],
                 "records": [a, b],
-                "slot_start": start,
-                "n_clients": n_clients,
-                "public_seed": seed,
-                "history": _history(session, run_id, rec.index),
+                "slot_start": live.slot_start,
+                "n_clients": live.n_clients,
+                "public_seed": live.public_seed,
+                "history": _history(tx, run_id, rec.index),
                 "deadline": rec.deadline,
                 "secure": secure_stage,
             }
         )
-    done = session.execute(
-        select(RunMember.run_id, Run.status)
-        .join(Run, Run.id == RunMember.run_id)
-        .where(RunMember.client_id == client_id, Run.status.in_(("done", "aborted")))
-    ).all()
-    finished = [{"run_id": r, "status": s} for r, s in done]
+    finished = [{"run_id": r, "status": s} for r, s in tx.finished_runs(client_id)]
     return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
+
+
+def _orm_round(tx: Tx, rec: RoundRow) -> Any:
+    """The ORM row of a round, for the secure path's functions that take one (not yet converted)."""
+    from fedstats.service.store.tables import RoundRecord  # transitional, as the secure path needs
+
+    got = tx.session.get(RoundRecord, (rec.run_id, rec.index))
+    assert got is not None
+    return got
 
 
 # a round's public parameters never change once journaled: parsed once per round, not per poll
 _PARAMS: dict[tuple[str, int, str], Any] = {}
 
 
-def _params_of(rec: RoundRecord) -> Any:
+def _params_of(rec: RoundRow) -> Any:
     key = (rec.run_id, rec.index, rec.params_digest)
     got = _PARAMS.get(key)
     if got is None:
@@ -372,7 +323,7 @@ def _params_of(rec: RoundRecord) -> Any:
 _HISTORY: dict[tuple[str, int], list[Any]] = {}
 
 
-def _history(session: Session, run_id: str, index: int) -> list[Any]:
+def _history(tx: Tx, run_id: str, index: int) -> list[Any]:
     """``[{"total", "n_clients"}, ...]`` of rounds ``0 .. index - 1`` as journaled (canonically encoded).
 
     What a device needs to replay the plan up to round ``index`` (:mod:`fedstats.client`).
@@ -380,20 +331,13 @@ def _history(session: Session, run_id: str, index: int) -> list[Any]:
     key = (run_id, index)
     got = _HISTORY.get(key)
     if got is None:
-        rows = session.execute(
-            select(RoundRecord.index, RoundRecord.total, RoundRecord.n_clients)
-            .where(
-                RoundRecord.run_id == run_id,
-                RoundRecord.index < index,
-                RoundRecord.status == "closed",
-            )
-            .order_by(RoundRecord.index)
-        ).all()
-        got = [
-            {"total": json.loads(total), "n_clients": int(n)}
-            for _i, total, n in rows
-            if total is not None and n is not None
-        ]
+        if index == 0:
+            got = []
+        else:
+            got = [
+                {"total": json.loads(total), "n_clients": int(n)}
+                for _i, total, n in tx.closed_totals(run_id, index)
+            ]
         if len(_HISTORY) > 1024:
             _HISTORY.clear()
         _HISTORY[key] = got
@@ -401,9 +345,12 @@ def _history(session: Session, run_id: str, index: int) -> list[Any]:
 
 
 def submit_report(
-    session: Session, run_id: str, index: int, client_id: str, vector: Any, count: int
+    tx: TxLike, run_id: str, index: int, client_id: str, vector: Any, count: int
 ) -> bool:
     """Store a device's report; return False if the same report was already stored (idempotent retry).
+
+    Four primary-key statements whatever the cohort size: the round (share-locked, so closing it waits
+    for the reports being written), the device's stored report if any, its membership, the insert.
 
     Raises
     ------
@@ -416,13 +363,8 @@ def submit_report(
     SecurityError
         If the device is not in the round's cohort.
     """
-    rec = session.execute(
-        select(RoundRecord)
-        .where(RoundRecord.run_id == run_id, RoundRecord.index == index)
-        .with_for_update(
-            read=True
-        )  # reports share the round; closing it (FOR UPDATE) waits for them
-    ).scalar_one_or_none()
+    tx = as_tx(tx)
+    rec = tx.round_for_report(run_id, index)
     if rec is None:
         raise NotFoundError(f"no round {index} in run {run_id!r}")
     if not isinstance(vector, list) or len(vector) != rec.dim:
@@ -430,17 +372,17 @@ def submit_report(
     if any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
         raise DataError("report entries must be integers")
     digest = wire.digest({"vector": vector, "count": count})
-    old = session.get(Report, (run_id, index, client_id))
+    old = tx.report_digest(run_id, index, client_id)
     if old is not None:
-        if old.digest == digest:
+        if old == digest:
             return False
         raise ConflictError(f"a different report for round {index} is already stored")
     if rec.status != "open":
         raise ConflictError(f"round {index} of run {run_id} is closed")
-    member = session.get(RunMember, (run_id, client_id))
+    member = tx.member(run_id, client_id)
     if member is None:
         raise SecurityError("this client is not in the run's cohort")
-    a, b = _overlap(member, rec.lo, rec.hi)
+    a, b = _slots_in(member[0], member[1], rec.lo, rec.hi)
     if count != b - a or count < 1:
         raise DataError(f"report count must be {b - a} (records of this client in the round)")
     problem = report_problem(
@@ -448,48 +390,38 @@ def submit_report(
     )
     if problem is not None:
         raise DataError(f"report refused: {problem}")
-    session.add(
-        Report(
-            run_id=run_id,
-            round_index=index,
-            client_id=client_id,
-            vector=json.dumps(vector),
-            count=count,
-            digest=digest,
-            received_at=time.time(),
-        )
-    )
+    tx.add_report(run_id, index, client_id, json.dumps(vector), count, digest, time.time())
     return True
 
 
-def run_view(session: Session, run_id: str) -> dict[str, Any]:
+def run_view(session: TxLike, run_id: str) -> dict[str, Any]:
     """Status of a run, its rounds and, once done, its result."""
-    run = load_run(session, run_id)
-    recs = session.execute(
-        select(RoundRecord).where(RoundRecord.run_id == run_id).order_by(RoundRecord.index)
-    ).scalars()
+    tx = as_tx(session)
+    run = load_run(tx, run_id)
+    slots = tx.slots_of(run_id)  # once, not once per round
     rounds = []
-    for r in recs:
-        expected = session.execute(select(RunMember).where(RunMember.run_id == run_id)).scalars()
-        n_exp = sum(_overlap(m, r.lo, r.hi)[1] - _overlap(m, r.lo, r.hi)[0] for m in expected)
+    for index, name, status, lo, hi, summed in tx.rounds_of(run_id):
+        n_exp = 0
+        for start, count in slots:
+            a, b = _slots_in(start, count, lo, hi)
+            n_exp += b - a
         rounds.append(
             {
-                "index": r.index,
-                "name": r.name,
-                "status": r.status,
-                "client_range": [r.lo, r.hi],
+                "index": index,
+                "name": name,
+                "status": status,
+                "client_range": [lo, hi],
                 "records_expected": n_exp,
-                "records_summed": r.n_clients,
+                "records_summed": summed,
             }
         )
-    members = session.execute(select(RunMember).where(RunMember.run_id == run_id)).scalars().all()
     return {
         "run_id": run.id,
         "task_id": run.task_id,
         "analyst": run.analyst,
         "status": run.status,
         "n_clients": run.n_clients,  # records in the cohort
-        "devices": len(members),
+        "devices": len(slots),
         "rounds": rounds,
         "result": json.loads(run.result) if run.result else None,
         "error": run.error,

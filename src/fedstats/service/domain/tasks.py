@@ -16,13 +16,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from fedstats import wire
 from fedstats.errors import FedstatsError
 from fedstats.service.domain import ledger
-from fedstats.service.store.tables import Authority, Task
+from fedstats.service.store import TxLike, as_tx
 from fedstats.wire.tasks import normalize_task, task_id, verify_task
 
 __all__ = [
@@ -43,17 +40,18 @@ class NotFoundError(FedstatsError):
     """A named run, task or round does not exist (HTTP 404)."""
 
 
-def trusted_authorities(session: Session) -> dict[str, str]:
+def trusted_authorities(session: TxLike) -> dict[str, str]:
     """The trusted enrollment authorities: fingerprint -> public key (hex)."""
-    return {a.id: a.public_key for a in session.execute(select(Authority)).scalars()}
+    return as_tx(session).authorities()
 
 
-def create_task(session: Session, envelope: Mapping[str, Any], actor: str) -> tuple[str, bool]:
+def create_task(session: TxLike, envelope: Mapping[str, Any], actor: str) -> tuple[str, bool]:
     """Verify an analyst's signed task envelope and store it (idempotent); return its id and whether new.
 
     Parameters
     ----------
-    session : Session
+    session : Tx
+        The open transaction.
     envelope : mapping
         ``{"task", "certificate", "signature"}`` (:func:`fedstats.wire.tasks.sign_task`).
     actor : str
@@ -64,19 +62,17 @@ def create_task(session: Session, envelope: Mapping[str, Any], actor: str) -> tu
     SecurityError
         If the envelope does not verify against a trusted authority (HTTP 403); nothing is stored.
     """
-    task = verify_task(envelope, trusted_authorities(session))
+    tx = as_tx(session)
+    task = verify_task(envelope, trusted_authorities(tx))
     tid = task_id(task)
-    if session.get(Task, tid) is None:
-        stored = {
-            "task": task,
-            "certificate": dict(envelope["certificate"]),
-            "signature": str(envelope["signature"]),
-        }
-        session.add(
-            Task(id=tid, config=wire.dumps(stored), created_by=actor, created_at=time.time())
-        )
+    stored = {
+        "task": task,
+        "certificate": dict(envelope["certificate"]),
+        "signature": str(envelope["signature"]),
+    }
+    if tx.add_task(tid, wire.dumps(stored), actor, time.time()):
         ledger.audit(
-            session,
+            tx,
             actor,
             "create-task",
             None,
@@ -87,7 +83,7 @@ def create_task(session: Session, envelope: Mapping[str, Any], actor: str) -> tu
     return tid, False
 
 
-def task_config(session: Session, task_id: str) -> dict[str, Any]:
+def task_config(session: TxLike, task_id: str) -> dict[str, Any]:
     """The (normalized) configuration of a stored task.
 
     Raises
@@ -98,7 +94,7 @@ def task_config(session: Session, task_id: str) -> dict[str, Any]:
     return _load(session, task_id)[0]
 
 
-def task_envelope(session: Session, task_id: str) -> dict[str, Any] | None:
+def task_envelope(session: TxLike, task_id: str) -> dict[str, Any] | None:
     """The signed envelope of a stored task, as the analyst posted it (None for an unsigned legacy row).
 
     Raises
@@ -109,14 +105,14 @@ def task_envelope(session: Session, task_id: str) -> dict[str, Any] | None:
     return _load(session, task_id)[1]
 
 
-def _load(session: Session, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _load(session: TxLike, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     cached = _TASK_CACHE.get(tid)
     if cached is not None:  # tasks are immutable: a parsed configuration stays valid
         return cached
-    t = session.get(Task, tid)
-    if t is None:
+    config = as_tx(session).task_json(tid)
+    if config is None:
         raise NotFoundError(f"no task {tid!r}")
-    data: dict[str, Any] = wire.loads(t.config)
+    data: dict[str, Any] = wire.loads(config)
     if set(data) == {"task", "certificate", "signature"}:
         got: tuple[dict[str, Any], dict[str, Any] | None] = (dict(data["task"]), data)
     else:  # a task stored before tasks were signed

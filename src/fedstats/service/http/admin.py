@@ -16,8 +16,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from fedstats.errors import BudgetExceededError, SecurityError
 from fedstats.service.domain import idempotency, ledger, runs, tasks
@@ -32,8 +30,7 @@ from fedstats.service.http.schemas import (
     SignedTaskIn,
     TaskOut,
 )
-from fedstats.service.store import Store
-from fedstats.service.store.tables import Audit, Budget, Client, Operator, Run, Task
+from fedstats.service.store import Store, Tx, TxLike, as_tx
 from fedstats.wire import auth
 
 __all__ = ["OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]
@@ -81,12 +78,6 @@ class OperatorToken(BaseModel):
     token: str
 
 
-def _page(s: Session, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
-    total = int(s.execute(select(func.count()).select_from(stmt.subquery())).scalar_one())
-    rows = list(s.execute(stmt.limit(limit).offset(offset)).scalars())
-    return rows, total
-
-
 def _pageout(items: list[dict[str, Any]], total: int, limit: int, offset: int) -> Page:
     nxt = offset + len(items)
     return Page(
@@ -96,19 +87,6 @@ def _pageout(items: list[dict[str, Any]], total: int, limit: int, offset: int) -
         offset=offset,
         next_offset=nxt if nxt < total else None,
     )
-
-
-def _device(c: Client) -> dict[str, Any]:
-    return {
-        "client_id": c.id,
-        "population": c.population,
-        "authority": c.authority,
-        "public_key": c.public_key,
-        "not_after": c.not_after,
-        "enrolled_at": c.enrolled_at,
-        "revoked_at": c.revoked_at,
-        "status": "revoked" if c.revoked_at is not None else "active",
-    }
 
 
 def _answer(ans: idempotency.Answer) -> JSONResponse:
@@ -156,7 +134,7 @@ def admin_router(
         """
         from fedstats import wire
 
-        def write(s: Session) -> idempotency.Answer:
+        def write(s: Tx) -> idempotency.Answer:
             tid, new = tasks.create_task(s, body.model_dump(), actor)
             conf = tasks.task_config(s, tid)
             env = tasks.task_envelope(s, tid)
@@ -183,18 +161,17 @@ def admin_router(
         population: Annotated[str | None, Query(max_length=128)] = None,
     ) -> Page:
         """Stored tasks, newest first (filters: ``analysis``, ``population``)."""
-        with store.session() as s:
-            rows = s.execute(select(Task).order_by(Task.created_at.desc(), Task.id)).scalars()
+        with store.transaction(read_only=True) as tx:
             items = []
-            for t in rows:
-                conf = tasks.task_config(s, t.id)
+            for tid, created_by, created_at in tx.tasks_newest():
+                conf = tasks.task_config(tx, tid)
                 if analysis is not None and conf.get("analysis") != analysis:
                     continue
                 if population is not None and conf["privacy"]["population"] != population:
                     continue
                 items.append(
                     {
-                        "task_id": t.id,
+                        "task_id": tid,
                         "analysis": conf.get("analysis"),
                         "population": conf["privacy"]["population"],
                         "epsilon": conf["privacy"].get("epsilon"),
@@ -202,8 +179,8 @@ def admin_router(
                         "cohort_size": conf.get("cohort_size"),
                         "label": conf.get("label", ""),
                         "secure": conf.get("secure_aggregation") is not None,
-                        "created_by": t.created_by,
-                        "created_at": t.created_at,
+                        "created_by": created_by,
+                        "created_at": created_at,
                     }
                 )
         return _pageout(items[offset : offset + limit], len(items), limit, offset)
@@ -213,9 +190,9 @@ def admin_router(
         """A stored task's configuration and signed envelope."""
         from fedstats import wire
 
-        with store.session() as s:
-            conf = tasks.task_config(s, task_id)
-            env = tasks.task_envelope(s, task_id)
+        with store.transaction(read_only=True) as tx:
+            conf = tasks.task_config(tx, task_id)
+            env = tasks.task_envelope(tx, task_id)
         return TaskOut(task_id=task_id, created=False, config=wire.encode(conf), envelope=env)
 
     # -- runs
@@ -227,9 +204,8 @@ def admin_router(
         one reservation.
         """
 
-        def write(s: Session) -> idempotency.Answer:
+        def write(s: Tx) -> idempotency.Answer:
             rid = runs.create_run(s, body.task_id, actor)
-            s.flush()
             return idempotency.Answer(201, RunOut(**runs.run_view(s, rid)).model_dump(mode="json"))
 
         try:
@@ -243,12 +219,12 @@ def admin_router(
                 write,
             )
         except BudgetExceededError as exc:
-            with store.session() as s, s.begin():
-                ledger.audit(s, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
+            with store.transaction() as tx:
+                ledger.audit(tx, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
             raise
         if not ans.replayed:
-            with store.session() as s:
-                population = str(tasks.task_config(s, body.task_id)["privacy"]["population"])
+            with store.transaction(read_only=True) as tx:
+                population = str(tasks.task_config(tx, body.task_id)["privacy"]["population"])
             changed({population})  # a new offer: wake the population's devices waiting for work
         return _answer(ans)
 
@@ -262,35 +238,17 @@ def admin_router(
         analyst: Annotated[str | None, Query(max_length=128)] = None,
     ) -> Page:
         """Runs, newest first (filters: ``status``, ``task_id``, ``analyst``)."""
-        stmt = select(Run).order_by(Run.created_at.desc(), Run.id)
-        if status is not None:
-            stmt = stmt.where(Run.status == status)
-        if task_id is not None:
-            stmt = stmt.where(Run.task_id == task_id)
-        if analyst is not None:
-            stmt = stmt.where(Run.analyst == analyst)
-        with store.session() as s:
-            rows, total = _page(s, stmt, limit, offset)
-            items = [
-                {
-                    "run_id": run.id,
-                    "task_id": run.task_id,
-                    "analyst": run.analyst,
-                    "status": run.status,
-                    "created_at": run.created_at,
-                    "finished_at": run.finished_at,
-                    "n_clients": run.n_clients,
-                    "error": run.error,
-                }
-                for run in rows
-            ]
+        with store.transaction(read_only=True) as tx:
+            items, total = tx.page_runs(
+                limit, offset, status=status, task_id=task_id, analyst=analyst
+            )
         return _pageout(items, total, limit, offset)
 
     @r.get("/runs/{run_id}")
     def get_run(run_id: IdPath, actor: Op) -> RunOut:  # noqa: ARG001 - authentication dependency
         """A run's status, rounds and (once done and paid) result."""
-        with store.session() as s:
-            return RunOut(**runs.run_view(s, run_id))
+        with store.transaction(read_only=True) as tx:
+            return RunOut(**runs.run_view(tx, run_id))
 
     @r.post("/runs/{run_id}/cancel")
     def cancel_run(run_id: IdPath, actor: Op) -> RunOut:
@@ -299,10 +257,10 @@ def admin_router(
         Its reservation is released if no round's sum was used yet, else spent; devices see it
         finished. 409 if the run is already done or aborted.
         """
-        with store.session() as s, s.begin():
-            population = runs.cancel_run(s, run_id, actor)
-        with store.session() as s:
-            out = RunOut(**runs.run_view(s, run_id))
+        with store.transaction() as tx:
+            population = runs.cancel_run(tx, run_id, actor)
+        with store.transaction(read_only=True) as tx:
+            out = RunOut(**runs.run_view(tx, run_id))
         changed({population})
         return out
 
@@ -315,12 +273,9 @@ def admin_router(
         scope: Annotated[Literal["population", "analyst"] | None, Query()] = None,
     ) -> Page:
         """Budgets with spent and remaining (epsilon, delta)."""
-        stmt = select(Budget).order_by(Budget.scope, Budget.name)
-        if scope is not None:
-            stmt = stmt.where(Budget.scope == scope)
-        with store.session() as s:
-            rows, total = _page(s, stmt, limit, offset)
-            items = [ledger.budget_status(s, b.scope, b.name) or {} for b in rows]
+        with store.transaction(read_only=True) as tx:
+            rows, total = tx.page_budgets(limit, offset, scope=scope)
+            items = [ledger.budget_status(tx, b.scope, b.name) or {} for b in rows]
         return _pageout(items, total, limit, offset)
 
     @r.put("/budgets/{scope}/{name}")
@@ -333,18 +288,18 @@ def admin_router(
             raise HTTPException(
                 404, "scope must be 'population' or 'analyst', name 1-128 characters"
             )
-        with store.session() as s, s.begin():  # 409 if below what is already spent or reserved
-            ledger.set_budget(s, scope, name, epsilon=body.epsilon, delta=body.delta, actor=actor)
-        with store.session() as s:
-            st = ledger.budget_status(s, scope, name)
+        with store.transaction() as tx:  # 409 if below what is already spent or reserved
+            ledger.set_budget(tx, scope, name, epsilon=body.epsilon, delta=body.delta, actor=actor)
+        with store.transaction(read_only=True) as tx:
+            st = ledger.budget_status(tx, scope, name)
         assert st is not None
         return BudgetOut(**st)
 
     @r.get("/budgets/{scope}/{name}")
     def get_budget(scope: IdPath, name: IdPath, actor: Op) -> BudgetOut:  # noqa: ARG001 - authentication dependency
         """A budget with its spent and remaining (epsilon, delta)."""
-        with store.session() as s:
-            st = ledger.budget_status(s, scope, name) if scope in ledger.SCOPES else None
+        with store.transaction(read_only=True) as tx:
+            st = ledger.budget_status(tx, scope, name) if scope in ledger.SCOPES else None
         if st is None:
             raise HTTPException(404, f"no budget for {scope} {name!r}")
         return BudgetOut(**st)
@@ -359,22 +314,12 @@ def admin_router(
         status: Annotated[Literal["active", "revoked"] | None, Query()] = None,
     ) -> Page:
         """Enrolled devices (filters: ``population``, ``status``)."""
-        stmt = select(Client).order_by(Client.id)
-        if population is not None:
-            stmt = stmt.where(Client.population == population)
-        if status == "active":
-            stmt = stmt.where(Client.revoked_at.is_(None))
-        elif status == "revoked":
-            stmt = stmt.where(Client.revoked_at.is_not(None))
-        with store.session() as s:
-            rows, total = _page(s, stmt, limit, offset)
-            items = [_device(c) for c in rows]
+        with store.transaction(read_only=True) as tx:
+            items, total = tx.page_devices(limit, offset, population=population, status=status)
         return _pageout(items, total, limit, offset)
 
-    def _load_device(s: Session, client_id: str) -> Client:
-        c = s.execute(
-            select(Client).where(Client.id == client_id).with_for_update()
-        ).scalar_one_or_none()
+    def _load_device(tx: Tx, client_id: str) -> dict[str, Any]:
+        c = tx.device_for_update(client_id)
         if c is None:
             raise tasks.NotFoundError(f"no device {client_id!r}")
         return c
@@ -392,12 +337,13 @@ def admin_router(
 
         Idempotent (a revoked device stays revoked since its first revocation).
         """
-        with store.session() as s, s.begin():
-            c = _load_device(s, client_id)
-            if c.revoked_at is None:
-                c.revoked_at = time.time()
-                ledger.audit(s, actor, "revoke-device", None, client_id=client_id)
-            out = _device(c)
+        with store.transaction() as tx:
+            out = _load_device(tx, client_id)
+            if out["revoked_at"] is None:
+                now = time.time()
+                tx.update_client(client_id, revoked_at=now)
+                out = {**out, "revoked_at": now, "status": "revoked"}
+                ledger.audit(tx, actor, "revoke-device", None, client_id=client_id)
         _forget(request, client_id)
         return out
 
@@ -411,9 +357,9 @@ def admin_router(
         (403 otherwise); its key, population, authority and expiry replace the enrolled ones, so the old
         key is refused from then on. 409 if the device is not revoked.
         """
-        with store.session() as s, s.begin():
-            c = _load_device(s, client_id)
-            if c.revoked_at is None:
+        with store.transaction() as tx:
+            c = _load_device(tx, client_id)
+            if c["revoked_at"] is None:
                 raise tasks.ConflictError(
                     f"device {client_id!r} is not revoked (revoke it first to re-key it)"
                 )
@@ -421,7 +367,7 @@ def admin_router(
             if body is not None and body.certificate is not None:
                 try:
                     cert = auth.Certificate.from_dict(body.certificate)
-                    auth.verify_certificate(cert, tasks.trusted_authorities(s))
+                    auth.verify_certificate(cert, tasks.trusted_authorities(tx))
                 except (ValueError, KeyError, TypeError) as exc:
                     raise SecurityError(f"not a device certificate: {exc}") from None
                 if cert.body.get("role", "device") != "device":
@@ -430,17 +376,20 @@ def admin_router(
                     raise SecurityError(
                         f"the certificate is for {cert.body.get('client_id')!r}, not {client_id!r}"
                     )
-                c.public_key = str(cert.body["public_key"])
-                c.population = str(cert.body["population"])
-                c.authority = str(cert.body["authority"])
-                c.not_after = float(cert.body["not_after"])
-                c.certificate = json.dumps(cert.as_dict())
-                c.enrolled_at = time.time()
+                new = {
+                    "public_key": str(cert.body["public_key"]),
+                    "population": str(cert.body["population"]),
+                    "authority": str(cert.body["authority"]),
+                    "not_after": float(cert.body["not_after"]),
+                    "enrolled_at": time.time(),
+                }
+                tx.update_client(client_id, certificate=json.dumps(cert.as_dict()), **new)
+                c = {**c, **new}
                 detail["rekeyed"] = True
-                detail["public_key"] = c.public_key
-            c.revoked_at = None
-            ledger.audit(s, actor, "reinstate-device", None, **detail)
-            out = _device(c)
+                detail["public_key"] = c["public_key"]
+            tx.update_client(client_id, revoked_at=None)
+            ledger.audit(tx, actor, "reinstate-device", None, **detail)
+            out = {**c, "revoked_at": None, "status": "active"}
         _forget(request, client_id)
         return out
 
@@ -452,17 +401,16 @@ def admin_router(
         offset: Offset = 0,
     ) -> Page:
         """Operators (names and creation times; tokens are stored hashed and never shown)."""
-        with store.session() as s:
-            rows, total = _page(s, select(Operator).order_by(Operator.name), limit, offset)
-            items = [{"name": o.name, "created_at": o.created_at} for o in rows]
+        with store.transaction(read_only=True) as tx:
+            items, total = tx.page_operators(limit, offset)
         return _pageout(items, total, limit, offset)
 
     @r.post("/operators/{name}/rotate")
     def rotate_operator_token(name: IdPath, actor: Op) -> OperatorToken:
         """Issue a new bearer token for operator ``name``; its old token stops working at once."""
-        with store.session() as s, s.begin():
-            token = rotate_token(s, name)
-            ledger.audit(s, actor, "rotate-operator", None, name=name)
+        with store.transaction() as tx:
+            token = rotate_token(tx, name)
+            ledger.audit(tx, actor, "rotate-operator", None, name=name)
         return OperatorToken(name=name, token=token)
 
     # -- audit
@@ -473,26 +421,17 @@ def admin_router(
         limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
     ) -> list[dict[str, Any]]:
         """The audit log (newest last), optionally for one run."""
-        with store.session() as s:
-            stmt = select(Audit).order_by(Audit.id)
-            if run_id is not None:
-                stmt = stmt.where(Audit.run_id == run_id)
-            rows = s.execute(stmt.limit(limit)).scalars().all()
+        with store.transaction(read_only=True) as tx:
+            rows = tx.audit_log(run_id, limit)
         return [
-            {
-                "ts": a.ts,
-                "actor": a.actor,
-                "action": a.action,
-                "run_id": a.run_id,
-                "detail": json.loads(a.detail),
-            }
-            for a in rows
+            {"ts": ts, "actor": who, "action": what, "run_id": rid, "detail": json.loads(detail)}
+            for ts, who, what, rid, detail in rows
         ]
 
     return r
 
 
-def rotate_token(s: Session, name: str) -> str:
+def rotate_token(s: TxLike, name: str) -> str:
     """Give operator ``name`` a new bearer token (in the caller's transaction); return it.
 
     Raises
@@ -500,11 +439,7 @@ def rotate_token(s: Session, name: str) -> str:
     NotFoundError
         If there is no such operator.
     """
-    op = s.execute(
-        select(Operator).where(Operator.name == name).with_for_update()
-    ).scalar_one_or_none()
-    if op is None:
-        raise tasks.NotFoundError(f"no operator {name!r}")
     token = auth.new_token()
-    op.token_hash = auth.hash_token(token)
+    if not as_tx(s).set_operator_token(name, auth.hash_token(token)):
+        raise tasks.NotFoundError(f"no operator {name!r}")
     return token

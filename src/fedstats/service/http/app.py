@@ -28,8 +28,6 @@ from typing import Annotated
 
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import PlainTextResponse
-from sqlalchemy import delete, select
-from sqlalchemy.exc import SQLAlchemyError
 
 from fedstats.errors import ParameterError
 from fedstats.service.domain import driver
@@ -37,14 +35,13 @@ from fedstats.service.domain.changes import Changes, Wakeup, read_version, recor
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
 from fedstats.service.http.dashboard import add_dashboard
-from fedstats.service.http.device import Offload, add_client_routes
+from fedstats.service.http.device import DeviceWrites, Offload, add_client_routes
 from fedstats.service.http.health import add_health_routes
 from fedstats.service.http.openapi import install_params_schemas
 from fedstats.service.http.schemas import (
     ErrorOut,
 )
-from fedstats.service.store import Store
-from fedstats.service.store.tables import Authority, Nonce, Operator
+from fedstats.service.store import Store, StoreError
 from fedstats.wire import auth
 
 __all__ = ["ServerSettings", "add_operator", "create_app", "rotate_operator", "trust_authority"]
@@ -85,6 +82,9 @@ class ServerSettings:
         Threads that run device requests' store work (:class:`~.client_api.Offload`), >= 1 (default 4).
         More let more requests wait on the database at once (a remote database); fewer contend less for
         the interpreter lock.
+    work_cache_seconds : float
+        Longest life of a device's cached work list (:class:`~.device.WorkCache`; default 10): a
+        device's write through another server process is seen by this one's cache within it.
     """
 
     max_body: int = 1 << 20
@@ -97,6 +97,7 @@ class ServerSettings:
     lease_seconds: float = 30.0
     server_id: str | None = None
     store_threads: int = 4
+    work_cache_seconds: float = 10.0
 
 
 _status_of = http.status_of  # moved to .http
@@ -141,9 +142,10 @@ def create_app(
 
     def changed(populations: set[str] | None) -> None:
         """Publish a state change of ``populations``' runs (None: any) to all server processes' polls."""
+        runner.poke()  # a run created or cancelled: claim it at the next pass
         try:
             changes.observe(record_change(store))
-        except SQLAlchemyError:  # the database is away: this process's devices still learn of it
+        except StoreError:  # the database is away: this process's devices still learn of it
             log.exception("cannot record a state change")
         changes.bump(populations)
 
@@ -153,6 +155,7 @@ def create_app(
         lease_seconds=cfg.lease_seconds,
         owner=cfg.server_id,
         on_change=changed,
+        recheck=cfg.recheck,
     )
 
     @contextlib.asynccontextmanager
@@ -181,7 +184,7 @@ def create_app(
                 try:
                     if changes.observe(await asyncio.to_thread(read_version, store)):
                         changes.bump()  # another server process changed a run
-                except SQLAlchemyError:
+                except StoreError:
                     log.exception("cannot read the state version")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), cfg.recheck)
@@ -210,16 +213,16 @@ def create_app(
     http.install_error_handlers(app)  # FedstatsError and validation errors: one-line JSON 4xx
 
     def _purge_nonces() -> None:
-        with store.session() as s, s.begin():
-            s.execute(delete(Nonce).where(Nonce.ts < time.time() - 2 * cfg.replay_window))
+        with store.transaction() as tx:
+            tx.purge_nonces(time.time() - 2 * cfg.replay_window)
 
     # -- operator auth
     def operator(authorization: Annotated[str | None, Header()] = None) -> str:
         if not authorization or not authorization.startswith("Bearer "):
             raise HTTPException(401, "bearer token required", {"WWW-Authenticate": "Bearer"})
         h = auth.hash_token(authorization[7:].strip())
-        with store.session() as s:
-            name = s.execute(select(Operator.name).where(Operator.token_hash == h)).scalar()
+        with store.transaction(read_only=True) as tx:
+            name = tx.operator_of(h)
         if name is None:
             raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
         return str(name)
@@ -247,9 +250,12 @@ def create_app(
         return "\n".join(lines) + "\n"
 
     app.include_router(admin_router(store, operator, changed))
-    add_client_routes(app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload)
+    cache = add_client_routes(
+        app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload
+    )
     add_dashboard(app, store)  # the operator's read-only status page (/dashboard)
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
+    app.add_middleware(DeviceWrites, cache=cache)  # a device's write: drop its cached work list
     app.add_middleware(
         http.EdgeMiddleware,
         max_body=cfg.max_body,
@@ -272,12 +278,12 @@ def add_operator(store: Store, name: str) -> str:
     if not 1 <= len(name) <= 128:
         raise ParameterError("name", name, "1 to 128 characters")
     token = auth.new_token()
-    with store.session() as s, s.begin():
-        if s.get(Operator, name) is not None:
+    with store.transaction() as tx:
+        if tx.operator_exists(name):
             raise ParameterError(
                 "name", name, "a new operator name (this one exists: rotate its token instead)"
             )
-        s.add(Operator(name=name, token_hash=auth.hash_token(token), created_at=time.time()))
+        tx.add_operator(name, auth.hash_token(token), time.time())
     return token
 
 
@@ -291,15 +297,14 @@ def rotate_operator(store: Store, name: str) -> str:
     """
     from fedstats.service.http.admin import rotate_token
 
-    with store.session() as s, s.begin():
-        return rotate_token(s, name)
+    with store.transaction() as tx:
+        return rotate_token(tx, name)
 
 
 def trust_authority(store: Store, public_key_hex: str) -> str:
     """Trust an enrollment authority's public key; return its fingerprint."""
     auth.public_key_from_hex(public_key_hex)
     fp = auth.fingerprint(public_key_hex)
-    with store.session() as s, s.begin():
-        if s.get(Authority, fp) is None:
-            s.add(Authority(id=fp, public_key=public_key_hex))
+    with store.transaction() as tx:
+        tx.add_authority(fp, public_key_hex)
     return fp

@@ -19,22 +19,10 @@ from urllib.parse import parse_qs
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.service.domain import ledger, runs
-from fedstats.service.store import Store
-from fedstats.service.store.tables import (
-    Audit,
-    Budget,
-    Client,
-    LedgerCharge,
-    Operator,
-    Run,
-    RunMember,
-    Task,
-)
+from fedstats.service.store import Store, Tx, TxLike, as_tx
 from fedstats.wire import auth
 
 __all__ = ["COOKIE", "add_dashboard", "dashboard_state"]
@@ -67,10 +55,10 @@ def _num(x: float) -> str:
     return f"{x:.6g}"
 
 
-def _task_summary(task: Task | None) -> dict[str, Any]:
-    if task is None:
+def _task_summary(config: str | None) -> dict[str, Any]:
+    if config is None:
         return {"analysis": "?", "label": "", "population": "?"}
-    conf = json.loads(task.config)
+    conf = json.loads(config)
     body = conf.get("task", conf) if isinstance(conf, dict) else {}
     return {
         "analysis": str(body.get("analysis", "?")),
@@ -80,18 +68,9 @@ def _task_summary(task: Task | None) -> dict[str, Any]:
     }
 
 
-def _reserved(session: Session, scope: str, name: str) -> tuple[float, float, int]:
+def _reserved(tx: Tx, scope: str, name: str) -> tuple[float, float, int]:
     """Epsilon and delta of the charges still reserved (not yet spent) on one budget, composed."""
-    col = LedgerCharge.population if scope == "population" else LedgerCharge.analyst
-    rows = (
-        session.execute(
-            select(LedgerCharge)
-            .where(col == name, LedgerCharge.status == "reserved")
-            .order_by(LedgerCharge.id)
-        )
-        .scalars()
-        .all()
-    )
+    rows = tx.reserved_charges(scope, name)
     composed = PrivacyLedger()
     for r in rows:
         composed.spend(epsilon=r.epsilon, delta=r.delta, rho=r.rho, label=f"run {r.run_id}")
@@ -99,13 +78,13 @@ def _reserved(session: Session, scope: str, name: str) -> tuple[float, float, in
     return total.epsilon, total.delta, len(rows)
 
 
-def dashboard_state(session: Session, now: float | None = None) -> dict[str, Any]:
-    """Everything the dashboard shows, read in one session (no writes).
+def dashboard_state(session: TxLike, now: float | None = None) -> dict[str, Any]:
+    """Everything the dashboard shows, read in one transaction (no writes).
 
     Parameters
     ----------
-    session : Session
-        An open store session.
+    session : Tx
+        An open (read-only) transaction of the store.
     now : float, optional
         The time the page is rendered at (default: now).
 
@@ -118,37 +97,24 @@ def dashboard_state(session: Session, now: float | None = None) -> dict[str, Any
         releases), and ``generated`` (the time as text).
     """
     now = time.time() if now is None else now
-    tasks_by_id: dict[str, Task] = {}
-    run_rows = (
-        session.execute(select(Run).order_by(Run.created_at.desc()).limit(_RUNS_SHOWN))
-        .scalars()
-        .all()
-    )
+    tx = as_tx(session)
+    tasks_by_id: dict[str, str | None] = {}
     shown_runs = []
-    for run in run_rows:
-        if run.task_id not in tasks_by_id:
-            task = session.get(Task, run.task_id)
-            if task is not None:
-                tasks_by_id[run.task_id] = task
-        view = runs.run_view(session, run.id)
+    for run_id, task_id, created_at, finished_at in tx.recent_runs(_RUNS_SHOWN):
+        if task_id not in tasks_by_id:
+            tasks_by_id[task_id] = tx.task_json(task_id)
+        view = runs.run_view(tx, run_id)
         shown_runs.append(
             {
                 **view,
-                "task": _task_summary(tasks_by_id.get(run.task_id)),
-                "created": _when(run.created_at),
-                "finished": _when(run.finished_at),
+                "task": _task_summary(tasks_by_id.get(task_id)),
+                "created": _when(created_at),
+                "finished": _when(finished_at),
             }
         )
 
     populations: dict[str, dict[str, Any]] = {}
-    for pop, n, revoked, last in session.execute(
-        select(
-            Client.population,
-            func.count(Client.id),
-            func.count(Client.revoked_at),
-            func.max(Client.enrolled_at),
-        ).group_by(Client.population)
-    ):
+    for pop, n, revoked, last in tx.population_counts():
         populations[str(pop)] = {
             "population": str(pop),
             "enrolled": int(n),
@@ -156,25 +122,18 @@ def dashboard_state(session: Session, now: float | None = None) -> dict[str, Any
             "checked_in": 0,
             "last_registered": _when(last),
         }
-    live = ("checkin", "seeding", "running")
-    for pop, n in session.execute(
-        select(Client.population, func.count(func.distinct(RunMember.client_id)))
-        .join(Run, Run.id == RunMember.run_id)
-        .join(Client, Client.id == RunMember.client_id)
-        .where(Run.status.in_(live))
-        .group_by(Client.population)
-    ):
+    for pop, n in tx.checked_in_by_population():
         populations.setdefault(
             str(pop),
             {"population": str(pop), "enrolled": 0, "revoked": 0, "last_registered": ""},
         )["checked_in"] = int(n)
 
     budgets = []
-    for b in session.execute(select(Budget).order_by(Budget.scope, Budget.name)).scalars():
-        st = ledger.budget_status(session, b.scope, b.name)
+    for b in tx.budgets():
+        st = ledger.budget_status(tx, b.scope, b.name)
         if st is None:  # pragma: no cover - the row was just read
             continue
-        res_e, res_d, res_n = _reserved(session, b.scope, b.name)
+        res_e, res_d, res_n = _reserved(tx, b.scope, b.name)
         budgets.append(
             {
                 **st,
@@ -198,25 +157,9 @@ def dashboard_state(session: Session, now: float | None = None) -> dict[str, Any
         )
 
     aborted = [r for r in shown_runs if r["status"] == "aborted"]
-    audit_rows = (
-        session.execute(
-            select(Audit)
-            .where(Audit.action.in_(_ERROR_ACTIONS))
-            .order_by(Audit.id.desc())
-            .limit(_ERRORS_SHOWN)
-        )
-        .scalars()
-        .all()
-    )
     audit = [
-        {
-            "when": _when(a.ts),
-            "actor": a.actor,
-            "action": a.action,
-            "run_id": a.run_id or "",
-            "detail": a.detail,
-        }
-        for a in audit_rows
+        {"when": _when(ts), "actor": actor, "action": action, "run_id": rid or "", "detail": detail}
+        for ts, actor, action, rid, detail in tx.recent_audit(_ERROR_ACTIONS, _ERRORS_SHOWN)
     ]
     return {
         "runs": shown_runs,
@@ -232,11 +175,8 @@ def _operator_of(store: Store, token: str | None) -> str | None:
     """The operator whose bearer token is ``token``, or None."""
     if not token:
         return None
-    with store.session() as s:
-        name = s.execute(
-            select(Operator.name).where(Operator.token_hash == auth.hash_token(token))
-        ).scalar()
-    return None if name is None else str(name)
+    with store.transaction(read_only=True) as tx:
+        return tx.operator_of(auth.hash_token(token))
 
 
 def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -274,8 +214,8 @@ def add_dashboard(app: FastAPI, store: Store) -> None:
         operator = _operator_of(store, request.cookies.get(COOKIE))
         if operator is None:
             return _page("login.html.j2", status=401, error=None)
-        with store.session() as s:
-            state = dashboard_state(s)
+        with store.transaction(read_only=True) as tx:
+            state = dashboard_state(tx)
         return _page("dashboard.html.j2", operator=operator, refresh=_REFRESH_SECONDS, **state)
 
     @app.post("/dashboard/login", include_in_schema=False)

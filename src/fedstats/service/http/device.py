@@ -3,6 +3,12 @@
 Every request is signed by an enrolled device (:mod:`fedstats.wire.auth`); the secure-run endpoints are added by
 :mod:`fedstats.service.http.secure`. They are in the OpenAPI description (tag ``device``) with their raw bodies declared
 (:data:`.schemas.DEVICE`), so that schema-driven tests exercise them signed.
+
+The request path is short: the signature is checked by one dependency (:mod:`.deps`, on the event loop for a
+device seen recently); each poll or upload is one store transaction (the nonce recorded in the transaction
+of the request's effect); a device's work list is cached with its ``ETag`` (:class:`WorkCache`), so an
+unchanged list is answered (or 304) without the database, and the list after a report is derived from
+the cached one.
 """
 
 from __future__ import annotations
@@ -14,18 +20,16 @@ import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import Response
-from sqlalchemy import insert, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from fedstats.errors import SecurityError
 from fedstats.service.domain import runs, tasks
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
-from fedstats.service.http.edge import BadJSON, strict_loads
+from fedstats.service.http.deps import DeviceAuth, Signed, use_nonce
+from fedstats.service.http.edge import BadJSON, StrictRoute, strict_loads
 from fedstats.service.http.schemas import (
     CHECKIN_BODY,
     DEVICE,
@@ -35,15 +39,13 @@ from fedstats.service.http.schemas import (
     IndexPath,
 )
 from fedstats.service.http.secure import add_secure_routes
-from fedstats.service.store import Store
-from fedstats.service.store.tables import Authority, Client, Nonce
+from fedstats.service.store import Store, Tx
+from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
 
-__all__ = ["Offload", "add_client_routes"]
+__all__ = ["DeviceWrites", "Offload", "WorkCache", "add_client_routes", "device_router"]
 
 T = TypeVar("T")
-
-_REREAD = 5.0  # seconds an enrolled device's cached row (key, revocation) is trusted
 
 
 class Offload:
@@ -81,6 +83,266 @@ class Offload:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+class WorkCache:
+    """Each device's last work list (its JSON and ``ETag``), valid while nothing it depends on changed.
+
+    An entry is keyed by the device population's generation (:meth:`Changes.generation`: every state
+    transition of a run of that population, in this process or, through ``state_version``, in another)
+    and by the device's own write counter (bumped at the start and at the end of each of its
+    state-changing requests, :meth:`touch`). A poll whose key matches answers from the entry without
+    touching the database: ``304`` if the device already has that list (``If-None-Match``). Entries
+    older than ``seconds`` are recomputed (a device's write through another server process is not
+    seen here).
+
+    Parameters
+    ----------
+    changes : Changes
+    seconds : float
+        Longest life of an entry, > 0.
+    """
+
+    def __init__(self, changes: Changes, seconds: float) -> None:
+        self.changes = changes
+        self.seconds = seconds
+        self._writes: dict[str, int] = {}
+        self._entries: dict[str, tuple[tuple[Any, ...], float, str, bytes]] = {}
+
+    def key(self, client_id: str, population: str) -> tuple[Any, ...]:
+        """What an entry of ``client_id`` must match to be valid now."""
+        return (*self.changes.generation(population), self._writes.get(client_id, 0))
+
+    def touch(self, client_id: str) -> None:
+        """The device sent a state-changing request: its entry is no longer valid.
+
+        The entry is kept (its key no longer matches) so that :meth:`after_report` can derive the next
+        one from it.
+        """
+        if len(self._writes) > 200_000:
+            self._writes.clear()
+            self._entries.clear()
+        self._writes[client_id] = self._writes.get(client_id, 0) + 1
+
+    def after_report(self, client_id: str, population: str, run_id: str, index: int) -> None:
+        """The device's report of round ``index`` of ``run_id`` committed: derive its next work list.
+
+        If the entry held before this request was valid until the request's own write (the same
+        generation, exactly one write since), the list is now that one without the round (the only
+        thing a plain report changes in it), stored without reading the database. Otherwise nothing is
+        stored and the next poll reads the list.
+        """
+        got = self._entries.get(client_id)
+        if got is None or time.monotonic() - got[1] > self.seconds:
+            return
+        key = self.key(client_id, population)
+        if got[0] != (*key[:-1], key[-1] - 1):
+            return
+        work = json.loads(got[3])
+        work["rounds"] = [
+            r
+            for r in work["rounds"]
+            if not (r["run_id"] == run_id and r["round"] == index and r.get("secure") is None)
+        ]
+        self.put(client_id, key, json.dumps(work, separators=(",", ":")).encode())
+
+    def get(self, client_id: str, key: tuple[Any, ...]) -> tuple[str, bytes] | None:
+        """``(etag, body)`` of the device's valid entry for ``key``, or None."""
+        got = self._entries.get(client_id)
+        if got is None or got[0] != key or time.monotonic() - got[1] > self.seconds:
+            return None
+        return got[2], got[3]
+
+    def put(self, client_id: str, key: tuple[Any, ...], body: bytes) -> str:
+        """Store the work list computed under ``key`` (if ``key`` is still current); return its tag."""
+        tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+        if len(self._entries) > 100_000:
+            self._entries.clear()
+        self._entries[client_id] = (key, time.monotonic(), tag, body)
+        return tag
+
+
+class DeviceWrites:
+    """ASGI middleware: after each state-changing ``/v1/client/...`` request, drop the device's work list.
+
+    The dependency drops it before the request's effect (:class:`~.deps.DeviceAuth`); this drops it
+    again once the effect committed, so a poll computed in between is not kept.
+    """
+
+    def __init__(self, app: Any, cache: WorkCache) -> None:
+        self.app = app
+        self.cache = cache
+        self._header = auth.HEADER_CLIENT.lower().encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Pass the request on; then touch the device's entry if it was a device's write."""
+        await self.app(scope, receive, send)
+        if (
+            scope["type"] == "http"
+            and scope["method"] != "GET"
+            and scope["path"].startswith("/v1/client/")
+            and not scope.get("fedstats.work_cached")
+        ):
+            for name, value in scope.get("headers", ()):
+                if name == self._header:
+                    self.cache.touch(value.decode("latin-1"))
+                    break
+
+
+def _json(body: bytes) -> Any:
+    try:  # finite numbers only, bounded nesting (422 naming the field)
+        return strict_loads(body or b"{}")
+    except BadJSON as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+def _work_json(tx: Tx, client_id: str, population: str) -> bytes:
+    return json.dumps(runs.client_work(tx, client_id, population), separators=(",", ":")).encode()
+
+
+def device_router(
+    store: Store,
+    cfg: Any,
+    counters: dict[str, float],
+    *,
+    changes: Changes,
+    wakeup: Wakeup,
+    offload: Offload,
+    device: DeviceAuth,
+    cache: WorkCache,
+) -> APIRouter:
+    """The device endpoints: register, work, check-in, report (see :func:`add_client_routes`)."""
+    router = APIRouter(route_class=StrictRoute)
+
+    @router.post("/v1/client/register", openapi_extra=REGISTER_BODY, **DEVICE)
+    async def register(request: Request) -> dict[str, Any]:
+        body = await request.body()
+        data = _json(body)
+        if not isinstance(data, dict):
+            raise HTTPException(422, "body must be an object")
+        cert = auth.Certificate.from_dict(data.get("certificate"))
+
+        def trust() -> dict[str, str]:
+            with store.transaction(read_only=True) as tx:
+                return tx.authorities()
+
+        try:
+            auth.verify_certificate(cert, await offload(trust))
+        except SecurityError as exc:
+            raise HTTPException(401, str(exc)) from None
+        if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
+            raise HTTPException(401, "client id does not match the certificate")
+        got = await device.check(request, str(cert.body["public_key"]))
+        row = ClientRow(
+            id=str(cert.body["client_id"]),
+            public_key=str(cert.body["public_key"]),
+            population=str(cert.body["population"]),
+            authority=str(cert.body["authority"]),
+            not_after=float(cert.body["not_after"]),
+            revoked=False,
+            certificate=json.dumps(cert.as_dict()),
+        )
+
+        def store_client() -> None:
+            with store.transaction() as tx:
+                use_nonce(tx, got.nonce)
+                c = tx.client(row.id)
+                if c is not None and c.revoked:
+                    raise SecurityError("device revoked by an operator")
+                if c is not None and c.public_key != row.public_key:
+                    raise SecurityError("a different key is enrolled under this client id")
+                if c is None:
+                    tx.add_client(row, time.time())
+                elif c.certificate is None:  # enrolled before certificates were kept
+                    assert row.certificate is not None
+                    tx.set_client_certificate(row.id, row.certificate)
+
+        await offload(store_client)
+        return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
+
+    @router.get("/v1/client/work", **DEVICE)
+    async def work(req: Signed, request: Request, wait: float = 0.0) -> Response:
+        """The device's work list (JSON, with an ``ETag``), long-polled.
+
+        With ``If-None-Match`` naming the list the device already has, the request is held up to ``wait``
+        seconds (at most ``max_wait``) until the list differs; if it still does not, the answer is 304.
+        A list still valid in the cache (:class:`WorkCache`) is answered without the database.
+        """
+        cid, population = req.client_id, req.population
+        check_wait(wait)
+        known = request.headers.get("if-none-match")
+
+        def get(key: tuple[Any, ...]) -> tuple[str, bytes]:
+            with store.transaction(read_only=True) as tx:
+                device.confirm(tx, req)
+                body = _work_json(tx, cid, population)
+            return cache.put(cid, key, body), body
+
+        if req.stale:  # a cached answer needs a confirmed device row: read the list fresh once
+            cache.touch(cid)
+
+        async def differs() -> Response | None:
+            key = cache.key(cid, population)
+            got = cache.get(cid, key)
+            tag, body = got if got is not None else await offload(get, key)
+            if tag == known:
+                return None
+            return Response(body, media_type="application/json", headers={"ETag": tag})
+
+        got = await changes.hold(population, min(wait, cfg.max_wait), differs)
+        return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
+
+    @router.post("/v1/client/runs/{run_id}/checkin", openapi_extra=CHECKIN_BODY, **DEVICE)
+    async def checkin(run_id: IdPath, req: Signed) -> dict[str, Any]:
+        data = _json(req.body)
+        records = data.get("records") if isinstance(data, dict) else None
+        if not isinstance(records, int) or isinstance(records, bool) or not 1 <= records <= 10**9:
+            raise HTTPException(422, "records must be an integer in [1, 10^9]")
+        commitment = data.get("commitment")
+
+        def go() -> dict[str, Any]:
+            with store.transaction() as tx:
+                use_nonce(tx, req.nonce)
+                device.confirm(tx, req)
+                conf = tasks.task_config(tx, runs.load_run(tx.session, run_id).task_id)
+                if conf["privacy"]["population"] != req.population:
+                    raise SecurityError("this run is for another population")
+                return runs.checkin(tx, run_id, req.client_id, records, commitment)
+
+        out = dict(await offload(go))
+        wakeup.set()  # the cohort may be complete: let the driver close check-in now
+        return out
+
+    @router.post(
+        "/v1/client/runs/{run_id}/rounds/{index}/report", openapi_extra=REPORT_BODY, **DEVICE
+    )
+    async def report(
+        run_id: IdPath, index: IndexPath, req: Signed, request: Request
+    ) -> dict[str, Any]:
+        data = _json(req.body)
+        count = data.get("count") if isinstance(data, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 10**9:
+            raise HTTPException(422, "body must be {vector: [int], count: int in [0, 10^9]}")
+        cid, population = req.client_id, req.population
+
+        def go() -> bool:
+            with store.transaction() as tx:  # one transaction: the nonce and the report
+                use_nonce(tx, req.nonce)
+                device.confirm(tx, req)
+                return runs.submit_report(tx, run_id, index, cid, data.get("vector"), count)
+
+        new = await offload(go)
+        if new:
+            request.app.state.driver.note_report(run_id, index)
+        # the device's next poll is answered from the cache, without the database
+        cache.after_report(cid, population, run_id, index)
+        request.scope["fedstats.work_cached"] = True  # DeviceWrites: the entry is already fresh
+        wakeup.set()  # the round may be complete
+        counters["reports_accepted" if new else "reports_duplicate"] += 1
+        # the transaction has committed: only now is the report acknowledged
+        return {"accepted": True, "duplicate": not new}
+
+    return router
+
+
 def add_client_routes(
     app: FastAPI,
     store: Store,
@@ -90,15 +352,15 @@ def add_client_routes(
     changes: Changes,
     wakeup: Wakeup,
     offload: Offload,
-) -> None:
-    """Add the client endpoints (and the secure-run ones) to ``app``.
+) -> WorkCache:
+    """Add the client endpoints (and the secure-run ones) to ``app``; return the work-list cache.
 
     Parameters
     ----------
     app : FastAPI
     store : Store
     cfg : ServerSettings
-        The server's settings (replay window, long-poll bounds).
+        The server's settings (replay window, long-poll bounds, work-list cache life).
     counters : dict
         The server's metrics counters.
     changes : Changes
@@ -107,242 +369,40 @@ def add_client_routes(
         Set after each device message is committed, so the driver closes a round or stage at once.
     offload : Offload
         Runs the requests' blocking store work.
+
+    Returns
+    -------
+    WorkCache
+        The devices' cached work lists; wrap the app in :class:`DeviceWrites` with it.
     """
-    # -- client side (signed requests; not part of the admin OpenAPI description)
-    # enrolled clients: id -> (public key, not_after, population, revoked, read at); an operator may
-    # revoke or re-key a device (admin API), so an entry is re-read after _REREAD seconds, and dropped
-    # at once when this process revoked it (app.state.forget_client)
-    known: dict[str, tuple[str, float, str, bool, float]] = {}
-    app.state.forget_client = lambda cid: known.pop(cid, None)
-
-    def _client(cid: str) -> tuple[str, float, str, bool, float] | None:
-        got = known.get(cid)
-        if got is None or time.monotonic() - got[4] > _REREAD:
-            with store.session() as s:
-                c = s.get(Client, cid)
-            if c is None:
-                return None
-            got = (
-                c.public_key,
-                float(c.not_after),
-                c.population,
-                c.revoked_at is not None,
-                time.monotonic(),
-            )
-            if len(known) > 100_000:
-                known.clear()
-            known[cid] = got
-        return got
-
-    async def enrolled(cid: str) -> tuple[str, float, str, bool, float]:
-        """The enrolled row of a client whose request was just verified (the cache may have been cleared)."""
-        got = known.get(cid)
-        if got is None:
-            got = await offload(_client, cid)
-        if got is None:  # pragma: no cover - rows are never deleted
-            raise HTTPException(401, "unknown client")
-        return got
-
-    def _verify(
-        method: str, path: str, headers: Any, body: bytes, public_key: str | None
-    ) -> tuple[str, Nonce | None]:
-        """Check a signed request; return the client id and the nonce row to record.
-
-        For a state-changing request the handler adds the nonce row in the transaction of the
-        request's effect (single use); for a GET it is None.
-        """
-        cid = headers.get(auth.HEADER_CLIENT)
-        ts = headers.get(auth.HEADER_TIMESTAMP)
-        nonce = headers.get(auth.HEADER_NONCE)
-        sig = headers.get(auth.HEADER_SIGNATURE)
-        revoked = False
-        if not (cid and ts and nonce and sig) or len(nonce) > 64 or len(cid) > 128:
-            raise HTTPException(401, "signed request headers required")
-        try:  # a finite number of seconds inside the replay window (NaN never is)
-            t = auth.check_timestamp(ts, cfg.replay_window)
-        except SecurityError as exc:
-            raise HTTPException(401, str(exc)) from None
-        if public_key is None:
-            c = _client(cid)
-            if c is None:
-                raise HTTPException(401, "unknown client")
-            if c[1] < time.time():
-                raise HTTPException(401, "client certificate expired")
-            public_key, revoked = c[0], c[3]
-        try:
-            auth.verify_signature(
-                public_key, auth.signing_payload(method, path, ts, nonce, body), sig
-            )
-        except SecurityError:
-            raise HTTPException(401, "bad signature") from None
-        if revoked:  # told only to the device itself (its signature verified)
-            raise HTTPException(403, "device revoked by an operator")
-        # state-changing requests are single-use: the nonce is recorded inside the window, in the
-        # transaction of the request's effect (one commit, and a request cut off before its effect
-        # committed leaves its nonce unused for the retry). GETs are read-only (a replay learns nothing
-        # TLS did not already protect), so polls cost no write.
-        return str(cid), (None if method == "GET" else Nonce(client_id=cid, nonce=nonce, ts=t))
-
-    def _use(s: Session, nonce: Nonce | None) -> None:
-        """Record ``nonce`` in the open transaction of ``s``, or refuse the request as a replay."""
-        if nonce is None:
-            return
-        # no savepoint: a replay fails the whole request, whose transaction then rolls back
-        try:
-            s.execute(
-                insert(Nonce).values(client_id=nonce.client_id, nonce=nonce.nonce, ts=nonce.ts)
-            )
-        except IntegrityError:
-            raise HTTPException(401, "replayed request (nonce already used)") from None
-
-    async def signed(
-        request: Request, public_key: str | None = None
-    ) -> tuple[str, bytes, Nonce | None]:
-        body = await request.body()
-        args = (request.method, request.url.path, request.headers, body, public_key)
-        cached = known.get(request.headers.get(auth.HEADER_CLIENT) or "")
-        if public_key is None and cached is not None and time.monotonic() - cached[4] <= _REREAD:
-            # an enrolled device seen before: no database access, one signature check (about
-            # 0.1 ms), done on the event loop rather than through a worker thread
-            cid, nonce = _verify(*args)
-        else:
-            cid, nonce = await offload(_verify, *args)
-        return cid, body, nonce
-
-    def _json(body: bytes) -> Any:
-        try:  # finite numbers only, bounded nesting (422 naming the field)
-            return strict_loads(body or b"{}")
-        except BadJSON as exc:
-            raise HTTPException(422, str(exc)) from None
-
-    @app.post("/v1/client/register", openapi_extra=REGISTER_BODY, **DEVICE)
-    async def register(request: Request) -> dict[str, Any]:
-        body = await request.body()
-        data = _json(body)
-        if not isinstance(data, dict):
-            raise HTTPException(422, "body must be an object")
-        cert = auth.Certificate.from_dict(data.get("certificate"))
-
-        def trust() -> dict[str, str]:
-            with store.session() as s:
-                return {a.id: a.public_key for a in s.execute(select(Authority)).scalars()}
-
-        try:
-            auth.verify_certificate(cert, await offload(trust))
-        except SecurityError as exc:
-            raise HTTPException(401, str(exc)) from None
-        if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
-            raise HTTPException(401, "client id does not match the certificate")
-        _, nonce = await offload(
-            _verify,
-            request.method,
-            request.url.path,
-            request.headers,
-            body,
-            str(cert.body["public_key"]),
+    cache = WorkCache(changes, float(getattr(cfg, "work_cache_seconds", 10.0)))
+    device = DeviceAuth(store, cfg.replay_window, offload, on_write=cache.touch)
+    app.state.forget_client = device.forget
+    app.state.device_auth = device
+    app.include_router(
+        device_router(
+            store,
+            cfg,
+            counters,
+            changes=changes,
+            wakeup=wakeup,
+            offload=offload,
+            device=device,
+            cache=cache,
         )
-
-        def store_client() -> None:
-            with store.session() as s, s.begin():
-                _use(s, nonce)
-                c = s.get(Client, cert.body["client_id"])
-                if c is not None and c.revoked_at is not None:
-                    raise SecurityError("device revoked by an operator")
-                if c is not None and c.public_key != cert.body["public_key"]:
-                    raise SecurityError("a different key is enrolled under this client id")
-                if c is None:
-                    s.add(
-                        Client(
-                            id=str(cert.body["client_id"]),
-                            public_key=str(cert.body["public_key"]),
-                            population=str(cert.body["population"]),
-                            authority=str(cert.body["authority"]),
-                            not_after=float(cert.body["not_after"]),
-                            enrolled_at=time.time(),
-                            certificate=json.dumps(cert.as_dict()),
-                        )
-                    )
-                elif c.certificate is None:  # enrolled before certificates were kept
-                    c.certificate = json.dumps(cert.as_dict())
-
-        await offload(store_client)
-        return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
-
-    @app.get("/v1/client/work", **DEVICE)
-    async def work(request: Request, wait: float = 0.0) -> Response:
-        """The device's work list (JSON, with an ``ETag``), long-polled.
-
-        With ``If-None-Match`` naming the list the device already has, the request is held up to ``wait``
-        seconds (at most ``max_wait``) until the list differs; if it still does not, the answer is 304.
-        """
-        cid, _, _ = await signed(request)
-        c = await enrolled(cid)
-        check_wait(wait)
-        known = request.headers.get("if-none-match")
-
-        def get() -> bytes:
-            with store.session() as s:
-                return json.dumps(runs.client_work(s, cid, c[2]), separators=(",", ":")).encode()
-
-        async def differs() -> Response | None:
-            body = await offload(get)
-            tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-            if tag == known:
-                return None
-            return Response(body, media_type="application/json", headers={"ETag": tag})
-
-        got = await changes.hold(c[2], min(wait, cfg.max_wait), differs)
-        return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
-
-    @app.post("/v1/client/runs/{run_id}/checkin", openapi_extra=CHECKIN_BODY, **DEVICE)
-    async def checkin(run_id: IdPath, request: Request) -> dict[str, Any]:
-        cid, body, nonce = await signed(request)
-        data = _json(body)
-        records = data.get("records") if isinstance(data, dict) else None
-        if not isinstance(records, int) or isinstance(records, bool) or not 1 <= records <= 10**9:
-            raise HTTPException(422, "records must be an integer in [1, 10^9]")
-        commitment = data.get("commitment")
-        population = (await enrolled(cid))[2]
-
-        def go() -> dict[str, Any]:
-            with store.session() as s, s.begin():
-                _use(s, nonce)
-                conf = tasks.task_config(s, runs.load_run(s, run_id).task_id)
-                if conf["privacy"]["population"] != population:
-                    raise SecurityError("this run is for another population")
-                return runs.checkin(s, run_id, cid, records, commitment)
-
-        out = dict(await offload(go))
-        wakeup.set()  # the cohort may be complete: let the driver close check-in now
-        return out
-
-    @app.post("/v1/client/runs/{run_id}/rounds/{index}/report", openapi_extra=REPORT_BODY, **DEVICE)
-    async def report(run_id: IdPath, index: IndexPath, request: Request) -> dict[str, Any]:
-        cid, body, nonce = await signed(request)
-        data = _json(body)
-        count = data.get("count") if isinstance(data, dict) else None
-        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= 10**9:
-            raise HTTPException(422, "body must be {vector: [int], count: int in [0, 10^9]}")
-
-        def go() -> bool:
-            with store.session() as s, s.begin():
-                _use(s, nonce)
-                return runs.submit_report(s, run_id, index, cid, data.get("vector"), data["count"])
-
-        new = await offload(go)
-        wakeup.set()  # the round may be complete
-        counters["reports_accepted" if new else "reports_duplicate"] += 1
-        # the transaction has committed: only now is the report acknowledged
-        return {"accepted": True, "duplicate": not new}
+    )
 
     async def population_of(cid: str) -> str:
-        return (await enrolled(cid))[2]
+        row = device._fresh(cid) or await offload(device.client, cid)
+        if row is None:  # pragma: no cover - rows are never deleted
+            raise HTTPException(401, "unknown client")
+        return row.population
 
     add_secure_routes(
         app,
         store,
-        signed,
-        _use,
+        cast(Any, device.signed),
+        cast(Any, use_nonce),
         _json,
         counters,
         wakeup,
@@ -351,3 +411,4 @@ def add_client_routes(
         max_wait=cfg.max_wait,
         offload=offload,
     )
+    return cache

@@ -18,9 +18,8 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
 
-from fedstats.service.store import Store
+from fedstats.service.store import Store, StoreUnavailable
 
 __all__ = ["add_health_routes"]
 
@@ -48,7 +47,7 @@ def add_health_routes(app: FastAPI, store: Store) -> None:
             headers={"Retry-After": "1"},
         )
 
-    app.add_exception_handler(OperationalError, store_unavailable)
+    app.add_exception_handler(StoreUnavailable, store_unavailable)
 
     def probe() -> JSONResponse:
         why = store.writable()

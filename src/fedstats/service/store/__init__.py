@@ -1,4 +1,10 @@
-"""Database engines and migrations: SQLite (a file, the embedded default) or PostgreSQL.
+"""The store: database engines, migrations and transactions; SQLite (a file, the embedded default) or PostgreSQL.
+
+The service's only SQL is here. :meth:`Store.transaction` opens one transaction and yields a :class:`Tx`,
+whose methods are the typed queries of the core path (:mod:`.core`) and of secure runs (:mod:`.secure`);
+they take and return plain values and frozen dataclasses. ``Tx.session`` (the SQLAlchemy session of the
+transaction) remains for the code not yet converted (the secure path, the ORM rows of runs and rounds it
+changes). A read-only transaction (``read_only=True``) starts with a plain ``BEGIN`` on SQLite.
 
 :func:`open_store` creates the SQLAlchemy engine for a URL and brings the schema to the newest Alembic
 revision shipped in ``fedstats/service/store/migrations``. On SQLite every transaction starts with
@@ -21,6 +27,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +37,30 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedstats.errors import DataError, ParameterError
+from fedstats.service.store.core import SqlCoreQueries
+from fedstats.service.store.secure import SqlSecureQueries
 
-__all__ = ["Store", "Timeouts", "open_store", "upgrade"]
+__all__ = [
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "Timeouts",
+    "Tx",
+    "TxLike",
+    "as_tx",
+    "open_store",
+    "upgrade",
+]
+
+StoreError = SQLAlchemyError
+"""What a failed store operation raises (the database away, a lock timeout): catch this, not SQLAlchemy's."""
+
+StoreUnavailable = OperationalError
+"""A lock conflict, a timeout or a lost connection: nothing of the transaction was committed; retry."""
 
 log = logging.getLogger("fedstats.service")
 
@@ -82,7 +108,9 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # a read-only transaction (Store.transaction(read_only=True)) takes no write lock
+        read = conn.get_execution_options().get("fedstats_read_only", False)
+        conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -166,6 +194,43 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
+class Tx(SqlCoreQueries, SqlSecureQueries):
+    """One open transaction of the store: the core and the secure query groups on one session.
+
+    Obtained from :meth:`Store.transaction`; the domain layer calls its query methods
+    (:class:`~fedstats.service.store.core.CoreQueries`, :class:`~fedstats.service.store.secure.SecureQueries`).
+    ``session`` is the SQLAlchemy session of the transaction, for code not yet converted to the query
+    methods.
+
+    Parameters
+    ----------
+    session : Session
+        A session inside its transaction.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def core(self) -> Tx:
+        """The core query group (this object)."""
+        return self
+
+    @property
+    def secure(self) -> Tx:
+        """The secure query group (this object)."""
+        return self
+
+
+TxLike = Tx | Session
+"""A :class:`Tx`, or a SQLAlchemy session inside its transaction (callers not yet converted)."""
+
+
+def as_tx(session_or_tx: TxLike) -> Tx:
+    """``session_or_tx`` as a :class:`Tx` (a session inside its transaction is wrapped)."""
+    return session_or_tx if isinstance(session_or_tx, Tx) else Tx(session_or_tx)
+
+
 class Store:
     """An engine plus a session factory.
 
@@ -186,6 +251,21 @@ class Store:
     def session(self) -> Session:
         """A new session (use as a context manager; ``with s.begin():`` for one transaction)."""
         return self.sessions()
+
+    @contextmanager
+    def transaction(self, *, read_only: bool = False) -> Iterator[Tx]:
+        """One transaction: yields a :class:`Tx`; commits at the end, rolls back on an exception.
+
+        Parameters
+        ----------
+        read_only : bool
+            The transaction only reads (default False). On SQLite it then starts with a plain ``BEGIN``
+            (a snapshot, no write lock) instead of ``BEGIN IMMEDIATE``; it still ends with one commit.
+        """
+        with self.sessions() as s, s.begin():
+            if read_only and self.is_sqlite:
+                s.connection(execution_options={"fedstats_read_only": True})
+            yield Tx(s)
 
     def writable(self) -> str | None:
         """Probe whether the store can write now; None if it can, else the reason.

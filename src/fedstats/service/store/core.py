@@ -1,25 +1,1238 @@
 """Store queries of the core path.
 
-Clients, nonces, tasks, runs, members, rounds, reports, the ledger, operators, idempotency keys, the
-change counter. :class:`CoreQueries` is the interface the domain layer calls (through a transaction object, see
+Clients, nonces, tasks, runs, members, rounds, reports, operators, authorities, the change counter.
+
+:class:`CoreQueries` is the interface the domain layer calls (through a transaction object, see
 :meth:`fedstats.service.store.Store.transaction`); :class:`SqlCoreQueries` implements it with SQLAlchemy Core
-statements on the transaction's connection (SQLite and PostgreSQL); :class:`MemoryCoreQueries` with Python
-containers, for fast domain tests. Methods take and return plain values (str, int, dict, tuples, frozen
+statements on the transaction's connection (SQLite and PostgreSQL). Methods take and return plain values (str, int, dict, tuples, frozen
 dataclasses), never ORM objects; reads that grow with a run's cohort are not on a per-report path.
 """
 
 from __future__ import annotations
 
-from abc import ABC
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, delete, exists, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from fedstats.service.store.tables import (
+    Audit,
+    Authority,
+    Budget,
+    Client,
+    IdempotencyKey,
+    LedgerCharge,
+    Nonce,
+    Operator,
+    Report,
+    RoundRecord,
+    Run,
+    RunMember,
+    StateVersion,
+    Task,
+)
+
+__all__ = [
+    "BudgetRow",
+    "ChargeRow",
+    "ClientRow",
+    "CoreQueries",
+    "IdempotentAnswer",
+    "LiveRun",
+    "ReportRow",
+    "RoundRow",
+    "SqlCoreQueries",
+]
 
 
-class CoreQueries(ABC):  # noqa: B024 - methods land with the store interface
+def _table(model: Any) -> Table:
+    return cast(Table, model.__table__)
+
+
+_AUDIT = _table(Audit)
+_BUDGETS = _table(Budget)
+_CHARGES = _table(LedgerCharge)
+_IDEMPOTENCY = _table(IdempotencyKey)
+_AUTHORITIES = _table(Authority)
+_CLIENTS = _table(Client)
+_NONCES = _table(Nonce)
+_OPERATORS = _table(Operator)
+_REPORTS = _table(Report)
+_ROUNDS = _table(RoundRecord)
+_RUNS = _table(Run)
+_MEMBERS = _table(RunMember)
+_VERSION = _table(StateVersion)
+_TASKS = _table(Task)
+
+
+@dataclass(frozen=True)
+class ClientRow:
+    """An enrolled device (``clients`` row).
+
+    Attributes
+    ----------
+    id, public_key, population, authority : str
+    not_after : float
+        Expiry of its certificate (Unix seconds).
+    revoked : bool
+        Whether an operator revoked it.
+    certificate : str or None
+        The enrollment certificate as registered (JSON).
+    """
+
+    id: str
+    public_key: str
+    population: str
+    authority: str
+    not_after: float
+    revoked: bool
+    certificate: str | None
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """A privacy budget (``budgets`` row)."""
+
+    scope: str
+    name: str
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class ChargeRow:
+    """A run's privacy charge (``ledger`` row)."""
+
+    run_id: str
+    population: str
+    analyst: str
+    epsilon: float
+    delta: float
+    rho: float | None
+    status: str
+    label: str
+
+
+@dataclass(frozen=True)
+class IdempotentAnswer:
+    """The stored request and answer of an idempotency key."""
+
+    method: str
+    path: str
+    request_hash: str
+    status_code: int
+    response: str
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """A stored report (``reports`` row)."""
+
+    client_id: str
+    vector: str
+    count: int
+    excluded: str | None
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    """A journaled round (``rounds`` row, without its total)."""
+
+    run_id: str
+    index: int
+    name: str
+    encode: str
+    params: str
+    params_digest: str
+    dim: int
+    bound: int
+    lo: int
+    hi: int
+    status: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A live run as a device's work list sees it: the run, the device's membership, the open round."""
+
+    run_id: str
+    task_id: str
+    status: str
+    checkin_deadline: float
+    n_clients: int | None
+    public_seed: str | None
+    slot_start: int | None
+    slot_count: int | None
+    reveal: str | None
+    round: RoundRow | None
+
+
+class CoreQueries(ABC):
     """The core path's queries, one method per statement or set-based group of statements."""
+
+    # -- devices and signed requests
+    @abstractmethod
+    def client(self, client_id: str) -> ClientRow | None:
+        """The enrolled device ``client_id``, or None."""
+
+    @abstractmethod
+    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
+        """Enroll a device."""
+
+    @abstractmethod
+    def set_client_certificate(self, client_id: str, certificate: str) -> None:
+        """Keep the certificate of a device enrolled before certificates were kept."""
+
+    @abstractmethod
+    def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
+        """Record a signed request's nonce; False if it was already used (a replay; nothing written)."""
+
+    @abstractmethod
+    def purge_nonces(self, before: float) -> int:
+        """Delete the nonces older than ``before``; return how many."""
+
+    @abstractmethod
+    def authorities(self) -> dict[str, str]:
+        """The trusted enrollment authorities: fingerprint -> public key (hex)."""
+
+    @abstractmethod
+    def add_authority(self, fingerprint: str, public_key: str) -> bool:
+        """Trust an authority; False if it was trusted already."""
+
+    @abstractmethod
+    def operator_of(self, token_hash: str) -> str | None:
+        """The operator whose token hashes to ``token_hash``, or None."""
+
+    @abstractmethod
+    def operator_exists(self, name: str) -> bool:
+        """Whether an operator of that name exists."""
+
+    @abstractmethod
+    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
+        """Create an operator."""
+
+    # -- tasks
+    @abstractmethod
+    def task_json(self, task_id: str) -> str | None:
+        """The stored JSON of task ``task_id`` (its envelope), or None."""
+
+    # -- runs, members, rounds, reports
+    @abstractmethod
+    def cohort(self, run_id: str) -> tuple[int, int]:
+        """``(devices, slots)`` of a run's cohort so far (one aggregate row)."""
+
+    @abstractmethod
+    def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
+        """``(slot_start, slot_count)`` of a device in a run (primary-key lookup), or None."""
+
+    @abstractmethod
+    def add_member(
+        self,
+        run_id: str,
+        client_id: str,
+        slot_start: int,
+        slot_count: int,
+        joined_at: float,
+        commitment: str | None,
+    ) -> None:
+        """Add a device to a run's cohort."""
+
+    @abstractmethod
+    def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
+        """Round ``index`` of a run, share-locked (closing it waits for the reports being written)."""
+
+    @abstractmethod
+    def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
+        """The digest of a device's stored report in a round, or None."""
+
+    @abstractmethod
+    def add_report(
+        self,
+        run_id: str,
+        index: int,
+        client_id: str,
+        vector: str,
+        count: int,
+        digest: str,
+        received_at: float,
+    ) -> None:
+        """Store a report."""
+
+    @abstractmethod
+    def live_runs(self, client_id: str) -> list[LiveRun]:
+        """Every live run with ``client_id``'s membership (if any) and its open round (if any)."""
+
+    @abstractmethod
+    def reported(self, run_id: str, index: int, client_id: str) -> bool:
+        """Whether the device has a report in the round."""
+
+    @abstractmethod
+    def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
+        """``(index, total, n_clients)`` of the closed rounds ``< before`` of a run, in order."""
+
+    @abstractmethod
+    def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
+        """``(run_id, status)`` of the done or aborted runs the device was a member of."""
+
+    @abstractmethod
+    def orm_run(self, run_id: str, *, lock: bool = False) -> Any:
+        """The ORM row of a run, read fresh (locked ``FOR NO KEY UPDATE`` with ``lock``), or None.
+
+        Transitional: for the driver's fencing and the secure path, which still change run rows
+        through the ORM session (``tx.session``).
+        """
+
+    @abstractmethod
+    def add_run(self, **values: Any) -> None:
+        """Insert a run (the ``runs`` columns as keywords)."""
+
+    @abstractmethod
+    def update_run(self, run_id: str, **values: Any) -> None:
+        """Set columns of a run."""
+
+    @abstractmethod
+    def any_closed_round(self, run_id: str) -> bool:
+        """Whether a round of the run has a journaled sum."""
+
+    @abstractmethod
+    def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
+        """``(index, name, status, lo, hi, n_clients)`` of a run's rounds, in order."""
+
+    @abstractmethod
+    def slots_of(self, run_id: str) -> list[tuple[int, int]]:
+        """``(slot_start, slot_count)`` of every member of a run.
+
+        Grows with the cohort: admin views and round closes only.
+        """
+
+    # -- the run driver
+    @abstractmethod
+    def claim_runs(
+        self, owner: str, now: float, renew_before: float, *, own: list[str] | None = None
+    ) -> list[tuple[str, Any]]:
+        """Lock the live runs whose lease is free, expired, or ``owner``'s ending before ``renew_before``.
+
+        With ``own``: those live runs of the list leased to ``owner`` instead (to claim them anew).
+        Returns ``(run_id, (lease_owner, lease_until, lease_epoch))`` of each. Runs locked by another transaction are skipped (``SKIP LOCKED`` on PostgreSQL).
+        """
+
+    @abstractmethod
+    def held_runs(self, owner: str) -> list[tuple[str, int]]:
+        """``(run_id, lease_epoch)`` of the live runs leased to ``owner``."""
+
+    @abstractmethod
+    def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
+        """``(index, params_digest, encode, total, n_clients)`` of a run's closed rounds, in order."""
+
+    @abstractmethod
+    def orm_round(self, run_id: str, index: int) -> Any:
+        """The ORM row of a round, locked ``FOR UPDATE``, or None (transitional, see :meth:`orm_run`)."""
+
+    @abstractmethod
+    def add_orm_round(self, **values: Any) -> Any:
+        """Insert a round and return its ORM row (transitional, see :meth:`orm_run`)."""
+
+    @abstractmethod
+    def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
+        """``(members with slots in [lo, hi), reports in the round)``: two aggregates, no rows."""
+
+    @abstractmethod
+    def round_reports(self, run_id: str, index: int) -> list[ReportRow]:
+        """Every report of a round (its close only)."""
+
+    @abstractmethod
+    def exclude_report(self, run_id: str, index: int, client_id: str, problem: str) -> None:
+        """Mark a report as left out of its round's sum, with the reason."""
+
+    @abstractmethod
+    def member_slots(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """``client_id -> (slot_start, slot_count)`` of a run's cohort (a round's close only)."""
+
+    # -- the operator's dashboard (reads)
+    @abstractmethod
+    def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
+        """``(run_id, task_id, created_at, finished_at)`` of the newest runs."""
+
+    @abstractmethod
+    def population_counts(self) -> list[tuple[str, int, int, float | None]]:
+        """``(population, devices enrolled, revoked, last enrolment time)`` per population."""
+
+    @abstractmethod
+    def checked_in_by_population(self) -> list[tuple[str, int]]:
+        """``(population, devices in live runs)`` per population."""
+
+    @abstractmethod
+    def budgets(self) -> list[BudgetRow]:
+        """Every budget, by scope and name."""
+
+    @abstractmethod
+    def reserved_charges(self, scope: str, name: str) -> list[ChargeRow]:
+        """The charges still reserved (not yet spent) on one budget, in order."""
+
+    @abstractmethod
+    def recent_audit(
+        self, actions: tuple[str, ...], limit: int
+    ) -> list[tuple[float, str, str, str | None, str]]:
+        """``(ts, actor, action, run_id, detail)`` of the newest audit records of ``actions``."""
+
+    # -- the operator API (reads and device/operator changes)
+    @abstractmethod
+    def tasks_newest(self) -> list[tuple[str, str, float]]:
+        """``(task_id, created_by, created_at)`` of every task, newest first."""
+
+    @abstractmethod
+    def page_runs(
+        self,
+        limit: int,
+        offset: int,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        analyst: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of runs, newest first (with the filters), and the number of matching runs."""
+
+    @abstractmethod
+    def page_budgets(
+        self, limit: int, offset: int, *, scope: str | None = None
+    ) -> tuple[list[BudgetRow], int]:
+        """One page of budgets by scope and name, and the number of matching budgets."""
+
+    @abstractmethod
+    def page_devices(
+        self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of enrolled devices by id (``status``: active or revoked), and their number."""
+
+    @abstractmethod
+    def device_for_update(self, client_id: str) -> dict[str, Any] | None:
+        """An enrolled device as :meth:`page_devices` lists it, locked ``FOR UPDATE``, or None."""
+
+    @abstractmethod
+    def update_client(self, client_id: str, **values: Any) -> None:
+        """Set columns of an enrolled device."""
+
+    @abstractmethod
+    def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """One page of operators (name, created_at) by name, and their number."""
+
+    @abstractmethod
+    def set_operator_token(self, name: str, token_hash: str) -> bool:
+        """Replace an operator's token hash; False if there is no such operator."""
+
+    @abstractmethod
+    def audit_log(
+        self, run_id: str | None, limit: int
+    ) -> list[tuple[float, str, str, str | None, str]]:
+        """``(ts, actor, action, run_id, detail)`` of the oldest ``limit`` records (of one run)."""
+
+    # -- tasks (write)
+    @abstractmethod
+    def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
+        """Store a task; False if one with that id exists (nothing written)."""
+
+    # -- the ledger and the audit log
+    @abstractmethod
+    def add_audit(
+        self, ts: float, actor: str, action: str, run_id: str | None, detail: str
+    ) -> None:
+        """Append an audit record."""
+
+    @abstractmethod
+    def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:
+        """A budget (locked ``FOR UPDATE`` with ``lock``), or None."""
+
+    @abstractmethod
+    def put_budget(self, scope: str, name: str, epsilon: float, delta: float) -> None:
+        """Create or change a budget (after :meth:`budget` with ``lock``)."""
+
+    @abstractmethod
+    def charges_on(self, scope: str, name: str) -> list[ChargeRow]:
+        """The reserved and spent charges on a population's or analyst's budget, in order."""
+
+    @abstractmethod
+    def add_charge(self, charge: ChargeRow, now: float) -> None:
+        """Insert a run's charge."""
+
+    @abstractmethod
+    def charge_of(self, run_id: str) -> ChargeRow | None:
+        """A run's charge, locked ``FOR UPDATE``, or None."""
+
+    @abstractmethod
+    def set_charge_status(self, run_id: str, status: str, now: float) -> None:
+        """Change a run's charge's status."""
+
+    # -- idempotency keys
+    @abstractmethod
+    def idempotent_answer(self, actor: str, key: str) -> IdempotentAnswer | None:
+        """The stored request and answer of ``(actor, key)``, or None."""
+
+    @abstractmethod
+    def claim_key(
+        self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
+    ) -> bool:
+        """Claim ``(actor, key)`` for a request; False if it was claimed already (nothing written).
+
+        A concurrent claim of the same key waits for the first claimer's transaction to end.
+        """
+
+    @abstractmethod
+    def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
+        """Store the answer of a claimed key."""
+
+    # -- the change counter
+    @abstractmethod
+    def bump_version(self) -> int:
+        """Increment the shared ``state_version`` counter; return its new value."""
+
+    @abstractmethod
+    def version(self) -> int:
+        """The shared ``state_version`` counter."""
+
+
+def _round(r: Any) -> RoundRow:
+    return RoundRow(
+        run_id=r.run_id,
+        index=int(r.index),
+        name=r.name,
+        encode=r.encode,
+        params=r.params,
+        params_digest=r.params_digest,
+        dim=int(r.dim),
+        bound=int(r.bound),
+        lo=int(r.lo),
+        hi=int(r.hi),
+        status=r.status,
+        deadline=float(r.deadline),
+    )
+
+
+_ROUND_COLUMNS = (
+    RoundRecord.run_id,
+    RoundRecord.index,
+    RoundRecord.name,
+    RoundRecord.encode,
+    RoundRecord.params,
+    RoundRecord.params_digest,
+    RoundRecord.dim,
+    RoundRecord.bound,
+    RoundRecord.lo,
+    RoundRecord.hi,
+    RoundRecord.status,
+    RoundRecord.deadline,
+)
+
+
+_CHARGE_COLUMNS = (
+    _CHARGES.c.run_id,
+    _CHARGES.c.population,
+    _CHARGES.c.analyst,
+    _CHARGES.c.epsilon,
+    _CHARGES.c.delta,
+    _CHARGES.c.rho,
+    _CHARGES.c.status,
+    _CHARGES.c.label,
+)
 
 
 class SqlCoreQueries(CoreQueries):
     """:class:`CoreQueries` on SQLAlchemy (``self.session``: the transaction's session)."""
 
+    session: Session
 
-class MemoryCoreQueries(CoreQueries):
-    """:class:`CoreQueries` on the in-memory tables (``self.data``: a :class:`MemoryData`)."""
+    def _insert_ignore(self, table: Any, **values: Any) -> int:
+        """``INSERT ... ON CONFLICT DO NOTHING``; the number of rows inserted (0 or 1)."""
+        dialect = self.session.get_bind().dialect.name
+        ins = (postgresql if dialect == "postgresql" else sqlite).insert(table)
+        # RETURNING rather than rowcount (which psycopg reports as -1 here)
+        stmt = ins.values(**values).on_conflict_do_nothing().returning(*table.primary_key.columns)
+        return len(self.session.execute(stmt).all())
+
+    def client(self, client_id: str) -> ClientRow | None:
+        """See :meth:`CoreQueries.client`."""
+        c = _CLIENTS.c
+        row = self.session.execute(
+            select(
+                c.id,
+                c.public_key,
+                c.population,
+                c.authority,
+                c.not_after,
+                c.revoked_at,
+                c.certificate,
+            ).where(c.id == client_id)
+        ).first()
+        if row is None:
+            return None
+        return ClientRow(
+            id=row.id,
+            public_key=row.public_key,
+            population=row.population,
+            authority=row.authority,
+            not_after=float(row.not_after),
+            revoked=row.revoked_at is not None,
+            certificate=row.certificate,
+        )
+
+    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
+        """See :meth:`CoreQueries.add_client`."""
+        self.session.execute(
+            _CLIENTS.insert().values(
+                id=row.id,
+                public_key=row.public_key,
+                population=row.population,
+                authority=row.authority,
+                not_after=row.not_after,
+                enrolled_at=enrolled_at,
+                certificate=row.certificate,
+            )
+        )
+
+    def set_client_certificate(self, client_id: str, certificate: str) -> None:
+        """See :meth:`CoreQueries.set_client_certificate`."""
+        c = _CLIENTS.c
+        self.session.execute(
+            update(_CLIENTS).where(c.id == client_id).values(certificate=certificate)
+        )
+
+    def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
+        """See :meth:`CoreQueries.use_nonce`."""
+        return self._insert_ignore(_NONCES, client_id=client_id, nonce=nonce, ts=ts) == 1
+
+    def purge_nonces(self, before: float) -> int:
+        """See :meth:`CoreQueries.purge_nonces`."""
+        got = self.session.execute(delete(_NONCES).where(_NONCES.c.ts < before))
+        return int(getattr(got, "rowcount", 0) or 0)
+
+    def authorities(self) -> dict[str, str]:
+        """See :meth:`CoreQueries.authorities`."""
+        a = _AUTHORITIES.c
+        return {i: k for i, k in self.session.execute(select(a.id, a.public_key)).all()}
+
+    def add_authority(self, fingerprint: str, public_key: str) -> bool:
+        """See :meth:`CoreQueries.add_authority`."""
+        return self._insert_ignore(_AUTHORITIES, id=fingerprint, public_key=public_key) == 1
+
+    def operator_of(self, token_hash: str) -> str | None:
+        """See :meth:`CoreQueries.operator_of`."""
+        o = _OPERATORS.c
+        got = self.session.execute(select(o.name).where(o.token_hash == token_hash)).scalar()
+        return None if got is None else str(got)
+
+    def operator_exists(self, name: str) -> bool:
+        """See :meth:`CoreQueries.operator_exists`."""
+        o = _OPERATORS.c
+        return self.session.execute(select(o.name).where(o.name == name)).first() is not None
+
+    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
+        """See :meth:`CoreQueries.add_operator`."""
+        self.session.execute(
+            _OPERATORS.insert().values(name=name, token_hash=token_hash, created_at=created_at)
+        )
+
+    def task_json(self, task_id: str) -> str | None:
+        """See :meth:`CoreQueries.task_json`."""
+        t = _TASKS.c
+        got = self.session.execute(select(t.config).where(t.id == task_id)).scalar()
+        return None if got is None else str(got)
+
+    def cohort(self, run_id: str) -> tuple[int, int]:
+        """See :meth:`CoreQueries.cohort`."""
+        m = _MEMBERS.c
+        devices, slots = self.session.execute(
+            select(func.count(), func.coalesce(func.sum(m.slot_count), 0)).where(m.run_id == run_id)
+        ).one()
+        return int(devices), int(slots)
+
+    def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
+        """See :meth:`CoreQueries.member`."""
+        m = _MEMBERS.c
+        row = self.session.execute(
+            select(m.slot_start, m.slot_count).where(m.run_id == run_id, m.client_id == client_id)
+        ).first()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def add_member(
+        self,
+        run_id: str,
+        client_id: str,
+        slot_start: int,
+        slot_count: int,
+        joined_at: float,
+        commitment: str | None,
+    ) -> None:
+        """See :meth:`CoreQueries.add_member`."""
+        self.session.execute(
+            _MEMBERS.insert().values(
+                run_id=run_id,
+                client_id=client_id,
+                slot_start=slot_start,
+                slot_count=slot_count,
+                joined_at=joined_at,
+                commitment=commitment,
+            )
+        )
+
+    def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
+        """See :meth:`CoreQueries.round_for_report`."""
+        r = _ROUNDS.c
+        row = self.session.execute(
+            select(*_ROUND_COLUMNS)
+            .where(r.run_id == run_id, r.index == index)
+            .with_for_update(read=True)
+        ).first()
+        return None if row is None else _round(row)
+
+    def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
+        """See :meth:`CoreQueries.report_digest`."""
+        p = _REPORTS.c
+        got = self.session.execute(
+            select(p.digest).where(
+                p.run_id == run_id, p.round_index == index, p.client_id == client_id
+            )
+        ).scalar()
+        return None if got is None else str(got)
+
+    def add_report(
+        self,
+        run_id: str,
+        index: int,
+        client_id: str,
+        vector: str,
+        count: int,
+        digest: str,
+        received_at: float,
+    ) -> None:
+        """See :meth:`CoreQueries.add_report`."""
+        self.session.execute(
+            _REPORTS.insert().values(
+                run_id=run_id,
+                round_index=index,
+                client_id=client_id,
+                vector=vector,
+                count=count,
+                digest=digest,
+                received_at=received_at,
+            )
+        )
+
+    def live_runs(self, client_id: str) -> list[LiveRun]:
+        """See :meth:`CoreQueries.live_runs`."""
+        run, m, r = _RUNS.c, _MEMBERS.c, _ROUNDS.c
+        rows = self.session.execute(
+            select(
+                run.id,
+                run.task_id,
+                run.status,
+                run.checkin_deadline,
+                run.n_clients,
+                run.public_seed,
+                m.slot_start,
+                m.slot_count,
+                m.reveal,
+                *_ROUND_COLUMNS,
+            )
+            .select_from(_RUNS)
+            .outerjoin(_MEMBERS, and_(m.run_id == run.id, m.client_id == client_id))
+            .outerjoin(_ROUNDS, and_(r.run_id == run.id, r.status == "open"))
+            .where(run.status.in_(("checkin", "seeding", "running")))
+        ).all()
+        out = []
+        for row in rows:
+            rec = None
+            if row[9] is not None:
+                rec = RoundRow(*row[9:])
+            out.append(
+                LiveRun(
+                    run_id=row[0],
+                    task_id=row[1],
+                    status=row[2],
+                    checkin_deadline=float(row[3]),
+                    n_clients=row[4],
+                    public_seed=row[5],
+                    slot_start=row[6],
+                    slot_count=row[7],
+                    reveal=row[8],
+                    round=rec,
+                )
+            )
+        return out
+
+    def reported(self, run_id: str, index: int, client_id: str) -> bool:
+        """See :meth:`CoreQueries.reported`."""
+        return self.report_digest(run_id, index, client_id) is not None
+
+    def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
+        """See :meth:`CoreQueries.closed_totals`."""
+        r = _ROUNDS.c
+        rows = self.session.execute(
+            select(r.index, r.total, r.n_clients)
+            .where(r.run_id == run_id, r.index < before, r.status == "closed")
+            .order_by(r.index)
+        ).all()
+        return [(int(i), str(t), int(n)) for i, t, n in rows if t is not None and n is not None]
+
+    def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
+        """See :meth:`CoreQueries.finished_runs`."""
+        # by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members
+        # table has no index on client_id alone
+        run, m = _RUNS.c, _MEMBERS.c
+        member = exists().where(m.run_id == run.id, m.client_id == client_id)
+        rows = self.session.execute(
+            select(run.id, run.status).where(run.status.in_(("done", "aborted")), member)
+        ).all()
+        return [(str(i), str(s)) for i, s in rows]
+
+    def orm_run(self, run_id: str, *, lock: bool = False) -> Any:
+        """See :meth:`CoreQueries.orm_run`."""
+        # populate_existing: a fresh read even if the session already holds the run (a stale lease
+        # owner or epoch in the identity map must never pass the fencing check)
+        stmt = select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
+        if lock:
+            # FOR NO KEY UPDATE: does not block the key-share locks of inserts referencing the run
+            # (reports, members), so a report and the driver closing its round cannot deadlock
+            stmt = stmt.with_for_update(key_share=True)
+        return self.session.execute(stmt).scalar_one_or_none()
+
+    def add_run(self, **values: Any) -> None:
+        """See :meth:`CoreQueries.add_run`."""
+        self.session.execute(_RUNS.insert().values(**values))
+
+    def update_run(self, run_id: str, **values: Any) -> None:
+        """See :meth:`CoreQueries.update_run`."""
+        self.session.execute(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
+
+    def any_closed_round(self, run_id: str) -> bool:
+        """See :meth:`CoreQueries.any_closed_round`."""
+        r = _ROUNDS.c
+        got = self.session.execute(
+            select(r.index).where(r.run_id == run_id, r.status == "closed").limit(1)
+        ).first()
+        return got is not None
+
+    def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
+        """See :meth:`CoreQueries.rounds_of`."""
+        r = _ROUNDS.c
+        rows = self.session.execute(
+            select(r.index, r.name, r.status, r.lo, r.hi, r.n_clients)
+            .where(r.run_id == run_id)
+            .order_by(r.index)
+        ).all()
+        return [(int(i), str(n), str(s), int(lo), int(hi), c) for i, n, s, lo, hi, c in rows]
+
+    def slots_of(self, run_id: str) -> list[tuple[int, int]]:
+        """See :meth:`CoreQueries.slots_of`."""
+        m = _MEMBERS.c
+        rows = self.session.execute(
+            select(m.slot_start, m.slot_count).where(m.run_id == run_id)
+        ).all()
+        return [(int(a), int(c)) for a, c in rows]
+
+    def claim_runs(
+        self, owner: str, now: float, renew_before: float, *, own: list[str] | None = None
+    ) -> list[tuple[str, Any]]:
+        """See :meth:`CoreQueries.claim_runs`."""
+        r = _RUNS.c
+        if own is None:
+            which = or_(
+                r.lease_owner.is_(None),
+                r.lease_until < now,
+                and_(r.lease_owner == owner, r.lease_until < renew_before),
+            )
+        else:
+            which = and_(r.id.in_(own), r.lease_owner == owner)
+        rows = self.session.execute(
+            select(r.id, r.lease_owner, r.lease_until, r.lease_epoch)
+            .where(r.status.in_(("checkin", "seeding", "running")), which)
+            .with_for_update(skip_locked=True, key_share=True)
+        ).all()
+        return [(str(i), (o, u, int(e or 0))) for i, o, u, e in rows]
+
+    def held_runs(self, owner: str) -> list[tuple[str, int]]:
+        """See :meth:`CoreQueries.held_runs`."""
+        r = _RUNS.c
+        rows = self.session.execute(
+            select(r.id, r.lease_epoch).where(
+                r.status.in_(("checkin", "seeding", "running")), r.lease_owner == owner
+            )
+        ).all()
+        return [(str(i), int(e or 0)) for i, e in rows]
+
+    def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
+        """See :meth:`CoreQueries.closed_rounds`."""
+        r = _ROUNDS.c
+        rows = self.session.execute(
+            select(r.index, r.params_digest, r.encode, r.total, r.n_clients)
+            .where(r.run_id == run_id, r.status == "closed")
+            .order_by(r.index)
+        ).all()
+        return [(int(i), str(d), str(e), t, n) for i, d, e, t, n in rows]
+
+    def orm_round(self, run_id: str, index: int) -> Any:
+        """See :meth:`CoreQueries.orm_round`."""
+        return self.session.get(RoundRecord, (run_id, index), with_for_update=True)
+
+    def add_orm_round(self, **values: Any) -> Any:
+        """See :meth:`CoreQueries.add_orm_round`."""
+        rec = RoundRecord(**values)
+        self.session.add(rec)
+        self.session.flush()
+        return rec
+
+    def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
+        """See :meth:`CoreQueries.round_counts`."""
+        m, p = _MEMBERS.c, _REPORTS.c
+        expected = self.session.execute(
+            select(func.count()).where(
+                m.run_id == run_id, m.slot_start < hi, m.slot_start + m.slot_count > lo
+            )
+        ).scalar_one()
+        got = self.session.execute(
+            select(func.count()).where(p.run_id == run_id, p.round_index == index)
+        ).scalar_one()
+        return int(expected), int(got)
+
+    def round_reports(self, run_id: str, index: int) -> list[ReportRow]:
+        """See :meth:`CoreQueries.round_reports`."""
+        p = _REPORTS.c
+        rows = self.session.execute(
+            select(p.client_id, p.vector, p.count, p.excluded).where(
+                p.run_id == run_id, p.round_index == index
+            )
+        ).all()
+        return [ReportRow(str(c), str(v), int(n), x) for c, v, n, x in rows]
+
+    def exclude_report(self, run_id: str, index: int, client_id: str, problem: str) -> None:
+        """See :meth:`CoreQueries.exclude_report`."""
+        p = _REPORTS.c
+        self.session.execute(
+            update(_REPORTS)
+            .where(p.run_id == run_id, p.round_index == index, p.client_id == client_id)
+            .values(excluded=problem)
+        )
+
+    def member_slots(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """See :meth:`CoreQueries.member_slots`."""
+        m = _MEMBERS.c
+        rows = self.session.execute(
+            select(m.client_id, m.slot_start, m.slot_count).where(m.run_id == run_id)
+        ).all()
+        return {str(c): (int(a), int(n)) for c, a, n in rows}
+
+    def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
+        """See :meth:`CoreQueries.recent_runs`."""
+        r = _RUNS.c
+        rows = self.session.execute(
+            select(r.id, r.task_id, r.created_at, r.finished_at)
+            .order_by(r.created_at.desc())
+            .limit(limit)
+        ).all()
+        return [(str(i), str(t), float(c), f) for i, t, c, f in rows]
+
+    def population_counts(self) -> list[tuple[str, int, int, float | None]]:
+        """See :meth:`CoreQueries.population_counts`."""
+        c = _CLIENTS.c
+        rows = self.session.execute(
+            select(
+                c.population, func.count(c.id), func.count(c.revoked_at), func.max(c.enrolled_at)
+            ).group_by(c.population)
+        ).all()
+        return [(str(p), int(n), int(r), last) for p, n, r, last in rows]
+
+    def checked_in_by_population(self) -> list[tuple[str, int]]:
+        """See :meth:`CoreQueries.checked_in_by_population`."""
+        c, m, r = _CLIENTS.c, _MEMBERS.c, _RUNS.c
+        rows = self.session.execute(
+            select(c.population, func.count(func.distinct(m.client_id)))
+            .select_from(_MEMBERS)
+            .join(_RUNS, r.id == m.run_id)
+            .join(_CLIENTS, c.id == m.client_id)
+            .where(r.status.in_(("checkin", "seeding", "running")))
+            .group_by(c.population)
+        ).all()
+        return [(str(p), int(n)) for p, n in rows]
+
+    def budgets(self) -> list[BudgetRow]:
+        """See :meth:`CoreQueries.budgets`."""
+        b = _BUDGETS.c
+        rows = self.session.execute(
+            select(b.scope, b.name, b.epsilon, b.delta).order_by(b.scope, b.name)
+        ).all()
+        return [BudgetRow(str(s), str(n), float(e), float(d)) for s, n, e, d in rows]
+
+    def reserved_charges(self, scope: str, name: str) -> list[ChargeRow]:
+        """See :meth:`CoreQueries.reserved_charges`."""
+        c = _CHARGES.c
+        col = c.population if scope == "population" else c.analyst
+        rows = self.session.execute(
+            select(*_CHARGE_COLUMNS).where(col == name, c.status == "reserved").order_by(c.id)
+        ).all()
+        return [ChargeRow(*r) for r in rows]
+
+    def recent_audit(
+        self, actions: tuple[str, ...], limit: int
+    ) -> list[tuple[float, str, str, str | None, str]]:
+        """See :meth:`CoreQueries.recent_audit`."""
+        a = _AUDIT.c
+        rows = self.session.execute(
+            select(a.ts, a.actor, a.action, a.run_id, a.detail)
+            .where(a.action.in_(actions))
+            .order_by(a.id.desc())
+            .limit(limit)
+        ).all()
+        return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
+
+    def _page(self, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
+        total = self.session.execute(select(func.count()).select_from(stmt.subquery())).scalar_one()
+        return list(self.session.execute(stmt.limit(limit).offset(offset)).all()), int(total)
+
+    def tasks_newest(self) -> list[tuple[str, str, float]]:
+        """See :meth:`CoreQueries.tasks_newest`."""
+        t = _TASKS.c
+        rows = self.session.execute(
+            select(t.id, t.created_by, t.created_at).order_by(t.created_at.desc(), t.id)
+        ).all()
+        return [(str(i), str(b), float(a)) for i, b, a in rows]
+
+    def page_runs(
+        self,
+        limit: int,
+        offset: int,
+        *,
+        status: str | None = None,
+        task_id: str | None = None,
+        analyst: str | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """See :meth:`CoreQueries.page_runs`."""
+        r = _RUNS.c
+        stmt = select(
+            r.id, r.task_id, r.analyst, r.status, r.created_at, r.finished_at, r.n_clients, r.error
+        ).order_by(r.created_at.desc(), r.id)
+        if status is not None:
+            stmt = stmt.where(r.status == status)
+        if task_id is not None:
+            stmt = stmt.where(r.task_id == task_id)
+        if analyst is not None:
+            stmt = stmt.where(r.analyst == analyst)
+        rows, total = self._page(stmt, limit, offset)
+        keys = ("run_id", "task_id", "analyst", "status", "created_at", "finished_at")
+        return [dict(zip((*keys, "n_clients", "error"), row, strict=True)) for row in rows], total
+
+    def page_budgets(
+        self, limit: int, offset: int, *, scope: str | None = None
+    ) -> tuple[list[BudgetRow], int]:
+        """See :meth:`CoreQueries.page_budgets`."""
+        b = _BUDGETS.c
+        stmt = select(b.scope, b.name, b.epsilon, b.delta).order_by(b.scope, b.name)
+        if scope is not None:
+            stmt = stmt.where(b.scope == scope)
+        rows, total = self._page(stmt, limit, offset)
+        return [BudgetRow(str(s), str(n), float(e), float(d)) for s, n, e, d in rows], total
+
+    _DEVICE_COLUMNS = ("id", "population", "authority", "public_key", "not_after", "enrolled_at")
+
+    @staticmethod
+    def _device(row: Any) -> dict[str, Any]:
+        cid, population, authority, key, not_after, enrolled_at, revoked_at = row
+        return {
+            "client_id": cid,
+            "population": population,
+            "authority": authority,
+            "public_key": key,
+            "not_after": not_after,
+            "enrolled_at": enrolled_at,
+            "revoked_at": revoked_at,
+            "status": "revoked" if revoked_at is not None else "active",
+        }
+
+    def page_devices(
+        self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """See :meth:`CoreQueries.page_devices`."""
+        c = _CLIENTS.c
+        cols = [c[k] for k in self._DEVICE_COLUMNS]
+        stmt = select(*cols, c.revoked_at).order_by(c.id)
+        if population is not None:
+            stmt = stmt.where(c.population == population)
+        if status == "active":
+            stmt = stmt.where(c.revoked_at.is_(None))
+        elif status == "revoked":
+            stmt = stmt.where(c.revoked_at.is_not(None))
+        rows, total = self._page(stmt, limit, offset)
+        return [self._device(row) for row in rows], total
+
+    def device_for_update(self, client_id: str) -> dict[str, Any] | None:
+        """See :meth:`CoreQueries.device_for_update`."""
+        c = _CLIENTS.c
+        cols = [c[k] for k in self._DEVICE_COLUMNS]
+        row = self.session.execute(
+            select(*cols, c.revoked_at).where(c.id == client_id).with_for_update()
+        ).first()
+        return None if row is None else self._device(row)
+
+    def update_client(self, client_id: str, **values: Any) -> None:
+        """See :meth:`CoreQueries.update_client`."""
+        self.session.execute(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
+
+    def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """See :meth:`CoreQueries.page_operators`."""
+        o = _OPERATORS.c
+        rows, total = self._page(select(o.name, o.created_at).order_by(o.name), limit, offset)
+        return [{"name": n, "created_at": c} for n, c in rows], total
+
+    def set_operator_token(self, name: str, token_hash: str) -> bool:
+        """See :meth:`CoreQueries.set_operator_token`."""
+        o = _OPERATORS.c
+        got = self.session.execute(
+            update(_OPERATORS).where(o.name == name).values(token_hash=token_hash).returning(o.name)
+        ).all()
+        return bool(got)
+
+    def audit_log(
+        self, run_id: str | None, limit: int
+    ) -> list[tuple[float, str, str, str | None, str]]:
+        """See :meth:`CoreQueries.audit_log`."""
+        a = _AUDIT.c
+        stmt = select(a.ts, a.actor, a.action, a.run_id, a.detail).order_by(a.id)
+        if run_id is not None:
+            stmt = stmt.where(a.run_id == run_id)
+        rows = self.session.execute(stmt.limit(limit)).all()
+        return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
+
+    def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
+        """See :meth:`CoreQueries.add_task`."""
+        return (
+            self._insert_ignore(
+                _TASKS, id=task_id, config=config, created_by=created_by, created_at=created_at
+            )
+            == 1
+        )
+
+    def add_audit(
+        self, ts: float, actor: str, action: str, run_id: str | None, detail: str
+    ) -> None:
+        """See :meth:`CoreQueries.add_audit`."""
+        self.session.execute(
+            _AUDIT.insert().values(ts=ts, actor=actor, action=action, run_id=run_id, detail=detail)
+        )
+
+    def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:
+        """See :meth:`CoreQueries.budget`."""
+        b = _BUDGETS.c
+        stmt = select(b.scope, b.name, b.epsilon, b.delta).where(b.scope == scope, b.name == name)
+        if lock:
+            stmt = stmt.with_for_update()
+        row = self.session.execute(stmt).first()
+        if row is None:
+            return None
+        return BudgetRow(row.scope, row.name, float(row.epsilon), float(row.delta))
+
+    def put_budget(self, scope: str, name: str, epsilon: float, delta: float) -> None:
+        """See :meth:`CoreQueries.put_budget`."""
+        b = _BUDGETS.c
+        got = self.session.execute(
+            update(_BUDGETS)
+            .where(b.scope == scope, b.name == name)
+            .values(epsilon=epsilon, delta=delta)
+            .returning(b.scope)
+        ).all()
+        if not got:
+            self.session.execute(
+                _BUDGETS.insert().values(scope=scope, name=name, epsilon=epsilon, delta=delta)
+            )
+
+    def charges_on(self, scope: str, name: str) -> list[ChargeRow]:
+        """See :meth:`CoreQueries.charges_on`."""
+        c = _CHARGES.c
+        col = c.population if scope == "population" else c.analyst
+        rows = self.session.execute(
+            select(*_CHARGE_COLUMNS)
+            .where(col == name, c.status.in_(("reserved", "spent")))
+            .order_by(c.id)
+        ).all()
+        return [ChargeRow(*r) for r in rows]
+
+    def add_charge(self, charge: ChargeRow, now: float) -> None:
+        """See :meth:`CoreQueries.add_charge`."""
+        self.session.execute(
+            _CHARGES.insert().values(
+                run_id=charge.run_id,
+                population=charge.population,
+                analyst=charge.analyst,
+                epsilon=charge.epsilon,
+                delta=charge.delta,
+                rho=charge.rho,
+                status=charge.status,
+                label=charge.label,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+    def charge_of(self, run_id: str) -> ChargeRow | None:
+        """See :meth:`CoreQueries.charge_of`."""
+        row = self.session.execute(
+            select(*_CHARGE_COLUMNS).where(_CHARGES.c.run_id == run_id).with_for_update()
+        ).first()
+        return None if row is None else ChargeRow(*row)
+
+    def set_charge_status(self, run_id: str, status: str, now: float) -> None:
+        """See :meth:`CoreQueries.set_charge_status`."""
+        self.session.execute(
+            update(_CHARGES)
+            .where(_CHARGES.c.run_id == run_id)
+            .values(status=status, updated_at=now)
+        )
+
+    def idempotent_answer(self, actor: str, key: str) -> IdempotentAnswer | None:
+        """See :meth:`CoreQueries.idempotent_answer`."""
+        k = _IDEMPOTENCY.c
+        row = self.session.execute(
+            select(k.method, k.path, k.request_hash, k.status_code, k.response).where(
+                k.actor == actor, k.key == key
+            )
+        ).first()
+        return None if row is None else IdempotentAnswer(*row)
+
+    def claim_key(
+        self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
+    ) -> bool:
+        """See :meth:`CoreQueries.claim_key`."""
+        got = self._insert_ignore(
+            _IDEMPOTENCY,
+            actor=actor,
+            key=key,
+            method=method,
+            path=path,
+            request_hash=request_hash,
+            status_code=0,
+            response="",
+            created_at=now,
+        )
+        return got == 1
+
+    def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
+        """See :meth:`CoreQueries.store_answer`."""
+        k = _IDEMPOTENCY.c
+        self.session.execute(
+            update(_IDEMPOTENCY)
+            .where(k.actor == actor, k.key == key)
+            .values(status_code=status_code, response=response)
+        )
+
+    def bump_version(self) -> int:
+        """See :meth:`CoreQueries.bump_version`."""
+        v = _VERSION.c
+        got = self.session.execute(
+            update(_VERSION).where(v.id == 1).values(version=v.version + 1).returning(v.version)
+        ).scalar_one()
+        return int(got)
+
+    def version(self) -> int:
+        """See :meth:`CoreQueries.version`."""
+        v = _VERSION.c
+        return int(self.session.execute(select(v.version).where(v.id == 1)).scalar_one())

@@ -1,0 +1,239 @@
+"""Statements and commits per report on the report hot path, counted on the store's engine.
+
+A one-round local-DP task (``bitpushing-mean``) runs over the real app (FastAPI's test client, the run
+driver running) with n = 20 and then n = 200 devices, on SQLite and on PostgreSQL. SQLAlchemy's
+``before_cursor_execute``, ``commit`` and ``rollback`` events count what reaches the database, split by
+thread: the device requests' store work runs on the ``fedstats-store`` threads (:class:`~.device.Offload`),
+the driver and everything else elsewhere. Three phases, each counted separately:
+
+* *poll*: every device fetches its work list once the round is open (one transaction each);
+* *upload*: every device uploads its report (one transaction each), while the driver, woken by each
+  report, decides whether the round can close;
+* *re-poll*: right after its upload, the device polls again with the ``ETag`` of the list it had: the
+  server answers the list without the round, derived from its cache without touching the database (and
+  equal to what the database gives, checked outside the count); asked once more with the new ``ETag``,
+  it answers 304, again without the database.
+
+A device's enrolled row, cached by the server, is confirmed once per ``deps.REREAD`` seconds (one key
+lookup inside the request's transaction): a cost per device and per time, not per report, kept out of the
+count here by a long ``REREAD``.
+
+The properties: at most 1.2 commits per accepted report during the upload (driver included), no rollback
+on this happy path, and statements per report independent of the cohort size (n = 20 and n = 200 within
++-1), i.e. nothing on a per-report path reads the whole cohort.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import event
+
+from fedstats.client import Device
+from fedstats.randomness import RandomSource
+from fedstats.service.domain import runs
+from fedstats.service.http import deps
+from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
+from fedstats.service.store import Store, open_store
+from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
+from fedstats.wire.tasks import sign_task
+from service_helpers import pg_reachable, pg_schema
+
+SIZES = (20, 200)
+
+
+class Counts:
+    """Statements, commits and rollbacks on an engine, per phase, split into requests and the rest."""
+
+    def __init__(self, store: Store) -> None:
+        self.phase = "setup"
+        self.c: Counter[tuple[str, str, str]] = Counter()
+        self._lock = threading.Lock()
+        engine = store.engine
+
+        def who() -> str:
+            name = threading.current_thread().name
+            return "request" if name.startswith("fedstats-store") else "other"
+
+        def count(kind: str) -> None:
+            with self._lock:
+                self.c[(self.phase, who(), kind)] += 1
+
+        event.listen(engine, "before_cursor_execute", lambda *a, **k: count("statements"))
+        event.listen(engine, "commit", lambda *_a: count("commits"))
+        event.listen(engine, "rollback", lambda *_a: count("rollbacks"))
+
+    def get(self, phase: str, kind: str, who: str | None = None) -> int:
+        return sum(
+            v for (p, w, k), v in self.c.items() if p == phase and k == kind and who in (None, w)
+        )
+
+
+@contextmanager
+def _store(kind: str, root: Path) -> Iterator[Store]:
+    if kind == "sqlite":
+        store = open_store(f"sqlite:///{root / 'statements.db'}")
+        yield store
+        store.close()
+        return
+    with pg_schema() as url:
+        store = open_store(url)
+        yield store
+        store.close()
+
+
+def _round_open(http: TestClient, admin: dict[str, str], run_id: str) -> bool:
+    got = http.get(f"/v1/admin/runs/{run_id}", headers=admin).json()
+    assert got["status"] not in ("done", "aborted"), got
+    return any(r["status"] == "open" for r in got["rounds"])
+
+
+def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
+    init_authority(root / "authority")
+    analyst = issue_analyst(root / "authority", "ana", ["default"], root / "ana.json")
+    task = {
+        "analysis": "bitpushing-mean",
+        "params": {
+            "column": "value",
+            "low": -1.0,
+            "high": 1.0,
+            "resolution": 1 / 64,
+            "method": "weighted",
+        },
+        "privacy": {"epsilon": 2.0, "population": "default"},
+        "cohort_size": n,
+        "min_clients": n,
+        "deadlines": {"checkin": 600, "round": 600},
+        # tasks are cached per process by id: each store gets its own task (and analyst signature)
+        "label": f"{kind}-{n}",
+    }
+    rng = np.random.default_rng(n)
+    with _store(kind, root) as store:
+        token = add_operator(store, "alice")
+        trust_authority(store, (root / "authority" / "authority.pub").read_text().strip())
+        # the driver's timed passes (lease claims, a look at a waiting round every `recheck` seconds)
+        # cost per time, not per report: made rare here so that a slow machine does not count them
+        settings = ServerSettings(
+            rate=1e6,
+            burst=1e6,
+            tick=0.05,
+            recheck=30.0,
+            lease_seconds=120.0,
+            work_cache_seconds=600,
+        )
+        counts = Counts(store)
+        with TestClient(create_app(store, settings)) as http:
+            admin = {"Authorization": f"Bearer {token}"}
+            for path in ("population/default", "analyst/alice"):
+                r = http.put(
+                    f"/v1/admin/budgets/{path}",
+                    json={"epsilon": 1e3, "delta": 1e-3},
+                    headers=admin,
+                )
+                assert r.status_code == 200, r.text
+            r = http.post("/v1/admin/tasks", json=sign_task(task, analyst), headers=admin)
+            assert r.status_code in (200, 201), r.text
+            r = http.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}, headers=admin)
+            assert r.status_code in (200, 201), r.text
+            run_id = r.json()["run_id"]
+            devices = []
+            for i in range(n):
+                ident = issue_identity(
+                    root / "authority", f"dev-{i}", "default", root / "ids" / f"dev-{i}.json"
+                )
+                d = Device(
+                    "https://127.0.0.1",
+                    ident,
+                    {"value": rng.uniform(-1, 1, 1)},
+                    randomness=RandomSource(i),
+                )
+                d._http = http  # the in-process app instead of a TLS connection
+                d.register()
+                d.step()  # the offer: check in
+                assert d.joined and not d.refused, (d.refused, d._work)
+                devices.append(d)
+            deadline = time.monotonic() + 120
+            while not _round_open(http, admin, run_id):
+                assert time.monotonic() < deadline, "the round did not open"
+                time.sleep(0.05)
+            counts.phase = "poll"
+            works = []
+            for d in devices:
+                r = d._send("GET", "/v1/client/work", b"", params={"wait": "0"})
+                assert r.status_code == 200 and len(r.json()["rounds"]) == 1, r.text
+                works.append(r)
+            for d, r in zip(devices, works, strict=True):
+                counts.phase = "upload"
+                d._handle(r.json())
+                d._work, d._etag = r.json(), r.headers.get("etag")
+                counts.phase = "repoll"  # right after its upload: nothing changed for the device
+                d.step()
+                if d is not devices[-1]:  # (the last report may close the round meanwhile)
+                    # the list the device now has, named: 304 without the database
+                    counts.phase = "unchanged"
+                    r = d._send("GET", "/v1/client/work", b"", headers={"If-None-Match": d._etag})
+                    assert r.status_code == 304 and r.headers["etag"] == d._etag
+                counts.phase = "check"
+                if d is not devices[-1]:
+                    # the list the server derived from its cache is the one the database gives
+                    with store.transaction(read_only=True) as tx:
+                        assert runs.client_work(tx, d.client_id, "default") == d._work
+            assert all(len(d.reported) == 1 for d in devices)
+            counts.phase = "close"
+            deadline = time.monotonic() + 120
+            while http.get(f"/v1/admin/runs/{run_id}", headers=admin).json()["status"] != "done":
+                assert time.monotonic() < deadline, "the run did not finish"
+                time.sleep(0.05)
+    out: dict[str, Any] = {"n": n}
+    for phase in ("poll", "upload", "repoll", "unchanged"):
+        for k in ("statements", "commits", "rollbacks"):
+            out[f"{phase}_{k}"] = counts.get(phase, k) / n
+            out[f"{phase}_request_{k}"] = counts.get(phase, k, "request") / n
+    return out
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgresql":
+        why = pg_reachable()
+        if why is not None:
+            pytest.skip(why)
+    return str(request.param)
+
+
+def test_statements_per_report_do_not_grow_with_the_cohort(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a device's enrolled row is re-read (one key lookup inside the request's transaction) when its
+    # cached copy is older than deps.REREAD seconds: a cost per device and per time, not per report,
+    # which a slow machine would add to the larger cohort only; kept out of this count
+    monkeypatch.setattr(deps, "REREAD", 3600.0)
+    got = {}
+    for n in SIZES:
+        (tmp_path / str(n)).mkdir()
+        got[n] = _measure(kind, tmp_path / str(n), n)
+        print(kind, {k: round(v, 3) for k, v in got[n].items()})
+    for n, m in got.items():
+        # the upload: one transaction per report, the driver's passes nearly free while it waits
+        assert m["upload_commits"] <= 1.2, (n, m)
+        assert m["upload_request_commits"] == 1.0, (n, m)
+        assert m["upload_rollbacks"] == 0 and m["poll_rollbacks"] == 0, (n, m)
+        # the poll: one transaction; the re-poll with an unchanged work list: none (the last device's
+        # may come after the driver closed the round, which changed its list)
+        assert m["poll_request_commits"] == 1.0, (n, m)
+        assert m["repoll_request_commits"] * n <= 1, (n, m)
+        assert m["unchanged_request_statements"] == 0, (n, m)
+    small, large = got[SIZES[0]], got[SIZES[1]]
+    for phase in ("poll", "upload"):
+        for who in ("", "request_"):
+            key = f"{phase}_{who}statements"
+            assert abs(small[key] - large[key]) <= 1.0, (key, small[key], large[key])
