@@ -344,7 +344,7 @@ def test_malformed_report_is_excluded_and_the_run_completes(
         return [v[0], 0] if cid == "dev-0" else v
 
     # refused at submission: the count entry does not match the record count
-    with pytest.raises(DataError, match="count_entry"):
+    with pytest.raises(DataError, match="total_mismatch"):
         _answer(store, rid, zero_count)
     # a bad report stored without that check (an older server): the driver excludes it
     with store.session() as s, s.begin():
@@ -370,9 +370,9 @@ def test_malformed_report_is_excluded_and_the_run_completes(
     assert result["estimate"] == pytest.approx(float(np.mean(others)), abs=2**-15)
     with store.session() as s:
         rep = s.get(Report, (rid, 0, "dev-0"))
-        assert rep is not None and rep.excluded is not None and "count_entry" in rep.excluded
-    assert drv.excluded == {"count_entry": 1}
-    assert 'fedstats_reports_excluded_total{reason="count_entry"} 1' in excluded_metrics(drv)
+        assert rep is not None and rep.excluded is not None and "total_mismatch" in rep.excluded
+    assert drv.excluded == {"total_mismatch": 1}
+    assert 'fedstats_reports_excluded_total{reason="total_mismatch"} 1' in excluded_metrics(drv)
 
 
 _READONLY_SCRIPT = r"""

@@ -618,9 +618,11 @@ class Driver:
                     vector,
                     report.count,
                     encode=rec.encode,
+                    params=rec.params,
                     dim=rec.dim,
                     bound=rec.bound,
                     records=records,
+                    first_index=lo,
                 )
         if problem is None:
             return list(vector)

@@ -1,49 +1,54 @@
-"""Checks of a plain round's report against what the device may claim: its records, the round's shape.
+"""Checks of a plain round's report: the device's records, the round's shape, the encoder's output set.
 
 A device reports the sum of its records' reports and their count. The count must equal the number of the
-device's slots inside the round's client range; the vector must have the round's length, integer entries
-within ``bound x count``; and where an encoder's report carries a count of its own (the exact mean's
-``(value, 1)`` per record), that entry must equal the count. :func:`report_problem` gives the reason a
-report fails, or None. The server refuses such a report at submission (422,
-:func:`fedstats.service.domain.runs.submit_report`) and, should one be stored anyway (a row written by an older
-server, a membership changed since), the driver leaves it out of the round's sum with ``reports.excluded``
-set, a logged line and a counter (``fedstats_reports_excluded_total{reason=...}``) instead of aborting
-the run (:mod:`fedstats.service.domain.driver`).
+device's slots inside the round's client range; the vector must have the round's length and integer
+entries within ``bound x count``; and, for every encoder that registers an output check
+(:mod:`fedstats.engine.validity`: a bit is 0 or 1, a one-hot vector has one 1 per record, a value lies in
+its clipping range, ...), the vector must be a sum of ``count`` outputs the encoder can produce for the
+device's records (issue 29, item 1). :func:`report_problem` gives the reason a report fails, or None.
+
+The server refuses such a report at submission (422, :func:`fedstats.service.domain.runs.submit_report`)
+and, should one be stored anyway (a row written by an older server, a membership changed since), the
+driver leaves it out of the round's sum with ``reports.excluded`` set, a logged line and a counter
+(``fedstats_reports_excluded_total{reason=...}``) instead of aborting the run
+(:mod:`fedstats.service.domain.driver`). Only plain (clear) rounds are checked here: a secure round's
+reports are masked, and Prio3 tasks carry validity proofs instead (:mod:`fedstats.service.domain.vdaf`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import json
 from typing import Any
+
+from fedstats.engine.rounds import Round
+from fedstats.engine.validity import check_report, has_output_check
+from fedstats.wire.registry import resolve
 
 __all__ = ["report_problem"]
 
-# encoder -> index of the entry that counts the records summed in the report (one per record)
-_COUNT_ENTRY: dict[str, int] = {
-    "fedstats.analyses.exact.client:encode_value": 1,
-}
 
-
-def _count_entry(index: int) -> Callable[[list[int], int], str | None]:
-    def check(vector: list[int], count: int) -> str | None:
-        if vector[index] != count:
-            return (
-                f"count_entry: entry {index} is {vector[index]}, not the report's {count} record(s)"
-            )
+@functools.lru_cache(maxsize=256)
+def _round(encode: str, params: str, dim: int, bound: int) -> Round | None:
+    """The round a stored description stands for, if its encoder registers an output check."""
+    fn = resolve(encode)
+    if not has_output_check(fn):
         return None
-
-    return check
-
-
-_CHECKS: dict[str, Callable[[list[int], int], str | None]] = {
-    enc: _count_entry(i) for enc, i in _COUNT_ENTRY.items()
-}
+    return Round("report-check", fn, json.loads(params), dim=dim, bound=bound)
 
 
 def report_problem(
-    vector: Any, count: Any, *, encode: str, dim: int, bound: int, records: int
+    vector: Any,
+    count: Any,
+    *,
+    encode: str,
+    params: str,
+    dim: int,
+    bound: int,
+    records: int,
+    first_index: int,
 ) -> str | None:
-    """Why a plain report cannot be summed, or None if it is consistent.
+    """Why a plain report cannot be summed, or None if it is one an honest device could send.
 
     Parameters
     ----------
@@ -52,17 +57,22 @@ def report_problem(
     count : Any
         The number of records the device claims to have summed.
     encode : str
-        The round's encoder (``"module:qualname"``).
+        The round's encoder (``"module:qualname"``, as the server journaled it from its own plan).
+    params : str
+        The round's public parameters, as journaled (JSON).
     dim, bound : int
         The round's report length and per-record bound.
     records : int
         The device's slots inside the round's client range (what ``count`` must be).
+    first_index : int
+        Global index of the device's first slot inside the round's client range.
 
     Returns
     -------
     str or None
-        ``"reason: detail"``; the reason (before the colon) is one of ``count``, ``shape``, ``type``,
-        ``bound``, ``count_entry``.
+        ``"reason: detail"``; the reason (before the colon) is ``count`` (a claim other than the device's
+        records), ``shape``, ``type``, ``bound``, or one of
+        :data:`fedstats.engine.validity.REASONS` for an encoder's output check.
     """
     if isinstance(count, bool) or not isinstance(count, int) or count != records or count < 1:
         return f"count: {count!r} record(s) claimed, the device has {records} in the round"
@@ -70,8 +80,12 @@ def report_problem(
         return f"shape: the report must be a list of {dim} integers"
     if any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
         return "type: report entries must be integers"
+    rnd = _round(encode, params, dim, bound)
+    if rnd is not None:  # before the generic bound: a bit of 2 is "bit_out_of_range", not "bound"
+        problem = check_report(rnd, vector, count, first_index=first_index)
+        if problem is not None:
+            return problem
     limit = bound * count
     if any(abs(v) > limit for v in vector):
         return f"bound: report entries must lie within +-{limit} (bound x records)"
-    check = _CHECKS.get(encode)
-    return None if check is None else check(vector, count)
+    return None

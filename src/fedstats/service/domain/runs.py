@@ -386,7 +386,14 @@ def submit_report(
     if count != b - a or count < 1:
         raise DataError(f"report count must be {b - a} (records of this client in the round)")
     problem = report_problem(
-        vector, count, encode=rec.encode, dim=rec.dim, bound=rec.bound, records=b - a
+        vector,
+        count,
+        encode=rec.encode,
+        params=rec.params,
+        dim=rec.dim,
+        bound=rec.bound,
+        records=b - a,
+        first_index=a,
     )
     if problem is not None:
         raise DataError(f"report refused: {problem}")
