@@ -101,8 +101,13 @@ def _envelope(analyst: dict[str, Any], label: str, **over: Any) -> dict[str, Any
     return SignedTaskIn(**sign_task(body, analyst)).model_dump()
 
 
-def _answer_round(store: Store, run_id: str, devices: list[str]) -> list[Any]:
-    """Each device reads its work list and reports in the round offered; return what submit answered."""
+def _answer_round(
+    store: Store, run_id: str, devices: list[str], drv: Driver | None = None
+) -> list[Any]:
+    """Each device reads its work list and reports in the round offered; return what submit answered.
+
+    A stored report is noted to ``drv`` as the report route does (the round closes at the next tick).
+    """
     out: list[Any] = []
     for cid in devices:
         with store.transaction(read_only=True) as tx:
@@ -112,7 +117,10 @@ def _answer_round(store: Store, run_id: str, devices: list[str]) -> list[Any]:
                 continue
             vector, count = _report(item, cid)
             with store.transaction() as tx:
-                out.append(runs.submit_report(tx, run_id, item["round"], cid, vector, count))
+                got = runs.submit_report(tx, run_id, item["round"], cid, vector, count)
+            out.append(got)
+            if got and drv is not None:
+                drv.note_report(run_id, item["round"])
     return out
 
 
@@ -165,7 +173,7 @@ def _drive(store: Store, drv: Driver, run_id: str, devices: list[str]) -> dict[s
             return view
         assert time.monotonic() < deadline, "the run did not finish in time"
         drv.tick()
-        _answer_round(store, run_id, devices)
+        _answer_round(store, run_id, devices, drv)
 
 
 def test_memory_store_implements_every_core_query() -> None:
