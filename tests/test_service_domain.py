@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -258,6 +259,70 @@ def test_reports_are_idempotent_and_a_conflicting_one_is_refused(
         assert [r.vector for r in tx.round_reports(rid, 0)] == [json.dumps(vector)]
         # the device no longer sees the round it reported in
         assert runs.client_work(tx, "dev-0", "default")["rounds"] == []
+
+
+def _started(store: Store, root: Path, label: str) -> str:
+    """A run of the bit-pushing task with generous budgets, no device checked in yet."""
+    analyst = _analyst(root, store)
+    with store.transaction() as tx:
+        ledger.set_budget(tx, "population", "default", epsilon=10, delta=1e-3, actor="t")
+        ledger.set_budget(tx, "analyst", "alice", epsilon=10, delta=1e-3, actor="t")
+        tid, _ = tasks.create_task(tx, _envelope(analyst, label), "alice")
+        return runs.create_run(tx, tid, "alice")
+
+
+def test_concurrent_checkins_get_disjoint_slots(memory: MemoryStore, tmp_path: Path) -> None:
+    """Transactions are serialized: of 2N concurrent check-ins N get distinct slots, N are refused."""
+    rid = _started(memory, tmp_path, "concurrent")
+    answers: list[Any] = []
+    gate = threading.Barrier(2 * N)
+
+    def join(cid: str) -> None:
+        gate.wait(10)
+        try:
+            with memory.transaction() as tx:
+                answers.append(runs.checkin(tx, rid, cid, 1)["slot_start"])
+        except tasks.ConflictError as exc:
+            answers.append(str(exc))
+
+    threads = [threading.Thread(target=join, args=(f"dev-{i}",)) for i in range(2 * N)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    slots = sorted(a for a in answers if isinstance(a, int))
+    assert slots == list(range(N))
+    assert sum("full cohort" in str(a) for a in answers) == N
+    with memory.transaction(read_only=True) as tx:
+        assert tx.cohort(rid) == (N, N)
+
+
+def test_a_driver_that_lost_its_lease_writes_nothing(memory: MemoryStore, tmp_path: Path) -> None:
+    """Fencing on the memory store: after a takeover the old holder's write transaction stops."""
+    rid = _started(memory, tmp_path, "fencing")
+    devices = [f"dev-{i}" for i in range(N)]
+    for cid in devices:
+        with memory.transaction() as tx:
+            runs.checkin(tx, rid, cid, 1)
+    a = Driver(memory, lease_seconds=0.2, owner="server-a")
+    b = Driver(memory, lease_seconds=30.0, owner="server-b")
+    a.tick()  # claims the run (epoch 1) and closes the check-in
+    with memory.transaction(read_only=True) as tx:
+        run = tx.orm_run(rid)
+        assert (run.lease_owner, run.lease_epoch, run.status) == ("server-a", 1, "running")
+    time.sleep(0.3)  # a's lease expires (a paused process)
+    b.tick()  # takes the run over with a new epoch
+    with memory.transaction(read_only=True) as tx:
+        run = tx.orm_run(rid)
+        assert (run.lease_owner, run.lease_epoch) == ("server-b", 2)
+        before = (run.status, tx.rounds_of(rid), tx.audit_log(rid, 100))
+    a._advance(rid)  # a resumes where it paused, still believing it holds epoch 1
+    assert a.metrics["fenced_writes"] == 1
+    with memory.transaction(read_only=True) as tx:
+        run = tx.orm_run(rid)
+        assert (run.status, tx.rounds_of(rid), tx.audit_log(rid, 100)) == before
+    view = _drive(memory, b, rid, devices)
+    assert view["status"] == "done"
 
 
 def test_idempotency_keys_replay_the_first_answer(memory: MemoryStore) -> None:
