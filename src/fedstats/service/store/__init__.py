@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
@@ -41,10 +41,12 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedstats.errors import DataError, ParameterError
-from fedstats.service.store.core import SqlCoreQueries
+from fedstats.service.store.core import CoreQueries, SqlCoreQueries
+from fedstats.service.store.memory import MemoryStore
 from fedstats.service.store.secure import SqlSecureQueries
 
 __all__ = [
+    "MemoryStore",
     "Store",
     "StoreError",
     "StoreUnavailable",
@@ -227,8 +229,14 @@ TxLike = Tx | Session
 
 
 def as_tx(session_or_tx: TxLike) -> Tx:
-    """``session_or_tx`` as a :class:`Tx` (a session inside its transaction is wrapped)."""
-    return session_or_tx if isinstance(session_or_tx, Tx) else Tx(session_or_tx)
+    """``session_or_tx`` as a :class:`Tx` (a session inside its transaction is wrapped).
+
+    A :class:`~fedstats.service.store.memory.MemoryTx` passes through unchanged (it has the core
+    queries of a :class:`Tx`, not its session).
+    """
+    if isinstance(session_or_tx, CoreQueries):
+        return session_or_tx
+    return Tx(session_or_tx)
 
 
 class Store:
@@ -303,10 +311,13 @@ def open_store(
 ) -> Store:
     """Open the database at ``url`` and bring its schema up to date.
 
+    ``memory://`` opens a new, empty :class:`~fedstats.service.store.memory.MemoryStore` instead (the
+    core path only, for fast domain tests; typed as a :class:`Store` for its callers).
+
     Parameters
     ----------
     url : str
-        ``sqlite:///path/to/file.db`` or ``postgresql+psycopg://user@host:port/db``.
+        ``sqlite:///path/to/file.db``, ``postgresql+psycopg://user@host:port/db`` or ``memory://``.
     migrate : bool
         Run the migrations (default True).
     require_writable : bool
@@ -320,6 +331,8 @@ def open_store(
     DataError
         If ``require_writable`` and the database cannot be written (read-only file, directory or role).
     """
+    if url.startswith("memory://"):
+        return cast(Store, MemoryStore(url))
     if require_writable and url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :].split("?", 1)[0])
         if path.exists() and not os.access(path, os.W_OK):
