@@ -302,7 +302,7 @@ def device_router(
             with store.transaction() as tx:
                 use_nonce(tx, req.nonce)
                 device.confirm(tx, req)
-                conf = tasks.task_config(tx, runs.load_run(tx.session, run_id).task_id)
+                conf = tasks.task_config(tx, runs.load_run(tx, run_id).task_id)
                 if conf["privacy"]["population"] != req.population:
                     raise SecurityError("this run is for another population")
                 return runs.checkin(tx, run_id, req.client_id, records, commitment)
