@@ -94,6 +94,28 @@ def serve(
             "runs and operator tokens then travel in the clear).",
         ),
     ] = False,
+    vdaf: Annotated[
+        bool,
+        typer.Option(
+            "--vdaf",
+            help="Also serve the two-aggregator (Prio3) mode, /v1/vdaf/tasks (docs/vdaf.md); this server "
+            "is the leader or the helper of each task.",
+        ),
+    ] = False,
+    vdaf_peer_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--vdaf-peer-ca",
+            help="CA certificate (PEM) of the helper's TLS certificate, for the Prio3 tasks this server "
+            "leads (default: the system's trust store).",
+        ),
+    ] = None,
+    vdaf_batch_size: Annotated[
+        int,
+        typer.Option(
+            "--vdaf-batch-size", min=1, max=100_000, help="Reports per Prio3 aggregation job."
+        ),
+    ] = 1000,
     crash_after: Annotated[
         str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
     ] = None,
@@ -117,6 +139,8 @@ def serve(
             err=True,
         )
     authority_key = None if authority is None else public_key_file(authority, "--authority")
+    if vdaf_peer_ca is not None and not vdaf_peer_ca.is_file():
+        raise ParameterError("--vdaf-peer-ca", str(vdaf_peer_ca), "a readable CA certificate file")
     import uvicorn
 
     from fedstats.service.http.app import ServerSettings, create_app, trust_authority
@@ -143,6 +167,9 @@ def serve(
             lease_seconds=lease_seconds,
             server_id=server_id or f"{socket.gethostname()}:{port}",
             store_threads=store_threads,
+            vdaf=vdaf,
+            vdaf_peer_ca=None if vdaf_peer_ca is None else str(vdaf_peer_ca),
+            vdaf_batch_size=vdaf_batch_size,
         ),
         crash_after=crash_after,
     )

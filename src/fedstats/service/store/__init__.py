@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from fedstats.errors import DataError, ParameterError
 from fedstats.service.store.core import SqlCoreQueries
 from fedstats.service.store.secure import SqlSecureQueries
+from fedstats.service.store.vdaf import SqlVdafQueries
 
 __all__ = [
     "Store",
@@ -194,7 +195,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-class Tx(SqlCoreQueries, SqlSecureQueries):
+class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
     """One open transaction of the store: the core and the secure query groups on one session.
 
     Obtained from :meth:`Store.transaction`; the domain layer calls its query methods
