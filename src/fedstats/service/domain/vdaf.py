@@ -79,6 +79,7 @@ _VARIANTS: dict[str, tuple[Callable[..., Prio3], tuple[str, ...]]] = {
     "multihot": (Prio3MultihotCountVec, ("length", "max_weight", "chunk_length")),
 }
 _MAX_OUTPUT = 100_000  # longest aggregate a task may have
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def vdaf_from_spec(spec: Mapping[str, Any]) -> Prio3:
@@ -192,7 +193,8 @@ def _hex(name: str, value: Any, size: int | None = None, *, max_size: int = 1 <<
 
 def task_row(tx: Tx, task_id: str, *, lock: bool = False) -> VdafTaskRow:
     """The task in the open transaction ``tx`` (``lock``: its row lock). Raises NotFoundError."""
-    row = tx.vdaf_task(task_id, lock=lock) if isinstance(task_id, str) else None
+    ok = isinstance(task_id, str) and len(task_id) == 64 and set(task_id) <= _HEX_DIGITS
+    row = tx.vdaf_task(task_id, lock=lock) if ok else None  # no lookup of a malformed id
     if row is None:
         raise NotFoundError(f"no Prio3 task {task_id!r}")
     return row
@@ -234,7 +236,7 @@ def create_task(
     population : str
         The device population whose enrolled devices may upload.
     min_batch_size : int
-        Collection is refused below this many accepted reports, >= 1.
+        Collection is refused below this many accepted reports, in [1, 10^9].
     noise : Noise, optional
         This aggregator's DP noise (None: exact aggregate).
 
@@ -261,18 +263,33 @@ def create_task(
         raise ParameterError("verify_key", "not 32 bytes", "32 bytes")
     if not isinstance(ctx, bytes) or len(ctx) > 255:
         raise ParameterError("ctx", "too long", "at most 255 bytes")
-    if not isinstance(peer_url, str) or not peer_url.startswith(("https://", "http://")):
-        raise ParameterError("peer_url", peer_url, "an https:// URL")
-    if not isinstance(peer_token, str) or not 32 <= len(peer_token) <= 512:
-        raise ParameterError("peer_token", "too short", "32 to 512 characters")
-    if not isinstance(population, str) or not 1 <= len(population) <= 128:
-        raise ParameterError("population", population, "1 to 128 characters")
+    if (
+        not isinstance(peer_url, str)
+        or not peer_url.startswith(("https://", "http://"))
+        or not peer_url.isprintable()
+        or len(peer_url) > 2048
+    ):
+        raise ParameterError(
+            "peer_url", peer_url, "an https:// URL (printable, <= 2048 characters)"
+        )
+    if (
+        not isinstance(peer_token, str)
+        or not 32 <= len(peer_token) <= 512
+        or not peer_token.isprintable()
+    ):
+        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+    if (
+        not isinstance(population, str)
+        or not 1 <= len(population) <= 128
+        or not population.isprintable()
+    ):
+        raise ParameterError("population", population, "1 to 128 printable characters")
     if (
         isinstance(min_batch_size, bool)
         or not isinstance(min_batch_size, int)
-        or min_batch_size < 1
+        or not 1 <= min_batch_size <= 10**9
     ):
-        raise ParameterError("min_batch_size", min_batch_size, "an integer >= 1")
+        raise ParameterError("min_batch_size", min_batch_size, "an integer in [1, 10^9]")
     new = VdafTaskRow(
         id=task_id,
         role=role,

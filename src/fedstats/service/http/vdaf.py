@@ -41,10 +41,92 @@ from fedstats.randomness import SecureGenerator
 from fedstats.service.domain import vdaf as domain
 from fedstats.service.http.deps import DeviceAuth, Signed
 from fedstats.service.http.edge import BadJSON, strict_loads
+from fedstats.service.http.schemas import DEVICE, device_body
 from fedstats.service.store import Store
 from fedstats.wire import auth
 
 __all__ = ["Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
+
+# request bodies (read raw by the handlers), declared for the OpenAPI schema
+_HEX = {"type": "string", "pattern": "^[0-9a-f]*$"}
+_ID32 = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+_ID64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_VARIANT = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {
+        "type": {"enum": ["count", "sum", "sumvec", "histogram", "multihot"]},
+        **{
+            k: {"type": "integer", "minimum": 1}
+            for k in ("max_measurement", "length", "chunk_length", "max_weight")
+        },
+    },
+}
+CREATE_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["task_id", "role", "vdaf", "verify_key", "ctx", "peer_url", "peer_token"],
+        "properties": {
+            "task_id": _ID64,
+            "role": {"enum": ["leader", "helper"]},
+            "vdaf": _VARIANT,
+            "verify_key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "ctx": {**_HEX, "maxLength": 510},
+            "peer_url": {"type": "string", "pattern": "^https?://"},
+            "peer_token": {"type": "string", "minLength": 32, "maxLength": 512},
+            "population": {"type": "string", "minLength": 1, "maxLength": 128},
+            "min_batch_size": {"type": "integer", "minimum": 1},
+            "noise": {
+                "anyOf": [
+                    {"type": "null"},
+                    {
+                        "type": "object",
+                        "required": ["mechanism", "parameter"],
+                        "properties": {
+                            "mechanism": {"enum": ["discrete_gaussian", "discrete_laplace"]},
+                            "parameter": {"type": "number", "exclusiveMinimum": 0},
+                        },
+                    },
+                ]
+            },
+        },
+    }
+)
+UPLOAD_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["report_id", "public_share", "input_share"],
+        "properties": {"report_id": _ID32, "public_share": _HEX, "input_share": _HEX},
+    }
+)
+AGGREGATE_BODY = device_body(
+    {
+        "type": "object",
+        "properties": {"batch_size": {"type": "integer", "minimum": 1, "maximum": 100_000}},
+    }
+)
+JOB_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["job_id", "reports"],
+        "properties": {
+            "job_id": _ID32,
+            "reports": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["report_id", "public_share", "verifier_share"],
+                    "properties": {
+                        "report_id": _ID32,
+                        "public_share": _HEX,
+                        "verifier_share": _HEX,
+                    },
+                },
+            },
+        },
+    }
+)
 
 # send(task_id, job) -> the helper's answer
 Send = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -163,7 +245,7 @@ def vdaf_router(
             raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
         return name
 
-    @router.post("")
+    @router.post("", openapi_extra=CREATE_BODY)
     async def create(
         request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
@@ -201,7 +283,7 @@ def vdaf_router(
         out: dict[str, Any] = await run(domain.task_info, store, task_id)
         return out
 
-    @router.post("/{task_id}/reports")
+    @router.post("/{task_id}/reports", openapi_extra=UPLOAD_BODY, **DEVICE)
     async def upload(task_id: str, request: Request, signed: Signed) -> dict[str, Any]:
         """A device's report share (signed request)."""
         device: DeviceAuth = request.app.state.device_auth
@@ -234,7 +316,7 @@ def vdaf_router(
         send = send_to(row.peer_url, str(row.peer_token))
         return domain.run_leader_jobs(store, task_id, send, batch_size=size)
 
-    @router.post("/{task_id}/aggregate")
+    @router.post("/{task_id}/aggregate", openapi_extra=AGGREGATE_BODY)
     async def aggregate(
         task_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
@@ -244,7 +326,7 @@ def vdaf_router(
         out: dict[str, Any] = await run(_drive, task_id, d.get("batch_size", batch_size))
         return out
 
-    @router.post("/{task_id}/jobs")
+    @router.post("/{task_id}/jobs", openapi_extra=JOB_BODY)
     async def job(
         task_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
