@@ -125,6 +125,8 @@ def serve(
         return
     if (tls_cert is None) != (tls_key is None):
         raise ParameterError("--tls-cert/--tls-key", "one of them", "both or neither")
+    if vdaf_peer_ca is not None and not vdaf_peer_ca.is_file():
+        raise ParameterError("--vdaf-peer-ca", str(vdaf_peer_ca), "a readable CA certificate file")
     if tls_cert is None:
         if not is_loopback(host) and not insecure_http:
             raise ParameterError(
@@ -139,8 +141,6 @@ def serve(
             err=True,
         )
     authority_key = None if authority is None else public_key_file(authority, "--authority")
-    if vdaf_peer_ca is not None and not vdaf_peer_ca.is_file():
-        raise ParameterError("--vdaf-peer-ca", str(vdaf_peer_ca), "a readable CA certificate file")
     import uvicorn
 
     from fedstats.service.http.app import ServerSettings, create_app, trust_authority
