@@ -465,7 +465,7 @@ def run_prio3_demo(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m fedstats.cli.prio3_demo {serve,device,demo}``."""
+    """``python -m fedstats.cli.prio3_demo {device,demo}``."""
     parser = argparse.ArgumentParser(prog="python -m fedstats.cli.prio3_demo")
     sub = parser.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("device", help="a device process (JOB written by the demo)")
