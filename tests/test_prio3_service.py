@@ -3,6 +3,7 @@ database (SQLite files, and PostgreSQL schemas when reachable), signed devices, 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Iterator
@@ -16,10 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fedstats.client.vdaf import Prio3Task, Prio3Uploader, collect, shard_report
-from fedstats.errors import DataError
-from fedstats.service.http.app import add_operator, create_app, trust_authority
+from fedstats.errors import DataError, ParameterError
+from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
 from fedstats.service.http.vdaf import vdaf_router
 from fedstats.service.store import Store, open_store
+from fedstats.wire import auth
 from fedstats.wire.enrollment import init_authority, issue_identity
 from service_helpers import pg_reachable, pg_schema
 
@@ -89,8 +91,9 @@ def _pair(root: Path, urls: tuple[str, str], batch_size: int = 7) -> Iterator[Pa
         trust_authority(s, pub)
         tokens.append(add_operator(s, "alice"))
     with ExitStack() as stack:
-        helper_app = create_app(stores[1], run_driver=False)
-        helper_app.include_router(vdaf_router(stores[1], batch_size=batch_size))
+        # the helper as `fedstats server --vdaf` builds it; the leader with a transport to the helper
+        settings = ServerSettings(vdaf=True, vdaf_batch_size=batch_size)
+        helper_app = create_app(stores[1], settings, run_driver=False)
         helper = stack.enter_context(TestClient(helper_app, base_url=HELPER_URL))
         helper.headers["Authorization"] = f"Bearer {tokens[1]}"
 
@@ -266,6 +269,93 @@ def test_authentication_and_refusals(pair: Pair) -> None:
         },
     )
     assert r.status_code == 409
+    # a replayed signed upload (same nonce) is refused, and writes nothing
+    raw = b'{"report_id":"' + b"11" * 16 + b'","public_share":"","input_share":""}'
+    dev2 = pair.device("d2")
+    headers = auth.sign_request(dev2._key, dev2.client_id, "POST", reports, raw)
+    headers["content-type"] = "application/json"
+    first = pair.leader.post(reports, content=raw, headers=headers)
+    assert first.status_code == 422  # malformed shares: the transaction (and its nonce) rolled back
+    assert pair.leader.post(reports, content=raw, headers=headers).status_code == 422  # not 403
+    rid, public, shares = shard_report(task, 1)
+    raw = json.dumps(
+        {"report_id": rid, "public_share": public.hex(), "input_share": shares[0].hex()}
+    ).encode()
+    headers = auth.sign_request(dev2._key, dev2.client_id, "POST", reports, raw)
+    headers["content-type"] = "application/json"
+    assert pair.leader.post(reports, content=raw, headers=headers).status_code == 200
+    before = pair.info(task, pair.leader)["reports"]
+    again = pair.leader.post(reports, content=raw, headers=headers)
+    assert again.status_code == 403 and "nonce" in again.text
+    assert pair.info(task, pair.leader)["reports"] == before
+
+
+def test_server_settings_switch_the_vdaf_routes_and_check_their_options(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        paths = [
+            set(create_app(store, ServerSettings(vdaf=on), run_driver=False).openapi()["paths"])
+            for on in (False, True)
+        ]
+        assert not any(p.startswith("/v1/vdaf/") for p in paths[0])
+        assert "/v1/vdaf/tasks/{task_id}/reports" in paths[1]
+        with pytest.raises(ParameterError, match="batch_size"):
+            create_app(store, ServerSettings(vdaf=True, vdaf_batch_size=0), run_driver=False)
+        with pytest.raises(ParameterError, match="peer_ca"):
+            create_app(
+                store,
+                ServerSettings(vdaf=True, vdaf_peer_ca=str(tmp_path / "missing.pem")),
+                run_driver=False,
+            )
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--vdaf", "--vdaf-batch-size", "0"],
+        ["--vdaf", "--vdaf-batch-size", "100001"],
+        ["--vdaf", "--vdaf-batch-size", "x"],
+        ["--vdaf", "--vdaf-peer-ca", "/nonexistent/ca.pem"],
+    ],
+)
+def test_server_vdaf_options_refuse_bad_values_in_one_line(args: list[str], tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from fedstats.cli.app import app
+
+    db = f"sqlite:///{tmp_path / 'never.db'}"
+    res = CliRunner().invoke(app, ["server", "--db", db, *args])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "vdaf" in lines[0], lines
+    assert not (tmp_path / "never.db").exists()  # refused before the server opened anything
+
+
+def test_the_vdaf_domain_and_router_hold_no_sql() -> None:
+    """Issue 28: only service/store imports SQLAlchemy or the tables."""
+    import ast
+
+    import fedstats.service.domain.vdaf as d
+    import fedstats.service.http.vdaf as h
+
+    for mod in (d, h):
+        tree = ast.parse(Path(str(mod.__file__)).read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {str(n.module) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        bad = {
+            n for n in names if n.startswith("sqlalchemy") or n.endswith((".tables", "store.vdaf"))
+        }
+        if mod is d:  # the domain may name the store's row dataclass, nothing else of store.vdaf
+            fr = [
+                n
+                for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module == "fedstats.service.store.vdaf"
+            ]
+            assert all(a.name == "VdafTaskRow" for n in fr for a in n.names)
+            bad.discard("fedstats.service.store.vdaf")
+        assert not bad, (mod.__name__, bad)
 
 
 def test_noise_is_added_once_by_each_aggregator(pair: Pair) -> None:

@@ -6,7 +6,9 @@ Schemathesis draws a fixed number of requests (seeded; no shrinking, so the run 
 sent with the operator's bearer token and signed by the device over its exact bytes
 (:func:`fedstats.wire.auth.sign_request`), so the device endpoints are exercised past their signature check;
 half of the requests to run paths name the live run (its device checked in, round 0 open), so handlers go
-past "no such run" too. Every answer
+past "no such run" too. The server serves the two-aggregator mode (``--vdaf``) with a Prio3 leader task
+of the run's task id, so the ``/v1/vdaf`` routes are fuzzed past "no such task" the same way (its helper is
+unreachable: aggregation answers 422). Every answer
 must be below 500 (Schemathesis' ``not_a_server_error``), and ``/metrics`` must have counted exactly the
 answers the run received, status by status.
 """
@@ -57,7 +59,7 @@ def live(request: pytest.FixtureRequest) -> Iterator[Deployment]:
 
 def _started(dep: Deployment) -> Iterator[Deployment]:
     # no rate limit in the way: the fuzzer sends hundreds of requests as one device
-    dep.start("--rate", "100000", "--burst", "100000")
+    dep.start("--rate", "100000", "--burst", "100000", "--vdaf")
     try:
         yield dep
     finally:
@@ -112,6 +114,20 @@ def test_no_operation_answers_5xx_and_metrics_count_every_answer(live: Deploymen
     run = admin.post("/v1/admin/runs", json={"task_id": task_id})
     assert run.status_code == 201, run.text
     run_id = run.json()["run_id"]
+    # a Prio3 task (this server leads it) under the same id: live draws reach the /v1/vdaf handlers
+    prio3 = admin.post(
+        "/v1/vdaf/tasks",
+        json={
+            "task_id": task_id,
+            "role": "leader",
+            "vdaf": {"type": "histogram", "length": 4, "chunk_length": 2},
+            "verify_key": "00" * 32,
+            "ctx": "",
+            "peer_url": "https://127.0.0.1:9",  # nobody listens: jobs fail with 422
+            "peer_token": "t" * 32,
+        },
+    )
+    assert prio3.status_code == 200, prio3.text
     path = f"/v1/client/runs/{run_id}/checkin"
     body = json.dumps({"records": 1}).encode()
     joined = httpx.post(
@@ -138,6 +154,7 @@ def test_no_operation_answers_5xx_and_metrics_count_every_answer(live: Deploymen
         labels
     )  # device endpoints included
     assert any(k.startswith("POST /v1/admin/") for k in labels), labels
+    assert "POST /v1/vdaf/tasks/{task_id}/reports" in labels, labels  # --vdaf
 
     session = requests.Session()
     session.verify = str(dep.certs["ca"])
@@ -210,5 +227,7 @@ def test_no_operation_answers_5xx_and_metrics_count_every_answer(live: Deploymen
     # every operation was exercised, and the signed device requests got past the signature check
     assert all(by_operation[label] for label in labels), by_operation
     for label in labels:
-        if " /v1/client/" in label and label != "POST /v1/client/register":
+        if (" /v1/client/" in label and label != "POST /v1/client/register") or label.endswith(
+            "/reports"
+        ):
             assert set(by_operation[label]) - {401}, (label, by_operation[label])

@@ -5,7 +5,7 @@ them.
 
 :func:`run_prio3_demo` makes a temporary deployment (a development CA and TLS certificates, an enrollment
 authority, one SQLite database and one operator token per aggregator), starts two aggregator processes
-(:func:`serve_aggregator`, HTTPS on 127.0.0.1) and runs the analyses with :class:`NetworkPrio3Backend`, an
+(``fedstats server --vdaf``, HTTPS on 127.0.0.1) and runs the analyses with :class:`NetworkPrio3Backend`, an
 engine route whose every round is a Prio3 task on the two servers: the operator creates the task on both
 (the variant from :func:`fedstats.analyses._prio3.validity_for`, a fresh ``verify_key`` and peer token),
 device processes (``python -m fedstats.cli.prio3_demo device JOB``) compute their own reports with the
@@ -19,9 +19,8 @@ deployment's devices use their own secure randomness (such seeded results are no
 device in the demo cheats (an encoding outside the round's check, with a valid-looking proof): both
 aggregators reject its reports, and the in-process comparison leaves it out the same way.
 
-The CLI wiring (``fedstats server --vdaf``, ``fedstats demo --network --mode prio3``) belongs to
-``cli/server.py`` and ``cli/demo.py``; until it exists this module runs as ``python -m
-fedstats.cli.prio3_demo {serve,device,demo}``.
+The demo's CLI wiring (``fedstats demo --network --mode prio3``) belongs to ``cli/demo.py``; until it
+exists this module runs as ``python -m fedstats.cli.prio3_demo {device,demo}``.
 """
 
 from __future__ import annotations
@@ -46,86 +45,13 @@ from fedstats.errors import DataError, ParameterError
 
 __all__ = [
     "NetworkPrio3Backend",
-    "build_aggregator_app",
     "main",
     "run_prio3_demo",
-    "serve_aggregator",
     "vdaf_spec",
 ]
 
-
-def build_aggregator_app(
-    db: str,
-    *,
-    authority_key: str | None = None,
-    peer_ca: Path | str | None = None,
-    batch_size: int = 1000,
-) -> Any:
-    """The app of one aggregator: the fedstats server with the two-aggregator routes.
-
-    :func:`~fedstats.service.http.app.create_app` plus :func:`~fedstats.service.http.vdaf.add_vdaf_routes`.
-
-    This is what ``fedstats server --vdaf [--vdaf-peer-ca CA] [--vdaf-batch-size N]`` builds.
-
-    Parameters
-    ----------
-    db : str
-        This aggregator's own database URL (``sqlite:///...`` or ``postgresql+psycopg://...``).
-    authority_key : str, optional
-        The enrollment authority's public key (hex) to trust for device registration.
-    peer_ca : path, optional
-        CA of the helper's TLS certificate (when this server leads tasks).
-    batch_size : int
-        Reports per aggregation job.
-
-    Returns
-    -------
-    fastapi.FastAPI
-    """
-    from fedstats.service.http.app import ServerSettings, create_app, trust_authority
-    from fedstats.service.http.vdaf import add_vdaf_routes
-    from fedstats.service.store import open_store
-
-    store = open_store(db, require_writable=True)
-    if authority_key is not None:
-        trust_authority(store, authority_key)
-    settings = ServerSettings()
-    app = create_app(store, settings)
-    add_vdaf_routes(
-        app,
-        store,
-        peer_ca=peer_ca,
-        batch_size=batch_size,
-        replay_window=settings.replay_window,
-    )
-    return app
-
-
-def serve_aggregator(
-    db: str,
-    port: int,
-    tls_cert: Path,
-    tls_key: Path,
-    *,
-    authority_key: str | None = None,
-    peer_ca: Path | None = None,
-    batch_size: int = 1000,
-) -> None:
-    """Serve one aggregator over HTTPS on 127.0.0.1:``port`` until stopped (SIGTERM/SIGINT)."""
-    import uvicorn
-
-    app = build_aggregator_app(
-        db, authority_key=authority_key, peer_ca=peer_ca, batch_size=batch_size
-    )
-    uvicorn.run(
-        app,
-        host="127.0.0.1",
-        port=port,
-        ssl_certfile=str(tls_cert),
-        ssl_keyfile=str(tls_key),
-        log_level="warning",
-        access_log=False,
-    )
+# the ``fedstats`` command of this interpreter (its console script may not be on PATH)
+_FEDSTATS = [sys.executable, "-c", "from fedstats.cli.app import main; main()"]
 
 
 def vdaf_spec(vdaf: Any) -> dict[str, Any]:
@@ -358,7 +284,7 @@ def _start(root: Path, n_devices: int, batch_size: int) -> _Deployment:
     from fedstats.wire.enrollment import init_authority, issue_identity
 
     certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
-    pub = init_authority(root / "authority")
+    init_authority(root / "authority")
     ports, tokens, procs = [], [], []
     for role in ("leader", "helper"):
         db = f"sqlite:///{root / f'{role}.db'}"
@@ -374,10 +300,8 @@ def _start(root: Path, n_devices: int, batch_size: int) -> _Deployment:
         procs.append(
             subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "fedstats.cli.prio3_demo",
-                    "serve",
+                    *_FEDSTATS,
+                    "server",
                     "--db",
                     db,
                     "--port",
@@ -387,10 +311,11 @@ def _start(root: Path, n_devices: int, batch_size: int) -> _Deployment:
                     "--tls-key",
                     str(certs["key"]),
                     "--authority",
-                    pub,
-                    "--peer-ca",
+                    str(root / "authority" / "authority.pub"),
+                    "--vdaf",
+                    "--vdaf-peer-ca",
                     str(certs["ca"]),
-                    "--batch-size",
+                    "--vdaf-batch-size",
                     str(batch_size),
                 ],
                 stdout=subprocess.DEVNULL,
@@ -540,17 +465,9 @@ def run_prio3_demo(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m fedstats.cli.prio3_demo {serve,device,demo}``."""
+    """``python -m fedstats.cli.prio3_demo {device,demo}``."""
     parser = argparse.ArgumentParser(prog="python -m fedstats.cli.prio3_demo")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("serve", help="one aggregator (HTTPS on 127.0.0.1)")
-    s.add_argument("--db", required=True)
-    s.add_argument("--port", type=int, required=True)
-    s.add_argument("--tls-cert", type=Path, required=True)
-    s.add_argument("--tls-key", type=Path, required=True)
-    s.add_argument("--authority", help="the enrollment authority's public key (hex)")
-    s.add_argument("--peer-ca", type=Path)
-    s.add_argument("--batch-size", type=int, default=1000)
     d = sub.add_parser("device", help="a device process (JOB written by the demo)")
     d.add_argument("job")
     m = sub.add_parser("demo", help="the whole demo; prints JSON rows")
@@ -559,17 +476,7 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--seed", type=int, default=29)
     m.add_argument("--cheaters", type=int, default=1)
     a = parser.parse_args(argv)
-    if a.cmd == "serve":
-        serve_aggregator(
-            a.db,
-            a.port,
-            a.tls_cert,
-            a.tls_key,
-            authority_key=a.authority,
-            peer_ca=a.peer_ca,
-            batch_size=a.batch_size,
-        )
-    elif a.cmd == "device":
+    if a.cmd == "device":
         _device_main(a.job)
     else:
         rows = run_prio3_demo(

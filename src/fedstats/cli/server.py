@@ -94,6 +94,28 @@ def serve(
             "runs and operator tokens then travel in the clear).",
         ),
     ] = False,
+    vdaf: Annotated[
+        bool,
+        typer.Option(
+            "--vdaf",
+            help="Also serve the two-aggregator (Prio3) mode, /v1/vdaf/tasks (docs/vdaf.md); this server "
+            "is the leader or the helper of each task.",
+        ),
+    ] = False,
+    vdaf_peer_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--vdaf-peer-ca",
+            help="CA certificate (PEM) of the helper's TLS certificate, for the Prio3 tasks this server "
+            "leads (default: the system's trust store).",
+        ),
+    ] = None,
+    vdaf_batch_size: Annotated[
+        int,
+        typer.Option(
+            "--vdaf-batch-size", min=1, max=100_000, help="Reports per Prio3 aggregation job."
+        ),
+    ] = 1000,
     crash_after: Annotated[
         str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
     ] = None,
@@ -103,6 +125,8 @@ def serve(
         return
     if (tls_cert is None) != (tls_key is None):
         raise ParameterError("--tls-cert/--tls-key", "one of them", "both or neither")
+    if vdaf_peer_ca is not None and not vdaf_peer_ca.is_file():
+        raise ParameterError("--vdaf-peer-ca", str(vdaf_peer_ca), "a readable CA certificate file")
     if tls_cert is None:
         if not is_loopback(host) and not insecure_http:
             raise ParameterError(
@@ -143,6 +167,9 @@ def serve(
             lease_seconds=lease_seconds,
             server_id=server_id or f"{socket.gethostname()}:{port}",
             store_threads=store_threads,
+            vdaf=vdaf,
+            vdaf_peer_ca=None if vdaf_peer_ca is None else str(vdaf_peer_ca),
+            vdaf_batch_size=vdaf_batch_size,
         ),
         crash_after=crash_after,
     )

@@ -37,15 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
-from fedstats.service.store import Store
-from fedstats.service.store.tables import Nonce
-from fedstats.service.store.vdaf import vdaf_jobs, vdaf_reports, vdaf_tasks
+from fedstats.service.store import Store, Tx
+from fedstats.service.store.vdaf import VdafTaskRow
 from fedstats.vdaf import (
     Prio3,
     Prio3Count,
@@ -82,6 +79,7 @@ _VARIANTS: dict[str, tuple[Callable[..., Prio3], tuple[str, ...]]] = {
     "multihot": (Prio3MultihotCountVec, ("length", "max_weight", "chunk_length")),
 }
 _MAX_OUTPUT = 100_000  # longest aggregate a task may have
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def vdaf_from_spec(spec: Mapping[str, Any]) -> Prio3:
@@ -193,11 +191,10 @@ def _hex(name: str, value: Any, size: int | None = None, *, max_size: int = 1 <<
     return raw
 
 
-def _task_row(conn: Connection, task_id: str, *, lock: bool = False) -> Any:
-    q = select(vdaf_tasks).where(vdaf_tasks.c.id == task_id)
-    if lock:
-        q = q.with_for_update()
-    row = conn.execute(q).mappings().first()
+def task_row(tx: Tx, task_id: str, *, lock: bool = False) -> VdafTaskRow:
+    """The task in the open transaction ``tx`` (``lock``: its row lock). Raises NotFoundError."""
+    ok = isinstance(task_id, str) and len(task_id) == 64 and set(task_id) <= _HEX_DIGITS
+    row = tx.vdaf_task(task_id, lock=lock) if ok else None  # no lookup of a malformed id
     if row is None:
         raise NotFoundError(f"no Prio3 task {task_id!r}")
     return row
@@ -239,7 +236,7 @@ def create_task(
     population : str
         The device population whose enrolled devices may upload.
     min_batch_size : int
-        Collection is refused below this many accepted reports, >= 1.
+        Collection is refused below this many accepted reports, in [1, 10^9].
     noise : Noise, optional
         This aggregator's DP noise (None: exact aggregate).
 
@@ -266,49 +263,55 @@ def create_task(
         raise ParameterError("verify_key", "not 32 bytes", "32 bytes")
     if not isinstance(ctx, bytes) or len(ctx) > 255:
         raise ParameterError("ctx", "too long", "at most 255 bytes")
-    if not isinstance(peer_url, str) or not peer_url.startswith(("https://", "http://")):
-        raise ParameterError("peer_url", peer_url, "an https:// URL")
-    if not isinstance(peer_token, str) or not 32 <= len(peer_token) <= 512:
-        raise ParameterError("peer_token", "too short", "32 to 512 characters")
-    if not isinstance(population, str) or not 1 <= len(population) <= 128:
-        raise ParameterError("population", population, "1 to 128 characters")
+    if (
+        not isinstance(peer_url, str)
+        or not peer_url.startswith(("https://", "http://"))
+        or not peer_url.isprintable()
+        or len(peer_url) > 2048
+    ):
+        raise ParameterError(
+            "peer_url", peer_url, "an https:// URL (printable, <= 2048 characters)"
+        )
+    if (
+        not isinstance(peer_token, str)
+        or not 32 <= len(peer_token) <= 512
+        or not peer_token.isprintable()
+    ):
+        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+    if (
+        not isinstance(population, str)
+        or not 1 <= len(population) <= 128
+        or not population.isprintable()
+    ):
+        raise ParameterError("population", population, "1 to 128 printable characters")
     if (
         isinstance(min_batch_size, bool)
         or not isinstance(min_batch_size, int)
-        or min_batch_size < 1
+        or not 1 <= min_batch_size <= 10**9
     ):
-        raise ParameterError("min_batch_size", min_batch_size, "an integer >= 1")
-    values = {
-        "id": task_id,
-        "role": role,
-        "vdaf": json.dumps(spec, sort_keys=True),
-        "ctx": ctx,
-        "verify_key": verify_key,
-        "peer_url": peer_url.rstrip("/"),
-        "peer_token": peer_token if role == "leader" else None,
-        "peer_token_hash": auth.hash_token(peer_token) if role == "helper" else None,
-        "population": population,
-        "min_batch_size": min_batch_size,
-        "noise": None if noise is None else json.dumps(noise.to_json(), sort_keys=True),
-    }
-    with store.engine.begin() as conn:
-        old = conn.execute(select(vdaf_tasks).where(vdaf_tasks.c.id == task_id)).mappings().first()
+        raise ParameterError("min_batch_size", min_batch_size, "an integer in [1, 10^9]")
+    new = VdafTaskRow(
+        id=task_id,
+        role=role,
+        vdaf=json.dumps(spec, sort_keys=True),
+        ctx=ctx,
+        verify_key=verify_key,
+        peer_url=peer_url.rstrip("/"),
+        peer_token=peer_token if role == "leader" else None,
+        peer_token_hash=auth.hash_token(peer_token) if role == "helper" else None,
+        population=population,
+        min_batch_size=min_batch_size,
+        noise=None if noise is None else json.dumps(noise.to_json(), sort_keys=True),
+        created_at=time.time(),
+    )
+    with store.transaction() as tx:
+        old = tx.vdaf_task(task_id)
         if old is not None:
-            if any(old[k] != v for k, v in values.items()):
+            if old.parameters() != new.parameters():
                 raise ConflictError(f"Prio3 task {task_id} exists with other parameters")
         else:
-            conn.execute(
-                insert(vdaf_tasks).values(
-                    **values,
-                    status="open",
-                    agg_share=None,
-                    accepted=0,
-                    rejected=0,
-                    collection=None,
-                    created_at=time.time(),
-                )
-            )
-    return task_info(store, task_id)
+            tx.add_vdaf_task(new)
+        return _info(tx, task_id)
 
 
 def task_info(store: Store, task_id: str) -> dict[str, Any]:
@@ -319,28 +322,27 @@ def task_info(store: Store, task_id: str) -> dict[str, Any]:
     NotFoundError
         If there is no such task.
     """
-    with store.engine.connect() as conn:
-        row = _task_row(conn, task_id)
-        counts = conn.execute(
-            select(vdaf_reports.c.status, vdaf_reports.c.reason, func.count())
-            .where(vdaf_reports.c.task_id == task_id)
-            .group_by(vdaf_reports.c.status, vdaf_reports.c.reason)
-        ).all()
+    with store.transaction(read_only=True) as tx:
+        return _info(tx, task_id)
+
+
+def _info(tx: Tx, task_id: str) -> dict[str, Any]:
+    row = task_row(tx, task_id)
     by_status: dict[str, int] = {}
     reasons: dict[str, int] = {}
-    for status, reason, n in counts:
-        by_status[str(status)] = by_status.get(str(status), 0) + int(n)
+    for status, reason, n in tx.vdaf_report_counts(task_id):
+        by_status[status] = by_status.get(status, 0) + n
         if reason is not None:
-            reasons[str(reason)] = reasons.get(str(reason), 0) + int(n)
+            reasons[reason] = reasons.get(reason, 0) + n
     return {
-        "task_id": row["id"],
-        "role": row["role"],
-        "vdaf": json.loads(row["vdaf"]),
-        "ctx": bytes(row["ctx"]).hex(),
-        "population": row["population"],
-        "min_batch_size": int(row["min_batch_size"]),
-        "noise": json.loads(row["noise"]) if row["noise"] else None,
-        "status": row["status"],
+        "task_id": row.id,
+        "role": row.role,
+        "vdaf": json.loads(row.vdaf),
+        "ctx": row.ctx.hex(),
+        "population": row.population,
+        "min_batch_size": row.min_batch_size,
+        "noise": json.loads(row.noise) if row.noise else None,
+        "status": row.status,
         "reports": by_status,
         "rejected_by_reason": reasons,
     }
@@ -356,10 +358,10 @@ def check_peer_token(store: Store, task_id: str, token: str) -> None:
     SecurityError
         If this aggregator is not the task's helper or the token is wrong.
     """
-    with store.engine.connect() as conn:
-        row = _task_row(conn, task_id)
-    if row["role"] != "helper" or not secrets.compare_digest(
-        str(row["peer_token_hash"] or ""), auth.hash_token(token)
+    with store.transaction(read_only=True) as tx:
+        row = task_row(tx, task_id)
+    if row.role != "helper" or not secrets.compare_digest(
+        str(row.peer_token_hash or ""), auth.hash_token(token)
     ):
         raise SecurityError("not the leader of this task")
 
@@ -377,6 +379,7 @@ def upload_report(
     public_share: bytes,
     input_share: bytes,
     nonce: tuple[str, str, float] | None = None,
+    confirm: Callable[[Tx], None] | None = None,
 ) -> bool:
     """Store a device's report share (its signature was checked by the caller).
 
@@ -392,6 +395,9 @@ def upload_report(
         The draft's encodings; checked for length and field range here.
     nonce : (client_id, nonce, timestamp), optional
         The signed request's nonce, recorded in the same transaction (a replay is refused).
+    confirm : callable, optional
+        Called first with the open transaction (the HTTP layer re-reads a device row it verified against a
+        stale cache, :meth:`fedstats.service.http.deps.DeviceAuth.confirm`); may raise.
 
     Returns
     -------
@@ -412,60 +418,32 @@ def upload_report(
     if not isinstance(report_id, str) or len(report_id) != 32:
         raise ParameterError("report_id", report_id, "32 hex digits")
     _hex("report_id", report_id, 16)
-    with store.engine.connect() as conn:
-        row = _task_row(conn, task_id)
-    vdaf = vdaf_from_spec(json.loads(row["vdaf"]))
-    agg_id = 0 if row["role"] == "leader" else 1
-    vdaf.decode_public_share(public_share)  # DataError on a wrong length
-    vdaf.decode_input_shares(agg_id, [input_share])  # lengths and field range
-    if row["population"] != population:
-        raise SecurityError("this task is for another population")
-    with store.engine.begin() as conn:
-        task = _task_row(conn, task_id)
-        if task["status"] != "open":
+    with store.transaction() as tx:  # one transaction: device row, task, nonce, report
+        if confirm is not None:
+            confirm(tx)
+        task = task_row(tx, task_id)
+        vdaf = vdaf_from_spec(json.loads(task.vdaf))
+        agg_id = 0 if task.role == "leader" else 1
+        vdaf.decode_public_share(public_share)  # DataError on a wrong length
+        vdaf.decode_input_shares(agg_id, [input_share])  # lengths and field range
+        if task.population != population:
+            raise SecurityError("this task is for another population")
+        if task.status != "open":
             raise ConflictError("this task was collected: it takes no more reports")
-        if nonce is not None:
-            try:
-                with conn.begin_nested():
-                    conn.execute(
-                        insert(Nonce).values(client_id=nonce[0], nonce=nonce[1], ts=nonce[2])
-                    )
-            except IntegrityError:
-                raise SecurityError("replayed request (nonce already used)") from None
-        old = (
-            conn.execute(
-                select(vdaf_reports).where(
-                    vdaf_reports.c.task_id == task_id,
-                    (vdaf_reports.c.report_id == report_id)
-                    | (vdaf_reports.c.client_id == client_id),
-                )
-            )
-            .mappings()
-            .first()
-        )
+        if nonce is not None and not tx.use_nonce(*nonce):
+            raise SecurityError("replayed request (nonce already used)")
+        old = tx.vdaf_report_of(task_id, report_id, client_id)
         if old is not None:
             same = (
-                old["report_id"] == report_id
-                and old["client_id"] == client_id
-                and bytes(old["public_share"]) == public_share
-                and bytes(old["input_share"]) == input_share
+                old.report_id == report_id
+                and old.client_id == client_id
+                and old.public_share == public_share
+                and old.input_share == input_share
             )
             if not same:
                 raise ConflictError("this device (or report id) already has a report in this task")
             return False
-        conn.execute(
-            insert(vdaf_reports).values(
-                task_id=task_id,
-                report_id=report_id,
-                client_id=client_id,
-                public_share=public_share,
-                input_share=input_share,
-                received_at=time.time(),
-                job_id=None,
-                status="pending",
-                reason=None,
-            )
-        )
+        tx.add_vdaf_report(task_id, report_id, client_id, public_share, input_share, time.time())
     return True
 
 
@@ -478,7 +456,7 @@ def _add_agg(vdaf: Prio3, old: bytes | None, new: np.ndarray) -> bytes:
 
 
 def _finish(
-    conn: Connection,
+    tx: Tx,
     vdaf: Prio3,
     task_id: str,
     job_id: str,
@@ -487,47 +465,25 @@ def _finish(
     response: dict[str, Any] | None,
 ) -> bool:
     """Record a job's outcome in the open transaction; False if the job was already finished."""
-    task = _task_row(conn, task_id, lock=True)
-    done = conn.execute(
-        update(vdaf_jobs)
-        .where(
-            vdaf_jobs.c.task_id == task_id,
-            vdaf_jobs.c.job_id == job_id,
-            vdaf_jobs.c.status == "running",
-        )
-        .values(status="done", response=None if response is None else json.dumps(response))
-    )
-    if done.rowcount != 1:
+    task = task_row(tx, task_id, lock=True)
+    if not tx.finish_vdaf_job(task_id, job_id, None if response is None else json.dumps(response)):
         return False
     accepted = [r for r, why in fates.items() if why is None]
     for reason in sorted({why for why in fates.values() if why is not None}):
-        ids = [r for r, why in fates.items() if why == reason]
-        conn.execute(
-            update(vdaf_reports)
-            .where(vdaf_reports.c.task_id == task_id, vdaf_reports.c.report_id.in_(ids))
-            .values(status="rejected", reason=reason, job_id=job_id)
-        )
-    if accepted:
-        conn.execute(
-            update(vdaf_reports)
-            .where(vdaf_reports.c.task_id == task_id, vdaf_reports.c.report_id.in_(accepted))
-            .values(status="accepted", reason=None, job_id=job_id)
-        )
-    conn.execute(
-        update(vdaf_tasks)
-        .where(vdaf_tasks.c.id == task_id)
-        .values(
-            agg_share=_add_agg(vdaf, task["agg_share"], agg),
-            accepted=int(task["accepted"]) + len(accepted),
-            rejected=int(task["rejected"]) + len(fates) - len(accepted),
-        )
+        tx.set_vdaf_fates(task_id, [r for r, why in fates.items() if why == reason], job_id, reason)
+    tx.set_vdaf_fates(task_id, accepted, job_id, None)
+    tx.set_vdaf_totals(
+        task_id,
+        agg_share=_add_agg(vdaf, task.agg_share, agg),
+        accepted=task.accepted + len(accepted),
+        rejected=task.rejected + len(fates) - len(accepted),
     )
     return True
 
 
 def _verify_batch(
     vdaf: Prio3,
-    row: Mapping[str, Any],
+    row: VdafTaskRow,
     agg_id: int,
     nonces: list[bytes],
     publics: list[bytes],
@@ -537,8 +493,8 @@ def _verify_batch(
     public = [vdaf.decode_public_share(p) for p in publics]
     inputs = vdaf.decode_input_shares(agg_id, shares)
     return vdaf.verify_init_batch(
-        bytes(row["verify_key"]),
-        bytes(row["ctx"]),
+        row.verify_key,
+        row.ctx,
         agg_id,
         nonces,
         None if not vdaf.uses_joint_rand else [p for p in public if p is not None],
@@ -598,11 +554,11 @@ def run_leader_jobs(
         raise ParameterError("batch_size", batch_size, "an integer in [1, 100000]")
     if not 1 <= batch_size <= 100_000:
         raise ParameterError("batch_size", batch_size, "an integer in [1, 100000]")
-    with store.engine.connect() as conn:
-        row = _task_row(conn, task_id)
-    if row["role"] != "leader":
+    with store.transaction(read_only=True) as tx:
+        row = task_row(tx, task_id)
+    if row.role != "leader":
         raise SecurityError("only the leader drives aggregation")
-    vdaf = vdaf_from_spec(json.loads(row["vdaf"]))
+    vdaf = vdaf_from_spec(json.loads(row.vdaf))
     totals = {"jobs": 0, "accepted": 0, "rejected": 0}
     while max_jobs is None or totals["jobs"] < max_jobs:
         job_id, report_ids = _claim(store, task_id, batch_size)
@@ -618,86 +574,42 @@ def run_leader_jobs(
 
 def _claim(store: Store, task_id: str, batch_size: int) -> tuple[str | None, list[str]]:
     """An unfinished job of the task, else a new job over up to ``batch_size`` pending reports."""
-    with store.engine.begin() as conn:
-        task = _task_row(conn, task_id, lock=True)
-        running = conn.execute(
-            select(vdaf_jobs.c.job_id, vdaf_jobs.c.report_ids)
-            .where(vdaf_jobs.c.task_id == task_id, vdaf_jobs.c.status == "running")
-            .order_by(vdaf_jobs.c.created_at)
-            .limit(1)
-        ).first()
+    with store.transaction() as tx:
+        task = task_row(tx, task_id, lock=True)
+        running = tx.vdaf_running_job(task_id)
         if running is not None:
-            return str(running[0]), list(json.loads(running[1]))
-        if task["status"] != "open":
+            return running
+        if task.status != "open":
             return None, []
-        ids = [
-            str(r)
-            for r in conn.execute(
-                select(vdaf_reports.c.report_id)
-                .where(
-                    vdaf_reports.c.task_id == task_id,
-                    vdaf_reports.c.status == "pending",
-                    vdaf_reports.c.job_id.is_(None),
-                )
-                .order_by(vdaf_reports.c.received_at, vdaf_reports.c.report_id)
-                .limit(batch_size)
-            ).scalars()
-        ]
+        ids = tx.vdaf_pending(task_id, batch_size)
         if not ids:
             return None, []
         job_id = secrets.token_hex(16)
-        conn.execute(
-            insert(vdaf_jobs).values(
-                task_id=task_id,
-                job_id=job_id,
-                status="running",
-                report_ids=json.dumps(ids),
-                response=None,
-                created_at=time.time(),
-            )
-        )
-        took = conn.execute(
-            update(vdaf_reports)
-            .where(
-                vdaf_reports.c.task_id == task_id,
-                vdaf_reports.c.report_id.in_(ids),
-                vdaf_reports.c.job_id.is_(None),
-            )
-            .values(job_id=job_id)
-        )
-        if took.rowcount != len(ids):  # another leader process took some: roll back, try again
+        tx.add_vdaf_job(task_id, job_id, ids, time.time())
+        if tx.take_vdaf_reports(task_id, ids, job_id) != len(ids):
+            # another leader process took some: roll back, try again
             raise ConflictError("reports claimed concurrently; retry")
     return job_id, ids
-
-
-def _load_reports(conn: Connection, task_id: str, report_ids: Sequence[str]) -> dict[str, Any]:
-    rows = conn.execute(
-        select(
-            vdaf_reports.c.report_id,
-            vdaf_reports.c.public_share,
-            vdaf_reports.c.input_share,
-            vdaf_reports.c.job_id,
-        ).where(vdaf_reports.c.task_id == task_id, vdaf_reports.c.report_id.in_(report_ids))
-    ).all()
-    return {str(r[0]): r for r in rows}
 
 
 def _leader_job(
     store: Store,
     vdaf: Prio3,
-    row: Mapping[str, Any],
+    row: VdafTaskRow,
     job_id: str,
     report_ids: list[str],
     send: Callable[[str, dict[str, Any]], dict[str, Any]],
 ) -> tuple[int, int] | None:
     """One job: verify, ask the helper, decide, add; (accepted, rejected), None if finished elsewhere."""
-    task_id = str(row["id"])
-    with store.engine.connect() as conn:
-        stored = _load_reports(conn, task_id, report_ids)
+    task_id = row.id
+    with store.transaction(read_only=True) as tx:
+        stored = tx.vdaf_shares(task_id, report_ids)
     ids = [r for r in report_ids if r in stored]
     nonces = [bytes.fromhex(r) for r in ids]
-    publics = [bytes(stored[r][1]) for r in ids]
-    state, shares = _verify_batch(vdaf, row, 0, nonces, publics, [bytes(stored[r][2]) for r in ids])
+    publics = [stored[r].public_share for r in ids]
+    state, shares = _verify_batch(
+        vdaf, row, 0, nonces, publics, [stored[r].input_share for r in ids]
+    )
     job = {
         "job_id": job_id,
         "reports": [
@@ -743,13 +655,13 @@ def _leader_job(
             shares.ok[idx],
         )
         out, ok = _decide(
-            vdaf, bytes(row["ctx"]), sub_state, [mine, vdaf.decode_verifier_shares(helper_shares)]
+            vdaf, row.ctx, sub_state, [mine, vdaf.decode_verifier_shares(helper_shares)]
         )
         agg = vdaf.aggregate(out, ok)
         for k, i in enumerate(present):
             fates[ids[i]] = None if bool(ok[k]) else "invalid_proof"
-    with store.engine.begin() as conn:
-        if not _finish(conn, vdaf, task_id, job_id, fates, agg, None):
+    with store.transaction() as tx:
+        if not _finish(tx, vdaf, task_id, job_id, fates, agg, None):
             return None  # another leader process finished this job first: nothing added here
     accepted = sum(1 for why in fates.values() if why is None)
     return accepted, len(fates) - accepted
@@ -806,33 +718,29 @@ def helper_job(store: Store, task_id: str, job: Mapping[str, Any]) -> dict[str, 
         leader_vs.append(_hex("reports[].verifier_share", e.get("verifier_share")))
     if len(set(ids)) != len(ids):
         raise ParameterError("reports", "repeated report ids", "distinct report ids")
-    with store.engine.begin() as conn:
-        row = _task_row(conn, task_id, lock=True)
-        if row["role"] != "helper":
+    with store.transaction() as tx:
+        row = task_row(tx, task_id, lock=True)
+        if row.role != "helper":
             raise SecurityError("this aggregator is not the task's helper")
-        vdaf = vdaf_from_spec(json.loads(row["vdaf"]))
-        old = conn.execute(
-            select(vdaf_jobs.c.report_ids, vdaf_jobs.c.response).where(
-                vdaf_jobs.c.task_id == task_id, vdaf_jobs.c.job_id == job_id
-            )
-        ).first()
+        vdaf = vdaf_from_spec(json.loads(row.vdaf))
+        old = tx.vdaf_job(task_id, job_id)
         if old is not None:
-            if json.loads(old[0]) != ids or old[1] is None:
+            if old[0] != ids or old[1] is None:
                 raise ConflictError("this job id was used with other reports")
             answer: dict[str, Any] = json.loads(old[1])
             return answer
-        if row["status"] != "open":
+        if row.status != "open":
             raise ConflictError("this task was collected: it takes no more jobs")
-        stored = _load_reports(conn, task_id, ids)
+        stored = tx.vdaf_shares(task_id, ids)
         fates: dict[str, str | None] = {}
         usable: list[int] = []
         for i, r in enumerate(ids):
             got = stored.get(r)
             if got is None:
                 fates[r] = "missing_at_helper"
-            elif got[3] is not None:
+            elif got.job_id is not None:
                 fates[r] = "replayed"
-            elif bytes(got[1]) != publics[i]:
+            elif got.public_share != publics[i]:
                 fates[r] = "invalid_proof"  # the two aggregators hold different public shares
             else:
                 usable.append(i)
@@ -846,10 +754,10 @@ def helper_job(store: Store, task_id: str, job: Mapping[str, Any]) -> dict[str, 
                 1,
                 [bytes.fromhex(r) for r in u_ids],
                 [publics[i] for i in usable],
-                [bytes(stored[r][2]) for r in u_ids],
+                [stored[r].input_share for r in u_ids],
             )
             theirs = vdaf.decode_verifier_shares([leader_vs[i] for i in usable])
-            out, ok = _decide(vdaf, bytes(row["ctx"]), state, [theirs, mine])
+            out, ok = _decide(vdaf, row.ctx, state, [theirs, mine])
             agg = vdaf.aggregate(out, ok)
             for k, i in enumerate(usable):
                 fates[ids[i]] = None if bool(ok[k]) else "invalid_proof"
@@ -866,21 +774,12 @@ def helper_job(store: Store, task_id: str, job: Mapping[str, Any]) -> dict[str, 
                 for i, r in enumerate(ids)
             ],
         }
-        conn.execute(
-            insert(vdaf_jobs).values(
-                task_id=task_id,
-                job_id=job_id,
-                status="running",
-                report_ids=json.dumps(ids),
-                response=None,
-                created_at=time.time(),
-            )
-        )
+        tx.add_vdaf_job(task_id, job_id, ids, time.time())
         # reports the helper never received are counted in its answer, not in its table
         known = {r: why for r, why in fates.items() if why != "missing_at_helper"}
         replayed = {r for r, why in known.items() if why == "replayed"}
         _finish(
-            conn,
+            tx,
             vdaf,
             task_id,
             job_id,
@@ -890,11 +789,12 @@ def helper_job(store: Store, task_id: str, job: Mapping[str, Any]) -> dict[str, 
         )
         if replayed or len(known) != len(fates):
             missing = len(fates) - len(known)
-            t = _task_row(conn, task_id)
-            conn.execute(
-                update(vdaf_tasks)
-                .where(vdaf_tasks.c.id == task_id)
-                .values(rejected=int(t["rejected"]) + missing + len(replayed))
+            t = task_row(tx, task_id)
+            tx.set_vdaf_totals(
+                task_id,
+                agg_share=t.agg_share,
+                accepted=t.accepted,
+                rejected=t.rejected + missing + len(replayed),
             )
     return answer
 
@@ -926,50 +826,37 @@ def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
     ConflictError
         If fewer than ``min_batch_size`` reports were accepted, or (leader) a job is unfinished.
     """
-    with store.engine.begin() as conn:
-        row = _task_row(conn, task_id, lock=True)
-        if row["collection"] is not None:
-            done: dict[str, Any] = json.loads(row["collection"])
+    with store.transaction() as tx:
+        row = task_row(tx, task_id, lock=True)
+        if row.collection is not None:
+            done: dict[str, Any] = json.loads(row.collection)
             return done
-        unfinished = conn.execute(
-            select(func.count())
-            .select_from(vdaf_jobs)
-            .where(vdaf_jobs.c.task_id == task_id, vdaf_jobs.c.status == "running")
-        ).scalar_one()
+        unfinished = tx.count_vdaf_jobs(task_id, "running")
         if unfinished:
             raise ConflictError(f"{unfinished} aggregation job(s) unfinished")
-        if int(row["accepted"]) < int(row["min_batch_size"]):
+        if row.accepted < row.min_batch_size:
             raise ConflictError(
-                f"{row['accepted']} reports accepted, fewer than the task's minimum batch "
-                f"size {row['min_batch_size']}"
+                f"{row.accepted} reports accepted, fewer than the task's minimum batch "
+                f"size {row.min_batch_size}"
             )
-        vdaf = vdaf_from_spec(json.loads(row["vdaf"]))
+        vdaf = vdaf_from_spec(json.loads(row.vdaf))
         f = vdaf.field
         agg = (
             f.zeros(vdaf.flp.OUTPUT_LEN)
-            if row["agg_share"] is None
-            else vdaf.decode_agg_share(bytes(row["agg_share"]))
+            if row.agg_share is None
+            else vdaf.decode_agg_share(row.agg_share)
         )
-        noise = Noise.from_json(json.loads(row["noise"]) if row["noise"] else None)
+        noise = Noise.from_json(json.loads(row.noise) if row.noise else None)
         if noise is not None:
             agg = f.add(agg, f.array(noise.sample(vdaf.flp.OUTPUT_LEN, rng)))
-        jobs = conn.execute(
-            select(func.count())
-            .select_from(vdaf_jobs)
-            .where(vdaf_jobs.c.task_id == task_id, vdaf_jobs.c.status == "done")
-        ).scalar_one()
         answer = {
             "task_id": task_id,
-            "role": row["role"],
+            "role": row.role,
             "agg_share": vdaf.encode_agg_share(agg).hex(),
-            "accepted": int(row["accepted"]),
-            "rejected": int(row["rejected"]),
-            "jobs": int(jobs),
+            "accepted": row.accepted,
+            "rejected": row.rejected,
+            "jobs": tx.count_vdaf_jobs(task_id, "done"),
             "noise": None if noise is None else noise.to_json(),
         }
-        conn.execute(
-            update(vdaf_tasks)
-            .where(vdaf_tasks.c.id == task_id)
-            .values(status="collected", collection=json.dumps(answer))
-        )
+        tx.set_vdaf_collected(task_id, json.dumps(answer))
     return answer

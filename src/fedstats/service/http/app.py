@@ -85,6 +85,13 @@ class ServerSettings:
     work_cache_seconds : float
         Longest life of a device's cached work list (:class:`~.device.WorkCache`; default 10): a
         device's write through another server process is seen by this one's cache within it.
+    vdaf : bool
+        Serve the two-aggregator (Prio3) mode's routes ``/v1/vdaf/tasks`` (:mod:`.vdaf`; default False).
+    vdaf_peer_ca : str or None
+        CA certificate (PEM file) of the helper's TLS certificate, for the tasks this server leads
+        (default: the system's trust store).
+    vdaf_batch_size : int
+        Reports per Prio3 aggregation job, in [1, 100000] (default 1000).
     """
 
     max_body: int = 1 << 20
@@ -98,6 +105,9 @@ class ServerSettings:
     server_id: str | None = None
     store_threads: int = 4
     work_cache_seconds: float = 10.0
+    vdaf: bool = False
+    vdaf_peer_ca: str | None = None
+    vdaf_batch_size: int = 1000
 
 
 _status_of = http.status_of  # moved to .http
@@ -254,6 +264,10 @@ def create_app(
         app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload
     )
     add_dashboard(app, store)  # the operator's read-only status page (/dashboard)
+    if cfg.vdaf:  # the two-aggregator (Prio3) mode
+        from fedstats.service.http.vdaf import add_vdaf_routes
+
+        add_vdaf_routes(app, store, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size)
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
     app.add_middleware(DeviceWrites, cache=cache)  # a device's write: drop its cached work list
     app.add_middleware(

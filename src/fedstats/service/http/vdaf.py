@@ -13,9 +13,12 @@ route                                     caller, authentication       effect
 ``POST /{task_id}/collect``               operator (the collector)     freeze, return the noised share
 ========================================  ==========================  =======================================
 
-Device requests are signed as the device API's (:func:`fedstats.wire.auth.sign_request`): an enrolled,
-unrevoked device of the task's population (registered through ``POST /v1/client/register`` on each
-aggregator), timestamp inside the replay window, nonce single-use (recorded in the upload's transaction).
+Device requests are signed as the device API's (:func:`fedstats.wire.auth.sign_request`) and checked by
+the app's :class:`~fedstats.service.http.deps.DeviceAuth` dependency: an enrolled, unrevoked device of the
+task's population (registered through ``POST /v1/client/register`` on each aggregator), timestamp inside
+the server's replay window, nonce single-use (recorded in the upload's transaction, with the report).
+Errors of the domain (:class:`~fedstats.errors.FedstatsError`) are mapped to statuses by the app's one
+error map (:func:`fedstats.service.http.edge.status_of`); each request's store work is one transaction.
 The aggregator-to-aggregator bearer token is shared by the two aggregators only (the helper stores its
 SHA-256); both servers listen with TLS (``fedstats server --tls-cert``), so the token and the shares travel
 encrypted. The domain logic is :mod:`fedstats.service.domain.vdaf`.
@@ -26,25 +29,104 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 from fastapi import APIRouter, FastAPI, Header, HTTPException, Request
-from sqlalchemy import select
 
-from fedstats.errors import DataError, FedstatsError, ParameterError, SecurityError
+from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import SecureGenerator
 from fedstats.service.domain import vdaf as domain
-from fedstats.service.domain.tasks import ConflictError, NotFoundError
+from fedstats.service.http.deps import DeviceAuth, Signed
 from fedstats.service.http.edge import BadJSON, strict_loads
+from fedstats.service.http.schemas import DEVICE, device_body
 from fedstats.service.store import Store
-from fedstats.service.store.tables import Client, Operator
 from fedstats.wire import auth
 
 __all__ = ["Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
+
+# request bodies (read raw by the handlers), declared for the OpenAPI schema
+_HEX = {"type": "string", "pattern": "^[0-9a-f]*$"}
+_ID32 = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+_ID64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_VARIANT = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {
+        "type": {"enum": ["count", "sum", "sumvec", "histogram", "multihot"]},
+        **{
+            k: {"type": "integer", "minimum": 1}
+            for k in ("max_measurement", "length", "chunk_length", "max_weight")
+        },
+    },
+}
+CREATE_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["task_id", "role", "vdaf", "verify_key", "ctx", "peer_url", "peer_token"],
+        "properties": {
+            "task_id": _ID64,
+            "role": {"enum": ["leader", "helper"]},
+            "vdaf": _VARIANT,
+            "verify_key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "ctx": {**_HEX, "maxLength": 510},
+            "peer_url": {"type": "string", "pattern": "^https?://"},
+            "peer_token": {"type": "string", "minLength": 32, "maxLength": 512},
+            "population": {"type": "string", "minLength": 1, "maxLength": 128},
+            "min_batch_size": {"type": "integer", "minimum": 1},
+            "noise": {
+                "anyOf": [
+                    {"type": "null"},
+                    {
+                        "type": "object",
+                        "required": ["mechanism", "parameter"],
+                        "properties": {
+                            "mechanism": {"enum": ["discrete_gaussian", "discrete_laplace"]},
+                            "parameter": {"type": "number", "exclusiveMinimum": 0},
+                        },
+                    },
+                ]
+            },
+        },
+    }
+)
+UPLOAD_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["report_id", "public_share", "input_share"],
+        "properties": {"report_id": _ID32, "public_share": _HEX, "input_share": _HEX},
+    }
+)
+AGGREGATE_BODY = device_body(
+    {
+        "type": "object",
+        "properties": {"batch_size": {"type": "integer", "minimum": 1, "maximum": 100_000}},
+    }
+)
+JOB_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["job_id", "reports"],
+        "properties": {
+            "job_id": _ID32,
+            "reports": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["report_id", "public_share", "verifier_share"],
+                    "properties": {
+                        "report_id": _ID32,
+                        "public_share": _HEX,
+                        "verifier_share": _HEX,
+                    },
+                },
+            },
+        },
+    }
+)
 
 # send(task_id, job) -> the helper's answer
 Send = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -67,10 +149,18 @@ def helper_transport(ca: Path | str | None = None, *, timeout: float = 120.0) ->
     callable
         ``transport(peer_url, peer_token)`` -> ``send(task_id, job) -> answer``; ``send`` raises
         :class:`~fedstats.errors.DataError` when the helper refuses the job or is unreachable.
+
+    Raises
+    ------
+    ParameterError
+        If ``ca`` is not a readable CA certificate.
     """
-    verify: ssl.SSLContext | bool = (
-        ssl.create_default_context(cafile=str(ca)) if ca is not None else True
-    )
+    verify: ssl.SSLContext | bool = True
+    if ca is not None:
+        try:
+            verify = ssl.create_default_context(cafile=str(ca))
+        except (OSError, ssl.SSLError):
+            raise ParameterError("peer_ca", str(ca), "a readable CA certificate (PEM)") from None
 
     def transport(peer_url: str, token: str) -> Send:
         def send(task_id: str, job: dict[str, Any]) -> dict[str, Any]:
@@ -94,20 +184,9 @@ def helper_transport(ca: Path | str | None = None, *, timeout: float = 120.0) ->
     return transport
 
 
-def _status(exc: FedstatsError) -> int:
-    if isinstance(exc, NotFoundError):
-        return 404
-    if isinstance(exc, ConflictError):
-        return 409
-    if isinstance(exc, SecurityError):
-        return 403
-    return 422
-
-
 def vdaf_router(
     store: Store,
     *,
-    replay_window: float = 300.0,
     transport: Transport | None = None,
     batch_size: int = 1000,
     rng_factory: Callable[[], Any] | None = None,
@@ -118,8 +197,6 @@ def vdaf_router(
     ----------
     store : Store
         This aggregator's database (migrated to ``0007_vdaf``).
-    replay_window : float
-        Seconds a signed device request's timestamp may differ from the clock (the server's setting).
     transport : callable, optional
         How the leader reaches the helper (default :func:`helper_transport` with the system trust store).
     batch_size : int
@@ -131,7 +208,8 @@ def vdaf_router(
     Returns
     -------
     fastapi.APIRouter
-        Include it in the app (``app.include_router(vdaf_router(store, ...))``).
+        Include it in an app of :func:`fedstats.service.http.app.create_app` (whose device
+        verification, operators and error map it uses): ``app.include_router(vdaf_router(store, ...))``.
     """
     if (
         isinstance(batch_size, bool)
@@ -144,10 +222,7 @@ def vdaf_router(
     router = APIRouter(prefix="/v1/vdaf/tasks", tags=["vdaf"])
 
     async def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        except FedstatsError as exc:
-            raise HTTPException(_status(exc), str(exc)) from None
+        return await asyncio.to_thread(fn, *args, **kwargs)  # FedstatsError: the app's error map
 
     def _json(body: bytes) -> Any:
         try:
@@ -158,54 +233,19 @@ def vdaf_router(
             raise HTTPException(422, "body must be an object")
         return data
 
-    def _operator(token: str) -> str:
-        with store.session() as s:
-            name = s.execute(
-                select(Operator.name).where(Operator.token_hash == auth.hash_token(token))
-            ).scalar()
-        if name is None:
-            raise SecurityError("unknown token")
-        return str(name)
+    def _operator(token: str) -> str | None:
+        with store.transaction(read_only=True) as tx:
+            return tx.operator_of(auth.hash_token(token))
 
     async def operator(authorization: str | None) -> str:
         if not authorization or not authorization.startswith("Bearer "):
             raise HTTPException(401, "bearer token required", {"WWW-Authenticate": "Bearer"})
-        try:
-            return str(await asyncio.to_thread(_operator, authorization[7:].strip()))
-        except SecurityError:
-            raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"}) from None
+        name = await asyncio.to_thread(_operator, authorization[7:].strip())
+        if name is None:
+            raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
+        return name
 
-    def _device(
-        method: str, path: str, headers: Any, body: bytes
-    ) -> tuple[str, str, tuple[str, str, float]]:
-        """Check a signed device request: (client id, population, nonce row)."""
-        cid = headers.get(auth.HEADER_CLIENT)
-        ts = headers.get(auth.HEADER_TIMESTAMP)
-        nonce = headers.get(auth.HEADER_NONCE)
-        sig = headers.get(auth.HEADER_SIGNATURE)
-        if not (cid and ts and nonce and sig) or len(nonce) > 64 or len(cid) > 128:
-            raise HTTPException(401, "signed request headers required")
-        try:
-            t = auth.check_timestamp(ts, replay_window)
-        except SecurityError as exc:
-            raise HTTPException(401, str(exc)) from None
-        with store.session() as s:
-            c = s.get(Client, cid)
-        if c is None:
-            raise HTTPException(401, "unknown client")
-        if float(c.not_after) < time.time():
-            raise HTTPException(401, "client certificate expired")
-        try:
-            auth.verify_signature(
-                c.public_key, auth.signing_payload(method, path, ts, nonce, body), sig
-            )
-        except SecurityError:
-            raise HTTPException(401, "bad signature") from None
-        if c.revoked_at is not None:
-            raise HTTPException(403, "device revoked by an operator")
-        return str(cid), str(c.population), (str(cid), str(nonce), t)
-
-    @router.post("")
+    @router.post("", openapi_extra=CREATE_BODY)
     async def create(
         request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
@@ -217,10 +257,7 @@ def vdaf_router(
             ctx = bytes.fromhex(str(d.get("ctx", "")))
         except ValueError:
             raise HTTPException(422, "verify_key and ctx must be hex") from None
-        try:
-            noise = domain.Noise.from_json(d.get("noise"))
-        except ParameterError as exc:
-            raise HTTPException(422, str(exc)) from None
+        noise = domain.Noise.from_json(d.get("noise"))  # ParameterError: 422
         out: dict[str, Any] = await run(
             domain.create_task,
             store,
@@ -246,14 +283,12 @@ def vdaf_router(
         out: dict[str, Any] = await run(domain.task_info, store, task_id)
         return out
 
-    @router.post("/{task_id}/reports")
-    async def upload(task_id: str, request: Request) -> dict[str, Any]:
+    @router.post("/{task_id}/reports", openapi_extra=UPLOAD_BODY, **DEVICE)
+    async def upload(task_id: str, request: Request, signed: Signed) -> dict[str, Any]:
         """A device's report share (signed request)."""
-        body = await request.body()
-        cid, population, nonce = await asyncio.to_thread(
-            _device, request.method, request.url.path, request.headers, body
-        )
-        d = _json(body)
+        device: DeviceAuth = request.app.state.device_auth
+        use = signed.nonce
+        d = _json(signed.body)
         try:
             public = bytes.fromhex(str(d.get("public_share", "")))
             share = bytes.fromhex(str(d.get("input_share", "")))
@@ -263,24 +298,25 @@ def vdaf_router(
             domain.upload_report,
             store,
             task_id,
-            client_id=cid,
-            population=population,
+            client_id=signed.client_id,
+            population=signed.population,
             report_id=d.get("report_id"),
             public_share=public,
             input_share=share,
-            nonce=nonce,
+            nonce=None if use is None else (use.client_id, use.nonce, use.ts),
+            confirm=lambda tx: device.confirm(tx, signed),  # a stale cached device row
         )
         return {"accepted": True, "duplicate": not new}
 
     def _drive(task_id: str, size: int) -> dict[str, int]:
-        with store.engine.connect() as conn:
-            row = domain._task_row(conn, task_id)
-        if row["role"] != "leader":
+        with store.transaction(read_only=True) as tx:
+            row = domain.task_row(tx, task_id)
+        if row.role != "leader":
             return {"jobs": 0, "accepted": 0, "rejected": 0}
-        send = send_to(str(row["peer_url"]), str(row["peer_token"]))
+        send = send_to(row.peer_url, str(row.peer_token))
         return domain.run_leader_jobs(store, task_id, send, batch_size=size)
 
-    @router.post("/{task_id}/aggregate")
+    @router.post("/{task_id}/aggregate", openapi_extra=AGGREGATE_BODY)
     async def aggregate(
         task_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
@@ -290,7 +326,7 @@ def vdaf_router(
         out: dict[str, Any] = await run(_drive, task_id, d.get("batch_size", batch_size))
         return out
 
-    @router.post("/{task_id}/jobs")
+    @router.post("/{task_id}/jobs", openapi_extra=JOB_BODY)
     async def job(
         task_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
@@ -324,7 +360,6 @@ def add_vdaf_routes(
     *,
     peer_ca: Path | str | None = None,
     batch_size: int = 1000,
-    replay_window: float = 300.0,
 ) -> None:
     """Serve the two-aggregator mode on ``app`` (what ``fedstats server --vdaf`` does).
 
@@ -340,13 +375,10 @@ def add_vdaf_routes(
         system's trust store).
     batch_size : int
         Reports per aggregation job, in [1, 100000].
-    replay_window : float
-        The server's replay window for signed device requests (``ServerSettings.replay_window``).
     """
     app.include_router(
         vdaf_router(
             store,
-            replay_window=replay_window,
             transport=helper_transport(peer_ca),
             batch_size=batch_size,
         )

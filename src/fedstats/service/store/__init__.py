@@ -44,6 +44,7 @@ from fedstats.errors import DataError, ParameterError
 from fedstats.service.store.core import CoreQueries, SqlCoreQueries
 from fedstats.service.store.memory import MemoryStore
 from fedstats.service.store.secure import SqlSecureQueries
+from fedstats.service.store.vdaf import SqlVdafQueries
 
 __all__ = [
     "MemoryStore",
@@ -196,7 +197,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-class Tx(SqlCoreQueries, SqlSecureQueries):
+class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
     """One open transaction of the store: the core and the secure query groups on one session.
 
     Obtained from :meth:`Store.transaction`; the domain layer calls its query methods

@@ -22,9 +22,22 @@ vdaf_reports
 vdaf_jobs
     The aggregation jobs: their report ids (JSON) and status (``running``, ``done``); on the helper the
     answer it gave (JSON), so that a leader retrying a job gets the same answer and nothing is added twice.
+
+Queries
+-------
+:class:`VdafQueries` is the interface the domain layer (:mod:`fedstats.service.domain.vdaf`) calls through
+a transaction (:meth:`fedstats.service.store.Store.transaction`); :class:`SqlVdafQueries` implements it with
+SQLAlchemy Core statements on the transaction's session (SQLite and PostgreSQL). Methods take and return
+plain values and frozen dataclasses (:class:`VdafTaskRow`, :class:`VdafShareRow`).
 """
 
 from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -39,9 +52,23 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
+    insert,
+    select,
+    update,
 )
+from sqlalchemy.orm import Session
 
-__all__ = ["VDAF_METADATA", "vdaf_jobs", "vdaf_reports", "vdaf_tasks"]
+__all__ = [
+    "VDAF_METADATA",
+    "SqlVdafQueries",
+    "VdafQueries",
+    "VdafShareRow",
+    "VdafTaskRow",
+    "vdaf_jobs",
+    "vdaf_reports",
+    "vdaf_tasks",
+]
 
 VDAF_METADATA = MetaData()
 
@@ -95,3 +122,377 @@ vdaf_jobs = Table(
     Column("created_at", Float, nullable=False),
     PrimaryKeyConstraint("task_id", "job_id", name="pk_vdaf_jobs"),
 )
+
+
+# -- queries --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VdafTaskRow:
+    """A Prio3 task on this aggregator (``vdaf_tasks`` row); see the module's table description.
+
+    Attributes
+    ----------
+    id, role, vdaf, peer_url, population, status : str
+        ``vdaf`` is the variant's JSON (sorted keys).
+    ctx, verify_key : bytes
+    peer_token, peer_token_hash : str or None
+        The leader keeps the token, the helper its SHA-256 (hex).
+    min_batch_size : int
+    noise : str or None
+        The noise's JSON.
+    agg_share : bytes or None
+        The running aggregate share (the draft's encoding); None before the first job.
+    accepted, rejected : int
+    collection : str or None
+        The first collection's answer (JSON).
+    created_at : float
+    """
+
+    id: str
+    role: str
+    vdaf: str
+    ctx: bytes
+    verify_key: bytes
+    peer_url: str
+    peer_token: str | None
+    peer_token_hash: str | None
+    population: str
+    min_batch_size: int
+    noise: str | None
+    status: str = "open"
+    agg_share: bytes | None = None
+    accepted: int = 0
+    rejected: int = 0
+    collection: str | None = None
+    created_at: float = 0.0
+
+    def parameters(self) -> dict[str, Any]:
+        """The columns an operator sets at creation (compared when a task is created again)."""
+        return {
+            k: getattr(self, k)
+            for k in (
+                "id",
+                "role",
+                "vdaf",
+                "ctx",
+                "verify_key",
+                "peer_url",
+                "peer_token",
+                "peer_token_hash",
+                "population",
+                "min_batch_size",
+                "noise",
+            )
+        }
+
+
+@dataclass(frozen=True)
+class VdafShareRow:
+    """One stored report share (``vdaf_reports`` row, without its fate).
+
+    Attributes
+    ----------
+    report_id, client_id : str
+    public_share, input_share : bytes
+    job_id : str or None
+        The aggregation job that took it (None: pending).
+    """
+
+    report_id: str
+    client_id: str
+    public_share: bytes
+    input_share: bytes
+    job_id: str | None
+
+
+class VdafQueries(ABC):
+    """The two-aggregator mode's queries (one aggregator's tables)."""
+
+    @abstractmethod
+    def vdaf_task(self, task_id: str, *, lock: bool = False) -> VdafTaskRow | None:
+        """The task, or None; ``lock`` takes its row lock (``FOR UPDATE`` on PostgreSQL)."""
+
+    @abstractmethod
+    def add_vdaf_task(self, row: VdafTaskRow) -> None:
+        """Insert a new task."""
+
+    @abstractmethod
+    def set_vdaf_totals(
+        self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
+    ) -> None:
+        """Set the task's aggregate share and its counts of accepted and rejected reports."""
+
+    @abstractmethod
+    def set_vdaf_collected(self, task_id: str, collection: str) -> None:
+        """Freeze the task (status ``collected``) with its collection's answer (JSON)."""
+
+    @abstractmethod
+    def vdaf_report_counts(self, task_id: str) -> list[tuple[str, str | None, int]]:
+        """``(status, reason, count)`` of the task's reports."""
+
+    @abstractmethod
+    def vdaf_report_of(self, task_id: str, report_id: str, client_id: str) -> VdafShareRow | None:
+        """The task's report with this id or from this device (either; one at most by the rules), or None."""
+
+    @abstractmethod
+    def add_vdaf_report(
+        self,
+        task_id: str,
+        report_id: str,
+        client_id: str,
+        public_share: bytes,
+        input_share: bytes,
+        received_at: float,
+    ) -> None:
+        """Insert a pending report share."""
+
+    @abstractmethod
+    def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
+        """The stored shares among ``report_ids``, by report id (missing ids are absent)."""
+
+    @abstractmethod
+    def vdaf_pending(self, task_id: str, limit: int) -> list[str]:
+        """Up to ``limit`` ids of reports no job took yet, oldest first."""
+
+    @abstractmethod
+    def take_vdaf_reports(self, task_id: str, report_ids: Sequence[str], job_id: str) -> int:
+        """Assign the reports no job took yet among ``report_ids`` to ``job_id``; how many."""
+
+    @abstractmethod
+    def set_vdaf_fates(
+        self, task_id: str, report_ids: Sequence[str], job_id: str, reason: str | None
+    ) -> None:
+        """Record the reports' fate: accepted (``reason`` None) or rejected with ``reason``."""
+
+    @abstractmethod
+    def vdaf_running_job(self, task_id: str) -> tuple[str, list[str]] | None:
+        """The oldest unfinished job: ``(job_id, report_ids)``, or None."""
+
+    @abstractmethod
+    def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
+        """A job's ``(report_ids, response JSON or None)``, or None if there is no such job."""
+
+    @abstractmethod
+    def add_vdaf_job(
+        self, task_id: str, job_id: str, report_ids: Sequence[str], created_at: float
+    ) -> None:
+        """Insert a running job."""
+
+    @abstractmethod
+    def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:
+        """Mark a running job done (with the helper's answer, JSON); False if it was not running."""
+
+    @abstractmethod
+    def count_vdaf_jobs(self, task_id: str, status: str) -> int:
+        """How many of the task's jobs have ``status`` (``running`` or ``done``)."""
+
+
+_T = vdaf_tasks.c
+_R = vdaf_reports.c
+_J = vdaf_jobs.c
+
+
+def _opt_bytes(v: Any) -> bytes | None:
+    return None if v is None else bytes(v)
+
+
+class SqlVdafQueries(VdafQueries):
+    """:class:`VdafQueries` on SQLAlchemy (``self.session``: the transaction's session)."""
+
+    session: Session
+
+    def vdaf_task(self, task_id: str, *, lock: bool = False) -> VdafTaskRow | None:
+        """See :meth:`VdafQueries.vdaf_task`."""
+        q = select(vdaf_tasks).where(_T.id == task_id)
+        if lock:
+            q = q.with_for_update()
+        r = self.session.execute(q).mappings().first()
+        if r is None:
+            return None
+        return VdafTaskRow(
+            id=str(r["id"]),
+            role=str(r["role"]),
+            vdaf=str(r["vdaf"]),
+            ctx=bytes(r["ctx"]),
+            verify_key=bytes(r["verify_key"]),
+            peer_url=str(r["peer_url"]),
+            peer_token=r["peer_token"],
+            peer_token_hash=r["peer_token_hash"],
+            population=str(r["population"]),
+            min_batch_size=int(r["min_batch_size"]),
+            noise=r["noise"],
+            status=str(r["status"]),
+            agg_share=_opt_bytes(r["agg_share"]),
+            accepted=int(r["accepted"]),
+            rejected=int(r["rejected"]),
+            collection=r["collection"],
+            created_at=float(r["created_at"]),
+        )
+
+    def add_vdaf_task(self, row: VdafTaskRow) -> None:
+        """See :meth:`VdafQueries.add_vdaf_task`."""
+        self.session.execute(insert(vdaf_tasks).values(**row.__dict__))
+
+    def set_vdaf_totals(
+        self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
+    ) -> None:
+        """See :meth:`VdafQueries.set_vdaf_totals`."""
+        self.session.execute(
+            update(vdaf_tasks)
+            .where(_T.id == task_id)
+            .values(agg_share=agg_share, accepted=accepted, rejected=rejected)
+        )
+
+    def set_vdaf_collected(self, task_id: str, collection: str) -> None:
+        """See :meth:`VdafQueries.set_vdaf_collected`."""
+        self.session.execute(
+            update(vdaf_tasks)
+            .where(_T.id == task_id)
+            .values(status="collected", collection=collection)
+        )
+
+    def vdaf_report_counts(self, task_id: str) -> list[tuple[str, str | None, int]]:
+        """See :meth:`VdafQueries.vdaf_report_counts`."""
+        rows = self.session.execute(
+            select(_R.status, _R.reason, func.count())
+            .where(_R.task_id == task_id)
+            .group_by(_R.status, _R.reason)
+        ).all()
+        return [(str(s), None if why is None else str(why), int(n)) for s, why, n in rows]
+
+    def _share(self, r: Any) -> VdafShareRow:
+        return VdafShareRow(
+            str(r.report_id),
+            str(r.client_id),
+            bytes(r.public_share),
+            bytes(r.input_share),
+            None if r.job_id is None else str(r.job_id),
+        )
+
+    def vdaf_report_of(self, task_id: str, report_id: str, client_id: str) -> VdafShareRow | None:
+        """See :meth:`VdafQueries.vdaf_report_of`."""
+        r = self.session.execute(
+            select(_R.report_id, _R.client_id, _R.public_share, _R.input_share, _R.job_id)
+            .where(_R.task_id == task_id, (_R.report_id == report_id) | (_R.client_id == client_id))
+            .limit(1)
+        ).first()
+        return None if r is None else self._share(r)
+
+    def add_vdaf_report(
+        self,
+        task_id: str,
+        report_id: str,
+        client_id: str,
+        public_share: bytes,
+        input_share: bytes,
+        received_at: float,
+    ) -> None:
+        """See :meth:`VdafQueries.add_vdaf_report`."""
+        self.session.execute(
+            insert(vdaf_reports).values(
+                task_id=task_id,
+                report_id=report_id,
+                client_id=client_id,
+                public_share=public_share,
+                input_share=input_share,
+                received_at=received_at,
+                job_id=None,
+                status="pending",
+                reason=None,
+            )
+        )
+
+    def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
+        """See :meth:`VdafQueries.vdaf_shares`."""
+        if not report_ids:
+            return {}
+        rows = self.session.execute(
+            select(_R.report_id, _R.client_id, _R.public_share, _R.input_share, _R.job_id).where(
+                _R.task_id == task_id, _R.report_id.in_(list(report_ids))
+            )
+        ).all()
+        return {str(r.report_id): self._share(r) for r in rows}
+
+    def vdaf_pending(self, task_id: str, limit: int) -> list[str]:
+        """See :meth:`VdafQueries.vdaf_pending`."""
+        got = self.session.execute(
+            select(_R.report_id)
+            .where(_R.task_id == task_id, _R.status == "pending", _R.job_id.is_(None))
+            .order_by(_R.received_at, _R.report_id)
+            .limit(limit)
+        ).scalars()
+        return [str(r) for r in got]
+
+    def take_vdaf_reports(self, task_id: str, report_ids: Sequence[str], job_id: str) -> int:
+        """See :meth:`VdafQueries.take_vdaf_reports`."""
+        got = self.session.execute(
+            update(vdaf_reports)
+            .where(_R.task_id == task_id, _R.report_id.in_(list(report_ids)), _R.job_id.is_(None))
+            .values(job_id=job_id)
+        )
+        return int(getattr(got, "rowcount", 0) or 0)
+
+    def set_vdaf_fates(
+        self, task_id: str, report_ids: Sequence[str], job_id: str, reason: str | None
+    ) -> None:
+        """See :meth:`VdafQueries.set_vdaf_fates`."""
+        if not report_ids:
+            return
+        self.session.execute(
+            update(vdaf_reports)
+            .where(_R.task_id == task_id, _R.report_id.in_(list(report_ids)))
+            .values(
+                status="accepted" if reason is None else "rejected", reason=reason, job_id=job_id
+            )
+        )
+
+    def vdaf_running_job(self, task_id: str) -> tuple[str, list[str]] | None:
+        """See :meth:`VdafQueries.vdaf_running_job`."""
+        r = self.session.execute(
+            select(_J.job_id, _J.report_ids)
+            .where(_J.task_id == task_id, _J.status == "running")
+            .order_by(_J.created_at)
+            .limit(1)
+        ).first()
+        return None if r is None else (str(r[0]), [str(x) for x in json.loads(r[1])])
+
+    def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
+        """See :meth:`VdafQueries.vdaf_job`."""
+        r = self.session.execute(
+            select(_J.report_ids, _J.response).where(_J.task_id == task_id, _J.job_id == job_id)
+        ).first()
+        return None if r is None else ([str(x) for x in json.loads(r[0])], r[1])
+
+    def add_vdaf_job(
+        self, task_id: str, job_id: str, report_ids: Sequence[str], created_at: float
+    ) -> None:
+        """See :meth:`VdafQueries.add_vdaf_job`."""
+        self.session.execute(
+            insert(vdaf_jobs).values(
+                task_id=task_id,
+                job_id=job_id,
+                status="running",
+                report_ids=json.dumps(list(report_ids)),
+                response=None,
+                created_at=created_at,
+            )
+        )
+
+    def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:
+        """See :meth:`VdafQueries.finish_vdaf_job`."""
+        got = self.session.execute(
+            update(vdaf_jobs)
+            .where(_J.task_id == task_id, _J.job_id == job_id, _J.status == "running")
+            .values(status="done", response=response)
+        )
+        return int(getattr(got, "rowcount", 0) or 0) == 1
+
+    def count_vdaf_jobs(self, task_id: str, status: str) -> int:
+        """See :meth:`VdafQueries.count_vdaf_jobs`."""
+        got = self.session.execute(
+            select(func.count())
+            .select_from(vdaf_jobs)
+            .where(_J.task_id == task_id, _J.status == status)
+        ).scalar_one()
+        return int(got)
