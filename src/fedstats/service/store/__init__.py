@@ -198,10 +198,11 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 
 class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
-    """One open transaction of the store: the core and the secure query groups on one session.
+    """One open transaction of the store: the core, secure and Prio3 query groups on one session.
 
     Obtained from :meth:`Store.transaction`; the domain layer calls its query methods
-    (:class:`~fedstats.service.store.core.CoreQueries`, :class:`~fedstats.service.store.secure.SecureQueries`).
+    (:class:`~fedstats.service.store.core.CoreQueries`, :class:`~fedstats.service.store.secure.SecureQueries`,
+    :class:`~fedstats.service.store.vdaf.VdafQueries`).
     ``session`` is the SQLAlchemy session of the transaction, for code not yet converted to the query
     methods.
 
