@@ -110,3 +110,49 @@ def test_importing_the_device_sdk_loads_no_server_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# the server's own layers (docs/architecture.md, issue 28): http -> domain -> store, and only the store
+# speaks SQL; domain code knows nothing of HTTP
+SERVICE_LAYERS = {"http": {"http", "domain", "store"}, "domain": {"domain", "store"}, "store": {"store"}}
+SERVICE_FORBIDDEN = {
+    "http": {"sqlalchemy", "alembic", "psycopg"},
+    "domain": {"sqlalchemy", "alembic", "psycopg", "fastapi", "starlette", "uvicorn", "httpx"},
+    "store": {"fastapi", "starlette", "uvicorn", "httpx"},
+}
+
+
+def _service_imports(path: Path) -> tuple[set[str], set[str]]:
+    """(service sublayers, third-party top-level packages) imported by ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    layers = {
+        n.split(".")[2]
+        for n in names
+        if n.startswith("fedstats.service.") and n.split(".")[2] in SERVICE_LAYERS
+    }
+    return layers, {n.split(".")[0] for n in names}
+
+
+@pytest.mark.parametrize("layer", sorted(SERVICE_LAYERS))
+def test_the_service_layers_point_downwards(layer: str) -> None:
+    bad = []
+    for path in sorted((SRC / "service" / layer).rglob("*.py")):
+        if "migrations" in path.parts and layer == "store":
+            continue
+        layers, packages = _service_imports(path)
+        rel = path.relative_to(SRC)
+        bad += [f"{rel} imports service.{x}" for x in sorted(layers - SERVICE_LAYERS[layer])]
+        bad += [f"{rel} imports {x}" for x in sorted(packages & SERVICE_FORBIDDEN[layer])]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_service_package_holds_only_its_layers() -> None:
+    top = {p.name for p in (SRC / "service").iterdir() if not p.name.startswith("__")}
+    assert top == set(SERVICE_LAYERS), top
