@@ -63,6 +63,15 @@ def test_version_loads_no_heavy_library(args: list[str]) -> None:
         assert got["stdout"] == f"fedstats {__version__}\n"
 
 
+def test_python_dash_m_fedstats_is_the_same_light_entry_point() -> None:
+    got = _loaded_after(
+        "import runpy, sys\nsys.argv[1:] = ['--version']\nrunpy.run_module('fedstats', run_name='__main__')\n"
+    )
+    assert got["code"] == 0, got["stderr"]
+    assert got["stdout"] == f"fedstats {__version__}\n"
+    assert not got["modules"] & set(HEAVY), got["modules"] & set(HEAVY)
+
+
 def test_help_loads_typer_only_and_no_command_module() -> None:
     got = _loaded_after(_script("--help"))
     assert got["code"] == 0, got["stderr"]
