@@ -6,13 +6,16 @@ and secure aggregation allow. See the README for a tour and ``fedstats --help`` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedstats._lazy import lazy_exports
 from fedstats.errors import FedstatsError
-from fedstats.randomness import RandomSource
+
+if TYPE_CHECKING:
+    from fedstats.randomness import RandomSource
 
 _ONE_CALL = {
+    "RandomSource": "fedstats.randomness",
     "fed_chi2": "fedstats.analyses.chi2.api",
     "fed_entropy": "fedstats.analyses.entropy.api",
     "fed_g_test": "fedstats.analyses.entropy.api",
@@ -26,7 +29,8 @@ _ONE_CALL = {
     "chi_square": "fedstats.analyses.exact.api",
     "PrivacyLedger": "fedstats.privacy.ledger",
 }
-"""The one-call API of each analysis, loaded on first use (``import fedstats`` stays light)."""
+"""The one-call API of each analysis and :class:`RandomSource`, loaded on first use: ``import fedstats``
+stays light (no numpy), so ``fedstats --version`` answers from the package metadata alone."""
 
 _lazy_getattr, _lazy_dir = lazy_exports(__name__, _ONE_CALL)
 

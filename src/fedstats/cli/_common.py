@@ -18,24 +18,27 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as RichProgressBar
-from rich.table import Table
 from typer.core import TyperGroup
 
 from fedstats._io import atomic_write_text
-from fedstats.engine import Engine
-from fedstats.engine.routes import open_backend
 from fedstats.errors import FedstatsError, ParameterError
-from fedstats.randomness import RandomSource
-from fedstats.results import non_finite_fields, to_jsonable
+from fedstats.progress import NullProgress, Progress
+
+if (
+    TYPE_CHECKING
+):  # imported where used: ``fedstats --help`` loads neither rich, numpy nor the engine
+    from rich.console import Console
+    from rich.progress import Progress as RichProgressBar
+
+    from fedstats.engine import Engine
+    from fedstats.randomness import RandomSource
 
 __all__ = [
     "LONG_SECONDS",
@@ -198,6 +201,8 @@ class CliState:
     @property
     def randomness(self) -> RandomSource:
         """Secure source, or a reproducible one when ``--seed`` was given."""
+        from fedstats.randomness import RandomSource
+
         return RandomSource(self.seed)
 
 
@@ -359,6 +364,26 @@ def out_path(value: str | None, flag: str = "--out") -> Path | None:
     return Path(value)
 
 
+def open_backend(name: str = "serial", **options: Any) -> AbstractContextManager[Any]:
+    """:func:`fedstats.engine.routes.open_backend`, imported on first use (the engine loads numpy).
+
+    Parameters
+    ----------
+    name : str
+        The route (``serial``, ``secure``, ``process``, ``dask`` or ``aggregate``).
+    **options
+        As for :func:`fedstats.engine.routes.open_backend`.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        Yields the backend and closes it on exit.
+    """
+    from fedstats.engine.routes import open_backend as open_route
+
+    return open_route(name, **options)
+
+
 @contextmanager
 def engine_for(
     state: CliState,
@@ -371,6 +396,8 @@ def engine_for(
     **options: Any,
 ) -> Iterator[Engine]:
     """An :class:`~fedstats.engine.Engine` on the chosen route, closed (cluster shut down) on exit."""
+    from fedstats.engine import Engine
+
     with open_backend(
         backend, shard_size=shard_size, workers=workers, scheduler=scheduler, **options
     ) as be:
@@ -396,24 +423,34 @@ def state_from(
     )
 
 
-class _StdoutConsole(Console):
-    """A rich console whose broken pipe becomes the CLI's one-line error (rich would exit 1 silently)."""
+@cache
+def _stdout_console_class() -> type[Console]:
+    """A rich console whose broken pipe becomes the CLI's one-line error (rich would exit 1 silently).
 
-    def on_broken_pipe(self) -> None:
-        """Raise ``BrokenPipeError`` for :meth:`FedstatsGroup.main` to report."""
-        self.quiet = True
-        raise BrokenPipeError(errno.EPIPE, "the reader of standard output went away")
+    Defined on first use, so that rich is imported only by a command that prints with it.
+    """
+    from rich.console import Console
+
+    class _StdoutConsole(Console):
+        def on_broken_pipe(self) -> None:
+            """Raise ``BrokenPipeError`` for :meth:`FedstatsGroup.main` to report."""
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "the reader of standard output went away")
+
+    return _StdoutConsole
 
 
 def stdout_console() -> Console:
     """Console for human-readable output on stdout (160 columns when piped, else the terminal's)."""
     if sys.stdout is None:
         raise OSError(errno.EBADF, "standard output is closed")
-    return _StdoutConsole(highlight=False, width=None if sys.stdout.isatty() else 160)
+    return _stdout_console_class()(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def stderr_console() -> Console:
     """Console for messages and progress on stderr."""
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False)
 
 
@@ -470,6 +507,8 @@ def emit(
             )
     if sys.stdout is None:  # started with standard output closed
         raise OSError(errno.EBADF, "standard output is closed")
+    from fedstats.results import non_finite_fields, to_jsonable
+
     data = to_jsonable(payload)
     why = non_finite_fields(payload)
     if why and isinstance(data, dict):
@@ -482,6 +521,8 @@ def emit(
     if render is not None:
         render(console)
         return
+    from rich.table import Table
+
     table = Table(show_header=False, box=None)
     for key, value in data.items():
         table.add_row(
@@ -603,11 +644,18 @@ class RichProgress:
 
 
 @contextmanager
-def progress_for(state: CliState) -> Iterator[RichProgress]:
-    """Progress bars on stderr for the duration of a command (hidden with ``--quiet``).
+def progress_for(state: CliState) -> Iterator[Progress]:
+    """Progress bars on stderr for the duration of a command (none with ``--quiet``).
 
-    Bars appear only once a task has run for about a second, and vanish when done.
+    Bars appear only once a task has run for about a second, and vanish when done. With ``--quiet`` the
+    progress is a :class:`~fedstats.progress.NullProgress` (rich is not even imported).
     """
+    if state.quiet:
+        yield NullProgress()
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgressBar
+
     bar = RichProgressBar(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -615,7 +663,6 @@ def progress_for(state: CliState) -> Iterator[RichProgress]:
         TimeElapsedColumn(),
         console=stderr_console(),
         transient=True,
-        disable=state.quiet,
         refresh_per_second=4,
     )
     with bar:

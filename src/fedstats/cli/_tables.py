@@ -5,11 +5,10 @@ Reading the data, building the clients' tables or histograms, choosing the route
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
-import pandas as pd
 import typer
 
 from fedstats._resources import check_memory
@@ -17,6 +16,10 @@ from fedstats.cli._common import (
     CliState,
 )
 from fedstats.errors import DataError, ParameterError
+
+if TYPE_CHECKING:  # imported where a table is read: ``fedstats chi2 --help`` loads neither
+    import numpy as np
+    import pandas as pd
 
 __all__ = [
     "MAX_TABLE_ENTRIES",
@@ -91,6 +94,8 @@ def load_frame(data: str, data_dir: Path | None, split: str | None) -> pd.DataFr
     DatasetNotFoundError
         If ``data`` is neither a dataset name nor an existing file.
     """
+    import pandas as pd
+
     from fedstats.datasets import dataset_names, load_dataset
 
     if data in dataset_names():
@@ -141,8 +146,7 @@ def check_unique_columns(names: list[str], data: str) -> None:
     DataError
         Naming the repeated column(s).
     """
-    counts = pd.Series(names, dtype=object).value_counts()
-    repeated = [str(n) for n, c in counts.items() if c > 1]
+    repeated = [str(n) for n, c in Counter(names).items() if c > 1]
     if repeated:
         raise DataError(
             f"{data} has duplicate column names ({', '.join(map(repr, sorted(repeated)))}): an option "
@@ -201,6 +205,9 @@ def column_codes(df: pd.DataFrame, col: str) -> tuple[np.ndarray, int]:
     DataError
         If the column has missing values.
     """
+    import numpy as np
+    import pandas as pd
+
     codes, uniques = pd.factorize(df[col], sort=True)
     if (codes < 0).any():
         raise DataError(f"column {col!r} has missing values; recode them as a category")
@@ -211,6 +218,8 @@ def weights(df: pd.DataFrame, data: str, count_column: str | None) -> np.ndarray
     """Per-row counts from ``--count-column`` (non-negative integers), or None (one record per row)."""
     if count_column is None:
         return None
+    import numpy as np
+
     check_column(df, "--count-column", count_column, data)
     try:
         w = np.asarray(df[count_column].to_numpy(), dtype=np.float64)
@@ -233,6 +242,8 @@ def tables(
     weights: np.ndarray | None,
 ) -> np.ndarray:
     """Per-client count arrays ``(n, m_1, ..., m_k)`` of the columns ``cols`` (one bincount)."""
+    import numpy as np
+
     flat = assign.astype(np.int64)
     shape = [n]
     for c in cols:

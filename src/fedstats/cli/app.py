@@ -1,21 +1,26 @@
-"""The ``fedstats`` command: global options and the registry of subcommand modules.
+"""The ``fedstats`` command: the entry point, and the registry of subcommand modules.
+
+This module is light on purpose: it imports neither typer, rich, numpy nor pandas, so :func:`main` answers
+``fedstats --version`` from the package metadata alone, and ``fedstats --help`` lists every command from
+:data:`_SUMMARIES` without importing the command modules. The typer application itself (global options,
+:class:`~fedstats.cli._app.LazyGroup`) lives in :mod:`fedstats.cli._app` and is built on first use:
+``from fedstats.cli.app import app`` still gives it.
 
 Each module named in ``_COMMANDS`` defines ``register(app: typer.Typer) -> None`` adding its command(s);
-it is imported only when one of its commands runs (:class:`LazyGroup`). Global options go before the command: ``fedstats --seed 1 --json demo``; most commands also take
-``--json`` and ``--seed`` after their name.
+it is imported only when one of its commands runs. Global options go before the command:
+``fedstats --seed 1 --json demo``; most commands also take ``--json`` and ``--seed`` after their name.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-from pathlib import Path
-from typing import Annotated, Any
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-import typer
+if TYPE_CHECKING:
+    from fedstats.cli._app import LazyGroup, app
 
-from fedstats import __version__
-from fedstats.cli._common import CliState, FedstatsGroup
+__all__ = ["LazyGroup", "app", "main"]
 
 _COMMANDS: dict[str, str] = {
     "demo": "fedstats.cli.demo",
@@ -40,83 +45,97 @@ _COMMANDS: dict[str, str] = {
 }
 """Command name -> the module whose ``register`` adds it (imported only when the command runs)."""
 
-_COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(_COMMANDS.values()))
+_SUMMARIES: dict[str, str] = {
+    "demo": "Run every analysis implemented so far on embedded real data and print one table.",
+    "datasets": "List the datasets fedstats can load: where they are, their source and license, "
+    "and checksums.",
+    "reproduce": "Reproduce the papers' experiments (JSON results, PNG plots, a markdown results "
+    "page).",
+    "mean": "Estimate the mean of a column by bit pushing (or a baseline), with CI and bits "
+    "disclosed.",
+    "variance": "Estimate the variance of a column: a mean stage, then bit pushing of "
+    "(x - mean)^2.",
+    "gap": "Measure the performance gap between two groups under local differential privacy.",
+    "gap-plan": "Smallest epsilon that bounds the gap's error by alpha with the given probability "
+    "for K clients.",
+    "secagg": "Secure aggregation (Bell et al. 2020): simulate the protocol, choose its parameters.",
+    "heterogeneity": "Measure statistical heterogeneity of clients' image vectors with differential "
+    "privacy.",
+    "calibrate": "Calibrate noise to a privacy target.",
+    "privacy": "Privacy of fedstats' mechanisms.",
+    "chi2": "Secure federated chi-square (or G) test of independence of two columns (FED-chi^2).",
+    "entropy": "Secure federated Shannon entropy (nats) of a categorical column (FED-H).",
+    "examples": "List the example files built from Adult, or copy them into a folder with --out.",
+    "server": "The aggregation server (needs the 'service' extra).",
+    "client": "The client device (SDK: fedstats.client).",
+    "enroll": "Enrollment authority: create it, issue device and analyst identities.",
+    "admin": "Operator tools over the server's admin API: budgets, tasks, runs, devices, operators.",
+    "validate": "Monte Carlo bias and 95% CI coverage of every analysis and protocol on real "
+    "columns.",
+}
+"""Command name -> the first paragraph of its help, for ``fedstats --help`` without importing the command
+modules (tests/test_cli_startup.py checks it against what each module registers)."""
+
+_VERSION_ONLY = frozenset({"--version", "--json", "--quiet", "-q"})
+"""Global flags that :func:`main` may answer alone (``--version``, with ``--json`` for a JSON object)."""
 
 
-class LazyGroup(FedstatsGroup):
-    """The top-level group: a command's module is imported when that command is looked up.
+def _version_line(argv: Sequence[str]) -> str | None:
+    """The output of ``fedstats ARGV`` when it only asks for the version, else None.
 
-    ``fedstats mean ...`` then loads the modules of ``mean`` only (not the server's, secure aggregation's
-    or the other analyses'): about half of the start-up time. ``--help`` lists every command, loading all.
+    Only the flags in :data:`_VERSION_ONLY` qualify: anything else (``--help``, ``--seed 3``, a command)
+    goes through the typer application, which answers the same way when ``--version`` is among them.
     """
+    if "--version" not in argv or not set(argv) <= _VERSION_ONLY:
+        return None
+    from fedstats import __version__
 
-    def list_commands(self, ctx: Any) -> list[str]:
-        """Every command, in the order of :data:`_COMMANDS`."""
-        return list(dict.fromkeys([*_COMMANDS, *super().list_commands(ctx)]))
+    if "--json" in argv:
+        import json
 
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        """Load the module of ``cmd_name`` on first use, then look it up."""
-        module = _COMMANDS.get(cmd_name)
-        if module is not None and cmd_name not in self.commands:
-            sub = typer.Typer(
-                add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None
-            )
-            importlib.import_module(module).register(sub)
-            for name, command in typer.main.get_group(sub).commands.items():
-                self.add_command(command, name)
-        return super().get_command(ctx, cmd_name)
+        return json.dumps({"version": __version__})
+    return f"fedstats {__version__}"
 
 
-app = typer.Typer(
-    name="fedstats",
-    cls=LazyGroup,
-    help="Private federated analytics: DP statistics over many clients with secure aggregation.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``fedstats`` script.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The arguments after the program name (default ``sys.argv[1:]``).
+
+    Raises
+    ------
+    SystemExit
+        Always: 0 on success, 2 on a usage or input error (one ``error: ...`` line on stderr), 130 when
+        interrupted; see :class:`fedstats.cli._common.FedstatsGroup`.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    line = _version_line(args)
+    if line is not None:
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except (AttributeError, OSError, ValueError) as exc:  # stdout closed, or its reader gone
+            why = getattr(exc, "strerror", None) or "standard output is closed"
+            sys.stderr.write(f"error: cannot write the output ({why})\n")
+            raise SystemExit(2) from None
+        raise SystemExit(0)
+    from fedstats.cli._app import app as application
+
+    if argv is None:
+        application()  # click reads sys.argv and names the program after sys.argv[0], as before
+    else:
+        application(args)
 
 
-def _version(ctx: typer.Context, value: bool) -> None:
-    # not eager, so the eager --json is already in ctx.params whatever the order on the command line
-    if value:
-        as_json = bool(ctx.params.get("json_flag"))
-        typer.echo(json.dumps({"version": __version__}) if as_json else f"fedstats {__version__}")
-        raise typer.Exit(0)
+def __getattr__(name: str) -> Any:
+    """Build the typer application (``app``, ``LazyGroup``) on first use: it costs typer's import."""
+    if name in ("app", "LazyGroup"):
+        from fedstats.cli import _app
 
-
-@app.callback()
-def _global(
-    ctx: typer.Context,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            "--seed", min=0, help="Seed for a reproducible run (marked 'not for release')."
-        ),
-    ] = None,
-    json_flag: Annotated[
-        bool, typer.Option("--json", is_eager=True, help="Print one JSON object on stdout.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No progress bars or messages.")
-    ] = False,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--data-dir",
-            envvar="FEDSTATS_DATA",
-            help="Folder of the real datasets (default ../shared/data).",
-        ),
-    ] = None,
-    version: Annotated[  # noqa: ARG001 - typer passes the eager option
-        bool, typer.Option("--version", callback=_version, help="Show the version.")
-    ] = False,
-) -> None:
-    """Global options."""
-    ctx.obj = CliState(seed=seed, json=json_flag, quiet=quiet, data_dir=data_dir)
-
-
-def main() -> None:
-    """Entry point of the ``fedstats`` script."""
-    app()
+        value = getattr(_app, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

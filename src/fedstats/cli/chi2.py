@@ -13,12 +13,9 @@ noise, with ``p_value_mc_error`` and ``null_replicates``), ``p_value_paper``, ``
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedstats.cli import _tables as _t
 from fedstats.cli._common import (
@@ -49,6 +46,9 @@ from fedstats.cli._tables import (
     SplitOption,
 )
 from fedstats.errors import ParameterError
+
+if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich nor pandas
+    from rich.console import Console
 
 __all__ = ["register"]
 
@@ -116,6 +116,8 @@ def chi2(
     data_dir: DataDirOption = None,
 ) -> None:
     """Secure federated chi-square (or G) test of independence of two columns (FED-chi^2)."""
+    import numpy as np
+
     from fedstats.analyses.chi2 import fed_chi2, simulate_fed_chi2
     from fedstats.analyses.entropy import fed_g_test
 
@@ -247,6 +249,8 @@ def chi2(
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
+        from rich.table import Table
+
         name = "FED-chi^2" if res.test == "chi2" else "G-test via FED-H"
         t = Table(title=f"{name}: {x} x {y} ({data})", show_header=False)
         ci = payload["ci"]

@@ -8,11 +8,9 @@ Every client holds the histogram of its rows of ``--column``; the clients are ch
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedstats.cli import _tables as _t
 from fedstats.cli._common import (
@@ -43,6 +41,9 @@ from fedstats.cli._tables import (
     SplitOption,
 )
 from fedstats.errors import DataError, ParameterError
+
+if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich nor pandas
+    from rich.console import Console
 
 __all__ = ["MIN_FD_STEP", "register"]
 
@@ -173,6 +174,8 @@ def entropy(
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
+        from rich.table import Table
+
         t = Table(title=f"FED-H: entropy of {column} ({data}), nats", show_header=False)
         ci = payload["ci"]
         rows = [

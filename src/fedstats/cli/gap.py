@@ -10,16 +10,11 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedstats._validation import check_real
-from fedstats.analyses.performance_gap import measure_performance_gap, plan_epsilon
-from fedstats.analyses.performance_gap.allocation import GroupLayout
 from fedstats.analyses.performance_gap.config import PerformanceGapConfig
 from fedstats.cli._common import (
     AllowLongOption,
@@ -40,6 +35,9 @@ from fedstats.cli._common import (
     warn_duration,
 )
 from fedstats.errors import DataError, ParameterError
+
+if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, scipy nor the analysis
+    from rich.console import Console
 
 _DEFAULT = PerformanceGapConfig  # the options a task shares take the config's defaults
 
@@ -110,8 +108,11 @@ def gap(
     seed: SeedOption = None,
 ) -> None:
     """Measure the performance gap between two groups under local differential privacy."""
-    state = state_from(ctx, json_flag=json_flag, seed=seed)
+    import numpy as np
+
     from fedstats.cli._tables import read_table
+
+    state = state_from(ctx, json_flag=json_flag, seed=seed)
 
     check_distinct_columns({"--group-column": group_column, "--value-column": value_column})
     check_route_options(ctx, backend)
@@ -196,6 +197,8 @@ def gap(
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
+        from rich.table import Table
+
         t = Table(
             title=f"performance gap {result.pair[0]} - {result.pair[1]}" if result.pair else ""
         )
@@ -255,6 +258,8 @@ def _as_cli_error(exc: ParameterError) -> ParameterError:
 
 def measure_payload(groups: Any, values: Any, **kwargs: Any) -> Any:
     """:func:`measure_performance_gap`, with parameter errors naming the CLI options."""
+    from fedstats.analyses.performance_gap import measure_performance_gap
+
     try:
         return measure_performance_gap(groups, values, **kwargs)
     except ParameterError as exc:
@@ -291,6 +296,9 @@ def gap_plan(
     json_flag: JsonOption = False,
 ) -> None:
     """Smallest epsilon that bounds the gap's error by alpha with the given probability for K clients."""
+    from fedstats.analyses.performance_gap import plan_epsilon
+    from fedstats.analyses.performance_gap.allocation import GroupLayout
+
     state = state_from(ctx, json_flag=json_flag)
     layout = None
     if fractions is not None:
@@ -329,6 +337,8 @@ def gap_plan(
     }
 
     def render(console: Console) -> None:
+        from rich.table import Table
+
         t = Table(title="gap-plan", show_header=False)
         if plan.epsilon is None:
             t.add_row(

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from fedstats.analyses.heterogeneity.api import heterogeneity_block_size, heterogeneity_from_config
 from fedstats.analyses.heterogeneity.config import HeterogeneityConfig
 from fedstats.cli._common import (
     BackendOption,
@@ -25,8 +22,9 @@ from fedstats.cli._common import (
     state_from,
 )
 from fedstats.errors import ParameterError
-from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
-from fedstats.privacy.ledger import PrivacyLedger
+
+if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, pandas nor the analysis
+    from rich.console import Console
 
 _DEFAULT = HeterogeneityConfig  # the options' defaults are the config's (one default per option)
 
@@ -154,6 +152,13 @@ def heterogeneity_command(
     shard_size: ShardSizeOption = 1 << 20,
 ) -> None:
     """Measure statistical heterogeneity of clients' image vectors with differential privacy."""
+    from fedstats.analyses.heterogeneity.api import (
+        heterogeneity_block_size,
+        heterogeneity_from_config,
+    )
+    from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
+    from fedstats.privacy.ledger import PrivacyLedger
+
     state = state_from(ctx, json_flag=json_flag, seed=seed)
     if no_privacy and (epsilon is not None or delta is not None):
         raise ParameterError("no_privacy", True, "not together with --epsilon/--delta")
@@ -230,6 +235,8 @@ def heterogeneity_command(
     }
 
     def render(console: Console) -> None:
+        from rich.table import Table
+
         title = (
             f"heterogeneity of {name} ({res.n_clients} clients, d={x.shape[1]}"
             + (f", labels {label_ratio}" if label_ratio else "")

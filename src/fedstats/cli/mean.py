@@ -11,18 +11,10 @@ protocol: ``adaptive`` (default), ``weighted``, ``basic`` bit pushing, or the ba
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from fedstats._validation import check_real
-from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
-from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
-from fedstats.analyses.bitpushing.encoding import BitEncoding
-from fedstats.analyses.bitpushing.protocol import METHODS
 from fedstats.cli._common import (
     AllowLongOption,
     BackendOption,
@@ -42,8 +34,15 @@ from fedstats.cli._common import (
     state_from,
     warn_duration,
 )
-from fedstats.engine import Population, ResampledPopulation
 from fedstats.errors import DataError, ParameterError
+
+if (
+    TYPE_CHECKING
+):  # imported where used: ``fedstats mean --help`` loads neither numpy nor the analysis
+    import numpy as np
+    from rich.console import Console
+
+    from fedstats.analyses.bitpushing.encoding import BitEncoding
 
 __all__ = ["MAX_ABS_VALUE", "load_column", "register"]
 
@@ -63,6 +62,8 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
     DatasetNotFoundError
         If ``data`` is neither a dataset name nor an existing file.
     """
+    import numpy as np
+
     from fedstats.cli._tables import check_column, load_frame
 
     df = load_frame(data, data_dir, split)
@@ -87,6 +88,8 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
 def _encoding(
     low: float, high: float | None, bit_depth: int | None, resolution: float, out_of_range: str
 ) -> BitEncoding:
+    from fedstats.analyses.bitpushing.encoding import BitEncoding
+
     if high is None:
         if bit_depth is None:
             raise ParameterError("--high", None, "a declared upper bound (or give --bit-depth)")
@@ -122,6 +125,12 @@ def _run(
     seed: int | None,
     data_dir: Path | None,
 ) -> None:
+    from fedstats._validation import check_real
+    from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
+    from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
+    from fedstats.analyses.bitpushing.protocol import METHODS
+    from fedstats.engine import Population, ResampledPopulation
+
     state: CliState = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
     if method not in METHODS:
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
@@ -225,6 +234,8 @@ def _run(
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
+        from rich.table import Table
+
         t = Table(title=f"{kind} of {column} ({data}) by {method}", show_header=False)
         rows = [
             ("estimate", f"{payload['estimate']:.6g}"),

@@ -14,36 +14,17 @@ from __future__ import annotations
 import math
 import sys
 import warnings
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from fedstats.cli._common import FedstatsGroup, JsonOption, check_applies, emit, state_from
 from fedstats.errors import ParameterError
-from fedstats.privacy.analysis import (
-    analytic_gaussian_delta,
-    analytic_gaussian_sigma,
-    classical_gaussian_sigma,
-    gaussian_rho,
-)
-from fedstats.privacy.analysis.discrete_gaussian import (
-    discrete_gaussian_delta,
-    discrete_gaussian_sigma,
-)
-from fedstats.privacy.mechanisms import (
-    DuchiMechanism,
-    GaussianMechanism,
-    GeneralizedRandomizedResponse,
-    Harmony,
-    LaplaceMechanism,
-    Mechanism,
-    PiecewiseMechanism,
-    RandomizedResponse,
-    SubtractiveDithering,
-    grid_spacing,
-)
+
+if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, numpy nor scipy
+    from rich.console import Console
+
+    from fedstats.privacy.mechanisms import Mechanism
 
 calibrate_app = typer.Typer(
     cls=FedstatsGroup, help="Calibrate noise to a privacy target.", no_args_is_help=True
@@ -68,6 +49,8 @@ SensitivityOption = Annotated[
 
 def _table(rows: dict[str, Any]) -> Any:
     def render(console: Console) -> None:
+        from rich.table import Table
+
         table = Table(show_header=False, box=None)
         for key, value in rows.items():
             table.add_row(key, f"{value:.10g}" if isinstance(value, float) else str(value))
@@ -107,6 +90,18 @@ def calibrate_gaussian(
     json_flag: JsonOption = False,
 ) -> None:
     """Smallest Gaussian noise for (epsilon, delta)-DP, and the delta it achieves exactly."""
+    from fedstats.privacy.analysis import (
+        analytic_gaussian_delta,
+        analytic_gaussian_sigma,
+        classical_gaussian_sigma,
+        gaussian_rho,
+    )
+    from fedstats.privacy.analysis.discrete_gaussian import (
+        discrete_gaussian_delta,
+        discrete_gaussian_sigma,
+    )
+    from fedstats.privacy.mechanisms import grid_spacing
+
     state = state_from(ctx, json_flag=json_flag)
     check_applies(
         ctx,
@@ -178,6 +173,17 @@ def _build(
     bit_depth: int,
     resolution_bits: int,
 ) -> Mechanism:
+    from fedstats.privacy.mechanisms import (
+        DuchiMechanism,
+        GaussianMechanism,
+        GeneralizedRandomizedResponse,
+        Harmony,
+        LaplaceMechanism,
+        PiecewiseMechanism,
+        RandomizedResponse,
+        SubtractiveDithering,
+    )
+
     if mechanism not in MECHANISMS:
         raise ParameterError("MECHANISM", mechanism, "one of " + ", ".join(MECHANISMS))
     if mechanism == "dithering":
