@@ -432,6 +432,17 @@ class ResampledPopulation(GeneratedPopulation):
         hist: InputHistogram = cache[key]
         return hist
 
+    def _distinct(self, s: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Distinct rows of stratum ``s`` and their frequencies (computed once: the data are fixed)."""
+        cache = self.__dict__.setdefault("_distinct_rows", {})
+        if s not in cache:
+            p = self._params
+            r0 = int(p["row_start"][s])
+            rows = {k: v[r0 : r0 + int(p["row_count"][s])] for k, v in p["columns"].items()}
+            cache[s] = distinct_rows(rows)
+        got: tuple[dict[str, np.ndarray], np.ndarray] = cache[s]
+        return got
+
     def _draw_histogram(self, start: int, stop: int, randomness: RandomSource) -> InputHistogram:
         p = self._params
         bounds: np.ndarray = p["client_bounds"]
@@ -442,9 +453,7 @@ class ResampledPopulation(GeneratedPopulation):
             m = min(stop, int(bounds[s + 1])) - max(start, int(bounds[s]))
             if m <= 0:
                 continue
-            r0 = int(p["row_start"][s])
-            rows = {k: v[r0 : r0 + int(p["row_count"][s])] for k, v in p["columns"].items()}
-            values, freq = distinct_rows(rows)
+            values, freq = self._distinct(s)
             drawn = _multinomial(rng, m, freq / freq.sum())
             keep = drawn > 0
             part = {k: v[keep] for k, v in values.items()}
@@ -454,9 +463,8 @@ class ResampledPopulation(GeneratedPopulation):
         cols = {k: np.concatenate([q[k] for q in parts]) for k in parts[0]}
         source = None
         if bounds.size == 2:  # one stratum: every client an i.i.d. draw of the same rows
-            rows = dict(p["columns"])
-            values, freq = distinct_rows(rows)
-            values["_stratum"] = np.zeros(freq.size, dtype=np.int64)
+            values, freq = self._distinct(0)
+            values = {**values, "_stratum": np.zeros(freq.size, dtype=np.int64)}
             source = (values, freq / freq.sum())
         return InputHistogram(cols, np.concatenate(counts), self._n, source)
 
