@@ -110,3 +110,31 @@ def test_fedstats_errors_give_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatc
     assert res.exit_code == 2
     assert res.stderr.strip() == "error: column 'age' has a NaN value"
     assert res.stdout == ""
+
+
+def test_demo_mode_applies_only_with_network_and_names_its_choices() -> None:
+    for args in (["demo", "--mode", "prio3"], ["demo", "--network", "--mode", "foo"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, res.output
+        assert res.output.count("\n") == 1 and "--mode" in res.output, res.output
+
+
+def test_demo_network_prio3_reports_the_aggregators_result_beside_the_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The table row of the two-aggregator demo: the network's value, the engine's as truth, the
+    rejections (the demo itself runs in tests/test_prio3_service.py)."""
+    import fedstats.cli.prio3_demo as p3
+
+    row = {
+        "analysis": "bitpushing.mean",
+        "network": 36.5,
+        "engine": 36.25,
+        "agree": False,
+        "rounds": [{"accepted": 39, "rejected": 1}],
+    }
+    monkeypatch.setattr(p3, "run_prio3_demo", lambda: [row])
+    got = _json(runner.invoke(app, ["demo", "--network", "--mode", "prio3", "--json"]))
+    (r,) = got["analyses"]
+    assert (r["estimate"], r["truth"], r["error"]) == (36.5, 36.25, 0.25)
+    assert "prio3" in r["name"] and "[1]" in r["name"]

@@ -441,7 +441,7 @@ def test_a_job_retried_after_the_helper_answered_adds_nothing_twice(tmp_path: Pa
 
 
 def test_network_demo_two_aggregator_processes_agree_with_the_engine(tmp_path: Path) -> None:
-    """Two `serve` processes (HTTPS), device processes, bit pushing and FED-chi^2: bit for bit the
+    """Two `fedstats server --vdaf` processes (HTTPS), device processes, bit pushing and FED-chi^2: the
     in-process engine's results, the cheating device rejected by both aggregators in every round."""
     from fedstats.cli.prio3_demo import run_prio3_demo
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -9,11 +11,13 @@ from rich.table import Table
 from fedstats.cli._common import (
     JsonOption,
     SeedOption,
+    check_applies,
     emit,
     fmt_value,
     progress_for,
     state_from,
 )
+from fedstats.errors import ParameterError
 from fedstats.experiments.demo import run_demo
 
 
@@ -24,12 +28,25 @@ def demo(
     network: bool = typer.Option(
         False, "--network", help="Run through a loopback server and 20 client processes (HTTPS)."
     ),
+    mode: str = typer.Option(
+        "server",
+        "--mode",
+        help="With --network: 'server' (one aggregation server, plain and secure rounds) or "
+        "'prio3' (two aggregator processes verify every report's validity proof; one device cheats).",
+    ),
 ) -> None:
     """Run every analysis implemented so far on embedded real data and print one table."""
     state = state_from(ctx, json_flag=json_flag, seed=seed)
+    check_applies(ctx, "mode", network, "only with --network")
+    if mode not in ("server", "prio3"):
+        raise ParameterError("--mode", mode, "server or prio3")
     randomness = state.randomness
     with progress_for(state) as progress:
-        if network:
+        if network and mode == "prio3":
+            from fedstats.cli.prio3_demo import run_prio3_demo
+
+            rows = [_prio3_row(r) for r in run_prio3_demo()]
+        elif network:
             from fedstats.cli.network_demo import run_network_demo
 
             rows = run_network_demo(progress=progress)
@@ -62,6 +79,20 @@ def demo(
             console.print(f"[dim]{randomness.release_note}[/dim]")
 
     emit(state, payload, render)
+
+
+def _prio3_row(r: dict[str, Any]) -> dict[str, Any]:
+    """A row of the Prio3 network demo in the demo table's columns (truth: the in-process engine)."""
+    rejected = sorted({int(x.get("rejected", 0)) for x in r.get("rounds", [])})
+    return {
+        **r,
+        "name": r["analysis"] + f" [prio3, rejected per round: {rejected}]",
+        "dataset": "adult",
+        "estimate": r["network"],
+        "truth": r["engine"],
+        "error": float(r["network"]) - float(r["engine"]),
+        "epsilon": None,
+    }
 
 
 def register(app: typer.Typer) -> None:
