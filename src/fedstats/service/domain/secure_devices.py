@@ -387,21 +387,65 @@ def submit_up(
     return True
 
 
-def certificates(s: Session, run_id: str, index: int, number: int, client_id: str) -> list[Any]:
+# a session's certificates never change once it is stored: parsed once per process
+_CERTIFICATES: dict[tuple[str, int, int], list[Any]] = {}
+
+
+def certificates(
+    s: Session,
+    run_id: str,
+    index: int,
+    number: int,
+    client_id: str,
+    indices: list[int] | None = None,
+) -> list[Any]:
     """The enrollment certificates of a session's members, in roster order (for a member to verify).
+
+    Parameters
+    ----------
+    s : Session
+        An open store session.
+    run_id : str
+    index : int
+        The round.
+    number : int
+        The session within the round.
+    client_id : str
+        The asking device (a member of the session).
+    indices : list of int, optional
+        Only the members at these roster positions, in this order (a device asks for its neighbours'
+        and a few audited members', not all ``n``); default every member.
+
+    Returns
+    -------
+    list of dict
+        ``{"body", "signature"}`` per member.
 
     Raises
     ------
     NotFoundError, SecurityError
         As :func:`down_message`.
     ParameterError
-        If a member registered without a stored certificate (enrolled before certificates were kept).
+        If a member registered without a stored certificate (enrolled before certificates were kept),
+        or ``indices`` names a position outside ``[0, n)``.
     """
     row = _session_of(s, run_id, index, number)
     _position(row, client_id)
-    out = []
-    for c in enrolled_rows(s, json.loads(row.members)):
-        if c.certificate is None:
-            raise ParameterError("certificate", c.id, "a member that registered its certificate")
-        out.append(json.loads(c.certificate))
-    return out
+    key = (run_id, index, number)
+    out = _CERTIFICATES.get(key)
+    if out is None:
+        out = []
+        for c in enrolled_rows(s, json.loads(row.members)):
+            if c.certificate is None:
+                raise ParameterError(
+                    "certificate", c.id, "a member that registered its certificate"
+                )
+            out.append(json.loads(c.certificate))
+        if len(_CERTIFICATES) > 64:
+            _CERTIFICATES.clear()
+        _CERTIFICATES[key] = out
+    if indices is None:
+        return list(out)
+    if any(not 0 <= j < len(out) for j in indices):
+        raise ParameterError("members", indices, f"roster positions in [0, {len(out)})")
+    return [out[j] for j in indices]
