@@ -52,7 +52,7 @@ devices different rosters, drop messages):
    checked members leaves, and those are a uniform sample (the graph's randomness is fixed after the
    cohort; the audit is private), so a victim proceeds with probability at most
    ``(1 - m / (n - 1))^(k + 16)``: for even odds ``m <= (n - 1) ln 2 / (k + 16)``, 6 at ``n = 1000``
-   (``k = 90``); the sum then covers at least 893 - c honest inputs instead of 900 - c.
+   (``k = 90``); the sum then covers at least 894 - c honest inputs instead of 900 - c.
 
 Against a malicious server it refuses, and drops out of the session without sending anything (and before
 encoding its data or charging its budget), when:
