@@ -294,12 +294,12 @@ class Server:
         raise RuntimeError("server did not start within 180 s")
 
     def stop(self) -> None:
-        """SIGTERM the server (SIGKILL after 20 s)."""
+        """SIGTERM the server (SIGKILL after 20 s, 120 s when profiled)."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(20)
+            self.proc.wait(20 if self.profile is None else 120)  # a profile is merged on exit
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)

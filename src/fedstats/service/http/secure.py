@@ -117,7 +117,12 @@ def add_secure_routes(
             with store.session() as s:
                 run = runs.load_run(s, run_id)
                 secure_devices.member_of(s, run_id, cid)
-                if run.public_seed is None:  # still changing: reveals come in
+                if run.public_seed is None:
+                    if run.status == "seeding":  # the commitment list: fixed, every member asks
+                        return cached(
+                            ("commitments", run_id),
+                            lambda: secure_devices.seed_transcript(s, run),
+                        )
                     return json.dumps(secure_devices.seed_transcript(s, run)).encode()
                 return cached(("seed", run_id), lambda: secure_devices.seed_transcript(s, run))
 
