@@ -6,6 +6,18 @@ Usage::
         [--poll SECONDS]
         [--timeout SECONDS] [--flower-timeout SECONDS] [--no-flower] [--db auto|sqlite|postgresql]
         [--flower-transport] [--flower-transport-timeout SECONDS]
+        [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS] [--profile]
+
+The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
+
+    python benchmarks/service_secagg.py --clients 1000 --no-flower --encoding-size 1000 --dropout 0.1 \
+        --stage-seconds 60 --timeout 420 --output service_secagg_secure_n1000
+
+``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
+devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the
+costliest dropout, whose pair masks the server must remove from key shares) of every session, so that
+stage closes at its deadline (``--stage-seconds``, the task's round deadline); ``--profile`` runs the
+server under cProfile in every thread and records its top functions (the CPU is then not comparable).
 
 For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
 
@@ -104,6 +116,45 @@ RECORDS_PER_DEVICE = 10
 # deployment: certificates, authority, store, server process
 # ---------------------------------------------------------------------------------------------------
 
+# ``fedstats server``; with FEDSTATS_BENCH_PROFILE=path, under cProfile in every thread (the event loop's
+# and the store threads'), timed by each thread's CPU clock (waits for the database, locks and the network
+# cost nothing), the merged statistics written to ``path`` when the server exits (SIGTERM)
+_SERVER_MAIN = """
+import os, sys, threading
+out = os.environ.get("FEDSTATS_BENCH_PROFILE")
+profs = []
+if out:
+    import cProfile, pstats, time
+    lock = threading.Lock()
+    def boot(frame, event, arg):
+        p = cProfile.Profile(time.thread_time)
+        with lock:
+            profs.append(p)
+        p.enable()
+    threading.setprofile(boot)
+    # uvicorn re-raises the SIGTERM it handled once it has shut down: exit through this finally
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    first = cProfile.Profile(time.thread_time)
+    profs.append(first)
+    first.enable()
+from fedstats.cli.app import main
+sys.argv[0] = "fedstats"
+try:
+    main()
+finally:
+    if out:
+        stats = None
+        for p in list(profs):
+            try:
+                p.create_stats()
+                stats = pstats.Stats(p) if stats is None else stats.add(p)
+            except Exception:
+                pass
+        if stats is not None:
+            stats.dump_stats(out)
+"""
+
 
 def pg_reachable() -> str | None:
     """None if PostgreSQL answers at 127.0.0.1:5432 (database ``test``), else the reason."""
@@ -177,13 +228,16 @@ class Server:
         ``fedstats server --store-threads``.
     """
 
-    def __init__(self, root: Path, db: str, tick: float, store_threads: int) -> None:
+    def __init__(
+        self, root: Path, db: str, tick: float, store_threads: int, profile: Path | None = None
+    ) -> None:
         from fedstats.service.http.app import add_operator
         from fedstats.service.http.tls import make_dev_certificates
         from fedstats.service.store import open_store
         from fedstats.wire.enrollment import init_authority
 
         self.root, self.db, self.tick, self.store_threads = root, db, tick, store_threads
+        self.profile = profile
         self.certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
         init_authority(root / "authority")
         store = open_store(db)
@@ -200,10 +254,13 @@ class Server:
             os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
         )
         env.pop("FEDSTATS_CRASH_AFTER", None)
+        env.pop("FEDSTATS_BENCH_PROFILE", None)
+        if self.profile is not None:
+            env["FEDSTATS_BENCH_PROFILE"] = str(self.profile)
         cmd = [
             sys.executable,
             "-c",
-            "import sys; from fedstats.cli.app import main; sys.argv[0] = 'fedstats'; main()",
+            _SERVER_MAIN,
             "server",
             "--db",
             self.db,
@@ -241,12 +298,12 @@ class Server:
         raise RuntimeError("server did not start within 180 s")
 
     def stop(self) -> None:
-        """SIGTERM the server (SIGKILL after 20 s)."""
+        """SIGTERM the server (SIGKILL after 20 s, 120 s when profiled)."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(20)
+            self.proc.wait(20 if self.profile is None else 120)  # a profile is merged on exit
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
@@ -301,6 +358,27 @@ class _MeteredHTTP:
         self.requests[cat] += 1
         return r
 
+    @contextlib.contextmanager
+    def stream(self, method: str, path: str, **kw: Any) -> Iterator[httpx.Response]:
+        """``httpx.Client.stream``, counted like :meth:`request` (the bytes the device read)."""
+        with self._http.stream(method, path, **kw) as r:
+            try:
+                yield r
+            finally:
+                cat = _category(method, path)
+                self.sent[cat] += len(kw.get("content") or b"")
+                self.received[cat] += r.num_bytes_downloaded
+                self.requests[cat] += 1
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        """An unsigned GET (the device's health probe), not counted."""
+        return self._http.get(path, **kw)
+
+    @property
+    def base_url(self) -> httpx.URL:
+        """The wrapped client's base URL."""
+        return self._http.base_url
+
     def close(self) -> None:
         self._http.close()
 
@@ -316,8 +394,14 @@ def _worker(
     seconds: float,
     go: Any,
     out: Any,
+    drop: set[str] | None = None,
+    drop_stage: int = 2,
 ) -> None:
-    """Build this worker's devices, signal ready, wait for ``go`` (the run id), run them; put metrics."""
+    """Build this worker's devices, signal ready, wait for ``go`` (the run id), run them; put metrics.
+
+    The devices named in ``drop`` answer every secure stage before ``drop_stage`` and none from it on
+    (a dropout for the protocol in every session they are in).
+    """
     from fedstats.client import Device, LocalBudget, Policy
     from fedstats.secagg import find_parameters
 
@@ -334,6 +418,8 @@ def _worker(
             timeout=120.0,
         )
         dev._http = _MeteredHTTP(dev._http)  # type: ignore[assignment]
+        if drop and ident["client_id"] in drop:
+            dev._answer_stage = _dropping(dev._answer_stage, drop_stage)  # type: ignore[method-assign]
         devices.append(dev)
     out.put(("ready", wid, None))
     run_id = go.get()
@@ -368,6 +454,17 @@ def _worker(
         )
         d.close()
     out.put(("result", wid, {"cpu_seconds": cpu, "devices": per_device, "errors": errors[:20]}))
+
+
+def _dropping(answer: Any, stage: int) -> Any:
+    """``Device._answer_stage`` that answers nothing from secure stage ``stage`` on."""
+
+    def go(rnd: Any, at: int, down: Any, wait: float = 0.0) -> Any:
+        if at >= stage:
+            return False, None, False
+        return answer(rnd, at, down, wait)
+
+    return go
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -559,16 +656,29 @@ def bench_fedstats(
     tick: float,
     timeout: float,
     store_threads: int,
+    encoding_size: int = ENCODING_SIZE,
+    dropout: float = 0.0,
+    drop_stage: int = 2,
+    profile: Path | None = None,
+    stage_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """Run one fed-chi2 secure run with ``n`` devices; return the measurements."""
+    """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
+
+    ``encoding_size`` is the second round's vector length; ``floor(dropout * n)`` devices (chosen with a
+    fixed seed) stop answering at secure stage ``drop_stage`` of every session (a stage then closes at
+    its deadline, ``stage_seconds``, default ``timeout``); with ``profile`` the server runs under cProfile
+    (every thread) and writes its statistics there.
+    """
     from fedstats.wire.enrollment import issue_identity
 
-    server = Server(root, db, tick, store_threads)
+    server = Server(root, db, tick, store_threads, profile)
     idents = [
         issue_identity(root / "authority", f"dev{i}", "default", root / "ids" / f"dev{i}.json")
         for i in range(n)
     ]
     data = _data(n, seed=n)
+    order = np.random.default_rng(n + 1).permutation(n)
+    drop = {f"dev{i}" for i in order[: int(dropout * n)]}
     procs = max(1, min(procs, n))
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -581,6 +691,12 @@ def bench_fedstats(
         "poll_seconds": poll,
         "tick": tick,
         "store_threads": store_threads,
+        "encoding_size": encoding_size,
+        "dropout": dropout,
+        "dropped_devices": len(drop),
+        "drop_stage": STAGES[drop_stage] if drop else None,
+        "profiled": profile is not None,
+        "stage_deadline_seconds": stage_seconds or timeout,
     }
     try:
         server.start()
@@ -606,6 +722,8 @@ def bench_fedstats(
                     timeout,
                     go,
                     out,
+                    drop,
+                    drop_stage,
                 ),
                 daemon=True,
             )
@@ -618,12 +736,12 @@ def bench_fedstats(
             ready += kind == "ready"
         task = {
             "analysis": "fed-chi2",
-            "params": {"shape": list(SHAPE), "encoding_size": ENCODING_SIZE},
+            "params": {"shape": list(SHAPE), "encoding_size": encoding_size},
             "privacy": {"epsilon": None, "population": "default"},
             "cohort_size": n,  # devices
             "min_clients": n // 2,
             "max_records_per_client": RECORDS_PER_DEVICE,
-            "deadlines": {"checkin": timeout, "round": timeout},
+            "deadlines": {"checkin": timeout, "round": stage_seconds or timeout},
             "secure_aggregation": {"max_session": n},
             "label": f"service_secagg n={n}",
         }
@@ -890,6 +1008,32 @@ def _machine() -> dict[str, Any]:
     return info
 
 
+def profile_summary(path: Path, top: int = 40) -> dict[str, Any]:
+    """The top functions of a cProfile dump by own time and by cumulative time (seconds, calls)."""
+    import pstats
+
+    st = pstats.Stats(str(path))
+    raw: dict[Any, Any] = st.stats  # type: ignore[attr-defined]
+
+    def name(f: tuple[str, int, str]) -> str:
+        file, line, fn = f
+        for marker in ("site-packages/", "/src/", "lib/python3.11/"):
+            if marker in file:
+                file = file.split(marker, 1)[1]
+        return f"{file}:{line}({fn})"
+
+    rows = [
+        (name(f), int(nc), float(tt), float(ct)) for f, (_cc, nc, tt, ct, _callers) in raw.items()
+    ]
+    total = sum(r[2] for r in rows)
+
+    def table(key: int) -> list[dict[str, Any]]:
+        got = sorted(rows, key=lambda r: -r[key])[:top]
+        return [{"function": r[0], "calls": r[1], "own_s": r[2], "cumulative_s": r[3]} for r in got]
+
+    return {"total_own_seconds": total, "by_own": table(2), "by_cumulative": table(3)}
+
+
 def main() -> None:
     """Run the configurations; print one line each; write ``results/service_secagg.json``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -938,6 +1082,37 @@ def main() -> None:
         default=1200.0,
         help="per n, seconds, for --flower-transport",
     )
+    ap.add_argument(
+        "--encoding-size",
+        type=int,
+        default=ENCODING_SIZE,
+        help="FED-chi^2's encoding size: the second round's vector length L (default 50)",
+    )
+    ap.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        help="fraction of the devices that stop answering at --drop-stage of every session",
+    )
+    ap.add_argument(
+        "--drop-stage",
+        type=int,
+        default=2,
+        help="the secure stage (0-4) from which the dropped devices stop answering (2: masked input)",
+    )
+    ap.add_argument(
+        "--stage-seconds",
+        type=float,
+        default=None,
+        help="the task's round deadline (per secure stage: a stage with dropouts closes then); "
+        "default --timeout",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the server under cProfile (all threads); write results/tmp/<output>_n<n>.prof and "
+        "the top functions into the results (cProfile slows the server: its CPU is not comparable)",
+    )
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")
     ap.add_argument(
@@ -968,9 +1143,9 @@ def main() -> None:
         "task": {
             "analysis": "fed-chi2",
             "shape": list(SHAPE),
-            "encoding_size": ENCODING_SIZE,
+            "encoding_size": args.encoding_size,
             "records_per_device": RECORDS_PER_DEVICE,
-            "vector_lengths": [sum(SHAPE), ENCODING_SIZE],
+            "vector_lengths": [sum(SHAPE), args.encoding_size],
             "max_session": "n (one session)",
         },
         "flower_transport": "in-process stub grid, no network" if use_flower else None,
@@ -1024,6 +1199,10 @@ def main() -> None:
 
         p = find_parameters(n)
         row["k"], row["t"] = p.k, p.t
+        prof = HERE / "results" / "tmp" / f"{args.output}_n{n}.prof" if args.profile else None
+        if prof is not None:
+            prof.parent.mkdir(parents=True, exist_ok=True)
+            prof.unlink(missing_ok=True)
         with tempfile.TemporaryDirectory(prefix="svc-secagg-") as tmp:
             root = Path(tmp)
             store: contextlib.AbstractContextManager[str] = (
@@ -1042,12 +1221,19 @@ def main() -> None:
                     args.tick,
                     args.timeout,
                     args.store_threads,
+                    args.encoding_size,
+                    args.dropout,
+                    args.drop_stage,
+                    prof,
+                    args.stage_seconds,
                 )
             if "error" in ours and ours.get("status") != "done":
                 keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
                 keep.parent.mkdir(parents=True, exist_ok=True)
                 with contextlib.suppress(OSError):
                     shutil.copy(root / "server.log", keep)
+        if prof is not None and prof.exists():
+            ours["profile"] = profile_summary(prof)
         row["fedstats"] = ours
         print(
             f"n={n} fedstats: status {ours.get('status')} wall {ours.get('wall_seconds', 0):.1f} s, "
@@ -1057,7 +1243,7 @@ def main() -> None:
             flush=True,
         )
         if use_flower:
-            lengths = [sum(SHAPE), ENCODING_SIZE]
+            lengths = [sum(SHAPE), args.encoding_size]
             fl = bench_flower(n, lengths, timeout=args.flower_timeout)
             row["flower"] = fl
             if "server_cpu_seconds" in fl and ours.get("status") == "done":
@@ -1086,7 +1272,7 @@ def main() -> None:
             print(f"n={n} ratios: {ratios}", flush=True)
         if use_flower and args.flower_transport:
             ft = bench_flower_transport(
-                n, [sum(SHAPE), ENCODING_SIZE], timeout=args.flower_transport_timeout
+                n, [sum(SHAPE), args.encoding_size], timeout=args.flower_transport_timeout
             )
             row["flower_transport"] = ft
             print(

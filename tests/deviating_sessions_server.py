@@ -81,8 +81,10 @@ def install(plan: Path) -> None:
         )
         return PARTITIONS[attack](derived)
 
-    def certificates(s: Any, run_id: str, index: int, number: int, client_id: str) -> list[Any]:
-        got = honest_certificates(s, run_id, index, number, client_id)
+    def certificates(
+        s: Any, run_id: str, index: int, number: int, client_id: str, indices: Any = None
+    ) -> list[Any]:
+        got = honest_certificates(s, run_id, index, number, client_id, indices)
         attack = attack_of(task_config(s, runs.load_run(s, run_id).task_id))
         return CERTIFICATES[attack](got) if attack in CERTIFICATES else got
 

@@ -11,12 +11,48 @@ derives every secure session:
   contiguous from 0; the digest it reveals with covers every member's slots, so the verified transcript
   fixes the cohort (:attr:`SecureState.cohort`);
 * **the session**: for each secure round it computes :func:`fedstats.wire.seeding.sessions_of` from the
-  cohort, the seed and the round's client range; the server's session number, its member list (the
-  certificates, in roster order), the device's index and the size ``n`` must be the derived ones;
+  cohort, the seed and the round's client range; the server's session number, its member list (in roster
+  order), the device's index and the size ``n`` must be the derived ones;
 * **the parameters** for that ``n`` (:func:`fedstats.secagg.find_parameters`), computed only once ``n`` has
   passed these checks, never taken from the server; every message the server sends is read at most up to
-  the size the protocol allows for the derived session (the certificate list at most a few KB per
-  member), before parsing.
+  the size the protocol allows for the derived session (at most 4 KB of certificate per member asked
+  for), before parsing.
+
+**The roster, checked at the cost of the neighbourhood.** The roster (the setup message) lists the ``n``
+members' identity keys in the derived order under the session id the run seed gives. The device checks
+that its keys are distinct and its own is at its index, then fetches and verifies the enrollment
+certificates of only :func:`checked_members`: its ``k`` neighbours (computed from the seed-derived session
+id, so the server cannot choose them; ``k`` grows as ``log n``) and :data:`AUDIT_MEMBERS` others drawn
+with its private randomness after the roster is fixed, i.e. ``k + 16`` signature checks (remembered across
+rounds), not ``n``. Why that is sound against a malicious server (it may add uncertified members, show
+devices different rosters, drop messages):
+
+1. *Shares go only to certified devices.* A device encrypts its Shamir shares (of its self-mask seed and
+   its mask key) to its neighbours' signed keys, whose identities it verified. An uncertified (fake)
+   member never holds a share of an honest device that proceeds, so fakes cannot help the server reach
+   the threshold ``t`` of any honest device's shares: only the corrupt *enrolled* neighbours count, as
+   with a full check.
+2. *Neighbours that exchange shares saw the same roster.* The roster transcript (SHA-256 of the whole
+   roster: task id, session id, every identity key, :func:`fedstats.secagg.crypto.roster_transcript`) is
+   the HKDF salt of each pairwise share key and the associated data of each share ciphertext. A share
+   from neighbour ``j`` authenticates only if ``j`` used the same transcript, hence (collision resistance)
+   the same roster: the first message that needs both devices' keys confirms the roster, with no extra
+   signature. Two devices given different rosters abort before their masked input (or, if the server
+   withholds those shares, never hold or use each other's: a dropped edge, which a server can always
+   cause).
+3. *The consistency check counts only certified signers.* A device reveals something about neighbour
+   ``j`` only if it holds ``j``'s shares (so by 2 they share a roster) and ``t`` members of ``N(j)``
+   signed the same survivor set under that roster's keys. An honest ``j`` verified the certificates of
+   all of ``N(j)`` before advertising, so those keys are certified and the counting argument of
+   :meth:`fedstats.secagg.SecAggClient.signature_threshold` holds with the corrupt enrolled devices alone;
+   about a corrupt ``j`` there is nothing to protect.
+4. *What fakes still buy.* ``m`` fakes that no honest device checks can sit in the survivor set, so the
+   sum the server learns covers at least ``min_survivors - c - m`` honest inputs (``c`` corrupt enrolled
+   members) rather than ``min_survivors - c``. Every honest device that has a fake among its ``k + 16``
+   checked members leaves, and those are a uniform sample (the graph's randomness is fixed after the
+   cohort; the audit is private), so a victim proceeds with probability at most
+   ``(1 - m / (n - 1))^(k + 16)``: for even odds ``m <= (n - 1) ln 2 / (k + 16)``, 6 at ``n = 1000``
+   (``k = 90``); the sum then covers at least 894 - c honest inputs instead of 900 - c.
 
 Against a malicious server it refuses, and drops out of the session without sending anything (and before
 encoding its data or charging its budget), when:
@@ -24,8 +60,9 @@ encoding its data or charging its budget), when:
 * the session is not the one it derives itself into (another number, other members, another order,
   another index or size), or is smaller than the task's ``min_session_size`` or its policy's floor;
 * it already joined a session of that round (it joins at most one per round, and encodes each round once);
-* the roster lists an identity without a valid certificate of the pinned authority for the task's
-  population, or one device twice (no sybils), or the certificate list or a message is oversized;
+* the roster lists one of the members it checks without a valid certificate of the pinned authority for
+  the task's population (or under another key), a key twice, or the certificate list or a message is
+  oversized;
 * the session id is not the one the run's seed gives (no grinding of the communication graph);
 * any message fails the checks of :class:`fedstats.secagg.SecAggClient` (wrong session, forged keys or
   signatures, too small a survivor set, an unmasking request that would reveal both of a device's masks).
@@ -43,7 +80,7 @@ import httpx
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fedstats.errors import FedstatsError, SecurityError
+from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.secagg.identity import SessionRoster
 from fedstats.secagg.messages import (
     KeyBroadcast,
@@ -57,25 +94,35 @@ from fedstats.secagg.messages import (
 from fedstats.wire import auth, seeding
 from fedstats.wire.encoding import canonical_bytes
 
-__all__ = ["CertificateRosterVerifier", "SecureRuns", "SecureState"]
+__all__ = [
+    "AUDIT_MEMBERS",
+    "CertificateRosterVerifier",
+    "SecureRuns",
+    "SecureState",
+    "checked_members",
+]
 
 
 class CertificateRosterVerifier:
-    """Accepts a roster whose every identity holds a certificate of the pinned enrollment authority.
+    """Accepts a roster whose checked identities hold certificates of the pinned enrollment authority.
 
     The deployment's authority is offline, so it cannot sign each session's roster; it signed each device's
-    certificate at enrollment instead (:mod:`fedstats.wire.enrollment`). This verifier checks the
-    certificate of every roster entry and that the session id follows from the run's agreed seed; the
-    roster's own signature field is ignored.
+    certificate at enrollment instead (:mod:`fedstats.wire.enrollment`). This verifier checks that the
+    session id follows from the run's agreed seed, that the roster's keys are distinct, and the certificate
+    of each *checked* member: with ``indices``, only those members (a device passes its ``k`` neighbours
+    and a few members it audits, see :func:`checked_members`); without, every member in roster order. The
+    roster's own signature field is ignored. Why the neighbours' certificates are enough is argued in
+    :mod:`fedstats.client.secure` (the roster is bound by its transcript) and in ``docs/secagg.md``.
 
     Parameters
     ----------
     authority_public_key : str
         The authority's Ed25519 public key, hex (pinned on the device).
     certificates : sequence of dict
-        The members' certificates in roster order (``{"body", "signature"}``).
+        Certificates (``{"body", "signature"}``): of the members ``indices`` in that order, or of every
+        member in roster order when ``indices`` is None.
     population : str
-        The task's population: every member must be certified for it.
+        The task's population: every checked member must be certified for it.
     session : bytes
         The session id the device computed from the run seed (:func:`fedstats.wire.seeding.session_id`).
     task_id : bytes
@@ -86,7 +133,10 @@ class CertificateRosterVerifier:
         the signature checks, not the others (expiry, population, keys, session id, duplicates).
     members : sequence of str, optional
         The session's members (client ids) in the roster order the device derived
-        (:func:`fedstats.wire.seeding.sessions_of`): certificate ``i`` must name ``members[i]``.
+        (:func:`fedstats.wire.seeding.sessions_of`): the certificate of member ``j`` must name
+        ``members[j]``.
+    indices : sequence of int, optional
+        The roster positions whose certificates ``certificates`` holds, distinct, in ``[0, n)``.
     """
 
     def __init__(
@@ -99,6 +149,7 @@ class CertificateRosterVerifier:
         task_id: bytes,
         verified: set[tuple[str, bytes]] | None = None,
         members: Sequence[str] | None = None,
+        indices: Sequence[int] | None = None,
     ) -> None:
         self._trusted = {auth.fingerprint(authority_public_key): authority_public_key}
         self.certificates = [auth.Certificate.from_dict(c) for c in certificates]
@@ -107,25 +158,36 @@ class CertificateRosterVerifier:
         self.task_id = task_id
         self.verified = set() if verified is None else verified
         self.members = None if members is None else [str(m) for m in members]
+        self.indices = None if indices is None else [int(j) for j in indices]
 
     def verify(self, roster: SessionRoster) -> None:
-        """Raise :class:`~fedstats.errors.SecurityError` unless every roster identity is certified."""
+        """Raise :class:`~fedstats.errors.SecurityError` unless every checked roster identity is certified."""
         if not hmac.compare_digest(roster.session, self.session):
             raise SecurityError("the session id does not follow from the run's agreed seed")
         if roster.task_id != self.task_id:
             raise SecurityError("the roster names another run")
-        if len(self.certificates) != roster.n:
+        if self.members is not None and len(self.members) != roster.n:
+            raise SecurityError(
+                "the session's members or their roster order are not the ones this device "
+                "derives from the run's cohort and seed"
+            )
+        indices = list(range(roster.n)) if self.indices is None else self.indices
+        if len(self.certificates) != len(indices):
             raise SecurityError("the roster and its certificates differ in length")
+        if len(set(indices)) != len(indices) or any(not 0 <= j < roster.n for j in indices):
+            raise SecurityError("the checked members are not distinct roster positions")
         if self.members is not None:
             named = [str(c.body.get("client_id")) for c in self.certificates]
-            if len(self.members) != roster.n or named != self.members:
+            if named != [self.members[j] for j in indices]:
                 raise SecurityError(
                     "the session's members or their roster order are not the ones this device "
                     "derives from the run's cohort and seed"
                 )
+        if len(set(roster.identities)) != roster.n:
+            raise SecurityError("the roster lists one device twice")
         ids = set()
         now = time.time()
-        for key, cert in zip(roster.identities, self.certificates, strict=True):
+        for j, cert in zip(indices, self.certificates, strict=True):
             seen = (cert.signature, canonical_bytes(dict(cert.body)))
             if seen not in self.verified:
                 auth.verify_certificate(cert, self._trusted, now=now)
@@ -134,13 +196,54 @@ class CertificateRosterVerifier:
                 self.verified.add(seen)
             elif float(cert.body["not_after"]) < now:
                 raise SecurityError("certificate expired")
-            if bytes.fromhex(str(cert.body["public_key"])) != key:
+            if bytes.fromhex(str(cert.body["public_key"])) != roster.identities[j]:
                 raise SecurityError("a roster identity does not match its certificate")
             if str(cert.body["population"]) != self.population:
                 raise SecurityError("a roster member is certified for another population")
             ids.add(str(cert.body["client_id"]))
-        if len(ids) != roster.n or len(set(roster.identities)) != roster.n:
+        if len(ids) != len(indices):
             raise SecurityError("the roster lists one device twice")
+
+
+def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng: Any) -> list[int]:
+    """The roster positions whose certificates a device checks: its neighbours and ``audit`` others.
+
+    Parameters
+    ----------
+    n : int
+        The derived session size, >= 2.
+    k : int
+        The session's degree (:func:`fedstats.secagg.find_parameters`).
+    session : bytes
+        The session id derived from the run seed (the graph's public randomness).
+    index : int
+        The device's own position in ``[0, n)``.
+    audit : int
+        How many members besides its neighbours it checks, >= 0; drawn uniformly with ``rng`` (the
+        device's private randomness, so the server cannot know them when it serves the roster).
+    rng : numpy.random.Generator or SecureGenerator
+        The device's private randomness.
+
+    Returns
+    -------
+    list of int
+        Sorted distinct positions, without ``index``: its ``k`` neighbours
+        (:func:`fedstats.secagg.graph.public_neighbors`) and ``min(audit, n - 1 - k)`` others.
+
+    Raises
+    ------
+    ParameterError
+        If ``audit`` is negative (``n``, ``k`` and ``index`` are checked by the graph).
+    """
+    from fedstats.secagg.graph import public_neighbors
+
+    if int(audit) < 0:
+        raise ParameterError("audit", audit, "an integer >= 0")
+    neighbours = public_neighbors(n, k, session, [index])[index]
+    others = np.array(sorted(set(range(n)) - neighbours - {index}), dtype=np.int64)
+    count = min(int(audit), others.size)
+    extra = rng.choice(others, size=count, replace=False) if count else np.empty(0, np.int64)
+    return sorted({*neighbours, *(int(j) for j in extra)})
 
 
 @dataclass
@@ -164,9 +267,6 @@ class SecureState:
         until it closes).
     refused : dict
         ``(round, session) -> reason`` of the sessions it left because a check failed.
-    certificates : tuple or None
-        ``(etag, list)``: the last session's member certificates as received; a later round whose
-        session has the same members is answered 304 and verified again from this copy.
     task : mapping or None
         The task the device accepted (its ``secure_aggregation`` options, population and cohort size).
     slots : tuple or None
@@ -189,7 +289,6 @@ class SecureState:
     replies: dict[tuple[int, int, int], bytes] = field(default_factory=dict)
     acknowledged: set[tuple[int, int, int]] = field(default_factory=set)
     refused: dict[tuple[int, int], str] = field(default_factory=dict)
-    certificates: tuple[str, Any] | None = None
     task: Mapping[str, Any] | None = None
     slots: tuple[int, int] | None = None
     cohort: list[tuple[str, int, int]] | None = None
@@ -202,8 +301,10 @@ class SecureState:
         return seeding.commitment(run_id, client_id, self.contribution)
 
 
+AUDIT_MEMBERS = 16
+"""How many members besides its neighbours a device checks the certificate of (chosen at random by it)."""
 CERTIFICATE_BYTES = 4096
-"""The most bytes of certificate list a device reads per member of the session it derived."""
+"""The most bytes of certificate list a device reads per member whose certificate it asked for."""
 DEFAULT_POLICY_FLOOR = 10
 """The smallest secure session a device joins when its policy does not say (``Policy.min_session_size``)."""
 TRANSCRIPT_BYTES = 512
@@ -582,40 +683,7 @@ class SecureRuns:
             for cls in _DOWN_MESSAGES
         )
         state.limits[(index, number)] = limit
-        path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/certificates"
-        held = state.certificates
-        r = self._capped_send(
-            "GET",
-            path,
-            b"",
-            limit=CERTIFICATE_BYTES * n,
-            headers={"If-None-Match": held[0]} if held else None,
-        )
-        if r.status_code == 304 and held is not None:
-            certs = held[1]  # the same members as before: verified below for this session anew
-        else:
-            try:
-                certs = r.json()
-            except ValueError:
-                raise SecurityError("the session's certificate list is not JSON") from None
-            etag = r.headers.get("etag")
-            state.certificates = (etag, certs) if etag else None
-        if not isinstance(certs, list) or len(certs) != n:
-            raise SecurityError(
-                f"the certificate list names {len(certs) if isinstance(certs, list) else '?'} "
-                f"member(s); the derived session has {n}"
-            )
-        assert state.task is not None
-        verifier = CertificateRosterVerifier(
-            str(self.authority_public_key),
-            certs,
-            population=str(state.task["privacy"]["population"]),
-            session=seeding.session_id(seed, index, number),
-            task_id=seeding.task_id_bytes(run_id),
-            verified=self.verified_certificates,
-            members=members,
-        )
-        if down is None:
+        if down is None:  # the roster first: it is fixed before the device names whom it checks
             down = self._capped_send(
                 "GET",
                 f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/0",
@@ -626,6 +694,27 @@ class SecureRuns:
         assert isinstance(setup, SetupMessage)
         if (setup.client, setup.n) != (i, n):
             raise SecurityError("the setup message is not for this device's derived index and size")
+        session = seeding.session_id(seed, index, number)
+        checked = checked_members(
+            n,
+            params.k,
+            session,
+            i,
+            AUDIT_MEMBERS,
+            self.randomness.generator("roster-audit", run_id, index),
+        )
+        certs = self._member_certificates(run_id, index, number, checked)
+        assert state.task is not None
+        verifier = CertificateRosterVerifier(
+            str(self.authority_public_key),
+            certs,
+            population=str(state.task["privacy"]["population"]),
+            session=session,
+            task_id=seeding.task_id_bytes(run_id),
+            verified=self.verified_certificates,
+            members=members,
+            indices=checked,
+        )
         config = ClientConfig.from_parameters(
             params,
             bits=seeding.BITS,
@@ -651,6 +740,35 @@ class SecureRuns:
         client = SecAggClient(i, values, config)
         state.sessions[(index, number)] = client
         return client, down
+
+    def _member_certificates(
+        self, run_id: str, index: int, number: int, checked: Sequence[int]
+    ) -> list[Any]:
+        """The certificates of the session members at positions ``checked`` (in that order).
+
+        Raises
+        ------
+        SecurityError
+            If the answer is oversized, not a JSON list, or names another number of members.
+        """
+        path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/certificates"
+        r = self._capped_send(
+            "GET",
+            path,
+            b"",
+            limit=CERTIFICATE_BYTES * max(1, len(checked)),
+            params={"members": ",".join(str(j) for j in checked)},
+        )
+        try:
+            certs = r.json()
+        except ValueError:
+            raise SecurityError("the session's certificate list is not JSON") from None
+        if not isinstance(certs, list) or len(certs) != len(checked):
+            raise SecurityError(
+                f"the certificate list names {len(certs) if isinstance(certs, list) else '?'} "
+                f"member(s); this device asked for {len(checked)}"
+            )
+        return certs
 
 
 def _cohort_cap(state: SecureState) -> int | None:

@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import bindparam, insert, select
 from sqlalchemy.orm import Session
 
 from fedstats.errors import DataError, ParameterError, SecurityError
@@ -214,6 +214,42 @@ def _members_of(s: Session, run_id: str, index: int, number: int) -> dict[str, i
     return got
 
 
+# The statements of the per-request path, built once with bind parameters: building a select (its
+# column comparisons) cost about as much CPU as executing it (a profile at n = 200).
+_SESSION_KEY = (
+    SecureSession.run_id == bindparam("run_id"),
+    SecureSession.round_index == bindparam("round_index"),
+    SecureSession.number == bindparam("number"),
+)
+_MESSAGE_KEY = (
+    SecureMessage.run_id == bindparam("run_id"),
+    SecureMessage.round_index == bindparam("round_index"),
+    SecureMessage.number == bindparam("number"),
+    SecureMessage.stage == bindparam("stage"),
+)
+_OPEN_SESSIONS = select(SecureSession.number, SecureSession.stage, SecureSession.deadline).where(
+    SecureSession.run_id == bindparam("run_id"),
+    SecureSession.round_index == bindparam("round_index"),
+    SecureSession.status == "open",
+)
+_ADDRESSED = select(SecureMessage.direction).where(
+    *_MESSAGE_KEY,
+    SecureMessage.direction == "down",
+    SecureMessage.client_index == bindparam("client_index"),
+)
+_DOWN_PAYLOAD = select(SecureMessage.payload).where(
+    *_MESSAGE_KEY,
+    SecureMessage.direction == "down",
+    SecureMessage.client_index == bindparam("client_index"),
+)
+_SESSION_STAGE = select(SecureSession.status, SecureSession.stage).where(*_SESSION_KEY)
+_SESSION_STAGE_SHARED = _SESSION_STAGE.with_for_update(read=True)
+_MINE = select(SecureMessage.direction, SecureMessage.digest).where(
+    *_MESSAGE_KEY, SecureMessage.client_index == bindparam("client_index")
+)
+_INSERT_MESSAGE = insert(SecureMessage)
+
+
 def secure_work(s: Session, run_id: str, rec: RoundRecord, client_id: str) -> dict[str, Any] | None:
     """The stage a device's session is at in a secure round, if the device is addressed there, else None.
 
@@ -221,28 +257,14 @@ def secure_work(s: Session, run_id: str, rec: RoundRecord, client_id: str) -> di
     statements: the round's open sessions (key columns), and whether the device was sent a message at its
     session's current stage (key columns, no payload).
     """
-    rows = s.execute(
-        select(SecureSession.number, SecureSession.stage, SecureSession.deadline).where(
-            SecureSession.run_id == run_id,
-            SecureSession.round_index == rec.index,
-            SecureSession.status == "open",
-        )
-    ).all()
+    rows = s.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": rec.index}).all()
     for number, stage, deadline in rows:
         members = _members_of(s, run_id, rec.index, number)
         i = members.get(client_id)
         if i is None:
             continue
-        addressed = s.execute(
-            select(SecureMessage.direction).where(
-                SecureMessage.run_id == run_id,
-                SecureMessage.round_index == rec.index,
-                SecureMessage.number == number,
-                SecureMessage.stage == stage,
-                SecureMessage.direction == "down",
-                SecureMessage.client_index == i,
-            )
-        ).first()
+        key = {"run_id": run_id, "round_index": rec.index, "number": number, "stage": stage}
+        addressed = s.execute(_ADDRESSED, {**key, "client_index": i}).first()
         if addressed is None:  # a dropout for the protocol
             return None
         # listed until the stage closes, answered or not: the device's answer does not change its work
@@ -271,16 +293,8 @@ def down_message(
         The device is not a member of the session.
     """
     i = _index_in(_members_of(s, run_id, index, number), client_id)
-    payload = s.execute(
-        select(SecureMessage.payload).where(
-            SecureMessage.run_id == run_id,
-            SecureMessage.round_index == index,
-            SecureMessage.number == number,
-            SecureMessage.stage == stage,
-            SecureMessage.direction == "down",
-            SecureMessage.client_index == i,
-        )
-    ).scalar_one_or_none()
+    key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
+    payload = s.execute(_DOWN_PAYLOAD, {**key, "client_index": i}).scalar_one_or_none()
     if payload is None:
         raise NotFoundError(f"no stage {stage} message for this client in session {number}")
     return bytes(payload)
@@ -306,13 +320,8 @@ def stage_pending(s: Session, run_id: str, index: int, number: int, stage: int) 
     bool
         False also when there is no such session.
     """
-    got = s.execute(
-        select(SecureSession.status, SecureSession.stage).where(
-            SecureSession.run_id == run_id,
-            SecureSession.round_index == index,
-            SecureSession.number == number,
-        )
-    ).one_or_none()
+    key = {"run_id": run_id, "round_index": index, "number": number}
+    got = s.execute(_SESSION_STAGE, key).one_or_none()
     return got is not None and got[0] == "open" and int(got[1]) < stage
 
 
@@ -334,30 +343,15 @@ def submit_up(
         The message is larger than the protocol allows.
     """
     # the session row FOR SHARE: the driver closing this stage (FOR UPDATE) waits for this insert
-    got = s.execute(
-        select(SecureSession.status, SecureSession.stage)
-        .where(
-            SecureSession.run_id == run_id,
-            SecureSession.round_index == index,
-            SecureSession.number == number,
-        )
-        .with_for_update(read=True)
-    ).one_or_none()
+    key = {"run_id": run_id, "round_index": index, "number": number}
+    got = s.execute(_SESSION_STAGE_SHARED, key).one_or_none()
     if got is None:
         raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
     status, current = got
     i = _index_in(_members_of(s, run_id, index, number), client_id)
     mine = {
         direction: digest
-        for direction, digest in s.execute(
-            select(SecureMessage.direction, SecureMessage.digest).where(
-                SecureMessage.run_id == run_id,
-                SecureMessage.round_index == index,
-                SecureMessage.number == number,
-                SecureMessage.stage == stage,
-                SecureMessage.client_index == i,
-            )
-        ).all()
+        for direction, digest in s.execute(_MINE, {**key, "stage": stage, "client_index": i}).all()
     }
     digest = digest_of(data)
     if "up" in mine:
@@ -372,36 +366,81 @@ def submit_up(
     if len(data) > limit:
         raise DataError(f"stage {stage} message of {len(data)} bytes exceeds the limit {limit}")
     s.execute(
-        insert(SecureMessage).values(
-            run_id=run_id,
-            round_index=index,
-            number=number,
-            stage=stage,
-            direction="up",
-            client_index=i,
-            payload=data,
-            digest=digest,
-            created_at=time.time(),
-        )
+        _INSERT_MESSAGE,
+        {
+            "run_id": run_id,
+            "round_index": index,
+            "number": number,
+            "stage": stage,
+            "direction": "up",
+            "client_index": i,
+            "payload": data,
+            "digest": digest,
+            "created_at": time.time(),
+        },
     )
     return True
 
 
-def certificates(s: Session, run_id: str, index: int, number: int, client_id: str) -> list[Any]:
+# a session's certificates never change once it is stored: parsed once per process
+_CERTIFICATES: dict[tuple[str, int, int], list[Any]] = {}
+
+
+def certificates(
+    s: Session,
+    run_id: str,
+    index: int,
+    number: int,
+    client_id: str,
+    indices: list[int] | None = None,
+) -> list[Any]:
     """The enrollment certificates of a session's members, in roster order (for a member to verify).
+
+    Parameters
+    ----------
+    s : Session
+        An open store session.
+    run_id : str
+    index : int
+        The round.
+    number : int
+        The session within the round.
+    client_id : str
+        The asking device (a member of the session).
+    indices : list of int, optional
+        Only the members at these roster positions, in this order (a device asks for its neighbours'
+        and a few audited members', not all ``n``); default every member.
+
+    Returns
+    -------
+    list of dict
+        ``{"body", "signature"}`` per member.
 
     Raises
     ------
     NotFoundError, SecurityError
         As :func:`down_message`.
     ParameterError
-        If a member registered without a stored certificate (enrolled before certificates were kept).
+        If a member registered without a stored certificate (enrolled before certificates were kept),
+        or ``indices`` names a position outside ``[0, n)``.
     """
     row = _session_of(s, run_id, index, number)
     _position(row, client_id)
-    out = []
-    for c in enrolled_rows(s, json.loads(row.members)):
-        if c.certificate is None:
-            raise ParameterError("certificate", c.id, "a member that registered its certificate")
-        out.append(json.loads(c.certificate))
-    return out
+    key = (run_id, index, number)
+    out = _CERTIFICATES.get(key)
+    if out is None:
+        out = []
+        for c in enrolled_rows(s, json.loads(row.members)):
+            if c.certificate is None:
+                raise ParameterError(
+                    "certificate", c.id, "a member that registered its certificate"
+                )
+            out.append(json.loads(c.certificate))
+        if len(_CERTIFICATES) > 64:
+            _CERTIFICATES.clear()
+        _CERTIFICATES[key] = out
+    if indices is None:
+        return list(out)
+    if any(not 0 <= j < len(out) for j in indices):
+        raise ParameterError("members", indices, f"roster positions in [0, {len(out)})")
+    return [out[j] for j in indices]

@@ -9,7 +9,8 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 ============================================================  =====================================
 ``GET  /v1/client/runs/{run}/seed``                           the seed transcript (:mod:`fedstats.wire.seeding`)
 ``POST /v1/client/runs/{run}/reveal``                         ``{"value": hex, "seen": hex}``
-``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/certificates``   the session's members' certificates (ETag)
+``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/certificates``   the session's members' certificates (ETag;
+                                                              ``?members=3,17``: those positions only)
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the server's stage message to the device
                                                               (``?wait=``: held until the stage opens)
 ``POST /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the device's stage message
@@ -116,7 +117,12 @@ def add_secure_routes(
             with store.session() as s:
                 run = runs.load_run(s, run_id)
                 secure_devices.member_of(s, run_id, cid)
-                if run.public_seed is None:  # still changing: reveals come in
+                if run.public_seed is None:
+                    if run.status == "seeding":  # the commitment list: fixed, every member asks
+                        return cached(
+                            ("commitments", run_id),
+                            lambda: secure_devices.seed_transcript(s, run),
+                        )
                     return json.dumps(secure_devices.seed_transcript(s, run)).encode()
                 return cached(("seed", run_id), lambda: secure_devices.seed_transcript(s, run))
 
@@ -145,9 +151,27 @@ def add_secure_routes(
 
     @app.get(base + "/rounds/{index}/secure/{number}/certificates", **DEVICE)
     async def certificates(
-        run_id: IdPath, index: IndexPath, number: IndexPath, request: Request
+        run_id: IdPath,
+        index: IndexPath,
+        number: IndexPath,
+        request: Request,
+        members: str | None = None,
     ) -> Response:
+        """The certificates of the session's members: all (ETag), or ``?members=3,17,...`` only.
+
+        A device asks for its neighbours' and a few audited members' (positions in roster order), so
+        a session of ``n`` costs ``n (k + a)`` certificates served, not ``n^2``.
+        """
         cid, _, _ = await signed(request)
+        indices = None if members is None else _positions(members)
+        if indices is not None:
+
+            def some() -> bytes:
+                with store.session() as s:
+                    got = secure_devices.certificates(s, run_id, index, number, cid, indices)
+                    return json.dumps(got).encode()
+
+            return Response(await offload(some), media_type="application/json")
 
         def go() -> bytes:
             with store.session() as s:
@@ -258,3 +282,17 @@ def add_secure_routes(
                     headers={"Fedstats-Duplicate": "true" if not new else "false"},
                 )
         return JSONResponse({"accepted": True, "duplicate": not new})
+
+
+_MAX_POSITIONS = 4096
+
+
+def _positions(text: str) -> list[int]:
+    """Parse ``?members=``: comma-separated distinct roster positions (at most 4096)."""
+    parts = text.split(",") if text else []
+    if len(parts) > _MAX_POSITIONS or not all(p.isdigit() and len(p) <= 6 for p in parts):
+        raise HTTPException(422, "members must be at most 4096 comma-separated positions")
+    got = [int(p) for p in parts]
+    if len(set(got)) != len(got):
+        raise HTTPException(422, "members must be distinct positions")
+    return got
