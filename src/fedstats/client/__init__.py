@@ -278,28 +278,37 @@ class Device(SecureRuns):
         path: str,
         body: bytes,
         *,
+        limit: int | None = None,
         content_type: str | None = None,
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         retries: int = 6,
     ) -> httpx.Response:
-        """Send a signed request, retrying transport errors and 429/5xx with backoff; return a < 400 answer."""
+        """Send a signed request, retrying transport errors and 429/5xx with backoff; return a < 400 answer.
+
+        With ``limit``, at most ``limit`` bytes of the answer are read (streamed): a longer answer, declared
+        or not, is refused before parsing and the rest is not read.
+
+        Raises
+        ------
+        SecurityError
+            If the answer is longer than ``limit``.
+        """
         delay = 0.2
         for attempt in range(retries + 1):
             signed = auth.sign_request(self._key, self.client_id, method, path, body)
             if content_type is not None:
                 signed["content-type"] = content_type
             signed.update(headers or {})
+            wait = timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT
             try:
-                r = self._http.request(
-                    method,
-                    path,
-                    content=body,
-                    headers=signed,
-                    params=params,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                )
+                if limit is None:
+                    r = self._http.request(
+                        method, path, content=body, headers=signed, params=params, timeout=wait
+                    )
+                else:
+                    r = self._read_capped(method, path, body, signed, params, wait, limit)
             except httpx.TransportError as exc:
                 if attempt == retries:
                     raise
@@ -307,14 +316,46 @@ class Device(SecureRuns):
             else:
                 if r.status_code < 400:
                     return r
+                text = r.content[:300].decode(errors="replace")
                 # a request queued past the replay window (an overloaded server) is signed anew
-                stale = r.status_code == 401 and "replay window" in r.text
+                stale = r.status_code == 401 and "replay window" in text
                 if (r.status_code not in (429, 502, 503, 504) and not stale) or attempt == retries:
-                    raise _HTTPError(r.status_code, r.text)
+                    raise _HTTPError(r.status_code, r.text if limit is None else text)
                 self.log(f"retry {path} after HTTP {r.status_code}")
             time.sleep(delay * (0.5 + self.randomness.generator("backoff").random()))
             delay = min(delay * 2.0, 5.0)
         raise AssertionError("unreachable")
+
+    def _read_capped(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        params: Mapping[str, Any] | None,
+        timeout: Any,
+        limit: int,
+    ) -> httpx.Response:
+        """One streamed exchange reading at most ``limit`` bytes of the answer (see :meth:`_send`)."""
+        with self._http.stream(
+            method, path, content=body, headers=headers, params=params, timeout=timeout
+        ) as r:
+            declared = r.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                raise SecurityError(
+                    f"the server's answer to {path} ({declared} bytes) exceeds the "
+                    f"{limit} bytes this device reads for it"
+                )
+            parts, got = [], 0
+            for chunk in r.iter_bytes():
+                got += len(chunk)
+                if got > limit:
+                    raise SecurityError(
+                        f"the server's answer to {path} exceeds the {limit} bytes this "
+                        "device reads for it"
+                    )
+                parts.append(chunk)
+            return httpx.Response(r.status_code, headers=r.headers, content=b"".join(parts))
 
     def register(self) -> None:
         """Present the enrollment certificate to the server (idempotent)."""

@@ -337,76 +337,6 @@ class SecureRuns:
     _encode: Callable[[Mapping[str, Any]], list[int]]
 
     # -- transport with a size cap
-    def _capped_send(
-        self,
-        method: str,
-        path: str,
-        body: bytes,
-        *,
-        limit: int,
-        content_type: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        retries: int = 6,
-    ) -> httpx.Response:
-        """Send a signed request like ``_send``, reading at most ``limit`` bytes of the answer.
-
-        Raises
-        ------
-        SecurityError
-            If the answer is longer than ``limit`` (refused before parsing; the rest is not read).
-        """
-        from fedstats.client import _HTTPError  # the device's error type (defined beside _send)
-
-        delay = 0.2
-        for attempt in range(retries + 1):
-            signed = auth.sign_request(self._key, self.client_id, method, path, body)
-            if content_type is not None:
-                signed["content-type"] = content_type
-            signed.update(headers or {})
-            try:
-                with self._http.stream(
-                    method,
-                    path,
-                    content=body,
-                    headers=signed,
-                    params=params,
-                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                ) as r:
-                    declared = r.headers.get("content-length")
-                    if declared is not None and declared.isdigit() and int(declared) > limit:
-                        raise SecurityError(
-                            f"the server's answer to {path} ({declared} bytes) exceeds the "
-                            f"{limit} bytes this device reads for it"
-                        )
-                    parts, got = [], 0
-                    for chunk in r.iter_bytes():
-                        got += len(chunk)
-                        if got > limit:
-                            raise SecurityError(
-                                f"the server's answer to {path} exceeds the {limit} bytes this "
-                                "device reads for it"
-                            )
-                        parts.append(chunk)
-                    data = b"".join(parts)
-                    status, answer_headers = r.status_code, r.headers
-            except httpx.TransportError as exc:
-                if attempt == retries:
-                    raise
-                self.log(f"retry {path} after {type(exc).__name__}")
-            else:
-                if status < 400:
-                    return httpx.Response(status, headers=answer_headers, content=data)
-                text = data[:300].decode(errors="replace")
-                stale = status == 401 and "replay window" in text
-                if (status not in (429, 502, 503, 504) and not stale) or attempt == retries:
-                    raise _HTTPError(status, text)
-                self.log(f"retry {path} after HTTP {status}")
-            time.sleep(delay * (0.5 + self.randomness.generator("backoff").random()))
-            delay = min(delay * 2.0, 5.0)
-        raise AssertionError("unreachable")
-
     # -- the seed
     def _reveal(self, run_id: str) -> None:
         state = self.secure.get(run_id)
@@ -439,7 +369,7 @@ class SecureRuns:
         cap = _cohort_cap(state)
         if cap is None:
             return self._request("GET", path)
-        r = self._capped_send("GET", path, b"", limit=TRANSCRIPT_BYTES * cap + _ACK_BYTES)
+        r = self._send("GET", path, b"", limit=TRANSCRIPT_BYTES * cap + _ACK_BYTES)
         try:
             return r.json()
         except ValueError:
@@ -518,7 +448,7 @@ class SecureRuns:
             return None  # not a session this device joined
         path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/{stage}"
         try:
-            r = self._capped_send(
+            r = self._send(
                 "GET",
                 path,
                 b"",
@@ -567,7 +497,7 @@ class SecureRuns:
                     if client is None:
                         return False, None, False
                     if down is None:
-                        down = self._capped_send(
+                        down = self._send(
                             "GET", path, b"", limit=state.limits[(index, number)]
                         ).content
                 reply = client.handle_bytes(down)
@@ -579,7 +509,7 @@ class SecureRuns:
                 return False, None, False
             state.replies[(index, number, stage)] = reply
         try:
-            r = self._capped_send(
+            r = self._send(
                 "POST",
                 path,
                 reply,
@@ -684,7 +614,7 @@ class SecureRuns:
         )
         state.limits[(index, number)] = limit
         if down is None:  # the roster first: it is fixed before the device names whom it checks
-            down = self._capped_send(
+            down = self._send(
                 "GET",
                 f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/0",
                 b"",
@@ -752,7 +682,7 @@ class SecureRuns:
             If the answer is oversized, not a JSON list, or names another number of members.
         """
         path = f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/certificates"
-        r = self._capped_send(
+        r = self._send(
             "GET",
             path,
             b"",
