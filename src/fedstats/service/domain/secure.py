@@ -63,7 +63,7 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
-from fedstats.service.store import Tx
+from fedstats.service.store import Tx, TxLike, as_tx
 from fedstats.service.store.secure import EnrolledRow, MemberRow, SecureSessionRow, UpMessage
 from fedstats.wire import seeding
 
@@ -130,8 +130,9 @@ def close_seeding(tx: Tx, run: Any, deadline: float) -> str | None:
 # -- sessions -----------------------------------------------------------------------------------
 
 
-def _roster(tx: Tx, run: Any, index: int, number: int, members: list[str]) -> SessionRoster:
-    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(tx, members)]
+def _roster(tx: TxLike, run: Any, index: int, number: int, members: list[str]) -> SessionRoster:
+    # TxLike: benchmarks/service_secagg.py replays sessions with a bare session
+    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(as_tx(tx), members)]
     sid = seeding.session_id(bytes.fromhex(str(run.public_seed)), index, number)
     return SessionRoster(seeding.task_id_bytes(run.id), sid, tuple(keys), _EMPTY_SIGNATURE)
 
@@ -263,9 +264,9 @@ class SessionCache:
             del self._live[key]
 
 
-def _ups(tx: Tx, row: SecureSessionRow, stage: int) -> list[UpMessage]:
+def _ups(tx: TxLike, row: SecureSessionRow, stage: int) -> list[UpMessage]:
     """The devices' messages of ``stage`` (``client_index``, ``payload``), by client index."""
-    return tx.up_messages(row.run_id, row.round_index, row.number, stage)
+    return as_tx(tx).up_messages(row.run_id, row.round_index, row.number, stage)
 
 
 def _count(tx: Tx, row: SecureSessionRow, direction: str) -> int:
