@@ -413,7 +413,7 @@ class Driver:
             if run.status == "seeding":
                 cfg = task_config(s, run.task_id)
                 deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
-                reason = secure.close_seeding(s.session, run, deadline)
+                reason = secure.close_seeding(s.secure, run, deadline)
                 if reason is not None:
                     self._abort_in(s, run, reason)
                 if run.status != "running":
@@ -492,7 +492,7 @@ class Driver:
                 opened = True
                 if secure.is_secure(cfg):
                     try:
-                        secure.open_sessions(s.session, run, rec, cfg, self._sessions)
+                        secure.open_sessions(s.secure, run, rec, cfg, self._sessions)
                     except FedstatsError as exc:
                         rec.status = "aborted"
                         abort = f"round {live.index} ({rec.name}): {exc}"
@@ -517,7 +517,7 @@ class Driver:
                 return None
             if secure.is_secure(cfg):
                 got = secure.advance_sessions(
-                    s.session, run, rec, self._sessions, float(cfg["deadlines"]["round"])
+                    s.secure, run, rec, self._sessions, float(cfg["deadlines"]["round"])
                 )
                 need = _required(cfg, _n_devices(s, run.id), rec)
                 if isinstance(got, tuple) and got[1] < need:

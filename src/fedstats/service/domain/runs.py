@@ -263,7 +263,7 @@ def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
             continue
         secure_stage = None
         if cfg.get("secure_aggregation") is not None:
-            secure_stage = secure_work(tx.session, run_id, _orm_round(tx, rec), client_id)
+            secure_stage = secure_work(tx.secure, run_id, rec, client_id)
             if secure_stage is None:
                 continue
         elif tx.reported(run_id, rec.index, client_id):
@@ -293,15 +293,6 @@ def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
         )
     finished = [{"run_id": r, "status": s} for r, s in tx.finished_runs(client_id)]
     return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
-
-
-def _orm_round(tx: Tx, rec: RoundRow) -> Any:
-    """The ORM row of a round, for the secure path's functions that take one (not yet converted)."""
-    from fedstats.service.store.tables import RoundRecord  # transitional, as the secure path needs
-
-    got = tx.session.get(RoundRecord, (rec.run_id, rec.index))
-    assert got is not None
-    return got
 
 
 # a round's public parameters never change once journaled: parsed once per round, not per poll

@@ -49,8 +49,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Row, func, insert, select
-from sqlalchemy.orm import Session
 
 from fedstats import wire
 from fedstats.errors import DataError, ProtocolAbortError, SecurityError
@@ -65,14 +63,8 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
-from fedstats.service.store.tables import (
-    Client,
-    RoundRecord,
-    Run,
-    RunMember,
-    SecureMessage,
-    SecureSession,
-)
+from fedstats.service.store import Tx, TxLike, as_tx
+from fedstats.service.store.secure import EnrolledRow, MemberRow, SecureSessionRow, UpMessage
 from fedstats.wire import seeding
 
 __all__ = [
@@ -106,21 +98,20 @@ def is_secure(cfg: dict[str, Any]) -> bool:
 session_bounds = seeding.session_bounds
 
 
-def ordered_members(s: Session, run_id: str) -> list[RunMember]:
+def ordered_members(tx: Tx, run_id: str) -> list[MemberRow]:
     """A run's members in slot order."""
-    return list(
-        s.execute(
-            select(RunMember).where(RunMember.run_id == run_id).order_by(RunMember.slot_start)
-        ).scalars()
-    )
+    return tx.members_in_order(run_id)
 
 
 # -- the run's seed -----------------------------------------------------------------------------
 
 
-def close_seeding(s: Session, run: Run, deadline: float) -> str | None:
-    """Fix the run's seed once every member revealed; return an abort reason past ``deadline``."""
-    rows = ordered_members(s, run.id)
+def close_seeding(tx: Tx, run: Any, deadline: float) -> str | None:
+    """Fix the run's seed once every member revealed; return an abort reason past ``deadline``.
+
+    ``run`` is the run's row as loaded in ``tx`` (it is updated with the seed and status ``running``).
+    """
+    rows = ordered_members(tx, run.id)
     missing = [m.client_id for m in rows if m.reveal is None]
     if missing:
         if time.time() <= deadline:
@@ -132,21 +123,21 @@ def close_seeding(s: Session, run: Run, deadline: float) -> str | None:
         )
     entries = [(m.client_id, str(m.commitment), m.slot_start, m.slot_count) for m in rows]
     reveals = [bytes.fromhex(str(m.reveal)) for m in rows]
-    run.public_seed = seeding.run_seed(run.id, entries, reveals).hex()
-    run.status = "running"
+    tx.start_secure_run(run.id, seeding.run_seed(run.id, entries, reveals).hex())
     return None
 
 
 # -- sessions -----------------------------------------------------------------------------------
 
 
-def _roster(s: Session, run: Run, index: int, number: int, members: list[str]) -> SessionRoster:
-    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(s, members)]
+def _roster(tx: TxLike, run: Any, index: int, number: int, members: list[str]) -> SessionRoster:
+    # TxLike: benchmarks/service_secagg.py replays sessions with a bare session
+    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(as_tx(tx), members)]
     sid = seeding.session_id(bytes.fromhex(str(run.public_seed)), index, number)
     return SessionRoster(seeding.task_id_bytes(run.id), sid, tuple(keys), _EMPTY_SIGNATURE)
 
 
-def parameters_of(row: SecureSession) -> SecAggParameters:
+def parameters_of(row: SecureSessionRow) -> SecAggParameters:
     """The protocol parameters journaled with a session."""
     return SecAggParameters(**json.loads(row.params))
 
@@ -156,36 +147,23 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _store_down(s: Session, row: SecureSession, stage: int, out: dict[int, Any]) -> None:
+def _store_down(tx: Tx, row: SecureSessionRow, stage: int, out: dict[int, Any]) -> None:
     """Journal a stage's messages to the devices: one multi-row insert (a session has up to 10^3)."""
     if not out:
         return
-    now = time.time()
-    rows = []
+    messages = []
     for i, msg in out.items():
         data = msg.to_bytes()
-        rows.append(
-            {
-                "run_id": row.run_id,
-                "round_index": row.round_index,
-                "number": row.number,
-                "stage": stage,
-                "direction": "down",
-                "client_index": int(i),
-                "payload": data,
-                "digest": digest_of(data),
-                "created_at": now,
-            }
-        )
-    s.execute(insert(SecureMessage), rows)
+        messages.append((int(i), data, digest_of(data)))
+    tx.add_down_messages(row.run_id, row.round_index, row.number, stage, messages, time.time())
 
 
-def cohort(s: Session, run_id: str) -> list[seeding.Slots]:
+def cohort(tx: Tx, run_id: str) -> list[seeding.Slots]:
     """The run's cohort ``(client_id, slot_start, slot_count)`` in slot order (fixed once seeding began)."""
-    return [(m.client_id, m.slot_start, m.slot_count) for m in ordered_members(s, run_id)]
+    return [(m.client_id, m.slot_start, m.slot_count) for m in ordered_members(tx, run_id)]
 
 
-def partition(s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any]) -> list[list[str]]:
+def partition(tx: Tx, run: Any, rec: Any, cfg: dict[str, Any]) -> list[list[str]]:
     """The members of each session of a secure round, in roster order (:func:`seeding.sessions_of`).
 
     The devices derive the same partition from the verified cohort and seed, and refuse any other.
@@ -198,7 +176,7 @@ def partition(s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any]) -> li
     opts = cfg["secure_aggregation"]
     max_session = int(opts["max_session"])
     return seeding.sessions_of(
-        cohort(s, run.id),
+        cohort(tx, run.id),
         bytes.fromhex(str(run.public_seed)),
         rec.index,
         (rec.lo, rec.hi),
@@ -207,10 +185,11 @@ def partition(s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any]) -> li
     )
 
 
-def open_sessions(
-    s: Session, run: Run, rec: RoundRecord, cfg: dict[str, Any], cache: SessionCache
-) -> None:
+def open_sessions(tx: Tx, run: Any, rec: Any, cfg: dict[str, Any], cache: SessionCache) -> None:
     """Create the sessions of a secure round and journal their stage-0 (setup) messages.
+
+    ``run`` and ``rec`` are the run's and the round's rows (read: ``id``, ``public_seed``; ``index``,
+    ``lo``, ``hi``, ``dim``, ``bound``).
 
     Raises
     ------
@@ -219,8 +198,11 @@ def open_sessions(
     ProtocolAbortError
         If the round's participants cannot form sessions of the task's ``min_session_size``.
     """
-    for number, members in enumerate(partition(s, run, rec, cfg)):
-        records = _member_records(s, run.id, members, rec.lo, rec.hi)
+    slots: dict[str, tuple[int, int]] | None = None
+    for number, members in enumerate(partition(tx, run, rec, cfg)):
+        if slots is None:
+            slots = tx.member_slots(run.id)
+        records = _member_records(slots, members, rec.lo, rec.hi)
         # the session sums sum(records) reports of |entry| <= bound: it must not wrap mod 2^64
         check_overflow(
             value_bits=int(rec.bound).bit_length() + 1,
@@ -230,7 +212,7 @@ def open_sessions(
         )
         params = find_parameters(len(members))
         deadline = time.time() + float(cfg["deadlines"]["round"])
-        row = SecureSession(
+        row = SecureSessionRow(
             run_id=run.id,
             round_index=rec.index,
             number=number,
@@ -243,11 +225,11 @@ def open_sessions(
             deadline=deadline,
             status="open",
         )
-        s.add(row)
+        tx.add_secure_session(row)
         server = SecAggServer(
-            params, length=rec.dim, bits=BITS, roster=_roster(s, run, rec.index, number, members)
+            params, length=rec.dim, bits=BITS, roster=_roster(tx, run, rec.index, number, members)
         )
-        _store_down(s, row, 0, server.setup())
+        _store_down(tx, row, 0, server.setup())
         cache.put(row, server, 0)
 
 
@@ -267,11 +249,11 @@ class SessionCache:
         """``(run_id, round_index, new_stage)`` of each session moved on since the caller last cleared it
         (``len(STAGES)``: done); fault-injection hooks fire on it once the transaction committed."""
 
-    def put(self, row: SecureSession, server: SecAggServer, stage: int) -> None:
+    def put(self, row: SecureSessionRow, server: SecAggServer, stage: int) -> None:
         """Remember ``server`` as session ``row`` at ``stage``."""
         self._live[(row.run_id, row.round_index, row.number)] = _Live(server, stage)
 
-    def get(self, row: SecureSession) -> _Live | None:
+    def get(self, row: SecureSessionRow) -> _Live | None:
         """The live session if it is at the row's stage (else None: rebuild it)."""
         got = self._live.get((row.run_id, row.round_index, row.number))
         return got if got is not None and got.stage == row.stage else None
@@ -282,60 +264,26 @@ class SessionCache:
             del self._live[key]
 
 
-def _ups(s: Session, row: SecureSession, stage: int) -> list[Row[int, bytes]]:
-    """The devices' messages of ``stage`` as ``(client_index, payload)`` rows, by client index."""
-    return list(
-        s.execute(
-            select(SecureMessage.client_index, SecureMessage.payload)
-            .where(
-                SecureMessage.run_id == row.run_id,
-                SecureMessage.round_index == row.round_index,
-                SecureMessage.number == row.number,
-                SecureMessage.stage == stage,
-                SecureMessage.direction == "up",
-            )
-            .order_by(SecureMessage.client_index)
-        ).all()
-    )
+def _ups(tx: TxLike, row: SecureSessionRow, stage: int) -> list[UpMessage]:
+    """The devices' messages of ``stage`` (``client_index``, ``payload``), by client index."""
+    return as_tx(tx).up_messages(row.run_id, row.round_index, row.number, stage)
 
 
-def _count(s: Session, row: SecureSession, direction: str) -> int:
+def _count(tx: Tx, row: SecureSessionRow, direction: str) -> int:
     """Messages journaled in ``direction`` at the session's current stage."""
-    return int(
-        s.execute(
-            select(func.count())
-            .select_from(SecureMessage)
-            .where(
-                SecureMessage.run_id == row.run_id,
-                SecureMessage.round_index == row.round_index,
-                SecureMessage.number == row.number,
-                SecureMessage.stage == row.stage,
-                SecureMessage.direction == direction,
-            )
-        ).scalar_one()
-    )
+    return tx.count_messages(row.run_id, row.round_index, row.number, row.stage, direction)
 
 
-def enrolled_rows(s: Session, members: list[str]) -> list[Client]:
+def enrolled_rows(tx: Tx, members: list[str]) -> list[EnrolledRow]:
     """The enrolled rows of ``members``, in their order (one query)."""
-    rows = {c.id: c for c in s.execute(select(Client).where(Client.id.in_(members))).scalars()}
-    return [rows[cid] for cid in members]
+    return tx.enrolled(members)
 
 
-def _downs(s: Session, row: SecureSession, stage: int) -> dict[int, str]:
-    got = s.execute(
-        select(SecureMessage.client_index, SecureMessage.digest).where(
-            SecureMessage.run_id == row.run_id,
-            SecureMessage.round_index == row.round_index,
-            SecureMessage.number == row.number,
-            SecureMessage.stage == stage,
-            SecureMessage.direction == "down",
-        )
-    ).all()
-    return {int(i): str(d) for i, d in got}
+def _downs(tx: Tx, row: SecureSessionRow, stage: int) -> dict[int, str]:
+    return tx.down_digests(row.run_id, row.round_index, row.number, stage)
 
 
-def _feed(live: _Live, ups: list[Row[int, bytes]]) -> None:
+def _feed(live: _Live, ups: list[UpMessage]) -> None:
     for m in ups:
         try:
             live.server.receive_bytes(m.payload)
@@ -343,17 +291,17 @@ def _feed(live: _Live, ups: list[Row[int, bytes]]) -> None:
             live.rejected.add(int(m.client_index))  # a refused message: its sender is a dropout
 
 
-def _rebuild(s: Session, run: Run, row: SecureSession, dim: int) -> _Live:
+def _rebuild(tx: Tx, run: Any, row: SecureSessionRow, dim: int) -> _Live:
     """Replay the journal of stages before ``row.stage``; check every rebuilt message against it."""
     members = json.loads(row.members)
-    roster = _roster(s, run, row.round_index, row.number, members)
+    roster = _roster(tx, run, row.round_index, row.number, members)
     if roster.session.hex() != row.session:
         raise SecurityError("replay: the session id no longer follows from the run seed")
     server = SecAggServer(parameters_of(row), length=dim, bits=BITS, roster=roster)
     live = _Live(server, 0)
     out: dict[int, Any] = dict(server.setup())
     for stage in range(row.stage + 1):
-        journal = _downs(s, row, stage)
+        journal = _downs(tx, row, stage)
         if {i: digest_of(m.to_bytes()) for i, m in out.items()} != journal:
             raise SecurityError(
                 f"replay of session {row.number} of round {row.round_index} diverged from the "
@@ -361,26 +309,31 @@ def _rebuild(s: Session, run: Run, row: SecureSession, dim: int) -> _Live:
             )
         if stage == row.stage:
             break
-        _feed(live, _ups(s, row, stage))
+        _feed(live, _ups(tx, row, stage))
         out = dict(server.advance())
         live.stage = stage + 1
     return live
 
 
-def _member_records(s: Session, run_id: str, members: list[str], lo: int, hi: int) -> list[int]:
+def _member_records(
+    slots: dict[str, tuple[int, int]], members: list[str], lo: int, hi: int
+) -> list[int]:
+    """Each member's records in ``[lo, hi)``, from ``client_id -> (slot_start, slot_count)``."""
     out = []
     for cid in members:
-        m = s.get(RunMember, (run_id, cid))
-        assert m is not None
-        a, b = max(m.slot_start, lo), min(m.slot_start + m.slot_count, hi)
+        start, count = slots[cid]
+        a, b = max(start, lo), min(start + count, hi)
         out.append(max(0, b - a))
     return out
 
 
 def advance_sessions(
-    s: Session, run: Run, rec: RoundRecord, cache: SessionCache, stage_seconds: float
+    tx: Tx, run: Any, rec: Any, cache: SessionCache, stage_seconds: float
 ) -> tuple[np.ndarray, int] | str | None:
     """Move every open session of a secure round on by at most one stage, inside the caller's transaction.
+
+    ``run`` and ``rec`` are the run's and the round's rows (read: ``id``, ``public_seed``; ``index``,
+    ``name``, ``lo``, ``hi``, ``dim``).
 
     Returns
     -------
@@ -391,41 +344,39 @@ def advance_sessions(
     # read without a lock: only the run's lease holder (the caller, under the run's row lock) changes a
     # session, and devices' stage messages (which take the row FOR SHARE) must not queue behind a pass
     # that only counts; the row is locked, and re-read, only to close its stage
-    rows = list(
-        s.execute(
-            select(SecureSession)
-            .where(SecureSession.run_id == run.id, SecureSession.round_index == rec.index)
-            .order_by(SecureSession.number)
-        ).scalars()
-    )
+    rows = tx.secure_sessions(run.id, rec.index)
     now = time.time()
-    for row in rows:
+    for j, row in enumerate(rows):
         if row.status != "open":
             continue
-        if now < row.deadline and _count(s, row, "up") < _count(s, row, "down"):
+        if now < row.deadline and _count(tx, row, "up") < _count(tx, row, "down"):
             continue  # still waiting: counted in SQL, no payload read
-        s.refresh(row, with_for_update=True)
+        locked = tx.secure_session(row.run_id, row.round_index, row.number, lock=True)
+        assert locked is not None  # sessions are never deleted
+        row = rows[j] = locked
         if row.status != "open":
             continue
-        ups = _ups(s, row, row.stage)
+        key = (row.run_id, row.round_index, row.number)
+        ups = _ups(tx, row, row.stage)
         live = cache.get(row)
         if live is None:
-            live = _rebuild(s, run, row, rec.dim)
+            live = _rebuild(tx, run, row, rec.dim)
         _feed(live, ups)
         try:
             out = live.server.advance()
         except ProtocolAbortError as exc:
-            row.status = "aborted"
-            row.error = str(exc)
+            tx.update_secure_session(*key, status="aborted", error=str(exc))
             cache.drop(run.id)
             return (
                 f"round {rec.index} ({rec.name}): secure session {row.number} aborted at stage "
                 f"{STAGES[row.stage]}: {exc}"
             )
         if out:
-            row.stage += 1
-            row.deadline = now + stage_seconds
-            _store_down(s, row, row.stage, out)
+            row = rows[j] = dataclasses.replace(
+                row, stage=row.stage + 1, deadline=now + stage_seconds
+            )
+            tx.update_secure_session(*key, stage=row.stage, deadline=row.deadline)
+            _store_down(tx, row, row.stage, out)
             live.stage = row.stage
             cache.put(row, live.server, row.stage)
             cache.advanced.append((run.id, rec.index, row.stage))
@@ -433,11 +384,17 @@ def advance_sessions(
         cache.advanced.append((run.id, rec.index, len(STAGES)))
         members = json.loads(row.members)
         included = sorted(live.server.masked)
-        records = _member_records(s, run.id, members, rec.lo, rec.hi)
-        row.total = wire.dumps(live.server.result().view(np.int64).astype(np.int64))
-        row.included = json.dumps(included)
-        row.n_records = sum(records[i] for i in included)
-        row.status = "done"
+        records = _member_records(tx.member_slots(run.id), members, rec.lo, rec.hi)
+        row = rows[j] = dataclasses.replace(
+            row,
+            total=wire.dumps(live.server.result().view(np.int64).astype(np.int64)),
+            included=json.dumps(included),
+            n_records=sum(records[i] for i in included),
+            status="done",
+        )
+        tx.update_secure_session(
+            *key, total=row.total, included=row.included, n_records=row.n_records, status="done"
+        )
     if any(r.status != "done" for r in rows):
         return None
     total: np.ndarray = np.zeros(rec.dim, dtype=np.int64)

@@ -10,9 +10,6 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select
-from sqlalchemy.orm import Session
-
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.secagg.messages import max_message_bytes
 from fedstats.service.domain.secure import (
@@ -25,7 +22,8 @@ from fedstats.service.domain.secure import (
     parameters_of,
 )
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
-from fedstats.service.store.tables import RoundRecord, Run, RunMember, SecureMessage, SecureSession
+from fedstats.service.store import Tx
+from fedstats.service.store.secure import MemberRow, SecureSessionRow
 from fedstats.wire import seeding
 
 __all__ = [
@@ -40,7 +38,7 @@ __all__ = [
 ]
 
 
-def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
+def member_of(tx: Tx, run_id: str, client_id: str) -> MemberRow:
     """The device's membership row in a run.
 
     Raises
@@ -48,7 +46,7 @@ def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
     SecurityError
         If the device is not in the run's cohort.
     """
-    m = s.get(RunMember, (run_id, client_id))
+    m = tx.member_row(run_id, client_id)
     if m is None:
         raise SecurityError("this client is not in the run's cohort")
     return m
@@ -58,7 +56,7 @@ def member_of(s: Session, run_id: str, client_id: str) -> RunMember:
 _COMMITMENTS: dict[str, tuple[list[list[Any]], str]] = {}
 
 
-def _commitment_list(s: Session, run: Run) -> tuple[list[list[Any]], str]:
+def _commitment_list(tx: Tx, run: Any) -> tuple[list[list[Any]], str]:
     """The commitment list in slot order, reveals withheld, and its digest (slots included).
 
     Each member is ``[client_id, commitment, "", slot_start, slot_count]``; the digest is
@@ -66,7 +64,7 @@ def _commitment_list(s: Session, run: Run) -> tuple[list[list[Any]], str]:
     """
     got = _COMMITMENTS.get(run.id)
     if got is None:
-        rows = ordered_members(s, run.id)
+        rows = ordered_members(tx, run.id)
         members: list[list[Any]] = [
             [m.client_id, m.commitment or "", "", m.slot_start, m.slot_count] for m in rows
         ]
@@ -81,7 +79,7 @@ def _commitment_list(s: Session, run: Run) -> tuple[list[list[Any]], str]:
     return got
 
 
-def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
+def seed_transcript(tx: Tx, run: Any) -> dict[str, Any]:
     """The published seed transcript: members in slot order with commitment, reveal and slots, and the seed.
 
     Each member is ``[client_id, commitment, reveal, slot_start, slot_count]``: the slots are the cohort
@@ -92,14 +90,14 @@ def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
     is read from the store once per process (every member asks for it).
     """
     if run.public_seed is None:
-        members, digest = _commitment_list(s, run)
+        members, digest = _commitment_list(tx, run)
         return {
             "members": members,
             "commitments_digest": digest,
             "seed": None,
             "status": run.status,
         }
-    rows = ordered_members(s, run.id)
+    rows = ordered_members(tx, run.id)
     entries = [(m.client_id, m.commitment or "", m.slot_start, m.slot_count) for m in rows]
     return {
         "members": [
@@ -112,7 +110,7 @@ def seed_transcript(s: Session, run: Run) -> dict[str, Any]:
     }
 
 
-def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_digest: str) -> bool:
+def record_reveal(tx: Tx, run: Any, client_id: str, value_hex: str, seen_digest: str) -> bool:
     """Store a member's reveal; return False for an identical repeat.
 
     Raises
@@ -122,7 +120,7 @@ def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_dig
     SecurityError
         Not a member, the value does not open the commitment, or the device saw another commitment list.
     """
-    m = member_of(s, run.id, client_id)
+    m = member_of(tx, run.id, client_id)
     if m.reveal is not None:
         if m.reveal == value_hex:
             return False
@@ -135,14 +133,14 @@ def record_reveal(s: Session, run: Run, client_id: str, value_hex: str, seen_dig
         raise DataError("the revealed value must be hex") from None
     if m.commitment is None or seeding.commitment(run.id, client_id, value) != m.commitment:
         raise SecurityError("the revealed value does not open this client's commitment")
-    if _commitment_list(s, run)[1] != seen_digest:
+    if _commitment_list(tx, run)[1] != seen_digest:
         raise SecurityError("the commitment list this client saw is not the run's")
-    m.reveal = value_hex
+    tx.set_reveal(run.id, client_id, value_hex)
     return True
 
 
-def _session_of(s: Session, run_id: str, index: int, number: int) -> SecureSession:
-    row = s.get(SecureSession, (run_id, index, number))
+def _session_of(tx: Tx, run_id: str, index: int, number: int) -> SecureSessionRow:
+    row = tx.secure_session(run_id, index, number)
     if row is None:
         raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
     return row
@@ -153,7 +151,7 @@ def _session_of(s: Session, run_id: str, index: int, number: int) -> SecureSessi
 _MEMBERS: dict[tuple[str, int, int], dict[str, int]] = {}
 
 
-def _members(row: SecureSession) -> dict[str, int]:
+def _members(row: SecureSessionRow) -> dict[str, int]:
     key = (row.run_id, row.round_index, row.number)
     got = _MEMBERS.get(key)
     if got is None:
@@ -171,29 +169,29 @@ def _index_in(members: dict[str, int], client_id: str) -> int:
     return i
 
 
-def _position(row: SecureSession, client_id: str) -> int:
+def _position(row: SecureSessionRow, client_id: str) -> int:
     return _index_in(_members(row), client_id)
 
 
 _LIMITS: dict[tuple[str, int, int, int], int] = {}
 
 
-def _limit(s: Session, run_id: str, index: int, number: int, stage: int) -> int:
+def _limit(tx: Tx, run_id: str, index: int, number: int, stage: int) -> int:
     """The largest stage message the protocol allows in a session (computed once per stage)."""
     key = (run_id, index, number, stage)
     got = _LIMITS.get(key)
     if got is None:
-        p = parameters_of(_session_of(s, run_id, index, number))
-        rec = s.get(RoundRecord, (run_id, index))
-        assert rec is not None
-        got = max_message_bytes(UP_MESSAGES[stage], n=p.n, k=p.k, length=rec.dim, bits=BITS)
+        p = parameters_of(_session_of(tx, run_id, index, number))
+        dim = tx.round_dim(run_id, index)
+        assert dim is not None
+        got = max_message_bytes(UP_MESSAGES[stage], n=p.n, k=p.k, length=dim, bits=BITS)
         if len(_LIMITS) > 4096:
             _LIMITS.clear()
         _LIMITS[key] = got
     return got
 
 
-def session_member(s: Session, run_id: str, index: int, number: int, client_id: str) -> int:
+def session_member(tx: Tx, run_id: str, index: int, number: int, client_id: str) -> int:
     """The device's index in a session.
 
     Raises
@@ -203,69 +201,30 @@ def session_member(s: Session, run_id: str, index: int, number: int, client_id: 
     SecurityError
         The device is not one of its members.
     """
-    return _position(_session_of(s, run_id, index, number), client_id)
+    return _position(_session_of(tx, run_id, index, number), client_id)
 
 
-def _members_of(s: Session, run_id: str, index: int, number: int) -> dict[str, int]:
+def _members_of(tx: Tx, run_id: str, index: int, number: int) -> dict[str, int]:
     """A session's member -> index map (parsed once per process: members never change)."""
     got = _MEMBERS.get((run_id, index, number))
     if got is None:
-        got = _members(_session_of(s, run_id, index, number))
+        got = _members(_session_of(tx, run_id, index, number))
     return got
 
 
-# The statements of the per-request path, built once with bind parameters: building a select (its
-# column comparisons) cost about as much CPU as executing it (a profile at n = 200).
-_SESSION_KEY = (
-    SecureSession.run_id == bindparam("run_id"),
-    SecureSession.round_index == bindparam("round_index"),
-    SecureSession.number == bindparam("number"),
-)
-_MESSAGE_KEY = (
-    SecureMessage.run_id == bindparam("run_id"),
-    SecureMessage.round_index == bindparam("round_index"),
-    SecureMessage.number == bindparam("number"),
-    SecureMessage.stage == bindparam("stage"),
-)
-_OPEN_SESSIONS = select(SecureSession.number, SecureSession.stage, SecureSession.deadline).where(
-    SecureSession.run_id == bindparam("run_id"),
-    SecureSession.round_index == bindparam("round_index"),
-    SecureSession.status == "open",
-)
-_ADDRESSED = select(SecureMessage.direction).where(
-    *_MESSAGE_KEY,
-    SecureMessage.direction == "down",
-    SecureMessage.client_index == bindparam("client_index"),
-)
-_DOWN_PAYLOAD = select(SecureMessage.payload).where(
-    *_MESSAGE_KEY,
-    SecureMessage.direction == "down",
-    SecureMessage.client_index == bindparam("client_index"),
-)
-_SESSION_STAGE = select(SecureSession.status, SecureSession.stage).where(*_SESSION_KEY)
-_SESSION_STAGE_SHARED = _SESSION_STAGE.with_for_update(read=True)
-_MINE = select(SecureMessage.direction, SecureMessage.digest).where(
-    *_MESSAGE_KEY, SecureMessage.client_index == bindparam("client_index")
-)
-_INSERT_MESSAGE = insert(SecureMessage)
-
-
-def secure_work(s: Session, run_id: str, rec: RoundRecord, client_id: str) -> dict[str, Any] | None:
+def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any] | None:
     """The stage a device's session is at in a secure round, if the device is addressed there, else None.
 
     The stage stays listed after the device answered it (the device remembers what it sent). Two small
     statements: the round's open sessions (key columns), and whether the device was sent a message at its
     session's current stage (key columns, no payload).
     """
-    rows = s.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": rec.index}).all()
-    for number, stage, deadline in rows:
-        members = _members_of(s, run_id, rec.index, number)
+    for number, stage, deadline in tx.open_secure_sessions(run_id, rec.index):
+        members = _members_of(tx, run_id, rec.index, number)
         i = members.get(client_id)
         if i is None:
             continue
-        key = {"run_id": run_id, "round_index": rec.index, "number": number, "stage": stage}
-        addressed = s.execute(_ADDRESSED, {**key, "client_index": i}).first()
-        if addressed is None:  # a dropout for the protocol
+        if not tx.addressed(run_id, rec.index, number, stage, i):  # a dropout for the protocol
             return None
         # listed until the stage closes, answered or not: the device's answer does not change its work
         # list, so its next long poll waits for the next stage instead of returning at once
@@ -280,9 +239,7 @@ def secure_work(s: Session, run_id: str, rec: RoundRecord, client_id: str) -> di
     return None
 
 
-def down_message(
-    s: Session, run_id: str, index: int, number: int, stage: int, client_id: str
-) -> bytes:
+def down_message(tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str) -> bytes:
     """The server's stage message to one device.
 
     Raises
@@ -292,21 +249,20 @@ def down_message(
     SecurityError
         The device is not a member of the session.
     """
-    i = _index_in(_members_of(s, run_id, index, number), client_id)
-    key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
-    payload = s.execute(_DOWN_PAYLOAD, {**key, "client_index": i}).scalar_one_or_none()
+    i = _index_in(_members_of(tx, run_id, index, number), client_id)
+    payload = tx.down_payload(run_id, index, number, stage, i)
     if payload is None:
         raise NotFoundError(f"no stage {stage} message for this client in session {number}")
-    return bytes(payload)
+    return payload
 
 
-def stage_pending(s: Session, run_id: str, index: int, number: int, stage: int) -> bool:
+def stage_pending(tx: Tx, run_id: str, index: int, number: int, stage: int) -> bool:
     """Whether a session is still open and has not reached ``stage`` yet (its messages may still come).
 
     Parameters
     ----------
-    s : Session
-        An open store session.
+    tx : Tx
+        An open store transaction.
     run_id : str
     index : int
         The round.
@@ -320,13 +276,12 @@ def stage_pending(s: Session, run_id: str, index: int, number: int, stage: int) 
     bool
         False also when there is no such session.
     """
-    key = {"run_id": run_id, "round_index": index, "number": number}
-    got = s.execute(_SESSION_STAGE, key).one_or_none()
-    return got is not None and got[0] == "open" and int(got[1]) < stage
+    got = tx.session_stage(run_id, index, number)
+    return got is not None and got[0] == "open" and got[1] < stage
 
 
 def submit_up(
-    s: Session, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
+    tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
 ) -> bool:
     """Journal one device's stage message; return False for an identical repeat (idempotent).
 
@@ -343,16 +298,12 @@ def submit_up(
         The message is larger than the protocol allows.
     """
     # the session row FOR SHARE: the driver closing this stage (FOR UPDATE) waits for this insert
-    key = {"run_id": run_id, "round_index": index, "number": number}
-    got = s.execute(_SESSION_STAGE_SHARED, key).one_or_none()
+    got = tx.session_stage(run_id, index, number, shared=True)
     if got is None:
         raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
     status, current = got
-    i = _index_in(_members_of(s, run_id, index, number), client_id)
-    mine = {
-        direction: digest
-        for direction, digest in s.execute(_MINE, {**key, "stage": stage, "client_index": i}).all()
-    }
+    i = _index_in(_members_of(tx, run_id, index, number), client_id)
+    mine = tx.my_messages(run_id, index, number, stage, i)
     digest = digest_of(data)
     if "up" in mine:
         if mine["up"] == digest:
@@ -362,23 +313,10 @@ def submit_up(
         raise ConflictError(f"stage {stage} of secure session {number} is closed")
     if "down" not in mine:
         raise SecurityError("this client was not addressed at this stage (a dropout)")
-    limit = _limit(s, run_id, index, number, stage)
+    limit = _limit(tx, run_id, index, number, stage)
     if len(data) > limit:
         raise DataError(f"stage {stage} message of {len(data)} bytes exceeds the limit {limit}")
-    s.execute(
-        _INSERT_MESSAGE,
-        {
-            "run_id": run_id,
-            "round_index": index,
-            "number": number,
-            "stage": stage,
-            "direction": "up",
-            "client_index": i,
-            "payload": data,
-            "digest": digest,
-            "created_at": time.time(),
-        },
-    )
+    tx.add_up_message(run_id, index, number, stage, i, data, digest, time.time())
     return True
 
 
@@ -387,7 +325,7 @@ _CERTIFICATES: dict[tuple[str, int, int], list[Any]] = {}
 
 
 def certificates(
-    s: Session,
+    tx: Tx,
     run_id: str,
     index: int,
     number: int,
@@ -398,8 +336,8 @@ def certificates(
 
     Parameters
     ----------
-    s : Session
-        An open store session.
+    tx : Tx
+        An open store transaction.
     run_id : str
     index : int
         The round.
@@ -424,13 +362,13 @@ def certificates(
         If a member registered without a stored certificate (enrolled before certificates were kept),
         or ``indices`` names a position outside ``[0, n)``.
     """
-    row = _session_of(s, run_id, index, number)
+    row = _session_of(tx, run_id, index, number)
     _position(row, client_id)
     key = (run_id, index, number)
     out = _CERTIFICATES.get(key)
     if out is None:
         out = []
-        for c in enrolled_rows(s, json.loads(row.members)):
+        for c in enrolled_rows(tx, json.loads(row.members)):
             if c.certificate is None:
                 raise ParameterError(
                     "certificate", c.id, "a member that registered its certificate"

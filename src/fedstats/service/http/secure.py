@@ -27,14 +27,13 @@ from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
-from sqlalchemy.orm import Session
 
 from fedstats.service.domain import runs, secure_devices
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
+from fedstats.service.http.deps import NonceUse
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
-from fedstats.service.store import Store
-from fedstats.service.store.tables import Nonce
+from fedstats.service.store import Store, Tx
 from fedstats.wire import seeding
 
 __all__ = ["add_secure_routes"]
@@ -50,8 +49,8 @@ class Offloading(Protocol):
         ...
 
 
-Signed = Callable[[Request], Awaitable[tuple[str, bytes, Nonce | None]]]
-UseNonce = Callable[[Session, Nonce | None], None]
+Signed = Callable[[Request], Awaitable[tuple[str, bytes, NonceUse | None]]]
+UseNonce = Callable[[Tx, NonceUse | None], None]
 
 
 def add_secure_routes(
@@ -114,8 +113,9 @@ def add_secure_routes(
         cid, _, _ = await signed(request)
 
         def go() -> bytes:
-            with store.session() as s:
-                run = runs.load_run(s, run_id)
+            with store.transaction(read_only=True) as tx:
+                run = runs.load_run(tx, run_id)
+                s = tx.secure
                 secure_devices.member_of(s, run_id, cid)
                 if run.public_seed is None:
                     if run.status == "seeding":  # the commitment list: fixed, every member asks
@@ -138,10 +138,12 @@ def add_secure_routes(
             raise HTTPException(422, 'body must be {"value": hex, "seen": hex}')
 
         def go() -> bool:
-            with store.session() as s, s.begin():
-                use_nonce(s, nonce)
-                run = runs.load_run(s, run_id, lock=True)
-                return secure_devices.record_reveal(s, run, cid, data["value"], data["seen"])
+            with store.transaction() as tx:
+                use_nonce(tx, nonce)
+                run = runs.load_run(tx, run_id, lock=True)
+                return secure_devices.record_reveal(
+                    tx.secure, run, cid, data["value"], data["seen"]
+                )
 
         new = await offload(go)
         wakeup.set()
@@ -167,14 +169,17 @@ def add_secure_routes(
         if indices is not None:
 
             def some() -> bytes:
-                with store.session() as s:
-                    got = secure_devices.certificates(s, run_id, index, number, cid, indices)
+                with store.transaction(read_only=True) as tx:
+                    got = secure_devices.certificates(
+                        tx.secure, run_id, index, number, cid, indices
+                    )
                     return json.dumps(got).encode()
 
             return Response(await offload(some), media_type="application/json")
 
         def go() -> bytes:
-            with store.session() as s:
+            with store.transaction(read_only=True) as tx:
+                s = tx.secure
                 secure_devices.session_member(s, run_id, index, number, cid)
                 return cached(
                     ("certificates", run_id, str(index), str(number)),
@@ -204,7 +209,8 @@ def add_secure_routes(
         """
 
         def go() -> bytes | None:
-            with store.session() as s:
+            with store.transaction(read_only=True) as tx:
+                s = tx.secure
                 try:
                     return secure_devices.down_message(s, run_id, index, number, stage, cid)
                 except NotFoundError:
@@ -263,9 +269,9 @@ def add_secure_routes(
         check_wait(wait)  # before anything is stored
 
         def go() -> bool:
-            with store.session() as s, s.begin():
-                use_nonce(s, nonce)
-                return secure_devices.submit_up(s, run_id, index, number, stage, cid, body)
+            with store.transaction() as tx:
+                use_nonce(tx, nonce)
+                return secure_devices.submit_up(tx.secure, run_id, index, number, stage, cid, body)
 
         new = await offload(go)
         wakeup.set()
