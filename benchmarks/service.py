@@ -213,22 +213,24 @@ def _measure(
     }
 
 
-def _stop(servers: list[subprocess.Popen[bytes]]) -> None:
+def _stop(servers: list[subprocess.Popen[bytes]], wait: float = 30) -> None:
     for s in servers:
         s.send_signal(signal.SIGTERM)
     for s in servers:
         try:
-            s.wait(30)
+            s.wait(wait)
         except subprocess.TimeoutExpired:
             s.kill()
 
 
 def bench_fedstats(
-    db: str, n: int, procs: int, root: Path, n_servers: int = 1
+    db: str, n: int, procs: int, root: Path, n_servers: int = 1, profile: Path | None = None
 ) -> tuple[dict[str, Any], bytes]:
     """One local-DP round on ``n_servers`` fedstats server processes sharing ``db``.
 
     Returns the measures and the work list a device was served (the minimal app serves the same bytes).
+    With ``profile`` the (first) server runs under cProfile timed by each thread's CPU clock (the
+    wrapper of :mod:`service_secagg`); the merged statistics are written to ``profile`` on exit.
     """
     certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
     ca = str(certs["ca"])
@@ -250,10 +252,18 @@ def bench_fedstats(
         clients.append((f"b{i}", auth.private_key_hex(k), cert.as_dict(), float(values[i])))
     ports = [_port() for _ in range(n_servers)]
     urls = [f"https://127.0.0.1:{p}" for p in ports]
+    env = dict(os.environ)
+    env.pop("FEDSTATS_BENCH_PROFILE", None)
+    head = [str(Path(sys.executable).with_name("fedstats"))]
+    if profile is not None:
+        from service_secagg import _SERVER_MAIN
+
+        env["FEDSTATS_BENCH_PROFILE"] = str(profile)
+        head = [sys.executable, "-c", _SERVER_MAIN]
     servers = [
         subprocess.Popen(
             [
-                str(Path(sys.executable).with_name("fedstats")),
+                *head,
                 "server",
                 "--db",
                 db,
@@ -270,6 +280,7 @@ def bench_fedstats(
                 "--tick",
                 "0.2",
             ],
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -319,7 +330,7 @@ def bench_fedstats(
         accepted = int(_metric(admin.get("/metrics").text, "fedstats_reports_accepted_total"))
     finally:
         admin.close()
-        _stop(servers)
+        _stop(servers, 30 if profile is None else 120)  # a profile is merged on exit
     row.update(
         {
             "app": "fedstats",
@@ -421,9 +432,11 @@ def _with_db(kind: str, root: Path, fn: Any) -> Any:
         conn.close()
 
 
-def _fed(db: str, *, n: int, procs: int, root: Path, n_servers: int = 1) -> Any:
+def _fed(
+    db: str, *, n: int, procs: int, root: Path, n_servers: int = 1, profile: Path | None = None
+) -> Any:
     root.mkdir(parents=True, exist_ok=True)
-    return bench_fedstats(db, n, procs, root, n_servers)
+    return bench_fedstats(db, n, procs, root, n_servers, profile)
 
 
 def main() -> None:
@@ -437,6 +450,14 @@ def main() -> None:
         default="1,2,4",
         help="server process counts to measure on PostgreSQL (comma-separated; '1' for none)",
     )
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="directory: profile the single-process fedstats server per store (cProfile, thread CPU)"
+        " into DIR/service_<db>.prof and print its top functions (the CPU numbers then include"
+        " the profiler's overhead)",
+    )
     a = p.parse_args()
     rows: list[dict[str, Any]] = []
     ratios: dict[str, float] = {}
@@ -448,13 +469,26 @@ def main() -> None:
     for kind in ["sqlite", "postgresql"] if a.db == "both" else [a.db]:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
+            prof = None
+            if a.profile is not None:
+                a.profile.mkdir(parents=True, exist_ok=True)
+                prof = a.profile.resolve() / f"service_{kind}.prof"
             got = _with_db(
-                kind, root, functools.partial(_fed, n=a.clients, procs=a.procs, root=root)
+                kind,
+                root,
+                functools.partial(_fed, n=a.clients, procs=a.procs, root=root, profile=prof),
             )
             if got is None:
                 emit({"db": kind, "skipped": "PostgreSQL unreachable at 127.0.0.1:5432"})
                 continue
             ours, work = got
+            if prof is not None and prof.exists():
+                from service_secagg import profile_summary
+
+                ours["profile"] = str(prof)
+                summary = profile_summary(prof, top=25)
+                for r in summary["by_own"]:
+                    print(f"  own {r['own_s']:8.3f} cum {r['cumulative_s']:8.3f} {r['function']}")
             emit(ours)
             minimal = _with_db(
                 kind,

@@ -259,10 +259,12 @@ def create_app(
                 lines.append(f"fedstats_{key}_total {v:g}")
         return "\n".join(lines) + "\n"
 
-    app.include_router(admin_router(store, operator, changed))
+    # the device routes first: a request is matched against the routes in order (a linear scan, each
+    # candidate costing a regex and a scope copy), and devices send nearly every request
     cache = add_client_routes(
         app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload
     )
+    app.include_router(admin_router(store, operator, changed))
     add_dashboard(app, store)  # the operator's read-only status page (/dashboard)
     if cfg.vdaf:  # the two-aggregator (Prio3) mode
         from fedstats.service.http.vdaf import add_vdaf_routes

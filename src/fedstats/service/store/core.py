@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, delete, exists, func, or_, select, update
+from sqlalchemy import Table, and_, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -511,20 +511,81 @@ def _round(r: Any) -> RoundRow:
     )
 
 
+# table columns, not ORM attributes: a select of ORM attributes takes the ORM's compile path
 _ROUND_COLUMNS = (
-    RoundRecord.run_id,
-    RoundRecord.index,
-    RoundRecord.name,
-    RoundRecord.encode,
-    RoundRecord.params,
-    RoundRecord.params_digest,
-    RoundRecord.dim,
-    RoundRecord.bound,
-    RoundRecord.lo,
-    RoundRecord.hi,
-    RoundRecord.status,
-    RoundRecord.deadline,
+    _ROUNDS.c.run_id,
+    _ROUNDS.c.index,
+    _ROUNDS.c.name,
+    _ROUNDS.c.encode,
+    _ROUNDS.c.params,
+    _ROUNDS.c.params_digest,
+    _ROUNDS.c.dim,
+    _ROUNDS.c.bound,
+    _ROUNDS.c.lo,
+    _ROUNDS.c.hi,
+    _ROUNDS.c.status,
+    _ROUNDS.c.deadline,
 )
+
+# The statements of every device request (a poll, an upload), built once with bind parameters:
+# building a select (coercing its columns and clauses) cost more CPU than executing it, and a
+# statement built once keeps its memoized cache key (SQLAlchemy's compiled cache then does the rest).
+_Q_CLIENT = select(
+    _CLIENTS.c.id,
+    _CLIENTS.c.public_key,
+    _CLIENTS.c.population,
+    _CLIENTS.c.authority,
+    _CLIENTS.c.not_after,
+    _CLIENTS.c.revoked_at,
+    _CLIENTS.c.certificate,
+).where(_CLIENTS.c.id == bindparam("client_id"))
+_Q_LIVE_RUNS = (
+    select(
+        _RUNS.c.id,
+        _RUNS.c.task_id,
+        _RUNS.c.status,
+        _RUNS.c.checkin_deadline,
+        _RUNS.c.n_clients,
+        _RUNS.c.public_seed,
+        _MEMBERS.c.slot_start,
+        _MEMBERS.c.slot_count,
+        _MEMBERS.c.reveal,
+        *_ROUND_COLUMNS,
+    )
+    .select_from(_RUNS)
+    .outerjoin(
+        _MEMBERS,
+        and_(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == bindparam("client_id")),
+    )
+    .outerjoin(_ROUNDS, and_(_ROUNDS.c.run_id == _RUNS.c.id, _ROUNDS.c.status == "open"))
+    .where(_RUNS.c.status.in_(("checkin", "seeding", "running")))
+)
+# by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members table
+# has no index on client_id alone
+_Q_FINISHED_RUNS = select(_RUNS.c.id, _RUNS.c.status).where(
+    _RUNS.c.status.in_(("done", "aborted")),
+    exists().where(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == bindparam("client_id")),
+)
+_Q_MEMBER = select(_MEMBERS.c.slot_start, _MEMBERS.c.slot_count).where(
+    _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.client_id == bindparam("client_id")
+)
+_Q_ROUND_FOR_REPORT = (
+    select(*_ROUND_COLUMNS)
+    .where(_ROUNDS.c.run_id == bindparam("run_id"), _ROUNDS.c.index == bindparam("index"))
+    .with_for_update(read=True)
+)
+_Q_REPORT_DIGEST = select(_REPORTS.c.digest).where(
+    _REPORTS.c.run_id == bindparam("run_id"),
+    _REPORTS.c.round_index == bindparam("index"),
+    _REPORTS.c.client_id == bindparam("client_id"),
+)
+_Q_ADD_REPORT = _REPORTS.insert()
+_Q_COHORT = select(func.count(), func.coalesce(func.sum(_MEMBERS.c.slot_count), 0)).where(
+    _MEMBERS.c.run_id == bindparam("run_id")
+)
+_Q_AUTHORITIES = select(_AUTHORITIES.c.id, _AUTHORITIES.c.public_key)
+# INSERT ... ON CONFLICT DO NOTHING RETURNING the key, by (table name, dialect name)
+_INSERT_IGNORE: dict[tuple[str, str], Any] = {}
 
 
 _CHARGE_COLUMNS = (
@@ -544,28 +605,26 @@ class SqlCoreQueries(CoreQueries):
 
     session: Session
 
+    def _run(self, stmt: Any, params: dict[str, Any]) -> Any:
+        """Execute a prebuilt Core statement on the transaction's connection (no ORM layer)."""
+        return self.session.connection().execute(stmt, params)
+
     def _insert_ignore(self, table: Any, **values: Any) -> int:
         """``INSERT ... ON CONFLICT DO NOTHING``; the number of rows inserted (0 or 1)."""
-        dialect = self.session.get_bind().dialect.name
-        ins = (postgresql if dialect == "postgresql" else sqlite).insert(table)
-        # RETURNING rather than rowcount (which psycopg reports as -1 here)
-        stmt = ins.values(**values).on_conflict_do_nothing().returning(*table.primary_key.columns)
-        return len(self.session.execute(stmt).all())
+        conn = self.session.connection()
+        dialect = conn.dialect.name
+        stmt = _INSERT_IGNORE.get((table.name, dialect))
+        if stmt is None:
+            ins = (postgresql if dialect == "postgresql" else sqlite).insert(table)
+            # RETURNING rather than rowcount (which psycopg reports as -1 here); the values are bound
+            # at execution (the columns given by the parameters' keys)
+            stmt = ins.on_conflict_do_nothing().returning(*table.primary_key.columns)
+            _INSERT_IGNORE[(table.name, dialect)] = stmt
+        return len(conn.execute(stmt, values).all())
 
     def client(self, client_id: str) -> ClientRow | None:
         """See :meth:`CoreQueries.client`."""
-        c = _CLIENTS.c
-        row = self.session.execute(
-            select(
-                c.id,
-                c.public_key,
-                c.population,
-                c.authority,
-                c.not_after,
-                c.revoked_at,
-                c.certificate,
-            ).where(c.id == client_id)
-        ).first()
+        row = self._run(_Q_CLIENT, {"client_id": client_id}).first()
         if row is None:
             return None
         return ClientRow(
@@ -610,8 +669,7 @@ class SqlCoreQueries(CoreQueries):
 
     def authorities(self) -> dict[str, str]:
         """See :meth:`CoreQueries.authorities`."""
-        a = _AUTHORITIES.c
-        return {i: k for i, k in self.session.execute(select(a.id, a.public_key)).all()}
+        return {i: k for i, k in self._run(_Q_AUTHORITIES, {}).all()}
 
     def add_authority(self, fingerprint: str, public_key: str) -> bool:
         """See :meth:`CoreQueries.add_authority`."""
@@ -642,18 +700,12 @@ class SqlCoreQueries(CoreQueries):
 
     def cohort(self, run_id: str) -> tuple[int, int]:
         """See :meth:`CoreQueries.cohort`."""
-        m = _MEMBERS.c
-        devices, slots = self.session.execute(
-            select(func.count(), func.coalesce(func.sum(m.slot_count), 0)).where(m.run_id == run_id)
-        ).one()
+        devices, slots = self._run(_Q_COHORT, {"run_id": run_id}).one()
         return int(devices), int(slots)
 
     def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
         """See :meth:`CoreQueries.member`."""
-        m = _MEMBERS.c
-        row = self.session.execute(
-            select(m.slot_start, m.slot_count).where(m.run_id == run_id, m.client_id == client_id)
-        ).first()
+        row = self._run(_Q_MEMBER, {"run_id": run_id, "client_id": client_id}).first()
         return None if row is None else (int(row[0]), int(row[1]))
 
     def add_member(
@@ -679,21 +731,13 @@ class SqlCoreQueries(CoreQueries):
 
     def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
         """See :meth:`CoreQueries.round_for_report`."""
-        r = _ROUNDS.c
-        row = self.session.execute(
-            select(*_ROUND_COLUMNS)
-            .where(r.run_id == run_id, r.index == index)
-            .with_for_update(read=True)
-        ).first()
+        row = self._run(_Q_ROUND_FOR_REPORT, {"run_id": run_id, "index": index}).first()
         return None if row is None else _round(row)
 
     def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
         """See :meth:`CoreQueries.report_digest`."""
-        p = _REPORTS.c
-        got = self.session.execute(
-            select(p.digest).where(
-                p.run_id == run_id, p.round_index == index, p.client_id == client_id
-            )
+        got = self._run(
+            _Q_REPORT_DIGEST, {"run_id": run_id, "index": index, "client_id": client_id}
         ).scalar()
         return None if got is None else str(got)
 
@@ -708,39 +752,22 @@ class SqlCoreQueries(CoreQueries):
         received_at: float,
     ) -> None:
         """See :meth:`CoreQueries.add_report`."""
-        self.session.execute(
-            _REPORTS.insert().values(
-                run_id=run_id,
-                round_index=index,
-                client_id=client_id,
-                vector=vector,
-                count=count,
-                digest=digest,
-                received_at=received_at,
-            )
+        self._run(
+            _Q_ADD_REPORT,
+            {
+                "run_id": run_id,
+                "round_index": index,
+                "client_id": client_id,
+                "vector": vector,
+                "count": count,
+                "digest": digest,
+                "received_at": received_at,
+            },
         )
 
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs`."""
-        run, m, r = _RUNS.c, _MEMBERS.c, _ROUNDS.c
-        rows = self.session.execute(
-            select(
-                run.id,
-                run.task_id,
-                run.status,
-                run.checkin_deadline,
-                run.n_clients,
-                run.public_seed,
-                m.slot_start,
-                m.slot_count,
-                m.reveal,
-                *_ROUND_COLUMNS,
-            )
-            .select_from(_RUNS)
-            .outerjoin(_MEMBERS, and_(m.run_id == run.id, m.client_id == client_id))
-            .outerjoin(_ROUNDS, and_(r.run_id == run.id, r.status == "open"))
-            .where(run.status.in_(("checkin", "seeding", "running")))
-        ).all()
+        rows = self._run(_Q_LIVE_RUNS, {"client_id": client_id}).all()
         out = []
         for row in rows:
             rec = None
@@ -778,13 +805,7 @@ class SqlCoreQueries(CoreQueries):
 
     def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
         """See :meth:`CoreQueries.finished_runs`."""
-        # by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members
-        # table has no index on client_id alone
-        run, m = _RUNS.c, _MEMBERS.c
-        member = exists().where(m.run_id == run.id, m.client_id == client_id)
-        rows = self.session.execute(
-            select(run.id, run.status).where(run.status.in_(("done", "aborted")), member)
-        ).all()
+        rows = self._run(_Q_FINISHED_RUNS, {"client_id": client_id}).all()
         return [(str(i), str(s)) for i, s in rows]
 
     def orm_run(self, run_id: str, *, lock: bool = False) -> Any:
