@@ -114,7 +114,11 @@ def test_importing_the_device_sdk_loads_no_server_module() -> None:
 
 # the server's own layers (docs/architecture.md, issue 28): http -> domain -> store, and only the store
 # speaks SQL; domain code knows nothing of HTTP
-SERVICE_LAYERS = {"http": {"http", "domain", "store"}, "domain": {"domain", "store"}, "store": {"store"}}
+SERVICE_LAYERS = {
+    "http": {"http", "domain", "store"},
+    "domain": {"domain", "store"},
+    "store": {"store"},
+}
 SERVICE_FORBIDDEN = {
     "http": {"sqlalchemy", "alembic", "psycopg"},
     "domain": {"sqlalchemy", "alembic", "psycopg", "fastapi", "starlette", "uvicorn", "httpx"},
