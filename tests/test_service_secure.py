@@ -608,7 +608,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     held: dict[str, int] = {}
 
     def recording(dev: Any) -> None:
-        inner = dev._capped_send  # the device's secure-stage transport (reads at most a limit)
+        inner = dev._send  # the device's transport (secure stages read at most a limit)
 
         def send(method: str, path: str, body: bytes, **kw: Any) -> Any:
             r = inner(method, path, body, **kw)
@@ -619,7 +619,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
                 )
             return r
 
-        dev._capped_send = send
+        dev._send = send
 
     for d in devices[:3]:
         recording(d)
