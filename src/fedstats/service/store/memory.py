@@ -843,7 +843,7 @@ class MemoryTx(MemoryCoreQueries):
 
     @property
     def session(self) -> Any:
-        """Not available: only the secure path (not converted to typed queries) uses a session."""
+        """Not available: a SQLAlchemy session exists only on a SQL store (tests that look inside one)."""
         raise NotImplementedError(SECURE_NEEDS_SQL)
 
     def _rollback(self) -> None:
@@ -931,8 +931,8 @@ class MemoryStore:
 
     @property
     def engine(self) -> Any:
-        """Not available: the VDAF routes and raw SQL need a SQL store."""
-        raise NotImplementedError("the VDAF routes need a SQL store (store.engine)")
+        """Not available: an engine exists only on a SQL store (the Prio3 query group is SQL only)."""
+        raise NotImplementedError("Prio3 tasks and raw SQL need a SQL store (store.engine)")
 
     def writable(self) -> str | None:
         """Always None: memory is writable."""
