@@ -347,6 +347,35 @@ def test_idempotency_keys_replay_the_first_answer(memory: MemoryStore) -> None:
     assert other.replayed is False and len(calls) == 2
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
+def test_idempotency_keys_are_purged_after_their_retention(
+    make_store: Callable[[str], Store], kind: str
+) -> None:
+    store = make_store(kind)
+    calls: list[str] = []
+
+    def write(tx: Any) -> idempotency.Answer:
+        calls.append("w")
+        return idempotency.Answer(201, {"n": len(calls)})
+
+    idempotency.run_once(store, "op", "old", "PUT", "/b", {"x": 1}, write)
+    written = time.time()
+    # an hour later a second key; a day after the first, purge what is older than a day
+    assert idempotency.purge(store, 86400.0, now=written + 3600.0) == 0
+    with store.transaction() as tx:
+        tx.claim_key("op", "new", "PUT", "/b", "h", written + 3600.0)
+        tx.store_answer("op", "new", 201, "{}")
+    assert idempotency.purge(store, 86400.0, now=written + 86400.0 + 1.0) == 1
+    with store.transaction(read_only=True) as tx:
+        assert tx.idempotent_answer("op", "old") is None
+        assert tx.idempotent_answer("op", "new") is not None
+    # a retry after the retention is a new request: it is written again
+    again = idempotency.run_once(store, "op", "old", "PUT", "/b", {"x": 1}, write)
+    assert (again.replayed, calls) == (False, ["w", "w"])
+    with pytest.raises(FedstatsError, match="retention"):
+        idempotency.purge(store, 0.0)
+
+
 def test_a_failed_transaction_leaves_nothing(memory: MemoryStore) -> None:
     with memory.transaction() as tx:
         tx.put_budget("population", "p", 1.0, 0.0)

@@ -69,6 +69,14 @@ def serve(
             "on the same database takes it over.",
         ),
     ] = 30.0,
+    idempotency_retention: Annotated[
+        float,
+        typer.Option(
+            "--idempotency-retention",
+            min=1.0,
+            help="Seconds an admin write's Idempotency-Key and first answer are kept (default 7 days).",
+        ),
+    ] = 7 * 86400.0,
     server_id: Annotated[
         str | None,
         typer.Option(
@@ -165,6 +173,7 @@ def serve(
             burst=burst,
             tick=tick,
             lease_seconds=lease_seconds,
+            idempotency_retention=idempotency_retention,
             server_id=server_id or f"{socket.gethostname()}:{port}",
             store_threads=store_threads,
             vdaf=vdaf,

@@ -11,6 +11,10 @@ then reads the stored answer (:func:`run_once`).
 A key is scoped to the operator that sent it. The same key with another body (or on another endpoint)
 is refused with 422 naming the header. Only successful writes are stored: a refused request (409 budget
 exceeded, 403, ...) wrote nothing, so a retry is evaluated again.
+
+Keys are kept for a retention period (``ServerSettings.idempotency_retention``, default 7 days, as
+payment APIs do) and then purged by the server's background loop (:func:`purge`): a retry later than
+that is a new request.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from fedstats.errors import ParameterError
 from fedstats.service.store import Store, Tx
 
-__all__ = ["HEADER", "Answer", "check_key", "request_hash", "run_once"]
+__all__ = ["HEADER", "Answer", "check_key", "purge", "request_hash", "run_once"]
 
 HEADER = "Idempotency-Key"
 _MAX_KEY = 256
@@ -124,3 +128,25 @@ def run_once(
         answer = write(tx)
         tx.store_answer(actor, key, answer.status, json.dumps(answer.body, sort_keys=True))
         return answer
+
+
+def purge(store: Store, retention: float, *, now: float | None = None) -> int:
+    """Delete the idempotency keys older than ``retention`` seconds; return how many were deleted.
+
+    Parameters
+    ----------
+    store : Store
+    retention : float
+        Seconds a key is kept, > 0.
+    now : float, optional
+        The current time (unix seconds; default the clock).
+
+    Raises
+    ------
+    ParameterError
+        If ``retention`` is not > 0.
+    """
+    if not retention > 0:
+        raise ParameterError("retention", retention, "seconds, a number > 0")
+    with store.transaction() as tx:
+        return tx.purge_idempotency_keys((time.time() if now is None else now) - retention)

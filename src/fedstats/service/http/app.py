@@ -30,7 +30,7 @@ from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import PlainTextResponse
 
 from fedstats.errors import ParameterError
-from fedstats.service.domain import driver
+from fedstats.service.domain import driver, idempotency
 from fedstats.service.domain.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
@@ -92,6 +92,9 @@ class ServerSettings:
         (default: the system's trust store).
     vdaf_batch_size : int
         Reports per Prio3 aggregation job, in [1, 100000] (default 1000).
+    idempotency_retention : float
+        Seconds an admin write's ``Idempotency-Key`` and first answer are kept (default 7 days, > 0); a
+        retry after that is evaluated again (:func:`~fedstats.service.domain.idempotency.purge`).
     """
 
     max_body: int = 1 << 20
@@ -108,6 +111,7 @@ class ServerSettings:
     vdaf: bool = False
     vdaf_peer_ca: str | None = None
     vdaf_batch_size: int = 1000
+    idempotency_retention: float = 7 * 86400.0
 
 
 _status_of = http.status_of  # moved to .http
@@ -146,6 +150,10 @@ def create_app(
 
     if cfg.store_threads < 1:
         raise ParameterError("store_threads", cfg.store_threads, "an integer >= 1")
+    if not cfg.idempotency_retention > 0:
+        raise ParameterError(
+            "idempotency_retention", cfg.idempotency_retention, "seconds, a number > 0"
+        )
     offload = Offload(cfg.store_threads)  # device requests' store work
     changes = Changes()  # the driver's state transitions: wake long-polling devices
     wakeup = Wakeup()  # devices' messages: wake the driver
@@ -181,7 +189,7 @@ def create_app(
                 try:
                     moved = await asyncio.to_thread(runner.tick)
                     if time.monotonic() - purged > _PURGE_SECONDS:
-                        await asyncio.to_thread(_purge_nonces)
+                        await asyncio.to_thread(_purge)
                         purged = time.monotonic()
                 except Exception:
                     log.exception("driver tick failed")
@@ -222,9 +230,10 @@ def create_app(
 
     http.install_error_handlers(app)  # FedstatsError and validation errors: one-line JSON 4xx
 
-    def _purge_nonces() -> None:
+    def _purge() -> None:  # the kept nonces and idempotency keys that can no longer be needed
         with store.transaction() as tx:
             tx.purge_nonces(time.time() - 2 * cfg.replay_window)
+        idempotency.purge(store, cfg.idempotency_retention)
 
     # -- operator auth
     def operator(authorization: Annotated[str | None, Header()] = None) -> str:

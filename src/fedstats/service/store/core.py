@@ -484,6 +484,10 @@ class CoreQueries(ABC):
     def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
         """Store the answer of a claimed key."""
 
+    @abstractmethod
+    def purge_idempotency_keys(self, before: float) -> int:
+        """Delete the idempotency keys created before ``before`` (unix seconds); return how many."""
+
     # -- the change counter
     @abstractmethod
     def bump_version(self) -> int:
@@ -1244,6 +1248,11 @@ class SqlCoreQueries(CoreQueries):
             .where(k.actor == actor, k.key == key)
             .values(status_code=status_code, response=response)
         )
+
+    def purge_idempotency_keys(self, before: float) -> int:
+        """See :meth:`CoreQueries.purge_idempotency_keys`."""
+        got = self.session.execute(delete(_IDEMPOTENCY).where(_IDEMPOTENCY.c.created_at < before))
+        return int(getattr(got, "rowcount", 0) or 0)
 
     def bump_version(self) -> int:
         """See :meth:`CoreQueries.bump_version`."""

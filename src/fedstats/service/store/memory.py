@@ -803,6 +803,15 @@ class MemoryCoreQueries(CoreQueries):
         values = {"status_code": status_code, "response": response}
         self._set("idempotency_keys", (actor, key), values)
 
+    def purge_idempotency_keys(self, before: float) -> int:
+        """See :meth:`CoreQueries.purge_idempotency_keys`."""
+        rows = self._t("idempotency_keys")
+        old = [k for k, r in rows.items() if r.created_at < before]
+        for k in old:
+            self._save("idempotency_keys", k)
+            del rows[k]
+        return len(old)
+
     # -- the change counter
     def bump_version(self) -> int:
         """See :meth:`CoreQueries.bump_version`."""
