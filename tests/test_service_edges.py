@@ -280,6 +280,30 @@ def test_an_unhandled_error_is_a_json_500_with_an_id_logged_and_counted(
     assert server.metrics().get(500, 0) == before + 1
 
 
+def test_the_dashboard_shows_this_process_5xx_count(server: Server) -> None:
+    @server.app.get("/v1/boom")
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    def panel() -> str:
+        server.http.cookies.set("fedstats_operator", server.token)
+        got = server.http.get("/dashboard")
+        assert got.status_code == 200, got.text
+        return got.text.split('<table id="process">', 1)[1].split("</table>", 1)[0]
+
+    before = server.metrics()
+    for _ in range(3):
+        assert server.http.get("/v1/boom").status_code == 500
+    server.http.get("/v1/admin/runs/x", headers=server.admin)  # a 404
+    text = panel()
+    n5 = sum(v for s, v in server.metrics().items() if s >= 500)
+    assert n5 == sum(v for s, v in before.items() if s >= 500) + 3
+    assert f'<strong class="aborted server-errors">{n5:g}</strong>' in text
+    n4 = sum(v for s, v in server.metrics().items() if 400 <= s < 500)
+    assert f'data-class="4xx">4xx: {n4:g}</span>' in text
+    assert "500: " in text and "404: " in text
+
+
 def test_request_log_lines_carry_no_secrets(
     server: Server, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -34,7 +34,7 @@ from fedstats.service.domain import driver, idempotency
 from fedstats.service.domain.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
-from fedstats.service.http.dashboard import add_dashboard
+from fedstats.service.http.dashboard import add_dashboard, process_state
 from fedstats.service.http.device import DeviceWrites, Offload, add_client_routes
 from fedstats.service.http.health import add_health_routes
 from fedstats.service.http.openapi import install_params_schemas
@@ -274,7 +274,9 @@ def create_app(
         app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload
     )
     app.include_router(admin_router(store, operator, changed))
-    add_dashboard(app, store)  # the operator's read-only status page (/dashboard)
+    add_dashboard(  # the operator's read-only status page (/dashboard)
+        app, store, lambda: process_state(counters, runner.metrics, runner.excluded)
+    )
     if cfg.vdaf:  # the two-aggregator (Prio3) mode
         from fedstats.service.http.vdaf import add_vdaf_routes
 

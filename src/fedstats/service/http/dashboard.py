@@ -5,14 +5,17 @@ An operator signs in once with a form (``POST /dashboard/login``); the token the
 rendered on the server with Jinja2 (autoescaping on: task labels, errors and audit details are data) and
 refreshes itself. It shows the latest runs (status, task, rounds and their state, devices checked in,
 start and end, error), the enrolled and checked-in devices per population, every budget (spent, reserved
-and remaining, as ``GET /v1/admin/budgets/...`` computes them) and recent errors: aborted runs and the
-audit entries that record a refusal, an abort or a release. It writes nothing.
+and remaining, as ``GET /v1/admin/budgets/...`` computes them), recent errors: aborted runs and the
+audit entries that record a refusal, an abort or a release, and this server process's counters since it
+started (HTTP responses by status class, 5xx highlighted; reports accepted, duplicate and excluded by
+reason; runs done and aborted; the same numbers ``/metrics`` gives). It writes nothing.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -25,7 +28,7 @@ from fedstats.service.domain import ledger, runs
 from fedstats.service.store import Store, Tx, TxLike, as_tx
 from fedstats.wire import auth
 
-__all__ = ["COOKIE", "add_dashboard", "dashboard_state"]
+__all__ = ["COOKIE", "add_dashboard", "dashboard_state", "process_state"]
 
 COOKIE = "fedstats_operator"
 """Name of the cookie that carries the operator's token after sign-in."""
@@ -171,6 +174,57 @@ def dashboard_state(session: TxLike, now: float | None = None) -> dict[str, Any]
     }
 
 
+def process_state(
+    counters: Mapping[str, float],
+    metrics: Mapping[str, float],
+    excluded: Mapping[str, float],
+) -> dict[str, Any]:
+    """The counters of this server process since it started, for the dashboard.
+
+    Parameters
+    ----------
+    counters : mapping
+        The app's counters (``http_responses_total{status="..."}`` and the request counters).
+    metrics : mapping
+        The run driver's counters (:attr:`fedstats.service.domain.driver.Driver.metrics`).
+    excluded : mapping
+        Reports left out of sums, by reason (:attr:`~fedstats.service.domain.driver.Driver.excluded`).
+
+    Returns
+    -------
+    dict
+        ``responses``: counts by status class ``"2xx"`` .. ``"5xx"`` (every class present, 0 if none);
+        ``statuses``: ``[(status, count)]`` by status code, ascending; ``server_errors``: the 5xx count;
+        ``reports``: accepted, duplicate and excluded (total and ``by_reason``); ``runs``: done and
+        aborted.
+    """
+    statuses: dict[int, float] = {}
+    for key, v in counters.items():
+        if key.startswith("http_responses_total"):
+            text = key.split('status="', 1)[-1].rstrip('"}')
+            if text.isdigit():
+                statuses[int(text)] = statuses.get(int(text), 0.0) + float(v)
+    classes = {f"{c}xx": 0 for c in (1, 2, 3, 4, 5)}
+    for code, v in statuses.items():
+        if 1 <= code // 100 <= 5:
+            classes[f"{code // 100}xx"] += int(v)
+    return {
+        "responses": classes,
+        "statuses": sorted((code, int(v)) for code, v in statuses.items()),
+        "server_errors": classes["5xx"],
+        "reports": {
+            "accepted": int(counters.get("reports_accepted", 0)),
+            "duplicate": int(counters.get("reports_duplicate", 0)),
+            "excluded": int(sum(excluded.values())),
+            "by_reason": sorted((str(r), int(v)) for r, v in excluded.items() if v),
+        },
+        "runs": {
+            "done": int(metrics.get("runs_done", 0)),
+            "aborted": int(metrics.get("runs_aborted", 0)),
+        },
+    }
+
+
 def _operator_of(store: Store, token: str | None) -> str | None:
     """The operator whose bearer token is ``token``, or None."""
     if not token:
@@ -194,7 +248,9 @@ def _page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
     )
 
 
-def add_dashboard(app: FastAPI, store: Store) -> None:
+def add_dashboard(
+    app: FastAPI, store: Store, process: Callable[[], dict[str, Any]] | None = None
+) -> None:
     """Mount the operator dashboard on ``app``: ``/`` and ``/dashboard`` (GET), login and logout (POST).
 
     Parameters
@@ -203,6 +259,8 @@ def add_dashboard(app: FastAPI, store: Store) -> None:
         The server's app (:func:`fedstats.service.http.app.create_app`).
     store : Store
         Its store; the dashboard only reads it.
+    process : callable, optional
+        Returns this process's counters (:func:`process_state`); None: the panel is left out.
     """
 
     @app.get("/", include_in_schema=False)
@@ -216,7 +274,13 @@ def add_dashboard(app: FastAPI, store: Store) -> None:
             return _page("login.html.j2", status=401, error=None)
         with store.transaction(read_only=True) as tx:
             state = dashboard_state(tx)
-        return _page("dashboard.html.j2", operator=operator, refresh=_REFRESH_SECONDS, **state)
+        return _page(
+            "dashboard.html.j2",
+            operator=operator,
+            refresh=_REFRESH_SECONDS,
+            process=None if process is None else process(),
+            **state,
+        )
 
     @app.post("/dashboard/login", include_in_schema=False)
     async def login(request: Request) -> Response:
