@@ -84,6 +84,17 @@ def test_an_operator_runs_a_task_from_the_cli(dep: Deployment, tmp_path: Path) -
     env = tmp_path / "env.json"
     env.write_text(json.dumps(dep.sign(TASK)))
     assert _json(_admin(dep, "tasks", "create", str(env), "--json"))["task_id"] == tid
+    # the analyst signs offline (no server, no token) and the operator posts the envelope
+    offline = tmp_path / "offline.json"
+    signed = _fed(
+        "admin", "tasks", "sign", str(task), "--analyst", str(analyst), "--out", str(offline)
+    )
+    assert signed.returncode == 0 and signed.stdout == "", signed.stderr
+    envelope = json.loads(offline.read_text())
+    assert set(envelope) == {"task", "certificate", "signature"}
+    printed = _fed("admin", "tasks", "sign", str(task), "--analyst", str(analyst))
+    assert set(json.loads(printed.stdout)) == {"task", "certificate", "signature"}
+    assert _json(_admin(dep, "tasks", "create", str(offline), "--json"))["task_id"] == tid
     assert tid in {t["task_id"] for t in _json(_admin(dep, "tasks", "list", "--json"))["items"]}
     assert _json(_admin(dep, "tasks", "show", tid, "--json"))["task_id"] == tid
     # one key, two invocations (a lost answer retried by hand): one run, one reservation
@@ -140,6 +151,15 @@ def test_bad_input_and_a_missing_token_are_one_line_exit_2(dep: Deployment, tmp_
     unsigned = tmp_path / "unsigned.json"
     unsigned.write_text(json.dumps(TASK))
     _one_error_line(_admin(dep, "tasks", "create", str(unsigned)), 2, "--analyst")
+    envelope = tmp_path / "envelope.json"
+    envelope.write_text(json.dumps(dep.sign(TASK)))
+    dep.analyst("default")
+    analyst = str(dep.root / "analysts" / "default.json")
+    out = tmp_path / "never.json"
+    twice = _fed("admin", "tasks", "sign", str(envelope), "--analyst", analyst, "--out", str(out))
+    _one_error_line(twice, 2, "already signed")
+    _one_error_line(_fed("admin", "tasks", "sign", str(bad), "--analyst", analyst), 2, "file")
+    assert not out.exists()  # nothing half-written
     no_token = _fed("admin", "--server", dep.url, "--ca", str(dep.certs["ca"]), "runs", "list")
     _one_error_line(no_token, 2, "--token")
     wrong = _fed(

@@ -68,7 +68,7 @@ def test_the_walkthrough_has_every_step() -> None:
         "fedstats server --db",
         "/v1/admin/budgets/population/",
         "/v1/admin/budgets/analyst/",
-        "sign_task",
+        "fedstats admin tasks sign",
         "/v1/admin/tasks",
         "/v1/admin/runs",
         "fedstats client run",

@@ -346,6 +346,37 @@ def task_create(
     )
 
 
+@tasks_app.command("sign")
+def task_sign(
+    file: Annotated[Path, typer.Argument(help="A task (JSON) to sign.")],
+    analyst: Annotated[
+        Path, typer.Option("--analyst", help="The analyst's identity file (its private key).")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the signed envelope here (default: standard output)."),
+    ] = None,
+) -> None:
+    """Sign a task as an analyst, offline: the envelope the operator posts with ``tasks create``.
+
+    Needs no server: the analyst signs on their own machine and hands the envelope to the operator, who
+    never holds the analyst's key.
+    """
+    from fedstats._io import atomic_write_text
+    from fedstats.wire.tasks import sign_task
+
+    data = _read_json(file, "file")
+    if not isinstance(data, dict):
+        raise ParameterError("file", str(file), "a JSON object (a task)")
+    if set(data) == {"task", "certificate", "signature"}:
+        raise ParameterError("file", str(file), "an unsigned task (this one is already signed)")
+    text = json.dumps(sign_task(data, analyst), sort_keys=True) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(out, text)  # nothing half-written on failure
+
+
 def _task_summary(p: dict[str, Any]) -> dict[str, Any]:
     conf = p.get("config") or {}
     return {
