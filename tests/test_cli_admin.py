@@ -141,6 +141,48 @@ def test_devices_are_listed_revoked_and_reinstated(dep: Deployment) -> None:
     assert back["status"] == "active"
 
 
+def test_an_operator_adds_and_removes_another(dep: Deployment) -> None:
+    name = f"dana-{dep.port}"
+    token = _admin(dep, "operators", "add", name)
+    assert token.returncode == 0, token.stderr
+    dana = token.stdout.strip()
+
+    def as_dana(*args: str) -> subprocess.CompletedProcess[str]:
+        return _fed(
+            "admin",
+            "--server",
+            dep.url,
+            "--ca",
+            str(dep.certs["ca"]),
+            *args,
+            env={"FEDSTATS_TOKEN": dana},
+        )
+
+    assert name in {o["name"] for o in _json(as_dana("operators", "list", "--json"))["items"]}
+    _one_error_line(_admin(dep, "operators", "add", name), 1, "422", "exists")
+    _one_error_line(as_dana("operators", "remove", name), 1, "409", "itself")
+    _one_error_line(_admin(dep, "operators", "remove", "nobody-at-all"), 1, "404")
+    assert _json(_admin(dep, "operators", "remove", name, "--json")) == {
+        "name": name,
+        "removed": True,
+    }
+    _one_error_line(
+        as_dana("runs", "list"), 1, "401"
+    )  # the removed operator's token stopped working
+    audit = [a["action"] for a in json.loads(_admin_get(dep, "/v1/admin/audit"))]
+    assert "add-operator" in audit and "remove-operator" in audit
+
+
+def _admin_get(dep: Deployment, path: str) -> str:
+    import ssl
+    import urllib.request
+
+    req = urllib.request.Request(dep.url + path, headers={"Authorization": f"Bearer {dep.token}"})
+    ctx = ssl.create_default_context(cafile=str(dep.certs["ca"]))
+    with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+        return r.read().decode()
+
+
 def test_bad_input_and_a_missing_token_are_one_line_exit_2(dep: Deployment, tmp_path: Path) -> None:
     _one_error_line(_admin(dep, "budgets", "set", "team", "x", "--epsilon", "1"), 2, "scope")
     _one_error_line(_admin(dep, "budgets", "set", "analyst", "x", "--epsilon", "0"), 2, "--epsilon")

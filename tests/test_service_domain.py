@@ -376,6 +376,46 @@ def test_idempotency_keys_are_purged_after_their_retention(
         idempotency.purge(store, 0.0)
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
+def test_operators_are_added_rotated_and_removed(
+    make_store: Callable[[str], Store], kind: str
+) -> None:
+    from fedstats.service.domain import operators
+    from fedstats.service.domain.tasks import ConflictError, NotFoundError
+    from fedstats.wire import auth
+
+    store = make_store(kind)
+    with store.transaction() as tx:
+        a = operators.add(tx, "ann")
+        b = operators.add(tx, "bob", actor="ann")
+    with store.transaction(read_only=True) as tx:
+        assert tx.operator_of(auth.hash_token(a)) == "ann"
+        assert tx.operator_of(auth.hash_token(b)) == "bob"
+    with pytest.raises(FedstatsError, match="exists"), store.transaction() as tx:
+        operators.add(tx, "bob")
+    for bad in ("", "x" * 129, "tab\there"):
+        with pytest.raises(FedstatsError, match="name"), store.transaction() as tx:
+            operators.add(tx, bad)
+    with store.transaction() as tx:
+        b2 = operators.rotate(tx, "bob", actor="ann")
+    with store.transaction(read_only=True) as tx:
+        assert tx.operator_of(auth.hash_token(b)) is None
+        assert tx.operator_of(auth.hash_token(b2)) == "bob"
+    with pytest.raises(NotFoundError), store.transaction() as tx:
+        operators.rotate(tx, "nobody")
+    with pytest.raises(ConflictError, match="itself"), store.transaction() as tx:
+        operators.remove(tx, "ann", actor="ann")
+    with pytest.raises(NotFoundError), store.transaction() as tx:
+        operators.remove(tx, "nobody", actor="ann")
+    with store.transaction() as tx:
+        operators.remove(tx, "bob", actor="ann")
+    with store.transaction(read_only=True) as tx:
+        assert tx.operator_of(auth.hash_token(b2)) is None and not tx.operator_exists("bob")
+        assert tx.page_operators(10, 0)[1] == 1
+        actions = [what for _ts, _who, what, _rid, _d in tx.audit_log(None, 100)]
+    assert actions == ["add-operator", "rotate-operator", "remove-operator"]
+
+
 def test_a_failed_transaction_leaves_nothing(memory: MemoryStore) -> None:
     with memory.transaction() as tx:
         tx.put_budget("population", "p", 1.0, 0.0)

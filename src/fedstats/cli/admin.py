@@ -628,6 +628,36 @@ def operator_list(
     )
 
 
+@operators_app.command("add")
+def operator_add(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The new operator's name.")],
+    json_flag: JsonOption = False,
+) -> None:
+    """Create an operator; its bearer token is printed once (give it to them over a safe channel)."""
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("POST", "/v1/admin/operators", {"name": name}),
+        lambda console, p: console.print(p["token"]),
+    )
+
+
+@operators_app.command("remove")
+def operator_remove(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The operator to remove (not yourself).")],
+    json_flag: JsonOption = False,
+) -> None:
+    """Remove an operator: its token stops working at once."""
+    _run(
+        ctx,
+        json_flag,
+        lambda api: api.call("DELETE", f"/v1/admin/operators/{name}"),
+        lambda console, p: console.print(f"operator {p['name']!r} removed"),
+    )
+
+
 @operators_app.command("rotate")
 def operator_rotate(
     ctx: typer.Context,

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from fedstats.errors import BudgetExceededError, SecurityError
-from fedstats.service.domain import idempotency, ledger, runs, tasks
+from fedstats.service.domain import idempotency, ledger, operators, runs, tasks
 from fedstats.service.http import edge as http
 from fedstats.service.http.schemas import (
     BudgetIn,
@@ -33,7 +33,7 @@ from fedstats.service.http.schemas import (
 from fedstats.service.store import Store, Tx, TxLike, as_tx
 from fedstats.wire import auth
 
-__all__ = ["OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]
+__all__ = ["OperatorIn", "OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]
 
 RUN_STATUSES = ("checkin", "seeding", "running", "done", "aborted")
 
@@ -76,6 +76,12 @@ class OperatorToken(BaseModel):
 
     name: str
     token: str
+
+
+class OperatorIn(BaseModel):
+    """A new operator."""
+
+    name: str = Field(min_length=1, max_length=128, description="The operator's name (unique).")
 
 
 def _pageout(items: list[dict[str, Any]], total: int, limit: int, offset: int) -> Page:
@@ -405,12 +411,25 @@ def admin_router(
             items, total = tx.page_operators(limit, offset)
         return _pageout(items, total, limit, offset)
 
+    @r.post("/operators", status_code=201)
+    def add_operator(body: OperatorIn, actor: Op) -> OperatorToken:
+        """Create an operator; its bearer token is in the answer, once (stored hashed)."""
+        with store.transaction() as tx:
+            token = operators.add(tx, body.name, actor=actor)
+        return OperatorToken(name=body.name, token=token)
+
+    @r.delete("/operators/{name}")
+    def remove_operator(name: IdPath, actor: Op) -> dict[str, Any]:
+        """Remove operator ``name``: its token stops working at once (not oneself, not the last)."""
+        with store.transaction() as tx:
+            operators.remove(tx, name, actor=actor)
+        return {"name": name, "removed": True}
+
     @r.post("/operators/{name}/rotate")
     def rotate_operator_token(name: IdPath, actor: Op) -> OperatorToken:
         """Issue a new bearer token for operator ``name``; its old token stops working at once."""
         with store.transaction() as tx:
-            token = rotate_token(tx, name)
-            ledger.audit(tx, actor, "rotate-operator", None, name=name)
+            token = operators.rotate(tx, name, actor=actor)
         return OperatorToken(name=name, token=token)
 
     # -- audit
@@ -439,7 +458,4 @@ def rotate_token(s: TxLike, name: str) -> str:
     NotFoundError
         If there is no such operator.
     """
-    token = auth.new_token()
-    if not as_tx(s).set_operator_token(name, auth.hash_token(token)):
-        raise tasks.NotFoundError(f"no operator {name!r}")
-    return token
+    return operators.rotate(as_tx(s), name)

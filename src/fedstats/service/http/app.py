@@ -30,7 +30,7 @@ from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import PlainTextResponse
 
 from fedstats.errors import ParameterError
-from fedstats.service.domain import driver, idempotency
+from fedstats.service.domain import driver, idempotency, operators
 from fedstats.service.domain.changes import Changes, Wakeup, read_version, record_change
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
@@ -299,19 +299,11 @@ def add_operator(store: Store, name: str) -> str:
     Raises
     ------
     ParameterError
-        If ``name`` is not 1-128 characters, or an operator of that name exists (its token is replaced
-        only by :func:`rotate_operator`, never silently).
+        If ``name`` is not 1-128 printable characters, or an operator of that name exists (its token is
+        replaced only by :func:`rotate_operator`, never silently).
     """
-    if not 1 <= len(name) <= 128:
-        raise ParameterError("name", name, "1 to 128 characters")
-    token = auth.new_token()
     with store.transaction() as tx:
-        if tx.operator_exists(name):
-            raise ParameterError(
-                "name", name, "a new operator name (this one exists: rotate its token instead)"
-            )
-        tx.add_operator(name, auth.hash_token(token), time.time())
-    return token
+        return operators.add(tx, name)
 
 
 def rotate_operator(store: Store, name: str) -> str:
@@ -322,10 +314,8 @@ def rotate_operator(store: Store, name: str) -> str:
     NotFoundError
         If there is no such operator.
     """
-    from fedstats.service.http.admin import rotate_token
-
     with store.transaction() as tx:
-        return rotate_token(tx, name)
+        return operators.rotate(tx, name)
 
 
 def trust_authority(store: Store, public_key_hex: str) -> str:

@@ -425,6 +425,10 @@ class CoreQueries(ABC):
         """Replace an operator's token hash; False if there is no such operator."""
 
     @abstractmethod
+    def remove_operator(self, name: str) -> bool:
+        """Delete an operator; False if there is no such operator."""
+
+    @abstractmethod
     def audit_log(
         self, run_id: str | None, limit: int
     ) -> list[tuple[float, str, str, str | None, str]]:
@@ -1115,6 +1119,12 @@ class SqlCoreQueries(CoreQueries):
         got = self.session.execute(
             update(_OPERATORS).where(o.name == name).values(token_hash=token_hash).returning(o.name)
         ).all()
+        return bool(got)
+
+    def remove_operator(self, name: str) -> bool:
+        """See :meth:`CoreQueries.remove_operator`."""
+        o = _OPERATORS.c
+        got = self.session.execute(delete(_OPERATORS).where(o.name == name).returning(o.name)).all()
         return bool(got)
 
     def audit_log(

@@ -694,6 +694,15 @@ class MemoryCoreQueries(CoreQueries):
             raise _duplicate("operators.token_hash", token_hash[:8])
         return self._set("operators", name, {"token_hash": token_hash})
 
+    def remove_operator(self, name: str) -> bool:
+        """See :meth:`CoreQueries.remove_operator`."""
+        rows = self._t("operators")
+        if name not in rows:
+            return False
+        self._save("operators", name)
+        del rows[name]
+        return True
+
     def audit_log(
         self, run_id: str | None, limit: int
     ) -> list[tuple[float, str, str, str | None, str]]:
