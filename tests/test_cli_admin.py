@@ -43,8 +43,10 @@ def _fed(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def _admin(dep: Deployment, *args: str) -> subprocess.CompletedProcess[str]:
-    """``fedstats admin`` with the token from the environment (as an operator would)."""
+def _admin(
+    dep: Deployment, *args: str, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``fedstats admin`` with the token (default the deployment's) from the environment."""
     return _fed(
         "admin",
         "--server",
@@ -52,7 +54,7 @@ def _admin(dep: Deployment, *args: str) -> subprocess.CompletedProcess[str]:
         "--ca",
         str(dep.certs["ca"]),
         *args,
-        env={"FEDSTATS_TOKEN": dep.token},
+        env={"FEDSTATS_TOKEN": token or dep.token},
     )
 
 
@@ -148,15 +150,7 @@ def test_an_operator_adds_and_removes_another(dep: Deployment) -> None:
     dana = token.stdout.strip()
 
     def as_dana(*args: str) -> subprocess.CompletedProcess[str]:
-        return _fed(
-            "admin",
-            "--server",
-            dep.url,
-            "--ca",
-            str(dep.certs["ca"]),
-            *args,
-            env={"FEDSTATS_TOKEN": dana},
-        )
+        return _admin(dep, *args, token=dana)
 
     assert name in {o["name"] for o in _json(as_dana("operators", "list", "--json"))["items"]}
     _one_error_line(_admin(dep, "operators", "add", name), 1, "422", "exists")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -219,14 +219,18 @@ class MemoryCoreQueries(CoreQueries):
             "nonces", key, {"client_id": client_id, "nonce": nonce, "ts": ts}, ignore=True
         )
 
-    def purge_nonces(self, before: float) -> int:
-        """See :meth:`CoreQueries.purge_nonces`."""
-        rows = self._t("nonces")
-        old = [k for k, r in rows.items() if r.ts < before]
+    def _delete_where(self, table: str, keep: Callable[[Row], bool]) -> int:
+        """``DELETE FROM table WHERE NOT keep(row)`` (undone by a rollback); return how many."""
+        rows = self._t(table)
+        old = [k for k, r in rows.items() if not keep(r)]
         for k in old:
-            self._save("nonces", k)
+            self._save(table, k)
             del rows[k]
         return len(old)
+
+    def purge_nonces(self, before: float) -> int:
+        """See :meth:`CoreQueries.purge_nonces`."""
+        return self._delete_where("nonces", lambda r: r.ts >= before)
 
     def authorities(self) -> dict[str, str]:
         """See :meth:`CoreQueries.authorities`."""
@@ -814,12 +818,7 @@ class MemoryCoreQueries(CoreQueries):
 
     def purge_idempotency_keys(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_idempotency_keys`."""
-        rows = self._t("idempotency_keys")
-        old = [k for k, r in rows.items() if r.created_at < before]
-        for k in old:
-            self._save("idempotency_keys", k)
-            del rows[k]
-        return len(old)
+        return self._delete_where("idempotency_keys", lambda r: r.created_at >= before)
 
     # -- the change counter
     def bump_version(self) -> int:
