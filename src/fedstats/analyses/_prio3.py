@@ -78,7 +78,7 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -110,6 +110,9 @@ __all__ = [
     "planned_noise",
     "validity_for",
 ]
+
+if TYPE_CHECKING:
+    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig
 
 CTX = b"fedstats prio3 route"
 
@@ -441,7 +444,7 @@ def planned_noise(rnd: Round) -> AggregatorNoise | None:
 
 
 def heterogeneity_noise(
-    config: Any, *, n_clients: int, dim: int | None = None
+    config: HeterogeneityConfig, *, n_clients: int, dim: int | None = None
 ) -> dict[str, AggregatorNoise]:
     """Each aggregator's noise per round of a heterogeneity run on Prio3 (see the module).
 
