@@ -34,7 +34,8 @@ What each analysis's reports become (:func:`validity_for`):
   counts give back the report sum exactly.
 * **heterogeneity, performance gap M_L, any other round**: ``SumVec(length=dim, max_measurement=2 bound)``
   of ``entry + bound``: every entry in ``[-bound, bound]`` (heterogeneity: its fixed-point sums, ``x_i``,
-  ``w_i``, ``w_i x_i`` and ``w_i (x_i - mu')^2``, each on the grid ``2^-f`` within its clip).
+  ``w_i``, ``w_i x_i`` and ``w_i (x_i - mu')^2``, each on the grid ``2^-f`` within its clip; with
+  ``noise="aggregators"`` the reports carry no noise share and ``bound = 2^f + 1``, see below).
 
 **Quantization.** Prio3 sums integers, and every report is already an integer on its analysis's own
 fixed-point grid (the engine's contract), so this route adds no error of its own: without noise and
@@ -53,6 +54,22 @@ the full scale calibrated for the round's sensitivity (:func:`calibrate_discrete
 aggregator's own additions depend only on its aggregate share, which is uniformly random and independent of
 the data, so they are post-processing: the release is (epsilon, delta)-DP if **at least one** aggregator is
 honest; with both honest the noise variance is twice one aggregator's.
+
+**Heterogeneity's noise on Prio3.** ``heterogeneity(..., noise="aggregators")`` (or
+:meth:`~fedstats.analyses.heterogeneity.HeterogeneityConfig.on_aggregators`) plans each round for this
+route: the clients send their fixed-point reports without a noise share, each aggregator adds
+``N_Z(0, sigma_a^2)`` to every entry of its aggregate share with ``sigma_a^2 = Delta_2^2 / (2 rho_r)``
+(:func:`fedstats.analyses.heterogeneity.config.aggregator_variance`; ``Delta_2`` the L2 sensitivity of
+one client's integer report on the grid ``2^-f``: the fixed-point scale, the clip and the randomized
+rounding included; ``rho_r`` the round's stated loss, ``HeterogeneityConfig.round_losses()``), and the
+server adds nothing. One honest aggregator's noise alone makes the round ``rho_r``-zCDP, so the run's loss
+is the config's :meth:`~fedstats.analyses.heterogeneity.HeterogeneityConfig.privacy_loss`
+(``privacy_loss_for(task)``); with both honest the sum carries ``2 sigma_a^2`` per entry (``2^-2f``
+times that in the statistic's normalised units), which the released error bars use. The round states
+``sigma_a^2`` in its parameters (``aggregator_variance``), :class:`Prio3Backend` adds it
+(:func:`planned_noise`), and the protocol refuses a sum that does not carry it
+(:class:`AggregatorSum`), so no route releases these rounds without noise. :func:`heterogeneity_noise`
+gives the same noise per round name ahead of a run (for a deployment's aggregators).
 """
 
 from __future__ import annotations
@@ -61,7 +78,7 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -83,13 +100,19 @@ from fedstats.vdaf import (
 
 __all__ = [
     "AggregatorNoise",
+    "AggregatorSum",
     "Prio3Backend",
     "Prio3RoundStats",
     "Validity",
     "bit_pushing_noise",
     "calibrate_discrete_gaussian",
+    "heterogeneity_noise",
+    "planned_noise",
     "validity_for",
 ]
+
+if TYPE_CHECKING:
+    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig
 
 CTX = b"fedstats prio3 route"
 
@@ -392,6 +415,94 @@ def bit_pushing_noise(
     return for_round
 
 
+def planned_noise(rnd: Round) -> AggregatorNoise | None:
+    """The aggregators' noise a round's plan states: ``params["aggregator_variance"]``, else None.
+
+    A plan that wants its noise added by the aggregators (heterogeneity with ``noise="aggregators"``)
+    states each aggregator's discrete Gaussian parameter ``sigma_a^2`` (integer units) there; the value is
+    public, like every round parameter. This is the hook a deployment's two aggregators call on each
+    round of the plan (both derive the same rounds from the task).
+
+    Parameters
+    ----------
+    rnd : Round
+
+    Returns
+    -------
+    AggregatorNoise or None
+        ``AggregatorNoise("discrete_gaussian", sigma_a^2)`` for each aggregator to add.
+
+    Raises
+    ------
+    ParameterError
+        If the stated variance is not a positive number below 2^84.
+    """
+    v = rnd.params.get("aggregator_variance")
+    if v is None:
+        return None
+    return AggregatorNoise("discrete_gaussian", float(v))
+
+
+def heterogeneity_noise(
+    config: HeterogeneityConfig, *, n_clients: int, dim: int | None = None
+) -> dict[str, AggregatorNoise]:
+    """Each aggregator's noise per round of a heterogeneity run on Prio3 (see the module).
+
+    Parameters
+    ----------
+    config : HeterogeneityConfig
+        A private config; it is planned as
+        :meth:`~fedstats.analyses.heterogeneity.HeterogeneityConfig.on_aggregators` (a task's config is
+        accepted: the budget and options are kept).
+    n_clients : int
+        Clients of the run, >= 2 (the grid ``2^-f`` is narrowed for large cohorts).
+    dim : int, optional
+        Vector length ``d >= 1``; default ``config.dim``.
+
+    Returns
+    -------
+    dict
+        ``{"centre": AggregatorNoise, "spread": AggregatorNoise}``: the discrete Gaussian each aggregator
+        adds, ``sigma_a^2 = Delta_2^2 / (2 rho_r)``; ``Prio3Backend(noise=...)`` takes it as is, and it
+        equals what the round states (:func:`planned_noise`) when the protocol runs the same config.
+
+    Raises
+    ------
+    ParameterError
+        If the config is not private, is on the float path, or ``dim`` is missing or out of range.
+    """
+    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig, plan_rounds
+
+    if not isinstance(config, HeterogeneityConfig):
+        raise ParameterError("config", type(config).__name__, "a HeterogeneityConfig")
+    if not config.private:
+        raise ParameterError("config.epsilon", None, "a budget (the aggregators add noise for it)")
+    cfg = config.on_aggregators()
+    d = cfg.dim if dim is None else dim
+    if d is None:
+        raise ParameterError("dim", None, "the vector length (or config.dim)")
+    p1, p2, _ = plan_rounds(
+        cfg, check_int("n_clients", n_clients, low=2), check_int("dim", d, low=1)
+    )
+    return {p.name: AggregatorNoise("discrete_gaussian", p.share_variance) for p in (p1, p2)}
+
+
+@dataclass(frozen=True)
+class AggregatorSum(RoundSum):
+    """A Prio3 round's sum, marked with the noise each aggregator added to it.
+
+    Attributes
+    ----------
+    aggregator_noise : AggregatorNoise or None
+        What *each* aggregator added (None: the exact sum of the accepted reports).
+    aggregators : int
+        How many aggregators added it (2).
+    """
+
+    aggregator_noise: AggregatorNoise | None = None
+    aggregators: int = 2
+
+
 @dataclass
 class Prio3RoundStats:
     """What the two aggregators saw in one round.
@@ -424,7 +535,8 @@ class Prio3Backend:
     ----------
     noise : mapping or callable, optional
         Each aggregator's DP noise per round: a mapping round name -> :class:`AggregatorNoise`, or a
-        callable ``noise(round) -> AggregatorNoise | None``. Default: none (exact sums).
+        callable ``noise(round) -> AggregatorNoise | None``. A round it gives no noise for gets the noise
+        its plan states (:func:`planned_noise`), if any; otherwise the sum is exact.
     batch_size : int
         Reports sharded and verified together, >= 1 (bounds memory: SumVec reports are long).
     randomness : RandomSource, optional
@@ -459,14 +571,18 @@ class Prio3Backend:
         return sum(s.rejected for s in self.stats)
 
     def _noise_for(self, rnd: Round) -> AggregatorNoise | None:
-        if self.noise is None:
-            return None
+        given: AggregatorNoise | None = None
         if callable(self.noise):
-            return self.noise(rnd)
-        return self.noise.get(rnd.name)
+            given = self.noise(rnd)
+        elif self.noise is not None:
+            given = self.noise.get(rnd.name)
+        return given if given is not None else planned_noise(rnd)
 
-    def sum_round(self, job: RoundJob, progress: Progress | None = None) -> RoundSum:
-        """The round's sum over the reports whose proofs verified, plus both aggregators' noise."""
+    def sum_round(self, job: RoundJob, progress: Progress | None = None) -> AggregatorSum:
+        """The round's sum over the reports whose proofs verified, plus both aggregators' noise.
+
+        Returns an :class:`AggregatorSum` marked with the noise each aggregator added.
+        """
         progress = progress or NullProgress()
         rnd = job.round
         val = (self.validity or validity_for)(rnd)
@@ -530,7 +646,9 @@ class Prio3Backend:
             Prio3RoundStats(job.round_index, rnd.name, val.description, accepted, rejected, upload)
         )
         wide = any(abs(int(v)) >= 2**62 for v in out_sum)
-        return RoundSum(np.asarray(out_sum, dtype=object if wide else np.int64), accepted)
+        return AggregatorSum(
+            np.asarray(out_sum, dtype=object if wide else np.int64), accepted, noise, 2
+        )
 
     def bits_per_entry(self, job: RoundJob) -> int:
         """Upload bits per report entry (a client's public share and both input shares over ``dim``)."""

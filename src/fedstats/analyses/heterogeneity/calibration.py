@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 MECHANISMS: tuple[str, ...] = ("analytic", "classical")
-NOISE_MODES: tuple[str, ...] = ("central", "distributed")
+NOISE_MODES: tuple[str, ...] = ("central", "distributed", "aggregators")
 
 
 @dataclass(frozen=True)

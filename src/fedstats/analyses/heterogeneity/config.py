@@ -14,9 +14,21 @@ central (release)    server adds :class:`~fedstats.privacy.mechanisms.GaussianMe
                      (discrete Gaussian) to the integer sum on the grid :math:`2^{-f}`   ``privacy_loss()``
 distributed          each client adds an integer :math:`N_{\mathbb Z}(0,\sigma_s^2)`  Kairouz, Liu &
 (release)            share on the grid (the distributed discrete Gaussian)          Steinke 2021, Prop. 14
+aggregators          each of Prio3's two aggregators adds an integer                the round's stated
+(release)            :math:`N_{\mathbb Z}(0,\sigma_a^2)` to its aggregate share,    loss,
+                     :math:`\sigma_a^2 = \Delta_2^2/(2\rho_r)`; one honest one suffices      ``round_losses()``
 float (simulation)   floating-point Gaussian (central or per-client shares), the    analytic Gaussian;
                      paper's design; outputs marked "simulation only"               never charged
 ===================  =============================================================  ======================
+
+With ``noise="aggregators"`` the clients send their fixed-point reports without a share, the server adds
+nothing, and the route must be :class:`~fedstats.analyses._prio3.Prio3Backend`, whose two aggregators each
+add the planned discrete Gaussian (the round's ``aggregator_variance`` parameter); the protocol refuses a
+sum that does not carry it. :math:`\Delta_2` is the L2 sensitivity of one client's integer report on the
+grid (the fixed-point scale :math:`2^f`, the clip and the randomized rounding included), so one honest
+aggregator's noise alone is :math:`\rho_r`-zCDP (Canonne, Kamath & Steinke 2020, Thm. 14), the round's
+stated loss; with both honest the sum carries twice the variance, :math:`2\sigma_a^2`, which the error
+bars use.
 """
 
 from __future__ import annotations
@@ -60,6 +72,7 @@ __all__ = [
     "STATISTICS",
     "HeterogeneityConfig",
     "RoundPlan",
+    "aggregator_variance",
     "central_mechanism",
     "plan_rounds",
 ]
@@ -86,8 +99,10 @@ class HeterogeneityConfig(AnalysisConfig):
     mechanism : {"analytic", "classical"}
         Gaussian calibration of central noise and of the float path. Distributed shares on the grid are
         always the distributed discrete Gaussian, so ``"classical"`` is refused there.
-    noise : {"central", "distributed"}
-        Where the noise is added: by the server after the sum, or by each client (a share).
+    noise : {"central", "distributed", "aggregators"}
+        Where the noise is added: by the server after the sum, by each client (a share), or by each of
+        Prio3's two aggregators on its aggregate share (run on
+        :class:`~fedstats.analyses._prio3.Prio3Backend`; see the module docstring).
     secure : bool
         Pair with the secure-aggregation route (distributed shares; 16 fractional bits by default so the
         sums fit a small modulus); requires ``noise="distributed"`` and the grid path.
@@ -207,6 +222,12 @@ class HeterogeneityConfig(AnalysisConfig):
             raise ParameterError(
                 "min_reporting", self.min_reporting, "1 unless noise='distributed' with a budget"
             )
+        if self.noise == "aggregators" and self.float_noise:
+            raise ParameterError(
+                "float_noise",
+                True,
+                "False with noise='aggregators' (discrete Gaussian on the grid)",
+            )
         if self.float_noise and not self.private:
             raise ParameterError("float_noise", True, "False without a budget (no noise is added)")
         if self.accounting == "zcdp" and self.mechanism != "analytic":
@@ -236,6 +257,25 @@ class HeterogeneityConfig(AnalysisConfig):
             "secure": kwargs.get("epsilon") is not None,
             "float_noise": False,
         }
+
+    def on_aggregators(self) -> HeterogeneityConfig:
+        """Return the config with its noise added by Prio3's two aggregators (``noise="aggregators"``).
+
+        The same options and budget (so the same :meth:`privacy_loss`), with ``secure`` and
+        ``min_reporting`` reset (the aggregators' noise does not depend on who reports). A task's config
+        (``noise="distributed"``) becomes the config a two-aggregator deployment plans and runs with
+        :class:`~fedstats.analyses._prio3.Prio3Backend`.
+
+        Returns
+        -------
+        HeterogeneityConfig
+
+        Raises
+        ------
+        ParameterError
+            With ``float_noise`` (the aggregators add discrete Gaussian noise on the grid).
+        """
+        return replace(self, noise="aggregators", secure=False, min_reporting=1.0)
 
     def to_params(self) -> dict[str, Any]:
         """The canonical task ``params`` (see :meth:`AnalysisConfig.to_params`).
@@ -387,7 +427,7 @@ class RoundPlan:
         ``("mean", "weighted")`` in round 1, ``("dispersion", "q")`` in round 2 (those requested).
     dim : int
         Report length.
-    noise : {"none", "central", "distributed"}
+    noise : {"none", "central", "distributed", "aggregators"}
         Where this round's noise is added.
     path : {"none", "grid", "float"}
         Discrete Gaussian on the grid (releasable) or floating-point noise (simulation only).
@@ -396,11 +436,14 @@ class RoundPlan:
     rho : float or None
         The zCDP rho of its noise at the planned number of shares.
     sigma : float
-        Standard deviation of the noise on each coordinate of the normalised sum (0 without privacy).
+        Standard deviation of the noise on each coordinate of the normalised sum (0 without privacy;
+        ``"aggregators"``: both aggregators' noise, :math:`\sqrt{2\sigma_a^2}/2^f`).
     share_sd : float
         Each client's floating-point share (float path, distributed), normalised units.
     share_variance : float
-        Each client's discrete Gaussian share :math:`\sigma_s^2` (grid path, distributed), integer units.
+        Each client's discrete Gaussian share :math:`\sigma_s^2` (grid path, distributed), integer units;
+        with ``"aggregators"``, each aggregator's :math:`\sigma_a^2 = \Delta_2^2/(2\rho_r)` (integer
+        units).
     frac_bits : int
         f of the grid :math:`2^{-f}`.
     clip : float
@@ -516,6 +559,36 @@ def _grid_mechanism(
         )
 
 
+def aggregator_variance(*, rho: float, l2: float) -> float:
+    r"""Each aggregator's discrete Gaussian parameter :math:`\sigma_a^2` for a :math:`\rho`-zCDP round.
+
+    Independent discrete Gaussians :math:`N_{\mathbb Z}(0, \sigma^2)` on every entry of an integer sum
+    whose one-client change has L2 norm at most :math:`\Delta_2` are :math:`\Delta_2^2/(2\sigma^2)`-zCDP
+    (Canonne, Kamath & Steinke 2020, Thm. 14), so :math:`\sigma_a^2 = \Delta_2^2/(2\rho)`, rounded up
+    by a relative 1e-12 so that floating-point rounding never leaves it below.
+
+    Parameters
+    ----------
+    rho : float
+        The round's zCDP target, > 0.
+    l2 : float
+        L2 sensitivity of one client's integer report, > 0.
+
+    Returns
+    -------
+    float
+        :math:`\sigma_a^2` in integer (grid) units.
+
+    Raises
+    ------
+    ParameterError
+        If ``rho`` or ``l2`` is not positive and finite.
+    """
+    r = check_real("rho", rho, low=0.0, high=math.inf, low_open=True, high_open=True)
+    s = check_real("l2", l2, low=0.0, high=math.inf, low_open=True, high_open=True)
+    return s * s / (2.0 * r) * (1.0 + 1e-12)
+
+
 def _integer_sensitivities(lo: np.ndarray, hi: np.ndarray, f: int) -> tuple[float, float]:
     scale = 2.0**f
     width = np.ceil(hi * scale) - np.floor(lo * scale)
@@ -530,6 +603,7 @@ def _plan_one(
     n: int,
     budget: tuple[float, float] | None,
     rho_round: float | None,
+    stated: PrivacyLoss | None = None,
 ) -> RoundPlan:
     dim = sum({"mean": sens.dim, "weighted": sens.dim + 1}.get(b, 1) for b in blocks)
     k = len(blocks)
@@ -578,6 +652,11 @@ def _plan_one(
                 sigma = math.sqrt(n * share_var) / 2.0**f  # normalised units, when all n report
                 r = ddg_rho(share_variance=share_var, n=n_shares, l2=l2, l1=l1, dim=dim)
                 loss = PrivacyLoss(zcdp_to_approx_dp(rho=r, delta=delta_r), delta_r, r)
+            elif noise == "aggregators":
+                assert stated is not None and stated.rho is not None
+                share_var = aggregator_variance(rho=stated.rho, l2=l2)
+                sigma = math.sqrt(2.0 * share_var) / 2.0**f  # both aggregators' noise
+                loss = stated  # sigma_a^2 >= l2^2 / (2 rho): one aggregator's noise is rho-zCDP
         if n * (clip + margin) * 2.0**f < limit or f <= 4:
             break
         f -= 1
@@ -650,6 +729,9 @@ def plan_rounds(
         if cfg.accounting == "zcdp":
             rho = approx_dp_to_zcdp(epsilon=cfg.epsilon, delta=cfg.delta)
             rhos = (rho * cfg.round1_fraction, rho * (1.0 - cfg.round1_fraction))
-    p1 = _plan_one("centre", b1, cfg, sens, n, budgets[0], rhos[0])
-    p2 = _plan_one("spread", b2, cfg, sens, n, budgets[1], rhos[1])
+    stated: tuple[PrivacyLoss | None, ...] = (None, None)
+    if cfg.private and cfg.noise == "aggregators":
+        stated = cfg.round_losses()  # each round's stated loss is what the aggregators' noise gives
+    p1 = _plan_one("centre", b1, cfg, sens, n, budgets[0], rhos[0], stated[0])
+    p2 = _plan_one("spread", b2, cfg, sens, n, budgets[1], rhos[1], stated[1])
     return p1, p2, sens

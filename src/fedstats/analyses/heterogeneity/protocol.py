@@ -15,7 +15,11 @@ public noise scales and the released centres: post-processing, see
 The noise of each round is planned by :func:`~fedstats.analyses.heterogeneity.config.plan_rounds`: central
 noise is the discrete Gaussian mechanism on the integer sum, distributed noise is one discrete Gaussian
 share per client (the distributed discrete Gaussian, Kairouz, Liu & Steinke 2021), and the float path
-(``float_noise=True``) reproduces the paper's continuous Gaussian for simulation only. If some clients drop
+(``float_noise=True``) reproduces the paper's continuous Gaussian for simulation only. With
+``noise="aggregators"`` (Prio3, :class:`~fedstats.analyses._prio3.Prio3Backend`) each of the two
+aggregators adds a discrete Gaussian to its aggregate share, the server adds nothing, and :func:`_release`
+refuses a sum that does not carry the planned noise (a route without it would release exact sums). If
+some clients drop
 out, fewer shares reach the sum; the privacy actually achieved is recomputed from the shares summed and
 composed by a :class:`~fedstats.privacy.ledger.PrivacyLedger` (:attr:`HeterogeneityResult.rounds`).
 """
@@ -41,6 +45,7 @@ from fedstats.analyses.heterogeneity.exact import i_squared
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
+from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.gaussian import analytic_gaussian_epsilon
 from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
@@ -137,9 +142,9 @@ class HeterogeneityResult(AnalysisResult):
         Each round's calibration (:class:`~fedstats.analyses.heterogeneity.config.RoundPlan`) plus the
         clients summed and the privacy achieved.
     mechanism : str
-        ``"discrete-gaussian"`` (central, grid), ``"distributed-discrete-gaussian"`` (shares, grid), or
-        the float path's calibration (``"analytic"``, ``"classical"``, ``"gaussian-zcdp"``).
-    noise : {"central", "distributed"}
+        ``"discrete-gaussian"`` (central, grid), ``"distributed-discrete-gaussian"`` (shares, grid),
+        ``"aggregator-discrete-gaussian"`` (Prio3's two aggregators, grid), or the float path's calibration (``"analytic"``, ``"classical"``, ``"gaussian-zcdp"``).
+    noise : {"central", "distributed", "aggregators"}
     secure : bool
     p, min_variance : float
     form : str
@@ -175,8 +180,8 @@ def effective_sigma(plan: RoundPlan, n_summed: int) -> float:
     """
     if plan.noise == "none":
         return 0.0
-    if plan.noise == "central":
-        return plan.sigma
+    if plan.noise in ("central", "aggregators"):
+        return plan.sigma  # aggregators: both honest aggregators' noise, sqrt(2 sigma_a^2) / 2^f
     if plan.path == "grid":
         return math.sqrt(n_summed * plan.share_variance) / 2.0**plan.frac_bits
     return plan.share_sd * math.sqrt(n_summed)
@@ -185,7 +190,7 @@ def effective_sigma(plan: RoundPlan, n_summed: int) -> float:
 def achieved_loss(plan: RoundPlan, n_summed: int) -> PrivacyLoss | None:
     """Privacy the round achieved given the noise that reached the sum (None without privacy).
 
-    Central noise does not depend on who reported. Distributed shares: fewer shares than planned (dropouts)
+    Central noise and the aggregators' noise do not depend on who reported. Distributed shares: fewer shares than planned (dropouts)
     give less noise, so a larger loss: Prop. 14 of Kairouz, Liu & Steinke (2021) with the shares summed on
     the grid, the analytic Gaussian epsilon (Balle & Wang 2018) of the float noise otherwise.
 
@@ -201,7 +206,7 @@ def achieved_loss(plan: RoundPlan, n_summed: int) -> PrivacyLoss | None:
     """
     if plan.loss is None or plan.delta is None:
         return None
-    if plan.noise == "central":
+    if plan.noise in ("central", "aggregators"):
         return plan.loss
     if plan.path == "grid":
         r = ddg_rho(
@@ -221,7 +226,7 @@ def _round_params(cfg: HeterogeneityConfig, plan: RoundPlan, sens: Sensitivities
     share = "none"
     if plan.noise == "distributed":
         share = "discrete" if plan.path == "grid" else "gaussian"
-    return {
+    out: dict[str, Any] = {
         "column": cfg.column,
         "blocks": list(plan.blocks),
         "noise": share,
@@ -237,11 +242,47 @@ def _round_params(cfg: HeterogeneityConfig, plan: RoundPlan, sens: Sensitivities
         "sens_q": sens.q_sum,
         "p": sens.p,
     }
+    if plan.noise == "aggregators":  # what each aggregator adds (public: the route reads it)
+        out["aggregator_variance"] = plan.share_variance
+    return out
+
+
+def _check_aggregator_noise(s: RoundSum, plan: RoundPlan) -> None:
+    """Refuse a sum of an ``"aggregators"`` round that does not carry both aggregators' planned noise.
+
+    The route marks its sum (:class:`~fedstats.analyses._prio3.AggregatorSum`): ``aggregator_noise``
+    is what each aggregator added and ``aggregators`` how many did.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``engine`` if the sum carries no noise, another mechanism or scale, or not two aggregators'.
+    """
+    added = getattr(s, "aggregator_noise", None)
+    ok = (
+        added is not None
+        and getattr(added, "mechanism", None) == "discrete_gaussian"
+        and math.isclose(float(added.parameter), plan.share_variance, rel_tol=1e-12)
+        and getattr(s, "aggregators", 0) == 2
+    )
+    if not ok:
+        raise ParameterError(
+            "engine",
+            f"a route that added {added!r} to round {plan.name!r}",
+            "a Prio3 route whose two aggregators each add the planned discrete Gaussian "
+            f"(sigma2={plan.share_variance!r}; fedstats.analyses._prio3.Prio3Backend) with "
+            "noise='aggregators'",
+        )
 
 
 def _release(s: RoundSum, plan: RoundPlan, server: RNG | None) -> np.ndarray:
-    """Return the round's released normalised sum, with the server's central noise if any."""
+    """Return the round's released normalised sum, with the server's central noise if any.
+
+    With ``noise="aggregators"`` the aggregators have added the noise already (checked): nothing more.
+    """
     vals = FixedPoint(plan.frac_bits, plan.clip).decode(s.total)
+    if plan.noise == "aggregators":
+        _check_aggregator_noise(s, plan)
     if plan.noise != "central":
         return vals
     assert server is not None
@@ -253,9 +294,10 @@ def _release(s: RoundSum, plan: RoundPlan, server: RNG | None) -> np.ndarray:
 
 def _mechanism_name(cfg: HeterogeneityConfig) -> str:
     if cfg.noise_path == "grid":
-        return (
-            "distributed-discrete-gaussian" if cfg.noise == "distributed" else "discrete-gaussian"
-        )
+        return {
+            "distributed": "distributed-discrete-gaussian",
+            "aggregators": "aggregator-discrete-gaussian",
+        }.get(cfg.noise, "discrete-gaussian")
     return "gaussian-zcdp" if cfg.accounting == "zcdp" else cfg.mechanism
 
 
