@@ -230,6 +230,11 @@ def test_heterogeneity_refuses_noise_options_without_noise() -> None:
         "--noise",
         "--secure",
     )  # fmt: skip
+    refused(
+        ["heterogeneity", VECTORS, "--epsilon", "1", "--delta", "1e-5", "--noise", "aggregators"],
+        "--noise",
+        "Prio3",
+    )
 
 
 def test_secagg_simulate_refuses_a_dropout_stage_without_dropouts() -> None:

@@ -169,6 +169,15 @@ def heterogeneity_command(
     for name in ("mechanism", "accounting", "noise", "round1_fraction", "min_reporting"):
         check_applies(ctx, name, not no_privacy, "unset with --no-privacy (exact sums, no noise)")
     check_applies(ctx, "noise", not secure, "unset with --secure (it implies --noise distributed)")
+    if noise not in (
+        "central",
+        "distributed",
+    ):  # "aggregators" needs the Prio3 route (library only)
+        raise ParameterError(
+            "--noise",
+            noise,
+            "central or distributed (the aggregators' noise needs the Prio3 route)",
+        )
     if secure:
         noise = "distributed"
         if backend == "serial":
