@@ -945,12 +945,28 @@ def run_leader_jobs(
         job_id, report_ids, epoch = _claim(store, task_id, batch_size, me, float(lease_seconds))
         if job_id is None:
             break
-        done = _leader_job(store, vdaf, row, job_id, report_ids, send, (me, epoch))
+        try:
+            done = _leader_job(store, vdaf, row, job_id, report_ids, send, (me, epoch))
+        except BaseException:
+            _give_up(store, task_id, job_id, (me, epoch))  # any leader may retry it at once
+            raise
         if done is not None:
             totals["jobs"] += 1
             totals["accepted"] += done[0]
             totals["rejected"] += done[1]
     return totals
+
+
+def _give_up(store: Store, task_id: str, job_id: str, lease: tuple[str, int]) -> None:
+    """Free a job's lease that this process still holds (its run failed: the helper was unreachable)."""
+    try:
+        with store.transaction() as tx:
+            task_row(tx, task_id, lock=True)
+            held = tx.vdaf_job_lease(task_id, job_id)
+            if held is not None and (held[0], held[1]) == lease and held[2] == "running":
+                tx.lease_vdaf_job(task_id, job_id, owner=None, until=None, epoch=lease[1])
+    except Exception:  # the lease then simply expires
+        pass
 
 
 def _claim(

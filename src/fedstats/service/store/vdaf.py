@@ -377,9 +377,9 @@ class VdafQueries(ABC):
 
     @abstractmethod
     def lease_vdaf_job(
-        self, task_id: str, job_id: str, *, owner: str, until: float, epoch: int
+        self, task_id: str, job_id: str, *, owner: str | None, until: float | None, epoch: int
     ) -> None:
-        """Set a job's lease (owner, expiry, fencing epoch)."""
+        """Set a job's lease (owner, expiry, fencing epoch); owner None frees it."""
 
     @abstractmethod
     def vdaf_job_lease(self, task_id: str, job_id: str) -> tuple[str | None, int, str] | None:
@@ -619,7 +619,7 @@ class SqlVdafQueries(VdafQueries):
         return str(r[0]), [str(x) for x in json.loads(r[1])], int(r[2] or 0)
 
     def lease_vdaf_job(
-        self, task_id: str, job_id: str, *, owner: str, until: float, epoch: int
+        self, task_id: str, job_id: str, *, owner: str | None, until: float | None, epoch: int
     ) -> None:
         """See :meth:`VdafQueries.lease_vdaf_job`."""
         self.session.execute(
