@@ -606,3 +606,44 @@ def test_a_crashed_leaders_job_is_taken_over_after_its_lease_and_the_old_leader_
         rng = np.random.default_rng(0)
         got = unshard(task, *[domain.collect(s, tid, rng) for s in stores])
         assert (got.result, got.accepted, got.rejected) == ([int(values.sum())], 10, 0)
+
+
+# -- the task's prio3 section ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "name"),
+    [
+        ({"prio3": {**ROUTE, "helper": LEADER_URL}}, "prio3.helper"),
+        ({"prio3": {**ROUTE, "leader": "ftp://x"}}, "prio3.leader"),
+        ({"prio3": {**ROUTE, "noise": {"mechanism": "laplace", "parameter": 1.0}}}, "prio3.noise"),
+        (
+            {"prio3": {**ROUTE, "noise": {"mechanism": "discrete_gaussian", "parameter": -1}}},
+            "prio3.noise.parameter",
+        ),
+        ({"prio3": {**ROUTE, "min_batch_size": 0}}, "prio3.min_batch_size"),
+        ({"prio3": {**ROUTE, "verify_key": "00" * 32}}, "prio3"),  # no secret in a signed task
+        ({"max_records_per_client": 2}, "max_records_per_client"),
+        ({"secure_aggregation": {"max_session": 10}}, "prio3"),
+    ],
+)
+def test_the_prio3_section_is_checked_and_names_the_field(
+    change: dict[str, Any], name: str
+) -> None:
+    from fedstats.errors import ParameterError
+    from fedstats.wire.tasks import normalize_task
+
+    cfg = {**CASES["performance-gap-R"][0], **change}
+    with pytest.raises(ParameterError) as err:
+        normalize_task(cfg)
+    assert str(err.value.name).startswith(name), err.value
+
+
+def test_a_prio3_task_replaces_secure_aggregation_and_leaves_other_task_ids_alone() -> None:
+    from fedstats.wire.tasks import normalize_task
+
+    chi2 = _config("fed-chi2", {"shape": [3, 2]}, None)
+    task = normalize_task(chi2)  # fed-chi2 needs a private sum: Prio3's two aggregators give one
+    assert task["prio3"] == {**ROUTE, "noise": None, "min_batch_size": 1}
+    plain = {k: v for k, v in CASES["performance-gap-R"][0].items() if k != "prio3"}
+    assert "prio3" not in normalize_task(plain)  # absent, so the ids of other tasks do not change
