@@ -492,6 +492,7 @@ def run_prio3_demo(
                     {
                         "analysis": name,
                         "task_id": tid,
+                        "epsilon": task["privacy"]["epsilon"],
                         "network": value(got),
                         "engine": value(want),
                         "agree": value(got) == value(want),

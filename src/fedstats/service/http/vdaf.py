@@ -205,7 +205,7 @@ def vdaf_router(
     Parameters
     ----------
     store : Store
-        This aggregator's database (migrated to ``0007_vdaf``).
+        This aggregator's database (migrated to ``0008_vdaf_signed``).
     transport : callable, optional
         How the leader reaches the helper (default :func:`helper_transport` with the system trust store).
     batch_size : int

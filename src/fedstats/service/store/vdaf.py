@@ -2,7 +2,7 @@
 
 Each aggregator (leader or helper) keeps these tables in its own database; neither ever sees the other's.
 They live on their own :class:`~sqlalchemy.MetaData` (:data:`VDAF_METADATA`) and are created by the Alembic
-migration ``0007_vdaf``.
+migrations ``0007_vdaf`` and ``0008_vdaf_signed``.
 
 Tables
 ------
