@@ -91,7 +91,7 @@ def _prio3_row(r: dict[str, Any]) -> dict[str, Any]:
         "estimate": r["network"],
         "truth": r["engine"],
         "error": float(r["network"]) - float(r["engine"]),
-        "epsilon": None,
+        "epsilon": r.get("epsilon"),
     }
 
 

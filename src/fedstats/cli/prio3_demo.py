@@ -1,26 +1,33 @@
 """The two-aggregator (Prio3) network demo, compared with the in-process engine.
 
-A leader and a helper server process, device processes, and bit pushing and FED-chi^2 computed through
-them.
+A leader and a helper server process, device processes, and bit pushing and FED-chi^2 run as **signed
+Prio3 tasks** through them.
 
 :func:`run_prio3_demo` makes a temporary deployment (a development CA and TLS certificates, an enrollment
-authority, one SQLite database and one operator token per aggregator), starts two aggregator processes
-(``fedstats server --vdaf``, HTTPS on 127.0.0.1) and runs the analyses with :class:`NetworkPrio3Backend`, an
-engine route whose every round is a Prio3 task on the two servers: the operator creates the task on both
-(the variant from :func:`fedstats.analyses._prio3.validity_for`, a fresh ``verify_key`` and peer token),
-device processes (``python -m fedstats.cli.prio3_demo device JOB``) compute their own reports with the
-round's encoder and upload one share to each aggregator in signed requests
-(:class:`fedstats.client.vdaf.Prio3Uploader`), the leader aggregates with the helper in batches, and the
-collector combines both aggregate shares. The analyses' server-side code is unchanged.
+authority, an analyst certified by it, one SQLite database, one operator token and one privacy budget per
+aggregator), starts two aggregator processes (``fedstats server --vdaf``, HTTPS on 127.0.0.1) and, per
+analysis:
+
+1. the analyst signs the task (analysis, options, privacy, cohort, and its ``prio3`` route: the two
+   aggregators, their noise); the operator posts the envelope to both aggregators with each one's
+   secrets (the shared ``verify_key``, the peer token), and each verifies it and reserves the task's
+   privacy loss on its ledger;
+2. every device (:class:`EngineSeededDevice`, a :class:`fedstats.client.vdaf.Prio3Device`) joins: it
+   verifies the envelope, checks its policy, reserves the loss in its budget file and gets its slot;
+3. the collector (:func:`fedstats.client.vdaf.collect_signed`) opens each round on both aggregators (each
+   derives the round and its Prio3 variant itself), device processes (``python -m fedstats.cli.prio3_demo
+   device JOB``) derive the round from the signed task, compare it with both announcements and upload one
+   share to each aggregator, the leader aggregates with the helper, and the collector combines both
+   aggregate shares and feeds the sum into the plan.
 
 For the comparison each device draws its private randomness from the demo's seed exactly where the
-in-process engine would (block ``b`` of round ``r``), so the estimates must agree bit for bit; a
-deployment's devices use their own secure randomness (such seeded results are not for release). One
-device in the demo cheats (an encoding outside the round's check, with a valid-looking proof): both
-aggregators reject its reports, and the in-process comparison leaves it out the same way.
+in-process engine would (block ``b`` of round ``r``, its slot as its position), so the estimates must
+agree bit for bit; a deployment's devices use their own secure randomness (such seeded results are not
+for release). One device in the demo cheats (an encoding outside the round's check, with a valid-looking
+proof): both aggregators reject its reports, and the in-process comparison leaves it out the same way.
 
-The demo's CLI wiring (``fedstats demo --network --mode prio3``) belongs to ``cli/demo.py``; until it
-exists this module runs as ``python -m fedstats.cli.prio3_demo {device,demo}``.
+``fedstats demo --network --mode prio3`` runs it; ``python -m fedstats.cli.prio3_demo demo`` takes the
+options.
 """
 
 from __future__ import annotations
@@ -28,23 +35,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import secrets
 import ssl
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedstats.analyses._prio3_tasks import vdaf_spec
+from fedstats.client.vdaf import Prio3Device
 from fedstats.errors import DataError, ParameterError
 
 __all__ = [
-    "NetworkPrio3Backend",
+    "EngineSeededDevice",
     "main",
     "run_prio3_demo",
     "vdaf_spec",
@@ -52,21 +61,7 @@ __all__ = [
 
 # the ``fedstats`` command of this interpreter (its console script may not be on PATH)
 _FEDSTATS = [sys.executable, "-c", "from fedstats.cli.app import main; main()"]
-
-
-def vdaf_spec(vdaf: Any) -> dict[str, Any]:
-    """A Prio3 instance's task description (:func:`fedstats.service.domain.vdaf.vdaf_from_spec` form)."""
-    kinds = {
-        "Prio3Count": "count",
-        "Prio3Sum": "sum",
-        "Prio3SumVec": "sumvec",
-        "Prio3Histogram": "histogram",
-        "Prio3MultihotCountVec": "multihot",
-    }
-    kind = kinds.get(type(vdaf).__name__)
-    if kind is None:
-        raise ParameterError("vdaf", type(vdaf).__name__, f"one of {sorted(kinds)}")
-    return {"type": kind, **vdaf.flp.valid.params()}
+_BLOCK_SIZE = 65536  # the in-process engine's block size (keys the devices' seeded draws)
 
 
 @dataclass
@@ -76,6 +71,7 @@ class _Deployment:
     urls: tuple[str, str]
     tokens: tuple[str, str]
     identities: list[Path]
+    analyst: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def operator(self, which: int) -> Any:
@@ -89,199 +85,114 @@ class _Deployment:
         )
 
 
-@dataclass
-class NetworkPrio3Backend:
-    """An engine route whose rounds are Prio3 tasks on two aggregator processes (see the module).
+class EngineSeededDevice(Prio3Device):
+    """A :class:`~fedstats.client.vdaf.Prio3Device` whose report is drawn where the engine would draw it.
+
+    Everything else (verification, policy, budget, derivation, refusals) is the unmodified device's. Its
+    report for a derived round is what the in-process engine's client ``slot`` gets with
+    ``RandomSource(seed)`` (block ``slot // block_size`` of the round), so the demo's results agree bit
+    for bit with the engine's; ``cheat`` makes it send an encoding outside the round's check instead.
 
     Parameters
     ----------
-    deployment : _Deployment
-        The two servers, the operator tokens and the devices' identities.
     seed : int
-        The demo's seed: devices draw where the in-process engine with ``RandomSource(seed)`` would.
-    processes : int
-        Device processes per round (each hosts a share of the devices), >= 1.
-    cheaters : list of int
-        Devices that send an encoding outside the round's check.
+        The demo's seed.
+    cheat : bool
+        Send a first encoded element of 2 (outside every circuit's range check) with an honest proof.
+    block_size : int
+        The engine's block size.
+    **kwargs
+        As :class:`~fedstats.client.vdaf.Prio3Device`.
     """
 
-    deployment: _Deployment
-    seed: int
-    processes: int = 4
-    cheaters: list[int] = field(default_factory=list)
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    def __init__(
+        self,
+        *args: Any,
+        seed: int,
+        cheat: bool = False,
+        block_size: int = _BLOCK_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.seed = int(seed)
+        self.cheat = bool(cheat)
+        self.block_size = int(block_size)
 
-    name = "prio3-network"
+    def _report(self, acc: Any, derived: Any) -> np.ndarray:
+        from fedstats.engine import InMemoryPopulation
+        from fedstats.engine.backends import RoundJob
+        from fedstats.randomness import RandomSource
 
-    def sum_round(self, job: Any, progress: Any = None) -> Any:
-        """Run the round as a Prio3 task on both servers; its sum and number of accepted reports."""
-        del progress  # one step per round: the device processes report in their logs
-        from fedstats.analyses._prio3 import validity_for
-        from fedstats.client.vdaf import Prio3Task, collect
-        from fedstats.engine.rounds import RoundSum
-
-        dep = self.deployment
-        rnd = job.round
-        val = validity_for(rnd)
-        spec = vdaf_spec(val.vdaf)
-        task_id = secrets.token_hex(32)
-        key, token, ctx = os.urandom(32), secrets.token_urlsafe(32), b"fedstats prio3 demo"
-        for which, role in ((0, "leader"), (1, "helper")):
-            with dep.operator(which) as c:
-                r = c.post(
-                    "/v1/vdaf/tasks",
-                    json={
-                        "task_id": task_id,
-                        "role": role,
-                        "vdaf": spec,
-                        "verify_key": key.hex(),
-                        "ctx": ctx.hex(),
-                        "peer_url": dep.urls[1 - which],
-                        "peer_token": token,
-                    },
-                )
-                if r.status_code != 200:
-                    raise DataError(f"task creation refused: {r.status_code} {r.text[:300]}")
-        task = Prio3Task(task_id, spec, ctx, dep.urls[0], dep.urls[1])
-        lo, hi = job.client_range
-        gone = {int(i) for i in job.dropped}
-        members = [i for i in range(lo, hi) if i not in gone]
-        n = job.population.n_clients
-        rows = job.population.block(0, n, 0, n, job.randomness)  # handed out one record per device
-        t0 = time.perf_counter()
-        workers = []
-        for k in range(self.processes):
-            mine = members[k :: self.processes]
-            if not mine:
-                continue
-            spec_file = dep.root / f"job-{job.round_index}-{k}.pkl"
-            spec_file.write_bytes(
-                pickle.dumps(
-                    {
-                        "round": rnd,
-                        "round_index": job.round_index,
-                        "block_size": job.block_size,
-                        "seed": self.seed,
-                        "n_clients": job.population.n_clients,
-                        "client_range": job.client_range,
-                        "task": {
-                            "task_id": task_id,
-                            "vdaf": spec,
-                            "ctx": ctx.hex(),
-                            "leader_url": dep.urls[0],
-                            "helper_url": dep.urls[1],
-                        },
-                        "ca": str(dep.ca),
-                        "devices": [
-                            {
-                                "identity": str(dep.identities[i]),
-                                "index": i,
-                                # the device's own record only
-                                "data": {c: np.asarray(rows.column(c))[i] for c in rows.columns},
-                                "cheat": i in self.cheaters,
-                            }
-                            for i in mine
-                        ],
-                    }
-                )
-            )
-            workers.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "fedstats.cli.prio3_demo", "device", str(spec_file)],
-                    stderr=open(dep.root / f"device-{job.round_index}-{k}.log", "ab"),
-                )
-            )
-        for w in workers:
-            if w.wait(600) != 0:
-                raise DataError(f"a device process failed (see {dep.root}/device-*.log)")
-        upload_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with dep.operator(0) as leader, dep.operator(1) as helper:
-            r = leader.post(f"/v1/vdaf/tasks/{task_id}/aggregate", json={})
-            if r.status_code != 200:
-                raise DataError(f"aggregation refused: {r.status_code} {r.text[:300]}")
-            got = collect(task, leader, helper)
-        agg_s = time.perf_counter() - t0
-        self.rounds.append(
-            {
-                "round": rnd.name,
-                "variant": val.description,
-                "accepted": got.accepted,
-                "rejected": got.rejected,
-                "device_processes": len(workers),
-                "upload_seconds": round(upload_s, 2),
-                "aggregate_and_collect_seconds": round(agg_s, 2),
-            }
+        n = derived.n_clients
+        # every row holds this device's own record; only its slot's row is used. The encoders' draws are
+        # positional, so that row gets what the in-process engine's client gets from the same seed.
+        cols = {c: np.repeat(np.asarray(v)[None, ...], n, axis=0) for c, v in self.record.items()}
+        job = RoundJob(
+            derived.round,
+            InMemoryPopulation(cols),
+            RandomSource(self.seed),
+            derived.index,
+            self.block_size,
+            derived.client_range,
         )
-        total = val.from_total(np.asarray(got.result, dtype=object), got.accepted)
-        return RoundSum(np.asarray(total, dtype=np.int64), got.accepted)
+        b = acc.slot // self.block_size
+        start = max(derived.client_range[0], b * self.block_size)
+        out: np.ndarray = job.encode_block(b)[acc.slot - start]
+        return out
 
-    def bits_per_entry(self, job: Any) -> int:
-        """Not measured here (see :class:`fedstats.analyses._prio3.Prio3Backend`)."""
-        del job
-        return 0
+    def _upload(self, acc: Any, derived: Any, measurement: Any) -> None:
+        if not self.cheat:
+            super()._upload(acc, derived, measurement)
+            return
+        from fedstats.client.vdaf import Prio3Task
+
+        task = Prio3Task(derived.task_id, derived.spec, derived.ctx, acc.leader, acc.helper)
+        vdaf = task.prio3()
+        nonce = os.urandom(16)
+        enc = vdaf.flp.valid.encode(np.asarray(measurement)[None, ...])
+        enc[0, 0] = vdaf.field.array([2])[0]  # not a bit: outside every circuit's range check
+        batch = vdaf.shard_encoded(task.ctx, enc, [nonce])
+        public = vdaf.encode_public_share(
+            None if batch.public_shares is None else batch.public_shares[0]
+        )
+        shares = [vdaf.encode_input_share(sh, 0) for sh in batch.input_shares]
+        self.uploader.upload_shares(task, nonce.hex(), public, shares)
 
 
 def _device_main(job_file: str) -> None:
-    """A device process: compute each hosted device's report for the round and upload its shares."""
-    from fedstats.analyses._prio3 import validity_for
-    from fedstats.client.vdaf import Prio3Task, Prio3Uploader
-    from fedstats.engine import InMemoryPopulation
-    from fedstats.engine.backends import RoundJob
-    from fedstats.randomness import RandomSource
+    """A device process: each hosted device joins (again: same slot) and answers the round."""
+    from fedstats.client.policy import LocalBudget, Policy
     from fedstats.wire.enrollment import load_identity
 
-    spec = pickle.loads(
-        Path(job_file).read_bytes()
-    )  # written by the demo itself, in its own folder
-    rnd = spec["round"]
-    t = spec["task"]
-    task = Prio3Task(
-        t["task_id"], t["vdaf"], bytes.fromhex(t["ctx"]), t["leader_url"], t["helper_url"]
-    )
-    val = validity_for(rnd)
-    vdaf = task.prio3()
-    n = int(spec["n_clients"])
+    spec = json.loads(Path(job_file).read_text())  # written by the demo itself, in its own folder
     for dev in spec["devices"]:
-        i = int(dev["index"])
-        # every row holds this device's own record; only row i is used. The encoders' draws are
-        # positional, so row i gets what the in-process engine's client i gets from the same seed.
-        cols = {c: np.repeat(np.asarray(v)[None, ...], n, axis=0) for c, v in dev["data"].items()}
-        job = RoundJob(
-            rnd,
-            InMemoryPopulation(cols),
-            RandomSource(int(spec["seed"])),
-            int(spec["round_index"]),
-            int(spec["block_size"]),
-            tuple(spec["client_range"]),
+        device = EngineSeededDevice(
+            load_identity(dev["identity"]),
+            {k: np.asarray(v) for k, v in dev["record"].items()},
+            policy=Policy(**spec["policy"]),
+            budget=LocalBudget(Path(dev["budget"])),
+            ca=spec["ca"],
+            seed=int(spec["seed"]),
+            cheat=bool(dev["cheat"]),
         )
-        b = i // job.block_size
-        start = max(job.client_range[0], b * job.block_size)
-        report = job.encode_block(b)[i - start]
-        up = Prio3Uploader(load_identity(dev["identity"]), ca=spec["ca"])
-        up.register(task)
-        if dev["cheat"]:
-            nonce = os.urandom(16)
-            enc = vdaf.flp.valid.encode(val.to_measurements(report[None, :]))
-            enc[0, 0] = vdaf.field.array([2])[0]  # not a bit: outside every circuit's range check
-            batch = vdaf.shard_encoded(task.ctx, enc, [nonce])
-            public = vdaf.encode_public_share(
-                None if batch.public_shares is None else batch.public_shares[0]
-            )
-            shares = [vdaf.encode_input_share(s, 0) for s in batch.input_shares]
-            up.upload_shares(task, nonce.hex(), public, shares)
-        else:
-            up.upload(task, val.to_measurements(report[None, :])[0])
-        up.close()
+        try:
+            if not device.join(spec["leader"], spec["task_id"]):
+                raise DataError(f"device refused the task: {device.refused}")
+            device.answer(spec["task_id"], int(spec["round"]))
+            if spec["task_id"] in device.refused:
+                raise DataError(f"device refused the round: {device.refused}")
+        finally:
+            device.close()
 
 
 def _start(root: Path, n_devices: int, batch_size: int) -> _Deployment:
     import httpx
 
+    from fedstats.service.domain import ledger
     from fedstats.service.http.app import add_operator
     from fedstats.service.http.tls import make_dev_certificates
     from fedstats.service.store import open_store
-    from fedstats.wire.enrollment import init_authority, issue_identity
+    from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
 
     certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
     init_authority(root / "authority")
@@ -290,6 +201,11 @@ def _start(root: Path, n_devices: int, batch_size: int) -> _Deployment:
         db = f"sqlite:///{root / f'{role}.db'}"
         store = open_store(db)
         tokens.append(add_operator(store, "operator"))
+        with (
+            store.transaction() as tx
+        ):  # each aggregator's ledger: the population's and the operator's
+            for scope, name in (("population", "default"), ("analyst", "operator")):
+                ledger.set_budget(tx, scope, name, epsilon=100.0, delta=1e-3, actor="demo")
         store.close()
         import socket
 
@@ -343,7 +259,113 @@ def _start(root: Path, n_devices: int, batch_size: int) -> _Deployment:
         out.parent.mkdir(exist_ok=True)
         issue_identity(root / "authority", f"device-{i}", "default", out)
         ids.append(out)
-    return _Deployment(root, certs["ca"], urls, (tokens[0], tokens[1]), ids, procs)
+    analyst = root / "analyst.json"
+    issue_analyst(root / "authority", "analyst", ["default"], analyst)
+    return _Deployment(root, certs["ca"], urls, (tokens[0], tokens[1]), ids, analyst, procs)
+
+
+def _run_task(
+    dep: _Deployment,
+    config: dict[str, Any],
+    records: list[dict[str, Any]],
+    *,
+    seed: int,
+    processes: int,
+    cheaters: list[int],
+    policy: dict[str, Any],
+) -> tuple[Any, list[dict[str, Any]], float]:
+    """Sign ``config``, create it on both aggregators, join every device, collect every round."""
+    from fedstats.client.policy import LocalBudget, Policy
+    from fedstats.client.vdaf import collect_signed
+    from fedstats.wire.enrollment import load_identity
+    from fedstats.wire.tasks import sign_task, task_id
+
+    envelope = sign_task(config, dep.analyst)
+    tid = task_id(envelope["task"])
+    key, token = os.urandom(32), secrets.token_urlsafe(32)
+    for which, role in ((0, "leader"), (1, "helper")):
+        with dep.operator(which) as c:
+            r = c.post(
+                "/v1/vdaf/tasks",
+                json={
+                    "envelope": envelope,
+                    "role": role,
+                    "verify_key": key.hex(),
+                    "peer_token": token,
+                },
+            )
+            if r.status_code != 200:
+                raise DataError(f"task creation refused: {r.status_code} {r.text[:300]}")
+    budgets = dep.root / "budgets" / tid[:16]
+    budgets.mkdir(parents=True, exist_ok=True)
+    for i, path in enumerate(dep.identities):  # in slot order: device i gets slot i
+        device = EngineSeededDevice(
+            load_identity(path),
+            records[i],
+            policy=Policy(**policy),
+            budget=LocalBudget(budgets / f"device-{i}.json"),
+            ca=dep.ca,
+            seed=seed,
+        )
+        try:
+            if not device.join(dep.urls[0], tid):
+                raise DataError(f"device {i} refused the task: {device.refused}")
+            if device.tasks[tid].slot != i:
+                raise DataError(f"device {i} got slot {device.tasks[tid].slot}")
+        finally:
+            device.close()
+    timings: list[float] = []
+
+    def on_round(index: int, announced: Mapping[str, Any]) -> None:
+        del announced  # each device reads both aggregators' announcements itself
+        t0 = time.perf_counter()
+        workers = []
+        for k in range(processes):
+            mine = list(range(len(dep.identities)))[k::processes]
+            if not mine:
+                continue
+            job = dep.root / f"job-{tid[:8]}-{index}-{k}.json"
+            job.write_text(
+                json.dumps(
+                    {
+                        "task_id": tid,
+                        "round": index,
+                        "leader": dep.urls[0],
+                        "seed": seed,
+                        "ca": str(dep.ca),
+                        "policy": policy,
+                        "devices": [
+                            {
+                                "identity": str(dep.identities[i]),
+                                "record": {
+                                    c: np.asarray(v).tolist() for c, v in records[i].items()
+                                },
+                                "budget": str(budgets / f"device-{i}.json"),
+                                "cheat": i in cheaters,
+                            }
+                            for i in mine
+                        ],
+                    }
+                )
+            )
+            workers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "fedstats.cli.prio3_demo", "device", str(job)],
+                    stderr=open(dep.root / f"device-{index}-{k}.log", "ab"),
+                )
+            )
+        for w in workers:
+            if w.wait(600) != 0:
+                raise DataError(f"a device process failed (see {dep.root}/device-*.log)")
+        timings.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    with dep.operator(0) as leader, dep.operator(1) as helper:
+        result, rounds = collect_signed(envelope["task"], tid, leader, helper, on_round)
+    for r, t in zip(rounds, timings, strict=True):
+        r["device_processes"] = processes
+        r["upload_seconds"] = round(t, 2)
+    return result, rounds, time.perf_counter() - t0
 
 
 def run_prio3_demo(
@@ -355,13 +377,12 @@ def run_prio3_demo(
     batch_size: int = 16,
     workdir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Run bit pushing and FED-chi^2 over a leader and a helper process and compare with the engine.
+    """Run bit pushing and FED-chi^2 as signed Prio3 tasks over two aggregator processes; compare.
 
     Parameters
     ----------
     n_devices : int
-        Devices (one record each: an Adult age for bit pushing, a table of Adult records for FED-chi^2),
-        >= 8.
+        Devices, one Adult record each (its age for bit pushing, its (race, sex) for FED-chi^2), >= 8.
     processes : int
         Device processes per round, >= 1.
     seed : int
@@ -377,7 +398,7 @@ def run_prio3_demo(
     -------
     list of dict
         One row per analysis: ``analysis``, ``network`` and ``engine`` estimates, ``agree`` (bit for bit),
-        the rounds (variant, accepted, rejected, timings), ``transport`` and process counts.
+        the rounds (variant, accepted, rejected, timings), ``task_id``, ``transport`` and process counts.
 
     Raises
     ------
@@ -385,11 +406,12 @@ def run_prio3_demo(
         If an option is out of range.
     """
     from fedstats.analyses._prio3 import Prio3Backend
-    from fedstats.analyses.bitpushing import BitEncoding, mean
-    from fedstats.analyses.chi2 import fed_chi2
-    from fedstats.datasets import contingency_table, load_adult, split_contingency_table
-    from fedstats.engine import Engine
+    from fedstats.analyses._prio3_tasks import public_seed
+    from fedstats.datasets import load_adult
+    from fedstats.engine import Engine, InMemoryPopulation
     from fedstats.randomness import RandomSource
+    from fedstats.wire.registry import plan_for
+    from fedstats.wire.tasks import normalize_task, task_id
 
     if n_devices < 8:
         raise ParameterError("n_devices", n_devices, "an integer >= 8")
@@ -399,52 +421,82 @@ def run_prio3_demo(
         raise ParameterError("cheaters", cheaters, f"an integer in [0, {n_devices - 4}]")
     adult = load_adult("train")
     rng = np.random.default_rng(seed)
-    ages = rng.choice(adult["age"].to_numpy(dtype=np.float64), n_devices, replace=False)
-    table = np.asarray(contingency_table(adult, "race", "sex").counts)
-    tables = split_contingency_table(table, n_devices, rng=RandomSource(seed))
+    rows_of = rng.choice(len(adult), n_devices, replace=False)
+    ages = adult["age"].to_numpy(dtype=np.float64)[rows_of]
+    race = adult["race"].astype("category").cat.codes.to_numpy()[rows_of].astype(np.int64)
+    sex = adult["sex"].astype("category").cat.codes.to_numpy()[rows_of].astype(np.int64)
+    m_race = int(adult["race"].astype("category").cat.categories.size)
+    m_sex = int(adult["sex"].astype("category").cat.categories.size)
     bad = list(range(1, 1 + cheaters))
     with tempfile.TemporaryDirectory(prefix="fedstats-prio3-") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         dep = _start(root, n_devices, batch_size)
+        route = {"leader": dep.urls[0], "helper": dep.urls[1], "noise": None, "min_batch_size": 1}
+        common = {
+            "cohort_size": n_devices,
+            "min_clients": n_devices - cheaters,
+            "max_records_per_client": 1,
+            "prio3": route,
+            "label": f"prio3 demo {secrets.token_hex(4)}",
+        }
+        analyses: list[tuple[str, dict[str, Any], dict[str, np.ndarray], dict[str, Any], Any]] = [
+            (
+                "bitpushing-mean (age, basic, epsilon 2)",
+                {
+                    **common,
+                    "analysis": "bitpushing-mean",
+                    "params": {"column": "value", "low": 0.0, "high": 127.0, "method": "basic"},
+                    "privacy": {"epsilon": 2.0, "population": "default"},
+                },
+                {"value": ages},
+                {"max_epsilon": 4.0},
+                lambda res: float(res.estimate),
+            ),
+            (
+                "fed-chi2 (race x sex, one record per device)",
+                {
+                    **common,
+                    "analysis": "fed-chi2",
+                    "params": {"shape": [m_race, m_sex], "encoding_size": 50, "drop_empty": True},
+                    "privacy": {"epsilon": None, "population": "default"},
+                },
+                {"x": race, "y": sex},
+                {"allow_non_private": True},
+                lambda res: float(res.statistic),
+            ),
+        ]
         try:
             rows = []
-            analyses: list[tuple[str, Any]] = [
-                (
-                    "bitpushing.mean (age, basic, no privacy)",
-                    lambda eng: (
-                        mean(
-                            ages,
-                            BitEncoding(0, 127),
-                            method="basic",
-                            no_privacy=True,
-                            truth=False,
-                            shuffle=False,
-                            engine=eng,
-                        ).estimate
-                    ),
-                ),
-                (
-                    "chi2 (race x sex, bits=64)",
-                    lambda eng: (
-                        fed_chi2(tables, bits=64, projection_seed=seed, engine=eng).statistic
-                    ),
-                ),
-            ]
-            for name, run in analyses:
-                net = NetworkPrio3Backend(dep, seed, processes, bad)
-                t0 = time.perf_counter()
-                got = run(Engine(backend=net, randomness=RandomSource(seed)))
-                seconds = time.perf_counter() - t0
+            for name, config, cols, policy, value in analyses:
+                records = [{c: v[i] for c, v in cols.items()} for i in range(n_devices)]
+                got, rounds, seconds = _run_task(
+                    dep,
+                    config,
+                    records,
+                    seed=seed,
+                    processes=processes,
+                    cheaters=bad,
+                    policy=policy,
+                )
+                task = normalize_task(config)
+                tid = task_id(task)
                 local = Prio3Backend(cheaters=bad)
-                want = run(Engine(backend=local, randomness=RandomSource(seed)))
+                want = Engine(
+                    backend=local, randomness=RandomSource(seed), block_size=_BLOCK_SIZE
+                ).run(
+                    plan_for(task, n_clients=n_devices, public_seed=public_seed(tid)),
+                    InMemoryPopulation(cols),
+                )
                 rows.append(
                     {
                         "analysis": name,
-                        "network": got,
-                        "engine": want,
-                        "agree": got == want,
-                        "rounds": net.rounds,
+                        "task_id": tid,
+                        "epsilon": task["privacy"]["epsilon"],
+                        "network": value(got),
+                        "engine": value(want),
+                        "agree": value(got) == value(want),
+                        "rounds": rounds,
                         "rejected_in_process": local.rejected,
                         "seconds": round(seconds, 2),
                         "transport": "https",

@@ -49,7 +49,11 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     default 1000, k in [2, m], default min(10, m), or ``true``; devices refuse a secure session smaller
     than k; every round's sum is then computed by secure aggregation among the devices; required by the
     analyses whose registry entry says so, and by every analysis whose privacy is ``"distributed"``: its
-    noise shares are private only inside the secure sum).
+    noise shares are private only inside the secure sum), ``prio3`` (optional, instead of
+    ``secure_aggregation``: the two-aggregator route, ``{"leader": url, "helper": url, "noise": null or
+    {"mechanism": "discrete_gaussian" | "discrete_laplace", "parameter": p}, "min_batch_size": n}``;
+    every round is then a Prio3 task on the two named aggregators, each of which adds ``noise`` to its
+    aggregate share; ``max_records_per_client`` must be 1; see :mod:`fedstats.analyses._prio3_tasks`).
 
     Normalizing a normalized task returns it unchanged. The analysis validates its own options: the task
     is checked by :func:`fedstats.wire.registry.config_for` and its plan must yield a first round with a
@@ -113,13 +117,25 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
         if not (math.isfinite(v) and 0.05 <= v <= 7 * 86400):
             raise ParameterError(name, v, "seconds in [0.05, 604800]")
     secure = _secure_options(config.get("secure_aggregation"))
-    if spec.secure == "required" and secure is None:
+    prio3 = _prio3_options(config.get("prio3"))
+    if prio3 is not None:
+        if secure is not None:
+            raise ParameterError(
+                "prio3",
+                "with secure_aggregation",
+                "one aggregation route: prio3 or secure_aggregation",
+            )
+        if max_rec != 1:
+            raise ParameterError(
+                "max_records_per_client", max_rec, "1 (a Prio3 report proves one record's validity)"
+            )
+    if spec.secure == "required" and secure is None and prio3 is None:
         raise ParameterError(
             "secure_aggregation",
             None,
             f'{{"max_session": m}} ({analysis} needs secure aggregation)',
         )
-    if spec.privacy == "distributed" and secure is None:
+    if spec.privacy == "distributed" and secure is None and prio3 is None:
         raise ParameterError(
             "secure_aggregation",
             None,
@@ -142,6 +158,8 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     }
     if secure is not None:  # absent otherwise: the ids of tasks without it do not change
         out["secure_aggregation"] = secure
+    if prio3 is not None:  # likewise
+        out["prio3"] = prio3
     # the analysis validates its own options, and its plan must start with a registered encoder
     try:
         config_for(out)
@@ -163,6 +181,64 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     if encoder_name(first.encode) not in spec.encoders:
         raise SecurityError(f"{analysis} v{version} yields an unregistered encoder")
     return out
+
+
+_NOISES = {"discrete_gaussian": 2.0**84, "discrete_laplace": 2.0**41}
+
+
+def _aggregator_url(name: str, url: Any) -> str:
+    if (
+        not isinstance(url, str)
+        or not url.startswith(("https://", "http://"))
+        or not url.isprintable()
+        or not 9 <= len(url) <= 2048
+    ):
+        raise ParameterError(name, url, "an https:// URL (printable, <= 2048 characters)")
+    return url.rstrip("/")
+
+
+def _prio3_options(prio3: Any) -> dict[str, Any] | None:
+    """The ``prio3`` section of a task: the two-aggregator route (see :func:`normalize_task`)."""
+    if prio3 is None:
+        return None
+    if (
+        not isinstance(prio3, Mapping)
+        or not {"leader", "helper"} <= set(prio3)
+        or set(prio3)
+        - {
+            "leader",
+            "helper",
+            "noise",
+            "min_batch_size",
+        }
+    ):
+        raise ParameterError(
+            "prio3", prio3, '{"leader": url, "helper": url, "noise": ..., "min_batch_size": n}'
+        )
+    leader = _aggregator_url("prio3.leader", prio3["leader"])
+    helper = _aggregator_url("prio3.helper", prio3["helper"])
+    if leader == helper:
+        raise ParameterError("prio3.helper", helper, "a server other than the leader")
+    noise = prio3.get("noise")
+    if noise is not None:
+        if not isinstance(noise, Mapping) or set(noise) != {"mechanism", "parameter"}:
+            raise ParameterError("prio3.noise", noise, "null or {mechanism, parameter}")
+        mech, par = noise["mechanism"], noise["parameter"]
+        if mech not in _NOISES:
+            raise ParameterError("prio3.noise.mechanism", mech, f"one of {sorted(_NOISES)}")
+        if (
+            isinstance(par, bool)
+            or not isinstance(par, (int, float))
+            or not 0 < par <= _NOISES[mech]
+        ):
+            raise ParameterError(
+                "prio3.noise.parameter", par, f"a number in (0, {_NOISES[mech]:g}]"
+            )
+        noise = {"mechanism": str(mech), "parameter": float(par)}
+    mbs = prio3.get("min_batch_size", 1)
+    if isinstance(mbs, bool) or not isinstance(mbs, int) or not 1 <= mbs <= 10**9:
+        raise ParameterError("prio3.min_batch_size", mbs, "an integer in [1, 10^9]")
+    return {"leader": leader, "helper": helper, "noise": noise, "min_batch_size": int(mbs)}
 
 
 def _secure_options(secure: Any) -> dict[str, int] | None:

@@ -38,11 +38,13 @@ from typing import Any
 
 import numpy as np
 
+from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
+from fedstats.service.domain import ledger
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
 from fedstats.service.store import Store, Tx
-from fedstats.service.store.vdaf import VdafTaskRow
+from fedstats.service.store.vdaf import VdafSignedRow, VdafTaskRow
 from fedstats.vdaf import (
     Prio3,
     Prio3Count,
@@ -54,15 +56,24 @@ from fedstats.vdaf import (
     VerifyState,
 )
 from fedstats.wire import auth
+from fedstats.wire.registry import privacy_loss_for
+from fedstats.wire.tasks import task_id as task_id_of
+from fedstats.wire.tasks import verify_task
 
 __all__ = [
     "REASONS",
     "Noise",
+    "abandon_signed",
+    "charge_id",
     "check_peer_token",
     "collect",
+    "create_signed",
     "create_task",
     "helper_job",
+    "join_signed",
+    "open_round",
     "run_leader_jobs",
+    "signed_info",
     "task_info",
     "upload_report",
     "vdaf_from_spec",
@@ -348,6 +359,328 @@ def _info(tx: Tx, task_id: str) -> dict[str, Any]:
     }
 
 
+# -- tasks signed by analysts ----------------------------------------------------------------------
+
+
+def charge_id(signed_id: str) -> str:
+    """The id of a signed Prio3 task's charge on an aggregator's ledger: ``"prio3-"`` + 30 hex digits."""
+    return "prio3-" + signed_id[:30]
+
+
+def _signed_row(tx: Tx, signed_id: str, *, lock: bool = False) -> VdafSignedRow:
+    ok = isinstance(signed_id, str) and len(signed_id) == 64 and set(signed_id) <= _HEX_DIGITS
+    row = tx.vdaf_signed(signed_id, lock=lock) if ok else None
+    if row is None:
+        raise NotFoundError(f"no signed Prio3 task {signed_id!r}")
+    return row
+
+
+def _signed_task(row: VdafSignedRow) -> dict[str, Any]:
+    task: dict[str, Any] = wire.loads(row.envelope)["task"]
+    return task
+
+
+def create_signed(
+    store: Store,
+    envelope: Any,
+    *,
+    role: str,
+    verify_key: bytes,
+    peer_token: str,
+    actor: str,
+) -> dict[str, Any]:
+    """Store an analyst's signed Prio3 task on this aggregator and reserve its privacy loss.
+
+    The envelope is verified against the authorities this server trusts
+    (:func:`fedstats.wire.tasks.verify_task`) and must carry a ``prio3`` section; the peer's URL comes from
+    the task (the leader's peer is the task's helper and the other way round). The operator adds only this
+    aggregator's secrets, which stay out of the envelope: the ``verify_key`` the two aggregators share and
+    the peer token. In the same transaction the task's privacy loss
+    (:func:`fedstats.wire.registry.privacy_loss_for`, the loss every device reserves) is reserved on this
+    aggregator's ledger (population and ``actor`` budgets, charge id :func:`charge_id`); a non-private task
+    (infinite epsilon) is charged nowhere.
+
+    Parameters
+    ----------
+    store : Store
+    envelope : mapping
+        ``{"task", "certificate", "signature"}`` (:func:`fedstats.wire.tasks.sign_task`).
+    role : {"leader", "helper"}
+    verify_key : bytes
+        32 bytes, shared by the two aggregators only.
+    peer_token : str
+        The aggregator-to-aggregator bearer token, 32 to 512 printable characters.
+    actor : str
+        The operator creating it (the analyst budget charged, audit log).
+
+    Returns
+    -------
+    dict
+        :func:`signed_info`.
+
+    Raises
+    ------
+    SecurityError
+        If the envelope does not verify, or its task has no ``prio3`` section (nothing is stored).
+    ParameterError
+        If the role, key or token is out of range.
+    ConflictError
+        If the task exists here with other secrets (the same creation again is accepted).
+    BudgetExceededError
+        If a budget cannot cover the task's loss (nothing is stored).
+    """
+    if role not in ("leader", "helper"):
+        raise ParameterError("role", role, "'leader' or 'helper'")
+    if not isinstance(verify_key, bytes) or len(verify_key) != 32:
+        raise ParameterError("verify_key", "not 32 bytes", "32 bytes")
+    if (
+        not isinstance(peer_token, str)
+        or not 32 <= len(peer_token) <= 512
+        or not peer_token.isprintable()
+    ):
+        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+    with store.transaction() as tx:
+        task = verify_task(envelope, tx.authorities())
+        if task.get("prio3") is None:
+            raise SecurityError("the signed task is not a Prio3 task (no prio3 section)")
+        tid = task_id_of(task)
+        route = task["prio3"]
+        new = VdafSignedRow(
+            id=tid,
+            role=role,
+            envelope=wire.dumps(
+                {
+                    "task": task,
+                    "certificate": dict(envelope["certificate"]),
+                    "signature": str(envelope["signature"]),
+                }
+            ),
+            verify_key=verify_key,
+            peer_url=route["helper"] if role == "leader" else route["leader"],
+            peer_token=peer_token if role == "leader" else None,
+            peer_token_hash=auth.hash_token(peer_token) if role == "helper" else None,
+            population=str(task["privacy"]["population"]),
+            status="open",
+            charge_id=None,
+            created_by=actor,
+            created_at=time.time(),
+        )
+        old = tx.vdaf_signed(tid, lock=True)
+        if old is not None:
+            if old.parameters() != new.parameters():
+                raise ConflictError(f"Prio3 task {tid} exists with other parameters")
+            return _signed_info(tx, tid)
+        loss = privacy_loss_for(task)
+        charged = None
+        if np.isfinite(loss.epsilon):  # an infinite loss is a non-private task: no DP charge
+            charged = charge_id(tid)
+            ledger.reserve(
+                tx,
+                run_id=charged,
+                population=new.population,
+                analyst=actor,
+                charge=ledger.Charge(
+                    float(loss.epsilon),
+                    float(loss.delta),
+                    None if loss.rho is None else float(loss.rho),
+                    f"prio3 {task['analysis']} {tid[:12]}",
+                ),
+            )
+        tx.add_vdaf_signed(VdafSignedRow(**{**new.__dict__, "charge_id": charged}))
+        ledger.audit(tx, actor, "create-prio3-task", charged, task_id=tid, role=role)
+        return _signed_info(tx, tid)
+
+
+def signed_info(store: Store, signed_id: str) -> dict[str, Any]:
+    """A signed Prio3 task on this aggregator: id, role, status, its charge and its rounds.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such task.
+    """
+    with store.transaction(read_only=True) as tx:
+        return _signed_info(tx, signed_id)
+
+
+def _signed_info(tx: Tx, signed_id: str) -> dict[str, Any]:
+    row = _signed_row(tx, signed_id)
+    charge = tx.charge_of(row.charge_id) if row.charge_id is not None else None
+    return {
+        "task_id": row.id,
+        "role": row.role,
+        "status": row.status,
+        "population": row.population,
+        "charge": None
+        if charge is None
+        else {
+            "id": row.charge_id,
+            "epsilon": charge.epsilon,
+            "delta": charge.delta,
+            "rho": charge.rho,
+            "status": charge.status,
+        },
+        "rounds": [
+            {**json.loads(r.announcement or "{}"), "status": r.status}
+            for r in tx.vdaf_rounds_of(row.id)
+        ],
+    }
+
+
+def open_round(store: Store, signed_id: str, index: int, history: Any) -> dict[str, Any]:
+    """Open round ``index`` of a signed Prio3 task on this aggregator (the operator, on both).
+
+    The aggregator derives the round itself (:func:`fedstats.analyses._prio3_tasks.derive_round`: the
+    task's plan replayed with the earlier rounds' public sums ``history``, as the collector released them),
+    and creates the round's Prio3 task: its id and ``ctx`` derived from the signed task's id and the index,
+    its variant from the round, the operator's secrets, the task's noise and minimum batch size. Round
+    ``index`` opens only after round ``index - 1`` was collected here; opening it again with the same
+    history returns it unchanged.
+
+    Returns
+    -------
+    dict
+        The announcement devices are shown: ``{"round", "task_id", "vdaf", "name", "encode",
+        "client_range", "n_clients", "history"}``.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such signed task.
+    ConflictError
+        If it was abandoned, the previous round is not collected here, the index skips a round, or the
+        round exists with another history.
+    SecurityError
+        If the history is malformed or the round is beyond the task's plan.
+    """
+    from fedstats.analyses._prio3_tasks import derive_round
+
+    with store.transaction() as tx:
+        row = _signed_row(tx, signed_id, lock=True)
+        if row.status != "open":
+            raise ConflictError(f"Prio3 task {signed_id} is {row.status}")
+        rounds = tx.vdaf_rounds_of(signed_id)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= len(rounds):
+            raise ConflictError(
+                f"round {index!r} cannot open: rounds 0..{len(rounds) - 1} exist, the next is "
+                f"{len(rounds)}"
+            )
+        task = _signed_task(row)
+        derived = derive_round(task, signed_id, index, history)
+        announced = derived.announcement(list(history))
+        if index < len(rounds):
+            got: dict[str, Any] = json.loads(rounds[index].announcement or "{}")
+            if got != announced:
+                raise ConflictError(f"round {index} is open with other public sums")
+            return got
+        if rounds and rounds[-1].status != "collected":
+            raise ConflictError(f"round {index - 1} is not collected yet")
+        route = task["prio3"]
+        noise = route.get("noise")
+        tx.add_vdaf_task(
+            VdafTaskRow(
+                id=derived.task_id,
+                role=row.role,
+                vdaf=json.dumps(derived.spec, sort_keys=True),
+                ctx=derived.ctx,
+                verify_key=row.verify_key,
+                peer_url=row.peer_url,
+                peer_token=row.peer_token,
+                peer_token_hash=row.peer_token_hash,
+                population=row.population,
+                min_batch_size=int(route["min_batch_size"]),
+                noise=None if noise is None else json.dumps(noise, sort_keys=True),
+                created_at=time.time(),
+                signed_id=signed_id,
+                round_index=index,
+                announcement=json.dumps(announced, sort_keys=True),
+            )
+        )
+        return announced
+
+
+def join_signed(
+    store: Store,
+    signed_id: str,
+    *,
+    client_id: str,
+    population: str,
+    nonce: tuple[str, str, float] | None = None,
+    confirm: Callable[[Tx], None] | None = None,
+) -> dict[str, Any]:
+    """A device joins a signed Prio3 task (signed request): the envelope, its slot, the rounds so far.
+
+    The leader gives each device one slot (0, 1, ... in join order, fewer than the task's cohort size;
+    the same slot to a device joining again); the helper gives none. A device verifies the envelope
+    itself and derives every round from it (:class:`fedstats.client.vdaf.Prio3Device`).
+
+    Returns
+    -------
+    dict
+        ``{"envelope", "role", "slot" (None on the helper), "status", "rounds": [announcement, ...]}``.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such task.
+    SecurityError
+        If the device is of another population, or the request's nonce was used before.
+    ConflictError
+        If the task was abandoned, or the cohort is full.
+    """
+    with store.transaction() as tx:
+        if confirm is not None:
+            confirm(tx)
+        row = _signed_row(tx, signed_id, lock=True)
+        if row.population != population:
+            raise SecurityError("this task is for another population")
+        if nonce is not None and not tx.use_nonce(*nonce):
+            raise SecurityError("replayed request (nonce already used)")
+        if row.status != "open":
+            raise ConflictError(f"Prio3 task {signed_id} is {row.status}")
+        slot = None
+        if row.role == "leader":
+            slot = tx.vdaf_slot(signed_id, client_id)
+            if slot is None:
+                cohort = int(_signed_task(row)["cohort_size"])
+                slot = tx.add_vdaf_slot(signed_id, client_id)
+                if slot >= cohort:
+                    raise ConflictError(f"the cohort of {cohort} devices is full")
+        return {
+            "envelope": wire.loads(row.envelope),
+            "role": row.role,
+            "slot": slot,
+            "status": row.status,
+            "rounds": [json.loads(r.announcement or "{}") for r in tx.vdaf_rounds_of(signed_id)],
+        }
+
+
+def abandon_signed(store: Store, signed_id: str, actor: str) -> dict[str, Any]:
+    """Abandon a signed Prio3 task before any round was collected here: its reservation is released.
+
+    No round opens, no report is taken and nothing is collected afterwards.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such task.
+    ConflictError
+        If a round was collected here already (its release used the charge: it stays spent).
+    """
+    with store.transaction() as tx:
+        row = _signed_row(tx, signed_id, lock=True)
+        if any(r.status == "collected" for r in tx.vdaf_rounds_of(signed_id)):
+            raise ConflictError(
+                f"a round of Prio3 task {signed_id} was collected: its charge stays"
+            )
+        if row.status != "abandoned":
+            tx.set_vdaf_signed_status(signed_id, "abandoned")
+            if row.charge_id is not None:
+                ledger.release(tx, row.charge_id, actor=actor, reason="prio3 task abandoned")
+            ledger.audit(tx, actor, "abandon-prio3-task", row.charge_id, task_id=signed_id)
+        return _signed_info(tx, signed_id)
+
+
 def check_peer_token(store: Store, task_id: str, token: str) -> None:
     """Check the bearer token of an aggregator-to-aggregator request on the helper.
 
@@ -430,6 +763,8 @@ def upload_report(
             raise SecurityError("this task is for another population")
         if task.status != "open":
             raise ConflictError("this task was collected: it takes no more reports")
+        if task.signed_id is not None:
+            _check_round_member(tx, task, client_id)
         if nonce is not None and not tx.use_nonce(*nonce):
             raise SecurityError("replayed request (nonce already used)")
         old = tx.vdaf_report_of(task_id, report_id, client_id)
@@ -445,6 +780,24 @@ def upload_report(
             return False
         tx.add_vdaf_report(task_id, report_id, client_id, public_share, input_share, time.time())
     return True
+
+
+def _check_round_member(tx: Tx, task: VdafTaskRow, client_id: str) -> None:
+    """Refuse a report to a round of a signed task that is not open, or from a device out of range.
+
+    On the leader a device's slot must lie in the round's client range.
+    """
+    signed = _signed_row(tx, str(task.signed_id))
+    if signed.status != "open":
+        raise ConflictError(f"Prio3 task {signed.id} is {signed.status}")
+    if task.role != "leader":
+        return  # the helper keeps no slots: a report missing at the leader is never aggregated
+    slot = tx.vdaf_slot(signed.id, client_id)
+    lo, hi = json.loads(task.announcement or "{}").get("client_range", [0, 0])
+    if slot is None or not lo <= slot < hi:
+        raise SecurityError(
+            f"this device's slot ({slot}) is not in the round's client range [{lo}, {hi})"
+        )
 
 
 # -- aggregation --------------------------------------------------------------------------------------
@@ -463,9 +816,18 @@ def _finish(
     fates: dict[str, str | None],
     agg: np.ndarray,
     response: dict[str, Any] | None,
+    lease: tuple[str, int] | None = None,
 ) -> bool:
-    """Record a job's outcome in the open transaction; False if the job was already finished."""
+    """Record a job's outcome in the open transaction; False if the job was already finished.
+
+    ``lease``: the leader's ``(owner, epoch)`` of the job; if the job's lease is no longer exactly that
+    (another leader process took it over), nothing is written (fencing) and False is returned.
+    """
     task = task_row(tx, task_id, lock=True)
+    if lease is not None:
+        held = tx.vdaf_job_lease(task_id, job_id)
+        if held is None or (held[0], held[1]) != lease:
+            return False
     if not tx.finish_vdaf_job(task_id, job_id, None if response is None else json.dumps(response)):
         return False
     accepted = [r for r, why in fates.items() if why is None]
@@ -518,8 +880,18 @@ def run_leader_jobs(
     *,
     batch_size: int = 1000,
     max_jobs: int | None = None,
+    owner: str | None = None,
+    lease_seconds: float = 300.0,
 ) -> dict[str, int]:
     """The leader's aggregation: finish unfinished jobs, then turn pending reports into jobs.
+
+    Every job is run under a **lease** (like the run driver's, :class:`fedstats.service.domain.driver.
+    Driver`): claiming a job (a new one, or an unfinished one whose lease is free or expired) sets its
+    owner, its expiry ``now + lease_seconds`` and increments its fencing token ``lease_epoch``, under the
+    task's row lock. Two leader processes on one database therefore never run the same job at once, and a
+    job whose leader crashed is taken over once its lease expired (the helper answers the resent job from
+    its record, so nothing is added twice). The outcome is written only while the lease is still
+    ``(owner, epoch)`` as claimed (fencing): a leader that lost its lease writes nothing.
 
     Parameters
     ----------
@@ -534,6 +906,10 @@ def run_leader_jobs(
         Reports per job, in [1, 100000].
     max_jobs : int, optional
         Stop after this many jobs (default: until no report is pending).
+    owner : str, optional
+        This leader process's name in the leases (default: random per call).
+    lease_seconds : float
+        How long a claimed job is this process's, > 0 (default 300: longer than a job's helper request).
 
     Returns
     -------
@@ -554,6 +930,11 @@ def run_leader_jobs(
         raise ParameterError("batch_size", batch_size, "an integer in [1, 100000]")
     if not 1 <= batch_size <= 100_000:
         raise ParameterError("batch_size", batch_size, "an integer in [1, 100000]")
+    if isinstance(lease_seconds, bool) or not (
+        isinstance(lease_seconds, (int, float)) and 0 < lease_seconds <= 86400
+    ):
+        raise ParameterError("lease_seconds", lease_seconds, "seconds in (0, 86400]")
+    me = owner or f"leader-{secrets.token_hex(8)}"
     with store.transaction(read_only=True) as tx:
         row = task_row(tx, task_id)
     if row.role != "leader":
@@ -561,10 +942,14 @@ def run_leader_jobs(
     vdaf = vdaf_from_spec(json.loads(row.vdaf))
     totals = {"jobs": 0, "accepted": 0, "rejected": 0}
     while max_jobs is None or totals["jobs"] < max_jobs:
-        job_id, report_ids = _claim(store, task_id, batch_size)
+        job_id, report_ids, epoch = _claim(store, task_id, batch_size, me, float(lease_seconds))
         if job_id is None:
             break
-        done = _leader_job(store, vdaf, row, job_id, report_ids, send)
+        try:
+            done = _leader_job(store, vdaf, row, job_id, report_ids, send, (me, epoch))
+        except BaseException:
+            _give_up(store, task_id, job_id, (me, epoch))  # any leader may retry it at once
+            raise
         if done is not None:
             totals["jobs"] += 1
             totals["accepted"] += done[0]
@@ -572,24 +957,49 @@ def run_leader_jobs(
     return totals
 
 
-def _claim(store: Store, task_id: str, batch_size: int) -> tuple[str | None, list[str]]:
-    """An unfinished job of the task, else a new job over up to ``batch_size`` pending reports."""
+def _give_up(store: Store, task_id: str, job_id: str, lease: tuple[str, int]) -> None:
+    """Free a job's lease that this process still holds (its run failed: the helper was unreachable)."""
+    try:
+        with store.transaction() as tx:
+            task_row(tx, task_id, lock=True)
+            held = tx.vdaf_job_lease(task_id, job_id)
+            if held is not None and (held[0], held[1]) == lease and held[2] == "running":
+                tx.lease_vdaf_job(task_id, job_id, owner=None, until=None, epoch=lease[1])
+    except Exception:  # the lease then simply expires
+        pass
+
+
+def _claim(
+    store: Store, task_id: str, batch_size: int, owner: str, lease_seconds: float
+) -> tuple[str | None, list[str], int]:
+    """Lease a job: an unfinished one whose lease is free or expired, else a new one.
+
+    A new job takes up to ``batch_size`` pending reports. Returns ``(job_id, report_ids, lease_epoch)``
+    (``job_id`` None: nothing to do for this process).
+    """
     with store.transaction() as tx:
-        task = task_row(tx, task_id, lock=True)
-        running = tx.vdaf_running_job(task_id)
-        if running is not None:
-            return running
+        task = task_row(tx, task_id, lock=True)  # serializes claims of the task's jobs
+        now = time.time()
+        free = tx.vdaf_claimable_job(task_id, now)
+        if free is not None:
+            job_id, ids, epoch = free
+            tx.lease_vdaf_job(
+                task_id, job_id, owner=owner, until=now + lease_seconds, epoch=epoch + 1
+            )
+            return job_id, ids, epoch + 1
         if task.status != "open":
-            return None, []
+            return None, [], 0
         ids = tx.vdaf_pending(task_id, batch_size)
         if not ids:
-            return None, []
+            return None, [], 0
         job_id = secrets.token_hex(16)
-        tx.add_vdaf_job(task_id, job_id, ids, time.time())
+        tx.add_vdaf_job(
+            task_id, job_id, ids, now, lease_owner=owner, lease_until=now + lease_seconds
+        )
         if tx.take_vdaf_reports(task_id, ids, job_id) != len(ids):
             # another leader process took some: roll back, try again
             raise ConflictError("reports claimed concurrently; retry")
-    return job_id, ids
+    return job_id, ids, 1
 
 
 def _leader_job(
@@ -599,8 +1009,13 @@ def _leader_job(
     job_id: str,
     report_ids: list[str],
     send: Callable[[str, dict[str, Any]], dict[str, Any]],
+    lease: tuple[str, int] | None = None,
 ) -> tuple[int, int] | None:
-    """One job: verify, ask the helper, decide, add; (accepted, rejected), None if finished elsewhere."""
+    """One job: verify, ask the helper, decide, add; return (accepted, rejected).
+
+    None if another process finished it first, or it was fenced (``lease``, the ``(owner, epoch)``
+    claimed, no longer holds).
+    """
     task_id = row.id
     with store.transaction(read_only=True) as tx:
         stored = tx.vdaf_shares(task_id, report_ids)
@@ -661,8 +1076,8 @@ def _leader_job(
         for k, i in enumerate(present):
             fates[ids[i]] = None if bool(ok[k]) else "invalid_proof"
     with store.transaction() as tx:
-        if not _finish(tx, vdaf, task_id, job_id, fates, agg, None):
-            return None  # another leader process finished this job first: nothing added here
+        if not _finish(tx, vdaf, task_id, job_id, fates, agg, None, lease):
+            return None  # fenced, or another leader process finished it first: nothing added here
     accepted = sum(1 for why in fates.values() if why is None)
     return accepted, len(fates) - accepted
 
@@ -831,6 +1246,9 @@ def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
         if row.collection is not None:
             done: dict[str, Any] = json.loads(row.collection)
             return done
+        signed = None if row.signed_id is None else _signed_row(tx, row.signed_id, lock=True)
+        if signed is not None and signed.status != "open":
+            raise ConflictError(f"Prio3 task {signed.id} is {signed.status}")
         unfinished = tx.count_vdaf_jobs(task_id, "running")
         if unfinished:
             raise ConflictError(f"{unfinished} aggregation job(s) unfinished")
@@ -859,4 +1277,7 @@ def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
             "noise": None if noise is None else noise.to_json(),
         }
         tx.set_vdaf_collected(task_id, json.dumps(answer))
+        if signed is not None and signed.charge_id is not None:
+            # the first release of any round of the task spends its reservation (idempotent)
+            ledger.spend(tx, signed.charge_id, actor=signed.created_by)
     return answer

@@ -5,8 +5,15 @@ Who calls what (every route under ``/v1/vdaf/tasks``; JSON bodies, bytes as hex)
 ========================================  ==========================  =======================================
 route                                     caller, authentication       effect
 ========================================  ==========================  =======================================
-``POST /``                                operator (bearer token)      create the task on this aggregator
-``GET /{task_id}``                        operator                     the task, its report counts by fate
+``POST /``                                operator (bearer token)      store an analyst's signed Prio3 task
+                                                                       with this aggregator's secrets; 403
+                                                                       if the envelope does not verify
+``POST /{task_id}/rounds``                operator (the collector)     open the task's next round (derived)
+``POST /{task_id}/abandon``               operator                     abandon it, release its reservation
+``POST /{task_id}/join``                  device (signed request)      the envelope, the device's slot (the
+                                                                       leader's), the rounds announced
+``GET /{task_id}``                        operator                     the task (signed task: its charge
+                                                                       and rounds; round: counts by fate)
 ``POST /{task_id}/reports``               device (signed request)      store this aggregator's report share
 ``POST /{task_id}/aggregate``             operator, on the leader      run aggregation jobs with the helper
 ``POST /{task_id}/jobs``                  the leader (peer token)      the helper's side of one job
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
+import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +48,7 @@ from fastapi import APIRouter, FastAPI, Header, HTTPException, Request
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import SecureGenerator
 from fedstats.service.domain import vdaf as domain
+from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.http.deps import DeviceAuth, Signed
 from fedstats.service.http.edge import BadJSON, strict_loads
 from fedstats.service.http.schemas import DEVICE, device_body
@@ -50,48 +60,47 @@ __all__ = ["Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
 # request bodies (read raw by the handlers), declared for the OpenAPI schema
 _HEX = {"type": "string", "pattern": "^[0-9a-f]*$"}
 _ID32 = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
-_ID64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-_VARIANT = {
-    "type": "object",
-    "required": ["type"],
-    "properties": {
-        "type": {"enum": ["count", "sum", "sumvec", "histogram", "multihot"]},
-        **{
-            k: {"type": "integer", "minimum": 1}
-            for k in ("max_measurement", "length", "chunk_length", "max_weight")
-        },
-    },
-}
 CREATE_BODY = device_body(
     {
         "type": "object",
-        "required": ["task_id", "role", "vdaf", "verify_key", "ctx", "peer_url", "peer_token"],
+        "required": ["envelope", "role", "verify_key", "peer_token"],
         "properties": {
-            "task_id": _ID64,
+            "envelope": {
+                "type": "object",
+                "required": ["task", "certificate", "signature"],
+                "properties": {
+                    "task": {"type": "object"},
+                    "certificate": {"type": "object"},
+                    "signature": {"type": "string"},
+                },
+            },
             "role": {"enum": ["leader", "helper"]},
-            "vdaf": _VARIANT,
             "verify_key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-            "ctx": {**_HEX, "maxLength": 510},
-            "peer_url": {"type": "string", "pattern": "^https?://"},
             "peer_token": {"type": "string", "minLength": 32, "maxLength": 512},
-            "population": {"type": "string", "minLength": 1, "maxLength": 128},
-            "min_batch_size": {"type": "integer", "minimum": 1},
-            "noise": {
-                "anyOf": [
-                    {"type": "null"},
-                    {
-                        "type": "object",
-                        "required": ["mechanism", "parameter"],
-                        "properties": {
-                            "mechanism": {"enum": ["discrete_gaussian", "discrete_laplace"]},
-                            "parameter": {"type": "number", "exclusiveMinimum": 0},
-                        },
+        },
+    }
+)
+ROUND_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["round", "history"],
+        "properties": {
+            "round": {"type": "integer", "minimum": 0},
+            "history": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["total", "n_clients"],
+                    "properties": {
+                        "total": {"type": "array", "items": {"type": "integer"}},
+                        "n_clients": {"type": "integer", "minimum": 0},
                     },
-                ]
+                },
             },
         },
     }
 )
+JOIN_BODY = device_body({"type": "object"})
 UPLOAD_BODY = device_body(
     {
         "type": "object",
@@ -196,7 +205,7 @@ def vdaf_router(
     Parameters
     ----------
     store : Store
-        This aggregator's database (migrated to ``0007_vdaf``).
+        This aggregator's database (migrated to ``0008_vdaf_signed``).
     transport : callable, optional
         How the leader reaches the helper (default :func:`helper_transport` with the system trust store).
     batch_size : int
@@ -220,6 +229,8 @@ def vdaf_router(
     send_to = transport or helper_transport()
     fresh = rng_factory or (lambda: SecureGenerator(os.urandom(32)))
     router = APIRouter(prefix="/v1/vdaf/tasks", tags=["vdaf"])
+    # this process's name in the aggregation jobs' leases
+    owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
 
     async def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kwargs)  # FedstatsError: the app's error map
@@ -249,38 +260,74 @@ def vdaf_router(
     async def create(
         request: Request, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
-        """Create a Prio3 task on this aggregator (operator)."""
-        await operator(authorization)
+        """Store an analyst's signed Prio3 task with this aggregator's secrets (operator)."""
+        actor = await operator(authorization)
         d = _json(await request.body())
         try:
             vk = bytes.fromhex(str(d.get("verify_key", "")))
-            ctx = bytes.fromhex(str(d.get("ctx", "")))
         except ValueError:
-            raise HTTPException(422, "verify_key and ctx must be hex") from None
-        noise = domain.Noise.from_json(d.get("noise"))  # ParameterError: 422
+            raise HTTPException(422, "verify_key must be hex") from None
         out: dict[str, Any] = await run(
-            domain.create_task,
+            domain.create_signed,
             store,
-            task_id=d.get("task_id"),
+            d.get("envelope"),
             role=d.get("role"),
-            vdaf=d.get("vdaf") or {},
             verify_key=vk,
-            ctx=ctx,
-            peer_url=d.get("peer_url"),
             peer_token=d.get("peer_token"),
-            population=d.get("population", "default"),
-            min_batch_size=d.get("min_batch_size", 1),
-            noise=noise,
+            actor=actor,
         )
         return out
+
+    @router.post("/{task_id}/rounds", openapi_extra=ROUND_BODY)
+    async def open_round(
+        task_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, Any]:
+        """Open the signed task's next round, derived from the task and the public sums (operator)."""
+        await operator(authorization)
+        d = _json(await request.body())
+        out: dict[str, Any] = await run(
+            domain.open_round, store, task_id, d.get("round"), d.get("history")
+        )
+        return out
+
+    @router.post("/{task_id}/abandon")
+    async def abandon(
+        task_id: str, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, Any]:
+        """Abandon a signed task before any collection: its reservation is released (operator)."""
+        actor = await operator(authorization)
+        out: dict[str, Any] = await run(domain.abandon_signed, store, task_id, actor)
+        return out
+
+    @router.post("/{task_id}/join", openapi_extra=JOIN_BODY, **DEVICE)
+    async def join(task_id: str, request: Request, signed: Signed) -> dict[str, Any]:
+        """A device joins a signed task: the envelope, its slot (leader), the rounds (signed request)."""
+        device: DeviceAuth = request.app.state.device_auth
+        use = signed.nonce
+        out: dict[str, Any] = await run(
+            domain.join_signed,
+            store,
+            task_id,
+            client_id=signed.client_id,
+            population=signed.population,
+            nonce=None if use is None else (use.client_id, use.nonce, use.ts),
+            confirm=lambda tx: device.confirm(tx, signed),
+        )
+        return out
+
+    def _info(task_id: str) -> dict[str, Any]:
+        try:
+            return domain.task_info(store, task_id)
+        except NotFoundError:
+            return domain.signed_info(store, task_id)
 
     @router.get("/{task_id}")
     async def info(
         task_id: str, authorization: Annotated[str | None, Header()] = None
     ) -> dict[str, Any]:
-        """The task and its reports' counts by status and rejection reason (operator)."""
+        """A round task (report counts by fate) or a signed task (charge, rounds) (operator)."""
         await operator(authorization)
-        out: dict[str, Any] = await run(domain.task_info, store, task_id)
+        out: dict[str, Any] = await run(_info, task_id)
         return out
 
     @router.post("/{task_id}/reports", openapi_extra=UPLOAD_BODY, **DEVICE)
@@ -314,7 +361,7 @@ def vdaf_router(
         if row.role != "leader":
             return {"jobs": 0, "accepted": 0, "rejected": 0}
         send = send_to(row.peer_url, str(row.peer_token))
-        return domain.run_leader_jobs(store, task_id, send, batch_size=size)
+        return domain.run_leader_jobs(store, task_id, send, batch_size=size, owner=owner)
 
     @router.post("/{task_id}/aggregate", openapi_extra=AGGREGATE_BODY)
     async def aggregate(

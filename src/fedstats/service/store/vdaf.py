@@ -2,7 +2,7 @@
 
 Each aggregator (leader or helper) keeps these tables in its own database; neither ever sees the other's.
 They live on their own :class:`~sqlalchemy.MetaData` (:data:`VDAF_METADATA`) and are created by the Alembic
-migration ``0007_vdaf``.
+migrations ``0007_vdaf`` and ``0008_vdaf_signed``.
 
 Tables
 ------
@@ -22,6 +22,18 @@ vdaf_reports
 vdaf_jobs
     The aggregation jobs: their report ids (JSON) and status (``running``, ``done``); on the helper the
     answer it gave (JSON), so that a leader retrying a job gets the same answer and nothing is added twice.
+    On the leader a job's **lease** (migration ``0008``): the leader process running it, until when, and
+    the fencing token ``lease_epoch`` (incremented by every claim), so that two leader processes never run
+    one job at once and a crashed leader's job is taken over once its lease expired.
+vdaf_signed
+    Prio3 tasks signed by an analyst (migration ``0008``): the task's id (the SHA-256 of the normalized
+    task), this aggregator's role, the signed envelope as posted, and the operator's secrets of this
+    aggregator (``verify_key``, peer URL and token, as for ``vdaf_tasks``), the population, the status
+    (``open``, ``abandoned``), the id of its privacy charge on this aggregator's ledger, who created it.
+    Each round of the task is a ``vdaf_tasks`` row with ``signed_id``, ``round_index`` and the
+    ``announcement`` devices are shown (the round's public sums so far and its Prio3 variant).
+vdaf_slots
+    The leader's record slots of a signed task's devices (one per device, assigned in join order).
 
 Queries
 -------
@@ -64,9 +76,12 @@ __all__ = [
     "SqlVdafQueries",
     "VdafQueries",
     "VdafShareRow",
+    "VdafSignedRow",
     "VdafTaskRow",
     "vdaf_jobs",
     "vdaf_reports",
+    "vdaf_signed",
+    "vdaf_slots",
     "vdaf_tasks",
 ]
 
@@ -92,6 +107,36 @@ vdaf_tasks = Table(
     Column("rejected", BigInteger, nullable=False),
     Column("collection", Text, nullable=True),
     Column("created_at", Float, nullable=False),
+    Column("signed_id", String(64), nullable=True),
+    Column("round_index", Integer, nullable=True),
+    Column("announcement", Text, nullable=True),
+)
+
+vdaf_signed = Table(
+    "vdaf_signed",
+    VDAF_METADATA,
+    Column("id", String(64), primary_key=True),
+    Column("role", String(8), nullable=False),
+    Column("envelope", Text, nullable=False),
+    Column("verify_key", LargeBinary, nullable=False),
+    Column("peer_url", Text, nullable=False),
+    Column("peer_token", Text, nullable=True),
+    Column("peer_token_hash", String(64), nullable=True),
+    Column("population", String(128), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("charge_id", String(36), nullable=True),
+    Column("created_by", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+vdaf_slots = Table(
+    "vdaf_slots",
+    VDAF_METADATA,
+    Column("signed_id", String(64), nullable=False),
+    Column("client_id", String(128), nullable=False),
+    Column("slot", BigInteger, nullable=False),
+    PrimaryKeyConstraint("signed_id", "client_id", name="pk_vdaf_slots"),
+    UniqueConstraint("signed_id", "slot", name="uq_vdaf_slots_slot"),
 )
 
 vdaf_reports = Table(
@@ -120,6 +165,9 @@ vdaf_jobs = Table(
     Column("report_ids", Text, nullable=False),
     Column("response", Text, nullable=True),
     Column("created_at", Float, nullable=False),
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_until", Float, nullable=True),
+    Column("lease_epoch", BigInteger, nullable=False, server_default="0"),
     PrimaryKeyConstraint("task_id", "job_id", name="pk_vdaf_jobs"),
 )
 
@@ -147,6 +195,11 @@ class VdafTaskRow:
     collection : str or None
         The first collection's answer (JSON).
     created_at : float
+    signed_id : str or None
+        The signed task this row is a round of (None: a task created by the domain layer alone).
+    round_index : int or None
+    announcement : str or None
+        What devices are shown of the round (JSON): index, round task id, variant, public sums so far.
     """
 
     id: str
@@ -166,6 +219,9 @@ class VdafTaskRow:
     rejected: int = 0
     collection: str | None = None
     created_at: float = 0.0
+    signed_id: str | None = None
+    round_index: int | None = None
+    announcement: str | None = None
 
     def parameters(self) -> dict[str, Any]:
         """The columns an operator sets at creation (compared when a task is created again)."""
@@ -183,6 +239,53 @@ class VdafTaskRow:
                 "population",
                 "min_batch_size",
                 "noise",
+                "signed_id",
+                "round_index",
+                "announcement",
+            )
+        }
+
+
+@dataclass(frozen=True)
+class VdafSignedRow:
+    """A signed Prio3 task on this aggregator (``vdaf_signed`` row); see the module's table description.
+
+    Attributes
+    ----------
+    id, role, envelope, peer_url, population, status, created_by : str
+    verify_key : bytes
+    peer_token, peer_token_hash : str or None
+    charge_id : str or None
+        The id of its charge on this aggregator's ledger (None: a non-private task, charged nowhere).
+    created_at : float
+    """
+
+    id: str
+    role: str
+    envelope: str
+    verify_key: bytes
+    peer_url: str
+    peer_token: str | None
+    peer_token_hash: str | None
+    population: str
+    status: str
+    charge_id: str | None
+    created_by: str
+    created_at: float = 0.0
+
+    def parameters(self) -> dict[str, Any]:
+        """The columns the operator sets at creation (compared when it is created again)."""
+        return {
+            k: getattr(self, k)
+            for k in (
+                "id",
+                "role",
+                "envelope",
+                "verify_key",
+                "peer_url",
+                "peer_token",
+                "peer_token_hash",
+                "population",
             )
         }
 
@@ -266,8 +369,45 @@ class VdafQueries(ABC):
         """Record the reports' fate: accepted (``reason`` None) or rejected with ``reason``."""
 
     @abstractmethod
-    def vdaf_running_job(self, task_id: str) -> tuple[str, list[str]] | None:
-        """The oldest unfinished job: ``(job_id, report_ids)``, or None."""
+    def vdaf_claimable_job(self, task_id: str, now: float) -> tuple[str, list[str], int] | None:
+        """The oldest unfinished job whose lease is free or expired at ``now``, or None.
+
+        Returns ``(job_id, report_ids, lease_epoch)``.
+        """
+
+    @abstractmethod
+    def lease_vdaf_job(
+        self, task_id: str, job_id: str, *, owner: str | None, until: float | None, epoch: int
+    ) -> None:
+        """Set a job's lease (owner, expiry, fencing epoch); owner None frees it."""
+
+    @abstractmethod
+    def vdaf_job_lease(self, task_id: str, job_id: str) -> tuple[str | None, int, str] | None:
+        """A job's ``(lease_owner, lease_epoch, status)``, or None if there is no such job."""
+
+    @abstractmethod
+    def vdaf_signed(self, signed_id: str, *, lock: bool = False) -> VdafSignedRow | None:
+        """The signed task, or None; ``lock`` takes its row lock."""
+
+    @abstractmethod
+    def add_vdaf_signed(self, row: VdafSignedRow) -> None:
+        """Insert a signed task."""
+
+    @abstractmethod
+    def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
+        """Set a signed task's status (``open``, ``abandoned``)."""
+
+    @abstractmethod
+    def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
+        """The round tasks of a signed task, by round index."""
+
+    @abstractmethod
+    def vdaf_slot(self, signed_id: str, client_id: str) -> int | None:
+        """The device's slot in the signed task, or None."""
+
+    @abstractmethod
+    def add_vdaf_slot(self, signed_id: str, client_id: str) -> int:
+        """Give the device the next free slot (0, 1, ...; the caller holds the signed task's lock)."""
 
     @abstractmethod
     def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
@@ -275,9 +415,16 @@ class VdafQueries(ABC):
 
     @abstractmethod
     def add_vdaf_job(
-        self, task_id: str, job_id: str, report_ids: Sequence[str], created_at: float
+        self,
+        task_id: str,
+        job_id: str,
+        report_ids: Sequence[str],
+        created_at: float,
+        *,
+        lease_owner: str | None = None,
+        lease_until: float | None = None,
     ) -> None:
-        """Insert a running job."""
+        """Insert a running job (with its first lease, epoch 1, when an owner is given)."""
 
     @abstractmethod
     def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:
@@ -291,6 +438,8 @@ class VdafQueries(ABC):
 _T = vdaf_tasks.c
 _R = vdaf_reports.c
 _J = vdaf_jobs.c
+_S = vdaf_signed.c
+_L = vdaf_slots.c
 
 
 def _opt_bytes(v: Any) -> bytes | None:
@@ -310,6 +459,9 @@ class SqlVdafQueries(VdafQueries):
         r = self.session.execute(q).mappings().first()
         if r is None:
             return None
+        return self._task(r)
+
+    def _task(self, r: Any) -> VdafTaskRow:
         return VdafTaskRow(
             id=str(r["id"]),
             role=str(r["role"]),
@@ -328,6 +480,9 @@ class SqlVdafQueries(VdafQueries):
             rejected=int(r["rejected"]),
             collection=r["collection"],
             created_at=float(r["created_at"]),
+            signed_id=r["signed_id"],
+            round_index=None if r["round_index"] is None else int(r["round_index"]),
+            announcement=r["announcement"],
         )
 
     def add_vdaf_task(self, row: VdafTaskRow) -> None:
@@ -447,15 +602,100 @@ class SqlVdafQueries(VdafQueries):
             )
         )
 
-    def vdaf_running_job(self, task_id: str) -> tuple[str, list[str]] | None:
-        """See :meth:`VdafQueries.vdaf_running_job`."""
+    def vdaf_claimable_job(self, task_id: str, now: float) -> tuple[str, list[str], int] | None:
+        """See :meth:`VdafQueries.vdaf_claimable_job`."""
         r = self.session.execute(
-            select(_J.job_id, _J.report_ids)
-            .where(_J.task_id == task_id, _J.status == "running")
-            .order_by(_J.created_at)
+            select(_J.job_id, _J.report_ids, _J.lease_epoch)
+            .where(
+                _J.task_id == task_id,
+                _J.status == "running",
+                _J.lease_owner.is_(None) | _J.lease_until.is_(None) | (_J.lease_until < now),
+            )
+            .order_by(_J.created_at, _J.job_id)
             .limit(1)
         ).first()
-        return None if r is None else (str(r[0]), [str(x) for x in json.loads(r[1])])
+        if r is None:
+            return None
+        return str(r[0]), [str(x) for x in json.loads(r[1])], int(r[2] or 0)
+
+    def lease_vdaf_job(
+        self, task_id: str, job_id: str, *, owner: str | None, until: float | None, epoch: int
+    ) -> None:
+        """See :meth:`VdafQueries.lease_vdaf_job`."""
+        self.session.execute(
+            update(vdaf_jobs)
+            .where(_J.task_id == task_id, _J.job_id == job_id)
+            .values(lease_owner=owner, lease_until=until, lease_epoch=epoch)
+        )
+
+    def vdaf_job_lease(self, task_id: str, job_id: str) -> tuple[str | None, int, str] | None:
+        """See :meth:`VdafQueries.vdaf_job_lease`."""
+        r = self.session.execute(
+            select(_J.lease_owner, _J.lease_epoch, _J.status).where(
+                _J.task_id == task_id, _J.job_id == job_id
+            )
+        ).first()
+        return None if r is None else (r[0], int(r[1] or 0), str(r[2]))
+
+    def vdaf_signed(self, signed_id: str, *, lock: bool = False) -> VdafSignedRow | None:
+        """See :meth:`VdafQueries.vdaf_signed`."""
+        q = select(vdaf_signed).where(_S.id == signed_id)
+        if lock:
+            q = q.with_for_update()
+        r = self.session.execute(q).mappings().first()
+        if r is None:
+            return None
+        return VdafSignedRow(
+            id=str(r["id"]),
+            role=str(r["role"]),
+            envelope=str(r["envelope"]),
+            verify_key=bytes(r["verify_key"]),
+            peer_url=str(r["peer_url"]),
+            peer_token=r["peer_token"],
+            peer_token_hash=r["peer_token_hash"],
+            population=str(r["population"]),
+            status=str(r["status"]),
+            charge_id=r["charge_id"],
+            created_by=str(r["created_by"]),
+            created_at=float(r["created_at"]),
+        )
+
+    def add_vdaf_signed(self, row: VdafSignedRow) -> None:
+        """See :meth:`VdafQueries.add_vdaf_signed`."""
+        self.session.execute(insert(vdaf_signed).values(**row.__dict__))
+
+    def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
+        """See :meth:`VdafQueries.set_vdaf_signed_status`."""
+        self.session.execute(update(vdaf_signed).where(_S.id == signed_id).values(status=status))
+
+    def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
+        """See :meth:`VdafQueries.vdaf_rounds_of`."""
+        rows = (
+            self.session.execute(
+                select(vdaf_tasks).where(_T.signed_id == signed_id).order_by(_T.round_index)
+            )
+            .mappings()
+            .all()
+        )
+        return [self._task(r) for r in rows]
+
+    def vdaf_slot(self, signed_id: str, client_id: str) -> int | None:
+        """See :meth:`VdafQueries.vdaf_slot`."""
+        got = self.session.execute(
+            select(_L.slot).where(_L.signed_id == signed_id, _L.client_id == client_id)
+        ).scalar()
+        return None if got is None else int(got)
+
+    def add_vdaf_slot(self, signed_id: str, client_id: str) -> int:
+        """See :meth:`VdafQueries.add_vdaf_slot`."""
+        top = self.session.execute(
+            select(func.max(_L.slot)).where(_L.signed_id == signed_id)
+        ).scalar()
+        slot = 0 if top is None else int(top) + 1
+        self.session.execute(
+            insert(vdaf_slots).values(signed_id=signed_id, client_id=client_id, slot=slot)
+        )
+        return slot
 
     def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
         """See :meth:`VdafQueries.vdaf_job`."""
@@ -465,7 +705,14 @@ class SqlVdafQueries(VdafQueries):
         return None if r is None else ([str(x) for x in json.loads(r[0])], r[1])
 
     def add_vdaf_job(
-        self, task_id: str, job_id: str, report_ids: Sequence[str], created_at: float
+        self,
+        task_id: str,
+        job_id: str,
+        report_ids: Sequence[str],
+        created_at: float,
+        *,
+        lease_owner: str | None = None,
+        lease_until: float | None = None,
     ) -> None:
         """See :meth:`VdafQueries.add_vdaf_job`."""
         self.session.execute(
@@ -476,6 +723,9 @@ class SqlVdafQueries(VdafQueries):
                 report_ids=json.dumps(list(report_ids)),
                 response=None,
                 created_at=created_at,
+                lease_owner=lease_owner,
+                lease_until=lease_until,
+                lease_epoch=1 if lease_owner is not None else 0,
             )
         )
 
