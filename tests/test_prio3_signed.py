@@ -32,7 +32,7 @@ from fedstats.cli.prio3_demo import EngineSeededDevice
 from fedstats.client.policy import LocalBudget, Policy
 from fedstats.client.vdaf import Prio3Device, Prio3Task, collect_signed, open_round, shard_report
 from fedstats.engine import Engine, InMemoryPopulation
-from fedstats.errors import DataError
+from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import vdaf as domain
 from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
@@ -40,7 +40,7 @@ from fedstats.service.http.vdaf import vdaf_router
 from fedstats.service.store import Store, open_store
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity, load_identity
 from fedstats.wire.registry import plan_for, privacy_loss_for
-from fedstats.wire.tasks import sign_task, task_id
+from fedstats.wire.tasks import normalize_task, sign_task, task_id
 from service_helpers import pg_reachable, pg_schema
 
 LEADER_URL = "http://127.0.0.1:18101"
@@ -260,6 +260,57 @@ def test_honest_path_agrees_with_the_engine_and_every_party_charges_the_same_los
         ch = info["charge"]
         assert (ch["epsilon"], ch["delta"], ch["rho"], ch["status"]) == (*want_charge, "spent")
         assert [r["status"] for r in info["rounds"]] == ["collected"] * len(rounds)
+
+
+def test_heterogeneity_on_signed_prio3_gets_each_aggregator_s_planned_noise(pair: Pair) -> None:
+    """Devices send no noise share; each aggregator adds the round's planned discrete Gaussian; the
+    collector's plan accepts the sums only because both aggregators state that noise; one charge."""
+    from fedstats.analyses._prio3_tasks import aggregator_noise, derive_round, route_config
+
+    config = _config("heterogeneity", {"dim": 3}, 4.0)
+    config["privacy"]["delta"] = 1e-5
+    rng = np.random.default_rng(11)
+    cols = {"x": rng.beta(0.6, 0.6, (N, 3))}
+    envelope = pair.sign(config)
+    task = envelope["task"]
+    tid = task_id(task)
+    assert route_config(task).noise == "aggregators"
+    assert route_config(task).privacy_loss() == privacy_loss_for(task)
+    assert [r.status_code for r in pair.create(envelope)] == [200, 200]
+    devices = [
+        _device(pair, i, cols, policy=Policy(max_epsilon=8.0, max_delta=1e-4)) for i in range(N)
+    ]
+    for d in devices:
+        assert d.join(LEADER_URL, tid), d.refused
+    announced: list[Any] = []
+
+    def on_round(index: int, a: Any) -> None:
+        announced.append(a)
+        for d in devices:
+            d.answer(tid, index)
+
+    result, rounds = collect_signed(task, tid, pair.leader, pair.helper, on_round)
+    assert len(rounds) == 2 and all(r["rejected"] == 0 for r in rounds)
+    assert result.noise == "aggregators" and math.isfinite(result.estimate)
+    loss = privacy_loss_for(task)
+    for index, a in enumerate(announced):
+        derived = derive_round(task, tid, index, a["history"])
+        planned = aggregator_noise(task, derived.round)
+        assert planned is not None and planned["mechanism"] == "discrete_gaussian"
+        assert planned["parameter"] == derived.round.params["aggregator_variance"] > 0
+        assert derived.round.params["noise"] == "none"  # no device share on this route
+        for c in (pair.leader, pair.helper):
+            got = c.get(f"/v1/vdaf/tasks/{a['task_id']}")
+            assert got.status_code == 200 and got.json()["noise"] == planned, got.text
+    for d in devices:
+        c = d.budget.charges[d.budget_key(tid)]
+        assert (c["epsilon"], c["delta"], c["rho"]) == (loss.epsilon, loss.delta, loss.rho)
+    for info in pair.info(tid):
+        assert info["charge"]["status"] == "spent"
+    # the task cannot also name a noise of its own: the analysis plans each aggregator's
+    bad = dict(config, prio3={**ROUTE, "noise": {"mechanism": "discrete_gaussian", "parameter": 4}})
+    with pytest.raises(ParameterError, match=r"prio3\.noise"):
+        normalize_task(bad)
 
 
 # -- a deviating aggregator ------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A task whose normalized form has a ``prio3`` section (:func:`fedstats.wire.tasks.normalize_task`: the two
 aggregators' URLs, the noise each adds, the minimum batch size) is signed by an analyst like every task.
 Its rounds are not chosen by an operator: the aggregators, the devices and the collector each replay the
-task's plan (:func:`fedstats.wire.registry.plan_for`) and derive every round from
+task's plan (:func:`plan_on_route`) and derive every round from
 
 * the **cohort size** ``task["cohort_size"]`` (one record per device: ``max_records_per_client`` is 1);
 * the **public seed** :func:`public_seed`, ``SHA-256(PRIO3_DOMAIN || "seed" || task id)``: fixed by the
@@ -11,6 +11,12 @@ task's plan (:func:`fedstats.wire.registry.plan_for`) and derive every round fro
   device's privacy), so no commit-reveal is needed;
 * the **public sums** of the earlier rounds (``history``: ``[{"total": [int, ...], "n_clients": n}, ...]``,
   what the collector released; both aggregators must announce the same).
+
+The plan is the task's analysis config on this route (:func:`route_config`): an analysis that plans its
+own noise for the two aggregators (heterogeneity: :meth:`~fedstats.analyses.heterogeneity.config.
+HeterogeneityConfig.on_aggregators`) runs with it, so devices send their reports without a noise share and
+each aggregator adds the discrete Gaussian the round states (:func:`aggregator_noise`); its task's
+``prio3.noise`` must then be null (:func:`fedstats.wire.tasks.normalize_task`).
 
 From a derived round follow its Prio3 variant and parameters
 (:func:`fedstats.analyses._prio3.validity_for`, :func:`vdaf_spec`), the id of the round's Prio3 task
@@ -29,18 +35,28 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.analyses._prio3 import Validity, validity_for
+from fedstats.analyses._prio3 import (
+    AggregatorNoise,
+    AggregatorSum,
+    Validity,
+    planned_noise,
+    validity_for,
+)
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import ParameterError, SecurityError
 
 __all__ = [
     "PRIO3_DOMAIN",
     "Prio3Round",
+    "aggregator_noise",
     "derive_round",
     "history_entry",
+    "plan_on_route",
     "public_seed",
+    "released_sum",
     "round_ctx",
     "round_task_id",
+    "route_config",
     "vdaf_spec",
 ]
 
@@ -97,12 +113,87 @@ def vdaf_spec(vdaf: Any) -> dict[str, Any]:
     return {"type": kind, **{k: int(v) for k, v in vdaf.flp.valid.params().items()}}
 
 
+def route_config(task: Mapping[str, Any]) -> Any:
+    """The analysis config a signed Prio3 task runs with.
+
+    The task's config (:func:`fedstats.wire.registry.config_for`), moved onto the two aggregators'
+    noise where the analysis plans it (a config with ``on_aggregators``: heterogeneity, whose task config
+    has devices add distributed shares); the same options and the same
+    :meth:`~fedstats.analyses._config.AnalysisConfig.privacy_loss`.
+
+    Raises
+    ------
+    ParameterError
+        If the task's analysis or options are invalid.
+    """
+    from fedstats.wire.registry import config_for
+
+    cfg = config_for(task)
+    on_aggregators = getattr(cfg, "on_aggregators", None)
+    return cfg if on_aggregators is None else on_aggregators()
+
+
+def plan_on_route(task: Mapping[str, Any], task_id: str) -> Any:
+    """The plan (protocol generator) of a signed Prio3 task: :func:`route_config`'s, from the task alone."""
+    cfg = route_config(task)
+    return cfg.plan(n_clients=int(task["cohort_size"]), public_seed=public_seed(task_id))
+
+
+def aggregator_noise(task: Mapping[str, Any], rnd: Round) -> dict[str, Any] | None:
+    """The noise each aggregator adds to round ``rnd`` of a signed Prio3 task (``{mechanism, parameter}``).
+
+    The noise the round's plan states (:func:`fedstats.analyses._prio3.planned_noise`) if any, else the
+    task's ``prio3.noise`` (None: the exact sum).
+    """
+    planned = planned_noise(rnd)
+    if planned is not None:
+        return {"mechanism": planned.mechanism, "parameter": float(planned.parameter)}
+    noise = task["prio3"].get("noise")
+    return None if noise is None else dict(noise)
+
+
+def released_sum(
+    total: Any, n_clients: int, noises: Sequence[Mapping[str, Any] | None] | None = None
+) -> RoundSum:
+    """A collected round's sum for the plan, marked with the noise the two aggregators say they added.
+
+    Parameters
+    ----------
+    total : array_like of int
+        The released (noised) sum.
+    n_clients : int
+        Reports summed.
+    noises : sequence of two mappings or None, optional
+        Each aggregator's stated noise (its collection answer's ``noise``). When both state the same
+        noise the sum is an :class:`~fedstats.analyses._prio3.AggregatorSum` carrying it, which a plan
+        that wants the aggregators' noise checks against its own (it refuses any other).
+
+    Returns
+    -------
+    RoundSum
+    """
+    arr = np.asarray(total, dtype=object)
+    wide = any(abs(int(v)) >= 2**62 for v in arr.ravel())
+    arr = arr if wide else arr.astype(np.int64)
+    if noises is None or len(noises) != 2 or noises[0] is None or noises[0] != noises[1]:
+        return RoundSum(arr, int(n_clients))
+    first = noises[0]
+    added = AggregatorNoise(str(first["mechanism"]), float(first["parameter"]))
+    return AggregatorSum(arr, int(n_clients), aggregator_noise=added, aggregators=2)
+
+
 def history_entry(total: Any, n_clients: int) -> dict[str, Any]:
     """A round's public sum as announced to devices: ``{"total": [int, ...], "n_clients": n}``."""
     return {"total": [int(v) for v in np.asarray(total, dtype=object)], "n_clients": int(n_clients)}
 
 
-def _round_sum(entry: Any) -> RoundSum:
+def _round_sum(entry: Any, planned: AggregatorNoise | None = None) -> RoundSum:
+    """A public sum of the history as the plan receives it (marked with the round's planned noise).
+
+    The aggregators' noise in an announced sum cannot be checked by whoever replays the plan (the same
+    trust a plain run places in the server's journal of public sums); a round that plans its own
+    aggregators' noise receives the sum marked with it, as the collector handed it on.
+    """
     if not isinstance(entry, Mapping) or set(entry) != {"total", "n_clients"}:
         raise SecurityError("a public sum must be {total, n_clients}")
     total = entry["total"]
@@ -115,9 +206,10 @@ def _round_sum(entry: Any) -> RoundSum:
         or n < 0
     ):
         raise SecurityError("a public sum must hold integers")
-    wide = any(abs(v) >= 2**62 for v in total)  # as the Prio3 route hands sums to a plan
-    arr = np.asarray(total, dtype=object) if wide else np.asarray(total, dtype=np.int64)
-    return RoundSum(arr, n)
+    if planned is None:
+        return released_sum(total, n)
+    stated = {"mechanism": planned.mechanism, "parameter": float(planned.parameter)}
+    return released_sum(total, n, (stated, stated))
 
 
 @dataclass(frozen=True)
@@ -194,8 +286,6 @@ def derive_round(
         If the task is not a Prio3 task, ``history`` does not hold exactly ``index`` well-formed sums,
         or the round is beyond the task's plan.
     """
-    from fedstats.wire.registry import plan_for
-
     if not isinstance(task, Mapping) or not isinstance(task.get("prio3"), Mapping):
         raise SecurityError("the task is not a Prio3 task (no prio3 section)")
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
@@ -203,11 +293,11 @@ def derive_round(
     if not isinstance(history, Sequence) or len(history) != index:
         raise SecurityError(f"round {index} must come with the {index} earlier public sums")
     n = int(task["cohort_size"])
-    gen = plan_for(task, n_clients=n, public_seed=public_seed(task_id))
+    gen = plan_on_route(task, task_id)
     try:
         rnd = next(gen)
         for entry in history:
-            rnd = gen.send(_round_sum(entry))
+            rnd = gen.send(_round_sum(entry, planned_noise(rnd)))
     except StopIteration:
         raise SecurityError(f"round {index} is beyond the task's plan") from None
     finally:

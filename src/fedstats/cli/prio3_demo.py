@@ -406,11 +406,10 @@ def run_prio3_demo(
         If an option is out of range.
     """
     from fedstats.analyses._prio3 import Prio3Backend
-    from fedstats.analyses._prio3_tasks import public_seed
+    from fedstats.analyses._prio3_tasks import plan_on_route
     from fedstats.datasets import load_adult
     from fedstats.engine import Engine, InMemoryPopulation
     from fedstats.randomness import RandomSource
-    from fedstats.wire.registry import plan_for
     from fedstats.wire.tasks import normalize_task, task_id
 
     if n_devices < 8:
@@ -485,7 +484,7 @@ def run_prio3_demo(
                 want = Engine(
                     backend=local, randomness=RandomSource(seed), block_size=_BLOCK_SIZE
                 ).run(
-                    plan_for(task, n_clients=n_devices, public_seed=public_seed(tid)),
+                    plan_on_route(task, tid),
                     InMemoryPopulation(cols),
                 )
                 rows.append(

@@ -266,11 +266,14 @@ class Collection:
     accepted, rejected : int
         Reports summed, and reports refused (the leader's count, which includes reports the helper never
         received).
+    noises : (dict or None, dict or None)
+        The noise the leader and the helper each say they added (``{mechanism, parameter}``; None: none).
     """
 
     result: list[int]
     accepted: int
     rejected: int
+    noises: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
 
 
 def unshard(task: Prio3Task, leader: Mapping[str, Any], helper: Mapping[str, Any]) -> Collection:
@@ -308,7 +311,8 @@ def unshard(task: Prio3Task, leader: Mapping[str, Any], helper: Mapping[str, Any
         )
     p = vdaf.field.MODULUS
     total = vdaf.field.to_ints(vdaf.merge(shares))
-    return Collection([v - p if v > p // 2 else v for v in total], counts[0][0], rejected)
+    noises = (leader.get("noise"), helper.get("noise"))
+    return Collection([v - p if v > p // 2 else v for v in total], counts[0][0], rejected, noises)
 
 
 def open_round(
@@ -384,11 +388,14 @@ def collect_signed(
     DataError
         If an aggregator refuses, or the two disagree.
     """
-    from fedstats.analyses._prio3_tasks import derive_round, history_entry, public_seed
-    from fedstats.engine.rounds import RoundSum
-    from fedstats.wire.registry import plan_for
+    from fedstats.analyses._prio3_tasks import (
+        derive_round,
+        history_entry,
+        plan_on_route,
+        released_sum,
+    )
 
-    gen = plan_for(task, n_clients=int(task["cohort_size"]), public_seed=public_seed(task_id))
+    gen = plan_on_route(task, task_id)
     history: list[Any] = []
     rounds: list[dict[str, Any]] = []
     next(gen)
@@ -420,9 +427,8 @@ def collect_signed(
                 "rejected": got.rejected,
             }
         )
-        wide = any(abs(int(v)) >= 2**62 for v in total)
         try:
-            gen.send(RoundSum(np.asarray(total, dtype=object if wide else np.int64), got.accepted))
+            gen.send(released_sum(total, got.accepted, got.noises))
         except StopIteration as stop:
             return stop.value, rounds
 

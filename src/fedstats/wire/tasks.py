@@ -129,6 +129,12 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
             raise ParameterError(
                 "max_records_per_client", max_rec, "1 (a Prio3 report proves one record's validity)"
             )
+        if spec.privacy == "distributed" and prio3["noise"] is not None:
+            raise ParameterError(
+                "prio3.noise",
+                prio3["noise"],
+                f"null ({analysis} plans each aggregator's noise itself, round by round)",
+            )
     if spec.secure == "required" and secure is None and prio3 is None:
         raise ParameterError(
             "secure_aggregation",

@@ -553,7 +553,7 @@ def open_round(store: Store, signed_id: str, index: int, history: Any) -> dict[s
     SecurityError
         If the history is malformed or the round is beyond the task's plan.
     """
-    from fedstats.analyses._prio3_tasks import derive_round
+    from fedstats.analyses._prio3_tasks import aggregator_noise, derive_round
 
     with store.transaction() as tx:
         row = _signed_row(tx, signed_id, lock=True)
@@ -576,7 +576,7 @@ def open_round(store: Store, signed_id: str, index: int, history: Any) -> dict[s
         if rounds and rounds[-1].status != "collected":
             raise ConflictError(f"round {index - 1} is not collected yet")
         route = task["prio3"]
-        noise = route.get("noise")
+        noise = aggregator_noise(task, derived.round)  # the round's planned noise, else the task's
         tx.add_vdaf_task(
             VdafTaskRow(
                 id=derived.task_id,
