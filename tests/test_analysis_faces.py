@@ -38,7 +38,6 @@ from fedstats.wire.registry import (
     lookup,
     plan_for,
     privacy_loss_for,
-    protocol_for,
     resolve,
 )
 
@@ -400,43 +399,12 @@ def test_bitpushing_plan_keeps_the_bridge_derivation_of_its_seed() -> None:
     assert _describe(next(got)) == _describe(next(expected))
 
 
-def test_protocol_for_is_a_wrapper_of_the_plan() -> None:
-    task = _task("fed-chi2")
-    old = protocol_for(
-        "fed-chi2",
-        1,
-        task["params"],
-        n_clients=N,
-        epsilon=None,
-        delta=None,
-        randomness=RandomSource(1),
-        public_seed=SEED_A,
-    )
-    assert _describe(next(old)) == _describe(next(plan_for(task, n_clients=N, public_seed=SEED_A)))
-    with pytest.raises(ParameterError):
-        protocol_for(
-            "fed-chi2",
-            1,
-            task["params"],
-            n_clients=N,
-            epsilon=None,
-            delta=None,
-            randomness=RandomSource(1),
-        )
-    # a plain run without a seed: the same randomness gives the same rounds
-    a, b = (
-        protocol_for(
-            "bitpushing-mean",
-            1,
-            TASKS["bitpushing-mean"]["params"],
-            n_clients=N,
-            epsilon=1.0,
-            delta=0.0,
-            randomness=RandomSource(4),
-        )
-        for _ in range(2)
-    )
-    assert _describe(next(a)) == _describe(next(b))
+def test_the_deprecated_protocol_for_is_gone() -> None:
+    """Every caller builds the task's plan from the config (plan_for / config_for)."""
+    from fedstats.wire import registry
+
+    assert not hasattr(registry, "protocol_for")
+    assert "protocol_for" not in registry.__all__
 
 
 # -- (c) one privacy loss: the library reports what the server and the device charge -------------------
