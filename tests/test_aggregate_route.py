@@ -257,3 +257,29 @@ def test_exact_analyses_give_the_same_sum_on_the_aggregate_route() -> None:
     m = Engine(AggregateBackend(), RandomSource(1)).run(mean_protocol("age", clip=128.0), ages)
     assert m.n_clients == 3 * 10**12 + 3
     assert abs(m.estimate - (20.5 * 1e12 + 93.0 + 64.25 * 2e12) / (3e12 + 3)) < 1e-9
+
+
+def test_a_secure_source_draws_binomials_from_a_numpy_generator_keyed_by_its_stream() -> None:
+    """Seeded: the run's own numpy generator (results unchanged); secure: one keyed from the stream,
+    reproducible from the stream's key and Binomial(n, p) at 10^12 trials."""
+    from fedstats.engine.aggregate import binomial, simulation_generator
+
+    seeded = RandomSource(4).generator("t")
+    assert simulation_generator(seeded) is seeded
+    key = bytes(range(32))
+    a = binomial(RandomSource(None, _master=key).generator("t"), np.full(4000, 10**12), 0.3)
+    b = binomial(RandomSource(None, _master=key).generator("t"), np.full(4000, 10**12), 0.3)
+    assert (a == b).all()
+    n, p = 10**12, 0.3
+    sd = math.sqrt(n * p * (1 - p))
+    z_mean = (a.mean() - n * p) / (sd / math.sqrt(a.size))
+    z_var = math.log(a.var(ddof=1) / sd**2) / math.sqrt(2 / (a.size - 1))
+    assert abs(z_mean) < Z and abs(z_var) < Z
+    secure = RandomSource(None, _master=key)
+    h = ResampledPopulation({"age": np.array([20] * 6 + [30] * 3 + [40])}, 10**12).histogram(
+        0, 10**12, secure
+    )
+    assert int(h.counts.sum()) == 10**12
+    share = dict(zip(h.columns["age"].tolist(), (h.counts / 1e12).tolist(), strict=True))
+    for age, q in ((20, 0.6), (30, 0.3), (40, 0.1)):
+        assert abs(share[age] - q) < Z * math.sqrt(q * (1 - q) / 1e12)

@@ -38,7 +38,6 @@ from fedstats.wire.registry import (
     lookup,
     plan_for,
     privacy_loss_for,
-    protocol_for,
     resolve,
 )
 
@@ -400,43 +399,56 @@ def test_bitpushing_plan_keeps_the_bridge_derivation_of_its_seed() -> None:
     assert _describe(next(got)) == _describe(next(expected))
 
 
-def test_protocol_for_is_a_wrapper_of_the_plan() -> None:
-    task = _task("fed-chi2")
-    old = protocol_for(
-        "fed-chi2",
-        1,
-        task["params"],
-        n_clients=N,
-        epsilon=None,
-        delta=None,
-        randomness=RandomSource(1),
-        public_seed=SEED_A,
-    )
-    assert _describe(next(old)) == _describe(next(plan_for(task, n_clients=N, public_seed=SEED_A)))
-    with pytest.raises(ParameterError):
-        protocol_for(
-            "fed-chi2",
-            1,
-            task["params"],
-            n_clients=N,
-            epsilon=None,
-            delta=None,
-            randomness=RandomSource(1),
+def test_the_deprecated_protocol_for_is_gone() -> None:
+    """Every caller builds the task's plan from the config (plan_for / config_for)."""
+    from fedstats.wire import registry
+
+    assert not hasattr(registry, "protocol_for")
+    assert "protocol_for" not in registry.__all__
+
+
+# another valid value of one option per analysis: a different configuration, so a different id
+OTHER_VALUE: dict[str, tuple[str, Any]] = {
+    "exact-mean": ("clip", 32.0),
+    "bitpushing-mean": ("high", 50.0),
+    "bitpushing-variance": ("mean_fraction", 0.5),
+    "performance-gap": ("mechanism", "L"),
+    "heterogeneity": ("dim", 5),
+    "fed-chi2": ("shape", [3, 5]),
+    "fed-entropy": ("m", 6),
+    "g-test": ("shape", [3, 5]),
+}
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from(sorted(TASKS)), data=st.data())
+def test_spelled_out_defaults_give_the_same_task_id(name: str, data: st.DataObject) -> None:
+    """A task with any subset of its defaults written out has the id of the task without them (the id
+    hashes the canonical params), while what is signed and relayed keeps the params as given; another
+    value of an option is another task."""
+    from fedstats.wire.tasks import normalize_task, task_id
+
+    def task(params: dict[str, Any]) -> dict[str, Any]:
+        return normalize_task(
+            {
+                **_task(name),
+                "params": params,
+                "cohort_size": 10,
+                "secure_aggregation": {"max_session": 10},
+            }
         )
-    # a plain run without a seed: the same randomness gives the same rounds
-    a, b = (
-        protocol_for(
-            "bitpushing-mean",
-            1,
-            TASKS["bitpushing-mean"]["params"],
-            n_clients=N,
-            epsilon=1.0,
-            delta=0.0,
-            randomness=RandomSource(4),
-        )
-        for _ in range(2)
-    )
-    assert _describe(next(a)) == _describe(next(b))
+
+    given_params = dict(TASKS[name]["params"])
+    full = config_for(task(given_params)).to_params()
+    spelled = data.draw(st.sets(st.sampled_from(sorted(full))), label="spelled out")
+    params = {**{k: full[k] for k in spelled}, **given_params}
+    variant = task(params)
+    assert variant["params"] == params
+    assert task_id(variant) == task_id(task(given_params))
+    assert task_id(task(full)) == task_id(variant)
+    key, value = OTHER_VALUE[name]
+    assert full[key] != value
+    assert task_id(task({**params, key: value})) != task_id(variant)
 
 
 # -- (c) one privacy loss: the library reports what the server and the device charge -------------------

@@ -418,3 +418,14 @@ def test_squashing_removes_vacuous_bits_under_dp() -> None:
         ]
         err[tau] = math.sqrt(float(np.mean(np.square(e))))
     assert err[0.15] < err[None] / 10
+
+
+def test_the_normal_quantile_table_is_scipys_ndtri_to_the_bit() -> None:
+    from scipy.special import ndtri
+
+    from fedstats.analyses.bitpushing.protocol import _Z_TABLE, _z
+
+    assert _Z_TABLE
+    for confidence, z in _Z_TABLE.items():
+        assert z == float(ndtri(0.5 + confidence / 2.0)), confidence
+    assert _z(0.93) == float(ndtri(0.5 + 0.93 / 2.0))  # off the table: scipy

@@ -95,6 +95,19 @@ def test_a_command_help_loads_neither_pandas_nor_its_analysis() -> None:
     assert "fedstats.analyses.bitpushing.api" not in got["modules"]
 
 
+def test_the_aggregate_mean_of_adult_loads_neither_pandas_nor_scipy() -> None:
+    """The 10^12-client mean of the benchmark reads Adult's column and draws its sums without them."""
+    got = _loaded_after(
+        _script(
+            *"--quiet mean adult --column age --high 127 --clients 1000000000000 --epsilon 1 "
+            "--backend aggregate --json".split()
+        )
+    )
+    assert got["code"] == 0, got["stderr"]
+    assert json.loads(got["stdout"])["n_clients"] == 10**12
+    assert not got["modules"] & {"pandas", "pyarrow", "scipy", "matplotlib"}
+
+
 @pytest.mark.parametrize(
     "module",
     [

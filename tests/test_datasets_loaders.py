@@ -179,6 +179,48 @@ def test_embedded_adult_equals_the_shared_copy(shared_data: Path) -> None:
     pd.testing.assert_frame_equal(D.load_adult(data_dir=shared_data), D.load_adult())
 
 
+@pytest.mark.parametrize("split", ["train", "test", "all"])
+def test_adult_column_reads_what_load_adult_holds_without_pandas(split: str) -> None:
+    frame = D.load_adult(split)
+    for column in D.ADULT_NUMERIC_COLUMNS:
+        got = D.load_adult_column(column, split)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, frame[column].to_numpy())
+    assert set(D.ADULT_NUMERIC_COLUMNS) == {
+        c for c in D.ADULT_COLUMNS if frame[c].dtype == np.int64
+    }
+    with pytest.raises(ParameterError, match="column"):
+        D.load_adult_column("income")
+    with pytest.raises(ParameterError, match="split"):
+        D.load_adult_column("age", "validation")
+
+
+def test_adult_column_names_a_malformed_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedstats.datasets import loaders
+    from fedstats.errors import DataError
+
+    monkeypatch.setattr(loaders, "_adult_text", lambda name, data_dir: "|junk\n39, x\n\nabc, y\n")
+    with pytest.raises(DataError, match="line 4"):
+        D.load_adult_column("age")
+
+
+def test_importing_the_datasets_package_loads_no_table_library() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, fedstats.datasets as d\n"
+        "d.dataset_names(); d.load_adult_column('age')\n"
+        "print(sorted(m for m in ('pandas', 'pyarrow', 'scipy') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
 def test_unknown_dataset_lists_the_known_names() -> None:
     with pytest.raises(ParameterError) as err:
         D.load_dataset("adults")

@@ -30,7 +30,7 @@ from fedstats.randomness import RandomSource
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import Report, RunMember
 from fedstats.wire.enrollment import init_authority, issue_analyst
-from fedstats.wire.tasks import sign_task
+from fedstats.wire.tasks import sign_task, task_id
 from service_helpers import Deployment, pg_reachable, pg_schema
 
 N = 40  # records, over two devices
@@ -199,7 +199,7 @@ def _altered(offer: dict[str, Any], ctx: dict[str, Any]) -> None:
 
 def _uncertified(offer: dict[str, Any], ctx: dict[str, Any]) -> None:
     offer["envelope"] = ctx["forged_envelope"]  # signed under an authority the devices did not pin
-    offer["task_id"] = wire.digest(ctx["forged_envelope"]["task"])
+    offer["task_id"] = task_id(ctx["forged_envelope"]["task"])  # the right id: only the CA is wrong
 
 
 ROUND_CASES = {

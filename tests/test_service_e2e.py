@@ -27,7 +27,7 @@ from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.randomness import RandomSource
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import Audit, LedgerCharge, Report, RoundRecord
-from fedstats.wire.registry import protocol_for
+from fedstats.wire.registry import plan_for
 from service_helpers import (
     Deployment,
     free_port,
@@ -131,30 +131,31 @@ def _in_process(name: str, data: dict[str, np.ndarray], private: bool = True) ->
         return float(
             data["value"][data["group"] == 0].mean() - data["value"][data["group"] == 1].mean()
         )
-    gen = protocol_for(
-        t["analysis"],
-        1,
-        params,
-        n_clients=N_RECORDS,
-        epsilon=eps,
-        delta=t["privacy"].get("delta") if private else None,
-        randomness=RandomSource(5),
-    )
+    task = {
+        "analysis": t["analysis"],
+        "version": 1,
+        "params": params,
+        "privacy": {"epsilon": eps, "delta": t["privacy"].get("delta") if private else None},
+    }
+    gen = plan_for(task, n_clients=N_RECORDS, public_seed=_plan_seed(RandomSource(5)))
     return Engine(randomness=RandomSource(6)).run(gen, InMemoryPopulation(data))
+
+
+def _plan_seed(randomness: RandomSource) -> bytes:
+    """A plain run's 32-byte public seed, drawn from ``randomness`` (replays give the same rounds)."""
+    return bytes(randomness.public("plan", "seed").integers(0, 256, size=32).tolist())
 
 
 def _exact_mean(values: np.ndarray) -> Any:
     """The exact-mean task's protocol run in process on ``values`` (one record each)."""
+    task = {
+        "analysis": "exact-mean",
+        "version": 1,
+        "params": TASKS["exact-mean"]["params"],
+        "privacy": {"epsilon": None, "delta": None},
+    }
     return Engine().run(
-        protocol_for(
-            "exact-mean",
-            1,
-            TASKS["exact-mean"]["params"],
-            n_clients=len(values),
-            epsilon=None,
-            delta=None,
-            randomness=RandomSource(),
-        ),
+        plan_for(task, n_clients=len(values), public_seed=_plan_seed(RandomSource())),
         InMemoryPopulation({"value": values}),
     )
 

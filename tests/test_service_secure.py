@@ -45,7 +45,7 @@ from fedstats.service.store.tables import (
     SecureSession,
 )
 from fedstats.wire import seeding
-from fedstats.wire.registry import protocol_for, resolve_encoder
+from fedstats.wire.registry import plan_for, resolve_encoder
 from service_helpers import (
     Deployment,
     free_port,
@@ -527,16 +527,13 @@ def assert_release_is_in_process(
         assert run is not None and run.public_seed is not None and run.n_clients is not None
         seed, n = bytes.fromhex(run.public_seed), run.n_clients
     store.close()
-    gen = protocol_for(
-        analysis,
-        1,
-        params,
-        n_clients=n,
-        epsilon=None,
-        delta=None,
-        randomness=None,
-        public_seed=seed,
-    )
+    task = {
+        "analysis": analysis,
+        "version": 1,
+        "params": params,
+        "privacy": {"epsilon": None, "delta": None},
+    }
+    gen = plan_for(task, n_clients=n, public_seed=seed)
     next(gen)
     gen.send(RoundSum(np.asarray(rounds[0]["reports"], dtype=np.int64), rounds[0]["n_records"]))
     with pytest.raises(StopIteration) as stop:
@@ -940,17 +937,15 @@ def test_two_servers_one_killed_mid_session_the_other_resumes_it(production: Dep
     rounds = _rounds(production, run_id, devices, "heterogeneity")
     _check_exact(rounds)
     assert [r["n_records"] for r in rounds[:-1]] == [N, N]
+    exact_task = {
+        "analysis": "heterogeneity",
+        "version": 1,
+        "params": task["params"],
+        "privacy": {"epsilon": None, "delta": None},
+    }
+    seed = bytes(RandomSource(0).public("plan", "seed").integers(0, 256, size=32).tolist())
     exact = Engine().run(
-        protocol_for(
-            "heterogeneity",
-            1,
-            task["params"],
-            n_clients=N,
-            epsilon=None,
-            delta=None,
-            randomness=RandomSource(0),
-        ),
-        InMemoryPopulation(data),
+        plan_for(exact_task, n_clients=N, public_seed=seed), InMemoryPopulation(data)
     )
     disp = view["result"]["dispersion"]
     assert abs(disp["estimate"] - exact.dispersion.estimate) <= 4 * disp["standard_error"]

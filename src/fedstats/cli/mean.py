@@ -64,6 +64,14 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
     """
     import numpy as np
 
+    from fedstats.datasets._catalog import dataset_names
+
+    if data == "adult" and data in dataset_names():
+        from fedstats.datasets.loaders import ADULT_NUMERIC_COLUMNS, load_adult_column
+
+        if column in ADULT_NUMERIC_COLUMNS:  # Adult's integer columns, without importing pandas
+            return load_adult_column(column, split or "train", data_dir).astype(np.float64)
+
     from fedstats.cli._tables import check_column, load_frame
 
     df = load_frame(data, data_dir, split)

@@ -110,23 +110,21 @@ def _tasks(
 
 def _truths(pops: dict[str, dict[str, np.ndarray]]) -> list[float]:
     from fedstats.engine import Engine, InMemoryPopulation
-    from fedstats.wire.registry import protocol_for
+    from fedstats.wire.registry import plan_for
 
     ages = pops["adult"]["value"]
     g, v = pops["adult-test"]["group"], pops["adult-test"]["value"]
     gap = float(((v[g == 0] + 1) / 2).mean() - ((v[g == 1] + 1) / 2).mean())
     x = pops["digits"]["x"]
+    exact = {  # the non-private dispersion: the truth the network run's estimate is compared with
+        "analysis": "heterogeneity",
+        "version": 1,
+        "params": {"dim": int(x.shape[1]), "statistic": "dispersion"},
+        "privacy": {"epsilon": None, "delta": None},
+    }
+    seed = bytes(RandomSource().public("plan", "seed").integers(0, 256, size=32).tolist())
     het = Engine(randomness=RandomSource()).run(
-        protocol_for(
-            "heterogeneity",
-            1,
-            {"dim": int(x.shape[1]), "statistic": "dispersion"},
-            n_clients=len(x),
-            epsilon=None,
-            delta=None,
-            randomness=RandomSource(),
-        ),
-        InMemoryPopulation({"x": x}),
+        plan_for(exact, n_clients=len(x), public_seed=seed), InMemoryPopulation({"x": x})
     )
     mean = float(ages.mean())
     return [mean, mean, gap, float(het.dispersion.estimate)]

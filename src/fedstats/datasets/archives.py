@@ -14,15 +14,17 @@ import io
 import os
 import re
 import tarfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from fedstats._validation import check_choice
 from fedstats.datasets._lookup import dataset_file
 from fedstats.datasets.readers import gunzip, parse_idx
 from fedstats.errors import ChecksumError, DataError
+
+if TYPE_CHECKING:  # imported where a table is read
+    import pandas as pd
 
 __all__ = [
     "ACTIVITY_COLUMNS",
@@ -122,6 +124,8 @@ def load_activity(data_dir: DataDir = None) -> pd.DataFrame:
     ----------
     Torres, Visvanathan & Ranasinghe (2016), UCI dataset 427, doi:10.24432/C5GG6B.
     """
+    import pandas as pd
+
     members = _tar_members(
         "activity-older-people", "Datasets_Healthy_Older_People.tar.gz", data_dir
     )
@@ -195,6 +199,8 @@ def load_reuters(data_dir: DataDir = None) -> pd.DataFrame:
     DatasetNotFoundError, ChecksumError
         As for every loader.
     """
+    import pandas as pd
+
     members = _tar_members("reuters21578", "reuters21578.tar.gz", data_dir)
     rows: list[dict[str, Any]] = []
     for name in sorted(n for n in members if n.endswith(".sgm")):
@@ -248,6 +254,8 @@ def load_gtsrb(split: str = "train", data_dir: DataDir = None) -> pd.DataFrame:
     DatasetNotFoundError, ChecksumError
         As for every loader.
     """
+    import pandas as pd
+
     check_choice("split", split, ("train", "test", "meta"))
     name = {"train": "Train.csv.gz", "test": "Test.csv", "meta": "Meta.csv"}[split]
     path = dataset_file("gtsrb", name, data_dir)

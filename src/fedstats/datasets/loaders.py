@@ -13,10 +13,9 @@ from __future__ import annotations
 import inspect
 import io
 import zipfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from fedstats._validation import check_choice
 from fedstats.datasets._catalog import dataset_info
@@ -31,16 +30,21 @@ from fedstats.datasets.archives import (
     load_reuters,
 )
 from fedstats.datasets.readers import gunzip
-from fedstats.errors import ParameterError
+from fedstats.errors import DataError, ParameterError
+
+if TYPE_CHECKING:  # imported where a table is read
+    import pandas as pd
 
 __all__ = [
     "ACTIVITY_COLUMNS",
     "ADULT_COLUMNS",
+    "ADULT_NUMERIC_COLUMNS",
     "CENSUS_KDD_COLUMNS",
     "LYMPHOGRAPHY_COLUMNS",
     "MUSHROOM_COLUMNS",
     "load_activity",
     "load_adult",
+    "load_adult_column",
     "load_census_kdd",
     "load_dataset",
     "load_digits",
@@ -68,7 +72,7 @@ ADULT_COLUMNS: tuple[str, ...] = (
     "native_country",
     "income",
 )
-_ADULT_NUMERIC = (
+ADULT_NUMERIC_COLUMNS: tuple[str, ...] = (
     "age",
     "fnlwgt",
     "education_num",
@@ -189,9 +193,16 @@ LYMPHOGRAPHY_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _read_adult_file(name: str, data_dir: DataDir) -> pd.DataFrame:
+def _adult_text(name: str, data_dir: DataDir) -> str:
+    """The verified, decompressed text of one Adult file."""
     path = dataset_file("adult", name, data_dir)
-    text = gunzip(path.read_bytes(), name).decode("ascii")
+    return gunzip(path.read_bytes(), name).decode("ascii")
+
+
+def _read_adult_file(name: str, data_dir: DataDir) -> pd.DataFrame:
+    import pandas as pd
+
+    text = _adult_text(name, data_dir)
     # adult.test starts with the junk line "|1x3 Cross validator"; skip comment lines and blanks.
     df = pd.read_csv(
         io.StringIO(text),
@@ -203,11 +214,71 @@ def _read_adult_file(name: str, data_dir: DataDir) -> pd.DataFrame:
         skip_blank_lines=True,
         keep_default_na=False,
         na_filter=False,
-        dtype={c: np.int64 for c in _ADULT_NUMERIC},
+        dtype={c: np.int64 for c in ADULT_NUMERIC_COLUMNS},
     )
     # Test labels carry a trailing period ("<=50K."); train labels do not.
     df["income"] = df["income"].str.rstrip(".")
     return df
+
+
+def _adult_file_column(name: str, index: int, data_dir: DataDir) -> np.ndarray:
+    """Field ``index`` of every row of one Adult file as int64, parsed as :func:`_read_adult_file` does.
+
+    Text after ``|`` is a comment and lines left blank are skipped (pandas' ``comment="|"`` and
+    ``skip_blank_lines``); ``int`` ignores the blank after each comma (``skipinitialspace``).
+    """
+    out: list[int] = []
+    for number, line in enumerate(_adult_text(name, data_dir).splitlines(), start=1):
+        if "|" in line:
+            line = line.partition("|")[0]
+        if not line.strip():
+            continue
+        try:
+            out.append(int(line.split(",", index + 1)[index]))
+        except (IndexError, ValueError):
+            raise DataError(
+                f"{name}, line {number}: no integer in field {index + 1} ({ADULT_COLUMNS[index]})"
+            ) from None
+    return np.asarray(out, dtype=np.int64)
+
+
+def load_adult_column(column: str, split: str = "train", data_dir: DataDir = None) -> np.ndarray:
+    """One numeric column of UCI Adult, read without pandas: ``load_adult(split)[column]`` as an array.
+
+    For a command that needs one column (``fedstats mean adult --column age``): the same values as
+    :func:`load_adult`, without the 0.2 s of importing pandas.
+
+    Parameters
+    ----------
+    column : str
+        One of :data:`ADULT_NUMERIC_COLUMNS`: ``age``, ``fnlwgt``, ``education_num``, ``capital_gain``,
+        ``capital_loss``, ``hours_per_week``.
+    split : {"train", "test", "all"}, optional
+        As for :func:`load_adult` (``"all"``: train rows first).
+    data_dir : str or path-like, optional
+        As for :func:`load_adult`.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, shape ``(rows,)``: 32,561 (train), 16,281 (test) or 48,842 (all).
+
+    Raises
+    ------
+    ParameterError
+        If ``column`` is not a numeric Adult column or ``split`` not one of the accepted values.
+    DatasetNotFoundError, ChecksumError
+        As for :func:`load_adult`.
+    DataError
+        If a row has no integer in the column's field.
+    """
+    check_choice("column", column, ADULT_NUMERIC_COLUMNS)
+    check_choice("split", split, ("train", "test", "all"))
+    index = ADULT_COLUMNS.index(column)
+    names = {"train": ["adult.data.gz"], "test": ["adult.test.gz"]}.get(
+        split, ["adult.data.gz", "adult.test.gz"]
+    )
+    return np.concatenate([_adult_file_column(n, index, data_dir) for n in names])
 
 
 def load_adult(split: str = "train", data_dir: DataDir = None) -> pd.DataFrame:
@@ -240,6 +311,8 @@ def load_adult(split: str = "train", data_dir: DataDir = None) -> pd.DataFrame:
     ChecksumError
         If a file differs from the registered version.
     """
+    import pandas as pd
+
     check_choice("split", split, ("train", "test", "all"))
     if split == "train":
         return _read_adult_file("adult.data.gz", data_dir)
@@ -277,6 +350,8 @@ def load_census_kdd(split: str = "test", data_dir: DataDir = None) -> pd.DataFra
     DatasetNotFoundError, ChecksumError
         As for every loader.
     """
+    import pandas as pd
+
     check_choice("split", split, ("test",))
     path = dataset_file("census-income-kdd", "census-income.zip", data_dir)
     with zipfile.ZipFile(path) as zf:
@@ -316,6 +391,8 @@ def load_mushroom(data_dir: DataDir = None) -> pd.DataFrame:
     DatasetNotFoundError, ChecksumError
         As for every loader.
     """
+    import pandas as pd
+
     path = dataset_file("mushroom", "agaricus-lepiota.data", data_dir)
     return pd.read_csv(
         path,
@@ -349,6 +426,8 @@ def load_lymphography(data_dir: DataDir = None) -> pd.DataFrame:
     DatasetNotFoundError, ChecksumError
         As for every loader.
     """
+    import pandas as pd
+
     path = dataset_file("lymphography", "lymphography.data", data_dir)
     return pd.read_csv(
         path, header=None, skiprows=1, names=list(LYMPHOGRAPHY_COLUMNS), dtype=np.int64

@@ -18,13 +18,15 @@ import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from fedstats._validation import check_choice
 from fedstats.errors import DataError, DatasetNotFoundError, ParameterError, SecurityError
+
+if TYPE_CHECKING:  # imported where a table is read
+    import pandas as pd
 
 __all__ = [
     "CifarData",
@@ -351,6 +353,8 @@ def read_csv(path: PathLike, **kwargs: Any) -> pd.DataFrame:
     DataError
         If pandas cannot parse the file or it has no rows.
     """
+    import pandas as pd
+
     p = _existing(path)
     try:
         df: pd.DataFrame = pd.read_csv(p, **kwargs)
@@ -378,6 +382,8 @@ def read_parquet(path: PathLike, *, columns: Sequence[str] | None = None) -> pd.
     DataError
         If the file is not valid Parquet, a requested column is missing, or it has no rows.
     """
+    import pandas as pd
+
     p = _existing(path)
     try:
         df = pd.read_parquet(p, columns=list(columns) if columns is not None else None)
@@ -422,6 +428,8 @@ def load_table(path: PathLike, **kwargs: Any) -> pd.DataFrame:
     DataError
         If the file cannot be parsed.
     """
+    import pandas as pd
+
     p = _existing(path)
     name = p.name.lower()
     base = name
@@ -468,6 +476,8 @@ def check_finite_columns(df: pd.DataFrame, columns: Sequence[str] | None = None)
         If a column is missing or not numeric, or holds NaN or inf; the message names the column, the
         number of bad values and the first bad row label.
     """
+    import pandas as pd
+
     if columns is None:
         cols = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
     else:

@@ -37,7 +37,6 @@ __all__ = [
     "lookup",
     "plan_for",
     "privacy_loss_for",
-    "protocol_for",
     "resolve",
     "resolve_encoder",
 ]
@@ -291,40 +290,3 @@ def privacy_loss_for(task: Mapping[str, Any]) -> Any:
         If the analysis is unknown or an option is out of range.
     """
     return config_for(task).privacy_loss()
-
-
-def protocol_for(
-    name: str,
-    version: int,
-    params: Mapping[str, Any],
-    *,
-    n_clients: int,
-    epsilon: float | None,
-    delta: float | None,
-    randomness: Any,
-    public_seed: bytes | None = None,
-) -> Any:
-    """Deprecated: the protocol generator of an analysis version; use :func:`plan_for`.
-
-    A thin wrapper kept until the service's callers move to :func:`plan_for`: it builds the task's plan
-    with ``public_seed``, or, when it is None (a plain run), with a 32-byte public seed drawn from
-    ``randomness`` (``randomness.public("plan", "seed")``), so a replay with the same randomness gives the
-    same rounds.
-
-    Raises
-    ------
-    ParameterError
-        If the analysis is unknown or refuses its parameters, or a secure analysis gets no 32-byte seed.
-    """
-    spec = lookup(name, version)
-    if public_seed is None:
-        if spec.secure == "required":
-            raise ParameterError("public_seed", public_seed, "the run's agreed 32-byte seed")
-        public_seed = bytes(randomness.public("plan", "seed").integers(0, 256, size=32).tolist())
-    task = {
-        "analysis": name,
-        "version": version,
-        "params": dict(params),
-        "privacy": {"epsilon": epsilon, "delta": delta},
-    }
-    return plan_for(task, n_clients=n_clients, public_seed=public_seed)

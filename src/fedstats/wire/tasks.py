@@ -1,7 +1,8 @@
 """Tasks as both sides see them: the normalized configuration, its id, and the analyst's signature over it.
 
 A **task** is an immutable configuration (analysis, its options, privacy parameters, cohort and session
-rules, deadlines), canonically encoded (:mod:`.encoding`); its id is the SHA-256 of that encoding. An
+rules, deadlines), canonically encoded (:mod:`.encoding`); its id is the SHA-256 of that encoding with the
+options in the analysis's canonical form (:func:`task_id`: defaults spelled out or not, one id). An
 analyst (or a population policy) signs it with the key the enrollment authority certified for its
 populations (:func:`fedstats.wire.enrollment.issue_analyst`); the signed **envelope**
 ``{"task", "certificate", "signature"}`` is what the server stores and relays unchanged. A device accepts a
@@ -281,8 +282,22 @@ def _secure_options(secure: Any) -> dict[str, int] | None:
 
 
 def task_id(task: Mapping[str, Any]) -> str:
-    """The id of a normalized task: SHA-256 (hex) of its canonical bytes."""
-    return digest(dict(task))
+    """The id of a normalized task: SHA-256 (hex) of its canonical bytes, its ``params`` made canonical.
+
+    ``params`` is hashed as the analysis's canonical form (``config_for(task).to_params()``: every option,
+    defaults included), so two tasks that differ only in a default spelled out or left out have one id.
+    What an analyst signs, the server stores and a device verifies is still the task as normalized
+    (:func:`normalize_task`, ``params`` as given): the id names the configuration the analysis runs. The
+    server (storing a task) and the device (checking the offered id) both call this function.
+
+    Raises
+    ------
+    ParameterError
+        If the analysis refuses the task's options (not a normalized task).
+    """
+    canonical = dict(task)
+    canonical["params"] = config_for(task).to_params()
+    return digest(canonical)
 
 
 def _signed_bytes(task: Mapping[str, Any]) -> bytes:

@@ -255,7 +255,23 @@ class VarianceEstimate(BitPushingResult):
     mean: float = 0.0
 
 
+_Z_TABLE: dict[float, float] = {
+    0.8: 1.2815515655446004,
+    0.9: 1.6448536269514722,
+    0.95: 1.959963984540054,
+    0.98: 2.3263478740408408,
+    0.99: 2.5758293035489004,
+    0.999: 3.2905267314919255,
+}
+"""``ndtri(0.5 + confidence / 2)`` for the usual levels, as scipy computes it (tests/test_bitpushing.py
+checks the table against scipy): a run at these levels does not import ``scipy.special`` (0.1 s)."""
+
+
 def _z(confidence: float) -> float:
+    """The two-sided normal quantile of ``confidence``: scipy's ``ndtri``, from :data:`_Z_TABLE` if there."""
+    z = _Z_TABLE.get(confidence)
+    if z is not None:
+        return z
     from scipy.special import ndtri  # the normal quantile (what scipy.stats.norm.ppf calls), lazily
 
     return float(ndtri(0.5 + confidence / 2.0))
