@@ -441,7 +441,7 @@ def run_prio3_demo(
         }
         analyses: list[tuple[str, dict[str, Any], dict[str, np.ndarray], dict[str, Any], Any]] = [
             (
-                "bitpushing-mean (age, basic, epsilon 2)",
+                "bitpushing-mean (age, basic, epsilon 2)",  # truth: the honest devices' mean
                 {
                     **common,
                     "analysis": "bitpushing-mean",
@@ -465,9 +465,11 @@ def run_prio3_demo(
                 lambda res: float(res.statistic),
             ),
         ]
+        honest = np.setdiff1d(np.arange(n_devices), bad)
+        truths = [float(ages[honest].mean()), _chi2_exact(race[honest], sex[honest])]
         try:
             rows = []
-            for name, config, cols, policy, value in analyses:
+            for (name, config, cols, policy, value), truth in zip(analyses, truths, strict=True):
                 records = [{c: v[i] for c, v in cols.items()} for i in range(n_devices)]
                 got, rounds, seconds = _run_task(
                     dep,
@@ -495,6 +497,7 @@ def run_prio3_demo(
                         "network": value(got),
                         "engine": value(want),
                         "agree": value(got) == value(want),
+                        "truth": truth,
                         "rounds": rounds,
                         "rejected_in_process": local.rejected,
                         "seconds": round(seconds, 2),
@@ -513,6 +516,15 @@ def run_prio3_demo(
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
+
+
+def _chi2_exact(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's chi-square of the table of ``(x, y)``, empty rows and columns dropped (the truth)."""
+    table = np.zeros((int(x.max()) + 1, int(y.max()) + 1))
+    np.add.at(table, (x, y), 1.0)
+    table = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
+    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / table.sum()
+    return float(((table - expected) ** 2 / expected).sum())
 
 
 def main(argv: list[str] | None = None) -> None:
