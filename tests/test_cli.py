@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -122,19 +123,39 @@ def test_demo_mode_applies_only_with_network_and_names_its_choices() -> None:
 def test_demo_network_prio3_reports_the_aggregators_result_beside_the_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The table row of the two-aggregator demo: the network's value, the engine's as truth, the
-    rejections (the demo itself runs in tests/test_prio3_service.py)."""
+    """The table row of the two-aggregator demo: the network's value, the honest devices' exact value as
+    truth, whether it equals the engine's, the rejections (the demo runs in tests/test_prio3_service.py)."""
     import fedstats.cli.prio3_demo as p3
 
     row = {
         "analysis": "bitpushing.mean",
         "network": 36.5,
         "engine": 36.25,
+        "truth": 38.0,
         "agree": False,
         "rounds": [{"accepted": 39, "rejected": 1}],
     }
     monkeypatch.setattr(p3, "run_prio3_demo", lambda: [row])
     got = _json(runner.invoke(app, ["demo", "--network", "--mode", "prio3", "--json"]))
     (r,) = got["analyses"]
-    assert (r["estimate"], r["truth"], r["error"]) == (36.5, 36.25, 0.25)
+    assert (r["estimate"], r["truth"], r["error"]) == (36.5, 38.0, -1.5)
+    assert "DIFFERS from the in-process engine" in r["name"]
     assert "prio3" in r["name"] and "[1]" in r["name"]
+
+
+def test_the_prio3_demo_truth_is_pearson_s_chi_square_of_the_table() -> None:
+    from scipy.stats import chi2_contingency
+
+    from fedstats.cli.prio3_demo import _chi2_exact
+
+    rng = np.random.default_rng(4)
+    x, y = (
+        rng.integers(0, 5, 300),
+        rng.integers(1, 3, 300),
+    )  # column 0 of y is empty
+    x[x == 3] = 4  # an empty row: dropped, as FED-chi^2 with drop_empty does
+    table = np.zeros((5, 3))
+    np.add.at(table, (x, y), 1)
+    table = table[table.sum(1) > 0][:, table.sum(0) > 0]
+    want = chi2_contingency(table, correction=False)[0]
+    assert _chi2_exact(x, y) == pytest.approx(want, rel=1e-12)
