@@ -58,6 +58,7 @@ __all__ = [
     "commitment",
     "commitments_digest",
     "entries_of",
+    "keys_of",
     "projection_seed",
     "run_seed",
     "session_bounds",
@@ -80,6 +81,7 @@ STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
 message is what a device needs to send its stage-``s`` message."""
 _COMMIT = b"fedstats/service/seed-commit/v1\x00"
 _LIST = b"fedstats/service/seed-list/v2\x00"
+_ROSTER_LIST = b"fedstats/service/seed-list/v3\x00"  # the list with every member's identity key
 _SEED = b"fedstats/service/run-seed/v1\x00"
 _SESSION = b"fedstats/service/session/v1\x00"
 _PROJECTION = b"fedstats/service/projection/v1\x00"
@@ -116,7 +118,9 @@ def commitment(run_id: str, client_id: str, value: bytes) -> str:
     return hashlib.sha256(_COMMIT + _field(run_id) + _field(client_id) + value).hexdigest()
 
 
-def commitments_digest(run_id: str, entries: Sequence[Entry]) -> str:
+def commitments_digest(
+    run_id: str, entries: Sequence[Entry], keys: Sequence[str] | None = None
+) -> str:
     """Digest (hex) of the ordered commitment list a device sees before revealing, slots included.
 
     Parameters
@@ -124,16 +128,34 @@ def commitments_digest(run_id: str, entries: Sequence[Entry]) -> str:
     run_id : str
     entries : sequence of (client_id, commitment_hex, slot_start, slot_count)
         The run's members in slot order.
+    keys : sequence of str, optional
+        Each member's Ed25519 identity key (64 hex digits), in the same order: the run's **roster**,
+        committed once per run. Every secure session's roster is these keys of its members in the
+        derived order, so a digest over them (signed into each member's reveal, hashed into the run
+        seed) fixes every session's roster before any member reveals. Without ``keys`` the digest is of
+        the list alone (another domain).
 
     Returns
     -------
     str
         64 hex digits.
+
+    Raises
+    ------
+    SecurityError
+        If ``keys`` does not have one 32-byte key (hex) per entry.
     """
-    h = hashlib.sha256(_LIST + _field(run_id))
+    if keys is not None and len(keys) != len(entries):
+        raise SecurityError("the run's roster must list one identity key per member")
+    h = hashlib.sha256((_LIST if keys is None else _ROSTER_LIST) + _field(run_id))
     h.update(struct.pack("<I", len(entries)))
-    for cid, c, start, count in entries:
+    for j, (cid, c, start, count) in enumerate(entries):
         h.update(_field(cid) + bytes.fromhex(c) + struct.pack("<QQ", int(start), int(count)))
+        if keys is not None:
+            key = bytes.fromhex(keys[j])
+            if len(key) != 32:
+                raise SecurityError("a roster identity key must be 32 bytes")
+            h.update(key)
     return h.hexdigest()
 
 
@@ -210,6 +232,32 @@ def entries_of(transcript: Mapping[str, Any], *, max_members: int | None = None)
     return out
 
 
+def keys_of(transcript: Mapping[str, Any]) -> list[str]:
+    """The run's roster: each member's identity key (hex) from a seed transcript, in list order.
+
+    Each member row carries its key as a sixth element (``[client_id, commitment, reveal, slot_start,
+    slot_count, key]``).
+
+    Raises
+    ------
+    SecurityError
+        If a row lacks its key, a key is not 32 bytes of hex, or two members share a key.
+    """
+    try:
+        keys = [str(m[5]).lower() for m in transcript["members"]]
+        if any(len(k) != 64 for k in keys):
+            raise ValueError("key length")
+        for k in keys:
+            bytes.fromhex(k)
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise SecurityError(
+            "the seed transcript lacks the run's roster (a key per member)"
+        ) from None
+    if len(set(keys)) != len(keys):
+        raise SecurityError("the run's roster lists one identity key twice")
+    return keys
+
+
 def cohort_of(entries: Sequence[Entry]) -> list[Slots]:
     """``(client_id, slot_start, slot_count)`` of each member (the commitments left out)."""
     return [(cid, int(start), int(count)) for cid, _, start, count in entries]
@@ -239,8 +287,15 @@ def check_own_entry(
         )
 
 
-def run_seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes]) -> bytes:
+def run_seed(
+    run_id: str,
+    entries: Sequence[Entry],
+    reveals: Sequence[bytes],
+    keys: Sequence[str] | None = None,
+) -> bytes:
     """The run's 32-byte public seed from the ordered commitment list and every member's revealed value.
+
+    ``keys``: the run's roster, as in :func:`commitments_digest` (its digest enters the seed).
 
     Raises
     ------
@@ -252,7 +307,9 @@ def run_seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes]) ->
     for (cid, c, _, _), r in zip(entries, reveals, strict=True):
         if not hmac.compare_digest(commitment(run_id, cid, r), c):
             raise SecurityError(f"the value revealed by {cid!r} does not open its commitment")
-    h = hashlib.sha256(_SEED + _field(run_id) + bytes.fromhex(commitments_digest(run_id, entries)))
+    h = hashlib.sha256(
+        _SEED + _field(run_id) + bytes.fromhex(commitments_digest(run_id, entries, keys))
+    )
     for r in reveals:
         h.update(r)
     return h.digest()
@@ -358,6 +415,7 @@ def verify_transcript(
     seen_digest: str,
     own_value: bytes,
     max_members: int | None = None,
+    roster: bool = False,
 ) -> bytes:
     """A device's check of the published seed transcript; returns the run's seed.
 
@@ -373,11 +431,13 @@ def verify_transcript(
         This device's contribution.
     max_members : int, optional
         Refuse a longer member list.
+    roster : bool, default False
+        The transcript carries the run's roster (:func:`keys_of`), covered by the digest and the seed.
 
     Raises
     ------
     SecurityError
-        If the list (or a member's slots) changed since this device revealed, its own entry is missing or
+        If the list (or a member's slots or keys) changed since this device revealed, its own entry is missing or
         altered, a reveal does not open its commitment, or the published seed is not the one the
         transcript gives.
     """
@@ -387,12 +447,13 @@ def verify_transcript(
         published = bytes.fromhex(str(transcript["seed"]))
     except (KeyError, TypeError, ValueError, IndexError):
         raise SecurityError("malformed seed transcript") from None
-    if not hmac.compare_digest(commitments_digest(run_id, entries), seen_digest):
+    keys = keys_of(transcript) if roster else None
+    if not hmac.compare_digest(commitments_digest(run_id, entries, keys), seen_digest):
         raise SecurityError("the run's commitment list changed after this device revealed")
     mine = [r for (cid, _, _, _), r in zip(entries, reveals, strict=True) if cid == client_id]
     if mine != [own_value]:
         raise SecurityError("this device's reveal is missing or altered in the seed transcript")
-    seed = run_seed(run_id, entries, reveals)
+    seed = run_seed(run_id, entries, reveals, keys)
     if not hmac.compare_digest(seed, published):
         raise SecurityError("the published run seed does not follow from its transcript")
     return seed

@@ -57,20 +57,25 @@ _COMMITMENTS: dict[str, tuple[list[list[Any]], str]] = {}
 
 
 def _commitment_list(tx: Tx, run: Any) -> tuple[list[list[Any]], str]:
-    """The commitment list in slot order, reveals withheld, and its digest (slots included).
+    """The commitment list in slot order, reveals withheld, and its digest (slots and roster included).
 
-    Each member is ``[client_id, commitment, "", slot_start, slot_count]``; the digest is
-    :func:`fedstats.wire.seeding.commitments_digest`.
+    Each member is ``[client_id, commitment, "", slot_start, slot_count, identity_key]``: the keys are
+    the run's roster, committed once per run (every session's roster is its members' keys); the digest
+    is :func:`fedstats.wire.seeding.commitments_digest` with the keys.
     """
     got = _COMMITMENTS.get(run.id)
     if got is None:
         rows = ordered_members(tx, run.id)
+        keys = [c.public_key for c in enrolled_rows(tx, [m.client_id for m in rows])]
         members: list[list[Any]] = [
-            [m.client_id, m.commitment or "", "", m.slot_start, m.slot_count] for m in rows
+            [m.client_id, m.commitment or "", "", m.slot_start, m.slot_count, key]
+            for m, key in zip(rows, keys, strict=True)
         ]
         got = (
             members,
-            seeding.commitments_digest(run.id, [(c, m, a, n) for c, m, _, a, n in members]),
+            seeding.commitments_digest(
+                run.id, [(c, m, a, n) for c, m, _, a, n, _ in members], keys
+            ),
         )
         if run.status == "seeding":  # the cohort is fixed
             if len(_COMMITMENTS) > 100:
@@ -99,12 +104,13 @@ def seed_transcript(tx: Tx, run: Any) -> dict[str, Any]:
         }
     rows = ordered_members(tx, run.id)
     entries = [(m.client_id, m.commitment or "", m.slot_start, m.slot_count) for m in rows]
+    keys = [c.public_key for c in enrolled_rows(tx, [m.client_id for m in rows])]
     return {
         "members": [
-            [m.client_id, m.commitment or "", m.reveal or "", m.slot_start, m.slot_count]
-            for m in rows
+            [m.client_id, m.commitment or "", m.reveal or "", m.slot_start, m.slot_count, key]
+            for m, key in zip(rows, keys, strict=True)
         ],
-        "commitments_digest": seeding.commitments_digest(run.id, entries),
+        "commitments_digest": seeding.commitments_digest(run.id, entries, keys),
         "seed": run.public_seed,
         "status": run.status,
     }
@@ -212,19 +218,47 @@ def _members_of(tx: Tx, run_id: str, index: int, number: int) -> dict[str, int]:
     return got
 
 
+# a stage's messages to the devices are journaled in one transaction (the one that opens the stage) and
+# never change: the first device that asks after that loads all of them with one query, every other
+# device of the session is answered from memory (per process; a few recent stages are kept)
+_DOWNS: dict[tuple[str, int, int, int], dict[int, bytes]] = {}
+_DOWN_STAGES_KEPT = 16
+
+
+def _stage_downs(
+    tx: Tx, run_id: str, index: int, number: int, stage: int
+) -> dict[int, bytes] | None:
+    """Every server message of a session's stage, ``client_index -> payload``; None before it opened.
+
+    One query per stage and process: the stage's messages are inserted together when it opens, so a
+    non-empty answer is the whole stage.
+    """
+    key = (run_id, index, number, stage)
+    got = _DOWNS.get(key)
+    if got is None:
+        got = tx.down_payloads(run_id, index, number, stage)
+        if not got:
+            return None  # not open yet (or a session without messages): asked again later
+        while len(_DOWNS) >= _DOWN_STAGES_KEPT:
+            _DOWNS.pop(next(iter(_DOWNS)))
+        _DOWNS[key] = got
+    return got
+
+
 def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any] | None:
     """The stage a device's session is at in a secure round, if the device is addressed there, else None.
 
-    The stage stays listed after the device answered it (the device remembers what it sent). Two small
-    statements: the round's open sessions (key columns), and whether the device was sent a message at its
-    session's current stage (key columns, no payload).
+    The stage stays listed after the device answered it (the device remembers what it sent). One small
+    statement (the round's open sessions, key columns); whether the device was sent a message at its
+    session's current stage is read from the stage's messages, loaded once per stage and process.
     """
     for number, stage, deadline in tx.open_secure_sessions(run_id, rec.index):
         members = _members_of(tx, run_id, rec.index, number)
         i = members.get(client_id)
         if i is None:
             continue
-        if not tx.addressed(run_id, rec.index, number, stage, i):  # a dropout for the protocol
+        downs = _stage_downs(tx, run_id, rec.index, number, stage)
+        if downs is None or i not in downs:  # a dropout for the protocol
             return None
         # listed until the stage closes, answered or not: the device's answer does not change its work
         # list, so its next long poll waits for the next stage instead of returning at once
@@ -250,7 +284,8 @@ def down_message(tx: Tx, run_id: str, index: int, number: int, stage: int, clien
         The device is not a member of the session.
     """
     i = _index_in(_members_of(tx, run_id, index, number), client_id)
-    payload = tx.down_payload(run_id, index, number, stage, i)
+    downs = _stage_downs(tx, run_id, index, number, stage)
+    payload = None if downs is None else downs.get(i)
     if payload is None:
         raise NotFoundError(f"no stage {stage} message for this client in session {number}")
     return payload

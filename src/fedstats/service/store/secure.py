@@ -255,6 +255,10 @@ class SecureQueries(ABC):
         """The server's stage message to one device, or None."""
 
     @abstractmethod
+    def down_payloads(self, run_id: str, index: int, number: int, stage: int) -> dict[int, bytes]:
+        """``client_index -> payload`` of every server message of a stage (one query for all devices)."""
+
+    @abstractmethod
     def my_messages(
         self, run_id: str, index: int, number: int, stage: int, client_index: int
     ) -> dict[str, str]:
@@ -296,6 +300,7 @@ _ADDRESSED = select(_M.direction).where(
 _DOWN_PAYLOAD = select(_M.payload).where(
     *_MESSAGE_KEY, _M.direction == "down", _M.client_index == bindparam("client_index")
 )
+_DOWN_PAYLOADS = select(_M.client_index, _M.payload).where(*_MESSAGE_KEY, _M.direction == "down")
 _SESSION_STAGE = select(_S.status, _S.stage).where(*_SESSION_KEY)
 _SESSION_STAGE_SHARED = _SESSION_STAGE.with_for_update(read=True)
 _MINE = select(_M.direction, _M.digest).where(
@@ -575,6 +580,11 @@ class SqlSecureQueries(SecureQueries):
             _DOWN_PAYLOAD, {**key, "client_index": client_index}
         ).scalar_one_or_none()
         return None if got is None else bytes(got)
+
+    def down_payloads(self, run_id: str, index: int, number: int, stage: int) -> dict[int, bytes]:
+        """See :meth:`SecureQueries.down_payloads`."""
+        key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
+        return {int(i): bytes(p) for i, p in self.session.execute(_DOWN_PAYLOADS, key)}
 
     def my_messages(
         self, run_id: str, index: int, number: int, stage: int, client_index: int
