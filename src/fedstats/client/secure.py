@@ -342,6 +342,9 @@ class SecureState:
         The run's roster, ``client_id -> identity key``, from the verified seed transcript: committed
         once per run (the digest the device revealed with covers it), every session's roster derives
         from it (:func:`committed_roster`).
+    listed : list or None
+        The commitment list's rows as the device saw them before revealing: afterwards it asks only for
+        the reveals and the seed (``GET .../seed?part=reveals``), not the whole list again.
     """
 
     contribution: bytes
@@ -358,6 +361,7 @@ class SecureState:
     encoded: dict[int, list[int]] = field(default_factory=dict)
     limits: dict[tuple[int, int], int] = field(default_factory=dict)
     keys: dict[str, bytes] | None = None
+    listed: list[Any] | None = None
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
@@ -426,6 +430,7 @@ class SecureRuns:
             raise SecurityError("the run's roster does not list this device's identity key")
         state.slots = (start, count)
         state.seen = seeding.commitments_digest(run_id, entries, keys)
+        state.listed = list(tr["members"])
         self._request(
             "POST",
             f"/v1/client/runs/{run_id}/reveal",
@@ -433,16 +438,37 @@ class SecureRuns:
         )
 
     def _transcript(self, run_id: str, state: SecureState) -> Any:
-        """The run's published seed transcript, read up to a size its task's cohort allows."""
+        """The run's published seed transcript, read up to a size its task's cohort allows.
+
+        After revealing, the device asks only for the reveals and the seed and puts them beside the
+        commitment list it saw (:attr:`SecureState.listed`): the same transcript, without fetching the
+        list (``n`` ids, commitments, slots and keys) a second time.
+
+        Raises
+        ------
+        SecurityError
+            If the answer is oversized, not JSON, or (reveals) not one reveal per listed member.
+        """
         path = f"/v1/client/runs/{run_id}/seed"
         cap = _cohort_cap(state)
-        if cap is None:
-            return self._request("GET", path)
-        r = self._send("GET", path, b"", limit=TRANSCRIPT_BYTES * cap + _ACK_BYTES)
+        listed = state.listed if state.seen is not None else None
+        params = {"part": "reveals"} if listed is not None else None
+        limit = None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES
+        r = self._send("GET", path, b"", limit=limit, params=params)
         try:
-            return r.json()
+            got = r.json()
         except ValueError:
             raise SecurityError("the seed transcript is not JSON") from None
+        if listed is None:
+            return got
+        try:
+            reveals = [str(v) for v in got["reveals"]]
+            if len(reveals) != len(listed):
+                raise ValueError("count")
+            members = [[*m[:2], v, *m[3:]] for m, v in zip(listed, reveals, strict=True)]
+            return {"members": members, "seed": got["seed"]}
+        except (KeyError, TypeError, ValueError):
+            raise SecurityError("the run's reveals are malformed or not one per member") from None
 
     def verified_cohort(self, run_id: str) -> tuple[bytes, list[tuple[str, int, int]]]:
         """The run's verified seed and cohort ``[(client_id, slot_start, slot_count), ...]``.

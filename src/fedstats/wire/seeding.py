@@ -13,10 +13,11 @@ in-process form of the same idea):
    bytes ``r_i`` and is given its slots (``slot_start``, ``slot_count``: its records' global indices);
    nobody knows the cohort yet;
 2. once check-in closes, each device fetches the list of every member's ``(client_id, commitment,
-   slot_start, slot_count)`` (the *cohort*), checks its own entry (its commitment, the slots it was given)
-   and that the slots are disjoint and contiguous from 0 (:func:`check_cohort`), and reveals ``r_i``,
-   binding the digest of the list it saw (slots included) into its (signed) reveal, so no member can be
-   added, removed or moved after any reveal;
+   slot_start, slot_count)`` (the *cohort*) and identity key (the run's *roster*, :func:`keys_of`),
+   checks its own entry (its commitment, the slots it was given, its key) and that the slots are
+   disjoint and contiguous from 0 (:func:`check_cohort`), and reveals ``r_i``, binding the digest of the
+   list it saw (slots and keys included) into its (signed) reveal, so no member can be added, removed,
+   moved or re-keyed after any reveal, and every session's roster is fixed once for the run;
 3. the run's seed is ``SHA-256(domain || run || digest(list) || r_1 || ... || r_m)`` in slot order, and
    every session id, the projection seed and the partition of each secure round into sessions derive
    from it (:func:`session_id`, :func:`projection_seed`, :func:`sessions_of`).

@@ -32,6 +32,7 @@ __all__ = [
     "member_of",
     "record_reveal",
     "secure_work",
+    "seed_reveals",
     "seed_transcript",
     "session_member",
     "submit_up",
@@ -112,6 +113,21 @@ def seed_transcript(tx: Tx, run: Any) -> dict[str, Any]:
         ],
         "commitments_digest": seeding.commitments_digest(run.id, entries, keys),
         "seed": run.public_seed,
+        "status": run.status,
+    }
+
+
+def seed_reveals(tx: Tx, run: Any) -> dict[str, Any]:
+    """The fixed seed and every member's reveal, in the commitment list's (slot) order.
+
+    What a member that revealed needs besides the list it saw (:func:`seed_transcript` without the
+    list). Only for a run whose seed is fixed.
+    """
+    assert run.public_seed is not None
+    rows = ordered_members(tx, run.id)
+    return {
+        "seed": run.public_seed,
+        "reveals": [m.reveal or "" for m in rows],
         "status": run.status,
     }
 
