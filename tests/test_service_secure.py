@@ -737,8 +737,16 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     assert all(m[2] for m in tr["members"])
     state = first.secure[run_id]
     assert seeding.verify_transcript(
-        run_id, first.client_id, tr, seen_digest=str(state.seen), own_value=state.contribution
+        run_id,
+        first.client_id,
+        tr,
+        seen_digest=str(state.seen),
+        own_value=state.contribution,
+        roster=True,
     ) == bytes.fromhex(tr["seed"])
+    # what a device that revealed asks for: the seed and the reveals, in the list's order
+    part = Device._send(first, "GET", path, b"", params={"part": "reveals"}, retries=0).json()
+    assert part["seed"] == tr["seed"] and part["reveals"] == [m[2] for m in tr["members"]]
     _check_exact(_rounds(deployment, run_id, devices))
 
 
