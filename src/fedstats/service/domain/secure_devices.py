@@ -27,6 +27,9 @@ from fedstats.service.store.secure import MemberRow, SecureSessionRow
 from fedstats.wire import seeding
 
 __all__ = [
+    "cached_certificates",
+    "cached_down",
+    "cached_member",
     "certificates",
     "down_message",
     "member_of",
@@ -55,6 +58,13 @@ def member_of(tx: Tx, run_id: str, client_id: str) -> MemberRow:
 
 # a seeding run's commitment list and its digest: fixed once check-in closed, read once per process
 _COMMITMENTS: dict[str, tuple[list[list[Any]], str]] = {}
+# a seeded run's cohort (client ids): fixed, so a member's request for the reveals needs no transaction
+_COHORTS: dict[str, frozenset[str]] = {}
+
+
+def cached_member(run_id: str, client_id: str) -> bool:
+    """Whether this process already knows ``client_id`` to be in the (fixed) cohort of ``run_id``."""
+    return client_id in _COHORTS.get(run_id, ())
 
 
 def _commitment_list(tx: Tx, run: Any) -> tuple[list[list[Any]], str]:
@@ -125,6 +135,9 @@ def seed_reveals(tx: Tx, run: Any) -> dict[str, Any]:
     """
     assert run.public_seed is not None
     rows = ordered_members(tx, run.id)
+    if len(_COHORTS) > 100:
+        _COHORTS.clear()
+    _COHORTS[run.id] = frozenset(m.client_id for m in rows)
     return {
         "seed": run.public_seed,
         "reveals": [m.reveal or "" for m in rows],
@@ -289,6 +302,21 @@ def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any]
     return None
 
 
+def cached_down(run_id: str, index: int, number: int, stage: int, client_id: str) -> bytes | None:
+    """The device's stage message from this process's memory alone, or None (then ask the store).
+
+    Both a session's members and a stage's messages never change once stored, so once they are cached
+    (:func:`down_message` filled them) a device's message is served without a transaction. None also
+    when the device is not a member or has no message there: :func:`down_message` then says why.
+    """
+    members = _MEMBERS.get((run_id, index, number))
+    downs = _DOWNS.get((run_id, index, number, stage))
+    if members is None or downs is None:
+        return None
+    i = members.get(client_id)
+    return None if i is None else downs.get(i)
+
+
 def down_message(tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str) -> bytes:
     """The server's stage message to one device.
 
@@ -354,8 +382,26 @@ def submit_up(
         raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
     status, current = got
     i = _index_in(_members_of(tx, run_id, index, number), client_id)
-    mine = tx.my_messages(run_id, index, number, stage, i)
     digest = digest_of(data)
+    if status == "open" and current == stage:
+        downs = _stage_downs(tx, run_id, index, number, stage)
+        if (
+            downs is not None
+            and i in downs
+            and len(data) <= _limit(tx, run_id, index, number, stage)
+        ):
+            # the common case, one statement: stored now, or the same (a repeat) or other bytes before
+            stored = tx.add_up_message_once(
+                run_id, index, number, stage, i, data, digest, time.time()
+            )
+            if stored is None:
+                return True
+            if stored == digest:
+                return False
+            raise ConflictError(
+                f"a different stage {stage} message from this client is already stored"
+            )
+    mine = tx.my_messages(run_id, index, number, stage, i)
     if "up" in mine:
         if mine["up"] == digest:
             return False
@@ -373,6 +419,23 @@ def submit_up(
 
 # a session's certificates never change once it is stored: parsed once per process
 _CERTIFICATES: dict[tuple[str, int, int], list[Any]] = {}
+
+
+def cached_certificates(
+    run_id: str, index: int, number: int, client_id: str, indices: list[int]
+) -> list[Any] | None:
+    """:func:`certificates` of ``indices`` from this process's memory alone, or None (ask the store).
+
+    None also when the device is not a member or a position is out of range (:func:`certificates` then
+    raises the error).
+    """
+    key = (run_id, index, number)
+    members, out = _MEMBERS.get(key), _CERTIFICATES.get(key)
+    if members is None or out is None or client_id not in members:
+        return None
+    if any(not 0 <= j < len(out) for j in indices):
+        return None
+    return [out[j] for j in indices]
 
 
 def certificates(

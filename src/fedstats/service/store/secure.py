@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from fedstats.service.store.tables import (
@@ -229,6 +230,24 @@ class SecureQueries(ABC):
         """Journal one device's stage message."""
 
     @abstractmethod
+    def add_up_message_once(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        client_index: int,
+        payload: bytes,
+        digest: str,
+        now: float,
+    ) -> str | None:
+        """Journal one device's stage message unless one is stored.
+
+        Returns None if inserted, else the stored message's digest: one statement on the common path
+        (``INSERT ... ON CONFLICT DO NOTHING RETURNING``), a second only for a repeat.
+        """
+
+    @abstractmethod
     def count_messages(
         self, run_id: str, index: int, number: int, stage: int, direction: str
     ) -> int:
@@ -307,6 +326,13 @@ _MINE = select(_M.direction, _M.digest).where(
     *_MESSAGE_KEY, _M.client_index == bindparam("client_index")
 )
 _INSERT_MESSAGE = insert(_MESSAGES)
+_INSERT_MESSAGE_ONCE = {
+    name: dialect.insert(_MESSAGES).on_conflict_do_nothing().returning(_M.client_index)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_UP_DIGEST = select(_M.digest).where(
+    *_MESSAGE_KEY, _M.direction == "up", _M.client_index == bindparam("client_index")
+)
 _SESSION_ROW = select(*_SESSIONS.c).where(*_SESSION_KEY)
 _SESSION_ROW_LOCKED = _SESSION_ROW.with_for_update()
 _MEMBER_COLUMNS = (
@@ -513,6 +539,31 @@ class SqlSecureQueries(SecureQueries):
                 "digest": digest,
                 "created_at": now,
             },
+        )
+
+    def add_up_message_once(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        client_index: int,
+        payload: bytes,
+        digest: str,
+        now: float,
+    ) -> str | None:
+        """See :meth:`SecureQueries.add_up_message_once`."""
+        conn = self.session.connection()
+        key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
+        row = {**key, "direction": "up", "client_index": client_index}
+        got = conn.execute(
+            _INSERT_MESSAGE_ONCE[conn.dialect.name],
+            {**row, "payload": payload, "digest": digest, "created_at": now},
+        ).first()
+        if got is not None:
+            return None
+        return str(
+            self.session.execute(_UP_DIGEST, {**key, "client_index": client_index}).scalar_one()
         )
 
     def count_messages(
