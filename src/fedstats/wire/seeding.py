@@ -303,14 +303,17 @@ def run_seed(
     SecurityError
         If a reveal is missing or does not open its commitment.
     """
+    return _seed(run_id, entries, reveals, commitments_digest(run_id, entries, keys))
+
+
+def _seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes], digest: str) -> bytes:
+    """:func:`run_seed` given the list's digest (computed once by the caller)."""
     if len(reveals) != len(entries):
         raise SecurityError("every member's reveal is needed for the run seed")
     for (cid, c, _, _), r in zip(entries, reveals, strict=True):
         if not hmac.compare_digest(commitment(run_id, cid, r), c):
             raise SecurityError(f"the value revealed by {cid!r} does not open its commitment")
-    h = hashlib.sha256(
-        _SEED + _field(run_id) + bytes.fromhex(commitments_digest(run_id, entries, keys))
-    )
+    h = hashlib.sha256(_SEED + _field(run_id) + bytes.fromhex(digest))
     for r in reveals:
         h.update(r)
     return h.digest()
@@ -449,12 +452,13 @@ def verify_transcript(
     except (KeyError, TypeError, ValueError, IndexError):
         raise SecurityError("malformed seed transcript") from None
     keys = keys_of(transcript) if roster else None
-    if not hmac.compare_digest(commitments_digest(run_id, entries, keys), seen_digest):
+    digest = commitments_digest(run_id, entries, keys)
+    if not hmac.compare_digest(digest, seen_digest):
         raise SecurityError("the run's commitment list changed after this device revealed")
     mine = [r for (cid, _, _, _), r in zip(entries, reveals, strict=True) if cid == client_id]
     if mine != [own_value]:
         raise SecurityError("this device's reveal is missing or altered in the seed transcript")
-    seed = run_seed(run_id, entries, reveals, keys)
+    seed = _seed(run_id, entries, reveals, digest)
     if not hmac.compare_digest(seed, published):
         raise SecurityError("the published run seed does not follow from its transcript")
     return seed
