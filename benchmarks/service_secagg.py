@@ -396,17 +396,22 @@ def _worker(
     out: Any,
     drop: set[str] | None = None,
     drop_stage: int = 2,
+    share_checks: bool = False,
 ) -> None:
     """Build this worker's devices, signal ready, wait for ``go`` (the run id), run them; put metrics.
 
     The devices named in ``drop`` answer every secure stage before ``drop_stage`` and none from it on
-    (a dropout for the protocol in every session they are in).
+    (a dropout for the protocol in every session they are in). With ``share_checks`` the worker's devices
+    share one set of verified certificates (each certificate's authority signature is checked once per
+    worker process, not once per device: a simulation shortcut, like the library's shared
+    ``VerificationCache``; a real device checks its ``k + 16`` itself).
     """
     from fedstats.client import Device, LocalBudget, Policy
     from fedstats.secagg import find_parameters
 
     find_parameters(len(idents))  # warm the imports the first stage needs (scipy)
     devices = []
+    shared: set[tuple[str, bytes]] = set()
     for ident, cols in zip(idents, columns, strict=True):
         dev = Device(
             url,
@@ -418,6 +423,8 @@ def _worker(
             timeout=120.0,
         )
         dev._http = _MeteredHTTP(dev._http)  # type: ignore[assignment]
+        if share_checks:
+            dev.verified_certificates = shared
         if drop and ident["client_id"] in drop:
             dev._answer_stage = _dropping(dev._answer_stage, drop_stage)  # type: ignore[method-assign]
         devices.append(dev)
@@ -661,6 +668,7 @@ def bench_fedstats(
     drop_stage: int = 2,
     profile: Path | None = None,
     stage_seconds: float | None = None,
+    share_checks: bool = False,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
 
@@ -697,6 +705,7 @@ def bench_fedstats(
         "drop_stage": STAGES[drop_stage] if drop else None,
         "profiled": profile is not None,
         "stage_deadline_seconds": stage_seconds or timeout,
+        "devices_share_certificate_checks_per_process": share_checks,
     }
     try:
         server.start()
@@ -724,6 +733,7 @@ def bench_fedstats(
                     out,
                     drop,
                     drop_stage,
+                    share_checks,
                 ),
                 daemon=True,
             )
@@ -1113,6 +1123,13 @@ def main() -> None:
         help="run the server under cProfile (all threads); write results/tmp/<output>_n<n>.prof and "
         "the top functions into the results (cProfile slows the server: its CPU is not comparable)",
     )
+    ap.add_argument(
+        "--share-certificate-checks",
+        action="store_true",
+        help="the devices of one worker process share their verified certificates (each checked once "
+        "per process, as the library's simulation shares a VerificationCache; a real device checks its "
+        "own k + 16)",
+    )
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")
     ap.add_argument(
@@ -1226,6 +1243,7 @@ def main() -> None:
                     args.drop_stage,
                     prof,
                     args.stage_seconds,
+                    args.share_certificate_checks,
                 )
             if "error" in ours and ours.get("status") != "done":
                 keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"

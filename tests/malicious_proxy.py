@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from fedstats.secagg.identity import SessionRoster
 from fedstats.secagg.messages import SetupMessage, UnmaskRequest, decode
-from fedstats.wire import auth
+from fedstats.wire import auth, seeding
 from service_helpers import free_port
 
 __all__ = ["ATTACKS", "MaliciousProxy"]
@@ -48,6 +48,10 @@ def _setup(body: bytes, change: Callable[[SetupMessage], SetupMessage]) -> bytes
 
 
 def _roster(msg: SetupMessage, **change: Any) -> SetupMessage:
+    if (
+        not msg.roster
+    ):  # the server sends none (the devices derive it from the run's commitment list)
+        return msg
     roster = SessionRoster.from_bytes(msg.roster)
     return dataclasses.replace(msg, roster=dataclasses.replace(roster, **change).to_bytes())
 
@@ -73,6 +77,8 @@ class MaliciousProxy:
         self.attacks: dict[str, str] = {}
         self.tampered: dict[str, int] = {}
         self._replay: dict[tuple[str, int, int], bytes] = {}
+        self.transcripts: dict[str, dict[str, Any]] = {}
+        """Per run, the commitment list (``members``: the committed roster is in it) and the seed served."""
         self.port = free_port()
         app = Starlette(
             routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT"])]
@@ -135,6 +141,13 @@ class MaliciousProxy:
         if m is None:
             return body
         run_id = m.group(1)
+        if _SEED.match(path):
+            tr = json.loads(body)
+            seen = self.transcripts.setdefault(run_id, {})
+            if tr.get("members"):
+                seen["members"] = tr["members"]
+            if tr.get("seed"):
+                seen["seed"] = tr["seed"]
         if _STAGE.match(path):
             rnd, stage = int(m.group(2)), int(m.group(4))
             if stage == 1 and rnd == 0:
@@ -174,21 +187,32 @@ def _parameter_tampering(body: bytes) -> bytes:
 @_on_stage(0)
 def _graph_choice(body: bytes) -> bytes:
     """A session id the server picked (it fixes the communication graph), not the run seed's, put
-    consistently in the setup message and its roster (only the run-seed check can catch it)."""
+    consistently in the setup message and its roster if it sends one (only the run-seed check can
+    catch it)."""
     sid = os.urandom(32)
     return _setup(body, lambda m: _roster(dataclasses.replace(m, session=sid), session=sid))
 
 
-@_on_stage(0)
-def _key_substitution(body: bytes) -> bytes:
-    """A fake client: one roster identity replaced by a key the server made."""
+def _key_substitution(proxy: MaliciousProxy, path: str, body: bytes, run_id: str) -> bytes:
+    """A fake client: the setup message carries the session's roster with one identity (another
+    member's) replaced by a key the server made (the run's committed roster, rebuilt from the seed
+    transcript the devices were served, in the derived order; one session per round here)."""
+    m = _STAGE.match(path)
+    tr = proxy.transcripts.get(run_id, {})
+    if m is None or int(m.group(4)) != 0 or "members" not in tr or "seed" not in tr:
+        return body
+    members = tr["members"]
+    cohort = [(str(r[0]), int(r[3]), int(r[4])) for r in members]
+    total = sum(c for _, _, c in cohort)
+    seed = bytes.fromhex(tr["seed"])
+    order = seeding.sessions_of(cohort, seed, int(m.group(2)), (0, total), len(cohort), 2)[0]
+    keys = {str(r[0]): bytes.fromhex(str(r[5])) for r in members}
 
-    def change(m: SetupMessage) -> SetupMessage:
-        roster = SessionRoster.from_bytes(m.roster)
-        j = (m.client + 1) % roster.n  # someone else's slot
-        ids = list(roster.identities)
-        ids[j] = _fresh_key()
-        return _roster(m, identities=tuple(ids))
+    def change(msg: SetupMessage) -> SetupMessage:
+        ids = [keys[c] for c in order]
+        ids[(msg.client + 1) % len(ids)] = _fresh_key()  # someone else's slot
+        roster = SessionRoster(seeding.task_id_bytes(run_id), msg.session, tuple(ids), bytes(64))
+        return dataclasses.replace(msg, roster=roster.to_bytes())
 
     return _setup(body, change)
 

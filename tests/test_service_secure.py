@@ -723,15 +723,27 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     assert len(tr["members"]) == 4 and all(m[1] and m[2] == "" for m in tr["members"])
     entries = [(m[0], m[1], m[3], m[4]) for m in tr["members"]]
     assert seeding.check_cohort(entries) == N  # the slots: a partition of the cohort's records
-    assert tr["commitments_digest"] == seeding.commitments_digest(run_id, entries)
+    keys = seeding.keys_of(tr)  # the run's roster: every member's enrolled identity key
+    assert dict(zip((m[0] for m in tr["members"]), keys, strict=True)) == {
+        d.client_id: d._key.public_key().public_bytes_raw().hex() for d in devices
+    }
+    assert tr["commitments_digest"] == seeding.commitments_digest(run_id, entries, keys)
     release.set()
     _finished(deployment, run_id, threads)
     tr = Device._send(first, "GET", path, b"", retries=0).json()
     assert all(m[2] for m in tr["members"])
     state = first.secure[run_id]
     assert seeding.verify_transcript(
-        run_id, first.client_id, tr, seen_digest=str(state.seen), own_value=state.contribution
+        run_id,
+        first.client_id,
+        tr,
+        seen_digest=str(state.seen),
+        own_value=state.contribution,
+        roster=True,
     ) == bytes.fromhex(tr["seed"])
+    # what a device that revealed asks for: the seed and the reveals, in the list's order
+    part = Device._send(first, "GET", path, b"", params={"part": "reveals"}, retries=0).json()
+    assert part["seed"] == tr["seed"] and part["reveals"] == [m[2] for m in tr["members"]]
     _check_exact(_rounds(deployment, run_id, devices))
 
 

@@ -31,6 +31,7 @@ from fedstats.secagg.messages import (
     EncryptedShares,
     KeyBroadcast,
     MaskedInput,
+    decode,
 )
 from fedstats.secagg.params import ClientConfig
 from fedstats.wire import auth, seeding
@@ -220,3 +221,161 @@ def test_two_devices_given_different_rosters_abort_before_their_masked_input(
             server.receive_bytes(clients[i].handle(m).to_bytes())
         out = dict(server.advance())
     assert [int(x) for x in server.result()] == [sum(range(N))] * LENGTH
+
+
+# -- the roster committed once per run (issue 28 §4) ------------------------------------------------
+
+
+def _run_list(idents: list[dict[str, Any]], run: str) -> tuple[list[Any], list[bytes], list[str]]:
+    """A secure run's commitment list: entries, each member's secret contribution, the run's roster."""
+    values = [bytes([i + 1]) * 32 for i in range(N)]
+    entries = [(f"d{i}", seeding.commitment(run, f"d{i}", values[i]), i, 1) for i in range(N)]
+    keys = [d["certificate"]["body"]["public_key"] for d in idents]
+    return entries, values, keys
+
+
+def test_a_setup_message_with_another_roster_is_refused_before_anything_is_sent(
+    enrolled: tuple[str, list[dict[str, Any]]],
+) -> None:
+    """The setup message travels without the roster (the device derives it from the run's committed
+    one); a server that sends a roster changing a neighbour's key, leaving a member out, reordering the
+    members or naming another session is refused before the device's client sees the message."""
+    from fedstats.client.secure import committed_roster, with_committed_roster
+    from fedstats.secagg.graph import public_neighbors
+
+    pub, idents = enrolled
+    session = seeding.session_id(bytes(range(32)), 0, 0)
+    members = [f"d{j}" for j in range(N)]
+    keys = {
+        f"d{j}": bytes.fromhex(d["certificate"]["body"]["public_key"]) for j, d in enumerate(idents)
+    }
+    roster = committed_roster(keys, members, session, TASK)
+    assert roster == _roster(idents, session)  # what the (honest) server's protocol object holds
+    params = find_parameters(N)
+    server = SecAggServer(params, length=LENGTH, bits=BITS, roster=roster)
+    setups = {i: dataclasses.replace(m, roster=b"") for i, m in server.setup().items()}  # as sent
+    i = 0
+    neighbour = min(public_neighbors(N, params.k, session, [i])[i])
+    ids = list(roster.identities)
+    changed = list(ids)
+    changed[neighbour] = _fresh_key()
+    deviations = {
+        "a neighbour's key changed": dataclasses.replace(roster, identities=tuple(changed)),
+        "a member left out": dataclasses.replace(
+            roster, identities=tuple(ids[:neighbour] + ids[neighbour + 1 :])
+        ),
+        "two members swapped": dataclasses.replace(
+            roster, identities=tuple([ids[1], ids[0], *ids[2:]])
+        ),
+        "another session": dataclasses.replace(roster, session=bytes(32)),
+    }
+    for other in deviations.values():
+        # the device checks this before it builds its client or reads its data (_join_session)
+        served = dataclasses.replace(setups[i], roster=other.to_bytes())
+        with pytest.raises(SecurityError, match="not the one committed"):
+            with_committed_roster(served, roster)
+    # the roster-less setup (and one with exactly the committed roster) is completed and accepted
+    for served in (setups[i], dataclasses.replace(setups[i], roster=roster.to_bytes())):
+        client, _ = _device(i, pub, idents, [d["certificate"] for d in idents], session, 0)
+        reply = client.handle_bytes(with_committed_roster(served, roster).to_bytes())
+        assert decode(reply, expect=AdvertiseKeys).client == i
+    with pytest.raises(SecurityError, match="not in the run's roster"):
+        committed_roster({k: v for k, v in keys.items() if k != "d3"}, members, session, TASK)
+
+
+def test_two_devices_shown_different_run_rosters_are_caught_before_sharing(
+    enrolled: tuple[str, list[dict[str, Any]]],
+) -> None:
+    """A server that shows the victim a commitment list whose roster replaces a neighbour's key (with a
+    key it made) and everyone else the real one: the lists' digests differ, so the seeds (which hash the
+    digest) and the session ids differ, and every advertisement signed under one session fails at a
+    device of the other. The victim and each of its neighbours refuse at the share stage: none of them
+    sends a share, so nothing of theirs is ever masked or revealed."""
+    from fedstats.client.secure import committed_roster
+    from fedstats.secagg.graph import public_neighbors
+
+    pub, idents = enrolled
+    run = "run-roster"
+    entries, values, keys = _run_list(idents, run)
+    params = find_parameters(N)
+    honest_session = seeding.session_id(seeding.run_seed(run, entries, values, keys), 0, 0)
+    nbrs = public_neighbors(N, params.k, honest_session, [0])[0]
+    # the victim's view: a neighbour's key replaced by one the server made, for a member the victim
+    # does not check in the graph its own (forged) seed gives (else it refuses at once, see above)
+    for j in sorted(nbrs) * 8:
+        forged = list(keys)
+        forged[j] = _fresh_key().hex()
+        victim_session = seeding.session_id(seeding.run_seed(run, entries, values, forged), 0, 0)
+        if j not in public_neighbors(N, params.k, victim_session, [0])[0]:
+            break
+    else:
+        pytest.fail("no forgery outside the victim's checks")
+    # each side reveals with the digest of the list it saw; the victim's differs
+    seen_h = seeding.commitments_digest(run, entries, keys)
+    seen_v = seeding.commitments_digest(run, entries, forged)
+    assert seen_h != seen_v
+    # the server publishes to each side a transcript that verifies against what that side saw
+    for view, seen in ((keys, seen_h), (forged, seen_v)):
+        tr = {
+            "members": [
+                [c, m, v.hex(), a, n, k]
+                for (c, m, a, n), v, k in zip(entries, values, view, strict=True)
+            ],
+            "seed": seeding.run_seed(run, entries, values, view).hex(),
+        }
+        seeding.verify_transcript(
+            run, "d0", tr, seen_digest=seen, own_value=values[0], max_members=N, roster=True
+        )
+        with pytest.raises(SecurityError, match="changed after"):  # and not against the other's
+            other = seen_v if seen == seen_h else seen_h
+            seeding.verify_transcript(
+                run, "d0", tr, seen_digest=other, own_value=values[0], max_members=N, roster=True
+            )
+    assert victim_session != honest_session
+    members = [c for c, _, _, _ in entries]
+    certs = [d["certificate"] for d in idents]
+    rosters = {
+        s: committed_roster(
+            {c: bytes.fromhex(k) for c, k in zip(members, view, strict=True)}, members, s, TASK
+        )
+        for s, view in ((honest_session, keys), (victim_session, forged))
+    }
+    server = SecAggServer(params, length=LENGTH, bits=BITS, roster=rosters[honest_session])
+    setups = dict(server.setup())
+    clients, ads = {}, {}
+    for i in range(N):
+        s = victim_session if i == 0 else honest_session
+        client, _ = _device(i, pub, idents, certs, s, 0)
+        setup = dataclasses.replace(setups[i], session=s, roster=rosters[s].to_bytes())
+        ads[i] = client.handle(setup)  # every member each device checks is genuine
+        clients[i] = client
+        if i:
+            server.receive_bytes(ads[i].to_bytes())
+    keys_out: dict[int, Any] = dict(server.advance())
+    # the deviating server forwards the victim's advertisement to the victim's (honest-graph)
+    # neighbours, and the neighbours' advertisements to the victim
+    victim_nbrs = public_neighbors(N, params.k, victim_session, [0])[0]
+    for j in nbrs:
+        m = keys_out[j]
+        keys_out[j] = dataclasses.replace(
+            m, keys={**m.keys, 0: (ads[0].mask_public, ads[0].encryption_public, ads[0].signature)}
+        )
+    keys_out[0] = KeyBroadcast(
+        victim_session,
+        0,
+        roster_transcript(rosters[victim_session]),
+        {j: (ads[j].mask_public, ads[j].encryption_public, ads[j].signature) for j in victim_nbrs},
+    )
+    refused, shared = set(), set()
+    for i, c in clients.items():
+        try:
+            reply = c.handle(keys_out[i])
+        except SecurityError as exc:
+            assert "not signed by its certified identity" in str(exc), exc
+            refused.add(i)
+            assert not c.holds_secrets()
+        else:
+            assert isinstance(reply, EncryptedShares)
+            shared.add(i)
+    assert refused == {0} | set(nbrs)  # the victim and every neighbour shown its advertisement
+    assert shared == set(range(N)) - refused

@@ -70,6 +70,7 @@ encoding its data or charging its budget), when:
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -81,7 +82,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
-from fedstats.secagg.identity import SessionRoster
+from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import (
     KeyBroadcast,
     SetupMessage,
@@ -100,6 +101,8 @@ __all__ = [
     "SecureRuns",
     "SecureState",
     "checked_members",
+    "committed_roster",
+    "with_committed_roster",
 ]
 
 
@@ -246,6 +249,61 @@ def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng:
     return sorted({*neighbours, *(int(j) for j in extra)})
 
 
+def committed_roster(
+    keys: Mapping[str, bytes], members: Sequence[str], session: bytes, task_id: bytes
+) -> SessionRoster:
+    """A session's roster as the run committed it: its members' identity keys in the derived order.
+
+    The run's roster (every member's identity key) is part of the commitment list each member checks and
+    reveals against (:func:`fedstats.wire.seeding.commitments_digest` with the keys), so it is fixed,
+    and the same for every member, before any member reveals; each session's roster follows from it and
+    the session's derived members. Nobody signs it (the roster's signature field is zero): the
+    certificates of the members a device checks stand for the authority's signature
+    (:class:`CertificateRosterVerifier`).
+
+    Parameters
+    ----------
+    keys : mapping
+        ``client_id -> identity key`` (32 bytes) from the verified seed transcript.
+    members : sequence of str
+        The session's members in roster order (:func:`fedstats.wire.seeding.sessions_of`).
+    session : bytes
+        The session id the run seed gives (:func:`fedstats.wire.seeding.session_id`).
+    task_id : bytes
+        The run's task id (:func:`fedstats.wire.seeding.task_id_bytes`).
+
+    Raises
+    ------
+    SecurityError
+        If a member has no key in the run's roster.
+    """
+    try:
+        ids = tuple(keys[str(m)] for m in members)
+    except KeyError as exc:
+        raise SecurityError(f"session member {exc.args[0]!r} is not in the run's roster") from None
+    return SessionRoster(task_id, session, ids, bytes(SIGNATURE_BYTES))
+
+
+def with_committed_roster(setup: SetupMessage, roster: SessionRoster) -> SetupMessage:
+    """The server's setup message with the committed roster in it (what the device's client checks).
+
+    The server sends setup messages without the roster (the device derives it, :func:`committed_roster`);
+    one that carries a roster must carry exactly the committed one.
+
+    Raises
+    ------
+    SecurityError
+        If the setup message carries another roster (another key, a member left out or added, another
+        order or session).
+    """
+    got = roster.to_bytes()
+    if setup.roster and not hmac.compare_digest(setup.roster, got):
+        raise SecurityError(
+            "the server's session roster is not the one committed in the run's seed transcript"
+        )
+    return dataclasses.replace(setup, roster=got)
+
+
 @dataclass
 class SecureState:
     """What a device keeps of one secure run between polls (in memory: a restart makes it a dropout).
@@ -280,6 +338,13 @@ class SecureState:
         ``round -> summed report``: each round is encoded once.
     limits : dict
         ``(round, session) -> bytes``: the largest server message read in a joined session.
+    keys : dict or None
+        The run's roster, ``client_id -> identity key``, from the verified seed transcript: committed
+        once per run (the digest the device revealed with covers it), every session's roster derives
+        from it (:func:`committed_roster`).
+    listed : list or None
+        The commitment list's rows as the device saw them before revealing: afterwards it asks only for
+        the reveals and the seed (``GET .../seed?part=reveals``), not the whole list again.
     """
 
     contribution: bytes
@@ -295,6 +360,8 @@ class SecureState:
     rounds: dict[int, int] = field(default_factory=dict)
     encoded: dict[int, list[int]] = field(default_factory=dict)
     limits: dict[tuple[int, int], int] = field(default_factory=dict)
+    keys: dict[str, bytes] | None = None
+    listed: list[Any] | None = None
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
@@ -347,6 +414,7 @@ class SecureRuns:
             raise SecurityError("this device holds no check-in slots for the run")
         tr = self._transcript(run_id, state)
         entries = seeding.entries_of(tr, max_members=_cohort_cap(state))
+        keys = seeding.keys_of(tr)
         start, count = int(slots["slot_start"]), int(slots["slot_count"])
         seeding.check_own_entry(
             entries,
@@ -355,8 +423,14 @@ class SecureRuns:
             slot_start=start,
             slot_count=count,
         )
+        own = self._key.public_key().public_bytes_raw().hex()
+        if [
+            k for (cid, _, _, _), k in zip(entries, keys, strict=True) if cid == self.client_id
+        ] != [own]:
+            raise SecurityError("the run's roster does not list this device's identity key")
         state.slots = (start, count)
-        state.seen = seeding.commitments_digest(run_id, entries)
+        state.seen = seeding.commitments_digest(run_id, entries, keys)
+        state.listed = list(tr["members"])
         self._request(
             "POST",
             f"/v1/client/runs/{run_id}/reveal",
@@ -364,16 +438,37 @@ class SecureRuns:
         )
 
     def _transcript(self, run_id: str, state: SecureState) -> Any:
-        """The run's published seed transcript, read up to a size its task's cohort allows."""
+        """The run's published seed transcript, read up to a size its task's cohort allows.
+
+        After revealing, the device asks only for the reveals and the seed and puts them beside the
+        commitment list it saw (:attr:`SecureState.listed`): the same transcript, without fetching the
+        list (``n`` ids, commitments, slots and keys) a second time.
+
+        Raises
+        ------
+        SecurityError
+            If the answer is oversized, not JSON, or (reveals) not one reveal per listed member.
+        """
         path = f"/v1/client/runs/{run_id}/seed"
         cap = _cohort_cap(state)
-        if cap is None:
-            return self._request("GET", path)
-        r = self._send("GET", path, b"", limit=TRANSCRIPT_BYTES * cap + _ACK_BYTES)
+        listed = state.listed if state.seen is not None else None
+        params = {"part": "reveals"} if listed is not None else None
+        limit = None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES
+        r = self._send("GET", path, b"", limit=limit, params=params)
         try:
-            return r.json()
+            got = r.json()
         except ValueError:
             raise SecurityError("the seed transcript is not JSON") from None
+        if listed is None:
+            return got
+        try:
+            reveals = [str(v) for v in got["reveals"]]
+            if len(reveals) != len(listed):
+                raise ValueError("count")
+            members = [[*m[:2], v, *m[3:]] for m, v in zip(listed, reveals, strict=True)]
+            return {"members": members, "seed": got["seed"]}
+        except (KeyError, TypeError, ValueError):
+            raise SecurityError("the run's reveals are malformed or not one per member") from None
 
     def verified_cohort(self, run_id: str) -> tuple[bytes, list[tuple[str, int, int]]]:
         """The run's verified seed and cohort ``[(client_id, slot_start, slot_count), ...]``.
@@ -408,8 +503,14 @@ class SecureRuns:
             seen_digest=state.seen,
             own_value=state.contribution,
             max_members=_cohort_cap(state),
+            roster=True,
         )
-        state.cohort = seeding.cohort_of(seeding.entries_of(tr))
+        entries = seeding.entries_of(tr)
+        state.cohort = seeding.cohort_of(entries)
+        state.keys = {
+            cid: bytes.fromhex(k)
+            for (cid, _, _, _), k in zip(entries, seeding.keys_of(tr), strict=True)
+        }
         state.seed = seed
         return seed
 
@@ -625,6 +726,10 @@ class SecureRuns:
         if (setup.client, setup.n) != (i, n):
             raise SecurityError("the setup message is not for this device's derived index and size")
         session = seeding.session_id(seed, index, number)
+        assert state.keys is not None
+        roster = committed_roster(state.keys, members, session, seeding.task_id_bytes(run_id))
+        setup = with_committed_roster(setup, roster)
+        down = setup.to_bytes()
         checked = checked_members(
             n,
             params.k,
@@ -660,7 +765,7 @@ class SecureRuns:
                 f"the server's session parameters (k, t, bits, length, min_survivors, threat model) "
                 f"= {got}; this device's for n={n} are {want}"
             )
-        verifier.verify(SessionRoster.from_bytes(setup.roster, max_clients=n))
+        verifier.verify(roster)
         state.rounds[index] = number  # one session per round: any other is refused from now on
         vector = state.encoded.get(index)
         if vector is None:  # each round is encoded (and charged) once

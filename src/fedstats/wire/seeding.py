@@ -13,10 +13,11 @@ in-process form of the same idea):
    bytes ``r_i`` and is given its slots (``slot_start``, ``slot_count``: its records' global indices);
    nobody knows the cohort yet;
 2. once check-in closes, each device fetches the list of every member's ``(client_id, commitment,
-   slot_start, slot_count)`` (the *cohort*), checks its own entry (its commitment, the slots it was given)
-   and that the slots are disjoint and contiguous from 0 (:func:`check_cohort`), and reveals ``r_i``,
-   binding the digest of the list it saw (slots included) into its (signed) reveal, so no member can be
-   added, removed or moved after any reveal;
+   slot_start, slot_count)`` (the *cohort*) and identity key (the run's *roster*, :func:`keys_of`),
+   checks its own entry (its commitment, the slots it was given, its key) and that the slots are
+   disjoint and contiguous from 0 (:func:`check_cohort`), and reveals ``r_i``, binding the digest of the
+   list it saw (slots and keys included) into its (signed) reveal, so no member can be added, removed,
+   moved or re-keyed after any reveal, and every session's roster is fixed once for the run;
 3. the run's seed is ``SHA-256(domain || run || digest(list) || r_1 || ... || r_m)`` in slot order, and
    every session id, the projection seed and the partition of each secure round into sessions derive
    from it (:func:`session_id`, :func:`projection_seed`, :func:`sessions_of`).
@@ -58,6 +59,7 @@ __all__ = [
     "commitment",
     "commitments_digest",
     "entries_of",
+    "keys_of",
     "projection_seed",
     "run_seed",
     "session_bounds",
@@ -80,6 +82,7 @@ STAGES = ("advertise", "share", "masked_input", "consistency", "unmask")
 message is what a device needs to send its stage-``s`` message."""
 _COMMIT = b"fedstats/service/seed-commit/v1\x00"
 _LIST = b"fedstats/service/seed-list/v2\x00"
+_ROSTER_LIST = b"fedstats/service/seed-list/v3\x00"  # the list with every member's identity key
 _SEED = b"fedstats/service/run-seed/v1\x00"
 _SESSION = b"fedstats/service/session/v1\x00"
 _PROJECTION = b"fedstats/service/projection/v1\x00"
@@ -116,7 +119,9 @@ def commitment(run_id: str, client_id: str, value: bytes) -> str:
     return hashlib.sha256(_COMMIT + _field(run_id) + _field(client_id) + value).hexdigest()
 
 
-def commitments_digest(run_id: str, entries: Sequence[Entry]) -> str:
+def commitments_digest(
+    run_id: str, entries: Sequence[Entry], keys: Sequence[str] | None = None
+) -> str:
     """Digest (hex) of the ordered commitment list a device sees before revealing, slots included.
 
     Parameters
@@ -124,16 +129,34 @@ def commitments_digest(run_id: str, entries: Sequence[Entry]) -> str:
     run_id : str
     entries : sequence of (client_id, commitment_hex, slot_start, slot_count)
         The run's members in slot order.
+    keys : sequence of str, optional
+        Each member's Ed25519 identity key (64 hex digits), in the same order: the run's **roster**,
+        committed once per run. Every secure session's roster is these keys of its members in the
+        derived order, so a digest over them (signed into each member's reveal, hashed into the run
+        seed) fixes every session's roster before any member reveals. Without ``keys`` the digest is of
+        the list alone (another domain).
 
     Returns
     -------
     str
         64 hex digits.
+
+    Raises
+    ------
+    SecurityError
+        If ``keys`` does not have one 32-byte key (hex) per entry.
     """
-    h = hashlib.sha256(_LIST + _field(run_id))
+    if keys is not None and len(keys) != len(entries):
+        raise SecurityError("the run's roster must list one identity key per member")
+    h = hashlib.sha256((_LIST if keys is None else _ROSTER_LIST) + _field(run_id))
     h.update(struct.pack("<I", len(entries)))
-    for cid, c, start, count in entries:
+    for j, (cid, c, start, count) in enumerate(entries):
         h.update(_field(cid) + bytes.fromhex(c) + struct.pack("<QQ", int(start), int(count)))
+        if keys is not None:
+            key = bytes.fromhex(keys[j])
+            if len(key) != 32:
+                raise SecurityError("a roster identity key must be 32 bytes")
+            h.update(key)
     return h.hexdigest()
 
 
@@ -210,6 +233,32 @@ def entries_of(transcript: Mapping[str, Any], *, max_members: int | None = None)
     return out
 
 
+def keys_of(transcript: Mapping[str, Any]) -> list[str]:
+    """The run's roster: each member's identity key (hex) from a seed transcript, in list order.
+
+    Each member row carries its key as a sixth element (``[client_id, commitment, reveal, slot_start,
+    slot_count, key]``).
+
+    Raises
+    ------
+    SecurityError
+        If a row lacks its key, a key is not 32 bytes of hex, or two members share a key.
+    """
+    try:
+        keys = [str(m[5]).lower() for m in transcript["members"]]
+        if any(len(k) != 64 for k in keys):
+            raise ValueError("key length")
+        for k in keys:
+            bytes.fromhex(k)
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise SecurityError(
+            "the seed transcript lacks the run's roster (a key per member)"
+        ) from None
+    if len(set(keys)) != len(keys):
+        raise SecurityError("the run's roster lists one identity key twice")
+    return keys
+
+
 def cohort_of(entries: Sequence[Entry]) -> list[Slots]:
     """``(client_id, slot_start, slot_count)`` of each member (the commitments left out)."""
     return [(cid, int(start), int(count)) for cid, _, start, count in entries]
@@ -239,20 +288,32 @@ def check_own_entry(
         )
 
 
-def run_seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes]) -> bytes:
+def run_seed(
+    run_id: str,
+    entries: Sequence[Entry],
+    reveals: Sequence[bytes],
+    keys: Sequence[str] | None = None,
+) -> bytes:
     """The run's 32-byte public seed from the ordered commitment list and every member's revealed value.
+
+    ``keys``: the run's roster, as in :func:`commitments_digest` (its digest enters the seed).
 
     Raises
     ------
     SecurityError
         If a reveal is missing or does not open its commitment.
     """
+    return _seed(run_id, entries, reveals, commitments_digest(run_id, entries, keys))
+
+
+def _seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes], digest: str) -> bytes:
+    """:func:`run_seed` given the list's digest (computed once by the caller)."""
     if len(reveals) != len(entries):
         raise SecurityError("every member's reveal is needed for the run seed")
     for (cid, c, _, _), r in zip(entries, reveals, strict=True):
         if not hmac.compare_digest(commitment(run_id, cid, r), c):
             raise SecurityError(f"the value revealed by {cid!r} does not open its commitment")
-    h = hashlib.sha256(_SEED + _field(run_id) + bytes.fromhex(commitments_digest(run_id, entries)))
+    h = hashlib.sha256(_SEED + _field(run_id) + bytes.fromhex(digest))
     for r in reveals:
         h.update(r)
     return h.digest()
@@ -358,6 +419,7 @@ def verify_transcript(
     seen_digest: str,
     own_value: bytes,
     max_members: int | None = None,
+    roster: bool = False,
 ) -> bytes:
     """A device's check of the published seed transcript; returns the run's seed.
 
@@ -373,11 +435,13 @@ def verify_transcript(
         This device's contribution.
     max_members : int, optional
         Refuse a longer member list.
+    roster : bool, default False
+        The transcript carries the run's roster (:func:`keys_of`), covered by the digest and the seed.
 
     Raises
     ------
     SecurityError
-        If the list (or a member's slots) changed since this device revealed, its own entry is missing or
+        If the list (or a member's slots or keys) changed since this device revealed, its own entry is missing or
         altered, a reveal does not open its commitment, or the published seed is not the one the
         transcript gives.
     """
@@ -387,12 +451,14 @@ def verify_transcript(
         published = bytes.fromhex(str(transcript["seed"]))
     except (KeyError, TypeError, ValueError, IndexError):
         raise SecurityError("malformed seed transcript") from None
-    if not hmac.compare_digest(commitments_digest(run_id, entries), seen_digest):
+    keys = keys_of(transcript) if roster else None
+    digest = commitments_digest(run_id, entries, keys)
+    if not hmac.compare_digest(digest, seen_digest):
         raise SecurityError("the run's commitment list changed after this device revealed")
     mine = [r for (cid, _, _, _), r in zip(entries, reveals, strict=True) if cid == client_id]
     if mine != [own_value]:
         raise SecurityError("this device's reveal is missing or altered in the seed transcript")
-    seed = run_seed(run_id, entries, reveals)
+    seed = _seed(run_id, entries, reveals, digest)
     if not hmac.compare_digest(seed, published):
         raise SecurityError("the published run seed does not follow from its transcript")
     return seed

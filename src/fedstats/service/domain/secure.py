@@ -58,6 +58,7 @@ from fedstats.secagg.messages import (
     ConsistencySignature,
     EncryptedShares,
     MaskedInput,
+    SetupMessage,
     UnmaskResponse,
 )
 from fedstats.secagg.params import SecAggParameters, find_parameters
@@ -123,7 +124,8 @@ def close_seeding(tx: Tx, run: Any, deadline: float) -> str | None:
         )
     entries = [(m.client_id, str(m.commitment), m.slot_start, m.slot_count) for m in rows]
     reveals = [bytes.fromhex(str(m.reveal)) for m in rows]
-    tx.start_secure_run(run.id, seeding.run_seed(run.id, entries, reveals).hex())
+    keys = [c.public_key for c in enrolled_rows(tx, [m.client_id for m in rows])]
+    tx.start_secure_run(run.id, seeding.run_seed(run.id, entries, reveals, keys).hex())
     return None
 
 
@@ -147,13 +149,26 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _sent(stage: int, msg: Any) -> Any:
+    """The message as journaled and sent: a setup message without its roster.
+
+    The roster (the members' identity keys in roster order, ``32 n`` bytes) is committed once per run in
+    the seed transcript every member verified (:func:`fedstats.wire.seeding.commitments_digest` with the
+    keys); each device derives its session's roster from it and refuses a setup message that carries
+    another. Sending it again to every member of every session cost ``32 n^2`` bytes per session.
+    """
+    if stage == 0 and isinstance(msg, SetupMessage):
+        return dataclasses.replace(msg, roster=b"")
+    return msg
+
+
 def _store_down(tx: Tx, row: SecureSessionRow, stage: int, out: dict[int, Any]) -> None:
     """Journal a stage's messages to the devices: one multi-row insert (a session has up to 10^3)."""
     if not out:
         return
     messages = []
     for i, msg in out.items():
-        data = msg.to_bytes()
+        data = _sent(stage, msg).to_bytes()
         messages.append((int(i), data, digest_of(data)))
     tx.add_down_messages(row.run_id, row.round_index, row.number, stage, messages, time.time())
 
@@ -302,7 +317,7 @@ def _rebuild(tx: Tx, run: Any, row: SecureSessionRow, dim: int) -> _Live:
     out: dict[int, Any] = dict(server.setup())
     for stage in range(row.stage + 1):
         journal = _downs(tx, row, stage)
-        if {i: digest_of(m.to_bytes()) for i, m in out.items()} != journal:
+        if {i: digest_of(_sent(stage, m).to_bytes()) for i, m in out.items()} != journal:
             raise SecurityError(
                 f"replay of session {row.number} of round {row.round_index} diverged from the "
                 f"journal at stage {STAGES[stage]}"

@@ -27,11 +27,15 @@ from fedstats.service.store.secure import MemberRow, SecureSessionRow
 from fedstats.wire import seeding
 
 __all__ = [
+    "cached_certificates",
+    "cached_down",
+    "cached_member",
     "certificates",
     "down_message",
     "member_of",
     "record_reveal",
     "secure_work",
+    "seed_reveals",
     "seed_transcript",
     "session_member",
     "submit_up",
@@ -54,23 +58,35 @@ def member_of(tx: Tx, run_id: str, client_id: str) -> MemberRow:
 
 # a seeding run's commitment list and its digest: fixed once check-in closed, read once per process
 _COMMITMENTS: dict[str, tuple[list[list[Any]], str]] = {}
+# a seeded run's cohort (client ids): fixed, so a member's request for the reveals needs no transaction
+_COHORTS: dict[str, frozenset[str]] = {}
+
+
+def cached_member(run_id: str, client_id: str) -> bool:
+    """Whether this process already knows ``client_id`` to be in the (fixed) cohort of ``run_id``."""
+    return client_id in _COHORTS.get(run_id, ())
 
 
 def _commitment_list(tx: Tx, run: Any) -> tuple[list[list[Any]], str]:
-    """The commitment list in slot order, reveals withheld, and its digest (slots included).
+    """The commitment list in slot order, reveals withheld, and its digest (slots and roster included).
 
-    Each member is ``[client_id, commitment, "", slot_start, slot_count]``; the digest is
-    :func:`fedstats.wire.seeding.commitments_digest`.
+    Each member is ``[client_id, commitment, "", slot_start, slot_count, identity_key]``: the keys are
+    the run's roster, committed once per run (every session's roster is its members' keys); the digest
+    is :func:`fedstats.wire.seeding.commitments_digest` with the keys.
     """
     got = _COMMITMENTS.get(run.id)
     if got is None:
         rows = ordered_members(tx, run.id)
+        keys = [c.public_key for c in enrolled_rows(tx, [m.client_id for m in rows])]
         members: list[list[Any]] = [
-            [m.client_id, m.commitment or "", "", m.slot_start, m.slot_count] for m in rows
+            [m.client_id, m.commitment or "", "", m.slot_start, m.slot_count, key]
+            for m, key in zip(rows, keys, strict=True)
         ]
         got = (
             members,
-            seeding.commitments_digest(run.id, [(c, m, a, n) for c, m, _, a, n in members]),
+            seeding.commitments_digest(
+                run.id, [(c, m, a, n) for c, m, _, a, n, _ in members], keys
+            ),
         )
         if run.status == "seeding":  # the cohort is fixed
             if len(_COMMITMENTS) > 100:
@@ -99,13 +115,32 @@ def seed_transcript(tx: Tx, run: Any) -> dict[str, Any]:
         }
     rows = ordered_members(tx, run.id)
     entries = [(m.client_id, m.commitment or "", m.slot_start, m.slot_count) for m in rows]
+    keys = [c.public_key for c in enrolled_rows(tx, [m.client_id for m in rows])]
     return {
         "members": [
-            [m.client_id, m.commitment or "", m.reveal or "", m.slot_start, m.slot_count]
-            for m in rows
+            [m.client_id, m.commitment or "", m.reveal or "", m.slot_start, m.slot_count, key]
+            for m, key in zip(rows, keys, strict=True)
         ],
-        "commitments_digest": seeding.commitments_digest(run.id, entries),
+        "commitments_digest": seeding.commitments_digest(run.id, entries, keys),
         "seed": run.public_seed,
+        "status": run.status,
+    }
+
+
+def seed_reveals(tx: Tx, run: Any) -> dict[str, Any]:
+    """The fixed seed and every member's reveal, in the commitment list's (slot) order.
+
+    What a member that revealed needs besides the list it saw (:func:`seed_transcript` without the
+    list). Only for a run whose seed is fixed.
+    """
+    assert run.public_seed is not None
+    rows = ordered_members(tx, run.id)
+    if len(_COHORTS) > 100:
+        _COHORTS.clear()
+    _COHORTS[run.id] = frozenset(m.client_id for m in rows)
+    return {
+        "seed": run.public_seed,
+        "reveals": [m.reveal or "" for m in rows],
         "status": run.status,
     }
 
@@ -212,19 +247,47 @@ def _members_of(tx: Tx, run_id: str, index: int, number: int) -> dict[str, int]:
     return got
 
 
+# a stage's messages to the devices are journaled in one transaction (the one that opens the stage) and
+# never change: the first device that asks after that loads all of them with one query, every other
+# device of the session is answered from memory (per process; a few recent stages are kept)
+_DOWNS: dict[tuple[str, int, int, int], dict[int, bytes]] = {}
+_DOWN_STAGES_KEPT = 16
+
+
+def _stage_downs(
+    tx: Tx, run_id: str, index: int, number: int, stage: int
+) -> dict[int, bytes] | None:
+    """Every server message of a session's stage, ``client_index -> payload``; None before it opened.
+
+    One query per stage and process: the stage's messages are inserted together when it opens, so a
+    non-empty answer is the whole stage.
+    """
+    key = (run_id, index, number, stage)
+    got = _DOWNS.get(key)
+    if got is None:
+        got = tx.down_payloads(run_id, index, number, stage)
+        if not got:
+            return None  # not open yet (or a session without messages): asked again later
+        while len(_DOWNS) >= _DOWN_STAGES_KEPT:
+            _DOWNS.pop(next(iter(_DOWNS)))
+        _DOWNS[key] = got
+    return got
+
+
 def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any] | None:
     """The stage a device's session is at in a secure round, if the device is addressed there, else None.
 
-    The stage stays listed after the device answered it (the device remembers what it sent). Two small
-    statements: the round's open sessions (key columns), and whether the device was sent a message at its
-    session's current stage (key columns, no payload).
+    The stage stays listed after the device answered it (the device remembers what it sent). One small
+    statement (the round's open sessions, key columns); whether the device was sent a message at its
+    session's current stage is read from the stage's messages, loaded once per stage and process.
     """
     for number, stage, deadline in tx.open_secure_sessions(run_id, rec.index):
         members = _members_of(tx, run_id, rec.index, number)
         i = members.get(client_id)
         if i is None:
             continue
-        if not tx.addressed(run_id, rec.index, number, stage, i):  # a dropout for the protocol
+        downs = _stage_downs(tx, run_id, rec.index, number, stage)
+        if downs is None or i not in downs:  # a dropout for the protocol
             return None
         # listed until the stage closes, answered or not: the device's answer does not change its work
         # list, so its next long poll waits for the next stage instead of returning at once
@@ -239,6 +302,21 @@ def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any]
     return None
 
 
+def cached_down(run_id: str, index: int, number: int, stage: int, client_id: str) -> bytes | None:
+    """The device's stage message from this process's memory alone, or None (then ask the store).
+
+    Both a session's members and a stage's messages never change once stored, so once they are cached
+    (:func:`down_message` filled them) a device's message is served without a transaction. None also
+    when the device is not a member or has no message there: :func:`down_message` then says why.
+    """
+    members = _MEMBERS.get((run_id, index, number))
+    downs = _DOWNS.get((run_id, index, number, stage))
+    if members is None or downs is None:
+        return None
+    i = members.get(client_id)
+    return None if i is None else downs.get(i)
+
+
 def down_message(tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str) -> bytes:
     """The server's stage message to one device.
 
@@ -250,7 +328,8 @@ def down_message(tx: Tx, run_id: str, index: int, number: int, stage: int, clien
         The device is not a member of the session.
     """
     i = _index_in(_members_of(tx, run_id, index, number), client_id)
-    payload = tx.down_payload(run_id, index, number, stage, i)
+    downs = _stage_downs(tx, run_id, index, number, stage)
+    payload = None if downs is None else downs.get(i)
     if payload is None:
         raise NotFoundError(f"no stage {stage} message for this client in session {number}")
     return payload
@@ -303,8 +382,26 @@ def submit_up(
         raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
     status, current = got
     i = _index_in(_members_of(tx, run_id, index, number), client_id)
-    mine = tx.my_messages(run_id, index, number, stage, i)
     digest = digest_of(data)
+    if status == "open" and current == stage:
+        downs = _stage_downs(tx, run_id, index, number, stage)
+        if (
+            downs is not None
+            and i in downs
+            and len(data) <= _limit(tx, run_id, index, number, stage)
+        ):
+            # the common case, one statement: stored now, or the same (a repeat) or other bytes before
+            stored = tx.add_up_message_once(
+                run_id, index, number, stage, i, data, digest, time.time()
+            )
+            if stored is None:
+                return True
+            if stored == digest:
+                return False
+            raise ConflictError(
+                f"a different stage {stage} message from this client is already stored"
+            )
+    mine = tx.my_messages(run_id, index, number, stage, i)
     if "up" in mine:
         if mine["up"] == digest:
             return False
@@ -322,6 +419,23 @@ def submit_up(
 
 # a session's certificates never change once it is stored: parsed once per process
 _CERTIFICATES: dict[tuple[str, int, int], list[Any]] = {}
+
+
+def cached_certificates(
+    run_id: str, index: int, number: int, client_id: str, indices: list[int]
+) -> list[Any] | None:
+    """:func:`certificates` of ``indices`` from this process's memory alone, or None (ask the store).
+
+    None also when the device is not a member or a position is out of range (:func:`certificates` then
+    raises the error).
+    """
+    key = (run_id, index, number)
+    members, out = _MEMBERS.get(key), _CERTIFICATES.get(key)
+    if members is None or out is None or client_id not in members:
+        return None
+    if any(not 0 <= j < len(out) for j in indices):
+        return None
+    return [out[j] for j in indices]
 
 
 def certificates(

@@ -7,7 +7,8 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 :mod:`fedstats.secagg.messages`.
 
 ============================================================  =====================================
-``GET  /v1/client/runs/{run}/seed``                           the seed transcript (:mod:`fedstats.wire.seeding`)
+``GET  /v1/client/runs/{run}/seed``                           the seed transcript (:mod:`fedstats.wire.seeding`;
+                                                              ``?part=reveals``: the seed and reveals only)
 ``POST /v1/client/runs/{run}/reveal``                         ``{"value": hex, "seen": hex}``
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/certificates``   the session's members' certificates (ETag;
                                                               ``?members=3,17``: those positions only)
@@ -109,14 +110,26 @@ def add_secure_routes(
         return got
 
     @app.get(base + "/seed", **DEVICE)
-    async def seed(run_id: IdPath, request: Request) -> Response:
+    async def seed(run_id: IdPath, request: Request, part: str | None = None) -> Response:
+        """The seed transcript; ``?part=reveals``: only the seed and the reveals in list order.
+
+        A device that revealed holds the commitment list (ids, commitments, slots, keys) it saw; once
+        the seed is fixed it needs only the reveals beside it (a third of the bytes).
+        """
         cid, _, _ = await signed(request)
+        if part not in (None, "reveals"):
+            raise HTTPException(422, "part must be 'reveals' or absent")
+        fast = cache.get(("reveals", run_id)) if part == "reveals" else None
+        if fast is not None and secure_devices.cached_member(run_id, cid):
+            return Response(fast, media_type="application/json")  # fixed: no transaction
 
         def go() -> bytes:
             with store.transaction(read_only=True) as tx:
                 run = runs.load_run(tx, run_id)
                 s = tx.secure
                 secure_devices.member_of(s, run_id, cid)
+                if part == "reveals" and run.public_seed is not None:
+                    return cached(("reveals", run_id), lambda: secure_devices.seed_reveals(s, run))
                 if run.public_seed is None:
                     if run.status == "seeding":  # the commitment list: fixed, every member asks
                         return cached(
@@ -167,6 +180,9 @@ def add_secure_routes(
         cid, _, _ = await signed(request)
         indices = None if members is None else _positions(members)
         if indices is not None:
+            fast = secure_devices.cached_certificates(run_id, index, number, cid, indices)
+            if fast is not None:  # a session's certificates never change: no transaction
+                return Response(json.dumps(fast).encode(), media_type="application/json")
 
             def some() -> bytes:
                 with store.transaction(read_only=True) as tx:
@@ -219,6 +235,9 @@ def add_secure_routes(
                     raise
 
         async def attempt() -> bytes | None:
+            got = secure_devices.cached_down(run_id, index, number, stage, cid)
+            if got is not None:  # journaled and cached: served without a transaction
+                return got
             return await offload(go)
 
         population = await population_of(cid) if wait > 0 else ""

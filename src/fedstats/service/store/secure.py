@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from fedstats.service.store.tables import (
@@ -229,6 +230,24 @@ class SecureQueries(ABC):
         """Journal one device's stage message."""
 
     @abstractmethod
+    def add_up_message_once(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        client_index: int,
+        payload: bytes,
+        digest: str,
+        now: float,
+    ) -> str | None:
+        """Journal one device's stage message unless one is stored.
+
+        Returns None if inserted, else the stored message's digest: one statement on the common path
+        (``INSERT ... ON CONFLICT DO NOTHING RETURNING``), a second only for a repeat.
+        """
+
+    @abstractmethod
     def count_messages(
         self, run_id: str, index: int, number: int, stage: int, direction: str
     ) -> int:
@@ -253,6 +272,10 @@ class SecureQueries(ABC):
         self, run_id: str, index: int, number: int, stage: int, client_index: int
     ) -> bytes | None:
         """The server's stage message to one device, or None."""
+
+    @abstractmethod
+    def down_payloads(self, run_id: str, index: int, number: int, stage: int) -> dict[int, bytes]:
+        """``client_index -> payload`` of every server message of a stage (one query for all devices)."""
 
     @abstractmethod
     def my_messages(
@@ -296,12 +319,20 @@ _ADDRESSED = select(_M.direction).where(
 _DOWN_PAYLOAD = select(_M.payload).where(
     *_MESSAGE_KEY, _M.direction == "down", _M.client_index == bindparam("client_index")
 )
+_DOWN_PAYLOADS = select(_M.client_index, _M.payload).where(*_MESSAGE_KEY, _M.direction == "down")
 _SESSION_STAGE = select(_S.status, _S.stage).where(*_SESSION_KEY)
 _SESSION_STAGE_SHARED = _SESSION_STAGE.with_for_update(read=True)
 _MINE = select(_M.direction, _M.digest).where(
     *_MESSAGE_KEY, _M.client_index == bindparam("client_index")
 )
 _INSERT_MESSAGE = insert(_MESSAGES)
+_INSERT_MESSAGE_ONCE = {
+    name: dialect.insert(_MESSAGES).on_conflict_do_nothing().returning(_M.client_index)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_UP_DIGEST = select(_M.digest).where(
+    *_MESSAGE_KEY, _M.direction == "up", _M.client_index == bindparam("client_index")
+)
 _SESSION_ROW = select(*_SESSIONS.c).where(*_SESSION_KEY)
 _SESSION_ROW_LOCKED = _SESSION_ROW.with_for_update()
 _MEMBER_COLUMNS = (
@@ -510,6 +541,31 @@ class SqlSecureQueries(SecureQueries):
             },
         )
 
+    def add_up_message_once(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        client_index: int,
+        payload: bytes,
+        digest: str,
+        now: float,
+    ) -> str | None:
+        """See :meth:`SecureQueries.add_up_message_once`."""
+        conn = self.session.connection()
+        key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
+        row = {**key, "direction": "up", "client_index": client_index}
+        got = conn.execute(
+            _INSERT_MESSAGE_ONCE[conn.dialect.name],
+            {**row, "payload": payload, "digest": digest, "created_at": now},
+        ).first()
+        if got is not None:
+            return None
+        return str(
+            self.session.execute(_UP_DIGEST, {**key, "client_index": client_index}).scalar_one()
+        )
+
     def count_messages(
         self, run_id: str, index: int, number: int, stage: int, direction: str
     ) -> int:
@@ -575,6 +631,11 @@ class SqlSecureQueries(SecureQueries):
             _DOWN_PAYLOAD, {**key, "client_index": client_index}
         ).scalar_one_or_none()
         return None if got is None else bytes(got)
+
+    def down_payloads(self, run_id: str, index: int, number: int, stage: int) -> dict[int, bytes]:
+        """See :meth:`SecureQueries.down_payloads`."""
+        key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
+        return {int(i): bytes(p) for i, p in self.session.execute(_DOWN_PAYLOADS, key)}
 
     def my_messages(
         self, run_id: str, index: int, number: int, stage: int, client_index: int
