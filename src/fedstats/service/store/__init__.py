@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -198,22 +198,49 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 
 class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
-    """One open transaction of the store: the core, secure and Prio3 query groups on one session.
+    """One open transaction of the store: the core, secure and Prio3 query groups on one connection.
 
     Obtained from :meth:`Store.transaction`; the domain layer calls its query methods
     (:class:`~fedstats.service.store.core.CoreQueries`, :class:`~fedstats.service.store.secure.SecureQueries`,
-    :class:`~fedstats.service.store.vdaf.VdafQueries`).
-    ``session`` is the SQLAlchemy session of the transaction, for code not yet converted to the query
-    methods.
+    :class:`~fedstats.service.store.vdaf.VdafQueries`). The core queries run as Core statements on the
+    transaction's connection (``conn``); ``session``, an ORM session joined to that connection's
+    transaction, is created on first use only (the secure path, the driver's ORM rows): a device's poll
+    or upload never builds one.
 
     Parameters
     ----------
-    session : Session
-        A session inside its transaction.
+    conn : Connection or Session
+        A connection inside its transaction, or (callers not yet converted) a session inside its
+        transaction.
     """
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, conn: Connection | Session) -> None:
+        if isinstance(conn, Session):
+            self._session: Session | None = conn
+            self._conn: Connection | None = None
+        else:
+            self._session = None
+            self._conn = conn
+
+    @property
+    def conn(self) -> Connection:
+        """The transaction's connection."""
+        if self._conn is None:
+            assert self._session is not None
+            self._conn = self._session.connection()
+        return self._conn
+
+    @property
+    def session(self) -> Session:
+        """An ORM session joined to the transaction (created on first use; flushed before commit)."""
+        if self._session is None:
+            self._session = Session(bind=self._conn, expire_on_commit=False)
+        return self._session
+
+    def flush(self) -> None:
+        """Write the ORM session's pending changes (if a session was created) to the transaction."""
+        if self._session is not None:
+            self._session.flush()
 
     @property
     def core(self) -> Tx:
@@ -272,10 +299,17 @@ class Store:
             The transaction only reads (default False). On SQLite it then starts with a plain ``BEGIN``
             (a snapshot, no write lock) instead of ``BEGIN IMMEDIATE``; it still ends with one commit.
         """
-        with self.sessions() as s, s.begin():
+        with self.engine.connect() as conn:
             if read_only and self.is_sqlite:
-                s.connection(execution_options={"fedstats_read_only": True})
-            yield Tx(s)
+                conn.execution_options(fedstats_read_only=True)
+            tx = Tx(conn)
+            try:
+                with conn.begin():
+                    yield tx
+                    tx.flush()  # the ORM rows changed through tx.session, before the commit
+            finally:
+                if tx._session is not None:
+                    tx._session.close()
 
     def writable(self) -> str | None:
         """Probe whether the store can write now; None if it can, else the reason.

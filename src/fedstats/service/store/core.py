@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, delete, exists, func, or_, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -601,17 +601,31 @@ _CHARGE_COLUMNS = (
 
 
 class SqlCoreQueries(CoreQueries):
-    """:class:`CoreQueries` on SQLAlchemy (``self.session``: the transaction's session)."""
+    """:class:`CoreQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
     session: Session
+    conn: Connection
+    _session: Session | None
+
+    def _exec(self, stmt: Any, params: Any = None) -> Any:
+        """Execute a Core statement on the transaction's connection (no ORM layer).
+
+        The ORM session, if the transaction has one, is flushed first (as the session's own autoflush
+        would): a Core read after an ORM change sees it.
+        """
+        if self._session is not None:
+            self._session.flush()
+        return self.conn.execute(stmt, params)
 
     def _run(self, stmt: Any, params: dict[str, Any]) -> Any:
         """Execute a prebuilt Core statement on the transaction's connection (no ORM layer)."""
-        return self.session.connection().execute(stmt, params)
+        return self._exec(stmt, params)
 
     def _insert_ignore(self, table: Any, **values: Any) -> int:
         """``INSERT ... ON CONFLICT DO NOTHING``; the number of rows inserted (0 or 1)."""
-        conn = self.session.connection()
+        if self._session is not None:
+            self._session.flush()
+        conn = self.conn
         dialect = conn.dialect.name
         stmt = _INSERT_IGNORE.get((table.name, dialect))
         if stmt is None:
@@ -639,7 +653,7 @@ class SqlCoreQueries(CoreQueries):
 
     def add_client(self, row: ClientRow, enrolled_at: float) -> None:
         """See :meth:`CoreQueries.add_client`."""
-        self.session.execute(
+        self._exec(
             _CLIENTS.insert().values(
                 id=row.id,
                 public_key=row.public_key,
@@ -654,9 +668,7 @@ class SqlCoreQueries(CoreQueries):
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
         """See :meth:`CoreQueries.set_client_certificate`."""
         c = _CLIENTS.c
-        self.session.execute(
-            update(_CLIENTS).where(c.id == client_id).values(certificate=certificate)
-        )
+        self._exec(update(_CLIENTS).where(c.id == client_id).values(certificate=certificate))
 
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
         """See :meth:`CoreQueries.use_nonce`."""
@@ -664,7 +676,7 @@ class SqlCoreQueries(CoreQueries):
 
     def purge_nonces(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_nonces`."""
-        got = self.session.execute(delete(_NONCES).where(_NONCES.c.ts < before))
+        got = self._exec(delete(_NONCES).where(_NONCES.c.ts < before))
         return int(getattr(got, "rowcount", 0) or 0)
 
     def authorities(self) -> dict[str, str]:
@@ -678,24 +690,24 @@ class SqlCoreQueries(CoreQueries):
     def operator_of(self, token_hash: str) -> str | None:
         """See :meth:`CoreQueries.operator_of`."""
         o = _OPERATORS.c
-        got = self.session.execute(select(o.name).where(o.token_hash == token_hash)).scalar()
+        got = self._exec(select(o.name).where(o.token_hash == token_hash)).scalar()
         return None if got is None else str(got)
 
     def operator_exists(self, name: str) -> bool:
         """See :meth:`CoreQueries.operator_exists`."""
         o = _OPERATORS.c
-        return self.session.execute(select(o.name).where(o.name == name)).first() is not None
+        return self._exec(select(o.name).where(o.name == name)).first() is not None
 
     def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
         """See :meth:`CoreQueries.add_operator`."""
-        self.session.execute(
+        self._exec(
             _OPERATORS.insert().values(name=name, token_hash=token_hash, created_at=created_at)
         )
 
     def task_json(self, task_id: str) -> str | None:
         """See :meth:`CoreQueries.task_json`."""
         t = _TASKS.c
-        got = self.session.execute(select(t.config).where(t.id == task_id)).scalar()
+        got = self._exec(select(t.config).where(t.id == task_id)).scalar()
         return None if got is None else str(got)
 
     def cohort(self, run_id: str) -> tuple[int, int]:
@@ -718,7 +730,7 @@ class SqlCoreQueries(CoreQueries):
         commitment: str | None,
     ) -> None:
         """See :meth:`CoreQueries.add_member`."""
-        self.session.execute(
+        self._exec(
             _MEMBERS.insert().values(
                 run_id=run_id,
                 client_id=client_id,
@@ -796,7 +808,7 @@ class SqlCoreQueries(CoreQueries):
     def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
         """See :meth:`CoreQueries.closed_totals`."""
         r = _ROUNDS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.index, r.total, r.n_clients)
             .where(r.run_id == run_id, r.index < before, r.status == "closed")
             .order_by(r.index)
@@ -821,16 +833,16 @@ class SqlCoreQueries(CoreQueries):
 
     def add_run(self, **values: Any) -> None:
         """See :meth:`CoreQueries.add_run`."""
-        self.session.execute(_RUNS.insert().values(**values))
+        self._exec(_RUNS.insert().values(**values))
 
     def update_run(self, run_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_run`."""
-        self.session.execute(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
+        self._exec(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
 
     def any_closed_round(self, run_id: str) -> bool:
         """See :meth:`CoreQueries.any_closed_round`."""
         r = _ROUNDS.c
-        got = self.session.execute(
+        got = self._exec(
             select(r.index).where(r.run_id == run_id, r.status == "closed").limit(1)
         ).first()
         return got is not None
@@ -838,7 +850,7 @@ class SqlCoreQueries(CoreQueries):
     def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
         """See :meth:`CoreQueries.rounds_of`."""
         r = _ROUNDS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.index, r.name, r.status, r.lo, r.hi, r.n_clients)
             .where(r.run_id == run_id)
             .order_by(r.index)
@@ -848,9 +860,7 @@ class SqlCoreQueries(CoreQueries):
     def slots_of(self, run_id: str) -> list[tuple[int, int]]:
         """See :meth:`CoreQueries.slots_of`."""
         m = _MEMBERS.c
-        rows = self.session.execute(
-            select(m.slot_start, m.slot_count).where(m.run_id == run_id)
-        ).all()
+        rows = self._exec(select(m.slot_start, m.slot_count).where(m.run_id == run_id)).all()
         return [(int(a), int(c)) for a, c in rows]
 
     def claim_runs(
@@ -866,7 +876,7 @@ class SqlCoreQueries(CoreQueries):
             )
         else:
             which = and_(r.id.in_(own), r.lease_owner == owner)
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.id, r.lease_owner, r.lease_until, r.lease_epoch)
             .where(r.status.in_(("checkin", "seeding", "running")), which)
             .with_for_update(skip_locked=True, key_share=True)
@@ -876,7 +886,7 @@ class SqlCoreQueries(CoreQueries):
     def held_runs(self, owner: str) -> list[tuple[str, int]]:
         """See :meth:`CoreQueries.held_runs`."""
         r = _RUNS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.id, r.lease_epoch).where(
                 r.status.in_(("checkin", "seeding", "running")), r.lease_owner == owner
             )
@@ -886,7 +896,7 @@ class SqlCoreQueries(CoreQueries):
     def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
         """See :meth:`CoreQueries.closed_rounds`."""
         r = _ROUNDS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.index, r.params_digest, r.encode, r.total, r.n_clients)
             .where(r.run_id == run_id, r.status == "closed")
             .order_by(r.index)
@@ -907,12 +917,12 @@ class SqlCoreQueries(CoreQueries):
     def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
         """See :meth:`CoreQueries.round_counts`."""
         m, p = _MEMBERS.c, _REPORTS.c
-        expected = self.session.execute(
+        expected = self._exec(
             select(func.count()).where(
                 m.run_id == run_id, m.slot_start < hi, m.slot_start + m.slot_count > lo
             )
         ).scalar_one()
-        got = self.session.execute(
+        got = self._exec(
             select(func.count()).where(p.run_id == run_id, p.round_index == index)
         ).scalar_one()
         return int(expected), int(got)
@@ -920,7 +930,7 @@ class SqlCoreQueries(CoreQueries):
     def round_reports(self, run_id: str, index: int) -> list[ReportRow]:
         """See :meth:`CoreQueries.round_reports`."""
         p = _REPORTS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(p.client_id, p.vector, p.count, p.excluded).where(
                 p.run_id == run_id, p.round_index == index
             )
@@ -930,7 +940,7 @@ class SqlCoreQueries(CoreQueries):
     def exclude_report(self, run_id: str, index: int, client_id: str, problem: str) -> None:
         """See :meth:`CoreQueries.exclude_report`."""
         p = _REPORTS.c
-        self.session.execute(
+        self._exec(
             update(_REPORTS)
             .where(p.run_id == run_id, p.round_index == index, p.client_id == client_id)
             .values(excluded=problem)
@@ -939,7 +949,7 @@ class SqlCoreQueries(CoreQueries):
     def member_slots(self, run_id: str) -> dict[str, tuple[int, int]]:
         """See :meth:`CoreQueries.member_slots`."""
         m = _MEMBERS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(m.client_id, m.slot_start, m.slot_count).where(m.run_id == run_id)
         ).all()
         return {str(c): (int(a), int(n)) for c, a, n in rows}
@@ -947,7 +957,7 @@ class SqlCoreQueries(CoreQueries):
     def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
         """See :meth:`CoreQueries.recent_runs`."""
         r = _RUNS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.id, r.task_id, r.created_at, r.finished_at)
             .order_by(r.created_at.desc())
             .limit(limit)
@@ -957,7 +967,7 @@ class SqlCoreQueries(CoreQueries):
     def population_counts(self) -> list[tuple[str, int, int, float | None]]:
         """See :meth:`CoreQueries.population_counts`."""
         c = _CLIENTS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(
                 c.population, func.count(c.id), func.count(c.revoked_at), func.max(c.enrolled_at)
             ).group_by(c.population)
@@ -967,7 +977,7 @@ class SqlCoreQueries(CoreQueries):
     def checked_in_by_population(self) -> list[tuple[str, int]]:
         """See :meth:`CoreQueries.checked_in_by_population`."""
         c, m, r = _CLIENTS.c, _MEMBERS.c, _RUNS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(c.population, func.count(func.distinct(m.client_id)))
             .select_from(_MEMBERS)
             .join(_RUNS, r.id == m.run_id)
@@ -980,7 +990,7 @@ class SqlCoreQueries(CoreQueries):
     def budgets(self) -> list[BudgetRow]:
         """See :meth:`CoreQueries.budgets`."""
         b = _BUDGETS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(b.scope, b.name, b.epsilon, b.delta).order_by(b.scope, b.name)
         ).all()
         return [BudgetRow(str(s), str(n), float(e), float(d)) for s, n, e, d in rows]
@@ -989,7 +999,7 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.reserved_charges`."""
         c = _CHARGES.c
         col = c.population if scope == "population" else c.analyst
-        rows = self.session.execute(
+        rows = self._exec(
             select(*_CHARGE_COLUMNS).where(col == name, c.status == "reserved").order_by(c.id)
         ).all()
         return [ChargeRow(*r) for r in rows]
@@ -999,7 +1009,7 @@ class SqlCoreQueries(CoreQueries):
     ) -> list[tuple[float, str, str, str | None, str]]:
         """See :meth:`CoreQueries.recent_audit`."""
         a = _AUDIT.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(a.ts, a.actor, a.action, a.run_id, a.detail)
             .where(a.action.in_(actions))
             .order_by(a.id.desc())
@@ -1008,13 +1018,13 @@ class SqlCoreQueries(CoreQueries):
         return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
     def _page(self, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
-        total = self.session.execute(select(func.count()).select_from(stmt.subquery())).scalar_one()
-        return list(self.session.execute(stmt.limit(limit).offset(offset)).all()), int(total)
+        total = self._exec(select(func.count()).select_from(stmt.subquery())).scalar_one()
+        return list(self._exec(stmt.limit(limit).offset(offset)).all()), int(total)
 
     def tasks_newest(self) -> list[tuple[str, str, float]]:
         """See :meth:`CoreQueries.tasks_newest`."""
         t = _TASKS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(t.id, t.created_by, t.created_at).order_by(t.created_at.desc(), t.id)
         ).all()
         return [(str(i), str(b), float(a)) for i, b, a in rows]
@@ -1090,14 +1100,14 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.device_for_update`."""
         c = _CLIENTS.c
         cols = [c[k] for k in self._DEVICE_COLUMNS]
-        row = self.session.execute(
+        row = self._exec(
             select(*cols, c.revoked_at).where(c.id == client_id).with_for_update()
         ).first()
         return None if row is None else self._device(row)
 
     def update_client(self, client_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_client`."""
-        self.session.execute(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
+        self._exec(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
 
     def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """See :meth:`CoreQueries.page_operators`."""
@@ -1108,7 +1118,7 @@ class SqlCoreQueries(CoreQueries):
     def set_operator_token(self, name: str, token_hash: str) -> bool:
         """See :meth:`CoreQueries.set_operator_token`."""
         o = _OPERATORS.c
-        got = self.session.execute(
+        got = self._exec(
             update(_OPERATORS).where(o.name == name).values(token_hash=token_hash).returning(o.name)
         ).all()
         return bool(got)
@@ -1121,7 +1131,7 @@ class SqlCoreQueries(CoreQueries):
         stmt = select(a.ts, a.actor, a.action, a.run_id, a.detail).order_by(a.id)
         if run_id is not None:
             stmt = stmt.where(a.run_id == run_id)
-        rows = self.session.execute(stmt.limit(limit)).all()
+        rows = self._exec(stmt.limit(limit)).all()
         return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
@@ -1137,7 +1147,7 @@ class SqlCoreQueries(CoreQueries):
         self, ts: float, actor: str, action: str, run_id: str | None, detail: str
     ) -> None:
         """See :meth:`CoreQueries.add_audit`."""
-        self.session.execute(
+        self._exec(
             _AUDIT.insert().values(ts=ts, actor=actor, action=action, run_id=run_id, detail=detail)
         )
 
@@ -1147,7 +1157,7 @@ class SqlCoreQueries(CoreQueries):
         stmt = select(b.scope, b.name, b.epsilon, b.delta).where(b.scope == scope, b.name == name)
         if lock:
             stmt = stmt.with_for_update()
-        row = self.session.execute(stmt).first()
+        row = self._exec(stmt).first()
         if row is None:
             return None
         return BudgetRow(row.scope, row.name, float(row.epsilon), float(row.delta))
@@ -1155,14 +1165,14 @@ class SqlCoreQueries(CoreQueries):
     def put_budget(self, scope: str, name: str, epsilon: float, delta: float) -> None:
         """See :meth:`CoreQueries.put_budget`."""
         b = _BUDGETS.c
-        got = self.session.execute(
+        got = self._exec(
             update(_BUDGETS)
             .where(b.scope == scope, b.name == name)
             .values(epsilon=epsilon, delta=delta)
             .returning(b.scope)
         ).all()
         if not got:
-            self.session.execute(
+            self._exec(
                 _BUDGETS.insert().values(scope=scope, name=name, epsilon=epsilon, delta=delta)
             )
 
@@ -1170,7 +1180,7 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.charges_on`."""
         c = _CHARGES.c
         col = c.population if scope == "population" else c.analyst
-        rows = self.session.execute(
+        rows = self._exec(
             select(*_CHARGE_COLUMNS)
             .where(col == name, c.status.in_(("reserved", "spent")))
             .order_by(c.id)
@@ -1179,7 +1189,7 @@ class SqlCoreQueries(CoreQueries):
 
     def add_charge(self, charge: ChargeRow, now: float) -> None:
         """See :meth:`CoreQueries.add_charge`."""
-        self.session.execute(
+        self._exec(
             _CHARGES.insert().values(
                 run_id=charge.run_id,
                 population=charge.population,
@@ -1196,14 +1206,14 @@ class SqlCoreQueries(CoreQueries):
 
     def charge_of(self, run_id: str) -> ChargeRow | None:
         """See :meth:`CoreQueries.charge_of`."""
-        row = self.session.execute(
+        row = self._exec(
             select(*_CHARGE_COLUMNS).where(_CHARGES.c.run_id == run_id).with_for_update()
         ).first()
         return None if row is None else ChargeRow(*row)
 
     def set_charge_status(self, run_id: str, status: str, now: float) -> None:
         """See :meth:`CoreQueries.set_charge_status`."""
-        self.session.execute(
+        self._exec(
             update(_CHARGES)
             .where(_CHARGES.c.run_id == run_id)
             .values(status=status, updated_at=now)
@@ -1212,7 +1222,7 @@ class SqlCoreQueries(CoreQueries):
     def idempotent_answer(self, actor: str, key: str) -> IdempotentAnswer | None:
         """See :meth:`CoreQueries.idempotent_answer`."""
         k = _IDEMPOTENCY.c
-        row = self.session.execute(
+        row = self._exec(
             select(k.method, k.path, k.request_hash, k.status_code, k.response).where(
                 k.actor == actor, k.key == key
             )
@@ -1239,7 +1249,7 @@ class SqlCoreQueries(CoreQueries):
     def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
         """See :meth:`CoreQueries.store_answer`."""
         k = _IDEMPOTENCY.c
-        self.session.execute(
+        self._exec(
             update(_IDEMPOTENCY)
             .where(k.actor == actor, k.key == key)
             .values(status_code=status_code, response=response)
@@ -1248,7 +1258,7 @@ class SqlCoreQueries(CoreQueries):
     def bump_version(self) -> int:
         """See :meth:`CoreQueries.bump_version`."""
         v = _VERSION.c
-        got = self.session.execute(
+        got = self._exec(
             update(_VERSION).where(v.id == 1).values(version=v.version + 1).returning(v.version)
         ).scalar_one()
         return int(got)
@@ -1256,4 +1266,4 @@ class SqlCoreQueries(CoreQueries):
     def version(self) -> int:
         """See :meth:`CoreQueries.version`."""
         v = _VERSION.c
-        return int(self.session.execute(select(v.version).where(v.id == 1)).scalar_one())
+        return int(self._exec(select(v.version).where(v.id == 1)).scalar_one())
