@@ -222,8 +222,8 @@ class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
             self._session = None
             self._conn = conn
 
-    @property
-    def conn(self) -> Connection:
+    @property  # the query mixins declare it as an attribute
+    def conn(self) -> Connection:  # type: ignore[override]
         """The transaction's connection."""
         if self._conn is None:
             assert self._session is not None
@@ -231,7 +231,7 @@ class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
         return self._conn
 
     @property
-    def session(self) -> Session:
+    def session(self) -> Session:  # type: ignore[override]
         """An ORM session joined to the transaction (created on first use; flushed before commit)."""
         if self._session is None:
             self._session = Session(bind=self._conn, expire_on_commit=False)
