@@ -17,22 +17,25 @@ import asyncio
 import functools
 import hashlib
 import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 
 from fedstats.errors import SecurityError
 from fedstats.service.domain import runs, tasks
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
-from fedstats.service.http.deps import DeviceAuth, Signed, use_nonce
+from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest, use_nonce
 from fedstats.service.http.edge import BadJSON, StrictRoute, strict_loads
 from fedstats.service.http.schemas import (
     CHECKIN_BODY,
     DEVICE,
+    MAX_INDEX,
     REGISTER_BODY,
     REPORT_BODY,
     IdPath,
@@ -198,6 +201,42 @@ def _work_json(tx: Tx, client_id: str, population: str) -> bytes:
     return json.dumps(runs.client_work(tx, client_id, population), separators=(",", ":")).encode()
 
 
+Handler = Callable[[Request], Awaitable[Response]]
+
+_WAIT = re.compile(rb"wait=([0-9]{1,6}(?:\.[0-9]{1,6})?)")
+
+
+def _index_of(raw: str) -> int | None:
+    """A round index written canonically (``0``, ``17``; no sign, no leading zero), else None."""
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10) or (raw[0] == "0" and raw != "0"):
+        return None
+    index = int(raw)
+    return index if index <= MAX_INDEX else None
+
+
+def direct_route(fast: Callable[[Request, Handler], Awaitable[Response]]) -> type[APIRoute]:
+    """A route class whose requests go to ``fast(request, slow)`` instead of FastAPI's handler.
+
+    The route stays a FastAPI route (its parameters, body and answers are in ``/openapi.json``, and
+    schema-driven tests see it as declared); only its request handling is replaced: ``fast`` handles a
+    well-formed request itself (no dependency resolution, no parameter models, no response model) and
+    hands anything else to ``slow``, FastAPI's own handler of the declared endpoint, which answers
+    exactly as before (a malformed path parameter: the same 422). Errors ``fast`` raises are answered by
+    the app's exception handlers, as an endpoint's are.
+    """
+
+    class DirectRoute(StrictRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            slow = super().get_route_handler()
+
+            async def handler(request: Request) -> Response:
+                return await fast(request, slow)
+
+            return handler
+
+    return DirectRoute
+
+
 def device_router(
     store: Store,
     cfg: Any,
@@ -258,14 +297,8 @@ def device_router(
         await offload(store_client)
         return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
-    @router.get("/v1/client/work", **DEVICE)
-    async def work(req: Signed, request: Request, wait: float = 0.0) -> Response:
-        """The device's work list (JSON, with an ``ETag``), long-polled.
-
-        With ``If-None-Match`` naming the list the device already has, the request is held up to ``wait``
-        seconds (at most ``max_wait``) until the list differs; if it still does not, the answer is 304.
-        A list still valid in the cache (:class:`WorkCache`) is answered without the database.
-        """
+    async def work_effect(req: SignedRequest, request: Request, wait: float) -> Response:
+        """The device's work list (JSON, with an ``ETag``), long-polled (see :func:`work`)."""
         cid, population = req.client_id, req.population
         check_wait(wait)
         known = request.headers.get("if-none-match")
@@ -290,6 +323,33 @@ def device_router(
         got = await changes.hold(population, min(wait, cfg.max_wait), differs)
         return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
 
+    async def work_fast(request: Request, slow: Handler) -> Response:
+        query = request.scope.get("query_string", b"")
+        wait = 0.0
+        if query:
+            m = _WAIT.fullmatch(query)
+            if m is None:  # anything but one plain ``wait``: FastAPI's parsing and its errors
+                return await slow(request)
+            wait = float(m[1])
+        return await work_effect(await device(request), request, wait)
+
+    async def work(req: Signed, request: Request, wait: float = 0.0) -> Response:
+        """The device's work list (JSON, with an ``ETag``), long-polled.
+
+        With ``If-None-Match`` naming the list the device already has, the request is held up to ``wait``
+        seconds (at most ``max_wait``) until the list differs; if it still does not, the answer is 304.
+        A list still valid in the cache (:class:`WorkCache`) is answered without the database.
+        """
+        return await work_effect(req, request, wait)
+
+    router.add_api_route(
+        "/v1/client/work",
+        work,
+        methods=["GET"],
+        route_class_override=direct_route(work_fast),
+        **DEVICE,
+    )
+
     @router.post("/v1/client/runs/{run_id}/checkin", openapi_extra=CHECKIN_BODY, **DEVICE)
     async def checkin(run_id: IdPath, req: Signed) -> dict[str, Any]:
         data = _json(req.body)
@@ -311,11 +371,8 @@ def device_router(
         wakeup.set()  # the cohort may be complete: let the driver close check-in now
         return out
 
-    @router.post(
-        "/v1/client/runs/{run_id}/rounds/{index}/report", openapi_extra=REPORT_BODY, **DEVICE
-    )
-    async def report(
-        run_id: IdPath, index: IndexPath, req: Signed, request: Request
+    async def report_effect(
+        run_id: str, index: int, req: SignedRequest, request: Request
     ) -> dict[str, Any]:
         data = _json(req.body)
         count = data.get("count") if isinstance(data, dict) else None
@@ -325,6 +382,19 @@ def device_router(
 
         def go() -> bool:
             with store.transaction() as tx:  # one transaction: the nonce and the report
+                if req.nonce is not None and not req.stale:  # the common case: one statement
+                    new = runs.upload_report(
+                        tx,
+                        (req.nonce.nonce, req.nonce.ts),
+                        run_id,
+                        index,
+                        cid,
+                        data.get("vector"),
+                        count,
+                    )
+                    if new is None:
+                        raise HTTPException(401, "replayed request (nonce already used)")
+                    return new
                 use_nonce(tx, req.nonce)
                 device.confirm(tx, req)
                 return runs.submit_report(tx, run_id, index, cid, data.get("vector"), count)
@@ -339,6 +409,29 @@ def device_router(
         counters["reports_accepted" if new else "reports_duplicate"] += 1
         # the transaction has committed: only now is the report acknowledged
         return {"accepted": True, "duplicate": not new}
+
+    async def report_fast(request: Request, slow: Handler) -> Response:
+        run_id = request.path_params.get("run_id", "")
+        index = _index_of(request.path_params.get("index", ""))
+        if index is None or len(run_id) > 128:  # FastAPI's validation and its 422
+            return await slow(request)
+        got = await report_effect(run_id, index, await device(request), request)
+        return JSONResponse(got)
+
+    async def report(
+        run_id: IdPath, index: IndexPath, req: Signed, request: Request
+    ) -> dict[str, Any]:
+        """Upload the device's report of a round (the sum of its records' reports, and their count)."""
+        return await report_effect(run_id, index, req, request)
+
+    router.add_api_route(
+        "/v1/client/runs/{run_id}/rounds/{index}/report",
+        report,
+        methods=["POST"],
+        route_class_override=direct_route(report_fast),
+        openapi_extra=REPORT_BODY,
+        **DEVICE,
+    )
 
     return router
 

@@ -10,6 +10,7 @@ dataclasses), never ORM objects; reads that grow with a run's cohort are not on 
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, cast
@@ -261,6 +262,55 @@ class CoreQueries(ABC):
         received_at: float,
     ) -> None:
         """Store a report."""
+
+    def put_report(
+        self,
+        nonce: tuple[str, float],
+        expect: tuple[str, int, int],
+        run_id: str,
+        index: int,
+        client_id: str,
+        vector: str,
+        count: int,
+        digest: str,
+        received_at: float,
+    ) -> tuple[bool, bool]:
+        """Record a request's nonce and store a report if the round and membership are as expected.
+
+        The device's upload in one statement where the database allows it (PostgreSQL: one statement
+        of common table expressions; SQLite: two). Nothing is read back: the caller checked the report
+        against the round and slots it expects (``expect``), and the statement stores it only if they
+        still hold.
+
+        Parameters
+        ----------
+        nonce : (str, float)
+            The request's nonce and timestamp (of ``client_id``).
+        expect : (str, int, int)
+            ``(params_digest, slot_start, slot_count)``: the round's parameters' digest and the
+            device's slots the report was checked against.
+        run_id, index, client_id, vector, count, digest, received_at
+            The report, as :meth:`add_report` stores it.
+
+        Returns
+        -------
+        (bool, bool)
+            Whether the nonce was new (False: a replay; nothing written), and whether the report was
+            stored: round ``index`` is open with that digest, the device has exactly those slots and
+            no report in the round yet. When the nonce is new and the report was not stored, the nonce
+            stays recorded in the transaction (the caller reads why, or rolls back).
+        """
+        if not self.use_nonce(client_id, nonce[0], nonce[1]):
+            return False, False
+        rec = self.round_for_report(run_id, index)
+        if rec is None or rec.status != "open" or rec.params_digest != expect[0]:
+            return True, False
+        if self.member(run_id, client_id) != (expect[1], expect[2]):
+            return True, False
+        if self.report_digest(run_id, index, client_id) is not None:
+            return True, False
+        self.add_report(run_id, index, client_id, vector, count, digest, received_at)
+        return True, True
 
     @abstractmethod
     def live_runs(self, client_id: str) -> list[LiveRun]:
@@ -584,6 +634,36 @@ _Q_COHORT = select(func.count(), func.coalesce(func.sum(_MEMBERS.c.slot_count), 
     _MEMBERS.c.run_id == bindparam("run_id")
 )
 _Q_AUTHORITIES = select(_AUTHORITIES.c.id, _AUTHORITIES.c.public_key)
+
+# A device's upload (CoreQueries.put_report) as driver SQL, built once: no statement object, no compile,
+# no cache key. The report is inserted only while its round is open with the digest the device's
+# report was checked against, and the device holds the slots it was checked with.
+_REPORT_IF = """INSERT INTO reports (run_id, round_index, client_id, vector, count, digest, received_at)
+SELECT :run_id, :index, :client_id, :vector, :count, :digest, :received_at
+WHERE {nonce}EXISTS (
+    SELECT 1 FROM {rounds}
+) AND EXISTS (
+    SELECT 1 FROM run_members WHERE run_id = :run_id AND client_id = :client_id
+    AND slot_start = :slot_start AND slot_count = :slot_count
+)
+ON CONFLICT DO NOTHING RETURNING client_id"""
+_OPEN_ROUND = (
+    "rounds WHERE run_id = :run_id AND \"index\" = :index AND status = 'open'"
+    " AND params_digest = :params_digest"
+)
+_NONCE_SQLITE = """INSERT INTO nonces (client_id, nonce, ts) VALUES (:client_id, :nonce, :ts)
+ON CONFLICT DO NOTHING RETURNING client_id"""
+_REPORT_SQLITE = _REPORT_IF.format(nonce="", rounds=_OPEN_ROUND)
+# PostgreSQL: one statement; the round row share-locked (its close waits for the reports being
+# written), the report written only if the nonce was new
+_PUT_REPORT_PG = re.sub(
+    r":(\w+)",
+    r"%(\1)s",
+    f"""WITH n AS ({_NONCE_SQLITE}),
+r AS (SELECT 1 FROM {_OPEN_ROUND} FOR SHARE),
+ins AS ({_REPORT_IF.format(nonce="EXISTS (SELECT 1 FROM n) AND ", rounds="r")})
+SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM ins)""",
+)
 # INSERT ... ON CONFLICT DO NOTHING RETURNING the key, by (table name, dialect name)
 _INSERT_IGNORE: dict[tuple[str, str], Any] = {}
 
@@ -776,6 +856,44 @@ class SqlCoreQueries(CoreQueries):
                 "received_at": received_at,
             },
         )
+
+    def put_report(
+        self,
+        nonce: tuple[str, float],
+        expect: tuple[str, int, int],
+        run_id: str,
+        index: int,
+        client_id: str,
+        vector: str,
+        count: int,
+        digest: str,
+        received_at: float,
+    ) -> tuple[bool, bool]:
+        """See :meth:`CoreQueries.put_report`."""
+        conn = self.conn
+        pg = conn.dialect.name == "postgresql"
+        params = {
+            "client_id": client_id,
+            "nonce": nonce[0],
+            "ts": nonce[1],
+            "run_id": run_id,
+            "index": index,
+            "params_digest": expect[0],
+            "slot_start": expect[1],
+            "slot_count": expect[2],
+            "vector": vector,
+            "count": count,
+            "digest": digest,
+            "received_at": received_at,
+        }
+        if self._session is not None:
+            self._session.flush()
+        if pg:
+            fresh, stored = conn.exec_driver_sql(_PUT_REPORT_PG, params).one()
+            return bool(fresh), bool(stored)
+        if not conn.exec_driver_sql(_NONCE_SQLITE, params).all():
+            return False, False
+        return True, bool(conn.exec_driver_sql(_REPORT_SQLITE, params).all())
 
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs`."""
