@@ -176,13 +176,25 @@ class Driver:
         """Claim leases at the next pass (a run was created or cancelled)."""
         self._claimed_at = -float("inf")
 
-    def note_report(self, run_id: str, index: int) -> None:
+    def note_report(self, run_id: str, index: int) -> bool:
         """Note a report of round ``index`` of ``run_id`` committed by this process.
 
         Not locked: a lost increment only delays the round's close to the next look.
+
+        Returns
+        -------
+        bool
+            Whether a pass may now close the round (wake the driver): False while the round, as
+            counted at the last look plus the reports noted since, still waits for reports (its
+            deadline and reports taken by other processes are seen at the timed passes).
         """
         key = (run_id, index)
-        self._reports[key] = self._reports.get(key, 0) + 1
+        n = self._reports.get(key, 0) + 1
+        self._reports[key] = n
+        live = self._live.get(run_id)
+        if live is None or live.expected is None or live.index != index:
+            return True
+        return live.seen + n >= live.expected
 
     def _due(self, run_id: str, live: _Live) -> bool:
         """Whether a pass must look at the run in the database (False: it certainly waits still)."""

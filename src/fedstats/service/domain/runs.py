@@ -267,7 +267,7 @@ def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
             secure_stage = secure_work(tx.secure, run_id, rec, client_id)
             if secure_stage is None:
                 continue
-        elif tx.reported(run_id, rec.index, client_id):
+        elif live.reported:
             continue
         else:
             _seen(rec, client_id, (live.slot_start, live.slot_count))

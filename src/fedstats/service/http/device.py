@@ -108,7 +108,10 @@ class WorkCache:
         self.changes = changes
         self.seconds = seconds
         self._writes: dict[str, int] = {}
-        self._entries: dict[str, tuple[tuple[Any, ...], float, str, bytes]] = {}
+        # client id -> (key, stored at, ETag, body, round to drop from the body: derived lazily)
+        self._entries: dict[
+            str, tuple[tuple[Any, ...], float, str | None, bytes, tuple[str, int] | None]
+        ] = {}
 
     def key(self, client_id: str, population: str) -> tuple[Any, ...]:
         """What an entry of ``client_id`` must match to be valid now."""
@@ -130,8 +133,9 @@ class WorkCache:
 
         If the entry held before this request was valid until the request's own write (the same
         generation, exactly one write since), the list is now that one without the round (the only
-        thing a plain report changes in it), stored without reading the database. Otherwise nothing is
-        stored and the next poll reads the list.
+        thing a plain report changes in it): the entry is re-keyed without reading the database, and
+        the list is derived at the device's next poll (most devices never poll again in the round).
+        Otherwise nothing is stored and the next poll reads the list.
         """
         got = self._entries.get(client_id)
         if got is None or time.monotonic() - got[1] > self.seconds:
@@ -139,27 +143,34 @@ class WorkCache:
         key = self.key(client_id, population)
         if got[0] != (*key[:-1], key[-1] - 1):
             return
-        work = json.loads(got[3])
-        work["rounds"] = [
-            r
-            for r in work["rounds"]
-            if not (r["run_id"] == run_id and r["round"] == index and r.get("secure") is None)
-        ]
-        self.put(client_id, key, json.dumps(work, separators=(",", ":")).encode())
+        self._entries[client_id] = (key, time.monotonic(), None, got[3], (run_id, index))
 
     def get(self, client_id: str, key: tuple[Any, ...]) -> tuple[str, bytes] | None:
         """``(etag, body)`` of the device's valid entry for ``key``, or None."""
         got = self._entries.get(client_id)
         if got is None or got[0] != key or time.monotonic() - got[1] > self.seconds:
             return None
-        return got[2], got[3]
+        tag, body, drop = got[2], got[3], got[4]
+        if drop is not None:  # a list to derive (see after_report): the old one without the round
+            work = json.loads(body)
+            work["rounds"] = [
+                r
+                for r in work["rounds"]
+                if not (
+                    r["run_id"] == drop[0] and r["round"] == drop[1] and r.get("secure") is None
+                )
+            ]
+            body = json.dumps(work, separators=(",", ":")).encode()
+            tag = self.put(client_id, key, body)
+        assert tag is not None
+        return tag, body
 
     def put(self, client_id: str, key: tuple[Any, ...], body: bytes) -> str:
         """Store the work list computed under ``key`` (if ``key`` is still current); return its tag."""
         tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         if len(self._entries) > 100_000:
             self._entries.clear()
-        self._entries[client_id] = (key, time.monotonic(), tag, body)
+        self._entries[client_id] = (key, time.monotonic(), tag, body, None)
         return tag
 
 
@@ -400,12 +411,12 @@ def device_router(
                 return runs.submit_report(tx, run_id, index, cid, data.get("vector"), count)
 
         new = await offload(go)
-        if new:
-            request.app.state.driver.note_report(run_id, index)
+        # the driver is woken only when the round may be complete (not at every report)
+        if new and request.app.state.driver.note_report(run_id, index):
+            wakeup.set()
         # the device's next poll is answered from the cache, without the database
         cache.after_report(cid, population, run_id, index)
         request.scope["fedstats.work_cached"] = True  # DeviceWrites: the entry is already fresh
-        wakeup.set()  # the round may be complete
         counters["reports_accepted" if new else "reports_duplicate"] += 1
         # the transaction has committed: only now is the report acknowledged
         return {"accepted": True, "duplicate": not new}

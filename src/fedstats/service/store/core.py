@@ -170,6 +170,8 @@ class LiveRun:
     slot_count: int | None
     reveal: str | None
     round: RoundRow | None
+    reported: bool = False
+    """Whether the device has a report in the open round (``round``)."""
 
 
 class CoreQueries(ABC):
@@ -314,7 +316,11 @@ class CoreQueries(ABC):
 
     @abstractmethod
     def live_runs(self, client_id: str) -> list[LiveRun]:
-        """Every live run with ``client_id``'s membership (if any) and its open round (if any)."""
+        """Every live run with ``client_id``'s membership (if any) and its open round (if any).
+
+        One statement: the runs, the device's membership, the open round and whether the device
+        reported in it (outer joins on primary keys).
+        """
 
     @abstractmethod
     def reported(self, run_id: str, index: int, client_id: str) -> bool:
@@ -601,6 +607,7 @@ _Q_LIVE_RUNS = (
         _MEMBERS.c.slot_count,
         _MEMBERS.c.reveal,
         *_ROUND_COLUMNS,
+        _REPORTS.c.digest,
     )
     .select_from(_RUNS)
     .outerjoin(
@@ -608,6 +615,14 @@ _Q_LIVE_RUNS = (
         and_(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == bindparam("client_id")),
     )
     .outerjoin(_ROUNDS, and_(_ROUNDS.c.run_id == _RUNS.c.id, _ROUNDS.c.status == "open"))
+    .outerjoin(
+        _REPORTS,
+        and_(
+            _REPORTS.c.run_id == _RUNS.c.id,
+            _REPORTS.c.round_index == _ROUNDS.c.index,
+            _REPORTS.c.client_id == bindparam("client_id"),
+        ),
+    )
     .where(_RUNS.c.status.in_(("checkin", "seeding", "running")))
 )
 # by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members table
@@ -902,7 +917,7 @@ class SqlCoreQueries(CoreQueries):
         for row in rows:
             rec = None
             if row[9] is not None:
-                rec = RoundRow(*row[9:])
+                rec = RoundRow(*row[9:21])
             out.append(
                 LiveRun(
                     run_id=row[0],
@@ -915,6 +930,7 @@ class SqlCoreQueries(CoreQueries):
                     slot_count=row[7],
                     reveal=row[8],
                     round=rec,
+                    reported=row[21] is not None,
                 )
             )
         return out

@@ -384,6 +384,8 @@ class MemoryCoreQueries(CoreQueries):
                         slot_count=None if m is None else m.slot_count,
                         reveal=None if m is None else m.reveal,
                         round=rec,
+                        reported=rec is not None
+                        and (run.id, rec.index, client_id) in self._t("reports"),
                     )
                 )
         return out
