@@ -235,7 +235,8 @@ def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     reveals: list[dict[str, Any]] = []
     now = time.time()
-    for live in tx.live_runs(client_id):
+    live_runs, finished_runs = tx.device_runs(client_id)
+    for live in live_runs:
         run_id, task_id, rec = live.run_id, live.task_id, live.round
         cfg = task_config(tx, task_id)
         if cfg["privacy"]["population"] != population:
@@ -294,7 +295,7 @@ def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
                 "secure": secure_stage,
             }
         )
-    finished = [{"run_id": r, "status": s} for r, s in tx.finished_runs(client_id)]
+    finished = [{"run_id": r, "status": s} for r, s in finished_runs]
     return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
 
 

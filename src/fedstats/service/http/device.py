@@ -315,7 +315,8 @@ def device_router(
         known = request.headers.get("if-none-match")
 
         def get(key: tuple[Any, ...]) -> tuple[str, bytes]:
-            with store.transaction(read_only=True) as tx:
+            # independent reads (no BEGIN, no COMMIT): the device's row, then its runs in one statement
+            with store.transaction(read_only=True, snapshot=False) as tx:
                 device.confirm(tx, req)
                 body = _work_json(tx, cid, population)
             return cache.put(cid, key, body), body

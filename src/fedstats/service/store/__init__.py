@@ -112,8 +112,12 @@ def _sqlite_engine(url: str) -> Engine:
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         # a read-only transaction (Store.transaction(read_only=True)) takes no write lock
-        read = conn.get_execution_options().get("fedstats_read_only", False)
-        conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
+        options = conn.get_execution_options()
+        if options.get("fedstats_no_snapshot", False):
+            return  # independent reads (Store.transaction(snapshot=False)): each statement alone
+        conn.exec_driver_sql(
+            "BEGIN" if options.get("fedstats_read_only", False) else "BEGIN IMMEDIATE"
+        )
 
     return engine
 
@@ -290,7 +294,7 @@ class Store:
         return self.sessions()
 
     @contextmanager
-    def transaction(self, *, read_only: bool = False) -> Iterator[Tx]:
+    def transaction(self, *, read_only: bool = False, snapshot: bool = True) -> Iterator[Tx]:
         """One transaction: yields a :class:`Tx`; commits at the end, rolls back on an exception.
 
         Parameters
@@ -298,9 +302,18 @@ class Store:
         read_only : bool
             The transaction only reads (default False). On SQLite it then starts with a plain ``BEGIN``
             (a snapshot, no write lock) instead of ``BEGIN IMMEDIATE``; it still ends with one commit.
+        snapshot : bool
+            With ``read_only``: False runs each statement on its own (no ``BEGIN``, no ``COMMIT``:
+            each sees the database as of its own start), for reads that need not be mutually
+            consistent, such as a device's poll (default True: one snapshot).
         """
         with self.engine.connect() as conn:
-            if read_only and self.is_sqlite:
+            if read_only and not snapshot:
+                if self.is_sqlite:
+                    conn.execution_options(fedstats_read_only=True, fedstats_no_snapshot=True)
+                else:
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
+            elif read_only and self.is_sqlite:
                 conn.execution_options(fedstats_read_only=True)
             tx = Tx(conn)
             try:

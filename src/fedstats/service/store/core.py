@@ -322,6 +322,10 @@ class CoreQueries(ABC):
         reported in it (outer joins on primary keys).
         """
 
+    def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[tuple[str, str]]]:
+        """:meth:`live_runs` and :meth:`finished_runs` of a device (one statement on SQL stores)."""
+        return self.live_runs(client_id), self.finished_runs(client_id)
+
     @abstractmethod
     def reported(self, run_id: str, index: int, client_id: str) -> bool:
         """Whether the device has a report in the round."""
@@ -595,7 +599,7 @@ _Q_CLIENT = select(
     _CLIENTS.c.revoked_at,
     _CLIENTS.c.certificate,
 ).where(_CLIENTS.c.id == bindparam("client_id"))
-_Q_LIVE_RUNS = (
+_LIVE_SELECT = (
     select(
         _RUNS.c.id,
         _RUNS.c.task_id,
@@ -623,7 +627,14 @@ _Q_LIVE_RUNS = (
             _REPORTS.c.client_id == bindparam("client_id"),
         ),
     )
-    .where(_RUNS.c.status.in_(("checkin", "seeding", "running")))
+)
+_Q_LIVE_RUNS = _LIVE_SELECT.where(_RUNS.c.status.in_(("checkin", "seeding", "running")))
+# the live runs and the finished runs the device was in, in one statement (CoreQueries.device_runs)
+_Q_DEVICE_RUNS = _LIVE_SELECT.where(
+    or_(
+        _RUNS.c.status.in_(("checkin", "seeding", "running")),
+        and_(_RUNS.c.status.in_(("done", "aborted")), _MEMBERS.c.client_id.is_not(None)),
+    )
 )
 # by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members table
 # has no index on client_id alone
@@ -912,7 +923,22 @@ class SqlCoreQueries(CoreQueries):
 
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs`."""
-        rows = self._run(_Q_LIVE_RUNS, {"client_id": client_id}).all()
+        return self._live(self._run(_Q_LIVE_RUNS, {"client_id": client_id}).all())
+
+    def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[tuple[str, str]]]:
+        """See :meth:`CoreQueries.device_runs`."""
+        rows = self._run(_Q_DEVICE_RUNS, {"client_id": client_id}).all()
+        finished: dict[str, str] = {}
+        live = []
+        for row in rows:
+            if row[2] in ("done", "aborted"):
+                finished[str(row[0])] = str(row[2])
+            else:
+                live.append(row)
+        return self._live(live), list(finished.items())
+
+    @staticmethod
+    def _live(rows: Any) -> list[LiveRun]:
         out = []
         for row in rows:
             rec = None

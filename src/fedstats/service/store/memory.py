@@ -895,7 +895,12 @@ class MemoryStore:
         self._owner: int | None = None
 
     @contextmanager
-    def transaction(self, *, read_only: bool = False) -> Iterator[MemoryTx]:
+    def transaction(
+        self,
+        *,
+        read_only: bool = False,
+        snapshot: bool = True,  # noqa: ARG002 (one snapshot always)
+    ) -> Iterator[MemoryTx]:
         """One transaction: yields a :class:`MemoryTx`; commits at the end, rolls back on an exception.
 
         Transactions are serialized (one at a time in the process, as ``BEGIN IMMEDIATE`` on SQLite).
@@ -905,6 +910,9 @@ class MemoryStore:
         read_only : bool
             The transaction only reads (default False); a write in it raises :class:`RuntimeError` at
             its end.
+        snapshot : bool
+            Accepted as by :meth:`fedstats.service.store.Store.transaction` (a memory transaction is
+            always one snapshot).
 
         Raises
         ------
