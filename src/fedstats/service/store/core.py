@@ -628,18 +628,29 @@ _LIVE_SELECT = (
         ),
     )
 )
-_Q_LIVE_RUNS = _LIVE_SELECT.where(_RUNS.c.status.in_(("checkin", "seeding", "running")))
+
+
+def _status_in(*statuses: str) -> Any:
+    """``runs.status`` among ``statuses``, as plain bound comparisons.
+
+    An ``IN`` list would be expanded at every execution (SQLAlchemy's post-compile step) of a statement
+    run at every poll.
+    """
+    return or_(*(_RUNS.c.status == s for s in statuses))
+
+
+_Q_LIVE_RUNS = _LIVE_SELECT.where(_status_in("checkin", "seeding", "running"))
 # the live runs and the finished runs the device was in, in one statement (CoreQueries.device_runs)
 _Q_DEVICE_RUNS = _LIVE_SELECT.where(
     or_(
-        _RUNS.c.status.in_(("checkin", "seeding", "running")),
-        and_(_RUNS.c.status.in_(("done", "aborted")), _MEMBERS.c.client_id.is_not(None)),
+        _status_in("checkin", "seeding", "running"),
+        and_(_status_in("done", "aborted"), _MEMBERS.c.client_id.is_not(None)),
     )
 )
 # by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members table
 # has no index on client_id alone
 _Q_FINISHED_RUNS = select(_RUNS.c.id, _RUNS.c.status).where(
-    _RUNS.c.status.in_(("done", "aborted")),
+    _status_in("done", "aborted"),
     exists().where(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == bindparam("client_id")),
 )
 _Q_MEMBER = select(_MEMBERS.c.slot_start, _MEMBERS.c.slot_count).where(
