@@ -559,6 +559,36 @@ def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
     )
     step("report-stranger", lambda tx: runs.submit_report(tx, rid, 0, "dev-x", vector, count))
     step("report-no-round", lambda tx: runs.submit_report(tx, rid, 9, "dev-0", vector, count))
+    # the upload in one statement (put_report): stored only while round and slots are as expected
+    with store.transaction(read_only=True) as tx:
+        (item1,) = runs.client_work(tx, "dev-1", "default")["rounds"]
+        digest = tx.round_for_report(rid, 0).params_digest
+        start, slots = tx.member(rid, "dev-1")
+    v1, c1 = _report(item1, "dev-1")
+    args = (rid, 0, "dev-1", json.dumps(v1), c1, "d" * 64, 1e9 + 7)
+    step("put-digest", lambda tx: tx.put_report(("p1", 11.0), ("0" * 64, start, slots), *args))
+    step("put-slots", lambda tx: tx.put_report(("p2", 11.0), (digest, start + 1, slots), *args))
+    step(
+        "put-stranger",
+        lambda tx: tx.put_report(
+            ("p3", 11.0), (digest, start, slots), *args[:2], "dev-x", *args[3:]
+        ),
+    )
+    step("put-replay", lambda tx: tx.put_report(("p1", 11.0), (digest, start, slots), *args))
+    step("put", lambda tx: tx.put_report(("p4", 11.0), (digest, start, slots), *args))
+    step("put-again", lambda tx: tx.put_report(("p5", 11.0), (digest, start, slots), *args))
+    step("device-runs", lambda tx: [Unordered(x) for x in tx.device_runs("dev-1")], read_only=True)
+    # the domain's upload: the fast path after a poll, the reads otherwise, a replay refused
+    with store.transaction(read_only=True) as tx:
+        (item2,) = runs.client_work(tx, "dev-2", "default")["rounds"]
+    v2, c2 = _report(item2, "dev-2")
+    step("upload", lambda tx: runs.upload_report(tx, ("u1", 12.0), rid, 0, "dev-2", v2, c2))
+    step("upload-replay", lambda tx: runs.upload_report(tx, ("u1", 12.0), rid, 0, "dev-2", v2, c2))
+    step("upload-again", lambda tx: runs.upload_report(tx, ("u2", 12.0), rid, 0, "dev-2", v2, c2))
+    step(
+        "upload-bad",
+        lambda tx: runs.upload_report(tx, ("u3", 12.0), rid, 0, "dev-3", [*v2[:-1], -5], c2),
+    )
     step("counts", lambda tx: tx.round_counts(rid, 0, 0, 100), read_only=True)
     view = _drive(store, drv, rid, devices)
     log.append(("view", view))

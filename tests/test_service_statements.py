@@ -131,7 +131,8 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
             work_cache_seconds=600,
         )
         counts = Counts(store)
-        with TestClient(create_app(store, settings)) as http:
+        app = create_app(store, settings)
+        with TestClient(app) as http:
             admin = {"Authorization": f"Bearer {token}"}
             for path in ("population/default", "analyst/alice"):
                 r = http.put(
@@ -165,6 +166,11 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
             while not _round_open(http, admin, run_id):
                 assert time.monotonic() < deadline, "the round did not open"
                 time.sleep(0.05)
+            # the driver's pass that opened the round publishes it (wakes the polls, bumps the work
+            # lists' generation) after its commit: a poll in between would be cached under the old
+            # generation and read again at the re-poll. Wait for that pass to end.
+            with app.state.driver._lock:
+                pass
             counts.phase = "poll"
             works = []
             for d in devices:

@@ -25,7 +25,7 @@ from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.results import AnalysisResult, to_jsonable
 from fedstats.service.domain import ledger, secure
-from fedstats.service.domain.reports import report_problem
+from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.runs import load_run, new_public_seed
 from fedstats.service.domain.tasks import task_config
 from fedstats.service.store import Store, StoreUnavailable, Tx, TxLike, as_tx
@@ -176,13 +176,25 @@ class Driver:
         """Claim leases at the next pass (a run was created or cancelled)."""
         self._claimed_at = -float("inf")
 
-    def note_report(self, run_id: str, index: int) -> None:
+    def note_report(self, run_id: str, index: int) -> bool:
         """Note a report of round ``index`` of ``run_id`` committed by this process.
 
         Not locked: a lost increment only delays the round's close to the next look.
+
+        Returns
+        -------
+        bool
+            Whether a pass may now close the round (wake the driver): False while the round, as
+            counted at the last look plus the reports noted since, still waits for reports (its
+            deadline and reports taken by other processes are seen at the timed passes).
         """
         key = (run_id, index)
-        self._reports[key] = self._reports.get(key, 0) + 1
+        n = self._reports.get(key, 0) + 1
+        self._reports[key] = n
+        live = self._live.get(run_id)
+        if live is None or live.expected is None or live.index != index:
+            return True
+        return live.seen + n >= live.expected
 
     def _due(self, run_id: str, live: _Live) -> bool:
         """Whether a pass must look at the run in the database (False: it certainly waits still)."""
@@ -581,11 +593,9 @@ class Driver:
         members = s.member_slots(run.id)
         kept: list[list[int]] = []
         n = 0
-        for r in reports:
-            vector = self._checked(s, run, rec, r, members.get(r.client_id))
-            if vector is not None:
-                kept.append(vector)
-                n += int(r.count)
+        for r, vector in self._screened(s, run, rec, reports, members):
+            kept.append(vector)
+            n += int(r.count)
         required = _required(cfg, len(members), rec)
         self.metrics["dropouts"] += max(0, int(n_expected) - len(reports))
         if n < required:
@@ -595,37 +605,59 @@ class Driver:
             )
         return _sum_reports(kept, rec.dim), n
 
-    def _checked(
-        self, s: Tx, run: Any, rec: Any, report: ReportRow, member: tuple[int, int] | None
-    ) -> list[int] | None:
-        """The report's vector if it may be summed; else None, with ``reports.excluded`` set and counted."""
-        if report.excluded is not None:
-            return None
-        problem: str | None
-        vector: Any = None
-        if member is None:
-            problem = "member: the device is not in the run's cohort"
-        else:
+    def _screened(
+        self,
+        s: Tx,
+        run: Any,
+        rec: Any,
+        reports: list[ReportRow],
+        members: Mapping[str, tuple[int, int]],
+    ) -> list[tuple[ReportRow, list[int]]]:
+        """The reports that may be summed, with their vectors; the others get ``reports.excluded``.
+
+        Every report is checked again as at its upload (:func:`~.reports.report_problems`, the
+        encoder's check vectorized over the round): a row written by an older server, or one whose
+        device's membership changed since, is left out of the sum, logged and counted.
+        """
+        problems: list[str | None] = []
+        vectors: list[Any] = []
+        batch: list[tuple[Any, Any, int, int]] = []
+        at: list[int] = []  # position in ``reports`` of each entry of ``batch``
+        for i, report in enumerate(reports):
+            problems.append(None)
+            vectors.append(None)
+            if report.excluded is not None:
+                problems[i] = ""  # left out before: not counted again
+                continue
+            member = members.get(report.client_id)
+            if member is None:
+                problems[i] = "member: the device is not in the run's cohort"
+                continue
             try:
-                vector = json.loads(report.vector)
+                vectors[i] = json.loads(report.vector)
             except ValueError:
-                problem = "shape: the stored report is not JSON"
-            else:
-                slot_start, slot_count = member
-                lo = max(slot_start, rec.lo)
-                records = max(0, min(slot_start + slot_count, rec.hi) - lo)
-                problem = report_problem(
-                    vector,
-                    report.count,
-                    encode=rec.encode,
-                    params=rec.params,
-                    dim=rec.dim,
-                    bound=rec.bound,
-                    records=records,
-                    first_index=lo,
-                )
-        if problem is None:
-            return list(vector)
+                problems[i] = "shape: the stored report is not JSON"
+                continue
+            slot_start, slot_count = member
+            lo = max(slot_start, rec.lo)
+            records = max(0, min(slot_start + slot_count, rec.hi) - lo)
+            batch.append((vectors[i], report.count, records, lo))
+            at.append(i)
+        found = report_problems(
+            batch, encode=rec.encode, params=rec.params, dim=rec.dim, bound=rec.bound
+        )
+        for i, problem in zip(at, found, strict=True):
+            problems[i] = problem
+        kept: list[tuple[ReportRow, list[int]]] = []
+        for report, vector, problem in zip(reports, vectors, problems, strict=True):
+            if problem is None:
+                kept.append((report, list(vector)))
+            elif problem:
+                self._exclude(s, run, rec, report, problem)
+        return kept
+
+    def _exclude(self, s: Tx, run: Any, rec: Any, report: ReportRow, problem: str) -> None:
+        """Set ``reports.excluded`` of a report left out of its round's sum; log and count it."""
         reason = problem.split(":", 1)[0]
         s.exclude_report(run.id, rec.index, report.client_id, problem)
         self.excluded[reason] = self.excluded.get(reason, 0) + 1
@@ -641,7 +673,6 @@ class Driver:
                 }
             )
         )
-        return None
 
 
 def excluded_metrics(driver: Driver) -> list[str]:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from fedstats.engine.rounds import Round
-from fedstats.engine.validity import check_report, has_output_check
+from fedstats.engine.validity import check_reports, has_output_check
 from fedstats.wire.registry import resolve
 
-__all__ = ["report_problem"]
+__all__ = ["report_problem", "report_problems"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -35,6 +36,62 @@ def _round(encode: str, params: str, dim: int, bound: int) -> Round | None:
     if not has_output_check(fn):
         return None
     return Round("report-check", fn, json.loads(params), dim=dim, bound=bound)
+
+
+def _precheck(vector: Any, count: Any, dim: int, records: int) -> str | None:
+    """The checks before the encoder's: the claimed count, the shape, integer entries."""
+    if isinstance(count, bool) or not isinstance(count, int) or count != records or count < 1:
+        return f"count: {count!r} record(s) claimed, the device has {records} in the round"
+    if not isinstance(vector, list) or len(vector) != dim:
+        return f"shape: the report must be a list of {dim} integers"
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
+        return "type: report entries must be integers"
+    return None
+
+
+def report_problems(
+    reports: Sequence[tuple[Any, Any, int, int]],
+    *,
+    encode: str,
+    params: str,
+    dim: int,
+    bound: int,
+) -> list[str | None]:
+    """:func:`report_problem` of many reports of one round, the encoder's check vectorized over them.
+
+    Parameters
+    ----------
+    reports : sequence of (vector, count, records, first_index)
+        Per report, as the parameters of :func:`report_problem`.
+    encode, params, dim, bound
+        The round, as for :func:`report_problem`.
+
+    Returns
+    -------
+    list of (str or None)
+        Per report, what :func:`report_problem` returns for it.
+    """
+    out: list[str | None] = [
+        _precheck(vector, count, dim, records) for vector, count, records, _a in reports
+    ]
+    todo = [i for i, why in enumerate(out) if why is None]
+    rnd = _round(encode, params, dim, bound)
+    if rnd is not None and todo:  # before the generic bound: a bit of 2 is "bit_out_of_range"
+        verdicts = check_reports(
+            rnd,
+            [reports[i][0] for i in todo],
+            [reports[i][1] for i in todo],
+            starts=[int(reports[i][3]) for i in todo],
+        )
+        for i, why in zip(todo, verdicts, strict=True):
+            out[i] = why
+    for i in todo:
+        if out[i] is None:
+            vector, count = reports[i][0], reports[i][1]
+            limit = bound * count
+            if any(abs(v) > limit for v in vector):
+                out[i] = f"bound: report entries must lie within +-{limit} (bound x records)"
+    return out
 
 
 def report_problem(
@@ -74,18 +131,6 @@ def report_problem(
         records), ``shape``, ``type``, ``bound``, or one of
         :data:`fedstats.engine.validity.REASONS` for an encoder's output check.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count != records or count < 1:
-        return f"count: {count!r} record(s) claimed, the device has {records} in the round"
-    if not isinstance(vector, list) or len(vector) != dim:
-        return f"shape: the report must be a list of {dim} integers"
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
-        return "type: report entries must be integers"
-    rnd = _round(encode, params, dim, bound)
-    if rnd is not None:  # before the generic bound: a bit of 2 is "bit_out_of_range", not "bound"
-        problem = check_report(rnd, vector, count, first_index=first_index)
-        if problem is not None:
-            return problem
-    limit = bound * count
-    if any(abs(v) > limit for v in vector):
-        return f"bound: report entries must lie within +-{limit} (bound x records)"
-    return None
+    return report_problems(
+        [(vector, count, records, first_index)], encode=encode, params=params, dim=dim, bound=bound
+    )[0]

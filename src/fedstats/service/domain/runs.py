@@ -65,6 +65,7 @@ __all__ = [
     "load_run",
     "run_view",
     "submit_report",
+    "upload_report",
 ]
 
 
@@ -234,7 +235,8 @@ def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     reveals: list[dict[str, Any]] = []
     now = time.time()
-    for live in tx.live_runs(client_id):
+    live_runs, finished_runs = tx.device_runs(client_id)
+    for live in live_runs:
         run_id, task_id, rec = live.run_id, live.task_id, live.round
         cfg = task_config(tx, task_id)
         if cfg["privacy"]["population"] != population:
@@ -266,8 +268,10 @@ def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
             secure_stage = secure_work(tx.secure, run_id, rec, client_id)
             if secure_stage is None:
                 continue
-        elif tx.reported(run_id, rec.index, client_id):
+        elif live.reported:
             continue
+        else:
+            _seen(rec, client_id, (live.slot_start, live.slot_count))
         rounds.append(
             {
                 "run_id": run_id,
@@ -291,7 +295,7 @@ def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
                 "secure": secure_stage,
             }
         )
-    finished = [{"run_id": r, "status": s} for r, s in tx.finished_runs(client_id)]
+    finished = [{"run_id": r, "status": s} for r, s in finished_runs]
     return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
 
 
@@ -335,6 +339,105 @@ def _history(tx: Tx, run_id: str, index: int) -> list[Any]:
     return got
 
 
+# What a device's upload is checked against, as this process last read it: a round's journaled
+# description and a device's slots in a run never change once written (only a round's status does, and
+# the upload's statement checks it), so an upload right after the device's poll reads nothing.
+_ROUND_SEEN: dict[tuple[str, int], RoundRow] = {}
+_SLOTS_SEEN: dict[tuple[str, str], tuple[int, int]] = {}
+
+
+def _seen(rec: RoundRow, client_id: str, slots: tuple[int, int]) -> None:
+    if len(_SLOTS_SEEN) > 200_000:
+        _SLOTS_SEEN.clear()
+    if len(_ROUND_SEEN) > 1024:
+        _ROUND_SEEN.clear()
+    _ROUND_SEEN[(rec.run_id, rec.index)] = rec
+    _SLOTS_SEEN[(rec.run_id, client_id)] = slots
+
+
+def _problem(
+    rec: RoundRow, slots: tuple[int, int], vector: Any, count: int
+) -> tuple[int, int] | str:
+    """The device's records ``(a, b)`` in the round if the report may be stored, else why not."""
+    if not isinstance(vector, list) or len(vector) != rec.dim:
+        return f"report must be a list of {rec.dim} integers"
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
+        return "report entries must be integers"
+    a, b = _slots_in(slots[0], slots[1], rec.lo, rec.hi)
+    if count != b - a or count < 1:
+        return f"report count must be {b - a} (records of this client in the round)"
+    problem = report_problem(
+        vector,
+        count,
+        encode=rec.encode,
+        params=rec.params,
+        dim=rec.dim,
+        bound=rec.bound,
+        records=b - a,
+        first_index=a,
+    )
+    return f"report refused: {problem}" if problem is not None else (a, b)
+
+
+def upload_report(
+    tx: TxLike,
+    nonce: tuple[str, float],
+    run_id: str,
+    index: int,
+    client_id: str,
+    vector: Any,
+    count: int,
+) -> bool | None:
+    """A device's signed upload: record its nonce and store its report, in the caller's transaction.
+
+    The common case is one statement (two on SQLite) that reads nothing back: the report is checked
+    against the round and the device's slots as this process last read them (the device's poll just
+    before), and stored only if the round is still open with those parameters and the device still
+    holds those slots (:meth:`~fedstats.service.store.core.CoreQueries.put_report`). Otherwise (not seen
+    yet, the report refused by that check, or not stored) :func:`submit_report` reads what it needs and
+    answers exactly.
+
+    Returns
+    -------
+    bool or None
+        None if the nonce was already used (a replayed request: nothing written); else as
+        :func:`submit_report`.
+
+    Raises
+    ------
+    As :func:`submit_report`.
+    """
+    tx = as_tx(tx)
+    rec = _ROUND_SEEN.get((run_id, index))
+    slots = _SLOTS_SEEN.get((run_id, client_id))
+    ok = (
+        rec is not None
+        and slots is not None
+        and not isinstance(_problem(rec, slots, vector, count), str)
+    )
+    if ok:
+        assert rec is not None and slots is not None
+        digest = wire.digest({"vector": vector, "count": count})
+        fresh, stored = tx.put_report(
+            nonce,
+            (rec.params_digest, slots[0], slots[1]),
+            run_id,
+            index,
+            client_id,
+            json.dumps(vector),
+            count,
+            digest,
+            time.time(),
+        )
+        if not fresh:
+            return None
+        if stored:
+            return True
+    elif not tx.use_nonce(client_id, nonce[0], nonce[1]):
+        return None
+    return submit_report(tx, run_id, index, client_id, vector, count)
+
+
 def submit_report(
     tx: TxLike, run_id: str, index: int, client_id: str, vector: Any, count: int
 ) -> bool:
@@ -373,21 +476,10 @@ def submit_report(
     member = tx.member(run_id, client_id)
     if member is None:
         raise SecurityError("this client is not in the run's cohort")
-    a, b = _slots_in(member[0], member[1], rec.lo, rec.hi)
-    if count != b - a or count < 1:
-        raise DataError(f"report count must be {b - a} (records of this client in the round)")
-    problem = report_problem(
-        vector,
-        count,
-        encode=rec.encode,
-        params=rec.params,
-        dim=rec.dim,
-        bound=rec.bound,
-        records=b - a,
-        first_index=a,
-    )
-    if problem is not None:
-        raise DataError(f"report refused: {problem}")
+    _seen(rec, client_id, member)
+    got = _problem(rec, member, vector, count)
+    if isinstance(got, str):
+        raise DataError(got)
     tx.add_report(run_id, index, client_id, json.dumps(vector), count, digest, time.time())
     return True
 

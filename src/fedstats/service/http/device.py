@@ -17,22 +17,25 @@ import asyncio
 import functools
 import hashlib
 import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 
 from fedstats.errors import SecurityError
 from fedstats.service.domain import runs, tasks
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
-from fedstats.service.http.deps import DeviceAuth, Signed, use_nonce
+from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest, use_nonce
 from fedstats.service.http.edge import BadJSON, StrictRoute, strict_loads
 from fedstats.service.http.schemas import (
     CHECKIN_BODY,
     DEVICE,
+    MAX_INDEX,
     REGISTER_BODY,
     REPORT_BODY,
     IdPath,
@@ -105,7 +108,10 @@ class WorkCache:
         self.changes = changes
         self.seconds = seconds
         self._writes: dict[str, int] = {}
-        self._entries: dict[str, tuple[tuple[Any, ...], float, str, bytes]] = {}
+        # client id -> (key, stored at, ETag, body, round to drop from the body: derived lazily)
+        self._entries: dict[
+            str, tuple[tuple[Any, ...], float, str | None, bytes, tuple[str, int] | None]
+        ] = {}
 
     def key(self, client_id: str, population: str) -> tuple[Any, ...]:
         """What an entry of ``client_id`` must match to be valid now."""
@@ -127,8 +133,9 @@ class WorkCache:
 
         If the entry held before this request was valid until the request's own write (the same
         generation, exactly one write since), the list is now that one without the round (the only
-        thing a plain report changes in it), stored without reading the database. Otherwise nothing is
-        stored and the next poll reads the list.
+        thing a plain report changes in it): the entry is re-keyed without reading the database, and
+        the list is derived at the device's next poll (most devices never poll again in the round).
+        Otherwise nothing is stored and the next poll reads the list.
         """
         got = self._entries.get(client_id)
         if got is None or time.monotonic() - got[1] > self.seconds:
@@ -136,27 +143,34 @@ class WorkCache:
         key = self.key(client_id, population)
         if got[0] != (*key[:-1], key[-1] - 1):
             return
-        work = json.loads(got[3])
-        work["rounds"] = [
-            r
-            for r in work["rounds"]
-            if not (r["run_id"] == run_id and r["round"] == index and r.get("secure") is None)
-        ]
-        self.put(client_id, key, json.dumps(work, separators=(",", ":")).encode())
+        self._entries[client_id] = (key, time.monotonic(), None, got[3], (run_id, index))
 
     def get(self, client_id: str, key: tuple[Any, ...]) -> tuple[str, bytes] | None:
         """``(etag, body)`` of the device's valid entry for ``key``, or None."""
         got = self._entries.get(client_id)
         if got is None or got[0] != key or time.monotonic() - got[1] > self.seconds:
             return None
-        return got[2], got[3]
+        tag, body, drop = got[2], got[3], got[4]
+        if drop is not None:  # a list to derive (see after_report): the old one without the round
+            work = json.loads(body)
+            work["rounds"] = [
+                r
+                for r in work["rounds"]
+                if not (
+                    r["run_id"] == drop[0] and r["round"] == drop[1] and r.get("secure") is None
+                )
+            ]
+            body = json.dumps(work, separators=(",", ":")).encode()
+            tag = self.put(client_id, key, body)
+        assert tag is not None
+        return tag, body
 
     def put(self, client_id: str, key: tuple[Any, ...], body: bytes) -> str:
         """Store the work list computed under ``key`` (if ``key`` is still current); return its tag."""
         tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
         if len(self._entries) > 100_000:
             self._entries.clear()
-        self._entries[client_id] = (key, time.monotonic(), tag, body)
+        self._entries[client_id] = (key, time.monotonic(), tag, body, None)
         return tag
 
 
@@ -196,6 +210,42 @@ def _json(body: bytes) -> Any:
 
 def _work_json(tx: Tx, client_id: str, population: str) -> bytes:
     return json.dumps(runs.client_work(tx, client_id, population), separators=(",", ":")).encode()
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+_WAIT = re.compile(rb"wait=([0-9]{1,6}(?:\.[0-9]{1,6})?)")
+
+
+def _index_of(raw: str) -> int | None:
+    """A round index written canonically (``0``, ``17``; no sign, no leading zero), else None."""
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10) or (raw[0] == "0" and raw != "0"):
+        return None
+    index = int(raw)
+    return index if index <= MAX_INDEX else None
+
+
+def direct_route(fast: Callable[[Request, Handler], Awaitable[Response]]) -> type[APIRoute]:
+    """A route class whose requests go to ``fast(request, slow)`` instead of FastAPI's handler.
+
+    The route stays a FastAPI route (its parameters, body and answers are in ``/openapi.json``, and
+    schema-driven tests see it as declared); only its request handling is replaced: ``fast`` handles a
+    well-formed request itself (no dependency resolution, no parameter models, no response model) and
+    hands anything else to ``slow``, FastAPI's own handler of the declared endpoint, which answers
+    exactly as before (a malformed path parameter: the same 422). Errors ``fast`` raises are answered by
+    the app's exception handlers, as an endpoint's are.
+    """
+
+    class DirectRoute(StrictRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            slow = super().get_route_handler()
+
+            async def handler(request: Request) -> Response:
+                return await fast(request, slow)
+
+            return handler
+
+    return DirectRoute
 
 
 def device_router(
@@ -258,20 +308,15 @@ def device_router(
         await offload(store_client)
         return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
-    @router.get("/v1/client/work", **DEVICE)
-    async def work(req: Signed, request: Request, wait: float = 0.0) -> Response:
-        """The device's work list (JSON, with an ``ETag``), long-polled.
-
-        With ``If-None-Match`` naming the list the device already has, the request is held up to ``wait``
-        seconds (at most ``max_wait``) until the list differs; if it still does not, the answer is 304.
-        A list still valid in the cache (:class:`WorkCache`) is answered without the database.
-        """
+    async def work_effect(req: SignedRequest, request: Request, wait: float) -> Response:
+        """The device's work list (JSON, with an ``ETag``), long-polled (see :func:`work`)."""
         cid, population = req.client_id, req.population
         check_wait(wait)
         known = request.headers.get("if-none-match")
 
         def get(key: tuple[Any, ...]) -> tuple[str, bytes]:
-            with store.transaction(read_only=True) as tx:
+            # independent reads (no BEGIN, no COMMIT): the device's row, then its runs in one statement
+            with store.transaction(read_only=True, snapshot=False) as tx:
                 device.confirm(tx, req)
                 body = _work_json(tx, cid, population)
             return cache.put(cid, key, body), body
@@ -289,6 +334,33 @@ def device_router(
 
         got = await changes.hold(population, min(wait, cfg.max_wait), differs)
         return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
+
+    async def work_fast(request: Request, slow: Handler) -> Response:
+        query = request.scope.get("query_string", b"")
+        wait = 0.0
+        if query:
+            m = _WAIT.fullmatch(query)
+            if m is None:  # anything but one plain ``wait``: FastAPI's parsing and its errors
+                return await slow(request)
+            wait = float(m[1])
+        return await work_effect(await device(request), request, wait)
+
+    async def work(req: Signed, request: Request, wait: float = 0.0) -> Response:
+        """The device's work list (JSON, with an ``ETag``), long-polled.
+
+        With ``If-None-Match`` naming the list the device already has, the request is held up to ``wait``
+        seconds (at most ``max_wait``) until the list differs; if it still does not, the answer is 304.
+        A list still valid in the cache (:class:`WorkCache`) is answered without the database.
+        """
+        return await work_effect(req, request, wait)
+
+    router.add_api_route(
+        "/v1/client/work",
+        work,
+        methods=["GET"],
+        route_class_override=direct_route(work_fast),
+        **DEVICE,
+    )
 
     @router.post("/v1/client/runs/{run_id}/checkin", openapi_extra=CHECKIN_BODY, **DEVICE)
     async def checkin(run_id: IdPath, req: Signed) -> dict[str, Any]:
@@ -311,11 +383,8 @@ def device_router(
         wakeup.set()  # the cohort may be complete: let the driver close check-in now
         return out
 
-    @router.post(
-        "/v1/client/runs/{run_id}/rounds/{index}/report", openapi_extra=REPORT_BODY, **DEVICE
-    )
-    async def report(
-        run_id: IdPath, index: IndexPath, req: Signed, request: Request
+    async def report_effect(
+        run_id: str, index: int, req: SignedRequest, request: Request
     ) -> dict[str, Any]:
         data = _json(req.body)
         count = data.get("count") if isinstance(data, dict) else None
@@ -325,20 +394,56 @@ def device_router(
 
         def go() -> bool:
             with store.transaction() as tx:  # one transaction: the nonce and the report
+                if req.nonce is not None and not req.stale:  # the common case: one statement
+                    new = runs.upload_report(
+                        tx,
+                        (req.nonce.nonce, req.nonce.ts),
+                        run_id,
+                        index,
+                        cid,
+                        data.get("vector"),
+                        count,
+                    )
+                    if new is None:
+                        raise HTTPException(401, "replayed request (nonce already used)")
+                    return new
                 use_nonce(tx, req.nonce)
                 device.confirm(tx, req)
                 return runs.submit_report(tx, run_id, index, cid, data.get("vector"), count)
 
         new = await offload(go)
-        if new:
-            request.app.state.driver.note_report(run_id, index)
+        # the driver is woken only when the round may be complete (not at every report)
+        if new and request.app.state.driver.note_report(run_id, index):
+            wakeup.set()
         # the device's next poll is answered from the cache, without the database
         cache.after_report(cid, population, run_id, index)
         request.scope["fedstats.work_cached"] = True  # DeviceWrites: the entry is already fresh
-        wakeup.set()  # the round may be complete
         counters["reports_accepted" if new else "reports_duplicate"] += 1
         # the transaction has committed: only now is the report acknowledged
         return {"accepted": True, "duplicate": not new}
+
+    async def report_fast(request: Request, slow: Handler) -> Response:
+        run_id = request.path_params.get("run_id", "")
+        index = _index_of(request.path_params.get("index", ""))
+        if index is None or len(run_id) > 128:  # FastAPI's validation and its 422
+            return await slow(request)
+        got = await report_effect(run_id, index, await device(request), request)
+        return JSONResponse(got)
+
+    async def report(
+        run_id: IdPath, index: IndexPath, req: Signed, request: Request
+    ) -> dict[str, Any]:
+        """Upload the device's report of a round (the sum of its records' reports, and their count)."""
+        return await report_effect(run_id, index, req, request)
+
+    router.add_api_route(
+        "/v1/client/runs/{run_id}/rounds/{index}/report",
+        report,
+        methods=["POST"],
+        route_class_override=direct_route(report_fast),
+        openapi_extra=REPORT_BODY,
+        **DEVICE,
+    )
 
     return router
 

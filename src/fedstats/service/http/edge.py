@@ -44,6 +44,7 @@ __all__ = [
     "MAX_DEPTH",
     "BadJSON",
     "EdgeMiddleware",
+    "JsonLine",
     "JsonLogFormatter",
     "StrictRoute",
     "install_error_handlers",
@@ -379,6 +380,9 @@ class EdgeMiddleware:
                     state["status"] = 500
         status = state["status"] or 500  # no answer started: counted as the error it is
         self.counters[f'http_responses_total{{status="{status}"}}'] += 1
+        level = logging.WARNING if status >= 500 else logging.INFO
+        if not log.isEnabledFor(level):
+            return
         record = {
             "event": "request",
             "method": scope.get("method"),
@@ -389,7 +393,7 @@ class EdgeMiddleware:
         }
         if error_id is not None:
             record["error_id"] = error_id
-        log.log(logging.WARNING if status >= 500 else logging.INFO, json.dumps(record))
+        log.log(level, JsonLine(record))
 
 
 def _template(scope: Scope) -> str:
@@ -411,6 +415,17 @@ def metrics_lines(counters: MutableMapping[str, float]) -> list[str]:
     return lines
 
 
+class JsonLine(dict[str, Any]):
+    """A structured log message: its fields, rendered as a JSON object by ``str()``.
+
+    :class:`JsonLogFormatter` merges the fields into the line without parsing text back; any other
+    formatter prints the JSON text (``record.getMessage()``).
+    """
+
+    def __str__(self) -> str:
+        return json.dumps(self)
+
+
 class JsonLogFormatter(logging.Formatter):
     """Log records as one JSON object per line: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, fields.
 
@@ -427,6 +442,11 @@ class JsonLogFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
         }
+        if isinstance(record.msg, JsonLine) and not record.args:
+            out.update({k: v for k, v in record.msg.items() if k not in out})
+            if record.exc_info:
+                out["traceback"] = self.formatException(record.exc_info)
+            return json.dumps(out, default=str)
         msg = record.getMessage()
         parsed: Any = None
         if msg.startswith("{"):

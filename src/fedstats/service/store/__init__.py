@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -112,8 +112,12 @@ def _sqlite_engine(url: str) -> Engine:
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
         # a read-only transaction (Store.transaction(read_only=True)) takes no write lock
-        read = conn.get_execution_options().get("fedstats_read_only", False)
-        conn.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
+        options = conn.get_execution_options()
+        if options.get("fedstats_no_snapshot", False):
+            return  # independent reads (Store.transaction(snapshot=False)): each statement alone
+        conn.exec_driver_sql(
+            "BEGIN" if options.get("fedstats_read_only", False) else "BEGIN IMMEDIATE"
+        )
 
     return engine
 
@@ -198,22 +202,49 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
 
 class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
-    """One open transaction of the store: the core, secure and Prio3 query groups on one session.
+    """One open transaction of the store: the core, secure and Prio3 query groups on one connection.
 
     Obtained from :meth:`Store.transaction`; the domain layer calls its query methods
     (:class:`~fedstats.service.store.core.CoreQueries`, :class:`~fedstats.service.store.secure.SecureQueries`,
-    :class:`~fedstats.service.store.vdaf.VdafQueries`).
-    ``session`` is the SQLAlchemy session of the transaction, for code not yet converted to the query
-    methods.
+    :class:`~fedstats.service.store.vdaf.VdafQueries`). The core queries run as Core statements on the
+    transaction's connection (``conn``); ``session``, an ORM session joined to that connection's
+    transaction, is created on first use only (the secure path, the driver's ORM rows): a device's poll
+    or upload never builds one.
 
     Parameters
     ----------
-    session : Session
-        A session inside its transaction.
+    conn : Connection or Session
+        A connection inside its transaction, or (callers not yet converted) a session inside its
+        transaction.
     """
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, conn: Connection | Session) -> None:
+        if isinstance(conn, Session):
+            self._session: Session | None = conn
+            self._conn: Connection | None = None
+        else:
+            self._session = None
+            self._conn = conn
+
+    @property  # the query mixins declare it as an attribute
+    def conn(self) -> Connection:  # type: ignore[override]
+        """The transaction's connection."""
+        if self._conn is None:
+            assert self._session is not None
+            self._conn = self._session.connection()
+        return self._conn
+
+    @property
+    def session(self) -> Session:  # type: ignore[override]
+        """An ORM session joined to the transaction (created on first use; flushed before commit)."""
+        if self._session is None:
+            self._session = Session(bind=self._conn, expire_on_commit=False)
+        return self._session
+
+    def flush(self) -> None:
+        """Write the ORM session's pending changes (if a session was created) to the transaction."""
+        if self._session is not None:
+            self._session.flush()
 
     @property
     def core(self) -> Tx:
@@ -263,7 +294,7 @@ class Store:
         return self.sessions()
 
     @contextmanager
-    def transaction(self, *, read_only: bool = False) -> Iterator[Tx]:
+    def transaction(self, *, read_only: bool = False, snapshot: bool = True) -> Iterator[Tx]:
         """One transaction: yields a :class:`Tx`; commits at the end, rolls back on an exception.
 
         Parameters
@@ -271,11 +302,27 @@ class Store:
         read_only : bool
             The transaction only reads (default False). On SQLite it then starts with a plain ``BEGIN``
             (a snapshot, no write lock) instead of ``BEGIN IMMEDIATE``; it still ends with one commit.
+        snapshot : bool
+            With ``read_only``: False runs each statement on its own (no ``BEGIN``, no ``COMMIT``:
+            each sees the database as of its own start), for reads that need not be mutually
+            consistent, such as a device's poll (default True: one snapshot).
         """
-        with self.sessions() as s, s.begin():
-            if read_only and self.is_sqlite:
-                s.connection(execution_options={"fedstats_read_only": True})
-            yield Tx(s)
+        with self.engine.connect() as conn:
+            if read_only and not snapshot:
+                if self.is_sqlite:
+                    conn.execution_options(fedstats_read_only=True, fedstats_no_snapshot=True)
+                else:
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
+            elif read_only and self.is_sqlite:
+                conn.execution_options(fedstats_read_only=True)
+            tx = Tx(conn)
+            try:
+                with conn.begin():
+                    yield tx
+                    tx.flush()  # the ORM rows changed through tx.session, before the commit
+            finally:
+                if tx._session is not None:
+                    tx._session.close()
 
     def writable(self) -> str | None:
         """Probe whether the store can write now; None if it can, else the reason.

@@ -10,11 +10,12 @@ dataclasses), never ORM objects; reads that grow with a run's cohort are not on 
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, delete, exists, func, or_, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -169,6 +170,8 @@ class LiveRun:
     slot_count: int | None
     reveal: str | None
     round: RoundRow | None
+    reported: bool = False
+    """Whether the device has a report in the open round (``round``)."""
 
 
 class CoreQueries(ABC):
@@ -262,9 +265,66 @@ class CoreQueries(ABC):
     ) -> None:
         """Store a report."""
 
+    def put_report(
+        self,
+        nonce: tuple[str, float],
+        expect: tuple[str, int, int],
+        run_id: str,
+        index: int,
+        client_id: str,
+        vector: str,
+        count: int,
+        digest: str,
+        received_at: float,
+    ) -> tuple[bool, bool]:
+        """Record a request's nonce and store a report if the round and membership are as expected.
+
+        The device's upload in one statement where the database allows it (PostgreSQL: one statement
+        of common table expressions; SQLite: two). Nothing is read back: the caller checked the report
+        against the round and slots it expects (``expect``), and the statement stores it only if they
+        still hold.
+
+        Parameters
+        ----------
+        nonce : (str, float)
+            The request's nonce and timestamp (of ``client_id``).
+        expect : (str, int, int)
+            ``(params_digest, slot_start, slot_count)``: the round's parameters' digest and the
+            device's slots the report was checked against.
+        run_id, index, client_id, vector, count, digest, received_at
+            The report, as :meth:`add_report` stores it.
+
+        Returns
+        -------
+        (bool, bool)
+            Whether the nonce was new (False: a replay; nothing written), and whether the report was
+            stored: round ``index`` is open with that digest, the device has exactly those slots and
+            no report in the round yet. When the nonce is new and the report was not stored, the nonce
+            stays recorded in the transaction (the caller reads why, or rolls back).
+        """
+        if not self.use_nonce(client_id, nonce[0], nonce[1]):
+            return False, False
+        rec = self.round_for_report(run_id, index)
+        if rec is None or rec.status != "open" or rec.params_digest != expect[0]:
+            return True, False
+        if self.member(run_id, client_id) != (expect[1], expect[2]):
+            return True, False
+        if self.report_digest(run_id, index, client_id) is not None:
+            return True, False
+        self.add_report(run_id, index, client_id, vector, count, digest, received_at)
+        return True, True
+
     @abstractmethod
     def live_runs(self, client_id: str) -> list[LiveRun]:
-        """Every live run with ``client_id``'s membership (if any) and its open round (if any)."""
+        """Every live run with ``client_id``'s membership (if any) and its open round (if any).
+
+        One statement: the runs, the device's membership, the open round and whether the device
+        reported in it (outer joins on primary keys).
+        """
+
+    def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[tuple[str, str]]]:
+        """:meth:`live_runs` and :meth:`finished_runs` of a device (one statement on SQL stores)."""
+        return self.live_runs(client_id), self.finished_runs(client_id)
 
     @abstractmethod
     def reported(self, run_id: str, index: int, client_id: str) -> bool:
@@ -547,7 +607,7 @@ _Q_CLIENT = select(
     _CLIENTS.c.revoked_at,
     _CLIENTS.c.certificate,
 ).where(_CLIENTS.c.id == bindparam("client_id"))
-_Q_LIVE_RUNS = (
+_LIVE_SELECT = (
     select(
         _RUNS.c.id,
         _RUNS.c.task_id,
@@ -559,6 +619,7 @@ _Q_LIVE_RUNS = (
         _MEMBERS.c.slot_count,
         _MEMBERS.c.reveal,
         *_ROUND_COLUMNS,
+        _REPORTS.c.digest,
     )
     .select_from(_RUNS)
     .outerjoin(
@@ -566,12 +627,38 @@ _Q_LIVE_RUNS = (
         and_(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == bindparam("client_id")),
     )
     .outerjoin(_ROUNDS, and_(_ROUNDS.c.run_id == _RUNS.c.id, _ROUNDS.c.status == "open"))
-    .where(_RUNS.c.status.in_(("checkin", "seeding", "running")))
+    .outerjoin(
+        _REPORTS,
+        and_(
+            _REPORTS.c.run_id == _RUNS.c.id,
+            _REPORTS.c.round_index == _ROUNDS.c.index,
+            _REPORTS.c.client_id == bindparam("client_id"),
+        ),
+    )
+)
+
+
+def _status_in(*statuses: str) -> Any:
+    """``runs.status`` among ``statuses``, as plain bound comparisons.
+
+    An ``IN`` list would be expanded at every execution (SQLAlchemy's post-compile step) of a statement
+    run at every poll.
+    """
+    return or_(*(_RUNS.c.status == s for s in statuses))
+
+
+_Q_LIVE_RUNS = _LIVE_SELECT.where(_status_in("checkin", "seeding", "running"))
+# the live runs and the finished runs the device was in, in one statement (CoreQueries.device_runs)
+_Q_DEVICE_RUNS = _LIVE_SELECT.where(
+    or_(
+        _status_in("checkin", "seeding", "running"),
+        and_(_status_in("done", "aborted"), _MEMBERS.c.client_id.is_not(None)),
+    )
 )
 # by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members table
 # has no index on client_id alone
 _Q_FINISHED_RUNS = select(_RUNS.c.id, _RUNS.c.status).where(
-    _RUNS.c.status.in_(("done", "aborted")),
+    _status_in("done", "aborted"),
     exists().where(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == bindparam("client_id")),
 )
 _Q_MEMBER = select(_MEMBERS.c.slot_start, _MEMBERS.c.slot_count).where(
@@ -592,6 +679,36 @@ _Q_COHORT = select(func.count(), func.coalesce(func.sum(_MEMBERS.c.slot_count), 
     _MEMBERS.c.run_id == bindparam("run_id")
 )
 _Q_AUTHORITIES = select(_AUTHORITIES.c.id, _AUTHORITIES.c.public_key)
+
+# A device's upload (CoreQueries.put_report) as driver SQL, built once: no statement object, no compile,
+# no cache key. The report is inserted only while its round is open with the digest the device's
+# report was checked against, and the device holds the slots it was checked with.
+_REPORT_IF = """INSERT INTO reports (run_id, round_index, client_id, vector, count, digest, received_at)
+SELECT :run_id, :index, :client_id, :vector, :count, :digest, :received_at
+WHERE {nonce}EXISTS (
+    SELECT 1 FROM {rounds}
+) AND EXISTS (
+    SELECT 1 FROM run_members WHERE run_id = :run_id AND client_id = :client_id
+    AND slot_start = :slot_start AND slot_count = :slot_count
+)
+ON CONFLICT DO NOTHING RETURNING client_id"""
+_OPEN_ROUND = (
+    "rounds WHERE run_id = :run_id AND \"index\" = :index AND status = 'open'"
+    " AND params_digest = :params_digest"
+)
+_NONCE_SQLITE = """INSERT INTO nonces (client_id, nonce, ts) VALUES (:client_id, :nonce, :ts)
+ON CONFLICT DO NOTHING RETURNING client_id"""
+_REPORT_SQLITE = _REPORT_IF.format(nonce="", rounds=_OPEN_ROUND)
+# PostgreSQL: one statement; the round row share-locked (its close waits for the reports being
+# written), the report written only if the nonce was new
+_PUT_REPORT_PG = re.sub(
+    r":(\w+)",
+    r"%(\1)s",
+    f"""WITH n AS ({_NONCE_SQLITE}),
+r AS (SELECT 1 FROM {_OPEN_ROUND} FOR SHARE),
+ins AS ({_REPORT_IF.format(nonce="EXISTS (SELECT 1 FROM n) AND ", rounds="r")})
+SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM ins)""",
+)
 # INSERT ... ON CONFLICT DO NOTHING RETURNING the key, by (table name, dialect name)
 _INSERT_IGNORE: dict[tuple[str, str], Any] = {}
 
@@ -609,17 +726,31 @@ _CHARGE_COLUMNS = (
 
 
 class SqlCoreQueries(CoreQueries):
-    """:class:`CoreQueries` on SQLAlchemy (``self.session``: the transaction's session)."""
+    """:class:`CoreQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
     session: Session
+    conn: Connection
+    _session: Session | None
+
+    def _exec(self, stmt: Any, params: Any = None) -> Any:
+        """Execute a Core statement on the transaction's connection (no ORM layer).
+
+        The ORM session, if the transaction has one, is flushed first (as the session's own autoflush
+        would): a Core read after an ORM change sees it.
+        """
+        if self._session is not None:
+            self._session.flush()
+        return self.conn.execute(stmt, params)
 
     def _run(self, stmt: Any, params: dict[str, Any]) -> Any:
         """Execute a prebuilt Core statement on the transaction's connection (no ORM layer)."""
-        return self.session.connection().execute(stmt, params)
+        return self._exec(stmt, params)
 
     def _insert_ignore(self, table: Any, **values: Any) -> int:
         """``INSERT ... ON CONFLICT DO NOTHING``; the number of rows inserted (0 or 1)."""
-        conn = self.session.connection()
+        if self._session is not None:
+            self._session.flush()
+        conn = self.conn
         dialect = conn.dialect.name
         stmt = _INSERT_IGNORE.get((table.name, dialect))
         if stmt is None:
@@ -647,7 +778,7 @@ class SqlCoreQueries(CoreQueries):
 
     def add_client(self, row: ClientRow, enrolled_at: float) -> None:
         """See :meth:`CoreQueries.add_client`."""
-        self.session.execute(
+        self._exec(
             _CLIENTS.insert().values(
                 id=row.id,
                 public_key=row.public_key,
@@ -662,9 +793,7 @@ class SqlCoreQueries(CoreQueries):
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
         """See :meth:`CoreQueries.set_client_certificate`."""
         c = _CLIENTS.c
-        self.session.execute(
-            update(_CLIENTS).where(c.id == client_id).values(certificate=certificate)
-        )
+        self._exec(update(_CLIENTS).where(c.id == client_id).values(certificate=certificate))
 
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
         """See :meth:`CoreQueries.use_nonce`."""
@@ -672,7 +801,7 @@ class SqlCoreQueries(CoreQueries):
 
     def purge_nonces(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_nonces`."""
-        got = self.session.execute(delete(_NONCES).where(_NONCES.c.ts < before))
+        got = self._exec(delete(_NONCES).where(_NONCES.c.ts < before))
         return int(getattr(got, "rowcount", 0) or 0)
 
     def authorities(self) -> dict[str, str]:
@@ -686,24 +815,24 @@ class SqlCoreQueries(CoreQueries):
     def operator_of(self, token_hash: str) -> str | None:
         """See :meth:`CoreQueries.operator_of`."""
         o = _OPERATORS.c
-        got = self.session.execute(select(o.name).where(o.token_hash == token_hash)).scalar()
+        got = self._exec(select(o.name).where(o.token_hash == token_hash)).scalar()
         return None if got is None else str(got)
 
     def operator_exists(self, name: str) -> bool:
         """See :meth:`CoreQueries.operator_exists`."""
         o = _OPERATORS.c
-        return self.session.execute(select(o.name).where(o.name == name)).first() is not None
+        return self._exec(select(o.name).where(o.name == name)).first() is not None
 
     def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
         """See :meth:`CoreQueries.add_operator`."""
-        self.session.execute(
+        self._exec(
             _OPERATORS.insert().values(name=name, token_hash=token_hash, created_at=created_at)
         )
 
     def task_json(self, task_id: str) -> str | None:
         """See :meth:`CoreQueries.task_json`."""
         t = _TASKS.c
-        got = self.session.execute(select(t.config).where(t.id == task_id)).scalar()
+        got = self._exec(select(t.config).where(t.id == task_id)).scalar()
         return None if got is None else str(got)
 
     def cohort(self, run_id: str) -> tuple[int, int]:
@@ -726,7 +855,7 @@ class SqlCoreQueries(CoreQueries):
         commitment: str | None,
     ) -> None:
         """See :meth:`CoreQueries.add_member`."""
-        self.session.execute(
+        self._exec(
             _MEMBERS.insert().values(
                 run_id=run_id,
                 client_id=client_id,
@@ -773,14 +902,67 @@ class SqlCoreQueries(CoreQueries):
             },
         )
 
+    def put_report(
+        self,
+        nonce: tuple[str, float],
+        expect: tuple[str, int, int],
+        run_id: str,
+        index: int,
+        client_id: str,
+        vector: str,
+        count: int,
+        digest: str,
+        received_at: float,
+    ) -> tuple[bool, bool]:
+        """See :meth:`CoreQueries.put_report`."""
+        conn = self.conn
+        pg = conn.dialect.name == "postgresql"
+        params = {
+            "client_id": client_id,
+            "nonce": nonce[0],
+            "ts": nonce[1],
+            "run_id": run_id,
+            "index": index,
+            "params_digest": expect[0],
+            "slot_start": expect[1],
+            "slot_count": expect[2],
+            "vector": vector,
+            "count": count,
+            "digest": digest,
+            "received_at": received_at,
+        }
+        if self._session is not None:
+            self._session.flush()
+        if pg:
+            fresh, stored = conn.exec_driver_sql(_PUT_REPORT_PG, params).one()
+            return bool(fresh), bool(stored)
+        if not conn.exec_driver_sql(_NONCE_SQLITE, params).all():
+            return False, False
+        return True, bool(conn.exec_driver_sql(_REPORT_SQLITE, params).all())
+
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs`."""
-        rows = self._run(_Q_LIVE_RUNS, {"client_id": client_id}).all()
+        return self._live(self._run(_Q_LIVE_RUNS, {"client_id": client_id}).all())
+
+    def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[tuple[str, str]]]:
+        """See :meth:`CoreQueries.device_runs`."""
+        rows = self._run(_Q_DEVICE_RUNS, {"client_id": client_id}).all()
+        finished: dict[str, str] = {}
+        live = []
+        for row in rows:
+            if row[2] in ("done", "aborted"):
+                finished[str(row[0])] = str(row[2])
+            else:
+                live.append(row)
+        return self._live(live), list(finished.items())
+
+    @staticmethod
+    def _live(rows: Any) -> list[LiveRun]:
         out = []
         for row in rows:
             rec = None
             if row[9] is not None:
-                rec = RoundRow(*row[9:])
+                rec = RoundRow(*row[9:21])
             out.append(
                 LiveRun(
                     run_id=row[0],
@@ -793,6 +975,7 @@ class SqlCoreQueries(CoreQueries):
                     slot_count=row[7],
                     reveal=row[8],
                     round=rec,
+                    reported=row[21] is not None,
                 )
             )
         return out
@@ -804,7 +987,7 @@ class SqlCoreQueries(CoreQueries):
     def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
         """See :meth:`CoreQueries.closed_totals`."""
         r = _ROUNDS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.index, r.total, r.n_clients)
             .where(r.run_id == run_id, r.index < before, r.status == "closed")
             .order_by(r.index)
@@ -829,16 +1012,16 @@ class SqlCoreQueries(CoreQueries):
 
     def add_run(self, **values: Any) -> None:
         """See :meth:`CoreQueries.add_run`."""
-        self.session.execute(_RUNS.insert().values(**values))
+        self._exec(_RUNS.insert().values(**values))
 
     def update_run(self, run_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_run`."""
-        self.session.execute(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
+        self._exec(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
 
     def any_closed_round(self, run_id: str) -> bool:
         """See :meth:`CoreQueries.any_closed_round`."""
         r = _ROUNDS.c
-        got = self.session.execute(
+        got = self._exec(
             select(r.index).where(r.run_id == run_id, r.status == "closed").limit(1)
         ).first()
         return got is not None
@@ -846,7 +1029,7 @@ class SqlCoreQueries(CoreQueries):
     def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
         """See :meth:`CoreQueries.rounds_of`."""
         r = _ROUNDS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.index, r.name, r.status, r.lo, r.hi, r.n_clients)
             .where(r.run_id == run_id)
             .order_by(r.index)
@@ -856,9 +1039,7 @@ class SqlCoreQueries(CoreQueries):
     def slots_of(self, run_id: str) -> list[tuple[int, int]]:
         """See :meth:`CoreQueries.slots_of`."""
         m = _MEMBERS.c
-        rows = self.session.execute(
-            select(m.slot_start, m.slot_count).where(m.run_id == run_id)
-        ).all()
+        rows = self._exec(select(m.slot_start, m.slot_count).where(m.run_id == run_id)).all()
         return [(int(a), int(c)) for a, c in rows]
 
     def claim_runs(
@@ -874,7 +1055,7 @@ class SqlCoreQueries(CoreQueries):
             )
         else:
             which = and_(r.id.in_(own), r.lease_owner == owner)
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.id, r.lease_owner, r.lease_until, r.lease_epoch)
             .where(r.status.in_(("checkin", "seeding", "running")), which)
             .with_for_update(skip_locked=True, key_share=True)
@@ -884,7 +1065,7 @@ class SqlCoreQueries(CoreQueries):
     def held_runs(self, owner: str) -> list[tuple[str, int]]:
         """See :meth:`CoreQueries.held_runs`."""
         r = _RUNS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.id, r.lease_epoch).where(
                 r.status.in_(("checkin", "seeding", "running")), r.lease_owner == owner
             )
@@ -894,7 +1075,7 @@ class SqlCoreQueries(CoreQueries):
     def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
         """See :meth:`CoreQueries.closed_rounds`."""
         r = _ROUNDS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.index, r.params_digest, r.encode, r.total, r.n_clients)
             .where(r.run_id == run_id, r.status == "closed")
             .order_by(r.index)
@@ -915,12 +1096,12 @@ class SqlCoreQueries(CoreQueries):
     def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
         """See :meth:`CoreQueries.round_counts`."""
         m, p = _MEMBERS.c, _REPORTS.c
-        expected = self.session.execute(
+        expected = self._exec(
             select(func.count()).where(
                 m.run_id == run_id, m.slot_start < hi, m.slot_start + m.slot_count > lo
             )
         ).scalar_one()
-        got = self.session.execute(
+        got = self._exec(
             select(func.count()).where(p.run_id == run_id, p.round_index == index)
         ).scalar_one()
         return int(expected), int(got)
@@ -928,7 +1109,7 @@ class SqlCoreQueries(CoreQueries):
     def round_reports(self, run_id: str, index: int) -> list[ReportRow]:
         """See :meth:`CoreQueries.round_reports`."""
         p = _REPORTS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(p.client_id, p.vector, p.count, p.excluded).where(
                 p.run_id == run_id, p.round_index == index
             )
@@ -938,7 +1119,7 @@ class SqlCoreQueries(CoreQueries):
     def exclude_report(self, run_id: str, index: int, client_id: str, problem: str) -> None:
         """See :meth:`CoreQueries.exclude_report`."""
         p = _REPORTS.c
-        self.session.execute(
+        self._exec(
             update(_REPORTS)
             .where(p.run_id == run_id, p.round_index == index, p.client_id == client_id)
             .values(excluded=problem)
@@ -947,7 +1128,7 @@ class SqlCoreQueries(CoreQueries):
     def member_slots(self, run_id: str) -> dict[str, tuple[int, int]]:
         """See :meth:`CoreQueries.member_slots`."""
         m = _MEMBERS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(m.client_id, m.slot_start, m.slot_count).where(m.run_id == run_id)
         ).all()
         return {str(c): (int(a), int(n)) for c, a, n in rows}
@@ -955,7 +1136,7 @@ class SqlCoreQueries(CoreQueries):
     def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
         """See :meth:`CoreQueries.recent_runs`."""
         r = _RUNS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(r.id, r.task_id, r.created_at, r.finished_at)
             .order_by(r.created_at.desc())
             .limit(limit)
@@ -965,7 +1146,7 @@ class SqlCoreQueries(CoreQueries):
     def population_counts(self) -> list[tuple[str, int, int, float | None]]:
         """See :meth:`CoreQueries.population_counts`."""
         c = _CLIENTS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(
                 c.population, func.count(c.id), func.count(c.revoked_at), func.max(c.enrolled_at)
             ).group_by(c.population)
@@ -975,7 +1156,7 @@ class SqlCoreQueries(CoreQueries):
     def checked_in_by_population(self) -> list[tuple[str, int]]:
         """See :meth:`CoreQueries.checked_in_by_population`."""
         c, m, r = _CLIENTS.c, _MEMBERS.c, _RUNS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(c.population, func.count(func.distinct(m.client_id)))
             .select_from(_MEMBERS)
             .join(_RUNS, r.id == m.run_id)
@@ -988,7 +1169,7 @@ class SqlCoreQueries(CoreQueries):
     def budgets(self) -> list[BudgetRow]:
         """See :meth:`CoreQueries.budgets`."""
         b = _BUDGETS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(b.scope, b.name, b.epsilon, b.delta).order_by(b.scope, b.name)
         ).all()
         return [BudgetRow(str(s), str(n), float(e), float(d)) for s, n, e, d in rows]
@@ -997,7 +1178,7 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.reserved_charges`."""
         c = _CHARGES.c
         col = c.population if scope == "population" else c.analyst
-        rows = self.session.execute(
+        rows = self._exec(
             select(*_CHARGE_COLUMNS).where(col == name, c.status == "reserved").order_by(c.id)
         ).all()
         return [ChargeRow(*r) for r in rows]
@@ -1007,7 +1188,7 @@ class SqlCoreQueries(CoreQueries):
     ) -> list[tuple[float, str, str, str | None, str]]:
         """See :meth:`CoreQueries.recent_audit`."""
         a = _AUDIT.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(a.ts, a.actor, a.action, a.run_id, a.detail)
             .where(a.action.in_(actions))
             .order_by(a.id.desc())
@@ -1016,13 +1197,13 @@ class SqlCoreQueries(CoreQueries):
         return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
     def _page(self, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
-        total = self.session.execute(select(func.count()).select_from(stmt.subquery())).scalar_one()
-        return list(self.session.execute(stmt.limit(limit).offset(offset)).all()), int(total)
+        total = self._exec(select(func.count()).select_from(stmt.subquery())).scalar_one()
+        return list(self._exec(stmt.limit(limit).offset(offset)).all()), int(total)
 
     def tasks_newest(self) -> list[tuple[str, str, float]]:
         """See :meth:`CoreQueries.tasks_newest`."""
         t = _TASKS.c
-        rows = self.session.execute(
+        rows = self._exec(
             select(t.id, t.created_by, t.created_at).order_by(t.created_at.desc(), t.id)
         ).all()
         return [(str(i), str(b), float(a)) for i, b, a in rows]
@@ -1098,14 +1279,14 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.device_for_update`."""
         c = _CLIENTS.c
         cols = [c[k] for k in self._DEVICE_COLUMNS]
-        row = self.session.execute(
+        row = self._exec(
             select(*cols, c.revoked_at).where(c.id == client_id).with_for_update()
         ).first()
         return None if row is None else self._device(row)
 
     def update_client(self, client_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_client`."""
-        self.session.execute(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
+        self._exec(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
 
     def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """See :meth:`CoreQueries.page_operators`."""
@@ -1116,7 +1297,7 @@ class SqlCoreQueries(CoreQueries):
     def set_operator_token(self, name: str, token_hash: str) -> bool:
         """See :meth:`CoreQueries.set_operator_token`."""
         o = _OPERATORS.c
-        got = self.session.execute(
+        got = self._exec(
             update(_OPERATORS).where(o.name == name).values(token_hash=token_hash).returning(o.name)
         ).all()
         return bool(got)
@@ -1135,7 +1316,7 @@ class SqlCoreQueries(CoreQueries):
         stmt = select(a.ts, a.actor, a.action, a.run_id, a.detail).order_by(a.id)
         if run_id is not None:
             stmt = stmt.where(a.run_id == run_id)
-        rows = self.session.execute(stmt.limit(limit)).all()
+        rows = self._exec(stmt.limit(limit)).all()
         return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
@@ -1151,7 +1332,7 @@ class SqlCoreQueries(CoreQueries):
         self, ts: float, actor: str, action: str, run_id: str | None, detail: str
     ) -> None:
         """See :meth:`CoreQueries.add_audit`."""
-        self.session.execute(
+        self._exec(
             _AUDIT.insert().values(ts=ts, actor=actor, action=action, run_id=run_id, detail=detail)
         )
 
@@ -1161,7 +1342,7 @@ class SqlCoreQueries(CoreQueries):
         stmt = select(b.scope, b.name, b.epsilon, b.delta).where(b.scope == scope, b.name == name)
         if lock:
             stmt = stmt.with_for_update()
-        row = self.session.execute(stmt).first()
+        row = self._exec(stmt).first()
         if row is None:
             return None
         return BudgetRow(row.scope, row.name, float(row.epsilon), float(row.delta))
@@ -1169,14 +1350,14 @@ class SqlCoreQueries(CoreQueries):
     def put_budget(self, scope: str, name: str, epsilon: float, delta: float) -> None:
         """See :meth:`CoreQueries.put_budget`."""
         b = _BUDGETS.c
-        got = self.session.execute(
+        got = self._exec(
             update(_BUDGETS)
             .where(b.scope == scope, b.name == name)
             .values(epsilon=epsilon, delta=delta)
             .returning(b.scope)
         ).all()
         if not got:
-            self.session.execute(
+            self._exec(
                 _BUDGETS.insert().values(scope=scope, name=name, epsilon=epsilon, delta=delta)
             )
 
@@ -1184,7 +1365,7 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.charges_on`."""
         c = _CHARGES.c
         col = c.population if scope == "population" else c.analyst
-        rows = self.session.execute(
+        rows = self._exec(
             select(*_CHARGE_COLUMNS)
             .where(col == name, c.status.in_(("reserved", "spent")))
             .order_by(c.id)
@@ -1193,7 +1374,7 @@ class SqlCoreQueries(CoreQueries):
 
     def add_charge(self, charge: ChargeRow, now: float) -> None:
         """See :meth:`CoreQueries.add_charge`."""
-        self.session.execute(
+        self._exec(
             _CHARGES.insert().values(
                 run_id=charge.run_id,
                 population=charge.population,
@@ -1210,14 +1391,14 @@ class SqlCoreQueries(CoreQueries):
 
     def charge_of(self, run_id: str) -> ChargeRow | None:
         """See :meth:`CoreQueries.charge_of`."""
-        row = self.session.execute(
+        row = self._exec(
             select(*_CHARGE_COLUMNS).where(_CHARGES.c.run_id == run_id).with_for_update()
         ).first()
         return None if row is None else ChargeRow(*row)
 
     def set_charge_status(self, run_id: str, status: str, now: float) -> None:
         """See :meth:`CoreQueries.set_charge_status`."""
-        self.session.execute(
+        self._exec(
             update(_CHARGES)
             .where(_CHARGES.c.run_id == run_id)
             .values(status=status, updated_at=now)
@@ -1226,7 +1407,7 @@ class SqlCoreQueries(CoreQueries):
     def idempotent_answer(self, actor: str, key: str) -> IdempotentAnswer | None:
         """See :meth:`CoreQueries.idempotent_answer`."""
         k = _IDEMPOTENCY.c
-        row = self.session.execute(
+        row = self._exec(
             select(k.method, k.path, k.request_hash, k.status_code, k.response).where(
                 k.actor == actor, k.key == key
             )
@@ -1253,7 +1434,7 @@ class SqlCoreQueries(CoreQueries):
     def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
         """See :meth:`CoreQueries.store_answer`."""
         k = _IDEMPOTENCY.c
-        self.session.execute(
+        self._exec(
             update(_IDEMPOTENCY)
             .where(k.actor == actor, k.key == key)
             .values(status_code=status_code, response=response)
@@ -1267,7 +1448,7 @@ class SqlCoreQueries(CoreQueries):
     def bump_version(self) -> int:
         """See :meth:`CoreQueries.bump_version`."""
         v = _VERSION.c
-        got = self.session.execute(
+        got = self._exec(
             update(_VERSION).where(v.id == 1).values(version=v.version + 1).returning(v.version)
         ).scalar_one()
         return int(got)
@@ -1275,4 +1456,4 @@ class SqlCoreQueries(CoreQueries):
     def version(self) -> int:
         """See :meth:`CoreQueries.version`."""
         v = _VERSION.c
-        return int(self.session.execute(select(v.version).where(v.id == 1)).scalar_one())
+        return int(self._exec(select(v.version).where(v.id == 1)).scalar_one())

@@ -388,6 +388,8 @@ class MemoryCoreQueries(CoreQueries):
                         slot_count=None if m is None else m.slot_count,
                         reveal=None if m is None else m.reveal,
                         round=rec,
+                        reported=rec is not None
+                        and (run.id, rec.index, client_id) in self._t("reports"),
                     )
                 )
         return out
@@ -910,7 +912,12 @@ class MemoryStore:
         self._owner: int | None = None
 
     @contextmanager
-    def transaction(self, *, read_only: bool = False) -> Iterator[MemoryTx]:
+    def transaction(
+        self,
+        *,
+        read_only: bool = False,
+        snapshot: bool = True,  # noqa: ARG002 (one snapshot always)
+    ) -> Iterator[MemoryTx]:
         """One transaction: yields a :class:`MemoryTx`; commits at the end, rolls back on an exception.
 
         Transactions are serialized (one at a time in the process, as ``BEGIN IMMEDIATE`` on SQLite).
@@ -920,6 +927,9 @@ class MemoryStore:
         read_only : bool
             The transaction only reads (default False); a write in it raises :class:`RuntimeError` at
             its end.
+        snapshot : bool
+            Accepted as by :meth:`fedstats.service.store.Store.transaction` (a memory transaction is
+            always one snapshot).
 
         Raises
         ------
