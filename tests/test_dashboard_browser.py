@@ -143,6 +143,7 @@ def test_an_operator_sees_the_finished_run_and_the_budgets_in_chromium(
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
 
     dep: Deployment = finished["dep"]
     run = finished["run"]
@@ -158,7 +159,10 @@ def test_an_operator_sees_the_finished_run_and_the_budgets_in_chromium(
         driver.get(f"{dep.url}/dashboard")
         driver.find_element(By.ID, "token").send_keys(dep.token)
         driver.find_element(By.ID, "sign-in").click()
-        row = driver.find_element(By.CSS_SELECTOR, f'tr.run[data-run-id="{run["run_id"]}"]')
+        # the sign-in redirects (303) to the dashboard: wait for that page (bounded), not the click
+        row = WebDriverWait(driver, 30).until(
+            lambda d: d.find_element(By.CSS_SELECTOR, f'tr.run[data-run-id="{run["run_id"]}"]')
+        )
         assert row.get_attribute("data-status") == "done"
         assert row.find_element(By.CSS_SELECTOR, "td.devices").text == "3"
         rounds = row.find_elements(By.CSS_SELECTOR, "tr.round")
