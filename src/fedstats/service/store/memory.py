@@ -18,8 +18,8 @@ object itself (attributes named like the columns), so the domain's assignments t
 replaced by copies, so an object handed out is detached afterwards (as an ORM object after its session).
 
 Not covered: secure runs (``tx.session``, the secure store queries) and the VDAF routes
-(``store.engine``); both raise :class:`NotImplementedError` ("secure runs need a SQL store", "... needs a
-SQL store"). ``open_store("memory://")`` returns a fresh, empty :class:`MemoryStore`.
+(``store.engine``); both raise :class:`NeedsSQLStore` (a :class:`NotImplementedError`: "secure runs
+need a SQL store", "... needs a SQL store"), a deliberate limit, not a stub. ``open_store("memory://")`` returns a fresh, empty :class:`MemoryStore`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
+from fedstats.errors import FedstatsError
 from fedstats.service.store.core import (
     BudgetRow,
     ChargeRow,
@@ -44,11 +45,22 @@ from fedstats.service.store.core import (
 )
 from fedstats.service.store.tables import Base
 
-__all__ = ["MemoryCoreQueries", "MemoryStore", "MemoryTx", "Row"]
+__all__ = ["MemoryCoreQueries", "MemoryStore", "MemoryTx", "NeedsSQLStore", "Row"]
 
 _LIVE = ("checkin", "seeding", "running")
 _ABSENT = object()
 SECURE_NEEDS_SQL = "secure runs need a SQL store (the memory store implements the core path only)"
+
+
+class NeedsSQLStore(FedstatsError, NotImplementedError):
+    """A query group the memory store does not have, by design: it holds the core path only.
+
+    The memory store exists for fast domain tests of tasks, runs, reports, the ledger, idempotency and
+    fencing. Secure runs (the :class:`~fedstats.service.store.secure.SecureQueries` group, an ORM
+    session) and Prio3 tasks (the :class:`~fedstats.service.store.vdaf.VdafQueries` group, an engine)
+    run on SQLite or PostgreSQL; asking the memory store for them raises this (also a
+    :class:`NotImplementedError`), naming what needs a SQL store.
+    """
 
 
 class Row:
@@ -858,12 +870,12 @@ class MemoryTx(MemoryCoreQueries):
     @property
     def secure(self) -> Any:
         """Not available: the secure path needs a SQL store."""
-        raise NotImplementedError(SECURE_NEEDS_SQL)
+        raise NeedsSQLStore(SECURE_NEEDS_SQL)
 
     @property
     def session(self) -> Any:
         """Not available: a SQLAlchemy session exists only on a SQL store (tests that look inside one)."""
-        raise NotImplementedError(SECURE_NEEDS_SQL)
+        raise NeedsSQLStore(SECURE_NEEDS_SQL)
 
     def _rollback(self) -> None:
         for (table, key), old in self._undo.items():
@@ -954,12 +966,12 @@ class MemoryStore:
 
     def session(self) -> Any:
         """Not available: SQLAlchemy sessions need a SQL store."""
-        raise NotImplementedError(SECURE_NEEDS_SQL)
+        raise NeedsSQLStore(SECURE_NEEDS_SQL)
 
     @property
     def engine(self) -> Any:
         """Not available: an engine exists only on a SQL store (the Prio3 query group is SQL only)."""
-        raise NotImplementedError("Prio3 tasks and raw SQL need a SQL store (store.engine)")
+        raise NeedsSQLStore("Prio3 tasks and raw SQL need a SQL store (store.engine)")
 
     def writable(self) -> str | None:
         """Always None: memory is writable."""
