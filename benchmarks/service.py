@@ -323,6 +323,8 @@ def bench_fedstats(
         with mp.get_context("spawn").Pool(procs) as pool:
             pool.map(_worker, [(urls, ca, p, "join", None) for p in parts])
         work = _served_work(urls[0], ctx, clients[0])
+        if profile is not None:
+            servers[0].send_signal(signal.SIGUSR1)  # profile the report phase only
         row = _measure([s.pid for s in servers], urls, ca, clients, procs)
         while admin.get(f"/v1/admin/runs/{rid}").json()["status"] not in ("done", "aborted"):
             time.sleep(0.05)
@@ -458,6 +460,11 @@ def main() -> None:
         " into DIR/service_<db>.prof and print its top functions (the CPU numbers then include"
         " the profiler's overhead)",
     )
+    p.add_argument(
+        "--skip-minimal",
+        action="store_true",
+        help="measure fedstats only (for experiments; no ratio is written)",
+    )
     a = p.parse_args()
     rows: list[dict[str, Any]] = []
     ratios: dict[str, float] = {}
@@ -490,6 +497,8 @@ def main() -> None:
                 for r in summary["by_own"]:
                     print(f"  own {r['own_s']:8.3f} cum {r['cumulative_s']:8.3f} {r['function']}")
             emit(ours)
+            if a.skip_minimal:
+                continue
             minimal = _with_db(
                 kind,
                 root,

@@ -135,6 +135,11 @@ if out:
     # uvicorn re-raises the SIGTERM it handled once it has shut down: exit through this finally
     import signal
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # SIGUSR1 starts the profile afresh (the benchmark sends it when its measured phase begins)
+    def _restart(*_):
+        for p in list(profs):
+            p.clear()
+    signal.signal(signal.SIGUSR1, _restart)
     first = cProfile.Profile(time.thread_time)
     profs.append(first)
     first.enable()

@@ -45,12 +45,14 @@ import math
 import secrets
 import time
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, cast
 
 from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service.domain import ledger
-from fedstats.service.domain.reports import report_problem
+from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
 from fedstats.service.store import Tx, TxLike, as_tx
@@ -58,12 +60,16 @@ from fedstats.service.store.core import RoundRow
 from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [
+    "EXACT",
+    "Upload",
     "cancel_run",
     "checkin",
     "client_work",
     "create_run",
     "load_run",
+    "put_uploads",
     "run_view",
+    "screen_uploads",
     "submit_report",
     "upload_report",
 ]
@@ -359,24 +365,141 @@ def _problem(
     rec: RoundRow, slots: tuple[int, int], vector: Any, count: int
 ) -> tuple[int, int] | str:
     """The device's records ``(a, b)`` in the round if the report may be stored, else why not."""
-    if not isinstance(vector, list) or len(vector) != rec.dim:
-        return f"report must be a list of {rec.dim} integers"
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
-        return "report entries must be integers"
-    a, b = _slots_in(slots[0], slots[1], rec.lo, rec.hi)
-    if count != b - a or count < 1:
-        return f"report count must be {b - a} (records of this client in the round)"
-    problem = report_problem(
-        vector,
-        count,
-        encode=rec.encode,
-        params=rec.params,
-        dim=rec.dim,
-        bound=rec.bound,
-        records=b - a,
-        first_index=a,
-    )
-    return f"report refused: {problem}" if problem is not None else (a, b)
+    return _problems(rec, [(slots, vector, count)])[0]
+
+
+def _problems(
+    rec: RoundRow, items: Sequence[tuple[tuple[int, int], Any, Any]]
+) -> list[tuple[int, int] | str]:
+    """:func:`_problem` of many ``(slots, vector, count)`` of one round (the encoder's check vectorized)."""
+    out: list[tuple[int, int] | str] = []
+    todo: list[int] = []
+    for slots, vector, count in items:
+        if not isinstance(vector, list) or len(vector) != rec.dim:
+            out.append(f"report must be a list of {rec.dim} integers")
+        elif any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
+            out.append("report entries must be integers")
+        else:
+            a, b = _slots_in(slots[0], slots[1], rec.lo, rec.hi)
+            if count != b - a or count < 1:
+                out.append(f"report count must be {b - a} (records of this client in the round)")
+            else:
+                todo.append(len(out))
+                out.append((a, b))
+    if todo:
+        reports = []
+        for i in todo:
+            a, b = cast(tuple[int, int], out[i])
+            reports.append((items[i][1], items[i][2], b - a, a))
+        verdicts = report_problems(
+            reports, encode=rec.encode, params=rec.params, dim=rec.dim, bound=rec.bound
+        )
+        for i, problem in zip(todo, verdicts, strict=True):
+            if problem is not None:
+                out[i] = f"report refused: {problem}"
+    return out
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A device's signed report upload, as :func:`put_uploads` writes it.
+
+    Attributes
+    ----------
+    nonce : tuple of (str, float)
+        The request's nonce and timestamp (recorded with the report, refusing a replay).
+    run_id : str
+    index : int
+        The round.
+    client_id : str
+    vector : Any
+        The report as decoded from JSON (checked here: a list of ``dim`` integers).
+    count : int
+        The records it sums.
+    """
+
+    nonce: tuple[str, float]
+    run_id: str
+    index: int
+    client_id: str
+    vector: Any
+    count: int
+
+
+EXACT: Final = "exact"
+"""What :func:`put_uploads` answers for an upload the one-statement path cannot decide."""
+
+
+def screen_uploads(uploads: Sequence[Upload]) -> list[tuple[RoundRow, tuple[int, int]] | None]:
+    """Which uploads may be written in one statement each, as :func:`upload_report`'s common case.
+
+    No store access: an upload qualifies if this process has seen its round and the device's slots
+    (the device's poll before it) and the report passes the round's checks against them (the encoder's
+    output check vectorized over the uploads of each round).
+
+    Returns
+    -------
+    list
+        Per upload, ``(round, slots)`` to write it against, or None (it takes :func:`upload_report`).
+    """
+    out: list[tuple[RoundRow, tuple[int, int]] | None] = [None] * len(uploads)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, u in enumerate(uploads):
+        if (u.run_id, u.index) in _ROUND_SEEN and (u.run_id, u.client_id) in _SLOTS_SEEN:
+            groups.setdefault((u.run_id, u.index), []).append(i)
+    for key, members in groups.items():
+        rec = _ROUND_SEEN[key]
+        items = [
+            (
+                _SLOTS_SEEN[(uploads[i].run_id, uploads[i].client_id)],
+                uploads[i].vector,
+                uploads[i].count,
+            )
+            for i in members
+        ]
+        for i, item, got in zip(members, items, _problems(rec, items), strict=True):
+            if not isinstance(got, str):
+                out[i] = (rec, item[0])
+    return out
+
+
+def put_uploads(
+    tx: TxLike,
+    uploads: Sequence[Upload],
+    screened: Sequence[tuple[RoundRow, tuple[int, int]] | None],
+) -> list[bool | str | None]:
+    """Write screened uploads (:func:`screen_uploads`) in the caller's transaction, one statement each.
+
+    Returns
+    -------
+    list
+        Per upload: True (stored), None (a replayed nonce: nothing written), or :data:`EXACT` (not
+        screened, or not stored because the round or the device's slots changed, or a report is
+        already there): the caller must then discard this transaction's writes for that upload, i.e.
+        roll back, and take :func:`upload_report` for it in a transaction of its own.
+    """
+    tx = as_tx(tx)
+    out: list[bool | str | None] = []
+    now = time.time()
+    for u, got in zip(uploads, screened, strict=True):
+        if got is None:
+            out.append(EXACT)
+            continue
+        rec, slots = got
+        digest = wire.digest({"vector": u.vector, "count": u.count})
+        fresh, stored = tx.put_report(
+            u.nonce,
+            (rec.params_digest, slots[0], slots[1]),
+            u.run_id,
+            u.index,
+            u.client_id,
+            json.dumps(u.vector),
+            u.count,
+            digest,
+            now,
+        )
+        out.append(None if not fresh else True if stored else EXACT)
+    return out
 
 
 def upload_report(
@@ -408,31 +531,14 @@ def upload_report(
     As :func:`submit_report`.
     """
     tx = as_tx(tx)
-    rec = _ROUND_SEEN.get((run_id, index))
-    slots = _SLOTS_SEEN.get((run_id, client_id))
-    ok = (
-        rec is not None
-        and slots is not None
-        and not isinstance(_problem(rec, slots, vector, count), str)
-    )
-    if ok:
-        assert rec is not None and slots is not None
-        digest = wire.digest({"vector": vector, "count": count})
-        fresh, stored = tx.put_report(
-            nonce,
-            (rec.params_digest, slots[0], slots[1]),
-            run_id,
-            index,
-            client_id,
-            json.dumps(vector),
-            count,
-            digest,
-            time.time(),
-        )
-        if not fresh:
-            return None
-        if stored:
-            return True
+    upload = Upload(nonce, run_id, index, client_id, vector, count)
+    screened = screen_uploads([upload])[0]
+    if screened is not None:
+        got = put_uploads(tx, [upload], [screened])[0]
+        if got is None or got is True:
+            return got
+        # not stored (the round or the slots changed, or a report is there): the nonce is used in
+        # this transaction; the exact path below answers
     elif not tx.use_nonce(client_id, nonce[0], nonce[1]):
         return None
     return submit_report(tx, run_id, index, client_id, vector, count)

@@ -46,7 +46,14 @@ from fedstats.service.store import Store, Tx
 from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
 
-__all__ = ["DeviceWrites", "Offload", "WorkCache", "add_client_routes", "device_router"]
+__all__ = [
+    "DeviceWrites",
+    "Offload",
+    "UploadBatcher",
+    "WorkCache",
+    "add_client_routes",
+    "device_router",
+]
 
 T = TypeVar("T")
 
@@ -174,6 +181,121 @@ class WorkCache:
         return tag
 
 
+class _Redo(Exception):
+    """A batch must be written again without some uploads (see :meth:`UploadBatcher.write`)."""
+
+    def __init__(self, exact: set[int]) -> None:
+        super().__init__()
+        self.exact = exact
+
+
+class UploadBatcher:
+    """Group commit of device report uploads: the uploads that arrive together share one transaction.
+
+    An upload waits only while the batch before it is being written (at most one batch of this process is
+    in flight): under load the uploads that arrived meanwhile are checked together (the encoder's output
+    check vectorized per round, :func:`fedstats.service.domain.runs.screen_uploads`) and written in one
+    transaction, one statement each (:func:`~fedstats.service.domain.runs.put_uploads`), with one commit
+    and one hand-off to a store thread instead of one per upload; an upload alone is written at once.
+    Each upload is acknowledged only once its transaction committed.
+
+    An upload the one-statement path cannot decide (its round or slots not seen by this process, a report
+    refused by the checks, the round closed meanwhile, a retry of a stored report) takes the exact path
+    of :func:`~fedstats.service.domain.runs.upload_report` in a transaction of its own, after the batch
+    was written without it; so does every upload of a batch whose transaction failed. An upload's
+    answer (or error) is therefore the one it would get alone.
+
+    Parameters
+    ----------
+    store : Store
+    offload : Offload
+        Where the blocking store work runs.
+    max_batch : int
+        Most uploads in one transaction, >= 1.
+    """
+
+    def __init__(self, store: Store, offload: Offload, max_batch: int = 256) -> None:
+        self.store = store
+        self.offload = offload
+        self.max_batch = max_batch
+        self._pending: list[tuple[runs.Upload, asyncio.Future[bool | None]]] = []
+        self._running = False
+        self.batches = 0  # transactions written (for tests and metrics)
+
+    async def __call__(self, upload: runs.Upload) -> bool | None:
+        """Write ``upload`` (with the others pending); its answer once its transaction committed.
+
+        Returns True if stored, False if the same report was already stored, None if its nonce was used
+        (a replay). Raises what :func:`~fedstats.service.domain.runs.upload_report` raises.
+        """
+        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        self._pending.append((upload, fut))
+        if not self._running:
+            self._running = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+                try:
+                    outcomes = await self.offload(self.write, [u for u, _ in batch])
+                except BaseException as exc:  # the pool is gone (shutdown): fail this batch only
+                    outcomes = [exc] * len(batch)
+                for (_, fut), got in zip(batch, outcomes, strict=True):
+                    if fut.done():  # the request was cancelled (client gone); its write stands
+                        continue
+                    if isinstance(got, BaseException):
+                        fut.set_exception(got)
+                    else:
+                        fut.set_result(got)
+        finally:
+            self._running = False
+
+    def write(self, uploads: list[runs.Upload]) -> list[bool | BaseException | None]:
+        """Write ``uploads`` (blocking, on a store thread); per upload its answer or its error."""
+        out: list[bool | BaseException | None] = [None] * len(uploads)
+        screened = runs.screen_uploads(uploads)
+        exact = {i for i, got in enumerate(screened) if got is None}
+        for _ in range(
+            3
+        ):  # each retry drops at least one upload; a third means contention: go exact
+            todo = [i for i in range(len(uploads)) if i not in exact]
+            if not todo:
+                break
+            try:
+                with self.store.transaction() as tx:
+                    got = runs.put_uploads(
+                        tx, [uploads[i] for i in todo], [screened[i] for i in todo]
+                    )
+                    redo = {i for i, r in zip(todo, got, strict=True) if r == runs.EXACT}
+                    if redo:  # roll back: those uploads' nonces must not be used by this batch
+                        raise _Redo(redo)
+                self.batches += 1
+                for i, r in zip(todo, got, strict=True):
+                    out[i] = cast(bool | None, r)
+                break
+            except _Redo as again:
+                exact |= again.exact
+            except Exception:  # the batch failed as a whole: every upload alone, with its own error
+                exact |= set(todo)
+                break
+        else:
+            exact |= {i for i in range(len(uploads)) if i not in exact}
+        for i in sorted(exact):
+            u = uploads[i]
+            try:
+                with self.store.transaction() as tx:
+                    out[i] = runs.upload_report(
+                        tx, u.nonce, u.run_id, u.index, u.client_id, u.vector, u.count
+                    )
+            except Exception as exc:
+                out[i] = exc
+        return out
+
+
 class DeviceWrites:
     """ASGI middleware: after each state-changing ``/v1/client/...`` request, drop the device's work list.
 
@@ -258,8 +380,11 @@ def device_router(
     offload: Offload,
     device: DeviceAuth,
     cache: WorkCache,
+    uploads: UploadBatcher | None = None,
 ) -> APIRouter:
     """The device endpoints: register, work, check-in, report (see :func:`add_client_routes`)."""
+    if uploads is None:
+        uploads = UploadBatcher(store, offload)
     router = APIRouter(route_class=StrictRoute)
 
     @router.post("/v1/client/register", openapi_extra=REGISTER_BODY, **DEVICE)
@@ -394,24 +519,21 @@ def device_router(
 
         def go() -> bool:
             with store.transaction() as tx:  # one transaction: the nonce and the report
-                if req.nonce is not None and not req.stale:  # the common case: one statement
-                    new = runs.upload_report(
-                        tx,
-                        (req.nonce.nonce, req.nonce.ts),
-                        run_id,
-                        index,
-                        cid,
-                        data.get("vector"),
-                        count,
-                    )
-                    if new is None:
-                        raise HTTPException(401, "replayed request (nonce already used)")
-                    return new
                 use_nonce(tx, req.nonce)
                 device.confirm(tx, req)
                 return runs.submit_report(tx, run_id, index, cid, data.get("vector"), count)
 
-        new = await offload(go)
+        if req.nonce is not None and not req.stale:  # the common case: group-committed
+            got = await uploads(
+                runs.Upload(
+                    (req.nonce.nonce, req.nonce.ts), run_id, index, cid, data.get("vector"), count
+                )
+            )
+            if got is None:
+                raise HTTPException(401, "replayed request (nonce already used)")
+            new = got
+        else:
+            new = await offload(go)
         # the driver is woken only when the round may be complete (not at every report)
         if new and request.app.state.driver.note_report(run_id, index):
             wakeup.set()
@@ -484,6 +606,7 @@ def add_client_routes(
     device = DeviceAuth(store, cfg.replay_window, offload, on_write=cache.touch)
     app.state.forget_client = device.forget
     app.state.device_auth = device
+    app.state.upload_batcher = uploads = UploadBatcher(store, offload)
     app.include_router(
         device_router(
             store,
@@ -494,6 +617,7 @@ def add_client_routes(
             offload=offload,
             device=device,
             cache=cache,
+            uploads=uploads,
         )
     )
 

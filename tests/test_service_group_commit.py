@@ -1,0 +1,263 @@
+"""Group commit of report uploads (:class:`fedstats.service.http.device.UploadBatcher`), on SQLite and PostgreSQL.
+
+Uploads that arrive while a batch is being written are written together, in one transaction: the test
+holds the first batch until the other uploads are pending, so the grouping is deterministic. Inside the
+group each upload must still get the answer it would get alone:
+
+* the same signed request sent twice in one batch: one stored, the other refused as a replay (401);
+* a request replayed from an earlier, committed batch: 401;
+* a report the round's checks refuse (a wrong count): its own 422, the others stored;
+* the batch's transaction failing as a whole: every upload written alone, all stored.
+
+The run then closes with every device's record summed (nothing lost, nothing counted twice).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from fedstats.client import Device
+from fedstats.randomness import RandomSource
+from fedstats.service.domain import runs
+from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
+from fedstats.service.store import open_store
+from fedstats.wire import auth
+from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
+from fedstats.wire.tasks import sign_task
+from service_helpers import pg_reachable, pg_schema
+
+N = 12
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "postgresql":
+        why = pg_reachable()
+        if why is not None:
+            pytest.skip(why)
+        with pg_schema() as u:
+            yield u
+        return
+    yield f"sqlite:///{tmp_path / 'group.db'}"
+
+
+class _Captured(Exception):
+    """Raised by :class:`_Capture` instead of sending: the request was recorded."""
+
+
+class _Capture:
+    """Stands in for a device's HTTP client: records the next POST (signed, as sent) without sending."""
+
+    def __init__(self, http: TestClient) -> None:
+        self.http = http
+        self.request: tuple[str, str, bytes, dict[str, str]] | None = None
+
+    def request_(self, method: str, path: str, **kw: Any) -> Any:
+        if method == "POST":
+            self.request = (method, path, kw["content"], dict(kw["headers"]))
+            raise _Captured
+        return self.http.request(method, path, **kw)
+
+
+def _capture(d: Device, http: TestClient, work: dict[str, Any]) -> tuple[str, str, bytes, dict]:
+    cap = _Capture(http)
+    d._http = type("H", (), {"request": staticmethod(cap.request_)})()
+    try:
+        d._handle(work)
+    except _Captured:
+        pass
+    finally:
+        d._http = http
+    assert cap.request is not None
+    return cap.request
+
+
+@contextmanager
+def _round(root: Path, url: str) -> Iterator[tuple[TestClient, Any, list[Device], list, str, dict]]:
+    """A one-round bit-pushing run with ``N`` devices checked in, the round open and polled."""
+    init_authority(root / "authority")
+    analyst = issue_analyst(root / "authority", "ana", ["default"], root / "ana.json")
+    task = {
+        "analysis": "bitpushing-mean",
+        "params": {"column": "value", "low": -1.0, "high": 1.0, "method": "weighted"},
+        "privacy": {"epsilon": 2.0, "population": "default"},
+        "cohort_size": N,
+        "min_clients": N,
+        "deadlines": {"checkin": 600, "round": 600},
+        "label": f"group-{url[:8]}-{root.name}",
+    }
+    rng = np.random.default_rng(5)
+    store = open_store(url)
+    try:
+        token = add_operator(store, "alice")
+        trust_authority(store, (root / "authority" / "authority.pub").read_text().strip())
+        app = create_app(store, ServerSettings(rate=1e6, burst=1e6, tick=0.05))
+        with TestClient(app) as http:
+            admin = {"Authorization": f"Bearer {token}"}
+            for path in ("population/default", "analyst/alice"):
+                r = http.put(
+                    f"/v1/admin/budgets/{path}", json={"epsilon": 1e3, "delta": 1e-3}, headers=admin
+                )
+                assert r.status_code == 200, r.text
+            r = http.post("/v1/admin/tasks", json=sign_task(task, analyst), headers=admin)
+            assert r.status_code in (200, 201), r.text
+            r = http.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}, headers=admin)
+            run_id = r.json()["run_id"]
+            devices = []
+            for i in range(N):
+                ident = issue_identity(
+                    root / "authority", f"dev-{i}", "default", root / "ids" / f"dev-{i}.json"
+                )
+                d = Device(
+                    "https://127.0.0.1",
+                    ident,
+                    {"value": rng.uniform(-1, 1, 1)},
+                    randomness=RandomSource(i),
+                )
+                d._http = http
+                d.register()
+                d.step()
+                assert d.joined, d.refused
+                devices.append(d)
+            deadline = time.monotonic() + 60
+            works: list[dict[str, Any]] = []
+            while not works:
+                assert time.monotonic() < deadline, "the round did not open"
+                got = [d._send("GET", "/v1/client/work", b"").json() for d in devices]
+                if all(len(w["rounds"]) == 1 for w in got):
+                    works = got
+                else:
+                    time.sleep(0.05)
+            yield http, app, devices, works, run_id, admin
+    finally:
+        store.close()
+
+
+def _finish(http: TestClient, run_id: str, admin: dict[str, str]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        view = http.get(f"/v1/admin/runs/{run_id}", headers=admin).json()
+        if view["status"] in ("done", "aborted"):
+            return view
+        assert time.monotonic() < deadline, view
+        time.sleep(0.05)
+
+
+def _hold_first_batch(batcher: Any, pending: int) -> list[int]:
+    """Make the batcher's first write wait until ``pending`` uploads queue behind it; record sizes."""
+    original = batcher.write
+    sizes: list[int] = []
+
+    def gated(uploads: list[Any]) -> Any:
+        if not sizes:
+            deadline = time.monotonic() + 30
+            while len(batcher._pending) < pending and time.monotonic() < deadline:
+                time.sleep(0.005)
+        sizes.append(len(uploads))
+        return original(uploads)
+
+    batcher.write = gated
+    return sizes
+
+
+def test_uploads_that_arrive_together_share_a_transaction_and_keep_their_own_answers(
+    tmp_path: Path, url: str
+) -> None:
+    with _round(tmp_path, url) as (http, app, devices, works, run_id, admin):
+        batcher = app.state.upload_batcher
+        # device 0 uploads first, alone; its request is kept to be replayed later
+        replayed = _capture(devices[0], http, works[0])
+        r = http.request(replayed[0], replayed[1], content=replayed[2], headers=replayed[3])
+        assert r.status_code == 200 and r.json() == {"accepted": True, "duplicate": False}
+        assert batcher.batches == 1
+        twice = _capture(devices[1], http, works[1])
+        method, path, body, _ = _capture(devices[2], http, works[2])
+        wrong = json.loads(body)
+        wrong["count"] = 2  # the device has one record in the round
+        bad_body = json.dumps(wrong).encode()
+        bad = (
+            method,
+            path,
+            bad_body,
+            auth.sign_request(devices[2]._key, "dev-2", method, path, bad_body),
+        )
+        bad[3]["content-type"] = "application/json"
+
+        # the same report as `twice`, signed again (a device's retry after a lost answer)
+        retry = (
+            twice[0],
+            twice[1],
+            twice[2],
+            auth.sign_request(devices[1]._key, "dev-1", *twice[:3]),
+        )
+        retry[3]["content-type"] = "application/json"
+
+        def send(req: tuple[str, str, bytes, dict[str, str]]) -> tuple[int, Any]:
+            r = http.request(req[0], req[1], content=req[2], headers=req[3])
+            return r.status_code, r.json().get("duplicate")
+
+        def upload(i: int) -> None:
+            devices[i]._handle(works[i])
+
+        batches_before = batcher.batches
+        # N + 2 uploads: one written first, the other N + 1 queued behind it
+        sizes = _hold_first_batch(batcher, pending=N + 1)
+        with ThreadPoolExecutor(16) as pool:
+            plain = [pool.submit(upload, i) for i in range(3, N)]
+            special = [pool.submit(send, q) for q in (twice, twice, retry, replayed, bad)]
+            for f in plain:
+                f.result(timeout=60)
+            codes = [f.result(timeout=60) for f in special]
+        # the group: everything but the one upload that came first was written in one more batch
+        assert sizes == [1, N + 1], sizes
+        # the same request twice and a retry of it: stored once, the copy refused as a replay, the
+        # retry answered as a duplicate (written alone, after the batch was written again without it)
+        assert sorted(codes[:3], key=str) == [(200, False), (200, True), (401, None)], codes
+        # a request of an earlier batch: refused
+        assert codes[3] == (401, None), codes
+        # the wrong count: its own refusal, outside the batch (no batch was lost to it)
+        assert codes[4] == (422, None), codes
+        assert batcher.batches - batches_before == 2
+        assert all(len(devices[i].reported) == 1 for i in range(3, N))
+        # the refused device sends its real report now; the run sums every device once
+        devices[2]._handle(works[2])
+        view = _finish(http, run_id, admin)
+        assert view["status"] == "done", view
+        assert view["rounds"][0]["records_summed"] == N, view
+
+
+def test_a_batch_whose_transaction_fails_is_written_upload_by_upload(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _round(tmp_path, url) as (http, app, devices, works, run_id, admin):
+        batcher = app.state.upload_batcher
+        original = runs.put_uploads
+        failed = threading.Event()
+
+        def once(tx: Any, uploads: Any, screened: Any) -> Any:
+            if len(uploads) > 1 and not failed.is_set():  # the group, not the first upload alone
+                failed.set()
+                raise RuntimeError("the batch's transaction failed")
+            return original(tx, uploads, screened)
+
+        monkeypatch.setattr(runs, "put_uploads", once)
+        sizes = _hold_first_batch(batcher, pending=N - 1)
+        with ThreadPoolExecutor(N) as pool:
+            for f in [pool.submit(devices[i]._handle, works[i]) for i in range(N)]:
+                f.result(timeout=60)
+        assert failed.is_set() and sizes == [1, N - 1], sizes
+        assert all(len(d.reported) == 1 for d in devices)
+        view = _finish(http, run_id, admin)
+        assert view["status"] == "done", view
+        assert view["rounds"][0]["records_summed"] == N, view
