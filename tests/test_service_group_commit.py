@@ -261,3 +261,50 @@ def test_a_batch_whose_transaction_fails_is_written_upload_by_upload(
         view = _finish(http, run_id, admin)
         assert view["status"] == "done", view
         assert view["rounds"][0]["records_summed"] == N, view
+
+
+def test_direct_routes_answer_as_the_router_would(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poll and the upload, taken straight to their handlers, answer errors exactly as the app's
+    router and exception middleware do (the same status and body), and log their route's template."""
+    from fedstats.service.http.device import DirectRoutes
+
+    with _round(tmp_path, url) as (http, _app, devices, works, run_id, _admin):
+        d = devices[0]
+        method, path, body, _ = _capture(d, http, works[0])
+        good = auth.sign_request(d._key, "dev-0", method, path, body)
+
+        def signed(m: str, p: str, b: bytes) -> dict[str, str]:
+            return {
+                **auth.sign_request(d._key, "dev-0", m, p, b),
+                "content-type": "application/json",
+            }
+
+        cases = [
+            ("POST", path, body, {}),  # unsigned: 401
+            ("POST", path, body, {**good, auth.HEADER_CLIENT: "nobody"}),  # unknown device: 401
+            ("POST", f"/v1/client/runs/{run_id}/rounds/7/report", body, None),  # no round 7: 404
+            ("POST", f"/v1/client/runs/{run_id}/rounds/07/report", body, None),  # FastAPI's parsing
+            ("POST", path, b"{not json", None),  # 422
+            ("POST", path, json.dumps({"vector": [1], "count": True}).encode(), None),  # 422
+            ("GET", "/v1/client/work?wait=-1", b"", None),
+            ("GET", "/v1/client/work?wait=abc", b"", None),
+        ]
+
+        def answers() -> list[tuple[int, Any]]:
+            out = []
+            for m, p, b, h in cases:
+                headers = signed(m, p.split("?")[0], b) if h is None else h
+                r = http.request(m, p, content=b, headers=headers)
+                out.append((r.status_code, r.json()))
+            return out
+
+        direct = answers()
+        assert [c for c, _ in direct] == [401, 401, 404, 404, 422, 422, 422, 422], direct
+
+        async def through(self: Any, scope: Any, receive: Any, send: Any) -> None:
+            await self.app(scope, receive, send)
+
+        monkeypatch.setattr(DirectRoutes, "__call__", through)
+        assert answers() == direct

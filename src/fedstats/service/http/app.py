@@ -35,7 +35,7 @@ from fedstats.service.domain.changes import Changes, Wakeup, read_version, recor
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
 from fedstats.service.http.dashboard import add_dashboard, process_state
-from fedstats.service.http.device import DeviceWrites, Offload, add_client_routes
+from fedstats.service.http.device import DeviceWrites, DirectRoutes, Offload, add_client_routes
 from fedstats.service.http.health import add_health_routes
 from fedstats.service.http.openapi import install_params_schemas
 from fedstats.service.http.schemas import (
@@ -282,6 +282,8 @@ def create_app(
 
         add_vdaf_routes(app, store, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size)
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
+    # a device's poll and upload straight to their handlers (not through the router's scan)
+    app.add_middleware(DirectRoutes, routes=[r for r in app.routes if hasattr(r, "direct")])
     app.add_middleware(DeviceWrites, cache=cache)  # a device's write: drop its cached work list
     app.add_middleware(
         http.EdgeMiddleware,

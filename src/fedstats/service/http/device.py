@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
@@ -48,6 +48,7 @@ from fedstats.wire import auth
 
 __all__ = [
     "DeviceWrites",
+    "DirectRoutes",
     "Offload",
     "UploadBatcher",
     "WorkCache",
@@ -359,15 +360,79 @@ def direct_route(fast: Callable[[Request, Handler], Awaitable[Response]]) -> typ
     """
 
     class DirectRoute(StrictRoute):
+        direct: Callable[[Request], Coroutine[Any, Any, Response]]
+
         def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             slow = super().get_route_handler()
 
             async def handler(request: Request) -> Response:
                 return await fast(request, slow)
 
+            self.direct = handler  # what DirectRoutes calls
             return handler
 
     return DirectRoute
+
+
+class DirectRoutes:
+    """ASGI middleware that hands the requests of :func:`direct_route` routes straight to their handler.
+
+    A device's poll and upload would otherwise cross the app's inner layers (exception middleware,
+    exit stack, the router's linear scan of every route, the route's wrappers) for nothing: a direct
+    route's handler needs none of them. This matches the direct routes only (method and path, with the
+    route's own converters), sets what the router would have set (``route``, ``endpoint``,
+    ``path_params``) and answers an exception with the app's handler for it, as the exception middleware
+    would (anything without a handler propagates, as before). Every other request goes on unchanged.
+
+    Parameters
+    ----------
+    app : ASGI app
+        The app's inner stack.
+    routes : sequence of APIRoute
+        The app's routes; those built by :func:`direct_route` are taken.
+    """
+
+    def __init__(self, app: Any, routes: Sequence[Any]) -> None:
+        self.app = app
+        self.routes = [(r, frozenset(r.methods or ())) for r in routes if hasattr(r, "direct")]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Answer a direct route's request through its handler; pass anything else on."""
+        if scope["type"] == "http":
+            method, path = scope["method"], scope["path"]
+            for route, methods in self.routes:
+                if method not in methods:
+                    continue
+                m = route.path_regex.match(path)
+                if m is None:
+                    continue
+                params = {k: route.param_convertors[k].convert(v) for k, v in m.groupdict().items()}
+                scope["route"], scope["endpoint"] = route, route.endpoint
+                scope["path_params"] = params
+                request = Request(scope, receive, send)
+                try:
+                    response = await cast(Any, route).direct(request)
+                except Exception as exc:
+                    handler = _handler_for(scope["app"], exc)
+                    if handler is None:
+                        raise
+                    response = await handler(request, exc)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _handler_for(app: Any, exc: Exception) -> Any:
+    """The app's exception handler for ``exc`` (the nearest class in its MRO), or None.
+
+    A handler of ``Exception`` itself is the server-error middleware's, not the exception middleware's:
+    not taken (the exception propagates, as it would through the exception middleware).
+    """
+    handlers = getattr(app, "exception_handlers", {})
+    for cls in type(exc).__mro__:
+        if cls is not Exception and cls in handlers:
+            return handlers[cls]
+    return None
 
 
 def device_router(
