@@ -31,7 +31,7 @@ from fastapi.responses import PlainTextResponse
 
 from fedstats.errors import ParameterError
 from fedstats.service.domain import driver, idempotency, operators
-from fedstats.service.domain.changes import Changes, Wakeup, read_version, record_change
+from fedstats.service.domain.changes import Changes, Wakeup, record_change
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
 from fedstats.service.http.dashboard import add_dashboard, process_state
@@ -70,8 +70,10 @@ class ServerSettings:
     max_wait : float
         Longest time a long-polling ``GET /v1/client/work`` is held open (a device asks for at most this).
     recheck : float
-        How often this process reads the shared ``state_version`` counter, to wake its held polls when
-        another server process on the same database changed a run (:mod:`fedstats.service.domain.changes`).
+        How often this process reads the shared ``state_version`` counters: to wake its held polls when
+        another server process on the same database changed a run (:mod:`fedstats.service.domain.changes`),
+        and to keep trusting its cached device rows while no device was revoked, re-keyed or re-certified
+        anywhere (:class:`~.deps.DeviceAuth`; above ``deps.REREAD`` seconds each row is re-read instead).
     lease_seconds : float
         How long this process's claim on a run lasts without renewal (:class:`~.driver.Driver`); after
         it, another server process on the same database takes the run over.
@@ -197,11 +199,19 @@ def create_app(
                 if not moved:
                     await wakeup.wait(cfg.tick)
 
+        def versions() -> tuple[int, int, float]:
+            began = time.monotonic()
+            with store.transaction(read_only=True) as tx:
+                return tx.version(), tx.devices_version(), began
+
         async def watch() -> None:
             while not stop.is_set():
                 try:
-                    if changes.observe(await asyncio.to_thread(read_version, store)):
+                    state, devices, began = await asyncio.to_thread(versions)
+                    if changes.observe(state):
                         changes.bump()  # another server process changed a run
+                    # no device row changed anywhere: the cached ones stay trusted (DeviceAuth)
+                    app.state.device_auth.observe(devices, began)
                 except StoreError:
                     log.exception("cannot read the state version")
                 with contextlib.suppress(TimeoutError):

@@ -10,6 +10,7 @@ and a request cut off before its effect committed leaves its nonce unused for th
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ __all__ = ["DeviceAuth", "NonceUse", "Signed", "SignedRequest", "signed_request"
 
 T = TypeVar("T")
 
-REREAD = 5.0  # seconds an enrolled device's cached row (key, revocation) is trusted
+REREAD = 5.0  # seconds an enrolled device's cached row (key, revocation) is trusted without a check
 
 
 @dataclass(frozen=True)
@@ -104,34 +105,55 @@ class DeviceAuth:
         self.replay_window = replay_window
         self.offload = offload
         self.on_write = on_write
-        # id -> (row, read at); re-read after REREAD seconds (an operator may revoke or re-key a device)
-        self.known: dict[str, tuple[ClientRow, float]] = {}
+        # id -> (row, read at, devices version when the read began): trusted REREAD seconds after its
+        # read, or as long as the devices' counter is still that version, checked < REREAD seconds ago
+        self.known: dict[str, tuple[ClientRow, float, int | None]] = {}
+        self.version: int | None = None  # the devices' counter (CoreQueries.devices_version)
+        self.checked_at = -math.inf  # monotonic time when the last read of it began
+
+    def observe(self, version: int, began: float) -> None:
+        """The devices' counter read ``version`` in a read that began at ``began`` (monotonic seconds).
+
+        Called every few seconds by the server (one query per process): while the counter is unchanged,
+        no device row was revoked, re-keyed or re-certified anywhere, so the cached rows stay trusted
+        without one re-read per device; when it moved, every cached row is re-read at its next use.
+        """
+        if version != self.version:
+            self.version = version
+        self.checked_at = began
 
     def forget(self, client_id: str) -> None:
         """Drop a device's cached row (revoked or re-keyed in this process)."""
         self.known.pop(client_id, None)
 
-    def remember(self, row: ClientRow) -> None:
-        """Cache a device's row (just enrolled)."""
+    def remember(self, row: ClientRow, version: int | None = None) -> None:
+        """Cache a device's row, read from the database after the devices' counter was ``version``."""
         if len(self.known) > 100_000:
             self.known.clear()
-        self.known[row.id] = (row, time.monotonic())
+        self.known[row.id] = (row, time.monotonic(), version)
 
     def client(self, client_id: str) -> ClientRow | None:
-        """The enrolled device (cached up to :data:`REREAD` seconds), or None. Blocking."""
-        got = self.known.get(client_id)
-        if got is None or time.monotonic() - got[1] > REREAD:
+        """The enrolled device (cached while trusted, see :meth:`_fresh`), or None. Blocking."""
+        got = self._fresh(client_id)
+        if got is None:
+            version = self.version
             with self.store.transaction(read_only=True) as tx:
                 row = tx.client(client_id)
             if row is None:
                 return None
-            self.remember(row)
+            self.remember(row, version)
             return row
-        return got[0]
+        return got
 
     def _fresh(self, client_id: str) -> ClientRow | None:
+        """The cached row if trusted: read < :data:`REREAD` s ago, or since unchanged (:meth:`observe`)."""
         got = self.known.get(client_id)
-        if got is not None and time.monotonic() - got[1] <= REREAD:
+        if got is None:
+            return None
+        now = time.monotonic()
+        if now - got[1] <= REREAD or (
+            got[2] is not None and got[2] == self.version and now - self.checked_at <= REREAD
+        ):
             return got[0]
         return None
 
@@ -146,11 +168,12 @@ class DeviceAuth:
         if not req.stale:
             return
         old = self.known.get(req.client_id)
+        version = self.version
         row = as_tx(tx).client(req.client_id)
         if row is None or old is None or row.public_key != old[0].public_key:
             self.forget(req.client_id)
             raise HTTPException(401, "unknown client or key changed: sign again")
-        self.remember(row)
+        self.remember(row, version)
         if row.not_after < time.time():
             raise HTTPException(401, "client certificate expired")
         if row.revoked:

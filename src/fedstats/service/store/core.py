@@ -66,6 +66,7 @@ _ROUNDS = _table(RoundRecord)
 _RUNS = _table(Run)
 _MEMBERS = _table(RunMember)
 _VERSION = _table(StateVersion)
+DEVICES_VERSION = 2  # the row of state_version counting changes to enrolled devices (1: run states)
 _TASKS = _table(Task)
 
 
@@ -474,7 +475,7 @@ class CoreQueries(ABC):
 
     @abstractmethod
     def update_client(self, client_id: str, **values: Any) -> None:
-        """Set columns of an enrolled device."""
+        """Set columns of an enrolled device; increments :meth:`devices_version` in the transaction."""
 
     @abstractmethod
     def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
@@ -560,6 +561,13 @@ class CoreQueries(ABC):
     @abstractmethod
     def version(self) -> int:
         """The shared ``state_version`` counter."""
+
+    @abstractmethod
+    def devices_version(self) -> int:
+        """The counter of changes to enrolled devices' rows (:meth:`update_client` increments it).
+
+        Server processes cache device rows while it is unchanged (:class:`fedstats.service.http.deps.DeviceAuth`).
+        """
 
 
 def _round(r: Any) -> RoundRow:
@@ -1287,6 +1295,10 @@ class SqlCoreQueries(CoreQueries):
     def update_client(self, client_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_client`."""
         self._exec(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
+        # the devices' counter: row DEVICES_VERSION of state_version, created at its first change
+        self._insert_ignore(_VERSION, id=DEVICES_VERSION, version=0)
+        v = _VERSION.c
+        self._exec(update(_VERSION).where(v.id == DEVICES_VERSION).values(version=v.version + 1))
 
     def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """See :meth:`CoreQueries.page_operators`."""
@@ -1457,3 +1469,9 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.version`."""
         v = _VERSION.c
         return int(self._exec(select(v.version).where(v.id == 1)).scalar_one())
+
+    def devices_version(self) -> int:
+        """See :meth:`CoreQueries.devices_version`."""
+        v = _VERSION.c
+        got = self._exec(select(v.version).where(v.id == DEVICES_VERSION)).scalar_one_or_none()
+        return int(got or 0)

@@ -123,6 +123,7 @@ class _Data:
         self.tables: dict[str, dict[Any, Row]] = {name: {} for name in _COLUMNS}
         self.counters = {"ledger": 0, "audit": 0}
         self.version = 0
+        self.devices_version = 0
 
 
 class MemoryCoreQueries(CoreQueries):
@@ -698,6 +699,7 @@ class MemoryCoreQueries(CoreQueries):
     def update_client(self, client_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_client`."""
         self._set("clients", client_id, values)
+        self.data.devices_version += 1
 
     def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """See :meth:`CoreQueries.page_operators`."""
@@ -843,6 +845,10 @@ class MemoryCoreQueries(CoreQueries):
     def version(self) -> int:
         """See :meth:`CoreQueries.version`."""
         return self.data.version
+
+    def devices_version(self) -> int:
+        """See :meth:`CoreQueries.devices_version`."""
+        return self.data.devices_version
 
 
 class MemoryTx(MemoryCoreQueries):

