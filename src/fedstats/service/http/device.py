@@ -243,7 +243,12 @@ class UploadBatcher:
                 del self._pending[: self.max_batch]
                 try:
                     outcomes = await self.offload(self.write, [u for u, _ in batch])
-                except BaseException as exc:  # the pool is gone (shutdown): fail this batch only
+                except asyncio.CancelledError:  # the server is stopping: nobody waits any more
+                    for _, fut in batch + self._pending:
+                        fut.cancel()
+                    self._pending.clear()
+                    raise
+                except Exception as exc:  # the pool is gone (shutdown): fail this batch only
                     outcomes = [exc] * len(batch)
                 for (_, fut), got in zip(batch, outcomes, strict=True):
                     if fut.done():  # the request was cancelled (client gone); its write stands
