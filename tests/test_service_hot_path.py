@@ -312,14 +312,28 @@ def test_direct_routes_answer_as_the_router_would(
                 out.append((r.status_code, r.json()))
             return out
 
+        from starlette.middleware.exceptions import ExceptionMiddleware
+
+        inner = ExceptionMiddleware.__call__
+        crossed: list[str] = []
+
+        async def counted(self: Any, scope: Any, receive: Any, send: Any) -> None:
+            crossed.append(scope["path"])
+            await inner(self, scope, receive, send)
+
+        monkeypatch.setattr(ExceptionMiddleware, "__call__", counted)
         direct = answers()
         assert [c for c, _ in direct] == [401, 401, 404, 404, 422, 422, 422, 422], direct
+        # only the three FastAPI must parse (a non-canonical index, a malformed wait) crossed the
+        # app's inner layers; the others went straight to their handler
+        assert len(crossed) == 3, crossed
 
         async def through(self: Any, scope: Any, receive: Any, send: Any) -> None:
             await self.app(scope, receive, send)
 
         monkeypatch.setattr(DirectRoutes, "__call__", through)
         assert answers() == direct
+        assert len(crossed) == 3 + len(cases)
 
 
 def test_cached_device_rows_are_trusted_while_no_device_changed_and_a_revocation_elsewhere_arrives(
@@ -355,3 +369,34 @@ def test_cached_device_rows_are_trusted_while_no_device_changed_and_a_revocation
             time.sleep(0.05)
         # the others still work (their rows read again once, the counter having moved)
         assert devices[4]._send("GET", "/v1/client/work", b"").status_code == 200
+
+
+def test_polls_that_arrive_together_are_read_together_each_with_its_own_answer(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(deps, "REREAD", 0.0)  # every row is confirmed in the poll's read
+    with _round(tmp_path, url, recheck=0.05) as (http, app, devices, works, _run, _admin):
+        store = app.state.device_auth.store
+        # an operator of another process revokes device 5: the counter moves, every row is re-read
+        with store.transaction() as tx:
+            tx.update_client("dev-5", revoked_at=time.time())
+        deadline = time.monotonic() + 10
+        while app.state.device_auth.version != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        batcher = app.state.poll_batcher
+        sizes = _hold_first_batch(batcher, total=N)
+
+        def poll(d: Device) -> tuple[int, Any]:
+            h = auth.sign_request(d._key, d.client_id, "GET", "/v1/client/work", b"")
+            r = http.get("/v1/client/work", headers=h)
+            return r.status_code, r.json()
+
+        with ThreadPoolExecutor(N) as pool:
+            got = list(pool.map(poll, devices))
+        assert len(sizes) == 2 and sum(sizes) == N and sizes[1] >= N // 2, sizes
+        for i, (code, body) in enumerate(got):
+            if i == 5:
+                assert code == 403, body  # its own refusal, the others unaffected
+            else:
+                assert code == 200 and body == works[i], (i, code, body)

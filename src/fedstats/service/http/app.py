@@ -20,6 +20,7 @@ import logging
 import os
 import resource
 import signal
+import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -204,25 +205,31 @@ def create_app(
             with store.transaction(read_only=True) as tx:
                 return tx.version(), tx.devices_version(), began
 
-        async def watch() -> None:
-            while not stop.is_set():
+        halt = threading.Event()
+
+        def watch() -> None:
+            # a thread of its own, not a task: an event loop saturated by requests would delay the
+            # reads, and the device rows' trust (DeviceAuth.observe) would lapse under load
+            while True:
                 try:
-                    state, devices, began = await asyncio.to_thread(versions)
+                    state, devices, began = versions()
                     if changes.observe(state):
                         changes.bump()  # another server process changed a run
                     # no device row changed anywhere: the cached ones stay trusted (DeviceAuth)
                     app.state.device_auth.observe(devices, began)
-                except StoreError:
+                except Exception:  # the store unreachable for a while: keep watching
                     log.exception("cannot read the state version")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), cfg.recheck)
+                if halt.wait(cfg.recheck):
+                    return
 
         task = asyncio.create_task(loop()) if run_driver else None
-        watcher = asyncio.create_task(watch())
+        watcher = threading.Thread(target=watch, name="fedstats-versions", daemon=True)
+        watcher.start()
         yield
         stop.set()
         wakeup.set()
-        await watcher
+        halt.set()
+        await asyncio.to_thread(watcher.join, 30)
         if task is not None:
             await task
         offload.close()
@@ -293,7 +300,7 @@ def create_app(
         add_vdaf_routes(app, store, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size)
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
     # a device's poll and upload straight to their handlers (not through the router's scan)
-    app.add_middleware(DirectRoutes, routes=[r for r in app.routes if hasattr(r, "direct")])
+    app.add_middleware(DirectRoutes, routes=app.routes)
     app.add_middleware(DeviceWrites, cache=cache)  # a device's write: drop its cached work list
     app.add_middleware(
         http.EdgeMiddleware,

@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
@@ -47,9 +47,11 @@ from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
 
 __all__ = [
+    "Batcher",
     "DeviceWrites",
     "DirectRoutes",
     "Offload",
+    "PollBatcher",
     "UploadBatcher",
     "WorkCache",
     "add_client_routes",
@@ -57,6 +59,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 class Offload:
@@ -190,21 +194,13 @@ class _Redo(Exception):
         self.exact = exact
 
 
-class UploadBatcher:
-    """Group commit of device report uploads: the uploads that arrive together share one transaction.
+class Batcher(Generic[In, Out]):
+    """Runs the blocking store work of requests that arrive together as one batch on one store thread.
 
-    An upload waits only while the batch before it is being written (at most one batch of this process is
-    in flight): under load the uploads that arrived meanwhile are checked together (the encoder's output
-    check vectorized per round, :func:`fedstats.service.domain.runs.screen_uploads`) and written in one
-    transaction, one statement each (:func:`~fedstats.service.domain.runs.put_uploads`), with one commit
-    and one hand-off to a store thread instead of one per upload; an upload alone is written at once.
-    Each upload is acknowledged only once its transaction committed.
-
-    An upload the one-statement path cannot decide (its round or slots not seen by this process, a report
-    refused by the checks, the round closed meanwhile, a retry of a stored report) takes the exact path
-    of :func:`~fedstats.service.domain.runs.upload_report` in a transaction of its own, after the batch
-    was written without it; so does every upload of a batch whose transaction failed. An upload's
-    answer (or error) is therefore the one it would get alone.
+    A request waits only while the batch before it is being processed (at most one batch of this batcher
+    is in flight): under load the requests that arrived meanwhile are handled together by :meth:`write`
+    (one hand-off to a store thread, one connection, set-based work where the subclass can), and alone
+    at once when the server is quiet (no added delay).
 
     Parameters
     ----------
@@ -212,35 +208,36 @@ class UploadBatcher:
     offload : Offload
         Where the blocking store work runs.
     max_batch : int
-        Most uploads in one transaction, >= 1.
+        Most requests in one batch, >= 1.
     """
 
     def __init__(self, store: Store, offload: Offload, max_batch: int = 256) -> None:
         self.store = store
         self.offload = offload
         self.max_batch = max_batch
-        self._pending: list[tuple[runs.Upload, asyncio.Future[bool | None]]] = []
+        self._pending: list[tuple[In, asyncio.Future[Out]]] = []
         self._running = False
-        self.batches = 0  # transactions written (for tests and metrics)
+        self.batches = 0  # batches written (for tests)
 
-    async def __call__(self, upload: runs.Upload) -> bool | None:
-        """Write ``upload`` (with the others pending); its answer once its transaction committed.
-
-        Returns True if stored, False if the same report was already stored, None if its nonce was used
-        (a replay). Raises what :func:`~fedstats.service.domain.runs.upload_report` raises.
-        """
-        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
-        self._pending.append((upload, fut))
+    async def __call__(self, item: In) -> Out:
+        """Process ``item`` with the others pending; its outcome (or its error, raised here)."""
+        fut: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, fut))
         if not self._running:
             self._running = True
             asyncio.get_running_loop().create_task(self._drain())
         return await fut
+
+    def write(self, items: list[In]) -> list[Out | BaseException]:
+        """Process ``items`` (blocking, on a store thread); per item its outcome or its error."""
+        raise NotImplementedError
 
     async def _drain(self) -> None:
         try:
             while self._pending:
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
+                outcomes: list[Out | BaseException]
                 try:
                     outcomes = await self.offload(self.write, [u for u, _ in batch])
                 except asyncio.CancelledError:  # the server is stopping: nobody waits any more
@@ -259,6 +256,25 @@ class UploadBatcher:
                         fut.set_result(got)
         finally:
             self._running = False
+
+
+class UploadBatcher(Batcher[runs.Upload, "bool | None"]):
+    """Group commit of device report uploads: the uploads that arrive together share one transaction.
+
+    The uploads that arrived while the previous batch was written are checked together (the encoder's
+    output check vectorized per round, :func:`fedstats.service.domain.runs.screen_uploads`) and written
+    in one transaction, one statement each (:func:`~fedstats.service.domain.runs.put_uploads`), with one
+    commit and one hand-off to a store thread instead of one per upload (:class:`Batcher`). Each upload
+    is acknowledged only once its transaction committed; awaiting the batcher returns True if stored,
+    False if the same report was already stored, None if its nonce was used (a replay), and raises what
+    :func:`~fedstats.service.domain.runs.upload_report` raises.
+
+    An upload the one-statement path cannot decide (its round or slots not seen by this process, a report
+    refused by the checks, the round closed meanwhile, a retry of a stored report) takes the exact path
+    of :func:`~fedstats.service.domain.runs.upload_report` in a transaction of its own, after the batch
+    was written without it; so does every upload of a batch whose transaction failed. An upload's
+    answer (or error) is therefore the one it would get alone.
+    """
 
     def write(self, uploads: list[runs.Upload]) -> list[bool | BaseException | None]:
         """Write ``uploads`` (blocking, on a store thread); per upload its answer or its error."""
@@ -299,6 +315,48 @@ class UploadBatcher:
                     )
             except Exception as exc:
                 out[i] = exc
+        return out
+
+
+class PollBatcher(Batcher[tuple[SignedRequest, tuple[Any, ...]], tuple[str, bytes]]):
+    """The work lists of the polls that arrive together, read on one store thread and one connection.
+
+    A poll whose device's cached list is not valid (:class:`WorkCache`) reads the database: the polls
+    that arrived while the previous batch was read are read together (:class:`Batcher`), each as before
+    (the stale device row confirmed, :func:`~fedstats.service.domain.runs.client_work` as independent
+    statements, the list cached under the key it was computed for). Awaiting the batcher with
+    ``(request, key)`` returns ``(etag, body)`` or raises the poll's own error.
+
+    Parameters
+    ----------
+    store, offload
+        As :class:`Batcher`.
+    device : DeviceAuth
+    cache : WorkCache
+    """
+
+    def __init__(
+        self, store: Store, offload: Offload, device: DeviceAuth, cache: WorkCache
+    ) -> None:
+        super().__init__(store, offload)
+        self.device = device
+        self.cache = cache
+
+    def write(
+        self, items: list[tuple[SignedRequest, tuple[Any, ...]]]
+    ) -> list[tuple[str, bytes] | BaseException]:
+        """Read the work list of each ``(request, key)`` (blocking); per poll its answer or error."""
+        out: list[tuple[str, bytes] | BaseException] = []
+        # independent reads (no BEGIN, no COMMIT): per device its row if stale, then its runs
+        with self.store.transaction(read_only=True, snapshot=False) as tx:
+            for req, key in items:
+                try:
+                    self.device.confirm(tx, req)
+                    body = _work_json(tx, req.client_id, req.population)
+                    out.append((self.cache.put(req.client_id, key, body), body))
+                except Exception as exc:
+                    out.append(exc)
+        self.batches += 1
         return out
 
 
@@ -353,7 +411,10 @@ def _index_of(raw: str) -> int | None:
     return index if index <= MAX_INDEX else None
 
 
-def direct_route(fast: Callable[[Request, Handler], Awaitable[Response]]) -> type[APIRoute]:
+def direct_route(
+    fast: Callable[[Request, Handler], Awaitable[Response]],
+    wellformed: Callable[[Any, dict[str, str]], bool],
+) -> type[APIRoute]:
     """A route class whose requests go to ``fast(request, slow)`` instead of FastAPI's handler.
 
     The route stays a FastAPI route (its parameters, body and answers are in ``/openapi.json``, and
@@ -361,11 +422,13 @@ def direct_route(fast: Callable[[Request, Handler], Awaitable[Response]]) -> typ
     well-formed request itself (no dependency resolution, no parameter models, no response model) and
     hands anything else to ``slow``, FastAPI's own handler of the declared endpoint, which answers
     exactly as before (a malformed path parameter: the same 422). Errors ``fast`` raises are answered by
-    the app's exception handlers, as an endpoint's are.
+    the app's exception handlers, as an endpoint's are. ``wellformed(scope, path_params)`` tells
+    :class:`DirectRoutes` which requests ``fast`` answers itself (the others need FastAPI's layers).
     """
 
     class DirectRoute(StrictRoute):
         direct: Callable[[Request], Coroutine[Any, Any, Response]]
+        accepts = staticmethod(wellformed)
 
         def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             slow = super().get_route_handler()
@@ -398,8 +461,11 @@ class DirectRoutes:
     """
 
     def __init__(self, app: Any, routes: Sequence[Any]) -> None:
+        # (each route's ``accepts``: the requests its ``fast`` answers without FastAPI's layers)
         self.app = app
-        self.routes = [(r, frozenset(r.methods or ())) for r in routes if hasattr(r, "direct")]
+        self.routes = [
+            (r, frozenset(r.methods or ())) for r in _walk(routes) if hasattr(r, "direct")
+        ]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Answer a direct route's request through its handler; pass anything else on."""
@@ -412,6 +478,8 @@ class DirectRoutes:
                 if m is None:
                     continue
                 params = {k: route.param_convertors[k].convert(v) for k, v in m.groupdict().items()}
+                if not route.accepts(scope, params):  # FastAPI's parsing and its errors
+                    break
                 scope["route"], scope["endpoint"] = route, route.endpoint
                 scope["path_params"] = params
                 request = Request(scope, receive, send)
@@ -425,6 +493,15 @@ class DirectRoutes:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _walk(routes: Sequence[Any]) -> list[Any]:
+    """``routes`` and those of the routers included among them (FastAPI keeps an included router whole)."""
+    out: list[Any] = []
+    for r in routes:
+        inner = getattr(r, "original_router", None)
+        out.extend(_walk(inner.routes) if inner is not None else [r])
+    return out
 
 
 def _handler_for(app: Any, exc: Exception) -> Any:
@@ -451,10 +528,13 @@ def device_router(
     device: DeviceAuth,
     cache: WorkCache,
     uploads: UploadBatcher | None = None,
+    polls: PollBatcher | None = None,
 ) -> APIRouter:
     """The device endpoints: register, work, check-in, report (see :func:`add_client_routes`)."""
     if uploads is None:
         uploads = UploadBatcher(store, offload)
+    if polls is None:
+        polls = PollBatcher(store, offload, device, cache)
     router = APIRouter(route_class=StrictRoute)
 
     @router.post("/v1/client/register", openapi_extra=REGISTER_BODY, **DEVICE)
@@ -509,20 +589,13 @@ def device_router(
         check_wait(wait)
         known = request.headers.get("if-none-match")
 
-        def get(key: tuple[Any, ...]) -> tuple[str, bytes]:
-            # independent reads (no BEGIN, no COMMIT): the device's row, then its runs in one statement
-            with store.transaction(read_only=True, snapshot=False) as tx:
-                device.confirm(tx, req)
-                body = _work_json(tx, cid, population)
-            return cache.put(cid, key, body), body
-
         if req.stale:  # a cached answer needs a confirmed device row: read the list fresh once
             cache.touch(cid)
 
         async def differs() -> Response | None:
             key = cache.key(cid, population)
             got = cache.get(cid, key)
-            tag, body = got if got is not None else await offload(get, key)
+            tag, body = got if got is not None else await polls((req, key))
             if tag == known:
                 return None
             return Response(body, media_type="application/json", headers={"ETag": tag})
@@ -553,7 +626,12 @@ def device_router(
         "/v1/client/work",
         work,
         methods=["GET"],
-        route_class_override=direct_route(work_fast),
+        route_class_override=direct_route(
+            work_fast,
+            lambda scope, _p: (
+                not scope.get("query_string") or _WAIT.fullmatch(scope["query_string"]) is not None
+            ),
+        ),
         **DEVICE,
     )
 
@@ -632,7 +710,12 @@ def device_router(
         "/v1/client/runs/{run_id}/rounds/{index}/report",
         report,
         methods=["POST"],
-        route_class_override=direct_route(report_fast),
+        route_class_override=direct_route(
+            report_fast,
+            lambda _s, p: (
+                _index_of(p.get("index", "")) is not None and len(p.get("run_id", "")) <= 128
+            ),
+        ),
         openapi_extra=REPORT_BODY,
         **DEVICE,
     )
@@ -677,19 +760,20 @@ def add_client_routes(
     app.state.forget_client = device.forget
     app.state.device_auth = device
     app.state.upload_batcher = uploads = UploadBatcher(store, offload)
-    app.include_router(
-        device_router(
-            store,
-            cfg,
-            counters,
-            changes=changes,
-            wakeup=wakeup,
-            offload=offload,
-            device=device,
-            cache=cache,
-            uploads=uploads,
-        )
+    app.state.poll_batcher = polls = PollBatcher(store, offload, device, cache)
+    router = device_router(
+        store,
+        cfg,
+        counters,
+        changes=changes,
+        wakeup=wakeup,
+        offload=offload,
+        device=device,
+        cache=cache,
+        uploads=uploads,
+        polls=polls,
     )
+    app.include_router(router)
 
     async def population_of(cid: str) -> str:
         row = device._fresh(cid) or await offload(device.client, cid)
