@@ -12,6 +12,8 @@ server processes, user + system, over the report phase), reports per second, p50
 device's report phase (poll + upload), and the server's peak RSS; ``cpu_ratio_vs_minimal`` per store
 (goal <= 1.5). On PostgreSQL the round is also run on 2 and 4 server processes sharing the database
 (``--scale-out``; devices spread over them). PostgreSQL is skipped if unreachable. Linux only (``/proc``).
+Both servers run without a log line per request (the minimal app under ``uvicorn --no-access-log``,
+fedstats with ``--no-access-log``); ``--access-log`` turns fedstats's JSON access log on.
 
 Full numbers: ``python benchmarks/service.py --clients 10000 --procs 4`` (from ``benchmarks/``).
 """
@@ -224,7 +226,13 @@ def _stop(servers: list[subprocess.Popen[bytes]], wait: float = 30) -> None:
 
 
 def bench_fedstats(
-    db: str, n: int, procs: int, root: Path, n_servers: int = 1, profile: Path | None = None
+    db: str,
+    n: int,
+    procs: int,
+    root: Path,
+    n_servers: int = 1,
+    profile: Path | None = None,
+    access_log: bool = False,
 ) -> tuple[dict[str, Any], bytes]:
     """One local-DP round on ``n_servers`` fedstats server processes sharing ``db``.
 
@@ -279,6 +287,8 @@ def bench_fedstats(
                 "1000000",
                 "--tick",
                 "0.2",
+                # as the minimal app (uvicorn --no-access-log): no log line per request
+                "--access-log" if access_log else "--no-access-log",
             ],
             env=env,
             stdout=subprocess.DEVNULL,
@@ -339,6 +349,7 @@ def bench_fedstats(
             "db": db.split(":")[0],
             "server_processes": n_servers,
             "client_processes": procs,
+            "access_log": access_log,
             "status": view["status"],
             "accepted_by_first_process": accepted,
             "estimate": view["result"]["estimate"] if view["result"] else None,
@@ -435,10 +446,17 @@ def _with_db(kind: str, root: Path, fn: Any) -> Any:
 
 
 def _fed(
-    db: str, *, n: int, procs: int, root: Path, n_servers: int = 1, profile: Path | None = None
+    db: str,
+    *,
+    n: int,
+    procs: int,
+    root: Path,
+    n_servers: int = 1,
+    profile: Path | None = None,
+    access_log: bool = False,
 ) -> Any:
     root.mkdir(parents=True, exist_ok=True)
-    return bench_fedstats(db, n, procs, root, n_servers, profile)
+    return bench_fedstats(db, n, procs, root, n_servers, profile, access_log)
 
 
 def main() -> None:
@@ -459,6 +477,11 @@ def main() -> None:
         help="directory: profile the single-process fedstats server per store (cProfile, thread CPU)"
         " into DIR/service_<db>.prof and print its top functions (the CPU numbers then include"
         " the profiler's overhead)",
+    )
+    p.add_argument(
+        "--access-log",
+        action="store_true",
+        help="run fedstats with its JSON access log on (default off, as the minimal app's uvicorn)",
     )
     p.add_argument(
         "--skip-minimal",
@@ -483,7 +506,14 @@ def main() -> None:
             got = _with_db(
                 kind,
                 root,
-                functools.partial(_fed, n=a.clients, procs=a.procs, root=root, profile=prof),
+                functools.partial(
+                    _fed,
+                    n=a.clients,
+                    procs=a.procs,
+                    root=root,
+                    profile=prof,
+                    access_log=a.access_log,
+                ),
             )
             if got is None:
                 emit({"db": kind, "skipped": "PostgreSQL unreachable at 127.0.0.1:5432"})
@@ -514,7 +544,12 @@ def main() -> None:
                         kind,
                         root,
                         functools.partial(
-                            _fed, n=a.clients, procs=a.procs, root=root / f"x{k}", n_servers=k
+                            _fed,
+                            n=a.clients,
+                            procs=a.procs,
+                            root=root / f"x{k}",
+                            n_servers=k,
+                            access_log=a.access_log,
                         ),
                     )
                     emit(row)
@@ -524,6 +559,7 @@ def main() -> None:
             "command": " ".join(["python", "benchmarks/service.py", *sys.argv[1:]]),
             "cpu_ratio_vs_minimal": ratios,
             "goal_cpu_ratio_vs_minimal": 1.5,
+            "fedstats_access_log": a.access_log,
             "runs": rows,
         },
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -400,3 +401,37 @@ def test_polls_that_arrive_together_are_read_together_each_with_its_own_answer(
                 assert code == 403, body  # its own refusal, the others unaffected
             else:
                 assert code == 200 and body == works[i], (i, code, body)
+
+
+def test_the_access_log_can_be_turned_off_and_server_errors_are_still_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from fedstats.service.http import edge
+
+    def requests_logged(access_log: bool) -> list[Any]:
+        caplog.clear()
+        app = edge.EdgeMiddleware(
+            _failing_app,
+            max_body=1024,
+            rate=1e6,
+            burst=1e6,
+            counters=defaultdict(float),
+            access_log=access_log,
+        )
+        ok = TestClient(app, raise_server_exceptions=False)
+        with caplog.at_level("INFO", logger="fedstats.service"):
+            assert ok.get("/fine").status_code == 200
+            assert ok.get("/boom").status_code == 500
+        return [r.msg.get("status") for r in caplog.records if isinstance(r.msg, edge.JsonLine)]
+
+    assert requests_logged(True) == [200, 500]
+    assert requests_logged(False) == [500]
+
+
+async def _failing_app(scope: Any, receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/boom":
+        raise RuntimeError("boom")
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"{}"})

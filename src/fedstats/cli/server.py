@@ -52,6 +52,13 @@ def serve(
     burst: Annotated[
         float, typer.Option("--burst", min=1.0, help="Burst of requests per client.")
     ] = 200.0,
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            "--access-log/--no-access-log",
+            help="One JSON log line per request on stderr (server errors are logged either way).",
+        ),
+    ] = True,
     tick: Annotated[
         float,
         typer.Option(
@@ -169,6 +176,7 @@ def serve(
         store,
         ServerSettings(
             max_body=max_body,
+            access_log=access_log,
             rate=rate,
             burst=burst,
             tick=tick,

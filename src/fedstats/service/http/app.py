@@ -98,6 +98,8 @@ class ServerSettings:
     idempotency_retention : float
         Seconds an admin write's ``Idempotency-Key`` and first answer are kept (default 7 days, > 0); a
         retry after that is evaluated again (:func:`~fedstats.service.domain.idempotency.purge`).
+    access_log : bool
+        One JSON log line per request on stderr (default True); False logs only server errors.
     """
 
     max_body: int = 1 << 20
@@ -115,6 +117,7 @@ class ServerSettings:
     vdaf_peer_ca: str | None = None
     vdaf_batch_size: int = 1000
     idempotency_retention: float = 7 * 86400.0
+    access_log: bool = True
 
 
 _status_of = http.status_of  # moved to .http
@@ -308,6 +311,7 @@ def create_app(
         rate=cfg.rate,
         burst=cfg.burst,
         counters=counters,
+        access_log=cfg.access_log,
     )
     return app
 

@@ -266,6 +266,8 @@ class EdgeMiddleware:
         The server's metrics counters; ``http_responses_total{status="..."}`` is incremented per response.
     exempt : tuple of str
         Paths without a rate limit (health and metrics probes).
+    access_log : bool
+        One JSON log line per request (default True); False logs only server errors (5xx).
     """
 
     def __init__(
@@ -277,8 +279,10 @@ class EdgeMiddleware:
         burst: float,
         counters: MutableMapping[str, float],
         exempt: tuple[str, ...] = ("/healthz", "/readyz", "/metrics"),
+        access_log: bool = True,
     ) -> None:
         self.app = app
+        self.access_log = access_log
         self.max_body = max_body
         self.rate = rate
         self.burst = burst
@@ -381,7 +385,7 @@ class EdgeMiddleware:
         status = state["status"] or 500  # no answer started: counted as the error it is
         self.counters[f'http_responses_total{{status="{status}"}}'] += 1
         level = logging.WARNING if status >= 500 else logging.INFO
-        if not log.isEnabledFor(level):
+        if (level == logging.INFO and not self.access_log) or not log.isEnabledFor(level):
             return
         record = {
             "event": "request",
