@@ -66,6 +66,7 @@ __all__ = [
     "session_id",
     "sessions_of",
     "task_id_bytes",
+    "verify_reveals",
     "verify_transcript",
 ]
 
@@ -447,18 +448,72 @@ def verify_transcript(
     """
     entries = entries_of(transcript, max_members=max_members)
     try:
-        reveals = [bytes.fromhex(str(m[2])) for m in transcript["members"]]
-        published = bytes.fromhex(str(transcript["seed"]))
-    except (KeyError, TypeError, ValueError, IndexError):
+        reveals = [m[2] for m in transcript["members"]]
+        published = transcript["seed"]
+    except (KeyError, TypeError, IndexError):
         raise SecurityError("malformed seed transcript") from None
     keys = keys_of(transcript) if roster else None
     digest = commitments_digest(run_id, entries, keys)
     if not hmac.compare_digest(digest, seen_digest):
         raise SecurityError("the run's commitment list changed after this device revealed")
-    mine = [r for (cid, _, _, _), r in zip(entries, reveals, strict=True) if cid == client_id]
+    return verify_reveals(
+        run_id, client_id, entries, reveals, published, digest=digest, own_value=own_value
+    )
+
+
+def verify_reveals(
+    run_id: str,
+    client_id: str,
+    entries: Sequence[Entry],
+    reveals: Sequence[Any],
+    published: Any,
+    *,
+    digest: str,
+    own_value: bytes,
+) -> bytes:
+    """:func:`verify_transcript` for a device that kept the commitment list it checked and revealed against.
+
+    The list (``entries``, whose :func:`commitments_digest` is ``digest``) is the device's own copy,
+    parsed and checked before it revealed: only the reveals and the published seed are new.
+
+    Parameters
+    ----------
+    run_id, client_id : str
+    entries : sequence of (client_id, commitment_hex, slot_start, slot_count)
+        The commitment list as the device checked it (:func:`entries_of`).
+    reveals : sequence of str
+        Each member's revealed value (hex), in the list's order.
+    published : str
+        The published run seed (hex).
+    digest : str
+        The list's digest (with the roster's keys, if the run has a roster), which the device revealed
+        with.
+    own_value : bytes
+        This device's contribution.
+
+    Returns
+    -------
+    bytes
+        The run's seed.
+
+    Raises
+    ------
+    SecurityError
+        If the reveals or the seed are malformed, not one reveal per member, this device's reveal is
+        missing or altered, a reveal does not open its commitment, or the published seed is not the
+        one they give.
+    """
+    try:
+        values = [bytes.fromhex(str(r)) for r in reveals]
+        seed_bytes = bytes.fromhex(str(published))
+    except (TypeError, ValueError):
+        raise SecurityError("malformed seed transcript") from None
+    if len(values) != len(entries):
+        raise SecurityError("the seed transcript does not have one reveal per member")
+    mine = [r for (cid, _, _, _), r in zip(entries, values, strict=True) if cid == client_id]
     if mine != [own_value]:
         raise SecurityError("this device's reveal is missing or altered in the seed transcript")
-    seed = _seed(run_id, entries, reveals, digest)
-    if not hmac.compare_digest(seed, published):
+    seed = _seed(run_id, entries, values, digest)
+    if not hmac.compare_digest(seed, seed_bytes):
         raise SecurityError("the published run seed does not follow from its transcript")
     return seed
