@@ -77,6 +77,8 @@ __all__ = [
     "load_data",
 ]
 
+KEEP_ALIVE_SECONDS = 55.0
+"""How long a device keeps an idle connection to its server (the server keeps it 60 s)."""
 _VECTOR = re.compile(r"^(.+)\[(\d+)\]$")
 # what a work list says of a round besides the fields Device._derive checks: not part of its cache key
 _UNCHECKED_ROUND_FIELDS = frozenset({"secure", "deadline"})
@@ -235,6 +237,13 @@ class Device(SecureRuns):
             base_url=server.rstrip("/"),
             verify=ssl.create_default_context(cafile=str(ca)) if ca is not None else True,
             timeout=timeout,
+            # one connection, kept between requests that are seconds apart (a secure stage's work):
+            # each new one costs a TLS handshake on both sides
+            limits=httpx.Limits(
+                max_connections=100,
+                max_keepalive_connections=20,
+                keepalive_expiry=KEEP_ALIVE_SECONDS,
+            ),
         )
         self._work: dict[str, Any] = {"offers": [], "reveals": [], "rounds": [], "finished": []}
         self._etag: str | None = None  # the server's tag of the last work list handled in full

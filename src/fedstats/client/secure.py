@@ -164,9 +164,20 @@ class CertificateRosterVerifier:
         self.verified = set() if verified is None else verified
         self.members = None if members is None else [str(m) for m in members]
         self.indices = None if indices is None else [int(j) for j in indices]
+        self._passed: SessionRoster | None = None  # the last roster that passed
 
     def verify(self, roster: SessionRoster) -> None:
-        """Raise :class:`~fedstats.errors.SecurityError` unless every checked roster identity is certified."""
+        """Raise :class:`~fedstats.errors.SecurityError` unless every checked roster identity is certified.
+
+        A roster equal to one this verifier already passed passes again at once (the device checks it
+        before reading its data, its secure-aggregation client again when it reads the setup message).
+        """
+        if self._passed is not None and self._passed == roster:
+            return
+        self._check(roster)
+        self._passed = roster
+
+    def _check(self, roster: SessionRoster) -> None:
         if not hmac.compare_digest(roster.session, self.session):
             raise SecurityError("the session id does not follow from the run's agreed seed")
         if roster.task_id != self.task_id:

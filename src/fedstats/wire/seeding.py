@@ -38,6 +38,7 @@ the session it derives itself into, with the derived roster order, index and siz
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import math
@@ -90,7 +91,9 @@ _PROJECTION = b"fedstats/service/projection/v1\x00"
 _ORDER = b"fedstats/service/session-order/v1\x00"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _field(text: str) -> bytes:
+    # cached: a run's client ids are framed again at every commitment check, digest and session order
     raw = text.encode()
     return struct.pack("<H", len(raw)) + raw
 
@@ -151,13 +154,15 @@ def commitments_digest(
         raise SecurityError("the run's roster must list one identity key per member")
     h = hashlib.sha256((_LIST if keys is None else _ROSTER_LIST) + _field(run_id))
     h.update(struct.pack("<I", len(entries)))
+    parts = []  # hashed in one update: the same bytes as one update per member
     for j, (cid, c, start, count) in enumerate(entries):
-        h.update(_field(cid) + bytes.fromhex(c) + struct.pack("<QQ", int(start), int(count)))
+        parts.append(_field(cid) + bytes.fromhex(c) + struct.pack("<QQ", int(start), int(count)))
         if keys is not None:
             key = bytes.fromhex(keys[j])
             if len(key) != 32:
                 raise SecurityError("a roster identity key must be 32 bytes")
-            h.update(key)
+            parts.append(key)
+    h.update(b"".join(parts))
     return h.hexdigest()
 
 
@@ -311,8 +316,12 @@ def _seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes], diges
     """:func:`run_seed` given the list's digest (computed once by the caller)."""
     if len(reveals) != len(entries):
         raise SecurityError("every member's reveal is needed for the run seed")
+    prefix = _COMMIT + _field(run_id)  # commitment(), with the run's part framed once
     for (cid, c, _, _), r in zip(entries, reveals, strict=True):
-        if not hmac.compare_digest(commitment(run_id, cid, r), c):
+        if len(r) != CONTRIBUTION_BYTES:
+            raise SecurityError(f"a seed contribution must be {CONTRIBUTION_BYTES} bytes")
+        opened = hashlib.sha256(prefix + _field(cid) + r).hexdigest()
+        if not hmac.compare_digest(opened, c):
             raise SecurityError(f"the value revealed by {cid!r} does not open its commitment")
     h = hashlib.sha256(_SEED + _field(run_id) + bytes.fromhex(digest))
     for r in reveals:
@@ -387,7 +396,7 @@ def sessions_of(
     keyed = []
     for cid, start, count in cohort:
         if int(start) < hi and int(start) + int(count) > lo:
-            tag = hmac.new(seed, prefix + _field(str(cid)), hashlib.sha256).digest()
+            tag = hmac.digest(seed, prefix + _field(str(cid)), "sha256")
             keyed.append((tag, str(cid)))
     keyed.sort()
     order = [cid for _, cid in keyed]
