@@ -250,6 +250,31 @@ def test_a_certificate_body_s_fast_bytes_are_its_canonical_bytes() -> None:
             canonical_bytes(bad)
 
 
+def test_a_session_s_certificates_are_served_as_the_json_of_the_asked_list() -> None:
+    """The certificates a device asks for are joined from encodings made once per certificate: the
+    same bytes as encoding the list, in the asked order; nothing for a non-member or a bad position."""
+    from fedstats.service.domain import secure_devices as sd
+
+    key = ("run-json", 0, 0)
+    certs = [
+        {"body": {"client_id": "a", "n": 1, "s": "d\u00e9v"}, "signature": "ff"},
+        {"body": {"client_id": "b", "l": [1, 2.5]}, "signature": "00"},
+        {"body": {"client_id": "c"}, "signature": "ab"},
+    ]
+    sd._CERTIFICATES[key] = certs
+    sd._MEMBERS[key] = {"a": 0, "b": 1, "c": 2}
+    try:
+        for asked in ([], [0], [2, 0], [0, 1, 2]):
+            got = sd.cached_certificates_json(*key, "b", asked)
+            assert got == json.dumps(sd.cached_certificates(*key, "b", asked)).encode()
+            assert json.loads(got) == [certs[j] for j in asked]
+        assert sd.cached_certificates_json(*key, "stranger", [0]) is None
+        assert sd.cached_certificates_json(*key, "a", [3]) is None
+    finally:
+        sd._CERTIFICATES.pop(key, None)
+        sd._MEMBERS.pop(key, None)
+
+
 # -- over the network ----------------------------------------------------------------------------
 
 N = 240  # records

@@ -28,12 +28,15 @@ from fedstats.wire import seeding
 
 __all__ = [
     "cached_certificates",
+    "cached_certificates_json",
     "cached_down",
     "cached_member",
     "certificates",
     "down_message",
     "held_down",
+    "known_member",
     "member_of",
+    "probe_stage",
     "record_reveal",
     "secure_work",
     "seed_reveals",
@@ -367,6 +370,32 @@ def held_down(
     return down_message(tx, run_id, index, number, stage, client_id)
 
 
+def known_member(run_id: str, index: int, number: int, client_id: str) -> bool:
+    """Whether this process already knows ``client_id`` to be a member of the session (from memory)."""
+    members = _MEMBERS.get((run_id, index, number))
+    return members is not None and client_id in members
+
+
+def probe_stage(tx: Tx, run_id: str, index: int, number: int, stage: int) -> str:
+    """Look once whether a session's stage has opened, caching its messages if it has.
+
+    One look answers every held request of the session (:func:`cached_down` then serves them).
+
+    Returns
+    -------
+    str
+        ``"pending"`` (the session is open and before ``stage``), ``"open"`` (its messages are now in
+        this process's memory), or ``"unknown"`` (no such session, or closed without the stage: ask
+        :func:`held_down`, which says why).
+    """
+    if (run_id, index, number, stage) in _DOWNS:
+        return "open"
+    if stage_pending(tx, run_id, index, number, stage):
+        return "pending"
+    _members_of(tx, run_id, index, number)
+    return "open" if _stage_downs(tx, run_id, index, number, stage) is not None else "unknown"
+
+
 def stage_pending(tx: Tx, run_id: str, index: int, number: int, stage: int) -> bool:
     """Whether a session is still open and has not reached ``stage`` yet (its messages may still come).
 
@@ -482,6 +511,33 @@ def cached_certificates(
     if any(not 0 <= j < len(out) for j in indices):
         return None
     return [out[j] for j in indices]
+
+
+# each cached certificate's JSON, encoded once: a device's answer joins its members' (json.dumps of the
+# list, byte for byte, without encoding ~100 certificates per request)
+_CERTIFICATE_JSON: dict[tuple[str, int, int], list[bytes]] = {}
+
+
+def cached_certificates_json(
+    run_id: str, index: int, number: int, client_id: str, indices: list[int]
+) -> bytes | None:
+    """``json.dumps(cached_certificates(...)).encode()``, from encodings made once per certificate.
+
+    None when :func:`cached_certificates` is None.
+    """
+    key = (run_id, index, number)
+    out = _CERTIFICATES.get(key)
+    if cached_certificates(run_id, index, number, client_id, []) is None or out is None:
+        return None
+    if any(not 0 <= j < len(out) for j in indices):
+        return None
+    encoded = _CERTIFICATE_JSON.get(key)
+    if encoded is None or len(encoded) != len(out):
+        encoded = [json.dumps(c).encode() for c in out]
+        if len(_CERTIFICATE_JSON) > 64:
+            _CERTIFICATE_JSON.clear()
+        _CERTIFICATE_JSON[key] = encoded
+    return b"[" + b", ".join(encoded[j] for j in indices) + b"]"
 
 
 def certificates(

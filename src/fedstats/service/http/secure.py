@@ -22,6 +22,7 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -197,6 +198,26 @@ def add_secure_routes(
 
     stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
 
+    # a state change wakes every held request of a session at once: those that need the same look at
+    # the store (has the stage opened? is the session over?) share one, not one transaction each
+    probes: dict[tuple[str, ...], asyncio.Future[Any]] = {}
+
+    async def shared(key: tuple[str, ...], look: Callable[[], T]) -> T:
+        """``await offload(look)``, shared with the requests that ask for the same ``key`` meanwhile."""
+        fut = probes.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(offload(look))
+            probes[key] = fut
+
+            def done(f: asyncio.Future[Any], key: tuple[str, ...] = key) -> None:
+                if probes.get(key) is f:
+                    del probes[key]
+                if not f.cancelled():
+                    f.exception()  # retrieved here too: its waiters may all have gone
+
+            fut.add_done_callback(done)
+        return await asyncio.shield(fut)
+
     @app.get(base + "/rounds/{index}/secure/{number}/certificates", **DEVICE)
     async def certificates(
         run_id: IdPath,
@@ -213,9 +234,9 @@ def add_secure_routes(
         cid, _, _ = await signed(request)
         indices = None if members is None else _positions(members)
         if indices is not None:
-            fast = secure_devices.cached_certificates(run_id, index, number, cid, indices)
+            fast = secure_devices.cached_certificates_json(run_id, index, number, cid, indices)
             if fast is not None:  # a session's certificates never change: no transaction
-                return Response(json.dumps(fast).encode(), media_type="application/json")
+                return Response(fast, media_type="application/json")
 
             def some() -> bytes:
                 with store.transaction(read_only=True) as tx:
@@ -274,10 +295,22 @@ def add_secure_routes(
                     return secure_devices.held_down(s, run_id, index, number, stage, cid)
                 return secure_devices.down_message(s, run_id, index, number, stage, cid)
 
+        def probe() -> str:
+            with store.transaction(read_only=True) as tx:
+                return secure_devices.probe_stage(tx.secure, run_id, index, number, stage)
+
         async def attempt() -> bytes | None:
             got = secure_devices.cached_down(run_id, index, number, stage, cid)
             if got is not None:  # journaled and cached: served without a transaction
                 return got
+            if wait > 0 and secure_devices.known_member(run_id, index, number, cid):
+                # every held request of the session wakes at the same change: one look for all
+                seen = await shared(("stage", run_id, str(index), str(number), str(stage)), probe)
+                if seen == "pending":
+                    return None
+                got = secure_devices.cached_down(run_id, index, number, stage, cid)
+                if got is not None:
+                    return got
             return await offload(go)
 
         if population is None:
@@ -296,7 +329,8 @@ def add_secure_routes(
                 return True
 
         async def attempt() -> bool | None:
-            return await offload(go)
+            # one look for every held request of the session (they wake at the same change)
+            return await shared(("over", run_id, str(index), str(number), str(stage)), go)
 
         await changes.hold(population, min(wait, max_wait), attempt, since=since)
 
