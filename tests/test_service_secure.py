@@ -225,29 +225,44 @@ def test_a_device_checks_each_certificate_signature_once_and_the_rest_every_time
         verifier(certs).verify(roster)
 
 
-def test_a_certificate_body_s_fast_bytes_are_its_canonical_bytes() -> None:
-    """The verified-certificate cache keys each body by its canonical bytes, computed without the
-    generic encoder for a flat JSON object: the same bytes for every body, the encoder's for the rest
-    (nesting, a non-finite float, a numpy value), the encoder's error for a non-string key."""
+def test_a_flat_object_s_fast_canonical_bytes_are_the_encoder_s() -> None:
+    """Certificate bodies are keyed and verified by their canonical bytes, serialized without the
+    generic encoder's walk when flat: the same bytes as the encoder gives for every body, the encoder's
+    for the rest (nesting, a non-finite float, a numpy value, a subclass), the encoder's error for a
+    non-string key."""
     from fedstats.client.secure import body_bytes
     from fedstats.errors import DataError
-    from fedstats.wire.encoding import canonical_bytes
+    from fedstats.wire.encoding import canonical_bytes, encode
+
+    def reference(value: Any) -> bytes:
+        return json.dumps(
+            encode(value),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode()
+
+    class Sub(str):
+        pass
 
     bodies: list[dict[Any, Any]] = [
         {"role": "device", "client_id": "d\u00e9v-1", "public_key": "ab" * 32, "not_after": 17},
-        {"b": 1.5, "a": None, "c": True, "d": -3, "e": 'x"y\\z\n'},
+        {"b": 1.5, "a": None, "c": True, "d": -3, "e": 'x"y\\z\n', "f": 10**30, "g": 1e-300},
         {"nested": {"b": 1, "a": [1, 2]}, "x": "y"},
         {"inf": float("inf"), "nan": float("nan")},
-        {"n": np.int64(3), "f": np.float64(0.5)},
+        {"n": np.int64(3), "f": np.float64(0.5), "b": np.bool_(True)},
+        {"s": Sub("x")},
         {},
     ]
     for body in bodies:
-        assert body_bytes(body) == canonical_bytes(dict(body)), body
-    for bad in ({1: "x"}, {"a": {2: "y"}}):
-        with pytest.raises(DataError):
-            body_bytes(bad)
+        assert canonical_bytes(body) == reference(body), body
+        assert body_bytes(body) == reference(body), body
+    for bad in ({1: "x"}, {"a": {2: "y"}}, {None: 1}):
         with pytest.raises(DataError):
             canonical_bytes(bad)
+        with pytest.raises(DataError):
+            reference(bad)
 
 
 def test_a_session_s_certificates_are_served_as_the_json_of_the_asked_list() -> None:

@@ -221,15 +221,11 @@ class CertificateRosterVerifier:
             raise SecurityError("the roster lists one device twice")
 
 
-_FLAT_TYPES = (str, int, float, bool, type(None))
-
-
 def body_bytes(body: Mapping[str, Any]) -> bytes:
-    """:func:`fedstats.wire.encoding.canonical_bytes` of a certificate body, fast for a flat JSON object.
+    """:func:`fedstats.wire.encoding.canonical_bytes` of a certificate body (the key it is verified under).
 
-    A device's certificate body is a flat object of strings and numbers: for such a ``dict`` (exact
-    types: no subclass, no nesting, string keys, finite floats) the canonical bytes are the plain
-    sorted JSON, computed without the generic encoder's walk; anything else goes through it.
+    A device's certificate body is a flat object of strings and numbers, which ``canonical_bytes``
+    serializes without the generic encoder's walk.
 
     Parameters
     ----------
@@ -245,16 +241,7 @@ def body_bytes(body: Mapping[str, Any]) -> bytes:
     DataError
         As :func:`~fedstats.wire.encoding.canonical_bytes`, for a body it cannot encode.
     """
-    if type(body) is dict and all(
-        type(k) is str and type(v) in _FLAT_TYPES for k, v in body.items()
-    ):
-        try:
-            return json.dumps(
-                body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-            ).encode()
-        except ValueError:  # a non-finite float: the encoder's marker
-            pass
-    return canonical_bytes(dict(body))
+    return canonical_bytes(body if type(body) is dict else dict(body))
 
 
 def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng: Any) -> list[int]:
