@@ -1210,6 +1210,9 @@ def main() -> None:
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")
     ap.add_argument(
+        "--note", default=None, help="a note stored with the results (e.g. why a deadline)"
+    )
+    ap.add_argument(
         "--keep-others",
         action="store_true",
         help="keep the configurations of other n from the existing results file (each row records "
@@ -1251,6 +1254,7 @@ def main() -> None:
         ),
         "configurations": [],
         "complete": False,
+        "note": args.note,
     }
     if use_flower and args.flower_transport:
         doc["flower_real_transport_note"] = (
