@@ -7,12 +7,16 @@ Usage::
         [--timeout SECONDS] [--flower-timeout SECONDS] [--no-flower] [--db auto|sqlite|postgresql]
         [--flower-transport] [--flower-transport-timeout SECONDS]
         [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS] [--profile]
-        [--profile-devices]
+        [--profile-devices] [--note TEXT]
 
 The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
 
     python benchmarks/service_secagg.py --clients 1000 --no-flower --encoding-size 1000 --dropout 0.1 \
-        --stage-seconds 60 --timeout 420 --output service_secagg_secure_n1000
+        --stage-seconds 45 --wait 25 --timeout 480 --output service_secagg_secure_n1000
+
+(the stage deadline must exceed the slowest stage every device answers, the advertise stage of 1,000
+simulated devices on this machine; the masked-input stage then waits for it, reported apart as
+``deadline_wait_seconds``; see the results' ``note``.)
 
 ``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
 devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the
