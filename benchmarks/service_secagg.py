@@ -7,17 +7,23 @@ Usage::
         [--timeout SECONDS] [--flower-timeout SECONDS] [--no-flower] [--db auto|sqlite|postgresql]
         [--flower-transport] [--flower-transport-timeout SECONDS]
         [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS] [--profile]
+        [--profile-devices] [--note TEXT]
 
 The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
 
     python benchmarks/service_secagg.py --clients 1000 --no-flower --encoding-size 1000 --dropout 0.1 \
-        --stage-seconds 60 --timeout 420 --output service_secagg_secure_n1000
+        --stage-seconds 45 --wait 25 --timeout 480 --output service_secagg_secure_n1000
+
+(the stage deadline must exceed the slowest stage every device answers, the advertise stage of 1,000
+simulated devices on this machine; the masked-input stage then waits for it, reported apart as
+``deadline_wait_seconds``; see the results' ``note``.)
 
 ``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
 devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the
 costliest dropout, whose pair masks the server must remove from key shares) of every session, so that
 stage closes at its deadline (``--stage-seconds``, the task's round deadline); ``--profile`` runs the
-server under cProfile in every thread and records its top functions (the CPU is then not comparable).
+server under cProfile in every thread and records its top functions (the CPU is then not comparable);
+``--profile-devices`` does the same for the devices of the first worker process.
 
 For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
 
@@ -32,7 +38,11 @@ For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
    * per round and stage, the stage's wall time from the server's journal (``secure_messages.created_at``:
      stage ``s`` lasts from the server's stage-``s`` messages to its stage-``s+1`` messages; the last stage
      ends when the round's sum is journaled, i.e. the next round opens or the result is released), and the
-     mean bytes per device of the stage's payloads in each direction;
+     mean bytes per device of the stage's payloads in each direction; a stage that some addressed device
+     never answered closes at its deadline, and the time from its last answer to its close is recorded
+     as ``deadline_wait_seconds`` (summed per round and for the run, beside
+     ``run_seconds_without_deadline_waits``: the run's wall time less the waiting for dropouts);
+   * the requests of one device that does not drop out, in order (time, method, endpoint, status, bytes);
    * per device, the bytes of every request and response body it sent and received over the whole run
      (polls included), by endpoint; TLS and HTTP headers are not counted;
    * the server process's CPU seconds (``utime + stime`` from ``/proc/<pid>/stat``) from just before the
@@ -354,6 +364,12 @@ class _MeteredHTTP:
         self.sent: dict[str, int] = defaultdict(int)
         self.received: dict[str, int] = defaultdict(int)
         self.requests: dict[str, int] = defaultdict(int)
+        self.t0 = time.monotonic()
+        self.sequence: list[tuple[float, str, str, int, int]] = []
+        """``(seconds since start, method, endpoint, status, bytes received)`` of each request."""
+
+    def _note(self, method: str, cat: str, status: int, got: int) -> None:
+        self.sequence.append((round(time.monotonic() - self.t0, 3), method, cat, status, got))
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         r = self._http.request(method, path, **kw)
@@ -361,6 +377,7 @@ class _MeteredHTTP:
         self.sent[cat] += len(kw.get("content") or b"")
         self.received[cat] += len(r.content)
         self.requests[cat] += 1
+        self._note(method, cat, r.status_code, len(r.content))
         return r
 
     @contextlib.contextmanager
@@ -374,6 +391,7 @@ class _MeteredHTTP:
                 self.sent[cat] += len(kw.get("content") or b"")
                 self.received[cat] += r.num_bytes_downloaded
                 self.requests[cat] += 1
+                self._note(method, cat, r.status_code, r.num_bytes_downloaded)
 
     def get(self, path: str, **kw: Any) -> httpx.Response:
         """An unsigned GET (the device's health probe), not counted."""
@@ -402,8 +420,12 @@ def _worker(
     drop: set[str] | None = None,
     drop_stage: int = 2,
     share_checks: bool = False,
+    profile: str | None = None,
 ) -> None:
     """Build this worker's devices, signal ready, wait for ``go`` (the run id), run them; put metrics.
+
+    With ``profile`` (a path), the devices' threads run under cProfile timed by each thread's CPU clock,
+    the merged statistics written there once they stopped.
 
     The devices named in ``drop`` answer every secure stage before ``drop_stage`` and none from it on
     (a dropout for the protocol in every session they are in). With ``share_checks`` the worker's devices
@@ -445,6 +467,19 @@ def _worker(
         except Exception as exc:  # reported, not raised: the run's outcome tells the rest
             errors.append(f"{dev.client_id}: {type(exc).__name__}: {exc}")
 
+    profs: list[Any] = []
+    if profile:
+        import cProfile
+
+        lock = threading.Lock()
+
+        def boot(frame: Any, event: str, arg: Any) -> None:
+            prof = cProfile.Profile(time.thread_time)
+            with lock:
+                profs.append(prof)
+            prof.enable()
+
+        threading.setprofile(boot)
     c0 = time.process_time()
     threads = [threading.Thread(target=drive, args=(d,), daemon=True) for d in devices]
     for t in threads:
@@ -452,6 +487,17 @@ def _worker(
     for t in threads:
         t.join()
     cpu = time.process_time() - c0
+    if profs:
+        import pstats
+
+        threading.setprofile(None)  # type: ignore[arg-type]
+        merged = None
+        for prof in profs:
+            with contextlib.suppress(Exception):
+                prof.create_stats()
+                merged = pstats.Stats(prof) if merged is None else merged.add(prof)
+        if merged is not None:
+            merged.dump_stats(str(profile))
     per_device = []
     for d in devices:
         http = d._http
@@ -461,6 +507,12 @@ def _worker(
                 "received": dict(http.received),
                 "requests": dict(http.requests),
                 "finished": run_id in getattr(d, "finished", set()),
+                # the requests of one device that does not drop out, in order
+                "sequence": http.sequence
+                if wid == 0
+                and not any(x["sequence"] for x in per_device)
+                and not (drop and d.client_id in drop)
+                else None,
                 "refused": dict(d.refused),
             }
         )
@@ -578,15 +630,27 @@ def _journal(db: str, run_id: str) -> dict[str, Any]:
                 continue
             nxt = msgs.get((info["index"], st + 1, "down"))
             closed = nxt["first"] if nxt is not None else end
+            answered = 0 if up is None else up["count"]
+            last_up = None if up is None else up["last"] - down["first"]
+            # a stage some addressed device never answered closes at its deadline: the time after
+            # the last answer is spent waiting for the dropouts, not on the protocol or the service
+            waited = (
+                max(0.0, closed - down["first"] - (last_up or 0.0))
+                if answered < down["count"]
+                else 0.0
+            )
             stages[name] = {
                 "seconds": closed - down["first"],
                 "first_up_after_seconds": None if up is None else up["first"] - down["first"],
-                "last_up_after_seconds": None if up is None else up["last"] - down["first"],
-                "devices_answered": 0 if up is None else up["count"],
+                "last_up_after_seconds": last_up,
+                "devices_addressed": int(down["count"]),
+                "devices_answered": answered,
+                "deadline_wait_seconds": waited,
                 "down_bytes_per_device": down["bytes"] / down["count"],
                 "up_bytes_per_device": 0.0 if up is None else up["bytes"] / up["count"],
             }
         info["round_seconds"] = end - info["opened_at"]
+        info["deadline_wait_seconds"] = sum(v["deadline_wait_seconds"] for v in stages.values())
         info["stages"] = stages
         info["secure_bytes_per_device"] = sum(
             v["down_bytes_per_device"] + v["up_bytes_per_device"] for v in stages.values()
@@ -599,7 +663,11 @@ def _journal(db: str, run_id: str) -> dict[str, Any]:
         - audit.get("seeded", created),
         "rounds_seconds": [r["round_seconds"] for r in rounds_info],
         "run_seconds": release - _run_created(db, run_id),
+        "deadline_wait_seconds": sum(r["deadline_wait_seconds"] for r in rounds_info),
     }
+    out["phases"]["run_seconds_without_deadline_waits"] = (
+        out["phases"]["run_seconds"] - out["phases"]["deadline_wait_seconds"]
+    )
     out["rounds"] = rounds_info
     return out
 
@@ -674,13 +742,15 @@ def bench_fedstats(
     profile: Path | None = None,
     stage_seconds: float | None = None,
     share_checks: bool = False,
+    device_profile: Path | None = None,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
 
     ``encoding_size`` is the second round's vector length; ``floor(dropout * n)`` devices (chosen with a
     fixed seed) stop answering at secure stage ``drop_stage`` of every session (a stage then closes at
     its deadline, ``stage_seconds``, default ``timeout``); with ``profile`` the server runs under cProfile
-    (every thread) and writes its statistics there.
+    (every thread) and writes its statistics there; with ``device_profile`` so do the devices of the
+    first worker process.
     """
     from fedstats.wire.enrollment import issue_identity
 
@@ -711,6 +781,7 @@ def bench_fedstats(
         "profiled": profile is not None,
         "stage_deadline_seconds": stage_seconds or timeout,
         "devices_share_certificate_checks_per_process": share_checks,
+        "devices_profiled": device_profile is not None,
     }
     try:
         server.start()
@@ -739,6 +810,7 @@ def bench_fedstats(
                     drop,
                     drop_stage,
                     share_checks,
+                    str(device_profile) if device_profile is not None and w == 0 else None,
                 ),
                 daemon=True,
             )
@@ -829,6 +901,9 @@ def bench_fedstats(
                     for c in cats
                 },
             },
+        )
+        result["request_sequence_of_one_device"] = next(
+            (d["sequence"] for d in devices if d.get("sequence")), None
         )
         result["journal"] = _journal(db, run_id)
         if view["status"] == "done":
@@ -1129,6 +1204,12 @@ def main() -> None:
         "the top functions into the results (cProfile slows the server: its CPU is not comparable)",
     )
     ap.add_argument(
+        "--profile-devices",
+        action="store_true",
+        help="run the devices of the first worker process under cProfile (per-thread CPU clock); write "
+        "results/tmp/<output>_n<n>_devices.prof and the top functions into the results",
+    )
+    ap.add_argument(
         "--share-certificate-checks",
         action="store_true",
         help="the devices of one worker process share their verified certificates (each checked once "
@@ -1137,6 +1218,9 @@ def main() -> None:
     )
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")
+    ap.add_argument(
+        "--note", default=None, help="a note stored with the results (e.g. why a deadline)"
+    )
     ap.add_argument(
         "--keep-others",
         action="store_true",
@@ -1179,6 +1263,7 @@ def main() -> None:
         ),
         "configurations": [],
         "complete": False,
+        "note": args.note,
     }
     if use_flower and args.flower_transport:
         doc["flower_real_transport_note"] = (
@@ -1225,6 +1310,14 @@ def main() -> None:
         if prof is not None:
             prof.parent.mkdir(parents=True, exist_ok=True)
             prof.unlink(missing_ok=True)
+        dprof = (
+            HERE / "results" / "tmp" / f"{args.output}_n{n}_devices.prof"
+            if args.profile_devices
+            else None
+        )
+        if dprof is not None:
+            dprof.parent.mkdir(parents=True, exist_ok=True)
+            dprof.unlink(missing_ok=True)
         with tempfile.TemporaryDirectory(prefix="svc-secagg-") as tmp:
             root = Path(tmp)
             store: contextlib.AbstractContextManager[str] = (
@@ -1249,6 +1342,7 @@ def main() -> None:
                     prof,
                     args.stage_seconds,
                     args.share_certificate_checks,
+                    dprof,
                 )
             if "error" in ours and ours.get("status") != "done":
                 keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
@@ -1257,6 +1351,8 @@ def main() -> None:
                     shutil.copy(root / "server.log", keep)
         if prof is not None and prof.exists():
             ours["profile"] = profile_summary(prof)
+        if dprof is not None and dprof.exists():
+            ours["device_profile"] = profile_summary(dprof)
         row["fedstats"] = ours
         print(
             f"n={n} fedstats: status {ours.get('status')} wall {ours.get('wall_seconds', 0):.1f} s, "

@@ -2,9 +2,10 @@
 
 Devices talk to :class:`MaliciousProxy` over HTTP on 127.0.0.1 as if it were the server. It forwards every
 request unchanged (so the devices' signatures verify upstream) and, for the runs it is told to attack,
-rewrites what the server answers: the seed transcript, the session's certificates, or any stage message,
-whether asked for or carried by the acknowledgement of the device's previous one (decoded with the
-public message classes, changed, re-serialized). That is everything a malicious server
+rewrites what the server answers: the seed transcript (also the reveals a held reveal is answered with),
+the session's certificates, or any stage message, whether asked for, carried by the acknowledgement of
+the device's previous one, or carried by the work list (a setup message; decoded with the public message
+classes, changed, re-serialized). That is everything a malicious server
 controls; it holds no device's key. Each attack is one of :data:`fedstats.secagg.ATTACKS` (or the seed
 agreement's), and the test checks that every device refuses it and sends nothing more.
 """
@@ -39,6 +40,7 @@ __all__ = ["ATTACKS", "MaliciousProxy"]
 _STAGE = re.compile(r"^/v1/client/runs/([^/]+)/rounds/(\d+)/secure/(\d+)/(\d+)$")
 _CERTS = re.compile(r"^/v1/client/runs/([^/]+)/rounds/(\d+)/secure/(\d+)/certificates$")
 _SEED = re.compile(r"^/v1/client/runs/([^/]+)/seed$")
+_REVEAL = re.compile(r"^/v1/client/runs/([^/]+)/reveal$")
 
 
 def _setup(body: bytes, change: Callable[[SetupMessage], SetupMessage]) -> bytes:
@@ -123,8 +125,12 @@ class MaliciousProxy:
         path = request.url.path
         carried = r.headers.get("content-type", "") == "application/octet-stream"
         m = _STAGE.match(path)
-        if r.status_code == 200 and request.method == "GET":
+        if r.status_code == 200 and path == "/v1/client/work":
+            content = self._tamper_work(content)
+        elif r.status_code == 200 and request.method == "GET":
             content = self._tamper(path, content)
+        elif r.status_code == 200 and _REVEAL.match(path):
+            content = self._tamper_reveal(path, content)
         elif r.status_code == 200 and carried and m is not None:
             # a stage message acknowledged with the device's next one: that one is the server's too
             content = self._tamper(f"{path.rsplit('/', 1)[0]}/{int(m.group(4)) + 1}", content)
@@ -135,6 +141,37 @@ class MaliciousProxy:
             media_type=r.headers.get("content-type"),
             headers=kept,
         )
+
+    def _tamper_work(self, body: bytes) -> bytes:
+        """A work list's stage-0 entries carry the setup message: tampered as if it had been fetched."""
+        work = json.loads(body)
+        changed = False
+        for rnd in work.get("rounds", []):
+            info = rnd.get("secure") or {}
+            if isinstance(info.get("message"), str):
+                path = (
+                    f"/v1/client/runs/{rnd['run_id']}/rounds/{rnd['round']}/secure/"
+                    f"{info['session']}/{info['stage']}"
+                )
+                message = bytes.fromhex(info["message"])
+                out = self._tamper(path, message)
+                if out != message:
+                    info["message"], changed = out.hex(), True
+        return json.dumps(work).encode() if changed else body
+
+    def _tamper_reveal(self, path: str, body: bytes) -> bytes:
+        """A held reveal is answered with the seed and the reveals: tampered as the seed transcript."""
+        ack = json.loads(body)
+        revealed = ack.get("revealed")
+        if not isinstance(revealed, dict):
+            return body
+        seed_path = path.rsplit("/", 1)[0] + "/seed"
+        raw = json.dumps(revealed).encode()
+        out = self._tamper(seed_path, raw)
+        if out == raw:
+            return body
+        ack["revealed"] = json.loads(out)
+        return json.dumps(ack).encode()
 
     def _tamper(self, path: str, body: bytes) -> bytes:
         m = _STAGE.match(path) or _CERTS.match(path) or _SEED.match(path)

@@ -26,6 +26,7 @@ from sqlalchemy import select
 from deviating_server import DeviatingProxy
 from fedstats import wire
 from fedstats.client import Device, LocalBudget, Policy
+from fedstats.errors import SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import Report, RunMember
@@ -350,3 +351,47 @@ def test_a_device_refuses_plain_http_beyond_loopback(deployment: Deployment) -> 
     for url in ("http://127.0.0.1:9", "http://127.8.0.1", "http://localhost:1", "http://[::1]:9"):
         Device(url, ident, {"value": np.zeros(2)}).close()
     Device("https://example.org", ident, {"value": np.zeros(2)}).close()
+
+
+def test_a_round_listed_again_is_derived_once_and_a_changed_one_is_checked_again(
+    deployment: Deployment, proxy: DeviatingProxy
+) -> None:
+    """A device's work list shows a round at every poll (a secure round at every stage): the device
+    derives it once and answers the same round again from memory; a round whose checked fields differ
+    in anything (a parameter, the history) is derived and compared again, and refused."""
+    population = f"p-again-{uuid.uuid4().hex[:6]}"
+    devices = _setup(deployment, proxy, population)
+    task = _task(population)
+    _, run_id = _start(deployment, task)
+    seen: list[dict[str, Any]] = []
+
+    def keep(work: dict[str, Any]) -> dict[str, Any]:
+        seen.extend(copy.deepcopy(r) for r in work["rounds"] if r["run_id"] == run_id)
+        return work
+
+    proxy.rewrite = keep
+    try:
+        _poll(devices, lambda: all((run_id, 0) in d.reported for d in devices))
+    finally:
+        proxy.rewrite = None
+        for d in devices:
+            d.close()
+    dev = devices[0]
+    rnd = next(r for r in seen if r["slot_start"] == dev.joined[run_id]["slot_start"])
+    calls: list[int] = []
+    inner = dev._derive_checked
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return inner(*args)
+
+    dev._derive_checked = counted  # type: ignore[method-assign]
+    first = dev._derive(copy.deepcopy(rnd))
+    again = dev._derive({**copy.deepcopy(rnd), "deadline": 0.0, "secure": None})
+    assert again is first and calls == []  # derived when it was handled: not again
+    changed = copy.deepcopy(rnd)
+    changed["params"]["epsilon_bit"] = 50.0
+    with pytest.raises(SecurityError, match="params"):
+        dev._derive(changed)
+    assert calls == [1]
+    assert dev._derive(copy.deepcopy(rnd)) is first and calls == [1]

@@ -92,3 +92,54 @@ def test_store_work_runs_on_at_most_the_configured_threads() -> None:
             create_app(store, ServerSettings(store_threads=0), run_driver=False)
     finally:
         store.close()
+
+
+async def _held(since_known: bool, bump: bool, seconds: float) -> tuple[int, object, float]:
+    changes = Changes()
+    changes.bind(asyncio.get_running_loop())
+    since = changes.generation("a")
+    calls: list[float] = []
+
+    async def attempt() -> str | None:
+        calls.append(time.monotonic())
+        return "open"
+
+    if bump:
+        asyncio.get_running_loop().call_later(0.2, changes.bump, {"a"})
+    t0 = time.monotonic()
+    got = await changes.hold("a", seconds, attempt, since=since if since_known else None)
+    return len(calls), got, time.monotonic() - t0
+
+
+def test_a_held_request_known_to_wait_looks_only_after_a_change() -> None:
+    """``hold(since=g)``: the caller knows the answer was None at generation ``g`` (e.g. it stored its
+    stage message while the stage was open): no attempt (no database read) until a change after
+    ``g`` or the end of its time, then attempts as usual."""
+    calls, got, _ = asyncio.run(_held(True, False, 0.0))
+    assert (calls, got) == (0, None)
+    calls, got, took = asyncio.run(_held(True, False, 0.3))  # no change: one look when time is up
+    assert (calls, got) == (1, "open") and took >= 0.29
+    calls, got, took = asyncio.run(_held(True, True, 5.0))  # a change: one look, at once
+    assert (calls, got) == (1, "open") and 0.15 <= took < 2.0
+    calls, got, took = asyncio.run(_held(False, False, 5.0))  # no since: looks at once
+    assert (calls, got) == (1, "open") and took < 1.0
+
+
+async def _changed_before() -> int:
+    changes = Changes()
+    changes.bind(asyncio.get_running_loop())
+    since = changes.generation("a")
+    changes.bump({"a"})  # a change after the caller's generation: it looks at once
+    calls: list[int] = []
+
+    async def attempt() -> int | None:
+        calls.append(1)
+        return 1
+
+    got = await changes.hold("a", 5.0, attempt, since=since)
+    assert got == 1
+    return len(calls)
+
+
+def test_a_held_request_looks_at_once_when_a_change_came_since() -> None:
+    assert asyncio.run(_changed_before()) == 1

@@ -225,6 +225,71 @@ def test_a_device_checks_each_certificate_signature_once_and_the_rest_every_time
         verifier(certs).verify(roster)
 
 
+def test_a_flat_object_s_fast_canonical_bytes_are_the_encoder_s() -> None:
+    """Certificate bodies are keyed and verified by their canonical bytes, serialized without the
+    generic encoder's walk when flat: the same bytes as the encoder gives for every body, the encoder's
+    for the rest (nesting, a non-finite float, a numpy value, a subclass), the encoder's error for a
+    non-string key."""
+    from fedstats.client.secure import body_bytes
+    from fedstats.errors import DataError
+    from fedstats.wire.encoding import canonical_bytes, encode
+
+    def reference(value: Any) -> bytes:
+        return json.dumps(
+            encode(value),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode()
+
+    class Sub(str):
+        pass
+
+    bodies: list[dict[Any, Any]] = [
+        {"role": "device", "client_id": "d\u00e9v-1", "public_key": "ab" * 32, "not_after": 17},
+        {"b": 1.5, "a": None, "c": True, "d": -3, "e": 'x"y\\z\n', "f": 10**30, "g": 1e-300},
+        {"nested": {"b": 1, "a": [1, 2]}, "x": "y"},
+        {"inf": float("inf"), "nan": float("nan")},
+        {"n": np.int64(3), "f": np.float64(0.5), "b": np.bool_(True)},
+        {"s": Sub("x")},
+        {},
+    ]
+    for body in bodies:
+        assert canonical_bytes(body) == reference(body), body
+        assert body_bytes(body) == reference(body), body
+    for bad in ({1: "x"}, {"a": {2: "y"}}, {None: 1}):
+        with pytest.raises(DataError):
+            canonical_bytes(bad)
+        with pytest.raises(DataError):
+            reference(bad)
+
+
+def test_a_session_s_certificates_are_served_as_the_json_of_the_asked_list() -> None:
+    """The certificates a device asks for are joined from encodings made once per certificate: the
+    same bytes as encoding the list, in the asked order; nothing for a non-member or a bad position."""
+    from fedstats.service.domain import secure_devices as sd
+
+    key = ("run-json", 0, 0)
+    certs = [
+        {"body": {"client_id": "a", "n": 1, "s": "d\u00e9v"}, "signature": "ff"},
+        {"body": {"client_id": "b", "l": [1, 2.5]}, "signature": "00"},
+        {"body": {"client_id": "c"}, "signature": "ab"},
+    ]
+    sd._CERTIFICATES[key] = certs
+    sd._MEMBERS[key] = {"a": 0, "b": 1, "c": 2}
+    try:
+        for asked in ([], [0], [2, 0], [0, 1, 2]):
+            got = sd.cached_certificates_json(*key, "b", asked)
+            assert got == json.dumps(sd.cached_certificates(*key, "b", asked)).encode()
+            assert json.loads(got) == [certs[j] for j in asked]
+        assert sd.cached_certificates_json(*key, "stranger", [0]) is None
+        assert sd.cached_certificates_json(*key, "a", [3]) is None
+    finally:
+        sd._CERTIFICATES.pop(key, None)
+        sd._MEMBERS.pop(key, None)
+
+
 # -- over the network ----------------------------------------------------------------------------
 
 N = 240  # records
@@ -680,6 +745,55 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     assert all(held.get(d.client_id, 0) >= 4 for d in devices[:3]), held
 
 
+def test_a_device_takes_no_request_it_can_do_without(deployment: Deployment) -> None:
+    """Over a secure run without dropouts a device asks for nothing the server could hand it with an
+    answer it gets anyway: its setup message rides on its work list (no ``GET`` of stage 0), its held
+    reveal is answered with the reveals and the seed (the seed transcript is fetched once, for the
+    commitment list), and its last stage's acknowledgement is held until its session is over, so no
+    work list shows it a round at a later stage than 0 (the round it just finished, a stage on)."""
+    data = _data()
+    devices = _devices(deployment, "fewest", data, 4)
+    sent: dict[str, list[tuple[str, str]]] = {d.client_id: [] for d in devices}
+    listed: dict[str, list[tuple[int, int]]] = {d.client_id: [] for d in devices}
+
+    def recording(dev: Any) -> None:
+        inner = dev._send
+
+        def send(method: str, path: str, body: bytes, **kw: Any) -> Any:
+            r = inner(method, path, body, **kw)
+            sent[dev.client_id].append((method, path))
+            if path == "/v1/client/work" and r.status_code == 200:
+                listed[dev.client_id].extend(
+                    (int(x["round"]), int(x["secure"]["stage"]))
+                    for x in r.json()["rounds"]
+                    if x.get("secure")
+                )
+            return r
+
+        dev._send = send
+
+    for d in devices:
+        recording(d)
+    run_id = _start(
+        deployment,
+        _task(
+            4,
+            secure_aggregation={"max_session": 4},
+            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
+        ),
+    )
+    threads = _drive(devices, run_id)
+    _finished(deployment, run_id, threads)
+    rounds = _rounds(deployment, run_id, devices)
+    _check_exact(rounds)
+    for d in devices:
+        paths = sent[d.client_id]
+        assert not [p for m, p in paths if m == "GET" and "/secure/" in p and p.endswith("/0")]
+        assert [p for _, p in paths if p.endswith("/seed")] == [f"/v1/client/runs/{run_id}/seed"]
+        assert listed[d.client_id] and all(stage == 0 for _, stage in listed[d.client_id]), listed
+        assert d.secure[run_id].seed is not None
+
+
 def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Deployment) -> None:
     """While a member has not revealed, the seed transcript lists every commitment and no reveal (a
     device that revealed learns nothing of the others' contributions, nor does one still to reveal);
@@ -690,9 +804,9 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     release = threading.Event()
     inner = late._reveal
 
-    def reveal_when_released(run_id: str) -> None:
+    def reveal_when_released(run_id: str, wait: float = 0.0) -> None:
         assert release.wait(scaled(60))
-        inner(run_id)
+        inner(run_id, wait)
 
     late._reveal = reveal_when_released
     run_id = _start(

@@ -18,6 +18,9 @@ server_app = typer.Typer(
     invoke_without_command=True,
 )
 
+KEEP_ALIVE_SECONDS = 60
+"""How long the server keeps an idle device connection open (uvicorn's ``timeout_keep_alive``)."""
+
 DbOption = Annotated[
     str,
     typer.Option(
@@ -203,6 +206,10 @@ def serve(
         access_log=False,
         # held long polls would otherwise keep a stopping server up to ServerSettings.max_wait
         timeout_graceful_shutdown=3,
+        # a device computing between two requests (a secure stage under load takes seconds) keeps its
+        # connection: uvicorn's default of 5 s made each of 1,000 devices handshake TLS again ~5 times
+        # per secure run
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     where = f"[{host}]" if ":" in host else host
     url = f"{'https' if tls_cert else 'http'}://{where}:{port}"

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,7 @@ __all__ = [
     "CertificateRosterVerifier",
     "SecureRuns",
     "SecureState",
+    "body_bytes",
     "checked_members",
     "committed_roster",
     "with_committed_roster",
@@ -162,9 +164,20 @@ class CertificateRosterVerifier:
         self.verified = set() if verified is None else verified
         self.members = None if members is None else [str(m) for m in members]
         self.indices = None if indices is None else [int(j) for j in indices]
+        self._passed: SessionRoster | None = None  # the last roster that passed
 
     def verify(self, roster: SessionRoster) -> None:
-        """Raise :class:`~fedstats.errors.SecurityError` unless every checked roster identity is certified."""
+        """Raise :class:`~fedstats.errors.SecurityError` unless every checked roster identity is certified.
+
+        A roster equal to one this verifier already passed passes again at once (the device checks it
+        before reading its data, its secure-aggregation client again when it reads the setup message).
+        """
+        if self._passed is not None and self._passed == roster:
+            return
+        self._check(roster)
+        self._passed = roster
+
+    def _check(self, roster: SessionRoster) -> None:
         if not hmac.compare_digest(roster.session, self.session):
             raise SecurityError("the session id does not follow from the run's agreed seed")
         if roster.task_id != self.task_id:
@@ -191,7 +204,7 @@ class CertificateRosterVerifier:
         ids = set()
         now = time.time()
         for j, cert in zip(indices, self.certificates, strict=True):
-            seen = (cert.signature, canonical_bytes(dict(cert.body)))
+            seen = (cert.signature, body_bytes(cert.body))
             if seen not in self.verified:
                 auth.verify_certificate(cert, self._trusted, now=now)
                 if len(self.verified) >= 100_000:  # bounded: a device keeps few sessions' members
@@ -206,6 +219,29 @@ class CertificateRosterVerifier:
             ids.add(str(cert.body["client_id"]))
         if len(ids) != len(indices):
             raise SecurityError("the roster lists one device twice")
+
+
+def body_bytes(body: Mapping[str, Any]) -> bytes:
+    """:func:`fedstats.wire.encoding.canonical_bytes` of a certificate body (the key it is verified under).
+
+    A device's certificate body is a flat object of strings and numbers, which ``canonical_bytes``
+    serializes without the generic encoder's walk.
+
+    Parameters
+    ----------
+    body : mapping
+
+    Returns
+    -------
+    bytes
+        Equal to ``canonical_bytes(dict(body))``.
+
+    Raises
+    ------
+    DataError
+        As :func:`~fedstats.wire.encoding.canonical_bytes`, for a body it cannot encode.
+    """
+    return canonical_bytes(body if type(body) is dict else dict(body))
 
 
 def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng: Any) -> list[int]:
@@ -345,6 +381,13 @@ class SecureState:
     listed : list or None
         The commitment list's rows as the device saw them before revealing: afterwards it asks only for
         the reveals and the seed (``GET .../seed?part=reveals``), not the whole list again.
+    revealed : object or None
+        The server's answer to a held reveal (``POST .../reveal?wait=``): the seed and the reveals, as
+        ``GET .../seed?part=reveals`` answers them (unchecked until the transcript is verified).
+    entries : list or None
+        The commitment list as the device checked it before revealing (:func:`fedstats.wire.seeding.entries_of`).
+    roster : list or None
+        The run's roster as the device checked it before revealing (identity keys, hex, list order).
     """
 
     contribution: bytes
@@ -362,6 +405,9 @@ class SecureState:
     limits: dict[tuple[int, int], int] = field(default_factory=dict)
     keys: dict[str, bytes] | None = None
     listed: list[Any] | None = None
+    revealed: Any = None
+    entries: list[seeding.Entry] | None = None
+    roster: list[str] | None = None
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
@@ -405,7 +451,12 @@ class SecureRuns:
 
     # -- transport with a size cap
     # -- the seed
-    def _reveal(self, run_id: str) -> None:
+    def _reveal(self, run_id: str, wait: float = 0.0) -> None:
+        """Check the commitment list and reveal this device's contribution.
+
+        With ``wait`` > 0 the server holds the answer until the run's seed is fixed (up to ``wait``
+        seconds) and answers with the reveals too, which the device then need not fetch.
+        """
         state = self.secure.get(run_id)
         if state is None:  # checked in before a restart: the contribution is lost (the run aborts)
             return
@@ -431,18 +482,32 @@ class SecureRuns:
         state.slots = (start, count)
         state.seen = seeding.commitments_digest(run_id, entries, keys)
         state.listed = list(tr["members"])
-        self._request(
+        state.entries, state.roster = entries, keys
+        cap = _cohort_cap(state)
+        body = json.dumps({"value": state.contribution.hex(), "seen": state.seen}).encode()
+        r = self._send(
             "POST",
             f"/v1/client/runs/{run_id}/reveal",
-            {"value": state.contribution.hex(), "seen": state.seen},
+            body,
+            limit=None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES,
+            content_type="application/json",
+            params={"wait": f"{wait:.3f}"} if wait > 0 else None,
+            timeout=self._timeout + wait if wait > 0 else None,
         )
+        try:
+            got = r.json()
+        except ValueError:
+            got = None
+        # checked with the transcript (_transcript, then seeding.verify_transcript)
+        state.revealed = got.get("revealed") if isinstance(got, dict) else None
 
     def _transcript(self, run_id: str, state: SecureState) -> Any:
         """The run's published seed transcript, read up to a size its task's cohort allows.
 
         After revealing, the device asks only for the reveals and the seed and puts them beside the
         commitment list it saw (:attr:`SecureState.listed`): the same transcript, without fetching the
-        list (``n`` ids, commitments, slots and keys) a second time.
+        list (``n`` ids, commitments, slots and keys) a second time; if its held reveal was answered
+        with them (:attr:`SecureState.revealed`), it does not ask at all.
 
         Raises
         ------
@@ -452,13 +517,16 @@ class SecureRuns:
         path = f"/v1/client/runs/{run_id}/seed"
         cap = _cohort_cap(state)
         listed = state.listed if state.seen is not None else None
-        params = {"part": "reveals"} if listed is not None else None
-        limit = None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES
-        r = self._send("GET", path, b"", limit=limit, params=params)
-        try:
-            got = r.json()
-        except ValueError:
-            raise SecurityError("the seed transcript is not JSON") from None
+        got = state.revealed if listed is not None else None
+        state.revealed = None  # used once: a transcript that fails is fetched, not reused
+        if got is None:
+            params = {"part": "reveals"} if listed is not None else None
+            limit = None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES
+            r = self._send("GET", path, b"", limit=limit, params=params)
+            try:
+                got = r.json()
+            except ValueError:
+                raise SecurityError("the seed transcript is not JSON") from None
         if listed is None:
             return got
         try:
@@ -496,20 +564,33 @@ class SecureRuns:
         if state.seen is None:
             raise SecurityError("this device did not reveal: it cannot check the run seed")
         tr = self._transcript(run_id, state)
-        seed = seeding.verify_transcript(
-            run_id,
-            self.client_id,
-            tr,
-            seen_digest=state.seen,
-            own_value=state.contribution,
-            max_members=_cohort_cap(state),
-            roster=True,
-        )
-        entries = seeding.entries_of(tr)
+        if state.entries is not None and state.roster is not None:
+            # the list is the device's own copy, checked (and its digest computed) before it
+            # revealed: only the reveals and the seed are new
+            entries, keys = state.entries, state.roster
+            seed = seeding.verify_reveals(
+                run_id,
+                self.client_id,
+                entries,
+                [m[2] for m in tr["members"]],
+                tr["seed"],
+                digest=state.seen,
+                own_value=state.contribution,
+            )
+        else:
+            seed = seeding.verify_transcript(
+                run_id,
+                self.client_id,
+                tr,
+                seen_digest=state.seen,
+                own_value=state.contribution,
+                max_members=_cohort_cap(state),
+                roster=True,
+            )
+            entries, keys = seeding.entries_of(tr), seeding.keys_of(tr)
         state.cohort = seeding.cohort_of(entries)
         state.keys = {
-            cid: bytes.fromhex(k)
-            for (cid, _, _, _), k in zip(entries, seeding.keys_of(tr), strict=True)
+            cid: bytes.fromhex(k) for (cid, _, _, _), k in zip(entries, keys, strict=True)
         }
         state.seed = seed
         return seed
@@ -520,17 +601,26 @@ class SecureRuns:
 
         With ``wait``, the device sends its stage-``s`` message asking the server to answer with its
         stage-``s + 1`` message, held up to ``wait`` seconds until that stage opens: one request per stage,
-        no polling of the work list in between. A stage answered before (listed again) is followed by a
-        held request for the next one. When no next message comes (the stage did not open in time, or
-        opened without this device), the work list takes over again.
+        no polling of the work list in between (the last stage's acknowledgement is held until the
+        session is over). A stage answered before (listed again) is followed by a held request for the
+        next one. When no next message comes (the stage did not open in time, or opened without this
+        device), the work list takes over again. At stage 0 the work list may carry the device's setup
+        message (``"message"``, hex), which it then does not fetch.
         """
         run_id, index = str(rnd["run_id"]), int(rnd["round"])
         info = rnd["secure"]
         number, stage = int(info["session"]), int(info["stage"])
         down: bytes | None = None
+        if stage == 0 and isinstance(info.get("message"), str):
+            try:  # the setup message rides on the work list; checked like a fetched one
+                down = bytes.fromhex(info["message"])
+            except ValueError:
+                down = None  # fetched instead
         while True:
             more = wait > 0 and stage + 1 < len(seeding.STAGES)
-            answered, down, sent = self._answer_stage(rnd, stage, down, wait if more else 0.0)
+            # the last stage's acknowledgement is held until the session is over: the next work poll
+            # then finds the next round rather than this one a stage on
+            answered, down, sent = self._answer_stage(rnd, stage, down, wait)
             if not answered or not more:
                 return
             stage += 1

@@ -157,8 +157,25 @@ def decode(value: Any) -> Any:
     return value
 
 
+_FLAT_TYPES = (str, int, float, bool, type(None))
+
+
 def canonical_bytes(value: Any) -> bytes:
-    """The canonical UTF-8 JSON bytes of ``value`` (sorted keys, no whitespace)."""
+    """The canonical UTF-8 JSON bytes of ``value`` (sorted keys, no whitespace).
+
+    A flat object (a ``dict`` of string keys and values of exactly ``str``, ``int``, ``float``,
+    ``bool`` or ``None``, e.g. a certificate's body) is its own :func:`encode`: it is serialized
+    without the encoder's walk (the same bytes; a non-finite float still takes the encoder's marker).
+    """
+    if type(value) is dict and all(
+        type(k) is str and type(v) in _FLAT_TYPES for k, v in value.items()
+    ):
+        try:
+            return json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            ).encode()
+        except ValueError:  # a non-finite float: the encoder's marker below
+            pass
     return json.dumps(
         encode(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode()

@@ -38,6 +38,7 @@ the session it derives itself into, with the derived roster order, index and siz
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import math
@@ -66,6 +67,7 @@ __all__ = [
     "session_id",
     "sessions_of",
     "task_id_bytes",
+    "verify_reveals",
     "verify_transcript",
 ]
 
@@ -89,7 +91,9 @@ _PROJECTION = b"fedstats/service/projection/v1\x00"
 _ORDER = b"fedstats/service/session-order/v1\x00"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _field(text: str) -> bytes:
+    # cached: a run's client ids are framed again at every commitment check, digest and session order
     raw = text.encode()
     return struct.pack("<H", len(raw)) + raw
 
@@ -150,13 +154,15 @@ def commitments_digest(
         raise SecurityError("the run's roster must list one identity key per member")
     h = hashlib.sha256((_LIST if keys is None else _ROSTER_LIST) + _field(run_id))
     h.update(struct.pack("<I", len(entries)))
+    parts = []  # hashed in one update: the same bytes as one update per member
     for j, (cid, c, start, count) in enumerate(entries):
-        h.update(_field(cid) + bytes.fromhex(c) + struct.pack("<QQ", int(start), int(count)))
+        parts.append(_field(cid) + bytes.fromhex(c) + struct.pack("<QQ", int(start), int(count)))
         if keys is not None:
             key = bytes.fromhex(keys[j])
             if len(key) != 32:
                 raise SecurityError("a roster identity key must be 32 bytes")
-            h.update(key)
+            parts.append(key)
+    h.update(b"".join(parts))
     return h.hexdigest()
 
 
@@ -310,8 +316,12 @@ def _seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes], diges
     """:func:`run_seed` given the list's digest (computed once by the caller)."""
     if len(reveals) != len(entries):
         raise SecurityError("every member's reveal is needed for the run seed")
+    prefix = _COMMIT + _field(run_id)  # commitment(), with the run's part framed once
     for (cid, c, _, _), r in zip(entries, reveals, strict=True):
-        if not hmac.compare_digest(commitment(run_id, cid, r), c):
+        if len(r) != CONTRIBUTION_BYTES:
+            raise SecurityError(f"a seed contribution must be {CONTRIBUTION_BYTES} bytes")
+        opened = hashlib.sha256(prefix + _field(cid) + r).hexdigest()
+        if not hmac.compare_digest(opened, c):
             raise SecurityError(f"the value revealed by {cid!r} does not open its commitment")
     h = hashlib.sha256(_SEED + _field(run_id) + bytes.fromhex(digest))
     for r in reveals:
@@ -386,7 +396,7 @@ def sessions_of(
     keyed = []
     for cid, start, count in cohort:
         if int(start) < hi and int(start) + int(count) > lo:
-            tag = hmac.new(seed, prefix + _field(str(cid)), hashlib.sha256).digest()
+            tag = hmac.digest(seed, prefix + _field(str(cid)), "sha256")
             keyed.append((tag, str(cid)))
     keyed.sort()
     order = [cid for _, cid in keyed]
@@ -447,18 +457,72 @@ def verify_transcript(
     """
     entries = entries_of(transcript, max_members=max_members)
     try:
-        reveals = [bytes.fromhex(str(m[2])) for m in transcript["members"]]
-        published = bytes.fromhex(str(transcript["seed"]))
-    except (KeyError, TypeError, ValueError, IndexError):
+        reveals = [m[2] for m in transcript["members"]]
+        published = transcript["seed"]
+    except (KeyError, TypeError, IndexError):
         raise SecurityError("malformed seed transcript") from None
     keys = keys_of(transcript) if roster else None
     digest = commitments_digest(run_id, entries, keys)
     if not hmac.compare_digest(digest, seen_digest):
         raise SecurityError("the run's commitment list changed after this device revealed")
-    mine = [r for (cid, _, _, _), r in zip(entries, reveals, strict=True) if cid == client_id]
+    return verify_reveals(
+        run_id, client_id, entries, reveals, published, digest=digest, own_value=own_value
+    )
+
+
+def verify_reveals(
+    run_id: str,
+    client_id: str,
+    entries: Sequence[Entry],
+    reveals: Sequence[Any],
+    published: Any,
+    *,
+    digest: str,
+    own_value: bytes,
+) -> bytes:
+    """:func:`verify_transcript` for a device that kept the commitment list it checked and revealed against.
+
+    The list (``entries``, whose :func:`commitments_digest` is ``digest``) is the device's own copy,
+    parsed and checked before it revealed: only the reveals and the published seed are new.
+
+    Parameters
+    ----------
+    run_id, client_id : str
+    entries : sequence of (client_id, commitment_hex, slot_start, slot_count)
+        The commitment list as the device checked it (:func:`entries_of`).
+    reveals : sequence of str
+        Each member's revealed value (hex), in the list's order.
+    published : str
+        The published run seed (hex).
+    digest : str
+        The list's digest (with the roster's keys, if the run has a roster), which the device revealed
+        with.
+    own_value : bytes
+        This device's contribution.
+
+    Returns
+    -------
+    bytes
+        The run's seed.
+
+    Raises
+    ------
+    SecurityError
+        If the reveals or the seed are malformed, not one reveal per member, this device's reveal is
+        missing or altered, a reveal does not open its commitment, or the published seed is not the
+        one they give.
+    """
+    try:
+        values = [bytes.fromhex(str(r)) for r in reveals]
+        seed_bytes = bytes.fromhex(str(published))
+    except (TypeError, ValueError):
+        raise SecurityError("malformed seed transcript") from None
+    if len(values) != len(entries):
+        raise SecurityError("the seed transcript does not have one reveal per member")
+    mine = [r for (cid, _, _, _), r in zip(entries, values, strict=True) if cid == client_id]
     if mine != [own_value]:
         raise SecurityError("this device's reveal is missing or altered in the seed transcript")
-    seed = _seed(run_id, entries, reveals, digest)
-    if not hmac.compare_digest(seed, published):
+    seed = _seed(run_id, entries, values, digest)
+    if not hmac.compare_digest(seed, seed_bytes):
         raise SecurityError("the published run seed does not follow from its transcript")
     return seed

@@ -147,7 +147,12 @@ class Changes:
         return True
 
     async def hold(
-        self, population: str, seconds: float, attempt: Callable[[], Awaitable[T | None]]
+        self,
+        population: str,
+        seconds: float,
+        attempt: Callable[[], Awaitable[T | None]],
+        *,
+        since: tuple[int, int] | None = None,
     ) -> T | None:
         """A held request: ``attempt()`` now, and again after each change of ``population``.
 
@@ -159,6 +164,11 @@ class Changes:
             The longest the request is held, >= 0 (0: one attempt).
         attempt : callable
             Computes the answer, or None while there is none yet.
+        since : tuple of int, optional
+            A :meth:`generation` of ``population`` at which the caller knows ``attempt()`` gives None
+            (e.g. read before the transaction that found the stage not open yet): the first attempt
+            is made only after a change since then, not at once (it would cost a database read for
+            nothing). With ``seconds`` 0 and no change, no attempt is made at all.
 
         Returns
         -------
@@ -166,9 +176,13 @@ class Changes:
             The first answer, or None if there was none within ``seconds``.
         """
         end = time.monotonic() + seconds
+        known = since
         while True:
-            generation = self.generation(population)
-            got = await attempt()
+            if known is not None:  # the answer is known to be None as of that generation
+                generation, got, known = known, None, None
+            else:
+                generation = self.generation(population)
+                got = await attempt()
             if got is not None:
                 return got
             left = end - time.monotonic()

@@ -52,6 +52,9 @@ class _Live:
     seen: int = 0
     deadline: float = 0.0
     checked: float = 0.0
+    # the pending round's journaled fields (its parameters' canonical JSON and digest), computed once:
+    # every pass over a live round compares them with the journal
+    fields: dict[str, Any] | None = None
 
 
 def _sum_reports(vectors: list[list[int]], dim: int) -> np.ndarray:
@@ -489,7 +492,9 @@ class Driver:
             cfg = task_config(s, run.task_id)
             assert run.n_clients is not None
             rec = s.orm_round(run_id, live.index)
-            f = _round_fields(live.pending, run.n_clients)
+            if live.fields is None:
+                live.fields = _round_fields(live.pending, run.n_clients)
+            f = live.fields
             opened, abort = False, None
             if rec is None:
                 now = time.time()
@@ -573,6 +578,7 @@ class Driver:
             self._check_encoder(task_config(s, run.task_id), rnd)
         live.index += 1
         live.pending = rnd
+        live.fields = None
         live.expected = None  # the next round: not looked at yet
         return live
 

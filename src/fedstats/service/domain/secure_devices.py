@@ -28,17 +28,23 @@ from fedstats.wire import seeding
 
 __all__ = [
     "cached_certificates",
+    "cached_certificates_json",
     "cached_down",
     "cached_member",
     "certificates",
     "down_message",
+    "held_down",
+    "known_member",
     "member_of",
+    "probe_stage",
     "record_reveal",
     "secure_work",
     "seed_reveals",
     "seed_transcript",
     "session_member",
+    "stage_pending",
     "submit_up",
+    "submit_up_at",
 ]
 
 
@@ -279,7 +285,9 @@ def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any]
 
     The stage stays listed after the device answered it (the device remembers what it sent). One small
     statement (the round's open sessions, key columns); whether the device was sent a message at its
-    session's current stage is read from the stage's messages, loaded once per stage and process.
+    session's current stage is read from the stage's messages, loaded once per stage and process. At
+    stage 0 the entry carries the device's setup message (``"message"``, hex): the device checks it
+    as if it had fetched it (``GET .../0``), one request per round fewer.
     """
     for number, stage, deadline in tx.open_secure_sessions(run_id, rec.index):
         members = _members_of(tx, run_id, rec.index, number)
@@ -291,7 +299,7 @@ def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any]
             return None
         # listed until the stage closes, answered or not: the device's answer does not change its work
         # list, so its next long poll waits for the next stage instead of returning at once
-        return {
+        work: dict[str, Any] = {
             "session": number,
             "stage": stage,
             "stage_name": STAGES[stage],
@@ -299,6 +307,10 @@ def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any]
             "n": len(members),
             "deadline": deadline,
         }
+        if stage == 0:
+            # the setup message (a few dozen bytes) rides along: the device need not ask for it
+            work["message"] = downs[i].hex()
+        return work
     return None
 
 
@@ -335,6 +347,55 @@ def down_message(tx: Tx, run_id: str, index: int, number: int, stage: int, clien
     return payload
 
 
+def held_down(
+    tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str
+) -> bytes | None:
+    """:func:`down_message` for a held request: None (not an error) while the stage has not opened.
+
+    A stage this process has not seen open costs one small statement (the session's stage) while it
+    is not open, instead of a read of its messages and then of the stage.
+
+    Raises
+    ------
+    NotFoundError
+        No such session, or the stage opened without a message for this device (a dropout).
+    SecurityError
+        The device is not a member of the session.
+    """
+    _index_in(_members_of(tx, run_id, index, number), client_id)
+    if (run_id, index, number, stage) not in _DOWNS and stage_pending(
+        tx, run_id, index, number, stage
+    ):
+        return None
+    return down_message(tx, run_id, index, number, stage, client_id)
+
+
+def known_member(run_id: str, index: int, number: int, client_id: str) -> bool:
+    """Whether this process already knows ``client_id`` to be a member of the session (from memory)."""
+    members = _MEMBERS.get((run_id, index, number))
+    return members is not None and client_id in members
+
+
+def probe_stage(tx: Tx, run_id: str, index: int, number: int, stage: int) -> str:
+    """Look once whether a session's stage has opened, caching its messages if it has.
+
+    One look answers every held request of the session (:func:`cached_down` then serves them).
+
+    Returns
+    -------
+    str
+        ``"pending"`` (the session is open and before ``stage``), ``"open"`` (its messages are now in
+        this process's memory), or ``"unknown"`` (no such session, or closed without the stage: ask
+        :func:`held_down`, which says why).
+    """
+    if (run_id, index, number, stage) in _DOWNS:
+        return "open"
+    if stage_pending(tx, run_id, index, number, stage):
+        return "pending"
+    _members_of(tx, run_id, index, number)
+    return "open" if _stage_downs(tx, run_id, index, number, stage) is not None else "unknown"
+
+
 def stage_pending(tx: Tx, run_id: str, index: int, number: int, stage: int) -> bool:
     """Whether a session is still open and has not reached ``stage`` yet (its messages may still come).
 
@@ -363,6 +424,20 @@ def submit_up(
     tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
 ) -> bool:
     """Journal one device's stage message; return False for an identical repeat (idempotent).
+
+    :func:`submit_up_at` without its second answer.
+    """
+    return submit_up_at(tx, run_id, index, number, stage, client_id, data)[0]
+
+
+def submit_up_at(
+    tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
+) -> tuple[bool, bool]:
+    """Journal one device's stage message; return whether it is new, and whether the stage was open.
+
+    The second answer is True when the message was stored while the session was open at ``stage``
+    (its row read ``FOR SHARE`` in this transaction): the next stage cannot have opened before this
+    transaction commits, so a request held for it need not look before the next state change.
 
     The message is checked by the protocol only when the stage closes (a refused message makes its sender a
     dropout); here only its stage, its sender and its size are.
@@ -395,16 +470,16 @@ def submit_up(
                 run_id, index, number, stage, i, data, digest, time.time()
             )
             if stored is None:
-                return True
+                return True, True
             if stored == digest:
-                return False
+                return False, True
             raise ConflictError(
                 f"a different stage {stage} message from this client is already stored"
             )
     mine = tx.my_messages(run_id, index, number, stage, i)
     if "up" in mine:
         if mine["up"] == digest:
-            return False
+            return False, status == "open" and current == stage
         raise ConflictError(f"a different stage {stage} message from this client is already stored")
     if status != "open" or current != stage:
         raise ConflictError(f"stage {stage} of secure session {number} is closed")
@@ -414,7 +489,7 @@ def submit_up(
     if len(data) > limit:
         raise DataError(f"stage {stage} message of {len(data)} bytes exceeds the limit {limit}")
     tx.add_up_message(run_id, index, number, stage, i, data, digest, time.time())
-    return True
+    return True, True
 
 
 # a session's certificates never change once it is stored: parsed once per process
@@ -436,6 +511,33 @@ def cached_certificates(
     if any(not 0 <= j < len(out) for j in indices):
         return None
     return [out[j] for j in indices]
+
+
+# each cached certificate's JSON, encoded once: a device's answer joins its members' (json.dumps of the
+# list, byte for byte, without encoding ~100 certificates per request)
+_CERTIFICATE_JSON: dict[tuple[str, int, int], list[bytes]] = {}
+
+
+def cached_certificates_json(
+    run_id: str, index: int, number: int, client_id: str, indices: list[int]
+) -> bytes | None:
+    """``json.dumps(cached_certificates(...)).encode()``, from encodings made once per certificate.
+
+    None when :func:`cached_certificates` is None.
+    """
+    key = (run_id, index, number)
+    out = _CERTIFICATES.get(key)
+    if cached_certificates(run_id, index, number, client_id, []) is None or out is None:
+        return None
+    if any(not 0 <= j < len(out) for j in indices):
+        return None
+    encoded = _CERTIFICATE_JSON.get(key)
+    if encoded is None or len(encoded) != len(out):
+        encoded = [json.dumps(c).encode() for c in out]
+        if len(_CERTIFICATE_JSON) > 64:
+            _CERTIFICATE_JSON.clear()
+        _CERTIFICATE_JSON[key] = encoded
+    return b"[" + b", ".join(encoded[j] for j in indices) + b"]"
 
 
 def certificates(

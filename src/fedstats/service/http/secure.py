@@ -9,7 +9,8 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 ============================================================  =====================================
 ``GET  /v1/client/runs/{run}/seed``                           the seed transcript (:mod:`fedstats.wire.seeding`;
                                                               ``?part=reveals``: the seed and reveals only)
-``POST /v1/client/runs/{run}/reveal``                         ``{"value": hex, "seen": hex}``
+``POST /v1/client/runs/{run}/reveal``                         ``{"value": hex, "seen": hex}`` (``?wait=``:
+                                                              answered with the reveals once the seed is fixed)
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/certificates``   the session's members' certificates (ETag;
                                                               ``?members=3,17``: those positions only)
 ``GET  /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the server's stage message to the device
@@ -21,6 +22,7 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -142,13 +144,23 @@ def add_secure_routes(
         return Response(await offload(go), media_type="application/json")
 
     @app.post(base + "/reveal", openapi_extra=REVEAL_BODY, **DEVICE)
-    async def reveal(run_id: IdPath, request: Request) -> dict[str, Any]:
+    async def reveal(run_id: IdPath, request: Request, wait: float = 0.0) -> Response:
+        """Record the device's reveal; with ``wait``, also answer with the reveals once the seed is fixed.
+
+        The acknowledgement is ``{"accepted": true, "duplicate": bool}``. With ``wait`` > 0 it is held
+        until the run's seed is fixed (every member revealed), up to ``wait`` seconds (at most
+        ``max_wait``), and then also carries ``"revealed"``: what ``GET .../seed?part=reveals`` answers
+        (the seed and every reveal in list order), one request fewer per device.
+        """
         cid, body, nonce = await signed(request)
+        check_wait(wait)
         data = parse_json(body)
         if not isinstance(data, dict) or not all(
             isinstance(data.get(k), str) for k in ("value", "seen")
         ):
             raise HTTPException(422, 'body must be {"value": hex, "seen": hex}')
+        population = await population_of(cid) if wait > 0 else ""
+        before = changes.generation(population)  # the seed was not fixed then (see below)
 
         def go() -> bool:
             with store.transaction() as tx:
@@ -160,9 +172,51 @@ def add_secure_routes(
 
         new = await offload(go)
         wakeup.set()
-        return {"accepted": True, "duplicate": not new}
+        ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
+        if wait > 0:
+
+            def look() -> bytes | None:
+                with store.transaction(read_only=True) as tx:
+                    run = runs.load_run(tx, run_id)
+                    if run.public_seed is None:
+                        return None
+                    return cached(
+                        ("reveals", run_id), lambda: secure_devices.seed_reveals(tx.secure, run)
+                    )
+
+            async def attempt() -> bytes | None:
+                got = cache.get(("reveals", run_id))
+                return got if got is not None else await offload(look)
+
+            # a new reveal was stored while the run was seeding: its seed was not fixed at `before`
+            got = await changes.hold(
+                population, min(wait, max_wait), attempt, since=before if new else None
+            )
+            if got is not None:
+                ack += b',"revealed":' + got
+        return Response(ack + b"}", media_type="application/json")
 
     stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
+
+    # a state change wakes every held request of a session at once: those that need the same look at
+    # the store (has the stage opened? is the session over?) share one, not one transaction each
+    probes: dict[tuple[str, ...], asyncio.Future[Any]] = {}
+
+    async def shared(key: tuple[str, ...], look: Callable[[], T]) -> T:
+        """``await offload(look)``, shared with the requests that ask for the same ``key`` meanwhile."""
+        fut = probes.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(offload(look))
+            probes[key] = fut
+
+            def done(f: asyncio.Future[Any], key: tuple[str, ...] = key) -> None:
+                if probes.get(key) is f:
+                    del probes[key]
+                if not f.cancelled():
+                    f.exception()  # retrieved here too: its waiters may all have gone
+
+            fut.add_done_callback(done)
+        return await asyncio.shield(fut)
 
     @app.get(base + "/rounds/{index}/secure/{number}/certificates", **DEVICE)
     async def certificates(
@@ -180,9 +234,9 @@ def add_secure_routes(
         cid, _, _ = await signed(request)
         indices = None if members is None else _positions(members)
         if indices is not None:
-            fast = secure_devices.cached_certificates(run_id, index, number, cid, indices)
+            fast = secure_devices.cached_certificates_json(run_id, index, number, cid, indices)
             if fast is not None:  # a session's certificates never change: no transaction
-                return Response(json.dumps(fast).encode(), media_type="application/json")
+                return Response(fast, media_type="application/json")
 
             def some() -> bytes:
                 with store.transaction(read_only=True) as tx:
@@ -216,32 +270,69 @@ def add_secure_routes(
         return Response(body, media_type="application/json", headers={"ETag": tag})
 
     async def next_message(
-        run_id: str, index: int, number: int, stage: int, cid: str, wait: float
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        cid: str,
+        wait: float,
+        *,
+        population: str | None = None,
+        since: tuple[int, int] | None = None,
     ) -> bytes | None:
         """The device's ``stage`` message, held up to ``wait`` seconds while the session is before it.
 
         None if the stage has not opened by then; :class:`NotFoundError` if it opened without a message
         for this device (a dropout), or at once without ``wait``. ``wait`` was checked by the endpoint.
+        ``since``: a generation of the device's ``population`` at which the stage was known not to be
+        open (:meth:`Changes.hold`): the first look waits for a change after it.
         """
 
         def go() -> bytes | None:
             with store.transaction(read_only=True) as tx:
                 s = tx.secure
-                try:
-                    return secure_devices.down_message(s, run_id, index, number, stage, cid)
-                except NotFoundError:
-                    if wait > 0 and secure_devices.stage_pending(s, run_id, index, number, stage):
-                        return None
-                    raise
+                if wait > 0:
+                    return secure_devices.held_down(s, run_id, index, number, stage, cid)
+                return secure_devices.down_message(s, run_id, index, number, stage, cid)
+
+        def probe() -> str:
+            with store.transaction(read_only=True) as tx:
+                return secure_devices.probe_stage(tx.secure, run_id, index, number, stage)
 
         async def attempt() -> bytes | None:
             got = secure_devices.cached_down(run_id, index, number, stage, cid)
             if got is not None:  # journaled and cached: served without a transaction
                 return got
+            if wait > 0 and secure_devices.known_member(run_id, index, number, cid):
+                # every held request of the session wakes at the same change: one look for all
+                seen = await shared(("stage", run_id, str(index), str(number), str(stage)), probe)
+                if seen == "pending":
+                    return None
+                got = secure_devices.cached_down(run_id, index, number, stage, cid)
+                if got is not None:
+                    return got
             return await offload(go)
 
-        population = await population_of(cid) if wait > 0 else ""
-        return await changes.hold(population, min(wait, max_wait), attempt)
+        if population is None:
+            population = await population_of(cid) if wait > 0 else ""
+        return await changes.hold(population, min(wait, max_wait), attempt, since=since)
+
+    async def session_over(
+        run_id: str, index: int, number: int, stage: int, population: str, wait: float, since: Any
+    ) -> None:
+        """Hold up to ``wait`` seconds (at most ``max_wait``) while the session is open at ``stage``."""
+
+        def go() -> bool | None:
+            with store.transaction(read_only=True) as tx:
+                if secure_devices.stage_pending(tx.secure, run_id, index, number, stage + 1):
+                    return None
+                return True
+
+        async def attempt() -> bool | None:
+            # one look for every held request of the session (they wake at the same change)
+            return await shared(("over", run_id, str(index), str(number), str(stage)), go)
+
+        await changes.hold(population, min(wait, max_wait), attempt, since=since)
 
     @app.get(stage_path, **DEVICE)
     async def down(
@@ -282,22 +373,34 @@ def add_secure_routes(
         ``stage + 1`` with that ``wait``, and if that message comes in time it is the answer instead
         (``application/octet-stream``, the acknowledgement in the ``Fedstats-Duplicate`` header): one
         request per stage instead of two. Otherwise (not open in time, or opened without this device)
-        the answer is the JSON acknowledgement, and the device's work list says what is next.
+        the answer is the JSON acknowledgement, and the device's work list says what is next. At the
+        last stage, ``wait`` > 0 holds the acknowledgement until the session is over (or ``wait``
+        passed): the device's next work poll then finds the next round (or the end), not the same
+        round one stage on.
         """
         cid, body, nonce = await signed(request)
         check_wait(wait)  # before anything is stored
+        population = await population_of(cid) if wait > 0 else ""
+        # read before the message is stored: a change after it may have opened the next stage
+        before = changes.generation(population)
 
-        def go() -> bool:
+        def go() -> tuple[bool, bool]:
             with store.transaction() as tx:
                 use_nonce(tx, nonce)
-                return secure_devices.submit_up(tx.secure, run_id, index, number, stage, cid, body)
+                return secure_devices.submit_up_at(
+                    tx.secure, run_id, index, number, stage, cid, body
+                )
 
-        new = await offload(go)
+        new, at_stage = await offload(go)
         wakeup.set()
         counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
+        # stored while the session was at this stage: the next cannot have opened before `before`
+        since = before if at_stage else None
         if wait > 0 and stage + 1 < len(seeding.STAGES):
             try:
-                data = await next_message(run_id, index, number, stage + 1, cid, wait)
+                data = await next_message(
+                    run_id, index, number, stage + 1, cid, wait, population=population, since=since
+                )
             except NotFoundError:
                 data = None
             if data is not None:
@@ -306,6 +409,8 @@ def add_secure_routes(
                     media_type="application/octet-stream",
                     headers={"Fedstats-Duplicate": "true" if not new else "false"},
                 )
+        elif wait > 0:  # the last stage: acknowledged once the session is over (or after wait)
+            await session_over(run_id, index, number, stage, population, wait, since)
         return JSONResponse({"accepted": True, "duplicate": not new})
 
 
