@@ -42,6 +42,7 @@ import numpy as np
 
 from _util import write_results
 from fedstats import wire
+from fedstats.cli.server import KEEP_ALIVE_SECONDS
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.randomness import RandomSource
 from fedstats.service.http.app import add_operator, trust_authority
@@ -407,6 +408,9 @@ def bench_minimal(db: str, n: int, procs: int, root: Path, work: bytes) -> dict[
             "--log-level",
             "warning",
             "--no-access-log",
+            # the keep-alive of `fedstats server` (a connection is not closed after 5 s idle)
+            "--timeout-keep-alive",
+            str(KEEP_ALIVE_SECONDS),
         ],
         cwd=str(Path(__file__).resolve().parent),
         env=env,
