@@ -435,3 +435,38 @@ async def _failing_app(scope: Any, receive: Any, send: Any) -> None:
         raise RuntimeError("boom")
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"{}"})
+
+
+def test_server_options_for_the_hot_path_reach_its_settings_or_are_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+
+    from typer.testing import CliRunner
+
+    import fedstats.service.http.app as app_module
+    from fedstats.cli.app import app
+
+    class _Stop(Exception):
+        pass
+
+    seen: list[Any] = []
+
+    def capture(_store: Any, settings: Any, *_a: Any, **_k: Any) -> Any:
+        seen.append(settings)
+        raise _Stop
+
+    monkeypatch.setattr(app_module, "create_app", capture)
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    runner = CliRunner()
+    try:
+        res = runner.invoke(app, ["server", "--db", db, "--max-wait", "40", "--no-access-log"])
+    finally:  # the server command configures the root logger
+        logging.getLogger().handlers.clear()
+    assert isinstance(res.exception, _Stop), res.output
+    assert seen[0].max_wait == 40.0 and seen[0].access_log is False
+    for bad in ("-1", "x", "4000"):
+        res = runner.invoke(app, ["server", "--db", db, "--max-wait", bad])
+        assert res.exit_code == 2, res.output
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and "--max-wait" in lines[0], lines

@@ -70,6 +70,16 @@ def serve(
             help="Longest time between run-driver passes (devices' messages also start one at once).",
         ),
     ] = 1.0,
+    max_wait: Annotated[
+        float,
+        typer.Option(
+            "--max-wait",
+            min=0.0,
+            max=3600.0,
+            help="Longest a device's long poll or held secure-stage request is held, seconds"
+            " (longer than the tasks' stage deadlines saves the devices a request per stage).",
+        ),
+    ] = 25.0,
     lease_seconds: Annotated[
         float,
         typer.Option(
@@ -183,6 +193,7 @@ def serve(
             rate=rate,
             burst=burst,
             tick=tick,
+            max_wait=max_wait,
             lease_seconds=lease_seconds,
             idempotency_retention=idempotency_retention,
             server_id=server_id or f"{socket.gethostname()}:{port}",
