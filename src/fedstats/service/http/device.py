@@ -197,8 +197,8 @@ class _Redo(Exception):
 class Batcher(Generic[In, Out]):
     """Runs the blocking store work of requests that arrive together as one batch on one store thread.
 
-    A request waits only while the batch before it is being processed (at most one batch of this batcher
-    is in flight): under load the requests that arrived meanwhile are handled together by :meth:`write`
+    A request waits only while the batches before it are being processed (at most ``max_inflight`` at
+    once): under load the requests that arrived meanwhile are handled together by :meth:`write`
     (one hand-off to a store thread, one connection, set-based work where the subclass can), and alone
     at once when the server is quiet (no added delay).
 
@@ -209,22 +209,28 @@ class Batcher(Generic[In, Out]):
         Where the blocking store work runs.
     max_batch : int
         Most requests in one batch, >= 1.
+    max_inflight : int
+        Most batches processed at once, >= 1 (1: the requests that arrive meanwhile wait for the batch
+        in flight; more: reads that wait on the database overlap).
     """
 
-    def __init__(self, store: Store, offload: Offload, max_batch: int = 256) -> None:
+    def __init__(
+        self, store: Store, offload: Offload, max_batch: int = 256, max_inflight: int = 1
+    ) -> None:
         self.store = store
         self.offload = offload
         self.max_batch = max_batch
+        self.max_inflight = max_inflight
         self._pending: list[tuple[In, asyncio.Future[Out]]] = []
-        self._running = False
+        self._running = 0  # batches in flight
         self.batches = 0  # batches written (for tests)
 
     async def __call__(self, item: In) -> Out:
         """Process ``item`` with the others pending; its outcome (or its error, raised here)."""
         fut: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         self._pending.append((item, fut))
-        if not self._running:
-            self._running = True
+        if self._running < self.max_inflight:
+            self._running += 1
             asyncio.get_running_loop().create_task(self._drain())
         return await fut
 
@@ -255,7 +261,7 @@ class Batcher(Generic[In, Out]):
                     else:
                         fut.set_result(got)
         finally:
-            self._running = False
+            self._running -= 1
 
 
 class UploadBatcher(Batcher[runs.Upload, "bool | None"]):
