@@ -118,8 +118,7 @@ class DeviceAuth:
         no device row was revoked, re-keyed or re-certified anywhere, so the cached rows stay trusted
         without one re-read per device; when it moved, every cached row is re-read at its next use.
         """
-        if version != self.version:
-            self.version = version
+        self.version = version  # rows tagged with another version are no longer trusted by it
         self.checked_at = began
 
     def forget(self, client_id: str) -> None:

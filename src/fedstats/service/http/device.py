@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar, cast
@@ -194,7 +195,7 @@ class _Redo(Exception):
         self.exact = exact
 
 
-class Batcher(Generic[In, Out]):
+class Batcher(ABC, Generic[In, Out]):
     """Runs the blocking store work of requests that arrive together as one batch on one store thread.
 
     A request waits only while the batches before it are being processed (at most ``max_inflight`` at
@@ -234,9 +235,9 @@ class Batcher(Generic[In, Out]):
             asyncio.get_running_loop().create_task(self._drain())
         return await fut
 
+    @abstractmethod
     def write(self, items: list[In]) -> list[Out | BaseException]:
         """Process ``items`` (blocking, on a store thread); per item its outcome or its error."""
-        raise NotImplementedError
 
     async def _drain(self) -> None:
         try:
