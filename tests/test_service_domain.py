@@ -475,6 +475,20 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9
 _TS = re.compile(r"\b1[0-9]{9}\.[0-9]+")
 
 
+def _device_runs_many(tx: Any) -> list[Any]:
+    """``device_runs_many`` of members, a stranger and a repeated id: each as its ``device_runs``."""
+    ids = ["dev-1", "dev-2", "dev-x", "dev-1", "dev-0"]
+    got = tx.device_runs_many(ids)
+    assert list(got) == ["dev-1", "dev-2", "dev-x", "dev-0"]
+    out = []
+    for cid, (live, finished) in got.items():
+        one = tx.device_runs(cid)
+        assert sorted(map(repr, live)) == sorted(map(repr, one[0]))
+        assert sorted(map(repr, finished)) == sorted(map(repr, one[1]))
+        out.append([cid, Unordered(live), Unordered(finished)])
+    return out
+
+
 def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
     """A scripted sequence of domain calls and store queries; every answer (or error), in order."""
     log: list[tuple[str, Any]] = []
@@ -578,6 +592,7 @@ def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
     step("put", lambda tx: tx.put_report(("p4", 11.0), (digest, start, slots), *args))
     step("put-again", lambda tx: tx.put_report(("p5", 11.0), (digest, start, slots), *args))
     step("device-runs", lambda tx: [Unordered(x) for x in tx.device_runs("dev-1")], read_only=True)
+    step("device-runs-many", _device_runs_many, read_only=True)
     # the domain's upload: the fast path after a poll, the reads otherwise, a replay refused
     with store.transaction(read_only=True) as tx:
         (item2,) = runs.client_work(tx, "dev-2", "default")["rounds"]
@@ -593,6 +608,7 @@ def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
     view = _drive(store, drv, rid, devices)
     log.append(("view", view))
     step("finished", lambda tx: Unordered(tx.finished_runs("dev-1")), read_only=True)
+    step("finished-many", _device_runs_many, read_only=True)
     step("closed", lambda tx: tx.closed_rounds(rid), read_only=True)
     step("totals", lambda tx: tx.closed_totals(rid, 99), read_only=True)
     step("rounds", lambda tx: tx.rounds_of(rid), read_only=True)

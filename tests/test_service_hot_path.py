@@ -388,6 +388,15 @@ def test_polls_that_arrive_together_are_read_together_each_with_its_own_answer(
         batcher = app.state.poll_batcher
         batcher.max_inflight = 1  # one batch at a time: the grouping is then deterministic
         sizes = _hold_first_batch(batcher, total=N)
+        from sqlalchemy import event
+
+        reads: list[str] = []  # the statements reading devices' runs
+
+        def seen(_c: Any, _cur: Any, statement: str, *_a: Any) -> None:
+            if "JOIN run_members" in statement:
+                reads.append(statement)
+
+        event.listen(store.engine, "before_cursor_execute", seen)
 
         def poll(d: Device) -> tuple[int, Any]:
             h = auth.sign_request(d._key, d.client_id, "GET", "/v1/client/work", b"")
@@ -396,7 +405,10 @@ def test_polls_that_arrive_together_are_read_together_each_with_its_own_answer(
 
         with ThreadPoolExecutor(N) as pool:
             got = list(pool.map(poll, devices))
+        event.remove(store.engine, "before_cursor_execute", seen)
         assert len(sizes) == 2 and sum(sizes) == N and sizes[1] >= N // 2, sizes
+        # one statement per batch whatever its size (device 5's refusal read none of its runs)
+        assert len(reads) == 2, reads
         for i, (code, body) in enumerate(got):
             if i == 5:
                 assert code == 403, body  # its own refusal, the others unaffected

@@ -56,7 +56,7 @@ from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
 from fedstats.service.store import Tx, TxLike, as_tx
-from fedstats.service.store.core import RoundRow
+from fedstats.service.store.core import LiveRun, RoundRow
 from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [
@@ -227,21 +227,28 @@ def _slots_in(start: int, count: int, lo: int, hi: int) -> tuple[int, int]:
     return a, max(a, min(start + count, hi))
 
 
-def client_work(tx: TxLike, client_id: str, population: str) -> dict[str, Any]:
+def client_work(
+    tx: TxLike,
+    client_id: str,
+    population: str,
+    device_runs: tuple[list[LiveRun], list[tuple[str, str]]] | None = None,
+) -> dict[str, Any]:
     """What a device may do now: runs open for check-in, and rounds waiting for its report.
 
     Every device asks this at every poll and stage (unless its cached answer is still valid, see
     :mod:`fedstats.service.http.device`), so it costs a few small statements, none reading more than
     this device's rows: the live runs with this device's membership and their open round (one join), the
     device's own report or secure-stage messages (key columns only, no payloads), and the finished runs
-    it was in.
+    it was in. ``device_runs``, if given, is the device's
+    :meth:`~fedstats.service.store.core.CoreQueries.device_runs` as already read in this transaction
+    (for a batch of polls, :meth:`~fedstats.service.store.core.CoreQueries.device_runs_many`).
     """
     tx = as_tx(tx)
     offers: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []
     reveals: list[dict[str, Any]] = []
     now = time.time()
-    live_runs, finished_runs = tx.device_runs(client_id)
+    live_runs, finished_runs = tx.device_runs(client_id) if device_runs is None else device_runs
     for live in live_runs:
         run_id, task_id, rec = live.run_id, live.task_id, live.round
         cfg = task_config(tx, task_id)

@@ -329,9 +329,11 @@ class PollBatcher(Batcher[tuple[SignedRequest, tuple[Any, ...]], tuple[str, byte
     """The work lists of the polls that arrive together, read on one store thread and one connection.
 
     A poll whose device's cached list is not valid (:class:`WorkCache`) reads the database: the polls
-    that arrived while the previous batch was read are read together (:class:`Batcher`), each as before
-    (the stale device row confirmed, :func:`~fedstats.service.domain.runs.client_work` as independent
-    statements, the list cached under the key it was computed for). Awaiting the batcher with
+    that arrived while the previous batch was read are read together (:class:`Batcher`): each stale
+    device row confirmed, then every device's runs in one statement
+    (:meth:`~fedstats.service.store.core.CoreQueries.device_runs_many`), then each device's
+    :func:`~fedstats.service.domain.runs.client_work` from its rows, the list cached under the key it
+    was computed for. Awaiting the batcher with
     ``(request, key)`` returns ``(etag, body)`` or raises the poll's own error.
 
     Parameters
@@ -353,18 +355,34 @@ class PollBatcher(Batcher[tuple[SignedRequest, tuple[Any, ...]], tuple[str, byte
         self, items: list[tuple[SignedRequest, tuple[Any, ...]]]
     ) -> list[tuple[str, bytes] | BaseException]:
         """Read the work list of each ``(request, key)`` (blocking); per poll its answer or error."""
-        out: list[tuple[str, bytes] | BaseException] = []
-        # independent reads (no BEGIN, no COMMIT): per device its row if stale, then its runs
+        out: list[tuple[str, bytes] | BaseException | None] = [None] * len(items)
+        # independent reads (no BEGIN, no COMMIT): per device its row if stale, then every device's
+        # runs in one statement, then per device its list (from those rows and per-run caches)
         with self.store.transaction(read_only=True, snapshot=False) as tx:
-            for req, key in items:
+            todo = []
+            for i, (req, _key) in enumerate(items):
                 try:
                     self.device.confirm(tx, req)
-                    body = _work_json(tx, req.client_id, req.population)
-                    out.append((self.cache.put(req.client_id, key, body), body))
+                    todo.append(i)
                 except Exception as exc:
-                    out.append(exc)
+                    out[i] = exc
+            found: dict[str, Any] = {}
+            if todo:
+                try:
+                    found = tx.device_runs_many([items[i][0].client_id for i in todo])
+                except Exception as exc:
+                    for i in todo:
+                        out[i] = exc
+                    todo = []
+            for i in todo:
+                req, key = items[i]
+                try:
+                    body = _work_json(tx, req.client_id, req.population, found[req.client_id])
+                    out[i] = (self.cache.put(req.client_id, key, body), body)
+                except Exception as exc:
+                    out[i] = exc
         self.batches += 1
-        return out
+        return cast(list[tuple[str, bytes] | BaseException], out)
 
 
 class DeviceWrites:
@@ -401,8 +419,9 @@ def _json(body: bytes) -> Any:
         raise HTTPException(422, str(exc)) from None
 
 
-def _work_json(tx: Tx, client_id: str, population: str) -> bytes:
-    return json.dumps(runs.client_work(tx, client_id, population), separators=(",", ":")).encode()
+def _work_json(tx: Tx, client_id: str, population: str, device_runs: Any = None) -> bytes:
+    got = runs.client_work(tx, client_id, population, device_runs)
+    return json.dumps(got, separators=(",", ":")).encode()
 
 
 Handler = Callable[[Request], Awaitable[Response]]

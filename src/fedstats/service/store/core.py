@@ -10,12 +10,27 @@ dataclasses), never ORM objects; reads that grow with a run's cohort are not on 
 
 from __future__ import annotations
 
+import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, and_, bindparam, delete, exists, func, or_, select, update
+from sqlalchemy import (
+    Connection,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -327,6 +342,18 @@ class CoreQueries(ABC):
         """:meth:`live_runs` and :meth:`finished_runs` of a device (one statement on SQL stores)."""
         return self.live_runs(client_id), self.finished_runs(client_id)
 
+    def device_runs_many(
+        self, client_ids: Sequence[str]
+    ) -> dict[str, tuple[list[LiveRun], list[tuple[str, str]]]]:
+        """:meth:`device_runs` of several devices (one statement on SQL stores, whatever their number).
+
+        Returns
+        -------
+        dict
+            By device id (each of ``client_ids``), its :meth:`device_runs`.
+        """
+        return {cid: self.device_runs(cid) for cid in dict.fromkeys(client_ids)}
+
     @abstractmethod
     def reported(self, run_id: str, index: int, client_id: str) -> bool:
         """Whether the device has a report in the round."""
@@ -615,35 +642,44 @@ _Q_CLIENT = select(
     _CLIENTS.c.revoked_at,
     _CLIENTS.c.certificate,
 ).where(_CLIENTS.c.id == bindparam("client_id"))
-_LIVE_SELECT = (
-    select(
-        _RUNS.c.id,
-        _RUNS.c.task_id,
-        _RUNS.c.status,
-        _RUNS.c.checkin_deadline,
-        _RUNS.c.n_clients,
-        _RUNS.c.public_seed,
-        _MEMBERS.c.slot_start,
-        _MEMBERS.c.slot_count,
-        _MEMBERS.c.reveal,
-        *_ROUND_COLUMNS,
-        _REPORTS.c.digest,
+
+
+def _live_select(client: Any, base: Any, *lead: Any) -> Any:
+    """The live-runs select of the device ``client`` (a bound id, or a column of a list of ids).
+
+    ``base`` is the FROM clause the runs are joined to (``runs``, or the ids crossed with ``runs``);
+    ``lead`` columns come first (the batched form selects the device's id).
+    """
+    return (
+        select(
+            *lead,
+            _RUNS.c.id,
+            _RUNS.c.task_id,
+            _RUNS.c.status,
+            _RUNS.c.checkin_deadline,
+            _RUNS.c.n_clients,
+            _RUNS.c.public_seed,
+            _MEMBERS.c.slot_start,
+            _MEMBERS.c.slot_count,
+            _MEMBERS.c.reveal,
+            *_ROUND_COLUMNS,
+            _REPORTS.c.digest,
+        )
+        .select_from(base)
+        .outerjoin(_MEMBERS, and_(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == client))
+        .outerjoin(_ROUNDS, and_(_ROUNDS.c.run_id == _RUNS.c.id, _ROUNDS.c.status == "open"))
+        .outerjoin(
+            _REPORTS,
+            and_(
+                _REPORTS.c.run_id == _RUNS.c.id,
+                _REPORTS.c.round_index == _ROUNDS.c.index,
+                _REPORTS.c.client_id == client,
+            ),
+        )
     )
-    .select_from(_RUNS)
-    .outerjoin(
-        _MEMBERS,
-        and_(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == bindparam("client_id")),
-    )
-    .outerjoin(_ROUNDS, and_(_ROUNDS.c.run_id == _RUNS.c.id, _ROUNDS.c.status == "open"))
-    .outerjoin(
-        _REPORTS,
-        and_(
-            _REPORTS.c.run_id == _RUNS.c.id,
-            _REPORTS.c.round_index == _ROUNDS.c.index,
-            _REPORTS.c.client_id == bindparam("client_id"),
-        ),
-    )
-)
+
+
+_LIVE_SELECT = _live_select(bindparam("client_id"), _RUNS)
 
 
 def _status_in(*statuses: str) -> Any:
@@ -663,6 +699,35 @@ _Q_DEVICE_RUNS = _LIVE_SELECT.where(
         and_(_status_in("done", "aborted"), _MEMBERS.c.client_id.is_not(None)),
     )
 )
+
+
+def _device_runs_many(dialect: str) -> Any:
+    """:data:`_Q_DEVICE_RUNS` of a list of devices (bound as ``ids``), each row led by its device's id.
+
+    The ids are one bound parameter whatever their number (a PostgreSQL array unnested, a JSON array
+    on SQLite), so the statement is built and compiled once per dialect.
+    """
+    if dialect == "postgresql":
+        ids = (
+            func.unnest(bindparam("ids", type_=postgresql.ARRAY(String)))
+            .table_valued("client_id")
+            .render_derived(name="ids")
+        )
+        cid = ids.c.client_id
+    else:
+        ids = func.json_each(bindparam("ids")).table_valued("value").alias("ids")
+        cid = ids.c.value
+    runs = ids.join(_RUNS, true())
+    return _live_select(cid, runs, cid).where(
+        or_(
+            _status_in("checkin", "seeding", "running"),
+            and_(_status_in("done", "aborted"), _MEMBERS.c.client_id.is_not(None)),
+        )
+    )
+
+
+_Q_DEVICE_RUNS_MANY = {d: _device_runs_many(d) for d in ("postgresql", "sqlite")}
+
 # by run (``runs.status`` is indexed) with a primary-key probe of the membership: the members table
 # has no index on client_id alone
 _Q_FINISHED_RUNS = select(_RUNS.c.id, _RUNS.c.status).where(
@@ -954,7 +1019,25 @@ class SqlCoreQueries(CoreQueries):
 
     def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[tuple[str, str]]]:
         """See :meth:`CoreQueries.device_runs`."""
-        rows = self._run(_Q_DEVICE_RUNS, {"client_id": client_id}).all()
+        return self._split(self._run(_Q_DEVICE_RUNS, {"client_id": client_id}).all())
+
+    def device_runs_many(
+        self, client_ids: Sequence[str]
+    ) -> dict[str, tuple[list[LiveRun], list[tuple[str, str]]]]:
+        """See :meth:`CoreQueries.device_runs_many`."""
+        ids = list(dict.fromkeys(client_ids))
+        if len(ids) == 1:
+            return {ids[0]: self.device_runs(ids[0])}
+        dialect = self.conn.dialect.name
+        bound: Any = ids if dialect == "postgresql" else json.dumps(ids)
+        by: dict[str, list[Any]] = {cid: [] for cid in ids}
+        for row in self._run(_Q_DEVICE_RUNS_MANY[dialect], {"ids": bound}).all():
+            by[row[0]].append(row[1:])
+        return {cid: self._split(rows) for cid, rows in by.items()}
+
+    @classmethod
+    def _split(cls, rows: Any) -> tuple[list[LiveRun], list[tuple[str, str]]]:
+        """:meth:`device_runs` of one device's rows of :data:`_Q_DEVICE_RUNS`."""
         finished: dict[str, str] = {}
         live = []
         for row in rows:
@@ -962,7 +1045,7 @@ class SqlCoreQueries(CoreQueries):
                 finished[str(row[0])] = str(row[2])
             else:
                 live.append(row)
-        return self._live(live), list(finished.items())
+        return cls._live(live), list(finished.items())
 
     @staticmethod
     def _live(rows: Any) -> list[LiveRun]:
