@@ -30,7 +30,7 @@ from fedstats.service.domain.driver import Driver
 from fedstats.service.http.app import trust_authority
 from fedstats.service.http.schemas import SignedTaskIn
 from fedstats.service.store import Store, open_store
-from fedstats.service.store.core import ClientRow, CoreQueries
+from fedstats.service.store.core import ClientRow, CoreQueries, PutReport
 from fedstats.service.store.memory import MemoryCoreQueries, MemoryStore
 from fedstats.wire.enrollment import init_authority, issue_analyst
 from fedstats.wire.registry import plan_for, resolve_encoder
@@ -592,6 +592,31 @@ def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
     step("put", lambda tx: tx.put_report(("p4", 11.0), (digest, start, slots), *args))
     step("put-again", lambda tx: tx.put_report(("p5", 11.0), (digest, start, slots), *args))
     step("device-runs", lambda tx: [Unordered(x) for x in tx.device_runs("dev-1")], read_only=True)
+    # the same cases set-based (put_reports, one call): each answered as put_report answers it alone
+    with store.transaction(read_only=True) as tx:
+        m = {d: tx.member(rid, d) for d in ("dev-3", "dev-4", "dev-5")}
+        reps = {d: _report(runs.client_work(tx, d, "default")["rounds"][0], d) for d in m}
+
+    def put_many(tx: Any) -> Any:
+        def put(nonce: str, cid: str, expect: tuple[str, int, int], index: int = 0) -> PutReport:
+            v, c = reps.get(cid, (v1, c1))
+            return PutReport((nonce, 13.0), expect, rid, index, cid, json.dumps(v), c, "e" * 64)
+
+        return tx.put_reports(
+            [
+                put("m1", "dev-3", ("0" * 64, *m["dev-3"])),  # another round digest: not stored
+                put("m2", "dev-4", (digest, m["dev-4"][0] + 1, m["dev-4"][1])),  # other slots
+                put("m3", "dev-x", (digest, *m["dev-5"])),  # not a member
+                put("p1", "dev-1", (digest, start, slots)),  # a replayed nonce: nothing written
+                put("m4", "dev-5", (digest, *m["dev-5"])),  # stored
+                put("m5", "dev-1", (digest, start, slots)),  # dev-1 already reported
+                put("m6", "dev-4", (digest, *m["dev-4"]), index=9),  # no such round
+            ],
+            1e9 + 8,
+        )
+
+    step("put-many", put_many)
+    step("put-many-replay", put_many)  # every nonce now used
     step("device-runs-many", _device_runs_many, read_only=True)
     # the domain's upload: the fast path after a poll, the reads otherwise, a replay refused
     with store.transaction(read_only=True) as tx:

@@ -56,7 +56,7 @@ from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
 from fedstats.service.store import Tx, TxLike, as_tx
-from fedstats.service.store.core import LiveRun, RoundRow
+from fedstats.service.store.core import LiveRun, PutReport, RoundRow
 from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [
@@ -438,11 +438,12 @@ EXACT: Final = "exact"
 
 
 def screen_uploads(uploads: Sequence[Upload]) -> list[tuple[RoundRow, tuple[int, int]] | None]:
-    """Which uploads may be written in one statement each, as :func:`upload_report`'s common case.
+    """Which uploads may be written together (:func:`put_uploads`), as :func:`upload_report`'s common case.
 
     No store access: an upload qualifies if this process has seen its round and the device's slots
-    (the device's poll before it) and the report passes the round's checks against them (the encoder's
-    output check vectorized over the uploads of each round).
+    (the device's poll before it), the report passes the round's checks against them (the encoder's
+    output check vectorized over the uploads of each round), and no earlier upload of ``uploads`` has
+    its nonce or its device and round (a repeat is answered after the first, as if it came alone).
 
     Returns
     -------
@@ -451,7 +452,14 @@ def screen_uploads(uploads: Sequence[Upload]) -> list[tuple[RoundRow, tuple[int,
     """
     out: list[tuple[RoundRow, tuple[int, int]] | None] = [None] * len(uploads)
     groups: dict[tuple[str, int], list[int]] = {}
+    seen: set[tuple[str, ...]] = set()
     for i, u in enumerate(uploads):
+        # a repeat (the same request, or the device's second upload to the round) is answered after
+        # the first, by the exact path: the set-based write takes distinct uploads only
+        again = {("n", u.client_id, u.nonce[0]), ("r", u.client_id, u.run_id, str(u.index))}
+        if seen & again:
+            continue
+        seen |= again
         if (u.run_id, u.index) in _ROUND_SEEN and (u.run_id, u.client_id) in _SLOTS_SEEN:
             groups.setdefault((u.run_id, u.index), []).append(i)
     for key, members in groups.items():
@@ -475,7 +483,10 @@ def put_uploads(
     uploads: Sequence[Upload],
     screened: Sequence[tuple[RoundRow, tuple[int, int]] | None],
 ) -> list[bool | str | None]:
-    """Write screened uploads (:func:`screen_uploads`) in the caller's transaction, one statement each.
+    """Write screened uploads (:func:`screen_uploads`) in the caller's transaction, set-based.
+
+    One statement for them all on PostgreSQL, two on SQLite
+    (:meth:`~fedstats.service.store.core.CoreQueries.put_reports`).
 
     Returns
     -------
@@ -486,26 +497,26 @@ def put_uploads(
         roll back, and take :func:`upload_report` for it in a transaction of its own.
     """
     tx = as_tx(tx)
-    out: list[bool | str | None] = []
-    now = time.time()
-    for u, got in zip(uploads, screened, strict=True):
-        if got is None:
-            out.append(EXACT)
-            continue
-        rec, slots = got
-        digest = wire.digest({"vector": u.vector, "count": u.count})
-        fresh, stored = tx.put_report(
-            u.nonce,
-            (rec.params_digest, slots[0], slots[1]),
-            u.run_id,
-            u.index,
-            u.client_id,
-            json.dumps(u.vector),
-            u.count,
-            digest,
-            now,
+    out: list[bool | str | None] = [EXACT] * len(uploads)
+    todo = [i for i, got in enumerate(screened) if got is not None]
+    items = []
+    for i in todo:
+        u = uploads[i]
+        rec, slots = cast(tuple[RoundRow, tuple[int, int]], screened[i])
+        items.append(
+            PutReport(
+                u.nonce,
+                (rec.params_digest, slots[0], slots[1]),
+                u.run_id,
+                u.index,
+                u.client_id,
+                json.dumps(u.vector),
+                u.count,
+                wire.digest({"vector": u.vector, "count": u.count}),
+            )
         )
-        out.append(None if not fresh else True if stored else EXACT)
+    for i, (fresh, stored) in zip(todo, tx.put_reports(items, time.time()), strict=True):
+        out[i] = None if not fresh else True if stored else EXACT
     return out
 
 

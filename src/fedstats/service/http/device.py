@@ -270,7 +270,7 @@ class UploadBatcher(Batcher[runs.Upload, "bool | None"]):
 
     The uploads that arrived while the previous batch was written are checked together (the encoder's
     output check vectorized per round, :func:`fedstats.service.domain.runs.screen_uploads`) and written
-    in one transaction, one statement each (:func:`~fedstats.service.domain.runs.put_uploads`), with one
+    in one transaction, set-based (:func:`~fedstats.service.domain.runs.put_uploads`), with one
     commit and one hand-off to a store thread instead of one per upload (:class:`Batcher`). Each upload
     is acknowledged only once its transaction committed; awaiting the batcher returns True if stored,
     False if the same report was already stored, None if its nonce was used (a replay), and raises what

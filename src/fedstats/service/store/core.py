@@ -190,6 +190,20 @@ class LiveRun:
     """Whether the device has a report in the open round (``round``)."""
 
 
+@dataclass(frozen=True)
+class PutReport:
+    """One upload for :meth:`CoreQueries.put_reports` (the arguments of :meth:`CoreQueries.put_report`)."""
+
+    nonce: tuple[str, float]
+    expect: tuple[str, int, int]
+    run_id: str
+    index: int
+    client_id: str
+    vector: str
+    count: int
+    digest: str
+
+
 class CoreQueries(ABC):
     """The core path's queries, one method per statement or set-based group of statements."""
 
@@ -329,6 +343,41 @@ class CoreQueries(ABC):
             return True, False
         self.add_report(run_id, index, client_id, vector, count, digest, received_at)
         return True, True
+
+    def put_reports(
+        self, items: Sequence[PutReport], received_at: float
+    ) -> list[tuple[bool, bool]]:
+        """:meth:`put_report` of several uploads in one go (one statement on PostgreSQL, two on SQLite).
+
+        The uploads must be distinct: no two with the same ``(client_id, nonce)`` and no two of the
+        same device in the same round (the caller answers such repeats by :meth:`put_report`'s
+        exact path, after these).
+
+        Parameters
+        ----------
+        items : sequence of PutReport
+        received_at : float
+            Unix seconds, recorded with every stored report.
+
+        Returns
+        -------
+        list of (bool, bool)
+            Per upload, in order, :meth:`put_report`'s answer.
+        """
+        return [
+            self.put_report(
+                it.nonce,
+                it.expect,
+                it.run_id,
+                it.index,
+                it.client_id,
+                it.vector,
+                it.count,
+                it.digest,
+                received_at,
+            )
+            for it in items
+        ]
 
     @abstractmethod
     def live_runs(self, client_id: str) -> list[LiveRun]:
@@ -782,6 +831,66 @@ r AS (SELECT 1 FROM {_OPEN_ROUND} FOR SHARE),
 ins AS ({_REPORT_IF.format(nonce="EXISTS (SELECT 1 FROM n) AND ", rounds="r")})
 SELECT (SELECT count(*) FROM n), (SELECT count(*) FROM ins)""",
 )
+# Many uploads (CoreQueries.put_reports) with the same conditions, set-based: every column bound as
+# one array (PostgreSQL: one statement) or one JSON array of rows (SQLite: one statement for the nonces,
+# one for the reports whose nonce was new). Each row's answer is matched back by its position.
+_PUT_REPORTS_PG = """WITH u AS (
+    SELECT * FROM unnest(
+        %(client_id)s::varchar[], %(nonce)s::varchar[], %(ts)s::float8[], %(run_id)s::varchar[],
+        %(index)s::int4[], %(params_digest)s::varchar[], %(slot_start)s::int4[],
+        %(slot_count)s::int4[], %(vector)s::text[], %(count)s::int4[], %(digest)s::varchar[]
+    ) WITH ORDINALITY AS u(client_id, nonce, ts, run_id, idx, params_digest, slot_start, slot_count,
+        vector, count, digest, ord)
+),
+n AS (
+    INSERT INTO nonces (client_id, nonce, ts) SELECT client_id, nonce, ts FROM u
+    ON CONFLICT DO NOTHING RETURNING client_id, nonce
+),
+r AS (
+    SELECT rounds.run_id, rounds."index", rounds.params_digest FROM rounds
+    WHERE rounds.status = 'open'
+    AND (rounds.run_id, rounds."index", rounds.params_digest) IN (
+        SELECT run_id, idx, params_digest FROM u
+    )
+    FOR SHARE
+),
+ins AS (
+    INSERT INTO reports (run_id, round_index, client_id, vector, count, digest, received_at)
+    SELECT u.run_id, u.idx, u.client_id, u.vector, u.count, u.digest, %(received_at)s
+    FROM u
+    JOIN n ON n.client_id = u.client_id AND n.nonce = u.nonce
+    JOIN r ON r.run_id = u.run_id AND r."index" = u.idx AND r.params_digest = u.params_digest
+    WHERE EXISTS (
+        SELECT 1 FROM run_members m WHERE m.run_id = u.run_id AND m.client_id = u.client_id
+        AND m.slot_start = u.slot_start AND m.slot_count = u.slot_count
+    )
+    ON CONFLICT DO NOTHING RETURNING run_id, round_index, client_id
+)
+SELECT u.ord, n.client_id IS NOT NULL, ins.client_id IS NOT NULL
+FROM u
+LEFT JOIN n ON n.client_id = u.client_id AND n.nonce = u.nonce
+LEFT JOIN ins ON ins.run_id = u.run_id AND ins.round_index = u.idx AND ins.client_id = u.client_id"""
+_PUT_NONCES_SQLITE = """INSERT INTO nonces (client_id, nonce, ts)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]')
+FROM json_each(:rows) WHERE true
+ON CONFLICT DO NOTHING RETURNING client_id, nonce"""
+_PUT_REPORTS_SQLITE = """INSERT INTO reports (run_id, round_index, client_id, vector, count, digest, received_at)
+SELECT run_id, idx, client_id, vector, count, digest, :received_at FROM (
+    SELECT json_extract(value, '$[0]') AS client_id, json_extract(value, '$[3]') AS run_id,
+        json_extract(value, '$[4]') AS idx, json_extract(value, '$[5]') AS params_digest,
+        json_extract(value, '$[6]') AS slot_start, json_extract(value, '$[7]') AS slot_count,
+        json_extract(value, '$[8]') AS vector, json_extract(value, '$[9]') AS count,
+        json_extract(value, '$[10]') AS digest
+    FROM json_each(:rows)
+) AS u
+WHERE EXISTS (
+    SELECT 1 FROM rounds WHERE rounds.run_id = u.run_id AND rounds."index" = u.idx
+    AND rounds.status = 'open' AND rounds.params_digest = u.params_digest
+) AND EXISTS (
+    SELECT 1 FROM run_members m WHERE m.run_id = u.run_id AND m.client_id = u.client_id
+    AND m.slot_start = u.slot_start AND m.slot_count = u.slot_count
+)
+ON CONFLICT DO NOTHING RETURNING run_id, round_index, client_id"""
 # INSERT ... ON CONFLICT DO NOTHING RETURNING the key, by (table name, dialect name)
 _INSERT_IGNORE: dict[tuple[str, str], Any] = {}
 
@@ -1012,6 +1121,68 @@ class SqlCoreQueries(CoreQueries):
         if not conn.exec_driver_sql(_NONCE_SQLITE, params).all():
             return False, False
         return True, bool(conn.exec_driver_sql(_REPORT_SQLITE, params).all())
+
+    def put_reports(
+        self, items: Sequence[PutReport], received_at: float
+    ) -> list[tuple[bool, bool]]:
+        """See :meth:`CoreQueries.put_reports`."""
+        if len(items) <= 1:
+            return super().put_reports(items, received_at)
+        if self._session is not None:
+            self._session.flush()
+        conn = self.conn
+        rows = [
+            (
+                it.client_id,
+                it.nonce[0],
+                it.nonce[1],
+                it.run_id,
+                it.index,
+                it.expect[0],
+                it.expect[1],
+                it.expect[2],
+                it.vector,
+                it.count,
+                it.digest,
+            )
+            for it in items
+        ]
+        if conn.dialect.name == "postgresql":
+            names = (
+                "client_id",
+                "nonce",
+                "ts",
+                "run_id",
+                "index",
+                "params_digest",
+                "slot_start",
+                "slot_count",
+                "vector",
+                "count",
+                "digest",
+            )
+            params: dict[str, Any] = {
+                k: list(col) for k, col in zip(names, zip(*rows, strict=True), strict=True)
+            }
+            params["received_at"] = received_at
+            out = [(False, False)] * len(items)
+            for ord_, new, put in conn.exec_driver_sql(_PUT_REPORTS_PG, params).all():
+                out[int(ord_) - 1] = (bool(new), bool(put))
+            return out
+        fresh = {
+            (c, n)
+            for c, n in conn.exec_driver_sql(
+                _PUT_NONCES_SQLITE, {"rows": json.dumps([r[:3] for r in rows])}
+            ).all()
+        }
+        todo = [r for r in rows if (r[0], r[1]) in fresh]
+        stored: set[tuple[str, int, str]] = set()
+        if todo:
+            got = conn.exec_driver_sql(
+                _PUT_REPORTS_SQLITE, {"rows": json.dumps(todo), "received_at": received_at}
+            ).all()
+            stored = {(str(a), int(b), str(c)) for a, b, c in got}
+        return [((r[0], r[1]) in fresh, (r[3], r[4], r[0]) in stored) for r in rows]
 
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs`."""
