@@ -470,12 +470,12 @@ def test_server_options_for_the_hot_path_reach_its_settings_or_are_refused_in_on
         raise _Stop
 
     monkeypatch.setattr(app_module, "create_app", capture)
+    # the server command configures the root logger (level INFO, its handler): not in this process,
+    # where it would make later tests' captured logs hold every library's INFO lines
+    monkeypatch.setattr(logging, "basicConfig", lambda **_k: None)
     db = f"sqlite:///{tmp_path / 'x.db'}"
     runner = CliRunner()
-    try:
-        res = runner.invoke(app, ["server", "--db", db, "--max-wait", "40", "--no-access-log"])
-    finally:  # the server command configures the root logger
-        logging.getLogger().handlers.clear()
+    res = runner.invoke(app, ["server", "--db", db, "--max-wait", "40", "--no-access-log"])
     assert isinstance(res.exception, _Stop), res.output
     assert seen[0].max_wait == 40.0 and seen[0].access_log is False
     for bad in ("-1", "x", "4000"):

@@ -181,3 +181,30 @@ def test_client_sdk_imports_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+_LEAF = st.one_of(
+    st.integers(-(10**30), 10**30),
+    st.booleans(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+    st.none(),
+)
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=6),
+        st.one_of(_LEAF, st.lists(st.integers(-(10**30), 10**30), max_size=6), st.lists(_LEAF)),
+        max_size=5,
+    )
+)
+def test_canonical_bytes_of_reports_and_flat_objects_are_the_encoder_s(doc: dict) -> None:
+    """The fast path (flat values and lists of exact ints, as a report's ``{vector, count}``) gives
+    the bytes of the generic encoder's walk, for every mix of leaves and lists it may meet."""
+    from fedstats.wire.encoding import canonical_bytes, encode
+
+    reference = json.dumps(
+        encode(doc), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+    assert canonical_bytes(doc) == reference

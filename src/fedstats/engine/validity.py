@@ -228,6 +228,14 @@ def _row(vector: Any, dim: int, limit: int) -> tuple[np.ndarray | None, str | No
     if items is not None:
         if len(items) != dim:
             return None, f"shape: {len(items)} entries, not {dim}"
+        if all(type(v) is int for v in items):  # JSON's integers: checked as an array
+            try:
+                vector = np.array(items, dtype=np.int64)
+            except OverflowError:  # beyond int64: the entry-by-entry path names it
+                pass
+            else:
+                items = None
+    if items is not None:
         bad = next((i for i, v in enumerate(items) if not _is_int(v)), None)
         if bad is not None:
             return None, f"not_integer: entry {bad} is {items[bad]!r}"

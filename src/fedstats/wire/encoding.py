@@ -164,11 +164,14 @@ def canonical_bytes(value: Any) -> bytes:
     """The canonical UTF-8 JSON bytes of ``value`` (sorted keys, no whitespace).
 
     A flat object (a ``dict`` of string keys and values of exactly ``str``, ``int``, ``float``,
-    ``bool`` or ``None``, e.g. a certificate's body) is its own :func:`encode`: it is serialized
-    without the encoder's walk (the same bytes; a non-finite float still takes the encoder's marker).
+    ``bool`` or ``None``, or lists of exactly ``int``: a certificate's body, a report) is its own
+    :func:`encode`: it is serialized without the encoder's walk (the same bytes; a non-finite float
+    still takes the encoder's marker).
     """
     if type(value) is dict and all(
-        type(k) is str and type(v) in _FLAT_TYPES for k, v in value.items()
+        type(k) is str
+        and (type(v) in _FLAT_TYPES or (type(v) is list and all(type(x) is int for x in v)))
+        for k, v in value.items()
     ):
         try:
             return json.dumps(

@@ -44,7 +44,9 @@ def _precheck(vector: Any, count: Any, dim: int, records: int) -> str | None:
         return f"count: {count!r} record(s) claimed, the device has {records} in the round"
     if not isinstance(vector, list) or len(vector) != dim:
         return f"shape: the report must be a list of {dim} integers"
-    if any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
+    if not all(type(v) is int for v in vector) and any(
+        isinstance(v, bool) or not isinstance(v, int) for v in vector
+    ):
         return "type: report entries must be integers"
     return None
 
@@ -85,7 +87,7 @@ def report_problems(
         )
         for i, why in zip(todo, verdicts, strict=True):
             out[i] = why
-    for i in todo:
+    for i in todo if rnd is None else ():  # check_reports ends with this bound (bound x count)
         if out[i] is None:
             vector, count = reports[i][0], reports[i][1]
             limit = bound * count

@@ -384,7 +384,9 @@ def _problems(
     for slots, vector, count in items:
         if not isinstance(vector, list) or len(vector) != rec.dim:
             out.append(f"report must be a list of {rec.dim} integers")
-        elif any(isinstance(v, bool) or not isinstance(v, int) for v in vector):
+        elif not all(type(v) is int for v in vector) and any(
+            isinstance(v, bool) or not isinstance(v, int) for v in vector
+        ):
             out.append("report entries must be integers")
         else:
             a, b = _slots_in(slots[0], slots[1], rec.lo, rec.hi)

@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, HTTPException, Request
 
 from fedstats.errors import SecurityError
+from fedstats.service.http.edge import request_headers
 from fedstats.service.store import Store, as_tx
 from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
@@ -28,6 +29,18 @@ __all__ = ["DeviceAuth", "NonceUse", "Signed", "SignedRequest", "signed_request"
 T = TypeVar("T")
 
 REREAD = 5.0  # seconds an enrolled device's cached row (key, revocation) is trusted without a check
+
+
+def _url_path(request: Request) -> str:
+    r"""``request.url.path`` (the path a device signs) without building the URL when it is plain.
+
+    Starlette escapes ``?``, ``#`` and ``\\`` in the decoded path and ``urlsplit`` drops tabs and
+    line breaks; a path with none of them is its own ``url.path``.
+    """
+    path = str(request.scope["path"])
+    if any(c in path for c in "?#\\\t\r\n"):
+        return request.url.path
+    return path
 
 
 @dataclass(frozen=True)
@@ -240,8 +253,10 @@ class DeviceAuth:
         ``stale`` (the handler calls :meth:`confirm` in its transaction).
         """
         body = await request.body()
-        cid_header = request.headers.get(auth.HEADER_CLIENT) or ""
-        args = (request.method, request.url.path, request.headers, body, public_key)
+        scope = request.scope
+        headers = request_headers(scope)
+        cid_header = headers.get(auth.HEADER_CLIENT) or ""
+        args = (scope["method"], _url_path(request), headers, body, public_key)
         fresh = self._fresh(cid_header)
         stale = public_key is None and fresh is None and stale_ok and cid_header in self.known
         if public_key is None and (fresh is not None or stale):

@@ -32,7 +32,7 @@ from fedstats.errors import SecurityError
 from fedstats.service.domain import runs, tasks
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest, use_nonce
-from fedstats.service.http.edge import BadJSON, StrictRoute, strict_loads
+from fedstats.service.http.edge import BadJSON, StrictRoute, request_headers, strict_loads
 from fedstats.service.http.schemas import (
     CHECKIN_BODY,
     DEVICE,
@@ -613,7 +613,7 @@ def device_router(
         """The device's work list (JSON, with an ``ETag``), long-polled (see :func:`work`)."""
         cid, population = req.client_id, req.population
         check_wait(wait)
-        known = request.headers.get("if-none-match")
+        known = request_headers(request.scope).get("if-none-match")
 
         if req.stale:  # a cached answer needs a confirmed device row: read the list fresh once
             cache.touch(cid)

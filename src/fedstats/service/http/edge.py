@@ -28,7 +28,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Coroutine, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -52,6 +52,24 @@ __all__ = [
     "status_of",
     "strict_loads",
 ]
+
+
+HEADERS = "fedstats.headers"
+"""The scope key of the request's headers as :class:`EdgeMiddleware` decoded them (lowercase names)."""
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers, lowercase names to Latin-1 values (a repeated header: its first value).
+
+    Decoded once per request, by :class:`EdgeMiddleware` (or here, for an app without it).
+    """
+    got = scope.get(HEADERS)
+    if got is None:
+        got = scope[HEADERS] = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in reversed(scope["headers"])
+        }
+    return cast(dict[str, str], got)
+
 
 log = logging.getLogger("fedstats.service")
 
@@ -308,8 +326,13 @@ class EdgeMiddleware:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        # HTTP header values are Latin-1 (RFC 9110): decoding never fails, whatever bytes came
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        # HTTP header values are Latin-1 (RFC 9110): decoding never fails, whatever bytes came; a
+        # repeated header counts by its first value (as Starlette's ``Headers.get``); kept in the
+        # scope for the inner layers (:func:`request_headers`)
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in reversed(scope["headers"])
+        }
+        scope[HEADERS] = headers
         client = headers.get("x-fedstats-client", "")[:128] or (scope.get("client") or ("?", 0))[0]
         state = {"status": 0}
         error_id: str | None = None
