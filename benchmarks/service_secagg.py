@@ -6,7 +6,8 @@ Usage::
         [--poll SECONDS]
         [--timeout SECONDS] [--flower-timeout SECONDS] [--no-flower] [--db auto|sqlite|postgresql]
         [--flower-transport] [--flower-transport-timeout SECONDS]
-        [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS] [--profile]
+        [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS]
+        [--quiet-seconds SECONDS] [--profile]
         [--profile-devices] [--note TEXT]
 
 The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
@@ -21,7 +22,9 @@ simulated devices on this machine; the masked-input stage then waits for it, rep
 ``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
 devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the
 costliest dropout, whose pair masks the server must remove from key shares) of every session, so that
-stage closes at its deadline (``--stage-seconds``, the task's round deadline); ``--profile`` runs the
+stage closes at its deadline (``--stage-seconds``, the task's round deadline) or, once the session's
+quorum answered, after ``--quiet-seconds`` without a message (the task's
+``secure_aggregation.quiet_seconds``, default 5 here; 0: deadline only); ``--profile`` runs the
 server under cProfile in every thread and records its top functions (the CPU is then not comparable);
 ``--profile-devices`` does the same for the devices of the first worker process.
 
@@ -743,6 +746,7 @@ def bench_fedstats(
     stage_seconds: float | None = None,
     share_checks: bool = False,
     device_profile: Path | None = None,
+    quiet_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
 
@@ -750,7 +754,8 @@ def bench_fedstats(
     fixed seed) stop answering at secure stage ``drop_stage`` of every session (a stage then closes at
     its deadline, ``stage_seconds``, default ``timeout``); with ``profile`` the server runs under cProfile
     (every thread) and writes its statistics there; with ``device_profile`` so do the devices of the
-    first worker process.
+    first worker process; ``quiet_seconds`` is the task's ``secure_aggregation.quiet_seconds`` (a stage
+    whose quorum answered closes after that long without a message; None: at its deadline).
     """
     from fedstats.wire.enrollment import issue_identity
 
@@ -780,6 +785,7 @@ def bench_fedstats(
         "drop_stage": STAGES[drop_stage] if drop else None,
         "profiled": profile is not None,
         "stage_deadline_seconds": stage_seconds or timeout,
+        "stage_quiet_seconds": quiet_seconds,
         "devices_share_certificate_checks_per_process": share_checks,
         "devices_profiled": device_profile is not None,
     }
@@ -829,7 +835,8 @@ def bench_fedstats(
             "min_clients": n // 2,
             "max_records_per_client": RECORDS_PER_DEVICE,
             "deadlines": {"checkin": timeout, "round": stage_seconds or timeout},
-            "secure_aggregation": {"max_session": n},
+            "secure_aggregation": {"max_session": n}
+            | ({} if quiet_seconds is None else {"quiet_seconds": quiet_seconds}),
             "label": f"service_secagg n={n}",
         }
         rss_before = proc_status_kib(pid, "VmRSS")
@@ -1198,6 +1205,13 @@ def main() -> None:
         "default --timeout",
     )
     ap.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=5.0,
+        help="the task's secure_aggregation.quiet_seconds: a stage whose quorum answered closes after "
+        "this long without a message instead of at its deadline (default 5; 0: off, deadline only)",
+    )
+    ap.add_argument(
         "--profile",
         action="store_true",
         help="run the server under cProfile (all threads); write results/tmp/<output>_n<n>.prof and "
@@ -1343,6 +1357,7 @@ def main() -> None:
                     args.stage_seconds,
                     args.share_certificate_checks,
                     dprof,
+                    args.quiet_seconds or None,
                 )
             if "error" in ours and ours.get("status") != "done":
                 keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"

@@ -29,12 +29,12 @@ from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.engine.rounds import Round, RoundSum
-from fedstats.errors import FedstatsError, SecurityError
+from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 from fedstats.secagg import find_parameters
 from fedstats.secagg.identity import SessionRoster
-from fedstats.service.domain.secure import session_bounds
+from fedstats.service.domain.secure import quiet_close, reporting_floor, session_bounds
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import (
     LedgerCharge,
@@ -46,6 +46,7 @@ from fedstats.service.store.tables import (
 )
 from fedstats.wire import seeding
 from fedstats.wire.registry import plan_for, resolve_encoder
+from fedstats.wire.tasks import normalize_task
 from service_helpers import (
     Deployment,
     free_port,
@@ -288,6 +289,66 @@ def test_a_session_s_certificates_are_served_as_the_json_of_the_asked_list() -> 
     finally:
         sd._CERTIFICATES.pop(key, None)
         sd._MEMBERS.pop(key, None)
+
+
+def test_the_quiet_rule_closes_only_a_quiet_stage_whose_quorum_answered() -> None:
+    """``quiet_close``: quorum (``min_survivors``), the distributed-noise floor in records, and the quiet
+    period since the last answer (or the opening) must all hold; off without ``quiet_seconds``."""
+    base = {
+        "answered": 18,
+        "addressed": 20,
+        "min_survivors": 18,
+        "opened": 100.0,
+        "newest": 110.0,
+        "now": 113.0,
+        "quiet_seconds": 3.0,
+    }
+    assert quiet_close(**base)
+    assert not quiet_close(**(base | {"quiet_seconds": None}))  # off: the deadline only
+    assert not quiet_close(**(base | {"answered": 17}))  # below the quorum: wait
+    assert not quiet_close(**(base | {"now": 112.9}))  # an answer came 2.9 s ago
+    assert not quiet_close(**(base | {"answered": 20}))  # complete: closes anyway, not by this rule
+    # no answer yet: quiet since the opening, but the quorum is not met
+    assert not quiet_close(**(base | {"newest": None, "answered": 0}))
+    assert quiet_close(**(base | {"newest": None, "min_survivors": 0, "answered": 0}))
+    assert not quiet_close(**(base | {"newest": None, "min_survivors": 0, "now": 102.0}))
+    assert not quiet_close(**(base | {"newest": 90.0, "now": 102.0}))  # the opening counts
+    # distributed noise calibrated for 95% of the session's records: 18 of 20 devices hold 180 of 200
+    noisy = base | {"session_records": 200, "floor": 0.95}
+    assert not quiet_close(**(noisy | {"answered_records": 180}))
+    assert not quiet_close(**noisy)  # records unknown: refused
+    assert quiet_close(**(noisy | {"answered_records": 190}))
+    assert quiet_close(**(noisy | {"answered_records": 180, "floor": 0.9}))
+
+
+def test_quiet_seconds_is_an_optional_task_setting_that_changes_no_other_task_id() -> None:
+    from fedstats.wire.tasks import task_id
+
+    plain = normalize_task(_task())
+    assert "quiet_seconds" not in plain["secure_aggregation"]
+    quiet = normalize_task(_task(secure_aggregation={"max_session": 5, "quiet_seconds": 2}))
+    assert quiet["secure_aggregation"]["quiet_seconds"] == 2.0
+    assert task_id(quiet) != task_id(plain)
+    assert normalize_task(quiet) == quiet
+    for bad in (0, 0.01, -1, True, "2", float("inf"), float("nan"), 10**7):
+        with pytest.raises(ParameterError, match="quiet_seconds"):
+            normalize_task(_task(secure_aggregation={"max_session": 5, "quiet_seconds": bad}))
+    with pytest.raises(ParameterError, match="secure_aggregation"):
+        normalize_task(_task(secure_aggregation={"max_session": 5, "quiet": 2}))
+
+
+def test_the_reporting_floor_is_the_distributed_noise_s_min_reporting() -> None:
+    assert reporting_floor(normalize_task(_task())) == 0.0  # fed-chi2 adds no noise
+    het = {
+        "analysis": "heterogeneity",
+        "params": {"column": "x", "dim": 3},
+        "privacy": {"epsilon": 1.0, "delta": 1e-6, "population": "default"},
+        "cohort_size": 20,
+        "secure_aggregation": {"max_session": 20},
+    }
+    assert reporting_floor(normalize_task(het)) == 1.0
+    cfg = normalize_task(het | {"params": het["params"] | {"min_reporting": 0.8}})
+    assert reporting_floor(cfg) == 0.8
 
 
 # -- over the network ----------------------------------------------------------------------------
@@ -939,6 +1000,65 @@ def test_devices_stopping_before_each_stage_leave_an_exact_sum_or_abort_the_run(
         ), case
     for t in threads:
         t.join(scaled(30))
+
+
+def test_a_stage_with_dropouts_closes_once_quiet_instead_of_at_its_deadline(
+    production: Deployment,
+) -> None:
+    """With ``quiet_seconds`` the masked-input stage that two stopped devices never answer closes a few
+    seconds after the last answer, long before its deadline, and the sum is exact over the survivors."""
+    data = _data()
+    population = "quiet"
+    devices = _devices(production, population, data, N_DEV, population=population)
+    stoppers = {3, 11}
+    for i in stoppers:
+        devices[i].stop_before, devices[i].stop_round = 2, 1
+    deadline = scaled(120.0)
+    task = _task(
+        N_DEV,
+        secure_aggregation={"max_session": N_DEV, "quiet_seconds": 1.0},
+        privacy={"epsilon": None, "population": population},
+        deadlines={"checkin": scaled(60.0), "round": deadline},
+        min_clients=N_DEV // 2,
+    )
+    run_id = _start(production, task)
+    threads = _drive(devices, run_id, seconds=420)
+    with production.admin() as a:
+        view = wait_run(a, run_id, timeout=scaled(450))
+    for t in threads:
+        t.join(scaled(30))
+    assert view["status"] == "done", f"{view['error']}\n{_timeline(production, run_id, population)}"
+    rounds = _rounds(production, run_id, devices)
+    _check_exact(rounds)
+    gone = {devices[i].client_id for i in stoppers}
+    assert set(rounds[1]["included"]) == {d.client_id for d in devices} - gone
+    store = open_store(production.db)
+    with store.session() as s:
+        opened = {
+            stage: float(t)
+            for stage, t in s.execute(
+                select(SecureMessage.stage, SecureMessage.created_at).where(
+                    SecureMessage.run_id == run_id,
+                    SecureMessage.round_index == 1,
+                    SecureMessage.direction == "down",
+                )
+            )
+        }
+        last_up = max(
+            float(t)
+            for (t,) in s.execute(
+                select(SecureMessage.created_at).where(
+                    SecureMessage.run_id == run_id,
+                    SecureMessage.round_index == 1,
+                    SecureMessage.stage == 2,
+                    SecureMessage.direction == "up",
+                )
+            )
+        )
+    store.close()
+    # closed by the quiet rule: 1 s after the last answer plus the driver's tick, not at the deadline
+    assert opened[3] - last_up >= 1.0
+    assert opened[3] - opened[2] < deadline / 2, (opened, last_up)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3, 4, 5])

@@ -18,8 +18,9 @@ malicious-server protocol of :mod:`fedstats.secagg` (Bell et al. 2020) between t
   added exactly, as the in-process ``secure`` route does. Each session runs the five stages of
   :data:`STAGES`; a stage's messages are requests a device may repeat (the same bytes are accepted once,
   other bytes refused), and a stage closes when every device it addressed has answered or at its
-  deadline; a device that missed it is a dropout with the protocol's semantics
-  (:data:`fedstats.secagg.DROPOUT_STAGES`). A session that loses its quorum aborts, and so does the round
+  deadline, or, with the task's ``secure_aggregation.quiet_seconds``, once its quorum answered and the
+  stage has been quiet that long (:func:`quiet_close`); a device that missed it is a dropout with the
+  protocol's semantics (:data:`fedstats.secagg.DROPOUT_STAGES`). A session that loses its quorum aborts, and so does the round
   and the run: no partial sum is ever released.
 * **Journal and replay.** Every message, in both directions, is stored (``secure_messages``) in the
   transaction that moves the session on. :class:`SecAggServer` is deterministic given its roster and the
@@ -44,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +69,7 @@ from fedstats.secagg.server import SecAggServer
 from fedstats.service.store import Tx, TxLike, as_tx
 from fedstats.service.store.secure import EnrolledRow, MemberRow, SecureSessionRow, UpMessage
 from fedstats.wire import seeding
+from fedstats.wire.registry import config_for, lookup
 
 __all__ = [
     "BITS",
@@ -78,6 +81,8 @@ __all__ = [
     "is_secure",
     "open_sessions",
     "partition",
+    "quiet_close",
+    "reporting_floor",
     "session_bounds",
 ]
 
@@ -342,13 +347,137 @@ def _member_records(
     return out
 
 
+def reporting_floor(cfg: dict[str, Any]) -> float:
+    """The fraction of a session's records whose reports the task's privacy needs in the sum.
+
+    0 unless the analysis adds distributed noise (registry privacy ``"distributed"``): its shares are
+    calibrated for ``ceil(min_reporting * n)`` reports (``min_reporting``, default 1, of its config), and
+    fewer give a larger epsilon. :func:`quiet_close` never closes a stage early below that floor.
+    """
+    if lookup(str(cfg["analysis"]), int(cfg["version"])).privacy != "distributed":
+        return 0.0
+    return float(getattr(config_for(cfg), "min_reporting", 1.0))
+
+
+def quiet_close(
+    *,
+    answered: int,
+    addressed: int,
+    min_survivors: int,
+    opened: float,
+    newest: float | None,
+    now: float,
+    quiet_seconds: float | None,
+    answered_records: int | None = None,
+    session_records: int = 0,
+    floor: float = 0.0,
+) -> bool:
+    """Whether a secure stage still short of answers may close before its deadline (the quiet rule).
+
+    The rule (``secure_aggregation.quiet_seconds`` of the task): a stage closes early when (1) at least
+    the session's quorum answered (``min_survivors``: fewer would abort the session at any close, so an
+    early close never turns a round that waiting could save into an abort at this stage), (2) with a
+    distributed-noise analysis, the answering members hold at least ``ceil(floor * session_records)``
+    records (the reports the noise shares are calibrated for: an early close never by itself makes the
+    noise in the sum fall below its target), and (3) no message of the stage arrived for
+    ``quiet_seconds`` (counted from the stage's opening if none came).
+
+    Why it is sound (``docs/secagg.md``, "Closing a stage early"): which devices are dropouts is the
+    server's call in Bell et al.'s protocol (a malicious server may declare any set), so the devices'
+    guarantees never depended on the server waiting; an honest device that answers after the close is
+    refused (its masked input, if that was the stage, is not in the sum, and its neighbours reveal only
+    shares of its mask key, never of its self mask, after the consistency check). What it costs is the
+    slow devices' inputs, which is why it is opt-in.
+
+    Parameters
+    ----------
+    answered, addressed : int
+        Devices that answered the stage, and devices it addressed.
+    min_survivors : int
+        The session's quorum (:attr:`fedstats.secagg.SecAggParameters.min_survivors`).
+    opened : float
+        When the stage opened (Unix seconds).
+    newest : float or None
+        When its latest answer was journaled (None: no answer yet).
+    now : float
+    quiet_seconds : float or None
+        The task's quiet period; None: the stage closes only when complete or at its deadline.
+    answered_records : int, optional
+        Records held by the answering devices (needed when ``floor`` > 0; None then refuses).
+    session_records : int
+        Records held by every member of the session in the round.
+    floor : float
+        :func:`reporting_floor` of the task, in [0, 1].
+
+    Returns
+    -------
+    bool
+    """
+    if quiet_seconds is None or answered >= addressed or answered < min_survivors:
+        return False
+    if floor > 0:
+        need = math.ceil(floor * session_records - 1e-9)
+        if answered_records is None or answered_records < need:
+            return False
+    last = opened if newest is None else max(opened, newest)
+    return now - last >= quiet_seconds
+
+
+def _quiet(
+    tx: Tx,
+    run: Any,
+    rec: Any,
+    row: SecureSessionRow,
+    activity: tuple[int, int, float | None],
+    now: float,
+    stage_seconds: float,
+    quiet_seconds: float | None,
+    floor: float,
+) -> bool:
+    """:func:`quiet_close` for a session's current stage (its records read only when ``floor`` > 0).
+
+    ``activity``: the stage's ``(answered, addressed, newest)``.
+    """
+    answered, addressed, newest = activity
+    if quiet_seconds is None:
+        return False
+    kw: dict[str, Any] = {}
+    if floor > 0:
+        records = _member_records(tx.member_slots(run.id), json.loads(row.members), rec.lo, rec.hi)
+        ups = _ups(tx, row, row.stage)
+        kw = {
+            "answered_records": sum(records[m.client_index] for m in ups),
+            "session_records": sum(records),
+            "floor": floor,
+        }
+    return quiet_close(
+        answered=answered,
+        addressed=addressed,
+        min_survivors=parameters_of(row).min_survivors,
+        # every stage's deadline is its opening plus stage_seconds
+        opened=row.deadline - stage_seconds,
+        newest=newest,
+        now=now,
+        quiet_seconds=quiet_seconds,
+        **kw,
+    )
+
+
 def advance_sessions(
-    tx: Tx, run: Any, rec: Any, cache: SessionCache, stage_seconds: float
+    tx: Tx,
+    run: Any,
+    rec: Any,
+    cache: SessionCache,
+    stage_seconds: float,
+    quiet_seconds: float | None = None,
+    floor: float = 0.0,
 ) -> tuple[np.ndarray, int] | str | None:
     """Move every open session of a secure round on by at most one stage, inside the caller's transaction.
 
     ``run`` and ``rec`` are the run's and the round's rows (read: ``id``, ``public_seed``; ``index``,
-    ``name``, ``lo``, ``hi``, ``dim``).
+    ``name``, ``lo``, ``hi``, ``dim``). A stage closes when every device it addressed answered, at its
+    deadline, or by :func:`quiet_close` (``quiet_seconds`` and ``floor``: the task's
+    ``secure_aggregation.quiet_seconds`` and :func:`reporting_floor`).
 
     Returns
     -------
@@ -364,8 +493,22 @@ def advance_sessions(
     for j, row in enumerate(rows):
         if row.status != "open":
             continue
-        if now < row.deadline and _count(tx, row, "up") < _count(tx, row, "down"):
-            continue  # still waiting: counted in SQL, no payload read
+        if now < row.deadline:
+            answered, newest = tx.up_activity(row.run_id, row.round_index, row.number, row.stage)
+            addressed = _count(tx, row, "down")
+            waiting = answered < addressed
+            if waiting and not _quiet(
+                tx,
+                run,
+                rec,
+                row,
+                (answered, addressed, newest),
+                now,
+                stage_seconds,
+                quiet_seconds,
+                floor,
+            ):
+                continue  # still waiting: counted in SQL, no payload read
         locked = tx.secure_session(row.run_id, row.round_index, row.number, lock=True)
         assert locked is not None  # sessions are never deleted
         row = rows[j] = locked
