@@ -27,6 +27,7 @@ from deadlines import scaled
 from fedstats import wire
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
+from fedstats.client.secure import body_bytes as secure_body
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
@@ -198,7 +199,7 @@ def test_a_device_checks_each_certificate_signature_once_and_the_rest_every_time
     keys = tuple(bytes.fromhex(c["body"]["public_key"]) for c in certs)
     sid = seeding.session_id(bytes(32), 0, 0)
     roster = SessionRoster(b"run", sid, keys, bytes(64))
-    cache: set[tuple[str, bytes]] = set()
+    cache: set[tuple[str, str, bytes]] = set()
 
     def verifier(certificates: list[Any], population: str = "default") -> Any:
         return CertificateRosterVerifier(
@@ -224,6 +225,77 @@ def test_a_device_checks_each_certificate_signature_once_and_the_rest_every_time
     monkeypatch.setattr(secure.time, "time", lambda: 1e12)  # every certificate has expired
     with pytest.raises(SecurityError, match="expired"):
         verifier(certs).verify(roster)
+
+
+def test_devices_pinning_other_authorities_never_share_a_checked_certificate(
+    tmp_path: Path,
+) -> None:
+    """The process-wide set of checked certificates (every Device shares
+    ``fedstats.client.secure.VERIFIED_CERTIFICATES``) is keyed by the pinned authority too: a certificate
+    one device's authority signed is not taken as checked by a device that pins another authority."""
+    from fedstats.client import Device
+    from fedstats.client.secure import VERIFIED_CERTIFICATES
+
+    pub, idents = _certified(tmp_path / "a", 3)
+    other, _ = _certified(tmp_path / "b", 1)
+    certs = [i["certificate"] for i in idents]
+    keys = tuple(bytes.fromhex(c["body"]["public_key"]) for c in certs)
+    sid = seeding.session_id(bytes(32), 0, 0)
+    roster = SessionRoster(b"run", sid, keys, bytes(64))
+    shared = Device("https://127.0.0.1:9", idents[0], {"x": [1]}).verified_certificates
+    assert shared is VERIFIED_CERTIFICATES
+    CertificateRosterVerifier(
+        pub, certs, population="default", session=sid, task_id=b"run", verified=shared
+    ).verify(roster)
+    assert all((pub, c["signature"], secure_body(c["body"])) in shared for c in certs)
+    with pytest.raises(SecurityError, match="untrusted authority"):
+        CertificateRosterVerifier(
+            other, certs, population="default", session=sid, task_id=b"run", verified=shared
+        ).verify(roster)
+
+
+def test_session_order_tags_are_remembered_per_seed_without_mixing_seeds() -> None:
+    """``sessions_of`` remembers each member's order tag per seed (the server and every device ask for
+    each round): the partition is the one computed from fresh HMACs, for each of several seeds."""
+    import hmac as hmac_
+
+    cohort = [(f"m{i}", i, 1) for i in range(40)]
+
+    def fresh(seed: bytes) -> list[str]:
+        tag = {
+            c: hmac_.digest(seed, seeding._ORDER + seeding._field(c), "sha256")
+            for c, _, _ in cohort
+        }
+        return sorted((c for c, _, _ in cohort), key=lambda c: tag[c])
+
+    seeds = [bytes([b]) * 32 for b in range(12)]  # more seeds than are kept
+    for _ in range(2):
+        for seed in seeds:
+            got = seeding.sessions_of(cohort, seed, 0, (0, 40), 40, 2)
+            assert got == [fresh(seed)]
+    assert seeding.sessions_of(cohort, seeds[0], 1, (10, 30), 40, 2) == [
+        [c for c in fresh(seeds[0]) if 10 <= int(c[1:]) < 30]
+    ]
+
+
+def test_a_device_s_remembered_digests_are_the_canonical_ones() -> None:
+    """Values the server sends are digested once per content: 1, 1.0 and true (or 0.0 and -0.0) are
+    different contents and keep their own canonical digests whatever came first."""
+    from fedstats.client import _received_digest
+
+    values: list[Any] = [
+        {"a": 1},
+        {"a": 1.0},
+        {"a": True},
+        {"a": 0.0},
+        {"a": -0.0},
+        [1, [2, {"b": "x"}]],
+        [1, [2, {"b": "y"}]],
+        {"b": 1, "a": 2},
+    ]
+    for _ in range(2):
+        for v in values:
+            assert _received_digest(v) == wire.digest(v)
 
 
 def test_a_flat_object_s_fast_canonical_bytes_are_the_encoder_s() -> None:

@@ -484,6 +484,16 @@ class VerificationCache:
     compute times of a cached run no longer include the verifications another party already paid for
     (:attr:`verified` and :attr:`hits` count both).
 
+    Parameters
+    ----------
+    rosters : bool, default True
+        Cache roster checks too (:meth:`roster`). A long-lived cache shared by parties that come and go
+        (the device SDK's, :data:`fedstats.client.secure.SIGNATURES`) passes False: every roster is then
+        parsed and checked by its own verifier, and only the Ed25519 triples are shared.
+    max_entries : int, optional
+        Forget every remembered result once this many are held (a bound for a process-wide cache); None:
+        unbounded (a cache that lives for one run).
+
     Attributes
     ----------
     verified : int
@@ -492,12 +502,24 @@ class VerificationCache:
         Verifications answered from the cache.
     """
 
-    __slots__ = ("_keys", "_results", "_rosters", "hits", "verified")
+    __slots__ = (
+        "_keys",
+        "_max_entries",
+        "_results",
+        "_rosters",
+        "_share_rosters",
+        "hits",
+        "verified",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, *, rosters: bool = True, max_entries: int | None = None) -> None:
+        if max_entries is not None and (isinstance(max_entries, bool) or int(max_entries) < 1):
+            raise ParameterError("max_entries", max_entries, "None or an integer >= 1")
         self._keys: dict[bytes, Ed25519PublicKey | None] = {}
         self._results: dict[tuple[bytes, bytes, bytes], bool] = {}
         self._rosters: dict[tuple[int, bytes], tuple[SessionRoster, bytes, RosterVerifier]] = {}
+        self._share_rosters = bool(rosters)
+        self._max_entries = None if max_entries is None else int(max_entries)
         self.verified = 0
         self.hits = 0
 
@@ -563,6 +585,9 @@ class VerificationCache:
                 ok = True
             except InvalidSignature:
                 ok = False
+        if self._max_entries is not None and len(self._results) >= self._max_entries:
+            self._results.clear()
+            self._keys.clear()
         self._results[triple] = ok
         return ok
 
@@ -596,6 +621,10 @@ class VerificationCache:
         """
         from fedstats.secagg.identity import SessionRoster
 
+        if not self._share_rosters:
+            roster = SessionRoster.from_bytes(data, max_clients=max_clients)
+            verifier.verify(roster)
+            return roster, roster_transcript(roster)
         key = (id(verifier), bytes(data))
         hit = self._rosters.get(key)
         if hit is not None and hit[2] is verifier and hit[0].n <= max_clients:
