@@ -431,10 +431,11 @@ def _worker(
     the merged statistics written there once they stopped.
 
     The devices named in ``drop`` answer every secure stage before ``drop_stage`` and none from it on
-    (a dropout for the protocol in every session they are in). With ``share_checks`` the worker's devices
-    share one set of verified certificates (each certificate's authority signature is checked once per
-    worker process, not once per device: a simulation shortcut, like the library's shared
-    ``VerificationCache``; a real device checks its ``k + 16`` itself).
+    (a dropout for the protocol in every session they are in). The worker's devices share their verified
+    certificates and signatures in any case (the SDK's per-process caches, keyed by the whole verified
+    content: each is checked once per worker process, not once per device; a real device checks its
+    ``k + 16`` certificates and about ``2k`` signatures per session itself); ``share_checks`` hands them
+    one explicit set of certificates, which changes nothing.
     """
     from fedstats.client import Device, LocalBudget, Policy
     from fedstats.secagg import find_parameters
@@ -786,7 +787,9 @@ def bench_fedstats(
         "profiled": profile is not None,
         "stage_deadline_seconds": stage_seconds or timeout,
         "stage_quiet_seconds": quiet_seconds,
-        "devices_share_certificate_checks_per_process": share_checks,
+        # the SDK shares them per process (fedstats.client.secure.VERIFIED_CERTIFICATES, SIGNATURES)
+        "devices_share_certificate_checks_per_process": True,
+        "devices_share_signature_checks_per_process": True,
         "devices_profiled": device_profile is not None,
     }
     try:
@@ -1226,9 +1229,9 @@ def main() -> None:
     ap.add_argument(
         "--share-certificate-checks",
         action="store_true",
-        help="the devices of one worker process share their verified certificates (each checked once "
-        "per process, as the library's simulation shares a VerificationCache; a real device checks its "
-        "own k + 16)",
+        help="no longer changes anything: every Device of a process shares its verified certificates "
+        "and signatures (fedstats.client.secure.VERIFIED_CERTIFICATES and SIGNATURES, keyed by the whole "
+        "verified content); kept so that older command lines still run",
     )
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")

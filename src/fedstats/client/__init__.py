@@ -142,20 +142,23 @@ class _Replay:
 # sent the same ones; json.dumps in C is faithful to parsed JSON (1, 1.0 and true, -0.0 and 0.0, and
 # every float's repr differ), so equal keys are equal values
 _DIGESTS: dict[str, str] = {}
+# the same for the device's own derived rounds' params (kept apart from what the server sent: a derived
+# tuple and a sent list have one JSON): every device of a process derives the same rounds
+_DERIVED_DIGESTS: dict[str, str] = {}
 
 
-def _received_digest(value: Any) -> str:
+def _received_digest(value: Any, memo: dict[str, str] = _DIGESTS) -> str:
     """``wire.digest(value)`` of a parsed JSON value, remembered per process by its whole content."""
     try:
         key = json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # not plain JSON (numpy values): digested each time
         return wire.digest(value)
-    got = _DIGESTS.get(key)
+    got = memo.get(key)
     if got is None:
         got = wire.digest(value)
-        if len(_DIGESTS) >= 256:
-            _DIGESTS.clear()
-        _DIGESTS[key] = got
+        if len(memo) >= 256:
+            memo.clear()
+        memo[key] = got
     return got
 
 
@@ -666,7 +669,8 @@ class Device(SecureRuns):
             rep.sums.append(sums[len(rep.rounds) - 1])
             rep.rounds.append(nxt)
         while len(rep.params) < len(rep.rounds):  # each derived round's params digested once
-            rep.params.append(wire.digest(dict(rep.rounds[len(rep.params)].params)))
+            derived = dict(rep.rounds[len(rep.params)].params)
+            rep.params.append(_received_digest(derived, _DERIVED_DIGESTS))
         return rep.rounds[index]
 
     def _answer(self, rnd: Mapping[str, Any]) -> None:
