@@ -393,6 +393,44 @@ def test_the_quiet_rule_closes_only_a_quiet_stage_whose_quorum_answered() -> Non
     assert quiet_close(**(noisy | {"answered_records": 180, "floor": 0.9}))
 
 
+def test_a_stage_message_in_flight_or_just_arrived_keeps_its_stage_from_closing_as_quiet() -> None:
+    """The driver's quiet check counts what this process is still checking or storing
+    (``StageTraffic``): a loaded server's queue is not silence."""
+    import dataclasses as dc
+
+    from fedstats.service.domain import secure as dom
+    from fedstats.service.store.secure import SecureSessionRow
+
+    params = dc.asdict(find_parameters(20))  # min_survivors 18
+    now = time.time()
+    row = SecureSessionRow(
+        run_id=f"quiet-{now}",
+        round_index=1,
+        number=0,
+        members="[]",
+        params=json.dumps(params),
+        session="00",
+        stage=2,
+        deadline=now + 50.0,  # opened 50 s ago (stage_seconds 100)
+        status="open",
+    )
+    activity = (18, 20, now - 10.0)
+
+    def quiet() -> bool:
+        return dom._quiet(None, None, None, row, activity, time.time(), 100.0, 3.0, 0.0)  # type: ignore[arg-type]
+
+    assert quiet()
+    key = (row.run_id, 1, 0, 2)
+    with dom.TRAFFIC.arriving(key):
+        assert dom.TRAFFIC.state(key)[0] == 1
+        assert not quiet()  # in flight (and just arrived)
+        dom.TRAFFIC._latest[key] = now - 10.0  # arrived long ago, still being stored
+        assert not quiet()
+    assert dom.TRAFFIC.state(key)[0] == 0
+    assert not quiet()  # it just arrived: quiet again only 3 s later
+    assert dom.TRAFFIC.state((row.run_id, 1, 0, 3)) == (0, None)  # another stage is untouched
+
+
 def test_quiet_seconds_is_an_optional_task_setting_that_changes_no_other_task_id() -> None:
     from fedstats.wire.tasks import task_id
 

@@ -42,11 +42,14 @@ range): a device can shift the sum by up to the ring size, as in Bell et al.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +77,9 @@ from fedstats.wire.registry import config_for, lookup
 __all__ = [
     "BITS",
     "STAGES",
+    "TRAFFIC",
     "SessionCache",
+    "StageTraffic",
     "advance_sessions",
     "close_seeding",
     "cohort",
@@ -347,6 +352,52 @@ def _member_records(
     return out
 
 
+class StageTraffic:
+    """The stage messages this server process is handling now, and when the latest arrived, per stage.
+
+    The journal shows a stage message only once its transaction committed; on a loaded server a message
+    can wait seconds between arriving and being stored (signature check, the store threads' queue). The
+    quiet rule (:func:`quiet_close`) must not take that wait for silence: the devices' endpoint wraps
+    each stage message in :meth:`arriving` from the moment its request reaches it, and the driver counts
+    a stage as quiet only with none in flight and none arrived within the quiet period. Per process: in a
+    deployment of several processes, another process's messages count once journaled (its in-flight ones
+    only lengthen nothing; the rule stays sound, only less patient).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple[str, int, int, int], int] = {}
+        self._latest: dict[tuple[str, int, int, int], float] = {}
+
+    @contextlib.contextmanager
+    def arriving(self, key: tuple[str, int, int, int]) -> Iterator[None]:
+        """Count one stage message ``(run_id, round, session, stage)`` in flight while the block runs."""
+        with self._lock:
+            self._inflight[key] = self._inflight.get(key, 0) + 1
+            if len(self._latest) > 4096:
+                self._latest.clear()
+            self._latest[key] = time.time()
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._inflight.get(key, 1) - 1
+                if left > 0:
+                    self._inflight[key] = left
+                else:
+                    self._inflight.pop(key, None)
+                self._latest[key] = time.time()
+
+    def state(self, key: tuple[str, int, int, int]) -> tuple[int, float | None]:
+        """``(in flight, latest arrival or completion)`` of a stage in this process."""
+        with self._lock:
+            return self._inflight.get(key, 0), self._latest.get(key)
+
+
+TRAFFIC = StageTraffic()
+"""This process's :class:`StageTraffic` (the devices' endpoint reports to it, the driver reads it)."""
+
+
 def reporting_floor(cfg: dict[str, Any]) -> float:
     """The fraction of a session's records whose reports the task's privacy needs in the sum.
 
@@ -380,7 +431,9 @@ def quiet_close(
     distributed-noise analysis, the answering members hold at least ``ceil(floor * session_records)``
     records (the reports the noise shares are calibrated for: an early close never by itself makes the
     noise in the sum fall below its target), and (3) no message of the stage arrived for
-    ``quiet_seconds`` (counted from the stage's opening if none came).
+    ``quiet_seconds`` (counted from the stage's opening if none came; the driver also counts the
+    messages this process is still checking or storing, :class:`StageTraffic`, and closes nothing while
+    one is in flight).
 
     Why it is sound (``docs/secagg.md``, "Closing a stage early"): which devices are dropouts is the
     server's call in Bell et al.'s protocol (a malicious server may declare any set), so the devices'
@@ -441,6 +494,11 @@ def _quiet(
     answered, addressed, newest = activity
     if quiet_seconds is None:
         return False
+    inflight, seen = TRAFFIC.state((row.run_id, row.round_index, row.number, row.stage))
+    if inflight:
+        return False  # a message is being checked or stored: not quiet
+    if seen is not None:
+        newest = seen if newest is None else max(newest, seen)
     kw: dict[str, Any] = {}
     if floor > 0:
         records = _member_records(tx.member_slots(run.id), json.loads(row.members), rec.lo, rec.hi)
