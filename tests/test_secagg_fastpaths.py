@@ -198,6 +198,43 @@ def test_a_cache_without_rosters_checks_every_roster_and_stays_bounded() -> None
         VerificationCache(max_entries=0)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200), st.binary(max_size=3000))
+def test_hmac_sha256_is_hmac(key: bytes, msg: bytes) -> None:
+    import hmac
+
+    from fedstats.secagg.crypto import hmac_sha256
+
+    assert hmac_sha256(key, msg) == hmac.digest(key, msg, "sha256")
+
+
+def test_shamir_coefficients_from_one_entropy_read_are_field_elements(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One ``os.urandom`` read for all coefficients; a value outside the field is drawn again."""
+    import os
+
+    from fedstats.secagg import shamir
+
+    real = os.urandom
+    calls: list[int] = []
+
+    def fake(n: int) -> bytes:
+        calls.append(n)
+        return b"\xff" * n if len(calls) == 1 else real(n)  # the first read: 2^521 - 1 = p each
+
+    monkeypatch.setattr(shamir.os, "urandom", fake)
+    got = shamir._random_field_elements(5)
+    assert calls[0] == 5 * shamir.SHARE_BYTES and len(calls) == 6  # each rejected: drawn again
+    assert len(got) == 5 and all(0 <= v < shamir.FIELD_PRIME for v in got)
+    monkeypatch.setattr(shamir.os, "urandom", real)
+    secret = bytes(range(32))
+    xs = list(range(1, 11))
+    shares = shamir.split_secret(secret, threshold=4, xs=xs)
+    got_back = shamir.reconstruct_secret(list(zip(xs[3:7], shares[3:7], strict=True)), threshold=4)
+    assert got_back == secret
+
+
 def test_threads_asking_for_the_same_parameters_together_search_once() -> None:
     """``find_parameters`` is remembered, and threads that ask at once wait for the one search (a wave of
     simulated devices joining a session used to run it each)."""
