@@ -117,6 +117,7 @@ from _util import write_results
 from fedstats.wire.seeding import STAGES
 
 HERE = Path(__file__).resolve().parent
+DEVICE_SWITCH_INTERVAL = 0.1  # seconds: sys.setswitchinterval in the device worker processes
 SRC = Path(fedstats.__file__).resolve().parents[1]
 PG_CONNINFO = "host=127.0.0.1 port=5432 dbname=test user=postgres"
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -440,6 +441,11 @@ def _worker(
     from fedstats.client import Device, LocalBudget, Policy
     from fedstats.secagg import find_parameters
 
+    # 250 device threads per process (n = 1000) contend for one GIL: at the default 5 ms switch
+    # interval every waiting thread wakes each 5 ms to ask for it, and the workers spent more CPU in the
+    # kernel than in Python (an aborted run: stime 66 s, utime 43 s per worker, the share stage stalled).
+    # A real device is one process; the interval is the simulation's, not the SDK's.
+    sys.setswitchinterval(DEVICE_SWITCH_INTERVAL)
     find_parameters(len(idents))  # warm the imports the first stage needs (scipy)
     devices = []
     shared: set[tuple[str, bytes]] = set()
@@ -791,6 +797,7 @@ def bench_fedstats(
         "devices_share_certificate_checks_per_process": True,
         "devices_share_signature_checks_per_process": True,
         "devices_profiled": device_profile is not None,
+        "device_worker_switch_interval_seconds": DEVICE_SWITCH_INTERVAL,
     }
     try:
         server.start()
