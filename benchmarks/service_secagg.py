@@ -6,7 +6,8 @@ Usage::
         [--poll SECONDS]
         [--timeout SECONDS] [--flower-timeout SECONDS] [--no-flower] [--db auto|sqlite|postgresql]
         [--flower-transport] [--flower-transport-timeout SECONDS]
-        [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS] [--profile]
+        [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS]
+        [--quiet-seconds SECONDS] [--profile]
         [--profile-devices] [--note TEXT]
 
 The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
@@ -21,7 +22,9 @@ simulated devices on this machine; the masked-input stage then waits for it, rep
 ``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
 devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the
 costliest dropout, whose pair masks the server must remove from key shares) of every session, so that
-stage closes at its deadline (``--stage-seconds``, the task's round deadline); ``--profile`` runs the
+stage closes at its deadline (``--stage-seconds``, the task's round deadline) or, once the session's
+quorum answered, after ``--quiet-seconds`` without a message (the task's
+``secure_aggregation.quiet_seconds``, default 5 here; 0: deadline only); ``--profile`` runs the
 server under cProfile in every thread and records its top functions (the CPU is then not comparable);
 ``--profile-devices`` does the same for the devices of the first worker process.
 
@@ -114,6 +117,7 @@ from _util import write_results
 from fedstats.wire.seeding import STAGES
 
 HERE = Path(__file__).resolve().parent
+DEVICE_SWITCH_INTERVAL = 0.1  # seconds: sys.setswitchinterval in the device worker processes
 SRC = Path(fedstats.__file__).resolve().parents[1]
 PG_CONNINFO = "host=127.0.0.1 port=5432 dbname=test user=postgres"
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -428,14 +432,20 @@ def _worker(
     the merged statistics written there once they stopped.
 
     The devices named in ``drop`` answer every secure stage before ``drop_stage`` and none from it on
-    (a dropout for the protocol in every session they are in). With ``share_checks`` the worker's devices
-    share one set of verified certificates (each certificate's authority signature is checked once per
-    worker process, not once per device: a simulation shortcut, like the library's shared
-    ``VerificationCache``; a real device checks its ``k + 16`` itself).
+    (a dropout for the protocol in every session they are in). The worker's devices share their verified
+    certificates and signatures in any case (the SDK's per-process caches, keyed by the whole verified
+    content: each is checked once per worker process, not once per device; a real device checks its
+    ``k + 16`` certificates and about ``2k`` signatures per session itself); ``share_checks`` hands them
+    one explicit set of certificates, which changes nothing.
     """
     from fedstats.client import Device, LocalBudget, Policy
     from fedstats.secagg import find_parameters
 
+    # 250 device threads per process (n = 1000) contend for one GIL: at the default 5 ms switch
+    # interval every waiting thread wakes each 5 ms to ask for it, and the workers spent more CPU in the
+    # kernel than in Python (an aborted run: stime 66 s, utime 43 s per worker, the share stage stalled).
+    # A real device is one process; the interval is the simulation's, not the SDK's.
+    sys.setswitchinterval(DEVICE_SWITCH_INTERVAL)
     find_parameters(len(idents))  # warm the imports the first stage needs (scipy)
     devices = []
     shared: set[tuple[str, bytes]] = set()
@@ -743,6 +753,7 @@ def bench_fedstats(
     stage_seconds: float | None = None,
     share_checks: bool = False,
     device_profile: Path | None = None,
+    quiet_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
 
@@ -750,7 +761,8 @@ def bench_fedstats(
     fixed seed) stop answering at secure stage ``drop_stage`` of every session (a stage then closes at
     its deadline, ``stage_seconds``, default ``timeout``); with ``profile`` the server runs under cProfile
     (every thread) and writes its statistics there; with ``device_profile`` so do the devices of the
-    first worker process.
+    first worker process; ``quiet_seconds`` is the task's ``secure_aggregation.quiet_seconds`` (a stage
+    whose quorum answered closes after that long without a message; None: at its deadline).
     """
     from fedstats.wire.enrollment import issue_identity
 
@@ -780,8 +792,12 @@ def bench_fedstats(
         "drop_stage": STAGES[drop_stage] if drop else None,
         "profiled": profile is not None,
         "stage_deadline_seconds": stage_seconds or timeout,
-        "devices_share_certificate_checks_per_process": share_checks,
+        "stage_quiet_seconds": quiet_seconds,
+        # the SDK shares them per process (fedstats.client.secure.VERIFIED_CERTIFICATES, SIGNATURES)
+        "devices_share_certificate_checks_per_process": True,
+        "devices_share_signature_checks_per_process": True,
         "devices_profiled": device_profile is not None,
+        "device_worker_switch_interval_seconds": DEVICE_SWITCH_INTERVAL,
     }
     try:
         server.start()
@@ -829,7 +845,8 @@ def bench_fedstats(
             "min_clients": n // 2,
             "max_records_per_client": RECORDS_PER_DEVICE,
             "deadlines": {"checkin": timeout, "round": stage_seconds or timeout},
-            "secure_aggregation": {"max_session": n},
+            "secure_aggregation": {"max_session": n}
+            | ({} if quiet_seconds is None else {"quiet_seconds": quiet_seconds}),
             "label": f"service_secagg n={n}",
         }
         rss_before = proc_status_kib(pid, "VmRSS")
@@ -1198,6 +1215,13 @@ def main() -> None:
         "default --timeout",
     )
     ap.add_argument(
+        "--quiet-seconds",
+        type=float,
+        default=5.0,
+        help="the task's secure_aggregation.quiet_seconds: a stage whose quorum answered closes after "
+        "this long without a message instead of at its deadline (default 5; 0: off, deadline only)",
+    )
+    ap.add_argument(
         "--profile",
         action="store_true",
         help="run the server under cProfile (all threads); write results/tmp/<output>_n<n>.prof and "
@@ -1212,9 +1236,9 @@ def main() -> None:
     ap.add_argument(
         "--share-certificate-checks",
         action="store_true",
-        help="the devices of one worker process share their verified certificates (each checked once "
-        "per process, as the library's simulation shares a VerificationCache; a real device checks its "
-        "own k + 16)",
+        help="no longer changes anything: every Device of a process shares its verified certificates "
+        "and signatures (fedstats.client.secure.VERIFIED_CERTIFICATES and SIGNATURES, keyed by the whole "
+        "verified content); kept so that older command lines still run",
     )
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")
@@ -1343,6 +1367,7 @@ def main() -> None:
                     args.stage_seconds,
                     args.share_certificate_checks,
                     dprof,
+                    args.quiet_seconds or None,
                 )
             if "error" in ours and ours.get("status") != "done":
                 keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"

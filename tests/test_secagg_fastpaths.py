@@ -11,6 +11,8 @@ client's input only when its masked input is due (one vector in memory at a time
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -164,6 +166,99 @@ def test_roster_checked_once_per_verifier() -> None:
     raw[-70] ^= 1  # a bit of the last identity key
     with pytest.raises(SecurityError):
         cache.roster(bytes(raw), same, max_clients=5)
+
+
+def test_a_cache_without_rosters_checks_every_roster_and_stays_bounded() -> None:
+    """``VerificationCache(rosters=False)`` (the device SDK's process-wide cache) lets each verifier
+    check every roster itself, and forgets its results past ``max_entries``, answering alike after."""
+    authority = EnrollmentAuthority()
+    roster = authority.roster([ClientIdentity().public for _ in range(5)])
+    data = roster.to_bytes()
+    calls = []
+
+    class Counting:
+        def verify(self, r: Any) -> None:
+            calls.append(r)
+            authority.verifier().verify(r)
+
+    cache = VerificationCache(rosters=False, max_entries=3)
+    verifier = Counting()
+    for _ in range(3):
+        assert cache.roster(data, verifier, max_clients=5) == (roster, roster_transcript(roster))
+    assert len(calls) == 3
+    ident = ClientIdentity()
+    messages = [bytes([i]) * 10 for i in range(5)]
+    sigs = [ident.sign(m) for m in messages]
+    for _ in range(2):
+        for m, sig in zip(messages, sigs, strict=True):
+            assert cache.verify(ident.public, sig, m)
+            assert not cache.verify(ident.public, sig, m + b"!")
+    assert len(cache._results) <= 3
+    with pytest.raises(ParameterError, match="max_entries"):
+        VerificationCache(max_entries=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200), st.binary(max_size=3000))
+def test_hmac_sha256_is_hmac(key: bytes, msg: bytes) -> None:
+    import hmac
+
+    from fedstats.secagg.crypto import hmac_sha256
+
+    assert hmac_sha256(key, msg) == hmac.digest(key, msg, "sha256")
+
+
+def test_shamir_coefficients_from_one_entropy_read_are_field_elements(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One ``os.urandom`` read for all coefficients; a value outside the field is drawn again."""
+    import os
+
+    from fedstats.secagg import shamir
+
+    real = os.urandom
+    calls: list[int] = []
+
+    def fake(n: int) -> bytes:
+        calls.append(n)
+        return b"\xff" * n if len(calls) == 1 else real(n)  # the first read: 2^521 - 1 = p each
+
+    monkeypatch.setattr(shamir.os, "urandom", fake)
+    got = shamir._random_field_elements(5)
+    assert calls[0] == 5 * shamir.SHARE_BYTES and len(calls) == 6  # each rejected: drawn again
+    assert len(got) == 5 and all(0 <= v < shamir.FIELD_PRIME for v in got)
+    monkeypatch.setattr(shamir.os, "urandom", real)
+    secret = bytes(range(32))
+    xs = list(range(1, 11))
+    shares = shamir.split_secret(secret, threshold=4, xs=xs)
+    got_back = shamir.reconstruct_secret(list(zip(xs[3:7], shares[3:7], strict=True)), threshold=4)
+    assert got_back == secret
+
+
+def test_threads_asking_for_the_same_parameters_together_search_once() -> None:
+    """``find_parameters`` is remembered, and threads that ask at once wait for the one search (a wave of
+    simulated devices joining a session used to run it each)."""
+    import threading
+
+    from fedstats.secagg import find_parameters
+    from fedstats.secagg.params import _find_parameters
+
+    n = 997  # not asked for elsewhere in the tests
+    _find_parameters.cache_clear()
+    start = threading.Barrier(8)
+    got = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(find_parameters(n))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and len(set(got)) == 1
+    assert _find_parameters.cache_info().misses == 1
 
 
 def test_cached_permutation_is_read_only_and_consistent() -> None:

@@ -27,14 +27,15 @@ from deadlines import scaled
 from fedstats import wire
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
+from fedstats.client.secure import body_bytes as secure_body
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.engine.rounds import Round, RoundSum
-from fedstats.errors import FedstatsError, SecurityError
+from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.results import to_jsonable
 from fedstats.secagg import find_parameters
 from fedstats.secagg.identity import SessionRoster
-from fedstats.service.domain.secure import session_bounds
+from fedstats.service.domain.secure import quiet_close, reporting_floor, session_bounds
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import (
     LedgerCharge,
@@ -46,6 +47,7 @@ from fedstats.service.store.tables import (
 )
 from fedstats.wire import seeding
 from fedstats.wire.registry import plan_for, resolve_encoder
+from fedstats.wire.tasks import normalize_task
 from service_helpers import (
     Deployment,
     free_port,
@@ -197,7 +199,7 @@ def test_a_device_checks_each_certificate_signature_once_and_the_rest_every_time
     keys = tuple(bytes.fromhex(c["body"]["public_key"]) for c in certs)
     sid = seeding.session_id(bytes(32), 0, 0)
     roster = SessionRoster(b"run", sid, keys, bytes(64))
-    cache: set[tuple[str, bytes]] = set()
+    cache: set[tuple[str, str, bytes]] = set()
 
     def verifier(certificates: list[Any], population: str = "default") -> Any:
         return CertificateRosterVerifier(
@@ -223,6 +225,77 @@ def test_a_device_checks_each_certificate_signature_once_and_the_rest_every_time
     monkeypatch.setattr(secure.time, "time", lambda: 1e12)  # every certificate has expired
     with pytest.raises(SecurityError, match="expired"):
         verifier(certs).verify(roster)
+
+
+def test_devices_pinning_other_authorities_never_share_a_checked_certificate(
+    tmp_path: Path,
+) -> None:
+    """The process-wide set of checked certificates (every Device shares
+    ``fedstats.client.secure.VERIFIED_CERTIFICATES``) is keyed by the pinned authority too: a certificate
+    one device's authority signed is not taken as checked by a device that pins another authority."""
+    from fedstats.client import Device
+    from fedstats.client.secure import VERIFIED_CERTIFICATES
+
+    pub, idents = _certified(tmp_path / "a", 3)
+    other, _ = _certified(tmp_path / "b", 1)
+    certs = [i["certificate"] for i in idents]
+    keys = tuple(bytes.fromhex(c["body"]["public_key"]) for c in certs)
+    sid = seeding.session_id(bytes(32), 0, 0)
+    roster = SessionRoster(b"run", sid, keys, bytes(64))
+    shared = Device("https://127.0.0.1:9", idents[0], {"x": [1]}).verified_certificates
+    assert shared is VERIFIED_CERTIFICATES
+    CertificateRosterVerifier(
+        pub, certs, population="default", session=sid, task_id=b"run", verified=shared
+    ).verify(roster)
+    assert all((pub, c["signature"], secure_body(c["body"])) in shared for c in certs)
+    with pytest.raises(SecurityError, match="untrusted authority"):
+        CertificateRosterVerifier(
+            other, certs, population="default", session=sid, task_id=b"run", verified=shared
+        ).verify(roster)
+
+
+def test_session_order_tags_are_remembered_per_seed_without_mixing_seeds() -> None:
+    """``sessions_of`` remembers each member's order tag per seed (the server and every device ask for
+    each round): the partition is the one computed from fresh HMACs, for each of several seeds."""
+    import hmac as hmac_
+
+    cohort = [(f"m{i}", i, 1) for i in range(40)]
+
+    def fresh(seed: bytes) -> list[str]:
+        tag = {
+            c: hmac_.digest(seed, seeding._ORDER + seeding._field(c), "sha256")
+            for c, _, _ in cohort
+        }
+        return sorted((c for c, _, _ in cohort), key=lambda c: tag[c])
+
+    seeds = [bytes([b]) * 32 for b in range(12)]  # more seeds than are kept
+    for _ in range(2):
+        for seed in seeds:
+            got = seeding.sessions_of(cohort, seed, 0, (0, 40), 40, 2)
+            assert got == [fresh(seed)]
+    assert seeding.sessions_of(cohort, seeds[0], 1, (10, 30), 40, 2) == [
+        [c for c in fresh(seeds[0]) if 10 <= int(c[1:]) < 30]
+    ]
+
+
+def test_a_device_s_remembered_digests_are_the_canonical_ones() -> None:
+    """Values the server sends are digested once per content: 1, 1.0 and true (or 0.0 and -0.0) are
+    different contents and keep their own canonical digests whatever came first."""
+    from fedstats.client import _received_digest
+
+    values: list[Any] = [
+        {"a": 1},
+        {"a": 1.0},
+        {"a": True},
+        {"a": 0.0},
+        {"a": -0.0},
+        [1, [2, {"b": "x"}]],
+        [1, [2, {"b": "y"}]],
+        {"b": 1, "a": 2},
+    ]
+    for _ in range(2):
+        for v in values:
+            assert _received_digest(v) == wire.digest(v)
 
 
 def test_a_flat_object_s_fast_canonical_bytes_are_the_encoder_s() -> None:
@@ -288,6 +361,104 @@ def test_a_session_s_certificates_are_served_as_the_json_of_the_asked_list() -> 
     finally:
         sd._CERTIFICATES.pop(key, None)
         sd._MEMBERS.pop(key, None)
+
+
+def test_the_quiet_rule_closes_only_a_quiet_stage_whose_quorum_answered() -> None:
+    """``quiet_close``: quorum (``min_survivors``), the distributed-noise floor in records, and the quiet
+    period since the last answer (or the opening) must all hold; off without ``quiet_seconds``."""
+    base = {
+        "answered": 18,
+        "addressed": 20,
+        "min_survivors": 18,
+        "opened": 100.0,
+        "newest": 110.0,
+        "now": 113.0,
+        "quiet_seconds": 3.0,
+    }
+    assert quiet_close(**base)
+    assert not quiet_close(**(base | {"quiet_seconds": None}))  # off: the deadline only
+    assert not quiet_close(**(base | {"answered": 17}))  # below the quorum: wait
+    assert not quiet_close(**(base | {"now": 112.9}))  # an answer came 2.9 s ago
+    assert not quiet_close(**(base | {"answered": 20}))  # complete: closes anyway, not by this rule
+    # no answer yet: quiet since the opening, but the quorum is not met
+    assert not quiet_close(**(base | {"newest": None, "answered": 0}))
+    assert quiet_close(**(base | {"newest": None, "min_survivors": 0, "answered": 0}))
+    assert not quiet_close(**(base | {"newest": None, "min_survivors": 0, "now": 102.0}))
+    assert not quiet_close(**(base | {"newest": 90.0, "now": 102.0}))  # the opening counts
+    # distributed noise calibrated for 95% of the session's records: 18 of 20 devices hold 180 of 200
+    noisy = base | {"session_records": 200, "floor": 0.95}
+    assert not quiet_close(**(noisy | {"answered_records": 180}))
+    assert not quiet_close(**noisy)  # records unknown: refused
+    assert quiet_close(**(noisy | {"answered_records": 190}))
+    assert quiet_close(**(noisy | {"answered_records": 180, "floor": 0.9}))
+
+
+def test_a_stage_message_in_flight_or_just_arrived_keeps_its_stage_from_closing_as_quiet() -> None:
+    """The driver's quiet check counts what this process is still checking or storing
+    (``StageTraffic``): a loaded server's queue is not silence."""
+    import dataclasses as dc
+
+    from fedstats.service.domain import secure as dom
+    from fedstats.service.store.secure import SecureSessionRow
+
+    params = dc.asdict(find_parameters(20))  # min_survivors 18
+    now = time.time()
+    row = SecureSessionRow(
+        run_id=f"quiet-{now}",
+        round_index=1,
+        number=0,
+        members="[]",
+        params=json.dumps(params),
+        session="00",
+        stage=2,
+        deadline=now + 50.0,  # opened 50 s ago (stage_seconds 100)
+        status="open",
+    )
+    activity = (18, 20, now - 10.0)
+
+    def quiet() -> bool:
+        return dom._quiet(None, None, None, row, activity, time.time(), 100.0, 3.0, 0.0)  # type: ignore[arg-type]
+
+    assert quiet()
+    key = (row.run_id, 1, 0, 2)
+    with dom.TRAFFIC.arriving(key):
+        assert dom.TRAFFIC.state(key)[0] == 1
+        assert not quiet()  # in flight (and just arrived)
+        dom.TRAFFIC._latest[key] = now - 10.0  # arrived long ago, still being stored
+        assert not quiet()
+    assert dom.TRAFFIC.state(key)[0] == 0
+    assert not quiet()  # it just arrived: quiet again only 3 s later
+    assert dom.TRAFFIC.state((row.run_id, 1, 0, 3)) == (0, None)  # another stage is untouched
+
+
+def test_quiet_seconds_is_an_optional_task_setting_that_changes_no_other_task_id() -> None:
+    from fedstats.wire.tasks import task_id
+
+    plain = normalize_task(_task())
+    assert "quiet_seconds" not in plain["secure_aggregation"]
+    quiet = normalize_task(_task(secure_aggregation={"max_session": 5, "quiet_seconds": 2}))
+    assert quiet["secure_aggregation"]["quiet_seconds"] == 2.0
+    assert task_id(quiet) != task_id(plain)
+    assert normalize_task(quiet) == quiet
+    for bad in (0, 0.01, -1, True, "2", float("inf"), float("nan"), 10**7):
+        with pytest.raises(ParameterError, match="quiet_seconds"):
+            normalize_task(_task(secure_aggregation={"max_session": 5, "quiet_seconds": bad}))
+    with pytest.raises(ParameterError, match="secure_aggregation"):
+        normalize_task(_task(secure_aggregation={"max_session": 5, "quiet": 2}))
+
+
+def test_the_reporting_floor_is_the_distributed_noise_s_min_reporting() -> None:
+    assert reporting_floor(normalize_task(_task())) == 0.0  # fed-chi2 adds no noise
+    het = {
+        "analysis": "heterogeneity",
+        "params": {"column": "x", "dim": 3},
+        "privacy": {"epsilon": 1.0, "delta": 1e-6, "population": "default"},
+        "cohort_size": 20,
+        "secure_aggregation": {"max_session": 20},
+    }
+    assert reporting_floor(normalize_task(het)) == 1.0
+    cfg = normalize_task(het | {"params": het["params"] | {"min_reporting": 0.8}})
+    assert reporting_floor(cfg) == 0.8
 
 
 # -- over the network ----------------------------------------------------------------------------
@@ -939,6 +1110,65 @@ def test_devices_stopping_before_each_stage_leave_an_exact_sum_or_abort_the_run(
         ), case
     for t in threads:
         t.join(scaled(30))
+
+
+def test_a_stage_with_dropouts_closes_once_quiet_instead_of_at_its_deadline(
+    production: Deployment,
+) -> None:
+    """With ``quiet_seconds`` the masked-input stage that two stopped devices never answer closes a few
+    seconds after the last answer, long before its deadline, and the sum is exact over the survivors."""
+    data = _data()
+    population = "quiet"
+    devices = _devices(production, population, data, N_DEV, population=population)
+    stoppers = {3, 11}
+    for i in stoppers:
+        devices[i].stop_before, devices[i].stop_round = 2, 1
+    deadline = scaled(120.0)
+    task = _task(
+        N_DEV,
+        secure_aggregation={"max_session": N_DEV, "quiet_seconds": 1.0},
+        privacy={"epsilon": None, "population": population},
+        deadlines={"checkin": scaled(60.0), "round": deadline},
+        min_clients=N_DEV // 2,
+    )
+    run_id = _start(production, task)
+    threads = _drive(devices, run_id, seconds=420)
+    with production.admin() as a:
+        view = wait_run(a, run_id, timeout=scaled(450))
+    for t in threads:
+        t.join(scaled(30))
+    assert view["status"] == "done", f"{view['error']}\n{_timeline(production, run_id, population)}"
+    rounds = _rounds(production, run_id, devices)
+    _check_exact(rounds)
+    gone = {devices[i].client_id for i in stoppers}
+    assert set(rounds[1]["included"]) == {d.client_id for d in devices} - gone
+    store = open_store(production.db)
+    with store.session() as s:
+        opened = {
+            stage: float(t)
+            for stage, t in s.execute(
+                select(SecureMessage.stage, SecureMessage.created_at).where(
+                    SecureMessage.run_id == run_id,
+                    SecureMessage.round_index == 1,
+                    SecureMessage.direction == "down",
+                )
+            )
+        }
+        last_up = max(
+            float(t)
+            for (t,) in s.execute(
+                select(SecureMessage.created_at).where(
+                    SecureMessage.run_id == run_id,
+                    SecureMessage.round_index == 1,
+                    SecureMessage.stage == 2,
+                    SecureMessage.direction == "up",
+                )
+            )
+        )
+    store.close()
+    # closed by the quiet rule: 1 s after the last answer plus the driver's tick, not at the deadline
+    assert opened[3] - last_up >= 1.0
+    assert opened[3] - opened[2] < deadline / 2, (opened, last_up)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3, 4, 5])

@@ -50,7 +50,7 @@ import numpy as np
 
 from fedstats import wire
 from fedstats.client.policy import LocalBudget, Policy, RefusedTask
-from fedstats.client.secure import SecureRuns, SecureState
+from fedstats.client.secure import VERIFIED_CERTIFICATES, SecureRuns, SecureState
 from fedstats.engine.rounds import ClientBatch, Round, RoundSum
 from fedstats.errors import (
     BudgetExceededError,
@@ -134,6 +134,32 @@ class _Replay:
     gen: Generator[Round, RoundSum, Any]
     rounds: list[Round] = field(default_factory=list)
     sums: list[str] = field(default_factory=list)  # digests of the public sums sent into the plan
+    params: list[str] = field(default_factory=list)  # digest of each derived round's params
+
+
+# the canonical digest (wire.digest) of values the server sent, remembered by their JSON (sorted keys):
+# every poll of a round lists the same ~20 kB of params and history, and every device of a process is
+# sent the same ones; json.dumps in C is faithful to parsed JSON (1, 1.0 and true, -0.0 and 0.0, and
+# every float's repr differ), so equal keys are equal values
+_DIGESTS: dict[str, str] = {}
+# the same for the device's own derived rounds' params (kept apart from what the server sent: a derived
+# tuple and a sent list have one JSON): every device of a process derives the same rounds
+_DERIVED_DIGESTS: dict[str, str] = {}
+
+
+def _received_digest(value: Any, memo: dict[str, str] = _DIGESTS) -> str:
+    """``wire.digest(value)`` of a parsed JSON value, remembered per process by its whole content."""
+    try:
+        key = json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):  # not plain JSON (numpy values): digested each time
+        return wire.digest(value)
+    got = memo.get(key)
+    if got is None:
+        got = wire.digest(value)
+        if len(memo) >= 256:
+            memo.clear()
+        memo[key] = got
+    return got
 
 
 def load_data(path: Path | str) -> dict[str, np.ndarray]:
@@ -261,8 +287,9 @@ class Device(SecureRuns):
         # secure runs: the pinned authority key, and each run's seed contribution and sessions
         self.authority_public_key: str | None = ident.get("authority_public_key")
         self.secure: dict[str, SecureState] = {}
-        # certificates whose authority signature was checked (a session's roster), for later rounds
-        self.verified_certificates: set[tuple[str, bytes]] = set()
+        # certificates whose authority signature was checked (a session's roster), for later rounds and
+        # the other devices of this process (the whole verified content is the key)
+        self.verified_certificates: set[tuple[str, str, bytes]] = VERIFIED_CERTIFICATES
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -552,7 +579,7 @@ class Device(SecureRuns):
             raise SecurityError("the run's task changed after this device accepted it")
         if (str(rnd["analysis"]), int(rnd["version"])) != (task["analysis"], task["version"]):
             raise SecurityError("the round names another analysis than the accepted task")
-        if wire.digest(rnd["privacy"]) != wire.digest(task["privacy"]):
+        if _received_digest(rnd["privacy"]) != wire.digest(task["privacy"]):
             raise SecurityError("the round's privacy parameters are not the accepted task's")
         index = int(rnd["round"])
         n = int(rnd["n_clients"])
@@ -588,7 +615,7 @@ class Device(SecureRuns):
         proposed = {
             "name": str(rnd["name"]),
             "encode": str(rnd["encode"]),
-            "params": wire.digest(rnd["params"]),
+            "params": _received_digest(rnd["params"]),
             "dim": int(rnd["dim"]),
             "bound": int(rnd["bound"]),
             "client_range": [int(x) for x in rnd["client_range"]],
@@ -596,7 +623,7 @@ class Device(SecureRuns):
         own = {
             "name": derived.name,
             "encode": encoder_name(derived.encode),
-            "params": wire.digest(dict(derived.params)),
+            "params": self._replays[rid].params[index],
             "dim": int(derived.dim),
             "bound": int(derived.bound),
             "client_range": [int(lo), int(hi)],
@@ -627,7 +654,7 @@ class Device(SecureRuns):
             gen = plan_for(acc.task, n_clients=n, public_seed=bytes.fromhex(seed))
             rep = _Replay((n, seed), gen, [next(gen)])
             self._replays[rid] = rep
-        sums = [wire.digest(h) for h in history]
+        sums = [_received_digest(h) for h in history]
         if sums[: len(rep.sums)] != rep.sums[: len(sums)]:
             raise SecurityError("the public sums of earlier rounds changed")
         while len(rep.rounds) <= index:
@@ -641,6 +668,9 @@ class Device(SecureRuns):
                 ) from None
             rep.sums.append(sums[len(rep.rounds) - 1])
             rep.rounds.append(nxt)
+        while len(rep.params) < len(rep.rounds):  # each derived round's params digested once
+            derived = dict(rep.rounds[len(rep.params)].params)
+            rep.params.append(_received_digest(derived, _DERIVED_DIGESTS))
         return rep.rounds[index]
 
     def _answer(self, rnd: Mapping[str, Any]) -> None:

@@ -83,6 +83,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
+from fedstats.secagg.crypto import VerificationCache
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import (
     KeyBroadcast,
@@ -98,6 +99,8 @@ from fedstats.wire.encoding import canonical_bytes
 
 __all__ = [
     "AUDIT_MEMBERS",
+    "SIGNATURES",
+    "VERIFIED_CERTIFICATES",
     "CertificateRosterVerifier",
     "SecureRuns",
     "SecureState",
@@ -133,9 +136,11 @@ class CertificateRosterVerifier:
     task_id : bytes
         The roster's task id (the run id).
     verified : set, optional
-        Certificates (signature and canonical body) whose authority signature this device has already
-        checked, filled in here: a later roster with the same members (the next round's session) skips
-        the signature checks, not the others (expiry, population, keys, session id, duplicates).
+        Certificates (the pinned authority key, the signature and the canonical body: the whole verified
+        content) whose authority signature has already been checked, filled in here: a later roster with
+        the same members (the next round's session), or another device of the same process
+        (:data:`VERIFIED_CERTIFICATES`), skips the signature checks, not the others (expiry, population,
+        keys, session id, duplicates).
     members : sequence of str, optional
         The session's members (client ids) in the roster order the device derived
         (:func:`fedstats.wire.seeding.sessions_of`): the certificate of member ``j`` must name
@@ -152,11 +157,12 @@ class CertificateRosterVerifier:
         population: str,
         session: bytes,
         task_id: bytes,
-        verified: set[tuple[str, bytes]] | None = None,
+        verified: set[tuple[str, str, bytes]] | None = None,
         members: Sequence[str] | None = None,
         indices: Sequence[int] | None = None,
     ) -> None:
         self._trusted = {auth.fingerprint(authority_public_key): authority_public_key}
+        self._authority = authority_public_key
         self.certificates = [auth.Certificate.from_dict(c) for c in certificates]
         self.population = population
         self.session = session
@@ -203,8 +209,10 @@ class CertificateRosterVerifier:
             raise SecurityError("the roster lists one device twice")
         ids = set()
         now = time.time()
+        authority = self._authority
         for j, cert in zip(indices, self.certificates, strict=True):
-            seen = (cert.signature, body_bytes(cert.body))
+            # the whole verified content: the pinned key, the signature and the signed bytes
+            seen = (authority, cert.signature, body_bytes(cert.body))
             if seen not in self.verified:
                 auth.verify_certificate(cert, self._trusted, now=now)
                 if len(self.verified) >= 100_000:  # bounded: a device keeps few sessions' members
@@ -414,6 +422,20 @@ class SecureState:
         return seeding.commitment(run_id, client_id, self.contribution)
 
 
+VERIFIED_CERTIFICATES: set[tuple[str, str, bytes]] = set()
+"""Certificates whose authority signature was checked in this process, ``(authority key, signature,
+canonical body)``: every :class:`fedstats.client.Device` of the process shares it (bounded: cleared at
+100,000). A device process holds one device, for which this is its own memory across rounds; devices
+simulated together (benchmarks, tests) check each certificate once per process rather than once per
+device that asks. Sound because the key is the whole verified content and the check is a deterministic
+function of it with nothing secret (as :class:`fedstats.secagg.crypto.VerificationCache`); expiry,
+population, keys and roster positions are checked on every use."""
+SIGNATURES = VerificationCache(rosters=False, max_entries=200_000)
+"""Ed25519 results of the secure-aggregation messages (neighbours' signed keys, consistency signatures)
+checked in this process, keyed by the exact ``(public key, signature, message)``: shared by the
+:class:`~fedstats.secagg.SecAggClient` of every device of the process (see
+:data:`VERIFIED_CERTIFICATES` for why that is sound); each roster is still checked by its own device."""
+
 AUDIT_MEMBERS = 16
 """How many members besides its neighbours a device checks the certificate of (chosen at random by it)."""
 CERTIFICATE_BYTES = 4096
@@ -436,7 +458,7 @@ class SecureRuns:
     client_id: str
     authority_public_key: str | None
     secure: dict[str, SecureState]
-    verified_certificates: set[tuple[str, bytes]]
+    verified_certificates: set[tuple[str, str, bytes]]
     refused: dict[str, str]
     joined: dict[str, dict[str, int]]
     policy: Any
@@ -862,7 +884,7 @@ class SecureRuns:
             vector = self._encode(rnd)
             state.encoded[index] = vector
         values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
-        client = SecAggClient(i, values, config)
+        client = SecAggClient(i, values, config, cache=SIGNATURES)
         state.sessions[(index, number)] = client
         return client, down
 

@@ -47,6 +47,20 @@ def _random_field_element() -> int:
             return v
 
 
+def _random_field_elements(count: int) -> list[int]:
+    """``count`` uniform elements of GF(p), from one read of OS entropy (each rejected one drawn again).
+
+    One ``os.urandom`` call instead of one per coefficient: each call releases the GIL, which costs far
+    more than the read when many simulated devices share a process.
+    """
+    raw = os.urandom(SHARE_BYTES * count) if count > 0 else b""
+    out = []
+    for j in range(count):
+        v = int.from_bytes(raw[j * SHARE_BYTES : (j + 1) * SHARE_BYTES], "little") & _TOP_MASK
+        out.append(v if v < FIELD_PRIME else _random_field_element())
+    return out
+
+
 def split_secret(secret: bytes, *, threshold: int, xs: Sequence[int]) -> list[int]:
     """Split a 32-byte secret into shares, any ``threshold`` of which reconstruct it.
 
@@ -78,7 +92,7 @@ def split_secret(secret: bytes, *, threshold: int, xs: Sequence[int]) -> list[in
         raise ParameterError("xs", list(xs), "distinct integers in [1, 2**32)")
     p = FIELD_PRIME
     coeffs = [int.from_bytes(secret, "little")]
-    coeffs += [_random_field_element() for _ in range(threshold - 1)]
+    coeffs += _random_field_elements(threshold - 1)
     rev = coeffs[::-1]
     shares = []
     for x in xs:

@@ -392,12 +392,15 @@ def sessions_of(
     lo, hi = int(client_range[0]), int(client_range[1])
     # keyed by the seed alone, not the round: the same participants form the same sessions in every
     # round, so sums of differently cut groups over rounds cannot be subtracted from each other
-    prefix = _ORDER
+    tags = _order_tags(bytes(seed))
     keyed = []
     for cid, start, count in cohort:
         if int(start) < hi and int(start) + int(count) > lo:
-            tag = hmac.digest(seed, prefix + _field(str(cid)), "sha256")
-            keyed.append((tag, str(cid)))
+            c = str(cid)
+            tag = tags.get(c)
+            if tag is None:
+                tag = tags[c] = hmac.digest(seed, _ORDER + _field(c), "sha256")
+            keyed.append((tag, c))
     keyed.sort()
     order = [cid for _, cid in keyed]
     d = len(order)
@@ -409,6 +412,22 @@ def sessions_of(
             f"the task's min_session_size={min_session_size}"
         )
     return [order[a:b] for a, b in bounds]
+
+
+# seed -> {client_id -> HMAC-SHA256(seed, _ORDER || client_id)}: a pure function of the two, asked for every
+# member in every round by the server and by each device (the simulated devices of one process share it)
+_ORDER_TAGS: dict[bytes, dict[str, bytes]] = {}
+_ORDER_SEEDS_KEPT = 8
+
+
+def _order_tags(seed: bytes) -> dict[str, bytes]:
+    """The remembered order tags of one seed (a few recent seeds are kept)."""
+    got = _ORDER_TAGS.get(seed)
+    if got is None:
+        if len(_ORDER_TAGS) >= _ORDER_SEEDS_KEPT:
+            _ORDER_TAGS.clear()
+        got = _ORDER_TAGS.setdefault(seed, {})
+    return got
 
 
 def task_id_bytes(run_id: str) -> bytes:

@@ -46,9 +46,11 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     ``max_records_per_client`` (records each device contributes at most, in [1, 10**6], default **1**:
     a device holding more contributes its first ``max_records_per_client``), ``deadlines`` (``{"checkin", "round"}``, seconds in [0.05, 604800]),
     ``label`` (free text; two otherwise equal tasks with different labels are different tasks),
-    ``secure_aggregation`` (optional: ``{"max_session": m, "min_session_size": k}``, m in [2, 10000],
-    default 1000, k in [2, m], default min(10, m), or ``true``; devices refuse a secure session smaller
-    than k; every round's sum is then computed by secure aggregation among the devices; required by the
+    ``secure_aggregation`` (optional: ``{"max_session": m, "min_session_size": k, "quiet_seconds": q}``,
+    m in [2, 10000], default 1000, k in [2, m], default min(10, m), q null (the default) or seconds in
+    [0.05, 604800], or ``true``; devices refuse a secure session smaller than k; with q a secure stage
+    closes before its deadline once its quorum answered and no message came for q seconds, see
+    :func:`fedstats.service.domain.secure.quiet_close`; every round's sum is then computed by secure aggregation among the devices; required by the
     analyses whose registry entry says so, and by every analysis whose privacy is ``"distributed"``: its
     noise shares are private only inside the secure sum), ``prio3`` (optional, instead of
     ``secure_aggregation``: the two-aggregator route, ``{"leader": url, "helper": url, "noise": null or
@@ -248,13 +250,19 @@ def _prio3_options(prio3: Any) -> dict[str, Any] | None:
     return {"leader": leader, "helper": helper, "noise": noise, "min_batch_size": int(mbs)}
 
 
-def _secure_options(secure: Any) -> dict[str, int] | None:
+def _secure_options(secure: Any) -> dict[str, Any] | None:
     if secure is None or secure is False:
         return None
     opts = {} if secure is True else secure
-    if not isinstance(opts, Mapping) or set(opts) - {"max_session", "min_session_size"}:
+    if not isinstance(opts, Mapping) or set(opts) - {
+        "max_session",
+        "min_session_size",
+        "quiet_seconds",
+    }:
         raise ParameterError(
-            "secure_aggregation", secure, 'true or {"max_session": m, "min_session_size": k}'
+            "secure_aggregation",
+            secure,
+            'true or {"max_session": m, "min_session_size": k, "quiet_seconds": q}',
         )
     max_session = opts.get("max_session", 1000)
     if (
@@ -278,7 +286,20 @@ def _secure_options(secure: Any) -> dict[str, int] | None:
             min_session,
             f"an integer in [2, max_session={max_session}]",
         )
-    return {"max_session": int(max_session), "min_session_size": int(min_session)}
+    out: dict[str, Any] = {"max_session": int(max_session), "min_session_size": int(min_session)}
+    quiet = opts.get("quiet_seconds")
+    if quiet is not None:
+        if (
+            isinstance(quiet, bool)
+            or not isinstance(quiet, (int, float))
+            or not (math.isfinite(quiet) and 0.05 <= quiet <= 7 * 86400)
+        ):
+            raise ParameterError(
+                "secure_aggregation.quiet_seconds", quiet, "null or seconds in [0.05, 604800]"
+            )
+        # absent when null: the ids of tasks without it do not change
+        out["quiet_seconds"] = float(quiet)
+    return out
 
 
 def task_id(task: Mapping[str, Any]) -> str:

@@ -533,8 +533,15 @@ class Driver:
                 self._live.pop(run_id, None)
                 return None
             if secure.is_secure(cfg):
+                quiet = cfg["secure_aggregation"].get("quiet_seconds")
                 got = secure.advance_sessions(
-                    s.secure, run, rec, self._sessions, float(cfg["deadlines"]["round"])
+                    s.secure,
+                    run,
+                    rec,
+                    self._sessions,
+                    float(cfg["deadlines"]["round"]),
+                    quiet_seconds=None if quiet is None else float(quiet),
+                    floor=0.0 if quiet is None else secure.reporting_floor(cfg),
                 )
                 need = _required(cfg, _n_devices(s, run.id), rec)
                 if isinstance(got, tuple) and got[1] < need:

@@ -18,8 +18,9 @@ malicious-server protocol of :mod:`fedstats.secagg` (Bell et al. 2020) between t
   added exactly, as the in-process ``secure`` route does. Each session runs the five stages of
   :data:`STAGES`; a stage's messages are requests a device may repeat (the same bytes are accepted once,
   other bytes refused), and a stage closes when every device it addressed has answered or at its
-  deadline; a device that missed it is a dropout with the protocol's semantics
-  (:data:`fedstats.secagg.DROPOUT_STAGES`). A session that loses its quorum aborts, and so does the round
+  deadline, or, with the task's ``secure_aggregation.quiet_seconds``, once its quorum answered and the
+  stage has been quiet that long (:func:`quiet_close`); a device that missed it is a dropout with the
+  protocol's semantics (:data:`fedstats.secagg.DROPOUT_STAGES`). A session that loses its quorum aborts, and so does the round
   and the run: no partial sum is ever released.
 * **Journal and replay.** Every message, in both directions, is stored (``secure_messages``) in the
   transaction that moves the session on. :class:`SecAggServer` is deterministic given its roster and the
@@ -41,10 +42,14 @@ range): a device can shift the sum by up to the ring size, as in Bell et al.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import math
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,17 +72,22 @@ from fedstats.secagg.server import SecAggServer
 from fedstats.service.store import Tx, TxLike, as_tx
 from fedstats.service.store.secure import EnrolledRow, MemberRow, SecureSessionRow, UpMessage
 from fedstats.wire import seeding
+from fedstats.wire.registry import config_for, lookup
 
 __all__ = [
     "BITS",
     "STAGES",
+    "TRAFFIC",
     "SessionCache",
+    "StageTraffic",
     "advance_sessions",
     "close_seeding",
     "cohort",
     "is_secure",
     "open_sessions",
     "partition",
+    "quiet_close",
+    "reporting_floor",
     "session_bounds",
 ]
 
@@ -342,13 +352,190 @@ def _member_records(
     return out
 
 
+class StageTraffic:
+    """The stage messages this server process is handling now, and when the latest arrived, per stage.
+
+    The journal shows a stage message only once its transaction committed; on a loaded server a message
+    can wait seconds between arriving and being stored (signature check, the store threads' queue). The
+    quiet rule (:func:`quiet_close`) must not take that wait for silence: the devices' endpoint wraps
+    each stage message in :meth:`arriving` from the moment its request reaches it, and the driver counts
+    a stage as quiet only with none in flight and none arrived within the quiet period. Per process: in a
+    deployment of several processes, another process's messages count once journaled (its in-flight ones
+    only lengthen nothing; the rule stays sound, only less patient).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple[str, int, int, int], int] = {}
+        self._latest: dict[tuple[str, int, int, int], float] = {}
+
+    @contextlib.contextmanager
+    def arriving(self, key: tuple[str, int, int, int]) -> Iterator[None]:
+        """Count one stage message ``(run_id, round, session, stage)`` in flight while the block runs."""
+        with self._lock:
+            self._inflight[key] = self._inflight.get(key, 0) + 1
+            if len(self._latest) > 4096:
+                self._latest.clear()
+            self._latest[key] = time.time()
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._inflight.get(key, 1) - 1
+                if left > 0:
+                    self._inflight[key] = left
+                else:
+                    self._inflight.pop(key, None)
+                self._latest[key] = time.time()
+
+    def state(self, key: tuple[str, int, int, int]) -> tuple[int, float | None]:
+        """``(in flight, latest arrival or completion)`` of a stage in this process."""
+        with self._lock:
+            return self._inflight.get(key, 0), self._latest.get(key)
+
+
+TRAFFIC = StageTraffic()
+"""This process's :class:`StageTraffic` (the devices' endpoint reports to it, the driver reads it)."""
+
+
+def reporting_floor(cfg: dict[str, Any]) -> float:
+    """The fraction of a session's records whose reports the task's privacy needs in the sum.
+
+    0 unless the analysis adds distributed noise (registry privacy ``"distributed"``): its shares are
+    calibrated for ``ceil(min_reporting * n)`` reports (``min_reporting``, default 1, of its config), and
+    fewer give a larger epsilon. :func:`quiet_close` never closes a stage early below that floor.
+    """
+    if lookup(str(cfg["analysis"]), int(cfg["version"])).privacy != "distributed":
+        return 0.0
+    return float(getattr(config_for(cfg), "min_reporting", 1.0))
+
+
+def quiet_close(
+    *,
+    answered: int,
+    addressed: int,
+    min_survivors: int,
+    opened: float,
+    newest: float | None,
+    now: float,
+    quiet_seconds: float | None,
+    answered_records: int | None = None,
+    session_records: int = 0,
+    floor: float = 0.0,
+) -> bool:
+    """Whether a secure stage still short of answers may close before its deadline (the quiet rule).
+
+    The rule (``secure_aggregation.quiet_seconds`` of the task): a stage closes early when (1) at least
+    the session's quorum answered (``min_survivors``: fewer would abort the session at any close, so an
+    early close never turns a round that waiting could save into an abort at this stage), (2) with a
+    distributed-noise analysis, the answering members hold at least ``ceil(floor * session_records)``
+    records (the reports the noise shares are calibrated for: an early close never by itself makes the
+    noise in the sum fall below its target), and (3) no message of the stage arrived for
+    ``quiet_seconds`` (counted from the stage's opening if none came; the driver also counts the
+    messages this process is still checking or storing, :class:`StageTraffic`, and closes nothing while
+    one is in flight).
+
+    Why it is sound (``docs/secagg.md``, "Closing a stage early"): which devices are dropouts is the
+    server's call in Bell et al.'s protocol (a malicious server may declare any set), so the devices'
+    guarantees never depended on the server waiting; an honest device that answers after the close is
+    refused (its masked input, if that was the stage, is not in the sum, and its neighbours reveal only
+    shares of its mask key, never of its self mask, after the consistency check). What it costs is the
+    slow devices' inputs, which is why it is opt-in.
+
+    Parameters
+    ----------
+    answered, addressed : int
+        Devices that answered the stage, and devices it addressed.
+    min_survivors : int
+        The session's quorum (:attr:`fedstats.secagg.SecAggParameters.min_survivors`).
+    opened : float
+        When the stage opened (Unix seconds).
+    newest : float or None
+        When its latest answer was journaled (None: no answer yet).
+    now : float
+    quiet_seconds : float or None
+        The task's quiet period; None: the stage closes only when complete or at its deadline.
+    answered_records : int, optional
+        Records held by the answering devices (needed when ``floor`` > 0; None then refuses).
+    session_records : int
+        Records held by every member of the session in the round.
+    floor : float
+        :func:`reporting_floor` of the task, in [0, 1].
+
+    Returns
+    -------
+    bool
+    """
+    if quiet_seconds is None or answered >= addressed or answered < min_survivors:
+        return False
+    if floor > 0:
+        need = math.ceil(floor * session_records - 1e-9)
+        if answered_records is None or answered_records < need:
+            return False
+    last = opened if newest is None else max(opened, newest)
+    return now - last >= quiet_seconds
+
+
+def _quiet(
+    tx: Tx,
+    run: Any,
+    rec: Any,
+    row: SecureSessionRow,
+    activity: tuple[int, int, float | None],
+    now: float,
+    stage_seconds: float,
+    quiet_seconds: float | None,
+    floor: float,
+) -> bool:
+    """:func:`quiet_close` for a session's current stage (its records read only when ``floor`` > 0).
+
+    ``activity``: the stage's ``(answered, addressed, newest)``.
+    """
+    answered, addressed, newest = activity
+    if quiet_seconds is None:
+        return False
+    inflight, seen = TRAFFIC.state((row.run_id, row.round_index, row.number, row.stage))
+    if inflight:
+        return False  # a message is being checked or stored: not quiet
+    if seen is not None:
+        newest = seen if newest is None else max(newest, seen)
+    kw: dict[str, Any] = {}
+    if floor > 0:
+        records = _member_records(tx.member_slots(run.id), json.loads(row.members), rec.lo, rec.hi)
+        ups = _ups(tx, row, row.stage)
+        kw = {
+            "answered_records": sum(records[m.client_index] for m in ups),
+            "session_records": sum(records),
+            "floor": floor,
+        }
+    return quiet_close(
+        answered=answered,
+        addressed=addressed,
+        min_survivors=parameters_of(row).min_survivors,
+        # every stage's deadline is its opening plus stage_seconds
+        opened=row.deadline - stage_seconds,
+        newest=newest,
+        now=now,
+        quiet_seconds=quiet_seconds,
+        **kw,
+    )
+
+
 def advance_sessions(
-    tx: Tx, run: Any, rec: Any, cache: SessionCache, stage_seconds: float
+    tx: Tx,
+    run: Any,
+    rec: Any,
+    cache: SessionCache,
+    stage_seconds: float,
+    quiet_seconds: float | None = None,
+    floor: float = 0.0,
 ) -> tuple[np.ndarray, int] | str | None:
     """Move every open session of a secure round on by at most one stage, inside the caller's transaction.
 
     ``run`` and ``rec`` are the run's and the round's rows (read: ``id``, ``public_seed``; ``index``,
-    ``name``, ``lo``, ``hi``, ``dim``).
+    ``name``, ``lo``, ``hi``, ``dim``). A stage closes when every device it addressed answered, at its
+    deadline, or by :func:`quiet_close` (``quiet_seconds`` and ``floor``: the task's
+    ``secure_aggregation.quiet_seconds`` and :func:`reporting_floor`).
 
     Returns
     -------
@@ -364,8 +551,22 @@ def advance_sessions(
     for j, row in enumerate(rows):
         if row.status != "open":
             continue
-        if now < row.deadline and _count(tx, row, "up") < _count(tx, row, "down"):
-            continue  # still waiting: counted in SQL, no payload read
+        if now < row.deadline:
+            answered, newest = tx.up_activity(row.run_id, row.round_index, row.number, row.stage)
+            addressed = _count(tx, row, "down")
+            waiting = answered < addressed
+            if waiting and not _quiet(
+                tx,
+                run,
+                rec,
+                row,
+                (answered, addressed, newest),
+                now,
+                stage_seconds,
+                quiet_seconds,
+                floor,
+            ):
+                continue  # still waiting: counted in SQL, no payload read
         locked = tx.secure_session(row.run_id, row.round_index, row.number, lock=True)
         assert locked is not None  # sessions are never deleted
         row = rows[j] = locked

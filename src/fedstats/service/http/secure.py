@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
-from fedstats.service.domain import runs, secure_devices
+from fedstats.service.domain import runs, secure, secure_devices
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.http.deps import NonceUse
@@ -378,20 +378,22 @@ def add_secure_routes(
         passed): the device's next work poll then finds the next round (or the end), not the same
         round one stage on.
         """
-        cid, body, nonce = await signed(request)
-        check_wait(wait)  # before anything is stored
-        population = await population_of(cid) if wait > 0 else ""
-        # read before the message is stored: a change after it may have opened the next stage
-        before = changes.generation(population)
+        # in flight from here until stored: the quiet rule does not take the wait for silence
+        with secure.TRAFFIC.arriving((run_id, index, number, stage)):
+            cid, body, nonce = await signed(request)
+            check_wait(wait)  # before anything is stored
+            population = await population_of(cid) if wait > 0 else ""
+            # read before the message is stored: a change after it may have opened the next stage
+            before = changes.generation(population)
 
-        def go() -> tuple[bool, bool]:
-            with store.transaction() as tx:
-                use_nonce(tx, nonce)
-                return secure_devices.submit_up_at(
-                    tx.secure, run_id, index, number, stage, cid, body
-                )
+            def go() -> tuple[bool, bool]:
+                with store.transaction() as tx:
+                    use_nonce(tx, nonce)
+                    return secure_devices.submit_up_at(
+                        tx.secure, run_id, index, number, stage, cid, body
+                    )
 
-        new, at_stage = await offload(go)
+            new, at_stage = await offload(go)
         wakeup.set()
         counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
         # stored while the session was at this stage: the next cannot have opened before `before`

@@ -254,6 +254,15 @@ class SecureQueries(ABC):
         """Messages journaled at a session's stage in ``direction`` (``up`` or ``down``)."""
 
     @abstractmethod
+    def up_activity(
+        self, run_id: str, index: int, number: int, stage: int
+    ) -> tuple[int, float | None]:
+        """``(count, newest)``: the devices' messages journaled at a stage and the latest one's time.
+
+        ``newest`` (Unix seconds, ``created_at``) is None when there is none. One statement, no payload.
+        """
+
+    @abstractmethod
     def up_messages(self, run_id: str, index: int, number: int, stage: int) -> list[UpMessage]:
         """The devices' messages of a stage, by client index."""
 
@@ -583,6 +592,21 @@ class SqlSecureQueries(SecureQueries):
                 )
             ).scalar_one()
         )
+
+    def up_activity(
+        self, run_id: str, index: int, number: int, stage: int
+    ) -> tuple[int, float | None]:
+        """See :meth:`SecureQueries.up_activity`."""
+        count, newest = self.session.execute(
+            select(func.count(), func.max(_M.created_at)).where(
+                _M.run_id == run_id,
+                _M.round_index == index,
+                _M.number == number,
+                _M.stage == stage,
+                _M.direction == "up",
+            )
+        ).one()
+        return int(count), None if newest is None else float(newest)
 
     def up_messages(self, run_id: str, index: int, number: int, stage: int) -> list[UpMessage]:
         """See :meth:`SecureQueries.up_messages`."""
