@@ -393,7 +393,7 @@ def test_polls_that_arrive_together_are_read_together_each_with_its_own_answer(
         reads: list[str] = []  # the statements reading devices' runs
 
         def seen(_c: Any, _cur: Any, statement: str, *_a: Any) -> None:
-            if "JOIN run_members" in statement:
+            if "runs.public_seed" in statement and "run_members" in statement:
                 reads.append(statement)
 
         event.listen(store.engine, "before_cursor_execute", seen)

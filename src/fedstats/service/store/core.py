@@ -754,23 +754,68 @@ def _device_runs_many(dialect: str) -> Any:
     """:data:`_Q_DEVICE_RUNS` of a list of devices (bound as ``ids``), each row led by its device's id.
 
     The ids are one bound parameter whatever their number (a PostgreSQL array unnested, a JSON array
-    on SQLite), so the statement is built and compiled once per dialect.
+    on SQLite), so the statement is built and compiled once per dialect. On PostgreSQL the device's
+    membership and report are ``LATERAL`` subqueries with ``LIMIT 1``: one primary-key probe per device
+    and run, where plain outer joins were planned as hash joins that scan every member and report of
+    the run (a read growing with the cohort, 9 ms per batch at 10,000 members). SQLite probes by key
+    either way.
     """
-    if dialect == "postgresql":
-        ids = (
-            func.unnest(bindparam("ids", type_=postgresql.ARRAY(String)))
-            .table_valued("client_id")
-            .render_derived(name="ids")
-        )
-        cid = ids.c.client_id
-    else:
+    live = or_(
+        _status_in("checkin", "seeding", "running"),
+        and_(_status_in("done", "aborted"), _MEMBERS.c.client_id.is_not(None)),
+    )
+    if dialect != "postgresql":
         ids = func.json_each(bindparam("ids")).table_valued("value").alias("ids")
         cid = ids.c.value
-    runs = ids.join(_RUNS, true())
-    return _live_select(cid, runs, cid).where(
-        or_(
-            _status_in("checkin", "seeding", "running"),
-            and_(_status_in("done", "aborted"), _MEMBERS.c.client_id.is_not(None)),
+        return _live_select(cid, ids.join(_RUNS, true()), cid).where(live)
+    ids = (
+        func.unnest(bindparam("ids", type_=postgresql.ARRAY(String)))
+        .table_valued("client_id")
+        .render_derived(name="ids")
+    )
+    cid = ids.c.client_id
+    m = (
+        select(
+            _MEMBERS.c.client_id, _MEMBERS.c.slot_start, _MEMBERS.c.slot_count, _MEMBERS.c.reveal
+        )
+        .where(_MEMBERS.c.run_id == _RUNS.c.id, _MEMBERS.c.client_id == cid)
+        .limit(1)
+        .lateral("m")
+    )
+    rep = (
+        select(_REPORTS.c.digest)
+        .where(
+            _REPORTS.c.run_id == _RUNS.c.id,
+            _REPORTS.c.round_index == _ROUNDS.c.index,
+            _REPORTS.c.client_id == cid,
+        )
+        .limit(1)
+        .lateral("rep")
+    )
+    return (
+        select(
+            cid,
+            _RUNS.c.id,
+            _RUNS.c.task_id,
+            _RUNS.c.status,
+            _RUNS.c.checkin_deadline,
+            _RUNS.c.n_clients,
+            _RUNS.c.public_seed,
+            m.c.slot_start,
+            m.c.slot_count,
+            m.c.reveal,
+            *_ROUND_COLUMNS,
+            rep.c.digest,
+        )
+        .select_from(ids.join(_RUNS, true()))
+        .outerjoin(_ROUNDS, and_(_ROUNDS.c.run_id == _RUNS.c.id, _ROUNDS.c.status == "open"))
+        .outerjoin(m, true())
+        .outerjoin(rep, true())
+        .where(
+            or_(
+                _status_in("checkin", "seeding", "running"),
+                and_(_status_in("done", "aborted"), m.c.client_id.is_not(None)),
+            )
         )
     )
 
