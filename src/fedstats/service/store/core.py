@@ -693,6 +693,17 @@ _Q_CLIENT = select(
 ).where(_CLIENTS.c.id == bindparam("client_id"))
 
 
+# the run's columns of a device's work list (CoreQueries.device_runs, LiveRun)
+_LIVE_RUN_COLUMNS = (
+    _RUNS.c.id,
+    _RUNS.c.task_id,
+    _RUNS.c.status,
+    _RUNS.c.checkin_deadline,
+    _RUNS.c.n_clients,
+    _RUNS.c.public_seed,
+)
+
+
 def _live_select(client: Any, base: Any, *lead: Any) -> Any:
     """The live-runs select of the device ``client`` (a bound id, or a column of a list of ids).
 
@@ -702,12 +713,7 @@ def _live_select(client: Any, base: Any, *lead: Any) -> Any:
     return (
         select(
             *lead,
-            _RUNS.c.id,
-            _RUNS.c.task_id,
-            _RUNS.c.status,
-            _RUNS.c.checkin_deadline,
-            _RUNS.c.n_clients,
-            _RUNS.c.public_seed,
+            *_LIVE_RUN_COLUMNS,
             _MEMBERS.c.slot_start,
             _MEMBERS.c.slot_count,
             _MEMBERS.c.reveal,
@@ -795,12 +801,7 @@ def _device_runs_many(dialect: str) -> Any:
     return (
         select(
             cid,
-            _RUNS.c.id,
-            _RUNS.c.task_id,
-            _RUNS.c.status,
-            _RUNS.c.checkin_deadline,
-            _RUNS.c.n_clients,
-            _RUNS.c.public_seed,
+            *_LIVE_RUN_COLUMNS,
             m.c.slot_start,
             m.c.slot_count,
             m.c.reveal,
