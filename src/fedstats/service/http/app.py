@@ -243,8 +243,9 @@ def create_app(
         description="Admin API of fedstats: tasks, runs, privacy budgets and audit.",
         lifespan=lifespan,
         responses={422: {"model": ErrorOut}},
-        # FastAPI's native OpenTelemetry off: it asked the (unconfigured) global providers at every
-        # request, about 2% of the server's CPU per report; the server exports /metrics itself
+        # FastAPI's native OpenTelemetry off: it asked the (unconfigured) global providers, reading
+        # environment variables, at every request (see `benchmarks/service.py --profile`); the server
+        # exports /metrics itself
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.router.route_class = http.StrictRoute  # strict JSON bodies (no NaN/Infinity, bounded depth)

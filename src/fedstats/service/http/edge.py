@@ -61,7 +61,18 @@ HEADERS = "fedstats.headers"
 def request_headers(scope: Scope) -> dict[str, str]:
     """The request's headers, lowercase names to Latin-1 values (a repeated header: its first value).
 
-    Decoded once per request, by :class:`EdgeMiddleware` (or here, for an app without it).
+    HTTP header values are Latin-1 (RFC 9110), so decoding never fails whatever bytes came; a repeated
+    header counts by its first value, as Starlette's ``Headers.get``. Decoded once per request (first
+    by :class:`EdgeMiddleware`) and kept in the scope under :data:`HEADERS`.
+
+    Parameters
+    ----------
+    scope : dict
+        The ASGI scope of an HTTP request (``headers``: a list of ``(bytes, bytes)``).
+
+    Returns
+    -------
+    dict of str to str
     """
     got = scope.get(HEADERS)
     if got is None:
@@ -326,13 +337,9 @@ class EdgeMiddleware:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        # HTTP header values are Latin-1 (RFC 9110): decoding never fails, whatever bytes came; a
-        # repeated header counts by its first value (as Starlette's ``Headers.get``); kept in the
-        # scope for the inner layers (:func:`request_headers`)
-        headers = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in reversed(scope["headers"])
-        }
-        scope[HEADERS] = headers
+        # decoded once here (Latin-1, first value of a repeated header) and kept in the scope for the
+        # inner layers (:func:`request_headers`)
+        headers = request_headers(scope)
         client = headers.get("x-fedstats-client", "")[:128] or (scope.get("client") or ("?", 0))[0]
         state = {"status": 0}
         error_id: str | None = None

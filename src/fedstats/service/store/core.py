@@ -748,12 +748,17 @@ def _status_in(*statuses: str) -> Any:
 
 _Q_LIVE_RUNS = _LIVE_SELECT.where(_status_in("checkin", "seeding", "running"))
 # the live runs and the finished runs the device was in, in one statement (CoreQueries.device_runs)
-_Q_DEVICE_RUNS = _LIVE_SELECT.where(
-    or_(
+
+
+def _live_or_member(member: Any) -> Any:
+    """A live run, or a finished one the device was a member of (``member``: its membership's id)."""
+    return or_(
         _status_in("checkin", "seeding", "running"),
-        and_(_status_in("done", "aborted"), _MEMBERS.c.client_id.is_not(None)),
+        and_(_status_in("done", "aborted"), member.is_not(None)),
     )
-)
+
+
+_Q_DEVICE_RUNS = _LIVE_SELECT.where(_live_or_member(_MEMBERS.c.client_id))
 
 
 def _device_runs_many(dialect: str) -> Any:
@@ -763,17 +768,14 @@ def _device_runs_many(dialect: str) -> Any:
     on SQLite), so the statement is built and compiled once per dialect. On PostgreSQL the device's
     membership and report are ``LATERAL`` subqueries with ``LIMIT 1``: one primary-key probe per device
     and run, where plain outer joins were planned as hash joins that scan every member and report of
-    the run (a read growing with the cohort, 9 ms per batch at 10,000 members). SQLite probes by key
-    either way.
+    the run (a read growing with the cohort). SQLite probes by key either way.
     """
-    live = or_(
-        _status_in("checkin", "seeding", "running"),
-        and_(_status_in("done", "aborted"), _MEMBERS.c.client_id.is_not(None)),
-    )
     if dialect != "postgresql":
         ids = func.json_each(bindparam("ids")).table_valued("value").alias("ids")
         cid = ids.c.value
-        return _live_select(cid, ids.join(_RUNS, true()), cid).where(live)
+        return _live_select(cid, ids.join(_RUNS, true()), cid).where(
+            _live_or_member(_MEMBERS.c.client_id)
+        )
     ids = (
         func.unnest(bindparam("ids", type_=postgresql.ARRAY(String)))
         .table_valued("client_id")
@@ -812,12 +814,7 @@ def _device_runs_many(dialect: str) -> Any:
         .outerjoin(_ROUNDS, and_(_ROUNDS.c.run_id == _RUNS.c.id, _ROUNDS.c.status == "open"))
         .outerjoin(m, true())
         .outerjoin(rep, true())
-        .where(
-            or_(
-                _status_in("checkin", "seeding", "running"),
-                and_(_status_in("done", "aborted"), m.c.client_id.is_not(None)),
-            )
-        )
+        .where(_live_or_member(m.c.client_id))
     )
 
 
