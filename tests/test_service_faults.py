@@ -528,3 +528,55 @@ def test_a_lock_timeout_is_a_503_with_retry_after(make_store: Callable[..., Stor
             headers=auth_h,
         )
         assert r.status_code == 200, r.text
+
+
+def _backend_pid(store: Store) -> int:
+    from sqlalchemy import text
+
+    with store.engine.connect() as conn:
+        return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def _terminate(pid: int) -> None:
+    import psycopg
+
+    with psycopg.connect(
+        "host=127.0.0.1 port=5432 dbname=test user=postgres", autocommit=True
+    ) as c:
+        assert c.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+    deadline = time.monotonic() + 10
+    with psycopg.connect(
+        "host=127.0.0.1 port=5432 dbname=test user=postgres", autocommit=True
+    ) as c:
+        while c.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline, "the terminated backend did not exit"
+            time.sleep(0.05)
+
+
+def test_a_pooled_connection_the_database_dropped_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection idle past PING_AFTER_IDLE is pinged at checkout and replaced if dead (the request does
+    not see it); one returned a moment ago is used unpinged: if the database dropped it meanwhile its
+    request fails (503 at the HTTP edge, retried by devices) and the pool reconnects for the next."""
+    why = pg_reachable()
+    if why is not None:
+        pytest.skip(why)
+    import fedstats.service.store as store_module
+
+    with pg_schema() as url:
+        store = open_store(url)
+        try:
+            pid = _backend_pid(store)
+            assert _backend_pid(store) == pid  # one pooled connection, reused
+            monkeypatch.setattr(store_module, "PING_AFTER_IDLE", 0.0)  # every checkout pings
+            _terminate(pid)
+            replaced = _backend_pid(store)  # the ping failed: a fresh connection, no error
+            assert replaced != pid
+            monkeypatch.setattr(store_module, "PING_AFTER_IDLE", 3600.0)  # no checkout pings
+            _terminate(replaced)
+            with pytest.raises(OperationalError):
+                _backend_pid(store)
+            assert _backend_pid(store) not in (pid, replaced)  # the pool reconnected
+        finally:
+            store.close()

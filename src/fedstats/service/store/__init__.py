@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedstats.errors import DataError, ParameterError
@@ -133,10 +134,47 @@ _SQLITE_BROKEN = (
 )
 
 
+PING_AFTER_IDLE = 2.0
+"""Seconds a pooled PostgreSQL connection may sit unused before its next checkout pings the server.
+
+A connection returned less than this ago is used as it is: a ping per checkout (SQLAlchemy's
+``pool_pre_ping``) is one more round trip in every transaction, and a quiet server's one-statement
+requests (a device's poll, a lone upload) paid about a tenth of their CPU for it (``benchmarks/service.py``).
+A connection that broke meanwhile (the database restarted) fails its first statement instead: SQLAlchemy
+then marks every pooled connection invalid and the request is answered 503 with ``Retry-After`` (devices
+retry it), as a request in flight during the restart is.
+"""
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection at checkout only if unused for :data:`PING_AFTER_IDLE` seconds.
+
+    The pool retries the checkout with a fresh connection when the ping fails (``DisconnectionError``,
+    SQLAlchemy's "pessimistic disconnect handling" by a checkout event).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_conn: Any, record: Any) -> None:
+        record.info["returned_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        returned = record.info.get("returned_at")
+        if returned is None or time.monotonic() - returned < PING_AFTER_IDLE:
+            return  # new, or returned a moment ago
+        try:
+            alive = engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError(f"pooled connection failed its ping: {exc}") from exc
+        if not alive:
+            raise DisconnectionError("pooled connection failed its ping")
+
+
 def _pg_engine(url: str, timeouts: Timeouts) -> Engine:
     # 20 kept connections: a connection past the pool size is closed when returned, and reopening it
     # costs a new PostgreSQL backend process
-    engine = create_engine(url, pool_size=20, max_overflow=10, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=20, max_overflow=10)
+    _ping_when_idle(engine)
     settings = {
         "lock_timeout": timeouts.lock,
         "statement_timeout": timeouts.statement,
