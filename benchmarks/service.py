@@ -2,8 +2,10 @@
 
 A real ``fedstats server`` process (HTTPS on 127.0.0.1) runs a weighted one-round bit-pushing mean at
 epsilon = 1; ``--clients`` enrolled devices (one record each), simulated by asyncio tasks in ``--procs``
-load-generator processes, register and check in (not measured), then each polls for its round, encodes
-its record with the registered encoder and uploads its signed report (measured: the report phase).
+load-generator processes, register, check in and open a request key (as the SDK does once enrolled; not
+measured), then each polls for its round, encodes its record with the registered encoder and uploads its
+report, both requests authenticated by the HMAC of its request key (:func:`fedstats.wire.auth.sign_request_with_key`;
+measured: the report phase).
 
 The peer, in the same run and with the same load generator: :mod:`_minimal_app`, a Starlette app under
 the same uvicorn and TLS that answers the same work list and stores each report with one INSERT (no
@@ -75,12 +77,17 @@ async def _client(
     value: float,
     sem: asyncio.Semaphore,
     phase: str,
-    out: list[float],
+    out: list[Any],
+    request_key: tuple[str, str] | None = None,
 ) -> None:
-    async def req(method: str, path: str, payload: Any = None) -> Any:
+    async def req(method: str, path: str, payload: Any = None, keyed: bool = True) -> Any:
         body = b"" if payload is None else json.dumps(payload).encode()
         for _ in range(50):
-            h = auth.sign_request(key, cid, method, path, body)
+            if request_key is not None and keyed:  # as the SDK: an HMAC under its request key
+                kid, hex_key = request_key
+                h = auth.sign_request_with_key(kid, bytes.fromhex(hex_key), cid, method, path, body)
+            else:
+                h = auth.sign_request(key, cid, method, path, body)
             h["content-type"] = "application/json"
             try:
                 r = await http.request(method, path, content=body, headers=h)
@@ -102,6 +109,9 @@ async def _client(
                 if work["offers"]:
                     rid = work["offers"][0]["run_id"]
                     await req("POST", f"/v1/client/runs/{rid}/checkin", {"records": 1})
+                    # the request key the SDK opens once enrolled (valid an hour, for every run)
+                    got = await req("POST", "/v1/client/request-key", keyed=False)
+                    out.append((cid, (got["key_id"], got["key"])))
                     return
                 await asyncio.sleep(0.2)
         while True:
@@ -128,13 +138,11 @@ async def _client(
         out.append(time.perf_counter() - t0)
 
 
-def _worker(
-    args: tuple[list[str], str, list[tuple[str, str, dict[str, Any], float]], str, Any],
-) -> list[float]:
+def _worker(args: tuple[list[str], str, list[tuple[Any, ...]], str, Any]) -> list[Any]:
     urls, ca, clients, phase, _ = args
 
-    async def main() -> list[float]:
-        lat: list[float] = []
+    async def main() -> list[Any]:
+        lat: list[Any] = []  # latencies (report phase), or (client id, request key) (join phase)
         sem = asyncio.Semaphore(100)
         limits = httpx.Limits(max_connections=100)
         ctx = ssl.create_default_context(cafile=ca)
@@ -153,8 +161,9 @@ def _worker(
                         sem,
                         phase,
                         lat,
+                        rk[0] if rk else None,
                     )
-                    for i, (cid, k, cert, v) in enumerate(clients)
+                    for i, (cid, k, cert, v, *rk) in enumerate(clients)
                 )
             )
         finally:
@@ -332,7 +341,9 @@ def bench_fedstats(
         rid = admin.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
         parts = [clients[i::procs] for i in range(procs)]
         with mp.get_context("spawn").Pool(procs) as pool:
-            pool.map(_worker, [(urls, ca, p, "join", None) for p in parts])
+            joined = pool.map(_worker, [(urls, ca, p, "join", None) for p in parts])
+        keys = dict(pair for part in joined for pair in part)
+        clients = [(*c, keys[c[0]]) for c in clients]  # each device reports with its request key
         work = _served_work(urls[0], ctx, clients[0])
         if profile is not None:
             servers[0].send_signal(signal.SIGUSR1)  # profile the report phase only
@@ -362,7 +373,7 @@ def bench_fedstats(
 
 def _served_work(url: str, ctx: ssl.SSLContext, client: Any) -> bytes:
     """The work list the server gives ``client`` once its round is open (read-only: a poll)."""
-    cid, key_hex, _cert, _v = client
+    cid, key_hex = client[0], client[1]
     key = auth.private_key_from_hex(key_hex)
     with httpx.Client(base_url=url, verify=ctx, timeout=60) as h:
         for _ in range(600):
@@ -387,7 +398,8 @@ def bench_minimal(db: str, n: int, procs: int, root: Path, work: bytes) -> dict[
     rng = np.random.default_rng(0)
     for i, v in enumerate(rng.uniform(0, 100, n)):
         k = Ed25519PrivateKey.generate()
-        clients.append((f"b{i}", auth.private_key_hex(k), {}, float(v)))
+        # a request key as fedstats's devices hold (the minimal app ignores it): the same client work
+        clients.append((f"b{i}", auth.private_key_hex(k), {}, float(v), (f"0.{i:032x}", "00" * 32)))
     port = _port()
     url = f"https://127.0.0.1:{port}"
     env = dict(os.environ, MINIMAL_DB=db, MINIMAL_WORK=str(root / "work.json"))

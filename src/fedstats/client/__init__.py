@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import re
 import ssl
@@ -82,6 +83,9 @@ KEEP_ALIVE_SECONDS = 55.0
 _VECTOR = re.compile(r"^(.+)\[(\d+)\]$")
 # what a work list says of a round besides the fields Device._derive checks: not part of its cache key
 _UNCHECKED_ROUND_FIELDS = frozenset({"secure", "deadline"})
+
+REGISTER_PATH = "/v1/client/register"
+REQUEST_KEY_PATH = "/v1/client/request-key"
 
 
 def check_server_url(server: str) -> str:
@@ -245,6 +249,11 @@ class Device(SecureRuns):
         self.client_id = str(ident["client_id"])
         self._key = auth.private_key_from_hex(ident["private_key"])
         self._cert = ident["certificate"]
+        # a request key (auth.open_request_key): (key id, 32-byte key, expires), opened after the device
+        # is enrolled; until then, and whenever the server no longer accepts it, requests are signed
+        self._request_key: tuple[str, bytes, float] | None = None
+        self._next_key_try = 0.0  # monotonic time of the next attempt to open one
+        self._key_opened_at = -math.inf  # monotonic time the current (or last) key was opened
         self.columns = (
             {k: np.asarray(v) for k, v in data.items()}
             if isinstance(data, Mapping)
@@ -324,8 +333,13 @@ class Device(SecureRuns):
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         retries: int = 6,
+        keyed: bool = True,
     ) -> httpx.Response:
         """Send a signed request, retrying transport errors and 429/5xx with backoff; return a < 400 answer.
+
+        With ``keyed`` (default) the request is authenticated with the device's request key when it has a
+        valid one (:meth:`_refresh_request_key`), else signed with its Ed25519 key; a request whose key
+        the server refuses is signed and sent again at once.
 
         With ``limit``, at most ``limit`` bytes of the answer are read (streamed): a longer answer, declared
         or not, is refused before parsing and the rest is not read.
@@ -336,8 +350,16 @@ class Device(SecureRuns):
             If the answer is longer than ``limit``.
         """
         delay = 0.2
+        if keyed and path != REGISTER_PATH:
+            self._refresh_request_key()
         for attempt in range(retries + 1):
-            signed = auth.sign_request(self._key, self.client_id, method, path, body)
+            key = self._request_key if keyed else None
+            if key is not None:
+                signed = auth.sign_request_with_key(
+                    key[0], key[1], self.client_id, method, path, body
+                )
+            else:
+                signed = auth.sign_request(self._key, self.client_id, method, path, body)
             if content_type is not None:
                 signed["content-type"] = content_type
             signed.update(headers or {})
@@ -357,6 +379,26 @@ class Device(SecureRuns):
                 if r.status_code < 400:
                     return r
                 text = r.content[:300].decode(errors="replace")
+                if key is not None and r.status_code == 401 and "request key" in text:
+                    # expired, or opened on another server process or before a restart: sign this
+                    # request again with the device key (and open a new key at the next request)
+                    self.log(f"request key refused ({text[:80]}); signing with the device key")
+                    self._request_key = None
+                    # a key refused within a minute of its opening (devices behind a balancer that
+                    # spreads requests over server processes): no new one before that minute is over
+                    self._next_key_try = self._key_opened_at + 60.0
+                    return self._send(
+                        method,
+                        path,
+                        body,
+                        limit=limit,
+                        content_type=content_type,
+                        params=params,
+                        headers=headers,
+                        timeout=timeout,
+                        retries=retries - attempt,
+                        keyed=False,
+                    )
                 # a request queued past the replay window (an overloaded server) is signed anew
                 stale = r.status_code == 401 and "replay window" in text
                 if (r.status_code not in (429, 502, 503, 504) and not stale) or attempt == retries:
@@ -365,6 +407,34 @@ class Device(SecureRuns):
             time.sleep(delay * (0.5 + self.randomness.generator("backoff").random()))
             delay = min(delay * 2.0, 5.0)
         raise AssertionError("unreachable")
+
+    def _refresh_request_key(self) -> None:
+        """Open a request key (``POST /v1/client/request-key``, signed) if none is valid for 2 more minutes.
+
+        After a failed attempt, none for a minute: a server that refuses (an older server, a device not
+        yet enrolled) leaves the requests signed, as they always may be. A key the server refuses within a
+        minute of opening it is not replaced before that minute is over (:meth:`_send`).
+        """
+        key = self._request_key
+        if key is not None and key[2] - 120.0 > time.time():
+            return
+        self._request_key = None
+        now = time.monotonic()
+        if now < self._next_key_try:
+            return
+        self._next_key_try = now + 60.0
+        try:
+            got = self._send("POST", REQUEST_KEY_PATH, b"", retries=0, keyed=False).json()
+            raw = bytes.fromhex(str(got["key"]))
+            if len(raw) != 32:
+                raise ValueError("a request key is 32 bytes")
+            self._request_key = (str(got["key_id"]), raw, float(got["expires"]))
+            self._key_opened_at = now
+            self._next_key_try = 0.0  # a successor is opened as soon as this one nears its expiry
+        except (FedstatsError, httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            self.log(
+                f"no request key ({type(exc).__name__}: {str(exc)[:80]}); requests stay signed"
+            )
 
     def _read_capped(
         self,
@@ -399,7 +469,8 @@ class Device(SecureRuns):
 
     def register(self) -> None:
         """Present the enrollment certificate to the server (idempotent)."""
-        self._request("POST", "/v1/client/register", {"certificate": self._cert})
+        self._request("POST", REGISTER_PATH, {"certificate": self._cert})
+        self._next_key_try = 0.0  # enrolled: a request key can be opened now
 
     # -- one pass
     def step(self, wait: float = 0.0) -> dict[str, Any]:

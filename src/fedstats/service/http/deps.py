@@ -6,11 +6,17 @@ enrolled device's key (cached per process for a few seconds; an operator's revoc
 the entry at once) and returns a :class:`SignedRequest`. A state-changing request's nonce is not recorded
 here: the handler records it with :func:`use_nonce` in the transaction of the request's effect (one commit,
 and a request cut off before its effect committed leaves its nonce unused for the retry).
+
+A device may authenticate with a request key instead of a signature (:func:`fedstats.wire.auth.open_request_key`):
+:meth:`DeviceAuth.open_key` derives one under this process's secret for a device whose request was signed
+with its Ed25519 key, and :meth:`DeviceAuth.verify` checks the MAC of a request that names it, against
+the same enrolled-device row (revocation, expiry and key changes apply as to signatures).
 """
 
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +74,8 @@ class SignedRequest:
     stale : bool
         Verified against a cached row older than :data:`REREAD` seconds: the handler confirms the row
         (not revoked, same key) inside its transaction with :meth:`DeviceAuth.confirm`.
+    keyed : bool
+        Authenticated with a request key (an HMAC), not with the device's Ed25519 signature.
     """
 
     client_id: str
@@ -75,6 +83,7 @@ class SignedRequest:
     nonce: NonceUse | None
     population: str
     stale: bool = False
+    keyed: bool = False
 
 
 def use_nonce(tx: Any, nonce: NonceUse | None) -> None:
@@ -105,6 +114,9 @@ class DeviceAuth:
     on_write : callable, optional
         Called with the client id of every verified state-changing request, before its effect (the
         device's cached work list is dropped).
+    key_secret : bytes, optional
+        The secret request keys are derived under (default: 32 random bytes, so keys are valid only in
+        this process and until it stops).
     """
 
     def __init__(
@@ -113,8 +125,10 @@ class DeviceAuth:
         replay_window: float,
         offload: Any,
         on_write: Callable[[str], None] | None = None,
+        key_secret: bytes | None = None,
     ) -> None:
         self.store = store
+        self.key_secret = secrets.token_bytes(32) if key_secret is None else key_secret
         self.replay_window = replay_window
         self.offload = offload
         self.on_write = on_write
@@ -203,15 +217,18 @@ class DeviceAuth:
         """Check a signed request; return the client id, the nonce to record and the population.
 
         With ``public_key`` given (registration: the key of the certificate presented) the device need
-        not be enrolled yet. Blocking when the device's row is not cached (or is stale and
+        not be enrolled yet, and a request key is not accepted: only the Ed25519 signature. A request
+        naming a request key (``X-Fedstats-Key-Id``) is checked by its MAC against the enrolled key. Blocking when the device's row is not cached (or is stale and
         ``stale_ok`` is False; with it True a stale row is used, and the caller confirms it).
 
         Raises
         ------
         HTTPException
             401 for missing headers, a timestamp outside the window, an unknown device, an expired
-            certificate or a bad signature; 403 for a revoked device (told only to the device itself).
+            certificate, a bad signature or a request key that does not hold (the detail then starts
+            with ``"request key"``); 403 for a revoked device (told only to the device itself).
         """
+        keyed_ok = public_key is None
         cid = headers.get(auth.HEADER_CLIENT)
         ts = headers.get(auth.HEADER_TIMESTAMP)
         nonce = headers.get(auth.HEADER_NONCE)
@@ -232,12 +249,20 @@ class DeviceAuth:
             if c.not_after < time.time():
                 raise HTTPException(401, "client certificate expired")
             public_key, revoked, population = c.public_key, c.revoked, c.population
+        payload = auth.signing_payload(method, path, ts, nonce, body)
+        key_id = headers.get(auth.HEADER_KEY_ID)
         try:
-            auth.verify_signature(
-                public_key, auth.signing_payload(method, path, ts, nonce, body), sig
-            )
-        except SecurityError:
-            raise HTTPException(401, "bad signature") from None
+            if key_id is None:
+                auth.verify_signature(public_key, payload, sig)
+            elif keyed_ok:
+                auth.verify_request_mac(self.key_secret, key_id, cid, public_key, payload, sig)
+            else:
+                raise SecurityError(
+                    "request key: this request must be signed with the device's Ed25519 key"
+                )
+        except SecurityError as exc:
+            detail = str(exc) if key_id is not None else "bad signature"
+            raise HTTPException(401, detail) from None
         if revoked:
             raise HTTPException(403, "device revoked by an operator")
         # GETs are read-only (a replay learns nothing TLS did not already protect): polls cost no write
@@ -266,7 +291,21 @@ class DeviceAuth:
             cid, nonce, population = await self.offload(self.verify, *args)
         if nonce is not None and self.on_write is not None:
             self.on_write(cid)
-        return SignedRequest(cid, body, nonce, population, stale)
+        keyed = auth.HEADER_KEY_ID in headers
+        return SignedRequest(cid, body, nonce, population, stale, keyed)
+
+    def open_key(self, client_id: str) -> dict[str, Any]:
+        """A new request key of an enrolled device whose row is cached (:func:`auth.open_request_key`).
+
+        Raises
+        ------
+        HTTPException
+            401 if the device's row is not cached (it is, right after its request was verified).
+        """
+        got = self.known.get(client_id)
+        if got is None:  # pragma: no cover - verify() cached it
+            raise HTTPException(401, "unknown client")
+        return auth.open_request_key(self.key_secret, client_id, got[0].public_key)
 
     async def __call__(self, request: Request) -> SignedRequest:
         """The dependency: the verified request (see :meth:`check`; a stale row is allowed)."""

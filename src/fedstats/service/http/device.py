@@ -609,6 +609,28 @@ def device_router(
         await offload(store_client)
         return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
+    @router.post("/v1/client/request-key", **DEVICE)
+    async def request_key(req: Signed) -> dict[str, Any]:
+        """A request key for this device (:func:`fedstats.wire.auth.open_request_key`).
+
+        The request must be signed with the device's Ed25519 key (a request key does not open another).
+        The answer ``{"key_id", "key", "expires"}`` lets the device authenticate its next requests, until
+        ``expires`` (Unix seconds), with an HMAC instead of a signature; the key is valid on this server
+        process only.
+        """
+        if req.keyed:
+            raise HTTPException(
+                401, "request key: a request key is opened by a request signed with the device key"
+            )
+
+        def go() -> None:
+            with store.transaction() as tx:  # the nonce: a replayed request opens no key
+                use_nonce(tx, req.nonce)
+                device.confirm(tx, req)
+
+        await offload(go)
+        return device.open_key(req.client_id)
+
     async def work_effect(req: SignedRequest, request: Request, wait: float) -> Response:
         """The device's work list (JSON, with an ``ETag``), long-polled (see :func:`work`)."""
         cid, population = req.client_id, req.population

@@ -169,7 +169,9 @@ def device_body(schema: dict[str, Any], media_type: str = "application/json") ->
 DEVICE: dict[str, Any] = {
     "tags": ["device"],
     "description": "Signed by an enrolled device: headers X-Fedstats-Client, X-Fedstats-Timestamp, "
-    "X-Fedstats-Nonce and X-Fedstats-Signature (fedstats.wire.auth.sign_request over the exact body).",
+    "X-Fedstats-Nonce and X-Fedstats-Signature (fedstats.wire.auth.sign_request over the exact body), "
+    "or, with X-Fedstats-Key-Id, the HMAC of the same payload under a request key "
+    "(POST /v1/client/request-key; fedstats.wire.auth.sign_request_with_key).",
 }
 """Route keywords shared by the device endpoints (their tag and how they are authenticated)."""
 

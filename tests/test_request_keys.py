@@ -1,0 +1,184 @@
+"""Request keys (issue 28): a device authenticates its requests with an HMAC under a key the server derives.
+
+A device opens a key with one request signed with its Ed25519 key; its later requests carry the key id
+and the HMAC-SHA256 of the payload it would sign. The server checks them without an Ed25519 verification,
+against the same enrolled-device row (revocation, re-keying), under the same timestamp and nonce rules;
+a key of another device, another secret (a restart, another process), a past expiry or a wrong MAC is
+refused, and the SDK then signs with its device key and opens a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedstats.errors import SecurityError
+from fedstats.wire import auth
+from fedstats.wire.enrollment import issue_identity
+from test_service_hot_path import _finish, _round, url  # noqa: F401 (the url fixture)
+
+SECRET = bytes(range(32))
+PAYLOAD = auth.signing_payload("GET", "/v1/client/work", "1700000000", "ab" * 16, b"")
+
+
+def test_a_request_key_verifies_only_its_own_payload_device_key_and_secret() -> None:
+    now = 1_800_000_000.0
+    got = auth.open_request_key(SECRET, "dev-1", "aa" * 32, now=now)
+    assert got["expires"] == int(now) + auth.REQUEST_KEY_SECONDS
+    key = bytes.fromhex(got["key"])
+    mac = auth.hmac.digest(key, PAYLOAD, "sha256").hex()
+    auth.verify_request_mac(SECRET, got["key_id"], "dev-1", "aa" * 32, PAYLOAD, mac, now=now)
+    wrong = {
+        "another device": (SECRET, got["key_id"], "dev-2", "aa" * 32, PAYLOAD, mac, now),
+        "a re-keyed device": (SECRET, got["key_id"], "dev-1", "bb" * 32, PAYLOAD, mac, now),
+        "another secret": (bytes(32), got["key_id"], "dev-1", "aa" * 32, PAYLOAD, mac, now),
+        "another payload": (SECRET, got["key_id"], "dev-1", "aa" * 32, PAYLOAD + b"x", mac, now),
+        "another expiry": (
+            SECRET,
+            f"{got['expires'] - 1}.{got['key_id'].split('.')[1]}",
+            "dev-1",
+            "aa" * 32,
+            PAYLOAD,
+            mac,
+            now,
+        ),
+        "expired": (SECRET, got["key_id"], "dev-1", "aa" * 32, PAYLOAD, mac, now + 3601),
+        "not hex": (SECRET, got["key_id"], "dev-1", "aa" * 32, PAYLOAD, "é" * 64, now),
+    }
+    for what, (secret, kid, cid, pub, msg, m, t) in wrong.items():
+        with pytest.raises(SecurityError, match="^request key"):
+            auth.verify_request_mac(secret, kid, cid, pub, msg, m, now=t)
+        assert what
+
+
+def test_a_key_id_further_ahead_than_a_key_lives_is_refused() -> None:
+    now = 1_800_000_000.0
+    kid = f"{int(now) + auth.REQUEST_KEY_SECONDS + 3600}.{'0' * 32}"
+    key = auth._request_key(SECRET, kid, "dev-1", "aa" * 32)
+    mac = auth.hmac.digest(key, PAYLOAD, "sha256").hex()
+    with pytest.raises(SecurityError, match="expired"):
+        auth.verify_request_mac(SECRET, kid, "dev-1", "aa" * 32, PAYLOAD, mac, now=now)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key_id=st.text(max_size=80), mac=st.text(max_size=80))
+def test_any_malformed_key_id_or_mac_is_a_security_error(key_id: str, mac: str) -> None:
+    with pytest.raises(SecurityError, match="^request key"):
+        auth.verify_request_mac(SECRET, key_id, "dev-1", "aa" * 32, PAYLOAD, mac)
+
+
+def _keyed(d: Any, method: str, path: str, body: bytes = b"") -> dict[str, str]:
+    kid, key, _expires = d._request_key
+    return auth.sign_request_with_key(kid, key, d.client_id, method, path, body)
+
+
+def test_devices_report_with_request_keys_and_the_server_verifies_no_signature(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _round(tmp_path, url) as (http, app, devices, works, run_id, admin):
+        assert all(d._request_key is not None for d in devices)  # opened after enrollment
+        calls: list[str] = []
+        real = auth.verify_signature
+
+        def counted(*args: Any) -> None:
+            calls.append("ed25519")
+            real(*args)
+
+        monkeypatch.setattr(auth, "verify_signature", counted)
+        for d, work in zip(devices, works, strict=True):
+            d._handle(work)  # the upload, authenticated by its request key
+        assert _finish(http, run_id, admin)["status"] == "done"
+        assert calls == []  # not one Ed25519 verification for N uploads
+
+        d, other = devices[0], devices[1]
+        path = "/v1/client/work"
+        assert http.get(path, headers=_keyed(d, "GET", path)).status_code == 200
+        # a wrong MAC, another device's key, a key under another secret: 401 "request key"
+        bad = _keyed(d, "GET", path) | {auth.HEADER_SIGNATURE: "00" * 32}
+        theirs = _keyed(other, "GET", path) | {auth.HEADER_CLIENT: d.client_id}
+        for headers in (bad, theirs):
+            r = http.get(path, headers=headers)
+            assert r.status_code == 401 and r.json()["detail"].startswith("request key"), r.text
+        # a key does not open another: opening one takes the device's signature
+        r = http.post("/v1/client/request-key", headers=_keyed(d, "POST", "/v1/client/request-key"))
+        assert r.status_code == 401 and "signed with the device key" in r.text
+        # registration takes the signature too (the key of the certificate presented)
+        body = json.dumps({"certificate": d._cert}).encode()
+        keyed = _keyed(d, "POST", "/v1/client/register", body)
+        r = http.post("/v1/client/register", content=body, headers=keyed)
+        assert r.status_code == 401 and r.json()["detail"].startswith("request key"), r.text
+        # a keyed write is single-use, as a signed one
+        cin = f"/v1/client/runs/{run_id}/checkin"
+        once = _keyed(d, "POST", cin, b'{"records": 1}')
+        first = http.post(cin, content=b'{"records": 1}', headers=once)
+        again = http.post(cin, content=b'{"records": 1}', headers=once)
+        assert first.status_code != 401, first.text
+        assert again.status_code == 401 and "replayed" in again.text
+        # a revoked device's key is refused as its signature is
+        r = http.post(f"/v1/admin/devices/{other.client_id}/revoke", headers=admin)
+        assert r.status_code == 200, r.text
+        r = http.get(path, headers=_keyed(other, "GET", path))
+        assert r.status_code == 403, r.text
+
+
+def test_a_device_whose_key_the_server_no_longer_knows_signs_and_opens_a_new_one(
+    tmp_path: Path, url: str
+) -> None:
+    with _round(tmp_path, url) as (http, app, devices, works, run_id, admin):
+        d = devices[0]
+        old = d._request_key
+        assert old is not None
+        logged: list[str] = []
+        d.log = logged.append
+        # a key refused a moment after its opening (requests spread over server processes): the
+        # request is signed again at once, and no new key is opened within that minute
+        app.state.device_auth.key_secret = bytes(32)  # every key opened so far is unknown
+        assert d._send("GET", "/v1/client/work", b"").status_code == 200  # re-signed at once
+        assert any("request key refused" in line for line in logged), logged
+        assert d._request_key is None
+        d._send("GET", "/v1/client/work", b"")
+        assert d._request_key is None  # signed, no thrash of keys
+        # a key refused long after its opening (a server restart): the next request opens a new one
+        d._key_opened_at -= 3600
+        d._next_key_try = d._key_opened_at + 60.0
+        d._send("GET", "/v1/client/work", b"")
+        assert d._request_key is not None and d._request_key[0] != old[0]
+        app.state.device_auth.key_secret = bytes(range(32))
+        d._key_opened_at -= 3600
+        assert d._send("GET", "/v1/client/work", b"").status_code == 200
+        d._send("GET", "/v1/client/work", b"")
+        assert d._request_key is not None
+        # an expired key is not used: the device opens a new one first
+        kid, key, _ = d._request_key
+        d._request_key = (kid, key, time.time() + 60)
+        d._send("GET", "/v1/client/work", b"")
+        assert d._request_key is not None and d._request_key[0] != kid
+
+
+def test_a_re_keyed_device_cannot_use_a_key_opened_under_its_old_key(
+    tmp_path: Path, url: str
+) -> None:
+    with _round(tmp_path, url) as (http, app, devices, works, run_id, admin):
+        d = devices[2]
+        stale = _keyed(d, "GET", "/v1/client/work")
+        assert http.post(f"/v1/admin/devices/{d.client_id}/revoke", headers=admin).status_code == 200
+        ident = issue_identity(
+            tmp_path / "authority",
+            d.client_id,
+            "default",
+            tmp_path / "ids" / f"{d.client_id}-new.json",
+        )
+        r = http.post(
+            f"/v1/admin/devices/{d.client_id}/reinstate",
+            json={"certificate": ident["certificate"]},
+            headers=admin,
+        )
+        assert r.status_code == 200 and r.json()["public_key"] != d._cert["body"]["public_key"], r.text
+        r = http.get("/v1/client/work", headers=stale)
+        assert r.status_code == 401 and r.json()["detail"].startswith("request key"), r.text
