@@ -7,8 +7,8 @@ the entry at once) and returns a :class:`SignedRequest`. A state-changing reques
 here: the handler records it with :func:`use_nonce` in the transaction of the request's effect (one commit,
 and a request cut off before its effect committed leaves its nonce unused for the retry).
 
-A device may authenticate with a request key instead of a signature (:func:`fedstats.wire.auth.open_request_key`):
-:meth:`DeviceAuth.open_key` derives one under this process's secret for a device whose request was signed
+A device may authenticate with a request key instead of a signature
+(:func:`fedstats.wire.auth.open_request_key`): :meth:`DeviceAuth.open_key` derives one under this process's secret for a device whose request was signed
 with its Ed25519 key, and :meth:`DeviceAuth.verify` checks the MAC of a request that names it, against
 the same enrolled-device row (revocation, expiry and key changes apply as to signatures).
 """
@@ -218,8 +218,9 @@ class DeviceAuth:
 
         With ``public_key`` given (registration: the key of the certificate presented) the device need
         not be enrolled yet, and a request key is not accepted: only the Ed25519 signature. A request
-        naming a request key (``X-Fedstats-Key-Id``) is checked by its MAC against the enrolled key. Blocking when the device's row is not cached (or is stale and
-        ``stale_ok`` is False; with it True a stale row is used, and the caller confirms it).
+        naming a request key (``X-Fedstats-Key-Id``) is checked by its MAC against the enrolled key.
+        Blocking when the device's row is not cached (or is stale and ``stale_ok`` is False; with it
+        True a stale row is used, and the caller confirms it).
 
         Raises
         ------
