@@ -1,4 +1,5 @@
-"""Shared fixtures: the location of ../shared/data and seeded randomness."""
+"""Shared fixtures (the location of ../shared/data, seeded randomness), and how pytest-xdist groups and
+orders the tests (`make test`: `-n 2 --dist loadgroup --no-loadscope-reorder`)."""
 
 from __future__ import annotations
 
