@@ -42,7 +42,7 @@ docs-check: install
 	  if [ $$rc -ne 0 ]; then echo "mkdocs build --strict failed"; fi; exit $$rc
 
 test: lint docs-check
-	$(BIN)/pytest -q -n 2 --dist loadgroup --doctest-modules src/fedstats tests
+	$(BIN)/pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --doctest-modules src/fedstats tests
 
 bench: install
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done

@@ -1,4 +1,5 @@
-"""Shared fixtures: the location of ../shared/data and seeded randomness."""
+"""Shared fixtures (the location of ../shared/data, seeded randomness), and how pytest-xdist groups and
+orders the tests (`make test`: `-n 2 --dist loadgroup --no-loadscope-reorder`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+
+try:  # pytest >= 9.2: structured node ids (see pytest_collection_modifyitems)
+    from _pytest.nodeid import NodeId
+except ImportError:  # older pytest: pytest-xdist's own suffix takes effect
+    NodeId = None
 
 from fedstats.randomness import RandomSource
 
@@ -34,14 +40,78 @@ def randomness() -> RandomSource:
     return RandomSource(seed=20261120)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the ``xdist_group`` tests first (stable order otherwise).
+# Tests that take tens of seconds on their own (``--durations``, 2-core machine): handed out first, so that
+# none of them starts last and leaves the other worker idle at the end. Substrings of node ids.
+SLOW_FIRST = (
+    "test_service_malicious.py::",
+    "test_deploy_walkthrough.py::test_the_walkthrough_runs_on_",
+    "test_reproduce_performance_gap.py::test_rerun_reuses_the_cells",
+    "test_aggregate_route.py::test_bit_pushing_aggregate_form_matches_its_encoder[exact-1]",
+    "test_cli_admin.py::test_an_operator_runs_a_task_from_the_cli",
+    "test_reproduce_fed_chi2.py::test_quick_reproduction_cli",
+    "test_prio3_service.py::test_network_demo_two_aggregator_processes",
+    "test_aggregate_route.py::test_bit_pushing_aggregate_form_matches_its_encoder[exact-2]",
+    "test_reproduce_performance_gap.py::test_reproduce_performance_gap_quick",
+)
 
-    Under ``--dist loadgroup`` the ``machine-load`` group (the 100-process Adult test and the tests whose
-    deadlines must not run beside it) runs on one worker, one test after the other (about 400 s in CI);
-    started first, it overlaps the rest of the suite on the other worker instead of trailing it.
+
+def _group(item: pytest.Item) -> str | None:
+    """The item's ``xdist_group``: its marks' names (joined as pytest-xdist joins them), else its module.
+
+    A test that uses a module-scoped fixture of its own module (a server deployment, a Monte Carlo run
+    shared by several tests) is grouped with the rest of its module: set up once, on one worker, instead
+    of once on each worker that happens to run one of its tests.
     """
-    first = [it for it in items if it.get_closest_marker("xdist_group") is not None]
-    if first:
-        rest = [it for it in items if it.get_closest_marker("xdist_group") is None]
-        items[:] = first + rest
+    names = {
+        str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+        for m in item.iter_markers("xdist_group")
+    }
+    if names:
+        return "_".join(sorted(names))
+    module = item.nodeid.split("::", 1)[0]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in getattr(info, "name2fixturedefs", {}).values():
+        if any(d.scope == "module" and d.baseid == module for d in defs):
+            return module.rsplit("/", 1)[-1].removesuffix(".py")
+    return None
+
+
+def _slow_rank(item: pytest.Item) -> int:
+    """The index of the item in :data:`SLOW_FIRST`, or its length."""
+    for i, part in enumerate(SLOW_FIRST):
+        if part in item.nodeid:
+            return i
+    return len(SLOW_FIRST)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group and order the tests for ``--dist loadgroup``, and make pytest-xdist see the groups.
+
+    Under ``--dist loadgroup`` a group runs on one worker, one test after the other, and with
+    ``--no-loadscope-reorder`` (``make test``) the groups and tests are handed out in this order: the
+    marked groups first (the ``machine-load`` group, the 100-process Adult test and the tests whose
+    deadlines must not run beside it, starts at once and overlaps the rest of the suite on the other
+    worker instead of trailing it), then the module groups, then the other tests, each part with the
+    tests of :data:`SLOW_FIRST` first (stable order otherwise).
+
+    pytest-xdist (3.8) tells the scheduler a test's group by appending ``@group`` to its node id through
+    ``item._nodeid``; since pytest 9.2 the id lives in ``item._id`` (a ``NodeId``) and that write has no
+    effect: every group was silently spread over both workers (pytest-xdist issue #1386). On a worker
+    of a ``loadgroup`` run, every grouped test's id gets its suffix here, through the structured id.
+    """
+    groups = {id(it): _group(it) for it in items}
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        marked = item.get_closest_marker("xdist_group") is not None
+        return (0 if marked else 1 if groups[id(item)] is not None else 2), _slow_rank(item)
+
+    items.sort(key=order)
+    if not getattr(config.option, "loadgroup", False) or NodeId is None:
+        return
+    for item in items:
+        group = groups[id(item)]
+        if group is None or not hasattr(item, "_id"):
+            continue
+        suffix = f"@{group}"
+        if not item.nodeid.endswith(suffix):  # a pytest-xdist that sets it itself
+            item._id = NodeId.parse(item.nodeid + suffix)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,3 +202,69 @@ def test_version_with_standard_output_closed_is_one_error_line() -> None:
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot write the output"), lines
+
+
+def test_a_device_reading_a_small_integer_csv_loads_no_pandas(tmp_path: Path) -> None:
+    """``fedstats client run`` on a table of category codes starts without pandas (a quarter of its
+    start-up; the Adult test starts 100 of them)."""
+    from fedstats.wire.enrollment import init_authority, issue_identity
+
+    init_authority(tmp_path / "auth")
+    issue_identity(tmp_path / "auth", "d0", "default", tmp_path / "d0.json")
+    (tmp_path / "d0.csv").write_text("x,y\n1,0\n15,1\n")
+    got = _loaded_after(
+        _script(
+            *f"client run --server https://127.0.0.1:9 --identity {tmp_path / 'd0.json'} "
+            f"--data {tmp_path / 'd0.csv'} --connect-timeout 0.1 --allow-non-private".split()
+        )
+    )
+    assert got["code"] == 1 and "connection refused" in got["stderr"], got["stderr"]
+    assert "fedstats.client" in got["modules"]
+    assert not got["modules"] & {"pandas", "pyarrow", "scipy"}
+
+
+@pytest.mark.parametrize(
+    ("text", "fast"),
+    [
+        ("x,y\n1,2\n3,4\n", True),
+        ("x,y\r\n1,2\r\n-3,004\r\n", True),
+        ('x,"y"\n"1",2\n3,4\n', True),
+        ("x[0],x[1],g\n1,2,0\n3,4,1\n", True),
+        ("a\n-0\n123456789012345678\n", True),
+        ("0,1\n5,6\n", True),
+        ("a,b\n1,2.5\n", False),
+        ("a,b\n1,\n", False),
+        ("a,b\n1,2\n\n3,4\n", False),
+        ("a,a\n1,2\n", False),
+        ("a, b\n1,2\n", False),
+        ("\ufeffa,b\n1,2\n", False),
+        ("a\nNA\n", False),
+        ("a\n+1\n", False),
+        ("a\n 1\n", False),
+        ("a,b\n1,2,3\n", False),
+        ("a\n1234567890123456789\n", False),
+    ],
+)
+def test_a_device_reads_an_integer_csv_without_pandas_exactly_as_pandas_does(
+    tmp_path: Path, text: str, fast: bool
+) -> None:
+    """The columns (names, dtypes, values) are pandas' own; any other file is left to pandas."""
+    import numpy as np
+    import pandas as pd
+
+    from fedstats.client import _integer_csv, load_data
+
+    path = tmp_path / "data.csv"
+    path.write_text(text, encoding="utf-8")
+    plain = _integer_csv(path)
+    assert (plain is not None) == fast
+    frame = pd.read_csv(path)
+    expected = {str(c): frame[c].to_numpy() for c in frame.columns}
+    if plain is not None:
+        assert list(plain) == list(expected)
+        for name, column in expected.items():
+            assert plain[name].dtype == column.dtype and np.array_equal(plain[name], column)
+    got = load_data(path)
+    if "x[0]" not in expected:
+        assert list(got) == list(expected)
+        assert all(np.array_equal(got[c], expected[c], equal_nan=True) for c in expected)
