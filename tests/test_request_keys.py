@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,21 @@ from hypothesis import strategies as st
 from fedstats.errors import SecurityError
 from fedstats.wire import auth
 from fedstats.wire.enrollment import issue_identity
-from test_service_hot_path import _finish, _round, url  # noqa: F401 (the url fixture)
+from service_helpers import pg_reachable, pg_schema
+from test_service_hot_path import _finish, _round
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "postgresql":
+        why = pg_reachable()
+        if why is not None:
+            pytest.skip(why)
+        with pg_schema() as u:
+            yield u
+        return
+    yield f"sqlite:///{tmp_path / 'keys.db'}"
+
 
 SECRET = bytes(range(32))
 PAYLOAD = auth.signing_payload("GET", "/v1/client/work", "1700000000", "ab" * 16, b"")
@@ -52,7 +67,7 @@ def test_a_request_key_verifies_only_its_own_payload_device_key_and_secret() -> 
         "not hex": (SECRET, got["key_id"], "dev-1", "aa" * 32, PAYLOAD, "é" * 64, now),
     }
     for what, (secret, kid, cid, pub, msg, m, t) in wrong.items():
-        with pytest.raises(SecurityError, match="^request key"):
+        with pytest.raises(SecurityError, match=r"^request key"):
             auth.verify_request_mac(secret, kid, cid, pub, msg, m, now=t)
         assert what
 
@@ -69,7 +84,7 @@ def test_a_key_id_further_ahead_than_a_key_lives_is_refused() -> None:
 @settings(max_examples=200, deadline=None)
 @given(key_id=st.text(max_size=80), mac=st.text(max_size=80))
 def test_any_malformed_key_id_or_mac_is_a_security_error(key_id: str, mac: str) -> None:
-    with pytest.raises(SecurityError, match="^request key"):
+    with pytest.raises(SecurityError, match=r"^request key"):
         auth.verify_request_mac(SECRET, key_id, "dev-1", "aa" * 32, PAYLOAD, mac)
 
 
@@ -79,9 +94,9 @@ def _keyed(d: Any, method: str, path: str, body: bytes = b"") -> dict[str, str]:
 
 
 def test_devices_report_with_request_keys_and_the_server_verifies_no_signature(
-    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with _round(tmp_path, url) as (http, app, devices, works, run_id, admin):
+    with _round(tmp_path, db_url) as (http, _app, devices, works, run_id, admin):
         assert all(d._request_key is not None for d in devices)  # opened after enrollment
         calls: list[str] = []
         real = auth.verify_signature
@@ -128,9 +143,9 @@ def test_devices_report_with_request_keys_and_the_server_verifies_no_signature(
 
 
 def test_a_device_whose_key_the_server_no_longer_knows_signs_and_opens_a_new_one(
-    tmp_path: Path, url: str
+    tmp_path: Path, db_url: str
 ) -> None:
-    with _round(tmp_path, url) as (http, app, devices, works, run_id, admin):
+    with _round(tmp_path, db_url) as (_http, app, devices, _works, _run_id, _admin):
         d = devices[0]
         old = d._request_key
         assert old is not None
@@ -162,12 +177,14 @@ def test_a_device_whose_key_the_server_no_longer_knows_signs_and_opens_a_new_one
 
 
 def test_a_re_keyed_device_cannot_use_a_key_opened_under_its_old_key(
-    tmp_path: Path, url: str
+    tmp_path: Path, db_url: str
 ) -> None:
-    with _round(tmp_path, url) as (http, app, devices, works, run_id, admin):
+    with _round(tmp_path, db_url) as (http, _app, devices, _works, _run_id, admin):
         d = devices[2]
         stale = _keyed(d, "GET", "/v1/client/work")
-        assert http.post(f"/v1/admin/devices/{d.client_id}/revoke", headers=admin).status_code == 200
+        assert (
+            http.post(f"/v1/admin/devices/{d.client_id}/revoke", headers=admin).status_code == 200
+        )
         ident = issue_identity(
             tmp_path / "authority",
             d.client_id,
@@ -179,6 +196,8 @@ def test_a_re_keyed_device_cannot_use_a_key_opened_under_its_old_key(
             json={"certificate": ident["certificate"]},
             headers=admin,
         )
-        assert r.status_code == 200 and r.json()["public_key"] != d._cert["body"]["public_key"], r.text
+        assert r.status_code == 200 and r.json()["public_key"] != d._cert["body"]["public_key"], (
+            r.text
+        )
         r = http.get("/v1/client/work", headers=stale)
         assert r.status_code == 401 and r.json()["detail"].startswith("request key"), r.text
