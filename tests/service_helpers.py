@@ -53,6 +53,20 @@ def pg_reachable() -> str | None:
 
 
 @contextmanager
+def store_url(kind: str, sqlite_file: Path) -> Iterator[str]:
+    """The URL of a fresh store of ``kind`` ("sqlite": ``sqlite_file``; "postgresql": a schema of its own,
+    dropped afterwards); a PostgreSQL that cannot be reached skips the test (fails it in CI)."""
+    if kind == "postgresql":
+        why = pg_reachable()
+        if why is not None:
+            pytest.skip(why)
+        with pg_schema() as u:
+            yield u
+        return
+    yield f"sqlite:///{sqlite_file}"
+
+
+@contextmanager
 def pg_schema() -> Iterator[str]:
     """A fresh PostgreSQL schema, dropped afterwards; yields a URL whose search_path is that schema."""
     import psycopg

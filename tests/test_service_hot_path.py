@@ -46,21 +46,15 @@ from fedstats.service.store import open_store
 from fedstats.wire import auth
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
 from fedstats.wire.tasks import sign_task
-from service_helpers import pg_reachable, pg_schema
+from service_helpers import store_url
 
 N = 12
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "postgresql":
-        why = pg_reachable()
-        if why is not None:
-            pytest.skip(why)
-        with pg_schema() as u:
-            yield u
-        return
-    yield f"sqlite:///{tmp_path / 'group.db'}"
+    with store_url(request.param, tmp_path / "group.db") as u:
+        yield u
 
 
 class _Captured(Exception):

@@ -138,8 +138,8 @@ PING_AFTER_IDLE = 2.0
 """Seconds a pooled PostgreSQL connection may sit unused before its next checkout pings the server.
 
 A connection returned less than this ago is used as it is: a ping per checkout (SQLAlchemy's
-``pool_pre_ping``) is one more round trip in every transaction, and a quiet server's one-statement
-requests (a device's poll, a lone upload) paid about a tenth of their CPU for it (``benchmarks/service.py``).
+``pool_pre_ping``) is one more round trip in every transaction, most of which are one statement (a
+device's poll, an upload batch).
 A connection that broke meanwhile (the database restarted) fails its first statement instead: SQLAlchemy
 then marks every pooled connection invalid and the request is answered 503 with ``Retry-After`` (devices
 retry it), as a request in flight during the restart is.
