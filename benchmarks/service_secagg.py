@@ -51,7 +51,10 @@ For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
    * the server process's CPU seconds (``utime + stime`` from ``/proc/<pid>/stat``) from just before the
      run is created to its release, and its peak RSS (``VmHWM``, reset through ``clear_refs`` before the run
      when the kernel allows it, else since the process started);
-   * the run's phases: check-in, seeding (commit-then-reveal), each round, and the total;
+   * the run's phases: check-in, seeding (commit-then-reveal), each round, and the total; and the CPU
+     seconds of the server and of the device processes in each phase (``cpu_by_phase``: both sampled
+     every 0.25 s and interpolated at the journal's phase boundaries). A round's wall time and server CPU
+     are issue 28's "secure round" numbers; check-in and seeding are the run's, before its first round;
    * the server's protocol CPU alone: every session replayed in the benchmark process from the journal
      (:func:`protocol_replay`: the journaled device messages fed to a fresh ``SecAggServer``, no HTTP,
      TLS, signatures or store), checked to give the journaled sum.
@@ -731,6 +734,73 @@ def _stop_all(procs: list[Any], go: Any) -> None:
             p.join(5)
 
 
+class CpuSampler:
+    """Samples the CPU seconds of the server and of the device processes every ``period`` seconds.
+
+    Each sample is ``(time.time(), server CPU, devices' CPU)``: the journal's timestamps are
+    ``time.time()``, so a phase's CPU is the difference of the samples interpolated at its ends
+    (:meth:`between`); the error is at most one period's CPU at each end.
+    """
+
+    def __init__(self, server_pid: int, device_pids: list[int], period: float = 0.25) -> None:
+        self.server_pid, self.device_pids, self.period = server_pid, device_pids, period
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> None:
+        devices = 0.0
+        for p in self.device_pids:
+            with contextlib.suppress(OSError):
+                devices += proc_cpu_seconds(p)
+        self.samples.append((time.time(), proc_cpu_seconds(self.server_pid), devices))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(OSError):
+                self._sample()
+            self._stop.wait(self.period)
+
+    def start(self) -> None:
+        self._sample()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        with contextlib.suppress(OSError):
+            self._sample()
+
+    def at(self, t: float) -> tuple[float, float]:
+        """The (server, devices) CPU seconds at wall time ``t``, linearly interpolated."""
+        times = [s[0] for s in self.samples]
+        return (
+            float(np.interp(t, times, [s[1] for s in self.samples])),
+            float(np.interp(t, times, [s[2] for s in self.samples])),
+        )
+
+    def between(self, t0: float, t1: float) -> dict[str, float]:
+        """Server and devices' CPU seconds spent from wall time ``t0`` to ``t1``."""
+        (s0, d0), (s1, d1) = self.at(t0), self.at(t1)
+        return {"server_cpu_seconds": s1 - s0, "device_cpu_seconds": d1 - d0}
+
+
+def _phase_cpu(journal: dict[str, Any], sampler: CpuSampler, created: float) -> dict[str, Any]:
+    """Server and device CPU per phase of the run (check-in, seeding, each round), from the samples."""
+    rounds = journal.get("rounds", [])
+    ph = journal.get("phases", {})
+    start = created + ph.get("checkin_seconds", 0.0)
+    seeded = start + ph.get("seeding_seconds", 0.0)
+    out: dict[str, Any] = {
+        "checkin": sampler.between(created, start),
+        "seeding": sampler.between(start, seeded),
+        "rounds": [
+            sampler.between(r["opened_at"], r["opened_at"] + r["round_seconds"]) for r in rounds
+        ],
+    }
+    return out
+
+
 def _summary(values: list[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=float)
     return {"mean": float(a.mean()), "max": float(a.max()), "min": float(a.min())}
@@ -858,6 +928,8 @@ def bench_fedstats(
         with server.admin() as a:
             r = a.post("/v1/admin/tasks", json=sign_task(task, analyst))
             r.raise_for_status()
+            sampler = CpuSampler(pid, [int(w.pid) for w in workers])
+            sampler.start()
             cpu0 = proc_cpu_seconds(pid)
             t0 = time.perf_counter()
             r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
@@ -870,6 +942,7 @@ def bench_fedstats(
             status = _wait_run(db, run_id, timeout)
             wall = time.perf_counter() - t0
             cpu_run = proc_cpu_seconds(pid) - cpu0
+            sampler.stop()
             hwm = proc_status_kib(pid, "VmHWM")
             result.update(  # kept even if the run did not finish
                 wall_seconds=wall,
@@ -923,6 +996,7 @@ def bench_fedstats(
             (d["sequence"] for d in devices if d.get("sequence")), None
         )
         result["journal"] = _journal(db, run_id)
+        result["cpu_by_phase"] = _phase_cpu(result["journal"], sampler, _run_created(db, run_id))
         if view["status"] == "done":
             replay = protocol_replay(db, run_id)
             result["protocol_replay"] = replay
@@ -1386,6 +1460,14 @@ def main() -> None:
             f"error {ours.get('error')}",
             flush=True,
         )
+        rounds_wall = (ours.get("journal") or {}).get("phases", {}).get("rounds_seconds", [])
+        rounds_cpu = (ours.get("cpu_by_phase") or {}).get("rounds", [])
+        for i, (w, c) in enumerate(zip(rounds_wall, rounds_cpu, strict=False)):
+            print(
+                f"  round {i}: wall {w:.1f} s, server CPU {c['server_cpu_seconds']:.1f} s, "
+                f"devices' CPU {c['device_cpu_seconds']:.1f} s",
+                flush=True,
+            )
         if use_flower:
             lengths = [sum(SHAPE), args.encoding_size]
             fl = bench_flower(n, lengths, timeout=args.flower_timeout)
