@@ -18,6 +18,9 @@ Both servers run without a log line per request (the minimal app under ``uvicorn
 fedstats with ``--no-access-log``); ``--access-log`` turns fedstats's JSON access log on.
 
 Full numbers: ``python benchmarks/service.py --clients 10000 --procs 4`` (from ``benchmarks/``).
+``--concurrency 1 --procs 1`` offers one device at a time (every batch holds one request): the fixed
+cost per report of each app, independent of how busy the machine is; ``--output NAME`` writes
+``results/NAME.json`` instead of the issue's file.
 """
 
 from __future__ import annotations
@@ -138,12 +141,12 @@ async def _client(
         out.append(time.perf_counter() - t0)
 
 
-def _worker(args: tuple[list[str], str, list[tuple[Any, ...]], str, Any]) -> list[Any]:
-    urls, ca, clients, phase, _ = args
+def _worker(args: tuple[list[str], str, list[tuple[Any, ...]], str, int | None]) -> list[Any]:
+    urls, ca, clients, phase, concurrency = args
 
     async def main() -> list[Any]:
         lat: list[Any] = []  # latencies (report phase), or (client id, request key) (join phase)
-        sem = asyncio.Semaphore(100)
+        sem = asyncio.Semaphore(concurrency or 100)
         limits = httpx.Limits(max_connections=100)
         ctx = ssl.create_default_context(cafile=ca)
         https = [
@@ -201,14 +204,22 @@ def _wait_healthy(url: str, ctx: ssl.SSLContext) -> None:
 
 
 def _measure(
-    pids: list[int], urls: list[str], ca: str, clients: list[Any], procs: int
+    pids: list[int],
+    urls: list[str],
+    ca: str,
+    clients: list[Any],
+    procs: int,
+    concurrency: int = 100,
 ) -> dict[str, Any]:
-    """Run the report phase against ``urls`` (clients spread over them); CPU and latency of it."""
+    """Run the report phase against ``urls`` (clients spread over them); CPU and latency of it.
+
+    ``concurrency``: devices in their report phase at once per load-generator process.
+    """
     parts = [clients[i::procs] for i in range(procs)]
     cpu0 = sum(_proc_cpu_seconds(p) for p in pids)
     t0 = time.perf_counter()
     with mp.get_context("spawn").Pool(procs) as pool:
-        lats = pool.map(_worker, [(urls, ca, p, "report", None) for p in parts])
+        lats = pool.map(_worker, [(urls, ca, p, "report", concurrency) for p in parts])
     elapsed = time.perf_counter() - t0
     cpu = sum(_proc_cpu_seconds(p) for p in pids) - cpu0
     lat = np.concatenate([np.asarray(x) for x in lats]) * 1000.0
@@ -243,6 +254,7 @@ def bench_fedstats(
     n_servers: int = 1,
     profile: Path | None = None,
     access_log: bool = False,
+    concurrency: int = 100,
 ) -> tuple[dict[str, Any], bytes]:
     """One local-DP round on ``n_servers`` fedstats server processes sharing ``db``.
 
@@ -347,7 +359,7 @@ def bench_fedstats(
         work = _served_work(urls[0], ctx, clients[0])
         if profile is not None:
             servers[0].send_signal(signal.SIGUSR1)  # profile the report phase only
-        row = _measure([s.pid for s in servers], urls, ca, clients, procs)
+        row = _measure([s.pid for s in servers], urls, ca, clients, procs, concurrency)
         while admin.get(f"/v1/admin/runs/{rid}").json()["status"] not in ("done", "aborted"):
             time.sleep(0.05)
         view = admin.get(f"/v1/admin/runs/{rid}").json()
@@ -361,6 +373,7 @@ def bench_fedstats(
             "db": db.split(":")[0],
             "server_processes": n_servers,
             "client_processes": procs,
+            "concurrency_per_client_process": concurrency,
             "access_log": access_log,
             "status": view["status"],
             "accepted_by_first_process": accepted,
@@ -388,7 +401,9 @@ def _served_work(url: str, ctx: ssl.SSLContext, client: Any) -> bytes:
     raise RuntimeError("the round did not open")
 
 
-def bench_minimal(db: str, n: int, procs: int, root: Path, work: bytes) -> dict[str, Any]:
+def bench_minimal(
+    db: str, n: int, procs: int, root: Path, work: bytes, concurrency: int = 100
+) -> dict[str, Any]:
     """The same report phase against the minimal app (:mod:`_minimal_app`) on the same TLS stack."""
     certs = make_dev_certificates(root / "tls-minimal", ["127.0.0.1"])
     (root / "work.json").write_bytes(work)
@@ -431,11 +446,17 @@ def bench_minimal(db: str, n: int, procs: int, root: Path, work: bytes) -> dict[
     )
     try:
         _wait_healthy(url, ssl.create_default_context(cafile=str(certs["ca"])))
-        row = _measure([server.pid], [url], str(certs["ca"]), clients, procs)
+        row = _measure([server.pid], [url], str(certs["ca"]), clients, procs, concurrency)
     finally:
         _stop([server])
     row.update(
-        {"app": "minimal", "db": db.split(":")[0], "server_processes": 1, "client_processes": procs}
+        {
+            "app": "minimal",
+            "db": db.split(":")[0],
+            "server_processes": 1,
+            "client_processes": procs,
+            "concurrency_per_client_process": concurrency,
+        }
     )
     return row
 
@@ -470,9 +491,10 @@ def _fed(
     n_servers: int = 1,
     profile: Path | None = None,
     access_log: bool = False,
+    concurrency: int = 100,
 ) -> Any:
     root.mkdir(parents=True, exist_ok=True)
-    return bench_fedstats(db, n, procs, root, n_servers, profile, access_log)
+    return bench_fedstats(db, n, procs, root, n_servers, profile, access_log, concurrency)
 
 
 def main() -> None:
@@ -498,6 +520,18 @@ def main() -> None:
         "--access-log",
         action="store_true",
         help="run fedstats with its JSON access log on (default off, as the minimal app's uvicorn)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=100,
+        help="devices in their report phase at once per load-generator process (1 with --procs 1:"
+        " one request at a time, every batch of one: the per-request fixed cost)",
+    )
+    p.add_argument(
+        "--output",
+        default="service",
+        help="results name under results/ (default service: the issue's numbers)",
     )
     p.add_argument(
         "--skip-minimal",
@@ -529,6 +563,7 @@ def main() -> None:
                     root=root,
                     profile=prof,
                     access_log=a.access_log,
+                    concurrency=a.concurrency,
                 ),
             )
             if got is None:
@@ -548,7 +583,14 @@ def main() -> None:
             minimal = _with_db(
                 kind,
                 root,
-                functools.partial(bench_minimal, n=a.clients, procs=a.procs, root=root, work=work),
+                functools.partial(
+                    bench_minimal,
+                    n=a.clients,
+                    procs=a.procs,
+                    root=root,
+                    work=work,
+                    concurrency=a.concurrency,
+                ),
             )
             emit(minimal)
             ratios[kind] = ours["server_cpu_ms_per_report"] / minimal["server_cpu_ms_per_report"]
@@ -566,11 +608,12 @@ def main() -> None:
                             root=root / f"x{k}",
                             n_servers=k,
                             access_log=a.access_log,
+                            concurrency=a.concurrency,
                         ),
                     )
                     emit(row)
     out = write_results(
-        "service",
+        a.output,
         {
             "command": " ".join(["python", "benchmarks/service.py", *sys.argv[1:]]),
             "cpu_ratio_vs_minimal": ratios,
