@@ -16,8 +16,11 @@ The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
         --stage-seconds 45 --wait 25 --timeout 480 --output service_secagg_secure_n1000
 
 (the stage deadline must exceed the slowest stage every device answers, the advertise stage of 1,000
-simulated devices on this machine; the masked-input stage then waits for it, reported apart as
-``deadline_wait_seconds``; see the results' ``note``.)
+simulated devices on this machine; the masked-input stage then closes once its quorum answered and
+5 s passed without a message, reported apart as ``deadline_wait_seconds``; see the results' ``note``.)
+The target is read per secure round: each round's wall time (``journal.phases.rounds_seconds``, from
+its opening to its sum journaled) and the server's CPU in it (``cpu_by_phase.rounds``); the run's
+check-in and seeding come before its first round and are reported beside them.
 
 ``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
 devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the

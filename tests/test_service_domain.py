@@ -23,7 +23,7 @@ import pytest
 
 from fedstats import wire
 from fedstats.engine.rounds import ClientBatch, Round, RoundSum
-from fedstats.errors import BudgetExceededError, DataError, FedstatsError
+from fedstats.errors import BudgetExceededError, DataError, FedstatsError, SecurityError
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import idempotency, ledger, runs, tasks
 from fedstats.service.domain.driver import Driver
@@ -202,13 +202,20 @@ def test_local_dp_run_matches_the_library(memory: MemoryStore, tmp_path: Path) -
         with pytest.raises(BudgetExceededError):
             runs.create_run(tx, tid, "alice")
         assert len(tx.page_runs(10, 0)[0]) == 1
+    # a device of another population is refused before anything is written, also once checked in
+    with memory.transaction() as tx:
+        with pytest.raises(SecurityError, match="another population"):
+            runs.checkin(tx, rid, devices[0], 1, population="elsewhere")
+        assert tx.cohort(rid) == (0, 0)
     slots = {}
     for cid in devices:
         with memory.transaction() as tx:
-            got = runs.checkin(tx, rid, cid, 1)
+            got = runs.checkin(tx, rid, cid, 1, population="default")
             slots[cid] = (got["slot_start"], got["slot_count"])
         with memory.transaction() as tx:  # idempotent
             assert runs.checkin(tx, rid, cid, 3) == got
+            with pytest.raises(SecurityError):
+                runs.checkin(tx, rid, cid, 1, population="elsewhere")
     assert sorted(s for s, _c in slots.values()) == list(range(N))
     drv = Driver(memory, lease_seconds=30.0, owner="server-a")
     view = _drive(memory, drv, rid, devices)

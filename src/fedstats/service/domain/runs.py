@@ -179,16 +179,25 @@ def load_run(session: TxLike, run_id: str, *, lock: bool = False) -> Any:
 
 
 def checkin(
-    tx: TxLike, run_id: str, client_id: str, records: int, commitment: str | None = None
+    tx: TxLike,
+    run_id: str,
+    client_id: str,
+    records: int,
+    commitment: str | None = None,
+    *,
+    population: str | None = None,
 ) -> dict[str, int]:
     """Add a device to a run's cohort; idempotent (a second check-in returns the same slots).
 
     ``commitment`` (64 hex digits, :func:`fedstats.wire.seeding.commitment`) is required by a secure
     task and refused otherwise. The run row is locked (check-ins of one run are serialized, so slots
-    never overlap); the cohort so far is read as one aggregate row.
+    never overlap); the cohort so far is read as one aggregate row. ``population``: the device's
+    (from its certificate); given, a run of another population is refused before anything else.
 
     Raises
     ------
+    SecurityError
+        If ``population`` is given and the run's task is for another population.
     ConflictError
         If the check-in is closed or the cohort already has ``cohort_size`` devices.
     ParameterError
@@ -198,12 +207,14 @@ def checkin(
         raise ParameterError("records", records, "an integer >= 1")
     tx = as_tx(tx)
     run = load_run(tx, run_id, lock=True)
+    cfg = task_config(tx, run.task_id)
+    if population is not None and cfg["privacy"]["population"] != population:
+        raise SecurityError("this run is for another population")
     m = tx.member(run_id, client_id)
     if m is not None:
         return {"slot_start": m[0], "slot_count": m[1]}
     if run.status != "checkin" or time.time() > run.checkin_deadline:
         raise ConflictError(f"run {run_id} is not accepting check-ins")
-    cfg = task_config(tx, run.task_id)
     if cfg.get("secure_aggregation") is not None:
         if not (isinstance(commitment, str) and len(commitment) == 64):
             raise ParameterError("commitment", commitment, "64 hex digits (a secure task)")

@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
 from fedstats.errors import SecurityError
-from fedstats.service.domain import runs, tasks
+from fedstats.service.domain import runs
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest, use_nonce
 from fedstats.service.http.edge import BadJSON, StrictRoute, request_headers, strict_loads
@@ -695,10 +695,9 @@ def device_router(
             with store.transaction() as tx:
                 use_nonce(tx, req.nonce)
                 device.confirm(tx, req)
-                conf = tasks.task_config(tx, runs.load_run(tx, run_id).task_id)
-                if conf["privacy"]["population"] != req.population:
-                    raise SecurityError("this run is for another population")
-                return runs.checkin(tx, run_id, req.client_id, records, commitment)
+                return runs.checkin(
+                    tx, run_id, req.client_id, records, commitment, population=req.population
+                )
 
         out = dict(await offload(go))
         wakeup.set()  # the cohort may be complete: let the driver close check-in now
