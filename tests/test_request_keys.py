@@ -194,3 +194,71 @@ def test_a_re_keyed_device_cannot_use_a_key_opened_under_its_old_key(
         )
         r = http.get("/v1/client/work", headers=stale)
         assert r.status_code == 401 and r.json()["detail"].startswith("request key"), r.text
+
+
+def test_server_processes_sharing_a_secret_accept_each_others_keys(
+    tmp_path: Path, db_url: str
+) -> None:
+    """``request_key_secret`` (``fedstats server --request-key-secret``): a key opened on one process
+    authenticates the device on another process given the same secret (several servers behind one
+    balancer, or a restart); a process with its own random secret refuses it ("request key")."""
+    from fastapi.testclient import TestClient
+
+    from fedstats.service.http.app import ServerSettings, create_app
+    from fedstats.service.store import open_store
+
+    shared = bytes(range(100, 132))
+    with _round(tmp_path, db_url, request_key_secret=shared) as (http, _a, devices, _w, _r, _adm):
+        d = devices[0]
+        assert d._request_key is not None  # opened on the first process, under the shared secret
+        path = "/v1/client/work"
+        assert http.get(path, headers=_keyed(d, "GET", path)).status_code == 200
+        store = open_store(db_url)
+        try:
+            same = create_app(store, ServerSettings(request_key_secret=shared), run_driver=False)
+            other = create_app(store, ServerSettings(), run_driver=False)
+            with TestClient(same) as second, TestClient(other) as third:
+                r = second.get(path, headers=_keyed(d, "GET", path))
+                assert r.status_code == 200, r.text
+                assert [x["run_id"] for x in r.json()["rounds"]] == [_r]
+                r = third.get(path, headers=_keyed(d, "GET", path))
+                assert r.status_code == 401 and r.json()["detail"].startswith("request key"), r.text
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (None, "a readable file of hex digits"),
+        ("not hex at all", "a readable file of hex digits"),
+        ("ab" * 31, "at least 32 bytes"),
+    ],
+)
+def test_the_server_refuses_a_bad_request_key_secret_in_one_line(
+    tmp_path: Path, content: str | None, why: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from fedstats.cli.app import app
+
+    secret = tmp_path / "secret.hex"
+    if content is not None:
+        secret.write_text(content + "\n")
+    db = f"sqlite:///{tmp_path / 'never.db'}"
+    res = CliRunner().invoke(app, ["server", "--db", db, "--request-key-secret", str(secret)])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--request-key-secret" in lines[0] and why in lines[0], lines
+    assert not (tmp_path / "never.db").exists()
+
+
+def test_a_secret_file_of_64_hex_digits_is_read_whitespace_ignored(tmp_path: Path) -> None:
+    from fedstats.cli.server import read_key_secret
+    from fedstats.service.http.deps import DeviceAuth
+
+    f = tmp_path / "secret.hex"
+    f.write_text("  " + "0f" * 16 + "\n" + "a0" * 16 + "\n")
+    assert read_key_secret(f) == bytes.fromhex("0f" * 16 + "a0" * 16)
+    with pytest.raises(ValueError, match="key_secret"):
+        DeviceAuth(None, 300.0, None, key_secret=b"short")  # type: ignore[arg-type]

@@ -144,6 +144,16 @@ def serve(
             "--vdaf-batch-size", min=1, max=100_000, help="Reports per Prio3 aggregation job."
         ),
     ] = 1000,
+    request_key_secret: Annotated[
+        Path | None,
+        typer.Option(
+            "--request-key-secret",
+            envvar="FEDSTATS_REQUEST_KEY_SECRET_FILE",
+            help="File holding the secret (64+ hex digits, e.g. from `openssl rand -hex 32`) devices'"
+            " request keys are derived under: server processes behind one balancer given the same file"
+            " accept each other's keys (default: a random secret per process).",
+        ),
+    ] = None,
     crash_after: Annotated[
         str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
     ] = None,
@@ -155,6 +165,7 @@ def serve(
         raise ParameterError("--tls-cert/--tls-key", "one of them", "both or neither")
     if vdaf_peer_ca is not None and not vdaf_peer_ca.is_file():
         raise ParameterError("--vdaf-peer-ca", str(vdaf_peer_ca), "a readable CA certificate file")
+    key_secret = None if request_key_secret is None else read_key_secret(request_key_secret)
     if tls_cert is None:
         if not is_loopback(host) and not insecure_http:
             raise ParameterError(
@@ -201,6 +212,7 @@ def serve(
             vdaf=vdaf,
             vdaf_peer_ca=None if vdaf_peer_ca is None else str(vdaf_peer_ca),
             vdaf_batch_size=vdaf_batch_size,
+            request_key_secret=key_secret,
         ),
         crash_after=crash_after,
     )
@@ -235,6 +247,30 @@ def serve(
     server.run()
     if not server.started:  # could not bind (address in use, permission): uvicorn logged why
         raise SystemExit(3)
+
+
+def read_key_secret(path: Path) -> bytes:
+    """The request-key secret in file ``path``: hex digits (whitespace ignored), at least 32 bytes.
+
+    Raises
+    ------
+    ParameterError
+        If the file cannot be read, is not hex, or holds fewer than 32 bytes (64 hex digits).
+    """
+    try:
+        text = "".join(path.read_text(encoding="ascii").split())
+        secret = bytes.fromhex(text)
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise ParameterError(
+            "--request-key-secret", str(path), "a readable file of hex digits"
+        ) from None
+    if len(secret) < 32:
+        raise ParameterError(
+            "--request-key-secret",
+            f"{path} ({len(secret)} bytes)",
+            "at least 32 bytes (64 hex digits, e.g. `openssl rand -hex 32`)",
+        )
+    return secret
 
 
 def _importable(name: str) -> bool:

@@ -100,6 +100,11 @@ class ServerSettings:
         retry after that is evaluated again (:func:`~fedstats.service.domain.idempotency.purge`).
     access_log : bool
         One JSON log line per request on stderr (default True); False logs only server errors.
+    request_key_secret : bytes or None
+        The secret devices' request keys are derived under (:func:`fedstats.wire.auth.open_request_key`),
+        at least 32 bytes. Server processes behind one balancer given the same secret accept each
+        other's keys (and keep them across restarts). Default None: 32 random bytes per process, so a
+        key is valid only on the process that opened it, until it stops.
     """
 
     max_body: int = 1 << 20
@@ -118,6 +123,7 @@ class ServerSettings:
     vdaf_batch_size: int = 1000
     idempotency_retention: float = 7 * 86400.0
     access_log: bool = True
+    request_key_secret: bytes | None = None
 
 
 _status_of = http.status_of  # moved to .http

@@ -24,7 +24,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, HTTPException, Request
 
-from fedstats.errors import SecurityError
+from fedstats.errors import ParameterError, SecurityError
 from fedstats.service.http.edge import request_headers
 from fedstats.service.store import Store, as_tx
 from fedstats.service.store.core import ClientRow
@@ -115,8 +115,14 @@ class DeviceAuth:
         Called with the client id of every verified state-changing request, before its effect (the
         device's cached work list is dropped).
     key_secret : bytes, optional
-        The secret request keys are derived under (default: 32 random bytes, so keys are valid only in
-        this process and until it stops).
+        The secret request keys are derived under, at least 32 bytes (default: 32 random bytes, so keys
+        are valid only in this process and until it stops; server processes given the same secret accept
+        each other's keys).
+
+    Raises
+    ------
+    ParameterError
+        If ``key_secret`` is shorter than 32 bytes.
     """
 
     def __init__(
@@ -127,6 +133,13 @@ class DeviceAuth:
         on_write: Callable[[str], None] | None = None,
         key_secret: bytes | None = None,
     ) -> None:
+        if key_secret is not None and (not isinstance(key_secret, bytes) or len(key_secret) < 32):
+            got = (
+                f"{len(key_secret)} bytes"
+                if isinstance(key_secret, bytes)
+                else type(key_secret).__name__
+            )
+            raise ParameterError("key_secret", got, "at least 32 bytes")
         self.store = store
         self.key_secret = secrets.token_bytes(32) if key_secret is None else key_secret
         self.replay_window = replay_window

@@ -803,7 +803,13 @@ def add_client_routes(
         The devices' cached work lists; wrap the app in :class:`DeviceWrites` with it.
     """
     cache = WorkCache(changes, float(getattr(cfg, "work_cache_seconds", 10.0)))
-    device = DeviceAuth(store, cfg.replay_window, offload, on_write=cache.touch)
+    device = DeviceAuth(
+        store,
+        cfg.replay_window,
+        offload,
+        on_write=cache.touch,
+        key_secret=cfg.request_key_secret,
+    )
     app.state.forget_client = device.forget
     app.state.device_auth = device
     app.state.upload_batcher = uploads = UploadBatcher(store, offload)
