@@ -55,13 +55,13 @@ SLOW_FIRST = (
 )
 
 
-# The 100-process Adult test (test_service_secure_adult.py) leaves about one core idle (its devices mostly
-# wait on the one server) yet slows every process beside it: a service test beside it (its own server and
-# client processes, deadlines, process start-ups) took 3 to 4 times as long (test_two_servers_one_killed_
-# mid_run_the_other_takes_over[postgresql]: 142 s beside it, 38 s alone). So it runs first in its group,
-# i.e. at the start of the suite, and the other worker meanwhile runs BESIDE_LEAD: in-process, CPU-bound
-# tests (no server, no subprocess, no deadline or timing assertion) that use the idle core. Substrings of
-# node ids.
+# The 100-process Adult test (test_service_secure_adult.py) slows every process beside it for as long as it
+# runs: a service test beside it (its own server and client processes, deadlines, process start-ups) took
+# up to 6 times as long (test_two_servers_one_killed_mid_run_the_other_takes_over[postgresql]: 142 s beside
+# it, 24 s not), and its deadlines ran short. So it runs first in its group, i.e. at the start of the
+# suite, and the other worker meanwhile runs BESIDE_LEAD: in-process, CPU-bound tests (no server, no
+# subprocess, no deadline or timing assertion), slowed just as much (test_rerun_reuses_the_cells...: 127 s
+# beside it, 19 s not) but with nothing that can time out. Substrings of node ids.
 LEAD = "test_service_secure_adult.py::test_fed_chi2_on_adult_with_100_client_processes"
 BESIDE_LEAD = (
     "test_reproduce_performance_gap.py::",
