@@ -55,6 +55,23 @@ SLOW_FIRST = (
 )
 
 
+# The 100-process Adult test (test_service_secure_adult.py) slows every process beside it for as long as it
+# runs: a service test beside it (its own server and client processes, deadlines, process start-ups) took
+# up to 6 times as long (test_two_servers_one_killed_mid_run_the_other_takes_over[postgresql]: 142 s beside
+# it, 24 s not), and its deadlines ran short. So it runs first in its group, i.e. at the start of the
+# suite, and the other worker meanwhile runs BESIDE_LEAD: in-process, CPU-bound tests (no server, no
+# subprocess, no deadline or timing assertion), slowed just as much (test_rerun_reuses_the_cells...: 127 s
+# beside it, 19 s not) but with nothing that can time out. Substrings of node ids.
+LEAD = "test_service_secure_adult.py::test_fed_chi2_on_adult_with_100_client_processes"
+BESIDE_LEAD = (
+    "test_reproduce_performance_gap.py::",
+    "test_aggregate_route.py::test_bit_pushing_aggregate_form_matches_its_encoder",
+    "test_prio3_heterogeneity.py::",
+    "test_chi2_privacy.py::",
+    "test_reproduce_fed_chi2.py::test_quick_reproduction_cli",
+)
+
+
 def _group(item: pytest.Item) -> str | None:
     """The item's ``xdist_group``: its marks' names (joined as pytest-xdist joins them), else its module.
 
@@ -89,10 +106,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Under ``--dist loadgroup`` a group runs on one worker, one test after the other, and with
     ``--no-loadscope-reorder`` (``make test``) the groups and tests are handed out in this order: the
-    marked groups first (the ``machine-load`` group, the 100-process Adult test and the tests whose
-    deadlines must not run beside it, starts at once and overlaps the rest of the suite on the other
-    worker instead of trailing it), then the module groups, then the other tests, each part with the
-    tests of :data:`SLOW_FIRST` first (stable order otherwise).
+    group of :data:`LEAD` (the ``machine-load`` group, the 100-process Adult test and the tests whose
+    deadlines must not run beside it, starts at once, :data:`LEAD` first, and overlaps the rest of the
+    suite on the other worker instead of trailing it), then the tests of :data:`BESIDE_LEAD` (the other
+    worker's first tests: they run beside :data:`LEAD`), then the other marked groups, then the module
+    groups, then the other tests, each part with the tests of :data:`SLOW_FIRST` first (stable order
+    otherwise).
 
     pytest-xdist (3.8) tells the scheduler a test's group by appending ``@group`` to its node id through
     ``item._nodeid``; since pytest 9.2 the id lives in ``item._id`` (a ``NodeId``) and that write has no
@@ -100,10 +119,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     of a ``loadgroup`` run, every grouped test's id gets its suffix here, through the structured id.
     """
     groups = {id(it): _group(it) for it in items}
+    lead = {groups[id(it)] for it in items if LEAD in it.nodeid} - {None}
 
     def order(item: pytest.Item) -> tuple[int, int]:
         marked = item.get_closest_marker("xdist_group") is not None
-        return (0 if marked else 1 if groups[id(item)] is not None else 2), _slow_rank(item)
+        if groups[id(item)] in lead:
+            part = 0
+        elif any(sub in item.nodeid for sub in BESIDE_LEAD):
+            part = 1
+        else:
+            part = 2 if marked else 3 if groups[id(item)] is not None else 4
+        return part, (-1 if LEAD in item.nodeid else _slow_rank(item))
 
     items.sort(key=order)
     if not getattr(config.option, "loadgroup", False) or NodeId is None:

@@ -9,11 +9,12 @@ task. That is what a server that deviates controls; it holds no device's and no 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,11 @@ class DeviatingProxy:
         self.rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.requests: list[tuple[str, str]] = []
         self.port = free_port()
-        app = Starlette(routes=[Route("/{path:path}", self._forward, methods=["GET", "POST"])])
+        self._client: httpx.AsyncClient | None = None
+        app = Starlette(
+            routes=[Route("/{path:path}", self._forward, methods=["GET", "POST"])],
+            lifespan=self._lifespan,
+        )
         self._server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
         )
@@ -73,6 +78,19 @@ class DeviatingProxy:
         self._server.should_exit = True
         self._thread.join(10)
 
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """One upstream client for the proxy's life: one SSL context, and connections kept alive
+        (a client per request loaded the CA file and made a TLS handshake with the server each time)."""
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=50)
+        async with httpx.AsyncClient(base_url=self.upstream, verify=ctx, limits=limits) as client:
+            self._client = client
+            try:
+                yield
+            finally:
+                self._client = None
+
     async def _forward(self, request: Request) -> Response:
         body = await request.body()
         drop = ("host", "content-length", "if-none-match")  # every work list is answered in full
@@ -80,17 +98,15 @@ class DeviatingProxy:
         path = request.url.path
         with self._lock:
             self.requests.append((request.method, path))
-        async with httpx.AsyncClient(
-            base_url=self.upstream, verify=ssl.create_default_context(cafile=str(self.ca))
-        ) as client:
-            r = await client.request(
-                request.method,
-                path,
-                params=request.query_params,
-                content=body,
-                headers=headers,
-                timeout=60,
-            )
+        assert self._client is not None  # set by the app's lifespan
+        r = await self._client.request(
+            request.method,
+            path,
+            params=request.query_params,
+            content=body,
+            headers=headers,
+            timeout=60,
+        )
         content = r.content
         if path == "/v1/client/work" and r.status_code == 200 and self.rewrite is not None:
             content = json.dumps(self.rewrite(json.loads(content))).encode()

@@ -12,6 +12,7 @@ agreement's), and the test checks that every device refuses it and sends nothing
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,7 +20,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,10 @@ class MaliciousProxy:
         self.transcripts: dict[str, dict[str, Any]] = {}
         """Per run, the commitment list (``members``: the committed roster is in it) and the seed served."""
         self.port = free_port()
+        self._client: httpx.AsyncClient | None = None
         app = Starlette(
-            routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT"])]
+            routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT"])],
+            lifespan=self._lifespan,
         )
         self._server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
@@ -105,22 +108,33 @@ class MaliciousProxy:
         self._server.should_exit = True
         self._thread.join(10)
 
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """One upstream client for the proxy's life: one SSL context, and connections kept alive
+        (a client per request loaded the CA file and made a TLS handshake with the server each time)."""
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=50)
+        async with httpx.AsyncClient(base_url=self.upstream, verify=ctx, limits=limits) as client:
+            self._client = client
+            try:
+                yield
+            finally:
+                self._client = None
+
     async def _forward(self, request: Request) -> Response:
         body = await request.body()
         headers = {
             k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")
         }
-        async with httpx.AsyncClient(
-            base_url=self.upstream, verify=ssl.create_default_context(cafile=str(self.ca))
-        ) as client:
-            r = await client.request(
-                request.method,
-                request.url.path,
-                params=request.query_params,
-                content=body,
-                headers=headers,
-                timeout=60,
-            )
+        assert self._client is not None  # set by the app's lifespan
+        r = await self._client.request(
+            request.method,
+            request.url.path,
+            params=request.query_params,
+            content=body,
+            headers=headers,
+            timeout=60,
+        )
         content = r.content
         path = request.url.path
         carried = r.headers.get("content-type", "") == "application/octet-stream"

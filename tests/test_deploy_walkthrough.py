@@ -4,7 +4,8 @@ The ``bash`` blocks of the section "Walkthrough: from nothing to a released resu
 script (``set -euo pipefail``: a failing command fails the test) and run with the installed ``fedstats``
 and ``python`` first on the PATH, on a free port instead of 8443. The block marked ``# default: sqlite``
 runs on SQLite; with PostgreSQL reachable, a second run uses the block marked ``# alternative:
-postgresql`` instead (its URL pointed at a fresh schema). Every run the walkthrough starts must be
+postgresql`` instead (its URL pointed at a fresh schema); the two run side by side, each in its own
+folder, on its own port, with its own server and devices. Every run the walkthrough starts must be
 released (``done``, with a result), one per registered analysis, and the ledger must hold the private
 ones' charges. Background processes (server, devices) are stopped at the end, whatever happens.
 """
@@ -17,7 +18,11 @@ import re
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,64 +91,108 @@ def test_the_walkthrough_has_every_step() -> None:
     assert sum(b.lstrip().startswith("# default: sqlite") for b in blocks) == 1
 
 
-def _run(tmp_path: Path, db: str, pg_url: str | None = None) -> None:
-    port = free_port()
-    script = script_for(db, port, pg_url)
-    (tmp_path / "walkthrough.sh").write_text(script)
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    proc = subprocess.Popen(
-        ["bash", str(tmp_path / "walkthrough.sh")],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the walkthrough did not finish in {TIMEOUT} s:\n{out.decode()[-4000:]}")
-    finally:
-        # the server and the devices it started in the background, whatever happened
+class _Walkthrough:
+    """One walkthrough started in the background (its own folder, port and process group)."""
+
+    def __init__(self, tmp_path: Path, db: str, pg_url: str | None = None) -> None:
+        self.tmp_path = tmp_path
+        port = free_port()
+        script = script_for(db, port, pg_url)
+        (tmp_path / "walkthrough.sh").write_text(script)
+        env = dict(os.environ)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            ["bash", str(tmp_path / "walkthrough.sh")],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def stop(self) -> None:
+        """The server and the devices it started in the background, whatever happened."""
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    log = out.decode(errors="replace")
-    logs = "".join(
-        f"\n--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
-        for p in sorted(tmp_path.glob("*.log"))
-    )
-    assert proc.returncode == 0, f"walkthrough failed ({proc.returncode}):\n{log[-4000:]}{logs}"
 
-    runs = (tmp_path / "runs.txt").read_text().split()
-    assert len(runs) == len(ANALYSES)
-    analyses = set()
-    for run in runs:
-        r = json.loads((tmp_path / f"result-{run}.json").read_text())
-        assert r["status"] == "done" and r["result"], (r["status"], r["error"], r["rounds"], logs)
-        analyses.add(r["task_id"])
-    assert len(analyses) == len(ANALYSES)  # one run per distinct task
-    # the ledger: every private task's run spent its charge on the population's budget
-    private = sum(
-        json.loads(p.read_text())["privacy"].get("epsilon") is not None
-        for p in (tmp_path / "tasks").glob("*.json")
-    )
-    audit = json.loads((tmp_path / "audit.json").read_text())
-    spends = [a for a in audit if a["action"] == "spend"]
-    assert len(spends) == private, audit
+    def check(self) -> None:
+        """Wait for the walkthrough (TIMEOUT from its start) and check what it left in its folder."""
+        tmp_path, proc = self.tmp_path, self.proc
+        try:
+            left = max(1.0, TIMEOUT - (time.monotonic() - self.started))
+            out, _ = proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            pytest.fail(f"the walkthrough did not finish in {TIMEOUT} s:\n{out.decode()[-4000:]}")
+        finally:
+            self.stop()
+        log = out.decode(errors="replace")
+        logs = "".join(
+            f"\n--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
+            for p in sorted(tmp_path.glob("*.log"))
+        )
+        assert proc.returncode == 0, f"walkthrough failed ({proc.returncode}):\n{log[-4000:]}{logs}"
+
+        runs = (tmp_path / "runs.txt").read_text().split()
+        assert len(runs) == len(ANALYSES)
+        analyses = set()
+        for run in runs:
+            r = json.loads((tmp_path / f"result-{run}.json").read_text())
+            assert r["status"] == "done" and r["result"], (
+                r["status"],
+                r["error"],
+                r["rounds"],
+                logs,
+            )
+            analyses.add(r["task_id"])
+        assert len(analyses) == len(ANALYSES)  # one run per distinct task
+        # the ledger: every private task's run spent its charge on the population's budget
+        private = sum(
+            json.loads(p.read_text())["privacy"].get("epsilon") is not None
+            for p in (tmp_path / "tasks").glob("*.json")
+        )
+        audit = json.loads((tmp_path / "audit.json").read_text())
+        spends = [a for a in audit if a["action"] == "spend"]
+        assert len(spends) == private, audit
 
 
-def test_the_walkthrough_runs_on_sqlite(tmp_path: Path) -> None:
-    _run(tmp_path, "sqlite")
+@pytest.fixture(scope="module")
+def walkthroughs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Both walkthroughs, started at once: each mostly waits (for its server and devices to start, its
+    runs' rounds, its polls), so side by side they take little longer than one. Each test checks its
+    own. The PostgreSQL one runs only when PostgreSQL answers; else its entry is the skip reason (or, in
+    CI, the failure that :func:`pg_reachable` raised)."""
+    with ExitStack() as stack:
+        started: dict[str, Any] = {}
+        try:
+            reason = pg_reachable()
+        except pytest.fail.Exception as exc:  # CI: the PostgreSQL test fails, the SQLite one runs
+            reason = exc
+        if reason is None:
+            url = stack.enter_context(pg_schema())
+            pg = _Walkthrough(tmp_path_factory.mktemp("walkthrough-pg"), "postgresql", url)
+            stack.callback(pg.stop)
+            started["postgresql"] = pg
+        else:
+            started["postgresql"] = reason
+        sqlite = _Walkthrough(tmp_path_factory.mktemp("walkthrough-sqlite"), "sqlite")
+        stack.callback(sqlite.stop)
+        started["sqlite"] = sqlite
+        yield started
 
 
-def test_the_walkthrough_runs_on_postgresql(tmp_path: Path) -> None:
-    reason = pg_reachable()
-    if reason is not None:
-        pytest.skip(reason)
-    with pg_schema() as url:
-        _run(tmp_path, "postgresql", url)
+def test_the_walkthrough_runs_on_sqlite(walkthroughs: dict[str, Any]) -> None:
+    walkthroughs["sqlite"].check()
+
+
+def test_the_walkthrough_runs_on_postgresql(walkthroughs: dict[str, Any]) -> None:
+    got = walkthroughs["postgresql"]
+    if isinstance(got, BaseException):
+        raise got
+    if isinstance(got, str):
+        pytest.skip(got)
+    got.check()

@@ -756,13 +756,16 @@ def test_a_long_poll_is_held_until_a_run_of_its_population_changes(deployment: D
     dev.register()
     dev.step()  # the list it has now (and its ETag)
 
+    created: dict[str, float] = {}  # run id -> when its POST returned (time.monotonic())
+
     def offer_later(population: str, box: list[str]) -> threading.Thread:
         def go() -> None:
-            time.sleep(1.0)
+            time.sleep(0.5)  # the device's held poll is in by then
             task = _task("exact-mean", privacy={"epsilon": None, "population": population})
             with deployment.admin() as a:
                 tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
                 box.append(a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"])
+            created[box[-1]] = time.monotonic()
 
         t = threading.Thread(target=go)
         t.start()
@@ -770,15 +773,17 @@ def test_a_long_poll_is_held_until_a_run_of_its_population_changes(deployment: D
 
     try:
         t0 = time.monotonic()
-        assert dev.step(wait=3.0)["offers"] == []  # nothing new: held, then 304
-        assert time.monotonic() - t0 >= 2.5
+        assert dev.step(wait=1.5)["offers"] == []  # nothing new: held, then 304
+        assert time.monotonic() - t0 >= 1.2
         other: list[str] = []
         t = offer_later("poll-b", other)
         t0 = time.monotonic()
-        assert dev.step(wait=5.0)["offers"] == []  # another population's run: still held to the end
+        assert dev.step(wait=3.0)["offers"] == []  # another population's run: still held to the end
         waited = time.monotonic() - t0
         t.join()
-        assert other and waited >= 4.5, waited
+        assert other and waited >= 2.7, waited
+        # the other population's run was offered while the poll was held (it did not wake it)
+        assert created[other[0]] < t0 + waited, (created[other[0]] - t0, waited)
         own: list[str] = []
         t = offer_later("poll-a", own)
         t0 = time.monotonic()
@@ -786,6 +791,6 @@ def test_a_long_poll_is_held_until_a_run_of_its_population_changes(deployment: D
         waited = time.monotonic() - t0
         t.join()
         assert [o["run_id"] for o in work["offers"]] == own, work
-        assert waited < 10.0, waited  # woken by the offer (about 1 s), not by the end of the wait
+        assert waited < 10.0, waited  # woken by the offer (about 0.5 s), not by the end of the wait
     finally:
         dev.close()
