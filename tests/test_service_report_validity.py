@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from deadlines import scaled
 from fedstats.client import Device
 from fedstats.client.policy import Policy
 from fedstats.randomness import RandomSource
@@ -94,15 +95,15 @@ def test_an_out_of_range_report_is_refused_and_the_others_sum_exactly(
     values = np.random.default_rng(3).uniform(-1, 1, N)
     init_authority(tmp_path / "authority")
     analyst = issue_analyst(tmp_path / "authority", "ana", ["default"], tmp_path / "ana.json")
-    # N devices check in; the cheat's report is refused, so the round closes at its deadline (2 s) on
-    # the other N - 1. The honest devices (in process, on the app's test client) all reported within
-    # 0.05 s of the round's opening at a load average of 12 on 2 cores: 2 s is 40 times that (a round
-    # that closed before them would sum fewer records and fail the test, not pass it)
+    # N devices check in; the cheat's report is refused, so the round closes at its deadline (2 s, scaled
+    # by the machine's load) on the other N - 1. The honest devices (in process, on the app's test
+    # client) all reported within 0.05 s of the round's opening at a load average of 12 on 2 cores: 2 s
+    # is 40 times that (a round that closed before them would sum fewer records and fail the test)
     task = {
         **TASKS[name],
         "cohort_size": N,
         "min_clients": N - 1,
-        "deadlines": {"checkin": 600, "round": 2},
+        "deadlines": {"checkin": 600, "round": scaled(2.0)},
         "label": f"validity-{kind}",
     }
     with _store(kind, tmp_path) as store:
