@@ -41,7 +41,10 @@ docs-check: install
 	@d=$$(mktemp -d); $(BIN)/mkdocs build --strict --site-dir "$$d"; rc=$$?; rm -rf "$$d"; \
 	  if [ $$rc -ne 0 ]; then echo "mkdocs build --strict failed"; fi; exit $$rc
 
+# the sources compiled once: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) every
+# server, CLI and device process the tests start would otherwise compile fedstats from source again
 test: lint docs-check
+	$(BIN)/python -m compileall -q src/fedstats tests >/dev/null
 	$(BIN)/pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --doctest-modules src/fedstats tests
 
 bench: install
