@@ -769,8 +769,12 @@ class CpuSampler:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop sampling (idempotent) after a last sample."""
+        if self._stop.is_set():
+            return
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
         with contextlib.suppress(OSError):
             self._sample()
 
@@ -872,6 +876,7 @@ def bench_fedstats(
         "devices_profiled": device_profile is not None,
         "device_worker_switch_interval_seconds": DEVICE_SWITCH_INTERVAL,
     }
+    sampler: CpuSampler | None = None
     try:
         server.start()
         assert server.proc is not None
@@ -999,6 +1004,7 @@ def bench_fedstats(
             (d["sequence"] for d in devices if d.get("sequence")), None
         )
         result["journal"] = _journal(db, run_id)
+        assert sampler is not None
         result["cpu_by_phase"] = _phase_cpu(result["journal"], sampler, _run_created(db, run_id))
         if view["status"] == "done":
             replay = protocol_replay(db, run_id)
@@ -1013,6 +1019,8 @@ def bench_fedstats(
                 result["journal_partial"] = _journal(db, str(result["run_id"]))
         return result
     finally:
+        if sampler is not None:  # a run that failed before its end: stop sampling its processes
+            sampler.stop()
         _stop_all(workers, go)
         server.stop()
 
