@@ -388,7 +388,7 @@ def add_operator_cmd(
 
     An existing name is refused (its token is replaced only by ``rotate-operator``).
     """
-    from fedstats.service.http.app import add_operator
+    from fedstats.service.domain.operators import add_operator
     from fedstats.service.store import open_store
 
     if not 1 <= len(name) <= 128:
@@ -411,8 +411,8 @@ def rotate_operator_cmd(
     db: DbOption = "sqlite:///fedstats.db",
 ) -> None:
     """Issue a new bearer token for an operator and print it; the old token stops working at once."""
+    from fedstats.service.domain.operators import rotate_operator
     from fedstats.service.domain.tasks import NotFoundError
-    from fedstats.service.http.app import rotate_operator
     from fedstats.service.store import open_store
 
     try:
@@ -431,7 +431,7 @@ def trust_cmd(
     db: DbOption = "sqlite:///fedstats.db",
 ) -> None:
     """Trust an enrollment authority (its public key only)."""
-    from fedstats.service.http.app import trust_authority
+    from fedstats.service.domain.operators import trust_authority
     from fedstats.service.store import open_store
 
     key = public_key_file(authority, "--authority")

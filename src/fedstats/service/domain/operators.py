@@ -6,6 +6,10 @@ The first operator is created on the server's machine (``fedstats server add-ope
 others by an operator over the API (``POST /v1/admin/operators``, ``fedstats admin operators add``).
 Every change is in the audit log. An operator cannot remove itself, and the last operator cannot be
 removed: the server would be left without anyone able to run it.
+
+:func:`add_operator`, :func:`rotate_operator` and :func:`trust_authority` are the same acts on the server's
+machine, each in a transaction of its own (``fedstats server add-operator``, ``rotate-operator``,
+``trust``): they need the store only, not the web application.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ import time
 from fedstats.errors import ParameterError
 from fedstats.service.domain import ledger
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
-from fedstats.service.store import Tx
+from fedstats.service.store import Store, Tx
 from fedstats.wire import auth
 
-__all__ = ["add", "remove", "rotate"]
+__all__ = ["add", "add_operator", "remove", "rotate", "rotate_operator", "trust_authority"]
 
 _MAX_NAME = 128
 
@@ -100,3 +104,43 @@ def remove(tx: Tx, name: str, *, actor: str) -> None:
         raise ConflictError("the last operator cannot be removed")
     tx.remove_operator(name)
     ledger.audit(tx, actor, "remove-operator", None, name=name)
+
+
+def add_operator(store: Store, name: str) -> str:
+    """Create an operator and return its bearer token (stored hashed; shown once).
+
+    Raises
+    ------
+    ParameterError
+        If ``name`` is not 1-128 printable characters, or an operator of that name exists (its token is
+        replaced only by :func:`rotate_operator`, never silently).
+    """
+    with store.transaction() as tx:
+        return add(tx, name)
+
+
+def rotate_operator(store: Store, name: str) -> str:
+    """Give operator ``name`` a new bearer token and return it; the old token stops working at once.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such operator.
+    """
+    with store.transaction() as tx:
+        return rotate(tx, name)
+
+
+def trust_authority(store: Store, public_key_hex: str) -> str:
+    """Trust an enrollment authority's public key (64 hex digits, Ed25519); return its fingerprint.
+
+    Raises
+    ------
+    SecurityError
+        If ``public_key_hex`` is not an Ed25519 public key (:func:`fedstats.wire.auth.public_key_from_hex`).
+    """
+    auth.public_key_from_hex(public_key_hex)
+    fp = auth.fingerprint(public_key_hex)
+    with store.transaction() as tx:
+        tx.add_authority(fp, public_key_hex)
+    return fp

@@ -31,8 +31,9 @@ from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import PlainTextResponse
 
 from fedstats.errors import ParameterError
-from fedstats.service.domain import driver, idempotency, operators
+from fedstats.service.domain import driver, idempotency
 from fedstats.service.domain.changes import Changes, Wakeup, record_change
+from fedstats.service.domain.operators import add_operator, rotate_operator, trust_authority
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
 from fedstats.service.http.dashboard import add_dashboard, process_state
@@ -324,37 +325,3 @@ def create_app(
         access_log=cfg.access_log,
     )
     return app
-
-
-def add_operator(store: Store, name: str) -> str:
-    """Create an operator and return its bearer token (stored hashed; shown once).
-
-    Raises
-    ------
-    ParameterError
-        If ``name`` is not 1-128 printable characters, or an operator of that name exists (its token is
-        replaced only by :func:`rotate_operator`, never silently).
-    """
-    with store.transaction() as tx:
-        return operators.add(tx, name)
-
-
-def rotate_operator(store: Store, name: str) -> str:
-    """Give operator ``name`` a new bearer token and return it; the old token stops working at once.
-
-    Raises
-    ------
-    NotFoundError
-        If there is no such operator.
-    """
-    with store.transaction() as tx:
-        return operators.rotate(tx, name)
-
-
-def trust_authority(store: Store, public_key_hex: str) -> str:
-    """Trust an enrollment authority's public key; return its fingerprint."""
-    auth.public_key_from_hex(public_key_hex)
-    fp = auth.fingerprint(public_key_hex)
-    with store.transaction() as tx:
-        tx.add_authority(fp, public_key_hex)
-    return fp
