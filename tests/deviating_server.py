@@ -9,28 +9,21 @@ task. That is what a server that deviates controls; it holds no device's and no 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import ssl
 import threading
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-from service_helpers import free_port
+from proxy_base import ForwardingProxy
 
 __all__ = ["DeviatingProxy"]
 
 
-class DeviatingProxy:
+class DeviatingProxy(ForwardingProxy):
     """Forward devices' requests to ``upstream``; rewrite the work lists with :attr:`rewrite`.
 
     Attributes
@@ -42,54 +35,15 @@ class DeviatingProxy:
     """
 
     def __init__(self, upstream: str, ca: Path) -> None:
-        self.upstream = upstream
-        self.ca = ca
+        super().__init__(upstream, ca, ("GET", "POST"))
         self.rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.requests: list[tuple[str, str]] = []
-        self.port = free_port()
-        self._client: httpx.AsyncClient | None = None
-        app = Starlette(
-            routes=[Route("/{path:path}", self._forward, methods=["GET", "POST"])],
-            lifespan=self._lifespan,
-        )
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def posted(self, prefix: str) -> list[str]:
         """Paths of the POST requests that start with ``prefix``."""
         with self._lock:
             return [p for m, p in self.requests if m == "POST" and p.startswith(prefix)]
-
-    def __enter__(self) -> DeviatingProxy:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-
-    @contextlib.asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """One upstream client for the proxy's life: one SSL context, and connections kept alive
-        (a client per request loaded the CA file and made a TLS handshake with the server each time)."""
-        ctx = ssl.create_default_context(cafile=str(self.ca))
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=50)
-        async with httpx.AsyncClient(base_url=self.upstream, verify=ctx, limits=limits) as client:
-            self._client = client
-            try:
-                yield
-            finally:
-                self._client = None
 
     async def _forward(self, request: Request) -> Response:
         body = await request.body()

@@ -12,29 +12,21 @@ agreement's), and the test checks that every device refuses it and sends nothing
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import re
-import ssl
-import threading
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from fedstats.secagg.identity import SessionRoster
 from fedstats.secagg.messages import SetupMessage, UnmaskRequest, decode
 from fedstats.wire import auth, seeding
-from service_helpers import free_port
+from proxy_base import ForwardingProxy
 
 __all__ = ["ATTACKS", "MaliciousProxy"]
 
@@ -63,7 +55,7 @@ def _fresh_key() -> bytes:
     return bytes.fromhex(auth.public_key_hex(auth.private_key_from_hex(os.urandom(32).hex())))
 
 
-class MaliciousProxy:
+class MaliciousProxy(ForwardingProxy):
     """Forward devices' requests to ``upstream``; rewrite answers for the runs in :attr:`attacks`.
 
     Parameters
@@ -75,51 +67,12 @@ class MaliciousProxy:
     """
 
     def __init__(self, upstream: str, ca: Path) -> None:
-        self.upstream = upstream
-        self.ca = ca
+        super().__init__(upstream, ca, ("GET", "POST", "PUT"))
         self.attacks: dict[str, str] = {}
         self.tampered: dict[str, int] = {}
         self._replay: dict[tuple[str, int, int], bytes] = {}
         self.transcripts: dict[str, dict[str, Any]] = {}
         """Per run, the commitment list (``members``: the committed roster is in it) and the seed served."""
-        self.port = free_port()
-        self._client: httpx.AsyncClient | None = None
-        app = Starlette(
-            routes=[Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT"])],
-            lifespan=self._lifespan,
-        )
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> MaliciousProxy:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-
-    @contextlib.asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """One upstream client for the proxy's life: one SSL context, and connections kept alive
-        (a client per request loaded the CA file and made a TLS handshake with the server each time)."""
-        ctx = ssl.create_default_context(cafile=str(self.ca))
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=50)
-        async with httpx.AsyncClient(base_url=self.upstream, verify=ctx, limits=limits) as client:
-            self._client = client
-            try:
-                yield
-            finally:
-                self._client = None
 
     async def _forward(self, request: Request) -> Response:
         body = await request.body()
