@@ -90,7 +90,10 @@ def _start_local_cluster(local_cluster: Any, workers: int, memory_limit: str) ->
     here, the same shard costs 0.12 CPU-s in such a worker against 0.063 CPU-s without the setting
     (``benchmarks/scale.py``). The nanny also leaves the variable in this process's environment, so the
     user's own value (if any) is restored afterwards. The dashboard takes a free port (no clash with
-    another cluster) and distributed's informational logs are silenced.
+    another cluster). distributed's logs below CRITICAL are silenced, in this process and in the
+    workers: a task's failure reaches the caller as its exception, while a worker's ERROR lines came
+    from shutdown races (a heartbeat to a scheduler already closed after Ctrl-C) and broke the command
+    line's one-line message.
     """
     import dask
 
@@ -104,7 +107,7 @@ def _start_local_cluster(local_cluster: Any, workers: int, memory_limit: str) ->
                 processes=True,
                 memory_limit=memory_limit,
                 dashboard_address=":0",
-                silence_logs=logging.ERROR,
+                silence_logs=logging.CRITICAL,
             )
     finally:
         if saved is None:
