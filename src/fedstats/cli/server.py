@@ -250,25 +250,37 @@ def serve(
 
 
 def read_key_secret(path: Path) -> bytes:
-    """The request-key secret in file ``path``: hex digits (whitespace ignored), at least 32 bytes.
+    """The request-key secret in file ``path`` (``fedstats server --request-key-secret``).
+
+    Parameters
+    ----------
+    path : Path
+        A text file of hex digits (whitespace ignored) encoding at least
+        :data:`fedstats.wire.auth.REQUEST_KEY_SECRET_BYTES` bytes (``openssl rand -hex 32``).
+
+    Returns
+    -------
+    bytes
+        The secret.
 
     Raises
     ------
     ParameterError
-        If the file cannot be read, is not hex, or holds fewer than 32 bytes (64 hex digits).
+        If the file cannot be read, is not hex, or holds too few bytes.
     """
+    from fedstats.wire.auth import REQUEST_KEY_SECRET_BYTES as least
+
     try:
-        text = "".join(path.read_text(encoding="ascii").split())
-        secret = bytes.fromhex(text)
+        secret = bytes.fromhex("".join(path.read_text(encoding="ascii").split()))
     except (OSError, UnicodeDecodeError, ValueError):
         raise ParameterError(
             "--request-key-secret", str(path), "a readable file of hex digits"
         ) from None
-    if len(secret) < 32:
+    if len(secret) < least:
         raise ParameterError(
             "--request-key-secret",
             f"{path} ({len(secret)} bytes)",
-            "at least 32 bytes (64 hex digits, e.g. `openssl rand -hex 32`)",
+            f"at least {least} bytes ({2 * least} hex digits, e.g. `openssl rand -hex {least}`)",
         )
     return secret
 

@@ -50,6 +50,7 @@ __all__ = [
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
     "REQUEST_KEY_SECONDS",
+    "REQUEST_KEY_SECRET_BYTES",
     "Certificate",
     "check_timestamp",
     "fingerprint",
@@ -77,6 +78,9 @@ HEADER_KEY_ID = "x-fedstats-key-id"
 
 REQUEST_KEY_SECONDS = 3600
 """Life of a request key (:func:`open_request_key`), seconds."""
+
+REQUEST_KEY_SECRET_BYTES = 32
+"""Shortest server secret request keys are derived under (:func:`open_request_key`), bytes."""
 
 
 def public_key_hex(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
@@ -347,7 +351,7 @@ def open_request_key(
     Parameters
     ----------
     secret : bytes
-        The server's key-derivation secret (at least 32 bytes, never sent).
+        The server's key-derivation secret (at least :data:`REQUEST_KEY_SECRET_BYTES`, never sent).
     client_id, public_key : str
         The device and its enrolled Ed25519 public key (hex), as verified on the request asking for it.
     now : float, optional

@@ -122,7 +122,7 @@ class DeviceAuth:
     Raises
     ------
     ParameterError
-        If ``key_secret`` is shorter than 32 bytes.
+        If ``key_secret`` is not bytes or is shorter than :data:`fedstats.wire.auth.REQUEST_KEY_SECRET_BYTES`.
     """
 
     def __init__(
@@ -133,15 +133,15 @@ class DeviceAuth:
         on_write: Callable[[str], None] | None = None,
         key_secret: bytes | None = None,
     ) -> None:
-        if key_secret is not None and (not isinstance(key_secret, bytes) or len(key_secret) < 32):
-            got = (
-                f"{len(key_secret)} bytes"
-                if isinstance(key_secret, bytes)
-                else type(key_secret).__name__
-            )
-            raise ParameterError("key_secret", got, "at least 32 bytes")
+        least = auth.REQUEST_KEY_SECRET_BYTES
+        if key_secret is None:
+            key_secret = secrets.token_bytes(least)
+        elif not isinstance(key_secret, bytes) or len(key_secret) < least:
+            # the length or type only: never a part of the secret in a message
+            got = f"{len(key_secret)} bytes" if isinstance(key_secret, bytes) else type(key_secret)
+            raise ParameterError("key_secret", got, f"at least {least} bytes")
         self.store = store
-        self.key_secret = secrets.token_bytes(32) if key_secret is None else key_secret
+        self.key_secret = key_secret
         self.replay_window = replay_window
         self.offload = offload
         self.on_write = on_write
