@@ -50,7 +50,7 @@ from fedstats import wire
 from fedstats.cli.server import KEEP_ALIVE_SECONDS
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.randomness import RandomSource
-from fedstats.service.http.app import add_operator, trust_authority
+from fedstats.service.domain.operators import add_operator, trust_authority
 from fedstats.service.http.tls import make_dev_certificates
 from fedstats.service.store import open_store
 from fedstats.wire import auth

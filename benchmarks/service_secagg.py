@@ -256,7 +256,7 @@ class Server:
     def __init__(
         self, root: Path, db: str, tick: float, store_threads: int, profile: Path | None = None
     ) -> None:
-        from fedstats.service.http.app import add_operator
+        from fedstats.service.domain.operators import add_operator
         from fedstats.service.http.tls import make_dev_certificates
         from fedstats.service.store import open_store
         from fedstats.wire.enrollment import init_authority

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from deadlines import scaled
-from fedstats.service.http.app import add_operator
+from fedstats.service.domain.operators import add_operator
 from fedstats.service.http.tls import make_dev_certificates
 from fedstats.service.store import open_store
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity

@@ -18,7 +18,8 @@ from fastapi.testclient import TestClient
 
 from fedstats.client.vdaf import Prio3Task, Prio3Uploader, collect, shard_report
 from fedstats.errors import DataError, ParameterError
-from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
+from fedstats.service.domain.operators import add_operator, trust_authority
+from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.vdaf import vdaf_router
 from fedstats.service.store import Store, open_store
 from fedstats.wire import auth

@@ -35,7 +35,8 @@ from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import vdaf as domain
-from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
+from fedstats.service.domain.operators import add_operator, trust_authority
+from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.vdaf import vdaf_router
 from fedstats.service.store import Store, open_store
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity, load_identity

@@ -378,7 +378,7 @@ def test_a_revoked_device_is_refused_and_rekeyed_by_a_new_certificate(dep: Deplo
 
 
 def test_operator_token_rotation_over_the_api(dep: Deployment) -> None:
-    from fedstats.service.http.app import add_operator
+    from fedstats.service.domain.operators import add_operator
 
     store = open_store(dep.db, migrate=False)
     try:

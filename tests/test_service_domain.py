@@ -27,7 +27,7 @@ from fedstats.errors import BudgetExceededError, DataError, FedstatsError, Secur
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import idempotency, ledger, runs, tasks
 from fedstats.service.domain.driver import Driver
-from fedstats.service.http.app import trust_authority
+from fedstats.service.domain.operators import trust_authority
 from fedstats.service.http.schemas import SignedTaskIn
 from fedstats.service.store import Store, open_store
 from fedstats.service.store.core import ClientRow, CoreQueries, PutReport

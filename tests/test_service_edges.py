@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
 from fedstats.errors import SecurityError
-from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
+from fedstats.service.domain.operators import add_operator, trust_authority
+from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.edge import MAX_DEPTH, BadJSON, JsonLogFormatter, strict_loads
 from fedstats.service.http.schemas import MAX_INDEX
 from fedstats.service.store import open_store

@@ -30,7 +30,7 @@ from fedstats.errors import DataError
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import ledger, runs, tasks
 from fedstats.service.domain.driver import Driver, excluded_metrics
-from fedstats.service.http.app import trust_authority
+from fedstats.service.domain.operators import trust_authority
 from fedstats.service.http.schemas import SignedTaskIn
 from fedstats.service.store import Store, Timeouts, open_store
 from fedstats.service.store.tables import Audit, LedgerCharge, Report, RoundRecord, Run, RunMember
@@ -499,7 +499,8 @@ def test_a_lock_timeout_is_a_503_with_retry_after(make_store: Callable[..., Stor
     """A request blocked on a row lock past ``lock_timeout`` answers 503 + Retry-After, not 500."""
     from starlette.testclient import TestClient
 
-    from fedstats.service.http.app import add_operator, create_app
+    from fedstats.service.domain.operators import add_operator
+    from fedstats.service.http.app import create_app
     from fedstats.service.store.tables import Budget
 
     timeouts = Timeouts(lock=0.5, statement=10.0, idle_in_transaction=10.0)

@@ -16,7 +16,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedstats.service.http.app import add_operator, create_app
+from fedstats.service.domain.operators import add_operator
+from fedstats.service.http.app import create_app
 from fedstats.service.store import open_store
 
 _DB = Path(tempfile.mkdtemp(prefix="fedstats-fuzz-")) / "fuzz.db"

@@ -40,8 +40,9 @@ from fastapi.testclient import TestClient
 from fedstats.client import Device
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import runs
+from fedstats.service.domain.operators import add_operator, trust_authority
 from fedstats.service.http import deps
-from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
+from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.store import open_store
 from fedstats.wire import auth
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity

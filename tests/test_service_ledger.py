@@ -47,7 +47,7 @@ def _signed(store: Store) -> dict[str, object]:
     """``TASK`` signed by an analyst of an authority the store trusts."""
     import tempfile
 
-    from fedstats.service.http.app import trust_authority
+    from fedstats.service.domain.operators import trust_authority
 
     root = Path(tempfile.mkdtemp(prefix="fedstats-ledger-"))
     trust_authority(store, init_authority(root / "authority"))

@@ -26,7 +26,8 @@ from deadlines import scaled
 from fedstats.client import Device
 from fedstats.client.policy import Policy
 from fedstats.randomness import RandomSource
-from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
+from fedstats.service.domain.operators import add_operator, trust_authority
+from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.store import Store, open_store
 from fedstats.wire import auth
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity

@@ -41,9 +41,10 @@ from sqlalchemy import event
 from fedstats.client import Device
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import runs
+from fedstats.service.domain.operators import add_operator, trust_authority
 from fedstats.service.http import app as app_module
 from fedstats.service.http import deps
-from fedstats.service.http.app import ServerSettings, add_operator, create_app, trust_authority
+from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.store import Store, open_store
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
 from fedstats.wire.tasks import sign_task

@@ -212,7 +212,7 @@ def run_network_demo(
     """
     import httpx
 
-    from fedstats.service.http.app import add_operator
+    from fedstats.service.domain.operators import add_operator
     from fedstats.service.http.tls import make_dev_certificates
     from fedstats.service.store import open_store
     from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity

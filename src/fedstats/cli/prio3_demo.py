@@ -189,7 +189,7 @@ def _start(root: Path, n_devices: int, batch_size: int) -> _Deployment:
     import httpx
 
     from fedstats.service.domain import ledger
-    from fedstats.service.http.app import add_operator
+    from fedstats.service.domain.operators import add_operator
     from fedstats.service.http.tls import make_dev_certificates
     from fedstats.service.store import open_store
     from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity

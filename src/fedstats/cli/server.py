@@ -182,7 +182,8 @@ def serve(
     authority_key = None if authority is None else public_key_file(authority, "--authority")
     import uvicorn
 
-    from fedstats.service.http.app import ServerSettings, create_app, trust_authority
+    from fedstats.service.domain.operators import trust_authority
+    from fedstats.service.http.app import ServerSettings, create_app
     from fedstats.service.http.edge import JsonLogFormatter
     from fedstats.service.store import open_store
 

@@ -107,7 +107,19 @@ def remove(tx: Tx, name: str, *, actor: str) -> None:
 
 
 def add_operator(store: Store, name: str) -> str:
-    """Create an operator and return its bearer token (stored hashed; shown once).
+    """:func:`add` in a transaction of its own: create an operator, return its bearer token.
+
+    Parameters
+    ----------
+    store : Store
+        The server's opened store.
+    name : str
+        The new operator's name, 1-128 printable characters.
+
+    Returns
+    -------
+    str
+        The bearer token (URL-safe text; stored only hashed, shown once).
 
     Raises
     ------
@@ -120,7 +132,19 @@ def add_operator(store: Store, name: str) -> str:
 
 
 def rotate_operator(store: Store, name: str) -> str:
-    """Give operator ``name`` a new bearer token and return it; the old token stops working at once.
+    """:func:`rotate` in a transaction of its own: a new bearer token for ``name``; the old one stops.
+
+    Parameters
+    ----------
+    store : Store
+        The server's opened store.
+    name : str
+        An existing operator.
+
+    Returns
+    -------
+    str
+        The new bearer token (shown once).
 
     Raises
     ------
@@ -132,7 +156,19 @@ def rotate_operator(store: Store, name: str) -> str:
 
 
 def trust_authority(store: Store, public_key_hex: str) -> str:
-    """Trust an enrollment authority's public key (64 hex digits, Ed25519); return its fingerprint.
+    """Trust an enrollment authority: devices and analysts it certifies may enroll and sign tasks.
+
+    Parameters
+    ----------
+    store : Store
+        The server's opened store.
+    public_key_hex : str
+        The authority's Ed25519 public key, 64 hex digits (its ``authority.pub``).
+
+    Returns
+    -------
+    str
+        The key's fingerprint (:func:`fedstats.wire.auth.fingerprint`).
 
     Raises
     ------

@@ -33,7 +33,6 @@ from fastapi.responses import PlainTextResponse
 from fedstats.errors import ParameterError
 from fedstats.service.domain import driver, idempotency
 from fedstats.service.domain.changes import Changes, Wakeup, record_change
-from fedstats.service.domain.operators import add_operator, rotate_operator, trust_authority
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
 from fedstats.service.http.dashboard import add_dashboard, process_state
@@ -46,7 +45,7 @@ from fedstats.service.http.schemas import (
 from fedstats.service.store import Store, StoreError
 from fedstats.wire import auth
 
-__all__ = ["ServerSettings", "add_operator", "create_app", "rotate_operator", "trust_authority"]
+__all__ = ["ServerSettings", "create_app"]
 
 log = logging.getLogger("fedstats.service")
 
