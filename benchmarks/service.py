@@ -546,6 +546,8 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
+    # the load every measurement of this invocation offers, fedstats and the minimal app alike
+    load = {"n": a.clients, "procs": a.procs, "concurrency": a.concurrency}
     for kind in ["sqlite", "postgresql"] if a.db == "both" else [a.db]:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
@@ -556,15 +558,7 @@ def main() -> None:
             got = _with_db(
                 kind,
                 root,
-                functools.partial(
-                    _fed,
-                    n=a.clients,
-                    procs=a.procs,
-                    root=root,
-                    profile=prof,
-                    access_log=a.access_log,
-                    concurrency=a.concurrency,
-                ),
+                functools.partial(_fed, **load, root=root, profile=prof, access_log=a.access_log),
             )
             if got is None:
                 emit({"db": kind, "skipped": "PostgreSQL unreachable at 127.0.0.1:5432"})
@@ -583,14 +577,7 @@ def main() -> None:
             minimal = _with_db(
                 kind,
                 root,
-                functools.partial(
-                    bench_minimal,
-                    n=a.clients,
-                    procs=a.procs,
-                    root=root,
-                    work=work,
-                    concurrency=a.concurrency,
-                ),
+                functools.partial(bench_minimal, **load, root=root, work=work),
             )
             emit(minimal)
             ratios[kind] = ours["server_cpu_ms_per_report"] / minimal["server_cpu_ms_per_report"]
@@ -603,12 +590,10 @@ def main() -> None:
                         root,
                         functools.partial(
                             _fed,
-                            n=a.clients,
-                            procs=a.procs,
+                            **load,
                             root=root / f"x{k}",
                             n_servers=k,
                             access_log=a.access_log,
-                            concurrency=a.concurrency,
                         ),
                     )
                     emit(row)

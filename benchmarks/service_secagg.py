@@ -798,14 +798,13 @@ def _phase_cpu(journal: dict[str, Any], sampler: CpuSampler, created: float) -> 
     ph = journal.get("phases", {})
     start = created + ph.get("checkin_seconds", 0.0)
     seeded = start + ph.get("seeding_seconds", 0.0)
-    out: dict[str, Any] = {
+    return {
         "checkin": sampler.between(created, start),
         "seeding": sampler.between(start, seeded),
         "rounds": [
             sampler.between(r["opened_at"], r["opened_at"] + r["round_seconds"]) for r in rounds
         ],
     }
-    return out
 
 
 def _summary(values: list[float]) -> dict[str, float]:

@@ -208,7 +208,7 @@ def test_server_processes_sharing_a_secret_accept_each_others_keys(
     from fedstats.service.store import open_store
 
     shared = bytes(range(100, 132))
-    with _round(tmp_path, db_url, request_key_secret=shared) as (http, _a, devices, _w, _r, _adm):
+    with _round(tmp_path, db_url, request_key_secret=shared) as (http, _a, devices, _w, run_id, _):
         d = devices[0]
         assert d._request_key is not None  # opened on the first process, under the shared secret
         path = "/v1/client/work"
@@ -220,7 +220,7 @@ def test_server_processes_sharing_a_secret_accept_each_others_keys(
             with TestClient(same) as second, TestClient(other) as third:
                 r = second.get(path, headers=_keyed(d, "GET", path))
                 assert r.status_code == 200, r.text
-                assert [x["run_id"] for x in r.json()["rounds"]] == [_r]
+                assert [x["run_id"] for x in r.json()["rounds"]] == [run_id]
                 r = third.get(path, headers=_keyed(d, "GET", path))
                 assert r.status_code == 401 and r.json()["detail"].startswith("request key"), r.text
         finally:
