@@ -15,12 +15,15 @@ performance gap's mechanisms R and L; heterogeneity's discrete, Gaussian and abs
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fedstats import wire
 from fedstats.analyses.bitpushing.client import encode_bits
@@ -224,6 +227,85 @@ def test_every_honest_report_passes(case: str) -> None:
             assert check_reports(stored, sums.tolist(), counts, starts=starts) == [None] * len(
                 counts
             )
+
+
+# -- the one-report check agrees with the vectorized one ---------------------------------------------------
+
+_BIT_CASES = sorted(c for c in CASES if c.startswith("bitpushing"))
+
+
+@functools.cache
+def _bit_rounds(case: str) -> tuple[Round, np.ndarray, int]:
+    """The case's first round, its honest one-record reports and its first record index."""
+    rounds, cols = CASES[case](np.random.default_rng(11))
+    reps, lo = _reports(rounds[0], cols, 12)
+    return rounds[0], reps, lo
+
+
+@pytest.mark.parametrize("case", _BIT_CASES)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_small_check_answers_as_the_vectorized_check(case: str, data: st.DataObject) -> None:
+    """A quiet server checks one to eight uploads in plain Python (:func:`small_output_check`).
+
+    Its answers must be the vectorized check's, reason and detail, on honest sums and on sums pushed
+    off the output set (negative, above the records, unassigned or vacuous bits, extreme entries), with
+    and without the devices' record indices, and on devices of more records than it walks (there it
+    defers to the vectorized check).
+    """
+    rnd, reps, lo = _bit_rounds(case)
+    n_rep = data.draw(st.integers(1, 8), label="reports")
+    vectors, counts, starts = [], [], []
+    for _ in range(n_rep):
+        count = min(data.draw(st.sampled_from([1, 1, 2, 3, 7, 64, 65]), label="count"), len(reps))
+        first = data.draw(st.integers(0, reps.shape[0] - count), label="first")
+        honest = reps[first : first + count].sum(axis=0)
+        # honest, or pushed off the output set at one to three entries (one change at a time
+        # reaches every condition in turn)
+        push = [0] * rnd.dim
+        for _ in range(data.draw(st.integers(0, 3), label="changes")):
+            at = data.draw(st.integers(0, rnd.dim - 1), label="at")
+            push[at] += data.draw(
+                st.one_of(st.integers(-2, 2), st.sampled_from([2**62, -(2**62) - 1])),
+                label="by",
+            )
+        vectors.append([int(h) + p for h, p in zip(honest.tolist(), push, strict=True)])
+        counts.append(count)
+        starts.append(lo + first)
+    with_starts = data.draw(st.booleans(), label="with starts")
+    got = check_reports(rnd, vectors, counts, starts=starts if with_starts else None)
+    # a two-dimensional array takes the vectorized check whatever the number of reports (of objects:
+    # entries beyond int64 are the array path's to name)
+    want = [
+        check_reports(
+            rnd,
+            np.array([v], dtype=object),
+            [c],
+            starts=[s] if with_starts else None,
+        )[0]
+        for v, c, s in zip(vectors, counts, starts, strict=True)
+    ]
+    assert got == want
+
+
+@pytest.mark.parametrize("case", _BIT_CASES)
+def test_small_check_on_every_single_change(case: str) -> None:
+    """Every report one or two changes away from an honest one: the one-report check answers as the array one."""
+    rnd, reps, lo = _bit_rounds(case)
+    for first, count in [(0, 1), (1, 1), (2, 1), (3, 2), (5, 3)]:
+        if first + count > len(reps):
+            continue
+        honest = reps[first : first + count].sum(axis=0).tolist()
+        singles = [{at: by} for at in range(rnd.dim) for by in (-2, -1, 1, 2, 2**62)]
+        pairs = [{i: -1, j: -1} for i, j in itertools.combinations(range(rnd.dim), 2)]
+        for change in singles + pairs:  # (two removals reach the lowest total of random allocation)
+            v = [int(x) for x in honest]
+            for at, by in change.items():
+                v[at] += by
+            for starts in ([lo + first], None):
+                got = check_reports(rnd, [v], [count], starts=starts)
+                want = check_reports(rnd, np.array([v], dtype=object), [count], starts=starts)
+                assert got == want, (change, starts)
 
 
 # -- (b) specific impossible reports ------------------------------------------------------------------------

@@ -11,13 +11,14 @@ Imports numpy, :mod:`fedstats.privacy` and the errors only, so a device needs no
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedstats._numeric import round_to_integers
-from fedstats.engine.validity import Verdicts, output_check
+from fedstats.engine.validity import NOT_SMALL, Verdicts, output_check, small_output_check
 from fedstats.errors import DataError, ParameterError
 from fedstats.privacy.mechanisms import RandomizedResponse
 from fedstats.randomness import RNG, SPLITMIX64_GAMMA, splitmix64
@@ -405,6 +406,97 @@ def check_bits_reports(
             ),
         )
     return out
+
+
+_SMALL_RECORDS = 64
+"""Most records :func:`check_bits_report` walks one by one (more: the vectorized check)."""
+
+
+@small_output_check(encode_bits)
+def check_bits_report(
+    vector: list[int], count: int, params: Mapping[str, Any], start: int | None
+) -> str | None:
+    """:func:`check_bits_reports` of one report, in plain Python (same conditions, same answers).
+
+    For the few uploads a quiet server checks at once (:data:`fedstats.engine.validity.SMALL_BATCH`).
+
+    Parameters
+    ----------
+    vector : list of int
+        The report, ``b`` (exact allocation) or ``2 b`` (random) Python ints within ``+-2^62``.
+    count : int
+        Its records, >= 1.
+    params : Mapping
+        The round's parameters (:func:`encode_bits`).
+    start : int or None
+        Its first record index (exact allocation), or None.
+
+    Returns
+    -------
+    str or None
+        ``"reason: detail"`` as :func:`check_bits_reports` gives it, None if the report passes, or
+        :data:`~fedstats.engine.validity.NOT_SMALL` (more than 64 records, or records outside the round:
+        the vectorized check answers).
+    """
+    b = int(params["bit_depth"])
+    s = int(params["bits_per_client"])
+    if params["allocation"] == "exact":
+        ones = vector
+        cum = [int(x) for x in params["cum"]]
+        if start is not None:
+            size, lo = int(params["size"]), int(params["lo"])
+            if count > _SMALL_RECORDS or start < lo or start + count > lo + size:
+                return NOT_SMALL
+            a, c = int(params["a"]), int(params["c"])
+            cap = [0] * b
+            for idx in range(start, start + count):
+                pos = (a * (idx - lo) + c) % size
+                bits = {min(bisect.bisect_right(cum, pos + size * k) - 1, b - 1) for k in range(s)}
+                for bit in bits:
+                    cap[bit] += 1
+        else:
+            possible = [cum[j + 1] > cum[j] for j in range(b)]
+            if cum[-1] < int(params["size"]) * s:
+                possible[-1] = True
+            cap = [count if ok else 0 for ok in possible]
+        if any(v < 0 for v in ones):
+            return "bit_out_of_range: a negative bit count"
+        bad = next((j for j in range(b) if cap[j] == 0 and ones[j] != 0), None)
+        if bad is not None:
+            return f"unassigned_bit: bit {bad} is reported by none of the device's records"
+        bad = next((j for j in range(b) if ones[j] > cap[j]), None)
+        if bad is not None:
+            return f"bit_out_of_range: bit {bad} counts more ones than the records that report it"
+        if start is None and sum(ones) > s * count:
+            return f"total_mismatch: {sum(ones)} ones from {count} record(s) of {s} bit(s)"
+    else:
+        reps, ones = vector[:b], vector[b:]
+        cum_pi = [float(x) for x in params["cum_pi"]]
+        widths = [cum_pi[j + 1] - cum_pi[j] for j in range(b)]
+        possible = [w > 0.0 for w in widths]
+        slivers = 0
+        if s > 1:
+            possible[-1] = True
+            slivers = sum(w >= 1.0 - 1e-9 for w in widths) + 1
+        lowest = max(s - slivers, 1)
+        if any(v < 0 for v in vector):
+            return "bit_out_of_range: a negative count"
+        if any(r != 0 and not ok for r, ok in zip(reps, possible, strict=True)):
+            return "unassigned_bit: a bit with inclusion probability 0 is reported"
+        if any(r > count for r in reps):
+            return f"bit_out_of_range: a bit reported more than the {count} record(s)"
+        total = sum(reps)
+        if total > s * count or total < lowest * count:
+            return f"total_mismatch: {total} bit reports from {count} record(s) of {s} bit(s)"
+        bad = next((j for j in range(b) if ones[j] > reps[j]), None)
+        if bad is not None:
+            return f"bit_out_of_range: bit {bad} has more ones than reports"
+    if params.get("epsilon_bit") is None:
+        top = _code_cap(params)
+        bad = next((j for j in range(b) if (1 << j) > top and ones[j] != 0), None)
+        if bad is not None:
+            return f"vacuous_bit: bit {bad} is 1, above every code in the declared range"
+    return None
 
 
 _SHORT_CUM = 16
