@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,22 @@ def _round_open(http: TestClient, admin: dict[str, str], run_id: str) -> bool:
     return any(r["status"] == "open" for r in got["rounds"])
 
 
-def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
+@dataclass
+class Opened:
+    """A one-round run over the in-process app with its round just opened (see :func:`_open_round`)."""
+
+    app: Any
+    http: TestClient
+    store: Store
+    counts: Counts
+    devices: list[Device]
+    admin: dict[str, str]
+    run_id: str
+
+
+@contextmanager
+def _open_round(kind: str, root: Path, n: int) -> Iterator[Opened]:
+    """``n`` devices checked in to a one-round bit-pushing run whose round has just opened."""
     init_authority(root / "authority")
     analyst = issue_analyst(root / "authority", "ana", ["default"], root / "ana.json")
     task = {
@@ -181,40 +197,45 @@ def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
             # generation and read again at the re-poll. Wait for that pass to end.
             with app.state.driver._lock:
                 pass
-            counts.phase = "poll"
-            works = []
-            for d in devices:
-                r = d._send("GET", "/v1/client/work", b"", params={"wait": "0"})
-                assert r.status_code == 200 and len(r.json()["rounds"]) == 1, r.text
-                works.append(r)
-            prefetched = app.state.poll_batcher.prefetched
-            for d, r in zip(devices, works, strict=True):
-                counts.phase = "upload"
-                d._handle(r.json())
-                d._work, d._etag = r.json(), r.headers.get("etag")
-                counts.phase = "repoll"  # right after its upload: nothing changed for the device
-                d.step()
-                if d is not devices[-1]:  # (the last report may close the round meanwhile)
-                    # the list the device now has, named: 304 without the database
-                    counts.phase = "unchanged"
-                    r = d._send("GET", "/v1/client/work", b"", headers={"If-None-Match": d._etag})
-                    assert r.status_code == 304 and r.headers["etag"] == d._etag
-                counts.phase = "check"
-                if d is not devices[-1]:
-                    # the list the server derived from its cache is the one the database gives
-                    with store.transaction(read_only=True) as tx:
-                        assert runs.client_work(tx, d.client_id, "default") == d._work
-            assert all(len(d.reported) == 1 for d in devices)
-            counts.phase = "close"
-            deadline = time.monotonic() + 120
-            while http.get(f"/v1/admin/runs/{run_id}", headers=admin).json()["status"] != "done":
-                assert time.monotonic() < deadline, "the run did not finish"
-                time.sleep(0.05)
+            yield Opened(app, http, store, counts, devices, admin, run_id)
+
+
+def _measure(kind: str, root: Path, n: int) -> dict[str, Any]:
+    with _open_round(kind, root, n) as o:
+        o.counts.phase = "poll"
+        works = []
+        for d in o.devices:
+            r = d._send("GET", "/v1/client/work", b"", params={"wait": "0"})
+            assert r.status_code == 200 and len(r.json()["rounds"]) == 1, r.text
+            works.append(r)
+        prefetched = o.app.state.poll_batcher.prefetched
+        for d, r in zip(o.devices, works, strict=True):
+            o.counts.phase = "upload"
+            d._handle(r.json())
+            d._work, d._etag = r.json(), r.headers.get("etag")
+            o.counts.phase = "repoll"  # right after its upload: nothing changed for the device
+            d.step()
+            if d is not o.devices[-1]:  # (the last report may close the round meanwhile)
+                # the list the device now has, named: 304 without the database
+                o.counts.phase = "unchanged"
+                r = d._send("GET", "/v1/client/work", b"", headers={"If-None-Match": d._etag})
+                assert r.status_code == 304 and r.headers["etag"] == d._etag
+            o.counts.phase = "check"
+            if d is not o.devices[-1]:
+                # the list the server derived from its cache is the one the database gives
+                with o.store.transaction(read_only=True) as tx:
+                    assert runs.client_work(tx, d.client_id, "default") == d._work
+        assert all(len(d.reported) == 1 for d in o.devices)
+        o.counts.phase = "close"
+        deadline = time.monotonic() + 120
+        while o.http.get(f"/v1/admin/runs/{o.run_id}", headers=o.admin).json()["status"] != "done":
+            assert time.monotonic() < deadline, "the run did not finish"
+            time.sleep(0.05)
     out: dict[str, Any] = {"n": n, "prefetched": prefetched}
     for phase in ("poll", "upload", "repoll", "unchanged"):
         for k in ("statements", "commits", "rollbacks"):
-            out[f"{phase}_{k}"] = counts.get(phase, k) / n
-            out[f"{phase}_request_{k}"] = counts.get(phase, k, "request") / n
+            out[f"{phase}_{k}"] = o.counts.get(phase, k) / n
+            out[f"{phase}_request_{k}"] = o.counts.get(phase, k, "request") / n
     return out
 
 
@@ -260,3 +281,56 @@ def test_statements_per_report_do_not_grow_with_the_cohort(
         for who in ("", "request_"):
             key = f"{phase}_{who}statements"
             assert abs(small[key] - large[key]) <= 1.0, (key, small[key], large[key])
+
+
+def _db_list(o: Opened, device: Device) -> dict[str, Any]:
+    with o.store.transaction(read_only=True) as tx:
+        return runs.client_work(tx, device.client_id, "default")
+
+
+def _read_ahead(o: Opened, count: int) -> None:
+    """Wait until the server has read ahead ``count`` lists (it does so in the background)."""
+    deadline = time.monotonic() + 60
+    while o.app.state.poll_batcher.prefetched < count:
+        assert time.monotonic() < deadline, o.app.state.poll_batcher.prefetched
+        time.sleep(0.02)
+
+
+def test_lists_read_ahead_are_the_database_s(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first poll after the round opened reads ahead the others' lists (:meth:`PollBatcher.prefetch`).
+
+    Each device then gets, without a statement of its own, the list the database gives; a device that
+    wrote after its list was read ahead reads its own; after the population's next state change no list
+    read for the old one is answered.
+    """
+    monkeypatch.setattr(deps, "REREAD", 3600.0)
+    n = 12
+    with _open_round(kind, tmp_path, n) as o:
+        first, writer, *rest = o.devices
+        r = first._send("GET", "/v1/client/work", b"")
+        assert r.status_code == 200 and len(r.json()["rounds"]) == 1, r.text
+        _read_ahead(o, n - 1)
+        # the writer uploads with the list the database gives (not polled: its read-ahead list stays
+        # cached), then polls: its own list, without the round, not the one read ahead
+        writer._handle(_db_list(o, writer))
+        assert len(writer.reported) == 1
+        r = writer._send("GET", "/v1/client/work", b"")
+        assert r.json() == _db_list(o, writer) and r.json()["rounds"] == [], r.text
+        for d in rest[:5]:
+            o.counts.phase = f"read-ahead {d.client_id}"
+            r = d._send("GET", "/v1/client/work", b"")
+            assert o.counts.get(o.counts.phase, "statements", "request") == 0
+            assert r.status_code == 200 and r.json() == _db_list(o, d), r.text
+        # the population's runs changed (as when a round closes): lists read before are not answered
+        batcher = o.app.state.poll_batcher
+        before = batcher.prefetched
+        batcher.cache.changes.bump(["default"])
+        o.counts.phase = "after the change"
+        for d in rest[5:]:
+            r = d._send("GET", "/v1/client/work", b"")
+            assert r.status_code == 200 and r.json() == _db_list(o, d), r.text
+        assert o.counts.get("after the change", "statements", "request") >= 1
+        # the first poll after the change read its own list and read ahead the others' again
+        _read_ahead(o, before + 1)

@@ -114,6 +114,16 @@ def serve(
             help="Threads running device requests' database work (more for a remote database).",
         ),
     ] = 4,
+    work_cache_seconds: Annotated[
+        float,
+        typer.Option(
+            "--work-cache-seconds",
+            min=0.1,
+            max=3600.0,
+            help="Longest life of a device's cached work list: a device's write through another "
+            "server process is seen by this one within it.",
+        ),
+    ] = 60.0,
     insecure_http: Annotated[
         bool,
         typer.Option(
@@ -210,6 +220,7 @@ def serve(
             idempotency_retention=idempotency_retention,
             server_id=server_id or f"{socket.gethostname()}:{port}",
             store_threads=store_threads,
+            work_cache_seconds=work_cache_seconds,
             vdaf=vdaf,
             vdaf_peer_ca=None if vdaf_peer_ca is None else str(vdaf_peer_ca),
             vdaf_batch_size=vdaf_batch_size,

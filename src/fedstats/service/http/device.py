@@ -8,7 +8,8 @@ The request path is short: the signature is checked by one dependency (:mod:`.de
 device seen recently); each poll or upload is one store transaction (the nonce recorded in the transaction
 of the request's effect); a device's work list is cached with its ``ETag`` (:class:`WorkCache`), so an
 unchanged list is answered (or 304) without the database, and the list after a report is derived from
-the cached one.
+the cached one. When a run's state moves, the first poll that reads its list reads ahead the lists of the
+population's other recent devices (:meth:`PollBatcher.prefetch`), so that their polls read nothing.
 """
 
 from __future__ import annotations
@@ -946,7 +947,7 @@ def add_client_routes(
     WorkCache
         The devices' cached work lists; wrap the app in :class:`DeviceWrites` with it.
     """
-    cache = WorkCache(changes, float(getattr(cfg, "work_cache_seconds", 10.0)))
+    cache = WorkCache(changes, float(getattr(cfg, "work_cache_seconds", 60.0)))
     device = DeviceAuth(
         store,
         cfg.replay_window,
