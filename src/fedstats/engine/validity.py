@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -115,9 +115,7 @@ SMALL_BATCH = 8
 """Most reports :func:`check_reports` checks one by one with an encoder's :class:`SmallOutputCheck`.
 
 A server that is not busy checks its uploads one or two at a time; the vectorized check then costs
-some forty array operations per report (about 0.4 ms on a server's cold caches, the largest cost of
-an upload after the database's, measured by ``benchmarks/service.py``), the plain-Python one a few
-microseconds.
+some forty array operations per report, the plain-Python one a handful of list operations.
 """
 
 _CHECKS: dict[str, OutputCheck] = {}
@@ -129,6 +127,19 @@ _LIMIT = (
 
 def _name(fn: Callable[..., Any]) -> str:
     return f"{fn.__module__}:{fn.__qualname__}"
+
+
+_C = TypeVar("_C")
+
+
+def _registrar(table: dict[str, Any], encoder: Callable[..., Any]) -> Callable[[_C], _C]:
+    """A decorator that files its function in ``table`` under ``encoder``'s name and returns it."""
+
+    def register(check: _C) -> _C:
+        table[_name(encoder)] = check
+        return check
+
+    return register
 
 
 def output_check(encoder: Callable[..., Any]) -> Callable[[OutputCheck], OutputCheck]:
@@ -147,12 +158,7 @@ def output_check(encoder: Callable[..., Any]) -> Callable[[OutputCheck], OutputC
     callable
         A decorator returning the check unchanged.
     """
-
-    def register(check: OutputCheck) -> OutputCheck:
-        _CHECKS[_name(encoder)] = check
-        return check
-
-    return register
+    return _registrar(_CHECKS, encoder)
 
 
 def small_output_check(
@@ -174,12 +180,7 @@ def small_output_check(
     callable
         A decorator returning the check unchanged.
     """
-
-    def register(check: SmallOutputCheck) -> SmallOutputCheck:
-        _SMALL[_name(encoder)] = check
-        return check
-
-    return register
+    return _registrar(_SMALL, encoder)
 
 
 def _check_small(

@@ -91,8 +91,7 @@ class ServerSettings:
         (until then this process may answer a list that still shows what the device did there: a
         round it reported, an offer it took; the client skips those). A run's state change is seen
         at once. Shorter lists expire before the devices of a large cohort poll after a round opens
-        and are read again (at 10 s, 0.4 ms more server CPU per report at n = 10,000 in
-        ``benchmarks/service.py``).
+        and are read again (at 10 s, for most of the 10,000 devices of ``benchmarks/service.py``).
     vdaf : bool
         Serve the two-aggregator (Prio3) mode's routes ``/v1/vdaf/tasks`` (:mod:`.vdaf`; default False).
     vdaf_peer_ca : str or None

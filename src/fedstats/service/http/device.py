@@ -151,6 +151,7 @@ class WorkCache:
         recent first.
         """
         now = time.monotonic()
+        gen = self.changes.generation(population)
         out = []
         for cid, at in reversed(self._polled.get(population, {}).items()):
             if now - at > seconds:
@@ -158,7 +159,8 @@ class WorkCache:
             if at >= before:  # it polled since: its next poll reads its own list
                 continue
             got = self._entries.get(cid)
-            if got is None or got[0] != self.key(cid, population) or now - got[1] > self.seconds:
+            key = (*gen, self._writes.get(cid, 0))  # self.key without the lock per device
+            if got is None or got[0] != key or now - got[1] > self.seconds:
                 out.append(cid)
         return out
 
@@ -403,6 +405,23 @@ class PollBatcher(Batcher[tuple[SignedRequest, tuple[Any, ...]], tuple[str, byte
         A read (the device's list changed since it was cached: a run's state moved, or the device
         wrote) starts a prefetch of the population's other recent devices (:meth:`prefetch`); a device
         whose list that prefetch is reading waits for it rather than reading it again.
+
+        Parameters
+        ----------
+        req : SignedRequest
+            The verified poll.
+        key : tuple
+            :meth:`WorkCache.key` of the device, taken before any read.
+
+        Returns
+        -------
+        tuple of (str, bytes)
+            The list's ``ETag`` and its JSON.
+
+        Raises
+        ------
+        HTTPException
+            What the poll's own read raises (a stale device row that no longer holds).
         """
         cid = req.client_id
         got = self.cache.get(cid, key)
@@ -425,14 +444,18 @@ class PollBatcher(Batcher[tuple[SignedRequest, tuple[Any, ...]], tuple[str, byte
         :meth:`Changes.generation`), every device of the population polls for its new list. Read
         :data:`PREFETCH_CHUNK` at a time (one statement each,
         :meth:`~fedstats.service.store.core.CoreQueries.device_runs_many`), a device's list costs a
-        row of a shared statement instead of a statement and a store hand-off of its own (48 us of
-        store-thread CPU against 850 us, ``benchmarks/service.py --procs 1 --concurrency 1`` on
-        PostgreSQL). The devices are those that polled in the last ``prefetch_seconds`` but not yet
+        row of a shared statement instead of a statement and a store hand-off of its own. The devices are those that polled in the last ``prefetch_seconds`` but not yet
         in this generation (most recent first); each list is cached under the key it was read for, so
         a device that writes meanwhile reads its own. Once per generation, and again for the devices
         still to poll when the lists read expire (the cache's ``seconds``, its bound on what another
         server process may have changed). Stops when the generation moves on. Non-blocking: the reads
-        run on the store threads.
+        run on the store threads; a failed read is logged and ends the read ahead (the devices then
+        read their own lists).
+
+        Parameters
+        ----------
+        population : str
+            The population whose devices' lists to read.
         """
         gen = self.cache.changes.generation(population)
         now = time.monotonic()
