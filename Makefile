@@ -9,7 +9,7 @@ SRC    := src tests benchmarks
 
 install: $(STAMP)
 
-# Debian's chromium and chromedriver drive the dashboard's browser test (tests/test_dashboard_browser.py):
+# Debian's chromium and chromedriver drive the dashboard's browser test (tests/e2e/test_dashboard_browser.py):
 # installed from the distribution only where missing; nothing downloads a browser at run time
 $(STAMP): pyproject.toml
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \

@@ -4,7 +4,9 @@ orders the tests (`make test`: `-n 2 --dist loadgroup --no-loadscope-reorder`)."
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,6 +16,9 @@ except ImportError:  # older pytest: pytest-xdist's own suffix takes effect
     NodeId = None
 
 from fedstats.randomness import RandomSource
+
+if TYPE_CHECKING:
+    from service_helpers import Deployment
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -38,6 +43,35 @@ def shared_data() -> Path:
 def randomness() -> RandomSource:
     """A seeded, reproducible RandomSource for tests."""
     return RandomSource(seed=20261120)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """A started ``fedstats server`` on each store, shared by the tests of one module.
+
+    PostgreSQL (a fresh schema) skips with the reason it is unreachable. A module that needs more than a
+    started server (budgets, operators) defines ``prepare_deployment(dep)``, called once it is up.
+    """
+    from service_helpers import store_deployment
+
+    root = tmp_path_factory.mktemp(f"{request.module.__name__}-{request.param}")
+    prepare = getattr(request.module, "prepare_deployment", None)
+    yield from store_deployment(request.param, root, prepare)
+
+
+@pytest.fixture(scope="module")
+def production(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """One started server on the production store (PostgreSQL when reachable, else SQLite), per module:
+    for fault and load tests that run on one store."""
+    from service_helpers import production_deployment
+
+    yield from production_deployment(
+        tmp_path_factory.mktemp(f"{request.module.__name__}-production")
+    )
 
 
 # Tests that take tens of seconds on their own (``--durations``, 2-core machine): handed out first, so that
@@ -75,8 +109,8 @@ BESIDE_LEAD = (
 def _group(item: pytest.Item) -> str | None:
     """The item's ``xdist_group``: its marks' names (joined as pytest-xdist joins them), else its module.
 
-    A test that uses a module-scoped fixture of its own module (a server deployment, a Monte Carlo run
-    shared by several tests) is grouped with the rest of its module: set up once, on one worker, instead
+    A test that uses a module-scoped fixture (a server deployment, a Monte Carlo run shared by several
+    tests) is grouped with the rest of its module: set up once, on one worker, instead
     of once on each worker that happens to run one of its tests.
     """
     names = {
@@ -88,7 +122,9 @@ def _group(item: pytest.Item) -> str | None:
     module = item.nodeid.split("::", 1)[0]
     info = getattr(item, "_fixtureinfo", None)
     for defs in getattr(info, "name2fixturedefs", {}).values():
-        if any(d.scope == "module" and d.baseid == module for d in defs):
+        # a module-scoped fixture is set up once per module, wherever it is defined (its module or a
+        # conftest: the ``deployment`` and ``production`` servers)
+        if any(d.scope == "module" for d in defs):
             return module.rsplit("/", 1)[-1].removesuffix(".py")
     return None
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,23 +244,37 @@ def write_shards(root: Path, columns: dict[str, np.ndarray], n_shards: int) -> l
     return paths
 
 
+def _started(dep: Deployment, prepare: Callable[[Deployment], None] | None) -> Iterator[Deployment]:
+    dep.start()
+    try:
+        if prepare is not None:
+            prepare(dep)
+        yield dep
+    finally:
+        dep.kill()
+
+
+def store_deployment(
+    store: str, root: Path, prepare: Callable[[Deployment], None] | None = None
+) -> Iterator[Deployment]:
+    """A started deployment on ``store`` ("sqlite" or "postgresql", a fresh schema), killed afterwards.
+
+    ``prepare(dep)`` runs once the server is up (budgets, operators). PostgreSQL skips with the reason it
+    is unreachable; in CI it must be reachable (``.ci/run``).
+    """
+    if store == "postgresql":
+        reason = pg_reachable()
+        if reason is not None:
+            pytest.skip(reason)
+        with pg_schema() as url:
+            yield from _started(Deployment(root, url), prepare)
+    else:
+        yield from _started(Deployment(root, f"sqlite:///{root / 'fedstats.db'}"), prepare)
+
+
 def production_deployment(root: Path) -> Iterator[Deployment]:
     """A started deployment on the production store (a PostgreSQL schema) when reachable, else SQLite."""
-    if pg_reachable() is None:
-        with pg_schema() as url:
-            dep = Deployment(root, url)
-            dep.start()
-            try:
-                yield dep
-            finally:
-                dep.kill()
-    else:
-        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
-        dep.start()
-        try:
-            yield dep
-        finally:
-            dep.kill()
+    yield from store_deployment("postgresql" if pg_reachable() is None else "sqlite", root)
 
 
 def wait_run(admin: httpx.Client, run_id: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -46,7 +46,7 @@ rounded at random to the grid ``2^-f`` (``f = frac_bits`` of the round; FED-chi^
 default 24): each client's entry is off by less than ``2^-f``, zero in expectation, so a sum over ``n``
 clients is off by less than ``n 2^-f`` and has standard deviation at most ``sqrt(n) 2^-f / 2``. FED-chi^2's
 statistic is ``||e||^2 / (2 l)`` over ``l`` such coordinates, so its error is at most
-``(2 ||e||_inf d + d^2) / 2`` with ``d = n 2^-f`` (``tests/test_prio3_analyses.py`` checks the
+``(2 ||e||_inf d + d^2) / 2`` with ``d = n 2^-f`` (``tests/library/test_prio3_analyses.py`` checks the
 ``6 sigma`` version). Bit pushing and the performance gap's M_R send exact integers (bits, counts).
 
 **DP noise.** :class:`AggregatorNoise` gives each aggregator a discrete Gaussian (or discrete Laplace) of
@@ -380,7 +380,7 @@ def bit_pushing_noise(
     :func:`calibrate_discrete_gaussian` noise for it. The rounds of one estimate (basic: one; adaptive: two)
     have disjoint clients, so the estimate is (epsilon, delta)-DP by parallel composition when at least
     one aggregator is honest. The estimator is linear in the bit sums given the public allocation, so
-    the noise leaves it unbiased (``tests/test_prio3_analyses.py``). The library's result does not record
+    the noise leaves it unbiased (``tests/library/test_prio3_analyses.py``). The library's result does not record
     this loss (its ``epsilon`` is the local one): charge a ledger with ``(epsilon, delta)`` yourself.
 
     Parameters

@@ -74,7 +74,7 @@ _SUMMARIES: dict[str, str] = {
     "columns.",
 }
 """Command name -> the first paragraph of its help, for ``fedstats --help`` without importing the command
-modules (tests/test_cli_startup.py checks it against what each module registers)."""
+modules (tests/cli/test_cli_startup.py checks it against what each module registers)."""
 
 _VERSION_ONLY = frozenset({"--version", "--json", "--quiet", "-q"})
 """Global flags that :func:`main` may answer alone (``--version``, with ``--json`` for a JSON object)."""

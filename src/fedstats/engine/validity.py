@@ -167,7 +167,7 @@ def small_output_check(
     """Register the decorated function as ``encoder``'s one-report check (see :class:`SmallOutputCheck`).
 
     Optional, beside the encoder's :func:`output_check`, which it must agree with report by report
-    (``tests/test_report_validity.py`` checks that on random reports, honest and not): batches of at
+    (``tests/library/test_report_validity.py`` checks that on random reports, honest and not): batches of at
     most :data:`SMALL_BATCH` well-formed reports are checked with it.
 
     Parameters

@@ -24,7 +24,7 @@ Both give a confidence interval from the sampling distribution:
   ``E log|S| = gamma_e (1/alpha - 1)``, ``Var log|S| = pi^2 (1/alpha^2 + 1/2) / 6``,
   ``k3 = -2 zeta(3) (1 - 1/alpha^3)``, ``k4 = pi^4 (1/alpha^4 + 7/8) / 15``. The interval uses the
   Cornish-Fisher quantiles of that mean (normal plus skewness and kurtosis terms): an approximation,
-  whose coverage is checked by Monte Carlo in ``tests/test_sketches_decoders.py``.
+  whose coverage is checked by Monte Carlo in ``tests/library/test_sketches_decoders.py``.
 
 Examples
 --------

@@ -263,7 +263,7 @@ _Z_TABLE: dict[float, float] = {
     0.99: 2.5758293035489004,
     0.999: 3.2905267314919255,
 }
-"""``ndtri(0.5 + confidence / 2)`` for the usual levels, as scipy computes it (tests/test_bitpushing.py
+"""``ndtri(0.5 + confidence / 2)`` for the usual levels, as scipy computes it (tests/library/test_bitpushing.py
 checks the table against scipy): a run at these levels does not import ``scipy.special`` (0.1 s)."""
 
 

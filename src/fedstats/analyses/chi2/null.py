@@ -27,7 +27,7 @@ three noises, so the test's p-value is a Monte Carlo p-value (:func:`simulate_nu
    ``sqrt(p (1 - p) / B)`` is reported.
 
 The plug-in margins make it a parametric bootstrap: valid up to the error of estimating the margins (the
-tests measure the size, ``tests/test_chi2_dp_test.py``). With dropout (round 2 without some clients) the
+tests measure the size, ``tests/library/test_chi2_dp_test.py``). With dropout (round 2 without some clients) the
 survivors' table is modelled by binomial thinning of each cell (records spread i.i.d. over clients).
 """
 

@@ -105,7 +105,7 @@ def test_the_cohort_must_be_disjoint_contiguous_slots_and_the_digest_covers_them
 N = 240
 N_DEV = 10
 FLOOR = 5  # the devices' Policy.min_session_size
-LAUNCHER = Path(__file__).with_name("deviating_sessions_server.py")
+LAUNCHER = Path(__file__).resolve().parents[1] / "deviating_sessions_server.py"
 ONE = {"max_session": 10, "min_session_size": 5}  # one derived session of 10
 TWO = {"max_session": 5, "min_session_size": 5}  # two derived sessions of 5
 CASES: dict[str, dict[str, int]] = {

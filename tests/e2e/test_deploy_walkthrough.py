@@ -29,7 +29,7 @@ import pytest
 from fedstats.wire.registry import ANALYSES
 from service_helpers import free_port, pg_reachable, pg_schema
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "deploy.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
 SECTION = "## Walkthrough: from nothing to a released result"
 TIMEOUT = (
     420.0  # the whole walkthrough, a loaded machine included; it takes about a minute when idle

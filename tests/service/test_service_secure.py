@@ -14,7 +14,6 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +50,6 @@ from fedstats.wire.tasks import normalize_task
 from service_helpers import (
     Deployment,
     free_port,
-    pg_reachable,
-    pg_schema,
-    production_deployment,
     wait_run,
 )
 
@@ -490,29 +486,6 @@ def _task(devices: int = 12, **over: Any) -> dict[str, Any]:
     }
     t.update(over)
     return t
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp(f"secure-{request.param}")
-    if request.param == "postgresql":
-        reason = pg_reachable()
-        if reason is not None:
-            pytest.skip(reason)
-        with pg_schema() as url:
-            yield from _serve(Deployment(root, url))
-    else:
-        yield from _serve(Deployment(root, f"sqlite:///{root / 'fedstats.db'}"))
-
-
-def _serve(dep: Deployment) -> Iterator[Deployment]:
-    dep.start()
-    try:
-        yield dep
-    finally:
-        dep.kill()
 
 
 class _StoppingDevice(Device):
@@ -1051,12 +1024,6 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
 
 
 # -- faults --------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    """The production store (PostgreSQL) when reachable, else SQLite: fault tests run on one store."""
-    yield from production_deployment(tmp_path_factory.mktemp("secure-faults"))
 
 
 N_DEV = 20  # one session: k = 6, t = 4, at least 18 survivors

@@ -13,7 +13,6 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 from fedstats.wire.registry import ANALYSES, privacy_loss_for
 from fedstats.wire.tasks import normalize_task
-from service_helpers import Deployment, production_deployment, wait_run
+from service_helpers import Deployment, wait_run
 
 N_DEVICES = 3
 N = 90  # records
@@ -110,11 +109,6 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    yield from production_deployment(tmp_path_factory.mktemp("privacy"))
-
-
 def test_every_registered_analysis_is_covered() -> None:
     assert {str(c[0]["analysis"]) for c in CASES.values()} == {name for name, _v in ANALYSES}
 
@@ -128,7 +122,7 @@ def _policy() -> Policy:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_device_budget_server_ledger_and_privacy_loss_agree(
-    deployment: Deployment, case: str
+    production: Deployment, case: str
 ) -> None:
     spec, kind = CASES[case]
     population = f"loss-{case}"
@@ -143,27 +137,27 @@ def test_device_budget_server_ledger_and_privacy_loss_agree(
     }
     loss = privacy_loss_for(normalize_task(task))
     private = math.isfinite(loss.epsilon)
-    with deployment.admin() as a:
+    with production.admin() as a:
         for scope, name in (("population", population), ("analyst", "alice")):
             r = a.put(f"/v1/admin/budgets/{scope}/{name}", json={"epsilon": 100.0, "delta": 0.01})
             assert r.status_code == 200, r.text
     data = _data(np.random.default_rng(sorted(CASES).index(case)), kind)
     devices = []
     for i, part in enumerate(np.array_split(np.arange(N), N_DEVICES)):
-        ident = json.loads(deployment.identity(f"{population}-{i}", population).read_text())
+        ident = json.loads(production.identity(f"{population}-{i}", population).read_text())
         devices.append(
             Device(
-                deployment.url,
+                production.url,
                 ident,
                 {k: v[part] for k, v in data.items()},
-                ca=deployment.certs["ca"],
+                ca=production.certs["ca"],
                 policy=_policy(),
                 budget=LocalBudget(None, epsilon=50.0, delta=1e-2),
                 randomness=RandomSource(i),
             )
         )
-    with deployment.admin() as a:
-        r = a.post("/v1/admin/tasks", json=deployment.sign(task))
+    with production.admin() as a:
+        r = a.post("/v1/admin/tasks", json=production.sign(task))
         assert r.status_code == 201, r.text
         r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
         assert r.status_code == 201, r.text

@@ -211,7 +211,7 @@ def test_cli_failure_midway_removes_the_files_it_created(
 def test_getting_started_python_blocks_run(capsys: pytest.CaptureFixture[str]) -> None:
     import re
 
-    page = Path(__file__).resolve().parents[1] / "docs" / "getting-started.md"
+    page = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
     blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S)
     assert len(blocks) >= 2
     for code in blocks:

@@ -11,7 +11,6 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client import _HTTPError as DeviceHTTPError
 from fedstats.service.store import open_store
 from fedstats.wire.enrollment import issue_identity
-from service_helpers import FEDSTATS, Deployment, free_port, pg_reachable, pg_schema
+from service_helpers import FEDSTATS, Deployment, free_port
 
 TASK: dict[str, Any] = {
     "analysis": "bitpushing-mean",
@@ -34,41 +33,16 @@ TASK: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def dep(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp(f"admin-{request.param}")
-    if request.param == "postgresql":
-        reason = pg_reachable()
-        if reason is not None:
-            pytest.skip(reason)
-        with pg_schema() as url:
-            d = Deployment(root, url)
-            d.start()
-            try:
-                yield d
-            finally:
-                d.kill()
-    else:
-        d = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
-        d.start()
-        try:
-            yield d
-        finally:
-            d.kill()
-
-
-def _task(dep: Deployment, label: str) -> str:
-    with dep.admin() as a:
-        r = a.post("/v1/admin/tasks", json=dep.sign({**TASK, "label": label}))
+def _task(deployment: Deployment, label: str) -> str:
+    with deployment.admin() as a:
+        r = a.post("/v1/admin/tasks", json=deployment.sign({**TASK, "label": label}))
         assert r.status_code == 201, r.text
         return str(r.json()["task_id"])
 
 
-def _budget(dep: Deployment, epsilon: float) -> None:
+def _budget(deployment: Deployment, epsilon: float) -> None:
     """A fresh population budget of ``epsilon`` (the analyst's is large)."""
-    with dep.admin() as a:
+    with deployment.admin() as a:
         for scope, name, eps in (("population", "default", epsilon), ("analyst", "alice", 1e5)):
             got = a.get(f"/v1/admin/budgets/{scope}/{name}")
             spent = got.json()["spent_epsilon"] if got.status_code == 200 else 0.0
@@ -78,21 +52,21 @@ def _budget(dep: Deployment, epsilon: float) -> None:
             assert r.status_code == 200, r.text
 
 
-def _runs_of(dep: Deployment, task_id: str) -> list[dict[str, Any]]:
-    with dep.admin() as a:
+def _runs_of(deployment: Deployment, task_id: str) -> list[dict[str, Any]]:
+    with deployment.admin() as a:
         r = a.get("/v1/admin/runs", params={"task_id": task_id, "limit": 500})
         assert r.status_code == 200, r.text
         return list(r.json()["items"])
 
 
-def _reserved(dep: Deployment) -> float:
-    with dep.admin() as a:
+def _reserved(deployment: Deployment) -> float:
+    with deployment.admin() as a:
         return float(a.get("/v1/admin/budgets/population/default").json()["spent_epsilon"])
 
 
-def _cancel_live(dep: Deployment) -> None:
+def _cancel_live(deployment: Deployment) -> None:
     """Cancel every live run (earlier tests' runs would be offered to the devices of the next)."""
-    with dep.admin() as a:
+    with deployment.admin() as a:
         for status in ("checkin", "seeding", "running"):
             for run in a.get("/v1/admin/runs", params={"status": status, "limit": 500}).json()[
                 "items"
@@ -100,28 +74,28 @@ def _cancel_live(dep: Deployment) -> None:
                 a.post(f"/v1/admin/runs/{run['run_id']}/cancel")
 
 
-def _lost_post(dep: Deployment, path: str, body: dict[str, Any], key: str) -> None:
+def _lost_post(deployment: Deployment, path: str, body: dict[str, Any], key: str) -> None:
     """Send a POST over TLS and hang up without reading the answer (the reply is lost)."""
     raw = json.dumps(body).encode()
     req = (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {dep.token}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {deployment.token}\r\n"
         f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n"
     ).encode() + raw
-    ctx = ssl.create_default_context(cafile=str(dep.certs["ca"]))
-    with socket.create_connection(("127.0.0.1", dep.port), timeout=10) as sock:
+    ctx = ssl.create_default_context(cafile=str(deployment.certs["ca"]))
+    with socket.create_connection(("127.0.0.1", deployment.port), timeout=10) as sock:
         with ctx.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
             tls.sendall(req)
     # closed before any byte of the answer was read
 
 
-def test_a_lost_reply_and_retries_make_one_run_and_one_reservation(dep: Deployment) -> None:
-    _budget(dep, 10.0)
-    tid = _task(dep, "lost-reply")
-    before = _reserved(dep)
-    _lost_post(dep, "/v1/admin/runs", {"task_id": tid}, "lost-1")
+def test_a_lost_reply_and_retries_make_one_run_and_one_reservation(deployment: Deployment) -> None:
+    _budget(deployment, 10.0)
+    tid = _task(deployment, "lost-reply")
+    before = _reserved(deployment)
+    _lost_post(deployment, "/v1/admin/runs", {"task_id": tid}, "lost-1")
     ids = set()
-    with dep.admin() as a:
+    with deployment.admin() as a:
         for _ in range(5):
             r = a.post(
                 "/v1/admin/runs", json={"task_id": tid}, headers={"Idempotency-Key": "lost-1"}
@@ -129,26 +103,26 @@ def test_a_lost_reply_and_retries_make_one_run_and_one_reservation(dep: Deployme
             assert r.status_code == 201, r.text
             ids.add(r.json()["run_id"])
     assert len(ids) == 1
-    assert [x["run_id"] for x in _runs_of(dep, tid)] == list(ids)
-    assert _reserved(dep) == pytest.approx(before + 0.5)
+    assert [x["run_id"] for x in _runs_of(deployment, tid)] == list(ids)
+    assert _reserved(deployment) == pytest.approx(before + 0.5)
     # without a key every POST is a new run (so the assertions above can fail)
-    with dep.admin() as a:
+    with deployment.admin() as a:
         r1 = a.post("/v1/admin/runs", json={"task_id": tid})
         r2 = a.post("/v1/admin/runs", json={"task_id": tid})
     assert r1.json()["run_id"] != r2.json()["run_id"]
-    assert len(_runs_of(dep, tid)) == 3
-    assert _reserved(dep) == pytest.approx(before + 1.5)
+    assert len(_runs_of(deployment, tid)) == 3
+    assert _reserved(deployment) == pytest.approx(before + 1.5)
 
 
-def test_concurrent_retries_make_one_run(dep: Deployment) -> None:
-    _budget(dep, 10.0)
-    tid = _task(dep, "concurrent")
-    before = _reserved(dep)
+def test_concurrent_retries_make_one_run(deployment: Deployment) -> None:
+    _budget(deployment, 10.0)
+    tid = _task(deployment, "concurrent")
+    before = _reserved(deployment)
     barrier = threading.Barrier(8)
     got: list[tuple[int, str, str | None]] = []
 
     def go() -> None:
-        with dep.admin() as a:
+        with deployment.admin() as a:
             barrier.wait()
             r = a.post(
                 "/v1/admin/runs", json={"task_id": tid}, headers={"Idempotency-Key": "conc-1"}
@@ -165,22 +139,22 @@ def test_concurrent_retries_make_one_run(dep: Deployment) -> None:
     assert [g[0] for g in got] == [201] * 8
     assert len({g[1] for g in got}) == 1
     assert sum(g[2] == "true" for g in got) == 7  # one write, seven replays
-    assert len(_runs_of(dep, tid)) == 1
-    assert _reserved(dep) == pytest.approx(before + 0.5)
+    assert len(_runs_of(deployment, tid)) == 1
+    assert _reserved(deployment) == pytest.approx(before + 0.5)
 
 
-def test_the_same_key_with_another_body_is_a_422(dep: Deployment) -> None:
-    _budget(dep, 10.0)
-    t1, t2 = _task(dep, "key-a"), _task(dep, "key-b")
-    with dep.admin() as a:
+def test_the_same_key_with_another_body_is_a_422(deployment: Deployment) -> None:
+    _budget(deployment, 10.0)
+    t1, t2 = _task(deployment, "key-a"), _task(deployment, "key-b")
+    with deployment.admin() as a:
         r = a.post("/v1/admin/runs", json={"task_id": t1}, headers={"Idempotency-Key": "k-reuse"})
         assert r.status_code == 201
         bad = a.post("/v1/admin/runs", json={"task_id": t2}, headers={"Idempotency-Key": "k-reuse"})
         assert bad.status_code == 422
         assert "Idempotency-Key" in bad.json()["detail"]
-        assert _runs_of(dep, t2) == []
+        assert _runs_of(deployment, t2) == []
         # a task posted with the key gets its first answer too; a bad key is a 422
-        env = dep.sign({**TASK, "label": "task-key"})
+        env = deployment.sign({**TASK, "label": "task-key"})
         first = a.post("/v1/admin/tasks", json=env, headers={"Idempotency-Key": "t-1"})
         again = a.post("/v1/admin/tasks", json=env, headers={"Idempotency-Key": "t-1"})
         assert first.status_code == again.status_code == 201
@@ -193,10 +167,10 @@ def test_the_same_key_with_another_body_is_a_422(dep: Deployment) -> None:
         )
 
 
-def test_lists_are_paginated_and_filtered(dep: Deployment) -> None:
-    _budget(dep, 10.0)
-    tid = _task(dep, "pages")
-    with dep.admin() as a:
+def test_lists_are_paginated_and_filtered(deployment: Deployment) -> None:
+    _budget(deployment, 10.0)
+    tid = _task(deployment, "pages")
+    with deployment.admin() as a:
         made = [a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"] for _ in range(3)]
         seen: list[str] = []
         offset: int | None = 0
@@ -226,41 +200,42 @@ def test_lists_are_paginated_and_filtered(dep: Deployment) -> None:
         ):
             assert (
                 httpx.get(
-                    dep.url + path, verify=ssl.create_default_context(cafile=str(dep.certs["ca"]))
+                    deployment.url + path,
+                    verify=ssl.create_default_context(cafile=str(deployment.certs["ca"])),
                 ).status_code
                 == 401
             )
 
 
-def _device(dep: Deployment, ident: Path | dict[str, Any], n: int = 1) -> Device:
+def _device(deployment: Deployment, ident: Path | dict[str, Any], n: int = 1) -> Device:
     return Device(
-        dep.url,
+        deployment.url,
         ident,
         {"value": np.full(n, 0.5)},
-        ca=dep.certs["ca"],
+        ca=deployment.certs["ca"],
         policy=Policy(max_epsilon=5.0),
         budget=LocalBudget(None, epsilon=1000.0),
     )
 
 
 def test_cancel_stops_a_live_run_releases_its_reservation_and_devices_see_it_finished(
-    dep: Deployment,
+    deployment: Deployment,
 ) -> None:
-    _budget(dep, 10.0)
-    tid = _task(dep, "cancel")
-    dev = _device(dep, dep.identity(f"cancel-{dep.port}"))
+    _budget(deployment, 10.0)
+    tid = _task(deployment, "cancel")
+    dev = _device(deployment, deployment.identity(f"cancel-{deployment.port}"))
     try:
         dev.register()
-        with dep.admin() as a:
-            before = _reserved(dep)
+        with deployment.admin() as a:
+            before = _reserved(deployment)
             rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
-            assert _reserved(dep) == pytest.approx(before + 0.5)
+            assert _reserved(deployment) == pytest.approx(before + 0.5)
             dev.step()
             assert rid in dev.joined
             r = a.post(f"/v1/admin/runs/{rid}/cancel")
             assert r.status_code == 200, r.text
             assert r.json()["status"] == "aborted" and r.json()["error"] == "cancelled by alice"
-            assert _reserved(dep) == pytest.approx(before)  # released: no sum was used
+            assert _reserved(deployment) == pytest.approx(before)  # released: no sum was used
             assert a.post(f"/v1/admin/runs/{rid}/cancel").status_code == 409
             assert a.post("/v1/admin/runs/nope/cancel").status_code == 404
             audit = a.get("/v1/admin/audit", params={"run_id": rid}).json()
@@ -271,22 +246,22 @@ def test_cancel_stops_a_live_run_releases_its_reservation_and_devices_see_it_fin
         work = dev.step()
         assert {"run_id": rid, "status": "aborted"} in work["finished"]
         time.sleep(1.5)  # a few driver ticks: nothing revives a cancelled run
-        with dep.admin() as a:
+        with deployment.admin() as a:
             assert a.get(f"/v1/admin/runs/{rid}").json()["status"] == "aborted"
     finally:
         dev.close()
 
 
-def test_cancel_after_a_used_sum_keeps_the_charge_spent(dep: Deployment) -> None:
+def test_cancel_after_a_used_sum_keeps_the_charge_spent(deployment: Deployment) -> None:
     """A run whose journal holds a closed round: cancelling it spends the reservation (as _abort)."""
     from fedstats.service.domain import runs
     from fedstats.service.store.tables import LedgerCharge, RoundRecord
 
-    _budget(dep, 10.0)
-    tid = _task(dep, "cancel-spent")
-    with dep.admin() as a:
+    _budget(deployment, 10.0)
+    tid = _task(deployment, "cancel-spent")
+    with deployment.admin() as a:
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
-    store = open_store(dep.db, migrate=False)
+    store = open_store(deployment.db, migrate=False)
     try:
         with store.session() as s, s.begin():
             s.add(
@@ -319,22 +294,24 @@ def test_cancel_after_a_used_sum_keeps_the_charge_spent(dep: Deployment) -> None
     finally:
         store.close()
     assert status == "spent"
-    with dep.admin() as a:
+    with deployment.admin() as a:
         assert a.get(f"/v1/admin/runs/{rid}").json()["error"] == "cancelled by bob"
 
 
-def test_a_revoked_device_is_refused_and_rekeyed_by_a_new_certificate(dep: Deployment) -> None:
-    _budget(dep, 10.0)
-    tid = _task(dep, "revoke")
-    cid = f"rev-{dep.port}"
-    old = _device(dep, dep.identity(cid))
-    new_path = dep.root / "ids" / f"{cid}-new.json"
-    new_ident = issue_identity(dep.root / "authority", cid, "default", new_path)
-    new = _device(dep, new_path)
+def test_a_revoked_device_is_refused_and_rekeyed_by_a_new_certificate(
+    deployment: Deployment,
+) -> None:
+    _budget(deployment, 10.0)
+    tid = _task(deployment, "revoke")
+    cid = f"rev-{deployment.port}"
+    old = _device(deployment, deployment.identity(cid))
+    new_path = deployment.root / "ids" / f"{cid}-new.json"
+    new_ident = issue_identity(deployment.root / "authority", cid, "default", new_path)
+    new = _device(deployment, new_path)
     try:
         old.register()
         old.step()
-        with dep.admin() as a:
+        with deployment.admin() as a:
             listed = a.get("/v1/admin/devices", params={"status": "active", "limit": 500}).json()
             assert cid in {d["client_id"] for d in listed["items"]}
             r = a.post(f"/v1/admin/devices/{cid}/revoke")
@@ -346,11 +323,11 @@ def test_a_revoked_device_is_refused_and_rekeyed_by_a_new_certificate(dep: Deplo
             with pytest.raises(DeviceHTTPError) as err:
                 attempt()
             assert err.value.status == 403
-        with dep.admin() as a:
+        with deployment.admin() as a:
             assert a.get(f"/v1/admin/runs/{rid}").json()["devices"] == 0
             # a certificate for another device, or none from a trusted authority, is refused
             other = issue_identity(
-                dep.root / "authority", "someone-else", "default", dep.root / "o.json"
+                deployment.root / "authority", "someone-else", "default", deployment.root / "o.json"
             )
             bad = a.post(
                 f"/v1/admin/devices/{cid}/reinstate", json={"certificate": other["certificate"]}
@@ -369,7 +346,7 @@ def test_a_revoked_device_is_refused_and_rekeyed_by_a_new_certificate(dep: Deplo
         new.register()
         new.step()
         assert rid in new.joined
-        with dep.admin() as a:
+        with deployment.admin() as a:
             assert a.get(f"/v1/admin/runs/{rid}").json()["devices"] == 1
             a.post(f"/v1/admin/runs/{rid}/cancel")
     finally:
@@ -377,18 +354,18 @@ def test_a_revoked_device_is_refused_and_rekeyed_by_a_new_certificate(dep: Deplo
         new.close()
 
 
-def test_operator_token_rotation_over_the_api(dep: Deployment) -> None:
+def test_operator_token_rotation_over_the_api(deployment: Deployment) -> None:
     from fedstats.service.domain.operators import add_operator
 
-    store = open_store(dep.db, migrate=False)
+    store = open_store(deployment.db, migrate=False)
     try:
-        name = f"carol-{dep.port}"
+        name = f"carol-{deployment.port}"
         tok = add_operator(store, name)
     finally:
         store.close()
-    verify = ssl.create_default_context(cafile=str(dep.certs["ca"]))
+    verify = ssl.create_default_context(cafile=str(deployment.certs["ca"]))
     with httpx.Client(
-        base_url=dep.url, verify=verify, headers={"Authorization": f"Bearer {tok}"}
+        base_url=deployment.url, verify=verify, headers={"Authorization": f"Bearer {tok}"}
     ) as c:
         assert c.get("/v1/admin/runs").status_code == 200
         r = c.post(f"/v1/admin/operators/{name}/rotate")
@@ -401,21 +378,21 @@ def test_operator_token_rotation_over_the_api(dep: Deployment) -> None:
         )
 
 
-def test_client_run_joins_exactly_n_runs(dep: Deployment, tmp_path: Path) -> None:
+def test_client_run_joins_exactly_n_runs(deployment: Deployment, tmp_path: Path) -> None:
     """Two runs offered at once to a device started with ``--runs 1``: it joins one, leaves when it ends."""
-    _cancel_live(dep)
-    _budget(dep, 10.0)
-    tid = _task(dep, "runs-n")
+    _cancel_live(deployment)
+    _budget(deployment, 10.0)
+    tid = _task(deployment, "runs-n")
     data = tmp_path / "d.csv"
     data.write_text("value\n0.5\n")
-    with dep.admin() as a:
+    with deployment.admin() as a:
         rids = [a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"] for _ in range(2)]
-    cid = f"n-{dep.port}"
-    proc = dep.start_client(cid, data, "--runs", "1", "--wait", "1", "--max-epsilon", "5")
+    cid = f"n-{deployment.port}"
+    proc = deployment.start_client(cid, data, "--runs", "1", "--wait", "1", "--max-epsilon", "5")
     try:
         deadline = time.monotonic() + 60
         members: list[int] = [0, 0]
-        with dep.admin() as a:
+        with deployment.admin() as a:
             while time.monotonic() < deadline and sum(members) == 0:
                 members = [a.get(f"/v1/admin/runs/{r}").json()["devices"] for r in rids]
                 time.sleep(0.2)
@@ -426,7 +403,7 @@ def test_client_run_joins_exactly_n_runs(dep: Deployment, tmp_path: Path) -> Non
             joined = rids[members.index(1)]
             a.post(f"/v1/admin/runs/{joined}/cancel")
         assert proc.wait(60) == 0
-        with dep.admin() as a:
+        with deployment.admin() as a:
             other = rids[members.index(0)]
             assert a.get(f"/v1/admin/runs/{other}").json()["devices"] == 0
             a.post(f"/v1/admin/runs/{other}/cancel")
@@ -437,13 +414,13 @@ def test_client_run_joins_exactly_n_runs(dep: Deployment, tmp_path: Path) -> Non
 
 
 def _client_run(
-    dep: Deployment, server: str, *extra: str, ca: bool = True
+    deployment: Deployment, server: str, *extra: str, ca: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    data = dep.root / "one.csv"
+    data = deployment.root / "one.csv"
     data.write_text("value\n0.5\n")
-    ident = dep.root / "ids" / "conn.json"
+    ident = deployment.root / "ids" / "conn.json"
     if not ident.exists():
-        dep.identity("conn")
+        deployment.identity("conn")
     args = [
         *FEDSTATS,
         "client",
@@ -456,22 +433,22 @@ def _client_run(
         str(data),
     ]
     if ca:
-        args += ["--ca", str(dep.certs["ca"])]
+        args += ["--ca", str(deployment.certs["ca"])]
     return subprocess.run([*args, *extra], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("case", ["refused", "tls", "unknown-host"])
-def test_client_run_says_why_it_never_connected(dep: Deployment, case: str) -> None:
-    if dep.db.startswith("postgresql"):
+def test_client_run_says_why_it_never_connected(deployment: Deployment, case: str) -> None:
+    if deployment.db.startswith("postgresql"):
         pytest.skip("the device side does not depend on the store")
     if case == "refused":
-        got = _client_run(dep, f"https://127.0.0.1:{free_port()}", "--connect-timeout", "1")
+        got = _client_run(deployment, f"https://127.0.0.1:{free_port()}", "--connect-timeout", "1")
         want = "connection refused"
     elif case == "tls":
-        got = _client_run(dep, dep.url, "--connect-timeout", "1", ca=False)
+        got = _client_run(deployment, deployment.url, "--connect-timeout", "1", ca=False)
         want = "TLS failure"
     else:
-        got = _client_run(dep, "https://no-such-host.invalid:8443", "--connect-timeout", "1")
+        got = _client_run(deployment, "https://no-such-host.invalid:8443", "--connect-timeout", "1")
         want = "unknown host"
     assert got.returncode == 1, got.stderr
     lines = [x for x in got.stderr.splitlines() if x.startswith("error:")]

@@ -1,7 +1,7 @@
 """The performance gap on the issue-12 contract: client/protocol/api split, ledger, aggregate route.
 
 The aggregate form of M_R's round is compared with the per-client encoder by the two-sample test of
-``tests/test_aggregate_route.py``: means (Welch z) and variances (log variance ratio) of every coordinate
+``tests/library/test_aggregate_route.py``: means (Welch z) and variances (log variance ratio) of every coordinate
 of the round's sum at |z| < 3.89 (alpha = 1e-4), with R = 45,000 runs per side, so that a 5% variance
 error gives |z| ~ 5.2 and is caught.
 """

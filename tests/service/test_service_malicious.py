@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 from sqlalchemy import func, select
 
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import SecureMessage
 from malicious_proxy import ATTACKS, MaliciousProxy
-from service_helpers import Deployment, production_deployment, wait_run
+from service_helpers import Deployment, wait_run
 
 N_DEV = 5
 N = 60
@@ -38,13 +36,8 @@ WHERE = {  # attack -> (round, stage) at which the devices must stop sending
 }
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    yield from production_deployment(tmp_path_factory.mktemp("malicious"))
-
-
 def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
-    deployment: Deployment, tmp_path: Path
+    production: Deployment, tmp_path: Path
 ) -> None:
     assert set(WHERE) == set(ATTACKS)
     rng = np.random.default_rng(4)
@@ -55,9 +48,9 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
         p = tmp_path / f"d{i}.csv"
         pd.DataFrame({"x": x[part], "y": y[part]}).to_csv(p, index=False)
         shards.append(p)
-    with MaliciousProxy(deployment.url, deployment.certs["ca"]) as proxy:
+    with MaliciousProxy(production.url, production.certs["ca"]) as proxy:
         procs = [
-            deployment.start_client(
+            production.start_client(
                 f"victim-{i}",
                 p,
                 "--allow-non-private",
@@ -73,7 +66,7 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
         ]
         runs: dict[str, str] = {}
         try:
-            with deployment.admin() as a:
+            with production.admin() as a:
                 for attack in ATTACKS:
                     task = {
                         "analysis": "fed-chi2",
@@ -86,7 +79,7 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
                         "secure_aggregation": {"max_session": N_DEV},
                         "label": f"attack {attack} {time.time()}",
                     }
-                    r = a.post("/v1/admin/tasks", json=deployment.sign(task))
+                    r = a.post("/v1/admin/tasks", json=production.sign(task))
                     assert r.status_code == 201, r.text
                     r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
                     run_id = r.json()["run_id"]
@@ -102,8 +95,8 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
                 except subprocess.TimeoutExpired:
                     p.kill()
     assert set(proxy.tampered) == set(ATTACKS)  # every attack was actually delivered
-    logs = [(deployment.root / f"client-victim-{i}.log").read_text() for i in range(N_DEV)]
-    store = open_store(deployment.db)
+    logs = [(production.root / f"client-victim-{i}.log").read_text() for i in range(N_DEV)]
+    store = open_store(production.db)
     try:
         with store.session() as s:
             for attack, run_id in runs.items():

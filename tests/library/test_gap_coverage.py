@@ -29,7 +29,7 @@ from fedstats.errors import ParameterError
 from fedstats.randomness import RandomSource
 
 PREDICTIONS = (
-    Path(__file__).resolve().parents[1]
+    Path(__file__).resolve().parents[2]
     / "src"
     / "fedstats"
     / "datasets"

@@ -47,7 +47,7 @@ class Pair:
     ) -> Prio3Task:
         """A bare Prio3 task (one variant, no analysis) on both aggregators, made by the domain layer.
 
-        Over HTTP a Prio3 task comes only as an analyst's signed envelope (tests/test_prio3_signed.py);
+        Over HTTP a Prio3 task comes only as an analyst's signed envelope (tests/service/test_prio3_signed.py);
         these tests exercise the upload, aggregation and collection of one round task.
         """
         from fedstats.service.domain import vdaf as domain

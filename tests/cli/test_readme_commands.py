@@ -11,12 +11,12 @@ the way the README says: by running the README's own ``fedstats examples --out .
 Skipped, each with its reason in the test report (nothing is dropped silently):
 
 * ``reproduce`` lines: full reproductions of the papers take minutes to hours and the README line is a
-  synopsis (``fed-chi2 | bit-pushing | ...``, ``[--out DIR]``); ``tests/test_reproduce_*.py`` run each one
+  synopsis (``fed-chi2 | bit-pushing | ...``, ``[--out DIR]``); ``tests/library/test_reproduce_*.py`` run each one
   with ``--quick``;
 * the service walkthrough (``server``, ``enroll``, ``client``): its steps share files and a running server;
-  ``tests/test_service_e2e.py`` runs them end to end;
+  ``tests/e2e/test_service_e2e.py`` runs them end to end;
 * commands simulating 10^8 clients or more (``--clients 1000000000``): they run for many minutes;
-  ``tests/test_scale*.py`` cover the route at smaller sizes.
+  ``tests/library/test_scale*.py`` cover the route at smaller sizes.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import pytest
 
 from fedstats.datasets import EXAMPLES
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 TIMEOUT_S = 600  # per command; the longest (the demo) takes about 10 s
 LONG_RUN_CLIENTS = 10**8
 _BLOCK = re.compile(r"^```(?:sh|bash|shell|console)\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -58,12 +58,12 @@ def skip_reason(argv: list[str]) -> str | None:
     if argv[1:2] in (["server"], ["client"], ["enroll"]):
         return (
             "deployment walkthrough (an authority, a server and devices run by hand, some in the "
-            "background), run end to end on loopback by tests/test_service_e2e.py"
+            "background), run end to end on loopback by tests/e2e/test_service_e2e.py"
         )
     if "reproduce" in argv:
         return (
             "reproduce: a paper reproduction (minutes to hours; this line is a synopsis), "
-            "run with --quick by tests/test_reproduce_*.py"
+            "run with --quick by tests/library/test_reproduce_*.py"
         )
     aggregate = any(f == "--backend" and v == "aggregate" for f, v in itertools.pairwise(argv))
     for flag, value in itertools.pairwise(argv):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service_helpers import FEDSTATS, Deployment
+from service_helpers import FEDSTATS, Deployment, store_deployment
 
 TASK: dict[str, Any] = {
     "analysis": "bitpushing-mean",
@@ -24,13 +24,7 @@ TASK: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp("cli-admin")
-    d = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
-    d.start()
-    try:
-        yield d
-    finally:
-        d.kill()
+    yield from store_deployment("sqlite", tmp_path_factory.mktemp("cli-admin"))
 
 
 def _fed(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

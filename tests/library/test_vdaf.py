@@ -27,7 +27,7 @@ from fedstats.vdaf import (
 )
 from fedstats.vdaf.xof import XofTurboShake128
 
-VECTORS = Path(__file__).parent / "vdaf_vectors"
+VECTORS = Path(__file__).resolve().parents[1] / "vdaf_vectors"
 FILES = sorted(p.name for p in VECTORS.glob("Prio3*.json"))
 VARIANTS = ("Prio3Count", "Prio3Sum", "Prio3SumVec", "Prio3Histogram", "Prio3MultihotCountVec")
 

@@ -10,14 +10,13 @@ seed.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from service_helpers import Deployment, production_deployment, wait_run
+from service_helpers import Deployment, wait_run
 from test_service_secure import (
     _check_exact,
     _start,
@@ -34,13 +33,8 @@ N_PROCS = 100
 pytestmark = pytest.mark.xdist_group("machine-load")
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    yield from production_deployment(tmp_path_factory.mktemp("secure-adult"))
-
-
 def test_fed_chi2_on_adult_with_100_client_processes(
-    deployment: Deployment, tmp_path: Path
+    production: Deployment, tmp_path: Path
 ) -> None:
     from fedstats.datasets import load_adult
 
@@ -65,9 +59,9 @@ def test_fed_chi2_on_adult_with_100_client_processes(
         "secure_aggregation": {"max_session": N_PROCS},
         "label": "adult secure",
     }
-    run_id = _start(deployment, task)
+    run_id = _start(production, task)
     procs = [
-        deployment.start_client(
+        production.start_client(
             f"adult-{i}",
             p,
             "--allow-non-private",
@@ -83,7 +77,7 @@ def test_fed_chi2_on_adult_with_100_client_processes(
         for i, p in enumerate(shards)
     ]
     try:
-        with deployment.admin() as a:
+        with production.admin() as a:
             view = wait_run(a, run_id, timeout=600)
     finally:
         for p in procs:
@@ -93,10 +87,10 @@ def test_fed_chi2_on_adult_with_100_client_processes(
                 p.kill()
     assert view["status"] == "done", view["error"]
     rounds = journal_and_reports(
-        deployment, run_id, {f"adult-{i}": (p, 500 + i) for i, p in enumerate(shards)}
+        production, run_id, {f"adult-{i}": (p, 500 + i) for i, p in enumerate(shards)}
     )
     _check_exact(rounds)
     assert [r["n_records"] for r in rounds[:-1]] == [n, n]
     assert all(len(r["included"]) == N_PROCS for r in rounds[:-1])
-    assert_release_is_in_process(deployment, run_id, view, rounds, "fed-chi2", task["params"])
+    assert_release_is_in_process(production, run_id, view, rounds, "fed-chi2", task["params"])
     assert_estimates_the_exact_statistic(view["result"], x, y, (m_x, m_y))

@@ -5,8 +5,8 @@ outside its clipping range, a wrong one-per-record total) is refused at submissi
 reason (:mod:`fedstats.engine.validity`), nothing of it is stored, and the run completes with the exact
 result of the honest devices. Over the real app (FastAPI's test client, the run driver running), on SQLite
 and PostgreSQL. The library's checks themselves, per analysis and reason, are in
-``tests/test_report_validity.py``; the exclusion of a bad report stored anyway in
-``tests/test_service_faults.py``.
+``tests/library/test_report_validity.py``; the exclusion of a bad report stored anyway in
+``tests/service/test_service_faults.py``.
 """
 
 from __future__ import annotations

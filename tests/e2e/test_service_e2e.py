@@ -13,7 +13,6 @@ import math
 import ssl
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,6 @@ from fedstats.wire.registry import plan_for
 from service_helpers import (
     Deployment,
     free_port,
-    pg_reachable,
-    pg_schema,
     wait_run,
     write_shards,
 )
@@ -160,25 +157,8 @@ def _exact_mean(values: np.ndarray) -> Any:
     )
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp(f"svc-{request.param}")
-    if request.param == "postgresql":
-        reason = pg_reachable()
-        if reason is not None:
-            pytest.skip(reason)
-        with pg_schema() as url:
-            dep = Deployment(root, url)
-            yield from _serve(dep)
-    else:
-        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
-        yield from _serve(dep)
-
-
-def _serve(dep: Deployment) -> Iterator[Deployment]:
-    dep.start()
+def prepare_deployment(dep: Deployment) -> None:
+    """Budgets for the module's runs (the ``deployment`` fixture of tests/conftest.py calls it)."""
     with dep.admin() as a:
         assert (
             a.put(
@@ -192,10 +172,6 @@ def _serve(dep: Deployment) -> Iterator[Deployment]:
             ).status_code
             == 200
         )
-    try:
-        yield dep
-    finally:
-        dep.kill()
 
 
 def _clients(dep: Deployment, shards: list[Path], tag: str, runs: int) -> list[Any]:

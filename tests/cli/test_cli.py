@@ -124,7 +124,7 @@ def test_demo_network_prio3_reports_the_aggregators_result_beside_the_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The table row of the two-aggregator demo: the network's value, the honest devices' exact value as
-    truth, whether it equals the engine's, the rejections (the demo runs in tests/test_prio3_service.py)."""
+    truth, whether it equals the engine's, the rejections (the demo runs in tests/service/test_prio3_service.py)."""
     import fedstats.cli.prio3_demo as p3
 
     row = {

@@ -32,35 +32,10 @@ from fedstats.service.store import open_store
 from fedstats.service.store.tables import Report, RunMember
 from fedstats.wire.enrollment import init_authority, issue_analyst
 from fedstats.wire.tasks import sign_task, task_id
-from service_helpers import Deployment, pg_reachable, pg_schema
+from service_helpers import Deployment
 
 N = 40  # records, over two devices
 EXACT_ENCODER = "fedstats.analyses.exact.client:encode_value"
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def deployment(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp(f"derive-{request.param}")
-    if request.param == "postgresql":
-        reason = pg_reachable()
-        if reason is not None:
-            pytest.skip(reason)
-        with pg_schema() as url:
-            dep = Deployment(root, url)
-            dep.start()
-            try:
-                yield dep
-            finally:
-                dep.kill()
-    else:
-        dep = Deployment(root, f"sqlite:///{root / 'fedstats.db'}")
-        dep.start()
-        try:
-            yield dep
-        finally:
-            dep.kill()
 
 
 @pytest.fixture(scope="module")

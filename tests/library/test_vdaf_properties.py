@@ -296,7 +296,7 @@ def test_bad_parameters_raise_parameter_error() -> None:
 def test_the_docs_example_runs_and_prints_the_histogram(capsys: Any) -> None:
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "vdaf.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "vdaf.md").read_text()
     code = page.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/vdaf.md", "exec"), {})
     assert capsys.readouterr().out.strip() == "[1, 0, 2, 0]"
