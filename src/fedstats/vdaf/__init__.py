@@ -7,7 +7,7 @@ the measurement) and sum only the shares of valid reports. Modules:
 * :mod:`fedstats.vdaf.field`: Field64 and Field128, vectorized with numpy (§6.1);
 * :mod:`fedstats.vdaf.xof`: XofTurboShake128 over pycryptodome (§6.2);
 * :mod:`fedstats.vdaf.flp`: the FLP of BBCGGI19 and the validity circuits (§7.3, §7.4, App. A);
-* :mod:`fedstats.vdaf.prio3`: Prio3 and its variants Count, Sum, SumVec, Histogram, MultihotCountVec
+* :mod:`fedstats.vdaf.prio3`: Prio3; :mod:`fedstats.vdaf.variants`: its variants Count, Sum, SumVec, Histogram, MultihotCountVec
   (§7.2, §7.4), with a batch API over many reports.
 
 See ``docs/vdaf.md``.
@@ -16,18 +16,14 @@ See ``docs/vdaf.md``.
 from __future__ import annotations
 
 from fedstats.vdaf.field import Field, Field64, Field128
-from fedstats.vdaf.prio3 import (
-    InputShares,
-    Prio3,
+from fedstats.vdaf.prio3 import InputShares, Prio3, ShardBatch, VerifierShares, VerifyState
+from fedstats.vdaf.variants import (
     Prio3Count,
     Prio3Histogram,
     Prio3MultihotCountVec,
     Prio3Sum,
     Prio3SumVec,
     Prio3SumVecWithMultiproof,
-    ShardBatch,
-    VerifierShares,
-    VerifyState,
 )
 
 __all__ = [
