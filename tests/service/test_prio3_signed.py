@@ -168,7 +168,10 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
         yield p
 
 
+# N = 10 devices over up to two rounds: batches below the default floor, so the route and the devices'
+# policy lower it to 1 (test_a_device_refuses_a_batch_floor_below_its_policy tests the default)
 ROUTE = {"leader": LEADER_URL, "helper": HELPER_URL, "noise": None, "min_batch_size": 1}
+FLOOR = {"min_batch_size": 1}
 
 
 def _config(analysis: str, params: dict[str, Any], epsilon: float | None) -> dict[str, Any]:
@@ -213,7 +216,7 @@ def _device(pair: Pair, i: int, cols: dict[str, np.ndarray], **kw: Any) -> Prio3
     return EngineSeededDevice(
         pair.identity(f"d{i}"),
         {c: v[i] for c, v in cols.items()},
-        policy=kw.pop("policy", Policy(max_epsilon=4.0)),
+        policy=kw.pop("policy", Policy(max_epsilon=4.0, **FLOOR)),
         budget=kw.pop("budget", LocalBudget(None)),
         clients=clients,
         seed=SEED,
@@ -279,7 +282,8 @@ def test_heterogeneity_on_signed_prio3_gets_each_aggregator_s_planned_noise(pair
     assert route_config(task).privacy_loss() == privacy_loss_for(task)
     assert [r.status_code for r in pair.create(envelope)] == [200, 200]
     devices = [
-        _device(pair, i, cols, policy=Policy(max_epsilon=8.0, max_delta=1e-4)) for i in range(N)
+        _device(pair, i, cols, policy=Policy(max_epsilon=8.0, max_delta=1e-4, **FLOOR))
+        for i in range(N)
     ]
     for d in devices:
         assert d.join(LEADER_URL, tid), d.refused
@@ -699,3 +703,29 @@ def test_a_prio3_task_replaces_secure_aggregation_and_leaves_other_task_ids_alon
     assert task["prio3"] == {**ROUTE, "noise": None, "min_batch_size": 1}
     plain = {k: v for k, v in CASES["performance-gap-R"][0].items() if k != "prio3"}
     assert "prio3" not in normalize_task(plain)  # absent, so the ids of other tasks do not change
+
+
+def test_a_route_without_min_batch_size_gets_the_devices_default_floor() -> None:
+    from fedstats.client.policy import RefusedTask
+    from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE, normalize_task
+
+    route = {k: v for k, v in ROUTE.items() if k != "min_batch_size"}
+    task = normalize_task({**CASES["performance-gap-R"][0], "prio3": route})
+    assert task["prio3"]["min_batch_size"] == DEFAULT_MIN_BATCH_SIZE == Policy().min_batch_size
+    Policy(max_epsilon=4.0).check(task)  # the default route passes the default policy
+    low = normalize_task({**CASES["performance-gap-R"][0], "prio3": {**route, "min_batch_size": 9}})
+    with pytest.raises(
+        RefusedTask, match="min_batch_size 9 is below the policy's min_batch_size 10"
+    ):
+        Policy(max_epsilon=4.0).check(low)
+
+
+def test_a_device_refuses_a_batch_floor_below_its_policy(pair: Pair) -> None:
+    envelope = pair.sign(CASES["performance-gap-R"][0])  # ROUTE: min_batch_size 1
+    tid = task_id(envelope["task"])
+    assert [r.status_code for r in pair.create(envelope)] == [200, 200]
+    device = _device(pair, 0, _data("values"), policy=Policy(max_epsilon=4.0))  # default floor 10
+    assert not device.join(LEADER_URL, tid)
+    assert "min_batch_size 1 is below the policy's min_batch_size 10" in device.refused[tid]
+    assert device.budget_key(tid) not in device.budget.charges  # nothing reserved, nothing sharded
+    assert not device.tasks

@@ -382,13 +382,14 @@ def run_prio3_demo(
     Parameters
     ----------
     n_devices : int
-        Devices, one Adult record each (its age for bit pushing, its (race, sex) for FED-chi^2), >= 8.
+        Devices, one Adult record each (its age for bit pushing, its (race, sex) for FED-chi^2), >= 12.
     processes : int
         Device processes per round, >= 1.
     seed : int
         The comparison's seed (see the module docstring).
     cheaters : int
-        Devices that send an invalid encoding, in ``[0, n_devices - 4]``; their reports are rejected.
+        Devices that send an invalid encoding, in ``[0, n_devices - 10]`` (each batch keeps the default
+        ``min_batch_size`` of 10 valid reports); their reports are rejected.
     batch_size : int
         Reports per aggregation job.
     workdir : path, optional
@@ -410,14 +411,16 @@ def run_prio3_demo(
     from fedstats.datasets import load_adult
     from fedstats.engine import Engine, InMemoryPopulation
     from fedstats.randomness import RandomSource
-    from fedstats.wire.tasks import normalize_task, task_id
+    from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE, normalize_task, task_id
 
-    if n_devices < 8:
-        raise ParameterError("n_devices", n_devices, "an integer >= 8")
+    if n_devices < DEFAULT_MIN_BATCH_SIZE + 2:
+        raise ParameterError("n_devices", n_devices, f"an integer >= {DEFAULT_MIN_BATCH_SIZE + 2}")
     if processes < 1:
         raise ParameterError("processes", processes, "an integer >= 1")
-    if not 0 <= cheaters <= n_devices - 4:
-        raise ParameterError("cheaters", cheaters, f"an integer in [0, {n_devices - 4}]")
+    # every batch keeps at least the default min_batch_size of honest reports (the devices' floor)
+    most = n_devices - DEFAULT_MIN_BATCH_SIZE
+    if not 0 <= cheaters <= most:
+        raise ParameterError("cheaters", cheaters, f"an integer in [0, {most}]")
     adult = load_adult("train")
     rng = np.random.default_rng(seed)
     rows_of = rng.choice(len(adult), n_devices, replace=False)
@@ -431,7 +434,7 @@ def run_prio3_demo(
         root = Path(workdir) if workdir is not None else Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         dep = _start(root, n_devices, batch_size)
-        route = {"leader": dep.urls[0], "helper": dep.urls[1], "noise": None, "min_batch_size": 1}
+        route = {"leader": dep.urls[0], "helper": dep.urls[1], "noise": None}  # default batch floor
         common = {
             "cohort_size": n_devices,
             "min_clients": n_devices - cheaters,

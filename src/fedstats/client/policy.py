@@ -20,6 +20,7 @@ from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.wire.registry import lookup, privacy_loss_for
+from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE
 
 __all__ = ["LocalBudget", "Policy", "RefusedTask"]
 
@@ -46,6 +47,10 @@ class Policy:
     min_session_size : int
         Smallest secure-aggregation session the device joins (its floor beside the task's own minimum;
         a smaller session is refused before anything is computed). Default 10.
+    min_batch_size : int
+        Smallest Prio3 batch the device contributes to: a Prio3 task whose ``prio3.min_batch_size`` is
+        smaller is refused before anything is reserved or sharded (a leader that aggregates the victim's
+        report alone needs ``min_batch_size - 1`` enrolled Sybils to pass collection). Default 10.
     """
 
     allowed_analyses: tuple[str, ...] | None = None
@@ -54,6 +59,7 @@ class Policy:
     max_bits: float | None = None
     allow_non_private: bool = False
     min_session_size: int = 10
+    min_batch_size: int = DEFAULT_MIN_BATCH_SIZE
 
     def check(self, task: Mapping[str, Any]) -> None:
         """Raise :class:`RefusedTask` saying why, if a verified task is weaker than this policy allows.
@@ -83,6 +89,14 @@ class Policy:
             if loss.delta > self.max_delta:
                 raise RefusedTask(
                     f"privacy loss delta {loss.delta:.3g} exceeds the policy's max_delta {self.max_delta}"
+                )
+        route = task.get("prio3")
+        if isinstance(route, Mapping):
+            batch = int(route.get("min_batch_size", 0))
+            if batch < self.min_batch_size:
+                raise RefusedTask(
+                    f"the Prio3 task's min_batch_size {batch} is below the policy's min_batch_size "
+                    f"{self.min_batch_size}"
                 )
         if self.max_bits is not None:
             bits = spec.bits_per_record(task.get("params") or {})

@@ -27,9 +27,21 @@ from fedstats.wire import auth
 from fedstats.wire.encoding import canonical_bytes, decode, digest, encode
 from fedstats.wire.registry import config_for, encoder_name, lookup, plan_for
 
-__all__ = ["TASK_DOMAIN", "normalize_task", "sign_task", "task_id", "verify_task"]
+__all__ = [
+    "DEFAULT_MIN_BATCH_SIZE",
+    "TASK_DOMAIN",
+    "normalize_task",
+    "sign_task",
+    "task_id",
+    "verify_task",
+]
 
 TASK_DOMAIN = b"fedstats-task-v1\n"
+
+DEFAULT_MIN_BATCH_SIZE = 10
+"""A Prio3 route's ``min_batch_size`` when the task does not say: the devices' default floor
+(:attr:`fedstats.client.policy.Policy.min_batch_size`). A leader that puts only a victim's report in a
+batch needs ``min_batch_size - 1`` enrolled Sybils to pass collection (docs/vdaf.md, threat model)."""
 """Prefix of the bytes an analyst signs (domain separation from request and certificate signatures)."""
 
 MAX_ENVELOPE_BYTES = 64 * 1024
@@ -54,7 +66,8 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     analyses whose registry entry says so, and by every analysis whose privacy is ``"distributed"``: its
     noise shares are private only inside the secure sum), ``prio3`` (optional, instead of
     ``secure_aggregation``: the two-aggregator route, ``{"leader": url, "helper": url, "noise": null or
-    {"mechanism": "discrete_gaussian" | "discrete_laplace", "parameter": p}, "min_batch_size": n}``;
+    {"mechanism": "discrete_gaussian" | "discrete_laplace", "parameter": p}, "min_batch_size": n}``,
+    ``min_batch_size`` default :data:`DEFAULT_MIN_BATCH_SIZE`;
     every round is then a Prio3 task on the two named aggregators, each of which adds ``noise`` to its
     aggregate share; ``max_records_per_client`` must be 1; see :mod:`fedstats.analyses._prio3_tasks`).
 
@@ -244,7 +257,7 @@ def _prio3_options(prio3: Any) -> dict[str, Any] | None:
                 "prio3.noise.parameter", par, f"a number in (0, {_NOISES[mech]:g}]"
             )
         noise = {"mechanism": str(mech), "parameter": float(par)}
-    mbs = prio3.get("min_batch_size", 1)
+    mbs = prio3.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
     if isinstance(mbs, bool) or not isinstance(mbs, int) or not 1 <= mbs <= 10**9:
         raise ParameterError("prio3.min_batch_size", mbs, "an integer in [1, 10^9]")
     return {"leader": leader, "helper": helper, "noise": noise, "min_batch_size": int(mbs)}

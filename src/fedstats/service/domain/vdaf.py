@@ -57,8 +57,8 @@ from fedstats.vdaf import (
 )
 from fedstats.wire import auth
 from fedstats.wire.registry import privacy_loss_for
+from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE, verify_task
 from fedstats.wire.tasks import task_id as task_id_of
-from fedstats.wire.tasks import verify_task
 
 __all__ = [
     "REASONS",
@@ -222,7 +222,7 @@ def create_task(
     peer_url: str,
     peer_token: str,
     population: str = "default",
-    min_batch_size: int = 1,
+    min_batch_size: int = DEFAULT_MIN_BATCH_SIZE,
     noise: Noise | None = None,
 ) -> dict[str, Any]:
     """Create a Prio3 task on this aggregator (an operator's act, done alike on both aggregators).
@@ -247,7 +247,8 @@ def create_task(
     population : str
         The device population whose enrolled devices may upload.
     min_batch_size : int
-        Collection is refused below this many accepted reports, in [1, 10^9].
+        Collection is refused below this many accepted reports, in [1, 10^9]; default
+        :data:`fedstats.wire.tasks.DEFAULT_MIN_BATCH_SIZE` (10).
     noise : Noise, optional
         This aggregator's DP noise (None: exact aggregate).
 
