@@ -378,6 +378,7 @@ def plan_chi2(
         note = None if found is not None else "no number of clients up to 10^9 reaches the power"
         return Plan("chi2", "n_clients", found, goal, achieved, inputs, note)
     assert n_clients is not None
+    inputs.pop("epsilon")
     inputs["n_clients"] = n_clients
     eps_found = smallest_real(lambda e: predicted(n_clients, e) >= target, 1e-3, 1e3, rtol=1e-3)
     if eps_found is None:
