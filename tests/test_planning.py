@@ -290,3 +290,37 @@ def test_gap_plan_alias_runs_the_same_code() -> None:
     new = CliRunner().invoke(app, ["plan", "gap", *args])
     assert old.exit_code == new.exit_code == 0
     assert old.stdout == new.stdout and "deprecated" in old.stderr
+
+
+def test_every_analysis_warns_when_its_interval_covers_most_of_the_range() -> None:
+    src = RandomSource(seed=8)
+    rng = src.generator("test", "warn")
+    var = fedstats.variance(_ages(20), fedstats.BitEncoding(0, 100), epsilon=1.0, randomness=src)
+    g = np.repeat([0, 1], 10)
+    gap = fedstats.measure_performance_gap(
+        g, rng.integers(0, 2, 20).astype(float), epsilon=0.5, randomness=src
+    )
+    ent = fedstats.fed_entropy(
+        rng.multinomial(5, np.full(4, 0.25), size=30), encoding_size=4, randomness=src
+    )
+    het = fedstats.heterogeneity(
+        rng.uniform(0, 1, (10, 3)), epsilon=0.5, delta=1e-6, randomness=src
+    )
+    for res in (var, gap, ent, het):
+        assert any("declared range" in w for w in res.warnings), (res.analysis, res.ci)
+    # and a result whose interval is narrow says nothing
+    big = fedstats.heterogeneity(
+        rng.uniform(0, 1, (20_000, 3)), epsilon=4.0, delta=1e-6, randomness=src
+    )
+    assert big.ci is not None and big.ci[1] - big.ci[0] < 0.5 and big.warnings == ()
+
+
+@settings(max_examples=10, deadline=None)
+@given(width=st.one_of(st.floats(max_value=0.0, allow_nan=False), st.just(math.nan)))
+def test_plan_cli_refuses_a_bad_width_with_exit_2(width: float) -> None:
+    for sub in (
+        ["mean", "--low", "0", "--high", "1", "--epsilon", "1"],
+        ["entropy", "--categories", "4"],
+    ):
+        out = CliRunner().invoke(app, ["plan", sub[0], "--width", repr(width), *sub[1:]])
+        assert out.exit_code == 2 and out.stderr.startswith("error: --width"), out.stderr
