@@ -245,9 +245,8 @@ def result_power(result: Any, *, effect: float, n_records: float | None = None) 
     privacy = result.details.get("privacy") or {}
     if n_records is None:
         marg = privacy.get("noisy_marginals")
-        m_x = int(result.details.get("m_x", 0) or 0) or len(result.details.get("rows", ())) or None
-        if marg is not None and m_x:
-            n_records = float(np.sum(np.asarray(marg, dtype=np.float64)[:m_x]))
+        if marg is not None:  # the row totals and the column totals: each sums to N (noisy)
+            n_records = float(np.sum(np.asarray(marg, dtype=np.float64))) / 2.0
         else:
             n_records = result.details.get("n_records")
     if n_records is None or not n_records > 0 or result.dof < 1:
