@@ -81,6 +81,14 @@ def _kind(result: AnalysisResult) -> str:
     }.get(tag, "")
 
 
+def _what(result: AnalysisResult, kind: str) -> str:
+    """The statistic's name in a warning (heterogeneity's headline is I^2 or the dispersion)."""
+    if kind == "heterogeneity":
+        i2 = getattr(result, "i2", None)
+        return "I^2" if i2 is not None and result.estimate == i2.estimate else "dispersion"
+    return kind or "estimate"
+
+
 def declared_range(result: AnalysisResult) -> tuple[float, float] | None:
     """The range the estimate lives in, read from the result (None when it has none).
 
@@ -259,7 +267,7 @@ def result_warnings(
             rng,
             standard_error=result.standard_error,
             confidence=result.confidence,
-            what=kind or "estimate",
+            what=_what(result, kind),
             plan=_PLAN_COMMAND.get(kind),
         )
     if msg is not None:
