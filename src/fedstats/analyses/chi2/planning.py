@@ -38,7 +38,7 @@ from fedstats.analyses.chi2.estimator import check_options, projection_norms
 from fedstats.analyses.chi2.null import headroom, round2_plan
 from fedstats.analyses.chi2.privacy import plan_chi2_privacy
 from fedstats.analyses.chi2.simulate import simulate_decoded
-from fedstats.errors import ParameterError
+from fedstats.errors import FedstatsError, ParameterError
 from fedstats.randomness import RandomSource
 
 __all__ = ["alternative_table", "noise_offset", "plan_chi2", "power", "result_power"]
@@ -241,6 +241,8 @@ def result_power(result: Any, *, effect: float, n_records: float | None = None) 
     Returns
     -------
     float or None
+        None also when the result's values fall outside the power model's ranges (a warning is never
+        a reason for a release to fail).
     """
     privacy = result.details.get("privacy") or {}
     if n_records is None:
@@ -251,15 +253,18 @@ def result_power(result: Any, *, effect: float, n_records: float | None = None) 
             n_records = result.details.get("n_records")
     if n_records is None or not n_records > 0 or result.dof < 1:
         return None
-    return power(
-        effect,
-        n_records=float(n_records),
-        dof=int(result.dof),
-        encoding_size=max(int(result.encoding_size), 2),
-        tau=float(privacy.get("noise_offset", 0.0)),
-        level=float(result.level),
-        decoder=str(result.decoder),
-    )
+    try:
+        return power(
+            effect,
+            n_records=float(n_records),
+            dof=int(result.dof),
+            encoding_size=max(int(result.encoding_size), 2),
+            tau=float(privacy.get("noise_offset", 0.0)),
+            level=float(result.level),
+            decoder=str(result.decoder),
+        )
+    except FedstatsError:  # outside the model: no judgement, and never a failed release
+        return None
 
 
 def plan_chi2(
