@@ -24,12 +24,20 @@ _ONE_CALL = {
     "BitEncoding": "fedstats.analyses.bitpushing.encoding",
     "measure_performance_gap": "fedstats.analyses.performance_gap.api",
     "plan_epsilon": "fedstats.analyses.performance_gap.planning",
+    "plan_mean": "fedstats.analyses.bitpushing.planning",
+    "plan_variance": "fedstats.analyses.bitpushing.planning",
+    "plan_gap": "fedstats.analyses.performance_gap.planning",
+    "plan_chi2": "fedstats.analyses.chi2.planning",
+    "plan_entropy": "fedstats.analyses.entropy.planning",
+    "plan_heterogeneity": "fedstats.analyses.heterogeneity.planning",
+    "result_warnings": "fedstats.analyses.usefulness",
     "heterogeneity": "fedstats.analyses.heterogeneity.api",
     "federated_mean": "fedstats.analyses.exact.api",
     "chi_square": "fedstats.analyses.exact.api",
     "PrivacyLedger": "fedstats.privacy.ledger",
 }
-"""The one-call API of each analysis and :class:`RandomSource`, loaded on first use: ``import fedstats``
+"""The one-call API of each analysis, its planner (``plan_*``: the clients, epsilon or encoding size a
+useful run needs), :func:`result_warnings` and :class:`RandomSource`, loaded on first use: ``import fedstats``
 stays light (no numpy), so ``fedstats --version`` answers from the package metadata alone."""
 
 _lazy_getattr, _lazy_dir = lazy_exports(__name__, _ONE_CALL)
@@ -70,6 +78,13 @@ __all__ = [
     "heterogeneity",
     "mean",
     "measure_performance_gap",
+    "plan_chi2",
+    "plan_entropy",
     "plan_epsilon",
+    "plan_gap",
+    "plan_heterogeneity",
+    "plan_mean",
+    "plan_variance",
+    "result_warnings",
     "variance",
 ]

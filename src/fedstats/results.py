@@ -91,6 +91,10 @@ class AnalysisResult:
         ``"reproducible (seeded) run: not for release"`` for seeded runs.
     details : dict
         Analysis-specific extra values.
+    warnings : tuple of str
+        Why the result may not be useful as it stands: an interval covering most of the declared range, a
+        test with little power at a stated effect (:mod:`fedstats.analyses.usefulness`), or an
+        analysis-specific caution. Empty when there is nothing to say.
     """
 
     analysis: str
@@ -106,6 +110,7 @@ class AnalysisResult:
     bytes_per_client: int | None = None
     release_note: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     @property
     def error(self) -> float | None:

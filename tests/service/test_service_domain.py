@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from fedstats import wire
+from fedstats.analyses.usefulness import result_warnings
 from fedstats.engine.rounds import ClientBatch, Round, RoundSum
 from fedstats.errors import BudgetExceededError, DataError, FedstatsError, SecurityError
 from fedstats.randomness import RandomSource
@@ -226,8 +227,11 @@ def test_local_dp_run_matches_the_library(memory: MemoryStore, tmp_path: Path) -
         seed = tx.orm_run(rid).public_seed
         (charge,) = tx.charges_on("population", "default")
         status = ledger.budget_status(tx, "population", "default")
-    expected = _library_result(cfg, seed, slots).to_dict()
+    library = _library_result(cfg, seed, slots)
+    expected = library.to_dict()
     assert view["result"]["estimate"] == expected["estimate"]
+    # the stored result carries the library's usefulness warnings (issue 43): N devices say little
+    assert view["result"]["warnings"] == list(result_warnings(library)) != []
     assert view["result"]["n_clients"] == expected["n_clients"] == N
     assert charge.status == "spent"
     assert status is not None and status["spent_epsilon"] == pytest.approx(2.0)

@@ -65,6 +65,7 @@ __all__ = [
     "given",
     "out_path",
     "progress_for",
+    "report_warnings",
     "state_from",
     "warn_duration",
 ]
@@ -541,6 +542,35 @@ def add_warning(state: CliState, payload: dict[str, Any], message: str) -> None:
     details.setdefault("warnings", []).append(message)
     if not state.quiet:
         typer.echo(f"warning: {message}", err=True)
+
+
+def report_warnings(state: CliState, payload: dict[str, Any], result: Any, **kwargs: Any) -> None:
+    """Put the result's warnings in ``payload["warnings"]`` and print each on stderr (unless --quiet).
+
+    The usefulness warnings (:func:`fedstats.analyses.usefulness.attach_warnings`: an interval covering
+    most of the declared range, a test with little power) are computed here if the library did not attach
+    them (fast paths); the command's own (:func:`add_warning`, already printed) follow them.
+
+    Parameters
+    ----------
+    state : CliState
+    payload : dict
+        The command's output, changed in place.
+    result : AnalysisResult
+        The result behind it.
+    **kwargs
+        Passed to :func:`~fedstats.analyses.usefulness.attach_warnings` (``n_records``, ``effect``).
+    """
+    from fedstats.analyses.usefulness import attach_warnings
+
+    attach_warnings(result, **kwargs)
+    own = list(payload.get("details", {}).get("warnings", []))
+    found = list(getattr(result, "warnings", ()) or ())
+    if not state.quiet:
+        for message in found:
+            if message not in own:
+                typer.echo(f"warning: {message}", err=True)
+    payload["warnings"] = list(dict.fromkeys([*found, *own]))
 
 
 def check_interval(state: CliState, payload: dict[str, Any], *, n_clients: int | None) -> None:

@@ -30,6 +30,7 @@ _COMMANDS: dict[str, str] = {
     "variance": "fedstats.cli.mean",
     "gap": "fedstats.cli.gap",
     "gap-plan": "fedstats.cli.gap",
+    "plan": "fedstats.cli.plan",
     "secagg": "fedstats.cli.secagg",
     "heterogeneity": "fedstats.cli.heterogeneity",
     "calibrate": "fedstats.cli.privacy",
@@ -56,8 +57,9 @@ _SUMMARIES: dict[str, str] = {
     "variance": "Estimate the variance of a column: a mean stage, then bit pushing of "
     "(x - mean)^2.",
     "gap": "Measure the performance gap between two groups under local differential privacy.",
-    "gap-plan": "Smallest epsilon that bounds the gap's error by alpha with the given probability "
-    "for K clients.",
+    "gap-plan": "Deprecated: use 'fedstats plan gap --alpha'. Smallest epsilon that bounds the gap's "
+    "error by alpha.",
+    "plan": "The clients, epsilon or encoding size a useful run needs (interval width, or power).",
     "secagg": "Secure aggregation (Bell et al. 2020): simulate the protocol, choose its parameters.",
     "heterogeneity": "Measure statistical heterogeneity of clients' image vectors with differential "
     "privacy.",

@@ -34,6 +34,7 @@ from fedstats.cli._common import (
     emit,
     engine_for,
     progress_for,
+    report_warnings,
     state_from,
 )
 from fedstats.cli._tables import (
@@ -281,6 +282,7 @@ def chi2(
         if payload.get("release_note"):
             console.print(f"[dim]{payload['release_note']}[/dim]")
 
+    report_warnings(state, payload, res)
     emit(state, payload, render)
 
 

@@ -29,6 +29,7 @@ from fedstats.cli._common import (
     emit,
     engine_for,
     progress_for,
+    report_warnings,
     state_from,
 )
 from fedstats.cli._tables import (
@@ -195,6 +196,7 @@ def entropy(
         if payload.get("release_note"):
             console.print(f"[dim]{payload['release_note']}[/dim]")
 
+    report_warnings(state, payload, res)
     emit(state, payload, render)
 
 

@@ -31,6 +31,7 @@ from fedstats.cli._common import (
     engine_for,
     fmt_value,
     progress_for,
+    report_warnings,
     state_from,
     warn_duration,
 )
@@ -232,6 +233,7 @@ def gap(
         if result.release_note:
             console.print(f"[dim]{result.release_note}[/dim]")
 
+    report_warnings(state, payload, result)
     emit(state, payload, render)
 
 
@@ -295,7 +297,11 @@ def gap_plan(
     ] = None,
     json_flag: JsonOption = False,
 ) -> None:
-    """Smallest epsilon that bounds the gap's error by alpha with the given probability for K clients."""
+    """Deprecated: use 'fedstats plan gap --alpha'. Smallest epsilon that bounds the gap's error by alpha.
+
+    The same code runs under both names (``fedstats plan gap --clients K --alpha A`` calls this function);
+    ``gap-plan`` prints a deprecation line on stderr first (unless --quiet).
+    """
     from fedstats.analyses.performance_gap import plan_epsilon
     from fedstats.analyses.performance_gap.allocation import GroupLayout
 
@@ -357,6 +363,10 @@ def gap_plan(
         t.add_row("bound / accounting", f"{plan.bound} / {plan.accounting}")
         console.print(t)
 
+    if ctx.info_name == "gap-plan" and not state.quiet:  # after the plan: errors stay one line
+        typer.echo(
+            "warning: 'fedstats gap-plan' is deprecated: use 'fedstats plan gap --alpha'", err=True
+        )
     emit(state, payload, render)
 
 

@@ -19,6 +19,7 @@ from fedstats.cli._common import (
     engine_for,
     fmt_value,
     progress_for,
+    report_warnings,
     state_from,
 )
 from fedstats.errors import ParameterError
@@ -278,6 +279,7 @@ def heterogeneity_command(
         if res.release_note:
             console.print(f"[dim]{res.release_note}[/dim]")
 
+    report_warnings(state, payload, res)
     emit(state, payload, render)
 
 

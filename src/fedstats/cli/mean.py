@@ -31,6 +31,7 @@ from fedstats.cli._common import (
     emit,
     engine_for,
     progress_for,
+    report_warnings,
     state_from,
     warn_duration,
 )
@@ -267,6 +268,7 @@ def _run(
         if payload.get("release_note"):
             console.print(f"[dim]{payload['release_note']}[/dim]")
 
+    report_warnings(state, payload, result)
     emit(state, payload, render)
 
 

@@ -37,6 +37,7 @@ from fedstats.analyses.bitpushing.protocol import (
     variance_protocol,
     variance_split,
 )
+from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine import Engine, InMemoryPopulation, Population
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.populations import HistogramSource, block_count
@@ -399,7 +400,7 @@ def mean(
     if tr is not None:
         res.truth, res.n_clipped = tr.mean, tr.n_clipped
         res.details["truth_of_clipped"] = tr.clipped_mean
-    return res
+    return attach_warnings(res)  # type: ignore[no-any-return]
 
 
 def variance(
@@ -480,4 +481,4 @@ def variance(
     if tr is not None:
         res.truth, res.n_clipped = tr.variance, tr.n_clipped
         res.details["truth_of_clipped"] = tr.clipped_variance
-    return res
+    return attach_warnings(res)  # type: ignore[no-any-return]

@@ -18,6 +18,7 @@ from fedstats.analyses.chi2.null import DEFAULT_NULL_REPLICATES
 from fedstats.analyses.chi2.privacy import plan_chi2_privacy
 from fedstats.analyses.chi2.protocol import fed_chi2_protocol
 from fedstats.analyses.seed_agreement import resolve_projection_seed
+from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine.core import Dropout, Engine
 from fedstats.engine.populations import InMemoryPopulation
 from fedstats.errors import ParameterError
@@ -173,4 +174,4 @@ def fed_chi2(
         res = eng.run(proto, InMemoryPopulation({"table": t}))
     exact, dof = chi_square_statistic(total)
     res.release_note = src.release_note
-    return attach_truth(res, exact, dof)
+    return attach_warnings(attach_truth(res, exact, dof), n_records=float(total.sum()))  # type: ignore[no-any-return]

@@ -23,6 +23,7 @@ from fedstats.analyses.entropy.estimator import (
 )
 from fedstats.analyses.entropy.protocol import fed_entropy_protocol, g_test_protocol
 from fedstats.analyses.seed_agreement import resolve_projection_seed
+from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine.core import Engine
 from fedstats.engine.populations import InMemoryPopulation
 from fedstats.randomness import RandomSource
@@ -92,7 +93,7 @@ def fed_entropy(
     res.truth = exact
     res.additive_error = abs(res.entropy - exact)
     res.release_note = src.release_note
-    return res
+    return attach_warnings(res)  # type: ignore[no-any-return]
 
 
 def fed_g_test(

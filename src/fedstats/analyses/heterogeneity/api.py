@@ -22,6 +22,7 @@ from fedstats.analyses.heterogeneity.exact import (
     inverse_variance_weights,
 )
 from fedstats.analyses.heterogeneity.protocol import HeterogeneityResult, heterogeneity_protocol
+from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine.backends import SerialBackend
 from fedstats.engine.core import Engine
 from fedstats.engine.populations import InMemoryPopulation
@@ -220,4 +221,4 @@ def heterogeneity_from_config(
     res.truth = (
         res.i2.truth if res.i2 is not None else res.dispersion.truth if res.dispersion else None
     )
-    return res
+    return attach_warnings(res)  # type: ignore[no-any-return]

@@ -31,6 +31,7 @@ from fedstats.analyses.performance_gap.protocol import (
     PerformanceGapResult,
     performance_gap_protocol,
 )
+from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine import Engine, InMemoryPopulation, ResampledPopulation
 from fedstats.engine.populations import Population, block_count
 from fedstats.errors import DataError, ParameterError
@@ -391,4 +392,4 @@ def measure_performance_gap(
         release_note=engine.randomness.release_note,
         details={**res.details, "budget": eps, "accounting": accounting},
     )
-    return res
+    return attach_warnings(res)  # type: ignore[no-any-return]

@@ -37,7 +37,7 @@ from fedstats.analyses.performance_gap.allocation import (
 from fedstats.analyses.performance_gap.mechanisms import GapMechanism, check_mechanism
 from fedstats.errors import ParameterError
 
-__all__ = ["BOUNDS", "GapPlan", "error_bound", "plan_epsilon", "tail_probability"]
+__all__ = ["BOUNDS", "GapPlan", "error_bound", "plan_epsilon", "plan_gap", "tail_probability"]
 
 BOUNDS: tuple[str, ...] = ("chebyshev", "bernstein", "normal")
 SCALES: tuple[str, ...] = ("signed", "rate")
@@ -259,3 +259,104 @@ def plan_epsilon(
     return GapPlan(
         eps_star, alloc, a, p, K, bound, accounting, kind, scale, e_val * unit, floor * unit
     )
+
+
+def plan_gap(
+    width: float,
+    *,
+    n_clients: int | None = None,
+    epsilon: float | None = None,
+    mechanism: str = "R",
+    confidence: float = 0.95,
+    accounting: str = "exact",
+    fractions: tuple[float, ...] | None = None,
+    scale: str = "signed",
+) -> Any:
+    r"""The clients (or epsilon) whose gap interval is at most ``width`` wide (the normal bound).
+
+    The measured gap's interval is ``gap +- z se`` with ``se^2`` :meth:`GroupLayout.gap_variance` of the
+    allocation's mechanism (the estimator's variance with the worst-case :math:`\nu^2`, which bounds it);
+    ``width = 2 alpha`` at ``probability = confidence`` with ``bound="normal"`` is :func:`plan_epsilon`'s
+    question, and for the clients the same error is searched over ``K`` at fixed epsilon (it falls with
+    K: every group's variance is of order ``1 / n_g``).
+
+    Parameters
+    ----------
+    width : float
+        Target interval width, > 0 (value units, or rate units with ``scale="rate"``).
+    n_clients : int, optional
+        Clients ``K >= 2``.
+    epsilon : float, optional
+        Local budget per client, > 0.
+    mechanism : {"R", "L"}
+    confidence : float
+        In (0, 1).
+    accounting : {"exact", "paper"}
+    fractions : tuple of float, optional
+        Group fractions (positive, summing to 1); default two equal groups.
+    scale : {"signed", "rate"}
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    ParameterError
+        Naming the parameter out of range, or when not exactly one of ``n_clients``/``epsilon`` is unset.
+    """
+    from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int
+
+    w = check_real("width", width, low=0.0, high=math.inf, low_open=True, high_open=True)
+    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)
+    kind = check_mechanism(mechanism)
+    check_choice("accounting", accounting, ACCOUNTINGS)
+    check_choice("scale", scale, SCALES)
+    fr = (0.5, 0.5) if fractions is None else tuple(float(f) for f in fractions)
+    if len(fr) < 2 or min(fr) <= 0 or abs(sum(fr) - 1.0) > 1e-6:
+        raise ParameterError("fractions", fractions, "at least two positive fractions summing to 1")
+
+    def layout_of(k: int) -> GroupLayout:
+        return GroupLayout(tuple(f * k for f in fr))
+
+    goal = f"{100 * conf:g}% interval width <= {w:g}"
+    inputs: dict[str, Any] = {
+        "mechanism": kind,
+        "accounting": accounting,
+        "fractions": fr,
+        "scale": scale,
+        "confidence": conf,
+        "range": (-1.0, 1.0) if scale == "rate" else (-2.0, 2.0),
+    }
+    if solve == "epsilon":
+        k = check_int("n_clients", n_clients, low=2)
+        gp = plan_epsilon(
+            k,
+            w / 2.0,
+            conf,
+            kind,
+            accounting=accounting,
+            bound="normal",
+            layout=layout_of(k),
+            scale=scale,
+        )
+        inputs.update(n_clients=k, allocation=gp.to_dict().get("allocation"))
+        achieved = None if gp.error_at_epsilon is None else 2.0 * gp.error_at_epsilon
+        note = None
+        if gp.epsilon is None:
+            note = f"no epsilon reaches it (narrowest possible: {2.0 * gp.floor:.4g}; add clients)"
+        return Plan("gap", "epsilon", gp.epsilon, goal, achieved, inputs, note)
+    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+    unit = 0.5 if scale == "rate" else 1.0
+
+    def width_at(k: int) -> float:
+        lay = layout_of(k)
+        alloc = allocate(kind, eps, lay, accounting=accounting, exact_loss=False)
+        return 2.0 * unit * error_bound(lay.gap_variance(alloc.mechanism), conf, bound="normal")
+
+    found = smallest_int(lambda k: width_at(k) <= w, max(2, len(fr)), 10**12)
+    inputs["epsilon"] = eps
+    if found is None:
+        return Plan("gap", "n_clients", None, goal, None, inputs, "not within 10^12 clients")
+    return Plan("gap", "n_clients", found, goal, width_at(found), inputs)

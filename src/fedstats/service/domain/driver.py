@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from fedstats import wire
+from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.results import AnalysisResult, to_jsonable
@@ -348,7 +349,7 @@ class Driver:
     def _finish(self, run_id: str, result: Any) -> None:
         self._forget(run_id)
         if isinstance(result, AnalysisResult):
-            payload = result.to_dict()
+            payload = attach_warnings(result).to_dict()  # "warnings": what makes it say little
         else:
             payload = {"value": to_jsonable(result)}
         with self.store.transaction() as s:

@@ -1,0 +1,420 @@
+r"""Planning bit pushing: the clients or epsilon a mean or variance needs for a target interval width.
+
+The released interval is the normal one, ``estimate +- z se`` (clipped to the parameter space), with
+``se^2`` Lemma 1's variance (Cormode & Markov 2021; :func:`~fedstats.analyses.bitpushing.allocation.lemma1_variance`,
+randomized response included). The planner evaluates that variance before any data is seen, with the
+rounds' sampling vectors computed as the stages compute them:
+
+* ``basic`` (:math:`p_j \propto 2^j`) and ``weighted`` (:math:`p_j \propto 2^{j/2}`): one round of all n
+  clients;
+* ``adaptive`` (the default, split estimator): round 1, ``round1_fraction`` of the clients,
+  :math:`p_j \propto 2^j` mixed with the uniform floor of
+  :func:`~fedstats.analyses.bitpushing.bit_stages.adaptive_stage`; round 2, Lemma 3's allocation
+  :math:`\sqrt{4^j(\bar x^{(j)}(1-\bar x^{(j)}) + v_\varepsilon)}` (computed here from the assumed bit means,
+  in a run from round 1's noisy ones) with its floor; :math:`V = \lambda^2 V_1 + (1 - \lambda)^2 V_2`,
+  :math:`\lambda = n_1 / n`;
+* variance: the mean stage on ``mean_fraction`` of the clients, the squares' stage on the others;
+  :math:`V = V_{squares} + 2 V_{mean}^2` (:func:`~fedstats.analyses.bitpushing.protocol.variance_protocol`).
+
+The bit means :math:`\bar x^{(j)}` are unknown before the run: by default every bit is taken at 1/2, the
+largest :math:`\bar x(1 - \bar x)`, so the plan is conservative (under local DP at epsilon <= 2 the
+randomized-response term :math:`v_\varepsilon = e^\varepsilon / (e^\varepsilon - 1)^2 \ge 0.3` dominates
+1/4 anyway); ``values`` (a public sample, or last year's data) gives them instead. The variance falls with
+n and with epsilon, so the clients or epsilon are found by bisection.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
+from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int, smallest_real
+from fedstats.analyses.bitpushing.allocation import (
+    lemma1_variance,
+    rr_noise_variance,
+    split_clients,
+    weighted_probabilities,
+)
+from fedstats.analyses.bitpushing.bit_stages import FLOOR_SHARE
+from fedstats.analyses.bitpushing.config import ROUND1_FRACTION
+from fedstats.analyses.bitpushing.encoding import BitEncoding
+from fedstats.analyses.bitpushing.stages import CodeSpec
+from fedstats.errors import ParameterError
+
+__all__ = ["plan_mean", "plan_variance", "predicted_mean_variance", "predicted_variance_variance"]
+
+_METHODS = ("adaptive", "weighted", "basic")
+_MIN_REPORTS = 16  # adaptive_stage's default min_reports
+
+
+def _z(confidence: float) -> float:
+    from scipy.special import ndtri  # lazily (import cost)
+
+    return float(ndtri(0.5 + confidence / 2.0))
+
+
+def _bit_means(spec: CodeSpec, values: Any) -> np.ndarray:
+    """Bit means of the codes of ``values`` under ``spec`` (each bit at 1/2 when ``values`` is None)."""
+    b = spec.bit_depth
+    if values is None:
+        return np.full(b, 0.5)
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0 or not np.isfinite(x).all():
+        raise ParameterError("values", "...", "a non-empty sample of finite numbers")
+    x = np.clip(x, spec.low, spec.high)
+    if spec.center is not None:
+        x = (x - spec.center) ** 2
+    codes = np.clip(np.round((x - spec.offset) / spec.resolution), 0, spec.max_code).astype(
+        np.int64
+    )
+    bits = (codes[:, None] >> np.arange(b)) & 1
+    out: np.ndarray = bits.mean(axis=0)
+    return out
+
+
+def _stage_variance(
+    m: np.ndarray, n: int, method: str, epsilon: float | None, bits_per_client: int, f1: float
+) -> float:
+    """Predicted variance (code units) of one stage over n clients with bit means ``m``."""
+    b = m.size
+    s = bits_per_client
+    eps_bit = None if epsilon is None else epsilon / s
+    if method != "adaptive":
+        p = weighted_probabilities(b, 1.0 if method == "basic" else 0.5)
+        return lemma1_variance(m, p, n, bits_per_client=s, epsilon=eps_bit)
+    n1 = split_clients("round1_fraction", f1, n, "rounds")
+    n2 = n - n1
+    floor = min(_MIN_REPORTS / (n1 * s), FLOOR_SHARE / b)
+    floor = min(max(floor, 2.0 / (n1 * s)), 1.0 / b)
+    p1 = (1.0 - b * floor) * weighted_probabilities(b, 1.0) + floor
+    beta = 4.0 ** np.arange(b) * (m * (1.0 - m) + rr_noise_variance(eps_bit))
+    root = np.sqrt(beta)
+    p2 = root / root.sum() if root.sum() > 0 else np.full(b, 1.0 / b)
+    n2s = n2 * s
+    floor2 = min(max(min(_MIN_REPORTS / n2s, FLOOR_SHARE / b), 2.0 / n2s), 1.0 / b)
+    p2 = (1.0 - b * floor2) * p2 + floor2
+    lam = n1 / n
+    v1 = lemma1_variance(m, p1, n1, bits_per_client=s, epsilon=eps_bit)
+    v2 = lemma1_variance(m, p2, n2, bits_per_client=s, epsilon=eps_bit)
+    return lam * lam * v1 + (1.0 - lam) ** 2 * v2
+
+
+def _encoding(low: float, high: float, resolution: float, bit_depth: int | None) -> BitEncoding:
+    return BitEncoding(low, high, resolution=resolution, bit_depth=bit_depth)
+
+
+def predicted_mean_variance(
+    n_clients: int,
+    *,
+    low: float,
+    high: float,
+    epsilon: float | None,
+    resolution: float = 1.0,
+    bit_depth: int | None = None,
+    method: str = "adaptive",
+    bits_per_client: int = 1,
+    round1_fraction: float = ROUND1_FRACTION,
+    values: Any = None,
+) -> float:
+    """Predicted variance (value units squared) of bit pushing's mean of ``n_clients`` records.
+
+    Parameters
+    ----------
+    n_clients : int
+        Records, >= 2.
+    low, high, resolution, bit_depth, method, bits_per_client, round1_fraction, epsilon
+        As :class:`~fedstats.analyses.bitpushing.config.BitPushingMeanConfig` (epsilon None: no DP).
+    values : array_like of float, optional
+        A sample of values like the clients' (their code bits' means enter Lemma 1); default every bit at
+        1/2 (the largest variance per report).
+
+    Returns
+    -------
+    float
+        ``se^2`` of the estimate, > 0.
+    """
+    n = check_int("n_clients", n_clients, low=2)
+    check_choice("method", method, _METHODS)
+    spec = CodeSpec.for_mean("value", _encoding(low, high, resolution, bit_depth))
+    m = _bit_means(spec, values)
+    v = _stage_variance(m, n, method, epsilon, bits_per_client, round1_fraction)
+    return v * spec.resolution**2
+
+
+def predicted_variance_variance(
+    n_clients: int,
+    *,
+    low: float,
+    high: float,
+    epsilon: float | None,
+    resolution: float = 1.0,
+    bit_depth: int | None = None,
+    method: str = "adaptive",
+    bits_per_client: int = 1,
+    round1_fraction: float = ROUND1_FRACTION,
+    mean_fraction: float = 0.2,
+    values: Any = None,
+) -> float:
+    """Predicted variance of bit pushing's variance estimate (value units to the fourth power).
+
+    The mean stage on ``round(mean_fraction n)`` records, the squares' stage on the others, centred at
+    the mean of ``values`` (default the range's midpoint); ``V_squares + 2 V_mean^2``.
+
+    Parameters
+    ----------
+    n_clients : int
+        Records, >= 3.
+    mean_fraction : float
+        In (0, 1).
+    low, high, epsilon, resolution, bit_depth, method, bits_per_client, round1_fraction, values
+        As :func:`predicted_mean_variance`.
+
+    Returns
+    -------
+    float
+    """
+    n = check_int("n_clients", n_clients, low=3)
+    check_choice("method", method, _METHODS)
+    mf = check_real(
+        "mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
+    )
+    n_m = split_clients("mean_fraction", mf, n, "stages")
+    enc = _encoding(low, high, resolution, bit_depth)
+    spec_m = CodeSpec.for_mean("value", enc)
+    v_mean = (
+        _stage_variance(
+            _bit_means(spec_m, values), n_m, method, epsilon, bits_per_client, round1_fraction
+        )
+        * spec_m.resolution**2
+    )
+    centre = (
+        (enc.low + enc.high) / 2.0
+        if values is None
+        else float(np.mean(np.clip(np.asarray(values, dtype=np.float64), enc.low, enc.high)))
+    )
+    spec_v = CodeSpec.for_squares("value", enc, centre)
+    v_sq = (
+        _stage_variance(
+            _bit_means(spec_v, values), n - n_m, method, epsilon, bits_per_client, round1_fraction
+        )
+        * spec_v.resolution**2
+    )
+    return v_sq + 2.0 * v_mean**2
+
+
+def _plan(
+    statistic: str,
+    width: float,
+    predict: Any,
+    *,
+    n_clients: int | None,
+    epsilon: float | None,
+    confidence: float,
+    inputs: dict[str, Any],
+    space: float,
+) -> Plan:
+    solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)
+    z = _z(confidence)
+
+    def w_at(n: int, eps: float) -> float:
+        try:
+            return 2.0 * z * math.sqrt(predict(n, eps))
+        except ParameterError:  # too few clients to give every round or stage some
+            return math.inf
+
+    goal = f"{100 * confidence:g}% interval width <= {width:g}"
+    inputs = {**inputs, "confidence": confidence, "width": width, "range_width": space}
+    if solve == "n_clients":
+        assert epsilon is not None
+        found = smallest_int(lambda n: w_at(n, epsilon) <= width, 2, 10**12)
+        inputs["epsilon"] = epsilon
+        if found is None:
+            return Plan(
+                statistic, "n_clients", None, goal, None, inputs, "not within 10^12 clients"
+            )
+        return Plan(statistic, "n_clients", found, goal, w_at(found, epsilon), inputs)
+    assert n_clients is not None
+    inputs["n_clients"] = n_clients
+    eps = smallest_real(lambda e: w_at(n_clients, e) <= width, 1e-3, 700.0, rtol=1e-4)
+    if eps is None:
+        floor = w_at(n_clients, 700.0)
+        note = f"no epsilon up to 700 reaches it (width at epsilon 700: {floor:.4g}; add clients)"
+        return Plan(statistic, "epsilon", None, goal, None, inputs, note)
+    return Plan(statistic, "epsilon", eps, goal, w_at(n_clients, eps), inputs)
+
+
+def _check_common(
+    width: float, low: float, high: float, n_clients: int | None, epsilon: float | None
+) -> tuple[float, float, float]:
+    lo = check_real("low", low)
+    hi = check_real("high", high)
+    if not hi > lo:
+        raise ParameterError("high", high, f"a number above low={lo:g}")
+    w = check_real("width", width, low=0.0, low_open=True)
+    if n_clients is not None:
+        check_int("n_clients", n_clients, low=2)
+    if epsilon is not None:
+        check_local_epsilon("epsilon", epsilon, high=700.0)
+    return w, lo, hi
+
+
+def plan_mean(
+    width: float,
+    *,
+    low: float,
+    high: float,
+    n_clients: int | None = None,
+    epsilon: float | None = None,
+    confidence: float = 0.95,
+    resolution: float = 1.0,
+    bit_depth: int | None = None,
+    method: str = "adaptive",
+    bits_per_client: int = 1,
+    round1_fraction: float = ROUND1_FRACTION,
+    values: Any = None,
+) -> Plan:
+    """The clients (or epsilon) bit pushing's mean needs for a ``confidence`` interval of width ``width``.
+
+    Give one of ``n_clients`` and ``epsilon``; the other is solved for (the smallest that reaches the
+    width, from :func:`predicted_mean_variance`).
+
+    Parameters
+    ----------
+    width : float
+        Target width of the interval (``2 z se``), in value units, > 0.
+    low, high : float
+        Declared range (``high > low``).
+    n_clients : int, optional
+        Records, >= 2.
+    epsilon : float, optional
+        Local epsilon per record, in (0, 700].
+    confidence : float
+        In (0, 1).
+    resolution, bit_depth, method, bits_per_client, round1_fraction, values
+        As :func:`predicted_mean_variance`.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    ParameterError
+        Naming the parameter out of range, or when not exactly one of ``n_clients``/``epsilon`` is unset.
+    """
+    w, lo, hi = _check_common(width, low, high, n_clients, epsilon)
+    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_choice("method", method, _METHODS)
+    _encoding(lo, hi, resolution, bit_depth)
+
+    def predict(n: int, eps: float) -> float:
+        return predicted_mean_variance(
+            n,
+            low=lo,
+            high=hi,
+            epsilon=eps,
+            resolution=resolution,
+            bit_depth=bit_depth,
+            method=method,
+            bits_per_client=bits_per_client,
+            round1_fraction=round1_fraction,
+            values=values,
+        )
+
+    inputs = {
+        "low": lo,
+        "high": hi,
+        "method": method,
+        "bit_means": "assumed 1/2 (worst case)" if values is None else "from values",
+    }
+    return _plan(
+        "mean",
+        w,
+        predict,
+        n_clients=n_clients,
+        epsilon=epsilon,
+        confidence=conf,
+        inputs=inputs,
+        space=hi - lo,
+    )
+
+
+def plan_variance(
+    width: float,
+    *,
+    low: float,
+    high: float,
+    n_clients: int | None = None,
+    epsilon: float | None = None,
+    confidence: float = 0.95,
+    resolution: float = 1.0,
+    bit_depth: int | None = None,
+    method: str = "adaptive",
+    bits_per_client: int = 1,
+    round1_fraction: float = ROUND1_FRACTION,
+    mean_fraction: float = 0.2,
+    values: Any = None,
+) -> Plan:
+    """The clients (or epsilon) bit pushing's variance needs for an interval of width ``width``.
+
+    As :func:`plan_mean`, with :func:`predicted_variance_variance`; ``width`` is in squared value units.
+
+    Parameters
+    ----------
+    width : float
+        Target width, > 0.
+    low, high, n_clients, epsilon, confidence, resolution, bit_depth, method, bits_per_client
+        As :func:`plan_mean` (``n_clients >= 3``).
+    round1_fraction, mean_fraction, values
+        As :func:`predicted_variance_variance`.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    ParameterError
+        Naming the parameter out of range.
+    """
+    w, lo, hi = _check_common(width, low, high, n_clients, epsilon)
+    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_choice("method", method, _METHODS)
+    check_real("mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+    _encoding(lo, hi, resolution, bit_depth)
+
+    def predict(n: int, eps: float) -> float:
+        return predicted_variance_variance(
+            n,
+            low=lo,
+            high=hi,
+            epsilon=eps,
+            resolution=resolution,
+            bit_depth=bit_depth,
+            method=method,
+            bits_per_client=bits_per_client,
+            round1_fraction=round1_fraction,
+            mean_fraction=mean_fraction,
+            values=values,
+        )
+
+    inputs = {
+        "low": lo,
+        "high": hi,
+        "method": method,
+        "mean_fraction": mean_fraction,
+        "bit_means": "assumed 1/2 (worst case)" if values is None else "from values",
+    }
+    return _plan(
+        "variance",
+        w,
+        predict,
+        n_clients=n_clients,
+        epsilon=epsilon,
+        confidence=conf,
+        inputs=inputs,
+        space=((hi - lo) / 2.0) ** 2,
+    )
