@@ -19,7 +19,7 @@ The effect is Cohen's :math:`w` (Cohen 1988, Sec. 7.2): :math:`w^2 = \sum_{ij}(p
 Left out: the round-1 (marginal) noise's shift of the statistic, which both the null and the alternative
 carry and which matters only for cells with few records (``fedstats chi2 --merge-below``), and dropout.
 The prediction is checked against the full fast path (:func:`~fedstats.analyses.chi2.simulate.simulate_fed_chi2`,
-with its parametric-bootstrap p-value) in ``tests/test_planning.py``. The power grows with the clients
+with its parametric-bootstrap p-value) in ``tests/library/test_planning.py``. The power grows with the clients
 (more records, and at a fixed records-per-client bound a noise that shrinks relative to the signal) and with
 epsilon, so :func:`plan_chi2` searches either by bisection.
 """
