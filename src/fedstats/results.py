@@ -91,6 +91,9 @@ class AnalysisResult:
         ``"reproducible (seeded) run: not for release"`` for seeded runs.
     details : dict
         Analysis-specific extra values.
+    warnings : tuple of str
+        Plain-language reasons the result may be less useful than it looks (an estimate clipped to its
+        range, a test with little power, a rare category), for every interface to show.
     """
 
     analysis: str
@@ -106,6 +109,12 @@ class AnalysisResult:
     bytes_per_client: int | None = None
     release_note: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def warn(self, message: str) -> None:
+        """Append ``message`` to :attr:`warnings` (once)."""
+        if message not in self.warnings:
+            self.warnings = (*self.warnings, message)
 
     @property
     def error(self) -> float | None:
