@@ -229,7 +229,13 @@ def _updated(
     doc["timing"] = {c.id: doc["timing"][c.id] for c in full if c.id in doc["timing"]}
     doc["seconds"] = float(old["seconds"]) + float(new["seconds"])
     doc["settings"] = {**old["settings"], "cells": len(doc["timing"])}
-    doc["command"] = f"{old['command']}, then {new['command']} --update --cells (the cells added)"
+    doc["command"] = (
+        f"{old['command']}, then {new['command']} --update --cells (the {len(ids)} cells in "
+        "validation.json's updated_cells)"
+    )
+    doc["updated_cells"] = sorted(
+        {*old.get("updated_cells", []), *ids}, key=lambda i: order.get(i, 0)
+    )
     flagged = sum(r["verdict"] == "FLAG" for r in doc["cells"]) + sum(
         t["verdict"] == "FLAG" for t in doc["tests"]
     )
