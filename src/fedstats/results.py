@@ -94,7 +94,8 @@ class AnalysisResult:
     warnings : tuple of str
         Why the result may not be useful as it stands: an interval covering most of the declared range, a
         test with little power at a stated effect (:mod:`fedstats.analyses.usefulness`), or an
-        analysis-specific caution. Empty when there is nothing to say.
+        analysis-specific caution (an estimate clipped to its range, a rare category). Empty when there
+        is nothing to say.
     """
 
     analysis: str
@@ -111,6 +112,11 @@ class AnalysisResult:
     release_note: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+
+    def warn(self, message: str) -> None:
+        """Append ``message`` to :attr:`warnings` (once)."""
+        if message not in self.warnings:
+            self.warnings = (*self.warnings, message)
 
     @property
     def error(self) -> float | None:

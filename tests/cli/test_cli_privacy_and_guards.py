@@ -200,9 +200,12 @@ def test_entropy_is_clipped_to_zero_log_m() -> None:
         top = math.log(2)
         assert 0.0 <= d["entropy"] <= top  # type: ignore[operator]
         assert all(0.0 <= c <= top for c in d["ci"])  # type: ignore[attr-defined]
-        raw = d["details"].get("unclipped_entropy")  # type: ignore[attr-defined]
-        if raw is not None:
-            assert not 0.0 <= raw <= top
+        raw = d["details"]["unclipped_estimate"]  # type: ignore[index]
+        if not 0.0 <= raw <= top:  # the library's clip, announced
+            assert d["entropy"] == min(max(raw, 0.0), top)
+            assert any("outside [0, log 2]" in w for w in d["details"]["warnings"])  # type: ignore[index]
+        else:
+            assert d["entropy"] == raw
 
 
 def test_alpha_out_of_range_and_heavy_dropout() -> None:

@@ -27,7 +27,7 @@ FIELDS = {
     "bias", "bias_sd", "bias_z", "rmse", "coverage", "coverage_se", "ci_width", "bias_on",
     "bias_released", "z_released", "flags", "verdict",
 }  # fmt: skip
-ANALYSES = ("mean", "variance", "performance_gap", "heterogeneity", "chi2")
+ANALYSES = ("mean", "variance", "performance_gap", "heterogeneity", "chi2", "chi2_api")
 Z = 4.0
 
 
@@ -63,7 +63,8 @@ def test_quick_writes_the_three_files(quick: tuple[Path, dict[str, Any], dict[st
         assert sum(ln.startswith(f"| {analysis} |") for ln in page.splitlines()) == sum(
             c["analysis"] == analysis for c in doc["cells"]
         )
-    assert "| adult:sex x race | independence |" in page
+    assert "| adult:sex x race, n all | independence |" in page
+    assert "| adult:sex x race, n 100 (`fedstats.fed_chi2`) | independence |" in page
     png = (out / "coverage.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 
@@ -185,8 +186,62 @@ def test_grid_and_refusals(tmp_path: Path) -> None:
     bp = [c for c in full if c.analysis in ("mean", "variance")]
     assert {c.epsilon for c in bp} == {0.5, 1.0, 2.0, 4.0} and min(c.runs for c in bp) >= 400
     assert {c.method for c in bp} == {"adaptive", "basic"}
+    # the defaults (issue 43): heterogeneity with the demo's distributed noise at every epsilon, and the
+    # chi-square through the public API at every epsilon with 100 clients and at 1 with one record each
+    het = [c for c in full if c.analysis == "heterogeneity"]
+    assert {(c.method, c.epsilon) for c in het} >= {
+        ("distributed", e) for e in (0.5, 1.0, 2.0, 4.0)
+    }
+    api = [c for c in full if c.analysis == "chi2_api"]
+    assert {(c.method, c.epsilon) for c in api if c.n == 100} == {
+        (m, e) for m in ("independence", "dependence") for e in (0.5, 1.0, 2.0, 4.0)
+    }
+    assert {(c.method, c.epsilon) for c in api if c.n is None} == {
+        ("independence", 1.0),
+        ("dependence", 1.0),
+    }
     with pytest.raises(ParameterError, match="cells"):
         run_validation(tmp_path, quick=True, cells=["no/such/cell"])
     with pytest.raises(ParameterError, match="runs"):
         run_validation(tmp_path, quick=True, runs=1)
     assert not list(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_the_default_cells_run_through_the_public_faces() -> None:
+    """A few runs of the cells added for issue 43: distributed heterogeneity and ``fedstats.fed_chi2``."""
+    from fedstats.experiments.validation.cells import Cell, run_cell
+
+    het = run_cell(Cell("het/distributed/digits/1.0", "heterogeneity", "distributed", "digits", 1.0,
+                        None, 2), 5)  # fmt: skip
+    assert set(het) == {"dispersion", "q", "i2"}
+    for rec in het["dispersion"]:
+        assert rec["truth"] > 0 and rec["lo"] is not None and rec["lo"] <= rec["hi"]
+    with pytest.raises(
+        ParameterError, match="noise"
+    ):  # the cell's method is the noise the run uses
+        run_cell(Cell("het/x/digits/1.0", "heterogeneity", "bogus", "digits", 1.0, None, 1), 5)
+    cell = Cell("chi2-api/dependence/adult/1.0/100", "chi2_api", "dependence", "adult", 1.0, 100, 2)
+    recs = run_cell(cell, 5)["statistic"]
+    assert len(recs) == 2
+    for rec in recs:
+        assert rec["truth"] > 100 and rec["lo"] <= rec["hi"]  # sex x race: Pearson 634 on 4 dof
+        assert 0 < rec["p_value"] <= 1 and rec["power"] is not None and 0 <= rec["power"] <= 1
+
+
+def test_update_adds_cells_to_a_report_and_keeps_the_others(tmp_path: Path) -> None:
+    a, b = "gap/R/predictions/1.0/1000", "gap/L/predictions/1.0/1000"
+    first = run_validation(tmp_path, quick=True, runs=3, seed=7, workers=1, cells=[a])
+    res = runner.invoke(app, ["--json", "--seed", "7", "validate", "--quick", "--runs", "3",
+                              "--workers", "1", "--out", str(tmp_path), "--cells", b, "--update"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "validation.json").read_text())
+    assert [c["id"] for c in doc["cells"]] == [a, b]  # grid order
+    assert doc["cells"][0] == first["cells"][0] and set(doc["timing"]) == {a, b}
+    assert doc["summary"]["rows"] == 2 and "--update" in doc["command"]
+    assert "--update" in (tmp_path / "README.md").read_text()
+    again = run_validation(tmp_path, quick=True, runs=3, seed=7, workers=1, cells=[a], update=True)
+    assert again["cells"] == doc["cells"]  # replaced by the same numbers
+    bad = runner.invoke(app, ["validate", "--quick", "--out", str(tmp_path), "--update"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: --update"), bad.stderr
+    with pytest.raises(ParameterError, match="update"):  # another seed: not the same report
+        run_validation(tmp_path, quick=True, runs=3, seed=8, cells=[a], update=True)

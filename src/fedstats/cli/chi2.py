@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from fedstats.analyses.chi2.config import FedChi2Config
 from fedstats.cli import _tables as _t
 from fedstats.cli._common import (
     BackendOption,
@@ -112,6 +113,15 @@ def chi2(
             help="With --epsilon: simulated null replicates behind the p-value (>= 99; default 999).",
         ),
     ] = 999,
+    merge_below: Annotated[
+        int,
+        typer.Option(
+            "--merge-below",
+            help="Merge each column's categories with fewer than N people (round 1's released "
+            "marginals: noisy with --epsilon, so no extra budget) into one before the test, and report "
+            "them (default 0: none; --test chi2 only).",
+        ),
+    ] = FedChi2Config.merge_below,
     json_flag: JsonOption = False,
     seed: SeedOption = None,
     data_dir: DataDirOption = None,
@@ -135,7 +145,9 @@ def chi2(
         raise ParameterError("--max-records", max_records, "no value without --epsilon")
     if null_replicates < 99:
         raise ParameterError("--null-replicates", null_replicates, "an integer >= 99")
-    for name in ("decoder", "drop_empty"):
+    if merge_below < 0:
+        raise ParameterError("--merge-below", merge_below, "an integer >= 0 (people)")
+    for name in ("decoder", "drop_empty", "merge_below"):
         check_applies(ctx, name, test == "chi2", "unset with --test g (FED-chi^2 only)")
     check_applies(
         ctx,
@@ -163,6 +175,12 @@ def chi2(
     )
     route = _t.route(secure, backend, n)
     if big:  # the linearity shortcut computes the sums in closed form: no route runs
+        check_applies(
+            ctx,
+            "merge_below",
+            False,
+            f"unset with {n} clients x {cells} cells (the linearity shortcut does not merge)",
+        )
         for name in ("secure", "backend", "workers", "scheduler", "shard_size"):
             check_applies(
                 ctx,
@@ -214,6 +232,8 @@ def chi2(
                     delta=delta,
                     max_records=max_records,
                     null_replicates=null_replicates,
+                    merge_below=merge_below,
+                    labels=(_labels(df, x), _labels(df, y)),
                     **common,
                 )
             else:
@@ -240,6 +260,8 @@ def chi2(
         **{k: v for k, v in out.items() if k not in ("details", "test")},
         "details": _t.lean(out.get("details", {})),
     }
+    for message in res.warnings:  # the library's: rare categories, low power, what was merged
+        add_warning(state, payload, message)
     if dropout > 0.5:
         add_warning(
             state,
@@ -284,6 +306,13 @@ def chi2(
 
     report_warnings(state, payload, res)
     emit(state, payload, render)
+
+
+def _labels(df: Any, column: str) -> list[str]:
+    """The categories of ``column`` in code order (sorted, as :func:`fedstats.cli._tables.column_codes`)."""
+    import pandas as pd
+
+    return [str(v) for v in pd.factorize(df[column], sort=True)[1]]
 
 
 def _dp_note(res: Any) -> str:

@@ -2,7 +2,8 @@
 
 Every client holds the histogram of its rows of ``--column``; the clients are chosen as for ``chi2``
 (:mod:`fedstats.cli._tables`). The JSON output holds ``entropy``, ``ci``, ``exact_entropy`` and
-``additive_error``.
+``additive_error``; the entropy and its interval are the library's, clipped to ``[0, log m]`` there
+(``details["unclipped_estimate"]`` keeps the decoder's value).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import typer
 from fedstats.cli import _tables as _t
 from fedstats.cli._common import (
     BackendOption,
-    CliState,
     DataDirOption,
     JsonOption,
     SchedulerOption,
@@ -50,34 +50,6 @@ __all__ = ["MIN_FD_STEP", "register"]
 
 MIN_FD_STEP = 1e-6
 """Smallest ``--fd-step``: at 1e-8 the FED-H difference quotient is already dominated by rounding."""
-
-
-def _clip_entropy(state: CliState, payload: dict[str, Any], m: int) -> None:
-    """Clip the entropy and its interval to [0, log m] (post-processing) and say so when it moved."""
-    top = math.log(m)
-    raw = payload["entropy"]
-    if raw is None or 0.0 <= raw <= top:
-        clipped = False
-    else:
-        payload["entropy"] = min(max(raw, 0.0), top)
-        if "estimate" in payload:
-            payload["estimate"] = payload["entropy"]
-        payload["details"]["unclipped_entropy"] = raw
-        clipped = True
-    ci = payload.get("ci")
-    if ci and ci[0] is not None and ci[1] is not None:
-        payload["ci"] = [min(max(c, 0.0), top) for c in ci]
-    if clipped:
-        if payload.get("exact_entropy") is not None:
-            payload["additive_error"] = payload["entropy"] - payload["exact_entropy"]
-            if "error" in payload:
-                payload["error"] = payload["additive_error"]
-        add_warning(
-            state,
-            payload,
-            f"the entropy estimate {raw:.6g} was outside [0, log {m}] = [0, {top:.4g}] and is reported "
-            "clipped (post-processing)",
-        )
 
 
 def entropy(
@@ -171,7 +143,10 @@ def entropy(
         **{k: v for k, v in out.items() if k != "details"},
         "details": _t.lean(out.get("details", {})),
     }
-    _clip_entropy(state, payload, m)
+    for (
+        message
+    ) in res.warnings:  # the library clipped to [0, log m] (post-processing), once, for all
+        add_warning(state, payload, message)
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:

@@ -24,6 +24,7 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
+    add_warning,
     check_distinct_columns,
     check_interval,
     check_route_options,
@@ -195,6 +196,8 @@ def gap(
     }
     if clients is None:
         payload["true_gap"] = result.true_gap
+    for message in result.warnings:  # the library's (a small group's uncertain estimated size)
+        add_warning(state, payload, message)
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:

@@ -38,6 +38,20 @@ def validate(
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="Processes computing cells (default 2).")
     ] = 2,
+    cells: Annotated[
+        str | None,
+        typer.Option(
+            "--cells", help="Only these cell ids (comma-separated; ids as in validation.json)."
+        ),
+    ] = None,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="With --cells: replace or add these cells' rows in the report already in --out, "
+            "keeping the others (same grid, seed and runs).",
+        ),
+    ] = False,
     data_dir: DataDirOption = None,
     json_flag: JsonOption = False,
     seed: SeedOption = None,
@@ -46,6 +60,10 @@ def validate(
     from fedstats.experiments.validation import DEFAULT_SEED, run_validation
 
     state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
+    if update and cells is None:
+        from fedstats.errors import ParameterError
+
+        raise ParameterError("--update", update, "only with --cells (the cells to replace or add)")
     out = out_path(out_text)
     assert out is not None
     the_seed = DEFAULT_SEED if state.seed is None else state.seed
@@ -63,6 +81,8 @@ def validate(
         data_dir=state.data_dir,
         workers=workers,
         progress=progress,
+        cells=None if cells is None else [c.strip() for c in cells.split(",") if c.strip()],
+        update=update,
     )
     flagged = [
         f"{r['id']} ({r['target']}): {', '.join(r['flags'])}" for r in doc["cells"] if r["flags"]

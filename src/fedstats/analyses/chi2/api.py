@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from fedstats._validation import check_real
 from fedstats.analyses._api import charging, resolve
+from fedstats.analyses.chi2.config import FedChi2Config
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
     attach_truth,
@@ -17,6 +19,7 @@ from fedstats.analyses.chi2.estimator import (
 from fedstats.analyses.chi2.null import DEFAULT_NULL_REPLICATES
 from fedstats.analyses.chi2.privacy import plan_chi2_privacy
 from fedstats.analyses.chi2.protocol import fed_chi2_protocol
+from fedstats.analyses.chi2.rare import merge_tables
 from fedstats.analyses.seed_agreement import resolve_projection_seed
 from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine.core import Dropout, Engine
@@ -72,6 +75,8 @@ def fed_chi2(
     max_records: int | None = None,
     round1_fraction: float = 0.5,
     null_replicates: int = DEFAULT_NULL_REPLICATES,
+    merge_below: int = FedChi2Config.merge_below,
+    labels: tuple[Sequence[Any], Sequence[Any]] | None = None,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
     ledger: PrivacyLedger | None = None,
@@ -108,7 +113,17 @@ def fed_chi2(
     null_replicates : int
         With ``epsilon``: ``B >= 99``, replicates of the released statistic's null distribution behind
         ``p_value`` and ``rejected`` (:mod:`fedstats.analyses.chi2.null`; default 999). The Monte Carlo
-        error of the p-value is ``p_value_mc_error``.
+        error of the p-value is ``p_value_mc_error``. Another ``B`` replicates of an alternative give the
+        test's power at a small effect (``details["power"]``; a warning below 0.5).
+    merge_below : int
+        Pool each variable's categories with fewer than this many people into one before round 2 (default
+        0: none; :class:`~fedstats.analyses.chi2.config.FedChi2Config` holds the default). The counts are
+        round 1's released marginals: with ``epsilon`` the noisy ones (post-processing, no budget), without
+        it the exact sums the server learns anyway. The test, ``exact_statistic`` and ``dof`` are then the
+        merged table's; ``details["merged"]`` names what was merged
+        (:func:`~fedstats.analyses.chi2.rare.merge_groups`).
+    labels : (sequence, sequence), optional
+        Names of the row and column categories, for the warnings (default their indices).
     engine : Engine, optional
         The route and the clients' randomness (``fedstats.analyses._api``).
     randomness : RandomSource, optional
@@ -122,7 +137,8 @@ def fed_chi2(
     -------
     Chi2Result
         With ``exact_statistic``, ``exact_p_value`` and ``multiplicative_error`` against the summed table
-        (all clients, including the dropped ones), and ``release_note`` for seeded runs.
+        (all clients, including the dropped ones; merged as the test merged it), ``release_note`` for
+        seeded runs, and ``warnings`` (rare categories and low power under DP, what was merged).
 
     Raises
     ------
@@ -163,6 +179,8 @@ def fed_chi2(
         privacy=privacy,
         randomness=src,
         null_replicates=null_replicates,
+        merge_below=merge_below,
+        labels=labels,
     )
     with charging(ledger if privacy is not None else None):
         if ledger is not None and privacy is not None:
@@ -172,6 +190,7 @@ def fed_chi2(
                 clients=range(0, n),
             )
         res = eng.run(proto, InMemoryPopulation({"table": t}))
-    exact, dof = chi_square_statistic(total)
+    groups = res.details.get("groups")
+    exact, dof = chi_square_statistic(total if groups is None else merge_tables(total, groups))
     res.release_note = src.release_note
     return attach_warnings(attach_truth(res, exact, dof), n_records=float(total.sum()))  # type: ignore[no-any-return]

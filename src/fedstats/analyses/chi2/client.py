@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.analyses.chi2.rare import merge_tables
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import ClientBatch
 from fedstats.errors import DataError
@@ -133,7 +134,10 @@ def encode_projection(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -
         The clients' ``(n, m_x, m_y)`` tables.
     params : Mapping
         ``shape``, ``rows``, ``cols`` (kept indices), ``row_marginals``, ``col_marginals``, ``max_cell``,
-        ``offset`` (length ``l``), ``seed``, ``encoding_size``, ``frac_bits``, ``clip``, ``bits``.
+        ``offset`` (length ``l``), ``seed``, ``encoding_size``, ``frac_bits``, ``clip``, ``bits``; and
+        ``groups`` (the merged index of each row and each column) when rare categories were merged: the
+        client then sums its table's cells into the merged categories first, and ``rows``, ``cols`` and
+        the marginals are the merged table's.
     rng : RNG
         The clients' private randomness (randomized rounding to the fixed-point grid).
 
@@ -153,12 +157,16 @@ def encode_projection(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -
         raise DataError(
             f"a client's cell count {int(t.max())} exceeds the declared max_cell={params['max_cell']}"
         )
+    m_x, m_y = params["shape"]
+    groups = params.get("groups")
+    if groups is not None:  # rare categories merged after round 1 (fedstats.analyses.chi2.rare)
+        t = merge_tables(t, groups)
+        m_x, m_y = t.shape[1:]
     rows = np.asarray(params["rows"], dtype=np.int64)
     cols = np.asarray(params["cols"], dtype=np.int64)
     vx = np.asarray(params["row_marginals"], dtype=np.float64)
     vy = np.asarray(params["col_marginals"], dtype=np.float64)
     sq = np.sqrt(expected_counts(vx[rows], vy[cols]))
-    m_x, m_y = params["shape"]
     if rows.size == m_x and cols.size == m_y:
         counts = t.reshape(batch.n, -1)
     else:

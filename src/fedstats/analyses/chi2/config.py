@@ -64,6 +64,11 @@ class FedChi2Config(AnalysisConfig):
         Interval level and test level, in (0, 1) (defaults 0.95, 0.05).
     drop_empty : bool
         Drop categories empty in the summed marginals instead of failing (default False).
+    merge_below : int
+        Pool each variable's categories with fewer than this many people (round 1's summed marginals,
+        which the server learns) into one category before round 2, in [0, 2**31) (default 0: none;
+        :func:`~fedstats.analyses.chi2.rare.merge_groups`). The one default of ``fed_chi2`` and
+        ``fedstats chi2 --merge-below``.
 
     Raises
     ------
@@ -82,6 +87,7 @@ class FedChi2Config(AnalysisConfig):
     confidence: float = 0.95
     level: float = 0.05
     drop_empty: bool = False
+    merge_below: int = 0
 
     def __post_init__(self) -> None:
         """Validate every option (see the class docstring)."""
@@ -97,6 +103,7 @@ class FedChi2Config(AnalysisConfig):
                 name, getattr(self, name), low=0.0, high=1.0, low_open=True, high_open=True
             )
             object.__setattr__(self, name, v)
+        check_int("merge_below", self.merge_below, low=0, high=2**31 - 1)
         if not isinstance(self.drop_empty, bool):
             raise ParameterError("drop_empty", self.drop_empty, "true or false")
 
@@ -126,4 +133,5 @@ class FedChi2Config(AnalysisConfig):
             level=self.level,
             categorical=(self.x, self.y),
             drop_empty=self.drop_empty,
+            merge_below=self.merge_below,
         )

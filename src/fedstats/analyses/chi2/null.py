@@ -184,11 +184,16 @@ class NullSample:
         float64, shape ``(B,)``, sorted: ``s~_b - s_b``, what the noisy marginals add to each replicate's
         statistic (the squared norm its sketch encodes, minus Pearson's statistic of its table). Its mean
         is subtracted from the estimate and its quantiles widen the interval (:func:`shifted_interval`).
+    power : (float, float) or None
+        ``(w, power)``: the fraction of ``B`` replicates of an alternative at Cohen's effect ``w`` (same
+        margins, :func:`~fedstats.analyses.chi2.rare.effect_probabilities`) that the test rejects at its
+        level; Monte Carlo standard error ``sqrt(power (1 - power) / B)``.
     """
 
     r: np.ndarray
     denominator: float
     shift: np.ndarray
+    power: tuple[float, float] | None = None
 
     @property
     def replicates(self) -> int:
@@ -277,6 +282,8 @@ def simulate_null(
     tau: float,
     replicates: int,
     rng: RNG,
+    effect: float = 0.0,
+    level: float = 0.05,
 ) -> NullSample:
     """Draw the released statistic's null distribution given the released noisy marginals (module docstring).
 
@@ -301,20 +308,68 @@ def simulate_null(
         ``B >= 1``.
     rng : RNG
         The server's generator for the simulation (a stream of its own).
+    effect : float
+        Cohen's ``w`` in [0, 1] (0: none): also draw ``B`` tables of the alternative of
+        :func:`~fedstats.analyses.chi2.rare.effect_probabilities` through the same release (after the null
+        ones, so the null sample does not depend on it) and estimate the test's power there.
+    level : float
+        The test's level, for the power.
 
     Returns
     -------
     NullSample
+        With ``power = (w, power)`` when ``effect > 0``.
     """
-    m_x, m_y = shape
-    m = m_x * m_y
-    ell = projection.encoding_size
-    dof = (m_x - 1) * (m_y - 1)
+    m_x = shape[0]
     marg = np.asarray(marginals, dtype=np.float64)
     vx, vy = marg[:m_x], marg[m_x:]
     total = max(1, round(0.5 * (vx.sum() + vy.sum())))
     p = np.outer(vx / vx.sum(), vy / vy.sum()).ravel()
     tables = _multinomial(rng, total, p / p.sum(), replicates)
+    setting = _Setting(
+        shape, privacy, projection, decoder, n_clients, n_survivors, max_cell, bits, total
+    )
+    r, shift = _released(tables, setting, rng)
+    power = None
+    if effect > 0.0:
+        from fedstats.analyses.chi2.rare import effect_probabilities
+
+        p1, w = effect_probabilities(vx, vy, effect)
+        r1, _ = _released(_multinomial(rng, total, p1, replicates), setting, rng)
+        # the test rejects when p = (1 + #{R_b >= R}) / (B + 1) <= level
+        allowed = math.floor(level * (replicates + 1) + 1e-9) - 1
+        crit = math.inf if allowed < 0 else float(np.sort(r)[replicates - 1 - allowed])
+        power = (w, float(np.mean(r1 > crit)) if math.isfinite(crit) else 0.0)
+    return NullSample(np.sort(r), float(dof_of(shape) + tau), np.sort(shift), power)
+
+
+def dof_of(shape: tuple[int, int]) -> int:
+    """``(m_x - 1)(m_y - 1)``."""
+    return (shape[0] - 1) * (shape[1] - 1)
+
+
+@dataclass(frozen=True)
+class _Setting:
+    shape: tuple[int, int]
+    privacy: Chi2Privacy
+    projection: StableProjection
+    decoder: str
+    n_clients: int
+    n_survivors: int
+    max_cell: int
+    bits: int
+    total: int
+
+
+def _released(tables: np.ndarray, st: _Setting, rng: RNG) -> tuple[np.ndarray, np.ndarray]:
+    """Each table through the release (module docstring, steps 2-3): ``R_b`` and ``s~_b - s_b``."""
+    m_x, m_y = st.shape
+    m = m_x * m_y
+    replicates = tables.shape[0]
+    privacy, projection, total = st.privacy, st.projection, st.total
+    n_clients, n_survivors = st.n_clients, st.n_survivors
+    ell = projection.encoding_size
+    dof = dof_of(st.shape)
     cube = tables.reshape(replicates, m_x, m_y)
     exact = np.concatenate([cube.sum(axis=2), cube.sum(axis=1)], axis=1)
     noisy = noisy_marginals(exact, privacy, rng).astype(np.float64)
@@ -351,8 +406,8 @@ def simulate_null(
             row_norm=row_norm,
             column_norm=float(cnorm[b]),
             n_clients=n_clients,
-            max_cell=max_cell,
-            bits=bits,
+            max_cell=st.max_cell,
+            bits=st.bits,
             ell=ell,
             total_bound=float(bx[b].sum()) + room,
             min_dim=min(m_x, m_y),
@@ -372,5 +427,5 @@ def simulate_null(
     e = e + grid[:, None] * (np.asarray(rng.random((replicates, ell))) - 0.5)
     e = e + rounding[:, None] * np.asarray(rng.standard_normal((replicates, ell)))
     taus = np.array([q.tau for q in plans])
-    r = batch_decode(e, decoder) / (dof + taus)
-    return NullSample(np.sort(r), float(dof + tau), np.sort(shift))
+    r = batch_decode(e, st.decoder) / (dof + taus)
+    return r, shift

@@ -11,6 +11,7 @@ are those of round 1, so the estimate is the squared norm of the survivors' ``su
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,13 @@ from fedstats.analyses.chi2.null import (
     simulate_null,
 )
 from fedstats.analyses.chi2.privacy import Chi2Privacy, add_discrete_gaussian
+from fedstats.analyses.chi2.rare import (
+    POWER_EFFECT_W,
+    merge_groups,
+    merged_details,
+    power_warning,
+    rare_warnings,
+)
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
@@ -44,6 +52,31 @@ from fedstats.secagg.quantize import reduce_signed
 from fedstats.sketches.stable import StableProjection
 
 __all__ = ["fed_chi2_protocol"]
+
+
+def _merge(
+    vx: np.ndarray,
+    vy: np.ndarray,
+    merge_below: int,
+    labels: tuple[Sequence[Any], Sequence[Any]] | None,
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, int, str] | None:
+    """Merged groups, merged marginals, the factor on ``max_cell`` and the note; None if nothing merges."""
+    if merge_below == 0:
+        return None
+    gx, gy = merge_groups(vx, merge_below), merge_groups(vy, merge_below)
+    if gx.max() + 1 == vx.size and gy.max() + 1 == vy.size:
+        return None
+    mx = np.bincount(gx, weights=vx).astype(np.int64)
+    my = np.bincount(gy, weights=vy).astype(np.int64)
+    factor = int(np.bincount(gx).max() * np.bincount(gy).max())
+    desc = merged_details((gx, gy), labels)
+    parts = [f"{k}: {' + '.join(map(repr, grp))}" for k in ("x", "y") for grp in desc[k]]
+    note = (
+        f"categories with fewer than {merge_below} people (round 1's released marginals) were merged "
+        f"before the test ({'; '.join(parts)}): the test is about the merged "
+        f"{mx.size} x {my.size} table"
+    )
+    return (gx, gy), np.concatenate([mx, my]), factor, note
 
 
 def fed_chi2_protocol(
@@ -62,6 +95,8 @@ def fed_chi2_protocol(
     privacy: Chi2Privacy | None = None,
     randomness: RandomSource | None = None,
     null_replicates: int = DEFAULT_NULL_REPLICATES,
+    merge_below: int = 0,
+    labels: tuple[Sequence[Any], Sequence[Any]] | None = None,
 ) -> ProtocolGenerator[Chi2Result]:
     """FED-chi^2 as an engine protocol (Pang et al. 2023, Algorithm 2).
 
@@ -102,12 +137,29 @@ def fed_chi2_protocol(
     randomness : RandomSource, optional
         The server's, for the noise (``randomness.generator("server", "chi2", "noise")``); needed with
         ``privacy``.
+    null_replicates : int
+        With ``privacy``: ``B >= 99`` replicates of the null distribution (and ``B`` more of the
+        alternative behind the reported power, :mod:`fedstats.analyses.chi2.rare`).
+    merge_below : int
+        Pool each variable's categories with fewer than this many people into one category before round 2
+        (:func:`~fedstats.analyses.chi2.rare.merge_groups`; 0, the default, merges nothing). The counts
+        are round 1's released marginals: with ``privacy`` the noisy ones, so the choice is
+        post-processing of a release and costs no budget (and the server never learns the exact size of a
+        category); without it the exact sums the server learns anyway. The test is then the test of the
+        merged table (its dof, statistic and p-value); ``details["merged"]`` lists the merged categories
+        and a warning says so. Merging keeps the null hypothesis (functions of independent variables are
+        independent).
+    labels : (sequence, sequence), optional
+        Names of the row and column categories, used in warnings (default the indices).
 
     Returns
     -------
     ProtocolGenerator[Chi2Result]
         Run with :meth:`fedstats.engine.Engine.run`; the result's ``n_clients`` counts the clients of round
-        2 and ``n_dropped`` those lost since round 1.
+        2 and ``n_dropped`` those lost since round 1. With ``privacy``: ``details["power"]``, the test's
+        power at Cohen's ``w = 0.1`` (:data:`~fedstats.analyses.chi2.rare.POWER_EFFECT_W`), and
+        ``warnings`` naming rare categories (:func:`~fedstats.analyses.chi2.rare.rare_categories`) and a
+        power below 0.5.
 
     Raises
     ------
@@ -121,7 +173,7 @@ def fed_chi2_protocol(
     ell, dec, b, conf, lev = check_options(encoding_size, decoder, bits, confidence, level)
     null_replicates = check_int("null_replicates", null_replicates, low=99)
     m_x, m_y = check_shape(shape)
-    mc = check_int("max_cell", max_cell, low=1)
+    mc = declared = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
     base: dict[str, Any] = {"column": column, "shape": (m_x, m_y)}
     if categorical is not None:
@@ -140,11 +192,22 @@ def fed_chi2_protocol(
     if privacy is not None and server is not None:
         # noisy marginals, at least 1 (post-processing): every cell is kept
         marg = noisy_marginals(marg, privacy, server)
-        rows, cols = np.arange(m_x), np.arange(m_y)
         total_bound = float(marg[:m_x].sum()) + headroom(privacy, m_x, m_y)
     vx, vy = marg[:m_x], marg[m_x:]
+    merged = _merge(vx, vy, check_int("merge_below", merge_below, low=0), labels)
+    warnings = []
+    if privacy is not None:
+        warnings = rare_warnings(vx, vy, labels, None if merged is None else merged[0])
+    if merged is not None:
+        groups, marg, factor, note = merged
+        warnings.append(note)
+        vx, vy = marg[: int(groups[0].max()) + 1], marg[int(groups[0].max()) + 1 :]
+        mc = declared * factor  # a merged cell sums several declared cells (fixed-point scale only)
+    g_x, g_y = vx.size, vy.size
     if privacy is None:
         rows, cols = kept_cells(vx, vy, drop_empty)
+    else:
+        rows, cols = np.arange(g_x), np.arange(g_y)
     n = s1.n_clients
     vbar = expected_counts(vx[rows], vy[cols])
     proj = StableProjection(seed, ell, 2.0)
@@ -169,7 +232,7 @@ def fed_chi2_protocol(
         "cols": cols.tolist(),
         "row_marginals": vx.tolist(),
         "col_marginals": vy.tolist(),
-        "max_cell": mc,
+        "max_cell": declared,  # the client checks its own cells
         # P sqrt(vbar) / n is public and the same for every client: the server broadcasts it
         "offset": (p_sq / n).tolist(),
         "seed": seed,
@@ -178,6 +241,8 @@ def fed_chi2_protocol(
         "clip": fp.clip,
         "bits": b,
     }
+    if merged is not None:
+        params["groups"] = [merged[0][0].tolist(), merged[0][1].tolist()]
     s2: RoundSum = yield Round(
         "projection", encode_projection, params, dim=ell, bound=fp.report_bound(b)
     )
@@ -201,7 +266,7 @@ def fed_chi2_protocol(
         if null_replicates and randomness is not None:
             null = simulate_null(
                 marg,
-                (m_x, m_y),
+                (g_x, g_y),
                 privacy=privacy,
                 projection=proj,
                 decoder=dec,
@@ -212,6 +277,8 @@ def fed_chi2_protocol(
                 tau=tau,
                 replicates=null_replicates,
                 rng=randomness.generator("server", "chi2", "null"),
+                effect=POWER_EFFECT_W,
+                level=lev,
             )
     e = fp.decode(total)
     res_step = 1.0 / fp.scale
@@ -242,4 +309,11 @@ def fed_chi2_protocol(
     if privacy is not None:
         loss = privacy.loss()
         res.epsilon, res.delta = loss.epsilon, loss.delta
+    if merged is not None:
+        res.details["merged"] = merged_details(merged[0], labels)
+        res.details["groups"] = params["groups"]
+    if null is not None and null.power is not None:
+        warnings += power_warning(null.power, null.replicates, lev, res.details)
+    for w in warnings:
+        res.warn(w)
     return res

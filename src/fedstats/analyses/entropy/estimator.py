@@ -40,6 +40,7 @@ __all__ = [
     "check_fd_step",
     "check_histograms",
     "check_options",
+    "clip_to_range",
     "decode_entropy",
     "entropy_from_moments",
     "entropy_result",
@@ -290,14 +291,22 @@ def entropy_result(
     Returns
     -------
     EntropyResult
-        Tagged ``"entropy.shannon"``.
+        Tagged ``"entropy.shannon"``. The released ``estimate`` and ``ci`` are clipped to the range of the
+        entropy of ``m`` categories, ``[0, log m]`` (:func:`clip_to_range`: post-processing, once, here, so
+        the library, the CLI and the service release the same number); ``details["unclipped_estimate"]``
+        and ``details["unclipped_ci"]`` keep the decoder's values, and a warning says when the clip moved
+        the estimate.
     """
     e_plus, e_minus = encodings
     h, ci, sd, moments, bias = decode_entropy(e_plus, e_minus, d, m, conf, resolution)
-    return EntropyResult(
+    details = dict(fields.pop("details", None) or {})
+    est, ci_released, note = clip_to_range(h, ci, m)
+    details["unclipped_estimate"] = h
+    details["unclipped_ci"] = ci
+    res = EntropyResult(
         analysis="entropy.shannon",
-        estimate=h,
-        ci=ci,
+        estimate=est,
+        ci=ci_released,
         standard_error=sd,
         confidence=conf,
         moments=moments,
@@ -308,7 +317,46 @@ def entropy_result(
         bits=bits,
         frac_bits=frac_bits,
         n_categories=m,
+        details=details,
         **fields,
+    )
+    if note:
+        res.warn(note)
+    return res
+
+
+def clip_to_range(
+    entropy: float, ci: tuple[float, float], m: int
+) -> tuple[float, tuple[float, float], str | None]:
+    """Clip an entropy estimate and its interval to ``[0, log m]``, the range of ``m`` categories' entropy.
+
+    Post-processing (no privacy or accuracy cost: the true entropy lies in the range, so the clipped
+    interval covers whenever the unclipped one does, and the clipped estimate is never further from it).
+
+    Parameters
+    ----------
+    entropy : float
+        The decoded estimate (nats); may be NaN.
+    ci : (float, float)
+        Its interval.
+    m : int
+        Number of categories, >= 1.
+
+    Returns
+    -------
+    (estimate, ci, warning)
+        The clipped values, and a sentence when the estimate moved (None otherwise).
+    """
+    top = math.log(m)
+    lo, hi = (min(max(float(c), 0.0), top) for c in ci)
+    if math.isnan(entropy) or 0.0 <= entropy <= top:
+        return entropy, (lo, hi), None
+    est = min(max(entropy, 0.0), top)
+    return (
+        est,
+        (lo, hi),
+        f"the entropy estimate {entropy:.6g} was outside [0, log {m}] = [0, {top:.4g}] and is released "
+        f"clipped to {est:.4g} (post-processing; details['unclipped_estimate'] keeps it)",
     )
 
 

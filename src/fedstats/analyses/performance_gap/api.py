@@ -269,9 +269,12 @@ def measure_performance_gap(
 
     The estimate, the interval's end points and the group means are clipped to the parameter space as
     post-processing (group means in the value range, the gap in [-1, 1] for rates, [-2, 2] for signed
-    values); the unclipped numbers are in ``details["unclipped"]``. With estimated sizes the standard error
-    is the delta method's evaluated at a lower confidence bound of each group size (a conservative
-    small-sample correction, see ``docs/performance_gap.md``).
+    values); the unclipped numbers are in ``details["unclipped"]``. With estimated sizes each group mean is
+    Beale's bias-corrected ratio (:func:`~.protocol.ratio_bias_factor`; its remaining bias is stated there,
+    and ``warnings`` name a compared group whose estimated size has a relative standard error above
+    :data:`~.protocol.SIZE_RSE_WARN`), and the standard error is the delta method's evaluated at a lower
+    confidence bound of each group size (a conservative small-sample correction, see
+    ``docs/performance_gap.md``).
 
     Parameters
     ----------

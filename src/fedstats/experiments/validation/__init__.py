@@ -61,7 +61,7 @@ def _rows(
         if n_mean:
             row["n"] = round(sum(n_mean) / len(n_mean))
         cells.append(row)
-        if cell.analysis == "chi2":
+        if cell.analysis in ("chi2", "chi2_api"):
             tests.append(
                 {**head, "target": target, **summarize_test(rs, null=cell.method == "independence")}
             )
@@ -78,6 +78,7 @@ def run_validation(
     workers: int = 2,
     cells: Sequence[str] | None = None,
     progress: Callable[[Cell, float], None] | None = None,
+    update: bool = False,
 ) -> dict[str, Any]:
     """Run the validation table and write ``validation.json``, ``README.md`` and ``coverage.png``.
 
@@ -102,6 +103,10 @@ def run_validation(
         Only these cell ids (of the chosen grid), in grid order.
     progress : callable, optional
         Called as ``progress(cell, seconds)`` after each cell.
+    update : bool, default False
+        With ``cells``: read the report already in ``out`` (same grid and seed) and replace or add the rows
+        of these cells only, keeping every other row, so a report can gain cells without re-running the
+        others; ``command`` then records both runs and ``seconds`` is their sum.
 
     Returns
     -------
@@ -112,7 +117,8 @@ def run_validation(
     Raises
     ------
     ParameterError
-        If ``runs`` < 2, ``workers`` < 1, ``seed`` < 0 or a cell id is unknown.
+        If ``runs`` < 2, ``workers`` < 1, ``seed`` < 0 or a cell id is unknown; with ``update``, if
+        ``cells`` is not given or the report in ``out`` is missing or of another grid, seed or runs.
     """
     if runs is not None:
         check_int("runs", runs, low=2)
@@ -128,6 +134,9 @@ def run_validation(
             )
         wanted = set(cells)
         grid = [c for c in grid if c.id in wanted]
+    if update and cells is None:
+        raise ParameterError("update", update, "only with cells (the cells to replace or add)")
+    old = _previous(Path(out), quick, runs, seed) if update else None
     dd = None if data_dir is None else str(data_dir)
     t0 = time.perf_counter()
     results: list[tuple[dict[str, list[dict[str, Any]]], float]] = []
@@ -174,6 +183,8 @@ def run_validation(
         "timing": {c.id: round(t, 3) for c, (_, t) in zip(grid, results, strict=True)},
         "seconds": seconds,
     }
+    if old is not None:
+        doc = _updated(old, doc, grid, cell_grid(quick=quick, runs=runs))
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "validation.json", doc)
@@ -182,7 +193,64 @@ def run_validation(
     return doc
 
 
-_COST = {"mean": 1.0, "variance": 1.3, "performance_gap": 4.0, "heterogeneity": 12.0, "chi2": 8.0}
+def _previous(out: Path, quick: bool, runs: int | None, seed: int) -> dict[str, Any]:
+    """The report in ``out`` that an update extends, checked to be of the same grid, seed and runs."""
+    import json
+
+    path = out / "validation.json"
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise ParameterError("update", str(path), "an existing validation.json to update") from None
+    st = doc.get("settings", {})
+    if (st.get("quick"), st.get("seed"), st.get("runs")) != (quick, seed, runs or "default"):
+        raise ParameterError(
+            "update",
+            str(path),
+            f"a report of the same grid (quick={quick}), seed ({seed}) and runs ({runs or 'default'})",
+        )
+    return doc
+
+
+def _updated(
+    old: dict[str, Any], new: dict[str, Any], ran: list[Cell], full: list[Cell]
+) -> dict[str, Any]:
+    """``old`` with the rows, tests and timings of the cells ``ran`` replaced by ``new``'s, in grid order."""
+    ids = {c.id for c in ran}
+    order = {c.id: i for i, c in enumerate(full)}
+
+    def merged(key: str) -> list[dict[str, Any]]:
+        rows = [r for r in old[key] if r["id"] not in ids] + new[key]
+        return sorted(rows, key=lambda r: order.get(r["id"], len(order)))
+
+    doc = dict(old)
+    doc["cells"], doc["tests"] = merged("cells"), merged("tests")
+    doc["timing"] = {**old["timing"], **new["timing"]}
+    doc["timing"] = {c.id: doc["timing"][c.id] for c in full if c.id in doc["timing"]}
+    doc["seconds"] = float(old["seconds"]) + float(new["seconds"])
+    doc["settings"] = {**old["settings"], "cells": len(doc["timing"])}
+    doc["command"] = (
+        f"{old['command']}, then {new['command']} --update --cells (the {len(ids)} cells in "
+        "validation.json's updated_cells)"
+    )
+    doc["updated_cells"] = sorted(
+        {*old.get("updated_cells", []), *ids}, key=lambda i: order.get(i, 0)
+    )
+    flagged = sum(r["verdict"] == "FLAG" for r in doc["cells"]) + sum(
+        t["verdict"] == "FLAG" for t in doc["tests"]
+    )
+    doc["summary"] = {"rows": len(doc["cells"]) + len(doc["tests"]), "flagged": flagged}
+    return doc
+
+
+_COST = {
+    "mean": 1.0,
+    "variance": 1.3,
+    "performance_gap": 4.0,
+    "heterogeneity": 12.0,
+    "chi2": 8.0,
+    "chi2_api": 8.0,
+}
 
 
 def _cost(cell: Cell) -> float:
@@ -191,4 +259,5 @@ def _cost(cell: Cell) -> float:
         _COST.get(cell.analysis, 1.0)
         * cell.runs
         * (3.0 if cell.n is None and cell.analysis in ("mean", "variance") else 1.0)
+        * (20.0 if cell.n is None and cell.analysis == "chi2_api" else 1.0)
     )

@@ -24,6 +24,7 @@ from fedstats.randomness import RandomSource
 
 __all__ = [
     "ADULT_RANGES",
+    "CHI2_API_CLIENTS",
     "CHI2_DELTA",
     "CHI2_TABLE",
     "EPSILONS",
@@ -71,6 +72,13 @@ cell cheap, and the (1 + #) / (B + 1) p-value stays valid at any B)."""
 CHI2_DELTA = 1e-6
 """Delta of the chi-square runs (``fedstats chi2 --epsilon E --delta 1e-6``)."""
 
+CHI2_API_CLIENTS: tuple[int | None, ...] = (100, None)
+"""Clients of the chi-square cells run through the public API (``fedstats.fed_chi2``, the engine and the
+protocol with per-client tables): 100 (the CLI's default) at every epsilon, and one record per client
+(48,842 clients) at epsilon 1 only (about 2 s a run: the engine's two rounds and the null simulation)."""
+CHI2_API_ALL_RUNS = (100, 50)
+"""Runs of the one-record-per-client API cells (independence, dependence)."""
+
 FULL_RUNS = 400
 QUICK_RUNS = 100
 
@@ -84,9 +92,11 @@ class Cell:
     id : str
         Unique, stable name (keys the cell's randomness).
     analysis : str
-        ``"mean"``, ``"variance"``, ``"performance_gap"``, ``"heterogeneity"`` or ``"chi2"``.
+        ``"mean"``, ``"variance"``, ``"performance_gap"``, ``"heterogeneity"``, ``"chi2"`` (the release
+        code through the fast path) or ``"chi2_api"`` (through ``fedstats.fed_chi2``).
     method : str
-        The protocol or mechanism (``"adaptive"``, ``"basic"``, ``"R"``, ``"L"``, ...); for chi-square
+        The protocol or mechanism (``"adaptive"``, ``"basic"``, ``"R"``, ``"L"``, ...); for
+        heterogeneity the noise (``"central"`` or ``"distributed"``, the demo's); for chi-square
         ``"independence"`` (one column permuted each run) or ``"dependence"`` (the real table).
     data : str
         The column or data set.
@@ -183,6 +193,7 @@ def cell_grid(*, quick: bool, runs: int | None = None) -> list[Cell]:
                     r(runs_q),
                 )
             )
+        cells += _default_cells(quick=True, runs=runs)
         return cells
     for kind in ("mean", "variance"):
         for col in ADULT_RANGES:
@@ -240,6 +251,62 @@ def cell_grid(*, quick: bool, runs: int | None = None) -> list[Cell]:
                         r(runs_f),
                     )
                 )
+    cells += _default_cells(quick=False, runs=runs)
+    return cells
+
+
+def _default_cells(*, quick: bool, runs: int | None) -> list[Cell]:
+    """The cells of the defaults the report covers since issue 43, after the other cells.
+
+    Heterogeneity with distributed noise (the demo's) and the chi-square through the public API
+    (``fedstats.fed_chi2``).
+    """
+
+    def r(default: int) -> int:
+        return runs if runs is not None else default
+
+    eps_grid = (1.0,) if quick else EPSILONS
+    cells = [
+        Cell(
+            _cid("het", "distributed", "digits", eps),
+            "heterogeneity",
+            "distributed",
+            "digits",
+            eps,
+            None,
+            r(40 if quick else FULL_RUNS),
+        )
+        for eps in eps_grid
+    ]
+    for eps in eps_grid:
+        for method, runs_f, runs_q in (
+            ("independence", FULL_RUNS, QUICK_RUNS // 2),
+            ("dependence", FULL_RUNS // 2, 30),
+        ):
+            cells.append(
+                Cell(
+                    _cid("chi2-api", method, "adult", eps, 100),
+                    "chi2_api",
+                    method,
+                    "adult:sex x race",
+                    eps,
+                    100,
+                    r(runs_q if quick else runs_f),
+                )
+            )
+    if not quick:
+        for method, runs_f in zip(("independence", "dependence"), CHI2_API_ALL_RUNS, strict=True):
+            cells.append(
+                Cell(
+                    _cid("chi2-api", method, "adult", 1.0, "all"),
+                    "chi2_api",
+                    method,
+                    "adult:sex x race",
+                    1.0,
+                    None,
+                    r(runs_f),
+                )
+            )
     return cells
 
 
@@ -372,7 +439,9 @@ def _het(cell: Cell, rs: RandomSource, data_dir: str | None) -> dict[str, dict[s
     rows = sample_by_label_ratio(
         y, HET_RATIO, fraction=None, rng=rs.generator("validation", "sample")
     )
-    res = fedstats.heterogeneity(x[rows], epsilon=cell.epsilon, delta=HET_DELTA, randomness=rs)
+    res = fedstats.heterogeneity(
+        x[rows], epsilon=cell.epsilon, delta=HET_DELTA, noise=cell.method, randomness=rs
+    )
     out: dict[str, dict[str, Any]] = {}
     for name in ("dispersion", "q", "i2"):
         st = getattr(res, name, None)
@@ -422,12 +491,57 @@ def _chi2(cell: Cell, rs: RandomSource, data_dir: str | None) -> dict[str, dict[
     return {"statistic": rec}
 
 
+def _chi2_api(cell: Cell, rs: RandomSource, data_dir: str | None) -> dict[str, dict[str, Any]]:
+    """One FED-chi^2 run with central DP through the public API, ``fedstats.fed_chi2``.
+
+    The Adult rows (one column permuted under independence) are dealt to ``cell.n`` clients at random
+    (about 490 records each at 100 clients, declared ``max_records = ceil(rows / n)``), or one record per
+    client; the engine runs both rounds over the clients' tables. The projection seed is drawn from the
+    run's randomness (the commit-then-reveal agreement among 48,842 clients takes 15 s and does not change
+    the statistics).
+    """
+    import fedstats
+    from fedstats.analyses.chi2.client import record_tables
+
+    cx, mx, cy, my = _adult_codes(data_dir)
+    rows = cx.size
+    if cell.method == "independence":
+        cy = cy[np.asarray(rs.generator("validation", "permute").permutation(rows), dtype=np.int64)]
+    if cell.n is None:
+        tables, cap = record_tables(cx, cy, (mx, my)), 1
+    else:
+        who = np.asarray(rs.generator("validation", "deal").permutation(rows), dtype=np.int64)
+        tables = np.zeros((cell.n, mx, my), dtype=np.int64)
+        np.add.at(tables, (who % cell.n, cx, cy), 1)
+        cap = math.ceil(rows / cell.n)
+    seed = int(rs.generator("validation", "projection").integers(0, 2**62))
+    res = fedstats.fed_chi2(
+        tables,
+        epsilon=cell.epsilon,
+        delta=CHI2_DELTA,
+        max_records=cap,
+        null_replicates=CHI2_NULL_REPLICATES,
+        projection_seed=seed,
+        randomness=rs,
+    )
+    rec = _record(res.estimate, res.ci, getattr(res, "exact_statistic", None), res.details)
+    rec.update(
+        p_value=_num(getattr(res, "p_value", None)),
+        p_value_sketch=_num(getattr(res, "p_value_sketch", None)),
+        rejected=bool(getattr(res, "rejected", False)),
+        exact_p_value=_num(getattr(res, "exact_p_value", None)),
+        power=_num((res.details.get("power") or {}).get("power")),
+    )
+    return {"statistic": rec}
+
+
 _RUNNERS: dict[str, Callable[[Cell, RandomSource, str | None], dict[str, dict[str, Any]]]] = {
     "mean": _bitpushing,
     "variance": _bitpushing,
     "performance_gap": _gap,
     "heterogeneity": _het,
     "chi2": _chi2,
+    "chi2_api": _chi2_api,
 }
 
 

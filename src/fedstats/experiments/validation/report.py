@@ -222,8 +222,10 @@ TITLES = {
     "mean": "Bit pushing: mean (`fedstats.mean`, local DP)",
     "variance": "Bit pushing: variance (`fedstats.variance`, local DP)",
     "performance_gap": "Performance gap (`fedstats.measure_performance_gap`, local DP, estimated group sizes)",
-    "heterogeneity": "Heterogeneity (`fedstats.heterogeneity`, central DP)",
+    "heterogeneity": "Heterogeneity (`fedstats.heterogeneity`, central or distributed noise: column method)",
     "chi2": "Chi-square statistic (FED-chi^2 with epsilon: `fed_chi2`'s release, central DP)",
+    "chi2_api": "Chi-square statistic through the public API (`fedstats.fed_chi2`: engine, per-client "
+    "tables, central DP)",
 }
 
 
@@ -298,7 +300,9 @@ def markdown(doc: dict[str, Any]) -> str:
         for t in doc["tests"]:
             verdict = t["verdict"] + (f" ({', '.join(t['flags'])})" if t["flags"] else "")
             out.append(
-                f"| {t['data']} | {t['method']} | {t['epsilon']:g} | {t['runs']} "
+                f"| {t['data']}, n {_n(t.get('n'))}"
+                + (" (`fedstats.fed_chi2`)" if t.get("analysis") == "chi2_api" else "")
+                + f" | {t['method']} | {t['epsilon']:g} | {t['runs']} "
                 f"| {_g(t['rejection_rate'], 3)} ({_g(t['rejection_se'], 2)}) | {_g(t['size_bound'], 3)} "
                 f"| {_g(t['ks_p_value'], 3)} | {_g(t['p_value_at_1'], 3)} | {_g(t['ks_p_value_sketch'], 3)} "
                 f"| {_g(t['p_value_sketch_at_1'], 3)} | {verdict} |"
