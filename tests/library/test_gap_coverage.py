@@ -214,4 +214,5 @@ def test_a_too_small_group_is_warned_about() -> None:
     big = measure_performance_gap(
         g, v, epsilon=2.0, estimate_sizes=False, randomness=RandomSource(3)
     )
-    assert big.warnings == () and big.details["ratio_bias_factor"] == [1.0, 1.0]
+    assert not any("relative standard error" in w for w in big.warnings)
+    assert big.details["ratio_bias_factor"] == [1.0, 1.0]

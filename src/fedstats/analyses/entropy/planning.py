@@ -10,7 +10,8 @@ the estimator itself (:func:`~fedstats.analyses.entropy.simulate.simulate_fed_en
 :data:`PILOT_ENCODING_SIZE` coordinates on the stated category proportions, default uniform, fixed public
 seeds), and solves ``2 z sd(l) + b <= width`` for the smallest ``l``:
 :math:`l = \lceil L_0 (2 z\, sd_{L_0} / (width - b))^2 \rceil`. The number of clients does not enter (the
-sums are exact: linearity).
+sums are exact: linearity). The width planned is the decoder's (``details["unclipped_ci"]``); the released
+interval, clipped to ``[0, log m]``, is never wider.
 """
 
 from __future__ import annotations
