@@ -384,7 +384,8 @@ def test_plan_refuses_a_seed_that_is_not_32_bytes() -> None:
 
 def test_bitpushing_plan_keeps_the_bridge_derivation_of_its_seed() -> None:
     """The stage seed is ``plan_randomness(seed).public_seed("bitpushing")``, as before the faces."""
-    from fedstats.analyses.bitpushing.protocol import make_stage, mean_protocol
+    from fedstats.analyses.bitpushing.methods import make_stage
+    from fedstats.analyses.bitpushing.protocol import mean_protocol
 
     cfg = config_for(_task("bitpushing-mean"))
     expected = mean_protocol(

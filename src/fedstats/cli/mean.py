@@ -136,7 +136,7 @@ def _run(
     from fedstats._validation import check_real
     from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
     from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
-    from fedstats.analyses.bitpushing.protocol import METHODS
+    from fedstats.analyses.bitpushing.methods import METHODS
     from fedstats.engine import Population, ResampledPopulation
 
     state: CliState = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)

@@ -2,7 +2,7 @@
 
 :func:`mean` and :func:`variance` take the data (an array, or any engine
 :class:`~fedstats.engine.Population` up to 10^9 clients), a declared :class:`BitEncoding`, a method name
-(:data:`~fedstats.analyses.bitpushing.protocol.METHODS`) and its options. They follow the rule of
+(:data:`~fedstats.analyses.bitpushing.methods.METHODS`) and its options. They follow the rule of
 :mod:`fedstats.analyses._api`: ``engine`` sums the rounds and holds the clients' randomness; ``randomness``
 (default ``engine.randomness``) is the server's: the shuffle of an array and the public seed. They charge
 every release of the request to the :class:`~fedstats.privacy.ledger.PrivacyLedger` (from the mechanisms'
@@ -27,13 +27,12 @@ import numpy as np
 from fedstats._validation import check_finite_array, check_real
 from fedstats.analyses._api import charging, resolve
 from fedstats.analyses.bitpushing.encoding import BitEncoding
+from fedstats.analyses.bitpushing.methods import make_stage, stage_mechanisms
 from fedstats.analyses.bitpushing.protocol import (
     BitPushingResult,
     MeanEstimate,
     VarianceEstimate,
-    make_stage,
     mean_protocol,
-    stage_mechanisms,
     variance_protocol,
     variance_split,
 )
@@ -339,7 +338,7 @@ def mean(
     encoding : BitEncoding
         Declared range (enforced: clip-and-count or refuse), resolution and bit depth.
     method : str
-        One of :data:`~fedstats.analyses.bitpushing.protocol.METHODS`; default ``"adaptive"``.
+        One of :data:`~fedstats.analyses.bitpushing.methods.METHODS`; default ``"adaptive"``.
     column : str
         Column of a Population (or the name given to an array).
     epsilon : float, optional
@@ -364,7 +363,7 @@ def mean(
     bit_meter : BitMeter, optional
         Charged with the bits each client discloses, likewise.
     **options
-        The method's options (:func:`~fedstats.analyses.bitpushing.protocol.make_stage`); others are
+        The method's options (:func:`~fedstats.analyses.bitpushing.methods.make_stage`); others are
         refused.
 
     Returns
