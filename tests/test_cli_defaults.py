@@ -81,3 +81,51 @@ def test_the_smallest_session_has_one_home_read_alike_by_server_and_device() -> 
         assert secure["min_session_size"] == min(10, m) == default_min_session_size(m)
         assert min_session_size(secure) == min_session_size({"max_session": m}) == min(10, m)
     assert min_session_size({"max_session": 100, "min_session_size": 3}) == 3
+
+
+def _defaults(fn: Any) -> dict[str, Any]:
+    return {n: p.default for n, p in inspect.signature(fn).parameters.items()}
+
+
+def test_the_analyses_api_and_cli_defaults_are_their_configs() -> None:
+    """Bit pushing, FED-chi^2 and FED-H: the library call's defaults are read from the config, and the
+    command's (written out there so that ``--help`` loads no numpy, tests/test_cli_startup.py) equal
+    them: a default changed in the config fails here until the command follows."""
+    from fedstats.analyses.bitpushing import api as bp
+    from fedstats.analyses.bitpushing.config import BitPushingMeanConfig, BitPushingVarianceConfig
+    from fedstats.analyses.chi2.api import fed_chi2
+    from fedstats.analyses.chi2.config import FedChi2Config
+    from fedstats.analyses.entropy.api import fed_entropy, fed_g_test
+    from fedstats.analyses.entropy.config import FedEntropyConfig, GTestConfig
+    from fedstats.cli import chi2 as chi2_cli
+    from fedstats.cli import entropy as entropy_cli
+    from fedstats.cli import mean as mean_cli
+
+    pairs: list[tuple[Any, Any, tuple[str, ...]]] = [
+        (bp.mean, BitPushingMeanConfig, ("method",)),
+        (bp.variance, BitPushingVarianceConfig, ("method", "mean_fraction")),
+        (
+            fed_chi2,
+            FedChi2Config,
+            ("encoding_size", "decoder", "level", "confidence", "drop_empty"),
+        ),
+        (fed_entropy, FedEntropyConfig, ("encoding_size", "fd_step", "coupling", "confidence")),
+        (
+            fed_g_test,
+            GTestConfig,
+            ("encoding_size", "fd_step", "coupling", "confidence", "level", "drop_empty"),
+        ),
+        (mean_cli.mean, BitPushingMeanConfig, ("method",)),
+        (mean_cli.variance, BitPushingVarianceConfig, ("method", "mean_fraction")),
+        (chi2_cli.chi2, FedChi2Config, ("encoding_size", "decoder", "level", "confidence")),
+        (
+            entropy_cli.entropy,
+            FedEntropyConfig,
+            ("encoding_size", "fd_step", "coupling", "confidence"),
+        ),
+    ]
+    for fn, config, names in pairs:
+        got = _defaults(fn)
+        fields = {f.name: f.default for f in dataclasses.fields(config)}
+        for name in names:
+            assert got[name] == fields[name], (fn.__qualname__, name, got[name], fields[name])

@@ -26,6 +26,7 @@ import numpy as np
 
 from fedstats._validation import check_finite_array, check_real
 from fedstats.analyses._api import charging, resolve
+from fedstats.analyses.bitpushing.config import BitPushingMeanConfig, BitPushingVarianceConfig
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.methods import make_stage, stage_mechanisms
 from fedstats.analyses.bitpushing.protocol import (
@@ -54,6 +55,10 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound=BitPushingResult)
+
+# the options a task can set take the configs' defaults (one default each)
+_MEAN = BitPushingMeanConfig
+_VARIANCE = BitPushingVarianceConfig
 
 DEFAULT_SQUASH_THRESHOLD = 0.15
 """Recommended bit squashing threshold (units of the per-report DP noise standard deviation), inside the
@@ -312,7 +317,7 @@ def mean(
     data: Any,
     encoding: BitEncoding,
     *,
-    method: str = "adaptive",
+    method: str = _MEAN.method,
     column: str = "value",
     epsilon: float | None = None,
     no_privacy: bool = False,
@@ -405,11 +410,11 @@ def variance(
     data: Any,
     encoding: BitEncoding,
     *,
-    method: str = "adaptive",
+    method: str = _VARIANCE.method,
     column: str = "value",
     epsilon: float | None = None,
     no_privacy: bool = False,
-    mean_fraction: float = 0.2,
+    mean_fraction: float = _VARIANCE.mean_fraction,
     public_seed: int | None = None,
     confidence: float = 0.95,
     truth: bool = True,

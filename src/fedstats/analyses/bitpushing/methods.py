@@ -18,13 +18,20 @@ from fedstats.analyses.bitpushing.protocol import (
     check_options,
 )
 from fedstats.analyses.bitpushing.stages import Stage
-from fedstats.analyses.mean_baselines.protocol import baseline_mechanisms, baseline_stage
+from fedstats.analyses.mean_baselines.protocol import (
+    BASELINE_OPTIONS,
+    baseline_mechanisms,
+    baseline_stage,
+)
 from fedstats.privacy.mechanisms import Mechanism, RandomizedResponse
 
-__all__ = ["METHODS", "make_stage", "stage_mechanisms"]
+__all__ = ["METHODS", "OPTIONS", "make_stage", "stage_mechanisms"]
 
 METHODS = (*BIT_PUSHING_METHODS, *BASELINE_METHODS)
 """Every method a mean or variance can be estimated with: bit pushing, then the baselines."""
+
+OPTIONS: dict[str, tuple[str, ...]] = {**STAGE_OPTIONS, **BASELINE_OPTIONS}
+"""The options each method of :data:`METHODS` takes (:func:`make_stage` refuses any other)."""
 
 
 def make_stage(method: str, **options: Any) -> Stage:

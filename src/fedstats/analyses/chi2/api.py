@@ -7,6 +7,7 @@ from typing import Any
 
 from fedstats._validation import check_real
 from fedstats.analyses._api import charging, resolve
+from fedstats.analyses.chi2.config import FedChi2Config
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
     attach_truth,
@@ -25,6 +26,8 @@ from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 
 __all__ = ["fed_chi2", "with_dropout"]
+
+_DEFAULT = FedChi2Config  # the options a task can set take its defaults (one default each)
 
 
 def with_dropout(engine: Engine, dropout: float) -> Engine:
@@ -57,13 +60,13 @@ def with_dropout(engine: Engine, dropout: float) -> Engine:
 def fed_chi2(
     tables: Any,
     *,
-    encoding_size: int = 50,
-    decoder: str = "mean-of-squares",
+    encoding_size: int = _DEFAULT.encoding_size,
+    decoder: str = _DEFAULT.decoder,
     dropout: float = 0.0,
     bits: int = 64,
-    level: float = 0.05,
-    confidence: float = 0.95,
-    drop_empty: bool = False,
+    level: float = _DEFAULT.level,
+    confidence: float = _DEFAULT.confidence,
+    drop_empty: bool = _DEFAULT.drop_empty,
     projection_seed: int | None = None,
     max_cell: int | None = None,
     epsilon: float | None = None,
