@@ -120,7 +120,7 @@ def check_protocol_options(
     method : str
         The protocol, one of :data:`~fedstats.analyses.bitpushing.methods.METHODS`.
     takes : tuple of str
-        The options it takes (:data:`~fedstats.analyses.bitpushing.methods.OPTIONS`).
+        The options it takes (:func:`~fedstats.analyses.bitpushing.methods.options_of`).
     options : dict
         The protocol options of the command by their library names (``alpha`` is
         ``--weight-exponent``); ``mean_fraction`` (variance) applies to every protocol.
@@ -171,13 +171,13 @@ def _run(
     from fedstats._validation import check_real
     from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
     from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
-    from fedstats.analyses.bitpushing.methods import METHODS, OPTIONS
+    from fedstats.analyses.bitpushing.methods import METHODS, options_of
     from fedstats.engine import Population, ResampledPopulation
 
     state: CliState = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
     if method not in METHODS:
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
-    check_protocol_options(ctx, method, OPTIONS[method], options)
+    check_protocol_options(ctx, method, options_of(method), options)
     check_route_options(ctx, route["backend"])
     # checked before the duration estimate and the data scan of a long run
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)

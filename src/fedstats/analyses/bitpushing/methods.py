@@ -3,10 +3,13 @@
 Cormode & Markov 2021 compare bit pushing (:mod:`fedstats.analyses.bitpushing.protocol`, Algorithms 1
 and 2) with the baselines of their Sec. 5 (:mod:`fedstats.analyses.mean_baselines.protocol`); this module
 names them all and binds any one to its options, so that neither package imports the other's dispatch.
+The baselines are imported when one is asked for (:func:`_baselines`): a bit-pushing run does not load
+their mechanisms (40 ms of a CLI run's start-up).
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from fedstats._validation import check_choice, check_int, check_local_epsilon
@@ -18,20 +21,44 @@ from fedstats.analyses.bitpushing.protocol import (
     check_options,
 )
 from fedstats.analyses.bitpushing.stages import Stage
-from fedstats.analyses.mean_baselines.protocol import (
-    BASELINE_OPTIONS,
-    baseline_mechanisms,
-    baseline_stage,
-)
 from fedstats.privacy.mechanisms import Mechanism, RandomizedResponse
 
-__all__ = ["METHODS", "OPTIONS", "make_stage", "stage_mechanisms"]
+__all__ = ["METHODS", "make_stage", "options_of", "stage_mechanisms"]
 
 METHODS = (*BIT_PUSHING_METHODS, *BASELINE_METHODS)
 """Every method a mean or variance can be estimated with: bit pushing, then the baselines."""
 
-OPTIONS: dict[str, tuple[str, ...]] = {**STAGE_OPTIONS, **BASELINE_OPTIONS}
-"""The options each method of :data:`METHODS` takes (:func:`make_stage` refuses any other)."""
+
+def _baselines() -> ModuleType:
+    """:mod:`fedstats.analyses.mean_baselines.protocol`, imported on first use."""
+    from fedstats.analyses.mean_baselines import protocol
+
+    return protocol
+
+
+def options_of(method: str) -> tuple[str, ...]:
+    """The options ``method`` takes (:func:`make_stage` refuses any other).
+
+    Parameters
+    ----------
+    method : str
+        One of :data:`METHODS`.
+
+    Returns
+    -------
+    tuple of str
+        Keyword names, ``epsilon`` included.
+
+    Raises
+    ------
+    ParameterError
+        If ``method`` is unknown.
+    """
+    check_choice("method", method, METHODS)
+    if method in BIT_PUSHING_METHODS:
+        return STAGE_OPTIONS[method]
+    options: tuple[str, ...] = _baselines().BASELINE_OPTIONS[method]
+    return options
 
 
 def make_stage(method: str, **options: Any) -> Stage:
@@ -60,7 +87,8 @@ def make_stage(method: str, **options: Any) -> Stage:
     check_choice("method", method, METHODS)
     if method in BIT_PUSHING_METHODS:
         return bit_pushing_stage(method, **options)
-    return baseline_stage(method, **options)
+    stage: Stage = _baselines().baseline_stage(method, **options)
+    return stage
 
 
 def stage_mechanisms(method: str, **options: Any) -> list[Mechanism]:
@@ -89,7 +117,8 @@ def stage_mechanisms(method: str, **options: Any) -> list[Mechanism]:
     """
     check_choice("method", method, METHODS)
     if method not in BIT_PUSHING_METHODS:
-        return baseline_mechanisms(method, **options)
+        mechanisms: list[Mechanism] = _baselines().baseline_mechanisms(method, **options)
+        return mechanisms
     check_options(method, options, STAGE_OPTIONS[method])
     epsilon = options.get("epsilon")
     if epsilon is None:
