@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from fedstats.cli.app import _COMMANDS
+from fedstats.cli._commands import COMMANDS as _COMMANDS
 
 
 def test_the_command_table_matches_what_each_module_registers() -> None:

@@ -390,3 +390,133 @@ def test_gaussian_calibration_takes_every_normal_epsilon_and_names_epsilon_below
             "--epsilon",
             f"{sys.float_info.min:g}",
         )
+
+
+# --- issue 42, item 8: options of another protocol, conflicting flags, typed columns, wide CSVs, admin ---
+
+
+@pytest.mark.parametrize(
+    ("protocol", "flag", "value"),
+    [
+        ("dithering", "--weight-exponent", "2"),
+        ("weighted", "--round1-fraction", "0.5"),
+        ("basic", "--estimator", "pooled"),
+        ("duchi", "--bits-per-client", "2"),
+        ("laplace", "--allocation", "random"),
+    ],
+)
+def test_an_option_of_another_protocol_is_refused_naming_both(
+    protocol: str, flag: str, value: str
+) -> None:
+    for command in ("mean", "variance"):
+        args = [command, *MEAN[1:], "-e", "1", "--protocol", protocol, flag, value]
+        refused(args, flag, f"--protocol {protocol}")
+
+
+def test_the_options_a_protocol_takes_are_not_refused() -> None:
+    """``--weight-exponent`` is adaptive's round-2 exponent and weighted's 2^(alpha j): both take it."""
+    for protocol in ("adaptive", "weighted"):
+        ok(["--json", *MEAN, "-e", "1", "--protocol", protocol, "--weight-exponent", "2"])
+
+
+def test_gap_refuses_known_and_estimated_sizes_together() -> None:
+    base = ["gap", PREDICTIONS, "--group-column", "sex", "--value-column", "correct", "-e", "1"]
+    for pair in (["--known-sizes", "--estimate-sizes"], ["--estimate-sizes", "--known-sizes"]):
+        refused([*base, *pair], "--known-sizes", "--estimate-sizes")
+
+
+@pytest.fixture
+def typed_parquet(tmp_path: Path) -> Path:
+    import pandas as pd
+
+    p = tmp_path / "typed.parquet"
+    pd.DataFrame(
+        {
+            "group": ["a", "b", "a", "b"],
+            "flag": [True, False, True, True],
+            "when": pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-03", "2024-01-04"]),
+            "text": ["1.5", "0.5", "1.0", "0.0"],
+            "value": [0.5, 0.25, 1.0, 0.0],
+        }
+    ).to_parquet(p)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("column", "held"), [("flag", "booleans"), ("when", "dates or times"), ("text", "text")]
+)
+def test_parquet_booleans_times_and_text_are_not_read_as_numbers(
+    typed_parquet: Path, column: str, held: str
+) -> None:
+    refused(
+        ["mean", str(typed_parquet), "--column", column, "--high", "2", "--no-privacy"],
+        "--column",
+        f"'{column}' holds {held}",
+    )
+    refused(
+        ["gap", str(typed_parquet), "--group-column", "group", "--value-column", column, "-e", "1"],
+        "--value-column",
+        f"'{column}' holds {held}",
+    )
+    ok(["--json", "mean", str(typed_parquet), "--column", "value", "--high", "1", "--no-privacy"])
+
+
+def test_csv_booleans_are_refused_and_the_library_names_the_column_and_type(
+    tmp_path: Path,
+) -> None:
+    import pandas as pd
+
+    from fedstats.datasets.readers import numeric_column
+    from fedstats.errors import DataError
+
+    p = tmp_path / "b.csv"
+    p.write_text("flag,value\nTrue,1\nFalse,0\nTrue,1\n")
+    refused(["mean", str(p), "--column", "flag", "--high", "1", "--no-privacy"], "booleans", "bool")
+    df = pd.DataFrame({"when": pd.to_datetime(["2024-01-01"]), "n": pd.array([1], dtype="Int64")})
+    with pytest.raises(DataError, match=r"'when' holds dates or times \(type datetime64"):
+        numeric_column(df, "when")
+    assert numeric_column(df, "n").tolist() == [1.0]
+
+
+def test_a_csv_wider_than_the_limit_is_refused_from_its_header_line(tmp_path: Path) -> None:
+    """The issue's table: 3 rows of 10^6 columns (96 s and 3.7 GB in pandas) is refused after reading
+    its first line only; the limit itself is counted exactly, compressed files too."""
+    import gzip
+
+    from fedstats.datasets.readers import MAX_CSV_COLUMNS, csv_header_columns
+
+    wide = tmp_path / "wide.csv"
+    row = ",".join(["0"] * 10**6)
+    wide.write_text(",".join(f"c{i}" for i in range(10**6)) + "\n" + "\n".join([row] * 3) + "\n")
+    refused(["mean", str(wide), "--column", "c0", "--high", "1", "--no-privacy"], "20,000 columns")
+    edge = tmp_path / "edge.csv.gz"
+    header = ",".join(
+        f'"c,{i}"' for i in range(MAX_CSV_COLUMNS)
+    )  # quoted separators are not fields
+    edge.write_bytes(gzip.compress((header + "\n1\n").encode()))
+    assert csv_header_columns(edge) == MAX_CSV_COLUMNS
+    plain = tmp_path / "edge.tsv"
+    plain.write_text("\t".join(["x"] * (MAX_CSV_COLUMNS + 1)) + "\n")
+    assert csv_header_columns(plain, "\t") == MAX_CSV_COLUMNS + 1
+
+
+def test_admin_checks_its_options_before_connecting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port out of range and a token with a control character are refused before any client is
+    built (and the token is never echoed)."""
+    import httpx
+
+    def no_network(*a: Any, **k: Any) -> Any:
+        raise AssertionError("reached the network")
+
+    monkeypatch.setattr(httpx, "Client", no_network)
+    admin = ["admin", "--server", "https://127.0.0.1:8443", "--token", "t0ken"]
+    refused(
+        ["admin", "--server", "https://127.0.0.1:99999", "--token", "t", "budgets", "list"],
+        "--server",
+        "[1, 65535]",
+    )
+    refused([*admin[:2], "https://127.0.0.1:0", *admin[3:], "budgets", "list"], "--server")
+    refused([*admin[:2], "ftp://127.0.0.1", *admin[3:], "budgets", "list"], "--server", "https://")
+    line = refused([*admin[:4], "sec\nret", "budgets", "list"], "--token", "U+000A")
+    assert "sec" not in line  # the token is a secret: never echoed
+    refused([*admin[:4], "sec ret", "budgets", "list"], "--token", "U+0020")

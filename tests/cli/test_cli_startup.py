@@ -19,7 +19,9 @@ from typer.core import TyperCommand
 from typer.testing import CliRunner
 
 from fedstats import __version__
-from fedstats.cli.app import _COMMANDS, _SUMMARIES, app, main
+from fedstats.cli._commands import COMMANDS as _COMMANDS
+from fedstats.cli._commands import SUMMARIES as _SUMMARIES
+from fedstats.cli.app import app, main
 
 HEAVY = ("typer", "rich", "numpy", "pandas", "pyarrow", "scipy", "matplotlib", "pydantic")
 

@@ -384,7 +384,8 @@ def test_plan_refuses_a_seed_that_is_not_32_bytes() -> None:
 
 def test_bitpushing_plan_keeps_the_bridge_derivation_of_its_seed() -> None:
     """The stage seed is ``plan_randomness(seed).public_seed("bitpushing")``, as before the faces."""
-    from fedstats.analyses.bitpushing.protocol import make_stage, mean_protocol
+    from fedstats.analyses.bitpushing.methods import make_stage
+    from fedstats.analyses.bitpushing.protocol import mean_protocol
 
     cfg = config_for(_task("bitpushing-mean"))
     expected = mean_protocol(
@@ -732,3 +733,38 @@ def test_each_face_lives_in_its_analysis_package_and_imports_nothing_above_it() 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(ast.literal_eval(out.stdout))  # a printed list of layer names
     assert not loaded & {"service", "client", "cli", "experiments", "datasets"}, loaded
+
+
+# -- the typed face (issue 41, item 3) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted({n for n, _ in ANALYSES}))
+def test_every_config_is_a_typed_face_that_defines_its_plan_and_privacy_loss(name: str) -> None:
+    """Each registered config defines ``plan`` and ``privacy_loss`` itself (the base declares them and
+    refuses), annotates what its plan returns (a generator of rounds, not ``Any``), and is an
+    :class:`AnalysisFace`: what the registry hands the server and the device."""
+    from fedstats.analyses._config import AnalysisConfig
+    from fedstats.wire.registry import AnalysisFace
+
+    cls = resolve(lookup(name, 1).config)
+    assert issubclass(cls, AnalysisConfig)
+    for method in ("plan", "privacy_loss"):
+        assert getattr(cls, method) is not getattr(AnalysisConfig, method), (name, method)
+    # annotations as written (the result types are imported for type checkers only)
+    assert str(cls.plan.__annotations__["return"]).startswith("ProtocolGenerator["), name
+    assert cls.privacy_loss.__annotations__["return"] == "PrivacyLoss", name
+    cfg = config_for(_task(name))
+    assert isinstance(cfg, AnalysisFace) and type(cfg) is cls
+
+
+def test_a_config_without_a_plan_is_refused_by_the_base() -> None:
+    from fedstats.analyses._config import AnalysisConfig
+
+    @dataclasses.dataclass(frozen=True)
+    class Bare(AnalysisConfig):
+        x: int = 1
+
+    with pytest.raises(NotImplementedError, match="Bare defines no plan"):
+        Bare().plan(n_clients=2, public_seed=SEED_A)
+    with pytest.raises(NotImplementedError, match="privacy loss"):
+        Bare().privacy_loss()

@@ -4,10 +4,12 @@ module runs on a device without the server stack, and no layer imports upwards."
 from __future__ import annotations
 
 import ast
+import graphlib
 import importlib
 import pkgutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -160,3 +162,129 @@ def test_the_service_layers_point_downwards(layer: str) -> None:
 def test_the_service_package_holds_only_its_layers() -> None:
     top = {p.name for p in (SRC / "service").iterdir() if not p.name.startswith("__")}
     assert top == set(SERVICE_LAYERS), top
+
+
+# -- import cycles (issue 41) ------------------------------------------------------------------------------
+
+MAX_FUNCTION_IMPORTS = 188
+"""Import statements of fedstats modules inside functions (a def, lambda or method), at most: 188 before
+the cycles were removed (issue 41), 175 after, 188 with the planner and the warnings: 10 of those 13
+are the CLI's lazy imports (``fedstats plan``'s 8 subcommands, ``report_warnings``, ``validate``: the
+command modules must not load the analyses, tests/cli/test_cli_lazy.py), 2 the validation cells' worker
+imports (the cells run in worker processes), 1 ``usefulness.result_warnings`` loading the chi-square
+power model only for chi-square results. Each hides a dependency from the reader and costs a lookup per
+call; one that only breaks a cycle should become a better module boundary. Lower this number when you
+remove some; raise it only for a measured start-up cost (benchmarks/cli_startup.py)."""
+
+
+def _module_names() -> dict[str, tuple[Path, bool]]:
+    """Every module of src/fedstats: dotted name -> (file, is a package's ``__init__``)."""
+    out: dict[str, tuple[Path, bool]] = {}
+    for path in SRC.rglob("*.py"):
+        parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if package else parts)] = (path, package)
+    return out
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _walk(node: ast.AST, in_function: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import under ``node`` with whether it runs inside a function; ``if TYPE_CHECKING:`` blocks
+    are skipped (they never run: annotations only)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child):
+            yield from _walk(ast.Module(body=child.orelse, type_ignores=[]), in_function)
+            continue
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, in_function
+        inner = in_function or isinstance(
+            child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+        )
+        yield from _walk(child, inner)
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, package: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        parent = module if package else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            parent = parent.rpartition(".")[0]
+        base = f"{parent}.{base}" if base else parent
+    return [f"{base}.{a.name}" for a in node.names]
+
+
+def _import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]], int]:
+    """(module-level graph, graph with imports inside functions too, in-function import statements).
+
+    An edge a -> b: module a imports module b (``from b import name`` counts as importing b, or b.name
+    when that is a module); only fedstats modules are nodes.
+    """
+    modules = _module_names()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    top: dict[str, set[str]] = {m: set() for m in modules}
+    full: dict[str, set[str]] = {m: set() for m in modules}
+    inside = 0
+    for module, (path, package) in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node, in_function in _walk(tree, False):
+            found = {
+                t
+                for n in _targets(node, module, package)
+                if n.startswith("fedstats") and (t := resolve(n)) not in (None, module)
+            }
+            if not found:
+                continue
+            inside += in_function
+            full[module] |= found  # type: ignore[arg-type]
+            if not in_function:
+                top[module] |= found  # type: ignore[arg-type]
+    return top, full, inside
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
+
+
+def test_no_import_cycle_among_module_level_imports() -> None:
+    top, _full, _inside = _import_graph()
+    cycle = _cycle(top)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_no_import_cycle_counting_imports_inside_functions() -> None:
+    """An import moved into a function still runs: it must not close a cycle either."""
+    _top, full, _inside = _import_graph()
+    cycle = _cycle(full)
+    assert not cycle, "import cycle (imports inside functions counted): " + " -> ".join(cycle)
+
+
+def test_imports_inside_functions_do_not_grow(capsys: pytest.CaptureFixture[str]) -> None:
+    _top, _full, inside = _import_graph()
+    with capsys.disabled():
+        print(
+            f"\nimports of fedstats modules inside functions: {inside} (at most {MAX_FUNCTION_IMPORTS})"
+        )
+    assert inside <= MAX_FUNCTION_IMPORTS, (
+        f"{inside} imports of fedstats modules inside functions (at most {MAX_FUNCTION_IMPORTS}): "
+        "import at module level, or move the code so that no cycle needs the import"
+    )
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    """The check itself: a graph with a cycle is reported, with its modules."""
+    assert set(_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}})) == {"a", "b", "c"}
+    assert _cycle({"a": {"b"}, "b": set()}) == []

@@ -26,11 +26,13 @@ import dataclasses
 import hashlib
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.randomness import RandomSource
+from fedstats.results import AnalysisResult
 
 __all__ = [
     "NOT_PRIVATE",
@@ -101,6 +103,9 @@ def _unwire(value: Any) -> Any:
 class AnalysisConfig:
     """Mixin of the analyses' frozen config dataclasses (see the module docstring).
 
+    A subclass is an :class:`~fedstats.wire.registry.AnalysisFace` (what the server and the device
+    meet an analysis through): it defines :meth:`plan` and :meth:`privacy_loss`.
+
     Class attributes
     ----------------
     PRIVACY : {"none", "local", "distributed"}
@@ -155,7 +160,7 @@ class AnalysisConfig:
     @classmethod
     def from_params(
         cls, params: Mapping[str, Any], *, epsilon: Any = None, delta: Any = None
-    ) -> Any:
+    ) -> Self:
         """Build and validate the config of a task's ``params`` and privacy parameters.
 
         Parameters
@@ -220,3 +225,31 @@ class AnalysisConfig:
         if self.PRIVACY == "local":
             return {"epsilon": eps, "delta": 0.0 if eps is not None else None}
         return {"epsilon": eps, "delta": getattr(self, "delta", None)}
+
+    def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[AnalysisResult]:
+        """The protocol generator of one run (see the module docstring); every subclass defines it.
+
+        Parameters
+        ----------
+        n_clients : int
+            Records in the run's cohort, >= 1.
+        public_seed : bytes
+            The run's 32-byte public seed: every public choice of the plan is keyed by it.
+
+        Returns
+        -------
+        ProtocolGenerator[AnalysisResult]
+            Yields each :class:`~fedstats.engine.rounds.Round`, receives its
+            :class:`~fedstats.engine.rounds.RoundSum`, returns the result.
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines no plan")
+
+    def privacy_loss(self) -> PrivacyLoss:
+        """The privacy loss of one run on each record (see the module docstring); every subclass defines it.
+
+        Returns
+        -------
+        PrivacyLoss
+            epsilon, delta and rho where the mechanism gives one; :data:`NOT_PRIVATE` for exact sums.
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines no privacy loss")

@@ -2,7 +2,7 @@
 
 Imported by :mod:`fedstats.cli.app` on first use (``fedstats --version`` never imports it). A command's
 module is imported when that command is looked up (:class:`LazyGroup`); ``fedstats --help`` lists every
-command from the static summaries in :data:`fedstats.cli.app._SUMMARIES`, importing none of them.
+command from the static summaries in :data:`fedstats.cli._commands.SUMMARIES`, importing none of them.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand
 
+from fedstats.cli._commands import COMMANDS as _COMMANDS
+from fedstats.cli._commands import SUMMARIES as _SUMMARIES
 from fedstats.cli._common import CliState, FedstatsGroup
-from fedstats.cli.app import _COMMANDS, _SUMMARIES
 
 __all__ = ["LazyGroup", "app"]
 
@@ -26,11 +27,11 @@ class LazyGroup(FedstatsGroup):
     """The top-level group: a command's module is imported when that command is looked up.
 
     ``fedstats mean ...`` then loads the modules of ``mean`` only (not the server's, secure aggregation's
-    or the other analyses'), and ``fedstats --help`` none (it reads :data:`~fedstats.cli.app._SUMMARIES`).
+    or the other analyses'), and ``fedstats --help`` none (it reads :data:`~fedstats.cli._commands.SUMMARIES`).
     """
 
     def list_commands(self, ctx: Any) -> list[str]:
-        """Every command, in the order of :data:`~fedstats.cli.app._COMMANDS`."""
+        """Every command, in the order of :data:`~fedstats.cli._commands.COMMANDS`."""
         return list(dict.fromkeys([*_COMMANDS, *super().list_commands(ctx)]))
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:

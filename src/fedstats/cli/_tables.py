@@ -167,6 +167,20 @@ def check_column(df: pd.DataFrame, option: str, col: str, data: str) -> None:
         raise ParameterError(option, col, f"a column of {data}: {cols}")
 
 
+def numeric_values(df: pd.DataFrame, option: str, col: str) -> np.ndarray:
+    """The numbers of column ``col`` (given as ``option``) as float64; NaN where missing.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``option``, the column and its type, if it holds booleans, dates, times or text
+        (:func:`fedstats.datasets.readers.numeric_column`).
+    """
+    from fedstats.datasets.readers import numeric_column
+
+    return numeric_column(df, col, option=option)
+
+
 def assignment(
     df: pd.DataFrame, data: str, client_column: str | None, clients: int | None, state: CliState
 ) -> tuple[np.ndarray, int]:
@@ -221,10 +235,7 @@ def weights(df: pd.DataFrame, data: str, count_column: str | None) -> np.ndarray
     import numpy as np
 
     check_column(df, "--count-column", count_column, data)
-    try:
-        w = np.asarray(df[count_column].to_numpy(), dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ParameterError("--count-column", count_column, "a numeric column") from None
+    w = numeric_values(df, "--count-column", count_column)
     if not np.isfinite(w).all() or not np.array_equal(w, np.round(w)):
         raise DataError(f"column {count_column!r} must hold whole-number counts")
     if (w < 0).any():

@@ -80,7 +80,50 @@ def _admin(
     ] = 30.0,
 ) -> None:
     """Operator tools over the server's admin API."""
+    check_connection_options(server, token)  # before a byte is sent
     ctx.obj = _Conn(server=server, token=token, ca=ca, timeout=timeout)
+
+
+def check_connection_options(server: str, token: str | None) -> None:
+    """Refuse a server URL or an operator token that cannot be right, before connecting.
+
+    Parameters
+    ----------
+    server : str
+        ``--server``: an ``https://`` (or loopback ``http://``) URL, its port (if given) in [1, 65535].
+    token : str or None
+        ``--token``: printable ASCII without spaces or control characters (an operator token, as
+        ``fedstats server add-operator`` prints it); None when not given (refused when a command sends).
+
+    Raises
+    ------
+    ParameterError
+        Naming ``--server`` or ``--token`` (the token itself is never printed: it is a secret).
+    """
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(server)
+        port = parts.port
+    except ValueError:  # a port out of [0, 65535] or not a number
+        raise ParameterError("--server", server, "a URL whose port is in [1, 65535]") from None
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ParameterError(
+            "--server", server, "an https:// URL (http:// only to loopback), e.g. https://host:8443"
+        )
+    if port is not None and not 1 <= port <= 65535:
+        raise ParameterError("--server", server, "a URL whose port is in [1, 65535]")
+    if token is not None:
+        bad = [i for i, c in enumerate(token) if not 0x21 <= ord(c) <= 0x7E]
+        if not token or bad:
+            where = (
+                f" (character {bad[0] + 1} is U+{ord(token[bad[0]]):04X})" if bad else " (empty)"
+            )
+            raise ParameterError(
+                "--token",
+                "(not shown)",
+                "an operator token: printable ASCII without spaces or control characters" + where,
+            )
 
 
 def _conn(ctx: typer.Context) -> _Conn:

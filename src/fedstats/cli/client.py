@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from fedstats.client import ConnectionFailed, Device, LocalBudget, Policy
+from fedstats.randomness import RandomSource
+
+# every default below is the one of the device SDK (its policy, budget and Device.run): one home
+_POLICY = Policy
+_BUDGET = LocalBudget
+_RUN = inspect.signature(Device.run).parameters
 
 client_app = typer.Typer(help="The client device (SDK: fedstats.client).", no_args_is_help=True)
 
@@ -31,38 +40,44 @@ def run(
     ] = None,
     budget_epsilon: Annotated[
         float, typer.Option("--budget-epsilon", min=0.0, help="Total local epsilon.")
-    ] = 10.0,
+    ] = _BUDGET.epsilon,
     budget_delta: Annotated[
         float, typer.Option("--budget-delta", min=0.0, max=1.0, help="Total local delta.")
-    ] = 1e-4,
+    ] = _BUDGET.delta,
     max_epsilon: Annotated[
         float, typer.Option("--max-epsilon", min=0.0, help="Largest epsilon per task.")
-    ] = 4.0,
+    ] = _POLICY.max_epsilon,
     max_delta: Annotated[
         float, typer.Option("--max-delta", min=0.0, max=1.0, help="Largest delta per task.")
-    ] = 1e-5,
+    ] = _POLICY.max_delta,
     max_bits: Annotated[
         float | None, typer.Option("--max-bits", min=0.0, help="Largest private bits per record.")
-    ] = None,
+    ] = _POLICY.max_bits,
     allow: Annotated[
         list[str] | None,
         typer.Option("--allow", help="Allowed analysis (repeatable; default all)."),
     ] = None,
     allow_non_private: Annotated[
         bool, typer.Option("--allow-non-private", help="Take part in exact analyses.")
-    ] = False,
+    ] = _POLICY.allow_non_private,
     min_session_size: Annotated[
         int,
         typer.Option(
             "--min-session-size", min=2, help="Smallest secure-aggregation session to join."
         ),
-    ] = 10,
+    ] = _POLICY.min_session_size,
+    min_batch_size: Annotated[
+        int,
+        typer.Option(
+            "--min-batch-size", min=1, help="Smallest Prio3 batch to contribute a report to."
+        ),
+    ] = _POLICY.min_batch_size,
     poll: Annotated[
         float,
         typer.Option(
             "--poll", min=0.01, help="Seconds between polls with --wait 0, and before a retry."
         ),
-    ] = 0.5,
+    ] = _RUN["poll"].default,
     wait: Annotated[
         float,
         typer.Option(
@@ -72,7 +87,7 @@ def run(
             help="Long polling: the server holds each poll up to this long until there is new work "
             "(0: poll every --poll seconds).",
         ),
-    ] = 20.0,
+    ] = _RUN["wait"].default,
     runs: Annotated[
         int | None,
         typer.Option(
@@ -87,7 +102,7 @@ def run(
             help="Seconds to keep trying a server that refuses connections before giving up (exit "
             "1); a TLS failure or an unknown host fails at once.",
         ),
-    ] = 30.0,
+    ] = _RUN["connect_timeout"].default,
     max_seconds: Annotated[
         float | None, typer.Option("--max-seconds", min=0.1, help="Stop after this long.")
     ] = None,
@@ -101,9 +116,6 @@ def run(
     Exits 1 with one line saying why (TLS failure, unknown host, connection refused) if the server
     never answered, 2 on a refused request (for example a revoked device: HTTP 403).
     """
-    from fedstats.client import ConnectionFailed, Device, LocalBudget, Policy
-    from fedstats.randomness import RandomSource
-
     policy = Policy(
         allowed_analyses=tuple(allow) if allow else None,
         max_epsilon=max_epsilon,
@@ -111,6 +123,7 @@ def run(
         max_bits=max_bits,
         allow_non_private=allow_non_private,
         min_session_size=min_session_size,
+        min_batch_size=min_batch_size,
     )
     path = budget_file or identity.with_suffix(".budget.json")
     budget = LocalBudget(path, epsilon=budget_epsilon, delta=budget_delta)

@@ -93,11 +93,18 @@ def gap(
     estimate_sizes: Annotated[
         bool,
         typer.Option(
-            "--estimate-sizes/--known-sizes",
-            help="Estimate the group sizes privately from the perturbed groups (default), or use the "
-            "known exact sizes: --known-sizes RELEASES the exact group sizes (not private).",
+            "--estimate-sizes",
+            help="Estimate the group sizes privately from the perturbed groups (the default).",
         ),
-    ] = True,
+    ] = False,
+    known_sizes: Annotated[
+        bool,
+        typer.Option(
+            "--known-sizes",
+            help="Use the known exact group sizes: RELEASES them (not private); not with "
+            "--estimate-sizes.",
+        ),
+    ] = False,
     confidence: Annotated[
         float, typer.Option("--confidence", help="Level of the interval, in (0, 1).")
     ] = 0.95,
@@ -110,12 +117,15 @@ def gap(
     seed: SeedOption = None,
 ) -> None:
     """Measure the performance gap between two groups under local differential privacy."""
-    import numpy as np
-
-    from fedstats.cli._tables import read_table
+    from fedstats.cli._tables import numeric_values, read_table
 
     state = state_from(ctx, json_flag=json_flag, seed=seed)
-
+    # two flags, not a --x/--no-x pair: a pair lets the last one win silently
+    if estimate_sizes and known_sizes:
+        raise ParameterError(
+            "--known-sizes", True, "unset with --estimate-sizes (one or the other)"
+        )
+    estimate_sizes = not known_sizes
     check_distinct_columns({"--group-column": group_column, "--value-column": value_column})
     check_route_options(ctx, backend)
     # checked before the duration estimate and the data scan of a long run
@@ -124,12 +134,7 @@ def gap(
     for name, col in (("--group-column", group_column), ("--value-column", value_column)):
         if col not in df.columns:
             raise ParameterError(name, col, "a column of DATA: " + ", ".join(map(str, df.columns)))
-    try:
-        values = np.asarray(df[value_column].to_numpy(), dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ParameterError(
-            "--value-column", value_column, "a numeric column (it holds text)"
-        ) from None
+    values = numeric_values(df, "--value-column", value_column)
     if df[group_column].isna().any():
         raise DataError(f"column {group_column!r} has missing group labels")
     pair_labels = None

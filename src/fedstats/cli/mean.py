@@ -26,10 +26,12 @@ from fedstats.cli._common import (
     ShardSizeOption,
     WorkersOption,
     add_warning,
+    check_applies,
     check_interval,
     check_route_options,
     emit,
     engine_for,
+    flag_for,
     progress_for,
     report_warnings,
     state_from,
@@ -57,7 +59,7 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
     Raises
     ------
     ParameterError
-        If the column does not exist or is not numeric.
+        If the column does not exist or is not numbers (booleans, dates, times and text are refused).
     DataError
         If it is empty or has missing values.
     DatasetNotFoundError
@@ -73,14 +75,11 @@ def load_column(data: str, column: str, data_dir: Path | None, split: str | None
         if column in ADULT_NUMERIC_COLUMNS:  # Adult's integer columns, without importing pandas
             return load_adult_column(column, split or "train", data_dir).astype(np.float64)
 
-    from fedstats.cli._tables import check_column, load_frame
+    from fedstats.cli._tables import check_column, load_frame, numeric_values
 
     df = load_frame(data, data_dir, split)
     check_column(df, "--column", column, data)
-    try:
-        values = np.asarray(df[column].to_numpy(), dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ParameterError("--column", column, "a numeric column") from None
+    values = numeric_values(df, "--column", column)
     if not np.isfinite(values).all():
         raise DataError(f"column {column!r} has missing or infinite values")
     worst = float(np.max(np.abs(values)))
@@ -110,6 +109,42 @@ def _encoding(
     )
 
 
+def check_protocol_options(
+    ctx: typer.Context, method: str, takes: tuple[str, ...], options: dict[str, Any]
+) -> None:
+    """Refuse an option given on the command line that ``--protocol method`` does not take.
+
+    Parameters
+    ----------
+    ctx : typer.Context
+        The running command's context (which options the user gave, and their flags).
+    method : str
+        The protocol, one of :data:`~fedstats.analyses.bitpushing.methods.METHODS`.
+    takes : tuple of str
+        The options it takes (:func:`~fedstats.analyses.bitpushing.methods.options_of`).
+    options : dict
+        The protocol options of the command by their library names (``alpha`` is
+        ``--weight-exponent``); ``mean_fraction`` (variance) applies to every protocol.
+
+    Raises
+    ------
+    ParameterError
+        Naming the option's flag and the protocol, with the flags the protocol takes.
+    """
+    flags = [flag_for(ctx.command, name) or name for name in options if name in takes]
+    for name in options:
+        if name == "mean_fraction":
+            continue
+        check_applies(
+            ctx,
+            name,
+            name in takes,
+            f"unset with --protocol {method} (it takes "
+            + (", ".join(flags) if flags else "none of the protocol options")
+            + ")",
+        )
+
+
 def _run(
     kind: str,
     ctx: typer.Context,
@@ -137,12 +172,13 @@ def _run(
     from fedstats._validation import check_real
     from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
     from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
-    from fedstats.analyses.bitpushing.protocol import METHODS
+    from fedstats.analyses.bitpushing.methods import METHODS, options_of
     from fedstats.engine import Population, ResampledPopulation
 
     state: CliState = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
     if method not in METHODS:
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
+    check_protocol_options(ctx, method, options_of(method), options)
     check_route_options(ctx, route["backend"])
     # checked before the duration estimate and the data scan of a long run
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)

@@ -28,6 +28,7 @@ import numpy as np
 
 from fedstats.errors import FedstatsError, ProtocolAbortError
 from fedstats.randomness import RandomSource
+from fedstats.wire.tasks import default_min_session_size
 
 __all__ = ["run_network_demo"]
 
@@ -102,13 +103,14 @@ def _tasks(
             # distributed noise shares are private only inside the secure sum
             "secure_aggregation": {
                 "max_session": 1000,
-                "min_session_size": max(2, min(10, n_devices)),
+                "min_session_size": max(2, default_min_session_size(n_devices)),
             },
         },
     ]
 
 
 def _truths(pops: dict[str, dict[str, np.ndarray]]) -> list[float]:
+    from fedstats.analyses.heterogeneity.protocol import HeterogeneityResult
     from fedstats.engine import Engine, InMemoryPopulation
     from fedstats.wire.registry import plan_for
 
@@ -126,6 +128,7 @@ def _truths(pops: dict[str, dict[str, np.ndarray]]) -> list[float]:
     het = Engine(randomness=RandomSource()).run(
         plan_for(exact, n_clients=len(x), public_seed=seed), InMemoryPopulation({"x": x})
     )
+    assert isinstance(het, HeterogeneityResult) and het.dispersion is not None
     mean = float(ages.mean())
     return [mean, mean, gap, float(het.dispersion.estimate)]
 
@@ -295,7 +298,7 @@ def run_network_demo(
                     "runs": runs_per_pop,
                     "max_seconds": timeout,
                     # the devices' floor on secure sessions: the demo's tasks ask for this minimum
-                    "min_session_size": max(2, min(10, n_processes)),
+                    "min_session_size": max(2, default_min_session_size(n_processes)),
                 }
                 (root / f"worker-{i}.json").write_text(json.dumps(spec))
                 workers.append(

@@ -11,6 +11,9 @@ from typing import Annotated
 import typer
 
 from fedstats.errors import ParameterError
+from fedstats.service.http.settings import ServerSettings
+
+_DEFAULT = ServerSettings  # every option's default below is the settings' (one home)
 
 server_app = typer.Typer(
     help="The aggregation server (needs the 'service' extra).",
@@ -48,20 +51,20 @@ def serve(
     ] = None,
     max_body: Annotated[
         int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")
-    ] = 1 << 20,
+    ] = _DEFAULT.max_body,
     rate: Annotated[
         float, typer.Option("--rate", min=0.1, help="Requests per second per client.")
-    ] = 50.0,
+    ] = _DEFAULT.rate,
     burst: Annotated[
         float, typer.Option("--burst", min=1.0, help="Burst of requests per client.")
-    ] = 200.0,
+    ] = _DEFAULT.burst,
     access_log: Annotated[
         bool,
         typer.Option(
             "--access-log/--no-access-log",
             help="One JSON log line per request on stderr (server errors are logged either way).",
         ),
-    ] = True,
+    ] = _DEFAULT.access_log,
     tick: Annotated[
         float,
         typer.Option(
@@ -69,7 +72,7 @@ def serve(
             min=0.01,
             help="Longest time between run-driver passes (devices' messages also start one at once).",
         ),
-    ] = 1.0,
+    ] = _DEFAULT.tick,
     max_wait: Annotated[
         float,
         typer.Option(
@@ -79,7 +82,7 @@ def serve(
             help="Longest a device's long poll or held secure-stage request is held, seconds"
             " (longer than the tasks' stage deadlines saves the devices a request per stage).",
         ),
-    ] = 25.0,
+    ] = _DEFAULT.max_wait,
     lease_seconds: Annotated[
         float,
         typer.Option(
@@ -88,15 +91,15 @@ def serve(
             help="How long this process's claim on a run lasts unrenewed; then another server process "
             "on the same database takes it over.",
         ),
-    ] = 30.0,
+    ] = _DEFAULT.lease_seconds,
     idempotency_retention: Annotated[
         float,
         typer.Option(
             "--idempotency-retention",
             min=1.0,
-            help="Seconds an admin write's Idempotency-Key and first answer are kept (default 7 days).",
+            help="Seconds an admin write's Idempotency-Key and first answer are kept.",
         ),
-    ] = 7 * 86400.0,
+    ] = _DEFAULT.idempotency_retention,
     server_id: Annotated[
         str | None,
         typer.Option(
@@ -104,7 +107,7 @@ def serve(
             help="This process's name in run leases (default HOST:PORT: a restart on the same port "
             "resumes its runs at once).",
         ),
-    ] = None,
+    ] = None,  # not the settings' default (a fresh name): HOST:PORT, below
     store_threads: Annotated[
         int,
         typer.Option(
@@ -113,7 +116,7 @@ def serve(
             max=256,
             help="Threads running device requests' database work (more for a remote database).",
         ),
-    ] = 4,
+    ] = _DEFAULT.store_threads,
     work_cache_seconds: Annotated[
         float,
         typer.Option(
@@ -123,7 +126,7 @@ def serve(
             help="Longest life of a device's cached work list: a device's write through another "
             "server process is seen by this one within it.",
         ),
-    ] = 60.0,
+    ] = _DEFAULT.work_cache_seconds,
     insecure_http: Annotated[
         bool,
         typer.Option(
@@ -139,7 +142,7 @@ def serve(
             help="Also serve the two-aggregator (Prio3) mode, /v1/vdaf/tasks (docs/vdaf.md); this server "
             "is the leader or the helper of each task.",
         ),
-    ] = False,
+    ] = _DEFAULT.vdaf,
     vdaf_peer_ca: Annotated[
         Path | None,
         typer.Option(
@@ -153,7 +156,7 @@ def serve(
         typer.Option(
             "--vdaf-batch-size", min=1, max=100_000, help="Reports per Prio3 aggregation job."
         ),
-    ] = 1000,
+    ] = _DEFAULT.vdaf_batch_size,
     request_key_secret: Annotated[
         Path | None,
         typer.Option(
@@ -193,7 +196,7 @@ def serve(
     import uvicorn
 
     from fedstats.service.domain.operators import trust_authority
-    from fedstats.service.http.app import ServerSettings, create_app
+    from fedstats.service.http.app import create_app
     from fedstats.service.http.edge import JsonLogFormatter
     from fedstats.service.store import open_store
 

@@ -82,6 +82,7 @@ import httpx
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from fedstats.client.policy import Policy
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.secagg.crypto import VerificationCache
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
@@ -96,6 +97,7 @@ from fedstats.secagg.messages import (
 )
 from fedstats.wire import auth, seeding
 from fedstats.wire.encoding import canonical_bytes
+from fedstats.wire.tasks import min_session_size
 
 __all__ = [
     "AUDIT_MEMBERS",
@@ -440,8 +442,6 @@ AUDIT_MEMBERS = 16
 """How many members besides its neighbours a device checks the certificate of (chosen at random by it)."""
 CERTIFICATE_BYTES = 4096
 """The most bytes of certificate list a device reads per member whose certificate it asked for."""
-DEFAULT_POLICY_FLOOR = 10
-"""The smallest secure session a device joins when its policy does not say (``Policy.min_session_size``)."""
 TRANSCRIPT_BYTES = 512
 """The most bytes of seed transcript a device reads per possible member (the task's cohort size)."""
 _DOWN_MESSAGES = (SetupMessage, KeyBroadcast, ShareBroadcast, SurvivorSet, UnmaskRequest)
@@ -767,8 +767,8 @@ class SecureRuns:
             )
         opts = state.task["secure_aggregation"]
         max_session = int(opts["max_session"])
-        minimum = int(opts.get("min_session_size") or min(10, max_session))
-        floor = int(getattr(self.policy, "min_session_size", DEFAULT_POLICY_FLOOR))
+        minimum = min_session_size(opts)
+        floor = int(getattr(self.policy, "min_session_size", Policy.min_session_size))
         assert state.cohort is not None and state.slots is not None
         lo, hi = (int(x) for x in rnd["client_range"])
         start, count = state.slots

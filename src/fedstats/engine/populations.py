@@ -16,6 +16,7 @@ import numpy as np
 from fedstats._numeric import largest_remainder
 from fedstats._validation import check_int
 from fedstats.engine.rounds import ClientBatch, InputHistogram
+from fedstats.engine.samplers import simulation_generator
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource
 
@@ -446,10 +447,8 @@ class ResampledPopulation(GeneratedPopulation):
     def _draw_histogram(self, start: int, stop: int, randomness: RandomSource) -> InputHistogram:
         p = self._params
         bounds: np.ndarray = p["client_bounds"]
-        from fedstats.engine.aggregate import simulation_generator
-
         # numpy's binomial sampler (a secure source keys it from its stream): exact inversion of the
-        # CDF costs 0.2-0.4 ms a draw at 10^11-10^12 clients (see fedstats.engine.aggregate)
+        # CDF costs 0.2-0.4 ms a draw at 10^11-10^12 clients (see fedstats.engine.samplers)
         rng = simulation_generator(
             randomness.child("population").generator("histogram", start, stop)
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 from fedstats._validation import check_choice, check_int
 from fedstats.engine.backends import Backend, SerialBackend
+from fedstats.errors import ParameterError
 
 __all__ = ["BACKENDS", "open_backend", "register_backend"]
 
@@ -79,8 +80,6 @@ def open_backend(
     if name not in _FACTORIES and name in _LAZY:
         importlib.import_module(_LAZY[name])
     if name not in _FACTORIES:
-        from fedstats.errors import ParameterError
-
         raise ParameterError("backend", name, f"one of {', '.join(sorted(_FACTORIES))} (installed)")
     kwargs: dict[str, Any] = {"shard_size": shard_size, **options}
     if workers is not None:

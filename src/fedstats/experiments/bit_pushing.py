@@ -45,7 +45,7 @@ SIGMA = 100.0
 
 @dataclass(frozen=True)
 class Method:
-    """A curve: a method name of :data:`fedstats.analyses.bitpushing.protocol.METHODS` and its options."""
+    """A curve: a method name of :data:`fedstats.analyses.bitpushing.methods.METHODS` and its options."""
 
     label: str
     method: str

@@ -23,15 +23,19 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 from fedstats.errors import ParameterError, SecurityError
+from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.results import AnalysisResult
 
 __all__ = [
     "ANALYSES",
+    "AnalysisFace",
     "AnalysisSpec",
+    "PlanGenerator",
     "config_for",
     "encoder_name",
     "lookup",
@@ -40,6 +44,48 @@ __all__ = [
     "resolve",
     "resolve_encoder",
 ]
+
+
+PlanGenerator = Generator[Any, Any, AnalysisResult]
+"""A plan: yields each round (an engine :class:`~fedstats.engine.rounds.Round`), receives its sum (a
+:class:`~fedstats.engine.rounds.RoundSum`), returns the :class:`~fedstats.results.AnalysisResult`. The
+round types are the engine's, which sits above the wire layer: the analyses' own annotation is the
+precise :data:`~fedstats.engine.core.ProtocolGenerator`."""
+
+
+@runtime_checkable
+class AnalysisFace(Protocol):
+    """The one face of an analysis: what the server, the device and the library meet it through.
+
+    Every registered config class (an :class:`~fedstats.analyses._config.AnalysisConfig`) has it: built
+    and validated from a task's ``params`` and privacy, given back in canonical form, planned, and
+    charged.
+    """
+
+    PRIVACY: ClassVar[str]
+
+    @classmethod
+    def from_params(
+        cls, params: Mapping[str, Any], *, epsilon: Any = None, delta: Any = None
+    ) -> Self:
+        """Build and validate the config of a task's ``params`` and privacy parameters."""
+        ...
+
+    def to_params(self) -> dict[str, Any]:
+        """The canonical ``params`` object of the config (every option, defaults included)."""
+        ...
+
+    def privacy_parameters(self) -> dict[str, Any]:
+        """The task's ``privacy`` values of the config: ``{"epsilon", "delta"}``."""
+        ...
+
+    def plan(self, *, n_clients: int, public_seed: bytes) -> PlanGenerator:
+        """The plan of one run: deterministic given the config, the cohort size and the public seed."""
+        ...
+
+    def privacy_loss(self) -> PrivacyLoss:
+        """The privacy loss of one run on each record: epsilon, delta and rho where there is one."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -210,7 +256,7 @@ def resolve_encoder(ref: str, name: str, version: int) -> Callable[..., Any]:
     return fn
 
 
-def config_for(task: Mapping[str, Any]) -> Any:
+def config_for(task: Mapping[str, Any]) -> AnalysisFace:
     """The analysis's validated configuration of a normalized ``task`` (its params and privacy).
 
     Parameters
@@ -221,7 +267,7 @@ def config_for(task: Mapping[str, Any]) -> Any:
 
     Returns
     -------
-    AnalysisConfig
+    AnalysisFace
         The frozen config of the analysis (e.g. :class:`~fedstats.analyses.heterogeneity.config.
         HeterogeneityConfig`).
 
@@ -235,13 +281,13 @@ def config_for(task: Mapping[str, Any]) -> Any:
     privacy = task.get("privacy") or {}
     if not isinstance(privacy, Mapping):
         raise ParameterError("privacy", privacy, "an object {epsilon, delta, population}")
-    cls = resolve(spec.config)
+    cls: type[AnalysisFace] = resolve(spec.config)
     return cls.from_params(
         task.get("params") or {}, epsilon=privacy.get("epsilon"), delta=privacy.get("delta")
     )
 
 
-def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> Any:
+def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> PlanGenerator:
     """The plan of ``task``'s rounds: a protocol generator that yields each round and receives its sum.
 
     Deterministic given ``(task, n_clients, public_seed)`` and using no server secret: a device replays it
@@ -261,7 +307,7 @@ def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> 
 
     Returns
     -------
-    ProtocolGenerator
+    PlanGenerator
         Yields :class:`~fedstats.engine.rounds.Round`, receives
         :class:`~fedstats.engine.rounds.RoundSum`, returns the :class:`~fedstats.results.AnalysisResult`.
 
@@ -275,7 +321,7 @@ def plan_for(task: Mapping[str, Any], *, n_clients: int, public_seed: bytes) -> 
     return config_for(task).plan(n_clients=int(n_clients), public_seed=public_seed)
 
 
-def privacy_loss_for(task: Mapping[str, Any]) -> Any:
+def privacy_loss_for(task: Mapping[str, Any]) -> PrivacyLoss:
     """The privacy loss of one run of ``task`` on each record: a :class:`~fedstats.privacy.PrivacyLoss`.
 
     The one arithmetic of the library's ledger, the server's ledger and the device's budget: each charges

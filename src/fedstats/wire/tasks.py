@@ -28,8 +28,12 @@ from fedstats.wire.encoding import canonical_bytes, decode, digest, encode
 from fedstats.wire.registry import config_for, encoder_name, lookup, plan_for
 
 __all__ = [
+    "DEFAULT_MAX_SESSION",
     "DEFAULT_MIN_BATCH_SIZE",
+    "DEFAULT_MIN_SESSION_SIZE",
     "TASK_DOMAIN",
+    "default_min_session_size",
+    "min_session_size",
     "normalize_task",
     "sign_task",
     "task_id",
@@ -46,6 +50,47 @@ batch needs ``min_batch_size - 1`` enrolled Sybils to pass collection (docs/vdaf
 
 MAX_ENVELOPE_BYTES = 64 * 1024
 """Largest canonical task accepted in an envelope (a device checks this before verifying anything)."""
+
+DEFAULT_MAX_SESSION = 1000
+"""A secure task's ``max_session`` when it does not say: the largest secure-aggregation session."""
+
+DEFAULT_MIN_SESSION_SIZE = 10
+"""A secure task's ``min_session_size`` when it does not say, unless ``max_session`` is smaller."""
+
+
+def default_min_session_size(max_session: int) -> int:
+    """The smallest session of a secure task that does not say: ``min(10, max_session)``.
+
+    Parameters
+    ----------
+    max_session : int
+        The task's largest session, >= 2.
+
+    Returns
+    -------
+    int
+        ``min(DEFAULT_MIN_SESSION_SIZE, max_session)``.
+    """
+    return min(DEFAULT_MIN_SESSION_SIZE, int(max_session))
+
+
+def min_session_size(secure: Mapping[str, Any]) -> int:
+    """The smallest secure session a task's devices join (server and device read it the same way).
+
+    Parameters
+    ----------
+    secure : Mapping
+        A normalized task's ``secure_aggregation`` object (``max_session``, optional
+        ``min_session_size``).
+
+    Returns
+    -------
+    int
+        Its ``min_session_size``, else :func:`default_min_session_size` of its ``max_session``.
+    """
+    return int(
+        secure.get("min_session_size") or default_min_session_size(int(secure["max_session"]))
+    )
 
 
 def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -277,7 +322,7 @@ def _secure_options(secure: Any) -> dict[str, Any] | None:
             secure,
             'true or {"max_session": m, "min_session_size": k, "quiet_seconds": q}',
         )
-    max_session = opts.get("max_session", 1000)
+    max_session = opts.get("max_session", DEFAULT_MAX_SESSION)
     if (
         isinstance(max_session, bool)
         or not isinstance(max_session, int)
@@ -288,7 +333,7 @@ def _secure_options(secure: Any) -> dict[str, Any] | None:
         )
     min_session = opts.get("min_session_size")
     if min_session is None:
-        min_session = min(10, max_session)
+        min_session = default_min_session_size(max_session)
     if (
         isinstance(min_session, bool)
         or not isinstance(min_session, int)

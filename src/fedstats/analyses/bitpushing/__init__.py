@@ -50,15 +50,13 @@ if TYPE_CHECKING:  # the same names, for type checkers (at run time they load la
     )
     from fedstats.analyses.bitpushing.client import encode_bits, public_uniform
     from fedstats.analyses.bitpushing.encoding import BitEncoding, bits_needed
+    from fedstats.analyses.bitpushing.methods import METHODS, make_stage, stage_mechanisms
     from fedstats.analyses.bitpushing.protocol import (
         BIT_PUSHING_METHODS,
-        METHODS,
         BitPushingResult,
         MeanEstimate,
         VarianceEstimate,
-        make_stage,
         mean_protocol,
-        stage_mechanisms,
         variance_protocol,
     )
     from fedstats.analyses.bitpushing.stages import CodeSpec, Stage, StageEstimate
@@ -84,15 +82,13 @@ _EXPORTS = {
     ),
     "client": ("encode_bits", "public_uniform"),
     "encoding": ("BitEncoding", "bits_needed"),
+    "methods": ("METHODS", "make_stage", "stage_mechanisms"),
     "protocol": (
         "BIT_PUSHING_METHODS",
-        "METHODS",
         "BitPushingResult",
         "MeanEstimate",
         "VarianceEstimate",
-        "make_stage",
         "mean_protocol",
-        "stage_mechanisms",
         "variance_protocol",
     ),
     "stages": ("CodeSpec", "Stage", "StageEstimate"),

@@ -2,7 +2,7 @@
 
 :func:`mean` and :func:`variance` take the data (an array, or any engine
 :class:`~fedstats.engine.Population` up to 10^9 clients), a declared :class:`BitEncoding`, a method name
-(:data:`~fedstats.analyses.bitpushing.protocol.METHODS`) and its options. They follow the rule of
+(:data:`~fedstats.analyses.bitpushing.methods.METHODS`) and its options. They follow the rule of
 :mod:`fedstats.analyses._api`: ``engine`` sums the rounds and holds the clients' randomness; ``randomness``
 (default ``engine.randomness``) is the server's: the shuffle of an array and the public seed. They charge
 every release of the request to the :class:`~fedstats.privacy.ledger.PrivacyLedger` (from the mechanisms'
@@ -26,14 +26,14 @@ import numpy as np
 
 from fedstats._validation import check_finite_array, check_real
 from fedstats.analyses._api import charging, resolve
+from fedstats.analyses.bitpushing.config import BitPushingMeanConfig, BitPushingVarianceConfig
 from fedstats.analyses.bitpushing.encoding import BitEncoding
+from fedstats.analyses.bitpushing.methods import make_stage, stage_mechanisms
 from fedstats.analyses.bitpushing.protocol import (
     BitPushingResult,
     MeanEstimate,
     VarianceEstimate,
-    make_stage,
     mean_protocol,
-    stage_mechanisms,
     variance_protocol,
     variance_split,
 )
@@ -56,6 +56,10 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound=BitPushingResult)
+
+# the options a task can set take the configs' defaults (one default each)
+_MEAN = BitPushingMeanConfig
+_VARIANCE = BitPushingVarianceConfig
 
 DEFAULT_SQUASH_THRESHOLD = 0.15
 """Recommended bit squashing threshold (units of the per-report DP noise standard deviation), inside the
@@ -314,7 +318,7 @@ def mean(
     data: Any,
     encoding: BitEncoding,
     *,
-    method: str = "adaptive",
+    method: str = _MEAN.method,
     column: str = "value",
     epsilon: float | None = None,
     no_privacy: bool = False,
@@ -340,7 +344,7 @@ def mean(
     encoding : BitEncoding
         Declared range (enforced: clip-and-count or refuse), resolution and bit depth.
     method : str
-        One of :data:`~fedstats.analyses.bitpushing.protocol.METHODS`; default ``"adaptive"``.
+        One of :data:`~fedstats.analyses.bitpushing.methods.METHODS`; default ``"adaptive"``.
     column : str
         Column of a Population (or the name given to an array).
     epsilon : float, optional
@@ -365,7 +369,7 @@ def mean(
     bit_meter : BitMeter, optional
         Charged with the bits each client discloses, likewise.
     **options
-        The method's options (:func:`~fedstats.analyses.bitpushing.protocol.make_stage`); others are
+        The method's options (:func:`~fedstats.analyses.bitpushing.methods.make_stage`); others are
         refused.
 
     Returns
@@ -407,11 +411,11 @@ def variance(
     data: Any,
     encoding: BitEncoding,
     *,
-    method: str = "adaptive",
+    method: str = _VARIANCE.method,
     column: str = "value",
     epsilon: float | None = None,
     no_privacy: bool = False,
-    mean_fraction: float = 0.2,
+    mean_fraction: float = _VARIANCE.mean_fraction,
     public_seed: int | None = None,
     confidence: float = 0.95,
     truth: bool = True,

@@ -12,8 +12,19 @@ from typing import Any
 
 from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
 from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, plan_randomness
+from fedstats.analyses.bitpushing.encoding import BitEncoding
+from fedstats.analyses.bitpushing.methods import make_stage, stage_mechanisms
+from fedstats.analyses.bitpushing.protocol import (
+    MeanEstimate,
+    VarianceEstimate,
+    mean_protocol,
+    variance_protocol,
+)
+from fedstats.analyses.bitpushing.stages import Stage
+from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.ledger import PrivacyLedger
 
 __all__ = ["ROUND1_FRACTION", "BitPushingMeanConfig", "BitPushingVarianceConfig"]
 
@@ -95,25 +106,21 @@ class BitPushingMeanConfig(AnalysisConfig):
                 "bits_per_client", self.bits_per_client, f"an integer in [1, bit_depth={enc.b}]"
             )
 
-    def encoding(self) -> Any:
+    def encoding(self) -> BitEncoding:
         """The :class:`~fedstats.analyses.bitpushing.encoding.BitEncoding` of the declared range."""
-        from fedstats.analyses.bitpushing.encoding import BitEncoding
-
         return BitEncoding(
             self.low, self.high, resolution=self.resolution, bit_depth=self.bit_depth
         )
 
     def stage_options(self) -> dict[str, Any]:
-        """The options of one stage (:func:`~fedstats.analyses.bitpushing.protocol.make_stage`)."""
+        """The options of one stage (:func:`~fedstats.analyses.bitpushing.methods.make_stage`)."""
         options: dict[str, Any] = {"epsilon": self.epsilon, "bits_per_client": self.bits_per_client}
         if self.method == "adaptive":
             options["round1_fraction"] = self.round1_fraction
         return options
 
-    def stage(self) -> Any:
+    def stage(self) -> Stage:
         """The bound stage of :attr:`method`."""
-        from fedstats.analyses.bitpushing.protocol import make_stage
-
         return make_stage(self.method, **self.stage_options())
 
     def privacy_loss(self) -> PrivacyLoss:
@@ -126,9 +133,6 @@ class BitPushingMeanConfig(AnalysisConfig):
             :class:`~fedstats.privacy.ledger.PrivacyLedger` (each record takes part in one stage);
             :data:`~fedstats.analyses._config.NOT_PRIVATE` without epsilon.
         """
-        from fedstats.analyses.bitpushing.protocol import stage_mechanisms
-        from fedstats.privacy.ledger import PrivacyLedger
-
         mechanisms = stage_mechanisms(self.method, **self.stage_options())
         if not mechanisms:
             return NOT_PRIVATE
@@ -137,7 +141,7 @@ class BitPushingMeanConfig(AnalysisConfig):
             one.spend_loss(mech.privacy_loss(), label=f"report {k + 1}")
         return one.total()
 
-    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+    def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[MeanEstimate]:
         """The rounds of the mean (:func:`~fedstats.analyses.bitpushing.protocol.mean_protocol`).
 
         Parameters
@@ -152,8 +156,6 @@ class BitPushingMeanConfig(AnalysisConfig):
         -------
         ProtocolGenerator[MeanEstimate]
         """
-        from fedstats.analyses.bitpushing.protocol import mean_protocol
-
         seed = plan_randomness(public_seed).public_seed("bitpushing")
         return mean_protocol(
             self.stage(),
@@ -186,13 +188,13 @@ class BitPushingVarianceConfig(BitPushingMeanConfig):
         )
         object.__setattr__(self, "mean_fraction", mf)
 
-    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+    def plan(  # type: ignore[override]
+        self, *, n_clients: int, public_seed: bytes
+    ) -> ProtocolGenerator[VarianceEstimate]:
         """The rounds of the variance (:func:`~fedstats.analyses.bitpushing.protocol.variance_protocol`).
 
         The stage seed is ``plan_randomness(public_seed).public_seed("bitpushing", "variance")``.
         """
-        from fedstats.analyses.bitpushing.protocol import variance_protocol
-
         seed = plan_randomness(public_seed).public_seed("bitpushing", "variance")
         return variance_protocol(
             self.stage(),

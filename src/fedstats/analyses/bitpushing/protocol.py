@@ -35,13 +35,11 @@ from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.stages import CodeSpec, Stage
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import ParameterError
-from fedstats.privacy.mechanisms import Mechanism, RandomizedResponse
 from fedstats.results import AnalysisResult
 
 __all__ = [
     "BASELINE_METHODS",
     "BIT_PUSHING_METHODS",
-    "METHODS",
     "STAGE_OPTIONS",
     "BitPushingResult",
     "MeanEstimate",
@@ -49,9 +47,7 @@ __all__ = [
     "bit_pushing_stage",
     "check_options",
     "clip_to_space",
-    "make_stage",
     "mean_protocol",
-    "stage_mechanisms",
     "variance_protocol",
     "variance_split",
 ]
@@ -140,78 +136,6 @@ def bit_pushing_stage(method: str, **options: Any) -> Stage:
 
 
 BASELINE_METHODS = ("dithering", "piecewise", "duchi", "laplace")
-METHODS = (*BIT_PUSHING_METHODS, *BASELINE_METHODS)
-"""Every method a mean or variance can be estimated with: bit pushing, then the baselines."""
-
-
-def make_stage(method: str, **options: Any) -> Stage:
-    """Bind the stage of any method in :data:`METHODS` to its options.
-
-    Parameters
-    ----------
-    method : str
-        One of :data:`METHODS`.
-    **options
-        The method's options, and only those: ``epsilon`` (every method; None: no DP, bit pushing and
-        dithering only), ``bits_per_client``, ``allocation``, ``squash_threshold`` (bit pushing),
-        ``alpha`` (weighted, adaptive, basic), ``round1_fraction``, ``gamma``, ``min_reports``,
-        ``squash_z`` (adaptive), ``probabilities`` (basic); ``bits_per_client`` (dithering);
-        ``frac_bits`` (Piecewise, Laplace).
-
-    Returns
-    -------
-    Stage
-
-    Raises
-    ------
-    ParameterError
-        If ``method`` is unknown, an option is not one of the method's, or an option is invalid.
-    """
-    check_choice("method", method, METHODS)
-    if method in BIT_PUSHING_METHODS:
-        return bit_pushing_stage(method, **options)
-    # imported here: the baselines build on this package's stages
-    from fedstats.analyses.mean_baselines.protocol import baseline_stage
-
-    return baseline_stage(method, **options)
-
-
-def stage_mechanisms(method: str, **options: Any) -> list[Mechanism]:
-    """List the mechanisms each client of one stage of ``method`` applies to its data, in order.
-
-    Bit pushing: ``bits_per_client`` randomized responses with ``epsilon / bits_per_client`` each (one per
-    reported bit); the baselines: their own mechanism (:func:`fedstats.analyses.mean_baselines.protocol.
-    baseline_mechanisms`). Empty without ``epsilon``. The ledger composes their
-    :meth:`~fedstats.privacy.mechanisms.Mechanism.privacy_loss`.
-
-    Parameters
-    ----------
-    method : str
-        One of :data:`METHODS`.
-    **options
-        As :func:`make_stage`.
-
-    Returns
-    -------
-    list of Mechanism
-
-    Raises
-    ------
-    ParameterError
-        If ``method`` or an option is invalid.
-    """
-    check_choice("method", method, METHODS)
-    if method not in BIT_PUSHING_METHODS:
-        from fedstats.analyses.mean_baselines.protocol import baseline_mechanisms
-
-        return baseline_mechanisms(method, **options)
-    check_options(method, options, STAGE_OPTIONS[method])
-    epsilon = options.get("epsilon")
-    if epsilon is None:
-        return []
-    s = check_int("bits_per_client", options.get("bits_per_client", 1), low=1)
-    eps = check_local_epsilon("epsilon", epsilon, high=700.0)
-    return [RandomizedResponse(epsilon=eps / s) for _ in range(s)]
 
 
 @dataclass

@@ -30,6 +30,8 @@ from fedstats.randomness import RandomSource
 
 __all__ = ["fed_chi2", "with_dropout"]
 
+_DEFAULT = FedChi2Config  # the options a task can set take its defaults (one default each)
+
 
 def with_dropout(engine: Engine, dropout: float) -> Engine:
     """``engine``, or a copy of it whose route drops ``dropout`` of the clients before round 2.
@@ -61,13 +63,13 @@ def with_dropout(engine: Engine, dropout: float) -> Engine:
 def fed_chi2(
     tables: Any,
     *,
-    encoding_size: int = 50,
-    decoder: str = "mean-of-squares",
+    encoding_size: int = _DEFAULT.encoding_size,
+    decoder: str = _DEFAULT.decoder,
     dropout: float = 0.0,
     bits: int = 64,
-    level: float = 0.05,
-    confidence: float = 0.95,
-    drop_empty: bool = False,
+    level: float = _DEFAULT.level,
+    confidence: float = _DEFAULT.confidence,
+    drop_empty: bool = _DEFAULT.drop_empty,
     projection_seed: int | None = None,
     max_cell: int | None = None,
     epsilon: float | None = None,

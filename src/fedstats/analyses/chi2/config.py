@@ -8,12 +8,16 @@ public seed (:func:`fedstats.wire.seeding.projection_seed`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
+
+if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan is made
+    from fedstats.analyses.chi2.estimator import Chi2Result
+    from fedstats.engine.core import ProtocolGenerator
 
 __all__ = ["FedChi2Config", "check_columns", "check_task_shape"]
 
@@ -111,7 +115,7 @@ class FedChi2Config(AnalysisConfig):
         """Not private: exact sums are released (infinite epsilon, delta 1)."""
         return NOT_PRIVATE
 
-    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+    def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[Chi2Result]:
         """The two rounds (marginals, then the projection keyed by ``projection_seed(public_seed)``).
 
         Returns

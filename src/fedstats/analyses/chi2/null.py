@@ -42,6 +42,7 @@ import numpy as np
 
 from fedstats.analyses.chi2.calibration import batch_decode
 from fedstats.analyses.chi2.privacy import Chi2Privacy
+from fedstats.analyses.chi2.rare import effect_probabilities
 from fedstats.privacy.analysis.discrete_gaussian import discrete_gaussian_variance
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian
 from fedstats.randomness import RNG
@@ -332,8 +333,6 @@ def simulate_null(
     r, shift = _released(tables, setting, rng)
     power = None
     if effect > 0.0:
-        from fedstats.analyses.chi2.rare import effect_probabilities
-
         p1, w = effect_probabilities(vx, vy, effect)
         r1, _ = _released(_multinomial(rng, total, p1, replicates), setting, rng)
         # the test rejects when p = (1 + #{R_b >= R}) / (B + 1) <= level

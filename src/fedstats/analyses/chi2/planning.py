@@ -40,6 +40,7 @@ from fedstats.analyses.chi2.privacy import plan_chi2_privacy
 from fedstats.analyses.chi2.simulate import simulate_decoded
 from fedstats.errors import FedstatsError, ParameterError
 from fedstats.randomness import RandomSource
+from fedstats.sketches.stable import StableProjection
 
 __all__ = ["alternative_table", "noise_offset", "plan_chi2", "power", "result_power"]
 
@@ -158,7 +159,6 @@ def noise_offset(
     a = _margins(m_x, row_margins, "row_margins") * total
     b = _margins(m_y, col_margins, "col_margins") * total
     vbar = expected_counts(a, b)
-    from fedstats.sketches.stable import StableProjection
 
     proj = StableProjection(_PLAN_SEED, encoding_size, 2.0)
     row_norm, _, column_norm = projection_norms(proj, np.sqrt(vbar))

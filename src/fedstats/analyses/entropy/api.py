@@ -13,8 +13,8 @@ from fedstats.analyses.chi2.estimator import (
 from fedstats.analyses.chi2.estimator import (
     check_options as check_chi2_options,
 )
+from fedstats.analyses.entropy.config import FedEntropyConfig, GTestConfig
 from fedstats.analyses.entropy.estimator import (
-    DEFAULT_FD_STEP,
     EntropyResult,
     check_histograms,
     check_options,
@@ -30,15 +30,19 @@ from fedstats.randomness import RandomSource
 
 __all__ = ["fed_entropy", "fed_g_test"]
 
+# the options a task can set take the configs' defaults (one default each)
+_H = FedEntropyConfig
+_G = GTestConfig
+
 
 def fed_entropy(
     histograms: Any,
     *,
-    encoding_size: int = 1000,
-    fd_step: float = DEFAULT_FD_STEP,
-    coupling: str = "coupled",
+    encoding_size: int = _H.encoding_size,
+    fd_step: float = _H.fd_step,
+    coupling: str = _H.coupling,
     bits: int = 64,
-    confidence: float = 0.95,
+    confidence: float = _H.confidence,
     projection_seed: int | None = None,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,
@@ -99,13 +103,13 @@ def fed_entropy(
 def fed_g_test(
     tables: Any,
     *,
-    encoding_size: int = 1000,
-    fd_step: float = DEFAULT_FD_STEP,
-    coupling: str = "coupled",
+    encoding_size: int = _G.encoding_size,
+    fd_step: float = _G.fd_step,
+    coupling: str = _G.coupling,
     bits: int = 64,
-    level: float = 0.05,
-    confidence: float = 0.95,
-    drop_empty: bool = False,
+    level: float = _G.level,
+    confidence: float = _G.confidence,
+    drop_empty: bool = _G.drop_empty,
     projection_seed: int | None = None,
     engine: Engine | None = None,
     randomness: RandomSource | None = None,

@@ -7,13 +7,18 @@ derived from the run's agreed public seed (:func:`fedstats.wire.seeding.projecti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
 from fedstats.analyses.chi2.config import MAX_CATEGORIES, check_columns, check_task_shape
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
+
+if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan is made
+    from fedstats.analyses.chi2.estimator import Chi2Result
+    from fedstats.analyses.entropy.estimator import EntropyResult
+    from fedstats.engine.core import ProtocolGenerator
 
 __all__ = ["FedEntropyConfig", "GTestConfig"]
 
@@ -89,7 +94,7 @@ class FedEntropyConfig(AnalysisConfig):
         """Not private: exact sums are released (infinite epsilon, delta 1)."""
         return NOT_PRIVATE
 
-    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+    def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[EntropyResult]:
         """The rounds of FED-H (:func:`~fedstats.analyses.entropy.protocol.fed_entropy_protocol`)."""
         from fedstats.analyses.entropy.protocol import fed_entropy_protocol
 
@@ -148,7 +153,7 @@ class GTestConfig(AnalysisConfig):
         """Not private: exact sums are released (infinite epsilon, delta 1)."""
         return NOT_PRIVATE
 
-    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+    def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[Chi2Result]:
         """The rounds of the G-test (:func:`~fedstats.analyses.entropy.protocol.g_test_protocol`)."""
         from fedstats.analyses.entropy.protocol import g_test_protocol
 

@@ -29,6 +29,7 @@ from fedstats.analyses.entropy.estimator import (
     check_fd_step,
     finite_difference_bias_bound,
 )
+from fedstats.analyses.entropy.simulate import simulate_fed_entropy
 from fedstats.errors import ParameterError
 from fedstats.randomness import RandomSource
 
@@ -97,7 +98,6 @@ def plan_entropy(
     d = check_fd_step(fd_step)
     check_choice("coupling", coupling, COUPLINGS)
     p = _proportions(k, probabilities)
-    from fedstats.analyses.entropy.simulate import simulate_fed_entropy
 
     hist = np.round(p * _PILOT_RECORDS).astype(np.int64)
     hist[hist.argmax()] += max(0, 1 - int(hist.sum()))

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fedstats._validation import check_int, check_real
 from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
+
+if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan is made
+    from fedstats.analyses.exact.protocol import MeanResult
+    from fedstats.engine.core import ProtocolGenerator
 
 __all__ = ["ExactMeanConfig"]
 
@@ -47,7 +51,7 @@ class ExactMeanConfig(AnalysisConfig):
         if not isinstance(self.column, str) or not self.column:
             raise ParameterError("column", self.column, "a non-empty column name")
 
-    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+    def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[MeanResult]:
         """The one round: values in fixed point and a count (:func:`~.protocol.mean_protocol`).
 
         Parameters

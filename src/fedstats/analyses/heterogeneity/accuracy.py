@@ -55,8 +55,9 @@ from fedstats.analyses.heterogeneity.exact import i_squared
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedstats.analyses.heterogeneity.calibration import Sensitivities
-    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig, RoundPlan
+    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig
     from fedstats.analyses.heterogeneity.protocol import HeterogeneityResult
+    from fedstats.analyses.heterogeneity.rounds import RoundPlan
 
 __all__ = [
     "attach_errors",

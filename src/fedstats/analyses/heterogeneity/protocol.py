@@ -12,7 +12,7 @@ public noise scales and the released centres: post-processing, see
 :func:`~fedstats.analyses.heterogeneity.accuracy.attach_errors`), clamps at 0, and releases
 :math:`I^2 = \max(0, 1 - (n-1)/\hat Q)` by post-processing.
 
-The noise of each round is planned by :func:`~fedstats.analyses.heterogeneity.config.plan_rounds`: central
+The noise of each round is planned by :func:`~fedstats.analyses.heterogeneity.rounds.plan_rounds`: central
 noise is the discrete Gaussian mechanism on the integer sum, distributed noise is one discrete Gaussian
 share per client (the distributed discrete Gaussian, Kairouz, Liu & Steinke 2021), and the float path
 (``float_noise=True``) reproduces the paper's continuous Gaussian for simulation only. With
@@ -28,20 +28,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedstats.analyses.heterogeneity.accuracy import attach_errors
 from fedstats.analyses.heterogeneity.calibration import Sensitivities, ddg_rho
 from fedstats.analyses.heterogeneity.client import encode_centre, encode_spread
-from fedstats.analyses.heterogeneity.config import (
+from fedstats.analyses.heterogeneity.exact import i_squared
+from fedstats.analyses.heterogeneity.rounds import (
     FLOAT_NOTE,
-    HeterogeneityConfig,
     RoundPlan,
     central_mechanism,
     plan_rounds,
 )
-from fedstats.analyses.heterogeneity.exact import i_squared
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
@@ -52,6 +52,9 @@ from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RNG, RandomSource
 from fedstats.results import AnalysisResult, to_jsonable
+
+if TYPE_CHECKING:  # the config's type only: the config imports this module (its plan)
+    from fedstats.analyses.heterogeneity.config import HeterogeneityConfig
 
 __all__ = [
     "HeterogeneityResult",
@@ -139,7 +142,7 @@ class HeterogeneityResult(AnalysisResult):
     weight_sum : float or None
         Released (noisy) sum of the weights, in weight units.
     rounds : list of dict
-        Each round's calibration (:class:`~fedstats.analyses.heterogeneity.config.RoundPlan`) plus the
+        Each round's calibration (:class:`~fedstats.analyses.heterogeneity.rounds.RoundPlan`) plus the
         clients summed and the privacy achieved.
     mechanism : str
         ``"discrete-gaussian"`` (central, grid), ``"distributed-discrete-gaussian"`` (shares, grid),
@@ -342,8 +345,6 @@ def heterogeneity_protocol(
     ParameterError
         If a parameter is out of range.
     """
-    from fedstats.analyses.heterogeneity.accuracy import attach_errors
-
     p1, p2, sens = plan_rounds(cfg, n_clients, dim)
     server = randomness.generator("server", "heterogeneity", "noise") if cfg.private else None
     d = dim

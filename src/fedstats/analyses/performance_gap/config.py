@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedstats._validation import (
     GRID_WHY,
@@ -27,6 +27,10 @@ from fedstats._validation import (
 from fedstats.analyses._config import AnalysisConfig, check_public_seed
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
+
+if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan is made
+    from fedstats.analyses.performance_gap.protocol import PerformanceGapResult
+    from fedstats.engine.core import ProtocolGenerator
 
 __all__ = ["PLANNING_CLIENTS", "PerformanceGapConfig"]
 
@@ -130,7 +134,9 @@ class PerformanceGapConfig(AnalysisConfig):
         loss: PrivacyLoss = self.allocation().mechanism.privacy_loss()
         return loss
 
-    def plan(self, *, n_clients: int, public_seed: bytes) -> Any:
+    def plan(
+        self, *, n_clients: int, public_seed: bytes
+    ) -> ProtocolGenerator[PerformanceGapResult]:
         """The one round of perturbed reports and the estimators (group sizes estimated from them).
 
         Parameters
@@ -149,7 +155,7 @@ class PerformanceGapConfig(AnalysisConfig):
         check_public_seed(public_seed)
         return self._plan()
 
-    def _plan(self) -> Any:
+    def _plan(self) -> ProtocolGenerator[PerformanceGapResult]:
         from fedstats.analyses.performance_gap.protocol import performance_gap_protocol
 
         alloc = self.allocation()

@@ -28,6 +28,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri  # what scipy.stats.norm's sf and ppf call
 
 from fedstats._validation import check_choice, check_int, check_real
+from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int
 from fedstats.analyses.performance_gap.allocation import (
     ACCOUNTINGS,
     Allocation,
@@ -305,8 +306,6 @@ def plan_gap(
     ParameterError
         Naming the parameter out of range, or when not exactly one of ``n_clients``/``epsilon`` is unset.
     """
-    from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int
-
     w = check_real("width", width, low=0.0, high=math.inf, low_open=True, high_open=True)
     conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)

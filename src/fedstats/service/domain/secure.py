@@ -73,6 +73,7 @@ from fedstats.service.store import Tx, TxLike, as_tx
 from fedstats.service.store.secure import EnrolledRow, MemberRow, SecureSessionRow, UpMessage
 from fedstats.wire import seeding
 from fedstats.wire.registry import config_for, lookup
+from fedstats.wire.tasks import min_session_size
 
 __all__ = [
     "BITS",
@@ -206,7 +207,7 @@ def partition(tx: Tx, run: Any, rec: Any, cfg: dict[str, Any]) -> list[list[str]
         rec.index,
         (rec.lo, rec.hi),
         max_session,
-        int(opts.get("min_session_size") or min(10, max_session)),
+        min_session_size(opts),
     )
 
 

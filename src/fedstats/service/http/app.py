@@ -24,7 +24,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import FastAPI, Header, HTTPException
@@ -42,6 +41,7 @@ from fedstats.service.http.openapi import install_params_schemas
 from fedstats.service.http.schemas import (
     ErrorOut,
 )
+from fedstats.service.http.settings import ServerSettings
 from fedstats.service.store import Store, StoreError
 from fedstats.wire import auth
 
@@ -50,84 +50,6 @@ __all__ = ["ServerSettings", "create_app"]
 log = logging.getLogger("fedstats.service")
 
 _PURGE_SECONDS = 30.0  # expired nonces are deleted at most this often
-
-
-@dataclass
-class ServerSettings:
-    """Knobs of the server.
-
-    Attributes
-    ----------
-    max_body : int
-        Largest request body in bytes (default 1 MiB).
-    rate, burst : float
-        Token bucket per client: sustained requests per second and burst size.
-    replay_window : float
-        Seconds a signed request's timestamp may differ from the server clock; nonces are kept this long.
-    tick : float
-        Longest time between two passes of the run driver (deadlines, and changes made by other server
-        processes, are noticed within it). A device's message also triggers a pass at once
-        (:mod:`fedstats.service.domain.changes`), so this does not pace the rounds.
-    max_wait : float
-        Longest time a long-polling ``GET /v1/client/work`` is held open (a device asks for at most this).
-    recheck : float
-        How often this process reads the shared ``state_version`` counters: to wake its held polls when
-        another server process on the same database changed a run (:mod:`fedstats.service.domain.changes`),
-        and to keep trusting its cached device rows while no device was revoked, re-keyed or re-certified
-        anywhere (:class:`~.deps.DeviceAuth`; above ``deps.REREAD`` seconds each row is re-read instead).
-    lease_seconds : float
-        How long this process's claim on a run lasts without renewal (:class:`~.driver.Driver`); after
-        it, another server process on the same database takes the run over.
-    server_id : str or None
-        This process's name in the runs' leases; a process restarted under the same name resumes its runs
-        at once. Default: a fresh name (host, pid, random), so a restart waits for its old leases to expire.
-    store_threads : int
-        Threads that run device requests' store work (:class:`~.client_api.Offload`), >= 1 (default 4).
-        More let more requests wait on the database at once (a remote database); fewer contend less for
-        the interpreter lock.
-    work_cache_seconds : float
-        Longest life of a device's cached work list (:class:`~.device.WorkCache`; default 60 s), > 0:
-        a device's write through another server process is seen by this one's cache within it
-        (until then this process may answer a list that still shows what the device did there: a
-        round it reported, an offer it took; the client skips those). A run's state change is seen
-        at once. Shorter lists expire before the devices of a large cohort poll after a round opens
-        and are read again (at 10 s, for most of the 10,000 devices of ``benchmarks/service.py``).
-    vdaf : bool
-        Serve the two-aggregator (Prio3) mode's routes ``/v1/vdaf/tasks`` (:mod:`.vdaf`; default False).
-    vdaf_peer_ca : str or None
-        CA certificate (PEM file) of the helper's TLS certificate, for the tasks this server leads
-        (default: the system's trust store).
-    vdaf_batch_size : int
-        Reports per Prio3 aggregation job, in [1, 100000] (default 1000).
-    idempotency_retention : float
-        Seconds an admin write's ``Idempotency-Key`` and first answer are kept (default 7 days, > 0); a
-        retry after that is evaluated again (:func:`~fedstats.service.domain.idempotency.purge`).
-    access_log : bool
-        One JSON log line per request on stderr (default True); False logs only server errors.
-    request_key_secret : bytes or None
-        The secret devices' request keys are derived under (:func:`fedstats.wire.auth.open_request_key`),
-        at least 32 bytes. Server processes behind one balancer given the same secret accept each
-        other's keys (and keep them across restarts). Default None: 32 random bytes per process, so a
-        key is valid only on the process that opened it, until it stops.
-    """
-
-    max_body: int = 1 << 20
-    rate: float = 50.0
-    burst: float = 200.0
-    replay_window: float = 300.0
-    tick: float = 1.0
-    max_wait: float = 25.0
-    recheck: float = 2.0
-    lease_seconds: float = 30.0
-    server_id: str | None = None
-    store_threads: int = 4
-    work_cache_seconds: float = 60.0
-    vdaf: bool = False
-    vdaf_peer_ca: str | None = None
-    vdaf_batch_size: int = 1000
-    idempotency_retention: float = 7 * 86400.0
-    access_log: bool = True
-    request_key_secret: bytes | None = None
 
 
 _status_of = http.status_of  # moved to .http
