@@ -218,9 +218,13 @@ def _continuous_pmf(spec: MechanismSpec, h: float, adjacency: str) -> Pmf:
 
 @functools.lru_cache(maxsize=256)
 def _single(spec: MechanismSpec, h: float, adjacency: str) -> Pmf:
+    """One release's PLD on the grid h (cached, so returned read-only)."""
     if spec.kind in ("laplace", "gaussian"):
-        return _continuous_pmf(spec, h, adjacency)
-    return _atoms_pmf(spec, h, adjacency)
+        pmf = _continuous_pmf(spec, h, adjacency)
+    else:
+        pmf = _atoms_pmf(spec, h, adjacency)
+    pmf[1].setflags(write=False)
+    return pmf
 
 
 def pld_pmf(spec: MechanismSpec, *, discretization: float = DISCRETIZATION) -> dict[str, Pmf]:
