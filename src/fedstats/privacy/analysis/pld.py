@@ -314,8 +314,16 @@ def _int_power(x: np.ndarray, n: int) -> np.ndarray:
     return result
 
 
-def _compose(groups: list[tuple[Pmf, int]], window: tuple[int, int]) -> Pmf:
-    """Compose ``count`` copies of each pmf inside ``window``: (first, probabilities, infinity mass)."""
+def _compose(
+    groups: list[tuple[Pmf, int]],
+    window: tuple[int, int],
+    spectra: dict[tuple[int, int], np.ndarray] | None = None,
+) -> Pmf:
+    """Compose ``count`` copies of each pmf inside ``window``: (first, probabilities, infinity mass).
+
+    ``spectra`` caches each group's transformed power by (id of its probabilities, count) between calls
+    with the same window (a symmetric release's PLD is the same for removing and adding a record).
+    """
     finite = 1.0
     for (_, _probs, inf_mass), n in groups:
         finite *= (1.0 - inf_mass) ** n
@@ -323,11 +331,17 @@ def _compose(groups: list[tuple[Pmf, int]], window: tuple[int, int]) -> Pmf:
         return groups[0][0]
     lo, hi = window
     size = scipy.fft.next_fast_len(hi - lo + 1, real=True)
+    spectra = {} if spectra is None else spectra
     spectrum: np.ndarray | None = None
     for (first, probs, _), n in groups:
-        # not renormalised: the bulk's rounding (about 1e-8 of mass) must not scale down the tail
-        placed = np.bincount((first + np.arange(probs.size)) % size, weights=probs, minlength=size)
-        f = _int_power(scipy.fft.rfft(placed), n)
+        key = (id(probs), n)
+        if key not in spectra:
+            # not renormalised: the bulk's rounding (about 1e-8 of mass) must not scale down the tail
+            placed = np.bincount(
+                (first + np.arange(probs.size)) % size, weights=probs, minlength=size
+            )
+            spectra[key] = _int_power(scipy.fft.rfft(placed), n)
+        f = spectra[key]
         if spectrum is not None:
             f = spectrum * f
             f[np.abs(f) < 1e-300] = 0.0  # no subnormal products (see _int_power)
@@ -389,18 +403,17 @@ def _composed(groups: tuple[tuple[MechanismSpec, int], ...], h0: float) -> tuple
             if probs.size <= _SINGLE_POINTS:
                 break
             h *= 2.0
+    adjacencies = _ADJACENCIES if not all(_symmetric(s) for s, _ in groups) else ("remove",)
+    if len(groups) == 1 and groups[0][1] == 1:  # one release: its own PLD
+        return h, [_single(groups[0][0], h, a) for a in adjacencies]
     while True:
-        out = []
-        for adjacency in _ADJACENCIES if not all(_symmetric(s) for s, _ in groups) else ("remove",):
-            pmfs = [(_single(s, h, adjacency), n) for s, n in groups]
-            window = (0, 0)
-            if len(pmfs) > 1 or pmfs[0][1] > 1:
-                window = _window(pmfs)
-                if window[1] - window[0] + 1 > _WINDOW_POINTS:
-                    break
-            out.append(_compose(pmfs, window))
-        else:
-            return h, out
+        pmfs = {a: [(_single(s, h, a), n) for s, n in groups] for a in adjacencies}
+        windows = [_window(p) for p in pmfs.values()]
+        # one window for both adjacencies, so a symmetric release's transform serves both
+        window = (min(w[0] for w in windows), max(w[1] for w in windows))
+        if window[1] - window[0] + 1 <= _WINDOW_POINTS:
+            spectra: dict[tuple[int, int], np.ndarray] = {}
+            return h, [_compose(pmfs[a], window, spectra) for a in adjacencies]
         h *= 2.0
 
 
