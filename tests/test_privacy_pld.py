@@ -52,6 +52,12 @@ CASES = [(((s, n),), d) for s, n in _SPECS for d in (1e-5, 1e-9)] + [
 ]
 
 
+def _name(s: MechanismSpec, n: int) -> str:
+    return (
+        f"{n}x{s.kind}({s.parameter:g},k={s.categories},d={s.sensitivity:g},q={s.sampling_rate:g})"
+    )
+
+
 def _dp_pld(spec: MechanismSpec) -> Any:
     pld = pytest.importorskip(
         "dp_accounting.pld.privacy_loss_distribution",
@@ -90,10 +96,7 @@ def test_the_grid_has_at_least_50_cases() -> None:
 @pytest.mark.parametrize(
     ("groups", "delta"),
     CASES,
-    ids=[
-        f"{'+'.join(f'{n}x{s.kind}({s.parameter:g},q={s.sampling_rate:g})' for s, n in g)}-{d:g}"
-        for g, d in CASES
-    ],
+    ids=[f"{'+'.join(_name(s, n) for s, n in g)}-{d:g}" for g, d in CASES],
 )
 def test_epsilon_within_1e3_of_dp_accounting(
     groups: tuple[tuple[MechanismSpec, int], ...], delta: float

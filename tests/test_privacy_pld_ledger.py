@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedstats.client import LocalBudget
@@ -64,6 +65,18 @@ def test_parallel_composition_charges_each_client_only_its_releases() -> None:
     for i in range(60):
         ledger.spend_loss(RR_LOSS, label=f"b {i}", clients=range(10, 20))
     assert ledger.total().epsilon == pytest.approx(pld_epsilon([RR] * 60, delta=60e-8), rel=1e-12)
+
+
+def test_overlapping_client_sets_charge_the_clients_in_both() -> None:
+    ledger = PrivacyLedger()
+    for i in range(40):
+        ledger.spend_loss(RR_LOSS, label=f"a {i}", clients=range(0, 10))
+    for i in range(30):
+        ledger.spend_loss(RR_LOSS, label=f"b {i}", clients=np.array([7, 8, 30]))
+    ledger.spend(epsilon=0.05, label="undescribed", clients=range(8, 9))
+    # client 8 has all of them; clients 7 (70 described) and 30 (30) have fewer
+    want = pld_epsilon([RR] * 70, delta=70e-8) + 0.05
+    assert ledger.total().epsilon == pytest.approx(want, rel=1e-12)
 
 
 def test_a_budget_admits_what_the_pld_composes_within_it() -> None:

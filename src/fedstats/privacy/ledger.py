@@ -187,6 +187,25 @@ def _describe(clients: Any, runs: np.ndarray | None) -> str:
     return f"{count} ids in {runs.shape[0]} run(s)"
 
 
+def _membership(runs: list[np.ndarray | None]) -> np.ndarray:
+    """Which entries cover each elementary client segment: bool, shape (n_segments, n_entries).
+
+    Row 0 is the clients in none of the listed runs (covered by the entries for every client only); the
+    others are the segments between consecutive run boundaries.
+    """
+    listed = [r for r in runs if r is not None]
+    points = np.unique(np.concatenate([r.ravel() for r in listed])) if listed else np.empty(0)
+    out = np.zeros((points.size + 1, len(runs)), dtype=bool)
+    for j, r in enumerate(runs):
+        if r is None:
+            out[:, j] = True
+            continue
+        # runs are sorted and disjoint: the run starting last at or before each point
+        k = np.searchsorted(r[:, 0], points, side="right") - 1
+        out[1:, j] = (k >= 0) & (points < r[np.maximum(k, 0), 1])
+    return out
+
+
 def _columns(entries: list[LedgerEntry]) -> np.ndarray:
     """Per entry: eps (no rho), eps (rho), delta (no rho), delta (rho), rho; shape (n, 5)."""
     rows = np.zeros((len(entries), 5))
@@ -223,8 +242,8 @@ def _sequential(
         from fedstats.privacy.analysis.pld import pld_epsilon  # scipy: loaded only when needed
 
         rest = [e for e in entries or [] if not e.mechanisms]
-        pld_delta = min(sum(e.delta for e in described), 1.0 - 1e-12)
-        pld = pld_epsilon([m for e in described for m in e.mechanisms], delta=pld_delta)
+        spent_delta = min(sum(e.delta for e in described), 1.0 - 1e-12)
+        pld = pld_epsilon([m for e in described for m in e.mechanisms], delta=spent_delta)
         others = _basic_or_zcdp(_columns(rest).sum(axis=0)) if rest else 0.0
         eps = min(eps, pld + others)
     return eps, delta, float(sums[4])
@@ -333,7 +352,7 @@ class PrivacyLedger:
             seg = _segment_sums(runs, rows)
             worst = [_sequential(r) for r in seg]
         else:  # the PLD needs each segment's releases, not only their sums
-            member = _segment_sums(runs, np.eye(len(entries))) > 0.5
+            member = _membership(runs)
             worst = [
                 _sequential(rows[m].sum(axis=0), [e for e, i in zip(entries, m, strict=True) if i])
                 for m in np.unique(member, axis=0)
