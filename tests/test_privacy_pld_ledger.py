@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from fedstats.client import LocalBudget
-from fedstats.errors import BudgetExceededError
+from fedstats.errors import BudgetExceededError, ParameterError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.analysis.pld import pld_epsilon
 from fedstats.privacy.ledger import PrivacyLedger
@@ -109,6 +109,18 @@ def test_device_budget_composes_as_the_ledger_and_keeps_mechanisms(tmp_path: Pat
     path.write_text(json.dumps(data))
     old = LocalBudget(path, epsilon=50.0, delta=1e-5)
     assert old.total().epsilon == pytest.approx(10.0)
+
+
+def test_bad_mechanisms_are_refused_naming_them(tmp_path: Path) -> None:
+    with pytest.raises(ParameterError, match="mechanisms"):
+        PrivacyLedger().spend(epsilon=0.1, label="x", mechanisms=[0.5])  # type: ignore[list-item]
+    path = tmp_path / "budget.json"
+    LocalBudget(path, epsilon=5.0, delta=1e-5).reserve("run", RR_LOSS)
+    data = json.loads(path.read_text())
+    data["charges"]["run"]["mechanisms"] = [{"kind": "laplace", "parameter": -1.0}]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ParameterError, match="budget file"):
+        LocalBudget(path, epsilon=5.0, delta=1e-5)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
