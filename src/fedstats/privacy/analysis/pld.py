@@ -46,6 +46,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import scipy.fft
+import scipy.signal
 from scipy.special import ndtr
 
 from fedstats._validation import check_real
@@ -105,6 +106,13 @@ def connect_the_dots(rounded: np.ndarray, deltas: np.ndarray, h: float) -> Pmf:
     return int(r[0]), probs, float(d[-1])
 
 
+def _times_exp(eps: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``exp(eps) * x`` for ``x >= 0`` without ``inf * 0`` (in log space; 0 where ``x`` is 0)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        out: np.ndarray = np.exp(eps + np.log(x))
+    return out
+
+
 def _subsampled_loss(losses: np.ndarray, q: float, adjacency: str) -> np.ndarray:
     """The loss of the q-subsampled pair at base losses ``losses`` (monotone: maps ranges to ranges)."""
     with np.errstate(divide="ignore"):
@@ -138,8 +146,11 @@ def _atoms(spec: MechanismSpec) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-def _atoms_pmf(spec: MechanismSpec, h: float, adjacency: str) -> Pmf:
-    """PLD of a discrete mechanism: exact deltas at the grid points around each atom's loss."""
+@functools.lru_cache(maxsize=256)
+def _atom_losses(
+    spec: MechanismSpec, adjacency: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """A discrete mechanism's finite losses (descending), their upper and lower masses, and the +inf mass."""
     p1, p0 = _atoms(spec)
     q = spec.sampling_rate
     if spec.kind == "randomized_response":
@@ -157,7 +168,14 @@ def _atoms_pmf(spec: MechanismSpec, h: float, adjacency: str) -> Pmf:
     upper, lower = upper[fin], lower[fin]
     loss = np.log(upper) - np.log(lower)
     order = np.argsort(-loss, kind="stable")
-    loss, upper, lower = loss[order], upper[order], lower[order]
+    return loss[order], upper[order], lower[order], inf_mass
+
+
+def _atoms_pmf(spec: MechanismSpec, h: float, adjacency: str) -> Pmf:
+    """PLD of a discrete mechanism: exact deltas at the grid points around each atom's loss."""
+    loss, upper, lower, inf_mass = _atom_losses(spec, adjacency)
+    if loss.size == 0:  # every output betrays the record (e.g. a discrete Gaussian with tiny sigma)
+        return 0, np.zeros(1), min(1.0, inf_mass)
     cu, cl = np.cumsum(upper), np.cumsum(lower)
     pts = np.unique(np.concatenate([np.floor(loss / h), np.ceil(loss / h)])).astype(np.int64)
     eps = pts * h
@@ -167,8 +185,22 @@ def _atoms_pmf(spec: MechanismSpec, h: float, adjacency: str) -> Pmf:
     su = np.where(n > 0, cu[take], 0.0)
     sl = np.where(n > 0, cl[take], 0.0)
     with np.errstate(over="ignore", invalid="ignore"):
-        deltas = inf_mass + np.maximum(su - np.exp(eps) * sl, 0.0)
+        deltas = inf_mass + np.maximum(su - _times_exp(eps, sl), 0.0)
     return connect_the_dots(pts, np.minimum(deltas, 1.0), h)
+
+
+def _loss_range(spec: MechanismSpec, adjacency: str) -> tuple[float, float]:
+    """The losses a release's discretized PLD spans (before rounding to the grid)."""
+    if spec.kind not in ("laplace", "gaussian"):
+        loss = _atom_losses(spec, adjacency)[0]
+        return (float(loss[-1]), float(loss[0])) if loss.size else (0.0, 0.0)
+    if spec.kind == "gaussian":
+        mu = spec.sensitivity / spec.parameter
+        lo, hi = -(mu * mu) / 2 - _Z * mu, (mu * mu) / 2 + _Z * mu
+    else:
+        lo, hi = -spec.sensitivity / spec.parameter, spec.sensitivity / spec.parameter
+    ends = np.sort(_subsampled_loss(np.array([lo, hi]), spec.sampling_rate, adjacency))
+    return float(ends[0]), float(ends[1])
 
 
 def _tails(spec: MechanismSpec, t: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -189,30 +221,25 @@ def _tails(spec: MechanismSpec, t: np.ndarray) -> tuple[np.ndarray, ...]:
 def _continuous_pmf(spec: MechanismSpec, h: float, adjacency: str) -> Pmf:
     """PLD of the Laplace or Gaussian mechanism (possibly subsampled) from its exact delta curve."""
     q = spec.sampling_rate
-    if spec.kind == "gaussian":
-        mu = spec.sensitivity / spec.parameter
-        lo, hi = -(mu * mu) / 2 - _Z * mu, (mu * mu) / 2 + _Z * mu
-    else:
-        lo, hi = -spec.sensitivity / spec.parameter, spec.sensitivity / spec.parameter
-    ends = np.sort(_subsampled_loss(np.array([lo, hi]), q, adjacency))
-    pts = np.arange(math.floor(ends[0] / h), math.ceil(ends[1] / h) + 1, dtype=np.int64)
+    lo, hi = _loss_range(spec, adjacency)
+    pts = np.arange(math.floor(lo / h), math.ceil(hi / h) + 1, dtype=np.int64)
     eps = pts * h
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         if q == 1.0:
             sa, sb, _, _ = _tails(spec, eps)
-            deltas = sa - np.exp(eps) * sb
+            deltas = sa - _times_exp(eps, sb)
         elif adjacency == "remove":
             # L > eps  <=>  base loss > log((e^eps - 1 + q) / q); always when e^eps <= 1 - q
             ok = np.expm1(eps) > -q
             t = np.log1p(np.where(ok, np.expm1(eps), 0.0) / q)
             sa, sb, _, _ = _tails(spec, t)
-            deltas = np.where(ok, q * sa + (1 - q) * sb - np.exp(eps) * sb, -np.expm1(eps))
+            deltas = np.where(ok, q * sa + (1 - q) * sb - _times_exp(eps, sb), -np.expm1(eps))
         else:
             # L > eps  <=>  base loss < log((e^-eps - 1 + q) / q); never when e^-eps <= 1 - q
             ok = np.expm1(-eps) > -q
             t = np.log1p(np.where(ok, np.expm1(-eps), 0.0) / q)
             _, _, ca, cb = _tails(spec, t)
-            deltas = np.where(ok, cb - np.exp(eps) * (q * ca + (1 - q) * cb), 0.0)
+            deltas = np.where(ok, cb - _times_exp(eps, q * ca + (1 - q) * cb), 0.0)
     return connect_the_dots(pts, np.clip(deltas, 0.0, 1.0), h)
 
 
@@ -354,26 +381,30 @@ def _compose(
 
 
 def _epsilon(pmf: Pmf, h: float, delta: float) -> float:
-    r"""Smallest epsilon >= 0 with :math:`\delta(\varepsilon) \le` ``delta`` for one composed pmf."""
+    r"""Smallest epsilon >= 0 with :math:`\delta(\varepsilon) \le` ``delta`` for one composed pmf.
+
+    With :math:`a_j = \sum_{i \ge j} p_i` and :math:`c_j = \sum_{i > j} p_i e^{\ell_j - \ell_i}` (a
+    recurrence with factors :math:`e^{-h} < 1`, so nothing overflows at large losses),
+    :math:`\delta(\ell_j) = p_\infty + a_{j+1} - c_j`, and on :math:`(\ell_{j-1}, \ell_j]`
+    :math:`\delta(\varepsilon) = p_\infty + a_j - e^{\varepsilon - \ell_j}(p_j + c_j)`.
+    """
     first, probs, inf_mass = pmf
     if inf_mass > delta:
         return math.inf
     loss = (first + np.arange(probs.size)) * h
     pos = loss > 0
     loss, probs = loss[pos], probs[pos]
-    if probs.size == 0:
+    if probs.size == 0 or inf_mass + float((probs * -np.expm1(-loss)).sum()) <= delta:
         return 0.0
-    # a[j], b[j]: sums over losses >= loss[j] of p and p e^-loss; delta(eps) = inf + a - e^eps b there
     a = np.cumsum(probs[::-1])[::-1]
-    b = np.cumsum((probs * np.exp(-loss))[::-1])[::-1]
-    if inf_mass + a[0] - b[0] <= delta:
-        return 0.0
-    # delta at loss[j] counts losses > loss[j]: a[j+1] - e^loss[j] b[j+1]
-    a_next, b_next = np.append(a[1:], 0.0), np.append(b[1:], 0.0)
-    d_at = inf_mass + a_next - np.exp(loss) * b_next
+    g = math.exp(-h)
+    c = scipy.signal.lfilter([0.0, g], [1.0, -g], probs[::-1])[::-1]
+    d_at = inf_mass + np.append(a[1:], 0.0) - c
     j = int(np.argmax(d_at <= delta))  # exists: at the largest loss delta = inf_mass
-    # on (loss[j-1], loss[j]] the losses above eps are those from j on
-    return float(max(0.0, math.log((inf_mass + a[j] - delta) / b[j])))
+    top = probs[j] + c[j]
+    if top <= 0.0:
+        return float(loss[j])
+    return float(max(0.0, loss[j] + math.log((inf_mass + a[j] - delta) / top)))
 
 
 def _delta(pmf: Pmf, h: float, epsilon: float) -> float:
@@ -397,17 +428,18 @@ def _groups(mechanisms: Iterable[MechanismSpec]) -> tuple[tuple[MechanismSpec, i
 def _composed(groups: tuple[tuple[MechanismSpec, int], ...], h0: float) -> tuple[float, list[Pmf]]:
     """The composed pmfs (one per adjacency) and the grid spacing used (h0, doubled until they fit)."""
     h = h0
-    for spec, _ in groups:  # one release's grid must fit
-        while True:
-            _first, probs, _ = _single(spec, h, "remove")
-            if probs.size <= _SINGLE_POINTS:
-                break
-            h *= 2.0
     adjacencies = _ADJACENCIES if not all(_symmetric(s) for s, _ in groups) else ("remove",)
+    for spec, _ in groups:  # one release's grid must fit (checked before it is built)
+        for a in adjacencies:
+            lo, hi = _loss_range(spec, a)
+            while (hi - lo) / h + 3 > _SINGLE_POINTS:
+                h *= 2.0
     if len(groups) == 1 and groups[0][1] == 1:  # one release: its own PLD
         return h, [_single(groups[0][0], h, a) for a in adjacencies]
     while True:
         pmfs = {a: [(_single(s, h, a), n) for s, n in groups] for a in adjacencies}
+        if any(not p[1].any() for ps in pmfs.values() for p, _ in ps):
+            return h, [(0, np.zeros(1), 1.0)]  # a release with all its loss at +inf
         windows = [_window(p) for p in pmfs.values()]
         # one window for both adjacencies, so a symmetric release's transform serves both
         window = (min(w[0] for w in windows), max(w[1] for w in windows))
