@@ -47,7 +47,8 @@ SCENARIOS: dict[str, list[tuple[M, int, float]]] = {
 
 
 def _clear() -> None:
-    pld_module._single.cache_clear()
+    for cached in (pld_module._single, pld_module._support, pld_module._atom_losses):
+        cached.cache_clear()
     pld_module._composed.cache_clear()
 
 

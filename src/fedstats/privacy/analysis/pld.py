@@ -287,36 +287,39 @@ def _symmetric(spec: MechanismSpec) -> bool:
     return spec.sampling_rate == 1.0 or spec.kind == "randomized_response"
 
 
-def _log_mgf(pmf: Pmf, t: np.ndarray) -> np.ndarray:
-    """Log-MGF, log E[exp(t K); K finite], of the grid index K, for each t (shape (m,))."""
-    first, probs, _ = pmf
+Support = tuple[np.ndarray, np.ndarray, float, int, int]  # indices, log-masses, variance, min, max
+
+
+@functools.lru_cache(maxsize=256)
+def _support(spec: MechanismSpec, h: float, adjacency: str) -> Support:
+    """One release's PLD as its non-zero grid indices and log-masses, with their variance and range."""
+    first, probs, _ = _single(spec, h, adjacency)
     nz = np.flatnonzero(probs)
     k = (first + nz).astype(np.float64)
-    with np.errstate(divide="ignore"):
-        lp = np.log(probs[nz])
+    p = probs[nz]
+    m = float((k * p).sum() / p.sum())
+    var = float((((k - m) ** 2) * p).sum() / p.sum())
+    return k, np.log(p), var, first + int(nz[0]), first + int(nz[-1])
+
+
+def _log_mgf(support: Support, t: np.ndarray) -> np.ndarray:
+    """Log-MGF, log E[exp(t K); K finite], of the grid index K, for each t (shape (m,))."""
+    k, lp = support[0], support[1]
     x = t[:, None] * k[None, :] + lp[None, :]
     top = x.max(axis=1)
     out: np.ndarray = top + np.log(np.exp(x - top[:, None]).sum(axis=1))
     return out
 
 
-def _window(groups: list[tuple[Pmf, int]]) -> tuple[int, int]:
+def _window(groups: list[tuple[Support, int]]) -> tuple[int, int]:
     """Grid indices [lo, hi] outside which the composition has mass at most _TAIL on each side."""
-    mean = var = 0.0
-    kmin = kmax = 0
-    for (first, probs, _), n in groups:
-        mass = probs.sum()
-        k = first + np.arange(probs.size)
-        m = float((k * probs).sum() / mass)
-        mean += n * m
-        var += n * float((((k - m) ** 2) * probs).sum() / mass)
-        nz = np.flatnonzero(probs)
-        kmin += n * (first + int(nz[0]))
-        kmax += n * (first + int(nz[-1]))
+    var = sum(n * sup[2] for sup, n in groups)
+    kmin = sum(n * sup[3] for sup, n in groups)
+    kmax = sum(n * sup[4] for sup, n in groups)
     sd = max(math.sqrt(var), 1.0)
     t = np.array([0.5, 1.5, 4, 10, 30]) / sd
-    up = sum(n * _log_mgf(p, t) for p, n in groups)
-    down = sum(n * _log_mgf(p, -t) for p, n in groups)
+    up = sum(n * _log_mgf(sup, t) for sup, n in groups)
+    down = sum(n * _log_mgf(sup, -t) for sup, n in groups)
     hi = float(np.min((up - math.log(_TAIL)) / t))
     lo = float(np.max(-(down - math.log(_TAIL)) / t))
     return max(kmin, math.floor(lo)), min(kmax, math.ceil(hi))
@@ -430,17 +433,24 @@ def _composed(groups: tuple[tuple[MechanismSpec, int], ...], h0: float) -> tuple
     h = h0
     adjacencies = _ADJACENCIES if not all(_symmetric(s) for s, _ in groups) else ("remove",)
     for spec, _ in groups:  # one release's grid must fit (checked before it is built)
-        for a in adjacencies:
+        for a in adjacencies if not _symmetric(spec) else ("remove",):
             lo, hi = _loss_range(spec, a)
             while (hi - lo) / h + 3 > _SINGLE_POINTS:
                 h *= 2.0
     if len(groups) == 1 and groups[0][1] == 1:  # one release: its own PLD
         return h, [_single(groups[0][0], h, a) for a in adjacencies]
     while True:
-        pmfs = {a: [(_single(s, h, a), n) for s, n in groups] for a in adjacencies}
+        which = {a: [a if not _symmetric(s) else "remove" for s, _ in groups] for a in adjacencies}
+        pmfs = {
+            a: [(_single(s, h, b), n) for (s, n), b in zip(groups, which[a], strict=True)]
+            for a in adjacencies
+        }
         if any(not p[1].any() for ps in pmfs.values() for p, _ in ps):
             return h, [(0, np.zeros(1), 1.0)]  # a release with all its loss at +inf
-        windows = [_window(p) for p in pmfs.values()]
+        windows = [
+            _window([(_support(s, h, b), n) for (s, n), b in zip(groups, which[a], strict=True)])
+            for a in adjacencies
+        ]
         # one window for both adjacencies, so a symmetric release's transform serves both
         window = (min(w[0] for w in windows), max(w[1] for w in windows))
         if window[1] - window[0] + 1 <= _WINDOW_POINTS:
