@@ -1,7 +1,7 @@
 """The privacy-loss-distribution accountant (fedstats.privacy.analysis.pld).
 
-Against Google's ``dp_accounting`` (an optional test dependency, ``pip install fedstats[test]``) on a grid
-of 54 compositions, against closed forms (the binomial composition of randomized response, Balle & Wang's
+Against Google's ``dp_accounting`` (an optional test dependency in the ``dev`` extra, or
+``pip install dp-accounting``) on a grid of 54 compositions, against closed forms (the binomial composition of randomized response, Balle & Wang's
 exact Gaussian delta, single releases), for the properties every privacy curve has, and for invalid input.
 """
 
@@ -61,7 +61,8 @@ def _name(s: MechanismSpec, n: int) -> str:
 def _dp_pld(spec: MechanismSpec) -> Any:
     pld = pytest.importorskip(
         "dp_accounting.pld.privacy_loss_distribution",
-        reason="dp_accounting (the test oracle) is not installed: pip install fedstats[test]",
+        reason="dp_accounting (the test oracle) is not installed: pip install dp-accounting "
+        "(it is in fedstats' dev extra)",
     )
     q = spec.sampling_rate
     if spec.kind == "randomized_response":
