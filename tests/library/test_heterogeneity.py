@@ -158,12 +158,16 @@ def test_plan_uses_agm_and_cgm_calibration() -> None:
         ("analytic", analytic_gaussian_sigma),
         ("classical", classical_gaussian_sigma),
     ):
-        cfg = HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism=mech, float_noise=True)
+        cfg = HeterogeneityConfig(
+            epsilon=0.5, delta=1e-5, mechanism=mech, accounting="basic", float_noise=True
+        )
         p1, p2, _ = plan_rounds(cfg, n, d)
         assert p1.epsilon == pytest.approx(0.25) and p2.delta == pytest.approx(5e-6)
         assert p1.sigma == pytest.approx(fn(epsilon=0.25, delta=5e-6, sensitivity=math.sqrt(2)))
         assert p1.path == "float"
-    agm = plan_rounds(HeterogeneityConfig(epsilon=0.5, delta=1e-5, float_noise=True), n, d)[0]
+    agm = plan_rounds(
+        HeterogeneityConfig(epsilon=0.5, delta=1e-5, accounting="basic", float_noise=True), n, d
+    )[0]
     cgm = plan_rounds(
         HeterogeneityConfig(epsilon=0.5, delta=1e-5, mechanism="classical", float_noise=True), n, d
     )[0]
@@ -338,7 +342,13 @@ def test_ledger_records_both_rounds_and_refuses_over_budget() -> None:
     x = _data(50, 4, seed=11)
     led = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
     heterogeneity(
-        x, epsilon=1.0, delta=1e-5, round1_fraction=0.3, ledger=led, randomness=RandomSource(1)
+        x,
+        epsilon=1.0,
+        delta=1e-5,
+        accounting="basic",
+        round1_fraction=0.3,
+        ledger=led,
+        randomness=RandomSource(1),
     )
     assert len(led.entries) == 2
     assert [e.epsilon for e in led.entries] == pytest.approx([0.3, 0.7])
@@ -454,7 +464,7 @@ def test_dropout_tolerance_and_achieved_privacy(secure: bool) -> None:
 def test_zcdp_accounting_spends_exactly_the_target_with_less_noise() -> None:
     x = _data(300, 8, seed=13)
     led = PrivacyLedger(epsilon_budget=1.0, delta_budget=1e-5)
-    rb = heterogeneity(x, epsilon=1.0, delta=1e-5, randomness=RandomSource(1))
+    rb = heterogeneity(x, epsilon=1.0, delta=1e-5, accounting="basic", randomness=RandomSource(1))
     rz = heterogeneity(
         x, epsilon=1.0, delta=1e-5, accounting="zcdp", ledger=led, randomness=RandomSource(1)
     )

@@ -87,10 +87,11 @@ def heterogeneity_command(
         str, typer.Option("--mechanism", help="Gaussian calibration: analytic or classical.")
     ] = _DEFAULT.mechanism,
     accounting: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--accounting",
-            help="basic (split epsilon/delta between rounds, the paper's) or zcdp (less noise).",
+            help="zcdp (spends the whole budget; default with the analytic calibration) or basic "
+            "(split epsilon/delta between rounds, the paper's; default with --mechanism classical).",
         ),
     ] = _DEFAULT.accounting,
     noise: Annotated[

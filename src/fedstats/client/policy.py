@@ -17,7 +17,7 @@ from typing import Any
 
 from fedstats._io import atomic_write_text
 from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError
-from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.wire.registry import lookup, privacy_loss_for
 from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE
@@ -121,7 +121,7 @@ class LocalBudget:
     Each run is charged once, with its task's privacy loss (:func:`fedstats.wire.registry.privacy_loss_for`,
     the loss the server's ledger charges), and charges compose exactly as the server composes them: through
     :class:`fedstats.privacy.ledger.PrivacyLedger` (basic composition of epsilon and delta; Gaussian
-    releases with rho also by zCDP), every charge counted against every record of the device (it cannot
+    releases with rho also by zCDP, described releases also by their privacy loss distributions), every charge counted against every record of the device (it cannot
     know how the server's other runs relate to its data). A non-private loss (infinite epsilon) is not a
     DP charge: the policy decides about non-private tasks, and nothing is recorded.
 
@@ -130,8 +130,9 @@ class LocalBudget:
     the run is refused, the check-in fails, or the run ends before the device encoded anything.
 
     The file: ``{"epsilon", "delta", "composition": "PrivacyLedger", "charges": {run_id: {"epsilon",
-    "delta", "rho", "status"}}}`` (a file of the older form ``{run_id: [epsilon, delta]}`` reads as spent
-    charges).
+    "delta", "rho", "status"[, "mechanisms"]}}}``, ``"mechanisms"`` (the
+    :class:`~fedstats.privacy.analysis.loss.MechanismSpec` dicts of a described loss) only when the loss
+    has them (a file of the older form ``{run_id: [epsilon, delta]}`` reads as spent charges).
 
     Parameters
     ----------
@@ -156,7 +157,7 @@ class LocalBudget:
         if self.path is not None and Path(self.path).exists():
             try:
                 data = json.loads(Path(self.path).read_text())
-                charges = {}
+                charges: dict[str, dict[str, Any]] = {}
                 for k, v in data["charges"].items():
                     if isinstance(v, list):  # the older form: [epsilon, delta], spent
                         v = {"epsilon": v[0], "delta": v[1], "rho": None, "status": "spent"}
@@ -168,6 +169,10 @@ class LocalBudget:
                         "rho": None if v.get("rho") is None else float(v["rho"]),
                         "status": str(v["status"]),
                     }
+                    if v.get("mechanisms"):  # files written before mechanisms were kept have none
+                        charges[str(k)]["mechanisms"] = [
+                            MechanismSpec.from_dict(m).as_dict() for m in v["mechanisms"]
+                        ]
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise ParameterError(
                     "budget file", str(self.path), f"a local budget file ({exc})"
@@ -178,7 +183,13 @@ class LocalBudget:
     def _ledger(self) -> PrivacyLedger:
         ledger = PrivacyLedger()
         for rid, c in self.charges.items():
-            ledger.spend(epsilon=c["epsilon"], delta=c["delta"], rho=c["rho"], label=f"run {rid}")
+            ledger.spend(
+                epsilon=c["epsilon"],
+                delta=c["delta"],
+                rho=c["rho"],
+                label=f"run {rid}",
+                mechanisms=[MechanismSpec.from_dict(m) for m in c.get("mechanisms", ())],
+            )
         return ledger
 
     def total(self) -> PrivacyLoss:
@@ -222,6 +233,8 @@ class LocalBudget:
             "rho": None if loss.rho is None else float(loss.rho),
             "status": "reserved",
         }
+        if loss.mechanisms:
+            self.charges[run_id]["mechanisms"] = [m.as_dict() for m in loss.mechanisms]
         self._save()
 
     def spend(self, run_id: str, loss: PrivacyLoss) -> None:

@@ -4,9 +4,14 @@ r"""Privacy accounting: a ledger of releases with budgets, and a meter of disclo
 Releases compose
 
 * **sequentially** for the clients they share: basic composition (epsilons and deltas add, Dwork & Roth
-  Thm. 3.16), and, for Gaussian releases, zCDP composition (rhos add, Bun & Steinke 2016, Lemma 2.3) converted
-  once with the summed deltas of those releases (Canonne, Kamath, Steinke 2020, Prop. 12); the smaller
-  epsilon of the two accountings is reported, both being valid at the same delta;
+  Thm. 3.16); for Gaussian releases, zCDP composition (rhos add, Bun & Steinke 2016, Lemma 2.3) converted
+  once with the summed deltas of those releases (Canonne, Kamath, Steinke 2020, Prop. 12); and, for releases
+  that describe their mechanism (:class:`~fedstats.privacy.analysis.loss.MechanismSpec`: randomized
+  response, Laplace, Gaussian, discrete Laplace or Gaussian, possibly subsampled), privacy-loss-distribution
+  composition (:func:`~fedstats.privacy.analysis.pld.pld_epsilon`) at the summed deltas of those releases,
+  the others added by the better of the first two. The smallest epsilon of the three accountings is
+  reported, all being valid at the same delta (the sum of the releases' deltas: a pure-DP release that
+  declares a small delta lets the PLD spend it);
 * **in parallel** over disjoint client sets (McSherry 2009): each client is charged only for the releases
   that touch it, and the ledger reports the worst-charged client.
 
@@ -49,7 +54,7 @@ import numpy as np
 
 from fedstats._validation import check_int, check_real
 from fedstats.errors import BudgetExceededError, ParameterError
-from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
 
 __all__ = ["BitMeter", "LedgerEntry", "PrivacyLedger"]
@@ -136,6 +141,8 @@ class LedgerEntry:
         Description of the clients it touched ("all", "range(0, 500)", "1234 ids").
     runs : numpy.ndarray or None
         The client set as runs of ids, shape (m, 2); None for all clients.
+    mechanisms : tuple of MechanismSpec
+        The mechanisms the release is made of, when described (then composed by PLD too), else ``()``.
     """
 
     label: str
@@ -144,16 +151,20 @@ class LedgerEntry:
     rho: float | None
     clients: str
     runs: np.ndarray | None
+    mechanisms: tuple[MechanismSpec, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-friendly form (without the runs array)."""
-        return {
+        """JSON-friendly form (without the runs array; ``"mechanisms"`` only when described)."""
+        out: dict[str, Any] = {
             "label": self.label,
             "epsilon": self.epsilon,
             "delta": self.delta,
             "rho": self.rho,
             "clients": self.clients,
         }
+        if self.mechanisms:
+            out["mechanisms"] = [m.as_dict() for m in self.mechanisms]
+        return out
 
 
 @contextmanager
@@ -174,6 +185,68 @@ def _describe(clients: Any, runs: np.ndarray | None) -> str:
         return repr(clients)
     count = int((runs[:, 1] - runs[:, 0]).sum())
     return f"{count} ids in {runs.shape[0]} run(s)"
+
+
+def _membership(runs: list[np.ndarray | None]) -> np.ndarray:
+    """Which entries cover each elementary client segment: bool, shape (n_segments, n_entries).
+
+    Row 0 is the clients in none of the listed runs (covered by the entries for every client only); the
+    others are the segments between consecutive run boundaries.
+    """
+    listed = [r for r in runs if r is not None]
+    points = np.unique(np.concatenate([r.ravel() for r in listed])) if listed else np.empty(0)
+    out = np.zeros((points.size + 1, len(runs)), dtype=bool)
+    for j, r in enumerate(runs):
+        if r is None:
+            out[:, j] = True
+            continue
+        # runs are sorted and disjoint: the run starting last at or before each point
+        k = np.searchsorted(r[:, 0], points, side="right") - 1
+        out[1:, j] = (k >= 0) & (points < r[np.maximum(k, 0), 1])
+    return out
+
+
+def _columns(entries: list[LedgerEntry]) -> np.ndarray:
+    """Per entry: eps (no rho), eps (rho), delta (no rho), delta (rho), rho; shape (n, 5)."""
+    rows = np.zeros((len(entries), 5))
+    for i, e in enumerate(entries):
+        if e.rho is None:
+            rows[i, [0, 2]] = (e.epsilon, e.delta)
+        else:
+            rows[i, [1, 3, 4]] = (e.epsilon, e.delta, e.rho)
+    return rows
+
+
+def _basic_or_zcdp(sums: np.ndarray) -> float:
+    """The better of basic and zCDP composition of releases with these column sums (see _columns)."""
+    eps_n, eps_r, _d_n, d_r, rho = (float(v) for v in sums)
+    basic = eps_n + eps_r
+    if rho > 0.0 and 0.0 < d_r < 1.0:
+        basic = min(basic, eps_n + zcdp_to_approx_dp(rho=rho, delta=d_r))
+    return basic
+
+
+def _sequential(
+    sums: np.ndarray, entries: list[LedgerEntry] | None = None
+) -> tuple[float, float, float]:
+    """(epsilon, delta, rho) of releases composed sequentially: the smallest of the three accountings.
+
+    ``sums`` are their column sums (:func:`_columns`); ``entries`` the releases themselves, needed only
+    when some describe their mechanisms (privacy-loss-distribution composition of those, at the sum of
+    their deltas, plus basic or zCDP composition of the others).
+    """
+    eps = _basic_or_zcdp(sums)
+    delta = float(sums[2] + sums[3])
+    described = [e for e in entries or [] if e.mechanisms]
+    if described:
+        from fedstats.privacy.analysis.pld import pld_epsilon  # scipy: loaded only when needed
+
+        rest = [e for e in entries or [] if not e.mechanisms]
+        spent_delta = min(sum(e.delta for e in described), 1.0 - 1e-12)
+        pld = pld_epsilon([m for e in described for m in e.mechanisms], delta=spent_delta)
+        others = _basic_or_zcdp(_columns(rest).sum(axis=0)) if rest else 0.0
+        eps = min(eps, pld + others)
+    return eps, delta, float(sums[4])
 
 
 class PrivacyLedger:
@@ -272,26 +345,22 @@ class PrivacyLedger:
     def _totals(entries: list[LedgerEntry]) -> PrivacyLoss:
         if not entries:
             return PrivacyLoss(0.0, 0.0, None)
-        # columns: eps (no rho), eps (rho), delta (no rho), delta (rho), rho
-        rows = np.zeros((len(entries), 5))
-        for i, e in enumerate(entries):
-            if e.rho is None:
-                rows[i, [0, 2]] = (e.epsilon, e.delta)
-            else:
-                rows[i, [1, 3, 4]] = (e.epsilon, e.delta, e.rho)
-        seg = _segment_sums([e.runs for e in entries], rows)
+        rows = _columns(entries)
+        runs = [e.runs for e in entries]
         any_rho = any(e.rho is not None for e in entries)
-        worst_eps = 0.0
-        worst_delta = 0.0
-        worst_rho = 0.0
-        for eps_n, eps_r, d_n, d_r, rho in seg:
-            basic = eps_n + eps_r
-            if rho > 0.0 and 0.0 < d_r < 1.0:
-                basic = min(basic, eps_n + zcdp_to_approx_dp(rho=float(rho), delta=float(d_r)))
-            worst_eps = max(worst_eps, float(basic))
-            worst_delta = max(worst_delta, float(d_n + d_r))
-            worst_rho = max(worst_rho, float(rho))
-        return PrivacyLoss(worst_eps, min(1.0, worst_delta), worst_rho if any_rho else None)
+        if not any(e.mechanisms for e in entries):
+            seg = _segment_sums(runs, rows)
+            worst = [_sequential(r) for r in seg]
+        else:  # the PLD needs each segment's releases, not only their sums
+            member = _membership(runs)
+            worst = [
+                _sequential(rows[m].sum(axis=0), [e for e, i in zip(entries, m, strict=True) if i])
+                for m in np.unique(member, axis=0)
+            ]
+        eps = max(w[0] for w in worst)
+        delta = max(w[1] for w in worst)
+        rho = max(w[2] for w in worst)
+        return PrivacyLoss(eps, min(1.0, delta), rho if any_rho else None)
 
     def total(self) -> PrivacyLoss:
         """Privacy spent by the worst-charged client: (epsilon, delta, rho of its Gaussian releases)."""
@@ -312,6 +381,7 @@ class PrivacyLedger:
         rho: float | None = None,
         label: str,
         clients: ClientSet = None,
+        mechanisms: Iterable[MechanismSpec] = (),
     ) -> None:
         """Record a release, or refuse it if it would exceed the budget.
 
@@ -328,6 +398,9 @@ class PrivacyLedger:
         clients : None, range or array of int, default None
             The clients whose data the release uses; None means every client. Releases on disjoint client
             sets compose in parallel.
+        mechanisms : iterable of MechanismSpec, default ()
+            What the release is made of, when it can be described exactly (it is then also composed by
+            its privacy loss distribution); ``epsilon``, ``delta`` and ``rho`` must be valid for it.
 
         Raises
         ------
@@ -342,9 +415,14 @@ class PrivacyLedger:
         r = None if rho is None else check_real("rho", rho, low=0.0, high=math.inf, high_open=True)
         if not isinstance(label, str) or not label:
             raise ParameterError("label", label, "a non-empty string")
+        specs = tuple(mechanisms)
+        if not all(isinstance(m, MechanismSpec) for m in specs):
+            raise ParameterError("mechanisms", specs, "MechanismSpec values")
         runs = _runs(clients)
-        entry = LedgerEntry(label, eps, dlt, r, _describe(clients, runs), runs)
-        before = self.total()
+        entry = LedgerEntry(label, eps, dlt, r, _describe(clients, runs), runs, specs)
+        if self.epsilon_budget is None and self.delta_budget is None:
+            self._entries.append(entry)  # nothing to check: composing now would be wasted work
+            return
         after = self._totals([*self._entries, entry])
         over_eps = self.epsilon_budget is not None and after.epsilon > self.epsilon_budget * (
             1 + _TOL
@@ -353,6 +431,7 @@ class PrivacyLedger:
             self.delta_budget is not None and after.delta > self.delta_budget * (1 + _TOL) + 1e-300
         )
         if over_eps or over_delta:
+            before = self.total()
             rem_e, rem_d = self.remaining()
             raise BudgetExceededError(
                 f"release {label!r} refused: spent epsilon={before.epsilon:.6g}, delta={before.delta:.6g}; "
@@ -364,7 +443,8 @@ class PrivacyLedger:
     def spend_loss(self, loss: PrivacyLoss, *, label: str, clients: ClientSet = None) -> None:
         """Record a release described by a :class:`PrivacyLoss` (e.g. ``mechanism.privacy_loss()``).
 
-        Same as :meth:`spend` with ``epsilon=loss.epsilon, delta=loss.delta, rho=loss.rho``.
+        Same as :meth:`spend` with ``epsilon=loss.epsilon, delta=loss.delta, rho=loss.rho,
+        mechanisms=loss.mechanisms``.
 
         Raises
         ------
@@ -376,7 +456,12 @@ class PrivacyLedger:
         if not math.isfinite(loss.epsilon):
             raise ParameterError("loss", loss, "a finite privacy loss (the mechanism is not DP)")
         self.spend(
-            epsilon=loss.epsilon, delta=loss.delta, rho=loss.rho, label=label, clients=clients
+            epsilon=loss.epsilon,
+            delta=loss.delta,
+            rho=loss.rho,
+            label=label,
+            clients=clients,
+            mechanisms=loss.mechanisms,
         )
 
     def explain(self) -> str:
@@ -384,13 +469,18 @@ class PrivacyLedger:
         lines = []
         for i, e in enumerate(self._entries, 1):
             rho = f", rho={e.rho:.4g} (zCDP)" if e.rho is not None else ""
+            mech = ""
+            if e.mechanisms:
+                mech = ", " + " + ".join(_explain_spec(m) for m in e.mechanisms)
             lines.append(
-                f"{i}. {e.label}: epsilon={e.epsilon:.4g}, delta={e.delta:.3g}{rho}, clients: {e.clients}"
+                f"{i}. {e.label}: epsilon={e.epsilon:.4g}, delta={e.delta:.3g}{rho}{mech}, "
+                f"clients: {e.clients}"
             )
         t = self.total()
         lines.append(
             f"total for the worst-charged client: epsilon={t.epsilon:.4g}, delta={t.delta:.3g} "
-            "(basic composition, zCDP for Gaussian releases, parallel over disjoint clients)"
+            "(the smallest of basic composition, zCDP for Gaussian releases and privacy loss "
+            "distributions for described mechanisms; parallel over disjoint clients)"
         )
         if self.epsilon_budget is not None or self.delta_budget is not None:
             rem_e, rem_d = self.remaining()
@@ -405,6 +495,17 @@ class PrivacyLedger:
             "entries": [e.as_dict() for e in self._entries],
             "total": self.total().as_dict(),
         }
+
+
+def _explain_spec(m: MechanismSpec) -> str:
+    text = f"{m.kind.replace('_', ' ')} ({m.parameter:.4g}"
+    if m.sensitivity != 1.0:
+        text += f", sensitivity {m.sensitivity:.4g}"
+    if m.categories != 2:
+        text += f", {m.categories} categories"
+    if m.sampling_rate != 1.0:
+        text += f", sampled at {m.sampling_rate:.4g}"
+    return text + ")"
 
 
 class BitMeter:

@@ -56,7 +56,7 @@ def heterogeneity(
     mechanism: str = _DEFAULT.mechanism,
     noise: str = _DEFAULT.noise,
     secure: bool = _DEFAULT.secure,
-    accounting: str = _DEFAULT.accounting,
+    accounting: str | None = _DEFAULT.accounting,
     round1_fraction: float = _DEFAULT.round1_fraction,
     p: float = _DEFAULT.p,
     min_variance: float = _DEFAULT.min_variance,

@@ -30,14 +30,133 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedstats.errors import DataError
+from fedstats._validation import check_choice, check_int, check_real
+from fedstats.errors import DataError, ParameterError
 
 __all__ = [
+    "PLD_MECHANISMS",
+    "MechanismSpec",
     "PrivacyLoss",
     "continuous_privacy_loss",
     "discrete_privacy_loss",
     "mixed_privacy_loss",
 ]
+
+
+PLD_MECHANISMS: tuple[str, ...] = (
+    "randomized_response",
+    "laplace",
+    "gaussian",
+    "discrete_laplace",
+    "discrete_gaussian",
+)
+_DISCRETE = ("discrete_laplace", "discrete_gaussian")
+
+
+@dataclass(frozen=True)
+class MechanismSpec:
+    r"""What one release did, in enough detail for its privacy loss distribution (:mod:`.pld`).
+
+    A release that carries these descriptions can be composed exactly (privacy loss distributions,
+    :func:`fedstats.privacy.analysis.pld.pld_epsilon`) instead of by adding epsilons.
+
+    Parameters
+    ----------
+    kind : {"randomized_response", "laplace", "gaussian", "discrete_laplace", "discrete_gaussian"}
+        The mechanism. Randomized response is k-ary (generalized) randomized response under replace-one
+        neighbours (the true category with probability :math:`e^\varepsilon/(e^\varepsilon+k-1)`, each
+        other one with :math:`1/(e^\varepsilon+k-1)`); the noise mechanisms add noise to a sum with the
+        given sensitivity (add/remove neighbours).
+    parameter : float
+        ``randomized_response``: its epsilon, in (0, 50]; ``laplace``: the scale b, in (0, inf);
+        ``gaussian``: the standard deviation sigma, in (0, inf); ``discrete_laplace``: the decay a of
+        :math:`P(k) \propto e^{-a|k|}`, in (0, 50]; ``discrete_gaussian``: sigma of
+        :math:`P(k) \propto e^{-k^2/(2\sigma^2)}`, in (0, 1e6].
+    sensitivity : float, default 1.0
+        L1 (Laplace) or L2 (Gaussian) sensitivity of the sum, in (0, inf); an integer in [1, 1000] for the
+        discrete mechanisms; must be 1 for randomized response.
+    categories : int, default 2
+        Randomized response's number of categories k, in [2, 10^6]; 2 for the other mechanisms.
+    sampling_rate : float, default 1.0
+        Probability q in (0, 1] that the record takes part (Poisson subsampling). For the noise mechanisms
+        the sample is secret (the standard amplification, add/remove neighbours); for randomized response
+        a record that is not sampled sends nothing.
+
+    Raises
+    ------
+    ParameterError
+        If a field is outside its range.
+    """
+
+    kind: str
+    parameter: float
+    sensitivity: float = 1.0
+    categories: int = 2
+    sampling_rate: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Validate the fields (see the class docstring)."""
+        check_choice("kind", self.kind, PLD_MECHANISMS)
+        high = 50.0 if self.kind in ("randomized_response", "discrete_laplace") else math.inf
+        if self.kind == "discrete_gaussian":
+            high = 1e6
+        check_real(
+            "parameter",
+            self.parameter,
+            low=0.0,
+            high=high,
+            low_open=True,
+            high_open=math.isinf(high),
+        )
+        if self.kind in _DISCRETE:
+            sens = check_real("sensitivity", self.sensitivity, low=1.0, high=1000.0)
+            if not sens.is_integer():
+                raise ParameterError("sensitivity", self.sensitivity, "an integer in [1, 1000]")
+        elif self.kind == "randomized_response":
+            check_real("sensitivity", self.sensitivity, low=1.0, high=1.0)
+        else:
+            check_real(
+                "sensitivity",
+                self.sensitivity,
+                low=0.0,
+                high=math.inf,
+                low_open=True,
+                high_open=True,
+            )
+        if self.kind == "randomized_response":
+            check_int("categories", self.categories, low=2, high=10**6)
+        else:
+            check_int("categories", self.categories, low=2, high=2)
+        check_real("sampling_rate", self.sampling_rate, low=0.0, high=1.0, low_open=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict of the fields (:meth:`from_dict` reads it back)."""
+        return {
+            "kind": self.kind,
+            "parameter": float(self.parameter),
+            "sensitivity": float(self.sensitivity),
+            "categories": int(self.categories),
+            "sampling_rate": float(self.sampling_rate),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MechanismSpec:
+        """Read :meth:`as_dict`'s form.
+
+        Raises
+        ------
+        ParameterError
+            If ``data`` is not such a dict or a field is out of range.
+        """
+        if not isinstance(data, dict) or "kind" not in data or "parameter" not in data:
+            raise ParameterError("mechanism", data, "a dict with 'kind' and 'parameter'")
+        return cls(
+            kind=data["kind"],
+            parameter=data["parameter"],
+            sensitivity=data.get("sensitivity", 1.0),
+            categories=data.get("categories", 2),
+            sampling_rate=data.get("sampling_rate", 1.0),
+        )
 
 
 @dataclass(frozen=True)
@@ -52,15 +171,23 @@ class PrivacyLoss:
         In [0, 1].
     rho : float or None
         zCDP parameter when the mechanism is Gaussian (continuous or discrete), else None.
+    mechanisms : tuple of MechanismSpec
+        The releases this loss is made of, when each is described exactly enough for its privacy loss
+        distribution; ``()`` (default) when they are not, and the ledgers then compose it by basic
+        composition and zCDP only.
     """
 
     epsilon: float
     delta: float = 0.0
     rho: float | None = None
+    mechanisms: tuple[MechanismSpec, ...] = ()
 
-    def as_dict(self) -> dict[str, float | None]:
-        """A JSON-friendly dict ``{"epsilon", "delta", "rho"}``."""
-        return {"epsilon": self.epsilon, "delta": self.delta, "rho": self.rho}
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict ``{"epsilon", "delta", "rho"}`` (and ``"mechanisms"`` when described)."""
+        out: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "rho": self.rho}
+        if self.mechanisms:
+            out["mechanisms"] = [m.as_dict() for m in self.mechanisms]
+        return out
 
 
 def _range_over_inputs(logp: np.ndarray) -> float:

@@ -5,7 +5,8 @@ A run is charged when it is created, with its task's privacy loss
 one transaction the ledger locks the two budget rows
 (population, analyst; ``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), composes the
 charges already reserved or spent with the new one through :class:`fedstats.privacy.ledger.PrivacyLedger`
-(basic composition, zCDP for Gaussian releases; no DP arithmetic here), and either inserts the reservation
+(basic composition, zCDP for Gaussian releases, privacy loss distributions for releases whose mechanisms
+are described and stored with the charge; no DP arithmetic here), and either inserts the reservation
 or refuses with spent / requested / remaining. Two concurrent requests therefore cannot both pass on the
 same remaining budget. When the run's result is stored the charge becomes ``spent`` in the same transaction
 (before the result can be read); an aborted run whose rounds released nothing gets it ``released``. One
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedstats.errors import BudgetExceededError
+from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.service.store import Tx, TxLike, as_tx
 from fedstats.service.store.core import BudgetRow, ChargeRow
@@ -43,12 +45,36 @@ class Charge:
     rho : float or None
         zCDP of a Gaussian release (composes by zCDP in the ledger), else None.
     label : str
+    mechanisms : tuple of MechanismSpec
+        The release's mechanisms when described (composed by their privacy loss distributions too, and
+        stored with the charge), else ``()``.
     """
 
     epsilon: float
     delta: float
     rho: float | None
     label: str
+    mechanisms: tuple[MechanismSpec, ...] = ()
+
+    @classmethod
+    def of(cls, loss: PrivacyLoss, label: str) -> Charge:
+        """The charge of a run whose task has privacy loss ``loss`` (``privacy_loss_for(task)``)."""
+        return cls(
+            float(loss.epsilon),
+            float(loss.delta),
+            None if loss.rho is None else float(loss.rho),
+            label,
+            tuple(loss.mechanisms),
+        )
+
+
+def _mechanisms_json(mechanisms: tuple[MechanismSpec, ...]) -> str | None:
+    return json.dumps([m.as_dict() for m in mechanisms]) if mechanisms else None
+
+
+def _mechanisms_of(stored: str | None) -> list[MechanismSpec]:
+    """The mechanisms a charge row stores (none for rows written before they were kept)."""
+    return [MechanismSpec.from_dict(m) for m in json.loads(stored)] if stored else []
 
 
 def audit(tx: TxLike, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
@@ -64,7 +90,13 @@ def _ledger_of(tx: Tx, budget: BudgetRow, scope: str) -> PrivacyLedger:
     # again one by one would blame an old run for a budget that is too small now
     ledger = PrivacyLedger()
     for r in rows:
-        ledger.spend(epsilon=r.epsilon, delta=r.delta, rho=r.rho, label=f"run {r.run_id}")
+        ledger.spend(
+            epsilon=r.epsilon,
+            delta=r.delta,
+            rho=r.rho,
+            label=f"run {r.run_id}",
+            mechanisms=_mechanisms_of(r.mechanisms),
+        )
     return ledger
 
 
@@ -101,7 +133,11 @@ def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, char
         ledger = _with_budget(_ledger_of(tx, budget, scope), budget, scope)
         try:
             ledger.spend(
-                epsilon=charge.epsilon, delta=charge.delta, rho=charge.rho, label=charge.label
+                epsilon=charge.epsilon,
+                delta=charge.delta,
+                rho=charge.rho,
+                label=charge.label,
+                mechanisms=charge.mechanisms,
             )
         except BudgetExceededError as exc:
             raise BudgetExceededError(f"{scope} {name!r}: {exc}") from None
@@ -114,6 +150,7 @@ def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, char
         charge.rho,
         "reserved",
         charge.label,
+        _mechanisms_json(charge.mechanisms),
     )
     tx.add_charge(row, time.time())
     audit(
@@ -125,6 +162,7 @@ def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, char
         epsilon=charge.epsilon,
         delta=charge.delta,
         rho=charge.rho,
+        **({"mechanisms": [m.as_dict() for m in charge.mechanisms]} if charge.mechanisms else {}),
     )
 
 

@@ -97,12 +97,7 @@ def create_run(session: TxLike, task_id: str, analyst: str) -> str:
             run_id=run_id,
             population=cfg["privacy"]["population"],
             analyst=analyst,
-            charge=ledger.Charge(
-                float(loss.epsilon),
-                float(loss.delta),
-                None if loss.rho is None else float(loss.rho),
-                f"{cfg['analysis']} {task_id[:12]}",
-            ),
+            charge=ledger.Charge.of(loss, f"{cfg['analysis']} {task_id[:12]}"),
         )
     now = time.time()
     tx.add_run(

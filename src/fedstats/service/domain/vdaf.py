@@ -480,12 +480,7 @@ def create_signed(
                 run_id=charged,
                 population=new.population,
                 analyst=actor,
-                charge=ledger.Charge(
-                    float(loss.epsilon),
-                    float(loss.delta),
-                    None if loss.rho is None else float(loss.rho),
-                    f"prio3 {task['analysis']} {tid[:12]}",
-                ),
+                charge=ledger.Charge.of(loss, f"prio3 {task['analysis']} {tid[:12]}"),
             )
         tx.add_vdaf_signed(VdafSignedRow(**{**new.__dict__, "charge_id": charged}))
         ledger.audit(tx, actor, "create-prio3-task", charged, task_id=tid, role=role)

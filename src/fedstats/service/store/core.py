@@ -131,6 +131,7 @@ class ChargeRow:
     rho: float | None
     status: str
     label: str
+    mechanisms: str | None = None  # JSON list of MechanismSpec dicts, or None (not described)
 
 
 @dataclass(frozen=True)
@@ -947,6 +948,7 @@ _CHARGE_COLUMNS = (
     _CHARGES.c.rho,
     _CHARGES.c.status,
     _CHARGES.c.label,
+    _CHARGES.c.mechanisms,
 )
 
 
@@ -1693,6 +1695,7 @@ class SqlCoreQueries(CoreQueries):
                 rho=charge.rho,
                 status=charge.status,
                 label=charge.label,
+                mechanisms=charge.mechanisms,
                 created_at=now,
                 updated_at=now,
             )

@@ -590,7 +590,15 @@ class MemoryCoreQueries(CoreQueries):
     @staticmethod
     def _charge(c: Row) -> ChargeRow:
         return ChargeRow(
-            c.run_id, c.population, c.analyst, c.epsilon, c.delta, c.rho, c.status, c.label
+            c.run_id,
+            c.population,
+            c.analyst,
+            c.epsilon,
+            c.delta,
+            c.rho,
+            c.status,
+            c.label,
+            getattr(c, "mechanisms", None),
         )
 
     def _charges(self, scope: str, name: str, statuses: tuple[str, ...]) -> list[ChargeRow]:
@@ -787,6 +795,7 @@ class MemoryCoreQueries(CoreQueries):
             "rho": charge.rho,
             "status": charge.status,
             "label": charge.label,
+            "mechanisms": charge.mechanisms,
             "created_at": now,
             "updated_at": now,
         }

@@ -268,6 +268,8 @@ class LedgerCharge(Base):
     label: Mapped[str] = mapped_column(String(256))
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    # JSON list of the release's MechanismSpec dicts (privacy-loss-distribution composition); NULL: none
+    mechanisms: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class IdempotencyKey(Base):
