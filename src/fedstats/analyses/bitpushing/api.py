@@ -26,6 +26,7 @@ import numpy as np
 
 from fedstats._validation import check_finite_array, check_real
 from fedstats.analyses._api import charging, resolve
+from fedstats.analyses.bitpushing.config import BitPushingVarianceConfig
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.protocol import (
     BitPushingResult,
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound=BitPushingResult)
+
+_DEFAULT = BitPushingVarianceConfig  # the keyword defaults below are the config's (one default)
 
 DEFAULT_SQUASH_THRESHOLD = 0.15
 """Recommended bit squashing threshold (units of the per-report DP noise standard deviation), inside the
@@ -313,7 +316,7 @@ def mean(
     data: Any,
     encoding: BitEncoding,
     *,
-    method: str = "adaptive",
+    method: str = _DEFAULT.method,
     column: str = "value",
     epsilon: float | None = None,
     no_privacy: bool = False,
@@ -339,7 +342,9 @@ def mean(
     encoding : BitEncoding
         Declared range (enforced: clip-and-count or refuse), resolution and bit depth.
     method : str
-        One of :data:`~fedstats.analyses.bitpushing.protocol.METHODS`; default ``"adaptive"``.
+        One of :data:`~fedstats.analyses.bitpushing.protocol.METHODS`; default the config's
+        (:attr:`~fedstats.analyses.bitpushing.config.BitPushingMeanConfig.method`, ``"basic"``:
+        ``docs/bitpushing.md``, "Which protocol is the default").
     column : str
         Column of a Population (or the name given to an array).
     epsilon : float, optional
@@ -406,11 +411,11 @@ def variance(
     data: Any,
     encoding: BitEncoding,
     *,
-    method: str = "adaptive",
+    method: str = _DEFAULT.method,
     column: str = "value",
     epsilon: float | None = None,
     no_privacy: bool = False,
-    mean_fraction: float = 0.2,
+    mean_fraction: float = _DEFAULT.mean_fraction,
     public_seed: int | None = None,
     confidence: float = 0.95,
     truth: bool = True,
