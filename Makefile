@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SRC    := src tests benchmarks
 
-.PHONY: install demo test lint docs docs-check bench clean
+.PHONY: install demo test test-fast lint docs docs-check bench clean
 
 install: $(STAMP)
 
@@ -46,6 +46,11 @@ docs-check: install
 test: lint docs-check
 	$(BIN)/python -m compileall -q src/fedstats tests >/dev/null
 	$(BIN)/pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --doctest-modules src/fedstats tests
+
+# the fast lane: the library, the CLI and the wire layer without the tests marked slow (no server process)
+test-fast: install
+	$(BIN)/python -m compileall -q src/fedstats tests >/dev/null
+	$(BIN)/pytest -q -n 2 -m "not slow" tests/library tests/wire tests/cli
 
 bench: install
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done

@@ -89,7 +89,7 @@ def _defaults(fn: Any) -> dict[str, Any]:
 
 def test_the_analyses_api_and_cli_defaults_are_their_configs() -> None:
     """Bit pushing, FED-chi^2 and FED-H: the library call's defaults are read from the config, and the
-    command's (written out there so that ``--help`` loads no numpy, tests/test_cli_startup.py) equal
+    command's (written out there so that ``--help`` loads no numpy, tests/cli/test_cli_startup.py) equal
     them: a default changed in the config fails here until the command follows."""
     from fedstats.analyses.bitpushing import api as bp
     from fedstats.analyses.bitpushing.config import BitPushingMeanConfig, BitPushingVarianceConfig
@@ -124,8 +124,11 @@ def test_the_analyses_api_and_cli_defaults_are_their_configs() -> None:
             ("encoding_size", "fd_step", "coupling", "confidence"),
         ),
     ]
+    read_at_run_time = {(mean_cli.mean, "method"), (mean_cli.variance, "method")}
     for fn, config, names in pairs:
         got = _defaults(fn)
         fields = {f.name: f.default for f in dataclasses.fields(config)}
         for name in names:
+            if (fn, name) in read_at_run_time and got[name] is None:
+                continue  # --protocol unset: the command reads the config's default when it runs
             assert got[name] == fields[name], (fn.__qualname__, name, got[name], fields[name])

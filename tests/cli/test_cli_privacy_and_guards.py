@@ -171,24 +171,28 @@ def test_all_clipped_interval_stays_in_range_and_is_not_degenerate() -> None:
     # the point [10, 10]; it now keeps a real width and stays inside [low, high]
     d, _ = _run_json(["--seed", "1", "mean", "adult", "-c", "age", "--high", "10", "--no-privacy"])
     lo, hi = d["ci"]  # type: ignore[misc]
+    assert lo < d["estimate"] < hi  # type: ignore[operator]  # released: the normal interval
+    lo, hi = d["details"]["clipped_ci"]  # type: ignore[index]
     assert 0.0 <= lo < hi <= 10.0
-    assert lo <= d["estimate"] <= hi  # type: ignore[operator]
+    assert lo <= d["details"]["clipped_estimate"] <= hi  # type: ignore[index,operator]
     assert d["n_clipped"] == d["n_clients"]  # every client clipped, and the result says so
 
 
-def test_negative_variance_is_clipped_to_zero_and_says_so() -> None:
+def test_negative_variance_is_released_unbiased_and_says_so() -> None:
     seen = 0
     for seed in range(1, 7):
         d, err = _run_json(["--quiet", "--seed", str(seed), "variance", "adult", "-c", "age",
                             "--high", "127", "--epsilon", "0.5", "--clients", "20"])  # fmt: skip
-        assert d["estimate"] >= 0 and d["ci"][0] >= 0  # type: ignore[index,operator]
-        raw = d["details"].get("unclipped_estimate")  # type: ignore[attr-defined]
-        if raw is not None and raw < 0:
-            seen += 1
-            assert d["estimate"] == 0.0
-            assert any("outside the parameter space" in w for w in d["details"]["warnings"])  # type: ignore[index]
+        det = d["details"]
+        assert det["clipped_estimate"] >= 0 and det["clipped_ci"][0] >= 0  # type: ignore[index]
+        if d["estimate"] < 0:  # type: ignore[operator]
+            seen += 1  # released unclipped (unbiased), the clipped value beside it, and a warning
+            assert det["clipped_estimate"] == 0.0  # type: ignore[index]
+            assert any("outside the parameter space" in w for w in det["warnings"])  # type: ignore[index]
+        else:  # inside [0, (127 / 2)^2] (Popoviciu's bound), or clipped to its top
+            assert det["clipped_estimate"] == min(d["estimate"], 127.0**2 / 4)  # type: ignore[index,call-overload]
         assert err == ""  # --quiet: the warning is in the result only
-    assert seen > 0  # 20 clients at epsilon 0.5: the raw estimate goes negative for some seed
+    assert seen > 0  # 20 clients at epsilon 0.5: the estimate goes negative for some seed
 
 
 def test_entropy_is_clipped_to_zero_log_m() -> None:

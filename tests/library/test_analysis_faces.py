@@ -389,11 +389,11 @@ def test_bitpushing_plan_keeps_the_bridge_derivation_of_its_seed() -> None:
 
     cfg = config_for(_task("bitpushing-mean"))
     expected = mean_protocol(
-        make_stage("adaptive", epsilon=1.0, bits_per_client=1),
+        make_stage(cfg.method, **cfg.stage_options()),
         "value",
         cfg.encoding(),
         N,
-        method="adaptive",
+        method=cfg.method,
         public_seed=plan_randomness(SEED_A).public_seed("bitpushing"),
     )
     got = plan_for(_task("bitpushing-mean"), n_clients=N, public_seed=SEED_A)
@@ -509,7 +509,7 @@ def test_bitpushing_variance_loss_is_what_the_library_reports() -> None:
         mean_fraction=cfg.mean_fraction,
         randomness=RandomSource(3),
         ledger=ledger,
-        round1_fraction=cfg.round1_fraction,
+        **{k: v for k, v in cfg.stage_options().items() if k != "epsilon"},
     )
     assert (res.epsilon, res.delta) == (loss.epsilon, loss.delta)
     assert ledger.total() == loss  # each record is in one stage: parallel composition

@@ -62,4 +62,4 @@ SUMMARIES: dict[str, str] = {
     "columns.",
 }
 """Command name -> the first paragraph of its help, for ``fedstats --help`` without importing the command
-modules (tests/test_cli_startup.py checks it against what each module registers)."""
+modules (tests/cli/test_cli_startup.py checks it against what each module registers)."""

@@ -3,8 +3,9 @@
 Both read one numeric column of a dataset (a registered name such as ``adult``, or a CSV/Parquet file),
 declare its range (``--low``/``--high``, or ``--bit-depth`` for b-bit integers), and estimate the mean (or the
 variance) over the rows as clients, or over ``--clients N`` clients resampled from the rows, with any
-protocol: ``adaptive`` (default), ``weighted``, ``basic`` bit pushing, or the baselines ``dithering``,
-``piecewise``, ``duchi``, ``laplace``. The JSON output holds ``estimate``, ``ci``, ``standard_error``,
+protocol: ``basic`` (the default of :class:`~fedstats.analyses.bitpushing.config.BitPushingMeanConfig`),
+``adaptive``, ``weighted`` bit pushing, or the baselines ``dithering``, ``piecewise``, ``duchi``,
+``laplace``. The JSON output holds ``estimate``, ``ci``, ``standard_error``,
 ``bits_per_client``, ``epsilon``, and, since the data is at hand (simulation), ``truth`` and ``error``.
 """
 
@@ -151,7 +152,7 @@ def _run(
     *,
     data: str,
     column: str,
-    method: str,
+    method: str | None,
     epsilon: float | None,
     no_privacy: bool,
     bit_depth: int | None,
@@ -172,10 +173,13 @@ def _run(
     from fedstats._validation import check_real
     from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
     from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
+    from fedstats.analyses.bitpushing.config import BitPushingMeanConfig
     from fedstats.analyses.bitpushing.methods import METHODS, options_of
     from fedstats.engine import Population, ResampledPopulation
 
     state: CliState = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
+    if method is None:  # the library's one default
+        method = BitPushingMeanConfig.method
     if method not in METHODS:
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
     check_protocol_options(ctx, method, options_of(method), options)
@@ -268,13 +272,16 @@ def _run(
         "resolution": enc.resolution,
         "details": {k: v for k, v in details.items() if k not in ("mean_stage", "variance_stage")},
     }
-    raw = payload["details"].get("unclipped_estimate")
-    if raw is not None and raw != payload["estimate"]:  # the library clipped it (post-processing)
+    clipped = payload["details"].get("clipped_estimate")
+    if clipped is not None and clipped != payload["estimate"]:  # outside the parameter space
         add_warning(
             state,
             payload,
-            f"the {kind} estimate {raw:.6g} was outside the parameter space and is reported as "
-            f"{payload['estimate']:.6g} (clipping is post-processing: no privacy cost)",
+            f"the {kind} estimate {payload['estimate']:.6g} is outside the parameter space "
+            f"[{payload['details']['parameter_space'][0]:.6g}, "
+            f"{payload['details']['parameter_space'][1]:.6g}]: it is released unclipped because "
+            f"it is unbiased; clipped (post-processing, lower error, biased) it is {clipped:.6g} "
+            "(details.clipped_estimate)",
         )
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
@@ -316,11 +323,12 @@ ColumnOpt = Annotated[
     str, typer.Option("--column", "-c", help="Numeric column (one value per client).")
 ]
 ProtocolOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--protocol",
         "-p",
-        help="adaptive, weighted, basic, dithering, piecewise, duchi or laplace.",
+        help="basic, adaptive, weighted, dithering, piecewise, duchi or laplace (default: the "
+        "library's, one-round basic; docs/bitpushing.md says why).",
     ),
 ]
 EpsilonOpt = Annotated[
@@ -404,7 +412,7 @@ def mean(
     ctx: typer.Context,
     data: DataArg,
     column: ColumnOpt,
-    method: ProtocolOpt = "adaptive",
+    method: ProtocolOpt = None,
     epsilon: EpsilonOpt = None,
     no_privacy: NoPrivacyOpt = False,
     bit_depth: BitsOpt = None,
@@ -458,7 +466,7 @@ def variance(
     ctx: typer.Context,
     data: DataArg,
     column: ColumnOpt,
-    method: ProtocolOpt = "adaptive",
+    method: ProtocolOpt = None,
     epsilon: EpsilonOpt = None,
     no_privacy: NoPrivacyOpt = False,
     bit_depth: BitsOpt = None,

@@ -344,7 +344,9 @@ def mean(
     encoding : BitEncoding
         Declared range (enforced: clip-and-count or refuse), resolution and bit depth.
     method : str
-        One of :data:`~fedstats.analyses.bitpushing.methods.METHODS`; default ``"adaptive"``.
+        One of :data:`~fedstats.analyses.bitpushing.methods.METHODS`; default the config's
+        (:attr:`~fedstats.analyses.bitpushing.config.BitPushingMeanConfig.method`, ``"basic"``:
+        ``docs/bitpushing.md``, "Which protocol is the default").
     column : str
         Column of a Population (or the name given to an array).
     epsilon : float, optional

@@ -36,7 +36,7 @@ _METHODS = ("adaptive", "weighted", "basic")
 
 @dataclass(frozen=True)
 class BitPushingMeanConfig(AnalysisConfig):
-    """Options of a bit-pushing mean (local DP: each record's reported bits are randomized).
+    r"""Options of a bit-pushing mean (local DP: each record's reported bits are randomized).
 
     Parameters
     ----------
@@ -48,8 +48,11 @@ class BitPushingMeanConfig(AnalysisConfig):
         Fixed-point step of the codes, > 0 (default 1).
     bit_depth : int or None
         Bits of the codes, in [1, 52] (default: the fewest that hold the range at ``resolution``).
-    method : {"adaptive", "weighted", "basic"}
-        Algorithm 2 (two rounds, default) or Algorithm 1 with weighted / uniform bit sampling (one round).
+    method : {"basic", "adaptive", "weighted"}
+        Algorithm 1 with :math:`p_j \propto 2^j` (one round, the default of the library, the CLI and
+        the service: lower error than adaptive in most cells of ``benchmarks/bitpushing_default.py``,
+        ``docs/bitpushing.md`` "Which protocol is the default"), Algorithm 2 (two rounds; pays without
+        DP at loose declared ranges) or Algorithm 1 with :math:`p_j \propto 2^{j/2}` (weighted).
     bits_per_client : int
         Bits each record reports, in [1, bit_depth] (default 1); each gets ``epsilon / bits_per_client``.
     round1_fraction : float
@@ -70,7 +73,7 @@ class BitPushingMeanConfig(AnalysisConfig):
     column: str = "value"
     resolution: float = 1.0
     bit_depth: int | None = None
-    method: str = "adaptive"
+    method: str = "basic"
     bits_per_client: int = 1
     round1_fraction: float = ROUND1_FRACTION
     epsilon: float | None = None

@@ -72,7 +72,8 @@ def make_stage(method: str, **options: Any) -> Stage:
         The method's options, and only those: ``epsilon`` (every method; None: no DP, bit pushing and
         dithering only), ``bits_per_client``, ``allocation``, ``squash_threshold`` (bit pushing),
         ``alpha`` (weighted, adaptive, basic), ``round1_fraction``, ``gamma``, ``min_reports``,
-        ``squash_z`` (adaptive), ``probabilities`` (basic); ``bits_per_client`` (dithering);
+        ``squash_z`` (adaptive), ``probabilities`` (basic), ``min_reports`` (adaptive, basic);
+        ``bits_per_client`` (dithering);
         ``frac_bits`` (Piecewise, Laplace).
 
     Returns

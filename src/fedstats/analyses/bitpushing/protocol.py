@@ -66,7 +66,7 @@ STAGE_OPTIONS: dict[str, tuple[str, ...]] = {
         "estimator",
     ),
     "weighted": (*_COMMON, "alpha"),
-    "basic": (*_COMMON, "probabilities", "alpha"),
+    "basic": (*_COMMON, "probabilities", "alpha", "min_reports"),
 }
 """The options each bit-pushing variant accepts (keyword arguments of its stage function)."""
 
@@ -267,16 +267,18 @@ def _common(
 ) -> dict[str, Any]:
     """Collect the fields a mean and a variance result share: estimate, variance, CI, privacy, details.
 
-    The estimate and CI are clipped to ``space`` (:func:`clip_to_space`); the unclipped (unbiased)
-    estimate and normal interval stay in ``details["unclipped_estimate"]`` / ``["unclipped_ci"]``.
+    The released ``estimate`` is the unbiased estimator and ``ci`` its normal interval ``estimate +- z
+    se``; either may leave ``space``. Their versions clipped to ``space`` (:func:`clip_to_space`,
+    post-processing: lower error, but biased wherever noise reaches a bound) are
+    ``details["clipped_estimate"]`` / ``["clipped_ci"]`` (``docs/bitpushing.md``, "Released = judged").
     """
     se = math.sqrt(max(variance, 0.0))
     z = _z(confidence)
-    est, ci = clip_to_space(estimate, se, z, space)
+    clipped, clipped_ci = clip_to_space(estimate, se, z, space)
     return {
         "analysis": analysis,
-        "estimate": est,
-        "ci": ci,
+        "estimate": estimate,
+        "ci": (estimate - z * se, estimate + z * se),
         "standard_error": se,
         "confidence": confidence,
         "epsilon": epsilon,
@@ -284,8 +286,8 @@ def _common(
         "variance": variance,
         "details": {
             **details,
-            "unclipped_estimate": estimate,
-            "unclipped_ci": (estimate - z * se, estimate + z * se),
+            "clipped_estimate": clipped,
+            "clipped_ci": clipped_ci,
             "parameter_space": (float(space[0]), float(space[1])),
         },
     }
@@ -327,9 +329,9 @@ def mean_protocol(
     -------
     ProtocolGenerator[MeanEstimate]
         Tagged ``"bitpushing.mean"`` (``"mean_baselines.mean"`` for a baseline), with variance,
-        normal-approximation CI and bit metering; ``truth`` is filled by the caller. The estimate and CI
-        are clipped to the declared range ``[low, high]`` (:func:`clip_to_space`, post-processing); the
-        unclipped, unbiased estimate is ``details["unclipped_estimate"]``.
+        normal-approximation CI and bit metering; ``truth`` is filled by the caller. The estimate is
+        the unbiased one (it may leave the declared range ``[low, high]``); the clipped estimate and
+        CI are ``details["clipped_estimate"]`` / ``["clipped_ci"]`` (:func:`clip_to_space`).
     """
     conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     cohort = _full_range(n_clients, client_range)
@@ -395,8 +397,9 @@ def variance_protocol(
     range (clipping it would make the correction too large: :meth:`CodeSpec.for_squares`). The reported
     variance is the squares stage's plus :math:`2\,\widehat{\mathbb V}[\hat\mu]^2` (the variance of
     :math:`(\hat\mu-\mu)^2` for a normal error), which dominates when epsilon * n is small. The
-    estimate and interval are clipped to :math:`[0, ((high - low)/2)^2]` (Popoviciu's bound) as
-    post-processing (:func:`clip_to_space`); ``details["unclipped_estimate"]`` is the unbiased one.
+    released estimate is the unbiased one (it may be negative); its version clipped to
+    :math:`[0, ((high - low)/2)^2]` (Popoviciu's bound, :func:`clip_to_space`) is
+    ``details["clipped_estimate"]``.
 
     Parameters
     ----------
