@@ -89,7 +89,10 @@ def _emit(ctx: typer.Context, plan: Plan, json_flag: bool) -> None:
 
 
 MethodOption = Annotated[
-    str, typer.Option("--method", help="adaptive (default), weighted or basic bit pushing.")
+    str | None,
+    typer.Option(
+        "--method", help="basic, adaptive or weighted bit pushing (default: the library's, basic)."
+    ),
 ]
 LowOption = Annotated[float, typer.Option("--low", help="Declared lower bound of the values.")]
 HighOption = Annotated[float, typer.Option("--high", help="Declared upper bound of the values.")]
@@ -114,12 +117,12 @@ def mean(
     confidence: ConfidenceOption = 0.95,
     resolution: ResolutionOption = 1.0,
     bit_depth: BitDepthOption = None,
-    method: MethodOption = "adaptive",
+    method: MethodOption = None,
     bits_per_client: BitsPerClientOption = 1,
     json_flag: JsonOption = False,
 ) -> None:
     """Clients or epsilon for a bit-pushing mean's interval of the given width (bit means at 1/2)."""
-    from fedstats.analyses.bitpushing.planning import plan_mean
+    from fedstats.analyses.bitpushing.planning import DEFAULT_METHOD, plan_mean
 
     _one_unknown(clients, epsilon)
     plan = plan_mean(
@@ -131,7 +134,7 @@ def mean(
         confidence=confidence,
         resolution=resolution,
         bit_depth=bit_depth,
-        method=method,
+        method=method or DEFAULT_METHOD,
         bits_per_client=bits_per_client,
     )
     _emit(ctx, plan, json_flag)
@@ -148,7 +151,7 @@ def variance(
     confidence: ConfidenceOption = 0.95,
     resolution: ResolutionOption = 1.0,
     bit_depth: BitDepthOption = None,
-    method: MethodOption = "adaptive",
+    method: MethodOption = None,
     bits_per_client: BitsPerClientOption = 1,
     mean_fraction: Annotated[
         float, typer.Option("--mean-fraction", help="Share of the clients in the mean stage.")
@@ -156,7 +159,7 @@ def variance(
     json_flag: JsonOption = False,
 ) -> None:
     """Clients or epsilon for a bit-pushing variance's interval of the given width (squared units)."""
-    from fedstats.analyses.bitpushing.planning import plan_variance
+    from fedstats.analyses.bitpushing.planning import DEFAULT_METHOD, plan_variance
 
     _one_unknown(clients, epsilon)
     plan = plan_variance(
@@ -168,7 +171,7 @@ def variance(
         confidence=confidence,
         resolution=resolution,
         bit_depth=bit_depth,
-        method=method,
+        method=method or DEFAULT_METHOD,
         bits_per_client=bits_per_client,
         mean_fraction=mean_fraction,
     )

@@ -5,9 +5,9 @@ The released interval is the normal one, ``estimate +- z se`` (clipped to the pa
 randomized response included). The planner evaluates that variance before any data is seen, with the
 rounds' sampling vectors computed as the stages compute them:
 
-* ``basic`` (:math:`p_j \propto 2^j`) and ``weighted`` (:math:`p_j \propto 2^{j/2}`): one round of all n
+* ``basic`` (the default, :data:`DEFAULT_METHOD`; :math:`p_j \propto 2^j`) and ``weighted`` (:math:`p_j \propto 2^{j/2}`): one round of all n
   clients;
-* ``adaptive`` (the default, split estimator): round 1, ``round1_fraction`` of the clients,
+* ``adaptive`` (split estimator): round 1, ``round1_fraction`` of the clients,
   :math:`p_j \propto 2^j` mixed with the uniform floor of
   :func:`~fedstats.analyses.bitpushing.bit_stages.adaptive_stage`; round 2, Lemma 3's allocation
   :math:`\sqrt{4^j(\bar x^{(j)}(1-\bar x^{(j)}) + v_\varepsilon)}` (computed here from the assumed bit means,
@@ -39,14 +39,23 @@ from fedstats.analyses.bitpushing.allocation import (
     weighted_probabilities,
 )
 from fedstats.analyses.bitpushing.bit_stages import FLOOR_SHARE
-from fedstats.analyses.bitpushing.config import ROUND1_FRACTION
+from fedstats.analyses.bitpushing.config import ROUND1_FRACTION, BitPushingMeanConfig
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.stages import CodeSpec
 from fedstats.errors import ParameterError
 
-__all__ = ["plan_mean", "plan_variance", "predicted_mean_variance", "predicted_variance_variance"]
+__all__ = [
+    "DEFAULT_METHOD",
+    "plan_mean",
+    "plan_variance",
+    "predicted_mean_variance",
+    "predicted_variance_variance",
+]
 
 _METHODS = ("adaptive", "weighted", "basic")
+
+DEFAULT_METHOD: str = BitPushingMeanConfig.method
+"""The method planned when none is named: the library's default (``BitPushingMeanConfig.method``)."""
 _MIN_REPORTS = 16  # adaptive_stage's default min_reports
 
 
@@ -114,7 +123,7 @@ def predicted_mean_variance(
     epsilon: float | None,
     resolution: float = 1.0,
     bit_depth: int | None = None,
-    method: str = "adaptive",
+    method: str = DEFAULT_METHOD,
     bits_per_client: int = 1,
     round1_fraction: float = ROUND1_FRACTION,
     values: Any = None,
@@ -152,7 +161,7 @@ def predicted_variance_variance(
     epsilon: float | None,
     resolution: float = 1.0,
     bit_depth: int | None = None,
-    method: str = "adaptive",
+    method: str = DEFAULT_METHOD,
     bits_per_client: int = 1,
     round1_fraction: float = ROUND1_FRACTION,
     mean_fraction: float = 0.2,
@@ -271,7 +280,7 @@ def plan_mean(
     confidence: float = 0.95,
     resolution: float = 1.0,
     bit_depth: int | None = None,
-    method: str = "adaptive",
+    method: str = DEFAULT_METHOD,
     bits_per_client: int = 1,
     round1_fraction: float = ROUND1_FRACTION,
     values: Any = None,
@@ -352,7 +361,7 @@ def plan_variance(
     confidence: float = 0.95,
     resolution: float = 1.0,
     bit_depth: int | None = None,
-    method: str = "adaptive",
+    method: str = DEFAULT_METHOD,
     bits_per_client: int = 1,
     round1_fraction: float = ROUND1_FRACTION,
     mean_fraction: float = 0.2,
