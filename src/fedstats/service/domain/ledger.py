@@ -24,7 +24,7 @@ from typing import Any
 
 from fedstats.errors import BudgetExceededError
 from fedstats.privacy.ledger import PrivacyLedger
-from fedstats.service.store import Tx, TxLike, as_tx
+from fedstats.service.store import Tx
 from fedstats.service.store.core import BudgetRow, ChargeRow
 
 __all__ = ["Charge", "audit", "budget_status", "release", "reserve", "set_budget", "spend"]
@@ -51,9 +51,9 @@ class Charge:
     label: str
 
 
-def audit(tx: TxLike, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
-    """Append an audit record (in the caller's transaction ``tx``: a :class:`Tx` or a session)."""
-    as_tx(tx).add_audit(
+def audit(tx: Tx, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
+    """Append an audit record (in the caller's transaction ``tx``)."""
+    tx.add_audit(
         time.time(), actor, action, run_id, json.dumps(detail, sort_keys=True, default=str)
     )
 
@@ -78,7 +78,7 @@ def _with_budget(ledger: PrivacyLedger, budget: BudgetRow, scope: str) -> Privac
     return ledger
 
 
-def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, charge: Charge) -> None:
+def reserve(tx: Tx, *, run_id: str, population: str, analyst: str, charge: Charge) -> None:
     """Reserve ``charge`` on both budgets, in the caller's transaction.
 
     A population or analyst without a budget row has no budget: nothing can be charged to it.
@@ -89,7 +89,6 @@ def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, char
         If either budget is missing or would be exceeded; the message gives spent, requested and
         remaining (from :meth:`PrivacyLedger.spend`). Nothing is reserved then.
     """
-    tx = as_tx(session)
     # lock in a fixed order (population, then analyst) so concurrent reservations cannot deadlock
     for scope, name in (("population", population), ("analyst", analyst)):
         budget = tx.budget(scope, name, lock=True)
@@ -128,7 +127,7 @@ def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, char
     )
 
 
-def spend(session: TxLike, run_id: str, *, actor: str = "server") -> bool:
+def spend(tx: Tx, run_id: str, *, actor: str = "server") -> bool:
     """Turn the run's reservation into a spend (idempotent); return True if it changed now.
 
     Raises
@@ -137,7 +136,6 @@ def spend(session: TxLike, run_id: str, *, actor: str = "server") -> bool:
         If the run's charge was released: it no longer counts against any budget, and turning it back
         into a spend would skip the budget check (a released run must not publish a result).
     """
-    tx = as_tx(session)
     c = tx.charge_of(run_id)
     if c is None or c.status == "spent":
         return False
@@ -151,9 +149,8 @@ def spend(session: TxLike, run_id: str, *, actor: str = "server") -> bool:
     return True
 
 
-def release(session: TxLike, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
+def release(tx: Tx, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
     """Give a reservation back (a run that released nothing); return True if it changed now."""
-    tx = as_tx(session)
     c = tx.charge_of(run_id)
     if c is None or c.status != "reserved":
         return False
@@ -162,9 +159,7 @@ def release(session: TxLike, run_id: str, *, actor: str = "server", reason: str 
     return True
 
 
-def set_budget(
-    session: TxLike, scope: str, name: str, *, epsilon: float, delta: float, actor: str
-) -> None:
+def set_budget(tx: Tx, scope: str, name: str, *, epsilon: float, delta: float, actor: str) -> None:
     """Create or change a budget, in the caller's transaction; refuse one below what is already charged.
 
     Parameters
@@ -183,7 +178,6 @@ def set_budget(
         budget (HTTP 409); the message names the budget, the spent amount and the requested one. Nothing
         changes then.
     """
-    tx = as_tx(session)
     b = tx.budget(scope, name, lock=True)
     if b is not None:
         spent = _ledger_of(tx, b, scope)
@@ -201,9 +195,8 @@ def set_budget(
     audit(tx, actor, "budget", None, scope=scope, name=name, epsilon=epsilon, delta=delta)
 
 
-def budget_status(session: TxLike, scope: str, name: str) -> dict[str, Any] | None:
+def budget_status(tx: Tx, scope: str, name: str) -> dict[str, Any] | None:
     """Budget, spent (reserved + spent) and remaining of one population or analyst, or None."""
-    tx = as_tx(session)
     b = tx.budget(scope, name)
     if b is None:
         return None

@@ -69,7 +69,8 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
-from fedstats.service.store import Tx, TxLike, as_tx
+from fedstats.service.store import Tx
+from fedstats.service.store.core import RunRow
 from fedstats.service.store.secure import EnrolledRow, MemberRow, SecureSessionRow, UpMessage
 from fedstats.wire import seeding
 from fedstats.wire.registry import config_for, lookup
@@ -117,10 +118,16 @@ def ordered_members(tx: Tx, run_id: str) -> list[MemberRow]:
 # -- the run's seed -----------------------------------------------------------------------------
 
 
-def close_seeding(tx: Tx, run: Any, deadline: float) -> str | None:
+def close_seeding(tx: Tx, run: RunRow, deadline: float) -> RunRow | str | None:
     """Fix the run's seed once every member revealed; return an abort reason past ``deadline``.
 
-    ``run`` is the run's row as loaded in ``tx`` (it is updated with the seed and status ``running``).
+    ``run`` is the run's row as loaded (and locked) in ``tx``.
+
+    Returns
+    -------
+    RunRow or str or None
+        The run as now stored (its seed fixed, status ``running``) once every member revealed; the
+        reason to abort it if some did not by ``deadline``; None while waiting for them.
     """
     rows = ordered_members(tx, run.id)
     missing = [m.client_id for m in rows if m.reveal is None]
@@ -135,16 +142,16 @@ def close_seeding(tx: Tx, run: Any, deadline: float) -> str | None:
     entries = [(m.client_id, str(m.commitment), m.slot_start, m.slot_count) for m in rows]
     reveals = [bytes.fromhex(str(m.reveal)) for m in rows]
     keys = [c.public_key for c in enrolled_rows(tx, [m.client_id for m in rows])]
-    tx.start_secure_run(run.id, seeding.run_seed(run.id, entries, reveals, keys).hex())
-    return None
+    seed = seeding.run_seed(run.id, entries, reveals, keys).hex()
+    tx.start_secure_run(run.id, seed)
+    return dataclasses.replace(run, public_seed=seed, status="running")
 
 
 # -- sessions -----------------------------------------------------------------------------------
 
 
-def _roster(tx: TxLike, run: Any, index: int, number: int, members: list[str]) -> SessionRoster:
-    # TxLike: benchmarks/service_secagg.py replays sessions with a bare session
-    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(as_tx(tx), members)]
+def _roster(tx: Tx, run: Any, index: int, number: int, members: list[str]) -> SessionRoster:
+    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(tx, members)]
     sid = seeding.session_id(bytes.fromhex(str(run.public_seed)), index, number)
     return SessionRoster(seeding.task_id_bytes(run.id), sid, tuple(keys), _EMPTY_SIGNATURE)
 
@@ -289,9 +296,9 @@ class SessionCache:
             del self._live[key]
 
 
-def _ups(tx: TxLike, row: SecureSessionRow, stage: int) -> list[UpMessage]:
+def _ups(tx: Tx, row: SecureSessionRow, stage: int) -> list[UpMessage]:
     """The devices' messages of ``stage`` (``client_index``, ``payload``), by client index."""
-    return as_tx(tx).up_messages(row.run_id, row.round_index, row.number, stage)
+    return tx.up_messages(row.run_id, row.round_index, row.number, stage)
 
 
 def _count(tx: Tx, row: SecureSessionRow, direction: str) -> int:

@@ -30,7 +30,7 @@ from fedstats.service.http.schemas import (
     SignedTaskIn,
     TaskOut,
 )
-from fedstats.service.store import Store, Tx, TxLike, as_tx
+from fedstats.service.store import Store, Tx
 from fedstats.wire import auth
 
 __all__ = ["OperatorIn", "OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]
@@ -169,7 +169,8 @@ def admin_router(
         """Stored tasks, newest first (filters: ``analysis``, ``population``)."""
         with store.transaction(read_only=True) as tx:
             items = []
-            for tid, created_by, created_at in tx.tasks_newest():
+            for t in tx.tasks_newest():
+                tid, created_by, created_at = t.task_id, t.created_by, t.created_at
                 conf = tasks.task_config(tx, tid)
                 if analysis is not None and conf.get("analysis") != analysis:
                     continue
@@ -443,14 +444,20 @@ def admin_router(
         with store.transaction(read_only=True) as tx:
             rows = tx.audit_log(run_id, limit)
         return [
-            {"ts": ts, "actor": who, "action": what, "run_id": rid, "detail": json.loads(detail)}
-            for ts, who, what, rid, detail in rows
+            {
+                "ts": a.ts,
+                "actor": a.actor,
+                "action": a.action,
+                "run_id": a.run_id,
+                "detail": json.loads(a.detail),
+            }
+            for a in rows
         ]
 
     return r
 
 
-def rotate_token(s: TxLike, name: str) -> str:
+def rotate_token(s: Tx, name: str) -> str:
     """Give operator ``name`` a new bearer token (in the caller's transaction); return it.
 
     Raises
@@ -458,4 +465,4 @@ def rotate_token(s: TxLike, name: str) -> str:
     NotFoundError
         If there is no such operator.
     """
-    return operators.rotate(as_tx(s), name)
+    return operators.rotate(s, name)

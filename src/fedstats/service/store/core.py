@@ -14,7 +14,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -32,7 +32,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
 
 from fedstats.service.store.tables import (
     Audit,
@@ -52,15 +51,26 @@ from fedstats.service.store.tables import (
 )
 
 __all__ = [
+    "AuditEntry",
     "BudgetRow",
     "ChargeRow",
     "ClientRow",
+    "ClosedRound",
+    "Cohort",
     "CoreQueries",
+    "FinishedRun",
     "IdempotentAnswer",
     "LiveRun",
+    "PopulationCount",
     "ReportRow",
     "RoundRow",
+    "RoundSummary",
+    "RoundTotal",
+    "RunLease",
+    "RunRow",
+    "RunSummary",
     "SqlCoreQueries",
+    "TaskSummary",
 ]
 
 
@@ -191,6 +201,147 @@ class LiveRun:
 
 
 @dataclass(frozen=True)
+class RunRow:
+    """A run (``runs`` row).
+
+    Attributes
+    ----------
+    id, task_id, analyst : str
+    status : str
+        ``checkin``, ``seeding``, ``running``, ``done`` or ``aborted``.
+    created_at, checkin_deadline : float
+        Unix seconds.
+    n_clients : int or None
+        Records in the cohort, fixed when check-in closes.
+    secret : str
+    result, error : str or None
+        The released result (JSON) once done; the reason once aborted.
+    finished_at : float or None
+    lease_owner : str or None
+        The server process advancing the run, until ``lease_until``.
+    lease_until : float or None
+    public_seed : str or None
+        The run's public seed (hex).
+    lease_epoch : int
+        The fencing token: every claim of the lease increments it.
+    """
+
+    id: str
+    task_id: str
+    analyst: str
+    status: str
+    created_at: float
+    checkin_deadline: float
+    n_clients: int | None
+    secret: str
+    result: str | None
+    error: str | None
+    finished_at: float | None
+    lease_owner: str | None
+    lease_until: float | None
+    public_seed: str | None
+    lease_epoch: int
+
+
+@dataclass(frozen=True)
+class RunLease:
+    """A live run's lease (``runs.lease_*``): who advances it, until when, under which fencing token."""
+
+    run_id: str
+    lease_owner: str | None
+    lease_until: float | None
+    lease_epoch: int
+
+
+@dataclass(frozen=True)
+class ClosedRound:
+    """A closed round as journaled: what a replay of the plan checks and the sum it feeds back."""
+
+    index: int
+    params_digest: str
+    encode: str
+    total: str | None
+    n_clients: int | None
+
+
+@dataclass(frozen=True)
+class RoundTotal:
+    """A closed round's journaled sum (canonical JSON) and the records it sums."""
+
+    index: int
+    total: str
+    n_clients: int
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """A round as the run's view lists it (``n_clients``: records summed once closed)."""
+
+    index: int
+    name: str
+    status: str
+    lo: int
+    hi: int
+    n_clients: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRun:
+    """A done or aborted run a device was a member of."""
+
+    run_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """A run's cohort so far: its devices and the records (slots) they hold."""
+
+    devices: int
+    records: int
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run as the dashboard lists it."""
+
+    run_id: str
+    task_id: str
+    created_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class PopulationCount:
+    """A population's enrolled devices, how many are revoked, and the newest enrolment (Unix s)."""
+
+    population: str
+    enrolled: int
+    revoked: int
+    last_enrolled: float | None
+
+
+@dataclass(frozen=True)
+class TaskSummary:
+    """A stored task's id, who created it and when."""
+
+    task_id: str
+    created_by: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """An audit record (``audit`` row)."""
+
+    ts: float
+    actor: str
+    action: str
+    run_id: str | None
+    detail: str
+
+
+@dataclass(frozen=True)
 class PutReport:
     """One upload for :meth:`CoreQueries.put_reports` (the arguments of :meth:`CoreQueries.put_report`)."""
 
@@ -255,8 +406,8 @@ class CoreQueries(ABC):
 
     # -- runs, members, rounds, reports
     @abstractmethod
-    def cohort(self, run_id: str) -> tuple[int, int]:
-        """``(devices, slots)`` of a run's cohort so far (one aggregate row)."""
+    def cohort(self, run_id: str) -> Cohort:
+        """A run's cohort so far (one aggregate row)."""
 
     @abstractmethod
     def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
@@ -387,13 +538,13 @@ class CoreQueries(ABC):
         reported in it (outer joins on primary keys).
         """
 
-    def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[tuple[str, str]]]:
+    def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[FinishedRun]]:
         """:meth:`live_runs` and :meth:`finished_runs` of a device (one statement on SQL stores)."""
         return self.live_runs(client_id), self.finished_runs(client_id)
 
     def device_runs_many(
         self, client_ids: Sequence[str]
-    ) -> dict[str, tuple[list[LiveRun], list[tuple[str, str]]]]:
+    ) -> dict[str, tuple[list[LiveRun], list[FinishedRun]]]:
         """:meth:`device_runs` of several devices (one statement on SQL stores, whatever their number).
 
         Returns
@@ -408,19 +559,19 @@ class CoreQueries(ABC):
         """Whether the device has a report in the round."""
 
     @abstractmethod
-    def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
-        """``(index, total, n_clients)`` of the closed rounds ``< before`` of a run, in order."""
+    def closed_totals(self, run_id: str, before: int) -> list[RoundTotal]:
+        """The journaled sums of the closed rounds ``< before`` of a run, in order."""
 
     @abstractmethod
-    def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
-        """``(run_id, status)`` of the done or aborted runs the device was a member of."""
+    def finished_runs(self, client_id: str) -> list[FinishedRun]:
+        """The done or aborted runs the device was a member of."""
 
     @abstractmethod
-    def orm_run(self, run_id: str, *, lock: bool = False) -> Any:
-        """The ORM row of a run, read fresh (locked ``FOR NO KEY UPDATE`` with ``lock``), or None.
+    def run(self, run_id: str, *, lock: bool = False) -> RunRow | None:
+        """A run, read fresh (locked ``FOR NO KEY UPDATE`` with ``lock``), or None.
 
-        Transitional: for the driver's fencing and the secure path, which still change run rows
-        through the ORM session (``tx.session``).
+        With ``lock`` the row stays locked to the end of the transaction: the driver's fencing check
+        and the change it guards see the same lease (:meth:`update_run` writes the change).
         """
 
     @abstractmethod
@@ -436,8 +587,8 @@ class CoreQueries(ABC):
         """Whether a round of the run has a journaled sum."""
 
     @abstractmethod
-    def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
-        """``(index, name, status, lo, hi, n_clients)`` of a run's rounds, in order."""
+    def rounds_of(self, run_id: str) -> list[RoundSummary]:
+        """A run's rounds, in order."""
 
     @abstractmethod
     def slots_of(self, run_id: str) -> list[tuple[int, int]]:
@@ -450,28 +601,33 @@ class CoreQueries(ABC):
     @abstractmethod
     def claim_runs(
         self, owner: str, now: float, renew_before: float, *, own: list[str] | None = None
-    ) -> list[tuple[str, Any]]:
+    ) -> list[RunLease]:
         """Lock the live runs whose lease is free, expired, or ``owner``'s ending before ``renew_before``.
 
         With ``own``: those live runs of the list leased to ``owner`` instead (to claim them anew).
-        Returns ``(run_id, (lease_owner, lease_until, lease_epoch))`` of each. Runs locked by another transaction are skipped (``SKIP LOCKED`` on PostgreSQL).
+        Returns the lease of each as it was. Runs locked by another transaction are skipped (``SKIP
+        LOCKED`` on PostgreSQL).
         """
 
     @abstractmethod
-    def held_runs(self, owner: str) -> list[tuple[str, int]]:
-        """``(run_id, lease_epoch)`` of the live runs leased to ``owner``."""
+    def held_runs(self, owner: str) -> list[RunLease]:
+        """The leases of the live runs leased to ``owner``."""
 
     @abstractmethod
-    def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
-        """``(index, params_digest, encode, total, n_clients)`` of a run's closed rounds, in order."""
+    def closed_rounds(self, run_id: str) -> list[ClosedRound]:
+        """A run's closed rounds as journaled, in order."""
 
     @abstractmethod
-    def orm_round(self, run_id: str, index: int) -> Any:
-        """The ORM row of a round, locked ``FOR UPDATE``, or None (transitional, see :meth:`orm_run`)."""
+    def round_row(self, run_id: str, index: int) -> RoundRow | None:
+        """Round ``index`` of a run, locked ``FOR UPDATE`` (the driver opening or closing it), or None."""
 
     @abstractmethod
-    def add_orm_round(self, **values: Any) -> Any:
-        """Insert a round and return its ORM row (transitional, see :meth:`orm_run`)."""
+    def add_round(self, **values: Any) -> RoundRow:
+        """Insert a round (the ``rounds`` columns as keywords); return it."""
+
+    @abstractmethod
+    def update_round(self, run_id: str, index: int, **values: Any) -> None:
+        """Set columns of a round (``status``; at its close ``total`` and ``n_clients``)."""
 
     @abstractmethod
     def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
@@ -491,16 +647,16 @@ class CoreQueries(ABC):
 
     # -- the operator's dashboard (reads)
     @abstractmethod
-    def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
-        """``(run_id, task_id, created_at, finished_at)`` of the newest runs."""
+    def recent_runs(self, limit: int) -> list[RunSummary]:
+        """The newest runs."""
 
     @abstractmethod
-    def population_counts(self) -> list[tuple[str, int, int, float | None]]:
-        """``(population, devices enrolled, revoked, last enrolment time)`` per population."""
+    def population_counts(self) -> list[PopulationCount]:
+        """The enrolled devices of each population."""
 
     @abstractmethod
-    def checked_in_by_population(self) -> list[tuple[str, int]]:
-        """``(population, devices in live runs)`` per population."""
+    def checked_in_by_population(self) -> dict[str, int]:
+        """``population -> devices in live runs`` (populations with none are absent)."""
 
     @abstractmethod
     def budgets(self) -> list[BudgetRow]:
@@ -511,15 +667,13 @@ class CoreQueries(ABC):
         """The charges still reserved (not yet spent) on one budget, in order."""
 
     @abstractmethod
-    def recent_audit(
-        self, actions: tuple[str, ...], limit: int
-    ) -> list[tuple[float, str, str, str | None, str]]:
-        """``(ts, actor, action, run_id, detail)`` of the newest audit records of ``actions``."""
+    def recent_audit(self, actions: tuple[str, ...], limit: int) -> list[AuditEntry]:
+        """The newest audit records of ``actions``, newest first."""
 
     # -- the operator API (reads and device/operator changes)
     @abstractmethod
-    def tasks_newest(self) -> list[tuple[str, str, float]]:
-        """``(task_id, created_by, created_at)`` of every task, newest first."""
+    def tasks_newest(self) -> list[TaskSummary]:
+        """Every task, newest first."""
 
     @abstractmethod
     def page_runs(
@@ -566,10 +720,8 @@ class CoreQueries(ABC):
         """Delete an operator; False if there is no such operator."""
 
     @abstractmethod
-    def audit_log(
-        self, run_id: str | None, limit: int
-    ) -> list[tuple[float, str, str, str | None, str]]:
-        """``(ts, actor, action, run_id, detail)`` of the oldest ``limit`` records (of one run)."""
+    def audit_log(self, run_id: str | None, limit: int) -> list[AuditEntry]:
+        """The oldest ``limit`` audit records (of one run), oldest first."""
 
     # -- tasks (write)
     @abstractmethod
@@ -678,6 +830,23 @@ _ROUND_COLUMNS = (
     _ROUNDS.c.status,
     _ROUNDS.c.deadline,
 )
+
+_ROUND_FIELDS = tuple(c.name for c in _ROUND_COLUMNS)
+_Q_ROUND_LOCKED = (
+    select(*_ROUND_COLUMNS)
+    .where(_ROUNDS.c.run_id == bindparam("run_id"), _ROUNDS.c.index == bindparam("index"))
+    .with_for_update()
+)
+_RUN_FIELDS = tuple(f.name for f in fields(RunRow))
+_Q_RUN = select(*(_RUNS.c[f] for f in _RUN_FIELDS)).where(_RUNS.c.id == bindparam("run_id"))
+_Q_RUN_LOCKED = _Q_RUN.with_for_update(key_share=True)
+
+
+def _run_row(r: Any) -> RunRow:
+    values = dict(zip(_RUN_FIELDS, r, strict=True))
+    values["lease_epoch"] = int(values["lease_epoch"] or 0)
+    return RunRow(**values)
+
 
 # The statements of every device request (a poll, an upload), built once with bind parameters:
 # building a select (coercing its columns and clauses) cost more CPU than executing it, and a
@@ -953,28 +1122,18 @@ _CHARGE_COLUMNS = (
 class SqlCoreQueries(CoreQueries):
     """:class:`CoreQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
-    session: Session
     conn: Connection
-    _session: Session | None
 
     def _exec(self, stmt: Any, params: Any = None) -> Any:
-        """Execute a Core statement on the transaction's connection (no ORM layer).
-
-        The ORM session, if the transaction has one, is flushed first (as the session's own autoflush
-        would): a Core read after an ORM change sees it.
-        """
-        if self._session is not None:
-            self._session.flush()
+        """Execute a Core statement on the transaction's connection (no ORM layer)."""
         return self.conn.execute(stmt, params)
 
     def _run(self, stmt: Any, params: dict[str, Any]) -> Any:
         """Execute a prebuilt Core statement on the transaction's connection (no ORM layer)."""
-        return self._exec(stmt, params)
+        return self.conn.execute(stmt, params)
 
     def _insert_ignore(self, table: Any, **values: Any) -> int:
         """``INSERT ... ON CONFLICT DO NOTHING``; the number of rows inserted (0 or 1)."""
-        if self._session is not None:
-            self._session.flush()
         conn = self.conn
         dialect = conn.dialect.name
         stmt = _INSERT_IGNORE.get((table.name, dialect))
@@ -1060,10 +1219,10 @@ class SqlCoreQueries(CoreQueries):
         got = self._exec(select(t.config).where(t.id == task_id)).scalar()
         return None if got is None else str(got)
 
-    def cohort(self, run_id: str) -> tuple[int, int]:
+    def cohort(self, run_id: str) -> Cohort:
         """See :meth:`CoreQueries.cohort`."""
         devices, slots = self._run(_Q_COHORT, {"run_id": run_id}).one()
-        return int(devices), int(slots)
+        return Cohort(int(devices), int(slots))
 
     def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
         """See :meth:`CoreQueries.member`."""
@@ -1156,8 +1315,6 @@ class SqlCoreQueries(CoreQueries):
             "digest": digest,
             "received_at": received_at,
         }
-        if self._session is not None:
-            self._session.flush()
         if pg:
             fresh, stored = conn.exec_driver_sql(_PUT_REPORT_PG, params).one()
             return bool(fresh), bool(stored)
@@ -1171,8 +1328,6 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.put_reports`."""
         if len(items) <= 1:
             return super().put_reports(items, received_at)
-        if self._session is not None:
-            self._session.flush()
         conn = self.conn
         rows = [
             (
@@ -1231,13 +1386,13 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.live_runs`."""
         return self._live(self._run(_Q_LIVE_RUNS, {"client_id": client_id}).all())
 
-    def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[tuple[str, str]]]:
+    def device_runs(self, client_id: str) -> tuple[list[LiveRun], list[FinishedRun]]:
         """See :meth:`CoreQueries.device_runs`."""
         return self._split(self._run(_Q_DEVICE_RUNS, {"client_id": client_id}).all())
 
     def device_runs_many(
         self, client_ids: Sequence[str]
-    ) -> dict[str, tuple[list[LiveRun], list[tuple[str, str]]]]:
+    ) -> dict[str, tuple[list[LiveRun], list[FinishedRun]]]:
         """See :meth:`CoreQueries.device_runs_many`."""
         ids = list(dict.fromkeys(client_ids))
         if len(ids) == 1:
@@ -1250,7 +1405,7 @@ class SqlCoreQueries(CoreQueries):
         return {cid: self._split(rows) for cid, rows in by.items()}
 
     @classmethod
-    def _split(cls, rows: Any) -> tuple[list[LiveRun], list[tuple[str, str]]]:
+    def _split(cls, rows: Any) -> tuple[list[LiveRun], list[FinishedRun]]:
         """:meth:`device_runs` of one device's rows of :data:`_Q_DEVICE_RUNS`."""
         finished: dict[str, str] = {}
         live = []
@@ -1259,7 +1414,7 @@ class SqlCoreQueries(CoreQueries):
                 finished[str(row[0])] = str(row[2])
             else:
                 live.append(row)
-        return cls._live(live), list(finished.items())
+        return cls._live(live), [FinishedRun(r, st) for r, st in finished.items()]
 
     @staticmethod
     def _live(rows: Any) -> list[LiveRun]:
@@ -1289,7 +1444,7 @@ class SqlCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.reported`."""
         return self.report_digest(run_id, index, client_id) is not None
 
-    def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
+    def closed_totals(self, run_id: str, before: int) -> list[RoundTotal]:
         """See :meth:`CoreQueries.closed_totals`."""
         r = _ROUNDS.c
         rows = self._exec(
@@ -1297,23 +1452,26 @@ class SqlCoreQueries(CoreQueries):
             .where(r.run_id == run_id, r.index < before, r.status == "closed")
             .order_by(r.index)
         ).all()
-        return [(int(i), str(t), int(n)) for i, t, n in rows if t is not None and n is not None]
+        return [
+            RoundTotal(int(i), str(t), int(n))
+            for i, t, n in rows
+            if t is not None and n is not None
+        ]
 
-    def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
+    def finished_runs(self, client_id: str) -> list[FinishedRun]:
         """See :meth:`CoreQueries.finished_runs`."""
         rows = self._run(_Q_FINISHED_RUNS, {"client_id": client_id}).all()
-        return [(str(i), str(s)) for i, s in rows]
+        return [FinishedRun(str(i), str(s)) for i, s in rows]
 
-    def orm_run(self, run_id: str, *, lock: bool = False) -> Any:
-        """See :meth:`CoreQueries.orm_run`."""
-        # populate_existing: a fresh read even if the session already holds the run (a stale lease
-        # owner or epoch in the identity map must never pass the fencing check)
-        stmt = select(Run).where(Run.id == run_id).execution_options(populate_existing=True)
+    def run(self, run_id: str, *, lock: bool = False) -> RunRow | None:
+        """See :meth:`CoreQueries.run`."""
         if lock:
             # FOR NO KEY UPDATE: does not block the key-share locks of inserts referencing the run
             # (reports, members), so a report and the driver closing its round cannot deadlock
-            stmt = stmt.with_for_update(key_share=True)
-        return self.session.execute(stmt).scalar_one_or_none()
+            got = self._run(_Q_RUN_LOCKED, {"run_id": run_id}).first()
+        else:
+            got = self._run(_Q_RUN, {"run_id": run_id}).first()
+        return None if got is None else _run_row(got)
 
     def add_run(self, **values: Any) -> None:
         """See :meth:`CoreQueries.add_run`."""
@@ -1331,7 +1489,7 @@ class SqlCoreQueries(CoreQueries):
         ).first()
         return got is not None
 
-    def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
+    def rounds_of(self, run_id: str) -> list[RoundSummary]:
         """See :meth:`CoreQueries.rounds_of`."""
         r = _ROUNDS.c
         rows = self._exec(
@@ -1339,7 +1497,9 @@ class SqlCoreQueries(CoreQueries):
             .where(r.run_id == run_id)
             .order_by(r.index)
         ).all()
-        return [(int(i), str(n), str(s), int(lo), int(hi), c) for i, n, s, lo, hi, c in rows]
+        return [
+            RoundSummary(int(i), str(n), str(s), int(lo), int(hi), c) for i, n, s, lo, hi, c in rows
+        ]
 
     def slots_of(self, run_id: str) -> list[tuple[int, int]]:
         """See :meth:`CoreQueries.slots_of`."""
@@ -1349,7 +1509,7 @@ class SqlCoreQueries(CoreQueries):
 
     def claim_runs(
         self, owner: str, now: float, renew_before: float, *, own: list[str] | None = None
-    ) -> list[tuple[str, Any]]:
+    ) -> list[RunLease]:
         """See :meth:`CoreQueries.claim_runs`."""
         r = _RUNS.c
         if own is None:
@@ -1365,19 +1525,19 @@ class SqlCoreQueries(CoreQueries):
             .where(r.status.in_(("checkin", "seeding", "running")), which)
             .with_for_update(skip_locked=True, key_share=True)
         ).all()
-        return [(str(i), (o, u, int(e or 0))) for i, o, u, e in rows]
+        return [RunLease(str(i), o, u, int(e or 0)) for i, o, u, e in rows]
 
-    def held_runs(self, owner: str) -> list[tuple[str, int]]:
+    def held_runs(self, owner: str) -> list[RunLease]:
         """See :meth:`CoreQueries.held_runs`."""
         r = _RUNS.c
         rows = self._exec(
-            select(r.id, r.lease_epoch).where(
+            select(r.id, r.lease_owner, r.lease_until, r.lease_epoch).where(
                 r.status.in_(("checkin", "seeding", "running")), r.lease_owner == owner
             )
         ).all()
-        return [(str(i), int(e or 0)) for i, e in rows]
+        return [RunLease(str(i), o, u, int(e or 0)) for i, o, u, e in rows]
 
-    def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
+    def closed_rounds(self, run_id: str) -> list[ClosedRound]:
         """See :meth:`CoreQueries.closed_rounds`."""
         r = _ROUNDS.c
         rows = self._exec(
@@ -1385,18 +1545,22 @@ class SqlCoreQueries(CoreQueries):
             .where(r.run_id == run_id, r.status == "closed")
             .order_by(r.index)
         ).all()
-        return [(int(i), str(d), str(e), t, n) for i, d, e, t, n in rows]
+        return [ClosedRound(int(i), str(d), str(e), t, n) for i, d, e, t, n in rows]
 
-    def orm_round(self, run_id: str, index: int) -> Any:
-        """See :meth:`CoreQueries.orm_round`."""
-        return self.session.get(RoundRecord, (run_id, index), with_for_update=True)
+    def round_row(self, run_id: str, index: int) -> RoundRow | None:
+        """See :meth:`CoreQueries.round_row`."""
+        got = self._run(_Q_ROUND_LOCKED, {"run_id": run_id, "index": index}).first()
+        return None if got is None else _round(got)
 
-    def add_orm_round(self, **values: Any) -> Any:
-        """See :meth:`CoreQueries.add_orm_round`."""
-        rec = RoundRecord(**values)
-        self.session.add(rec)
-        self.session.flush()
-        return rec
+    def add_round(self, **values: Any) -> RoundRow:
+        """See :meth:`CoreQueries.add_round`."""
+        self._exec(_ROUNDS.insert().values(**values))
+        return RoundRow(**{f: values[f] for f in _ROUND_FIELDS})
+
+    def update_round(self, run_id: str, index: int, **values: Any) -> None:
+        """See :meth:`CoreQueries.update_round`."""
+        r = _ROUNDS.c
+        self._exec(update(_ROUNDS).where(r.run_id == run_id, r.index == index).values(**values))
 
     def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
         """See :meth:`CoreQueries.round_counts`."""
@@ -1438,7 +1602,7 @@ class SqlCoreQueries(CoreQueries):
         ).all()
         return {str(c): (int(a), int(n)) for c, a, n in rows}
 
-    def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
+    def recent_runs(self, limit: int) -> list[RunSummary]:
         """See :meth:`CoreQueries.recent_runs`."""
         r = _RUNS.c
         rows = self._exec(
@@ -1446,9 +1610,9 @@ class SqlCoreQueries(CoreQueries):
             .order_by(r.created_at.desc())
             .limit(limit)
         ).all()
-        return [(str(i), str(t), float(c), f) for i, t, c, f in rows]
+        return [RunSummary(str(i), str(t), float(c), f) for i, t, c, f in rows]
 
-    def population_counts(self) -> list[tuple[str, int, int, float | None]]:
+    def population_counts(self) -> list[PopulationCount]:
         """See :meth:`CoreQueries.population_counts`."""
         c = _CLIENTS.c
         rows = self._exec(
@@ -1456,9 +1620,9 @@ class SqlCoreQueries(CoreQueries):
                 c.population, func.count(c.id), func.count(c.revoked_at), func.max(c.enrolled_at)
             ).group_by(c.population)
         ).all()
-        return [(str(p), int(n), int(r), last) for p, n, r, last in rows]
+        return [PopulationCount(str(p), int(n), int(r), last) for p, n, r, last in rows]
 
-    def checked_in_by_population(self) -> list[tuple[str, int]]:
+    def checked_in_by_population(self) -> dict[str, int]:
         """See :meth:`CoreQueries.checked_in_by_population`."""
         c, m, r = _CLIENTS.c, _MEMBERS.c, _RUNS.c
         rows = self._exec(
@@ -1469,7 +1633,7 @@ class SqlCoreQueries(CoreQueries):
             .where(r.status.in_(("checkin", "seeding", "running")))
             .group_by(c.population)
         ).all()
-        return [(str(p), int(n)) for p, n in rows]
+        return {str(p): int(n) for p, n in rows}
 
     def budgets(self) -> list[BudgetRow]:
         """See :meth:`CoreQueries.budgets`."""
@@ -1488,9 +1652,7 @@ class SqlCoreQueries(CoreQueries):
         ).all()
         return [ChargeRow(*r) for r in rows]
 
-    def recent_audit(
-        self, actions: tuple[str, ...], limit: int
-    ) -> list[tuple[float, str, str, str | None, str]]:
+    def recent_audit(self, actions: tuple[str, ...], limit: int) -> list[AuditEntry]:
         """See :meth:`CoreQueries.recent_audit`."""
         a = _AUDIT.c
         rows = self._exec(
@@ -1499,19 +1661,19 @@ class SqlCoreQueries(CoreQueries):
             .order_by(a.id.desc())
             .limit(limit)
         ).all()
-        return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
+        return [AuditEntry(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
     def _page(self, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
         total = self._exec(select(func.count()).select_from(stmt.subquery())).scalar_one()
         return list(self._exec(stmt.limit(limit).offset(offset)).all()), int(total)
 
-    def tasks_newest(self) -> list[tuple[str, str, float]]:
+    def tasks_newest(self) -> list[TaskSummary]:
         """See :meth:`CoreQueries.tasks_newest`."""
         t = _TASKS.c
         rows = self._exec(
             select(t.id, t.created_by, t.created_at).order_by(t.created_at.desc(), t.id)
         ).all()
-        return [(str(i), str(b), float(a)) for i, b, a in rows]
+        return [TaskSummary(str(i), str(b), float(a)) for i, b, a in rows]
 
     def page_runs(
         self,
@@ -1614,19 +1776,17 @@ class SqlCoreQueries(CoreQueries):
     def remove_operator(self, name: str) -> bool:
         """See :meth:`CoreQueries.remove_operator`."""
         o = _OPERATORS.c
-        got = self.session.execute(delete(_OPERATORS).where(o.name == name).returning(o.name)).all()
+        got = self._exec(delete(_OPERATORS).where(o.name == name).returning(o.name)).all()
         return bool(got)
 
-    def audit_log(
-        self, run_id: str | None, limit: int
-    ) -> list[tuple[float, str, str, str | None, str]]:
+    def audit_log(self, run_id: str | None, limit: int) -> list[AuditEntry]:
         """See :meth:`CoreQueries.audit_log`."""
         a = _AUDIT.c
         stmt = select(a.ts, a.actor, a.action, a.run_id, a.detail).order_by(a.id)
         if run_id is not None:
             stmt = stmt.where(a.run_id == run_id)
         rows = self._exec(stmt.limit(limit)).all()
-        return [(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
+        return [AuditEntry(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
         """See :meth:`CoreQueries.add_task`."""
@@ -1751,7 +1911,7 @@ class SqlCoreQueries(CoreQueries):
 
     def purge_idempotency_keys(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_idempotency_keys`."""
-        got = self.session.execute(delete(_IDEMPOTENCY).where(_IDEMPOTENCY.c.created_at < before))
+        got = self._exec(delete(_IDEMPOTENCY).where(_IDEMPOTENCY.c.created_at < before))
         return int(getattr(got, "rowcount", 0) or 0)
 
     def bump_version(self) -> int:

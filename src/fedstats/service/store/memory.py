@@ -11,13 +11,9 @@ orderings, pages and counts).
 
 Transactions are serialized by one lock (as ``BEGIN IMMEDIATE`` serializes SQLite's writers) and roll back
 on an exception through an undo log: the first change of a row in a transaction saves the row as it was
-(or that it was absent). The transitional ORM accessors (:meth:`MemoryCoreQueries.orm_run`,
-:meth:`~MemoryCoreQueries.orm_round`, :meth:`~MemoryCoreQueries.add_orm_round`) return the stored row
-object itself (attributes named like the columns), so the domain's assignments to it (``run.status =
-...``) are writes of the transaction, undone on rollback; at commit the rows a transaction touched are
-replaced by copies, so an object handed out is detached afterwards (as an ORM object after its session).
+(or that it was absent). Reads return frozen dataclasses built from the stored rows, never the rows.
 
-Not covered: secure runs (``tx.session``, the secure store queries) and the VDAF routes
+Not covered: secure runs (the secure store queries) and the VDAF routes
 (``store.engine``); both raise :class:`NeedsSQLStore` (a :class:`NotImplementedError`: "secure runs
 need a SQL store", "... needs a SQL store"), a deliberate limit, not a stub. ``open_store("memory://")`` returns a fresh, empty :class:`MemoryStore`.
 """
@@ -28,26 +24,39 @@ import copy
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from fedstats.errors import FedstatsError
 from fedstats.service.store.core import (
+    AuditEntry,
     BudgetRow,
     ChargeRow,
     ClientRow,
+    ClosedRound,
+    Cohort,
     CoreQueries,
+    FinishedRun,
     IdempotentAnswer,
     LiveRun,
+    PopulationCount,
     ReportRow,
     RoundRow,
+    RoundSummary,
+    RoundTotal,
+    RunLease,
+    RunRow,
+    RunSummary,
+    TaskSummary,
 )
 from fedstats.service.store.tables import Base
 
 __all__ = ["MemoryCoreQueries", "MemoryStore", "MemoryTx", "NeedsSQLStore", "Row"]
 
 _LIVE = ("checkin", "seeding", "running")
+_RUN_FIELDS = tuple(f.name for f in fields(RunRow))
 _ABSENT = object()
 SECURE_NEEDS_SQL = "secure runs need a SQL store (the memory store implements the core path only)"
 
@@ -286,10 +295,10 @@ class MemoryCoreQueries(CoreQueries):
     def _members_of(self, run_id: str) -> list[Row]:
         return [m for (rid, _c), m in self._t("run_members").items() if rid == run_id]
 
-    def cohort(self, run_id: str) -> tuple[int, int]:
+    def cohort(self, run_id: str) -> Cohort:
         """See :meth:`CoreQueries.cohort`."""
         ms = self._members_of(run_id)
-        return len(ms), sum(int(m.slot_count) for m in ms)
+        return Cohort(len(ms), sum(int(m.slot_count) for m in ms))
 
     def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
         """See :meth:`CoreQueries.member`."""
@@ -415,10 +424,10 @@ class MemoryCoreQueries(CoreQueries):
         got = [r for (rid, _i), r in self._t("rounds").items() if rid == run_id]
         return sorted(got, key=lambda r: int(r.index))
 
-    def closed_totals(self, run_id: str, before: int) -> list[tuple[int, str, int]]:
+    def closed_totals(self, run_id: str, before: int) -> list[RoundTotal]:
         """See :meth:`CoreQueries.closed_totals`."""
         return [
-            (int(r.index), str(r.total), int(r.n_clients))
+            RoundTotal(int(r.index), str(r.total), int(r.n_clients))
             for r in self._rounds_of(run_id)
             if r.index < before
             and r.status == "closed"
@@ -426,18 +435,24 @@ class MemoryCoreQueries(CoreQueries):
             and r.n_clients is not None
         ]
 
-    def finished_runs(self, client_id: str) -> list[tuple[str, str]]:
+    def finished_runs(self, client_id: str) -> list[FinishedRun]:
         """See :meth:`CoreQueries.finished_runs`."""
         members = self._t("run_members")
         return [
-            (str(r.id), str(r.status))
+            FinishedRun(str(r.id), str(r.status))
             for r in self._t("runs").values()
             if r.status in ("done", "aborted") and (r.id, client_id) in members
         ]
 
-    def orm_run(self, run_id: str, *, lock: bool = False) -> Any:  # noqa: ARG002 - serialized
-        """See :meth:`CoreQueries.orm_run`: the stored row itself (changes to it are writes)."""
-        return self._touch("runs", run_id)
+    def run(self, run_id: str, *, lock: bool = False) -> RunRow | None:  # noqa: ARG002 - serialized
+        """See :meth:`CoreQueries.run`."""
+        r = self._t("runs").get(run_id)
+        if r is None:
+            return None
+        values = r.__dict__
+        return RunRow(
+            **{f: values[f] for f in _RUN_FIELDS[:-1]}, lease_epoch=int(r.lease_epoch or 0)
+        )
 
     def add_run(self, **values: Any) -> None:
         """See :meth:`CoreQueries.add_run`."""
@@ -453,10 +468,12 @@ class MemoryCoreQueries(CoreQueries):
         """See :meth:`CoreQueries.any_closed_round`."""
         return any(r.status == "closed" for r in self._rounds_of(run_id))
 
-    def rounds_of(self, run_id: str) -> list[tuple[int, str, str, int, int, int | None]]:
+    def rounds_of(self, run_id: str) -> list[RoundSummary]:
         """See :meth:`CoreQueries.rounds_of`."""
         return [
-            (int(r.index), str(r.name), str(r.status), int(r.lo), int(r.hi), r.n_clients)
+            RoundSummary(
+                int(r.index), str(r.name), str(r.status), int(r.lo), int(r.hi), r.n_clients
+            )
             for r in self._rounds_of(run_id)
         ]
 
@@ -467,7 +484,7 @@ class MemoryCoreQueries(CoreQueries):
     # -- the run driver
     def claim_runs(
         self, owner: str, now: float, renew_before: float, *, own: list[str] | None = None
-    ) -> list[tuple[str, Any]]:
+    ) -> list[RunLease]:
         """See :meth:`CoreQueries.claim_runs` (no other transaction can hold a lock)."""
 
         def which(r: Row) -> bool:
@@ -481,38 +498,43 @@ class MemoryCoreQueries(CoreQueries):
             )
 
         return [
-            (str(r.id), (r.lease_owner, r.lease_until, int(r.lease_epoch or 0)))
+            RunLease(str(r.id), r.lease_owner, r.lease_until, int(r.lease_epoch or 0))
             for r in self._t("runs").values()
             if r.status in _LIVE and which(r)
         ]
 
-    def held_runs(self, owner: str) -> list[tuple[str, int]]:
+    def held_runs(self, owner: str) -> list[RunLease]:
         """See :meth:`CoreQueries.held_runs`."""
         return [
-            (str(r.id), int(r.lease_epoch or 0))
+            RunLease(str(r.id), r.lease_owner, r.lease_until, int(r.lease_epoch or 0))
             for r in self._t("runs").values()
             if r.status in _LIVE and r.lease_owner == owner
         ]
 
-    def closed_rounds(self, run_id: str) -> list[tuple[int, str, str, str | None, int | None]]:
+    def closed_rounds(self, run_id: str) -> list[ClosedRound]:
         """See :meth:`CoreQueries.closed_rounds`."""
         return [
-            (int(r.index), str(r.params_digest), str(r.encode), r.total, r.n_clients)
+            ClosedRound(int(r.index), str(r.params_digest), str(r.encode), r.total, r.n_clients)
             for r in self._rounds_of(run_id)
             if r.status == "closed"
         ]
 
-    def orm_round(self, run_id: str, index: int) -> Any:
-        """See :meth:`CoreQueries.orm_round`: the stored row itself (changes to it are writes)."""
-        return self._touch("rounds", (run_id, index))
+    def round_row(self, run_id: str, index: int) -> RoundRow | None:
+        """See :meth:`CoreQueries.round_row`."""
+        r = self._t("rounds").get((run_id, index))
+        return None if r is None else self._round_row(r)
 
-    def add_orm_round(self, **values: Any) -> Any:
-        """See :meth:`CoreQueries.add_orm_round`: inserts the round and returns its stored row."""
+    def add_round(self, **values: Any) -> RoundRow:
+        """See :meth:`CoreQueries.add_round`."""
         run_id, index = values["run_id"], values["index"]
         if run_id not in self._t("runs"):
             raise _missing_parent("rounds.run_id", run_id)
         self._insert("rounds", (run_id, index), values)
-        return self._t("rounds")[(run_id, index)]
+        return self._round_row(self._t("rounds")[(run_id, index)])
+
+    def update_round(self, run_id: str, index: int, **values: Any) -> None:
+        """See :meth:`CoreQueries.update_round`."""
+        self._set("rounds", (run_id, index), values)
 
     def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
         """See :meth:`CoreQueries.round_counts`."""
@@ -544,18 +566,20 @@ class MemoryCoreQueries(CoreQueries):
         }
 
     # -- the operator's dashboard (reads)
-    def recent_runs(self, limit: int) -> list[tuple[str, str, float, float | None]]:
+    def recent_runs(self, limit: int) -> list[RunSummary]:
         """See :meth:`CoreQueries.recent_runs`."""
         rows = sorted(self._t("runs").values(), key=lambda r: -float(r.created_at))[:limit]
-        return [(str(r.id), str(r.task_id), float(r.created_at), r.finished_at) for r in rows]
+        return [
+            RunSummary(str(r.id), str(r.task_id), float(r.created_at), r.finished_at) for r in rows
+        ]
 
-    def population_counts(self) -> list[tuple[str, int, int, float | None]]:
+    def population_counts(self) -> list[PopulationCount]:
         """See :meth:`CoreQueries.population_counts`."""
         groups: dict[str, list[Row]] = {}
         for c in self._t("clients").values():
             groups.setdefault(str(c.population), []).append(c)
         return [
-            (
+            PopulationCount(
                 p,
                 len(cs),
                 sum(1 for c in cs if c.revoked_at is not None),
@@ -564,7 +588,7 @@ class MemoryCoreQueries(CoreQueries):
             for p, cs in groups.items()
         ]
 
-    def checked_in_by_population(self) -> list[tuple[str, int]]:
+    def checked_in_by_population(self) -> dict[str, int]:
         """See :meth:`CoreQueries.checked_in_by_population`."""
         runs, clients = self._t("runs"), self._t("clients")
         seen: dict[str, set[str]] = {}
@@ -573,7 +597,7 @@ class MemoryCoreQueries(CoreQueries):
             if run is None or c is None or run.status not in _LIVE:
                 continue
             seen.setdefault(str(c.population), set()).add(cid)
-        return [(p, len(ids)) for p, ids in seen.items()]
+        return {p: len(ids) for p, ids in seen.items()}
 
     def _budgets(self, scope: str | None = None) -> list[BudgetRow]:
         rows = [
@@ -608,21 +632,19 @@ class MemoryCoreQueries(CoreQueries):
         return [a for _i, a in sorted(self._t("audit").items())]
 
     @staticmethod
-    def _audit_tuple(a: Row) -> tuple[float, str, str, str | None, str]:
-        return (float(a.ts), str(a.actor), str(a.action), a.run_id, str(a.detail))
+    def _audit_entry(a: Row) -> AuditEntry:
+        return AuditEntry(float(a.ts), str(a.actor), str(a.action), a.run_id, str(a.detail))
 
-    def recent_audit(
-        self, actions: tuple[str, ...], limit: int
-    ) -> list[tuple[float, str, str, str | None, str]]:
+    def recent_audit(self, actions: tuple[str, ...], limit: int) -> list[AuditEntry]:
         """See :meth:`CoreQueries.recent_audit`."""
         rows = [a for a in reversed(self._audit()) if a.action in actions][:limit]
-        return [self._audit_tuple(a) for a in rows]
+        return [self._audit_entry(a) for a in rows]
 
     # -- the operator API
-    def tasks_newest(self) -> list[tuple[str, str, float]]:
+    def tasks_newest(self) -> list[TaskSummary]:
         """See :meth:`CoreQueries.tasks_newest`."""
         rows = sorted(self._t("tasks").values(), key=lambda t: (-float(t.created_at), t.id))
-        return [(str(t.id), str(t.created_by), float(t.created_at)) for t in rows]
+        return [TaskSummary(str(t.id), str(t.created_by), float(t.created_at)) for t in rows]
 
     def page_runs(
         self,
@@ -723,12 +745,10 @@ class MemoryCoreQueries(CoreQueries):
         del rows[name]
         return True
 
-    def audit_log(
-        self, run_id: str | None, limit: int
-    ) -> list[tuple[float, str, str, str | None, str]]:
+    def audit_log(self, run_id: str | None, limit: int) -> list[AuditEntry]:
         """See :meth:`CoreQueries.audit_log`."""
         rows = [a for a in self._audit() if run_id is None or a.run_id == run_id][:limit]
-        return [self._audit_tuple(a) for a in rows]
+        return [self._audit_entry(a) for a in rows]
 
     # -- tasks (write)
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
@@ -876,11 +896,6 @@ class MemoryTx(MemoryCoreQueries):
     @property
     def secure(self) -> Any:
         """Not available: the secure path needs a SQL store."""
-        raise NeedsSQLStore(SECURE_NEEDS_SQL)
-
-    @property
-    def session(self) -> Any:
-        """Not available: a SQLAlchemy session exists only on a SQL store (tests that look inside one)."""
         raise NeedsSQLStore(SECURE_NEEDS_SQL)
 
     def _rollback(self) -> None:

@@ -39,7 +39,7 @@ Queries
 -------
 :class:`VdafQueries` is the interface the domain layer (:mod:`fedstats.service.domain.vdaf`) calls through
 a transaction (:meth:`fedstats.service.store.Store.transaction`); :class:`SqlVdafQueries` implements it with
-SQLAlchemy Core statements on the transaction's session (SQLite and PostgreSQL). Methods take and return
+SQLAlchemy Core statements on the transaction's connection (SQLite and PostgreSQL). Methods take and return
 plain values and frozen dataclasses (:class:`VdafTaskRow`, :class:`VdafShareRow`).
 """
 
@@ -54,6 +54,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Column,
+    Connection,
     Float,
     Index,
     Integer,
@@ -69,7 +70,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session
 
 __all__ = [
     "VDAF_METADATA",
@@ -447,16 +447,16 @@ def _opt_bytes(v: Any) -> bytes | None:
 
 
 class SqlVdafQueries(VdafQueries):
-    """:class:`VdafQueries` on SQLAlchemy (``self.session``: the transaction's session)."""
+    """:class:`VdafQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
-    session: Session
+    conn: Connection
 
     def vdaf_task(self, task_id: str, *, lock: bool = False) -> VdafTaskRow | None:
         """See :meth:`VdafQueries.vdaf_task`."""
         q = select(vdaf_tasks).where(_T.id == task_id)
         if lock:
             q = q.with_for_update()
-        r = self.session.execute(q).mappings().first()
+        r = self.conn.execute(q).mappings().first()
         if r is None:
             return None
         return self._task(r)
@@ -487,13 +487,13 @@ class SqlVdafQueries(VdafQueries):
 
     def add_vdaf_task(self, row: VdafTaskRow) -> None:
         """See :meth:`VdafQueries.add_vdaf_task`."""
-        self.session.execute(insert(vdaf_tasks).values(**row.__dict__))
+        self.conn.execute(insert(vdaf_tasks).values(**row.__dict__))
 
     def set_vdaf_totals(
         self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
     ) -> None:
         """See :meth:`VdafQueries.set_vdaf_totals`."""
-        self.session.execute(
+        self.conn.execute(
             update(vdaf_tasks)
             .where(_T.id == task_id)
             .values(agg_share=agg_share, accepted=accepted, rejected=rejected)
@@ -501,7 +501,7 @@ class SqlVdafQueries(VdafQueries):
 
     def set_vdaf_collected(self, task_id: str, collection: str) -> None:
         """See :meth:`VdafQueries.set_vdaf_collected`."""
-        self.session.execute(
+        self.conn.execute(
             update(vdaf_tasks)
             .where(_T.id == task_id)
             .values(status="collected", collection=collection)
@@ -509,7 +509,7 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_report_counts(self, task_id: str) -> list[tuple[str, str | None, int]]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(_R.status, _R.reason, func.count())
             .where(_R.task_id == task_id)
             .group_by(_R.status, _R.reason)
@@ -527,7 +527,7 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_report_of(self, task_id: str, report_id: str, client_id: str) -> VdafShareRow | None:
         """See :meth:`VdafQueries.vdaf_report_of`."""
-        r = self.session.execute(
+        r = self.conn.execute(
             select(_R.report_id, _R.client_id, _R.public_share, _R.input_share, _R.job_id)
             .where(_R.task_id == task_id, (_R.report_id == report_id) | (_R.client_id == client_id))
             .limit(1)
@@ -544,7 +544,7 @@ class SqlVdafQueries(VdafQueries):
         received_at: float,
     ) -> None:
         """See :meth:`VdafQueries.add_vdaf_report`."""
-        self.session.execute(
+        self.conn.execute(
             insert(vdaf_reports).values(
                 task_id=task_id,
                 report_id=report_id,
@@ -562,7 +562,7 @@ class SqlVdafQueries(VdafQueries):
         """See :meth:`VdafQueries.vdaf_shares`."""
         if not report_ids:
             return {}
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(_R.report_id, _R.client_id, _R.public_share, _R.input_share, _R.job_id).where(
                 _R.task_id == task_id, _R.report_id.in_(list(report_ids))
             )
@@ -571,7 +571,7 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_pending(self, task_id: str, limit: int) -> list[str]:
         """See :meth:`VdafQueries.vdaf_pending`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             select(_R.report_id)
             .where(_R.task_id == task_id, _R.status == "pending", _R.job_id.is_(None))
             .order_by(_R.received_at, _R.report_id)
@@ -581,7 +581,7 @@ class SqlVdafQueries(VdafQueries):
 
     def take_vdaf_reports(self, task_id: str, report_ids: Sequence[str], job_id: str) -> int:
         """See :meth:`VdafQueries.take_vdaf_reports`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             update(vdaf_reports)
             .where(_R.task_id == task_id, _R.report_id.in_(list(report_ids)), _R.job_id.is_(None))
             .values(job_id=job_id)
@@ -594,7 +594,7 @@ class SqlVdafQueries(VdafQueries):
         """See :meth:`VdafQueries.set_vdaf_fates`."""
         if not report_ids:
             return
-        self.session.execute(
+        self.conn.execute(
             update(vdaf_reports)
             .where(_R.task_id == task_id, _R.report_id.in_(list(report_ids)))
             .values(
@@ -604,7 +604,7 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_claimable_job(self, task_id: str, now: float) -> tuple[str, list[str], int] | None:
         """See :meth:`VdafQueries.vdaf_claimable_job`."""
-        r = self.session.execute(
+        r = self.conn.execute(
             select(_J.job_id, _J.report_ids, _J.lease_epoch)
             .where(
                 _J.task_id == task_id,
@@ -622,7 +622,7 @@ class SqlVdafQueries(VdafQueries):
         self, task_id: str, job_id: str, *, owner: str | None, until: float | None, epoch: int
     ) -> None:
         """See :meth:`VdafQueries.lease_vdaf_job`."""
-        self.session.execute(
+        self.conn.execute(
             update(vdaf_jobs)
             .where(_J.task_id == task_id, _J.job_id == job_id)
             .values(lease_owner=owner, lease_until=until, lease_epoch=epoch)
@@ -630,7 +630,7 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_job_lease(self, task_id: str, job_id: str) -> tuple[str | None, int, str] | None:
         """See :meth:`VdafQueries.vdaf_job_lease`."""
-        r = self.session.execute(
+        r = self.conn.execute(
             select(_J.lease_owner, _J.lease_epoch, _J.status).where(
                 _J.task_id == task_id, _J.job_id == job_id
             )
@@ -642,7 +642,7 @@ class SqlVdafQueries(VdafQueries):
         q = select(vdaf_signed).where(_S.id == signed_id)
         if lock:
             q = q.with_for_update()
-        r = self.session.execute(q).mappings().first()
+        r = self.conn.execute(q).mappings().first()
         if r is None:
             return None
         return VdafSignedRow(
@@ -662,16 +662,16 @@ class SqlVdafQueries(VdafQueries):
 
     def add_vdaf_signed(self, row: VdafSignedRow) -> None:
         """See :meth:`VdafQueries.add_vdaf_signed`."""
-        self.session.execute(insert(vdaf_signed).values(**row.__dict__))
+        self.conn.execute(insert(vdaf_signed).values(**row.__dict__))
 
     def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
         """See :meth:`VdafQueries.set_vdaf_signed_status`."""
-        self.session.execute(update(vdaf_signed).where(_S.id == signed_id).values(status=status))
+        self.conn.execute(update(vdaf_signed).where(_S.id == signed_id).values(status=status))
 
     def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
         """See :meth:`VdafQueries.vdaf_rounds_of`."""
         rows = (
-            self.session.execute(
+            self.conn.execute(
                 select(vdaf_tasks).where(_T.signed_id == signed_id).order_by(_T.round_index)
             )
             .mappings()
@@ -681,25 +681,23 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_slot(self, signed_id: str, client_id: str) -> int | None:
         """See :meth:`VdafQueries.vdaf_slot`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             select(_L.slot).where(_L.signed_id == signed_id, _L.client_id == client_id)
         ).scalar()
         return None if got is None else int(got)
 
     def add_vdaf_slot(self, signed_id: str, client_id: str) -> int:
         """See :meth:`VdafQueries.add_vdaf_slot`."""
-        top = self.session.execute(
-            select(func.max(_L.slot)).where(_L.signed_id == signed_id)
-        ).scalar()
+        top = self.conn.execute(select(func.max(_L.slot)).where(_L.signed_id == signed_id)).scalar()
         slot = 0 if top is None else int(top) + 1
-        self.session.execute(
+        self.conn.execute(
             insert(vdaf_slots).values(signed_id=signed_id, client_id=client_id, slot=slot)
         )
         return slot
 
     def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
         """See :meth:`VdafQueries.vdaf_job`."""
-        r = self.session.execute(
+        r = self.conn.execute(
             select(_J.report_ids, _J.response).where(_J.task_id == task_id, _J.job_id == job_id)
         ).first()
         return None if r is None else ([str(x) for x in json.loads(r[0])], r[1])
@@ -715,7 +713,7 @@ class SqlVdafQueries(VdafQueries):
         lease_until: float | None = None,
     ) -> None:
         """See :meth:`VdafQueries.add_vdaf_job`."""
-        self.session.execute(
+        self.conn.execute(
             insert(vdaf_jobs).values(
                 task_id=task_id,
                 job_id=job_id,
@@ -731,7 +729,7 @@ class SqlVdafQueries(VdafQueries):
 
     def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:
         """See :meth:`VdafQueries.finish_vdaf_job`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             update(vdaf_jobs)
             .where(_J.task_id == task_id, _J.job_id == job_id, _J.status == "running")
             .values(status="done", response=response)
@@ -740,7 +738,7 @@ class SqlVdafQueries(VdafQueries):
 
     def count_vdaf_jobs(self, task_id: str, status: str) -> int:
         """See :meth:`VdafQueries.count_vdaf_jobs`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             select(func.count())
             .select_from(vdaf_jobs)
             .where(_J.task_id == task_id, _J.status == status)
