@@ -42,9 +42,9 @@ from sqlalchemy.exc import DisconnectionError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedstats.errors import DataError, ParameterError
-from fedstats.service.store.core import SqlCoreQueries
 from fedstats.service.store.memory import MemoryStore
 from fedstats.service.store.secure import SqlSecureQueries
+from fedstats.service.store.sql import SqlCoreQueries
 from fedstats.service.store.vdaf import SqlVdafQueries
 
 __all__ = [
