@@ -441,15 +441,6 @@ def test_a_failed_transaction_leaves_nothing(memory: MemoryStore) -> None:
         assert [a.ts for a in tx.recent_audit(("a", "c"), 10)] == [3.0, 1.0]
 
 
-def test_secure_and_sql_only_paths_say_they_need_sql(memory: MemoryStore) -> None:
-    with memory.transaction() as tx:
-        assert not hasattr(tx, "session")  # no transaction has an ORM session
-        with pytest.raises(NotImplementedError, match="secure runs need a SQL store"):
-            _ = tx.secure
-    with pytest.raises(NotImplementedError, match="SQL store"):
-        _ = memory.engine
-
-
 # -- the same answers on every store
 
 

@@ -28,7 +28,7 @@ from fedstats.service.domain import ledger, secure
 from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.runs import load_run, new_public_seed
 from fedstats.service.domain.tasks import task_config
-from fedstats.service.store import Store, StoreUnavailable, Tx
+from fedstats.service.store import State, Store, StoreUnavailable
 from fedstats.service.store.core import ReportRow, RoundRow, RunLease, RunRow
 from fedstats.wire.registry import encoder_name, lookup, plan_for
 
@@ -93,7 +93,7 @@ def _required(cfg: Mapping[str, Any], n_devices: int, rec: Any) -> int:
     return max(1, math.ceil(frac * (int(rec.hi) - int(rec.lo)) - 1e-9))
 
 
-def _n_devices(tx: Tx, run_id: str) -> int:
+def _n_devices(tx: State, run_id: str) -> int:
     return tx.cohort(run_id).devices
 
 
@@ -240,7 +240,7 @@ class Driver:
         self._held = ids
         return [rid for rid in ids if rid in self._epochs]
 
-    def _take(self, tx: Tx, lease: RunLease, now: float) -> None:
+    def _take(self, tx: State, lease: RunLease, now: float) -> None:
         """Claim or renew a run's lease (row locked by the caller); a new claim gets a new epoch."""
         run_id, lease_owner, lease_until = lease.run_id, lease.lease_owner, lease.lease_until
         epoch = lease.lease_epoch
@@ -372,7 +372,7 @@ class Driver:
         self.metrics["runs_done"] += 1
         log.info(json.dumps({"event": "run_done", "run_id": run_id}))
 
-    def _protocol(self, s: Tx, run: RunRow) -> Generator[Round, RoundSum, Any]:
+    def _protocol(self, s: State, run: RunRow) -> Generator[Round, RoundSum, Any]:
         """The run's plan: the same generator a device replays (task, cohort size, public seed)."""
         cfg = task_config(s, run.task_id)
         assert run.n_clients is not None
@@ -388,7 +388,7 @@ class Driver:
         if encoder_name(rnd.encode) not in spec.encoders:
             raise SecurityError(f"round {rnd.name!r} names an unregistered encoder")
 
-    def _rebuild(self, s: Tx, run: RunRow) -> _Live | Any:
+    def _rebuild(self, s: State, run: RunRow) -> _Live | Any:
         """Replay the generator through the journaled rounds; return the live state or the result."""
         gen = self._protocol(s, run)
         cfg = task_config(s, run.task_id)
@@ -430,7 +430,7 @@ class Driver:
             if run.status == "seeding":
                 cfg = task_config(s, run.task_id)
                 deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
-                seeded = secure.close_seeding(s.secure, run, deadline)
+                seeded = secure.close_seeding(s, run, deadline)
                 if isinstance(seeded, str):
                     self._abort_in(s, run, seeded)
                 if not isinstance(seeded, RunRow):
@@ -452,10 +452,10 @@ class Driver:
         if live is None:
             self._finish(run_id, result)
             return
-        while live is not None:  # one new session per transaction: no stale identity map
+        while live is not None:  # one step per transaction: each reads the run afresh
             live = self._step(run_id, live)
 
-    def _close_checkin(self, s: Tx, run: RunRow) -> None:
+    def _close_checkin(self, s: State, run: RunRow) -> None:
         cfg = task_config(s, run.task_id)
         cohort = s.cohort(run.id)  # cohort_size and min_clients count devices
         devices, used = cohort.devices, cohort.records
@@ -477,7 +477,7 @@ class Driver:
         self._changed.add(run.id)
         ledger.audit(s, "server", "start", run.id, n_clients=used, n_devices=devices)
 
-    def _abort_in(self, s: Tx, run: RunRow, reason: str) -> None:
+    def _abort_in(self, s: State, run: RunRow, reason: str) -> None:
         """Abort a run before any sum was used, inside the caller's transaction (releases the charge)."""
         s.update_run(run.id, status="aborted", error=reason, finished_at=time.time())
         ledger.release(s, run.id, reason=reason)
@@ -512,7 +512,7 @@ class Driver:
                 opened = True
                 if secure.is_secure(cfg):
                     try:
-                        secure.open_sessions(s.secure, run, rec, cfg, self._sessions)
+                        secure.open_sessions(s, run, rec, cfg, self._sessions)
                     except FedstatsError as exc:
                         s.update_round(run_id, live.index, status="aborted")
                         abort = f"round {live.index} ({rec.name}): {exc}"
@@ -538,7 +538,7 @@ class Driver:
             if secure.is_secure(cfg):
                 quiet = cfg["secure_aggregation"].get("quiet_seconds")
                 got = secure.advance_sessions(
-                    s.secure,
+                    s,
                     run,
                     rec,
                     self._sessions,
@@ -593,7 +593,7 @@ class Driver:
         return live
 
     def _close_plain(
-        self, s: Tx, run: RunRow, rec: RoundRow, cfg: Mapping[str, Any]
+        self, s: State, run: RunRow, rec: RoundRow, cfg: Mapping[str, Any]
     ) -> tuple[np.ndarray, int] | str | None:
         """Close a plain round from its reports, in the caller's transaction.
 
@@ -623,7 +623,7 @@ class Driver:
 
     def _screened(
         self,
-        s: Tx,
+        s: State,
         run: RunRow,
         rec: RoundRow,
         reports: list[ReportRow],
@@ -672,7 +672,9 @@ class Driver:
                 self._exclude(s, run, rec, report, problem)
         return kept
 
-    def _exclude(self, s: Tx, run: RunRow, rec: RoundRow, report: ReportRow, problem: str) -> None:
+    def _exclude(
+        self, s: State, run: RunRow, rec: RoundRow, report: ReportRow, problem: str
+    ) -> None:
         """Set ``reports.excluded`` of a report left out of its round's sum; log and count it."""
         reason = problem.split(":", 1)[0]
         s.exclude_report(run.id, rec.index, report.client_id, problem)

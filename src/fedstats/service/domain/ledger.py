@@ -24,7 +24,7 @@ from typing import Any
 
 from fedstats.errors import BudgetExceededError
 from fedstats.privacy.ledger import PrivacyLedger
-from fedstats.service.store import Tx
+from fedstats.service.store import State
 from fedstats.service.store.core import BudgetRow, ChargeRow
 
 __all__ = ["Charge", "audit", "budget_status", "release", "reserve", "set_budget", "spend"]
@@ -51,14 +51,14 @@ class Charge:
     label: str
 
 
-def audit(tx: Tx, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
+def audit(tx: State, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
     """Append an audit record (in the caller's transaction ``tx``)."""
     tx.add_audit(
         time.time(), actor, action, run_id, json.dumps(detail, sort_keys=True, default=str)
     )
 
 
-def _ledger_of(tx: Tx, budget: BudgetRow, scope: str) -> PrivacyLedger:
+def _ledger_of(tx: State, budget: BudgetRow, scope: str) -> PrivacyLedger:
     rows = tx.charges_on(scope, budget.name)
     # no budget while replaying: these charges were accepted when they were reserved, and checking them
     # again one by one would blame an old run for a budget that is too small now
@@ -78,7 +78,7 @@ def _with_budget(ledger: PrivacyLedger, budget: BudgetRow, scope: str) -> Privac
     return ledger
 
 
-def reserve(tx: Tx, *, run_id: str, population: str, analyst: str, charge: Charge) -> None:
+def reserve(tx: State, *, run_id: str, population: str, analyst: str, charge: Charge) -> None:
     """Reserve ``charge`` on both budgets, in the caller's transaction.
 
     A population or analyst without a budget row has no budget: nothing can be charged to it.
@@ -127,7 +127,7 @@ def reserve(tx: Tx, *, run_id: str, population: str, analyst: str, charge: Charg
     )
 
 
-def spend(tx: Tx, run_id: str, *, actor: str = "server") -> bool:
+def spend(tx: State, run_id: str, *, actor: str = "server") -> bool:
     """Turn the run's reservation into a spend (idempotent); return True if it changed now.
 
     Raises
@@ -149,7 +149,7 @@ def spend(tx: Tx, run_id: str, *, actor: str = "server") -> bool:
     return True
 
 
-def release(tx: Tx, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
+def release(tx: State, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
     """Give a reservation back (a run that released nothing); return True if it changed now."""
     c = tx.charge_of(run_id)
     if c is None or c.status != "reserved":
@@ -159,7 +159,9 @@ def release(tx: Tx, run_id: str, *, actor: str = "server", reason: str = "") -> 
     return True
 
 
-def set_budget(tx: Tx, scope: str, name: str, *, epsilon: float, delta: float, actor: str) -> None:
+def set_budget(
+    tx: State, scope: str, name: str, *, epsilon: float, delta: float, actor: str
+) -> None:
     """Create or change a budget, in the caller's transaction; refuse one below what is already charged.
 
     Parameters
@@ -195,7 +197,7 @@ def set_budget(tx: Tx, scope: str, name: str, *, epsilon: float, delta: float, a
     audit(tx, actor, "budget", None, scope=scope, name=name, epsilon=epsilon, delta=delta)
 
 
-def budget_status(tx: Tx, scope: str, name: str) -> dict[str, Any] | None:
+def budget_status(tx: State, scope: str, name: str) -> dict[str, Any] | None:
     """Budget, spent (reserved + spent) and remaining of one population or analyst, or None."""
     b = tx.budget(scope, name)
     if b is None:

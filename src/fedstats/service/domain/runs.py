@@ -55,7 +55,7 @@ from fedstats.service.domain import ledger
 from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
-from fedstats.service.store import Tx
+from fedstats.service.store import State
 from fedstats.service.store.core import FinishedRun, LiveRun, PutReport, RoundRow, RunRow
 from fedstats.wire.registry import privacy_loss_for
 
@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-def create_run(tx: Tx, task_id: str, analyst: str) -> str:
+def create_run(tx: State, task_id: str, analyst: str) -> str:
     """Start a run of a task, reserving its privacy charge first (in the caller's transaction).
 
     Raises
@@ -120,7 +120,7 @@ def create_run(tx: Tx, task_id: str, analyst: str) -> str:
     return run_id
 
 
-def cancel_run(tx: Tx, run_id: str, actor: str) -> str:
+def cancel_run(tx: State, run_id: str, actor: str) -> str:
     """Cancel a live run (in the caller's transaction); return its population.
 
     The run becomes ``aborted`` with the error ``"cancelled by <actor>"`` (devices see it finished), as
@@ -162,7 +162,7 @@ def new_public_seed() -> str:
     return secrets.token_hex(32)
 
 
-def load_run(tx: Tx, run_id: str, *, lock: bool = False) -> RunRow:
+def load_run(tx: State, run_id: str, *, lock: bool = False) -> RunRow:
     """The run ``run_id``, read fresh, optionally locked (``FOR NO KEY UPDATE``) to the transaction's end.
 
     Raises
@@ -177,7 +177,7 @@ def load_run(tx: Tx, run_id: str, *, lock: bool = False) -> RunRow:
 
 
 def checkin(
-    tx: Tx,
+    tx: State,
     run_id: str,
     client_id: str,
     records: int,
@@ -237,7 +237,7 @@ def _slots_in(start: int, count: int, lo: int, hi: int) -> tuple[int, int]:
 
 
 def client_work(
-    tx: Tx,
+    tx: State,
     client_id: str,
     population: str,
     device_runs: tuple[list[LiveRun], list[FinishedRun]] | None = None,
@@ -286,7 +286,7 @@ def client_work(
             continue
         secure_stage = None
         if cfg.get("secure_aggregation") is not None:
-            secure_stage = secure_work(tx.secure, run_id, rec, client_id)
+            secure_stage = secure_work(tx, run_id, rec, client_id)
             if secure_stage is None:
                 continue
         elif live.reported:
@@ -339,7 +339,7 @@ def _params_of(rec: RoundRow) -> Any:
 _HISTORY: dict[tuple[str, int], list[Any]] = {}
 
 
-def _history(tx: Tx, run_id: str, index: int) -> list[Any]:
+def _history(tx: State, run_id: str, index: int) -> list[Any]:
     """``[{"total", "n_clients"}, ...]`` of rounds ``0 .. index - 1`` as journaled (canonically encoded).
 
     What a device needs to replay the plan up to round ``index`` (:mod:`fedstats.client`).
@@ -489,7 +489,7 @@ def screen_uploads(uploads: Sequence[Upload]) -> list[tuple[RoundRow, tuple[int,
 
 
 def put_uploads(
-    tx: Tx,
+    tx: State,
     uploads: Sequence[Upload],
     screened: Sequence[tuple[RoundRow, tuple[int, int]] | None],
 ) -> list[bool | str | None]:
@@ -530,7 +530,7 @@ def put_uploads(
 
 
 def upload_report(
-    tx: Tx,
+    tx: State,
     nonce: tuple[str, float],
     run_id: str,
     index: int,
@@ -570,7 +570,9 @@ def upload_report(
     return submit_report(tx, run_id, index, client_id, vector, count)
 
 
-def submit_report(tx: Tx, run_id: str, index: int, client_id: str, vector: Any, count: int) -> bool:
+def submit_report(
+    tx: State, run_id: str, index: int, client_id: str, vector: Any, count: int
+) -> bool:
     """Store a device's report; return False if the same report was already stored (idempotent retry).
 
     Four primary-key statements whatever the cohort size: the round (share-locked, so closing it waits
@@ -613,7 +615,7 @@ def submit_report(tx: Tx, run_id: str, index: int, client_id: str, vector: Any, 
     return True
 
 
-def run_view(tx: Tx, run_id: str) -> dict[str, Any]:
+def run_view(tx: State, run_id: str) -> dict[str, Any]:
     """Status of a run, its rounds and, once done, its result."""
     run = load_run(tx, run_id)
     slots = tx.slots_of(run_id)  # once, not once per round

@@ -19,7 +19,7 @@ from typing import Any
 from fedstats import wire
 from fedstats.errors import FedstatsError
 from fedstats.service.domain import ledger
-from fedstats.service.store import Tx
+from fedstats.service.store import State
 from fedstats.wire.tasks import normalize_task, task_id, verify_task
 
 __all__ = [
@@ -40,17 +40,17 @@ class NotFoundError(FedstatsError):
     """A named run, task or round does not exist (HTTP 404)."""
 
 
-def trusted_authorities(tx: Tx) -> dict[str, str]:
+def trusted_authorities(tx: State) -> dict[str, str]:
     """The trusted enrollment authorities: fingerprint -> public key (hex)."""
     return tx.authorities()
 
 
-def create_task(tx: Tx, envelope: Mapping[str, Any], actor: str) -> tuple[str, bool]:
+def create_task(tx: State, envelope: Mapping[str, Any], actor: str) -> tuple[str, bool]:
     """Verify an analyst's signed task envelope and store it (idempotent); return its id and whether new.
 
     Parameters
     ----------
-    tx : Tx
+    tx : State
         The open transaction.
     envelope : mapping
         ``{"task", "certificate", "signature"}`` (:func:`fedstats.wire.tasks.sign_task`).
@@ -82,7 +82,7 @@ def create_task(tx: Tx, envelope: Mapping[str, Any], actor: str) -> tuple[str, b
     return tid, False
 
 
-def task_config(tx: Tx, task_id: str) -> dict[str, Any]:
+def task_config(tx: State, task_id: str) -> dict[str, Any]:
     """The (normalized) configuration of a stored task.
 
     Raises
@@ -93,7 +93,7 @@ def task_config(tx: Tx, task_id: str) -> dict[str, Any]:
     return _load(tx, task_id)[0]
 
 
-def task_envelope(tx: Tx, task_id: str) -> dict[str, Any] | None:
+def task_envelope(tx: State, task_id: str) -> dict[str, Any] | None:
     """The signed envelope of a stored task, as the analyst posted it (None for an unsigned legacy row).
 
     Raises
@@ -104,7 +104,7 @@ def task_envelope(tx: Tx, task_id: str) -> dict[str, Any] | None:
     return _load(tx, task_id)[1]
 
 
-def _load(tx: Tx, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _load(tx: State, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     cached = _TASK_CACHE.get(tid)
     if cached is not None:  # tasks are immutable: a parsed configuration stays valid
         return cached

@@ -30,7 +30,7 @@ from fedstats.service.http.schemas import (
     SignedTaskIn,
     TaskOut,
 )
-from fedstats.service.store import Store, Tx
+from fedstats.service.store import State, Store
 from fedstats.wire import auth
 
 __all__ = ["OperatorIn", "OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]
@@ -140,7 +140,7 @@ def admin_router(
         """
         from fedstats import wire
 
-        def write(s: Tx) -> idempotency.Answer:
+        def write(s: State) -> idempotency.Answer:
             tid, new = tasks.create_task(s, body.model_dump(), actor)
             conf = tasks.task_config(s, tid)
             env = tasks.task_envelope(s, tid)
@@ -211,7 +211,7 @@ def admin_router(
         one reservation.
         """
 
-        def write(s: Tx) -> idempotency.Answer:
+        def write(s: State) -> idempotency.Answer:
             rid = runs.create_run(s, body.task_id, actor)
             return idempotency.Answer(201, RunOut(**runs.run_view(s, rid)).model_dump(mode="json"))
 
@@ -325,7 +325,7 @@ def admin_router(
             items, total = tx.page_devices(limit, offset, population=population, status=status)
         return _pageout(items, total, limit, offset)
 
-    def _load_device(tx: Tx, client_id: str) -> dict[str, Any]:
+    def _load_device(tx: State, client_id: str) -> dict[str, Any]:
         c = tx.device_for_update(client_id)
         if c is None:
             raise tasks.NotFoundError(f"no device {client_id!r}")
@@ -457,7 +457,7 @@ def admin_router(
     return r
 
 
-def rotate_token(s: Tx, name: str) -> str:
+def rotate_token(s: State, name: str) -> str:
     """Give operator ``name`` a new bearer token (in the caller's transaction); return it.
 
     Raises

@@ -25,7 +25,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.service.domain import ledger, runs
-from fedstats.service.store import Store, Tx
+from fedstats.service.store import State, Store
 from fedstats.wire import auth
 
 __all__ = ["COOKIE", "add_dashboard", "dashboard_state", "process_state"]
@@ -71,7 +71,7 @@ def _task_summary(config: str | None) -> dict[str, Any]:
     }
 
 
-def _reserved(tx: Tx, scope: str, name: str) -> tuple[float, float, int]:
+def _reserved(tx: State, scope: str, name: str) -> tuple[float, float, int]:
     """Epsilon and delta of the charges still reserved (not yet spent) on one budget, composed."""
     rows = tx.reserved_charges(scope, name)
     composed = PrivacyLedger()
@@ -81,12 +81,12 @@ def _reserved(tx: Tx, scope: str, name: str) -> tuple[float, float, int]:
     return total.epsilon, total.delta, len(rows)
 
 
-def dashboard_state(tx: Tx, now: float | None = None) -> dict[str, Any]:
+def dashboard_state(tx: State, now: float | None = None) -> dict[str, Any]:
     """Everything the dashboard shows, read in one transaction (no writes).
 
     Parameters
     ----------
-    tx : Tx
+    tx : State
         An open (read-only) transaction of the store.
     now : float, optional
         The time the page is rendered at (default: now).

@@ -45,10 +45,12 @@ from fedstats.errors import DataError, ParameterError
 from fedstats.service.store.memory import MemoryStore
 from fedstats.service.store.secure import SqlSecureQueries
 from fedstats.service.store.sql import SqlCoreQueries
+from fedstats.service.store.state import State
 from fedstats.service.store.vdaf import SqlVdafQueries
 
 __all__ = [
     "MemoryStore",
+    "State",
     "Store",
     "StoreError",
     "StoreUnavailable",
@@ -237,8 +239,8 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
-    """One open transaction of the store: the core, secure and Prio3 query groups on one connection.
+class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries, State):
+    """One open transaction of a SQL store: the :class:`~fedstats.service.store.state.State` on one connection.
 
     Obtained from :meth:`Store.transaction`; the domain layer calls its query methods
     (:class:`~fedstats.service.store.core.CoreQueries`, :class:`~fedstats.service.store.secure.SecureQueries`,
@@ -253,16 +255,6 @@ class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-
-    @property
-    def core(self) -> Tx:
-        """The core query group (this object)."""
-        return self
-
-    @property
-    def secure(self) -> Tx:
-        """The secure query group (this object)."""
-        return self
 
 
 class Store:
@@ -350,8 +342,8 @@ def open_store(
 ) -> Store:
     """Open the database at ``url`` and bring its schema up to date.
 
-    ``memory://`` opens a new, empty :class:`~fedstats.service.store.memory.MemoryStore` instead (the
-    core path only, for fast domain tests; typed as a :class:`Store` for its callers).
+    ``memory://`` opens a new, empty :class:`~fedstats.service.store.memory.MemoryStore` instead (every
+    query group on Python containers, for fast domain tests; typed as a :class:`Store` for its callers).
 
     Parameters
     ----------

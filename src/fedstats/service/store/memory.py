@@ -1,53 +1,41 @@
-"""The in-memory store: the core path's queries on Python containers, for fast domain tests.
+"""The in-memory store: every query group of the state on Python containers, for fast domain tests.
 
 :class:`MemoryStore` has the surface of :class:`~fedstats.service.store.Store` that the domain layer uses
 (:meth:`MemoryStore.transaction`, :meth:`MemoryStore.writable`, :meth:`MemoryStore.close`, ``url``,
-``is_sqlite``); :class:`MemoryTx`, the object a transaction yields, implements every query of
-:class:`~fedstats.service.store.core.CoreQueries` (:class:`MemoryCoreQueries`) with one dict per table,
-keyed like the table's primary key, with the semantics of :class:`~fedstats.service.store.sql.SqlCoreQueries`
-(``ON CONFLICT DO NOTHING`` inserts answer False, a plain insert of an existing key or of a row whose
-foreign key is missing raises :class:`sqlalchemy.exc.IntegrityError` as the databases do, the same
-orderings, pages and counts).
+``is_sqlite``); :class:`MemoryTx`, the object a transaction yields, implements every query of the three
+groups with one dict per table, keyed like the table's primary key, with the semantics of the SQL
+stores: the core group (:class:`~fedstats.service.store.memory_core.MemoryCoreQueries`, as
+:class:`~fedstats.service.store.sql.SqlCoreQueries`), the secure group
+(:class:`~fedstats.service.store.memory_secure.MemorySecureQueries`) and the Prio3 group
+(:class:`~fedstats.service.store.memory_vdaf.MemoryVdafQueries`). ``ON CONFLICT DO NOTHING`` inserts
+answer False, a plain insert of an existing key or of a row whose foreign key is missing raises
+:class:`sqlalchemy.exc.IntegrityError` as the databases do, with the same orderings, pages and counts
+(``tests/test_service_state.py`` runs one parity class on memory, SQLite and PostgreSQL).
 
 Transactions are serialized by one lock (as ``BEGIN IMMEDIATE`` serializes SQLite's writers) and roll back
 on an exception through an undo log: the first change of a row in a transaction saves the row as it was
 (or that it was absent). Reads return frozen dataclasses built from the stored rows, never the rows.
-
-Not covered: secure runs (the secure store queries) and the VDAF routes
-(``store.engine``); both raise :class:`NeedsSQLStore` (a :class:`NotImplementedError`: "secure runs
-need a SQL store", "... needs a SQL store"), a deliberate limit, not a stub. ``open_store("memory://")`` returns a fresh, empty :class:`MemoryStore`.
+``open_store("memory://")`` returns a fresh, empty :class:`MemoryStore`.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fedstats.errors import FedstatsError
 from fedstats.service.store.memory_core import MemoryCoreQueries
+from fedstats.service.store.memory_secure import MemorySecureQueries
 from fedstats.service.store.memory_tables import _ABSENT, Row, _Data
+from fedstats.service.store.memory_vdaf import MemoryVdafQueries
+from fedstats.service.store.state import State
 
-__all__ = ["MemoryCoreQueries", "MemoryStore", "MemoryTx", "NeedsSQLStore", "Row"]
-
-SECURE_NEEDS_SQL = "secure runs need a SQL store (the memory store implements the core path only)"
-
-
-class NeedsSQLStore(FedstatsError, NotImplementedError):
-    """A query group the memory store does not have, by design: it holds the core path only.
-
-    The memory store exists for fast domain tests of tasks, runs, reports, the ledger, idempotency and
-    fencing. Secure runs (the :class:`~fedstats.service.store.secure.SecureQueries` group, an ORM
-    session) and Prio3 tasks (the :class:`~fedstats.service.store.vdaf.VdafQueries` group, an engine)
-    run on SQLite or PostgreSQL; asking the memory store for them raises this (also a
-    :class:`NotImplementedError`), naming what needs a SQL store.
-    """
+__all__ = ["MemoryCoreQueries", "MemoryStore", "MemoryTx", "Row"]
 
 
-class MemoryTx(MemoryCoreQueries):
-    """One transaction of a :class:`MemoryStore` (its queries act on the store's tables directly).
+class MemoryTx(MemoryCoreQueries, MemorySecureQueries, MemoryVdafQueries, State):
+    """One transaction of a :class:`MemoryStore`: the core, secure and Prio3 query groups on its tables.
 
     Parameters
     ----------
@@ -62,16 +50,6 @@ class MemoryTx(MemoryCoreQueries):
         self._undo = {}
         self.read_only = read_only
         self._start = (dict(data.counters), data.version)
-
-    @property
-    def core(self) -> MemoryTx:
-        """The core query group (this object)."""
-        return self
-
-    @property
-    def secure(self) -> Any:
-        """Not available: the secure path needs a SQL store."""
-        raise NeedsSQLStore(SECURE_NEEDS_SQL)
 
     def _rollback(self) -> None:
         for (table, key), old in self._undo.items():
@@ -96,10 +74,6 @@ class MemoryTx(MemoryCoreQueries):
         if self.read_only and self._wrote():
             self._rollback()
             raise RuntimeError("a read-only transaction wrote")
-        for table, key in self._undo:  # detach the row objects handed out (as an ORM session's)
-            row = self.data.tables[table].get(key)
-            if row is not None:
-                self.data.tables[table][key] = copy.copy(row)
         self._undo = {}
 
 
@@ -159,15 +133,6 @@ class MemoryStore:
                 tx._commit()
             finally:
                 self._owner = None
-
-    def session(self) -> Any:
-        """Not available: SQLAlchemy sessions need a SQL store."""
-        raise NeedsSQLStore(SECURE_NEEDS_SQL)
-
-    @property
-    def engine(self) -> Any:
-        """Not available: an engine exists only on a SQL store (the Prio3 query group is SQL only)."""
-        raise NeedsSQLStore("Prio3 tasks and raw SQL need a SQL store (store.engine)")
 
     def writable(self) -> str | None:
         """Always None: memory is writable."""

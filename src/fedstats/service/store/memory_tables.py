@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from fedstats.service.store.rows import RunRow
 from fedstats.service.store.tables import Base
+from fedstats.service.store.vdaf import VDAF_METADATA
 
 __all__ = ["MemoryTables", "Row"]
 
@@ -37,9 +38,10 @@ class Row:
 
 
 def _columns(table: str) -> dict[str, Any]:
-    """Column name -> its Python-side scalar default (None if none) of a table of :mod:`.tables`."""
+    """Column name -> its Python-side scalar default (None if none) of a table (:mod:`.tables`, Prio3's)."""
     out: dict[str, Any] = {}
-    for col in Base.metadata.tables[table].columns:
+    tables = Base.metadata.tables
+    for col in (tables[table] if table in tables else VDAF_METADATA.tables[table]).columns:
         default = col.default
         arg = getattr(default, "arg", None) if default is not None else None
         out[col.name] = arg if isinstance(arg, (int, float, str)) else None
@@ -62,6 +64,13 @@ _COLUMNS = {
         "ledger",
         "idempotency_keys",
         "audit",
+        "secure_sessions",
+        "secure_messages",
+        "vdaf_tasks",
+        "vdaf_signed",
+        "vdaf_slots",
+        "vdaf_reports",
+        "vdaf_jobs",
     )
 }
 

@@ -33,9 +33,12 @@ from fedstats.service.store.tables import (
 __all__ = [
     "EnrolledRow",
     "MemberRow",
+    "OpenSession",
     "SecureQueries",
     "SecureSessionRow",
+    "SessionStage",
     "SqlSecureQueries",
+    "StageActivity",
     "UpMessage",
 ]
 
@@ -124,6 +127,31 @@ class SecureSessionRow:
 
 
 @dataclass(frozen=True)
+class OpenSession:
+    """An open session of a round as a device's work list needs it: its number, stage and deadline."""
+
+    number: int
+    stage: int
+    deadline: float
+
+
+@dataclass(frozen=True)
+class SessionStage:
+    """A session's status (``open``, ``done``, ``aborted``) and current stage."""
+
+    status: str
+    stage: int
+
+
+@dataclass(frozen=True)
+class StageActivity:
+    """The devices' messages journaled at a stage: how many, and the newest one's time (Unix s) or None."""
+
+    count: int
+    newest: float | None
+
+
+@dataclass(frozen=True)
 class UpMessage:
     """A device's journaled stage message.
 
@@ -190,14 +218,14 @@ class SecureQueries(ABC):
         """Set columns of a session."""
 
     @abstractmethod
-    def open_secure_sessions(self, run_id: str, index: int) -> list[tuple[int, int, float]]:
-        """``(number, stage, deadline)`` of a round's open sessions."""
+    def open_secure_sessions(self, run_id: str, index: int) -> list[OpenSession]:
+        """A round's open sessions."""
 
     @abstractmethod
     def session_stage(
         self, run_id: str, index: int, number: int, *, shared: bool = False
-    ) -> tuple[str, int] | None:
-        """``(status, stage)`` of a session (locked ``FOR SHARE`` with ``shared``), or None."""
+    ) -> SessionStage | None:
+        """A session's status and stage (locked ``FOR SHARE`` with ``shared``), or None."""
 
     @abstractmethod
     def add_down_messages(
@@ -250,10 +278,8 @@ class SecureQueries(ABC):
         """Messages journaled at a session's stage in ``direction`` (``up`` or ``down``)."""
 
     @abstractmethod
-    def up_activity(
-        self, run_id: str, index: int, number: int, stage: int
-    ) -> tuple[int, float | None]:
-        """``(count, newest)``: the devices' messages journaled at a stage and the latest one's time.
+    def up_activity(self, run_id: str, index: int, number: int, stage: int) -> StageActivity:
+        """The devices' messages journaled at a stage: their count and the latest one's time.
 
         ``newest`` (Unix seconds, ``created_at``) is None when there is none. One statement, no payload.
         """
@@ -475,20 +501,20 @@ class SqlSecureQueries(SecureQueries):
             .values(**values)
         )
 
-    def open_secure_sessions(self, run_id: str, index: int) -> list[tuple[int, int, float]]:
+    def open_secure_sessions(self, run_id: str, index: int) -> list[OpenSession]:
         """See :meth:`SecureQueries.open_secure_sessions`."""
         rows = self.conn.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": index})
-        return [(int(n), int(s), float(d)) for n, s, d in rows]
+        return [OpenSession(int(n), int(s), float(d)) for n, s, d in rows]
 
     def session_stage(
         self, run_id: str, index: int, number: int, *, shared: bool = False
-    ) -> tuple[str, int] | None:
+    ) -> SessionStage | None:
         """See :meth:`SecureQueries.session_stage`."""
         got = self.conn.execute(
             _SESSION_STAGE_SHARED if shared else _SESSION_STAGE,
             {"run_id": run_id, "round_index": index, "number": number},
         ).one_or_none()
-        return None if got is None else (str(got[0]), int(got[1]))
+        return None if got is None else SessionStage(str(got[0]), int(got[1]))
 
     def add_down_messages(
         self,
@@ -588,9 +614,7 @@ class SqlSecureQueries(SecureQueries):
             ).scalar_one()
         )
 
-    def up_activity(
-        self, run_id: str, index: int, number: int, stage: int
-    ) -> tuple[int, float | None]:
+    def up_activity(self, run_id: str, index: int, number: int, stage: int) -> StageActivity:
         """See :meth:`SecureQueries.up_activity`."""
         count, newest = self.conn.execute(
             select(func.count(), func.max(_M.created_at)).where(
@@ -601,7 +625,7 @@ class SqlSecureQueries(SecureQueries):
                 _M.direction == "up",
             )
         ).one()
-        return int(count), None if newest is None else float(newest)
+        return StageActivity(int(count), None if newest is None else float(newest))
 
     def up_messages(self, run_id: str, index: int, number: int, stage: int) -> list[UpMessage]:
         """See :meth:`SecureQueries.up_messages`."""

@@ -73,7 +73,9 @@ from sqlalchemy import (
 
 __all__ = [
     "VDAF_METADATA",
+    "ReportCount",
     "SqlVdafQueries",
+    "VdafJob",
     "VdafQueries",
     "VdafShareRow",
     "VdafSignedRow",
@@ -309,6 +311,40 @@ class VdafShareRow:
     job_id: str | None
 
 
+@dataclass(frozen=True)
+class ReportCount:
+    """How many of a task's reports have one fate: ``status`` and, if rejected, ``reason``."""
+
+    status: str
+    reason: str | None
+    count: int
+
+
+@dataclass(frozen=True)
+class VdafJob:
+    """An aggregation job: its reports in order, the helper's answer (JSON) once done, its lease.
+
+    Attributes
+    ----------
+    job_id : str
+    report_ids : list of str
+    response : str or None
+    status : str
+        ``running`` or ``done``.
+    lease_owner : str or None
+        The leader process holding the job's lease.
+    lease_epoch : int
+        The lease's fencing token.
+    """
+
+    job_id: str
+    report_ids: list[str]
+    response: str | None
+    status: str
+    lease_owner: str | None
+    lease_epoch: int
+
+
 class VdafQueries(ABC):
     """The two-aggregator mode's queries (one aggregator's tables)."""
 
@@ -331,8 +367,8 @@ class VdafQueries(ABC):
         """Freeze the task (status ``collected``) with its collection's answer (JSON)."""
 
     @abstractmethod
-    def vdaf_report_counts(self, task_id: str) -> list[tuple[str, str | None, int]]:
-        """``(status, reason, count)`` of the task's reports."""
+    def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
+        """The task's reports counted by fate."""
 
     @abstractmethod
     def vdaf_report_of(self, task_id: str, report_id: str, client_id: str) -> VdafShareRow | None:
@@ -369,11 +405,8 @@ class VdafQueries(ABC):
         """Record the reports' fate: accepted (``reason`` None) or rejected with ``reason``."""
 
     @abstractmethod
-    def vdaf_claimable_job(self, task_id: str, now: float) -> tuple[str, list[str], int] | None:
-        """The oldest unfinished job whose lease is free or expired at ``now``, or None.
-
-        Returns ``(job_id, report_ids, lease_epoch)``.
-        """
+    def vdaf_claimable_job(self, task_id: str, now: float) -> VdafJob | None:
+        """The oldest unfinished job whose lease is free or expired at ``now``, or None."""
 
     @abstractmethod
     def lease_vdaf_job(
@@ -382,8 +415,8 @@ class VdafQueries(ABC):
         """Set a job's lease (owner, expiry, fencing epoch); owner None frees it."""
 
     @abstractmethod
-    def vdaf_job_lease(self, task_id: str, job_id: str) -> tuple[str | None, int, str] | None:
-        """A job's ``(lease_owner, lease_epoch, status)``, or None if there is no such job."""
+    def vdaf_job(self, task_id: str, job_id: str) -> VdafJob | None:
+        """A job (its reports, answer, status and lease), or None if there is no such job."""
 
     @abstractmethod
     def vdaf_signed(self, signed_id: str, *, lock: bool = False) -> VdafSignedRow | None:
@@ -408,10 +441,6 @@ class VdafQueries(ABC):
     @abstractmethod
     def add_vdaf_slot(self, signed_id: str, client_id: str) -> int:
         """Give the device the next free slot (0, 1, ...; the caller holds the signed task's lock)."""
-
-    @abstractmethod
-    def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
-        """A job's ``(report_ids, response JSON or None)``, or None if there is no such job."""
 
     @abstractmethod
     def add_vdaf_job(
@@ -444,6 +473,21 @@ _L = vdaf_slots.c
 
 def _opt_bytes(v: Any) -> bytes | None:
     return None if v is None else bytes(v)
+
+
+_JOB_COLUMNS = (_J.job_id, _J.report_ids, _J.response, _J.status, _J.lease_owner, _J.lease_epoch)
+
+
+def _job(r: Any) -> VdafJob:
+    job_id, ids, response, status, owner, epoch = r
+    return VdafJob(
+        str(job_id),
+        [str(x) for x in json.loads(ids)],
+        response,
+        str(status),
+        owner,
+        int(epoch or 0),
+    )
 
 
 class SqlVdafQueries(VdafQueries):
@@ -507,14 +551,16 @@ class SqlVdafQueries(VdafQueries):
             .values(status="collected", collection=collection)
         )
 
-    def vdaf_report_counts(self, task_id: str) -> list[tuple[str, str | None, int]]:
+    def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""
         rows = self.conn.execute(
             select(_R.status, _R.reason, func.count())
             .where(_R.task_id == task_id)
             .group_by(_R.status, _R.reason)
         ).all()
-        return [(str(s), None if why is None else str(why), int(n)) for s, why, n in rows]
+        return [
+            ReportCount(str(s), None if why is None else str(why), int(n)) for s, why, n in rows
+        ]
 
     def _share(self, r: Any) -> VdafShareRow:
         return VdafShareRow(
@@ -602,10 +648,10 @@ class SqlVdafQueries(VdafQueries):
             )
         )
 
-    def vdaf_claimable_job(self, task_id: str, now: float) -> tuple[str, list[str], int] | None:
+    def vdaf_claimable_job(self, task_id: str, now: float) -> VdafJob | None:
         """See :meth:`VdafQueries.vdaf_claimable_job`."""
         r = self.conn.execute(
-            select(_J.job_id, _J.report_ids, _J.lease_epoch)
+            select(*_JOB_COLUMNS)
             .where(
                 _J.task_id == task_id,
                 _J.status == "running",
@@ -614,9 +660,7 @@ class SqlVdafQueries(VdafQueries):
             .order_by(_J.created_at, _J.job_id)
             .limit(1)
         ).first()
-        if r is None:
-            return None
-        return str(r[0]), [str(x) for x in json.loads(r[1])], int(r[2] or 0)
+        return None if r is None else _job(r)
 
     def lease_vdaf_job(
         self, task_id: str, job_id: str, *, owner: str | None, until: float | None, epoch: int
@@ -628,14 +672,12 @@ class SqlVdafQueries(VdafQueries):
             .values(lease_owner=owner, lease_until=until, lease_epoch=epoch)
         )
 
-    def vdaf_job_lease(self, task_id: str, job_id: str) -> tuple[str | None, int, str] | None:
-        """See :meth:`VdafQueries.vdaf_job_lease`."""
+    def vdaf_job(self, task_id: str, job_id: str) -> VdafJob | None:
+        """See :meth:`VdafQueries.vdaf_job`."""
         r = self.conn.execute(
-            select(_J.lease_owner, _J.lease_epoch, _J.status).where(
-                _J.task_id == task_id, _J.job_id == job_id
-            )
+            select(*_JOB_COLUMNS).where(_J.task_id == task_id, _J.job_id == job_id)
         ).first()
-        return None if r is None else (r[0], int(r[1] or 0), str(r[2]))
+        return None if r is None else _job(r)
 
     def vdaf_signed(self, signed_id: str, *, lock: bool = False) -> VdafSignedRow | None:
         """See :meth:`VdafQueries.vdaf_signed`."""
@@ -694,13 +736,6 @@ class SqlVdafQueries(VdafQueries):
             insert(vdaf_slots).values(signed_id=signed_id, client_id=client_id, slot=slot)
         )
         return slot
-
-    def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
-        """See :meth:`VdafQueries.vdaf_job`."""
-        r = self.conn.execute(
-            select(_J.report_ids, _J.response).where(_J.task_id == task_id, _J.job_id == job_id)
-        ).first()
-        return None if r is None else ([str(x) for x in json.loads(r[0])], r[1])
 
     def add_vdaf_job(
         self,
