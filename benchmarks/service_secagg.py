@@ -1054,36 +1054,32 @@ def protocol_replay(db: str, run_id: str) -> list[dict[str, Any]]:
     stage (as a restarted server does), timed with ``time.process_time`` (no HTTP, TLS, signatures, store);
     the replayed sum must equal the journaled one.
     """
-    from sqlalchemy import select
-
     from fedstats import wire
     from fedstats.secagg.server import SecAggServer
     from fedstats.service.domain import secure
     from fedstats.service.store import open_store
-    from fedstats.service.store.tables import RoundRecord, Run, SecureSession
 
     store = open_store(db, migrate=False)
     out = []
     try:
-        with store.session() as s:
-            run = s.get(Run, run_id)
+        with store.transaction(read_only=True) as tx:
+            run = tx.run(run_id)
             assert run is not None
-            rows = s.execute(
-                select(SecureSession)
-                .where(SecureSession.run_id == run_id)
-                .order_by(SecureSession.round_index, SecureSession.number)
-            ).scalars()
+            rows = [
+                row for r in tx.rounds_of(run_id) for row in tx.secure_sessions(run_id, r.index)
+            ]
             for row in rows:
-                rec = s.get(RoundRecord, (run_id, row.round_index))
-                assert rec is not None
+                dim = tx.round_dim(run_id, row.round_index)
+                assert dim is not None
                 members = json.loads(row.members)
-                roster = secure._roster(s, run, row.round_index, row.number, members)
+                roster = secure._roster(tx, run, row.round_index, row.number, members)
                 ups = [
-                    [bytes(m.payload) for m in secure._ups(s, row, st)] for st in range(len(STAGES))
+                    [bytes(m.payload) for m in secure._ups(tx, row, st)]
+                    for st in range(len(STAGES))
                 ]
                 c0 = time.process_time()
                 server = SecAggServer(
-                    secure.parameters_of(row), length=rec.dim, bits=secure.BITS, roster=roster
+                    secure.parameters_of(row), length=dim, bits=secure.BITS, roster=roster
                 )
                 server.setup()
                 for st in range(len(STAGES)):
@@ -1097,7 +1093,7 @@ def protocol_replay(db: str, run_id: str) -> list[dict[str, Any]]:
                     {
                         "round": row.round_index,
                         "session": row.number,
-                        "dim": int(rec.dim),
+                        "dim": dim,
                         "cpu_seconds": cpu,
                         "sum_matches_journal": same,
                     }

@@ -308,12 +308,10 @@ def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: De
     # the same result as replaying the journal from scratch (nothing was drawn a second time)
     from fedstats.service.domain.driver import Driver
 
-    with store.session() as s:
-        from fedstats.service.store.tables import Run
-
-        run = s.get(Run, rid)
+    with store.transaction(read_only=True) as tx:
+        run = tx.run(rid)
         assert run is not None
-        replayed = Driver(store)._rebuild(s, run)
+        replayed = Driver(store)._rebuild(tx, run)
     assert (
         json.loads(json.dumps(replayed.value.to_dict(), default=str))["estimate"]
         == res["result"]["estimate"]

@@ -140,8 +140,12 @@ def _pair(root: Path, urls: tuple[str, str], batch_size: int = 7) -> Iterator[Pa
                 s.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
+    if request.param == "memory":
+        with _pair(tmp_path, ("memory://", "memory://")) as p:
+            yield p
+        return
     if request.param == "sqlite":
         urls = (f"sqlite:///{tmp_path / 'leader.db'}", f"sqlite:///{tmp_path / 'helper.db'}")
         with _pair(tmp_path, urls) as p:
@@ -395,14 +399,20 @@ def test_noise_is_added_once_by_each_aggregator(pair: Pair) -> None:
     assert collect(task, pair.leader, pair.helper) == got  # drawn once
 
 
-def test_a_job_retried_after_the_helper_answered_adds_nothing_twice(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_job_retried_after_the_helper_answered_adds_nothing_twice(
+    tmp_path: Path, kind: str
+) -> None:
     """The leader fails after the helper committed a job: the next pass resends the same job, gets the
     same answer, and both aggregates count every report once."""
     from fedstats.client.vdaf import unshard
     from fedstats.service.domain import vdaf as domain
     from fedstats.service.domain.tasks import ConflictError
 
-    stores = [open_store(f"sqlite:///{tmp_path / f'{r}.db'}") for r in ("leader", "helper")]
+    stores = [
+        open_store("memory://" if kind == "memory" else f"sqlite:///{tmp_path / f'{r}.db'}")
+        for r in ("leader", "helper")
+    ]
     task_id, key, token = secrets.token_hex(32), os.urandom(32), secrets.token_urlsafe(32)
     task = Prio3Task(task_id, HIST, b"ctx", LEADER_URL, HELPER_URL)
     for s, role, peer in zip(stores, ("leader", "helper"), (HELPER_URL, LEADER_URL), strict=True):

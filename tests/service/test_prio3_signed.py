@@ -653,7 +653,12 @@ def test_a_crashed_leaders_job_is_taken_over_after_its_lease_and_the_old_leader_
         done = domain.run_leader_jobs(stores[0], tid, send, batch_size=4, owner="B")
         assert done == {"jobs": 1, "accepted": 4, "rejected": 0}
         with stores[0].transaction(read_only=True) as tx:
-            assert tx.vdaf_job_lease(tid, job_id) == ("B", 2, "done")
+            job = tx.vdaf_job(tid, job_id)
+            assert job is not None and (job.lease_owner, job.lease_epoch, job.status) == (
+                "B",
+                2,
+                "done",
+            )
         # A wakes up and finishes its job: fenced, nothing written
         with stores[0].transaction(read_only=True) as tx:
             row = domain.task_row(tx, tid)

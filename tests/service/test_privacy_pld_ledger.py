@@ -140,11 +140,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 def test_server_ledger_stores_mechanisms_and_composes_as_the_library(store: Store) -> None:
-    with store.session() as s, s.begin():
+    with store.transaction() as s:
         for scope, name in (("population", "pop"), ("analyst", "ana")):
             server.set_budget(s, scope, name, epsilon=5.0, delta=1e-5, actor="admin")
     for i in range(60):  # basic composition would refuse the 51st
-        with store.session() as s, s.begin():
+        with store.transaction() as s:
             server.reserve(
                 s,
                 run_id=f"run-{i}",
@@ -152,7 +152,7 @@ def test_server_ledger_stores_mechanisms_and_composes_as_the_library(store: Stor
                 analyst="ana",
                 charge=server.Charge.of(RR_LOSS, f"rr {i}"),
             )
-    with store.session() as s, s.begin():
+    with store.transaction() as s:
         server.reserve(
             s,
             run_id="undescribed",
@@ -171,7 +171,7 @@ def test_server_ledger_stores_mechanisms_and_composes_as_the_library(store: Stor
         ref.total().delta,
     )
     assert status["spent_epsilon"] < 5.0 and status["charges"] == 61
-    with store.session() as s, s.begin(), pytest.raises(BudgetExceededError, match="pop"):
+    with pytest.raises(BudgetExceededError, match="pop"), store.transaction() as s:
         server.reserve(
             s,
             run_id="too-much",

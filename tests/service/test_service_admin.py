@@ -283,8 +283,8 @@ def test_cancel_after_a_used_sum_keeps_the_charge_spent(deployment: Deployment) 
                     n_clients=1,
                 )
             )
-        with store.session() as s, s.begin():
-            runs.cancel_run(s, rid, "bob")
+        with store.transaction() as tx:
+            runs.cancel_run(tx, rid, "bob")
         with store.session() as s:
             from sqlalchemy import select
 

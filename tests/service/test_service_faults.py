@@ -107,14 +107,14 @@ def _setup_run(store: Store, root: Path, task: dict[str, Any], **over: Any) -> s
     }
     body.update(over)
     env = SignedTaskIn(**sign_task(body, analyst)).model_dump()
-    with store.session() as s, s.begin():
-        ledger.set_budget(s, "population", "default", epsilon=10, delta=1e-3, actor="t")
-        ledger.set_budget(s, "analyst", "alice", epsilon=10, delta=1e-3, actor="t")
-        tid, _ = tasks.create_task(s, env, "alice")
-        rid = runs.create_run(s, tid, "alice")
+    with store.transaction() as tx:
+        ledger.set_budget(tx, "population", "default", epsilon=10, delta=1e-3, actor="t")
+        ledger.set_budget(tx, "analyst", "alice", epsilon=10, delta=1e-3, actor="t")
+        tid, _ = tasks.create_task(tx, env, "alice")
+        rid = runs.create_run(tx, tid, "alice")
     for i in range(N):
-        with store.session() as s, s.begin():
-            runs.checkin(s, rid, f"dev-{i}", 1)
+        with store.transaction() as tx:
+            runs.checkin(tx, rid, f"dev-{i}", 1)
     return rid
 
 
@@ -131,7 +131,7 @@ def _answer(
         ).scalar_one_or_none()
         if rec is None:
             return 0
-        cfg = tasks.task_config(s, run.task_id)
+        task_id = run.task_id
         members = s.execute(select(RunMember).where(RunMember.run_id == rid)).scalars().all()
         have = set(
             s.execute(
@@ -141,14 +141,17 @@ def _answer(
             ).scalars()
         )
         index, n = rec.index, int(run.n_clients or 0)
-        spec = Round(
-            rec.name,
-            resolve_encoder(rec.encode, cfg["analysis"], cfg["version"]),
-            wire.decode(json.loads(rec.params)),
-            dim=rec.dim,
-            bound=rec.bound,
-        )
+        name, encode, params, dim, bound = rec.name, rec.encode, rec.params, rec.dim, rec.bound
         lo, hi = rec.lo, rec.hi
+    with store.transaction(read_only=True) as tx:
+        cfg = tasks.task_config(tx, task_id)
+    spec = Round(
+        name,
+        resolve_encoder(encode, cfg["analysis"], cfg["version"]),
+        wire.decode(json.loads(params)),
+        dim=dim,
+        bound=bound,
+    )
     for m in members:
         a, b = max(m.slot_start, lo), min(m.slot_start + m.slot_count, hi)
         if b <= a or m.client_id in have:
@@ -158,8 +161,8 @@ def _answer(
         vector = [int(x) for x in rep.sum(axis=0)]
         if tamper is not None:
             vector = tamper(m.client_id, vector)
-        with store.session() as s, s.begin():
-            runs.submit_report(s, rid, index, m.client_id, vector, b - a)
+        with store.transaction() as tx:
+            runs.submit_report(tx, rid, index, m.client_id, vector, b - a)
         done += 1
     return done
 
@@ -299,13 +302,13 @@ def test_holder_paused_inside_a_write_transaction_is_taken_over(
     assert pause.reached.wait(30), "A did not reach its transaction"
     t0 = time.monotonic()
     # a check-in on the locked run waits at most the lock timeout, then fails with a retryable error
-    with pytest.raises(OperationalError), store.session() as s, s.begin():
-        runs.checkin(s, rid, "late-device", 1)
+    with pytest.raises(OperationalError), store.transaction() as tx:
+        runs.checkin(tx, rid, "late-device", 1)
     assert time.monotonic() - t0 < t_lock + 2.0
     # the other run is not blocked at all
     t1 = time.monotonic()
-    with store.session() as s, s.begin():
-        assert runs.load_run(s, other, lock=True).id == other  # its row lock is free
+    with store.transaction() as tx:
+        assert runs.load_run(tx, other, lock=True).id == other  # its row lock is free
     assert time.monotonic() - t1 < 1.0
     taken = None
     while taken is None:
@@ -505,8 +508,8 @@ def test_a_lock_timeout_is_a_503_with_retry_after(make_store: Callable[..., Stor
 
     timeouts = Timeouts(lock=0.5, statement=10.0, idle_in_transaction=10.0)
     store = make_store("postgresql", timeouts)
-    with store.session() as s, s.begin():
-        ledger.set_budget(s, "population", "locked", epsilon=1.0, delta=0.0, actor="t")
+    with store.transaction() as tx:
+        ledger.set_budget(tx, "population", "locked", epsilon=1.0, delta=0.0, actor="t")
     token = add_operator(store, "op")
     holder = make_store("postgresql", timeouts)
     app = create_app(store, run_driver=False)

@@ -29,8 +29,8 @@ from fedstats.service.domain import ledger, secure
 from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.runs import load_run, new_public_seed
 from fedstats.service.domain.tasks import task_config
-from fedstats.service.store import Store, StoreUnavailable, Tx, TxLike, as_tx
-from fedstats.service.store.core import ReportRow
+from fedstats.service.store import State, Store, StoreUnavailable
+from fedstats.service.store.core import ReportRow, RoundRow, RunLease, RunRow
 from fedstats.wire.registry import encoder_name, lookup, plan_for
 
 __all__ = ["Driver", "excluded_metrics"]
@@ -94,8 +94,8 @@ def _required(cfg: Mapping[str, Any], n_devices: int, rec: Any) -> int:
     return max(1, math.ceil(frac * (int(rec.hi) - int(rec.lo)) - 1e-9))
 
 
-def _n_devices(tx: Tx, run_id: str) -> int:
-    return int(tx.cohort(run_id)[0])
+def _n_devices(tx: State, run_id: str) -> int:
+    return tx.cohort(run_id).devices
 
 
 class Driver:
@@ -223,17 +223,17 @@ class Driver:
         self._claimed_at = time.monotonic()
         now = time.time()
         with self.store.transaction() as tx:
-            for rid, lease in tx.claim_runs(self.owner, now, now + self.lease_seconds / 2):
-                self._take(tx, rid, lease, now)
+            for lease in tx.claim_runs(self.owner, now, now + self.lease_seconds / 2):
+                self._take(tx, lease, now)
             held = tx.held_runs(self.owner)
         # a run under our name but not under the epoch we claimed (a restart under the same server_id,
         # or a claim lost and regained): claim it anew, with a new epoch, before writing anything
-        stale = [rid for rid, epoch in held if self._epochs.get(rid) != epoch]
+        stale = [h.run_id for h in held if self._epochs.get(h.run_id) != h.lease_epoch]
         if stale:
             with self.store.transaction() as tx:
-                for rid, lease in tx.claim_runs(self.owner, now, now, own=stale):
-                    self._take(tx, rid, lease, now)
-        ids = [rid for rid, _e in held]
+                for lease in tx.claim_runs(self.owner, now, now, own=stale):
+                    self._take(tx, lease, now)
+        ids = [h.run_id for h in held]
         for rid in set(self._live) - set(ids):
             self._forget(rid)  # another process holds it now: our generator is stale
         for rid in set(self._epochs) - set(ids):
@@ -241,9 +241,10 @@ class Driver:
         self._held = ids
         return [rid for rid in ids if rid in self._epochs]
 
-    def _take(self, tx: Tx, run_id: str, lease: tuple[Any, Any, int], now: float) -> None:
+    def _take(self, tx: State, lease: RunLease, now: float) -> None:
         """Claim or renew a run's lease (row locked by the caller); a new claim gets a new epoch."""
-        lease_owner, lease_until, epoch = lease
+        run_id, lease_owner, lease_until = lease.run_id, lease.lease_owner, lease.lease_until
+        epoch = lease.lease_epoch
         renewal = (
             lease_owner == self.owner
             and lease_until is not None
@@ -267,7 +268,7 @@ class Driver:
         self._live.pop(run_id, None)
         self._sessions.drop(run_id)
 
-    def _holds(self, run: Any) -> bool:
+    def _holds(self, run: RunRow) -> bool:
         """Fencing: whether this process still holds ``run``'s lease under the epoch it claimed.
 
         ``run`` must have been read fresh under its row lock in the caller's write transaction
@@ -334,9 +335,7 @@ class Driver:
             if run.status in ("done", "aborted") or not self._holds(run):
                 return
             used = s.any_closed_round(run_id)
-            run.status = "aborted"
-            run.error = reason
-            run.finished_at = time.time()
+            s.update_run(run_id, status="aborted", error=reason, finished_at=time.time())
             if not used:
                 ledger.release(s, run_id, reason=reason)
             else:  # a journaled sum already shaped later rounds' public parameters: keep the charge
@@ -363,15 +362,18 @@ class Driver:
                 task_config(s, run.task_id).get("max_records_per_client", 1)
             )
             ledger.spend(s, run_id)
-            run.result = json.dumps(to_jsonable(payload))
-            run.status = "done"
-            run.finished_at = time.time()
+            s.update_run(
+                run_id,
+                result=json.dumps(to_jsonable(payload)),
+                status="done",
+                finished_at=time.time(),
+            )
             ledger.audit(s, "server", "release", run_id, analysis=payload.get("analysis"))
         self._changed.add(run_id)
         self.metrics["runs_done"] += 1
         log.info(json.dumps({"event": "run_done", "run_id": run_id}))
 
-    def _protocol(self, s: Tx, run: Any) -> Generator[Round, RoundSum, Any]:
+    def _protocol(self, s: State, run: RunRow) -> Generator[Round, RoundSum, Any]:
         """The run's plan: the same generator a device replays (task, cohort size, public seed)."""
         cfg = task_config(s, run.task_id)
         assert run.n_clients is not None
@@ -387,26 +389,26 @@ class Driver:
         if encoder_name(rnd.encode) not in spec.encoders:
             raise SecurityError(f"round {rnd.name!r} names an unregistered encoder")
 
-    def _rebuild(self, s: TxLike, run: Any) -> _Live | Any:
-        """Replay the generator through the journaled rounds; return the live state or the result.
-
-        ``s``: the open transaction (a session is accepted too).
-        """
-        s = as_tx(s)
+    def _rebuild(self, s: State, run: RunRow) -> _Live | Any:
+        """Replay the generator through the journaled rounds; return the live state or the result."""
         gen = self._protocol(s, run)
         cfg = task_config(s, run.task_id)
         assert run.n_clients is not None
         rnd = next(gen)
         index = 0
-        for rec_index, digest, encode, rec_total, rec_n in s.closed_rounds(run.id):
+        for closed in s.closed_rounds(run.id):
             self._check_encoder(cfg, rnd)
             f = _round_fields(rnd, run.n_clients)
-            if rec_index != index or f["params_digest"] != digest or f["encode"] != encode:
+            if (
+                closed.index != index
+                or f["params_digest"] != closed.params_digest
+                or f["encode"] != closed.encode
+            ):
                 raise SecurityError(f"replay of round {index} diverged from the journal")
-            assert rec_total is not None and rec_n is not None
-            total = wire.loads(rec_total)
+            assert closed.total is not None and closed.n_clients is not None
+            total = wire.loads(closed.total)
             try:
-                rnd = gen.send(RoundSum(np.asarray(total), int(rec_n)))
+                rnd = gen.send(RoundSum(np.asarray(total), int(closed.n_clients)))
             except StopIteration as stop:
                 return _Result(stop.value)
             index += 1
@@ -429,11 +431,12 @@ class Driver:
             if run.status == "seeding":
                 cfg = task_config(s, run.task_id)
                 deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
-                reason = secure.close_seeding(s.secure, run, deadline)
-                if reason is not None:
-                    self._abort_in(s, run, reason)
-                if run.status != "running":
+                seeded = secure.close_seeding(s, run, deadline)
+                if isinstance(seeded, str):
+                    self._abort_in(s, run, seeded)
+                if not isinstance(seeded, RunRow):
                     return
+                run = seeded
                 ledger.audit(s, "server", "seeded", run.id, seed=run.public_seed)
                 self._changed.add(run.id)
             if run.status != "running":
@@ -450,12 +453,13 @@ class Driver:
         if live is None:
             self._finish(run_id, result)
             return
-        while live is not None:  # one new session per transaction: no stale identity map
+        while live is not None:  # one step per transaction: each reads the run afresh
             live = self._step(run_id, live)
 
-    def _close_checkin(self, s: Tx, run: Any) -> None:
+    def _close_checkin(self, s: State, run: RunRow) -> None:
         cfg = task_config(s, run.task_id)
-        devices, used = s.cohort(run.id)  # cohort_size and min_clients count devices
+        cohort = s.cohort(run.id)  # cohort_size and min_clients count devices
+        devices, used = cohort.devices, cohort.records
         if devices < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
             return
         if devices < int(cfg["min_clients"]):
@@ -466,18 +470,17 @@ class Driver:
             self._abort_in(s, run, reason)
             return
         # a secure run first fixes its public seed from the members' reveals (fedstats.wire.seeding)
-        run.status = "seeding" if secure.is_secure(cfg) else "running"
-        if run.status == "running" and not run.public_seed:  # a run created before plain seeds
-            run.public_seed = new_public_seed()
-        run.n_clients = used
+        status = "seeding" if secure.is_secure(cfg) else "running"
+        if status == "running" and not run.public_seed:  # a run created before plain seeds
+            s.update_run(run.id, status=status, n_clients=used, public_seed=new_public_seed())
+        else:
+            s.update_run(run.id, status=status, n_clients=used)
         self._changed.add(run.id)
         ledger.audit(s, "server", "start", run.id, n_clients=used, n_devices=devices)
 
-    def _abort_in(self, s: Tx, run: Any, reason: str) -> None:
+    def _abort_in(self, s: State, run: RunRow, reason: str) -> None:
         """Abort a run before any sum was used, inside the caller's transaction (releases the charge)."""
-        run.status = "aborted"
-        run.error = reason
-        run.finished_at = time.time()
+        s.update_run(run.id, status="aborted", error=reason, finished_at=time.time())
         ledger.release(s, run.id, reason=reason)
         ledger.audit(s, "server", "abort", run.id, reason=reason)
         self._changed.add(run.id)
@@ -492,14 +495,14 @@ class Driver:
                 return None
             cfg = task_config(s, run.task_id)
             assert run.n_clients is not None
-            rec = s.orm_round(run_id, live.index)
+            rec = s.round_row(run_id, live.index)
             if live.fields is None:
                 live.fields = _round_fields(live.pending, run.n_clients)
             f = live.fields
             opened, abort = False, None
             if rec is None:
                 now = time.time()
-                rec = s.add_orm_round(
+                rec = s.add_round(
                     run_id=run_id,
                     index=live.index,
                     status="open",
@@ -510,9 +513,9 @@ class Driver:
                 opened = True
                 if secure.is_secure(cfg):
                     try:
-                        secure.open_sessions(s.secure, run, rec, cfg, self._sessions)
+                        secure.open_sessions(s, run, rec, cfg, self._sessions)
                     except FedstatsError as exc:
-                        rec.status = "aborted"
+                        s.update_round(run_id, live.index, status="aborted")
                         abort = f"round {live.index} ({rec.name}): {exc}"
             elif rec.params_digest != f["params_digest"]:
                 raise SecurityError(f"replay of round {live.index} diverged from the journal")
@@ -528,7 +531,7 @@ class Driver:
             if not self._holds(run):
                 return None
             self._hook("locked", run_id, live.index)
-            rec = s.orm_round(run_id, live.index)
+            rec = s.round_row(run_id, live.index)
             assert rec is not None and run.n_clients is not None
             if rec.status != "open":  # journaled by an earlier holder: rebuild from the journal
                 self._live.pop(run_id, None)
@@ -536,7 +539,7 @@ class Driver:
             if secure.is_secure(cfg):
                 quiet = cfg["secure_aggregation"].get("quiet_seconds")
                 got = secure.advance_sessions(
-                    s.secure,
+                    s,
                     run,
                     rec,
                     self._sessions,
@@ -556,13 +559,13 @@ class Driver:
                 live.deadline, live.checked = float(rec.deadline), time.monotonic()
                 self._reports.pop((run_id, live.index), None)
             if isinstance(got, str):
-                rec.status = "aborted"
+                s.update_round(run_id, live.index, status="aborted")
                 abort = got
             elif got is not None:
                 total, n = got
-                rec.total = wire.dumps(total)
-                rec.n_clients = n
-                rec.status = "closed"
+                s.update_round(
+                    run_id, live.index, total=wire.dumps(total), n_clients=n, status="closed"
+                )
         # committed: fault-injection tests may now kill the process after a secure stage
         if self._sessions.advanced or got is not None:
             self._changed.add(run_id)
@@ -591,7 +594,7 @@ class Driver:
         return live
 
     def _close_plain(
-        self, s: Tx, run: Any, rec: Any, cfg: Mapping[str, Any]
+        self, s: State, run: RunRow, rec: RoundRow, cfg: Mapping[str, Any]
     ) -> tuple[np.ndarray, int] | str | None:
         """Close a plain round from its reports, in the caller's transaction.
 
@@ -621,9 +624,9 @@ class Driver:
 
     def _screened(
         self,
-        s: Tx,
-        run: Any,
-        rec: Any,
+        s: State,
+        run: RunRow,
+        rec: RoundRow,
         reports: list[ReportRow],
         members: Mapping[str, tuple[int, int]],
     ) -> list[tuple[ReportRow, list[int]]]:
@@ -670,7 +673,9 @@ class Driver:
                 self._exclude(s, run, rec, report, problem)
         return kept
 
-    def _exclude(self, s: Tx, run: Any, rec: Any, report: ReportRow, problem: str) -> None:
+    def _exclude(
+        self, s: State, run: RunRow, rec: RoundRow, report: ReportRow, problem: str
+    ) -> None:
         """Set ``reports.excluded`` of a report left out of its round's sum; log and count it."""
         reason = problem.split(":", 1)[0]
         s.exclude_report(run.id, rec.index, report.client_id, problem)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedstats.errors import ParameterError
-from fedstats.service.store import Store, Tx
+from fedstats.service.store import State, Store
 
 __all__ = ["HEADER", "Answer", "check_key", "purge", "request_hash", "run_once"]
 
@@ -65,7 +65,7 @@ def request_hash(method: str, path: str, body: Any) -> str:
     return hashlib.sha256(f"{method.upper()}\n{path}\n{canon}".encode()).hexdigest()
 
 
-def _stored(tx: Tx, actor: str, key: str, rhash: str) -> Answer | None:
+def _stored(tx: State, actor: str, key: str, rhash: str) -> Answer | None:
     row = tx.idempotent_answer(actor, key)
     if row is None:
         return None
@@ -86,7 +86,7 @@ def run_once(
     method: str,
     path: str,
     body: Any,
-    write: Callable[[Tx], Answer],
+    write: Callable[[State], Answer],
 ) -> Answer:
     """Run ``write`` in one transaction, exactly once per ``(actor, key)``.
 

@@ -26,7 +26,7 @@ from typing import Any
 from fedstats.errors import BudgetExceededError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.ledger import PrivacyLedger
-from fedstats.service.store import Tx, TxLike, as_tx
+from fedstats.service.store import State
 from fedstats.service.store.core import BudgetRow, ChargeRow
 
 __all__ = ["Charge", "audit", "budget_status", "release", "reserve", "set_budget", "spend"]
@@ -77,14 +77,14 @@ def _mechanisms_of(stored: str | None) -> list[MechanismSpec]:
     return [MechanismSpec.from_dict(m) for m in json.loads(stored)] if stored else []
 
 
-def audit(tx: TxLike, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
-    """Append an audit record (in the caller's transaction ``tx``: a :class:`Tx` or a session)."""
-    as_tx(tx).add_audit(
+def audit(tx: State, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
+    """Append an audit record (in the caller's transaction ``tx``)."""
+    tx.add_audit(
         time.time(), actor, action, run_id, json.dumps(detail, sort_keys=True, default=str)
     )
 
 
-def _ledger_of(tx: Tx, budget: BudgetRow, scope: str) -> PrivacyLedger:
+def _ledger_of(tx: State, budget: BudgetRow, scope: str) -> PrivacyLedger:
     rows = tx.charges_on(scope, budget.name)
     # no budget while replaying: these charges were accepted when they were reserved, and checking them
     # again one by one would blame an old run for a budget that is too small now
@@ -110,7 +110,7 @@ def _with_budget(ledger: PrivacyLedger, budget: BudgetRow, scope: str) -> Privac
     return ledger
 
 
-def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, charge: Charge) -> None:
+def reserve(tx: State, *, run_id: str, population: str, analyst: str, charge: Charge) -> None:
     """Reserve ``charge`` on both budgets, in the caller's transaction.
 
     A population or analyst without a budget row has no budget: nothing can be charged to it.
@@ -121,7 +121,6 @@ def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, char
         If either budget is missing or would be exceeded; the message gives spent, requested and
         remaining (from :meth:`PrivacyLedger.spend`). Nothing is reserved then.
     """
-    tx = as_tx(session)
     # lock in a fixed order (population, then analyst) so concurrent reservations cannot deadlock
     for scope, name in (("population", population), ("analyst", analyst)):
         budget = tx.budget(scope, name, lock=True)
@@ -166,7 +165,7 @@ def reserve(session: TxLike, *, run_id: str, population: str, analyst: str, char
     )
 
 
-def spend(session: TxLike, run_id: str, *, actor: str = "server") -> bool:
+def spend(tx: State, run_id: str, *, actor: str = "server") -> bool:
     """Turn the run's reservation into a spend (idempotent); return True if it changed now.
 
     Raises
@@ -175,7 +174,6 @@ def spend(session: TxLike, run_id: str, *, actor: str = "server") -> bool:
         If the run's charge was released: it no longer counts against any budget, and turning it back
         into a spend would skip the budget check (a released run must not publish a result).
     """
-    tx = as_tx(session)
     c = tx.charge_of(run_id)
     if c is None or c.status == "spent":
         return False
@@ -189,9 +187,8 @@ def spend(session: TxLike, run_id: str, *, actor: str = "server") -> bool:
     return True
 
 
-def release(session: TxLike, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
+def release(tx: State, run_id: str, *, actor: str = "server", reason: str = "") -> bool:
     """Give a reservation back (a run that released nothing); return True if it changed now."""
-    tx = as_tx(session)
     c = tx.charge_of(run_id)
     if c is None or c.status != "reserved":
         return False
@@ -201,7 +198,7 @@ def release(session: TxLike, run_id: str, *, actor: str = "server", reason: str 
 
 
 def set_budget(
-    session: TxLike, scope: str, name: str, *, epsilon: float, delta: float, actor: str
+    tx: State, scope: str, name: str, *, epsilon: float, delta: float, actor: str
 ) -> None:
     """Create or change a budget, in the caller's transaction; refuse one below what is already charged.
 
@@ -221,7 +218,6 @@ def set_budget(
         budget (HTTP 409); the message names the budget, the spent amount and the requested one. Nothing
         changes then.
     """
-    tx = as_tx(session)
     b = tx.budget(scope, name, lock=True)
     if b is not None:
         spent = _ledger_of(tx, b, scope)
@@ -239,9 +235,8 @@ def set_budget(
     audit(tx, actor, "budget", None, scope=scope, name=name, epsilon=epsilon, delta=delta)
 
 
-def budget_status(session: TxLike, scope: str, name: str) -> dict[str, Any] | None:
+def budget_status(tx: State, scope: str, name: str) -> dict[str, Any] | None:
     """Budget, spent (reserved + spent) and remaining of one population or analyst, or None."""
-    tx = as_tx(session)
     b = tx.budget(scope, name)
     if b is None:
         return None

@@ -19,7 +19,7 @@ import time
 from fedstats.errors import ParameterError
 from fedstats.service.domain import ledger
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
-from fedstats.service.store import Store, Tx
+from fedstats.service.store import State, Store
 from fedstats.wire import auth
 
 __all__ = ["add", "add_operator", "remove", "rotate", "rotate_operator", "trust_authority"]
@@ -33,12 +33,12 @@ def _check_name(name: str) -> str:
     return name
 
 
-def add(tx: Tx, name: str, *, actor: str | None = None, now: float | None = None) -> str:
+def add(tx: State, name: str, *, actor: str | None = None, now: float | None = None) -> str:
     """Create operator ``name`` in the caller's transaction; return its bearer token (shown once).
 
     Parameters
     ----------
-    tx : Tx
+    tx : State
         An open transaction.
     name : str
         1 to 128 printable characters, not an existing operator's name.
@@ -70,7 +70,7 @@ def add(tx: Tx, name: str, *, actor: str | None = None, now: float | None = None
     return token
 
 
-def rotate(tx: Tx, name: str, *, actor: str | None = None) -> str:
+def rotate(tx: State, name: str, *, actor: str | None = None) -> str:
     """Give operator ``name`` a new bearer token and return it; the old one stops working at commit.
 
     Raises
@@ -86,7 +86,7 @@ def rotate(tx: Tx, name: str, *, actor: str | None = None) -> str:
     return token
 
 
-def remove(tx: Tx, name: str, *, actor: str) -> None:
+def remove(tx: State, name: str, *, actor: str) -> None:
     """Remove operator ``name`` (its token stops working at commit), audited as done by ``actor``.
 
     Raises

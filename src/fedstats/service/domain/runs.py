@@ -55,8 +55,8 @@ from fedstats.service.domain import ledger
 from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
-from fedstats.service.store import Tx, TxLike, as_tx
-from fedstats.service.store.core import LiveRun, PutReport, RoundRow
+from fedstats.service.store import State
+from fedstats.service.store.core import FinishedRun, LiveRun, PutReport, RoundRow, RunRow
 from fedstats.wire.registry import privacy_loss_for
 
 __all__ = [
@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-def create_run(session: TxLike, task_id: str, analyst: str) -> str:
+def create_run(tx: State, task_id: str, analyst: str) -> str:
     """Start a run of a task, reserving its privacy charge first (in the caller's transaction).
 
     Raises
@@ -85,7 +85,6 @@ def create_run(session: TxLike, task_id: str, analyst: str) -> str:
     BudgetExceededError
         If the population's or the analyst's budget cannot cover the task.
     """
-    tx = as_tx(session)
     cfg = task_config(tx, task_id)
     if task_envelope(tx, task_id) is None:
         raise ConflictError(f"task {task_id} was stored unsigned: devices would refuse it")
@@ -116,7 +115,7 @@ def create_run(session: TxLike, task_id: str, analyst: str) -> str:
     return run_id
 
 
-def cancel_run(session: TxLike, run_id: str, actor: str) -> str:
+def cancel_run(tx: State, run_id: str, actor: str) -> str:
     """Cancel a live run (in the caller's transaction); return its population.
 
     The run becomes ``aborted`` with the error ``"cancelled by <actor>"`` (devices see it finished), as
@@ -131,18 +130,20 @@ def cancel_run(session: TxLike, run_id: str, actor: str) -> str:
     ConflictError
         If the run is already done or aborted.
     """
-    tx = as_tx(session)
     run = load_run(tx, run_id, lock=True)
     if run.status not in ("checkin", "seeding", "running"):
         raise ConflictError(f"run {run_id} is already {run.status}: nothing to cancel")
     reason = f"cancelled by {actor}"
     used = tx.any_closed_round(run_id)
-    run.status = "aborted"
-    run.error = reason
-    run.finished_at = time.time()
-    run.lease_owner = None
-    run.lease_until = None
-    run.lease_epoch = int(run.lease_epoch or 0) + 1
+    tx.update_run(
+        run_id,
+        status="aborted",
+        error=reason,
+        finished_at=time.time(),
+        lease_owner=None,
+        lease_until=None,
+        lease_epoch=run.lease_epoch + 1,
+    )
     if not used:
         ledger.release(tx, run_id, actor=actor, reason=reason)
     else:
@@ -156,25 +157,22 @@ def new_public_seed() -> str:
     return secrets.token_hex(32)
 
 
-def load_run(session: TxLike, run_id: str, *, lock: bool = False) -> Any:
-    """The run ``run_id`` (its ORM row, read fresh), optionally locked (``FOR NO KEY UPDATE``).
-
-    Transitional (:meth:`~fedstats.service.store.core.CoreQueries.orm_run`): the driver's fencing and
-    the secure path still change run rows through it.
+def load_run(tx: State, run_id: str, *, lock: bool = False) -> RunRow:
+    """The run ``run_id``, read fresh, optionally locked (``FOR NO KEY UPDATE``) to the transaction's end.
 
     Raises
     ------
     NotFoundError
         If there is no such run.
     """
-    run = as_tx(session).orm_run(run_id, lock=lock)
+    run = tx.run(run_id, lock=lock)
     if run is None:
         raise NotFoundError(f"no run {run_id!r}")
     return run
 
 
 def checkin(
-    tx: TxLike,
+    tx: State,
     run_id: str,
     client_id: str,
     records: int,
@@ -200,7 +198,6 @@ def checkin(
     """
     if records < 1:
         raise ParameterError("records", records, "an integer >= 1")
-    tx = as_tx(tx)
     run = load_run(tx, run_id, lock=True)
     cfg = task_config(tx, run.task_id)
     if population is not None and cfg["privacy"]["population"] != population:
@@ -219,7 +216,8 @@ def checkin(
             raise ParameterError("commitment", commitment, "64 hex digits") from None
     elif commitment is not None:
         raise ParameterError("commitment", commitment, "none (the task is not secure)")
-    devices, used = tx.cohort(run_id)
+    cohort = tx.cohort(run_id)
+    devices, used = cohort.devices, cohort.records
     if devices >= int(cfg["cohort_size"]):  # cohort_size counts devices
         raise ConflictError(f"run {run_id} has a full cohort ({devices} devices)")
     count = min(int(records), int(cfg.get("max_records_per_client", 1)))
@@ -234,10 +232,10 @@ def _slots_in(start: int, count: int, lo: int, hi: int) -> tuple[int, int]:
 
 
 def client_work(
-    tx: TxLike,
+    tx: State,
     client_id: str,
     population: str,
-    device_runs: tuple[list[LiveRun], list[tuple[str, str]]] | None = None,
+    device_runs: tuple[list[LiveRun], list[FinishedRun]] | None = None,
 ) -> dict[str, Any]:
     """What a device may do now: runs open for check-in, and rounds waiting for its report.
 
@@ -249,7 +247,6 @@ def client_work(
     :meth:`~fedstats.service.store.core.CoreQueries.device_runs` as already read in this transaction
     (for a batch of polls, :meth:`~fedstats.service.store.core.CoreQueries.device_runs_many`).
     """
-    tx = as_tx(tx)
     offers: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []
     reveals: list[dict[str, Any]] = []
@@ -284,7 +281,7 @@ def client_work(
             continue
         secure_stage = None
         if cfg.get("secure_aggregation") is not None:
-            secure_stage = secure_work(tx.secure, run_id, rec, client_id)
+            secure_stage = secure_work(tx, run_id, rec, client_id)
             if secure_stage is None:
                 continue
         elif live.reported:
@@ -314,7 +311,7 @@ def client_work(
                 "secure": secure_stage,
             }
         )
-    finished = [{"run_id": r, "status": s} for r, s in finished_runs]
+    finished = [{"run_id": f.run_id, "status": f.status} for f in finished_runs]
     return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
 
 
@@ -337,7 +334,7 @@ def _params_of(rec: RoundRow) -> Any:
 _HISTORY: dict[tuple[str, int], list[Any]] = {}
 
 
-def _history(tx: Tx, run_id: str, index: int) -> list[Any]:
+def _history(tx: State, run_id: str, index: int) -> list[Any]:
     """``[{"total", "n_clients"}, ...]`` of rounds ``0 .. index - 1`` as journaled (canonically encoded).
 
     What a device needs to replay the plan up to round ``index`` (:mod:`fedstats.client`).
@@ -349,8 +346,8 @@ def _history(tx: Tx, run_id: str, index: int) -> list[Any]:
             got = []
         else:
             got = [
-                {"total": json.loads(total), "n_clients": int(n)}
-                for _i, total, n in tx.closed_totals(run_id, index)
+                {"total": json.loads(r.total), "n_clients": r.n_clients}
+                for r in tx.closed_totals(run_id, index)
             ]
         if len(_HISTORY) > 1024:
             _HISTORY.clear()
@@ -487,7 +484,7 @@ def screen_uploads(uploads: Sequence[Upload]) -> list[tuple[RoundRow, tuple[int,
 
 
 def put_uploads(
-    tx: TxLike,
+    tx: State,
     uploads: Sequence[Upload],
     screened: Sequence[tuple[RoundRow, tuple[int, int]] | None],
 ) -> list[bool | str | None]:
@@ -504,7 +501,6 @@ def put_uploads(
         already there): the caller must then discard this transaction's writes for that upload, i.e.
         roll back, and take :func:`upload_report` for it in a transaction of its own.
     """
-    tx = as_tx(tx)
     out: list[bool | str | None] = [EXACT] * len(uploads)
     todo = [i for i, got in enumerate(screened) if got is not None]
     items = []
@@ -529,7 +525,7 @@ def put_uploads(
 
 
 def upload_report(
-    tx: TxLike,
+    tx: State,
     nonce: tuple[str, float],
     run_id: str,
     index: int,
@@ -556,7 +552,6 @@ def upload_report(
     ------
     As :func:`submit_report`.
     """
-    tx = as_tx(tx)
     upload = Upload(nonce, run_id, index, client_id, vector, count)
     screened = screen_uploads([upload])[0]
     if screened is not None:
@@ -571,7 +566,7 @@ def upload_report(
 
 
 def submit_report(
-    tx: TxLike, run_id: str, index: int, client_id: str, vector: Any, count: int
+    tx: State, run_id: str, index: int, client_id: str, vector: Any, count: int
 ) -> bool:
     """Store a device's report; return False if the same report was already stored (idempotent retry).
 
@@ -589,7 +584,6 @@ def submit_report(
     SecurityError
         If the device is not in the round's cohort.
     """
-    tx = as_tx(tx)
     rec = tx.round_for_report(run_id, index)
     if rec is None:
         raise NotFoundError(f"no round {index} in run {run_id!r}")
@@ -616,25 +610,24 @@ def submit_report(
     return True
 
 
-def run_view(session: TxLike, run_id: str) -> dict[str, Any]:
+def run_view(tx: State, run_id: str) -> dict[str, Any]:
     """Status of a run, its rounds and, once done, its result."""
-    tx = as_tx(session)
     run = load_run(tx, run_id)
     slots = tx.slots_of(run_id)  # once, not once per round
     rounds = []
-    for index, name, status, lo, hi, summed in tx.rounds_of(run_id):
+    for r in tx.rounds_of(run_id):
         n_exp = 0
         for start, count in slots:
-            a, b = _slots_in(start, count, lo, hi)
+            a, b = _slots_in(start, count, r.lo, r.hi)
             n_exp += b - a
         rounds.append(
             {
-                "index": index,
-                "name": name,
-                "status": status,
-                "client_range": [lo, hi],
+                "index": r.index,
+                "name": r.name,
+                "status": r.status,
+                "client_range": [r.lo, r.hi],
                 "records_expected": n_exp,
-                "records_summed": summed,
+                "records_summed": r.n_clients,
             }
         )
     return {

@@ -69,7 +69,8 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters, find_parameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
-from fedstats.service.store import Tx, TxLike, as_tx
+from fedstats.service.store import State
+from fedstats.service.store.rows import RoundRow, RunRow
 from fedstats.service.store.secure import EnrolledRow, MemberRow, SecureSessionRow, UpMessage
 from fedstats.wire import seeding
 from fedstats.wire.registry import config_for, lookup
@@ -110,7 +111,7 @@ def is_secure(cfg: dict[str, Any]) -> bool:
 session_bounds = seeding.session_bounds
 
 
-def ordered_members(tx: Tx, run_id: str) -> list[MemberRow]:
+def ordered_members(tx: State, run_id: str) -> list[MemberRow]:
     """A run's members in slot order."""
     return tx.members_in_order(run_id)
 
@@ -118,10 +119,16 @@ def ordered_members(tx: Tx, run_id: str) -> list[MemberRow]:
 # -- the run's seed -----------------------------------------------------------------------------
 
 
-def close_seeding(tx: Tx, run: Any, deadline: float) -> str | None:
+def close_seeding(tx: State, run: RunRow, deadline: float) -> RunRow | str | None:
     """Fix the run's seed once every member revealed; return an abort reason past ``deadline``.
 
-    ``run`` is the run's row as loaded in ``tx`` (it is updated with the seed and status ``running``).
+    ``run`` is the run's row as loaded (and locked) in ``tx``.
+
+    Returns
+    -------
+    RunRow or str or None
+        The run as now stored (its seed fixed, status ``running``) once every member revealed; the
+        reason to abort it if some did not by ``deadline``; None while waiting for them.
     """
     rows = ordered_members(tx, run.id)
     missing = [m.client_id for m in rows if m.reveal is None]
@@ -136,16 +143,16 @@ def close_seeding(tx: Tx, run: Any, deadline: float) -> str | None:
     entries = [(m.client_id, str(m.commitment), m.slot_start, m.slot_count) for m in rows]
     reveals = [bytes.fromhex(str(m.reveal)) for m in rows]
     keys = [c.public_key for c in enrolled_rows(tx, [m.client_id for m in rows])]
-    tx.start_secure_run(run.id, seeding.run_seed(run.id, entries, reveals, keys).hex())
-    return None
+    seed = seeding.run_seed(run.id, entries, reveals, keys).hex()
+    tx.start_secure_run(run.id, seed)
+    return dataclasses.replace(run, public_seed=seed, status="running")
 
 
 # -- sessions -----------------------------------------------------------------------------------
 
 
-def _roster(tx: TxLike, run: Any, index: int, number: int, members: list[str]) -> SessionRoster:
-    # TxLike: benchmarks/service_secagg.py replays sessions with a bare session
-    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(as_tx(tx), members)]
+def _roster(tx: State, run: RunRow, index: int, number: int, members: list[str]) -> SessionRoster:
+    keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(tx, members)]
     sid = seeding.session_id(bytes.fromhex(str(run.public_seed)), index, number)
     return SessionRoster(seeding.task_id_bytes(run.id), sid, tuple(keys), _EMPTY_SIGNATURE)
 
@@ -173,7 +180,7 @@ def _sent(stage: int, msg: Any) -> Any:
     return msg
 
 
-def _store_down(tx: Tx, row: SecureSessionRow, stage: int, out: dict[int, Any]) -> None:
+def _store_down(tx: State, row: SecureSessionRow, stage: int, out: dict[int, Any]) -> None:
     """Journal a stage's messages to the devices: one multi-row insert (a session has up to 10^3)."""
     if not out:
         return
@@ -184,12 +191,12 @@ def _store_down(tx: Tx, row: SecureSessionRow, stage: int, out: dict[int, Any]) 
     tx.add_down_messages(row.run_id, row.round_index, row.number, stage, messages, time.time())
 
 
-def cohort(tx: Tx, run_id: str) -> list[seeding.Slots]:
+def cohort(tx: State, run_id: str) -> list[seeding.Slots]:
     """The run's cohort ``(client_id, slot_start, slot_count)`` in slot order (fixed once seeding began)."""
     return [(m.client_id, m.slot_start, m.slot_count) for m in ordered_members(tx, run_id)]
 
 
-def partition(tx: Tx, run: Any, rec: Any, cfg: dict[str, Any]) -> list[list[str]]:
+def partition(tx: State, run: RunRow, rec: RoundRow, cfg: dict[str, Any]) -> list[list[str]]:
     """The members of each session of a secure round, in roster order (:func:`seeding.sessions_of`).
 
     The devices derive the same partition from the verified cohort and seed, and refuse any other.
@@ -211,7 +218,9 @@ def partition(tx: Tx, run: Any, rec: Any, cfg: dict[str, Any]) -> list[list[str]
     )
 
 
-def open_sessions(tx: Tx, run: Any, rec: Any, cfg: dict[str, Any], cache: SessionCache) -> None:
+def open_sessions(
+    tx: State, run: RunRow, rec: RoundRow, cfg: dict[str, Any], cache: SessionCache
+) -> None:
     """Create the sessions of a secure round and journal their stage-0 (setup) messages.
 
     ``run`` and ``rec`` are the run's and the round's rows (read: ``id``, ``public_seed``; ``index``,
@@ -290,22 +299,22 @@ class SessionCache:
             del self._live[key]
 
 
-def _ups(tx: TxLike, row: SecureSessionRow, stage: int) -> list[UpMessage]:
+def _ups(tx: State, row: SecureSessionRow, stage: int) -> list[UpMessage]:
     """The devices' messages of ``stage`` (``client_index``, ``payload``), by client index."""
-    return as_tx(tx).up_messages(row.run_id, row.round_index, row.number, stage)
+    return tx.up_messages(row.run_id, row.round_index, row.number, stage)
 
 
-def _count(tx: Tx, row: SecureSessionRow, direction: str) -> int:
+def _count(tx: State, row: SecureSessionRow, direction: str) -> int:
     """Messages journaled in ``direction`` at the session's current stage."""
     return tx.count_messages(row.run_id, row.round_index, row.number, row.stage, direction)
 
 
-def enrolled_rows(tx: Tx, members: list[str]) -> list[EnrolledRow]:
+def enrolled_rows(tx: State, members: list[str]) -> list[EnrolledRow]:
     """The enrolled rows of ``members``, in their order (one query)."""
     return tx.enrolled(members)
 
 
-def _downs(tx: Tx, row: SecureSessionRow, stage: int) -> dict[int, str]:
+def _downs(tx: State, row: SecureSessionRow, stage: int) -> dict[int, str]:
     return tx.down_digests(row.run_id, row.round_index, row.number, stage)
 
 
@@ -317,7 +326,7 @@ def _feed(live: _Live, ups: list[UpMessage]) -> None:
             live.rejected.add(int(m.client_index))  # a refused message: its sender is a dropout
 
 
-def _rebuild(tx: Tx, run: Any, row: SecureSessionRow, dim: int) -> _Live:
+def _rebuild(tx: State, run: RunRow, row: SecureSessionRow, dim: int) -> _Live:
     """Replay the journal of stages before ``row.stage``; check every rebuilt message against it."""
     members = json.loads(row.members)
     roster = _roster(tx, run, row.round_index, row.number, members)
@@ -478,9 +487,9 @@ def quiet_close(
 
 
 def _quiet(
-    tx: Tx,
-    run: Any,
-    rec: Any,
+    tx: State,
+    run: RunRow,
+    rec: RoundRow,
     row: SecureSessionRow,
     activity: tuple[int, int, float | None],
     now: float,
@@ -523,9 +532,9 @@ def _quiet(
 
 
 def advance_sessions(
-    tx: Tx,
-    run: Any,
-    rec: Any,
+    tx: State,
+    run: RunRow,
+    rec: RoundRow,
     cache: SessionCache,
     stage_seconds: float,
     quiet_seconds: float | None = None,
@@ -553,7 +562,8 @@ def advance_sessions(
         if row.status != "open":
             continue
         if now < row.deadline:
-            answered, newest = tx.up_activity(row.run_id, row.round_index, row.number, row.stage)
+            activity = tx.up_activity(row.run_id, row.round_index, row.number, row.stage)
+            answered, newest = activity.count, activity.newest
             addressed = _count(tx, row, "down")
             waiting = answered < addressed
             if waiting and not _quiet(

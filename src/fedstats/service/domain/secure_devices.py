@@ -22,7 +22,8 @@ from fedstats.service.domain.secure import (
     parameters_of,
 )
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
-from fedstats.service.store import Tx
+from fedstats.service.store import State
+from fedstats.service.store.rows import RoundRow, RunRow
 from fedstats.service.store.secure import MemberRow, SecureSessionRow
 from fedstats.wire import seeding
 
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 
-def member_of(tx: Tx, run_id: str, client_id: str) -> MemberRow:
+def member_of(tx: State, run_id: str, client_id: str) -> MemberRow:
     """The device's membership row in a run.
 
     Raises
@@ -73,7 +74,7 @@ def cached_member(run_id: str, client_id: str) -> bool:
     return client_id in _COHORTS.get(run_id, ())
 
 
-def _commitment_list(tx: Tx, run: Any) -> tuple[list[list[Any]], str]:
+def _commitment_list(tx: State, run: RunRow) -> tuple[list[list[Any]], str]:
     """The commitment list in slot order, reveals withheld, and its digest (slots and roster included).
 
     Each member is ``[client_id, commitment, "", slot_start, slot_count, identity_key]``: the keys are
@@ -101,7 +102,7 @@ def _commitment_list(tx: Tx, run: Any) -> tuple[list[list[Any]], str]:
     return got
 
 
-def seed_transcript(tx: Tx, run: Any) -> dict[str, Any]:
+def seed_transcript(tx: State, run: RunRow) -> dict[str, Any]:
     """The published seed transcript: members in slot order with commitment, reveal and slots, and the seed.
 
     Each member is ``[client_id, commitment, reveal, slot_start, slot_count]``: the slots are the cohort
@@ -133,7 +134,7 @@ def seed_transcript(tx: Tx, run: Any) -> dict[str, Any]:
     }
 
 
-def seed_reveals(tx: Tx, run: Any) -> dict[str, Any]:
+def seed_reveals(tx: State, run: RunRow) -> dict[str, Any]:
     """The fixed seed and every member's reveal, in the commitment list's (slot) order.
 
     What a member that revealed needs besides the list it saw (:func:`seed_transcript` without the
@@ -151,7 +152,7 @@ def seed_reveals(tx: Tx, run: Any) -> dict[str, Any]:
     }
 
 
-def record_reveal(tx: Tx, run: Any, client_id: str, value_hex: str, seen_digest: str) -> bool:
+def record_reveal(tx: State, run: RunRow, client_id: str, value_hex: str, seen_digest: str) -> bool:
     """Store a member's reveal; return False for an identical repeat.
 
     Raises
@@ -180,7 +181,7 @@ def record_reveal(tx: Tx, run: Any, client_id: str, value_hex: str, seen_digest:
     return True
 
 
-def _session_of(tx: Tx, run_id: str, index: int, number: int) -> SecureSessionRow:
+def _session_of(tx: State, run_id: str, index: int, number: int) -> SecureSessionRow:
     row = tx.secure_session(run_id, index, number)
     if row is None:
         raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
@@ -217,7 +218,7 @@ def _position(row: SecureSessionRow, client_id: str) -> int:
 _LIMITS: dict[tuple[str, int, int, int], int] = {}
 
 
-def _limit(tx: Tx, run_id: str, index: int, number: int, stage: int) -> int:
+def _limit(tx: State, run_id: str, index: int, number: int, stage: int) -> int:
     """The largest stage message the protocol allows in a session (computed once per stage)."""
     key = (run_id, index, number, stage)
     got = _LIMITS.get(key)
@@ -232,7 +233,7 @@ def _limit(tx: Tx, run_id: str, index: int, number: int, stage: int) -> int:
     return got
 
 
-def session_member(tx: Tx, run_id: str, index: int, number: int, client_id: str) -> int:
+def session_member(tx: State, run_id: str, index: int, number: int, client_id: str) -> int:
     """The device's index in a session.
 
     Raises
@@ -245,7 +246,7 @@ def session_member(tx: Tx, run_id: str, index: int, number: int, client_id: str)
     return _position(_session_of(tx, run_id, index, number), client_id)
 
 
-def _members_of(tx: Tx, run_id: str, index: int, number: int) -> dict[str, int]:
+def _members_of(tx: State, run_id: str, index: int, number: int) -> dict[str, int]:
     """A session's member -> index map (parsed once per process: members never change)."""
     got = _MEMBERS.get((run_id, index, number))
     if got is None:
@@ -261,7 +262,7 @@ _DOWN_STAGES_KEPT = 16
 
 
 def _stage_downs(
-    tx: Tx, run_id: str, index: int, number: int, stage: int
+    tx: State, run_id: str, index: int, number: int, stage: int
 ) -> dict[int, bytes] | None:
     """Every server message of a session's stage, ``client_index -> payload``; None before it opened.
 
@@ -280,7 +281,7 @@ def _stage_downs(
     return got
 
 
-def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any] | None:
+def secure_work(tx: State, run_id: str, rec: RoundRow, client_id: str) -> dict[str, Any] | None:
     """The stage a device's session is at in a secure round, if the device is addressed there, else None.
 
     The stage stays listed after the device answered it (the device remembers what it sent). One small
@@ -289,7 +290,8 @@ def secure_work(tx: Tx, run_id: str, rec: Any, client_id: str) -> dict[str, Any]
     stage 0 the entry carries the device's setup message (``"message"``, hex): the device checks it
     as if it had fetched it (``GET .../0``), one request per round fewer.
     """
-    for number, stage, deadline in tx.open_secure_sessions(run_id, rec.index):
+    for open_session in tx.open_secure_sessions(run_id, rec.index):
+        number, stage, deadline = open_session.number, open_session.stage, open_session.deadline
         members = _members_of(tx, run_id, rec.index, number)
         i = members.get(client_id)
         if i is None:
@@ -329,7 +331,9 @@ def cached_down(run_id: str, index: int, number: int, stage: int, client_id: str
     return None if i is None else downs.get(i)
 
 
-def down_message(tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str) -> bytes:
+def down_message(
+    tx: State, run_id: str, index: int, number: int, stage: int, client_id: str
+) -> bytes:
     """The server's stage message to one device.
 
     Raises
@@ -348,7 +352,7 @@ def down_message(tx: Tx, run_id: str, index: int, number: int, stage: int, clien
 
 
 def held_down(
-    tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str
+    tx: State, run_id: str, index: int, number: int, stage: int, client_id: str
 ) -> bytes | None:
     """:func:`down_message` for a held request: None (not an error) while the stage has not opened.
 
@@ -376,7 +380,7 @@ def known_member(run_id: str, index: int, number: int, client_id: str) -> bool:
     return members is not None and client_id in members
 
 
-def probe_stage(tx: Tx, run_id: str, index: int, number: int, stage: int) -> str:
+def probe_stage(tx: State, run_id: str, index: int, number: int, stage: int) -> str:
     """Look once whether a session's stage has opened, caching its messages if it has.
 
     One look answers every held request of the session (:func:`cached_down` then serves them).
@@ -396,12 +400,12 @@ def probe_stage(tx: Tx, run_id: str, index: int, number: int, stage: int) -> str
     return "open" if _stage_downs(tx, run_id, index, number, stage) is not None else "unknown"
 
 
-def stage_pending(tx: Tx, run_id: str, index: int, number: int, stage: int) -> bool:
+def stage_pending(tx: State, run_id: str, index: int, number: int, stage: int) -> bool:
     """Whether a session is still open and has not reached ``stage`` yet (its messages may still come).
 
     Parameters
     ----------
-    tx : Tx
+    tx : State
         An open store transaction.
     run_id : str
     index : int
@@ -417,11 +421,11 @@ def stage_pending(tx: Tx, run_id: str, index: int, number: int, stage: int) -> b
         False also when there is no such session.
     """
     got = tx.session_stage(run_id, index, number)
-    return got is not None and got[0] == "open" and got[1] < stage
+    return got is not None and got.status == "open" and got.stage < stage
 
 
 def submit_up(
-    tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
+    tx: State, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
 ) -> bool:
     """Journal one device's stage message; return False for an identical repeat (idempotent).
 
@@ -431,7 +435,7 @@ def submit_up(
 
 
 def submit_up_at(
-    tx: Tx, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
+    tx: State, run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
 ) -> tuple[bool, bool]:
     """Journal one device's stage message; return whether it is new, and whether the stage was open.
 
@@ -455,7 +459,7 @@ def submit_up_at(
     got = tx.session_stage(run_id, index, number, shared=True)
     if got is None:
         raise NotFoundError(f"no secure session {number} in round {index} of run {run_id!r}")
-    status, current = got
+    status, current = got.status, got.stage
     i = _index_in(_members_of(tx, run_id, index, number), client_id)
     digest = digest_of(data)
     if status == "open" and current == stage:
@@ -541,7 +545,7 @@ def cached_certificates_json(
 
 
 def certificates(
-    tx: Tx,
+    tx: State,
     run_id: str,
     index: int,
     number: int,
@@ -552,7 +556,7 @@ def certificates(
 
     Parameters
     ----------
-    tx : Tx
+    tx : State
         An open store transaction.
     run_id : str
     index : int

@@ -19,7 +19,7 @@ from typing import Any
 from fedstats import wire
 from fedstats.errors import FedstatsError
 from fedstats.service.domain import ledger
-from fedstats.service.store import TxLike, as_tx
+from fedstats.service.store import State
 from fedstats.wire.tasks import normalize_task, task_id, verify_task
 
 __all__ = [
@@ -40,17 +40,17 @@ class NotFoundError(FedstatsError):
     """A named run, task or round does not exist (HTTP 404)."""
 
 
-def trusted_authorities(session: TxLike) -> dict[str, str]:
+def trusted_authorities(tx: State) -> dict[str, str]:
     """The trusted enrollment authorities: fingerprint -> public key (hex)."""
-    return as_tx(session).authorities()
+    return tx.authorities()
 
 
-def create_task(session: TxLike, envelope: Mapping[str, Any], actor: str) -> tuple[str, bool]:
+def create_task(tx: State, envelope: Mapping[str, Any], actor: str) -> tuple[str, bool]:
     """Verify an analyst's signed task envelope and store it (idempotent); return its id and whether new.
 
     Parameters
     ----------
-    session : Tx
+    tx : State
         The open transaction.
     envelope : mapping
         ``{"task", "certificate", "signature"}`` (:func:`fedstats.wire.tasks.sign_task`).
@@ -62,7 +62,6 @@ def create_task(session: TxLike, envelope: Mapping[str, Any], actor: str) -> tup
     SecurityError
         If the envelope does not verify against a trusted authority (HTTP 403); nothing is stored.
     """
-    tx = as_tx(session)
     task = verify_task(envelope, trusted_authorities(tx))
     tid = task_id(task)
     stored = {
@@ -83,7 +82,7 @@ def create_task(session: TxLike, envelope: Mapping[str, Any], actor: str) -> tup
     return tid, False
 
 
-def task_config(session: TxLike, task_id: str) -> dict[str, Any]:
+def task_config(tx: State, task_id: str) -> dict[str, Any]:
     """The (normalized) configuration of a stored task.
 
     Raises
@@ -91,10 +90,10 @@ def task_config(session: TxLike, task_id: str) -> dict[str, Any]:
     NotFoundError
         If there is no such task.
     """
-    return _load(session, task_id)[0]
+    return _load(tx, task_id)[0]
 
 
-def task_envelope(session: TxLike, task_id: str) -> dict[str, Any] | None:
+def task_envelope(tx: State, task_id: str) -> dict[str, Any] | None:
     """The signed envelope of a stored task, as the analyst posted it (None for an unsigned legacy row).
 
     Raises
@@ -102,14 +101,14 @@ def task_envelope(session: TxLike, task_id: str) -> dict[str, Any] | None:
     NotFoundError
         If there is no such task.
     """
-    return _load(session, task_id)[1]
+    return _load(tx, task_id)[1]
 
 
-def _load(session: TxLike, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _load(tx: State, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     cached = _TASK_CACHE.get(tid)
     if cached is not None:  # tasks are immutable: a parsed configuration stays valid
         return cached
-    config = as_tx(session).task_json(tid)
+    config = tx.task_json(tid)
     if config is None:
         raise NotFoundError(f"no task {tid!r}")
     data: dict[str, Any] = wire.loads(config)

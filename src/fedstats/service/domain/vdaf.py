@@ -43,7 +43,7 @@ from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
 from fedstats.service.domain import ledger
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
-from fedstats.service.store import Store, Tx
+from fedstats.service.store import State, Store
 from fedstats.service.store.vdaf import VdafSignedRow, VdafTaskRow
 from fedstats.vdaf import (
     Prio3,
@@ -202,7 +202,7 @@ def _hex(name: str, value: Any, size: int | None = None, *, max_size: int = 1 <<
     return raw
 
 
-def task_row(tx: Tx, task_id: str, *, lock: bool = False) -> VdafTaskRow:
+def task_row(tx: State, task_id: str, *, lock: bool = False) -> VdafTaskRow:
     """The task in the open transaction ``tx`` (``lock``: its row lock). Raises NotFoundError."""
     ok = isinstance(task_id, str) and len(task_id) == 64 and set(task_id) <= _HEX_DIGITS
     row = tx.vdaf_task(task_id, lock=lock) if ok else None  # no lookup of a malformed id
@@ -338,11 +338,12 @@ def task_info(store: Store, task_id: str) -> dict[str, Any]:
         return _info(tx, task_id)
 
 
-def _info(tx: Tx, task_id: str) -> dict[str, Any]:
+def _info(tx: State, task_id: str) -> dict[str, Any]:
     row = task_row(tx, task_id)
     by_status: dict[str, int] = {}
     reasons: dict[str, int] = {}
-    for status, reason, n in tx.vdaf_report_counts(task_id):
+    for c in tx.vdaf_report_counts(task_id):
+        status, reason, n = c.status, c.reason, c.count
         by_status[status] = by_status.get(status, 0) + n
         if reason is not None:
             reasons[reason] = reasons.get(reason, 0) + n
@@ -368,7 +369,7 @@ def charge_id(signed_id: str) -> str:
     return "prio3-" + signed_id[:30]
 
 
-def _signed_row(tx: Tx, signed_id: str, *, lock: bool = False) -> VdafSignedRow:
+def _signed_row(tx: State, signed_id: str, *, lock: bool = False) -> VdafSignedRow:
     ok = isinstance(signed_id, str) and len(signed_id) == 64 and set(signed_id) <= _HEX_DIGITS
     row = tx.vdaf_signed(signed_id, lock=lock) if ok else None
     if row is None:
@@ -499,7 +500,7 @@ def signed_info(store: Store, signed_id: str) -> dict[str, Any]:
         return _signed_info(tx, signed_id)
 
 
-def _signed_info(tx: Tx, signed_id: str) -> dict[str, Any]:
+def _signed_info(tx: State, signed_id: str) -> dict[str, Any]:
     row = _signed_row(tx, signed_id)
     charge = tx.charge_of(row.charge_id) if row.charge_id is not None else None
     return {
@@ -602,7 +603,7 @@ def join_signed(
     client_id: str,
     population: str,
     nonce: tuple[str, str, float] | None = None,
-    confirm: Callable[[Tx], None] | None = None,
+    confirm: Callable[[State], None] | None = None,
 ) -> dict[str, Any]:
     """A device joins a signed Prio3 task (signed request): the envelope, its slot, the rounds so far.
 
@@ -708,7 +709,7 @@ def upload_report(
     public_share: bytes,
     input_share: bytes,
     nonce: tuple[str, str, float] | None = None,
-    confirm: Callable[[Tx], None] | None = None,
+    confirm: Callable[[State], None] | None = None,
 ) -> bool:
     """Store a device's report share (its signature was checked by the caller).
 
@@ -778,7 +779,7 @@ def upload_report(
     return True
 
 
-def _check_round_member(tx: Tx, task: VdafTaskRow, client_id: str) -> None:
+def _check_round_member(tx: State, task: VdafTaskRow, client_id: str) -> None:
     """Refuse a report to a round of a signed task that is not open, or from a device out of range.
 
     On the leader a device's slot must lie in the round's client range.
@@ -805,7 +806,7 @@ def _add_agg(vdaf: Prio3, old: bytes | None, new: np.ndarray) -> bytes:
 
 
 def _finish(
-    tx: Tx,
+    tx: State,
     vdaf: Prio3,
     task_id: str,
     job_id: str,
@@ -821,8 +822,8 @@ def _finish(
     """
     task = task_row(tx, task_id, lock=True)
     if lease is not None:
-        held = tx.vdaf_job_lease(task_id, job_id)
-        if held is None or (held[0], held[1]) != lease:
+        held = tx.vdaf_job(task_id, job_id)
+        if held is None or (held.lease_owner, held.lease_epoch) != lease:
             return False
     if not tx.finish_vdaf_job(task_id, job_id, None if response is None else json.dumps(response)):
         return False
@@ -958,8 +959,12 @@ def _give_up(store: Store, task_id: str, job_id: str, lease: tuple[str, int]) ->
     try:
         with store.transaction() as tx:
             task_row(tx, task_id, lock=True)
-            held = tx.vdaf_job_lease(task_id, job_id)
-            if held is not None and (held[0], held[1]) == lease and held[2] == "running":
+            held = tx.vdaf_job(task_id, job_id)
+            if (
+                held is not None
+                and (held.lease_owner, held.lease_epoch) == lease
+                and held.status == "running"
+            ):
                 tx.lease_vdaf_job(task_id, job_id, owner=None, until=None, epoch=lease[1])
     except Exception:  # the lease then simply expires
         pass
@@ -978,7 +983,7 @@ def _claim(
         now = time.time()
         free = tx.vdaf_claimable_job(task_id, now)
         if free is not None:
-            job_id, ids, epoch = free
+            job_id, ids, epoch = free.job_id, free.report_ids, free.lease_epoch
             tx.lease_vdaf_job(
                 task_id, job_id, owner=owner, until=now + lease_seconds, epoch=epoch + 1
             )
@@ -1136,9 +1141,9 @@ def helper_job(store: Store, task_id: str, job: Mapping[str, Any]) -> dict[str, 
         vdaf = vdaf_from_spec(json.loads(row.vdaf))
         old = tx.vdaf_job(task_id, job_id)
         if old is not None:
-            if old[0] != ids or old[1] is None:
+            if old.report_ids != ids or old.response is None:
                 raise ConflictError("this job id was used with other reports")
-            answer: dict[str, Any] = json.loads(old[1])
+            answer: dict[str, Any] = json.loads(old.response)
             return answer
         if row.status != "open":
             raise ConflictError("this task was collected: it takes no more jobs")

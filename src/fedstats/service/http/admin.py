@@ -30,7 +30,7 @@ from fedstats.service.http.schemas import (
     SignedTaskIn,
     TaskOut,
 )
-from fedstats.service.store import Store, Tx, TxLike, as_tx
+from fedstats.service.store import State, Store
 from fedstats.wire import auth
 
 __all__ = ["OperatorIn", "OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]
@@ -140,7 +140,7 @@ def admin_router(
         """
         from fedstats import wire
 
-        def write(s: Tx) -> idempotency.Answer:
+        def write(s: State) -> idempotency.Answer:
             tid, new = tasks.create_task(s, body.model_dump(), actor)
             conf = tasks.task_config(s, tid)
             env = tasks.task_envelope(s, tid)
@@ -169,7 +169,8 @@ def admin_router(
         """Stored tasks, newest first (filters: ``analysis``, ``population``)."""
         with store.transaction(read_only=True) as tx:
             items = []
-            for tid, created_by, created_at in tx.tasks_newest():
+            for t in tx.tasks_newest():
+                tid, created_by, created_at = t.task_id, t.created_by, t.created_at
                 conf = tasks.task_config(tx, tid)
                 if analysis is not None and conf.get("analysis") != analysis:
                     continue
@@ -210,7 +211,7 @@ def admin_router(
         one reservation.
         """
 
-        def write(s: Tx) -> idempotency.Answer:
+        def write(s: State) -> idempotency.Answer:
             rid = runs.create_run(s, body.task_id, actor)
             return idempotency.Answer(201, RunOut(**runs.run_view(s, rid)).model_dump(mode="json"))
 
@@ -324,7 +325,7 @@ def admin_router(
             items, total = tx.page_devices(limit, offset, population=population, status=status)
         return _pageout(items, total, limit, offset)
 
-    def _load_device(tx: Tx, client_id: str) -> dict[str, Any]:
+    def _load_device(tx: State, client_id: str) -> dict[str, Any]:
         c = tx.device_for_update(client_id)
         if c is None:
             raise tasks.NotFoundError(f"no device {client_id!r}")
@@ -443,14 +444,20 @@ def admin_router(
         with store.transaction(read_only=True) as tx:
             rows = tx.audit_log(run_id, limit)
         return [
-            {"ts": ts, "actor": who, "action": what, "run_id": rid, "detail": json.loads(detail)}
-            for ts, who, what, rid, detail in rows
+            {
+                "ts": a.ts,
+                "actor": a.actor,
+                "action": a.action,
+                "run_id": a.run_id,
+                "detail": json.loads(a.detail),
+            }
+            for a in rows
         ]
 
     return r
 
 
-def rotate_token(s: TxLike, name: str) -> str:
+def rotate_token(s: State, name: str) -> str:
     """Give operator ``name`` a new bearer token (in the caller's transaction); return it.
 
     Raises
@@ -458,4 +465,4 @@ def rotate_token(s: TxLike, name: str) -> str:
     NotFoundError
         If there is no such operator.
     """
-    return operators.rotate(as_tx(s), name)
+    return operators.rotate(s, name)

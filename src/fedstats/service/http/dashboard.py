@@ -25,7 +25,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.service.domain import ledger, runs
-from fedstats.service.store import Store, Tx, TxLike, as_tx
+from fedstats.service.store import State, Store
 from fedstats.wire import auth
 
 __all__ = ["COOKIE", "add_dashboard", "dashboard_state", "process_state"]
@@ -71,7 +71,7 @@ def _task_summary(config: str | None) -> dict[str, Any]:
     }
 
 
-def _reserved(tx: Tx, scope: str, name: str) -> tuple[float, float, int]:
+def _reserved(tx: State, scope: str, name: str) -> tuple[float, float, int]:
     """Epsilon and delta of the charges still reserved (not yet spent) on one budget, composed."""
     rows = tx.reserved_charges(scope, name)
     composed = PrivacyLedger()
@@ -81,12 +81,12 @@ def _reserved(tx: Tx, scope: str, name: str) -> tuple[float, float, int]:
     return total.epsilon, total.delta, len(rows)
 
 
-def dashboard_state(session: TxLike, now: float | None = None) -> dict[str, Any]:
+def dashboard_state(tx: State, now: float | None = None) -> dict[str, Any]:
     """Everything the dashboard shows, read in one transaction (no writes).
 
     Parameters
     ----------
-    session : Tx
+    tx : State
         An open (read-only) transaction of the store.
     now : float, optional
         The time the page is rendered at (default: now).
@@ -100,36 +100,35 @@ def dashboard_state(session: TxLike, now: float | None = None) -> dict[str, Any]
         releases), and ``generated`` (the time as text).
     """
     now = time.time() if now is None else now
-    tx = as_tx(session)
     tasks_by_id: dict[str, str | None] = {}
     shown_runs = []
-    for run_id, task_id, created_at, finished_at in tx.recent_runs(_RUNS_SHOWN):
-        if task_id not in tasks_by_id:
-            tasks_by_id[task_id] = tx.task_json(task_id)
-        view = runs.run_view(tx, run_id)
+    for r in tx.recent_runs(_RUNS_SHOWN):
+        if r.task_id not in tasks_by_id:
+            tasks_by_id[r.task_id] = tx.task_json(r.task_id)
+        view = runs.run_view(tx, r.run_id)
         shown_runs.append(
             {
                 **view,
-                "task": _task_summary(tasks_by_id.get(task_id)),
-                "created": _when(created_at),
-                "finished": _when(finished_at),
+                "task": _task_summary(tasks_by_id.get(r.task_id)),
+                "created": _when(r.created_at),
+                "finished": _when(r.finished_at),
             }
         )
 
     populations: dict[str, dict[str, Any]] = {}
-    for pop, n, revoked, last in tx.population_counts():
-        populations[str(pop)] = {
-            "population": str(pop),
-            "enrolled": int(n),
-            "revoked": int(revoked),
+    for p in tx.population_counts():
+        populations[p.population] = {
+            "population": p.population,
+            "enrolled": p.enrolled,
+            "revoked": p.revoked,
             "checked_in": 0,
-            "last_registered": _when(last),
+            "last_registered": _when(p.last_enrolled),
         }
-    for pop, n in tx.checked_in_by_population():
+    for pop, n in tx.checked_in_by_population().items():
         populations.setdefault(
-            str(pop),
-            {"population": str(pop), "enrolled": 0, "revoked": 0, "last_registered": ""},
-        )["checked_in"] = int(n)
+            pop,
+            {"population": pop, "enrolled": 0, "revoked": 0, "last_registered": ""},
+        )["checked_in"] = n
 
     budgets = []
     for b in tx.budgets():
@@ -161,8 +160,14 @@ def dashboard_state(session: TxLike, now: float | None = None) -> dict[str, Any]
 
     aborted = [r for r in shown_runs if r["status"] == "aborted"]
     audit = [
-        {"when": _when(ts), "actor": actor, "action": action, "run_id": rid or "", "detail": detail}
-        for ts, actor, action, rid, detail in tx.recent_audit(_ERROR_ACTIONS, _ERRORS_SHOWN)
+        {
+            "when": _when(a.ts),
+            "actor": a.actor,
+            "action": a.action,
+            "run_id": a.run_id or "",
+            "detail": a.detail,
+        }
+        for a in tx.recent_audit(_ERROR_ACTIONS, _ERRORS_SHOWN)
     ]
     return {
         "runs": shown_runs,

@@ -26,7 +26,7 @@ from fastapi import Depends, HTTPException, Request
 
 from fedstats.errors import ParameterError, SecurityError
 from fedstats.service.http.edge import request_headers
-from fedstats.service.store import Store, as_tx
+from fedstats.service.store import Store
 from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
 
@@ -87,7 +87,7 @@ class SignedRequest:
 
 
 def use_nonce(tx: Any, nonce: NonceUse | None) -> None:
-    """Record ``nonce`` in the open transaction ``tx`` (a :class:`Tx` or a session), refusing a replay.
+    """Record ``nonce`` in the open transaction ``tx``, refusing a replay.
 
     Raises
     ------
@@ -96,7 +96,7 @@ def use_nonce(tx: Any, nonce: NonceUse | None) -> None:
     """
     if nonce is None:
         return
-    if not as_tx(tx).use_nonce(nonce.client_id, nonce.nonce, nonce.ts):
+    if not tx.use_nonce(nonce.client_id, nonce.nonce, nonce.ts):
         raise HTTPException(401, "replayed request (nonce already used)")
 
 
@@ -208,7 +208,7 @@ class DeviceAuth:
             return
         old = self.known.get(req.client_id)
         version = self.version
-        row = as_tx(tx).client(req.client_id)
+        row = tx.client(req.client_id)
         if row is None or old is None or row.public_key != old[0].public_key:
             self.forget(req.client_id)
             raise HTTPException(401, "unknown client or key changed: sign again")

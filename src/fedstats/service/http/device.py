@@ -45,7 +45,7 @@ from fedstats.service.http.schemas import (
     IndexPath,
 )
 from fedstats.service.http.secure import add_secure_routes
-from fedstats.service.store import Store, Tx
+from fedstats.service.store import State, Store
 from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
 
@@ -587,7 +587,7 @@ def _json(body: bytes) -> Any:
         raise HTTPException(422, str(exc)) from None
 
 
-def _work_json(tx: Tx, client_id: str, population: str, device_runs: Any = None) -> bytes:
+def _work_json(tx: State, client_id: str, population: str, device_runs: Any = None) -> bytes:
     got = runs.client_work(tx, client_id, population, device_runs)
     return json.dumps(got, separators=(",", ":")).encode()
 

@@ -36,7 +36,7 @@ from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.http.deps import NonceUse
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
-from fedstats.service.store import Store, Tx
+from fedstats.service.store import State, Store
 from fedstats.wire import seeding
 
 __all__ = ["add_secure_routes"]
@@ -53,7 +53,7 @@ class Offloading(Protocol):
 
 
 Signed = Callable[[Request], Awaitable[tuple[str, bytes, NonceUse | None]]]
-UseNonce = Callable[[Tx, NonceUse | None], None]
+UseNonce = Callable[[State, NonceUse | None], None]
 
 
 def add_secure_routes(
@@ -126,9 +126,8 @@ def add_secure_routes(
             return Response(fast, media_type="application/json")  # fixed: no transaction
 
         def go() -> bytes:
-            with store.transaction(read_only=True) as tx:
-                run = runs.load_run(tx, run_id)
-                s = tx.secure
+            with store.transaction(read_only=True) as s:
+                run = runs.load_run(s, run_id)
                 secure_devices.member_of(s, run_id, cid)
                 if part == "reveals" and run.public_seed is not None:
                     return cached(("reveals", run_id), lambda: secure_devices.seed_reveals(s, run))
@@ -166,9 +165,7 @@ def add_secure_routes(
             with store.transaction() as tx:
                 use_nonce(tx, nonce)
                 run = runs.load_run(tx, run_id, lock=True)
-                return secure_devices.record_reveal(
-                    tx.secure, run, cid, data["value"], data["seen"]
-                )
+                return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
 
         new = await offload(go)
         wakeup.set()
@@ -180,9 +177,7 @@ def add_secure_routes(
                     run = runs.load_run(tx, run_id)
                     if run.public_seed is None:
                         return None
-                    return cached(
-                        ("reveals", run_id), lambda: secure_devices.seed_reveals(tx.secure, run)
-                    )
+                    return cached(("reveals", run_id), lambda: secure_devices.seed_reveals(tx, run))
 
             async def attempt() -> bytes | None:
                 got = cache.get(("reveals", run_id))
@@ -240,16 +235,13 @@ def add_secure_routes(
 
             def some() -> bytes:
                 with store.transaction(read_only=True) as tx:
-                    got = secure_devices.certificates(
-                        tx.secure, run_id, index, number, cid, indices
-                    )
+                    got = secure_devices.certificates(tx, run_id, index, number, cid, indices)
                     return json.dumps(got).encode()
 
             return Response(await offload(some), media_type="application/json")
 
         def go() -> bytes:
-            with store.transaction(read_only=True) as tx:
-                s = tx.secure
+            with store.transaction(read_only=True) as s:
                 secure_devices.session_member(s, run_id, index, number, cid)
                 return cached(
                     ("certificates", run_id, str(index), str(number)),
@@ -289,15 +281,14 @@ def add_secure_routes(
         """
 
         def go() -> bytes | None:
-            with store.transaction(read_only=True) as tx:
-                s = tx.secure
+            with store.transaction(read_only=True) as s:
                 if wait > 0:
                     return secure_devices.held_down(s, run_id, index, number, stage, cid)
                 return secure_devices.down_message(s, run_id, index, number, stage, cid)
 
         def probe() -> str:
             with store.transaction(read_only=True) as tx:
-                return secure_devices.probe_stage(tx.secure, run_id, index, number, stage)
+                return secure_devices.probe_stage(tx, run_id, index, number, stage)
 
         async def attempt() -> bytes | None:
             got = secure_devices.cached_down(run_id, index, number, stage, cid)
@@ -324,7 +315,7 @@ def add_secure_routes(
 
         def go() -> bool | None:
             with store.transaction(read_only=True) as tx:
-                if secure_devices.stage_pending(tx.secure, run_id, index, number, stage + 1):
+                if secure_devices.stage_pending(tx, run_id, index, number, stage + 1):
                     return None
                 return True
 
@@ -389,9 +380,7 @@ def add_secure_routes(
             def go() -> tuple[bool, bool]:
                 with store.transaction() as tx:
                     use_nonce(tx, nonce)
-                    return secure_devices.submit_up_at(
-                        tx.secure, run_id, index, number, stage, cid, body
-                    )
+                    return secure_devices.submit_up_at(tx, run_id, index, number, stage, cid, body)
 
             new, at_stage = await offload(go)
         wakeup.set()

@@ -1,10 +1,10 @@
 """The store: database engines, migrations and transactions; SQLite (a file, the embedded default) or PostgreSQL.
 
 The service's only SQL is here. :meth:`Store.transaction` opens one transaction and yields a :class:`Tx`,
-whose methods are the typed queries of the core path (:mod:`.core`) and of secure runs (:mod:`.secure`);
-they take and return plain values and frozen dataclasses. ``Tx.session`` (the SQLAlchemy session of the
-transaction) remains for the code not yet converted (the secure path, the ORM rows of runs and rounds it
-changes). A read-only transaction (``read_only=True``) starts with a plain ``BEGIN`` on SQLite.
+whose methods are the typed queries of the core path (:mod:`.core`), of secure runs (:mod:`.secure`) and
+of Prio3 tasks (:mod:`.vdaf`): SQLAlchemy Core statements on the transaction's connection, taking and
+returning plain values and frozen dataclasses (never ORM rows). A read-only transaction
+(``read_only=True``) starts with a plain ``BEGIN`` on SQLite.
 
 :func:`open_store` creates the SQLAlchemy engine for a URL and brings the schema to the newest Alembic
 revision shipped in ``fedstats/service/store/migrations``. On SQLite every transaction starts with
@@ -42,20 +42,20 @@ from sqlalchemy.exc import DisconnectionError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from fedstats.errors import DataError, ParameterError
-from fedstats.service.store.core import CoreQueries, SqlCoreQueries
 from fedstats.service.store.memory import MemoryStore
 from fedstats.service.store.secure import SqlSecureQueries
+from fedstats.service.store.sql import SqlCoreQueries
+from fedstats.service.store.state import State
 from fedstats.service.store.vdaf import SqlVdafQueries
 
 __all__ = [
     "MemoryStore",
+    "State",
     "Store",
     "StoreError",
     "StoreUnavailable",
     "Timeouts",
     "Tx",
-    "TxLike",
-    "as_tx",
     "open_store",
     "upgrade",
 ]
@@ -239,75 +239,22 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries):
-    """One open transaction of the store: the core, secure and Prio3 query groups on one connection.
+class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries, State):
+    """One open transaction of a SQL store: the :class:`~fedstats.service.store.state.State` on one connection.
 
     Obtained from :meth:`Store.transaction`; the domain layer calls its query methods
     (:class:`~fedstats.service.store.core.CoreQueries`, :class:`~fedstats.service.store.secure.SecureQueries`,
-    :class:`~fedstats.service.store.vdaf.VdafQueries`). The core queries run as Core statements on the
-    transaction's connection (``conn``); ``session``, an ORM session joined to that connection's
-    transaction, is created on first use only (the secure path, the driver's ORM rows): a device's poll
-    or upload never builds one.
+    :class:`~fedstats.service.store.vdaf.VdafQueries`), each a Core statement on the transaction's
+    connection.
 
     Parameters
     ----------
-    conn : Connection or Session
-        A connection inside its transaction, or (callers not yet converted) a session inside its
-        transaction.
+    conn : Connection
+        A connection inside its transaction.
     """
 
-    def __init__(self, conn: Connection | Session) -> None:
-        if isinstance(conn, Session):
-            self._session: Session | None = conn
-            self._conn: Connection | None = None
-        else:
-            self._session = None
-            self._conn = conn
-
-    @property  # the query mixins declare it as an attribute
-    def conn(self) -> Connection:  # type: ignore[override]
-        """The transaction's connection."""
-        if self._conn is None:
-            assert self._session is not None
-            self._conn = self._session.connection()
-        return self._conn
-
-    @property
-    def session(self) -> Session:  # type: ignore[override]
-        """An ORM session joined to the transaction (created on first use; flushed before commit)."""
-        if self._session is None:
-            self._session = Session(bind=self._conn, expire_on_commit=False)
-        return self._session
-
-    def flush(self) -> None:
-        """Write the ORM session's pending changes (if a session was created) to the transaction."""
-        if self._session is not None:
-            self._session.flush()
-
-    @property
-    def core(self) -> Tx:
-        """The core query group (this object)."""
-        return self
-
-    @property
-    def secure(self) -> Tx:
-        """The secure query group (this object)."""
-        return self
-
-
-TxLike = Tx | Session
-"""A :class:`Tx`, or a SQLAlchemy session inside its transaction (callers not yet converted)."""
-
-
-def as_tx(session_or_tx: TxLike) -> Tx:
-    """``session_or_tx`` as a :class:`Tx` (a session inside its transaction is wrapped).
-
-    A :class:`~fedstats.service.store.memory.MemoryTx` passes through unchanged (it has the core
-    queries of a :class:`Tx`, not its session).
-    """
-    if isinstance(session_or_tx, CoreQueries):
-        return session_or_tx
-    return Tx(session_or_tx)
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
 
 
 class Store:
@@ -328,7 +275,10 @@ class Store:
         self.is_sqlite = url.startswith("sqlite")
 
     def session(self) -> Session:
-        """A new session (use as a context manager; ``with s.begin():`` for one transaction)."""
+        """A new ORM session, for tests and tools that inspect the tables (the service never uses one).
+
+        Use it as a context manager (``with s.begin():`` for one transaction).
+        """
         return self.sessions()
 
     @contextmanager
@@ -353,14 +303,8 @@ class Store:
                     conn.execution_options(isolation_level="AUTOCOMMIT")
             elif read_only and self.is_sqlite:
                 conn.execution_options(fedstats_read_only=True)
-            tx = Tx(conn)
-            try:
-                with conn.begin():
-                    yield tx
-                    tx.flush()  # the ORM rows changed through tx.session, before the commit
-            finally:
-                if tx._session is not None:
-                    tx._session.close()
+            with conn.begin():
+                yield Tx(conn)
 
     def writable(self) -> str | None:
         """Probe whether the store can write now; None if it can, else the reason.
@@ -398,8 +342,8 @@ def open_store(
 ) -> Store:
     """Open the database at ``url`` and bring its schema up to date.
 
-    ``memory://`` opens a new, empty :class:`~fedstats.service.store.memory.MemoryStore` instead (the
-    core path only, for fast domain tests; typed as a :class:`Store` for its callers).
+    ``memory://`` opens a new, empty :class:`~fedstats.service.store.memory.MemoryStore` instead (every
+    query group on Python containers, for fast domain tests; typed as a :class:`Store` for its callers).
 
     Parameters
     ----------

@@ -18,9 +18,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
 
 from fedstats.service.store.tables import (
     Client,
@@ -34,9 +33,12 @@ from fedstats.service.store.tables import (
 __all__ = [
     "EnrolledRow",
     "MemberRow",
+    "OpenSession",
     "SecureQueries",
     "SecureSessionRow",
+    "SessionStage",
     "SqlSecureQueries",
+    "StageActivity",
     "UpMessage",
 ]
 
@@ -125,6 +127,31 @@ class SecureSessionRow:
 
 
 @dataclass(frozen=True)
+class OpenSession:
+    """An open session of a round as a device's work list needs it: its number, stage and deadline."""
+
+    number: int
+    stage: int
+    deadline: float
+
+
+@dataclass(frozen=True)
+class SessionStage:
+    """A session's status (``open``, ``done``, ``aborted``) and current stage."""
+
+    status: str
+    stage: int
+
+
+@dataclass(frozen=True)
+class StageActivity:
+    """The devices' messages journaled at a stage: how many, and the newest one's time (Unix s) or None."""
+
+    count: int
+    newest: float | None
+
+
+@dataclass(frozen=True)
 class UpMessage:
     """A device's journaled stage message.
 
@@ -156,10 +183,7 @@ class SecureQueries(ABC):
 
     @abstractmethod
     def start_secure_run(self, run_id: str, public_seed: str) -> None:
-        """Fix a seeding run's public seed and set it ``running``.
-
-        A run row already loaded in the transaction (the driver's) is updated too.
-        """
+        """Fix a seeding run's public seed and set it ``running``."""
 
     @abstractmethod
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
@@ -194,14 +218,14 @@ class SecureQueries(ABC):
         """Set columns of a session."""
 
     @abstractmethod
-    def open_secure_sessions(self, run_id: str, index: int) -> list[tuple[int, int, float]]:
-        """``(number, stage, deadline)`` of a round's open sessions."""
+    def open_secure_sessions(self, run_id: str, index: int) -> list[OpenSession]:
+        """A round's open sessions."""
 
     @abstractmethod
     def session_stage(
         self, run_id: str, index: int, number: int, *, shared: bool = False
-    ) -> tuple[str, int] | None:
-        """``(status, stage)`` of a session (locked ``FOR SHARE`` with ``shared``), or None."""
+    ) -> SessionStage | None:
+        """A session's status and stage (locked ``FOR SHARE`` with ``shared``), or None."""
 
     @abstractmethod
     def add_down_messages(
@@ -254,10 +278,8 @@ class SecureQueries(ABC):
         """Messages journaled at a session's stage in ``direction`` (``up`` or ``down``)."""
 
     @abstractmethod
-    def up_activity(
-        self, run_id: str, index: int, number: int, stage: int
-    ) -> tuple[int, float | None]:
-        """``(count, newest)``: the devices' messages journaled at a stage and the latest one's time.
+    def up_activity(self, run_id: str, index: int, number: int, stage: int) -> StageActivity:
+        """The devices' messages journaled at a stage: their count and the latest one's time.
 
         ``newest`` (Unix seconds, ``created_at``) is None when there is none. One statement, no payload.
         """
@@ -305,6 +327,7 @@ _ROUNDS = _table(RoundRecord)
 
 _M = _MESSAGES.c
 _S = _SESSIONS.c
+_RUNS = _table(Run)
 
 _SESSION_KEY = (
     _S.run_id == bindparam("run_id"),
@@ -376,13 +399,13 @@ def _session(r: Any) -> SecureSessionRow:
 
 
 class SqlSecureQueries(SecureQueries):
-    """:class:`SecureQueries` on SQLAlchemy (``self.session``: the transaction's session)."""
+    """:class:`SecureQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
-    session: Session
+    conn: Connection
 
     def members_in_order(self, run_id: str) -> list[MemberRow]:
         """See :meth:`SecureQueries.members_in_order`."""
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(*_MEMBER_COLUMNS)
             .where(_MEMBERS.c.run_id == run_id)
             .order_by(_MEMBERS.c.slot_start)
@@ -391,7 +414,7 @@ class SqlSecureQueries(SecureQueries):
 
     def member_row(self, run_id: str, client_id: str) -> MemberRow | None:
         """See :meth:`SecureQueries.member_row`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             select(*_MEMBER_COLUMNS).where(
                 _MEMBERS.c.run_id == run_id, _MEMBERS.c.client_id == client_id
             )
@@ -400,7 +423,7 @@ class SqlSecureQueries(SecureQueries):
 
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """See :meth:`SecureQueries.set_reveal`."""
-        self.session.execute(
+        self.conn.execute(
             update(_MEMBERS)
             .where(_MEMBERS.c.run_id == run_id, _MEMBERS.c.client_id == client_id)
             .values(reveal=reveal)
@@ -408,18 +431,16 @@ class SqlSecureQueries(SecureQueries):
 
     def start_secure_run(self, run_id: str, public_seed: str) -> None:
         """See :meth:`SecureQueries.start_secure_run`."""
-        # an ORM-enabled update: the run row the driver loaded in this transaction sees the new values
-        self.session.execute(
-            update(Run)
-            .where(Run.id == run_id)
+        self.conn.execute(
+            update(_RUNS)
+            .where(_RUNS.c.id == run_id)
             .values(public_seed=public_seed, status="running")
-            .execution_options(synchronize_session="evaluate")
         )
 
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """See :meth:`SecureQueries.enrolled`."""
         c = _CLIENTS.c
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(c.id, c.public_key, c.certificate).where(c.id.in_(client_ids))
         ).all()
         got = {str(i): EnrolledRow(str(i), str(k), cert) for i, k, cert in rows}
@@ -428,14 +449,14 @@ class SqlSecureQueries(SecureQueries):
     def round_dim(self, run_id: str, index: int) -> int | None:
         """See :meth:`SecureQueries.round_dim`."""
         r = _ROUNDS.c
-        got = self.session.execute(
+        got = self.conn.execute(
             select(r.dim).where(r.run_id == run_id, r.index == index)
         ).scalar_one_or_none()
         return None if got is None else int(got)
 
     def add_secure_session(self, row: SecureSessionRow) -> None:
         """See :meth:`SecureQueries.add_secure_session`."""
-        self.session.execute(
+        self.conn.execute(
             insert(_SESSIONS).values(
                 run_id=row.run_id,
                 round_index=row.round_index,
@@ -455,7 +476,7 @@ class SqlSecureQueries(SecureQueries):
 
     def secure_sessions(self, run_id: str, index: int) -> list[SecureSessionRow]:
         """See :meth:`SecureQueries.secure_sessions`."""
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(*_SESSIONS.c)
             .where(_S.run_id == run_id, _S.round_index == index)
             .order_by(_S.number)
@@ -466,7 +487,7 @@ class SqlSecureQueries(SecureQueries):
         self, run_id: str, index: int, number: int, *, lock: bool = False
     ) -> SecureSessionRow | None:
         """See :meth:`SecureQueries.secure_session`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             _SESSION_ROW_LOCKED if lock else _SESSION_ROW,
             {"run_id": run_id, "round_index": index, "number": number},
         ).one_or_none()
@@ -474,26 +495,26 @@ class SqlSecureQueries(SecureQueries):
 
     def update_secure_session(self, run_id: str, index: int, number: int, **values: Any) -> None:
         """See :meth:`SecureQueries.update_secure_session`."""
-        self.session.execute(
+        self.conn.execute(
             update(_SESSIONS)
             .where(_S.run_id == run_id, _S.round_index == index, _S.number == number)
             .values(**values)
         )
 
-    def open_secure_sessions(self, run_id: str, index: int) -> list[tuple[int, int, float]]:
+    def open_secure_sessions(self, run_id: str, index: int) -> list[OpenSession]:
         """See :meth:`SecureQueries.open_secure_sessions`."""
-        rows = self.session.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": index})
-        return [(int(n), int(s), float(d)) for n, s, d in rows]
+        rows = self.conn.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": index})
+        return [OpenSession(int(n), int(s), float(d)) for n, s, d in rows]
 
     def session_stage(
         self, run_id: str, index: int, number: int, *, shared: bool = False
-    ) -> tuple[str, int] | None:
+    ) -> SessionStage | None:
         """See :meth:`SecureQueries.session_stage`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             _SESSION_STAGE_SHARED if shared else _SESSION_STAGE,
             {"run_id": run_id, "round_index": index, "number": number},
         ).one_or_none()
-        return None if got is None else (str(got[0]), int(got[1]))
+        return None if got is None else SessionStage(str(got[0]), int(got[1]))
 
     def add_down_messages(
         self,
@@ -521,7 +542,7 @@ class SqlSecureQueries(SecureQueries):
             }
             for i, data, digest in messages
         ]
-        self.session.execute(_INSERT_MESSAGE, rows)
+        self.conn.execute(_INSERT_MESSAGE, rows)
 
     def add_up_message(
         self,
@@ -535,7 +556,7 @@ class SqlSecureQueries(SecureQueries):
         now: float,
     ) -> None:
         """See :meth:`SecureQueries.add_up_message`."""
-        self.session.execute(
+        self.conn.execute(
             _INSERT_MESSAGE,
             {
                 "run_id": run_id,
@@ -562,7 +583,7 @@ class SqlSecureQueries(SecureQueries):
         now: float,
     ) -> str | None:
         """See :meth:`SecureQueries.add_up_message_once`."""
-        conn = self.session.connection()
+        conn = self.conn
         key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
         row = {**key, "direction": "up", "client_index": client_index}
         got = conn.execute(
@@ -572,7 +593,7 @@ class SqlSecureQueries(SecureQueries):
         if got is not None:
             return None
         return str(
-            self.session.execute(_UP_DIGEST, {**key, "client_index": client_index}).scalar_one()
+            self.conn.execute(_UP_DIGEST, {**key, "client_index": client_index}).scalar_one()
         )
 
     def count_messages(
@@ -580,7 +601,7 @@ class SqlSecureQueries(SecureQueries):
     ) -> int:
         """See :meth:`SecureQueries.count_messages`."""
         return int(
-            self.session.execute(
+            self.conn.execute(
                 select(func.count())
                 .select_from(_MESSAGES)
                 .where(
@@ -593,11 +614,9 @@ class SqlSecureQueries(SecureQueries):
             ).scalar_one()
         )
 
-    def up_activity(
-        self, run_id: str, index: int, number: int, stage: int
-    ) -> tuple[int, float | None]:
+    def up_activity(self, run_id: str, index: int, number: int, stage: int) -> StageActivity:
         """See :meth:`SecureQueries.up_activity`."""
-        count, newest = self.session.execute(
+        count, newest = self.conn.execute(
             select(func.count(), func.max(_M.created_at)).where(
                 _M.run_id == run_id,
                 _M.round_index == index,
@@ -606,11 +625,11 @@ class SqlSecureQueries(SecureQueries):
                 _M.direction == "up",
             )
         ).one()
-        return int(count), None if newest is None else float(newest)
+        return StageActivity(int(count), None if newest is None else float(newest))
 
     def up_messages(self, run_id: str, index: int, number: int, stage: int) -> list[UpMessage]:
         """See :meth:`SecureQueries.up_messages`."""
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(_M.client_index, _M.payload)
             .where(
                 _M.run_id == run_id,
@@ -625,7 +644,7 @@ class SqlSecureQueries(SecureQueries):
 
     def down_digests(self, run_id: str, index: int, number: int, stage: int) -> dict[int, str]:
         """See :meth:`SecureQueries.down_digests`."""
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(_M.client_index, _M.digest).where(
                 _M.run_id == run_id,
                 _M.round_index == index,
@@ -642,8 +661,7 @@ class SqlSecureQueries(SecureQueries):
         """See :meth:`SecureQueries.addressed`."""
         key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
         return (
-            self.session.execute(_ADDRESSED, {**key, "client_index": client_index}).first()
-            is not None
+            self.conn.execute(_ADDRESSED, {**key, "client_index": client_index}).first() is not None
         )
 
     def down_payload(
@@ -651,7 +669,7 @@ class SqlSecureQueries(SecureQueries):
     ) -> bytes | None:
         """See :meth:`SecureQueries.down_payload`."""
         key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
-        got = self.session.execute(
+        got = self.conn.execute(
             _DOWN_PAYLOAD, {**key, "client_index": client_index}
         ).scalar_one_or_none()
         return None if got is None else bytes(got)
@@ -659,12 +677,12 @@ class SqlSecureQueries(SecureQueries):
     def down_payloads(self, run_id: str, index: int, number: int, stage: int) -> dict[int, bytes]:
         """See :meth:`SecureQueries.down_payloads`."""
         key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
-        return {int(i): bytes(p) for i, p in self.session.execute(_DOWN_PAYLOADS, key)}
+        return {int(i): bytes(p) for i, p in self.conn.execute(_DOWN_PAYLOADS, key)}
 
     def my_messages(
         self, run_id: str, index: int, number: int, stage: int, client_index: int
     ) -> dict[str, str]:
         """See :meth:`SecureQueries.my_messages`."""
         key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
-        rows = self.session.execute(_MINE, {**key, "client_index": client_index}).all()
+        rows = self.conn.execute(_MINE, {**key, "client_index": client_index}).all()
         return {str(d): str(g) for d, g in rows}

@@ -39,7 +39,7 @@ Queries
 -------
 :class:`VdafQueries` is the interface the domain layer (:mod:`fedstats.service.domain.vdaf`) calls through
 a transaction (:meth:`fedstats.service.store.Store.transaction`); :class:`SqlVdafQueries` implements it with
-SQLAlchemy Core statements on the transaction's session (SQLite and PostgreSQL). Methods take and return
+SQLAlchemy Core statements on the transaction's connection (SQLite and PostgreSQL). Methods take and return
 plain values and frozen dataclasses (:class:`VdafTaskRow`, :class:`VdafShareRow`).
 """
 
@@ -54,6 +54,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Column,
+    Connection,
     Float,
     Index,
     Integer,
@@ -69,11 +70,12 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session
 
 __all__ = [
     "VDAF_METADATA",
+    "ReportCount",
     "SqlVdafQueries",
+    "VdafJob",
     "VdafQueries",
     "VdafShareRow",
     "VdafSignedRow",
@@ -309,6 +311,40 @@ class VdafShareRow:
     job_id: str | None
 
 
+@dataclass(frozen=True)
+class ReportCount:
+    """How many of a task's reports have one fate: ``status`` and, if rejected, ``reason``."""
+
+    status: str
+    reason: str | None
+    count: int
+
+
+@dataclass(frozen=True)
+class VdafJob:
+    """An aggregation job: its reports in order, the helper's answer (JSON) once done, its lease.
+
+    Attributes
+    ----------
+    job_id : str
+    report_ids : list of str
+    response : str or None
+    status : str
+        ``running`` or ``done``.
+    lease_owner : str or None
+        The leader process holding the job's lease.
+    lease_epoch : int
+        The lease's fencing token.
+    """
+
+    job_id: str
+    report_ids: list[str]
+    response: str | None
+    status: str
+    lease_owner: str | None
+    lease_epoch: int
+
+
 class VdafQueries(ABC):
     """The two-aggregator mode's queries (one aggregator's tables)."""
 
@@ -331,8 +367,8 @@ class VdafQueries(ABC):
         """Freeze the task (status ``collected``) with its collection's answer (JSON)."""
 
     @abstractmethod
-    def vdaf_report_counts(self, task_id: str) -> list[tuple[str, str | None, int]]:
-        """``(status, reason, count)`` of the task's reports."""
+    def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
+        """The task's reports counted by fate."""
 
     @abstractmethod
     def vdaf_report_of(self, task_id: str, report_id: str, client_id: str) -> VdafShareRow | None:
@@ -369,11 +405,8 @@ class VdafQueries(ABC):
         """Record the reports' fate: accepted (``reason`` None) or rejected with ``reason``."""
 
     @abstractmethod
-    def vdaf_claimable_job(self, task_id: str, now: float) -> tuple[str, list[str], int] | None:
-        """The oldest unfinished job whose lease is free or expired at ``now``, or None.
-
-        Returns ``(job_id, report_ids, lease_epoch)``.
-        """
+    def vdaf_claimable_job(self, task_id: str, now: float) -> VdafJob | None:
+        """The oldest unfinished job whose lease is free or expired at ``now``, or None."""
 
     @abstractmethod
     def lease_vdaf_job(
@@ -382,8 +415,8 @@ class VdafQueries(ABC):
         """Set a job's lease (owner, expiry, fencing epoch); owner None frees it."""
 
     @abstractmethod
-    def vdaf_job_lease(self, task_id: str, job_id: str) -> tuple[str | None, int, str] | None:
-        """A job's ``(lease_owner, lease_epoch, status)``, or None if there is no such job."""
+    def vdaf_job(self, task_id: str, job_id: str) -> VdafJob | None:
+        """A job (its reports, answer, status and lease), or None if there is no such job."""
 
     @abstractmethod
     def vdaf_signed(self, signed_id: str, *, lock: bool = False) -> VdafSignedRow | None:
@@ -408,10 +441,6 @@ class VdafQueries(ABC):
     @abstractmethod
     def add_vdaf_slot(self, signed_id: str, client_id: str) -> int:
         """Give the device the next free slot (0, 1, ...; the caller holds the signed task's lock)."""
-
-    @abstractmethod
-    def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
-        """A job's ``(report_ids, response JSON or None)``, or None if there is no such job."""
 
     @abstractmethod
     def add_vdaf_job(
@@ -446,17 +475,32 @@ def _opt_bytes(v: Any) -> bytes | None:
     return None if v is None else bytes(v)
 
 
-class SqlVdafQueries(VdafQueries):
-    """:class:`VdafQueries` on SQLAlchemy (``self.session``: the transaction's session)."""
+_JOB_COLUMNS = (_J.job_id, _J.report_ids, _J.response, _J.status, _J.lease_owner, _J.lease_epoch)
 
-    session: Session
+
+def _job(r: Any) -> VdafJob:
+    job_id, ids, response, status, owner, epoch = r
+    return VdafJob(
+        str(job_id),
+        [str(x) for x in json.loads(ids)],
+        response,
+        str(status),
+        owner,
+        int(epoch or 0),
+    )
+
+
+class SqlVdafQueries(VdafQueries):
+    """:class:`VdafQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
+
+    conn: Connection
 
     def vdaf_task(self, task_id: str, *, lock: bool = False) -> VdafTaskRow | None:
         """See :meth:`VdafQueries.vdaf_task`."""
         q = select(vdaf_tasks).where(_T.id == task_id)
         if lock:
             q = q.with_for_update()
-        r = self.session.execute(q).mappings().first()
+        r = self.conn.execute(q).mappings().first()
         if r is None:
             return None
         return self._task(r)
@@ -487,13 +531,13 @@ class SqlVdafQueries(VdafQueries):
 
     def add_vdaf_task(self, row: VdafTaskRow) -> None:
         """See :meth:`VdafQueries.add_vdaf_task`."""
-        self.session.execute(insert(vdaf_tasks).values(**row.__dict__))
+        self.conn.execute(insert(vdaf_tasks).values(**row.__dict__))
 
     def set_vdaf_totals(
         self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
     ) -> None:
         """See :meth:`VdafQueries.set_vdaf_totals`."""
-        self.session.execute(
+        self.conn.execute(
             update(vdaf_tasks)
             .where(_T.id == task_id)
             .values(agg_share=agg_share, accepted=accepted, rejected=rejected)
@@ -501,20 +545,22 @@ class SqlVdafQueries(VdafQueries):
 
     def set_vdaf_collected(self, task_id: str, collection: str) -> None:
         """See :meth:`VdafQueries.set_vdaf_collected`."""
-        self.session.execute(
+        self.conn.execute(
             update(vdaf_tasks)
             .where(_T.id == task_id)
             .values(status="collected", collection=collection)
         )
 
-    def vdaf_report_counts(self, task_id: str) -> list[tuple[str, str | None, int]]:
+    def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(_R.status, _R.reason, func.count())
             .where(_R.task_id == task_id)
             .group_by(_R.status, _R.reason)
         ).all()
-        return [(str(s), None if why is None else str(why), int(n)) for s, why, n in rows]
+        return [
+            ReportCount(str(s), None if why is None else str(why), int(n)) for s, why, n in rows
+        ]
 
     def _share(self, r: Any) -> VdafShareRow:
         return VdafShareRow(
@@ -527,7 +573,7 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_report_of(self, task_id: str, report_id: str, client_id: str) -> VdafShareRow | None:
         """See :meth:`VdafQueries.vdaf_report_of`."""
-        r = self.session.execute(
+        r = self.conn.execute(
             select(_R.report_id, _R.client_id, _R.public_share, _R.input_share, _R.job_id)
             .where(_R.task_id == task_id, (_R.report_id == report_id) | (_R.client_id == client_id))
             .limit(1)
@@ -544,7 +590,7 @@ class SqlVdafQueries(VdafQueries):
         received_at: float,
     ) -> None:
         """See :meth:`VdafQueries.add_vdaf_report`."""
-        self.session.execute(
+        self.conn.execute(
             insert(vdaf_reports).values(
                 task_id=task_id,
                 report_id=report_id,
@@ -562,7 +608,7 @@ class SqlVdafQueries(VdafQueries):
         """See :meth:`VdafQueries.vdaf_shares`."""
         if not report_ids:
             return {}
-        rows = self.session.execute(
+        rows = self.conn.execute(
             select(_R.report_id, _R.client_id, _R.public_share, _R.input_share, _R.job_id).where(
                 _R.task_id == task_id, _R.report_id.in_(list(report_ids))
             )
@@ -571,7 +617,7 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_pending(self, task_id: str, limit: int) -> list[str]:
         """See :meth:`VdafQueries.vdaf_pending`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             select(_R.report_id)
             .where(_R.task_id == task_id, _R.status == "pending", _R.job_id.is_(None))
             .order_by(_R.received_at, _R.report_id)
@@ -581,7 +627,7 @@ class SqlVdafQueries(VdafQueries):
 
     def take_vdaf_reports(self, task_id: str, report_ids: Sequence[str], job_id: str) -> int:
         """See :meth:`VdafQueries.take_vdaf_reports`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             update(vdaf_reports)
             .where(_R.task_id == task_id, _R.report_id.in_(list(report_ids)), _R.job_id.is_(None))
             .values(job_id=job_id)
@@ -594,7 +640,7 @@ class SqlVdafQueries(VdafQueries):
         """See :meth:`VdafQueries.set_vdaf_fates`."""
         if not report_ids:
             return
-        self.session.execute(
+        self.conn.execute(
             update(vdaf_reports)
             .where(_R.task_id == task_id, _R.report_id.in_(list(report_ids)))
             .values(
@@ -602,10 +648,10 @@ class SqlVdafQueries(VdafQueries):
             )
         )
 
-    def vdaf_claimable_job(self, task_id: str, now: float) -> tuple[str, list[str], int] | None:
+    def vdaf_claimable_job(self, task_id: str, now: float) -> VdafJob | None:
         """See :meth:`VdafQueries.vdaf_claimable_job`."""
-        r = self.session.execute(
-            select(_J.job_id, _J.report_ids, _J.lease_epoch)
+        r = self.conn.execute(
+            select(*_JOB_COLUMNS)
             .where(
                 _J.task_id == task_id,
                 _J.status == "running",
@@ -614,35 +660,31 @@ class SqlVdafQueries(VdafQueries):
             .order_by(_J.created_at, _J.job_id)
             .limit(1)
         ).first()
-        if r is None:
-            return None
-        return str(r[0]), [str(x) for x in json.loads(r[1])], int(r[2] or 0)
+        return None if r is None else _job(r)
 
     def lease_vdaf_job(
         self, task_id: str, job_id: str, *, owner: str | None, until: float | None, epoch: int
     ) -> None:
         """See :meth:`VdafQueries.lease_vdaf_job`."""
-        self.session.execute(
+        self.conn.execute(
             update(vdaf_jobs)
             .where(_J.task_id == task_id, _J.job_id == job_id)
             .values(lease_owner=owner, lease_until=until, lease_epoch=epoch)
         )
 
-    def vdaf_job_lease(self, task_id: str, job_id: str) -> tuple[str | None, int, str] | None:
-        """See :meth:`VdafQueries.vdaf_job_lease`."""
-        r = self.session.execute(
-            select(_J.lease_owner, _J.lease_epoch, _J.status).where(
-                _J.task_id == task_id, _J.job_id == job_id
-            )
+    def vdaf_job(self, task_id: str, job_id: str) -> VdafJob | None:
+        """See :meth:`VdafQueries.vdaf_job`."""
+        r = self.conn.execute(
+            select(*_JOB_COLUMNS).where(_J.task_id == task_id, _J.job_id == job_id)
         ).first()
-        return None if r is None else (r[0], int(r[1] or 0), str(r[2]))
+        return None if r is None else _job(r)
 
     def vdaf_signed(self, signed_id: str, *, lock: bool = False) -> VdafSignedRow | None:
         """See :meth:`VdafQueries.vdaf_signed`."""
         q = select(vdaf_signed).where(_S.id == signed_id)
         if lock:
             q = q.with_for_update()
-        r = self.session.execute(q).mappings().first()
+        r = self.conn.execute(q).mappings().first()
         if r is None:
             return None
         return VdafSignedRow(
@@ -662,16 +704,16 @@ class SqlVdafQueries(VdafQueries):
 
     def add_vdaf_signed(self, row: VdafSignedRow) -> None:
         """See :meth:`VdafQueries.add_vdaf_signed`."""
-        self.session.execute(insert(vdaf_signed).values(**row.__dict__))
+        self.conn.execute(insert(vdaf_signed).values(**row.__dict__))
 
     def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
         """See :meth:`VdafQueries.set_vdaf_signed_status`."""
-        self.session.execute(update(vdaf_signed).where(_S.id == signed_id).values(status=status))
+        self.conn.execute(update(vdaf_signed).where(_S.id == signed_id).values(status=status))
 
     def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
         """See :meth:`VdafQueries.vdaf_rounds_of`."""
         rows = (
-            self.session.execute(
+            self.conn.execute(
                 select(vdaf_tasks).where(_T.signed_id == signed_id).order_by(_T.round_index)
             )
             .mappings()
@@ -681,28 +723,19 @@ class SqlVdafQueries(VdafQueries):
 
     def vdaf_slot(self, signed_id: str, client_id: str) -> int | None:
         """See :meth:`VdafQueries.vdaf_slot`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             select(_L.slot).where(_L.signed_id == signed_id, _L.client_id == client_id)
         ).scalar()
         return None if got is None else int(got)
 
     def add_vdaf_slot(self, signed_id: str, client_id: str) -> int:
         """See :meth:`VdafQueries.add_vdaf_slot`."""
-        top = self.session.execute(
-            select(func.max(_L.slot)).where(_L.signed_id == signed_id)
-        ).scalar()
+        top = self.conn.execute(select(func.max(_L.slot)).where(_L.signed_id == signed_id)).scalar()
         slot = 0 if top is None else int(top) + 1
-        self.session.execute(
+        self.conn.execute(
             insert(vdaf_slots).values(signed_id=signed_id, client_id=client_id, slot=slot)
         )
         return slot
-
-    def vdaf_job(self, task_id: str, job_id: str) -> tuple[list[str], str | None] | None:
-        """See :meth:`VdafQueries.vdaf_job`."""
-        r = self.session.execute(
-            select(_J.report_ids, _J.response).where(_J.task_id == task_id, _J.job_id == job_id)
-        ).first()
-        return None if r is None else ([str(x) for x in json.loads(r[0])], r[1])
 
     def add_vdaf_job(
         self,
@@ -715,7 +748,7 @@ class SqlVdafQueries(VdafQueries):
         lease_until: float | None = None,
     ) -> None:
         """See :meth:`VdafQueries.add_vdaf_job`."""
-        self.session.execute(
+        self.conn.execute(
             insert(vdaf_jobs).values(
                 task_id=task_id,
                 job_id=job_id,
@@ -731,7 +764,7 @@ class SqlVdafQueries(VdafQueries):
 
     def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:
         """See :meth:`VdafQueries.finish_vdaf_job`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             update(vdaf_jobs)
             .where(_J.task_id == task_id, _J.job_id == job_id, _J.status == "running")
             .values(status="done", response=response)
@@ -740,7 +773,7 @@ class SqlVdafQueries(VdafQueries):
 
     def count_vdaf_jobs(self, task_id: str, status: str) -> int:
         """See :meth:`VdafQueries.count_vdaf_jobs`."""
-        got = self.session.execute(
+        got = self.conn.execute(
             select(func.count())
             .select_from(vdaf_jobs)
             .where(_J.task_id == task_id, _J.status == status)

@@ -1,0 +1,273 @@
+"""The secure query group on Python containers, with the semantics of the SQL stores.
+
+Same answers as :class:`~fedstats.service.store.secure.SqlSecureQueries`: sessions and their message
+journal keyed like the tables' primary keys (a second message with the same key raises
+:class:`sqlalchemy.exc.IntegrityError`, as the databases do; :meth:`MemorySecureQueries.add_up_message_once`
+answers the stored digest instead), the same orderings and counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedstats.service.store.memory_tables import MemoryTables, Row, _missing_parent
+from fedstats.service.store.secure import (
+    EnrolledRow,
+    MemberRow,
+    OpenSession,
+    SecureQueries,
+    SecureSessionRow,
+    SessionStage,
+    StageActivity,
+    UpMessage,
+)
+
+__all__ = ["MemorySecureQueries"]
+
+_SESSION_FIELDS = tuple(SecureSessionRow.__dataclass_fields__)
+
+
+def _member(m: Row) -> MemberRow:
+    return MemberRow(str(m.client_id), int(m.slot_start), int(m.slot_count), m.commitment, m.reveal)
+
+
+def _session(r: Row) -> SecureSessionRow:
+    values = r.__dict__
+    return SecureSessionRow(**{f: values[f] for f in _SESSION_FIELDS})
+
+
+class MemorySecureQueries(MemoryTables, SecureQueries):
+    """:class:`~fedstats.service.store.secure.SecureQueries` on in-memory tables (``self.data``)."""
+
+    def _messages(
+        self, run_id: str, index: int, number: int, stage: int, direction: str
+    ) -> list[Row]:
+        """A stage's journaled messages in one direction, by client index."""
+        got = [
+            m
+            for (rid, i, n, s, d, _c), m in self._t("secure_messages").items()
+            if rid == run_id and i == index and n == number and s == stage and d == direction
+        ]
+        return sorted(got, key=lambda m: int(m.client_index))
+
+    def _message(
+        self, run_id: str, index: int, number: int, stage: int, direction: str, client_index: int
+    ) -> Row | None:
+        key = (run_id, index, number, stage, direction, client_index)
+        return self._t("secure_messages").get(key)
+
+    def _add_message(self, values: dict[str, Any]) -> None:
+        key = tuple(
+            values[k]
+            for k in ("run_id", "round_index", "number", "stage", "direction", "client_index")
+        )
+        self._insert("secure_messages", key, values)
+
+    def members_in_order(self, run_id: str) -> list[MemberRow]:
+        """See :meth:`SecureQueries.members_in_order`."""
+        got = [m for (rid, _c), m in self._t("run_members").items() if rid == run_id]
+        return [_member(m) for m in sorted(got, key=lambda m: int(m.slot_start))]
+
+    def member_row(self, run_id: str, client_id: str) -> MemberRow | None:
+        """See :meth:`SecureQueries.member_row`."""
+        m = self._t("run_members").get((run_id, client_id))
+        return None if m is None else _member(m)
+
+    def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
+        """See :meth:`SecureQueries.set_reveal`."""
+        self._set("run_members", (run_id, client_id), {"reveal": reveal})
+
+    def start_secure_run(self, run_id: str, public_seed: str) -> None:
+        """See :meth:`SecureQueries.start_secure_run`."""
+        self._set("runs", run_id, {"public_seed": public_seed, "status": "running"})
+
+    def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
+        """See :meth:`SecureQueries.enrolled` (a missing device raises :class:`KeyError`)."""
+        clients = self._t("clients")
+        out = []
+        for cid in client_ids:
+            c = clients[cid]
+            out.append(EnrolledRow(str(c.id), str(c.public_key), c.certificate))
+        return out
+
+    def round_dim(self, run_id: str, index: int) -> int | None:
+        """See :meth:`SecureQueries.round_dim`."""
+        r = self._t("rounds").get((run_id, index))
+        return None if r is None else int(r.dim)
+
+    def add_secure_session(self, row: SecureSessionRow) -> None:
+        """See :meth:`SecureQueries.add_secure_session`."""
+        if row.run_id not in self._t("runs"):
+            raise _missing_parent("secure_sessions.run_id", row.run_id)
+        key = (row.run_id, row.round_index, row.number)
+        self._insert("secure_sessions", key, {f: getattr(row, f) for f in _SESSION_FIELDS})
+
+    def secure_sessions(self, run_id: str, index: int) -> list[SecureSessionRow]:
+        """See :meth:`SecureQueries.secure_sessions`."""
+        got = [
+            s
+            for (rid, i, _n), s in self._t("secure_sessions").items()
+            if rid == run_id and i == index
+        ]
+        return [_session(s) for s in sorted(got, key=lambda s: int(s.number))]
+
+    def secure_session(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        *,
+        lock: bool = False,  # noqa: ARG002 - transactions are serialized
+    ) -> SecureSessionRow | None:
+        """See :meth:`SecureQueries.secure_session`."""
+        s = self._t("secure_sessions").get((run_id, index, number))
+        return None if s is None else _session(s)
+
+    def update_secure_session(self, run_id: str, index: int, number: int, **values: Any) -> None:
+        """See :meth:`SecureQueries.update_secure_session`."""
+        self._set("secure_sessions", (run_id, index, number), values)
+
+    def open_secure_sessions(self, run_id: str, index: int) -> list[OpenSession]:
+        """See :meth:`SecureQueries.open_secure_sessions`."""
+        return [
+            OpenSession(s.number, s.stage, s.deadline)
+            for s in self.secure_sessions(run_id, index)
+            if s.status == "open"
+        ]
+
+    def session_stage(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        *,
+        shared: bool = False,  # noqa: ARG002 - transactions are serialized
+    ) -> SessionStage | None:
+        """See :meth:`SecureQueries.session_stage`."""
+        s = self._t("secure_sessions").get((run_id, index, number))
+        return None if s is None else SessionStage(str(s.status), int(s.stage))
+
+    def add_down_messages(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        messages: list[tuple[int, bytes, str]],
+        now: float,
+    ) -> None:
+        """See :meth:`SecureQueries.add_down_messages`."""
+        for i, data, digest in messages:
+            self._add_message(
+                {
+                    "run_id": run_id,
+                    "round_index": index,
+                    "number": number,
+                    "stage": stage,
+                    "direction": "down",
+                    "client_index": int(i),
+                    "payload": bytes(data),
+                    "digest": digest,
+                    "created_at": now,
+                }
+            )
+
+    def add_up_message(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        client_index: int,
+        payload: bytes,
+        digest: str,
+        now: float,
+    ) -> None:
+        """See :meth:`SecureQueries.add_up_message`."""
+        self._add_message(
+            {
+                "run_id": run_id,
+                "round_index": index,
+                "number": number,
+                "stage": stage,
+                "direction": "up",
+                "client_index": client_index,
+                "payload": bytes(payload),
+                "digest": digest,
+                "created_at": now,
+            }
+        )
+
+    def add_up_message_once(
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        client_index: int,
+        payload: bytes,
+        digest: str,
+        now: float,
+    ) -> str | None:
+        """See :meth:`SecureQueries.add_up_message_once`."""
+        stored = self._message(run_id, index, number, stage, "up", client_index)
+        if stored is not None:
+            return str(stored.digest)
+        self.add_up_message(run_id, index, number, stage, client_index, payload, digest, now)
+        return None
+
+    def count_messages(
+        self, run_id: str, index: int, number: int, stage: int, direction: str
+    ) -> int:
+        """See :meth:`SecureQueries.count_messages`."""
+        return len(self._messages(run_id, index, number, stage, direction))
+
+    def up_activity(self, run_id: str, index: int, number: int, stage: int) -> StageActivity:
+        """See :meth:`SecureQueries.up_activity`."""
+        ups = self._messages(run_id, index, number, stage, "up")
+        return StageActivity(len(ups), max((float(m.created_at) for m in ups), default=None))
+
+    def up_messages(self, run_id: str, index: int, number: int, stage: int) -> list[UpMessage]:
+        """See :meth:`SecureQueries.up_messages`."""
+        return [
+            UpMessage(int(m.client_index), bytes(m.payload))
+            for m in self._messages(run_id, index, number, stage, "up")
+        ]
+
+    def down_digests(self, run_id: str, index: int, number: int, stage: int) -> dict[int, str]:
+        """See :meth:`SecureQueries.down_digests`."""
+        return {
+            int(m.client_index): str(m.digest)
+            for m in self._messages(run_id, index, number, stage, "down")
+        }
+
+    def addressed(
+        self, run_id: str, index: int, number: int, stage: int, client_index: int
+    ) -> bool:
+        """See :meth:`SecureQueries.addressed`."""
+        return self._message(run_id, index, number, stage, "down", client_index) is not None
+
+    def down_payload(
+        self, run_id: str, index: int, number: int, stage: int, client_index: int
+    ) -> bytes | None:
+        """See :meth:`SecureQueries.down_payload`."""
+        m = self._message(run_id, index, number, stage, "down", client_index)
+        return None if m is None else bytes(m.payload)
+
+    def down_payloads(self, run_id: str, index: int, number: int, stage: int) -> dict[int, bytes]:
+        """See :meth:`SecureQueries.down_payloads`."""
+        return {
+            int(m.client_index): bytes(m.payload)
+            for m in self._messages(run_id, index, number, stage, "down")
+        }
+
+    def my_messages(
+        self, run_id: str, index: int, number: int, stage: int, client_index: int
+    ) -> dict[str, str]:
+        """See :meth:`SecureQueries.my_messages`."""
+        out = {}
+        for direction in ("down", "up"):
+            m = self._message(run_id, index, number, stage, direction, client_index)
+            if m is not None:
+                out[direction] = str(m.digest)
+        return out

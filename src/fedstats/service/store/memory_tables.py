@@ -1,0 +1,159 @@
+"""The memory store's tables: one dict per table keyed by its primary key, rows, and the undo log.
+
+:class:`MemoryTables` is the base of the memory query groups: row access through which every write
+records the row's previous state in the transaction's undo log, and the integrity errors the databases
+raise (a duplicate key, a missing parent row).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import fields
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from fedstats.service.store.rows import RunRow
+from fedstats.service.store.tables import Base
+from fedstats.service.store.vdaf import VDAF_METADATA
+
+__all__ = ["MemoryTables", "Row"]
+
+_LIVE = ("checkin", "seeding", "running")
+_RUN_FIELDS = tuple(f.name for f in fields(RunRow))
+_ABSENT = object()
+
+
+class Row:
+    """A stored row: one attribute per column of its table (mutable, like an ORM object)."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:  # only for names that are not columns
+        raise AttributeError(f"no column {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Row({self.__dict__!r})"
+
+
+def _columns(table: str) -> dict[str, Any]:
+    """Column name -> its Python-side scalar default (None if none) of a table (:mod:`.tables`, Prio3's)."""
+    out: dict[str, Any] = {}
+    tables = Base.metadata.tables
+    for col in (tables[table] if table in tables else VDAF_METADATA.tables[table]).columns:
+        default = col.default
+        arg = getattr(default, "arg", None) if default is not None else None
+        out[col.name] = arg if isinstance(arg, (int, float, str)) else None
+    return out
+
+
+_COLUMNS = {
+    name: _columns(name)
+    for name in (
+        "clients",
+        "authorities",
+        "nonces",
+        "operators",
+        "tasks",
+        "runs",
+        "run_members",
+        "rounds",
+        "reports",
+        "budgets",
+        "ledger",
+        "idempotency_keys",
+        "audit",
+        "secure_sessions",
+        "secure_messages",
+        "vdaf_tasks",
+        "vdaf_signed",
+        "vdaf_slots",
+        "vdaf_reports",
+        "vdaf_jobs",
+    )
+}
+
+
+def _duplicate(table: str, key: Any) -> IntegrityError:
+    msg = f"UNIQUE constraint failed: {table} {key!r}"
+    return IntegrityError(msg, None, Exception(msg))
+
+
+def _missing_parent(table: str, key: Any) -> IntegrityError:
+    msg = f"FOREIGN KEY constraint failed: {table} {key!r}"
+    return IntegrityError(msg, None, Exception(msg))
+
+
+class _Data:
+    """The tables: one dict per table keyed by its primary key, and the autoincrement counters."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[Any, Row]] = {name: {} for name in _COLUMNS}
+        self.counters = {"ledger": 0, "audit": 0}
+        self.version = 0
+        self.devices_version = 0
+
+
+class MemoryTables:
+    """Row access on in-memory tables (``self.data``) with an undo log (``self._undo``).
+
+    Every write goes through :meth:`_insert`, :meth:`_set` or :meth:`_touch`, which record the row's
+    previous state in the transaction's undo log.
+    """
+
+    data: _Data
+    _undo: dict[tuple[str, Any], Any]
+
+    # -- row access and the undo log
+    def _t(self, table: str) -> dict[Any, Row]:
+        return self.data.tables[table]
+
+    def _save(self, table: str, key: Any) -> None:
+        if (table, key) not in self._undo:
+            row = self.data.tables[table].get(key)
+            self._undo[(table, key)] = _ABSENT if row is None else copy.copy(row)
+
+    def _touch(self, table: str, key: Any) -> Row | None:
+        """The stored row (to change it in place), its old state saved for a rollback; or None."""
+        row = self.data.tables[table].get(key)
+        if row is not None:
+            self._save(table, key)
+        return row
+
+    def _insert(
+        self, table: str, key: Any, values: dict[str, Any], *, ignore: bool = False
+    ) -> bool:
+        """Insert a row; on an existing key False with ``ignore`` (``ON CONFLICT DO NOTHING``), else raise."""
+        rows = self.data.tables[table]
+        if key in rows:
+            if ignore:
+                return False
+            raise _duplicate(table, key)
+        cols = _COLUMNS[table]
+        unknown = set(values) - set(cols)
+        if unknown:
+            raise TypeError(f"unknown column(s) of {table}: {sorted(unknown)}")
+        self._save(table, key)
+        rows[key] = Row(**(cols | values))
+        return True
+
+    def _set(self, table: str, key: Any, values: dict[str, Any]) -> bool:
+        """``UPDATE ... WHERE <primary key>``; False if there is no such row."""
+        unknown = set(values) - set(_COLUMNS[table])
+        if unknown:
+            raise TypeError(f"unknown column(s) of {table}: {sorted(unknown)}")
+        row = self._touch(table, key)
+        if row is None:
+            return False
+        row.__dict__.update(values)
+        return True
+
+    def _next_id(self, counter: str) -> int:
+        self.data.counters[counter] += 1
+        return self.data.counters[counter]
+
+    @staticmethod
+    def _page(rows: list[Any], limit: int, offset: int) -> tuple[list[Any], int]:
+        # LIMIT/OFFSET as SQL: a negative limit or offset is not a SQL page either; keep Python's slice
+        return rows[offset : offset + limit], len(rows)

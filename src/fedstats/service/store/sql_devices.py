@@ -1,0 +1,213 @@
+"""SQL queries of devices and operators: enrolment, nonces, authorities, operators, the counters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    bindparam,
+    delete,
+    func,
+    select,
+    update,
+)
+
+from fedstats.service.store.rows import (
+    ClientRow,
+    PopulationCount,
+)
+from fedstats.service.store.sql_base import (
+    _AUTHORITIES,
+    _CLIENTS,
+    _NONCES,
+    _OPERATORS,
+    _VERSION,
+    DEVICES_VERSION,
+    SqlBase,
+)
+
+# The statements of every device request (a poll, an upload), built once with bind parameters:
+# building a select (coercing its columns and clauses) cost more CPU than executing it, and a
+# statement built once keeps its memoized cache key (SQLAlchemy's compiled cache then does the rest).
+_Q_CLIENT = select(
+    _CLIENTS.c.id,
+    _CLIENTS.c.public_key,
+    _CLIENTS.c.population,
+    _CLIENTS.c.authority,
+    _CLIENTS.c.not_after,
+    _CLIENTS.c.revoked_at,
+    _CLIENTS.c.certificate,
+).where(_CLIENTS.c.id == bindparam("client_id"))
+
+
+_Q_AUTHORITIES = select(_AUTHORITIES.c.id, _AUTHORITIES.c.public_key)
+
+
+class SqlDeviceQueries(SqlBase):
+    """The device, operator and counter queries of :class:`~fedstats.service.store.core.CoreQueries` in SQL."""
+
+    _DEVICE_COLUMNS = ("id", "population", "authority", "public_key", "not_after", "enrolled_at")
+
+    def client(self, client_id: str) -> ClientRow | None:
+        """See :meth:`CoreQueries.client`."""
+        row = self._run(_Q_CLIENT, {"client_id": client_id}).first()
+        if row is None:
+            return None
+        return ClientRow(
+            id=row.id,
+            public_key=row.public_key,
+            population=row.population,
+            authority=row.authority,
+            not_after=float(row.not_after),
+            revoked=row.revoked_at is not None,
+            certificate=row.certificate,
+        )
+
+    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
+        """See :meth:`CoreQueries.add_client`."""
+        self._exec(
+            _CLIENTS.insert().values(
+                id=row.id,
+                public_key=row.public_key,
+                population=row.population,
+                authority=row.authority,
+                not_after=row.not_after,
+                enrolled_at=enrolled_at,
+                certificate=row.certificate,
+            )
+        )
+
+    def set_client_certificate(self, client_id: str, certificate: str) -> None:
+        """See :meth:`CoreQueries.set_client_certificate`."""
+        c = _CLIENTS.c
+        self._exec(update(_CLIENTS).where(c.id == client_id).values(certificate=certificate))
+
+    def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
+        """See :meth:`CoreQueries.use_nonce`."""
+        return self._insert_ignore(_NONCES, client_id=client_id, nonce=nonce, ts=ts) == 1
+
+    def purge_nonces(self, before: float) -> int:
+        """See :meth:`CoreQueries.purge_nonces`."""
+        got = self._exec(delete(_NONCES).where(_NONCES.c.ts < before))
+        return int(getattr(got, "rowcount", 0) or 0)
+
+    def authorities(self) -> dict[str, str]:
+        """See :meth:`CoreQueries.authorities`."""
+        return {i: k for i, k in self._run(_Q_AUTHORITIES, {}).all()}
+
+    def add_authority(self, fingerprint: str, public_key: str) -> bool:
+        """See :meth:`CoreQueries.add_authority`."""
+        return self._insert_ignore(_AUTHORITIES, id=fingerprint, public_key=public_key) == 1
+
+    def operator_of(self, token_hash: str) -> str | None:
+        """See :meth:`CoreQueries.operator_of`."""
+        o = _OPERATORS.c
+        got = self._exec(select(o.name).where(o.token_hash == token_hash)).scalar()
+        return None if got is None else str(got)
+
+    def operator_exists(self, name: str) -> bool:
+        """See :meth:`CoreQueries.operator_exists`."""
+        o = _OPERATORS.c
+        return self._exec(select(o.name).where(o.name == name)).first() is not None
+
+    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
+        """See :meth:`CoreQueries.add_operator`."""
+        self._exec(
+            _OPERATORS.insert().values(name=name, token_hash=token_hash, created_at=created_at)
+        )
+
+    @staticmethod
+    def _device(row: Any) -> dict[str, Any]:
+        cid, population, authority, key, not_after, enrolled_at, revoked_at = row
+        return {
+            "client_id": cid,
+            "population": population,
+            "authority": authority,
+            "public_key": key,
+            "not_after": not_after,
+            "enrolled_at": enrolled_at,
+            "revoked_at": revoked_at,
+            "status": "revoked" if revoked_at is not None else "active",
+        }
+
+    def page_devices(
+        self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """See :meth:`CoreQueries.page_devices`."""
+        c = _CLIENTS.c
+        cols = [c[k] for k in self._DEVICE_COLUMNS]
+        stmt = select(*cols, c.revoked_at).order_by(c.id)
+        if population is not None:
+            stmt = stmt.where(c.population == population)
+        if status == "active":
+            stmt = stmt.where(c.revoked_at.is_(None))
+        elif status == "revoked":
+            stmt = stmt.where(c.revoked_at.is_not(None))
+        rows, total = self._page(stmt, limit, offset)
+        return [self._device(row) for row in rows], total
+
+    def device_for_update(self, client_id: str) -> dict[str, Any] | None:
+        """See :meth:`CoreQueries.device_for_update`."""
+        c = _CLIENTS.c
+        cols = [c[k] for k in self._DEVICE_COLUMNS]
+        row = self._exec(
+            select(*cols, c.revoked_at).where(c.id == client_id).with_for_update()
+        ).first()
+        return None if row is None else self._device(row)
+
+    def update_client(self, client_id: str, **values: Any) -> None:
+        """See :meth:`CoreQueries.update_client`."""
+        self._exec(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
+        # the devices' counter: row DEVICES_VERSION of state_version, created at its first change
+        self._insert_ignore(_VERSION, id=DEVICES_VERSION, version=0)
+        v = _VERSION.c
+        self._exec(update(_VERSION).where(v.id == DEVICES_VERSION).values(version=v.version + 1))
+
+    def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """See :meth:`CoreQueries.page_operators`."""
+        o = _OPERATORS.c
+        rows, total = self._page(select(o.name, o.created_at).order_by(o.name), limit, offset)
+        return [{"name": n, "created_at": c} for n, c in rows], total
+
+    def set_operator_token(self, name: str, token_hash: str) -> bool:
+        """See :meth:`CoreQueries.set_operator_token`."""
+        o = _OPERATORS.c
+        got = self._exec(
+            update(_OPERATORS).where(o.name == name).values(token_hash=token_hash).returning(o.name)
+        ).all()
+        return bool(got)
+
+    def remove_operator(self, name: str) -> bool:
+        """See :meth:`CoreQueries.remove_operator`."""
+        o = _OPERATORS.c
+        got = self._exec(delete(_OPERATORS).where(o.name == name).returning(o.name)).all()
+        return bool(got)
+
+    def bump_version(self) -> int:
+        """See :meth:`CoreQueries.bump_version`."""
+        v = _VERSION.c
+        got = self._exec(
+            update(_VERSION).where(v.id == 1).values(version=v.version + 1).returning(v.version)
+        ).scalar_one()
+        return int(got)
+
+    def version(self) -> int:
+        """See :meth:`CoreQueries.version`."""
+        v = _VERSION.c
+        return int(self._exec(select(v.version).where(v.id == 1)).scalar_one())
+
+    def devices_version(self) -> int:
+        """See :meth:`CoreQueries.devices_version`."""
+        v = _VERSION.c
+        got = self._exec(select(v.version).where(v.id == DEVICES_VERSION)).scalar_one_or_none()
+        return int(got or 0)
+
+    def population_counts(self) -> list[PopulationCount]:
+        """See :meth:`CoreQueries.population_counts`."""
+        c = _CLIENTS.c
+        rows = self._exec(
+            select(
+                c.population, func.count(c.id), func.count(c.revoked_at), func.max(c.enrolled_at)
+            ).group_by(c.population)
+        ).all()
+        return [PopulationCount(str(p), int(n), int(r), last) for p, n, r, last in rows]
