@@ -141,30 +141,7 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     min_clients = _integer("min_clients", min_clients, 1, cohort, f"[1, cohort_size={cohort}]")
     max_rec = config.get("max_records_per_client")
     max_rec = _integer("max_records_per_client", 1 if max_rec is None else max_rec, 1, 10**6)
-    eps, delta = privacy.get("epsilon"), privacy.get("delta")
-    population = _text("privacy.population", privacy.get("population", "default"), 1, 128)
-    if spec.privacy == "none":
-        if eps is not None:
-            raise ParameterError("privacy.epsilon", eps, f"null ({analysis} is not private)")
-    else:
-        if eps is None or isinstance(eps, bool) or not isinstance(eps, (int, float)):
-            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
-        if not 0 < float(eps) < 1000:
-            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
-        eps = float(eps)
-        if spec.privacy == "distributed":
-            if (
-                delta is None
-                or isinstance(delta, bool)
-                or not isinstance(delta, (int, float))
-                or not 0 < float(delta) < 1
-            ):
-                raise ParameterError("privacy.delta", delta, "a number in (0, 1)")
-            delta = float(delta)
-        elif delta not in (None, 0, 0.0) or isinstance(delta, bool):
-            raise ParameterError("privacy.delta", delta, "0 or null (pure local DP)")
-        else:
-            delta = 0.0
+    eps, delta, population = _privacy(analysis, spec.privacy, privacy)
     d_checkin = _seconds("deadlines.checkin", deadlines.get("checkin", 60.0))
     d_round = _seconds("deadlines.round", deadlines.get("round", 60.0))
     secure = _secure_options(config.get("secure_aggregation"))
@@ -239,6 +216,35 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     if encoder_name(first.encode) not in spec.encoders:
         raise SecurityError(f"{analysis} v{version} yields an unregistered encoder")
     return out
+
+
+def _privacy(analysis: str, kind: str, privacy: Mapping[str, Any]) -> tuple[Any, Any, str]:
+    """The task's (epsilon, delta, population), checked against the analysis's privacy ``kind``."""
+    eps, delta = privacy.get("epsilon"), privacy.get("delta")
+    population = _text("privacy.population", privacy.get("population", "default"), 1, 128)
+    if kind == "none":
+        if eps is not None:
+            raise ParameterError("privacy.epsilon", eps, f"null ({analysis} is not private)")
+    else:
+        if eps is None or isinstance(eps, bool) or not isinstance(eps, (int, float)):
+            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
+        if not 0 < float(eps) < 1000:
+            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
+        eps = float(eps)
+        if kind == "distributed":
+            if (
+                delta is None
+                or isinstance(delta, bool)
+                or not isinstance(delta, (int, float))
+                or not 0 < float(delta) < 1
+            ):
+                raise ParameterError("privacy.delta", delta, "a number in (0, 1)")
+            delta = float(delta)
+        elif delta not in (None, 0, 0.0) or isinstance(delta, bool):
+            raise ParameterError("privacy.delta", delta, "0 or null (pure local DP)")
+        else:
+            delta = 0.0
+    return eps, delta, population
 
 
 _CONTROL = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
