@@ -7,12 +7,16 @@ PostgreSQL (the ``deployment`` fixture: a started ``fedstats server``).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fedstats import wire
+from fedstats.client import Device
+from fedstats.client.policy import LocalBudget
 from fedstats.errors import ParameterError
 from fedstats.wire import auth
 from fedstats.wire.encoding import canonical_bytes
@@ -117,3 +121,47 @@ def test_expired_tasks_and_revoked_analysts_are_refused(deployment: Deployment) 
         fresh = _signed_raw(leaver, normalize_task({**TASK, "label": "after leaving"}))
         r = a.post("/v1/admin/tasks", json=fresh)
         assert r.status_code == 403 and "expired" in r.json()["detail"], r.text
+
+
+def test_a_device_refuses_a_task_that_expired_before_it_accepted(deployment: Deployment) -> None:
+    """A run started just before its task's not_after: a device polling after it refuses the task
+    (verify_task at the offer), checks in to nothing and is charged nothing."""
+    population = "expiring"
+    with deployment.admin() as a:
+        for scope, name in (("population", population), ("analyst", "alice")):
+            r = a.put(f"/v1/admin/budgets/{scope}/{name}", json={"epsilon": 1000.0, "delta": 0.01})
+            assert r.status_code == 200, r.text
+        task = {
+            **TASK,
+            "privacy": {"epsilon": 1.0, "population": population},
+            "cohort_size": 2,
+            "label": "expiring",
+            "not_after": int(time.time()) + 2,
+        }
+        r = a.post("/v1/admin/tasks", json=deployment.sign(task))
+        assert r.status_code == 201, r.text
+        r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
+        assert r.status_code == 201, r.text
+        run_id = str(r.json()["run_id"])
+    ident = json.loads(deployment.identity("expiring-0", population).read_text())
+    time.sleep(max(0.0, task["not_after"] - time.time()) + 1.2)
+    dev = Device(
+        deployment.url,
+        ident,
+        {"value": np.zeros(1)},
+        budget=LocalBudget(None, epsilon=10.0, delta=1e-4),
+        ca=deployment.certs["ca"],
+    )
+    try:
+        dev.register()
+        deadline = time.monotonic() + 30
+        while run_id not in dev.refused:
+            assert time.monotonic() < deadline, dev.refused
+            dev.step()
+            time.sleep(0.05)
+    finally:
+        dev.close()
+    assert "task expired" in dev.refused[run_id]
+    assert dev.budget.charges == {} and dev.budget.spent() == (0.0, 0.0)
+    with deployment.admin() as a:
+        assert a.get(f"/v1/admin/runs/{run_id}").json()["devices"] == 0  # no check-in
