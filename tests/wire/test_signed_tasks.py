@@ -43,7 +43,9 @@ def test_a_signed_task_verifies_and_is_its_normalized_form(
     env = sign_task(TASK, analyst)
     assert set(env) == {"task", "certificate", "signature"}
     task = verify_task(env, pub, "clinic")
-    assert task == normalize_task(TASK) == normalize_task(task)  # normalizing is idempotent
+    # the task as normalized, carrying its certificate's not_after; normalizing is idempotent
+    cert_end = env["certificate"]["body"]["not_after"]
+    assert task == normalize_task({**TASK, "not_after": cert_end}) == normalize_task(task)
     assert task_id(task) == task_id(env["task"])
     # the signature is domain-separated: the same key's signature of the bare bytes does not verify
     key = auth.private_key_from_hex(analyst["private_key"])
@@ -90,7 +92,8 @@ def test_every_broken_link_of_the_chain_is_refused(
     elsewhere = dict(TASK, privacy={"epsilon": 1.0, "population": "elsewhere"})
     with pytest.raises(SecurityError, match="does not cover"):
         sign_task(elsewhere, analyst)
-    # a task that is signed but not in normalized form (a default left out) is refused
+    # a task that is signed but not in normalized form (a default left out) is refused: its content,
+    # not its signature (HTTP 422, not 403)
     key = auth.private_key_from_hex(analyst["private_key"])
     raw = dict(TASK)
     from fedstats.wire.encoding import canonical_bytes
@@ -100,7 +103,7 @@ def test_every_broken_link_of_the_chain_is_refused(
         "certificate": analyst["certificate"],
         "signature": key.sign(TASK_DOMAIN + canonical_bytes(raw)).hex(),
     }
-    with pytest.raises(SecurityError, match="normalized form"):
+    with pytest.raises(ParameterError, match="normalized form"):
         verify_task(loose, pub)
 
 

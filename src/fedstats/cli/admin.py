@@ -267,8 +267,11 @@ def _key(key: str | None) -> str:
 
 
 def _read_json(path: Path, option: str) -> Any:
+    from fedstats.wire.encoding import unique_keys
+
     try:
-        return json.loads(path.read_text())
+        # a key given twice is refused, never "the last wins" (two "epsilon" keys)
+        return json.loads(path.read_text(), object_pairs_hook=unique_keys)
     except (OSError, ValueError) as exc:
         raise ParameterError(option, str(path), f"a readable JSON file ({exc})") from None
 
@@ -416,8 +419,11 @@ def task_sign(
     text = json.dumps(sign_task(data, analyst), sort_keys=True) + "\n"
     if out is None:
         sys.stdout.write(text)
-    else:
+        return
+    try:
         atomic_write_text(out, text)  # nothing half-written on failure
+    except OSError as exc:
+        raise ParameterError("--out", str(out), f"a writable file path ({exc.strerror})") from None
 
 
 def _task_summary(p: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from fedstats.wire.enrollment import ANALYST_VALID_DAYS
+
 enroll_app = typer.Typer(
     help="Enrollment authority: create it, issue device and analyst identities.",
     no_args_is_help=True,
@@ -72,18 +74,61 @@ def analyst(
         typer.Option("--population", help="A population its tasks may address (repeatable)."),
     ],
     valid_days: Annotated[
-        float, typer.Option("--valid-days", min=0.01, help="Validity in days.")
-    ] = 365.0,
+        float,
+        typer.Option(
+            "--valid-days",
+            min=0.01,
+            help="Validity in days: short (the longest a revoked analyst's tasks stay acceptable); "
+            "renew with 'fedstats enroll renew-analyst'.",
+        ),
+    ] = ANALYST_VALID_DAYS,
 ) -> None:
     """Issue an analyst identity: a task-signing Ed25519 key and its certificate for the populations.
 
-    Sign tasks with it (``fedstats.wire.tasks.sign_task``); devices accept only tasks signed under a
+    Sign tasks with it (``fedstats admin tasks sign``); devices accept only tasks signed under a
     certificate of the authority they pinned. Keep the file with the analyst, never on the server.
     """
     from fedstats.wire.enrollment import issue_analyst
 
     issue_analyst(authority, name, population, out, valid_days=valid_days)
     typer.echo(str(out))
+
+
+@enroll_app.command("renew-analyst")
+def renew_analyst_cmd(
+    authority: Annotated[Path, typer.Option("--authority", help="Folder of the authority.")],
+    identity: Annotated[
+        Path, typer.Option("--identity", help="The analyst identity file to renew (rewritten).")
+    ],
+    valid_days: Annotated[
+        float, typer.Option("--valid-days", min=0.01, help="Validity in days from now.")
+    ] = ANALYST_VALID_DAYS,
+) -> None:
+    """Certify an analyst's key again (same name and populations); refused for a revoked analyst.
+
+    Prints the new certificate's ``not_after`` (Unix seconds). Tasks signed under the old certificate
+    expire with it: sign them again to run them later.
+    """
+    from fedstats.wire.enrollment import renew_analyst
+
+    ident = renew_analyst(authority, identity, valid_days=valid_days)
+    typer.echo(str(ident["certificate"]["body"]["not_after"]))
+
+
+@enroll_app.command("revoke-analyst")
+def revoke_analyst_cmd(
+    name: Annotated[str, typer.Argument(help="The analyst's name, as in its certificate.")],
+    authority: Annotated[Path, typer.Option("--authority", help="Folder of the authority.")],
+) -> None:
+    """Revoke an analyst: its certificate is never renewed nor re-issued.
+
+    Servers and devices refuse its tasks once its current certificate expires (at most
+    ``--valid-days`` of its last issue; docs/deploy.md, threat model).
+    """
+    from fedstats.wire.enrollment import revoke_analyst
+
+    new = revoke_analyst(authority, name)
+    typer.echo(f"analyst {name!r} {'revoked' if new else 'was revoked already'}")
 
 
 def register(app: typer.Typer) -> None:

@@ -273,8 +273,12 @@ def _run_task(
     processes: int,
     cheaters: list[int],
     policy: dict[str, Any],
-) -> tuple[Any, list[dict[str, Any]], float]:
-    """Sign ``config``, create it on both aggregators, join every device, collect every round."""
+) -> tuple[Any, list[dict[str, Any]], float, dict[str, Any]]:
+    """Sign ``config``, create it on both aggregators, join every device, collect every round.
+
+    Returns the result, the rounds, the seconds taken and the signed task (it carries the ``not_after``
+    signing gave it, hence its id).
+    """
     from fedstats.client.policy import LocalBudget, Policy
     from fedstats.client.vdaf import collect_signed
     from fedstats.wire.enrollment import load_identity
@@ -365,7 +369,7 @@ def _run_task(
     for r, t in zip(rounds, timings, strict=True):
         r["device_processes"] = processes
         r["upload_seconds"] = round(t, 2)
-    return result, rounds, time.perf_counter() - t0
+    return result, rounds, time.perf_counter() - t0, envelope["task"]
 
 
 def run_prio3_demo(
@@ -411,7 +415,7 @@ def run_prio3_demo(
     from fedstats.datasets import load_adult
     from fedstats.engine import Engine, InMemoryPopulation
     from fedstats.randomness import RandomSource
-    from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE, normalize_task, task_id
+    from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE, task_id
 
     if n_devices < DEFAULT_MIN_BATCH_SIZE + 2:
         raise ParameterError("n_devices", n_devices, f"an integer >= {DEFAULT_MIN_BATCH_SIZE + 2}")
@@ -474,7 +478,7 @@ def run_prio3_demo(
             rows = []
             for (name, config, cols, policy, value), truth in zip(analyses, truths, strict=True):
                 records = [{c: v[i] for c, v in cols.items()} for i in range(n_devices)]
-                got, rounds, seconds = _run_task(
+                got, rounds, seconds, task = _run_task(
                     dep,
                     config,
                     records,
@@ -483,8 +487,7 @@ def run_prio3_demo(
                     cheaters=bad,
                     policy=policy,
                 )
-                task = normalize_task(config)
-                tid = task_id(task)
+                tid = task_id(task)  # the signed task: normalize_task(config) with its not_after
                 local = Prio3Backend(cheaters=bad)
                 want = Engine(
                     backend=local, randomness=RandomSource(seed), block_size=_BLOCK_SIZE

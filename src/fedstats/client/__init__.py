@@ -560,7 +560,7 @@ class Device(SecureRuns):
                 break  # joined as many runs as asked: leave the others' slots to other devices
             try:
                 acc = self._accept(offer)
-            except (RefusedTask, SecurityError) as exc:
+            except (RefusedTask, SecurityError, ParameterError) as exc:  # invalid content too
                 self._refuse(rid, str(exc))
                 continue
             body: dict[str, Any] = {"records": self.n_records}

@@ -540,7 +540,7 @@ class Prio3Device:
         first = self.uploader._post(leader_url, f"/v1/vdaf/tasks/{task_id}/join", {})
         try:
             acc = self._accept(first, leader_url, task_id)
-        except (SecurityError, RefusedTask) as exc:
+        except (SecurityError, RefusedTask, ParameterError) as exc:
             self._refuse(task_id, str(exc))
             return False
         self.uploader._post(acc.helper, "/v1/client/register", {"certificate": self.uploader._cert})

@@ -34,7 +34,16 @@ import numpy as np
 
 from fedstats.errors import DataError
 
-__all__ = ["canonical_bytes", "decode", "digest", "dumps", "encode", "loads"]
+__all__ = [
+    "DuplicateKeyError",
+    "canonical_bytes",
+    "decode",
+    "digest",
+    "dumps",
+    "encode",
+    "loads",
+    "unique_keys",
+]
 
 _ARRAY = "$ndarray"
 _FLOAT = "$float"
@@ -207,3 +216,32 @@ def loads(text: str | bytes) -> Any:
     except (ValueError, UnicodeDecodeError) as exc:
         raise DataError(f"not valid JSON: {exc}") from None
     return decode(raw)
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object names a key twice (:func:`unique_keys`)."""
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads` that refuses a key given twice.
+
+    ``json.loads`` keeps the last of two equal keys silently: ``{"epsilon": 1, "epsilon": 9}`` would
+    read as epsilon 9 while a reviewer (or another parser) sees 1. Used by the CLI's task reader and the
+    server's JSON bodies.
+
+    Raises
+    ------
+    DuplicateKeyError
+        Naming the first key given twice.
+
+    Examples
+    --------
+    >>> json.loads('{"a": 1, "b": 2}', object_pairs_hook=unique_keys)
+    {'a': 1, 'b': 2}
+    """
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKeyError(f"duplicate key {key[:64]!r} (each key may appear once)")
+        out[key] = value
+    return out

@@ -12,11 +12,20 @@ analyst's (or a population policy's) signing key and its certificate naming the 
 address. Tasks are signed with it (:func:`fedstats.wire.tasks.sign_task`); devices accept a task only under
 such a certificate chained to the authority key they pinned, so the server, which never holds an analyst's
 key, can relay tasks but not create or alter one.
+
+**Revocation is by expiry.** Analyst certificates are short-lived (:data:`ANALYST_VALID_DAYS` by
+default) and renewed by the authority (:func:`renew_analyst`, ``fedstats enroll renew-analyst``) over the
+same key; a task never outlives the certificate it is signed under (:func:`fedstats.wire.tasks.sign_task`).
+Revoking an analyst (:func:`revoke_analyst`, ``fedstats enroll revoke-analyst``) records it in the
+authority's ``revoked-analysts.json`` so that it is never renewed: within at most the certificate's
+remaining life every server and device refuses its tasks, with no revocation list the server could
+withhold from devices (docs/deploy.md, threat model).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +36,22 @@ from fedstats.errors import FedstatsError, ParameterError
 from fedstats.wire import auth
 
 __all__ = [
+    "ANALYST_VALID_DAYS",
     "init_authority",
     "issue_analyst",
     "issue_identity",
     "load_analyst",
     "load_authority",
     "load_identity",
+    "renew_analyst",
+    "revoke_analyst",
 ]
+
+ANALYST_VALID_DAYS = 7.0
+"""Default life of an analyst certificate, days: the longest a revoked analyst's tasks stay acceptable."""
+
+REVOKED_ANALYSTS = "revoked-analysts.json"
+"""The authority folder's register of revoked analysts (names), never renewed."""
 
 
 def _write_private(path: Path | str, content: dict[str, Any]) -> None:
@@ -149,7 +167,7 @@ def issue_analyst(
     populations: list[str] | tuple[str, ...],
     out: Path | str,
     *,
-    valid_days: float = 365.0,
+    valid_days: float = ANALYST_VALID_DAYS,
 ) -> dict[str, Any]:
     """Generate an analyst's task-signing key, certify it for ``populations``, write ``out`` (mode 0600).
 
@@ -168,16 +186,19 @@ def issue_analyst(
     out : path
         Analyst identity file to write.
     valid_days : float
-        Validity of the certificate, > 0.
+        Validity of the certificate, days in (0, 1e6); short by default (:data:`ANALYST_VALID_DAYS`),
+        renewed with :func:`renew_analyst`.
 
     Raises
     ------
     ParameterError
-        If ``name`` or a population is empty or too long, or no population is given.
+        If ``name`` or a population is empty or too long, no population is given, or ``name`` was
+        revoked (:func:`revoke_analyst`).
     """
     if not 1 <= len(name) <= 128:
         raise ParameterError("analyst", name, "1 to 128 characters")
     _check_valid_days(valid_days)
+    _check_not_revoked(authority_folder, name)
     authority = load_authority(authority_folder)
     key = Ed25519PrivateKey.generate()
     cert = auth.issue_analyst_certificate(
@@ -215,3 +236,113 @@ def load_analyst(path: Path | str) -> dict[str, Any]:
             "analyst identity", str(path), f"an analyst identity file ({exc})"
         ) from None
     return dict(data)
+
+
+def _revoked(authority_folder: Path | str) -> dict[str, float]:
+    """The authority's revoked analysts: name -> Unix time of the revocation."""
+    p = Path(authority_folder) / REVOKED_ANALYSTS
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+        return {str(k): float(v) for k, v in dict(data["revoked"]).items()}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ParameterError(
+            "authority", str(p), f"a readable register of revoked analysts ({exc})"
+        ) from None
+
+
+def _check_not_revoked(authority_folder: Path | str, name: str) -> None:
+    if name in _revoked(authority_folder):
+        raise ParameterError(
+            "analyst", name, "an analyst that was not revoked (fedstats enroll revoke-analyst)"
+        )
+
+
+def revoke_analyst(authority_folder: Path | str, name: str) -> bool:
+    """Revoke analyst ``name``: the authority never renews nor re-issues its certificate.
+
+    Its current certificate stays valid until its ``not_after`` (at most ``valid_days`` of its last
+    issue, :data:`ANALYST_VALID_DAYS` by default); from then on servers refuse its task envelopes and
+    runs of its tasks, and devices refuse its tasks.
+
+    Parameters
+    ----------
+    authority_folder : path
+        Folder of the authority (``fedstats enroll init``).
+    name : str
+        The analyst's name, as in its certificate.
+
+    Returns
+    -------
+    bool
+        False if it was revoked already.
+
+    Raises
+    ------
+    ParameterError
+        If the folder holds no authority, or ``name`` is empty or longer than 128 characters.
+    """
+    if not 1 <= len(name) <= 128:
+        raise ParameterError("analyst", name, "1 to 128 characters")
+    load_authority(authority_folder)
+    revoked = _revoked(authority_folder)
+    if name in revoked:
+        return False
+    revoked[name] = time.time()
+    atomic_write_text(
+        Path(authority_folder) / REVOKED_ANALYSTS,
+        json.dumps({"revoked": revoked}, indent=1, sort_keys=True) + "\n",
+    )
+    return True
+
+
+def renew_analyst(
+    authority_folder: Path | str,
+    identity: Path | str,
+    *,
+    valid_days: float = ANALYST_VALID_DAYS,
+) -> dict[str, Any]:
+    """Certify an analyst's key again for ``valid_days`` from now; rewrite its identity file (0600).
+
+    The new certificate names the same analyst, key and populations. Tasks signed under the old
+    certificate keep its ``not_after`` (they are signed again under the new one to outlive it).
+
+    Parameters
+    ----------
+    authority_folder : path
+        Folder of the authority that issued the identity.
+    identity : path
+        The analyst identity file (:func:`issue_analyst`).
+    valid_days : float
+        Validity of the new certificate, days in (0, 1e6).
+
+    Returns
+    -------
+    dict
+        The analyst identity, with its new certificate.
+
+    Raises
+    ------
+    ParameterError
+        If the file is not an analyst identity of this authority, or the analyst was revoked.
+    """
+    _check_valid_days(valid_days)
+    ident = load_analyst(identity)
+    body = ident["certificate"]["body"]
+    authority = load_authority(authority_folder)
+    if str(body["authority"]) != auth.fingerprint(auth.public_key_hex(authority)):
+        raise ParameterError(
+            "identity", str(identity), "an analyst identity issued by this authority"
+        )
+    _check_not_revoked(authority_folder, str(body["analyst"]))
+    cert = auth.issue_analyst_certificate(
+        authority,
+        analyst=str(body["analyst"]),
+        public_key=str(body["public_key"]),
+        populations=list(body["populations"]),
+        valid_days=valid_days,
+    )
+    ident["certificate"] = cert.as_dict()
+    _write_private(identity, ident)
+    return ident

@@ -16,8 +16,11 @@ Pure: no database, no HTTP.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
+import unicodedata
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,8 @@ __all__ = [
     "DEFAULT_MIN_BATCH_SIZE",
     "DEFAULT_MIN_SESSION_SIZE",
     "TASK_DOMAIN",
+    "TASK_KEYS",
+    "check_task_current",
     "default_min_session_size",
     "min_session_size",
     "normalize_task",
@@ -41,12 +46,35 @@ __all__ = [
 ]
 
 TASK_DOMAIN = b"fedstats-task-v1\n"
+"""Prefix of the bytes an analyst signs (domain separation from request and certificate signatures)."""
 
 DEFAULT_MIN_BATCH_SIZE = 10
 """A Prio3 route's ``min_batch_size`` when the task does not say: the devices' default floor
 (:attr:`fedstats.client.policy.Policy.min_batch_size`). A leader that puts only a victim's report in a
 batch needs ``min_batch_size - 1`` enrolled Sybils to pass collection (docs/vdaf.md, threat model)."""
-"""Prefix of the bytes an analyst signs (domain separation from request and certificate signatures)."""
+
+TASK_KEYS = frozenset(
+    {
+        "analysis",
+        "version",
+        "params",
+        "privacy",
+        "cohort_size",
+        "min_clients",
+        "max_records_per_client",
+        "deadlines",
+        "label",
+        "not_after",
+        "secure_aggregation",
+        "prio3",
+    }
+)
+"""The fields of a task (:func:`normalize_task`); any other key is refused, naming it."""
+
+MAX_UNIX_SECONDS = 2**53
+"""Largest ``not_after`` accepted (Unix seconds; exact in a double)."""
+
+_ENVELOPE_KEYS = frozenset({"task", "certificate", "signature"})
 
 MAX_ENVELOPE_BYTES = 64 * 1024
 """Largest canonical task accepted in an envelope (a device checks this before verifying anything)."""
@@ -116,6 +144,18 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     every round is then a Prio3 task on the two named aggregators, each of which adds ``noise`` to its
     aggregate share; ``max_records_per_client`` must be 1; see :mod:`fedstats.analyses._prio3_tasks`).
 
+    ``not_after`` (optional: Unix seconds, an integer; devices refuse the task after it, the server
+    refuses to start a run of it; :func:`sign_task` sets it to the certificate's when absent).
+
+    Every integer field (``version``, ``cohort_size``, ``min_clients``, ``max_records_per_client``,
+    ``max_session``, ``min_session_size``, ``min_batch_size``, ``not_after``) takes an integer (a
+    float with no fractional part is read as one; 4.5 is refused, never truncated); text fields
+    (``analysis``, ``label``, ``privacy.population``) refuse control and format characters (NUL,
+    newline, bidi overrides); a key that is not a task field (nor one of ``privacy``'s or
+    ``deadlines``') is refused, naming it; a floor the cohort can never reach (``min_session_size`` or
+    ``min_batch_size`` above ``cohort_size``) is refused; aggregator URLs are ``https://`` (``http://``
+    only to loopback, for development).
+
     Normalizing a normalized task returns it unchanged. The analysis validates its own options: the task
     is checked by :func:`fedstats.wire.registry.config_for` and its plan must yield a first round with a
     registered encoder.
@@ -123,60 +163,32 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     Raises
     ------
     ParameterError
-        If a field is missing or outside its range, or the analysis refuses its options.
+        If a field is missing, unknown, of the wrong type or outside its range (the message names
+        it), or the analysis refuses its options.
     SecurityError
         If the analysis's plan yields an unregistered encoder.
     """
     if not isinstance(config, Mapping):
         raise ParameterError("task", type(config).__name__, "an object")
-    try:
-        analysis = str(config["analysis"])
-        version = int(config.get("version", 1))
-        params = dict(config.get("params") or {})
-        privacy = dict(config.get("privacy") or {})
-        cohort = int(config["cohort_size"])
-        min_clients = int(config.get("min_clients", cohort))
-        deadlines = dict(config.get("deadlines") or {})
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ParameterError("task", str(exc), "analysis, cohort_size and valid fields") from None
+    unknown = sorted(str(k) for k in set(config) - TASK_KEYS)
+    if unknown:
+        raise ParameterError(unknown[0], "an unknown task field", f"one of {sorted(TASK_KEYS)}")
+    if "analysis" not in config or "cohort_size" not in config:
+        raise ParameterError("task", "without analysis or cohort_size", "analysis, cohort_size")
+    analysis = _text("analysis", config["analysis"], 1, 128)
+    version = _integer("version", config.get("version", 1), 1, 10**6)
+    params = _section("params", config.get("params"), None)
+    privacy = _section("privacy", config.get("privacy"), {"epsilon", "delta", "population"})
+    deadlines = _section("deadlines", config.get("deadlines"), {"checkin", "round"})
     spec = lookup(analysis, version)
-    if cohort < 2 or cohort > 10**9:
-        raise ParameterError("cohort_size", cohort, "an integer in [2, 10**9]")
-    if not 1 <= min_clients <= cohort:
-        raise ParameterError("min_clients", min_clients, f"an integer in [1, cohort_size={cohort}]")
+    cohort = _integer("cohort_size", config["cohort_size"], 2, 10**9)
+    min_clients = config.get("min_clients", cohort)
+    min_clients = _integer("min_clients", min_clients, 1, cohort, f"[1, cohort_size={cohort}]")
     max_rec = config.get("max_records_per_client")
-    max_rec = 1 if max_rec is None else max_rec
-    if isinstance(max_rec, bool) or not isinstance(max_rec, int) or not 1 <= max_rec <= 10**6:
-        raise ParameterError("max_records_per_client", max_rec, "an integer in [1, 10**6]")
-    eps, delta = privacy.get("epsilon"), privacy.get("delta")
-    population = str(privacy.get("population", "default"))
-    if not 1 <= len(population) <= 128:
-        raise ParameterError("privacy.population", population, "1 to 128 characters")
-    if spec.privacy == "none":
-        if eps is not None:
-            raise ParameterError("privacy.epsilon", eps, f"null ({analysis} is not private)")
-    else:
-        if eps is None or isinstance(eps, bool) or not isinstance(eps, (int, float)):
-            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
-        if not 0 < float(eps) < 1000:
-            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
-        eps = float(eps)
-        if spec.privacy == "distributed":
-            if delta is None or not isinstance(delta, (int, float)) or not 0 < float(delta) < 1:
-                raise ParameterError("privacy.delta", delta, "a number in (0, 1)")
-            delta = float(delta)
-        elif delta not in (None, 0, 0.0):
-            raise ParameterError("privacy.delta", delta, "0 or null (pure local DP)")
-        else:
-            delta = 0.0
-    try:
-        d_checkin = float(deadlines.get("checkin", 60.0))
-        d_round = float(deadlines.get("round", 60.0))
-    except (TypeError, ValueError):
-        raise ParameterError("deadlines", deadlines, "seconds in [0.05, 604800]") from None
-    for name, v in (("deadlines.checkin", d_checkin), ("deadlines.round", d_round)):
-        if not (math.isfinite(v) and 0.05 <= v <= 7 * 86400):
-            raise ParameterError(name, v, "seconds in [0.05, 604800]")
+    max_rec = _integer("max_records_per_client", 1 if max_rec is None else max_rec, 1, 10**6)
+    eps, delta, population = _privacy(analysis, spec.privacy, privacy)
+    d_checkin = _seconds("deadlines.checkin", deadlines.get("checkin", 60.0))
+    d_round = _seconds("deadlines.round", deadlines.get("round", 60.0))
     secure = _secure_options(config.get("secure_aggregation"))
     prio3 = _prio3_options(config.get("prio3"))
     if prio3 is not None:
@@ -209,9 +221,8 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
             f'{{"max_session": m, "min_session_size": k}} ({analysis} adds distributed noise '
             "shares: a report is private only inside the secure sum)",
         )
-    label = config.get("label", "")
-    if not isinstance(label, str) or len(label) > 256:
-        raise ParameterError("label", label, "text of at most 256 characters")
+    label = _text("label", config.get("label", ""), 0, 256)
+    _check_sizes(cohort, secure, prio3)
     out: dict[str, Any] = {
         "analysis": analysis,
         "version": version,
@@ -227,6 +238,8 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
         out["secure_aggregation"] = secure
     if prio3 is not None:  # likewise
         out["prio3"] = prio3
+    if config.get("not_after") is not None:  # likewise (sign_task always sets it)
+        out["not_after"] = _integer("not_after", config["not_after"], 1, MAX_UNIX_SECONDS)
     # the analysis validates its own options, and its plan must start with a registered encoder
     try:
         config_for(out)
@@ -250,17 +263,134 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _privacy(analysis: str, kind: str, privacy: Mapping[str, Any]) -> tuple[Any, Any, str]:
+    """The task's (epsilon, delta, population), checked against the analysis's privacy ``kind``."""
+    eps, delta = privacy.get("epsilon"), privacy.get("delta")
+    population = _text("privacy.population", privacy.get("population", "default"), 1, 128)
+    if kind == "none":
+        if eps is not None:
+            raise ParameterError("privacy.epsilon", eps, f"null ({analysis} is not private)")
+    else:
+        if eps is None or isinstance(eps, bool) or not isinstance(eps, (int, float)):
+            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
+        if not 0 < float(eps) < 1000:
+            raise ParameterError("privacy.epsilon", eps, "a number in (0, 1000)")
+        eps = float(eps)
+        if kind == "distributed":
+            if (
+                delta is None
+                or isinstance(delta, bool)
+                or not isinstance(delta, (int, float))
+                or not 0 < float(delta) < 1
+            ):
+                raise ParameterError("privacy.delta", delta, "a number in (0, 1)")
+            delta = float(delta)
+        elif delta not in (None, 0, 0.0) or isinstance(delta, bool):
+            raise ParameterError("privacy.delta", delta, "0 or null (pure local DP)")
+        else:
+            delta = 0.0
+    return eps, delta, population
+
+
+_CONTROL = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Unicode categories refused in task text: controls (NUL, newline, DEL, C1), format characters (bidi
+overrides, zero-width), surrogates, line and paragraph separators."""
+
+
+def _integer(name: str, value: Any, lo: int, hi: int, bounds: str | None = None) -> int:
+    """``value`` as an int in [lo, hi]: an integer, or a float with no fractional part (4.0, never 4.5)."""
+    integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not integral or not lo <= value <= hi:
+        raise ParameterError(name, value, f"an integer in {bounds or f'[{lo}, {hi}]'}")
+    return int(value)
+
+
+def _text(name: str, value: Any, lo: int, hi: int) -> str:
+    """``value`` as text of lo to hi characters with no control or format character."""
+    if not isinstance(value, str) or not lo <= len(value) <= hi:
+        raise ParameterError(name, value, f"text of {lo} to {hi} characters")
+    bad = next((c for c in value if unicodedata.category(c) in _CONTROL), None)
+    if bad is not None:
+        raise ParameterError(
+            name,
+            f"text holding U+{ord(bad):04X}",
+            "text without control or format characters (NUL, newline, bidi overrides, ...)",
+        )
+    return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    """``value`` as a number of seconds in [0.05, 604800]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and 0.05 <= value <= 7 * 86400)
+    ):
+        raise ParameterError(name, value, "seconds in [0.05, 604800]")
+    return float(value)
+
+
+def _section(name: str, value: Any, keys: set[str] | None) -> dict[str, Any]:
+    """An object field of the task (null is empty); with ``keys``, any other key is refused."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ParameterError(name, type(value).__name__, "an object")
+    if keys is not None:
+        unknown = sorted(str(k) for k in set(value) - keys)
+        if unknown:
+            raise ParameterError(
+                f"{name}.{unknown[0]}", "an unknown field", f"one of {sorted(keys)}"
+            )
+    return dict(value)
+
+
+def _check_sizes(
+    cohort: int, secure: Mapping[str, Any] | None, prio3: Mapping[str, Any] | None
+) -> None:
+    """Refuse a session or batch floor the cohort can never reach (the task could never run)."""
+    if secure is not None and secure["min_session_size"] > cohort:
+        raise ParameterError(
+            "secure_aggregation.min_session_size",
+            secure["min_session_size"],
+            f"an integer in [2, cohort_size={cohort}] (devices refuse a smaller secure session; "
+            "the default is min(10, max_session))",
+        )
+    if prio3 is not None and prio3["min_batch_size"] > cohort:
+        raise ParameterError(
+            "prio3.min_batch_size",
+            prio3["min_batch_size"],
+            f"an integer in [1, cohort_size={cohort}] (a batch of fewer reports is never collected; "
+            f"the default is {DEFAULT_MIN_BATCH_SIZE})",
+        )
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 _NOISES = {"discrete_gaussian": 2.0**84, "discrete_laplace": 2.0**41}
 
 
 def _aggregator_url(name: str, url: Any) -> str:
-    if (
-        not isinstance(url, str)
-        or not url.startswith(("https://", "http://"))
-        or not url.isprintable()
-        or not 9 <= len(url) <= 2048
-    ):
-        raise ParameterError(name, url, "an https:// URL (printable, <= 2048 characters)")
+    """An aggregator's URL: ``https://``, or ``http://`` to loopback (development, as devices allow)."""
+    accepted = (
+        "an https:// URL (http:// only to loopback, for development; printable, <= 2048 characters)"
+    )
+    if not isinstance(url, str) or not url.isprintable() or not 9 <= len(url) <= 2048:
+        raise ParameterError(name, url, accepted)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        raise ParameterError(name, url, accepted) from None
+    if not host or not (parts.scheme == "https" or (parts.scheme == "http" and _loopback(host))):
+        raise ParameterError(name, url, accepted)
     return url.rstrip("/")
 
 
@@ -302,10 +432,10 @@ def _prio3_options(prio3: Any) -> dict[str, Any] | None:
                 "prio3.noise.parameter", par, f"a number in (0, {_NOISES[mech]:g}]"
             )
         noise = {"mechanism": str(mech), "parameter": float(par)}
-    mbs = prio3.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE)
-    if isinstance(mbs, bool) or not isinstance(mbs, int) or not 1 <= mbs <= 10**9:
-        raise ParameterError("prio3.min_batch_size", mbs, "an integer in [1, 10^9]")
-    return {"leader": leader, "helper": helper, "noise": noise, "min_batch_size": int(mbs)}
+    mbs = _integer(
+        "prio3.min_batch_size", prio3.get("min_batch_size", DEFAULT_MIN_BATCH_SIZE), 1, 10**9
+    )
+    return {"leader": leader, "helper": helper, "noise": noise, "min_batch_size": mbs}
 
 
 def _secure_options(secure: Any) -> dict[str, Any] | None:
@@ -322,28 +452,17 @@ def _secure_options(secure: Any) -> dict[str, Any] | None:
             secure,
             'true or {"max_session": m, "min_session_size": k, "quiet_seconds": q}',
         )
-    max_session = opts.get("max_session", DEFAULT_MAX_SESSION)
-    if (
-        isinstance(max_session, bool)
-        or not isinstance(max_session, int)
-        or not 2 <= max_session <= 10_000
-    ):
-        raise ParameterError(
-            "secure_aggregation.max_session", max_session, "an integer in [2, 10000]"
-        )
+    max_session = _integer(
+        "secure_aggregation.max_session", opts.get("max_session", DEFAULT_MAX_SESSION), 2, 10_000
+    )
     min_session = opts.get("min_session_size")
-    if min_session is None:
-        min_session = default_min_session_size(max_session)
-    if (
-        isinstance(min_session, bool)
-        or not isinstance(min_session, int)
-        or not 2 <= min_session <= max_session
-    ):
-        raise ParameterError(
-            "secure_aggregation.min_session_size",
-            min_session,
-            f"an integer in [2, max_session={max_session}]",
-        )
+    min_session = _integer(
+        "secure_aggregation.min_session_size",
+        default_min_session_size(max_session) if min_session is None else min_session,
+        2,
+        max_session,
+        f"[2, max_session={max_session}]",
+    )
     out: dict[str, Any] = {"max_session": int(max_session), "min_session_size": int(min_session)}
     quiet = opts.get("quiet_seconds")
     if quiet is not None:
@@ -397,14 +516,18 @@ def sign_task(config: Mapping[str, Any], analyst: Mapping[str, Any] | Path | str
     -------
     dict
         ``{"task": normalized task, "certificate": the analyst certificate, "signature": hex}``, the
-        signature being Ed25519 over ``TASK_DOMAIN + canonical_bytes(task)``.
+        signature being Ed25519 over ``TASK_DOMAIN + canonical_bytes(task)``. The task carries
+        ``not_after``: the one given, else the certificate's ``not_after`` (a task never outlives
+        its certificate).
 
     Raises
     ------
     ParameterError
-        If the task is invalid, or ``analyst`` is not an analyst identity.
+        If the task is invalid (naming the field), ``analyst`` is not an analyst identity, or the
+        task's ``not_after`` is past or later than the certificate's.
     SecurityError
-        If the task's population is not one the analyst's certificate allows.
+        If the task's population is not one the analyst's certificate allows, or the certificate
+        expired.
     """
     from fedstats.wire.enrollment import load_analyst
 
@@ -415,6 +538,24 @@ def sign_task(config: Mapping[str, Any], analyst: Mapping[str, Any] | Path | str
     except (KeyError, SecurityError) as exc:
         raise ParameterError("analyst", "identity", f"an analyst identity ({exc})") from None
     task = normalize_task(config)
+    now = time.time()
+    cert_end = int(cert.body["not_after"])
+    if cert_end <= now:
+        raise SecurityError(
+            f"the analyst certificate expired (not_after {cert_end}): renew it "
+            "(fedstats enroll renew-analyst)"
+        )
+    if "not_after" not in task:  # a task lives at most as long as its certificate
+        task["not_after"] = cert_end
+    elif task["not_after"] > cert_end:
+        raise ParameterError(
+            "not_after",
+            task["not_after"],
+            f"a Unix time at most the analyst certificate's not_after {cert_end} (a task cannot "
+            "outlive the certificate it is signed under)",
+        )
+    if task["not_after"] <= now:
+        raise ParameterError("not_after", task["not_after"], f"a Unix time after now ({int(now)})")
     population = task["privacy"]["population"]
     if population not in cert.body["populations"]:
         raise SecurityError(
@@ -452,22 +593,33 @@ def verify_task(
 
     Raises
     ------
+    ParameterError
+        If the envelope has a field besides ``task``, ``certificate`` and ``signature``, or the task is
+        not an object, too large, not valid (:func:`normalize_task`, naming the field) or not in
+        normalized form: content that can never run (HTTP 422).
     SecurityError
-        If the envelope is malformed or too large, the certificate is not an analyst certificate of a
-        trusted authority, has expired or does not cover the task's population, the task is not for
-        ``population``, the signature does not verify over the task, or the task is not in normalized form.
+        If the envelope is not an object or lacks a field, the certificate is not an analyst
+        certificate of a trusted authority, has expired or does not cover the task's population, the
+        task is not for ``population``, the signature does not verify over the task, or the task
+        expired (its ``not_after``; HTTP 403).
     """
-    if not isinstance(envelope, Mapping) or set(envelope) != {"task", "certificate", "signature"}:
+    if isinstance(envelope, Mapping):
+        extra = sorted(str(k) for k in set(envelope) - _ENVELOPE_KEYS)
+        if extra:
+            raise ParameterError(
+                f"envelope.{extra[0]}", "an unknown envelope field", "task, certificate, signature"
+            )
+    if not isinstance(envelope, Mapping) or set(envelope) != _ENVELOPE_KEYS:
         raise SecurityError("a task must come as a signed envelope {task, certificate, signature}")
     task = envelope["task"]
     if not isinstance(task, Mapping):
-        raise SecurityError("the envelope's task is not an object")
+        raise ParameterError("task", type(task).__name__, "an object")
     try:
         body = canonical_bytes(dict(task))
     except FedstatsError:
-        raise SecurityError("the envelope's task has no canonical form") from None
+        raise ParameterError("task", "no canonical form", "finite JSON values") from None
     if len(body) > MAX_ENVELOPE_BYTES:
-        raise SecurityError(f"the task is larger than {MAX_ENVELOPE_BYTES} bytes")
+        raise ParameterError("task", f"{len(body)} bytes", f"at most {MAX_ENVELOPE_BYTES} bytes")
     cert = auth.Certificate.from_dict(envelope["certificate"], role="analyst")
     if isinstance(authority_public_key, Mapping):
         trusted = {str(k): str(v) for k, v in authority_public_key.items()}
@@ -491,10 +643,52 @@ def verify_task(
         raise SecurityError(f"the analyst certificate does not cover population {target!r}")
     if population is not None and target != population:
         raise SecurityError(f"the task is for population {target!r}, not {population!r}")
-    try:
-        norm = normalize_task(task)
-    except FedstatsError as exc:
-        raise SecurityError(f"the signed task is not valid: {exc}") from None
+    norm = normalize_task(task)  # a signed task whose content is invalid: ParameterError, naming it
     if canonical_bytes(norm) != body:
-        raise SecurityError("the signed task is not in normalized form")
+        raise ParameterError(
+            "task", "not in normalized form", "the task as normalize_task returns it (sign_task)"
+        )
+    check_task_current(norm, now=now)
     return norm
+
+
+def check_task_current(
+    task: Mapping[str, Any],
+    certificate: Mapping[str, Any] | None = None,
+    *,
+    now: float | None = None,
+) -> None:
+    """Refuse a task past its ``not_after``, or signed under a certificate past its own.
+
+    A task without ``not_after`` (signed before tasks carried one) is bounded by its certificate. The
+    server calls it before starting a run of a stored task (so a stored task is not run again after it
+    expired, nor after its analyst's certificate was not renewed), a device (through
+    :func:`verify_task`) before accepting one.
+
+    Parameters
+    ----------
+    task : mapping
+        A normalized task.
+    certificate : mapping, optional
+        The analyst certificate of its envelope (``{"body", "signature"}``).
+    now : float, optional
+        Unix time (default the clock).
+
+    Raises
+    ------
+    SecurityError
+        If ``now`` is past the task's or the certificate's ``not_after``.
+    """
+    t = time.time() if now is None else now
+    end = task.get("not_after")
+    if end is not None and float(end) < t:
+        raise SecurityError(
+            f"the task expired (not_after {int(end)}, now {int(t)}): the analyst signs a new one"
+        )
+    if certificate is not None:
+        cert_end = float(dict(certificate.get("body") or {}).get("not_after", math.inf))
+        if cert_end < t:
+            raise SecurityError(
+                f"the task's analyst certificate expired (not_after {int(cert_end)}): it was not "
+                "renewed (or was revoked); the analyst signs the task again under a current one"
+            )

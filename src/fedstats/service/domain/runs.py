@@ -58,6 +58,7 @@ from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_con
 from fedstats.service.store import State
 from fedstats.service.store.core import FinishedRun, LiveRun, PutReport, RoundRow, RunRow
 from fedstats.wire.registry import privacy_loss_for
+from fedstats.wire.tasks import check_task_current
 
 __all__ = [
     "EXACT",
@@ -82,12 +83,17 @@ def create_run(tx: State, task_id: str, analyst: str) -> str:
     ------
     NotFoundError
         If the task does not exist.
+    SecurityError
+        If the task or its analyst's certificate expired (nothing is reserved).
     BudgetExceededError
         If the population's or the analyst's budget cannot cover the task.
     """
     cfg = task_config(tx, task_id)
-    if task_envelope(tx, task_id) is None:
+    envelope = task_envelope(tx, task_id)
+    if envelope is None:
         raise ConflictError(f"task {task_id} was stored unsigned: devices would refuse it")
+    # an expired task, or one whose analyst's certificate expired (not renewed, revoked): 403
+    check_task_current(cfg, envelope["certificate"])
     run_id = str(uuid.uuid4())
     loss = privacy_loss_for(cfg)
     if math.isfinite(loss.epsilon):  # an infinite loss is a non-private task: no DP charge

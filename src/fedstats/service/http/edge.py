@@ -4,8 +4,9 @@ Everything a client can send is checked here before a handler sees it, and every
 is counted and logged here (``docs/service-errors.md``):
 
 * **Strict JSON** (:func:`strict_loads`): ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow a
-  double are refused with 422 naming the field; nesting deeper than :data:`MAX_DEPTH` with 422 (never
-  Python's ``RecursionError``). Admin bodies are parsed by it through :class:`StrictRoute`; the device
+  double are refused with 422 naming the field; an object naming a key twice with 422 naming the key
+  (never "the last wins"); nesting deeper than :data:`MAX_DEPTH` with 422 (never Python's
+  ``RecursionError``). Admin bodies are parsed by it through :class:`StrictRoute`; the device
   endpoints call it themselves.
 * **Limits** (:class:`EdgeMiddleware`): request bodies above ``max_body`` bytes get 413, a client beyond its
   token bucket 429; headers are decoded as Latin-1 (HTTP's own rule), so undecodable bytes never raise.
@@ -39,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
 from fedstats.service.domain import tasks
+from fedstats.wire.encoding import DuplicateKeyError, unique_keys
 
 __all__ = [
     "MAX_DEPTH",
@@ -131,7 +133,7 @@ def _depth(obj: Any) -> int:
 
 
 def strict_loads(body: bytes | str, *, max_depth: int = MAX_DEPTH, where: str = "body") -> Any:
-    """Parse strict JSON: finite numbers only, nesting at most ``max_depth``.
+    """Parse strict JSON: finite numbers only, each key once per object, nesting at most ``max_depth``.
 
     Parameters
     ----------
@@ -150,8 +152,9 @@ def strict_loads(body: bytes | str, *, max_depth: int = MAX_DEPTH, where: str = 
     Raises
     ------
     BadJSON
-        If the text is not JSON, not UTF-8, nests deeper than ``max_depth``, or holds ``NaN``,
-        ``Infinity``, ``-Infinity`` or a number too large for a double (the message names the field).
+        If the text is not JSON, not UTF-8, nests deeper than ``max_depth``, names a key twice in one
+        object, or holds ``NaN``, ``Infinity``, ``-Infinity`` or a number too large for a double (the
+        message names the field).
     """
     seen: list[_NonFinite] = []
 
@@ -170,7 +173,11 @@ def strict_loads(body: bytes | str, *, max_depth: int = MAX_DEPTH, where: str = 
     # a cheap bound first: fewer opening brackets than the limit cannot nest deeper than it
     deep = raw.count(b"[") + raw.count(b"{") > max_depth
     try:
-        value = json.loads(raw, parse_constant=constant, parse_float=number)
+        value = json.loads(
+            raw, parse_constant=constant, parse_float=number, object_pairs_hook=unique_keys
+        )
+    except DuplicateKeyError as exc:
+        raise BadJSON(f"{where}: {exc}") from None
     except RecursionError:
         raise BadJSON(f"{where}: JSON nested deeper than {max_depth} levels") from None
     except UnicodeDecodeError:

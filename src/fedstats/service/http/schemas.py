@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DEVICE",
@@ -83,6 +83,9 @@ class SignedTaskIn(BaseModel):
     ``TASK_DOMAIN`` + the canonical JSON of the task. The server checks it and stores it unchanged;
     devices check it again against the authority key they pinned.
     """
+
+    # an envelope field besides these three is refused (422 naming it), never dropped unseen
+    model_config = ConfigDict(extra="forbid")
 
     task: dict[str, Any]
     certificate: dict[str, Any]
