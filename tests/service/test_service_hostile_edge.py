@@ -83,12 +83,8 @@ def test_a_control_character_in_any_parameter_is_a_4xx_naming_it(deployment: Dep
         tried = 0
         for method, template, params in ops:
             path_params = [p for p in params if p["in"] == "path"]
-            string_queries = [
-                p
-                for p in params
-                if p["in"] == "query" and _value(p) == "x" and "enum" not in str(p)
-            ]
-            for target in path_params + string_queries:
+            queries = [p for p in params if p["in"] == "query"]
+            for target in path_params + queries:
                 for char in CONTROLS:
                     bad = quote(f"a{char}b", safe="")
                     path = template
@@ -102,7 +98,7 @@ def test_a_control_character_in_any_parameter_is_a_4xx_naming_it(deployment: Dep
                     where = f"{method} {template} ({target['in']} {target['name']}, {char!r})"
                     assert r.status_code == 422, f"{where}: {r.status_code} {r.text}"
                     assert f"{target['in']}.{target['name']}" in r.json()["detail"], where
-        assert tried >= 100  # every path parameter of every route, five characters each
+        assert tried >= 200  # every path and query parameter of every route, five characters each
         # nothing was stored under such a name (SQLite would have), and a body name is refused alike
         assert (
             admin.put("/v1/admin/budgets/population/a%00b", json={"epsilon": 1}).status_code == 422
@@ -110,6 +106,13 @@ def test_a_control_character_in_any_parameter_is_a_4xx_naming_it(deployment: Dep
         assert all("\x00" not in b["name"] for b in admin.get("/v1/admin/budgets").json()["items"])
         r = admin.post("/v1/admin/operators", json={"name": "bob\x00"})
         assert r.status_code == 422 and "name" in r.json()["detail"], r.text
+        # a certificate's population is an identifier too (a trusted authority signed it)
+        odd = load_identity(deployment.identity("odd", population="p\x00q"))
+        with httpx.Client(base_url=deployment.url, verify=_context(deployment)) as http:
+            r = _signed(
+                http, odd, "POST", "/v1/client/register", {"certificate": odd["certificate"]}
+            )
+        assert r.status_code == 422 and "certificate.population" in r.json()["detail"], r.text
         # a claimed device id with a control character is refused before any lookup (by the HTTP
         # parser already: 400; the edge's own check answers 422 behind a laxer one)
         r = admin.get("/v1/client/work", headers={"x-fedstats-client": "d\x01"})
@@ -150,8 +153,9 @@ def test_requests_that_only_name_a_device_do_not_spend_its_rate_limit(
             assert r.status_code == 200, r.text
 
 
-def _half_sent(dep: Deployment, n: int) -> list[ssl.SSLSocket]:
-    """``n`` TLS connections from 127.0.0.2, each with a request whose headers never end."""
+def _half_sent(dep: Deployment, n: int) -> list[tuple[ssl.SSLSocket, float]]:
+    """``n`` TLS connections from 127.0.0.2, each with a request whose headers never end, and when each
+    was made (monotonic seconds)."""
     ctx = _context(dep)
     out = []
     for _ in range(n):
@@ -160,46 +164,55 @@ def _half_sent(dep: Deployment, n: int) -> list[ssl.SSLSocket]:
         raw.bind(("127.0.0.2", 0))
         raw.connect(("127.0.0.1", dep.port))
         s = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-        s.sendall(b"GET /v1/client/work HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-        out.append(s)
+        made = time.monotonic()
+        try:
+            s.sendall(b"GET /v1/client/work HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        except OSError:  # refused over the cap: the server may have closed already
+            pass
+        out.append((s, made))
     return out
 
 
-def _answer(s: ssl.SSLSocket, timeout: float) -> bytes | None:
-    """The first bytes the server sent on ``s`` within ``timeout`` (b"" if it closed; None if nothing)."""
-    s.settimeout(timeout)
+def _answer(s: ssl.SSLSocket) -> bytes:
+    """What the server sent on ``s`` (readable) before closing it; b"" if it reset the connection."""
     try:
         return s.recv(200)
-    except TimeoutError:
-        return None
     except (ConnectionError, ssl.SSLError):
         return b""
 
 
 def test_a_slow_peer_cannot_lock_others_out(deployment: Deployment) -> None:
-    socks = _half_sent(deployment, 50)
+    began = time.monotonic()
+    conns = _half_sent(deployment, 50)
+    made, setup = dict(conns), time.monotonic() - began
+    # another peer is served at once
+    with httpx.Client(base_url=deployment.url, verify=_context(deployment), timeout=10) as http:
+        t = time.monotonic()
+        assert http.get("/healthz").status_code == 200
+        assert time.monotonic() - t < scaled(5)
     try:
-        # beyond the per-peer cap each connection is answered 503 and closed at once
-        first: dict[ssl.SSLSocket, bytes] = {}
-        deadline = time.monotonic() + scaled(5)
-        while len(first) < 50 - PER_PEER and time.monotonic() < deadline:
-            waiting = [s for s in socks if s not in first]
-            for s in select.select(waiting, [], [], 0.1)[0]:
-                first[s] = _answer(s, 1.0) or b""
-        refused = [a for a in first.values() if a.startswith(b"HTTP/1.1 503")]
-        held = [s for s in socks if s not in first]
-        assert len(refused) == 50 - PER_PEER and len(held) == PER_PEER, first.values()
-        assert b"retry-after: 1" in refused[0].lower()
-        # another peer is served at once
-        began = time.monotonic()
-        with httpx.Client(base_url=deployment.url, verify=_context(deployment), timeout=10) as http:
-            assert http.get("/healthz").status_code == 200
-        assert time.monotonic() - began < scaled(10)
-        # the held connections are answered 408 and closed once their headers are late
-        late = [_answer(s, HEADER_TIMEOUT + scaled(5)) for s in held]
-        assert all(a is not None and a.startswith(b"HTTP/1.1 408") for a in late), late
+        # every connection is answered and closed: beyond the per-peer cap at once (503), the ones
+        # held when their headers are late (408); none is held for longer
+        answers: dict[ssl.SSLSocket, tuple[bytes, float]] = {}
+        deadline = time.monotonic() + HEADER_TIMEOUT + scaled(10)
+        while len(answers) < len(conns) and time.monotonic() < deadline:
+            waiting = [s for s, _ in conns if s not in answers]
+            for s in select.select(waiting, [], [], 0.05)[0]:
+                answers[s] = (_answer(s), time.monotonic())
+        assert len(answers) == len(conns)
+        refused = [a for a, _ in answers.values() if a == b"" or a.startswith(b"HTTP/1.1 503")]
+        late = {s: t for s, (a, t) in answers.items() if a.startswith(b"HTTP/1.1 408")}
+        assert len(refused) + len(late) == len(conns), answers.values()
+        assert any(b"retry-after: 1" in a.lower() for a in refused), refused
+        # at most PER_PEER held at once: exactly that many if the connections were all made within
+        # the header timeout (a loaded machine may take longer; then the first ones were closed)
+        if setup < HEADER_TIMEOUT:
+            assert len(late) == PER_PEER, len(late)
+        assert PER_PEER <= len(late) < len(conns) // 2, len(late)
+        # a late request is closed after the header timeout, not before
+        assert all(t - made[s] >= HEADER_TIMEOUT - 0.05 for s, t in late.items())
     finally:
-        for s in socks:
+        for s, _ in conns:
             s.close()
 
 

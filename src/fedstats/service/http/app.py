@@ -8,8 +8,9 @@ in the secure-aggregation stages of secure runs (:mod:`fedstats.service.http.sec
 acknowledged only after their transaction committed; a retried upload of the same report is acknowledged
 again and counted once.
 
-Every request is logged as one JSON line; bodies above ``max_body`` bytes get 413; each client (or remote
-address, for unsigned requests) gets a token bucket of ``rate`` requests per second (burst ``burst``),
+Every request is logged as one JSON line; bodies above ``max_body`` bytes get 413; each verified device (or
+peer address, for unsigned requests and those whose signature fails) gets a token bucket of ``rate``
+requests per second (burst ``burst``),
 beyond which requests get 429. A background task advances the runs (:class:`fedstats.service.domain.driver.Driver`).
 """
 

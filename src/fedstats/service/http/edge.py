@@ -518,19 +518,17 @@ class EdgeMiddleware:
             declared = int(headers.get("content-length", "0"))
         except ValueError:
             declared = -1
+        # a control character is refused as cheaply as a 429 would be, so it is not charged
         bad = control_field(scope)
         limited = False
-        if path in self.exempt:
+        if bad is not None or path in self.exempt:
             pass
         elif claim and _signed_route(path):
-            scope[RATE] = (
-                self.limits
-            )  # charged by the signature check: to the device, or to the peer
+            # charged by the signature check: to the device, or to the peer if it does not hold
+            scope[RATE] = self.limits
         else:
             limited = not self.limits.allow(f"peer:{_peer(scope)}")
-        if limited:
-            await answer(429, {"detail": "rate limit exceeded"}, [(b"retry-after", b"1")])
-        elif bad is not None:
+        if bad is not None:
             await answer(
                 422,
                 {
@@ -538,6 +536,8 @@ class EdgeMiddleware:
                     "allowed in identifiers"
                 },
             )
+        elif limited:
+            await answer(429, {"detail": "rate limit exceeded"}, [(b"retry-after", b"1")])
         elif declared < 0 or declared > limit:
             await answer(
                 413 if declared > limit else 400,

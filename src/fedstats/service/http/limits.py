@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import resource
+import time
 from typing import Any
 
 from fedstats.errors import ParameterError
@@ -35,6 +38,8 @@ __all__ = [
     "open_file_limit",
     "protocol_class",
 ]
+
+log = logging.getLogger("fedstats.service")
 
 FILE_RESERVE = 128
 """Open files kept for what is not a client connection: the database, logs, the helper's connections."""
@@ -101,12 +106,31 @@ class ConnectionGuard:
         self.by_peer: dict[str, int] = {}
         self.refused = 0
         self.timed_out = 0
+        self._logged = -math.inf
 
     def admit(self, peer: str) -> bool:
-        """Count a new connection from ``peer``; False (not counted) if a cap is reached."""
+        """Count a new connection from ``peer``; False (not counted) if a cap is reached.
+
+        A refusal is logged (``connections_refused``, with the totals) at most once a minute.
+        """
         held = self.by_peer.get(peer, 0)
         if self.open >= self.max_connections or held >= self.per_peer:
             self.refused += 1
+            now = time.monotonic()
+            if now - self._logged >= 60.0:
+                self._logged = now
+                log.warning(
+                    json.dumps(
+                        {
+                            "event": "connections_refused",
+                            "peer": peer,
+                            "from_peer": held,
+                            "open": self.open,
+                            "refused_total": self.refused,
+                            "timed_out_total": self.timed_out,
+                        }
+                    )
+                )
             return False
         self.open += 1
         self.by_peer[peer] = held + 1
@@ -171,6 +195,8 @@ def guarded_protocol(base: type[asyncio.Protocol], guard: ConnectionGuard) -> ty
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._peer is None:  # refused (closing): what it sent is not read
+                return
             cycle = self.cycle
             if self._timer is None and (cycle is None or cycle.response_complete):
                 self._arm()  # the first bytes of the next request on a kept-alive connection
