@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import secrets
 import select
 import socket
@@ -30,12 +31,16 @@ from urllib.parse import quote
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 from deadlines import scaled
+from fedstats.cli.app import app
 from fedstats.client.vdaf import Prio3Task, Prio3Uploader, shard_report
+from fedstats.errors import ParameterError
 from fedstats.service.domain import vdaf as domain
 from fedstats.service.domain.operators import add_operator, trust_authority
 from fedstats.service.http.app import ServerSettings, create_app
+from fedstats.service.http.limits import ConnectionGuard
 from fedstats.service.http.vdaf import helper_transport, vdaf_router
 from fedstats.service.store import open_store
 from fedstats.wire import auth
@@ -214,6 +219,32 @@ def test_a_slow_peer_cannot_lock_others_out(deployment: Deployment) -> None:
     finally:
         for s, _ in conns:
             s.close()
+
+
+def test_connection_limits_are_checked_before_the_server_starts(tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    too_many = str(10**9 if hard == resource.RLIM_INFINITY else hard)  # + 128 kept: beyond it
+    args = ["server", "--db", f"sqlite:///{db}", "--port", str(free_port())]
+    res = CliRunner().invoke(app, [*args, "--max-connections", too_many])
+    assert res.exit_code == 2, (res.stderr, res.exception)
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "--max-connections" in errors[0], res.stderr
+    assert "Traceback" not in res.stderr and not db.exists()  # refused before any database
+    with pytest.raises(ParameterError, match="max_connections_per_peer"):
+        ConnectionGuard(10, 11, 1.0)
+    with pytest.raises(ParameterError, match="header_timeout"):
+        ConnectionGuard(10, 10, 0.0)
+    guard = ConnectionGuard(3, 2, 1.0)
+    assert [guard.admit("a"), guard.admit("a"), guard.admit("a"), guard.admit("b")] == [
+        True,
+        True,
+        False,  # the per-peer cap
+        True,
+    ]
+    assert not guard.admit("c") and guard.refused == 2  # the process's cap
+    guard.release("a")
+    assert guard.admit("c") and guard.open == 3
 
 
 # -- an unreachable Prio3 helper ---------------------------------------------------------------------
