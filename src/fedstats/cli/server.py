@@ -53,7 +53,12 @@ def serve(
         int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")
     ] = _DEFAULT.max_body,
     rate: Annotated[
-        float, typer.Option("--rate", min=0.1, help="Requests per second per client.")
+        float,
+        typer.Option(
+            "--rate",
+            min=0.1,
+            help="Requests per second per verified device (per peer address for unsigned requests).",
+        ),
     ] = _DEFAULT.rate,
     burst: Annotated[
         float, typer.Option("--burst", min=1.0, help="Burst of requests per client.")
