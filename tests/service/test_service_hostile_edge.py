@@ -216,6 +216,12 @@ def test_a_slow_peer_cannot_lock_others_out(deployment: Deployment) -> None:
         assert PER_PEER <= len(late) < len(conns) // 2, len(late)
         # a late request is closed after the header timeout, not before
         assert all(t - made[s] >= HEADER_TIMEOUT - 0.05 for s, t in late.items())
+        # and the operator sees both in /metrics
+        with httpx.Client(base_url=deployment.url, verify=_context(deployment)) as http:
+            text = http.get("/metrics").text
+        got = dict(re.findall(r"^fedstats_connections_(\w+) (\d+)$", text, re.M))
+        assert int(got["refused_total"]) >= len(refused), got
+        assert int(got["timed_out_total"]) >= len(late), got
     finally:
         for s, _ in conns:
             s.close()

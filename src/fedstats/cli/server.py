@@ -270,6 +270,7 @@ def serve(
         crash_after=crash_after,
     )
     guard = ConnectionGuard(connections, min(max_connections_per_peer, connections), header_timeout)
+    app.state.connections = guard  # its counts in /metrics
     _settle_heap()
     config = uvicorn.Config(
         app,

@@ -219,6 +219,16 @@ def create_app(
             lines += [f"# TYPE fedstats_{name}_total counter", f"fedstats_{name}_total {v:g}"]
         lines += driver.excluded_metrics(runner)  # fedstats_reports_excluded_total{reason=...}
         lines += http.metrics_lines(counters)
+        guard = getattr(app.state, "connections", None)  # set by `fedstats server` (.limits)
+        if guard is not None:
+            lines += [
+                "# TYPE fedstats_connections_open gauge",
+                f"fedstats_connections_open {guard.open}",
+                "# TYPE fedstats_connections_refused_total counter",
+                f"fedstats_connections_refused_total {guard.refused}",
+                "# TYPE fedstats_connections_timed_out_total counter",
+                f"fedstats_connections_timed_out_total {guard.timed_out}",
+            ]
         for key, v in sorted(counters.items()):
             if not key.startswith("http_responses_total"):
                 lines.append(f"# TYPE fedstats_{key}_total counter")
