@@ -307,6 +307,9 @@ def bench_fedstats(
                 "1000000",
                 "--burst",
                 "1000000",
+                # every load-generator process connects from 127.0.0.1 (100 connections each)
+                "--max-connections-per-peer",
+                "10000",
                 "--tick",
                 "0.2",
                 # as the minimal app (uvicorn --no-access-log): no log line per request

@@ -19,6 +19,7 @@ __all__ = [
     "ParameterError",
     "ProtocolAbortError",
     "SecurityError",
+    "UnavailableError",
 ]
 
 
@@ -72,3 +73,19 @@ class ProtocolAbortError(FedstatsError):
 
 class SecurityError(FedstatsError):
     """A cryptographic check failed or a request would break the protocol's security (never retried)."""
+
+
+class UnavailableError(FedstatsError):
+    """A party the operation needs (a peer aggregator) cannot be reached now; retrying later may succeed.
+
+    Parameters
+    ----------
+    message : str
+        What could not be reached, and why.
+    retry_after : float
+        Seconds after which a retry is reasonable (> 0; the HTTP answer's ``Retry-After``).
+    """
+
+    def __init__(self, message: str, retry_after: float = 5.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)

@@ -53,7 +53,12 @@ def serve(
         int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")
     ] = _DEFAULT.max_body,
     rate: Annotated[
-        float, typer.Option("--rate", min=0.1, help="Requests per second per client.")
+        float,
+        typer.Option(
+            "--rate",
+            min=0.1,
+            help="Requests per second per verified device (per peer address for unsigned requests).",
+        ),
     ] = _DEFAULT.rate,
     burst: Annotated[
         float, typer.Option("--burst", min=1.0, help="Burst of requests per client.")
@@ -157,6 +162,32 @@ def serve(
             "--vdaf-batch-size", min=1, max=100_000, help="Reports per Prio3 aggregation job."
         ),
     ] = _DEFAULT.vdaf_batch_size,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            help="Most client connections open at once (each one open file; default: the open-file"
+            " limit, raised to its hard limit, minus 128 kept for the database and logs).",
+        ),
+    ] = _DEFAULT.max_connections,
+    max_connections_per_peer: Annotated[
+        int,
+        typer.Option(
+            "--max-connections-per-peer",
+            min=1,
+            help="Most connections open at once from one peer address (503 beyond it).",
+        ),
+    ] = _DEFAULT.max_connections_per_peer,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout",
+            min=0.1,
+            max=3600.0,
+            help="Seconds a request's headers may take to arrive (408 and closed after).",
+        ),
+    ] = _DEFAULT.header_timeout,
     request_key_secret: Annotated[
         Path | None,
         typer.Option(
@@ -193,11 +224,15 @@ def serve(
             err=True,
         )
     authority_key = None if authority is None else public_key_file(authority, "--authority")
+    from fedstats.service.http.limits import open_file_limit
+
+    connections = open_file_limit(max_connections)  # before any database is created
     import uvicorn
 
     from fedstats.service.domain.operators import trust_authority
     from fedstats.service.http.app import create_app
     from fedstats.service.http.edge import JsonLogFormatter
+    from fedstats.service.http.limits import ConnectionGuard, guarded_protocol, protocol_class
     from fedstats.service.store import open_store
 
     handler = logging.StreamHandler(sys.stderr)
@@ -227,17 +262,23 @@ def serve(
             vdaf=vdaf,
             vdaf_peer_ca=None if vdaf_peer_ca is None else str(vdaf_peer_ca),
             vdaf_batch_size=vdaf_batch_size,
+            max_connections=connections,
+            max_connections_per_peer=max_connections_per_peer,
+            header_timeout=header_timeout,
             request_key_secret=key_secret,
         ),
         crash_after=crash_after,
     )
+    guard = ConnectionGuard(connections, min(max_connections_per_peer, connections), header_timeout)
+    app.state.connections = guard  # its counts in /metrics
     _settle_heap()
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         loop=_loop_impl(),
-        http=_http_impl(),
+        # open connections capped in all and per peer, request headers timed (service.http.limits)
+        http=guarded_protocol(protocol_class(_http_impl()), guard),
         ssl_certfile=str(tls_cert) if tls_cert else None,
         ssl_keyfile=str(tls_key) if tls_key else None,
         log_level="warning",

@@ -21,6 +21,7 @@ from fedstats.errors import BudgetExceededError, SecurityError
 from fedstats.service.domain import idempotency, ledger, operators, runs, tasks
 from fedstats.service.http import edge as http
 from fedstats.service.http.schemas import (
+    NAME_PATTERN,
     BudgetIn,
     BudgetOut,
     ErrorOut,
@@ -81,7 +82,12 @@ class OperatorToken(BaseModel):
 class OperatorIn(BaseModel):
     """A new operator."""
 
-    name: str = Field(min_length=1, max_length=128, description="The operator's name (unique).")
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=NAME_PATTERN,
+        description="The operator's name (unique; no control character).",
+    )
 
 
 def _pageout(items: list[dict[str, Any]], total: int, limit: int, offset: int) -> Page:

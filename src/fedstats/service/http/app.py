@@ -8,8 +8,9 @@ in the secure-aggregation stages of secure runs (:mod:`fedstats.service.http.sec
 acknowledged only after their transaction committed; a retried upload of the same report is acknowledged
 again and counted once.
 
-Every request is logged as one JSON line; bodies above ``max_body`` bytes get 413; each client (or remote
-address, for unsigned requests) gets a token bucket of ``rate`` requests per second (burst ``burst``),
+Every request is logged as one JSON line; bodies above ``max_body`` bytes get 413; each verified device (or
+peer address, for unsigned requests and those whose signature fails) gets a token bucket of ``rate``
+requests per second (burst ``burst``),
 beyond which requests get 429. A background task advances the runs (:class:`fedstats.service.domain.driver.Driver`).
 """
 
@@ -218,6 +219,16 @@ def create_app(
             lines += [f"# TYPE fedstats_{name}_total counter", f"fedstats_{name}_total {v:g}"]
         lines += driver.excluded_metrics(runner)  # fedstats_reports_excluded_total{reason=...}
         lines += http.metrics_lines(counters)
+        guard = getattr(app.state, "connections", None)  # set by `fedstats server` (.limits)
+        if guard is not None:
+            lines += [
+                "# TYPE fedstats_connections_open gauge",
+                f"fedstats_connections_open {guard.open}",
+                "# TYPE fedstats_connections_refused_total counter",
+                f"fedstats_connections_refused_total {guard.refused}",
+                "# TYPE fedstats_connections_timed_out_total counter",
+                f"fedstats_connections_timed_out_total {guard.timed_out}",
+            ]
         for key, v in sorted(counters.items()):
             if not key.startswith("http_responses_total"):
                 lines.append(f"# TYPE fedstats_{key}_total counter")

@@ -25,7 +25,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, HTTPException, Request
 
 from fedstats.errors import ParameterError, SecurityError
-from fedstats.service.http.edge import request_headers
+from fedstats.service.http.edge import charge_refused, charge_verified, request_headers
 from fedstats.service.store import Store
 from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
@@ -288,6 +288,9 @@ class DeviceAuth:
     ) -> SignedRequest:
         """Verify ``request`` (on the event loop when the device's row is cached, else off it).
 
+        The request is then charged to the rate limit of the verified device, or to that of its peer
+        address if it does not verify (:func:`~fedstats.service.http.edge.charge_verified`).
+
         With ``stale_ok``, a cached row older than :data:`REREAD` is used too, and the result says
         ``stale`` (the handler calls :meth:`confirm` in its transaction).
         """
@@ -298,11 +301,16 @@ class DeviceAuth:
         args = (scope["method"], _url_path(request), headers, body, public_key)
         fresh = self._fresh(cid_header)
         stale = public_key is None and fresh is None and stale_ok and cid_header in self.known
-        if public_key is None and (fresh is not None or stale):
-            # an enrolled device seen before: no database access, one signature check (about 0.1 ms)
-            cid, nonce, population = self.verify(*args, stale_ok=stale)
-        else:
-            cid, nonce, population = await self.offload(self.verify, *args)
+        try:
+            if public_key is None and (fresh is not None or stale):
+                # an enrolled device seen before: no database access, one signature check (~0.1 ms)
+                cid, nonce, population = self.verify(*args, stale_ok=stale)
+            else:
+                cid, nonce, population = await self.offload(self.verify, *args)
+        except HTTPException:
+            charge_refused(scope)  # a claim that did not verify: its peer address pays (or 429)
+            raise
+        charge_verified(scope, cid)  # the rate limit of the verified device (429 beyond it)
         if nonce is not None and self.on_write is not None:
             self.on_write(cid)
         keyed = auth.HEADER_KEY_ID in headers

@@ -34,7 +34,13 @@ from fedstats.errors import SecurityError
 from fedstats.service.domain import runs
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest, use_nonce
-from fedstats.service.http.edge import BadJSON, StrictRoute, request_headers, strict_loads
+from fedstats.service.http.edge import (
+    CONTROL,
+    BadJSON,
+    StrictRoute,
+    request_headers,
+    strict_loads,
+)
 from fedstats.service.http.schemas import (
     CHECKIN_BODY,
     DEVICE,
@@ -749,6 +755,11 @@ def device_router(
             raise HTTPException(401, str(exc)) from None
         if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
             raise HTTPException(401, "client id does not match the certificate")
+        for name in ("client_id", "population"):  # identifiers (a NUL cannot be stored)
+            if CONTROL.search(str(cert.body.get(name, ""))):
+                raise HTTPException(
+                    422, f"certificate.{name}: control characters are not allowed in identifiers"
+                )
         got = await device.check(request, str(cert.body["public_key"]))
         row = ClientRow(
             id=str(cert.body["client_id"]),

@@ -8,14 +8,23 @@ is counted and logged here (``docs/service-errors.md``):
   (never "the last wins"); nesting deeper than :data:`MAX_DEPTH` with 422 (never Python's
   ``RecursionError``). Admin bodies are parsed by it through :class:`StrictRoute`; the device
   endpoints call it themselves.
-* **Limits** (:class:`EdgeMiddleware`): request bodies above ``max_body`` bytes get 413, a client beyond its
-  token bucket 429; headers are decoded as Latin-1 (HTTP's own rule), so undecodable bytes never raise.
+* **Limits** (:class:`EdgeMiddleware`): request bodies above ``max_body`` bytes get 413; headers are
+  decoded as Latin-1 (HTTP's own rule), so undecodable bytes never raise.
+* **Identifiers** (:func:`control_field`): a control character (U+0000 to U+001F, U+007F) in a path
+  parameter, a query parameter or the ``X-Fedstats-Client`` header is a 422 naming the field, before any
+  handler or store sees it (PostgreSQL cannot store a NUL; SQLite would).
+* **Rate limits** (:class:`RateLimits`): a token bucket per *verified* identity, or per peer address before
+  verification, never per unverified claim. An unsigned request is charged to its peer address here; a
+  request that claims a device (``X-Fedstats-Client``) on a signed route is charged once its signature was
+  checked (:func:`charge_verified` by :class:`~.deps.DeviceAuth`) to the device, and to its peer address if
+  the signature does not hold (:func:`charge_refused`). So requests that merely name a device never spend
+  that device's tokens.
 * **Every response is counted and logged**: ``fedstats_http_responses_total{status="..."}`` in ``/metrics``
   and one JSON log line per request (ISO timestamp, method, path template, status, duration; no bodies,
   no headers). An exception no handler turned into an answer becomes a JSON 500 ``{"detail", "error_id"}``,
   logged with its traceback under the same id.
 * **Errors** (:func:`install_error_handlers`): a :class:`~fedstats.errors.FedstatsError` maps to 403, 404,
-  409 or 422 by kind; a request that does not match its schema is a 422 whose ``detail`` is one string
+  409, 422 or 503 (with ``Retry-After``: a peer aggregator unreachable) by kind; a request that does not match its schema is a 422 whose ``detail`` is one string
   naming each bad field.
 """
 
@@ -25,11 +34,13 @@ import datetime as _dt
 import json
 import logging
 import math
+import re
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Coroutine, MutableMapping
+from collections.abc import Callable, Coroutine, Iterable, MutableMapping
 from typing import Any, cast
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,7 +49,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError
+from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError, UnavailableError
 from fedstats.service.domain import tasks
 from fedstats.wire.encoding import DuplicateKeyError, unique_keys
 
@@ -48,7 +59,11 @@ __all__ = [
     "EdgeMiddleware",
     "JsonLine",
     "JsonLogFormatter",
+    "RateLimits",
     "StrictRoute",
+    "charge_refused",
+    "charge_verified",
+    "control_field",
     "install_error_handlers",
     "metrics_lines",
     "status_of",
@@ -220,7 +235,13 @@ class StrictRoute(APIRoute):
 
 
 def status_of(exc: FedstatsError) -> int:
-    """The HTTP status of a :class:`~fedstats.errors.FedstatsError`: 404, 409, 403 or 422."""
+    """The HTTP status of a :class:`~fedstats.errors.FedstatsError`: 404, 409, 403, 503 or 422.
+
+    503 (with ``Retry-After``) for :class:`~fedstats.errors.UnavailableError`: a peer the request
+    needs, such as the Prio3 helper, cannot be reached now; the same request may succeed later.
+    """
+    if isinstance(exc, UnavailableError):
+        return 503
     if isinstance(exc, tasks.NotFoundError):
         return 404
     if isinstance(exc, (tasks.ConflictError, BudgetExceededError)):
@@ -262,11 +283,152 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(FedstatsError)
     async def _fedstats_error(_request: Request, exc: FedstatsError) -> JSONResponse:
-        return JSONResponse({"detail": " ".join(str(exc).split())}, status_code=status_of(exc))
+        headers = None
+        if isinstance(exc, UnavailableError):
+            headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        return JSONResponse(
+            {"detail": " ".join(str(exc).split())}, status_code=status_of(exc), headers=headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _validation_detail(request, exc)}, status_code=422)
+
+
+# -- identifiers ---------------------------------------------------------------------------------------
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""A control character (C0 and DEL): refused in every identifier (ids, names, labels)."""
+
+_CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f%]")  # a query string that may decode to one
+
+CLIENT_HEADER = "x-fedstats-client"
+"""The header a device names itself in (:data:`fedstats.wire.auth.HEADER_CLIENT`): a claim until verified."""
+
+
+def _routes(routes: Iterable[Any]) -> Iterable[Any]:
+    """``routes`` and those of the routers included among them."""
+    for r in routes:
+        inner = getattr(r, "original_router", None)
+        yield from _routes(inner.routes) if inner is not None else (r,)
+
+
+def control_field(scope: Scope) -> str | None:
+    """The field of the request that holds a control character, or None.
+
+    Path parameters are named by the route that matches (``path.run_id``; ``path`` if none does),
+    query parameters by their name (``query.population``), and the device's claimed id as
+    ``header.x-fedstats-client``. Cheap when there is none: one regular-expression scan of the path
+    and, if it has ``%`` or control bytes, of the query string.
+
+    Parameters
+    ----------
+    scope : dict
+        The ASGI scope of an HTTP request (``path`` is percent-decoded already).
+
+    Returns
+    -------
+    str or None
+    """
+    path = str(scope.get("path", ""))
+    if CONTROL.search(path):
+        for route in _routes(getattr(scope.get("app"), "routes", ())):
+            regex = getattr(route, "path_regex", None)
+            m = regex.match(path) if regex is not None else None
+            if m is not None:
+                for name, value in m.groupdict().items():
+                    if CONTROL.search(value):
+                        return f"path.{name}"
+        return "path"
+    query = scope.get("query_string") or b""
+    if query and _CONTROL_BYTES.search(query):
+        for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            if CONTROL.search(name) or CONTROL.search(value):
+                return f"query.{CONTROL.sub('?', name)[:64]}"
+    if CONTROL.search(request_headers(scope).get(CLIENT_HEADER, "")):
+        return f"header.{CLIENT_HEADER}"
+    return None
+
+
+# -- rate limits ---------------------------------------------------------------------------------------
+
+RATE = "fedstats.rate"
+"""The scope key of a request whose rate-limit charge waits for its signature check (:func:`charge_verified`)."""
+
+
+class RateLimits:
+    """Token buckets: ``rate`` requests per second and a burst of ``burst``, per key.
+
+    Keys are verified identities (``device:ID``) or peer addresses (``peer:ADDRESS``), never an
+    unverified claim. Idle buckets are forgotten beyond 100,000 keys rather than grow without bound.
+
+    Parameters
+    ----------
+    rate, burst : float
+        Sustained requests per second (> 0) and burst size (>= 1).
+    """
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, key: str) -> bool:
+        """Take one token from ``key``'s bucket; False if it holds less than one."""
+        now = time.monotonic()
+        tokens, last = self.buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens < 1.0:
+            self.buckets[key] = (tokens, now)
+            return False
+        if len(self.buckets) > 100_000:
+            self.buckets.clear()
+        self.buckets[key] = (tokens - 1.0, now)
+        return True
+
+
+def _peer(scope: Scope) -> str:
+    return str((scope.get("client") or ("?", 0))[0])
+
+
+def _pending(scope: Scope) -> RateLimits | None:
+    """The request's limits if its charge is still due (taken from the scope: charged once)."""
+    limits = scope.get(RATE)
+    scope[RATE] = None
+    return cast(RateLimits | None, limits)
+
+
+def charge_verified(scope: Scope, identity: str) -> None:
+    """Charge a request whose signature was verified to ``identity`` (a device's id).
+
+    Raises
+    ------
+    HTTPException
+        429 if the identity's bucket is empty.
+    """
+    limits = _pending(scope)
+    if limits is not None and not limits.allow(f"device:{identity}"):
+        raise HTTPException(429, "rate limit exceeded", {"Retry-After": "1"})
+
+
+def charge_refused(scope: Scope) -> None:
+    """Charge a request whose claimed identity did not verify to its peer address.
+
+    Raises
+    ------
+    HTTPException
+        429 if the peer address's bucket is empty (instead of the verification's 401).
+    """
+    limits = _pending(scope)
+    if limits is not None and not limits.allow(f"peer:{_peer(scope)}"):
+        raise HTTPException(429, "rate limit exceeded", {"Retry-After": "1"})
+
+
+def _signed_route(path: str) -> bool:
+    """Whether ``path`` is a device route, every one of which checks a signature (:mod:`.deps`)."""
+    return path.startswith("/v1/client/") or (
+        path.startswith("/v1/vdaf/tasks/") and path.endswith(("/join", "/reports"))
+    )
 
 
 # -- middleware ----------------------------------------------------------------------------------------
@@ -287,7 +449,7 @@ def _iso_now() -> str:
 
 
 class EdgeMiddleware:
-    """Body size limit, per-client token buckets, response counting and one log line per request.
+    """Identifiers, body size limit, rate limits, response counting and one log line per request.
 
     Pure ASGI (no buffering of responses, so long polls and streaming are unaffected).
 
@@ -297,7 +459,8 @@ class EdgeMiddleware:
     max_body : int
         Largest request body in bytes (413 above).
     rate, burst : float
-        Token bucket per client (signed client id, else remote address): requests per second, burst.
+        Token bucket per verified device, else per peer address (:class:`RateLimits`): requests per
+        second, burst.
     counters : dict
         The server's metrics counters; ``http_responses_total{status="..."}`` is incremented per response.
     exempt : tuple of str
@@ -320,23 +483,9 @@ class EdgeMiddleware:
         self.app = app
         self.access_log = access_log
         self.max_body = max_body
-        self.rate = rate
-        self.burst = burst
+        self.limits = RateLimits(rate, burst)
         self.counters = counters
         self.exempt = exempt
-        self.buckets: dict[str, tuple[float, float]] = {}
-
-    def _allow(self, key: str) -> bool:
-        now = time.monotonic()
-        tokens, last = self.buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if tokens < 1.0:
-            self.buckets[key] = (tokens, now)
-            return False
-        if len(self.buckets) > 100_000:  # forget idle clients rather than grow without bound
-            self.buckets.clear()
-        self.buckets[key] = (tokens - 1.0, now)
-        return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Limit, answer through the app, count and log one HTTP request."""
@@ -347,7 +496,9 @@ class EdgeMiddleware:
         # decoded once here (Latin-1, first value of a repeated header) and kept in the scope for the
         # inner layers (:func:`request_headers`)
         headers = request_headers(scope)
-        client = headers.get("x-fedstats-client", "")[:128] or (scope.get("client") or ("?", 0))[0]
+        claim = headers.get(CLIENT_HEADER, "")
+        # the log names the claim (as claimed: a signature that does not hold is answered 401)
+        client = CONTROL.sub("?", claim[:128]) or _peer(scope)
         state = {"status": 0}
         error_id: str | None = None
 
@@ -356,12 +507,14 @@ class EdgeMiddleware:
                 state["status"] = int(message["status"])
             await send(message)
 
-        async def answer(code: int, payload: dict[str, Any]) -> None:
+        async def answer(
+            code: int, payload: dict[str, Any], extra: list[tuple[bytes, bytes]] | None = None
+        ) -> None:
             await counted_send(
                 {
                     "type": "http.response.start",
                     "status": code,
-                    "headers": [(b"content-type", b"application/json")],
+                    "headers": [(b"content-type", b"application/json"), *(extra or [])],
                 }
             )
             await counted_send({"type": "http.response.body", "body": json.dumps(payload).encode()})
@@ -372,7 +525,27 @@ class EdgeMiddleware:
             declared = int(headers.get("content-length", "0"))
         except ValueError:
             declared = -1
-        if declared < 0 or declared > limit:
+        # a control character is refused as cheaply as a 429 would be, so it is not charged
+        bad = control_field(scope)
+        limited = False
+        if bad is not None or path in self.exempt:
+            pass
+        elif claim and _signed_route(path):
+            # charged by the signature check: to the device, or to the peer if it does not hold
+            scope[RATE] = self.limits
+        else:
+            limited = not self.limits.allow(f"peer:{_peer(scope)}")
+        if bad is not None:
+            await answer(
+                422,
+                {
+                    "detail": f"{bad}: control characters (U+0000 to U+001F, U+007F) are not "
+                    "allowed in identifiers"
+                },
+            )
+        elif limited:
+            await answer(429, {"detail": "rate limit exceeded"}, [(b"retry-after", b"1")])
+        elif declared < 0 or declared > limit:
             await answer(
                 413 if declared > limit else 400,
                 {
@@ -381,8 +554,6 @@ class EdgeMiddleware:
                     else "Content-Length must be a non-negative integer"
                 },
             )
-        elif path not in self.exempt and not self._allow(str(client)):
-            await answer(429, {"detail": "rate limit exceeded"})
         else:
             seen = 0
 
@@ -419,6 +590,9 @@ class EdgeMiddleware:
                     await answer(500, {"detail": "internal server error", "error_id": error_id})
                 else:  # the answer had started: the client sees a cut-off response
                     state["status"] = 500
+        unchecked = _pending(scope)
+        if unchecked is not None:  # a claim on a route that never checked it: the peer pays
+            unchecked.allow(f"peer:{_peer(scope)}")
         status = state["status"] or 500  # no answer started: counted as the error it is
         self.counters[f'http_responses_total{{status="{status}"}}'] += 1
         level = logging.WARNING if status >= 500 else logging.INFO

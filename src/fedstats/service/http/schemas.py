@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "DEVICE",
     "MAX_INDEX",
+    "NAME_PATTERN",
     "BudgetIn",
     "BudgetOut",
     "Deadlines",
@@ -30,8 +31,15 @@ __all__ = [
 MAX_INDEX = 2**31 - 1
 """Largest round index, session number or stage accepted in a path (a 32-bit column holds it)."""
 
-IdPath = Annotated[str, Path(min_length=1, max_length=128)]
-"""A task, run or client id (or budget name) in a path: 1-128 characters."""
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+"""An identifier (id, name, population): no control character (U+0000 to U+001F, U+007F).
+
+The edge refuses control characters in every path and query parameter before routing
+(:func:`fedstats.service.http.edge.control_field`); this pattern says so in the OpenAPI document and
+checks the names that come in bodies."""
+
+IdPath = Annotated[str, Path(min_length=1, max_length=128, pattern=NAME_PATTERN)]
+"""A task, run or client id (or budget name) in a path: 1-128 characters, no control character."""
 
 IndexPath = Annotated[int, Path(ge=0, le=MAX_INDEX)]
 """A round index, session number or stage in a path: 0 to :data:`MAX_INDEX` (422 beyond)."""
@@ -42,7 +50,9 @@ class Privacy(BaseModel):
 
     epsilon: Annotated[float | None, Field(gt=0, lt=1000)] = None
     delta: Annotated[float | None, Field(ge=0, lt=1)] = None
-    population: Annotated[str, Field(min_length=1, max_length=128)] = "default"
+    population: Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)] = (
+        "default"
+    )
 
 
 class Deadlines(BaseModel):

@@ -63,6 +63,18 @@ class ServerSettings:
         retry after that is evaluated again (:func:`~fedstats.service.domain.idempotency.purge`).
     access_log : bool
         One JSON log line per request on stderr (default True); False logs only server errors.
+    max_connections : int or None
+        Most client connections open at once in this process (:mod:`.limits`; beyond it a connection is
+        answered 503 and closed). Each holds one open file: with ``limits.FILE_RESERVE`` (128) more it
+        must fit the process's open-file limit (``ulimit -n``; the soft limit is raised up to the hard
+        one at start-up). Default None: the hard limit minus the reserve, at most 65,536.
+    max_connections_per_peer : int
+        Most connections open at once from one peer address (default 256; a NAT or proxy in front of
+        many devices needs more); beyond it a connection is answered 503 with ``Retry-After``.
+    header_timeout : float
+        Seconds a request's headers may take to arrive after the connection opened (or after the first
+        byte of the next request on a kept-alive one), > 0 (default 10); then the connection is
+        answered 408 and closed. It bounds how long a client can hold a half-sent request.
     request_key_secret : bytes or None
         The secret devices' request keys are derived under (:func:`fedstats.wire.auth.open_request_key`),
         at least 32 bytes. Server processes behind one balancer given the same secret accept each
@@ -86,4 +98,7 @@ class ServerSettings:
     vdaf_batch_size: int = 1000
     idempotency_retention: float = 7 * 86400.0
     access_log: bool = True
+    max_connections: int | None = None
+    max_connections_per_peer: int = 256
+    header_timeout: float = 10.0
     request_key_secret: bytes | None = None

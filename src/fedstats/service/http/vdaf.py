@@ -45,7 +45,7 @@ from typing import Annotated, Any
 import httpx
 from fastapi import APIRouter, FastAPI, Header, HTTPException, Request
 
-from fedstats.errors import DataError, ParameterError
+from fedstats.errors import DataError, ParameterError, UnavailableError
 from fedstats.randomness import SecureGenerator
 from fedstats.service.domain import vdaf as domain
 from fedstats.service.domain.tasks import NotFoundError
@@ -143,6 +143,18 @@ Send = Callable[[str, dict[str, Any]], dict[str, Any]]
 Transport = Callable[[str, str], Send]
 
 
+RETRY_AFTER = 5.0
+"""Seconds an operator is told to wait (``Retry-After``) when the Prio3 helper cannot be reached."""
+
+
+def _retry_after(value: str | None) -> float:
+    """The helper's own ``Retry-After`` in seconds (1 to 3600), else :data:`RETRY_AFTER`."""
+    try:
+        return min(3600.0, max(1.0, float(value))) if value else RETRY_AFTER
+    except ValueError:
+        return RETRY_AFTER
+
+
 def helper_transport(ca: Path | str | None = None, *, timeout: float = 120.0) -> Transport:
     """The leader's HTTP transport to the helper (httpx, TLS verified against ``ca`` or the system store).
 
@@ -157,7 +169,9 @@ def helper_transport(ca: Path | str | None = None, *, timeout: float = 120.0) ->
     -------
     callable
         ``transport(peer_url, peer_token)`` -> ``send(task_id, job) -> answer``; ``send`` raises
-        :class:`~fedstats.errors.DataError` when the helper refuses the job or is unreachable.
+        :class:`~fedstats.errors.UnavailableError` when the helper cannot be reached or answers 429,
+        502, 503 or 504 (the app answers 503 with ``Retry-After``; the job is retried by the next
+        aggregation), :class:`~fedstats.errors.DataError` when it refuses the job.
 
     Raises
     ------
@@ -181,8 +195,17 @@ def helper_transport(ca: Path | str | None = None, *, timeout: float = 120.0) ->
                     verify=verify,
                     timeout=timeout,
                 )
-            except httpx.HTTPError as exc:
-                raise DataError(f"helper unreachable: {exc}") from None
+            except httpx.HTTPError as exc:  # down, partitioned, timed out: retry later (503)
+                raise UnavailableError(
+                    f"Prio3 helper unreachable ({type(exc).__name__}: {exc}); the job is kept "
+                    "and sent again when aggregation is retried",
+                    retry_after=RETRY_AFTER,
+                ) from None
+            if r.status_code in (429, 502, 503, 504):  # the helper (or its proxy) is overloaded
+                raise UnavailableError(
+                    f"Prio3 helper unavailable: {r.status_code} {r.text[:300]}",
+                    retry_after=_retry_after(r.headers.get("retry-after")),
+                )
             if r.status_code != 200:
                 raise DataError(f"helper refused the job: {r.status_code} {r.text[:300]}")
             out: dict[str, Any] = r.json()
