@@ -73,7 +73,7 @@ def test_the_smallest_session_has_one_home_read_alike_by_server_and_device() -> 
                 "version": 1,
                 "params": {"clip": 1.0},
                 "privacy": {"epsilon": None, "delta": None, "population": "p"},
-                "cohort_size": 2,
+                "cohort_size": 1000,  # at least every session floor (tasks are checked against it)
                 "secure_aggregation": {"max_session": m},
             }
         )
