@@ -245,3 +245,33 @@ def test_update_adds_cells_to_a_report_and_keeps_the_others(tmp_path: Path) -> N
     assert bad.exit_code == 2 and bad.stderr.startswith("error: --update"), bad.stderr
     with pytest.raises(ParameterError, match="update"):  # another seed: not the same report
         run_validation(tmp_path, quick=True, runs=3, seed=8, cells=[a], update=True)
+
+
+def test_a_clipped_release_is_judged_where_it_is_biased() -> None:
+    """The released (clipped) estimate is judged beside the unclipped one: a clip at a bound the noise
+    reaches is flagged "released bias", an unbiased release is not, and old rows are re-judged alike."""
+    from fedstats.experiments.validation.report import released_bias, summarize_estimates
+
+    rng = np.random.default_rng(5)
+    raw = rng.normal(0.0, 1.0, 400)  # unbiased for a truth of 0 at the bound of [0, inf)
+    recs = [
+        {"estimate": max(v, 0.0), "unclipped": v, "lo": v - 2, "hi": v + 2, "truth": 0.0}
+        for v in raw
+    ]
+    row = summarize_estimates(recs)
+    assert abs(row["bias_z"]) < 3 and row["z_released"] > 3
+    assert row["flags"] == ["released bias"] and row["verdict"] == "FLAG"
+    far = [  # the bound out of the noise's reach: nothing clipped, nothing flagged
+        {
+            "estimate": r["unclipped"] + 10,
+            "unclipped": r["unclipped"] + 10,
+            "lo": r["lo"] + 10,
+            "hi": r["hi"] + 10,
+            "truth": 10.0,
+        }
+        for r in recs
+    ]
+    assert summarize_estimates(far)["flags"] == []
+    old = {k: v for k, v in row.items() if k not in ("flags", "verdict")}
+    assert released_bias({**old, "flags": [], "verdict": "PASS"})["flags"] == ["released bias"]
+    assert released_bias({**old, "bias_on": "estimate", "flags": []})["verdict"] == "PASS"

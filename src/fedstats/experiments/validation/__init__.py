@@ -20,6 +20,7 @@ from fedstats.errors import ParameterError
 from fedstats.experiments.validation.cells import Cell, cell_grid, run_cell
 from fedstats.experiments.validation.report import (
     NOT_UNBIASED,
+    released_bias,
     summarize_estimates,
     summarize_test,
     write_json,
@@ -224,7 +225,8 @@ def _updated(
         return sorted(rows, key=lambda r: order.get(r["id"], len(order)))
 
     doc = dict(old)
-    doc["cells"], doc["tests"] = merged("cells"), merged("tests")
+    # the rows kept from the old report are judged by the current rules too (released bias)
+    doc["cells"], doc["tests"] = [released_bias(r) for r in merged("cells")], merged("tests")
     doc["timing"] = {**old["timing"], **new["timing"]}
     doc["timing"] = {c.id: doc["timing"][c.id] for c in full if c.id in doc["timing"]}
     doc["seconds"] = float(old["seconds"]) + float(new["seconds"])
