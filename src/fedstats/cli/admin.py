@@ -417,7 +417,10 @@ def task_sign(
     if out is None:
         sys.stdout.write(text)
     else:
-        atomic_write_text(out, text)  # nothing half-written on failure
+        try:
+            atomic_write_text(out, text)  # nothing half-written on failure
+        except OSError as exc:
+            raise ParameterError("--out", str(out), f"a writable path ({exc.strerror})") from None
 
 
 def _task_summary(p: dict[str, Any]) -> dict[str, Any]:

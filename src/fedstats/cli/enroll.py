@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from fedstats._validation import check_identifier
+
 enroll_app = typer.Typer(
     help="Enrollment authority: create it, issue device and analyst identities.",
     no_args_is_help=True,
@@ -52,6 +54,8 @@ def client(
     from fedstats.errors import ParameterError
     from fedstats.wire.enrollment import issue_identity
 
+    check_identifier("--client-id", client_id)
+    check_identifier("--population", population)
     if str(out).strip() in ("", "."):
         raise ParameterError("--out", str(out), "a file path")
     if out.exists() and not force:
@@ -82,6 +86,9 @@ def analyst(
     """
     from fedstats.wire.enrollment import issue_analyst
 
+    check_identifier("name", name)
+    for p in population:
+        check_identifier("--population", p)
     issue_analyst(authority, name, population, out, valid_days=valid_days)
     typer.echo(str(out))
 
