@@ -21,6 +21,7 @@ from fedstats._validation import check_identifier
 from fedstats.cli.app import app
 from fedstats.cli.server import StoppingApp
 from fedstats.errors import ParameterError
+from service_helpers import store_url
 
 runner = CliRunner()
 
@@ -112,6 +113,24 @@ def test_a_busy_port_or_a_bad_host_is_one_line_before_any_database(
     refused(["server", "--db", f"sqlite:///{tmp_path / 'none' / 'x.db'}"], "--db")
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_busy_port_leaves_either_store_untouched(kind: str, tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    with store_url(kind, tmp_path / "fedstats.db") as url, socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        refused(["server", "--db", url, "--port", str(busy.getsockname()[1])], "--port")
+        if kind == "sqlite":
+            assert not (tmp_path / "fedstats.db").exists()
+        else:  # the schema holds no table: nothing was migrated
+            engine = sa.create_engine(url)
+            try:
+                assert sa.inspect(engine).get_table_names() == []
+            finally:
+                engine.dispose()
+
+
 def test_dev_certs_keeps_an_existing_ca_and_refuses_an_empty_host(
     pki: Path, tmp_path: Path
 ) -> None:
@@ -198,6 +217,16 @@ def test_a_device_checks_its_files_before_connecting(pki: Path, tmp_path: Path) 
     os.chmod(shared, 0o644)
     refused(_device(pki, shared), "--identity", "0644", "chmod 600")
     refused(_device(pki, pki / "d1.json", "--ca", str(pki / "bad.pem")), "--ca")
+    admin = [
+        "admin",
+        "--server",
+        "https://127.0.0.1:9",
+        "--token",
+        "t",
+        "--ca",
+        str(pki / "bad.pem"),
+    ]
+    refused([*admin, "runs", "list"], "--ca")
     negative = tmp_path / "budget.json"
     charge = {"epsilon": -5.0, "delta": 0.0, "rho": None, "status": "spent"}
     negative.write_text(json.dumps({"charges": {"r1": charge}}))
