@@ -153,6 +153,27 @@ def test_add_operator_on_an_unwritable_database_is_one_line(pki: Path, tmp_path:
     assert not (tmp_path / "x.db").exists()
 
 
+def test_unwritable_outputs_are_one_line(pki: Path, tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    auth = str(pki / "auth")
+    refused(["enroll", "init", "--authority", str(afile / "auth")], "--authority")
+    refused(
+        ["enroll", "client", "--authority", auth, "--client-id", "z", "--out", f"{afile}/z.json"],
+        "--out",
+    )
+    refused(
+        ["enroll", "analyst", "bob", "--authority", auth, "--population", "p",
+         "--out", f"{afile}/b.json"],
+        "--out",
+    )  # fmt: skip
+    refused(["server", "dev-certs", "--out", str(afile / "tls")], "--out")
+    pub = str(pki / "auth" / "authority.pub")
+    refused(["server", "trust", "--authority", pub, "--db", f"sqlite:///{afile}/x.db"], "--db")
+    refused(["server", "rotate-operator", "--name", "op", "--db", f"sqlite:///{afile}/x.db"])
+    refused(["server", "--vdaf-peer-ca", str(pki / "bad.pem"), "--port", "1"], "--vdaf-peer-ca")
+
+
 def test_a_truncated_authority_key_is_one_line(pki: Path, tmp_path: Path) -> None:
     damaged = tmp_path / "auth"
     damaged.mkdir()

@@ -179,8 +179,10 @@ def serve(
         return
     if (tls_cert is None) != (tls_key is None):
         raise ParameterError("--tls-cert/--tls-key", "one of them", "both or neither")
-    if vdaf_peer_ca is not None and not vdaf_peer_ca.is_file():
-        raise ParameterError("--vdaf-peer-ca", str(vdaf_peer_ca), "a readable CA certificate file")
+    if vdaf_peer_ca is not None:
+        from fedstats.service.http.tls import read_pem_certificates
+
+        read_pem_certificates(vdaf_peer_ca, "--vdaf-peer-ca")
     key_secret = None if request_key_secret is None else read_key_secret(request_key_secret)
     if tls_cert is None:
         if not is_loopback(host) and not insecure_http:
@@ -565,8 +567,9 @@ def rotate_operator_cmd(
     from fedstats.service.domain.tasks import NotFoundError
     from fedstats.service.store import open_store
 
+    check_db_url(db)
     try:
-        token = rotate_operator(open_store(db), name)
+        token = rotate_operator(open_store(db, require_writable=True), name)
     except NotFoundError:
         raise ParameterError("--name", name, "an existing operator") from None
     typer.echo(token)
@@ -585,7 +588,8 @@ def trust_cmd(
     from fedstats.service.store import open_store
 
     key = public_key_file(authority, "--authority")
-    typer.echo(trust_authority(open_store(db), key))
+    check_db_url(db)
+    typer.echo(trust_authority(open_store(db, require_writable=True), key))
 
 
 def register(app: typer.Typer) -> None:
