@@ -73,7 +73,7 @@ def test_lists_show_iso_dates_and_sort_naturally() -> None:
         ],
         "total": 4,
     }
-    text = _printed(_page_view(["client_id", "not_after"], "devices", sort_by="client_id"), page)
+    text = _printed(_page_view(["client_id", "not_after"], "devices", sort_by=("client_id",)), page)
     order = [int(m) for m in re.findall(r"device-(\d+)", text)]
     assert order == [1, 2, 10, 33]
     assert "e+09" not in text and _cell("not_after", 1827440000.0) in text

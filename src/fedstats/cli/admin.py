@@ -256,12 +256,12 @@ def natural_key(text: Any) -> tuple[Any, ...]:
 
 
 def _page_view(
-    columns: list[str], title: str, sort_by: str | None = None
+    columns: list[str], title: str, sort_by: tuple[str, ...] = ()
 ) -> Callable[[Console, dict[str, Any]], None]:
     def show(console: Console, page: dict[str, Any]) -> None:
         rows = list(page.get("items", []))
-        if sort_by is not None:  # within the page (pages come in the server's order)
-            rows.sort(key=lambda row: natural_key(row.get(sort_by, "")))
+        if sort_by:  # natural order within the page (pages come in the server's order)
+            rows.sort(key=lambda row: tuple(natural_key(row.get(c, "")) for c in sort_by))
         _table(console, rows, columns, title)
         more = page.get("next_offset")
         tail = f"; next page: --offset {more}" if more is not None else ""
@@ -371,6 +371,7 @@ def budget_list(
                 "charges",
             ],
             "budgets",
+            sort_by=("scope", "name"),
         ),
     )
 
@@ -675,7 +676,7 @@ def device_list(
         _page_view(
             ["client_id", "population", "status", "enrolled_at", "revoked_at", "not_after"],
             "devices",
-            sort_by="client_id",
+            sort_by=("client_id",),
         ),
     )
 
@@ -739,7 +740,7 @@ def operator_list(
         lambda api: api.call(
             "GET", "/v1/admin/operators", params={"limit": limit, "offset": offset}, retries=2
         ),
-        _page_view(["name", "created_at"], "operators", sort_by="name"),
+        _page_view(["name", "created_at"], "operators", sort_by=("name",)),
     )
 
 
