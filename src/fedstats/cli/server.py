@@ -350,8 +350,9 @@ def check_db_url(db: str) -> None:
 def bind_sockets(host: str, port: int) -> list[socket.socket]:
     """Listening sockets on ``host``:``port``, bound now (before any database is opened or migrated).
 
-    Every address ``host`` resolves to is bound (as uvicorn would bind the first), with ``SO_REUSEADDR``
-    so that a restart does not wait for the previous process's connections to time out.
+    The first address ``host`` resolves to is bound, in the family uvicorn would use (IPv6 for an address
+    with a colon, else IPv4), with ``SO_REUSEADDR`` so that a restart does not wait for the previous
+    process's connections to time out.
 
     Raises
     ------
@@ -359,7 +360,14 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
         If ``host`` does not resolve (``--host``) or the port is in use or not allowed (``--port``).
     """
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            host,
+            port,
+            # as uvicorn binds: IPv6 for an address with a colon, else IPv4 (localhost: 127.0.0.1)
+            family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+            type=socket.SOCK_STREAM,
+            flags=socket.AI_PASSIVE,
+        )
     except (OSError, UnicodeError) as exc:
         raise ParameterError(
             "--host", host, f"a local address or host name that resolves ({exc})"
