@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 from typing import Any
 
 import numpy as np
@@ -145,3 +146,43 @@ def check_finite_array(name: str, values: Any, *, ndim: int | None = None) -> np
         idx = int(np.flatnonzero(bad.ravel())[0])
         raise DataError(f"{name} has a NaN or infinite value (first at flat index {idx})")
     return arr
+
+
+IDENTIFIER_RULE = (
+    "1 to 128 characters, no control characters, no '/' or '\\', no '..', "
+    "no leading or trailing space"
+)
+"""The charset of identifiers (client ids, populations, analyst and operator names): docs/deploy.md."""
+
+
+def check_identifier(name: str, value: Any) -> str:
+    """Return ``value`` if it is a valid identifier (:data:`IDENTIFIER_RULE`).
+
+    Client ids, populations, analyst and operator names become file names, URL path segments and log
+    fields: a path separator, ``..`` or a control character in one could address another file or forge a
+    log line, so they are refused where identifiers are made.
+
+    Parameters
+    ----------
+    name : str
+        The user's parameter (``--client-id``), named in the error.
+    value : str
+        The identifier.
+
+    Raises
+    ------
+    ParameterError
+        If ``value`` is not a string, is empty or longer than 128 characters, or holds a control character
+        (Unicode category C*), ``/``, a backslash, ``..``, or leading or trailing whitespace.
+    """
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= 128
+        or value != value.strip()
+        or "/" in value
+        or "\\" in value
+        or ".." in value
+        or any(unicodedata.category(c).startswith("C") for c in value)
+    ):
+        raise ParameterError(name, value, IDENTIFIER_RULE)
+    return value

@@ -8,13 +8,14 @@ spent, and what each client sent.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["AnalysisResult", "non_finite_fields", "to_jsonable"]
+__all__ = ["AnalysisResult", "non_finite_fields", "released_summary", "to_jsonable"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -59,6 +60,48 @@ def non_finite_fields(values: dict[str, Any]) -> dict[str, str]:
         if isinstance(v, (float, np.floating)) and not math.isfinite(float(v)):
             out[name] = "nan" if math.isnan(float(v)) else ("inf" if float(v) > 0 else "-inf")
     return out
+
+
+def _num(value: Any) -> str:
+    return f"{float(value):.4g}" if isinstance(value, (int, float)) else str(value)
+
+
+def released_summary(payload: Any) -> str:
+    """One line for a released result: ``estimate [low, high] (privacy spent: epsilon e, delta d)``.
+
+    Used by ``fedstats admin runs wait|show`` and the operator dashboard, instead of the result's JSON.
+
+    Parameters
+    ----------
+    payload : dict or None
+        A result as stored by the server (:meth:`AnalysisResult.to_dict`, possibly with ``n_devices``
+        and ``n_records``), or ``{"value": ...}`` for a result that is not an :class:`AnalysisResult`.
+
+    Returns
+    -------
+    str
+        Numbers to 4 significant digits; the interval with its level when it is not 95%; ``-`` for no
+        result. The warnings are not included (the caller lists them, one per line).
+    """
+    if not isinstance(payload, dict):
+        return "-" if payload is None else str(payload)
+    if "estimate" not in payload:
+        return json.dumps(payload.get("value", payload), sort_keys=True, separators=(",", ":"))
+    line = _num(payload["estimate"])
+    ci = payload.get("ci")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        level = payload.get("confidence", 0.95)
+        at = "" if level in (None, 0.95) else f" {100 * float(level):g}%"
+        line += f" [{_num(ci[0])}, {_num(ci[1])}]{at}"
+    spent = [
+        f"{name} {_num(payload[name])}"
+        for name in ("epsilon", "delta")
+        if payload.get(name) is not None
+    ]
+    line += f" (privacy spent: {', '.join(spent) if spent else 'none (exact)'})"
+    if payload.get("n_devices") is not None:
+        line += f", {payload['n_devices']} devices"
+    return line
 
 
 @dataclass

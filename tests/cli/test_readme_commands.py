@@ -13,8 +13,10 @@ Skipped, each with its reason in the test report (nothing is dropped silently):
 * ``reproduce`` lines: full reproductions of the papers take minutes to hours and the README line is a
   synopsis (``fed-chi2 | bit-pushing | ...``, ``[--out DIR]``); ``tests/library/test_reproduce_*.py`` run each one
   with ``--quick``;
-* the service walkthrough (``server``, ``enroll``, ``client``): its steps share files and a running server;
-  ``tests/e2e/test_service_e2e.py`` runs them end to end;
+* the service walkthrough (``server``, ``enroll``, ``client``, ``admin``): its steps share files, shell
+  variables and a running server; each is a command of ``docs/deploy.md``'s walkthrough
+  (:func:`test_the_readme_service_commands_are_the_walkthroughs` checks it), which
+  ``tests/e2e/test_deploy_walkthrough.py`` runs end to end;
 * commands simulating 10^8 clients or more (``--clients 1000000000``): they run for many minutes;
   ``tests/library/test_scale*.py`` cover the route at smaller sizes.
 """
@@ -55,10 +57,10 @@ def readme_commands(text: str) -> list[str]:
 
 def skip_reason(argv: list[str]) -> str | None:
     """Why a README command is not run here, or ``None`` when it is run."""
-    if argv[1:2] in (["server"], ["client"], ["enroll"]):
+    if argv[1:2] in (["server"], ["client"], ["enroll"], ["admin"]):
         return (
             "deployment walkthrough (an authority, a server and devices run by hand, some in the "
-            "background), run end to end on loopback by tests/e2e/test_service_e2e.py"
+            "background): docs/deploy.md's, run end to end by tests/e2e/test_deploy_walkthrough.py"
         )
     if "reproduce" in argv:
         return (
@@ -129,7 +131,7 @@ def test_the_readme_has_commands_and_skips_only_the_long_runs() -> None:
     # what is skipped is listed (the 10^9-client and reproduce lines), nothing else
     assert SKIPPED, "expected the 10^9-client and reproduce lines to be listed as skipped"
     for line in SKIPPED:
-        deployment = line.split()[1] in ("server", "client", "enroll")
+        deployment = line.split()[1] in ("server", "client", "enroll", "admin")
         assert deployment or "reproduce" in line or "--clients 1000000000" in line, line
     # the examples step that makes the README's example files available is itself in the README
     assert EXAMPLE_STEPS and all("--out" in argv for argv in EXAMPLE_STEPS)
@@ -177,3 +179,31 @@ def test_docs_command_runs_as_printed(page: str, line: str, tmp_path: Path) -> N
     res = _run(argv, tmp_path)
     assert res.returncode == 0, f"{page}: {line}\nexit {res.returncode}\n{res.stderr[-3000:]}"
     assert "Traceback" not in res.stderr
+
+
+def _shell_commands(text: str) -> set[tuple[str, ...]]:
+    """The ``fedstats`` commands of the shell blocks of ``text``, each as its words (comments dropped)."""
+    return {tuple(shlex.split(line, comments=True)) for line in readme_commands(text)}
+
+
+def test_the_readme_service_commands_are_the_walkthroughs() -> None:
+    """Every deployment command of the README is one that docs/deploy.md's walkthrough runs as printed."""
+    walkthrough = README.parent / "docs" / "deploy.md"
+    section = walkthrough.read_text(encoding="utf-8").split(
+        "## Walkthrough: from nothing to a released result", 1
+    )[1]
+    section = re.split(r"^## ", section, flags=re.M)[0]
+    run = _shell_commands(section)
+    service = [
+        argv for argv in ARGVS if argv[1:2] in (["server"], ["client"], ["enroll"], ["admin"])
+    ]
+    assert len(service) >= 10, service  # the README shows the whole path, from authority to result
+    for step in ("enroll", "server", "admin", "client"):
+        assert any(argv[1] == step for argv in service), step
+    missing = [" ".join(argv) for argv in service if tuple(argv) not in run]
+    assert not missing, f"README service commands not in the walkthrough: {missing}"
+    # and the README's curl says what it sends
+    text = README.read_text(encoding="utf-8")
+    for call in re.findall(r"curl[^\n]*(?:\\\n[^\n]*)*", text):
+        if " -d " in call or "--data" in call:
+            assert "Content-Type: application/json" in call, call

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +49,7 @@ def _admin(
         "--ca",
         str(dep.certs["ca"]),
         *args,
-        env={"FEDSTATS_TOKEN": token or dep.token},
+        env={"FEDSTATS_TOKEN": token or dep.token, "COLUMNS": "200"},  # tables uncut
     )
 
 
@@ -108,6 +109,10 @@ def test_an_operator_runs_a_task_from_the_cli(dep: Deployment, tmp_path: Path) -
     waited = _admin(dep, "runs", "wait", r1["run_id"], "--json")
     assert waited.returncode == 1 and json.loads(waited.stdout)["status"] == "aborted"
     assert "cancelled by alice" in waited.stderr
+    # without --json: a progress line on stderr, the run as a table (issue 42, item 6)
+    shown = _admin(dep, "runs", "wait", r1["run_id"])
+    assert shown.returncode == 1 and f"run {r1['run_id']}: aborted" in shown.stderr
+    assert r1["run_id"] in shown.stdout and "{" not in shown.stdout
     # the server's refusal is one line with its message, exit 1
     _one_error_line(_admin(dep, "runs", "cancel", r1["run_id"]), 1, "409", "already aborted")
     _one_error_line(_admin(dep, "runs", "show", "no-such-run"), 1, "404", "no-such-run")
@@ -126,8 +131,20 @@ def test_devices_are_listed_revoked_and_reinstated(dep: Deployment) -> None:
         dev.register()
     finally:
         dev.close()
+    for name in ("cli-dev-10", "cli-dev-2"):
+        other = Device(dep.url, dep.identity(name), {"value": np.zeros(1)}, ca=dep.certs["ca"])
+        try:
+            other.register()
+        finally:
+            other.close()
     listed = _json(_admin(dep, "devices", "list", "--json"))
     assert "cli-dev" in {d["client_id"] for d in listed["items"]}
+    # the table: ISO dates (not 1.82744e+09), device-2 before device-10 (issue 42, item 6)
+    table = _admin(dep, "devices", "list")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.index("cli-dev-2 ") < table.stdout.index("cli-dev-10")
+    assert "e+09" not in table.stdout
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", table.stdout), table.stdout
     assert _json(_admin(dep, "devices", "revoke", "cli-dev", "--json"))["status"] == "revoked"
     revoked = _json(_admin(dep, "devices", "list", "--status", "revoked", "--json"))
     assert [d["client_id"] for d in revoked["items"]] == ["cli-dev"]

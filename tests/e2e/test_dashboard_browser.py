@@ -19,6 +19,7 @@ import httpx
 import pytest
 from markupsafe import escape
 
+from fedstats.results import released_summary
 from service_helpers import Deployment, wait_run
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -124,6 +125,10 @@ def test_the_dashboard_needs_an_operator_token_and_escapes_everything(
         # three devices cannot locate a mean in [0, 8]: the run's warnings are on the page (issue 43)
         warnings = finished["run"]["result"]["warnings"]
         assert warnings and all(str(escape(w)) in page.text for w in warnings)
+        # and so is the released estimate, as `fedstats admin runs wait` prints it (issue 42, item 6)
+        released = released_summary(finished["run"]["result"])
+        assert released.split(" ")[0][:1].isdigit() and "privacy spent: epsilon 1" in released
+        assert str(escape(released)) in page.text
         # the label is data: escaped, never markup; the token never appears in the page
         assert "<script>window.__xss" not in page.text and "<img src=x" not in page.text
         assert "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in page.text

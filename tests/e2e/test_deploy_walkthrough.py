@@ -72,10 +72,11 @@ def test_the_walkthrough_has_every_step() -> None:
         "fedstats server add-operator",
         "fedstats server --db",
         "/v1/admin/budgets/population/",
-        "/v1/admin/budgets/analyst/",
+        "fedstats admin budgets set analyst",
         "fedstats admin tasks sign",
         "/v1/admin/tasks",
         "/v1/admin/runs",
+        "fedstats admin runs wait",
         "fedstats client run",
         "/v1/admin/audit",
     ):

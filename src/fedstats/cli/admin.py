@@ -14,6 +14,7 @@ a lost answer with it: one task, one run, one reservation.
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import sys
 import time
@@ -29,6 +30,7 @@ from rich.table import Table
 
 from fedstats.cli._common import JsonOption, emit, fmt_value, state_from
 from fedstats.errors import FedstatsError, ParameterError
+from fedstats.results import released_summary
 
 admin_app = typer.Typer(
     help="Operator tools over the server's admin API: budgets, tasks, runs, devices, operators.",
@@ -145,7 +147,10 @@ class _Api:
         url = check_server_url(conn.server)
         if conn.ca is not None and not conn.ca.is_file():
             raise ParameterError("--ca", str(conn.ca), "a PEM file")
-        verify: Any = ssl.create_default_context(cafile=str(conn.ca)) if conn.ca else True
+        try:
+            verify: Any = ssl.create_default_context(cafile=str(conn.ca)) if conn.ca else True
+        except ssl.SSLError:
+            raise ParameterError("--ca", str(conn.ca), "a PEM CA certificate file") from None
         self.url = url.rstrip("/")
         self.http = httpx.Client(
             base_url=self.url,
@@ -224,17 +229,40 @@ def _table(console: Console, rows: list[dict[str, Any]], columns: list[str], tit
     console.print(table)
 
 
+TIME_COLUMNS = ("not_after", "not_before", "expires", "deadline")
+"""Columns holding Unix seconds besides the ``*_at`` ones: shown as ISO 8601 dates (UTC)."""
+
+
 def _cell(column: str, value: Any) -> str:
-    if value is not None and column.endswith("_at") and isinstance(value, (int, float)):
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(value)))
+    if (
+        value is not None
+        and (column.endswith("_at") or column in TIME_COLUMNS)
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+    ):
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(value)))
     if isinstance(value, dict):
         return json.dumps(value)
     return fmt_value(value)
 
 
-def _page_view(columns: list[str], title: str) -> Callable[[Console, dict[str, Any]], None]:
+def natural_key(text: Any) -> tuple[Any, ...]:
+    """Sort key putting ``device-2`` before ``device-10``: digit runs compare as numbers."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part.lower())
+        for part in re.split(r"(\d+)", str(text))
+        if part
+    )
+
+
+def _page_view(
+    columns: list[str], title: str, sort_by: tuple[str, ...] = ()
+) -> Callable[[Console, dict[str, Any]], None]:
     def show(console: Console, page: dict[str, Any]) -> None:
-        _table(console, list(page.get("items", [])), columns, title)
+        rows = list(page.get("items", []))
+        if sort_by:  # natural order within the page (pages come in the server's order)
+            rows.sort(key=lambda row: tuple(natural_key(row.get(c, "")) for c in sort_by))
+        _table(console, rows, columns, title)
         more = page.get("next_offset")
         tail = f"; next page: --offset {more}" if more is not None else ""
         console.print(f"{len(page.get('items', []))} of {page.get('total')}{tail}")
@@ -346,6 +374,7 @@ def budget_list(
                 "charges",
             ],
             "budgets",
+            sort_by=("scope", "name"),
         ),
     )
 
@@ -481,7 +510,14 @@ _RUN_COLUMNS = ["run_id", "status", "analyst", "n_clients", "created_at", "finis
 
 
 def _run_view(console: Console, p: dict[str, Any]) -> None:
-    _kv_view(console, {k: v for k, v in p.items() if k != "rounds"})
+    result = p.get("result")
+    shown = {k: v for k, v in p.items() if k != "rounds"}
+    if "result" in shown:
+        shown["result"] = released_summary(result)
+    _kv_view(console, shown)
+    warnings = result.get("warnings") if isinstance(result, dict) else None
+    for warning in warnings or ():
+        console.print(f"warning: {warning}")
     if p.get("rounds"):
         _table(
             console,
@@ -569,12 +605,23 @@ def run_wait(
     ] = 1.0,
     json_flag: JsonOption = False,
 ) -> None:
-    """Wait until a run is done or aborted and show it; exit 1 if it was aborted or time ran out."""
+    """Wait until a run is done or aborted and show it; exit 1 if it was aborted or time ran out.
+
+    While it waits, a line on stderr for each change of status or round progress (not with --json or
+    --quiet); the result reads "estimate [interval] (privacy spent)", then its warnings.
+    """
+    state = state_from(ctx, json_flag=json_flag)
+    say = None if state.json or state.quiet else _stderr_line
 
     def wait(api: _Api) -> Any:
         deadline = time.monotonic() + wait_timeout
+        last = ""
         while True:
             got = api.call("GET", f"/v1/admin/runs/{run_id}", retries=3)
+            line = run_progress(got)
+            if say is not None and line != last:
+                say(line)
+                last = line
             if got["status"] in ("done", "aborted"):
                 return got
             if time.monotonic() > deadline:
@@ -585,6 +632,28 @@ def run_wait(
     if got.get("status") == "aborted":  # shown, but not a success
         print(f"error: run {run_id} aborted: {got.get('error')}", file=sys.stderr, flush=True)
         raise typer.Exit(1)
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_progress(run: dict[str, Any]) -> str:
+    """One progress line for a run being waited on: its status and its current round's records.
+
+    ``run r1: running, round 2 of 2 (sum), 37 of 50 records``; ``run r1: checkin``; ``run r1: done``.
+    """
+    line = f"run {run.get('run_id')}: {run.get('status')}"
+    rounds = list(run.get("rounds") or [])
+    if run.get("status") in ("running", "seeding") and rounds:
+        open_ = [r for r in rounds if r.get("status") != "closed"] or rounds[-1:]
+        r = open_[0]
+        line += f", round {int(r.get('index', 0)) + 1} of {len(rounds)}"
+        if r.get("name"):
+            line += f" ({r['name']})"
+        if r.get("records_expected") is not None:
+            line += f", {r.get('records_summed') or 0} of {r['records_expected']} records"
+    return line
 
 
 # -- devices
@@ -610,6 +679,7 @@ def device_list(
         _page_view(
             ["client_id", "population", "status", "enrolled_at", "revoked_at", "not_after"],
             "devices",
+            sort_by=("client_id",),
         ),
     )
 
@@ -673,7 +743,7 @@ def operator_list(
         lambda api: api.call(
             "GET", "/v1/admin/operators", params={"limit": limit, "offset": offset}, retries=2
         ),
-        _page_view(["name", "created_at"], "operators"),
+        _page_view(["name", "created_at"], "operators", sort_by=("name",)),
     )
 
 

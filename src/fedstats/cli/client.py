@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 
-from fedstats.client import ConnectionFailed, Device, LocalBudget, Policy
+from fedstats.client import (
+    ConnectionFailed,
+    Device,
+    LocalBudget,
+    Policy,
+    ca_context,
+    check_private_file,
+)
 from fedstats.randomness import RandomSource
 
 # every default below is the one of the device SDK (its policy, budget and Device.run): one home
@@ -125,6 +132,10 @@ def run(
         min_session_size=min_session_size,
         min_batch_size=min_batch_size,
     )
+    # checked before anything connects: each a one-line error (exit 2)
+    check_private_file(identity, "--identity")
+    if ca is not None:
+        ca_context(ca, "--ca")
     path = budget_file or identity.with_suffix(".budget.json")
     budget = LocalBudget(path, epsilon=budget_epsilon, delta=budget_delta)
     dev = Device(

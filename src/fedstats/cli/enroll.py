@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from fedstats._validation import check_identifier
+from fedstats.errors import ParameterError
 from fedstats.wire.enrollment import ANALYST_VALID_DAYS
 
 enroll_app = typer.Typer(
@@ -22,7 +24,12 @@ def init(
     """Create an authority; prints its public key (give authority.pub to the server)."""
     from fedstats.wire.enrollment import init_authority
 
-    typer.echo(init_authority(authority))
+    try:
+        typer.echo(init_authority(authority))
+    except OSError as exc:
+        raise ParameterError(
+            "--authority", str(authority), f"a writable folder ({exc.strerror})"
+        ) from None
 
 
 @enroll_app.command("client")
@@ -51,16 +58,20 @@ def client(
     its key, so a replaced key locks the device out until an operator re-keys it
     (``fedstats admin devices reinstate ID --certificate NEW_IDENTITY``).
     """
-    from fedstats.errors import ParameterError
     from fedstats.wire.enrollment import issue_identity
 
+    check_identifier("--client-id", client_id)
+    check_identifier("--population", population)
     if str(out).strip() in ("", "."):
         raise ParameterError("--out", str(out), "a file path")
     if out.exists() and not force:
         raise ParameterError(
             "--out", str(out), "a path with no identity yet (this one exists; --force replaces it)"
         )
-    issue_identity(authority, client_id, population, out, valid_days=valid_days)
+    try:
+        issue_identity(authority, client_id, population, out, valid_days=valid_days)
+    except OSError as exc:
+        raise ParameterError("--out", str(out), f"a writable path ({exc.strerror})") from None
     typer.echo(str(out))
 
 
@@ -90,7 +101,13 @@ def analyst(
     """
     from fedstats.wire.enrollment import issue_analyst
 
-    issue_analyst(authority, name, population, out, valid_days=valid_days)
+    check_identifier("name", name)
+    for p in population:
+        check_identifier("--population", p)
+    try:
+        issue_analyst(authority, name, population, out, valid_days=valid_days)
+    except OSError as exc:
+        raise ParameterError("--out", str(out), f"a writable path ({exc.strerror})") from None
     typer.echo(str(out))
 
 

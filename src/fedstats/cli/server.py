@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import logging
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from fedstats._validation import check_identifier
 from fedstats.errors import ParameterError
 from fedstats.service.http.settings import ServerSettings
 
@@ -207,8 +210,10 @@ def serve(
         return
     if (tls_cert is None) != (tls_key is None):
         raise ParameterError("--tls-cert/--tls-key", "one of them", "both or neither")
-    if vdaf_peer_ca is not None and not vdaf_peer_ca.is_file():
-        raise ParameterError("--vdaf-peer-ca", str(vdaf_peer_ca), "a readable CA certificate file")
+    if vdaf_peer_ca is not None:
+        from fedstats.service.http.tls import read_pem_certificates
+
+        read_pem_certificates(vdaf_peer_ca, "--vdaf-peer-ca")
     key_secret = None if request_key_secret is None else read_key_secret(request_key_secret)
     if tls_cert is None:
         if not is_loopback(host) and not insecure_http:
@@ -227,6 +232,13 @@ def serve(
     from fedstats.service.http.limits import open_file_limit
 
     connections = open_file_limit(max_connections)  # before any database is created
+    if tls_cert is not None and tls_key is not None:
+        from fedstats.service.http.tls import check_server_tls
+
+        check_server_tls(tls_cert, tls_key)
+    check_db_url(db)
+    # bound before the database is opened: a busy port or a bad host is one line, no database made
+    sockets = bind_sockets(host, port)
     import uvicorn
 
     from fedstats.service.domain.operators import trust_authority
@@ -272,8 +284,9 @@ def serve(
     guard = ConnectionGuard(connections, min(max_connections_per_peer, connections), header_timeout)
     app.state.connections = guard  # its counts in /metrics
     _settle_heap()
+    quiet = StoppingApp(app)
     config = uvicorn.Config(
-        app,
+        quiet,
         host=host,
         port=port,
         loop=_loop_impl(),
@@ -299,10 +312,122 @@ def serve(
             if self.started:  # the socket is bound: say where (uvicorn's own line is silenced)
                 typer.echo(f"fedstats server: listening on {url}", err=True)
 
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            quiet.stopping = (
+                True  # requests still held at the deadline are answered 503, not logged
+            )
+            await super().shutdown(sockets)
+
     server = Server(config)
-    server.run()
+    server.run(sockets=sockets)
     if not server.started:  # could not bind (address in use, permission): uvicorn logged why
         raise SystemExit(3)
+
+
+class StoppingApp:
+    """ASGI wrapper: a request cancelled by the server's shutdown is answered 503, with no traceback.
+
+    Devices hold long polls (up to ``--max-wait``); at shutdown uvicorn waits ``timeout_graceful_shutdown``
+    seconds, then cancels what is still running, and logged a traceback per held request. Once
+    :attr:`stopping` is set, a cancelled HTTP request is answered ``503`` with ``Retry-After: 1`` and
+    ``Connection: close`` instead (the device retries, against this server restarted or another one).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.stopping = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Run the request; a cancellation during shutdown becomes a 503."""
+        started = False
+
+        async def tracked(message: Any) -> None:
+            nonlocal started
+            if message.get("type") == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            if not self.stopping or scope.get("type") != "http":
+                raise
+            if not started:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 503,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"retry-after", b"1"),
+                            (b"connection", b"close"),
+                        ],
+                    }
+                )
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b'{"detail": "the server is shutting down; retry"}',
+                    }
+                )
+
+
+def check_db_url(db: str) -> None:
+    """Refuse a SQLite ``--db`` whose folder does not exist or is a file, before anything opens it.
+
+    Raises
+    ------
+    ParameterError
+        If ``db`` is ``sqlite:///PATH`` and PATH's folder is missing or not a folder.
+    """
+    if db.startswith("sqlite:///"):
+        folder = Path(db[len("sqlite:///") :].split("?", 1)[0]).parent
+        if not folder.is_dir():
+            raise ParameterError(
+                "--db", db, f"a database in an existing, writable folder ({folder} is not a folder)"
+            )
+
+
+def bind_sockets(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on ``host``:``port``, bound now (before any database is opened or migrated).
+
+    The first address ``host`` resolves to is bound, in the family uvicorn would use (IPv6 for an address
+    with a colon, else IPv4), with ``SO_REUSEADDR`` so that a restart does not wait for the previous
+    process's connections to time out.
+
+    Raises
+    ------
+    ParameterError
+        If ``host`` does not resolve (``--host``) or the port is in use or not allowed (``--port``).
+    """
+    try:
+        infos = socket.getaddrinfo(
+            host,
+            port,
+            # as uvicorn binds: IPv6 for an address with a colon, else IPv4 (localhost: 127.0.0.1)
+            family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+            type=socket.SOCK_STREAM,
+            flags=socket.AI_PASSIVE,
+        )
+    except (OSError, UnicodeError) as exc:
+        raise ParameterError(
+            "--host", host, f"a local address or host name that resolves ({exc})"
+        ) from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ParameterError(
+            "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host",
+            f"{host}:{port}",
+            f"an address this process can listen on ({exc.strerror or exc})",
+        ) from None
+    sock.set_inheritable(True)
+    return [sock]
 
 
 def read_key_secret(path: Path) -> bytes:
@@ -438,11 +563,19 @@ def dev_certs(
     host: Annotated[
         list[str] | None, typer.Option("--host", help="Host name or IP (repeatable).")
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace an existing CA in --out (devices pinning the old one are cut off).",
+        ),
+    ] = False,
 ) -> None:
-    """Create a development CA and a server certificate signed by it."""
+    """Create a development CA and a server certificate signed by it (an existing CA is kept)."""
     from fedstats.service.http.tls import make_dev_certificates
 
-    paths = make_dev_certificates(out, list(host) if host else ["127.0.0.1", "localhost"])
+    hosts = ["127.0.0.1", "localhost"] if host is None else list(host)
+    paths = make_dev_certificates(out, hosts, force=force)
     for role, p in paths.items():
         typer.echo(f"{role}: {p}")
 
@@ -459,10 +592,10 @@ def add_operator_cmd(
     from fedstats.service.domain.operators import add_operator
     from fedstats.service.store import open_store
 
-    if not 1 <= len(name) <= 128:
-        raise ParameterError("--name", name, "1 to 128 characters")
+    check_identifier("--name", name)
+    check_db_url(db)
     try:
-        token = add_operator(open_store(db), name)
+        token = add_operator(open_store(db, require_writable=True), name)
     except ParameterError:
         raise ParameterError(
             "--name",
@@ -483,8 +616,9 @@ def rotate_operator_cmd(
     from fedstats.service.domain.tasks import NotFoundError
     from fedstats.service.store import open_store
 
+    check_db_url(db)
     try:
-        token = rotate_operator(open_store(db), name)
+        token = rotate_operator(open_store(db, require_writable=True), name)
     except NotFoundError:
         raise ParameterError("--name", name, "an existing operator") from None
     typer.echo(token)
@@ -503,7 +637,8 @@ def trust_cmd(
     from fedstats.service.store import open_store
 
     key = public_key_file(authority, "--authority")
-    typer.echo(trust_authority(open_store(db), key))
+    check_db_url(db)
+    typer.echo(trust_authority(open_store(db, require_writable=True), key))
 
 
 def register(app: typer.Typer) -> None:

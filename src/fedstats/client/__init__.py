@@ -74,6 +74,8 @@ __all__ = [
     "LocalBudget",
     "Policy",
     "RefusedTask",
+    "ca_context",
+    "check_private_file",
     "check_server_url",
     "load_data",
 ]
@@ -256,6 +258,62 @@ def _columns(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return cols
 
 
+def check_private_file(path: Path | str, name: str) -> None:
+    """Refuse a file holding a private key that others on the machine can read (mode beyond 0600).
+
+    Raises
+    ------
+    ParameterError
+        Naming ``name``, if the file is group- or world-readable or writable (``chmod 600 FILE`` fixes
+        it). A missing file is left to the reader's own error.
+    """
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077:
+        raise ParameterError(
+            name,
+            str(path),
+            f"a private key file only its owner can read (mode {mode:04o}; run 'chmod 600 {path}')",
+        )
+
+
+def _check_key_matches(key: Any, cert: Any, path: Path | str) -> None:
+    """Refuse an identity whose private key is not the one its certificate certifies."""
+    body = cert.get("body", {}) if isinstance(cert, Mapping) else {}
+    if auth.public_key_hex(key) != body.get("public_key"):
+        raise ParameterError(
+            "identity",
+            str(path),
+            "an identity whose private key matches its certificate (this key is not the certified "
+            "one: re-enroll the device)",
+        )
+
+
+def ca_context(ca: Path | str, name: str = "ca") -> ssl.SSLContext:
+    """A TLS context trusting the PEM CA certificate(s) in file ``ca`` (``--ca``).
+
+    Parameters
+    ----------
+    ca : path
+        A PEM file of one or more CA certificates.
+    name : str
+        The parameter named in the error.
+
+    Raises
+    ------
+    ParameterError
+        If ``ca`` cannot be read or holds no PEM certificate.
+    """
+    try:
+        return ssl.create_default_context(cafile=str(ca))
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise ParameterError(
+            name, str(ca), f"a PEM CA certificate file ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
+
+
 class Device(SecureRuns):
     """A client device talking to one server.
 
@@ -296,10 +354,17 @@ class Device(SecureRuns):
         log: Callable[[str], None] | None = None,
     ) -> None:
         check_server_url(server)
-        ident = dict(identity) if isinstance(identity, Mapping) else load_identity(identity)
+        if isinstance(identity, Mapping):
+            ident = dict(identity)
+        else:
+            check_private_file(identity, "identity")
+            ident = load_identity(identity)
         self.client_id = str(ident["client_id"])
         self._key = auth.private_key_from_hex(ident["private_key"])
         self._cert = ident["certificate"]
+        if not isinstance(identity, Mapping):
+            _check_key_matches(self._key, self._cert, identity)
+        verify = True if ca is None else ca_context(ca)
         # a request key (auth.open_request_key): (key id, 32-byte key, expires), opened after the device
         # is enrolled; until then, and whenever the server no longer accepts it, requests are signed
         self._request_key: tuple[str, bytes, float] | None = None
@@ -321,7 +386,7 @@ class Device(SecureRuns):
         self._timeout = float(timeout)
         self._http = httpx.Client(
             base_url=server.rstrip("/"),
-            verify=ssl.create_default_context(cafile=str(ca)) if ca is not None else True,
+            verify=verify,
             timeout=timeout,
             # one connection, kept between requests that are seconds apart (a secure stage's work):
             # each new one costs a TLS handshake on both sides

@@ -114,6 +114,19 @@ class RefusedTask(FedstatsError):
 _STATUSES = ("reserved", "spent")
 
 
+def _check_charge(run: str, charge: Mapping[str, Any]) -> None:
+    """Refuse a budget-file charge that is negative or not finite: it would read as extra budget."""
+    for name, high in (("epsilon", math.inf), ("delta", 1.0), ("rho", math.inf)):
+        value = charge.get(name)
+        if name == "rho" and value is None:
+            continue
+        if not (isinstance(value, (int, float)) and 0 <= value <= high and math.isfinite(value)):
+            raise ValueError(
+                f"run {run!r} charges {name} {value!r}: a charge must be finite and >= 0 (a negative "
+                "charge would add budget)"
+            )
+
+
 @dataclass
 class LocalBudget:
     """The device's own privacy budget across runs, kept in a JSON file (written atomically).
@@ -163,6 +176,7 @@ class LocalBudget:
                         v = {"epsilon": v[0], "delta": v[1], "rho": None, "status": "spent"}
                     if v["status"] not in _STATUSES:
                         raise ValueError(f"status {v['status']!r}")
+                    _check_charge(str(k), v)
                     charges[str(k)] = {
                         "epsilon": float(v["epsilon"]),
                         "delta": float(v["delta"]),

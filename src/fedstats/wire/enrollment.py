@@ -32,6 +32,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedstats._io import atomic_write_text
+from fedstats._validation import check_identifier
 from fedstats.errors import FedstatsError, ParameterError
 from fedstats.wire import auth
 
@@ -93,15 +94,22 @@ def load_authority(folder: Path | str) -> Ed25519PrivateKey:
     Raises
     ------
     ParameterError
-        If there is no ``authority.key``.
+        If there is no ``authority.key``, or it cannot be read or parsed (truncated, damaged).
     """
     p = Path(folder) / "authority.key"
     if not p.exists():
         raise ParameterError("authority", str(folder), "a folder made by 'fedstats enroll init'")
-    text = p.read_text().strip()
-    if text.startswith("{"):  # the labelled form; a bare hex key is an authority made before it
-        text = str(json.loads(text)["private_key"])
-    return auth.private_key_from_hex(text)
+    try:
+        text = p.read_text().strip()
+        if text.startswith("{"):  # the labelled form; a bare hex key is an authority made before it
+            text = str(json.loads(text)["private_key"])
+        return auth.private_key_from_hex(text)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, FedstatsError) as exc:
+        raise ParameterError(
+            "authority",
+            str(p),
+            f"an authority.key made by 'fedstats enroll init' (this one is damaged or truncated: {exc})",
+        ) from None
 
 
 def issue_identity(
@@ -117,11 +125,11 @@ def issue_identity(
     Raises
     ------
     ParameterError
-        If ``client_id`` or ``population`` is empty or longer than 128 characters.
+        If ``client_id`` or ``population`` is not an identifier
+        (:data:`fedstats._validation.IDENTIFIER_RULE`).
     """
-    for name, v in (("client_id", client_id), ("population", population)):
-        if not 1 <= len(v) <= 128:
-            raise ParameterError(name, v, "1 to 128 characters")
+    check_identifier("client_id", client_id)
+    check_identifier("population", population)
     _check_valid_days(valid_days)
     authority = load_authority(authority_folder)
     key = Ed25519PrivateKey.generate()
@@ -192,11 +200,12 @@ def issue_analyst(
     Raises
     ------
     ParameterError
-        If ``name`` or a population is empty or too long, no population is given, or ``name`` was
-        revoked (:func:`revoke_analyst`).
+        If ``name`` or a population is not an identifier (:data:`fedstats._validation.IDENTIFIER_RULE`),
+        no population is given, or ``name`` was revoked (:func:`revoke_analyst`).
     """
-    if not 1 <= len(name) <= 128:
-        raise ParameterError("analyst", name, "1 to 128 characters")
+    check_identifier("analyst", name)
+    for population in populations:
+        check_identifier("population", population)
     _check_valid_days(valid_days)
     _check_not_revoked(authority_folder, name)
     authority = load_authority(authority_folder)

@@ -4,7 +4,7 @@ An operator signs in once with a form (``POST /dashboard/login``); the token the
 ``HttpOnly``, ``Secure``, ``SameSite=Strict`` cookie and is never written into a page. The page is
 rendered on the server with Jinja2 (autoescaping on: task labels, errors and audit details are data) and
 refreshes itself. It shows the latest runs (status, task, rounds and their state, devices checked in,
-start and end, error), the enrolled and checked-in devices per population, every budget (spent, reserved
+start and end, the released estimate of a finished run with its warnings, error), the enrolled and checked-in devices per population, every budget (spent, reserved
 and remaining, as ``GET /v1/admin/budgets/...`` computes them), recent errors: aborted runs and the
 audit entries that record a refusal, an abort or a release, and this server process's counters since it
 started (HTTP responses by status class, 5xx highlighted; reports accepted, duplicate and excluded by
@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.results import released_summary
 from fedstats.service.domain import ledger, runs
 from fedstats.service.store import State, Store
 from fedstats.wire import auth
@@ -112,6 +113,8 @@ def dashboard_state(tx: State, now: float | None = None) -> dict[str, Any]:
                 "task": _task_summary(tasks_by_id.get(r.task_id)),
                 "created": _when(r.created_at),
                 "finished": _when(r.finished_at),
+                # the released estimate of a finished run, as `fedstats admin runs wait` prints it
+                "released": released_summary(view["result"]) if view.get("result") else "",
             }
         )
 

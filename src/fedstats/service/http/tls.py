@@ -17,8 +17,73 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from fedstats._io import atomic_write_bytes
+from fedstats.errors import ParameterError
 
-__all__ = ["make_dev_certificates"]
+__all__ = ["check_server_tls", "make_dev_certificates", "read_pem_certificates"]
+
+
+def read_pem_certificates(path: Path | str, option: str) -> list[x509.Certificate]:
+    """The PEM certificates in file ``path`` (``--tls-cert``, ``--ca``), at least one.
+
+    Raises
+    ------
+    ParameterError
+        Naming ``option``, if the file cannot be read or holds no PEM certificate (a private key, a
+        DER file, garbage).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ParameterError(option, str(path), f"a readable PEM file ({exc.strerror})") from None
+    try:
+        certs = x509.load_pem_x509_certificates(data)
+    except ValueError:
+        certs = []
+    if not certs:
+        what = " (this one holds a private key)" if b"PRIVATE KEY" in data else ""
+        raise ParameterError(option, str(path), f"a PEM certificate file{what}")
+    return certs
+
+
+def check_server_tls(cert: Path | str, key: Path | str) -> None:
+    """Check the server's ``--tls-cert`` and ``--tls-key`` before anything starts.
+
+    Each file must be readable PEM of its kind (a certificate chain; an unencrypted private key), and the
+    key must be the certificate's: the server refuses to start otherwise, with one line naming the option,
+    rather than with a traceback from the TLS library after its database was created.
+
+    Raises
+    ------
+    ParameterError
+        If a file is missing or unreadable, the files are swapped, either is not PEM, or the key does not
+        match the certificate.
+    """
+    if b"PRIVATE KEY" in _read(cert, "--tls-cert") and b"CERTIFICATE" in _read(key, "--tls-key"):
+        raise ParameterError(
+            "--tls-cert/--tls-key", f"{cert} / {key}", "the certificate, then the key (swapped)"
+        )
+    leaf = read_pem_certificates(cert, "--tls-cert")[0]
+    key_pem = _read(key, "--tls-key")
+    try:
+        private = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise ParameterError(
+            "--tls-key", str(key), f"an unencrypted PEM private key ({str(exc).split('.')[0]})"
+        ) from None
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if private.public_key().public_bytes(serialization.Encoding.DER, public) != (
+        leaf.public_key().public_bytes(serialization.Encoding.DER, public)
+    ):
+        raise ParameterError(
+            "--tls-key", str(key), f"the private key of the certificate in --tls-cert {cert}"
+        )
+
+
+def _read(path: Path | str, option: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ParameterError(option, str(path), f"a readable PEM file ({exc.strerror})") from None
 
 
 def _name(cn: str) -> x509.Name:
@@ -33,7 +98,9 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def make_dev_certificates(out: Path | str, hosts: list[str]) -> dict[str, Path]:
+def make_dev_certificates(
+    out: Path | str, hosts: list[str], *, force: bool = False
+) -> dict[str, Path]:
     """Write ``ca.pem``, ``ca-key.pem``, ``server.pem`` and ``server-key.pem`` into ``out``.
 
     Parameters
@@ -41,14 +108,44 @@ def make_dev_certificates(out: Path | str, hosts: list[str]) -> dict[str, Path]:
     out : path
         Folder (created if missing).
     hosts : list of str
-        DNS names and IP addresses the server certificate is valid for (at least one).
+        DNS names and IP addresses the server certificate is valid for (at least one; each 1 to 64
+        characters, no spaces or control characters).
+    force : bool
+        Replace an existing ``ca.pem`` (every device pinning the old CA is then cut off). Default False.
 
     Returns
     -------
     dict
         Paths by role: ``ca``, ``ca_key``, ``cert``, ``key``.
+
+    Raises
+    ------
+    ParameterError
+        If ``out`` already holds a CA and ``force`` is False, a host is empty or malformed, or ``out``
+        cannot be written.
     """
+    if not hosts:
+        raise ParameterError("--host", "", "at least one host name or IP address")
+    for h in hosts:
+        if not 1 <= len(h) <= 64 or any(c.isspace() or not c.isprintable() for c in h):
+            raise ParameterError(
+                "--host", h, "a host name or IP address of 1 to 64 characters, no spaces"
+            )
     folder = Path(out)
+    if (folder / "ca.pem").exists() and not force:
+        raise ParameterError(
+            "--out",
+            str(folder),
+            "a folder without a CA (this one has ca.pem: devices pinning it would be cut off; "
+            "--force replaces it)",
+        )
+    try:
+        return _write_dev_certificates(folder, hosts)
+    except OSError as exc:
+        raise ParameterError("--out", str(folder), f"a writable folder ({exc.strerror})") from None
+
+
+def _write_dev_certificates(folder: Path, hosts: list[str]) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
