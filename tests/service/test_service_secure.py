@@ -24,6 +24,7 @@ from sqlalchemy import select
 
 from deadlines import scaled
 from fedstats import wire
+from fedstats.analyses.usefulness import attach_warnings
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.client.secure import CertificateRosterVerifier
 from fedstats.client.secure import body_bytes as secure_body
@@ -752,7 +753,9 @@ def assert_release_is_in_process(
     assert released.pop("n_devices") == view["devices"]
     assert released.pop("n_records") == n
     assert released.pop("max_records_per_client") >= 1
-    assert released == json.loads(json.dumps(to_jsonable(stop.value.value.to_dict())))
+    # the server attaches the usefulness warnings to what it releases (driver._finish), as the API does
+    want = attach_warnings(stop.value.value).to_dict()
+    assert released == json.loads(json.dumps(to_jsonable(want)))
 
 
 def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: Deployment) -> None:
