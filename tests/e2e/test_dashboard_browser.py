@@ -127,7 +127,9 @@ def test_the_dashboard_needs_an_operator_token_and_escapes_everything(
         assert warnings and all(str(escape(w)) in page.text for w in warnings)
         # and so is the released estimate, as `fedstats admin runs wait` prints it (issue 42, item 6)
         released = released_summary(finished["run"]["result"])
-        assert released.split(" ")[0][:1].isdigit() and "privacy spent: epsilon 1" in released
+        # (unbiased since issue 43: three devices' mean may be released below 0)
+        assert released.split(" ")[0].lstrip("-")[:1].isdigit()
+        assert "privacy spent: epsilon 1" in released
         assert str(escape(released)) in page.text
         # the label is data: escaped, never markup; the token never appears in the page
         assert "<script>window.__xss" not in page.text and "<img src=x" not in page.text
