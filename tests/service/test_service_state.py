@@ -392,6 +392,7 @@ def _step_until(devices: list[Device], done: Callable[[], bool], seconds: float 
         time.sleep(0.02)
 
 
+@pytest.mark.memory_state
 def test_a_secure_run_on_the_memory_state(tmp_path: Path) -> None:
     """A secure fed-chi2 run (two sessions of three) over the service with the memory store: each
     round's secure sum is the sum of the included devices' own reports, bit for bit."""
