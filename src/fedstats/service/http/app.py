@@ -19,22 +19,19 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import signal
 import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from typing import Annotated
 
-from fastapi import FastAPI, Header, HTTPException
-from fastapi.responses import PlainTextResponse
+from fastapi import FastAPI
 
 from fedstats.errors import ParameterError
 from fedstats.service.domain import driver, idempotency
 from fedstats.service.domain.changes import Changes, Wakeup, record_change
+from fedstats.service.http import admin, metrics
 from fedstats.service.http import edge as http
-from fedstats.service.http.admin import admin_router
 from fedstats.service.http.dashboard import add_dashboard, process_state
 from fedstats.service.http.device import DeviceWrites, DirectRoutes, Offload, add_client_routes
 from fedstats.service.http.health import add_health_routes
@@ -44,7 +41,6 @@ from fedstats.service.http.schemas import (
 )
 from fedstats.service.http.settings import ServerSettings
 from fedstats.service.store import Store, StoreError
-from fedstats.wire import auth
 
 __all__ = ["ServerSettings", "create_app"]
 
@@ -184,6 +180,8 @@ def create_app(
     app.router.route_class = http.StrictRoute  # strict JSON bodies (no NaN/Infinity, bounded depth)
     app.state.driver = runner
     app.state.store = store
+    app.state.changed = changed  # the admin routes' change publisher (.context.Changed)
+    app.state.counters = counters  # /metrics (.metrics)
 
     http.install_error_handlers(app)  # FedstatsError and validation errors: one-line JSON 4xx
 
@@ -192,55 +190,15 @@ def create_app(
             tx.purge_nonces(time.time() - 2 * cfg.replay_window)
         idempotency.purge(store, cfg.idempotency_retention)
 
-    # -- operator auth
-    def operator(authorization: Annotated[str | None, Header()] = None) -> str:
-        if not authorization or not authorization.startswith("Bearer "):
-            raise HTTPException(401, "bearer token required", {"WWW-Authenticate": "Bearer"})
-        h = auth.hash_token(authorization[7:].strip())
-        with store.transaction(read_only=True) as tx:
-            name = tx.operator_of(h)
-        if name is None:
-            raise HTTPException(401, "unknown token", {"WWW-Authenticate": "Bearer"})
-        return str(name)
-
     add_health_routes(app, store)  # /healthz, /readyz (fedstats.service.http.health)
-
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["ops"])
-    def metrics() -> str:
-        """Prometheus text format."""
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        lines = [
-            "# TYPE fedstats_process_cpu_seconds_total counter",
-            f"fedstats_process_cpu_seconds_total {usage.ru_utime + usage.ru_stime:.3f}",
-            "# TYPE fedstats_process_max_rss_bytes gauge",
-            f"fedstats_process_max_rss_bytes {usage.ru_maxrss * 1024}",
-        ]
-        for name, v in sorted(runner.metrics.items()):
-            lines += [f"# TYPE fedstats_{name}_total counter", f"fedstats_{name}_total {v:g}"]
-        lines += driver.excluded_metrics(runner)  # fedstats_reports_excluded_total{reason=...}
-        lines += http.metrics_lines(counters)
-        guard = getattr(app.state, "connections", None)  # set by `fedstats server` (.limits)
-        if guard is not None:
-            lines += [
-                "# TYPE fedstats_connections_open gauge",
-                f"fedstats_connections_open {guard.open}",
-                "# TYPE fedstats_connections_refused_total counter",
-                f"fedstats_connections_refused_total {guard.refused}",
-                "# TYPE fedstats_connections_timed_out_total counter",
-                f"fedstats_connections_timed_out_total {guard.timed_out}",
-            ]
-        for key, v in sorted(counters.items()):
-            if not key.startswith("http_responses_total"):
-                lines.append(f"# TYPE fedstats_{key}_total counter")
-                lines.append(f"fedstats_{key}_total {v:g}")
-        return "\n".join(lines) + "\n"
 
     # the device routes first: a request is matched against the routes in order (a linear scan, each
     # candidate costing a regex and a scope copy), and devices send nearly every request
     cache = add_client_routes(
         app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload
     )
-    app.include_router(admin_router(store, operator, changed))
+    app.include_router(admin.router)
+    app.include_router(metrics.router)
     add_dashboard(  # the operator's read-only status page (/dashboard)
         app, store, lambda: process_state(counters, runner.metrics, runner.excluded)
     )
