@@ -13,11 +13,24 @@ from fedstats.service.domain.tasks import ConflictError
 from fedstats.service.domain.vdaf_tasks import Noise, _signed_row, task_row, vdaf_from_spec
 from fedstats.service.store import Store
 
-__all__ = ["collect"]
+__all__ = ["UnaggregatedError", "collect"]
+
+
+class UnaggregatedError(ConflictError):
+    """Collection refused: this aggregator holds reports that were never in an aggregation job (409).
+
+    On the helper these are reports the leader acknowledged (each came with the leader's receipt) and
+    left out of every job; on the leader, reports that arrived after its last job (aggregate again).
+    """
 
 
 def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
     """Freeze the task and return this aggregator's (noised) aggregate share, once.
+
+    Nothing is released while this aggregator holds a report that was never in an aggregation job: every
+    report the helper holds came with the leader's receipt (:func:`fedstats.service.domain.vdaf_upload.
+    upload_receipt`), so a leader that leaves a report it acknowledged out of its jobs gets nothing from
+    the helper (``docs/vdaf.md``, "Trust model").
 
     The leader calls :func:`run_leader_jobs` before (the HTTP layer does), so that no job is left
     unfinished; the collector asks the leader first, then the helper.
@@ -37,6 +50,9 @@ def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
 
     Raises
     ------
+    UnaggregatedError
+        If this aggregator holds a report that was never in an aggregation job (the helper: an omission
+        by the leader; nothing is released, the task stays open and the collection may be asked again).
     ConflictError
         If fewer than ``min_batch_size`` reports were accepted, or (leader) a job is unfinished.
     """
@@ -51,6 +67,15 @@ def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
         unfinished = tx.count_vdaf_jobs(task_id, "running")
         if unfinished:
             raise ConflictError(f"{unfinished} aggregation job(s) unfinished")
+        pending = sum(c.count for c in tx.vdaf_report_counts(task_id) if c.status == "pending")
+        if pending and row.role == "helper":
+            raise UnaggregatedError(
+                f"{pending} report(s) that the leader acknowledged were never in an aggregation job: "
+                "the helper releases its aggregate share only once the leader has aggregated every "
+                "report it received"
+            )
+        if pending:
+            raise UnaggregatedError(f"{pending} report(s) not aggregated yet; aggregate them first")
         if row.accepted < row.min_batch_size:
             raise ConflictError(
                 f"{row.accepted} reports accepted, fewer than the task's minimum batch "

@@ -16,6 +16,7 @@ import numpy as np
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service.domain.tasks import ConflictError
 from fedstats.service.domain.vdaf_tasks import REASONS, _hex, task_row, vdaf_from_spec
+from fedstats.service.domain.vdaf_upload import MISSING_CLIENT
 from fedstats.service.store import State, Store
 from fedstats.service.store.vdaf import VdafTaskRow
 from fedstats.vdaf import Prio3, VerifierShares, VerifyState
@@ -413,8 +414,14 @@ def helper_job(store: Store, task_id: str, job: Mapping[str, Any]) -> dict[str, 
                 for i, r in enumerate(ids)
             ],
         }
-        tx.add_vdaf_job(task_id, job_id, ids, time.time())
-        # reports the helper never received are counted in its answer, not in its table
+        now = time.time()
+        tx.add_vdaf_job(task_id, job_id, ids, now)
+        # a report the helper never received gets a placeholder row, rejected as missing: the device's
+        # late upload of it is then refused, so it never waits, pending, for a job that will not come
+        absent = [i for i, r in enumerate(ids) if fates[r] == "missing_at_helper"]
+        for i in absent:
+            tx.add_vdaf_report(task_id, ids[i], MISSING_CLIENT + ids[i], publics[i], b"", now)
+        tx.set_vdaf_fates(task_id, [ids[i] for i in absent], job_id, "missing_at_helper")
         known = {r: why for r, why in fates.items() if why != "missing_at_helper"}
         replayed = {r for r, why in known.items() if why == "replayed"}
         _finish(

@@ -177,10 +177,15 @@ def _hex(name: str, value: Any, size: int | None = None, *, max_size: int = 1 <<
     return raw
 
 
-def task_row(tx: State, task_id: str, *, lock: bool = False) -> VdafTaskRow:
-    """The task in the open transaction ``tx`` (``lock``: its row lock). Raises NotFoundError."""
+def task_row(tx: State, task_id: str, *, lock: bool = False, share: bool = False) -> VdafTaskRow:
+    """The task in the open transaction ``tx`` (``lock``: its row lock; ``share``: in share mode).
+
+    Raises NotFoundError.
+    """
     ok = isinstance(task_id, str) and len(task_id) == 64 and set(task_id) <= _HEX_DIGITS
-    row = tx.vdaf_task(task_id, lock=lock) if ok else None  # no lookup of a malformed id
+    row = (
+        tx.vdaf_task(task_id, lock=lock, share=share) if ok else None
+    )  # no lookup of a malformed id
     if row is None:
         raise NotFoundError(f"no Prio3 task {task_id!r}")
     return row

@@ -1,13 +1,26 @@
 """The two-aggregator mode's uploads (Prio3): a device's report share, stored by one aggregator; no HTTP.
 
 Part of :mod:`fedstats.service.domain.vdaf` (which re-exports every public name).
+
+A report is **bound to both aggregators**: a device uploads to the leader first, and the leader's answer
+carries a *receipt*, an HMAC under a key derived from the task's ``verify_key`` (which only the two
+aggregators hold) of the task id, the report id, the device and the public share's SHA-256
+(:func:`upload_receipt`). The helper stores a report only with a valid receipt. So every report the
+helper holds is one that the leader acknowledged, and the helper can hold the leader to it: it releases
+nothing while one of them was never in an aggregation job (:func:`fedstats.service.domain.vdaf_collect.
+collect`). A device cannot forge a receipt, so it cannot make the helper wait for a report the leader
+never received.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Callable
+from typing import NamedTuple
+
+from cryptography.hazmat.primitives import hashes, hmac
 
 from fedstats.errors import ParameterError, SecurityError
 from fedstats.service.domain.tasks import ConflictError
@@ -15,7 +28,50 @@ from fedstats.service.domain.vdaf_tasks import _hex, _signed_row, task_row, vdaf
 from fedstats.service.store import State, Store
 from fedstats.service.store.vdaf import VdafTaskRow
 
-__all__ = ["upload_report"]
+__all__ = ["MISSING_CLIENT", "Uploaded", "upload_receipt", "upload_report"]
+
+MISSING_CLIENT = "(missing at helper) "
+"""Prefix of the device column of a helper's placeholder row: a report a job named before it arrived."""
+
+_RECEIPT_LABEL = b"fedstats prio3 upload receipt v1"
+
+
+def upload_receipt(
+    verify_key: bytes, task_id: str, report_id: str, client_id: str, public_share: bytes
+) -> bytes:
+    """The leader's receipt of a report: 32 bytes, HMAC-SHA256 (RFC 2104) under a key of the task.
+
+    The key is ``HMAC-SHA256(verify_key, "fedstats prio3 upload receipt v1")``, so only the two aggregators
+    can compute it; the message is the task id, the report id (16 bytes), the device id and the public
+    share's SHA-256, each length-prefixed.
+
+    Parameters
+    ----------
+    verify_key : bytes
+        The task's 32-byte key shared by the two aggregators.
+    task_id, report_id, client_id : str
+    public_share : bytes
+
+    Returns
+    -------
+    bytes
+        32 bytes.
+    """
+    k = hmac.HMAC(verify_key, hashes.SHA256())
+    k.update(_RECEIPT_LABEL)
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(public_share)
+    h = hmac.HMAC(k.finalize(), hashes.SHA256())
+    for part in (task_id.encode(), bytes.fromhex(report_id), client_id.encode(), digest.finalize()):
+        h.update(len(part).to_bytes(4, "big") + part)
+    return h.finalize()
+
+
+class Uploaded(NamedTuple):
+    """What an upload did: ``new`` (False: a repeated identical upload) and, on the leader, the receipt."""
+
+    new: bool
+    receipt: bytes | None
 
 
 def upload_report(
@@ -27,9 +83,10 @@ def upload_report(
     report_id: str,
     public_share: bytes,
     input_share: bytes,
+    leader_receipt: bytes | None = None,
     nonce: tuple[str, str, float] | None = None,
     confirm: Callable[[State], None] | None = None,
-) -> bool:
+) -> Uploaded:
     """Store a device's report share (its signature was checked by the caller).
 
     Parameters
@@ -42,6 +99,8 @@ def upload_report(
         The report's Prio3 nonce, 32 hex digits; the same at both aggregators.
     public_share, input_share : bytes
         The draft's encodings; checked for length and field range here.
+    leader_receipt : bytes, optional
+        On the helper (required there): the leader's receipt of the report (:func:`upload_receipt`).
     nonce : (client_id, nonce, timestamp), optional
         The signed request's nonce, recorded in the same transaction (a replay is refused).
     confirm : callable, optional
@@ -50,17 +109,20 @@ def upload_report(
 
     Returns
     -------
-    bool
-        True for a new report, False for a repeated identical upload (acknowledged again).
+    Uploaded
+        ``new``: True for a new report, False for a repeated identical upload (acknowledged again);
+        ``receipt``: on the leader, the report's receipt (the same again for a repeated upload).
 
     Raises
     ------
     NotFoundError
         If there is no such task.
     ConflictError
-        If the task was collected, or the device already uploaded another report to it.
+        If the task was collected, the device already uploaded another report to it, or (helper) a job
+        of the leader named this report before it arrived (it was counted missing at the helper).
     SecurityError
-        If the device is of another population, or the request's nonce was used before.
+        If the device is of another population, the request's nonce was used before, or (helper) the
+        leader's receipt is missing or wrong.
     DataError
         If a share is malformed.
     """
@@ -71,6 +133,10 @@ def upload_report(
         if confirm is not None:
             confirm(tx)
         task = task_row(tx, task_id)
+        if task.role == "leader":
+            # the leader's upload holds the task row in share mode (FOR SHARE on PostgreSQL): its
+            # collection, which locks the row for update, sees every receipt given before it, none after
+            task = task_row(tx, task_id, share=True)
         vdaf = vdaf_from_spec(json.loads(task.vdaf))
         agg_id = 0 if task.role == "leader" else 1
         vdaf.decode_public_share(public_share)  # DataError on a wrong length
@@ -79,6 +145,16 @@ def upload_report(
             raise SecurityError("this task is for another population")
         if task.status != "open":
             raise ConflictError("this task was collected: it takes no more reports")
+        receipt = upload_receipt(task.verify_key, task_id, report_id, client_id, public_share)
+        if task.role == "helper" and (
+            not isinstance(leader_receipt, bytes)
+            or not secrets.compare_digest(leader_receipt, receipt)
+        ):
+            raise SecurityError(
+                "leader_receipt: missing or wrong; upload the report to the leader first and send "
+                "the receipt it answers"
+            )
+        mine = receipt if task.role == "leader" else None
         if task.signed_id is not None:
             _check_round_member(tx, task, client_id)
         if nonce is not None and not tx.use_nonce(*nonce):
@@ -91,11 +167,15 @@ def upload_report(
                 and old.public_share == public_share
                 and old.input_share == input_share
             )
+            if old.client_id.startswith(MISSING_CLIENT):
+                raise ConflictError(
+                    "this report arrived after an aggregation job counted it missing at the helper"
+                )
             if not same:
                 raise ConflictError("this device (or report id) already has a report in this task")
-            return False
+            return Uploaded(False, mine)
         tx.add_vdaf_report(task_id, report_id, client_id, public_share, input_share, time.time())
-    return True
+    return Uploaded(True, mine)
 
 
 def _check_round_member(tx: State, task: VdafTaskRow, client_id: str) -> None:
