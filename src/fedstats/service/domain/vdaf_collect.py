@@ -28,9 +28,9 @@ def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
     """Freeze the task and return this aggregator's (noised) aggregate share, once.
 
     Nothing is released while this aggregator holds a report that was never in an aggregation job: every
-    report the helper holds came with the leader's receipt (:func:`fedstats.service.domain.vdaf_upload.
-    upload_receipt`), so a leader that leaves a report it acknowledged out of its jobs gets nothing from
-    the helper (``docs/vdaf.md``, "Trust model").
+    report the helper holds came with the leader's receipt
+    (:func:`~fedstats.service.domain.vdaf_upload.upload_receipt`), so a leader that leaves a report it
+    acknowledged out of its jobs gets nothing from the helper (``docs/vdaf.md``, "Trust model").
 
     The leader calls :func:`run_leader_jobs` before (the HTTP layer does), so that no job is left
     unfinished; the collector asks the leader first, then the helper.

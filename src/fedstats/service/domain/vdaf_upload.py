@@ -7,9 +7,9 @@ carries a *receipt*, an HMAC under a key derived from the task's ``verify_key`` 
 aggregators hold) of the task id, the report id, the device and the public share's SHA-256
 (:func:`upload_receipt`). The helper stores a report only with a valid receipt. So every report the
 helper holds is one that the leader acknowledged, and the helper can hold the leader to it: it releases
-nothing while one of them was never in an aggregation job (:func:`fedstats.service.domain.vdaf_collect.
-collect`). A device cannot forge a receipt, so it cannot make the helper wait for a report the leader
-never received.
+nothing while one of them was never in an aggregation job
+(:func:`~fedstats.service.domain.vdaf_collect.collect`). A device cannot forge a receipt, so it cannot
+make the helper wait for a report the leader never received.
 """
 
 from __future__ import annotations
