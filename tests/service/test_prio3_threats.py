@@ -355,3 +355,28 @@ def test_a_helper_adding_to_its_aggregate_share_goes_unnoticed(pair: Pair) -> No
         )
     got = collect(task, pair.leader, pair.helper)
     assert (got.result, got.accepted, got.rejected) == ([1004], 4, 0)
+
+
+@MEMORY
+def test_a_helper_hiding_reports_leaves_the_honest_leader_below_its_batch_floor(pair: Pair) -> None:
+    """A helper that answers "missing" (or a failed verification) for every report but the victim's:
+    the honest leader rejects them too, counts them, and refuses to release a batch of one."""
+    task = pair.task(COUNT, min_batch_size=DEFAULT_MIN_BATCH_SIZE)
+    victim = pair.device("victim").upload(task, 1)
+    for i in range(12):
+        pair.device(f"d{i}").upload(task, 0)
+    send, _key = _peer(pair, task)
+
+    def hiding(tid: str, job: dict[str, Any]) -> Any:
+        answer = send(tid, job)
+        for a in answer["reports"]:
+            if a["report_id"] != victim:
+                a.update(verifier_share=None, reason="missing_at_helper", accepted=False)
+        return answer
+
+    domain.run_leader_jobs(pair.stores[0], task.task_id, hiding)
+    leader = pair.info(task, pair.leader)
+    assert leader["reports"] == {"accepted": 1, "rejected": 12}
+    assert leader["rejected_by_reason"] == {"missing_at_helper": 12}
+    r = pair.leader.post(f"/v1/vdaf/tasks/{task.task_id}/collect")
+    assert r.status_code == 409 and "minimum batch size" in r.text, r.text
