@@ -14,42 +14,32 @@ requests per second (burst ``burst``),
 beyond which requests get 429. A background task advances the runs (:class:`fedstats.service.domain.driver.Driver`).
 """
 
-import asyncio
-import contextlib
-import json
 import logging
-import os
-import signal
-import threading
-import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
 from fedstats.errors import ParameterError
-from fedstats.service.domain import driver, idempotency
-from fedstats.service.domain.changes import Changes, Wakeup, record_change
+from fedstats.service.domain import driver
+from fedstats.service.domain.changes import Changes, Wakeup
 from fedstats.service.http import admin, metrics
 from fedstats.service.http import edge as http
 from fedstats.service.http.dashboard import add_dashboard, process_state
 from fedstats.service.http.device import DeviceWrites, DirectRoutes, Offload, add_client_routes
 from fedstats.service.http.health import add_health_routes
+from fedstats.service.http.lifecycle import Background, Publisher, fault_hook
 from fedstats.service.http.openapi import install_params_schemas
 from fedstats.service.http.schemas import (
     ErrorOut,
 )
 from fedstats.service.http.settings import ServerSettings
-from fedstats.service.store import Store, StoreError
+from fedstats.service.store import Store
 
 __all__ = ["ServerSettings", "create_app"]
 
 log = logging.getLogger("fedstats.service")
 
-_PURGE_SECONDS = 30.0  # expired nonces are deleted at most this often
 
-
-_status_of = http.status_of  # moved to .http
 
 # -- the app ------------------------------------------------------------------------------------------
 
@@ -77,12 +67,6 @@ def create_app(
     """
     cfg = settings or ServerSettings()
     counters: dict[str, float] = defaultdict(float)
-
-    def hook(event: str, run_id: str, index: int) -> None:
-        if crash_after and crash_after == f"{event}:{index}":
-            log.info(json.dumps({"event": "fault_injection", "at": crash_after, "run_id": run_id}))
-            os.kill(os.getpid(), signal.SIGKILL)
-
     if cfg.store_threads < 1:
         raise ParameterError("store_threads", cfg.store_threads, "an integer >= 1")
     if not cfg.idempotency_retention > 0:
@@ -92,85 +76,22 @@ def create_app(
     offload = Offload(cfg.store_threads)  # device requests' store work
     changes = Changes()  # the driver's state transitions: wake long-polling devices
     wakeup = Wakeup()  # devices' messages: wake the driver
-
-    def changed(populations: set[str] | None) -> None:
-        """Publish a state change of ``populations``' runs (None: any) to all server processes' polls."""
-        runner.poke()  # a run created or cancelled: claim it at the next pass
-        try:
-            changes.observe(record_change(store))
-        except StoreError:  # the database is away: this process's devices still learn of it
-            log.exception("cannot record a state change")
-        changes.bump(populations)
-
-    runner = driver.Driver(
+    changed = Publisher(store, changes)
+    runner = changed.runner = driver.Driver(
         store,
-        crash_hook=hook,
+        crash_hook=fault_hook(crash_after),
         lease_seconds=cfg.lease_seconds,
         owner=cfg.server_id,
         on_change=changed,
         recheck=cfg.recheck,
     )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        stop = asyncio.Event()
-        changes.bind(asyncio.get_running_loop())
-        wakeup.bind()
-
-        async def loop() -> None:
-            purged = 0.0
-            while not stop.is_set():
-                moved = False
-                try:
-                    moved = await asyncio.to_thread(runner.tick)
-                    if time.monotonic() - purged > _PURGE_SECONDS:
-                        await asyncio.to_thread(_purge)
-                        purged = time.monotonic()
-                except Exception:
-                    log.exception("driver tick failed")
-                # a transition may enable the next one (check-in closed: open round 0), so pass again
-                if not moved:
-                    await wakeup.wait(cfg.tick)
-
-        def versions() -> tuple[int, int, float]:
-            began = time.monotonic()
-            with store.transaction(read_only=True) as tx:
-                return tx.version(), tx.devices_version(), began
-
-        halt = threading.Event()
-
-        def watch() -> None:
-            # a thread of its own, not a task: an event loop saturated by requests would delay the
-            # reads, and the device rows' trust (DeviceAuth.observe) would lapse under load
-            while True:
-                try:
-                    state, devices, began = versions()
-                    if changes.observe(state):
-                        changes.bump()  # another server process changed a run
-                    # no device row changed anywhere: the cached ones stay trusted (DeviceAuth)
-                    app.state.device_auth.observe(devices, began)
-                except Exception:  # the store unreachable for a while: keep watching
-                    log.exception("cannot read the state version")
-                if halt.wait(cfg.recheck):
-                    return
-
-        task = asyncio.create_task(loop()) if run_driver else None
-        watcher = threading.Thread(target=watch, name="fedstats-versions", daemon=True)
-        watcher.start()
-        yield
-        stop.set()
-        wakeup.set()
-        halt.set()
-        await asyncio.to_thread(watcher.join, 30)
-        if task is not None:
-            await task
-        offload.close()
+    background = Background(store, cfg, runner, changes, wakeup, offload, run_driver=run_driver)
 
     app = FastAPI(
         title="fedstats aggregation server",
         version="1",
         description="Admin API of fedstats: tasks, runs, privacy budgets and audit.",
-        lifespan=lifespan,
+        lifespan=background.lifespan,
         responses={422: {"model": ErrorOut}},
         # FastAPI's native OpenTelemetry off: it asked the (unconfigured) global providers, reading
         # environment variables, at every request (see `benchmarks/service.py --profile`); the server
@@ -184,11 +105,6 @@ def create_app(
     app.state.counters = counters  # /metrics (.metrics)
 
     http.install_error_handlers(app)  # FedstatsError and validation errors: one-line JSON 4xx
-
-    def _purge() -> None:  # the kept nonces and idempotency keys that can no longer be needed
-        with store.transaction() as tx:
-            tx.purge_nonces(time.time() - 2 * cfg.replay_window)
-        idempotency.purge(store, cfg.idempotency_retention)
 
     add_health_routes(app, store)  # /healthz, /readyz (fedstats.service.http.health)
 
