@@ -11,7 +11,7 @@ import pytest
 from fedstats.errors import ParameterError
 from fedstats.service.domain.changes import Changes
 from fedstats.service.http.app import ServerSettings, create_app
-from fedstats.service.http.device import Offload
+from fedstats.service.http.fastpath import Offload
 from fedstats.service.store import open_store
 
 # in this process, no database or server process: part of make test-fast

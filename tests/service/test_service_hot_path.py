@@ -1,6 +1,6 @@
 """The report hot path on SQLite and PostgreSQL: group commit, direct routes, trusted device rows.
 
-**Group commit** of report uploads (:class:`fedstats.service.http.device.UploadBatcher`).
+**Group commit** of report uploads (:class:`fedstats.service.http.fastpath.UploadBatcher`).
 
 Uploads that arrive while a batch is being written are written together, in one transaction: the test
 holds the first batch until the other uploads are pending, so the grouping is deterministic. Inside the
@@ -13,7 +13,7 @@ group each upload must still get the answer it would get alone:
 
 The run then closes with every device's record summed (nothing lost, nothing counted twice).
 
-**Direct routes** (:class:`~fedstats.service.http.device.DirectRoutes`): the poll and the upload answer
+**Direct routes** (:class:`~fedstats.service.http.fastpath.DirectRoutes`): the poll and the upload answer
 errors exactly as through the router.
 
 **Device rows** (:class:`~fedstats.service.http.deps.DeviceAuth`): while the devices' counter is unchanged
@@ -276,7 +276,7 @@ def test_direct_routes_answer_as_the_router_would(
 ) -> None:
     """The poll and the upload, taken straight to their handlers, answer errors exactly as the app's
     router and exception middleware do (the same status and body), and log their route's template."""
-    from fedstats.service.http.device import DirectRoutes
+    from fedstats.service.http.fastpath import DirectRoutes
 
     with _round(tmp_path, url) as (http, _app, devices, works, run_id, _admin):
         d = devices[0]

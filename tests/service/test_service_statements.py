@@ -3,12 +3,12 @@
 A one-round local-DP task (``bitpushing-mean``) runs over the real app (FastAPI's test client, the run
 driver running) with n = 20 and then n = 200 devices, on SQLite and on PostgreSQL. SQLAlchemy's
 ``before_cursor_execute``, ``commit`` and ``rollback`` events count what reaches the database, split by
-thread: the device requests' store work runs on the ``fedstats-store`` threads (:class:`~.device.Offload`),
+thread: the device requests' store work runs on the ``fedstats-store`` threads (:class:`~.fastpath.Offload`),
 the driver and everything else elsewhere. Three phases, each counted separately:
 
 * *poll*: every device fetches its work list once the round is open: the first device's poll reads its
   list (one transaction) and reads ahead the lists of the others that polled lately,
-  ``PollBatcher.PREFETCH_CHUNK`` per statement (:meth:`~.device.PollBatcher.prefetch`), so that their
+  ``PollBatcher.PREFETCH_CHUNK`` per statement (:meth:`~.fastpath.PollBatcher.prefetch`), so that their
   polls read nothing;
 * *upload*: every device uploads its report (one transaction each), while the driver, woken by each
   report, decides whether the round can close;
@@ -49,7 +49,7 @@ from fedstats.service.domain import runs
 from fedstats.service.domain.operators import add_operator, trust_authority
 from fedstats.service.http import deps, lifecycle
 from fedstats.service.http.app import ServerSettings, create_app
-from fedstats.service.http.device import PollBatcher
+from fedstats.service.http.fastpath import PollBatcher
 from fedstats.service.store import Store, open_store
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
 from fedstats.wire.tasks import sign_task

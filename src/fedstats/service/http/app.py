@@ -25,7 +25,8 @@ from fedstats.service.domain.changes import Changes, Wakeup
 from fedstats.service.http import admin, metrics
 from fedstats.service.http import edge as http
 from fedstats.service.http.dashboard import add_dashboard, process_state
-from fedstats.service.http.device import DeviceWrites, DirectRoutes, Offload, add_client_routes
+from fedstats.service.http.device import add_client_routes
+from fedstats.service.http.fastpath import DeviceWrites, DirectRoutes, Offload
 from fedstats.service.http.health import add_health_routes
 from fedstats.service.http.lifecycle import Background, Publisher, fault_hook
 from fedstats.service.http.openapi import install_params_schemas
@@ -38,7 +39,6 @@ from fedstats.service.store import Store
 __all__ = ["ServerSettings", "create_app"]
 
 log = logging.getLogger("fedstats.service")
-
 
 
 # -- the app ------------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ class DeviceAuth:
         Seconds a request's timestamp may differ from the server clock.
     offload : callable
         ``await offload(fn, *args)`` runs blocking store work off the event loop
-        (:class:`~fedstats.service.http.device.Offload`).
+        (:class:`~fedstats.service.http.fastpath.Offload`).
     on_write : callable, optional
         Called with the client id of every verified state-changing request, before its effect (the
         device's cached work list is dropped).

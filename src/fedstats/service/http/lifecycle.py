@@ -27,7 +27,7 @@ from typing import Any
 
 from fedstats.service.domain import driver, idempotency
 from fedstats.service.domain.changes import Changes, Wakeup, record_change
-from fedstats.service.http.device import Offload
+from fedstats.service.http.fastpath import Offload
 from fedstats.service.http.settings import ServerSettings
 from fedstats.service.store import Store, StoreError
 

@@ -45,7 +45,7 @@ T = TypeVar("T")
 
 
 class Offloading(Protocol):
-    """Runs a blocking store function off the event loop (:class:`fedstats.service.http.device.Offload`)."""
+    """Runs a blocking store function off the event loop (:class:`fedstats.service.http.fastpath.Offload`)."""
 
     def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]:
         """Await ``fn()`` run on a store thread."""
@@ -93,7 +93,7 @@ def add_secure_routes(
     max_wait : float
         The longest a request for a stage message is held, seconds.
     offload : callable
-        Runs a blocking store function on the server's store threads (:class:`fedstats.service.http.device.Offload`).
+        Runs a blocking store function on the server's store threads (:class:`fedstats.service.http.fastpath.Offload`).
     """
     base = "/v1/client/runs/{run_id}"
 

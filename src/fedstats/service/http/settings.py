@@ -45,7 +45,7 @@ class ServerSettings:
         More let more requests wait on the database at once (a remote database); fewer contend less for
         the interpreter lock.
     work_cache_seconds : float
-        Longest life of a device's cached work list (:class:`~.device.WorkCache`; default 60 s), > 0:
+        Longest life of a device's cached work list (:class:`~.fastpath.WorkCache`; default 60 s), > 0:
         a device's write through another server process is seen by this one's cache within it
         (until then this process may answer a list that still shows what the device did there: a
         round it reported, an offer it took; the client skips those). A run's state change is seen
