@@ -35,6 +35,7 @@ from fedstats.service.domain import driver, idempotency
 from fedstats.service.domain.changes import Changes, Wakeup, record_change
 from fedstats.service.http import edge as http
 from fedstats.service.http.admin import admin_router
+from fedstats.service.http.dap import add_dap_routes
 from fedstats.service.http.dashboard import add_dashboard, process_state
 from fedstats.service.http.device import DeviceWrites, DirectRoutes, Offload, add_client_routes
 from fedstats.service.http.health import add_health_routes
@@ -248,6 +249,10 @@ def create_app(
         from fedstats.service.http.vdaf import add_vdaf_routes
 
         add_vdaf_routes(app, store, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size)
+    if cfg.dap:  # DAP-09 for Prio3 tasks (binary messages; docs/vdaf.md, "DAP")
+        add_dap_routes(
+            app, store, interop=cfg.dap_interop, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size
+        )
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
     # a device's poll and upload straight to their handlers (not through the router's scan)
     app.add_middleware(DirectRoutes, routes=app.routes)
