@@ -170,7 +170,7 @@ def serve(
         typer.Option(
             "--dap",
             help="Also serve DAP-09 for Prio3 tasks (/hpke_config, /tasks/{task-id}/...; docs/vdaf.md, "
-            "\"DAP\"), with --vdaf-peer-ca and --vdaf-batch-size.",
+            '"DAP"), with --vdaf-peer-ca and --vdaf-batch-size.',
         ),
     ] = _DEFAULT.dap,
     dap_interop: Annotated[

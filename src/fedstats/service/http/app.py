@@ -251,7 +251,11 @@ def create_app(
         add_vdaf_routes(app, store, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size)
     if cfg.dap:  # DAP-09 for Prio3 tasks (binary messages; docs/vdaf.md, "DAP")
         add_dap_routes(
-            app, store, interop=cfg.dap_interop, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size
+            app,
+            store,
+            interop=cfg.dap_interop,
+            peer_ca=cfg.vdaf_peer_ca,
+            batch_size=cfg.vdaf_batch_size,
         )
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
     # a device's poll and upload straight to their handlers (not through the router's scan)
