@@ -206,7 +206,7 @@ def task_row(tx: State, task_id: str, *, lock: bool = False) -> VdafTaskRow:
     """The task in the open transaction ``tx`` (``lock``: its row lock). Raises NotFoundError."""
     ok = isinstance(task_id, str) and len(task_id) == 64 and set(task_id) <= _HEX_DIGITS
     row = tx.vdaf_task(task_id, lock=lock) if ok else None  # no lookup of a malformed id
-    if row is None:
+    if row is None or row.dap is not None:  # a DAP task is served by the DAP routes only
         raise NotFoundError(f"no Prio3 task {task_id!r}")
     return row
 
