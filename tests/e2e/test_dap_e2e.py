@@ -3,7 +3,7 @@
 The tasks are provisioned through the interop test design's aggregator endpoints; a
 :class:`fedstats.dap.Client` uploads Prio3Count reports and :class:`fedstats.dap.Collector` collects the
 exact count from the leader, which ran the aggregation job and fetched the helper's aggregate share over
-DAP. A Prio3Sum task goes through the design's client and collector endpoints (served in process by a
+DAP. A fixed-size Prio3Sum task goes through the design's client and collector endpoints (served in process by a
 ``dap_interop`` app) against the same two aggregator processes. A replayed upload is refused with a DAP
 problem document; a wrong media type with 415.
 """
@@ -162,7 +162,7 @@ def test_sum_through_the_interop_client_and_collector(
                 "leader": leader,
                 "vdaf": vdaf_obj,
                 "collector_authentication_token": "ct",
-                "query_type": 1,
+                "query_type": 2,
             },
         )
         .json()
@@ -178,7 +178,8 @@ def test_sum_through_the_interop_client_and_collector(
         "collector_authentication_token": "ct",
         "vdaf_verify_key": b64encode(os.urandom(32)),
         "max_batch_query_count": 1,
-        "query_type": 1,
+        "query_type": 2,
+        "max_batch_size": None,
         "min_batch_size": 3,
         "time_precision": TP,
         "collector_hpke_config": got["collector_hpke_config"],
@@ -202,7 +203,7 @@ def test_sum_through_the_interop_client_and_collector(
             "time_precision": TP,
         }
         assert rigs["client"].post("/internal/test/upload", json=up).json() == {"status": "success"}
-    query = {"type": 1, "batch_interval_start": now - now % TP, "batch_interval_duration": TP}
+    query = {"type": 2, "subtype": 1}  # fixed-size: the current batch
     start = rigs["collector"].post(
         "/internal/test/collection_start",
         json={"task_id": task_b64, "agg_param": "", "query": query},
@@ -218,3 +219,4 @@ def test_sum_through_the_interop_client_and_collector(
         time.sleep(0.2)
     assert poll["status"] == "complete", poll
     assert (poll["result"], poll["report_count"]) == ("275", 3)
+    assert poll["batch_id"] is not None  # the leader chose the batch

@@ -233,3 +233,36 @@ def test_tokens_roles_and_extension(pair: Pair) -> None:
     with pytest.raises(dap.DapError, match="another task"):
         signed.upload(1, extensions=(m.Extension(FEDSTATS_TASK_EXTENSION, b"\x01" * 32),))
     signed.upload(1, extensions=(m.Extension(FEDSTATS_TASK_EXTENSION, bytes.fromhex("ab" * 32)),))
+
+
+def test_fixed_size_current_batch_takes_at_most_max_batch_size() -> None:
+    p = _pair(query_type=2, max_batch_size=4)
+    value = {p.upload(v).metadata.report_id.hex(): v for v in (1, 2, 4, 8, 16, 32)}
+    query = m.CollectionReq(m.Query(2, fixed_size_query=m.FixedSizeQuery(None))).encode()
+    dap_leader.create_collection(p.leader, p.task_id, b"f" * 16, query, "coll")
+    out = p.poll(b"f" * 16)
+    assert out is not None
+    collection = m.Collection.decode(out)
+    batch_id = collection.partial_batch_selector.batch_id
+    assert batch_id is not None and collection.report_count == 4
+    col = Collector(
+        leader=L, task_id=p.task_id, auth_token="coll", hpke_keypair=p.collector_kp, vdaf=p.vdaf
+    )
+
+    class Resp:
+        status_code, content, text = 200, out, ""
+
+    col._send = lambda *a, **k: Resp()  # type: ignore[method-assign,assignment,return-value]
+    result = col.poll(b"f" * 16, m.Query(2, fixed_size_query=m.FixedSizeQuery(None)))
+    assert result is not None and result.batch_id == batch_id
+    with p.leader.transaction(read_only=True) as tx:
+        pending = tx.vdaf_pending(p.task_id.hex(), 10)
+    assert len(pending) == 2  # four reports in the batch, two left for the next one
+    assert result.aggregate == 63 - sum(value[r] for r in pending)
+    by_id = m.CollectionReq(m.Query(2, fixed_size_query=m.FixedSizeQuery(batch_id))).encode()
+    with pytest.raises(dap.DapError, match="by_batch_id"):
+        dap_leader.create_collection(p.leader, p.task_id, b"g" * 16, by_id, "coll")
+    with pytest.raises(
+        dap.DapError, match="query type"
+    ):  # a time-interval query on a fixed-size task
+        p.start(b"h" * 16)

@@ -115,8 +115,13 @@ class DapTask:
         return HpkeConfig.decode(bytes.fromhex(self.state["collector_hpke_config"]))
 
     def collected(self, t: int) -> bool:
-        """True if time ``t`` lies in a collected batch interval."""
+        """True if time ``t`` lies in a collected batch interval (time-interval tasks)."""
         return any(s <= t < s + d for s, d in self.state.get("collected", []))
+
+    @property
+    def query_type(self) -> int:
+        """1 (time-interval) or 2 (fixed-size)."""
+        return int(self.state["query_type"])
 
 
 def vdaf_spec_from_interop(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -168,7 +173,8 @@ def add_task(store: Store, params: Mapping[str, Any], *, config_id: int | None =
         ``task_id`` (base64url, 32 bytes), ``role`` (``leader`` or ``helper``), ``leader`` and ``helper``
         (URLs), ``vdaf`` (an interop VDAF object or fedstats' description), ``vdaf_verify_key``
         (base64url, 32 bytes), ``leader_authentication_token``, ``collector_authentication_token``
-        (leader), ``query_type`` (1; fixed-size is not served), ``min_batch_size`` (>= 1),
+        (leader), ``query_type`` (1 time-interval, 2 fixed-size), ``min_batch_size`` (>= 1),
+        ``max_batch_size`` (fixed-size, optional),
         ``time_precision`` (seconds, >= 1), ``collector_hpke_config`` (base64url of an ``HpkeConfig``);
         optional ``fedstats_task`` (hex id of the analyst-signed task) and ``allow_plain`` (bool).
     config_id : int, optional
@@ -202,10 +208,14 @@ def add_task(store: Store, params: Mapping[str, Any], *, config_id: int | None =
     )
     vdaf_from_spec(spec)  # validates
     verify_key = b64decode(str(need("vdaf_verify_key")), "vdaf_verify_key", 32)
-    if int(p.get("query_type", 1)) != m.QUERY_TIME_INTERVAL:
+    query_type = int(p.get("query_type", 1))
+    if query_type not in (m.QUERY_TIME_INTERVAL, m.QUERY_FIXED_SIZE):
         raise ParameterError(
-            "query_type", p.get("query_type"), "1 (time_interval; fixed_size is not served)"
+            "query_type", p.get("query_type"), "1 (time_interval) or 2 (fixed_size)"
         )
+    max_batch = p.get("max_batch_size")
+    if max_batch is not None and int(max_batch) < 1:
+        raise ParameterError("max_batch_size", max_batch, "an integer >= 1 or null")
     min_batch = int(need("min_batch_size"))
     precision = int(need("time_precision"))
     if min_batch < 1 or precision < 1:
@@ -218,7 +228,8 @@ def add_task(store: Store, params: Mapping[str, Any], *, config_id: int | None =
     token = str(need("leader_authentication_token"))
     state: dict[str, Any] = {
         "version": m.DAP_VERSION,
-        "query_type": m.QUERY_TIME_INTERVAL,
+        "query_type": query_type,
+        "max_batch_size": None if max_batch is None else int(max_batch),
         "time_precision": precision,
         "collector_hpke_config": collector_cfg.encode().hex(),
         "fedstats_task": p.get("fedstats_task"),
@@ -368,7 +379,7 @@ def upload(store: Store, task_id: bytes, body: bytes, *, now: float | None = Non
         raise DapError(
             "reportTooEarly", f"report time {md.time} is ahead of this aggregator's clock"
         )
-    if task.collected(md.time):
+    if task.query_type == m.QUERY_TIME_INTERVAL and task.collected(md.time):
         raise DapError("reportRejected", "the report's batch interval was already collected")
     try:
         leader_share = _open_share(
@@ -395,7 +406,7 @@ def _prep_helper(task: DapTask, init: m.PrepareInit, seen: set[bytes]) -> tuple[
     if rid in seen:
         return reject(m.PrepareError.REPORT_REPLAYED)
     seen.add(rid)
-    if task.collected(md.time):
+    if task.query_type == m.QUERY_TIME_INTERVAL and task.collected(md.time):
         return reject(m.PrepareError.BATCH_COLLECTED)
     rs = init.report_share
     if rs.encrypted_input_share.config_id != task.keypair.config.id:
@@ -438,16 +449,16 @@ def helper_init(
         req = m.AggregationJobInitReq.decode(body)
     except DataError as exc:
         raise DapError("invalidMessage", f"AggregationJobInitReq: {exc}") from None
-    if req.partial_batch_selector.query_type != m.QUERY_TIME_INTERVAL or req.aggregation_parameter:
-        raise DapError(
-            "invalidMessage",
-            "only time-interval jobs with an empty aggregation parameter are served",
-        )
+    if req.aggregation_parameter:
+        raise DapError("invalidMessage", "Prio3 takes an empty aggregation parameter")
+    batch_id = req.partial_batch_selector.batch_id
     jid = job_id.hex()
     digest = auth.hash_token(body.hex())
     with store.transaction() as tx:
         task = load(tx, task_id, lock=True)
         check_token(task, token, collector=False)
+        if req.partial_batch_selector.query_type != task.query_type:
+            raise DapError("invalidMessage", f"the task's query type is {task.query_type}")
         done = task.state["jobs"].get(jid)
         if done is not None:
             if done["request"] != digest:
@@ -498,6 +509,7 @@ def helper_init(
             "checksum": report_id_checksum(accepted).hex(),
             "min": min(times) if times else None,
             "max": max(times) if times else None,
+            "batch_id": None if batch_id is None else batch_id.hex(),
             "collected": False,
         }
         save_state(tx, task)
@@ -532,15 +544,16 @@ def helper_aggregate_share(store: Store, task_id: bytes, body: bytes, token: str
     except DataError as exc:
         raise DapError("invalidMessage", f"AggregateShareReq: {exc}") from None
     sel = req.batch_selector
-    if sel.batch_interval is None or req.aggregation_parameter:
-        raise DapError(
-            "invalidMessage", "only time-interval batches with an empty aggregation parameter"
-        )
+    if req.aggregation_parameter:
+        raise DapError("invalidMessage", "Prio3 takes an empty aggregation parameter")
     key = sel.encode().hex()
     with store.transaction() as tx:
         task = load(tx, task_id, lock=True)
         check_token(task, token, collector=False)
-        _aligned(task, sel.batch_interval)
+        if sel.query_type != task.query_type:
+            raise DapError("invalidMessage", f"the task's query type is {task.query_type}")
+        if sel.batch_interval is not None:
+            _aligned(task, sel.batch_interval)
         old = task.state["agg_shares"].get(key)
         if old is not None:
             if (old["count"], old["checksum"]) != (req.report_count, req.checksum.hex()):
@@ -549,14 +562,25 @@ def helper_aggregate_share(store: Store, task_id: bytes, body: bytes, token: str
                 )
             return bytes.fromhex(old["answer"])
         iv = sel.batch_interval
-        for s, d in task.state["collected"]:
-            if s < iv.start + iv.duration and iv.start < s + d:
-                raise DapError("batchOverlap", "the batch interval overlaps a collected one")
-        jobs = [
-            j
-            for j in task.state["jobs"].values()
-            if not j["collected"] and j["count"] and iv.contains(j["min"]) and iv.contains(j["max"])
-        ]
+        if iv is not None:
+            for s, d in task.state["collected"]:
+                if s < iv.start + iv.duration and iv.start < s + d:
+                    raise DapError("batchOverlap", "the batch interval overlaps a collected one")
+            jobs = [
+                j
+                for j in task.state["jobs"].values()
+                if not j["collected"]
+                and j["count"]
+                and iv.contains(j["min"])
+                and iv.contains(j["max"])
+            ]
+        else:
+            assert sel.batch_id is not None
+            jobs = [
+                j
+                for j in task.state["jobs"].values()
+                if j.get("batch_id") == sel.batch_id.hex() and j["count"] and not j["collected"]
+            ]
         count = sum(int(j["count"]) for j in jobs)
         checksum = 0
         agg = task.vdaf.field.zeros(task.vdaf.flp.OUTPUT_LEN)
@@ -583,7 +607,8 @@ def helper_aggregate_share(store: Store, task_id: bytes, body: bytes, token: str
         answer = m.AggregateShare(ct).encode()
         for j in jobs:
             j["collected"] = True
-        task.state["collected"].append([iv.start, iv.duration])
+        if iv is not None:
+            task.state["collected"].append([iv.start, iv.duration])
         task.state["agg_shares"][key] = {
             "count": count,
             "checksum": req.checksum.hex(),

@@ -45,8 +45,8 @@ def create_collection(
     Raises
     ------
     DapError
-        ``invalidMessage`` (malformed, fixed-size, non-empty aggregation parameter, job id reused with
-        another query), ``batchInvalid`` (interval not aligned to the time precision), ``batchOverlap``
+        ``invalidMessage`` (malformed, another query type than the task's, a fixed-size ``by_batch_id``
+        query, a non-empty aggregation parameter, a job id reused with another query), ``batchInvalid`` (interval not aligned to the time precision), ``batchOverlap``
         (overlaps a collected or collecting batch), ``unauthorizedRequest``, ``unrecognizedTask``.
     """
     try:
@@ -54,16 +54,21 @@ def create_collection(
     except DataError as exc:
         raise DapError("invalidMessage", f"CollectionReq: {exc}") from None
     iv = req.query.batch_interval
-    if iv is None or req.aggregation_parameter:
+    if req.aggregation_parameter:
+        raise DapError("invalidMessage", "Prio3 takes an empty aggregation parameter")
+    fsq = req.query.fixed_size_query
+    if fsq is not None and fsq.batch_id is not None:
         raise DapError(
-            "invalidMessage", "only time-interval queries with an empty aggregation parameter"
+            "invalidMessage", "by_batch_id queries are not served (a batch is collected once)"
         )
     jid = job_id.hex()
     with store.transaction() as tx:
         task = load(tx, task_id, lock=True)
         check_token(task, token, collector=True)
+        if req.query.query_type != task.query_type:
+            raise DapError("invalidMessage", f"the task's query type is {task.query_type}")
         tp = int(task.state["time_precision"])
-        if iv.start % tp or iv.duration % tp or iv.duration == 0:
+        if iv is not None and (iv.start % tp or iv.duration % tp or iv.duration == 0):
             raise DapError(
                 "batchInvalid",
                 f"batch interval must be a non-empty multiple of time_precision ({tp} s)",
@@ -77,7 +82,8 @@ def create_collection(
             return
         for other in task.state["collections"].values():
             o = m.CollectionReq.decode(bytes.fromhex(other["query"])).query.batch_interval
-            assert o is not None
+            if iv is None or o is None:
+                continue
             if o.start < iv.start + iv.duration and iv.start < o.start + o.duration:
                 raise DapError(
                     "batchOverlap", "the batch interval overlaps another collection job's"
@@ -91,24 +97,41 @@ def create_collection(
             "min": None,
             "max": None,
             "jobs": [],
+            "claimed": 0,
+            "batch_id": None
+            if iv is not None
+            else os.urandom(32).hex(),  # current_batch: a new batch
             "result": None,
         }
         save_state(tx, task)
 
 
-def _claim(store: Store, task_id: bytes, jid: str, interval: m.Interval, limit: int) -> bool:
-    """Claim up to ``limit`` pending reports of the interval into a new aggregation job; False if none."""
+def _claim(store: Store, task_id: bytes, jid: str, interval: m.Interval | None, limit: int) -> bool:
+    """Claim up to ``limit`` pending reports into a new aggregation job; False if none.
+
+    A time-interval collection takes the reports of its interval; a fixed-size one any pending report,
+    up to the task's ``max_batch_size`` in all.
+    """
     with store.transaction() as tx:
         task = load(tx, task_id, lock=True)
-        pending = tx.vdaf_pending(task.row.id, 1 << 30)
-        shares = tx.vdaf_shares(task.row.id, pending)
-        mine = [r for r in pending if interval.contains(unpack(shares[r].input_share)[0])][:limit]
+        c = task.state["collections"][jid]
+        max_batch = task.state.get("max_batch_size")
+        if interval is None and max_batch is not None:
+            limit = min(limit, int(max_batch) - int(c.get("claimed", 0)))
+        if limit <= 0:
+            return False
+        pending = tx.vdaf_pending(task.row.id, 1 << 30 if interval is not None else limit)
+        if interval is not None:
+            shares = tx.vdaf_shares(task.row.id, pending)
+            pending = [r for r in pending if interval.contains(unpack(shares[r].input_share)[0])]
+        mine = pending[:limit]
         if not mine:
             return False
         agg_job = os.urandom(16).hex()
         tx.take_vdaf_reports(task.row.id, mine, agg_job)
         tx.add_vdaf_job(task.row.id, agg_job, mine, time.time())
-        task.state["collections"][jid]["jobs"].append(agg_job)
+        c["jobs"].append(agg_job)
+        c["claimed"] = int(c.get("claimed", 0)) + len(mine)
         save_state(tx, task)
         return True
 
@@ -136,7 +159,11 @@ def _run_job(store: Store, task: DapTask, jid: str, agg_job: str, helper: Helper
                 m.ReportShare(md, row.public_share, helper_ct), m.PingPongMessage(0, prep_share=vs)
             )
         )
-    req = m.AggregationJobInitReq(b"", m.PartialBatchSelector(m.QUERY_TIME_INTERVAL), tuple(inits))
+    batch_id = task.state["collections"][jid].get("batch_id")
+    pbs = m.PartialBatchSelector(
+        task.query_type, None if batch_id is None else bytes.fromhex(batch_id)
+    )
+    req = m.AggregationJobInitReq(b"", pbs, tuple(inits))
     url = f"{task.row.peer_url}/tasks/{b64encode(task.task_id)}/aggregation_jobs/{b64encode(bytes.fromhex(agg_job))}"
     status, body = helper(
         "PUT", url, req.encode(), m.AggregationJobInitReq.MEDIA_TYPE, str(task.row.peer_token)
@@ -229,8 +256,7 @@ def poll_collection(
     if c["result"] is not None:
         return bytes.fromhex(c["result"])
     query = m.CollectionReq.decode(bytes.fromhex(c["query"])).query
-    iv = query.batch_interval
-    assert iv is not None
+    iv = query.batch_interval  # None: a fixed-size collection (the current batch)
     _claim(store, task_id, jid, iv, batch_size)
     with store.transaction(read_only=True) as tx:
         task = load(tx, task_id)
@@ -248,9 +274,12 @@ def poll_collection(
     return _finish(store, task, jid, iv, helper)
 
 
-def _finish(store: Store, task: DapTask, jid: str, iv: m.Interval, helper: HelperCall) -> bytes:
+def _finish(
+    store: Store, task: DapTask, jid: str, iv: m.Interval | None, helper: HelperCall
+) -> bytes:
     c = task.state["collections"][jid]
-    sel = m.BatchSelector(m.QUERY_TIME_INTERVAL, batch_interval=iv)
+    batch_id = None if c.get("batch_id") is None else bytes.fromhex(c["batch_id"])
+    sel = m.BatchSelector(task.query_type, batch_interval=iv, batch_id=batch_id)
     req = m.AggregateShareReq(sel, b"", int(c["count"]), bytes.fromhex(c["checksum"]))
     url = f"{task.row.peer_url}/tasks/{b64encode(task.task_id)}/aggregate_shares"
     status, body = helper(
@@ -271,13 +300,18 @@ def _finish(store: Store, task: DapTask, jid: str, iv: m.Interval, helper: Helpe
     start = int(c["min"]) - int(c["min"]) % tp
     span = m.Interval(start, int(c["max"]) - start + tp)
     collection = m.Collection(
-        m.PartialBatchSelector(m.QUERY_TIME_INTERVAL), int(c["count"]), span, leader_ct, helper_ct
+        m.PartialBatchSelector(task.query_type, batch_id),
+        int(c["count"]),
+        span,
+        leader_ct,
+        helper_ct,
     )
     with store.transaction() as tx:
         task = load(tx, task.task_id, lock=True)
         c = task.state["collections"][jid]
         if c["result"] is None:
             c["result"] = collection.encode().hex()
-            task.state["collected"].append([iv.start, iv.duration])
+            if iv is not None:
+                task.state["collected"].append([iv.start, iv.duration])
             save_state(tx, task)
         return bytes.fromhex(c["result"])

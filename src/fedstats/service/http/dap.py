@@ -298,14 +298,15 @@ def _add_collector_rig(app: FastAPI) -> None:
     def start(body: dict[str, Any]) -> dict[str, Any]:
         collector = tasks[str(body["task_id"])]
         q = body["query"]
-        if int(q["type"]) != m.QUERY_TIME_INTERVAL:
-            raise ParameterError("query.type", q["type"], "1 (time_interval)")
-        query = m.Query(
-            1,
-            batch_interval=m.Interval(
-                int(q["batch_interval_start"]), int(q["batch_interval_duration"])
-            ),
-        )
+        if int(q["type"]) == m.QUERY_TIME_INTERVAL:
+            start_, duration = int(q["batch_interval_start"]), int(q["batch_interval_duration"])
+            query = m.Query(1, batch_interval=m.Interval(start_, duration))
+        elif int(q["type"]) == m.QUERY_FIXED_SIZE:
+            by_id = int(q.get("subtype", 1)) == 0
+            batch_id = b64decode(str(q["batch_id"]), "query.batch_id", 32) if by_id else None
+            query = m.Query(2, fixed_size_query=m.FixedSizeQuery(batch_id))
+        else:
+            raise ParameterError("query.type", q["type"], "1 (time_interval) or 2 (fixed_size)")
         job_id = collector.start(query)
         with lock:
             jobs[b64encode(job_id)] = (collector, job_id, query)
@@ -319,6 +320,7 @@ def _add_collector_rig(app: FastAPI) -> None:
         agg = result.aggregate
         return {
             "status": "complete",
+            "batch_id": None if result.batch_id is None else b64encode(result.batch_id),
             "report_count": result.report_count,
             "interval_start": result.interval.start,
             "interval_duration": result.interval.duration,
