@@ -335,7 +335,7 @@ TYPES = [
 ]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(MESSAGES)
 def test_round_trip(msg: Any) -> None:
     data = msg.encode()
@@ -344,7 +344,7 @@ def test_round_trip(msg: Any) -> None:
         type(msg).decode(data + b"\x01")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.sampled_from(TYPES), st.binary(max_size=120))
 def test_garbage_raises_only_fedstats_errors(cls: Any, data: bytes) -> None:
     try:
@@ -354,7 +354,7 @@ def test_garbage_raises_only_fedstats_errors(cls: Any, data: bytes) -> None:
     assert decoded.encode() == data  # what decodes is exactly what it re-encodes
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     MESSAGES, st.integers(0, 10**6), st.integers(0, 255), st.sampled_from(["flip", "cut", "insert"])
 )
