@@ -47,10 +47,11 @@ test: lint docs-check
 	$(BIN)/python -m compileall -q src/fedstats tests >/dev/null
 	$(BIN)/pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --doctest-modules src/fedstats tests
 
-# the fast lane: the library, the CLI and the wire layer without the tests marked slow (no server process)
+# the fast lane: the library, the CLI, the wire layer and the service on the in-process memory state, without
+# the tests marked slow (no server process, no database; the layer marks come from tests/conftest.py)
 test-fast: install
 	$(BIN)/python -m compileall -q src/fedstats tests >/dev/null
-	$(BIN)/pytest -q -n 2 -m "not slow" tests/library tests/wire tests/cli
+	$(BIN)/pytest -q -n 2 -m "not slow and (library or wire or cli or memory_state)" tests
 
 bench: install
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done

@@ -137,8 +137,34 @@ def _slow_rank(item: pytest.Item) -> int:
     return len(SLOW_FIRST)
 
 
+LAYERS = ("library", "wire", "cli", "service", "client", "e2e")
+# the values of a store parameter that need no database and no server process
+MEMORY_STATES = {"memory", "memory://"}
+OTHER_STATES = {"sqlite", "postgresql", "postgres"}
+
+
+def _mark_layer(item: pytest.Item) -> None:
+    """Mark ``item`` with its layer (the folder under tests/) and, in the service layer, ``memory_state``
+    when it runs in this process on the memory state: a store parameter of ``memory`` and none of a
+    database (or the ``memory`` fixture of test_service_domain.py), or an explicit mark (a module's
+    ``pytestmark``). ``make test-fast`` selects ``library``, ``wire``, ``cli`` and
+    ``memory_state``."""
+    parts = Path(str(item.path)).parts
+    layer = next((p for p in reversed(parts[:-1]) if p in LAYERS), None)
+    if layer is None:
+        return
+    item.add_marker(getattr(pytest.mark, layer))
+    if layer != "service" or item.get_closest_marker("memory_state") is not None:
+        return
+    callspec = getattr(item, "callspec", None)
+    values = {str(v) for v in callspec.params.values()} if callspec is not None else set()
+    in_memory = values & MEMORY_STATES or "memory" in getattr(item, "fixturenames", ())
+    if in_memory and not values & OTHER_STATES:
+        item.add_marker(pytest.mark.memory_state)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group and order the tests for ``--dist loadgroup``, and make pytest-xdist see the groups.
+    """Mark each test with its layer (:func:`_mark_layer`); group and order the tests for ``--dist loadgroup``, and make pytest-xdist see the groups.
 
     Under ``--dist loadgroup`` a group runs on one worker, one test after the other, and with
     ``--no-loadscope-reorder`` (``make test``) the groups and tests are handed out in this order: the
@@ -154,6 +180,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     effect: every group was silently spread over both workers (pytest-xdist issue #1386). On a worker
     of a ``loadgroup`` run, every grouped test's id gets its suffix here, through the structured id.
     """
+    for item in items:
+        _mark_layer(item)
     groups = {id(it): _group(it) for it in items}
     lead = {groups[id(it)] for it in items if LEAD in it.nodeid} - {None}
 

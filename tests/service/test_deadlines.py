@@ -6,6 +6,9 @@ import pytest
 
 import deadlines
 
+# in this process, no database or server process: part of make test-fast
+pytestmark = pytest.mark.memory_state
+
 
 @pytest.fixture(autouse=True)
 def _fresh() -> None:

@@ -215,18 +215,19 @@ def test_reports_missing_at_the_helper_repeated_and_after_collection(pair: Pair)
     # a device that uploads to the leader only: rejected at aggregation, with its reason
     rid, public, shares = shard_report(task, 1)
     path = f"/v1/vdaf/tasks/{task.task_id}/reports"
-    devs[3]._post(
+    first = devs[3]._post(
         LEADER_URL,
         path,
         {"report_id": rid, "public_share": public.hex(), "input_share": shares[0].hex()},
     )
-    # the same upload again is acknowledged as a duplicate; another report of the same device is refused
+    # the same upload again is acknowledged as a duplicate (the same receipt); another report of the
+    # same device is refused
     again = devs[3]._post(
         LEADER_URL,
         path,
         {"report_id": rid, "public_share": public.hex(), "input_share": shares[0].hex()},
     )
-    assert again == {"accepted": True, "duplicate": True}
+    assert again == {"accepted": True, "duplicate": True, "receipt": first["receipt"]}
     with pytest.raises(DataError, match="409"):
         devs[3].upload(task, 0)
     got = collect(task, pair.leader, pair.helper)
@@ -430,8 +431,9 @@ def test_a_job_retried_after_the_helper_answered_adds_nothing_twice(
     values = [0, 3, 3, 1, 2, 3, 0, 1]
     for i, v in enumerate(values):
         rid, public, shares = shard_report(task, v)
+        receipt = None
         for j, s in enumerate(stores):
-            domain.upload_report(
+            receipt = domain.upload_report(
                 s,
                 task_id,
                 client_id=f"d{i}",
@@ -439,7 +441,8 @@ def test_a_job_retried_after_the_helper_answered_adds_nothing_twice(
                 report_id=rid,
                 public_share=public,
                 input_share=shares[j],
-            )
+                leader_receipt=receipt,  # the leader's, for the helper
+            ).receipt
     calls: list[str] = []
 
     def flaky(tid: str, job: dict[str, Any]) -> dict[str, Any]:
@@ -522,8 +525,9 @@ def test_two_leader_processes_never_count_a_report_twice(backend: str, tmp_path:
         values = np.random.default_rng(1).integers(0, 2, 60)
         for i, v in enumerate(values):
             rid, public, shares = shard_report(task, int(v))
+            receipt = None
             for j, s in enumerate(stores):
-                domain.upload_report(
+                receipt = domain.upload_report(
                     s,
                     task_id,
                     client_id=f"d{i}",
@@ -531,7 +535,8 @@ def test_two_leader_processes_never_count_a_report_twice(backend: str, tmp_path:
                     report_id=rid,
                     public_share=public,
                     input_share=shares[j],
-                )
+                    leader_receipt=receipt,  # the leader's, for the helper
+                ).receipt
         totals: list[dict[str, int]] = []
         errors: list[BaseException] = []
 

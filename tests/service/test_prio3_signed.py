@@ -572,8 +572,9 @@ def _count_task(stores: list[Store], n: int) -> tuple[Prio3Task, np.ndarray]:
     values = np.random.default_rng(1).integers(0, 2, n)
     for i, v in enumerate(values):
         rid, public, shares = shard_report(task, int(v))
+        receipt = None
         for j, s in enumerate(stores):
-            domain.upload_report(
+            receipt = domain.upload_report(
                 s,
                 tid,
                 client_id=f"d{i}",
@@ -581,7 +582,8 @@ def _count_task(stores: list[Store], n: int) -> tuple[Prio3Task, np.ndarray]:
                 report_id=rid,
                 public_share=public,
                 input_share=shares[j],
-            )
+                leader_receipt=receipt,  # the leader's, for the helper
+            ).receipt
     return task, values
 
 

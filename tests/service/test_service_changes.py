@@ -14,6 +14,9 @@ from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.device import Offload
 from fedstats.service.store import open_store
 
+# in this process, no database or server process: part of make test-fast
+pytestmark = pytest.mark.memory_state
+
 
 async def _scenario() -> dict[str, object]:
     changes = Changes()

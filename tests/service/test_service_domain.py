@@ -528,7 +528,7 @@ def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
     step("task-missing", lambda tx: tasks.task_config(tx, "0" * 64))
     step(
         "tasks",
-        lambda tx: [(t.task_id, t.created_by) for t in tx.tasks_newest()],
+        lambda tx: [(t.task_id, t.created_by) for t in tx.page_tasks(100, 0)[0]],
         read_only=True,
     )
     for i in range(4):

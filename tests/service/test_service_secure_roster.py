@@ -36,6 +36,9 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import ClientConfig
 from fedstats.wire import auth, seeding
 
+# in this process, no database or server process: part of make test-fast
+pytestmark = pytest.mark.memory_state
+
 N = 20
 BITS = 32
 LENGTH = 3

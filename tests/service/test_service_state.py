@@ -158,7 +158,20 @@ class TestStateParity:
                 RoundSummary(1, "r", "open", 0, 3, None),
             ]
             assert tx.any_closed_round("run-1")
-            assert tx.tasks_newest() == [TaskSummary("t" * 64, "alice", 100.0)]
+            assert tx.page_tasks(10, 0) == ([TaskSummary("t" * 64, "alice", 100.0)], 1)
+        with state.transaction() as tx:
+            # paged and filtered in the query, on a signed envelope's task and on a legacy row
+            signed = {"analysis": "mean", "privacy": {"population": "pop"}}
+            envelope = {"task": signed, "certificate": {}, "signature": "s"}
+            tx.add_task("u" * 64, json.dumps(envelope), "bob", 101.0)
+            tx.add_task("v" * 64, json.dumps({**signed, "analysis": "gap"}), "bob", 102.0)
+        with state.transaction(read_only=True) as tx:
+            newest = [TaskSummary("v" * 64, "bob", 102.0), TaskSummary("u" * 64, "bob", 101.0)]
+            assert tx.page_tasks(2, 0) == (newest, 3)
+            assert tx.page_tasks(2, 2) == ([TaskSummary("t" * 64, "alice", 100.0)], 3)
+            assert tx.page_tasks(5, 0, analysis="mean") == ([newest[1]], 1)
+            assert tx.page_tasks(5, 0, population="pop") == (newest, 2)
+            assert tx.page_tasks(5, 0, analysis="gap", population="other") == ([], 0)
             assert [r.run_id for r in tx.recent_runs(5)] == ["run-1"]
             assert tx.checked_in_by_population() == {"pop": 1}
             (pc,) = tx.population_counts()
@@ -407,6 +420,7 @@ def _step_until(devices: list[Device], done: Callable[[], bool], seconds: float 
         time.sleep(0.02)
 
 
+@pytest.mark.memory_state
 def test_a_secure_run_on_the_memory_state(tmp_path: Path) -> None:
     """A secure fed-chi2 run (two sessions of three) over the service with the memory store: each
     round's secure sum is the sum of the included devices' own reports, bit for bit."""

@@ -47,8 +47,7 @@ from fedstats.client import Device
 from fedstats.randomness import RandomSource
 from fedstats.service.domain import runs
 from fedstats.service.domain.operators import add_operator, trust_authority
-from fedstats.service.http import app as app_module
-from fedstats.service.http import deps
+from fedstats.service.http import deps, lifecycle
 from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.device import PollBatcher
 from fedstats.service.store import Store, open_store
@@ -255,9 +254,8 @@ def test_statements_per_report_do_not_grow_with_the_cohort(
     # cached copy is older than deps.REREAD seconds: a cost per device and per time, not per report,
     # which a slow machine would add to the larger cohort only; kept out of this count
     monkeypatch.setattr(deps, "REREAD", 3600.0)
-    monkeypatch.setattr(
-        app_module, "_PURGE_SECONDS", 3600.0
-    )  # purged at the driver's first pass only
+    # purged at the driver's first pass only
+    monkeypatch.setattr(lifecycle, "PURGE_SECONDS", 3600.0)
     got = {}
     for n in SIZES:
         (tmp_path / str(n)).mkdir()

@@ -1,9 +1,9 @@
 """The device and collector sides of the two-aggregator mode (Prio3; ``docs/vdaf.md``).
 
 A device shards its measurement with Prio3 (:meth:`fedstats.vdaf.Prio3.shard`) and uploads the leader's
-input share to the leader and the helper's to the helper, each in a request signed with its enrolled key
-(:func:`fedstats.wire.auth.sign_request`), over TLS to each server; neither aggregator alone learns anything
-about the measurement. The collector (the operator or analyst) asks both aggregators for their aggregate
+input share to the leader, then the helper's to the helper with the leader's receipt of the report, each
+in a request signed with its enrolled key (:func:`fedstats.wire.auth.sign_request`), over TLS to each
+server; neither aggregator alone learns anything about the measurement. The collector (the operator or analyst) asks both aggregators for their aggregate
 shares and combines them (:func:`collect`).
 
 :class:`Prio3Device` is the device of a **signed** Prio3 task (:mod:`fedstats.analyses._prio3_tasks`): it
@@ -184,22 +184,27 @@ class Prio3Uploader:
     ) -> None:
         """Upload an already sharded report: the leader's share to the leader, the helper's to the helper.
 
+        The leader first: its answer carries its receipt of the report, which the helper requires with
+        the helper's share (so the helper holds only reports the leader acknowledged, and refuses to
+        release its aggregate share while the leader leaves one of them out, ``docs/vdaf.md``).
+
         Raises
         ------
         DataError
-            If an aggregator refuses the upload (the status and its message).
+            If an aggregator refuses the upload (the status and its message), or the leader answers no
+            receipt (nothing is sent to the helper then).
         """
         path = f"/v1/vdaf/tasks/{task.task_id}/reports"
-        for base, share in ((task.leader_url, input_shares[0]), (task.helper_url, input_shares[1])):
-            self._post(
-                base,
-                path,
-                {
-                    "report_id": report_id,
-                    "public_share": public_share.hex(),
-                    "input_share": share.hex(),
-                },
-            )
+        body = {"report_id": report_id, "public_share": public_share.hex()}
+        ack = self._post(task.leader_url, path, {**body, "input_share": input_shares[0].hex()})
+        receipt = ack.get("receipt")
+        if not isinstance(receipt, str) or len(receipt) != 64:
+            raise DataError(f"{task.leader_url}{path}: the leader answered no receipt")
+        self._post(
+            task.helper_url,
+            path,
+            {**body, "input_share": input_shares[1].hex(), "leader_receipt": receipt},
+        )
 
     def upload(self, task: Prio3Task, measurement: Any) -> str:
         """Shard ``measurement`` and upload its two shares; returns the report id (hex).

@@ -27,6 +27,7 @@ __all__ = [
     "NotFoundError",
     "create_task",
     "normalize_task",
+    "page_tasks",
     "task_config",
     "task_envelope",
 ]
@@ -123,3 +124,46 @@ def _load(tx: State, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
 
 
 _TASK_CACHE: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {}
+
+
+def page_tasks(
+    tx: State,
+    limit: int,
+    offset: int,
+    *,
+    analysis: str | None = None,
+    population: str | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """One page of the stored tasks, newest first, as the operator lists them, and how many match.
+
+    The page and the filters (``analysis``, the configuration's ``privacy.population``) are applied in
+    the query (:meth:`~fedstats.service.store.core.CoreQueries.page_tasks`); only the page's
+    configurations are read.
+
+    Returns
+    -------
+    items : list of dict
+        ``task_id``, ``analysis``, ``population``, ``epsilon``, ``delta``, ``cohort_size``, ``label``,
+        ``secure`` (a secure-aggregation task), ``created_by`` and ``created_at`` (Unix seconds).
+    total : int
+        The number of tasks that match the filters.
+    """
+    rows, total = tx.page_tasks(limit, offset, analysis=analysis, population=population)
+    items = []
+    for t in rows:
+        conf = task_config(tx, t.task_id)
+        items.append(
+            {
+                "task_id": t.task_id,
+                "analysis": conf.get("analysis"),
+                "population": conf["privacy"]["population"],
+                "epsilon": conf["privacy"].get("epsilon"),
+                "delta": conf["privacy"].get("delta"),
+                "cohort_size": conf.get("cohort_size"),
+                "label": conf.get("label", ""),
+                "secure": conf.get("secure_aggregation") is not None,
+                "created_by": t.created_by,
+                "created_at": t.created_at,
+            }
+        )
+    return items, total

@@ -9,17 +9,16 @@ page). Documented for operators in ``docs/admin.md``.
 """
 
 import json
-import time
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from fedstats.errors import BudgetExceededError, SecurityError
-from fedstats.service.domain import idempotency, ledger, operators, runs, tasks
+from fedstats.errors import BudgetExceededError
+from fedstats.service.domain import devices, idempotency, ledger, operators, runs, tasks
 from fedstats.service.http import edge as http
+from fedstats.service.http.context import Changed, Operator, StoreDep
 from fedstats.service.http.schemas import (
     NAME_PATTERN,
     BudgetIn,
@@ -31,10 +30,9 @@ from fedstats.service.http.schemas import (
     SignedTaskIn,
     TaskOut,
 )
-from fedstats.service.store import State, Store
-from fedstats.wire import auth
+from fedstats.service.store import State
 
-__all__ = ["OperatorIn", "OperatorToken", "Page", "ReinstateIn", "admin_router", "rotate_token"]
+__all__ = ["OperatorIn", "OperatorToken", "Page", "ReinstateIn", "rotate_token", "router"]
 
 RUN_STATUSES = ("checkin", "seeding", "running", "done", "aborted")
 
@@ -106,53 +104,101 @@ def _answer(ans: idempotency.Answer) -> JSONResponse:
     return JSONResponse(ans.body, status_code=ans.status, headers=headers)
 
 
-def admin_router(
-    store: Store,
-    operator: Callable[..., str],
-    changed: Callable[[set[str] | None], None],
-) -> APIRouter:
-    """The operator endpoints over ``store``.
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut},
+    403: {"model": ErrorOut},
+    404: {"model": ErrorOut},
+    409: {"model": ErrorOut},
+    422: {"model": ErrorOut},
+}
 
-    Parameters
-    ----------
-    store : Store
-    operator : callable
-        The FastAPI dependency that authenticates an operator's bearer token and returns its name.
-    changed : callable
-        Publishes a state change of the given populations' runs (wakes their long-polling devices).
+router = APIRouter(
+    prefix="/v1/admin", tags=["admin"], responses=_ERRORS, route_class=http.StrictRoute
+)
+"""The operator endpoints (strict JSON bodies: no NaN/Infinity, bounded depth, as every route of the app).
+
+The state, the operator and the change publisher come through the dependencies of
+:mod:`fedstats.service.http.context`."""
+
+
+# -- tasks
+@router.post("/tasks", status_code=201, response_model=TaskOut)
+def create_task(
+    store: StoreDep, body: SignedTaskIn, request: Request, actor: Operator, key: IdemKey = None
+) -> JSONResponse:
+    """Store an analyst's signed task (or find it); its id is the SHA-256 of its canonical form.
+
+    The envelope must verify against a trusted enrollment authority (403 otherwise); the server
+    stores it unchanged and relays it to devices, which verify it again.
     """
-    Op = Annotated[str, Depends(operator)]
-    errors: dict[int | str, dict[str, Any]] = {
-        401: {"model": ErrorOut},
-        403: {"model": ErrorOut},
-        404: {"model": ErrorOut},
-        409: {"model": ErrorOut},
-        422: {"model": ErrorOut},
-    }
-    # strict JSON bodies (no NaN/Infinity, bounded depth), as every route of the app
-    r = APIRouter(
-        prefix="/v1/admin", tags=["admin"], responses=errors, route_class=http.StrictRoute
+    from fedstats import wire
+
+    def write(s: State) -> idempotency.Answer:
+        tid, new = tasks.create_task(s, body.model_dump(), actor)
+        conf = tasks.task_config(s, tid)
+        env = tasks.task_envelope(s, tid)
+        out = TaskOut(task_id=tid, created=new, config=wire.encode(conf), envelope=env)
+        return idempotency.Answer(201, out.model_dump(mode="json"))
+
+    ans = idempotency.run_once(
+        store,
+        actor,
+        idempotency.check_key(key),
+        "POST",
+        request.url.path,
+        body.model_dump(mode="json"),
+        write,
     )
+    return _answer(ans)
 
-    # -- tasks
-    @r.post("/tasks", status_code=201, response_model=TaskOut)
-    def create_task(
-        body: SignedTaskIn, request: Request, actor: Op, key: IdemKey = None
-    ) -> JSONResponse:
-        """Store an analyst's signed task (or find it); its id is the SHA-256 of its canonical form.
 
-        The envelope must verify against a trusted enrollment authority (403 otherwise); the server
-        stores it unchanged and relays it to devices, which verify it again.
-        """
-        from fedstats import wire
+@router.get("/tasks")
+def list_tasks(
+    store: StoreDep,
+    actor: Operator,  # noqa: ARG001 - authentication dependency
+    limit: Limit = 50,
+    offset: Offset = 0,
+    analysis: Annotated[str | None, Query(max_length=64)] = None,
+    population: Annotated[str | None, Query(max_length=128)] = None,
+) -> Page:
+    """Stored tasks, newest first (filters: ``analysis``, ``population``; paged in the query)."""
+    with store.transaction(read_only=True) as tx:
+        items, total = tasks.page_tasks(tx, limit, offset, analysis=analysis, population=population)
+    return _pageout(items, total, limit, offset)
 
-        def write(s: State) -> idempotency.Answer:
-            tid, new = tasks.create_task(s, body.model_dump(), actor)
-            conf = tasks.task_config(s, tid)
-            env = tasks.task_envelope(s, tid)
-            out = TaskOut(task_id=tid, created=new, config=wire.encode(conf), envelope=env)
-            return idempotency.Answer(201, out.model_dump(mode="json"))
 
+@router.get("/tasks/{task_id}")
+def get_task(store: StoreDep, task_id: IdPath, actor: Operator) -> TaskOut:  # noqa: ARG001 - authentication dependency
+    """A stored task's configuration and signed envelope."""
+    from fedstats import wire
+
+    with store.transaction(read_only=True) as tx:
+        conf = tasks.task_config(tx, task_id)
+        env = tasks.task_envelope(tx, task_id)
+    return TaskOut(task_id=task_id, created=False, config=wire.encode(conf), envelope=env)
+
+
+# -- runs
+@router.post("/runs", status_code=201, response_model=RunOut)
+def create_run(
+    store: StoreDep,
+    changed: Changed,
+    body: RunIn,
+    request: Request,
+    actor: Operator,
+    key: IdemKey = None,
+) -> JSONResponse:
+    """Start a run; its privacy charge is reserved first (409 with spent/requested/remaining if refused).
+
+    With an ``Idempotency-Key``, a retry (same key, same body) returns the first answer: one run,
+    one reservation.
+    """
+
+    def write(s: State) -> idempotency.Answer:
+        rid = runs.create_run(s, body.task_id, actor)
+        return idempotency.Answer(201, RunOut(**runs.run_view(s, rid)).model_dump(mode="json"))
+
+    try:
         ans = idempotency.run_once(
             store,
             actor,
@@ -162,305 +208,217 @@ def admin_router(
             body.model_dump(mode="json"),
             write,
         )
-        return _answer(ans)
-
-    @r.get("/tasks")
-    def list_tasks(
-        actor: Op,  # noqa: ARG001 - authentication dependency
-        limit: Limit = 50,
-        offset: Offset = 0,
-        analysis: Annotated[str | None, Query(max_length=64)] = None,
-        population: Annotated[str | None, Query(max_length=128)] = None,
-    ) -> Page:
-        """Stored tasks, newest first (filters: ``analysis``, ``population``)."""
-        with store.transaction(read_only=True) as tx:
-            items = []
-            for t in tx.tasks_newest():
-                tid, created_by, created_at = t.task_id, t.created_by, t.created_at
-                conf = tasks.task_config(tx, tid)
-                if analysis is not None and conf.get("analysis") != analysis:
-                    continue
-                if population is not None and conf["privacy"]["population"] != population:
-                    continue
-                items.append(
-                    {
-                        "task_id": tid,
-                        "analysis": conf.get("analysis"),
-                        "population": conf["privacy"]["population"],
-                        "epsilon": conf["privacy"].get("epsilon"),
-                        "delta": conf["privacy"].get("delta"),
-                        "cohort_size": conf.get("cohort_size"),
-                        "label": conf.get("label", ""),
-                        "secure": conf.get("secure_aggregation") is not None,
-                        "created_by": created_by,
-                        "created_at": created_at,
-                    }
-                )
-        return _pageout(items[offset : offset + limit], len(items), limit, offset)
-
-    @r.get("/tasks/{task_id}")
-    def get_task(task_id: IdPath, actor: Op) -> TaskOut:  # noqa: ARG001 - authentication dependency
-        """A stored task's configuration and signed envelope."""
-        from fedstats import wire
-
-        with store.transaction(read_only=True) as tx:
-            conf = tasks.task_config(tx, task_id)
-            env = tasks.task_envelope(tx, task_id)
-        return TaskOut(task_id=task_id, created=False, config=wire.encode(conf), envelope=env)
-
-    # -- runs
-    @r.post("/runs", status_code=201, response_model=RunOut)
-    def create_run(body: RunIn, request: Request, actor: Op, key: IdemKey = None) -> JSONResponse:
-        """Start a run; its privacy charge is reserved first (409 with spent/requested/remaining if refused).
-
-        With an ``Idempotency-Key``, a retry (same key, same body) returns the first answer: one run,
-        one reservation.
-        """
-
-        def write(s: State) -> idempotency.Answer:
-            rid = runs.create_run(s, body.task_id, actor)
-            return idempotency.Answer(201, RunOut(**runs.run_view(s, rid)).model_dump(mode="json"))
-
-        try:
-            ans = idempotency.run_once(
-                store,
-                actor,
-                idempotency.check_key(key),
-                "POST",
-                request.url.path,
-                body.model_dump(mode="json"),
-                write,
-            )
-        except BudgetExceededError as exc:
-            with store.transaction() as tx:
-                ledger.audit(tx, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
-            raise
-        if not ans.replayed:
-            with store.transaction(read_only=True) as tx:
-                population = str(tasks.task_config(tx, body.task_id)["privacy"]["population"])
-            changed({population})  # a new offer: wake the population's devices waiting for work
-        return _answer(ans)
-
-    @r.get("/runs")
-    def list_runs(
-        actor: Op,  # noqa: ARG001 - authentication dependency
-        limit: Limit = 50,
-        offset: Offset = 0,
-        status: Annotated[Literal[RUN_STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
-        task_id: Annotated[str | None, Query(max_length=64)] = None,
-        analyst: Annotated[str | None, Query(max_length=128)] = None,
-    ) -> Page:
-        """Runs, newest first (filters: ``status``, ``task_id``, ``analyst``)."""
-        with store.transaction(read_only=True) as tx:
-            items, total = tx.page_runs(
-                limit, offset, status=status, task_id=task_id, analyst=analyst
-            )
-        return _pageout(items, total, limit, offset)
-
-    @r.get("/runs/{run_id}")
-    def get_run(run_id: IdPath, actor: Op) -> RunOut:  # noqa: ARG001 - authentication dependency
-        """A run's status, rounds and (once done and paid) result."""
-        with store.transaction(read_only=True) as tx:
-            return RunOut(**runs.run_view(tx, run_id))
-
-    @r.post("/runs/{run_id}/cancel")
-    def cancel_run(run_id: IdPath, actor: Op) -> RunOut:
-        """Stop a live run: it becomes ``aborted`` with the error "cancelled by <operator>".
-
-        Its reservation is released if no round's sum was used yet, else spent; devices see it
-        finished. 409 if the run is already done or aborted.
-        """
+    except BudgetExceededError as exc:
         with store.transaction() as tx:
-            population = runs.cancel_run(tx, run_id, actor)
+            ledger.audit(tx, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
+        raise
+    if not ans.replayed:
         with store.transaction(read_only=True) as tx:
-            out = RunOut(**runs.run_view(tx, run_id))
-        changed({population})
-        return out
+            population = str(tasks.task_config(tx, body.task_id)["privacy"]["population"])
+        changed({population})  # a new offer: wake the population's devices waiting for work
+    return _answer(ans)
 
-    # -- budgets
-    @r.get("/budgets")
-    def list_budgets(
-        actor: Op,  # noqa: ARG001 - authentication dependency
-        limit: Limit = 50,
-        offset: Offset = 0,
-        scope: Annotated[Literal["population", "analyst"] | None, Query()] = None,
-    ) -> Page:
-        """Budgets with spent and remaining (epsilon, delta)."""
-        with store.transaction(read_only=True) as tx:
-            rows, total = tx.page_budgets(limit, offset, scope=scope)
-            items = [ledger.budget_status(tx, b.scope, b.name) or {} for b in rows]
-        return _pageout(items, total, limit, offset)
 
-    @r.put("/budgets/{scope}/{name}")
-    def put_budget(scope: IdPath, name: IdPath, body: BudgetIn, actor: Op) -> BudgetOut:
-        """Set the budget of a population or an analyst (scope ``population`` or ``analyst``).
+@router.get("/runs")
+def list_runs(
+    store: StoreDep,
+    actor: Operator,  # noqa: ARG001 - authentication dependency
+    limit: Limit = 50,
+    offset: Offset = 0,
+    status: Annotated[Literal[RUN_STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
+    task_id: Annotated[str | None, Query(max_length=64)] = None,
+    analyst: Annotated[str | None, Query(max_length=128)] = None,
+) -> Page:
+    """Runs, newest first (filters: ``status``, ``task_id``, ``analyst``)."""
+    with store.transaction(read_only=True) as tx:
+        items, total = tx.page_runs(limit, offset, status=status, task_id=task_id, analyst=analyst)
+    return _pageout(items, total, limit, offset)
 
-        A budget below what its reserved and spent charges already compose to is refused (409).
-        """
-        if scope not in ledger.SCOPES or not 1 <= len(name) <= 128:
-            raise HTTPException(
-                404, "scope must be 'population' or 'analyst', name 1-128 characters"
-            )
-        with store.transaction() as tx:  # 409 if below what is already spent or reserved
-            ledger.set_budget(tx, scope, name, epsilon=body.epsilon, delta=body.delta, actor=actor)
-        with store.transaction(read_only=True) as tx:
-            st = ledger.budget_status(tx, scope, name)
-        assert st is not None
-        return BudgetOut(**st)
 
-    @r.get("/budgets/{scope}/{name}")
-    def get_budget(scope: IdPath, name: IdPath, actor: Op) -> BudgetOut:  # noqa: ARG001 - authentication dependency
-        """A budget with its spent and remaining (epsilon, delta)."""
-        with store.transaction(read_only=True) as tx:
-            st = ledger.budget_status(tx, scope, name) if scope in ledger.SCOPES else None
-        if st is None:
-            raise HTTPException(404, f"no budget for {scope} {name!r}")
-        return BudgetOut(**st)
+@router.get("/runs/{run_id}")
+def get_run(store: StoreDep, run_id: IdPath, actor: Operator) -> RunOut:  # noqa: ARG001 - authentication dependency
+    """A run's status, rounds and (once done and paid) result."""
+    with store.transaction(read_only=True) as tx:
+        return RunOut(**runs.run_view(tx, run_id))
 
-    # -- devices
-    @r.get("/devices")
-    def list_devices(
-        actor: Op,  # noqa: ARG001 - authentication dependency
-        limit: Limit = 50,
-        offset: Offset = 0,
-        population: Annotated[str | None, Query(max_length=128)] = None,
-        status: Annotated[Literal["active", "revoked"] | None, Query()] = None,
-    ) -> Page:
-        """Enrolled devices (filters: ``population``, ``status``)."""
-        with store.transaction(read_only=True) as tx:
-            items, total = tx.page_devices(limit, offset, population=population, status=status)
-        return _pageout(items, total, limit, offset)
 
-    def _load_device(tx: State, client_id: str) -> dict[str, Any]:
-        c = tx.device_for_update(client_id)
-        if c is None:
-            raise tasks.NotFoundError(f"no device {client_id!r}")
-        return c
+@router.post("/runs/{run_id}/cancel")
+def cancel_run(store: StoreDep, changed: Changed, run_id: IdPath, actor: Operator) -> RunOut:
+    """Stop a live run: it becomes ``aborted`` with the error "cancelled by <operator>".
 
-    def _forget(request: Request, client_id: str) -> None:
-        # the client API caches enrollment rows (``app.state.forget_client`` drops one at once here;
-        # other server processes re-read theirs within a few seconds)
-        hook = getattr(request.app.state, "forget_client", None)
-        if hook is not None:
-            hook(client_id)
+    Its reservation is released if no round's sum was used yet, else spent; devices see it
+    finished. 409 if the run is already done or aborted.
+    """
+    with store.transaction() as tx:
+        population = runs.cancel_run(tx, run_id, actor)
+    with store.transaction(read_only=True) as tx:
+        out = RunOut(**runs.run_view(tx, run_id))
+    changed({population})
+    return out
 
-    @r.post("/devices/{client_id}/revoke")
-    def revoke_device(client_id: IdPath, request: Request, actor: Op) -> dict[str, Any]:
-        """Revoke a device: every later signed request of it is refused (403), so it joins no run.
 
-        Idempotent (a revoked device stays revoked since its first revocation).
-        """
-        with store.transaction() as tx:
-            out = _load_device(tx, client_id)
-            if out["revoked_at"] is None:
-                now = time.time()
-                tx.update_client(client_id, revoked_at=now)
-                out = {**out, "revoked_at": now, "status": "revoked"}
-                ledger.audit(tx, actor, "revoke-device", None, client_id=client_id)
-        _forget(request, client_id)
-        return out
+# -- budgets
+@router.get("/budgets")
+def list_budgets(
+    store: StoreDep,
+    actor: Operator,  # noqa: ARG001 - authentication dependency
+    limit: Limit = 50,
+    offset: Offset = 0,
+    scope: Annotated[Literal["population", "analyst"] | None, Query()] = None,
+) -> Page:
+    """Budgets with spent and remaining (epsilon, delta)."""
+    with store.transaction(read_only=True) as tx:
+        rows, total = tx.page_budgets(limit, offset, scope=scope)
+        items = [ledger.budget_status(tx, b.scope, b.name) or {} for b in rows]
+    return _pageout(items, total, limit, offset)
 
-    @r.post("/devices/{client_id}/reinstate")
-    def reinstate_device(
-        client_id: IdPath, request: Request, actor: Op, body: ReinstateIn | None = None
-    ) -> dict[str, Any]:
-        """Reinstate a revoked device; with a new ``certificate``, under its new key (re-keying).
 
-        The certificate must be a device certificate for ``client_id`` from a trusted authority
-        (403 otherwise); its key, population, authority and expiry replace the enrolled ones, so the old
-        key is refused from then on. 409 if the device is not revoked.
-        """
-        with store.transaction() as tx:
-            c = _load_device(tx, client_id)
-            if c["revoked_at"] is None:
-                raise tasks.ConflictError(
-                    f"device {client_id!r} is not revoked (revoke it first to re-key it)"
-                )
-            detail: dict[str, Any] = {"client_id": client_id, "rekeyed": False}
-            if body is not None and body.certificate is not None:
-                try:
-                    cert = auth.Certificate.from_dict(body.certificate)
-                    auth.verify_certificate(cert, tasks.trusted_authorities(tx))
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise SecurityError(f"not a device certificate: {exc}") from None
-                if cert.body.get("role", "device") != "device":
-                    raise SecurityError("not a device certificate")
-                if cert.body.get("client_id") != client_id:
-                    raise SecurityError(
-                        f"the certificate is for {cert.body.get('client_id')!r}, not {client_id!r}"
-                    )
-                new = {
-                    "public_key": str(cert.body["public_key"]),
-                    "population": str(cert.body["population"]),
-                    "authority": str(cert.body["authority"]),
-                    "not_after": float(cert.body["not_after"]),
-                    "enrolled_at": time.time(),
-                }
-                tx.update_client(client_id, certificate=json.dumps(cert.as_dict()), **new)
-                c = {**c, **new}
-                detail["rekeyed"] = True
-                detail["public_key"] = c["public_key"]
-            tx.update_client(client_id, revoked_at=None)
-            ledger.audit(tx, actor, "reinstate-device", None, **detail)
-            out = {**c, "revoked_at": None, "status": "active"}
-        _forget(request, client_id)
-        return out
+@router.put("/budgets/{scope}/{name}")
+def put_budget(
+    store: StoreDep, scope: IdPath, name: IdPath, body: BudgetIn, actor: Operator
+) -> BudgetOut:
+    """Set the budget of a population or an analyst (scope ``population`` or ``analyst``).
 
-    # -- operators
-    @r.get("/operators")
-    def list_operators(
-        actor: Op,  # noqa: ARG001 - authentication dependency
-        limit: Limit = 50,
-        offset: Offset = 0,
-    ) -> Page:
-        """Operators (names and creation times; tokens are stored hashed and never shown)."""
-        with store.transaction(read_only=True) as tx:
-            items, total = tx.page_operators(limit, offset)
-        return _pageout(items, total, limit, offset)
+    A budget below what its reserved and spent charges already compose to is refused (409).
+    """
+    if scope not in ledger.SCOPES or not 1 <= len(name) <= 128:
+        raise HTTPException(404, "scope must be 'population' or 'analyst', name 1-128 characters")
+    with store.transaction() as tx:  # 409 if below what is already spent or reserved
+        ledger.set_budget(tx, scope, name, epsilon=body.epsilon, delta=body.delta, actor=actor)
+    with store.transaction(read_only=True) as tx:
+        st = ledger.budget_status(tx, scope, name)
+    assert st is not None
+    return BudgetOut(**st)
 
-    @r.post("/operators", status_code=201)
-    def add_operator(body: OperatorIn, actor: Op) -> OperatorToken:
-        """Create an operator; its bearer token is in the answer, once (stored hashed)."""
-        with store.transaction() as tx:
-            token = operators.add(tx, body.name, actor=actor)
-        return OperatorToken(name=body.name, token=token)
 
-    @r.delete("/operators/{name}")
-    def remove_operator(name: IdPath, actor: Op) -> dict[str, Any]:
-        """Remove operator ``name``: its token stops working at once (not oneself, not the last)."""
-        with store.transaction() as tx:
-            operators.remove(tx, name, actor=actor)
-        return {"name": name, "removed": True}
+@router.get("/budgets/{scope}/{name}")
+def get_budget(store: StoreDep, scope: IdPath, name: IdPath, actor: Operator) -> BudgetOut:  # noqa: ARG001 - authentication dependency
+    """A budget with its spent and remaining (epsilon, delta)."""
+    with store.transaction(read_only=True) as tx:
+        st = ledger.budget_status(tx, scope, name) if scope in ledger.SCOPES else None
+    if st is None:
+        raise HTTPException(404, f"no budget for {scope} {name!r}")
+    return BudgetOut(**st)
 
-    @r.post("/operators/{name}/rotate")
-    def rotate_operator_token(name: IdPath, actor: Op) -> OperatorToken:
-        """Issue a new bearer token for operator ``name``; its old token stops working at once."""
-        with store.transaction() as tx:
-            token = operators.rotate(tx, name, actor=actor)
-        return OperatorToken(name=name, token=token)
 
-    # -- audit
-    @r.get("/audit")
-    def get_audit(
-        actor: Op,  # noqa: ARG001 - authentication dependency
-        run_id: Annotated[str | None, Query(max_length=64)] = None,
-        limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-    ) -> list[dict[str, Any]]:
-        """The audit log (newest last), optionally for one run."""
-        with store.transaction(read_only=True) as tx:
-            rows = tx.audit_log(run_id, limit)
-        return [
-            {
-                "ts": a.ts,
-                "actor": a.actor,
-                "action": a.action,
-                "run_id": a.run_id,
-                "detail": json.loads(a.detail),
-            }
-            for a in rows
-        ]
+# -- devices
+@router.get("/devices")
+def list_devices(
+    store: StoreDep,
+    actor: Operator,  # noqa: ARG001 - authentication dependency
+    limit: Limit = 50,
+    offset: Offset = 0,
+    population: Annotated[str | None, Query(max_length=128)] = None,
+    status: Annotated[Literal["active", "revoked"] | None, Query()] = None,
+) -> Page:
+    """Enrolled devices (filters: ``population``, ``status``)."""
+    with store.transaction(read_only=True) as tx:
+        items, total = tx.page_devices(limit, offset, population=population, status=status)
+    return _pageout(items, total, limit, offset)
 
-    return r
+
+def _forget(request: Request, client_id: str) -> None:
+    # the client API caches enrollment rows (``app.state.forget_client`` drops one at once here;
+    # other server processes re-read theirs within a few seconds)
+    hook = getattr(request.app.state, "forget_client", None)
+    if hook is not None:
+        hook(client_id)
+
+
+@router.post("/devices/{client_id}/revoke")
+def revoke_device(
+    store: StoreDep, client_id: IdPath, request: Request, actor: Operator
+) -> dict[str, Any]:
+    """Revoke a device: every later signed request of it is refused (403), so it joins no run.
+
+    Idempotent (a revoked device stays revoked since its first revocation).
+    """
+    with store.transaction() as tx:
+        out = devices.revoke_device(tx, client_id, actor)
+    _forget(request, client_id)
+    return out
+
+
+@router.post("/devices/{client_id}/reinstate")
+def reinstate_device(
+    store: StoreDep,
+    client_id: IdPath,
+    request: Request,
+    actor: Operator,
+    body: ReinstateIn | None = None,
+) -> dict[str, Any]:
+    """Reinstate a revoked device; with a new ``certificate``, under its new key (re-keying).
+
+    The certificate must be a device certificate for ``client_id`` from a trusted authority
+    (403 otherwise); its key, population, authority and expiry replace the enrolled ones, so the old
+    key is refused from then on. 409 if the device is not revoked.
+    """
+    certificate = None if body is None else body.certificate
+    with store.transaction() as tx:
+        out = devices.reinstate_device(tx, client_id, actor, certificate)
+    _forget(request, client_id)
+    return out
+
+
+# -- operators
+@router.get("/operators")
+def list_operators(
+    store: StoreDep,
+    actor: Operator,  # noqa: ARG001 - authentication dependency
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> Page:
+    """Operators (names and creation times; tokens are stored hashed and never shown)."""
+    with store.transaction(read_only=True) as tx:
+        items, total = tx.page_operators(limit, offset)
+    return _pageout(items, total, limit, offset)
+
+
+@router.post("/operators", status_code=201)
+def add_operator(store: StoreDep, body: OperatorIn, actor: Operator) -> OperatorToken:
+    """Create an operator; its bearer token is in the answer, once (stored hashed)."""
+    with store.transaction() as tx:
+        token = operators.add(tx, body.name, actor=actor)
+    return OperatorToken(name=body.name, token=token)
+
+
+@router.delete("/operators/{name}")
+def remove_operator(store: StoreDep, name: IdPath, actor: Operator) -> dict[str, Any]:
+    """Remove operator ``name``: its token stops working at once (not oneself, not the last)."""
+    with store.transaction() as tx:
+        operators.remove(tx, name, actor=actor)
+    return {"name": name, "removed": True}
+
+
+@router.post("/operators/{name}/rotate")
+def rotate_operator_token(store: StoreDep, name: IdPath, actor: Operator) -> OperatorToken:
+    """Issue a new bearer token for operator ``name``; its old token stops working at once."""
+    with store.transaction() as tx:
+        token = operators.rotate(tx, name, actor=actor)
+    return OperatorToken(name=name, token=token)
+
+
+# -- audit
+@router.get("/audit")
+def get_audit(
+    store: StoreDep,
+    actor: Operator,  # noqa: ARG001 - authentication dependency
+    run_id: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+) -> list[dict[str, Any]]:
+    """The audit log (newest last), optionally for one run."""
+    with store.transaction(read_only=True) as tx:
+        rows = tx.audit_log(run_id, limit)
+    return [
+        {
+            "ts": a.ts,
+            "actor": a.actor,
+            "action": a.action,
+            "run_id": a.run_id,
+            "detail": json.loads(a.detail),
+        }
+        for a in rows
+    ]
 
 
 def rotate_token(s: State, name: str) -> str:

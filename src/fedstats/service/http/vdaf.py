@@ -14,10 +14,13 @@ route                                     caller, authentication       effect
                                                                        leader's), the rounds announced
 ``GET /{task_id}``                        operator                     the task (signed task: its charge
                                                                        and rounds; round: counts by fate)
-``POST /{task_id}/reports``               device (signed request)      store this aggregator's report share
+``POST /{task_id}/reports``               device (signed request)      store this aggregator's report share;
+                                                                       the leader answers a receipt that the
+                                                                       helper requires (``leader_receipt``)
 ``POST /{task_id}/aggregate``             operator, on the leader      run aggregation jobs with the helper
 ``POST /{task_id}/jobs``                  the leader (peer token)      the helper's side of one job
-``POST /{task_id}/collect``               operator (the collector)     freeze, return the noised share
+``POST /{task_id}/collect``               operator (the collector)     freeze, return the noised share; 409
+                                                                       while a report was never in a job
 ========================================  ==========================  =======================================
 
 Device requests are signed as the device API's (:func:`fedstats.wire.auth.sign_request`) and checked by
@@ -105,7 +108,12 @@ UPLOAD_BODY = device_body(
     {
         "type": "object",
         "required": ["report_id", "public_share", "input_share"],
-        "properties": {"report_id": _ID32, "public_share": _HEX, "input_share": _HEX},
+        "properties": {
+            "report_id": _ID32,
+            "public_share": _HEX,
+            "input_share": _HEX,
+            "leader_receipt": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        },
     }
 )
 AGGREGATE_BODY = device_body(
@@ -362,9 +370,13 @@ def vdaf_router(
         try:
             public = bytes.fromhex(str(d.get("public_share", "")))
             share = bytes.fromhex(str(d.get("input_share", "")))
+            receipt = d.get("leader_receipt")
+            leader_receipt = None if receipt is None else bytes.fromhex(str(receipt))
         except ValueError:
-            raise HTTPException(422, "public_share and input_share must be hex") from None
-        new = await run(
+            raise HTTPException(
+                422, "public_share, input_share and leader_receipt must be hex"
+            ) from None
+        done: domain.Uploaded = await run(
             domain.upload_report,
             store,
             task_id,
@@ -373,10 +385,15 @@ def vdaf_router(
             report_id=d.get("report_id"),
             public_share=public,
             input_share=share,
+            leader_receipt=leader_receipt,
             nonce=None if use is None else (use.client_id, use.nonce, use.ts),
             confirm=lambda tx: device.confirm(tx, signed),  # a stale cached device row
         )
-        return {"accepted": True, "duplicate": not new}
+        return {
+            "accepted": True,
+            "duplicate": not done.new,
+            "receipt": None if done.receipt is None else done.receipt.hex(),
+        }
 
     def _drive(task_id: str, size: int) -> dict[str, int]:
         with store.transaction(read_only=True) as tx:
@@ -409,8 +426,16 @@ def vdaf_router(
         return out
 
     def _collect(task_id: str) -> dict[str, Any]:
-        _drive(task_id, batch_size)  # the leader finishes every job first
-        return domain.collect(store, task_id, fresh())
+        for attempt in range(3):
+            _drive(task_id, batch_size)  # the leader finishes every job first
+            try:
+                return domain.collect(store, task_id, fresh())
+            except domain.UnaggregatedError:
+                with store.transaction(read_only=True) as tx:
+                    leads = domain.task_row(tx, task_id).role == "leader"
+                if not leads or attempt == 2:  # the helper: an omission; nothing released
+                    raise
+        raise AssertionError("unreachable")
 
     @router.post("/{task_id}/collect")
     async def collect(

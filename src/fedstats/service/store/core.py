@@ -379,8 +379,19 @@ class CoreQueries(ABC):
 
     # -- the operator API (reads and device/operator changes)
     @abstractmethod
-    def tasks_newest(self) -> list[TaskSummary]:
-        """Every task, newest first."""
+    def page_tasks(
+        self,
+        limit: int,
+        offset: int,
+        *,
+        analysis: str | None = None,
+        population: str | None = None,
+    ) -> tuple[list[TaskSummary], int]:
+        """One page of the tasks, newest first, and how many match.
+
+        Filtered in the query by the ``analysis`` and ``privacy.population`` of their configuration
+        (a signed envelope's task, or a legacy unsigned row).
+        """
 
     @abstractmethod
     def page_runs(

@@ -7,6 +7,7 @@ answer False, a plain insert of an existing key or of a row whose foreign key is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -500,10 +501,32 @@ class MemoryCoreQueries(MemoryTables, CoreQueries):
         return [self._audit_entry(a) for a in rows]
 
     # -- the operator API
-    def tasks_newest(self) -> list[TaskSummary]:
-        """See :meth:`CoreQueries.tasks_newest`."""
-        rows = sorted(self._t("tasks").values(), key=lambda t: (-float(t.created_at), t.id))
-        return [TaskSummary(str(t.id), str(t.created_by), float(t.created_at)) for t in rows]
+    def page_tasks(
+        self,
+        limit: int,
+        offset: int,
+        *,
+        analysis: str | None = None,
+        population: str | None = None,
+    ) -> tuple[list[TaskSummary], int]:
+        """See :meth:`CoreQueries.page_tasks`."""
+
+        def field(config: str, *path: str) -> Any:
+            doc = json.loads(config)
+            doc = doc["task"] if set(doc) == {"task", "certificate", "signature"} else doc
+            for key in path:
+                doc = doc.get(key) if isinstance(doc, dict) else None
+            return doc
+
+        rows = [
+            t
+            for t in self._t("tasks").values()
+            if (analysis is None or field(t.config, "analysis") == analysis)
+            and (population is None or field(t.config, "privacy", "population") == population)
+        ]
+        rows.sort(key=lambda t: (-float(t.created_at), t.id))
+        page, total = self._page(rows, limit, offset)
+        return [TaskSummary(str(t.id), str(t.created_by), float(t.created_at)) for t in page], total
 
     def page_runs(
         self,

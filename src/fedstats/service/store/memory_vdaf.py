@@ -60,6 +60,7 @@ class MemoryVdafQueries(MemoryTables, VdafQueries):
         task_id: str,
         *,
         lock: bool = False,  # noqa: ARG002 - transactions are serialized
+        share: bool = False,  # noqa: ARG002
     ) -> VdafTaskRow | None:
         """See :meth:`VdafQueries.vdaf_task`."""
         r = self._t("vdaf_tasks").get(task_id)

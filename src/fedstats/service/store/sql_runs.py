@@ -8,14 +8,17 @@ from dataclasses import fields
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     String,
     and_,
     bindparam,
+    cast,
     exists,
     func,
     or_,
     select,
     true,
+    type_coerce,
     update,
 )
 from sqlalchemy.dialects import postgresql
@@ -208,6 +211,18 @@ _Q_COHORT = select(func.count(), func.coalesce(func.sum(_MEMBERS.c.slot_count), 
 )
 
 
+def _config_field(path: tuple[str, ...], dialect: str) -> Any:
+    """A string field of a stored task's configuration, in SQL (a JSON path on SQLite and PostgreSQL).
+
+    Under ``task`` for a signed envelope, at the top for a legacy unsigned row. The text column is read
+    as JSON: PostgreSQL casts it (its JSON operators need a ``json`` value); SQLite's JSON functions take
+    the text as it is (a ``CAST(... AS JSON)`` there has NUMERIC affinity and would turn it into 0).
+    """
+    col = _TASKS.c.config
+    doc = cast(col, JSON) if dialect == "postgresql" else type_coerce(col, JSON)
+    return func.coalesce(doc[("task", *path)].as_string(), doc[path].as_string())
+
+
 class SqlRunQueries(SqlBase):
     """The task, run and round queries of :class:`~fedstats.service.store.core.CoreQueries` in SQL."""
 
@@ -226,13 +241,23 @@ class SqlRunQueries(SqlBase):
             == 1
         )
 
-    def tasks_newest(self) -> list[TaskSummary]:
-        """See :meth:`CoreQueries.tasks_newest`."""
-        t = _TASKS.c
-        rows = self._exec(
-            select(t.id, t.created_by, t.created_at).order_by(t.created_at.desc(), t.id)
-        ).all()
-        return [TaskSummary(str(i), str(b), float(a)) for i, b, a in rows]
+    def page_tasks(
+        self,
+        limit: int,
+        offset: int,
+        *,
+        analysis: str | None = None,
+        population: str | None = None,
+    ) -> tuple[list[TaskSummary], int]:
+        """See :meth:`CoreQueries.page_tasks`."""
+        t, dialect = _TASKS.c, self.conn.dialect.name
+        stmt = select(t.id, t.created_by, t.created_at).order_by(t.created_at.desc(), t.id)
+        if analysis is not None:
+            stmt = stmt.where(_config_field(("analysis",), dialect) == analysis)
+        if population is not None:
+            stmt = stmt.where(_config_field(("privacy", "population"), dialect) == population)
+        rows, total = self._page(stmt, limit, offset)
+        return [TaskSummary(str(i), str(b), float(a)) for i, b, a in rows], total
 
     def cohort(self, run_id: str) -> Cohort:
         """See :meth:`CoreQueries.cohort`."""

@@ -354,8 +354,14 @@ class VdafQueries(ABC):
     """The two-aggregator mode's queries (one aggregator's tables)."""
 
     @abstractmethod
-    def vdaf_task(self, task_id: str, *, lock: bool = False) -> VdafTaskRow | None:
-        """The task, or None; ``lock`` takes its row lock (``FOR UPDATE`` on PostgreSQL)."""
+    def vdaf_task(
+        self, task_id: str, *, lock: bool = False, share: bool = False
+    ) -> VdafTaskRow | None:
+        """The task, or None.
+
+        ``lock`` takes its row lock (``FOR UPDATE`` on PostgreSQL), ``share`` a shared one (``FOR SHARE``:
+        many holders at once, none while another holds it for update; SQLite serializes writers anyway).
+        """
 
     @abstractmethod
     def add_vdaf_task(self, row: VdafTaskRow) -> None:
@@ -504,11 +510,15 @@ class SqlVdafQueries(VdafQueries):
 
     conn: Connection
 
-    def vdaf_task(self, task_id: str, *, lock: bool = False) -> VdafTaskRow | None:
+    def vdaf_task(
+        self, task_id: str, *, lock: bool = False, share: bool = False
+    ) -> VdafTaskRow | None:
         """See :meth:`VdafQueries.vdaf_task`."""
         q = select(vdaf_tasks).where(_T.id == task_id)
         if lock:
             q = q.with_for_update()
+        elif share:
+            q = q.with_for_update(read=True)
         r = self.conn.execute(q).mappings().first()
         if r is None:
             return None
