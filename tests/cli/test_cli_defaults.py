@@ -34,7 +34,7 @@ def _options(app: typer.Typer) -> dict[str, Any]:
 def test_every_server_setting_is_an_option_with_the_settings_default() -> None:
     options = _options(server_app)
     exposed = [f for f in dataclasses.fields(ServerSettings) if f.name in options]
-    assert len(exposed) == 18, [f.name for f in exposed]
+    assert len(exposed) == 20, [f.name for f in exposed]
     for f in exposed:
         expected = None if f.name in _OTHER_FORM else f.default
         assert options[f.name] == expected, f.name

@@ -22,12 +22,13 @@ SRC = Path(fedstats.__file__).parent
 
 # layer -> the layers it may import (DESIGN.md: imports point downwards only). The device SDK (client) and
 # the server (service) both stand on wire and never import each other; only the CLI sees both.
-_CORE = {"analyses", "engine", "wire", "secagg", "vdaf", "privacy", "sketches"}
+_CORE = {"analyses", "engine", "wire", "secagg", "vdaf", "dap", "privacy", "sketches"}
 LAYERS = {
     "privacy": {"privacy"},
     "sketches": {"sketches", "privacy"},
     "secagg": {"secagg", "privacy"},
     "vdaf": {"vdaf", "privacy"},
+    "dap": {"dap", "vdaf", "privacy"},  # DAP-09 wire, HPKE, client and collector over Prio3
     "wire": {"wire", "privacy"},
     "datasets": {"datasets"},
     "engine": {"engine", "secagg", "privacy", "sketches"},

@@ -327,6 +327,21 @@ class TestStateParity:
             assert set(tx.vdaf_shares("v1", ["r1", "r3", "zz"])) == {"r1", "r3"}
             _no_orm([tx.vdaf_task("v1"), tx.vdaf_shares("v1", ["r1"]), tx.vdaf_signed("s1")])
 
+    def test_dap_task_state(self, state: Store) -> None:
+        task = VdafTaskRow(
+            "d1", "helper", '{"type": "count"}', b"ctx", b"k" * 16, "https://l", None, "h", "dap", 2, None,
+            dap='{"query_type": 1}',
+        )  # fmt: skip
+        with state.transaction() as tx:
+            tx.add_vdaf_task(task)
+            assert tx.vdaf_task("d1", lock=True) == task
+            tx.set_vdaf_dap("d1", '{"query_type": 1, "jobs": {}}')
+        with state.transaction(read_only=True) as tx:
+            got = tx.vdaf_task("d1")
+            assert got is not None and got.dap == '{"query_type": 1, "jobs": {}}'
+            other = tx.vdaf_task("v1")
+            assert other is None or other.dap is None
+
 
 # -- a secure run on the memory state ---------------------------------------------------------------
 

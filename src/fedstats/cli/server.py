@@ -165,6 +165,22 @@ def serve(
             "--vdaf-batch-size", min=1, max=100_000, help="Reports per Prio3 aggregation job."
         ),
     ] = _DEFAULT.vdaf_batch_size,
+    dap: Annotated[
+        bool,
+        typer.Option(
+            "--dap",
+            help="Also serve DAP-09 for Prio3 tasks (/hpke_config, /tasks/{task-id}/...; docs/vdaf.md, "
+            '"DAP"), with --vdaf-peer-ca and --vdaf-batch-size.',
+        ),
+    ] = _DEFAULT.dap,
+    dap_interop: Annotated[
+        str | None,
+        typer.Option(
+            "--dap-interop",
+            help="Test rigs only: also serve the DAP interop test design's unauthenticated "
+            "/internal/test endpoints for one role: aggregator, client or collector.",
+        ),
+    ] = _DEFAULT.dap_interop,
     max_connections: Annotated[
         int | None,
         typer.Option(
@@ -274,6 +290,8 @@ def serve(
             vdaf=vdaf,
             vdaf_peer_ca=None if vdaf_peer_ca is None else str(vdaf_peer_ca),
             vdaf_batch_size=vdaf_batch_size,
+            dap=dap,
+            dap_interop=dap_interop,
             max_connections=connections,
             max_connections_per_peer=max_connections_per_peer,
             header_timeout=header_timeout,

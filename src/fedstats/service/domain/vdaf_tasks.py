@@ -186,7 +186,7 @@ def task_row(tx: State, task_id: str, *, lock: bool = False, share: bool = False
     row = (
         tx.vdaf_task(task_id, lock=lock, share=share) if ok else None
     )  # no lookup of a malformed id
-    if row is None:
+    if row is None or row.dap is not None:  # a DAP task is served by the DAP routes only
         raise NotFoundError(f"no Prio3 task {task_id!r}")
     return row
 

@@ -24,6 +24,7 @@ from fedstats.service.domain import driver
 from fedstats.service.domain.changes import Changes, Wakeup
 from fedstats.service.http import admin, metrics
 from fedstats.service.http import edge as http
+from fedstats.service.http.dap import add_dap_routes
 from fedstats.service.http.dashboard import add_dashboard, process_state
 from fedstats.service.http.device import add_client_routes
 from fedstats.service.http.fastpath import DeviceWrites, DirectRoutes, Offload
@@ -122,6 +123,14 @@ def create_app(
         from fedstats.service.http.vdaf import add_vdaf_routes
 
         add_vdaf_routes(app, store, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size)
+    if cfg.dap:  # DAP-09 for Prio3 tasks (binary messages; docs/vdaf.md, "DAP")
+        add_dap_routes(
+            app,
+            store,
+            interop=cfg.dap_interop,
+            peer_ca=cfg.vdaf_peer_ca,
+            batch_size=cfg.vdaf_batch_size,
+        )
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
     # a device's poll and upload straight to their handlers (not through the router's scan)
     app.add_middleware(DirectRoutes, routes=app.routes)

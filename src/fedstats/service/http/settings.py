@@ -58,6 +58,12 @@ class ServerSettings:
         (default: the system's trust store).
     vdaf_batch_size : int
         Reports per Prio3 aggregation job, in [1, 100000] (default 1000).
+    dap : bool
+        Serve DAP-09 for Prio3 tasks (:mod:`.dap`: ``/hpke_config``, ``/tasks/{task-id}/...``, binary
+        messages; default False). Uses ``vdaf_peer_ca`` and ``vdaf_batch_size`` as the JSON routes do.
+    dap_interop : str or None
+        Also serve the DAP interoperation test design's ``/internal/test/...`` endpoints for one role
+        (``aggregator``, ``client`` or ``collector``); unauthenticated, for test rigs only (default None: off).
     idempotency_retention : float
         Seconds an admin write's ``Idempotency-Key`` and first answer are kept (default 7 days, > 0); a
         retry after that is evaluated again (:func:`~fedstats.service.domain.idempotency.purge`).
@@ -96,6 +102,8 @@ class ServerSettings:
     vdaf: bool = False
     vdaf_peer_ca: str | None = None
     vdaf_batch_size: int = 1000
+    dap: bool = False
+    dap_interop: str | None = None
     idempotency_retention: float = 7 * 86400.0
     access_log: bool = True
     max_connections: int | None = None

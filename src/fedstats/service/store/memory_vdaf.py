@@ -81,6 +81,10 @@ class MemoryVdafQueries(MemoryTables, VdafQueries):
         """See :meth:`VdafQueries.set_vdaf_collected`."""
         self._set("vdaf_tasks", task_id, {"status": "collected", "collection": collection})
 
+    def set_vdaf_dap(self, task_id: str, dap: str) -> None:
+        """See :meth:`VdafQueries.set_vdaf_dap`."""
+        self._set("vdaf_tasks", task_id, {"dap": dap})
+
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""
         counts: dict[tuple[str, str | None], int] = {}

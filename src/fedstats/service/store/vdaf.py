@@ -2,7 +2,7 @@
 
 Each aggregator (leader or helper) keeps these tables in its own database; neither ever sees the other's.
 They live on their own :class:`~sqlalchemy.MetaData` (:data:`VDAF_METADATA`) and are created by the Alembic
-migrations ``0007_vdaf`` and ``0008_vdaf_signed``.
+migrations ``0007_vdaf``, ``0008_vdaf_signed`` and ``0014`` (the ``dap`` column of DAP tasks).
 
 Tables
 ------
@@ -112,6 +112,7 @@ vdaf_tasks = Table(
     Column("signed_id", String(64), nullable=True),
     Column("round_index", Integer, nullable=True),
     Column("announcement", Text, nullable=True),
+    Column("dap", Text, nullable=True),
 )
 
 vdaf_signed = Table(
@@ -202,6 +203,9 @@ class VdafTaskRow:
     round_index : int or None
     announcement : str or None
         What devices are shown of the round (JSON): index, round task id, variant, public sums so far.
+    dap : str or None
+        A DAP task's parameters and state (JSON; migration ``0014``, :mod:`fedstats.service.domain.dap`);
+        None for a task of the JSON routes.
     """
 
     id: str
@@ -224,6 +228,7 @@ class VdafTaskRow:
     signed_id: str | None = None
     round_index: int | None = None
     announcement: str | None = None
+    dap: str | None = None
 
     def parameters(self) -> dict[str, Any]:
         """The columns an operator sets at creation (compared when a task is created again)."""
@@ -371,6 +376,10 @@ class VdafQueries(ABC):
     @abstractmethod
     def set_vdaf_collected(self, task_id: str, collection: str) -> None:
         """Freeze the task (status ``collected``) with its collection's answer (JSON)."""
+
+    @abstractmethod
+    def set_vdaf_dap(self, task_id: str, dap: str) -> None:
+        """Set a DAP task's parameters and state (JSON; the caller holds the task's lock)."""
 
     @abstractmethod
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
@@ -537,6 +546,7 @@ class SqlVdafQueries(VdafQueries):
             signed_id=r["signed_id"],
             round_index=None if r["round_index"] is None else int(r["round_index"]),
             announcement=r["announcement"],
+            dap=r["dap"],
         )
 
     def add_vdaf_task(self, row: VdafTaskRow) -> None:
@@ -560,6 +570,10 @@ class SqlVdafQueries(VdafQueries):
             .where(_T.id == task_id)
             .values(status="collected", collection=collection)
         )
+
+    def set_vdaf_dap(self, task_id: str, dap: str) -> None:
+        """See :meth:`VdafQueries.set_vdaf_dap`."""
+        self.conn.execute(update(vdaf_tasks).where(_T.id == task_id).values(dap=dap))
 
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""

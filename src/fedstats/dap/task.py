@@ -1,0 +1,87 @@
+"""A DAP-09 task's parameters and the derivations every role shares (ids, HPKE info strings, checksums).
+
+A DAP task is what the leader, the helper, the clients and the collector agree on out of band (DAP-09
+§4.2): the task id (32 bytes, base64url without padding in URLs), the two aggregators' URLs, the query
+type, the VDAF, the time precision, the minimum batch size and the collector's HPKE configuration. The
+VDAF here is Prio3 of VDAF draft 20, whose functions take an application context; DAP-09 predates it
+(it names VDAF-08, without a context), so fedstats binds each report to its task with
+``ctx = b"dap-09" || task_id`` (:func:`vdaf_ctx`), as later DAP drafts do with their own prefix.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+
+from fedstats.dap.messages import DAP_VERSION, Role
+from fedstats.errors import DataError
+
+__all__ = [
+    "AUTH_HEADER",
+    "FEDSTATS_TASK_EXTENSION",
+    "agg_share_info",
+    "b64decode",
+    "b64decode_bytes",
+    "b64encode",
+    "input_share_info",
+    "report_id_checksum",
+    "vdaf_ctx",
+]
+
+AUTH_HEADER = (
+    "DAP-Auth-Token"  # DAP-09 §3.1's token header (Janus also accepts "Authorization: Bearer")
+)
+FEDSTATS_TASK_EXTENSION = 0xFF17
+"""Report extension type carrying fedstats' analyst-signed task (a private-use code next to taskprov's
+0xFF00): a fedstats device puts the task's signed envelope id in it so that the aggregators can check that
+the device derived its VDAF from the task the analyst signed."""
+
+
+def b64encode(data: bytes) -> str:
+    """Base64url without padding, as DAP's URLs carry ids."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64decode(text: str, name: str, size: int) -> bytes:
+    """Decode a base64url id of ``size`` bytes; DataError naming ``name`` otherwise."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != size or b64encode(raw) != text:
+        raise DataError(
+            f"{name}={text!r:.80} is invalid: expected {size} bytes in unpadded base64url"
+        )
+    return raw
+
+
+def b64decode_bytes(text: str, name: str) -> bytes:
+    """Decode unpadded base64url of any length; DataError naming ``name`` otherwise."""
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise DataError(f"{name}: not unpadded base64url") from None
+
+
+def vdaf_ctx(task_id: bytes) -> bytes:
+    """The VDAF-20 application context of a DAP-09 task: ``b"dap-09" || task_id``."""
+    return DAP_VERSION.encode() + task_id
+
+
+def input_share_info(recipient: Role) -> bytes:
+    """HPKE info of an input share (DAP-09 §4.4.2): ``"dap-09 input share" || client || recipient``."""
+    return b"dap-09 input share" + Role.CLIENT.encode() + recipient.encode()
+
+
+def agg_share_info(sender: Role) -> bytes:
+    """HPKE info of an aggregate share (DAP-09 §4.6.4): ``"dap-09 aggregate share" || sender || collector``."""
+    return b"dap-09 aggregate share" + sender.encode() + Role.COLLECTOR.encode()
+
+
+def report_id_checksum(report_ids: list[bytes]) -> bytes:
+    """The batch checksum (DAP-09 §4.5.1.1): XOR of ``SHA-256(report_id)`` over the batch's reports."""
+    acc = 0
+    for rid in report_ids:
+        acc ^= int.from_bytes(hashlib.sha256(rid).digest(), "big")
+    return acc.to_bytes(32, "big")
