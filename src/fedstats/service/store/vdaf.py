@@ -2,7 +2,7 @@
 
 Each aggregator (leader or helper) keeps these tables in its own database; neither ever sees the other's.
 They live on their own :class:`~sqlalchemy.MetaData` (:data:`VDAF_METADATA`) and are created by the Alembic
-migrations ``0007_vdaf``, ``0008_vdaf_signed`` and ``0014`` (the ``dap`` column of DAP tasks).
+migrations ``0007_vdaf``, ``0008_vdaf_signed`` and ``0010_dap_tasks`` (the ``dap`` column of DAP tasks).
 
 Tables
 ------
@@ -204,7 +204,7 @@ class VdafTaskRow:
     announcement : str or None
         What devices are shown of the round (JSON): index, round task id, variant, public sums so far.
     dap : str or None
-        A DAP task's parameters and state (JSON; migration ``0014``, :mod:`fedstats.service.domain.dap`);
+        A DAP task's parameters and state (JSON; migration ``0010_dap_tasks``, :mod:`fedstats.service.domain.dap`);
         None for a task of the JSON routes.
     """
 

@@ -2,7 +2,7 @@
 
 A task of the JSON routes keeps NULL. Branch h39dap; the lead renumbers the chain at merge.
 
-Revision ID: 0014
+Revision ID: 0010
 Revises: 0009
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
+revision = "0010"
 down_revision = "0009"
 branch_labels = None
 depends_on = None
