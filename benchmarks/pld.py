@@ -50,6 +50,7 @@ def _clear() -> None:
     for cached in (pld_module._single, pld_module._support, pld_module._atom_losses):
         cached.cache_clear()
     pld_module._composed.cache_clear()
+    pld_module._epsilon_of.cache_clear()
 
 
 def _seconds(fn: Callable[[], Any], repeat: int, before: Callable[[], None]) -> tuple[float, float]:
@@ -107,8 +108,10 @@ def main() -> None:
 
         def warm_up(s: list[M] = specs) -> None:
             pld_module._composed.cache_clear()
+            pld_module._epsilon_of.cache_clear()
             pld_module.pld_epsilon(s, delta=DELTA)  # the releases' PLDs are cached, as in a ledger
             pld_module._composed.cache_clear()
+            pld_module._epsilon_of.cache_clear()
 
         spend, spend_min = _seconds(
             lambda s=more: pld_module.pld_epsilon(s, delta=DELTA), args.repeat, warm_up
