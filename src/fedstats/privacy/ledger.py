@@ -54,6 +54,7 @@ Pure-DP releases compose by their privacy loss distributions at the delta target
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -223,6 +224,14 @@ def _membership(runs: list[np.ndarray | None]) -> np.ndarray:
     return out
 
 
+def _unique_rows(member: np.ndarray) -> list[np.ndarray]:
+    """The distinct rows of a boolean matrix (``np.unique(axis=0)`` builds a dtype of one field per column)."""
+    seen: dict[bytes, np.ndarray] = {}
+    for row in member:
+        seen.setdefault(np.packbits(row).tobytes(), row)
+    return list(seen.values())
+
+
 def _columns(entries: list[LedgerEntry]) -> np.ndarray:
     """Per entry: eps (no rho), eps (rho), delta (no rho), delta (rho), rho; shape (n, 5)."""
     rows = np.zeros((len(entries), 5))
@@ -271,8 +280,14 @@ def pld_specs(entry: LedgerEntry) -> tuple[MechanismSpec, ...] | None:
     if entry.epsilon == 0.0:
         return ()
     if entry.epsilon <= _MAX_RR_EPSILON:
-        return (MechanismSpec("randomized_response", entry.epsilon),)
+        return _dominating_rr(entry.epsilon)
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _dominating_rr(epsilon: float) -> tuple[MechanismSpec, ...]:
+    """RR(epsilon) as a spec, built once per epsilon (a ledger replays thousands of equal charges)."""
+    return (MechanismSpec("randomized_response", epsilon),)
 
 
 def _basic_or_zcdp(sums: np.ndarray, delta: float) -> float:
@@ -316,7 +331,7 @@ def _sequential(
         best = (basic, d_sum)
     parts = [(e, pld_specs(e)) for e in entries or []]
     specs = [m for _, s in parts if s for m in s]
-    if len(specs) > 1:
+    if len(specs) > 1 and delta > 0.0:  # at delta 0 a PLD gives pure releases their sum: basic's
         from fedstats.privacy.analysis.pld import pld_epsilon  # scipy: loaded only when needed
 
         rest = [e for e, s in parts if s is None]
@@ -467,7 +482,7 @@ class PrivacyLedger:
                 _sequential(
                     rows[m].sum(axis=0), [e for e, i in zip(entries, m, strict=True) if i], target
                 )
-                for m in np.unique(member, axis=0)
+                for m in _unique_rows(member)
             ]
         eps = max(w[0] for w in worst)
         delta = max(w[1] for w in worst)
