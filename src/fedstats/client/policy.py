@@ -38,7 +38,8 @@ class Policy:
         (:func:`fedstats.wire.registry.privacy_loss_for`, the mechanism's true loss, not the task's nominal
         epsilon) is larger is weaker privacy and is refused. Default 4.
     max_delta : float
-        Largest delta of a task's privacy loss, in [0, 1). Default 1e-5.
+        Largest delta of a task's privacy loss, in [0, 1). Default 1e-5. (Across tasks, the device's
+        :class:`LocalBudget` composes at its ``delta_target``, default 1e-6, below this.)
     max_bits : float or None
         Largest number of private bits one record may disclose (bit metering); tasks whose analysis does not
         meter bits disclose a full (noisy) value and pass only when this is None. Default None.
