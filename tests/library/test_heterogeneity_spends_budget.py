@@ -27,7 +27,7 @@ def test_planned_rounds_compose_to_the_requested_epsilon(
     cfg = HeterogeneityConfig(epsilon=epsilon, delta=delta, noise=noise, dim=6)
     assert cfg.accounting == "zcdp"
     p1, p2, _ = plan_rounds(cfg, 400, 6)
-    ledger = PrivacyLedger()
+    ledger = PrivacyLedger(delta_budget=delta)  # a budget of the requested (epsilon, delta)
     for plan in (p1, p2):
         assert plan.spent is not None
         ledger.spend_loss(plan.spent, label=plan.name)

@@ -205,7 +205,9 @@ def test_device_budget_server_ledger_and_privacy_loss_agree(
         ref.total().delta,
     )
     # each device's budget: the same loss, spent (its data was encoded), composed the same way
+    described = {"mechanisms": [m.as_dict() for m in loss.mechanisms]} if loss.mechanisms else {}
+    assert charged[0].get("mechanisms") == described.get("mechanisms")  # the server stores them
     for d in devices:
-        assert d.budget.charges[run_id] == {**want, "status": "spent"}
+        assert d.budget.charges[run_id] == {**want, **described, "status": "spent"}
         assert d.budget.total() == ref.total()
         assert d.budget.spent() == (budget["spent_epsilon"], budget["spent_delta"])

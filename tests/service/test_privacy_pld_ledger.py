@@ -1,8 +1,8 @@
 """One arithmetic, three sides: the library's ledger, the device's budget and the server's ledger report the
 tightest of basic composition, zCDP and privacy-loss-distribution (PLD) composition.
 
-The worked example of docs/privacy.md: randomized-response releases at epsilon 0.1, each declaring delta
-1e-8 (so 100 of them spend delta 1e-6), compose to about 4.77 where basic composition gives 10.
+The worked example of docs/privacy.md: pure randomized-response releases at epsilon 0.1, composed at the
+delta target 1e-6 (``DEFAULT_DELTA_TARGET``), compose to about 4.77 where basic composition gives 10.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from fedstats.service.store import Store, open_store
 from service_helpers import pg_reachable, pg_schema
 
 RR = MechanismSpec("randomized_response", 0.1)
-RR_LOSS = PrivacyLoss(0.1, 1e-8, None, (RR,))
+RR_LOSS = PrivacyLoss(0.1, 0.0, None, (RR,))
 
 
 def test_ledger_reports_the_pld_where_it_is_tighter() -> None:
@@ -42,10 +42,13 @@ def test_ledger_reports_the_pld_where_it_is_tighter() -> None:
 
 def test_ledger_keeps_basic_composition_where_the_pld_is_not_tighter() -> None:
     ledger = PrivacyLedger()
-    ledger.spend(epsilon=0.1, label="pure", mechanisms=[RR])  # delta 0: the PLD gives the sum
+    ledger.spend(epsilon=0.1, label="pure", mechanisms=[RR])  # two releases: the PLD gains nothing
     ledger.spend(epsilon=0.1, label="pure again", mechanisms=[RR])
-    assert ledger.total().epsilon == pytest.approx(0.2, abs=2e-4)
-    assert ledger.total().epsilon <= 0.2
+    assert ledger.total() == PrivacyLoss(0.2, 0.0, None)  # basic, at delta 0 (the target not spent)
+    pure = PrivacyLedger(delta_target=0.0)  # no delta target: pure releases compose by their sum
+    for i in range(100):
+        pure.spend_loss(RR_LOSS, label=f"rr {i}")
+    assert pure.total().epsilon == pytest.approx(10.0) and pure.total().delta == 0.0
 
 
 def test_undescribed_releases_add_to_the_pld_of_the_described_ones() -> None:
@@ -53,9 +56,10 @@ def test_undescribed_releases_add_to_the_pld_of_the_described_ones() -> None:
     for i in range(50):
         ledger.spend_loss(RR_LOSS, label=f"rr {i}")
     ledger.spend(epsilon=0.5, delta=1e-7, label="an undescribed release")
-    want = pld_epsilon([RR] * 50, delta=50 * 1e-8) + 0.5
+    # composed at the delta target 1e-6: the undescribed release keeps its 1e-7, the PLD the rest
+    want = pld_epsilon([RR] * 50, delta=1e-6 - 1e-7) + 0.5
     assert ledger.total().epsilon == pytest.approx(want, rel=1e-12)
-    assert ledger.total().delta == pytest.approx(50 * 1e-8 + 1e-7)
+    assert ledger.total().delta == pytest.approx(1e-6)
 
 
 def test_parallel_composition_charges_each_client_only_its_releases() -> None:
@@ -64,7 +68,7 @@ def test_parallel_composition_charges_each_client_only_its_releases() -> None:
         ledger.spend_loss(RR_LOSS, label=f"a {i}", clients=range(0, 10))
     for i in range(60):
         ledger.spend_loss(RR_LOSS, label=f"b {i}", clients=range(10, 20))
-    assert ledger.total().epsilon == pytest.approx(pld_epsilon([RR] * 60, delta=60e-8), rel=1e-12)
+    assert ledger.total().epsilon == pytest.approx(pld_epsilon([RR] * 60, delta=1e-6), rel=1e-12)
 
 
 def test_overlapping_client_sets_charge_the_clients_in_both() -> None:
@@ -74,9 +78,10 @@ def test_overlapping_client_sets_charge_the_clients_in_both() -> None:
     for i in range(30):
         ledger.spend_loss(RR_LOSS, label=f"b {i}", clients=np.array([7, 8, 30]))
     ledger.spend(epsilon=0.05, label="undescribed", clients=range(8, 9))
-    # client 8 has all of them; clients 7 (70 described) and 30 (30) have fewer
-    want = pld_epsilon([RR] * 70, delta=70e-8) + 0.05
-    assert ledger.total().epsilon == pytest.approx(want, rel=1e-12)
+    # client 8 has all of them; clients 7 (70 described) and 30 (30) have fewer; the undescribed pure
+    # release composes as randomized response at its epsilon (it dominates every 0.05-DP mechanism)
+    want = pld_epsilon([RR] * 70 + [MechanismSpec("randomized_response", 0.05)], delta=1e-6)
+    assert ledger.total().epsilon == pytest.approx(want, rel=1e-8)
 
 
 def test_a_budget_admits_what_the_pld_composes_within_it() -> None:
@@ -102,13 +107,19 @@ def test_device_budget_composes_as_the_ledger_and_keeps_mechanisms(tmp_path: Pat
     again = LocalBudget(path, epsilon=5.0, delta=1e-5)
     assert again.total() == ref.total()
     assert again.charges["run-0"]["mechanisms"] == [RR.as_dict()]
-    # a file written before mechanisms were kept reads as before (basic composition)
+    # a file written before mechanisms were kept: its pure charges compose as randomized response at
+    # their epsilon (which dominates every epsilon-DP mechanism), so to the same total
     data = json.loads(path.read_text())
     for c in data["charges"].values():
         del c["mechanisms"]
     path.write_text(json.dumps(data))
     old = LocalBudget(path, epsilon=50.0, delta=1e-5)
-    assert old.total().epsilon == pytest.approx(10.0)
+    assert old.total() == ref.total()
+    # without a delta target the device composes pure charges by their sum
+    assert LocalBudget(path, epsilon=50.0, delta=1e-5, delta_target=0.0).spent() == (
+        pytest.approx(10.0),
+        0.0,
+    )
 
 
 def test_bad_mechanisms_are_refused_naming_them(tmp_path: Path) -> None:

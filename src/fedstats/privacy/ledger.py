@@ -3,15 +3,17 @@ r"""Privacy accounting: a ledger of releases with budgets, and a meter of disclo
 :class:`PrivacyLedger` records every release as (epsilon, delta) and, for Gaussian releases, rho (zCDP).
 Releases compose
 
-* **sequentially** for the clients they share: basic composition (epsilons and deltas add, Dwork & Roth
-  Thm. 3.16); for Gaussian releases, zCDP composition (rhos add, Bun & Steinke 2016, Lemma 2.3) converted
-  once with the summed deltas of those releases (Canonne, Kamath, Steinke 2020, Prop. 12); and, for releases
-  that describe their mechanism (:class:`~fedstats.privacy.analysis.loss.MechanismSpec`: randomized
-  response, Laplace, Gaussian, discrete Laplace or Gaussian, possibly subsampled), privacy-loss-distribution
-  composition (:func:`~fedstats.privacy.analysis.pld.pld_epsilon`) at the summed deltas of those releases,
-  the others added by the better of the first two. The smallest epsilon of the three accountings is
-  reported, all being valid at the same delta (the sum of the releases' deltas: a pure-DP release that
-  declares a small delta lets the PLD spend it);
+* **sequentially** for the clients they share, by the smallest epsilon of the valid bounds: basic
+  composition (epsilons and deltas add, Dwork & Roth Thm. 3.16) at the summed delta D; and, at the delta
+  ``max(D, delta_target)`` (the *delta target*, :data:`DEFAULT_DELTA_TARGET` = 1e-6, capped by the delta
+  budget), zCDP composition of Gaussian releases (rhos add, Bun & Steinke 2016, Lemma 2.3; converted once,
+  Canonne, Kamath & Steinke 2020, Prop. 12), and privacy-loss-distribution composition
+  (:func:`~fedstats.privacy.analysis.pld.pld_epsilon`) of the releases that describe their mechanism
+  (:class:`~fedstats.privacy.analysis.loss.MechanismSpec`) and of every pure-DP release, composed as
+  randomized response at its epsilon, which dominates it (:func:`pld_specs`; Kairouz, Oh & Viswanath 2015,
+  Thm. 2.2), the other releases added by the better of the first two. Composing at the target is what lets
+  pure-DP releases gain: at delta 0 every accounting gives their sum (100 randomized responses at epsilon
+  0.1: 4.77 at 1e-6, 10 at 0). A gain below a relative 1e-4 keeps basic composition and its smaller delta;
 * **in parallel** over disjoint client sets (McSherry 2009): each client is charged only for the releases
   that touch it, and the ledger reports the worst-charged client.
 
@@ -40,14 +42,23 @@ A request of several releases is charged all or nothing inside :meth:`PrivacyLed
 BudgetExceededError
 >>> ledger.total().epsilon  # stage 1 was rolled back with the refused stage 2
 1.0
+
+Pure-DP releases compose by their privacy loss distributions at the delta target:
+
+>>> tasks = PrivacyLedger()
+>>> for i in range(100):
+...     tasks.spend(epsilon=0.1, label=f"task {i}")
+>>> round(tasks.total().epsilon, 3), tasks.total().delta  # basic composition: 10
+(4.775, 1e-06)
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -57,7 +68,14 @@ from fedstats.errors import BudgetExceededError, ParameterError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
 
-__all__ = ["BitMeter", "LedgerEntry", "PrivacyLedger"]
+__all__ = [
+    "DEFAULT_DELTA_TARGET",
+    "BitMeter",
+    "LedgerEntry",
+    "PrivacyLedger",
+    "compose_losses",
+    "pld_specs",
+]
 
 _TOL = 1e-12
 ClientSet = range | Iterable[int] | np.ndarray | None
@@ -206,6 +224,14 @@ def _membership(runs: list[np.ndarray | None]) -> np.ndarray:
     return out
 
 
+def _unique_rows(member: np.ndarray) -> list[np.ndarray]:
+    """The distinct rows of a boolean matrix (``np.unique(axis=0)`` builds a dtype of one field per column)."""
+    seen: dict[bytes, np.ndarray] = {}
+    for row in member:
+        seen.setdefault(np.packbits(row).tobytes(), row)
+    return list(seen.values())
+
+
 def _columns(entries: list[LedgerEntry]) -> np.ndarray:
     """Per entry: eps (no rho), eps (rho), delta (no rho), delta (rho), rho; shape (n, 5)."""
     rows = np.zeros((len(entries), 5))
@@ -217,36 +243,113 @@ def _columns(entries: list[LedgerEntry]) -> np.ndarray:
     return rows
 
 
-def _basic_or_zcdp(sums: np.ndarray) -> float:
-    """The better of basic and zCDP composition of releases with these column sums (see _columns)."""
-    eps_n, eps_r, _d_n, d_r, rho = (float(v) for v in sums)
-    basic = eps_n + eps_r
-    if rho > 0.0 and 0.0 < d_r < 1.0:
-        basic = min(basic, eps_n + zcdp_to_approx_dp(rho=rho, delta=d_r))
-    return basic
+DEFAULT_DELTA_TARGET = 1e-6
+"""The delta at which a ledger composes by privacy loss distributions (:class:`PrivacyLedger`'s
+``delta_target``, the device's :class:`~fedstats.client.policy.LocalBudget` and the server's ledger: one
+default, docs/privacy.md "Delta target"). Capped by the ledger's delta budget."""
+
+_MAX_RR_EPSILON = 50.0  # MechanismSpec's largest randomized-response epsilon
+_TIE = 1e-4  # relative gain over basic composition below which spending the delta target is not worth it
+_SPLITS = (0.5, 0.9, 0.99, 0.1)  # shares of delta given to the PLD when zCDP releases share it
+
+
+def pld_specs(entry: LedgerEntry) -> tuple[MechanismSpec, ...] | None:
+    r"""The mechanisms a release is composed as by its privacy loss distribution, or None (it is not).
+
+    A release that describes its mechanisms is composed as them. A pure :math:`\varepsilon`-DP release
+    (delta 0, no rho) that does not is composed as binary randomized response
+    :math:`RR(\varepsilon)`: the privacy region of every :math:`\varepsilon`-DP mechanism lies inside
+    that of :math:`RR(\varepsilon)` (Kairouz, Oh & Viswanath 2015, Thm. 2.2 and its privacy region,
+    Eq. (3)), so :math:`RR(\varepsilon)` dominates it, and the composition of dominated releases is
+    dominated by the composition of their dominating ones (ibid., proof of Thm. 3.3): composing the
+    :math:`RR(\varepsilon)` PLDs is a valid bound on any sequence of pure-DP releases. A release with
+    epsilon 0 is ``()`` (it adds nothing); one with delta > 0 or rho and no description is None.
+
+    Parameters
+    ----------
+    entry : LedgerEntry
+
+    Returns
+    -------
+    tuple of MechanismSpec or None
+    """
+    if entry.mechanisms:
+        return entry.mechanisms
+    if entry.delta > 0.0 or entry.rho is not None:
+        return None
+    if entry.epsilon == 0.0:
+        return ()
+    if entry.epsilon <= _MAX_RR_EPSILON:
+        return _dominating_rr(entry.epsilon)
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _dominating_rr(epsilon: float) -> tuple[MechanismSpec, ...]:
+    """RR(epsilon) as a spec, built once per epsilon (a ledger replays thousands of equal charges)."""
+    return (MechanismSpec("randomized_response", epsilon),)
+
+
+def _basic_or_zcdp(sums: np.ndarray, delta: float) -> float:
+    """The better of basic and zCDP composition of releases with these column sums (see _columns).
+
+    Valid at ``delta`` (>= their summed deltas, else inf): the releases without rho take their own deltas,
+    those with rho either theirs (basic) or everything left (zCDP, Canonne, Kamath & Steinke 2020, Prop. 12).
+    """
+    eps_n, eps_r, d_n, d_r, rho = (float(v) for v in sums)
+    if delta < (d_n + d_r) * (1 - 1e-12) - 1e-300:
+        out = math.inf
+    else:
+        out = eps_n + eps_r
+    left = min(delta - d_n, 1.0 - 1e-12)
+    if rho > 0.0 and left > 0.0:
+        out = min(out, eps_n + zcdp_to_approx_dp(rho=rho, delta=left))
+    return out
 
 
 def _sequential(
-    sums: np.ndarray, entries: list[LedgerEntry] | None = None
+    sums: np.ndarray, entries: list[LedgerEntry] | None = None, target: float = 0.0
 ) -> tuple[float, float, float]:
-    """(epsilon, delta, rho) of releases composed sequentially: the smallest of the three accountings.
+    """(epsilon, delta, rho) of releases composed sequentially: the smallest of the valid accountings.
 
     ``sums`` are their column sums (:func:`_columns`); ``entries`` the releases themselves, needed only
-    when some describe their mechanisms (privacy-loss-distribution composition of those, at the sum of
-    their deltas, plus basic or zCDP composition of the others).
+    when some compose by their privacy loss distributions (:func:`pld_specs`); ``target`` the ledger's
+    delta target. Candidates: basic composition at the summed deltas D; at ``max(D, target)``, zCDP for the
+    releases with rho plus basic for the others, and the PLD of the PLD-composable releases plus the better
+    of basic and zCDP for the others (the delta shared between the two parts at a few fixed splits). The
+    smallest epsilon wins; on a tie the smaller delta (an epsilon within a relative ``_TIE`` = 1e-4 of basic
+    composition, the PLD's own grid step, is a tie: it does not spend the delta target for nothing).
     """
-    eps = _basic_or_zcdp(sums)
-    delta = float(sums[2] + sums[3])
-    described = [e for e in entries or [] if e.mechanisms]
-    if described:
+    d_sum = float(sums[2] + sums[3])
+    basic = float(sums[0] + sums[1])
+    best = (basic, d_sum)
+    delta = max(d_sum, target)
+    zc = _basic_or_zcdp(sums, delta)
+    if zc < best[0]:
+        best = (zc, delta)
+    if best[1] > d_sum and best[0] >= basic * (1 - _TIE):  # no real gain: keep the smaller delta
+        best = (basic, d_sum)
+    parts = [(e, pld_specs(e)) for e in entries or []]
+    specs = [m for _, s in parts if s for m in s]
+    if len(specs) > 1 and delta > 0.0:  # at delta 0 a PLD gives pure releases their sum: basic's
         from fedstats.privacy.analysis.pld import pld_epsilon  # scipy: loaded only when needed
 
-        rest = [e for e in entries or [] if not e.mechanisms]
-        spent_delta = min(sum(e.delta for e in described), 1.0 - 1e-12)
-        pld = pld_epsilon([m for e in described for m in e.mechanisms], delta=spent_delta)
-        others = _basic_or_zcdp(_columns(rest).sum(axis=0)) if rest else 0.0
-        eps = min(eps, pld + others)
-    return eps, delta, float(sums[4])
+        rest = [e for e, s in parts if s is None]
+        rest_sums = _columns(rest).sum(axis=0) if rest else np.zeros(5)
+        fixed = float(rest_sums[2])  # deltas of the others without rho: theirs, always
+        room = min(delta - fixed, 1.0 - 1e-12)
+        shares = [room - float(rest_sums[3])]
+        if rest_sums[4] > 0.0:
+            shares += [room * f for f in _SPLITS]
+        for d1 in shares:
+            if d1 < 0.0:
+                continue
+            eps = pld_epsilon(specs, delta=d1)
+            if eps < best[0]:
+                eps += _basic_or_zcdp(rest_sums, delta - d1) if rest else 0.0
+            if eps < best[0] and (best[1] >= delta or eps < best[0] * (1 - _TIE)):
+                best = (eps, delta)
+    return best[0], best[1], float(sums[4])
 
 
 class PrivacyLedger:
@@ -258,26 +361,58 @@ class PrivacyLedger:
         Total epsilon allowed for any single client, in (0, inf); None: unlimited (record only).
     delta_budget : float or None, default None
         Total delta allowed, in [0, 1); None: unlimited.
+    delta_target : float, default DEFAULT_DELTA_TARGET (1e-6)
+        The delta at which releases are composed when their declared deltas sum to less, in [0, 1); capped
+        by ``delta_budget``. 0 keeps pure-DP releases at delta 0 (then they compose by their sum).
 
     Raises
     ------
     ParameterError
-        If a budget is outside its range.
+        If a budget or the target is outside its range.
 
     Notes
     -----
     The budgets can be changed later (``ledger.epsilon_budget = 2.0``, None for unlimited), but not set
     below what is already spent: that raises :class:`BudgetExceededError` and leaves the budget as it was.
+    A smaller delta budget can raise the spent epsilon (the composition is evaluated at a smaller delta),
+    so it is checked against the epsilon budget too.
     """
 
     def __init__(
-        self, epsilon_budget: float | None = None, delta_budget: float | None = None
+        self,
+        epsilon_budget: float | None = None,
+        delta_budget: float | None = None,
+        *,
+        delta_target: float = DEFAULT_DELTA_TARGET,
     ) -> None:
         self._entries: list[LedgerEntry] = []
         self._epsilon_budget: float | None = None
         self._delta_budget: float | None = None
+        self.delta_target = check_real(
+            "delta_target", delta_target, low=0.0, high=1.0, high_open=True
+        )
         self.epsilon_budget = epsilon_budget
         self.delta_budget = delta_budget
+
+    def _target(self, delta_budget: float | None) -> float:
+        return self.delta_target if delta_budget is None else min(self.delta_target, delta_budget)
+
+    def _check_budgets(
+        self, eps_budget: float | None, delta_budget: float | None, name: str
+    ) -> None:
+        """Refuse budgets below what is spent (composed at the target those budgets give)."""
+        spent = self._totals(self._entries, self._target(delta_budget))
+        value = eps_budget if name == "epsilon_budget" else delta_budget
+        if eps_budget is not None and spent.epsilon > eps_budget * (1 + _TOL):
+            what = f"below the epsilon already spent ({spent.epsilon:.6g})"
+        elif delta_budget is not None and spent.delta > delta_budget * (1 + _TOL) + 1e-300:
+            what = f"below the delta already spent ({spent.delta:.6g})"
+        else:
+            return
+        shown = "None" if value is None else f"{value:.6g}"
+        raise BudgetExceededError(
+            f"{name}={shown} refused: {what}; the budget stays {getattr(self, '_' + name)}"
+        )
 
     @property
     def epsilon_budget(self) -> float | None:
@@ -291,12 +426,7 @@ class PrivacyLedger:
             if value is None
             else check_real("epsilon_budget", value, low=0.0, high=math.inf, low_open=True)
         )
-        spent = self.total().epsilon
-        if v is not None and spent > v * (1 + _TOL):
-            raise BudgetExceededError(
-                f"epsilon_budget={v:.6g} refused: below the epsilon already spent ({spent:.6g}); "
-                f"the budget stays {self._epsilon_budget}"
-            )
+        self._check_budgets(v, self._delta_budget, "epsilon_budget")
         self._epsilon_budget = v
 
     @property
@@ -311,12 +441,7 @@ class PrivacyLedger:
             if value is None
             else check_real("delta_budget", value, low=0.0, high=1.0, high_open=True)
         )
-        spent = self.total().delta
-        if v is not None and spent > v * (1 + _TOL) + 1e-300:
-            raise BudgetExceededError(
-                f"delta_budget={v:.6g} refused: below the delta already spent ({spent:.6g}); "
-                f"the budget stays {self._delta_budget}"
-            )
+        self._check_budgets(self._epsilon_budget, v, "delta_budget")
         self._delta_budget = v
 
     @contextmanager
@@ -342,20 +467,22 @@ class PrivacyLedger:
         return tuple(self._entries)
 
     @staticmethod
-    def _totals(entries: list[LedgerEntry]) -> PrivacyLoss:
+    def _totals(entries: list[LedgerEntry], target: float) -> PrivacyLoss:
         if not entries:
             return PrivacyLoss(0.0, 0.0, None)
         rows = _columns(entries)
         runs = [e.runs for e in entries]
         any_rho = any(e.rho is not None for e in entries)
-        if not any(e.mechanisms for e in entries):
+        if sum(len(pld_specs(e) or ()) for e in entries) < 2:
             seg = _segment_sums(runs, rows)
-            worst = [_sequential(r) for r in seg]
+            worst = [_sequential(r, None, target) for r in seg]
         else:  # the PLD needs each segment's releases, not only their sums
             member = _membership(runs)
             worst = [
-                _sequential(rows[m].sum(axis=0), [e for e, i in zip(entries, m, strict=True) if i])
-                for m in np.unique(member, axis=0)
+                _sequential(
+                    rows[m].sum(axis=0), [e for e, i in zip(entries, m, strict=True) if i], target
+                )
+                for m in _unique_rows(member)
             ]
         eps = max(w[0] for w in worst)
         delta = max(w[1] for w in worst)
@@ -363,8 +490,12 @@ class PrivacyLedger:
         return PrivacyLoss(eps, min(1.0, delta), rho if any_rho else None)
 
     def total(self) -> PrivacyLoss:
-        """Privacy spent by the worst-charged client: (epsilon, delta, rho of its Gaussian releases)."""
-        return self._totals(self._entries)
+        """Privacy spent by the worst-charged client: (epsilon, delta, rho of its Gaussian releases).
+
+        Composed at delta ``max(D, target)`` (D the sum of the declared deltas, target the delta target
+        capped by the delta budget) when that gives a smaller epsilon than basic composition at D.
+        """
+        return self._totals(self._entries, self._target(self._delta_budget))
 
     def remaining(self) -> tuple[float, float]:
         """(epsilon, delta) still available (inf when there is no budget)."""
@@ -423,7 +554,7 @@ class PrivacyLedger:
         if self.epsilon_budget is None and self.delta_budget is None:
             self._entries.append(entry)  # nothing to check: composing now would be wasted work
             return
-        after = self._totals([*self._entries, entry])
+        after = self._totals([*self._entries, entry], self._target(self.delta_budget))
         over_eps = self.epsilon_budget is not None and after.epsilon > self.epsilon_budget * (
             1 + _TOL
         )
@@ -495,6 +626,41 @@ class PrivacyLedger:
             "entries": [e.as_dict() for e in self._entries],
             "total": self.total().as_dict(),
         }
+
+
+def compose_losses(losses: Iterable[PrivacyLoss]) -> PrivacyLoss:
+    """The privacy loss of one record that takes part in every release of ``losses`` (one task's loss).
+
+    Composed by :class:`PrivacyLedger` at delta target 0 (so a task of pure-DP releases stays pure: its
+    delta is what its releases declare), and carrying the releases' mechanisms, so that the ledgers that
+    charge the task compose them by their privacy loss distributions (:func:`pld_specs`: a pure-DP release
+    without a description is carried as randomized response at its epsilon). When some release has
+    neither (delta > 0 or rho without a description), the result carries none.
+
+    Parameters
+    ----------
+    losses : iterable of PrivacyLoss
+        Finite losses, at least one.
+
+    Returns
+    -------
+    PrivacyLoss
+
+    Raises
+    ------
+    ParameterError
+        If ``losses`` is empty or a loss is not finite.
+    """
+    ledger = PrivacyLedger(delta_target=0.0)
+    for k, loss in enumerate(losses):
+        ledger.spend_loss(loss, label=f"release {k + 1}")
+    if not ledger.entries:
+        raise ParameterError("losses", "[]", "at least one privacy loss")
+    specs = [pld_specs(e) for e in ledger.entries]
+    total = ledger.total()
+    if any(s is None for s in specs):
+        return total
+    return replace(total, mechanisms=tuple(m for s in specs if s for m in s))
 
 
 def _explain_spec(m: MechanismSpec) -> str:

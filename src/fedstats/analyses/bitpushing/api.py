@@ -42,7 +42,7 @@ from fedstats.engine import Engine, InMemoryPopulation, Population
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.populations import HistogramSource, block_count
 from fedstats.errors import DataError, ParameterError
-from fedstats.privacy.ledger import BitMeter, PrivacyLedger
+from fedstats.privacy.ledger import BitMeter, PrivacyLedger, compose_losses
 from fedstats.privacy.mechanisms import Mechanism
 from fedstats.randomness import RandomSource
 
@@ -225,10 +225,8 @@ def _charge(
                     )
     if not mechanisms:
         return None, None
-    one = PrivacyLedger()  # what one client spends: the ledger composes, nothing by hand
-    for k, mech in enumerate(mechanisms):
-        one.spend_loss(mech.privacy_loss(), label=f"report {k + 1}")
-    total = one.total()
+    # what one client spends, as the task's privacy loss: the ledger composes, nothing by hand
+    total = compose_losses(mech.privacy_loss() for mech in mechanisms)
     return total.epsilon, total.delta
 
 

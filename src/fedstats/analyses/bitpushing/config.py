@@ -24,7 +24,7 @@ from fedstats.analyses.bitpushing.stages import Stage
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
-from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.privacy.ledger import compose_losses
 
 __all__ = ["ROUND1_FRACTION", "BitPushingMeanConfig", "BitPushingVarianceConfig"]
 
@@ -132,17 +132,18 @@ class BitPushingMeanConfig(AnalysisConfig):
         Returns
         -------
         PrivacyLoss
-            ``bits_per_client`` randomized responses at ``epsilon / bits_per_client`` each, composed by
-            :class:`~fedstats.privacy.ledger.PrivacyLedger` (each record takes part in one stage);
+            ``bits_per_client`` randomized responses at ``epsilon / bits_per_client`` each (the baselines:
+            their mechanism), composed by :func:`~fedstats.privacy.ledger.compose_losses` (each record takes
+            part in one stage) and carrying each release's
+            :class:`~fedstats.privacy.analysis.loss.MechanismSpec` (randomized response at the per-bit
+            epsilon; no subsampling is claimed: which records report which bit is public), so the device's
+            budget and the server's ledger compose many runs by their privacy loss distributions;
             :data:`~fedstats.analyses._config.NOT_PRIVATE` without epsilon.
         """
         mechanisms = stage_mechanisms(self.method, **self.stage_options())
         if not mechanisms:
             return NOT_PRIVATE
-        one = PrivacyLedger()
-        for k, mech in enumerate(mechanisms):
-            one.spend_loss(mech.privacy_loss(), label=f"report {k + 1}")
-        return one.total()
+        return compose_losses(mech.privacy_loss() for mech in mechanisms)
 
     def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[MeanEstimate]:
         """The rounds of the mean (:func:`~fedstats.analyses.bitpushing.protocol.mean_protocol`).

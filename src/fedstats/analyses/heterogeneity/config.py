@@ -61,9 +61,9 @@ from fedstats.analyses.heterogeneity.rounds import (
 )
 from fedstats.engine.core import ProtocolGenerator
 from fedstats.errors import ParameterError
-from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.analysis.zcdp import approx_dp_to_zcdp, zcdp_to_approx_dp
-from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.privacy.ledger import compose_losses
 from fedstats.randomness import RandomSource
 
 __all__ = [
@@ -79,6 +79,11 @@ __all__ = [
 
 STATISTICS: tuple[str, ...] = ("dispersion", "q", "i2", "all")
 ACCOUNTINGS: tuple[str, ...] = ("basic", "zcdp")
+
+
+def _gaussian_spec(rho: float) -> tuple[MechanismSpec, ...]:
+    """A continuous Gaussian round of zCDP ``rho``: sigma / sensitivity = 1 / sqrt(2 rho)."""
+    return (MechanismSpec("gaussian", 1.0 / math.sqrt(2.0 * rho)),)
 
 
 @dataclass(frozen=True)
@@ -321,7 +326,9 @@ class HeterogeneityConfig(AnalysisConfig):
             if self.accounting == "zcdp":
                 rho = approx_dp_to_zcdp(epsilon=self.epsilon, delta=self.delta)
                 rho_r = rho * (self.round1_fraction if k == 0 else 1.0 - self.round1_fraction)
-                out.append(PrivacyLoss(zcdp_to_approx_dp(rho=rho_r, delta=delta_r), delta_r, rho_r))
+                eps_r = zcdp_to_approx_dp(rho=rho_r, delta=delta_r)
+                specs = _gaussian_spec(rho_r) if self.float_noise else ()
+                out.append(PrivacyLoss(eps_r, delta_r, rho_r, specs))
                 continue
             if self.mechanism == "classical" or self.float_noise:
                 sigma = quiet_gaussian_sigma(
@@ -331,7 +338,7 @@ class HeterogeneityConfig(AnalysisConfig):
             else:
                 rho_r = approx_dp_to_zcdp(epsilon=eps_r, delta=delta_r)
             if self.float_noise:
-                out.append(PrivacyLoss(eps_r, delta_r, rho_r))
+                out.append(PrivacyLoss(eps_r, delta_r, rho_r, _gaussian_spec(rho_r)))
             else:
                 out.append(PrivacyLoss(zcdp_to_approx_dp(rho=rho_r, delta=delta_r), delta_r, rho_r))
         return tuple(out)
@@ -342,16 +349,17 @@ class HeterogeneityConfig(AnalysisConfig):
         Returns
         -------
         PrivacyLoss
-            :class:`~fedstats.privacy.ledger.PrivacyLedger` composition of :meth:`round_losses` (the
-            smaller of basic composition and the zCDP conversion of the summed rho, delta summed, rho
-            summed); :data:`~fedstats.analyses._config.NOT_PRIVATE` without a budget.
+            :func:`~fedstats.privacy.ledger.compose_losses` of :meth:`round_losses` (the smaller of basic
+            composition and the zCDP conversion of the summed rho, delta summed, rho summed);
+            :data:`~fedstats.analyses._config.NOT_PRIVATE` without a budget. Float noise (simulation) is
+            a continuous Gaussian and carries its :class:`~fedstats.privacy.analysis.loss.MechanismSpec`
+            (the ledgers compose it by its privacy loss distribution too); grid noise (the distributed
+            discrete Gaussian of a task, or a multi-dimensional discrete Gaussian) has no exact PLD here
+            and composes by zCDP.
         """
         if not self.private:
             return NOT_PRIVATE
-        ledger = PrivacyLedger()
-        for name, loss in zip(("centre", "spread"), self.round_losses(), strict=True):
-            ledger.spend_loss(loss, label=f"heterogeneity round {name}")
-        return ledger.total()
+        return compose_losses(self.round_losses())
 
     def plan(
         self, *, n_clients: int, public_seed: bytes, randomness: RandomSource | None = None

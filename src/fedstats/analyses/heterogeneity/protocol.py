@@ -49,7 +49,7 @@ from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.gaussian import analytic_gaussian_epsilon
 from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
-from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.privacy.ledger import compose_losses
 from fedstats.randomness import RNG, RandomSource
 from fedstats.results import AnalysisResult, to_jsonable
 
@@ -420,12 +420,9 @@ def heterogeneity_protocol(
     res.rounds = [_round_report(p1, n), _round_report(p2, n2)]
     if cfg.private:
         # the ledger composes the rounds' achieved losses (basic or zCDP, whichever is smaller)
-        achieved = PrivacyLedger()
-        for plan, summed in ((p1, n), (p2, n2)):
-            loss = achieved_loss(plan, summed)
-            assert loss is not None
-            achieved.spend_loss(loss, label=f"heterogeneity round {plan.name}")
-        total = achieved.total()
+        # at the rounds' own deltas (no delta target): the achieved loss of the requested (epsilon, delta)
+        losses = [achieved_loss(plan, summed) for plan, summed in ((p1, n), (p2, n2))]
+        total = compose_losses(loss for loss in losses if loss is not None)
         res.details["epsilon_achieved"] = total.epsilon
         res.details["delta_achieved"] = total.delta
         res.details["rho_achieved"] = total.rho

@@ -27,6 +27,7 @@ from fedstats._validation import (
 from fedstats.analyses._config import AnalysisConfig, check_public_seed
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.ledger import compose_losses
 
 if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan is made
     from fedstats.analyses.performance_gap.protocol import PerformanceGapResult
@@ -130,9 +131,15 @@ class PerformanceGapConfig(AnalysisConfig):
         return allocate(self.mechanism, self.epsilon, layout, accounting=self.accounting)
 
     def privacy_loss(self) -> PrivacyLoss:
-        """The mechanism's true privacy loss (what the library's gap result reports as ``epsilon``)."""
+        """The mechanism's true privacy loss (what the library's gap result reports as ``epsilon``).
+
+        Pure local DP, carried as randomized response at that epsilon
+        (:func:`~fedstats.privacy.ledger.compose_losses`; it dominates every epsilon-DP local randomizer,
+        Kairouz, Oh & Viswanath 2015, Thm. 2.2), so the ledgers compose many runs by their privacy loss
+        distributions; a mechanism that is not DP (infinite epsilon) carries nothing.
+        """
         loss: PrivacyLoss = self.allocation().mechanism.privacy_loss()
-        return loss
+        return compose_losses([loss]) if math.isfinite(loss.epsilon) else loss
 
     def plan(
         self, *, n_clients: int, public_seed: bytes

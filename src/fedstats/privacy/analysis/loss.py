@@ -40,6 +40,7 @@ __all__ = [
     "continuous_privacy_loss",
     "discrete_privacy_loss",
     "mixed_privacy_loss",
+    "randomized_response_specs",
 ]
 
 
@@ -157,6 +158,31 @@ class MechanismSpec:
             categories=data.get("categories", 2),
             sampling_rate=data.get("sampling_rate", 1.0),
         )
+
+
+def randomized_response_specs(epsilon: float, categories: int = 2) -> tuple[MechanismSpec, ...]:
+    r"""Randomized response at ``epsilon`` as a :class:`MechanismSpec`, or ``()`` where none describes it.
+
+    Binary randomized response :math:`RR(\varepsilon)` dominates every pure :math:`\varepsilon`-DP
+    mechanism (Kairouz, Oh & Viswanath 2015, Thm. 2.2: its privacy region contains every other), so it is
+    also the description of a mechanism with two outputs whose extreme inputs give exactly this matrix
+    (Duchi's and the Harmony mechanism).
+
+    Parameters
+    ----------
+    epsilon : float
+        The mechanism's epsilon, >= 0.
+    categories : int, default 2
+        k of k-ary randomized response.
+
+    Returns
+    -------
+    tuple of MechanismSpec
+        One spec; ``()`` when epsilon is 0, not finite or above 50, or k above 10^6.
+    """
+    if not (0.0 < epsilon <= 50.0) or not 2 <= categories <= 10**6:
+        return ()
+    return (MechanismSpec("randomized_response", float(epsilon), categories=int(categories)),)
 
 
 @dataclass(frozen=True)

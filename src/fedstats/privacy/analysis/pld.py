@@ -489,8 +489,18 @@ def pld_epsilon(
     """
     d = check_real("delta", delta, low=0.0, high=1.0, high_open=True)
     h = check_real("discretization", discretization, low=1e-6, high=1.0)
-    used, pmfs = _composed(_groups(mechanisms), h)
-    return max(_epsilon(p, used, d) for p in pmfs)
+    return _epsilon_of(_groups(mechanisms), h, d)
+
+
+@functools.lru_cache(maxsize=4096)
+def _epsilon_of(groups: tuple[tuple[MechanismSpec, int], ...], h0: float, delta: float) -> float:
+    """:func:`pld_epsilon` of grouped releases, cached.
+
+    A ledger asks the same question several times while it checks a charge against its budgets (the
+    device and the server replay theirs too).
+    """
+    used, pmfs = _composed(groups, h0)
+    return max(_epsilon(p, used, delta) for p in pmfs)
 
 
 def pld_delta(

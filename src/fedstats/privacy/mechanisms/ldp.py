@@ -24,6 +24,7 @@ from fedstats.privacy.analysis.loss import (
     PrivacyLoss,
     continuous_privacy_loss,
     discrete_privacy_loss,
+    randomized_response_specs,
 )
 from fedstats.privacy.mechanisms.base import Mechanism
 from fedstats.privacy.mechanisms.noise import grid_spacing
@@ -125,11 +126,13 @@ class Harmony(Mechanism):
         r"""Exact loss from the output probabilities of the extreme inputs (in log space).
 
         For x = 1, :math:`P(+c) = 1/(1 + e^{-\varepsilon})` and :math:`P(-c) = e^{-\varepsilon} P(+c)`; for
-        x = -1 the two are swapped.
+        x = -1 the two are swapped. Described as randomized response at epsilon.
         """
         lp = -math.log1p(math.exp(-self.epsilon))
         lq = lp - self.epsilon
-        return PrivacyLoss(discrete_privacy_loss([[lq, lp], [lp, lq]], log_space=True))
+        eps = discrete_privacy_loss([[lq, lp], [lp, lq]], log_space=True)
+        # the extreme inputs give randomized response's matrix, which dominates every other pair
+        return PrivacyLoss(eps, mechanisms=randomized_response_specs(self.epsilon))
 
 
 class DuchiMechanism(Harmony):

@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike
 
 from fedstats._validation import check_finite_array, check_int, check_local_epsilon, check_real
 from fedstats.errors import DataError, OverflowRiskError
-from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss, randomized_response_specs
 from fedstats.privacy.mechanisms.base import Mechanism
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
 from fedstats.randomness import RNG
@@ -220,14 +220,22 @@ class LaplaceMechanism(Mechanism):
         On the grid path the sampler is exact (:func:`~fedstats.privacy.mechanisms.sample_discrete_laplace`)
         and ``integer_scale`` is the double just above ``integer_sensitivity / epsilon``, so the exact loss
         ``integer_sensitivity / integer_scale`` is at most ``epsilon`` with delta = 0 (tested by enumeration).
+
+        Described for privacy-loss-distribution composition as the Laplace mechanism (float path, one
+        coordinate), else as randomized response at epsilon, which dominates every epsilon-DP mechanism
+        (Kairouz, Oh & Viswanath 2015, Thm. 2.2).
         """
         if self.resolution_bits is None:
-            return PrivacyLoss(self.sensitivity / self.scale)
+            eps = self.sensitivity / self.scale
+            if self.dimension == 1:  # one coordinate: the Laplace PLD itself
+                spec = (MechanismSpec("laplace", self.scale, sensitivity=self.sensitivity),)
+                return PrivacyLoss(eps, mechanisms=spec)
+            return PrivacyLoss(eps, mechanisms=randomized_response_specs(eps))
         # exact: integer_scale was rounded up, so integer_sensitivity / integer_scale <= epsilon
         assert Fraction(self.integer_sensitivity) / Fraction(self.integer_scale) <= Fraction(
             self.epsilon
         )
-        return PrivacyLoss(self.epsilon)
+        return PrivacyLoss(self.epsilon, mechanisms=randomized_response_specs(self.epsilon))
 
 
 class GaussianMechanism(Mechanism):
@@ -409,7 +417,13 @@ class GaussianMechanism(Mechanism):
         return _snap_bias(self, value)
 
     def privacy_loss(self) -> PrivacyLoss:
-        """(epsilon, exact delta at this sigma, rho); discrete formula on the grid path (zCDP for d > 1)."""
+        """(epsilon, exact delta at this sigma, rho); discrete formula on the grid path (zCDP for d > 1).
+
+        Described for privacy-loss-distribution composition as the Gaussian mechanism (float path) or the
+        one-dimensional discrete Gaussian (grid path, integer sensitivity up to 1000; the sampler's sigma^2
+        is rounded up, so the description has at most the noise added). A multi-dimensional discrete
+        Gaussian has no exact PLD here and composes by zCDP.
+        """
         # calibration needs scipy: imported here, so a device running only Laplace noise never loads it
         from fedstats.privacy.analysis.discrete_gaussian import (
             discrete_gaussian_delta,
@@ -428,6 +442,9 @@ class GaussianMechanism(Mechanism):
                 epsilon=self.epsilon, sigma=self.sigma, sensitivity=self.sensitivity
             )
             rho = gaussian_rho(sigma=self.sigma, sensitivity=self.sensitivity)
+            # the continuous Gaussian's PLD at L2 sensitivity is one coordinate's (rotation invariance)
+            spec = MechanismSpec("gaussian", self.sigma, sensitivity=self.sensitivity)
+            return PrivacyLoss(self.epsilon, d, rho, (spec,))
         elif self.dimension > 1:
             rho = discrete_gaussian_rho(
                 sigma=self.integer_sigma, sensitivity=float(self.integer_sensitivity)
@@ -442,4 +459,9 @@ class GaussianMechanism(Mechanism):
             rho = discrete_gaussian_rho(
                 sigma=self.integer_sigma, sensitivity=float(self.integer_sensitivity)
             )
+            if self.integer_sensitivity <= 1000 and self.integer_sigma <= 1e6:
+                spec = MechanismSpec(
+                    "discrete_gaussian", self.integer_sigma, sensitivity=self.integer_sensitivity
+                )
+                return PrivacyLoss(self.epsilon, d, rho, (spec,))
         return PrivacyLoss(self.epsilon, d, rho)

@@ -17,7 +17,11 @@ from numpy.typing import ArrayLike
 
 from fedstats._validation import check_int, check_local_epsilon
 from fedstats.errors import DataError
-from fedstats.privacy.analysis.loss import PrivacyLoss, discrete_privacy_loss
+from fedstats.privacy.analysis.loss import (
+    PrivacyLoss,
+    discrete_privacy_loss,
+    randomized_response_specs,
+)
 from fedstats.privacy.mechanisms.base import Mechanism
 from fedstats.privacy.mechanisms.words import bernoulli
 from fedstats.randomness import RNG
@@ -117,10 +121,14 @@ class RandomizedResponse(Mechanism):
         return np.array([[p, 1.0 - p], [1.0 - p, p]])
 
     def privacy_loss(self) -> PrivacyLoss:
-        """Exact loss from the 2 x 2 matrix (log-space, so it stays exact for large epsilon)."""
+        """Exact loss from the 2 x 2 matrix (log-space, so it stays exact for large epsilon).
+
+        Described as randomized response at epsilon (composed by its privacy loss distribution).
+        """
         lp = -math.log1p(math.exp(-self.epsilon))
         lq = -self.epsilon + lp
-        return PrivacyLoss(discrete_privacy_loss([[lp, lq], [lq, lp]], log_space=True))
+        eps = discrete_privacy_loss([[lp, lq], [lq, lp]], log_space=True)
+        return PrivacyLoss(eps, mechanisms=randomized_response_specs(self.epsilon))
 
 
 class GeneralizedRandomizedResponse(Mechanism):
@@ -248,11 +256,15 @@ class GeneralizedRandomizedResponse(Mechanism):
         return m
 
     def privacy_loss(self) -> PrivacyLoss:
-        """Exact loss from the reduced matrix of inputs {a, b} over outputs {a, b, other}."""
+        """Exact loss from the reduced matrix of inputs {a, b} over outputs {a, b, other}.
+
+        Described as k-ary randomized response (for k up to 10^6).
+        """
         lp, lq = self._log_p, self._log_q
         if self.k == 2:
             rows = [[lp, lq], [lq, lp]]
         else:  # "other" = the event of reporting one of the k - 2 remaining values (same ratio per value)
             lo = lq + math.log(self.k - 2)
             rows = [[lp, lq, lo], [lq, lp, lo]]
-        return PrivacyLoss(discrete_privacy_loss(rows, log_space=True))
+        specs = randomized_response_specs(self.epsilon, min(self.k, 10**6 + 1))
+        return PrivacyLoss(discrete_privacy_loss(rows, log_space=True), mechanisms=specs)

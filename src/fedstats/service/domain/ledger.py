@@ -6,7 +6,9 @@ one transaction the ledger locks the two budget rows
 (population, analyst; ``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), composes the
 charges already reserved or spent with the new one through :class:`fedstats.privacy.ledger.PrivacyLedger`
 (basic composition, zCDP for Gaussian releases, privacy loss distributions for releases whose mechanisms
-are described and stored with the charge; no DP arithmetic here), and either inserts the reservation
+are described and stored with the charge and for pure-DP ones, at the delta target
+:data:`~fedstats.privacy.ledger.DEFAULT_DELTA_TARGET` capped by the budget's delta, as the device's budget
+does; no DP arithmetic here), and either inserts the reservation
 or refuses with spent / requested / remaining. Two concurrent requests therefore cannot both pass on the
 same remaining budget. When the run's result is stored the charge becomes ``spent`` in the same transaction
 (before the result can be read); an aborted run whose rounds released nothing gets it ``released``. One
@@ -25,11 +27,20 @@ from typing import Any
 
 from fedstats.errors import BudgetExceededError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
-from fedstats.privacy.ledger import PrivacyLedger
+from fedstats.privacy.ledger import DEFAULT_DELTA_TARGET, PrivacyLedger
 from fedstats.service.store import State
 from fedstats.service.store.core import BudgetRow, ChargeRow
 
-__all__ = ["Charge", "audit", "budget_status", "release", "reserve", "set_budget", "spend"]
+__all__ = [
+    "Charge",
+    "audit",
+    "budget_status",
+    "release",
+    "reserve",
+    "reserved_total",
+    "set_budget",
+    "spend",
+]
 
 SCOPES = ("population", "analyst")
 
@@ -84,11 +95,13 @@ def audit(tx: State, actor: str, action: str, run_id: str | None, **detail: Any)
     )
 
 
-def _ledger_of(tx: State, budget: BudgetRow, scope: str) -> PrivacyLedger:
-    rows = tx.charges_on(scope, budget.name)
+def _replay(rows: list[ChargeRow], delta: float | None) -> PrivacyLedger:
+    """Charge rows replayed into a ledger without budget, its delta target capped by ``delta``."""
     # no budget while replaying: these charges were accepted when they were reserved, and checking them
-    # again one by one would blame an old run for a budget that is too small now
-    ledger = PrivacyLedger()
+    # again one by one would blame an old run for a budget that is too small now (the budget, once set,
+    # caps the delta target itself)
+    target = DEFAULT_DELTA_TARGET if delta is None else min(DEFAULT_DELTA_TARGET, delta)
+    ledger = PrivacyLedger(delta_target=target)
     for r in rows:
         ledger.spend(
             epsilon=r.epsilon,
@@ -100,11 +113,29 @@ def _ledger_of(tx: State, budget: BudgetRow, scope: str) -> PrivacyLedger:
     return ledger
 
 
+def _ledger_of(
+    tx: State, budget: BudgetRow, scope: str, delta: float | None = None
+) -> PrivacyLedger:
+    """The budget's reserved and spent charges replayed (:func:`_replay`)."""
+    return _replay(list(tx.charges_on(scope, budget.name)), delta)
+
+
+def reserved_total(tx: State, scope: str, name: str) -> tuple[float, float, int]:
+    """Epsilon and delta of the charges still reserved (not yet spent) on one budget, and their number.
+
+    Composed as :func:`budget_status` composes every charge (the dashboard's "reserved" column).
+    """
+    rows = list(tx.reserved_charges(scope, name))
+    b = tx.budget(scope, name)
+    total = _replay(rows, None if b is None else b.delta).total()
+    return total.epsilon, total.delta, len(rows)
+
+
 def _with_budget(ledger: PrivacyLedger, budget: BudgetRow, scope: str) -> PrivacyLedger:
     """Put ``budget`` on a replayed ledger; refuse (naming the budget) if it is below what is spent."""
     try:
+        ledger.delta_budget = budget.delta  # first: it caps the delta target
         ledger.epsilon_budget = budget.epsilon
-        ledger.delta_budget = budget.delta
     except BudgetExceededError as exc:  # only a database written before set_budget checked this
         raise BudgetExceededError(f"{scope} {budget.name!r}: {exc}") from None
     return ledger
@@ -222,8 +253,8 @@ def set_budget(
     if b is not None:
         spent = _ledger_of(tx, b, scope)
         try:
-            spent.epsilon_budget = epsilon
             spent.delta_budget = delta
+            spent.epsilon_budget = epsilon
         except BudgetExceededError:
             t = spent.total()
             raise BudgetExceededError(
@@ -240,7 +271,7 @@ def budget_status(tx: State, scope: str, name: str) -> dict[str, Any] | None:
     b = tx.budget(scope, name)
     if b is None:
         return None
-    ledger = _ledger_of(tx, b, scope)
+    ledger = _ledger_of(tx, b, scope, b.delta)
     total = ledger.total()
     # computed here, not by PrivacyLedger.remaining(): a database written before set_budget refused
     # lower budgets may hold a budget below its spent total (then 0 remains)

@@ -23,7 +23,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.results import released_summary
 from fedstats.service.domain import ledger, runs
 from fedstats.service.store import State, Store
@@ -74,12 +73,7 @@ def _task_summary(config: str | None) -> dict[str, Any]:
 
 def _reserved(tx: State, scope: str, name: str) -> tuple[float, float, int]:
     """Epsilon and delta of the charges still reserved (not yet spent) on one budget, composed."""
-    rows = tx.reserved_charges(scope, name)
-    composed = PrivacyLedger()
-    for r in rows:
-        composed.spend(epsilon=r.epsilon, delta=r.delta, rho=r.rho, label=f"run {r.run_id}")
-    total = composed.total()
-    return total.epsilon, total.delta, len(rows)
+    return ledger.reserved_total(tx, scope, name)
 
 
 def dashboard_state(tx: State, now: float | None = None) -> dict[str, Any]:
