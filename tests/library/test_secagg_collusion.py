@@ -239,7 +239,9 @@ def test_the_exact_hypergeometric_tail_is_scipy_s() -> None:
             assert isolation_probability(n, k, t, m, c) == pytest.approx(want, rel=1e-9, abs=1e-300)
 
 
-@pytest.mark.parametrize("n", [4, 5, 9, 10, 11, 20, 33, 63, 64, 65, 66, 71, 79, 80, 99, 150, 257, 1000])
+@pytest.mark.parametrize(
+    "n", [4, 5, 9, 10, 11, 20, 33, 63, 64, 65, 66, 71, 79, 80, 99, 150, 257, 1000]
+)
 def test_every_session_the_service_forms_needs_a_third_of_it_to_isolate_a_member(n: int) -> None:
     p = session_parameters(n)
     assert (p.k == n - 1) == (n <= COMPLETE_UP_TO) or p.k == n - 1
