@@ -253,6 +253,9 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
             if attack == "moved_slots":  # aborts once check-in and one round deadline have passed
                 # every run's check-ins were in within 17 s while the 100-process test loaded the machine
                 task["deadlines"]["checkin"] = 20.0
+                # every device needed: without the two withholders the run cannot go on (issue 40: with
+                # enough left it would continue without them, named and excluded)
+                task["min_clients"] = N_DEV
             task_id = _post_task(deviating, a, task)
             r = a.post("/v1/admin/runs", json={"task_id": task_id})
             assert r.status_code == 201, r.text
