@@ -23,10 +23,15 @@ from scipy.stats import chisquare, hypergeom
 
 from fedstats.errors import ParameterError, ProtocolAbortError
 from fedstats.secagg.collusion import (
+    COMPLETE_UP_TO,
+    MIN_COLLUDER_FRACTION,
     colluder_table_markdown,
     colluders_to_isolate,
     isolation_probability,
+    meets_colluder_fraction,
     neighbours_to_isolate,
+    session_colluders,
+    session_parameters,
 )
 from fedstats.secagg.crypto import LABEL_MASK, add_mask, mask_sign, pair_key, self_mask_seed
 from fedstats.secagg.graph import public_harary_graph
@@ -114,7 +119,9 @@ def _recover(
 # (n, k, t, min_survivors): the devices' default floor (both terms 3), a session where the dropout
 # allowance decides (k - (n - min_survivors) = 5 > t), the service's 20-member session, and one where t
 # decides (5 > k - (n - min_survivors) = 3)
-SESSIONS = [(10, 4, 3, 9), (12, 6, 4, 11), (20, 6, 4, 18), (20, 6, 5, 17)]
+SESSIONS = [(10, 4, 3, 9), (12, 6, 4, 11), (20, 6, 4, 18), (20, 6, 5, 17), (10, 9, 5, 9)]
+# the last: the complete graph the service now uses for a session of 10 (session_parameters), where
+# isolating a member takes 8 colluders, not 3
 
 
 @pytest.mark.parametrize(("n", "k", "t", "m"), SESSIONS)
@@ -222,3 +229,39 @@ def test_out_of_range_parameters_name_themselves(n: int, k: int, t: int, m: int)
         assert err.value.args and any(
             name in str(err.value) for name in ("n", "k", "t", "min_survivors")
         )
+
+
+def test_the_exact_hypergeometric_tail_is_scipy_s() -> None:
+    for n, k, t, m in [*SESSIONS, (100, 26, 16, 90), (1000, 90, 58, 900)]:
+        need = neighbours_to_isolate(n, k, t, m)
+        for c in (need, (need + n) // 2, n - 1):
+            want = float(hypergeom.sf(need - 1, n - 1, c, k))
+            assert isolation_probability(n, k, t, m, c) == pytest.approx(want, rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize(
+    "n", [4, 5, 9, 10, 11, 20, 33, 63, 64, 65, 66, 71, 79, 80, 99, 150, 257, 1000]
+)
+def test_every_session_the_service_forms_needs_a_third_of_it_to_isolate_a_member(n: int) -> None:
+    p = session_parameters(n)
+    assert (p.k == n - 1) == (n <= COMPLETE_UP_TO) or p.k == n - 1
+    assert p.threat_model == "malicious" and p.security_bound <= -40 and p.correctness_bound <= -30
+    assert session_colluders(p) >= MIN_COLLUDER_FRACTION * n - 1e-9
+    assert meets_colluder_fraction(p, MIN_COLLUDER_FRACTION)
+    # the one-evaluation check is the bisection's answer
+    c = session_colluders(p)
+    assert meets_colluder_fraction(p, c / n) and not meets_colluder_fraction(p, (c + 1) / n)
+
+
+def test_small_sessions_need_all_but_the_allowed_dropouts_as_colluders() -> None:
+    # the issue's attack: 3 colluders in a session of 10, 4 in 20; with the complete graph the server
+    # needs min_survivors - 1 (8 and 17), whatever seed it grinds to
+    for n, attackers in ((10, 3), (20, 4)):
+        p = session_parameters(n)
+        assert (
+            p.k == n - 1
+            and neighbours_to_isolate(p.n, p.k, p.t, p.min_survivors) == p.min_survivors - 1
+        )
+        assert isolation_probability(p.n, p.k, p.t, p.min_survivors, attackers) == 0.0
+        assert session_colluders(p) == p.min_survivors - 1
+    assert session_parameters(COMPLETE_UP_TO + 1).k < COMPLETE_UP_TO

@@ -57,6 +57,12 @@ from service_helpers import (
 # with the Adult test (test_service_secure_adult.py), never beside it: see the note there
 pytestmark = pytest.mark.xdist_group("machine-load")
 
+# issue 40's grinding and differencing attacks, on this module's deployment (no server of their own)
+from secure_grinding import (  # noqa: E402, F401
+    test_grinding_by_aborts_cannot_isolate_a_victim,
+    test_two_exact_runs_cannot_be_differenced_beyond_the_device_s_policy,
+)
+
 # -- pure parts ----------------------------------------------------------------------------------
 
 

@@ -252,6 +252,24 @@ class TestStateParity:
         with pytest.raises(IntegrityError), state.transaction() as tx:
             tx.add_up_message("run-1", 0, 0, 0, 1, b"again", "e9", 124.0)
 
+    def test_secure_withholders_named_per_run_and_excluded_per_task(self, state: Store) -> None:
+        with state.transaction() as tx:
+            _task_and_run(tx, status="seeding")
+            tx.add_withholders("t" * 64, "run-1", ["dev-2", "dev-1", "dev-2"], 150.0)
+        with state.transaction() as tx:
+            tx.add_withholders("t" * 64, "run-1", ["dev-1"], 151.0)  # a repeat: no second row
+            assert tx.withholders("run-1") == ["dev-1", "dev-2"]
+            assert tx.withholders("run-2") == []
+            assert tx.is_withholder("t" * 64, "dev-1") and tx.is_withholder("t" * 64, "dev-2")
+            assert not tx.is_withholder("t" * 64, "dev-0")
+            assert not tx.is_withholder("u" * 64, "dev-1")
+            _no_orm(tx.withholders("run-1"))
+        with pytest.raises(RuntimeError, match="undo"), state.transaction() as tx:
+            tx.add_withholders("t" * 64, "run-1", ["dev-3"], 152.0)
+            raise RuntimeError("undo")  # a rolled-back transaction names no one
+        with state.transaction(read_only=True) as tx:
+            assert tx.withholders("run-1") == ["dev-1", "dev-2"]
+
     def test_prio3_tasks_reports_and_jobs(self, state: Store) -> None:
         task = VdafTaskRow(
             "v1", "leader", '{"type": "count"}', b"ctx", b"k" * 16, "https://h", "tok", None, "pop", 2,

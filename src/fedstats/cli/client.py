@@ -79,6 +79,35 @@ def run(
             "--min-batch-size", min=1, help="Smallest Prio3 batch to contribute a report to."
         ),
     ] = _POLICY.min_batch_size,
+    min_colluder_fraction: Annotated[
+        float,
+        typer.Option(
+            "--min-colluder-fraction",
+            min=0.0,
+            max=1.0,
+            help="Refuse a secure session that fewer than this share of colluders could break.",
+        ),
+    ] = _POLICY.min_colluder_fraction,
+    max_aborted_runs: Annotated[
+        int,
+        typer.Option(
+            "--max-aborted-runs",
+            min=0,
+            help="Stop joining a secure task after this many of its runs aborted after the reveal.",
+        ),
+    ] = _POLICY.max_aborted_runs,
+    max_exact_runs_per_task: Annotated[
+        int,
+        typer.Option(
+            "--max-exact-runs-per-task", min=0, help="Runs of one exact task to take part in."
+        ),
+    ] = _POLICY.max_exact_runs_per_task,
+    max_exact_runs_per_analyst: Annotated[
+        int,
+        typer.Option(
+            "--max-exact-runs-per-analyst", min=0, help="Exact runs of one analyst to take part in."
+        ),
+    ] = _POLICY.max_exact_runs_per_analyst,
     poll: Annotated[
         float,
         typer.Option(
@@ -131,6 +160,10 @@ def run(
         allow_non_private=allow_non_private,
         min_session_size=min_session_size,
         min_batch_size=min_batch_size,
+        min_colluder_fraction=min_colluder_fraction,
+        max_aborted_runs=max_aborted_runs,
+        max_exact_runs_per_task=max_exact_runs_per_task,
+        max_exact_runs_per_analyst=max_exact_runs_per_analyst,
     )
     # checked before anything connects: each a one-line error (exit 2)
     check_private_file(identity, "--identity")

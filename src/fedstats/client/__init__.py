@@ -50,7 +50,7 @@ import httpx
 import numpy as np
 
 from fedstats import wire
-from fedstats.client.policy import LocalBudget, Policy, RefusedTask
+from fedstats.client.policy import LocalBudget, Policy, RefusedTask, is_exact
 from fedstats.client.secure import VERIFIED_CERTIFICATES, SecureRuns, SecureState
 from fedstats.engine.rounds import ClientBatch, Round, RoundSum
 from fedstats.errors import (
@@ -130,6 +130,9 @@ class _Accepted:
     task_id: str
     task: dict[str, Any]
     loss: PrivacyLoss
+    analyst: str = (
+        ""  # the name in the task's signed certificate (Policy.max_exact_runs_per_analyst)
+    )
 
 
 @dataclass
@@ -638,6 +641,8 @@ class Device(SecureRuns):
             except BudgetExceededError as exc:
                 self._refuse(rid, str(exc))
                 continue
+            if is_exact(acc.task):  # counted like a reservation: differencing needs consent
+                self.budget.reserve_exact(rid, acc.task_id, acc.analyst)
             self.accepted[rid] = acc
             try:
                 self.joined[rid] = self._request("POST", f"/v1/client/runs/{rid}/checkin", body)
@@ -681,9 +686,16 @@ class Device(SecureRuns):
             self.reported.add(key)
         for fin in work.get("finished", []):
             rid = str(fin.get("run_id"))
+            self._note_finished(rid, str(fin.get("status")))
             # a run that ended before this device encoded anything for it: its reservation comes back
             if self.budget.release(rid):
                 self.log(f"run {rid} ended ({fin.get('status')}) before this device took part")
+
+    def _note_finished(self, run_id: str, status: str) -> None:
+        """Count a secure run that aborted after this device revealed (``Policy.max_aborted_runs``)."""
+        state, acc = self.secure.get(run_id), self.accepted.get(run_id)
+        if status == "aborted" and state is not None and state.seen is not None and acc is not None:
+            self.budget.note_aborted(acc.task_id, run_id)
 
     def _refuse(self, run_id: str, reason: str) -> None:
         """Refuse a run: remember why, log it, and give back its reservation if nothing was spent."""
@@ -712,12 +724,14 @@ class Device(SecureRuns):
         if str(offer.get("task_id")) != tid:
             raise SecurityError("the offered task id is not the digest of the signed task")
         self.policy.check(task)
+        analyst = str(offer["envelope"]["certificate"]["body"]["analyst"])  # verified with the task
+        self.policy.check_history(task, tid, analyst, self.budget, str(offer["run_id"]))
         loss = privacy_loss_for(task)
         if (
             self.budget.status(str(offer["run_id"])) is None
         ):  # not already reserved (a retried check-in)
             self.budget.check(loss)
-        return _Accepted(tid, task, loss)
+        return _Accepted(tid, task, loss, analyst)
 
     def _derive(self, rnd: Mapping[str, Any]) -> Round:
         """Derive the round ``rnd`` proposes from the accepted task; refuse (raise) if they differ.

@@ -19,10 +19,11 @@ from fedstats._io import atomic_write_text
 from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.ledger import DEFAULT_DELTA_TARGET, PrivacyLedger
+from fedstats.secagg.collusion import MIN_COLLUDER_FRACTION
 from fedstats.wire.registry import lookup, privacy_loss_for
 from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE
 
-__all__ = ["LocalBudget", "Policy", "RefusedTask"]
+__all__ = ["LocalBudget", "Policy", "RefusedTask", "is_exact"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,21 @@ class Policy:
         Smallest Prio3 batch the device contributes to: a Prio3 task whose ``prio3.min_batch_size`` is
         smaller is refused before anything is reserved or sharded (a leader that aggregates the victim's
         report alone needs ``min_batch_size - 1`` enrolled Sybils to pass collection). Default 10.
+    min_colluder_fraction : float
+        A secure session is refused unless isolating one member's input with 1e-3 chance per run takes at
+        least this share of the session as colluders (:func:`fedstats.secagg.collusion.meets_colluder_fraction`
+        for the parameters the device derives), in [0, 1]. Default 1/3; every session the service forms
+        meets it (:func:`fedstats.secagg.collusion.session_parameters`).
+    max_aborted_runs : int
+        Runs of one secure task that may abort after this device revealed its seed contribution before it
+        stops joining that task (each aborted run is a fresh seed, hence a fresh graph, for a server that
+        grinds), >= 0. Default 2.
+    max_exact_runs_per_task, max_exact_runs_per_analyst : int
+        Runs of exact (non-private) tasks this device takes part in, per task and per analyst (the name
+        in the task's signed certificate), >= 0: two exact releases whose cohorts differ in this device
+        give its value by subtraction, so a second one needs the device's consent (a larger limit).
+        Counted at check-in and given back if the run ends before the device encoded anything
+        (:class:`LocalBudget`). Default 1 and 1.
     """
 
     allowed_analyses: tuple[str, ...] | None = None
@@ -61,6 +77,57 @@ class Policy:
     allow_non_private: bool = False
     min_session_size: int = 10
     min_batch_size: int = DEFAULT_MIN_BATCH_SIZE
+    min_colluder_fraction: float = MIN_COLLUDER_FRACTION
+    max_aborted_runs: int = 2
+    max_exact_runs_per_task: int = 1
+    max_exact_runs_per_analyst: int = 1
+
+    def __post_init__(self) -> None:
+        f = self.min_colluder_fraction
+        if not (isinstance(f, (int, float)) and 0.0 <= f <= 1.0):
+            raise ParameterError("min_colluder_fraction", f, "a number in [0, 1]")
+        for name in ("max_aborted_runs", "max_exact_runs_per_task", "max_exact_runs_per_analyst"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ParameterError(name, v, "an integer >= 0")
+
+    def check_history(
+        self,
+        task: Mapping[str, Any],
+        task_id: str,
+        analyst: str,
+        budget: LocalBudget,
+        run_id: str | None = None,
+    ) -> None:
+        """Raise :class:`RefusedTask` if this device's own history with the task refuses another run.
+
+        A secure task with ``max_aborted_runs`` runs that aborted after this device revealed
+        (:meth:`LocalBudget.aborted_runs`), or an exact task past ``max_exact_runs_per_task`` or
+        ``max_exact_runs_per_analyst`` (:meth:`LocalBudget.exact_runs`; ``run_id``, a run offered
+        again after this device counted it, is not counted against itself).
+        """
+        if task.get("secure_aggregation") is not None:
+            aborted = budget.aborted_runs(task_id)
+            if aborted >= self.max_aborted_runs:
+                raise RefusedTask(
+                    f"{aborted} run(s) of this task aborted after this device revealed its seed "
+                    f"contribution; the policy's max_aborted_runs is {self.max_aborted_runs}"
+                )
+        if not is_exact(task):
+            return
+        per_task = budget.exact_runs(task=task_id, excluding=run_id)
+        per_analyst = budget.exact_runs(analyst=analyst, excluding=run_id)
+        if per_task >= self.max_exact_runs_per_task:
+            raise RefusedTask(
+                f"this device took part in {per_task} run(s) of this exact task; the policy's "
+                f"max_exact_runs_per_task is {self.max_exact_runs_per_task} (two exact releases "
+                "difference to one device's value)"
+            )
+        if per_analyst >= self.max_exact_runs_per_analyst:
+            raise RefusedTask(
+                f"this device took part in {per_analyst} exact run(s) of analyst {analyst!r}; the "
+                f"policy's max_exact_runs_per_analyst is {self.max_exact_runs_per_analyst}"
+            )
 
     def check(self, task: Mapping[str, Any]) -> None:
         """Raise :class:`RefusedTask` saying why, if a verified task is weaker than this policy allows.
@@ -112,6 +179,15 @@ class RefusedTask(FedstatsError):
     """A task the device's policy or local budget refuses."""
 
 
+def is_exact(task: Mapping[str, Any]) -> bool:
+    """Whether a (verified) task releases exact, non-private values (infinite epsilon, or privacy none)."""
+    try:
+        spec = lookup(str(task["analysis"]), int(task["version"]))
+        return spec.privacy == "none" or not math.isfinite(privacy_loss_for(task).epsilon)
+    except (ParameterError, KeyError, TypeError, ValueError):
+        return False
+
+
 _STATUSES = ("reserved", "spent")
 
 
@@ -147,7 +223,9 @@ class LocalBudget:
     The file: ``{"epsilon", "delta", "composition": "PrivacyLedger", "charges": {run_id: {"epsilon",
     "delta", "rho", "status"[, "mechanisms"]}}}``, ``"mechanisms"`` (the
     :class:`~fedstats.privacy.analysis.loss.MechanismSpec` dicts of a described loss) only when the loss
-    has them (a file of the older form ``{run_id: [epsilon, delta]}`` reads as spent charges).
+    has them (a file of the older form ``{run_id: [epsilon, delta]}`` reads as spent charges), and the
+    device's history that its :class:`Policy` counts: ``"exact"`` (:attr:`exact`) and ``"aborted"``
+    (:attr:`aborted`).
 
     Parameters
     ----------
@@ -171,6 +249,11 @@ class LocalBudget:
     delta: float = 1e-4
     charges: dict[str, dict[str, Any]] = field(default_factory=dict)
     delta_target: float = DEFAULT_DELTA_TARGET
+    exact: dict[str, dict[str, str]] = field(default_factory=dict)
+    """``run_id -> {"task", "analyst", "status"}``: the exact (non-private) runs this device joined
+    (:meth:`reserve_exact`), ``"reserved"`` until it encodes, then ``"spent"``."""
+    aborted: dict[str, list[str]] = field(default_factory=dict)
+    """``task_id -> [run_id, ...]``: runs of a secure task that aborted after this device revealed."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.epsilon, (int, float)) and 0 < self.epsilon < math.inf):
@@ -204,6 +287,12 @@ class LocalBudget:
                     "budget file", str(self.path), f"a local budget file ({exc})"
                 ) from None
             self.charges = charges
+            try:
+                self.exact, self.aborted = _history_of(data, str(self.path))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise ParameterError(
+                    "budget file", str(self.path), f"a local budget file ({exc})"
+                ) from None
 
     # -- the arithmetic: the server's (fedstats.service.domain.ledger replays its charges the same way)
     def _ledger(self) -> PrivacyLedger:
@@ -268,11 +357,17 @@ class LocalBudget:
     def spend(self, run_id: str, loss: PrivacyLoss) -> None:
         """Turn the run's reservation into a spend (reserving ``loss`` first if there is none); save.
 
+        An exact run's entry (:meth:`reserve_exact`) becomes spent too.
+
         Raises
         ------
         BudgetExceededError
             If there was no reservation and ``loss`` does not fit.
         """
+        entry = self.exact.get(run_id)
+        if entry is not None and entry["status"] != "spent":
+            entry["status"] = "spent"
+            self._save()
         if not math.isfinite(loss.epsilon):
             return
         self.reserve(run_id, loss)
@@ -285,13 +380,48 @@ class LocalBudget:
         self.spend(run_id, loss)
 
     def release(self, run_id: str) -> bool:
-        """Give back a reservation that was never spent; return whether one was released."""
+        """Give back a reservation (a charge, an exact run) never spent; return whether one was released."""
+        released = False
+        entry = self.exact.get(run_id)
+        if entry is not None and entry["status"] == "reserved":
+            del self.exact[run_id]
+            released = True
         c = self.charges.get(run_id)
-        if c is None or c["status"] != "reserved":
-            return False
-        del self.charges[run_id]
-        self._save()
-        return True
+        if c is not None and c["status"] == "reserved":
+            del self.charges[run_id]
+            released = True
+        if released:
+            self._save()
+        return released
+
+    def reserve_exact(self, run_id: str, task_id: str, analyst: str) -> None:
+        """Count an exact run this device checks in to (idempotent; given back by :meth:`release`)."""
+        if run_id not in self.exact:
+            self.exact[run_id] = {"task": task_id, "analyst": analyst, "status": "reserved"}
+            self._save()
+
+    def exact_runs(
+        self, *, task: str | None = None, analyst: str | None = None, excluding: str | None = None
+    ) -> int:
+        """Exact runs counted (reserved or spent) of ``task``, or of ``analyst``, but ``excluding``."""
+        return sum(
+            1
+            for rid, e in self.exact.items()
+            if rid != excluding
+            and (task is None or e["task"] == task)
+            and (analyst is None or e["analyst"] == analyst)
+        )
+
+    def note_aborted(self, task_id: str, run_id: str) -> None:
+        """Count a run of a secure task that aborted after this device revealed (idempotent)."""
+        runs = self.aborted.setdefault(task_id, [])
+        if run_id not in runs:
+            runs.append(run_id)
+            self._save()
+
+    def aborted_runs(self, task_id: str) -> int:
+        """Runs of ``task_id`` counted by :meth:`note_aborted`."""
+        return len(self.aborted.get(task_id, ()))
 
     def status(self, run_id: str) -> str | None:
         """``"reserved"``, ``"spent"`` or None (no charge) for ``run_id``."""
@@ -308,8 +438,27 @@ class LocalBudget:
                         "delta": self.delta,
                         "composition": "PrivacyLedger",
                         "charges": self.charges,
+                        "exact": self.exact,
+                        "aborted": self.aborted,
                     },
                     indent=1,
                     sort_keys=True,
                 ),
             )
+
+
+def _history_of(
+    data: Mapping[str, Any], path: str
+) -> tuple[dict[str, dict[str, str]], dict[str, list[str]]]:
+    """The ``"exact"`` and ``"aborted"`` parts of a budget file (absent in files written before them)."""
+    exact: dict[str, dict[str, str]] = {}
+    for rid, e in (data.get("exact") or {}).items():
+        if e.get("status") not in _STATUSES:
+            raise ParameterError("budget file", path, f"a local budget file (exact run {rid!r})")
+        exact[str(rid)] = {
+            "task": str(e["task"]),
+            "analyst": str(e["analyst"]),
+            "status": str(e["status"]),
+        }
+    aborted = {str(t): [str(r) for r in runs] for t, runs in (data.get("aborted") or {}).items()}
+    return exact, aborted

@@ -13,8 +13,10 @@ derives every secure session:
 * **the session**: for each secure round it computes :func:`fedstats.wire.seeding.sessions_of` from the
   cohort, the seed and the round's client range; the server's session number, its member list (in roster
   order), the device's index and the size ``n`` must be the derived ones;
-* **the parameters** for that ``n`` (:func:`fedstats.secagg.find_parameters`), computed only once ``n`` has
-  passed these checks, never taken from the server; every message the server sends is read at most up to
+* **the parameters** for that ``n`` (:func:`fedstats.secagg.collusion.session_parameters`: the complete
+  graph up to 64 members), computed only once ``n`` has passed these checks, never taken from the server,
+  and refused when fewer than its policy's ``min_colluder_fraction`` of the session could isolate one
+  member (:func:`fedstats.secagg.collusion.meets_colluder_fraction`); every message the server sends is read at most up to
   the size the protocol allows for the derived session (at most 4 KB of certificate per member asked
   for), before parsing.
 
@@ -71,6 +73,7 @@ encoding its data or charging its budget), when:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +91,11 @@ from fedstats.client.roster import (
     with_committed_roster,
 )
 from fedstats.errors import FedstatsError, SecurityError
+from fedstats.secagg.collusion import (
+    meets_colluder_fraction,
+    session_colluders,
+    session_parameters,
+)
 from fedstats.secagg.crypto import VerificationCache
 from fedstats.secagg.messages import (
     KeyBroadcast,
@@ -163,6 +171,9 @@ class SecureState:
         The commitment list as the device checked it before revealing (:func:`fedstats.wire.seeding.entries_of`).
     roster : list or None
         The run's roster as the device checked it before revealing (identity keys, hex, list order).
+    withheld : frozenset
+        The members the verified transcript names as withholders (:func:`fedstats.wire.seeding.withheld_of`):
+        they keep their slots and join no session.
     """
 
     contribution: bytes
@@ -183,6 +194,7 @@ class SecureState:
     revealed: Any = None
     entries: list[seeding.Entry] | None = None
     roster: list[str] | None = None
+    withheld: frozenset[str] = frozenset()
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
@@ -375,6 +387,7 @@ class SecureRuns:
                 roster=True,
             )
             entries, keys = seeding.entries_of(tr), seeding.keys_of(tr)
+        state.withheld = seeding.withheld_of(entries, [m[2] for m in tr["members"]])
         state.cohort = seeding.cohort_of(entries)
         state.keys = {
             cid: bytes.fromhex(k) for (cid, _, _, _), k in zip(entries, keys, strict=True)
@@ -544,7 +557,8 @@ class SecureRuns:
             raise SecurityError("the round names other records of this device than its slots")
         if int(rnd["n_clients"]) != n_clients:
             raise SecurityError("the round's n_clients is not the verified cohort's")
-        sessions = seeding.sessions_of(state.cohort, seed, index, (lo, hi), max_session, minimum)
+        joining = [c for c in state.cohort if c[0] not in state.withheld]
+        sessions = seeding.sessions_of(joining, seed, index, (lo, hi), max_session, minimum)
         derived = [k for k, members in enumerate(sessions) if self.client_id in members]
         if not derived:
             raise SecurityError(f"this device is in no session of round {index} it derives")
@@ -575,7 +589,7 @@ class SecureRuns:
         Returns the device's :class:`~fedstats.secagg.SecAggClient` and the server's setup message.
         Nothing of the device's data is read before every check passed.
         """
-        from fedstats.secagg import ClientConfig, SecAggClient, find_parameters
+        from fedstats.secagg import ClientConfig, SecAggClient
         from fedstats.secagg.identity import ClientIdentity
 
         run_id, index = str(rnd["run_id"]), int(rnd["round"])
@@ -584,7 +598,21 @@ class SecureRuns:
         members, i = self._derive_session(rnd, state, seed)
         n = len(members)
         # n is derived: the parameters and every size limit follow from it, never from the server
-        params = find_parameters(n)
+        params = session_parameters(n)
+        fraction = float(
+            getattr(self.policy, "min_colluder_fraction", Policy.min_colluder_fraction)
+        )
+        if state.withheld and params.k < n - 1:
+            raise SecurityError(
+                f"the run went on without {len(state.withheld)} withholder(s) and this session's graph "
+                f"is sparse (k={params.k} of {n - 1}): a server that drops reveals could grind it"
+            )
+        if not meets_colluder_fraction(params, fraction):
+            raise SecurityError(
+                f"a secure session of {n} (k={params.k}, t={params.t}) is isolated by "
+                f"{session_colluders(params)} colluders; this device's policy min_colluder_fraction="
+                f"{fraction:.3g} needs at least {math.ceil(fraction * n - 1e-9)}"
+            )
         length = int(rnd["dim"])
         limit = max(
             max_message_bytes(cls, n=n, k=params.k, length=length, bits=seeding.BITS)

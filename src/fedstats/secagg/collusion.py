@@ -45,23 +45,28 @@ privacy-preserving machine learning. CCS 2017, Sec. 4.3.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from scipy.stats import hypergeom
-
 from fedstats._validation import check_int, check_real
-from fedstats.secagg.params import find_parameters
+from fedstats.secagg.params import SecAggParameters, degree_parameters, find_parameters
 
 __all__ = [
+    "COMPLETE_UP_TO",
     "DEFAULT_PROBABILITY",
+    "MIN_COLLUDER_FRACTION",
     "TABLE_SIZES",
     "CollusionBound",
     "colluder_table",
     "colluder_table_markdown",
     "colluders_to_isolate",
     "isolation_probability",
+    "meets_colluder_fraction",
     "neighbours_to_isolate",
+    "session_colluders",
+    "session_parameters",
 ]
 
 DEFAULT_PROBABILITY = 1e-3
@@ -69,6 +74,32 @@ DEFAULT_PROBABILITY = 1e-3
 
 TABLE_SIZES = (10, 20, 50, 100, 200, 1000, 5000)
 """Session sizes of the table in ``docs/secagg.md`` (:func:`colluder_table_markdown`)."""
+
+COMPLETE_UP_TO = 64
+"""Sessions of at most this many members use the complete graph (:func:`session_parameters`): there
+isolating a member needs ``min_survivors - 1`` colluders in the session whatever the seed, and a member
+sends ``n - 1`` shares (63 at this size, as many as a sparse session of about 10^4 needs)."""
+
+MIN_COLLUDER_FRACTION = 1.0 / 3.0
+"""The share of a session a server must control to isolate one member with :data:`DEFAULT_PROBABILITY`
+per run, at least, in every session :func:`session_parameters` chooses; a device's default
+:attr:`fedstats.client.Policy.min_colluder_fraction`."""
+
+
+def _sf(need: int, others: int, colluders: int, k: int) -> float:
+    """``P(X >= need)`` for ``X ~ Hypergeometric(others, colluders, k)``, exactly (integer binomials).
+
+    Not ``scipy.stats``: devices compute it before every session, and importing it costs a device
+    about 1.5 s of CPU (as :func:`fedstats.secagg.params._log2_sf`).
+    """
+    top = min(k, colluders)
+    if need > top:
+        return 0.0
+    num = sum(
+        math.comb(colluders, i) * math.comb(others - colluders, k - i)
+        for i in range(max(need, 0), top + 1)
+    )
+    return num / math.comb(others, k)  # int / int: correctly rounded
 
 
 def _check_session(n: int, k: int, t: int, min_survivors: int) -> tuple[int, int, int, int]:
@@ -129,7 +160,7 @@ def isolation_probability(n: int, k: int, t: int, min_survivors: int, colluders:
     """
     need = neighbours_to_isolate(n, k, t, min_survivors)
     colluders = check_int("colluders", colluders, low=0, high=n - 1)
-    return float(hypergeom.sf(need - 1, n - 1, colluders, k))
+    return _sf(need, n - 1, colluders, k)
 
 
 def colluders_to_isolate(
@@ -160,7 +191,7 @@ def colluders_to_isolate(
     lo, hi = need, n - 1  # the chance grows with c: bisect for the first c that reaches it
     while lo < hi:
         mid = (lo + hi) // 2
-        if hypergeom.sf(need - 1, n - 1, mid, k) >= probability:
+        if _sf(need, n - 1, mid, k) >= probability:
             hi = mid
         else:
             lo = mid + 1
@@ -174,7 +205,7 @@ class CollusionBound:
     Attributes
     ----------
     n, k, t, min_survivors : int
-        The session's parameters (``find_parameters(n)``, the service's choice).
+        The session's parameters (:func:`session_parameters`, the service's choice).
     neighbours : int
         :func:`neighbours_to_isolate`.
     colluders : int
@@ -205,7 +236,7 @@ def colluder_table(
     Parameters
     ----------
     sizes : iterable of int
-        Session sizes, each >= 3 (``find_parameters``' range).
+        Session sizes, each >= 3.
     probability : float, default 1e-3
         Per-run chance, in (0, 1].
 
@@ -220,7 +251,7 @@ def colluder_table(
     """
     rows = []
     for n in sizes:
-        p = find_parameters(n)
+        p = session_parameters(n)
         rows.append(
             CollusionBound(
                 n=p.n,
@@ -265,3 +296,106 @@ def colluder_table_markdown(
             f"{r.fraction:.0%} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def session_colluders(params: SecAggParameters, *, probability: float = DEFAULT_PROBABILITY) -> int:
+    """:func:`colluders_to_isolate` for a session's parameters (what a device checks before joining)."""
+    return colluders_to_isolate(
+        params.n, params.k, params.t, params.min_survivors, probability=probability
+    )
+
+
+def meets_colluder_fraction(
+    params: SecAggParameters, fraction: float, *, probability: float = DEFAULT_PROBABILITY
+) -> bool:
+    """Whether isolating one member of the session takes at least ``ceil(fraction n)`` colluders.
+
+    ``session_colluders(params, probability=probability) >= ceil(fraction * n)``, by one evaluation:
+    the chance grows with the number of colluders, so it holds exactly when ``ceil(fraction n) - 1``
+    colluders isolate a given member with less than ``probability`` per run.
+
+    Parameters
+    ----------
+    params : SecAggParameters
+        The session's parameters.
+    fraction : float
+        Share of the session, in [0, 1].
+    probability : float, default 1e-3
+        Per-run chance, in (0, 1].
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ParameterError
+        If ``fraction`` or ``probability`` is out of range.
+    """
+    fraction = check_real("min_colluder_fraction", fraction, low=0.0, high=1.0)
+    probability = check_real("probability", probability, low=0.0, high=1.0, low_open=True)
+    n, k, t, ms = params.n, params.k, params.t, params.min_survivors
+    want = math.ceil(fraction * n - 1e-9)
+    if want <= 0:
+        return True
+    if want > n - 1:
+        return False
+    need = neighbours_to_isolate(n, k, t, ms)
+    return _sf(need, n - 1, want - 1, k) < probability
+
+
+def session_parameters(n: int) -> SecAggParameters:
+    """The parameters of a secure session of ``n`` members over the network (server and devices).
+
+    :func:`fedstats.secagg.params.find_parameters` gives the sparsest graph that keeps shares secret
+    against ``5%`` corrupt members; in small sessions that leaves isolating one member to a handful of
+    colluders (3 of 10, 4 of 20). Here the graph is denser where it must be:
+
+    * up to :data:`COMPLETE_UP_TO` members, the complete graph (``k = n - 1``) with its smallest
+      threshold: isolating a member needs ``min_survivors - 1`` colluders in the session (8 of 10, 17 of
+      20), and the seed chooses no neighbourhood, so no seed is better for the attacker than another;
+    * above, the smallest degree, from ``find_parameters``' upwards, whose
+      :func:`colluders_to_isolate` (at :data:`DEFAULT_PROBABILITY` per run) is at least
+      :data:`MIN_COLLUDER_FRACTION` of the session (``find_parameters``' own for every ``n >= 80``).
+
+    A pure function of ``n``: both sides compute it, and a device refuses a session whose bound is below
+    its own :attr:`fedstats.client.Policy.min_colluder_fraction`.
+
+    Parameters
+    ----------
+    n : int
+        Session size, >= 2.
+
+    Returns
+    -------
+    SecAggParameters
+        Malicious threat model, ``corrupt_fraction`` 0.05, ``dropout_rate`` 0.1, ``sigma`` 40, ``eta``
+        30 (``find_parameters``' defaults).
+
+    Raises
+    ------
+    ParameterError
+        If ``n`` is below 2.
+    """
+    return _session_parameters(check_int("n", n, low=2))
+
+
+@functools.lru_cache(maxsize=256)
+def _session_parameters(n: int) -> SecAggParameters:
+    if n <= 3:
+        return find_parameters(n)
+    if n <= COMPLETE_UP_TO:
+        degrees = [n - 1]
+    else:
+        base = find_parameters(n)
+        degrees = [*range(base.k, n - 1, 2), n - 1]
+    found = None
+    for k in degrees:
+        p = degree_parameters(n, k)
+        if p is None:
+            continue
+        found = p
+        if k == n - 1 or meets_colluder_fraction(p, MIN_COLLUDER_FRACTION):
+            return p
+    assert found is not None  # the complete graph always meets the conditions of find_parameters
+    return found

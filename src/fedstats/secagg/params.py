@@ -44,6 +44,7 @@ __all__ = [
     "THREAT_MODELS",
     "ClientConfig",
     "SecAggParameters",
+    "degree_parameters",
     "find_parameters",
     "validate_parameters",
 ]
@@ -352,6 +353,61 @@ def _find_parameters(
         f"smaller fractions: no graph degree k <= {n - 1} keeps {n} clients secure (2^-{sigma:g}) "
         f"and correct (2^-{eta:g}) with {n_drop} dropouts and {n_corrupt} corrupt clients",
     )
+
+
+def degree_parameters(
+    n: int,
+    k: int,
+    *,
+    corrupt_fraction: float = 0.05,
+    dropout_rate: float = 0.1,
+    sigma: float = 40.0,
+    eta: float = 30.0,
+    threat_model: str = "malicious",
+) -> SecAggParameters | None:
+    """The smallest threshold ``t`` that meets :func:`find_parameters`' three conditions at degree ``k``.
+
+    :func:`find_parameters` searches the degrees from the smallest; this is one step of it, for a
+    caller that wants a denser graph than the smallest that suffices
+    (:func:`fedstats.secagg.collusion.session_parameters`).
+
+    Parameters
+    ----------
+    n : int
+        Number of clients, >= 2.
+    k : int
+        Graph degree: even in ``[2, n - 2]`` or ``n - 1`` (complete graph).
+    corrupt_fraction, dropout_rate, sigma, eta, threat_model
+        As in :func:`find_parameters`.
+
+    Returns
+    -------
+    SecAggParameters or None
+        None when no ``t`` in ``[1, k]`` meets them at this degree.
+
+    Raises
+    ------
+    ParameterError
+        If ``n`` or ``k`` is out of range.
+    """
+    n = check_int("clients", n, low=2)
+    k = check_int("k", k, low=1, high=n - 1)
+    check_degree(n, k)
+    gamma = check_real("corrupt_fraction", corrupt_fraction, low=0.0, high=1.0, high_open=True)
+    delta = check_real("dropout_rate", dropout_rate, low=0.0, high=1.0, high_open=True)
+    check_choice("threat_model", threat_model, THREAT_MODELS)
+    if _log2_disconnect(n, k, math.floor(gamma * n) + math.floor(delta * n)) > -sigma:
+        return None
+    for t in range(1, k + 1):
+        if threat_model == "malicious" and not _secure_against_malicious(n, k, t):
+            continue
+        params = _parameters(n, k, t, gamma, delta, float(sigma), float(eta), threat_model)
+        if params.security_bound > -sigma:
+            continue
+        if params.correctness_bound > -eta:
+            return None  # larger t only makes recovery harder
+        return params
+    return None
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,12 @@ in-process form of the same idea):
    every session id, the projection seed and the partition of each secure round into sessions derive
    from it (:func:`session_id`, :func:`projection_seed`, :func:`sessions_of`).
 
-A member that commits and does not reveal aborts the run (it could otherwise choose between two seeds, and
-a server that hid a reveal could choose among many): the server cannot bias the seed, only abort, and each
-device recomputes the seed from the published transcript before it takes part in a secure round
+A member that commits and does not reveal by the deadline is a *withholder*: the transcript names it (an
+empty reveal, :func:`withheld_of`), the seed is taken over the others' reveals in its own domain, and the
+withholder takes part in no session. The server lets a run go on that way only where the seed chooses
+nobody's neighbours (complete-graph sessions); elsewhere a withholder aborts the run, since a server that
+hid reveals could choose among many seeds (``docs/secagg.md``, "An abort costs its cause"). Each device
+recomputes the seed from the published transcript before it takes part in a secure round
 (:func:`verify_transcript`).
 
 **Sessions.** Which devices form each secure session of a round, in which roster order, is not the
@@ -69,6 +72,7 @@ __all__ = [
     "task_id_bytes",
     "verify_reveals",
     "verify_transcript",
+    "withheld_of",
 ]
 
 Entry = tuple[str, str, int, int]
@@ -86,6 +90,7 @@ _COMMIT = b"fedstats/service/seed-commit/v1\x00"
 _LIST = b"fedstats/service/seed-list/v2\x00"
 _ROSTER_LIST = b"fedstats/service/seed-list/v3\x00"  # the list with every member's identity key
 _SEED = b"fedstats/service/run-seed/v1\x00"
+_SEED_WITHHELD = b"fedstats/service/run-seed-withheld/v1\x00"
 _SESSION = b"fedstats/service/session/v1\x00"
 _PROJECTION = b"fedstats/service/projection/v1\x00"
 _ORDER = b"fedstats/service/session-order/v1\x00"
@@ -297,12 +302,13 @@ def check_own_entry(
 def run_seed(
     run_id: str,
     entries: Sequence[Entry],
-    reveals: Sequence[bytes],
+    reveals: Sequence[bytes | None],
     keys: Sequence[str] | None = None,
 ) -> bytes:
     """The run's 32-byte public seed from the ordered commitment list and every member's revealed value.
 
-    ``keys``: the run's roster, as in :func:`commitments_digest` (its digest enters the seed).
+    ``keys``: the run's roster, as in :func:`commitments_digest` (its digest enters the seed). A None
+    reveal is a member that withheld (named in the transcript by an empty reveal, :func:`withheld_of`).
 
     Raises
     ------
@@ -312,21 +318,49 @@ def run_seed(
     return _seed(run_id, entries, reveals, commitments_digest(run_id, entries, keys))
 
 
-def _seed(run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes], digest: str) -> bytes:
-    """:func:`run_seed` given the list's digest (computed once by the caller)."""
+def _seed(
+    run_id: str, entries: Sequence[Entry], reveals: Sequence[bytes | None], digest: str
+) -> bytes:
+    """:func:`run_seed` given the list's digest (computed once by the caller).
+
+    A None reveal is a member that withheld (:func:`withheld_of`): the seed is then taken in another
+    domain over the reveals and a marker per member, so that no seed with withholders equals one without.
+    """
     if len(reveals) != len(entries):
         raise SecurityError("every member's reveal is needed for the run seed")
+    if reveals and all(r is None for r in reveals):
+        raise SecurityError("a run seed needs at least one member's reveal")
     prefix = _COMMIT + _field(run_id)  # commitment(), with the run's part framed once
     for (cid, c, _, _), r in zip(entries, reveals, strict=True):
+        if r is None:
+            continue
         if len(r) != CONTRIBUTION_BYTES:
             raise SecurityError(f"a seed contribution must be {CONTRIBUTION_BYTES} bytes")
         opened = hashlib.sha256(prefix + _field(cid) + r).hexdigest()
         if not hmac.compare_digest(opened, c):
             raise SecurityError(f"the value revealed by {cid!r} does not open its commitment")
+    if any(r is None for r in reveals):
+        h = hashlib.sha256(_SEED_WITHHELD + _field(run_id) + bytes.fromhex(digest))
+        for r in reveals:
+            h.update(b"\x00" if r is None else b"\x01" + r)
+        return h.digest()
     h = hashlib.sha256(_SEED + _field(run_id) + bytes.fromhex(digest))
     for r in reveals:
+        assert r is not None
         h.update(r)
     return h.digest()
+
+
+def withheld_of(entries: Sequence[Entry], reveals: Sequence[Any]) -> frozenset[str]:
+    """The members of a published transcript that withheld their reveal (an empty reveal).
+
+    The server names them once the reveal deadline passed and continues without them
+    (:func:`fedstats.service.domain.secure.close_seeding`); they hold their slots but take part in no
+    session (:func:`sessions_of` is given the cohort without them).
+    """
+    return frozenset(
+        cid for (cid, _, _, _), r in zip(entries, reveals, strict=True) if not str(r or "")
+    )
 
 
 def session_id(seed: bytes, round_index: int, number: int) -> bytes:
@@ -529,10 +563,11 @@ def verify_reveals(
     SecurityError
         If the reveals or the seed are malformed, not one reveal per member, this device's reveal is
         missing or altered, a reveal does not open its commitment, or the published seed is not the
-        one they give.
+        one they give. An empty reveal is a member that withheld (:func:`withheld_of`): the seed is
+        the one without it, never this device's.
     """
     try:
-        values = [bytes.fromhex(str(r)) for r in reveals]
+        values: list[bytes | None] = [bytes.fromhex(str(r)) or None for r in reveals]
         seed_bytes = bytes.fromhex(str(published))
     except (TypeError, ValueError):
         raise SecurityError("malformed seed transcript") from None

@@ -431,7 +431,7 @@ class Driver:
             if run.status == "seeding":
                 cfg = task_config(s, run.task_id)
                 deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
-                seeded = secure.close_seeding(s, run, deadline)
+                seeded = secure.close_seeding(s, run, deadline, cfg)
                 if isinstance(seeded, str):
                     self._abort_in(s, run, seeded)
                 if not isinstance(seeded, RunRow):

@@ -198,7 +198,8 @@ def checkin(
     SecurityError
         If ``population`` is given and the run's task is for another population.
     ConflictError
-        If the check-in is closed or the cohort already has ``cohort_size`` devices.
+        If the check-in is closed, the cohort already has ``cohort_size`` devices, or (a secure task)
+        the device withheld its seed reveal in an earlier run of the task.
     ParameterError
         If ``records`` < 1, or the commitment is missing, malformed or not expected.
     """
@@ -220,6 +221,13 @@ def checkin(
             bytes.fromhex(commitment)
         except ValueError:
             raise ParameterError("commitment", commitment, "64 hex digits") from None
+        if tx.is_withholder(
+            run.task_id, client_id
+        ):  # an abort (or a dropped reveal) costs its cause
+            raise ConflictError(
+                "this device did not reveal its seed contribution in an earlier run of this task: it "
+                "is excluded from the task's later cohorts"
+            )
     elif commitment is not None:
         raise ParameterError("commitment", commitment, "none (the task is not secure)")
     cohort = tx.cohort(run_id)

@@ -7,8 +7,10 @@ malicious-server protocol of :mod:`fedstats.secagg` (Bell et al. 2020) between t
   member has revealed (:mod:`fedstats.wire.seeding`; the commitment list each member checks and reveals
   against carries every member's slots, so the seed transcript binds the cohort); the run's public seed
   fixes every session id (hence every communication graph), every round's partition into sessions and
-  FED-chi^2's projection seed. A member that does not reveal before the deadline aborts the run: nothing
-  was computed, the ledger reservation is released.
+  FED-chi^2's projection seed. A member that does not reveal before the deadline is a *withholder*:
+  named in the transcript and excluded from the task's later cohorts; the run goes on without it where
+  the sessions use the complete graph and enough members revealed (:func:`continues_without`), else it
+  aborts (nothing was computed, the ledger reservation is released).
 * **Sessions.** The server does not choose them: a secure round's participants (the members whose slots
   meet its client range) are ordered by a PRF keyed by the run seed and cut into ``ceil(d / m)``
   near-equal sessions of at least the task's ``min_session_size``
@@ -57,6 +59,7 @@ import numpy as np
 
 from fedstats import wire
 from fedstats.errors import DataError, ProtocolAbortError, SecurityError
+from fedstats.secagg.collusion import COMPLETE_UP_TO, session_parameters
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import (
     AdvertiseKeys,
@@ -66,7 +69,7 @@ from fedstats.secagg.messages import (
     SetupMessage,
     UnmaskResponse,
 )
-from fedstats.secagg.params import SecAggParameters, find_parameters
+from fedstats.secagg.params import SecAggParameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
 from fedstats.service.store import State
@@ -85,6 +88,7 @@ __all__ = [
     "advance_sessions",
     "close_seeding",
     "cohort",
+    "continues_without",
     "is_secure",
     "open_sessions",
     "partition",
@@ -119,29 +123,67 @@ def ordered_members(tx: State, run_id: str) -> list[MemberRow]:
 # -- the run's seed -----------------------------------------------------------------------------
 
 
-def close_seeding(tx: State, run: RunRow, deadline: float) -> RunRow | str | None:
-    """Fix the run's seed once every member revealed; return an abort reason past ``deadline``.
+def continues_without(cfg: dict[str, Any], revealed: int) -> str | None:
+    """Why a secure run cannot continue without its withholders (None: it continues).
 
-    ``run`` is the run's row as loaded (and locked) in ``tx``.
+    It continues when every session the task can form uses the complete graph
+    (``max_session <= COMPLETE_UP_TO``, :func:`fedstats.secagg.collusion.session_parameters`: there no
+    seed picks anyone's neighbours, so a server choosing which reveals to drop chooses nothing that
+    helps it isolate a member) and ``revealed`` members still fill the task's ``min_clients`` and
+    ``min_session_size``. In a sparser session every seed is another draw of the graph, and a server that
+    could name any set of members withholders would choose among that many seeds: there a withholder
+    aborts the run (``docs/secagg.md``, "An abort costs its cause").
+    """
+    opts = cfg["secure_aggregation"]
+    if int(opts["max_session"]) > COMPLETE_UP_TO:
+        return (
+            f"sessions of up to {opts['max_session']} members (above {COMPLETE_UP_TO}) use a sparse "
+            "graph, which a seed chosen among the members' reveals could grind"
+        )
+    need = max(int(cfg["min_clients"]), min_session_size(opts))
+    if revealed < need:
+        return f"{revealed} member(s) revealed; the task needs {need}"
+    return None
+
+
+def close_seeding(
+    tx: State, run: RunRow, deadline: float, cfg: dict[str, Any] | None = None
+) -> RunRow | str | None:
+    """Fix the run's seed once every member revealed, or at ``deadline`` without the withholders.
+
+    ``run`` is the run's row as loaded (and locked) in ``tx``; ``cfg`` its task's configuration. Past
+    the deadline the members that committed and did not reveal are **withholders**: recorded (named in
+    the transcript by their empty reveal, excluded from the later cohorts of the task,
+    :meth:`~fedstats.service.store.secure.SecureQueries.add_withholders`), and the run continues without
+    them when :func:`continues_without` allows (their slots stay in the cohort; they are in no session,
+    like dropouts), else aborts. Without ``cfg`` any withholder aborts.
 
     Returns
     -------
     RunRow or str or None
-        The run as now stored (its seed fixed, status ``running``) once every member revealed; the
-        reason to abort it if some did not by ``deadline``; None while waiting for them.
+        The run as now stored (its seed fixed, status ``running``); the reason to abort it; None while
+        waiting for reveals.
     """
     rows = ordered_members(tx, run.id)
     missing = [m.client_id for m in rows if m.reveal is None]
     if missing:
         if time.time() <= deadline:
             return None
+        tx.add_withholders(run.task_id, run.id, missing, time.time())
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-        return (
-            f"{len(missing)} member(s) did not reveal their seed contribution before the deadline "
-            f"({shown}); a secure run needs every member's"
+        why = (
+            "no task configuration"
+            if cfg is None
+            else continues_without(cfg, len(rows) - len(missing))
         )
+        if why is not None:
+            return (
+                f"{len(missing)} member(s) did not reveal their seed contribution before the deadline "
+                f"({shown}; excluded from the task's later runs) and the run cannot go on without "
+                f"them: {why}"
+            )
     entries = [(m.client_id, str(m.commitment), m.slot_start, m.slot_count) for m in rows]
-    reveals = [bytes.fromhex(str(m.reveal)) for m in rows]
+    reveals = [None if m.reveal is None else bytes.fromhex(m.reveal) for m in rows]
     keys = [c.public_key for c in enrolled_rows(tx, [m.client_id for m in rows])]
     seed = seeding.run_seed(run.id, entries, reveals, keys).hex()
     tx.start_secure_run(run.id, seed)
@@ -208,8 +250,13 @@ def partition(tx: State, run: RunRow, rec: RoundRow, cfg: dict[str, Any]) -> lis
     """
     opts = cfg["secure_aggregation"]
     max_session = int(opts["max_session"])
+    # the withholders (no reveal in a seeded run) hold their slots but join no session
     return seeding.sessions_of(
-        cohort(tx, run.id),
+        [
+            (m.client_id, m.slot_start, m.slot_count)
+            for m in ordered_members(tx, run.id)
+            if m.reveal
+        ],
         bytes.fromhex(str(run.public_seed)),
         rec.index,
         (rec.lo, rec.hi),
@@ -245,7 +292,7 @@ def open_sessions(
             bits=BITS,
             headroom=0,
         )
-        params = find_parameters(len(members))
+        params = session_parameters(len(members))  # complete graph for small sessions
         deadline = time.time() + float(cfg["deadlines"]["round"])
         row = SecureSessionRow(
             run_id=run.id,

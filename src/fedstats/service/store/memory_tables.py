@@ -66,6 +66,7 @@ _COLUMNS = {
         "audit",
         "secure_sessions",
         "secure_messages",
+        "secure_withholders",
         "vdaf_tasks",
         "vdaf_signed",
         "vdaf_slots",

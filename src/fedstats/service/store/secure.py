@@ -28,6 +28,7 @@ from fedstats.service.store.tables import (
     RunMember,
     SecureMessage,
     SecureSession,
+    SecureWithholder,
 )
 
 __all__ = [
@@ -186,6 +187,18 @@ class SecureQueries(ABC):
         """Fix a seeding run's public seed and set it ``running``."""
 
     @abstractmethod
+    def add_withholders(self, task_id: str, run_id: str, client_ids: list[str], at: float) -> None:
+        """Record members of a run that did not reveal (idempotent per task, client and run)."""
+
+    @abstractmethod
+    def withholders(self, run_id: str) -> list[str]:
+        """The members recorded as withholders of a run, by client id."""
+
+    @abstractmethod
+    def is_withholder(self, task_id: str, client_id: str) -> bool:
+        """Whether a device withheld its reveal in any run of a task (it joins none of its later runs)."""
+
+    @abstractmethod
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """The enrolled devices ``client_ids``, in that order (one query).
 
@@ -324,6 +337,7 @@ _SESSIONS = _table(SecureSession)
 _MESSAGES = _table(SecureMessage)
 _CLIENTS = _table(Client)
 _ROUNDS = _table(RoundRecord)
+_WITHHOLDERS = _table(SecureWithholder)
 
 _M = _MESSAGES.c
 _S = _SESSIONS.c
@@ -686,3 +700,30 @@ class SqlSecureQueries(SecureQueries):
         key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
         rows = self.conn.execute(_MINE, {**key, "client_index": client_index}).all()
         return {str(d): str(g) for d, g in rows}
+
+    def add_withholders(self, task_id: str, run_id: str, client_ids: list[str], at: float) -> None:
+        """See :meth:`SecureQueries.add_withholders`."""
+        known = set(self.withholders(run_id))
+        rows = [
+            {"task_id": task_id, "client_id": c, "run_id": run_id, "at": at}
+            for c in dict.fromkeys(client_ids)
+            if c not in known
+        ]
+        if rows:
+            self.conn.execute(insert(_WITHHOLDERS), rows)
+
+    def withholders(self, run_id: str) -> list[str]:
+        """See :meth:`SecureQueries.withholders`."""
+        w = _WITHHOLDERS.c
+        rows = self.conn.execute(
+            select(w.client_id).where(w.run_id == run_id).order_by(w.client_id)
+        ).all()
+        return [str(r[0]) for r in rows]
+
+    def is_withholder(self, task_id: str, client_id: str) -> bool:
+        """See :meth:`SecureQueries.is_withholder`."""
+        w = _WITHHOLDERS.c
+        got = self.conn.execute(
+            select(w.run_id).where(w.task_id == task_id, w.client_id == client_id).limit(1)
+        ).first()
+        return got is not None

@@ -64,6 +64,7 @@ __all__ = [
     "RunMember",
     "SecureMessage",
     "SecureSession",
+    "SecureWithholder",
     "StateVersion",
     "Task",
 ]
@@ -190,6 +191,20 @@ class SecureMessage(Base):
     payload: Mapped[bytes] = mapped_column(LargeBinary)
     digest: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class SecureWithholder(Base):
+    """A member of a secure run that committed at check-in and did not reveal before the deadline.
+
+    Named in the run's transcript (the run continues without it, or aborts) and excluded from the later
+    cohorts of the task (:func:`fedstats.service.domain.secure.close_seeding`).
+    """
+
+    __tablename__ = "secure_withholders"
+    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    client_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
 
 
 class Client(Base):
