@@ -15,6 +15,7 @@ nothing when what the aggregators announce differs. :class:`Prio3Uploader` is th
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import ssl
@@ -40,6 +41,7 @@ from fedstats.wire import auth, digest
 from fedstats.wire.enrollment import load_identity
 
 __all__ = [
+    "Answer",
     "Collection",
     "Prio3Device",
     "Prio3Task",
@@ -433,6 +435,28 @@ def collect_signed(
             return stop.value, rounds
 
 
+class Answer(enum.Enum):
+    """What :meth:`Prio3Device.answer` did with a round.
+
+    Only :attr:`SENT` uploaded a report (and spent the reservation); ``bool(answer)`` is True for it
+    alone. :attr:`NOT_OPEN` is worth asking again later; the others are final for that round.
+    """
+
+    SENT = "sent"
+    """A report was sharded and uploaded to both aggregators."""
+    NOT_OPEN = "not_open"
+    """Neither aggregator announces the round yet."""
+    NOT_MY_SLOT = "not_my_slot"
+    """The round is open, but this device's slot is outside its client range: nothing to send."""
+    ANSWERED = "answered"
+    """This device answered the round before (a device answers each round at most once)."""
+    REFUSED = "refused"
+    """The task is refused (:attr:`Prio3Device.refused` says why) or was never joined."""
+
+    def __bool__(self) -> bool:
+        return self is Answer.SENT
+
+
 @dataclass
 class _Joined:
     """A signed Prio3 task this device accepted."""
@@ -623,36 +647,44 @@ class Prio3Device:
             raise SecurityError(f"round {index} announces unknown fields")
         return derived
 
-    def answer(self, task_id: str, index: int) -> bool:
-        """Answer round ``index`` of an accepted task (steps 3 and 4 above); True if a report was sent.
+    def answer(self, task_id: str, index: int) -> Answer:
+        """Answer round ``index`` of an accepted task (steps 3 and 4 above).
 
-        False if the round is not open yet, this device's slot is not in its client range, it answered
-        the round already, or it refused the task (:attr:`refused` says why; nothing uploaded).
+        Returns
+        -------
+        Answer
+            :attr:`Answer.SENT` if a report was uploaded; :attr:`Answer.NOT_OPEN` if neither
+            aggregator announces the round yet; :attr:`Answer.NOT_MY_SLOT` if this device's slot is
+            not in its client range; :attr:`Answer.ANSWERED` if it answered the round before;
+            :attr:`Answer.REFUSED` if it refused the task (:attr:`refused` says why; nothing uploaded)
+            or never joined it.
         """
         acc = self.tasks.get(task_id)
-        if acc is None or task_id in self.refused or (task_id, index) in self.answered:
-            return False
+        if acc is None or task_id in self.refused:
+            return Answer.REFUSED
+        if (task_id, index) in self.answered:
+            return Answer.ANSWERED
         try:
             announced = self._announcements(acc, index)
             if announced is None:
-                return False
+                return Answer.NOT_OPEN
             derived = self.derive(task_id, announced)
         except SecurityError as exc:
             self._refuse(task_id, str(exc))
-            return False
+            return Answer.REFUSED
         lo, hi = derived.client_range
         if not lo <= acc.slot < hi:
-            return False
+            return Answer.NOT_MY_SLOT
         report = self._report(acc, derived)
         measurement = derived.validity.to_measurements(np.asarray(report)[None, :])[0]
         try:  # spent before the first share leaves the device
             self.budget.spend(self.budget_key(task_id), acc.loss)
         except BudgetExceededError as exc:
             self._refuse(task_id, str(exc))
-            return False
+            return Answer.REFUSED
         self._upload(acc, derived, measurement)
         self.answered.add((task_id, index))
-        return True
+        return Answer.SENT
 
     def _report(self, acc: _Joined, derived: Any) -> np.ndarray:
         """The device's report ``(dim,)`` for the derived round (its record, its own randomness)."""
