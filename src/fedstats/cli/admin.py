@@ -479,12 +479,29 @@ def task_list(
 ) -> None:
     """Stored tasks, newest first."""
     params = {"limit": limit, "offset": offset, "analysis": analysis, "population": population}
+
+    def tasks(api: _Api) -> Any:
+        page = api.call("GET", "/v1/admin/tasks", params=params, retries=2)
+        try:  # a Prio3 aggregator's signed Prio3 tasks too (a server without --vdaf: 404)
+            prio3 = api.call("GET", "/v1/vdaf/tasks", params={"population": population}, retries=2)
+        except AdminHTTPError:
+            return page
+        extra = [
+            {**t, "route": "prio3"}
+            for t in prio3.get("items", [])
+            if analysis is None or t.get("analysis") == analysis
+        ]
+        return {**page, "items": [*page.get("items", []), *extra], "prio3": len(extra)}
+
     _run(
         ctx,
         json_flag,
-        lambda api: api.call("GET", "/v1/admin/tasks", params=params, retries=2),
+        tasks,
         _page_view(
-            ["task_id", "analysis", "population", "epsilon", "cohort_size", "label", "created_at"],
+            [
+                *("task_id", "analysis", "population", "epsilon", "cohort_size", "label"),
+                *("created_at", "route", "status"),
+            ],
             "tasks",
         ),
     )
@@ -794,5 +811,5 @@ def operator_rotate(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``admin`` to the app."""
+    """Add ``admin`` to the app (``fedstats.cli.admin_prio3.register`` calls this, then adds Prio3's)."""
     app.add_typer(admin_app, name="admin")

@@ -155,6 +155,7 @@ class Prio3Uploader:
         self._timeout = timeout
         self._given = {k.rstrip("/"): v for k, v in (clients or {}).items()}
         self._clients: dict[str, httpx.Client] = {}
+        self.requests = 0  # requests sent (both aggregators)
 
     def _http(self, base: str) -> httpx.Client:
         base = base.rstrip("/")
@@ -170,11 +171,38 @@ class Prio3Uploader:
         raw = json.dumps(body, separators=(",", ":")).encode()
         headers = auth.sign_request(self._key, self.client_id, "POST", path, raw)
         headers["content-type"] = "application/json"
+        self.requests += 1
         r = self._http(base).post(path, content=raw, headers=headers)
         if r.status_code != 200:
             raise DataError(f"{base}{path}: {r.status_code} {r.text[:300]}")
         out: dict[str, Any] = r.json()
         return out
+
+    def get(
+        self,
+        base: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """A signed ``GET`` (e.g. the long-polled ``/v1/vdaf/work``); the answer as it came.
+
+        Raises
+        ------
+        httpx.TransportError
+            If the aggregator cannot be reached.
+        """
+        signed = auth.sign_request(self._key, self.client_id, "GET", path, b"")
+        signed.update(headers or {})
+        self.requests += 1
+        return self._http(base).get(
+            path,
+            params=params,
+            headers=signed,
+            timeout=self._timeout if timeout is None else timeout,
+        )
 
     def register(self, task: Prio3Task) -> None:
         """Enroll with both aggregators (``POST /v1/client/register``; repeating it is harmless)."""
@@ -607,7 +635,12 @@ class Prio3Device:
         return _Joined(task_id, task, loss, slot, leader_url, str(route["helper"]))
 
     def _announcements(self, acc: _Joined, index: int) -> dict[str, Any] | None:
-        """Both aggregators' announcement of round ``index`` (None if not open yet); refuse a mismatch."""
+        """Both aggregators' announcement of round ``index`` (None while one of them has none yet).
+
+        A round announced by only one aggregator is not open yet (the collector opens it on one, then
+        on the other; nothing is uploaded before both announce it); two different announcements are
+        refused.
+        """
         got = []
         for base in (acc.leader, acc.helper):
             answer = self.uploader._post(base, f"/v1/vdaf/tasks/{acc.task_id}/join", {})
@@ -617,9 +650,9 @@ class Prio3Device:
             if not isinstance(rounds, list):
                 raise SecurityError("malformed announcement")
             got.append(rounds[index] if index < len(rounds) else None)
-        if got[0] is None and got[1] is None:
+        if got[0] is None or got[1] is None:  # not open on both yet (the collector opens one first)
             return None
-        if got[0] is None or got[1] is None or digest(got[0]) != digest(got[1]):
+        if digest(got[0]) != digest(got[1]):
             raise SecurityError(f"the two aggregators announce different rounds {index}")
         out: dict[str, Any] = got[0]
         return out

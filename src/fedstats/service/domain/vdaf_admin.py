@@ -21,8 +21,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-
 from fedstats import wire
 from fedstats.errors import ParameterError
 from fedstats.service.domain import ledger
@@ -102,7 +100,7 @@ def _summary(tx: State, row: VdafSignedRow) -> dict[str, Any]:
 
 
 def list_signed(store: Store, population: str | None = None) -> list[dict[str, Any]]:
-    """This aggregator's signed Prio3 tasks, newest first, each with its batches and released result.
+    """The signed Prio3 tasks on this aggregator, newest first, with their batches and released results.
 
     Returns
     -------
@@ -129,9 +127,7 @@ def signed_summary(store: Store, signed_id: str) -> dict[str, Any]:
         return _summary(tx, _row(tx, signed_id))
 
 
-def store_result(
-    store: Store, signed_id: str, result: Any, actor: str
-) -> dict[str, Any]:
+def store_result(store: Store, signed_id: str, result: Any, actor: str) -> dict[str, Any]:
     """Keep the result the collector released for a signed Prio3 task (on its leader), once.
 
     Parameters
@@ -171,11 +167,8 @@ def store_result(
         if old is not None:
             if json.loads(old.result) != json.loads(text):
                 raise ConflictError(f"Prio3 task {signed_id} has another released result")
-        else:
-            try:
-                tx.add_vdaf_result(VdafResultRow(signed_id, text, actor, time.time()))
-            except IntegrityError:  # stored meanwhile by another request
-                raise ConflictError(f"Prio3 task {signed_id} has a released result") from None
+        else:  # the task's row is locked: no other request stores one meanwhile
+            tx.add_vdaf_result(VdafResultRow(signed_id, text, actor, time.time()))
             ledger.audit(tx, actor, "release-prio3-result", row.charge_id, task_id=signed_id)
         return _summary(tx, row)
 
@@ -238,7 +231,9 @@ def device_work(store: Store, population: str) -> tuple[str, bytes]:
                     "task_id": row.id,
                     "role": row.role,
                     "rounds": len(rounds),
-                    "open": last.round_index if last is not None and last.status == "open" else None,
+                    "open": last.round_index
+                    if last is not None and last.status == "open"
+                    else None,
                 }
             )
     body = {"tasks": items}

@@ -490,9 +490,7 @@ def vdaf_router(
         return out
 
     @outer.get("/v1/vdaf/work", **DEVICE)
-    async def work(
-        request: Request, signed: Signed, wait: float = 0.0
-    ) -> Response:
+    async def work(request: Request, signed: Signed, wait: float = 0.0) -> Response:
         """The device's open Prio3 tasks and rounds (JSON, ``ETag``), long-polled (signed request)."""
         check_wait(wait)
         wake.bind(asyncio.get_running_loop())
