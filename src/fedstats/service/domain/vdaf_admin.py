@@ -34,6 +34,7 @@ __all__ = [
     "close_signed",
     "device_work",
     "list_signed",
+    "signed_summaries",
     "signed_summary",
     "store_result",
 ]
@@ -112,7 +113,12 @@ def list_signed(store: Store, population: str | None = None) -> list[dict[str, A
         (the released result stored here, or None) and ``task`` (the signed task).
     """
     with store.transaction(read_only=True) as tx:
-        return [_summary(tx, row) for row in tx.vdaf_signed_list(population)]
+        return signed_summaries(tx, population)
+
+
+def signed_summaries(tx: State, population: str | None = None) -> list[dict[str, Any]]:
+    """:func:`list_signed` in the caller's transaction ``tx`` (the operator dashboard's)."""
+    return [_summary(tx, row) for row in tx.vdaf_signed_list(population)]
 
 
 def signed_summary(store: Store, signed_id: str) -> dict[str, Any]:
