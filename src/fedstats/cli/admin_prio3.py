@@ -82,11 +82,15 @@ def _task_id(value: str) -> str:
     return value
 
 
-def _helper(ctx: typer.Context, url: str, token: str | None) -> _Api:
+def _need_helper_token(token: str | None) -> None:
     if not token:
         raise ParameterError(
             "--helper-token", "", "the operator's token on the helper (or FEDSTATS_HELPER_TOKEN)"
         )
+
+
+def _helper(ctx: typer.Context, url: str, token: str | None) -> _Api:
+    _need_helper_token(token)
     check_connection_options(url, token)
     c = _conn(ctx)
     return _Api(_Conn(server=url, token=token, ca=c.ca, timeout=c.timeout))
@@ -229,6 +233,7 @@ def close(
 ) -> None:
     """Close a task after its last collection on both aggregators: devices stop answering it."""
     tid = _task_id(task_id)
+    _need_helper_token(helper_token)
     state = state_from(ctx, json_flag=json_flag)
     leader = _Api(_conn(ctx))
     helper = None
@@ -354,6 +359,7 @@ def collect_command(
     stderr (not with --json or --quiet).
     """
     tid = _task_id(task_id)
+    _need_helper_token(helper_token)
     state = state_from(ctx, json_flag=json_flag)
     say = None if state.json or state.quiet else _stderr
     leader = _Api(_conn(ctx))
