@@ -73,6 +73,7 @@ def test_the_walkthrough_uses_only_the_tools() -> None:
         "fedstats client run --prio3",
         "fedstats admin collect",
         "fedstats admin prio3 list",
+        "fedstats admin tasks list",
     ):
         assert step in text, step
     assert text.count("fedstats server --db") == 2  # the leader and the helper
@@ -137,6 +138,10 @@ class _Walkthrough:
         assert task["result"]["epsilon"] == 1.0 and task["result"]["n_reports"] == 3
         assert [(b["uploaded"], b["accepted"], b["rejected"]) for b in task["batches"]] == [
             (3, 3, 0)
+        ]
+        listed = json.loads((tmp_path / "tasks.json").read_text())["items"]
+        assert [(t["task_id"], t["route"], t["status"]) for t in listed] == [
+            (tid, "prio3", "closed")
         ]
         for i in range(3):  # each device sent one report, with a few requests, and stopped itself
             text = (tmp_path / f"device-{i}.log").read_text()

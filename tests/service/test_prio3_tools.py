@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from fedstats.analyses._prio3_tasks import round_task_id
 from fedstats.cli.admin_prio3 import collect
 from fedstats.client.policy import LocalBudget, Policy
 from fedstats.client.vdaf import Answer, Prio3Device
@@ -138,19 +139,24 @@ def test_the_work_poll_is_held_until_a_round_opens(pair: Pair) -> None:
     t0 = time.monotonic()
     loop.step(wait=0.6)  # nothing changed: held, then 304
     assert time.monotonic() - t0 >= 0.5 and loop.polls == 2
-    opened: list[float] = []
 
-    def open_later() -> None:
+    def open_later() -> None:  # on the leader only, as a collector opening it on one first
         time.sleep(0.5)
-        for side in (pair.leader, pair.helper):
-            r = side.post(f"/v1/vdaf/tasks/{tid}/rounds", json={"round": 0, "history": []})
-            assert r.status_code == 200, r.text
-        opened.append(time.monotonic())
+        r = pair.leader.post(f"/v1/vdaf/tasks/{tid}/rounds", json={"round": 0, "history": []})
+        assert r.status_code == 200, r.text
 
     threading.Thread(target=open_later, daemon=True).start()
     t0 = time.monotonic()
     work = loop.step(wait=20.0)  # answered when the round opens, not after 20 s
     assert time.monotonic() - t0 < 10.0 and work[0]["open"] == 0
-    assert loop.answers in ({(tid, 0): Answer.SENT}, {})  # the helper may open it just after
+    # announced by the leader only: not open yet (asked again), neither refused nor uploaded
+    assert loop.answers == {} and tid not in loop.device.refused
+    assert loop.device.answer(tid, 0) is Answer.NOT_OPEN
+    assert pair.reports(round_task_id(tid, 0)) == [{}, {}]
+    r = pair.helper.post(f"/v1/vdaf/tasks/{tid}/rounds", json={"round": 0, "history": []})
+    assert r.status_code == 200, r.text
+    loop.step()
+    assert loop.answers == {(tid, 0): Answer.SENT}
+    assert pair.reports(round_task_id(tid, 0)) == [{"pending": 1}, {"pending": 1}]
     bad = httpx.Client(base_url=LEADER_URL, transport=pair.leader._transport)
     assert bad.get("/v1/vdaf/work").status_code == 401  # devices only (signed requests)
