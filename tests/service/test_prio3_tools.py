@@ -8,6 +8,7 @@ not by the time it waits (the issue's 20 devices made 20,678 requests in 6 minut
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -160,3 +161,67 @@ def test_the_work_poll_is_held_until_a_round_opens(pair: Pair) -> None:
     assert pair.reports(round_task_id(tid, 0)) == [{"pending": 1}, {"pending": 1}]
     bad = httpx.Client(base_url=LEADER_URL, transport=pair.leader._transport)
     assert bad.get("/v1/vdaf/work").status_code == 401  # devices only (signed requests)
+
+
+def test_provision_puts_the_task_on_both_or_on_neither(
+    pair: Pair, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from fedstats.cli import admin_prio3
+    from fedstats.cli.admin import AdminHTTPError
+    from fedstats.cli.app import app
+
+    clients = {LEADER_URL: pair.leader, HELPER_URL: pair.helper}
+
+    class _InProcess:  # the CLI's admin client, over the in-process aggregators
+        def __init__(self, conn: Any) -> None:
+            self.http = clients[conn.server.rstrip("/")]
+
+        def call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+            r = self.http.request(method, path, json=body, params=kw.get("params"))
+            if r.status_code >= 400:
+                raise AdminHTTPError(f"{method} {path}: HTTP {r.status_code}: {r.text[:200]}")
+            return r.json()
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(admin_prio3, "_Api", _InProcess)
+    base = {
+        "analysis": "bitpushing-mean",
+        "params": {"column": "value", "low": 0.0, "high": 100.0, "method": "basic"},
+        "privacy": {"epsilon": 2.0, "population": "default"},
+        "cohort_size": 10,
+        "max_records_per_client": 1,
+        "prio3": ROUTE,
+    }
+    argv = ["--json", "admin", "--server", LEADER_URL, "--token", "t", "prio3", "provision"]
+    env = {"FEDSTATS_HELPER_TOKEN": "h"}
+    ok = tmp_path / "ok.signed"
+    ok.write_text(json.dumps(pair.sign({**base, "label": "provisioned"})))
+    res = CliRunner().invoke(app, [*argv, str(ok)], env=env)
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.output)
+    assert len(bytes.fromhex(shown["verify_key"])) == 32 and len(shown["peer_token"]) >= 43
+    assert [
+        c.get(f"/v1/vdaf/tasks/{shown['task_id']}").json()["status"] for c in clients.values()
+    ] == [
+        "open",
+        "open",
+    ]
+    # the leader refuses (its population budget cannot cover the task): the helper's copy is abandoned
+    r = pair.leader.put(
+        "/v1/admin/budgets/population/default", json={"epsilon": 3.0, "delta": 0.01}
+    )
+    assert r.status_code == 200, r.text
+    bad = tmp_path / "bad.signed"
+    envelope = pair.sign({**base, "label": "refused by the leader"})
+    bad.write_text(json.dumps(envelope))
+    res = CliRunner().invoke(app, [*argv, str(bad)], env=env)
+    assert res.exit_code == 1, res.output
+    assert [line for line in res.output.splitlines() if line.startswith("error:")], res.output
+    tid = task_id(envelope["task"])
+    assert pair.leader.get(f"/v1/vdaf/tasks/{tid}").status_code == 404
+    helper_side = pair.helper.get(f"/v1/vdaf/tasks/{tid}").json()
+    assert helper_side["status"] == "abandoned" and helper_side["charge"]["status"] == "released"
