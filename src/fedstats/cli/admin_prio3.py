@@ -390,6 +390,26 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _prio3_tasks(api: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """``admin tasks list``'s Prio3 rows (on its first page): the server's signed Prio3 tasks.
+
+    A server without ``--vdaf`` (404) has none.
+    """
+    if params.get("offset"):
+        return []
+    try:
+        got = api.call(
+            "GET", "/v1/vdaf/tasks", params={"population": params.get("population")}, retries=2
+        )
+    except AdminHTTPError:
+        return []
+    return [
+        {**t, "route": "prio3"}
+        for t in got.get("items", [])
+        if params.get("analysis") in (None, t.get("analysis"))
+    ]
+
+
 def register(app: typer.Typer) -> None:
     """Add ``admin`` to the app, with its ``prio3`` group (``admin collect`` comes with this module).
 
@@ -397,4 +417,6 @@ def register(app: typer.Typer) -> None:
     it imports :mod:`fedstats.cli.admin`'s client, and not the other way round.
     """
     admin_app.add_typer(prio3_app, name="prio3")
+    if _prio3_tasks not in admin.MORE_TASKS:
+        admin.MORE_TASKS.append(_prio3_tasks)
     admin.register(app)
