@@ -2,7 +2,11 @@
 
 A live server (SQLite) with budgets set, a finished bit-pushing run (epsilon 1) of three device processes and a task
 whose label carries markup: an operator signs in through the form, sees the run and its rounds, the
-budgets with the numbers the API gives, and the label as text (no script ran). A screenshot is saved
+budgets with the numbers the API gives, and the label as text (no script ran). The live server's
+database also leads a signed Prio3 task, collected and closed (:func:`prio3_batch`: three unmodified
+Prio3 devices, the leader's routes over that database and a helper in process, the collector of
+``fedstats admin collect``): the page shows its batch (reports uploaded, aggregated, rejected) and the
+released estimate. A screenshot is saved
 under ``tmp_path`` and, when ``FEDSTATS_ARTIFACTS`` is set, in that folder too.
 """
 
@@ -20,7 +24,7 @@ import pytest
 from markupsafe import escape
 
 from fedstats.results import released_summary
-from service_helpers import Deployment, wait_run
+from service_helpers import Deployment, free_port, wait_run
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -90,6 +94,106 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         dep.kill()
 
 
+@pytest.fixture(scope="module")
+def prio3_batch(finished: dict[str, Any]) -> dict[str, Any]:
+    """A signed Prio3 task led from the live server's database: three reports, collected, closed."""
+    import numpy as np
+    from fastapi.testclient import TestClient
+
+    from fedstats.cli.admin_prio3 import collect
+    from fedstats.client.policy import LocalBudget, Policy
+    from fedstats.client.vdaf import Answer, Prio3Device
+    from fedstats.service.domain import ledger
+    from fedstats.service.domain.operators import add_operator, trust_authority
+    from fedstats.service.http.app import ServerSettings, create_app
+    from fedstats.service.http.vdaf import vdaf_router
+    from fedstats.service.store import open_store
+    from fedstats.wire.enrollment import issue_analyst, issue_identity, load_identity
+    from fedstats.wire.tasks import sign_task, task_id
+
+    dep: Deployment = finished["dep"]
+    root = dep.root / "prio3"
+    root.mkdir()
+    leader_url, helper_url = "http://127.0.0.1:18201", f"http://127.0.0.2:{free_port()}"
+    stores = (open_store(dep.db), open_store(f"sqlite:///{root / 'helper.db'}"))
+    pub = (dep.root / "authority" / "authority.pub").read_text().strip()
+    tokens = []
+    for s in stores:  # a population and an operator of its own: the run's budgets stay as they are
+        trust_authority(s, pub)
+        tokens.append(add_operator(s, "prio3-operator"))
+        with s.transaction() as tx:
+            for scope, name in (("population", "clinic-prio3"), ("analyst", "prio3-operator")):
+                ledger.set_budget(tx, scope, name, epsilon=10.0, delta=1e-5, actor="test")
+    analyst = issue_analyst(dep.root / "authority", "ana-prio3", ["clinic-prio3"], root / "a.json")
+
+    class _Op:
+        def __init__(self, http: Any) -> None:
+            self.http = http
+
+        def call(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+            r = self.http.request(method, path, json=body, params=kw.get("params"))
+            assert r.status_code == 200, (path, r.status_code, r.text)
+            return r.json()
+
+    helper = TestClient(create_app(stores[1], ServerSettings(vdaf=True), run_driver=False))
+    helper.base_url = helper_url  # type: ignore[assignment]
+
+    def transport(_peer: str, token: str) -> Any:
+        def send(tid: str, job: dict[str, Any]) -> Any:
+            r = helper.post(
+                f"/v1/vdaf/tasks/{tid}/jobs", json=job, headers={"Authorization": f"Bearer {token}"}
+            )
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        return send
+
+    leader_app = create_app(stores[0], run_driver=False)
+    leader_app.include_router(vdaf_router(stores[0], transport=transport))
+    with TestClient(leader_app, base_url=leader_url) as leader, helper:
+        for c, t in ((leader, tokens[0]), (helper, tokens[1])):
+            c.headers["Authorization"] = f"Bearer {t}"
+        config = {
+            "analysis": "bitpushing-mean",
+            "params": {"column": "value", "low": 0.0, "high": 8.0, "method": "basic"},
+            "privacy": {"epsilon": 1.0, "population": "clinic-prio3"},
+            "cohort_size": 3,
+            "max_records_per_client": 1,
+            "deadlines": {"checkin": 60.0, "round": 60.0},
+            "prio3": {
+                "leader": leader_url,
+                "helper": helper_url,
+                "noise": None,
+                "min_batch_size": 3,
+            },
+            "label": "prio3 on the dashboard",
+        }
+        envelope = sign_task(config, analyst)
+        tid = task_id(envelope["task"])
+        secret = {"envelope": envelope, "verify_key": os.urandom(32).hex(), "peer_token": "t" * 43}
+        for c, role in ((helper, "helper"), (leader, "leader")):
+            assert c.post("/v1/vdaf/tasks", json={**secret, "role": role}).status_code == 200
+        for c in (leader, helper):
+            r = c.post(f"/v1/vdaf/tasks/{tid}/rounds", json={"round": 0, "history": []})
+            assert r.status_code == 200, r.text
+        for i, v in enumerate((1.5, 2.5, 4.0)):
+            issue_identity(dep.root / "authority", f"prio3-{i}", "clinic-prio3", root / f"{i}.json")
+            device = Prio3Device(
+                load_identity(root / f"{i}.json"),
+                {"value": np.float64(v)},
+                policy=Policy(max_epsilon=2.0, min_batch_size=3),
+                budget=LocalBudget(None),
+                clients={leader_url: leader, helper_url: helper},
+            )
+            assert device.join(leader_url, tid) and device.answer(tid, 0) is Answer.SENT
+        payload = collect(_Op(leader), _Op(helper), tid, round_timeout=30)
+        for c in (leader, helper):
+            assert c.post(f"/v1/vdaf/tasks/{tid}/close").status_code == 200
+    for s in stores:
+        s.close()
+    return {"task_id": tid, "result": payload}
+
+
 def _http(dep: Deployment) -> httpx.Client:
     return httpx.Client(
         base_url=dep.url,
@@ -146,7 +250,7 @@ def test_the_dashboard_needs_an_operator_token_and_escapes_everything(
 
 
 def test_an_operator_sees_the_finished_run_and_the_budgets_in_chromium(
-    finished: dict[str, Any], tmp_path: Path
+    finished: dict[str, Any], prio3_batch: dict[str, Any], tmp_path: Path
 ) -> None:
     reason = _browser_missing()
     if reason:
@@ -203,6 +307,20 @@ def test_an_operator_sees_the_finished_run_and_the_budgets_in_chromium(
                 shown = tr.find_element(By.CSS_SELECTOR, "." + key.replace("_", "-")).text
                 assert shown == f"{api[key]:.6g}", (scope, name, key, shown, api[key])
             assert tr.find_element(By.CSS_SELECTOR, "td.charges").text == str(api["charges"])
+        # the Prio3 task: closed, its one batch of three reports aggregated, the released estimate
+        task = driver.find_element(
+            By.CSS_SELECTOR, f'tr.prio3-task[data-task-id="{prio3_batch["task_id"]}"]'
+        )
+        assert task.get_attribute("data-status") == "closed"
+        (batch,) = task.find_elements(By.CSS_SELECTOR, "tr.batch")
+        assert batch.get_attribute("data-status") == "collected"
+        assert [
+            batch.find_element(By.CSS_SELECTOR, f"td.{k}").text
+            for k in ("uploaded", "aggregated", "rejected", "pending")
+        ] == ["3", "3", "0", "0"]
+        estimate = task.find_element(By.CSS_SELECTOR, "td.estimate").text
+        assert estimate.startswith(released_summary(prio3_batch["result"]))
+        assert "privacy spent: epsilon 1" in estimate
         pop = driver.find_element(By.CSS_SELECTOR, 'tr.population[data-population="default"]')
         assert int(pop.find_element(By.CSS_SELECTOR, "td.enrolled").text) >= 3
         # the token is in an HttpOnly cookie: page scripts cannot read it, and it is not in the page

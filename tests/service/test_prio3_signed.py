@@ -30,7 +30,14 @@ from fedstats.analyses._prio3 import Prio3Backend
 from fedstats.analyses._prio3_tasks import public_seed, round_task_id
 from fedstats.cli.prio3_demo import EngineSeededDevice
 from fedstats.client.policy import LocalBudget, Policy
-from fedstats.client.vdaf import Prio3Device, Prio3Task, collect_signed, open_round, shard_report
+from fedstats.client.vdaf import (
+    Answer,
+    Prio3Device,
+    Prio3Task,
+    collect_signed,
+    open_round,
+    shard_report,
+)
 from fedstats.engine import Engine, InMemoryPopulation
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
@@ -405,22 +412,22 @@ def test_a_deviating_aggregator_is_refused_with_nothing_uploaded_or_charged(
     }
     if attack == "a round beyond the plan":  # round 0 is answered honestly first
         d = _device(pair, 0, cols)
-        assert d.join(LEADER_URL, tid) and d.answer(tid, 0)
+        assert d.join(LEADER_URL, tid) and d.answer(tid, 0) is Answer.SENT
         d.uploader._given.update(both)  # type: ignore[arg-type]
-        assert not d.answer(tid, 1)
+        assert d.answer(tid, 1) is Answer.REFUSED
         assert "beyond the task's plan" in d.refused[tid]
         assert pair.reports(round_task_id(tid, 1)) == [{}, {}]
         return
     victim = _device(pair, 0, cols, clients=both)
     joined = victim.join(LEADER_URL, tid)
     if joined:
-        assert not victim.answer(tid, 0)
+        assert victim.answer(tid, 0) is Answer.REFUSED
     assert tid in victim.refused, attack
     assert pair.reports(round0["task_id"]) == [{}, {}]  # nothing uploaded to either aggregator
     assert victim.budget.charges == {}  # nothing charged (a reservation, if any, given back)
     # an honest device of the same task is not affected
     honest = _device(pair, 1, cols)
-    assert honest.join(LEADER_URL, tid) and honest.answer(tid, 0)
+    assert honest.join(LEADER_URL, tid) and honest.answer(tid, 0) is Answer.SENT
     assert pair.reports(round0["task_id"]) == [{"pending": 1}, {"pending": 1}]
 
 
@@ -435,7 +442,8 @@ def test_the_helper_announcing_another_round_than_the_leader_is_refused(pair: Pa
     helper = _Deviating(pair.helper, _variant(lambda r: r.update(n_clients=N + 1)))
     d = _device(pair, 0, _data("ages"), clients={LEADER_URL: pair.leader, HELPER_URL: helper})
     assert d.join(LEADER_URL, tid)
-    assert not d.answer(tid, 0)
+    assert d.answer(tid, 1) is Answer.NOT_OPEN  # not my slot's absence: the round is not open
+    assert d.answer(tid, 0) is Answer.REFUSED
     assert "different rounds" in d.refused[tid]
     assert pair.reports(round0["task_id"]) == [{}, {}]
     assert d.budget.charges == {}
@@ -524,7 +532,9 @@ def test_the_leader_takes_reports_only_from_devices_whose_slot_is_in_the_round(p
     for d in devices:
         assert d.join(LEADER_URL, tid)
     outside = devices[hi]
-    assert not outside.answer(tid, 0)  # an honest device outside the range does not answer
+    # an honest device outside the range does not answer: not its slot (not "not open yet")
+    assert outside.answer(tid, 0) is Answer.NOT_MY_SLOT
+    assert outside.answer(tid, 1) is Answer.NOT_OPEN
     # a device uploading anyway (a round 0 report from slot hi) is refused by the leader
     prio3 = Prio3Task(
         round0["task_id"],

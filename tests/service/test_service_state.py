@@ -48,6 +48,7 @@ from fedstats.service.store.secure import (
     UpMessage,
 )
 from fedstats.service.store.vdaf import ReportCount, VdafJob, VdafSignedRow, VdafTaskRow
+from fedstats.service.store.vdaf_results import VdafResultRow
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
 from fedstats.wire.registry import resolve_encoder
 from fedstats.wire.tasks import sign_task
@@ -359,6 +360,29 @@ class TestStateParity:
             assert got is not None and got.dap == '{"query_type": 1, "jobs": {}}'
             other = tx.vdaf_task("v1")
             assert other is None or other.dap is None
+
+    def test_prio3_signed_tasks_listed_and_results_kept_once(self, state: Store) -> None:
+        rows = [
+            VdafSignedRow(sid, "leader", "{}", b"k" * 16, "https://h", "t", None, pop, "open",
+                          None, "ana", at)
+            for sid, pop, at in (("s1", "a", 5.0), ("s2", "b", 7.0), ("s0", "a", 7.0))
+        ]  # fmt: skip
+        with state.transaction() as tx:
+            for r in rows:
+                tx.add_vdaf_signed(r)
+            tx.set_vdaf_signed_status("s1", "closed")
+            tx.add_vdaf_result(VdafResultRow("s1", '{"estimate": 1.5}', "alice", 9.0))
+        with pytest.raises(IntegrityError), state.transaction() as tx:
+            tx.add_vdaf_result(VdafResultRow("s1", '{"estimate": 2}', "bob", 10.0))  # once only
+        with state.transaction(read_only=True) as tx:
+            # newest first, then by id; a population filter
+            assert [r.id for r in tx.vdaf_signed_list()] == ["s0", "s2", "s1"]
+            assert [r.id for r in tx.vdaf_signed_list("a")] == ["s0", "s1"]
+            assert tx.vdaf_signed_list("z") == []
+            assert tx.vdaf_signed_list("a")[1].status == "closed"
+            assert tx.vdaf_result("s1") == VdafResultRow("s1", '{"estimate": 1.5}', "alice", 9.0)
+            assert tx.vdaf_result("s2") is None
+            _no_orm([tx.vdaf_signed_list(), tx.vdaf_result("s1")])
 
 
 # -- a secure run on the memory state ---------------------------------------------------------------

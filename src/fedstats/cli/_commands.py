@@ -27,7 +27,7 @@ COMMANDS: dict[str, str] = {
     "server": "fedstats.cli.server",
     "client": "fedstats.cli.client",
     "enroll": "fedstats.cli.enroll",
-    "admin": "fedstats.cli.admin",
+    "admin": "fedstats.cli.admin_prio3",  # fedstats.cli.admin with its Prio3 commands
     "validate": "fedstats.cli.validate",
 }
 """Command name -> the module whose ``register`` adds it (imported only when the command runs)."""

@@ -466,6 +466,10 @@ def _task_summary(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_TASK_COLUMNS = "task_id analysis population epsilon cohort_size label created_at".split()
+MORE_TASKS: list[Callable[[Any, dict[str, Any]], list[dict[str, Any]]]] = []  # admin_prio3's
+
+
 @tasks_app.command("list")
 def task_list(
     ctx: typer.Context,
@@ -477,17 +481,15 @@ def task_list(
     offset: Offset = 0,
     json_flag: JsonOption = False,
 ) -> None:
-    """Stored tasks, newest first."""
+    """Stored tasks, newest first; then, on a Prio3 aggregator, its signed Prio3 tasks."""
     params = {"limit": limit, "offset": offset, "analysis": analysis, "population": population}
     _run(
         ctx,
         json_flag,
-        lambda api: api.call("GET", "/v1/admin/tasks", params=params, retries=2),
-        _page_view(
-            ["task_id", "analysis", "population", "epsilon", "cohort_size", "label", "created_at"],
-            "tasks",
-        ),
-    )
+        lambda api: {**(p := api.call("GET", "/v1/admin/tasks", params=params, retries=2)),
+                     "items": p["items"] + [t for f in MORE_TASKS for t in f(api, params)]},
+        _page_view([*_TASK_COLUMNS, "route", "status"], "tasks"),
+    )  # fmt: skip
 
 
 @tasks_app.command("show")
@@ -794,5 +796,5 @@ def operator_rotate(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``admin`` to the app."""
+    """Add ``admin`` to the app (``fedstats.cli.admin_prio3.register`` calls it, adds Prio3's)."""
     app.add_typer(admin_app, name="admin")

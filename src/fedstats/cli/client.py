@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +18,8 @@ from fedstats.client import (
     ca_context,
     check_private_file,
 )
+from fedstats.client.vdaf_runs import Prio3Runs
+from fedstats.errors import DataError
 from fedstats.randomness import RandomSource
 
 # every default below is the one of the device SDK (its policy, budget and Device.run): one home
@@ -146,6 +149,14 @@ def run(
         int | None,
         typer.Option("--seed", min=0, help="Seeded device randomness (not for release)."),
     ] = None,
+    prio3: Annotated[
+        bool,
+        typer.Option(
+            "--prio3",
+            help="--server is a Prio3 leader: join and answer its signed Prio3 tasks (docs/vdaf.md), "
+            "long-polling GET /v1/vdaf/work; the device's first record is its report.",
+        ),
+    ] = False,
 ) -> None:
     """Poll the server, check each task against the local policy and budget, answer its rounds.
 
@@ -183,18 +194,49 @@ def run(
     )
 
     try:
-        dev.run(
-            poll=poll,
-            wait=wait,
-            runs=runs,
-            max_seconds=max_seconds,
-            connect_timeout=connect_timeout,
-        )
+        if (
+            prio3
+        ):  # the same identity, policy, budget, randomness and log, on the leader's Prio3 tasks
+            _run_prio3(dev, identity, ca, poll, wait, runs, max_seconds, connect_timeout)
+        else:
+            dev.run(
+                poll=poll,
+                wait=wait,
+                runs=runs,
+                max_seconds=max_seconds,
+                connect_timeout=connect_timeout,
+            )
     except ConnectionFailed as exc:  # never reached the server: say why, exit 1
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise typer.Exit(1) from None
     finally:
         dev.close()
+
+
+def _run_prio3(
+    dev: Device,
+    identity: Path,
+    ca: Path | None,
+    poll: float,
+    wait: float,
+    runs: int | None,
+    max_seconds: float | None,
+    connect_timeout: float,
+) -> None:
+    """``client run --prio3``: the device's signed Prio3 tasks on its server (the leader)."""
+    dev._probe(time.monotonic(), poll, connect_timeout, max_seconds)  # reachable, else exit 1
+    loop = Prio3Runs.for_device(dev, identity, ca=ca)
+    try:
+        loop.run(wait=wait, poll=poll, runs=runs, max_seconds=max_seconds)
+    except DataError as exc:  # a refused request (a revoked device: 401/403)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise typer.Exit(2) from None
+    finally:
+        dev.log(
+            f"prio3: {loop.requests} requests ({loop.polls} polls), "
+            f"{sum(a.value == 'sent' for a in loop.answers.values())} reports sent"
+        )
+        loop.close()
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ nothing when what the aggregators announce differs. :class:`Prio3Uploader` is th
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import ssl
@@ -40,6 +41,7 @@ from fedstats.wire import auth, digest
 from fedstats.wire.enrollment import load_identity
 
 __all__ = [
+    "Answer",
     "Collection",
     "Prio3Device",
     "Prio3Task",
@@ -153,6 +155,7 @@ class Prio3Uploader:
         self._timeout = timeout
         self._given = {k.rstrip("/"): v for k, v in (clients or {}).items()}
         self._clients: dict[str, httpx.Client] = {}
+        self.requests = 0  # requests sent (both aggregators)
 
     def _http(self, base: str) -> httpx.Client:
         base = base.rstrip("/")
@@ -168,11 +171,38 @@ class Prio3Uploader:
         raw = json.dumps(body, separators=(",", ":")).encode()
         headers = auth.sign_request(self._key, self.client_id, "POST", path, raw)
         headers["content-type"] = "application/json"
+        self.requests += 1
         r = self._http(base).post(path, content=raw, headers=headers)
         if r.status_code != 200:
             raise DataError(f"{base}{path}: {r.status_code} {r.text[:300]}")
         out: dict[str, Any] = r.json()
         return out
+
+    def get(
+        self,
+        base: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Response:
+        """A signed ``GET`` (e.g. the long-polled ``/v1/vdaf/work``); the answer as it came.
+
+        Raises
+        ------
+        httpx.TransportError
+            If the aggregator cannot be reached.
+        """
+        signed = auth.sign_request(self._key, self.client_id, "GET", path, b"")
+        signed.update(headers or {})
+        self.requests += 1
+        return self._http(base).get(
+            path,
+            params=params,
+            headers=signed,
+            timeout=self._timeout if timeout is None else timeout,
+        )
 
     def register(self, task: Prio3Task) -> None:
         """Enroll with both aggregators (``POST /v1/client/register``; repeating it is harmless)."""
@@ -438,6 +468,28 @@ def collect_signed(
             return stop.value, rounds
 
 
+class Answer(enum.Enum):
+    """What :meth:`Prio3Device.answer` did with a round.
+
+    Only :attr:`SENT` uploaded a report (and spent the reservation); ``bool(answer)`` is True for it
+    alone. :attr:`NOT_OPEN` is worth asking again later; the others are final for that round.
+    """
+
+    SENT = "sent"
+    """A report was sharded and uploaded to both aggregators."""
+    NOT_OPEN = "not_open"
+    """Neither aggregator announces the round yet."""
+    NOT_MY_SLOT = "not_my_slot"
+    """The round is open, but this device's slot is outside its client range: nothing to send."""
+    ANSWERED = "answered"
+    """This device answered the round before (a device answers each round at most once)."""
+    REFUSED = "refused"
+    """The task is refused (:attr:`Prio3Device.refused` says why) or was never joined."""
+
+    def __bool__(self) -> bool:
+        return self is Answer.SENT
+
+
 @dataclass
 class _Joined:
     """A signed Prio3 task this device accepted."""
@@ -588,7 +640,12 @@ class Prio3Device:
         return _Joined(task_id, task, loss, slot, leader_url, str(route["helper"]))
 
     def _announcements(self, acc: _Joined, index: int) -> dict[str, Any] | None:
-        """Both aggregators' announcement of round ``index`` (None if not open yet); refuse a mismatch."""
+        """Both aggregators' announcement of round ``index`` (None while one of them has none yet).
+
+        A round announced by only one aggregator is not open yet (the collector opens it on one, then
+        on the other; nothing is uploaded before both announce it); two different announcements are
+        refused.
+        """
         got = []
         for base in (acc.leader, acc.helper):
             answer = self.uploader._post(base, f"/v1/vdaf/tasks/{acc.task_id}/join", {})
@@ -598,9 +655,9 @@ class Prio3Device:
             if not isinstance(rounds, list):
                 raise SecurityError("malformed announcement")
             got.append(rounds[index] if index < len(rounds) else None)
-        if got[0] is None and got[1] is None:
+        if got[0] is None or got[1] is None:  # not open on both yet (the collector opens one first)
             return None
-        if got[0] is None or got[1] is None or digest(got[0]) != digest(got[1]):
+        if digest(got[0]) != digest(got[1]):
             raise SecurityError(f"the two aggregators announce different rounds {index}")
         out: dict[str, Any] = got[0]
         return out
@@ -628,36 +685,44 @@ class Prio3Device:
             raise SecurityError(f"round {index} announces unknown fields")
         return derived
 
-    def answer(self, task_id: str, index: int) -> bool:
-        """Answer round ``index`` of an accepted task (steps 3 and 4 above); True if a report was sent.
+    def answer(self, task_id: str, index: int) -> Answer:
+        """Answer round ``index`` of an accepted task (steps 3 and 4 above).
 
-        False if the round is not open yet, this device's slot is not in its client range, it answered
-        the round already, or it refused the task (:attr:`refused` says why; nothing uploaded).
+        Returns
+        -------
+        Answer
+            :attr:`Answer.SENT` if a report was uploaded; :attr:`Answer.NOT_OPEN` if neither
+            aggregator announces the round yet; :attr:`Answer.NOT_MY_SLOT` if this device's slot is
+            not in its client range; :attr:`Answer.ANSWERED` if it answered the round before;
+            :attr:`Answer.REFUSED` if it refused the task (:attr:`refused` says why; nothing uploaded)
+            or never joined it.
         """
         acc = self.tasks.get(task_id)
-        if acc is None or task_id in self.refused or (task_id, index) in self.answered:
-            return False
+        if acc is None or task_id in self.refused:
+            return Answer.REFUSED
+        if (task_id, index) in self.answered:
+            return Answer.ANSWERED
         try:
             announced = self._announcements(acc, index)
             if announced is None:
-                return False
+                return Answer.NOT_OPEN
             derived = self.derive(task_id, announced)
         except SecurityError as exc:
             self._refuse(task_id, str(exc))
-            return False
+            return Answer.REFUSED
         lo, hi = derived.client_range
         if not lo <= acc.slot < hi:
-            return False
+            return Answer.NOT_MY_SLOT
         report = self._report(acc, derived)
         measurement = derived.validity.to_measurements(np.asarray(report)[None, :])[0]
         try:  # spent before the first share leaves the device
             self.budget.spend(self.budget_key(task_id), acc.loss)
         except BudgetExceededError as exc:
             self._refuse(task_id, str(exc))
-            return False
+            return Answer.REFUSED
         self._upload(acc, derived, measurement)
         self.answered.add((task_id, index))
-        return True
+        return Answer.SENT
 
     def _report(self, acc: _Joined, derived: Any) -> np.ndarray:
         """The device's report ``(dim,)`` for the derived round (its record, its own randomness)."""

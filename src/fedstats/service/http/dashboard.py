@@ -8,7 +8,9 @@ start and end, the released estimate of a finished run with its warnings, error)
 and remaining, as ``GET /v1/admin/budgets/...`` computes them), recent errors: aborted runs and the
 audit entries that record a refusal, an abort or a release, and this server process's counters since it
 started (HTTP responses by status class, 5xx highlighted; reports accepted, duplicate and excluded by
-reason; runs done and aborted; the same numbers ``/metrics`` gives). It writes nothing.
+reason; runs done and aborted; the same numbers ``/metrics`` gives), and the signed Prio3 tasks held by
+this aggregator (:func:`prio3_state`: each round's batch with its reports uploaded, aggregated and
+rejected, and the released estimate the collector stored on the leader). It writes nothing.
 """
 
 from __future__ import annotations
@@ -24,16 +26,17 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from fedstats.results import released_summary
-from fedstats.service.domain import ledger, runs
+from fedstats.service.domain import ledger, runs, vdaf_admin
 from fedstats.service.store import State, Store
 from fedstats.wire import auth
 
-__all__ = ["COOKIE", "add_dashboard", "dashboard_state", "process_state"]
+__all__ = ["COOKIE", "add_dashboard", "dashboard_state", "prio3_state", "process_state"]
 
 COOKIE = "fedstats_operator"
 """Name of the cookie that carries the operator's token after sign-in."""
 
 _RUNS_SHOWN = 50
+_PRIO3_SHOWN = 50
 _ERRORS_SHOWN = 30
 _REFRESH_SECONDS = 5
 _ERROR_ACTIONS = ("refuse", "abort", "release", "exclude", "cancel", "revoke")
@@ -89,7 +92,7 @@ def dashboard_state(tx: State, now: float | None = None) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``runs`` (newest first, with their rounds), ``populations`` (devices enrolled, revoked and
+        ``runs`` (newest first, with their rounds), ``prio3`` (:func:`prio3_state`), ``populations`` (devices enrolled, revoked and
         checked in to live runs), ``budgets`` (each as :func:`fedstats.service.domain.ledger.budget_status`
         plus the reserved part), ``errors`` (aborted runs) and ``audit`` (recent refusals, aborts and
         releases), and ``generated`` (the time as text).
@@ -172,8 +175,39 @@ def dashboard_state(tx: State, now: float | None = None) -> dict[str, Any]:
         "budgets": budgets,
         "errors": aborted,
         "audit": audit,
+        "prio3": prio3_state(tx),
         "generated": _when(now),
     }
+
+
+def prio3_state(tx: State) -> list[dict[str, Any]]:
+    """The signed Prio3 tasks on this aggregator for the dashboard, newest first (at most 50).
+
+    Parameters
+    ----------
+    tx : State
+        An open (read-only) transaction of the store.
+
+    Returns
+    -------
+    list of dict
+        Per task (:func:`fedstats.service.domain.vdaf_admin.list_signed`): its id, role, status,
+        analysis, label, population, epsilon, cohort size, ``batches`` (per round: status, reports
+        uploaded, aggregated, accepted, rejected, pending), ``released`` (the stored result as
+        "estimate [interval] (privacy spent: ...)", empty if none) and ``warnings``, ``created``.
+    """
+    out = []
+    for t in vdaf_admin.signed_summaries(tx)[:_PRIO3_SHOWN]:
+        result = t.get("result")
+        out.append(
+            {
+                **{k: v for k, v in t.items() if k != "task"},
+                "created": _when(t.get("created_at")),
+                "released": released_summary(result) if result else "",
+                "warnings": list((result or {}).get("warnings") or []),
+            }
+        )
+    return out
 
 
 def process_state(

@@ -21,7 +21,19 @@ route                                     caller, authentication       effect
 ``POST /{task_id}/jobs``                  the leader (peer token)      the helper's side of one job
 ``POST /{task_id}/collect``               operator (the collector)     freeze, return the noised share; 409
                                                                        while a report was never in a job
+``GET /``                                 operator                     the signed tasks, their batches'
+                                                                       counts and released results
+``GET /{task_id}/summary``                operator                     one signed task, as listed
+``POST /{task_id}/result``                operator, on the leader      keep the collector's released result
+``POST /{task_id}/close``                 operator                     close it after its last collection
+``GET /v1/vdaf/work?wait=S``              device (signed request)      its open Prio3 tasks and rounds,
+                                                                       long-polled (``ETag``)
 ========================================  ==========================  =======================================
+
+A device long-polls ``GET /v1/vdaf/work``: with ``If-None-Match`` naming the list it has, the request is
+held up to ``wait`` seconds (at most :data:`MAX_WAIT`) until the list differs (a round opened or was
+collected, a task was created or closed), else answered 304; the list is read again when this process
+opens or closes something and every :data:`RECHECK` seconds (another process on the same database).
 
 Device requests are signed as the device API's (:func:`fedstats.wire.auth.sign_request`) and checked by
 the app's :class:`~fedstats.service.http.deps.DeviceAuth` dependency: an enrolled, unrevoked device of the
@@ -46,11 +58,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
-from fastapi import APIRouter, FastAPI, Header, HTTPException, Request
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Request, Response
 
 from fedstats.errors import DataError, ParameterError, UnavailableError
 from fedstats.randomness import SecureGenerator
 from fedstats.service.domain import vdaf as domain
+from fedstats.service.domain import vdaf_admin
+from fedstats.service.domain.changes import Changes, check_wait
 from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.http.deps import DeviceAuth, Signed
 from fedstats.service.http.edge import BadJSON, strict_loads
@@ -58,7 +72,12 @@ from fedstats.service.http.schemas import DEVICE, device_body
 from fedstats.service.store import Store
 from fedstats.wire import auth
 
-__all__ = ["Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
+__all__ = ["MAX_WAIT", "RECHECK", "Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
+
+MAX_WAIT = 25.0
+"""Longest a device's ``GET /v1/vdaf/work`` is held (seconds)."""
+RECHECK = 2.0
+"""Seconds between two reads of a held work list (changes made by another server process)."""
 
 # request bodies (read raw by the handlers), declared for the OpenAPI schema
 _HEX = {"type": "string", "pattern": "^[0-9a-f]*$"}
@@ -104,6 +123,9 @@ ROUND_BODY = device_body(
     }
 )
 JOIN_BODY = device_body({"type": "object"})
+RESULT_BODY = device_body(
+    {"type": "object", "required": ["result"], "properties": {"result": {"type": "object"}}}
+)
 UPLOAD_BODY = device_body(
     {
         "type": "object",
@@ -248,7 +270,7 @@ def vdaf_router(
     Returns
     -------
     fastapi.APIRouter
-        Include it in an app of :func:`fedstats.service.http.app.create_app` (whose device
+        The routes under ``/v1/vdaf/tasks`` and the devices' ``/v1/vdaf/work``. Include it in an app of :func:`fedstats.service.http.app.create_app` (whose device
         verification, operators and error map it uses): ``app.include_router(vdaf_router(store, ...))``.
     """
     if (
@@ -260,6 +282,8 @@ def vdaf_router(
     send_to = transport or helper_transport()
     fresh = rng_factory or (lambda: SecureGenerator(os.urandom(32)))
     router = APIRouter(prefix="/v1/vdaf/tasks", tags=["vdaf"])
+    outer = APIRouter(tags=["vdaf"])
+    wake = Changes()  # this process's changes of signed tasks: wake the devices' held work polls
     # this process's name in the aggregation jobs' leases
     owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
 
@@ -307,6 +331,7 @@ def vdaf_router(
             peer_token=d.get("peer_token"),
             actor=actor,
         )
+        wake.bump()
         return out
 
     @router.post("/{task_id}/rounds", openapi_extra=ROUND_BODY)
@@ -319,6 +344,7 @@ def vdaf_router(
         out: dict[str, Any] = await run(
             domain.open_round, store, task_id, d.get("round"), d.get("history")
         )
+        wake.bump()
         return out
 
     @router.post("/{task_id}/abandon")
@@ -328,6 +354,7 @@ def vdaf_router(
         """Abandon a signed task before any collection: its reservation is released (operator)."""
         actor = await operator(authorization)
         out: dict[str, Any] = await run(domain.abandon_signed, store, task_id, actor)
+        wake.bump()
         return out
 
     @router.post("/{task_id}/join", openapi_extra=JOIN_BODY, **DEVICE)
@@ -444,9 +471,67 @@ def vdaf_router(
         """Freeze the task and return this aggregator's noised aggregate share (operator, collector)."""
         await operator(authorization)
         out: dict[str, Any] = await run(_collect, task_id)
+        wake.bump()
         return out
 
-    return router
+    @router.get("")
+    async def list_tasks(
+        authorization: Annotated[str | None, Header()] = None, population: str | None = None
+    ) -> dict[str, Any]:
+        """The signed Prio3 tasks: batches (uploaded, aggregated, rejected), results (operator)."""
+        await operator(authorization)
+        items = await run(vdaf_admin.list_signed, store, population)
+        return {"items": items, "total": len(items)}
+
+    @router.get("/{task_id}/summary")
+    async def summary(
+        task_id: str, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, Any]:
+        """One signed Prio3 task as listed (operator)."""
+        await operator(authorization)
+        out: dict[str, Any] = await run(vdaf_admin.signed_summary, store, task_id)
+        return out
+
+    @router.post("/{task_id}/result", openapi_extra=RESULT_BODY)
+    async def result(
+        task_id: str, request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, Any]:
+        """Keep the collector's released result of a signed task, once (operator, on the leader)."""
+        actor = await operator(authorization)
+        d = _json(await request.body())
+        out: dict[str, Any] = await run(
+            vdaf_admin.store_result, store, task_id, d.get("result"), actor
+        )
+        return out
+
+    @router.post("/{task_id}/close")
+    async def close(
+        task_id: str, authorization: Annotated[str | None, Header()] = None
+    ) -> dict[str, Any]:
+        """Close a signed task after its last collection: devices stop answering it (operator)."""
+        actor = await operator(authorization)
+        out: dict[str, Any] = await run(vdaf_admin.close_signed, store, task_id, actor)
+        wake.bump()
+        return out
+
+    @outer.get("/v1/vdaf/work", **DEVICE)
+    async def work(request: Request, signed: Signed, wait: float = 0.0) -> Response:
+        """The device's open Prio3 tasks and rounds (JSON, ``ETag``), long-polled (signed request)."""
+        check_wait(wait)
+        wake.bind(asyncio.get_running_loop())
+        known = request.headers.get("if-none-match")
+        end = asyncio.get_running_loop().time() + min(wait, MAX_WAIT)
+        while True:
+            tag, body = await run(vdaf_admin.device_work, store, signed.population)
+            if tag != known:
+                return Response(body, media_type="application/json", headers={"ETag": tag})
+            left = end - asyncio.get_running_loop().time()
+            if left <= 0:
+                return Response(status_code=304, headers={"ETag": tag})
+            await wake.wait(signed.population, min(left, RECHECK))
+
+    outer.include_router(router)
+    return outer
 
 
 def add_vdaf_routes(

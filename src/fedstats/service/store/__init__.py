@@ -47,6 +47,7 @@ from fedstats.service.store.secure import SqlSecureQueries
 from fedstats.service.store.sql import SqlCoreQueries
 from fedstats.service.store.state import State
 from fedstats.service.store.vdaf import SqlVdafQueries
+from fedstats.service.store.vdaf_results import SqlVdafResultQueries
 
 __all__ = [
     "MemoryStore",
@@ -239,7 +240,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
-class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries, State):
+class Tx(SqlCoreQueries, SqlSecureQueries, SqlVdafQueries, SqlVdafResultQueries, State):
     """One open transaction of a SQL store: the :class:`~fedstats.service.store.state.State` on one connection.
 
     Obtained from :meth:`Store.transaction`; the domain layer calls its query methods

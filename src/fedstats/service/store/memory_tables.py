@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from fedstats.service.store.rows import RunRow
 from fedstats.service.store.tables import Base
 from fedstats.service.store.vdaf import VDAF_METADATA
+from fedstats.service.store.vdaf_results import vdaf_results
 
 __all__ = ["MemoryTables", "Row"]
 
@@ -72,6 +73,7 @@ _COLUMNS = {
         "vdaf_slots",
         "vdaf_reports",
         "vdaf_jobs",
+        vdaf_results.name,
     )
 }
 

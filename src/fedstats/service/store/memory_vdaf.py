@@ -20,6 +20,7 @@ from fedstats.service.store.vdaf import (
     VdafSignedRow,
     VdafTaskRow,
 )
+from fedstats.service.store.vdaf_results import VdafResultQueries, VdafResultRow
 
 __all__ = ["MemoryVdafQueries"]
 
@@ -49,7 +50,7 @@ def _job(j: Row) -> VdafJob:
     )
 
 
-class MemoryVdafQueries(MemoryTables, VdafQueries):
+class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
     """:class:`~fedstats.service.store.vdaf.VdafQueries` on in-memory tables (``self.data``)."""
 
     def _reports_of(self, task_id: str) -> list[Row]:
@@ -261,4 +262,27 @@ class MemoryVdafQueries(MemoryTables, VdafQueries):
             1
             for (tid, _j), j in self._t("vdaf_jobs").items()
             if tid == task_id and j.status == status
+        )
+
+    def vdaf_signed_list(self, population: str | None = None) -> list[VdafSignedRow]:
+        """See :meth:`VdafResultQueries.vdaf_signed_list`."""
+        rows = [
+            r
+            for r in self._t("vdaf_signed").values()
+            if population is None or r.population == population
+        ]
+        rows.sort(key=lambda r: (-float(r.created_at), str(r.id)))
+        return [VdafSignedRow(**{f: r.__dict__[f] for f in _SIGNED_FIELDS}) for r in rows]
+
+    def add_vdaf_result(self, row: VdafResultRow) -> None:
+        """See :meth:`VdafResultQueries.add_vdaf_result`."""
+        self._insert("vdaf_results", row.signed_id, dict(row.__dict__))
+
+    def vdaf_result(self, signed_id: str) -> VdafResultRow | None:
+        """See :meth:`VdafResultQueries.vdaf_result`."""
+        r = self._t("vdaf_results").get(signed_id)
+        if r is None:
+            return None
+        return VdafResultRow(
+            str(r.signed_id), str(r.result), str(r.created_by), float(r.created_at)
         )

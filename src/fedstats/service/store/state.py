@@ -21,9 +21,10 @@ from __future__ import annotations
 from fedstats.service.store.core import CoreQueries
 from fedstats.service.store.secure import SecureQueries
 from fedstats.service.store.vdaf import VdafQueries
+from fedstats.service.store.vdaf_results import VdafResultQueries
 
 __all__ = ["State"]
 
 
-class State(CoreQueries, SecureQueries, VdafQueries):
+class State(CoreQueries, SecureQueries, VdafQueries, VdafResultQueries):
     """One open transaction of the state: the core, secure and Prio3 query groups (see the module)."""
