@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import re
 import time
 from abc import ABC, abstractmethod
@@ -41,6 +42,7 @@ from fedstats.service.http.edge import (
     request_headers,
     strict_loads,
 )
+from fedstats.service.http.refusals import refusal_router
 from fedstats.service.http.schemas import (
     CHECKIN_BODY,
     DEVICE,
@@ -949,6 +951,23 @@ def device_router(
     return router
 
 
+REQUEST_KEY_SECRET = "request-key"
+"""The name of the request-key secret in the state (``server_secrets``)."""
+
+
+def request_key_secret(store: Store, given: bytes | None) -> bytes:
+    """The secret devices' request keys are derived under (:func:`fedstats.wire.auth.open_request_key`).
+
+    ``given`` (``fedstats server --request-key-secret``) if set; else the one kept in the state, drawn
+    (32 random bytes) by the first server process that needed it: every process on the database, and a
+    restarted one, derives the same keys, so a restart costs no device a refused request.
+    """
+    if given is not None:
+        return given
+    with store.transaction() as tx:
+        return tx.server_secret(REQUEST_KEY_SECRET, os.urandom(32), time.time())
+
+
 def add_client_routes(
     app: FastAPI,
     store: Store,
@@ -987,7 +1006,7 @@ def add_client_routes(
         cfg.replay_window,
         offload,
         on_write=cache.touch,
-        key_secret=cfg.request_key_secret,
+        key_secret=request_key_secret(store, cfg.request_key_secret),
     )
     app.state.forget_client = device.forget
     app.state.device_auth = device
@@ -1006,6 +1025,7 @@ def add_client_routes(
         polls=polls,
     )
     app.include_router(router)
+    app.include_router(refusal_router(store, device, offload, wakeup))
 
     async def population_of(cid: str) -> str:
         row = device._fresh(cid) or await offload(device.client, cid)

@@ -64,6 +64,8 @@ _COLUMNS = {
         "ledger",
         "idempotency_keys",
         "audit",
+        "refusals",
+        "server_secrets",
         "secure_sessions",
         "secure_messages",
         "vdaf_tasks",
