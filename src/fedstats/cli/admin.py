@@ -172,7 +172,7 @@ class _Api:
         """Send one request; retry transport errors ``retries`` times; return the JSON answer."""
         import httpx
 
-        from fedstats.client import _connect_failure
+        from fedstats.client.checks import _connect_failure
 
         headers = {"Idempotency-Key": key} if key else {}
         params = {k: v for k, v in (params or {}).items() if v is not None}

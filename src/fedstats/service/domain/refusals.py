@@ -18,13 +18,14 @@ from __future__ import annotations
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any
 
 from fedstats.errors import ParameterError
 from fedstats.service.domain.tasks import NotFoundError, task_config
 from fedstats.service.store import State
 from fedstats.service.store.rows import RefusalRow
+from fedstats.wire.refusals import MAX_MESSAGE, REASONS
 
 __all__ = [
     "MAX_MESSAGE",
@@ -34,23 +35,6 @@ __all__ = [
     "record_refusal",
     "refusal_view",
 ]
-
-REASONS: Final[Mapping[str, str]] = {
-    "data_invalid": "the device's data does not fit the task (a column missing, of the wrong type or "
-    "out of range, or the data file unreadable)",
-    "policy_refused": "the device's policy refuses the task (analysis not allowed, privacy loss above "
-    "its limits, a non-private task, a session or batch below its floor)",
-    "budget_exhausted": "the device's local privacy budget cannot cover the task",
-    "task_expired": "the task, or its analyst's certificate, expired before the device accepted it",
-    "task_unverified": "the task's signature, certificate or population did not verify",
-    "round_mismatch": "a round differs from the plan the device derived from the task",
-    "restarted": "the device restarted and no longer holds the run's accepted task",
-    "other": "any other reason (the message says which)",
-}
-"""The reason codes a device may state, and what each means."""
-
-MAX_MESSAGE: Final = 300
-"""Longest refusal message, characters."""
 
 
 def check_refusal(reason: Any, message: Any) -> tuple[str, str]:
