@@ -227,6 +227,8 @@ def check_data(
     batch = ClientBatch({k: v[:count] for k, v in columns.items()}, start=0, total=n)
     try:
         rnd.encode(batch, rnd.params, rng)
+    except DataError:  # the encoder's own words, naming the column
+        raise
     except (TypeError, ValueError) as exc:  # e.g. arithmetic on text: the encoder's own message
         raise DataError(
             f"the data's columns ({', '.join(sorted(columns))[:120]}) do not fit the task's "
