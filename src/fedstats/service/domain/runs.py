@@ -7,7 +7,8 @@ A **run** executes it; this module holds its requests (creation, check-in, work,
 1. *check-in*: devices that accepted the task join with the number of records they hold and receive
    contiguous *slots* (the protocol's global client indices), at most the task's
    ``max_records_per_client`` (default 1: a device holding more contributes its first records); the
-   check-in closes when ``cohort_size`` **devices** joined or its deadline passes; with fewer than
+   check-in closes when ``cohort_size`` **devices** answered (joined, or refused the task and said why:
+   :mod:`.refusals`) or its deadline passes (on the monotonic clock: :mod:`.clock`); with fewer than
    ``min_clients`` devices the run aborts and releases nothing;
 2. *rounds*: the server drives the analysis's protocol generator (:mod:`fedstats.wire.registry`); each yielded
    :class:`~fedstats.engine.rounds.Round` is journaled (name, encoder, canonical parameters, dim, bound,
