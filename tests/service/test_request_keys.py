@@ -227,6 +227,29 @@ def test_server_processes_sharing_a_secret_accept_each_others_keys(
             store.close()
 
 
+def test_request_keys_survive_a_restart_by_default(tmp_path: Path, db_url: str) -> None:
+    """Without ``--request-key-secret`` the secret is drawn once and kept in the state
+    (``server_secrets``): a key opened by a server process verifies on the same database after a
+    restart (a new app on a reopened store; SQLite and PostgreSQL); another database has its own."""
+    from fedstats.service.http.app import ServerSettings, create_app
+    from fedstats.service.store import open_store
+
+    def secret(url: str) -> bytes:
+        store = open_store(url)
+        try:
+            app = create_app(store, ServerSettings(), run_driver=False)
+            return bytes(app.state.device_auth.key_secret)
+        finally:
+            store.close()
+
+    before = secret(db_url)
+    got = auth.open_request_key(before, "dev-1", "aa" * 32)
+    mac = auth.hmac.digest(bytes.fromhex(got["key"]), PAYLOAD, "sha256").hex()
+    after = secret(db_url)  # the restart
+    auth.verify_request_mac(after, got["key_id"], "dev-1", "aa" * 32, PAYLOAD, mac)
+    assert secret("memory://") != before
+
+
 @pytest.mark.parametrize(
     ("content", "why"),
     [

@@ -203,6 +203,39 @@ class TestStateParity:
             ]
             assert [a.ts for a in tx.audit_log("run-1", 2)] == [1.0, 2.0]
 
+    def test_refusals_and_server_secrets(self, state: Store) -> None:
+        with state.transaction() as tx:
+            _task_and_run(tx)
+            tx.add_run(  # a second run of the task
+                id="run-2",
+                task_id="t" * 64,
+                analyst="alice",
+                status="checkin",
+                created_at=102.0,
+                checkin_deadline=200.0,
+                secret="s" * 64,
+            )
+            assert tx.add_refusal("run-1", "dev-1", "data_invalid", "column x", 5.0)
+            assert tx.add_refusal("run-1", "dev-0", "policy_refused", "epsilon", 6.0)
+            # a device refuses a run once: the first reason stays
+            assert not tx.add_refusal("run-1", "dev-0", "data_invalid", "again", 7.0)
+            assert tx.add_refusal("run-2", "dev-0", "budget_exhausted", "local budget", 8.0)
+            first = tx.server_secret("request-key", b"a" * 32, 9.0)
+            assert tx.server_secret("request-key", b"b" * 32, 10.0) == first == b"a" * 32
+        with pytest.raises(IntegrityError), state.transaction() as tx:
+            tx.add_refusal("no-such-run", "dev-0", "data_invalid", "x", 1.0)
+        with state.transaction(read_only=True) as tx:
+            got = tx.refusals_of("run-1")
+            assert [(r.client_id, r.reason, r.message) for r in got] == [
+                ("dev-0", "policy_refused", "epsilon"),
+                ("dev-1", "data_invalid", "column x"),
+            ]
+            _no_orm(got)
+            assert tx.refusal_counts(["run-1", "run-2", "run-3"]) == {"run-1": 2, "run-2": 1}
+            assert tx.refusal_counts([]) == {}
+            assert tx.refusals_of("run-3") == []
+            assert tx.server_secret("request-key", b"c" * 32, 11.0) == b"a" * 32
+
     def test_secure_sessions_and_their_journal(self, state: Store) -> None:
         with state.transaction() as tx:
             _task_and_run(tx, status="seeding")

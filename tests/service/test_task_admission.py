@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from fedstats import wire
+from fedstats.cli.app import app
 from fedstats.client import Device
-from fedstats.client.policy import LocalBudget
+from fedstats.client.policy import LocalBudget, Policy
 from fedstats.errors import ParameterError
 from fedstats.wire import auth
 from fedstats.wire.encoding import canonical_bytes
@@ -164,4 +167,106 @@ def test_a_device_refuses_a_task_that_expired_before_it_accepted(deployment: Dep
     assert "task expired" in dev.refused[run_id]
     assert dev.budget.charges == {} and dev.budget.spent() == (0.0, 0.0)
     with deployment.admin() as a:
-        assert a.get(f"/v1/admin/runs/{run_id}").json()["devices"] == 0  # no check-in
+        view = a.get(f"/v1/admin/runs/{run_id}").json()
+        assert view["devices"] == 0  # no check-in
+        # ... and the server knows why (issue 42, item 4)
+        assert view["refusals"]["by_reason"] == {"task_expired": 1}, view["refusals"]
+
+
+CHI2_ON_TEXT: dict[str, Any] = {
+    "analysis": "fed-chi2",
+    "params": {"shape": [2, 2], "x": "colour", "y": "size", "encoding_size": 8},
+    "cohort_size": 3,
+    "min_clients": 3,
+    "deadlines": {"checkin": 120.0, "round": 60.0},
+    "secure_aggregation": {"max_session": 3, "min_session_size": 3},
+}
+
+
+def _step_until(devices: list[Device], done: Any, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, [d.refused for d in devices]
+        for d in devices:
+            d.step()
+        time.sleep(0.05)
+
+
+def test_the_operator_reads_why_devices_refused_a_task_on_text_columns(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    """Issue 42, "done when": a fed-chi2 task on a text column. Each device checks its data against
+    the task before checking in, refuses (data_invalid) and tells the server why, naming the user's
+    column; the check-in closes as soon as every device answered and the run aborts with
+    "3 of 3 devices refused: ..."; ``fedstats admin runs show`` shows the reason. The data file fixed,
+    the same devices (not restarted) read it again and check in to the next run."""
+    population = "refusing"
+    files = []
+    for i in range(3):
+        f = tmp_path / f"device-{i}.csv"
+        f.write_text("colour,size\nred,0\n")  # colour: text, where integer codes are needed
+        files.append(f)
+    with deployment.admin() as a:
+        r = a.post(
+            "/v1/admin/tasks",
+            json=deployment.sign(
+                {**CHI2_ON_TEXT, "privacy": {"epsilon": None, "population": population}}
+            ),
+        )
+        assert r.status_code == 201, r.text
+        task_id = r.json()["task_id"]
+        run_id = a.post("/v1/admin/runs", json={"task_id": task_id}).json()["run_id"]
+    devices = [
+        Device(
+            deployment.url,
+            json.loads(deployment.identity(f"refusing-{i}", population).read_text()),
+            files[i],
+            policy=Policy(allow_non_private=True, min_session_size=3),
+            budget=LocalBudget(None),
+            ca=deployment.certs["ca"],
+        )
+        for i in range(3)
+    ]
+    try:
+        for d in devices:
+            d.register()
+        _step_until(devices, lambda: all(run_id in d.refused for d in devices))
+        with deployment.admin() as a:
+            deadline = time.monotonic() + 30  # the check-in closes at once: all answered
+            while (view := a.get(f"/v1/admin/runs/{run_id}").json())["status"] != "aborted":
+                assert time.monotonic() < deadline, view
+                time.sleep(0.1)
+        message = "category column colour must hold integer codes in [0, 2) (it holds text)"
+        assert view["error"].startswith(f"3 of 3 devices refused: {message} (3)"), view["error"]
+        assert view["refusals"]["by_reason"] == {"data_invalid": 3}
+        assert view["refusals"]["messages"] == [
+            {"reason": "data_invalid", "message": message, "devices": 3}
+        ]
+        shown = CliRunner().invoke(
+            app,
+            [
+                "admin",
+                "--server",
+                deployment.url,
+                "--ca",
+                str(deployment.certs["ca"]),
+                "--token",
+                deployment.token,
+                "runs",
+                "show",
+                run_id,
+            ],
+        )
+        assert shown.exit_code == 0, shown.output
+        assert "3 devices: data_invalid 3" in shown.output, shown.output
+        assert "category column colour must hold" in " ".join(shown.output.split()), shown.output
+        # the file fixed: the devices read it again before the next run and check in
+        for f in files:
+            f.write_text("colour,size\n1,0\n")
+        with deployment.admin() as a:
+            again = a.post("/v1/admin/runs", json={"task_id": task_id}).json()["run_id"]
+            _step_until(devices, lambda: all(again in d.joined for d in devices))
+            assert a.post(f"/v1/admin/runs/{again}/cancel").status_code == 200
+    finally:
+        for d in devices:
+            d.close()

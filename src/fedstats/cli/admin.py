@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedstats.cli._common import JsonOption, emit, fmt_value, state_from
+from fedstats.cli._refusals_view import refusal_line, show_refusals
 from fedstats.errors import FedstatsError, ParameterError
 from fedstats.results import released_summary
 
@@ -172,7 +174,7 @@ class _Api:
         """Send one request; retry transport errors ``retries`` times; return the JSON answer."""
         import httpx
 
-        from fedstats.client import _connect_failure
+        from fedstats.client.checks import _connect_failure
 
         headers = {"Idempotency-Key": key} if key else {}
         params = {k: v for k, v in (params or {}).items() if v is not None}
@@ -514,9 +516,11 @@ _RUN_COLUMNS = ["run_id", "status", "analyst", "n_clients", "created_at", "finis
 def _run_view(console: Console, p: dict[str, Any]) -> None:
     result = p.get("result")
     shown = {k: v for k, v in p.items() if k != "rounds"}
+    shown["refusals"] = refusal_line(p.get("refusals")) or "none"  # messages: a table below
     if "result" in shown:
         shown["result"] = released_summary(result)
     _kv_view(console, shown)
+    show_refusals(console, p.get("refusals"))
     warnings = result.get("warnings") if isinstance(result, dict) else None
     for warning in warnings or ():
         console.print(f"warning: {warning}")
@@ -613,7 +617,7 @@ def run_wait(
     --quiet); the result reads "estimate [interval] (privacy spent)", then its warnings.
     """
     state = state_from(ctx, json_flag=json_flag)
-    say = None if state.json or state.quiet else _stderr_line
+    say = None if state.json or state.quiet else partial(print, file=sys.stderr, flush=True)
 
     def wait(api: _Api) -> Any:
         deadline = time.monotonic() + wait_timeout
@@ -634,10 +638,6 @@ def run_wait(
     if got.get("status") == "aborted":  # shown, but not a success
         print(f"error: run {run_id} aborted: {got.get('error')}", file=sys.stderr, flush=True)
         raise typer.Exit(1)
-
-
-def _stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def run_progress(run: dict[str, Any]) -> str:

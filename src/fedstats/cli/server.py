@@ -214,7 +214,7 @@ def serve(
             envvar="FEDSTATS_REQUEST_KEY_SECRET_FILE",
             help="File holding the secret (64+ hex digits, e.g. from `openssl rand -hex 32`) devices'"
             " request keys are derived under: server processes behind one balancer given the same file"
-            " accept each other's keys (default: a random secret per process).",
+            " accept each other's keys (default: one drawn once and kept in the database).",
         ),
     ] = None,
     crash_after: Annotated[

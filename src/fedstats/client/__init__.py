@@ -24,35 +24,55 @@ only what it accepted; the server proposes, the device derives:
 Network errors are retried with exponential backoff and jitter; an upload is idempotent, so a retry is
 counted once. The device talks TLS: a plain ``http://`` URL is refused unless the host is loopback.
 The accepted tasks and the replays are kept in memory: a restarted device refuses the rounds of runs it
-joined before (it is a dropout there); its budget file keeps their charges.
+joined before (it is a dropout there, and tells the server so); its budget file keeps their charges, and
+``run(runs=N)`` counts those runs (:class:`fedstats.client.refusals.Rejoined`).
+
+**Refusals are told.** A device that refuses an offered task, a round or a run sends the server a signed
+refusal with a reason code (:data:`fedstats.wire.refusals.REASONS`) and its message
+(:mod:`fedstats.client.refusals`); the operator reads them per run.
+
+**Data, per run.** The data file is read at start and read again before each run the device accepts if
+it changed since (:class:`fedstats.client.data.DeviceData`): a fixed file is picked up at the next run,
+without a restart. Before checking in, the device encodes the task's first round on its first records
+(:func:`fedstats.client.data.check_data`; nothing is sent or charged), so data that cannot fit the task is
+refused (``data_invalid``, naming the column) before the run counts on it.
 
 Importing this package does not import SQLAlchemy, uvicorn, FastAPI or pandas.
 
-Data columns: a CSV column ``name`` is a value per record; columns ``name[0]``, ``name[1]``, ... are
-stacked into a 2-D column ``name`` (a vector per record, e.g. heterogeneity's ``x``).
+Data columns: see :mod:`fedstats.client.data`.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import os
-import re
-import ssl
 import time
-from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
-from fedstats import wire
+from fedstats.client.checks import (
+    ConnectionFailed,
+    _check_key_matches,
+    ca_context,
+    check_private_file,
+    check_server_url,
+)
+from fedstats.client.checks import (
+    _connect_failure as _connect_failure,
+)
+from fedstats.client.data import DeviceData, check_data, load_data
+from fedstats.client.data import _integer_csv as _integer_csv
+from fedstats.client.derive import Derivation, _Accepted, _Replay
+from fedstats.client.derive import _received_digest as _received_digest
 from fedstats.client.policy import LocalBudget, Policy, RefusedTask, is_exact
+from fedstats.client.refusals import RESTARTED, Refusals, Rejoined, refusal_code
 from fedstats.client.secure import VERIFIED_CERTIFICATES, SecureRuns, SecureState
-from fedstats.engine.rounds import ClientBatch, Round, RoundSum
+from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.errors import (
     BudgetExceededError,
     DataError,
@@ -60,17 +80,17 @@ from fedstats.errors import (
     ParameterError,
     SecurityError,
 )
-from fedstats.privacy.analysis.loss import PrivacyLoss
 from fedstats.randomness import RandomSource
 from fedstats.wire import auth
 from fedstats.wire.enrollment import load_identity
-from fedstats.wire.registry import encoder_name, plan_for, privacy_loss_for, resolve_encoder
+from fedstats.wire.registry import encoder_name, privacy_loss_for, resolve_encoder
 from fedstats.wire.tasks import task_id as task_id_of
 from fedstats.wire.tasks import verify_task
 
 __all__ = [
     "ConnectionFailed",
     "Device",
+    "DeviceData",
     "LocalBudget",
     "Policy",
     "RefusedTask",
@@ -80,244 +100,16 @@ __all__ = [
     "load_data",
 ]
 
+
 KEEP_ALIVE_SECONDS = 55.0
 """How long a device keeps an idle connection to its server (the server keeps it 60 s)."""
-_VECTOR = re.compile(r"^(.+)\[(\d+)\]$")
 # what a work list says of a round besides the fields Device._derive checks: not part of its cache key
-_UNCHECKED_ROUND_FIELDS = frozenset({"secure", "deadline"})
 
 REGISTER_PATH = "/v1/client/register"
 REQUEST_KEY_PATH = "/v1/client/request-key"
 
 
-def check_server_url(server: str) -> str:
-    """The server URL, if the device may talk to it: ``https://``, or ``http://`` to loopback only.
-
-    Loopback: ``localhost``, 127.0.0.0/8 and ``::1``. Reports of non-secure runs travel in the clear over
-    plain HTTP, so a device never sends them beyond its own machine.
-
-    Raises
-    ------
-    SecurityError
-        If the URL is ``http://`` to a host that is not loopback.
-    ParameterError
-        If the scheme is neither ``https`` nor ``http``, or the URL has no host.
-    """
-    url = httpx.URL(server)
-    if url.scheme not in ("https", "http") or not url.host:
-        raise ParameterError("server", server, "an https:// URL (http:// only to loopback)")
-    if url.scheme == "http" and not _loopback(url.host):
-        raise SecurityError(
-            f"refusing plain http:// to {url.host}: use https:// (http:// is allowed only to "
-            "loopback: localhost, 127.0.0.0/8, ::1)"
-        )
-    return server
-
-
-def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass
-class _Accepted:
-    """A run whose signed task this device accepted: the task, its id and its privacy loss."""
-
-    task_id: str
-    task: dict[str, Any]
-    loss: PrivacyLoss
-    analyst: str = (
-        ""  # the name in the task's signed certificate (Policy.max_exact_runs_per_analyst)
-    )
-
-
-@dataclass
-class _Replay:
-    """The device's replay of a run's plan: the generator and the rounds derived so far (cached)."""
-
-    key: tuple[int, str]  # (n_clients, public seed hex) it was built with
-    gen: Generator[Round, RoundSum, Any]
-    rounds: list[Round] = field(default_factory=list)
-    sums: list[str] = field(default_factory=list)  # digests of the public sums sent into the plan
-    params: list[str] = field(default_factory=list)  # digest of each derived round's params
-
-
-# the canonical digest (wire.digest) of values the server sent, remembered by their JSON (sorted keys):
-# every poll of a round lists the same ~20 kB of params and history, and every device of a process is
-# sent the same ones; json.dumps in C is faithful to parsed JSON (1, 1.0 and true, -0.0 and 0.0, and
-# every float's repr differ), so equal keys are equal values
-_DIGESTS: dict[str, str] = {}
-# the same for the device's own derived rounds' params (kept apart from what the server sent: a derived
-# tuple and a sent list have one JSON): every device of a process derives the same rounds
-_DERIVED_DIGESTS: dict[str, str] = {}
-
-
-def _received_digest(value: Any, memo: dict[str, str] = _DIGESTS) -> str:
-    """``wire.digest(value)`` of a parsed JSON value, remembered per process by its whole content."""
-    try:
-        key = json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):  # not plain JSON (numpy values): digested each time
-        return wire.digest(value)
-    got = memo.get(key)
-    if got is None:
-        got = wire.digest(value)
-        if len(memo) >= 256:
-            memo.clear()
-        memo[key] = got
-    return got
-
-
-_DECIMAL = re.compile(r"-?[0-9]{1,18}")  # a decimal integer that fits int64 (at most 18 digits)
-_PLAIN_CSV_BYTES = 1 << 18  # above this pandas' parser, not Python's, is the cheaper way
-
-
-def _integer_csv(p: Path) -> dict[str, np.ndarray] | None:
-    """The columns of a plain CSV file of decimal integers, as ``int64``; None for any other file.
-
-    pandas' ``read_csv`` gives the same columns for such a file (unique, non-empty names in the header, as
-    many fields in every row, at least one row, every field a decimal integer of at most 18 digits), and
-    importing pandas is a quarter of a device process's start-up: a ``fedstats client run`` reading a
-    small table of category codes does without it. Anything else (floats, empty fields, blank lines,
-    names with surrounding spaces, a byte-order mark, a file over 256 KiB) returns None: pandas reads it.
-    """
-    import csv
-
-    try:
-        if p.stat().st_size > _PLAIN_CSV_BYTES:
-            return None
-        with open(p, newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return None
-    if len(rows) < 2:
-        return None
-    header, body = rows[0], rows[1:]
-    if (
-        not header
-        or len(set(header)) != len(header)
-        or any(not name or name != name.strip() or name.startswith("\ufeff") for name in header)
-    ):
-        return None
-    width = len(header)
-    if any(len(row) != width for row in body):
-        return None
-    if not all(_DECIMAL.fullmatch(field) for row in body for field in row):
-        return None
-    values = np.array([[int(field) for field in row] for row in body], dtype=np.int64)
-    return {name: values[:, j].copy() for j, name in enumerate(header)}
-
-
-def load_data(path: Path | str) -> dict[str, np.ndarray]:
-    """Read a device's data file (CSV or Parquet) into columns (see the module docstring).
-
-    A ``.csv`` file of decimal integers only is read without pandas (:func:`_integer_csv`: the same
-    ``int64`` columns); any other file with pandas.
-
-    Raises
-    ------
-    DataError
-        If the file cannot be read, is empty, or has an unknown extension.
-    """
-    p = Path(path)
-    plain = _integer_csv(p) if p.suffix.lower() == ".csv" else None
-    if plain is not None:
-        return _columns(plain)
-    import pandas as pd  # lazily: the SDK must import without pandas
-
-    try:
-        if p.suffix.lower() in (".parquet", ".pq"):
-            df = pd.read_parquet(p)
-        elif p.suffix.lower() in (".csv", ".gz", ".txt"):
-            df = pd.read_csv(p)
-        else:
-            raise DataError(f"data file {p} must be .csv or .parquet")
-    except (OSError, ValueError) as exc:
-        raise DataError(f"cannot read data file {p}: {exc}") from None
-    if len(df) == 0:
-        raise DataError(f"data file {p} has no rows")
-    return _columns({str(name): df[name].to_numpy() for name in df.columns})
-
-
-def _columns(table: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A file's columns by name, with ``name[0]``, ``name[1]``, ... stacked into a 2-D column ``name``."""
-    cols: dict[str, np.ndarray] = {}
-    vectors: dict[str, dict[int, np.ndarray]] = {}
-    for name, column in table.items():
-        m = _VECTOR.match(name)
-        if m:
-            vectors.setdefault(m.group(1), {})[int(m.group(2))] = column
-        else:
-            cols[name] = column
-    for name, parts in vectors.items():
-        if sorted(parts) != list(range(len(parts))):
-            raise DataError(
-                f"vector column {name!r} needs columns {name}[0] .. {name}[{len(parts) - 1}]"
-            )
-        cols[name] = np.stack([parts[i] for i in range(len(parts))], axis=1).astype(np.float64)
-    return cols
-
-
-def check_private_file(path: Path | str, name: str) -> None:
-    """Refuse a file holding a private key that others on the machine can read (mode beyond 0600).
-
-    Raises
-    ------
-    ParameterError
-        Naming ``name``, if the file is group- or world-readable or writable (``chmod 600 FILE`` fixes
-        it). A missing file is left to the reader's own error.
-    """
-    try:
-        mode = os.stat(path).st_mode & 0o777
-    except OSError:
-        return
-    if mode & 0o077:
-        raise ParameterError(
-            name,
-            str(path),
-            f"a private key file only its owner can read (mode {mode:04o}; run 'chmod 600 {path}')",
-        )
-
-
-def _check_key_matches(key: Any, cert: Any, path: Path | str) -> None:
-    """Refuse an identity whose private key is not the one its certificate certifies."""
-    body = cert.get("body", {}) if isinstance(cert, Mapping) else {}
-    if auth.public_key_hex(key) != body.get("public_key"):
-        raise ParameterError(
-            "identity",
-            str(path),
-            "an identity whose private key matches its certificate (this key is not the certified "
-            "one: re-enroll the device)",
-        )
-
-
-def ca_context(ca: Path | str, name: str = "ca") -> ssl.SSLContext:
-    """A TLS context trusting the PEM CA certificate(s) in file ``ca`` (``--ca``).
-
-    Parameters
-    ----------
-    ca : path
-        A PEM file of one or more CA certificates.
-    name : str
-        The parameter named in the error.
-
-    Raises
-    ------
-    ParameterError
-        If ``ca`` cannot be read or holds no PEM certificate.
-    """
-    try:
-        return ssl.create_default_context(cafile=str(ca))
-    except (OSError, ssl.SSLError, ValueError) as exc:
-        raise ParameterError(
-            name, str(ca), f"a PEM CA certificate file ({getattr(exc, 'strerror', None) or exc})"
-        ) from None
-
-
-class Device(SecureRuns):
+class Device(SecureRuns, Derivation, Refusals):
     """A client device talking to one server.
 
     Parameters
@@ -329,7 +121,8 @@ class Device(SecureRuns):
         Identity file (or its contents) from ``fedstats enroll client``; its ``authority_public_key`` is
         the pinned key every accepted task must chain to.
     data : path or mapping
-        Data file, or columns already in memory (one row per record).
+        Data file (read again before a run when it changed), or columns already in memory (one row
+        per record).
     policy : Policy, optional
     budget : LocalBudget, optional
         Default: in memory, epsilon 10.
@@ -373,15 +166,9 @@ class Device(SecureRuns):
         self._request_key: tuple[str, bytes, float] | None = None
         self._next_key_try = 0.0  # monotonic time of the next attempt to open one
         self._key_opened_at = -math.inf  # monotonic time the current (or last) key was opened
-        self.columns = (
-            {k: np.asarray(v) for k, v in data.items()}
-            if isinstance(data, Mapping)
-            else load_data(data)
-        )
-        lengths = {int(v.shape[0]) for v in self.columns.values()}
-        if len(lengths) != 1:
-            raise DataError("every data column must have one entry per record")
-        self.n_records = lengths.pop()
+        self.data = DeviceData(data)
+        # the columns each accepted run uses (as read when it was accepted)
+        self._run_columns: dict[str, dict[str, np.ndarray]] = {}
         self.policy = policy or Policy()
         self.budget = budget or LocalBudget(None)
         self.randomness = randomness or RandomSource()
@@ -403,6 +190,7 @@ class Device(SecureRuns):
         self._etag: str | None = None  # the server's tag of the last work list handled in full
         self.refused: dict[str, str] = {}
         self.joined: dict[str, dict[str, int]] = {}
+        self.rejoined = Rejoined()  # runs it was in before a restart (Device.run(runs=...))
         self.max_runs: int | None = None  # join no more runs than this (Device.run(runs=...))
         self.connected = False  # whether the server answered once (Device.run)
         # runs whose signed task this device accepted, and its cached replay of each run's plan
@@ -418,6 +206,16 @@ class Device(SecureRuns):
         # certificates whose authority signature was checked (a session's roster), for later rounds and
         # the other devices of this process (the whole verified content is the key)
         self.verified_certificates: set[tuple[str, str, bytes]] = VERIFIED_CERTIFICATES
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """The device's data columns, as last read (:class:`~fedstats.client.data.DeviceData`)."""
+        return self.data.columns
+
+    @property
+    def n_records(self) -> int:
+        """Records in :attr:`columns`."""
+        return self.data.n_records
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -624,14 +422,16 @@ class Device(SecureRuns):
             rid = str(offer["run_id"])
             if rid in self.refused or rid in self.joined:
                 continue
-            if self.max_runs is not None and len(self.joined) >= self.max_runs:
+            if self.max_runs is not None and len(self._mine()) >= self.max_runs:
                 break  # joined as many runs as asked: leave the others' slots to other devices
             try:
+                self.data.refresh()  # a changed file is read again before the run is accepted
                 acc = self._accept(offer)
-            except (RefusedTask, SecurityError, ParameterError) as exc:  # invalid content too
-                self._refuse(rid, str(exc))
+            except (RefusedTask, SecurityError, ParameterError, DataError) as exc:  # content too
+                self._refuse(rid, str(exc), refusal_code(exc, "offer"))
                 continue
-            body: dict[str, Any] = {"records": self.n_records}
+            columns = self.data.columns  # this run's records, whatever the file does later
+            body: dict[str, Any] = {"records": self.data.n_records}
             if acc.task.get("secure_aggregation") is not None:
                 state = self.secure.setdefault(rid, SecureState(os.urandom(32), task=acc.task))
                 body["commitment"] = state.commitment(rid, self.client_id)
@@ -639,30 +439,29 @@ class Device(SecureRuns):
             try:
                 self.budget.reserve(rid, acc.loss)
             except BudgetExceededError as exc:
-                self._refuse(rid, str(exc))
+                self._refuse(rid, str(exc), "budget_exhausted")
                 continue
             if is_exact(acc.task):  # counted like a reservation: differencing needs consent
                 self.budget.reserve_exact(rid, acc.task_id, acc.analyst)
             self.accepted[rid] = acc
+            self._run_columns[rid] = columns
             try:
                 self.joined[rid] = self._request("POST", f"/v1/client/runs/{rid}/checkin", body)
             except _HTTPError as exc:
                 if exc.status != 409:
                     raise
-                self._refuse(rid, "check-in closed")
+                self._refuse(rid, "check-in closed", None)  # the server knows: nothing to tell
         for item in work.get("reveals", []):
             rid = str(item["run_id"])
             if rid in self.refused:
                 continue
             if rid not in self.accepted:
-                self._refuse(
-                    rid, "seed reveal asked for a run whose task this device did not accept"
-                )
+                self._not_accepted(rid, "seed reveal asked for a run")
                 continue
             try:
                 self._reveal(rid, wait)
             except SecurityError as exc:  # the commitment list is not the run's: reveal nothing
-                self._refuse(rid, str(exc))
+                self._refuse(rid, str(exc), "round_mismatch")
         for rnd in work["rounds"]:
             rid = str(rnd.get("run_id"))
             if rid in self.refused:
@@ -670,10 +469,13 @@ class Device(SecureRuns):
             key = (rid, int(rnd["round"]))
             if rnd.get("secure") is None and key in self.reported:
                 continue
+            if rid not in self.joined:
+                self._not_accepted(rid, f"a round of run {rid}")
+                continue
             try:
                 self._derive(rnd)  # before anything of the device's data is used
             except SecurityError as exc:
-                self._refuse(rid, str(exc))
+                self._refuse(rid, str(exc), "round_mismatch")
                 continue
             if rnd.get("secure") is not None:
                 self._secure_stage(rnd, wait)
@@ -681,9 +483,12 @@ class Device(SecureRuns):
             try:
                 self._answer(rnd)
             except BudgetExceededError as exc:  # its reservation was given back and no longer fits
-                self._refuse(rid, str(exc))
+                self._refuse(rid, str(exc), "budget_exhausted")
+                continue
+            except DataError:  # refused (and told) by _encode
                 continue
             self.reported.add(key)
+        self.rejoined.note_finished(work.get("finished", []), self.joined, self.budget.status)
         for fin in work.get("finished", []):
             rid = str(fin.get("run_id"))
             self._note_finished(rid, str(fin.get("status")))
@@ -697,14 +502,37 @@ class Device(SecureRuns):
         if status == "aborted" and state is not None and state.seen is not None and acc is not None:
             self.budget.note_aborted(acc.task_id, run_id)
 
-    def _refuse(self, run_id: str, reason: str) -> None:
-        """Refuse a run: remember why, log it, and give back its reservation if nothing was spent."""
+    def _refuse(self, run_id: str, reason: str, code: str | None = "other") -> None:
+        """Refuse a run: remember why, log it, give back an unspent reservation, tell the server.
+
+        ``code``: the reason code told (:data:`fedstats.wire.refusals.REASONS`); None tells nothing.
+        """
         self.refused[run_id] = reason
         self.budget.release(run_id)
         self._replays.pop(run_id, None)
+        self._run_columns.pop(run_id, None)
         for key in [k for k in self._derived if k[0] == run_id]:
             del self._derived[key]
         self.log(f"refused run {run_id}: {reason}")
+        if code is not None:
+            self.tell_refusal(run_id, code, reason)
+
+    def _not_accepted(self, rid: str, what: str) -> None:
+        """Refuse work of a run this device did not accept in this process.
+
+        If its budget file holds the run's charge the device was in the run before it restarted: the
+        run counts as one of its own (``run(runs=...)``) and the refusal says so; else the server
+        listed a run the device never accepted.
+        """
+        if self.budget.status(rid) is not None:
+            self.rejoined.runs.add(rid)
+            self._refuse(rid, RESTARTED, "restarted")
+        else:
+            self._refuse(rid, f"{what}, whose task this device did not accept", "round_mismatch")
+
+    def _mine(self) -> set[str]:
+        """The runs this device counts as its own: joined here, or found after a restart."""
+        return set(self.joined) | self.rejoined.runs
 
     def _accept(self, offer: Mapping[str, Any]) -> _Accepted:
         """Verify an offered task's signature, then check it against the policy and the budget.
@@ -716,6 +544,9 @@ class Device(SecureRuns):
             issue for this device's population, or its id is not the one offered.
         RefusedTask
             If the policy or the local budget refuses it.
+        DataError
+            If the device's data cannot be encoded for the task's first round
+            (:func:`~fedstats.client.data.check_data`).
         """
         if self.authority_public_key is None:
             raise SecurityError("no pinned authority key in the identity: no task can be verified")
@@ -731,148 +562,10 @@ class Device(SecureRuns):
             self.budget.status(str(offer["run_id"])) is None
         ):  # not already reserved (a retried check-in)
             self.budget.check(loss)
+        # the data fits the task's first round (nothing sent, nothing charged), else data_invalid
+        rng = self.randomness.generator("data-check", str(offer["run_id"]))
+        check_data(task, self.data.columns, self.data.n_records, rng)
         return _Accepted(tid, task, loss, analyst)
-
-    def _derive(self, rnd: Mapping[str, Any]) -> Round:
-        """Derive the round ``rnd`` proposes from the accepted task; refuse (raise) if they differ.
-
-        Replays the accepted task's plan (cached per run) with the round's stated cohort size, public seed
-        and the public sums of the earlier rounds, and compares the derived round with the proposed one.
-
-        Raises
-        ------
-        SecurityError
-            If the run's task was not accepted or changed, the round is beyond the plan, any field differs
-            from the derived round, or the records asked of the device are not its own slots in the
-            derived client range.
-        """
-        rid = str(rnd["run_id"])
-        acc = self.accepted.get(rid)
-        if acc is None or rid not in self.joined:
-            raise SecurityError(f"a round of run {rid}, whose task this device did not accept")
-        # a round listed again (every poll and stage lists it) is checked once: the same fields (equal
-        # as parsed JSON, compared in C) and the same verified seed and cohort give the same answer
-        state = self.secure.get(rid)
-        context = (
-            acc.task_id,
-            getattr(state, "seed", None),
-            getattr(state, "cohort", None) is not None,
-        )
-        fields = {k: v for k, v in rnd.items() if k not in _UNCHECKED_ROUND_FIELDS}
-        key = (rid, fields.get("round"))
-        hit = self._derived.get(key)
-        if hit is not None and hit[0] == context and hit[1] == fields:
-            return hit[2]
-        try:
-            derived = self._derive_checked(rnd, rid, acc)
-        except SecurityError:
-            raise
-        except (FedstatsError, KeyError, TypeError, ValueError, IndexError) as exc:
-            raise SecurityError(f"malformed round: {type(exc).__name__}: {exc}") from None
-        if len(self._derived) > 64:
-            self._derived.clear()
-        self._derived[key] = (context, fields, derived)
-        return derived
-
-    def _derive_checked(self, rnd: Mapping[str, Any], rid: str, acc: _Accepted) -> Round:
-        task = acc.task
-        if str(rnd["task_id"]) != acc.task_id:
-            raise SecurityError("the run's task changed after this device accepted it")
-        if (str(rnd["analysis"]), int(rnd["version"])) != (task["analysis"], task["version"]):
-            raise SecurityError("the round names another analysis than the accepted task")
-        if _received_digest(rnd["privacy"]) != wire.digest(task["privacy"]):
-            raise SecurityError("the round's privacy parameters are not the accepted task's")
-        index = int(rnd["round"])
-        n = int(rnd["n_clients"])
-        seed = str(rnd["public_seed"])
-        if len(seed) != 64 or len(bytes.fromhex(seed)) != 32:
-            raise SecurityError("the run's public seed is not 32 bytes")
-        mine = self.joined[rid]
-        start, count = int(mine["slot_start"]), int(mine["slot_count"])
-        # n counts records: at least one per device, at most max_records_per_client per device
-        most = int(task["cohort_size"]) * int(task.get("max_records_per_client", 1))
-        if not (int(task["min_clients"]) <= n <= most and start + count <= n):
-            raise SecurityError(
-                f"cohort size {n} is impossible for this task and this device's slots"
-            )
-        state = self.secure.get(rid)
-        if task.get("secure_aggregation") is not None:
-            cohort = getattr(
-                state, "cohort", None
-            )  # the verified cohort, once the seed is verified
-            if cohort is not None:
-                if n != sum(int(c[2]) for c in cohort):
-                    raise SecurityError("the cohort size is not the verified cohort's")
-                if (self.client_id, start, count) not in [
-                    (str(c[0]), int(c[1]), int(c[2])) for c in cohort
-                ]:
-                    raise SecurityError(
-                        "this device's slots are not its slots in the verified cohort"
-                    )
-            if state is not None and state.seed is not None and state.seed.hex() != seed:
-                raise SecurityError("the round's public seed is not the run's verified seed")
-        derived = self._replay(rid, acc, index, n, seed, rnd["history"])
-        lo, hi = derived.client_range if derived.client_range is not None else (0, n)
-        proposed = {
-            "name": str(rnd["name"]),
-            "encode": str(rnd["encode"]),
-            "params": _received_digest(rnd["params"]),
-            "dim": int(rnd["dim"]),
-            "bound": int(rnd["bound"]),
-            "client_range": [int(x) for x in rnd["client_range"]],
-        }
-        own = {
-            "name": derived.name,
-            "encode": encoder_name(derived.encode),
-            "params": self._replays[rid].params[index],
-            "dim": int(derived.dim),
-            "bound": int(derived.bound),
-            "client_range": [int(lo), int(hi)],
-        }
-        for k, v in own.items():
-            if proposed[k] != v:
-                raise SecurityError(
-                    f"round {index} differs from the task's plan in its {k} "
-                    f"(derived {str(v)[:80]}, proposed {str(proposed[k])[:80]})"
-                )
-        a, b = max(start, lo), max(max(start, lo), min(start + count, hi))
-        if [int(x) for x in rnd["records"]] != [a, b] or int(rnd["slot_start"]) != start or b <= a:
-            raise SecurityError(
-                f"round {index} asks for records {rnd['records']}; this device's are [{a}, {b})"
-            )
-        return derived
-
-    def _replay(
-        self, rid: str, acc: _Accepted, index: int, n: int, seed: str, history: Any
-    ) -> Round:
-        """Round ``index`` of the run's plan, replayed with the stated public sums (cached per run)."""
-        if not isinstance(history, list) or len(history) != index:
-            raise SecurityError(f"round {index} must come with the {index} earlier public sums")
-        rep = self._replays.get(rid)
-        if rep is not None and rep.key != (n, seed):
-            raise SecurityError("the run's cohort size or public seed changed between rounds")
-        if rep is None:
-            gen = plan_for(acc.task, n_clients=n, public_seed=bytes.fromhex(seed))
-            rep = _Replay((n, seed), gen, [next(gen)])
-            self._replays[rid] = rep
-        sums = [_received_digest(h) for h in history]
-        if sums[: len(rep.sums)] != rep.sums[: len(sums)]:
-            raise SecurityError("the public sums of earlier rounds changed")
-        while len(rep.rounds) <= index:
-            h = history[len(rep.rounds) - 1]
-            total = np.asarray(wire.decode(h["total"]))
-            try:
-                nxt = rep.gen.send(RoundSum(total, int(h["n_clients"])))
-            except StopIteration:
-                raise SecurityError(
-                    f"round {index} is beyond the task's plan ({len(rep.rounds)} round(s))"
-                ) from None
-            rep.sums.append(sums[len(rep.rounds) - 1])
-            rep.rounds.append(nxt)
-        while len(rep.params) < len(rep.rounds):  # each derived round's params digested once
-            derived = dict(rep.rounds[len(rep.params)].params)
-            rep.params.append(_received_digest(derived, _DERIVED_DIGESTS))
-        return rep.rounds[index]
 
     def _answer(self, rnd: Mapping[str, Any]) -> None:
         run_id = str(rnd["run_id"])
@@ -903,8 +596,15 @@ class Device(SecureRuns):
         )
         spec = Round(derived.name, fn, derived.params, dim=derived.dim, bound=derived.bound)
         # the reservation becomes a spend before anything is computed from the data
+        first = self.budget.status(run_id) == "reserved"
         self.budget.spend(run_id, acc.loss)
-        return self._report(rnd, spec)
+        try:
+            return self._report(rnd, spec)
+        except DataError as exc:  # nothing was sent: a first spend goes back to a reservation
+            if first:
+                self.budget.unspend(run_id)
+            self._refuse(run_id, str(exc), "data_invalid")
+            raise
 
     def _report(self, rnd: Mapping[str, Any], spec: Round) -> list[int]:
         """Encode the records ``rnd["records"]`` with ``spec``; return their summed report.
@@ -916,7 +616,8 @@ class Device(SecureRuns):
         run_id = str(rnd["run_id"])
         a, b = (int(x) for x in rnd["records"])
         first = a - int(rnd["slot_start"])
-        cols = {k: v[first : first + (b - a)] for k, v in self.columns.items()}
+        columns = self._run_columns.get(run_id, self.data.columns)
+        cols = {k: v[first : first + (b - a)] for k, v in columns.items()}
         batch = ClientBatch(cols, start=a, total=int(rnd["n_clients"]))
         rng = self.randomness.generator(run_id, int(rnd["round"]))
         reports = spec.encode_checked(batch, rng)
@@ -947,7 +648,8 @@ class Device(SecureRuns):
             Stop after this long.
         runs : int, optional
             Join exactly this many runs (>= 1; later offers are left alone) and stop once they all
-            finished (done or aborted).
+            finished (done or aborted). A run the device was in before it restarted counts (it finds
+            it in the work list: :class:`~fedstats.client.refusals.Rejoined`).
         connect_timeout : float
             How long to keep trying to reach a server that refuses connections before the first answer
             (> 0). A TLS failure or an unknown host fails at once.
@@ -988,7 +690,8 @@ class Device(SecureRuns):
                 continue
             done = {f["run_id"] for f in work.get("finished", [])}
             self.finished = done
-            if runs is not None and len(self.joined) >= runs and set(self.joined) <= done:
+            mine = self._mine()
+            if runs is not None and len(mine) >= runs and mine <= done:
                 return
             if until is not None and until(self):
                 return
@@ -1015,34 +718,6 @@ class Device(SecureRuns):
                 continue
             self.connected = True
             return
-
-
-class ConnectionFailed(FedstatsError):
-    """The device never reached its server (TLS failure, unknown host, connection refused)."""
-
-
-def _connect_failure(exc: BaseException, url: str) -> tuple[str, bool]:
-    """A one-line reason for a failed connection, and whether retrying cannot help."""
-    import socket
-
-    chain: list[BaseException] = []
-    e: BaseException | None = exc
-    while e is not None and len(chain) < 10:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    text = " ".join(str(x) for x in chain)
-    if any(isinstance(x, ssl.SSLError) for x in chain) or "SSL" in text or "CERTIFICATE" in text:
-        detail = (
-            "certificate not trusted (pass the server's CA with --ca)"
-            if ("CERTIFICATE_VERIFY_FAILED" in text)
-            else text.split("\n")[0][:200]
-        )
-        return f"cannot connect to {url}: TLS failure: {detail}", True
-    if any(isinstance(x, socket.gaierror) for x in chain) or "Name or service not known" in text:
-        return f"cannot connect to {url}: unknown host", True
-    if any(isinstance(x, ConnectionRefusedError) for x in chain) or "refused" in text.lower():
-        return f"cannot connect to {url}: connection refused (is the server running?)", False
-    return f"cannot connect to {url}: {type(exc).__name__}: {str(exc)[:200]}", False
 
 
 class _HTTPError(FedstatsError):

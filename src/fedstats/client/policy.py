@@ -206,7 +206,7 @@ def _check_charge(run: str, charge: Mapping[str, Any]) -> None:
 
 @dataclass
 class LocalBudget:
-    """The device's own privacy budget across runs, kept in a JSON file (written atomically).
+    """The device's own privacy budget across runs, kept in a JSON file (written atomically, fsync'd).
 
     Each run is charged once, with its task's privacy loss (:func:`fedstats.wire.registry.privacy_loss_for`,
     the loss the server's ledger charges), and charges compose exactly as the server composes them: through
@@ -218,7 +218,9 @@ class LocalBudget:
 
     A charge is **reserved** when the device checks in (before anything of its data is used), becomes
     **spent** just before the device first encodes its data for the run, and is **released** (removed) if
-    the run is refused, the check-in fails, or the run ends before the device encoded anything.
+    the run is refused, the check-in fails, or the run ends before the device encoded anything. Every
+    change is on disk (the file and its folder ``fsync``'d) before the method returns, so before the
+    device checks in or uploads: a power loss cannot lose a charge whose report left the device.
 
     The file: ``{"epsilon", "delta", "composition": "PrivacyLedger", "charges": {run_id: {"epsilon",
     "delta", "rho", "status"[, "mechanisms"]}}}``, ``"mechanisms"`` (the
@@ -375,6 +377,13 @@ class LocalBudget:
             self.charges[run_id]["status"] = "spent"
             self._save()
 
+    def unspend(self, run_id: str) -> None:
+        """Turn a spend back into a reservation (the device's first encoding failed: nothing was sent)."""
+        c = self.charges.get(run_id)
+        if c is not None and c["status"] == "spent":
+            c["status"] = "reserved"
+            self._save()
+
     def charge(self, run_id: str, loss: PrivacyLoss) -> None:
         """Reserve and spend ``loss`` for ``run_id`` at once (idempotent)."""
         self.spend(run_id, loss)
@@ -444,6 +453,7 @@ class LocalBudget:
                     indent=1,
                     sort_keys=True,
                 ),
+                durable=True,  # on disk (file and folder) before the device checks in or uploads
             )
 
 

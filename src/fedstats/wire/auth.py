@@ -482,8 +482,14 @@ def check_timestamp(text: str, window: float, *, now: float | None = None) -> fl
     if not math.isfinite(t):
         raise SecurityError("bad timestamp: a finite number of Unix seconds is required")
     # written so that the comparison is False only for a finite difference within the window
-    if not abs((time.time() if now is None else now) - t) <= window:
-        raise SecurityError("timestamp outside the replay window")
+    server = time.time() if now is None else now
+    if not abs(server - t) <= window:
+        # the request's clock, named: a device whose clock is off is told so, not about its keys
+        side = "ahead of" if t > server else "behind"
+        raise SecurityError(
+            f"timestamp outside the replay window: the device's clock is {abs(t - server):.0f} s "
+            f"{side} the server's (at most {window:g} s apart; set the device's clock, e.g. by NTP)"
+        )
     return t
 
 

@@ -41,7 +41,9 @@ def expected_counts(vx: np.ndarray, vy: np.ndarray) -> np.ndarray:
     return (np.outer(vx.astype(np.float64), vy.astype(np.float64)) / v).ravel()
 
 
-def record_tables(x: np.ndarray, y: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+def record_tables(
+    x: np.ndarray, y: np.ndarray, shape: tuple[int, int], names: tuple[str, str] = ("x", "y")
+) -> np.ndarray:
     """One-record tables from two category columns: ``out[r, x[r], y[r]] = 1``.
 
     Parameters
@@ -50,6 +52,8 @@ def record_tables(x: np.ndarray, y: np.ndarray, shape: tuple[int, int]) -> np.nd
         Integer codes, shape ``(n,)``, in ``[0, m_x)`` and ``[0, m_y)``.
     shape : tuple of int
         ``(m_x, m_y)``.
+    names : tuple of str
+        The columns' names in the user's data, named in the error (default ``("x", "y")``).
 
     Returns
     -------
@@ -63,11 +67,13 @@ def record_tables(x: np.ndarray, y: np.ndarray, shape: tuple[int, int]) -> np.nd
     """
     m_x, m_y = (int(v) for v in shape)
     xs, ys = np.asarray(x), np.asarray(y)
-    for name, v, m in (("x", xs, m_x), ("y", ys, m_y)):
+    for name, v, m in ((names[0], xs, m_x), (names[1], ys, m_y)):
         if v.ndim != 1 or (
             v.size and (v.dtype.kind not in "iu" or int(v.min()) < 0 or int(v.max()) >= m)
         ):
-            raise DataError(f"category column {name} must hold integer codes in [0, {m})")
+            kind = v.dtype.kind
+            found = "" if kind in "iu" else " (it holds text)" if kind in "OSU" else f" ({v.dtype})"
+            raise DataError(f"category column {name} must hold integer codes in [0, {m}){found}")
     out = np.zeros((xs.shape[0], m_x, m_y), dtype=np.int64)
     out[np.arange(xs.shape[0]), xs, ys] = 1
     return out
@@ -77,7 +83,9 @@ def _client_tables(batch: ClientBatch, params: Mapping[str, Any]) -> np.ndarray:
     m_x, m_y = params["shape"]
     pair = params.get("categorical")
     if pair is not None:  # one record per row: its table has a single 1
-        return record_tables(batch.column(pair[0]), batch.column(pair[1]), (m_x, m_y))
+        return record_tables(
+            batch.column(pair[0]), batch.column(pair[1]), (m_x, m_y), (str(pair[0]), str(pair[1]))
+        )
     t = np.asarray(batch.column(params.get("column", "table")))
     if t.ndim != 3 or t.shape[1:] != (m_x, m_y):
         raise DataError(f"client tables must have shape (n, {m_x}, {m_y}), got {t.shape}")

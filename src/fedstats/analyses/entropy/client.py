@@ -32,7 +32,12 @@ def _client_hist(batch: ClientBatch, params: Mapping[str, Any]) -> np.ndarray:
     cat = params.get("categorical")
     if cat is not None:
         if len(cat) == 2:
-            t = record_tables(batch.column(cat[0]), batch.column(cat[1]), tuple(params["shape"]))
+            t = record_tables(
+                batch.column(cat[0]),
+                batch.column(cat[1]),
+                tuple(params["shape"]),
+                (str(cat[0]), str(cat[1])),
+            )
             return t.reshape(t.shape[0], -1)
         m = int(params["m"])
         codes = np.asarray(batch.column(cat[0]))

@@ -25,7 +25,8 @@ from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.results import AnalysisResult, to_jsonable
-from fedstats.service.domain import ledger, secure
+from fedstats.service.domain import ledger, refusals, secure
+from fedstats.service.domain.clock import DEADLINES
 from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.runs import load_run, new_public_seed
 from fedstats.service.domain.tasks import task_config
@@ -204,7 +205,10 @@ class Driver:
         """Whether a pass must look at the run in the database (False: it certainly waits still)."""
         if live.expected is None:
             return True
-        if time.time() >= live.deadline or time.monotonic() - live.checked >= self.recheck:
+        if (
+            DEADLINES.passed((run_id, "round", live.index), live.deadline)
+            or time.monotonic() - live.checked >= self.recheck
+        ):
             return True
         return live.seen + self._reports.get((run_id, live.index), 0) >= live.expected
 
@@ -335,6 +339,7 @@ class Driver:
             if run.status in ("done", "aborted") or not self._holds(run):
                 return
             used = s.any_closed_round(run_id)
+            reason = _with_refusals(s, run_id, reason)
             s.update_run(run_id, status="aborted", error=reason, finished_at=time.time())
             if not used:
                 ledger.release(s, run_id, reason=reason)
@@ -431,6 +436,8 @@ class Driver:
             if run.status == "seeding":
                 cfg = task_config(s, run.task_id)
                 deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
+                # on this process's monotonic clock, as of the wall clock now (module clock)
+                deadline = DEADLINES.as_wall((run.id, "seeding"), deadline)
                 seeded = secure.close_seeding(s, run, deadline, cfg)
                 if isinstance(seeded, str):
                     self._abort_in(s, run, seeded)
@@ -460,7 +467,11 @@ class Driver:
         cfg = task_config(s, run.task_id)
         cohort = s.cohort(run.id)  # cohort_size and min_clients count devices
         devices, used = cohort.devices, cohort.records
-        if devices < int(cfg["cohort_size"]) and time.time() <= run.checkin_deadline:
+        # devices that refused the offer answered too: with them the cohort may be complete early
+        refused = s.refusal_counts([run.id]).get(run.id, 0)
+        if devices + refused < int(cfg["cohort_size"]) and not DEADLINES.passed(
+            (run.id, "checkin"), run.checkin_deadline
+        ):
             return
         if devices < int(cfg["min_clients"]):
             reason = (
@@ -480,6 +491,7 @@ class Driver:
 
     def _abort_in(self, s: State, run: RunRow, reason: str) -> None:
         """Abort a run before any sum was used, inside the caller's transaction (releases the charge)."""
+        reason = _with_refusals(s, run.id, reason)
         s.update_run(run.id, status="aborted", error=reason, finished_at=time.time())
         ledger.release(s, run.id, reason=reason)
         ledger.audit(s, "server", "abort", run.id, reason=reason)
@@ -507,7 +519,10 @@ class Driver:
                     index=live.index,
                     status="open",
                     opened_at=now,
-                    deadline=now + float(cfg["deadlines"]["round"]),
+                    # measured on the monotonic clock in this process (clock.DEADLINES)
+                    deadline=DEADLINES.set(
+                        (run_id, "round", live.index), float(cfg["deadlines"]["round"])
+                    ),
                     **f,
                 )
                 opened = True
@@ -604,7 +619,7 @@ class Driver:
         # counts in SQL first: a pass over a round that is still waiting reads no rows
         n_expected, n_got = s.round_counts(run.id, rec.index, rec.lo, rec.hi)
         self._counted = (n_expected, n_got)
-        if n_got < n_expected and time.time() < rec.deadline:
+        if n_got < n_expected and not DEADLINES.passed((run.id, "round", rec.index), rec.deadline):
             return None
         reports = s.round_reports(run.id, rec.index)
         members = s.member_slots(run.id)
@@ -692,6 +707,12 @@ class Driver:
                 }
             )
         )
+
+
+def _with_refusals(s: State, run_id: str, reason: str) -> str:
+    """An abort's reason led by the devices' refusals of the run, if any (:func:`.refusals.abort_summary`)."""
+    summary = refusals.abort_summary(s, run_id)
+    return reason if summary is None else f"{summary} ({reason})"
 
 
 def excluded_metrics(driver: Driver) -> list[str]:

@@ -7,7 +7,8 @@ A **run** executes it; this module holds its requests (creation, check-in, work,
 1. *check-in*: devices that accepted the task join with the number of records they hold and receive
    contiguous *slots* (the protocol's global client indices), at most the task's
    ``max_records_per_client`` (default 1: a device holding more contributes its first records); the
-   check-in closes when ``cohort_size`` **devices** joined or its deadline passes; with fewer than
+   check-in closes when ``cohort_size`` **devices** answered (joined, or refused the task and said why:
+   :mod:`.refusals`) or its deadline passes (on the monotonic clock: :mod:`.clock`); with fewer than
    ``min_clients`` devices the run aborts and releases nothing;
 2. *rounds*: the server drives the analysis's protocol generator (:mod:`fedstats.wire.registry`); each yielded
    :class:`~fedstats.engine.rounds.Round` is journaled (name, encoder, canonical parameters, dim, bound,
@@ -52,6 +53,8 @@ from typing import Any, Final, cast
 from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service.domain import ledger
+from fedstats.service.domain.clock import DEADLINES
+from fedstats.service.domain.refusals import refusal_view
 from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
@@ -111,7 +114,8 @@ def create_run(tx: State, task_id: str, analyst: str) -> str:
         analyst=analyst,
         status="checkin",
         created_at=now,
-        checkin_deadline=now + float(cfg["deadlines"]["checkin"]),
+        # measured on the monotonic clock in this process (clock.DEADLINES)
+        checkin_deadline=DEADLINES.set((run_id, "checkin"), float(cfg["deadlines"]["checkin"])),
         secret=secrets.token_hex(32),  # unused since the plan is keyed by the public seed
         # a plain run's public seed is stated now; a secure run's is agreed after check-in
         public_seed=None if cfg.get("secure_aggregation") is not None else new_public_seed(),
@@ -212,7 +216,7 @@ def checkin(
     m = tx.member(run_id, client_id)
     if m is not None:
         return {"slot_start": m[0], "slot_count": m[1]}
-    if run.status != "checkin" or time.time() > run.checkin_deadline:
+    if run.status != "checkin" or DEADLINES.passed((run_id, "checkin"), run.checkin_deadline):
         raise ConflictError(f"run {run_id} is not accepting check-ins")
     if cfg.get("secure_aggregation") is not None:
         if not (isinstance(commitment, str) and len(commitment) == 64):
@@ -264,7 +268,6 @@ def client_work(
     offers: list[dict[str, Any]] = []
     rounds: list[dict[str, Any]] = []
     reveals: list[dict[str, Any]] = []
-    now = time.time()
     live_runs, finished_runs = tx.device_runs(client_id) if device_runs is None else device_runs
     for live in live_runs:
         run_id, task_id, rec = live.run_id, live.task_id, live.round
@@ -272,7 +275,9 @@ def client_work(
         if cfg["privacy"]["population"] != population:
             continue
         if live.status == "checkin":
-            if live.slot_start is None and now <= live.checkin_deadline:
+            if live.slot_start is None and not DEADLINES.passed(
+                (run_id, "checkin"), live.checkin_deadline
+            ):
                 offers.append(
                     {
                         "run_id": run_id,
@@ -654,4 +659,5 @@ def run_view(tx: State, run_id: str) -> dict[str, Any]:
         "rounds": rounds,
         "result": json.loads(run.result) if run.result else None,
         "error": run.error,
+        "refusals": refusal_view(tx, run_id),
     }

@@ -4,6 +4,7 @@ An operator signs in once with a form (``POST /dashboard/login``); the token the
 ``HttpOnly``, ``Secure``, ``SameSite=Strict`` cookie and is never written into a page. The page is
 rendered on the server with Jinja2 (autoescaping on: task labels, errors and audit details are data) and
 refreshes itself. It shows the latest runs (status, task, rounds and their state, devices checked in,
+devices that refused and why (:mod:`fedstats.service.domain.refusals`),
 start and end, the released estimate of a finished run with its warnings, error), the enrolled and checked-in devices per population, every budget (spent, reserved
 and remaining, as ``GET /v1/admin/budgets/...`` computes them), recent errors: aborted runs and the
 audit entries that record a refusal, an abort or a release, and this server process's counters since it

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from typing import Any, cast
 
@@ -43,6 +44,7 @@ from fedstats.service.http.fastpath import (
     index_of,
     json_body,
 )
+from fedstats.service.http.refusals import refusal_router
 from fedstats.service.http.schemas import (
     CHECKIN_BODY,
     DEVICE,
@@ -294,6 +296,23 @@ def device_router(
     return router
 
 
+REQUEST_KEY_SECRET = "request-key"
+"""The name of the request-key secret in the state (``server_secrets``)."""
+
+
+def request_key_secret(store: Store, given: bytes | None) -> bytes:
+    """The secret devices' request keys are derived under (:func:`fedstats.wire.auth.open_request_key`).
+
+    ``given`` (``fedstats server --request-key-secret``) if set; else the one kept in the state, drawn
+    (32 random bytes) by the first server process that needed it: every process on the database, and a
+    restarted one, derives the same keys, so a restart costs no device a refused request.
+    """
+    if given is not None:
+        return given
+    with store.transaction() as tx:
+        return tx.server_secret(REQUEST_KEY_SECRET, os.urandom(32), time.time())
+
+
 def add_client_routes(
     app: FastAPI,
     store: Store,
@@ -332,7 +351,7 @@ def add_client_routes(
         cfg.replay_window,
         offload,
         on_write=cache.touch,
-        key_secret=cfg.request_key_secret,
+        key_secret=request_key_secret(store, cfg.request_key_secret),
     )
     app.state.forget_client = device.forget
     app.state.device_auth = device
@@ -351,6 +370,7 @@ def add_client_routes(
         polls=polls,
     )
     app.include_router(router)
+    app.include_router(refusal_router(store, device, offload, wakeup))
 
     async def population_of(cid: str) -> str:
         row = device._fresh(cid) or await offload(device.client, cid)

@@ -129,6 +129,11 @@ class RunOut(BaseModel):
     rounds: list[dict[str, Any]]
     result: dict[str, Any] | None
     error: str | None
+    refusals: dict[str, Any] = Field(
+        default_factory=lambda: {"count": 0, "by_reason": {}, "messages": []},
+        description="Devices that refused the run: their count, by reason code "
+        "(fedstats.wire.refusals.REASONS), and each distinct message with its number of devices.",
+    )
 
 
 class BudgetIn(BaseModel):

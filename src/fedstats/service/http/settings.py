@@ -84,8 +84,9 @@ class ServerSettings:
     request_key_secret : bytes or None
         The secret devices' request keys are derived under (:func:`fedstats.wire.auth.open_request_key`),
         at least 32 bytes. Server processes behind one balancer given the same secret accept each
-        other's keys (and keep them across restarts). Default None: 32 random bytes per process, so a
-        key is valid only on the process that opened it, until it stops.
+        other's keys. Default None: the secret kept in the state (drawn once, 32 random bytes, by the
+        first process that needed it: :func:`fedstats.service.http.device.request_key_secret`), so
+        every process on the database accepts a key, across restarts.
     """
 
     max_body: int = 1 << 20

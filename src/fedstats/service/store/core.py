@@ -28,6 +28,7 @@ from fedstats.service.store.rows import (
     LiveRun,
     PopulationCount,
     PutReport,
+    RefusalRow,
     ReportRow,
     RoundRow,
     RoundSummary,
@@ -51,6 +52,7 @@ __all__ = [
     "LiveRun",
     "PopulationCount",
     "PutReport",
+    "RefusalRow",
     "ReportRow",
     "RoundRow",
     "RoundSummary",
@@ -498,6 +500,25 @@ class CoreQueries(ABC):
     @abstractmethod
     def purge_idempotency_keys(self, before: float) -> int:
         """Delete the idempotency keys created before ``before`` (unix seconds); return how many."""
+
+    # -- refusals and server secrets (issue 42)
+    @abstractmethod
+    def add_refusal(
+        self, run_id: str, client_id: str, reason: str, message: str, now: float
+    ) -> bool:
+        """Record a device's refusal of a run; False if it refused the run already (nothing written)."""
+
+    @abstractmethod
+    def refusals_of(self, run_id: str) -> list[RefusalRow]:
+        """The refusals of a run, by device id."""
+
+    @abstractmethod
+    def refusal_counts(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """``run id -> devices that refused it`` for the given runs (runs with none are absent)."""
+
+    @abstractmethod
+    def server_secret(self, name: str, candidate: bytes, now: float) -> bytes:
+        """The stored secret ``name``; stores ``candidate`` first if there is none (the first one wins)."""
 
     # -- the change counter
     @abstractmethod

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fedstats.service.store.core import CoreQueries
+from fedstats.service.store.memory_refusals import MemoryRefusalQueries
 from fedstats.service.store.memory_tables import (
     _LIVE,
     _RUN_FIELDS,
@@ -44,7 +45,7 @@ from fedstats.service.store.rows import (
 __all__ = ["MemoryCoreQueries"]
 
 
-class MemoryCoreQueries(MemoryTables, CoreQueries):
+class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
     """:class:`~fedstats.service.store.core.CoreQueries` on in-memory tables (``self.data``).
 
     Reads return the frozen dataclasses of :mod:`.rows` built from the stored rows, never the rows.

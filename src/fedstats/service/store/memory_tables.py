@@ -65,6 +65,8 @@ _COLUMNS = {
         "ledger",
         "idempotency_keys",
         "audit",
+        "refusals",
+        "server_secrets",
         "secure_sessions",
         "secure_messages",
         "secure_withholders",

@@ -21,6 +21,7 @@ __all__ = [
     "LiveRun",
     "PopulationCount",
     "PutReport",
+    "RefusalRow",
     "ReportRow",
     "RoundRow",
     "RoundSummary",
@@ -291,3 +292,25 @@ class PutReport:
     vector: str
     count: int
     digest: str
+
+
+@dataclass(frozen=True)
+class RefusalRow:
+    """A device's refusal of a run (``refusals`` row).
+
+    Attributes
+    ----------
+    run_id, client_id : str
+    reason : str
+        A reason code (:data:`fedstats.service.domain.refusals.REASONS`).
+    message : str
+        What the device said (at most 300 characters, no control character).
+    refused_at : float
+        Unix seconds (the server's clock).
+    """
+
+    run_id: str
+    client_id: str
+    reason: str
+    message: str
+    refused_at: float

@@ -30,6 +30,12 @@ secure_sessions, secure_messages
 state_version
     One row: a counter the run drivers of every server process increment after each state transition,
     so that a process whose devices long-poll learns of transitions made by another (:mod:`fedstats.service.domain.changes`).
+refusals
+    Why a device refused a run (a reason code and a short message naming the user's column or file), one
+    row per (run, device): counted per run for the operator (:mod:`fedstats.service.domain.refusals`).
+server_secrets
+    Secrets the server generates once and keeps across restarts (the request-key secret, unless
+    ``--request-key-secret`` gives one).
 budgets, ledger, audit
     The privacy ledger: budgets per population and per analyst, one charge per run (reserved, then spent
     or released), and an append-only audit log.
@@ -58,6 +64,7 @@ __all__ = [
     "LedgerCharge",
     "Nonce",
     "Operator",
+    "Refusal",
     "Report",
     "RoundRecord",
     "Run",
@@ -65,6 +72,7 @@ __all__ = [
     "SecureMessage",
     "SecureSession",
     "SecureWithholder",
+    "ServerSecret",
     "StateVersion",
     "Task",
 ]
@@ -157,6 +165,26 @@ class Report(Base):
     received_at: Mapped[float] = mapped_column(Float)
     # why the report was left out of its round's sum (None: included)
     excluded: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Refusal(Base):
+    """A device's refusal of a run: its reason code and message (migration 0013)."""
+
+    __tablename__ = "refusals"
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    client_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(String(512))
+    refused_at: Mapped[float] = mapped_column(Float)
+
+
+class ServerSecret(Base):
+    """A secret the server generated once and keeps across restarts (migration 0013)."""
+
+    __tablename__ = "server_secrets"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class SecureSession(Base):
