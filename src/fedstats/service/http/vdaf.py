@@ -49,13 +49,15 @@ from fedstats.errors import DataError, ParameterError, UnavailableError
 from fedstats.randomness import SecureGenerator
 from fedstats.service.domain import vdaf as domain
 from fedstats.service.domain.tasks import NotFoundError
+from fedstats.service.domain.vdaf_group import Upload, upload_reports
 from fedstats.service.http.deps import DeviceAuth, Signed
+from fedstats.service.http.device import Batcher, Offload
 from fedstats.service.http.edge import BadJSON, strict_loads
 from fedstats.service.http.schemas import DEVICE, device_body
 from fedstats.service.store import Store
 from fedstats.wire import auth
 
-__all__ = ["Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
+__all__ = ["Prio3UploadBatcher", "Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
 
 # request bodies (read raw by the handlers), declared for the OpenAPI schema
 _HEX = {"type": "string", "pattern": "^[0-9a-f]*$"}
@@ -155,6 +157,19 @@ def _retry_after(value: str | None) -> float:
         return RETRY_AFTER
 
 
+class Prio3UploadBatcher(Batcher[Upload, bool]):
+    """Group commit of Prio3 uploads (:func:`fedstats.service.domain.vdaf_group.upload_reports`).
+
+    The uploads that arrive while the previous batch is written are written together, in one
+    transaction (one commit), each with the answer or error it would get alone; a quiet server writes
+    each upload at once (:class:`~fedstats.service.http.device.Batcher`).
+    """
+
+    def write(self, items: list[Upload]) -> list[bool | BaseException]:
+        """Write ``items`` (blocking, on the batcher's store thread)."""
+        return upload_reports(self.store, items)
+
+
 def helper_transport(ca: Path | str | None = None, *, timeout: float = 120.0) -> Transport:
     """The leader's HTTP transport to the helper (httpx, TLS verified against ``ca`` or the system store).
 
@@ -251,6 +266,7 @@ def vdaf_router(
         raise ParameterError("batch_size", batch_size, "an integer in [1, 100000]")
     send_to = transport or helper_transport()
     fresh = rng_factory or (lambda: SecureGenerator(os.urandom(32)))
+    uploads = Prio3UploadBatcher(store, Offload(1))  # one store thread: batches are written in turn
     router = APIRouter(prefix="/v1/vdaf/tasks", tags=["vdaf"])
     # this process's name in the aggregation jobs' leases
     owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
@@ -364,17 +380,17 @@ def vdaf_router(
             share = bytes.fromhex(str(d.get("input_share", "")))
         except ValueError:
             raise HTTPException(422, "public_share and input_share must be hex") from None
-        new = await run(
-            domain.upload_report,
-            store,
-            task_id,
-            client_id=signed.client_id,
-            population=signed.population,
-            report_id=d.get("report_id"),
-            public_share=public,
-            input_share=share,
-            nonce=None if use is None else (use.client_id, use.nonce, use.ts),
-            confirm=lambda tx: device.confirm(tx, signed),  # a stale cached device row
+        new = await uploads(
+            Upload(
+                task_id,
+                client_id=signed.client_id,
+                population=signed.population,
+                report_id=d.get("report_id"),
+                public_share=public,
+                input_share=share,
+                nonce=None if use is None else (use.client_id, use.nonce, use.ts),
+                confirm=lambda tx: device.confirm(tx, signed),  # a stale cached device row
+            )
         )
         return {"accepted": True, "duplicate": not new}
 
