@@ -15,6 +15,8 @@ route                                     caller, authentication       effect
 ``GET /{task_id}``                        operator                     the task (signed task: its charge
                                                                        and rounds; round: counts by fate)
 ``POST /{task_id}/reports``               device (signed request)      store this aggregator's report share
+``POST /{task_id}/reports/bulk``          a relay of devices' signed   up to 1000 such uploads in one request,
+                                          uploads (each verified)      each answered as alone
 ``POST /{task_id}/aggregate``             operator, on the leader      run aggregation jobs with the helper
 ``POST /{task_id}/jobs``                  the leader (peer token)      the helper's side of one job
 ``POST /{task_id}/collect``               operator (the collector)     freeze, return the noised share
@@ -45,14 +47,14 @@ from typing import Annotated, Any
 import httpx
 from fastapi import APIRouter, FastAPI, Header, HTTPException, Request
 
-from fedstats.errors import DataError, ParameterError, UnavailableError
+from fedstats.errors import DataError, FedstatsError, ParameterError, UnavailableError
 from fedstats.randomness import SecureGenerator
 from fedstats.service.domain import vdaf as domain
 from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.domain.vdaf_group import Upload, upload_reports
 from fedstats.service.http.deps import DeviceAuth, Signed
 from fedstats.service.http.device import Batcher, Offload
-from fedstats.service.http.edge import BadJSON, strict_loads
+from fedstats.service.http.edge import BadJSON, status_of, strict_loads
 from fedstats.service.http.schemas import DEVICE, device_body
 from fedstats.service.store import Store
 from fedstats.wire import auth
@@ -108,6 +110,29 @@ UPLOAD_BODY = device_body(
         "type": "object",
         "required": ["report_id", "public_share", "input_share"],
         "properties": {"report_id": _ID32, "public_share": _HEX, "input_share": _HEX},
+    }
+)
+MAX_BULK = 1000
+"""Most signed uploads one ``POST /{task_id}/reports/bulk`` carries."""
+BULK_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["reports"],
+        "properties": {
+            "reports": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BULK,
+                "items": {
+                    "type": "object",
+                    "required": ["headers", "body"],
+                    "properties": {
+                        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "body": {"type": "string"},
+                    },
+                },
+            }
+        },
     }
 )
 AGGREGATE_BODY = device_body(
@@ -393,6 +418,79 @@ def vdaf_router(
             )
         )
         return {"accepted": True, "duplicate": not new}
+
+    def _bulk(task_id: str, items: list[Any], device: DeviceAuth) -> list[dict[str, Any]]:
+        """Verify each relayed upload as its own request would be, then store them as one batch."""
+        path = f"/v1/vdaf/tasks/{task_id}/reports"  # what each device signed
+        results: list[dict[str, Any] | None] = [None] * len(items)
+        batch: list[Upload] = []
+        where: list[int] = []
+        for i, item in enumerate(items):
+            try:
+                if (
+                    not isinstance(item, dict)
+                    or not isinstance(item.get("headers"), dict)
+                    or not isinstance(item.get("body"), str)
+                ):
+                    raise HTTPException(422, "reports[]: objects {headers, body}")
+                headers = {str(k).lower(): str(v) for k, v in item["headers"].items()}
+                body = item["body"].encode()
+                cid, use, population = device.verify("POST", path, headers, body, None)
+                try:
+                    d = strict_loads(body)
+                    if not isinstance(d, dict):
+                        raise HTTPException(422, "reports[].body must be an object")
+                    public = bytes.fromhex(str(d.get("public_share", "")))
+                    share = bytes.fromhex(str(d.get("input_share", "")))
+                except (BadJSON, ValueError):
+                    raise HTTPException(
+                        422, "reports[].body: JSON with hex public_share and input_share"
+                    ) from None
+            except HTTPException as exc:
+                results[i] = {"status": exc.status_code, "detail": exc.detail}
+                continue
+            batch.append(
+                Upload(
+                    task_id,
+                    client_id=cid,
+                    population=population,
+                    report_id=d.get("report_id"),
+                    public_share=public,
+                    input_share=share,
+                    nonce=None if use is None else (use.client_id, use.nonce, use.ts),
+                )
+            )
+            where.append(i)
+        for i, got in zip(where, upload_reports(store, batch), strict=True):
+            if isinstance(got, FedstatsError):
+                results[i] = {"status": status_of(got), "detail": str(got)}
+            elif isinstance(got, BaseException):
+                results[i] = {"status": 500, "detail": "internal error"}
+            else:
+                results[i] = {"status": 200, "accepted": True, "duplicate": not got}
+        return [r if r is not None else {"status": 500, "detail": "not processed"} for r in results]
+
+    @router.post("/{task_id}/reports/bulk", openapi_extra=BULK_BODY)
+    async def upload_bulk(task_id: str, request: Request) -> dict[str, Any]:
+        """Devices' signed uploads relayed in one request; each verified and answered as alone.
+
+        Each item is a device's ``POST /{task_id}/reports`` as it signed it: its signature headers and
+        its body (JSON as a string). An ingestion front end can gather the uploads that reach it and
+        forward them here in one request: the aggregator checks every device's signature, nonce and
+        report as for the single route and writes the batch with one commit
+        (:func:`fedstats.service.domain.vdaf_group.upload_reports`). A relay sees what it relays: one
+        that forwards both shares of a report learns the measurement, so each aggregator's uploads go
+        through that aggregator's own front end. The answer ``{"results": [...]}`` holds, per item in
+        order, ``{"status": 200, "accepted", "duplicate"}`` or ``{"status", "detail"}`` (the single
+        route's status and message).
+        """
+        device: DeviceAuth = request.app.state.device_auth
+        d = _json(await request.body())
+        items = d.get("reports")
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BULK:
+            raise HTTPException(422, f"reports: a list of 1 to {MAX_BULK} signed uploads")
+        out: list[dict[str, Any]] = await run(_bulk, task_id, items, device)
+        return {"results": out}
 
     def _drive(task_id: str, size: int) -> dict[str, int]:
         with store.transaction(read_only=True) as tx:
