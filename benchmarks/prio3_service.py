@@ -3,7 +3,8 @@
 Usage (from the repository root)::
 
     python benchmarks/prio3_service.py [--n 10000] [--procs 2] [--db both] [--variants count,sum,histogram]
-        [--batch-size 1000] [--shard-n 300] [--ref-n 20] [--quick] [--output prio3_service]
+        [--upload both] [--single-n N] [--batch-size 1000] [--shard-n 300] [--ref-n 20] [--quick]
+        [--shard-only] [--profile DIR] [--output prio3_service]
 
 For each store (SQLite, and PostgreSQL at 127.0.0.1:5432, database ``test``, two fresh schemas) and each
 variant (Prio3Count, Prio3Sum with ``max_measurement`` 255, i.e. 8 bits, Prio3Histogram with 100 buckets
@@ -16,7 +17,10 @@ and ``chunk_length`` 10):
 2. **upload**: ``--procs`` client processes play the devices: each device shards its measurement as a
    device does (:func:`fedstats.client.vdaf.shard_report`, one report at a time) and uploads the leader's
    share to the leader and the helper's to the helper, each in a request signed with its Ed25519 key (as
-   :class:`fedstats.client.vdaf.Prio3Uploader`); the client processes' CPU is not counted;
+   :class:`fedstats.client.vdaf.Prio3Uploader`); the client processes' CPU is not counted. With
+   ``--upload bulk`` the same signed uploads reach each aggregator relayed in
+   ``POST /v1/vdaf/tasks/{id}/reports/bulk`` requests (an aggregator's ingestion front end);
+   ``--upload both`` (the default) measures both ways, ``--single-n`` caps the single-request cases;
 3. **aggregate**: the operator's ``POST /v1/vdaf/tasks/{id}/aggregate`` on the leader, which runs the
    aggregation jobs (``--batch-size`` reports each) with the helper: both prepare, decide, aggregate and
    store;
@@ -619,6 +623,11 @@ def main() -> None:
     )
     ap.add_argument("--no-write", dest="write", action="store_false")
     ap.add_argument(
+        "--shard-only",
+        action="store_true",
+        help="time the single-report shards against the reference only (no servers)",
+    )
+    ap.add_argument(
         "--profile",
         type=Path,
         default=None,
@@ -640,7 +649,7 @@ def main() -> None:
         shards[name] = shard_times(name, shard_n, ref_n, a.ref_python, a.ref_src)
         print(json.dumps({"shard": name, **shards[name]}), flush=True)
     runs = []
-    modes = ["bulk", "single"] if a.upload == "both" else [a.upload]
+    modes = [] if a.shard_only else ["bulk", "single"] if a.upload == "both" else [a.upload]
     kinds = ["sqlite", "postgresql"] if db == "both" else [db]
     for kind, mode, name in [(k, m, v) for k in kinds for m in modes for v in names]:
         with tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,7 @@ API's checks and errors; any other variant or form goes through the circuit's ow
 from __future__ import annotations
 
 import functools
+import operator
 import struct
 from collections.abc import Sequence
 from typing import Any
@@ -123,6 +124,35 @@ def _ntt(vals: list[int], n: int, p: int, rev: list[int], stages: list[list[int]
     return x
 
 
+_MATRIX_MAX = 64  # wires up to this length extend by a cached matrix (n^2 inverses to build it)
+
+
+@functools.lru_cache(maxsize=32)
+def _coset_matrix(field: type[Field], n: int) -> list[list[int]]:
+    """The coset extension matrix of size ``n``: row ``i`` gives the value at ``s w^i``.
+
+    Row ``i`` holds the Lagrange weights giving a polynomial's value at ``s w^i`` from its values at the
+    ``w^k`` (``w = root(n)``, ``s = root(2n)``): ``L_k(x) = (x^n - 1) / (n (x / w^k - 1))`` and
+    ``x^n = s^n = -1``, so ``L_k(s w^i) = -2 / (n (s w^(i-k) - 1))``.
+    """
+    p = field.MODULUS
+    w = field.root_powers(n)
+    s = field.root(2 * n)
+    minus_two_over_n = (-2 * pow(n, p - 2, p)) % p
+    return [
+        [minus_two_over_n * pow((s * w[(i - k) % n] - 1) % p, p - 2, p) % p for k in range(n)]
+        for i in range(n)
+    ]
+
+
+@functools.lru_cache(maxsize=8)
+def _halves(field: type[Field]) -> tuple[int, int]:
+    """``1/2`` and ``root(4)/2`` in ``field`` (the extension of a length-2 wire)."""
+    p = field.MODULUS
+    half = (p + 1) // 2
+    return half, field.root(4) * half % p
+
+
 def _extend(field: type[Field], wire: list[int], out_len: int) -> list[int]:
     """A wire polynomial's values at the ``out_len``-th roots from its ``n`` values (``out_len = 2n``)."""
     n = len(wire)
@@ -133,10 +163,15 @@ def _extend(field: type[Field], wire: list[int], out_len: int) -> list[int]:
         return [wire[0], wire[0]]
     if n == 2:  # f = a + b x with f(1) = v0, f(-1) = v1; the odd points are s and s^3 = -s
         a, b = wire
-        half = (p + 1) // 2
-        c0, c1 = (a + b) * half % p, (a - b) * half % p
-        cs = c1 * _tables(field, 2)[2][1] * 2 % p  # c1 * s (the twist holds s^k / 2)
+        half, s_half = _halves(field)
+        c0, cs = (a + b) * half % p, (a - b) * s_half % p  # f(s) = c0 + c1 s, c1 = (a - b) / 2
         return [a, (c0 + cs) % p, b, (c0 - cs) % p]
+    if n <= _MATRIX_MAX:  # one n x n product: fewer Python-level steps than two transforms
+        odd = [sum(map(operator.mul, row, wire)) % p for row in _coset_matrix(field, n)]
+        out = [0] * (2 * n)
+        out[0::2] = wire
+        out[1::2] = odd
+        return out
     rev, stages, twist = _tables(field, n)
     raw = _ntt(wire, n, p, rev, stages)
     coeffs_n = [raw[(-i) % n] for i in range(n)]  # n * coefficients

@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fedstats.errors import FedstatsError
 from fedstats.service.domain.vdaf import _check_round_member, upload_report, vdaf_from_spec
 from fedstats.service.store import State, Store
 from fedstats.service.store.vdaf import VdafTaskRow
@@ -87,7 +86,7 @@ def _put(tx: State, uploads: Sequence[Upload]) -> tuple[list[int], set[int]]:
             vdaf.decode_input_shares(0 if task.role == "leader" else 1, [u.input_share])
             if task.signed_id is not None:
                 _check_round_member(tx, task, u.client_id)
-        except FedstatsError:
+        except Exception:  # FedstatsError, or the HTTP layer's confirm refusing a stale device row
             exact.add(i)
             continue
         by_task.setdefault(u.task_id, []).append(i)
