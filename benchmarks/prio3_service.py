@@ -26,7 +26,7 @@ and ``chunk_length`` 10):
    store;
 4. **collect** both aggregate shares; the result must equal the true sum (else the run fails).
 
-``cpu_ms_per_report`` of each aggregator is the CPU (user + system, ``psutil`` on the server PIDs and their
+``cpu_ms_per_report`` of each aggregator is the CPU (user + system, ``/proc`` of the server PIDs and their
 children) of phases 2 and 3 over ``--n``; the phases are reported apart too. Beside it, in the same run,
 the device's **single-report shard** time (``Prio3.shard``, CPU per report over ``--shard-n`` reports)
 against the CFRG reference implementation's ``shard`` (``--ref-n`` reports in its own Python 3.12
@@ -60,7 +60,6 @@ from typing import Any
 
 import httpx
 import numpy as np
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -105,15 +104,16 @@ def _port() -> int:
 
 
 def _cpu(pid: int) -> float:
-    """User + system CPU seconds of a process and its children (psutil)."""
-    p = psutil.Process(pid)
-    total = sum(p.cpu_times()[:2])
-    for c in p.children(recursive=True):
-        try:
-            total += sum(c.cpu_times()[:2])
-        except psutil.NoSuchProcess:
-            pass
-    return float(total)
+    """User + system CPU seconds of a process and its children, from ``/proc`` (Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in task.read_text().split():
+            total += _cpu(int(child))
+    return total
 
 
 @contextmanager
