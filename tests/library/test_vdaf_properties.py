@@ -21,6 +21,7 @@ from fedstats.vdaf import (
     Prio3MultihotCountVec,
     Prio3Sum,
     Prio3SumVec,
+    Prio3SumVecWithMultiproof,
 )
 from fedstats.vdaf.field import Field
 from fedstats.vdaf.flp import inv_ntt, lagrange_weights, ntt
@@ -300,3 +301,40 @@ def test_the_docs_example_runs_and_prints_the_histogram(capsys: Any) -> None:
     code = page.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/vdaf.md", "exec"), {})
     assert capsys.readouterr().out.strip() == "[1, 0, 2, 0]"
+
+
+@pytest.mark.parametrize(
+    ("vdaf", "draw"),
+    [
+        (Prio3Count(), lambda r: int(r.integers(0, 2))),
+        (Prio3Count(shares=3), lambda r: int(r.integers(0, 2))),
+        (Prio3Sum(max_measurement=200), lambda r: int(r.integers(0, 201))),
+        (Prio3Histogram(length=7, chunk_length=3), lambda r: int(r.integers(0, 7))),
+        (Prio3Histogram(length=100, chunk_length=10, shares=3), lambda r: int(r.integers(0, 100))),
+        (Prio3SumVec(length=5, max_measurement=3, chunk_length=2), lambda r: r.integers(0, 4, 5)),
+        (
+            Prio3MultihotCountVec(length=6, max_weight=2, chunk_length=2),
+            lambda r: [1, 0, 0, 0, 1, 0],
+        ),
+        (
+            Prio3SumVecWithMultiproof(
+                field=Field64, num_proofs=3, length=4, max_measurement=1, chunk_length=2
+            ),
+            lambda r: r.integers(0, 2, 4),
+        ),
+    ],
+)
+def test_single_report_shard_is_the_batch_apis_bytes(vdaf: Prio3, draw: Any) -> None:
+    """shard() (plain ints, fedstats.vdaf.single) gives the batch API's encodings for the same rand."""
+    rng = np.random.default_rng(7)
+    for _ in range(4):
+        m, nonce, rand = draw(rng), os.urandom(16), os.urandom(vdaf.RAND_SIZE)
+        public, shares = vdaf.shard(CTX, m, nonce, rand)
+        batch = vdaf.shard_batch(CTX, [m], [nonce], [rand])
+        want = vdaf.encode_public_share(
+            None if batch.public_shares is None else batch.public_shares[0]
+        )
+        assert public == want
+        assert shares == [vdaf.encode_input_share(s, 0) for s in batch.input_shares]
+    with pytest.raises(ParameterError, match="measurement"):
+        vdaf.shard(CTX, 10**6, os.urandom(16))

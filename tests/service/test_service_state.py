@@ -340,6 +340,13 @@ class TestStateParity:
             assert tx.vdaf_pending("v1", 2) == ["r2", "r1"]
             share = tx.vdaf_report_of("v1", "zz", "c")
             assert share is not None and share.report_id == "r3"
+            clash = tx.vdaf_reports_of_many("v1", ["r1", "zz"], ["c", "y"])
+            assert sorted(r.report_id for r in clash) == ["r1", "r3"]
+            assert tx.vdaf_reports_of_many("v2", ["r1"], ["a"]) == []
+            tx.add_vdaf_reports("v2", [("q1", "a", b"p", b"i"), ("q2", "b", b"P", b"I")], 25.0)
+            assert tx.vdaf_pending("v2", 5) == ["q1", "q2"]
+            got = tx.vdaf_shares("v2", ["q2"])["q2"]
+            assert (got.client_id, got.public_share, got.input_share) == ("b", b"P", b"I")
             assert tx.take_vdaf_reports("v1", ["r2", "r1"], "j1") == 2
             assert tx.take_vdaf_reports("v1", ["r2", "r3"], "j2") == 1
             tx.add_vdaf_job("v1", "j1", ["r2", "r1"], 40.0, lease_owner="me", lease_until=50.0)

@@ -50,6 +50,17 @@ import numpy.typing as npt
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.vdaf import flp as flp_mod
 from fedstats.vdaf.field import Field, FieldArray
+from fedstats.vdaf.single import (
+    USAGE_JOINT_RAND_PART,
+    USAGE_JOINT_RAND_SEED,
+    USAGE_JOINT_RANDOMNESS,
+    USAGE_MEAS_SHARE,
+    USAGE_PROOF_SHARE,
+    USAGE_PROVE_RANDOMNESS,
+    USAGE_QUERY_RANDOMNESS,
+    shard_one,
+    supported,
+)
 from fedstats.vdaf.xof import SEED_SIZE, derive_seeds, expand_into_vecs
 
 __all__ = [
@@ -61,16 +72,9 @@ __all__ = [
     "VerifyState",
 ]
 
-VERSION = 18  # the draft's VERSION constant (§2), unchanged since draft 18
+VERSION = 18  # the draft's VERSION constant (§2), unchanged since draft 18 (also in single.py)
 NONCE_SIZE = 16
 
-USAGE_MEAS_SHARE = 1
-USAGE_PROOF_SHARE = 2
-USAGE_JOINT_RANDOMNESS = 3
-USAGE_PROVE_RANDOMNESS = 4
-USAGE_QUERY_RANDOMNESS = 5
-USAGE_JOINT_RAND_SEED = 6
-USAGE_JOINT_RAND_PART = 7
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -186,6 +190,7 @@ class Prio3:
         self.field: type[Field] = circuit.field
         self.uses_joint_rand = self.flp.JOINT_RAND_LEN > 0
         self.RAND_SIZE = shares * SEED_SIZE * (2 if self.uses_joint_rand else 1)
+        self._single = supported(self)  # shard() takes the single-report path
 
     # --- helpers (§7.2.6) -----------------------------------------------------------------------
     def domain_separation_tag(self, usage: int, ctx: bytes) -> bytes:
@@ -695,11 +700,19 @@ class Prio3:
     ) -> tuple[bytes, list[bytes]]:
         """Shard one measurement; returns the encoded public share and input shares (§7.2.1).
 
+        A device's path: plain Python integers and cached NTT tables (:mod:`fedstats.vdaf.single`),
+        without the batch API's numpy overhead; the same bytes as :meth:`shard_batch`.
+
         Raises
         ------
         ParameterError
             If the measurement, nonce or ``rand`` is invalid.
         """
+        if self._single:
+            nonce = _check_bytes("nonce", nonce, NONCE_SIZE)
+            rand = os.urandom(self.RAND_SIZE) if rand is None else rand
+            rand = _check_bytes("rand", rand, self.RAND_SIZE)
+            return shard_one(self, ctx, measurement, nonce, rand)
         batch = self.shard_batch(ctx, [measurement], [nonce], None if rand is None else [rand])
         public = self.encode_public_share(
             None if batch.public_shares is None else batch.public_shares[0]

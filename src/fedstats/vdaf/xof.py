@@ -17,6 +17,7 @@ Examples
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,14 @@ from Crypto.Hash import TurboSHAKE128
 from fedstats.errors import ParameterError
 from fedstats.vdaf.field import Field, FieldArray
 
-__all__ = ["SEED_SIZE", "XofTurboShake128", "derive_seeds", "expand_into_vecs", "turboshake_many"]
+__all__ = [
+    "SEED_SIZE",
+    "XofTurboShake128",
+    "derive_seeds",
+    "expand_into_vecs",
+    "turboshake_many",
+    "turboshake_one",
+]
 
 SEED_SIZE = 32
 
@@ -196,6 +204,51 @@ def _turboshake_raw(messages: Sequence[bytes], nbytes: int) -> bytes:
             raise RuntimeError("keccak_squeeze failed")
         out.append(get_raw_buffer(buf))
     return b"".join(out)
+
+
+class _OneState(threading.local):
+    """A thread's reusable Keccak state and output buffers for :func:`turboshake_one`."""
+
+    def __init__(self) -> None:
+        from Crypto.Hash.keccak import _raw_keccak_lib as lib
+        from Crypto.Util._raw_api import SmartPointer, VoidPointer, create_string_buffer
+
+        state = VoidPointer()
+        if lib.keccak_init(state.address_of(), 32, 12):
+            raise RuntimeError("keccak_init failed")
+        self.lib = lib
+        self.owner = SmartPointer(state.get(), lib.keccak_destroy)
+        self.sp = self.owner.get()
+        self.new_buffer = create_string_buffer
+        self.buffers: dict[int, Any] = {}
+
+
+_ONE: _OneState | None = None
+
+
+def turboshake_one(message: bytes, nbytes: int) -> bytes:
+    """``TurboSHAKE128(message, D=1, L=nbytes)`` of one message (a device's single-report path).
+
+    On the raw backend (see :func:`turboshake_many`) one Keccak state and output buffer per thread and
+    size are kept and reset between calls: no allocation per call.
+    """
+    global _ONE, _BACKEND
+    if _BACKEND is None:
+        _BACKEND = _select_backend()
+    if _BACKEND is not _turboshake_raw:
+        return _turboshake_public([message], nbytes)
+    if _ONE is None:
+        _ONE = _OneState()
+    one = _ONE
+    buf = one.buffers.get(nbytes)
+    if buf is None:
+        buf = one.buffers[nbytes] = one.new_buffer(nbytes)
+    lib, sp = one.lib, one.sp
+    if lib.keccak_reset(sp) or lib.keccak_absorb(sp, message, len(message)):
+        raise RuntimeError("keccak_absorb failed")
+    if lib.keccak_squeeze(sp, buf, nbytes, 1):
+        raise RuntimeError("keccak_squeeze failed")
+    return bytes(buf)
 
 
 def _select_backend() -> Any:

@@ -9,6 +9,7 @@ aggregation jobs :mod:`~fedstats.service.domain.vdaf_jobs`, collection
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import time
@@ -94,7 +95,7 @@ def vdaf_from_spec(spec: Mapping[str, Any]) -> Prio3:
     kind = spec.get("type")
     if kind not in _VARIANTS:
         raise ParameterError("vdaf.type", kind, f"one of {sorted(_VARIANTS)}")
-    cls, keys = _VARIANTS[str(kind)]
+    keys = _VARIANTS[str(kind)][1]
     extra = set(spec) - set(keys) - {"type"}
     if extra:
         raise ParameterError(f"vdaf.{sorted(extra)[0]}", "present", f"only the keys {list(keys)}")
@@ -107,7 +108,13 @@ def vdaf_from_spec(spec: Mapping[str, Any]) -> Prio3:
         args[k] = v
     if args.get("length", 1) > _MAX_OUTPUT:
         raise ParameterError("vdaf.length", args["length"], f"an integer in [1, {_MAX_OUTPUT}]")
-    return cls(**args)
+    return _prio3(str(kind), tuple(sorted(args.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _prio3(kind: str, args: tuple[tuple[str, int], ...]) -> Prio3:
+    """The Prio3 instance of a checked spec, built once per process (an upload or job reuses it)."""
+    return _VARIANTS[kind][0](**dict(args))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ route                                     caller, authentication       effect
 ``POST /{task_id}/reports``               device (signed request)      store this aggregator's report share;
                                                                        the leader answers a receipt that the
                                                                        helper requires (``leader_receipt``)
+``POST /{task_id}/reports/bulk``          a relay of devices' signed   up to 1000 such uploads in one request,
+                                          uploads (each verified)      each answered as alone
 ``POST /{task_id}/aggregate``             operator, on the leader      run aggregation jobs with the helper
 ``POST /{task_id}/jobs``                  the leader (peer token)      the helper's side of one job
 ``POST /{task_id}/collect``               operator (the collector)     freeze, return the noised share; 409
@@ -58,21 +60,32 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
-from fastapi import APIRouter, FastAPI, Header, HTTPException, Request, Response
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
 
-from fedstats.errors import DataError, ParameterError, UnavailableError
+from fedstats.errors import DataError, FedstatsError, ParameterError, UnavailableError
 from fedstats.randomness import SecureGenerator
 from fedstats.service.domain import vdaf as domain
 from fedstats.service.domain import vdaf_admin
 from fedstats.service.domain.changes import Changes, check_wait
 from fedstats.service.domain.tasks import NotFoundError
-from fedstats.service.http.deps import DeviceAuth, Signed
-from fedstats.service.http.edge import BadJSON, strict_loads
+from fedstats.service.domain.vdaf_group import Upload, upload_reports
+from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest
+from fedstats.service.http.edge import BadJSON, status_of, strict_loads
+from fedstats.service.http.fastpath import Batcher, Offload, direct_route
 from fedstats.service.http.schemas import DEVICE, device_body
 from fedstats.service.store import Store
 from fedstats.wire import auth
 
-__all__ = ["MAX_WAIT", "RECHECK", "Transport", "add_vdaf_routes", "helper_transport", "vdaf_router"]
+__all__ = [
+    "MAX_WAIT",
+    "RECHECK",
+    "Prio3UploadBatcher",
+    "Transport",
+    "add_vdaf_routes",
+    "helper_transport",
+    "vdaf_router",
+]
 
 MAX_WAIT = 25.0
 """Longest a device's ``GET /v1/vdaf/work`` is held (seconds)."""
@@ -138,6 +151,29 @@ UPLOAD_BODY = device_body(
         },
     }
 )
+MAX_BULK = 1000
+"""Most signed uploads one ``POST /{task_id}/reports/bulk`` carries."""
+BULK_BODY = device_body(
+    {
+        "type": "object",
+        "required": ["reports"],
+        "properties": {
+            "reports": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BULK,
+                "items": {
+                    "type": "object",
+                    "required": ["headers", "body"],
+                    "properties": {
+                        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "body": {"type": "string"},
+                    },
+                },
+            }
+        },
+    }
+)
 AGGREGATE_BODY = device_body(
     {
         "type": "object",
@@ -183,6 +219,25 @@ def _retry_after(value: str | None) -> float:
         return min(3600.0, max(1.0, float(value))) if value else RETRY_AFTER
     except ValueError:
         return RETRY_AFTER
+
+
+def _uploaded(done: domain.Uploaded) -> dict[str, Any]:
+    """An upload's answer: accepted, whether it repeated an identical upload, the leader's receipt."""
+    receipt = None if done.receipt is None else done.receipt.hex()
+    return {"accepted": True, "duplicate": not done.new, "receipt": receipt}
+
+
+class Prio3UploadBatcher(Batcher[Upload, domain.Uploaded]):
+    """Group commit of Prio3 uploads (:func:`fedstats.service.domain.vdaf_group.upload_reports`).
+
+    The uploads that arrive while the previous batch is written are written together, in one
+    transaction (one commit), each with the answer or error it would get alone; a quiet server writes
+    each upload at once (:class:`~fedstats.service.http.device.Batcher`).
+    """
+
+    def write(self, items: list[Upload]) -> list[domain.Uploaded | BaseException]:
+        """Write ``items`` (blocking, on the batcher's store thread)."""
+        return upload_reports(self.store, items)
 
 
 def helper_transport(ca: Path | str | None = None, *, timeout: float = 120.0) -> Transport:
@@ -281,6 +336,7 @@ def vdaf_router(
         raise ParameterError("batch_size", batch_size, "an integer in [1, 100000]")
     send_to = transport or helper_transport()
     fresh = rng_factory or (lambda: SecureGenerator(os.urandom(32)))
+    uploads = Prio3UploadBatcher(store, Offload(1))  # one store thread: batches are written in turn
     router = APIRouter(prefix="/v1/vdaf/tasks", tags=["vdaf"])
     outer = APIRouter(tags=["vdaf"])
     wake = Changes()  # this process's changes of signed tasks: wake the devices' held work polls
@@ -388,10 +444,9 @@ def vdaf_router(
         out: dict[str, Any] = await run(_info, task_id)
         return out
 
-    @router.post("/{task_id}/reports", openapi_extra=UPLOAD_BODY, **DEVICE)
-    async def upload(task_id: str, request: Request, signed: Signed) -> dict[str, Any]:
-        """A device's report share (signed request)."""
-        device: DeviceAuth = request.app.state.device_auth
+    async def upload_effect(
+        task_id: str, signed: SignedRequest, device: DeviceAuth
+    ) -> dict[str, Any]:
         use = signed.nonce
         d = _json(signed.body)
         try:
@@ -403,24 +458,117 @@ def vdaf_router(
             raise HTTPException(
                 422, "public_share, input_share and leader_receipt must be hex"
             ) from None
-        done: domain.Uploaded = await run(
-            domain.upload_report,
-            store,
-            task_id,
-            client_id=signed.client_id,
-            population=signed.population,
-            report_id=d.get("report_id"),
-            public_share=public,
-            input_share=share,
-            leader_receipt=leader_receipt,
-            nonce=None if use is None else (use.client_id, use.nonce, use.ts),
-            confirm=lambda tx: device.confirm(tx, signed),  # a stale cached device row
+        done: domain.Uploaded = await uploads(
+            Upload(
+                task_id,
+                client_id=signed.client_id,
+                population=signed.population,
+                report_id=d.get("report_id"),
+                public_share=public,
+                input_share=share,
+                leader_receipt=leader_receipt,
+                nonce=None if use is None else (use.client_id, use.nonce, use.ts),
+                confirm=lambda tx: device.confirm(tx, signed),  # a stale cached device row
+            )
         )
-        return {
-            "accepted": True,
-            "duplicate": not done.new,
-            "receipt": None if done.receipt is None else done.receipt.hex(),
-        }
+        return _uploaded(done)
+
+    async def upload_fast(request: Request, slow: Any) -> Response:  # noqa: ARG001 - any path
+        # the route has only a str path parameter: every request is well formed for it
+        device: DeviceAuth = request.app.state.device_auth
+        task_id = str(request.path_params.get("task_id", ""))
+        return JSONResponse(await upload_effect(task_id, await device(request), device))
+
+    async def upload(task_id: str, request: Request, signed: Signed) -> dict[str, Any]:
+        """A device's report share (signed request); the leader answers its receipt."""
+        return await upload_effect(task_id, signed, request.app.state.device_auth)
+
+    # a device's upload goes straight to its handler (DirectRoutes), past the router's scan
+    router.add_api_route(
+        "/{task_id}/reports",
+        upload,
+        methods=["POST"],
+        route_class_override=direct_route(upload_fast, lambda _s, _p: True),
+        openapi_extra=UPLOAD_BODY,
+        **DEVICE,
+    )
+
+    def _bulk(task_id: str, items: list[Any], device: DeviceAuth) -> list[dict[str, Any]]:
+        """Verify each relayed upload as its own request would be, then store them as one batch."""
+        path = f"/v1/vdaf/tasks/{task_id}/reports"  # what each device signed
+        results: list[dict[str, Any] | None] = [None] * len(items)
+        batch: list[Upload] = []
+        where: list[int] = []
+        for i, item in enumerate(items):
+            try:
+                if (
+                    not isinstance(item, dict)
+                    or not isinstance(item.get("headers"), dict)
+                    or not isinstance(item.get("body"), str)
+                ):
+                    raise HTTPException(422, "reports[]: objects {headers, body}")
+                headers = {str(k).lower(): str(v) for k, v in item["headers"].items()}
+                body = item["body"].encode()
+                cid, use, population = device.verify("POST", path, headers, body, None)
+                try:
+                    d = strict_loads(body)
+                    if not isinstance(d, dict):
+                        raise HTTPException(422, "reports[].body must be an object")
+                    public = bytes.fromhex(str(d.get("public_share", "")))
+                    share = bytes.fromhex(str(d.get("input_share", "")))
+                    receipt = d.get("leader_receipt")
+                    leader_receipt = None if receipt is None else bytes.fromhex(str(receipt))
+                except (BadJSON, ValueError):
+                    raise HTTPException(
+                        422,
+                        "reports[].body: JSON with hex public_share, input_share and leader_receipt",
+                    ) from None
+            except HTTPException as exc:
+                results[i] = {"status": exc.status_code, "detail": exc.detail}
+                continue
+            batch.append(
+                Upload(
+                    task_id,
+                    client_id=cid,
+                    population=population,
+                    report_id=d.get("report_id"),
+                    public_share=public,
+                    input_share=share,
+                    leader_receipt=leader_receipt,
+                    nonce=None if use is None else (use.client_id, use.nonce, use.ts),
+                )
+            )
+            where.append(i)
+        for i, got in zip(where, upload_reports(store, batch), strict=True):
+            if isinstance(got, FedstatsError):
+                results[i] = {"status": status_of(got), "detail": str(got)}
+            elif isinstance(got, BaseException):
+                results[i] = {"status": 500, "detail": "internal error"}
+            else:
+                results[i] = {"status": 200, **_uploaded(got)}
+        return [r if r is not None else {"status": 500, "detail": "not processed"} for r in results]
+
+    @router.post("/{task_id}/reports/bulk", openapi_extra=BULK_BODY)
+    async def upload_bulk(task_id: str, request: Request) -> dict[str, Any]:
+        """Devices' signed uploads relayed in one request; each verified and answered as alone.
+
+        Each item is a device's ``POST /{task_id}/reports`` as it signed it: its signature headers and
+        its body (JSON as a string). An ingestion front end can gather the uploads that reach it and
+        forward them here in one request: the aggregator checks every device's signature, nonce and
+        report as for the single route and writes the batch with one commit
+        (:func:`fedstats.service.domain.vdaf_group.upload_reports`). A relay sees what it relays: one
+        that forwards both shares of a report learns the measurement, so each aggregator's uploads go
+        through that aggregator's own front end. The answer ``{"results": [...]}`` holds, per item in
+        order, ``{"status": 200, "accepted", "duplicate", "receipt"}`` or ``{"status", "detail"}`` (the
+        single route's status and message).
+        """
+        device: DeviceAuth = request.app.state.device_auth
+        d = _json(await request.body())
+        items = d.get("reports")
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BULK:
+            raise HTTPException(422, f"reports: a list of 1 to {MAX_BULK} signed uploads")
+        out: list[dict[str, Any]] = await run(_bulk, task_id, items, device)
+        return {"results": out}
 
     def _drive(task_id: str, size: int) -> dict[str, int]:
         with store.transaction(read_only=True) as tx:

@@ -126,6 +126,24 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
         }
         self._insert("vdaf_reports", (task_id, report_id), values)
 
+    def vdaf_reports_of_many(
+        self, task_id: str, report_ids: Sequence[str], client_ids: Sequence[str]
+    ) -> list[VdafShareRow]:
+        """See :meth:`VdafQueries.vdaf_reports_of_many`."""
+        rids, cids = set(report_ids), set(client_ids)
+        return [
+            _share(r)
+            for r in self._reports_of(task_id)
+            if r.report_id in rids or r.client_id in cids
+        ]
+
+    def add_vdaf_reports(
+        self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
+    ) -> None:
+        """See :meth:`VdafQueries.add_vdaf_reports`."""
+        for rid, cid, public, share in reports:
+            self.add_vdaf_report(task_id, rid, cid, public, share, received_at)
+
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
         """See :meth:`VdafQueries.vdaf_shares`."""
         rows = self._t("vdaf_reports")

@@ -402,6 +402,18 @@ class VdafQueries(ABC):
         """Insert a pending report share."""
 
     @abstractmethod
+    def vdaf_reports_of_many(
+        self, task_id: str, report_ids: Sequence[str], client_ids: Sequence[str]
+    ) -> list[VdafShareRow]:
+        """The task's reports whose id is among ``report_ids`` or whose device among ``client_ids``."""
+
+    @abstractmethod
+    def add_vdaf_reports(
+        self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
+    ) -> None:
+        """Insert pending report shares ``(report_id, client_id, public_share, input_share)`` at once."""
+
+    @abstractmethod
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
         """The stored shares among ``report_ids``, by report id (missing ids are absent)."""
 
@@ -626,6 +638,44 @@ class SqlVdafQueries(VdafQueries):
                 status="pending",
                 reason=None,
             )
+        )
+
+    def vdaf_reports_of_many(
+        self, task_id: str, report_ids: Sequence[str], client_ids: Sequence[str]
+    ) -> list[VdafShareRow]:
+        """See :meth:`VdafQueries.vdaf_reports_of_many`."""
+        if not report_ids and not client_ids:
+            return []
+        rows = self.conn.execute(
+            select(_R.report_id, _R.client_id, _R.public_share, _R.input_share, _R.job_id).where(
+                _R.task_id == task_id,
+                _R.report_id.in_(list(report_ids)) | _R.client_id.in_(list(client_ids)),
+            )
+        ).all()
+        return [self._share(r) for r in rows]
+
+    def add_vdaf_reports(
+        self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
+    ) -> None:
+        """See :meth:`VdafQueries.add_vdaf_reports` (one ``executemany``)."""
+        if not reports:
+            return
+        self.conn.execute(
+            insert(vdaf_reports),
+            [
+                {
+                    "task_id": task_id,
+                    "report_id": rid,
+                    "client_id": cid,
+                    "public_share": public,
+                    "input_share": share,
+                    "received_at": received_at,
+                    "job_id": None,
+                    "status": "pending",
+                    "reason": None,
+                }
+                for rid, cid, public, share in reports
+            ],
         )
 
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
