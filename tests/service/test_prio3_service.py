@@ -575,15 +575,25 @@ def test_bulk_uploads_are_each_verified_and_answered_as_alone(tmp_path: Path) ->
         task = pair.task(COUNT)
         path = f"/v1/vdaf/tasks/{task.task_id}/reports"
         devs = [pair.device(f"d{i}") for i in range(4)]
-        per_agg: list[list[dict[str, Any]]] = [[], []]
-        for i, d in enumerate(devs):
-            rid, public, shares = shard_report(task, i % 2)
-            for j, share in enumerate(shares):
-                body = json.dumps(
-                    {"report_id": rid, "public_share": public.hex(), "input_share": share.hex()}
-                )
+        sharded = [shard_report(task, i % 2) for i in range(len(devs))]
+
+        def signed(j: int, receipts: list[Any]) -> list[dict[str, Any]]:
+            """Aggregator ``j``'s signed uploads (the helper's carry the leader's receipts)."""
+            items = []
+            for d, (rid, public, shares), receipt in zip(devs, sharded, receipts, strict=True):
+                doc = {
+                    "report_id": rid,
+                    "public_share": public.hex(),
+                    "input_share": shares[j].hex(),
+                }
+                if receipt is not None:
+                    doc["leader_receipt"] = receipt
+                body = json.dumps(doc)
                 headers = auth.sign_request(d._key, d.client_id, "POST", path, body.encode())
-                per_agg[j].append({"headers": headers, "body": body})
+                items.append({"headers": headers, "body": body})
+            return items
+
+        per_agg: list[list[dict[str, Any]]] = [signed(0, [None] * len(devs))]
         forged = dict(per_agg[0][0], body=per_agg[0][0]["body"].replace('"report_id": "', '"x": "'))
         second = shard_report(task, 1)
         body = json.dumps(
@@ -595,14 +605,19 @@ def test_bulk_uploads_are_each_verified_and_answered_as_alone(tmp_path: Path) ->
             ),
             "body": body,
         }
-        for client, items, extra in (
-            (pair.leader, per_agg[0], [forged, per_agg[0][2], other]),
-            (pair.helper, per_agg[1], []),
-        ):
-            r = client.post(path + "/bulk", json={"reports": items + extra})
-            assert r.status_code == 200, r.text
-            got = [x["status"] for x in r.json()["results"]]
-            assert got == [200] * len(items) + [401, 403, 409][: len(extra)], r.json()
+        # the leader first: its answers carry the receipts that the helper requires
+        r = pair.leader.post(
+            path + "/bulk", json={"reports": [*per_agg[0], forged, per_agg[0][2], other]}
+        )
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert [x["status"] for x in results] == [200] * len(devs) + [401, 403, 409], results
+        receipts = [x["receipt"] for x in results[: len(devs)]]
+        assert all(isinstance(x, str) and len(x) == 64 for x in receipts)
+        unreceipted = signed(1, [None] * len(devs))[0]  # the helper refuses a report without one
+        r = pair.helper.post(path + "/bulk", json={"reports": [*signed(1, receipts), unreceipted]})
+        assert r.status_code == 200, r.text
+        assert [x["status"] for x in r.json()["results"]] == [200] * len(devs) + [403], r.json()
         assert pair.leader.post(path + "/bulk", json={"reports": []}).status_code == 422
         got = collect(task, pair.leader, pair.helper)
         assert (got.result, got.accepted, got.rejected) == ([2], 4, 0)
