@@ -61,6 +61,7 @@ __all__ = [
     "check_route_options",
     "emit",
     "engine_for",
+    "engine_session",
     "fmt_value",
     "given",
     "out_path",
@@ -404,6 +405,16 @@ def engine_for(
     ) as be:
         state.engine = Engine(be, state.randomness, progress=progress)
         yield state.engine
+
+
+@contextmanager
+def engine_session(state: CliState, **route: Any) -> Iterator[Engine]:
+    """A progress display (:func:`progress_for`) and an engine on it (:func:`engine_for`), both closed.
+
+    ``route`` holds :func:`engine_for`'s ``backend``, ``workers``, ``scheduler`` and ``shard_size``.
+    """
+    with progress_for(state) as progress, engine_for(state, progress, **route) as engine:
+        yield engine
 
 
 def state_from(

@@ -35,8 +35,7 @@ from fedstats.cli._common import (
     check_interval,
     check_route_options,
     emit,
-    engine_for,
-    progress_for,
+    engine_session,
     report_warnings,
     state_from,
 )
@@ -212,10 +211,7 @@ def _run(
         return simulate_fed_chi2(
             tables.sum(axis=0), n, dropout=dropout, randomness=randomness, split="iid", **options
         )
-    with (
-        progress_for(state) as progress,
-        engine_for(state, progress, backend=route, **engine_options) as engine,
-    ):
+    with engine_session(state, backend=route, **engine_options) as engine:
         if how == "chi2":
             return fed_chi2(
                 tables, dropout=dropout, engine=engine, randomness=randomness, **options

@@ -27,8 +27,7 @@ from fedstats.cli._common import (
     check_interval,
     check_route_options,
     emit,
-    engine_for,
-    progress_for,
+    engine_session,
     report_warnings,
     state_from,
 )
@@ -107,17 +106,8 @@ def entropy(
     _t.check_projection_memory(encoding_size, m, n, projections=2)  # f_+ and f_-
     route = _t.route(secure, backend, n)
     check_route_options(ctx, route)
-    with (
-        progress_for(state) as progress,
-        engine_for(
-            state,
-            progress,
-            backend=route,
-            workers=workers,
-            scheduler=scheduler,
-            shard_size=shard_size,
-        ) as engine,
-    ):
+    engine_options = {"workers": workers, "scheduler": scheduler, "shard_size": shard_size}
+    with engine_session(state, backend=route, **engine_options) as engine:
         res = fed_entropy(
             hist,
             encoding_size=encoding_size,
