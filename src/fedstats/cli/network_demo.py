@@ -318,7 +318,7 @@ def stop_processes(processes: list[subprocess.Popen[bytes]]) -> None:
 
 def _setup(
     root: Path, pops: dict[str, dict[str, np.ndarray]]
-) -> tuple[dict[str, Path], Path, str, str]:
+) -> tuple[dict[str, Path], dict[str, Any], str, str]:
     """Development TLS certificates, the authority, the analyst's certified key, the store and a token."""
     from fedstats.service.domain.operators import add_operator
     from fedstats.service.http.tls import make_dev_certificates
