@@ -36,6 +36,8 @@ from fedstats.cli._common import (
     check_route_options,
     emit,
     engine_session,
+    print_rows,
+    release_line,
     report_warnings,
     state_from,
 )
@@ -300,12 +302,7 @@ def _payload(
 
 def _render(payload: dict[str, Any], console: Console, *, confidence: float, level: float) -> None:
     """The text output: one table of the test, then the privacy line."""
-    from rich.table import Table
-
     name = "FED-chi^2" if payload["test"] == "chi2" else "G-test via FED-H"
-    t = Table(
-        title=f"{name}: {payload['x']} x {payload['y']} ({payload['dataset']})", show_header=False
-    )
     ci = payload["ci"]
     verdict = "dependent" if payload["rejected"] else "no evidence of dependence"
     rows = [
@@ -325,12 +322,8 @@ def _render(payload: dict[str, Any], console: Console, *, confidence: float, lev
             f"{payload['bytes_per_client']} (whole table: {payload['bytes_full_table']})",
         ),
     ]
-    for k, v in rows:
-        t.add_row(k, v)
-    console.print(t)
-    console.print(f"privacy: {payload['privacy']}")
-    if payload.get("release_note"):
-        console.print(f"[dim]{payload['release_note']}[/dim]")
+    title = f"{name}: {payload['x']} x {payload['y']} ({payload['dataset']})"
+    print_rows(console, title, rows, f"privacy: {payload['privacy']}", release_line(payload))
 
 
 def _labels(df: Any, column: str) -> list[str]:

@@ -12,6 +12,7 @@ protocol: ``basic`` (the default of :class:`~fedstats.analyses.bitpushing.config
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,6 +35,8 @@ from fedstats.cli._common import (
     emit,
     engine_session,
     flag_for,
+    print_rows,
+    release_line,
     report_warnings,
     state_from,
     warn_duration,
@@ -187,7 +190,7 @@ def _run(
         pop = ResampledPopulation({column: values}, clients)
     # only the options the user gave: the library refuses options a method does not use
     given = {k: v for k, v in options.items() if v is not None}
-    run = functools.partial(
+    run: Callable[..., Any] = functools.partial(
         bitpushing_mean if kind == "mean" else bitpushing_variance,
         method=method,
         column=column,
@@ -297,10 +300,7 @@ def _probe(run: Any, population: Any, enc: Any, n: int) -> object:
 
 def _render(payload: dict[str, Any], kind: str, epsilon: float | None, console: Console) -> None:
     """The text output: one table of the estimate, its interval, the truth and what was disclosed."""
-    from rich.table import Table
-
     title = f"{kind} of {payload['column']} ({payload['dataset']}) by {payload['protocol']}"
-    t = Table(title=title, show_header=False)
     rows = [
         ("estimate", f"{payload['estimate']:.6g}"),
         ("confidence interval", f"[{payload['ci'][0]:.6g}, {payload['ci'][1]:.6g}]"),
@@ -317,11 +317,7 @@ def _render(payload: dict[str, Any], kind: str, epsilon: float | None, console: 
         ),
         ("bit depth", str(payload["bit_depth"])),
     ]
-    for k, v in rows:
-        t.add_row(k, v)
-    console.print(t)
-    if payload.get("release_note"):
-        console.print(f"[dim]{payload['release_note']}[/dim]")
+    print_rows(console, title, rows, release_line(payload))
 
 
 DataArg = Annotated[
