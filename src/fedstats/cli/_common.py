@@ -61,10 +61,13 @@ __all__ = [
     "check_route_options",
     "emit",
     "engine_for",
+    "engine_session",
     "fmt_value",
     "given",
     "out_path",
+    "print_rows",
     "progress_for",
+    "release_line",
     "report_warnings",
     "state_from",
     "warn_duration",
@@ -406,6 +409,16 @@ def engine_for(
         yield state.engine
 
 
+@contextmanager
+def engine_session(state: CliState, **route: Any) -> Iterator[Engine]:
+    """A progress display (:func:`progress_for`) and an engine on it (:func:`engine_for`), both closed.
+
+    ``route`` holds :func:`engine_for`'s ``backend``, ``workers``, ``scheduler`` and ``shard_size``.
+    """
+    with progress_for(state) as progress, engine_for(state, progress, **route) as engine:
+        yield engine
+
+
 def state_from(
     ctx: typer.Context,
     *,
@@ -530,6 +543,24 @@ def emit(
             str(key), json.dumps(value) if isinstance(value, (list, dict)) else str(value)
         )
     console.print(table)
+
+
+def print_rows(console: Console, title: str, rows: list[tuple[str, str]], *lines: str) -> None:
+    """Print a quantity/value table without a header, then each non-empty line (notes, release note)."""
+    from rich.table import Table
+
+    t = Table(title=title, show_header=False)
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+    for line in lines:
+        if line:
+            console.print(line)
+
+
+def release_line(payload: dict[str, Any]) -> str:
+    """The payload's release note, dimmed for the text output ("" without one)."""
+    return f"[dim]{payload['release_note']}[/dim]" if payload.get("release_note") else ""
 
 
 def add_warning(state: CliState, payload: dict[str, Any], message: str) -> None:

@@ -13,6 +13,7 @@ noise, with ``p_value_mc_error`` and ``null_replicates``), ``p_value_paper``, ``
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -21,6 +22,7 @@ from fedstats.analyses.chi2.config import FedChi2Config
 from fedstats.cli import _tables as _t
 from fedstats.cli._common import (
     BackendOption,
+    CliState,
     DataDirOption,
     JsonOption,
     SchedulerOption,
@@ -33,8 +35,9 @@ from fedstats.cli._common import (
     check_interval,
     check_route_options,
     emit,
-    engine_for,
-    progress_for,
+    engine_session,
+    print_rows,
+    release_line,
     report_warnings,
     state_from,
 )
@@ -129,10 +132,106 @@ def chi2(
     """Secure federated chi-square (or G) test of independence of two columns (FED-chi^2)."""
     import numpy as np
 
+    state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
+    _check_options(
+        ctx, test, encoding_size, epsilon, delta, max_records, null_replicates, merge_below
+    )
+    check_distinct_columns(
+        {"--x": x, "--y": y, "--client-column": client_column, "--count-column": count_column}
+    )
+    df = _t.load_frame(data, state.data_dir, split)
+    _t.check_column(df, "--x", x, data)
+    _t.check_column(df, "--y", y, data)
+    weights = _t.weights(df, data, count_column)
+    assign, n = _t.assignment(df, data, client_column, clients, state)
+    cells = _t.column_codes(df, x)[1] * _t.column_codes(df, y)[1]
+    big = n * cells > _t.MAX_TABLE_ENTRIES
+    if big and (test != "chi2" or epsilon is not None):
+        what = "--test g" if test != "chi2" else "--epsilon"
+        raise ParameterError("--clients", n, f"at most {_t.MAX_TABLE_ENTRIES // cells} with {what}")
+    _t.check_projection_memory(encoding_size, cells, 1 if big else n)
+    # too many clients x cells to hold every client's table: the global table and the fast path
+    tables = _t.tables(
+        df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights
+    )
+    route = _t.route(secure, backend, n)
+    if big:  # the linearity shortcut computes the sums in closed form: no route runs
+        _check_no_route(ctx, n, cells)
+    else:
+        check_route_options(ctx, route)
+    common: dict[str, Any] = {"encoding_size": encoding_size, "level": level, "bits": bits}
+    common["confidence"] = confidence
+    if big or test == "chi2":
+        common |= {"decoder": decoder, "drop_empty": drop_empty}
+    if not big and test == "chi2":
+        common |= {"epsilon": epsilon, "delta": delta, "max_records": max_records}
+        common |= {"null_replicates": null_replicates, "merge_below": merge_below}
+        common["labels"] = (_labels(df, x), _labels(df, y))
+    elif not big and dropout:
+        raise ParameterError("--dropout", dropout, "0 with --test g")
+    engine_options = {"workers": workers, "scheduler": scheduler, "shard_size": shard_size}
+    res = _run(
+        state, "simulate" if big else test, tables, n, route, engine_options, dropout, common
+    )
+    if big:
+        route = "simulation (linearity shortcut)"
+    payload = _payload(res, data, x, y, list(tables.shape[1:]), route, epsilon)
+    for message in res.warnings:  # the library's: rare categories, low power, what was merged
+        add_warning(state, payload, message)
+    if dropout > 0.5:
+        add_warning(
+            state,
+            payload,
+            f"{100 * dropout:g}% of the clients dropped out: the test's decision rests on the few "
+            "survivors and is unreliable",
+        )
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
+    report_warnings(state, payload, res)
+    emit(state, payload, partial(_render, payload, confidence=confidence, level=level))
+
+
+def _run(
+    state: CliState,
+    how: str,
+    tables: Any,
+    n: int,
+    route: str,
+    engine_options: dict[str, Any],
+    dropout: float,
+    options: dict[str, Any],
+) -> Any:
+    """Run the test: ``how`` is ``chi2`` or ``g`` through the engine on ``route``, or ``simulate``.
+
+    ``simulate`` is FED-chi^2's linearity shortcut on the summed table (``tables`` holds one client's,
+    the global table), with the survivors drawn as from ``n`` clients holding i.i.d. rows.
+    """
     from fedstats.analyses.chi2 import fed_chi2, simulate_fed_chi2
     from fedstats.analyses.entropy import fed_g_test
 
-    state = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
+    randomness = state.randomness
+    if how == "simulate":
+        return simulate_fed_chi2(
+            tables.sum(axis=0), n, dropout=dropout, randomness=randomness, split="iid", **options
+        )
+    with engine_session(state, backend=route, **engine_options) as engine:
+        if how == "chi2":
+            return fed_chi2(
+                tables, dropout=dropout, engine=engine, randomness=randomness, **options
+            )
+        return fed_g_test(tables, engine=engine, randomness=randomness, **options)
+
+
+def _check_options(
+    ctx: typer.Context,
+    test: str,
+    encoding_size: int,
+    epsilon: float | None,
+    delta: float | None,
+    max_records: int | None,
+    null_replicates: int,
+    merge_below: int,
+) -> None:
+    """Refuse values out of range and options that do not apply to ``--test`` or without ``--epsilon``."""
     if test not in ("chi2", "g"):
         raise ParameterError("--test", test, "'chi2' or 'g'")
     if encoding_size < 2:
@@ -155,93 +254,32 @@ def chi2(
         epsilon is not None,
         "unset without --epsilon (only the DP p-value is simulated from null replicates)",
     )
-    check_distinct_columns(
-        {"--x": x, "--y": y, "--client-column": client_column, "--count-column": count_column}
+
+
+def _check_no_route(ctx: typer.Context, n: int, cells: int) -> None:
+    """Refuse route options (and merging) when the sums are simulated by linearity: no route runs."""
+    check_applies(
+        ctx,
+        "merge_below",
+        False,
+        f"unset with {n} clients x {cells} cells (the linearity shortcut does not merge)",
     )
-    df = _t.load_frame(data, state.data_dir, split)
-    _t.check_column(df, "--x", x, data)
-    _t.check_column(df, "--y", y, data)
-    weights = _t.weights(df, data, count_column)
-    assign, n = _t.assignment(df, data, client_column, clients, state)
-    cells = _t.column_codes(df, x)[1] * _t.column_codes(df, y)[1]
-    big = n * cells > _t.MAX_TABLE_ENTRIES
-    if big and (test != "chi2" or epsilon is not None):
-        what = "--test g" if test != "chi2" else "--epsilon"
-        raise ParameterError("--clients", n, f"at most {_t.MAX_TABLE_ENTRIES // cells} with {what}")
-    _t.check_projection_memory(encoding_size, cells, 1 if big else n)
-    # too many clients x cells to hold every client's table: the global table and the fast path
-    tables = _t.tables(
-        df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights
-    )
-    route = _t.route(secure, backend, n)
-    if big:  # the linearity shortcut computes the sums in closed form: no route runs
+    for name in ("secure", "backend", "workers", "scheduler", "shard_size"):
         check_applies(
             ctx,
-            "merge_below",
+            name,
             False,
-            f"unset with {n} clients x {cells} cells (the linearity shortcut does not merge)",
+            f"unset with {n} clients x {cells} cells (over {_t.MAX_TABLE_ENTRIES}: the sums are "
+            "simulated by linearity, no route runs)",
         )
-        for name in ("secure", "backend", "workers", "scheduler", "shard_size"):
-            check_applies(
-                ctx,
-                name,
-                False,
-                f"unset with {n} clients x {cells} cells (over {_t.MAX_TABLE_ENTRIES}: the sums are "
-                "simulated by linearity, no route runs)",
-            )
-    else:
-        check_route_options(ctx, route)
-    randomness = state.randomness
-    common: dict[str, Any] = {"encoding_size": encoding_size, "level": level}
-    common["confidence"] = confidence
-    if big:
-        res: Any = simulate_fed_chi2(
-            tables.sum(axis=0),
-            n,
-            decoder=decoder,
-            dropout=dropout,
-            bits=bits,
-            randomness=randomness,
-            split="iid",
-            drop_empty=drop_empty,
-            **common,
-        )
-        route = "simulation (linearity shortcut)"
-    else:
-        with (
-            progress_for(state) as progress,
-            engine_for(
-                state,
-                progress,
-                backend=route,
-                workers=workers,
-                scheduler=scheduler,
-                shard_size=shard_size,
-            ) as engine,
-        ):
-            if test == "chi2":
-                res = fed_chi2(
-                    tables,
-                    decoder=decoder,
-                    dropout=dropout,
-                    bits=bits,
-                    engine=engine,
-                    randomness=randomness,
-                    drop_empty=drop_empty,
-                    epsilon=epsilon,
-                    delta=delta,
-                    max_records=max_records,
-                    null_replicates=null_replicates,
-                    merge_below=merge_below,
-                    labels=(_labels(df, x), _labels(df, y)),
-                    **common,
-                )
-            else:
-                if dropout:
-                    raise ParameterError("--dropout", dropout, "0 with --test g")
-                res = fed_g_test(tables, bits=bits, engine=engine, randomness=randomness, **common)
+
+
+def _payload(
+    res: Any, data: str, x: str, y: str, shape: list[int], route: str, epsilon: float | None
+) -> dict[str, Any]:
+    """The JSON output: the test, the exact statistic and realised error, then the library's fields."""
     out = res.to_dict()
-    payload: dict[str, Any] = {
+    return {
         "test": res.test,
         "statistic": res.statistic,
         "ci": out.pop("ci"),
@@ -254,58 +292,38 @@ def chi2(
         "dataset": data,
         "x": x,
         "y": y,
-        "shape": list(tables.shape[1:]),
+        "shape": shape,
         "route": route,
         "privacy": _t.NO_DP_NOTE if epsilon is None else _dp_note(res),
         **{k: v for k, v in out.items() if k not in ("details", "test")},
         "details": _t.lean(out.get("details", {})),
     }
-    for message in res.warnings:  # the library's: rare categories, low power, what was merged
-        add_warning(state, payload, message)
-    if dropout > 0.5:
-        add_warning(
-            state,
-            payload,
-            f"{100 * dropout:g}% of the clients dropped out: the test's decision rests on the few "
-            "survivors and is unreliable",
-        )
-    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
-    def render(console: Console) -> None:
-        from rich.table import Table
 
-        name = "FED-chi^2" if res.test == "chi2" else "G-test via FED-H"
-        t = Table(title=f"{name}: {x} x {y} ({data})", show_header=False)
-        ci = payload["ci"]
-        verdict = "dependent" if payload["rejected"] else "no evidence of dependence"
-        rows = [
-            ("statistic", f"{payload['statistic']:.6g}"),
-            (f"{100 * confidence:g}% interval", f"[{ci[0]:.6g}, {ci[1]:.6g}]"),
-            ("p-value", _p_text(payload)),
-            (
-                f"decision at level {level:g}",
-                verdict + ("" if payload["decision_stable"] else " (not stable over the interval)"),
-            ),
-            ("exact statistic (simulation)", f"{payload['exact_statistic']:.6g}"),
-            ("multiplicative error", f"{payload['multiplicative_error']:.4g}"),
-            ("clients", f"{payload['n_clients']} ({route})"),
-            (
-                "bytes per client",
-                f"{payload['bytes_per_client']} (whole table: {payload['bytes_full_table']})",
-            ),
-        ]
-        rows.insert(
-            3, ("paper's p-value (statistic read as exact)", f"{payload['p_value_paper']:.4g}")
-        )
-        for k, v in rows:
-            t.add_row(k, v)
-        console.print(t)
-        console.print(f"privacy: {payload['privacy']}")
-        if payload.get("release_note"):
-            console.print(f"[dim]{payload['release_note']}[/dim]")
-
-    report_warnings(state, payload, res)
-    emit(state, payload, render)
+def _render(payload: dict[str, Any], console: Console, *, confidence: float, level: float) -> None:
+    """The text output: one table of the test, then the privacy line."""
+    name = "FED-chi^2" if payload["test"] == "chi2" else "G-test via FED-H"
+    ci = payload["ci"]
+    verdict = "dependent" if payload["rejected"] else "no evidence of dependence"
+    rows = [
+        ("statistic", f"{payload['statistic']:.6g}"),
+        (f"{100 * confidence:g}% interval", f"[{ci[0]:.6g}, {ci[1]:.6g}]"),
+        ("p-value", _p_text(payload)),
+        ("paper's p-value (statistic read as exact)", f"{payload['p_value_paper']:.4g}"),
+        (
+            f"decision at level {level:g}",
+            verdict + ("" if payload["decision_stable"] else " (not stable over the interval)"),
+        ),
+        ("exact statistic (simulation)", f"{payload['exact_statistic']:.6g}"),
+        ("multiplicative error", f"{payload['multiplicative_error']:.4g}"),
+        ("clients", f"{payload['n_clients']} ({payload['route']})"),
+        (
+            "bytes per client",
+            f"{payload['bytes_per_client']} (whole table: {payload['bytes_full_table']})",
+        ),
+    ]
+    title = f"{name}: {payload['x']} x {payload['y']} ({payload['dataset']})"
+    print_rows(console, title, rows, f"privacy: {payload['privacy']}", release_line(payload))
 
 
 def _labels(df: Any, column: str) -> list[str]:

@@ -27,8 +27,9 @@ from fedstats.cli._common import (
     check_interval,
     check_route_options,
     emit,
-    engine_for,
-    progress_for,
+    engine_session,
+    print_rows,
+    release_line,
     report_warnings,
     state_from,
 )
@@ -107,17 +108,8 @@ def entropy(
     _t.check_projection_memory(encoding_size, m, n, projections=2)  # f_+ and f_-
     route = _t.route(secure, backend, n)
     check_route_options(ctx, route)
-    with (
-        progress_for(state) as progress,
-        engine_for(
-            state,
-            progress,
-            backend=route,
-            workers=workers,
-            scheduler=scheduler,
-            shard_size=shard_size,
-        ) as engine,
-    ):
+    engine_options = {"workers": workers, "scheduler": scheduler, "shard_size": shard_size}
+    with engine_session(state, backend=route, **engine_options) as engine:
         res = fed_entropy(
             hist,
             encoding_size=encoding_size,
@@ -150,9 +142,6 @@ def entropy(
     check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
-        from rich.table import Table
-
-        t = Table(title=f"FED-H: entropy of {column} ({data}), nats", show_header=False)
         ci = payload["ci"]
         rows = [
             ("entropy", f"{payload['entropy']:.6g}"),
@@ -164,12 +153,8 @@ def entropy(
             ("bytes per client", str(payload["bytes_per_client"])),
             ("log of the number of categories (max entropy)", f"{math.log(m):.4g} nats"),
         ]
-        for k, v in rows:
-            t.add_row(k, v)
-        console.print(t)
-        console.print(f"privacy: {_t.NO_DP_NOTE}")
-        if payload.get("release_note"):
-            console.print(f"[dim]{payload['release_note']}[/dim]")
+        title = f"FED-H: entropy of {column} ({data}), nats"
+        print_rows(console, title, rows, f"privacy: {_t.NO_DP_NOTE}", release_line(payload))
 
     report_warnings(state, payload, res)
     emit(state, payload, render)

@@ -29,9 +29,8 @@ from fedstats.cli._common import (
     check_interval,
     check_route_options,
     emit,
-    engine_for,
+    engine_session,
     fmt_value,
-    progress_for,
     report_warnings,
     state_from,
     warn_duration,
@@ -117,8 +116,6 @@ def gap(
     seed: SeedOption = None,
 ) -> None:
     """Measure the performance gap between two groups under local differential privacy."""
-    from fedstats.cli._tables import numeric_values, read_table
-
     state = state_from(ctx, json_flag=json_flag, seed=seed)
     # two flags, not a --x/--no-x pair: a pair lets the last one win silently
     if estimate_sizes and known_sizes:
@@ -130,13 +127,7 @@ def gap(
     check_route_options(ctx, backend)
     # checked before the duration estimate and the data scan of a long run
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    df = read_table(data)
-    for name, col in (("--group-column", group_column), ("--value-column", value_column)):
-        if col not in df.columns:
-            raise ParameterError(name, col, "a column of DATA: " + ", ".join(map(str, df.columns)))
-    values = numeric_values(df, "--value-column", value_column)
-    if df[group_column].isna().any():
-        raise DataError(f"column {group_column!r} has missing group labels")
+    groups, values = _read_groups(data, group_column, value_column)
     pair_labels = None
     if pair is not None:
         parts = [p.strip() for p in pair.split(",")]
@@ -152,7 +143,7 @@ def gap(
     # the calibration probe and the run are the same computation with other clients and engine
     run = functools.partial(
         measure_payload,
-        df[group_column].to_numpy(),
+        groups,
         values,
         mechanism=mechanism,
         epsilon=epsilon,
@@ -162,34 +153,18 @@ def gap(
         estimate_sizes=estimate_sizes,
         confidence=confidence,
     )
+    route = {"backend": backend, "workers": workers, "scheduler": scheduler}
     if clients is not None and clients > 0:
-
-        def probe(n: int) -> object:
-            from fedstats.engine import Engine
-            from fedstats.randomness import RandomSource
-
-            return run(n_clients=n, engine=Engine(randomness=RandomSource(0)))
-
         warn_duration(
             state,
             clients,
             backend=backend,
             workers=workers,
-            probe=probe,
+            probe=functools.partial(_probe, run),
             key=f"gap {mechanism}",
             allow_long=allow_long,
         )
-    with (
-        progress_for(state) as progress,
-        engine_for(
-            state,
-            progress,
-            backend=backend,
-            workers=workers,
-            scheduler=scheduler,
-            shard_size=shard_size,
-        ) as engine,
-    ):
+    with engine_session(state, shard_size=shard_size, **route) as engine:
         result = run(n_clients=clients, engine=engine)
     payload = result.to_dict()
     payload = {
@@ -204,45 +179,66 @@ def gap(
     for message in result.warnings:  # the library's (a small group's uncertain estimated size)
         add_warning(state, payload, message)
     check_interval(state, payload, n_clients=payload.get("n_clients"))
-
-    def render(console: Console) -> None:
-        from rich.table import Table
-
-        t = Table(
-            title=f"performance gap {result.pair[0]} - {result.pair[1]}" if result.pair else ""
-        )
-        t.add_column("quantity")
-        t.add_column("value")
-        lo, hi = result.ci if result.ci else (None, None)
-        t.add_row("gap (estimate)", fmt_value(result.gap))
-        t.add_row(f"{int(result.confidence * 100)}% CI", f"[{fmt_value(lo)}, {fmt_value(hi)}]")
-        t.add_row(
-            "true gap" + (" (simulated clients)" if clients else " (data)"),
-            fmt_value(result.true_gap),
-        )
-        t.add_row("mechanism", result.mechanism)
-        alloc = result.allocation
-        split = f"eps1={fmt_value(alloc['epsilon1'])}, eps2={fmt_value(alloc['epsilon2'])}"
-        if "k" in alloc:
-            split += f", k={fmt_value(alloc['k'])}"
-        t.add_row("budget split", split)
-        t.add_row("true privacy loss", fmt_value(result.true_loss))
-        t.add_row("clients", fmt_value(result.n_clients))
-        for lab, m, s in zip(
-            result.groups, result.group_means, result.group_standard_errors, strict=True
-        ):
-            t.add_row(f"mean of {lab}", f"{fmt_value(m)} +/- {fmt_value(s)}")
-        t.add_row("bytes per client", fmt_value(result.bytes_per_client))
-        t.add_row(
-            "group sizes",
-            "estimated (private)" if estimate_sizes else "exact, RELEASED (not private)",
-        )
-        console.print(t)
-        if result.release_note:
-            console.print(f"[dim]{result.release_note}[/dim]")
-
     report_warnings(state, payload, result)
-    emit(state, payload, render)
+    emit(state, payload, functools.partial(_render, result, bool(clients), estimate_sizes))
+
+
+def _read_groups(data: Path, group_column: str, value_column: str) -> tuple[Any, Any]:
+    """The group labels and the numeric values of ``DATA``; the columns must exist, no label missing."""
+    from fedstats.cli._tables import numeric_values, read_table
+
+    df = read_table(data)
+    for name, col in (("--group-column", group_column), ("--value-column", value_column)):
+        if col not in df.columns:
+            raise ParameterError(name, col, "a column of DATA: " + ", ".join(map(str, df.columns)))
+    values = numeric_values(df, "--value-column", value_column)
+    if df[group_column].isna().any():
+        raise DataError(f"column {group_column!r} has missing group labels")
+    return df[group_column].to_numpy(), values
+
+
+def _probe(run: Any, n: int) -> object:
+    """The duration probe: the run with ``n`` clients on a serial engine (seeded: not a release)."""
+    from fedstats.engine import Engine
+    from fedstats.randomness import RandomSource
+
+    return run(n_clients=n, engine=Engine(randomness=RandomSource(0)))
+
+
+def _render(result: Any, simulated: bool, estimate_sizes: bool, console: Console) -> None:
+    """The text output: one table of the gap, its interval, the budget split and the group means."""
+    from rich.table import Table
+
+    t = Table(title=f"performance gap {result.pair[0]} - {result.pair[1]}" if result.pair else "")
+    t.add_column("quantity")
+    t.add_column("value")
+    lo, hi = result.ci if result.ci else (None, None)
+    t.add_row("gap (estimate)", fmt_value(result.gap))
+    t.add_row(f"{int(result.confidence * 100)}% CI", f"[{fmt_value(lo)}, {fmt_value(hi)}]")
+    t.add_row(
+        "true gap" + (" (simulated clients)" if simulated else " (data)"),
+        fmt_value(result.true_gap),
+    )
+    t.add_row("mechanism", result.mechanism)
+    alloc = result.allocation
+    split = f"eps1={fmt_value(alloc['epsilon1'])}, eps2={fmt_value(alloc['epsilon2'])}"
+    if "k" in alloc:
+        split += f", k={fmt_value(alloc['k'])}"
+    t.add_row("budget split", split)
+    t.add_row("true privacy loss", fmt_value(result.true_loss))
+    t.add_row("clients", fmt_value(result.n_clients))
+    for lab, m, s in zip(
+        result.groups, result.group_means, result.group_standard_errors, strict=True
+    ):
+        t.add_row(f"mean of {lab}", f"{fmt_value(m)} +/- {fmt_value(s)}")
+    t.add_row("bytes per client", fmt_value(result.bytes_per_client))
+    t.add_row(
+        "group sizes",
+        "estimated (private)" if estimate_sizes else "exact, RELEASED (not private)",
+    )
+    console.print(t)
+    if result.release_note:
+        console.print(f"[dim]{result.release_note}[/dim]")
 
 
 _CLI_NAMES = {

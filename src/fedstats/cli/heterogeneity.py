@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,9 +17,8 @@ from fedstats.cli._common import (
     WorkersOption,
     check_applies,
     emit,
-    engine_for,
+    engine_session,
     fmt_value,
-    progress_for,
     report_warnings,
     state_from,
 )
@@ -158,38 +158,18 @@ def heterogeneity_command(
         heterogeneity_block_size,
         heterogeneity_from_config,
     )
-    from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
     from fedstats.privacy.ledger import PrivacyLedger
 
     state = state_from(ctx, json_flag=json_flag, seed=seed)
-    if no_privacy and (epsilon is not None or delta is not None):
-        raise ParameterError("no_privacy", True, "not together with --epsilon/--delta")
-    if not no_privacy and (epsilon is None or delta is None):
-        raise ParameterError(
-            "--epsilon/--delta", (epsilon, delta), "both given, or --no-privacy for exact sums"
-        )
-    for name in ("mechanism", "accounting", "noise", "round1_fraction", "min_reporting"):
-        check_applies(ctx, name, not no_privacy, "unset with --no-privacy (exact sums, no noise)")
-    check_applies(ctx, "noise", not secure, "unset with --secure (it implies --noise distributed)")
-    if noise not in (
-        "central",
-        "distributed",
-    ):  # "aggregators" needs the Prio3 route (library only)
-        raise ParameterError(
-            "--noise",
-            noise,
-            "central or distributed (the aggregators' noise needs the Prio3 route)",
-        )
-    if secure:
-        noise = "distributed"
-        if backend == "serial":
-            backend = "secure"
-    route_options = _route_options(backend, dropout=dropout, workers=workers, scheduler=scheduler)
-    check_applies(
+    _check_privacy_options(ctx, no_privacy, epsilon, delta, secure, noise)
+    backend, noise, route_options = _route(
         ctx,
-        "shard_size",
-        backend in ("serial", "process", "dask"),
-        f"unset with the {backend} route (only serial, process and dask work in shards)",
+        backend,
+        secure=secure,
+        noise=noise,
+        dropout=dropout,
+        workers=workers,
+        scheduler=scheduler,
     )
     config = HeterogeneityConfig(  # validated here, before any data is read
         statistic=statistic,
@@ -208,6 +188,91 @@ def heterogeneity_command(
     if sample_fraction is not None and not 0.0 < sample_fraction <= 1.0:
         raise ParameterError("sample_fraction", sample_fraction, "a value in (0, 1]")
     randomness = state.randomness
+    x, name = _load_sample(data, pixel_max, label_ratio, sample_fraction, randomness)
+    ledger = PrivacyLedger(epsilon_budget=epsilon, delta_budget=delta) if epsilon else None
+    with engine_session(state, backend=backend, shard_size=shard_size, **route_options) as engine:
+        # the API's block size: the same seed and options give the Python API's result
+        engine.block_size = heterogeneity_block_size(int(x.shape[1]))
+        res = heterogeneity_from_config(
+            x, config, engine=engine, randomness=randomness, ledger=ledger
+        )
+    payload: dict[str, Any] = {
+        "dataset": name,
+        "label_ratio": label_ratio,
+        "dim": int(x.shape[1]),
+        "backend": backend,
+        **res.to_dict(),
+        "ledger": ledger.as_dict() if ledger is not None else None,
+        "seed": state.seed,
+    }
+    report_warnings(state, payload, res)
+    emit(state, payload, functools.partial(_render, res, payload, epsilon, delta))
+
+
+def _route(
+    ctx: typer.Context,
+    backend: str,
+    *,
+    secure: bool,
+    noise: str,
+    dropout: float,
+    workers: int | None,
+    scheduler: str | None,
+) -> tuple[str, str, dict[str, Any]]:
+    """The route, the noise and the route's options; ``--secure`` implies distributed noise."""
+    if secure:
+        noise = "distributed"
+        if backend == "serial":
+            backend = "secure"
+    route_options = _route_options(backend, dropout=dropout, workers=workers, scheduler=scheduler)
+    check_applies(
+        ctx,
+        "shard_size",
+        backend in ("serial", "process", "dask"),
+        f"unset with the {backend} route (only serial, process and dask work in shards)",
+    )
+    return backend, noise, route_options
+
+
+def _check_privacy_options(
+    ctx: typer.Context,
+    no_privacy: bool,
+    epsilon: float | None,
+    delta: float | None,
+    secure: bool,
+    noise: str,
+) -> None:
+    """Refuse a missing or doubled privacy choice and noise options that do not apply."""
+    if no_privacy and (epsilon is not None or delta is not None):
+        raise ParameterError("no_privacy", True, "not together with --epsilon/--delta")
+    if not no_privacy and (epsilon is None or delta is None):
+        raise ParameterError(
+            "--epsilon/--delta", (epsilon, delta), "both given, or --no-privacy for exact sums"
+        )
+    for name in ("mechanism", "accounting", "noise", "round1_fraction", "min_reporting"):
+        check_applies(ctx, name, not no_privacy, "unset with --no-privacy (exact sums, no noise)")
+    check_applies(ctx, "noise", not secure, "unset with --secure (it implies --noise distributed)")
+    if noise not in (
+        "central",
+        "distributed",
+    ):  # "aggregators" needs the Prio3 route (library only)
+        raise ParameterError(
+            "--noise",
+            noise,
+            "central or distributed (the aggregators' noise needs the Prio3 route)",
+        )
+
+
+def _load_sample(
+    data: str,
+    pixel_max: float | None,
+    label_ratio: str | None,
+    sample_fraction: float | None,
+    randomness: Any,
+) -> tuple[Any, str]:
+    """The image vectors of ``data`` (rows sampled by label ratio or fraction) and the data's name."""
+    from fedstats.experiments.heterogeneity_data import load_image_vectors, sample_by_label_ratio
+
     x, labels, name = load_image_vectors(data, pixel_max=pixel_max)
     if label_ratio is not None:
         if labels is None:
@@ -223,65 +288,51 @@ def heterogeneity_command(
         rng = randomness.generator("server", "heterogeneity", "sample")
         k = max(2, round(sample_fraction * x.shape[0]))
         x = x[sorted(rng.choice(x.shape[0], size=k, replace=False).tolist())]
-    ledger = PrivacyLedger(epsilon_budget=epsilon, delta_budget=delta) if epsilon else None
-    with (
-        progress_for(state) as progress,
-        engine_for(
-            state, progress, backend=backend, shard_size=shard_size, **route_options
-        ) as engine,
-    ):
-        # the API's block size: the same seed and options give the Python API's result
-        engine.block_size = heterogeneity_block_size(int(x.shape[1]))
-        res = heterogeneity_from_config(
-            x, config, engine=engine, randomness=randomness, ledger=ledger
-        )
-    payload: dict[str, Any] = {
-        "dataset": name,
-        "label_ratio": label_ratio,
-        "dim": int(x.shape[1]),
-        "backend": backend,
-        **res.to_dict(),
-        "ledger": ledger.as_dict() if ledger is not None else None,
-        "seed": state.seed,
-    }
+    return x, name
 
-    def render(console: Console) -> None:
-        from rich.table import Table
 
-        title = (
-            f"heterogeneity of {name} ({res.n_clients} clients, d={x.shape[1]}"
-            + (f", labels {label_ratio}" if label_ratio else "")
-            + ")"
-        )
-        table = Table(title=title)
-        for col in ("statistic", "estimate", f"{res.confidence:.0%} interval", "exact", "error"):
-            table.add_column(col)
-        for st in (res.dispersion, res.q, res.i2):
-            if st is not None:
-                table.add_row(
-                    st.name,
-                    fmt_value(st.estimate),
-                    fmt_value(st.interval),
-                    fmt_value(st.truth),
-                    fmt_value(st.error),
-                )
-        console.print(table)
-        if epsilon is not None:
-            console.print(
-                f"privacy: epsilon={epsilon:g}, delta={delta:g} over 2 rounds "
-                f"({res.mechanism}, {res.noise} noise, route {backend}); achieved epsilon "
-                f"{res.details.get('epsilon_achieved', float('nan')):.4g} with "
-                f"{', '.join(str(r['clients_summed']) for r in res.rounds)} clients summed"
+def _render(
+    res: Any,
+    payload: dict[str, Any],
+    epsilon: float | None,
+    delta: float | None,
+    console: Console,
+) -> None:
+    """The text output: one row a statistic, then the privacy spent, warnings and release note."""
+    from rich.table import Table
+
+    label_ratio = payload["label_ratio"]
+    title = (
+        f"heterogeneity of {payload['dataset']} ({res.n_clients} clients, d={payload['dim']}"
+        + (f", labels {label_ratio}" if label_ratio else "")
+        + ")"
+    )
+    table = Table(title=title)
+    for col in ("statistic", "estimate", f"{res.confidence:.0%} interval", "exact", "error"):
+        table.add_column(col)
+    for st in (res.dispersion, res.q, res.i2):
+        if st is not None:
+            table.add_row(
+                st.name,
+                fmt_value(st.estimate),
+                fmt_value(st.interval),
+                fmt_value(st.truth),
+                fmt_value(st.error),
             )
-        else:
-            console.print("not private (--no-privacy): exact sums")
-        if "warning" in res.details:
-            console.print(f"[yellow]warning: {res.details['warning']}[/yellow]")
-        if res.release_note:
-            console.print(f"[dim]{res.release_note}[/dim]")
-
-    report_warnings(state, payload, res)
-    emit(state, payload, render)
+    console.print(table)
+    if epsilon is not None:
+        console.print(
+            f"privacy: epsilon={epsilon:g}, delta={delta:g} over 2 rounds "
+            f"({res.mechanism}, {res.noise} noise, route {payload['backend']}); achieved epsilon "
+            f"{res.details.get('epsilon_achieved', float('nan')):.4g} with "
+            f"{', '.join(str(r['clients_summed']) for r in res.rounds)} clients summed"
+        )
+    else:
+        console.print("not private (--no-privacy): exact sums")
+    if "warning" in res.details:
+        console.print(f"[yellow]warning: {res.details['warning']}[/yellow]")
+    if res.release_note:
+        console.print(f"[dim]{res.release_note}[/dim]")
 
 
 def register(app: typer.Typer) -> None:

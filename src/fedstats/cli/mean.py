@@ -11,6 +11,8 @@ protocol: ``basic`` (the default of :class:`~fedstats.analyses.bitpushing.config
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,9 +33,10 @@ from fedstats.cli._common import (
     check_interval,
     check_route_options,
     emit,
-    engine_for,
+    engine_session,
     flag_for,
-    progress_for,
+    print_rows,
+    release_line,
     report_warnings,
     state_from,
     warn_duration,
@@ -170,39 +173,12 @@ def _run(
     seed: int | None,
     data_dir: Path | None,
 ) -> None:
-    from fedstats._validation import check_real
     from fedstats.analyses.bitpushing.api import mean as bitpushing_mean
     from fedstats.analyses.bitpushing.api import variance as bitpushing_variance
-    from fedstats.analyses.bitpushing.config import BitPushingMeanConfig
-    from fedstats.analyses.bitpushing.methods import METHODS, options_of
     from fedstats.engine import Population, ResampledPopulation
 
     state: CliState = state_from(ctx, json_flag=json_flag, seed=seed, data_dir=data_dir)
-    if method is None:  # the library's one default
-        method = BitPushingMeanConfig.method
-    if method not in METHODS:
-        raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
-    check_protocol_options(ctx, method, options_of(method), options)
-    check_route_options(ctx, route["backend"])
-    # checked before the duration estimate and the data scan of a long run
-    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    if epsilon is not None and not epsilon > 0:
-        raise ParameterError("--epsilon", epsilon, "a real number > 0")
-    if epsilon is None and not no_privacy:
-        raise ParameterError(
-            "--epsilon",
-            None,
-            "a privacy choice: --epsilon E (local DP, E > 0), or --no-privacy to release a "
-            "non-private estimate",
-        )
-    if epsilon is not None and no_privacy:
-        raise ParameterError("--no-privacy", True, "either --epsilon E or --no-privacy, not both")
-    if options.get("alpha") is not None and not 0.0 <= options["alpha"] <= 8.0:
-        raise ParameterError(
-            "--weight-exponent",
-            options["alpha"],
-            "a real number in [0, 8] (weights p_j ~ 2^(alpha j))",
-        )
+    method = _check_options(ctx, method, options, route, confidence, epsilon, no_privacy)
     if bit_depth is not None and bit_depth < 1:
         raise ParameterError("--bit-depth", bit_depth, "an integer >= 1")
     enc = _encoding(low, high, bit_depth, resolution, out_of_range)
@@ -214,48 +190,30 @@ def _run(
         pop = ResampledPopulation({column: values}, clients)
     # only the options the user gave: the library refuses options a method does not use
     given = {k: v for k, v in options.items() if v is not None}
-    run = bitpushing_mean if kind == "mean" else bitpushing_variance
+    run: Callable[..., Any] = functools.partial(
+        bitpushing_mean if kind == "mean" else bitpushing_variance,
+        method=method,
+        column=column,
+        epsilon=epsilon,
+        no_privacy=no_privacy,
+        **given,
+    )
     if clients is not None:
-
-        def probe(n: int) -> object:
-            from fedstats.engine import Engine
-            from fedstats.randomness import RandomSource
-
-            small = ResampledPopulation({column: values}, n)
-            serial = Engine(randomness=RandomSource(0))
-            return run(
-                small,
-                enc,
-                method=method,
-                column=column,
-                epsilon=epsilon,
-                no_privacy=no_privacy,
-                engine=serial,
-                **given,
-            )
-
         warn_duration(
             state,
             clients,
             backend=route["backend"],
             workers=route["workers"],
-            probe=probe,
+            probe=functools.partial(
+                _probe, run, functools.partial(ResampledPopulation, {column: values}), enc
+            ),
             key=f"{kind} {method}",
             allow_long=allow_long,
         )
-    with progress_for(state) as progress, engine_for(state, progress, **route) as engine:
-        common: dict[str, Any] = {
-            "method": method,
-            "column": column,
-            "epsilon": epsilon,
-            "no_privacy": no_privacy,
-            "engine": engine,
-            "confidence": confidence,
-            "shuffle": not isinstance(pop, Population),
-            **given,
-        }
+    with engine_session(state, **route) as engine:
+        shuffle = not isinstance(pop, Population)
         try:
-            result: Any = run(pop, enc, **common)
+            result: Any = run(pop, enc, engine=engine, confidence=confidence, shuffle=shuffle)
         except DataError as exc:  # the library names its parameter; say the flag
             raise DataError(
                 str(exc).replace("out_of_range='clip'", "--out-of-range clip")
@@ -284,35 +242,82 @@ def _run(
             "(details.clipped_estimate)",
         )
     check_interval(state, payload, n_clients=payload.get("n_clients"))
-
-    def render(console: Console) -> None:
-        from rich.table import Table
-
-        t = Table(title=f"{kind} of {column} ({data}) by {method}", show_header=False)
-        rows = [
-            ("estimate", f"{payload['estimate']:.6g}"),
-            ("confidence interval", f"[{payload['ci'][0]:.6g}, {payload['ci'][1]:.6g}]"),
-            ("true value (simulation)", f"{payload['truth']:.6g}"),
-            ("error", f"{payload['error']:+.4g}"),
-            ("clients", str(payload["n_clients"])),
-            ("clipped to the declared range", str(payload.get("n_clipped"))),
-            ("bits disclosed per client", str(payload["bits_per_client"])),
-            (
-                "privacy",
-                "NOT PRIVATE (--no-privacy: no DP noise)"
-                if epsilon is None
-                else f"epsilon={epsilon:g} (local DP)",
-            ),
-            ("bit depth", str(payload["bit_depth"])),
-        ]
-        for k, v in rows:
-            t.add_row(k, v)
-        console.print(t)
-        if payload.get("release_note"):
-            console.print(f"[dim]{payload['release_note']}[/dim]")
-
     report_warnings(state, payload, result)
-    emit(state, payload, render)
+    emit(state, payload, functools.partial(_render, payload, kind, epsilon))
+
+
+def _check_options(
+    ctx: typer.Context,
+    method: str | None,
+    options: dict[str, Any],
+    route: dict[str, Any],
+    confidence: float,
+    epsilon: float | None,
+    no_privacy: bool,
+) -> str:
+    """The protocol (the library's default when None), after refusing options out of range or unused.
+
+    Checked before the duration estimate and the data scan of a long run.
+    """
+    from fedstats._validation import check_real
+    from fedstats.analyses.bitpushing.config import BitPushingMeanConfig
+    from fedstats.analyses.bitpushing.methods import METHODS, options_of
+
+    if method is None:  # the library's one default
+        method = BitPushingMeanConfig.method
+    if method not in METHODS:
+        raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
+    check_protocol_options(ctx, method, options_of(method), options)
+    check_route_options(ctx, route["backend"])
+    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    if epsilon is not None and not epsilon > 0:
+        raise ParameterError("--epsilon", epsilon, "a real number > 0")
+    if epsilon is None and not no_privacy:
+        raise ParameterError(
+            "--epsilon",
+            None,
+            "a privacy choice: --epsilon E (local DP, E > 0), or --no-privacy to release a "
+            "non-private estimate",
+        )
+    if epsilon is not None and no_privacy:
+        raise ParameterError("--no-privacy", True, "either --epsilon E or --no-privacy, not both")
+    if options.get("alpha") is not None and not 0.0 <= options["alpha"] <= 8.0:
+        raise ParameterError(
+            "--weight-exponent",
+            options["alpha"],
+            "a real number in [0, 8] (weights p_j ~ 2^(alpha j))",
+        )
+    return method
+
+
+def _probe(run: Any, population: Any, enc: Any, n: int) -> object:
+    """The duration probe: the run on ``n`` resampled clients and a serial engine (seeded)."""
+    from fedstats.engine import Engine
+    from fedstats.randomness import RandomSource
+
+    return run(population(n), enc, engine=Engine(randomness=RandomSource(0)))
+
+
+def _render(payload: dict[str, Any], kind: str, epsilon: float | None, console: Console) -> None:
+    """The text output: one table of the estimate, its interval, the truth and what was disclosed."""
+    title = f"{kind} of {payload['column']} ({payload['dataset']}) by {payload['protocol']}"
+    rows = [
+        ("estimate", f"{payload['estimate']:.6g}"),
+        ("confidence interval", f"[{payload['ci'][0]:.6g}, {payload['ci'][1]:.6g}]"),
+        ("true value (simulation)", f"{payload['truth']:.6g}"),
+        ("error", f"{payload['error']:+.4g}"),
+        ("clients", str(payload["n_clients"])),
+        ("clipped to the declared range", str(payload.get("n_clipped"))),
+        ("bits disclosed per client", str(payload["bits_per_client"])),
+        (
+            "privacy",
+            "NOT PRIVATE (--no-privacy: no DP noise)"
+            if epsilon is None
+            else f"epsilon={epsilon:g} (local DP)",
+        ),
+        ("bit depth", str(payload["bit_depth"])),
+    ]
+    print_rows(console, title, rows, release_line(payload))
 
 
 DataArg = Annotated[

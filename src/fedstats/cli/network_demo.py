@@ -28,7 +28,8 @@ import numpy as np
 
 from fedstats.errors import FedstatsError, ProtocolAbortError
 from fedstats.randomness import RandomSource
-from fedstats.wire.tasks import default_min_session_size
+from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
+from fedstats.wire.tasks import default_min_session_size, sign_task
 
 __all__ = ["run_network_demo"]
 
@@ -215,25 +216,12 @@ def run_network_demo(
     """
     import httpx
 
-    from fedstats.service.domain.operators import add_operator
-    from fedstats.service.http.tls import make_dev_certificates
-    from fedstats.service.store import open_store
-    from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
-    from fedstats.wire.tasks import sign_task
-
     fedstats_bin = str(Path(sys.executable).with_name("fedstats"))
     pops = _populations()
     tasks = _tasks(pops, deadline=timeout / 2, n_devices=n_processes)
     with tempfile.TemporaryDirectory(prefix="fedstats-net-") as tmp:
         root = Path(tmp)
-        certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
-        init_authority(root / "authority")
-        # the analyst's task-signing key, certified by the authority; it never goes to the server
-        analyst = issue_analyst(root / "authority", "demo", list(pops), root / "analyst.json")
-        db = f"sqlite:///{root / 'fedstats.db'}"
-        store = open_store(db)
-        token = add_operator(store, "demo")
-        store.close()
+        certs, analyst, db, token = _setup(root, pops)
         _write_shards(root, pops, n_processes)
         port = _free_port()
         url = f"https://127.0.0.1:{port}"
@@ -241,21 +229,8 @@ def run_network_demo(
         server = subprocess.Popen(
             [
                 fedstats_bin,
-                "server",
-                "--db",
-                db,
-                "--port",
-                str(port),
-                "--tls-cert",
-                str(certs["cert"]),
-                "--tls-key",
-                str(certs["key"]),
-                "--authority",
-                str(root / "authority" / "authority.pub"),
-                "--rate",
-                "1000",
-                "--burst",
-                "1000",
+                *server_argv(db, port, certs, root / "authority" / "authority.pub"),
+                *("--rate", "1000", "--burst", "1000"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -267,52 +242,14 @@ def run_network_demo(
                 base_url=url, verify=ctx, headers={"Authorization": f"Bearer {token}"}, timeout=60
             )
             t_end = time.monotonic() + timeout
-            while True:
-                try:
-                    if admin.get("/healthz").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if server.poll() is not None or time.monotonic() > t_end:
-                    raise ProtocolAbortError("the demo server did not start")
-                time.sleep(0.2)
+            wait_healthy(lambda: admin.get("/healthz"), server, t_end, "the demo server")
             for pop in pops:
                 admin.put(
                     f"/v1/admin/budgets/population/{pop}", json={"epsilon": 20.0, "delta": 1e-4}
                 )
             admin.put("/v1/admin/budgets/analyst/demo", json={"epsilon": 50.0, "delta": 1e-3})
-            runs_per_pop: dict[str, int] = {}
-            for t in tasks:
-                p = t["privacy"]["population"]
-                runs_per_pop[p] = runs_per_pop.get(p, 0) + 1
-            for i in range(n_processes):
-                devices = []
-                for pop in pops:
-                    ident = root / f"{pop}@{i}.json"
-                    issue_identity(root / "authority", f"{pop}-device-{i}", pop, ident)
-                    devices.append([str(ident), str(root / f"{pop}-{i}.csv")])
-                spec = {
-                    "url": url,
-                    "ca": str(certs["ca"]),
-                    "devices": devices,
-                    "runs": runs_per_pop,
-                    "max_seconds": timeout,
-                    # the devices' floor on secure sessions: the demo's tasks ask for this minimum
-                    "min_session_size": max(2, default_min_session_size(n_processes)),
-                }
-                (root / f"worker-{i}.json").write_text(json.dumps(spec))
-                workers.append(
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "fedstats.cli.network_demo",
-                            str(root / f"worker-{i}.json"),
-                        ],
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                )
+            spec = {"url": url, "ca": str(certs["ca"]), "max_seconds": timeout}
+            _start_workers(workers, root, pops, tasks, n_processes, spec)
             run_ids = []
             for t in tasks:
                 r = admin.post("/v1/admin/tasks", json=sign_task(t, analyst))
@@ -320,41 +257,154 @@ def run_network_demo(
                 r = admin.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
                 r.raise_for_status()
                 run_ids.append(r.json()["run_id"])
-            results = []
-            if progress is not None:
-                progress.start("demo", len(run_ids))
-            for rid in run_ids:
-                while True:
-                    view = admin.get(f"/v1/admin/runs/{rid}").json()
-                    if view["status"] in ("done", "aborted"):
-                        break
-                    if time.monotonic() > t_end:
-                        raise ProtocolAbortError(f"run {rid} did not finish within {timeout} s")
-                    time.sleep(0.2)
-                if view["status"] != "done":
-                    raise ProtocolAbortError(f"run {rid} aborted: {view['error']}")
-                results.append(view)
-                if progress is not None:
-                    progress.advance("demo")
-            if progress is not None:
-                progress.finish("demo")
+            results = _await_runs(admin, run_ids, t_end, timeout, progress)
             admin.close()
         finally:
-            for w in workers:
-                if w.poll() is None:
-                    w.send_signal(signal.SIGTERM)
-            for w in workers:
-                try:
-                    w.wait(10)
-                except subprocess.TimeoutExpired:
-                    w.kill()
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_processes(workers)
+            stop_processes([server])
             log.close()
-    truths = _truths(pops)
+    return _rows(tasks, results, _truths(pops), n_processes)
+
+
+def server_argv(db: str, port: int, certs: dict[str, Path], authority: Path) -> list[str]:
+    """``fedstats server``'s arguments for a demo server on 127.0.0.1: its database, port, TLS, authority."""
+    return [
+        "server",
+        "--db",
+        db,
+        "--port",
+        str(port),
+        "--tls-cert",
+        str(certs["cert"]),
+        "--tls-key",
+        str(certs["key"]),
+        "--authority",
+        str(authority),
+    ]
+
+
+def wait_healthy(get: Any, process: subprocess.Popen[bytes], deadline: float, what: str) -> None:
+    """Poll ``get()`` (a ``/healthz`` request) until it answers 200; raise if ``process`` exits or at ``deadline``.
+
+    Raises
+    ------
+    ProtocolAbortError
+        If the server exits or does not answer by ``deadline`` (``time.monotonic()`` seconds).
+    """
+    import httpx
+
+    while True:
+        try:
+            if get().status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise ProtocolAbortError(f"{what} did not start")
+        time.sleep(0.2)
+
+
+def stop_processes(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process still running, then wait up to 10 s for each and kill the stragglers."""
+    for w in processes:
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+    for w in processes:
+        try:
+            w.wait(10)
+        except subprocess.TimeoutExpired:
+            w.kill()
+
+
+def _setup(
+    root: Path, pops: dict[str, dict[str, np.ndarray]]
+) -> tuple[dict[str, Path], dict[str, Any], str, str]:
+    """Development TLS certificates, the authority, the analyst's certified key, the store and a token."""
+    from fedstats.service.domain.operators import add_operator
+    from fedstats.service.http.tls import make_dev_certificates
+    from fedstats.service.store import open_store
+
+    certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
+    init_authority(root / "authority")
+    # the analyst's task-signing key, certified by the authority; it never goes to the server
+    analyst = issue_analyst(root / "authority", "demo", list(pops), root / "analyst.json")
+    db = f"sqlite:///{root / 'fedstats.db'}"
+    store = open_store(db)
+    token = add_operator(store, "demo")
+    store.close()
+    return certs, analyst, db, token
+
+
+def _start_workers(
+    workers: list[subprocess.Popen[bytes]],
+    root: Path,
+    pops: dict[str, dict[str, np.ndarray]],
+    tasks: list[dict[str, Any]],
+    n_processes: int,
+    spec: dict[str, Any],
+) -> None:
+    """Enroll one device per population in each client process and start the processes (into ``workers``)."""
+    runs_per_pop: dict[str, int] = {}
+    for t in tasks:
+        p = t["privacy"]["population"]
+        runs_per_pop[p] = runs_per_pop.get(p, 0) + 1
+    for i in range(n_processes):
+        devices = []
+        for pop in pops:
+            ident = root / f"{pop}@{i}.json"
+            issue_identity(root / "authority", f"{pop}-device-{i}", pop, ident)
+            devices.append([str(ident), str(root / f"{pop}-{i}.csv")])
+        worker_spec = {
+            "url": spec["url"],
+            "ca": spec["ca"],
+            "devices": devices,
+            "runs": runs_per_pop,
+            "max_seconds": spec["max_seconds"],
+            # the devices' floor on secure sessions: the demo's tasks ask for this minimum
+            "min_session_size": max(2, default_min_session_size(n_processes)),
+        }
+        (root / f"worker-{i}.json").write_text(json.dumps(worker_spec))
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "fedstats.cli.network_demo", str(root / f"worker-{i}.json")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+
+
+def _await_runs(
+    admin: Any, run_ids: list[str], t_end: float, timeout: float, progress: Any
+) -> list[dict[str, Any]]:
+    """Poll every run until done; raise if one aborts or the demo's time runs out."""
+    results = []
+    if progress is not None:
+        progress.start("demo", len(run_ids))
+    for rid in run_ids:
+        while True:
+            view = admin.get(f"/v1/admin/runs/{rid}").json()
+            if view["status"] in ("done", "aborted"):
+                break
+            if time.monotonic() > t_end:
+                raise ProtocolAbortError(f"run {rid} did not finish within {timeout} s")
+            time.sleep(0.2)
+        if view["status"] != "done":
+            raise ProtocolAbortError(f"run {rid} aborted: {view['error']}")
+        results.append(view)
+        if progress is not None:
+            progress.advance("demo")
+    if progress is not None:
+        progress.finish("demo")
+    return results
+
+
+def _rows(
+    tasks: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    truths: list[float],
+    n_processes: int,
+) -> list[dict[str, Any]]:
+    """The demo's table: one row a run, its estimate against the truth computed on the whole data."""
     rows = []
     for t, view, truth in zip(tasks, results, truths, strict=True):
         res = view["result"]

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.analyses._prio3_tasks import vdaf_spec
+from fedstats.cli.network_demo import server_argv
 from fedstats.client.vdaf import Prio3Device
 from fedstats.errors import DataError, ParameterError
 
@@ -217,17 +218,7 @@ def _start(root: Path, n_devices: int, batch_size: int) -> _Deployment:
             subprocess.Popen(
                 [
                     *_FEDSTATS,
-                    "server",
-                    "--db",
-                    db,
-                    "--port",
-                    str(port),
-                    "--tls-cert",
-                    str(certs["cert"]),
-                    "--tls-key",
-                    str(certs["key"]),
-                    "--authority",
-                    str(root / "authority" / "authority.pub"),
+                    *server_argv(db, port, certs, root / "authority" / "authority.pub"),
                     "--vdaf",
                     "--vdaf-peer-ca",
                     str(certs["ca"]),

@@ -36,190 +36,213 @@ DbOption = Annotated[
 ]
 
 
+TlsCertOption = Annotated[Path | None, typer.Option("--tls-cert", help="Server certificate (PEM).")]
+TlsKeyOption = Annotated[Path | None, typer.Option("--tls-key", help="Server private key (PEM).")]
+AuthorityOption = Annotated[
+    Path | None,
+    typer.Option("--authority", help="Trust this enrollment authority's public key file."),
+]
+MaxBodyOption = Annotated[
+    int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")
+]
+RateOption = Annotated[
+    float,
+    typer.Option(
+        "--rate",
+        min=0.1,
+        help="Requests per second per verified device (per peer address for unsigned requests).",
+    ),
+]
+BurstOption = Annotated[
+    float, typer.Option("--burst", min=1.0, help="Burst of requests per client.")
+]
+AccessLogOption = Annotated[
+    bool,
+    typer.Option(
+        "--access-log/--no-access-log",
+        help="One JSON log line per request on stderr (server errors are logged either way).",
+    ),
+]
+TickOption = Annotated[
+    float,
+    typer.Option(
+        "--tick",
+        min=0.01,
+        help="Longest time between run-driver passes (devices' messages also start one at once).",
+    ),
+]
+MaxWaitOption = Annotated[
+    float,
+    typer.Option(
+        "--max-wait",
+        min=0.0,
+        max=3600.0,
+        help="Longest a device's long poll or held secure-stage request is held, seconds"
+        " (longer than the tasks' stage deadlines saves the devices a request per stage).",
+    ),
+]
+LeaseSecondsOption = Annotated[
+    float,
+    typer.Option(
+        "--lease-seconds",
+        min=0.5,
+        help="How long this process's claim on a run lasts unrenewed; then another server process "
+        "on the same database takes it over.",
+    ),
+]
+IdempotencyRetentionOption = Annotated[
+    float,
+    typer.Option(
+        "--idempotency-retention",
+        min=1.0,
+        help="Seconds an admin write's Idempotency-Key and first answer are kept.",
+    ),
+]
+ServerIdOption = Annotated[
+    str | None,
+    typer.Option(
+        "--server-id",
+        help="This process's name in run leases (default HOST:PORT: a restart on the same port "
+        "resumes its runs at once).",
+    ),
+]
+StoreThreadsOption = Annotated[
+    int,
+    typer.Option(
+        "--store-threads",
+        min=1,
+        max=256,
+        help="Threads running device requests' database work (more for a remote database).",
+    ),
+]
+WorkCacheSecondsOption = Annotated[
+    float,
+    typer.Option(
+        "--work-cache-seconds",
+        min=0.1,
+        max=3600.0,
+        help="Longest life of a device's cached work list: a device's write through another "
+        "server process is seen by this one within it.",
+    ),
+]
+InsecureHttpOption = Annotated[
+    bool,
+    typer.Option(
+        "--insecure-http",
+        help="Development only: serve plain HTTP on a non-loopback address (reports of non-secure "
+        "runs and operator tokens then travel in the clear).",
+    ),
+]
+VdafOption = Annotated[
+    bool,
+    typer.Option(
+        "--vdaf",
+        help="Also serve the two-aggregator (Prio3) mode, /v1/vdaf/tasks (docs/vdaf.md); this server "
+        "is the leader or the helper of each task.",
+    ),
+]
+VdafPeerCaOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--vdaf-peer-ca",
+        help="CA certificate (PEM) of the helper's TLS certificate, for the Prio3 tasks this server "
+        "leads (default: the system's trust store).",
+    ),
+]
+VdafBatchSizeOption = Annotated[
+    int,
+    typer.Option(
+        "--vdaf-batch-size", min=1, max=100_000, help="Reports per Prio3 aggregation job."
+    ),
+]
+DapOption = Annotated[
+    bool,
+    typer.Option(
+        "--dap",
+        help="Also serve DAP-09 for Prio3 tasks (/hpke_config, /tasks/{task-id}/...; docs/vdaf.md, "
+        '"DAP"), with --vdaf-peer-ca and --vdaf-batch-size.',
+    ),
+]
+DapInteropOption = Annotated[
+    str | None,
+    typer.Option(
+        "--dap-interop",
+        help="Test rigs only: also serve the DAP interop test design's unauthenticated "
+        "/internal/test endpoints for one role: aggregator, client or collector.",
+    ),
+]
+MaxConnectionsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-connections",
+        min=1,
+        help="Most client connections open at once (each one open file; default: the open-file"
+        " limit, raised to its hard limit, minus 128 kept for the database and logs).",
+    ),
+]
+MaxConnectionsPerPeerOption = Annotated[
+    int,
+    typer.Option(
+        "--max-connections-per-peer",
+        min=1,
+        help="Most connections open at once from one peer address (503 beyond it).",
+    ),
+]
+HeaderTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--header-timeout",
+        min=0.1,
+        max=3600.0,
+        help="Seconds a request's headers may take to arrive (408 and closed after).",
+    ),
+]
+RequestKeySecretOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--request-key-secret",
+        envvar="FEDSTATS_REQUEST_KEY_SECRET_FILE",
+        help="File holding the secret (64+ hex digits, e.g. from `openssl rand -hex 32`) devices'"
+        " request keys are derived under: server processes behind one balancer given the same file"
+        " accept each other's keys (default: one drawn once and kept in the database).",
+    ),
+]
+CrashAfterOption = Annotated[
+    str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
+]
+
+
 @server_app.callback()
 def serve(
     ctx: typer.Context,
     db: DbOption = "sqlite:///fedstats.db",
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="TCP port.")] = 8443,
-    tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", help="Server certificate (PEM).")
-    ] = None,
-    tls_key: Annotated[
-        Path | None, typer.Option("--tls-key", help="Server private key (PEM).")
-    ] = None,
-    authority: Annotated[
-        Path | None,
-        typer.Option("--authority", help="Trust this enrollment authority's public key file."),
-    ] = None,
-    max_body: Annotated[
-        int, typer.Option("--max-body", min=1024, help="Largest request body, bytes.")
-    ] = _DEFAULT.max_body,
-    rate: Annotated[
-        float,
-        typer.Option(
-            "--rate",
-            min=0.1,
-            help="Requests per second per verified device (per peer address for unsigned requests).",
-        ),
-    ] = _DEFAULT.rate,
-    burst: Annotated[
-        float, typer.Option("--burst", min=1.0, help="Burst of requests per client.")
-    ] = _DEFAULT.burst,
-    access_log: Annotated[
-        bool,
-        typer.Option(
-            "--access-log/--no-access-log",
-            help="One JSON log line per request on stderr (server errors are logged either way).",
-        ),
-    ] = _DEFAULT.access_log,
-    tick: Annotated[
-        float,
-        typer.Option(
-            "--tick",
-            min=0.01,
-            help="Longest time between run-driver passes (devices' messages also start one at once).",
-        ),
-    ] = _DEFAULT.tick,
-    max_wait: Annotated[
-        float,
-        typer.Option(
-            "--max-wait",
-            min=0.0,
-            max=3600.0,
-            help="Longest a device's long poll or held secure-stage request is held, seconds"
-            " (longer than the tasks' stage deadlines saves the devices a request per stage).",
-        ),
-    ] = _DEFAULT.max_wait,
-    lease_seconds: Annotated[
-        float,
-        typer.Option(
-            "--lease-seconds",
-            min=0.5,
-            help="How long this process's claim on a run lasts unrenewed; then another server process "
-            "on the same database takes it over.",
-        ),
-    ] = _DEFAULT.lease_seconds,
-    idempotency_retention: Annotated[
-        float,
-        typer.Option(
-            "--idempotency-retention",
-            min=1.0,
-            help="Seconds an admin write's Idempotency-Key and first answer are kept.",
-        ),
-    ] = _DEFAULT.idempotency_retention,
-    server_id: Annotated[
-        str | None,
-        typer.Option(
-            "--server-id",
-            help="This process's name in run leases (default HOST:PORT: a restart on the same port "
-            "resumes its runs at once).",
-        ),
-    ] = None,  # not the settings' default (a fresh name): HOST:PORT, below
-    store_threads: Annotated[
-        int,
-        typer.Option(
-            "--store-threads",
-            min=1,
-            max=256,
-            help="Threads running device requests' database work (more for a remote database).",
-        ),
-    ] = _DEFAULT.store_threads,
-    work_cache_seconds: Annotated[
-        float,
-        typer.Option(
-            "--work-cache-seconds",
-            min=0.1,
-            max=3600.0,
-            help="Longest life of a device's cached work list: a device's write through another "
-            "server process is seen by this one within it.",
-        ),
-    ] = _DEFAULT.work_cache_seconds,
-    insecure_http: Annotated[
-        bool,
-        typer.Option(
-            "--insecure-http",
-            help="Development only: serve plain HTTP on a non-loopback address (reports of non-secure "
-            "runs and operator tokens then travel in the clear).",
-        ),
-    ] = False,
-    vdaf: Annotated[
-        bool,
-        typer.Option(
-            "--vdaf",
-            help="Also serve the two-aggregator (Prio3) mode, /v1/vdaf/tasks (docs/vdaf.md); this server "
-            "is the leader or the helper of each task.",
-        ),
-    ] = _DEFAULT.vdaf,
-    vdaf_peer_ca: Annotated[
-        Path | None,
-        typer.Option(
-            "--vdaf-peer-ca",
-            help="CA certificate (PEM) of the helper's TLS certificate, for the Prio3 tasks this server "
-            "leads (default: the system's trust store).",
-        ),
-    ] = None,
-    vdaf_batch_size: Annotated[
-        int,
-        typer.Option(
-            "--vdaf-batch-size", min=1, max=100_000, help="Reports per Prio3 aggregation job."
-        ),
-    ] = _DEFAULT.vdaf_batch_size,
-    dap: Annotated[
-        bool,
-        typer.Option(
-            "--dap",
-            help="Also serve DAP-09 for Prio3 tasks (/hpke_config, /tasks/{task-id}/...; docs/vdaf.md, "
-            '"DAP"), with --vdaf-peer-ca and --vdaf-batch-size.',
-        ),
-    ] = _DEFAULT.dap,
-    dap_interop: Annotated[
-        str | None,
-        typer.Option(
-            "--dap-interop",
-            help="Test rigs only: also serve the DAP interop test design's unauthenticated "
-            "/internal/test endpoints for one role: aggregator, client or collector.",
-        ),
-    ] = _DEFAULT.dap_interop,
-    max_connections: Annotated[
-        int | None,
-        typer.Option(
-            "--max-connections",
-            min=1,
-            help="Most client connections open at once (each one open file; default: the open-file"
-            " limit, raised to its hard limit, minus 128 kept for the database and logs).",
-        ),
-    ] = _DEFAULT.max_connections,
-    max_connections_per_peer: Annotated[
-        int,
-        typer.Option(
-            "--max-connections-per-peer",
-            min=1,
-            help="Most connections open at once from one peer address (503 beyond it).",
-        ),
-    ] = _DEFAULT.max_connections_per_peer,
-    header_timeout: Annotated[
-        float,
-        typer.Option(
-            "--header-timeout",
-            min=0.1,
-            max=3600.0,
-            help="Seconds a request's headers may take to arrive (408 and closed after).",
-        ),
-    ] = _DEFAULT.header_timeout,
-    request_key_secret: Annotated[
-        Path | None,
-        typer.Option(
-            "--request-key-secret",
-            envvar="FEDSTATS_REQUEST_KEY_SECRET_FILE",
-            help="File holding the secret (64+ hex digits, e.g. from `openssl rand -hex 32`) devices'"
-            " request keys are derived under: server processes behind one balancer given the same file"
-            " accept each other's keys (default: one drawn once and kept in the database).",
-        ),
-    ] = None,
-    crash_after: Annotated[
-        str | None, typer.Option("--crash-after", hidden=True, envvar="FEDSTATS_CRASH_AFTER")
-    ] = None,
+    tls_cert: TlsCertOption = None,
+    tls_key: TlsKeyOption = None,
+    authority: AuthorityOption = None,
+    max_body: MaxBodyOption = _DEFAULT.max_body,
+    rate: RateOption = _DEFAULT.rate,
+    burst: BurstOption = _DEFAULT.burst,
+    access_log: AccessLogOption = _DEFAULT.access_log,
+    tick: TickOption = _DEFAULT.tick,
+    max_wait: MaxWaitOption = _DEFAULT.max_wait,
+    lease_seconds: LeaseSecondsOption = _DEFAULT.lease_seconds,
+    idempotency_retention: IdempotencyRetentionOption = _DEFAULT.idempotency_retention,
+    server_id: ServerIdOption = None,  # not the settings' default (a fresh name): HOST:PORT, below
+    store_threads: StoreThreadsOption = _DEFAULT.store_threads,
+    work_cache_seconds: WorkCacheSecondsOption = _DEFAULT.work_cache_seconds,
+    insecure_http: InsecureHttpOption = False,
+    vdaf: VdafOption = _DEFAULT.vdaf,
+    vdaf_peer_ca: VdafPeerCaOption = None,
+    vdaf_batch_size: VdafBatchSizeOption = _DEFAULT.vdaf_batch_size,
+    dap: DapOption = _DEFAULT.dap,
+    dap_interop: DapInteropOption = _DEFAULT.dap_interop,
+    max_connections: MaxConnectionsOption = _DEFAULT.max_connections,
+    max_connections_per_peer: MaxConnectionsPerPeerOption = _DEFAULT.max_connections_per_peer,
+    header_timeout: HeaderTimeoutOption = _DEFAULT.header_timeout,
+    request_key_secret: RequestKeySecretOption = None,
+    crash_after: CrashAfterOption = None,
 ) -> None:
     """Serve the admin and client APIs over HTTPS (--tls-cert/--tls-key); plain HTTP on loopback only."""
     if ctx.invoked_subcommand is not None:

@@ -464,6 +464,92 @@ ESTIMATORS = ("split", "pooled")
 means)."""
 
 
+def _round1_probabilities(
+    p1: np.ndarray, floor: float, min_floor: float, split: bool
+) -> np.ndarray:
+    r"""Round 1's bit probabilities: ``p1`` (:math:`p_j \propto 2^{\gamma j}`) mixed with a uniform floor.
+
+    ``floor`` is ``min_reports / (n_1 s)``: about ``min_reports`` reports a bit. The paper's estimator
+    keeps its round 1 bit for bit; the split one spreads at most ``FLOOR_SHARE``, but gives every bit at
+    least 2 reports (``min_floor = 2 / (n_1 s)``: an unbiased estimate of a report's variance needs 2).
+    """
+    b = p1.size
+    floor = min(floor, (FLOOR_SHARE if split else 1.0) / b)
+    if split:
+        floor = min(max(floor, min_floor), 1.0 / b)
+    return (1.0 - b * floor) * p1 + floor
+
+
+def _round2_variances(
+    m1: np.ndarray,
+    counts: np.ndarray,
+    eps_bit: float | None,
+    level: float | None,
+    squash_z: float,
+    split: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Lemma 3's :math:`\beta_j` from round 1's bit means, and the bits squashed and uncertain after it.
+
+    :math:`\beta_j = 4^j m_{1j}(1 - m_{1j})` (the paper's), or with ``split`` plus the
+    randomized-response variance :math:`v_\varepsilon` of each report. With squashing (``level``), the
+    three-way split after round 1: bits above every bit whose mean reaches the threshold are noise
+    (squashed, no round-2 clients); bits up to the highest one whose *lower confidence bound* reaches
+    it are live (Lemma 3 weights); the ones in between are uncertain (:math:`\beta_j = 0`) and get a
+    fixed number of round-2 reports, enough to decide them, instead of a weight growing as :math:`2^j`.
+    """
+    b = m1.size
+    m1c = np.clip(np.nan_to_num(m1, nan=0.5), 0.0, 1.0)
+    beta = 4.0 ** np.arange(b) * m1c * (1.0 - m1c)
+    if split:  # Lemma 3 with the randomized-response variance of each report included
+        beta = 4.0 ** np.arange(b) * (m1c * (1.0 - m1c) + rr_noise_variance(eps_bit))
+    squashed1 = np.zeros(b, dtype=bool)
+    uncertain = np.zeros(b, dtype=bool)
+    if level is not None:
+        reported1 = counts > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            se1 = np.sqrt((m1c * (1.0 - m1c) + rr_noise_variance(eps_bit)) / counts)
+        squashed1 = _squashed(m1, reported1, level)
+        not_live = _squashed(m1 - squash_z * se1, reported1, level)
+        uncertain = not_live & ~squashed1
+        beta[not_live] = 0.0
+    return beta, squashed1, uncertain
+
+
+def _round2_probabilities(
+    logw: np.ndarray,
+    uncertain: np.ndarray,
+    squashed1: np.ndarray,
+    squash_threshold: float | None,
+    n2s: int,
+    mr: int,
+    split: bool,
+) -> np.ndarray:
+    r"""Round 2's bit probabilities: :math:`p_j \propto \beta_j^\alpha` (``logw``), uncertain bits' share.
+
+    Uncertain bits share about ``(4 / squash_threshold)**2`` reports each (at most half of round 2's
+    ``n2s`` reports when some bit is live); with ``split`` a uniform floor over the bits not squashed
+    keeps every bit in round 2 (about ``mr`` reports, at least 2).
+    """
+    b = logw.size
+    n_live = int(np.isfinite(logw).sum())
+    p2 = np.zeros(b)
+    if n_live:
+        w = np.exp(logw - logw[np.isfinite(logw)].max())
+        p2 = w / w.sum()
+    if uncertain.any():
+        assert squash_threshold is not None
+        decide = (4.0 / float(squash_threshold)) ** 2  # reports resolving a bit to ~level/4
+        share = min(0.5, uncertain.sum() * decide / n2s) if n_live else 1.0
+        p2 = (1.0 - share) * p2
+        p2[uncertain] = share / uncertain.sum()
+    if split:  # a uniform floor: no bit loses round 2 because round 1 happened to read it as 0
+        eligible = ~squashed1
+        n_el = int(eligible.sum())
+        floor2 = min(max(min(mr / n2s, FLOOR_SHARE / n_el), 2.0 / n2s), 1.0 / n_el)
+        p2 = (1.0 - n_el * floor2) * p2 + floor2 * eligible
+    return p2
+
+
 def adaptive_stage(
     spec: CodeSpec,
     client_range: tuple[int, int],
@@ -556,12 +642,7 @@ def adaptive_stage(
     b = spec.bit_depth
     p1 = weighted_probabilities(b, gamma)
     mr = check_int("min_reports", min_reports, low=0)
-    # the paper's estimator keeps its round 1 bit for bit; the split one spreads at most FLOOR_SHARE,
-    # but gives every bit at least 2 reports (an unbiased estimate of a report's variance needs 2)
-    floor = min(mr / (n1 * s_bits), (FLOOR_SHARE if split else 1.0) / b)
-    if split:
-        floor = min(max(floor, 2.0 / (n1 * s_bits)), 1.0 / b)
-    p1 = (1.0 - b * floor) * p1 + floor
+    p1 = _round1_probabilities(p1, mr / (n1 * s_bits), 2.0 / (n1 * s_bits), split)
     r1 = yield from bit_round(
         "bits-round1",
         spec,
@@ -573,49 +654,18 @@ def adaptive_stage(
         epsilon_bit=eps_bit,
     )
     m1 = bit_means(r1.counts, r1.sums, eps_bit)
-    m1c = np.clip(np.nan_to_num(m1, nan=0.5), 0.0, 1.0)
-    beta = 4.0 ** np.arange(b) * m1c * (1.0 - m1c)
-    if split:  # Lemma 3 with the randomized-response variance of each report included
-        beta = 4.0 ** np.arange(b) * (m1c * (1.0 - m1c) + rr_noise_variance(eps_bit))
     level = _squash_level(eps_bit, squash_threshold)
-    squashed1 = np.zeros(b, dtype=bool)
-    uncertain = np.zeros(b, dtype=bool)
-    if level is not None:
-        # Three-way split after round 1: bits above every bit whose mean reaches the threshold are noise
-        # (squashed, no round-2 clients); bits up to the highest one whose *lower confidence bound*
-        # reaches it are live (Lemma 3 weights); the ones in between are uncertain and get a fixed
-        # number of round-2 reports, enough to decide them, instead of a weight growing as 2^j.
-        reported1 = r1.counts > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            se1 = np.sqrt((m1c * (1.0 - m1c) + rr_noise_variance(eps_bit)) / r1.counts)
-        squashed1 = _squashed(m1, reported1, level)
-        not_live = _squashed(m1 - squash_z * se1, reported1, level)
-        uncertain = not_live & ~squashed1
-        beta[not_live] = 0.0
+    beta, squashed1, uncertain = _round2_variances(m1, r1.counts, eps_bit, level, squash_z, split)
     with np.errstate(divide="ignore"):
         logw = np.where(beta > 0, alpha * np.log(np.where(beta > 0, beta, 1.0)), -np.inf)
     n_live = int(np.isfinite(logw).sum())
-    fallback = False
-    if n_live + int(uncertain.sum()) < s_bits:  # (almost) every bit constant: nothing to adapt to
+    fallback = n_live + int(uncertain.sum()) < s_bits
+    if fallback:  # (almost) every bit constant: nothing to adapt to
         p2 = p1
-        fallback = True
     else:
-        p2 = np.zeros(b)
-        if n_live:
-            w = np.exp(logw - logw[np.isfinite(logw)].max())
-            p2 = w / w.sum()
-        if uncertain.any():
-            assert level is not None and squash_threshold is not None
-            decide = (4.0 / float(squash_threshold)) ** 2  # reports resolving a bit to ~level/4
-            share = min(0.5, uncertain.sum() * decide / ((n - n1) * s_bits)) if n_live else 1.0
-            p2 = (1.0 - share) * p2
-            p2[uncertain] = share / uncertain.sum()
-        if split:  # a uniform floor: no bit loses round 2 because round 1 happened to read it as 0
-            eligible = ~squashed1
-            n_el = int(eligible.sum())
-            n2s = (n - n1) * s_bits
-            floor2 = min(max(min(mr / n2s, FLOOR_SHARE / n_el), 2.0 / n2s), 1.0 / n_el)
-            p2 = (1.0 - n_el * floor2) * p2 + floor2 * eligible
+        p2 = _round2_probabilities(
+            logw, uncertain, squashed1, squash_threshold, (n - n1) * s_bits, mr, split
+        )
     r2 = yield from bit_round(
         "bits-round2",
         spec,

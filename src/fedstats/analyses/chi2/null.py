@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.analyses.chi2.calibration import batch_decode
-from fedstats.analyses.chi2.privacy import Chi2Privacy
+from fedstats.analyses.chi2.privacy import Chi2Privacy, add_discrete_gaussian
 from fedstats.analyses.chi2.rare import effect_probabilities
 from fedstats.privacy.analysis.discrete_gaussian import discrete_gaussian_variance
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian
@@ -56,6 +56,8 @@ __all__ = [
     "headroom",
     "mc_p_value",
     "noisy_marginals",
+    "privacy_details",
+    "release_projection",
     "round2_plan",
     "shifted_interval",
     "simulate_null",
@@ -143,6 +145,41 @@ def round2_plan(
     step = 2.0**k / 2.0**f
     tau = (discrete_gaussian_variance(sigma) + (1.0 / 12.0 if k else 0.0)) * step**2 / 2.0
     return Round2Plan(f, k, sigma, step, tau)
+
+
+def release_projection(total: Any, plan: Round2Plan, rng: RNG) -> np.ndarray:
+    """Round 2's central DP release: the summed integer sketch, coarsened, plus discrete Gaussian noise.
+
+    Each coordinate is rounded to the nearest multiple of ``2**k`` (exact integer arithmetic) and
+    discrete Gaussian noise of parameter ``plan.sigma`` is added in those units (Canonne et al. 2020).
+
+    Parameters
+    ----------
+    total : sequence of int
+        The round-2 sum, reduced to signed integers (length ``l``).
+    plan : Round2Plan
+        The release's public plan (:func:`round2_plan`), with privacy.
+    rng : numpy.random.Generator
+        The server's noise generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape ``(l,)``: the released sum in encoding units times ``2**f``.
+    """
+    half = (1 << plan.k) >> 1
+    coarse = [(int(x) + half) >> plan.k for x in total]  # nearest multiple of 2**k (exact integers)
+    return add_discrete_gaussian(coarse, plan.sigma, rng) * 2.0**plan.k
+
+
+def privacy_details(privacy: Chi2Privacy, plan: Round2Plan, marginals: Any) -> dict[str, Any]:
+    """``details["privacy"]`` of a release: the budget, the projection's noise and the noisy marginals."""
+    return {
+        **privacy.as_dict(),
+        "sigma_projection": plan.sigma * plan.step,
+        "noise_offset": plan.tau,
+        "noisy_marginals": np.asarray(marginals).tolist(),
+    }
 
 
 def noisy_marginals(marginals: Any, privacy: Chi2Privacy, rng: RNG) -> np.ndarray:

@@ -12,6 +12,7 @@ are those of round 1, so the estimate is the squared norm of the survivors' ``su
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,12 +31,16 @@ from fedstats.analyses.chi2.estimator import (
 )
 from fedstats.analyses.chi2.null import (
     DEFAULT_NULL_REPLICATES,
+    NullSample,
+    Round2Plan,
     headroom,
     noisy_marginals,
+    privacy_details,
+    release_projection,
     round2_plan,
     simulate_null,
 )
-from fedstats.analyses.chi2.privacy import Chi2Privacy, add_discrete_gaussian
+from fedstats.analyses.chi2.privacy import Chi2Privacy
 from fedstats.analyses.chi2.rare import (
     POWER_EFFECT_W,
     merge_groups,
@@ -47,7 +52,7 @@ from fedstats.engine.core import ProtocolGenerator
 from fedstats.engine.fixedpoint import FixedPoint
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import ParameterError
-from fedstats.randomness import RandomSource
+from fedstats.randomness import RNG, RandomSource
 from fedstats.secagg.quantize import reduce_signed
 from fedstats.sketches.stable import StableProjection
 
@@ -173,7 +178,7 @@ def fed_chi2_protocol(
     ell, dec, b, conf, lev = check_options(encoding_size, decoder, bits, confidence, level)
     null_replicates = check_int("null_replicates", null_replicates, low=99)
     m_x, m_y = check_shape(shape)
-    mc = declared = check_int("max_cell", max_cell, low=1)
+    declared = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)
     base: dict[str, Any] = {"column": column, "shape": (m_x, m_y)}
     if categorical is not None:
@@ -185,8 +190,85 @@ def fed_chi2_protocol(
         server = randomness.generator("server", "chi2", "noise")
         base["max_records"] = privacy.max_records
     s1: RoundSum = yield Round(
-        "marginals", encode_marginals, base, dim=m_x + m_y, bound=mc * max(m_x, m_y)
+        "marginals", encode_marginals, base, dim=m_x + m_y, bound=declared * max(m_x, m_y)
     )
+    rel = _release_marginals(
+        s1, (m_x, m_y), declared, privacy, server, merge_below, labels, drop_empty
+    )
+    proj = StableProjection(seed, ell, 2.0)
+    plan, fp, params = _round2_setup(rel, base, proj, privacy, declared=declared, bits=b, seed=seed)
+    s2: RoundSum = yield Round(
+        "projection", encode_projection, params, dim=ell, bound=fp.report_bound(b)
+    )
+    total = reduce_signed(s2.total, b)
+    details: dict[str, Any] = {}
+    null = None
+    if privacy is not None and server is not None:
+        total = release_projection(total, plan, server)
+        details["privacy"] = privacy_details(privacy, plan, rel.marg)
+        if null_replicates and randomness is not None:
+            null = _null(rel, plan, proj, privacy, s2, dec, b, null_replicates, randomness, lev)
+    e = fp.decode(total)
+    res_step = 1.0 / fp.scale
+    res = finish(
+        decode(e, dec, conf, res_step),
+        dof=(rel.rows.size - 1) * (rel.cols.size - 1),
+        level=lev,
+        n_clients=s2.n_clients,
+        n_dropped=rel.n - s2.n_clients,
+        m_x=m_x,
+        m_y=m_y,
+        ell=ell,
+        bits=b,
+        frac_bits=plan.frac_bits,
+        decoder=dec,
+        details={
+            "rows": rel.rows.tolist(),
+            "cols": rel.cols.tolist(),
+            "n_round1": rel.n,
+            "encoding": e.tolist(),
+            **details,
+        },
+        noise_offset=0.0 if privacy is None else plan.tau,
+        null=null,
+        wide=None if null is None else decode(e, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
+    )
+    return _annotate(res, rel, privacy, null, lev, labels)
+
+
+@dataclass
+class _Marginals:
+    """Round 1's release as round 2 uses it (Algorithm 2, lines 1-2: the marginals ``v_x``, ``v_y``).
+
+    ``marg`` is the released ``(v_x, v_y)`` (noisy with privacy, merged with ``merge_below``);
+    ``rows``/``cols`` the cells kept; ``max_cell`` the fixed-point bound on one client's merged cell;
+    ``total_bound`` the bound on the table's total behind the round-2 plan; ``n`` round 1's clients.
+    """
+
+    marg: np.ndarray
+    vx: np.ndarray
+    vy: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    max_cell: int
+    total_bound: float
+    n: int
+    merged: tuple[tuple[np.ndarray, np.ndarray], np.ndarray, int, str] | None
+    warnings: list[str]
+
+
+def _release_marginals(
+    s1: RoundSum,
+    shape: tuple[int, int],
+    declared: int,
+    privacy: Chi2Privacy | None,
+    server: RNG | None,
+    merge_below: int,
+    labels: tuple[Sequence[Any], Sequence[Any]] | None,
+    drop_empty: bool,
+) -> _Marginals:
+    """Release round 1's sum: noisy marginals with privacy (at least 1), rare categories merged."""
+    m_x, m_y = shape
     marg = np.asarray(s1.total, dtype=np.int64)
     total_bound = float(marg[:m_x].sum())
     if privacy is not None and server is not None:
@@ -198,19 +280,37 @@ def fed_chi2_protocol(
     warnings = []
     if privacy is not None:
         warnings = rare_warnings(vx, vy, labels, None if merged is None else merged[0])
+    mc = declared
     if merged is not None:
         groups, marg, factor, note = merged
         warnings.append(note)
         vx, vy = marg[: int(groups[0].max()) + 1], marg[int(groups[0].max()) + 1 :]
         mc = declared * factor  # a merged cell sums several declared cells (fixed-point scale only)
-    g_x, g_y = vx.size, vy.size
     if privacy is None:
         rows, cols = kept_cells(vx, vy, drop_empty)
     else:
-        rows, cols = np.arange(g_x), np.arange(g_y)
-    n = s1.n_clients
-    vbar = expected_counts(vx[rows], vy[cols])
-    proj = StableProjection(seed, ell, 2.0)
+        rows, cols = np.arange(vx.size), np.arange(vy.size)
+    return _Marginals(marg, vx, vy, rows, cols, mc, total_bound, s1.n_clients, merged, warnings)
+
+
+def _round2_setup(
+    rel: _Marginals,
+    base: dict[str, Any],
+    proj: StableProjection,
+    privacy: Chi2Privacy | None,
+    *,
+    declared: int,
+    bits: int,
+    seed: int,
+) -> tuple[Round2Plan, FixedPoint, dict[str, Any]]:
+    """Round 2's public plan, fixed point and parameters from the released marginals.
+
+    Every client encodes ``e_i = P u_i`` with ``u_i = (v^(i) - vbar / n) / sqrt(vbar)`` and
+    ``vbar = v_x v_y^T / N`` (Pang et al. 2023, Algorithm 2, round 2); ``P sqrt(vbar) / n`` is public
+    and the same for every client, so the server broadcasts it as ``offset``.
+    """
+    n, ell = rel.n, proj.encoding_size
+    vbar = expected_counts(rel.vx[rel.rows], rel.vy[rel.cols])
     row_norm, p_sq, column_norm = projection_norms(proj, np.sqrt(vbar))
     plan = round2_plan(
         privacy,
@@ -218,102 +318,82 @@ def fed_chi2_protocol(
         row_norm=row_norm,
         column_norm=column_norm,
         n_clients=n,
-        max_cell=mc,
-        bits=b,
+        max_cell=rel.max_cell,
+        bits=bits,
         ell=ell,
-        total_bound=total_bound,
-        min_dim=min(rows.size, cols.size),
+        total_bound=rel.total_bound,
+        min_dim=min(rel.rows.size, rel.cols.size),
     )
-    f = plan.frac_bits
-    fp = FixedPoint(f, max(client_bound(vbar, mc, n, row_norm), 1e-9))
+    fp = FixedPoint(plan.frac_bits, max(client_bound(vbar, rel.max_cell, n, row_norm), 1e-9))
     params = {
         **base,
-        "rows": rows.tolist(),
-        "cols": cols.tolist(),
-        "row_marginals": vx.tolist(),
-        "col_marginals": vy.tolist(),
+        "rows": rel.rows.tolist(),
+        "cols": rel.cols.tolist(),
+        "row_marginals": rel.vx.tolist(),
+        "col_marginals": rel.vy.tolist(),
         "max_cell": declared,  # the client checks its own cells
-        # P sqrt(vbar) / n is public and the same for every client: the server broadcasts it
         "offset": (p_sq / n).tolist(),
         "seed": seed,
         "encoding_size": ell,
-        "frac_bits": f,
+        "frac_bits": plan.frac_bits,
         "clip": fp.clip,
-        "bits": b,
+        "bits": bits,
     }
-    if merged is not None:
-        params["groups"] = [merged[0][0].tolist(), merged[0][1].tolist()]
-    s2: RoundSum = yield Round(
-        "projection", encode_projection, params, dim=ell, bound=fp.report_bound(b)
+    if rel.merged is not None:
+        params["groups"] = [rel.merged[0][0].tolist(), rel.merged[0][1].tolist()]
+    return plan, fp, params
+
+
+def _null(
+    rel: _Marginals,
+    plan: Round2Plan,
+    proj: StableProjection,
+    privacy: Chi2Privacy,
+    s2: RoundSum,
+    decoder: str,
+    bits: int,
+    replicates: int,
+    randomness: RandomSource,
+    level: float,
+) -> NullSample:
+    """The released statistic's null (and power) distribution, simulated through both rounds' noise."""
+    return simulate_null(
+        rel.marg,
+        (rel.vx.size, rel.vy.size),
+        privacy=privacy,
+        projection=proj,
+        decoder=decoder,
+        n_clients=rel.n,
+        n_survivors=s2.n_clients,
+        max_cell=rel.max_cell,
+        bits=bits,
+        tau=plan.tau,
+        replicates=replicates,
+        rng=randomness.generator("server", "chi2", "null"),
+        effect=POWER_EFFECT_W,
+        level=level,
     )
-    total = reduce_signed(s2.total, b)
-    tau = 0.0
-    details: dict[str, Any] = {}
-    null = None
-    if privacy is not None and server is not None:
-        k, sigma = plan.k, plan.sigma
-        half = (1 << k) >> 1
-        coarse = [(int(x) + half) >> k for x in total]  # nearest multiple of 2**k (exact integers)
-        total = add_discrete_gaussian(coarse, sigma, server) * 2.0**k
-        # decoded s + tau: the noise, and the rounding to 2**k (uniform, variance 1/12 of a step)
-        tau = plan.tau
-        details["privacy"] = {
-            **privacy.as_dict(),
-            "sigma_projection": sigma * plan.step,
-            "noise_offset": tau,
-            "noisy_marginals": marg.tolist(),
-        }
-        if null_replicates and randomness is not None:
-            null = simulate_null(
-                marg,
-                (g_x, g_y),
-                privacy=privacy,
-                projection=proj,
-                decoder=dec,
-                n_clients=n,
-                n_survivors=s2.n_clients,
-                max_cell=mc,
-                bits=b,
-                tau=tau,
-                replicates=null_replicates,
-                rng=randomness.generator("server", "chi2", "null"),
-                effect=POWER_EFFECT_W,
-                level=lev,
-            )
-    e = fp.decode(total)
-    res_step = 1.0 / fp.scale
-    est = decode(e, dec, conf, res_step)
-    res = finish(
-        est,
-        dof=(rows.size - 1) * (cols.size - 1),
-        level=lev,
-        n_clients=s2.n_clients,
-        n_dropped=n - s2.n_clients,
-        m_x=m_x,
-        m_y=m_y,
-        ell=ell,
-        bits=b,
-        frac_bits=f,
-        decoder=dec,
-        details={
-            "rows": rows.tolist(),
-            "cols": cols.tolist(),
-            "n_round1": n,
-            "encoding": e.tolist(),
-            **details,
-        },
-        noise_offset=tau,
-        null=null,
-        wide=None if null is None else decode(e, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
-    )
+
+
+def _annotate(
+    res: Chi2Result,
+    rel: _Marginals,
+    privacy: Chi2Privacy | None,
+    null: NullSample | None,
+    level: float,
+    labels: tuple[Sequence[Any], Sequence[Any]] | None,
+) -> Chi2Result:
+    """Attach the privacy loss, what was merged, and the warnings (rare categories, merging, power)."""
     if privacy is not None:
         loss = privacy.loss()
         res.epsilon, res.delta = loss.epsilon, loss.delta
-    if merged is not None:
-        res.details["merged"] = merged_details(merged[0], labels)
-        res.details["groups"] = params["groups"]
+    warnings = list(rel.warnings)
+    if rel.merged is not None:
+        groups = rel.merged[0]
+        res.details["merged"] = merged_details(groups, labels)
+        res.details["groups"] = [groups[0].tolist(), groups[1].tolist()]
     if null is not None and null.power is not None:
-        warnings += power_warning(null.power, null.replicates, lev, res.details)
+        warnings += power_warning(null.power, null.replicates, level, res.details)
     for w in warnings:
         res.warn(w)
     return res

@@ -30,12 +30,15 @@ from fedstats.analyses.chi2.estimator import (
 )
 from fedstats.analyses.chi2.null import (
     DEFAULT_NULL_REPLICATES,
+    Round2Plan,
     headroom,
     noisy_marginals,
+    privacy_details,
+    release_projection,
     round2_plan,
     simulate_null,
 )
-from fedstats.analyses.chi2.privacy import add_discrete_gaussian, plan_chi2_privacy
+from fedstats.analyses.chi2.privacy import Chi2Privacy, plan_chi2_privacy
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RNG, RandomSource
 from fedstats.secagg.quantize import wrap_reports
@@ -162,85 +165,37 @@ def simulate_fed_chi2(
     sp = check_choice("split", split, SPLITS)
     mode = check_choice("projection", projection, ("materialize", "distribution"))
     null_replicates = check_int("null_replicates", null_replicates, low=99)
-    if (epsilon is None) != (delta is None):
-        raise ParameterError("epsilon/delta", (epsilon, delta), "both given, or neither")
-    privacy = None
-    if epsilon is not None and delta is not None:
-        privacy = plan_chi2_privacy(
-            epsilon=epsilon,
-            delta=delta,
-            max_records=max_records
-            if max_records is not None
-            else max(1, math.ceil(int(t.sum()) / n)),
-            round1_fraction=round1_fraction,
-        )
-    if isinstance(randomness, RandomSource) or randomness is None:
-        src = randomness if randomness is not None else RandomSource()
-        rng: RNG = src.generator("chi2", "simulate")
-        noise_rng, null_rng = src.generator("chi2", "noise"), src.generator("chi2", "null")
-        seed = src.public_seed("chi2", "projection")
-        note = src.release_note
-    else:
-        rng = noise_rng = null_rng = randomness
-        seed = int(rng.integers(0, 2**63))
-        note = None
+    privacy = _plan_privacy(t, n, epsilon, delta, max_records, round1_fraction)
+    rng, noise_rng, null_rng, seed, note = _generators(randomness)
     m_x, m_y = t.shape
-    vx, vy = t.sum(axis=1), t.sum(axis=0)
-    total_bound = float(vx.sum())
-    if privacy is not None:
-        marg = noisy_marginals(np.concatenate([vx, vy]), privacy, noise_rng)
-        vx, vy = marg[:m_x], marg[m_x:]
-        rows, cols = np.arange(m_x), np.arange(m_y)
-        total_bound = float(vx.sum()) + headroom(privacy, m_x, m_y)
-    else:
-        rows, cols = kept_cells(vx, vy, drop_empty)
-    kept = t[np.ix_(rows, cols)]
+    vx, vy, rows, cols, total_bound = _marginals(t, privacy, noise_rng, drop_empty)
     vbar = expected_counts(vx[rows], vy[cols])
     k_drop = min(round(p_drop * n), n - 1)
-    surv = survivor_table(kept, n, n - k_drop, sp, rng).ravel()
-    w = (surv - (n - k_drop) / n * vbar) / np.sqrt(vbar)
     shortcuts = ["linearity (sum of projections = projection of the sum)", "public seed"]
     if k_drop:
         shortcuts.append(f"survivors' table drawn in distribution (split={sp})")
     proj = StableProjection(seed, ell, 2.0)
+    surv = survivor_table(t[np.ix_(rows, cols)], n, n - k_drop, sp, rng).ravel()
+    w = (surv - (n - k_drop) / n * vbar) / np.sqrt(vbar)
     if mode == "materialize":
         e = proj.project(w[None, :])[0]
     else:
         e = math.sqrt(float(w @ w)) * np.asarray(rng.normal(0.0, math.sqrt(2.0), ell))
         shortcuts.append("projection drawn in distribution")
-    if mode == "materialize" or privacy is not None:
-        # the public norms (with DP, c = max_j ||P_j|| / sqrt(vbar_j) sets the noise, as in the protocol)
-        row_norm, _, column_norm = projection_norms(proj, np.sqrt(vbar))
-    else:
-        row_norm, column_norm = math.sqrt(2.0 * w.size) * 1.5, math.inf
     mc = max(1, math.ceil(float(t.max()) / n))
-    plan = round2_plan(
-        privacy,
-        vbar=vbar,
-        row_norm=row_norm,
-        column_norm=column_norm,
-        n_clients=n,
-        max_cell=mc,
-        bits=b,
-        ell=ell,
-        total_bound=total_bound,
-        min_dim=min(rows.size, cols.size),
-    )
-    f = plan.frac_bits
-    scale = 2.0**f
-    qs = e * scale + np.asarray(rng.normal(0.0, math.sqrt(n / 6.0), ell))
-    q = round_to_integers(qs)
+    plan = _plan(privacy, proj, vbar, w, mode, n, mc, b, ell, total_bound, (rows.size, cols.size))
+    scale = 2.0**plan.frac_bits
+    q = round_to_integers(e * scale + np.asarray(rng.normal(0.0, math.sqrt(n / 6.0), ell)))
     tau = 0.0
     null = None
+    details: dict[str, Any] = {"shortcuts": shortcuts, "split": sp, "projection": mode}
     if privacy is not None:
-        half = (1 << plan.k) >> 1
-        coarse = [(int(x) + half) >> plan.k for x in q]  # nearest multiple of 2**k, as the protocol
-        q = add_discrete_gaussian(coarse, plan.sigma, noise_rng) * 2.0**plan.k
+        q = release_projection(q, plan, noise_rng)  # as the protocol
         tau = plan.tau
         shortcuts.append("central DP: the protocol's release on the summed integer sketch")
+        details["privacy"] = privacy_details(privacy, plan, np.concatenate([vx, vy]))
     q = wrap_reports(q, b)  # float64 integers, reduced like the protocol's sum
     res_step = 1.0 / scale
-    est = decode(q / scale, dec, conf, res_step)
     if privacy is not None:
         null = simulate_null(
             np.concatenate([vx, vy]),
@@ -258,7 +213,7 @@ def simulate_fed_chi2(
         )
     dof = int((rows.size - 1) * (cols.size - 1))
     res = finish(
-        est,
+        decode(q / scale, dec, conf, res_step),
         dof=dof,
         level=lev,
         n_clients=n - k_drop,
@@ -267,21 +222,9 @@ def simulate_fed_chi2(
         m_y=m_y,
         ell=ell,
         bits=b,
-        frac_bits=f,
+        frac_bits=plan.frac_bits,
         decoder=dec,
-        details={"shortcuts": shortcuts, "split": sp, "projection": mode}
-        | (
-            {}
-            if privacy is None
-            else {
-                "privacy": {
-                    **privacy.as_dict(),
-                    "sigma_projection": plan.sigma * plan.step,
-                    "noise_offset": tau,
-                    "noisy_marginals": np.concatenate([vx, vy]).tolist(),
-                }
-            }
-        ),
+        details=details,
         noise_offset=tau,
         null=null,
         wide=None if null is None else decode(q / scale, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
@@ -292,6 +235,94 @@ def simulate_fed_chi2(
         loss = privacy.loss()
         res.epsilon, res.delta = loss.epsilon, loss.delta
     return attach_truth(res, exact, dof)
+
+
+def _plan_privacy(
+    t: np.ndarray,
+    n: int,
+    epsilon: float | None,
+    delta: float | None,
+    max_records: int | None,
+    round1_fraction: float,
+) -> Chi2Privacy | None:
+    """The central DP plan of both rounds, or None without ``epsilon``/``delta``.
+
+    ``max_records`` defaults to the records of an average client, ``ceil(N / n)`` (at least 1).
+    """
+    if (epsilon is None) != (delta is None):
+        raise ParameterError("epsilon/delta", (epsilon, delta), "both given, or neither")
+    if epsilon is None or delta is None:
+        return None
+    return plan_chi2_privacy(
+        epsilon=epsilon,
+        delta=delta,
+        max_records=max_records if max_records is not None else max(1, math.ceil(int(t.sum()) / n)),
+        round1_fraction=round1_fraction,
+    )
+
+
+def _generators(randomness: RandomSource | RNG | None) -> tuple[RNG, RNG, RNG, int, str | None]:
+    """The simulation's, the noise's and the null's generators, the projection seed, the release note.
+
+    A bare generator serves all three and draws the seed; a :class:`RandomSource` derives each by name.
+    """
+    if isinstance(randomness, RandomSource) or randomness is None:
+        src = randomness if randomness is not None else RandomSource()
+        rng: RNG = src.generator("chi2", "simulate")
+        noise_rng, null_rng = src.generator("chi2", "noise"), src.generator("chi2", "null")
+        return rng, noise_rng, null_rng, src.public_seed("chi2", "projection"), src.release_note
+    return randomness, randomness, randomness, int(randomness.integers(0, 2**63)), None
+
+
+def _marginals(
+    t: np.ndarray, privacy: Chi2Privacy | None, noise_rng: RNG, drop_empty: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """Round 1's release: ``v_x``, ``v_y`` (noisy with privacy), the kept rows and columns, the total bound."""
+    m_x, m_y = t.shape
+    vx, vy = t.sum(axis=1), t.sum(axis=0)
+    if privacy is None:
+        rows, cols = kept_cells(vx, vy, drop_empty)
+        return vx, vy, rows, cols, float(vx.sum())
+    marg = noisy_marginals(np.concatenate([vx, vy]), privacy, noise_rng)
+    vx, vy = marg[:m_x], marg[m_x:]
+    total_bound = float(vx.sum()) + headroom(privacy, m_x, m_y)
+    return vx, vy, np.arange(m_x), np.arange(m_y), total_bound
+
+
+def _plan(
+    privacy: Chi2Privacy | None,
+    proj: StableProjection,
+    vbar: np.ndarray,
+    w: np.ndarray,
+    mode: str,
+    n: int,
+    max_cell: int,
+    bits: int,
+    ell: int,
+    total_bound: float,
+    kept: tuple[int, int],
+) -> Round2Plan:
+    """Round 2's public plan, as the protocol's (:func:`~fedstats.analyses.chi2.null.round2_plan`).
+
+    With DP the noise is set by the public norms (``c = max_j ||P_j|| / sqrt(vbar_j)``), as in the
+    protocol; without DP and with the projection drawn in distribution, a bound on them replaces them.
+    """
+    if mode == "materialize" or privacy is not None:
+        row_norm, _, column_norm = projection_norms(proj, np.sqrt(vbar))
+    else:
+        row_norm, column_norm = math.sqrt(2.0 * w.size) * 1.5, math.inf
+    return round2_plan(
+        privacy,
+        vbar=vbar,
+        row_norm=row_norm,
+        column_norm=column_norm,
+        n_clients=n,
+        max_cell=max_cell,
+        bits=bits,
+        ell=ell,
+        total_bound=total_bound,
+        min_dim=min(kept),
+    )
 
 
 def simulate_decoded(statistics: Any, encoding_size: int, decoder: str, rng: RNG) -> np.ndarray:

@@ -346,20 +346,7 @@ def measure_performance_gap(
     i, j = _resolve_pair(pair, labels)
     d = len(labels)
     engine, _ = _api.resolve(engine, randomness)
-    population: Population
-    if n_clients is None:
-        population = InMemoryPopulation({GROUP_COLUMN: codes, VALUE_COLUMN: v})
-        sizes = np.bincount(codes, minlength=d).astype(np.float64)
-    else:
-        K = check_int("n_clients", n_clients, low=d)
-        pop = ResampledPopulation({GROUP_COLUMN: codes, VALUE_COLUMN: v}, K, strata=GROUP_COLUMN)
-        sizes = np.asarray(pop.stratum_clients, dtype=np.float64)
-        if (sizes < 1).any():
-            raise ParameterError(
-                "n_clients", K, f"enough clients to give each of the {d} groups at least one"
-            )
-        # the round's own reads of each block give the truth (no second generation of the clients)
-        population = _ObservedPopulation(pop, d)
+    population, sizes = _population(codes, v, d, n_clients)
     layout = GroupLayout(tuple(sizes.tolist()), (i, j))
     alloc = allocate(kind, eps, layout, accounting=accounting)
     mech = alloc.mechanism
@@ -378,15 +365,8 @@ def measure_performance_gap(
             ledger.spend_loss(mech.privacy_loss(), label=f"performance gap (M_{kind})")
     n_log = len(engine.log)
     res = engine.run(protocol, population)
-    unit = 0.5 if scale == "rate" else 1.0
-    if n_clients is None:
-        m = [float(v[codes == g].mean()) for g in (i, j)]
-    else:
-        true_sums, true_counts = simulated_truth(population, engine, d)
-        if true_counts[i] == 0 or true_counts[j] == 0:
-            raise DataError("a compared group has no simulated client")
-        m = [float(true_sums[g] / true_counts[g]) for g in (i, j)]
-    truth = (m[0] - m[1]) * unit
+    truth = _true_gap(codes, v, (i, j), population if n_clients is not None else None, engine, d)
+    truth *= 0.5 if scale == "rate" else 1.0
     res = dataclasses.replace(
         res,
         truth=truth,
@@ -396,3 +376,47 @@ def measure_performance_gap(
         details={**res.details, "budget": eps, "accounting": accounting},
     )
     return attach_warnings(res)  # type: ignore[no-any-return]
+
+
+def _population(
+    codes: np.ndarray, v: np.ndarray, d: int, n_clients: int | None
+) -> tuple[Population, np.ndarray]:
+    """The clients and the group sizes: one client a row, or ``n_clients`` resampled within each group.
+
+    Raises
+    ------
+    ParameterError
+        If ``n_clients`` is too small to give each of the ``d`` groups one client.
+    """
+    if n_clients is None:
+        population = InMemoryPopulation({GROUP_COLUMN: codes, VALUE_COLUMN: v})
+        return population, np.bincount(codes, minlength=d).astype(np.float64)
+    K = check_int("n_clients", n_clients, low=d)
+    pop = ResampledPopulation({GROUP_COLUMN: codes, VALUE_COLUMN: v}, K, strata=GROUP_COLUMN)
+    sizes = np.asarray(pop.stratum_clients, dtype=np.float64)
+    if (sizes < 1).any():
+        raise ParameterError(
+            "n_clients", K, f"enough clients to give each of the {d} groups at least one"
+        )
+    # the round's own reads of each block give the truth (no second generation of the clients)
+    return _ObservedPopulation(pop, d), sizes
+
+
+def _true_gap(
+    codes: np.ndarray,
+    v: np.ndarray,
+    pair: tuple[int, int],
+    observed: Any,
+    engine: Engine,
+    d: int,
+) -> float:
+    """The exact gap ``m_i - m_j`` of the encoded values: the data's, or the simulated clients' (observed)."""
+    i, j = pair
+    if observed is None:
+        m = [float(v[codes == g].mean()) for g in (i, j)]
+    else:
+        true_sums, true_counts = simulated_truth(observed, engine, d)
+        if true_counts[i] == 0 or true_counts[j] == 0:
+            raise DataError("a compared group has no simulated client")
+        m = [float(true_sums[g] / true_counts[g]) for g in (i, j)]
+    return m[0] - m[1]

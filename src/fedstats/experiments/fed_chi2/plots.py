@@ -44,9 +44,6 @@ def write_plots(out: Path, doc: dict[str, Any], title: Callable[[str], str] = st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    st = doc["config"]
-    ls = list(st["l_grid"])
-    drops = list(st["dropouts"])
     written: list[str] = []
 
     def save(fig: Any, name: str) -> None:
@@ -63,6 +60,19 @@ def write_plots(out: Path, doc: dict[str, Any], title: Callable[[str], str] = st
         atomic_write_bytes(out / name, buf.getvalue())
         written.append(name)
 
+    _plot_fig1(plt, doc, save)
+    _plot_fig2(plt, doc, save)
+    _plot_fig5(plt, doc, save)
+    _plot_fig8(plt, doc, save)
+    _plot_fig4(plt, doc, save)
+    return written
+
+
+def _plot_fig1(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
+    """Figure 1: multiplicative error and power of FED-chi^2 against ``l``, one panel a table, per dropout and decoder."""
+    st = doc["config"]
+    ls = list(st["l_grid"])
+    drops = list(st["dropouts"])
     fig1 = doc["fig1"]
     names = list(fig1)
     ncol = 4
@@ -115,6 +125,9 @@ def write_plots(out: Path, doc: dict[str, Any], title: Callable[[str], str] = st
         fig.tight_layout(rect=(0, 0.06, 1, 1))
         save(fig, fname)
 
+
+def _plot_fig2(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
+    """Figure 2: the client's encoding time against ``m`` (kept projection, sparse on demand, generation)."""
     fig2 = doc["fig2"]
     if fig2:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -145,6 +158,10 @@ def write_plots(out: Path, doc: dict[str, Any], title: Callable[[str], str] = st
         fig.tight_layout()
         save(fig, "fig2_encoding.png")
 
+
+def _plot_fig5(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
+    """Figure 5: FED-H's additive error against ``l``, one line a table generator."""
+    st = doc["config"]
     fig5 = doc["fig5"]
     if fig5:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -170,6 +187,9 @@ def write_plots(out: Path, doc: dict[str, Any], title: Callable[[str], str] = st
         fig.tight_layout()
         save(fig, "fig5_fedh.png")
 
+
+def _plot_fig8(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
+    """Figure 8: overlap of the feature selection with the exact one against ``l``, per decoder."""
     fs = doc["feature_selection"]
     if fs:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -193,6 +213,10 @@ def write_plots(out: Path, doc: dict[str, Any], title: Callable[[str], str] = st
         fig.tight_layout()
         save(fig, "fig8_overlap.png")
 
+
+def _plot_fig4(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
+    """Figure 4 (Table 3): FDR and TDR of the multiple tests against ``l``, with calibrated p-values."""
+    st = doc["config"]
     fdr = doc["fdr"]
     if fdr:
         mean = fdr["mean"]
@@ -230,4 +254,3 @@ def write_plots(out: Path, doc: dict[str, Any], title: Callable[[str], str] = st
         axes[0].legend(fontsize=6)
         fig.tight_layout()
         save(fig, "fig4_fdr.png")
-    return written
