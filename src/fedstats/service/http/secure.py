@@ -23,6 +23,7 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -36,6 +37,7 @@ from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.http.deps import NonceUse
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
+from fedstats.service.http.secure_batch import StageBatcher, StageUp
 from fedstats.service.store import State, Store
 from fedstats.wire import seeding
 
@@ -192,6 +194,8 @@ def add_secure_routes(
         return Response(ack + b"}", media_type="application/json")
 
     stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
+    stages = StageBatcher(store, lambda fn, *args: offload(functools.partial(fn, *args)))
+    app.state.stage_batcher = stages
 
     # a state change wakes every held request of a session at once: those that need the same look at
     # the store (has the stage opened? is the session over?) share one, not one transaction each
@@ -382,7 +386,12 @@ def add_secure_routes(
                     use_nonce(tx, nonce)
                     return secure_devices.submit_up_at(tx, run_id, index, number, stage, cid, body)
 
-            new, at_stage = await offload(go)
+            if nonce is None:
+                new, at_stage = await offload(go)
+            else:  # group-committed with the stage's other messages (one statement on PostgreSQL)
+                new, at_stage = await stages(
+                    StageUp(nonce, run_id, index, number, stage, cid, body)
+                )
         wakeup.set()
         counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
         # stored while the session was at this stage: the next cannot have opened before `before`
