@@ -207,6 +207,7 @@ class TestStateParity:
                 ("dev-1", "r1" * 32),
                 ("dev-0", None),
             ]
+            assert tx.unrevealed("run-1") == 1 and tx.unrevealed("run-9") == 0
             assert [e.id for e in tx.enrolled(["dev-1", "dev-0"])] == ["dev-1", "dev-0"]
             with pytest.raises(KeyError):
                 tx.enrolled(["dev-9"])

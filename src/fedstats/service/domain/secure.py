@@ -130,6 +130,8 @@ def close_seeding(tx: State, run: RunRow, deadline: float) -> RunRow | str | Non
         The run as now stored (its seed fixed, status ``running``) once every member revealed; the
         reason to abort it if some did not by ``deadline``; None while waiting for them.
     """
+    if time.time() <= deadline and tx.unrevealed(run.id):
+        return None  # one count per driver pass while the reveals come in, not n rows each
     rows = ordered_members(tx, run.id)
     missing = [m.client_id for m in rows if m.reveal is None]
     if missing:

@@ -181,6 +181,10 @@ class SecureQueries(ABC):
         """One member of a run, or None."""
 
     @abstractmethod
+    def unrevealed(self, run_id: str) -> int:
+        """How many of a run's members have not revealed their seed contribution (one count, no rows)."""
+
+    @abstractmethod
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """Store a member's revealed seed contribution (hex)."""
 
@@ -418,6 +422,13 @@ _MEMBER_COLUMNS = (
     _MEMBERS.c.reveal,
 )
 
+_MEMBER_ROW = select(*_MEMBER_COLUMNS).where(
+    _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.client_id == bindparam("client_id")
+)
+_UNREVEALED = select(func.count()).where(
+    _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.reveal.is_(None)
+)
+
 
 def _member(r: Any) -> MemberRow:
     return MemberRow(str(r[0]), int(r[1]), int(r[2]), r[3], r[4])
@@ -458,11 +469,13 @@ class SqlSecureQueries(SecureQueries):
     def member_row(self, run_id: str, client_id: str) -> MemberRow | None:
         """See :meth:`SecureQueries.member_row`."""
         got = self.conn.execute(
-            select(*_MEMBER_COLUMNS).where(
-                _MEMBERS.c.run_id == run_id, _MEMBERS.c.client_id == client_id
-            )
+            _MEMBER_ROW, {"run_id": run_id, "client_id": client_id}
         ).one_or_none()
         return None if got is None else _member(got)
+
+    def unrevealed(self, run_id: str) -> int:
+        """See :meth:`SecureQueries.unrevealed`."""
+        return int(self.conn.execute(_UNREVEALED, {"run_id": run_id}).scalar_one())
 
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """See :meth:`SecureQueries.set_reveal`."""
