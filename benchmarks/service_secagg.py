@@ -22,6 +22,19 @@ The target is read per secure round: each round's wall time (``journal.phases.ro
 its opening to its sum journaled) and the server's CPU in it (``cpu_by_phase.rounds``); the run's
 check-in and seeding come before its first round and are reported beside them.
 
+Issue 40's scale table (whole runs: check-in, seeding, both rounds; PostgreSQL, L = 1,000, 10% dropouts at
+the masked input; the devices register, once per device, before the run is created)::
+
+    python benchmarks/service_secagg.py --scale --clients 200 1000 --timeout 900
+    python benchmarks/service_secagg.py --scale --clients 5000 --keep-others --stage-seconds 600 --timeout 2400
+
+writes ``benchmarks/results/service_secagg_scale.json``, whose ``scale`` key (:func:`scale_summary`) has per
+``n`` ``server_cpu_ms_per_device``, ``wall_s``, ``requests_per_device``, ``bytes_per_device``,
+``server_rss_mib``, Flower SecAgg+ where it ran (``--flower-max-n``, 200 with ``--scale``), and the fitted
+exponent of the server's CPU in ``n``. Every simulated device connects from 127.0.0.1, so the server is
+started with ``--max-connections-per-peer 2n + 64`` (its default cap of 256 per address is for one
+address, not a population behind it).
+
 ``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
 devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the
 costliest dropout, whose pair masks the server must remove from key shares) of every session, so that

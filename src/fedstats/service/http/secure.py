@@ -35,6 +35,7 @@ from fastapi.responses import JSONResponse, Response
 from fedstats.service.domain import runs, secure, secure_devices
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
+from fedstats.service.http.batching import TransactionBatcher
 from fedstats.service.http.deps import NonceUse
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
 from fedstats.service.http.secure_batch import StageBatcher, StageUp
@@ -113,6 +114,9 @@ def add_secure_routes(
             cache[key] = got
         return got
 
+    # the reveals of a run lock its row: those that arrive together share one transaction
+    together = TransactionBatcher(store, lambda fn, *args: offload(functools.partial(fn, *args)))
+
     @app.get(base + "/seed", **DEVICE)
     async def seed(run_id: IdPath, request: Request, part: str | None = None) -> Response:
         """The seed transcript; ``?part=reveals``: only the seed and the reveals in list order.
@@ -163,13 +167,12 @@ def add_secure_routes(
         population = await population_of(cid) if wait > 0 else ""
         before = changes.generation(population)  # the seed was not fixed then (see below)
 
-        def go() -> bool:
-            with store.transaction() as tx:
-                use_nonce(tx, nonce)
-                run = runs.load_run(tx, run_id, lock=True)
-                return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
+        def go(tx: State) -> bool:
+            use_nonce(tx, nonce)
+            run = runs.load_run(tx, run_id, lock=True)
+            return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
 
-        new = await offload(go)
+        new = bool(await together(go))  # with the reveals that arrive meanwhile: one transaction
         wakeup.set()
         ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
         if wait > 0:
