@@ -107,6 +107,13 @@ class TransactionBatcher(Batcher[Work, Any]):
     alone in a transaction of its own, so each gets the answer (or the error) it would get alone.
     """
 
+    LOCK_BATCH = 32
+    """Most requests per transaction: the batch holds the lock they share (the run driver waits for
+    it, and at n = 5,000 batches of 256 check-ins made its lock timeouts expire)."""
+
+    def __init__(self, store: Store, offload: Offload) -> None:
+        super().__init__(store, offload, max_batch=self.LOCK_BATCH)
+
     def write(self, items: list[Work]) -> list[Any]:
         """Run ``items`` (blocking, on a store thread); per item its answer or its error."""
         if len(items) > 1:
