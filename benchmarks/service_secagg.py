@@ -22,6 +22,19 @@ The target is read per secure round: each round's wall time (``journal.phases.ro
 its opening to its sum journaled) and the server's CPU in it (``cpu_by_phase.rounds``); the run's
 check-in and seeding come before its first round and are reported beside them.
 
+Issue 40's scale table (whole runs: check-in, seeding, both rounds; PostgreSQL, L = 1,000, 10% dropouts at
+the masked input; the devices register, once per device, before the run is created)::
+
+    python benchmarks/service_secagg.py --scale --clients 200 1000 --timeout 900
+    python benchmarks/service_secagg.py --scale --clients 5000 --keep-others --stage-seconds 600 --timeout 2400
+
+writes ``benchmarks/results/service_secagg_scale.json``, whose ``scale`` key (:func:`scale_summary`) has per
+``n`` ``server_cpu_ms_per_device``, ``wall_s``, ``requests_per_device``, ``bytes_per_device``,
+``server_rss_mib``, Flower SecAgg+ where it ran (``--flower-max-n``, 200 with ``--scale``), and the fitted
+exponent of the server's CPU in ``n``. Every simulated device connects from 127.0.0.1, so the server is
+started with ``--max-connections-per-peer 2n + 64`` (its default cap of 256 per address is for one
+address, not a population behind it).
+
 ``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
 devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the
 costliest dropout, whose pair masks the server must remove from key shares) of every session, so that
@@ -254,7 +267,13 @@ class Server:
     """
 
     def __init__(
-        self, root: Path, db: str, tick: float, store_threads: int, profile: Path | None = None
+        self,
+        root: Path,
+        db: str,
+        tick: float,
+        store_threads: int,
+        profile: Path | None = None,
+        peer_connections: int = 256,
     ) -> None:
         from fedstats.service.domain.operators import add_operator
         from fedstats.service.http.tls import make_dev_certificates
@@ -263,6 +282,7 @@ class Server:
 
         self.root, self.db, self.tick, self.store_threads = root, db, tick, store_threads
         self.profile = profile
+        self.peer_connections = peer_connections
         self.certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
         init_authority(root / "authority")
         store = open_store(db)
@@ -301,6 +321,10 @@ class Server:
             str(self.tick),
             "--store-threads",
             str(self.store_threads),
+            # every simulated device connects from 127.0.0.1: lift the per-peer cap (default 256,
+            # meant for one address) to what n devices on n addresses would open
+            "--max-connections-per-peer",
+            str(self.peer_connections),
         ]
         self.proc = subprocess.Popen(
             cmd,
@@ -378,6 +402,14 @@ class _MeteredHTTP:
         self.sequence: list[tuple[float, str, str, int, int]] = []
         """``(seconds since start, method, endpoint, status, bytes received)`` of each request."""
 
+    def reset(self) -> None:
+        """Forget what was counted so far (the devices' registration, before the run)."""
+        self.sent.clear()
+        self.received.clear()
+        self.requests.clear()
+        self.sequence.clear()
+        self.t0 = time.monotonic()
+
     def _note(self, method: str, cat: str, status: int, got: int) -> None:
         self.sequence.append((round(time.monotonic() - self.t0, 3), method, cat, status, got))
 
@@ -431,6 +463,7 @@ def _worker(
     drop_stage: int = 2,
     share_checks: bool = False,
     profile: str | None = None,
+    preregister: bool = False,
 ) -> None:
     """Build this worker's devices, signal ready, wait for ``go`` (the run id), run them; put metrics.
 
@@ -442,7 +475,8 @@ def _worker(
     certificates and signatures in any case (the SDK's per-process caches, keyed by the whole verified
     content: each is checked once per worker process, not once per device; a real device checks its
     ``k + 16`` certificates and about ``2k`` signatures per session itself); ``share_checks`` hands them
-    one explicit set of certificates, which changes nothing.
+    one explicit set of certificates, which changes nothing. With ``preregister`` each device registers
+    (presents its enrollment certificate) before it signals ready, not in its run.
     """
     from fedstats.client import Device, LocalBudget, Policy
     from fedstats.secagg import find_parameters
@@ -471,6 +505,13 @@ def _worker(
         if drop and ident["client_id"] in drop:
             dev._answer_stage = _dropping(dev._answer_stage, drop_stage)  # type: ignore[method-assign]
         devices.append(dev)
+    if preregister:
+        # enrollment is once per device, not per run: register now (before the run is created) and
+        # make Device.run's own registration a no-op; the server's CPU for it is measured apart
+        for dev in devices:
+            dev.register()
+            dev.register = lambda: None  # type: ignore[method-assign]
+            dev._http.reset()
     out.put(("ready", wid, None))
     run_id = go.get()
     if run_id is None:
@@ -830,6 +871,7 @@ def bench_fedstats(
     share_checks: bool = False,
     device_profile: Path | None = None,
     quiet_seconds: float | None = None,
+    preregister: bool = False,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
 
@@ -838,11 +880,13 @@ def bench_fedstats(
     its deadline, ``stage_seconds``, default ``timeout``); with ``profile`` the server runs under cProfile
     (every thread) and writes its statistics there; with ``device_profile`` so do the devices of the
     first worker process; ``quiet_seconds`` is the task's ``secure_aggregation.quiet_seconds`` (a stage
-    whose quorum answered closes after that long without a message; None: at its deadline).
+    whose quorum answered closes after that long without a message; None: at its deadline); with
+    ``preregister`` the devices register (enrollment, once per device) before the run is created, and
+    the server's CPU for it is reported apart (``registration_server_cpu_seconds``).
     """
     from fedstats.wire.enrollment import issue_identity
 
-    server = Server(root, db, tick, store_threads, profile)
+    server = Server(root, db, tick, store_threads, profile, peer_connections=2 * n + 64)
     idents = [
         issue_identity(root / "authority", f"dev{i}", "default", root / "ids" / f"dev{i}.json")
         for i in range(n)
@@ -904,16 +948,21 @@ def bench_fedstats(
                     drop_stage,
                     share_checks,
                     str(device_profile) if device_profile is not None and w == 0 else None,
+                    preregister,
                 ),
                 daemon=True,
             )
             p.start()
             workers.append(p)
         ready = 0
-        deadline = time.monotonic() + 300
+        cpu_reg = proc_cpu_seconds(pid)
+        deadline = time.monotonic() + 300 + (n / 10 if preregister else 0)
         while ready < procs:
             kind, _wid, _ = out.get(timeout=max(1.0, deadline - time.monotonic()))
             ready += kind == "ready"
+        if preregister:
+            result["devices_registered_before_run"] = True
+            result["registration_server_cpu_seconds"] = proc_cpu_seconds(pid) - cpu_reg
         task = {
             "analysis": "fed-chi2",
             "params": {"shape": list(SHAPE), "encoding_size": encoding_size},
@@ -1221,6 +1270,103 @@ def profile_summary(path: Path, top: int = 40) -> dict[str, Any]:
     return {"total_own_seconds": total, "by_own": table(2), "by_cumulative": table(3)}
 
 
+SCALE_SIZES = (200, 1000, 5000)
+SCALE_GOALS = {
+    "server_cpu_ms_per_device_at_most": 15.0,  # at n = 1,000 and 5,000
+    "wall_s_at_n1000_at_most": 45.0,
+    "server_rss_mib_at_n1000_at_most": 300.0,
+}
+
+
+def _requests_per_device(ours: dict[str, Any]) -> float:
+    """Mean HTTP requests a device sent over the run (polls included; its one-off registration too)."""
+    by = (ours.get("bytes_per_client") or {}).get("by_endpoint_mean") or {}
+    return float(sum(v["requests"] for v in by.values()))
+
+
+def fitted_exponent(ns: list[int], values: list[float]) -> float | None:
+    """Least-squares slope of ``log(values)`` on ``log(ns)`` (``values ~ c n^slope``); None below 2 points."""
+    pts = [(n, v) for n, v in zip(ns, values, strict=True) if v and v > 0]
+    if len(pts) < 2:
+        return None
+    x = np.log([float(n) for n, _ in pts])
+    y = np.log([float(v) for _, v in pts])
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 40's per-device table of whole runs (check-in, seeding, both rounds) and the fitted exponent.
+
+    Per ``n``: ``server_cpu_ms_per_device`` (the server process's CPU from the run's creation to its
+    release, over ``n``; the devices' one-off registration falls inside it unless they registered
+    before the run, ``--preregister``, which ``--scale`` sets: then it is
+    ``registration_server_cpu_ms_per_device``),
+    ``wall_s``, ``requests_per_device`` (mean signed requests and long polls a device sent),
+    ``bytes_per_device`` (mean request and response body bytes a device sent and received),
+    ``server_rss_mib`` (peak resident memory of the server process during the run), and Flower SecAgg+ on
+    the same machine where it was run (``server_cpu_ms_per_device``, ``wall_s``, ``bytes_per_device``).
+    ``server_cpu_exponent``: the slope of ``log(server CPU)`` on ``log(n)`` over the completed runs
+    (1: linear in ``n``, i.e. constant per device).
+    """
+    out_rows = []
+    for row in rows:
+        n = int(row["n"])
+        ours = row.get("fedstats") or {}
+        done = ours.get("status") == "done"
+        entry: dict[str, Any] = {
+            "n": n,
+            "k": row.get("k"),
+            "t": row.get("t"),
+            "status": ours.get("status"),
+            "error": ours.get("error"),
+            "server_cpu_ms_per_device": 1000.0 * ours.get("server_cpu_seconds", 0.0) / n,
+            "wall_s": ours.get("wall_seconds"),
+            "requests_per_device": _requests_per_device(ours),
+            "bytes_per_device": (ours.get("bytes_per_client") or {}).get("total_mean"),
+            "server_rss_mib": ours.get("server_peak_rss_mib"),
+            "server_rss_before_run_mib": ours.get("server_rss_before_run_mib"),
+            "devices_registered_before_run": ours.get("devices_registered_before_run", False),
+            "registration_server_cpu_ms_per_device": (
+                None
+                if ours.get("registration_server_cpu_seconds") is None
+                else 1000.0 * ours["registration_server_cpu_seconds"] / n
+            ),
+            "load_average_before": row.get("load_average_before"),
+            "load_average_after": row.get("load_average_after"),
+            "completed": done,
+        }
+        fl = row.get("flower")
+        if fl is None:
+            entry["flower"] = row.get("flower_not_run")
+        elif "server_cpu_seconds" in fl:
+            entry["flower"] = {
+                "server_cpu_ms_per_device": 1000.0 * fl["server_cpu_seconds"] / n,
+                "wall_s": fl["wall_seconds"],
+                "bytes_per_device": fl.get("bytes_per_client"),
+                "correct": fl.get("correct"),
+            }
+        else:
+            entry["flower"] = {
+                "timed_out": True,
+                "wall_s_lower_bound": fl.get("wall_seconds_lower_bound"),
+            }
+        out_rows.append(entry)
+    done_rows = [r for r in out_rows if r["completed"]]
+    exponent = fitted_exponent(
+        [r["n"] for r in done_rows], [r["server_cpu_ms_per_device"] * r["n"] for r in done_rows]
+    )
+    by_n = {r["n"]: r for r in done_rows}
+    goals: dict[str, Any] = dict(SCALE_GOALS)
+    if 1000 in by_n:
+        goals["met_cpu_n1000"] = by_n[1000]["server_cpu_ms_per_device"] <= 15.0
+        goals["met_wall_n1000"] = by_n[1000]["wall_s"] <= 45.0
+        goals["met_rss_n1000"] = by_n[1000]["server_rss_mib"] <= 300.0
+    if 5000 in by_n:
+        goals["met_cpu_n5000"] = by_n[5000]["server_cpu_ms_per_device"] <= 15.0
+    goals["n5000_completed"] = 5000 in by_n
+    return {"rows": out_rows, "server_cpu_exponent": exponent, "goals": goals}
+
+
 def main() -> None:
     """Run the configurations; print one line each; write ``results/service_secagg.json``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -1320,6 +1466,26 @@ def main() -> None:
         "and signatures (fedstats.client.secure.VERIFIED_CERTIFICATES and SIGNATURES, keyed by the whole "
         "verified content); kept so that older command lines still run",
     )
+    ap.add_argument(
+        "--flower-max-n",
+        type=int,
+        default=None,
+        help="run Flower only for n up to this (larger n are recorded as not run, with the reason)",
+    )
+    ap.add_argument(
+        "--preregister",
+        action="store_true",
+        help="devices register (present their enrollment certificate, once per device) before the run "
+        "is created; the server's CPU for it is reported apart (registration_server_cpu_seconds)",
+    )
+    ap.add_argument(
+        "--scale",
+        action="store_true",
+        help="issue 40's scale table: n = 200 1000 5000 (unless --clients), PostgreSQL, L = 1000, 10%% "
+        "dropouts at the masked input, 45 s stages, devices registered before the run (--preregister), "
+        "Flower up to n = 200 (unless --flower-max-n); writes "
+        "results/service_secagg_scale.json with a 'scale' summary (scale_summary)",
+    )
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")
     ap.add_argument(
@@ -1332,6 +1498,16 @@ def main() -> None:
         "its own command line, time and load averages)",
     )
     args = ap.parse_args()
+    if args.scale:
+        args.clients = args.clients or list(SCALE_SIZES)
+        args.encoding_size = 1000 if args.encoding_size == ENCODING_SIZE else args.encoding_size
+        args.dropout = args.dropout or 0.1
+        args.stage_seconds = args.stage_seconds or 45.0
+        args.db = "postgresql" if args.db == "auto" else args.db
+        args.output = "service_secagg_scale" if args.output == "service_secagg" else args.output
+        args.flower_max_n = 200 if args.flower_max_n is None else args.flower_max_n
+        args.wait = 25.0 if args.wait == 20.0 else args.wait
+        args.preregister = True
     clients = args.clients or ([100] if args.quick else [100, 1000])
 
     import secagg as peer
@@ -1394,6 +1570,8 @@ def main() -> None:
     def save() -> None:
         doc["load_average_after"] = list(os.getloadavg())
         doc["configurations"] = sorted([*kept, *ran], key=lambda r: int(r["n"]))
+        if args.scale:
+            doc["scale"] = scale_summary(doc["configurations"])
         write_results(args.output, doc)
 
     ran: list[dict[str, Any]] = []
@@ -1448,6 +1626,7 @@ def main() -> None:
                     args.share_certificate_checks,
                     dprof,
                     args.quiet_seconds or None,
+                    args.preregister,
                 )
             if "error" in ours and ours.get("status") != "done":
                 keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
@@ -1474,7 +1653,14 @@ def main() -> None:
                 f"devices' CPU {c['device_cpu_seconds']:.1f} s",
                 flush=True,
             )
-        if use_flower:
+        if use_flower and args.flower_max_n is not None and n > args.flower_max_n:
+            row["flower_not_run"] = {
+                "not_run": f"n > --flower-max-n {args.flower_max_n}",
+                "note": "Flower's SecAgg+ (stub grid, no network) did not finish its first round at "
+                "n = 1000 within 600 s on this machine (results/service_secagg.json, "
+                "flower.wall_seconds_lower_bound)",
+            }
+        elif use_flower:
             lengths = [sum(SHAPE), args.encoding_size]
             fl = bench_flower(n, lengths, timeout=args.flower_timeout)
             row["flower"] = fl
@@ -1519,6 +1705,15 @@ def main() -> None:
         save()
     doc["complete"] = True
     save()
+    if args.scale:
+        for r in doc["scale"]["rows"]:
+            print(
+                f"n={r['n']}: {r['server_cpu_ms_per_device']:.1f} ms server CPU per device, wall "
+                f"{r['wall_s']} s, {r['requests_per_device']:.1f} requests and "
+                f"{r['bytes_per_device']} bytes per device, RSS {r['server_rss_mib']} MiB",
+                flush=True,
+            )
+        print(f"server CPU ~ n^{doc['scale']['server_cpu_exponent']}", flush=True)
     print(f"wrote {HERE / 'results' / (args.output + '.json')}")
 
 

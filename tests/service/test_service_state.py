@@ -34,6 +34,7 @@ from fedstats.service.store.rows import (
     ClosedRound,
     Cohort,
     FinishedRun,
+    PutUp,
     RoundSummary,
     RoundTotal,
     RunLease,
@@ -104,6 +105,54 @@ def _no_orm(value: Any) -> None:
             _no_orm(v)
     else:
         assert value is None or isinstance(value, (str, bytes, int, float, bool)), type(value)
+
+
+def _stage_messages_written_in_bulk(state: Store) -> None:
+    """put_up_messages: a replayed nonce writes nothing, a closed stage or a stored message is not
+    stored (its nonce is: the caller rolls back), the others are stored once, answers in order."""
+    with state.transaction() as tx:  # round 1 of the run of the journal test (running)
+        row = SecureSessionRow(
+            "run-1", 1, 0, '["dev-1", "dev-0", "dev-2"]', "{}", "ff", 1, 300.0, "open"
+        )
+        tx.add_secure_session(row)
+        tx.add_secure_session(dataclasses.replace(row, number=1, status="done"))
+        tx.add_up_message("run-1", 1, 0, 1, 2, b"old", "o2", 120.0)
+        assert tx.use_nonce("dev-0", "used", 1.0)
+
+    def up(cid: str, nonce: str, number: int, stage: int, i: int) -> PutUp:
+        return PutUp(cid, nonce, 5.0, "run-1", 1, number, stage, i, cid.encode(), "d-" + cid)
+
+    batch = [
+        up("dev-1", "n1", 0, 1, 0),  # stored
+        up("dev-0", "used", 0, 2, 1),  # a replay: nothing written
+        up("dev-2", "n2", 0, 1, 2),  # a message is stored already
+        up("dev-1", "n3", 0, 2, 0),  # the session is at stage 1, not 2
+        up("dev-1", "n4", 1, 1, 0),  # the session is over
+        up("dev-0", "n5", 0, 1, 1),  # stored
+    ]
+    with state.transaction() as tx:
+        got = tx.put_up_messages(batch, 130.0)
+    assert got == [
+        (True, True),
+        (False, False),
+        (True, False),
+        (True, False),
+        (True, False),
+        (True, True),
+    ]
+    with state.transaction(read_only=True) as tx:
+        assert tx.up_messages("run-1", 1, 0, 1) == [
+            UpMessage(0, b"dev-1"),
+            UpMessage(1, b"dev-0"),
+            UpMessage(2, b"old"),
+        ]
+        assert tx.up_activity("run-1", 1, 0, 1) == StageActivity(3, 130.0)
+        assert tx.count_messages("run-1", 1, 0, 2, "up") == 0
+        assert tx.count_messages("run-1", 1, 1, 1, "up") == 0
+        assert not tx.use_nonce("dev-1", "n4", 1.0)  # recorded: the caller rolls such a batch back
+    with state.transaction() as tx:  # one message alone takes the per-message path
+        assert tx.put_up_messages([up("dev-1", "n1", 0, 1, 0)], 131.0) == [(False, False)]
+        assert tx.put_up_messages([up("dev-2", "n6", 0, 1, 2)], 131.0) == [(True, False)]
 
 
 class TestStateParity:
@@ -253,6 +302,7 @@ class TestStateParity:
                 ("dev-1", "r1" * 32),
                 ("dev-0", None),
             ]
+            assert tx.unrevealed("run-1") == 1 and tx.unrevealed("run-9") == 0
             assert [e.id for e in tx.enrolled(["dev-1", "dev-0"])] == ["dev-1", "dev-0"]
             with pytest.raises(KeyError):
                 tx.enrolled(["dev-9"])
@@ -285,6 +335,7 @@ class TestStateParity:
             _no_orm(tx.secure_sessions("run-1", 0))
         with pytest.raises(IntegrityError), state.transaction() as tx:
             tx.add_up_message("run-1", 0, 0, 0, 1, b"again", "e9", 124.0)
+        _stage_messages_written_in_bulk(state)
 
     def test_secure_withholders_named_per_run_and_excluded_per_task(self, state: Store) -> None:
         with state.transaction() as tx:

@@ -39,6 +39,7 @@ __all__ = [
     "member_of",
     "probe_stage",
     "record_reveal",
+    "screen_up",
     "secure_work",
     "seed_reveals",
     "seed_transcript",
@@ -422,6 +423,29 @@ def stage_pending(tx: State, run_id: str, index: int, number: int, stage: int) -
     """
     got = tx.session_stage(run_id, index, number)
     return got is not None and got.status == "open" and got.stage < stage
+
+
+def screen_up(
+    run_id: str, index: int, number: int, stage: int, client_id: str, data: bytes
+) -> tuple[int, str] | None:
+    """A stage message's sender index and digest if this process can vouch for it without a read, else None.
+
+    The checks of :func:`submit_up_at`'s common path from what this process already holds (the
+    session's members, the stage's messages to the devices, the stage's size limit): the sender is a
+    member addressed at this stage and the message is within the limit. Whether the session is still
+    open at the stage is left to the write (:meth:`~fedstats.service.store.secure.SecureQueries.put_up_messages`
+    share-locks the session row); None sends the message down :func:`submit_up_at`, which answers
+    exactly.
+    """
+    members = _MEMBERS.get((run_id, index, number))
+    downs = _DOWNS.get((run_id, index, number, stage))
+    limit = _LIMITS.get((run_id, index, number, stage))
+    if members is None or downs is None or limit is None or len(data) > limit:
+        return None
+    i = members.get(client_id)
+    if i is None or i not in downs:
+        return None
+    return i, digest_of(data)
 
 
 def submit_up(

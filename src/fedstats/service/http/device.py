@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from fedstats.errors import SecurityError
 from fedstats.service.domain import runs
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
+from fedstats.service.http.batching import TransactionBatcher
 from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest, use_nonce
 from fedstats.service.http.edge import (
     CONTROL,
@@ -54,7 +55,7 @@ from fedstats.service.http.schemas import (
     IndexPath,
 )
 from fedstats.service.http.secure import add_secure_routes
-from fedstats.service.store import Store
+from fedstats.service.store import State, Store
 from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
 
@@ -82,6 +83,8 @@ def device_router(
     if polls is None:
         polls = PollBatcher(store, offload, device, cache)
     router = APIRouter(route_class=StrictRoute)
+    # the check-ins of a run lock its row: those that arrive together share one transaction
+    checkins = TransactionBatcher(store, offload)
 
     @router.post("/v1/client/register", openapi_extra=REGISTER_BODY, **DEVICE)
     async def register(request: Request) -> dict[str, Any]:
@@ -217,15 +220,14 @@ def device_router(
             raise HTTPException(422, "records must be an integer in [1, 10^9]")
         commitment = data.get("commitment")
 
-        def go() -> dict[str, Any]:
-            with store.transaction() as tx:
-                use_nonce(tx, req.nonce)
-                device.confirm(tx, req)
-                return runs.checkin(
-                    tx, run_id, req.client_id, records, commitment, population=req.population
-                )
+        def go(tx: State) -> dict[str, Any]:
+            use_nonce(tx, req.nonce)
+            device.confirm(tx, req)
+            return runs.checkin(
+                tx, run_id, req.client_id, records, commitment, population=req.population
+            )
 
-        out = dict(await offload(go))
+        out = dict(await checkins(go))  # with the check-ins that arrive meanwhile: one transaction
         wakeup.set()  # the cohort may be complete: let the driver close check-in now
         return out
 

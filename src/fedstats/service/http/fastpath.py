@@ -22,10 +22,9 @@ import json
 import logging
 import re
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from fastapi import HTTPException, Request
 from fastapi.responses import Response
@@ -33,6 +32,7 @@ from fastapi.routing import APIRoute
 
 from fedstats.service.domain import runs
 from fedstats.service.domain.changes import Changes
+from fedstats.service.http.batching import Batcher
 from fedstats.service.http.deps import DeviceAuth, SignedRequest
 from fedstats.service.http.edge import (
     BadJSON,
@@ -225,76 +225,6 @@ class _Redo(Exception):
     def __init__(self, exact: set[int]) -> None:
         super().__init__()
         self.exact = exact
-
-
-class Batcher(ABC, Generic[In, Out]):
-    """Runs the blocking store work of requests that arrive together as one batch on one store thread.
-
-    A request waits only while the batches before it are being processed (at most ``max_inflight`` at
-    once): under load the requests that arrived meanwhile are handled together by :meth:`write`
-    (one hand-off to a store thread, one connection, set-based work where the subclass can), and alone
-    at once when the server is quiet (no added delay).
-
-    Parameters
-    ----------
-    store : Store
-    offload : Offload
-        Where the blocking store work runs.
-    max_batch : int
-        Most requests in one batch, >= 1.
-    max_inflight : int
-        Most batches processed at once, >= 1 (1: the requests that arrive meanwhile wait for the batch
-        in flight; more: reads that wait on the database overlap).
-    """
-
-    def __init__(
-        self, store: Store, offload: Offload, max_batch: int = 256, max_inflight: int = 1
-    ) -> None:
-        self.store = store
-        self.offload = offload
-        self.max_batch = max_batch
-        self.max_inflight = max_inflight
-        self._pending: list[tuple[In, asyncio.Future[Out]]] = []
-        self._running = 0  # batches in flight
-        self.batches = 0  # batches written (for tests)
-
-    async def __call__(self, item: In) -> Out:
-        """Process ``item`` with the others pending; its outcome (or its error, raised here)."""
-        fut: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
-        self._pending.append((item, fut))
-        if self._running < self.max_inflight:
-            self._running += 1
-            asyncio.get_running_loop().create_task(self._drain())
-        return await fut
-
-    @abstractmethod
-    def write(self, items: list[In]) -> list[Out | BaseException]:
-        """Process ``items`` (blocking, on a store thread); per item its outcome or its error."""
-
-    async def _drain(self) -> None:
-        try:
-            while self._pending:
-                batch = self._pending[: self.max_batch]
-                del self._pending[: self.max_batch]
-                outcomes: list[Out | BaseException]
-                try:
-                    outcomes = await self.offload(self.write, [u for u, _ in batch])
-                except asyncio.CancelledError:  # the server is stopping: nobody waits any more
-                    for _, fut in batch + self._pending:
-                        fut.cancel()
-                    self._pending.clear()
-                    raise
-                except Exception as exc:  # the pool is gone (shutdown): fail this batch only
-                    outcomes = [exc] * len(batch)
-                for (_, fut), got in zip(batch, outcomes, strict=True):
-                    if fut.done():  # the request was cancelled (client gone); its write stands
-                        continue
-                    if isinstance(got, BaseException):
-                        fut.set_exception(got)
-                    else:
-                        fut.set_result(got)
-        finally:
-            self._running -= 1
 
 
 class UploadBatcher(Batcher[runs.Upload, "bool | None"]):

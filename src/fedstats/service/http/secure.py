@@ -23,6 +23,7 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -34,8 +35,10 @@ from fastapi.responses import JSONResponse, Response
 from fedstats.service.domain import runs, secure, secure_devices
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
+from fedstats.service.http.batching import TransactionBatcher
 from fedstats.service.http.deps import NonceUse
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
+from fedstats.service.http.secure_batch import StageBatcher, StageUp
 from fedstats.service.store import State, Store
 from fedstats.wire import seeding
 
@@ -111,6 +114,9 @@ def add_secure_routes(
             cache[key] = got
         return got
 
+    # the reveals of a run lock its row: those that arrive together share one transaction
+    together = TransactionBatcher(store, lambda fn, *args: offload(functools.partial(fn, *args)))
+
     @app.get(base + "/seed", **DEVICE)
     async def seed(run_id: IdPath, request: Request, part: str | None = None) -> Response:
         """The seed transcript; ``?part=reveals``: only the seed and the reveals in list order.
@@ -161,13 +167,12 @@ def add_secure_routes(
         population = await population_of(cid) if wait > 0 else ""
         before = changes.generation(population)  # the seed was not fixed then (see below)
 
-        def go() -> bool:
-            with store.transaction() as tx:
-                use_nonce(tx, nonce)
-                run = runs.load_run(tx, run_id, lock=True)
-                return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
+        def go(tx: State) -> bool:
+            use_nonce(tx, nonce)
+            run = runs.load_run(tx, run_id, lock=True)
+            return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
 
-        new = await offload(go)
+        new = bool(await together(go))  # with the reveals that arrive meanwhile: one transaction
         wakeup.set()
         ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
         if wait > 0:
@@ -192,6 +197,8 @@ def add_secure_routes(
         return Response(ack + b"}", media_type="application/json")
 
     stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
+    stages = StageBatcher(store, lambda fn, *args: offload(functools.partial(fn, *args)))
+    app.state.stage_batcher = stages
 
     # a state change wakes every held request of a session at once: those that need the same look at
     # the store (has the stage opened? is the session over?) share one, not one transaction each
@@ -382,7 +389,12 @@ def add_secure_routes(
                     use_nonce(tx, nonce)
                     return secure_devices.submit_up_at(tx, run_id, index, number, stage, cid, body)
 
-            new, at_stage = await offload(go)
+            if nonce is None:
+                new, at_stage = await offload(go)
+            else:  # group-committed with the stage's other messages (one statement on PostgreSQL)
+                new, at_stage = await stages(
+                    StageUp(nonce, run_id, index, number, stage, cid, body)
+                )
         wakeup.set()
         counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
         # stored while the session was at this stage: the next cannot have opened before `before`

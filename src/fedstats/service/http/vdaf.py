@@ -70,9 +70,10 @@ from fedstats.service.domain import vdaf_admin
 from fedstats.service.domain.changes import Changes, check_wait
 from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.domain.vdaf_group import Upload, upload_reports
+from fedstats.service.http.batching import Batcher
 from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest
 from fedstats.service.http.edge import BadJSON, status_of, strict_loads
-from fedstats.service.http.fastpath import Batcher, Offload, direct_route
+from fedstats.service.http.fastpath import Offload, direct_route
 from fedstats.service.http.schemas import DEVICE, device_body
 from fedstats.service.store import Store
 from fedstats.wire import auth
@@ -232,7 +233,7 @@ class Prio3UploadBatcher(Batcher[Upload, domain.Uploaded]):
 
     The uploads that arrive while the previous batch is written are written together, in one
     transaction (one commit), each with the answer or error it would get alone; a quiet server writes
-    each upload at once (:class:`~fedstats.service.http.device.Batcher`).
+    each upload at once (:class:`~fedstats.service.http.batching.Batcher`).
     """
 
     def write(self, items: list[Upload]) -> list[domain.Uploaded | BaseException]:

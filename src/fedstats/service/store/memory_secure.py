@@ -73,6 +73,14 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         m = self._t("run_members").get((run_id, client_id))
         return None if m is None else _member(m)
 
+    def unrevealed(self, run_id: str) -> int:
+        """See :meth:`SecureQueries.unrevealed`."""
+        return sum(
+            1
+            for (rid, _c), m in self._t("run_members").items()
+            if rid == run_id and m.reveal is None
+        )
+
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """See :meth:`SecureQueries.set_reveal`."""
         self._set("run_members", (run_id, client_id), {"reveal": reveal})

@@ -21,6 +21,7 @@ __all__ = [
     "LiveRun",
     "PopulationCount",
     "PutReport",
+    "PutUp",
     "RefusalRow",
     "ReportRow",
     "RoundRow",
@@ -314,3 +315,35 @@ class RefusalRow:
     reason: str
     message: str
     refused_at: float
+
+
+@dataclass(frozen=True)
+class PutUp:
+    """One device's stage message with its request's nonce, for :meth:`SecureQueries.put_up_messages`.
+
+    Attributes
+    ----------
+    client_id, nonce : str
+        The signed request's single-use nonce (``nonces`` row).
+    ts : float
+        The request's timestamp (Unix seconds).
+    run_id : str
+    index, number, stage : int
+        The round, the session and the stage the message answers.
+    client_index : int
+        The sender's roster index.
+    payload : bytes
+    digest : str
+        SHA-256 hex of ``payload``.
+    """
+
+    client_id: str
+    nonce: str
+    ts: float
+    run_id: str
+    index: int
+    number: int
+    stage: int
+    client_index: int
+    payload: bytes
+    digest: str

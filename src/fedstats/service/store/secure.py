@@ -21,6 +21,8 @@ from typing import Any, cast
 from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from fedstats.service.store.rows import PutUp
+from fedstats.service.store.sql_secure_batch import put_up_messages_pg
 from fedstats.service.store.tables import (
     Client,
     RoundRecord,
@@ -35,6 +37,7 @@ __all__ = [
     "EnrolledRow",
     "MemberRow",
     "OpenSession",
+    "PutUp",
     "SecureQueries",
     "SecureSessionRow",
     "SessionStage",
@@ -179,6 +182,10 @@ class SecureQueries(ABC):
         """One member of a run, or None."""
 
     @abstractmethod
+    def unrevealed(self, run_id: str) -> int:
+        """How many of a run's members have not revealed their seed contribution (one count, no rows)."""
+
+    @abstractmethod
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """Store a member's revealed seed contribution (hex)."""
 
@@ -283,6 +290,46 @@ class SecureQueries(ABC):
         Returns None if inserted, else the stored message's digest: one statement on the common path
         (``INSERT ... ON CONFLICT DO NOTHING RETURNING``), a second only for a repeat.
         """
+
+    def put_up_messages(self, items: list[PutUp], now: float) -> list[tuple[bool, bool]]:
+        """Record each message's nonce and journal it if its session is open at its stage (bulk).
+
+        The write of a batch of stage requests (one statement on PostgreSQL,
+        :func:`fedstats.service.store.sql_secure_batch.put_up_messages`; here one
+        :meth:`~fedstats.service.store.core.CoreQueries.use_nonce`, :meth:`session_stage` and
+        :meth:`add_up_message_once` per message). The messages must be distinct (no two with the same
+        nonce, no two for the same device and stage).
+
+        Returns
+        -------
+        list of (bool, bool)
+            Per message, in order: whether its nonce was new (False: a replay, nothing written for it),
+            and whether it was stored now (False with a new nonce: its session is not open at its
+            stage, or a message is already stored; the nonce was recorded, so the caller rolls back
+            and answers that request alone).
+        """
+        out = []
+        for it in items:
+            fresh = bool(cast(Any, self).use_nonce(it.client_id, it.nonce, it.ts))
+            stored = False
+            if fresh:
+                got = self.session_stage(it.run_id, it.index, it.number, shared=True)
+                if got is not None and got.status == "open" and got.stage == it.stage:
+                    stored = (
+                        self.add_up_message_once(
+                            it.run_id,
+                            it.index,
+                            it.number,
+                            it.stage,
+                            it.client_index,
+                            it.payload,
+                            it.digest,
+                            now,
+                        )
+                        is None
+                    )
+            out.append((fresh, stored))
+        return out
 
     @abstractmethod
     def count_messages(
@@ -389,6 +436,13 @@ _MEMBER_COLUMNS = (
     _MEMBERS.c.reveal,
 )
 
+_MEMBER_ROW = select(*_MEMBER_COLUMNS).where(
+    _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.client_id == bindparam("client_id")
+)
+_UNREVEALED = select(func.count()).where(
+    _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.reveal.is_(None)
+)
+
 
 def _member(r: Any) -> MemberRow:
     return MemberRow(str(r[0]), int(r[1]), int(r[2]), r[3], r[4])
@@ -429,11 +483,13 @@ class SqlSecureQueries(SecureQueries):
     def member_row(self, run_id: str, client_id: str) -> MemberRow | None:
         """See :meth:`SecureQueries.member_row`."""
         got = self.conn.execute(
-            select(*_MEMBER_COLUMNS).where(
-                _MEMBERS.c.run_id == run_id, _MEMBERS.c.client_id == client_id
-            )
+            _MEMBER_ROW, {"run_id": run_id, "client_id": client_id}
         ).one_or_none()
         return None if got is None else _member(got)
+
+    def unrevealed(self, run_id: str) -> int:
+        """See :meth:`SecureQueries.unrevealed`."""
+        return int(self.conn.execute(_UNREVEALED, {"run_id": run_id}).scalar_one())
 
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """See :meth:`SecureQueries.set_reveal`."""
@@ -609,6 +665,12 @@ class SqlSecureQueries(SecureQueries):
         return str(
             self.conn.execute(_UP_DIGEST, {**key, "client_index": client_index}).scalar_one()
         )
+
+    def put_up_messages(self, items: list[PutUp], now: float) -> list[tuple[bool, bool]]:
+        """See :meth:`SecureQueries.put_up_messages` (PostgreSQL: one statement for the batch)."""
+        if len(items) > 1 and self.conn.dialect.name == "postgresql":
+            return put_up_messages_pg(self.conn, items, now)
+        return super().put_up_messages(items, now)
 
     def count_messages(
         self, run_id: str, index: int, number: int, stage: int, direction: str

@@ -1,0 +1,134 @@
+"""Group commit: the blocking store work of requests that arrive together, run as one batch.
+
+:class:`Batcher` is the base of the device endpoints' batchers (report uploads and work polls in
+:mod:`fedstats.service.http.fastpath`; secure check-ins and stage messages in
+:mod:`fedstats.service.http.secure_batch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+from fedstats.service.store import Store
+
+__all__ = ["Batcher", "TransactionBatcher", "Work"]
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+Offload = Callable[..., Awaitable[Any]]
+"""``await offload(fn, *args)``: ``fn(*args)`` on a store thread (:class:`fedstats.service.http.fastpath.Offload`)."""
+
+
+class Batcher(ABC, Generic[In, Out]):
+    """Runs the blocking store work of requests that arrive together as one batch on one store thread.
+
+    A request waits only while the batches before it are being processed (at most ``max_inflight`` at
+    once): under load the requests that arrived meanwhile are handled together by :meth:`write`
+    (one hand-off to a store thread, one connection, set-based work where the subclass can), and alone
+    at once when the server is quiet (no added delay).
+
+    Parameters
+    ----------
+    store : Store
+    offload : callable
+        Where the blocking store work runs.
+    max_batch : int
+        Most requests in one batch, >= 1.
+    max_inflight : int
+        Most batches processed at once, >= 1 (1: the requests that arrive meanwhile wait for the batch
+        in flight; more: reads that wait on the database overlap).
+    """
+
+    def __init__(
+        self, store: Store, offload: Offload, max_batch: int = 256, max_inflight: int = 1
+    ) -> None:
+        self.store = store
+        self.offload = offload
+        self.max_batch = max_batch
+        self.max_inflight = max_inflight
+        self._pending: list[tuple[In, asyncio.Future[Out]]] = []
+        self._running = 0  # batches in flight
+        self.batches = 0  # batches written (for tests)
+
+    async def __call__(self, item: In) -> Out:
+        """Process ``item`` with the others pending; its outcome (or its error, raised here)."""
+        fut: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, fut))
+        if self._running < self.max_inflight:
+            self._running += 1
+            asyncio.get_running_loop().create_task(self._drain())
+        return await fut
+
+    @abstractmethod
+    def write(self, items: list[In]) -> list[Out | BaseException]:
+        """Process ``items`` (blocking, on a store thread); per item its outcome or its error."""
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+                outcomes: list[Out | BaseException]
+                try:
+                    outcomes = await self.offload(self.write, [u for u, _ in batch])
+                except asyncio.CancelledError:  # the server is stopping: nobody waits any more
+                    for _, fut in batch + self._pending:
+                        fut.cancel()
+                    self._pending.clear()
+                    raise
+                except Exception as exc:  # the pool is gone (shutdown): fail this batch only
+                    outcomes = [exc] * len(batch)
+                for (_, fut), got in zip(batch, outcomes, strict=True):
+                    if fut.done():  # the request was cancelled (client gone); its write stands
+                        continue
+                    if isinstance(got, BaseException):
+                        fut.set_exception(got)
+                    else:
+                        fut.set_result(got)
+        finally:
+            self._running -= 1
+
+
+Work = Callable[[Any], Any]
+"""A request's store work: ``fn(tx)`` in an open transaction, returning the request's answer."""
+
+
+class TransactionBatcher(Batcher[Work, Any]):
+    """Runs the store work of requests that arrive together in one transaction (group commit).
+
+    For requests whose work is a few statements behind a lock they all take (a run's check-ins and
+    reveals lock the run row): one transaction, one lock, one commit and one hand-off to a store thread
+    for the batch instead of one each. Each request is answered only once its transaction committed. If
+    any request's work raises, the transaction is rolled back and every request of the batch is run
+    alone in a transaction of its own, so each gets the answer (or the error) it would get alone.
+    """
+
+    LOCK_BATCH = 32
+    """Most requests per transaction: the batch holds the lock they share (the run driver waits for
+    it, and at n = 5,000 batches of 256 check-ins made its lock timeouts expire)."""
+
+    def __init__(self, store: Store, offload: Offload) -> None:
+        super().__init__(store, offload, max_batch=self.LOCK_BATCH)
+
+    def write(self, items: list[Work]) -> list[Any]:
+        """Run ``items`` (blocking, on a store thread); per item its answer or its error."""
+        if len(items) > 1:
+            try:
+                with self.store.transaction() as tx:
+                    got = [fn(tx) for fn in items]
+                self.batches += 1
+                return got
+            except Exception:  # each one alone below, with its own error
+                pass
+        out: list[Any] = []
+        for fn in items:
+            try:
+                with self.store.transaction() as tx:
+                    out.append(fn(tx))
+            except Exception as exc:
+                out.append(exc)
+        return out

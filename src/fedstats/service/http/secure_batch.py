@@ -1,0 +1,135 @@
+"""Group commit of secure stage messages: the messages that arrive together are written in one statement.
+
+A secure stage of ``n`` devices brings ``n`` signed requests at once (each device answers the stage message
+it was just sent). Alone, each costs a transaction of its own (its nonce, the session row share-locked, the
+message, the commit: four round trips to the database). :class:`StageBatcher` writes the messages that
+arrived while the previous batch was written together: one transaction, one statement on PostgreSQL
+(:meth:`~fedstats.service.store.secure.SecureQueries.put_up_messages`), one hand-off to a store thread.
+Each request is acknowledged only once its transaction committed, and gets the answer (or the error) it
+would get alone (:func:`fedstats.service.domain.secure_devices.submit_up_at`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import cast
+
+from fastapi import HTTPException
+
+from fedstats.service.domain import secure_devices
+from fedstats.service.http.batching import Batcher
+from fedstats.service.http.deps import NonceUse, use_nonce
+from fedstats.service.store.rows import PutUp
+
+__all__ = ["StageBatcher", "StageUp"]
+
+
+@dataclass(frozen=True)
+class StageUp:
+    """One verified stage request: its nonce and the message it carries."""
+
+    nonce: NonceUse
+    run_id: str
+    index: int
+    number: int
+    stage: int
+    client_id: str
+    data: bytes
+
+
+class _Redo(Exception):
+    """The batch must be written again without some messages (see :meth:`StageBatcher.write`)."""
+
+    def __init__(self, exact: set[int]) -> None:
+        super().__init__()
+        self.exact = exact
+
+
+class StageBatcher(Batcher[StageUp, tuple[bool, bool]]):
+    """Writes the stage messages that arrive together in one transaction (:class:`.batching.Batcher`).
+
+    Awaiting it with a :class:`StageUp` returns :func:`~fedstats.service.domain.secure_devices.submit_up_at`'s
+    ``(new, at_stage)`` or raises its error (HTTP 401 for a replayed nonce).
+
+    A message this process cannot screen from memory
+    (:func:`~fedstats.service.domain.secure_devices.screen_up`: the first of its stage, a sender not
+    addressed, an oversized one), a second one of the same sender and stage in the batch, and one the
+    bulk write did not store (its session no longer open at the stage, or a message already stored)
+    take the exact path in a transaction of its own, after the batch was written without them (the
+    batch is rolled back and written again if one was not stored: its nonce must not stay used).
+    """
+
+    def write(self, items: list[StageUp]) -> list[tuple[bool, bool] | BaseException]:
+        """Write ``items`` (blocking, on a store thread); per item its answer or its error."""
+        out: list[tuple[bool, bool] | BaseException | None] = [None] * len(items)
+        screened = [
+            secure_devices.screen_up(u.run_id, u.index, u.number, u.stage, u.client_id, u.data)
+            for u in items
+        ]
+        exact: set[int] = set()
+        seen: set[tuple[object, ...]] = set()
+        for i, (u, vouched) in enumerate(zip(items, screened, strict=True)):
+            keys: list[tuple[object, ...]] = [("n", u.nonce.client_id, u.nonce.nonce)]
+            if vouched is not None:
+                keys.append(("m", u.run_id, u.index, u.number, u.stage, vouched[0]))
+            if vouched is None or any(k in seen for k in keys):
+                exact.add(i)
+            seen.update(keys)
+        for _ in range(3):  # each retry drops at least one message; a third means contention
+            todo = [i for i in range(len(items)) if i not in exact]
+            if not todo:
+                break
+            puts = []
+            for i in todo:
+                u, (ci, digest) = items[i], cast(tuple[int, str], screened[i])
+                puts.append(
+                    PutUp(
+                        u.nonce.client_id,
+                        u.nonce.nonce,
+                        u.nonce.ts,
+                        u.run_id,
+                        u.index,
+                        u.number,
+                        u.stage,
+                        ci,
+                        u.data,
+                        digest,
+                    )
+                )
+            try:
+                with self.store.transaction() as tx:
+                    got = tx.put_up_messages(puts, time.time())
+                    redo = {
+                        i for i, (fresh, put) in zip(todo, got, strict=True) if fresh and not put
+                    }
+                    if redo:  # roll back: those messages' nonces must not stay used
+                        raise _Redo(redo)
+                self.batches += 1
+                for i, (fresh, _) in zip(todo, got, strict=True):
+                    out[i] = (
+                        (True, True)
+                        if fresh
+                        else HTTPException(401, "replayed request (nonce already used)")
+                    )
+                break
+            except _Redo as again:
+                exact |= again.exact
+            except (
+                Exception
+            ):  # the batch failed as a whole: every message alone, with its own error
+                exact |= set(todo)
+                break
+        else:
+            exact |= {i for i in range(len(items)) if i not in exact}
+        for i in sorted(exact):
+            u = items[i]
+            try:
+                with self.store.transaction() as tx:
+                    use_nonce(tx, u.nonce)
+                    out[i] = secure_devices.submit_up_at(
+                        tx, u.run_id, u.index, u.number, u.stage, u.client_id, u.data
+                    )
+            except Exception as exc:
+                out[i] = exc
+        return [o if o is not None else RuntimeError("not written") for o in out]
