@@ -45,8 +45,8 @@ from fedstats.errors import DataError, ParameterError
 from fedstats.service.store.memory import MemoryStore
 from fedstats.service.store.secure import SqlSecureQueries
 from fedstats.service.store.sql import SqlCoreQueries
+from fedstats.service.store.sql_vdaf import SqlVdafQueries
 from fedstats.service.store.state import State
-from fedstats.service.store.vdaf import SqlVdafQueries
 from fedstats.service.store.vdaf_results import SqlVdafResultQueries
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The Prio3 query group on Python containers, with the semantics of the SQL stores.
 
-Same answers as :class:`~fedstats.service.store.vdaf.SqlVdafQueries`: tasks, signed tasks, slots,
+Same answers as :class:`~fedstats.service.store.sql_vdaf.SqlVdafQueries`: tasks, signed tasks, slots,
 report shares and aggregation jobs keyed like the tables' primary keys, with their unique constraints
 (a device's second report share in a task, a slot given twice) raising
 :class:`sqlalchemy.exc.IntegrityError` as the databases do; the same orderings and counts.
