@@ -30,6 +30,82 @@ _RUN = inspect.signature(Device.run).parameters
 client_app = typer.Typer(help="The client device (SDK: fedstats.client).", no_args_is_help=True)
 
 
+MinColluderFractionOption = Annotated[
+    float,
+    typer.Option(
+        "--min-colluder-fraction",
+        min=0.0,
+        max=1.0,
+        help="Refuse a secure session that fewer than this share of colluders could break.",
+    ),
+]
+MaxAbortedRunsOption = Annotated[
+    int,
+    typer.Option(
+        "--max-aborted-runs",
+        min=0,
+        help="Stop joining a secure task after this many of its runs aborted after the reveal.",
+    ),
+]
+MaxExactRunsPerTaskOption = Annotated[
+    int,
+    typer.Option(
+        "--max-exact-runs-per-task", min=0, help="Runs of one exact task to take part in."
+    ),
+]
+MaxExactRunsPerAnalystOption = Annotated[
+    int,
+    typer.Option(
+        "--max-exact-runs-per-analyst", min=0, help="Exact runs of one analyst to take part in."
+    ),
+]
+PollOption = Annotated[
+    float,
+    typer.Option(
+        "--poll", min=0.01, help="Seconds between polls with --wait 0, and before a retry."
+    ),
+]
+WaitOption = Annotated[
+    float,
+    typer.Option(
+        "--wait",
+        min=0.0,
+        max=3600.0,
+        help="Long polling: the server holds each poll up to this long until there is new work "
+        "(0: poll every --poll seconds).",
+    ),
+]
+RunsOption = Annotated[
+    int | None,
+    typer.Option("--runs", min=1, help="Join exactly this many runs; stop once they all finished."),
+]
+ConnectTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--connect-timeout",
+        min=0.1,
+        help="Seconds to keep trying a server that refuses connections before giving up (exit "
+        "1); a TLS failure or an unknown host fails at once.",
+    ),
+]
+Prio3Option = Annotated[
+    bool,
+    typer.Option(
+        "--prio3",
+        help="--server is a Prio3 leader: join and answer its signed Prio3 tasks (docs/vdaf.md), "
+        "long-polling GET /v1/vdaf/work; the device's first record is its report.",
+    ),
+]
+MinSessionSizeOption = Annotated[
+    int,
+    typer.Option("--min-session-size", min=2, help="Smallest secure-aggregation session to join."),
+]
+MinBatchSizeOption = Annotated[
+    int,
+    typer.Option("--min-batch-size", min=1, help="Smallest Prio3 batch to contribute a report to."),
+]
+
+
 @client_app.command("run")
 def run(
     server: Annotated[
@@ -70,78 +146,16 @@ def run(
     allow_non_private: Annotated[
         bool, typer.Option("--allow-non-private", help="Take part in exact analyses.")
     ] = _POLICY.allow_non_private,
-    min_session_size: Annotated[
-        int,
-        typer.Option(
-            "--min-session-size", min=2, help="Smallest secure-aggregation session to join."
-        ),
-    ] = _POLICY.min_session_size,
-    min_batch_size: Annotated[
-        int,
-        typer.Option(
-            "--min-batch-size", min=1, help="Smallest Prio3 batch to contribute a report to."
-        ),
-    ] = _POLICY.min_batch_size,
-    min_colluder_fraction: Annotated[
-        float,
-        typer.Option(
-            "--min-colluder-fraction",
-            min=0.0,
-            max=1.0,
-            help="Refuse a secure session that fewer than this share of colluders could break.",
-        ),
-    ] = _POLICY.min_colluder_fraction,
-    max_aborted_runs: Annotated[
-        int,
-        typer.Option(
-            "--max-aborted-runs",
-            min=0,
-            help="Stop joining a secure task after this many of its runs aborted after the reveal.",
-        ),
-    ] = _POLICY.max_aborted_runs,
-    max_exact_runs_per_task: Annotated[
-        int,
-        typer.Option(
-            "--max-exact-runs-per-task", min=0, help="Runs of one exact task to take part in."
-        ),
-    ] = _POLICY.max_exact_runs_per_task,
-    max_exact_runs_per_analyst: Annotated[
-        int,
-        typer.Option(
-            "--max-exact-runs-per-analyst", min=0, help="Exact runs of one analyst to take part in."
-        ),
-    ] = _POLICY.max_exact_runs_per_analyst,
-    poll: Annotated[
-        float,
-        typer.Option(
-            "--poll", min=0.01, help="Seconds between polls with --wait 0, and before a retry."
-        ),
-    ] = _RUN["poll"].default,
-    wait: Annotated[
-        float,
-        typer.Option(
-            "--wait",
-            min=0.0,
-            max=3600.0,
-            help="Long polling: the server holds each poll up to this long until there is new work "
-            "(0: poll every --poll seconds).",
-        ),
-    ] = _RUN["wait"].default,
-    runs: Annotated[
-        int | None,
-        typer.Option(
-            "--runs", min=1, help="Join exactly this many runs; stop once they all finished."
-        ),
-    ] = None,
-    connect_timeout: Annotated[
-        float,
-        typer.Option(
-            "--connect-timeout",
-            min=0.1,
-            help="Seconds to keep trying a server that refuses connections before giving up (exit "
-            "1); a TLS failure or an unknown host fails at once.",
-        ),
-    ] = _RUN["connect_timeout"].default,
+    min_session_size: MinSessionSizeOption = _POLICY.min_session_size,
+    min_batch_size: MinBatchSizeOption = _POLICY.min_batch_size,
+    min_colluder_fraction: MinColluderFractionOption = _POLICY.min_colluder_fraction,
+    max_aborted_runs: MaxAbortedRunsOption = _POLICY.max_aborted_runs,
+    max_exact_runs_per_task: MaxExactRunsPerTaskOption = _POLICY.max_exact_runs_per_task,
+    max_exact_runs_per_analyst: MaxExactRunsPerAnalystOption = _POLICY.max_exact_runs_per_analyst,
+    poll: PollOption = _RUN["poll"].default,
+    wait: WaitOption = _RUN["wait"].default,
+    runs: RunsOption = None,
+    connect_timeout: ConnectTimeoutOption = _RUN["connect_timeout"].default,
     max_seconds: Annotated[
         float | None, typer.Option("--max-seconds", min=0.1, help="Stop after this long.")
     ] = None,
@@ -149,14 +163,7 @@ def run(
         int | None,
         typer.Option("--seed", min=0, help="Seeded device randomness (not for release)."),
     ] = None,
-    prio3: Annotated[
-        bool,
-        typer.Option(
-            "--prio3",
-            help="--server is a Prio3 leader: join and answer its signed Prio3 tasks (docs/vdaf.md), "
-            "long-polling GET /v1/vdaf/work; the device's first record is its report.",
-        ),
-    ] = False,
+    prio3: Prio3Option = False,
 ) -> None:
     """Poll the server, check each task against the local policy and budget, answer its rounds.
 
