@@ -204,30 +204,11 @@ def run_secure_aggregation(
     if params.n != n_clients:
         raise ParameterError("params.n", params.n, f"the number of clients, {n_clients}")
     malicious = params.threat_model == "malicious"
-    stages = DROPOUT_STAGES if malicious else tuple(s for s in DROPOUT_STAGES if s != "consistency")
-    drop: dict[str, set[int]] = {s: set() for s in DROPOUT_STAGES}
-    for stage, ids in (dropouts or {}).items():
-        check_choice("dropout stage", stage, DROPOUT_STAGES)
-        bad = [i for i in ids if not 0 <= int(i) < n_clients]
-        if bad:
-            raise ParameterError("dropouts", bad, f"client indices in [0, {n_clients})")
-        drop[stage] |= {int(i) for i in ids}
-    if not malicious:  # no consistency stage: dropping before it is dropping before unmasking
-        drop["unmask"] |= drop["consistency"]
-        drop["consistency"] = set()
-    gone: set[int] = set()
-    alive_at: dict[str, set[int]] = {}
-    for stage in stages:
-        gone |= drop[stage]
-        alive_at[stage] = set(range(n_clients)) - gone
+    stages, drop, alive_at = _dropout_schedule(n_clients, dropouts, malicious)
 
     randomness = randomness if randomness is not None else RandomSource()
     round_id = round_id if round_id is not None else os.urandom(16)
-    client_time = np.zeros(n_clients)
-    sent = np.zeros(n_clients, dtype=np.int64)
-    received = np.zeros(n_clients, dtype=np.int64)
-    stage_bytes = {s: np.zeros(n_clients, dtype=np.int64) for s in stages}
-
+    ex = _Exchange(n_clients, stages, channel)
     identities: list[ClientIdentity] = []
     verifier = None
     cache = VerificationCache() if malicious and share_verifications else None
@@ -248,77 +229,137 @@ def run_secure_aggregation(
             rng=randomness.public("secagg", "graph", round_id.hex()),
         )
     outbox = {i: m.to_bytes() for i, m in server.setup().items()}
-    server_time = time.perf_counter() - t0
+    ex.server_time = time.perf_counter() - t0
     clients: dict[int, SecAggClient] = {}
 
-    aborted: set[int] = set()
-    rejected: set[int] = set()
+    def client(i: int, stage: str) -> SecAggClient:
+        if stage == "advertise":
+            config = ClientConfig.from_parameters(
+                params,
+                bits=bits,
+                length=length,
+                identity=identities[i] if malicious else None,
+                verifier=verifier,
+                task_id=task_id,
+            )
+            # The input is fetched when the masked input is due: one vector in memory at a time.
+            clients[i] = SecAggClient(i, None, config, cache=cache)
+        elif stage == "masked_input":
+            clients[i].provide_input(np.asarray(get(i)))  # data, not compute
+        return clients[i]
+
     bar = progress if progress is not None else NullProgress()
     for stage in stages:
+        outbox = ex.stage(stage, outbox, alive_at[stage], client, server, bar)
+    return SecAggResult(
+        total=server.result(),
+        included=tuple(sorted(server.masked)),
+        params=params,
+        bits=bits,
+        client_seconds=ex.client_time,
+        server_seconds=ex.server_time,
+        bytes_sent=ex.sent,
+        bytes_received=ex.received,
+        stage_bytes=ex.stage_bytes,
+        dropped={s: tuple(sorted(v)) for s, v in drop.items()},
+        client_aborts=tuple(sorted(ex.aborted)),
+        rejected=tuple(sorted(ex.rejected)),
+        cheaters=tuple(sorted(server.cheaters)),
+        signatures_verified=cache.verified if cache is not None else 0,
+        signature_cache_hits=cache.hits if cache is not None else 0,
+    )
+
+
+def _dropout_schedule(
+    n_clients: int, dropouts: Mapping[str, Collection[int]] | None, malicious: bool
+) -> tuple[tuple[str, ...], dict[str, set[int]], dict[str, set[int]]]:
+    """The stages run, the clients dropping before each, and the clients alive at each (checked)."""
+    stages = DROPOUT_STAGES if malicious else tuple(s for s in DROPOUT_STAGES if s != "consistency")
+    drop: dict[str, set[int]] = {s: set() for s in DROPOUT_STAGES}
+    for stage, ids in (dropouts or {}).items():
+        check_choice("dropout stage", stage, DROPOUT_STAGES)
+        bad = [i for i in ids if not 0 <= int(i) < n_clients]
+        if bad:
+            raise ParameterError("dropouts", bad, f"client indices in [0, {n_clients})")
+        drop[stage] |= {int(i) for i in ids}
+    if not malicious:  # no consistency stage: dropping before it is dropping before unmasking
+        drop["unmask"] |= drop["consistency"]
+        drop["consistency"] = set()
+    gone: set[int] = set()
+    alive_at: dict[str, set[int]] = {}
+    for stage in stages:
+        gone |= drop[stage]
+        alive_at[stage] = set(range(n_clients)) - gone
+    return stages, drop, alive_at
+
+
+class _Exchange:
+    """The in-process network of one run: delivers each stage's messages, counts bytes and time.
+
+    ``channel(direction, client, data)`` (optional) sees and may alter every serialized message. A
+    client that aborts stops (a dropout for the server); a message the server refuses makes its sender
+    a dropout.
+    """
+
+    def __init__(
+        self,
+        n_clients: int,
+        stages: tuple[str, ...],
+        channel: Callable[[str, int, bytes], bytes] | None,
+    ) -> None:
+        self.channel = channel
+        self.client_time = np.zeros(n_clients)
+        self.server_time = 0.0
+        self.sent = np.zeros(n_clients, dtype=np.int64)
+        self.received = np.zeros(n_clients, dtype=np.int64)
+        self.stage_bytes = {s: np.zeros(n_clients, dtype=np.int64) for s in stages}
+        self.aborted: set[int] = set()
+        self.rejected: set[int] = set()
+
+    def stage(
+        self,
+        stage: str,
+        outbox: dict[int, bytes],
+        alive: set[int],
+        client: Callable[[int, str], SecAggClient],
+        server: SecAggServer,
+        bar: Progress,
+    ) -> dict[int, bytes]:
+        """Deliver ``outbox`` to the live clients, their replies to the server; the next outbox."""
         task = f"secure aggregation: {stage}"
         bar.start(task, len(outbox))
         for i, data in outbox.items():
             bar.advance(task)
-            if channel is not None:
-                data = channel("to_client", i, data)
-            received[i] += len(data)
-            stage_bytes[stage][i] += len(data)
-            if i not in alive_at[stage] or i in aborted or i in rejected:
+            if self.channel is not None:
+                data = self.channel("to_client", i, data)
+            self.received[i] += len(data)
+            self.stage_bytes[stage][i] += len(data)
+            if i not in alive or i in self.aborted or i in self.rejected:
                 continue
-            if stage == "advertise":
-                config = ClientConfig.from_parameters(
-                    params,
-                    bits=bits,
-                    length=length,
-                    identity=identities[i] if malicious else None,
-                    verifier=verifier,
-                    task_id=task_id,
-                )
-                # The input is fetched when the masked input is due: one vector in memory at a time.
-                clients[i] = SecAggClient(i, None, config, cache=cache)
-            elif stage == "masked_input":
-                clients[i].provide_input(np.asarray(get(i)))  # data, not compute
+            party = client(i, stage)
             t1 = time.perf_counter()
             try:
-                reply = clients[i].handle_bytes(data)
+                reply = party.handle_bytes(data)
             except ProtocolAbortError:
-                aborted.add(i)  # the client stops: a dropout for the server
+                self.aborted.add(i)  # the client stops: a dropout for the server
                 continue
             finally:
-                client_time[i] += time.perf_counter() - t1
-            sent[i] += len(reply)
-            stage_bytes[stage][i] += len(reply)
-            if channel is not None:
-                reply = channel("to_server", i, reply)
+                self.client_time[i] += time.perf_counter() - t1
+            self.sent[i] += len(reply)
+            self.stage_bytes[stage][i] += len(reply)
+            if self.channel is not None:
+                reply = self.channel("to_server", i, reply)
             t2 = time.perf_counter()
             # Deliver at once (as a network would), so the server never holds n vectors.
             try:
                 server.receive_bytes(reply)
             except (SecurityError, DataError):
-                rejected.add(i)  # refused message: the sender is a dropout
+                self.rejected.add(i)  # refused message: the sender is a dropout
             finally:
-                server_time += time.perf_counter() - t2
+                self.server_time += time.perf_counter() - t2
         bar.finish(task)
         t3 = time.perf_counter()
         try:
-            outbox = {i: m.to_bytes() for i, m in server.advance().items()}
+            return {i: m.to_bytes() for i, m in server.advance().items()}
         finally:
-            server_time += time.perf_counter() - t3
-    total = server.result()
-    return SecAggResult(
-        total=total,
-        included=tuple(sorted(server.masked)),
-        params=params,
-        bits=bits,
-        client_seconds=client_time,
-        server_seconds=server_time,
-        bytes_sent=sent,
-        bytes_received=received,
-        stage_bytes=stage_bytes,
-        dropped={s: tuple(sorted(v)) for s, v in drop.items()},
-        client_aborts=tuple(sorted(aborted)),
-        rejected=tuple(sorted(rejected)),
-        cheaters=tuple(sorted(server.cheaters)),
-        signatures_verified=cache.verified if cache is not None else 0,
-        signature_cache_hits=cache.hits if cache is not None else 0,
-    )
+            self.server_time += time.perf_counter() - t3
