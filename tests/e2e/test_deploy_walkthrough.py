@@ -13,21 +13,16 @@ ones' charges. Background processes (server, devices) are stopped at the end, wh
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fedstats.wire.registry import ANALYSES
-from service_helpers import free_port, pg_reachable, pg_schema
+from service_helpers import free_port
+from walkthrough_helpers import ScriptRun, both_stores, check_store
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
 SECTION = "## Walkthrough: from nothing to a released result"
@@ -92,51 +87,17 @@ def test_the_walkthrough_has_every_step() -> None:
     assert sum(b.lstrip().startswith("# default: sqlite") for b in blocks) == 1
 
 
-class _Walkthrough:
+class _Walkthrough(ScriptRun):
     """One walkthrough started in the background (its own folder, port and process group)."""
 
-    def __init__(self, tmp_path: Path, db: str, pg_url: str | None = None) -> None:
-        self.tmp_path = tmp_path
-        port = free_port()
-        script = script_for(db, port, pg_url)
-        (tmp_path / "walkthrough.sh").write_text(script)
-        env = dict(os.environ)
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            ["bash", str(tmp_path / "walkthrough.sh")],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def stop(self) -> None:
-        """The server and the devices it started in the background, whatever happened."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    def __init__(self, tmp_path: Path, db: str, pg_urls: tuple[str, ...] | None = None) -> None:
+        pg_url = None if pg_urls is None else pg_urls[0]
+        super().__init__(tmp_path, script_for(db, free_port(), pg_url), TIMEOUT)
 
     def check(self) -> None:
         """Wait for the walkthrough (TIMEOUT from its start) and check what it left in its folder."""
-        tmp_path, proc = self.tmp_path, self.proc
-        try:
-            left = max(1.0, TIMEOUT - (time.monotonic() - self.started))
-            out, _ = proc.communicate(timeout=left)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            pytest.fail(f"the walkthrough did not finish in {TIMEOUT} s:\n{out.decode()[-4000:]}")
-        finally:
-            self.stop()
-        log = out.decode(errors="replace")
-        logs = "".join(
-            f"\n--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
-            for p in sorted(tmp_path.glob("*.log"))
-        )
-        assert proc.returncode == 0, f"walkthrough failed ({proc.returncode}):\n{log[-4000:]}{logs}"
+        tmp_path = self.tmp_path
+        logs = self.finish()
 
         runs = (tmp_path / "runs.txt").read_text().split()
         assert len(runs) == len(ANALYSES)
@@ -165,35 +126,13 @@ class _Walkthrough:
 def walkthroughs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Both walkthroughs, started at once: each mostly waits (for its server and devices to start, its
     runs' rounds, its polls), so side by side they take little longer than one. Each test checks its
-    own. The PostgreSQL one runs only when PostgreSQL answers; else its entry is the skip reason (or, in
-    CI, the failure that :func:`pg_reachable` raised)."""
-    with ExitStack() as stack:
-        started: dict[str, Any] = {}
-        try:
-            reason = pg_reachable()
-        except pytest.fail.Exception as exc:  # CI: the PostgreSQL test fails, the SQLite one runs
-            reason = exc
-        if reason is None:
-            url = stack.enter_context(pg_schema())
-            pg = _Walkthrough(tmp_path_factory.mktemp("walkthrough-pg"), "postgresql", url)
-            stack.callback(pg.stop)
-            started["postgresql"] = pg
-        else:
-            started["postgresql"] = reason
-        sqlite = _Walkthrough(tmp_path_factory.mktemp("walkthrough-sqlite"), "sqlite")
-        stack.callback(sqlite.stop)
-        started["sqlite"] = sqlite
-        yield started
+    own."""
+    yield from both_stores(tmp_path_factory, "walkthrough", _Walkthrough)
 
 
 def test_the_walkthrough_runs_on_sqlite(walkthroughs: dict[str, Any]) -> None:
-    walkthroughs["sqlite"].check()
+    check_store(walkthroughs, "sqlite")
 
 
 def test_the_walkthrough_runs_on_postgresql(walkthroughs: dict[str, Any]) -> None:
-    got = walkthroughs["postgresql"]
-    if isinstance(got, BaseException):
-        raise got
-    if isinstance(got, str):
-        pytest.skip(got)
-    got.check()
+    check_store(walkthroughs, "postgresql")
