@@ -157,8 +157,13 @@ def test_requests_that_only_name_a_device_do_not_spend_its_rate_limit(
             "x-fedstats-signature": "00" * 64,
         }
         # 900 unauthenticated requests naming the victim (default limits: 50/s, burst 200)
+        began = time.monotonic()
         seen = Counter(http.get("/v1/client/work", headers=forged).status_code for _ in range(900))
-        assert set(seen) <= {401, 429} and seen[429] > 0, seen  # the flood was limited: per peer
+        took = time.monotonic() - began
+        assert set(seen) <= {401, 429}, seen
+        # the flood was limited, per peer, whenever it came faster than the bucket refills (on a
+        # loaded machine 900 sequential requests may take longer than the 14 s that allows)
+        assert seen[429] > 0 or 900 <= 200 + 50 * took, (seen, took)
         # the victim's own signed polls still pass (before: 429, its bucket spent by the flood)
         for _ in range(3):
             r = _signed(http, victim, "GET", "/v1/client/work")
