@@ -15,6 +15,7 @@ import pytest
 from fedstats.client.vdaf import Prio3Task, shard_report
 from fedstats.service.domain import vdaf as domain
 from fedstats.service.domain.vdaf_group import Upload, upload_reports
+from fedstats.service.domain.vdaf_upload import Uploaded
 from fedstats.service.store import Store, open_store
 from service_helpers import pg_reachable, pg_schema
 
@@ -110,7 +111,10 @@ def test_a_batch_answers_each_upload_as_alone_and_stores_the_same(
         except Exception as exc:
             alone.append(exc)
     assert [_outcome(g) for g in got] == [_outcome(a) for a in alone]
-    assert got[:3] == [True, True, False] and got[5] is True and got[8] is True
+    new = [g.new if isinstance(g, Uploaded) else g for g in got]
+    assert new[:3] == [True, True, False] and new[5] is True and new[8] is True
+    # the leader's receipts: one per stored or repeated report, the same as alone
+    assert all(isinstance(got[i], Uploaded) and got[i].receipt for i in (0, 1, 2, 5, 8))
     assert [type(got[i]).__name__ for i in (3, 4, 6, 7, 9)] == [
         "ConflictError",
         "DataError",

@@ -131,7 +131,9 @@ def test_a_secure_seeding_abort_releases_too(
     rid = _started(memory, tmp_path, "secure abort")
     monkeypatch.setattr(secure, "is_secure", lambda cfg: True)  # a seeding step, no reveal comes
     monkeypatch.setattr(
-        secure, "close_seeding", lambda s, run, deadline: "no member revealed its contribution"
+        secure,
+        "close_seeding",
+        lambda s, run, deadline, cfg=None: "no member revealed its contribution",
     )
     _check_in(memory, rid, [f"dev-{i}" for i in range(N)])
     drv = Driver(memory, owner="server-a")

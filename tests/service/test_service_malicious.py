@@ -54,6 +54,15 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
                 f"victim-{i}",
                 p,
                 "--allow-non-private",
+                # every attack is a run of the same exact task, and most abort after the reveal: the
+                # devices consent to that many (the defaults would stop them after one exact run of
+                # the task and analyst, and after two aborted runs)
+                "--max-exact-runs-per-task",
+                str(len(ATTACKS)),
+                "--max-exact-runs-per-analyst",
+                str(len(ATTACKS)),
+                "--max-aborted-runs",
+                str(len(ATTACKS)),
                 "--min-session-size",  # sessions of N_DEV = 5, below the default floor of 10
                 str(N_DEV),
                 "--runs",
