@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
@@ -100,7 +101,7 @@ def _unwire(value: Any) -> Any:
     return value
 
 
-class AnalysisConfig:
+class AnalysisConfig(ABC):
     """Mixin of the analyses' frozen config dataclasses (see the module docstring).
 
     A subclass is an :class:`~fedstats.wire.registry.AnalysisFace` (what the server and the device
@@ -226,6 +227,7 @@ class AnalysisConfig:
             return {"epsilon": eps, "delta": 0.0 if eps is not None else None}
         return {"epsilon": eps, "delta": getattr(self, "delta", None)}
 
+    @abstractmethod
     def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[AnalysisResult]:
         """The protocol generator of one run (see the module docstring); every subclass defines it.
 
@@ -242,8 +244,8 @@ class AnalysisConfig:
             Yields each :class:`~fedstats.engine.rounds.Round`, receives its
             :class:`~fedstats.engine.rounds.RoundSum`, returns the result.
         """
-        raise NotImplementedError(f"{type(self).__name__} defines no plan")
 
+    @abstractmethod
     def privacy_loss(self) -> PrivacyLoss:
         """The privacy loss of one run on each record (see the module docstring); every subclass defines it.
 
@@ -252,4 +254,3 @@ class AnalysisConfig:
         PrivacyLoss
             epsilon, delta and rho where the mechanism gives one; :data:`NOT_PRIVATE` for exact sums.
         """
-        raise NotImplementedError(f"{type(self).__name__} defines no privacy loss")
