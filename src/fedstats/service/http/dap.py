@@ -141,6 +141,7 @@ def add_dap_routes(
 
     @app.get("/hpke_config", include_in_schema=False)
     async def hpke_config(request: Request) -> Response:
+        """The task's HPKE configurations (DAP-09 upload protocol: HPKE configuration; ``?task_id=``, base64url)."""
         text = request.query_params.get("task_id")
         if text is None:
             return problem(
@@ -160,6 +161,7 @@ def add_dap_routes(
 
     @app.put("/tasks/{task_id}/reports", include_in_schema=False)
     async def upload(task_id: str, request: Request) -> Response:
+        """A client's report (DAP-09 upload protocol): decrypted, checked and stored once per report id."""
         bad = _media(request, m.Report.MEDIA_TYPE)
         body = await request.body()
 
@@ -171,6 +173,7 @@ def add_dap_routes(
 
     @app.put("/tasks/{task_id}/aggregation_jobs/{job_id}", include_in_schema=False)
     async def aggregation_job(task_id: str, job_id: str, request: Request) -> Response:
+        """The helper's side of an aggregation job (DAP-09 aggregation protocol; the leader's bearer token)."""
         bad = _media(request, m.AggregationJobInitReq.MEDIA_TYPE)
         body, token = await request.body(), _token(request)
 
@@ -183,6 +186,10 @@ def add_dap_routes(
 
     @app.post("/tasks/{task_id}/aggregate_shares", include_in_schema=False)
     async def aggregate_share(task_id: str, request: Request) -> Response:
+        """The helper's encrypted aggregate share of a batch (DAP-09 collection protocol).
+
+        Refused unless the leader's report count and checksum equal the helper's.
+        """
         bad = _media(request, m.AggregateShareReq.MEDIA_TYPE)
         body, token = await request.body(), _token(request)
 
@@ -194,6 +201,7 @@ def add_dap_routes(
 
     @app.put("/tasks/{task_id}/collection_jobs/{job_id}", include_in_schema=False)
     async def create_collection(task_id: str, job_id: str, request: Request) -> Response:
+        """A collector's collection job on the leader (DAP-09 collection protocol; 201)."""
         bad = _media(request, m.CollectionReq.MEDIA_TYPE)
         body, token = await request.body(), _token(request)
 
@@ -207,6 +215,7 @@ def add_dap_routes(
 
     @app.post("/tasks/{task_id}/collection_jobs/{job_id}", include_in_schema=False)
     async def poll_collection(task_id: str, job_id: str, request: Request) -> Response:
+        """Poll a collection job (DAP-09 collection protocol): 202 with ``Retry-After`` until it is done."""
         token = _token(request)
 
         def work(tid: bytes) -> Response:
