@@ -6,7 +6,7 @@ import json
 import platform
 import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +66,26 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     atomic_write_text(path, json.dumps(to_jsonable(payload), indent=2) + "\n")
     return path
+
+
+def loaded_server_argv(db: str, port: int, certs: Mapping[str, Any]) -> list[str]:
+    """``fedstats server`` arguments of a benchmark's server: ``db`` on ``port`` with TLS, the per-device
+    rate limit out of the way (10^6 requests/s, burst 10^6) and 10,000 connections per peer (every
+    load-generator process connects from 127.0.0.1)."""
+    return [
+        "server",
+        "--db",
+        db,
+        "--port",
+        str(port),
+        "--tls-cert",
+        str(certs["cert"]),
+        "--tls-key",
+        str(certs["key"]),
+        "--rate",
+        "1000000",
+        "--burst",
+        "1000000",
+        "--max-connections-per-peer",
+        "10000",
+    ]

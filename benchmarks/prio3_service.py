@@ -63,7 +63,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import write_results
+from _util import loaded_server_argv, write_results
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 POPULATION = "bench"
@@ -430,21 +430,7 @@ def run_case(
             subprocess.Popen(
                 [
                     *head,
-                    "server",
-                    "--db",
-                    db,
-                    "--port",
-                    str(port),
-                    "--tls-cert",
-                    str(certs["cert"]),
-                    "--tls-key",
-                    str(certs["key"]),
-                    "--rate",
-                    "1000000",
-                    "--burst",
-                    "1000000",
-                    "--max-connections-per-peer",
-                    "10000",
+                    *loaded_server_argv(db, port, certs),
                     "--no-access-log",
                     "--vdaf",
                     "--vdaf-peer-ca",

@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from _util import write_results
+from _util import loaded_server_argv, write_results
 from fedstats import wire
 from fedstats.cli.server import KEEP_ALIVE_SECONDS
 from fedstats.engine.rounds import ClientBatch, Round
@@ -294,22 +294,7 @@ def bench_fedstats(
         subprocess.Popen(
             [
                 *head,
-                "server",
-                "--db",
-                db,
-                "--port",
-                str(port),
-                "--tls-cert",
-                str(certs["cert"]),
-                "--tls-key",
-                str(certs["key"]),
-                "--rate",
-                "1000000",
-                "--burst",
-                "1000000",
-                # every load-generator process connects from 127.0.0.1 (100 connections each)
-                "--max-connections-per-peer",
-                "10000",
+                *loaded_server_argv(db, port, certs),
                 "--tick",
                 "0.2",
                 # as the minimal app (uvicorn --no-access-log): no log line per request
