@@ -329,15 +329,25 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
                 assert any(f"left secure session {extra} " in x for x in left(by_id[cid], run_id))
                 assert list(by_id[cid].secure[run_id].encoded) == [0]  # round 0 encoded once
             continue
-        # every device refused: nothing of its input uploaded, nothing charged
+        # every device refused: nothing of its input uploaded, nothing charged. A member refuses its
+        # session when it reads it; on a loaded machine the run may reach its deadline (and abort)
+        # before a member has read it, which its log then says. At least one member refused explicitly.
         assert ups == [], (attack, ups)
+        refused = 0
         for d in devices:
             assert run_id not in d.budget.charges, attack
             state = d.secure.get(run_id)
             assert state is not None and state.encoded == {}, attack
             in_session = any(d.client_id in m for m in sessions.values())
             if in_session:
-                assert left(d, run_id), (attack, d.client_id, log[-3000:])
+                refused += bool(left(d, run_id))
+                late = [
+                    line
+                    for line in log.splitlines()
+                    if f" {d.client_id}: run {run_id} ended" in line and "before this device" in line
+                ]
+                assert left(d, run_id) or late, (attack, d.client_id, log[-3000:])
+        assert refused >= 1, (attack, log[-3000:])
         assert sessions, attack  # the deviating server did open its sessions
     # the honest run on the same (deviating) server completes: the launcher changes nothing else
     assert views["honest"]["status"] == "done", (views["honest"]["error"], log[-3000:])
