@@ -344,7 +344,8 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
                 late = [
                     line
                     for line in log.splitlines()
-                    if f" {d.client_id}: run {run_id} ended" in line and "before this device" in line
+                    if f" {d.client_id}: run {run_id} ended" in line
+                    and "before this device" in line
                 ]
                 assert left(d, run_id) or late, (attack, d.client_id, log[-3000:])
         assert refused >= 1, (attack, log[-3000:])
