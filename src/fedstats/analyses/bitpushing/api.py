@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedstats._validation import check_finite_array, check_real
+from fedstats._validation import check_finite_array, check_open_unit
 from fedstats.analyses._api import charging, resolve
 from fedstats.analyses.bitpushing.config import BitPushingMeanConfig, BitPushingVarianceConfig
 from fedstats.analyses.bitpushing.encoding import BitEncoding
@@ -293,7 +293,7 @@ def _start(
     applies.
     """
     check_privacy_choice(epsilon, no_privacy)
-    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_open_unit("confidence", confidence)
     engine, rs = resolve(engine, randomness)
     pop = _as_population(data, column, rs, shuffle)
     opts = {**options, "epsilon": epsilon}

@@ -186,9 +186,7 @@ class BitPushingVarianceConfig(BitPushingMeanConfig):
     def __post_init__(self) -> None:
         """Validate every option."""
         super().__post_init__()
-        mf = check_real(
-            "mean_fraction", self.mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-        )
+        mf = check_open_unit("mean_fraction", self.mean_fraction)
         object.__setattr__(self, "mean_fraction", mf)
 
     def plan(  # type: ignore[override]

@@ -31,7 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
+from fedstats._validation import (
+    check_choice,
+    check_int,
+    check_local_epsilon,
+    check_open_unit,
+    check_real,
+)
 from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int, smallest_real
 from fedstats.analyses.bitpushing.allocation import (
     lemma1_variance,
@@ -188,9 +194,7 @@ def predicted_variance_variance(
     """
     n = check_int("n_clients", n_clients, low=3)
     check_choice("method", method, _METHODS)
-    mf = check_real(
-        "mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-    )
+    mf = check_open_unit("mean_fraction", mean_fraction)
     n_m = split_clients("mean_fraction", mf, n, "stages")
     enc = _encoding(low, high, resolution, bit_depth)
 
@@ -280,7 +284,7 @@ def _check_common(
         check_int("n_clients", n_clients, low=2)
     if epsilon is not None:
         check_local_epsilon("epsilon", epsilon, high=700.0)
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
     check_choice("method", method, _METHODS)
     return w, lo, hi, conf
 
@@ -407,7 +411,7 @@ def plan_variance(
         Naming the parameter out of range.
     """
     w, lo, hi, conf = _check_common(width, low, high, n_clients, epsilon, confidence, method)
-    check_real("mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_open_unit("mean_fraction", mean_fraction)
     model = _model(lo, hi, resolution, bit_depth, method, bits_per_client, round1_fraction, values)
     model["mean_fraction"] = mean_fraction
     return _plan(

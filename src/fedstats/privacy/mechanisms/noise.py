@@ -29,7 +29,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedstats._validation import check_finite_array, check_int, check_local_epsilon, check_real
+from fedstats._validation import (
+    check_finite_array,
+    check_int,
+    check_local_epsilon,
+    check_open_unit,
+    check_real,
+)
 from fedstats.errors import DataError, OverflowRiskError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss, randomized_response_specs
 from fedstats.privacy.mechanisms.base import Mechanism
@@ -325,7 +331,7 @@ class GaussianMechanism(_GridNoise):
         self.epsilon = check_real(
             "epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
         )
-        self.delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        self.delta = check_open_unit("delta", delta)
         self.dimension = check_int("dimension", dimension, low=1)
         self.sensitivity = check_real(
             "sensitivity", sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
