@@ -40,6 +40,31 @@ def check_real(
     return v
 
 
+def check_open_unit(name: str, value: Any) -> float:
+    """Return ``value`` as a float after checking it lies in the open interval (0, 1).
+
+    A share, a probability strictly between the ends, or a delta.
+
+    Raises
+    ------
+    ParameterError
+        If ``value`` is not a real number in (0, 1).
+    """
+    return check_real(name, value, low=0.0, high=1.0, low_open=True, high_open=True)
+
+
+def check_epsilon_delta(epsilon: Any, delta: Any) -> tuple[float, float]:
+    """Return ``(epsilon, delta)`` as floats after checking epsilon in (0, inf) and delta in (0, 1).
+
+    Raises
+    ------
+    ParameterError
+        Naming ``epsilon`` or ``delta``, whichever is out of range (epsilon first).
+    """
+    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
+    return eps, check_open_unit("delta", delta)
+
+
 MIN_LOCAL_EPSILON = 1e-12
 """Smallest epsilon of a pure-epsilon mechanism (randomized response, Laplace, the local-DP mean and gap
 mechanisms). Below it the mechanism cannot be calibrated in double precision: its output probabilities

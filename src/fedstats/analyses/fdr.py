@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import scipy.special
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.errors import DataError, ParameterError
 
 __all__ = [
@@ -168,11 +168,9 @@ class OnlineSaffron:
         gamma_normalization: str = "paper",
         gamma_terms: int = PAPER_GAMMA_TERMS,
     ) -> None:
-        self.target = check_real("alpha", alpha, low=0.0, high=1.0, low_open=True, high_open=True)
+        self.target = check_open_unit("alpha", alpha)
         self.w0 = check_real("w0", w0, low=0.0, high=self.target, low_open=True)
-        self.lambda_ = check_real(
-            "lambda_", lambda_, low=0.0, high=1.0, low_open=True, high_open=True
-        )
+        self.lambda_ = check_open_unit("lambda_", lambda_)
         self._s = check_real("gamma_exponent", gamma_exponent, low=1.0, low_open=True)
         check_choice("gamma_normalization", gamma_normalization, ("paper", "infinite"))
         gamma_terms = check_int("gamma_terms", gamma_terms, low=1)

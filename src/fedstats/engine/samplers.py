@@ -16,6 +16,7 @@ keyed from the secure stream (:func:`simulation_generator`), since exact inversi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -163,6 +164,18 @@ def _gamma(rng: RNG, shape: np.ndarray) -> np.ndarray:
     return np.asarray(scipy.stats.gamma.ppf(_uniform(rng, shape.size), shape), dtype=float)
 
 
+def _live_sums(
+    count: Any, dtype: type[np.generic], draw: Callable[[np.ndarray], np.ndarray]
+) -> np.ndarray:
+    """Sums of ``count`` variates each, shaped as ``count``: ``draw(counts)`` where positive, else 0."""
+    c = np.atleast_1d(np.asarray(count, dtype=dtype))
+    out = np.zeros(c.shape, dtype=dtype)
+    live = c > 0
+    if live.any():
+        out[live] = draw(c[live])
+    return out.reshape(np.shape(count))
+
+
 def laplace_sum(rng: RNG, count: Any, scale: float) -> np.ndarray:
     """Sum of ``count`` i.i.d. Laplace(0, scale) variates: ``scale (Gamma(count) - Gamma(count))``.
 
@@ -180,12 +193,7 @@ def laplace_sum(rng: RNG, count: Any, scale: float) -> np.ndarray:
     numpy.ndarray
         float64 sums (0 where ``count`` is 0).
     """
-    c = np.atleast_1d(np.asarray(count, dtype=float))
-    out = np.zeros(c.shape)
-    live = c > 0
-    if live.any():
-        out[live] = scale * (_gamma(rng, c[live]) - _gamma(rng, c[live]))
-    return out.reshape(np.shape(count))
+    return _live_sums(count, np.float64, lambda m: scale * (_gamma(rng, m) - _gamma(rng, m)))
 
 
 def discrete_laplace_sum(rng: RNG, count: Any, t: float) -> np.ndarray:
@@ -197,10 +205,8 @@ def discrete_laplace_sum(rng: RNG, count: Any, t: float) -> np.ndarray:
 
     Parameters
     ----------
-    rng : RNG
-        The round's generator.
-    count : array_like of int
-        Number of summed variates, >= 0.
+    rng, count
+        As :func:`laplace_sum`.
     t : float
         Scale > 0.
 
@@ -211,16 +217,13 @@ def discrete_laplace_sum(rng: RNG, count: Any, t: float) -> np.ndarray:
     """
     import scipy.stats
 
-    c = np.atleast_1d(np.asarray(count, dtype=np.int64))
-    out = np.zeros(c.shape, dtype=np.int64)
-    live = c > 0
-    if live.any():
+    def difference(m: np.ndarray) -> np.ndarray:
         q = -math.expm1(-1.0 / t)  # success probability
-        m = c[live]
         a = scipy.stats.nbinom.ppf(_uniform(rng, m.size), m, q)
         b = scipy.stats.nbinom.ppf(_uniform(rng, m.size), m, q)
-        out[live] = np.asarray(a, dtype=np.int64) - np.asarray(b, dtype=np.int64)
-    return out.reshape(np.shape(count))
+        return np.asarray(a, dtype=np.int64) - np.asarray(b, dtype=np.int64)
+
+    return _live_sums(count, np.int64, difference)
 
 
 def gaussian_sum(rng: RNG, count: Any, sigma: float) -> np.ndarray:
@@ -228,10 +231,8 @@ def gaussian_sum(rng: RNG, count: Any, sigma: float) -> np.ndarray:
 
     Parameters
     ----------
-    rng : RNG
-        The round's generator.
-    count : array_like of int
-        Number of summed variates, >= 0.
+    rng, count
+        As :func:`laplace_sum`.
     sigma : float
         Standard deviation >= 0.
 

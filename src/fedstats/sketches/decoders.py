@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedstats._validation import check_real
+from fedstats._validation import check_open_unit, check_real
 from fedstats.errors import DataError, ParameterError
 
 __all__ = [
@@ -237,7 +237,7 @@ def geometric_mean_estimator(
     """
     arr = _check_encoding(e)
     a = check_real("alpha", alpha, low=0.0, high=2.0, low_open=True)
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
     res = check_real("resolution", resolution, low=0.0)
     ell = int(arr.size)
     absv = np.abs(arr)
@@ -285,7 +285,7 @@ def mean_of_squares_estimator(
     geometric mean has relative variance about ``pi^2 / (2 l)`` against ``2 / l`` here.
     """
     arr = _check_encoding(e)
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
     ell = int(arr.size)
     ss = float(np.dot(arr, arr))
     tail = (1.0 - conf) / 2

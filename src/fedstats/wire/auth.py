@@ -205,6 +205,16 @@ class Certificate:
         return cls(body, sig)
 
 
+def _signed(authority: Ed25519PrivateKey, valid_days: float, fields: dict[str, Any]) -> Certificate:
+    """The certificate of ``fields``, valid for ``valid_days`` from now, signed by ``authority``."""
+    body = {
+        **fields,
+        "not_after": int(time.time() + valid_days * 86400.0),
+        "authority": fingerprint(public_key_hex(authority)),
+    }
+    return Certificate(body, authority.sign(canonical_bytes(body)).hex())
+
+
 def issue_certificate(
     authority: Ed25519PrivateKey,
     *,
@@ -228,15 +238,16 @@ def issue_certificate(
         Validity, > 0.
     """
     public_key_from_hex(public_key)
-    body = {
-        "role": "device",
-        "client_id": client_id,
-        "public_key": public_key,
-        "population": population,
-        "not_after": int(time.time() + valid_days * 86400.0),
-        "authority": fingerprint(public_key_hex(authority)),
-    }
-    return Certificate(body, authority.sign(canonical_bytes(body)).hex())
+    return _signed(
+        authority,
+        valid_days,
+        {
+            "role": "device",
+            "client_id": client_id,
+            "public_key": public_key,
+            "population": population,
+        },
+    )
 
 
 def issue_analyst_certificate(
@@ -274,15 +285,11 @@ def issue_analyst_certificate(
         raise ParameterError(
             "populations", list(populations), "one or more names of 1 to 128 characters"
         )
-    body = {
-        "role": "analyst",
-        "analyst": analyst,
-        "public_key": public_key,
-        "populations": pops,
-        "not_after": int(time.time() + valid_days * 86400.0),
-        "authority": fingerprint(public_key_hex(authority)),
-    }
-    return Certificate(body, authority.sign(canonical_bytes(body)).hex())
+    return _signed(
+        authority,
+        valid_days,
+        {"role": "analyst", "analyst": analyst, "public_key": public_key, "populations": pops},
+    )
 
 
 def verify_certificate(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,31 @@ def load_authority(folder: Path | str) -> Ed25519PrivateKey:
         ) from None
 
 
+def _issue_identity(
+    authority_folder: Path | str,
+    out: Path | str,
+    fields: dict[str, Any],
+    certify: Callable[[Ed25519PrivateKey, str], auth.Certificate],
+) -> dict[str, Any]:
+    """Generate a key, certify it and write the identity file ``out`` (mode 0600).
+
+    ``certify(authority, public_key_hex)`` signs the certificate; the file holds ``fields``, the private
+    key, the certificate and the authority's public key, pinned on the device: it checks secure sessions'
+    rosters against it (:mod:`fedstats.client.secure`).
+    """
+    authority = load_authority(authority_folder)
+    key = Ed25519PrivateKey.generate()
+    cert = certify(authority, auth.public_key_hex(key))
+    ident = {
+        **fields,
+        "private_key": auth.private_key_hex(key),
+        "certificate": cert.as_dict(),
+        "authority_public_key": auth.public_key_hex(authority),
+    }
+    _write_private(out, ident)
+    return ident
+
+
 def issue_identity(
     authority_folder: Path | str,
     client_id: str,
@@ -131,24 +157,18 @@ def issue_identity(
     check_identifier("client_id", client_id)
     check_identifier("population", population)
     _check_valid_days(valid_days)
-    authority = load_authority(authority_folder)
-    key = Ed25519PrivateKey.generate()
-    cert = auth.issue_certificate(
-        authority,
-        client_id=client_id,
-        public_key=auth.public_key_hex(key),
-        population=population,
-        valid_days=valid_days,
+    return _issue_identity(
+        authority_folder,
+        out,
+        {"client_id": client_id},
+        lambda authority, public_key: auth.issue_certificate(
+            authority,
+            client_id=client_id,
+            public_key=public_key,
+            population=population,
+            valid_days=valid_days,
+        ),
     )
-    ident = {
-        "client_id": client_id,
-        "private_key": auth.private_key_hex(key),
-        "certificate": cert.as_dict(),
-        # pinned on the device: it checks secure sessions' rosters against it (fedstats.client.secure)
-        "authority_public_key": auth.public_key_hex(authority),
-    }
-    _write_private(out, ident)
-    return ident
 
 
 def load_identity(path: Path | str) -> dict[str, Any]:
@@ -208,24 +228,18 @@ def issue_analyst(
         check_identifier("population", population)
     _check_valid_days(valid_days)
     _check_not_revoked(authority_folder, name)
-    authority = load_authority(authority_folder)
-    key = Ed25519PrivateKey.generate()
-    cert = auth.issue_analyst_certificate(
-        authority,
-        analyst=name,
-        public_key=auth.public_key_hex(key),
-        populations=list(populations),
-        valid_days=valid_days,
+    return _issue_identity(
+        authority_folder,
+        out,
+        {"role": "analyst", "analyst": name},
+        lambda authority, public_key: auth.issue_analyst_certificate(
+            authority,
+            analyst=name,
+            public_key=public_key,
+            populations=list(populations),
+            valid_days=valid_days,
+        ),
     )
-    ident = {
-        "role": "analyst",
-        "analyst": name,
-        "private_key": auth.private_key_hex(key),
-        "certificate": cert.as_dict(),
-        "authority_public_key": auth.public_key_hex(authority),
-    }
-    _write_private(out, ident)
-    return ident
 
 
 def load_analyst(path: Path | str) -> dict[str, Any]:

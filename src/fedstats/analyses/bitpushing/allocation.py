@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_int, check_real
+from fedstats._validation import check_int, check_open_unit, check_real
 from fedstats.errors import ParameterError
 from fedstats.privacy.mechanisms import RandomizedResponse
 
@@ -338,7 +338,7 @@ def split_clients(name: str, fraction: float, n: int, parts: str) -> int:
     ParameterError
         If ``fraction`` is outside (0, 1) or leaves a part without clients.
     """
-    frac = check_real(name, fraction, low=0.0, high=1.0, low_open=True, high_open=True)
+    frac = check_open_unit(name, fraction)
     n1 = round(frac * n)
     if n1 < 1 or n1 >= n:
         raise ParameterError(name, fraction, f"a fraction leaving both {parts} clients (n={n})")

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedstats._validation import check_finite_array, check_real
+from fedstats._validation import check_finite_array, check_open_unit
 from fedstats.analyses._api import charging, resolve
 from fedstats.analyses.bitpushing.config import BitPushingMeanConfig, BitPushingVarianceConfig
 from fedstats.analyses.bitpushing.encoding import BitEncoding
@@ -274,12 +274,30 @@ def check_privacy_choice(epsilon: float | None, no_privacy: bool) -> None:
         raise ParameterError("epsilon", epsilon, "either epsilon=E or no_privacy=True, not both")
 
 
-def _bind(
-    method: str, epsilon: float | None, options: dict[str, Any]
-) -> tuple[Any, list[Mechanism]]:
-    """Bind the stage of ``method`` to its options; list the mechanisms each of its clients applies."""
+def _start(
+    data: Any,
+    column: str,
+    method: str,
+    epsilon: float | None,
+    no_privacy: bool,
+    confidence: float,
+    shuffle: bool,
+    engine: Engine | None,
+    randomness: RandomSource | None,
+    options: dict[str, Any],
+) -> tuple[Engine, RandomSource, Population, Any, list[Mechanism]]:
+    """Check a request and set it up: ``(engine, randomness, population, stage, mechanisms)``.
+
+    The privacy choice and confidence are refused before the (possibly long) truth scan and rounds, not
+    after them; the stage of ``method`` is bound to its options, with the mechanisms each of its clients
+    applies.
+    """
+    check_privacy_choice(epsilon, no_privacy)
+    check_open_unit("confidence", confidence)
+    engine, rs = resolve(engine, randomness)
+    pop = _as_population(data, column, rs, shuffle)
     opts = {**options, "epsilon": epsilon}
-    return make_stage(method, **opts), stage_mechanisms(method, **opts)
+    return engine, rs, pop, make_stage(method, **opts), stage_mechanisms(method, **opts)
 
 
 def _bits(options: dict[str, Any]) -> int:
@@ -293,8 +311,14 @@ def _run(
     encoding: BitEncoding,
     privacy: tuple[float | None, float | None],
     randomness: RandomSource,
+    truth: Truth | None,
+    statistic: str,
 ) -> R:
-    """Run the protocol and fill in what the engine and the charge know: privacy, bytes, rounds, note."""
+    """Run the protocol and fill in what the engine, the charge and the truth know.
+
+    Privacy, bytes, rounds and release note; with a ``truth``, its ``statistic`` (``"mean"`` or
+    ``"variance"``), that of the clipped values and the clipped count. Usefulness warnings attached.
+    """
     first = len(engine.log)
     res = engine.run(protocol, pop)
     logs = engine.log[first:]
@@ -309,7 +333,10 @@ def _run(
         {"name": r.name, "clients": r.n_clients, "bytes_per_client": r.bytes_per_client}
         for r in logs
     ]
-    return res
+    if truth is not None:
+        res.truth, res.n_clipped = getattr(truth, statistic), truth.n_clipped
+        res.details["truth_of_clipped"] = getattr(truth, f"clipped_{statistic}")
+    return attach_warnings(res)  # type: ignore[no-any-return]
 
 
 def mean(
@@ -386,13 +413,10 @@ def mean(
     BudgetExceededError
         If the ledger or the bit meter refuses the request (nothing is charged then).
     """
-    # refused before the (possibly long) truth scan and rounds, not after them
-    check_privacy_choice(epsilon, no_privacy)
-    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    engine, rs = resolve(engine, randomness)
-    pop = _as_population(data, column, rs, shuffle)
+    engine, rs, pop, stage, mechanisms = _start(
+        data, column, method, epsilon, no_privacy, confidence, shuffle, engine, randomness, options
+    )
     n = pop.n_clients
-    stage, mechanisms = _bind(method, epsilon, options)
     seed = public_seed if public_seed is not None else rs.public_seed("bitpushing", "mean")
     tr = _scan(pop, column, encoding, engine, truth)
     stages = [(f"{method} mean of {column}", (0, n))]
@@ -400,11 +424,7 @@ def mean(
     proto = mean_protocol(
         stage, column, encoding, n, method=method, public_seed=seed, confidence=confidence
     )
-    res = _run(engine, proto, pop, encoding, privacy, rs)
-    if tr is not None:
-        res.truth, res.n_clipped = tr.mean, tr.n_clipped
-        res.details["truth_of_clipped"] = tr.clipped_mean
-    return attach_warnings(res)  # type: ignore[no-any-return]
+    return _run(engine, proto, pop, encoding, privacy, rs, tr, "mean")
 
 
 def variance(
@@ -456,13 +476,10 @@ def variance(
     BudgetExceededError
         If the ledger or the bit meter refuses either stage (nothing is charged then).
     """
-    # refused before the (possibly long) truth scan and rounds, not after them
-    check_privacy_choice(epsilon, no_privacy)
-    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    engine, rs = resolve(engine, randomness)
-    pop = _as_population(data, column, rs, shuffle)
+    engine, rs, pop, stage, mechanisms = _start(
+        data, column, method, epsilon, no_privacy, confidence, shuffle, engine, randomness, options
+    )
     n = pop.n_clients
-    stage, mechanisms = _bind(method, epsilon, options)
     seed = public_seed if public_seed is not None else rs.public_seed("bitpushing", "variance")
     n_m = variance_split(n, mean_fraction)
     tr = _scan(pop, column, encoding, engine, truth)
@@ -481,8 +498,4 @@ def variance(
         public_seed=seed,
         confidence=confidence,
     )
-    res = _run(engine, proto, pop, encoding, privacy, rs)
-    if tr is not None:
-        res.truth, res.n_clipped = tr.variance, tr.n_clipped
-        res.details["truth_of_clipped"] = tr.clipped_variance
-    return attach_warnings(res)  # type: ignore[no-any-return]
+    return _run(engine, proto, pop, encoding, privacy, rs, tr, "variance")

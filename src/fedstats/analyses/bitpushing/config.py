@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
+from fedstats._validation import (
+    check_choice,
+    check_int,
+    check_local_epsilon,
+    check_open_unit,
+    check_real,
+)
 from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, plan_randomness
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.methods import make_stage, stage_mechanisms
@@ -85,14 +91,7 @@ class BitPushingMeanConfig(AnalysisConfig):
         check_choice("method", self.method, _METHODS)
         for name in ("low", "high", "resolution", "round1_fraction"):
             object.__setattr__(self, name, check_real(name, getattr(self, name)))
-        check_real(
-            "round1_fraction",
-            self.round1_fraction,
-            low=0.0,
-            high=1.0,
-            low_open=True,
-            high_open=True,
-        )
+        check_open_unit("round1_fraction", self.round1_fraction)
         if self.method != "adaptive" and self.round1_fraction != ROUND1_FRACTION:
             raise ParameterError(
                 "round1_fraction", self.round1_fraction, f"the default with method={self.method!r}"
@@ -187,9 +186,7 @@ class BitPushingVarianceConfig(BitPushingMeanConfig):
     def __post_init__(self) -> None:
         """Validate every option."""
         super().__post_init__()
-        mf = check_real(
-            "mean_fraction", self.mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-        )
+        mf = check_open_unit("mean_fraction", self.mean_fraction)
         object.__setattr__(self, "mean_fraction", mf)
 
     def plan(  # type: ignore[override]

@@ -26,11 +26,18 @@ n and with epsilon, so the clients or epsilon are found by bisection.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
+from fedstats._validation import (
+    check_choice,
+    check_int,
+    check_local_epsilon,
+    check_open_unit,
+    check_real,
+)
 from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int, smallest_real
 from fedstats.analyses.bitpushing.allocation import (
     lemma1_variance,
@@ -187,37 +194,30 @@ def predicted_variance_variance(
     """
     n = check_int("n_clients", n_clients, low=3)
     check_choice("method", method, _METHODS)
-    mf = check_real(
-        "mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-    )
+    mf = check_open_unit("mean_fraction", mean_fraction)
     n_m = split_clients("mean_fraction", mf, n, "stages")
     enc = _encoding(low, high, resolution, bit_depth)
-    spec_m = CodeSpec.for_mean("value", enc)
-    v_mean = (
-        _stage_variance(
-            _bit_means(spec_m, values), n_m, method, epsilon, bits_per_client, round1_fraction
-        )
-        * spec_m.resolution**2
-    )
+
+    def stage(spec: CodeSpec, n_stage: int) -> float:
+        m = _bit_means(spec, values)
+        v = _stage_variance(m, n_stage, method, epsilon, bits_per_client, round1_fraction)
+        return v * spec.resolution**2
+
+    v_mean = stage(CodeSpec.for_mean("value", enc), n_m)
     centre = (
         (enc.low + enc.high) / 2.0
         if values is None
         else float(np.mean(np.clip(np.asarray(values, dtype=np.float64), enc.low, enc.high)))
     )
-    spec_v = CodeSpec.for_squares("value", enc, centre)
-    v_sq = (
-        _stage_variance(
-            _bit_means(spec_v, values), n - n_m, method, epsilon, bits_per_client, round1_fraction
-        )
-        * spec_v.resolution**2
-    )
+    v_sq = stage(CodeSpec.for_squares("value", enc, centre), n - n_m)
     return v_sq + 2.0 * v_mean**2
 
 
 def _plan(
     statistic: str,
     width: float,
-    predict: Any,
+    predict: Callable[..., float],
+    model: dict[str, Any],
     *,
     n_clients: int | None,
     epsilon: float | None,
@@ -225,17 +225,27 @@ def _plan(
     inputs: dict[str, Any],
     space: float,
 ) -> Plan:
+    """Solve for the unknown of ``n_clients``/``epsilon`` with ``predict(n, epsilon=eps, **model)``."""
     solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)
     z = _z(confidence)
 
     def w_at(n: int, eps: float) -> float:
         try:
-            return 2.0 * z * math.sqrt(predict(n, eps))
+            return 2.0 * z * math.sqrt(predict(n, epsilon=eps, **model))
         except ParameterError:  # too few clients to give every round or stage some
             return math.inf
 
     goal = f"{100 * confidence:g}% interval width <= {width:g}"
-    inputs = {**inputs, "confidence": confidence, "width": width, "range_width": space}
+    inputs = {
+        "low": model["low"],
+        "high": model["high"],
+        "method": model["method"],
+        **inputs,
+        "bit_means": "assumed 1/2 (worst case)" if model["values"] is None else "from values",
+        "confidence": confidence,
+        "width": width,
+        "range_width": space,
+    }
     if solve == "n_clients":
         assert epsilon is not None
         found = smallest_int(lambda n: w_at(n, epsilon) <= width, 2, 10**12)
@@ -256,8 +266,15 @@ def _plan(
 
 
 def _check_common(
-    width: float, low: float, high: float, n_clients: int | None, epsilon: float | None
-) -> tuple[float, float, float]:
+    width: float,
+    low: float,
+    high: float,
+    n_clients: int | None,
+    epsilon: float | None,
+    confidence: float,
+    method: str,
+) -> tuple[float, float, float, float]:
+    """``(width, low, high, confidence)`` checked, and ``n_clients``, ``epsilon`` and ``method``."""
     lo = check_real("low", low)
     hi = check_real("high", high)
     if not hi > lo:
@@ -267,7 +284,33 @@ def _check_common(
         check_int("n_clients", n_clients, low=2)
     if epsilon is not None:
         check_local_epsilon("epsilon", epsilon, high=700.0)
-    return w, lo, hi
+    conf = check_open_unit("confidence", confidence)
+    check_choice("method", method, _METHODS)
+    return w, lo, hi, conf
+
+
+def _model(
+    low: float,
+    high: float,
+    resolution: float,
+    bit_depth: int | None,
+    method: str,
+    bits_per_client: int,
+    round1_fraction: float,
+    values: Any,
+) -> dict[str, Any]:
+    """The predictor's keyword arguments, the encoding checked."""
+    _encoding(low, high, resolution, bit_depth)
+    return {
+        "low": low,
+        "high": high,
+        "resolution": resolution,
+        "bit_depth": bit_depth,
+        "method": method,
+        "bits_per_client": bits_per_client,
+        "round1_fraction": round1_fraction,
+        "values": values,
+    }
 
 
 def plan_mean(
@@ -314,39 +357,17 @@ def plan_mean(
     ParameterError
         Naming the parameter out of range, or when not exactly one of ``n_clients``/``epsilon`` is unset.
     """
-    w, lo, hi = _check_common(width, low, high, n_clients, epsilon)
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    check_choice("method", method, _METHODS)
-    _encoding(lo, hi, resolution, bit_depth)
-
-    def predict(n: int, eps: float) -> float:
-        return predicted_mean_variance(
-            n,
-            low=lo,
-            high=hi,
-            epsilon=eps,
-            resolution=resolution,
-            bit_depth=bit_depth,
-            method=method,
-            bits_per_client=bits_per_client,
-            round1_fraction=round1_fraction,
-            values=values,
-        )
-
-    inputs = {
-        "low": lo,
-        "high": hi,
-        "method": method,
-        "bit_means": "assumed 1/2 (worst case)" if values is None else "from values",
-    }
+    w, lo, hi, conf = _check_common(width, low, high, n_clients, epsilon, confidence, method)
+    model = _model(lo, hi, resolution, bit_depth, method, bits_per_client, round1_fraction, values)
     return _plan(
         "mean",
         w,
-        predict,
+        predicted_mean_variance,
+        model,
         n_clients=n_clients,
         epsilon=epsilon,
         confidence=conf,
-        inputs=inputs,
+        inputs={},
         space=hi - lo,
     )
 
@@ -389,41 +410,18 @@ def plan_variance(
     ParameterError
         Naming the parameter out of range.
     """
-    w, lo, hi = _check_common(width, low, high, n_clients, epsilon)
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    check_choice("method", method, _METHODS)
-    check_real("mean_fraction", mean_fraction, low=0.0, high=1.0, low_open=True, high_open=True)
-    _encoding(lo, hi, resolution, bit_depth)
-
-    def predict(n: int, eps: float) -> float:
-        return predicted_variance_variance(
-            n,
-            low=lo,
-            high=hi,
-            epsilon=eps,
-            resolution=resolution,
-            bit_depth=bit_depth,
-            method=method,
-            bits_per_client=bits_per_client,
-            round1_fraction=round1_fraction,
-            mean_fraction=mean_fraction,
-            values=values,
-        )
-
-    inputs = {
-        "low": lo,
-        "high": hi,
-        "method": method,
-        "mean_fraction": mean_fraction,
-        "bit_means": "assumed 1/2 (worst case)" if values is None else "from values",
-    }
+    w, lo, hi, conf = _check_common(width, low, high, n_clients, epsilon, confidence, method)
+    check_open_unit("mean_fraction", mean_fraction)
+    model = _model(lo, hi, resolution, bit_depth, method, bits_per_client, round1_fraction, values)
+    model["mean_fraction"] = mean_fraction
     return _plan(
         "variance",
         w,
-        predict,
+        predicted_variance_variance,
+        model,
         n_clients=n_clients,
         epsilon=epsilon,
         confidence=conf,
-        inputs=inputs,
+        inputs={"mean_fraction": mean_fraction},
         space=((hi - lo) / 2.0) ** 2,
     )

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from fedstats._validation import check_choice, check_int, check_local_epsilon, check_real
+from fedstats._validation import (
+    check_choice,
+    check_int,
+    check_local_epsilon,
+    check_open_unit,
+)
 from fedstats.analyses.bitpushing.allocation import split_clients
 from fedstats.analyses.bitpushing.bit_stages import (
     ALLOCATIONS,
@@ -333,7 +338,7 @@ def mean_protocol(
         the unbiased one (it may leave the declared range ``[low, high]``); the clipped estimate and
         CI are ``details["clipped_estimate"]`` / ``["clipped_ci"]`` (:func:`clip_to_space`).
     """
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
     cohort = _full_range(n_clients, client_range)
     spec = CodeSpec.for_mean(column, encoding)
     st = yield from stage(spec, cohort, int(public_seed))
@@ -417,7 +422,7 @@ def variance_protocol(
     ProtocolGenerator[VarianceEstimate]
         Tagged ``"bitpushing.variance"`` (``"mean_baselines.variance"`` for a baseline).
     """
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
     lo, hi = _full_range(n_clients, client_range)
     n_m = variance_split(hi - lo, mean_fraction)
     seed = int(public_seed)

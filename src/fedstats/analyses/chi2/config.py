@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit
 from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.loss import PrivacyLoss
@@ -103,9 +103,7 @@ class FedChi2Config(AnalysisConfig):
         check_choice("decoder", self.decoder, DECODERS)
         check_int("max_cell", self.max_cell, low=1, high=2**20)
         for name in ("confidence", "level"):
-            v = check_real(
-                name, getattr(self, name), low=0.0, high=1.0, low_open=True, high_open=True
-            )
+            v = check_open_unit(name, getattr(self, name))
             object.__setattr__(self, name, v)
         check_int("merge_below", self.merge_below, low=0, high=2**31 - 1)
         if not isinstance(self.drop_empty, bool):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit
 from fedstats.analyses.chi2.calibration import DECODERS, sketched_p_value
 from fedstats.errors import DataError, ParameterError
 from fedstats.results import AnalysisResult
@@ -165,8 +165,8 @@ def check_options(
     dec = check_choice("decoder", decoder, DECODERS)
     if isinstance(bits, bool) or bits not in BITS:
         raise ParameterError("bits", bits, "one of 16, 32, 64")
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
-    lev = check_real("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
+    lev = check_open_unit("level", level)
     return ell, dec, int(bits), conf, lev
 
 

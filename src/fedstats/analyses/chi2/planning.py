@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_int, check_real
+from fedstats._validation import check_int, check_open_unit, check_real
 from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int, smallest_real
 from fedstats.analyses.chi2.client import expected_counts
 from fedstats.analyses.chi2.estimator import check_options, projection_norms
@@ -323,7 +323,7 @@ def plan_chi2(
         Naming the parameter out of range.
     """
     w = check_real("effect", effect, low=0.0, low_open=True)
-    target = check_real("power", power_target, low=0.0, high=1.0, low_open=True, high_open=True)
+    target = check_open_unit("power", power_target)
     m_x, m_y = (
         check_int(n, v, low=2, high=10_000) for n, v in zip(("rows", "cols"), shape, strict=True)
     )
@@ -332,7 +332,7 @@ def plan_chi2(
     alternative_table(w, (m_x, m_y), row_margins=row_margins, col_margins=col_margins)
     if private:
         solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)
-        check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_open_unit("delta", delta)
     else:
         if n_clients is not None or epsilon is not None:
             raise ParameterError("epsilon", epsilon, "no value without privacy (solve for clients)")

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_int, check_real
+from fedstats._validation import check_epsilon_delta, check_int, check_open_unit
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis import PrivacyLoss, approx_dp_to_zcdp, zcdp_to_approx_dp
 from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian
@@ -220,13 +220,10 @@ def plan_chi2_privacy(
     ParameterError
         If a parameter is outside its range.
     """
-    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
-    dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    eps, dlt = check_epsilon_delta(epsilon, delta)
     rho = _rho(eps, dlt)
     t = check_int("max_records", max_records, low=1)
-    frac = check_real(
-        "round1_fraction", round1_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-    )
+    frac = check_open_unit("round1_fraction", round1_fraction)
     # shares rounded down, so that rho_marginals + rho_projection <= rho exactly (as rationals)
     r1 = rho * frac
     while Fraction(r1) > Fraction(rho) * Fraction(frac):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit
 from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
 from fedstats.analyses.chi2.config import MAX_CATEGORIES, check_columns, check_task_shape
 from fedstats.errors import ParameterError
@@ -31,9 +31,7 @@ def _check_fed_h(cfg: Any) -> None:
     check_int("encoding_size", cfg.encoding_size, low=2, high=100_000)
     object.__setattr__(cfg, "fd_step", check_fd_step(cfg.fd_step))
     check_choice("coupling", cfg.coupling, COUPLINGS)
-    conf = check_real(
-        "confidence", cfg.confidence, low=0.0, high=1.0, low_open=True, high_open=True
-    )
+    conf = check_open_unit("confidence", cfg.confidence)
     object.__setattr__(cfg, "confidence", conf)
 
 
@@ -144,7 +142,7 @@ class GTestConfig(AnalysisConfig):
         object.__setattr__(self, "shape", check_task_shape(self.shape))
         check_columns(x=self.x, y=self.y)
         _check_fed_h(self)
-        lev = check_real("level", self.level, low=0.0, high=1.0, low_open=True, high_open=True)
+        lev = check_open_unit("level", self.level)
         object.__setattr__(self, "level", lev)
         if not isinstance(self.drop_empty, bool):
             raise ParameterError("drop_empty", self.drop_empty, "true or false")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
     attach_truth,
@@ -376,7 +376,7 @@ def check_options(
     cp = check_choice("coupling", coupling, COUPLINGS)
     if isinstance(bits, bool) or bits not in BITS:
         raise ParameterError("bits", bits, "one of 16, 32, 64")
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
     return ell, d, cp, int(bits), conf
 
 

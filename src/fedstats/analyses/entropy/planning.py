@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses._planning import Plan
 from fedstats.analyses.entropy.estimator import (
     COUPLINGS,
@@ -94,7 +94,7 @@ def plan_entropy(
     """
     w = check_real("width", width, low=0.0, low_open=True)
     k = check_int("m", m, low=2, high=10_000)
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
     d = check_fd_step(fd_step)
     check_choice("coupling", coupling, COUPLINGS)
     p = _proportions(k, probabilities)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_int, check_real
+from fedstats._validation import check_int, check_open_unit
 from fedstats.analyses.chi2.estimator import Chi2Result, check_shape, kept_cells
 from fedstats.analyses.entropy.client import (
     encode_entropy_projection,
@@ -206,7 +206,7 @@ def g_test_protocol(
         ``drop_empty``).
     """
     ell, d, cp, b, conf = check_options(encoding_size, fd_step, coupling, bits, confidence)
-    lev = check_real("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
+    lev = check_open_unit("level", level)
     m_x, m_y = check_shape(shape)
     mc = check_int("max_cell", max_cell, low=1)
     seed = check_int("projection_seed", projection_seed, low=0, high=2**256 - 1)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_real
+from fedstats._validation import check_choice, check_open_unit
 from fedstats.analyses.chi2.estimator import Chi2Result, check_tables, kept_cells
 from fedstats.analyses.entropy.estimator import (
     DEFAULT_FD_STEP,
@@ -139,7 +139,7 @@ def simulate_fed_g_test(
     t = check_tables(np.asarray(global_table)[None], "global_table")[0]
     rows, cols = kept_cells(t.sum(axis=1), t.sum(axis=0), True)
     k = t[np.ix_(rows, cols)]
-    lev = check_real("level", level, low=0.0, high=1.0, low_open=True, high_open=True)
+    lev = check_open_unit("level", level)
     ent = simulate_fed_entropy(
         k.ravel(),
         encoding_size=encoding_size,

@@ -51,7 +51,13 @@ import math
 import warnings
 from dataclasses import dataclass
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import (
+    check_choice,
+    check_epsilon_delta,
+    check_int,
+    check_open_unit,
+    check_real,
+)
 from fedstats.privacy.analysis.distributed_gaussian import ddg_rho, ddg_share_variance
 from fedstats.privacy.analysis.gaussian import (
     PrivacyWarning,
@@ -181,11 +187,8 @@ def split_budget(
     ParameterError
         If a parameter is outside its range.
     """
-    e = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
-    dl = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    f = check_real(
-        "round1_fraction", round1_fraction, low=0.0, high=1.0, low_open=True, high_open=True
-    )
+    e, dl = check_epsilon_delta(epsilon, delta)
+    f = check_open_unit("round1_fraction", round1_fraction)
     return (e * f, dl * f), (e * (1.0 - f), dl * (1.0 - f))
 
 

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses._config import (
     NOT_PRIVATE,
     AnalysisConfig,
@@ -196,17 +196,10 @@ class HeterogeneityConfig(AnalysisConfig):
         check_choice("accounting", self.accounting, ACCOUNTINGS)
         check_choice("noise", self.noise, NOISE_MODES)
         check_choice("form", self.form, WEIGHTED_MEAN_FORMS)
-        check_real(
-            "round1_fraction",
-            self.round1_fraction,
-            low=0.0,
-            high=1.0,
-            low_open=True,
-            high_open=True,
-        )
+        check_open_unit("round1_fraction", self.round1_fraction)
         check_real("p", self.p, low=1.0, high=64.0)
         check_real("min_variance", self.min_variance, low=0.0, high=0.25, low_open=True)
-        check_real("confidence", self.confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_open_unit("confidence", self.confidence)
         check_real("min_reporting", self.min_reporting, low=0.0, high=1.0, low_open=True)
         if self.frac_bits is not None:
             check_int("frac_bits", self.frac_bits, low=4, high=38)
@@ -218,7 +211,7 @@ class HeterogeneityConfig(AnalysisConfig):
             check_real(
                 "epsilon", self.epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
             )
-            check_real("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
+            check_open_unit("delta", self.delta)
         if self.secure and self.noise != "distributed":
             raise ParameterError("noise", self.noise, "'distributed' with secure aggregation")
         if self.secure and self.float_noise:

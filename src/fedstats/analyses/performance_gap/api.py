@@ -20,7 +20,7 @@ from fedstats._validation import (
     check_choice,
     check_int,
     check_local_epsilon,
-    check_real,
+    check_open_unit,
 )
 from fedstats.analyses import _api
 from fedstats.analyses.performance_gap.allocation import GroupLayout, allocate
@@ -341,7 +341,7 @@ def measure_performance_gap(
     kind = check_mechanism(mechanism)
     eps = check_local_epsilon("epsilon", epsilon, low=MIN_GRID_EPSILON, why=GRID_WHY)
     check_choice("accounting", accounting, ("exact", "paper"))
-    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_open_unit("confidence", confidence)
     codes, v, labels = prepare_columns(groups, values, scale=scale)
     i, j = _resolve_pair(pair, labels)
     d = len(labels)

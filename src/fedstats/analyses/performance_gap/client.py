@@ -233,12 +233,8 @@ def sum_gap_reports(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> 
 
     Parameters
     ----------
-    batch : ClientBatch
-        Columns ``group`` (int in ``[0, d)``) and ``value`` (float in ``[-1, 1]``).
-    params : Mapping
-        The round's public parameters (see :func:`perturb`).
-    rng : RNG
-        The clients' generator.
+    batch, params, rng
+        As :func:`encode_gap_report`.
 
     Returns
     -------

@@ -22,6 +22,7 @@ from fedstats._validation import (
     check_choice,
     check_int,
     check_local_epsilon,
+    check_open_unit,
     check_real,
 )
 from fedstats.analyses._config import AnalysisConfig, check_public_seed
@@ -105,9 +106,7 @@ class PerformanceGapConfig(AnalysisConfig):
                 raise ParameterError("fractions", fr, f"{d} positive shares summing to 1")
             object.__setattr__(self, "fractions", vals)
         check_choice("scale", self.scale, ("signed", "rate"))
-        conf = check_real(
-            "confidence", self.confidence, low=0.0, high=1.0, low_open=True, high_open=True
-        )
+        conf = check_open_unit("confidence", self.confidence)
         object.__setattr__(self, "confidence", conf)
         check_choice("accounting", self.accounting, ACCOUNTINGS)
         check_int("resolution_bits", self.resolution_bits, low=2, high=30)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr, ndtri  # what scipy.stats.norm's sf and ppf call
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int
 from fedstats.analyses.performance_gap.allocation import (
     ACCOUNTINGS,
@@ -46,7 +46,7 @@ _EPS_LO, _EPS_HI = 1e-4, 1e4
 
 
 def _check_probability(p: Any) -> float:
-    return check_real("probability", p, low=0.0, high=1.0, low_open=True, high_open=True)
+    return check_open_unit("probability", p)
 
 
 def _bernstein_m(mech: GapMechanism, layout: GroupLayout) -> float:
@@ -307,7 +307,7 @@ def plan_gap(
         Naming the parameter out of range, or when not exactly one of ``n_clients``/``epsilon`` is unset.
     """
     w = check_real("width", width, low=0.0, high=math.inf, low_open=True, high_open=True)
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    conf = check_open_unit("confidence", confidence)
     solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)
     kind = check_mechanism(mechanism)
     check_choice("accounting", accounting, ACCOUNTINGS)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._validation import check_choice, check_int, check_real
+from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses.performance_gap.client import (
     aggregate_gap_report,
     encode_gap_report,
@@ -251,7 +251,7 @@ def performance_gap_protocol(
         If a compared group has no client (or its estimated size is not positive).
     """
     check_choice("scale", scale, ("rate", "signed"))
-    check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_open_unit("confidence", confidence)
     d = mech.n_groups
     i, j = check_pair(pair, d)
     names = list(range(d)) if labels is None else list(labels)

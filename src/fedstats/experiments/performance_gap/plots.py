@@ -17,7 +17,14 @@ def plots(out: Path, res: dict[str, Any]) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    files = []
+    files: list[str] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        files.append(name)
+
     f1 = res["figure1"]
     eps = np.asarray(f1["epsilon"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
@@ -49,10 +56,7 @@ def plots(out: Path, res: dict[str, Any]) -> list[str]:
         ax.legend(fontsize=7)
     axes[0].set_ylabel("MSE of the gap (value units)")
     fig.suptitle("Figure 1: MSE bounds, n_G = n_Gbar = 1e4", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(out / "figure1.png", dpi=110)
-    plt.close(fig)
-    files.append("figure1.png")
+    save(fig, "figure1.png")
 
     f2 = res["figure2"]
     eps = np.asarray(f2["epsilon"])
@@ -74,10 +78,7 @@ def plots(out: Path, res: dict[str, Any]) -> list[str]:
         ax.legend(fontsize=7)
     axes[0].set_ylabel("MSE upper bound")
     fig.suptitle("Figure 2: unbalanced and misestimated groups, K = 2e4", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(out / "figure2.png", dpi=110)
-    plt.close(fig)
-    files.append("figure2.png")
+    save(fig, "figure2.png")
 
     ac = res["appendix_c"]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -95,8 +96,5 @@ def plots(out: Path, res: dict[str, Any]) -> list[str]:
         "Appendix C: empirical vs theoretical MSE (10 clients per group, eps = 1)", fontsize=9
     )
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "appendix_c.png", dpi=110)
-    plt.close(fig)
-    files.append("appendix_c.png")
+    save(fig, "appendix_c.png")
     return files

@@ -27,7 +27,7 @@ import numpy as np
 import scipy.special as sc
 
 from fedstats._numeric import bisect_safe
-from fedstats._validation import check_int, check_real
+from fedstats._validation import check_epsilon_delta, check_int, check_real
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.gaussian import _erfcx_diff, analytic_gaussian_sigma
 from fedstats.privacy.analysis.zcdp import gaussian_rho
@@ -178,8 +178,7 @@ def discrete_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: int) -
     ParameterError
         If a parameter is outside its range or sigma would exceed 1e11.
     """
-    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
-    dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    eps, dlt = check_epsilon_delta(epsilon, delta)
     sens = check_int("sensitivity", sensitivity, low=1)
     target = math.log(dlt)
     s0 = analytic_gaussian_sigma(epsilon=eps, delta=dlt, sensitivity=float(sens))

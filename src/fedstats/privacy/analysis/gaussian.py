@@ -50,7 +50,7 @@ import warnings
 
 import scipy.special as sc
 
-from fedstats._validation import check_real
+from fedstats._validation import check_open_unit, check_real
 from fedstats.errors import ParameterError
 
 __all__ = [
@@ -190,7 +190,7 @@ def analytic_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: float)
         If a parameter is outside its range.
     """
     eps, sens = _check_common(epsilon, sensitivity)
-    dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    dlt = check_open_unit("delta", delta)
     target = math.log(dlt)
     # Start near the tail approximation b - a = sqrt(2 log(1/delta)), i.e. eps s - 1/(2 s) = c.
     c = math.sqrt(2.0 * max(-target, 1e-3))
@@ -269,7 +269,7 @@ def analytic_gaussian_epsilon(*, delta: float, sigma: float, sensitivity: float)
     ParameterError
         If a parameter is outside its range.
     """
-    dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    dlt = check_open_unit("delta", delta)
     sig = check_real("sigma", sigma, low=0.0, high=math.inf, low_open=True, high_open=True)
     sens = check_real(
         "sensitivity", sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
@@ -338,7 +338,7 @@ def classical_gaussian_sigma(
         If a parameter is outside its range, or epsilon >= 1 without ``allow_large_epsilon``.
     """
     eps, sens = _check_common(epsilon, sensitivity)
-    dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    dlt = check_open_unit("delta", delta)
     if eps >= 1.0:
         if not allow_large_epsilon:
             raise ParameterError(

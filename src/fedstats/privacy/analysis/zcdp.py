@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterable
 
 from fedstats._numeric import bisect_safe
-from fedstats._validation import check_real
+from fedstats._validation import check_epsilon_delta, check_open_unit, check_real
 
 __all__ = ["approx_dp_to_zcdp", "compose_zcdp", "gaussian_rho", "zcdp_to_approx_dp"]
 
@@ -87,7 +87,7 @@ def zcdp_to_approx_dp(*, rho: float, delta: float) -> float:
         If a parameter is outside its range.
     """
     r = check_real("rho", rho, low=0.0, high=math.inf, high_open=True)
-    d = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    d = check_open_unit("delta", delta)
     if r == 0.0:
         return 0.0
     lid = -math.log(d)
@@ -150,8 +150,7 @@ def approx_dp_to_zcdp(*, epsilon: float, delta: float) -> float:
     ParameterError
         If a parameter is outside its range.
     """
-    eps = check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
-    d = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    eps, d = check_epsilon_delta(epsilon, delta)
     lo, hi = 1e-300, max(eps, 1e-300)
     while zcdp_to_approx_dp(rho=hi, delta=d) <= eps:
         lo, hi = hi, hi * 2.0

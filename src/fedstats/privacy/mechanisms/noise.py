@@ -22,13 +22,20 @@ continuous formula.
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from fedstats._validation import check_finite_array, check_int, check_local_epsilon, check_real
+from fedstats._validation import (
+    check_finite_array,
+    check_int,
+    check_local_epsilon,
+    check_open_unit,
+    check_real,
+)
 from fedstats.errors import DataError, OverflowRiskError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss, randomized_response_specs
 from fedstats.privacy.mechanisms.base import Mechanism
@@ -98,24 +105,70 @@ def _check_values(values: ArrayLike, dimension: int) -> np.ndarray:
     return x
 
 
-def _release_grid(mech: LaplaceMechanism | GaussianMechanism, noise: str) -> str:
-    """The ``release_grid`` of the Laplace and Gaussian mechanisms (``noise`` names the grid path's)."""
-    if mech.resolution_bits is None:
-        return "float (simulation only: vulnerable to floating-point attacks)"
-    return f"multiples of 2^{int(math.log2(mech.grid))} = {mech.grid:g} ({noise})"
+class _GridNoise(Mechanism):
+    """What the Laplace and Gaussian mechanisms share: the float path, or snap, integer noise and scale back.
+
+    A subclass sets ``resolution_bits``, ``dimension`` and (grid path) ``grid``, names its grid path's
+    noise in ``_noise_name`` and draws it in :meth:`_float_noise` and :meth:`_integer_noise`.
+    """
+
+    resolution_bits: int | None
+    dimension: int
+    grid: float
+    _noise_name: str
+
+    @abstractmethod
+    def _float_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
+        """The float path's noise (data units)."""
+
+    @abstractmethod
+    def _integer_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
+        """The grid path's integer noise (grid steps)."""
+
+    @property
+    def release_grid(self) -> str:
+        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
+        if self.resolution_bits is None:
+            return "float (simulation only: vulnerable to floating-point attacks)"
+        return f"multiples of 2^{int(math.log2(self.grid))} = {self.grid:g} ({self._noise_name})"
+
+    def randomize(self, values: ArrayLike, rng: RNG) -> np.ndarray:
+        """Release each value plus independent noise.
+
+        Parameters
+        ----------
+        values : array_like of float, any shape
+            One value per client (or per client and coordinate), finite.
+        rng : numpy.random.Generator or SecureGenerator
+
+        Returns
+        -------
+        numpy.ndarray of float64, same shape
+
+        Raises
+        ------
+        DataError
+            If a value is NaN or infinite.
+        OverflowRiskError
+            If a value is too large for the exact grid.
+        """
+        x = _check_values(values, self.dimension)
+        if self.resolution_bits is None:
+            return np.asarray(x + self._float_noise(x.shape, rng))
+        idx = snap_to_grid(x, self.grid)
+        return np.asarray((idx + self._integer_noise(x.shape, rng)) * self.grid)
+
+    def bias(self, value: ArrayLike | None = None) -> Any:
+        """Snap error ``grid_value - value`` (0 on the float path); worst case ``grid / 2`` when None."""
+        if self.resolution_bits is None:
+            return 0.0 if value is None else np.zeros(np.shape(value))
+        if value is None:
+            return self.grid / 2.0
+        x = np.asarray(value, dtype=np.float64)
+        return snap_to_grid(x, self.grid) * self.grid - x
 
 
-def _snap_bias(mech: LaplaceMechanism | GaussianMechanism, value: ArrayLike | None) -> Any:
-    """The ``bias`` of the Laplace and Gaussian mechanisms: the snap error on the grid path, else 0."""
-    if mech.resolution_bits is None:
-        return 0.0 if value is None else np.zeros(np.shape(value))
-    if value is None:
-        return mech.grid / 2.0
-    x = np.asarray(value, dtype=np.float64)
-    return snap_to_grid(x, mech.grid) * mech.grid - x
-
-
-class LaplaceMechanism(Mechanism):
+class LaplaceMechanism(_GridNoise):
     r"""Laplace mechanism: add noise of scale :math:`\Delta/\varepsilon` (Dwork et al. 2006), pure epsilon-DP.
 
     Parameters
@@ -138,6 +191,8 @@ class LaplaceMechanism(Mechanism):
     ParameterError
         If a parameter is outside its range.
     """
+
+    _noise_name = "discrete Laplace noise"
 
     def __init__(
         self,
@@ -169,37 +224,11 @@ class LaplaceMechanism(Mechanism):
             "dimension": self.dimension,
         }
 
-    @property
-    def release_grid(self) -> str:
-        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
-        return _release_grid(self, "discrete Laplace noise")
+    def _float_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
+        return np.asarray(rng.laplace(0.0, self.scale, size=shape))
 
-    def randomize(self, values: ArrayLike, rng: RNG) -> np.ndarray:
-        """Release each value plus independent noise.
-
-        Parameters
-        ----------
-        values : array_like of float, any shape
-            One value per client (or per client and coordinate), finite.
-        rng : numpy.random.Generator or SecureGenerator
-
-        Returns
-        -------
-        numpy.ndarray of float64, same shape
-
-        Raises
-        ------
-        DataError
-            If a value is NaN or infinite.
-        OverflowRiskError
-            If a value is too large for the exact grid.
-        """
-        x = _check_values(values, self.dimension)
-        if self.resolution_bits is None:
-            return np.asarray(x + np.asarray(rng.laplace(0.0, self.scale, size=x.shape)))
-        idx = snap_to_grid(x, self.grid)
-        noise = sample_discrete_laplace(self.integer_scale, x.shape, rng)
-        return np.asarray((idx + noise) * self.grid)
+    def _integer_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
+        return sample_discrete_laplace(self.integer_scale, shape, rng)
 
     def variance(self, value: ArrayLike | None = None) -> Any:
         r"""Noise variance: :math:`2b^2` (float) or :math:`\gamma^2\, 2e^{-1/t}/(1-e^{-1/t})^2` (grid)."""
@@ -209,10 +238,6 @@ class LaplaceMechanism(Mechanism):
             a = -1.0 / self.integer_scale
             v = self.grid**2 * 2.0 * math.exp(a) / math.expm1(a) ** 2
         return v if value is None else np.full(np.shape(value), v)
-
-    def bias(self, value: ArrayLike | None = None) -> Any:
-        """Snap error ``grid_value - value`` (0 on the float path); worst case ``grid / 2`` when None."""
-        return _snap_bias(self, value)
 
     def privacy_loss(self) -> PrivacyLoss:
         """Epsilon = (integer) sensitivity / scale: the largest log ratio of (discrete) Laplace probabilities.
@@ -238,7 +263,7 @@ class LaplaceMechanism(Mechanism):
         return PrivacyLoss(self.epsilon, mechanisms=randomized_response_specs(self.epsilon))
 
 
-class GaussianMechanism(Mechanism):
+class GaussianMechanism(_GridNoise):
     r"""Gaussian mechanism calibrated exactly (Balle & Wang 2018) or classically (Dwork & Roth, Thm. A.1).
 
     Parameters
@@ -278,6 +303,8 @@ class GaussianMechanism(Mechanism):
         If a parameter is outside its range.
     """
 
+    _noise_name = "discrete Gaussian noise"
+
     def __init__(
         self,
         *,
@@ -304,7 +331,7 @@ class GaussianMechanism(Mechanism):
         self.epsilon = check_real(
             "epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True
         )
-        self.delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+        self.delta = check_open_unit("delta", delta)
         self.dimension = check_int("dimension", dimension, low=1)
         self.sensitivity = check_real(
             "sensitivity", sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
@@ -364,37 +391,12 @@ class GaussianMechanism(Mechanism):
             "dimension": self.dimension,
         }
 
-    @property
-    def release_grid(self) -> str:
-        """Where the outputs lie: a finite set, a ``2**-k`` grid, or floats (simulation only)."""
-        return _release_grid(self, "discrete Gaussian noise")
+    def _float_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
+        return self.sigma * np.asarray(rng.standard_normal(size=shape))
 
-    def randomize(self, values: ArrayLike, rng: RNG) -> np.ndarray:
-        """Release each value plus independent Gaussian (or discrete Gaussian) noise.
-
-        Parameters
-        ----------
-        values : array_like of float, any shape
-        rng : numpy.random.Generator or SecureGenerator
-
-        Returns
-        -------
-        numpy.ndarray of float64, same shape
-
-        Raises
-        ------
-        DataError
-            If a value is NaN or infinite.
-        OverflowRiskError
-            If a value is too large for the exact grid.
-        """
-        x = _check_values(values, self.dimension)
-        if self.resolution_bits is None:
-            return np.asarray(x + self.sigma * np.asarray(rng.standard_normal(size=x.shape)))
-        idx = snap_to_grid(x, self.grid)
+    def _integer_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
         # sigma^2 rounded up: the noise is at least what privacy_loss() accounts for
-        noise = sample_discrete_gaussian(_square_up(self.integer_sigma), x.shape, rng)
-        return np.asarray((idx + noise) * self.grid)
+        return sample_discrete_gaussian(_square_up(self.integer_sigma), shape, rng)
 
     def variance(self, value: ArrayLike | None = None) -> Any:
         """Noise variance: sigma^2 (float path) or the discrete Gaussian's exact variance times grid^2."""
@@ -411,10 +413,6 @@ class GaussianMechanism(Mechanism):
             w = np.exp(-k * k / (2.0 * self.integer_sigma**2))
             v = float((k * k * w).sum() / w.sum()) * self.grid**2
         return v if value is None else np.full(np.shape(value), v)
-
-    def bias(self, value: ArrayLike | None = None) -> Any:
-        """Snap error ``grid_value - value`` (0 on the float path); worst case ``grid / 2`` when None."""
-        return _snap_bias(self, value)
 
     def privacy_loss(self) -> PrivacyLoss:
         """(epsilon, exact delta at this sigma, rho); discrete formula on the grid path (zCDP for d > 1).

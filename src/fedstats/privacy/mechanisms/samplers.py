@@ -206,6 +206,18 @@ def _laplace_parts(scale: Any) -> tuple[int, int]:
     return t, s
 
 
+def _filled(size: int | tuple[int, ...], draw: Callable[[int], np.ndarray]) -> np.ndarray:
+    """int64 samples of shape ``size``, in blocks: ``draw(need)`` returns at most ``need`` accepted ones."""
+    n, shape = _size_count(size)
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    while filled < n:
+        take = draw(min(n - filled, _BLOCK))
+        out[filled : filled + take.size] = take
+        filled += take.size
+    return out.reshape(shape)
+
+
 def sample_discrete_laplace(
     scale: float | Fraction,
     size: int | tuple[int, ...],
@@ -244,16 +256,8 @@ def sample_discrete_laplace(
     """
     t, s = _laplace_parts(scale)
     src = _source(rng, words)
-    n, shape = _size_count(size)
-    out = np.empty(n, dtype=np.int64)
-    filled = 0
     # acceptance: (1 - e^-1) for U, times 1 - P(-0) >= 1/2
-    while filled < n:
-        need = min(n - filled, _BLOCK)
-        cand = _laplace_candidates(t, s, int(need * 1.6) + 16, src)[:need]
-        out[filled : filled + cand.size] = cand
-        filled += cand.size
-    return out.reshape(shape)
+    return _filled(size, lambda need: _laplace_candidates(t, s, int(need * 1.6) + 16, src)[:need])
 
 
 def sample_discrete_gaussian(
@@ -270,12 +274,8 @@ def sample_discrete_gaussian(
     sigma2 : float or fractions.Fraction
         The parameter :math:`\sigma^2` in (0, 2**84] (sigma up to 2**42), taken as the exact rational it denotes; the variance is
         slightly below :math:`\sigma^2` (Canonne, Kamath, Steinke 2020, Prop. 19).
-    size : int or tuple of int
-        Output shape.
-    rng : numpy.random.Generator or SecureGenerator
-        Source of randomness (ignored when ``words`` is given).
-    words : WordSource, optional
-        Replaces ``rng`` (tests: reduced word size).
+    size, rng, words
+        As :func:`sample_discrete_laplace`.
 
     Returns
     -------
@@ -294,19 +294,16 @@ def sample_discrete_gaussian(
     """
     s2 = _as_fraction("sigma2", sigma2, _MAX_SIGMA2)
     src = _source(rng, words)
-    n, shape = _size_count(size)
     t = math.isqrt(s2.numerator // s2.denominator) + 1
-    out = np.empty(n, dtype=np.int64)
-    filled = 0
     rate = 0.5
-    while filled < n:
-        need = min(n - filled, _BLOCK)
+
+    def accepted(need: int) -> np.ndarray:
+        nonlocal rate
         m = int(need / rate * 1.1) + 16
         y = _laplace_candidates(t, 1, m, src)
         g, err, exact = _gaussian_gamma(y, s2, t)
-        acc = y[bernoulli_exp(g, err, exact, src)]
+        acc: np.ndarray = y[bernoulli_exp(g, err, exact, src)]
         rate = max(0.05, acc.size / m)
-        take = acc[:need]
-        out[filled : filled + take.size] = take
-        filled += take.size
-    return out.reshape(shape)
+        return acc[:need]
+
+    return _filled(size, accepted)
