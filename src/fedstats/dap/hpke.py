@@ -50,6 +50,7 @@ __all__ = [
     "HpkeKeypair",
     "derive_keypair",
     "open_",
+    "public_key_of",
     "seal",
     "setup_base_r",
     "setup_base_s",
@@ -88,6 +89,11 @@ def _labeled_expand(suite: bytes, prk: bytes, label: bytes, info: bytes, length:
 
 def _public_bytes(sk: X25519PrivateKey) -> bytes:
     return sk.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def public_key_of(private_key: bytes) -> bytes:
+    """The X25519 public key (32 raw bytes) of a 32-byte private key."""
+    return _public_bytes(X25519PrivateKey.from_private_bytes(private_key))
 
 
 def _dh(sk: X25519PrivateKey, pk_bytes: bytes) -> bytes:
