@@ -36,6 +36,28 @@ def test_round_trip_and_refusals() -> None:
     assert b64encode(cred.keypair.config.public_key) == obj["public_key"]
 
 
+# Janus's sample credential (divviup/janus, collector/src/credential.rs, test serde_collector_credential;
+# MPL-2.0), in the layout `divviup collector-credential generate` writes: its public key is its private key's.
+JANUS_SAMPLE = """{
+  "aead": "AesGcm128",
+  "id": 66,
+  "kdf": "Sha256",
+  "kem": "X25519HkdfSha256",
+  "private_key": "uKkTvzKLfYNUPZcoKI7hV64zS06OWgBkbivBL4Sw4mo",
+  "public_key": "CcDghts2boltt9GQtBUxdUsVR83SCVYHikcGh33aVlU",
+  "token": "Krx-CLfdWo1ULAfsxhr0rA"
+}"""
+
+
+def test_reads_janus_sample_credential() -> None:
+    cred = CollectorCredential.from_text(JANUS_SAMPLE)
+    assert cred.token == "Krx-CLfdWo1ULAfsxhr0rA"
+    assert cred.keypair.config.encode().hex() == (
+        "420020000100010020" + "09c0e086db366e896db7d190b41531754b1547cdd20956078a4706877dda5655"
+    )
+    assert json.loads(JANUS_SAMPLE) == cred.to_json()
+
+
 def test_vdaf_from_interop() -> None:
     assert isinstance(vdaf_from_interop({"type": "Prio3Count"}), Prio3Count)
     s = vdaf_from_interop({"type": "Prio3Sum", "bits": "8"})

@@ -208,7 +208,11 @@ class Collector:
             time.sleep(interval)
 
 
-_SUITE_NAMES = {"kem": "X25519HkdfSha256", "kdf": "HkdfSha256", "aead": "Aes128Gcm"}
+_SUITE_NAMES = {
+    "kem": "X25519HkdfSha256",
+    "kdf": "Sha256",
+    "aead": "AesGcm128",
+}  # hpke-dispatch names
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,7 @@ class CollectorCredential:
 
     Stored as the JSON object Divvi Up's ``divviup collector-credential generate`` writes and Janus's
     ``collect --collector-credential-file`` reads: ``id`` (the HPKE config id), ``kem``
-    (``"X25519HkdfSha256"``), ``kdf`` (``"HkdfSha256"``), ``aead`` (``"Aes128Gcm"``), ``public_key`` and
+    (``"X25519HkdfSha256"``), ``kdf`` (``"Sha256"``), ``aead`` (``"AesGcm128"``), ``public_key`` and
     ``private_key`` (unpadded base64url, 32 bytes each) and ``token`` (or null).
 
     Attributes
