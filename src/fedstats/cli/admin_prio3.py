@@ -351,7 +351,13 @@ def collect(
 @admin_app.command("collect")
 def collect_command(
     ctx: typer.Context,
-    task_id: Annotated[str, typer.Argument(help="The signed Prio3 task id (64 hex digits).")],
+    task_id: Annotated[
+        str,
+        typer.Argument(
+            help="The signed Prio3 task id (64 hex digits); with --dap the DAP task id "
+            "(unpadded base64url)."
+        ),
+    ],
     helper_token: HelperToken = None,
     round_timeout: Annotated[
         float | None,
