@@ -497,15 +497,6 @@ async def upload_bulk(task_id: str, request: Request, store: StoreDep) -> dict[s
     return {"results": out}
 
 
-def _drive(store: Store, vdaf: VdafContext, task_id: str, size: int) -> dict[str, int]:
-    with store.transaction(read_only=True) as tx:
-        row = domain.task_row(tx, task_id)
-    if row.role != "leader":
-        return {"jobs": 0, "accepted": 0, "rejected": 0}
-    send = vdaf.send_to(row.peer_url, str(row.peer_token))
-    return domain.run_leader_jobs(store, task_id, send, batch_size=size, owner=vdaf.owner)
-
-
 @router.post("/{task_id}/aggregate", openapi_extra=AGGREGATE_BODY)
 async def aggregate(
     task_id: str, request: Request, store: StoreDep, _op: Operator, vdaf: Vdaf
@@ -513,7 +504,9 @@ async def aggregate(
     """Run aggregation jobs over the pending reports (operator, on the leader)."""
     d = _json(await request.body())
     size = d.get("batch_size", vdaf.batch_size)
-    out: dict[str, Any] = await run(_drive, store, vdaf, task_id, size)
+    out: dict[str, Any] = await run(
+        domain.aggregate_pending, store, task_id, vdaf.send_to, batch_size=size, owner=vdaf.owner
+    )
     return out
 
 
@@ -526,23 +519,18 @@ async def job(task_id: str, request: Request, store: StoreDep, token: PeerToken)
     return out
 
 
-def _collect(store: Store, vdaf: VdafContext, task_id: str) -> dict[str, Any]:
-    for attempt in range(3):
-        _drive(store, vdaf, task_id, vdaf.batch_size)  # the leader finishes every job first
-        try:
-            return domain.collect(store, task_id, vdaf.fresh())
-        except domain.UnaggregatedError:
-            with store.transaction(read_only=True) as tx:
-                leads = domain.task_row(tx, task_id).role == "leader"
-            if not leads or attempt == 2:  # the helper: an omission; nothing released
-                raise
-    raise AssertionError("unreachable")
-
-
 @router.post("/{task_id}/collect")
 async def collect(task_id: str, store: StoreDep, _op: Operator, vdaf: Vdaf) -> dict[str, Any]:
     """Freeze the task and return this aggregator's noised aggregate share (operator, collector)."""
-    out: dict[str, Any] = await run(_collect, store, vdaf, task_id)
+    out: dict[str, Any] = await run(
+        domain.aggregate_and_collect,
+        store,
+        task_id,
+        vdaf.send_to,
+        vdaf.fresh,
+        batch_size=vdaf.batch_size,
+        owner=vdaf.owner,
+    )
     vdaf.wake.bump()
     return out
 
