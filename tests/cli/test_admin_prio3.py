@@ -52,3 +52,26 @@ def test_an_unreachable_leader_is_one_line_and_exit_1() -> None:
         ["admin", "--server", LEADER, "collect", TID, "--helper-token", "h"], 1, "127.0.0.1:9"
     )
     _one_error(["admin", "--server", LEADER, "prio3", "list"], 1, "127.0.0.1:9")
+
+
+def test_collect_dap_refuses_bad_input_before_sending(tmp_path: Path) -> None:
+    cred = tmp_path / "collector.json"
+    res = runner.invoke(app, ["admin", "prio3", "collector-credential", str(cred), "--json"])
+    assert res.exit_code == 0, res.output
+    dap_tid = "A" * 43  # 32 zero bytes in unpadded base64url
+    base = ["admin", "--server", LEADER, "collect", "--dap", dap_tid]
+    good = ["--collector-credential", str(cred), "--vdaf", "Prio3Count", "--current-batch"]
+    _one_error(["admin", "--server", LEADER, "collect", TID, "--vdaf", "Prio3Count"], 2, "--vdaf")
+    _one_error([*base[:-1], TID, *good], 2, "TASK_ID", "base64url")  # a signed task's id
+    _one_error([*base, *good[:2], "--vdaf", "Poplar1", "--current-batch"], 2, "--vdaf")
+    _one_error([*base, *good[:4]], 2, "one batch")
+    _one_error([*base, *good, "--batch-id", "xyz"], 2, "one batch")
+    _one_error([*base, *good[2:]], 2, "--collector-credential")
+    tampered = json.loads(cred.read_text())
+    tampered["public_key"] = "B" * 43  # not the private key's
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(tampered))
+    _one_error([*base, "--collector-credential", str(bad), *good[2:]], 2, "public_key")
+    assert tampered["private_key"] not in res.output  # the secret is in the file only
+    # well-formed: the leader that does not answer is one line and exit 1
+    _one_error([*base, *good], 1, "127.0.0.1:9")

@@ -3,15 +3,18 @@
 The tasks are provisioned through the interop test design's aggregator endpoints; a
 :class:`fedstats.dap.Client` uploads Prio3Count reports and :class:`fedstats.dap.Collector` collects the
 exact count from the leader, which ran the aggregation job and fetched the helper's aggregate share over
-DAP. A fixed-size Prio3Sum task goes through the design's client and collector endpoints (served in process by a
+DAP; ``fedstats admin collect --dap`` (a subprocess, with a credential from ``fedstats admin prio3
+collector-credential``) collects a time-interval and a leader-selected batch the same way. A fixed-size Prio3Sum task goes through the design's client and collector endpoints (served in process by a
 ``dap_interop`` app) against the same two aggregator processes. A replayed upload is refused with a DAP
 problem document; a wrong media type with 415.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,8 +34,8 @@ from fedstats.dap.task import b64encode
 from fedstats.errors import DataError
 from fedstats.service.http.dap import add_dap_routes
 from fedstats.service.store import open_store
-from fedstats.vdaf import Prio3Count
-from service_helpers import Deployment
+from fedstats.vdaf import Prio3Count, Prio3Sum
+from service_helpers import FEDSTATS, Deployment
 
 TP = 3600
 
@@ -60,7 +63,14 @@ def aggregators(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
 
 
 def _add_task(
-    http: httpx.Client, leader: str, helper: str, vdaf: dict[str, Any], collector_cfg: str
+    http: httpx.Client,
+    leader: str,
+    helper: str,
+    vdaf: dict[str, Any],
+    collector_cfg: str,
+    *,
+    collector_token: str = "collector-token",
+    query_type: int = 1,
 ) -> bytes:
     task_id = os.urandom(32)
     params = {
@@ -69,10 +79,10 @@ def _add_task(
         "helper": helper,
         "vdaf": vdaf,
         "leader_authentication_token": "leader-token",
-        "collector_authentication_token": "collector-token",
+        "collector_authentication_token": collector_token,
         "vdaf_verify_key": b64encode(os.urandom(32)),
         "max_batch_query_count": 1,
-        "query_type": 1,
+        "query_type": query_type,
         "min_batch_size": 3,
         "time_precision": TP,
         "collector_hpke_config": collector_cfg,
@@ -137,6 +147,102 @@ def test_count_over_dap(aggregators: tuple[str, str, Path]) -> None:
     )
     assert (result.aggregate, result.report_count) == (5, 6)
     assert result.interval == m.Interval(now - now % TP, TP)
+
+
+def _fed(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FEDSTATS_")}
+    return subprocess.run(
+        [*FEDSTATS, *args], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+
+
+def test_admin_collect_over_dap(aggregators: tuple[str, str, Path], tmp_path: Path) -> None:
+    """``fedstats admin collect --dap`` collects from the leader: a time-interval Count batch and a
+    leader-selected (fixed-size) Sum batch; bad input is one ``error:`` line and exit 2, the leader's
+    refusal one line and exit 1."""
+    leader, helper, bundle = aggregators
+    cred = tmp_path / "collector.json"
+    made = _fed("admin", "prio3", "collector-credential", str(cred), "--json")
+    assert made.returncode == 0, made.stderr
+    got = json.loads(made.stdout)
+    assert oct(cred.stat().st_mode & 0o777) == "0o600"
+    assert (
+        _fed("admin", "prio3", "collector-credential", str(cred)).returncode == 2
+    )  # not overwritten
+    http = httpx.Client(verify=ssl.create_default_context(cafile=str(bundle)), timeout=60)
+    token = got["collector_authentication_token"]
+    cfg = got["collector_hpke_config"]
+    count_task = _add_task(http, leader, helper, {"type": "Prio3Count"}, cfg, collector_token=token)
+    sum_task = _add_task(
+        http,
+        leader,
+        helper,
+        {"type": "Prio3Sum", "bits": 8},
+        cfg,
+        collector_token=token,
+        query_type=2,
+    )
+    now = int(time.time())
+    start = now - now % TP
+    for task_id, vdaf, values in (
+        (count_task, Prio3Count(), (1, 1, 0, 1)),
+        (sum_task, Prio3Sum(max_measurement=255), (200, 7, 1)),
+    ):
+        client = Client(
+            leader=leader, helper=helper, task_id=task_id, vdaf=vdaf, time_precision=TP, http=http
+        )
+        for x in values:
+            client.upload(x, time=now)
+    base = ["admin", "--server", leader, "--ca", str(bundle), "collect", "--dap"]
+    count_args = [
+        *base,
+        b64encode(count_task),
+        "--collector-credential",
+        str(cred),
+        "--vdaf",
+        "Prio3Count",
+    ]
+    batch = ["--batch-interval-start", str(start), "--batch-interval-duration", str(TP)]
+    for bad, flag in (
+        (count_args, "--batch-interval-start"),  # no batch named
+        ([*count_args, *batch, "--current-batch"], "--batch-interval-start"),  # two
+        ([*count_args[:-1], "Prio3Sum:bits=x", *batch], "--vdaf"),
+        ([*base, "AAAA", *count_args[-4:], *batch], "TASK_ID"),
+        (
+            [*count_args[:-3], str(tmp_path / "none.json"), *count_args[-2:], *batch],
+            "--collector-credential",
+        ),
+    ):
+        out = _fed(*bad)
+        assert out.returncode == 2, (bad, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {flag}"), out.stderr
+    refused = _fed(*count_args, *batch, "--collector-token", "not-the-token")
+    assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    done = _fed(*count_args, *batch, "--json", "--job-timeout", "90")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "task_id": b64encode(count_task),
+        "aggregate": 3,
+        "report_count": 4,
+        "interval_start": start,
+        "interval_duration": TP,
+        "batch_id": None,
+    }
+    shown = _fed(
+        *base,
+        b64encode(sum_task),
+        "--collector-credential",
+        str(cred),
+        "--vdaf",
+        "Prio3Sum:bits=8",
+        "--current-batch",
+        "--job-timeout",
+        "90",
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("208 (3 reports; batch "), shown.stdout
 
 
 def test_sum_through_the_interop_client_and_collector(

@@ -106,7 +106,7 @@ def prio3_batch(finished: dict[str, Any]) -> dict[str, Any]:
     from fedstats.service.domain import ledger
     from fedstats.service.domain.operators import add_operator, trust_authority
     from fedstats.service.http.app import ServerSettings, create_app
-    from fedstats.service.http.vdaf import vdaf_router
+    from fedstats.service.http.vdaf import add_vdaf_routes
     from fedstats.service.store import open_store
     from fedstats.wire.enrollment import issue_analyst, issue_identity, load_identity
     from fedstats.wire.tasks import sign_task, task_id
@@ -149,7 +149,7 @@ def prio3_batch(finished: dict[str, Any]) -> dict[str, Any]:
         return send
 
     leader_app = create_app(stores[0], run_driver=False)
-    leader_app.include_router(vdaf_router(stores[0], transport=transport))
+    add_vdaf_routes(leader_app, stores[0], transport=transport)
     with TestClient(leader_app, base_url=leader_url) as leader, helper:
         for c, t in ((leader, tokens[0]), (helper, tokens[1])):
             c.headers["Authorization"] = f"Bearer {t}"

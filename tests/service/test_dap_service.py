@@ -233,6 +233,13 @@ def test_tokens_roles_and_extension(pair: Pair) -> None:
     with pytest.raises(dap.DapError, match="another task"):
         signed.upload(1, extensions=(m.Extension(FEDSTATS_TASK_EXTENSION, b"\x01" * 32),))
     signed.upload(1, extensions=(m.Extension(FEDSTATS_TASK_EXTENSION, bytes.fromhex("ab" * 32)),))
+    both = _pair(
+        fedstats_task="ab" * 32, allow_plain=True
+    )  # fedstats devices and plain DAP clients
+    both.upload(1)
+    both.upload(1, extensions=(m.Extension(FEDSTATS_TASK_EXTENSION, bytes.fromhex("ab" * 32)),))
+    with pytest.raises(dap.DapError, match="another task"):
+        both.upload(1, extensions=(m.Extension(FEDSTATS_TASK_EXTENSION, b"\x01" * 32),))
 
 
 def test_fixed_size_current_batch_takes_at_most_max_batch_size() -> None:

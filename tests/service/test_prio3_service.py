@@ -20,7 +20,7 @@ from fedstats.client.vdaf import Prio3Task, Prio3Uploader, collect, shard_report
 from fedstats.errors import DataError, ParameterError
 from fedstats.service.domain.operators import add_operator, trust_authority
 from fedstats.service.http.app import ServerSettings, create_app
-from fedstats.service.http.vdaf import vdaf_router
+from fedstats.service.http.vdaf import add_vdaf_routes
 from fedstats.service.store import Store, open_store
 from fedstats.wire import auth
 from fedstats.wire.enrollment import init_authority, issue_identity
@@ -123,13 +123,12 @@ def _pair(root: Path, urls: tuple[str, str], batch_size: int = 7) -> Iterator[Pa
             return send
 
         leader_app = create_app(stores[0], run_driver=False)
-        leader_app.include_router(
-            vdaf_router(
-                stores[0],
-                transport=transport,
-                batch_size=batch_size,
-                rng_factory=lambda: np.random.default_rng(5),
-            )
+        add_vdaf_routes(
+            leader_app,
+            stores[0],
+            transport=transport,
+            batch_size=batch_size,
+            rng_factory=lambda: np.random.default_rng(5),
         )
         leader = stack.enter_context(TestClient(leader_app, base_url=LEADER_URL))
         leader.headers["Authorization"] = f"Bearer {tokens[0]}"

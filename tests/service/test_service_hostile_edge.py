@@ -41,7 +41,7 @@ from fedstats.service.domain import vdaf as domain
 from fedstats.service.domain.operators import add_operator, trust_authority
 from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.limits import ConnectionGuard
-from fedstats.service.http.vdaf import helper_transport, vdaf_router
+from fedstats.service.http.vdaf import add_vdaf_routes, helper_transport
 from fedstats.service.store import open_store
 from fedstats.wire import auth
 from fedstats.wire.enrollment import init_authority, issue_identity, load_authority, load_identity
@@ -303,7 +303,7 @@ def test_an_unreachable_prio3_helper_is_a_503_with_retry_after(
             min_batch_size=1,
         )
         app = create_app(store, ServerSettings(), run_driver=False)
-        app.include_router(vdaf_router(store, transport=helper_transport(timeout=5)))
+        add_vdaf_routes(app, store, transport=helper_transport(timeout=5))
         with TestClient(app, base_url=LEADER_URL) as leader:
             ident = issue_identity(tmp_path / "authority", "d0", "default", tmp_path / "d0.json")
             up = Prio3Uploader(ident, clients={LEADER_URL: leader})

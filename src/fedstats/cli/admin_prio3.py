@@ -28,13 +28,17 @@ exit 1.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import ssl
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from rich.console import Console
 
@@ -54,8 +58,18 @@ from fedstats.cli.admin import (
     check_connection_options,
 )
 from fedstats.client.vdaf import collect_signed
+from fedstats.dap.collector import Collector, CollectorCredential
+from fedstats.dap.messages import (
+    QUERY_FIXED_SIZE,
+    QUERY_TIME_INTERVAL,
+    FixedSizeQuery,
+    Interval,
+    Query,
+)
+from fedstats.dap.task import b64decode, b64encode, vdaf_from_interop
 from fedstats.errors import DataError, FedstatsError, ParameterError
 from fedstats.results import AnalysisResult, released_summary, to_jsonable
+from fedstats.vdaf import Prio3
 from fedstats.wire import digest
 from fedstats.wire.tasks import task_id as task_id_of
 
@@ -337,7 +351,13 @@ def collect(
 @admin_app.command("collect")
 def collect_command(
     ctx: typer.Context,
-    task_id: Annotated[str, typer.Argument(help="The signed Prio3 task id (64 hex digits).")],
+    task_id: Annotated[
+        str,
+        typer.Argument(
+            help="The signed Prio3 task id (64 hex digits); with --dap the DAP task id "
+            "(unpadded base64url)."
+        ),
+    ],
     helper_token: HelperToken = None,
     round_timeout: Annotated[
         float | None,
@@ -351,13 +371,86 @@ def collect_command(
     keep_open: Annotated[
         bool, typer.Option("--keep-open", help="Do not close the task after collecting it.")
     ] = False,
+    dap: Annotated[
+        bool,
+        typer.Option(
+            "--dap",
+            help="Collect TASK_ID (unpadded base64url) from the DAP-09 leader at --server, with "
+            '--collector-credential, --vdaf and a batch (docs/vdaf.md, "DAP").',
+        ),
+    ] = False,
+    credential: Annotated[
+        Path | None,
+        typer.Option(
+            "--collector-credential",
+            help="With --dap: the collector's credential (JSON: HPKE key pair and token; "
+            "fedstats admin prio3 collector-credential).",
+        ),
+    ] = None,
+    collector_token: Annotated[
+        str | None,
+        typer.Option(
+            "--collector-token",
+            envvar="FEDSTATS_COLLECTOR_TOKEN",
+            help="With --dap: the collector's DAP-Auth-Token (default: the credential's token).",
+        ),
+    ] = None,
+    vdaf: Annotated[
+        str | None,
+        typer.Option(
+            "--vdaf",
+            help="With --dap: the task's VDAF, Prio3Count, Prio3Sum:bits=8, "
+            "Prio3SumVec:bits=B,length=L,chunk_length=C, Prio3Histogram:length=L,chunk_length=C "
+            "(or the interop JSON object).",
+        ),
+    ] = None,
+    batch_start: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-interval-start", help="With --dap: a time-interval batch's start (Unix s)."
+        ),
+    ] = None,
+    batch_duration: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-interval-duration", help="With --dap: a time-interval batch's duration (s)."
+        ),
+    ] = None,
+    current_batch: Annotated[
+        bool,
+        typer.Option(
+            "--current-batch",
+            help="With --dap: a fixed-size task's next batch, chosen by the leader.",
+        ),
+    ] = False,
+    batch_id: Annotated[
+        str | None,
+        typer.Option("--batch-id", help="With --dap: a fixed-size batch by its id (base64url)."),
+    ] = None,
+    job_timeout: Annotated[
+        float,
+        typer.Option(
+            "--job-timeout",
+            min=0.1,
+            max=86400.0,
+            help="With --dap: seconds to poll the collection job before giving up.",
+        ),
+    ] = 300.0,
     json_flag: JsonOption = False,
 ) -> None:
     """Collect a signed Prio3 task: every round, then store the result on the leader and close it.
 
     Prints the result as "estimate [interval] (privacy spent: ...)", then its warnings; progress on
-    stderr (not with --json or --quiet).
+    stderr (not with --json or --quiet). With --dap: collect one batch of a DAP-09 task from its
+    leader (any DAP-09 leader, fedstats' ``server --dap`` or another) and print its aggregate.
     """
+    dap_opts = DapCollect(
+        credential, collector_token, vdaf, batch_start, batch_duration, current_batch, batch_id
+    )
+    if dap:
+        collect_dap(ctx, task_id, dap_opts, timeout=job_timeout, json_flag=json_flag)
+        return
+    dap_opts.refuse_without_dap()
     tid = _task_id(task_id)
     _need_helper_token(helper_token)
     state = state_from(ctx, json_flag=json_flag)
@@ -384,6 +477,193 @@ def collect_command(
             console.print(f"warning: {warning}")
 
     emit(state, {"task_id": tid, "result": payload}, show)
+
+
+@dataclass(frozen=True)
+class DapCollect:
+    """``admin collect --dap``'s options (all None or False without ``--dap``)."""
+
+    credential: Path | None
+    token: str | None
+    vdaf: str | None
+    batch_start: int | None
+    batch_duration: int | None
+    current_batch: bool
+    batch_id: str | None
+
+    _FLAGS = (
+        ("credential", "--collector-credential"),
+        ("token", "--collector-token"),
+        ("vdaf", "--vdaf"),
+        ("batch_start", "--batch-interval-start"),
+        ("batch_duration", "--batch-interval-duration"),
+        ("current_batch", "--current-batch"),
+        ("batch_id", "--batch-id"),
+    )
+
+    def refuse_without_dap(self) -> None:
+        """Refuse a DAP option given without ``--dap`` (a token from the environment aside)."""
+        for attr, flag in self._FLAGS[2:]:
+            if getattr(self, attr) not in (None, False):
+                raise ParameterError(flag, getattr(self, attr), "only with --dap")
+        if self.credential is not None:
+            raise ParameterError("--collector-credential", str(self.credential), "only with --dap")
+
+    def query(self) -> Query:
+        """The DAP query: a batch interval, the current batch or a batch id (exactly one)."""
+        interval = (self.batch_start, self.batch_duration)
+        given = [interval != (None, None), self.current_batch, self.batch_id is not None]
+        if sum(given) != 1:
+            raise ParameterError(
+                "--batch-interval-start",
+                self.batch_start,
+                "one batch: --batch-interval-start and --batch-interval-duration (time-interval "
+                "task), or --current-batch, or --batch-id (fixed-size task)",
+            )
+        if self.current_batch:
+            return Query(QUERY_FIXED_SIZE, fixed_size_query=FixedSizeQuery(None))
+        if self.batch_id is not None:
+            bid = b64decode(self.batch_id, "--batch-id", 32)
+            return Query(QUERY_FIXED_SIZE, fixed_size_query=FixedSizeQuery(bid))
+        start, duration = interval
+        if start is None or start < 0:
+            raise ParameterError("--batch-interval-start", start, "Unix seconds >= 0")
+        if duration is None or duration < 1:
+            raise ParameterError("--batch-interval-duration", duration, "seconds >= 1")
+        return Query(QUERY_TIME_INTERVAL, batch_interval=Interval(start, duration))
+
+    def collector_vdaf(self) -> Prio3:
+        """The task's VDAF from ``--vdaf``: ``Name[:key=value,...]`` or the interop JSON object."""
+        text = (self.vdaf or "").strip()
+        if not text:
+            raise ParameterError("--vdaf", self.vdaf, "the task's VDAF, e.g. Prio3Count")
+        if text.startswith("{"):
+            try:
+                obj = json.loads(text)
+            except ValueError:
+                raise ParameterError(
+                    "--vdaf", text, "a JSON object or Name:key=value,..."
+                ) from None
+        else:
+            name, _, rest = text.partition(":")
+            obj = {"type": name}
+            for part in filter(None, rest.split(",")):
+                key, eq, value = part.partition("=")
+                if not eq or not key.strip():
+                    raise ParameterError(
+                        "--vdaf", text, "Name:key=value,... (e.g. Prio3Sum:bits=8)"
+                    )
+                obj[key.strip()] = value.strip()
+        try:
+            return vdaf_from_interop(obj)
+        except (FedstatsError, TypeError) as exc:
+            raise ParameterError("--vdaf", text, f"a Prio3 VDAF DAP names ({exc})") from None
+
+    def read_credential(self) -> CollectorCredential:
+        """The credential file, its token replaced by ``--collector-token`` if given."""
+        if self.credential is None:
+            raise ParameterError(
+                "--collector-credential", None, "the collector's credential file (with --dap)"
+            )
+        try:
+            text = self.credential.read_text()
+        except OSError as exc:
+            raise ParameterError(
+                "--collector-credential", str(self.credential), f"a readable file ({exc.strerror})"
+            ) from None
+        cred = CollectorCredential.from_text(text, "--collector-credential")
+        token = self.token or cred.token
+        if not token:
+            raise ParameterError(
+                "--collector-token", None, "the collector's token (or a credential with one)"
+            )
+        return CollectorCredential(cred.keypair, token)
+
+
+def collect_dap(
+    ctx: typer.Context, task_text: str, opts: DapCollect, *, timeout: float, json_flag: bool
+) -> None:
+    """``admin collect --dap``: one batch of a DAP-09 task from the leader at ``--server``.
+
+    Bad input (the task id, the credential, the VDAF, the batch, the URL or CA) is refused before any
+    request, one ``error:`` line and exit 2; the leader's refusal, no answer, a share that does not
+    open or a job not done within ``timeout`` seconds: one line and exit 1.
+    """
+    state = state_from(ctx, json_flag=json_flag)
+    task_id = b64decode(task_text, "TASK_ID", 32)
+    query, prio3, cred = opts.query(), opts.collector_vdaf(), opts.read_credential()
+    conn = _conn(ctx)
+    check_connection_options(conn.server, None)
+    verify: Any = True
+    if conn.ca is not None:
+        try:
+            verify = ssl.create_default_context(cafile=str(conn.ca))
+        except (OSError, ssl.SSLError):
+            raise ParameterError("--ca", str(conn.ca), "a PEM CA certificate file") from None
+    assert cred.token is not None
+    with httpx.Client(verify=verify, timeout=conn.timeout) as http:
+        collector = Collector(
+            leader=conn.server,
+            task_id=task_id,
+            auth_token=cred.token,
+            hpke_keypair=cred.keypair,
+            vdaf=prio3,
+            http=http,
+        )
+        try:
+            got = collector.collect(query, timeout=timeout, interval=1.0)
+        except FedstatsError as exc:
+            raise _fail(exc) from None
+    agg = got.aggregate
+    payload = {
+        "task_id": task_text,
+        "aggregate": agg,
+        "report_count": got.report_count,
+        "interval_start": got.interval.start,
+        "interval_duration": got.interval.duration,
+        "batch_id": None if got.batch_id is None else b64encode(got.batch_id),
+    }
+
+    def show(console: Console) -> None:
+        where = f"batch {payload['batch_id']}, " if got.batch_id is not None else ""
+        console.print(
+            f"{agg} ({got.report_count} reports; {where}interval [{got.interval.start}, "
+            f"{got.interval.start + got.interval.duration}))"
+        )
+
+    emit(state, payload, show)
+
+
+@prio3_app.command("collector-credential")
+def collector_credential(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="The credential file to create (not overwritten).")],
+    config_id: Annotated[
+        int, typer.Option("--config-id", min=0, max=255, help="The HPKE config id.")
+    ] = 1,
+    json_flag: JsonOption = False,
+) -> None:
+    """Create a DAP collector credential (HPKE key pair and token) for ``admin collect --dap``.
+
+    The file (mode 0600, refused if it exists) holds the private key and the token; the command prints
+    what the aggregators' task needs: the HPKE config (base64url, the interop design's
+    ``collector_hpke_config``) and the token (``collector_authentication_token``, the leader only).
+    """
+    state = state_from(ctx, json_flag=json_flag)
+    cred = CollectorCredential.generate(config_id, secrets.token_urlsafe(32))
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise ParameterError("PATH", str(path), f"a new file ({exc.strerror})") from None
+    with os.fdopen(fd, "w") as f:
+        json.dump(cred.to_json(), f, indent=1)
+        f.write("\n")
+    payload = {
+        "path": str(path),
+        "collector_hpke_config": b64encode(cred.keypair.config.encode()),
+        "collector_authentication_token": cred.token,
+    }
+    emit(state, payload, lambda console: _kv_view(console, payload))
 
 
 def _stderr(line: str) -> None:

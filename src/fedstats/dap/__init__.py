@@ -9,7 +9,8 @@ against published encodings. Modules:
 * :mod:`fedstats.dap.hpke`: HPKE base mode (RFC 9180) for X25519 / HKDF-SHA256 / AES-128-GCM, HPKE configs;
 * :mod:`fedstats.dap.messages`: every DAP-09 message with its encoding and media type;
 * :mod:`fedstats.dap.task`: ids, HPKE info strings, the VDAF context and the batch checksum of a task;
-* :class:`Client` (upload) and :class:`Collector` (collection from any DAP-09 leader).
+* :class:`Client` (upload) and :class:`Collector` (collection from any DAP-09 leader), with its
+  :class:`CollectorCredential` (``fedstats admin collect --dap``).
 
 See the "DAP" section of ``docs/vdaf.md`` for what interoperates byte for byte and what does not.
 """
@@ -17,6 +18,6 @@ See the "DAP" section of ``docs/vdaf.md`` for what interoperates byte for byte a
 from __future__ import annotations
 
 from fedstats.dap.client import Client
-from fedstats.dap.collector import CollectionResult, Collector
+from fedstats.dap.collector import CollectionResult, Collector, CollectorCredential
 
-__all__ = ["Client", "CollectionResult", "Collector"]
+__all__ = ["Client", "CollectionResult", "Collector", "CollectorCredential"]

@@ -9,11 +9,12 @@ past the end, a length that overruns its buffer or bytes left over after the top
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from fedstats.errors import DataError
 
 __all__ = [
+    "Message",
     "Reader",
     "decode_all",
     "opaque16",
@@ -163,3 +164,21 @@ def decode_all(data: bytes, what: str, read: Callable[[Reader], T]) -> T:
     value = read(r)
     r.done()
     return value
+
+
+class Message:
+    """A DAP message: a subclass defines ``encode()`` and ``read(reader)``; ``decode`` comes from here.
+
+    ``decode(data)`` reads one message that spans ``data`` exactly (:func:`decode_all`, named after the
+    class): a truncated, overlong or malformed message raises :class:`~fedstats.errors.DataError`.
+    """
+
+    @classmethod
+    def read(cls, r: Reader) -> Self:
+        """Decode from a reader (defined by each message)."""
+        raise NotImplementedError(f"{cls.__name__}.read")
+
+    @classmethod
+    def decode(cls, data: bytes) -> Self:
+        """Decode strictly (DataError on truncated, overlong or malformed input)."""
+        return decode_all(data, cls.__name__, cls.read)

@@ -10,16 +10,25 @@ leader; the VDAF must be the leader's (fedstats' Prio3 is VDAF draft 20: see ``d
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from fedstats.dap.client import check_response
-from fedstats.dap.hpke import HpkeKeypair, open_
+from fedstats.dap.hpke import (
+    AEAD_AES_128_GCM,
+    KDF_HKDF_SHA256,
+    KEM_X25519_HKDF_SHA256,
+    HpkeConfig,
+    HpkeKeypair,
+    open_,
+    public_key_of,
+)
 from fedstats.dap.messages import (
     QUERY_FIXED_SIZE,
     AggregateShareAad,
@@ -30,11 +39,11 @@ from fedstats.dap.messages import (
     Query,
     Role,
 )
-from fedstats.dap.task import AUTH_HEADER, agg_share_info, b64encode
-from fedstats.errors import ParameterError, ProtocolAbortError, UnavailableError
+from fedstats.dap.task import AUTH_HEADER, agg_share_info, b64decode, b64encode
+from fedstats.errors import DataError, ParameterError, ProtocolAbortError, UnavailableError
 from fedstats.vdaf import Prio3
 
-__all__ = ["CollectionResult", "Collector"]
+__all__ = ["CollectionResult", "Collector", "CollectorCredential"]
 
 
 @dataclass(frozen=True)
@@ -197,3 +206,94 @@ class Collector:
                     f"collection job {b64encode(job_id)} not done after {timeout} s"
                 )
             time.sleep(interval)
+
+
+_SUITE_NAMES = {
+    "kem": "X25519HkdfSha256",
+    "kdf": "Sha256",
+    "aead": "AesGcm128",
+}  # hpke-dispatch names
+
+
+@dataclass(frozen=True)
+class CollectorCredential:
+    """A DAP collector's credential: its HPKE key pair and (optionally) its bearer token.
+
+    Stored as the JSON object Divvi Up's ``divviup collector-credential generate`` writes and Janus's
+    ``collect --collector-credential-file`` reads: ``id`` (the HPKE config id), ``kem``
+    (``"X25519HkdfSha256"``), ``kdf`` (``"Sha256"``), ``aead`` (``"AesGcm128"``), ``public_key`` and
+    ``private_key`` (unpadded base64url, 32 bytes each) and ``token`` (or null).
+
+    Attributes
+    ----------
+    keypair : HpkeKeypair
+    token : str or None
+    """
+
+    keypair: HpkeKeypair
+    token: str | None = None
+
+    @classmethod
+    def generate(
+        cls, config_id: int, token: str | None, *, random_bytes: Callable[[int], bytes] = os.urandom
+    ) -> CollectorCredential:
+        """A fresh credential (the key from ``random_bytes``, OS entropy by default)."""
+        return cls(HpkeKeypair.generate(config_id, random_bytes=random_bytes), token)
+
+    def to_json(self) -> dict[str, Any]:
+        """The credential as its JSON object (the private key included: keep the file private)."""
+        cfg = self.keypair.config
+        return {
+            "id": cfg.id,
+            **_SUITE_NAMES,
+            "public_key": b64encode(cfg.public_key),
+            "private_key": b64encode(self.keypair.private_key),
+            "token": self.token,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, name: str = "credential") -> CollectorCredential:
+        """Read a credential object; the public key must be the private key's.
+
+        Raises
+        ------
+        ParameterError
+            Naming ``name`` and the field, if a field is missing or invalid, the suite is not
+            X25519/HKDF-SHA256/AES-128-GCM, or the public key does not belong to the private key.
+        """
+        if not isinstance(obj, Mapping):
+            raise ParameterError(name, type(obj).__name__, "a JSON object (a collector credential)")
+        for key, want in _SUITE_NAMES.items():
+            if obj.get(key, want) != want:
+                raise ParameterError(f"{name}.{key}", obj.get(key), f"{want!r} (the one suite)")
+        cid = obj.get("id")
+        if isinstance(cid, bool) or not isinstance(cid, int) or not 0 <= cid <= 255:
+            raise ParameterError(f"{name}.id", cid, "an HPKE config id in [0, 255]")
+        keys = {}
+        for key in ("public_key", "private_key"):
+            try:
+                keys[key] = b64decode(str(obj.get(key, "")), f"{name}.{key}", 32)
+            except DataError as exc:
+                raise ParameterError(
+                    f"{name}.{key}", "(hidden)", "32 bytes in unpadded base64url"
+                ) from exc
+        if public_key_of(keys["private_key"]) != keys["public_key"]:
+            raise ParameterError(
+                f"{name}.public_key", "(hidden)", "the public key of the credential's private key"
+            )
+        token = obj.get("token")
+        if token is not None and (not isinstance(token, str) or not token):
+            raise ParameterError(f"{name}.token", "(hidden)", "a non-empty string or null")
+        config = HpkeConfig(
+            cid, KEM_X25519_HKDF_SHA256, KDF_HKDF_SHA256, AEAD_AES_128_GCM, keys["public_key"]
+        )
+        return cls(HpkeKeypair(config, keys["private_key"]), token)
+
+    @classmethod
+    def from_text(cls, text: str, name: str = "credential") -> CollectorCredential:
+        """Parse a credential file's text (see :meth:`from_json`)."""
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            raise ParameterError(name, "(hidden)", "a JSON collector credential") from None
+        return cls.from_json(obj, name)

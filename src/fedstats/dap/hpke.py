@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from fedstats.dap.codec import Reader, decode_all, opaque16, opaque32, u8, u16, vec16
+from fedstats.dap.codec import Message, Reader, opaque16, opaque32, u8, u16, vec16
 from fedstats.errors import DataError, SecurityError
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "HpkeKeypair",
     "derive_keypair",
     "open_",
+    "public_key_of",
     "seal",
     "setup_base_r",
     "setup_base_s",
@@ -88,6 +89,11 @@ def _labeled_expand(suite: bytes, prk: bytes, label: bytes, info: bytes, length:
 
 def _public_bytes(sk: X25519PrivateKey) -> bytes:
     return sk.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def public_key_of(private_key: bytes) -> bytes:
+    """The X25519 public key (32 raw bytes) of a 32-byte private key."""
+    return _public_bytes(X25519PrivateKey.from_private_bytes(private_key))
 
 
 def _dh(sk: X25519PrivateKey, pk_bytes: bytes) -> bytes:
@@ -193,7 +199,7 @@ def setup_base_r(enc: bytes, sk_r: bytes, info: bytes) -> HpkeContext:
 
 
 @dataclass(frozen=True)
-class HpkeConfig:
+class HpkeConfig(Message):
     """An HPKE configuration (DAP-09 §4.5.1): ``config_id``, algorithm ids and the public key."""
 
     id: int
@@ -217,11 +223,6 @@ class HpkeConfig:
         """Decode from a reader."""
         return cls(r.u8(), r.u16(), r.u16(), r.u16(), r.opaque16())
 
-    @classmethod
-    def decode(cls, data: bytes) -> HpkeConfig:
-        """Decode strictly (DataError on truncated or overlong input)."""
-        return decode_all(data, "HpkeConfig", cls.read)
-
     @property
     def supported(self) -> bool:
         """True for the one suite implemented here."""
@@ -233,7 +234,7 @@ class HpkeConfig:
 
 
 @dataclass(frozen=True)
-class HpkeConfigList:
+class HpkeConfigList(Message):
     """``HpkeConfigList`` (DAP-09 §4.5.1), media type ``application/dap-hpke-config-list``."""
 
     MEDIA_TYPE = "application/dap-hpke-config-list"
@@ -248,14 +249,9 @@ class HpkeConfigList:
         """Decode from a reader."""
         return cls(tuple(r.vec16(HpkeConfig.read)))
 
-    @classmethod
-    def decode(cls, data: bytes) -> HpkeConfigList:
-        """Decode strictly."""
-        return decode_all(data, "HpkeConfigList", cls.read)
-
 
 @dataclass(frozen=True)
-class HpkeCiphertext:
+class HpkeCiphertext(Message):
     """``HpkeCiphertext`` (DAP-09 §4.1): config id, encapsulated key and AEAD payload."""
 
     config_id: int
@@ -270,11 +266,6 @@ class HpkeCiphertext:
     def read(cls, r: Reader) -> HpkeCiphertext:
         """Decode from a reader."""
         return cls(r.u8(), r.opaque16(), r.opaque32())
-
-    @classmethod
-    def decode(cls, data: bytes) -> HpkeCiphertext:
-        """Decode strictly."""
-        return decode_all(data, "HpkeCiphertext", cls.read)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import enum
 from dataclasses import dataclass
 from typing import TypeVar
 
-from fedstats.dap.codec import Reader, decode_all, opaque16, opaque32, u8, u16, u64, vec16
+from fedstats.dap.codec import Message, Reader, decode_all, opaque16, opaque32, u8, u16, u64, vec16
 from fedstats.dap.hpke import HpkeCiphertext
 from fedstats.errors import DataError
 
@@ -123,7 +123,7 @@ def read_url(r: Reader) -> str:
 
 
 @dataclass(frozen=True)
-class Interval:
+class Interval(Message):
     """``Interval`` (DAP-09 §4.1): ``start`` and ``duration`` in seconds since the epoch, as u64."""
 
     start: int
@@ -148,18 +148,13 @@ class Interval:
         """Decode two u64."""
         return cls(r.u64(), r.u64())
 
-    @classmethod
-    def decode(cls, data: bytes) -> Interval:
-        """Decode strictly."""
-        return decode_all(data, "Interval", cls.read)
-
     def contains(self, time: int) -> bool:
         """True if ``start <= time < start + duration``."""
         return self.start <= time < self.start + self.duration
 
 
 @dataclass(frozen=True)
-class Extension:
+class Extension(Message):
     """``Extension`` (DAP-09 §4.4.2): a u16 type and opaque data (unknown types are kept, not refused)."""
 
     extension_type: int
@@ -174,14 +169,9 @@ class Extension:
         """Decode from a reader."""
         return cls(r.u16(), r.opaque16())
 
-    @classmethod
-    def decode(cls, data: bytes) -> Extension:
-        """Decode strictly."""
-        return decode_all(data, "Extension", cls.read)
-
 
 @dataclass(frozen=True)
-class ReportMetadata:
+class ReportMetadata(Message):
     """``ReportMetadata`` (DAP-09 §4.4.2): the 16-byte report id and the client's timestamp."""
 
     report_id: bytes
@@ -195,11 +185,6 @@ class ReportMetadata:
     def read(cls, r: Reader) -> ReportMetadata:
         """Decode from a reader."""
         return cls(r.take(REPORT_ID_LEN), r.u64())
-
-    @classmethod
-    def decode(cls, data: bytes) -> ReportMetadata:
-        """Decode strictly."""
-        return decode_all(data, "ReportMetadata", cls.read)
 
 
 @dataclass(frozen=True)
@@ -229,7 +214,7 @@ class PlaintextInputShare:
 
 
 @dataclass(frozen=True)
-class Report:
+class Report(Message):
     """``Report`` (DAP-09 §4.4.2), media type ``application/dap-report``: what a client uploads."""
 
     MEDIA_TYPE = "application/dap-report"
@@ -254,14 +239,9 @@ class Report:
             ReportMetadata.read(r), r.opaque32(), HpkeCiphertext.read(r), HpkeCiphertext.read(r)
         )
 
-    @classmethod
-    def decode(cls, data: bytes) -> Report:
-        """Decode strictly."""
-        return decode_all(data, "Report", cls.read)
-
 
 @dataclass(frozen=True)
-class InputShareAad:
+class InputShareAad(Message):
     """``InputShareAad`` (DAP-09 §4.4.2): the associated data that binds an input share to its report."""
 
     task_id: bytes
@@ -281,14 +261,9 @@ class InputShareAad:
         """Decode from a reader."""
         return cls(r.take(TASK_ID_LEN), ReportMetadata.read(r), r.opaque32())
 
-    @classmethod
-    def decode(cls, data: bytes) -> InputShareAad:
-        """Decode strictly."""
-        return decode_all(data, "InputShareAad", cls.read)
-
 
 @dataclass(frozen=True)
-class FixedSizeQuery:
+class FixedSizeQuery(Message):
     """``FixedSizeQuery`` (DAP-09 §4.2.1): a batch by id (``batch_id``) or the current batch (None)."""
 
     batch_id: bytes | None = None
@@ -309,14 +284,9 @@ class FixedSizeQuery:
             return cls(None)
         raise DataError(f"{r.what}: unknown FixedSizeQueryType {kind}, expected 0 or 1")
 
-    @classmethod
-    def decode(cls, data: bytes) -> FixedSizeQuery:
-        """Decode strictly."""
-        return decode_all(data, "FixedSizeQuery", cls.read)
-
 
 @dataclass(frozen=True)
-class Query:
+class Query(Message):
     """``Query`` (DAP-09 §4.2.1): a batch interval (time-interval) or a :class:`FixedSizeQuery`."""
 
     query_type: int
@@ -348,14 +318,9 @@ class Query:
             return cls(qt, batch_interval=Interval.read(r))
         return cls(qt, fixed_size_query=FixedSizeQuery.read(r))
 
-    @classmethod
-    def decode(cls, data: bytes) -> Query:
-        """Decode strictly."""
-        return decode_all(data, "Query", cls.read)
-
 
 @dataclass(frozen=True)
-class PartialBatchSelector:
+class PartialBatchSelector(Message):
     """``PartialBatchSelector`` (DAP-09 §4.5.1.1): nothing for time-interval, the batch id for fixed-size."""
 
     query_type: int
@@ -381,14 +346,9 @@ class PartialBatchSelector:
         qt = _query_type(r)
         return cls(qt, r.take(BATCH_ID_LEN) if qt == QUERY_FIXED_SIZE else None)
 
-    @classmethod
-    def decode(cls, data: bytes) -> PartialBatchSelector:
-        """Decode strictly."""
-        return decode_all(data, "PartialBatchSelector", cls.read)
-
 
 @dataclass(frozen=True)
-class BatchSelector:
+class BatchSelector(Message):
     """``BatchSelector`` (DAP-09 §4.6.1): the batch interval (time-interval) or the batch id (fixed-size)."""
 
     query_type: int
@@ -420,8 +380,3 @@ class BatchSelector:
         if qt == QUERY_TIME_INTERVAL:
             return cls(qt, batch_interval=Interval.read(r))
         return cls(qt, batch_id=r.take(BATCH_ID_LEN))
-
-    @classmethod
-    def decode(cls, data: bytes) -> BatchSelector:
-        """Decode strictly."""
-        return decode_all(data, "BatchSelector", cls.read)

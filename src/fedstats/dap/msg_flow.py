@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedstats.dap.codec import Reader, decode_all, opaque32, u8, u16, u64, vec32
+from fedstats.dap.codec import Message, Reader, decode_all, opaque32, u8, u16, u64, vec32
 from fedstats.dap.hpke import HpkeCiphertext
 from fedstats.dap.msg_common import (
     CHECKSUM_LEN,
@@ -22,7 +22,7 @@ from fedstats.errors import DataError
 
 
 @dataclass(frozen=True)
-class CollectionReq:
+class CollectionReq(Message):
     """``CollectionReq`` (DAP-09 §4.6.1), media type ``application/dap-collect-req``."""
 
     MEDIA_TYPE = "application/dap-collect-req"
@@ -38,14 +38,9 @@ class CollectionReq:
         """Decode from a reader."""
         return cls(Query.read(r), r.opaque32())
 
-    @classmethod
-    def decode(cls, data: bytes) -> CollectionReq:
-        """Decode strictly."""
-        return decode_all(data, "CollectionReq", cls.read)
-
 
 @dataclass(frozen=True)
-class Collection:
+class Collection(Message):
     """``Collection`` (DAP-09 §4.6.1), media type ``application/dap-collection``: the collector's result."""
 
     MEDIA_TYPE = "application/dap-collection"
@@ -76,14 +71,9 @@ class Collection:
             HpkeCiphertext.read(r),
         )
 
-    @classmethod
-    def decode(cls, data: bytes) -> Collection:
-        """Decode strictly."""
-        return decode_all(data, "Collection", cls.read)
-
 
 @dataclass(frozen=True)
-class AggregateShareAad:
+class AggregateShareAad(Message):
     """``AggregateShareAad`` (DAP-09 §4.6.4): associated data of a sealed aggregate share."""
 
     task_id: bytes
@@ -103,14 +93,9 @@ class AggregateShareAad:
         """Decode from a reader."""
         return cls(r.take(TASK_ID_LEN), r.opaque32(), BatchSelector.read(r))
 
-    @classmethod
-    def decode(cls, data: bytes) -> AggregateShareAad:
-        """Decode strictly."""
-        return decode_all(data, "AggregateShareAad", cls.read)
-
 
 @dataclass(frozen=True)
-class ReportShare:
+class ReportShare(Message):
     """``ReportShare`` (DAP-09 §4.5.1.1): one aggregator's part of a report."""
 
     metadata: ReportMetadata
@@ -130,14 +115,9 @@ class ReportShare:
         """Decode from a reader."""
         return cls(ReportMetadata.read(r), r.opaque32(), HpkeCiphertext.read(r))
 
-    @classmethod
-    def decode(cls, data: bytes) -> ReportShare:
-        """Decode strictly."""
-        return decode_all(data, "ReportShare", cls.read)
-
 
 @dataclass(frozen=True)
-class PingPongMessage:
+class PingPongMessage(Message):
     """VDAF ping-pong message (VDAF-08 §5.8): ``initialize`` (0), ``continue`` (1) or ``finish`` (2).
 
     ``initialize`` carries a prep share, ``finish`` a prep message, ``continue`` both.
@@ -176,18 +156,13 @@ class PingPongMessage:
             return cls(kind, prep_msg=r.opaque32())
         raise DataError(f"{r.what}: unknown ping-pong message type {kind}")
 
-    @classmethod
-    def decode(cls, data: bytes) -> PingPongMessage:
-        """Decode strictly."""
-        return decode_all(data, "PingPongMessage", cls.read)
-
 
 def _read_ping_pong(r: Reader) -> PingPongMessage:
     return decode_all(r.opaque32(), r.what, PingPongMessage.read)
 
 
 @dataclass(frozen=True)
-class PrepareInit:
+class PrepareInit(Message):
     """``PrepareInit`` (DAP-09 §4.5.1.1): a report share and the leader's first ping-pong message."""
 
     report_share: ReportShare
@@ -202,14 +177,9 @@ class PrepareInit:
         """Decode from a reader."""
         return cls(ReportShare.read(r), _read_ping_pong(r))
 
-    @classmethod
-    def decode(cls, data: bytes) -> PrepareInit:
-        """Decode strictly."""
-        return decode_all(data, "PrepareInit", cls.read)
-
 
 @dataclass(frozen=True)
-class PrepareResp:
+class PrepareResp(Message):
     """``PrepareResp`` (DAP-09 §4.5.1.2): one report's result of a preparation step.
 
     ``continue`` (0) with a message, ``finished`` (1) or ``reject`` (2) with a :class:`PrepareError`.
@@ -253,14 +223,9 @@ class PrepareResp:
             return cls(rid, result, error=PrepareError.read(r))
         raise DataError(f"{r.what}: unknown PrepareStepResult {result}")
 
-    @classmethod
-    def decode(cls, data: bytes) -> PrepareResp:
-        """Decode strictly."""
-        return decode_all(data, "PrepareResp", cls.read)
-
 
 @dataclass(frozen=True)
-class PrepareContinue:
+class PrepareContinue(Message):
     """``PrepareContinue`` (DAP-09 §4.5.2.1): the leader's next ping-pong message for one report."""
 
     report_id: bytes
@@ -275,14 +240,9 @@ class PrepareContinue:
         """Decode from a reader."""
         return cls(r.take(REPORT_ID_LEN), _read_ping_pong(r))
 
-    @classmethod
-    def decode(cls, data: bytes) -> PrepareContinue:
-        """Decode strictly."""
-        return decode_all(data, "PrepareContinue", cls.read)
-
 
 @dataclass(frozen=True)
-class AggregationJobInitReq:
+class AggregationJobInitReq(Message):
     """``AggregationJobInitReq`` (DAP-09 §4.5.1.1), media type ``application/dap-aggregation-job-init-req``."""
 
     MEDIA_TYPE = "application/dap-aggregation-job-init-req"
@@ -303,14 +263,9 @@ class AggregationJobInitReq:
         """Decode from a reader."""
         return cls(r.opaque32(), PartialBatchSelector.read(r), tuple(r.vec32(PrepareInit.read)))
 
-    @classmethod
-    def decode(cls, data: bytes) -> AggregationJobInitReq:
-        """Decode strictly."""
-        return decode_all(data, "AggregationJobInitReq", cls.read)
-
 
 @dataclass(frozen=True)
-class AggregationJobContinueReq:
+class AggregationJobContinueReq(Message):
     """``AggregationJobContinueReq`` (DAP-09 §4.5.2.1), ``application/dap-aggregation-job-continue-req``."""
 
     MEDIA_TYPE = "application/dap-aggregation-job-continue-req"
@@ -326,14 +281,9 @@ class AggregationJobContinueReq:
         """Decode from a reader."""
         return cls(r.u16(), tuple(r.vec32(PrepareContinue.read)))
 
-    @classmethod
-    def decode(cls, data: bytes) -> AggregationJobContinueReq:
-        """Decode strictly."""
-        return decode_all(data, "AggregationJobContinueReq", cls.read)
-
 
 @dataclass(frozen=True)
-class AggregationJobResp:
+class AggregationJobResp(Message):
     """``AggregationJobResp`` (DAP-09 §4.5.1.2), media type ``application/dap-aggregation-job-resp``."""
 
     MEDIA_TYPE = "application/dap-aggregation-job-resp"
@@ -348,14 +298,9 @@ class AggregationJobResp:
         """Decode from a reader."""
         return cls(tuple(r.vec32(PrepareResp.read)))
 
-    @classmethod
-    def decode(cls, data: bytes) -> AggregationJobResp:
-        """Decode strictly."""
-        return decode_all(data, "AggregationJobResp", cls.read)
-
 
 @dataclass(frozen=True)
-class AggregateShareReq:
+class AggregateShareReq(Message):
     """``AggregateShareReq`` (DAP-09 §4.6.3), media type ``application/dap-aggregate-share-req``.
 
     ``checksum`` is the XOR of the SHA-256 of every report id in the batch (32 bytes).
@@ -381,14 +326,9 @@ class AggregateShareReq:
         """Decode from a reader."""
         return cls(BatchSelector.read(r), r.opaque32(), r.u64(), r.take(CHECKSUM_LEN))
 
-    @classmethod
-    def decode(cls, data: bytes) -> AggregateShareReq:
-        """Decode strictly."""
-        return decode_all(data, "AggregateShareReq", cls.read)
-
 
 @dataclass(frozen=True)
-class AggregateShare:
+class AggregateShare(Message):
     """``AggregateShare`` (DAP-09 §4.6.3), media type ``application/dap-aggregate-share``."""
 
     MEDIA_TYPE = "application/dap-aggregate-share"
@@ -402,8 +342,3 @@ class AggregateShare:
     def read(cls, r: Reader) -> AggregateShare:
         """Decode from a reader."""
         return cls(HpkeCiphertext.read(r))
-
-    @classmethod
-    def decode(cls, data: bytes) -> AggregateShare:
-        """Decode strictly."""
-        return decode_all(data, "AggregateShare", cls.read)

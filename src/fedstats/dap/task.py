@@ -13,9 +13,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Mapping
+from typing import Any
 
 from fedstats.dap.messages import DAP_VERSION, Role
-from fedstats.errors import DataError
+from fedstats.errors import DataError, ParameterError
+from fedstats.vdaf import Prio3, Prio3Count, Prio3Histogram, Prio3Sum, Prio3SumVec
 
 __all__ = [
     "AUTH_HEADER",
@@ -27,6 +30,8 @@ __all__ = [
     "input_share_info",
     "report_id_checksum",
     "vdaf_ctx",
+    "vdaf_from_interop",
+    "vdaf_spec_from_interop",
 ]
 
 AUTH_HEADER = (
@@ -85,3 +90,65 @@ def report_id_checksum(report_ids: list[bytes]) -> bytes:
     for rid in report_ids:
         acc ^= int.from_bytes(hashlib.sha256(rid).digest(), "big")
     return acc.to_bytes(32, "big")
+
+
+def vdaf_spec_from_interop(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Fedstats' VDAF description of an interop ``vdaf`` object (``{"type": "Prio3Sum", "bits": "8"}``).
+
+    Numbers may be JSON numbers or decimal strings, as the interop test design sends them. Prio3Sum's
+    ``bits`` (VDAF-08) becomes ``max_measurement = 2^bits - 1`` (VDAF-20).
+
+    Raises
+    ------
+    ParameterError
+        If the type is not Prio3Count, Prio3Sum, Prio3SumVec or Prio3Histogram, or a number is malformed.
+    """
+
+    def num(key: str) -> int:
+        v = obj.get(key)
+        try:
+            return int(str(v))
+        except ValueError:
+            raise ParameterError(
+                f"vdaf.{key}", v, "an integer (number or decimal string)"
+            ) from None
+
+    kind = obj.get("type")
+    if kind == "Prio3Count":
+        return {"type": "count"}
+    if kind == "Prio3Sum":
+        return {"type": "sum", "max_measurement": 2 ** num("bits") - 1}
+    if kind == "Prio3SumVec":
+        return {
+            "type": "sumvec",
+            "length": num("length"),
+            "max_measurement": 2 ** num("bits") - 1,
+            "chunk_length": num("chunk_length"),
+        }
+    if kind == "Prio3Histogram":
+        return {"type": "histogram", "length": num("length"), "chunk_length": num("chunk_length")}
+    raise ParameterError(
+        "vdaf.type", kind, "one of Prio3Count, Prio3Sum, Prio3SumVec, Prio3Histogram"
+    )
+
+
+_PRIO3: dict[str, Any] = {
+    "count": Prio3Count,
+    "sum": Prio3Sum,
+    "sumvec": Prio3SumVec,
+    "histogram": Prio3Histogram,
+}
+
+
+def vdaf_from_interop(obj: Mapping[str, Any]) -> Prio3:
+    """The Prio3 (two aggregators) of an interop ``vdaf`` object, e.g. ``{"type": "Prio3Count"}``.
+
+    Raises
+    ------
+    ParameterError
+        If the object is not one of :func:`vdaf_spec_from_interop`'s or its parameters are out of range.
+    """
+    if not isinstance(obj, Mapping):
+        raise ParameterError("vdaf", obj, 'an object such as {"type": "Prio3Count"}')
+    spec = vdaf_spec_from_interop(obj)
+    return _PRIO3[spec.pop("type")](**spec)  # type: ignore[no-any-return]

@@ -45,6 +45,7 @@ from fedstats.dap.task import (
     input_share_info,
     report_id_checksum,
     vdaf_ctx,
+    vdaf_spec_from_interop,
 )
 from fedstats.errors import DataError, FedstatsError, ParameterError, SecurityError
 from fedstats.service.domain.tasks import ConflictError
@@ -122,46 +123,6 @@ class DapTask:
     def query_type(self) -> int:
         """1 (time-interval) or 2 (fixed-size)."""
         return int(self.state["query_type"])
-
-
-def vdaf_spec_from_interop(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """Fedstats' VDAF description of an interop ``vdaf`` object (``{"type": "Prio3Sum", "bits": "8"}``).
-
-    Numbers may be JSON numbers or decimal strings, as the interop test design sends them. Prio3Sum's
-    ``bits`` (VDAF-08) becomes ``max_measurement = 2^bits - 1`` (VDAF-20).
-
-    Raises
-    ------
-    ParameterError
-        If the type is not Prio3Count, Prio3Sum, Prio3SumVec or Prio3Histogram, or a number is malformed.
-    """
-
-    def num(key: str) -> int:
-        v = obj.get(key)
-        try:
-            return int(str(v))
-        except ValueError:
-            raise ParameterError(
-                f"vdaf.{key}", v, "an integer (number or decimal string)"
-            ) from None
-
-    kind = obj.get("type")
-    if kind == "Prio3Count":
-        return {"type": "count"}
-    if kind == "Prio3Sum":
-        return {"type": "sum", "max_measurement": 2 ** num("bits") - 1}
-    if kind == "Prio3SumVec":
-        return {
-            "type": "sumvec",
-            "length": num("length"),
-            "max_measurement": 2 ** num("bits") - 1,
-            "chunk_length": num("chunk_length"),
-        }
-    if kind == "Prio3Histogram":
-        return {"type": "histogram", "length": num("length"), "chunk_length": num("chunk_length")}
-    raise ParameterError(
-        "vdaf.type", kind, "one of Prio3Count, Prio3Sum, Prio3SumVec, Prio3Histogram"
-    )
 
 
 def add_task(store: Store, params: Mapping[str, Any], *, config_id: int | None = None) -> DapTask:

@@ -37,7 +37,12 @@ and collection (:mod:`~fedstats.service.domain.vdaf_collect`); this module re-ex
 
 from __future__ import annotations
 
-from fedstats.service.domain.vdaf_collect import UnaggregatedError, collect
+from fedstats.service.domain.vdaf_collect import (
+    UnaggregatedError,
+    aggregate_and_collect,
+    aggregate_pending,
+    collect,
+)
 from fedstats.service.domain.vdaf_jobs import _claim as _claim  # tests play a crashed leader
 from fedstats.service.domain.vdaf_jobs import _leader_job as _leader_job
 from fedstats.service.domain.vdaf_jobs import helper_job, run_leader_jobs
@@ -64,6 +69,8 @@ __all__ = [
     "UnaggregatedError",
     "Uploaded",
     "abandon_signed",
+    "aggregate_and_collect",
+    "aggregate_pending",
     "charge_id",
     "check_peer_token",
     "collect",

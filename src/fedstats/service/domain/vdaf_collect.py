@@ -6,10 +6,12 @@ Part of :mod:`fedstats.service.domain.vdaf` (which re-exports every public name)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from fedstats.service.domain import ledger
 from fedstats.service.domain.tasks import ConflictError
+from fedstats.service.domain.vdaf_jobs import run_leader_jobs
 from fedstats.service.domain.vdaf_tasks import Noise, _signed_row, task_row, vdaf_from_spec
 from fedstats.service.store import Store
 
@@ -105,3 +107,57 @@ def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
             # the first release of any round of the task spends its reservation (idempotent)
             ledger.spend(tx, signed.charge_id, actor=signed.created_by)
     return answer
+
+
+Send = Callable[[str, dict[str, Any]], dict[str, Any]]
+Transport = Callable[[str, str], Send]
+"""``transport(peer_url, peer_token)`` -> ``send(task_id, job)`` (the HTTP layer's, to the helper)."""
+
+
+def aggregate_pending(
+    store: Store, task_id: str, transport: Transport, *, batch_size: int, owner: str | None
+) -> dict[str, int]:
+    """The operator's aggregation: on the leader, every pending report in jobs with the helper.
+
+    The helper is reached through ``transport(peer_url, peer_token)`` of the task's row
+    (:func:`~fedstats.service.domain.vdaf_jobs.run_leader_jobs`); on the helper nothing is done (its jobs
+    come from the leader) and the counts are zero.
+    """
+    with store.transaction(read_only=True) as tx:
+        row = task_row(tx, task_id)
+    if row.role != "leader":
+        return {"jobs": 0, "accepted": 0, "rejected": 0}
+    send = transport(row.peer_url, str(row.peer_token))
+    return run_leader_jobs(store, task_id, send, batch_size=batch_size, owner=owner)
+
+
+def aggregate_and_collect(
+    store: Store,
+    task_id: str,
+    transport: Transport,
+    fresh: Callable[[], Any],
+    *,
+    batch_size: int,
+    owner: str | None,
+    attempts: int = 3,
+) -> dict[str, Any]:
+    """Aggregate what is pending (:func:`aggregate_pending`), then :func:`collect` with a fresh generator.
+
+    The leader aggregates again when reports arrived between its last job and the collection (at most
+    ``attempts`` times); the helper refuses at once (an omission by the leader: nothing is released).
+
+    Raises
+    ------
+    UnaggregatedError
+        On the helper, or on the leader after ``attempts`` tries.
+    """
+    for attempt in range(attempts):
+        aggregate_pending(store, task_id, transport, batch_size=batch_size, owner=owner)
+        try:
+            return collect(store, task_id, fresh())
+        except UnaggregatedError:
+            with store.transaction(read_only=True) as tx:
+                leads = task_row(tx, task_id).role == "leader"
+            if not leads or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")

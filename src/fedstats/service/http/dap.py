@@ -32,10 +32,11 @@ import os
 import ssl
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import httpx
-from fastapi import FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from fedstats.dap import messages as m
@@ -49,7 +50,7 @@ from fedstats.service.domain import dap_leader
 from fedstats.service.domain.vdaf import vdaf_from_spec
 from fedstats.service.store import Store
 
-__all__ = ["INTEROP_ROLES", "add_dap_routes", "problem"]
+__all__ = ["INTEROP_ROLES", "Dap", "DapContext", "add_dap_routes", "problem", "router"]
 
 INTEROP_ROLES = ("aggregator", "client", "collector")
 PROBLEM = "application/problem+json"
@@ -120,6 +121,132 @@ def _media(request: Request, want: str) -> Response | None:
     return None
 
 
+@dataclass(frozen=True)
+class DapContext:
+    """What the DAP routes of one app share (``app.state.dap``, set by :func:`add_dap_routes`).
+
+    Attributes
+    ----------
+    store : Store
+        This aggregator's store.
+    helper : HelperCall
+        How the leader reaches the helper.
+    batch_size : int
+        Reports per aggregation job.
+    """
+
+    store: Store
+    helper: dap_leader.HelperCall
+    batch_size: int
+
+
+def dap_context(request: Request) -> DapContext:
+    """The app's :class:`DapContext` (``app.state.dap``)."""
+    ctx: DapContext = request.app.state.dap
+    return ctx
+
+
+Dap = Annotated[DapContext, Depends(dap_context)]
+
+router = APIRouter(include_in_schema=False)
+"""The DAP-09 routes (binary bodies: not in ``/openapi.json``)."""
+
+
+@router.get("/hpke_config")
+async def hpke_config(request: Request, dap: Dap) -> Response:
+    """The task's HPKE configurations (DAP-09 upload protocol: HPKE configuration; ``?task_id=``, base64url)."""
+    text = request.query_params.get("task_id")
+    if text is None:
+        return problem(
+            "missingTaskID",
+            "GET /hpke_config needs ?task_id= (this server's configs are per task)",
+        )
+
+    def work(task_id: bytes) -> Response:
+        body = domain.hpke_config_list(dap.store, task_id).encode()
+        return Response(
+            body,
+            media_type=m.HpkeConfigList.MEDIA_TYPE,
+            headers={"Cache-Control": "max-age=86400"},
+        )
+
+    return await _guard(text, work)
+
+
+@router.put("/tasks/{task_id}/reports")
+async def upload(task_id: str, request: Request, dap: Dap) -> Response:
+    """A client's report (DAP-09 upload protocol): decrypted, checked and stored once per report id."""
+    bad = _media(request, m.Report.MEDIA_TYPE)
+    body = await request.body()
+
+    def work(tid: bytes) -> Response:
+        domain.upload(dap.store, tid, body)
+        return Response(status_code=200)
+
+    return bad or await _guard(task_id, work)
+
+
+@router.put("/tasks/{task_id}/aggregation_jobs/{job_id}")
+async def aggregation_job(task_id: str, job_id: str, request: Request, dap: Dap) -> Response:
+    """The helper's side of an aggregation job (DAP-09 aggregation protocol; the leader's bearer token)."""
+    bad = _media(request, m.AggregationJobInitReq.MEDIA_TYPE)
+    body, token = await request.body(), _token(request)
+
+    def work(tid: bytes) -> Response:
+        jid = b64decode(job_id, "aggregation-job-id", 16)
+        out = domain.helper_init(dap.store, tid, jid, body, token)
+        return Response(out, status_code=200, media_type=m.AggregationJobResp.MEDIA_TYPE)
+
+    return bad or await _guard(task_id, work)
+
+
+@router.post("/tasks/{task_id}/aggregate_shares")
+async def aggregate_share(task_id: str, request: Request, dap: Dap) -> Response:
+    """The helper's encrypted aggregate share of a batch (DAP-09 collection protocol).
+
+    Refused unless the leader's report count and checksum equal the helper's.
+    """
+    bad = _media(request, m.AggregateShareReq.MEDIA_TYPE)
+    body, token = await request.body(), _token(request)
+
+    def work(tid: bytes) -> Response:
+        out = domain.helper_aggregate_share(dap.store, tid, body, token)
+        return Response(out, media_type=m.AggregateShare.MEDIA_TYPE)
+
+    return bad or await _guard(task_id, work)
+
+
+@router.put("/tasks/{task_id}/collection_jobs/{job_id}")
+async def create_collection(task_id: str, job_id: str, request: Request, dap: Dap) -> Response:
+    """A collector's collection job on the leader (DAP-09 collection protocol; 201)."""
+    bad = _media(request, m.CollectionReq.MEDIA_TYPE)
+    body, token = await request.body(), _token(request)
+
+    def work(tid: bytes) -> Response:
+        jid = b64decode(job_id, "collection-job-id", 16)
+        dap_leader.create_collection(dap.store, tid, jid, body, token)
+        return Response(status_code=201)
+
+    return bad or await _guard(task_id, work)
+
+
+@router.post("/tasks/{task_id}/collection_jobs/{job_id}")
+async def poll_collection(task_id: str, job_id: str, request: Request, dap: Dap) -> Response:
+    """Poll a collection job (DAP-09 collection protocol): 202 with ``Retry-After`` until it is done."""
+    token = _token(request)
+
+    def work(tid: bytes) -> Response:
+        jid = b64decode(job_id, "collection-job-id", 16)
+        out = dap_leader.poll_collection(
+            dap.store, tid, jid, token, dap.helper, batch_size=dap.batch_size
+        )
+        if out is None:
+            return Response(status_code=202, headers={"Retry-After": "1"})
+        return Response(out, media_type=m.Collection.MEDIA_TYPE)
+
+    return await _guard(task_id, work)
+
+
 def add_dap_routes(
     app: FastAPI,
     store: Store,
@@ -130,6 +257,9 @@ def add_dap_routes(
 ) -> None:
     """Mount the DAP-09 routes (and, with ``interop``, that role's ``/internal/test`` endpoints).
 
+    The routes are module-level (:data:`router`); what they share is kept in ``app.state.dap`` (a
+    :class:`DapContext`).
+
     Raises
     ------
     ParameterError
@@ -137,96 +267,8 @@ def add_dap_routes(
     """
     if interop is not None and interop not in INTEROP_ROLES:
         raise ParameterError("dap_interop", interop, f"one of {list(INTEROP_ROLES)} or none")
-    helper = _transport(peer_ca)
-
-    @app.get("/hpke_config", include_in_schema=False)
-    async def hpke_config(request: Request) -> Response:
-        """The task's HPKE configurations (DAP-09 upload protocol: HPKE configuration; ``?task_id=``, base64url)."""
-        text = request.query_params.get("task_id")
-        if text is None:
-            return problem(
-                "missingTaskID",
-                "GET /hpke_config needs ?task_id= (this server's configs are per task)",
-            )
-
-        def work(task_id: bytes) -> Response:
-            body = domain.hpke_config_list(store, task_id).encode()
-            return Response(
-                body,
-                media_type=m.HpkeConfigList.MEDIA_TYPE,
-                headers={"Cache-Control": "max-age=86400"},
-            )
-
-        return await _guard(text, work)
-
-    @app.put("/tasks/{task_id}/reports", include_in_schema=False)
-    async def upload(task_id: str, request: Request) -> Response:
-        """A client's report (DAP-09 upload protocol): decrypted, checked and stored once per report id."""
-        bad = _media(request, m.Report.MEDIA_TYPE)
-        body = await request.body()
-
-        def work(tid: bytes) -> Response:
-            domain.upload(store, tid, body)
-            return Response(status_code=200)
-
-        return bad or await _guard(task_id, work)
-
-    @app.put("/tasks/{task_id}/aggregation_jobs/{job_id}", include_in_schema=False)
-    async def aggregation_job(task_id: str, job_id: str, request: Request) -> Response:
-        """The helper's side of an aggregation job (DAP-09 aggregation protocol; the leader's bearer token)."""
-        bad = _media(request, m.AggregationJobInitReq.MEDIA_TYPE)
-        body, token = await request.body(), _token(request)
-
-        def work(tid: bytes) -> Response:
-            jid = b64decode(job_id, "aggregation-job-id", 16)
-            out = domain.helper_init(store, tid, jid, body, token)
-            return Response(out, status_code=200, media_type=m.AggregationJobResp.MEDIA_TYPE)
-
-        return bad or await _guard(task_id, work)
-
-    @app.post("/tasks/{task_id}/aggregate_shares", include_in_schema=False)
-    async def aggregate_share(task_id: str, request: Request) -> Response:
-        """The helper's encrypted aggregate share of a batch (DAP-09 collection protocol).
-
-        Refused unless the leader's report count and checksum equal the helper's.
-        """
-        bad = _media(request, m.AggregateShareReq.MEDIA_TYPE)
-        body, token = await request.body(), _token(request)
-
-        def work(tid: bytes) -> Response:
-            out = domain.helper_aggregate_share(store, tid, body, token)
-            return Response(out, media_type=m.AggregateShare.MEDIA_TYPE)
-
-        return bad or await _guard(task_id, work)
-
-    @app.put("/tasks/{task_id}/collection_jobs/{job_id}", include_in_schema=False)
-    async def create_collection(task_id: str, job_id: str, request: Request) -> Response:
-        """A collector's collection job on the leader (DAP-09 collection protocol; 201)."""
-        bad = _media(request, m.CollectionReq.MEDIA_TYPE)
-        body, token = await request.body(), _token(request)
-
-        def work(tid: bytes) -> Response:
-            dap_leader.create_collection(
-                store, tid, b64decode(job_id, "collection-job-id", 16), body, token
-            )
-            return Response(status_code=201)
-
-        return bad or await _guard(task_id, work)
-
-    @app.post("/tasks/{task_id}/collection_jobs/{job_id}", include_in_schema=False)
-    async def poll_collection(task_id: str, job_id: str, request: Request) -> Response:
-        """Poll a collection job (DAP-09 collection protocol): 202 with ``Retry-After`` until it is done."""
-        token = _token(request)
-
-        def work(tid: bytes) -> Response:
-            jid = b64decode(job_id, "collection-job-id", 16)
-            out = dap_leader.poll_collection(store, tid, jid, token, helper, batch_size=batch_size)
-            if out is None:
-                return Response(status_code=202, headers={"Retry-After": "1"})
-            return Response(out, media_type=m.Collection.MEDIA_TYPE)
-
-        return await _guard(task_id, work)
-
+    app.state.dap = DapContext(store, _transport(peer_ca), batch_size)
+    app.include_router(router)
     if interop is not None:
         _add_interop(app, store, interop)
 

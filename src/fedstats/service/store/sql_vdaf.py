@@ -25,6 +25,7 @@ from fedstats.service.store.vdaf import (
     vdaf_slots,
     vdaf_tasks,
 )
+from fedstats.service.store.vdaf_results import signed_row
 
 __all__ = ["SqlVdafQueries"]
 
@@ -297,22 +298,7 @@ class SqlVdafQueries(VdafQueries):
         if lock:
             q = q.with_for_update()
         r = self.conn.execute(q).mappings().first()
-        if r is None:
-            return None
-        return VdafSignedRow(
-            id=str(r["id"]),
-            role=str(r["role"]),
-            envelope=str(r["envelope"]),
-            verify_key=bytes(r["verify_key"]),
-            peer_url=str(r["peer_url"]),
-            peer_token=r["peer_token"],
-            peer_token_hash=r["peer_token_hash"],
-            population=str(r["population"]),
-            status=str(r["status"]),
-            charge_id=r["charge_id"],
-            created_by=str(r["created_by"]),
-            created_at=float(r["created_at"]),
-        )
+        return None if r is None else signed_row(r)
 
     def add_vdaf_signed(self, row: VdafSignedRow) -> None:
         """See :meth:`VdafQueries.add_vdaf_signed`."""
