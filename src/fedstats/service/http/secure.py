@@ -492,39 +492,14 @@ async def up(
     return JSONResponse({"accepted": True, "duplicate": not new})
 
 
-def add_secure_routes(
-    app: FastAPI,
-    store: Store,
-    signed: Signed,
-    use_nonce: UseNonce,
-    parse_json: Callable[[bytes], Any],
-    counters: dict[str, float],
-    wakeup: Wakeup,
-    *,
-    changes: Changes,
-    population_of: Callable[[str], Awaitable[str]],
-    max_wait: float,
-    offload: Offloading,
-) -> None:
-    """Add the secure-run client endpoints (:data:`router`) to ``app``, with their :class:`SecureRoutes`.
+def add_secure_routes(app: FastAPI, routes: SecureRoutes) -> None:
+    """Add the secure-run client endpoints (:data:`router`) to ``app``, sharing ``routes``.
 
-    The parameters are :class:`SecureRoutes`'; it is kept in ``app.state.secure`` (and its stage
-    batcher in ``app.state.stage_batcher``).
+    ``routes`` is kept in ``app.state.secure`` (the :data:`SecureDep` of the endpoints) and its stage
+    batcher in ``app.state.stage_batcher``.
     """
-    ctx = SecureRoutes(
-        store,
-        signed,
-        use_nonce,
-        parse_json,
-        counters,
-        wakeup,
-        changes=changes,
-        population_of=population_of,
-        max_wait=max_wait,
-        offload=offload,
-    )
-    app.state.secure = ctx
-    app.state.stage_batcher = ctx.stages
+    app.state.secure = routes
+    app.state.stage_batcher = routes.stages
     app.include_router(router)
 
 
