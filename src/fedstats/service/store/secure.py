@@ -526,6 +526,7 @@ class SqlSecureQueries(SecureQueries):
 
     def add_secure_session(self, row: SecureSessionRow) -> None:
         """See :meth:`SecureQueries.add_secure_session`."""
+        self.__dict__.pop("_open_memo", None)
         self.conn.execute(
             insert(_SESSIONS).values(
                 run_id=row.run_id,
@@ -565,6 +566,7 @@ class SqlSecureQueries(SecureQueries):
 
     def update_secure_session(self, run_id: str, index: int, number: int, **values: Any) -> None:
         """See :meth:`SecureQueries.update_secure_session`."""
+        self.__dict__.pop("_open_memo", None)
         self.conn.execute(
             update(_SESSIONS)
             .where(_S.run_id == run_id, _S.round_index == index, _S.number == number)
@@ -572,9 +574,19 @@ class SqlSecureQueries(SecureQueries):
         )
 
     def open_secure_sessions(self, run_id: str, index: int) -> list[OpenSession]:
-        """See :meth:`SecureQueries.open_secure_sessions`."""
-        rows = self.conn.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": index})
-        return [OpenSession(int(n), int(s), float(d)) for n, s, d in rows]
+        """See :meth:`SecureQueries.open_secure_sessions`.
+
+        Read once per transaction and round (until this transaction changes a session): a poll that
+        reads ahead the work lists of many devices asks for every one of them.
+        """
+        memo: dict[tuple[str, int], list[OpenSession]] = self.__dict__.setdefault("_open_memo", {})
+        got = memo.get((run_id, index))
+        if got is None:
+            rows = self.conn.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": index})
+            got = memo[(run_id, index)] = [
+                OpenSession(int(n), int(s), float(d)) for n, s, d in rows
+            ]
+        return list(got)
 
     def session_stage(
         self, run_id: str, index: int, number: int, *, shared: bool = False
