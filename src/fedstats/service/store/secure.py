@@ -44,6 +44,7 @@ __all__ = [
     "SqlSecureQueries",
     "StageActivity",
     "UpMessage",
+    "message_row",
 ]
 
 
@@ -418,6 +419,33 @@ _SESSION_STAGE_SHARED = _SESSION_STAGE.with_for_update(read=True)
 _MINE = select(_M.direction, _M.digest).where(
     *_MESSAGE_KEY, _M.client_index == bindparam("client_index")
 )
+
+
+def message_row(
+    run_id: str,
+    index: int,
+    number: int,
+    stage: int,
+    direction: str,
+    client_index: int,
+    payload: bytes,
+    digest: str,
+    now: float,
+) -> dict[str, Any]:
+    """One ``secure_messages`` row as a dict of its columns (both stores write these)."""
+    return {
+        "run_id": run_id,
+        "round_index": index,
+        "number": number,
+        "stage": stage,
+        "direction": direction,
+        "client_index": int(client_index),
+        "payload": payload,
+        "digest": digest,
+        "created_at": now,
+    }
+
+
 _INSERT_MESSAGE = insert(_MESSAGES)
 _INSERT_MESSAGE_ONCE = {
     name: dialect.insert(_MESSAGES).on_conflict_do_nothing().returning(_M.client_index)
@@ -611,17 +639,7 @@ class SqlSecureQueries(SecureQueries):
         if not messages:
             return
         rows = [
-            {
-                "run_id": run_id,
-                "round_index": index,
-                "number": number,
-                "stage": stage,
-                "direction": "down",
-                "client_index": int(i),
-                "payload": data,
-                "digest": digest,
-                "created_at": now,
-            }
+            message_row(run_id, index, number, stage, "down", i, data, digest, now)
             for i, data, digest in messages
         ]
         self.conn.execute(_INSERT_MESSAGE, rows)
@@ -640,17 +658,7 @@ class SqlSecureQueries(SecureQueries):
         """See :meth:`SecureQueries.add_up_message`."""
         self.conn.execute(
             _INSERT_MESSAGE,
-            {
-                "run_id": run_id,
-                "round_index": index,
-                "number": number,
-                "stage": stage,
-                "direction": "up",
-                "client_index": client_index,
-                "payload": payload,
-                "digest": digest,
-                "created_at": now,
-            },
+            message_row(run_id, index, number, stage, "up", client_index, payload, digest, now),
         )
 
     def add_up_message_once(
