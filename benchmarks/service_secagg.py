@@ -1372,8 +1372,8 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": out_rows, "server_cpu_exponent": exponent, "goals": goals}
 
 
-def main() -> None:
-    """Run the configurations; print one line each; write ``results/service_secagg.json``."""
+def _arguments() -> argparse.Namespace:
+    """The command line, with ``--scale``'s defaults filled in."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="n = 100 only")
     ap.add_argument("--clients", type=int, nargs="+", help="n values (default 100 1000)")
@@ -1520,6 +1520,122 @@ def main() -> None:
         args.flower_max_n = 200 if args.flower_max_n is None else args.flower_max_n
         args.wait = 25.0 if args.wait == 20.0 else args.wait
         args.preregister = True
+    return args
+
+
+def _flower_row(row: dict[str, Any], ours: dict[str, Any], args: argparse.Namespace) -> None:
+    """Flower's SecAgg+ at ``row["n"]`` (stub grid, and its transport if asked), with the ratios, in ``row``."""
+    n = row["n"]
+    if args.flower_max_n is not None and n > args.flower_max_n:
+        row["flower_not_run"] = {
+            "not_run": f"n > --flower-max-n {args.flower_max_n}",
+            "note": "Flower's SecAgg+ (stub grid, no network) did not finish its first round at "
+            "n = 1000 within 600 s on this machine (results/service_secagg.json, "
+            "flower.wall_seconds_lower_bound)",
+        }
+    else:
+        lengths = [sum(SHAPE), args.encoding_size]
+        fl = bench_flower(n, lengths, timeout=args.flower_timeout)
+        row["flower"] = fl
+        if "server_cpu_seconds" in fl and ours.get("status") == "done":
+            secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
+            row["ratios_flower_over_fedstats"] = {
+                "server_cpu": fl["server_cpu_seconds"] / ours["server_cpu_seconds"],
+                "server_cpu_protocol_only": fl["server_cpu_seconds"]
+                / ours["protocol_server_cpu_seconds"],
+                "wall_secure_rounds": fl["wall_seconds"] / secure_wall,
+                "wall_whole_run": fl["wall_seconds"] / ours["wall_seconds"],
+                "bytes_per_client": fl["bytes_per_client"] / ours["bytes_per_client"]["total_mean"],
+            }
+        elif fl.get("timed_out") and ours.get("status") == "done":
+            secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
+            row["ratios_flower_over_fedstats_lower_bounds"] = {
+                "wall_secure_rounds": fl["wall_seconds_lower_bound"] / secure_wall,
+                "wall_whole_run": fl["wall_seconds_lower_bound"] / ours["wall_seconds"],
+                "note": "Flower's first round did not finish within --flower-timeout: its wall time "
+                "is a lower bound, its server CPU unknown",
+            }
+        print(f"n={n} flower: {json.dumps({k: v for k, v in fl.items() if k != 'rounds'})}")
+        ratios = row.get("ratios_flower_over_fedstats") or row.get(
+            "ratios_flower_over_fedstats_lower_bounds"
+        )
+        print(f"n={n} ratios: {ratios}", flush=True)
+    if args.flower_transport:
+        ft = bench_flower_transport(
+            n, [sum(SHAPE), args.encoding_size], timeout=args.flower_transport_timeout
+        )
+        row["flower_transport"] = ft
+        print(
+            f"n={n} flower transport: wall {ft.get('wall_seconds')} s, SuperLink+ServerApp CPU "
+            f"{ft.get('superlink_serverapp_cpu_seconds')} s, SuperNodes+ClientApps CPU "
+            f"{ft.get('supernodes_clientapps_cpu_seconds')} s, correct {ft.get('correct')}, "
+            f"error {ft.get('error')}",
+            flush=True,
+        )
+
+
+def _fedstats_run(n: int, args: argparse.Namespace, kind: str, poll: float) -> dict[str, Any]:
+    """:func:`bench_fedstats` at ``n`` with the command line's options, in a throwaway store and directory.
+
+    The profiles asked for are summarized into the result; a failed run's server log is kept under
+    ``results/tmp``.
+    """
+    prof = HERE / "results" / "tmp" / f"{args.output}_n{n}.prof" if args.profile else None
+    if prof is not None:
+        prof.parent.mkdir(parents=True, exist_ok=True)
+        prof.unlink(missing_ok=True)
+    dprof = (
+        HERE / "results" / "tmp" / f"{args.output}_n{n}_devices.prof"
+        if args.profile_devices
+        else None
+    )
+    if dprof is not None:
+        dprof.parent.mkdir(parents=True, exist_ok=True)
+        dprof.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="svc-secagg-") as tmp:
+        root = Path(tmp)
+        store: contextlib.AbstractContextManager[str] = (
+            pg_schema()
+            if kind == "postgresql"
+            else contextlib.nullcontext(f"sqlite:///{root / 'fedstats.db'}")
+        )
+        with store as db:
+            ours = bench_fedstats(
+                n,
+                db,
+                root,
+                args.procs,
+                poll,
+                args.wait,
+                args.tick,
+                args.timeout,
+                args.store_threads,
+                args.encoding_size,
+                args.dropout,
+                args.drop_stage,
+                prof,
+                args.stage_seconds,
+                args.share_certificate_checks,
+                dprof,
+                args.quiet_seconds or None,
+                args.preregister,
+                args.checkin_seconds,
+            )
+        if "error" in ours and ours.get("status") != "done":
+            keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                shutil.copy(root / "server.log", keep)
+    if prof is not None and prof.exists():
+        ours["profile"] = profile_summary(prof)
+    if dprof is not None and dprof.exists():
+        ours["device_profile"] = profile_summary(dprof)
+    return ours
+
+
+def main() -> None:
+    """Run the configurations; print one line each; write ``results/service_secagg.json``."""
+    args = _arguments()
     clients = args.clients or ([100] if args.quick else [100, 1000])
 
     import secagg as peer
@@ -1571,13 +1687,11 @@ def main() -> None:
     old_file = HERE / "results" / f"{args.output}.json"
     if args.keep_others and old_file.exists():
         old = json.loads(old_file.read_text())
-        for row in old.get("configurations", []):
-            if row["n"] not in clients:
-                row.setdefault("command", old.get("command"))
-                row.setdefault("time", old.get("time"))
-                row.setdefault("load_average_before", old.get("load_average_before"))
-                row.setdefault("load_average_after", old.get("load_average_after"))
-                kept.append(row)
+        for earlier in old.get("configurations", []):
+            if earlier["n"] not in clients:
+                for key in ("command", "time", "load_average_before", "load_average_after"):
+                    earlier.setdefault(key, old.get(key))
+                kept.append(earlier)
 
     def save() -> None:
         doc["load_average_after"] = list(os.getloadavg())
@@ -1600,56 +1714,7 @@ def main() -> None:
 
         p = find_parameters(n)
         row["k"], row["t"] = p.k, p.t
-        prof = HERE / "results" / "tmp" / f"{args.output}_n{n}.prof" if args.profile else None
-        if prof is not None:
-            prof.parent.mkdir(parents=True, exist_ok=True)
-            prof.unlink(missing_ok=True)
-        dprof = (
-            HERE / "results" / "tmp" / f"{args.output}_n{n}_devices.prof"
-            if args.profile_devices
-            else None
-        )
-        if dprof is not None:
-            dprof.parent.mkdir(parents=True, exist_ok=True)
-            dprof.unlink(missing_ok=True)
-        with tempfile.TemporaryDirectory(prefix="svc-secagg-") as tmp:
-            root = Path(tmp)
-            store: contextlib.AbstractContextManager[str] = (
-                pg_schema()
-                if kind == "postgresql"
-                else contextlib.nullcontext(f"sqlite:///{root / 'fedstats.db'}")
-            )
-            with store as db:
-                ours = bench_fedstats(
-                    n,
-                    db,
-                    root,
-                    args.procs,
-                    poll,
-                    args.wait,
-                    args.tick,
-                    args.timeout,
-                    args.store_threads,
-                    args.encoding_size,
-                    args.dropout,
-                    args.drop_stage,
-                    prof,
-                    args.stage_seconds,
-                    args.share_certificate_checks,
-                    dprof,
-                    args.quiet_seconds or None,
-                    args.preregister,
-                    args.checkin_seconds,
-                )
-            if "error" in ours and ours.get("status") != "done":
-                keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
-                keep.parent.mkdir(parents=True, exist_ok=True)
-                with contextlib.suppress(OSError):
-                    shutil.copy(root / "server.log", keep)
-        if prof is not None and prof.exists():
-            ours["profile"] = profile_summary(prof)
-        if dprof is not None and dprof.exists():
-            ours["device_profile"] = profile_summary(dprof)
+        ours = _fedstats_run(n, args, kind, poll)
         row["fedstats"] = ours
         print(
             f"n={n} fedstats: status {ours.get('status')} wall {ours.get('wall_seconds', 0):.1f} s, "
@@ -1666,53 +1731,8 @@ def main() -> None:
                 f"devices' CPU {c['device_cpu_seconds']:.1f} s",
                 flush=True,
             )
-        if use_flower and args.flower_max_n is not None and n > args.flower_max_n:
-            row["flower_not_run"] = {
-                "not_run": f"n > --flower-max-n {args.flower_max_n}",
-                "note": "Flower's SecAgg+ (stub grid, no network) did not finish its first round at "
-                "n = 1000 within 600 s on this machine (results/service_secagg.json, "
-                "flower.wall_seconds_lower_bound)",
-            }
-        elif use_flower:
-            lengths = [sum(SHAPE), args.encoding_size]
-            fl = bench_flower(n, lengths, timeout=args.flower_timeout)
-            row["flower"] = fl
-            if "server_cpu_seconds" in fl and ours.get("status") == "done":
-                secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
-                row["ratios_flower_over_fedstats"] = {
-                    "server_cpu": fl["server_cpu_seconds"] / ours["server_cpu_seconds"],
-                    "server_cpu_protocol_only": fl["server_cpu_seconds"]
-                    / ours["protocol_server_cpu_seconds"],
-                    "wall_secure_rounds": fl["wall_seconds"] / secure_wall,
-                    "wall_whole_run": fl["wall_seconds"] / ours["wall_seconds"],
-                    "bytes_per_client": fl["bytes_per_client"]
-                    / ours["bytes_per_client"]["total_mean"],
-                }
-            elif fl.get("timed_out") and ours.get("status") == "done":
-                secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
-                row["ratios_flower_over_fedstats_lower_bounds"] = {
-                    "wall_secure_rounds": fl["wall_seconds_lower_bound"] / secure_wall,
-                    "wall_whole_run": fl["wall_seconds_lower_bound"] / ours["wall_seconds"],
-                    "note": "Flower's first round did not finish within --flower-timeout: its wall time "
-                    "is a lower bound, its server CPU unknown",
-                }
-            print(f"n={n} flower: {json.dumps({k: v for k, v in fl.items() if k != 'rounds'})}")
-            ratios = row.get("ratios_flower_over_fedstats") or row.get(
-                "ratios_flower_over_fedstats_lower_bounds"
-            )
-            print(f"n={n} ratios: {ratios}", flush=True)
-        if use_flower and args.flower_transport:
-            ft = bench_flower_transport(
-                n, [sum(SHAPE), args.encoding_size], timeout=args.flower_transport_timeout
-            )
-            row["flower_transport"] = ft
-            print(
-                f"n={n} flower transport: wall {ft.get('wall_seconds')} s, SuperLink+ServerApp CPU "
-                f"{ft.get('superlink_serverapp_cpu_seconds')} s, SuperNodes+ClientApps CPU "
-                f"{ft.get('supernodes_clientapps_cpu_seconds')} s, correct {ft.get('correct')}, "
-                f"error {ft.get('error')}",
-                flush=True,
-            )
+        if use_flower:
+            _flower_row(row, ours, args)
         row["load_average_after"] = list(os.getloadavg())
         ran.append(row)
         save()
