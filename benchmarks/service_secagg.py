@@ -853,6 +853,136 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"mean": float(a.mean()), "max": float(a.max()), "min": float(a.min())}
 
 
+def _task(
+    n: int, encoding_size: int, checkin: float, stage: float, quiet: float | None
+) -> dict[str, Any]:
+    """The benchmark's fed-chi2 task: one secure session of ``n`` devices, with these deadlines (s)."""
+    return {
+        "analysis": "fed-chi2",
+        "params": {"shape": list(SHAPE), "encoding_size": encoding_size},
+        "privacy": {"epsilon": None, "population": "default"},
+        "cohort_size": n,  # devices
+        "min_clients": n // 2,
+        "max_records_per_client": RECORDS_PER_DEVICE,
+        "deadlines": {"checkin": checkin, "round": stage},
+        "secure_aggregation": {"max_session": n}
+        | ({} if quiet is None else {"quiet_seconds": quiet}),
+        "label": f"service_secagg n={n}",
+    }
+
+
+def _device_traffic(devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """The body bytes each device sent and received (summary), and per endpoint their and its requests' means."""
+    cats = sorted({c for d in devices for c in (*d["sent"], *d["received"])})
+    sent = [sum(d["sent"].values()) for d in devices]
+    received = [sum(d["received"].values()) for d in devices]
+    return {
+        "sent": _summary(sent),
+        "received": _summary(received),
+        "total_mean": float(np.mean(sent) + np.mean(received)),
+        "by_endpoint_mean": {
+            c: {
+                "sent": float(np.mean([d["sent"].get(c, 0) for d in devices])),
+                "received": float(np.mean([d["received"].get(c, 0) for d in devices])),
+                "requests": float(np.mean([d["requests"].get(c, 0) for d in devices])),
+            }
+            for c in cats
+        },
+    }
+
+
+_HARNESS = {
+    # the SDK shares them per process (fedstats.client.secure.VERIFIED_CERTIFICATES, SIGNATURES)
+    "devices_share_certificate_checks_per_process": True,
+    "devices_share_signature_checks_per_process": True,
+    "device_worker_switch_interval_seconds": DEVICE_SWITCH_INTERVAL,
+}
+"""What every configuration's devices share (recorded with each result)."""
+
+
+def _start_workers(
+    ctx: Any,
+    procs: int,
+    server: Any,
+    idents: list[dict[str, Any]],
+    data: list[dict[str, list[int]]],
+    common: tuple[Any, ...],
+    device_profile: Path | None,
+    preregister: bool,
+    workers: list[Any],
+) -> None:
+    """Start ``procs`` device processes (:func:`_worker`) into ``workers``, each with every ``procs``-th device.
+
+    ``common`` is ``_worker``'s arguments after the devices' data, up to ``share_checks``; the first
+    process profiles its devices if ``device_profile`` is set. A process is in ``workers`` once started
+    (the caller stops them all, whatever fails).
+    """
+    for w in range(procs):
+        p = ctx.Process(
+            target=_worker,
+            args=(
+                w,
+                server.url,
+                str(server.certs["ca"]),
+                idents[w::procs],
+                data[w::procs],
+                *common,
+                str(device_profile) if device_profile is not None and w == 0 else None,
+                preregister,
+            ),
+            daemon=True,
+        )
+        p.start()
+        workers.append(p)
+
+
+def _collect(
+    result: dict[str, Any],
+    view: dict[str, Any],
+    db: str,
+    out: Any,
+    procs: int,
+    server_cpu: tuple[int, float],
+    sampler: CpuSampler | None,
+) -> None:
+    """Put a finished run's measurements into ``result``: the devices' own (from their ``procs`` worker
+    processes, through ``out``), the journal's phases and CPU, and the protocol's replay.
+
+    ``server_cpu`` is the server's pid and its CPU seconds when the run was created; ``view`` the run as
+    the admin API answers it.
+    """
+    run_id = result["run_id"]
+    pid, cpu0 = server_cpu
+    assert sampler is not None
+    per_worker: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 120
+    while len(per_worker) < procs:
+        kind, _wid, payload = out.get(timeout=max(1.0, deadline - time.monotonic()))
+        if kind == "result":
+            per_worker.append(payload)
+    cpu_all = proc_cpu_seconds(pid) - cpu0
+    devices = [d for w in per_worker for d in w["devices"]]
+    result.update(  # after what bench_fedstats put there (wall, CPU and RSS of the run)
+        status=view["status"],
+        error=view.get("error"),
+        estimate=(view.get("result") or {}).get("estimate"),
+        server_cpu_seconds_until_devices_stopped=cpu_all,
+        client_cpu_seconds_total=sum(w["cpu_seconds"] for w in per_worker),
+        device_errors=[e for w in per_worker for e in w["errors"]][:20],
+        devices_finished=sum(d["finished"] for d in devices),
+        bytes_per_client=_device_traffic(devices),
+    )
+    result["request_sequence_of_one_device"] = next(
+        (d["sequence"] for d in devices if d.get("sequence")), None
+    )
+    result["journal"] = _journal(db, run_id)
+    result["cpu_by_phase"] = _phase_cpu(result["journal"], sampler, _run_created(db, run_id))
+    if view["status"] == "done":
+        replay = protocol_replay(db, run_id)
+        result["protocol_replay"] = replay
+        result["protocol_server_cpu_seconds"] = sum(r["cpu_seconds"] for r in replay)
+
+
 def bench_fedstats(
     n: int,
     db: str,
@@ -918,11 +1048,8 @@ def bench_fedstats(
         "stage_deadline_seconds": stage_seconds or timeout,
         "checkin_deadline_seconds": checkin_seconds or timeout,
         "stage_quiet_seconds": quiet_seconds,
-        # the SDK shares them per process (fedstats.client.secure.VERIFIED_CERTIFICATES, SIGNATURES)
-        "devices_share_certificate_checks_per_process": True,
-        "devices_share_signature_checks_per_process": True,
         "devices_profiled": device_profile is not None,
-        "device_worker_switch_interval_seconds": DEVICE_SWITCH_INTERVAL,
+        **_HARNESS,
     }
     sampler: CpuSampler | None = None
     try:
@@ -935,30 +1062,17 @@ def bench_fedstats(
         result["server_idle_cpu_seconds_per_second"] = (proc_cpu_seconds(pid) - idle0) / (
             time.perf_counter() - t_idle
         )
-        for w in range(procs):
-            p = ctx.Process(
-                target=_worker,
-                args=(
-                    w,
-                    server.url,
-                    str(server.certs["ca"]),
-                    idents[w::procs],
-                    data[w::procs],
-                    poll,
-                    wait,
-                    timeout,
-                    go,
-                    out,
-                    drop,
-                    drop_stage,
-                    share_checks,
-                    str(device_profile) if device_profile is not None and w == 0 else None,
-                    preregister,
-                ),
-                daemon=True,
-            )
-            p.start()
-            workers.append(p)
+        _start_workers(
+            ctx,
+            procs,
+            server,
+            idents,
+            data,
+            (poll, wait, timeout, go, out, drop, drop_stage, share_checks),
+            device_profile,
+            preregister,
+            workers,
+        )
         ready = 0
         cpu_reg = proc_cpu_seconds(pid)
         deadline = time.monotonic() + 300 + (n / 10 if preregister else 0)
@@ -968,20 +1082,11 @@ def bench_fedstats(
         if preregister:
             result["devices_registered_before_run"] = True
             result["registration_server_cpu_seconds"] = proc_cpu_seconds(pid) - cpu_reg
-        task = {
-            "analysis": "fed-chi2",
-            "params": {"shape": list(SHAPE), "encoding_size": encoding_size},
-            "privacy": {"epsilon": None, "population": "default"},
-            "cohort_size": n,  # devices
-            "min_clients": n // 2,
-            "max_records_per_client": RECORDS_PER_DEVICE,
-            "deadlines": {"checkin": checkin_seconds or timeout, "round": stage_seconds or timeout},
-            "secure_aggregation": {"max_session": n}
-            | ({} if quiet_seconds is None else {"quiet_seconds": quiet_seconds}),
-            "label": f"service_secagg n={n}",
-        }
+        task = _task(
+            n, encoding_size, checkin_seconds or timeout, stage_seconds or timeout, quiet_seconds
+        )
         rss_before = proc_status_kib(pid, "VmRSS")
-        hwm_reset = reset_peak_rss(pid)
+        result["server_peak_rss_reset_before_run"] = reset_peak_rss(pid)
         from fedstats.wire.enrollment import issue_analyst
         from fedstats.wire.tasks import sign_task
 
@@ -1014,55 +1119,7 @@ def bench_fedstats(
             if status not in ("done", "aborted"):
                 raise TimeoutError(f"run {run_id} not finished after {timeout:.0f} s ({status})")
             view = a.get(f"/v1/admin/runs/{run_id}", timeout=600).json()
-        per_worker: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 120
-        while len(per_worker) < procs:
-            kind, _wid, payload = out.get(timeout=max(1.0, deadline - time.monotonic()))
-            if kind == "result":
-                per_worker.append(payload)
-        cpu_all = proc_cpu_seconds(pid) - cpu0
-        devices = [d for w in per_worker for d in w["devices"]]
-        cats = sorted({c for d in devices for c in (*d["sent"], *d["received"])})
-        sent = [sum(d["sent"].values()) for d in devices]
-        received = [sum(d["received"].values()) for d in devices]
-        result.update(
-            run_id=run_id,
-            status=view["status"],
-            error=view.get("error"),
-            estimate=(view.get("result") or {}).get("estimate"),
-            wall_seconds=wall,
-            server_cpu_seconds=cpu_run,
-            server_cpu_seconds_until_devices_stopped=cpu_all,
-            server_rss_before_run_mib=rss_before / 1024,
-            server_peak_rss_mib=hwm / 1024,
-            server_peak_rss_reset_before_run=hwm_reset,
-            client_cpu_seconds_total=sum(w["cpu_seconds"] for w in per_worker),
-            device_errors=[e for w in per_worker for e in w["errors"]][:20],
-            devices_finished=sum(d["finished"] for d in devices),
-            bytes_per_client={
-                "sent": _summary(sent),
-                "received": _summary(received),
-                "total_mean": float(np.mean(sent) + np.mean(received)),
-                "by_endpoint_mean": {
-                    c: {
-                        "sent": float(np.mean([d["sent"].get(c, 0) for d in devices])),
-                        "received": float(np.mean([d["received"].get(c, 0) for d in devices])),
-                        "requests": float(np.mean([d["requests"].get(c, 0) for d in devices])),
-                    }
-                    for c in cats
-                },
-            },
-        )
-        result["request_sequence_of_one_device"] = next(
-            (d["sequence"] for d in devices if d.get("sequence")), None
-        )
-        result["journal"] = _journal(db, run_id)
-        assert sampler is not None
-        result["cpu_by_phase"] = _phase_cpu(result["journal"], sampler, _run_created(db, run_id))
-        if view["status"] == "done":
-            replay = protocol_replay(db, run_id)
-            result["protocol_replay"] = replay
-            result["protocol_server_cpu_seconds"] = sum(r["cpu_seconds"] for r in replay)
+        _collect(result, view, db, out, procs, (pid, cpu0), sampler)
         return result
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
