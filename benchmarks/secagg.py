@@ -453,8 +453,8 @@ def save(
     os.replace(tmp, RESULTS)
 
 
-def main() -> None:
-    """Entry point."""
+def _arguments() -> argparse.Namespace:
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small grid (n=100; n=1000 at length 1e3)")
     ap.add_argument("--no-flower", action="store_true", help="skip the Flower comparison")
@@ -504,7 +504,45 @@ def main() -> None:
         help="run the whole grid this many times (rows carry 'repeat'; ratios stay within a repeat)",
     )
     ap.add_argument("--flower-peer", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def _scaling_only(args: argparse.Namespace) -> None:
+    """``--scaling``: the malicious model's CPU at the given n, into ``results/secagg_scaling.json``."""
+    out = scaling(
+        args.scaling,
+        length=(args.lengths or [1000])[0],
+        dropout=(args.dropouts or [0.1])[0],
+        reps=args.reps,
+    )
+    target = args.output if args.output is not None else SCALING
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    os.replace(tmp, target)
+    print(f"wrote {target}: exponent {out['exponent_overall']:.2f}")
+
+
+def _throughput_only(args: argparse.Namespace) -> None:
+    """``--throughput-only``: the mask throughput (and Flower's), updated in the existing results file."""
+    tp = throughput(4_000_000, reps=15)
+    if not args.no_flower and ensure_peers():
+        tp["flower"] = run_flower({"throughput": True, "length": tp["length"], "reps": 5}, 600)
+        if "pseudo_rand_gen_MBps" in tp["flower"]:
+            tp["expand_mask_speedup_vs_flower"] = (
+                tp["expand_mask_uint64_MBps"] / tp["flower"]["pseudo_rand_gen_MBps"]
+            )
+    print(json.dumps(tp, indent=1))
+    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
+    old["mask_throughput"] = tp
+    tmp = RESULTS.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(old, indent=1))
+    os.replace(tmp, RESULTS)
+
+
+def main() -> None:
+    """Entry point."""
+    args = _arguments()
     if args.output is not None:
         globals()["RESULTS"] = args.output
     if args.flower_peer is not None:
@@ -512,33 +550,10 @@ def main() -> None:
         return
 
     if args.scaling:
-        out = scaling(
-            args.scaling,
-            length=(args.lengths or [1000])[0],
-            dropout=(args.dropouts or [0.1])[0],
-            reps=args.reps,
-        )
-        target = args.output if args.output is not None else SCALING
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(out, indent=1))
-        os.replace(tmp, target)
-        print(f"wrote {target}: exponent {out['exponent_overall']:.2f}")
+        _scaling_only(args)
         return
     if args.throughput_only:
-        tp = throughput(4_000_000, reps=15)
-        if not args.no_flower and ensure_peers():
-            tp["flower"] = run_flower({"throughput": True, "length": tp["length"], "reps": 5}, 600)
-            if "pseudo_rand_gen_MBps" in tp["flower"]:
-                tp["expand_mask_speedup_vs_flower"] = (
-                    tp["expand_mask_uint64_MBps"] / tp["flower"]["pseudo_rand_gen_MBps"]
-                )
-        print(json.dumps(tp, indent=1))
-        old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
-        old["mask_throughput"] = tp
-        tmp = RESULTS.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(old, indent=1))
-        os.replace(tmp, RESULTS)
+        _throughput_only(args)
         return
     use_flower = not args.no_flower and ensure_peers()
     flwr_version = flower_version() if use_flower else None

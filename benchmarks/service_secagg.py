@@ -853,6 +853,136 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"mean": float(a.mean()), "max": float(a.max()), "min": float(a.min())}
 
 
+def _task(
+    n: int, encoding_size: int, checkin: float, stage: float, quiet: float | None
+) -> dict[str, Any]:
+    """The benchmark's fed-chi2 task: one secure session of ``n`` devices, with these deadlines (s)."""
+    return {
+        "analysis": "fed-chi2",
+        "params": {"shape": list(SHAPE), "encoding_size": encoding_size},
+        "privacy": {"epsilon": None, "population": "default"},
+        "cohort_size": n,  # devices
+        "min_clients": n // 2,
+        "max_records_per_client": RECORDS_PER_DEVICE,
+        "deadlines": {"checkin": checkin, "round": stage},
+        "secure_aggregation": {"max_session": n}
+        | ({} if quiet is None else {"quiet_seconds": quiet}),
+        "label": f"service_secagg n={n}",
+    }
+
+
+def _device_traffic(devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """The body bytes each device sent and received (summary), and per endpoint their and its requests' means."""
+    cats = sorted({c for d in devices for c in (*d["sent"], *d["received"])})
+    sent = [sum(d["sent"].values()) for d in devices]
+    received = [sum(d["received"].values()) for d in devices]
+    return {
+        "sent": _summary(sent),
+        "received": _summary(received),
+        "total_mean": float(np.mean(sent) + np.mean(received)),
+        "by_endpoint_mean": {
+            c: {
+                "sent": float(np.mean([d["sent"].get(c, 0) for d in devices])),
+                "received": float(np.mean([d["received"].get(c, 0) for d in devices])),
+                "requests": float(np.mean([d["requests"].get(c, 0) for d in devices])),
+            }
+            for c in cats
+        },
+    }
+
+
+_HARNESS = {
+    # the SDK shares them per process (fedstats.client.secure.VERIFIED_CERTIFICATES, SIGNATURES)
+    "devices_share_certificate_checks_per_process": True,
+    "devices_share_signature_checks_per_process": True,
+    "device_worker_switch_interval_seconds": DEVICE_SWITCH_INTERVAL,
+}
+"""What every configuration's devices share (recorded with each result)."""
+
+
+def _start_workers(
+    ctx: Any,
+    procs: int,
+    server: Any,
+    idents: list[dict[str, Any]],
+    data: list[dict[str, list[int]]],
+    common: tuple[Any, ...],
+    device_profile: Path | None,
+    preregister: bool,
+    workers: list[Any],
+) -> None:
+    """Start ``procs`` device processes (:func:`_worker`) into ``workers``, each with every ``procs``-th device.
+
+    ``common`` is ``_worker``'s arguments after the devices' data, up to ``share_checks``; the first
+    process profiles its devices if ``device_profile`` is set. A process is in ``workers`` once started
+    (the caller stops them all, whatever fails).
+    """
+    for w in range(procs):
+        p = ctx.Process(
+            target=_worker,
+            args=(
+                w,
+                server.url,
+                str(server.certs["ca"]),
+                idents[w::procs],
+                data[w::procs],
+                *common,
+                str(device_profile) if device_profile is not None and w == 0 else None,
+                preregister,
+            ),
+            daemon=True,
+        )
+        p.start()
+        workers.append(p)
+
+
+def _collect(
+    result: dict[str, Any],
+    view: dict[str, Any],
+    db: str,
+    out: Any,
+    procs: int,
+    server_cpu: tuple[int, float],
+    sampler: CpuSampler | None,
+) -> None:
+    """Put a finished run's measurements into ``result``: the devices' own (from their ``procs`` worker
+    processes, through ``out``), the journal's phases and CPU, and the protocol's replay.
+
+    ``server_cpu`` is the server's pid and its CPU seconds when the run was created; ``view`` the run as
+    the admin API answers it.
+    """
+    run_id = result["run_id"]
+    pid, cpu0 = server_cpu
+    assert sampler is not None
+    per_worker: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 120
+    while len(per_worker) < procs:
+        kind, _wid, payload = out.get(timeout=max(1.0, deadline - time.monotonic()))
+        if kind == "result":
+            per_worker.append(payload)
+    cpu_all = proc_cpu_seconds(pid) - cpu0
+    devices = [d for w in per_worker for d in w["devices"]]
+    result.update(  # after what bench_fedstats put there (wall, CPU and RSS of the run)
+        status=view["status"],
+        error=view.get("error"),
+        estimate=(view.get("result") or {}).get("estimate"),
+        server_cpu_seconds_until_devices_stopped=cpu_all,
+        client_cpu_seconds_total=sum(w["cpu_seconds"] for w in per_worker),
+        device_errors=[e for w in per_worker for e in w["errors"]][:20],
+        devices_finished=sum(d["finished"] for d in devices),
+        bytes_per_client=_device_traffic(devices),
+    )
+    result["request_sequence_of_one_device"] = next(
+        (d["sequence"] for d in devices if d.get("sequence")), None
+    )
+    result["journal"] = _journal(db, run_id)
+    result["cpu_by_phase"] = _phase_cpu(result["journal"], sampler, _run_created(db, run_id))
+    if view["status"] == "done":
+        replay = protocol_replay(db, run_id)
+        result["protocol_replay"] = replay
+        result["protocol_server_cpu_seconds"] = sum(r["cpu_seconds"] for r in replay)
+
+
 def bench_fedstats(
     n: int,
     db: str,
@@ -872,8 +1002,12 @@ def bench_fedstats(
     device_profile: Path | None = None,
     quiet_seconds: float | None = None,
     preregister: bool = False,
+    checkin_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
+
+    ``checkin_seconds`` is the task's check-in deadline (default ``timeout``): a device of the harness that
+    never checks in then delays the run by that long, not by the whole ``timeout``.
 
     ``encoding_size`` is the second round's vector length; ``floor(dropout * n)`` devices (chosen with a
     fixed seed) stop answering at secure stage ``drop_stage`` of every session (a stage then closes at
@@ -912,12 +1046,10 @@ def bench_fedstats(
         "drop_stage": STAGES[drop_stage] if drop else None,
         "profiled": profile is not None,
         "stage_deadline_seconds": stage_seconds or timeout,
+        "checkin_deadline_seconds": checkin_seconds or timeout,
         "stage_quiet_seconds": quiet_seconds,
-        # the SDK shares them per process (fedstats.client.secure.VERIFIED_CERTIFICATES, SIGNATURES)
-        "devices_share_certificate_checks_per_process": True,
-        "devices_share_signature_checks_per_process": True,
         "devices_profiled": device_profile is not None,
-        "device_worker_switch_interval_seconds": DEVICE_SWITCH_INTERVAL,
+        **_HARNESS,
     }
     sampler: CpuSampler | None = None
     try:
@@ -930,30 +1062,17 @@ def bench_fedstats(
         result["server_idle_cpu_seconds_per_second"] = (proc_cpu_seconds(pid) - idle0) / (
             time.perf_counter() - t_idle
         )
-        for w in range(procs):
-            p = ctx.Process(
-                target=_worker,
-                args=(
-                    w,
-                    server.url,
-                    str(server.certs["ca"]),
-                    idents[w::procs],
-                    data[w::procs],
-                    poll,
-                    wait,
-                    timeout,
-                    go,
-                    out,
-                    drop,
-                    drop_stage,
-                    share_checks,
-                    str(device_profile) if device_profile is not None and w == 0 else None,
-                    preregister,
-                ),
-                daemon=True,
-            )
-            p.start()
-            workers.append(p)
+        _start_workers(
+            ctx,
+            procs,
+            server,
+            idents,
+            data,
+            (poll, wait, timeout, go, out, drop, drop_stage, share_checks),
+            device_profile,
+            preregister,
+            workers,
+        )
         ready = 0
         cpu_reg = proc_cpu_seconds(pid)
         deadline = time.monotonic() + 300 + (n / 10 if preregister else 0)
@@ -963,20 +1082,11 @@ def bench_fedstats(
         if preregister:
             result["devices_registered_before_run"] = True
             result["registration_server_cpu_seconds"] = proc_cpu_seconds(pid) - cpu_reg
-        task = {
-            "analysis": "fed-chi2",
-            "params": {"shape": list(SHAPE), "encoding_size": encoding_size},
-            "privacy": {"epsilon": None, "population": "default"},
-            "cohort_size": n,  # devices
-            "min_clients": n // 2,
-            "max_records_per_client": RECORDS_PER_DEVICE,
-            "deadlines": {"checkin": timeout, "round": stage_seconds or timeout},
-            "secure_aggregation": {"max_session": n}
-            | ({} if quiet_seconds is None else {"quiet_seconds": quiet_seconds}),
-            "label": f"service_secagg n={n}",
-        }
+        task = _task(
+            n, encoding_size, checkin_seconds or timeout, stage_seconds or timeout, quiet_seconds
+        )
         rss_before = proc_status_kib(pid, "VmRSS")
-        hwm_reset = reset_peak_rss(pid)
+        result["server_peak_rss_reset_before_run"] = reset_peak_rss(pid)
         from fedstats.wire.enrollment import issue_analyst
         from fedstats.wire.tasks import sign_task
 
@@ -1009,55 +1119,7 @@ def bench_fedstats(
             if status not in ("done", "aborted"):
                 raise TimeoutError(f"run {run_id} not finished after {timeout:.0f} s ({status})")
             view = a.get(f"/v1/admin/runs/{run_id}", timeout=600).json()
-        per_worker: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 120
-        while len(per_worker) < procs:
-            kind, _wid, payload = out.get(timeout=max(1.0, deadline - time.monotonic()))
-            if kind == "result":
-                per_worker.append(payload)
-        cpu_all = proc_cpu_seconds(pid) - cpu0
-        devices = [d for w in per_worker for d in w["devices"]]
-        cats = sorted({c for d in devices for c in (*d["sent"], *d["received"])})
-        sent = [sum(d["sent"].values()) for d in devices]
-        received = [sum(d["received"].values()) for d in devices]
-        result.update(
-            run_id=run_id,
-            status=view["status"],
-            error=view.get("error"),
-            estimate=(view.get("result") or {}).get("estimate"),
-            wall_seconds=wall,
-            server_cpu_seconds=cpu_run,
-            server_cpu_seconds_until_devices_stopped=cpu_all,
-            server_rss_before_run_mib=rss_before / 1024,
-            server_peak_rss_mib=hwm / 1024,
-            server_peak_rss_reset_before_run=hwm_reset,
-            client_cpu_seconds_total=sum(w["cpu_seconds"] for w in per_worker),
-            device_errors=[e for w in per_worker for e in w["errors"]][:20],
-            devices_finished=sum(d["finished"] for d in devices),
-            bytes_per_client={
-                "sent": _summary(sent),
-                "received": _summary(received),
-                "total_mean": float(np.mean(sent) + np.mean(received)),
-                "by_endpoint_mean": {
-                    c: {
-                        "sent": float(np.mean([d["sent"].get(c, 0) for d in devices])),
-                        "received": float(np.mean([d["received"].get(c, 0) for d in devices])),
-                        "requests": float(np.mean([d["requests"].get(c, 0) for d in devices])),
-                    }
-                    for c in cats
-                },
-            },
-        )
-        result["request_sequence_of_one_device"] = next(
-            (d["sequence"] for d in devices if d.get("sequence")), None
-        )
-        result["journal"] = _journal(db, run_id)
-        assert sampler is not None
-        result["cpu_by_phase"] = _phase_cpu(result["journal"], sampler, _run_created(db, run_id))
-        if view["status"] == "done":
-            replay = protocol_replay(db, run_id)
-            result["protocol_replay"] = replay
-            result["protocol_server_cpu_seconds"] = sum(r["cpu_seconds"] for r in replay)
+        _collect(result, view, db, out, procs, (pid, cpu0), sampler)
         return result
     except Exception as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
@@ -1367,8 +1429,8 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": out_rows, "server_cpu_exponent": exponent, "goals": goals}
 
 
-def main() -> None:
-    """Run the configurations; print one line each; write ``results/service_secagg.json``."""
+def _arguments() -> argparse.Namespace:
+    """The command line, with ``--scale``'s defaults filled in."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="n = 100 only")
     ap.add_argument("--clients", type=int, nargs="+", help="n values (default 100 1000)")
@@ -1486,6 +1548,13 @@ def main() -> None:
         "Flower up to n = 200 (unless --flower-max-n); writes "
         "results/service_secagg_scale.json with a 'scale' summary (scale_summary)",
     )
+    ap.add_argument(
+        "--checkin-seconds",
+        type=float,
+        default=None,
+        help="the task's check-in deadline (default --timeout): the run goes on with the devices that "
+        "checked in by then (at least half), instead of waiting for a harness device that never does",
+    )
     ap.add_argument("--db", choices=["auto", "sqlite", "postgresql"], default="auto")
     ap.add_argument("--output", default="service_secagg", help="results name under results/")
     ap.add_argument(
@@ -1508,6 +1577,122 @@ def main() -> None:
         args.flower_max_n = 200 if args.flower_max_n is None else args.flower_max_n
         args.wait = 25.0 if args.wait == 20.0 else args.wait
         args.preregister = True
+    return args
+
+
+def _flower_row(row: dict[str, Any], ours: dict[str, Any], args: argparse.Namespace) -> None:
+    """Flower's SecAgg+ at ``row["n"]`` (stub grid, and its transport if asked), with the ratios, in ``row``."""
+    n = row["n"]
+    if args.flower_max_n is not None and n > args.flower_max_n:
+        row["flower_not_run"] = {
+            "not_run": f"n > --flower-max-n {args.flower_max_n}",
+            "note": "Flower's SecAgg+ (stub grid, no network) did not finish its first round at "
+            "n = 1000 within 600 s on this machine (results/service_secagg.json, "
+            "flower.wall_seconds_lower_bound)",
+        }
+    else:
+        lengths = [sum(SHAPE), args.encoding_size]
+        fl = bench_flower(n, lengths, timeout=args.flower_timeout)
+        row["flower"] = fl
+        if "server_cpu_seconds" in fl and ours.get("status") == "done":
+            secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
+            row["ratios_flower_over_fedstats"] = {
+                "server_cpu": fl["server_cpu_seconds"] / ours["server_cpu_seconds"],
+                "server_cpu_protocol_only": fl["server_cpu_seconds"]
+                / ours["protocol_server_cpu_seconds"],
+                "wall_secure_rounds": fl["wall_seconds"] / secure_wall,
+                "wall_whole_run": fl["wall_seconds"] / ours["wall_seconds"],
+                "bytes_per_client": fl["bytes_per_client"] / ours["bytes_per_client"]["total_mean"],
+            }
+        elif fl.get("timed_out") and ours.get("status") == "done":
+            secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
+            row["ratios_flower_over_fedstats_lower_bounds"] = {
+                "wall_secure_rounds": fl["wall_seconds_lower_bound"] / secure_wall,
+                "wall_whole_run": fl["wall_seconds_lower_bound"] / ours["wall_seconds"],
+                "note": "Flower's first round did not finish within --flower-timeout: its wall time "
+                "is a lower bound, its server CPU unknown",
+            }
+        print(f"n={n} flower: {json.dumps({k: v for k, v in fl.items() if k != 'rounds'})}")
+        ratios = row.get("ratios_flower_over_fedstats") or row.get(
+            "ratios_flower_over_fedstats_lower_bounds"
+        )
+        print(f"n={n} ratios: {ratios}", flush=True)
+    if args.flower_transport:
+        ft = bench_flower_transport(
+            n, [sum(SHAPE), args.encoding_size], timeout=args.flower_transport_timeout
+        )
+        row["flower_transport"] = ft
+        print(
+            f"n={n} flower transport: wall {ft.get('wall_seconds')} s, SuperLink+ServerApp CPU "
+            f"{ft.get('superlink_serverapp_cpu_seconds')} s, SuperNodes+ClientApps CPU "
+            f"{ft.get('supernodes_clientapps_cpu_seconds')} s, correct {ft.get('correct')}, "
+            f"error {ft.get('error')}",
+            flush=True,
+        )
+
+
+def _fedstats_run(n: int, args: argparse.Namespace, kind: str, poll: float) -> dict[str, Any]:
+    """:func:`bench_fedstats` at ``n`` with the command line's options, in a throwaway store and directory.
+
+    The profiles asked for are summarized into the result; a failed run's server log is kept under
+    ``results/tmp``.
+    """
+    prof = HERE / "results" / "tmp" / f"{args.output}_n{n}.prof" if args.profile else None
+    if prof is not None:
+        prof.parent.mkdir(parents=True, exist_ok=True)
+        prof.unlink(missing_ok=True)
+    dprof = (
+        HERE / "results" / "tmp" / f"{args.output}_n{n}_devices.prof"
+        if args.profile_devices
+        else None
+    )
+    if dprof is not None:
+        dprof.parent.mkdir(parents=True, exist_ok=True)
+        dprof.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="svc-secagg-") as tmp:
+        root = Path(tmp)
+        store: contextlib.AbstractContextManager[str] = (
+            pg_schema()
+            if kind == "postgresql"
+            else contextlib.nullcontext(f"sqlite:///{root / 'fedstats.db'}")
+        )
+        with store as db:
+            ours = bench_fedstats(
+                n,
+                db,
+                root,
+                args.procs,
+                poll,
+                args.wait,
+                args.tick,
+                args.timeout,
+                args.store_threads,
+                args.encoding_size,
+                args.dropout,
+                args.drop_stage,
+                prof,
+                args.stage_seconds,
+                args.share_certificate_checks,
+                dprof,
+                args.quiet_seconds or None,
+                args.preregister,
+                args.checkin_seconds,
+            )
+        if "error" in ours and ours.get("status") != "done":
+            keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                shutil.copy(root / "server.log", keep)
+    if prof is not None and prof.exists():
+        ours["profile"] = profile_summary(prof)
+    if dprof is not None and dprof.exists():
+        ours["device_profile"] = profile_summary(dprof)
+    return ours
+
+
+def main() -> None:
+    """Run the configurations; print one line each; write ``results/service_secagg.json``."""
+    args = _arguments()
     clients = args.clients or ([100] if args.quick else [100, 1000])
 
     import secagg as peer
@@ -1559,13 +1744,11 @@ def main() -> None:
     old_file = HERE / "results" / f"{args.output}.json"
     if args.keep_others and old_file.exists():
         old = json.loads(old_file.read_text())
-        for row in old.get("configurations", []):
-            if row["n"] not in clients:
-                row.setdefault("command", old.get("command"))
-                row.setdefault("time", old.get("time"))
-                row.setdefault("load_average_before", old.get("load_average_before"))
-                row.setdefault("load_average_after", old.get("load_average_after"))
-                kept.append(row)
+        for earlier in old.get("configurations", []):
+            if earlier["n"] not in clients:
+                for key in ("command", "time", "load_average_before", "load_average_after"):
+                    earlier.setdefault(key, old.get(key))
+                kept.append(earlier)
 
     def save() -> None:
         doc["load_average_after"] = list(os.getloadavg())
@@ -1588,55 +1771,7 @@ def main() -> None:
 
         p = find_parameters(n)
         row["k"], row["t"] = p.k, p.t
-        prof = HERE / "results" / "tmp" / f"{args.output}_n{n}.prof" if args.profile else None
-        if prof is not None:
-            prof.parent.mkdir(parents=True, exist_ok=True)
-            prof.unlink(missing_ok=True)
-        dprof = (
-            HERE / "results" / "tmp" / f"{args.output}_n{n}_devices.prof"
-            if args.profile_devices
-            else None
-        )
-        if dprof is not None:
-            dprof.parent.mkdir(parents=True, exist_ok=True)
-            dprof.unlink(missing_ok=True)
-        with tempfile.TemporaryDirectory(prefix="svc-secagg-") as tmp:
-            root = Path(tmp)
-            store: contextlib.AbstractContextManager[str] = (
-                pg_schema()
-                if kind == "postgresql"
-                else contextlib.nullcontext(f"sqlite:///{root / 'fedstats.db'}")
-            )
-            with store as db:
-                ours = bench_fedstats(
-                    n,
-                    db,
-                    root,
-                    args.procs,
-                    poll,
-                    args.wait,
-                    args.tick,
-                    args.timeout,
-                    args.store_threads,
-                    args.encoding_size,
-                    args.dropout,
-                    args.drop_stage,
-                    prof,
-                    args.stage_seconds,
-                    args.share_certificate_checks,
-                    dprof,
-                    args.quiet_seconds or None,
-                    args.preregister,
-                )
-            if "error" in ours and ours.get("status") != "done":
-                keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
-                keep.parent.mkdir(parents=True, exist_ok=True)
-                with contextlib.suppress(OSError):
-                    shutil.copy(root / "server.log", keep)
-        if prof is not None and prof.exists():
-            ours["profile"] = profile_summary(prof)
-        if dprof is not None and dprof.exists():
-            ours["device_profile"] = profile_summary(dprof)
+        ours = _fedstats_run(n, args, kind, poll)
         row["fedstats"] = ours
         print(
             f"n={n} fedstats: status {ours.get('status')} wall {ours.get('wall_seconds', 0):.1f} s, "
@@ -1653,53 +1788,8 @@ def main() -> None:
                 f"devices' CPU {c['device_cpu_seconds']:.1f} s",
                 flush=True,
             )
-        if use_flower and args.flower_max_n is not None and n > args.flower_max_n:
-            row["flower_not_run"] = {
-                "not_run": f"n > --flower-max-n {args.flower_max_n}",
-                "note": "Flower's SecAgg+ (stub grid, no network) did not finish its first round at "
-                "n = 1000 within 600 s on this machine (results/service_secagg.json, "
-                "flower.wall_seconds_lower_bound)",
-            }
-        elif use_flower:
-            lengths = [sum(SHAPE), args.encoding_size]
-            fl = bench_flower(n, lengths, timeout=args.flower_timeout)
-            row["flower"] = fl
-            if "server_cpu_seconds" in fl and ours.get("status") == "done":
-                secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
-                row["ratios_flower_over_fedstats"] = {
-                    "server_cpu": fl["server_cpu_seconds"] / ours["server_cpu_seconds"],
-                    "server_cpu_protocol_only": fl["server_cpu_seconds"]
-                    / ours["protocol_server_cpu_seconds"],
-                    "wall_secure_rounds": fl["wall_seconds"] / secure_wall,
-                    "wall_whole_run": fl["wall_seconds"] / ours["wall_seconds"],
-                    "bytes_per_client": fl["bytes_per_client"]
-                    / ours["bytes_per_client"]["total_mean"],
-                }
-            elif fl.get("timed_out") and ours.get("status") == "done":
-                secure_wall = sum(r["round_seconds"] for r in ours["journal"]["rounds"])
-                row["ratios_flower_over_fedstats_lower_bounds"] = {
-                    "wall_secure_rounds": fl["wall_seconds_lower_bound"] / secure_wall,
-                    "wall_whole_run": fl["wall_seconds_lower_bound"] / ours["wall_seconds"],
-                    "note": "Flower's first round did not finish within --flower-timeout: its wall time "
-                    "is a lower bound, its server CPU unknown",
-                }
-            print(f"n={n} flower: {json.dumps({k: v for k, v in fl.items() if k != 'rounds'})}")
-            ratios = row.get("ratios_flower_over_fedstats") or row.get(
-                "ratios_flower_over_fedstats_lower_bounds"
-            )
-            print(f"n={n} ratios: {ratios}", flush=True)
-        if use_flower and args.flower_transport:
-            ft = bench_flower_transport(
-                n, [sum(SHAPE), args.encoding_size], timeout=args.flower_transport_timeout
-            )
-            row["flower_transport"] = ft
-            print(
-                f"n={n} flower transport: wall {ft.get('wall_seconds')} s, SuperLink+ServerApp CPU "
-                f"{ft.get('superlink_serverapp_cpu_seconds')} s, SuperNodes+ClientApps CPU "
-                f"{ft.get('supernodes_clientapps_cpu_seconds')} s, correct {ft.get('correct')}, "
-                f"error {ft.get('error')}",
-                flush=True,
-            )
+        if use_flower:
+            _flower_row(row, ours, args)
         row["load_average_after"] = list(os.getloadavg())
         ran.append(row)
         save()

@@ -37,6 +37,7 @@ __all__ = [
     "held_down",
     "known_member",
     "member_of",
+    "prime_stage",
     "probe_stage",
     "record_reveal",
     "screen_up",
@@ -44,6 +45,7 @@ __all__ = [
     "seed_reveals",
     "seed_transcript",
     "session_member",
+    "stage_known",
     "stage_pending",
     "submit_up",
     "submit_up_at",
@@ -430,6 +432,8 @@ def screen_up(
 ) -> tuple[int, str] | None:
     """A stage message's sender index and digest if this process can vouch for it without a read, else None.
 
+    :func:`prime_stage` fills what it needs (once per stage and process).
+
     The checks of :func:`submit_up_at`'s common path from what this process already holds (the
     session's members, the stage's messages to the devices, the stage's size limit): the sender is a
     member addressed at this stage and the message is within the limit. Whether the session is still
@@ -446,6 +450,29 @@ def screen_up(
     if i is None or i not in downs:
         return None
     return i, digest_of(data)
+
+
+def stage_known(run_id: str, index: int, number: int, stage: int) -> bool:
+    """Whether this process holds all :func:`screen_up` needs of a session's stage (see :func:`prime_stage`)."""
+    key = (run_id, index, number, stage)
+    return key in _LIMITS and key in _DOWNS and (run_id, index, number) in _MEMBERS
+
+
+def prime_stage(tx: State, run_id: str, index: int, number: int, stage: int) -> None:
+    """Load what :func:`screen_up` needs of a session's stage into this process's memory, if it can.
+
+    The session's members, the stage's messages to the devices (once it opened) and its size limit: the
+    first batch of a stage's messages is then screened from memory like the later ones, instead of
+    taking the exact path one transaction per message. Nothing is loaded for an unknown session or a
+    stage not open yet (their messages take the exact path, which says why).
+    """
+    if stage_known(run_id, index, number, stage):
+        return
+    if tx.secure_session(run_id, index, number) is None:
+        return
+    _members_of(tx, run_id, index, number)
+    if _stage_downs(tx, run_id, index, number, stage) is not None:
+        _limit(tx, run_id, index, number, stage)
 
 
 def submit_up(

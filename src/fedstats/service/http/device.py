@@ -54,7 +54,7 @@ from fedstats.service.http.schemas import (
     IdPath,
     IndexPath,
 )
-from fedstats.service.http.secure import add_secure_routes
+from fedstats.service.http.secure import SecureRoutes, add_secure_routes
 from fedstats.service.store import State, Store
 from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
@@ -380,8 +380,7 @@ def add_client_routes(
             raise HTTPException(401, "unknown client")
         return row.population
 
-    add_secure_routes(
-        app,
+    secure_routes = SecureRoutes(
         store,
         cast(Any, device.signed),
         cast(Any, use_nonce),
@@ -393,4 +392,5 @@ def add_client_routes(
         max_wait=cfg.max_wait,
         offload=offload,
     )
+    add_secure_routes(app, secure_routes)
     return cache

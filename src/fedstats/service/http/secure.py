@@ -27,9 +27,9 @@ import functools
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from fedstats.service.domain import runs, secure, secure_devices
@@ -37,12 +37,13 @@ from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.http.batching import TransactionBatcher
 from fedstats.service.http.deps import NonceUse
+from fedstats.service.http.edge import StrictRoute
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
 from fedstats.service.http.secure_batch import StageBatcher, StageUp
 from fedstats.service.store import State, Store
 from fedstats.wire import seeding
 
-__all__ = ["add_secure_routes"]
+__all__ = ["SecureDep", "SecureRoutes", "add_secure_routes", "router", "secure_routes"]
 
 T = TypeVar("T")
 
@@ -59,25 +60,16 @@ Signed = Callable[[Request], Awaitable[tuple[str, bytes, NonceUse | None]]]
 UseNonce = Callable[[State, NonceUse | None], None]
 
 
-def add_secure_routes(
-    app: FastAPI,
-    store: Store,
-    signed: Signed,
-    use_nonce: UseNonce,
-    parse_json: Callable[[bytes], Any],
-    counters: dict[str, float],
-    wakeup: Wakeup,
-    *,
-    changes: Changes,
-    population_of: Callable[[str], Awaitable[str]],
-    max_wait: float,
-    offload: Offloading,
-) -> None:
-    """Add the secure-run client endpoints to ``app`` (see the module docstring).
+class SecureRoutes:
+    """What the secure-run routes share in one app (``app.state.secure``, the :data:`SecureDep` dependency).
+
+    The app's store and callbacks, and the caches and batchers that make a session of ``n`` devices cost
+    less than ``n`` times one device: immutable answers serialized once, the reveals and the stage messages
+    that arrive together committed together, and the look at the store that every held request of a
+    session needs after the same state change made once.
 
     Parameters
     ----------
-    app : FastAPI
     store : Store
     signed : callable
         Verifies a signed request; returns ``(client_id, body, nonce)``.
@@ -98,117 +90,73 @@ def add_secure_routes(
     offload : callable
         Runs a blocking store function on the server's store threads (:class:`fedstats.service.http.fastpath.Offload`).
     """
-    base = "/v1/client/runs/{run_id}"
 
-    # immutable answers, serialized once (off the event loop): a session's certificates, and a seed
-    # transcript once the seed is fixed; every device of a 1000-device session asks for them
-    cache: dict[tuple[str, ...], bytes] = {}
-    tags: dict[bytes, str] = {}  # ETag of a cached certificate list
+    def __init__(
+        self,
+        store: Store,
+        signed: Signed,
+        use_nonce: UseNonce,
+        parse_json: Callable[[bytes], Any],
+        counters: dict[str, float],
+        wakeup: Wakeup,
+        *,
+        changes: Changes,
+        population_of: Callable[[str], Awaitable[str]],
+        max_wait: float,
+        offload: Offloading,
+    ) -> None:
+        self.store = store
+        self.signed = signed
+        self.use_nonce = use_nonce
+        self.parse_json = parse_json
+        self.counters = counters
+        self.wakeup = wakeup
+        self.changes = changes
+        self.population_of = population_of
+        self.max_wait = max_wait
+        self.offload = offload
+        # immutable answers, serialized once (off the event loop): a session's certificates, and a seed
+        # transcript once the seed is fixed; every device of a 1000-device session asks for them
+        self.cache: dict[tuple[str, ...], bytes] = {}
+        self.tags: dict[bytes, str] = {}  # ETag of a cached certificate list
 
-    def cached(key: tuple[str, ...], build: Callable[[], Any]) -> bytes:
-        got = cache.get(key)
+        def on_thread(fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+            return offload(functools.partial(fn, *args))
+
+        # the reveals of a run lock its row: those that arrive together share one transaction
+        self.together = TransactionBatcher(store, on_thread)
+        # the stage messages that arrive together: one transaction (one statement on PostgreSQL)
+        self.stages = StageBatcher(store, on_thread)
+        # a state change wakes every held request of a session at once: those that need the same look
+        # at the store (has the stage opened? is the session over?) share one, not one transaction each
+        self.probes: dict[tuple[str, ...], asyncio.Future[Any]] = {}
+
+    def cached(self, key: tuple[str, ...], build: Callable[[], Any]) -> bytes:
+        """The JSON of ``build()``, kept under ``key`` (an immutable answer: built once)."""
+        got = self.cache.get(key)
         if got is None:
             got = json.dumps(build()).encode()
-            if len(cache) > 256:
-                cache.clear()
-            cache[key] = got
+            if len(self.cache) > 256:
+                self.cache.clear()
+            self.cache[key] = got
         return got
 
-    # the reveals of a run lock its row: those that arrive together share one transaction
-    together = TransactionBatcher(store, lambda fn, *args: offload(functools.partial(fn, *args)))
+    def etag(self, body: bytes) -> str:
+        """The ETag of a cached (immutable) body, computed once."""
+        tag = self.tags.get(body)
+        if tag is None:
+            tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+            if len(self.tags) > 256:
+                self.tags.clear()
+            self.tags[body] = tag
+        return tag
 
-    @app.get(base + "/seed", **DEVICE)
-    async def seed(run_id: IdPath, request: Request, part: str | None = None) -> Response:
-        """The seed transcript; ``?part=reveals``: only the seed and the reveals in list order.
-
-        A device that revealed holds the commitment list (ids, commitments, slots, keys) it saw; once
-        the seed is fixed it needs only the reveals beside it (a third of the bytes).
-        """
-        cid, _, _ = await signed(request)
-        if part not in (None, "reveals"):
-            raise HTTPException(422, "part must be 'reveals' or absent")
-        fast = cache.get(("reveals", run_id)) if part == "reveals" else None
-        if fast is not None and secure_devices.cached_member(run_id, cid):
-            return Response(fast, media_type="application/json")  # fixed: no transaction
-
-        def go() -> bytes:
-            with store.transaction(read_only=True) as s:
-                run = runs.load_run(s, run_id)
-                secure_devices.member_of(s, run_id, cid)
-                if part == "reveals" and run.public_seed is not None:
-                    return cached(("reveals", run_id), lambda: secure_devices.seed_reveals(s, run))
-                if run.public_seed is None:
-                    if run.status == "seeding":  # the commitment list: fixed, every member asks
-                        return cached(
-                            ("commitments", run_id),
-                            lambda: secure_devices.seed_transcript(s, run),
-                        )
-                    return json.dumps(secure_devices.seed_transcript(s, run)).encode()
-                return cached(("seed", run_id), lambda: secure_devices.seed_transcript(s, run))
-
-        return Response(await offload(go), media_type="application/json")
-
-    @app.post(base + "/reveal", openapi_extra=REVEAL_BODY, **DEVICE)
-    async def reveal(run_id: IdPath, request: Request, wait: float = 0.0) -> Response:
-        """Record the device's reveal; with ``wait``, also answer with the reveals once the seed is fixed.
-
-        The acknowledgement is ``{"accepted": true, "duplicate": bool}``. With ``wait`` > 0 it is held
-        until the run's seed is fixed (every member revealed), up to ``wait`` seconds (at most
-        ``max_wait``), and then also carries ``"revealed"``: what ``GET .../seed?part=reveals`` answers
-        (the seed and every reveal in list order), one request fewer per device.
-        """
-        cid, body, nonce = await signed(request)
-        check_wait(wait)
-        data = parse_json(body)
-        if not isinstance(data, dict) or not all(
-            isinstance(data.get(k), str) for k in ("value", "seen")
-        ):
-            raise HTTPException(422, 'body must be {"value": hex, "seen": hex}')
-        population = await population_of(cid) if wait > 0 else ""
-        before = changes.generation(population)  # the seed was not fixed then (see below)
-
-        def go(tx: State) -> bool:
-            use_nonce(tx, nonce)
-            run = runs.load_run(tx, run_id, lock=True)
-            return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
-
-        new = bool(await together(go))  # with the reveals that arrive meanwhile: one transaction
-        wakeup.set()
-        ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
-        if wait > 0:
-
-            def look() -> bytes | None:
-                with store.transaction(read_only=True) as tx:
-                    run = runs.load_run(tx, run_id)
-                    if run.public_seed is None:
-                        return None
-                    return cached(("reveals", run_id), lambda: secure_devices.seed_reveals(tx, run))
-
-            async def attempt() -> bytes | None:
-                got = cache.get(("reveals", run_id))
-                return got if got is not None else await offload(look)
-
-            # a new reveal was stored while the run was seeding: its seed was not fixed at `before`
-            got = await changes.hold(
-                population, min(wait, max_wait), attempt, since=before if new else None
-            )
-            if got is not None:
-                ack += b',"revealed":' + got
-        return Response(ack + b"}", media_type="application/json")
-
-    stage_path = base + "/rounds/{index}/secure/{number}/{stage}"
-    stages = StageBatcher(store, lambda fn, *args: offload(functools.partial(fn, *args)))
-    app.state.stage_batcher = stages
-
-    # a state change wakes every held request of a session at once: those that need the same look at
-    # the store (has the stage opened? is the session over?) share one, not one transaction each
-    probes: dict[tuple[str, ...], asyncio.Future[Any]] = {}
-
-    async def shared(key: tuple[str, ...], look: Callable[[], T]) -> T:
+    async def shared(self, key: tuple[str, ...], look: Callable[[], T]) -> T:
         """``await offload(look)``, shared with the requests that ask for the same ``key`` meanwhile."""
+        probes = self.probes
         fut = probes.get(key)
         if fut is None:
-            fut = asyncio.ensure_future(offload(look))
+            fut = asyncio.ensure_future(self.offload(look))
             probes[key] = fut
 
             def done(f: asyncio.Future[Any], key: tuple[str, ...] = key) -> None:
@@ -220,55 +168,43 @@ def add_secure_routes(
             fut.add_done_callback(done)
         return await asyncio.shield(fut)
 
-    @app.get(base + "/rounds/{index}/secure/{number}/certificates", **DEVICE)
-    async def certificates(
-        run_id: IdPath,
-        index: IndexPath,
-        number: IndexPath,
-        request: Request,
-        members: str | None = None,
-    ) -> Response:
-        """The certificates of the session's members: all (ETag), or ``?members=3,17,...`` only.
+    def seed_answer(self, run_id: str, cid: str, part: str | None) -> bytes:
+        """The seed transcript (or its reveals) as ``GET .../seed`` answers it (a store thread's work)."""
+        with self.store.transaction(read_only=True) as s:
+            run = runs.load_run(s, run_id)
+            secure_devices.member_of(s, run_id, cid)
+            if part == "reveals" and run.public_seed is not None:
+                return self.cached(("reveals", run_id), lambda: secure_devices.seed_reveals(s, run))
+            if run.public_seed is None:
+                if run.status == "seeding":  # the commitment list: fixed, every member asks
+                    return self.cached(
+                        ("commitments", run_id), lambda: secure_devices.seed_transcript(s, run)
+                    )
+                return json.dumps(secure_devices.seed_transcript(s, run)).encode()
+            return self.cached(("seed", run_id), lambda: secure_devices.seed_transcript(s, run))
 
-        A device asks for its neighbours' and a few audited members' (positions in roster order), so
-        a session of ``n`` costs ``n (k + a)`` certificates served, not ``n^2``.
-        """
-        cid, _, _ = await signed(request)
-        indices = None if members is None else _positions(members)
-        if indices is not None:
-            fast = secure_devices.cached_certificates_json(run_id, index, number, cid, indices)
-            if fast is not None:  # a session's certificates never change: no transaction
-                return Response(fast, media_type="application/json")
+    async def held_reveals(
+        self, run_id: str, population: str, wait: float, since: tuple[int, int] | None
+    ) -> bytes | None:
+        """The run's reveals (``?part=reveals``) once its seed is fixed, held up to ``wait`` seconds."""
 
-            def some() -> bytes:
-                with store.transaction(read_only=True) as tx:
-                    got = secure_devices.certificates(tx, run_id, index, number, cid, indices)
-                    return json.dumps(got).encode()
-
-            return Response(await offload(some), media_type="application/json")
-
-        def go() -> bytes:
-            with store.transaction(read_only=True) as s:
-                secure_devices.session_member(s, run_id, index, number, cid)
-                return cached(
-                    ("certificates", run_id, str(index), str(number)),
-                    lambda: secure_devices.certificates(s, run_id, index, number, cid),
+        def look() -> bytes | None:
+            with self.store.transaction(read_only=True) as tx:
+                run = runs.load_run(tx, run_id)
+                if run.public_seed is None:
+                    return None
+                return self.cached(
+                    ("reveals", run_id), lambda: secure_devices.seed_reveals(tx, run)
                 )
 
-        body = await offload(go)
-        # a device names the list it already holds (the same members as in its previous round): 304;
-        # the tag of a cached (immutable) body is computed once
-        tag = tags.get(body)
-        if tag is None:
-            tag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-            if len(tags) > 256:
-                tags.clear()
-            tags[body] = tag
-        if request.headers.get("if-none-match") == tag:
-            return Response(status_code=304, headers={"ETag": tag})
-        return Response(body, media_type="application/json", headers={"ETag": tag})
+        async def attempt() -> bytes | None:
+            got = self.cache.get(("reveals", run_id))
+            return got if got is not None else await self.offload(look)
+
+        return await self.changes.hold(population, min(wait, self.max_wait), attempt, since=since)
 
     async def next_message(
+        self,
         run_id: str,
         index: int,
         number: int,
@@ -286,6 +222,7 @@ def add_secure_routes(
         ``since``: a generation of the device's ``population`` at which the stage was known not to be
         open (:meth:`Changes.hold`): the first look waits for a change after it.
         """
+        store = self.store
 
         def go() -> bytes | None:
             with store.transaction(read_only=True) as s:
@@ -303,118 +240,267 @@ def add_secure_routes(
                 return got
             if wait > 0 and secure_devices.known_member(run_id, index, number, cid):
                 # every held request of the session wakes at the same change: one look for all
-                seen = await shared(("stage", run_id, str(index), str(number), str(stage)), probe)
-                if seen == "pending":
+                key = ("stage", run_id, str(index), str(number), str(stage))
+                if await self.shared(key, probe) == "pending":
                     return None
                 got = secure_devices.cached_down(run_id, index, number, stage, cid)
                 if got is not None:
                     return got
-            return await offload(go)
+            return await self.offload(go)
 
         if population is None:
-            population = await population_of(cid) if wait > 0 else ""
-        return await changes.hold(population, min(wait, max_wait), attempt, since=since)
+            population = await self.population_of(cid) if wait > 0 else ""
+        return await self.changes.hold(population, min(wait, self.max_wait), attempt, since=since)
 
     async def session_over(
-        run_id: str, index: int, number: int, stage: int, population: str, wait: float, since: Any
+        self,
+        run_id: str,
+        index: int,
+        number: int,
+        stage: int,
+        population: str,
+        wait: float,
+        since: Any,
     ) -> None:
         """Hold up to ``wait`` seconds (at most ``max_wait``) while the session is open at ``stage``."""
 
         def go() -> bool | None:
-            with store.transaction(read_only=True) as tx:
+            with self.store.transaction(read_only=True) as tx:
                 if secure_devices.stage_pending(tx, run_id, index, number, stage + 1):
                     return None
                 return True
 
         async def attempt() -> bool | None:
             # one look for every held request of the session (they wake at the same change)
-            return await shared(("over", run_id, str(index), str(number), str(stage)), go)
+            return await self.shared(("over", run_id, str(index), str(number), str(stage)), go)
 
-        await changes.hold(population, min(wait, max_wait), attempt, since=since)
+        await self.changes.hold(population, min(wait, self.max_wait), attempt, since=since)
 
-    @app.get(stage_path, **DEVICE)
-    async def down(
-        run_id: IdPath,
-        index: IndexPath,
-        number: IndexPath,
-        stage: IndexPath,
-        request: Request,
-        wait: float = 0.0,
-    ) -> Response:
-        """The device's stage message; with ``wait``, held until its open session reaches the stage.
+    async def store_up(
+        self, run_id: str, index: int, number: int, stage: int, request: Request, wait: float
+    ) -> tuple[str, bool, bool, str, tuple[int, int]]:
+        """Verify and journal a device's stage message: ``(client_id, new, at_stage, population, before)``.
 
-        A device whose stage-``s`` message was acknowledged without the next one (see :func:`up`) asks
-        for stage ``s + 1`` with ``wait``: the request is held while the session is open and before that
-        stage, up to ``wait`` seconds (at most ``max_wait``); 204 if the stage has not opened by then,
-        404 at once if it opened without a message for this device (a dropout).
-        """
-        cid, _, _ = await signed(request)
-        check_wait(wait)
-        data = await next_message(run_id, index, number, stage, cid, wait)
-        if data is None:
-            return Response(status_code=204)  # the stage did not open in time
-        return Response(data, media_type="application/octet-stream")
-
-    @app.post(stage_path, openapi_extra=STAGE_BODY, **DEVICE)
-    async def up(
-        run_id: IdPath,
-        index: IndexPath,
-        number: IndexPath,
-        stage: IndexPath,
-        request: Request,
-        wait: float = 0.0,
-    ) -> Response:
-        """Journal the device's stage message; with ``wait``, answer with its next stage's message.
-
-        The acknowledgement is ``{"accepted": true, "duplicate": bool}`` (JSON). With ``wait`` > 0 and a
-        later stage, once the message is committed the request is held like a ``GET`` of stage
-        ``stage + 1`` with that ``wait``, and if that message comes in time it is the answer instead
-        (``application/octet-stream``, the acknowledgement in the ``Fedstats-Duplicate`` header): one
-        request per stage instead of two. Otherwise (not open in time, or opened without this device)
-        the answer is the JSON acknowledgement, and the device's work list says what is next. At the
-        last stage, ``wait`` > 0 holds the acknowledgement until the session is over (or ``wait``
-        passed): the device's next work poll then finds the next round (or the end), not the same
-        round one stage on.
+        ``before`` is the population's generation read before the message was stored (a change after it
+        may have opened the next stage); ``population`` is empty without ``wait``.
         """
         # in flight from here until stored: the quiet rule does not take the wait for silence
         with secure.TRAFFIC.arriving((run_id, index, number, stage)):
-            cid, body, nonce = await signed(request)
+            cid, body, nonce = await self.signed(request)
             check_wait(wait)  # before anything is stored
-            population = await population_of(cid) if wait > 0 else ""
-            # read before the message is stored: a change after it may have opened the next stage
-            before = changes.generation(population)
+            population = await self.population_of(cid) if wait > 0 else ""
+            before = self.changes.generation(population)
 
             def go() -> tuple[bool, bool]:
-                with store.transaction() as tx:
-                    use_nonce(tx, nonce)
+                with self.store.transaction() as tx:
+                    self.use_nonce(tx, nonce)
                     return secure_devices.submit_up_at(tx, run_id, index, number, stage, cid, body)
 
             if nonce is None:
-                new, at_stage = await offload(go)
+                new, at_stage = await self.offload(go)
             else:  # group-committed with the stage's other messages (one statement on PostgreSQL)
-                new, at_stage = await stages(
+                new, at_stage = await self.stages(
                     StageUp(nonce, run_id, index, number, stage, cid, body)
                 )
-        wakeup.set()
-        counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
-        # stored while the session was at this stage: the next cannot have opened before `before`
-        since = before if at_stage else None
-        if wait > 0 and stage + 1 < len(seeding.STAGES):
-            try:
-                data = await next_message(
-                    run_id, index, number, stage + 1, cid, wait, population=population, since=since
-                )
-            except NotFoundError:
-                data = None
-            if data is not None:
-                return Response(
-                    data,
-                    media_type="application/octet-stream",
-                    headers={"Fedstats-Duplicate": "true" if not new else "false"},
-                )
-        elif wait > 0:  # the last stage: acknowledged once the session is over (or after wait)
-            await session_over(run_id, index, number, stage, population, wait, since)
-        return JSONResponse({"accepted": True, "duplicate": not new})
+        self.wakeup.set()
+        self.counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
+        return cid, new, at_stage, population, before
+
+
+async def secure_routes(request: Request) -> SecureRoutes:
+    """The app's :class:`SecureRoutes` (``app.state.secure``): the secure routes' dependency."""
+    routes: SecureRoutes = request.app.state.secure
+    return routes
+
+
+SecureDep = Annotated[SecureRoutes, Depends(secure_routes)]
+"""A route parameter of this type is the app's :class:`SecureRoutes`."""
+
+router = APIRouter(route_class=StrictRoute)
+"""The secure-run client endpoints (see the module docstring); needs ``app.state.secure``."""
+
+BASE = "/v1/client/runs/{run_id}"
+STAGE_PATH = BASE + "/rounds/{index}/secure/{number}/{stage}"
+
+
+@router.get(BASE + "/seed", **DEVICE)
+async def seed(
+    run_id: IdPath, request: Request, ctx: SecureDep, part: str | None = None
+) -> Response:
+    """The seed transcript; ``?part=reveals``: only the seed and the reveals in list order.
+
+    A device that revealed holds the commitment list (ids, commitments, slots, keys) it saw; once
+    the seed is fixed it needs only the reveals beside it (a third of the bytes).
+    """
+    cid, _, _ = await ctx.signed(request)
+    if part not in (None, "reveals"):
+        raise HTTPException(422, "part must be 'reveals' or absent")
+    fast = ctx.cache.get(("reveals", run_id)) if part == "reveals" else None
+    if fast is not None and secure_devices.cached_member(run_id, cid):
+        return Response(fast, media_type="application/json")  # fixed: no transaction
+    body = await ctx.offload(functools.partial(ctx.seed_answer, run_id, cid, part))
+    return Response(body, media_type="application/json")
+
+
+@router.post(BASE + "/reveal", openapi_extra=REVEAL_BODY, **DEVICE)
+async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float = 0.0) -> Response:
+    """Record the device's reveal; with ``wait``, also answer with the reveals once the seed is fixed.
+
+    The acknowledgement is ``{"accepted": true, "duplicate": bool}``. With ``wait`` > 0 it is held
+    until the run's seed is fixed (every member revealed), up to ``wait`` seconds (at most
+    ``max_wait``), and then also carries ``"revealed"``: what ``GET .../seed?part=reveals`` answers
+    (the seed and every reveal in list order), one request fewer per device.
+    """
+    cid, body, nonce = await ctx.signed(request)
+    check_wait(wait)
+    data = ctx.parse_json(body)
+    if not isinstance(data, dict) or not all(
+        isinstance(data.get(k), str) for k in ("value", "seen")
+    ):
+        raise HTTPException(422, 'body must be {"value": hex, "seen": hex}')
+    population = await ctx.population_of(cid) if wait > 0 else ""
+    before = ctx.changes.generation(population)  # the seed was not fixed then (see below)
+
+    def go(tx: State) -> bool:
+        ctx.use_nonce(tx, nonce)
+        run = runs.load_run(tx, run_id, lock=True)
+        return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
+
+    new = bool(await ctx.together(go))  # with the reveals that arrive meanwhile: one transaction
+    ctx.wakeup.set()
+    ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
+    if wait > 0:
+        # a new reveal was stored while the run was seeding: its seed was not fixed at `before`
+        got = await ctx.held_reveals(run_id, population, wait, before if new else None)
+        if got is not None:
+            ack += b',"revealed":' + got
+    return Response(ack + b"}", media_type="application/json")
+
+
+@router.get(BASE + "/rounds/{index}/secure/{number}/certificates", **DEVICE)
+async def certificates(
+    run_id: IdPath,
+    index: IndexPath,
+    number: IndexPath,
+    request: Request,
+    ctx: SecureDep,
+    members: str | None = None,
+) -> Response:
+    """The certificates of the session's members: all (ETag), or ``?members=3,17,...`` only.
+
+    A device asks for its neighbours' and a few audited members' (positions in roster order), so
+    a session of ``n`` costs ``n (k + a)`` certificates served, not ``n^2``.
+    """
+    cid, _, _ = await ctx.signed(request)
+    store = ctx.store
+    indices = None if members is None else _positions(members)
+    if indices is not None:
+        fast = secure_devices.cached_certificates_json(run_id, index, number, cid, indices)
+        if fast is not None:  # a session's certificates never change: no transaction
+            return Response(fast, media_type="application/json")
+
+        def some() -> bytes:
+            with store.transaction(read_only=True) as tx:
+                got = secure_devices.certificates(tx, run_id, index, number, cid, indices)
+                return json.dumps(got).encode()
+
+        return Response(await ctx.offload(some), media_type="application/json")
+
+    def go() -> bytes:
+        with store.transaction(read_only=True) as s:
+            secure_devices.session_member(s, run_id, index, number, cid)
+            return ctx.cached(
+                ("certificates", run_id, str(index), str(number)),
+                lambda: secure_devices.certificates(s, run_id, index, number, cid),
+            )
+
+    body = await ctx.offload(go)
+    # a device names the list it already holds (the same members as in its previous round): 304
+    tag = ctx.etag(body)
+    if request.headers.get("if-none-match") == tag:
+        return Response(status_code=304, headers={"ETag": tag})
+    return Response(body, media_type="application/json", headers={"ETag": tag})
+
+
+@router.get(STAGE_PATH, **DEVICE)
+async def down(
+    run_id: IdPath,
+    index: IndexPath,
+    number: IndexPath,
+    stage: IndexPath,
+    request: Request,
+    ctx: SecureDep,
+    wait: float = 0.0,
+) -> Response:
+    """The device's stage message; with ``wait``, held until its open session reaches the stage.
+
+    A device whose stage-``s`` message was acknowledged without the next one (see :func:`up`) asks
+    for stage ``s + 1`` with ``wait``: the request is held while the session is open and before that
+    stage, up to ``wait`` seconds (at most ``max_wait``); 204 if the stage has not opened by then,
+    404 at once if it opened without a message for this device (a dropout).
+    """
+    cid, _, _ = await ctx.signed(request)
+    check_wait(wait)
+    data = await ctx.next_message(run_id, index, number, stage, cid, wait)
+    if data is None:
+        return Response(status_code=204)  # the stage did not open in time
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.post(STAGE_PATH, openapi_extra=STAGE_BODY, **DEVICE)
+async def up(
+    run_id: IdPath,
+    index: IndexPath,
+    number: IndexPath,
+    stage: IndexPath,
+    request: Request,
+    ctx: SecureDep,
+    wait: float = 0.0,
+) -> Response:
+    """Journal the device's stage message; with ``wait``, answer with its next stage's message.
+
+    The acknowledgement is ``{"accepted": true, "duplicate": bool}`` (JSON). With ``wait`` > 0 and a
+    later stage, once the message is committed the request is held like a ``GET`` of stage
+    ``stage + 1`` with that ``wait``, and if that message comes in time it is the answer instead
+    (``application/octet-stream``, the acknowledgement in the ``Fedstats-Duplicate`` header): one
+    request per stage instead of two. Otherwise (not open in time, or opened without this device)
+    the answer is the JSON acknowledgement, and the device's work list says what is next. At the
+    last stage, ``wait`` > 0 holds the acknowledgement until the session is over (or ``wait``
+    passed): the device's next work poll then finds the next round (or the end), not the same
+    round one stage on.
+    """
+    cid, new, at_stage, population, before = await ctx.store_up(
+        run_id, index, number, stage, request, wait
+    )
+    # stored while the session was at this stage: the next cannot have opened before `before`
+    since = before if at_stage else None
+    if wait > 0 and stage + 1 < len(seeding.STAGES):
+        try:
+            data = await ctx.next_message(
+                run_id, index, number, stage + 1, cid, wait, population=population, since=since
+            )
+        except NotFoundError:
+            data = None
+        if data is not None:
+            return Response(
+                data,
+                media_type="application/octet-stream",
+                headers={"Fedstats-Duplicate": "true" if not new else "false"},
+            )
+    elif wait > 0:  # the last stage: acknowledged once the session is over (or after wait)
+        await ctx.session_over(run_id, index, number, stage, population, wait, since)
+    return JSONResponse({"accepted": True, "duplicate": not new})
+
+
+def add_secure_routes(app: FastAPI, routes: SecureRoutes) -> None:
+    """Add the secure-run client endpoints (:data:`router`) to ``app``, sharing ``routes``.
+
+    ``routes`` is kept in ``app.state.secure`` (the :data:`SecureDep` of the endpoints) and its stage
+    batcher in ``app.state.stage_batcher``.
+    """
+    app.state.secure = routes
+    app.state.stage_batcher = routes.stages
+    app.include_router(router)
 
 
 _MAX_POSITIONS = 4096

@@ -20,6 +20,7 @@ from fedstats.service.store.secure import (
     SessionStage,
     StageActivity,
     UpMessage,
+    message_row,
 )
 
 __all__ = ["MemorySecureQueries"]
@@ -167,17 +168,7 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         """See :meth:`SecureQueries.add_down_messages`."""
         for i, data, digest in messages:
             self._add_message(
-                {
-                    "run_id": run_id,
-                    "round_index": index,
-                    "number": number,
-                    "stage": stage,
-                    "direction": "down",
-                    "client_index": int(i),
-                    "payload": bytes(data),
-                    "digest": digest,
-                    "created_at": now,
-                }
+                message_row(run_id, index, number, stage, "down", i, bytes(data), digest, now)
             )
 
     def add_up_message(
@@ -193,17 +184,9 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
     ) -> None:
         """See :meth:`SecureQueries.add_up_message`."""
         self._add_message(
-            {
-                "run_id": run_id,
-                "round_index": index,
-                "number": number,
-                "stage": stage,
-                "direction": "up",
-                "client_index": client_index,
-                "payload": bytes(payload),
-                "digest": digest,
-                "created_at": now,
-            }
+            message_row(
+                run_id, index, number, stage, "up", client_index, bytes(payload), digest, now
+            )
         )
 
     def add_up_message_once(

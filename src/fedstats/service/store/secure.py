@@ -44,6 +44,7 @@ __all__ = [
     "SqlSecureQueries",
     "StageActivity",
     "UpMessage",
+    "message_row",
 ]
 
 
@@ -418,6 +419,33 @@ _SESSION_STAGE_SHARED = _SESSION_STAGE.with_for_update(read=True)
 _MINE = select(_M.direction, _M.digest).where(
     *_MESSAGE_KEY, _M.client_index == bindparam("client_index")
 )
+
+
+def message_row(
+    run_id: str,
+    index: int,
+    number: int,
+    stage: int,
+    direction: str,
+    client_index: int,
+    payload: bytes,
+    digest: str,
+    now: float,
+) -> dict[str, Any]:
+    """One ``secure_messages`` row as a dict of its columns (both stores write these)."""
+    return {
+        "run_id": run_id,
+        "round_index": index,
+        "number": number,
+        "stage": stage,
+        "direction": direction,
+        "client_index": int(client_index),
+        "payload": payload,
+        "digest": digest,
+        "created_at": now,
+    }
+
+
 _INSERT_MESSAGE = insert(_MESSAGES)
 _INSERT_MESSAGE_ONCE = {
     name: dialect.insert(_MESSAGES).on_conflict_do_nothing().returning(_M.client_index)
@@ -526,6 +554,7 @@ class SqlSecureQueries(SecureQueries):
 
     def add_secure_session(self, row: SecureSessionRow) -> None:
         """See :meth:`SecureQueries.add_secure_session`."""
+        self.__dict__.pop("_open_memo", None)
         self.conn.execute(
             insert(_SESSIONS).values(
                 run_id=row.run_id,
@@ -565,6 +594,7 @@ class SqlSecureQueries(SecureQueries):
 
     def update_secure_session(self, run_id: str, index: int, number: int, **values: Any) -> None:
         """See :meth:`SecureQueries.update_secure_session`."""
+        self.__dict__.pop("_open_memo", None)
         self.conn.execute(
             update(_SESSIONS)
             .where(_S.run_id == run_id, _S.round_index == index, _S.number == number)
@@ -572,9 +602,19 @@ class SqlSecureQueries(SecureQueries):
         )
 
     def open_secure_sessions(self, run_id: str, index: int) -> list[OpenSession]:
-        """See :meth:`SecureQueries.open_secure_sessions`."""
-        rows = self.conn.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": index})
-        return [OpenSession(int(n), int(s), float(d)) for n, s, d in rows]
+        """See :meth:`SecureQueries.open_secure_sessions`.
+
+        Read once per transaction and round (until this transaction changes a session): a poll that
+        reads ahead the work lists of many devices asks for every one of them.
+        """
+        memo: dict[tuple[str, int], list[OpenSession]] = self.__dict__.setdefault("_open_memo", {})
+        got = memo.get((run_id, index))
+        if got is None:
+            rows = self.conn.execute(_OPEN_SESSIONS, {"run_id": run_id, "round_index": index})
+            got = memo[(run_id, index)] = [
+                OpenSession(int(n), int(s), float(d)) for n, s, d in rows
+            ]
+        return list(got)
 
     def session_stage(
         self, run_id: str, index: int, number: int, *, shared: bool = False
@@ -599,17 +639,7 @@ class SqlSecureQueries(SecureQueries):
         if not messages:
             return
         rows = [
-            {
-                "run_id": run_id,
-                "round_index": index,
-                "number": number,
-                "stage": stage,
-                "direction": "down",
-                "client_index": int(i),
-                "payload": data,
-                "digest": digest,
-                "created_at": now,
-            }
+            message_row(run_id, index, number, stage, "down", i, data, digest, now)
             for i, data, digest in messages
         ]
         self.conn.execute(_INSERT_MESSAGE, rows)
@@ -628,17 +658,7 @@ class SqlSecureQueries(SecureQueries):
         """See :meth:`SecureQueries.add_up_message`."""
         self.conn.execute(
             _INSERT_MESSAGE,
-            {
-                "run_id": run_id,
-                "round_index": index,
-                "number": number,
-                "stage": stage,
-                "direction": "up",
-                "client_index": client_index,
-                "payload": payload,
-                "digest": digest,
-                "created_at": now,
-            },
+            message_row(run_id, index, number, stage, "up", client_index, payload, digest, now),
         )
 
     def add_up_message_once(
