@@ -24,6 +24,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from fastapi import HTTPException, Request
@@ -31,8 +32,8 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
 from fedstats.service.domain import runs
-from fedstats.service.domain.changes import Changes
-from fedstats.service.http.batching import Batcher
+from fedstats.service.domain.changes import Changes, Wakeup
+from fedstats.service.http.batching import Batcher, TransactionBatcher
 from fedstats.service.http.deps import DeviceAuth, SignedRequest
 from fedstats.service.http.edge import (
     BadJSON,
@@ -46,6 +47,7 @@ from fedstats.wire import auth
 __all__ = [
     "WAIT_PARAM",
     "Batcher",
+    "DevicePath",
     "DeviceWrites",
     "DirectRoutes",
     "Handler",
@@ -53,6 +55,7 @@ __all__ = [
     "PollBatcher",
     "UploadBatcher",
     "WorkCache",
+    "devices_of",
     "direct_route",
     "index_of",
     "json_body",
@@ -479,6 +482,54 @@ class PollBatcher(Batcher[tuple[SignedRequest, tuple[Any, ...]], tuple[str, byte
                     out[i] = exc
         self.batches += 1
         return cast(list[tuple[str, bytes] | BaseException], out)
+
+
+@dataclass(frozen=True)
+class DevicePath:
+    """What the device routes share, made once per app and kept in ``app.state.devices``.
+
+    The routes of :mod:`fedstats.service.http.device` are module-level; they receive this through the
+    :data:`fedstats.service.http.context.Devices` dependency (or, on a direct route, read it from the
+    app's state: :func:`devices_of`).
+
+    Parameters
+    ----------
+    store : Store
+    settings : ServerSettings
+        The server's settings (long-poll bound ``max_wait``).
+    counters : dict
+        The server's metrics counters.
+    changes : Changes
+        The run driver's state transitions (they wake long-polling devices).
+    wakeup : Wakeup
+        Set after a device's message committed, so the driver closes a round or stage at once.
+    offload : Offload
+    auth : DeviceAuth
+        Verifies the devices' signed requests.
+    cache : WorkCache
+    uploads : UploadBatcher
+    polls : PollBatcher
+    checkins : TransactionBatcher
+        The check-ins of a run lock its row: those that arrive together share one transaction.
+    """
+
+    store: Store
+    settings: Any
+    counters: dict[str, float]
+    changes: Changes
+    wakeup: Wakeup
+    offload: Offload
+    auth: DeviceAuth
+    cache: WorkCache
+    uploads: UploadBatcher
+    polls: PollBatcher
+    checkins: TransactionBatcher
+
+
+def devices_of(request: Request) -> DevicePath:
+    """The app's :class:`DevicePath` (``app.state.devices``)."""
+    got: DevicePath = request.app.state.devices
+    return got
 
 
 class DeviceWrites:
