@@ -30,6 +30,7 @@ from typing import Any, TypeVar, cast
 from fastapi import HTTPException, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from starlette.routing import Match
 
 from fedstats.service.domain import runs
 from fedstats.service.domain.changes import Changes, Wakeup
@@ -49,6 +50,7 @@ __all__ = [
     "Batcher",
     "DevicePath",
     "DeviceWrites",
+    "DirectRoute",
     "DirectRoutes",
     "Handler",
     "Offload",
@@ -586,9 +588,45 @@ def index_of(raw: str) -> int | None:
     return index if index <= MAX_INDEX else None
 
 
+class DirectRoute(StrictRoute):
+    """A FastAPI route whose requests go to a fast handler first (made by :func:`direct_route`).
+
+    Built on FastAPI's documented extension point, a custom :class:`~fastapi.routing.APIRoute` class
+    overriding ``get_route_handler`` ("Custom Request and APIRoute class" in FastAPI's documentation);
+    reached through the router, or straight from :class:`DirectRoutes`.
+    """
+
+    direct: Callable[[Request], Coroutine[Any, Any, Response]]
+    """The route's handler, which :class:`DirectRoutes` calls."""
+
+    @staticmethod
+    def fast(request: Request, slow: Handler) -> Awaitable[Response]:
+        """Answer ``request``, or hand it to ``slow`` (FastAPI's own handler of the endpoint)."""
+        raise NotImplementedError  # pragma: no cover - direct_route sets it
+
+    @staticmethod
+    def accepts(scope: Any, path_params: dict[str, Any]) -> bool:
+        """Whether :meth:`fast` answers this request itself (else FastAPI's layers are needed)."""
+        raise NotImplementedError  # pragma: no cover - direct_route sets it
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler of the endpoint, behind :meth:`fast`."""
+        slow = super().get_route_handler()
+        fast = self.fast
+
+        async def handler(request: Request) -> Response:
+            known = request.scope.get(DirectRoutes.SCOPE_KEY)
+            if known is not None and self not in known:  # reached through the router: learn it
+                known.append(self)
+            return await fast(request, slow)
+
+        self.direct = handler
+        return handler
+
+
 def direct_route(
     fast: Callable[[Request, Handler], Awaitable[Response]],
-    wellformed: Callable[[Any, dict[str, str]], bool],
+    wellformed: Callable[[Any, dict[str, Any]], bool],
 ) -> type[APIRoute]:
     """A route class whose requests go to ``fast(request, slow)`` instead of FastAPI's handler.
 
@@ -600,66 +638,58 @@ def direct_route(
     the app's exception handlers, as an endpoint's are. ``wellformed(scope, path_params)`` tells
     :class:`DirectRoutes` which requests ``fast`` answers itself (the others need FastAPI's layers).
     """
-
-    class DirectRoute(StrictRoute):
-        direct: Callable[[Request], Coroutine[Any, Any, Response]]
-        accepts = staticmethod(wellformed)
-
-        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-            slow = super().get_route_handler()
-
-            async def handler(request: Request) -> Response:
-                return await fast(request, slow)
-
-            self.direct = handler  # what DirectRoutes calls
-            return handler
-
-    return DirectRoute
+    return type(
+        "DirectRoute",
+        (DirectRoute,),
+        {"fast": staticmethod(fast), "accepts": staticmethod(wellformed)},
+    )
 
 
 class DirectRoutes:
     """ASGI middleware that hands the requests of :func:`direct_route` routes straight to their handler.
 
     A device's poll and upload would otherwise cross the app's inner layers (exception middleware,
-    exit stack, the router's linear scan of every route, the route's wrappers) for nothing: a direct
-    route's handler needs none of them. This matches the direct routes only (method and path, with the
-    route's own converters), sets what the router would have set (``route``, ``endpoint``,
-    ``path_params``) and answers an exception with the app's handler for it, as the exception middleware
+    exit stack, the router's linear scan of every route, FastAPI's request wrapper) for nothing: a
+    direct route's handler needs none of them. Only public interfaces are used: the direct routes are
+    those given (the device routes, :data:`fedstats.service.http.device.router`), and any other one at its
+    first request through the router (it adds itself to the list this middleware puts in the scope under
+    :data:`SCOPE_KEY`: a route of a router made per app, such as the Prio3 upload's); from then on a
+    request it matches (Starlette's ``route.matches(scope)``:
+    method, path and the route's own converters) and accepts goes to its handler, with what the router
+    would have set in the scope (``route``, ``endpoint``, ``path_params``), and an exception it raises
+    is answered by the app's handler for it (``app.exception_handlers``), as the exception middleware
     would (anything without a handler propagates, as before). Every other request goes on unchanged.
+
+    Measured (``benchmarks/service.py``, SQLite, 3,000 devices, 2 load-generator processes, on a
+    machine loaded by others): see the device module (:mod:`fedstats.service.http.device`).
 
     Parameters
     ----------
     app : ASGI app
         The app's inner stack.
-    routes : sequence of APIRoute
-        The app's routes; those built by :func:`direct_route` are taken.
+    routes : sequence of routes, optional
+        Routes known at once; those built by :func:`direct_route` are taken.
     """
 
-    def __init__(self, app: Any, routes: Sequence[Any]) -> None:
-        # (each route's ``accepts``: the requests its ``fast`` answers without FastAPI's layers)
+    SCOPE_KEY = "fedstats.direct_routes"
+
+    def __init__(self, app: Any, routes: Sequence[Any] = ()) -> None:
         self.app = app
-        self.routes = [
-            (r, frozenset(r.methods or ())) for r in _walk(routes) if hasattr(r, "direct")
-        ]
+        self.routes: list[DirectRoute] = [r for r in routes if isinstance(r, DirectRoute)]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Answer a direct route's request through its handler; pass anything else on."""
         if scope["type"] == "http":
-            method, path = scope["method"], scope["path"]
-            for route, methods in self.routes:
-                if method not in methods:
+            for route in self.routes:
+                match, child = route.matches(scope)
+                if match is not Match.FULL:
                     continue
-                m = route.path_regex.match(path)
-                if m is None:
-                    continue
-                params = {k: route.param_convertors[k].convert(v) for k, v in m.groupdict().items()}
-                if not route.accepts(scope, params):  # FastAPI's parsing and its errors
+                if not route.accepts(scope, child["path_params"]):  # FastAPI's parsing, its errors
                     break
-                scope["route"], scope["endpoint"] = route, route.endpoint
-                scope["path_params"] = params
+                scope.update(child)
                 request = Request(scope, receive, send)
                 try:
-                    response = await cast(Any, route).direct(request)
+                    response = await route.direct(request)
                 except Exception as exc:
                     handler = _handler_for(scope["app"], exc)
                     if handler is None:
@@ -667,16 +697,8 @@ class DirectRoutes:
                     response = await handler(request, exc)
                 await response(scope, receive, send)
                 return
+            scope[self.SCOPE_KEY] = self.routes
         await self.app(scope, receive, send)
-
-
-def _walk(routes: Sequence[Any]) -> list[Any]:
-    """``routes`` and those of the routers included among them (FastAPI keeps an included router whole)."""
-    out: list[Any] = []
-    for r in routes:
-        inner = getattr(r, "original_router", None)
-        out.extend(_walk(inner.routes) if inner is not None else [r])
-    return out
 
 
 def _handler_for(app: Any, exc: Exception) -> Any:
