@@ -29,17 +29,14 @@ from fedstats.errors import SecurityError
 from fedstats.service.domain import devices, runs
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.http import refusals
-from fedstats.service.http.batching import TransactionBatcher
 from fedstats.service.http.context import Devices
-from fedstats.service.http.deps import DeviceAuth, Signed, SignedRequest, use_nonce
+from fedstats.service.http.deps import Signed, SignedRequest, use_nonce
 from fedstats.service.http.edge import CONTROL, StrictRoute, request_headers
 from fedstats.service.http.fastpath import (
     WAIT_PARAM,
     DevicePath,
     Handler,
     Offload,
-    PollBatcher,
-    UploadBatcher,
     WorkCache,
     devices_of,
     direct_route,
@@ -331,27 +328,9 @@ def add_client_routes(
     WorkCache
         The devices' cached work lists; wrap the app in :class:`DeviceWrites` with it.
     """
-    cache = WorkCache(changes, float(getattr(cfg, "work_cache_seconds", 60.0)))
-    device = DeviceAuth(
-        store,
-        cfg.replay_window,
-        offload,
-        on_write=cache.touch,
-        key_secret=request_key_secret(store, cfg.request_key_secret),
-    )
-    path = DevicePath(
-        store=store,
-        settings=cfg,
-        counters=counters,
-        changes=changes,
-        wakeup=wakeup,
-        offload=offload,
-        auth=device,
-        cache=cache,
-        uploads=UploadBatcher(store, offload),
-        polls=PollBatcher(store, offload, device, cache),
-        checkins=TransactionBatcher(store, offload),
-    )
+    secret = request_key_secret(store, cfg.request_key_secret)
+    path = DevicePath.build(store, cfg, counters, changes, wakeup, offload, secret)
+    device = path.auth
     app.state.devices = path
     app.state.forget_client = device.forget
     app.state.device_auth = device
@@ -372,4 +351,4 @@ def add_client_routes(
         max_wait=cfg.max_wait,
         offload=offload,
     )
-    return cache
+    return path.cache

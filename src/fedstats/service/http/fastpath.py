@@ -527,6 +527,43 @@ class DevicePath:
     polls: PollBatcher
     checkins: TransactionBatcher
 
+    @classmethod
+    def build(
+        cls,
+        store: Store,
+        settings: Any,
+        counters: dict[str, float],
+        changes: Changes,
+        wakeup: Wakeup,
+        offload: Offload,
+        key_secret: bytes,
+    ) -> DevicePath:
+        """The device path of an app: its device check, work cache and batchers made over ``store``.
+
+        ``settings`` gives the replay window and the cache's life (``work_cache_seconds``, default
+        60); ``key_secret`` is the secret of the devices' request keys.
+        """
+        cache = WorkCache(changes, float(getattr(settings, "work_cache_seconds", 60.0)))
+        device = DeviceAuth(
+            store, settings.replay_window, offload, on_write=cache.touch, key_secret=key_secret
+        )
+        uploads = UploadBatcher(store, offload)
+        polls = PollBatcher(store, offload, device, cache)
+        checkins = TransactionBatcher(store, offload)
+        return cls(
+            store,
+            settings,
+            counters,
+            changes,
+            wakeup,
+            offload,
+            device,
+            cache,
+            uploads,
+            polls,
+            checkins,
+        )
+
 
 def devices_of(request: Request) -> DevicePath:
     """The app's :class:`DevicePath` (``app.state.devices``)."""
