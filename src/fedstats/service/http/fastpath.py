@@ -30,7 +30,7 @@ from typing import Any, TypeVar, cast
 from fastapi import HTTPException, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from fedstats.service.domain import runs
 from fedstats.service.domain.changes import Changes, Wakeup
@@ -646,6 +646,13 @@ class DirectRoute(StrictRoute):
         """Whether :meth:`fast` answers this request itself (else FastAPI's layers are needed)."""
         raise NotImplementedError  # pragma: no cover - direct_route sets it
 
+    def serves(self, scope: Any) -> bool:
+        """Whether the route's own path and methods match the request (Starlette's ``Route.matches``).
+
+        Not so for a route of a router included under a prefix: :class:`DirectRoutes` takes none.
+        """
+        return Route.matches(self, scope)[0] is Match.FULL
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         """FastAPI's handler of the endpoint, behind :meth:`fast`."""
         slow = super().get_route_handler()
@@ -653,8 +660,8 @@ class DirectRoute(StrictRoute):
 
         async def handler(request: Request) -> Response:
             known = request.scope.get(DirectRoutes.SCOPE_KEY)
-            if known is not None and self not in known:  # reached through the router: learn it
-                known.append(self)
+            if known is not None and self not in known and self.serves(request.scope):
+                known.append(self)  # reached through the router: DirectRoutes takes it from now on
             return await fast(request, slow)
 
         self.direct = handler
