@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -67,6 +67,7 @@ __all__ = [
     "out_path",
     "print_rows",
     "progress_for",
+    "release",
     "release_line",
     "report_warnings",
     "state_from",
@@ -616,6 +617,25 @@ def check_interval(state: CliState, payload: dict[str, Any], *, n_clients: int |
         f"the {100 * float(payload.get('confidence', 0.95)):g}% interval has zero width ({why}, e.g. "
         "every value clipped to the declared range): it cannot be trusted as a confidence interval",
     )
+
+
+def release(
+    state: CliState,
+    payload: dict[str, Any],
+    result: Any,
+    render: Callable[[Console], None] | None,
+    warnings: Iterable[str] = (),
+) -> None:
+    """Finish an analysis command: its warnings, the zero-width check, the usefulness warnings, the output.
+
+    ``warnings`` (the library's and the command's own) are recorded and printed first
+    (:func:`add_warning`), then :func:`check_interval`, :func:`report_warnings` and :func:`emit`.
+    """
+    for message in warnings:
+        add_warning(state, payload, message)
+    check_interval(state, payload, n_clients=payload.get("n_clients"))
+    report_warnings(state, payload, result)
+    emit(state, payload, render)
 
 
 CALIBRATION_CLIENTS = 50_000

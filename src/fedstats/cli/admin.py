@@ -222,6 +222,32 @@ def _run(
     return payload
 
 
+def _call(
+    ctx: typer.Context,
+    json_flag: bool,
+    show: Any,
+    method: str,
+    path: str,
+    body: Any = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """:func:`_run` of one request, ``api.call(method, path, body, **kw)``, shown with ``show``."""
+    return _run(ctx, json_flag, lambda api: api.call(method, path, body, **kw), show)
+
+
+def _list(
+    ctx: typer.Context,
+    json_flag: bool,
+    what: str,
+    params: dict[str, Any],
+    columns: list[str],
+    sort_by: tuple[str, ...] = (),
+) -> None:
+    """A page of ``GET /v1/admin/<what>`` (with ``params``), shown as a table of ``columns``."""
+    view = _page_view(columns, what, sort_by)
+    _call(ctx, json_flag, view, "GET", f"/v1/admin/{what}", params=params, retries=2)
+
+
 def _table(console: Console, rows: list[dict[str, Any]], columns: list[str], title: str) -> None:
     table = Table(title=title)
     for c in columns:
@@ -280,6 +306,10 @@ def _kv_view(console: Console, payload: dict[str, Any]) -> None:
 
 
 Limit = Annotated[int, typer.Option("--limit", min=1, max=500, help="Items per page.")]
+TaskId = Annotated[str, typer.Argument(help="Task id (64 hex digits).")]
+RunId = Annotated[str, typer.Argument(help="Run id.")]
+ClientId = Annotated[str, typer.Argument(help="Device (client) id.")]
+BudgetScope = Annotated[str, typer.Argument(help="'population' or 'analyst'.")]
 Offset = Annotated[int, typer.Option("--offset", min=0, help="Items to skip.")]
 KeyOption = Annotated[
     str | None,
@@ -310,7 +340,7 @@ def _read_json(path: Path, option: str) -> Any:
 @budgets_app.command("set")
 def budget_set(
     ctx: typer.Context,
-    scope: Annotated[str, typer.Argument(help="'population' or 'analyst'.")],
+    scope: BudgetScope,
     name: Annotated[str, typer.Argument(help="Population or analyst (operator) name.")],
     epsilon: Annotated[float, typer.Option("--epsilon", help="Total epsilon, > 0.")],
     delta: Annotated[float, typer.Option("--delta", help="Total delta, in [0, 1).")] = 0.0,
@@ -325,32 +355,27 @@ def budget_set(
         raise ParameterError("--epsilon", epsilon, "a number in (0, 1e6)")
     if not 0 <= delta < 1:
         raise ParameterError("--delta", delta, "a number in [0, 1)")
-    _run(
+    _call(
         ctx,
         json_flag,
-        lambda api: api.call(
-            "PUT", f"/v1/admin/budgets/{scope}/{name}", {"epsilon": epsilon, "delta": delta}
-        ),
         _kv_view,
+        "PUT",
+        f"/v1/admin/budgets/{scope}/{name}",
+        {"epsilon": epsilon, "delta": delta},
     )
 
 
 @budgets_app.command("show")
 def budget_show(
     ctx: typer.Context,
-    scope: Annotated[str, typer.Argument(help="'population' or 'analyst'.")],
+    scope: BudgetScope,
     name: Annotated[str, typer.Argument(help="Population or analyst name.")],
     json_flag: JsonOption = False,
 ) -> None:
     """A budget with what is spent (reserved + spent) and what remains."""
     if scope not in ("population", "analyst"):
         raise ParameterError("scope", scope, "'population' or 'analyst'")
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call("GET", f"/v1/admin/budgets/{scope}/{name}", retries=2),
-        _kv_view,
-    )
+    _call(ctx, json_flag, _kv_view, "GET", f"/v1/admin/budgets/{scope}/{name}", retries=2)
 
 
 @budgets_app.command("list")
@@ -358,27 +383,9 @@ def budget_list(
     ctx: typer.Context, limit: Limit = 50, offset: Offset = 0, json_flag: JsonOption = False
 ) -> None:
     """All budgets."""
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call(
-            "GET", "/v1/admin/budgets", params={"limit": limit, "offset": offset}, retries=2
-        ),
-        _page_view(
-            [
-                "scope",
-                "name",
-                "epsilon_budget",
-                "spent_epsilon",
-                "remaining_epsilon",
-                "delta_budget",
-                "spent_delta",
-                "charges",
-            ],
-            "budgets",
-            sort_by=("scope", "name"),
-        ),
-    )
+    columns = "scope name epsilon_budget spent_epsilon remaining_epsilon delta_budget spent_delta"
+    params = {"limit": limit, "offset": offset}
+    _list(ctx, json_flag, "budgets", params, [*columns.split(), "charges"], ("scope", "name"))
 
 
 # -- tasks
@@ -413,13 +420,17 @@ def task_create(
             "a signed envelope {task, certificate, signature} (or pass --analyst to sign a task)",
         )
     k = _key(key)
-    _run(
+    _call(
         ctx,
         json_flag,
-        lambda api: api.call("POST", "/v1/admin/tasks", data, key=k, retries=3),
         lambda console, p: _kv_view(
             console, {"task_id": p["task_id"], "created": p["created"], **_task_summary(p)}
         ),
+        "POST",
+        "/v1/admin/tasks",
+        data,
+        key=k,
+        retries=3,
     )
 
 
@@ -497,15 +508,17 @@ def task_list(
 @tasks_app.command("show")
 def task_show(
     ctx: typer.Context,
-    task_id: Annotated[str, typer.Argument(help="Task id (64 hex digits).")],
+    task_id: TaskId,
     json_flag: JsonOption = False,
 ) -> None:
     """A task's configuration and signed envelope."""
-    _run(
+    _call(
         ctx,
         json_flag,
-        lambda api: api.call("GET", f"/v1/admin/tasks/{task_id}", retries=2),
         lambda console, p: _kv_view(console, {"task_id": p["task_id"], **_task_summary(p)}),
+        "GET",
+        f"/v1/admin/tasks/{task_id}",
+        retries=2,
     )
 
 
@@ -536,17 +549,14 @@ def _run_view(console: Console, p: dict[str, Any]) -> None:
 @runs_app.command("create")
 def run_create(
     ctx: typer.Context,
-    task_id: Annotated[str, typer.Argument(help="Task id (64 hex digits).")],
+    task_id: TaskId,
     key: KeyOption = None,
     json_flag: JsonOption = False,
 ) -> None:
     """Start a run of a task (reserves its privacy charge; a lost answer is retried once-only)."""
     k = _key(key)
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call("POST", "/v1/admin/runs", {"task_id": task_id}, key=k, retries=3),
-        _run_view,
+    _call(
+        ctx, json_flag, _run_view, "POST", "/v1/admin/runs", {"task_id": task_id}, key=k, retries=3
     )
 
 
@@ -566,43 +576,33 @@ def run_list(
     if status is not None and status not in ("checkin", "seeding", "running", "done", "aborted"):
         raise ParameterError("--status", status, "checkin, seeding, running, done or aborted")
     params = {"limit": limit, "offset": offset, "status": status, "task_id": task_id}
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call("GET", "/v1/admin/runs", params=params, retries=2),
-        _page_view(_RUN_COLUMNS, "runs"),
-    )
+    _list(ctx, json_flag, "runs", params, _RUN_COLUMNS)
 
 
 @runs_app.command("show")
 def run_show(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    run_id: RunId,
     json_flag: JsonOption = False,
 ) -> None:
     """A run's status, rounds and result."""
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call("GET", f"/v1/admin/runs/{run_id}", retries=2),
-        _run_view,
-    )
+    _call(ctx, json_flag, _run_view, "GET", f"/v1/admin/runs/{run_id}", retries=2)
 
 
 @runs_app.command("cancel")
 def run_cancel(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    run_id: RunId,
     json_flag: JsonOption = False,
 ) -> None:
     """Cancel a live run (its reservation is released if no round's sum was used, else spent)."""
-    _run(ctx, json_flag, lambda api: api.call("POST", f"/v1/admin/runs/{run_id}/cancel"), _run_view)
+    _call(ctx, json_flag, _run_view, "POST", f"/v1/admin/runs/{run_id}/cancel")
 
 
 @runs_app.command("wait")
 def run_wait(
     ctx: typer.Context,
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    run_id: RunId,
     wait_timeout: Annotated[
         float, typer.Option("--wait-timeout", min=0.1, help="Give up after this many seconds.")
     ] = 600.0,
@@ -674,37 +674,24 @@ def device_list(
     if status is not None and status not in ("active", "revoked"):
         raise ParameterError("--status", status, "active or revoked")
     params = {"limit": limit, "offset": offset, "population": population, "status": status}
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call("GET", "/v1/admin/devices", params=params, retries=2),
-        _page_view(
-            ["client_id", "population", "status", "enrolled_at", "revoked_at", "not_after"],
-            "devices",
-            sort_by=("client_id",),
-        ),
-    )
+    columns = ["client_id", "population", "status", "enrolled_at", "revoked_at", "not_after"]
+    _list(ctx, json_flag, "devices", params, columns, ("client_id",))
 
 
 @devices_app.command("revoke")
 def device_revoke(
     ctx: typer.Context,
-    client_id: Annotated[str, typer.Argument(help="Device (client) id.")],
+    client_id: ClientId,
     json_flag: JsonOption = False,
 ) -> None:
     """Revoke a device: its signed requests are refused (403) from now on."""
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call("POST", f"/v1/admin/devices/{client_id}/revoke", retries=2),
-        _kv_view,
-    )
+    _call(ctx, json_flag, _kv_view, "POST", f"/v1/admin/devices/{client_id}/revoke", retries=2)
 
 
 @devices_app.command("reinstate")
 def device_reinstate(
     ctx: typer.Context,
-    client_id: Annotated[str, typer.Argument(help="Device (client) id.")],
+    client_id: ClientId,
     certificate: Annotated[
         Path | None,
         typer.Option(
@@ -725,12 +712,7 @@ def device_reinstate(
                 "--certificate", str(certificate), "an identity file or a device certificate"
             )
         body["certificate"] = cert  # never the private key
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call("POST", f"/v1/admin/devices/{client_id}/reinstate", body),
-        _kv_view,
-    )
+    _call(ctx, json_flag, _kv_view, "POST", f"/v1/admin/devices/{client_id}/reinstate", body)
 
 
 # -- operators
@@ -739,14 +721,8 @@ def operator_list(
     ctx: typer.Context, limit: Limit = 50, offset: Offset = 0, json_flag: JsonOption = False
 ) -> None:
     """Operators (names only: tokens are stored hashed)."""
-    _run(
-        ctx,
-        json_flag,
-        lambda api: api.call(
-            "GET", "/v1/admin/operators", params={"limit": limit, "offset": offset}, retries=2
-        ),
-        _page_view(["name", "created_at"], "operators", sort_by=("name",)),
-    )
+    params = {"limit": limit, "offset": offset}
+    _list(ctx, json_flag, "operators", params, ["name", "created_at"], ("name",))
 
 
 @operators_app.command("add")
@@ -756,11 +732,13 @@ def operator_add(
     json_flag: JsonOption = False,
 ) -> None:
     """Create an operator; its bearer token is printed once (give it to them over a safe channel)."""
-    _run(
+    _call(
         ctx,
         json_flag,
-        lambda api: api.call("POST", "/v1/admin/operators", {"name": name}),
         lambda console, p: console.print(p["token"]),
+        "POST",
+        "/v1/admin/operators",
+        {"name": name},
     )
 
 
@@ -771,11 +749,12 @@ def operator_remove(
     json_flag: JsonOption = False,
 ) -> None:
     """Remove an operator: its token stops working at once."""
-    _run(
+    _call(
         ctx,
         json_flag,
-        lambda api: api.call("DELETE", f"/v1/admin/operators/{name}"),
         lambda console, p: console.print(f"operator {p['name']!r} removed"),
+        "DELETE",
+        f"/v1/admin/operators/{name}",
     )
 
 
@@ -786,11 +765,12 @@ def operator_rotate(
     json_flag: JsonOption = False,
 ) -> None:
     """Issue a new token for an operator (printed once); its old token stops working at once."""
-    _run(
+    _call(
         ctx,
         json_flag,
-        lambda api: api.call("POST", f"/v1/admin/operators/{name}/rotate"),
         lambda console, p: console.print(p["token"]),
+        "POST",
+        f"/v1/admin/operators/{name}/rotate",
     )
     print(f"the previous token of operator {name!r} no longer works", file=sys.stderr)
 

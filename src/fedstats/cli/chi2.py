@@ -29,16 +29,13 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
-    add_warning,
     check_applies,
     check_distinct_columns,
-    check_interval,
     check_route_options,
-    emit,
     engine_session,
     print_rows,
+    release,
     release_line,
-    report_warnings,
     state_from,
 )
 from fedstats.cli._tables import (
@@ -176,18 +173,14 @@ def chi2(
     if big:
         route = "simulation (linearity shortcut)"
     payload = _payload(res, data, x, y, list(tables.shape[1:]), route, epsilon)
-    for message in res.warnings:  # the library's: rare categories, low power, what was merged
-        add_warning(state, payload, message)
+    warnings = list(res.warnings)  # the library's: rare categories, low power, what was merged
     if dropout > 0.5:
-        add_warning(
-            state,
-            payload,
+        warnings.append(
             f"{100 * dropout:g}% of the clients dropped out: the test's decision rests on the few "
-            "survivors and is unreliable",
+            "survivors and is unreliable"
         )
-    check_interval(state, payload, n_clients=payload.get("n_clients"))
-    report_warnings(state, payload, res)
-    emit(state, payload, partial(_render, payload, confidence=confidence, level=level))
+    render = partial(_render, payload, confidence=confidence, level=level)
+    release(state, payload, res, render, warnings)
 
 
 def _run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -68,11 +69,9 @@ def client(
         raise ParameterError(
             "--out", str(out), "a path with no identity yet (this one exists; --force replaces it)"
         )
-    try:
-        issue_identity(authority, client_id, population, out, valid_days=valid_days)
-    except OSError as exc:
-        raise ParameterError("--out", str(out), f"a writable path ({exc.strerror})") from None
-    typer.echo(str(out))
+    _written(
+        out, lambda: issue_identity(authority, client_id, population, out, valid_days=valid_days)
+    )
 
 
 @enroll_app.command("analyst")
@@ -104,11 +103,7 @@ def analyst(
     check_identifier("name", name)
     for p in population:
         check_identifier("--population", p)
-    try:
-        issue_analyst(authority, name, population, out, valid_days=valid_days)
-    except OSError as exc:
-        raise ParameterError("--out", str(out), f"a writable path ({exc.strerror})") from None
-    typer.echo(str(out))
+    _written(out, lambda: issue_analyst(authority, name, population, out, valid_days=valid_days))
 
 
 @enroll_app.command("renew-analyst")
@@ -151,3 +146,12 @@ def revoke_analyst_cmd(
 def register(app: typer.Typer) -> None:
     """Add ``enroll`` to the app."""
     app.add_typer(enroll_app, name="enroll")
+
+
+def _written(out: Path, write: Callable[[], object]) -> None:
+    """``write()`` the identity file ``out`` and print its path; a failed write names ``--out``."""
+    try:
+        write()
+    except OSError as exc:
+        raise ParameterError("--out", str(out), f"a writable path ({exc.strerror})") from None
+    typer.echo(str(out))

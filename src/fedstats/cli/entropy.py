@@ -22,15 +22,12 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
-    add_warning,
     check_distinct_columns,
-    check_interval,
     check_route_options,
-    emit,
     engine_session,
     print_rows,
+    release,
     release_line,
-    report_warnings,
     state_from,
 )
 from fedstats.cli._tables import (
@@ -135,11 +132,6 @@ def entropy(
         **{k: v for k, v in out.items() if k != "details"},
         "details": _t.lean(out.get("details", {})),
     }
-    for (
-        message
-    ) in res.warnings:  # the library clipped to [0, log m] (post-processing), once, for all
-        add_warning(state, payload, message)
-    check_interval(state, payload, n_clients=payload.get("n_clients"))
 
     def render(console: Console) -> None:
         ci = payload["ci"]
@@ -156,8 +148,8 @@ def entropy(
         title = f"FED-H: entropy of {column} ({data}), nats"
         print_rows(console, title, rows, f"privacy: {_t.NO_DP_NOTE}", release_line(payload))
 
-    report_warnings(state, payload, res)
-    emit(state, payload, render)
+    # the library's warnings: it clipped to [0, log m] (post-processing), once, for all
+    release(state, payload, res, render, res.warnings)
 
 
 def register(app: typer.Typer) -> None:

@@ -24,14 +24,12 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
-    add_warning,
     check_distinct_columns,
-    check_interval,
     check_route_options,
     emit,
     engine_session,
     fmt_value,
-    report_warnings,
+    release,
     state_from,
     warn_duration,
 )
@@ -176,11 +174,9 @@ def gap(
     }
     if clients is None:
         payload["true_gap"] = result.true_gap
-    for message in result.warnings:  # the library's (a small group's uncertain estimated size)
-        add_warning(state, payload, message)
-    check_interval(state, payload, n_clients=payload.get("n_clients"))
-    report_warnings(state, payload, result)
-    emit(state, payload, functools.partial(_render, result, bool(clients), estimate_sizes))
+    render = functools.partial(_render, result, bool(clients), estimate_sizes)
+    # the library's warnings: a small group's uncertain estimated size
+    release(state, payload, result, render, result.warnings)
 
 
 def _read_groups(data: Path, group_column: str, value_column: str) -> tuple[Any, Any]:

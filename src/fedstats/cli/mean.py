@@ -30,14 +30,12 @@ from fedstats.cli._common import (
     WorkersOption,
     add_warning,
     check_applies,
-    check_interval,
     check_route_options,
-    emit,
     engine_session,
     flag_for,
     print_rows,
+    release,
     release_line,
-    report_warnings,
     state_from,
     warn_duration,
 )
@@ -241,9 +239,7 @@ def _run(
             f"it is unbiased; clipped (post-processing, lower error, biased) it is {clipped:.6g} "
             "(details.clipped_estimate)",
         )
-    check_interval(state, payload, n_clients=payload.get("n_clients"))
-    report_warnings(state, payload, result)
-    emit(state, payload, functools.partial(_render, payload, kind, epsilon))
+    release(state, payload, result, functools.partial(_render, payload, kind, epsilon))
 
 
 def _check_options(

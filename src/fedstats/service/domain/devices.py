@@ -1,4 +1,4 @@
-"""The operator's changes to enrolled devices: revocation and reinstatement (with re-keying).
+"""Enrolled devices: a device's own enrollment, and the operator's revocation and reinstatement (with re-keying).
 
 Each function works in the caller's transaction and writes its audit record there. The client API caches
 enrollment rows; the HTTP layer drops the changed device's entry after the commit.
@@ -14,9 +14,32 @@ from typing import Any
 from fedstats.errors import SecurityError
 from fedstats.service.domain import ledger, tasks
 from fedstats.service.store import State
+from fedstats.service.store.core import ClientRow
 from fedstats.wire import auth
 
-__all__ = ["reinstate_device", "revoke_device"]
+__all__ = ["enroll_device", "reinstate_device", "revoke_device"]
+
+
+def enroll_device(tx: State, row: ClientRow, now: float) -> None:
+    """Enroll a device under its verified certificate (``row``); again is a no-op.
+
+    A device enrolled before certificates were kept gets its certificate stored.
+
+    Raises
+    ------
+    SecurityError
+        If the client id is revoked, or enrolled under a different key.
+    """
+    c = tx.client(row.id)
+    if c is not None and c.revoked:
+        raise SecurityError("device revoked by an operator")
+    if c is not None and c.public_key != row.public_key:
+        raise SecurityError("a different key is enrolled under this client id")
+    if c is None:
+        tx.add_client(row, now)
+    elif c.certificate is None:  # enrolled before certificates were kept
+        assert row.certificate is not None
+        tx.set_client_certificate(row.id, row.certificate)
 
 
 def _load(tx: State, client_id: str) -> dict[str, Any]:

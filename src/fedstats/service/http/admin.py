@@ -9,9 +9,10 @@ page). Documented for operators in ``docs/admin.md``.
 """
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -30,9 +31,18 @@ from fedstats.service.http.schemas import (
     SignedTaskIn,
     TaskOut,
 )
-from fedstats.service.store import State
+from fedstats.service.store import State, Store
 
-__all__ = ["OperatorIn", "OperatorToken", "Page", "ReinstateIn", "rotate_token", "router"]
+__all__ = [
+    "OperatorIn",
+    "OperatorToken",
+    "Page",
+    "PageOf",
+    "Paging",
+    "ReinstateIn",
+    "rotate_token",
+    "router",
+]
 
 RUN_STATUSES = ("checkin", "seeding", "running", "done", "aborted")
 
@@ -88,15 +98,46 @@ class OperatorIn(BaseModel):
     )
 
 
-def _pageout(items: list[dict[str, Any]], total: int, limit: int, offset: int) -> Page:
-    nxt = offset + len(items)
-    return Page(
-        items=items,
-        total=total,
-        limit=limit,
-        offset=offset,
-        next_offset=nxt if nxt < total else None,
-    )
+class Paging:
+    """A page of a list asked by an operator (the list endpoints' dependency: ``limit``, ``offset``)."""
+
+    def __init__(
+        self,
+        store: StoreDep,
+        actor: Operator,  # noqa: ARG002 - authentication dependency
+        limit: Limit = 50,
+        offset: Offset = 0,
+    ) -> None:
+        self.store, self.limit, self.offset = store, limit, offset
+
+    def read(self, query: Callable[[State, int, int], tuple[list[dict[str, Any]], int]]) -> Page:
+        """The page that ``query(tx, limit, offset)`` reads (its items and the list's total)."""
+        with self.store.transaction(read_only=True) as tx:
+            items, total = query(tx, self.limit, self.offset)
+        nxt = self.offset + len(items)
+        return Page(
+            items=items,
+            total=total,
+            limit=self.limit,
+            offset=self.offset,
+            next_offset=nxt if nxt < total else None,
+        )
+
+
+PageOf = Annotated[Paging, Depends()]
+
+
+def _once(
+    store: Store,
+    actor: str,
+    key: str | None,
+    request: Request,
+    body: BaseModel,
+    write: Callable[[State], idempotency.Answer],
+) -> idempotency.Answer:
+    """``write`` once per ``Idempotency-Key`` of ``actor`` (:func:`~.idempotency.run_once` of the POST)."""
+    path, sent = request.url.path, body.model_dump(mode="json")
+    return idempotency.run_once(store, actor, idempotency.check_key(key), "POST", path, sent, write)
 
 
 def _answer(ans: idempotency.Answer) -> JSONResponse:
@@ -140,31 +181,22 @@ def create_task(
         out = TaskOut(task_id=tid, created=new, config=wire.encode(conf), envelope=env)
         return idempotency.Answer(201, out.model_dump(mode="json"))
 
-    ans = idempotency.run_once(
-        store,
-        actor,
-        idempotency.check_key(key),
-        "POST",
-        request.url.path,
-        body.model_dump(mode="json"),
-        write,
-    )
+    ans = _once(store, actor, key, request, body, write)
     return _answer(ans)
 
 
 @router.get("/tasks")
 def list_tasks(
-    store: StoreDep,
-    actor: Operator,  # noqa: ARG001 - authentication dependency
-    limit: Limit = 50,
-    offset: Offset = 0,
+    page: PageOf,
     analysis: Annotated[str | None, Query(max_length=64)] = None,
     population: Annotated[str | None, Query(max_length=128)] = None,
 ) -> Page:
     """Stored tasks, newest first (filters: ``analysis``, ``population``; paged in the query)."""
-    with store.transaction(read_only=True) as tx:
-        items, total = tasks.page_tasks(tx, limit, offset, analysis=analysis, population=population)
-    return _pageout(items, total, limit, offset)
+    return page.read(
+        lambda tx, limit, offset: tasks.page_tasks(
+            tx, limit, offset, analysis=analysis, population=population
+        )
+    )
 
 
 @router.get("/tasks/{task_id}")
@@ -199,15 +231,7 @@ def create_run(
         return idempotency.Answer(201, RunOut(**runs.run_view(s, rid)).model_dump(mode="json"))
 
     try:
-        ans = idempotency.run_once(
-            store,
-            actor,
-            idempotency.check_key(key),
-            "POST",
-            request.url.path,
-            body.model_dump(mode="json"),
-            write,
-        )
+        ans = _once(store, actor, key, request, body, write)
     except BudgetExceededError as exc:
         with store.transaction() as tx:
             ledger.audit(tx, actor, "refuse", None, task_id=body.task_id, reason=str(exc))
@@ -221,18 +245,17 @@ def create_run(
 
 @router.get("/runs")
 def list_runs(
-    store: StoreDep,
-    actor: Operator,  # noqa: ARG001 - authentication dependency
-    limit: Limit = 50,
-    offset: Offset = 0,
+    page: PageOf,
     status: Annotated[Literal[RUN_STATUSES] | None, Query()] = None,  # type: ignore[valid-type]
     task_id: Annotated[str | None, Query(max_length=64)] = None,
     analyst: Annotated[str | None, Query(max_length=128)] = None,
 ) -> Page:
     """Runs, newest first (filters: ``status``, ``task_id``, ``analyst``)."""
-    with store.transaction(read_only=True) as tx:
-        items, total = tx.page_runs(limit, offset, status=status, task_id=task_id, analyst=analyst)
-    return _pageout(items, total, limit, offset)
+    return page.read(
+        lambda tx, limit, offset: tx.page_runs(
+            limit, offset, status=status, task_id=task_id, analyst=analyst
+        )
+    )
 
 
 @router.get("/runs/{run_id}")
@@ -260,17 +283,15 @@ def cancel_run(store: StoreDep, changed: Changed, run_id: IdPath, actor: Operato
 # -- budgets
 @router.get("/budgets")
 def list_budgets(
-    store: StoreDep,
-    actor: Operator,  # noqa: ARG001 - authentication dependency
-    limit: Limit = 50,
-    offset: Offset = 0,
-    scope: Annotated[Literal["population", "analyst"] | None, Query()] = None,
+    page: PageOf, scope: Annotated[Literal["population", "analyst"] | None, Query()] = None
 ) -> Page:
     """Budgets with spent and remaining (epsilon, delta)."""
-    with store.transaction(read_only=True) as tx:
+
+    def query(tx: State, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         rows, total = tx.page_budgets(limit, offset, scope=scope)
-        items = [ledger.budget_status(tx, b.scope, b.name) or {} for b in rows]
-    return _pageout(items, total, limit, offset)
+        return [ledger.budget_status(tx, b.scope, b.name) or {} for b in rows], total
+
+    return page.read(query)
 
 
 @router.put("/budgets/{scope}/{name}")
@@ -304,17 +325,16 @@ def get_budget(store: StoreDep, scope: IdPath, name: IdPath, actor: Operator) ->
 # -- devices
 @router.get("/devices")
 def list_devices(
-    store: StoreDep,
-    actor: Operator,  # noqa: ARG001 - authentication dependency
-    limit: Limit = 50,
-    offset: Offset = 0,
+    page: PageOf,
     population: Annotated[str | None, Query(max_length=128)] = None,
     status: Annotated[Literal["active", "revoked"] | None, Query()] = None,
 ) -> Page:
     """Enrolled devices (filters: ``population``, ``status``)."""
-    with store.transaction(read_only=True) as tx:
-        items, total = tx.page_devices(limit, offset, population=population, status=status)
-    return _pageout(items, total, limit, offset)
+    return page.read(
+        lambda tx, limit, offset: tx.page_devices(
+            limit, offset, population=population, status=status
+        )
+    )
 
 
 def _forget(request: Request, client_id: str) -> None:
@@ -362,16 +382,9 @@ def reinstate_device(
 
 # -- operators
 @router.get("/operators")
-def list_operators(
-    store: StoreDep,
-    actor: Operator,  # noqa: ARG001 - authentication dependency
-    limit: Limit = 50,
-    offset: Offset = 0,
-) -> Page:
+def list_operators(page: PageOf) -> Page:
     """Operators (names and creation times; tokens are stored hashed and never shown)."""
-    with store.transaction(read_only=True) as tx:
-        items, total = tx.page_operators(limit, offset)
-    return _pageout(items, total, limit, offset)
+    return page.read(lambda tx, limit, offset: tx.page_operators(limit, offset))
 
 
 @router.post("/operators", status_code=201)

@@ -22,11 +22,10 @@ from fastapi import FastAPI
 from fedstats.errors import ParameterError
 from fedstats.service.domain import driver
 from fedstats.service.domain.changes import Changes, Wakeup
-from fedstats.service.http import admin, metrics
+from fedstats.service.http import admin, device, metrics
 from fedstats.service.http import edge as http
 from fedstats.service.http.dap import add_dap_routes
 from fedstats.service.http.dashboard import add_dashboard, process_state
-from fedstats.service.http.device import add_client_routes
 from fedstats.service.http.fastpath import DeviceWrites, DirectRoutes, Offload
 from fedstats.service.http.health import add_health_routes
 from fedstats.service.http.lifecycle import Background, Publisher, fault_hook
@@ -111,7 +110,7 @@ def create_app(
 
     # the device routes first: a request is matched against the routes in order (a linear scan, each
     # candidate costing a regex and a scope copy), and devices send nearly every request
-    cache = add_client_routes(
+    cache = device.add_client_routes(
         app, store, cfg, counters, changes=changes, wakeup=wakeup, offload=offload
     )
     app.include_router(admin.router)
@@ -133,7 +132,7 @@ def create_app(
         )
     install_params_schemas(app)  # each analysis's params as JSON Schema in /openapi.json
     # a device's poll and upload straight to their handlers (not through the router's scan)
-    app.add_middleware(DirectRoutes, routes=app.routes)
+    app.add_middleware(DirectRoutes, routes=device.router.routes)
     app.add_middleware(DeviceWrites, cache=cache)  # a device's write: drop its cached work list
     app.add_middleware(
         http.EdgeMiddleware,

@@ -7,6 +7,7 @@ sets it up:
 - ``app.state.store``: the :class:`~fedstats.service.store.Store` (:data:`StoreDep`);
 - ``app.state.changed``: publishes a state change of some populations' runs to every server process's
   long-polling devices (:data:`Changed`);
+- ``app.state.devices``: the device routes' shared objects, batchers and work cache (:data:`Devices`);
 - the operator is authenticated from the ``Authorization: Bearer`` header against the store's hashed
   tokens (:data:`Operator`).
 """
@@ -18,10 +19,20 @@ from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 
+from fedstats.service.http.fastpath import DevicePath, devices_of
 from fedstats.service.store import Store
 from fedstats.wire import auth
 
-__all__ = ["Changed", "Operator", "StoreDep", "app_store", "authenticated_operator", "publisher"]
+__all__ = [
+    "Changed",
+    "Devices",
+    "Operator",
+    "StoreDep",
+    "app_store",
+    "authenticated_operator",
+    "device_path",
+    "publisher",
+]
 
 Publish = Callable[[set[str] | None], None]
 
@@ -69,3 +80,11 @@ def publisher(request: Request) -> Publish:
 
 
 Changed = Annotated[Publish, Depends(publisher)]
+
+
+def device_path(request: Request) -> DevicePath:
+    """The app's device fast path (``app.state.devices``: its store, batchers, work cache)."""
+    return devices_of(request)
+
+
+Devices = Annotated[DevicePath, Depends(device_path)]

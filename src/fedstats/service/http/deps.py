@@ -184,6 +184,19 @@ class DeviceAuth:
             return row
         return got
 
+    async def population_of(self, client_id: str) -> str:
+        """The population of an enrolled device (its cached row if trusted, else read off the loop).
+
+        Raises
+        ------
+        HTTPException
+            401 if no device is enrolled under ``client_id``.
+        """
+        row = self._fresh(client_id) or await self.offload(self.client, client_id)
+        if row is None:  # pragma: no cover - rows are never deleted
+            raise HTTPException(401, "unknown client")
+        return str(row.population)
+
     def _fresh(self, client_id: str) -> ClientRow | None:
         """The cached row if trusted: read < :data:`REREAD` s ago, or since unchanged (:meth:`observe`)."""
         got = self.known.get(client_id)

@@ -10,7 +10,8 @@ routes):
 - :class:`WorkCache`: a device's work list is cached with its ``ETag``, so an unchanged list is answered
   (or 304) without the database; :class:`DeviceWrites` drops the entry of a device that writes;
 - :func:`direct_route` / :class:`DirectRoutes`: a device's poll and upload go straight to their handler,
-  without the router's linear scan and the app's inner layers (measured in ``benchmarks/service.py``).
+  without the router's linear scan, the app's inner layers and FastAPI's dependency resolution, on
+  FastAPI's and Starlette's public interfaces (measured in :mod:`fedstats.service.http.device`).
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from fastapi import HTTPException, Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from starlette.routing import Match, Route
 
 from fedstats.service.domain import runs
-from fedstats.service.domain.changes import Changes
-from fedstats.service.http.batching import Batcher
+from fedstats.service.domain.changes import Changes, Wakeup
+from fedstats.service.http.batching import Batcher, TransactionBatcher
 from fedstats.service.http.deps import DeviceAuth, SignedRequest
 from fedstats.service.http.edge import (
     BadJSON,
@@ -46,13 +49,16 @@ from fedstats.wire import auth
 __all__ = [
     "WAIT_PARAM",
     "Batcher",
+    "DevicePath",
     "DeviceWrites",
+    "DirectRoute",
     "DirectRoutes",
     "Handler",
     "Offload",
     "PollBatcher",
     "UploadBatcher",
     "WorkCache",
+    "devices_of",
     "direct_route",
     "index_of",
     "json_body",
@@ -481,6 +487,91 @@ class PollBatcher(Batcher[tuple[SignedRequest, tuple[Any, ...]], tuple[str, byte
         return cast(list[tuple[str, bytes] | BaseException], out)
 
 
+@dataclass(frozen=True)
+class DevicePath:
+    """What the device routes share, made once per app and kept in ``app.state.devices``.
+
+    The routes of :mod:`fedstats.service.http.device` are module-level; they receive this through the
+    :data:`fedstats.service.http.context.Devices` dependency (or, on a direct route, read it from the
+    app's state: :func:`devices_of`).
+
+    Parameters
+    ----------
+    store : Store
+    settings : ServerSettings
+        The server's settings (long-poll bound ``max_wait``).
+    counters : dict
+        The server's metrics counters.
+    changes : Changes
+        The run driver's state transitions (they wake long-polling devices).
+    wakeup : Wakeup
+        Set after a device's message committed, so the driver closes a round or stage at once.
+    offload : Offload
+    auth : DeviceAuth
+        Verifies the devices' signed requests.
+    cache : WorkCache
+    uploads : UploadBatcher
+    polls : PollBatcher
+    checkins : TransactionBatcher
+        The check-ins of a run lock its row: those that arrive together share one transaction.
+    """
+
+    store: Store
+    settings: Any
+    counters: dict[str, float]
+    changes: Changes
+    wakeup: Wakeup
+    offload: Offload
+    auth: DeviceAuth
+    cache: WorkCache
+    uploads: UploadBatcher
+    polls: PollBatcher
+    checkins: TransactionBatcher
+
+    @classmethod
+    def build(
+        cls,
+        store: Store,
+        settings: Any,
+        counters: dict[str, float],
+        changes: Changes,
+        wakeup: Wakeup,
+        offload: Offload,
+        key_secret: bytes,
+    ) -> DevicePath:
+        """The device path of an app: its device check, work cache and batchers made over ``store``.
+
+        ``settings`` gives the replay window and the cache's life (``work_cache_seconds``, default
+        60); ``key_secret`` is the secret of the devices' request keys.
+        """
+        cache = WorkCache(changes, float(getattr(settings, "work_cache_seconds", 60.0)))
+        device = DeviceAuth(
+            store, settings.replay_window, offload, on_write=cache.touch, key_secret=key_secret
+        )
+        uploads = UploadBatcher(store, offload)
+        polls = PollBatcher(store, offload, device, cache)
+        checkins = TransactionBatcher(store, offload)
+        return cls(
+            store,
+            settings,
+            counters,
+            changes,
+            wakeup,
+            offload,
+            device,
+            cache,
+            uploads,
+            polls,
+            checkins,
+        )
+
+
+def devices_of(request: Request) -> DevicePath:
+    """The app's :class:`DevicePath` (``app.state.devices``)."""
+    got: DevicePath = request.app.state.devices
+    return got
+
+
 class DeviceWrites:
     """ASGI middleware: after each state-changing ``/v1/client/...`` request, drop the device's work list.
 
@@ -535,9 +626,52 @@ def index_of(raw: str) -> int | None:
     return index if index <= MAX_INDEX else None
 
 
+class DirectRoute(StrictRoute):
+    """A FastAPI route whose requests go to a fast handler first (made by :func:`direct_route`).
+
+    Built on FastAPI's documented extension point, a custom :class:`~fastapi.routing.APIRoute` class
+    overriding ``get_route_handler`` ("Custom Request and APIRoute class" in FastAPI's documentation);
+    reached through the router, or straight from :class:`DirectRoutes`.
+    """
+
+    direct: Callable[[Request], Coroutine[Any, Any, Response]]
+    """The route's handler, which :class:`DirectRoutes` calls."""
+
+    @staticmethod
+    def fast(request: Request, slow: Handler) -> Awaitable[Response]:
+        """Answer ``request``, or hand it to ``slow`` (FastAPI's own handler of the endpoint)."""
+        raise NotImplementedError  # pragma: no cover - direct_route sets it
+
+    @staticmethod
+    def accepts(scope: Any, path_params: dict[str, Any]) -> bool:
+        """Whether :meth:`fast` answers this request itself (else FastAPI's layers are needed)."""
+        raise NotImplementedError  # pragma: no cover - direct_route sets it
+
+    def serves(self, scope: Any) -> bool:
+        """Whether the route's own path and methods match the request (Starlette's ``Route.matches``).
+
+        Not so for a route of a router included under a prefix: :class:`DirectRoutes` takes none.
+        """
+        return Route.matches(self, scope)[0] is Match.FULL
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler of the endpoint, behind :meth:`fast`."""
+        slow = super().get_route_handler()
+        fast = self.fast
+
+        async def handler(request: Request) -> Response:
+            known = request.scope.get(DirectRoutes.SCOPE_KEY)
+            if known is not None and self not in known and self.serves(request.scope):
+                known.append(self)  # reached through the router: DirectRoutes takes it from now on
+            return await fast(request, slow)
+
+        self.direct = handler
+        return handler
+
+
 def direct_route(
     fast: Callable[[Request, Handler], Awaitable[Response]],
-    wellformed: Callable[[Any, dict[str, str]], bool],
+    wellformed: Callable[[Any, dict[str, Any]], bool],
 ) -> type[APIRoute]:
     """A route class whose requests go to ``fast(request, slow)`` instead of FastAPI's handler.
 
@@ -549,66 +683,58 @@ def direct_route(
     the app's exception handlers, as an endpoint's are. ``wellformed(scope, path_params)`` tells
     :class:`DirectRoutes` which requests ``fast`` answers itself (the others need FastAPI's layers).
     """
-
-    class DirectRoute(StrictRoute):
-        direct: Callable[[Request], Coroutine[Any, Any, Response]]
-        accepts = staticmethod(wellformed)
-
-        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-            slow = super().get_route_handler()
-
-            async def handler(request: Request) -> Response:
-                return await fast(request, slow)
-
-            self.direct = handler  # what DirectRoutes calls
-            return handler
-
-    return DirectRoute
+    return type(
+        "DirectRoute",
+        (DirectRoute,),
+        {"fast": staticmethod(fast), "accepts": staticmethod(wellformed)},
+    )
 
 
 class DirectRoutes:
     """ASGI middleware that hands the requests of :func:`direct_route` routes straight to their handler.
 
     A device's poll and upload would otherwise cross the app's inner layers (exception middleware,
-    exit stack, the router's linear scan of every route, the route's wrappers) for nothing: a direct
-    route's handler needs none of them. This matches the direct routes only (method and path, with the
-    route's own converters), sets what the router would have set (``route``, ``endpoint``,
-    ``path_params``) and answers an exception with the app's handler for it, as the exception middleware
+    exit stack, the router's linear scan of every route, FastAPI's request wrapper) for nothing: a
+    direct route's handler needs none of them. Only public interfaces are used: the direct routes are
+    those given (the device routes, :data:`fedstats.service.http.device.router`), and any other one at its
+    first request through the router (it adds itself to the list this middleware puts in the scope under
+    :data:`SCOPE_KEY`: a route of a router made per app, such as the Prio3 upload's); from then on a
+    request it matches (Starlette's ``route.matches(scope)``:
+    method, path and the route's own converters) and accepts goes to its handler, with what the router
+    would have set in the scope (``route``, ``endpoint``, ``path_params``), and an exception it raises
+    is answered by the app's handler for it (``app.exception_handlers``), as the exception middleware
     would (anything without a handler propagates, as before). Every other request goes on unchanged.
+
+    Its gain, with :func:`direct_route`, is measured in :mod:`fedstats.service.http.device` (about 17% of
+    the server's CPU per report, ``benchmarks/service.py``).
 
     Parameters
     ----------
     app : ASGI app
         The app's inner stack.
-    routes : sequence of APIRoute
-        The app's routes; those built by :func:`direct_route` are taken.
+    routes : sequence of routes, optional
+        Routes known at once; those built by :func:`direct_route` are taken.
     """
 
-    def __init__(self, app: Any, routes: Sequence[Any]) -> None:
-        # (each route's ``accepts``: the requests its ``fast`` answers without FastAPI's layers)
+    SCOPE_KEY = "fedstats.direct_routes"
+
+    def __init__(self, app: Any, routes: Sequence[Any] = ()) -> None:
         self.app = app
-        self.routes = [
-            (r, frozenset(r.methods or ())) for r in _walk(routes) if hasattr(r, "direct")
-        ]
+        self.routes: list[DirectRoute] = [r for r in routes if isinstance(r, DirectRoute)]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Answer a direct route's request through its handler; pass anything else on."""
         if scope["type"] == "http":
-            method, path = scope["method"], scope["path"]
-            for route, methods in self.routes:
-                if method not in methods:
+            for route in self.routes:
+                match, child = route.matches(scope)
+                if match is not Match.FULL:
                     continue
-                m = route.path_regex.match(path)
-                if m is None:
-                    continue
-                params = {k: route.param_convertors[k].convert(v) for k, v in m.groupdict().items()}
-                if not route.accepts(scope, params):  # FastAPI's parsing and its errors
+                if not route.accepts(scope, child["path_params"]):  # FastAPI's parsing, its errors
                     break
-                scope["route"], scope["endpoint"] = route, route.endpoint
-                scope["path_params"] = params
+                scope.update(child)
                 request = Request(scope, receive, send)
                 try:
-                    response = await cast(Any, route).direct(request)
+                    response = await route.direct(request)
                 except Exception as exc:
                     handler = _handler_for(scope["app"], exc)
                     if handler is None:
@@ -616,16 +742,8 @@ class DirectRoutes:
                     response = await handler(request, exc)
                 await response(scope, receive, send)
                 return
+            scope[self.SCOPE_KEY] = self.routes
         await self.app(scope, receive, send)
-
-
-def _walk(routes: Sequence[Any]) -> list[Any]:
-    """``routes`` and those of the routers included among them (FastAPI keeps an included router whole)."""
-    out: list[Any] = []
-    for r in routes:
-        inner = getattr(r, "original_router", None)
-        out.extend(_walk(inner.routes) if inner is not None else [r])
-    return out
 
 
 def _handler_for(app: Any, exc: Exception) -> Any:

@@ -14,13 +14,12 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 
 from fedstats.service.domain import refusals
-from fedstats.service.domain.changes import Wakeup
-from fedstats.service.http.deps import DeviceAuth, Signed, use_nonce
+from fedstats.service.http.context import Devices
+from fedstats.service.http.deps import Signed, use_nonce
 from fedstats.service.http.edge import BadJSON, StrictRoute, strict_loads
 from fedstats.service.http.schemas import DEVICE, IdPath, device_body
-from fedstats.service.store import Store
 
-__all__ = ["REFUSAL_BODY", "refusal_router"]
+__all__ = ["REFUSAL_BODY", "refuse", "router"]
 
 REFUSAL_BODY = device_body(
     {
@@ -34,32 +33,30 @@ REFUSAL_BODY = device_body(
 )
 
 
-def refusal_router(store: Store, device: DeviceAuth, offload: Any, wakeup: Wakeup) -> APIRouter:
-    """The refusal route (see the module); ``offload`` runs its store work off the event loop."""
-    router = APIRouter(route_class=StrictRoute)
+router = APIRouter(route_class=StrictRoute)
+"""The refusal route (see the module)."""
 
-    @router.post("/v1/client/runs/{run_id}/refuse", openapi_extra=REFUSAL_BODY, **DEVICE)
-    async def refuse(run_id: IdPath, req: Signed) -> dict[str, Any]:
-        """Record why this device refuses the run (a reason code and a message naming its column or file)."""
-        try:
-            data = strict_loads(req.body or b"{}")
-        except BadJSON as exc:
-            raise HTTPException(422, str(exc)) from None
-        if not isinstance(data, dict):
-            raise HTTPException(422, "body must be an object {reason, message}")
-        reason, message = refusals.check_refusal(data.get("reason"), data.get("message"))
 
-        def go() -> bool:
-            with store.transaction() as tx:
-                use_nonce(tx, req.nonce)
-                device.confirm(tx, req)
-                return refusals.record_refusal(
-                    tx, run_id, req.client_id, req.population, reason, message
-                )
+@router.post("/v1/client/runs/{run_id}/refuse", openapi_extra=REFUSAL_BODY, **DEVICE)
+async def refuse(run_id: IdPath, req: Signed, path: Devices) -> dict[str, Any]:
+    """Record why this device refuses the run (a reason code and a message naming its column or file)."""
+    try:
+        data = strict_loads(req.body or b"{}")
+    except BadJSON as exc:
+        raise HTTPException(422, str(exc)) from None
+    if not isinstance(data, dict):
+        raise HTTPException(422, "body must be an object {reason, message}")
+    reason, message = refusals.check_refusal(data.get("reason"), data.get("message"))
 
-        recorded = bool(await offload(go))
-        if recorded:
-            wakeup.set()  # every device may have answered now: let the driver close check-in
-        return {"recorded": recorded}
+    def go() -> bool:
+        with path.store.transaction() as tx:
+            use_nonce(tx, req.nonce)
+            path.auth.confirm(tx, req)
+            return refusals.record_refusal(
+                tx, run_id, req.client_id, req.population, reason, message
+            )
 
-    return router
+    recorded = bool(await path.offload(go))
+    if recorded:
+        path.wakeup.set()  # every device may have answered now: let the driver close check-in
+    return {"recorded": recorded}

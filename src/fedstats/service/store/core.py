@@ -61,7 +61,54 @@ __all__ = [
     "RunRow",
     "RunSummary",
     "TaskSummary",
+    "client_row",
+    "client_values",
+    "round_row",
 ]
+
+
+def round_row(r: Any) -> RoundRow:
+    """A stored round (a row whose attributes are the ``rounds`` table's columns) as a :class:`RoundRow`."""
+    return RoundRow(
+        run_id=r.run_id,
+        index=int(r.index),
+        name=r.name,
+        encode=r.encode,
+        params=r.params,
+        params_digest=r.params_digest,
+        dim=int(r.dim),
+        bound=int(r.bound),
+        lo=int(r.lo),
+        hi=int(r.hi),
+        status=r.status,
+        deadline=float(r.deadline),
+    )
+
+
+def client_row(c: Any) -> ClientRow:
+    """A stored device (a row of the ``clients`` table's columns) as a :class:`ClientRow`."""
+    return ClientRow(
+        id=c.id,
+        public_key=c.public_key,
+        population=c.population,
+        authority=c.authority,
+        not_after=float(c.not_after),
+        revoked=c.revoked_at is not None,
+        certificate=c.certificate,
+    )
+
+
+def client_values(row: ClientRow, enrolled_at: float) -> dict[str, Any]:
+    """The ``clients`` columns of a device enrolled at ``enrolled_at``."""
+    return {
+        "id": row.id,
+        "public_key": row.public_key,
+        "population": row.population,
+        "authority": row.authority,
+        "not_after": row.not_after,
+        "enrolled_at": enrolled_at,
+        "certificate": row.certificate,
+    }
 
 
 class CoreQueries(ABC):

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fedstats.service.store.core import CoreQueries
+from fedstats.service.store.core import CoreQueries, client_row, client_values, round_row
 from fedstats.service.store.memory_refusals import MemoryRefusalQueries
 from fedstats.service.store.memory_tables import (
     _LIVE,
@@ -55,33 +55,11 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
     def client(self, client_id: str) -> ClientRow | None:
         """See :meth:`CoreQueries.client`."""
         c = self._t("clients").get(client_id)
-        if c is None:
-            return None
-        return ClientRow(
-            id=c.id,
-            public_key=c.public_key,
-            population=c.population,
-            authority=c.authority,
-            not_after=float(c.not_after),
-            revoked=c.revoked_at is not None,
-            certificate=c.certificate,
-        )
+        return None if c is None else client_row(c)
 
     def add_client(self, row: ClientRow, enrolled_at: float) -> None:
         """See :meth:`CoreQueries.add_client`."""
-        self._insert(
-            "clients",
-            row.id,
-            {
-                "id": row.id,
-                "public_key": row.public_key,
-                "population": row.population,
-                "authority": row.authority,
-                "not_after": row.not_after,
-                "enrolled_at": enrolled_at,
-                "certificate": row.certificate,
-            },
-        )
+        self._insert("clients", row.id, client_values(row, enrolled_at))
 
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
         """See :meth:`CoreQueries.set_client_certificate`."""
@@ -183,27 +161,10 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             },
         )
 
-    @staticmethod
-    def _round_row(r: Row) -> RoundRow:
-        return RoundRow(
-            run_id=r.run_id,
-            index=int(r.index),
-            name=r.name,
-            encode=r.encode,
-            params=r.params,
-            params_digest=r.params_digest,
-            dim=int(r.dim),
-            bound=int(r.bound),
-            lo=int(r.lo),
-            hi=int(r.hi),
-            status=r.status,
-            deadline=float(r.deadline),
-        )
-
     def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
         """See :meth:`CoreQueries.round_for_report` (transactions are serialized: no lock needed)."""
         r = self._t("rounds").get((run_id, index))
-        return None if r is None else self._round_row(r)
+        return None if r is None else round_row(r)
 
     def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
         """See :meth:`CoreQueries.report_digest`."""
@@ -246,7 +207,7 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
                 continue
             m = members.get((run.id, client_id))
             opened: list[RoundRow | None] = [
-                self._round_row(r)
+                round_row(r)
                 for (rid, _i), r in self._t("rounds").items()
                 if rid == run.id and r.status == "open"
             ]
@@ -375,7 +336,7 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
     def round_row(self, run_id: str, index: int) -> RoundRow | None:
         """See :meth:`CoreQueries.round_row`."""
         r = self._t("rounds").get((run_id, index))
-        return None if r is None else self._round_row(r)
+        return None if r is None else round_row(r)
 
     def add_round(self, **values: Any) -> RoundRow:
         """See :meth:`CoreQueries.add_round`."""
@@ -383,7 +344,7 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         if run_id not in self._t("runs"):
             raise _missing_parent("rounds.run_id", run_id)
         self._insert("rounds", (run_id, index), values)
-        return self._round_row(self._t("rounds")[(run_id, index)])
+        return round_row(self._t("rounds")[(run_id, index)])
 
     def update_round(self, run_id: str, index: int, **values: Any) -> None:
         """See :meth:`CoreQueries.update_round`."""

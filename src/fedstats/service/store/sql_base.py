@@ -18,9 +18,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from fedstats.service.store.core import CoreQueries
-from fedstats.service.store.rows import (
-    RoundRow,
-)
 from fedstats.service.store.tables import (
     Audit,
     Authority,
@@ -86,23 +83,6 @@ DEVICES_VERSION = 2  # the row of state_version counting changes to enrolled dev
 
 
 _TASKS = _table(Task)
-
-
-def _round(r: Any) -> RoundRow:
-    return RoundRow(
-        run_id=r.run_id,
-        index=int(r.index),
-        name=r.name,
-        encode=r.encode,
-        params=r.params,
-        params_digest=r.params_digest,
-        dim=int(r.dim),
-        bound=int(r.bound),
-        lo=int(r.lo),
-        hi=int(r.hi),
-        status=r.status,
-        deadline=float(r.deadline),
-    )
 
 
 # table columns, not ORM attributes: a select of ORM attributes takes the ORM's compile path

@@ -12,6 +12,7 @@ from sqlalchemy import (
     update,
 )
 
+from fedstats.service.store.core import client_row, client_values
 from fedstats.service.store.rows import (
     ClientRow,
     PopulationCount,
@@ -51,31 +52,11 @@ class SqlDeviceQueries(SqlBase):
     def client(self, client_id: str) -> ClientRow | None:
         """See :meth:`CoreQueries.client`."""
         row = self._run(_Q_CLIENT, {"client_id": client_id}).first()
-        if row is None:
-            return None
-        return ClientRow(
-            id=row.id,
-            public_key=row.public_key,
-            population=row.population,
-            authority=row.authority,
-            not_after=float(row.not_after),
-            revoked=row.revoked_at is not None,
-            certificate=row.certificate,
-        )
+        return None if row is None else client_row(row)
 
     def add_client(self, row: ClientRow, enrolled_at: float) -> None:
         """See :meth:`CoreQueries.add_client`."""
-        self._exec(
-            _CLIENTS.insert().values(
-                id=row.id,
-                public_key=row.public_key,
-                population=row.population,
-                authority=row.authority,
-                not_after=row.not_after,
-                enrolled_at=enrolled_at,
-                certificate=row.certificate,
-            )
-        )
+        self._exec(_CLIENTS.insert().values(**client_values(row, enrolled_at)))
 
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
         """See :meth:`CoreQueries.set_client_certificate`."""

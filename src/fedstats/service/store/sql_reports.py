@@ -12,6 +12,7 @@ from sqlalchemy import (
     select,
 )
 
+from fedstats.service.store.core import round_row
 from fedstats.service.store.rows import (
     PutReport,
     RoundRow,
@@ -21,7 +22,6 @@ from fedstats.service.store.sql_base import (
     _ROUND_COLUMNS,
     _ROUNDS,
     SqlBase,
-    _round,
 )
 
 _Q_ROUND_FOR_REPORT = (
@@ -152,7 +152,7 @@ class SqlReportQueries(SqlBase):
     def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
         """See :meth:`CoreQueries.round_for_report`."""
         row = self._run(_Q_ROUND_FOR_REPORT, {"run_id": run_id, "index": index}).first()
-        return None if row is None else _round(row)
+        return None if row is None else round_row(row)
 
     def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
         """See :meth:`CoreQueries.report_digest`."""

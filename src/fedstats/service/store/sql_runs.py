@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql
 
+from fedstats.service.store.core import round_row
 from fedstats.service.store.rows import (
     ClosedRound,
     Cohort,
@@ -46,7 +47,6 @@ from fedstats.service.store.sql_base import (
     _RUNS,
     _TASKS,
     SqlBase,
-    _round,
     _status_in,
 )
 
@@ -458,7 +458,7 @@ class SqlRunQueries(SqlBase):
     def round_row(self, run_id: str, index: int) -> RoundRow | None:
         """See :meth:`CoreQueries.round_row`."""
         got = self._run(_Q_ROUND_LOCKED, {"run_id": run_id, "index": index}).first()
-        return None if got is None else _round(got)
+        return None if got is None else round_row(got)
 
     def add_round(self, **values: Any) -> RoundRow:
         """See :meth:`CoreQueries.add_round`."""
