@@ -18,6 +18,7 @@ from fedstats.experiments.fed_chi2 import real_tables, shared_data_present
 from golden_helpers import check_golden
 
 
+@pytest.mark.slow
 def test_quick_reproduction_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "fed-chi2"
     res = CliRunner().invoke(

@@ -16,6 +16,9 @@ from fedstats.cli.app import app
 from fedstats.experiments.performance_gap import PAPER_TABLE1
 from golden_helpers import check_golden
 
+# whole reproductions (Table 1's optimisations, the activity model, plots): make test, not make test-fast
+pytestmark = pytest.mark.slow
+
 
 def _once(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (deterministic in its arguments) computed once per argument, a fresh copy each call."""
