@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from service_helpers import FEDSTATS, Deployment, store_deployment
 
@@ -28,18 +29,28 @@ def dep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
     yield from store_deployment("sqlite", tmp_path_factory.mktemp("cli-admin"))
 
 
-def _fed(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*FEDSTATS, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, **(env or {})),
-    )
+def _fed(
+    *args: str, env: dict[str, str] | None = None, real: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``fedstats *args``: in this process (click's runner: the same application, exit code, stdout
+    and stderr, without a Python start-up per command), or as a real ``fedstats`` process (``real``:
+    a few calls, so that the installed entry point is tested against the server too)."""
+    if real:
+        return subprocess.run(
+            [*FEDSTATS, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ, **(env or {})),
+        )
+    from fedstats.cli.app import app
+
+    got = CliRunner().invoke(app, list(args), env=env, catch_exceptions=False)
+    return subprocess.CompletedProcess(list(args), got.exit_code, got.stdout, got.stderr)
 
 
 def _admin(
-    dep: Deployment, *args: str, token: str | None = None
+    dep: Deployment, *args: str, token: str | None = None, real: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """``fedstats admin`` with the token (default the deployment's) from the environment."""
     return _fed(
@@ -50,6 +61,7 @@ def _admin(
         str(dep.certs["ca"]),
         *args,
         env={"FEDSTATS_TOKEN": token or dep.token, "COLUMNS": "200"},  # tables uncut
+        real=real,
     )
 
 
@@ -68,7 +80,9 @@ def _one_error_line(got: subprocess.CompletedProcess[str], code: int, *words: st
 
 def test_an_operator_runs_a_task_from_the_cli(dep: Deployment, tmp_path: Path) -> None:
     assert _json(
-        _admin(dep, "budgets", "set", "population", "default", "--epsilon", "5", "--json")
+        _admin(
+            dep, "budgets", "set", "population", "default", "--epsilon", "5", "--json", real=True
+        )
     )["epsilon_budget"] == pytest.approx(5.0)
     _json(_admin(dep, "budgets", "set", "analyst", "alice", "--epsilon", "5", "--json"))
     task = tmp_path / "task.json"
@@ -84,7 +98,15 @@ def test_an_operator_runs_a_task_from_the_cli(dep: Deployment, tmp_path: Path) -
     # the analyst signs offline (no server, no token) and the operator posts the envelope
     offline = tmp_path / "offline.json"
     signed = _fed(
-        "admin", "tasks", "sign", str(task), "--analyst", str(analyst), "--out", str(offline)
+        "admin",
+        "tasks",
+        "sign",
+        str(task),
+        "--analyst",
+        str(analyst),
+        "--out",
+        str(offline),
+        real=True,
     )
     assert signed.returncode == 0 and signed.stdout == "", signed.stderr
     envelope = json.loads(offline.read_text())
@@ -210,7 +232,9 @@ def test_bad_input_and_a_missing_token_are_one_line_exit_2(dep: Deployment, tmp_
     no_token = _fed("admin", "--server", dep.url, "--ca", str(dep.certs["ca"]), "runs", "list")
     _one_error_line(no_token, 2, "--token")
     wrong = _fed(
-        "admin", "--server", dep.url, "--ca", str(dep.certs["ca"]), "--token", "x", "runs", "list"
+        "admin",
+        *("--server", dep.url, "--ca", str(dep.certs["ca"]), "--token", "x", "runs", "list"),
+        real=True,
     )
     _one_error_line(wrong, 1, "401")
 
@@ -219,7 +243,7 @@ def test_add_operator_refuses_an_existing_name_and_rotation_replaces_the_token(
     dep: Deployment,
 ) -> None:
     db = dep.db
-    first = _fed("server", "add-operator", "--db", db, "--name", "dora")
+    first = _fed("server", "add-operator", "--db", db, "--name", "dora", real=True)
     assert first.returncode == 0
     token = first.stdout.strip()
     again = _fed("server", "add-operator", "--db", db, "--name", "dora")
@@ -243,7 +267,7 @@ def test_enroll_client_refuses_to_overwrite_without_force(dep: Deployment, tmp_p
     out = tmp_path / "dev.json"
     auth = str(dep.root / "authority")
     args = ("enroll", "client", "--authority", auth, "--client-id", "d1", "--out", str(out))
-    assert _fed(*args).returncode == 0
+    assert _fed(*args, real=True).returncode == 0
     before = out.read_text()
     _one_error_line(_fed(*args), 2, "--out", "--force")
     assert out.read_text() == before  # untouched

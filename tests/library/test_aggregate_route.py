@@ -181,6 +181,7 @@ def no_form_with_aggregate() -> Any:
     return (yield Round("rr", encode_rr, {"keep": 0.75}, aggregate=aggregate_rr))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("allocation", "bits_per_client"), [("exact", 1), ("random", 1), ("exact", 2), ("random", 3)]
 )

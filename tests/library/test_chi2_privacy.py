@@ -47,6 +47,7 @@ def _tables(n: int, seed: int, dependent: bool) -> np.ndarray:
     return t
 
 
+@pytest.mark.slow
 def test_the_noisy_statistic_is_unbiased() -> None:
     """The server subtracts tau = sigma_e^2 / 2: the mean over runs is the exact statistic (4 SE)."""
     t = _tables(2000, 1, dependent=True)
@@ -65,6 +66,7 @@ def test_the_noisy_statistic_is_unbiased() -> None:
     assert abs(stats.mean() - exact) <= 4 * se, (stats.mean(), exact, se)
 
 
+@pytest.mark.slow
 def test_p_value_accounts_for_the_noise_under_independence() -> None:
     """At epsilon = 0.3 the noise dominates: the simulated p-value keeps the level (3 binomial SE), the
     paper's p-value, which reads the noisy statistic as exact, rejects far more often."""

@@ -131,6 +131,7 @@ def test_the_privacy_loss_reported_and_charged_is_the_task_s() -> None:
     assert [s.variant.rsplit("shifted ", 1)[1] for s in be.stats] == [f"{2**g + 1})" for g in f]
 
 
+@pytest.mark.slow
 def test_the_sum_carries_twice_one_aggregator_s_variance() -> None:
     n, d = 6, 3
     x = _vectors(n, d, seed=1)

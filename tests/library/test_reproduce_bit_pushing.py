@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from fedstats.cli.app import app
@@ -22,6 +23,7 @@ def test_nrmse_and_its_standard_error() -> None:
     assert r["nrmse"] == np.sqrt(0.5) / 10 and r["bias"] == 0.0 and r["se"] > 0
 
 
+@pytest.mark.slow
 def test_reproduce_quick(tmp_path: Path) -> None:
     out = tmp_path / "bp"
     res = runner.invoke(

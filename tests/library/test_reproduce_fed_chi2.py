@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 import scipy.stats
 from typer.testing import CliRunner
 
@@ -17,7 +18,8 @@ from fedstats.experiments.fed_chi2 import real_tables, shared_data_present
 from golden_helpers import check_golden
 
 
-def test_quick_reproduction_cli(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_quick_reproduction_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "fed-chi2"
     res = CliRunner().invoke(
         app, ["--quiet", "reproduce", "fed-chi2", "--quick", "--out", str(out), "--json"]
@@ -68,6 +70,10 @@ def test_quick_reproduction_cli(tmp_path: Path) -> None:
     # resumable: a rerun reuses every checkpointed cell and rewrites identical Figure 1 results
     cells = (out / "fed-chi2-quick.fig1.cells.jsonl").read_text().count("\n")
     assert cells >= len(doc["fig1"]) * len(ls)
+    # the rerun draws no plots (checked above): they were most of its time, and the cells are its point
+    import fedstats.experiments.fed_chi2 as fed_chi2_reproduction
+
+    monkeypatch.setattr(fed_chi2_reproduction, "write_plots", lambda *a, **k: [])
     again = CliRunner().invoke(
         app, ["--quiet", "reproduce", "fed-chi2", "--quick", "--out", str(out), "--json"]
     )

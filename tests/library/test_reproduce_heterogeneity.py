@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from fedstats.cli.app import app
@@ -41,6 +42,7 @@ def test_legacy_script_reproduces_published_table1() -> None:
             assert abs(pub[col] / formula - 1) < 0.04
 
 
+@pytest.mark.slow
 def test_reproduce_quick_cli(tmp_path: Path) -> None:
     out = tmp_path / "het"
     res = CliRunner().invoke(

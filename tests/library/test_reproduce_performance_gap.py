@@ -2,14 +2,48 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from fedstats.cli.app import app
 from fedstats.experiments.performance_gap import PAPER_TABLE1
 from golden_helpers import check_golden
+
+# whole reproductions (Table 1's optimisations, the activity model, plots): make test, not make test-fast
+pytestmark = pytest.mark.slow
+
+
+def _once(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (deterministic in its arguments) computed once per argument, a fresh copy each call."""
+    cached = functools.cache(fn)
+    return functools.wraps(fn)(lambda *a, **k: copy.deepcopy(cached(*a, **k)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _analytic_parts_once() -> Iterator[None]:
+    """Table 1, Figures 1-2 and the activity model computed once for this module's runs, not per run.
+
+    They depend only on ``quick`` (the activity model on the data folder, with its fixed seed), are not
+    checkpointed cells, and took most of each run (Table 1's optimisations about 40 s, the activity
+    model's logistic fit 15 s, on a loaded 2-core machine): the four runs here get the same numbers from
+    one computation (the golden check of the quick run proves they are the real ones).
+    """
+    import fedstats.experiments.activity as activity
+    import fedstats.experiments.performance_gap as pg
+
+    mp = pytest.MonkeyPatch()
+    for name in ("table1", "figure1", "figure2"):
+        mp.setattr(pg, name, _once(getattr(pg, name)))
+    mp.setattr(activity, "activity_performance", functools.cache(activity.activity_performance))
+    yield
+    mp.undo()
 
 
 def test_reproduce_performance_gap_quick(tmp_path: Path, shared_data: Path) -> None:
@@ -74,16 +108,20 @@ def test_reproduce_performance_gap_quick(tmp_path: Path, shared_data: Path) -> N
 
 
 def test_rerun_reuses_the_cells_and_other_settings_recompute(
-    tmp_path: Path, shared_data: Path
+    tmp_path: Path, shared_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import fedstats.experiments.performance_gap as pg
     from fedstats.experiments.framework import run_reproduction
 
+    # the cells are the point here: no plots (the quick run draws them), Table 2 on 2,000 clients
+    monkeypatch.setattr(pg, "plots", lambda out, doc: [])
+    small = {"table2_clients": 2000}
     out = tmp_path / "pg"
     _, first = run_reproduction(
-        "performance-gap", out=out, quick=True, seed=5, data_dir=shared_data, reps=2
+        "performance-gap", out=out, quick=True, seed=5, data_dir=shared_data, reps=2, **small
     )
     _, again = run_reproduction(
-        "performance-gap", out=out, quick=True, seed=5, data_dir=shared_data, reps=2
+        "performance-gap", out=out, quick=True, seed=5, data_dir=shared_data, reps=2, **small
     )
     assert again["appendix_c"] == first["appendix_c"]
     assert [r["mean_abs_error"] for r in again["table2"]["rows"]] == [
@@ -93,7 +131,7 @@ def test_rerun_reuses_the_cells_and_other_settings_recompute(
         r["seconds_per_run"] for r in first["table2"]["rows"]
     )  # read back from the checkpoint, not recomputed
     _, other = run_reproduction(
-        "performance-gap", out=out, quick=True, seed=6, data_dir=shared_data, reps=2
+        "performance-gap", out=out, quick=True, seed=6, data_dir=shared_data, reps=2, **small
     )
     assert other["appendix_c"]["R"]["empirical"] != first["appendix_c"]["R"]["empirical"]
 
