@@ -679,9 +679,10 @@ class Device(SecureRuns, Derivation, Refusals):
                     registered = True
                 work = self.step(wait if left is None else max(0.0, min(wait, left)))
             except (httpx.TransportError, _HTTPError) as exc:
-                # a server restarting or overloaded: keep polling (a 4xx other than 409/429 is fatal)
+                # a server restarting or overloaded: keep polling (a 4xx other than 408/409/429 is
+                # fatal; 408: the server timed the request's headers out, e.g. a device short of CPU)
                 status = getattr(exc, "status", 503)
-                if status < 500 and status not in (409, 429):
+                if status < 500 and status not in (408, 409, 429):
                     raise
                 self.log(f"poll failed ({exc}); retrying")
                 if max_seconds is not None and time.monotonic() - t0 > max_seconds:

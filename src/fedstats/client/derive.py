@@ -107,7 +107,9 @@ class Derivation:
         context = (
             acc.task_id,
             getattr(state, "seed", None),
-            getattr(state, "cohort", None) is not None,
+            getattr(
+                state, "verified", False
+            ),  # the cohort verified (built on access: not read here)
         )
         fields = {k: v for k, v in rnd.items() if k not in _UNCHECKED_ROUND_FIELDS}
         key = (rid, fields.get("round"))

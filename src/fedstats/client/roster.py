@@ -10,6 +10,7 @@ re-exports these names.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import hmac
 import time
 from collections.abc import Mapping, Sequence
@@ -65,7 +66,8 @@ class CertificateRosterVerifier:
     members : sequence of str, optional
         The session's members (client ids) in the roster order the device derived
         (:func:`fedstats.wire.seeding.sessions_of`): the certificate of member ``j`` must name
-        ``members[j]``.
+        ``members[j]``. Only the checked members' ids are kept (``position -> id``), and of a roster
+        that passed only its digest: a verifier lives as long as its session.
     indices : sequence of int, optional
         The roster positions whose certificates ``certificates`` holds, distinct, in ``[0, n)``.
     """
@@ -89,9 +91,14 @@ class CertificateRosterVerifier:
         self.session = session
         self.task_id = task_id
         self.verified = set() if verified is None else verified
-        self.members = None if members is None else [str(m) for m in members]
         self.indices = None if indices is None else [int(j) for j in indices]
-        self._passed: SessionRoster | None = None  # the last roster that passed
+        # only the checked members' ids are kept (a device's verifier lives as long as its session)
+        self._size = None if members is None else len(members)
+        self.members: dict[int, str] | None = None
+        if members is not None:
+            positions = range(len(members)) if self.indices is None else self.indices
+            self.members = {j: str(members[j]) for j in positions if 0 <= j < len(members)}
+        self._passed: bytes | None = None  # digest of the last roster that passed
 
     def verify(self, roster: SessionRoster) -> None:
         """Raise :class:`~fedstats.errors.SecurityError` unless every checked roster identity is certified.
@@ -99,17 +106,18 @@ class CertificateRosterVerifier:
         A roster equal to one this verifier already passed passes again at once (the device checks it
         before reading its data, its secure-aggregation client again when it reads the setup message).
         """
-        if self._passed is not None and self._passed == roster:
+        digest = _roster_digest(roster)
+        if self._passed is not None and hmac.compare_digest(self._passed, digest):
             return
         self._check(roster)
-        self._passed = roster
+        self._passed = digest
 
     def _check(self, roster: SessionRoster) -> None:
         if not hmac.compare_digest(roster.session, self.session):
             raise SecurityError("the session id does not follow from the run's agreed seed")
         if roster.task_id != self.task_id:
             raise SecurityError("the roster names another run")
-        if self.members is not None and len(self.members) != roster.n:
+        if self._size is not None and self._size != roster.n:
             raise SecurityError(
                 "the session's members or their roster order are not the ones this device "
                 "derives from the run's cohort and seed"
@@ -121,7 +129,7 @@ class CertificateRosterVerifier:
             raise SecurityError("the checked members are not distinct roster positions")
         if self.members is not None:
             named = [str(c.body.get("client_id")) for c in self.certificates]
-            if named != [self.members[j] for j in indices]:
+            if named != [self.members.get(j) for j in indices]:
                 raise SecurityError(
                     "the session's members or their roster order are not the ones this device "
                     "derives from the run's cohort and seed"
@@ -148,6 +156,11 @@ class CertificateRosterVerifier:
             ids.add(str(cert.body["client_id"]))
         if len(ids) != len(indices):
             raise SecurityError("the roster lists one device twice")
+
+
+def _roster_digest(roster: SessionRoster) -> bytes:
+    """SHA-256 of a roster's every field (what a verifier remembers of the last roster it passed)."""
+    return hashlib.sha256(roster.to_bytes()).digest()
 
 
 def body_bytes(body: Mapping[str, Any]) -> bytes:

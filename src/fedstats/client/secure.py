@@ -114,6 +114,7 @@ __all__ = [
     "SIGNATURES",
     "VERIFIED_CERTIFICATES",
     "CertificateRosterVerifier",
+    "PackedMembers",
     "SecureRuns",
     "SecureState",
     "body_bytes",
@@ -149,28 +150,25 @@ class SecureState:
     slots : tuple or None
         ``(slot_start, slot_count)`` given at check-in, checked in the commitment list before revealing.
     cohort : list or None
-        The verified cohort ``[(client_id, slot_start, slot_count), ...]`` in slot order, kept once the
-        seed transcript verified (``n_clients = sum(slot_count)``).
+        The verified cohort ``[(client_id, slot_start, slot_count), ...]`` in slot order once the seed
+        transcript verified (``n_clients = sum(slot_count)``), built from :attr:`members` on access.
     rounds : dict
         ``round -> session``: the one session joined in each round (a second one is refused).
     encoded : dict
         ``round -> summed report``: each round is encoded once.
     limits : dict
         ``(round, session) -> bytes``: the largest server message read in a joined session.
-    keys : dict or None
-        The run's roster, ``client_id -> identity key``, from the verified seed transcript: committed
-        once per run (the digest the device revealed with covers it), every session's roster derives
-        from it (:func:`committed_roster`).
-    listed : list or None
-        The commitment list's rows as the device saw them before revealing: afterwards it asks only for
-        the reveals and the seed (``GET .../seed?part=reveals``), not the whole list again.
+    members : PackedMembers or None
+        The commitment list (ids, commitments, slots) and the run's roster (identity keys) as the device
+        checked them before revealing, packed (:class:`PackedMembers`): afterwards it asks only for the
+        reveals and the seed (``GET .../seed?part=reveals``), not the whole list again; every session's
+        roster derives from the keys (:func:`committed_roster`). The commitments are dropped once the
+        seed verified.
+    verified : bool
+        Whether the seed transcript verified (:attr:`seed` and :attr:`cohort` are then set).
     revealed : object or None
         The server's answer to a held reveal (``POST .../reveal?wait=``): the seed and the reveals, as
         ``GET .../seed?part=reveals`` answers them (unchecked until the transcript is verified).
-    entries : list or None
-        The commitment list as the device checked it before revealing (:func:`fedstats.wire.seeding.entries_of`).
-    roster : list or None
-        The run's roster as the device checked it before revealing (identity keys, hex, list order).
     withheld : frozenset
         The members the verified transcript names as withholders (:func:`fedstats.wire.seeding.withheld_of`):
         they keep their slots and join no session.
@@ -185,20 +183,106 @@ class SecureState:
     refused: dict[tuple[int, int], str] = field(default_factory=dict)
     task: Mapping[str, Any] | None = None
     slots: tuple[int, int] | None = None
-    cohort: list[tuple[str, int, int]] | None = None
     rounds: dict[int, int] = field(default_factory=dict)
     encoded: dict[int, list[int]] = field(default_factory=dict)
     limits: dict[tuple[int, int], int] = field(default_factory=dict)
-    keys: dict[str, bytes] | None = None
-    listed: list[Any] | None = None
+    members: PackedMembers | None = None
+    verified: bool = False
     revealed: Any = None
-    entries: list[seeding.Entry] | None = None
-    roster: list[str] | None = None
     withheld: frozenset[str] = frozenset()
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
         return seeding.commitment(run_id, client_id, self.contribution)
+
+    @property
+    def cohort(self) -> list[tuple[str, int, int]] | None:
+        """The verified cohort ``[(client_id, slot_start, slot_count), ...]`` (None before the seed).
+
+        Built on each access from :attr:`members` (the device keeps the packed list, not ``n`` tuples).
+        """
+        if not self.verified or self.members is None:
+            return None
+        return self.members.cohort()
+
+
+class PackedMembers:
+    """A run's commitment list as a device keeps it: a few flat buffers, not ``n`` Python rows.
+
+    A device checks the whole list before it reveals and needs the members' ids, slots and identity
+    keys afterwards (every round derives its sessions from the cohort, and each session's roster from
+    the keys); it keeps them in one bytes object per column (ids, commitments, keys) and numpy arrays
+    (offsets, slots): about 120 bytes per member instead of a few kilobytes of parsed JSON rows,
+    tuples and hex strings. The commitments are dropped once the seed verified
+    (:meth:`drop_commitments`).
+
+    Parameters
+    ----------
+    entries : sequence of (client_id, commitment_hex, slot_start, slot_count)
+        The checked commitment list (:func:`fedstats.wire.seeding.entries_of`).
+    keys : sequence of str
+        Each member's identity key (hex), in list order (:func:`fedstats.wire.seeding.keys_of`).
+    """
+
+    __slots__ = ("_commitments", "_ids", "_keys", "_offsets", "_slots")
+
+    def __init__(self, entries: Sequence[seeding.Entry], keys: Sequence[str]) -> None:
+        if len(entries) != len(keys):
+            raise SecurityError("the run's roster does not list one key per member")
+        encoded = [str(e[0]).encode() for e in entries]
+        self._ids = b"".join(encoded)
+        self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=self._offsets[1:])
+        self._commitments: bytes | None = b"".join(bytes.fromhex(e[1]) for e in entries)
+        self._slots = np.array([(int(e[2]), int(e[3])) for e in entries], dtype=np.int64).reshape(
+            -1, 2
+        )
+        self._keys = b"".join(bytes.fromhex(k) for k in keys)
+
+    def __len__(self) -> int:
+        return int(self._offsets.size - 1)
+
+    def ids(self) -> list[str]:
+        """The members' client ids, in list order."""
+        o, blob = self._offsets.tolist(), self._ids
+        return [blob[o[i] : o[i + 1]].decode() for i in range(len(o) - 1)]
+
+    def entries(self) -> list[seeding.Entry]:
+        """The commitment list as :func:`fedstats.wire.seeding.entries_of` parsed it."""
+        if self._commitments is None:
+            raise SecurityError("the device no longer holds the run's commitments")
+        c = self._commitments
+        return [
+            (cid, c[32 * i : 32 * i + 32].hex(), start, count)
+            for i, (cid, (start, count)) in enumerate(
+                zip(self.ids(), self._slots.tolist(), strict=True)
+            )
+        ]
+
+    def cohort(self) -> list[tuple[str, int, int]]:
+        """``[(client_id, slot_start, slot_count), ...]`` in list order (:func:`seeding.cohort_of`)."""
+        return [
+            (cid, start, count)
+            for cid, (start, count) in zip(self.ids(), self._slots.tolist(), strict=True)
+        ]
+
+    def slot_total(self) -> int:
+        """The sum of the members' slot counts (the run's ``n_clients``)."""
+        return int(self._slots[:, 1].sum())
+
+    def key_map(self) -> dict[str, bytes]:
+        """``client_id -> identity key`` (32 bytes) of every member."""
+        k = self._keys
+        return {cid: k[32 * i : 32 * i + 32] for i, cid in enumerate(self.ids())}
+
+    def drop_commitments(self) -> None:
+        """Forget the commitments (needed only until the seed verified)."""
+        self._commitments = None
+
+    def nbytes(self) -> int:
+        """The bytes held in the buffers."""
+        held = len(self._ids) + len(self._keys) + len(self._commitments or b"")
+        return held + self._offsets.nbytes + self._slots.nbytes
 
 
 VERIFIED_CERTIFICATES: set[tuple[str, str, bytes]] = set()
@@ -280,8 +364,8 @@ class SecureRuns:
             raise SecurityError("the run's roster does not list this device's identity key")
         state.slots = (start, count)
         state.seen = seeding.commitments_digest(run_id, entries, keys)
-        state.listed = list(tr["members"])
-        state.entries, state.roster = entries, keys
+        state.members = PackedMembers(entries, keys)  # not the parsed rows: O(1) objects per run
+        del tr, entries, keys
         cap = _cohort_cap(state)
         body = json.dumps({"value": state.contribution.hex(), "seen": state.seen}).encode()
         r = self._send(
@@ -304,7 +388,7 @@ class SecureRuns:
         """The run's published seed transcript, read up to a size its task's cohort allows.
 
         After revealing, the device asks only for the reveals and the seed and puts them beside the
-        commitment list it saw (:attr:`SecureState.listed`): the same transcript, without fetching the
+        commitment list it saw (:attr:`SecureState.members`): the same transcript, without fetching the
         list (``n`` ids, commitments, slots and keys) a second time; if its held reveal was answered
         with them (:attr:`SecureState.revealed`), it does not ask at all.
 
@@ -315,7 +399,7 @@ class SecureRuns:
         """
         path = f"/v1/client/runs/{run_id}/seed"
         cap = _cohort_cap(state)
-        listed = state.listed if state.seen is not None else None
+        listed = state.members if state.seen is not None else None
         got = state.revealed if listed is not None else None
         state.revealed = None  # used once: a transcript that fails is fetched, not reused
         if got is None:
@@ -332,8 +416,7 @@ class SecureRuns:
             reveals = [str(v) for v in got["reveals"]]
             if len(reveals) != len(listed):
                 raise ValueError("count")
-            members = [[*m[:2], v, *m[3:]] for m, v in zip(listed, reveals, strict=True)]
-            return {"members": members, "seed": got["seed"]}
+            return {"reveals": reveals, "seed": got["seed"]}
         except (KeyError, TypeError, ValueError):
             raise SecurityError("the run's reveals are malformed or not one per member") from None
 
@@ -353,25 +436,27 @@ class SecureRuns:
         if state is None:
             raise SecurityError(f"this device holds no secure state of run {run_id}")
         seed = self._verified_seed(run_id, state)
-        assert state.cohort is not None
-        return seed, list(state.cohort)
+        cohort = state.cohort
+        assert cohort is not None
+        return seed, cohort
 
     def _verified_seed(self, run_id: str, state: SecureState) -> bytes:
         """The run's seed, verified from its published transcript (once), and the cohort with it."""
-        if state.seed is not None and state.cohort is not None:
+        if state.seed is not None and state.verified:
             return state.seed
         if state.seen is None:
             raise SecurityError("this device did not reveal: it cannot check the run seed")
         tr = self._transcript(run_id, state)
-        if state.entries is not None and state.roster is not None:
+        if state.members is not None:
             # the list is the device's own copy, checked (and its digest computed) before it
             # revealed: only the reveals and the seed are new
-            entries, keys = state.entries, state.roster
+            entries = state.members.entries()
+            reveals = tr["reveals"]
             seed = seeding.verify_reveals(
                 run_id,
                 self.client_id,
                 entries,
-                [m[2] for m in tr["members"]],
+                reveals,
                 tr["seed"],
                 digest=state.seen,
                 own_value=state.contribution,
@@ -386,13 +471,11 @@ class SecureRuns:
                 max_members=_cohort_cap(state),
                 roster=True,
             )
-            entries, keys = seeding.entries_of(tr), seeding.keys_of(tr)
-        state.withheld = seeding.withheld_of(entries, [m[2] for m in tr["members"]])
-        state.cohort = seeding.cohort_of(entries)
-        state.keys = {
-            cid: bytes.fromhex(k) for (cid, _, _, _), k in zip(entries, keys, strict=True)
-        }
-        state.seed = seed
+            entries, reveals = seeding.entries_of(tr), [m[2] for m in tr["members"]]
+            state.members = PackedMembers(entries, seeding.keys_of(tr))
+        state.withheld = seeding.withheld_of(entries, reveals)
+        state.members.drop_commitments()  # the cohort and the keys stay, packed
+        state.seed, state.verified = seed, True
         return seed
 
     # -- the stages
@@ -547,17 +630,17 @@ class SecureRuns:
         max_session = int(opts["max_session"])
         minimum = min_session_size(opts)
         floor = int(getattr(self.policy, "min_session_size", Policy.min_session_size))
-        assert state.cohort is not None and state.slots is not None
+        assert state.members is not None and state.verified and state.slots is not None
         lo, hi = (int(x) for x in rnd["client_range"])
         start, count = state.slots
         a = max(start, lo)
         mine = [a, max(a, min(start + count, hi))]
-        n_clients = sum(c for _, _, c in state.cohort)
+        n_clients = state.members.slot_total()
         if [int(x) for x in rnd["records"]] != mine or int(rnd["slot_start"]) != start:
             raise SecurityError("the round names other records of this device than its slots")
         if int(rnd["n_clients"]) != n_clients:
             raise SecurityError("the round's n_clients is not the verified cohort's")
-        joining = [c for c in state.cohort if c[0] not in state.withheld]
+        joining = [c for c in state.members.cohort() if c[0] not in state.withheld]
         sessions = seeding.sessions_of(joining, seed, index, (lo, hi), max_session, minimum)
         derived = [k for k, members in enumerate(sessions) if self.client_id in members]
         if not derived:
@@ -631,8 +714,10 @@ class SecureRuns:
         if (setup.client, setup.n) != (i, n):
             raise SecurityError("the setup message is not for this device's derived index and size")
         session = seeding.session_id(seed, index, number)
-        assert state.keys is not None
-        roster = committed_roster(state.keys, members, session, seeding.task_id_bytes(run_id))
+        assert state.members is not None
+        roster = committed_roster(
+            state.members.key_map(), members, session, seeding.task_id_bytes(run_id)
+        )
         setup = with_committed_roster(setup, roster)
         down = setup.to_bytes()
         checked = checked_members(

@@ -154,7 +154,7 @@ class SecAggClient:
         self.state = ClientState.INIT
         self._session = b""
         self._transcript = b""
-        self._roster: SessionRoster | None = None
+        self._identities: _Identities | None = None  # the roster's keys, packed (malicious model)
         self._nbrs: dict[int, frozenset[int]] = {}
         self._mask_keys: KeyPair | None = None
         self._enc_keys: KeyPair | None = None
@@ -162,7 +162,7 @@ class SecAggClient:
         self._seed = b""
         self._enc_pair: dict[int, bytes] = {}
         self._held: dict[int, tuple[int, int]] = {}  # sender -> (seed share, key share)
-        self._survivors: tuple[int, ...] = ()
+        self._survivors = np.empty(0, dtype=np.uint32)  # the signed survivor set (sorted)
         self._own_signature = b""
 
     def _modular(self, values: np.ndarray) -> np.ndarray:
@@ -335,7 +335,7 @@ class SecAggClient:
                 raise SecurityError("the session roster does not match the task or the session")
             if roster.identities[self.index] != c.identity.public:
                 raise SecurityError(f"the roster does not list client {self.index}'s identity key")
-            self._roster = roster
+            self._identities = _Identities(roster.identities)  # not n bytes objects
             own = public_neighbors(c.n, c.k, roster.session, [self.index])[self.index]
             self._nbrs = public_neighbors(c.n, c.k, roster.session, [self.index, *own])
             self._transcript = transcript
@@ -368,12 +368,12 @@ class SecAggClient:
                 f"client {self.index}: only {len(msg.keys)} neighbours advertised keys, threshold t={c.t}"
             )
         if self._malicious:
-            assert self._roster is not None
+            assert self._identities is not None
             if msg.transcript != self._transcript:
                 raise SecurityError(f"client {self.index} received a foreign key transcript")
             for j, (c_pk, s_pk, sig) in msg.keys.items():
                 ad = AdvertiseKeys(self._session, j, c_pk, s_pk)
-                if not self._verify(self._roster.identities[j], sig, ad.signed_bytes()):
+                if not self._verify(self._identities[j], sig, ad.signed_bytes()):
                     raise SecurityError(
                         f"client {self.index}: the key advertisement of client {j} is not signed by "
                         "its certified identity"
@@ -486,7 +486,7 @@ class SecAggClient:
             raise ProtocolAbortError(
                 f"survivor set of {len(msg.survivors)} clients, fewer than min_survivors={c.min_survivors}"
             )
-        self._survivors = msg.survivors
+        self._survivors = np.asarray(msg.survivors, dtype=np.uint32)
         self._own_signature = c.identity.sign(survivor_statement(self._session, c.n, msg.survivors))
         self.state = ClientState.SIGNED
         return ConsistencySignature(self._session, self.index, self._own_signature)
@@ -531,13 +531,14 @@ class SecAggClient:
         return signed
 
     def _decide_from_signed_set(self, msg: UnmaskRequest) -> tuple[set[int], set[int]]:
-        assert self._roster is not None
+        assert self._identities is not None
         if msg.survivors or msg.dropped:
             raise SecurityError(
                 "a malicious-model client decides from the signed survivor set only"
             )
-        survivors = set(self._survivors)
-        statement = survivor_statement(self._session, self.config.n, self._survivors)
+        listed = self._survivors.tolist()
+        survivors = set(listed)
+        statement = survivor_statement(self._session, self.config.n, tuple(listed))
         threshold = self.signature_threshold()
         # Verify lazily, neighbourhood by neighbourhood, each signer at most once, and only while the
         # neighbourhood lacks signatures (an invalid signature simply does not count). Whether each
@@ -548,7 +549,7 @@ class SecAggClient:
         coverage = Counter(chain.from_iterable(self._nbrs[j] & signers for j in self._held))
         valid = {self.index}
         checked: set[int] = set()
-        identities = self._roster.identities
+        identities = self._identities
         for j in sorted(self._held):
             count = len(self._nbrs[j] & valid)
             if count < threshold:
@@ -584,3 +585,19 @@ class SecAggClient:
                 f"client {self.index} holds no shares of client(s) {sorted(unknown)}"
             )
         return survivors, dropped
+
+
+class _Identities:
+    """A roster's identity keys in one bytes object (32 bytes each): ``ids[j]`` is client ``j``'s key."""
+
+    __slots__ = ("_blob",)
+
+    def __init__(self, identities: tuple[bytes, ...]) -> None:
+        if any(len(key) != 32 for key in identities):
+            raise SecurityError("a roster identity key must be 32 bytes")
+        self._blob = b"".join(identities)
+
+    def __getitem__(self, j: int) -> bytes:
+        if not 0 <= j < len(self._blob) // 32:
+            raise IndexError(j)
+        return self._blob[32 * j : 32 * j + 32]

@@ -342,6 +342,10 @@ class SessionCache:
         got = self._live.get((row.run_id, row.round_index, row.number))
         return got if got is not None and got.stage == row.stage else None
 
+    def discard(self, run_id: str, round_index: int, number: int) -> None:
+        """Forget one session (it is over)."""
+        self._live.pop((run_id, round_index, number), None)
+
     def drop(self, run_id: str) -> None:
         """Forget every session of ``run_id`` (lease lost, failed transaction, run over)."""
         for key in [k for k in self._live if k[0] == run_id]:
@@ -671,6 +675,10 @@ def advance_sessions(
         tx.update_secure_session(
             *key, total=row.total, included=row.included, n_records=row.n_records, status="done"
         )
+        # the session is over: its live server (every device's keys, signatures, unmask requests and
+        # responses, O(n k) and more) is not kept through the rounds after it (a rolled-back
+        # transaction finds the row open and rebuilds it by replay)
+        cache.discard(*key)
     if any(r.status != "done" for r in rows):
         return None
     total: np.ndarray = np.zeros(rec.dim, dtype=np.int64)

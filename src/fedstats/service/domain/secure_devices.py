@@ -278,6 +278,10 @@ def _stage_downs(
         got = tx.down_payloads(run_id, index, number, stage)
         if not got:
             return None  # not open yet (or a session without messages): asked again later
+        # a session's earlier stages are closed: their messages (n per stage, the unmask requests
+        # O(n) each) are not kept beside the open stage's (a late request for one reads the store)
+        for old in [k for k in _DOWNS if k[:3] == key[:3] and k[3] < stage]:
+            del _DOWNS[old]
         while len(_DOWNS) >= _DOWN_STAGES_KEPT:
             _DOWNS.pop(next(iter(_DOWNS)))
         _DOWNS[key] = got
