@@ -8,6 +8,7 @@ past the end, a length that overruns its buffer or bytes left over after the top
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Self, TypeVar
 
@@ -166,7 +167,7 @@ def decode_all(data: bytes, what: str, read: Callable[[Reader], T]) -> T:
     return value
 
 
-class Message:
+class Message(ABC):
     """A DAP message: a subclass defines ``encode()`` and ``read(reader)``; ``decode`` comes from here.
 
     ``decode(data)`` reads one message that spans ``data`` exactly (:func:`decode_all`, named after the
@@ -174,9 +175,9 @@ class Message:
     """
 
     @classmethod
+    @abstractmethod
     def read(cls, r: Reader) -> Self:
-        """Decode from a reader (defined by each message)."""
-        raise NotImplementedError(f"{cls.__name__}.read")
+        """Decode from a reader (each message defines it; a class without it cannot be made)."""
 
     @classmethod
     def decode(cls, data: bytes) -> Self:

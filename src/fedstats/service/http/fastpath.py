@@ -23,6 +23,7 @@ import json
 import logging
 import re
 import time
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -638,14 +639,20 @@ class DirectRoute(StrictRoute):
     """The route's handler, which :class:`DirectRoutes` calls."""
 
     @staticmethod
+    @abstractmethod
     def fast(request: Request, slow: Handler) -> Awaitable[Response]:
-        """Answer ``request``, or hand it to ``slow`` (FastAPI's own handler of the endpoint)."""
-        raise NotImplementedError  # pragma: no cover - direct_route sets it
+        """Answer ``request``, or hand it to ``slow`` (FastAPI's own handler of the endpoint).
+
+        Abstract: each class :func:`direct_route` makes defines it.
+        """
 
     @staticmethod
+    @abstractmethod
     def accepts(scope: Any, path_params: dict[str, Any]) -> bool:
-        """Whether :meth:`fast` answers this request itself (else FastAPI's layers are needed)."""
-        raise NotImplementedError  # pragma: no cover - direct_route sets it
+        """Whether :meth:`fast` answers this request itself (else FastAPI's layers are needed).
+
+        Abstract: each class :func:`direct_route` makes defines it.
+        """
 
     def serves(self, scope: Any) -> bool:
         """Whether the route's own path and methods match the request (Starlette's ``Route.matches``).
