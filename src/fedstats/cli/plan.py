@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fedstats.cli._common import FedstatsGroup, JsonOption, emit, fmt_value, state_from
+from fedstats.cli._common import (
+    TYPER_SETTINGS,
+    FedstatsGroup,
+    JsonOption,
+    emit,
+    fmt_value,
+    state_from,
+)
 from fedstats.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -36,9 +43,7 @@ plan_app = typer.Typer(
     cls=FedstatsGroup,
     help="The clients, epsilon or encoding size a useful run needs (interval width, or power).",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    **TYPER_SETTINGS,
 )
 
 WidthOption = Annotated[
