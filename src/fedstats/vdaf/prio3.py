@@ -230,25 +230,19 @@ class Prio3:
         zero = bytes(SEED_SIZE)
         return derive_seeds([zero] * len(parts), dst, [b"".join(p) for p in parts])
 
+    def _seeded_rands(
+        self, usage: int, ctx: bytes, seeds: Sequence[bytes], length: int
+    ) -> FieldArray:
+        """``length`` elements per proof expanded from each seed (binder: the number of proofs)."""
+        dst = self.domain_separation_tag(usage, ctx)
+        binders = [bytes([self.PROOFS])] * len(seeds)
+        return expand_into_vecs(self.field, seeds, dst, binders, length * self.PROOFS)
+
     def _joint_rands(self, ctx: bytes, seeds: Sequence[bytes]) -> FieldArray:
-        dst = self.domain_separation_tag(USAGE_JOINT_RANDOMNESS, ctx)
-        return expand_into_vecs(
-            self.field,
-            seeds,
-            dst,
-            [bytes([self.PROOFS])] * len(seeds),
-            self.flp.JOINT_RAND_LEN * self.PROOFS,
-        )
+        return self._seeded_rands(USAGE_JOINT_RANDOMNESS, ctx, seeds, self.flp.JOINT_RAND_LEN)
 
     def _prove_rands(self, ctx: bytes, seeds: Sequence[bytes]) -> FieldArray:
-        dst = self.domain_separation_tag(USAGE_PROVE_RANDOMNESS, ctx)
-        return expand_into_vecs(
-            self.field,
-            seeds,
-            dst,
-            [bytes([self.PROOFS])] * len(seeds),
-            self.flp.PROVE_RAND_LEN * self.PROOFS,
-        )
+        return self._seeded_rands(USAGE_PROVE_RANDOMNESS, ctx, seeds, self.flp.PROVE_RAND_LEN)
 
     def _query_rands(self, verify_key: bytes, ctx: bytes, nonces: Sequence[bytes]) -> FieldArray:
         dst = self.domain_separation_tag(USAGE_QUERY_RANDOMNESS, ctx)
