@@ -131,6 +131,12 @@ class VerifyState:
     corrected_joint_rand_seeds: list[bytes] | None
     ok: BoolArray
 
+    def select(self, rows: Sequence[int]) -> VerifyState:
+        """The state of the reports at ``rows`` (indices, in that order)."""
+        idx = np.asarray(rows, dtype=np.intp)
+        seeds = _pick(self.corrected_joint_rand_seeds, rows)
+        return VerifyState(self.out_shares[idx], seeds, self.ok[idx])
+
 
 @dataclass
 class VerifierShares:
@@ -139,6 +145,15 @@ class VerifierShares:
     verifiers: FieldArray
     joint_rand_parts: list[bytes] | None
     ok: BoolArray
+
+    def select(self, rows: Sequence[int]) -> VerifierShares:
+        """The verifier shares of the reports at ``rows`` (indices, in that order)."""
+        idx = np.asarray(rows, dtype=np.intp)
+        return VerifierShares(self.verifiers[idx], _pick(self.joint_rand_parts, rows), self.ok[idx])
+
+
+def _pick(seeds: list[bytes] | None, rows: Sequence[int]) -> list[bytes] | None:
+    return None if seeds is None else [seeds[i] for i in rows]
 
 
 def _check_bytes(name: str, value: bytes, size: int) -> bytes:
