@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -124,36 +124,39 @@ class ShardBatch:
 
 
 @dataclass
-class VerifyState:
+class _PerReport:
+    """Fields that hold one entry per report: arrays (first axis), lists of seeds, or None."""
+
+    def select(self, rows: Sequence[int]) -> Self:
+        """The same fields for the reports at ``rows`` only (indices, in that order)."""
+        idx = np.asarray(rows, dtype=np.intp)
+        picked: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                value = [value[i] for i in rows]
+            elif value is not None:
+                value = value[idx]
+            picked[f.name] = value
+        return replace(self, **picked)
+
+
+@dataclass
+class VerifyState(_PerReport):
     """An aggregator's state between ``verify_init`` and ``verify_next`` for ``n`` reports."""
 
     out_shares: FieldArray
     corrected_joint_rand_seeds: list[bytes] | None
     ok: BoolArray
 
-    def select(self, rows: Sequence[int]) -> VerifyState:
-        """The state of the reports at ``rows`` (indices, in that order)."""
-        idx = np.asarray(rows, dtype=np.intp)
-        seeds = _pick(self.corrected_joint_rand_seeds, rows)
-        return VerifyState(self.out_shares[idx], seeds, self.ok[idx])
-
 
 @dataclass
-class VerifierShares:
+class VerifierShares(_PerReport):
     """An aggregator's verifier shares ``(n, VERIFIER_LEN * PROOFS)`` and joint-randomness parts."""
 
     verifiers: FieldArray
     joint_rand_parts: list[bytes] | None
     ok: BoolArray
-
-    def select(self, rows: Sequence[int]) -> VerifierShares:
-        """The verifier shares of the reports at ``rows`` (indices, in that order)."""
-        idx = np.asarray(rows, dtype=np.intp)
-        return VerifierShares(self.verifiers[idx], _pick(self.joint_rand_parts, rows), self.ok[idx])
-
-
-def _pick(seeds: list[bytes] | None, rows: Sequence[int]) -> list[bytes] | None:
-    return None if seeds is None else [seeds[i] for i in rows]
 
 
 def _check_bytes(name: str, value: bytes, size: int) -> bytes:
