@@ -266,3 +266,35 @@ def test_rejection_sampling_continues_the_stream_in_order() -> None:
     assert got.tolist() == [naive(s, b"dst", b, 40) for s, b in zip(seeds, binders, strict=True)]
     one = XofTurboShake128.expand_into_vec(HalfRejecting, seeds[0], b"dst", binders[0], 40)
     assert one.tolist() == naive(seeds[0], b"dst", binders[0], 40)
+
+
+@pytest.mark.parametrize("name", POSITIVE)
+def test_selected_reports_verify_as_in_the_vector(name: str) -> None:
+    """``select`` keeps the chosen reports' states and verifier shares, in the order asked."""
+    tv = _load(name)
+    vdaf = _variant(name, tv)
+    key, ctx = bytes.fromhex(tv["verify_key"]), bytes.fromhex(tv["ctx"])
+    reports = tv["reports"]
+    rows = list(range(len(reports)))[::-2]  # every other report, last first
+    nonces = [bytes.fromhex(r["nonce"]) for r in reports]
+    publics = [vdaf.decode_public_share(bytes.fromhex(r["public_share"])) for r in reports]
+    pub_arg = None if publics[0] is None else [p for p in publics if p is not None]
+    states, vshares = [], []
+    for j in range(vdaf.SHARES):
+        shares = vdaf.decode_input_shares(j, [bytes.fromhex(r["input_shares"][j]) for r in reports])
+        st, vs = vdaf.verify_init_batch(key, ctx, j, nonces, pub_arg, shares)
+        picked = vs.select(rows)
+        for k, i in enumerate(rows):
+            assert (
+                vdaf.encode_verifier_share(picked, k).hex() == reports[i]["verifier_shares"][0][j]
+            )
+        states.append(st.select(rows))
+        vshares.append(picked)
+    messages, ok = vdaf.verifier_shares_to_message_batch(ctx, vshares)
+    assert ok.all() and len(messages) == len(rows)
+    for j in range(vdaf.SHARES):
+        out, ok_j = vdaf.verify_next_batch(states[j], messages)
+        assert ok_j.all()
+        assert [vdaf.field.encode(out[k]).hex() for k in range(len(rows))] == [
+            reports[i]["out_shares"][j] for i in rows
+        ]

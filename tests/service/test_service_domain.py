@@ -591,18 +591,17 @@ def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
         digest = tx.round_for_report(rid, 0).params_digest
         start, slots = tx.member(rid, "dev-1")
     v1, c1 = _report(item1, "dev-1")
-    args = (rid, 0, "dev-1", json.dumps(v1), c1, "d" * 64, 1e9 + 7)
-    step("put-digest", lambda tx: tx.put_report(("p1", 11.0), ("0" * 64, start, slots), *args))
-    step("put-slots", lambda tx: tx.put_report(("p2", 11.0), (digest, start + 1, slots), *args))
-    step(
-        "put-stranger",
-        lambda tx: tx.put_report(
-            ("p3", 11.0), (digest, start, slots), *args[:2], "dev-x", *args[3:]
-        ),
-    )
-    step("put-replay", lambda tx: tx.put_report(("p1", 11.0), (digest, start, slots), *args))
-    step("put", lambda tx: tx.put_report(("p4", 11.0), (digest, start, slots), *args))
-    step("put-again", lambda tx: tx.put_report(("p5", 11.0), (digest, start, slots), *args))
+
+    def put1(nonce: str, expect: tuple[str, int, int], cid: str = "dev-1") -> Any:
+        item = PutReport((nonce, 11.0), expect, rid, 0, cid, json.dumps(v1), c1, "d" * 64)
+        return lambda tx: tx.put_report(item, 1e9 + 7)
+
+    step("put-digest", put1("p1", ("0" * 64, start, slots)))
+    step("put-slots", put1("p2", (digest, start + 1, slots)))
+    step("put-stranger", put1("p3", (digest, start, slots), "dev-x"))
+    step("put-replay", put1("p1", (digest, start, slots)))
+    step("put", put1("p4", (digest, start, slots)))
+    step("put-again", put1("p5", (digest, start, slots)))
     step("device-runs", lambda tx: [Unordered(x) for x in tx.device_runs("dev-1")], read_only=True)
     # the same cases set-based (put_reports, one call): each answered as put_report answers it alone
     with store.transaction(read_only=True) as tx:

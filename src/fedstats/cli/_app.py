@@ -18,7 +18,7 @@ from typer.core import TyperCommand
 
 from fedstats.cli._commands import COMMANDS as _COMMANDS
 from fedstats.cli._commands import SUMMARIES as _SUMMARIES
-from fedstats.cli._common import CliState, FedstatsGroup
+from fedstats.cli._common import TYPER_SETTINGS, CliState, FedstatsGroup
 
 __all__ = ["LazyGroup", "app"]
 
@@ -38,9 +38,7 @@ class LazyGroup(FedstatsGroup):
         """Load the module of ``cmd_name`` on first use, then look it up."""
         module = _COMMANDS.get(cmd_name)
         if module is not None and cmd_name not in self.commands:
-            sub = typer.Typer(
-                add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None
-            )
+            sub = typer.Typer(**TYPER_SETTINGS)
             importlib.import_module(module).register(sub)
             for name, command in typer.main.get_group(sub).commands.items():
                 self.add_command(command, name)
@@ -71,9 +69,7 @@ app = typer.Typer(
     cls=LazyGroup,
     help="Private federated analytics: DP statistics over many clients with secure aggregation.",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    **TYPER_SETTINGS,
 )
 
 

@@ -42,6 +42,7 @@ if (
 
 __all__ = [
     "LONG_SECONDS",
+    "TYPER_SETTINGS",
     "AllowLongOption",
     "BackendOption",
     "CliState",
@@ -121,6 +122,14 @@ def flag_for(command: Any, name: str) -> str | None:
         if param.name == name or wanted & set(opts) or opts[0] == "--" + name.replace("_", "-"):
             return str(opts[0])
     return None
+
+
+TYPER_SETTINGS: dict[str, Any] = {
+    "add_completion": False,
+    "pretty_exceptions_enable": False,
+    "rich_markup_mode": None,
+}
+"""What every typer application of the CLI sets: no completion commands, plain tracebacks, plain help."""
 
 
 class FedstatsGroup(TyperGroup):

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedstats.cli._common import JsonOption, emit, fmt_value, state_from
+from fedstats.cli._options import PopulationFilterOption
 from fedstats.cli._refusals_view import refusal_line, show_refusals
 from fedstats.errors import FedstatsError, ParameterError
 from fedstats.results import released_summary
@@ -487,9 +488,7 @@ MORE_TASKS: list[Callable[[Any, dict[str, Any]], list[dict[str, Any]]]] = []  # 
 def task_list(
     ctx: typer.Context,
     analysis: Annotated[str | None, typer.Option("--analysis", help="Only this analysis.")] = None,
-    population: Annotated[
-        str | None, typer.Option("--population", help="Only this population.")
-    ] = None,
+    population: PopulationFilterOption = None,
     limit: Limit = 50,
     offset: Offset = 0,
     json_flag: JsonOption = False,
@@ -662,9 +661,7 @@ def run_progress(run: dict[str, Any]) -> str:
 @devices_app.command("list")
 def device_list(
     ctx: typer.Context,
-    population: Annotated[
-        str | None, typer.Option("--population", help="Only this population.")
-    ] = None,
+    population: PopulationFilterOption = None,
     status: Annotated[str | None, typer.Option("--status", help="active or revoked.")] = None,
     limit: Limit = 50,
     offset: Offset = 0,

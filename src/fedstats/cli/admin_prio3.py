@@ -45,6 +45,7 @@ from rich.console import Console
 from fedstats.analyses.usefulness import attach_warnings
 from fedstats.cli import admin
 from fedstats.cli._common import JsonOption, emit, state_from
+from fedstats.cli._options import PopulationFilterOption
 from fedstats.cli.admin import (
     AdminHTTPError,
     _Api,
@@ -210,9 +211,7 @@ def _list_view(console: Console, page: dict[str, Any]) -> None:
 @prio3_app.command("list")
 def list_tasks(
     ctx: typer.Context,
-    population: Annotated[
-        str | None, typer.Option("--population", help="Only this population.")
-    ] = None,
+    population: PopulationFilterOption = None,
     json_flag: JsonOption = False,
 ) -> None:
     """The leader's signed Prio3 tasks, their batches (uploaded, aggregated, rejected) and results."""

@@ -38,6 +38,7 @@ from fedstats.cli._common import (
     release_line,
     state_from,
 )
+from fedstats.cli._options import LevelOption
 from fedstats.cli._tables import (
     BitsOption,
     ClientColumnOption,
@@ -74,7 +75,7 @@ def chi2(
     test: Annotated[
         str, typer.Option("--test", help="chi2 (FED-chi^2) or g (G-test via FED-H).")
     ] = "chi2",
-    level: Annotated[float, typer.Option("--level", help="Significance level.")] = 0.05,
+    level: LevelOption = 0.05,
     confidence: ConfidenceOption = 0.95,
     bits: BitsOption = 64,
     drop_empty: Annotated[

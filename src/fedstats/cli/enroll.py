@@ -17,6 +17,8 @@ enroll_app = typer.Typer(
     no_args_is_help=True,
 )
 
+AuthorityFolder = Annotated[Path, typer.Option("--authority", help="Folder of the authority.")]
+
 
 @enroll_app.command("init")
 def init(
@@ -35,7 +37,7 @@ def init(
 
 @enroll_app.command("client")
 def client(
-    authority: Annotated[Path, typer.Option("--authority", help="Folder of the authority.")],
+    authority: AuthorityFolder,
     client_id: Annotated[str, typer.Option("--client-id", help="Unique device name.")],
     out: Annotated[Path, typer.Option("--out", help="Identity file to write (mode 0600).")],
     population: Annotated[
@@ -77,7 +79,7 @@ def client(
 @enroll_app.command("analyst")
 def analyst(
     name: Annotated[str, typer.Argument(help="The analyst's name (or the population policy's).")],
-    authority: Annotated[Path, typer.Option("--authority", help="Folder of the authority.")],
+    authority: AuthorityFolder,
     out: Annotated[Path, typer.Option("--out", help="Analyst identity file to write (mode 0600).")],
     population: Annotated[
         list[str],
@@ -108,7 +110,7 @@ def analyst(
 
 @enroll_app.command("renew-analyst")
 def renew_analyst_cmd(
-    authority: Annotated[Path, typer.Option("--authority", help="Folder of the authority.")],
+    authority: AuthorityFolder,
     identity: Annotated[
         Path, typer.Option("--identity", help="The analyst identity file to renew (rewritten).")
     ],
@@ -130,7 +132,7 @@ def renew_analyst_cmd(
 @enroll_app.command("revoke-analyst")
 def revoke_analyst_cmd(
     name: Annotated[str, typer.Argument(help="The analyst's name, as in its certificate.")],
-    authority: Annotated[Path, typer.Option("--authority", help="Folder of the authority.")],
+    authority: AuthorityFolder,
 ) -> None:
     """Revoke an analyst: its certificate is never renewed nor re-issued.
 

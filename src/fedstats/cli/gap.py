@@ -33,6 +33,7 @@ from fedstats.cli._common import (
     state_from,
     warn_duration,
 )
+from fedstats.cli._options import IntervalLevelOption
 from fedstats.errors import DataError, ParameterError
 
 if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, scipy nor the analysis
@@ -102,9 +103,7 @@ def gap(
             "--estimate-sizes.",
         ),
     ] = False,
-    confidence: Annotated[
-        float, typer.Option("--confidence", help="Level of the interval, in (0, 1).")
-    ] = 0.95,
+    confidence: IntervalLevelOption = 0.95,
     backend: BackendOption = "serial",
     workers: WorkersOption = None,
     scheduler: SchedulerOption = None,

@@ -39,6 +39,7 @@ from fedstats.cli._common import (
     state_from,
     warn_duration,
 )
+from fedstats.cli._options import LowOption
 from fedstats.errors import DataError, ParameterError
 
 if (
@@ -357,7 +358,6 @@ BitsPerClientOpt = Annotated[
         "--bits-per-client", "-s", help="Bits each client sends (Corollary 2; default 1)."
     ),
 ]
-LowOpt = Annotated[float, typer.Option("--low", help="Declared lower bound of the values.")]
 HighOpt = Annotated[
     float | None,
     typer.Option(
@@ -418,7 +418,7 @@ def mean(
     no_privacy: NoPrivacyOpt = False,
     bit_depth: BitsOpt = None,
     bits_per_client: BitsPerClientOpt = None,
-    low: LowOpt = 0.0,
+    low: LowOption = 0.0,
     high: HighOpt = None,
     resolution: ResolutionOpt = 1.0,
     out_of_range: OutOfRangeOpt = "clip",
@@ -472,7 +472,7 @@ def variance(
     no_privacy: NoPrivacyOpt = False,
     bit_depth: BitsOpt = None,
     bits_per_client: BitsPerClientOpt = None,
-    low: LowOpt = 0.0,
+    low: LowOption = 0.0,
     high: HighOpt = None,
     resolution: ResolutionOpt = 1.0,
     out_of_range: OutOfRangeOpt = "clip",

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fedstats.cli._common import FedstatsGroup, JsonOption, emit, fmt_value, state_from
+from fedstats.cli._common import (
+    TYPER_SETTINGS,
+    FedstatsGroup,
+    JsonOption,
+    emit,
+    fmt_value,
+    state_from,
+)
+from fedstats.cli._options import IntervalLevelOption, LevelOption, LowOption
 from fedstats.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -36,9 +44,7 @@ plan_app = typer.Typer(
     cls=FedstatsGroup,
     help="The clients, epsilon or encoding size a useful run needs (interval width, or power).",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    **TYPER_SETTINGS,
 )
 
 WidthOption = Annotated[
@@ -50,9 +56,6 @@ ClientsOption = Annotated[
 ]
 EpsilonOption = Annotated[
     float | None, typer.Option("--epsilon", "-e", help="Privacy budget; omit to solve for it.")
-]
-ConfidenceOption = Annotated[
-    float, typer.Option("--confidence", help="Level of the interval, in (0, 1).")
 ]
 
 
@@ -94,13 +97,13 @@ MethodOption = Annotated[
         "--method", help="basic, adaptive or weighted bit pushing (default: the library's, basic)."
     ),
 ]
-LowOption = Annotated[float, typer.Option("--low", help="Declared lower bound of the values.")]
 HighOption = Annotated[float, typer.Option("--high", help="Declared upper bound of the values.")]
 ResolutionOption = Annotated[float, typer.Option("--resolution", help="Fixed-point step (> 0).")]
 BitDepthOption = Annotated[
     int | None,
     typer.Option("--bit-depth", help="Bits of the codes (default: what the range needs)."),
 ]
+DeltaOption = Annotated[float, typer.Option("--delta", help="Total delta, in (0, 1).")]
 BitsPerClientOption = Annotated[
     int, typer.Option("--bits-per-client", help="Bits each client reports (>= 1).")
 ]
@@ -114,7 +117,7 @@ def mean(
     high: HighOption,
     clients: ClientsOption = None,
     epsilon: EpsilonOption = None,
-    confidence: ConfidenceOption = 0.95,
+    confidence: IntervalLevelOption = 0.95,
     resolution: ResolutionOption = 1.0,
     bit_depth: BitDepthOption = None,
     method: MethodOption = None,
@@ -148,7 +151,7 @@ def variance(
     high: HighOption,
     clients: ClientsOption = None,
     epsilon: EpsilonOption = None,
-    confidence: ConfidenceOption = 0.95,
+    confidence: IntervalLevelOption = 0.95,
     resolution: ResolutionOption = 1.0,
     bit_depth: BitDepthOption = None,
     method: MethodOption = None,
@@ -187,7 +190,7 @@ def gap(
     clients: ClientsOption = None,
     epsilon: EpsilonOption = None,
     mechanism: Annotated[str, typer.Option("--mechanism", "-m", help="R or L.")] = "R",
-    confidence: ConfidenceOption = 0.95,
+    confidence: IntervalLevelOption = 0.95,
     accounting: Annotated[str, typer.Option("--accounting", help="exact or paper.")] = "exact",
     fractions: Annotated[
         str | None, typer.Option("--fractions", help="Group fractions 'f1,f2,...' (default equal).")
@@ -275,7 +278,7 @@ def chi2(
     power_target: Annotated[float, typer.Option("--power", help="Target power, in (0, 1).")] = 0.8,
     clients: ClientsOption = None,
     epsilon: EpsilonOption = None,
-    delta: Annotated[float, typer.Option("--delta", help="Total delta, in (0, 1).")] = 1e-6,
+    delta: DeltaOption = 1e-6,
     records_per_client: Annotated[
         int,
         typer.Option("--records-per-client", help="Declared most records one client holds (T)."),
@@ -283,7 +286,7 @@ def chi2(
     encoding_size: Annotated[
         int, typer.Option("--encoding-size", help="Projection length l (>= 2).")
     ] = 50,
-    level: Annotated[float, typer.Option("--level", help="Significance level.")] = 0.05,
+    level: LevelOption = 0.05,
     row_margins: Annotated[
         str | None, typer.Option("--row-margins", help="Expected row proportions 'p1,p2,...'.")
     ] = None,
@@ -328,7 +331,7 @@ def entropy(
         str | None,
         typer.Option("--probabilities", help="Expected proportions 'p1,...,pm' (default uniform)."),
     ] = None,
-    confidence: ConfidenceOption = 0.95,
+    confidence: IntervalLevelOption = 0.95,
     fd_step: Annotated[float, typer.Option("--fd-step", help="Finite-difference step D.")] = 0.05,
     json_flag: JsonOption = False,
 ) -> None:
@@ -354,12 +357,12 @@ def heterogeneity(
     dim: Annotated[int, typer.Option("--dim", help="Vector length d (>= 1).")],
     clients: ClientsOption = None,
     epsilon: EpsilonOption = None,
-    delta: Annotated[float, typer.Option("--delta", help="Total delta, in (0, 1).")] = 1e-6,
+    delta: DeltaOption = 1e-6,
     noise: Annotated[
         str, typer.Option("--noise", help="central, distributed or aggregators.")
     ] = "central",
     accounting: Annotated[str, typer.Option("--accounting", help="basic or zcdp.")] = "basic",
-    confidence: ConfidenceOption = 0.95,
+    confidence: IntervalLevelOption = 0.95,
     json_flag: JsonOption = False,
 ) -> None:
     """Clients or epsilon for the heterogeneity dispersion's interval of the given width."""

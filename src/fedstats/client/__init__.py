@@ -70,6 +70,7 @@ from fedstats.client.data import _integer_csv as _integer_csv
 from fedstats.client.derive import Derivation, _Accepted, _Replay
 from fedstats.client.derive import _received_digest as _received_digest
 from fedstats.client.policy import LocalBudget, Policy, RefusedTask, is_exact
+from fedstats.client.polling import PollClock
 from fedstats.client.refusals import RESTARTED, Refusals, Rejoined, refusal_code
 from fedstats.client.secure import VERIFIED_CERTIFICATES, SecureRuns, SecureState
 from fedstats.engine.rounds import ClientBatch, Round
@@ -667,17 +668,17 @@ class Device(SecureRuns, Derivation, Refusals):
         if not connect_timeout > 0:
             raise ParameterError("connect_timeout", connect_timeout, "a number of seconds > 0")
         self.max_runs = runs
-        t0 = time.monotonic()
+        clock = PollClock(max_seconds)
         registered = False
         while True:
-            left = None if max_seconds is None else max_seconds - (time.monotonic() - t0)
+            hold = clock.hold(wait)
             if not self.connected:
-                self._probe(t0, poll, connect_timeout, max_seconds)
+                self._probe(clock.t0, poll, connect_timeout, max_seconds)
             try:
                 if not registered:
                     self.register()
                     registered = True
-                work = self.step(wait if left is None else max(0.0, min(wait, left)))
+                work = self.step(hold)
             except (httpx.TransportError, _HTTPError) as exc:
                 # a server restarting or overloaded: keep polling (a 4xx other than 408/409/429 is
                 # fatal; 408: the server timed the request's headers out, e.g. a device short of CPU)
@@ -685,21 +686,15 @@ class Device(SecureRuns, Derivation, Refusals):
                 if status < 500 and status not in (408, 409, 429):
                     raise
                 self.log(f"poll failed ({exc}); retrying")
-                if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                if not clock.retry(poll):
                     return
-                time.sleep(poll)
                 continue
             done = {f["run_id"] for f in work.get("finished", [])}
             self.finished = done
             mine = self._mine()
-            if runs is not None and len(mine) >= runs and mine <= done:
+            all_done = runs is not None and len(mine) >= runs and mine <= done
+            if clock.done(all_done or (until is not None and until(self)), wait=wait, poll=poll):
                 return
-            if until is not None and until(self):
-                return
-            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
-                return
-            if wait <= 0:
-                time.sleep(poll)
 
     def _probe(
         self, t0: float, poll: float, connect_timeout: float, max_seconds: float | None

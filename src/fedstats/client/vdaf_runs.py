@@ -14,7 +14,6 @@ budget file, randomness and log as the device's other tasks, its data's first re
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 
 from fedstats.client import Device, check_server_url
+from fedstats.client.polling import PollClock
 from fedstats.client.vdaf import Answer, Prio3Device
 from fedstats.errors import DataError, ParameterError
 from fedstats.wire.enrollment import load_identity
@@ -224,11 +224,10 @@ class Prio3Runs:
         if not wait >= 0:
             raise ParameterError("wait", wait, "a number of seconds >= 0")
         self.max_tasks = runs
-        t0 = time.monotonic()
+        clock = PollClock(max_seconds)
         registered = False
         while True:
-            left = None if max_seconds is None else max_seconds - (time.monotonic() - t0)
-            hold = poll if self._waiting() else wait
+            hold = clock.hold(poll if self._waiting() else wait)
             try:
                 if not registered:
                     self.device.uploader._post(
@@ -237,7 +236,7 @@ class Prio3Runs:
                         {"certificate": self.device.uploader._cert},
                     )
                     registered = True
-                self.step(hold if left is None else max(0.0, min(hold, left)))
+                self.step(hold)
             except (httpx.TransportError, DataError) as exc:
                 text = str(exc)
                 if isinstance(exc, DataError) and not any(
@@ -245,19 +244,13 @@ class Prio3Runs:
                 ):
                     raise
                 self.log(f"prio3 poll failed ({type(exc).__name__}: {text[:160]}); retrying")
-                if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                if not clock.retry(poll):
                     return
-                time.sleep(poll)
                 continue
-            if runs is not None and len(self.device.tasks) >= runs:
-                if set(self.device.tasks) <= self.finished():
-                    return
-            if until is not None and until(self):
+            tasks = set(self.device.tasks)
+            all_done = runs is not None and len(tasks) >= runs and tasks <= self.finished()
+            if clock.done(all_done or (until is not None and until(self)), wait=wait, poll=poll):
                 return
-            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
-                return
-            if wait <= 0:
-                time.sleep(poll)
 
     def close(self) -> None:
         """Close the connections."""

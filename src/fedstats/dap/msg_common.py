@@ -1,21 +1,8 @@
-"""DAP-09 common, upload and query messages (see :mod:`fedstats.dap.messages`, which re-exports them).
+"""DAP-09 common types, upload and query messages (aggregation and collection: :mod:`.msg_flow`).
 
-Every message the client, the leader, the helper and the collector exchange (DAP-09 §4), each a frozen
-dataclass with ``encode() -> bytes``, ``read(reader)`` and ``decode(data)``; ``decode`` raises
-:class:`~fedstats.errors.DataError` on truncated, overlong or malformed input (unknown enum values, a
-query type that is neither time-interval nor fixed-size, an interval that overflows). The encodings are
-checked byte for byte against the hex in the ``janus_messages`` tests of Janus 0.7.135, the release that
-implements DAP-09 (``tests/dap_vectors/``).
-
-DAP-09 calls the two batch modes *query types*: ``time_interval`` (1) and ``fixed_size`` (2); later drafts
-renamed them *batch modes* and ``fixed_size`` became ``leader_selected``. The VDAF preparation messages
-travel inside the ping-pong framing of VDAF-08 §5.8 (:class:`PingPongMessage`).
-
-Examples
---------
->>> md = ReportMetadata(bytes(range(16)), 1_700_000_000)
->>> ReportMetadata.decode(md.encode()) == md
-True
+The definitions behind :mod:`fedstats.dap.messages`, which re-exports them and says what every message's
+``encode``/``read``/``decode`` guarantee, what the encodings were checked against and how DAP-09 names
+the batch modes.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -124,7 +124,25 @@ class ShardBatch:
 
 
 @dataclass
-class VerifyState:
+class _PerReport:
+    """Fields that hold one entry per report: arrays (first axis), lists of seeds, or None."""
+
+    def select(self, rows: Sequence[int]) -> Self:
+        """The same fields for the reports at ``rows`` only (indices, in that order)."""
+        idx = np.asarray(rows, dtype=np.intp)
+        picked: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                value = [value[i] for i in rows]
+            elif value is not None:
+                value = value[idx]
+            picked[f.name] = value
+        return replace(self, **picked)
+
+
+@dataclass
+class VerifyState(_PerReport):
     """An aggregator's state between ``verify_init`` and ``verify_next`` for ``n`` reports."""
 
     out_shares: FieldArray
@@ -133,7 +151,7 @@ class VerifyState:
 
 
 @dataclass
-class VerifierShares:
+class VerifierShares(_PerReport):
     """An aggregator's verifier shares ``(n, VERIFIER_LEN * PROOFS)`` and joint-randomness parts."""
 
     verifiers: FieldArray
@@ -230,25 +248,19 @@ class Prio3:
         zero = bytes(SEED_SIZE)
         return derive_seeds([zero] * len(parts), dst, [b"".join(p) for p in parts])
 
+    def _seeded_rands(
+        self, usage: int, ctx: bytes, seeds: Sequence[bytes], length: int
+    ) -> FieldArray:
+        """``length`` elements per proof expanded from each seed (binder: the number of proofs)."""
+        dst = self.domain_separation_tag(usage, ctx)
+        binders = [bytes([self.PROOFS])] * len(seeds)
+        return expand_into_vecs(self.field, seeds, dst, binders, length * self.PROOFS)
+
     def _joint_rands(self, ctx: bytes, seeds: Sequence[bytes]) -> FieldArray:
-        dst = self.domain_separation_tag(USAGE_JOINT_RANDOMNESS, ctx)
-        return expand_into_vecs(
-            self.field,
-            seeds,
-            dst,
-            [bytes([self.PROOFS])] * len(seeds),
-            self.flp.JOINT_RAND_LEN * self.PROOFS,
-        )
+        return self._seeded_rands(USAGE_JOINT_RANDOMNESS, ctx, seeds, self.flp.JOINT_RAND_LEN)
 
     def _prove_rands(self, ctx: bytes, seeds: Sequence[bytes]) -> FieldArray:
-        dst = self.domain_separation_tag(USAGE_PROVE_RANDOMNESS, ctx)
-        return expand_into_vecs(
-            self.field,
-            seeds,
-            dst,
-            [bytes([self.PROOFS])] * len(seeds),
-            self.flp.PROVE_RAND_LEN * self.PROOFS,
-        )
+        return self._seeded_rands(USAGE_PROVE_RANDOMNESS, ctx, seeds, self.flp.PROVE_RAND_LEN)
 
     def _query_rands(self, verify_key: bytes, ctx: bytes, nonces: Sequence[bytes]) -> FieldArray:
         dst = self.domain_separation_tag(USAGE_QUERY_RANDOMNESS, ctx)

@@ -19,7 +19,7 @@ from fedstats.service.domain.vdaf_tasks import REASONS, _hex, task_row, vdaf_fro
 from fedstats.service.domain.vdaf_upload import MISSING_CLIENT
 from fedstats.service.store import State, Store
 from fedstats.service.store.vdaf import VdafTaskRow
-from fedstats.vdaf import Prio3, VerifierShares, VerifyState
+from fedstats.vdaf import Prio3
 
 __all__ = ["helper_job", "run_leader_jobs"]
 
@@ -279,23 +279,9 @@ def _leader_job(
             helper_shares.append(_hex("verifier_share", vs))
     agg = vdaf.field.zeros(vdaf.flp.OUTPUT_LEN)
     if present:
-        idx = np.asarray(present)
-        sub_state = VerifyState(
-            state.out_shares[idx],
-            None
-            if state.corrected_joint_rand_seeds is None
-            else [state.corrected_joint_rand_seeds[i] for i in present],
-            state.ok[idx],
-        )
-        mine = VerifierShares(
-            shares.verifiers[idx],
-            None
-            if shares.joint_rand_parts is None
-            else [shares.joint_rand_parts[i] for i in present],
-            shares.ok[idx],
-        )
+        mine = shares.select(present)
         out, ok = _decide(
-            vdaf, row.ctx, sub_state, [mine, vdaf.decode_verifier_shares(helper_shares)]
+            vdaf, row.ctx, state.select(present), [mine, vdaf.decode_verifier_shares(helper_shares)]
         )
         agg = vdaf.aggregate(out, ok)
         for k, i in enumerate(present):

@@ -202,18 +202,7 @@ class CoreQueries(ABC):
     ) -> None:
         """Store a report."""
 
-    def put_report(
-        self,
-        nonce: tuple[str, float],
-        expect: tuple[str, int, int],
-        run_id: str,
-        index: int,
-        client_id: str,
-        vector: str,
-        count: int,
-        digest: str,
-        received_at: float,
-    ) -> tuple[bool, bool]:
+    def put_report(self, item: PutReport, received_at: float) -> tuple[bool, bool]:
         """Record a request's nonce and store a report if the round and membership are as expected.
 
         The device's upload in one statement where the database allows it (PostgreSQL: one statement
@@ -223,13 +212,13 @@ class CoreQueries(ABC):
 
         Parameters
         ----------
-        nonce : (str, float)
-            The request's nonce and timestamp (of ``client_id``).
-        expect : (str, int, int)
-            ``(params_digest, slot_start, slot_count)``: the round's parameters' digest and the
-            device's slots the report was checked against.
-        run_id, index, client_id, vector, count, digest, received_at
-            The report, as :meth:`add_report` stores it.
+        item : PutReport
+            ``nonce``: the request's nonce and timestamp (of ``client_id``); ``expect``:
+            ``(params_digest, slot_start, slot_count)``, the round's parameters' digest and the
+            device's slots the report was checked against; ``run_id``, ``index``, ``client_id``,
+            ``vector``, ``count``, ``digest``: the report, as :meth:`add_report` stores it.
+        received_at : float
+            Unix seconds, recorded with the stored report.
 
         Returns
         -------
@@ -239,16 +228,19 @@ class CoreQueries(ABC):
             no report in the round yet. When the nonce is new and the report was not stored, the nonce
             stays recorded in the transaction (the caller reads why, or rolls back).
         """
-        if not self.use_nonce(client_id, nonce[0], nonce[1]):
+        it = item
+        if not self.use_nonce(it.client_id, it.nonce[0], it.nonce[1]):
             return False, False
-        rec = self.round_for_report(run_id, index)
-        if rec is None or rec.status != "open" or rec.params_digest != expect[0]:
+        rec = self.round_for_report(it.run_id, it.index)
+        if rec is None or rec.status != "open" or rec.params_digest != it.expect[0]:
             return True, False
-        if self.member(run_id, client_id) != (expect[1], expect[2]):
+        if self.member(it.run_id, it.client_id) != (it.expect[1], it.expect[2]):
             return True, False
-        if self.report_digest(run_id, index, client_id) is not None:
+        if self.report_digest(it.run_id, it.index, it.client_id) is not None:
             return True, False
-        self.add_report(run_id, index, client_id, vector, count, digest, received_at)
+        self.add_report(
+            it.run_id, it.index, it.client_id, it.vector, it.count, it.digest, received_at
+        )
         return True, True
 
     def put_reports(
@@ -271,20 +263,7 @@ class CoreQueries(ABC):
         list of (bool, bool)
             Per upload, in order, :meth:`put_report`'s answer.
         """
-        return [
-            self.put_report(
-                it.nonce,
-                it.expect,
-                it.run_id,
-                it.index,
-                it.client_id,
-                it.vector,
-                it.count,
-                it.digest,
-                received_at,
-            )
-            for it in items
-        ]
+        return [self.put_report(it, received_at) for it in items]
 
     @abstractmethod
     def live_runs(self, client_id: str) -> list[LiveRun]:

@@ -283,7 +283,7 @@ class AuditEntry:
 
 @dataclass(frozen=True)
 class PutReport:
-    """One upload for :meth:`CoreQueries.put_reports` (the arguments of :meth:`CoreQueries.put_report`)."""
+    """One upload for :meth:`CoreQueries.put_report` and :meth:`CoreQueries.put_reports`."""
 
     nonce: tuple[str, float]
     expect: tuple[str, int, int]

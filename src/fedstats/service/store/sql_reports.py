@@ -146,6 +146,40 @@ WHERE EXISTS (
 ON CONFLICT DO NOTHING RETURNING run_id, round_index, client_id"""
 
 
+_PUT_COLUMNS = (
+    "client_id",
+    "nonce",
+    "ts",
+    "run_id",
+    "index",
+    "params_digest",
+    "slot_start",
+    "slot_count",
+    "vector",
+    "count",
+    "digest",
+)
+"""The statement parameters of one upload (:func:`_put_row`'s values, in order)."""
+
+
+def _put_row(it: PutReport) -> tuple[Any, ...]:
+    """An upload's :data:`_PUT_COLUMNS` values (rows of the SQLite statements are these tuples)."""
+    (nonce, ts), (params_digest, slot_start, slot_count) = it.nonce, it.expect
+    return (
+        it.client_id,
+        nonce,
+        ts,
+        it.run_id,
+        it.index,
+        params_digest,
+        slot_start,
+        slot_count,
+        it.vector,
+        it.count,
+        it.digest,
+    )
+
+
 class SqlReportQueries(SqlBase):
     """The report queries of :class:`~fedstats.service.store.core.CoreQueries` in SQL."""
 
@@ -185,35 +219,11 @@ class SqlReportQueries(SqlBase):
             },
         )
 
-    def put_report(
-        self,
-        nonce: tuple[str, float],
-        expect: tuple[str, int, int],
-        run_id: str,
-        index: int,
-        client_id: str,
-        vector: str,
-        count: int,
-        digest: str,
-        received_at: float,
-    ) -> tuple[bool, bool]:
+    def put_report(self, item: PutReport, received_at: float) -> tuple[bool, bool]:
         """See :meth:`CoreQueries.put_report`."""
         conn = self.conn
         pg = conn.dialect.name == "postgresql"
-        params = {
-            "client_id": client_id,
-            "nonce": nonce[0],
-            "ts": nonce[1],
-            "run_id": run_id,
-            "index": index,
-            "params_digest": expect[0],
-            "slot_start": expect[1],
-            "slot_count": expect[2],
-            "vector": vector,
-            "count": count,
-            "digest": digest,
-            "received_at": received_at,
-        }
+        params = dict(zip(_PUT_COLUMNS, _put_row(item), strict=True), received_at=received_at)
         if pg:
             fresh, stored = conn.exec_driver_sql(_PUT_REPORT_PG, params).one()
             return bool(fresh), bool(stored)
@@ -228,38 +238,10 @@ class SqlReportQueries(SqlBase):
         if len(items) <= 1:
             return super().put_reports(items, received_at)
         conn = self.conn
-        rows = [
-            (
-                it.client_id,
-                it.nonce[0],
-                it.nonce[1],
-                it.run_id,
-                it.index,
-                it.expect[0],
-                it.expect[1],
-                it.expect[2],
-                it.vector,
-                it.count,
-                it.digest,
-            )
-            for it in items
-        ]
+        rows = [_put_row(it) for it in items]
         if conn.dialect.name == "postgresql":
-            names = (
-                "client_id",
-                "nonce",
-                "ts",
-                "run_id",
-                "index",
-                "params_digest",
-                "slot_start",
-                "slot_count",
-                "vector",
-                "count",
-                "digest",
-            )
             params: dict[str, Any] = {
-                k: list(col) for k, col in zip(names, zip(*rows, strict=True), strict=True)
+                k: list(col) for k, col in zip(_PUT_COLUMNS, zip(*rows, strict=True), strict=True)
             }
             params["received_at"] = received_at
             out = [(False, False)] * len(items)
