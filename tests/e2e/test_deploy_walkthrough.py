@@ -7,7 +7,8 @@ runs on SQLite; with PostgreSQL reachable, a second run uses the block marked ``
 postgresql`` instead (its URL pointed at a fresh schema); the two run side by side, each in its own
 folder, on its own port, with its own server and devices. Every run the walkthrough starts must be
 released (``done``, with a result), one per registered analysis, and the ledger must hold the private
-ones' charges. Background processes (server, devices) are stopped at the end, whatever happens.
+ones' charges; the task of step 10, on a category column holding text, must be refused by every device
+with the reason (``data_invalid``, naming the column) in ``fedstats admin runs show``. Background processes (server, devices) are stopped at the end, whatever happens.
 """
 
 from __future__ import annotations
@@ -120,6 +121,13 @@ class _Walkthrough(ScriptRun):
         audit = json.loads((tmp_path / "audit.json").read_text())
         spends = [a for a in audit if a["action"] == "spend"]
         assert len(spends) == private, audit
+        # step 10: text in a category column; every device refuses, the operator reads why
+        refused = json.loads((tmp_path / "refused-run.json").read_text())
+        assert refused["status"] == "aborted" and not refused["result"], refused
+        assert refused["refusals"]["by_reason"] == {"data_invalid": 5}, (refused["refusals"], logs)
+        (message,) = refused["refusals"]["messages"]
+        assert "column x must hold integer codes" in message["message"], message
+        assert refused["error"].startswith("5 of 5 devices refused: category column x"), refused
 
 
 @pytest.fixture(scope="module")

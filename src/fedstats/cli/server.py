@@ -413,14 +413,26 @@ class StoppingApp:
                 )
 
 
+DB_URL_FORMS = ("sqlite:///", "postgresql+psycopg://", "memory://")
+"""The ``--db`` URLs the store opens (``memory://``: an empty in-process state, for tests)."""
+
+
 def check_db_url(db: str) -> None:
-    """Refuse a SQLite ``--db`` whose folder does not exist or is a file, before anything opens it.
+    """Refuse a ``--db`` that is not a database URL, or a SQLite one whose folder does not exist.
+
+    Checked before anything opens it: an empty ``$DB`` or ``sqlite://x.db`` (two slashes: SQLAlchemy's
+    in-memory form, with a path it refuses) is one ``error:`` line naming ``--db``.
 
     Raises
     ------
     ParameterError
-        If ``db`` is ``sqlite:///PATH`` and PATH's folder is missing or not a folder.
+        If ``db`` starts with none of :data:`DB_URL_FORMS`, or is ``sqlite:///PATH`` and PATH is empty or
+        its folder is missing or not a folder.
     """
+    if not db.startswith(DB_URL_FORMS) or db == "sqlite:///":
+        raise ParameterError(
+            "--db", db, "a database URL: sqlite:///FILE or postgresql+psycopg://USER@HOST:PORT/DB"
+        )
     if db.startswith("sqlite:///"):
         folder = Path(db[len("sqlite:///") :].split("?", 1)[0]).parent
         if not folder.is_dir():
@@ -635,8 +647,9 @@ def add_operator_cmd(
 
     check_identifier("--name", name)
     check_db_url(db)
+    store = open_store(db, require_writable=True)
     try:
-        token = add_operator(open_store(db, require_writable=True), name)
+        token = add_operator(store, name)
     except ParameterError:
         raise ParameterError(
             "--name",
@@ -658,8 +671,9 @@ def rotate_operator_cmd(
     from fedstats.service.store import open_store
 
     check_db_url(db)
+    store = open_store(db, require_writable=True)
     try:
-        token = rotate_operator(open_store(db, require_writable=True), name)
+        token = rotate_operator(store, name)
     except NotFoundError:
         raise ParameterError("--name", name, "an existing operator") from None
     typer.echo(token)
