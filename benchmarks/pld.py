@@ -50,10 +50,7 @@ SCENARIOS: dict[str, list[tuple[M, int, float]]] = {
 
 
 def _clear() -> None:
-    for cached in (pld_module._single, pld_module._support, pld_module._atom_losses):
-        cached.cache_clear()
-    pld_module._composed.cache_clear()
-    pld_module._epsilon_of.cache_clear()
+    pld_module._clear_caches()
 
 
 def _seconds(fn: Callable[[], Any], repeat: int, before: Callable[[], None]) -> tuple[float, float]:
