@@ -349,6 +349,7 @@ class PrivacyLedger:
         delta_target: float = DEFAULT_DELTA_TARGET,
     ) -> None:
         self._entries: list[LedgerEntry] = []
+        self._memo: tuple[int, LedgerEntry | None, float, PrivacyLoss] | None = None
         self._epsilon_budget: float | None = None
         self._delta_budget: float | None = None
         self.delta_target = check_real(
@@ -364,7 +365,7 @@ class PrivacyLedger:
         self, eps_budget: float | None, delta_budget: float | None, name: str
     ) -> None:
         """Refuse budgets below what is spent (composed at the target those budgets give)."""
-        spent = self._totals(self._entries, self._target(delta_budget))
+        spent = self._spent(self._target(delta_budget))
         value = eps_budget if name == "epsilon_budget" else delta_budget
         if eps_budget is not None and spent.epsilon > eps_budget * (1 + _TOL):
             what = f"below the epsilon already spent ({spent.epsilon:.6g})"
@@ -461,7 +462,7 @@ class PrivacyLedger:
         Composed at delta ``max(D, target)`` (D the sum of the declared deltas, target the delta target
         capped by the delta budget) when that gives a smaller epsilon than basic composition at D.
         """
-        return self._totals(self._entries, self._target(self._delta_budget))
+        return self._spent(self._target(self._delta_budget))
 
     def remaining(self) -> tuple[float, float]:
         """(epsilon, delta) still available (inf when there is no budget)."""
@@ -536,6 +537,28 @@ class PrivacyLedger:
                 f"delta={rem_d:.6g} (budget epsilon={self.epsilon_budget}, delta={self.delta_budget})"
             )
         self._entries.append(entry)
+        self._memo = (len(self._entries), entry, self._target(self.delta_budget), after)
+
+    def _spent(self, target: float) -> PrivacyLoss:
+        """:meth:`_totals` of the entries at ``target``, remembered until they change.
+
+        A check composes the same entries at the same target several times (the device and the server
+        set both budgets on a replayed ledger, then charge). The entries only change by appending a new
+        one or removing the last ones (:meth:`atomic`), so their number and the identity of the last one
+        (held here, so it cannot be reused) tell whether the remembered total is theirs.
+        """
+        last = self._entries[-1] if self._entries else None
+        memo = self._memo
+        if (
+            memo is not None
+            and memo[0] == len(self._entries)
+            and memo[1] is last
+            and memo[2] == target
+        ):
+            return memo[3]
+        out = self._totals(self._entries, target)
+        self._memo = (len(self._entries), last, target, out)
+        return out
 
     def spend_loss(self, loss: PrivacyLoss, *, label: str, clients: ClientSet = None) -> None:
         """Record a release described by a :class:`PrivacyLoss` (e.g. ``mechanism.privacy_loss()``).

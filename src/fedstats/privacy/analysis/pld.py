@@ -27,7 +27,8 @@ Composition (at most 50 ms of CPU for 1,000 releases, ``benchmarks/pld.py``):
   below only adds), the mass below reappears above (moved up: pessimistic);
 * the grid: the finest :math:`h_0 2^k` (``discretization`` :math:`h_0`, default 1e-4) on which the window,
   estimated from each release's PLD on a coarse pilot grid, spans at most :math:`2^{15}` points (one
-  transform then stays in a core's cache); aligned to :math:`\varepsilon/m` when randomized response at
+  transform then stays in a core's cache; up to :math:`2^{22}` rather than a grid coarser than half the
+  widest release's range of losses); aligned to :math:`\varepsilon/m` when randomized response at
   :math:`\varepsilon` spans most of the losses, so that its PLD is exact on the grid. A coarser grid can
   only loosen the bound: against ``dp_accounting`` at 1e-4, 1,000 Laplace or Gaussian releases differ by
   at most 1e-4 (relative, above);
@@ -75,6 +76,7 @@ DISCRETIZATION = 1e-4
 _TAIL = 1e-15  # mass allowed outside a composed window (counted at +inf)
 _SINGLE_POINTS = 1 << 20  # largest grid of one release's PLD
 _WINDOW_POINTS = 1 << 15  # largest composed window (beyond: a coarser grid, 2x at a time)
+_WINDOW_MAX = 1 << 22  # largest when a coarser grid would be coarser than the releases (_fits)
 _Z = 10.0  # Gaussian loss range: mean +- 10 standard deviations (tail < 1e-23, counted pessimistically)
 _ADJACENCIES = ("remove", "add")
 
@@ -529,7 +531,7 @@ def _composed(groups: tuple[tuple[MechanismSpec, int], ...], h0: float) -> tuple
     pilot = [_window((_bounds(s, pilots[s, b], b), n) for s, b, n in g) for g in which.values()]
     width = max(w[1] for w in pilot) - min(w[0] for w in pilot)
     level = h
-    while width / (h := _aligned(groups, level)) + 3 > _WINDOW_POINTS:
+    while not _fits(groups, width / (h := _aligned(groups, level)) + 3, level):
         level *= 2.0
     while True:
         windows = [_window((_bounds(s, h, b), n) for s, b, n in g) for g in which.values()]
@@ -539,24 +541,46 @@ def _composed(groups: tuple[tuple[MechanismSpec, int], ...], h0: float) -> tuple
             math.floor(min(w[0] for w in windows) / h) - 1,
             math.ceil(max(w[1] for w in windows) / h) + 1,
         )
-        if window[1] - window[0] + 1 <= _WINDOW_POINTS:
+        if _fits(groups, window[1] - window[0] + 1, level):
             return h, [_compose(which[a], h, window) for a in adjacencies]
         level *= 2.0  # the estimate was short: a coarser grid
         h = _aligned(groups, level)
 
 
+def _anchor(groups: tuple[tuple[MechanismSpec, int], ...]) -> tuple[MechanismSpec, float]:
+    """The release whose group spans the widest range of losses (count times range), and its range."""
+    spans = [(n * float(np.ptp(_loss_range(s, "remove"))), s) for s, n in groups]
+    i = max(range(len(spans)), key=lambda k: spans[k][0])
+    return spans[i][1], spans[i][0] / groups[i][1]
+
+
+def _fits(groups: tuple[tuple[MechanismSpec, int], ...], points: float, level: float) -> bool:
+    """Whether a window of ``points`` is composed at ``level``, or the grid is made coarser.
+
+    At most ``_WINDOW_POINTS``; up to ``_WINDOW_MAX`` when the next grid would be coarser than half the
+    range of the widest release's losses (millions of releases): there a coarser grid would bound its
+    loss so loosely (randomized response at 0.1 on a grid of 0.4: four times the true epsilon) that a
+    larger transform is the better cost.
+    """
+    if points <= _WINDOW_POINTS:
+        return True
+    return points <= _WINDOW_MAX and _aligned(groups, 2.0 * level) > _anchor(groups)[1] / 2.0
+
+
 def _aligned(groups: tuple[tuple[MechanismSpec, int], ...], level: float) -> float:
     """The grid spacing at ``level``, aligned to randomized response where it spans the widest range.
 
-    ``level``, or the largest eps / m <= ``level`` (m integer) when the releases that span the widest
+    ``level``, or the largest eps / m <= max(``level``, eps) (m integer; eps itself up to a level of 2 eps)
+    when the releases that span the widest
     range of losses (count times range) are (unsampled) randomized response at eps. Their losses (+-eps, 0) are then grid points, and their PLD is exact on the grid: the discretization
     error, which grows with the count times the grid step where the composition's epsilon lies among its
     largest losses (few releases of a large epsilon, a small delta), is gone for them.
     """
-    spec = max(groups, key=lambda g: g[1] * float(np.ptp(_loss_range(g[0], "remove"))))[0]
-    if spec.kind != "randomized_response" or spec.sampling_rate != 1.0:
-        return level
-    return spec.parameter / math.ceil(spec.parameter / level - 1e-9)
+    spec = _anchor(groups)[0]
+    eps = spec.parameter
+    if spec.kind != "randomized_response" or spec.sampling_rate != 1.0 or level >= 2.0 * eps:
+        return level  # (the grid must keep growing with the level)
+    return eps / max(1, math.ceil(eps / level - 1e-9))
 
 
 def pld_epsilon(
