@@ -27,17 +27,13 @@ def check_real(
     ParameterError
         If ``value`` is not a real number or lies outside the interval.
     """
+    if not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)):
+        v = float(value)
+        if low <= v <= high and not (low_open and v == low) and not (high_open and v == high):
+            return v  # (NaN fails the comparison)
     lo_br = "(" if low_open else "["
     hi_br = ")" if high_open else "]"
-    accepted = f"a real number in {lo_br}{low:g}, {high:g}{hi_br}"
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ParameterError(name, value, accepted)
-    v = float(value)
-    if math.isnan(v):
-        raise ParameterError(name, value, accepted)
-    if (v < low) or (v > high) or (low_open and v == low) or (high_open and v == high):
-        raise ParameterError(name, value, accepted)
-    return v
+    raise ParameterError(name, value, f"a real number in {lo_br}{low:g}, {high:g}{hi_br}")
 
 
 def check_open_unit(name: str, value: Any) -> float:

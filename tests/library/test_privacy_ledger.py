@@ -168,3 +168,27 @@ def test_a_budget_cannot_be_set_below_what_is_spent() -> None:
     led.spend(epsilon=0.1, label="c")
     with pytest.raises(ParameterError, match="epsilon_budget"):
         led.epsilon_budget = -1.0
+
+
+def test_replayed_descriptions_are_read_once_and_compose_as_the_originals() -> None:
+    from fedstats.privacy.analysis.loss import MechanismSpec
+    from fedstats.privacy.ledger import mechanisms_of
+
+    rr = MechanismSpec("randomized_response", 0.1)
+    g = MechanismSpec("gaussian", 3.0, sampling_rate=0.5)
+    stored = [
+        [rr.as_dict(), g.as_dict()] for _ in range(300)
+    ]  # as a device's file or the server keeps
+    replayed = [mechanisms_of(s) for s in stored]
+    assert replayed[0] == (rr, g) and all(r is replayed[0] for r in replayed)  # one shared tuple
+    ledger, original = PrivacyLedger(), PrivacyLedger()
+    for i, specs in enumerate(replayed):
+        ledger.spend(epsilon=0.1 + 1.0, delta=1e-7, label=f"r{i}", mechanisms=specs)
+        original.spend(epsilon=0.1 + 1.0, delta=1e-7, label=f"r{i}", mechanisms=[rr, g])
+    assert ledger.total() == original.total()
+    with pytest.raises(ParameterError, match="mechanism"):
+        mechanisms_of([{"parameter": 1.0}])
+    with pytest.raises(ParameterError, match="parameter"):
+        mechanisms_of([{"kind": "gaussian", "parameter": -1.0}])
+    with pytest.raises(ParameterError, match="mechanism"):
+        mechanisms_of([["not", "a dict"]])

@@ -244,3 +244,102 @@ def test_extreme_parameters_give_a_bound_not_an_error() -> None:
     assert 0.0 < pld_epsilon([M("gaussian", 1e5)] * 3, delta=1e-6) < 1e-3
     assert 0.0 < pld_epsilon([M("gaussian", 0.5, sampling_rate=1e-6)] * 3, delta=1e-6) < 1e-3
     assert math.isfinite(pld_epsilon([M("discrete_gaussian", 0.2, sensitivity=3)] * 3, delta=1e-6))
+
+
+def _binomial_epsilon(eps: float, n: int, delta: float) -> float:
+    """Exact epsilon of n binary randomized responses at eps: loss (2J - n) eps, J ~ Binomial."""
+    p = math.exp(eps) / (1 + math.exp(eps))
+    sd = math.sqrt(n * p * (1 - p))  # beyond 40 sd of the mean the mass is below 1e-300
+    j = np.arange(max(0, math.floor(n * p - 40 * sd)), min(n, math.ceil(n * p + 40 * sd)) + 1)
+    logp = stats.binom.logpmf(j, n, p)
+    loss = (2 * j - n) * eps
+
+    def excess(e: float) -> float:
+        top = loss > e
+        return float(np.sum(np.exp(logp[top]) * -np.expm1(e - loss[top]))) - delta
+
+    return float(optimize.brentq(excess, 0.0, n * eps, xtol=1e-13, rtol=1e-14))
+
+
+@pytest.mark.parametrize("n", [10**5, 10**6, 10**7])
+def test_millions_of_releases_stay_tight(n: int) -> None:
+    # a grid coarser than randomized response's own losses would bound 10^7 releases at 0.1 by four
+    # times their epsilon: there the window grows instead (to 2^16 points here)
+    exact = _binomial_epsilon(0.1, n, 1e-6)
+    got = pld_epsilon({M("randomized_response", 0.1): n}, delta=1e-6)
+    assert exact * (1 - 1e-7) <= got <= exact * (1 + 1e-5)  # (below: the FFT's rounding only)
+
+
+@pytest.mark.parametrize("eps", [0.07, 0.13, 0.7, 2.1, 3.7])
+@pytest.mark.parametrize("n", [12, 40, 300])
+def test_randomized_response_on_a_coarse_grid_stays_exact(eps: float, n: int) -> None:
+    # the grid is aligned to eps (eps / m): no discretization error where few releases of a large
+    # epsilon put the answer among the largest losses (40 x 2.1 at 1e-9 was 7.6e-4 too high unaligned)
+    for delta in (1e-5, 1e-9):
+        exact = _binomial_epsilon(eps, n, delta)
+        got = pld_epsilon({M("randomized_response", eps): n}, delta=delta)
+        assert exact * (1 - 1e-12) <= got <= exact * (1 + 1e-5)
+
+
+def test_counts_compose_as_repeated_releases_and_bad_counts_are_refused() -> None:
+    rr, g = M("randomized_response", 0.3), M("gaussian", 4.0)
+    assert pld_epsilon({rr: 30, g: 5, M("laplace", 1.0): 0}, delta=1e-6) == pld_epsilon(
+        [rr] * 30 + [g] * 5, delta=1e-6
+    )
+    for bad in ({rr: -1}, {rr: 1.5}, {rr: True}, {0.3: 2}, {rr: 0}):
+        with pytest.raises(ParameterError, match="mechanisms"):
+            pld_epsilon(bad, delta=1e-6)  # type: ignore[arg-type]
+
+
+MIXTURE = {
+    M("randomized_response", 0.1): 400,
+    M("laplace", 20.0): 300,
+    M("gaussian", 30.0): 200,
+    M("laplace", 2.0, sampling_rate=0.1): 100,
+}
+
+
+def test_1000_releases_compose_in_one_window_of_at_most_2_15_points_and_a_next_charge_reuses_it() -> (
+    None
+):
+    from fedstats.privacy.analysis import pld
+
+    pld._clear_caches()
+    eps = pld_epsilon(MIXTURE, delta=1e-6)
+    h, pmfs = pld._composed(pld._groups(MIXTURE), pld.DISCRETIZATION)
+    assert len(pmfs) == 2 and all(p[1].size <= 1 << 15 for p in pmfs)  # remove and add
+    # one transform per distinct release and adjacency (the symmetric ones serve both): 5
+    assert pld._transform.cache_info().currsize == 5
+    built = (pld._transform.cache_info().misses, pld._bounds.cache_info().misses)
+    more = {**MIXTURE, M("randomized_response", 0.1): 401}  # a ledger's next charge
+    assert pld_epsilon(more, delta=1e-6) > eps
+    # the same grid and window size: no release's PLD, transform or bound is built again, only the
+    # changed group's power is raised
+    assert (pld._transform.cache_info().misses, pld._bounds.cache_info().misses) == built
+    assert pld._composed(pld._groups(more), pld.DISCRETIZATION)[0] == h
+
+
+def test_the_epsilon_does_not_depend_on_what_the_caches_hold() -> None:
+    # one arithmetic: a device (cold) and a server (warm, after other compositions) get the same bits
+    from fedstats.privacy.analysis import pld
+
+    pld._clear_caches()
+    cold = [pld_epsilon({**MIXTURE, M("gaussian", 30.0): n}, delta=1e-6) for n in (200, 201)]
+    pld._clear_caches()
+    pld_epsilon({M("gaussian", 30.0): 150, M("randomized_response", 0.1): 700}, delta=1e-6)
+    warm = [pld_epsilon({**MIXTURE, M("gaussian", 30.0): n}, delta=1e-6) for n in (201, 200)]
+    assert cold == warm[::-1]
+
+
+@pytest.mark.parametrize(
+    "groups",
+    [((M("laplace", 20.0), 1000),), ((M("gaussian", 30.0), 1000),)],
+    ids=["1000xlaplace(20)", "1000xgaussian(30)"],
+)
+def test_1000_releases_on_the_coarse_grid_stay_within_1e3_of_dp_accounting(
+    groups: tuple[tuple[MechanismSpec, int], ...],
+) -> None:
+    want = _dp_composed(groups).get_epsilon_for_delta(1e-6)
+    got = pld_epsilon(dict(groups), delta=1e-6)
+    assert got == pytest.approx(want, rel=1e-3)
+    assert got >= want * (1 - 1e-6)  # an upper bound as dp_accounting's (up to its own grid)

@@ -18,7 +18,7 @@ from typing import Any
 from fedstats._io import atomic_write_text
 from fedstats.errors import BudgetExceededError, FedstatsError, ParameterError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
-from fedstats.privacy.ledger import DEFAULT_DELTA_TARGET, PrivacyLedger
+from fedstats.privacy.ledger import DEFAULT_DELTA_TARGET, PrivacyLedger, mechanisms_of
 from fedstats.secagg.collusion import MIN_COLLUDER_FRACTION
 from fedstats.wire.registry import lookup, privacy_loss_for
 from fedstats.wire.tasks import DEFAULT_MIN_BATCH_SIZE
@@ -305,7 +305,7 @@ class LocalBudget:
                 delta=c["delta"],
                 rho=c["rho"],
                 label=f"run {rid}",
-                mechanisms=[MechanismSpec.from_dict(m) for m in c.get("mechanisms", ())],
+                mechanisms=mechanisms_of(c.get("mechanisms", ())),
             )
         return ledger
 

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -67,6 +68,15 @@ from fedstats._validation import check_int, check_real
 from fedstats.errors import BudgetExceededError, ParameterError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
+from fedstats.privacy.client_sets import (
+    ClientSet,
+    all_or_nothing,
+    client_runs,
+    describe_clients,
+    membership,
+    segment_sums,
+    unique_rows,
+)
 
 __all__ = [
     "DEFAULT_DELTA_TARGET",
@@ -74,73 +84,11 @@ __all__ = [
     "LedgerEntry",
     "PrivacyLedger",
     "compose_losses",
+    "mechanisms_of",
     "pld_specs",
 ]
 
 _TOL = 1e-12
-ClientSet = range | Iterable[int] | np.ndarray | None
-
-
-def _runs(clients: Any) -> np.ndarray | None:
-    """Client set -> (m, 2) int64 array of half-open runs [start, stop), or None for every client."""
-    if clients is None:
-        return None
-    if isinstance(clients, range):
-        if clients.step == 1:
-            if clients.start < 0:
-                raise ParameterError("clients", clients, "a range of non-negative client ids")
-            if len(clients) == 0:
-                raise ParameterError("clients", clients, "a non-empty set of client ids")
-            return np.array([[clients.start, clients.stop]], dtype=np.int64)
-        clients = np.arange(clients.start, clients.stop, clients.step)
-    if isinstance(clients, (int, np.integer)) and not isinstance(clients, bool):
-        clients = [int(clients)]
-    ids = np.asarray(clients if isinstance(clients, np.ndarray) else list(clients))
-    if ids.size == 0:
-        raise ParameterError("clients", "<empty>", "a non-empty set of client ids")
-    if not np.issubdtype(ids.dtype, np.integer) or ids.ndim != 1 or int(ids.min()) < 0:
-        raise ParameterError(
-            "clients",
-            f"<array {ids.dtype} {ids.shape}>",
-            "None, a range or 1-D non-negative integer ids",
-        )
-    ids = np.unique(ids.astype(np.int64))
-    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
-    starts = ids[np.concatenate(([0], breaks))]
-    stops = ids[np.concatenate((breaks - 1, [ids.size - 1]))] + 1
-    return np.stack([starts, stops], axis=1)
-
-
-def _segment_sums(runs: list[np.ndarray | None], values: np.ndarray) -> np.ndarray:
-    """Per elementary client segment, the column sums of ``values`` over the entries covering it.
-
-    ``values`` has one row per entry. Entries with ``None`` runs cover every client. Returns an array
-    (n_segments, n_columns) that always includes the segment of clients covered only by global entries.
-    """
-    ncol = values.shape[1]
-    glob = np.zeros(ncol)
-    points: list[np.ndarray] = []
-    deltas: list[np.ndarray] = []
-    for r, v in zip(runs, values, strict=True):
-        if r is None:
-            glob += v
-            continue
-        points.append(r[:, 0])
-        deltas.append(np.broadcast_to(v, (r.shape[0], ncol)))
-        points.append(r[:, 1])
-        deltas.append(np.broadcast_to(-v, (r.shape[0], ncol)))
-    if not points:
-        return glob[None, :]
-    p = np.concatenate(points)
-    d = np.concatenate(deltas)
-    order = np.argsort(p, kind="stable")
-    p, d = p[order], d[order]
-    # aggregate events at the same point, then prefix-sum: value on [p_i, p_{i+1})
-    _, first = np.unique(p, return_index=True)
-    agg = np.add.reduceat(d, first, axis=0)
-    seg = np.cumsum(agg, axis=0)
-    seg = np.maximum(seg, 0.0)  # rounding in cumsum must not create negative charges
-    return np.vstack([glob[None, :], seg + glob[None, :]])
 
 
 @dataclass(frozen=True)
@@ -185,62 +133,23 @@ class LedgerEntry:
         return out
 
 
-@contextmanager
-def _all_or_nothing(records: list[Any]) -> Iterator[None]:
-    """Remove what the block appended to ``records`` if it raises (the ``atomic`` of both ledgers)."""
-    mark = len(records)
-    try:
-        yield
-    except BaseException:
-        del records[mark:]
-        raise
-
-
-def _describe(clients: Any, runs: np.ndarray | None) -> str:
-    if runs is None:
-        return "all"
-    if isinstance(clients, range):
-        return repr(clients)
-    count = int((runs[:, 1] - runs[:, 0]).sum())
-    return f"{count} ids in {runs.shape[0]} run(s)"
-
-
-def _membership(runs: list[np.ndarray | None]) -> np.ndarray:
-    """Which entries cover each elementary client segment: bool, shape (n_segments, n_entries).
-
-    Row 0 is the clients in none of the listed runs (covered by the entries for every client only); the
-    others are the segments between consecutive run boundaries.
-    """
-    listed = [r for r in runs if r is not None]
-    points = np.unique(np.concatenate([r.ravel() for r in listed])) if listed else np.empty(0)
-    out = np.zeros((points.size + 1, len(runs)), dtype=bool)
-    for j, r in enumerate(runs):
-        if r is None:
-            out[:, j] = True
-            continue
-        # runs are sorted and disjoint: the run starting last at or before each point
-        k = np.searchsorted(r[:, 0], points, side="right") - 1
-        out[1:, j] = (k >= 0) & (points < r[np.maximum(k, 0), 1])
-    return out
-
-
-def _unique_rows(member: np.ndarray) -> list[np.ndarray]:
-    """The distinct rows of a boolean matrix (``np.unique(axis=0)`` builds a dtype of one field per column)."""
-    seen: dict[bytes, np.ndarray] = {}
-    for row in member:
-        seen.setdefault(np.packbits(row).tobytes(), row)
-    return list(seen.values())
-
-
 def _columns(entries: list[LedgerEntry]) -> np.ndarray:
     """Per entry: eps (no rho), eps (rho), delta (no rho), delta (rho), rho; shape (n, 5)."""
-    rows = np.zeros((len(entries), 5))
-    for i, e in enumerate(entries):
-        if e.rho is None:
-            rows[i, [0, 2]] = (e.epsilon, e.delta)
-        else:
-            rows[i, [1, 3, 4]] = (e.epsilon, e.delta, e.rho)
-    return rows
+    n = len(entries)
+    eps = np.fromiter((e.epsilon for e in entries), dtype=np.float64, count=n)
+    dlt = np.fromiter((e.delta for e in entries), dtype=np.float64, count=n)
+    rho = np.fromiter((math.nan if e.rho is None else e.rho for e in entries), np.float64, n)
+    has = ~np.isnan(rho)
+    return np.stack(
+        [
+            np.where(has, 0.0, eps),
+            np.where(has, eps, 0.0),
+            np.where(has, 0.0, dlt),
+            np.where(has, dlt, 0.0),
+            np.where(has, rho, 0.0),
+        ],
+        axis=1,
+    )
 
 
 DEFAULT_DELTA_TARGET = 1e-6
@@ -284,6 +193,41 @@ def pld_specs(entry: LedgerEntry) -> tuple[MechanismSpec, ...] | None:
     return None
 
 
+def mechanisms_of(items: Iterable[Any]) -> tuple[MechanismSpec, ...]:
+    """:meth:`MechanismSpec.from_dict` of each stored dict, one shared tuple per distinct list.
+
+    What the device's budget and the server's ledger call when they replay their stored charges: equal
+    descriptions give the same tuple object, which the ledger counts by identity (:func:`_spec_counts`),
+    and each is read once.
+
+    Parameters
+    ----------
+    items : iterable of dict
+        :meth:`MechanismSpec.as_dict` forms.
+
+    Returns
+    -------
+    tuple of MechanismSpec
+
+    Raises
+    ------
+    ParameterError
+        If an item is not such a dict or a field is out of range.
+    """
+    dicts = list(items)
+    try:
+        key = tuple(tuple(sorted(d.items())) for d in dicts)
+        hash(key)
+    except (AttributeError, TypeError):  # not dicts of plain values: read one by one (and refused)
+        return tuple(MechanismSpec.from_dict(d) for d in dicts)
+    return _interned(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _interned(key: tuple[tuple[tuple[str, Any], ...], ...]) -> tuple[MechanismSpec, ...]:
+    return tuple(MechanismSpec.from_dict(dict(k)) for k in key)
+
+
 @functools.lru_cache(maxsize=1024)
 def _dominating_rr(epsilon: float) -> tuple[MechanismSpec, ...]:
     """RR(epsilon) as a spec, built once per epsilon (a ledger replays thousands of equal charges)."""
@@ -307,13 +251,32 @@ def _basic_or_zcdp(sums: np.ndarray, delta: float) -> float:
     return out
 
 
+Described = tuple[LedgerEntry, tuple[MechanismSpec, ...] | None]  # a release and its pld_specs
+
+
+def _spec_counts(described: list[Described]) -> dict[MechanismSpec, int]:
+    """How many times each mechanism occurs in the releases' descriptions.
+
+    Counted by the identity of the description tuples first (a ledger's charges of one kind share one
+    tuple, :func:`_dominating_rr`, or the loss they were charged from), so 1,000 charges cost 1,000
+    integer counts and a few hashes of the mechanisms.
+    """
+    tuples = [s for _, s in described if s]
+    objects = {id(t): t for t in tuples}
+    counts: dict[MechanismSpec, int] = {}
+    for key, times in Counter(map(id, tuples)).items():
+        for m in objects[key]:
+            counts[m] = counts.get(m, 0) + times
+    return counts
+
+
 def _sequential(
-    sums: np.ndarray, entries: list[LedgerEntry] | None = None, target: float = 0.0
+    sums: np.ndarray, described: list[Described] | None = None, target: float = 0.0
 ) -> tuple[float, float, float]:
     """(epsilon, delta, rho) of releases composed sequentially: the smallest of the valid accountings.
 
-    ``sums`` are their column sums (:func:`_columns`); ``entries`` the releases themselves, needed only
-    when some compose by their privacy loss distributions (:func:`pld_specs`); ``target`` the ledger's
+    ``sums`` are their column sums (:func:`_columns`); ``described`` the releases themselves with their
+    :func:`pld_specs`, needed only when some compose by their privacy loss distributions; ``target`` the ledger's
     delta target. Candidates: basic composition at the summed deltas D; at ``max(D, target)``, zCDP for the
     releases with rho plus basic for the others, and the PLD of the PLD-composable releases plus the better
     of basic and zCDP for the others (the delta shared between the two parts at a few fixed splits). The
@@ -329,9 +292,9 @@ def _sequential(
         best = (zc, delta)
     if best[1] > d_sum and best[0] >= basic * (1 - _TIE):  # no real gain: keep the smaller delta
         best = (basic, d_sum)
-    parts = [(e, pld_specs(e)) for e in entries or []]
-    specs = [m for _, s in parts if s for m in s]
-    if len(specs) > 1 and delta > 0.0:  # at delta 0 a PLD gives pure releases their sum: basic's
+    parts = described or []
+    specs = _spec_counts(parts)
+    if sum(specs.values()) > 1 and delta > 0.0:  # at delta 0 a PLD gives pure releases their sum
         from fedstats.privacy.analysis.pld import pld_epsilon  # scipy: loaded only when needed
 
         rest = [e for e, s in parts if s is None]
@@ -386,6 +349,7 @@ class PrivacyLedger:
         delta_target: float = DEFAULT_DELTA_TARGET,
     ) -> None:
         self._entries: list[LedgerEntry] = []
+        self._memo: tuple[int, LedgerEntry | None, float, PrivacyLoss] | None = None
         self._epsilon_budget: float | None = None
         self._delta_budget: float | None = None
         self.delta_target = check_real(
@@ -401,7 +365,7 @@ class PrivacyLedger:
         self, eps_budget: float | None, delta_budget: float | None, name: str
     ) -> None:
         """Refuse budgets below what is spent (composed at the target those budgets give)."""
-        spent = self._totals(self._entries, self._target(delta_budget))
+        spent = self._spent(self._target(delta_budget))
         value = eps_budget if name == "epsilon_budget" else delta_budget
         if eps_budget is not None and spent.epsilon > eps_budget * (1 + _TOL):
             what = f"below the epsilon already spent ({spent.epsilon:.6g})"
@@ -458,7 +422,7 @@ class PrivacyLedger:
         PrivacyLedger
             This ledger.
         """
-        with _all_or_nothing(self._entries):
+        with all_or_nothing(self._entries):
             yield self
 
     @property
@@ -473,16 +437,19 @@ class PrivacyLedger:
         rows = _columns(entries)
         runs = [e.runs for e in entries]
         any_rho = any(e.rho is not None for e in entries)
-        if sum(len(pld_specs(e) or ()) for e in entries) < 2:
-            seg = _segment_sums(runs, rows)
+        described = [(e, pld_specs(e)) for e in entries]
+        if sum(map(len, filter(None, [s for _, s in described]))) < 2:
+            seg = segment_sums(runs, rows)
             worst = [_sequential(r, None, target) for r in seg]
+        elif all(r is None for r in runs):  # every release touches every client: one segment
+            worst = [_sequential(rows.sum(axis=0), described, target)]
         else:  # the PLD needs each segment's releases, not only their sums
-            member = _membership(runs)
+            member = membership(runs)
             worst = [
                 _sequential(
-                    rows[m].sum(axis=0), [e for e, i in zip(entries, m, strict=True) if i], target
+                    rows[m].sum(axis=0), [d for d, i in zip(described, m, strict=True) if i], target
                 )
-                for m in _unique_rows(member)
+                for m in unique_rows(member)
             ]
         eps = max(w[0] for w in worst)
         delta = max(w[1] for w in worst)
@@ -495,7 +462,7 @@ class PrivacyLedger:
         Composed at delta ``max(D, target)`` (D the sum of the declared deltas, target the delta target
         capped by the delta budget) when that gives a smaller epsilon than basic composition at D.
         """
-        return self._totals(self._entries, self._target(self._delta_budget))
+        return self._spent(self._target(self._delta_budget))
 
     def remaining(self) -> tuple[float, float]:
         """(epsilon, delta) still available (inf when there is no budget)."""
@@ -549,8 +516,8 @@ class PrivacyLedger:
         specs = tuple(mechanisms)
         if not all(isinstance(m, MechanismSpec) for m in specs):
             raise ParameterError("mechanisms", specs, "MechanismSpec values")
-        runs = _runs(clients)
-        entry = LedgerEntry(label, eps, dlt, r, _describe(clients, runs), runs, specs)
+        runs = client_runs(clients)
+        entry = LedgerEntry(label, eps, dlt, r, describe_clients(clients, runs), runs, specs)
         if self.epsilon_budget is None and self.delta_budget is None:
             self._entries.append(entry)  # nothing to check: composing now would be wasted work
             return
@@ -570,6 +537,28 @@ class PrivacyLedger:
                 f"delta={rem_d:.6g} (budget epsilon={self.epsilon_budget}, delta={self.delta_budget})"
             )
         self._entries.append(entry)
+        self._memo = (len(self._entries), entry, self._target(self.delta_budget), after)
+
+    def _spent(self, target: float) -> PrivacyLoss:
+        """:meth:`_totals` of the entries at ``target``, remembered until they change.
+
+        A check composes the same entries at the same target several times (the device and the server
+        set both budgets on a replayed ledger, then charge). The entries only change by appending a new
+        one or removing the last ones (:meth:`atomic`), so their number and the identity of the last one
+        (held here, so it cannot be reused) tell whether the remembered total is theirs.
+        """
+        last = self._entries[-1] if self._entries else None
+        memo = self._memo
+        if (
+            memo is not None
+            and memo[0] == len(self._entries)
+            and memo[1] is last
+            and memo[2] == target
+        ):
+            return memo[3]
+        out = self._totals(self._entries, target)
+        self._memo = (len(self._entries), last, target, out)
+        return out
 
     def spend_loss(self, loss: PrivacyLoss, *, label: str, clients: ClientSet = None) -> None:
         """Record a release described by a :class:`PrivacyLoss` (e.g. ``mechanism.privacy_loss()``).
@@ -704,13 +693,13 @@ class BitMeter:
         BitMeter
             This meter.
         """
-        with _all_or_nothing(self._records):
+        with all_or_nothing(self._records):
             yield self
 
     def _max(self, records: list[tuple[str, int, np.ndarray | None]]) -> int:
         if not records:
             return 0
-        seg = _segment_sums([r[2] for r in records], np.array([[float(r[1])] for r in records]))
+        seg = segment_sums([r[2] for r in records], np.array([[float(r[1])] for r in records]))
         return round(float(seg.max()))
 
     def record(self, *, bits: int, label: str, clients: ClientSet = None) -> None:
@@ -735,7 +724,7 @@ class BitMeter:
         b = check_int("bits", bits, low=0)
         if not isinstance(label, str) or not label:
             raise ParameterError("label", label, "a non-empty string")
-        rec = (label, b, _runs(clients))
+        rec = (label, b, client_runs(clients))
         spent = self._max(self._records)
         after = self._max([*self._records, rec])
         if self.bit_budget is not None and after > self.bit_budget:
@@ -774,7 +763,11 @@ class BitMeter:
         return {
             "bit_budget": self.bit_budget,
             "records": [
-                {"label": lab, "bits": b, "clients": _describe(None, r) if r is not None else "all"}
+                {
+                    "label": lab,
+                    "bits": b,
+                    "clients": describe_clients(None, r) if r is not None else "all",
+                }
                 for lab, b, r in self._records
             ],
             "max_bits_per_client": self.max_bits_per_client(),

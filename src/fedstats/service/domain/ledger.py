@@ -20,6 +20,7 @@ to (:func:`set_budget`). Every step is written to the audit log.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any
 
 from fedstats.errors import BudgetExceededError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
-from fedstats.privacy.ledger import DEFAULT_DELTA_TARGET, PrivacyLedger
+from fedstats.privacy.ledger import DEFAULT_DELTA_TARGET, PrivacyLedger, mechanisms_of
 from fedstats.service.store import State
 from fedstats.service.store.core import BudgetRow, ChargeRow
 
@@ -83,9 +84,10 @@ def _mechanisms_json(mechanisms: tuple[MechanismSpec, ...]) -> str | None:
     return json.dumps([m.as_dict() for m in mechanisms]) if mechanisms else None
 
 
-def _mechanisms_of(stored: str | None) -> list[MechanismSpec]:
+@functools.lru_cache(maxsize=4096)
+def _mechanisms_of(stored: str | None) -> tuple[MechanismSpec, ...]:
     """The mechanisms a charge row stores (none for rows written before they were kept)."""
-    return [MechanismSpec.from_dict(m) for m in json.loads(stored)] if stored else []
+    return mechanisms_of(json.loads(stored)) if stored else ()
 
 
 def audit(tx: State, actor: str, action: str, run_id: str | None, **detail: Any) -> None:
