@@ -66,11 +66,14 @@ def production(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
     """One started server on the production store (PostgreSQL when reachable, else SQLite), per module:
-    for fault and load tests that run on one store."""
+    for end-to-end, fault and load tests that do not test the store's own behaviour (that is the parity
+    class's, tests/service/test_service_state.py, on the memory state, SQLite and PostgreSQL). The
+    module's ``prepare_deployment(dep)``, if any, runs once it is up (as for ``deployment``)."""
     from service_helpers import production_deployment
 
     yield from production_deployment(
-        tmp_path_factory.mktemp(f"{request.module.__name__}-production")
+        tmp_path_factory.mktemp(f"{request.module.__name__}-production"),
+        getattr(request.module, "prepare_deployment", None),
     )
 
 

@@ -272,9 +272,12 @@ def store_deployment(
         yield from _started(Deployment(root, f"sqlite:///{root / 'fedstats.db'}"), prepare)
 
 
-def production_deployment(root: Path) -> Iterator[Deployment]:
-    """A started deployment on the production store (a PostgreSQL schema) when reachable, else SQLite."""
-    yield from store_deployment("postgresql" if pg_reachable() is None else "sqlite", root)
+def production_deployment(
+    root: Path, prepare: Callable[[Deployment], None] | None = None
+) -> Iterator[Deployment]:
+    """A started deployment on the production store (a PostgreSQL schema) when reachable, else SQLite;
+    ``prepare(dep)`` as for :func:`store_deployment`."""
+    yield from store_deployment("postgresql" if pg_reachable() is None else "sqlite", root, prepare)
 
 
 def wait_run(admin: httpx.Client, run_id: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Unmodified devices against a server that deviates, over the real HTTP API (SQLite and PostgreSQL).
+"""Unmodified devices against a server that deviates, over the real HTTP API (on PostgreSQL, the production
+store: the ``production`` fixture).
 
 The server proposes; the device derives. A real ``fedstats server`` process runs the task; a proxy in front
 of it (:class:`deviating_server.DeviatingProxy`) rewrites what the server tells the devices, as a server
@@ -8,6 +9,10 @@ key the authority did not certify. Each time every device refuses: it records th
 nothing** (no report row, no report request) and **charges nothing** on its own budget (a reservation made
 at check-in is given back). The same runs without the proxy's rewrite complete (the control case), so the
 refusals are the rewrites' doing.
+
+One store suffices: what is tested is the device's derivation and refusals and the server's checks of a
+task's signature, which no store query decides; the store's own semantics are the parity class's
+(tests/service/test_service_state.py::TestStateParity, on the memory state, SQLite and PostgreSQL).
 """
 
 from __future__ import annotations
@@ -39,8 +44,8 @@ EXACT_ENCODER = "fedstats.analyses.exact.client:encode_value"
 
 
 @pytest.fixture(scope="module")
-def proxy(deployment: Deployment) -> Iterator[DeviatingProxy]:
-    with DeviatingProxy(deployment.url, deployment.certs["ca"]) as p:
+def proxy(production: Deployment) -> Iterator[DeviatingProxy]:
+    with DeviatingProxy(production.url, production.certs["ca"]) as p:
         yield p
 
 
@@ -65,16 +70,16 @@ def _task(population: str, **over: Any) -> dict[str, Any]:
     return t
 
 
-def _setup(deployment: Deployment, proxy: DeviatingProxy, population: str) -> list[Device]:
+def _setup(production: Deployment, proxy: DeviatingProxy, population: str) -> list[Device]:
     """Two devices of a fresh population behind the proxy, and budgets for it."""
-    with deployment.admin() as a:
+    with production.admin() as a:
         for scope, name in (("population", population), ("analyst", "alice")):
             r = a.put(f"/v1/admin/budgets/{scope}/{name}", json={"epsilon": 1000.0, "delta": 0.01})
             assert r.status_code == 200, r.text
     values = np.random.default_rng(7).uniform(-1, 1, N)
     devices = []
     for i, part in enumerate(np.array_split(values, 2)):
-        ident = json.loads(deployment.identity(f"{population}-{i}", population).read_text())
+        ident = json.loads(production.identity(f"{population}-{i}", population).read_text())
         dev = Device(
             proxy.url,
             ident,
@@ -88,9 +93,9 @@ def _setup(deployment: Deployment, proxy: DeviatingProxy, population: str) -> li
     return devices
 
 
-def _start(deployment: Deployment, task: dict[str, Any]) -> tuple[str, str]:
-    with deployment.admin() as a:
-        r = a.post("/v1/admin/tasks", json=deployment.sign(task))
+def _start(production: Deployment, task: dict[str, Any]) -> tuple[str, str]:
+    with production.admin() as a:
+        r = a.post("/v1/admin/tasks", json=production.sign(task))
         assert r.status_code == 201, r.text
         tid = r.json()["task_id"]
         r = a.post("/v1/admin/runs", json={"task_id": tid})
@@ -206,13 +211,13 @@ EXPECTED = {  # what each refusal says
 }
 
 
-def _context(deployment: Deployment, population: str, task: dict[str, Any]) -> dict[str, Any]:
+def _context(production: Deployment, population: str, task: dict[str, Any]) -> dict[str, Any]:
     other = _task(population, analysis="exact-mean", params={"column": "value", "clip": 1.0})
     other["privacy"] = {"epsilon": None, "population": population}
     other_task, other_run = _start(
-        deployment, other
+        production, other
     )  # the devices' policy refuses it (not private)
-    root = deployment.root / f"attacker-{uuid.uuid4().hex[:8]}"
+    root = production.root / f"attacker-{uuid.uuid4().hex[:8]}"
     init_authority(root)
     forged = sign_task(task, issue_analyst(root, "mallory", [population], root / "mallory.json"))
     return {
@@ -223,8 +228,8 @@ def _context(deployment: Deployment, population: str, task: dict[str, Any]) -> d
     }
 
 
-def _reports(deployment: Deployment, run_id: str) -> tuple[int, int]:
-    store = open_store(deployment.db, migrate=False)
+def _reports(production: Deployment, run_id: str) -> tuple[int, int]:
+    store = open_store(production.db, migrate=False)
     try:
         with store.session() as s:
             reports = s.execute(select(Report).where(Report.run_id == run_id)).scalars().all()
@@ -236,13 +241,13 @@ def _reports(deployment: Deployment, run_id: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("case", [*ROUND_CASES, *OFFER_CASES, "control"])
 def test_a_device_refuses_what_the_server_changed(
-    deployment: Deployment, proxy: DeviatingProxy, case: str
+    production: Deployment, proxy: DeviatingProxy, case: str
 ) -> None:
     population = f"p-{case}-{uuid.uuid4().hex[:6]}"
-    devices = _setup(deployment, proxy, population)
+    devices = _setup(production, proxy, population)
     task = _task(population)
-    ctx = _context(deployment, population, task)
-    _, run_id = _start(deployment, task)
+    ctx = _context(production, population, task)
+    _, run_id = _start(production, task)
     ctx["run_id"] = run_id
     make = ROUND_CASES.get(case) or OFFER_CASES.get(case)
     proxy.rewrite = None if make is None else make(ctx)
@@ -251,10 +256,10 @@ def test_a_device_refuses_what_the_server_changed(
             _poll(
                 devices,
                 lambda: (
-                    all(run_id in d.budget.charges for d in devices) and _done(deployment, run_id)
+                    all(run_id in d.budget.charges for d in devices) and _done(production, run_id)
                 ),
             )
-            n_reports, n_members = _reports(deployment, run_id)
+            n_reports, n_members = _reports(production, run_id)
             assert (n_reports, n_members) == (2, 2)
             for d in devices:  # charged exactly the task's loss, once, and spent
                 assert d.budget.charges[run_id]["status"] == "spent"
@@ -265,7 +270,7 @@ def test_a_device_refuses_what_the_server_changed(
         _poll(devices, lambda: all(target in d.refused for d in devices))
         # the run's round (if any) reaches its deadline: the run aborts, and devices see it finished
         if case in ROUND_CASES:
-            _poll(devices, lambda: _done(deployment, run_id))
+            _poll(devices, lambda: _done(production, run_id))
             # the driver wakes the devices' polls just after it commits the abort: a poll in between
             # may still be answered from the work-list cache, so wait for what devices must end with
             _poll(devices, lambda: all(d.budget.status(run_id) is None for d in devices))
@@ -273,7 +278,7 @@ def test_a_device_refuses_what_the_server_changed(
         proxy.rewrite = None
         for d in devices:
             d.close()
-    n_reports, n_members = _reports(deployment, run_id)
+    n_reports, n_members = _reports(production, run_id)
     assert n_reports == 0  # nothing uploaded ...
     assert proxy.posted(f"/v1/client/runs/{run_id}/rounds") == []
     assert proxy.posted(f"/v1/client/runs/{ctx['unknown_run']}/rounds") == []
@@ -288,24 +293,24 @@ def test_a_device_refuses_what_the_server_changed(
         assert run_id not in d.accepted or case in ROUND_CASES
 
 
-def _done(deployment: Deployment, run_id: str) -> bool:
-    with deployment.admin() as a:
+def _done(production: Deployment, run_id: str) -> bool:
+    with production.admin() as a:
         return a.get(f"/v1/admin/runs/{run_id}").json()["status"] in ("done", "aborted")
 
 
 def test_the_server_refuses_to_store_an_unsigned_altered_or_uncertified_task(
-    deployment: Deployment,
+    production: Deployment,
 ) -> None:
     task = _task("default")
-    good = deployment.sign(task)
+    good = production.sign(task)
     altered = copy.deepcopy(good)
     altered["task"]["privacy"]["epsilon"] = 3.0
-    root = deployment.root / "attacker-store"
+    root = production.root / "attacker-store"
     init_authority(root)
     forged = sign_task(task, issue_analyst(root, "mallory", ["default"], root / "m.json"))
-    other_population = sign_task(_task("elsewhere"), deployment.analyst("elsewhere"))
+    other_population = sign_task(_task("elsewhere"), production.analyst("elsewhere"))
     other_population["task"]["privacy"]["population"] = "default"
-    with deployment.admin() as a:
+    with production.admin() as a:
         assert a.post("/v1/admin/tasks", json=task).status_code == 422  # unsigned: not an envelope
         assert a.post("/v1/admin/tasks", json=altered).status_code == 403
         assert a.post("/v1/admin/tasks", json=forged).status_code == 403
@@ -316,10 +321,10 @@ def test_the_server_refuses_to_store_an_unsigned_altered_or_uncertified_task(
         assert got["envelope"] == good  # stored and relayed unchanged
 
 
-def test_a_device_refuses_plain_http_beyond_loopback(deployment: Deployment) -> None:
+def test_a_device_refuses_plain_http_beyond_loopback(production: Deployment) -> None:
     from fedstats.errors import SecurityError
 
-    ident = json.loads(deployment.identity("tls-check").read_text())
+    ident = json.loads(production.identity("tls-check").read_text())
     for url in ("http://example.org:8080", "http://10.1.2.3", "http://[2001:db8::1]:80"):
         with pytest.raises(SecurityError, match="http://"):
             Device(url, ident, {"value": np.zeros(2)})
@@ -329,15 +334,15 @@ def test_a_device_refuses_plain_http_beyond_loopback(deployment: Deployment) -> 
 
 
 def test_a_round_listed_again_is_derived_once_and_a_changed_one_is_checked_again(
-    deployment: Deployment, proxy: DeviatingProxy
+    production: Deployment, proxy: DeviatingProxy
 ) -> None:
     """A device's work list shows a round at every poll (a secure round at every stage): the device
     derives it once and answers the same round again from memory; a round whose checked fields differ
     in anything (a parameter, the history) is derived and compared again, and refused."""
     population = f"p-again-{uuid.uuid4().hex[:6]}"
-    devices = _setup(deployment, proxy, population)
+    devices = _setup(production, proxy, population)
     task = _task(population)
-    _, run_id = _start(deployment, task)
+    _, run_id = _start(production, task)
     seen: list[dict[str, Any]] = []
 
     def keep(work: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,14 @@
 
 Each analysis runs over the network and is compared with the same protocol run in process by the engine:
 exact sums are equal; private estimates lie within 4 standard errors of the in-process exact value (a
-bound that a correct run exceeds with probability below 1e-4). The same tests run on SQLite and on
-PostgreSQL (skipped only when no PostgreSQL server answers at 127.0.0.1:5432).
+bound that a correct run exceeds with probability below 1e-4).
+
+The tests of what the store must do (a refused request stores nothing and burns its nonce once, a cut
+upload stores nothing, the ledger's arithmetic) run on SQLite and on PostgreSQL (``deployment``; PostgreSQL
+skipped only when no PostgreSQL server answers at 127.0.0.1:5432, outside CI). The runs of every analysis,
+the dropouts, the long poll and the restarts from the journal run on one server on the production store,
+PostgreSQL (``production``): they test the protocol between devices and server processes, which no store
+query decides, and the store's own semantics are the parity class's (tests/service/test_service_state.py).
 """
 
 from __future__ import annotations
@@ -198,15 +204,15 @@ def _clients(dep: Deployment, shards: list[Path], tag: str, runs: int) -> list[A
     ]
 
 
-def test_every_analysis_matches_the_in_process_engine(deployment: Deployment) -> None:
+def test_every_analysis_matches_the_in_process_engine(production: Deployment) -> None:
     data = _data()
-    shards = write_shards(deployment.root, data, N_PROCS)
+    shards = write_shards(production.root, data, N_PROCS)
     # clients first: on a loaded machine a client process needs seconds to start; they poll meanwhile
-    procs = _clients(deployment, shards, "all", len(TASKS))
-    with deployment.admin() as a:
+    procs = _clients(production, shards, "all", len(TASKS))
+    with production.admin() as a:
         run_ids = {}
         for name in TASKS:
-            r = a.post("/v1/admin/tasks", json=deployment.sign(_task(name)))
+            r = a.post("/v1/admin/tasks", json=production.sign(_task(name)))
             assert r.status_code == 201, r.text
             r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
             assert r.status_code == 201, r.text
@@ -251,7 +257,7 @@ def test_every_analysis_matches_the_in_process_engine(deployment: Deployment) ->
     assert abs(disp["estimate"] - truth_disp) <= 4 * disp["standard_error"]
     assert het["secure"] is True and het["noise"] == "distributed"
     # the ledger charged each private run exactly once, and spent it
-    store = open_store(deployment.db, migrate=False)
+    store = open_store(production.db, migrate=False)
     with store.session() as s:
         for name, rid in run_ids.items():
             charges = (
@@ -264,31 +270,31 @@ def test_every_analysis_matches_the_in_process_engine(deployment: Deployment) ->
     store.close()
 
 
-def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: Deployment) -> None:
+def test_server_sigkilled_in_each_round_completes_with_one_charge(production: Deployment) -> None:
     data = _data()
-    shards = write_shards(deployment.root, data, N_PROCS)
-    with deployment.admin() as a:
-        r = a.post("/v1/admin/tasks", json=deployment.sign(_task("heterogeneity")))
+    shards = write_shards(production.root, data, N_PROCS)
+    with production.admin() as a:
+        r = a.post("/v1/admin/tasks", json=production.sign(_task("heterogeneity")))
         rid = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}).json()["run_id"]
-    deployment.kill()
-    deployment.start(crash_after="journaled:0")
-    procs = _clients(deployment, shards, "crash", 1)
+    production.kill()
+    production.start(crash_after="journaled:0")
+    procs = _clients(production, shards, "crash", 1)
     try:
         for nxt in ("journaled:1", None):
-            assert deployment.proc is not None
-            deployment.proc.wait(
+            assert production.proc is not None
+            production.proc.wait(
                 scaled(240)
             )  # killed itself with SIGKILL right after journaling the round
-            assert deployment.proc.returncode == -9
-            deployment.start(crash_after=nxt)
-        with deployment.admin() as a:
+            assert production.proc.returncode == -9
+            production.start(crash_after=nxt)
+        with production.admin() as a:
             res = wait_run(a, rid, scaled(240))
     finally:
         for p in procs:
             p.kill()
             p.wait()
     assert res["status"] == "done", res["error"]
-    store = open_store(deployment.db, migrate=False)
+    store = open_store(production.db, migrate=False)
     with store.session() as s:
         charges = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == rid)).scalars().all()
         spends = (
@@ -319,23 +325,23 @@ def test_server_sigkilled_in_each_round_completes_with_one_charge(deployment: De
     store.close()
 
 
-def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deployment) -> None:
+def test_two_servers_one_killed_mid_run_the_other_takes_over(production: Deployment) -> None:
     """Scale-out: two server processes on one PostgreSQL database. A claims the run's lease and dies
     (SIGKILL) right after journaling round 0; B, whose clients report through it all along, takes the
     lease over once it expires, rebuilds the run from the journal and finishes it: each round journaled
     once, one ledger charge, one release, and the estimate within 4 SE of the truth."""
-    if not deployment.db.startswith("postgresql"):
+    if not production.db.startswith("postgresql"):
         pytest.skip("scale-out (several server processes) needs the production store, PostgreSQL")
 
     data = _data()
-    shards = write_shards(deployment.root, data, N_PROCS)
+    shards = write_shards(production.root, data, N_PROCS)
     lease = ["--lease-seconds", "6"]  # long enough that a loaded machine never lets A's lease lapse
-    deployment.kill()
-    deployment.start(*lease, "--server-id", "server-a", crash_after="journaled:0")
-    with deployment.admin() as a:
-        r = a.post("/v1/admin/tasks", json=deployment.sign(_task("heterogeneity")))
+    production.kill()
+    production.start(*lease, "--server-id", "server-a", crash_after="journaled:0")
+    with production.admin() as a:
+        r = a.post("/v1/admin/tasks", json=production.sign(_task("heterogeneity")))
         rid = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]}).json()["run_id"]
-    store = open_store(deployment.db, migrate=False)
+    store = open_store(production.db, migrate=False)
     from fedstats.service.store.tables import Run
 
     deadline = time.monotonic() + scaled(60)
@@ -348,10 +354,10 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
         assert time.monotonic() < deadline, "server A never claimed the run"
         time.sleep(0.1)
     port_b = free_port()
-    proc_b = deployment.spawn(port_b, *lease, "--server-id", "server-b")
+    proc_b = production.spawn(port_b, *lease, "--server-id", "server-b")
     url_b = f"https://127.0.0.1:{port_b}"
     procs = [
-        deployment.start_client(
+        production.start_client(
             f"scale-{i}",
             p,
             "--allow-non-private",
@@ -372,13 +378,13 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
         for i, p in enumerate(shards)
     ]
     try:
-        assert deployment.proc is not None
-        deployment.proc.wait(scaled(240))  # A killed itself right after journaling round 0
-        assert deployment.proc.returncode == -9
+        assert production.proc is not None
+        production.proc.wait(scaled(240))  # A killed itself right after journaling round 0
+        assert production.proc.returncode == -9
         with httpx.Client(
             base_url=url_b,
-            verify=ssl.create_default_context(cafile=str(deployment.certs["ca"])),
-            headers={"Authorization": f"Bearer {deployment.token}"},
+            verify=ssl.create_default_context(cafile=str(production.certs["ca"])),
+            headers={"Authorization": f"Bearer {production.token}"},
             timeout=scaled(30),
         ) as b:
             res = wait_run(b, rid, scaled(240))
@@ -388,8 +394,8 @@ def test_two_servers_one_killed_mid_run_the_other_takes_over(deployment: Deploym
             p.wait()
         proc_b.kill()
         proc_b.wait()
-        deployment.kill()
-        deployment.start()  # the module's other tests go on with one ordinary server
+        production.kill()
+        production.start()  # the module's other tests go on with one ordinary server
     assert res["status"] == "done", res["error"]
     with store.session() as s:
         run = s.get(Run, rid)
@@ -514,20 +520,20 @@ def _devices(deployment: Deployment, tag: str, values: np.ndarray, n: int) -> li
 
 @pytest.mark.parametrize("min_clients", [2, 3])
 def test_a_device_that_crashes_after_checkin_is_a_dropout(
-    deployment: Deployment, min_clients: int
+    production: Deployment, min_clients: int
 ) -> None:
     """Three devices check in; one never reports (crashed). Above the minimum the round closes at its
     deadline with the others' exact sum; below it the run aborts, releases nothing and gives the charge back."""
     values = _data()["value"]
-    devs = _devices(deployment, f"drop{min_clients}", values, 3)
+    devs = _devices(production, f"drop{min_clients}", values, 3)
     for d in devs:
         d.register()
     name = "exact-mean" if min_clients == 2 else "bitpushing-onebit"
     task = _task(
         name, min_clients=min_clients, deadlines={"checkin": scaled(60.0), "round": scaled(2.0)}
     )
-    with deployment.admin() as a:
-        tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
+    with production.admin() as a:
+        tid = a.post("/v1/admin/tasks", json=production.sign(task)).json()["task_id"]
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
         for d in devs:  # every device checks in
             d.step()
@@ -556,19 +562,19 @@ def test_a_device_that_crashes_after_checkin_is_a_dropout(
 
         from fedstats.wire import auth
 
-        store = open_store(deployment.db, migrate=False)
+        store = open_store(production.db, migrate=False)
         with store.session() as s:
             rep = s.execute(
                 select(Report).where(Report.run_id == rid, Report.client_id == "drop2-0")
             ).scalar_one()
-        ident = json.loads((deployment.root / "ids" / "drop2-0.json").read_text())
+        ident = json.loads((production.root / "ids" / "drop2-0.json").read_text())
         key = auth.private_key_from_hex(ident["private_key"])
         path = f"/v1/client/runs/{rid}/rounds/0/report"
         body = json.dumps({"vector": json.loads(rep.vector), "count": rep.count}).encode()
         h = auth.sign_request(key, "drop2-0", "POST", path, body)
         with httpx.Client(
-            base_url=deployment.url,
-            verify=ssl.create_default_context(cafile=str(deployment.certs["ca"])),
+            base_url=production.url,
+            verify=ssl.create_default_context(cafile=str(production.certs["ca"])),
         ) as http:
             r = http.post(path, content=body, headers=h)
             assert r.status_code == 200 and r.json() == {"accepted": True, "duplicate": True}
@@ -580,25 +586,25 @@ def test_a_device_that_crashes_after_checkin_is_a_dropout(
     else:
         assert view["status"] == "aborted" and view["result"] is None
         assert "fewer than the" in view["error"]
-        store = open_store(deployment.db, migrate=False)
+        store = open_store(production.db, migrate=False)
         with store.session() as s:
             charge = s.execute(select(LedgerCharge).where(LedgerCharge.run_id == rid)).scalar_one()
         store.close()
         assert charge.status == "released"
 
 
-def test_client_process_killed_after_checkin(deployment: Deployment) -> None:
+def test_client_process_killed_after_checkin(production: Deployment) -> None:
     """A real client process is SIGKILLed after it checked in (the cohort still open); the round closes at
     its deadline with the other processes' exact sum."""
     data = _data()
-    shards = write_shards(deployment.root, {"value": data["value"]}, 3)
+    shards = write_shards(production.root, {"value": data["value"]}, 3)
     task = _task(
         "exact-mean", min_clients=2, deadlines={"checkin": scaled(150.0), "round": scaled(3.0)}
     )
-    with deployment.admin() as a:
-        tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
+    with production.admin() as a:
+        tid = a.post("/v1/admin/tasks", json=production.sign(task)).json()["task_id"]
         rid = a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"]
-        procs = _clients(deployment, shards[:2], "kill", 1)
+        procs = _clients(production, shards[:2], "kill", 1)
         try:
             deadline = time.monotonic() + scaled(150)
             while a.get(f"/v1/admin/runs/{rid}").json()["devices"] < 2:
@@ -606,7 +612,7 @@ def test_client_process_killed_after_checkin(deployment: Deployment) -> None:
                 time.sleep(0.05)
             procs[1].kill()  # checked in, never reports
             procs[1].wait()
-            procs.append(_clients(deployment, shards[2:], "kill-late", 1)[0])
+            procs.append(_clients(production, shards[2:], "kill-late", 1)[0])
             view = wait_run(a, rid, scaled(240))
         finally:
             for p in procs:
@@ -718,15 +724,15 @@ def test_upload_cut_mid_body_stores_nothing_and_the_retry_counts_once(
     assert view["result"]["estimate"] == exact.estimate
 
 
-def test_a_long_poll_is_held_until_a_run_of_its_population_changes(deployment: Deployment) -> None:
+def test_a_long_poll_is_held_until_a_run_of_its_population_changes(production: Deployment) -> None:
     """``GET /v1/client/work?wait=S`` naming the list the device has: 304 after ``S`` seconds when nothing
     changes; a run offered to another population does not wake it; a run offered to its own population
     answers it within seconds, with the offer."""
     from fedstats.client import Device
 
-    ident = json.loads(deployment.identity("poll-a", "poll-a").read_text())
+    ident = json.loads(production.identity("poll-a", "poll-a").read_text())
     # the default policy refuses exact (non-private) tasks: the device never checks in
-    dev = Device(deployment.url, ident, {"value": np.zeros(3)}, ca=deployment.certs["ca"])
+    dev = Device(production.url, ident, {"value": np.zeros(3)}, ca=production.certs["ca"])
     dev.register()
     dev.step()  # the list it has now (and its ETag)
 
@@ -736,8 +742,8 @@ def test_a_long_poll_is_held_until_a_run_of_its_population_changes(deployment: D
         def go() -> None:
             time.sleep(0.5)  # the device's held poll is in by then
             task = _task("exact-mean", privacy={"epsilon": None, "population": population})
-            with deployment.admin() as a:
-                tid = a.post("/v1/admin/tasks", json=deployment.sign(task)).json()["task_id"]
+            with production.admin() as a:
+                tid = a.post("/v1/admin/tasks", json=production.sign(task)).json()["task_id"]
                 box.append(a.post("/v1/admin/runs", json={"task_id": tid}).json()["run_id"])
             created[box[-1]] = time.monotonic()
 

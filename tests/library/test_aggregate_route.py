@@ -2,7 +2,8 @@
 
 Each aggregate form is compared with the per-client encoder by a two-sample test on the distribution of
 the round's sum: means (Welch z) and variances (log variance ratio) at alpha = 1e-4 (|z| < 3.89), with
-enough runs (R = 45,000 per side) that a 5% variance error gives |z| ~ 5.2 and is caught.
+enough runs (R = 45,000 per side) that a 5% variance error gives |z| ~ 5.2 and is caught (bit pushing's
+form, one call per run: 10,000 to 20,000 runs, a 7-10% variance error).
 """
 
 from __future__ import annotations
@@ -195,9 +196,12 @@ def test_bit_pushing_aggregate_form_matches_its_encoder(
     from fedstats.analyses.bitpushing.stages import CodeSpec
 
     spec = CodeSpec("x", 0.0, 15.0, "clip", 0.0, 1.5, 10, 4, None)  # randomized rounding: 1.5 units
-    # the default (exact) allocation gets the full 45,000 runs; the random one 20,000 (a 7.5% variance
-    # error is still caught), to keep the suite's time
-    n, runs = 60, 45000 if (allocation, bits_per_client) == ("exact", 1) else 20000
+    # one aggregate_bits call per run (about 1.2 ms each; 105,000 calls were this file's 184 s of the
+    # suite): the default (exact, one bit) gets 20,000 runs, where a 7% error in a bit's variance gives
+    # |z| ~ 5 (Bonferroni bound 4.69) and a mean off by 0.05 SD |z| ~ 5; the other three 10,000
+    # (a 10% variance error, a 0.07 SD mean error). A wrong form (a missing randomized-response flip,
+    # the allocation's counts or a slot class drawn wrongly) moves a bit's variance by far more
+    n, runs = 60, 20000 if (allocation, bits_per_client) == ("exact", 1) else 10000
     rnd = next(
         bit_round(
             "r",

@@ -1,12 +1,13 @@
 """Grinding a secure run's seed by aborts, over the real HTTP API (issue 40, "an abort costs its cause").
 
-Collected in :mod:`test_service_secure` (imported there), on that module's ``deployment``: no server of
-its own.
+Collected in :mod:`test_service_secure` (imported there), on that module's ``production`` server: no
+server of its own.
 
 The attacker of issue 40 runs the server and holds enrolled colluding devices: 3 in a session of 10, 4 in a
 session of 20. Every other device is an unmodified :class:`fedstats.client.Device` with its default
-privacy policy (its floor lowered to the sizes here only where a test says so). On SQLite and PostgreSQL
-(the module's ``deployment``), all at once:
+privacy policy (its floor lowered to the sizes here only where a test says so). On the production store,
+PostgreSQL (the module's ``production``; the attacks are the server's and the devices' protocol, not the
+store's: the store's semantics are the parity class's, tests/service/test_service_state.py), all at once:
 
 * **withholding** the seed reveal (the veto of the old protocol) no longer aborts the run: it goes on
   without the withholders, names them in the transcript, and excludes them from the task's next run; the
@@ -171,9 +172,9 @@ def _state(dep: Deployment, run_id: str) -> tuple[list[str], list[str], list[lis
     return members, withheld, sessions, params
 
 
-def test_grinding_by_aborts_cannot_isolate_a_victim(deployment: Deployment) -> None:
+def test_grinding_by_aborts_cannot_isolate_a_victim(production: Deployment) -> None:
     stamp = f"{time.time():.3f}"
-    dep = deployment
+    dep = production
     kind = dep.db.split(":")[0]
     honest10, coll10 = _devices(dep, f"g10-{kind}", "default", 7, 3)
     honest20, coll20 = _devices(dep, f"g20-{kind}", "grind20", 16, 4)
@@ -245,9 +246,9 @@ def test_grinding_by_aborts_cannot_isolate_a_victim(deployment: Deployment) -> N
 
 
 def test_two_exact_runs_cannot_be_differenced_beyond_the_device_s_policy(
-    deployment: Deployment,
+    production: Deployment,
 ) -> None:
-    dep, stamp = deployment, f"{time.time():.3f}"
+    dep, stamp = production, f"{time.time():.3f}"
     kind = dep.db.split(":")[0]
     # six devices that take exact tasks (allow_non_private), one of them consenting to two runs a task
     devices, consenting = _devices(dep, f"x-{kind}", "default", 5, 0, allow_non_private=True)[0], []

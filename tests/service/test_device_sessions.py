@@ -2,7 +2,7 @@
 
 The pure part checks :func:`fedstats.wire.seeding.sessions_of` and the cohort checks. The network part runs
 unmodified devices (:class:`fedstats.client.Device`, in threads) against a *deviating* server: the real
-``fedstats server`` (real HTTP API, SQLite and PostgreSQL) whose session partition or certificate list is
+``fedstats server`` (real HTTP API, on PostgreSQL, the production store) whose session partition or certificate list is
 chosen by an attacker (:mod:`deviating_sessions_server`). Each attack runs as its own private task at the same
 time; every device must refuse it (its log says it left the session), upload nothing of its input (the
 journal holds no message of it in the attacked sessions), and charge nothing (its local budget and the
@@ -145,30 +145,29 @@ class DeviatingDeployment(Deployment):
             service_helpers.FEDSTATS[:] = saved
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def deviating(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[DeviatingDeployment]:
-    root = tmp_path_factory.mktemp(f"deviating-{request.param}")
+@pytest.fixture(scope="module")
+def deviating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DeviatingDeployment]:
+    """The deviating server on the production store, PostgreSQL (SQLite where PostgreSQL is unreachable,
+    outside CI). One store suffices: the attacks are the server's choices of sessions and certificates and
+    the devices' refusals of them, which no store query decides; the store's own semantics are the parity
+    class's (tests/service/test_service_state.py::TestStateParity, memory, SQLite and PostgreSQL)."""
+    root = tmp_path_factory.mktemp("deviating")
     (root / PLAN_FILE).write_text("{}")
-    if request.param == "postgresql":
-        reason = pg_reachable()
-        if reason is not None:
-            pytest.skip(reason)
+    if pg_reachable() is None:
         with pg_schema() as url:
-            dep = DeviatingDeployment(root, url)
-            dep.start()
-            try:
-                yield dep
-            finally:
-                dep.kill()
+            yield from _started_deviating(DeviatingDeployment(root, url))
     else:
-        dep = DeviatingDeployment(root, f"sqlite:///{root / 'fedstats.db'}")
-        dep.start()
-        try:
-            yield dep
-        finally:
-            dep.kill()
+        yield from _started_deviating(
+            DeviatingDeployment(root, f"sqlite:///{root / 'fedstats.db'}")
+        )
+
+
+def _started_deviating(dep: DeviatingDeployment) -> Iterator[DeviatingDeployment]:
+    dep.start()
+    try:
+        yield dep
+    finally:
+        dep.kill()
 
 
 def _task(label: str, secure: dict[str, int], round_seconds: float) -> dict[str, Any]:

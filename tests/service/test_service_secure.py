@@ -4,6 +4,12 @@ The sums a secure round journals are compared with the devices' own reports, rec
 data and seeds (:meth:`fedstats.client.Device._encode`): they must be equal, bit for bit, over exactly the
 devices the protocol included. Devices run in threads of the test process (each with its own HTTP
 connection pool and state) or, for the Adult test, as 100 real ``fedstats client run`` processes.
+
+Every network test here runs on one server on the production store, PostgreSQL (the ``production``
+fixture): they test the protocol between the devices and the server (exact sums, dropouts, stage timing,
+restarts from the journal), not the store. What the store must do for them (the journal's rows, locking,
+constraints) is the parity class's (tests/service/test_service_state.py::TestStateParity, on the memory
+state, SQLite and PostgreSQL); on SQLite they ran the same code twice, for about half of this module's time.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from service_helpers import (
 # with the Adult test (test_service_secure_adult.py), never beside it: see the note there
 pytestmark = pytest.mark.xdist_group("machine-load")
 
-# issue 40's grinding and differencing attacks, on this module's deployment (no server of their own)
+# issue 40's grinding and differencing attacks, on this module's production server (no server of their own)
 from secure_grinding import (  # noqa: E402, F401
     test_grinding_by_aborts_cannot_isolate_a_victim,
     test_two_exact_runs_cannot_be_differenced_beyond_the_device_s_policy,
@@ -765,18 +771,18 @@ def assert_release_is_in_process(
     assert released == json.loads(json.dumps(to_jsonable(want)))
 
 
-def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: Deployment) -> None:
+def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(production: Deployment) -> None:
     data = _data()
-    devices = _devices(deployment, "exact", data, 12)
-    run_id = _start(deployment, _task())
+    devices = _devices(production, "exact", data, 12)
+    run_id = _start(production, _task())
     threads = _drive(devices, run_id)
-    view = _finished(deployment, run_id, threads)
-    rounds = _rounds(deployment, run_id, devices)
+    view = _finished(production, run_id, threads)
+    rounds = _rounds(production, run_id, devices)
     _check_exact(rounds)
     assert [r["n_records"] for r in rounds[:-1]] == [N, N]  # nobody dropped: every record summed
     assert all(len(r["included"]) == 12 for r in rounds[:-1])
     # three sessions of four (max_session 5): the sums of sessions were added
-    store = open_store(deployment.db)
+    store = open_store(production.db)
     with store.session() as s:
         sessions = (
             s.execute(select(SecureSession).where(SecureSession.run_id == run_id)).scalars().all()
@@ -785,7 +791,7 @@ def test_fed_chi2_secure_sums_are_the_devices_reports_bit_for_bit(deployment: De
         (i, k) for i in range(2) for k in range(3)
     ]
     store.close()
-    assert_release_is_in_process(deployment, run_id, view, rounds, "fed-chi2", _task()["params"])
+    assert_release_is_in_process(production, run_id, view, rounds, "fed-chi2", _task()["params"])
     assert_estimates_the_exact_statistic(view["result"], data["x"], data["y"], (M_X, M_Y))
 
 
@@ -811,14 +817,14 @@ def test_fed_h_and_the_g_test_over_secure_aggregation(
 
 
 def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
-    deployment: Deployment,
+    production: Deployment,
 ) -> None:
     """A device sends its stage-``s`` message with ``wait``, and the server answers it with the device's
     stage-``s + 1`` message as soon as that stage opens; a ``GET`` of a stage with ``wait`` is held the
     same way (204 when ``wait`` runs out; 404 at once without ``wait``). The devices then take most of
     their stage messages that way, not from their work list."""
     data = _data()
-    devices = _devices(deployment, "held", data, 4)
+    devices = _devices(production, "held", data, 4)
     late = devices[3]
     late.stop_before = 0  # checks in and reveals, then holds back its first stage until released
     held: dict[str, int] = {}
@@ -840,7 +846,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     for d in devices[:3]:
         recording(d)
     run_id = _start(
-        deployment,
+        production,
         _task(
             4,
             secure_aggregation={"max_session": 4},
@@ -863,7 +869,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     threads[-1].start()
     first = devices[0]
     end = time.monotonic() + scaled(60)
-    store = open_store(deployment.db)
+    store = open_store(production.db)
     try:
         # first has sent its round-0 stage-0 message: the server stored it (the POST itself is held
         # until stage 1 opens, which waits for the late device: its acknowledgement would come only
@@ -908,8 +914,8 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     assert r.json() == {"accepted": True, "duplicate": True} and time.monotonic() - t0 >= 1.4
     late.stop_before = None
     late._etag = None  # its next poll hands it the listed stage again
-    _finished(deployment, run_id, threads)
-    rounds = _rounds(deployment, run_id, devices)
+    _finished(production, run_id, threads)
+    rounds = _rounds(production, run_id, devices)
     _check_exact(rounds)
     assert all(len(r["included"]) == 4 for r in rounds[:-1])
     # stages 1-4 of two rounds: eight stage messages per device, at most one per round from the work list
@@ -917,14 +923,14 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
     assert all(held.get(d.client_id, 0) >= 4 for d in devices[:3]), held
 
 
-def test_a_device_takes_no_request_it_can_do_without(deployment: Deployment) -> None:
+def test_a_device_takes_no_request_it_can_do_without(production: Deployment) -> None:
     """Over a secure run without dropouts a device asks for nothing the server could hand it with an
     answer it gets anyway: its setup message rides on its work list (no ``GET`` of stage 0), its held
     reveal is answered with the reveals and the seed (the seed transcript is fetched once, for the
     commitment list), and its last stage's acknowledgement is held until its session is over, so no
     work list shows it a round at a later stage than 0 (the round it just finished, a stage on)."""
     data = _data()
-    devices = _devices(deployment, "fewest", data, 4)
+    devices = _devices(production, "fewest", data, 4)
     sent: dict[str, list[tuple[str, str]]] = {d.client_id: [] for d in devices}
     listed: dict[str, list[tuple[int, int]]] = {d.client_id: [] for d in devices}
 
@@ -947,7 +953,7 @@ def test_a_device_takes_no_request_it_can_do_without(deployment: Deployment) -> 
     for d in devices:
         recording(d)
     run_id = _start(
-        deployment,
+        production,
         _task(
             4,
             secure_aggregation={"max_session": 4},
@@ -955,8 +961,8 @@ def test_a_device_takes_no_request_it_can_do_without(deployment: Deployment) -> 
         ),
     )
     threads = _drive(devices, run_id)
-    _finished(deployment, run_id, threads)
-    rounds = _rounds(deployment, run_id, devices)
+    _finished(production, run_id, threads)
+    rounds = _rounds(production, run_id, devices)
     _check_exact(rounds)
     for d in devices:
         paths = sent[d.client_id]
@@ -966,12 +972,12 @@ def test_a_device_takes_no_request_it_can_do_without(deployment: Deployment) -> 
         assert d.secure[run_id].seed is not None
 
 
-def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Deployment) -> None:
+def test_no_reveal_is_published_before_every_member_has_revealed(production: Deployment) -> None:
     """While a member has not revealed, the seed transcript lists every commitment and no reveal (a
     device that revealed learns nothing of the others' contributions, nor does one still to reveal);
     once all are in, the seed is published with every reveal and the run completes."""
     data = _data()
-    devices = _devices(deployment, "withheld", data, 4)
+    devices = _devices(production, "withheld", data, 4)
     late = devices[3]
     release = threading.Event()
     inner = late._reveal
@@ -982,7 +988,7 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
 
     late._reveal = reveal_when_released
     run_id = _start(
-        deployment,
+        production,
         _task(
             4,
             secure_aggregation={"max_session": 4},
@@ -994,7 +1000,7 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     path = f"/v1/client/runs/{run_id}/seed"
     end = time.monotonic() + scaled(60)
     while time.monotonic() < end:  # the others have revealed
-        with deployment.admin() as a:
+        with production.admin() as a:
             view = a.get(f"/v1/admin/runs/{run_id}").json()
         if view["status"] == "seeding" and all(
             d.secure.get(run_id) is not None and d.secure[run_id].seen for d in devices[:3]
@@ -1015,7 +1021,7 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     }
     assert tr["commitments_digest"] == seeding.commitments_digest(run_id, entries, keys)
     release.set()
-    _finished(deployment, run_id, threads)
+    _finished(production, run_id, threads)
     tr = Device._send(first, "GET", path, b"", retries=0).json()
     assert all(m[2] for m in tr["members"])
     state = first.secure[run_id]
@@ -1030,7 +1036,7 @@ def test_no_reveal_is_published_before_every_member_has_revealed(deployment: Dep
     # what a device that revealed asks for: the seed and the reveals, in the list's order
     part = Device._send(first, "GET", path, b"", params={"part": "reveals"}, retries=0).json()
     assert part["seed"] == tr["seed"] and part["reveals"] == [m[2] for m in tr["members"]]
-    _check_exact(_rounds(deployment, run_id, devices))
+    _check_exact(_rounds(production, run_id, devices))
 
 
 # -- faults --------------------------------------------------------------------------------------
@@ -1170,20 +1176,26 @@ def test_a_stage_with_dropouts_closes_once_quiet_instead_of_at_its_deadline(
     assert opened[3] - opened[2] < deadline / 2, (opened, last_up)
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3, 4, 5])
 def test_server_sigkilled_after_each_secure_stage_resumes_from_the_journal(
-    production: Deployment, stage: int
+    production: Deployment,
 ) -> None:
-    """SIGKILL right after the server journaled stage ``stage`` (5: session done) of round 1, restart."""
+    """SIGKILL right after the server journaled stage ``S`` (5: session done) of round 1, for every ``S``,
+    in one run: the server restarted after the kill at stage ``S`` resumes the session from the journal,
+    journals stage ``S + 1`` and is killed there, and the restart after stage 5 finishes the run. Each
+    restart resumes from a journal that ends at its stage, as one run per stage did (five runs, each
+    with its own check-in and round 0, for twice this test's time); the run must end done, with one
+    release and the devices' exact sums."""
     data = _data()
-    devices = _devices(production, f"kill{stage}", data, 8)
+    devices = _devices(production, "kill", data, 8)
     production.kill()
-    production.start(crash_after=f"stage{stage}:1")
+    production.start(crash_after="stage1:1")
     run_id = _start(production, _task(8, secure_aggregation={"max_session": 8}))
-    threads = _drive(devices, run_id, seconds=150)
-    assert production.proc is not None
-    production.proc.wait(scaled(90))  # killed itself at the fault point
-    production.start()  # the same database and port, no fault
+    threads = _drive(devices, run_id, seconds=300)
+    for stage, nxt in enumerate(("stage2:1", "stage3:1", "stage4:1", "stage5:1", None), 1):
+        assert production.proc is not None
+        production.proc.wait(scaled(90))  # killed itself at the fault point
+        assert production.proc.returncode == -9, f"the server was not killed after stage {stage}"
+        production.start(crash_after=nxt)  # the same database and port
     with production.admin() as a:
         view = wait_run(a, run_id, timeout=scaled(120))
         audit = a.get("/v1/admin/audit", params={"run_id": run_id}).json()
