@@ -50,16 +50,19 @@ docs-check: install
 # again. uv installs no bytecode: a device process's imports then took 3.2 s of CPU instead of 1.0 s, for
 # each of the hundreds of processes make test starts (the Adult test alone starts 100 devices).
 COMPILE := $(BIN)/python -m compileall -q -j 0 src/fedstats tests $(VENV)/lib >/dev/null
+# pytest caches its assertion-rewritten test modules only where bytecode may be written: without this, each
+# xdist worker rewrites every test module again (about a minute of CPU per worker on this machine)
+PYTEST  := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
 test: lint docs-check
 	$(COMPILE)
-	$(BIN)/pytest -q -n 2 --dist loadgroup --no-loadscope-reorder --doctest-modules src/fedstats tests
+	$(PYTEST) -q -n 2 --dist loadgroup --no-loadscope-reorder --doctest-modules src/fedstats tests
 
 # the fast lane: the library, the CLI, the wire layer and the service on the in-process memory state, without
 # the tests marked slow (no server process, no database; the layer marks come from tests/conftest.py)
 test-fast: install
 	$(COMPILE)
-	$(BIN)/pytest -q -n 2 -m "not slow and (library or wire or cli or memory_state)" tests
+	$(PYTEST) -q -n 2 -m "not slow and (library or wire or cli or memory_state)" tests
 
 bench: install
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f; done
