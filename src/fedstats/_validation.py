@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from typing import Any
 
@@ -169,11 +170,68 @@ def check_finite_array(name: str, values: Any, *, ndim: int | None = None) -> np
     return arr
 
 
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+CONTROL_CATEGORIES = frozenset({"Cc", "Cf"})
+"""Unicode categories of control characters, refused in every identifier and free-text field the server
+takes: Cc (C0 U+0000-U+001F, DEL U+007F, C1 U+0080-U+009F) and Cf (format: bidi controls such as
+U+202E, zero-width characters such as U+200B, U+FEFF)."""
+
+
+def control_character(value: str) -> str | None:
+    """The first control character (:data:`CONTROL_CATEGORIES`) of ``value``, or None.
+
+    Parameters
+    ----------
+    value : str
+        Any text.
+
+    Returns
+    -------
+    str or None
+        One character of category Cc or Cf, or None if ``value`` holds none. One regular-expression
+        scan when ``value`` is ASCII.
+    """
+    if value.isascii():
+        m = _ASCII_CONTROL.search(value)
+        return None if m is None else m.group()
+    return next((c for c in value if unicodedata.category(c) in CONTROL_CATEGORIES), None)
+
+
 IDENTIFIER_RULE = (
-    "1 to 128 characters, no control characters, no '/' or '\\', no '..', "
-    "no leading or trailing space"
+    "1 to 128 characters, no control characters (Unicode category C: C0, DEL, C1, bidi and "
+    "zero-width controls), no '/' or '\\', no '..', no leading or trailing whitespace"
 )
-"""The charset of identifiers (client ids, populations, analyst and operator names): docs/deploy.md."""
+"""The charset of identifiers (client ids, populations, analyst and operator names, budget names, task
+and run ids): docs/deploy.md, "Identifiers". The one rule of the enrollment tools, ``server
+add-operator`` and the server (path parameters and names in request bodies)."""
+
+
+def is_identifier(value: Any) -> bool:
+    """Whether ``value`` is an identifier (:data:`IDENTIFIER_RULE`).
+
+    Parameters
+    ----------
+    value : object
+        Anything; only a str can be an identifier.
+
+    Returns
+    -------
+    bool
+    """
+    return (
+        isinstance(value, str)
+        and 1 <= len(value) <= 128
+        and value == value.strip()
+        and "/" not in value
+        and "\\" not in value
+        and ".." not in value
+        and (
+            _ASCII_CONTROL.search(value) is None
+            if value.isascii()
+            else not any(unicodedata.category(c).startswith("C") for c in value)
+        )
+    )
 
 
 def check_identifier(name: str, value: Any) -> str:
@@ -196,14 +254,6 @@ def check_identifier(name: str, value: Any) -> str:
         If ``value`` is not a string, is empty or longer than 128 characters, or holds a control character
         (Unicode category C*), ``/``, a backslash, ``..``, or leading or trailing whitespace.
     """
-    if (
-        not isinstance(value, str)
-        or not 1 <= len(value) <= 128
-        or value != value.strip()
-        or "/" in value
-        or "\\" in value
-        or ".." in value
-        or any(unicodedata.category(c).startswith("C") for c in value)
-    ):
+    if not is_identifier(value):
         raise ParameterError(name, value, IDENTIFIER_RULE)
-    return value
+    return str(value)

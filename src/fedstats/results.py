@@ -66,8 +66,38 @@ def _num(value: Any) -> str:
     return f"{float(value):.4g}" if isinstance(value, (int, float)) else str(value)
 
 
+_STATISTICS = {
+    "chi2": "chi-square statistic",
+    "exact.chi2": "chi-square statistic",
+    "entropy.g_test": "G statistic",
+}
+"""Analyses whose estimate is a test statistic: what it is called in a released result's line."""
+
+_QUANTITIES = {"entropy.shannon": "entropy (nats)"}
+"""Other analyses whose bare estimate would not say what it is."""
+
+
+def _test_outcome(payload: dict[str, Any]) -> str:
+    """``, dof 2, p = 0.7: independence not rejected at 0.05`` for a test's result (what it holds)."""
+    out = ""
+    if isinstance(payload.get("dof"), (int, float)):
+        out += f", dof {_num(payload['dof'])}"
+    p = payload.get("p_value")
+    if isinstance(p, (int, float)):
+        out += f", p = {_num(p)}"
+        level = payload.get("level")
+        if isinstance(level, (int, float)):
+            verdict = "rejected" if p <= level else "not rejected"
+            out += f": independence {verdict} at {_num(level)}"
+    return out
+
+
 def released_summary(payload: Any) -> str:
     """One line for a released result: ``estimate [low, high] (privacy spent: epsilon e, delta d)``.
+
+    A test's statistic is named, with its degrees of freedom, p-value and decision: ``chi-square
+    statistic 0.71 [0.5, 1.1], dof 2, p = 0.7: independence not rejected at 0.05 (privacy spent: none
+    (exact))``; an entropy says it is one, in nats.
 
     Used by ``fedstats admin runs wait|show`` and the operator dashboard, instead of the result's JSON.
 
@@ -87,12 +117,16 @@ def released_summary(payload: Any) -> str:
         return "-" if payload is None else str(payload)
     if "estimate" not in payload:
         return json.dumps(payload.get("value", payload), sort_keys=True, separators=(",", ":"))
-    line = _num(payload["estimate"])
+    analysis = str(payload.get("analysis", ""))
+    name = _STATISTICS.get(analysis) or _QUANTITIES.get(analysis)
+    line = (f"{name} " if name else "") + _num(payload["estimate"])
     ci = payload.get("ci")
     if isinstance(ci, (list, tuple)) and len(ci) == 2:
         level = payload.get("confidence", 0.95)
         at = "" if level in (None, 0.95) else f" {100 * float(level):g}%"
         line += f" [{_num(ci[0])}, {_num(ci[1])}]{at}"
+    if analysis in _STATISTICS:
+        line += _test_outcome(payload)
     spent = [
         f"{name} {_num(payload[name])}"
         for name in ("epsilon", "delta")

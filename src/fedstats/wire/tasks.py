@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedstats._validation import check_identifier
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.wire import auth
 from fedstats.wire.encoding import canonical_bytes, decode, digest, encode
@@ -266,7 +267,7 @@ def normalize_task(config: Mapping[str, Any]) -> dict[str, Any]:
 def _privacy(analysis: str, kind: str, privacy: Mapping[str, Any]) -> tuple[Any, Any, str]:
     """The task's (epsilon, delta, population), checked against the analysis's privacy ``kind``."""
     eps, delta = privacy.get("epsilon"), privacy.get("delta")
-    population = _text("privacy.population", privacy.get("population", "default"), 1, 128)
+    population = check_identifier("privacy.population", privacy.get("population", "default"))
     if kind == "none":
         if eps is not None:
             raise ParameterError("privacy.epsilon", eps, f"null ({analysis} is not private)")

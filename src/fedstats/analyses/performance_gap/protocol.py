@@ -46,6 +46,7 @@ from fedstats.errors import DataError, ParameterError
 from fedstats.results import AnalysisResult
 
 __all__ = [
+    "SIZE_RSE_LIMIT",
     "SIZE_RSE_WARN",
     "GapSums",
     "PerformanceGapResult",
@@ -54,7 +55,9 @@ __all__ = [
     "performance_gap_protocol",
     "ratio_bias_factor",
     "report_params",
+    "size_needed",
     "size_variance",
+    "size_warning",
 ]
 
 SIZES_NOTE = (
@@ -66,6 +69,11 @@ SIZES_NOTE = (
 SIZE_RSE_WARN = 0.2
 """Relative standard error of an estimated group size above which a result warns that the group's
 bias-corrected mean keeps a bias of about ``-5 rse**4`` (1% at 0.21; :func:`ratio_bias_factor`)."""
+
+SIZE_RSE_LIMIT = 0.4
+"""Relative standard error of an estimated group size above which the remaining bias is not stated (it
+was measured up to 0.37, -11%; the second-order expansion fails beyond): the result warns that the group
+is too small to estimate, with the size needed (:func:`size_warning`)."""
 
 
 def report_params(
@@ -311,16 +319,92 @@ def performance_gap_protocol(
         },
     )
     for g in (i, j):
-        rse = est["size_relative_se"][g]
-        if rse > SIZE_RSE_WARN:
-            res.warn(
-                f"the estimated size of group {names[g]!r} ({est['group_sizes'][g]:.0f} clients) has a "
-                f"relative standard error of {rse:.2f} (> {SIZE_RSE_WARN}): its bias-corrected mean may "
-                f"still be biased towards zero by about {100 * 5 * rse**4:.2g}% (measured, "
-                "ratio_bias_factor); more clients, a larger epsilon or exact sizes (estimate_sizes=False) "
-                "remove it"
-            )
+        note = size_warning(
+            names[g], est["group_sizes"][g], est["size_relative_se"][g], mech, sums.n_clients
+        )
+        if note is not None:
+            res.warn(note)
     return res
+
+
+def _clients(n: float) -> str:
+    return f"{n:.0f} client" + ("" if round(n) == 1 else "s")
+
+
+def size_needed(mech: GapMechanism, n_clients: float, rse: float = SIZE_RSE_WARN) -> float:
+    r"""The smallest group whose estimated size has relative standard error ``rse`` (:func:`size_variance`).
+
+    Solves :math:`\mathrm{Var}[\hat n]/n^2 = \mathrm{rse}^2` for ``n``, the other ``K - n`` clients
+    staying in the run: :math:`n = (A + \sqrt{A^2 + 4 r^2 D B}) / (2 r^2 D)` with
+    :math:`A = a(1-a) - \bar a(1-\bar a)`, :math:`B = K \bar a(1-\bar a)`, :math:`D = (a-\bar a)^2`.
+
+    Parameters
+    ----------
+    mech : GapMechanism
+    n_clients : float
+        All clients ``K`` (> 0).
+    rse : float
+        The relative standard error wanted (> 0).
+
+    Returns
+    -------
+    float
+        Clients; may exceed ``n_clients`` (no group of this run can reach ``rse``).
+    """
+    a, ao = mech.a, mech.a_other
+    A = a * (1 - a) - ao * (1 - ao)
+    B = n_clients * ao * (1 - ao)
+    D = (a - ao) ** 2
+    return float((A + math.sqrt(A * A + 4 * rse * rse * D * B)) / (2 * rse * rse * D))
+
+
+def size_warning(
+    name: Any, n_hat: float, rse: float, mech: GapMechanism, n_clients: float
+) -> str | None:
+    """The warning about a compared group whose estimated size is noisy, or None (``rse`` <= 0.2).
+
+    Up to :data:`SIZE_RSE_LIMIT` the bias-corrected mean's remaining bias is stated (about ``5 rse**4``
+    towards zero, measured up to 0.37: :func:`ratio_bias_factor`); beyond it that bias is not known (the
+    ratio's expansion fails), so the warning says the group is too small to estimate, with its estimated
+    size and the size that reaches :data:`SIZE_RSE_WARN` (:func:`size_needed`).
+
+    Parameters
+    ----------
+    name : object
+        The group's label.
+    n_hat : float
+        Its estimated size (clients).
+    rse : float
+        The relative standard error of that estimate.
+    mech : GapMechanism
+    n_clients : float
+        All clients of the run.
+
+    Returns
+    -------
+    str or None
+    """
+    if not rse > SIZE_RSE_WARN:
+        return None
+    remedy = "more clients, a larger epsilon or exact sizes (estimate_sizes=False)"
+    if rse <= SIZE_RSE_LIMIT:
+        return (
+            f"the estimated size of group {name!r} ({_clients(n_hat)}) has a relative standard error "
+            f"of {rse:.2f} (> {SIZE_RSE_WARN}): its bias-corrected mean may still be biased towards "
+            f"zero by about {100 * 5 * rse**4:.2g}% (measured, ratio_bias_factor); {remedy} remove it"
+        )
+    need = size_needed(mech, n_clients)
+    reach = (
+        f"a group needs about {_clients(math.ceil(need))} for a relative standard error of "
+        f"{SIZE_RSE_WARN} at this epsilon among {_clients(n_clients)}"
+        if need <= n_clients
+        else f"no group of these {_clients(n_clients)} reaches {SIZE_RSE_WARN} at this epsilon"
+    )
+    return (
+        f"group {name!r} is too small to estimate its mean with estimated sizes: its estimated size "
+        f"is {_clients(n_hat)} with a relative standard error of {rse:.2f} (> {SIZE_RSE_LIMIT}: its "
+        f"mean and interval are not reliable); {reach}; use {remedy}"
+    )
 
 
 def estimate_gap(

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from fedstats._validation import check_identifier
 from fedstats.errors import BudgetExceededError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.ledger import DEFAULT_DELTA_TARGET, PrivacyLedger, mechanisms_of
@@ -251,6 +252,7 @@ def set_budget(
         budget (HTTP 409); the message names the budget, the spent amount and the requested one. Nothing
         changes then.
     """
+    check_identifier("name", name)
     b = tx.budget(scope, name, lock=True)
     if b is not None:
         spent = _ledger_of(tx, b, scope)

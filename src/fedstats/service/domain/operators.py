@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 
+from fedstats._validation import check_identifier
 from fedstats.errors import ParameterError
 from fedstats.service.domain import ledger
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
@@ -24,13 +25,9 @@ from fedstats.wire import auth
 
 __all__ = ["add", "add_operator", "remove", "rotate", "rotate_operator", "trust_authority"]
 
-_MAX_NAME = 128
-
 
 def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not 1 <= len(name) <= _MAX_NAME or not name.isprintable():
-        raise ParameterError("name", name, f"1 to {_MAX_NAME} printable characters")
-    return name
+    return check_identifier("name", name)
 
 
 def add(tx: State, name: str, *, actor: str | None = None, now: float | None = None) -> str:
@@ -41,7 +38,7 @@ def add(tx: State, name: str, *, actor: str | None = None, now: float | None = N
     tx : State
         An open transaction.
     name : str
-        1 to 128 printable characters, not an existing operator's name.
+        An identifier (:data:`fedstats._validation.IDENTIFIER_RULE`), not an existing operator's name.
     actor : str, optional
         The operator who creates it (audited); None: created on the server's machine.
     now : float, optional
@@ -114,7 +111,7 @@ def add_operator(store: Store, name: str) -> str:
     store : Store
         The server's opened store.
     name : str
-        The new operator's name, 1-128 printable characters.
+        The new operator's name, an identifier (:data:`fedstats._validation.IDENTIFIER_RULE`).
 
     Returns
     -------
@@ -124,7 +121,7 @@ def add_operator(store: Store, name: str) -> str:
     Raises
     ------
     ParameterError
-        If ``name`` is not 1-128 printable characters, or an operator of that name exists (its token is
+        If ``name`` is not an identifier, or an operator of that name exists (its token is
         replaced only by :func:`rotate_operator`, never silently).
     """
     with store.transaction() as tx:

@@ -21,10 +21,10 @@ from fedstats.service.domain import devices, idempotency, ledger, operators, run
 from fedstats.service.http import edge as http
 from fedstats.service.http.context import Changed, Operator, StoreDep
 from fedstats.service.http.schemas import (
-    NAME_PATTERN,
     BudgetIn,
     BudgetOut,
     ErrorOut,
+    Identifier,
     IdPath,
     RunIn,
     RunOut,
@@ -90,12 +90,7 @@ class OperatorToken(BaseModel):
 class OperatorIn(BaseModel):
     """A new operator."""
 
-    name: str = Field(
-        min_length=1,
-        max_length=128,
-        pattern=NAME_PATTERN,
-        description="The operator's name (unique; no control character).",
-    )
+    name: Identifier = Field(description="The operator's name (unique): an identifier.")
 
 
 class Paging:

@@ -41,13 +41,14 @@ from typing import Any, TypeVar, cast
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
+from fedstats._validation import IDENTIFIER_RULE, is_identifier
 from fedstats.errors import SecurityError
 from fedstats.service.domain import devices, runs
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.http import refusals
 from fedstats.service.http.context import Devices
 from fedstats.service.http.deps import Signed, SignedRequest, use_nonce
-from fedstats.service.http.edge import CONTROL, StrictRoute, request_headers
+from fedstats.service.http.edge import StrictRoute, request_headers
 from fedstats.service.http.fastpath import (
     WAIT_PARAM,
     DevicePath,
@@ -103,10 +104,8 @@ async def register(request: Request, path: Devices) -> dict[str, Any]:
     if request.headers.get(auth.HEADER_CLIENT) != cert.body["client_id"]:
         raise HTTPException(401, "client id does not match the certificate")
     for name in ("client_id", "population"):  # identifiers (a NUL cannot be stored)
-        if CONTROL.search(str(cert.body.get(name, ""))):
-            raise HTTPException(
-                422, f"certificate.{name}: control characters are not allowed in identifiers"
-            )
+        if not is_identifier(cert.body.get(name)):
+            raise HTTPException(422, f"certificate.{name}: an identifier is {IDENTIFIER_RULE}")
     got = await path.auth.check(request, str(cert.body["public_key"]))
     row = ClientRow(
         id=str(cert.body["client_id"]),

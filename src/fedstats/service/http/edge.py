@@ -10,9 +10,11 @@ is counted and logged here (``docs/service-errors.md``):
   endpoints call it themselves.
 * **Limits** (:class:`EdgeMiddleware`): request bodies above ``max_body`` bytes get 413; headers are
   decoded as Latin-1 (HTTP's own rule), so undecodable bytes never raise.
-* **Identifiers** (:func:`control_field`): a control character (U+0000 to U+001F, U+007F) in a path
-  parameter, a query parameter or the ``X-Fedstats-Client`` header is a 422 naming the field, before any
-  handler or store sees it (PostgreSQL cannot store a NUL; SQLite would).
+* **Identifiers** (:func:`control_field`): a control character (Unicode categories Cc and Cf: C0, DEL,
+  C1, bidi controls, zero-width characters) in a path parameter, a query parameter or the
+  ``X-Fedstats-Client`` header, or a path parameter that is not an identifier
+  (:data:`fedstats._validation.IDENTIFIER_RULE`, the charset of ``fedstats enroll``), is a 422 naming the
+  field, before any handler or store sees it (PostgreSQL cannot store a NUL; SQLite would).
 * **Rate limits** (:class:`RateLimits`): a token bucket per *verified* identity, or per peer address before
   verification, never per unverified claim. An unsigned request is charged to its peer address here; a
   request that claims a device (``X-Fedstats-Client``) on a signed route is charged once its signature was
@@ -49,6 +51,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fedstats._validation import IDENTIFIER_RULE, control_character, is_identifier
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError, UnavailableError
 from fedstats.service.domain import tasks
 from fedstats.wire.encoding import DuplicateKeyError, unique_keys
@@ -66,6 +69,7 @@ __all__ = [
     "control_field",
     "install_error_handlers",
     "metrics_lines",
+    "printable",
     "status_of",
     "strict_loads",
 ]
@@ -297,13 +301,27 @@ def install_error_handlers(app: FastAPI) -> None:
 
 # -- identifiers ---------------------------------------------------------------------------------------
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-"""A control character (C0 and DEL): refused in every identifier (ids, names, labels)."""
+_SUSPECT = re.compile(r"[^\x21-\x5b\x5d-\x7e]|\.\.")
+"""A path that may hold a non-identifier (a space, a backslash, ``..``, a control or any non-ASCII
+character): only such a path is matched against the routes to name the parameter."""
 
-_CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f%]")  # a query string that may decode to one
+_CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f-\xff%]")  # a query string that may decode to one
 
 CLIENT_HEADER = "x-fedstats-client"
 """The header a device names itself in (:data:`fedstats.wire.auth.HEADER_CLIENT`): a claim until verified."""
+
+CONTROL_DETAIL = (
+    "control characters (Unicode categories Cc and Cf: C0, DEL, C1, bidi and zero-width "
+    "controls) are not allowed in identifiers or names"
+)
+"""Why a request whose :func:`control_field` is not None is refused (after the field's name)."""
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character (:data:`~fedstats._validation.CONTROL_CATEGORIES`) as ``?``."""
+    if control_character(text) is None:
+        return text
+    return "".join("?" if control_character(c) else c for c in text)
 
 
 def _routes(routes: Iterable[Any]) -> Iterable[Any]:
@@ -313,13 +331,36 @@ def _routes(routes: Iterable[Any]) -> Iterable[Any]:
         yield from _routes(inner.routes) if inner is not None else (r,)
 
 
-def control_field(scope: Scope) -> str | None:
-    """The field of the request that holds a control character, or None.
+def _path_field(scope: Scope, path: str, control: bool) -> str | None:
+    """The path parameter of the route matching ``path`` that is not an identifier, with why.
 
-    Path parameters are named by the route that matches (``path.run_id``; ``path`` if none does),
-    query parameters by their name (``query.population``), and the device's claimed id as
-    ``header.x-fedstats-client``. Cheap when there is none: one regular-expression scan of the path
-    and, if it has ``%`` or control bytes, of the query string.
+    Each parameter's value must be an identifier (:data:`~fedstats._validation.IDENTIFIER_RULE`; a
+    round index or stage number is one too); ``control`` says the path holds a control character, refused
+    (naming ``path``) even where no route matches.
+    """
+    for route in _routes(getattr(scope.get("app"), "routes", ())):
+        regex = getattr(route, "path_regex", None)
+        m = regex.match(path) if regex is not None else None
+        if m is None:
+            continue
+        for name, value in m.groupdict().items():
+            if control_character(value) is not None:
+                return f"path.{name}: {CONTROL_DETAIL}"
+            if not is_identifier(value):
+                return f"path.{name}: an identifier is {IDENTIFIER_RULE}"
+    return f"path: {CONTROL_DETAIL}" if control else None
+
+
+def control_field(scope: Scope) -> str | None:
+    """Why the request's path, query or claimed device id is refused (naming the field), or None.
+
+    A control character (Unicode category Cc or Cf, :func:`~fedstats._validation.control_character`)
+    anywhere is refused: in a path parameter named by the route that matches (``path.run_id``;
+    ``path`` if none does), in a query parameter by its name (``query.population``), in the device's
+    claimed id as ``header.x-fedstats-client``. Every path parameter must be an
+    identifier (:data:`~fedstats._validation.IDENTIFIER_RULE`: no backslash, no ``..``, no leading or
+    trailing whitespace). Cheap when there is none: one regular-expression scan of the path and, if it
+    has ``%`` or bytes outside printable ASCII, of the query string.
 
     Parameters
     ----------
@@ -329,24 +370,20 @@ def control_field(scope: Scope) -> str | None:
     Returns
     -------
     str or None
+        ``"<field>: <why>"``, the detail of the 422 answer.
     """
     path = str(scope.get("path", ""))
-    if CONTROL.search(path):
-        for route in _routes(getattr(scope.get("app"), "routes", ())):
-            regex = getattr(route, "path_regex", None)
-            m = regex.match(path) if regex is not None else None
-            if m is not None:
-                for name, value in m.groupdict().items():
-                    if CONTROL.search(value):
-                        return f"path.{name}"
-        return "path"
+    if _SUSPECT.search(path):
+        why = _path_field(scope, path, control_character(path) is not None)
+        if why is not None:
+            return why
     query = scope.get("query_string") or b""
     if query and _CONTROL_BYTES.search(query):
         for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-            if CONTROL.search(name) or CONTROL.search(value):
-                return f"query.{CONTROL.sub('?', name)[:64]}"
-    if CONTROL.search(request_headers(scope).get(CLIENT_HEADER, "")):
-        return f"header.{CLIENT_HEADER}"
+            if control_character(name) or control_character(value):
+                return f"query.{printable(name)[:64]}: {CONTROL_DETAIL}"
+    if control_character(request_headers(scope).get(CLIENT_HEADER, "")):
+        return f"header.{CLIENT_HEADER}: {CONTROL_DETAIL}"
     return None
 
 
@@ -498,7 +535,7 @@ class EdgeMiddleware:
         headers = request_headers(scope)
         claim = headers.get(CLIENT_HEADER, "")
         # the log names the claim (as claimed: a signature that does not hold is answered 401)
-        client = CONTROL.sub("?", claim[:128]) or _peer(scope)
+        client = printable(claim[:128]) or _peer(scope)
         state = {"status": 0}
         error_id: str | None = None
 
@@ -536,13 +573,7 @@ class EdgeMiddleware:
         else:
             limited = not self.limits.allow(f"peer:{_peer(scope)}")
         if bad is not None:
-            await answer(
-                422,
-                {
-                    "detail": f"{bad}: control characters (U+0000 to U+001F, U+007F) are not "
-                    "allowed in identifiers"
-                },
-            )
+            await answer(422, {"detail": bad})
         elif limited:
             await answer(429, {"detail": "rate limit exceeded"}, [(b"retry-after", b"1")])
         elif declared < 0 or declared > limit:

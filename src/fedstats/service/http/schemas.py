@@ -5,17 +5,20 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from fedstats._validation import IDENTIFIER_RULE, control_character, is_identifier
 
 __all__ = [
     "DEVICE",
     "MAX_INDEX",
-    "NAME_PATTERN",
     "BudgetIn",
     "BudgetOut",
     "Deadlines",
     "ErrorOut",
+    "FreeText",
     "IdPath",
+    "Identifier",
     "IndexPath",
     "Privacy",
     "RunIn",
@@ -31,15 +34,45 @@ __all__ = [
 MAX_INDEX = 2**31 - 1
 """Largest round index, session number or stage accepted in a path (a 32-bit column holds it)."""
 
-NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-"""An identifier (id, name, population): no control character (U+0000 to U+001F, U+007F).
 
-The edge refuses control characters in every path and query parameter before routing
-(:func:`fedstats.service.http.edge.control_field`); this pattern says so in the OpenAPI document and
-checks the names that come in bodies."""
+def _identifier(value: str) -> str:
+    if not is_identifier(value):
+        raise ValueError(f"an identifier is {IDENTIFIER_RULE}")
+    return value
 
-IdPath = Annotated[str, Path(min_length=1, max_length=128, pattern=NAME_PATTERN)]
-"""A task, run or client id (or budget name) in a path: 1-128 characters, no control character."""
+
+def _free_text(value: str) -> str:
+    bad = control_character(value)
+    if bad is not None:
+        raise ValueError(
+            f"text holding U+{ord(bad):04X}: free text holds no control character (Unicode "
+            "categories Cc and Cf: C0, DEL, C1, bidi and zero-width controls)"
+        )
+    return value
+
+
+_ID_DESCRIPTION = f"An identifier: {IDENTIFIER_RULE}."
+
+Identifier = Annotated[
+    str,
+    Field(min_length=1, max_length=128, description=_ID_DESCRIPTION),
+    AfterValidator(_identifier),
+]
+"""An identifier in a body (operator name, population): :data:`fedstats._validation.IDENTIFIER_RULE`,
+the charset of the enrollment tools (``fedstats enroll``, ``server add-operator``).
+
+The edge refuses control characters in every path and query parameter, and path parameters that are
+not identifiers, before routing (:func:`fedstats.service.http.edge.control_field`)."""
+
+FreeText = Annotated[str, Field(max_length=256), AfterValidator(_free_text)]
+"""Free text (a label): letters of any script, no control character (Unicode categories Cc, Cf)."""
+
+IdPath = Annotated[
+    str,
+    Path(min_length=1, max_length=128, description=_ID_DESCRIPTION),
+    AfterValidator(_identifier),
+]
+"""A task, run or client id (or budget name) in a path: an identifier (:data:`Identifier`)."""
 
 IndexPath = Annotated[int, Path(ge=0, le=MAX_INDEX)]
 """A round index, session number or stage in a path: 0 to :data:`MAX_INDEX` (422 beyond)."""
@@ -50,9 +83,7 @@ class Privacy(BaseModel):
 
     epsilon: Annotated[float | None, Field(gt=0, lt=1000)] = None
     delta: Annotated[float | None, Field(ge=0, lt=1)] = None
-    population: Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)] = (
-        "default"
-    )
+    population: Identifier = "default"
 
 
 class Deadlines(BaseModel):
@@ -80,7 +111,7 @@ class TaskIn(BaseModel):
     min_clients: Annotated[int | None, Field(ge=1, le=10**9)] = None
     max_records_per_client: Annotated[int | None, Field(ge=1, le=10**9)] = None
     deadlines: Deadlines = Deadlines()
-    label: Annotated[str, Field(max_length=256)] = ""
+    label: FreeText = ""
     secure_aggregation: SecureAggregation | None = None
 
 
