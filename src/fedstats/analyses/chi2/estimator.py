@@ -385,6 +385,7 @@ def finish(
     noise_offset: float = 0.0,
     null: NullSample | None = None,
     wide: FrequencyMomentEstimate | None = None,
+    noise_sd: float = 0.0,
 ) -> Chi2Result:
     """Build the result of a decoded statistic: p-values, decision at ``level`` and its stability, cost.
 
@@ -403,7 +404,9 @@ def finish(
         communication cost ``ceil((m_x + m_y) bits / 8) + ceil(l bits / 8)`` bytes per client).
     decoder : str
     test : {"chi2", "g-test"}
-        ``"g-test"`` gives the tag ``"entropy.g_test"`` and reads the p-value without the sketch noise.
+        ``"g-test"`` gives the tag ``"entropy.g_test"`` and reads the p-value of the estimated G averaged
+        over its additive error of standard deviation ``noise_sd``
+        (:func:`~fedstats.analyses.chi2.calibration.normal_averaged_p_value`).
     details : dict, optional
     noise_offset : float
         ``tau``: the decoded value estimates ``s + tau`` because of central DP noise
@@ -418,6 +421,8 @@ def finish(
         :func:`~fedstats.analyses.chi2.null.shifted_interval` of ``wide``.
     wide : FrequencyMomentEstimate, optional
         With ``null``: the same decoding at level ``1 - (1 - confidence) / 2``.
+    noise_sd : float
+        ``test="g-test"`` only: the standard deviation of the estimate's error, >= 0. Default 0.
 
     Returns
     -------
@@ -444,8 +449,12 @@ def finish(
     paper = float(scipy.stats.chi2.sf(stat, dof))
     mc_error, method = 0.0, "sketch"
     if test != "chi2":
-        method = "chi2"
-        p_lo_end, p, p_hi_end = (float(scipy.stats.chi2.sf(x, dof)) for x in (lo, stat, hi))
+        from fedstats.analyses.chi2.calibration import normal_averaged_p_value
+
+        method = "chi2-normal-error" if noise_sd > 0 else "chi2"
+        p_lo_end, p, p_hi_end = (
+            normal_averaged_p_value(x, dof, noise_sd) for x in (lo, est.estimate - tau, hi)
+        )
     elif null is not None:
         method = "parametric-bootstrap"
         p_lo_end, p, p_hi_end = (null.p_value(x) for x in (est.ci[0], est.estimate, est.ci[1]))

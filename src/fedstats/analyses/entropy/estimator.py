@@ -454,9 +454,12 @@ def g_result(
     lo_h, hi_h = ent.ci if ent.ci is not None else (ent.entropy, ent.entropy)
     g = 2 * table_total * (hx + hy - ent.entropy)
     ci = (max(2 * table_total * (hx + hy - hi_h), 0.0), 2 * table_total * (hx + hy - lo_h))
+    # the unclipped G: finish clips the release at 0 and reads the p-value of this value, averaged over
+    # FED-H's error (2 |v| times its standard error)
     est = FrequencyMomentEstimate(
-        max(g, 0.0), ci, ent.confidence, 0.0, "geometric", 1.0, ent.encoding_size, False
+        g, ci, ent.confidence, 0.0, "geometric", 1.0, ent.encoding_size, False
     )
+    noise_sd = 2 * table_total * (ent.standard_error or 0.0)
     res = finish(
         est,
         dof=dof,
@@ -471,8 +474,9 @@ def g_result(
         decoder="fed-h",
         test="g-test",
         details={"joint_entropy": ent.to_dict()},
+        noise_sd=noise_sd,
     )
-    res.standard_error = 2 * table_total * (ent.standard_error or 0.0)
+    res.standard_error = noise_sd
     res.encoding_size = ent.encoding_size
     if truth is not None:
         attach_truth(res, truth, dof)
