@@ -242,7 +242,8 @@ async def checkin(
     body = json.dumps(out).encode()
     if wait > 0 and commitment is not None:
         secure: SecureRoutes = request.app.state.secure
-        got = await secure.held_commitments(run_id, req.population, wait, before)
+        with path.cache.away(req.client_id):  # it reveals next, without a work poll
+            got = await secure.held_commitments(run_id, req.population, wait, before)
         if got is not None:
             body = body[:-1] + b',"transcript":' + got + b"}"
     return Response(body, media_type="application/json")
@@ -406,6 +407,7 @@ def add_client_routes(
         max_wait=cfg.max_wait,
         offload=offload,
         next_work=next_work,
+        away=path.cache.away,
     )
     add_secure_routes(app, secure_routes)
     return path.cache

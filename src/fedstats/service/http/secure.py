@@ -23,11 +23,13 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
@@ -104,6 +106,9 @@ class SecureRoutes:
         ``(client_id, population, run_id, wait)``: the device's next work list that gives it something
         to do (``(etag, json)``), held up to ``wait`` seconds, or None; the answer to a held last stage
         (see :func:`up`).
+    away : callable, optional
+        ``away(client_id)``: a context in which the device is held here, not polling its work list
+        (:meth:`fedstats.service.http.fastpath.WorkCache.away`: its list is not read ahead).
     """
 
     def __init__(
@@ -120,6 +125,7 @@ class SecureRoutes:
         max_wait: float,
         offload: Offloading,
         next_work: NextWork | None = None,
+        away: Callable[[str], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.store = store
         self.signed = signed
@@ -132,6 +138,7 @@ class SecureRoutes:
         self.max_wait = max_wait
         self.offload = offload
         self.next_work = next_work
+        self.away = away or (lambda _cid: contextlib.nullcontext())
         # immutable answers, serialized once (off the event loop): a session's certificates, and a seed
         # transcript once the seed is fixed; every device of a 1000-device session asks for them
         self.cache: dict[tuple[str, ...], bytes] = {}
@@ -329,7 +336,10 @@ class SecureRoutes:
 
         if population is None:
             population = await self.population_of(cid) if wait > 0 else ""
-        return await self.changes.hold(population, min(wait, self.max_wait), attempt, since=since)
+        with self.away(cid):
+            return await self.changes.hold(
+                population, min(wait, self.max_wait), attempt, since=since
+            )
 
     async def session_over(
         self,
@@ -581,7 +591,8 @@ async def up(
             return Response(data, media_type="application/octet-stream", headers=headers)
     elif wait > 0:  # the last stage: acknowledged once the session is over (or after wait)
         end = time.monotonic() + min(wait, ctx.max_wait)
-        await ctx.session_over(run_id, index, number, stage, population, wait, since)
+        with ctx.away(cid):
+            await ctx.session_over(run_id, index, number, stage, population, wait, since)
         left = end - time.monotonic()
         if ctx.next_work is not None and request.headers.get(NEXT_WORK) == "1" and left > 0:
             got = await ctx.next_work(cid, population, run_id, left)
