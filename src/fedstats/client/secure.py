@@ -27,9 +27,10 @@ only :func:`checked_members`: its ``k`` neighbours (computed from the seed-deriv
 server cannot choose them; ``k`` grows as ``log n``) and :data:`AUDIT_MEMBERS` others drawn with its
 private randomness after the roster is fixed, i.e. ``k + 16`` signature checks (remembered across
 rounds), not ``n``. It names them with its key advertisement (stage 0: fresh public keys signed by its
-identity, nothing secret) and the server's answer carries their certificates with the next message
-(``POST .../0?members=``; fetched with ``GET .../certificates`` otherwise); the device checks them
-(:meth:`SecureRuns._certify`) before it reads its data and before its shares, the first secret it sends.
+identity, nothing secret) and the server's answer carries their certificates, with the next message
+or in the acknowledgement (``POST .../0?members=``; fetched with ``GET .../certificates`` otherwise); the
+device checks them at once (:meth:`SecureRuns._certify`), before it reads its data and before its shares,
+the first secret it sends.
 Why that is sound against a malicious server (it may add uncertified members, show devices different
 rosters, drop messages):
 
@@ -455,9 +456,9 @@ class SecureRuns:
                         down = self._send(
                             "GET", path, b"", limit=state.limits[(index, number)]
                         ).content
-                    # the certificates before the first secret (the shares) and the data
-                    certs = state.certificates.pop((index, number), None)
-                    self._certify(run_id, index, number, state, certs)
+                    # the certificates before the first secret (the shares) and the data (if
+                    # the answer to the advertisement did not carry them: fetched)
+                    self._certify(run_id, index, number, state, None)
                 reply = client.handle_bytes(down)
             except FedstatsError as exc:
                 # a failed check or a malformed message: leave the session, send nothing more
@@ -494,16 +495,52 @@ class SecureRuns:
         carried = r.headers.get("content-type", "").startswith("application/octet-stream")
         if last and not carried:
             self._carry_work(r)
-        if not carried:
-            return True, None, True
-        content, cut = r.content, r.headers.get(CERTIFICATES_HEADER)
-        if pending is not None and cut is not None and cut.isdigit() and int(cut) <= len(content):
-            try:  # checked in _certify, before the shares
-                state.certificates[(index, number)] = json.loads(content[: int(cut)])
-            except ValueError:
-                pass  # fetched instead
-            content = content[int(cut) :]
+        content: bytes | None = r.content if carried else None
+        if pending is not None:
+            content = self._carried_certificates(r, state, run_id, (index, number), content)
+            if (index, number) in state.refused:
+                return False, None, True
         return True, content, True
+
+    def _carried_certificates(
+        self,
+        r: httpx.Response,
+        state: SecureState,
+        run_id: str,
+        session: tuple[int, int],
+        content: bytes | None,
+    ) -> bytes | None:
+        """Take the certificates the answer to the advertisement carries, and check them at once.
+
+        Before the next message (``Fedstats-Certificates``: their JSON's length) or in the JSON
+        acknowledgement (``"certificates"``). A failed check leaves the session (:meth:`_certify`).
+        Returns the next stage's message, if any.
+        """
+        certs: Any = None
+        cut = r.headers.get(CERTIFICATES_HEADER)
+        try:
+            if (
+                content is not None
+                and cut is not None
+                and cut.isdigit()
+                and int(cut) <= len(content)
+            ):
+                certs, content = json.loads(content[: int(cut)]), content[int(cut) :]
+            elif content is None:
+                got = r.json()
+                certs = got.get("certificates") if isinstance(got, dict) else None
+        except ValueError:
+            certs = None  # fetched instead
+        if certs is None:
+            return content
+        index, number = session
+        try:
+            self._certify(run_id, index, number, state, certs)
+        except FedstatsError as exc:
+            state.refused[(index, number)] = str(exc)
+            state.sessions.pop((index, number), None)
+            self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
+        return content
 
     def _carry_work(self, r: httpx.Response) -> None:
         """Keep the work list a held last stage's answer carries, for the device's next poll."""

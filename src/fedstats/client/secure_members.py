@@ -148,9 +148,6 @@ class SecureState:
     uncertified : dict
         ``(round, session) -> (verifier, roster, checked positions, round)`` of a joined session whose
         members' certificates are not checked yet (:meth:`SecureRuns._certify`, before the shares).
-    certificates : dict
-        ``(round, session) -> list``: the certificates the answer to the advertisement carried
-        (unchecked until :meth:`SecureRuns._certify`).
     """
 
     contribution: bytes
@@ -171,7 +168,6 @@ class SecureState:
     withheld: frozenset[str] = frozenset()
     listed: Any = None
     uncertified: dict[tuple[int, int], Any] = field(default_factory=dict)
-    certificates: dict[tuple[int, int], Any] = field(default_factory=dict)
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
