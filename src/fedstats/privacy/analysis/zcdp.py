@@ -131,10 +131,7 @@ def approx_dp_to_zcdp(*, epsilon: float, delta: float) -> float:
     """Largest rho whose conversion (:func:`zcdp_to_approx_dp`) gives at most ``epsilon`` at ``delta``.
 
     Used to calibrate mechanisms analysed in zCDP (e.g. the multivariate discrete Gaussian) to an
-    (epsilon, delta) target. Bisection in log rho to adjacent floats, rounded down (conservative): one
-    float step of rho moves the conversion by less than one step of epsilon, so the round trip gives
-    ``epsilon`` itself (a task calibrated to epsilon 1 is charged 1.0; a bisection stopped at a relative
-    1e-12 charged 0.999999999999744, and a budget's four epsilon-1 charges showed 3.999999999999744).
+    (epsilon, delta) target. Bisection in log rho to a relative 1e-12, rounded down (conservative).
 
     Parameters
     ----------
@@ -158,5 +155,5 @@ def approx_dp_to_zcdp(*, epsilon: float, delta: float) -> float:
     while zcdp_to_approx_dp(rho=hi, delta=d) <= eps:
         lo, hi = hi, hi * 2.0
     return bisect_safe(
-        lambda r: zcdp_to_approx_dp(rho=r, delta=d) <= eps, lo, hi, log=True, rel_tol=2.0**-53
+        lambda r: zcdp_to_approx_dp(rho=r, delta=d) <= eps, lo, hi, log=True, rel_tol=1e-12
     )
