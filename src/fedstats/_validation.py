@@ -172,10 +172,11 @@ def check_finite_array(name: str, values: Any, *, ndim: int | None = None) -> np
 
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
-CONTROL_CATEGORIES = frozenset({"Cc", "Cf"})
+CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 """Unicode categories of control characters, refused in every identifier and free-text field the server
-takes: Cc (C0 U+0000-U+001F, DEL U+007F, C1 U+0080-U+009F) and Cf (format: bidi controls such as
-U+202E, zero-width characters such as U+200B, U+FEFF)."""
+takes: Cc (C0 U+0000-U+001F, DEL U+007F, C1 U+0080-U+009F), Cf (format: bidi controls such as
+U+202E, zero-width characters such as U+200B, U+FEFF), and the line and paragraph separators Zl
+(U+2028) and Zp (U+2029), which break a log line as a newline does."""
 
 
 def control_character(value: str) -> str | None:

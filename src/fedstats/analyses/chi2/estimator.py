@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedstats._validation import check_choice, check_int, check_open_unit
-from fedstats.analyses.chi2.calibration import DECODERS, sketched_p_value
+from fedstats.analyses.chi2.calibration import (
+    DECODERS,
+    normal_averaged_p_value,
+    sketched_p_value,
+)
 from fedstats.errors import DataError, ParameterError
 from fedstats.results import AnalysisResult
 from fedstats.secagg.quantize import BITS
@@ -449,8 +453,6 @@ def finish(
     paper = float(scipy.stats.chi2.sf(stat, dof))
     mc_error, method = 0.0, "sketch"
     if test != "chi2":
-        from fedstats.analyses.chi2.calibration import normal_averaged_p_value
-
         method = "chi2-normal-error" if noise_sd > 0 else "chi2"
         p_lo_end, p, p_hi_end = (
             normal_averaged_p_value(x, dof, noise_sd) for x in (lo, est.estimate - tau, hi)

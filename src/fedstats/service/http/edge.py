@@ -10,7 +10,7 @@ is counted and logged here (``docs/service-errors.md``):
   endpoints call it themselves.
 * **Limits** (:class:`EdgeMiddleware`): request bodies above ``max_body`` bytes get 413; headers are
   decoded as Latin-1 (HTTP's own rule), so undecodable bytes never raise.
-* **Identifiers** (:func:`control_field`): a control character (Unicode categories Cc and Cf: C0, DEL,
+* **Identifiers** (:func:`control_field`): a control character (Unicode categories Cc, Cf, Zl and Zp: C0, DEL,
   C1, bidi controls, zero-width characters) in a path parameter, a query parameter or the
   ``X-Fedstats-Client`` header, or a path parameter that is not an identifier
   (:data:`fedstats._validation.IDENTIFIER_RULE`, the charset of ``fedstats enroll``), is a 422 naming the
@@ -311,7 +311,7 @@ CLIENT_HEADER = "x-fedstats-client"
 """The header a device names itself in (:data:`fedstats.wire.auth.HEADER_CLIENT`): a claim until verified."""
 
 CONTROL_DETAIL = (
-    "control characters (Unicode categories Cc and Cf: C0, DEL, C1, bidi and zero-width "
+    "control characters (Unicode categories Cc, Cf, Zl and Zp: C0, DEL, C1, bidi and zero-width "
     "controls) are not allowed in identifiers or names"
 )
 """Why a request whose :func:`control_field` is not None is refused (after the field's name)."""

@@ -46,7 +46,7 @@ def _free_text(value: str) -> str:
     if bad is not None:
         raise ValueError(
             f"text holding U+{ord(bad):04X}: free text holds no control character (Unicode "
-            "categories Cc and Cf: C0, DEL, C1, bidi and zero-width controls)"
+            "categories Cc, Cf, Zl and Zp: C0, DEL, C1, bidi and zero-width controls, line separators)"
         )
     return value
 
