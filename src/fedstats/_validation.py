@@ -230,7 +230,10 @@ def is_identifier(value: Any) -> bool:
         and (
             _ASCII_CONTROL.search(value) is None
             if value.isascii()
-            else not any(unicodedata.category(c).startswith("C") for c in value)
+            else not any(
+                unicodedata.category(c)[0] == "C" or unicodedata.category(c) in CONTROL_CATEGORIES
+                for c in value
+            )
         )
     )
 
