@@ -316,7 +316,13 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
             ]
             # both moved members refuse when they read their slots; on a loaded machine one of them may
             # read them only after the run ended at its deadline (the "did not reveal" abort above)
-            assert len(refusals) >= 1, log[-3000:]
+            late = [
+                line
+                for line in log.splitlines()
+                if f"run {run_id} ended" in line and "before this device" in line
+            ]
+            # or every member reached the run's end first (its abort for the unrevealed seed is asserted)
+            assert len(refusals) >= 1 or late, log[-3000:]
             assert all(run_id not in d.budget.charges for d in devices)
             continue
         if attack == "overlapping_one_derived":
