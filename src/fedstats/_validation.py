@@ -172,11 +172,18 @@ def check_finite_array(name: str, values: Any, *, ndim: int | None = None) -> np
 
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
-CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
-"""Unicode categories of control characters, refused in every identifier and free-text field the server
-takes: Cc (C0 U+0000-U+001F, DEL U+007F, C1 U+0080-U+009F), Cf (format: bidi controls such as
-U+202E, zero-width characters such as U+200B, U+FEFF), and the line and paragraph separators Zl
-(U+2028) and Zp (U+2029), which break a log line as a newline does."""
+CONTROL_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+"""Unicode categories of control characters, refused in every identifier and free-text field (task
+labels, names, path and query parameters): Cc (C0 U+0000-U+001F, DEL U+007F, C1 U+0080-U+009F), Cf
+(format: bidi controls such as U+202E, zero-width characters such as U+200B, U+FEFF), Cs (lone
+surrogates, which no UTF-8 store holds), and the line and paragraph separators Zl (U+2028) and Zp
+(U+2029), which break a log line as a newline does."""
+
+CONTROL_RULE = (
+    "no control characters (Unicode categories Cc, Cf, Cs, Zl and Zp: C0, DEL, C1, bidi and "
+    "zero-width controls, surrogates, line separators)"
+)
+""":data:`CONTROL_CATEGORIES` in words: the accepted range named by every refusal of such a character."""
 
 
 def control_character(value: str) -> str | None:
@@ -190,8 +197,8 @@ def control_character(value: str) -> str | None:
     Returns
     -------
     str or None
-        One character of category Cc or Cf, or None if ``value`` holds none. One regular-expression
-        scan when ``value`` is ASCII.
+        The first character of a category in :data:`CONTROL_CATEGORIES`, or None if ``value`` holds
+        none. One regular-expression scan when ``value`` is ASCII (where only C0 and DEL can occur).
     """
     if value.isascii():
         m = _ASCII_CONTROL.search(value)

@@ -19,13 +19,12 @@ from __future__ import annotations
 import ipaddress
 import math
 import time
-import unicodedata
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedstats._validation import check_identifier
+from fedstats._validation import CONTROL_RULE, check_identifier, control_character
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.wire import auth
 from fedstats.wire.encoding import canonical_bytes, decode, digest, encode
@@ -293,11 +292,6 @@ def _privacy(analysis: str, kind: str, privacy: Mapping[str, Any]) -> tuple[Any,
     return eps, delta, population
 
 
-_CONTROL = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-"""Unicode categories refused in task text: controls (NUL, newline, DEL, C1), format characters (bidi
-overrides, zero-width), surrogates, line and paragraph separators."""
-
-
 def _integer(name: str, value: Any, lo: int, hi: int, bounds: str | None = None) -> int:
     """``value`` as an int in [lo, hi]: an integer, or a float with no fractional part (4.0, never 4.5)."""
     integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
@@ -307,16 +301,12 @@ def _integer(name: str, value: Any, lo: int, hi: int, bounds: str | None = None)
 
 
 def _text(name: str, value: Any, lo: int, hi: int) -> str:
-    """``value`` as text of lo to hi characters with no control or format character."""
+    """``value`` as text of lo to hi characters with no control character (:data:`CONTROL_RULE`)."""
     if not isinstance(value, str) or not lo <= len(value) <= hi:
         raise ParameterError(name, value, f"text of {lo} to {hi} characters")
-    bad = next((c for c in value if unicodedata.category(c) in _CONTROL), None)
+    bad = control_character(value)
     if bad is not None:
-        raise ParameterError(
-            name,
-            f"text holding U+{ord(bad):04X}",
-            "text without control or format characters (NUL, newline, bidi overrides, ...)",
-        )
+        raise ParameterError(name, f"text holding U+{ord(bad):04X}", f"text with {CONTROL_RULE}")
     return value
 
 

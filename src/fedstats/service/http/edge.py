@@ -10,8 +10,8 @@ is counted and logged here (``docs/service-errors.md``):
   endpoints call it themselves.
 * **Limits** (:class:`EdgeMiddleware`): request bodies above ``max_body`` bytes get 413; headers are
   decoded as Latin-1 (HTTP's own rule), so undecodable bytes never raise.
-* **Identifiers** (:func:`control_field`): a control character (Unicode categories Cc, Cf, Zl and Zp: C0, DEL,
-  C1, bidi controls, zero-width characters) in a path parameter, a query parameter or the
+* **Identifiers** (:func:`control_field`): a control character
+  (:data:`fedstats._validation.CONTROL_CATEGORIES`) in a path parameter, a query parameter or the
   ``X-Fedstats-Client`` header, or a path parameter that is not an identifier
   (:data:`fedstats._validation.IDENTIFIER_RULE`, the charset of ``fedstats enroll``), is a 422 naming the
   field, before any handler or store sees it (PostgreSQL cannot store a NUL; SQLite would).
@@ -51,7 +51,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fedstats._validation import IDENTIFIER_RULE, control_character, is_identifier
+from fedstats._validation import CONTROL_RULE, IDENTIFIER_RULE, control_character, is_identifier
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError, UnavailableError
 from fedstats.service.domain import tasks
 from fedstats.wire.encoding import DuplicateKeyError, unique_keys
@@ -310,15 +310,26 @@ _CONTROL_BYTES = re.compile(rb"[\x00-\x1f\x7f-\xff%]")  # a query string that ma
 CLIENT_HEADER = "x-fedstats-client"
 """The header a device names itself in (:data:`fedstats.wire.auth.HEADER_CLIENT`): a claim until verified."""
 
-CONTROL_DETAIL = (
-    "control characters (Unicode categories Cc, Cf, Zl and Zp: C0, DEL, C1, bidi and zero-width "
-    "controls) are not allowed in identifiers or names"
-)
+CONTROL_DETAIL = f"{CONTROL_RULE[0].upper()}{CONTROL_RULE[1:]} in identifiers or names"
 """Why a request whose :func:`control_field` is not None is refused (after the field's name)."""
 
 
 def printable(text: str) -> str:
-    """``text`` with each control character (:data:`~fedstats._validation.CONTROL_CATEGORIES`) as ``?``."""
+    """``text`` with each control character (:data:`~fedstats._validation.CONTROL_CATEGORIES`) as ``?``.
+
+    What the server logs or echoes of a client's claim (a device id, a query parameter's name), so a
+    refused character never reaches a log line or an answer.
+
+    Parameters
+    ----------
+    text : str
+        Any text.
+
+    Returns
+    -------
+    str
+        ``text`` itself when it holds no control character; the same length otherwise.
+    """
     if control_character(text) is None:
         return text
     return "".join("?" if control_character(c) else c for c in text)
@@ -354,7 +365,7 @@ def _path_field(scope: Scope, path: str, control: bool) -> str | None:
 def control_field(scope: Scope) -> str | None:
     """Why the request's path, query or claimed device id is refused (naming the field), or None.
 
-    A control character (Unicode category Cc or Cf, :func:`~fedstats._validation.control_character`)
+    A control character (:func:`~fedstats._validation.control_character`)
     anywhere is refused: in a path parameter named by the route that matches (``path.run_id``;
     ``path`` if none does), in a query parameter by its name (``query.population``), in the device's
     claimed id as ``header.x-fedstats-client``. Every path parameter must be an

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from fedstats._validation import IDENTIFIER_RULE, control_character, is_identifier
+from fedstats._validation import CONTROL_RULE, IDENTIFIER_RULE, control_character, is_identifier
 
 __all__ = [
     "DEVICE",
@@ -44,10 +44,7 @@ def _identifier(value: str) -> str:
 def _free_text(value: str) -> str:
     bad = control_character(value)
     if bad is not None:
-        raise ValueError(
-            f"text holding U+{ord(bad):04X}: free text holds no control character (Unicode "
-            "categories Cc, Cf, Zl and Zp: C0, DEL, C1, bidi and zero-width controls, line separators)"
-        )
+        raise ValueError(f"text holding U+{ord(bad):04X}: free text holds {CONTROL_RULE}")
     return value
 
 
@@ -65,7 +62,7 @@ The edge refuses control characters in every path and query parameter, and path 
 not identifiers, before routing (:func:`fedstats.service.http.edge.control_field`)."""
 
 FreeText = Annotated[str, Field(max_length=256), AfterValidator(_free_text)]
-"""Free text (a label): letters of any script, no control character (Unicode categories Cc, Cf)."""
+"""Free text (a label): letters of any script, no control character (:data:`CONTROL_RULE`)."""
 
 IdPath = Annotated[
     str,
