@@ -26,10 +26,6 @@ from fedstats.wire import auth
 __all__ = ["add", "add_operator", "remove", "rotate", "rotate_operator", "trust_authority"]
 
 
-def _check_name(name: str) -> str:
-    return check_identifier("name", name)
-
-
 def add(tx: State, name: str, *, actor: str | None = None, now: float | None = None) -> str:
     """Create operator ``name`` in the caller's transaction; return its bearer token (shown once).
 
@@ -55,7 +51,7 @@ def add(tx: State, name: str, *, actor: str | None = None, now: float | None = N
         If ``name`` is malformed, or an operator of that name exists (its token is replaced only by
         :func:`rotate`, never silently).
     """
-    _check_name(name)
+    check_identifier("name", name)
     if tx.operator_exists(name):
         raise ParameterError(
             "name", name, "a new operator name (this one exists: rotate its token instead)"

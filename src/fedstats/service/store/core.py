@@ -228,18 +228,23 @@ class CoreQueries(ABC):
             no report in the round yet. When the nonce is new and the report was not stored, the nonce
             stays recorded in the transaction (the caller reads why, or rolls back).
         """
-        it = item
-        if not self.use_nonce(it.client_id, it.nonce[0], it.nonce[1]):
+        if not self.use_nonce(item.client_id, item.nonce[0], item.nonce[1]):
             return False, False
-        rec = self.round_for_report(it.run_id, it.index)
-        if rec is None or rec.status != "open" or rec.params_digest != it.expect[0]:
+        rec = self.round_for_report(item.run_id, item.index)
+        if rec is None or rec.status != "open" or rec.params_digest != item.expect[0]:
             return True, False
-        if self.member(it.run_id, it.client_id) != (it.expect[1], it.expect[2]):
+        if self.member(item.run_id, item.client_id) != (item.expect[1], item.expect[2]):
             return True, False
-        if self.report_digest(it.run_id, it.index, it.client_id) is not None:
+        if self.report_digest(item.run_id, item.index, item.client_id) is not None:
             return True, False
         self.add_report(
-            it.run_id, it.index, it.client_id, it.vector, it.count, it.digest, received_at
+            item.run_id,
+            item.index,
+            item.client_id,
+            item.vector,
+            item.count,
+            item.digest,
+            received_at,
         )
         return True, True
 
