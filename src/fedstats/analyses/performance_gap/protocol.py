@@ -350,11 +350,21 @@ def size_needed(mech: GapMechanism, n_clients: float, rse: float = SIZE_RSE_WARN
     -------
     float
         Clients; may exceed ``n_clients`` (no group of this run can reach ``rse``).
+
+    Raises
+    ------
+    ParameterError
+        If ``n_clients`` or ``rse`` is not > 0, or the mechanism reports groups alike (``a`` equal to
+        ``a_other``: no size is identified).
     """
+    check_real("n_clients", n_clients, low=0.0, low_open=True)
+    check_real("rse", rse, low=0.0, low_open=True)
     a, ao = mech.a, mech.a_other
     A = a * (1 - a) - ao * (1 - ao)
     B = n_clients * ao * (1 - ao)
     D = (a - ao) ** 2
+    if D == 0.0:
+        raise ParameterError("mech", mech, "a mechanism whose a differs from a_other")
     return float((A + math.sqrt(A * A + 4 * rse * rse * D * B)) / (2 * rse * rse * D))
 
 
