@@ -260,12 +260,16 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
             assert r.status_code == 201, r.text
             runs[attack] = str(r.json()["run_id"])
     wanted = set(runs.values())
+    # no long polling: a device answers its runs one after another, and a held request in one run (up to
+    # `wait` s, chained over a session's stages) delayed its reading of the others past their deadline on a
+    # loaded machine (CI, twice): the run then aborted before any member read the attacked session. Polled,
+    # a device reads every listed run's stage within one loop of short requests.
     threads = [
         threading.Thread(
             target=d.run,
             kwargs={
-                "poll": 0.1,
-                "wait": 5.0,
+                "poll": 0.2,
+                "wait": 0.0,
                 "max_seconds": 300.0,
                 "until": lambda dev: wanted <= set(getattr(dev, "finished", set())),
             },
