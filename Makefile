@@ -54,9 +54,10 @@ COMPILE := $(BIN)/python -m compileall -q -j 0 src/fedstats tests $(VENV)/lib >/
 # xdist worker rewrites every test module again (about a minute of CPU per worker on this machine)
 PYTEST  := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
+# --durations: the 30 slowest tests in every run's log (CI's included), where the 12-minute limit is spent
 test: lint docs-check
 	$(COMPILE)
-	$(PYTEST) -q -n 2 --dist loadgroup --no-loadscope-reorder --doctest-modules src/fedstats tests
+	$(PYTEST) -q -n 2 --dist loadgroup --no-loadscope-reorder --durations=30 --doctest-modules src/fedstats tests
 
 # the fast lane: the library, the CLI, the wire layer and the service on the in-process memory state, without
 # the tests marked slow (no server process, no database; the layer marks come from tests/conftest.py)
