@@ -471,7 +471,7 @@ class SecureRuns:
         limit = max(_ACK_BYTES, state.limits.get((index, number), 0))
         params: dict[str, str] = {"wait": f"{wait:.3f}"} if wait > 0 else {}
         pending = state.uncertified.get((index, number))
-        if pending is not None and wait > 0:  # the answer (stage 1) carries these certificates
+        if pending is not None:  # the answer (stage 1, or the acknowledgement) carries these
             params["members"] = ",".join(str(j) for j in pending[2])
             limit += CERTIFICATE_BYTES * max(1, len(pending[2]))
         try:

@@ -558,10 +558,10 @@ async def up(
     an offer, the run's end), and carries that list (``"work"``, its ``ETag`` in the header): the
     device handles it as its next poll's answer, one work poll fewer per round.
 
-    At stage 0, ``?members=3,17,...`` (with ``wait``) asks for those members' certificates with the
-    next message (as ``GET .../certificates?members=`` answers them): the answer is their JSON
-    followed by the message, the JSON's length in the ``Fedstats-Certificates`` header (without the
-    message, in the JSON acknowledgement's ``"certificates"``). A device
+    At stage 0, ``?members=3,17,...`` asks for those members' certificates with the answer (as ``GET
+    .../certificates?members=`` answers them): with ``wait`` and the next message, their JSON followed
+    by the message, the JSON's length in the ``Fedstats-Certificates`` header; without the message (no
+    ``wait``, or stage 1 not open in time), in the JSON acknowledgement's ``"certificates"``. A device
     checks them before it sends its shares, its first secret (:mod:`fedstats.client.secure`).
     """
     indices = None if members is None else _positions(members)  # 422 before anything is stored
@@ -590,16 +590,6 @@ async def up(
                     headers[CERTIFICATES] = str(len(certs))
                     data = certs + data
             return Response(data, media_type="application/octet-stream", headers=headers)
-        if indices is not None:  # the certificates asked for, with the acknowledgement
-            try:
-                certs = await ctx.member_certificates(run_id, index, number, cid, indices)
-            except (FedstatsError, HTTPException):
-                certs = None
-            if certs is not None:
-                ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
-                return Response(
-                    ack + b',"certificates":' + certs + b"}", media_type="application/json"
-                )
     elif wait > 0:  # the last stage: acknowledged once the session is over (or after wait)
         end = time.monotonic() + min(wait, ctx.max_wait)
         with ctx.away(cid):
@@ -615,6 +605,14 @@ async def up(
                     media_type="application/json",
                     headers={"ETag": tag},
                 )
+    if indices is not None:  # the certificates asked for, with the acknowledgement (also unheld)
+        try:
+            certs = await ctx.member_certificates(run_id, index, number, cid, indices)
+        except (FedstatsError, HTTPException):
+            certs = None
+        if certs is not None:
+            ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
+            return Response(ack + b',"certificates":' + certs + b"}", media_type="application/json")
     return JSONResponse({"accepted": True, "duplicate": not new})
 
 
