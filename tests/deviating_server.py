@@ -2,7 +2,8 @@
 
 Devices talk to :class:`DeviatingProxy` over plain HTTP on 127.0.0.1 (loopback, which a device allows) as
 if it were the server. It forwards every request unchanged (the devices' signatures verify upstream),
-records every request, and passes each work list (``GET /v1/client/work``) through :attr:`rewrite`, which
+records every request, and passes each work list through :attr:`rewrite` (a poll's answer, ``GET
+/v1/client/work``, and the one a held last secure stage's acknowledgement carries, ``"work"``), which
 changes what the server proposes: an offered task, or a round's encoder, parameters, privacy, index, run or
 task. That is what a server that deviates controls; it holds no device's and no analyst's key.
 """
@@ -18,7 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy_base import ForwardingProxy
+from proxy_base import ForwardingProxy, fedstats_headers
 
 __all__ = ["DeviatingProxy"]
 
@@ -29,7 +30,8 @@ class DeviatingProxy(ForwardingProxy):
     Attributes
     ----------
     rewrite : callable or None
-        ``work dict -> work dict``, applied to every work list the server answers.
+        ``work dict -> work dict``, applied to every work list the server answers (polled, or carried
+        by a held last stage's acknowledgement).
     requests : list of (method, path)
         Every request forwarded, in order.
     """
@@ -62,8 +64,18 @@ class DeviatingProxy(ForwardingProxy):
             timeout=60,
         )
         content = r.content
-        if path == "/v1/client/work" and r.status_code == 200 and self.rewrite is not None:
-            content = json.dumps(self.rewrite(json.loads(content))).encode()
+        media = r.headers.get("content-type", "")
+        if r.status_code == 200 and self.rewrite is not None and "json" in media:
+            if path == "/v1/client/work":
+                content = json.dumps(self.rewrite(json.loads(content))).encode()
+            elif "/secure/" in path and request.method == "POST":
+                ack = json.loads(content)
+                if isinstance(ack, dict) and isinstance(ack.get("work"), dict):
+                    ack["work"] = self.rewrite(ack["work"])
+                    content = json.dumps(ack).encode()
         return Response(
-            content, status_code=r.status_code, media_type=r.headers.get("content-type")
+            content,
+            status_code=r.status_code,
+            media_type=r.headers.get("content-type"),
+            headers=fedstats_headers(r.headers),
         )

@@ -2,12 +2,24 @@
 
 Devices talk to :class:`MaliciousProxy` over HTTP on 127.0.0.1 as if it were the server. It forwards every
 request unchanged (so the devices' signatures verify upstream) and, for the runs it is told to attack,
-rewrites what the server answers: the seed transcript (also the reveals a held reveal is answered with),
-the session's certificates, or any stage message, whether asked for, carried by the acknowledgement of
-the device's previous one, or carried by the work list (a setup message; decoded with the public message
-classes, changed, re-serialized). That is everything a malicious server
-controls; it holds no device's key. Each attack is one of :data:`fedstats.secagg.ATTACKS` (or the seed
-agreement's), and the test checks that every device refuses it and sends nothing more.
+rewrites what the server answers, in every answer that carries it (:data:`CARRIERS`):
+
+* the seed transcript: ``GET .../seed`` (the commitment list, or the reveals and the seed), the held
+  check-in's ``"transcript"``, the held reveal's ``"revealed"``, and a work list's ``"public_seed"``;
+* the session's certificates: ``GET .../certificates``, the answer to the key advertisement (``POST
+  .../0?members=``: their JSON before the stage-1 message, its length in ``Fedstats-Certificates``) and
+  its JSON acknowledgement's ``"certificates"``;
+* the stage messages: asked for (``GET .../k/s``), carried by the answer to the device's previous one,
+  or a setup message carried by a work list (``"message"``, hex) — the work list of a poll or the one a
+  held last stage's acknowledgement carries (``"work"``).
+
+Stage messages are decoded with the public message classes, changed and re-serialized. That is everything
+a malicious server controls; it holds no device's key. Each attack is one of :data:`ATTACKS`, and the test
+checks that every device refuses it and sends nothing more. The proxy counts each rewrite (per attack and
+carrier: :attr:`MaliciousProxy.delivered`), so the test can check that every attack reached the devices,
+and notes every answer it does not know how to read (:attr:`MaliciousProxy.unchecked`: a path, a JSON
+key, a header or a content type it has no rewrite for), so that a new carrier of the data cannot pass it
+unseen.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ import dataclasses
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,14 +39,81 @@ from starlette.responses import Response
 from fedstats.secagg.identity import SessionRoster
 from fedstats.secagg.messages import SetupMessage, UnmaskRequest, decode
 from fedstats.wire import auth, seeding
-from proxy_base import ForwardingProxy
+from proxy_base import ForwardingProxy, fedstats_headers
 
-__all__ = ["ATTACKS", "MaliciousProxy"]
+__all__ = ["ATTACKS", "CARRIERS", "MaliciousProxy"]
 
-_STAGE = re.compile(r"^/v1/client/runs/([^/]+)/rounds/(\d+)/secure/(\d+)/(\d+)$")
-_CERTS = re.compile(r"^/v1/client/runs/([^/]+)/rounds/(\d+)/secure/(\d+)/certificates$")
-_SEED = re.compile(r"^/v1/client/runs/([^/]+)/seed$")
-_REVEAL = re.compile(r"^/v1/client/runs/([^/]+)/reveal$")
+_RUN = r"^/v1/client/runs/([^/]+)"
+_STAGE = re.compile(_RUN + r"/rounds/(\d+)/secure/(\d+)/(\d+)$")
+_CERTS = re.compile(_RUN + r"/rounds/(\d+)/secure/(\d+)/certificates$")
+_SEED = re.compile(_RUN + r"/seed$")
+_REVEAL = re.compile(_RUN + r"/reveal$")
+_CHECKIN = re.compile(_RUN + r"/checkin$")
+_OTHER = re.compile(_RUN + r"/(refuse|rounds/\d+/report)$")
+_WORK = "/v1/client/work"
+_CUT = "fedstats-certificates"  # fedstats.service.http.secure.CERTIFICATES
+
+CARRIERS = (
+    "GET seed",  # the seed transcript, asked for
+    "checkin transcript",  # the commitment list a held check-in is answered with
+    "reveal revealed",  # the reveals and the seed a held reveal is answered with
+    "work public_seed",  # the run seed a work list's round names
+    "ack work public_seed",  # the same in the work list a held last stage's acknowledgement carries
+    "GET certificates",  # the certificates, asked for
+    "advertisement certificates",  # before the stage-1 message, in the answer to the advertisement
+    "ack certificates",  # in the advertisement's JSON acknowledgement (no stage-1 message yet)
+    "GET stage",  # a stage message, asked for
+    "ack stage",  # the next stage's message, the answer to the previous one
+    "work message",  # a setup message on a work list
+    "ack work message",  # the same in the work list a held last stage's acknowledgement carries
+)
+"""Every answer (and part of one) through which the attacked data reaches a device."""
+
+# the JSON answers the proxy reads, by request: the top-level keys each may have (a key outside these
+# would be a carrier the proxy has no rewrite for); ``"list"``: a JSON list
+_JSON_KEYS: dict[str, frozenset[str] | str] = {
+    "GET /healthz": frozenset({"status", "detail"}),  # the device's probe of the server
+    "POST /v1/client/register": frozenset({"client_id", "population"}),
+    "POST /v1/client/request-key": frozenset({"key_id", "key", "expires"}),
+    "POST checkin": frozenset({"slot_start", "slot_count", "transcript"}),
+    "POST reveal": frozenset({"accepted", "duplicate", "revealed"}),
+    "GET seed": frozenset({"members", "commitments_digest", "reveals", "seed", "status"}),
+    "GET certificates": "list",
+    "POST stage": frozenset({"accepted", "duplicate", "certificates", "work"}),
+    "POST refuse": frozenset({"recorded"}),
+    "POST report": frozenset({"accepted", "duplicate"}),
+}
+_WORK_KEYS = {  # a work list's keys, and its entries'
+    "list": frozenset({"offers", "reveals", "rounds", "finished"}),
+    "offers": frozenset({"run_id", "task_id", "task", "envelope"}),
+    "reveals": frozenset({"run_id"}),
+    "finished": frozenset({"run_id", "status"}),
+    "rounds": frozenset(
+        {
+            "run_id",
+            "task_id",
+            "analysis",
+            "version",
+            "privacy",
+            "round",
+            "name",
+            "encode",
+            "params",
+            "dim",
+            "bound",
+            "client_range",
+            "records",
+            "slot_start",
+            "n_clients",
+            "public_seed",
+            "history",
+            "deadline",
+            "secure",
+        }
+    ),
+    "secure": frozenset({"session", "stage", "stage_name", "index", "n", "deadline", "message"}),
+}
+_HEADERS = frozenset({"fedstats-duplicate", _CUT})  # the server's own headers a device reads
 
 
 def _setup(body: bytes, change: Callable[[SetupMessage], SetupMessage]) -> bytes:
@@ -55,6 +135,23 @@ def _fresh_key() -> bytes:
     return bytes.fromhex(auth.public_key_hex(auth.private_key_from_hex(os.urandom(32).hex())))
 
 
+def _request_kind(method: str, path: str) -> str:
+    """The request's kind, as :data:`_JSON_KEYS` names it (the path itself for the fixed ones)."""
+    for name, pattern in (
+        ("checkin", _CHECKIN),
+        ("reveal", _REVEAL),
+        ("seed", _SEED),
+        ("certificates", _CERTS),
+        ("stage", _STAGE),
+    ):
+        if pattern.match(path):
+            return f"{method} {name}"
+    m = _OTHER.match(path)
+    if m is not None:
+        return f"{method} {m.group(2).rsplit('/', 1)[-1]}"
+    return f"{method} {path}"
+
+
 class MaliciousProxy(ForwardingProxy):
     """Forward devices' requests to ``upstream``; rewrite answers for the runs in :attr:`attacks`.
 
@@ -64,15 +161,31 @@ class MaliciousProxy(ForwardingProxy):
         The real server's URL.
     ca : Path
         CA certificate of the real server.
+
+    Attributes
+    ----------
+    attacks : dict
+        ``run_id -> attack`` (a key of :data:`ATTACKS`), set by the test.
+    tampered : dict
+        ``attack -> answers rewritten`` (delivered to a device).
+    delivered : Counter
+        ``(attack, carrier) -> answers rewritten``, the carrier one of :data:`CARRIERS`.
+    unchecked : set of str
+        Answers the proxy could not read for the attacked data (an unknown path, JSON key, header or
+        content type): a carrier it has no rewrite for. The test asserts it empty.
+    transcripts : dict
+        Per run, the commitment list (``members``: the committed roster is in it) and the seed served.
     """
 
     def __init__(self, upstream: str, ca: Path) -> None:
         super().__init__(upstream, ca, ("GET", "POST", "PUT"))
         self.attacks: dict[str, str] = {}
         self.tampered: dict[str, int] = {}
+        self.delivered: Counter[tuple[str, str]] = Counter()
+        self.unchecked: set[str] = set()
         self._replay: dict[tuple[str, int, int], bytes] = {}
         self.transcripts: dict[str, dict[str, Any]] = {}
-        """Per run, the commitment list (``members``: the committed roster is in it) and the seed served."""
+        self._ground: dict[str, str] = {}  # run -> the seed seed_grinding publishes
 
     async def _forward(self, request: Request) -> Response:
         body = await request.body()
@@ -89,19 +202,10 @@ class MaliciousProxy(ForwardingProxy):
             timeout=60,
         )
         content = r.content
-        path = request.url.path
-        carried = r.headers.get("content-type", "") == "application/octet-stream"
-        m = _STAGE.match(path)
-        if r.status_code == 200 and path == "/v1/client/work":
-            content = self._tamper_work(content)
-        elif r.status_code == 200 and request.method == "GET":
-            content = self._tamper(path, content)
-        elif r.status_code == 200 and _REVEAL.match(path):
-            content = self._tamper_reveal(path, content)
-        elif r.status_code == 200 and carried and m is not None:
-            # a stage message acknowledged with the device's next one: that one is the server's too
-            content = self._tamper(f"{path.rsplit('/', 1)[0]}/{int(m.group(4)) + 1}", content)
-        kept = {k: v for k, v in r.headers.items() if k.lower().startswith("fedstats-")}
+        kept = fedstats_headers(r.headers)
+        if r.status_code == 200:  # one event loop: no two answers are rewritten at once
+            media = r.headers.get("content-type", "")
+            content = self._rewrite(request.method, request.url.path, media, content, kept)
         return Response(
             content,
             status_code=r.status_code,
@@ -109,38 +213,143 @@ class MaliciousProxy(ForwardingProxy):
             headers=kept,
         )
 
-    def _tamper_work(self, body: bytes) -> bytes:
-        """A work list's stage-0 entries carry the setup message: tampered as if it had been fetched."""
-        work = json.loads(body)
+    def _rewrite(
+        self, method: str, path: str, media: str, body: bytes, headers: dict[str, str]
+    ) -> bytes:
+        """Rewrite every attacked carrier in one answer (``headers``: its own, changed in place)."""
+        kind = _request_kind(method, path)
+        for h in headers:
+            if h not in _HEADERS:
+                self.unchecked.add(f"{kind}: header {h}")
+        if media.startswith("application/octet-stream"):
+            m = _STAGE.match(path)
+            if m is None:
+                self.unchecked.add(f"{kind}: binary answer")
+                return body
+            if method == "GET":
+                return self._tamper(path, body, "GET stage")
+            return self._stage_answer(m, body, headers)
+        if not media.startswith("application/json"):
+            self.unchecked.add(f"{kind}: content type {media or 'none'}")
+            return body
+        try:
+            data = json.loads(body)
+        except ValueError:
+            self.unchecked.add(f"{kind}: JSON that does not parse")
+            return body
+        if path == _WORK and method == "GET":
+            return self._carry(data, body, self._work(data, "work"))
+        allowed = _JSON_KEYS.get(kind)
+        if allowed is None:
+            self.unchecked.add(f"{kind}: a JSON answer of an unknown request")
+            return body
+        if allowed == "list":
+            if not isinstance(data, list):
+                self.unchecked.add(f"{kind}: not a list")
+            return self._tamper(path, body, "GET certificates")
+        if not isinstance(data, dict):
+            self.unchecked.add(f"{kind}: not an object")
+            return body
+        assert isinstance(allowed, frozenset)
+        for k in set(data) - allowed:
+            self.unchecked.add(f"{kind}: key {k!r}")
+        if kind == "GET seed":
+            return self._tamper(path, body, "GET seed")
+        m = _CHECKIN.match(path) or _REVEAL.match(path) or _STAGE.match(path)
+        if m is None:
+            return body
         changed = False
-        for rnd in work.get("rounds", []):
+        seed_path = f"/v1/client/runs/{m.group(1)}/seed"
+        for key, at, carrier in (
+            ("transcript", seed_path, "checkin transcript"),
+            ("revealed", seed_path, "reveal revealed"),
+            ("certificates", self._certs_path(m), "ack certificates"),
+        ):
+            if key in data and at is not None:
+                raw = json.dumps(data[key]).encode()
+                out = self._tamper(at, raw, carrier)
+                if out != raw:
+                    data[key], changed = json.loads(out), True
+        if isinstance(data.get("work"), dict):  # a held last stage's: the device's next work list
+            changed = self._work(data["work"], "ack work") or changed
+        return self._carry(data, body, changed)
+
+    @staticmethod
+    def _carry(data: Any, body: bytes, changed: bool) -> bytes:
+        return json.dumps(data).encode() if changed else body
+
+    @staticmethod
+    def _certs_path(m: re.Match[str]) -> str | None:
+        if m.re is not _STAGE:
+            return None
+        return f"/v1/client/runs/{m.group(1)}/rounds/{m.group(2)}/secure/{m.group(3)}/certificates"
+
+    def _stage_answer(self, m: re.Match[str], body: bytes, headers: dict[str, str]) -> bytes:
+        """The answer to a stage message: the next one, after the certificates the device asked for."""
+        nxt = f"{m.string.rsplit('/', 1)[0]}/{int(m.group(4)) + 1}"
+        cut = headers.get(_CUT)
+        if cut is None:
+            return self._tamper(nxt, body, "ack stage")
+        if not cut.isdigit() or int(cut) > len(body):
+            self.unchecked.add(f"POST stage: {_CUT} {cut!r}")
+            return body
+        certs = self._tamper(
+            self._certs_path(m) or "", body[: int(cut)], "advertisement certificates"
+        )
+        message = self._tamper(nxt, body[int(cut) :], "ack stage")
+        headers[_CUT] = str(len(certs))
+        return certs + message
+
+    def _work(self, work: Any, carrier: str) -> bool:
+        """Rewrite a work list in place (the setup messages and seeds it carries); whether it changed.
+
+        ``carrier``: ``"work"`` (a poll's answer) or ``"ack work"`` (a held last stage's).
+        """
+        if not isinstance(work, dict):
+            self.unchecked.add("work list: not an object")
+            return False
+        for k in set(work) - _WORK_KEYS["list"]:
+            self.unchecked.add(f"work list: key {k!r}")
+        changed = False
+        for part in ("offers", "reveals", "finished", "rounds"):
+            for entry in work.get(part) or []:
+                for k in set(entry) - _WORK_KEYS[part]:
+                    self.unchecked.add(f"work list {part}: key {k!r}")
+        for rnd in work.get("rounds") or []:
+            run_id = str(rnd["run_id"])
+            if isinstance(rnd.get("public_seed"), str):
+                seed = self._grind(run_id, rnd["public_seed"], f"{carrier} public_seed")
+                if seed != rnd["public_seed"]:
+                    rnd["public_seed"], changed = seed, True
             info = rnd.get("secure") or {}
+            for k in set(info) - _WORK_KEYS["secure"]:
+                self.unchecked.add(f"work list secure: key {k!r}")
             if isinstance(info.get("message"), str):
                 path = (
-                    f"/v1/client/runs/{rnd['run_id']}/rounds/{rnd['round']}/secure/"
+                    f"/v1/client/runs/{run_id}/rounds/{rnd['round']}/secure/"
                     f"{info['session']}/{info['stage']}"
                 )
                 message = bytes.fromhex(info["message"])
-                out = self._tamper(path, message)
+                out = self._tamper(path, message, f"{carrier} message")
                 if out != message:
                     info["message"], changed = out.hex(), True
-        return json.dumps(work).encode() if changed else body
+        return changed
 
-    def _tamper_reveal(self, path: str, body: bytes) -> bytes:
-        """A held reveal is answered with the seed and the reveals: tampered as the seed transcript."""
-        ack = json.loads(body)
-        revealed = ack.get("revealed")
-        if not isinstance(revealed, dict):
-            return body
-        seed_path = path.rsplit("/", 1)[0] + "/seed"
-        raw = json.dumps(revealed).encode()
-        out = self._tamper(seed_path, raw)
-        if out == raw:
-            return body
-        ack["revealed"] = json.loads(out)
-        return json.dumps(ack).encode()
+    def _grind(self, run_id: str, seed: str, carrier: str) -> str:
+        """The seed to publish for the run: the seed_grinding attack's (one per run), else ``seed``."""
+        attack = self.attacks.get(run_id)
+        if attack != "seed_grinding":
+            return seed
+        ground = self._ground.setdefault(run_id, os.urandom(32).hex())
+        self._count(attack, carrier)
+        return ground
 
-    def _tamper(self, path: str, body: bytes) -> bytes:
+    def _count(self, attack: str, carrier: str) -> None:
+        self.tampered[attack] = self.tampered.get(attack, 0) + 1
+        self.delivered[(attack, carrier)] += 1
+
+    def _tamper(self, path: str, body: bytes, carrier: str) -> bytes:
+        """``body`` as the attack of its run rewrites it, read as the answer to ``GET path``."""
         m = _STAGE.match(path) or _CERTS.match(path) or _SEED.match(path)
         if m is None:
             return body
@@ -161,7 +370,7 @@ class MaliciousProxy(ForwardingProxy):
             return body
         out = ATTACKS[attack](self, path, body, run_id)
         if out != body:
-            self.tampered[attack] = self.tampered.get(attack, 0) + 1
+            self._count(attack, carrier)
         return out
 
 
@@ -248,8 +457,9 @@ def _seed_grinding(proxy: MaliciousProxy, path: str, body: bytes, run_id: str) -
     if not _SEED.match(path):
         return body
     tr = json.loads(body)
-    if tr.get("seed"):
-        tr["seed"] = os.urandom(32).hex()
+    if not tr.get("seed"):
+        return body  # the commitment list, before any seed
+    tr["seed"] = proxy._ground.setdefault(run_id, os.urandom(32).hex())
     return json.dumps(tr).encode()
 
 

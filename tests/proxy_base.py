@@ -13,7 +13,7 @@ import contextlib
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Self
 
@@ -26,7 +26,13 @@ from starlette.routing import Route
 
 from service_helpers import free_port
 
-__all__ = ["ForwardingProxy"]
+__all__ = ["ForwardingProxy", "fedstats_headers"]
+
+
+def fedstats_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The server's own headers of an answer (``Fedstats-*``, lower case), which a proxy passes on:
+    a device reads some of them (``Fedstats-Certificates`` splits the answer to its key advertisement)."""
+    return {k.lower(): v for k, v in headers.items() if k.lower().startswith("fedstats-")}
 
 
 class ForwardingProxy:

@@ -4,7 +4,10 @@ The devices are ``fedstats client run`` processes; the server they talk to is
 :class:`malicious_proxy.MaliciousProxy` in front of a real ``fedstats server``: it forwards their signed
 requests and rewrites the answers of the run it attacks (one attack per run). Each attack must be refused
 by every device (its log says so for that run), the devices must send nothing at the attacked stage (the
-journal holds no message of theirs there), and the run must abort without a result.
+journal holds no message of theirs there), and the run must abort without a result. The proxy rewrites
+every answer that carries the attacked data (:data:`malicious_proxy.CARRIERS`); the test checks that each
+attack was delivered before it checks the abort, and that no answer carried anything the proxy could not
+read (a new carrier would otherwise let an attack pass undelivered and the run complete).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from sqlalchemy import func, select
 
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import SecureMessage
-from malicious_proxy import ATTACKS, MaliciousProxy
+from malicious_proxy import ATTACKS, CARRIERS, MaliciousProxy
 from service_helpers import Deployment, wait_run
 
 N_DEV = 5
@@ -28,7 +31,9 @@ WHERE = {  # attack -> (round, stage) at which the devices must stop sending
     "parameter_tampering": (0, 0),
     "graph_choice": (0, 0),
     "key_substitution": (0, 0),
-    "sybil_certificate": (0, 0),
+    # the certificates ride on the answer to the key advertisement (stage 0: public keys, nothing
+    # secret); a device checks them before its shares (stage 1), the first secret it sends
+    "sybil_certificate": (0, 1),
     "seed_grinding": (0, 0),
     "oversized_message": (0, 1),
     "replay_or_forgery": (1, 1),
@@ -95,15 +100,23 @@ def test_every_attack_of_a_malicious_server_is_refused_by_real_devices(
                     proxy.attacks[run_id] = attack
                     runs[attack] = run_id
                     view = wait_run(a, run_id, timeout=120)
+                    # delivered (a run the attack never reached completes: that tests nothing)
+                    assert proxy.tampered.get(attack, 0) > 0, (
+                        attack,
+                        view["status"],
+                        proxy.unchecked,
+                    )
                     assert view["status"] == "aborted", (attack, view)
                     assert view["result"] is None
         finally:
-            for p in procs:
+            for proc in procs:
                 try:
-                    p.wait(60)
+                    proc.wait(60)
                 except subprocess.TimeoutExpired:
-                    p.kill()
+                    proc.kill()
     assert set(proxy.tampered) == set(ATTACKS)  # every attack was actually delivered
+    assert proxy.unchecked == set()  # and no answer carried data the proxy has no rewrite for
+    assert {c for _, c in proxy.delivered} <= set(CARRIERS)
     logs = [(production.root / f"client-victim-{i}.log").read_text() for i in range(N_DEV)]
     store = open_store(production.db)
     try:

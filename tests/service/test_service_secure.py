@@ -570,14 +570,16 @@ def _start(dep: Deployment, task: dict[str, Any]) -> str:
         return str(r.json()["run_id"])
 
 
-def _drive(devices: list[Any], run_id: str, seconds: float = 150.0) -> list[threading.Thread]:
+def _drive(
+    devices: list[Any], run_id: str, seconds: float = 150.0, wait: float = 10.0
+) -> list[threading.Thread]:
     def done(dev: Any) -> bool:
         return run_id in getattr(dev, "finished", set())
 
     threads = [
         threading.Thread(
             target=d.run,
-            kwargs={"poll": 0.1, "wait": 10.0, "max_seconds": scaled(seconds), "until": done},
+            kwargs={"poll": 0.1, "wait": wait, "max_seconds": scaled(seconds), "until": done},
             daemon=True,
         )
         for d in devices
@@ -926,9 +928,11 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
 def test_a_device_takes_no_request_it_can_do_without(production: Deployment) -> None:
     """Over a secure run without dropouts a device asks for nothing the server could hand it with an
     answer it gets anyway: its setup message rides on its work list (no ``GET`` of stage 0), its held
-    reveal is answered with the reveals and the seed (the seed transcript is fetched once, for the
-    commitment list), and its last stage's acknowledgement is held until its session is over, so no
-    work list shows it a round at a later stage than 0 (the round it just finished, a stage on)."""
+    check-in is answered with the commitment list and its held reveal with the reveals and the seed
+    (no ``GET .../seed``), the certificates it checks ride on the answer to its key advertisement (no
+    ``GET .../certificates``), and its last stage's acknowledgement is held until its session is over
+    and carries its next work list, so no work list shows it a round at a later stage than 0 (the
+    round it just finished, a stage on), and it polls its work list twice."""
     data = _data()
     devices = _devices(production, "fewest", data, 4)
     sent: dict[str, list[tuple[str, str]]] = {d.client_id: [] for d in devices}
@@ -967,9 +971,59 @@ def test_a_device_takes_no_request_it_can_do_without(production: Deployment) -> 
     for d in devices:
         paths = sent[d.client_id]
         assert not [p for m, p in paths if m == "GET" and "/secure/" in p and p.endswith("/0")]
-        assert [p for _, p in paths if p.endswith("/seed")] == [f"/v1/client/runs/{run_id}/seed"]
+        assert [p for _, p in paths if p.endswith(("/seed", "/certificates"))] == [], paths
         assert listed[d.client_id] and all(stage == 0 for _, stage in listed[d.client_id]), listed
+        # the offer and the first round after the seed; the second round and the end are carried
+        # (two more if a held answer timed out on a loaded machine; six polls before they were)
+        assert len([p for _, p in paths if p == "/v1/client/work"]) <= 4, paths
         assert d.secure[run_id].seed is not None
+
+
+def test_a_polling_device_gets_its_certificates_with_its_advertisement(
+    production: Deployment,
+) -> None:
+    """A device that polls (``wait`` 0: no held requests) names the members it checks with its key
+    advertisement too (``POST .../0?members=``), and the JSON acknowledgement carries their
+    certificates (``"certificates"``), which it checks at once: no ``GET .../certificates``, and a
+    session whose stage 1 never opens is still checked (the refusals of
+    ``tests/service/test_device_sessions.py``, whose devices poll)."""
+    data = _data()
+    devices = _devices(production, "polling", data, 4)
+    sent: dict[str, list[tuple[str, str, bool]]] = {d.client_id: [] for d in devices}
+
+    def recording(dev: Any) -> None:
+        inner = dev._send
+
+        def send(method: str, path: str, body: bytes, **kw: Any) -> Any:
+            r = inner(method, path, body, **kw)
+            carried = (
+                "certificates" in r.text
+                if r.headers.get("content-type", "").startswith("application/json")
+                else False
+            )
+            sent[dev.client_id].append((method, path + "?" + str(kw.get("params") or ""), carried))
+            return r
+
+        dev._send = send
+
+    for d in devices:
+        recording(d)
+    run_id = _start(
+        production,
+        _task(
+            4,
+            secure_aggregation={"max_session": 4},
+            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
+        ),
+    )
+    threads = _drive(devices, run_id, wait=0.0)
+    _finished(production, run_id, threads)
+    _check_exact(_rounds(production, run_id, devices))
+    for d in devices:
+        got = sent[d.client_id]
+        assert [p for _, p, _ in got if "/certificates" in p] == [], got
+        advertised = [(p, c) for m, p, c in got if m == "POST" and "/secure/0/0?" in p]
+        assert advertised and all("members" in p and c for p, c in advertised), advertised
 
 
 def test_no_reveal_is_published_before_every_member_has_revealed(production: Deployment) -> None:

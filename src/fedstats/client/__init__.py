@@ -189,6 +189,8 @@ class Device(SecureRuns, Derivation, Refusals):
         )
         self._work: dict[str, Any] = {"offers": [], "reveals": [], "rounds": [], "finished": []}
         self._etag: str | None = None  # the server's tag of the last work list handled in full
+        # the next work list (and its tag), carried by a held last stage's answer (SecureRuns)
+        self._carried: tuple[dict[str, Any], str | None] | None = None
         self.refused: dict[str, str] = {}
         self.joined: dict[str, dict[str, int]] = {}
         self.rejoined = Rejoined()  # runs it was in before a restart (Device.run(runs=...))
@@ -401,6 +403,11 @@ class Device(SecureRuns, Derivation, Refusals):
             holds the poll up to this many seconds (it caps it, by default at 25) until the list changes;
             if it does not, nothing is done. 0 (default) answers at once.
         """
+        carried, self._carried = self._carried, None
+        if carried is not None:  # a held last stage's answer carried the next list: no poll
+            self._handle(carried[0], max(0.0, wait))
+            self._work, self._etag = carried
+            return carried[0]
         headers = {"If-None-Match": self._etag} if self._etag else None
         r = self._send(
             "GET",
@@ -419,9 +426,13 @@ class Device(SecureRuns, Derivation, Refusals):
         return work
 
     def _handle(self, work: Mapping[str, Any], wait: float = 0.0) -> None:
-        for offer in work["offers"]:
+        done = self.joined.keys() | self.refused.keys()
+        offers = [o for o in work["offers"] if str(o["run_id"]) not in done]
+        # a check-in is held (until check-in closes) only when nothing else of the list waits on it
+        alone = not work.get("reveals") and not work["rounds"]
+        for offer in offers:
             rid = str(offer["run_id"])
-            if rid in self.refused or rid in self.joined:
+            if rid in self.refused:
                 continue
             if self.max_runs is not None and len(self._mine()) >= self.max_runs:
                 break  # joined as many runs as asked: leave the others' slots to other devices
@@ -447,7 +458,10 @@ class Device(SecureRuns, Derivation, Refusals):
             self.accepted[rid] = acc
             self._run_columns[rid] = columns
             try:
-                self.joined[rid] = self._request("POST", f"/v1/client/runs/{rid}/checkin", body)
+                if "commitment" in body and wait > 0 and alone and offer is offers[-1]:
+                    self._secure_checkin(rid, body, self.secure[rid], wait)
+                else:
+                    self.joined[rid] = self._request("POST", f"/v1/client/runs/{rid}/checkin", body)
             except _HTTPError as exc:
                 if exc.status != 409:
                     raise

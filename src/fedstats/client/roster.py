@@ -48,9 +48,11 @@ class CertificateRosterVerifier:
     ----------
     authority_public_key : str
         The authority's Ed25519 public key, hex (pinned on the device).
-    certificates : sequence of dict
+    certificates : sequence of dict or None
         Certificates (``{"body", "signature"}``): of the members ``indices`` in that order, or of every
-        member in roster order when ``indices`` is None.
+        member in roster order when ``indices`` is None. None defers them (:meth:`supply`): until
+        then :meth:`verify` checks the roster's structure only (session id, run, size, distinct keys)
+        and :attr:`certified` is False; a device sends nothing secret before it is True.
     population : str
         The task's population: every checked member must be certified for it.
     session : bytes
@@ -75,7 +77,7 @@ class CertificateRosterVerifier:
     def __init__(
         self,
         authority_public_key: str,
-        certificates: Sequence[Mapping[str, Any]],
+        certificates: Sequence[Mapping[str, Any]] | None,
         *,
         population: str,
         session: bytes,
@@ -86,7 +88,9 @@ class CertificateRosterVerifier:
     ) -> None:
         self._trusted = {auth.fingerprint(authority_public_key): authority_public_key}
         self._authority = authority_public_key
-        self.certificates = [auth.Certificate.from_dict(c) for c in certificates]
+        self.certificates: list[auth.Certificate] | None = None
+        if certificates is not None:
+            self.supply(certificates)
         self.population = population
         self.session = session
         self.task_id = task_id
@@ -99,6 +103,24 @@ class CertificateRosterVerifier:
             positions = range(len(members)) if self.indices is None else self.indices
             self.members = {j: str(members[j]) for j in positions if 0 <= j < len(members)}
         self._passed: bytes | None = None  # digest of the last roster that passed
+
+    def supply(self, certificates: Sequence[Mapping[str, Any]]) -> None:
+        """Give the checked members' certificates (deferred at construction).
+
+        The next :meth:`verify` checks them.
+
+        Raises
+        ------
+        SecurityError
+            If a certificate is malformed.
+        """
+        self.certificates = [auth.Certificate.from_dict(c) for c in certificates]
+        self._passed = None
+
+    @property
+    def certified(self) -> bool:
+        """Whether a roster passed with its certificates (not only its structure, see ``certificates``)."""
+        return self._passed is not None and self.certificates is not None
 
     def verify(self, roster: SessionRoster) -> None:
         """Raise :class:`~fedstats.errors.SecurityError` unless every checked roster identity is certified.
@@ -123,6 +145,10 @@ class CertificateRosterVerifier:
                 "derives from the run's cohort and seed"
             )
         indices = list(range(roster.n)) if self.indices is None else self.indices
+        if self.certificates is None:  # deferred: the structure only, until supply()
+            if len(set(roster.identities)) != roster.n:
+                raise SecurityError("the roster lists one device twice")
+            return
         if len(self.certificates) != len(indices):
             raise SecurityError("the roster and its certificates differ in length")
         if len(set(indices)) != len(indices) or any(not 0 <= j < roster.n for j in indices):

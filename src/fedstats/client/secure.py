@@ -22,12 +22,17 @@ derives every secure session:
 
 **The roster, checked at the cost of the neighbourhood.** The roster (the setup message) lists the ``n``
 members' identity keys in the derived order under the session id the run seed gives. The device checks
-that its keys are distinct and its own is at its index, then fetches and verifies the enrollment
-certificates of only :func:`checked_members`: its ``k`` neighbours (computed from the seed-derived session
-id, so the server cannot choose them; ``k`` grows as ``log n``) and :data:`AUDIT_MEMBERS` others drawn
-with its private randomness after the roster is fixed, i.e. ``k + 16`` signature checks (remembered across
-rounds), not ``n``. Why that is sound against a malicious server (it may add uncertified members, show
-devices different rosters, drop messages):
+that its keys are distinct and its own is at its index, then verifies the enrollment certificates of
+only :func:`checked_members`: its ``k`` neighbours (computed from the seed-derived session id, so the
+server cannot choose them; ``k`` grows as ``log n``) and :data:`AUDIT_MEMBERS` others drawn with its
+private randomness after the roster is fixed, i.e. ``k + 16`` signature checks (remembered across
+rounds), not ``n``. It names them with its key advertisement (stage 0: fresh public keys signed by its
+identity, nothing secret) and the server's answer carries their certificates, with the next message
+or in the acknowledgement (``POST .../0?members=``; fetched with ``GET .../certificates`` otherwise); the
+device checks them at once (:meth:`SecureRuns._certify`), before it reads its data and before its shares,
+the first secret it sends.
+Why that is sound against a malicious server (it may add uncertified members, show devices different
+rosters, drop messages):
 
 1. *Shares go only to certified devices.* A device encrypts its Shamir shares (of its self-mask seed and
    its mask key) to its neighbours' signed keys, whose identities it verified. An uncertified (fake)
@@ -45,7 +50,7 @@ devices different rosters, drop messages):
 3. *The consistency check counts only certified signers.* A device reveals something about neighbour
    ``j`` only if it holds ``j``'s shares (so by 2 they share a roster) and ``t`` members of ``N(j)``
    signed the same survivor set under that roster's keys. An honest ``j`` verified the certificates of
-   all of ``N(j)`` before advertising, so those keys are certified and the counting argument of
+   all of ``N(j)`` before sending its shares, so those keys are certified and the counting argument of
    :meth:`fedstats.secagg.SecAggClient.signature_threshold` holds with the corrupt enrolled devices alone;
    about a corrupt ``j`` there is nothing to protect.
 4. *What fakes still buy.* ``m`` fakes that no honest device checks can sit in the survivor set, so the
@@ -56,8 +61,9 @@ devices different rosters, drop messages):
    ``(1 - m / (n - 1))^(k + 16)``: for even odds ``m <= (n - 1) ln 2 / (k + 16)``, 6 at ``n = 1000``
    (``k = 90``); the sum then covers at least 894 - c honest inputs instead of 900 - c.
 
-Against a malicious server it refuses, and drops out of the session without sending anything (and before
-encoding its data or charging its budget), when:
+Against a malicious server it refuses, and drops out of the session without sending anything (at most its
+public key advertisement, for a certificate check; always before encoding its data or charging its
+budget), when:
 
 * the session is not the one it derives itself into (another number, other members, another order,
   another index or size), or is smaller than the task's ``min_session_size`` or its policy's floor;
@@ -75,7 +81,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -90,7 +95,7 @@ from fedstats.client.roster import (
     committed_roster,
     with_committed_roster,
 )
-from fedstats.client.secure_members import PackedMembers
+from fedstats.client.secure_members import PackedMembers, SecureState
 from fedstats.errors import FedstatsError, SecurityError
 from fedstats.secagg.collusion import (
     meets_colluder_fraction,
@@ -125,88 +130,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class SecureState:
-    """What a device keeps of one secure run between polls (in memory: a restart makes it a dropout).
-
-    Attributes
-    ----------
-    contribution : bytes
-        Its secret seed contribution (32 bytes from OS entropy).
-    seen : str or None
-        Digest of the commitment list it saw when it revealed.
-    seed : bytes or None
-        The verified run seed.
-    sessions : dict
-        ``(round, session) -> SecAggClient``.
-    replies : dict
-        ``(round, session, stage) -> bytes``: each stage message sent, resent as is on a retry.
-    acknowledged : set
-        ``(round, session, stage)`` whose message the server acknowledged (the server lists a stage
-        until it closes).
-    refused : dict
-        ``(round, session) -> reason`` of the sessions it left because a check failed.
-    task : mapping or None
-        The task the device accepted (its ``secure_aggregation`` options, population and cohort size).
-    slots : tuple or None
-        ``(slot_start, slot_count)`` given at check-in, checked in the commitment list before revealing.
-    cohort : list or None
-        The verified cohort ``[(client_id, slot_start, slot_count), ...]`` in slot order once the seed
-        transcript verified (``n_clients = sum(slot_count)``), built from :attr:`members` on access.
-    rounds : dict
-        ``round -> session``: the one session joined in each round (a second one is refused).
-    encoded : dict
-        ``round -> summed report``: each round is encoded once.
-    limits : dict
-        ``(round, session) -> bytes``: the largest server message read in a joined session.
-    members : PackedMembers or None
-        The commitment list (ids, commitments, slots) and the run's roster (identity keys) as the device
-        checked them before revealing, packed (:class:`PackedMembers`): afterwards it asks only for the
-        reveals and the seed (``GET .../seed?part=reveals``), not the whole list again; every session's
-        roster derives from the keys (:func:`committed_roster`). The commitments are dropped once the
-        seed verified.
-    verified : bool
-        Whether the seed transcript verified (:attr:`seed` and :attr:`cohort` are then set).
-    revealed : object or None
-        The server's answer to a held reveal (``POST .../reveal?wait=``): the seed and the reveals, as
-        ``GET .../seed?part=reveals`` answers them (unchecked until the transcript is verified).
-    withheld : frozenset
-        The members the verified transcript names as withholders (:func:`fedstats.wire.seeding.withheld_of`):
-        they keep their slots and join no session.
-    """
-
-    contribution: bytes
-    seen: str | None = None
-    seed: bytes | None = None
-    sessions: dict[tuple[int, int], Any] = field(default_factory=dict)
-    replies: dict[tuple[int, int, int], bytes] = field(default_factory=dict)
-    acknowledged: set[tuple[int, int, int]] = field(default_factory=set)
-    refused: dict[tuple[int, int], str] = field(default_factory=dict)
-    task: Mapping[str, Any] | None = None
-    slots: tuple[int, int] | None = None
-    rounds: dict[int, int] = field(default_factory=dict)
-    encoded: dict[int, list[int]] = field(default_factory=dict)
-    limits: dict[tuple[int, int], int] = field(default_factory=dict)
-    members: PackedMembers | None = None
-    verified: bool = False
-    revealed: Any = None
-    withheld: frozenset[str] = frozenset()
-
-    def commitment(self, run_id: str, client_id: str) -> str:
-        """The commitment sent at check-in."""
-        return seeding.commitment(run_id, client_id, self.contribution)
-
-    @property
-    def cohort(self) -> list[tuple[str, int, int]] | None:
-        """The verified cohort ``[(client_id, slot_start, slot_count), ...]`` (None before the seed).
-
-        Built on each access from :attr:`members` (the device keeps the packed list, not ``n`` tuples).
-        """
-        if not self.verified or self.members is None:
-            return None
-        return self.members.cohort()
-
-
 VERIFIED_CERTIFICATES: set[tuple[str, str, bytes]] = set()
 """Certificates whose authority signature was checked in this process, ``(authority key, signature,
 canonical body)``: every :class:`fedstats.client.Device` of the process shares it (bounded: cleared at
@@ -229,6 +152,9 @@ TRANSCRIPT_BYTES = 512
 """The most bytes of seed transcript a device reads per possible member (the task's cohort size)."""
 _DOWN_MESSAGES = (SetupMessage, KeyBroadcast, ShareBroadcast, SurvivorSet, UnmaskRequest)
 _ACK_BYTES = 4096  # a JSON acknowledgement
+CERTIFICATES_HEADER = "fedstats-certificates"
+"""An answer carrying certificates before the stage message: the length of their JSON, bytes."""
+_WORK_KEYS = ("offers", "rounds")  # what a work list must hold to be handled
 
 
 class SecureRuns:
@@ -253,9 +179,43 @@ class SecureRuns:
     _request: Callable[..., Any]
     _send: Callable[..., Any]
     _encode: Callable[[Mapping[str, Any]], list[int]]
+    _refuse: Callable[..., None]
+    _carried: tuple[dict[str, Any], str | None] | None
 
-    # -- transport with a size cap
     # -- the seed
+    def _secure_checkin(
+        self, run_id: str, body: Mapping[str, Any], state: SecureState, wait: float
+    ) -> dict[str, Any]:
+        """Check in, held until check-in closes, and reveal against the list the answer carries.
+
+        The check-in's answer (``POST .../checkin?wait=``) carries the commitment list once the run
+        is seeding: the device checks it and reveals at once (:meth:`_reveal`), with no work poll or
+        request for the list in between. Without it (check-in still open after ``wait``) the work
+        list's reveal item leads to the reveal later. Returns the check-in's slots.
+        """
+        cap = _cohort_cap(state)
+        r = self._send(
+            "POST",
+            f"/v1/client/runs/{run_id}/checkin",
+            json.dumps(body).encode(),
+            limit=None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES,
+            content_type="application/json",
+            params={"wait": f"{wait:.3f}"},
+            timeout=self._timeout + wait,
+        )
+        got = r.json()
+        state.listed = got.pop("transcript", None) if isinstance(got, dict) else None
+        slots = {"slot_start": int(got["slot_start"]), "slot_count": int(got["slot_count"])}
+        self.joined[run_id] = slots
+        if state.listed is not None:
+            try:
+                self._reveal(run_id, wait)
+            except SecurityError as exc:  # the commitment list is not the run's: reveal nothing
+                self._refuse(run_id, str(exc), "round_mismatch")
+            except (FedstatsError, httpx.TransportError) as exc:  # the work list asks again
+                self.log(f"reveal of run {run_id} after check-in failed ({exc}); later")
+        return slots
+
     def _reveal(self, run_id: str, wait: float = 0.0) -> None:
         """Check the commitment list and reveal this device's contribution.
 
@@ -322,8 +282,8 @@ class SecureRuns:
         path = f"/v1/client/runs/{run_id}/seed"
         cap = _cohort_cap(state)
         listed = state.members if state.seen is not None else None
-        got = state.revealed if listed is not None else None
-        state.revealed = None  # used once: a transcript that fails is fetched, not reused
+        got = state.revealed if listed is not None else state.listed
+        state.revealed = state.listed = None  # used once: one that fails is fetched, not reused
         if got is None:
             params = {"part": "reveals"} if listed is not None else None
             limit = None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES
@@ -496,6 +456,9 @@ class SecureRuns:
                         down = self._send(
                             "GET", path, b"", limit=state.limits[(index, number)]
                         ).content
+                    # the certificates before the first secret (the shares) and the data (if
+                    # the answer to the advertisement did not carry them: fetched)
+                    self._certify(run_id, index, number, state, None)
                 reply = client.handle_bytes(down)
             except FedstatsError as exc:
                 # a failed check or a malformed message: leave the session, send nothing more
@@ -504,14 +467,23 @@ class SecureRuns:
                 self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
                 return False, None, False
             state.replies[(index, number, stage)] = reply
+        last = stage + 1 == len(seeding.STAGES)
+        limit = max(_ACK_BYTES, state.limits.get((index, number), 0))
+        params: dict[str, str] = {"wait": f"{wait:.3f}"} if wait > 0 else {}
+        pending = state.uncertified.get((index, number))
+        if pending is not None:  # the answer (stage 1, or the acknowledgement) carries these
+            params["members"] = ",".join(str(j) for j in pending[2])
+            limit += CERTIFICATE_BYTES * max(1, len(pending[2]))
         try:
             r = self._send(
                 "POST",
                 path,
                 reply,
-                limit=max(_ACK_BYTES, state.limits.get((index, number), 0)),
+                # a held last stage's answer may carry the next work list (read like a poll's)
+                limit=None if last and wait > 0 else limit,
                 content_type="application/octet-stream",
-                params={"wait": f"{wait:.3f}"} if wait > 0 else None,
+                params=params or None,
+                headers={"Fedstats-Next-Work": "1"} if last and wait > 0 else None,
                 timeout=self._timeout + wait if wait > 0 else None,
             )
         except SecurityError as exc:  # the answer (the next stage's message) is oversized: leave
@@ -521,7 +493,63 @@ class SecureRuns:
             return False, None, True
         state.acknowledged.add((index, number, stage))
         carried = r.headers.get("content-type", "").startswith("application/octet-stream")
-        return True, r.content if carried else None, True
+        if last and not carried:
+            self._carry_work(r)
+        content: bytes | None = r.content if carried else None
+        if pending is not None:
+            content = self._carried_certificates(r, state, run_id, (index, number), content)
+            if (index, number) in state.refused:
+                return False, None, True
+        return True, content, True
+
+    def _carried_certificates(
+        self,
+        r: httpx.Response,
+        state: SecureState,
+        run_id: str,
+        session: tuple[int, int],
+        content: bytes | None,
+    ) -> bytes | None:
+        """Take the certificates the answer to the advertisement carries, and check them at once.
+
+        Before the next message (``Fedstats-Certificates``: their JSON's length) or in the JSON
+        acknowledgement (``"certificates"``). A failed check leaves the session (:meth:`_certify`).
+        Returns the next stage's message, if any.
+        """
+        certs: Any = None
+        cut = r.headers.get(CERTIFICATES_HEADER)
+        try:
+            if (
+                content is not None
+                and cut is not None
+                and cut.isdigit()
+                and int(cut) <= len(content)
+            ):
+                certs, content = json.loads(content[: int(cut)]), content[int(cut) :]
+            elif content is None:
+                got = r.json()
+                certs = got.get("certificates") if isinstance(got, dict) else None
+        except ValueError:
+            certs = None  # fetched instead
+        if certs is None:
+            return content
+        index, number = session
+        try:
+            self._certify(run_id, index, number, state, certs)
+        except FedstatsError as exc:
+            state.refused[(index, number)] = str(exc)
+            state.sessions.pop((index, number), None)
+            self.log(f"left secure session {number} of run {run_id} round {index}: {exc}")
+        return content
+
+    def _carry_work(self, r: httpx.Response) -> None:
+        """Keep the work list a held last stage's answer carries, for the device's next poll."""
+        try:
+            work = r.json().get("work")
+        except (ValueError, AttributeError):
+            return
+        if isinstance(work, dict) and all(isinstance(work.get(k), list) for k in _WORK_KEYS):
+            self._carried = (work, r.headers.get("etag"))
 
     def _derive_session(
         self, rnd: Mapping[str, Any], state: SecureState, seed: bytes
@@ -650,11 +678,10 @@ class SecureRuns:
             AUDIT_MEMBERS,
             self.randomness.generator("roster-audit", run_id, index),
         )
-        certs = self._member_certificates(run_id, index, number, checked)
         assert state.task is not None
         verifier = CertificateRosterVerifier(
             str(self.authority_public_key),
-            certs,
+            None,  # the certificates come with the answer to the advertisement (_certify)
             population=str(state.task["privacy"]["population"]),
             session=session,
             task_id=seeding.task_id_bytes(run_id),
@@ -677,16 +704,47 @@ class SecureRuns:
                 f"the server's session parameters (k, t, bits, length, min_survivors, threat model) "
                 f"= {got}; this device's for n={n} are {want}"
             )
-        verifier.verify(roster)
+        verifier.verify(roster)  # its structure: the certificates before any share (_certify)
         state.rounds[index] = number  # one session per round: any other is refused from now on
+        client = SecAggClient(i, None, config, cache=SIGNATURES)  # the data after _certify
+        state.sessions[(index, number)] = client
+        state.uncertified[(index, number)] = (verifier, roster, checked, rnd)
+        return client, down
+
+    def _certify(
+        self, run_id: str, index: int, number: int, state: SecureState, certs: Any
+    ) -> None:
+        """Check the session's certificates, then encode the round and give it to the client.
+
+        Before the device's first secret (its shares) and before its data is read: the checked
+        members' certificates (``certs``, carried by the answer to its advertisement, else fetched
+        now) must pass :class:`CertificateRosterVerifier` on the committed roster.
+
+        Raises
+        ------
+        SecurityError
+            If a certificate is missing, malformed, or does not certify its member.
+        """
+        got = state.uncertified.get((index, number))
+        if got is None:
+            return
+        verifier, roster, checked, rnd = got
+        if certs is None:
+            certs = self._member_certificates(run_id, index, number, checked)
+        elif not isinstance(certs, list) or len(certs) != len(checked):
+            raise SecurityError(
+                f"the certificate list names {len(certs) if isinstance(certs, list) else '?'} "
+                f"member(s); this device asked for {len(checked)}"
+            )
+        verifier.supply(certs)
+        verifier.verify(roster)
+        del state.uncertified[(index, number)]
         vector = state.encoded.get(index)
         if vector is None:  # each round is encoded (and charged) once
             vector = self._encode(rnd)
             state.encoded[index] = vector
         values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
-        client = SecAggClient(i, values, config, cache=SIGNATURES)
-        state.sessions[(index, number)] = client
-        return client, down
+        state.sessions[(index, number)].provide_input(values)
 
     def _member_certificates(
         self, run_id: str, index: int, number: int, checked: Sequence[int]

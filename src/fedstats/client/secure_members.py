@@ -1,15 +1,17 @@
-"""A run's commitment list as a device keeps it (:class:`PackedMembers`), for :mod:`fedstats.client.secure`."""
+"""What a device keeps of a secure run (:class:`SecureState`, :class:`PackedMembers`), for :mod:`fedstats.client.secure`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from fedstats.errors import SecurityError
 from fedstats.wire import seeding
 
-__all__ = ["PackedMembers"]
+__all__ = ["PackedMembers", "SecureState"]
 
 
 class PackedMembers:
@@ -89,3 +91,94 @@ class PackedMembers:
         """The bytes held in the buffers."""
         held = len(self._ids) + len(self._keys) + len(self._commitments or b"")
         return held + self._offsets.nbytes + self._slots.nbytes
+
+
+@dataclass
+class SecureState:
+    """What a device keeps of one secure run between polls (in memory: a restart makes it a dropout).
+
+    Attributes
+    ----------
+    contribution : bytes
+        Its secret seed contribution (32 bytes from OS entropy).
+    seen : str or None
+        Digest of the commitment list it saw when it revealed.
+    seed : bytes or None
+        The verified run seed.
+    sessions : dict
+        ``(round, session) -> SecAggClient``.
+    replies : dict
+        ``(round, session, stage) -> bytes``: each stage message sent, resent as is on a retry.
+    acknowledged : set
+        ``(round, session, stage)`` whose message the server acknowledged (the server lists a stage
+        until it closes).
+    refused : dict
+        ``(round, session) -> reason`` of the sessions it left because a check failed.
+    task : mapping or None
+        The task the device accepted (its ``secure_aggregation`` options, population and cohort size).
+    slots : tuple or None
+        ``(slot_start, slot_count)`` given at check-in, checked in the commitment list before revealing.
+    cohort : list or None
+        The verified cohort ``[(client_id, slot_start, slot_count), ...]`` in slot order once the seed
+        transcript verified (``n_clients = sum(slot_count)``), built from :attr:`members` on access.
+    rounds : dict
+        ``round -> session``: the one session joined in each round (a second one is refused).
+    encoded : dict
+        ``round -> summed report``: each round is encoded once.
+    limits : dict
+        ``(round, session) -> bytes``: the largest server message read in a joined session.
+    members : PackedMembers or None
+        The commitment list (ids, commitments, slots) and the run's roster (identity keys) as the device
+        checked them before revealing, packed (:class:`PackedMembers`): afterwards it asks only for the
+        reveals and the seed (``GET .../seed?part=reveals``), not the whole list again; every session's
+        roster derives from the keys (:func:`committed_roster`). The commitments are dropped once the
+        seed verified.
+    verified : bool
+        Whether the seed transcript verified (:attr:`seed` and :attr:`cohort` are then set).
+    revealed : object or None
+        The server's answer to a held reveal (``POST .../reveal?wait=``): the seed and the reveals, as
+        ``GET .../seed?part=reveals`` answers them (unchecked until the transcript is verified).
+    withheld : frozenset
+        The members the verified transcript names as withholders (:func:`fedstats.wire.seeding.withheld_of`):
+        they keep their slots and join no session.
+    listed : object or None
+        The commitment list a held check-in (``POST .../checkin?wait=``) was answered with: what
+        ``GET .../seed`` answers while the run is seeding (unchecked until :meth:`SecureRuns._reveal`
+        checks it, used once).
+    uncertified : dict
+        ``(round, session) -> (verifier, roster, checked positions, round)`` of a joined session whose
+        members' certificates are not checked yet (:meth:`SecureRuns._certify`, before the shares).
+    """
+
+    contribution: bytes
+    seen: str | None = None
+    seed: bytes | None = None
+    sessions: dict[tuple[int, int], Any] = field(default_factory=dict)
+    replies: dict[tuple[int, int, int], bytes] = field(default_factory=dict)
+    acknowledged: set[tuple[int, int, int]] = field(default_factory=set)
+    refused: dict[tuple[int, int], str] = field(default_factory=dict)
+    task: Mapping[str, Any] | None = None
+    slots: tuple[int, int] | None = None
+    rounds: dict[int, int] = field(default_factory=dict)
+    encoded: dict[int, list[int]] = field(default_factory=dict)
+    limits: dict[tuple[int, int], int] = field(default_factory=dict)
+    members: PackedMembers | None = None
+    verified: bool = False
+    revealed: Any = None
+    withheld: frozenset[str] = frozenset()
+    listed: Any = None
+    uncertified: dict[tuple[int, int], Any] = field(default_factory=dict)
+
+    def commitment(self, run_id: str, client_id: str) -> str:
+        """The commitment sent at check-in."""
+        return seeding.commitment(run_id, client_id, self.contribution)
+
+    @property
+    def cohort(self) -> list[tuple[str, int, int]] | None:
+        """The verified cohort ``[(client_id, slot_start, slot_count), ...]`` (None before the seed).
+
+        Built on each access from :attr:`members` (the device keeps the packed list, not ``n`` tuples).
+        """
+        if not self.verified or self.members is None:
+            return None
+        return self.members.cohort()

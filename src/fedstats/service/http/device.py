@@ -210,13 +210,24 @@ router.add_api_route(
 
 
 @router.post("/v1/client/runs/{run_id}/checkin", openapi_extra=CHECKIN_BODY, **DEVICE)
-async def checkin(run_id: IdPath, req: Signed, path: Devices) -> dict[str, Any]:
-    """Check in to a run: the device's record count (1..10^9) and its optional commitment."""
+async def checkin(
+    run_id: IdPath, req: Signed, path: Devices, request: Request, wait: float = 0.0
+) -> Response:
+    """Check in to a run: the device's record count (1..10^9) and its optional commitment.
+
+    The answer is ``{"slot_start", "slot_count"}``. With ``wait`` > 0 a secure check-in (with a
+    commitment) is held until the run's check-in closes, up to ``wait`` seconds (at most
+    ``max_wait``), and then also carries ``"transcript"``: the commitment list ``GET .../seed``
+    answers while the run is seeding, which the device reveals against (no work poll and no
+    request for the list in between).
+    """
+    check_wait(wait)
     data = json_body(req.body)
     records = data.get("records") if isinstance(data, dict) else None
     if not isinstance(records, int) or isinstance(records, bool) or not 1 <= records <= 10**9:
         raise HTTPException(422, "records must be an integer in [1, 10^9]")
     commitment = data.get("commitment")
+    before = path.changes.generation(req.population)  # check-in was open then (if it succeeds)
 
     def go(tx: State) -> dict[str, Any]:
         use_nonce(tx, req.nonce)
@@ -227,7 +238,14 @@ async def checkin(run_id: IdPath, req: Signed, path: Devices) -> dict[str, Any]:
 
     out = dict(await path.checkins(go))  # with the check-ins that arrive meanwhile: one transaction
     path.wakeup.set()  # the cohort may be complete: let the driver close check-in now
-    return out
+    body = json.dumps(out).encode()
+    if wait > 0 and commitment is not None:
+        secure: SecureRoutes = request.app.state.secure
+        with path.cache.away(req.client_id):  # it reveals next, without a work poll
+            got = await secure.held_commitments(run_id, req.population, wait, before)
+        if got is not None:
+            body = body[:-1] + b',"transcript":' + got + b"}"
+    return Response(body, media_type="application/json")
 
 
 async def _report(
@@ -353,6 +371,29 @@ def add_client_routes(
     app.state.poll_batcher = path.polls
     app.include_router(router)
     app.include_router(refusals.router)
+    max_wait = cfg.max_wait
+
+    async def next_work(
+        cid: str, population: str, run_id: str, wait: float
+    ) -> tuple[str, bytes] | None:
+        """The device's work list once it has something to do (held up to ``wait`` s), or None.
+
+        Something to do: an offer, a reveal, a round, or ``run_id`` finished (:func:`SecureRoutes`'
+        held last stage). The device was verified by the request that asks.
+        """
+        req = SignedRequest(cid, b"", None, population)
+        path.cache.polled(cid, population)
+
+        async def ready() -> tuple[str, bytes] | None:
+            tag, body = await path.polls.answer(req, path.cache.key(cid, population))
+            work = json.loads(body)
+            finished = any(f.get("run_id") == run_id for f in work.get("finished", ()))
+            if work["offers"] or work["rounds"] or work.get("reveals") or finished:
+                return tag, body
+            return None
+
+        return await changes.hold(population, min(wait, max_wait), ready)
+
     secure_routes = SecureRoutes(
         store,
         cast(Any, device.signed),
@@ -364,6 +405,8 @@ def add_client_routes(
         population_of=device.population_of,
         max_wait=cfg.max_wait,
         offload=offload,
+        next_work=next_work,
+        away=path.cache.away,
     )
     add_secure_routes(app, secure_routes)
     return path.cache

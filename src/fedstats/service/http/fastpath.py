@@ -17,6 +17,7 @@ routes):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -24,7 +25,7 @@ import logging
 import re
 import time
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -136,6 +137,24 @@ class WorkCache:
         ] = {}
         # population -> client id -> when it last polled (monotonic): the devices a prefetch reads
         self._polled: dict[str, dict[str, float]] = {}
+        # client id -> its requests held elsewhere (a secure stage, a check-in): not read ahead
+        self._away: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def away(self, client_id: str) -> Iterator[None]:
+        """Mark the device as held elsewhere: no prefetch reads its list meanwhile.
+
+        A device waiting in a held request that answers its next step (a secure stage's message, a
+        check-in's commitment list) will not poll for its list, and a list read ahead for it would be
+        discarded at the next state change.
+        """
+        self._away[client_id] = self._away.get(client_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._away.pop(client_id, 1) - 1
+            if left > 0:
+                self._away[client_id] = left
 
     def key(self, client_id: str, population: str) -> tuple[Any, ...]:
         """What an entry of ``client_id`` must match to be valid now."""
@@ -152,8 +171,8 @@ class WorkCache:
     def unanswered(self, population: str, seconds: float, before: float) -> list[str]:
         """Devices of ``population`` to read ahead: no valid entry now, a poll in the last ``seconds``.
 
-        Not those that polled since ``before`` (monotonic; their next poll reads its own list). Most
-        recent first.
+        Not those that polled since ``before`` (monotonic; their next poll reads its own list), nor
+        those held elsewhere (:meth:`away`). Most recent first.
         """
         now = time.monotonic()
         gen = self.changes.generation(population)
@@ -161,7 +180,7 @@ class WorkCache:
         for cid, at in reversed(self._polled.get(population, {}).items()):
             if now - at > seconds:
                 break
-            if at >= before:  # it polled since: its next poll reads its own list
+            if at >= before or cid in self._away:  # it polled since, or waits elsewhere
                 continue
             got = self._entries.get(cid)
             key = (*gen, self._writes.get(cid, 0))  # self.key without the lock per device

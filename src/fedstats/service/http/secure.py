@@ -23,15 +23,19 @@ Stage messages travel as raw bytes (``application/octet-stream``), in the serial
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
+import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
+from fedstats.errors import FedstatsError
 from fedstats.service.domain import runs, secure, secure_devices
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
@@ -43,7 +47,15 @@ from fedstats.service.http.secure_batch import StageBatcher, StageUp
 from fedstats.service.store import State, Store
 from fedstats.wire import seeding
 
-__all__ = ["SecureDep", "SecureRoutes", "add_secure_routes", "router", "secure_routes"]
+__all__ = [
+    "CERTIFICATES",
+    "NEXT_WORK",
+    "SecureDep",
+    "SecureRoutes",
+    "add_secure_routes",
+    "router",
+    "secure_routes",
+]
 
 T = TypeVar("T")
 
@@ -57,6 +69,7 @@ class Offloading(Protocol):
 
 
 Signed = Callable[[Request], Awaitable[tuple[str, bytes, NonceUse | None]]]
+NextWork = Callable[[str, str, str, float], Awaitable[tuple[str, bytes] | None]]
 UseNonce = Callable[[State, NonceUse | None], None]
 
 
@@ -89,6 +102,13 @@ class SecureRoutes:
         The longest a request for a stage message is held, seconds.
     offload : callable
         Runs a blocking store function on the server's store threads (:class:`fedstats.service.http.fastpath.Offload`).
+    next_work : callable, optional
+        ``(client_id, population, run_id, wait)``: the device's next work list that gives it something
+        to do (``(etag, json)``), held up to ``wait`` seconds, or None; the answer to a held last stage
+        (see :func:`up`).
+    away : callable, optional
+        ``away(client_id)``: a context in which the device is held here, not polling its work list
+        (:meth:`fedstats.service.http.fastpath.WorkCache.away`: its list is not read ahead).
     """
 
     def __init__(
@@ -104,6 +124,8 @@ class SecureRoutes:
         population_of: Callable[[str], Awaitable[str]],
         max_wait: float,
         offload: Offloading,
+        next_work: NextWork | None = None,
+        away: Callable[[str], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.store = store
         self.signed = signed
@@ -115,6 +137,8 @@ class SecureRoutes:
         self.population_of = population_of
         self.max_wait = max_wait
         self.offload = offload
+        self.next_work = next_work
+        self.away = away or (lambda _cid: contextlib.nullcontext())
         # immutable answers, serialized once (off the event loop): a session's certificates, and a seed
         # transcript once the seed is fixed; every device of a 1000-device session asks for them
         self.cache: dict[tuple[str, ...], bytes] = {}
@@ -183,6 +207,68 @@ class SecureRoutes:
                 return json.dumps(secure_devices.seed_transcript(s, run)).encode()
             return self.cached(("seed", run_id), lambda: secure_devices.seed_transcript(s, run))
 
+    async def member_certificates(
+        self, run_id: str, index: int, number: int, cid: str, indices: list[int]
+    ) -> bytes:
+        """The JSON list of the certificates of the session's members at ``indices`` (in that order).
+
+        Raises
+        ------
+        NotFoundError, SecurityError
+            As :func:`fedstats.service.domain.secure_devices.certificates` (not a member, no session).
+        """
+        fast = secure_devices.cached_certificates_json(run_id, index, number, cid, indices)
+        if fast is not None:  # a session's certificates never change: no transaction
+            return fast
+
+        def some() -> bytes:
+            with self.store.transaction(read_only=True) as tx:
+                got = secure_devices.certificates(tx, run_id, index, number, cid, indices)
+                return json.dumps(got).encode()
+
+        return await self.offload(some)
+
+    async def held_commitments(
+        self, run_id: str, population: str, wait: float, since: tuple[int, int] | None
+    ) -> bytes | None:
+        """The commitment list once the run's check-in closed, held up to ``wait`` seconds.
+
+        What ``GET .../seed`` answers a member while the run is seeding (the list it reveals against),
+        for a device whose check-in (secure, with a commitment) was just accepted: it is in the cohort,
+        which only grows until check-in closes. Held only until the first change of the device's
+        population after ``since`` (another run offered or moving on must not wait for this one): None
+        if check-in is still open then or after ``wait``, or if the run moved on otherwise (no longer
+        seeding, or its seed already fixed); the device's work list then says what is next.
+        """
+        looks = 0
+
+        def look() -> bytes | None:
+            with self.store.transaction(read_only=True) as tx:
+                run = runs.load_run(tx, run_id)
+                if run.status == "checkin":
+                    return None
+                if run.status != "seeding" or run.public_seed is not None:
+                    return b""
+                return self.cached(
+                    ("commitments", run_id), lambda: secure_devices.seed_transcript(tx, run)
+                )
+
+        async def attempt() -> bytes | None:
+            nonlocal looks
+            looks += 1
+            got = self.cache.get(("commitments", run_id))
+            if got is None:  # every held check-in wakes at the same change: one look for all
+                got = await self.shared(("checkin", run_id), look)
+            # a change came (after `since`, or after the first look) and check-in is still open
+            return b"" if got is None and (since is not None or looks > 1) else got
+
+        got = self.cache.get(("commitments", run_id))  # a retried check-in while seeding
+        if got is None:
+            got = await self.changes.hold(
+                population, min(wait, self.max_wait), attempt, since=since
+            )
+        return got or None
+
     async def held_reveals(
         self, run_id: str, population: str, wait: float, since: tuple[int, int] | None
     ) -> bytes | None:
@@ -250,7 +336,10 @@ class SecureRoutes:
 
         if population is None:
             population = await self.population_of(cid) if wait > 0 else ""
-        return await self.changes.hold(population, min(wait, self.max_wait), attempt, since=since)
+        with self.away(cid):
+            return await self.changes.hold(
+                population, min(wait, self.max_wait), attempt, since=since
+            )
 
     async def session_over(
         self,
@@ -320,6 +409,10 @@ router = APIRouter(route_class=StrictRoute)
 """The secure-run client endpoints (see the module docstring); needs ``app.state.secure``."""
 
 BASE = "/v1/client/runs/{run_id}"
+CERTIFICATES = "fedstats-certificates"
+"""The header of an answer that carries certificates before the stage message: their JSON's length."""
+NEXT_WORK = "fedstats-next-work"
+"""A last stage's header asking for the device's next work list in the held acknowledgement (``1``)."""
 STAGE_PATH = BASE + "/rounds/{index}/secure/{number}/{stage}"
 
 
@@ -395,16 +488,8 @@ async def certificates(
     store = ctx.store
     indices = None if members is None else _positions(members)
     if indices is not None:
-        fast = secure_devices.cached_certificates_json(run_id, index, number, cid, indices)
-        if fast is not None:  # a session's certificates never change: no transaction
-            return Response(fast, media_type="application/json")
-
-        def some() -> bytes:
-            with store.transaction(read_only=True) as tx:
-                got = secure_devices.certificates(tx, run_id, index, number, cid, indices)
-                return json.dumps(got).encode()
-
-        return Response(await ctx.offload(some), media_type="application/json")
+        got = await ctx.member_certificates(run_id, index, number, cid, indices)
+        return Response(got, media_type="application/json")
 
     def go() -> bytes:
         with store.transaction(read_only=True) as s:
@@ -456,6 +541,7 @@ async def up(
     request: Request,
     ctx: SecureDep,
     wait: float = 0.0,
+    members: str | None = None,
 ) -> Response:
     """Journal the device's stage message; with ``wait``, answer with its next stage's message.
 
@@ -467,8 +553,20 @@ async def up(
     the answer is the JSON acknowledgement, and the device's work list says what is next. At the
     last stage, ``wait`` > 0 holds the acknowledgement until the session is over (or ``wait``
     passed): the device's next work poll then finds the next round (or the end), not the same
-    round one stage on.
+    round one stage on. With the header ``Fedstats-Next-Work: 1`` it is held further, within the
+    same ``wait``, until the device's work list gives it something to do (the next round's setup,
+    an offer, the run's end), and carries that list (``"work"``, its ``ETag`` in the header): the
+    device handles it as its next poll's answer, one work poll fewer per round.
+
+    At stage 0, ``?members=3,17,...`` asks for those members' certificates with the answer (as ``GET
+    .../certificates?members=`` answers them): with ``wait`` and the next message, their JSON followed
+    by the message, the JSON's length in the ``Fedstats-Certificates`` header; without the message (no
+    ``wait``, or stage 1 not open in time), in the JSON acknowledgement's ``"certificates"``. A device
+    checks them before it sends its shares, its first secret (:mod:`fedstats.client.secure`).
     """
+    indices = None if members is None else _positions(members)  # 422 before anything is stored
+    if indices is not None and stage != 0:
+        raise HTTPException(422, "members is asked for with the stage-0 message only")
     cid, new, at_stage, population, before = await ctx.store_up(
         run_id, index, number, stage, request, wait
     )
@@ -482,13 +580,39 @@ async def up(
         except NotFoundError:
             data = None
         if data is not None:
-            return Response(
-                data,
-                media_type="application/octet-stream",
-                headers={"Fedstats-Duplicate": "true" if not new else "false"},
-            )
+            headers = {"Fedstats-Duplicate": "true" if not new else "false"}
+            if indices is not None:
+                try:
+                    certs = await ctx.member_certificates(run_id, index, number, cid, indices)
+                except (FedstatsError, HTTPException):  # e.g. a bad position: the device asks
+                    certs = None
+                if certs is not None:
+                    headers[CERTIFICATES] = str(len(certs))
+                    data = certs + data
+            return Response(data, media_type="application/octet-stream", headers=headers)
     elif wait > 0:  # the last stage: acknowledged once the session is over (or after wait)
-        await ctx.session_over(run_id, index, number, stage, population, wait, since)
+        end = time.monotonic() + min(wait, ctx.max_wait)
+        with ctx.away(cid):
+            await ctx.session_over(run_id, index, number, stage, population, wait, since)
+        left = end - time.monotonic()
+        if ctx.next_work is not None and request.headers.get(NEXT_WORK) == "1" and left > 0:
+            got = await ctx.next_work(cid, population, run_id, left)
+            if got is not None:  # the device's next work list, which it need not poll for
+                tag, work = got
+                ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
+                return Response(
+                    ack + b',"work":' + work + b"}",
+                    media_type="application/json",
+                    headers={"ETag": tag},
+                )
+    if indices is not None:  # the certificates asked for, with the acknowledgement (also unheld)
+        try:
+            certs = await ctx.member_certificates(run_id, index, number, cid, indices)
+        except (FedstatsError, HTTPException):
+            certs = None
+        if certs is not None:
+            ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
+            return Response(ack + b',"certificates":' + certs + b"}", media_type="application/json")
     return JSONResponse({"accepted": True, "duplicate": not new})
 
 
