@@ -385,10 +385,8 @@ def bit_pushing_noise(
 
     Parameters
     ----------
-    epsilon : float
-        In (0, inf).
-    delta : float
-        In (0, 1).
+    epsilon, delta : float
+        The budget of each estimate, as :func:`calibrate_discrete_gaussian`'s.
     bits_per_client : int
         The method's ``bits_per_client`` (>= 1).
 
