@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedstats._validation import check_int, check_real
+from fedstats._validation import check_epsilon_delta, check_int, check_real
 from fedstats.engine.backends import RoundJob
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import ParameterError
@@ -329,10 +329,9 @@ def calibrate_discrete_gaussian(
 
     Parameters
     ----------
-    epsilon : float
-        In (0, inf).
-    delta : float
-        In (0, 1).
+    epsilon, delta : float
+        The (epsilon, delta)-DP target: epsilon in (0, inf), delta in (0, 1)
+        (:func:`~fedstats._validation.check_epsilon_delta`).
     l2_sensitivity : float
         L2 norm of the largest change of the sum when one client's data changes, > 0.
     dim : int
@@ -343,8 +342,7 @@ def calibrate_discrete_gaussian(
     AggregatorNoise
         What *each* aggregator adds (the release is DP if at least one is honest).
     """
-    check_real("epsilon", epsilon, low=0.0, high=math.inf, low_open=True, high_open=True)
-    check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    check_epsilon_delta(epsilon, delta)
     check_real(
         "l2_sensitivity", l2_sensitivity, low=0.0, high=math.inf, low_open=True, high_open=True
     )
@@ -385,10 +383,8 @@ def bit_pushing_noise(
 
     Parameters
     ----------
-    epsilon : float
-        In (0, inf).
-    delta : float
-        In (0, 1).
+    epsilon, delta : float
+        The budget of each estimate, as :func:`calibrate_discrete_gaussian`'s.
     bits_per_client : int
         The method's ``bits_per_client`` (>= 1).
 

@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fedstats._resources import check_memory
-from fedstats.cli._common import (
-    CliState,
-)
+from fedstats.cli._common import CliState, check_distinct_columns
 from fedstats.errors import DataError, ParameterError
 
 if TYPE_CHECKING:  # imported where a table is read: ``fedstats chi2 --help`` loads neither
@@ -29,6 +27,7 @@ __all__ = [
     "check_column",
     "check_projection_memory",
     "check_unique_columns",
+    "client_frame",
     "column_codes",
     "lean",
     "load_frame",
@@ -209,6 +208,57 @@ def assignment(
     if not 1 <= n <= df.shape[0]:
         raise ParameterError("--clients", n, f"an integer in [1, {df.shape[0]}] (rows of {data})")
     return iid_partition(df.shape[0], n, rng=state.randomness.child("cli", "clients")), n
+
+
+def client_frame(
+    data: str,
+    split: str | None,
+    columns: dict[str, str],
+    *,
+    client_column: str | None,
+    clients: int | None,
+    count_column: str | None,
+    state: CliState,
+) -> tuple[pd.DataFrame, np.ndarray | None, np.ndarray, int]:
+    """Read ``data`` and spread its rows over the clients: what ``chi2`` and ``entropy`` start with.
+
+    The columns' roles are checked distinct first, then the data is read, then every column of
+    ``columns`` must be one of it, then the counts and the clients are read.
+
+    Parameters
+    ----------
+    data : str
+        ``DATA``: a registered dataset name or a CSV/Parquet file.
+    split : str, optional
+        ``--split`` (registered datasets only).
+    columns : dict
+        Flag -> column analysed (``{"--x": ..., "--y": ...}``), in command-line order.
+    client_column, clients, count_column : optional
+        ``--client-column``, ``--clients`` and ``--count-column``.
+    state : CliState
+        The command's state (data folder, randomness of the random assignment).
+
+    Returns
+    -------
+    (pandas.DataFrame, numpy.ndarray or None, numpy.ndarray, int)
+        The table, the per-row counts (:func:`weights`), each row's int64 client index (shape
+        ``(n_rows,)``) and the number of clients (:func:`assignment`).
+
+    Raises
+    ------
+    ParameterError, DataError, DatasetNotFoundError
+        As :func:`~fedstats.cli._common.check_distinct_columns`, :func:`load_frame`,
+        :func:`check_column`, :func:`weights` and :func:`assignment`.
+    """
+    check_distinct_columns(
+        {**columns, "--client-column": client_column, "--count-column": count_column}
+    )
+    df = load_frame(data, state.data_dir, split)
+    for option, col in columns.items():
+        check_column(df, option, col, data)
+    w = weights(df, data, count_column)
+    assign, n = assignment(df, data, client_column, clients, state)
+    return df, w, assign, n
 
 
 def column_codes(df: pd.DataFrame, col: str) -> tuple[np.ndarray, int]:

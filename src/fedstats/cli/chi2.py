@@ -30,7 +30,6 @@ from fedstats.cli._common import (
     ShardSizeOption,
     WorkersOption,
     check_applies,
-    check_distinct_columns,
     check_route_options,
     engine_session,
     print_rows,
@@ -134,14 +133,10 @@ def chi2(
     _check_options(
         ctx, test, encoding_size, epsilon, delta, max_records, null_replicates, merge_below
     )
-    check_distinct_columns(
-        {"--x": x, "--y": y, "--client-column": client_column, "--count-column": count_column}
-    )
-    df = _t.load_frame(data, state.data_dir, split)
-    _t.check_column(df, "--x", x, data)
-    _t.check_column(df, "--y", y, data)
-    weights = _t.weights(df, data, count_column)
-    assign, n = _t.assignment(df, data, client_column, clients, state)
+    df, weights, assign, n = _t.client_frame(
+        data, split, {"--x": x, "--y": y}, client_column=client_column, clients=clients,
+        count_column=count_column, state=state,
+    )  # fmt: skip
     cells = _t.column_codes(df, x)[1] * _t.column_codes(df, y)[1]
     big = n * cells > _t.MAX_TABLE_ENTRIES
     if big and (test != "chi2" or epsilon is not None):

@@ -22,7 +22,6 @@ from fedstats.cli._common import (
     SeedOption,
     ShardSizeOption,
     WorkersOption,
-    check_distinct_columns,
     check_route_options,
     engine_session,
     print_rows,
@@ -91,13 +90,10 @@ def entropy(
             f"a step in [{MIN_FD_STEP:g}, 0.5] (below {MIN_FD_STEP:g} the finite difference loses its "
             "digits to rounding)",
         )
-    check_distinct_columns(
-        {"--column": column, "--client-column": client_column, "--count-column": count_column}
-    )
-    df = _t.load_frame(data, state.data_dir, split)
-    _t.check_column(df, "--column", column, data)
-    weights = _t.weights(df, data, count_column)
-    assign, n = _t.assignment(df, data, client_column, clients, state)
+    df, weights, assign, n = _t.client_frame(
+        data, split, {"--column": column}, client_column=client_column, clients=clients,
+        count_column=count_column, state=state,
+    )  # fmt: skip
     hist = _t.tables(df, (column,), assign, n, weights)
     m = hist.shape[1]
     if m < 2:

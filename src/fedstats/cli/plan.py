@@ -109,6 +109,54 @@ BitsPerClientOption = Annotated[
 ]
 
 
+def _bit_pushing_plan(
+    ctx: typer.Context,
+    statistic: str,
+    width: float,
+    clients: int | None,
+    epsilon: float | None,
+    method: str | None,
+    json_flag: bool,
+    **options: Any,
+) -> None:
+    """Plan bit pushing's ``statistic`` (``mean`` or ``variance``) and print the plan.
+
+    Parameters
+    ----------
+    ctx : typer.Context
+        The command's context.
+    statistic : {"mean", "variance"}
+        Which planner: :func:`~fedstats.analyses.bitpushing.planning.plan_mean` or ``plan_variance``.
+    width : float
+        ``--width``, in the statistic's units.
+    clients, epsilon : int or float, optional
+        ``--clients`` and ``--epsilon``: exactly one is given, the planner solves for the other.
+    method : str, optional
+        ``--method``; ``None`` is the library's default method.
+    json_flag : bool
+        ``--json``.
+    **options
+        The planner's other keywords (``low``, ``high``, ``confidence``, ...), as the options gave them.
+
+    Raises
+    ------
+    ParameterError
+        If not exactly one of ``--clients``/``--epsilon`` is given, or as the planner.
+    """
+    from fedstats.analyses.bitpushing import planning
+
+    _one_unknown(clients, epsilon)
+    planner = planning.plan_mean if statistic == "mean" else planning.plan_variance
+    plan = planner(
+        width,
+        n_clients=clients,
+        epsilon=epsilon,
+        method=method or planning.DEFAULT_METHOD,
+        **options,
+    )
+    _emit(ctx, plan, json_flag)
+
+
 @plan_app.command("mean")
 def mean(
     ctx: typer.Context,
@@ -125,22 +173,11 @@ def mean(
     json_flag: JsonOption = False,
 ) -> None:
     """Clients or epsilon for a bit-pushing mean's interval of the given width (bit means at 1/2)."""
-    from fedstats.analyses.bitpushing.planning import DEFAULT_METHOD, plan_mean
-
-    _one_unknown(clients, epsilon)
-    plan = plan_mean(
-        width,
-        low=low,
-        high=high,
-        n_clients=clients,
-        epsilon=epsilon,
-        confidence=confidence,
-        resolution=resolution,
-        bit_depth=bit_depth,
-        method=method or DEFAULT_METHOD,
+    _bit_pushing_plan(
+        ctx, "mean", width, clients, epsilon, method, json_flag,
+        low=low, high=high, confidence=confidence, resolution=resolution, bit_depth=bit_depth,
         bits_per_client=bits_per_client,
-    )
-    _emit(ctx, plan, json_flag)
+    )  # fmt: skip
 
 
 @plan_app.command("variance")
@@ -162,23 +199,11 @@ def variance(
     json_flag: JsonOption = False,
 ) -> None:
     """Clients or epsilon for a bit-pushing variance's interval of the given width (squared units)."""
-    from fedstats.analyses.bitpushing.planning import DEFAULT_METHOD, plan_variance
-
-    _one_unknown(clients, epsilon)
-    plan = plan_variance(
-        width,
-        low=low,
-        high=high,
-        n_clients=clients,
-        epsilon=epsilon,
-        confidence=confidence,
-        resolution=resolution,
-        bit_depth=bit_depth,
-        method=method or DEFAULT_METHOD,
-        bits_per_client=bits_per_client,
-        mean_fraction=mean_fraction,
-    )
-    _emit(ctx, plan, json_flag)
+    _bit_pushing_plan(
+        ctx, "variance", width, clients, epsilon, method, json_flag,
+        low=low, high=high, confidence=confidence, resolution=resolution, bit_depth=bit_depth,
+        bits_per_client=bits_per_client, mean_fraction=mean_fraction,
+    )  # fmt: skip
 
 
 @plan_app.command("gap")
@@ -236,12 +261,7 @@ def gap(
     from fedstats.analyses.performance_gap.planning import plan_gap
 
     _one_unknown(clients, epsilon)
-    fr = None
-    if fractions is not None:
-        try:
-            fr = tuple(float(x) for x in fractions.split(","))
-        except ValueError:
-            raise ParameterError("--fractions", fractions, "comma-separated numbers") from None
+    fr = _floats(fractions, "--fractions")
     plan = plan_gap(
         width,
         n_clients=clients,
@@ -249,7 +269,7 @@ def gap(
         mechanism=mechanism,
         confidence=confidence,
         accounting=accounting,
-        fractions=fr,
+        fractions=None if fr is None else tuple(fr),
         scale=scale,
     )
     _emit(ctx, plan, json_flag)

@@ -195,20 +195,8 @@ def parse_label_ratios(ratios: str | Sequence[float]) -> np.ndarray:
 def allocate_counts(total: int, weights: Any) -> np.ndarray:
     """Split the integer ``total`` in proportion to ``weights``, exactly (largest-remainder method).
 
-    Each count is ``floor(total * w_k / sum(w))`` plus one for the labels with the largest remainders
-    (ties to the lower index), so the counts sum to ``total`` exactly and each is within 1 of its quota.
-
-    Parameters
-    ----------
-    total : int
-        Non-negative total.
-    weights : array_like, shape (k,)
-        Non-negative weights with a positive sum.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``(k,)`` int64 counts summing to ``total``.
+    :func:`fedstats._numeric.largest_remainder` (parameters, counts and method), with the weights checked
+    as label ratios first (:func:`parse_label_ratios`: its error names ``ratios``).
 
     Raises
     ------

@@ -275,10 +275,8 @@ def colluder_table_markdown(
 
     Parameters
     ----------
-    sizes : iterable of int
-        Session sizes, each >= 3.
-    probability : float, default 1e-3
-        Per-run chance, in (0, 1].
+    sizes, probability
+        As :func:`colluder_table`, whose rows it writes.
 
     Returns
     -------

@@ -153,10 +153,8 @@ def public_neighbors(
 
     Parameters
     ----------
-    n, k : int
-        As in :func:`harary_neighbors`.
-    seed : bytes
-        Public randomness (the session id).
+    n, k, seed
+        As in :func:`public_harary_graph`.
     clients : iterable of int
         Clients in ``[0, n)`` whose neighbourhoods are wanted.
 

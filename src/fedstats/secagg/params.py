@@ -26,7 +26,7 @@ import functools
 import math
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -242,13 +242,7 @@ def validate_parameters(
         If ``k`` is not a valid Harary degree for ``n``, ``t`` is not in ``[1, k]``, or (malicious) the
         pair gives no security.
     """
-    n = check_int("clients", n, low=2)
-    k = check_int("k", k, low=1, high=n - 1)
-    check_degree(n, k)
-    t = check_int("t", t, low=1, high=k)
-    gamma = check_real("corrupt_fraction", corrupt_fraction, low=0.0, high=1.0, high_open=True)
-    delta = check_real("dropout_rate", dropout_rate, low=0.0, high=1.0, high_open=True)
-    check_choice("threat_model", threat_model, THREAT_MODELS)
+    n, k, t, gamma, delta = _check_request(n, k, t, corrupt_fraction, dropout_rate, threat_model)
     if threat_model == "malicious" and not _secure_against_malicious(n, k, t):
         raise ParameterError(
             "t",
@@ -336,16 +330,8 @@ def _find_parameters(
     n_corrupt, n_drop = math.floor(gamma * n), math.floor(delta * n)
     candidates = [k for k in range(2, n - 1, 2)] + [n - 1]
     for k in candidates:
-        if _log2_disconnect(n, k, n_corrupt + n_drop) > -sigma:
-            continue
-        for t in range(1, k + 1):
-            if threat_model == "malicious" and not _secure_against_malicious(n, k, t):
-                continue
-            params = _parameters(n, k, t, gamma, delta, sigma, eta, threat_model)
-            if params.security_bound > -sigma:
-                continue
-            if params.correctness_bound > -eta:
-                break  # larger t only makes recovery harder
+        params = _smallest_threshold(n, k, gamma, delta, sigma, eta, threat_model)
+        if params is not None:
             return params
     raise ParameterError(
         "dropout_rate/corrupt_fraction",
@@ -390,18 +376,92 @@ def degree_parameters(
     ParameterError
         If ``n`` or ``k`` is out of range.
     """
+    n, k, _, gamma, delta = _check_request(n, k, None, corrupt_fraction, dropout_rate, threat_model)
+    return _smallest_threshold(n, k, gamma, delta, float(sigma), float(eta), threat_model)
+
+
+@overload
+def _check_request(
+    n: int, k: int, t: int, corrupt_fraction: float, dropout_rate: float, threat_model: str
+) -> tuple[int, int, int, float, float]: ...
+
+
+@overload
+def _check_request(
+    n: int, k: int, t: None, corrupt_fraction: float, dropout_rate: float, threat_model: str
+) -> tuple[int, int, None, float, float]: ...
+
+
+def _check_request(
+    n: int,
+    k: int,
+    t: int | None,
+    corrupt_fraction: float,
+    dropout_rate: float,
+    threat_model: str,
+) -> tuple[int, int, int | None, float, float]:
+    """Check a request at a given degree (:func:`validate_parameters`, :func:`degree_parameters`).
+
+    Parameters
+    ----------
+    n, k : int
+        Clients (>= 2) and a Harary degree for them (:func:`~fedstats.secagg.graph.check_degree`).
+    t : int or None
+        The threshold, in ``[1, k]``; None when the caller searches for it.
+    corrupt_fraction, dropout_rate : float
+        ``gamma`` and ``delta``, each in [0, 1).
+    threat_model : str
+        One of :data:`THREAT_MODELS`.
+
+    Returns
+    -------
+    (int, int, int or None, float, float)
+        ``(n, k, t, gamma, delta)``.
+
+    Raises
+    ------
+    ParameterError
+        Naming the first argument out of range, in the order of the parameters.
+    """
     n = check_int("clients", n, low=2)
     k = check_int("k", k, low=1, high=n - 1)
     check_degree(n, k)
+    if t is not None:
+        t = check_int("t", t, low=1, high=k)
     gamma = check_real("corrupt_fraction", corrupt_fraction, low=0.0, high=1.0, high_open=True)
     delta = check_real("dropout_rate", dropout_rate, low=0.0, high=1.0, high_open=True)
     check_choice("threat_model", threat_model, THREAT_MODELS)
+    return n, k, t, gamma, delta
+
+
+def _smallest_threshold(
+    n: int, k: int, gamma: float, delta: float, sigma: float, eta: float, threat_model: str
+) -> SecAggParameters | None:
+    """The smallest ``t`` meeting the three conditions at degree ``k``, on checked arguments.
+
+    One step of :func:`find_parameters`' search, and all of :func:`degree_parameters`.
+
+    Parameters
+    ----------
+    n, k : int
+        Clients and graph degree, checked.
+    gamma, delta, sigma, eta : float
+        Corrupt fraction, dropout rate, security and correctness parameters, checked.
+    threat_model : str
+        One of :data:`THREAT_MODELS`.
+
+    Returns
+    -------
+    SecAggParameters or None
+        None when the graph may disconnect (probability above ``2^-sigma``) or no ``t`` in ``[1, k]``
+        is both secure and correct.
+    """
     if _log2_disconnect(n, k, math.floor(gamma * n) + math.floor(delta * n)) > -sigma:
         return None
     for t in range(1, k + 1):
         if threat_model == "malicious" and not _secure_against_malicious(n, k, t):
             continue
-        params = _parameters(n, k, t, gamma, delta, float(sigma), float(eta), threat_model)
+        params = _parameters(n, k, t, gamma, delta, sigma, eta, threat_model)
         if params.security_bound > -sigma:
             continue
         if params.correctness_bound > -eta:

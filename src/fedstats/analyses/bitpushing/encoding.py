@@ -122,17 +122,8 @@ class BitEncoding:
     def enforce(self, values: Any, *, name: str = "values") -> tuple[np.ndarray, int]:
         """Apply the range policy.
 
-        Returns
-        -------
-        values : numpy.ndarray of float64
-            Clipped to ``[low, high]``.
-        n_clipped : int
-            How many were outside.
-
-        Raises
-        ------
-        DataError
-            If a value is NaN/inf, or outside the range under ``out_of_range="refuse"``.
+        :func:`~fedstats.analyses.bitpushing.client.enforce_range` with this encoding's ``low``, ``high``
+        and ``out_of_range``: the clipped float64 values and how many were outside, or its ``DataError``.
         """
         return enforce_range(values, self.low, self.high, self.out_of_range, name=name)
 

@@ -202,10 +202,9 @@ def plan_chi2_privacy(
 
     Parameters
     ----------
-    epsilon : float
-        In (0, inf).
-    delta : float
-        In (0, 1).
+    epsilon, delta : float
+        The (epsilon, delta)-DP target: epsilon in (0, inf), delta in (0, 1)
+        (:func:`~fedstats._validation.check_epsilon_delta`).
     max_records : int
         Declared largest total count of one client's table, >= 1.
     round1_fraction : float

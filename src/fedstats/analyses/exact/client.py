@@ -84,12 +84,11 @@ def check_value_reports(
     ----------
     vectors : numpy.ndarray
         int64 ``(n, 2)``.
-    counts : numpy.ndarray
-        int64 ``(n,)``, >= 1.
+    counts, starts
+        As :class:`~fedstats.engine.validity.OutputCheck`; ``starts`` is unused here (every record has
+        the same output set).
     params : Mapping
         The round's ``frac_bits`` and ``clip``.
-    starts : numpy.ndarray or None
-        Unused (every record has the same output set).
 
     Returns
     -------

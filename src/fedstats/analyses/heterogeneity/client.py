@@ -242,12 +242,11 @@ def check_centre_reports(
     ----------
     vectors : numpy.ndarray
         int64 ``(n, dim)``.
-    counts : numpy.ndarray
-        int64 ``(n,)``, >= 1.
+    counts, starts
+        As :class:`~fedstats.engine.validity.OutputCheck`; ``starts`` is unused here (every record has
+        the same output set).
     params : Mapping
         The round's parameters (:func:`encode_centre`, :func:`add_noise_share`).
-    starts : numpy.ndarray or None
-        Unused (every record has the same output set).
 
     Returns
     -------
@@ -295,12 +294,10 @@ def check_spread_reports(
     ----------
     vectors : numpy.ndarray
         int64 ``(n, dim)``, one column per block.
-    counts : numpy.ndarray
-        int64 ``(n,)``, >= 1.
+    counts, starts
+        As :func:`check_centre_reports`.
     params : Mapping
         The round's parameters (:func:`encode_spread`, :func:`add_noise_share`).
-    starts : numpy.ndarray or None
-        Unused (every record has the same output set).
 
     Returns
     -------

@@ -166,12 +166,11 @@ def check_gap_reports(
     ----------
     vectors : numpy.ndarray
         int64 ``(n, 2d + 1)``.
-    counts : numpy.ndarray
-        int64 ``(n,)``, >= 1.
+    counts, starts
+        As :class:`~fedstats.engine.validity.OutputCheck`; ``starts`` is unused here (every record has
+        the same output set).
     params : Mapping
         The round's parameters (:func:`perturb`): ``mechanism``, ``n_groups``, ``clip`` (L).
-    starts : numpy.ndarray or None
-        Unused (every record has the same output set).
 
     Returns
     -------

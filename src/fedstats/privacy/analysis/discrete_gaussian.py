@@ -161,10 +161,9 @@ def discrete_gaussian_sigma(*, epsilon: float, delta: float, sensitivity: int) -
 
     Parameters
     ----------
-    epsilon : float
-        In (0, inf).
-    delta : float
-        In (0, 1).
+    epsilon, delta : float
+        The (epsilon, delta)-DP target: epsilon in (0, inf), delta in (0, 1)
+        (:func:`~fedstats._validation.check_epsilon_delta`).
     sensitivity : int
         Integer sensitivity, >= 1.
 

@@ -135,10 +135,9 @@ def approx_dp_to_zcdp(*, epsilon: float, delta: float) -> float:
 
     Parameters
     ----------
-    epsilon : float
-        In (0, inf).
-    delta : float
-        In (0, 1).
+    epsilon, delta : float
+        The (epsilon, delta)-DP target: epsilon in (0, inf), delta in (0, 1)
+        (:func:`~fedstats._validation.check_epsilon_delta`).
 
     Returns
     -------
