@@ -231,7 +231,8 @@ def test_an_invalid_confidence_is_refused_before_a_long_run() -> None:
 
 # beside the 100-process Adult test the dask teardown once outlasted the 60 s bound: never side by side
 @pytest.mark.xdist_group("machine-load")
-@pytest.mark.parametrize("backend", ["dask", "process"])
+# dask's case is slow (a scheduler and two workers start, 5-19 s): make test runs it, test-fast the other
+@pytest.mark.parametrize("backend", [pytest.param("dask", marks=pytest.mark.slow), "process"])
 def test_ctrl_c_during_a_parallel_run_exits_130_with_one_line(gap_csv: Path, backend: str) -> None:
     """SIGINT to a real ``fedstats gap`` process while its workers run: exit 130 and a single stderr line
     (no traceback from the scheduler or the workers), within a bounded time."""

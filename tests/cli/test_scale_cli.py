@@ -3,7 +3,7 @@
 Each command is run with ``--backend serial``, ``--backend process --workers 2`` and ``--backend dask
 --workers 2`` (a LocalCluster of 2 worker processes, started and shut down by the command), with several
 shards per round (``--shard-size`` of one block); the JSON outputs must be identical apart from the
-route's name. A bad ``--backend`` (or a ``--scheduler`` where it does not apply) is one error line and
+route's name (``make test-fast`` runs only the gap on dask: see ``OTHER_ROUTES``). A bad ``--backend`` (or a ``--scheduler`` where it does not apply) is one error line and
 exit code 2.
 """
 
@@ -21,7 +21,16 @@ from typer.testing import CliRunner
 from fedstats.cli.app import app
 
 runner = CliRunner()
-ROUTES = (["--backend", "process", "--workers", "2"], ["--backend", "dask", "--workers", "2"])
+PROCESS = ["--backend", "process", "--workers", "2"]
+DASK = ["--backend", "dask", "--workers", "2"]
+ROUTES = (PROCESS, DASK)
+# every command opens its route through the same code (cli/_common.open_backend): the gap runs on dask in
+# make test-fast, the other commands only in make test (a LocalCluster starts for each, 2-4 s); the
+# process pool (plain pickle, stricter than dask's cloudpickle) runs every command's rounds in both
+OTHER_ROUTES = [
+    pytest.param(PROCESS, id="process"),
+    pytest.param(DASK, id="dask", marks=pytest.mark.slow),
+]
 SHARD = ["--shard-size", "65536"]  # one engine block per shard: several tasks per round
 
 
@@ -54,11 +63,11 @@ def _without_route(payload: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in payload.items() if k not in ("route", "backend", "retries")}
 
 
-def _check_routes(args: list[str], key: str) -> None:
+def _check_routes(args: list[str], key: str, routes: tuple[list[str], ...] = ROUTES) -> None:
     serial = _run([*args, "--backend", "serial", *SHARD])
     assert isinstance(serial[key], float)
     assert serial["backend"] == "serial" and serial["retries"] == 0
-    for route in ROUTES:
+    for route in routes:
         other = _run([*args, *route, *SHARD])
         assert other[key] == serial[key], route
         assert other["backend"] == route[1] and other["retries"] == 0, route
@@ -70,14 +79,16 @@ def test_gap_same_estimate_on_every_route(tables: dict[str, Path]) -> None:
     _check_routes([*args, "--clients", "300000", "--epsilon", "1"], "gap")
 
 
-def test_mean_same_estimate_on_every_route(tables: dict[str, Path]) -> None:
+@pytest.mark.parametrize("route", OTHER_ROUTES)
+def test_mean_same_estimate_on_every_route(tables: dict[str, Path], route: list[str]) -> None:
     args = ["mean", str(tables["mean"]), "--column", "v", "--low", "0", "--high", "15"]
-    _check_routes([*args, "--clients", "300000", "--epsilon", "1"], "estimate")
+    _check_routes([*args, "--clients", "300000", "--epsilon", "1"], "estimate", (route,))
 
 
-def test_chi2_same_statistic_on_every_route(tables: dict[str, Path]) -> None:
+@pytest.mark.parametrize("route", OTHER_ROUTES)
+def test_chi2_same_statistic_on_every_route(tables: dict[str, Path], route: list[str]) -> None:
     args = ["chi2", str(tables["chi2"]), "--x", "x", "--y", "y", "--clients", "200"]
-    _check_routes(args, "statistic")
+    _check_routes(args, "statistic", (route,))
 
 
 def test_bad_route_options_are_one_line_and_exit_2(tables: dict[str, Path]) -> None:

@@ -4,6 +4,7 @@ module runs on a device without the server stack, and no layer imports upwards."
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 import importlib
 import pkgutil
@@ -69,8 +70,14 @@ def test_client_modules_import_nothing_heavy(name: str) -> None:
     assert out.stdout.strip() == "", f"fedstats.analyses.{name}.client imports {out.stdout.strip()}"
 
 
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    """The syntax tree of a source file, parsed once per test process (several tests walk every module)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path)
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -131,7 +138,7 @@ SERVICE_FORBIDDEN = {
 
 def _service_imports(path: Path) -> tuple[set[str], set[str]]:
     """(service sublayers, third-party top-level packages) imported by ``path``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parse(path)
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -224,11 +231,13 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, package: bool) -> l
     return [f"{base}.{a.name}" for a in node.names]
 
 
+@functools.cache
 def _import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]], int]:
     """(module-level graph, graph with imports inside functions too, in-function import statements).
 
     An edge a -> b: module a imports module b (``from b import name`` counts as importing b, or b.name
-    when that is a module); only fedstats modules are nodes.
+    when that is a module); only fedstats modules are nodes. Built once per test process (three tests
+    read it; each build took 3-10 s), and read only.
     """
     modules = _module_names()
 
@@ -241,7 +250,7 @@ def _import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]], int]:
     full: dict[str, set[str]] = {m: set() for m in modules}
     inside = 0
     for module, (path, package) in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _parse(path)
         for node, in_function in _walk(tree, False):
             found = {
                 t

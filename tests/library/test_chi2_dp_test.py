@@ -60,7 +60,8 @@ def _independent_runs(eps: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(ps), np.array(rej)
 
 
-@pytest.mark.parametrize("eps", [0.5, 2.0, 8.0])
+# the noisiest and the least noisy epsilon in make test-fast; the one between them (8-11 s) in make test
+@pytest.mark.parametrize("eps", [0.5, pytest.param(2.0, marks=pytest.mark.slow), 8.0])
 def test_size_and_uniformity_under_independence(eps: float) -> None:
     ps, rej = _independent_runs(eps, int(eps * 10))
     assert rej.mean() <= _bound(RUNS), rej.mean()
@@ -70,6 +71,7 @@ def test_size_and_uniformity_under_independence(eps: float) -> None:
     assert (ps == 1.0).mean() < 0.05  # no atom at 1 (the old p_value_sketch: 36-57% of runs)
 
 
+@pytest.mark.slow  # 400 runs (5-18 s): the size on synthetic tables runs in make test-fast
 def test_size_on_adult_with_a_permuted_column() -> None:
     """Adult sex x race with race permuted (independence with Adult's margins), 2,000 clients, epsilon 1."""
     adult = load_adult("all")
@@ -117,7 +119,8 @@ def test_power_under_strong_dependence() -> None:
     assert np.mean(rej) >= 0.9
 
 
-@pytest.mark.parametrize("eps", [0.5, 2.0])
+# epsilon 0.5 (the wider noise) in make test-fast, 2 in make test (300 runs each, 5-17 s)
+@pytest.mark.parametrize("eps", [0.5, pytest.param(2.0, marks=pytest.mark.slow)])
 def test_interval_covers_the_exact_statistic(eps: float) -> None:
     """n = 300 one-record clients, y = x 30% of the time: the 95% interval (conservative: Bonferroni over
     the decoder's interval and the simulated marginal-noise shift) covers the exact statistic in at least

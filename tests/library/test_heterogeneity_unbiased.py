@@ -42,60 +42,71 @@ def _z(err: np.ndarray) -> float:
     return float(err.mean() / (err.std(ddof=1) / math.sqrt(err.size)))
 
 
+class _Runs(dict[float, dict[str, np.ndarray]]):
+    """Per epsilon, run on first use: debiased (unclamped) and plug-in errors of D and Q, coverage, over
+    RUNS seeded runs (so that make test-fast, which selects epsilon 1 only, runs 400 of them, not 800)."""
+
+    def __missing__(self, eps: float) -> dict[str, np.ndarray]:
+        self[eps] = _monte_carlo(eps)
+        return self[eps]
+
+
 @pytest.fixture(scope="module")
-def runs() -> dict[float, dict[str, np.ndarray]]:
-    """Per epsilon: debiased (unclamped) and plug-in errors of D and Q, coverage, over RUNS seeded runs."""
+def runs() -> _Runs:
+    return _Runs()
+
+
+# epsilon 1 in make test-fast: its plug-ins' bias is the larger (z = 5.0 for D and 11.5 for Q over the 400
+# runs, against 3.8 and 8.6 at epsilon 2), so it shows best that the unbiasedness check can fail; epsilon 2
+# runs in make test
+EPS = [1.0, pytest.param(2.0, marks=pytest.mark.slow)]
+
+
+def _monte_carlo(eps: float) -> dict[str, np.ndarray]:
     x = _vectors()
-    out: dict[float, dict[str, np.ndarray]] = {}
-    for eps in (1.0, 2.0):
-        rows = []
-        for s in range(RUNS):
-            r = heterogeneity(x, epsilon=eps, delta=1e-5, randomness=RandomSource(7000 + s))
-            assert r.dispersion is not None and r.q is not None and r.i2 is not None
-            td, tq = float(r.dispersion.truth or 0.0), float(r.q.truth or 0.0)
-            rows.append(
-                [
-                    r.dispersion.details["unclipped_estimate"] - td,
-                    r.dispersion.details["plugin_unclipped"] - td,
-                    r.q.details["unclipped_estimate"] - tq,
-                    r.q.details["plugin_unclipped"] - tq,
-                    bool(r.dispersion.covers()),
-                    bool(r.q.covers()),
-                    bool(r.i2.covers()),
-                ]
-            )
-        a = np.asarray(rows, dtype=np.float64)
-        out[eps] = {
-            "dispersion": a[:, 0],
-            "dispersion_plugin": a[:, 1],
-            "q": a[:, 2],
-            "q_plugin": a[:, 3],
-            "cover": a[:, 4:].mean(axis=0),
-        }
-    return out
+    rows = []
+    for s in range(RUNS):
+        r = heterogeneity(x, epsilon=eps, delta=1e-5, randomness=RandomSource(7000 + s))
+        assert r.dispersion is not None and r.q is not None and r.i2 is not None
+        td, tq = float(r.dispersion.truth or 0.0), float(r.q.truth or 0.0)
+        rows.append(
+            [
+                r.dispersion.details["unclipped_estimate"] - td,
+                r.dispersion.details["plugin_unclipped"] - td,
+                r.q.details["unclipped_estimate"] - tq,
+                r.q.details["plugin_unclipped"] - tq,
+                bool(r.dispersion.covers()),
+                bool(r.q.covers()),
+                bool(r.i2.covers()),
+            ]
+        )
+    a = np.asarray(rows, dtype=np.float64)
+    return {
+        "dispersion": a[:, 0],
+        "dispersion_plugin": a[:, 1],
+        "q": a[:, 2],
+        "q_plugin": a[:, 3],
+        "cover": a[:, 4:].mean(axis=0),
+    }
 
 
-@pytest.mark.parametrize("eps", [1.0, 2.0])
+@pytest.mark.parametrize("eps", EPS)
 @pytest.mark.parametrize("stat", ["dispersion", "q"])
-def test_released_estimate_is_unbiased(
-    runs: dict[float, dict[str, np.ndarray]], eps: float, stat: str
-) -> None:
+def test_released_estimate_is_unbiased(runs: _Runs, eps: float, stat: str) -> None:
     z = _z(runs[eps][stat])
     assert abs(z) <= Z_BOUND, (stat, eps, z)
 
 
-@pytest.mark.parametrize("eps", [1.0, 2.0])
+@pytest.mark.parametrize("eps", EPS)
 @pytest.mark.parametrize("stat", ["dispersion", "q"])
-def test_paper_plugin_is_biased_up(
-    runs: dict[float, dict[str, np.ndarray]], eps: float, stat: str
-) -> None:
+def test_paper_plugin_is_biased_up(runs: _Runs, eps: float, stat: str) -> None:
     """The same runs show the plug-in's upward bias: the test above can fail."""
     z = _z(runs[eps][f"{stat}_plugin"])
     assert z > Z_BOUND, (stat, eps, z)
 
 
-@pytest.mark.parametrize("eps", [1.0, 2.0])
-def test_intervals_still_cover(runs: dict[float, dict[str, np.ndarray]], eps: float) -> None:
+@pytest.mark.parametrize("eps", EPS)
+def test_intervals_still_cover(runs: _Runs, eps: float) -> None:
     # nominal 95%; with 400 runs the binomial standard error at 0.95 is 0.011, so 0.94 - 0.95 is ~1 SE
     # below nominal: a union-bound interval (coverage >= 95% by construction) passes with room
     assert (runs[eps]["cover"] >= 0.94).all(), (eps, runs[eps]["cover"])

@@ -49,6 +49,9 @@ def serial_total() -> np.ndarray:
     return _run(SerialBackend())
 
 
+# slow: a LocalCluster starts and loses a worker (5-12 s); make test runs it. The dask route's results run
+# in make test-fast through the CLI (tests/cli/test_scale_cli.py), the killed worker on the process pool
+@pytest.mark.slow
 def test_dask_local_cluster_equals_serial_and_survives_a_killed_worker(
     serial_total: np.ndarray, tmp_path: Path
 ) -> None:

@@ -157,6 +157,7 @@ def test_exact_sum_medium_n(
     assert np.array_equal(res.signed_total(), x[sorted(included)].sum(axis=0))
 
 
+@pytest.mark.slow  # 4-9 s; dropouts at every stage at small n run in make test-fast (make test runs this)
 def test_thousand_clients_dropping_at_every_stage() -> None:
     n = 1000
     params = validate_parameters(n, 8, 6, dropout_rate=0.05)
