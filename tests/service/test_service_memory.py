@@ -7,6 +7,8 @@
 * **A stage's messages served from the bytes journaled** (:func:`~fedstats.service.domain.secure_devices.publish_downs`)
   and **released once their session ended** (:func:`~fedstats.service.domain.secure_devices.forget_sessions`,
   :func:`~fedstats.service.domain.secure_devices.forget_run`).
+* **Bounded statements** (:mod:`fedstats.service.store.secure`): a stage's messages are read in keyset
+  pages and written in parts of about ``BATCH_BYTES``, every message once and in order.
 * **The allocator** (:mod:`fedstats.service.http.heap`): trimming answers, a bad arena count is refused.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +28,8 @@ from fedstats.errors import ParameterError
 from fedstats.service.domain import secure_devices
 from fedstats.service.http import heap
 from fedstats.service.http.edge import BODY_PIECE, EdgeMiddleware, send_in_pieces
+from fedstats.service.store import open_store
+from fedstats.service.store import secure as store_secure
 
 
 def _sent(body: bytes, more: bool = False) -> list[dict[str, Any]]:
@@ -108,3 +113,31 @@ def test_the_allocator_can_be_trimmed_and_its_arenas_limited() -> None:
     assert trimmer() is False  # within the interval: not again
     with pytest.raises(ParameterError, match="count"):
         heap.limit_arenas(0)
+
+
+def test_a_stages_messages_are_read_and_written_in_bounded_statements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keyset pages of ``BATCH_ROWS`` give every message once, in order; writes are cut by size."""
+    monkeypatch.setattr(store_secure, "BATCH_ROWS", 4)
+    # the five down messages below: one statement each
+    monkeypatch.setattr(store_secure, "BATCH_BYTES", 1000)
+    store = open_store(f"sqlite:///{tmp_path / 'paging.db'}")
+    try:
+        with store.transaction() as tx:
+            for i in (0, 2, 3, 5, 6, 7, 8, 11, 12):  # nine senders, gaps: pages of 4, 4, 1
+                tx.add_up_message("r", 0, 0, 1, i, bytes([i]) * 3, f"d{i}", 1.0)
+            tx.add_up_message("r", 0, 0, 2, 1, b"other stage", "x", 1.0)
+            tx.add_down_messages("r", 0, 0, 2, [(i, b"y" * 700, f"e{i}") for i in range(5)], 1.0)
+        with store.transaction(read_only=True) as tx:
+            got = tx.up_messages("r", 0, 0, 1)
+            assert [(m.client_index, m.payload) for m in got] == [
+                (i, bytes([i]) * 3) for i in (0, 2, 3, 5, 6, 7, 8, 11, 12)
+            ]
+            assert [m.client_index for m in tx.up_messages("r", 0, 0, 2)] == [1]
+            assert tx.down_payloads("r", 0, 0, 2) == {i: b"y" * 700 for i in range(5)}
+    finally:
+        store.close()
+    rows = [{"payload": b"z" * n} for n in (600, 600, 300, 2000, 10)]
+    parts = store_secure._by_size(rows, limit=1000)
+    assert [[len(r["payload"]) for r in p] for p in parts] == [[600], [600, 300], [2000], [10]]
