@@ -176,6 +176,60 @@ if out:
     first = cProfile.Profile(time.thread_time)
     profs.append(first)
     first.enable()
+mem_out = os.environ.get("FEDSTATS_BENCH_MEMTRACE")
+if mem_out:
+    # memory diagnosis (off unless asked): every FEDSTATS_BENCH_MEMTRACE_SECONDS (default 2) a JSON line
+    # of ``path.log``: RSS, glibc's heap (mallinfo2: in use, free, mmapped), open descriptors, threads,
+    # every tenth line the commonest object types; with FEDSTATS_BENCH_MEMTRACE_FRAMES=f > 0 also
+    # tracemalloc (f frames; slow, and its own bookkeeping inflates RSS), the snapshot with the most
+    # traced bytes kept in ``path.snap`` and one every 15 lines in ``path.<line>.snap``
+    # (tracemalloc.Snapshot.load)
+    import ctypes, gc, json as _json, time as _time, tracemalloc
+    from collections import Counter
+    _frames = int(os.environ.get("FEDSTATS_BENCH_MEMTRACE_FRAMES", "0"))
+    if _frames:
+        tracemalloc.start(_frames)
+    class _MallInfo2(ctypes.Structure):
+        _fields_ = [(f, ctypes.c_size_t) for f in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost")]
+    _libc = ctypes.CDLL("libc.so.6")
+    _libc.mallinfo2.restype = _MallInfo2
+    def _status():
+        got = {}
+        for line in open("/proc/self/status"):
+            k = line.split(":")[0]
+            if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "Threads"):
+                got[k] = int(line.split()[1])
+        return got
+    def _mem_loop():
+        best, i = 0, 0
+        with open(mem_out + ".log", "a") as log:
+            while True:
+                _time.sleep(float(os.environ.get("FEDSTATS_BENCH_MEMTRACE_SECONDS", "2")))
+                mi = _libc.mallinfo2()
+                entry = {"t": _time.time(), **_status(),
+                         "heap_in_use": mi.uordblks, "heap_free": mi.fordblks, "heap_arena": mi.arena,
+                         "mmapped": mi.hblkhd, "mmapped_blocks": mi.hblks,
+                         "fds": len(os.listdir("/proc/self/fd"))}
+                if i % 10 == 0:
+                    entry["types"] = Counter(type(o).__name__ for o in gc.get_objects()).most_common(20)
+                    entry["thread_names"] = Counter(
+                        t.name.rstrip("0123456789_") for t in threading.enumerate()).most_common()
+                i += 1
+                if _frames:
+                    cur, peak = tracemalloc.get_traced_memory()
+                    entry.update(traced=cur, traced_peak=peak)
+                    if cur > best:
+                        best = cur
+                        tracemalloc.take_snapshot().dump(mem_out + ".snap")
+                        entry["snapshot"] = True
+                    elif i % 15 == 0:  # a few more along the run, to compare (path.<i>.snap)
+                        tracemalloc.take_snapshot().dump(f"{mem_out}.{i}.snap")
+                        entry["snapshot"] = i
+                log.write(_json.dumps(entry) + "\\n")
+                log.flush()
+    threading.Thread(target=_mem_loop, name="memtrace", daemon=True).start()
 from fedstats.cli.app import main
 sys.argv[0] = "fedstats"
 try:

@@ -14,6 +14,7 @@ import typer
 
 from fedstats._validation import check_identifier
 from fedstats.errors import ParameterError
+from fedstats.service.http.heap import limit_arenas
 from fedstats.service.http.settings import ServerSettings
 
 _DEFAULT = ServerSettings  # every option's default below is the settings' (one home)
@@ -293,6 +294,8 @@ def serve(
         logging.getLogger("fedstats.service").warning(
             '{"event": "plain_http", "message": "serving plain HTTP: no TLS (development only)"}'
         )
+    # few allocator arenas: memory freed by the many pool threads can be given back (service.http.heap)
+    limit_arenas()
     store = open_store(db, require_writable=True)  # refuse a read-only database (exit 2)
     if authority_key is not None:
         trust_authority(store, authority_key)

@@ -25,7 +25,7 @@ from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.results import AnalysisResult, to_jsonable
-from fedstats.service.domain import ledger, refusals, secure
+from fedstats.service.domain import ledger, refusals, secure, secure_devices
 from fedstats.service.domain.clock import DEADLINES
 from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.runs import load_run, new_public_seed
@@ -271,6 +271,8 @@ class Driver:
     def _forget(self, run_id: str) -> None:
         self._live.pop(run_id, None)
         self._sessions.drop(run_id)
+        # this process's caches of the run for the devices' requests (a later one reads the store)
+        secure_devices.forget_run(run_id)
 
     def _holds(self, run: RunRow) -> bool:
         """Fencing: whether this process still holds ``run``'s lease under the epoch it claimed.
@@ -320,10 +322,14 @@ class Driver:
                     # transaction; rebuild the run from the journal on the next pass
                     self._forget(rid)
                     self._sessions.advanced.clear()
+                    self._sessions.journaled.clear()  # not committed: never served
+                    self._sessions.finished.clear()
                     log.warning(
                         json.dumps({"event": "retry_run", "run_id": rid, "error": str(exc)[:200]})
                     )
                 except Exception as exc:  # one broken run must not stop the others
+                    self._sessions.journaled.clear()  # not committed: never served
+                    self._sessions.finished.clear()
                     log.exception("run %s failed", rid)
                     self._abort(rid, f"internal error: {type(exc).__name__}: {exc}")
             if self._changed and self._on_change is not None:
@@ -534,6 +540,8 @@ class Driver:
                         abort = f"round {live.index} ({rec.name}): {exc}"
             elif rec.params_digest != f["params_digest"]:
                 raise SecurityError(f"replay of round {live.index} diverged from the journal")
+        # committed: this process's devices are served the stage-0 messages just journaled
+        secure_devices.publish_downs(self._sessions.take_journaled())
         if abort is not None:
             self._abort(run_id, abort)
             return None
@@ -581,7 +589,11 @@ class Driver:
                 s.update_round(
                     run_id, live.index, total=wire.dumps(total), n_clients=n, status="closed"
                 )
-        # committed: fault-injection tests may now kill the process after a secure stage
+        # committed: this process's devices are served the stages' messages just journaled, and
+        # fault-injection tests may now kill the process after a secure stage
+        secure_devices.publish_downs(self._sessions.take_journaled())
+        # sessions whose sums are journaled: what this process kept for their requests is released
+        secure_devices.forget_sessions(self._sessions.take_finished())
         if self._sessions.advanced or got is not None:
             self._changed.add(run_id)
         for rid, idx, stage in self._sessions.advanced:

@@ -224,8 +224,16 @@ def _sent(stage: int, msg: Any) -> Any:
     return msg
 
 
-def _store_down(tx: State, row: SecureSessionRow, stage: int, out: dict[int, Any]) -> None:
-    """Journal a stage's messages to the devices: one multi-row insert (a session has up to 10^3)."""
+def _store_down(
+    tx: State, row: SecureSessionRow, stage: int, out: dict[int, Any], cache: SessionCache
+) -> None:
+    """Journal a stage's messages to the devices: one multi-row insert (a session has up to 10^3).
+
+    The serialized messages are also handed to ``cache`` (:attr:`SessionCache.journaled`): once the
+    transaction committed, the caller publishes them to this process's devices' endpoint
+    (:func:`fedstats.service.domain.secure_devices.publish_downs`), which then serves these very bytes
+    instead of reading the stage back from the store.
+    """
     if not out:
         return
     messages = []
@@ -233,6 +241,9 @@ def _store_down(tx: State, row: SecureSessionRow, stage: int, out: dict[int, Any
         data = _sent(stage, msg).to_bytes()
         messages.append((int(i), data, digest_of(data)))
     tx.add_down_messages(row.run_id, row.round_index, row.number, stage, messages, time.time())
+    cache.journaled.append(
+        ((row.run_id, row.round_index, row.number, stage), {i: data for i, data, _ in messages})
+    )
 
 
 def cohort(tx: State, run_id: str) -> list[seeding.Slots]:
@@ -313,7 +324,7 @@ def open_sessions(
         server = SecAggServer(
             params, length=rec.dim, bits=BITS, roster=_roster(tx, run, rec.index, number, members)
         )
-        _store_down(tx, row, 0, server.setup())
+        _store_down(tx, row, 0, server.setup(), cache)
         cache.put(row, server, 0)
 
 
@@ -332,6 +343,24 @@ class SessionCache:
         self.advanced: list[tuple[str, int, int]] = []
         """``(run_id, round_index, new_stage)`` of each session moved on since the caller last cleared it
         (``len(STAGES)``: done); fault-injection hooks fire on it once the transaction committed."""
+        self.journaled: list[tuple[tuple[str, int, int, int], dict[int, bytes]]] = []
+        """``((run_id, round_index, number, stage), client_index -> payload)`` of each stage whose
+        messages to the devices were journaled since the caller last took them (:meth:`take_journaled`);
+        published to the devices' endpoint only once the transaction committed, dropped if it failed."""
+
+        self.finished: list[tuple[str, int, int]] = []
+        """``(run_id, round_index, number)`` of each session that ended (done) since the caller last
+        took them (:meth:`take_finished`): once committed, this process's caches of it are released."""
+
+    def take_journaled(self) -> list[tuple[tuple[str, int, int, int], dict[int, bytes]]]:
+        """The stages journaled since the last call (:attr:`journaled`), which is emptied."""
+        got, self.journaled = self.journaled, []
+        return got
+
+    def take_finished(self) -> list[tuple[str, int, int]]:
+        """The sessions that ended since the last call (:attr:`finished`), which is emptied."""
+        got, self.finished = self.finished, []
+        return got
 
     def put(self, row: SecureSessionRow, server: SecAggServer, stage: int) -> None:
         """Remember ``server`` as session ``row`` at ``stage``."""
@@ -656,7 +685,7 @@ def advance_sessions(
                 row, stage=row.stage + 1, deadline=now + stage_seconds
             )
             tx.update_secure_session(*key, stage=row.stage, deadline=row.deadline)
-            _store_down(tx, row, row.stage, out)
+            _store_down(tx, row, row.stage, out, cache)
             live.stage = row.stage
             cache.put(row, live.server, row.stage)
             cache.advanced.append((run.id, rec.index, row.stage))
@@ -679,6 +708,7 @@ def advance_sessions(
         # responses, O(n k) and more) is not kept through the rounds after it (a rolled-back
         # transaction finds the row open and rebuilds it by replay)
         cache.discard(*key)
+        cache.finished.append(key)
     if any(r.status != "done" for r in rows):
         return None
     total: np.ndarray = np.zeros(rec.dim, dtype=np.int64)

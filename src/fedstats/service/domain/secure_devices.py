@@ -6,6 +6,7 @@ consume the stored messages are in :mod:`.secure`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
@@ -34,11 +35,14 @@ __all__ = [
     "cached_member",
     "certificates",
     "down_message",
+    "forget_run",
+    "forget_sessions",
     "held_down",
     "known_member",
     "member_of",
     "prime_stage",
     "probe_stage",
+    "publish_downs",
     "record_reveal",
     "screen_up",
     "secure_work",
@@ -278,14 +282,72 @@ def _stage_downs(
         got = tx.down_payloads(run_id, index, number, stage)
         if not got:
             return None  # not open yet (or a session without messages): asked again later
-        # a session's earlier stages are closed: their messages (n per stage, the unmask requests
-        # O(n) each) are not kept beside the open stage's (a late request for one reads the store)
-        for old in [k for k in _DOWNS if k[:3] == key[:3] and k[3] < stage]:
-            del _DOWNS[old]
-        while len(_DOWNS) >= _DOWN_STAGES_KEPT:
-            _DOWNS.pop(next(iter(_DOWNS)))
-        _DOWNS[key] = got
+        _keep_downs(key, got)
     return got
+
+
+def _keep_downs(key: tuple[str, int, int, int], downs: dict[int, bytes]) -> None:
+    """Keep a stage's messages in this process's memory (:data:`_DOWNS`)."""
+    # a session's earlier stages are closed: their messages (n per stage, the unmask requests
+    # O(n) each) are not kept beside the open stage's (a late request for one reads the store).
+    # list(_DOWNS): a snapshot taken at once (store threads and the driver's thread change it)
+    for old in [k for k in list(_DOWNS) if k[:3] == key[:3] and k[3] < key[3]]:
+        _DOWNS.pop(old, None)
+    if key in _DOWNS:
+        return
+    while len(_DOWNS) >= _DOWN_STAGES_KEPT:
+        with contextlib.suppress(StopIteration, KeyError):
+            _DOWNS.pop(next(iter(list(_DOWNS))))
+    _DOWNS[key] = downs
+
+
+def forget_sessions(sessions: list[tuple[str, int, int]]) -> None:
+    """Release what this process keeps of sessions that ended: ``(run_id, round, number)`` each.
+
+    Their stages' messages (the last stage's unmask requests are ``O(n k)`` bytes), members, size limits
+    and certificates, kept for the requests of their open stages, are not needed once the driver
+    journaled their sums (committed; a late request reads the store and is answered as before).
+    """
+    for sess in sessions:
+        for key in [k for k in list(_DOWNS) if k[:3] == sess]:
+            _DOWNS.pop(key, None)
+        for lkey in [k for k in list(_LIMITS) if k[:3] == sess]:
+            _LIMITS.pop(lkey, None)
+        _MEMBERS.pop(sess, None)
+        _CERTIFICATES.pop(sess, None)
+        _CERTIFICATE_JSON.pop(sess, None)
+
+
+def forget_run(run_id: str) -> None:
+    """Release what this process keeps of a run that is over (or whose lease it gave up).
+
+    Its seed transcript's commitment list and cohort, and its sessions' caches
+    (:func:`forget_sessions`); a later request reads the store, as in another process.
+    """
+    _COMMITMENTS.pop(run_id, None)
+    _COHORTS.pop(run_id, None)
+    keys = {k[:3] for cache in (_DOWNS, _LIMITS) for k in list(cache) if k[0] == run_id}
+    keys |= {
+        k
+        for cache in (_MEMBERS, _CERTIFICATES, _CERTIFICATE_JSON)
+        for k in list(cache)
+        if k[0] == run_id
+    }
+    forget_sessions(sorted(keys))
+
+
+def publish_downs(journaled: list[tuple[tuple[str, int, int, int], dict[int, bytes]]]) -> None:
+    """Serve the stages the run driver of this process just journaled from the bytes it journaled.
+
+    ``journaled`` is :meth:`fedstats.service.domain.secure.SessionCache.take_journaled` after the
+    driver's transaction **committed** (never before: a rolled-back stage must not be served). Each
+    entry is ``((run_id, round, session, stage), client_index -> payload)``, the whole stage as inserted
+    (a stage's messages are inserted together), so the first device that asks is answered from these
+    bytes instead of a read of the stage's ``n`` messages back from the store (a second copy of them).
+    """
+    for key, downs in journaled:
+        if downs:
+            _keep_downs(key, downs)
 
 
 def secure_work(tx: State, run_id: str, rec: RoundRow, client_id: str) -> dict[str, Any] | None:

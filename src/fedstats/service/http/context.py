@@ -37,8 +37,12 @@ __all__ = [
 Publish = Callable[[set[str] | None], None]
 
 
-def app_store(request: Request) -> Store:
-    """The app's store (``app.state.store``)."""
+async def app_store(request: Request) -> Store:
+    """The app's store (``app.state.store``).
+
+    ``async`` (it never blocks): FastAPI runs a plain ``def`` dependency in its thread pool, a thread
+    hop per request for an attribute read (and 40 threads of the pool started under load).
+    """
     store: Store = request.app.state.store
     return store
 
@@ -69,7 +73,7 @@ def authenticated_operator(
 Operator = Annotated[str, Depends(authenticated_operator)]
 
 
-def publisher(request: Request) -> Publish:
+async def publisher(request: Request) -> Publish:
     """The app's change publisher (``app.state.changed``).
 
     ``changed({population})`` wakes that population's long-polling devices in every server process;
@@ -82,8 +86,11 @@ def publisher(request: Request) -> Publish:
 Changed = Annotated[Publish, Depends(publisher)]
 
 
-def device_path(request: Request) -> DevicePath:
-    """The app's device fast path (``app.state.devices``: its store, batchers, work cache)."""
+async def device_path(request: Request) -> DevicePath:
+    """The app's device fast path (``app.state.devices``: its store, batchers, work cache).
+
+    ``async`` like :func:`app_store`: no thread hop per device request.
+    """
     return devices_of(request)
 
 

@@ -6,7 +6,8 @@ process's long-polling devices. :class:`Background` runs, for as long as the app
 
 - the run driver's loop (:meth:`fedstats.service.domain.driver.Driver.tick` in a worker thread; woken
   early by a device's message, else every ``tick`` seconds), with a purge of expired nonces and idempotency
-  keys at most every :data:`PURGE_SECONDS`;
+  keys at most every :data:`PURGE_SECONDS`, and after a pass that changed a run the C allocator's free
+  memory returned to the operating system (at most every :data:`TRIM_SECONDS`);
 - a watcher thread reading the store's state and device versions every ``recheck`` seconds: a change made
   by another server process wakes this one's polls, and an unchanged device version keeps the cached
   device rows trusted (:meth:`fedstats.service.http.deps.DeviceAuth.observe`).
@@ -28,15 +29,21 @@ from typing import Any
 from fedstats.service.domain import driver, idempotency
 from fedstats.service.domain.changes import Changes, Wakeup, record_change
 from fedstats.service.http.fastpath import Offload
+from fedstats.service.http.heap import Trimmer
 from fedstats.service.http.settings import ServerSettings
 from fedstats.service.store import Store, StoreError
 
-__all__ = ["PURGE_SECONDS", "Background", "Publisher", "fault_hook"]
+__all__ = ["PURGE_SECONDS", "TRIM_SECONDS", "Background", "Publisher", "fault_hook"]
 
 log = logging.getLogger("fedstats.service")
 
 PURGE_SECONDS = 30.0
 """Expired nonces and idempotency keys are deleted at most this often (seconds)."""
+
+TRIM_SECONDS = 5.0
+"""After a driver pass that changed a run, the allocator's free memory is returned to the operating
+system (:func:`fedstats.service.http.heap.trim`), at most this often (seconds): a trim costs about
+10-30 ms of CPU on a 300 MiB heap, and the pages it returns are faulted in again when reused."""
 
 
 def fault_hook(crash_after: str | None) -> Callable[[str, str, int], None]:
@@ -124,10 +131,15 @@ class Background:
 
     async def _drive(self, stop: asyncio.Event) -> None:
         purged = 0.0
+        trimmer = Trimmer(TRIM_SECONDS)
         while not stop.is_set():
             moved = False
             try:
                 moved = await asyncio.to_thread(self.runner.tick)
+                if moved:
+                    # a state change freed its transient buffers (a secure stage's messages, their
+                    # statements): give the free pages back, so the process's memory follows its use
+                    await asyncio.to_thread(trimmer)
                 if time.monotonic() - purged > PURGE_SECONDS:
                     await asyncio.to_thread(self.purge)
                     purged = time.monotonic()

@@ -33,6 +33,7 @@ from fedstats.errors import ParameterError
 
 __all__ = [
     "FILE_RESERVE",
+    "WRITE_HIGH_WATER",
     "ConnectionGuard",
     "guarded_protocol",
     "open_file_limit",
@@ -40,6 +41,14 @@ __all__ = [
 ]
 
 log = logging.getLogger("fedstats.service")
+
+WRITE_HIGH_WATER = 64 * 1024
+"""A connection's write buffer (bytes) above which the server stops writing to it until it drains.
+
+The event loop's default for TLS connections is 512 KiB: a device slow to read a 250 kB answer let the
+whole answer pile up in the connection's TLS buffer, which keeps its largest size until the connection
+closes (on each of 1,000 kept-alive connections). With 64 KiB the answer waits, in the pieces
+:func:`fedstats.service.http.edge.send_in_pieces` cuts it into, for the connection to drain."""
 
 FILE_RESERVE = 128
 """Open files kept for what is not a client connection: the database, logs, the helper's connections."""
@@ -183,6 +192,10 @@ def guarded_protocol(base: type[asyncio.Protocol], guard: ConnectionGuard) -> ty
                 transport.close()
                 return
             self._peer = peer
+            try:  # the transport's own limit is 512 KiB for TLS (WRITE_HIGH_WATER)
+                transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+            except (AttributeError, NotImplementedError, ValueError):
+                pass
             super().connection_made(transport)
             self._arm()
 

@@ -42,6 +42,8 @@ from fedstats.service.store.tables import (
 )
 
 __all__ = [
+    "BATCH_BYTES",
+    "BATCH_ROWS",
     "EnrolledRow",
     "MemberRow",
     "OpenSession",
@@ -299,6 +301,42 @@ _DOWN_PAYLOAD = select(_M.payload).where(
     *_MESSAGE_KEY, _M.direction == "down", _M.client_index == bindparam("client_index")
 )
 _DOWN_PAYLOADS = select(_M.client_index, _M.payload).where(*_MESSAGE_KEY, _M.direction == "down")
+
+BATCH_ROWS = 128
+"""Stage messages read per statement (:meth:`SqlSecureQueries.up_messages`)."""
+
+BATCH_BYTES = 1 << 20
+"""About the most payload bytes written per statement (:meth:`SqlSecureQueries.add_down_messages`)."""
+
+_UP_PAGE = (
+    select(_M.client_index, _M.payload)
+    .where(*_MESSAGE_KEY, _M.direction == "up", _M.client_index > bindparam("after"))
+    .order_by(_M.client_index)
+    .limit(bindparam("rows"))
+)
+
+
+def _by_size(rows: list[dict[str, Any]], limit: int | None = None) -> list[list[dict[str, Any]]]:
+    """``rows`` (message rows) cut, in order, into parts of at most ``limit`` payload bytes (one at least).
+
+    ``limit`` defaults to :data:`BATCH_BYTES`.
+    """
+    limit = BATCH_BYTES if limit is None else limit
+    parts: list[list[dict[str, Any]]] = []
+    part: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        n = len(row["payload"])
+        if part and size + n > limit:
+            parts.append(part)
+            part, size = [], 0
+        part.append(row)
+        size += n
+    if part:
+        parts.append(part)
+    return parts
+
+
 _SESSION_STAGE = select(_S.status, _S.stage).where(*_SESSION_KEY)
 _SESSION_STAGE_SHARED = _SESSION_STAGE.with_for_update(read=True)
 _MINE = select(_M.direction, _M.digest).where(
@@ -527,7 +565,10 @@ class SqlSecureQueries(SecureQueries):
             message_row(run_id, index, number, stage, "down", i, data, digest, now)
             for i, data, digest in messages
         ]
-        self.conn.execute(_INSERT_MESSAGE, rows)
+        # in statements of about BATCH_BYTES: the driver's connection keeps its buffers at the size
+        # of the largest statement it sent (a stage's messages are O(n k) bytes, ~11 MB at n = 1,000)
+        for part in _by_size(rows):
+            self.conn.execute(_INSERT_MESSAGE, part)
 
     def add_up_message(
         self,
@@ -609,19 +650,21 @@ class SqlSecureQueries(SecureQueries):
         return StageActivity(int(count), None if newest is None else float(newest))
 
     def up_messages(self, run_id: str, index: int, number: int, stage: int) -> list[UpMessage]:
-        """See :meth:`SecureQueries.up_messages`."""
-        rows = self.conn.execute(
-            select(_M.client_index, _M.payload)
-            .where(
-                _M.run_id == run_id,
-                _M.round_index == index,
-                _M.number == number,
-                _M.stage == stage,
-                _M.direction == "up",
-            )
-            .order_by(_M.client_index)
-        ).all()
-        return [UpMessage(int(i), bytes(p)) for i, p in rows]
+        """See :meth:`SecureQueries.up_messages`.
+
+        Read :data:`BATCH_ROWS` messages at a time (keyset pages by client index): a connection keeps
+        its read buffer at the size of the largest result it read, and a stage's messages are
+        ``O(n k)`` or ``O(n L)`` bytes (the masked inputs: 8 MB at n = 1,000, L = 1,000).
+        """
+        key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
+        out: list[UpMessage] = []
+        after, rows = -1, BATCH_ROWS
+        while True:
+            page = self.conn.execute(_UP_PAGE, {**key, "after": after, "rows": rows}).all()
+            out.extend(UpMessage(int(i), bytes(p)) for i, p in page)
+            if len(page) < rows:
+                return out
+            after = int(page[-1][0])
 
     def down_digests(self, run_id: str, index: int, number: int, stage: int) -> dict[int, str]:
         """See :meth:`SecureQueries.down_digests`."""
