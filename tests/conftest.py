@@ -52,13 +52,16 @@ def deployment(
     """A started ``fedstats server`` on each store, shared by the tests of one module.
 
     PostgreSQL (a fresh schema) skips with the reason it is unreachable. A module that needs more than a
-    started server (budgets, operators) defines ``prepare_deployment(dep)``, called once it is up.
+    started server (budgets, operators) defines ``prepare_deployment(dep)``, called once it is up; one
+    whose server needs other options defines ``SERVER_ARGS`` (a tuple of ``fedstats server`` options,
+    given at the start instead of a restart in ``prepare_deployment``).
     """
     from service_helpers import store_deployment
 
     root = tmp_path_factory.mktemp(f"{request.module.__name__}-{request.param}")
     prepare = getattr(request.module, "prepare_deployment", None)
-    yield from store_deployment(request.param, root, prepare)
+    args = tuple(getattr(request.module, "SERVER_ARGS", ()))
+    yield from store_deployment(request.param, root, prepare, args)
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +71,13 @@ def production(
     """One started server on the production store (PostgreSQL when reachable, else SQLite), per module:
     for end-to-end, fault and load tests that do not test the store's own behaviour (that is the parity
     class's, tests/service/test_service_state.py, on the memory state, SQLite and PostgreSQL). The
-    module's ``prepare_deployment(dep)``, if any, runs once it is up (as for ``deployment``)."""
+    module's ``SERVER_ARGS`` and ``prepare_deployment(dep)``, if any, as for ``deployment``."""
     from service_helpers import production_deployment
 
     yield from production_deployment(
         tmp_path_factory.mktemp(f"{request.module.__name__}-production"),
         getattr(request.module, "prepare_deployment", None),
+        tuple(getattr(request.module, "SERVER_ARGS", ())),
     )
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,8 +244,10 @@ def write_shards(root: Path, columns: dict[str, np.ndarray], n_shards: int) -> l
     return paths
 
 
-def _started(dep: Deployment, prepare: Callable[[Deployment], None] | None) -> Iterator[Deployment]:
-    dep.start()
+def _started(
+    dep: Deployment, prepare: Callable[[Deployment], None] | None, args: Sequence[str] = ()
+) -> Iterator[Deployment]:
+    dep.start(*args)
     try:
         if prepare is not None:
             prepare(dep)
@@ -255,29 +257,34 @@ def _started(dep: Deployment, prepare: Callable[[Deployment], None] | None) -> I
 
 
 def store_deployment(
-    store: str, root: Path, prepare: Callable[[Deployment], None] | None = None
+    store: str,
+    root: Path,
+    prepare: Callable[[Deployment], None] | None = None,
+    args: Sequence[str] = (),
 ) -> Iterator[Deployment]:
     """A started deployment on ``store`` ("sqlite" or "postgresql", a fresh schema), killed afterwards.
 
-    ``prepare(dep)`` runs once the server is up (budgets, operators). PostgreSQL skips with the reason it
-    is unreachable; in CI it must be reachable (``.ci/run``).
+    The server is started with the options ``args`` (besides those of :meth:`Deployment.spawn`);
+    ``prepare(dep)`` runs once it is up (budgets, operators). PostgreSQL skips with the reason it is
+    unreachable; in CI it must be reachable (``.ci/run``).
     """
     if store == "postgresql":
         reason = pg_reachable()
         if reason is not None:
             pytest.skip(reason)
         with pg_schema() as url:
-            yield from _started(Deployment(root, url), prepare)
+            yield from _started(Deployment(root, url), prepare, args)
     else:
-        yield from _started(Deployment(root, f"sqlite:///{root / 'fedstats.db'}"), prepare)
+        yield from _started(Deployment(root, f"sqlite:///{root / 'fedstats.db'}"), prepare, args)
 
 
 def production_deployment(
-    root: Path, prepare: Callable[[Deployment], None] | None = None
+    root: Path, prepare: Callable[[Deployment], None] | None = None, args: Sequence[str] = ()
 ) -> Iterator[Deployment]:
     """A started deployment on the production store (a PostgreSQL schema) when reachable, else SQLite;
-    ``prepare(dep)`` as for :func:`store_deployment`."""
-    yield from store_deployment("postgresql" if pg_reachable() is None else "sqlite", root, prepare)
+    ``prepare(dep)`` and ``args`` as for :func:`store_deployment`."""
+    store = "postgresql" if pg_reachable() is None else "sqlite"
+    yield from store_deployment(store, root, prepare, args)
 
 
 def wait_run(admin: httpx.Client, run_id: str, timeout: float = 60.0) -> dict[str, Any]:

@@ -1,10 +1,17 @@
 """Signed Prio3 tasks (issue 29): analysts sign, aggregators verify and charge, devices derive and refuse.
 
-A leader and a helper app in process, each with its own database (SQLite files, and PostgreSQL schemas
-when reachable), the real HTTP API, unmodified devices (:class:`fedstats.client.vdaf.Prio3Device`; the
-demo's :class:`~fedstats.cli.prio3_demo.EngineSeededDevice` only moves where a device's randomness is
-drawn, so that the result can be compared bit for bit with the in-process engine). A deviating aggregator
-is played by a proxy in front of the leader that rewrites what it announces.
+A leader and a helper app in process, each with its own database, the real HTTP API, unmodified devices
+(:class:`fedstats.client.vdaf.Prio3Device`; the demo's :class:`~fedstats.cli.prio3_demo.EngineSeededDevice`
+only moves where a device's randomness is drawn, so that the result can be compared bit for bit with the
+in-process engine). A deviating aggregator is played by a proxy in front of the leader that rewrites what
+it announces.
+
+What the aggregators store (a refused envelope stores nothing, a reservation released or spent) is tested
+on SQLite files and on PostgreSQL schemas (``pair``; PostgreSQL skipped only when unreachable). The
+protocol between devices and aggregators (the honest path, deviating aggregators, slots, floors) runs on
+the production store only, PostgreSQL (:data:`PRODUCTION`; SQLite when PostgreSQL is unreachable), as the
+service's other protocol tests do: no store query decides it, and the store's own semantics are the
+parity class's (tests/service/test_service_state.py).
 """
 
 from __future__ import annotations
@@ -162,7 +169,11 @@ def _pair(root: Path, urls: tuple[str, str]) -> Iterator[Pair]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
-    if request.param == "sqlite":
+    """The pair on each store, or on the production store only for a test marked :data:`PRODUCTION`."""
+    store = request.param
+    if store == "production":
+        store = "postgresql" if pg_reachable() is None else "sqlite"
+    if store == "sqlite":
         urls = (f"sqlite:///{tmp_path / 'leader.db'}", f"sqlite:///{tmp_path / 'helper.db'}")
         with _pair(tmp_path, urls) as p:
             yield p
@@ -172,6 +183,11 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
         pytest.skip(why)
     with pg_schema() as lu, pg_schema() as hu, _pair(tmp_path, (lu, hu)) as p:
         yield p
+
+
+PRODUCTION = pytest.mark.parametrize("pair", ["production"], indirect=True)
+"""The pair on the production store only (PostgreSQL when reachable, else SQLite): for a test of the
+protocol between devices and aggregators, which no store query decides (module docstring)."""
 
 
 # N = 10 devices over up to two rounds: batches below the default floor, so the route and the devices'
@@ -230,6 +246,7 @@ def _device(pair: Pair, i: int, cols: dict[str, np.ndarray], **kw: Any) -> Prio3
     )
 
 
+@PRODUCTION
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_honest_path_agrees_with_the_engine_and_every_party_charges_the_same_loss(
     pair: Pair, case: str
@@ -272,6 +289,7 @@ def test_honest_path_agrees_with_the_engine_and_every_party_charges_the_same_los
         assert [r["status"] for r in info["rounds"]] == ["collected"] * len(rounds)
 
 
+@PRODUCTION
 def test_heterogeneity_on_signed_prio3_gets_each_aggregator_s_planned_noise(pair: Pair) -> None:
     """Devices send no noise share; each aggregator adds the round's planned discrete Gaussian; the
     collector's plan accepts the sums only because both aggregators state that noise; one charge."""
@@ -387,6 +405,7 @@ ATTACKS: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
+@PRODUCTION
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_a_deviating_aggregator_is_refused_with_nothing_uploaded_or_charged(
     pair: Pair, attack: str
@@ -430,6 +449,7 @@ def test_a_deviating_aggregator_is_refused_with_nothing_uploaded_or_charged(
     assert pair.reports(round0["task_id"]) == [{"pending": 1}, {"pending": 1}]
 
 
+@PRODUCTION
 def test_the_helper_announcing_another_round_than_the_leader_is_refused(pair: Pair) -> None:
     config = _config(
         "bitpushing-mean", {"column": "value", "low": 0.0, "high": 100.0, "method": "basic"}, 2.0
@@ -516,6 +536,7 @@ def test_abandon_releases_the_reservation_and_collection_spends_it(pair: Pair) -
     assert pair.leader.post(f"/v1/vdaf/tasks/{tid}/abandon").status_code == 409
 
 
+@PRODUCTION
 def test_the_leader_takes_reports_only_from_devices_whose_slot_is_in_the_round(pair: Pair) -> None:
     cfg = _config(
         "bitpushing-mean", {"column": "value", "low": 0.0, "high": 100.0, "method": "adaptive"}, 2.0
@@ -736,6 +757,7 @@ def test_a_route_without_min_batch_size_gets_the_devices_default_floor() -> None
         Policy(max_epsilon=4.0).check(low)
 
 
+@PRODUCTION
 def test_a_device_refuses_a_batch_floor_below_its_policy(pair: Pair) -> None:
     envelope = pair.sign(CASES["performance-gap-R"][0])  # ROUTE: min_batch_size 1
     tid = task_id(envelope["task"])

@@ -286,9 +286,12 @@ def test_holder_paused_inside_a_write_transaction_is_taken_over(
     """
     t_lock, t_idle, lease = 1.0, 2.0, 1.0
     timeouts = Timeouts(lock=t_lock, statement=10.0, idle_in_transaction=t_idle)
+    # the runs are set up and answered through a store without the short timeouts: on a loaded machine
+    # this process can sit longer than t_idle inside a set-up transaction, which PostgreSQL then ends
+    plain = make_store("postgresql")
     store = make_store("postgresql", timeouts)
-    rid = _setup_run(store, tmp_path, BITPUSHING)
-    other = _setup_run(store, tmp_path / "other", BITPUSHING, label="other run")
+    rid = _setup_run(plain, tmp_path, BITPUSHING)
+    other = _setup_run(plain, tmp_path / "other", BITPUSHING, label="other run")
     pause = _Pause("locked", rid)
     a = Driver(make_store("postgresql", timeouts), pause, lease_seconds=lease, owner="server-a")
     b = Driver(make_store("postgresql", timeouts), lease_seconds=lease, owner="server-b")
@@ -296,7 +299,7 @@ def test_holder_paused_inside_a_write_transaction_is_taken_over(
     while _snapshot(store, rid)["rounds"] == []:  # A closes the check-in and opens round 0
         assert time.monotonic() < deadline
         a.tick()
-    _answer(store, rid)
+    _answer(plain, rid)
     t = threading.Thread(target=a.tick, daemon=True)
     t.start()
     assert pause.reached.wait(30), "A did not reach its transaction"

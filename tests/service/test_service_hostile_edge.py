@@ -7,8 +7,9 @@
 * one peer holding many half-sent requests is capped and timed out, and does not lock others out;
 * an unreachable Prio3 helper is a 503 with ``Retry-After``, not a 422.
 
-A started ``fedstats server`` per store (the ``deployment`` fixture, restarted with the Prio3 routes and low
-connection limits), reached on 127.0.0.1 (the hostile peer binds 127.0.0.2); every wait is bounded.
+A started ``fedstats server`` per store (the ``deployment`` fixture, started with the Prio3 routes and low
+connection limits: ``SERVER_ARGS``), reached on 127.0.0.1 (the hostile peer binds 127.0.0.2); every wait
+is bounded.
 """
 
 from __future__ import annotations
@@ -52,16 +53,13 @@ HEADER_TIMEOUT = 2.0  # and its --header-timeout, seconds
 CONTROLS = ["\x00", "\x01", "\n", "\x1f", "\x7f"]
 
 
-def prepare_deployment(dep: Deployment) -> None:
-    """Serve the Prio3 routes too (every route in the document), with low connection limits."""
-    dep.kill()
-    dep.start(
-        "--vdaf",
-        "--max-connections-per-peer",
-        str(PER_PEER),
-        "--header-timeout",
-        str(HEADER_TIMEOUT),
-    )
+SERVER_ARGS = (  # the ``deployment`` fixture's server (tests/conftest.py) starts with these options
+    "--vdaf",  # the Prio3 routes too (every route in the document)
+    "--max-connections-per-peer",
+    str(PER_PEER),
+    "--header-timeout",
+    str(HEADER_TIMEOUT),
+)
 
 
 def _context(dep: Deployment) -> ssl.SSLContext:
