@@ -145,6 +145,11 @@ def _slow_rank(item: pytest.Item) -> int:
 
 
 LAYERS = ("library", "wire", "cli", "service", "client", "e2e")
+# the layers (marks) whose tests run in the pytest process: no server or device process, no real deadline.
+# They are handed out right after BESIDE_LEAD, so that the other worker spends the 100-process Adult test's
+# time on them and the tests that wait on deadlines come after it (one of them, SIGKILLing its server in
+# each round, took 132 s beside it and 18-25 s alone)
+IN_PROCESS = ("library", "wire", "memory_state")
 # the values of a store parameter that need no database and no server process
 MEMORY_STATES = {"memory", "memory://"}
 OTHER_STATES = {"sqlite", "postgresql", "postgres"}
@@ -178,9 +183,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     group of :data:`LEAD` (the ``machine-load`` group, the 100-process Adult test and the tests whose
     deadlines must not run beside it, starts at once, :data:`LEAD` first, and overlaps the rest of the
     suite on the other worker instead of trailing it), then the tests of :data:`BESIDE_LEAD` (the other
-    worker's first tests: they run beside :data:`LEAD`), then the other marked groups, then the module
-    groups, then the other tests, each part with the tests of :data:`SLOW_FIRST` first (stable order
-    otherwise).
+    worker's first tests: they run beside :data:`LEAD`), then the ungrouped tests of the
+    :data:`IN_PROCESS` layers, then the other marked groups, then the module groups, then the other tests,
+    each part with the tests of :data:`SLOW_FIRST` first (stable order otherwise).
 
     pytest-xdist (3.8) tells the scheduler a test's group by appending ``@group`` to its node id through
     ``item._nodeid``; since pytest 9.2 the id lives in ``item._id`` (a ``NodeId``) and that write has no
@@ -192,14 +197,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     groups = {id(it): _group(it) for it in items}
     lead = {groups[id(it)] for it in items if LEAD in it.nodeid} - {None}
 
+    def in_process(item: pytest.Item) -> bool:
+        return any(item.get_closest_marker(m) is not None for m in IN_PROCESS)
+
     def order(item: pytest.Item) -> tuple[int, int]:
         marked = item.get_closest_marker("xdist_group") is not None
         if groups[id(item)] in lead:
             part = 0
         elif any(sub in item.nodeid for sub in BESIDE_LEAD):
             part = 1
+        elif in_process(item) and not marked:
+            part = 2
         else:
-            part = 2 if marked else 3 if groups[id(item)] is not None else 4
+            part = 3 if marked else 4 if groups[id(item)] is not None else 5
         return part, (-1 if LEAD in item.nodeid else _slow_rank(item))
 
     items.sort(key=order)
