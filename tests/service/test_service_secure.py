@@ -570,6 +570,18 @@ def _start(dep: Deployment, task: dict[str, Any]) -> str:
         return str(r.json()["run_id"])
 
 
+def _start_session_of_four(dep: Deployment) -> str:
+    """Start a run of four devices in one secure session (60 s deadlines, scaled); its id."""
+    return _start(
+        dep,
+        _task(
+            4,
+            secure_aggregation={"max_session": 4},
+            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
+        ),
+    )
+
+
 def _drive(
     devices: list[Any], run_id: str, seconds: float = 150.0, wait: float = 10.0
 ) -> list[threading.Thread]:
@@ -847,14 +859,7 @@ def test_a_device_holds_its_next_stage_request_until_the_stage_opens(
 
     for d in devices[:3]:
         recording(d)
-    run_id = _start(
-        production,
-        _task(
-            4,
-            secure_aggregation={"max_session": 4},
-            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
-        ),
-    )
+    run_id = _start_session_of_four(production)
     threads = _drive(devices[:3], run_id)
     threads.append(
         threading.Thread(
@@ -956,14 +961,7 @@ def test_a_device_takes_no_request_it_can_do_without(production: Deployment) -> 
 
     for d in devices:
         recording(d)
-    run_id = _start(
-        production,
-        _task(
-            4,
-            secure_aggregation={"max_session": 4},
-            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
-        ),
-    )
+    run_id = _start_session_of_four(production)
     threads = _drive(devices, run_id)
     _finished(production, run_id, threads)
     rounds = _rounds(production, run_id, devices)
@@ -1008,14 +1006,7 @@ def test_a_polling_device_gets_its_certificates_with_its_advertisement(
 
     for d in devices:
         recording(d)
-    run_id = _start(
-        production,
-        _task(
-            4,
-            secure_aggregation={"max_session": 4},
-            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
-        ),
-    )
+    run_id = _start_session_of_four(production)
     threads = _drive(devices, run_id, wait=0.0)
     _finished(production, run_id, threads)
     _check_exact(_rounds(production, run_id, devices))
@@ -1041,14 +1032,7 @@ def test_no_reveal_is_published_before_every_member_has_revealed(production: Dep
         inner(run_id, wait)
 
     late._reveal = reveal_when_released
-    run_id = _start(
-        production,
-        _task(
-            4,
-            secure_aggregation={"max_session": 4},
-            deadlines={"checkin": scaled(60.0), "round": scaled(60.0)},
-        ),
-    )
+    run_id = _start_session_of_four(production)
     threads = _drive(devices, run_id)
     first = devices[0]
     path = f"/v1/client/runs/{run_id}/seed"
