@@ -322,14 +322,12 @@ class Driver:
                     # transaction; rebuild the run from the journal on the next pass
                     self._forget(rid)
                     self._sessions.advanced.clear()
-                    self._sessions.journaled.clear()  # not committed: never served
-                    self._sessions.finished.clear()
+                    self._sessions.uncommitted()
                     log.warning(
                         json.dumps({"event": "retry_run", "run_id": rid, "error": str(exc)[:200]})
                     )
                 except Exception as exc:  # one broken run must not stop the others
-                    self._sessions.journaled.clear()  # not committed: never served
-                    self._sessions.finished.clear()
+                    self._sessions.uncommitted()
                     log.exception("run %s failed", rid)
                     self._abort(rid, f"internal error: {type(exc).__name__}: {exc}")
             if self._changed and self._on_change is not None:

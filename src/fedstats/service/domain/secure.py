@@ -362,6 +362,11 @@ class SessionCache:
         got, self.finished = self.finished, []
         return got
 
+    def uncommitted(self) -> None:
+        """Drop :attr:`journaled` and :attr:`finished`: their transaction failed (never served or freed)."""
+        self.journaled.clear()
+        self.finished.clear()
+
     def put(self, row: SecureSessionRow, server: SecAggServer, stage: int) -> None:
         """Remember ``server`` as session ``row`` at ``stage``."""
         self._live[(row.run_id, row.round_index, row.number)] = _Live(server, stage)
