@@ -303,3 +303,31 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     """The check itself: a graph with a cycle is reported, with its modules."""
     assert set(_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}})) == {"a", "b", "c"}
     assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+MAX_MODULE_LINES = 800  # issue 41: what a maintainer reads as one module
+MAX_FUNCTION_LINES = 150  # from the `def` line to the last line of the body
+
+
+def _sizes() -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    modules, functions = [], []
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        where = str(path.relative_to(SRC))
+        modules.append((len(text.splitlines()), where))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno is not None
+                functions.append((node.end_lineno - node.lineno + 1, f"{where}::{node.name}"))
+    return modules, functions
+
+
+def test_no_module_or_function_is_too_long() -> None:
+    modules, functions = _sizes()
+    assert len(modules) > 100 and len(functions) > 1000  # the walk found the package
+    long_modules = [m for m in modules if m[0] > MAX_MODULE_LINES]
+    long_functions = [f for f in functions if f[0] > MAX_FUNCTION_LINES]
+    assert not long_modules, (
+        f"modules over {MAX_MODULE_LINES} lines: {long_modules}: split by concern"
+    )
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"

@@ -283,19 +283,10 @@ def serve(
 
     from fedstats.service.domain.operators import trust_authority
     from fedstats.service.http.app import create_app
-    from fedstats.service.http.edge import JsonLogFormatter
     from fedstats.service.http.limits import ConnectionGuard, guarded_protocol, protocol_class
     from fedstats.service.store import open_store
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLogFormatter())  # one JSON object per line, ISO timestamps
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
-    if tls_cert is None:  # the warning above, also in the structured log
-        logging.getLogger("fedstats.service").warning(
-            '{"event": "plain_http", "message": "serving plain HTTP: no TLS (development only)"}'
-        )
-    # few allocator arenas: memory freed by the many pool threads can be given back (service.http.heap)
-    limit_arenas()
+    _configure_process(plain_http=tls_cert is None)
     store = open_store(db, require_writable=True)  # refuse a read-only database (exit 2)
     if authority_key is not None:
         trust_authority(store, authority_key)
@@ -593,6 +584,21 @@ def public_key_file(path: Path, option: str) -> str:
             option, str(path), "a file with an Ed25519 public key in hex"
         ) from None
     return text
+
+
+def _configure_process(*, plain_http: bool) -> None:
+    """Log JSON lines to stderr and limit the allocator's arenas, before any thread starts."""
+    from fedstats.service.http.edge import JsonLogFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter())  # one JSON object per line, ISO timestamps
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    if plain_http:  # the warning printed by serve, also in the structured log
+        logging.getLogger("fedstats.service").warning(
+            '{"event": "plain_http", "message": "serving plain HTTP: no TLS (development only)"}'
+        )
+    # few allocator arenas: memory freed by the many pool threads can be given back (service.http.heap)
+    limit_arenas()
 
 
 def _settle_heap() -> None:
