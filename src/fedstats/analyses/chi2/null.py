@@ -57,6 +57,7 @@ __all__ = [
     "mc_p_value",
     "noisy_marginals",
     "privacy_details",
+    "release_marginals",
     "release_projection",
     "round2_plan",
     "shifted_interval",
@@ -201,6 +202,31 @@ def noisy_marginals(marginals: Any, privacy: Chi2Privacy, rng: RNG) -> np.ndarra
     z = sample_discrete_gaussian(Fraction(privacy.marginal_sigma) ** 2, m.shape, rng)
     out: np.ndarray = np.maximum(m + z, 1)
     return out
+
+
+def release_marginals(
+    marginals: Any, shape: tuple[int, int], privacy: Chi2Privacy, rng: RNG
+) -> tuple[np.ndarray, float]:
+    """Round 1's release and the bound on the table's total behind round 2's plan (protocol and fast path).
+
+    Parameters
+    ----------
+    marginals : array_like of int, shape (m_x + m_y,)
+        The exact row then column sums.
+    shape : tuple of int
+        ``(m_x, m_y)``.
+    privacy : Chi2Privacy
+    rng : RNG
+        The server's generator.
+
+    Returns
+    -------
+    (numpy.ndarray, float)
+        :func:`noisy_marginals`, and their row total plus :func:`headroom` (the noisy total can fall
+        below the true one).
+    """
+    noisy = noisy_marginals(marginals, privacy, rng)
+    return noisy, float(noisy[: shape[0]].sum()) + headroom(privacy, *shape)
 
 
 def headroom(privacy: Chi2Privacy, m_x: int, m_y: int) -> float:
