@@ -32,6 +32,7 @@ from fedstats.analyses.chi2.estimator import (
 from fedstats.analyses.chi2.null import (
     DEFAULT_NULL_REPLICATES,
     NullSample,
+    NullSetting,
     Round2Plan,
     privacy_details,
     release_marginals,
@@ -345,16 +346,12 @@ def _null(
     level: float,
 ) -> NullSample:
     """The released statistic's null (and power) distribution, simulated through both rounds' noise."""
+    setting = NullSetting(
+        (rel.vx.size, rel.vy.size), privacy, proj, decoder, rel.n, s2.n_clients, rel.max_cell, bits
+    )
     return simulate_null(
         rel.marg,
-        (rel.vx.size, rel.vy.size),
-        privacy=privacy,
-        projection=proj,
-        decoder=decoder,
-        n_clients=rel.n,
-        n_survivors=s2.n_clients,
-        max_cell=rel.max_cell,
-        bits=bits,
+        setting,
         tau=plan.tau,
         replicates=replicates,
         rng=randomness.generator("server", "chi2", "null"),

@@ -30,6 +30,7 @@ from fedstats.analyses.chi2.estimator import (
 )
 from fedstats.analyses.chi2.null import (
     DEFAULT_NULL_REPLICATES,
+    NullSetting,
     Round2Plan,
     privacy_details,
     release_marginals,
@@ -197,14 +198,7 @@ def simulate_fed_chi2(
     if privacy is not None:
         null = simulate_null(
             np.concatenate([vx, vy]),
-            (m_x, m_y),
-            privacy=privacy,
-            projection=proj,
-            decoder=dec,
-            n_clients=n,
-            n_survivors=n - k_drop,
-            max_cell=mc,
-            bits=b,
+            NullSetting((m_x, m_y), privacy, proj, dec, n, n - k_drop, mc, b),
             tau=tau,
             replicates=null_replicates,
             rng=null_rng,
