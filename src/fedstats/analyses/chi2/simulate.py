@@ -292,30 +292,18 @@ def _plan(
     With DP the noise is set by the public norms (``c = max_j ||P_j|| / sqrt(vbar_j)``), as in the
     protocol; without DP and with the projection drawn in distribution, a bound on them replaces them.
     """
+    public: dict[str, Any] = {
+        "n_clients": n,
+        "max_cell": max_cell,
+        "bits": bits,
+        "total_bound": total_bound,
+        "min_dim": min(kept),
+    }
     if mode == "materialize" or privacy is not None:
-        return projection_plan(
-            privacy,
-            proj,
-            vbar,
-            n_clients=n,
-            max_cell=max_cell,
-            bits=bits,
-            total_bound=total_bound,
-            min_dim=min(kept),
-        )[0]
+        return projection_plan(privacy, proj, vbar, **public)[0]
     # no DP and the projection drawn in distribution: a bound on the norms replaces them
-    return round2_plan(
-        None,
-        vbar=vbar,
-        row_norm=math.sqrt(2.0 * w.size) * 1.5,
-        column_norm=math.inf,
-        n_clients=n,
-        max_cell=max_cell,
-        bits=bits,
-        ell=ell,
-        total_bound=total_bound,
-        min_dim=min(kept),
-    )
+    bound = math.sqrt(2.0 * w.size) * 1.5
+    return round2_plan(None, vbar=vbar, row_norm=bound, column_norm=math.inf, ell=ell, **public)
 
 
 def simulate_decoded(statistics: Any, encoding_size: int, decoder: str, rng: RNG) -> np.ndarray:
