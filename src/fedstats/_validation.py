@@ -137,6 +137,19 @@ def check_int(name: str, value: Any, *, low: int | None = None, high: int | None
     return v
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool (``True``/``False``, not 0/1).
+
+    Raises
+    ------
+    ParameterError
+        If ``value`` is not a bool.
+    """
+    if not isinstance(value, bool):
+        raise ParameterError(name, value, "true or false")
+    return value
+
+
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     """Return ``value`` if it is one of ``choices``.
 

@@ -39,6 +39,8 @@ __all__ = [
     "NOT_PRIVATE",
     "PLAN_DOMAIN",
     "AnalysisConfig",
+    "ExactSumsConfig",
+    "check_columns",
     "check_public_seed",
     "plan_randomness",
 ]
@@ -61,6 +63,19 @@ def check_public_seed(public_seed: Any) -> bytes:
     if not isinstance(public_seed, bytes) or len(public_seed) != 32:
         raise ParameterError("public_seed", public_seed, "the run's 32-byte public seed")
     return public_seed
+
+
+def check_columns(**columns: Any) -> None:
+    """Refuse a column name that is not a non-empty string (named).
+
+    Raises
+    ------
+    ParameterError
+        Naming the first such option.
+    """
+    for name, value in columns.items():
+        if not isinstance(value, str) or not value:
+            raise ParameterError(name, value, "a non-empty column name")
 
 
 def plan_randomness(public_seed: bytes) -> RandomSource:
@@ -254,3 +269,17 @@ class AnalysisConfig(ABC):
         PrivacyLoss
             epsilon, delta and rho where the mechanism gives one; :data:`NOT_PRIVATE` for exact sums.
         """
+
+
+class ExactSumsConfig(AnalysisConfig):
+    """Mixin of the configs of analyses that release exact sums over secure aggregation (no DP).
+
+    ``PRIVACY`` is ``"none"`` (a task's ``privacy.epsilon`` must be null) and :meth:`privacy_loss` is
+    :data:`NOT_PRIVATE`.
+    """
+
+    PRIVACY: ClassVar[str] = "none"
+
+    def privacy_loss(self) -> PrivacyLoss:
+        """Not private: exact sums are released (infinite epsilon, delta 1)."""
+        return NOT_PRIVATE

@@ -160,14 +160,11 @@ class BitPushingMeanConfig(AnalysisConfig):
         ProtocolGenerator[MeanEstimate]
         """
         seed = plan_randomness(public_seed).public_seed("bitpushing")
-        return mean_protocol(
-            self.stage(),
-            self.column,
-            self.encoding(),
-            check_int("n_clients", n_clients, low=1),
-            method=self.method,
-            public_seed=seed,
-        )
+        return mean_protocol(*self._inputs(n_clients), method=self.method, public_seed=seed)
+
+    def _inputs(self, n_clients: int) -> tuple[Stage, str, BitEncoding, int]:
+        """The protocols' first arguments: the stage, the column, the encoding and the checked cohort."""
+        return self.stage(), self.column, self.encoding(), check_int("n_clients", n_clients, low=1)
 
 
 @dataclass(frozen=True)
@@ -198,10 +195,7 @@ class BitPushingVarianceConfig(BitPushingMeanConfig):
         """
         seed = plan_randomness(public_seed).public_seed("bitpushing", "variance")
         return variance_protocol(
-            self.stage(),
-            self.column,
-            self.encoding(),
-            check_int("n_clients", n_clients, low=1),
+            *self._inputs(n_clients),
             method=self.method,
             mean_fraction=self.mean_fraction,
             public_seed=seed,

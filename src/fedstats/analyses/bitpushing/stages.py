@@ -10,6 +10,7 @@ on the same data, encoding and engine.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,18 +115,8 @@ class CodeSpec:
         )
 
     def params(self) -> dict[str, Any]:
-        """Plain serializable form for round parameters."""
-        return {
-            "column": self.column,
-            "low": self.low,
-            "high": self.high,
-            "out_of_range": self.out_of_range,
-            "offset": self.offset,
-            "resolution": self.resolution,
-            "max_code": self.max_code,
-            "bit_depth": self.bit_depth,
-            "center": self.center,
-        }
+        """Plain serializable form for round parameters: every field, in order."""
+        return dataclasses.asdict(self)
 
     def decode_mean(self, code_mean: float) -> float:
         """Mean value from the mean code."""

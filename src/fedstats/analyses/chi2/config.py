@@ -10,16 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedstats._validation import check_choice, check_int, check_open_unit
-from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
+from fedstats._validation import check_bool, check_choice, check_int, check_open_unit
+from fedstats.analyses._config import ExactSumsConfig, check_columns, check_public_seed
 from fedstats.errors import ParameterError
-from fedstats.privacy.analysis.loss import PrivacyLoss
 
 if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan is made
     from fedstats.analyses.chi2.estimator import Chi2Result
     from fedstats.engine.core import ProtocolGenerator
 
-__all__ = ["FedChi2Config", "check_columns", "check_task_shape"]
+__all__ = ["FedChi2Config", "TableTestConfig", "check_columns", "check_task_shape"]
 
 MAX_CATEGORIES = 10_000
 """Largest number of categories of one variable in a task."""
@@ -41,15 +40,26 @@ def check_task_shape(shape: Any) -> tuple[int, int]:
     )
 
 
-def check_columns(**columns: Any) -> None:
-    """Refuse a column name that is not a non-empty string (named)."""
-    for name, value in columns.items():
-        if not isinstance(value, str) or not value:
-            raise ParameterError(name, value, "a non-empty column name")
+@dataclass(frozen=True)
+class TableTestConfig(ExactSumsConfig):
+    """The fields a test of independence on two category columns shares (FED-chi^2, the G-test via FED-H).
+
+    ``shape`` (required) and the category columns ``x``, ``y``, validated here (:func:`check_task_shape`,
+    :func:`~fedstats.analyses._config.check_columns`) and documented by each subclass.
+    """
+
+    shape: tuple[int, int]
+    x: str = "x"
+    y: str = "y"
+
+    def __post_init__(self) -> None:
+        """Validate the shape and the columns."""
+        object.__setattr__(self, "shape", check_task_shape(self.shape))
+        check_columns(x=self.x, y=self.y)
 
 
 @dataclass(frozen=True)
-class FedChi2Config(AnalysisConfig):
+class FedChi2Config(TableTestConfig):
     """Options of FED-chi^2 over secure aggregation (one record per row, 64-bit ring).
 
     Parameters
@@ -80,11 +90,6 @@ class FedChi2Config(AnalysisConfig):
         If an option is out of range (named).
     """
 
-    PRIVACY = "none"
-
-    shape: tuple[int, int]
-    x: str = "x"
-    y: str = "y"
     encoding_size: int = 50
     decoder: str = "mean-of-squares"
     max_cell: int = 1
@@ -97,8 +102,7 @@ class FedChi2Config(AnalysisConfig):
         """Validate every option (see the class docstring)."""
         from fedstats.analyses.chi2.calibration import DECODERS
 
-        object.__setattr__(self, "shape", check_task_shape(self.shape))
-        check_columns(x=self.x, y=self.y)
+        super().__post_init__()
         check_int("encoding_size", self.encoding_size, low=2, high=100_000)
         check_choice("decoder", self.decoder, DECODERS)
         check_int("max_cell", self.max_cell, low=1, high=2**20)
@@ -106,12 +110,7 @@ class FedChi2Config(AnalysisConfig):
             v = check_open_unit(name, getattr(self, name))
             object.__setattr__(self, name, v)
         check_int("merge_below", self.merge_below, low=0, high=2**31 - 1)
-        if not isinstance(self.drop_empty, bool):
-            raise ParameterError("drop_empty", self.drop_empty, "true or false")
-
-    def privacy_loss(self) -> PrivacyLoss:
-        """Not private: exact sums are released (infinite epsilon, delta 1)."""
-        return NOT_PRIVATE
+        check_bool("drop_empty", self.drop_empty)
 
     def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[Chi2Result]:
         """The two rounds (marginals, then the projection keyed by ``projection_seed(public_seed)``).

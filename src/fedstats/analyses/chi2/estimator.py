@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +22,8 @@ from fedstats.analyses.chi2.calibration import (
     normal_averaged_p_value,
     sketched_p_value,
 )
+from fedstats.analyses.chi2.null import NullSample, Round2Plan, round2_plan, shifted_interval
+from fedstats.analyses.chi2.privacy import Chi2Privacy
 from fedstats.errors import DataError, ParameterError
 from fedstats.results import AnalysisResult
 from fedstats.secagg.quantize import BITS
@@ -32,11 +34,9 @@ from fedstats.sketches.decoders import (
 )
 from fedstats.sketches.stable import StableProjection
 
-if TYPE_CHECKING:
-    from fedstats.analyses.chi2.null import NullSample
-
 __all__ = [
     "Chi2Result",
+    "Sketch",
     "attach_truth",
     "check_client_tables",
     "check_options",
@@ -47,8 +47,10 @@ __all__ = [
     "client_bound",
     "decode",
     "finish",
+    "finish_encoding",
     "kept_cells",
     "projection_norms",
+    "projection_plan",
     "row_norms_and_offset",
 ]
 
@@ -329,6 +331,46 @@ def projection_norms(proj: StableProjection, sq: np.ndarray) -> tuple[float, np.
     return float(np.sqrt(acc.max())), off, scaled
 
 
+def projection_plan(
+    privacy: Chi2Privacy | None,
+    proj: StableProjection,
+    vbar: np.ndarray,
+    *,
+    n_clients: int,
+    max_cell: int,
+    bits: int,
+    total_bound: float,
+    min_dim: int,
+    exact: bool = True,
+) -> tuple[Round2Plan, float, np.ndarray]:
+    """Round 2's public plan from the projection's norms over ``sqrt(vbar)`` (protocol, fast path, planner).
+
+    :func:`projection_norms` of ``proj`` over ``sqrt(vbar)``, then
+    :func:`~fedstats.analyses.chi2.null.round2_plan` with them; the other parameters are
+    :func:`~fedstats.analyses.chi2.null.round2_plan`'s (``ell`` is ``proj.encoding_size``).
+
+    Returns
+    -------
+    (Round2Plan, float, numpy.ndarray)
+        The plan, the largest row norm and ``P sqrt(vbar)`` (shape ``(l,)``).
+    """
+    row_norm, p_sq, column_norm = projection_norms(proj, np.sqrt(vbar))
+    plan = round2_plan(
+        privacy,
+        vbar=vbar,
+        row_norm=row_norm,
+        column_norm=column_norm,
+        n_clients=n_clients,
+        max_cell=max_cell,
+        bits=bits,
+        ell=proj.encoding_size,
+        total_bound=total_bound,
+        min_dim=min_dim,
+        exact=exact,
+    )
+    return plan, row_norm, p_sq
+
+
 def row_norms_and_offset(proj: StableProjection, sq: np.ndarray) -> tuple[float, np.ndarray]:
     """``max_k ||P_k||_2`` and ``P sq`` (the first two values of :func:`projection_norms`).
 
@@ -371,19 +413,75 @@ def decode(
     return geometric_mean_estimator(e, 2.0, confidence=confidence, resolution=resolution)
 
 
+@dataclass(frozen=True)
+class Sketch:
+    """What round 2 sends and how the server decodes it: the fields of a result's cost and decoding.
+
+    Attributes
+    ----------
+    m_x, m_y : int
+        Table shape (round 1 sends ``m_x + m_y`` counts).
+    ell : int
+        Report length of round 2.
+    bits, frac_bits : int
+        Field width and fixed-point fraction bits (the communication cost is
+        ``ceil((m_x + m_y) bits / 8) + ceil(l bits / 8)`` bytes per client).
+    decoder : str
+    """
+
+    m_x: int
+    m_y: int
+    ell: int
+    bits: int
+    frac_bits: int
+    decoder: str
+
+
+def finish_encoding(
+    e: np.ndarray,
+    sketch: Sketch,
+    *,
+    confidence: float,
+    null: NullSample | None,
+    dof: int,
+    level: float,
+    n_clients: int,
+    n_dropped: int,
+    details: dict[str, Any],
+    noise_offset: float,
+) -> Chi2Result:
+    """Decode the aggregated encoding ``e`` and build the result (the protocol's and the fast path's step).
+
+    ``e`` is on the fixed-point grid ``2**-sketch.frac_bits`` (the geometric decoder's resolution); with
+    ``null`` the encoding is also decoded at ``1 - (1 - confidence) / 2`` for the interval
+    (:func:`finish`'s ``wide``). The other parameters are :func:`finish`'s.
+    """
+    step = 1.0 / 2.0**sketch.frac_bits
+    wide = None
+    if null is not None:
+        wide = decode(e, sketch.decoder, 1.0 - (1.0 - confidence) / 2.0, step)
+    return finish(
+        decode(e, sketch.decoder, confidence, step),
+        sketch,
+        dof=dof,
+        level=level,
+        n_clients=n_clients,
+        n_dropped=n_dropped,
+        details=details,
+        noise_offset=noise_offset,
+        null=null,
+        wide=wide,
+    )
+
+
 def finish(
     est: FrequencyMomentEstimate,
+    sketch: Sketch,
     *,
     dof: int,
     level: float,
     n_clients: int,
     n_dropped: int,
-    m_x: int,
-    m_y: int,
-    ell: int,
-    bits: int,
-    frac_bits: int,
-    decoder: str,
     test: str = "chi2",
     details: dict[str, Any] | None = None,
     noise_offset: float = 0.0,
@@ -397,16 +495,14 @@ def finish(
     ----------
     est : FrequencyMomentEstimate
         The decoded statistic and its interval.
+    sketch : Sketch
+        Table shape, report length of round 2, field width, fixed-point fraction bits and decoder.
     dof : int
         Degrees of freedom ``(m_x - 1)(m_y - 1)`` over the kept rows and columns.
     level : float
         Significance level, in (0, 1).
     n_clients, n_dropped : int
         Clients in the final sum, and clients lost since round 1.
-    m_x, m_y, ell, bits, frac_bits : int
-        Table shape, report length of round 2, field width and fixed-point fraction bits (for the
-        communication cost ``ceil((m_x + m_y) bits / 8) + ceil(l bits / 8)`` bytes per client).
-    decoder : str
     test : {"chi2", "g-test"}
         ``"g-test"`` gives the tag ``"entropy.g_test"`` and reads the p-value of the estimated G averaged
         over its additive error of standard deviation ``noise_sd``
@@ -434,14 +530,13 @@ def finish(
     """
     import scipy.stats  # lazily (import cost)
 
+    m_x, m_y, ell, bits = sketch.m_x, sketch.m_y, sketch.ell, sketch.bits
     tau = float(noise_offset)
     stat = max(0.0, est.estimate - tau)
     crit = float(scipy.stats.chi2.isf(level, dof))
     lo, hi = (max(0.0, c - tau) for c in est.ci)
     raw = est.estimate - tau
     if null is not None and wide is not None:
-        from fedstats.analyses.chi2.null import shifted_interval
-
         raw = est.estimate - tau - float(null.shift.mean())
         stat = max(0.0, raw)
         lo, hi = shifted_interval(wide.ci, tau, null.shift, est.confidence)
@@ -466,7 +561,11 @@ def finish(
         p_lo_end, p, p_hi_end = (
             float(
                 sketched_p_value(
-                    max(x - tau, 0.0), dof, encoding_size=ell, decoder=decoder, noise_offset=tau
+                    max(x - tau, 0.0),
+                    dof,
+                    encoding_size=ell,
+                    decoder=sketch.decoder,
+                    noise_offset=tau,
                 )
             )
             for x in (est.ci[0], est.estimate, est.ci[1])
@@ -496,9 +595,9 @@ def finish(
         decision_stable=bool(stable),
         bytes_full_table=math.ceil(m_x * m_y * bits / 8),
         encoding_size=ell,
-        decoder=decoder,
+        decoder=sketch.decoder,
         bits=bits,
-        frac_bits=frac_bits,
+        frac_bits=sketch.frac_bits,
         n_dropped=n_dropped,
         test=test,
         details=details,

@@ -52,11 +52,13 @@ from fedstats.sketches.stable import MAX_DENSE_ENTRIES, StableProjection
 __all__ = [
     "DEFAULT_NULL_REPLICATES",
     "NullSample",
+    "NullSetting",
     "Round2Plan",
     "headroom",
     "mc_p_value",
     "noisy_marginals",
     "privacy_details",
+    "release_marginals",
     "release_projection",
     "round2_plan",
     "shifted_interval",
@@ -203,6 +205,31 @@ def noisy_marginals(marginals: Any, privacy: Chi2Privacy, rng: RNG) -> np.ndarra
     return out
 
 
+def release_marginals(
+    marginals: Any, shape: tuple[int, int], privacy: Chi2Privacy, rng: RNG
+) -> tuple[np.ndarray, float]:
+    """Round 1's release and the bound on the table's total behind round 2's plan (protocol and fast path).
+
+    Parameters
+    ----------
+    marginals : array_like of int, shape (m_x + m_y,)
+        The exact row then column sums.
+    shape : tuple of int
+        ``(m_x, m_y)``.
+    privacy : Chi2Privacy
+    rng : RNG
+        The server's generator.
+
+    Returns
+    -------
+    (numpy.ndarray, float)
+        :func:`noisy_marginals`, and their row total plus :func:`headroom` (the noisy total can fall
+        below the true one).
+    """
+    noisy = noisy_marginals(marginals, privacy, rng)
+    return noisy, float(noisy[: shape[0]].sum()) + headroom(privacy, *shape)
+
+
 def headroom(privacy: Chi2Privacy, m_x: int, m_y: int) -> float:
     """Bound on how far the noisy total can fall below the true one (10 sigma per marginal, summed)."""
     return 10.0 * privacy.marginal_sigma * math.sqrt(m_x + m_y)
@@ -306,17 +333,39 @@ def _multinomial(rng: RNG, total: int, p: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class NullSetting:
+    """The run's release as :func:`simulate_null` replays it (public values only).
+
+    Attributes
+    ----------
+    shape : tuple of int
+        ``(m_x, m_y)``.
+    privacy : Chi2Privacy
+    projection : StableProjection
+        The run's public projection (its columns' norms set ``c``; ``w`` is projected with it when
+        ``l m <= MAX_DENSE_ENTRIES``).
+    decoder : {"mean-of-squares", "geometric"}
+    n_clients, n_survivors : int
+        Clients of round 1 and of round 2.
+    max_cell, bits : int
+        As in the protocol.
+    """
+
+    shape: tuple[int, int]
+    privacy: Chi2Privacy
+    projection: StableProjection
+    decoder: str
+    n_clients: int
+    n_survivors: int
+    max_cell: int
+    bits: int
+
+
 def simulate_null(
     marginals: Any,
-    shape: tuple[int, int],
+    setting: NullSetting,
     *,
-    privacy: Chi2Privacy,
-    projection: StableProjection,
-    decoder: str,
-    n_clients: int,
-    n_survivors: int,
-    max_cell: int,
-    bits: int,
     tau: float,
     replicates: int,
     rng: RNG,
@@ -329,17 +378,9 @@ def simulate_null(
     ----------
     marginals : array_like of int, shape (m_x + m_y,)
         The released (noisy, >= 1) row then column sums.
-    shape : tuple of int
-        ``(m_x, m_y)``.
-    privacy : Chi2Privacy
-    projection : StableProjection
-        The run's public projection (its columns' norms set ``c``; ``w`` is projected with it when
-        ``l m <= MAX_DENSE_ENTRIES``).
-    decoder : {"mean-of-squares", "geometric"}
-    n_clients, n_survivors : int
-        Clients of round 1 and of round 2.
-    max_cell, bits : int
-        As in the protocol.
+    setting : NullSetting
+        The run's release: shape, privacy, projection, decoder, clients of both rounds, ``max_cell``
+        and ``bits``.
     tau : float
         The observed run's noise offset.
     replicates : int
@@ -358,25 +399,22 @@ def simulate_null(
     NullSample
         With ``power = (w, power)`` when ``effect > 0``.
     """
-    m_x = shape[0]
+    m_x = setting.shape[0]
     marg = np.asarray(marginals, dtype=np.float64)
     vx, vy = marg[:m_x], marg[m_x:]
     total = max(1, round(0.5 * (vx.sum() + vy.sum())))
     p = np.outer(vx / vx.sum(), vy / vy.sum()).ravel()
     tables = _multinomial(rng, total, p / p.sum(), replicates)
-    setting = _Setting(
-        shape, privacy, projection, decoder, n_clients, n_survivors, max_cell, bits, total
-    )
-    r, shift = _released(tables, setting, rng)
+    r, shift = _released(tables, setting, total, rng)
     power = None
     if effect > 0.0:
         p1, w = effect_probabilities(vx, vy, effect)
-        r1, _ = _released(_multinomial(rng, total, p1, replicates), setting, rng)
+        r1, _ = _released(_multinomial(rng, total, p1, replicates), setting, total, rng)
         # the test rejects when p = (1 + #{R_b >= R}) / (B + 1) <= level
         allowed = math.floor(level * (replicates + 1) + 1e-9) - 1
         crit = math.inf if allowed < 0 else float(np.sort(r)[replicates - 1 - allowed])
         power = (w, float(np.mean(r1 > crit)) if math.isfinite(crit) else 0.0)
-    return NullSample(np.sort(r), float(dof_of(shape) + tau), np.sort(shift), power)
+    return NullSample(np.sort(r), float(dof_of(setting.shape) + tau), np.sort(shift), power)
 
 
 def dof_of(shape: tuple[int, int]) -> int:
@@ -384,25 +422,14 @@ def dof_of(shape: tuple[int, int]) -> int:
     return (shape[0] - 1) * (shape[1] - 1)
 
 
-@dataclass(frozen=True)
-class _Setting:
-    shape: tuple[int, int]
-    privacy: Chi2Privacy
-    projection: StableProjection
-    decoder: str
-    n_clients: int
-    n_survivors: int
-    max_cell: int
-    bits: int
-    total: int
-
-
-def _released(tables: np.ndarray, st: _Setting, rng: RNG) -> tuple[np.ndarray, np.ndarray]:
+def _released(
+    tables: np.ndarray, st: NullSetting, total: int, rng: RNG
+) -> tuple[np.ndarray, np.ndarray]:
     """Each table through the release (module docstring, steps 2-3): ``R_b`` and ``s~_b - s_b``."""
     m_x, m_y = st.shape
     m = m_x * m_y
     replicates = tables.shape[0]
-    privacy, projection, total = st.privacy, st.projection, st.total
+    privacy, projection = st.privacy, st.projection
     n_clients, n_survivors = st.n_clients, st.n_survivors
     ell = projection.encoding_size
     dof = dof_of(st.shape)

@@ -34,8 +34,8 @@ import numpy as np
 from fedstats._validation import check_int, check_open_unit, check_real
 from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int, smallest_real
 from fedstats.analyses.chi2.client import expected_counts
-from fedstats.analyses.chi2.estimator import check_options, projection_norms
-from fedstats.analyses.chi2.null import headroom, round2_plan
+from fedstats.analyses.chi2.estimator import check_options, projection_plan
+from fedstats.analyses.chi2.null import headroom
 from fedstats.analyses.chi2.privacy import plan_chi2_privacy
 from fedstats.analyses.chi2.simulate import simulate_decoded
 from fedstats.errors import FedstatsError, ParameterError
@@ -161,16 +161,13 @@ def noise_offset(
     vbar = expected_counts(a, b)
 
     proj = StableProjection(_PLAN_SEED, encoding_size, 2.0)
-    row_norm, _, column_norm = projection_norms(proj, np.sqrt(vbar))
-    plan = round2_plan(
+    plan, _, _ = projection_plan(
         privacy,
-        vbar=vbar,
-        row_norm=row_norm,
-        column_norm=column_norm,
+        proj,
+        vbar,
         n_clients=n,
         max_cell=t,
         bits=bits,
-        ell=encoding_size,
         total_bound=total + headroom(privacy, m_x, m_y),
         min_dim=min(m_x, m_y),
         exact=False,

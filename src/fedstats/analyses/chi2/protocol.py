@@ -21,23 +21,22 @@ from fedstats._validation import check_int
 from fedstats.analyses.chi2.client import encode_marginals, encode_projection, expected_counts
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
+    Sketch,
     check_options,
     check_shape,
     client_bound,
-    decode,
-    finish,
+    finish_encoding,
     kept_cells,
-    projection_norms,
+    projection_plan,
 )
 from fedstats.analyses.chi2.null import (
     DEFAULT_NULL_REPLICATES,
     NullSample,
+    NullSetting,
     Round2Plan,
-    headroom,
-    noisy_marginals,
     privacy_details,
+    release_marginals,
     release_projection,
-    round2_plan,
     simulate_null,
 )
 from fedstats.analyses.chi2.privacy import Chi2Privacy
@@ -209,19 +208,15 @@ def fed_chi2_protocol(
         if null_replicates and randomness is not None:
             null = _null(rel, plan, proj, privacy, s2, dec, b, null_replicates, randomness, lev)
     e = fp.decode(total)
-    res_step = 1.0 / fp.scale
-    res = finish(
-        decode(e, dec, conf, res_step),
+    res = finish_encoding(
+        e,
+        Sketch(m_x, m_y, ell, b, plan.frac_bits, dec),
+        confidence=conf,
+        null=null,
         dof=(rel.rows.size - 1) * (rel.cols.size - 1),
         level=lev,
         n_clients=s2.n_clients,
         n_dropped=rel.n - s2.n_clients,
-        m_x=m_x,
-        m_y=m_y,
-        ell=ell,
-        bits=b,
-        frac_bits=plan.frac_bits,
-        decoder=dec,
         details={
             "rows": rel.rows.tolist(),
             "cols": rel.cols.tolist(),
@@ -230,8 +225,6 @@ def fed_chi2_protocol(
             **details,
         },
         noise_offset=0.0 if privacy is None else plan.tau,
-        null=null,
-        wide=None if null is None else decode(e, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
     )
     return _annotate(res, rel, privacy, null, lev, labels)
 
@@ -268,13 +261,12 @@ def _release_marginals(
     drop_empty: bool,
 ) -> _Marginals:
     """Release round 1's sum: noisy marginals with privacy (at least 1), rare categories merged."""
-    m_x, m_y = shape
+    m_x = shape[0]
     marg = np.asarray(s1.total, dtype=np.int64)
     total_bound = float(marg[:m_x].sum())
     if privacy is not None and server is not None:
         # noisy marginals, at least 1 (post-processing): every cell is kept
-        marg = noisy_marginals(marg, privacy, server)
-        total_bound = float(marg[:m_x].sum()) + headroom(privacy, m_x, m_y)
+        marg, total_bound = release_marginals(marg, shape, privacy, server)
     vx, vy = marg[:m_x], marg[m_x:]
     merged = _merge(vx, vy, check_int("merge_below", merge_below, low=0), labels)
     warnings = []
@@ -311,16 +303,13 @@ def _round2_setup(
     """
     n, ell = rel.n, proj.encoding_size
     vbar = expected_counts(rel.vx[rel.rows], rel.vy[rel.cols])
-    row_norm, p_sq, column_norm = projection_norms(proj, np.sqrt(vbar))
-    plan = round2_plan(
+    plan, row_norm, p_sq = projection_plan(
         privacy,
-        vbar=vbar,
-        row_norm=row_norm,
-        column_norm=column_norm,
+        proj,
+        vbar,
         n_clients=n,
         max_cell=rel.max_cell,
         bits=bits,
-        ell=ell,
         total_bound=rel.total_bound,
         min_dim=min(rel.rows.size, rel.cols.size),
     )
@@ -357,16 +346,12 @@ def _null(
     level: float,
 ) -> NullSample:
     """The released statistic's null (and power) distribution, simulated through both rounds' noise."""
+    setting = NullSetting(
+        (rel.vx.size, rel.vy.size), privacy, proj, decoder, rel.n, s2.n_clients, rel.max_cell, bits
+    )
     return simulate_null(
         rel.marg,
-        (rel.vx.size, rel.vy.size),
-        privacy=privacy,
-        projection=proj,
-        decoder=decoder,
-        n_clients=rel.n,
-        n_survivors=s2.n_clients,
-        max_cell=rel.max_cell,
-        bits=bits,
+        setting,
         tau=plan.tau,
         replicates=replicates,
         rng=randomness.generator("server", "chi2", "null"),

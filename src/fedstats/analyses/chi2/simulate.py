@@ -19,21 +19,21 @@ from fedstats.analyses.chi2.calibration import batch_decode
 from fedstats.analyses.chi2.client import expected_counts
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
+    Sketch,
     attach_truth,
     check_options,
     check_table,
     chi_square_statistic,
-    decode,
-    finish,
+    finish_encoding,
     kept_cells,
-    projection_norms,
+    projection_plan,
 )
 from fedstats.analyses.chi2.null import (
     DEFAULT_NULL_REPLICATES,
+    NullSetting,
     Round2Plan,
-    headroom,
-    noisy_marginals,
     privacy_details,
+    release_marginals,
     release_projection,
     round2_plan,
     simulate_null,
@@ -195,39 +195,26 @@ def simulate_fed_chi2(
         shortcuts.append("central DP: the protocol's release on the summed integer sketch")
         details["privacy"] = privacy_details(privacy, plan, np.concatenate([vx, vy]))
     q = wrap_reports(q, b)  # float64 integers, reduced like the protocol's sum
-    res_step = 1.0 / scale
     if privacy is not None:
         null = simulate_null(
             np.concatenate([vx, vy]),
-            (m_x, m_y),
-            privacy=privacy,
-            projection=proj,
-            decoder=dec,
-            n_clients=n,
-            n_survivors=n - k_drop,
-            max_cell=mc,
-            bits=b,
+            NullSetting((m_x, m_y), privacy, proj, dec, n, n - k_drop, mc, b),
             tau=tau,
             replicates=null_replicates,
             rng=null_rng,
         )
     dof = int((rows.size - 1) * (cols.size - 1))
-    res = finish(
-        decode(q / scale, dec, conf, res_step),
+    res = finish_encoding(
+        q / scale,
+        Sketch(m_x, m_y, ell, b, plan.frac_bits, dec),
+        confidence=conf,
+        null=null,
         dof=dof,
         level=lev,
         n_clients=n - k_drop,
         n_dropped=k_drop,
-        m_x=m_x,
-        m_y=m_y,
-        ell=ell,
-        bits=b,
-        frac_bits=plan.frac_bits,
-        decoder=dec,
         details=details,
         noise_offset=tau,
-        null=null,
-        wide=None if null is None else decode(q / scale, dec, 1.0 - (1.0 - conf) / 2.0, res_step),
     )
     exact, _ = chi_square_statistic(t)
     res.release_note = note
@@ -283,10 +270,8 @@ def _marginals(
     if privacy is None:
         rows, cols = kept_cells(vx, vy, drop_empty)
         return vx, vy, rows, cols, float(vx.sum())
-    marg = noisy_marginals(np.concatenate([vx, vy]), privacy, noise_rng)
-    vx, vy = marg[:m_x], marg[m_x:]
-    total_bound = float(vx.sum()) + headroom(privacy, m_x, m_y)
-    return vx, vy, np.arange(m_x), np.arange(m_y), total_bound
+    marg, total_bound = release_marginals(np.concatenate([vx, vy]), t.shape, privacy, noise_rng)
+    return marg[:m_x], marg[m_x:], np.arange(m_x), np.arange(m_y), total_bound
 
 
 def _plan(
@@ -307,22 +292,18 @@ def _plan(
     With DP the noise is set by the public norms (``c = max_j ||P_j|| / sqrt(vbar_j)``), as in the
     protocol; without DP and with the projection drawn in distribution, a bound on them replaces them.
     """
+    public: dict[str, Any] = {
+        "n_clients": n,
+        "max_cell": max_cell,
+        "bits": bits,
+        "total_bound": total_bound,
+        "min_dim": min(kept),
+    }
     if mode == "materialize" or privacy is not None:
-        row_norm, _, column_norm = projection_norms(proj, np.sqrt(vbar))
-    else:
-        row_norm, column_norm = math.sqrt(2.0 * w.size) * 1.5, math.inf
-    return round2_plan(
-        privacy,
-        vbar=vbar,
-        row_norm=row_norm,
-        column_norm=column_norm,
-        n_clients=n,
-        max_cell=max_cell,
-        bits=bits,
-        ell=ell,
-        total_bound=total_bound,
-        min_dim=min(kept),
-    )
+        return projection_plan(privacy, proj, vbar, **public)[0]
+    # no DP and the projection drawn in distribution: a bound on the norms replaces them
+    bound = math.sqrt(2.0 * w.size) * 1.5
+    return round2_plan(None, vbar=vbar, row_norm=bound, column_norm=math.inf, ell=ell, **public)
 
 
 def simulate_decoded(statistics: Any, encoding_size: int, decoder: str, rng: RNG) -> np.ndarray:

@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedstats._validation import check_choice, check_int, check_open_unit
-from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
-from fedstats.analyses.chi2.config import MAX_CATEGORIES, check_columns, check_task_shape
-from fedstats.errors import ParameterError
-from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats._validation import check_bool, check_choice, check_int, check_open_unit
+from fedstats.analyses._config import ExactSumsConfig, check_columns, check_public_seed
+from fedstats.analyses.chi2.config import MAX_CATEGORIES, TableTestConfig
 
 if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan is made
     from fedstats.analyses.chi2.estimator import Chi2Result
@@ -49,7 +47,7 @@ def _fed_h_options(cfg: Any, public_seed: bytes) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class FedEntropyConfig(AnalysisConfig):
+class FedEntropyConfig(ExactSumsConfig):
     """Options of FED-H: the Shannon entropy of one category column (one record per row).
 
     Parameters
@@ -73,8 +71,6 @@ class FedEntropyConfig(AnalysisConfig):
         If an option is out of range (named).
     """
 
-    PRIVACY = "none"
-
     m: int
     x: str = "x"
     encoding_size: int = 1000
@@ -88,10 +84,6 @@ class FedEntropyConfig(AnalysisConfig):
         check_columns(x=self.x)
         _check_fed_h(self)
 
-    def privacy_loss(self) -> PrivacyLoss:
-        """Not private: exact sums are released (infinite epsilon, delta 1)."""
-        return NOT_PRIVATE
-
     def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[EntropyResult]:
         """The rounds of FED-H (:func:`~fedstats.analyses.entropy.protocol.fed_entropy_protocol`)."""
         from fedstats.analyses.entropy.protocol import fed_entropy_protocol
@@ -103,7 +95,7 @@ class FedEntropyConfig(AnalysisConfig):
 
 
 @dataclass(frozen=True)
-class GTestConfig(AnalysisConfig):
+class GTestConfig(TableTestConfig):
     """Options of the G-test of independence via FED-H (one record per row).
 
     Parameters
@@ -125,11 +117,6 @@ class GTestConfig(AnalysisConfig):
         If an option is out of range (named).
     """
 
-    PRIVACY = "none"
-
-    shape: tuple[int, int]
-    x: str = "x"
-    y: str = "y"
     encoding_size: int = 1000
     fd_step: float = _FD_STEP
     coupling: str = "coupled"
@@ -139,17 +126,11 @@ class GTestConfig(AnalysisConfig):
 
     def __post_init__(self) -> None:
         """Validate every option (see the class docstring)."""
-        object.__setattr__(self, "shape", check_task_shape(self.shape))
-        check_columns(x=self.x, y=self.y)
+        super().__post_init__()
         _check_fed_h(self)
         lev = check_open_unit("level", self.level)
         object.__setattr__(self, "level", lev)
-        if not isinstance(self.drop_empty, bool):
-            raise ParameterError("drop_empty", self.drop_empty, "true or false")
-
-    def privacy_loss(self) -> PrivacyLoss:
-        """Not private: exact sums are released (infinite epsilon, delta 1)."""
-        return NOT_PRIVATE
+        check_bool("drop_empty", self.drop_empty)
 
     def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[Chi2Result]:
         """The rounds of the G-test (:func:`~fedstats.analyses.entropy.protocol.g_test_protocol`)."""

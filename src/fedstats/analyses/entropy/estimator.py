@@ -21,6 +21,7 @@ import numpy as np
 from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
+    Sketch,
     attach_truth,
     check_tables,
     finish,
@@ -462,16 +463,11 @@ def g_result(
     noise_sd = 2 * table_total * (ent.standard_error or 0.0)
     res = finish(
         est,
+        Sketch(m_x, m_y, 2 * ent.encoding_size, ent.bits, ent.frac_bits, "fed-h"),
         dof=dof,
         level=level,
         n_clients=ent.n_clients,
         n_dropped=0,
-        m_x=m_x,
-        m_y=m_y,
-        ell=2 * ent.encoding_size,
-        bits=ent.bits,
-        frac_bits=ent.frac_bits,
-        decoder="fed-h",
         test="g-test",
         details={"joint_entropy": ent.to_dict()},
         noise_sd=noise_sd,

@@ -7,9 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fedstats._validation import check_int, check_real
-from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_public_seed
-from fedstats.errors import ParameterError
-from fedstats.privacy.analysis.loss import PrivacyLoss
+from fedstats.analyses._config import ExactSumsConfig, check_columns, check_public_seed
 
 if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan is made
     from fedstats.analyses.exact.protocol import MeanResult
@@ -19,7 +17,7 @@ __all__ = ["ExactMeanConfig"]
 
 
 @dataclass(frozen=True)
-class ExactMeanConfig(AnalysisConfig):
+class ExactMeanConfig(ExactSumsConfig):
     """Options of the exact (non-private) federated mean.
 
     Parameters
@@ -37,8 +35,6 @@ class ExactMeanConfig(AnalysisConfig):
         If an option is out of range (named).
     """
 
-    PRIVACY = "none"
-
     clip: float
     column: str = "value"
     frac_bits: int = 16
@@ -48,8 +44,7 @@ class ExactMeanConfig(AnalysisConfig):
         clip = check_real("clip", self.clip, low=0.0, high=math.inf, low_open=True, high_open=True)
         object.__setattr__(self, "clip", clip)
         check_int("frac_bits", self.frac_bits, low=0, high=52)
-        if not isinstance(self.column, str) or not self.column:
-            raise ParameterError("column", self.column, "a non-empty column name")
+        check_columns(column=self.column)
 
     def plan(self, *, n_clients: int, public_seed: bytes) -> ProtocolGenerator[MeanResult]:
         """The one round: values in fixed point and a count (:func:`~.protocol.mean_protocol`).
@@ -70,7 +65,3 @@ class ExactMeanConfig(AnalysisConfig):
         check_int("n_clients", n_clients, low=1)
         check_public_seed(public_seed)
         return mean_protocol(self.column, clip=self.clip, frac_bits=self.frac_bits)
-
-    def privacy_loss(self) -> PrivacyLoss:
-        """Not private: exact sums are released (infinite epsilon, delta 1)."""
-        return NOT_PRIVATE

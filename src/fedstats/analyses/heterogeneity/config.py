@@ -37,10 +37,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fedstats._validation import check_choice, check_int, check_open_unit, check_real
+from fedstats._validation import check_bool, check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses._config import (
     NOT_PRIVATE,
     AnalysisConfig,
+    check_columns,
     check_public_seed,
     plan_randomness,
 )
@@ -183,10 +184,8 @@ class HeterogeneityConfig(AnalysisConfig):
         if self.dim is not None:
             check_int("dim", self.dim, low=1, high=10**7)
         for name in ("secure", "float_noise"):
-            if not isinstance(getattr(self, name), bool):
-                raise ParameterError(name, getattr(self, name), "true or false")
-        if not isinstance(self.column, str) or not self.column:
-            raise ParameterError("column", self.column, "a non-empty column name")
+            check_bool(name, getattr(self, name))
+        check_columns(column=self.column)
         check_choice("statistic", self.statistic, STATISTICS)
         check_choice("mechanism", self.mechanism, MECHANISMS)
         if self.accounting is None:  # the tightest calibration the mechanism allows
