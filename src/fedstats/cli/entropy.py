@@ -9,26 +9,23 @@ Every client holds the histogram of its rows of ``--column``; the clients are ch
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fedstats.cli import _tables as _t
 from fedstats.cli._common import (
-    BackendOption,
     DataDirOption,
     JsonOption,
-    SchedulerOption,
     SeedOption,
-    ShardSizeOption,
-    WorkersOption,
     check_route_options,
-    engine_session,
     print_rows,
     release,
     release_line,
     state_from,
 )
+from fedstats.cli._options import EngineOptions, route_options
 from fedstats.cli._tables import (
     BitsOption,
     ClientColumnOption,
@@ -49,6 +46,7 @@ MIN_FD_STEP = 1e-6
 """Smallest ``--fd-step``: at 1e-8 the FED-H difference quotient is already dominated by rounding."""
 
 
+@route_options
 def entropy(
     ctx: typer.Context,
     data: Annotated[str, typer.Argument(help="Dataset name (e.g. adult) or a CSV/Parquet file.")],
@@ -69,10 +67,7 @@ def entropy(
     count_column: CountColumnOption = None,
     split: SplitOption = None,
     secure: SecureOption = None,
-    backend: BackendOption = "auto",
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    shard_size: ShardSizeOption = 1 << 20,
+    engine_options: EngineOptions = EngineOptions("auto"),
     json_flag: JsonOption = False,
     seed: SeedOption = None,
     data_dir: DataDirOption = None,
@@ -99,10 +94,9 @@ def entropy(
     if m < 2:
         raise DataError(f"column {column!r} has a single category: its entropy is 0")
     _t.check_projection_memory(encoding_size, m, n, projections=2)  # f_+ and f_-
-    route = _t.route(secure, backend, n)
+    route = _t.route(secure, engine_options.backend, n)
     check_route_options(ctx, route)
-    engine_options = {"workers": workers, "scheduler": scheduler, "shard_size": shard_size}
-    with engine_session(state, backend=route, **engine_options) as engine:
+    with replace(engine_options, backend=route).session(state) as engine:
         res = fed_entropy(
             hist,
             encoding_size=encoding_size,
