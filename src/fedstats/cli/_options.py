@@ -31,20 +31,30 @@ if TYPE_CHECKING:
     from fedstats.engine import Engine
 
 __all__ = [
+    "ConfidenceOption",
+    "DataArgument",
     "EngineOptions",
-    "IntervalLevelOption",
     "LevelOption",
     "LowOption",
     "PopulationFilterOption",
+    "SplitOption",
     "drop_option",
     "route_options",
 ]
 
-IntervalLevelOption = Annotated[
+ConfidenceOption = Annotated[
     float, typer.Option("--confidence", help="Level of the interval, in (0, 1).")
+]
+DataArgument = Annotated[
+    str,
+    typer.Argument(help="A dataset name (e.g. adult, census-income-kdd) or a CSV/Parquet file."),
 ]
 LevelOption = Annotated[float, typer.Option("--level", help="Significance level.")]
 LowOption = Annotated[float, typer.Option("--low", help="Declared lower bound of the values.")]
+SplitOption = Annotated[
+    str | None,
+    typer.Option("--split", help="Split of a registered dataset (e.g. train, test, all)."),
+]
 PopulationFilterOption = Annotated[
     str | None, typer.Option("--population", help="Only this population.")
 ]

@@ -33,15 +33,20 @@ from fedstats.cli._common import (
     release_line,
     state_from,
 )
-from fedstats.cli._options import EngineOptions, LevelOption, route_options
+from fedstats.cli._options import (
+    ConfidenceOption,
+    DataArgument,
+    EngineOptions,
+    LevelOption,
+    SplitOption,
+    route_options,
+)
 from fedstats.cli._tables import (
     BitsOption,
     ClientColumnOption,
     ClientsOption,
-    ConfidenceOption,
     CountColumnOption,
     SecureOption,
-    SplitOption,
 )
 from fedstats.errors import ParameterError
 
@@ -54,7 +59,7 @@ __all__ = ["register"]
 @route_options
 def chi2(
     ctx: typer.Context,
-    data: Annotated[str, typer.Argument(help="Dataset name (e.g. adult) or a CSV/Parquet file.")],
+    data: DataArgument,
     x: Annotated[str, typer.Option("--x", help="Column of the table's rows.")],
     y: Annotated[str, typer.Option("--y", help="Column of the table's columns.")],
     client_column: ClientColumnOption = None,

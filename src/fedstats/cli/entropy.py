@@ -25,15 +25,19 @@ from fedstats.cli._common import (
     release_line,
     state_from,
 )
-from fedstats.cli._options import EngineOptions, route_options
+from fedstats.cli._options import (
+    ConfidenceOption,
+    DataArgument,
+    EngineOptions,
+    SplitOption,
+    route_options,
+)
 from fedstats.cli._tables import (
     BitsOption,
     ClientColumnOption,
     ClientsOption,
-    ConfidenceOption,
     CountColumnOption,
     SecureOption,
-    SplitOption,
 )
 from fedstats.errors import DataError, ParameterError
 
@@ -49,7 +53,7 @@ MIN_FD_STEP = 1e-6
 @route_options
 def entropy(
     ctx: typer.Context,
-    data: Annotated[str, typer.Argument(help="Dataset name (e.g. adult) or a CSV/Parquet file.")],
+    data: DataArgument,
     column: Annotated[str, typer.Option("--column", help="Categorical column.")],
     client_column: ClientColumnOption = None,
     clients: ClientsOption = None,

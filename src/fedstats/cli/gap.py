@@ -28,7 +28,7 @@ from fedstats.cli._common import (
     state_from,
     warn_duration,
 )
-from fedstats.cli._options import EngineOptions, IntervalLevelOption, route_options
+from fedstats.cli._options import ConfidenceOption, EngineOptions, route_options
 from fedstats.errors import DataError, ParameterError
 
 if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, scipy nor the analysis
@@ -99,7 +99,7 @@ def gap(
             "--estimate-sizes.",
         ),
     ] = False,
-    confidence: IntervalLevelOption = 0.95,
+    confidence: ConfidenceOption = 0.95,
     engine_options: EngineOptions = EngineOptions("serial"),
     allow_long: AllowLongOption = False,
     json_flag: JsonOption = False,

@@ -34,7 +34,15 @@ from fedstats.cli._common import (
     state_from,
     warn_duration,
 )
-from fedstats.cli._options import EngineOptions, LowOption, drop_option, route_options
+from fedstats.cli._options import (
+    ConfidenceOption,
+    DataArgument,
+    EngineOptions,
+    LowOption,
+    SplitOption,
+    drop_option,
+    route_options,
+)
 from fedstats.errors import DataError, ParameterError
 
 if (
@@ -312,10 +320,6 @@ def _render(payload: dict[str, Any], kind: str, epsilon: float | None, console: 
     print_rows(console, title, rows, release_line(payload))
 
 
-DataArg = Annotated[
-    str,
-    typer.Argument(help="A dataset name (e.g. adult, census-income-kdd) or a CSV/Parquet file."),
-]
 ColumnOpt = Annotated[
     str, typer.Option("--column", "-c", help="Numeric column (one value per client).")
 ]
@@ -369,9 +373,6 @@ OutOfRangeOpt = Annotated[
 ClientsOpt = Annotated[
     int | None, typer.Option("--clients", "-n", help="Simulate N clients resampled from the rows.")
 ]
-SplitOpt = Annotated[
-    str | None, typer.Option("--split", help="Dataset split (e.g. train, test, all).")
-]
 AllocationOpt = Annotated[
     str | None,
     typer.Option("--allocation", help="exact (quasi-Monte-Carlo, default) or random bit choice."),
@@ -401,7 +402,6 @@ SquashOpt = Annotated[
         "--squash-threshold", help="Bit squashing threshold in units of the DP noise (e.g. 0.15)."
     ),
 ]
-ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Level of the interval.")]
 
 
 MeanFractionOpt = Annotated[
@@ -415,7 +415,7 @@ def _command(kind: str, summary: str) -> Callable[..., None]:
     @route_options
     def command(
         ctx: typer.Context,
-        data: DataArg,
+        data: DataArgument,
         column: ColumnOpt,
         method: ProtocolOpt = None,
         epsilon: EpsilonOpt = None,
@@ -427,14 +427,14 @@ def _command(kind: str, summary: str) -> Callable[..., None]:
         resolution: ResolutionOpt = 1.0,
         out_of_range: OutOfRangeOpt = "clip",
         clients: ClientsOpt = None,
-        split: SplitOpt = None,
+        split: SplitOption = None,
         allocation: AllocationOpt = None,
         round1_fraction: Round1Opt = None,
         estimator: EstimatorOpt = None,
         alpha: AlphaOpt = None,
         squash_threshold: SquashOpt = None,
         mean_fraction: MeanFractionOpt = 0.2,
-        confidence: ConfidenceOpt = 0.95,
+        confidence: ConfidenceOption = 0.95,
         engine_options: EngineOptions = EngineOptions("serial"),
         allow_long: AllowLongOption = False,
         json_flag: JsonOption = False,

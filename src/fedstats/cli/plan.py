@@ -30,7 +30,7 @@ from fedstats.cli._common import (
     fmt_value,
     state_from,
 )
-from fedstats.cli._options import IntervalLevelOption, LevelOption, LowOption, drop_option
+from fedstats.cli._options import ConfidenceOption, LevelOption, LowOption, drop_option
 from fedstats.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def _bit_pushing_command(statistic: str, summary: str) -> Callable[..., None]:
         high: HighOption,
         clients: ClientsOption = None,
         epsilon: EpsilonOption = None,
-        confidence: IntervalLevelOption = 0.95,
+        confidence: ConfidenceOption = 0.95,
         resolution: ResolutionOption = 1.0,
         bit_depth: BitDepthOption = None,
         method: MethodOption = None,
@@ -179,7 +179,7 @@ def gap(
     clients: ClientsOption = None,
     epsilon: EpsilonOption = None,
     mechanism: Annotated[str, typer.Option("--mechanism", "-m", help="R or L.")] = "R",
-    confidence: IntervalLevelOption = 0.95,
+    confidence: ConfidenceOption = 0.95,
     accounting: Annotated[str, typer.Option("--accounting", help="exact or paper.")] = "exact",
     fractions: Annotated[
         str | None, typer.Option("--fractions", help="Group fractions 'f1,f2,...' (default equal).")
@@ -315,7 +315,7 @@ def entropy(
         str | None,
         typer.Option("--probabilities", help="Expected proportions 'p1,...,pm' (default uniform)."),
     ] = None,
-    confidence: IntervalLevelOption = 0.95,
+    confidence: ConfidenceOption = 0.95,
     fd_step: Annotated[float, typer.Option("--fd-step", help="Finite-difference step D.")] = 0.05,
     json_flag: JsonOption = False,
 ) -> None:
@@ -346,7 +346,7 @@ def heterogeneity(
         str, typer.Option("--noise", help="central, distributed or aggregators.")
     ] = "central",
     accounting: Annotated[str, typer.Option("--accounting", help="basic or zcdp.")] = "basic",
-    confidence: IntervalLevelOption = 0.95,
+    confidence: ConfidenceOption = 0.95,
     json_flag: JsonOption = False,
 ) -> None:
     """Clients or epsilon for the heterogeneity dispersion's interval of the given width."""
