@@ -34,9 +34,13 @@ __all__ = [
     "ConfidenceOption",
     "DataArgument",
     "EngineOptions",
+    "FdStepOption",
+    "FractionsOption",
     "LevelOption",
     "LowOption",
+    "MeanFractionOption",
     "PopulationFilterOption",
+    "ResolutionOption",
     "SplitOption",
     "drop_option",
     "route_options",
@@ -49,11 +53,24 @@ DataArgument = Annotated[
     str,
     typer.Argument(help="A dataset name (e.g. adult, census-income-kdd) or a CSV/Parquet file."),
 ]
+FdStepOption = Annotated[
+    float, typer.Option("--fd-step", help="Finite-difference step D in (0, 0.5].")
+]
+FractionsOption = Annotated[
+    str | None,
+    typer.Option("--fractions", help="Group fractions 'f1,f2,...' (default two equal groups)."),
+]
 LevelOption = Annotated[float, typer.Option("--level", help="Significance level.")]
 LowOption = Annotated[float, typer.Option("--low", help="Declared lower bound of the values.")]
 SplitOption = Annotated[
     str | None,
     typer.Option("--split", help="Split of a registered dataset (e.g. train, test, all)."),
+]
+MeanFractionOption = Annotated[
+    float, typer.Option("--mean-fraction", help="Share of the clients in the mean stage.")
+]
+ResolutionOption = Annotated[
+    float, typer.Option("--resolution", help="Fixed-point step (> 0; 1 for integers).")
 ]
 PopulationFilterOption = Annotated[
     str | None, typer.Option("--population", help="Only this population.")

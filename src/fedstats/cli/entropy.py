@@ -29,6 +29,7 @@ from fedstats.cli._options import (
     ConfidenceOption,
     DataArgument,
     EngineOptions,
+    FdStepOption,
     SplitOption,
     route_options,
 )
@@ -60,9 +61,7 @@ def entropy(
     encoding_size: Annotated[
         int, typer.Option("--encoding-size", help="l of each of the two projections (>= 2).")
     ] = 1000,
-    fd_step: Annotated[
-        float, typer.Option("--fd-step", help="Finite-difference step D in (0, 0.5].")
-    ] = 0.05,
+    fd_step: FdStepOption = 0.05,
     coupling: Annotated[
         str, typer.Option("--coupling", help="coupled (default, one seed) or independent.")
     ] = "coupled",

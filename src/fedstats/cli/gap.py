@@ -28,7 +28,7 @@ from fedstats.cli._common import (
     state_from,
     warn_duration,
 )
-from fedstats.cli._options import ConfidenceOption, EngineOptions, route_options
+from fedstats.cli._options import ConfidenceOption, EngineOptions, FractionsOption, route_options
 from fedstats.errors import DataError, ParameterError
 
 if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, scipy nor the analysis
@@ -282,10 +282,7 @@ def gap_plan(
             help="signed: alpha in [-1, 1] value units (paper's Table 1); rate: rate units.",
         ),
     ] = "signed",
-    fractions: Annotated[
-        str | None,
-        typer.Option("--fractions", help="Group fractions 'f1,f2,...' (default two equal groups)."),
-    ] = None,
+    fractions: FractionsOption = None,
     json_flag: JsonOption = False,
 ) -> None:
     """Deprecated: use 'fedstats plan gap --alpha'. Smallest epsilon that bounds the gap's error by alpha.

@@ -39,6 +39,8 @@ from fedstats.cli._options import (
     DataArgument,
     EngineOptions,
     LowOption,
+    MeanFractionOption,
+    ResolutionOption,
     SplitOption,
     drop_option,
     route_options,
@@ -364,9 +366,6 @@ HighOpt = Annotated[
         help="Declared upper bound (default with --bit-depth: low + (2^b - 1) resolution).",
     ),
 ]
-ResolutionOpt = Annotated[
-    float, typer.Option("--resolution", help="Fixed-point step (1 for integers).")
-]
 OutOfRangeOpt = Annotated[
     str, typer.Option("--out-of-range", help="clip (and count) or refuse values outside the range.")
 ]
@@ -404,11 +403,6 @@ SquashOpt = Annotated[
 ]
 
 
-MeanFractionOpt = Annotated[
-    float, typer.Option("--mean-fraction", help="Share of clients estimating the mean first.")
-]
-
-
 def _command(kind: str, summary: str) -> Callable[..., None]:
     """The ``mean`` or ``variance`` command (the same options; only ``variance`` has ``--mean-fraction``)."""
 
@@ -424,7 +418,7 @@ def _command(kind: str, summary: str) -> Callable[..., None]:
         bits_per_client: BitsPerClientOpt = None,
         low: LowOption = 0.0,
         high: HighOpt = None,
-        resolution: ResolutionOpt = 1.0,
+        resolution: ResolutionOption = 1.0,
         out_of_range: OutOfRangeOpt = "clip",
         clients: ClientsOpt = None,
         split: SplitOption = None,
@@ -433,7 +427,7 @@ def _command(kind: str, summary: str) -> Callable[..., None]:
         estimator: EstimatorOpt = None,
         alpha: AlphaOpt = None,
         squash_threshold: SquashOpt = None,
-        mean_fraction: MeanFractionOpt = 0.2,
+        mean_fraction: MeanFractionOption = 0.2,
         confidence: ConfidenceOption = 0.95,
         engine_options: EngineOptions = EngineOptions("serial"),
         allow_long: AllowLongOption = False,

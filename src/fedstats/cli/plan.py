@@ -30,7 +30,16 @@ from fedstats.cli._common import (
     fmt_value,
     state_from,
 )
-from fedstats.cli._options import ConfidenceOption, LevelOption, LowOption, drop_option
+from fedstats.cli._options import (
+    ConfidenceOption,
+    FdStepOption,
+    FractionsOption,
+    LevelOption,
+    LowOption,
+    MeanFractionOption,
+    ResolutionOption,
+    drop_option,
+)
 from fedstats.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -99,7 +108,6 @@ MethodOption = Annotated[
     ),
 ]
 HighOption = Annotated[float, typer.Option("--high", help="Declared upper bound of the values.")]
-ResolutionOption = Annotated[float, typer.Option("--resolution", help="Fixed-point step (> 0).")]
 BitDepthOption = Annotated[
     int | None,
     typer.Option("--bit-depth", help="Bits of the codes (default: what the range needs)."),
@@ -107,11 +115,6 @@ BitDepthOption = Annotated[
 DeltaOption = Annotated[float, typer.Option("--delta", help="Total delta, in (0, 1).")]
 BitsPerClientOption = Annotated[
     int, typer.Option("--bits-per-client", help="Bits each client reports (>= 1).")
-]
-
-
-MeanFractionOption = Annotated[
-    float, typer.Option("--mean-fraction", help="Share of the clients in the mean stage.")
 ]
 
 
@@ -181,9 +184,7 @@ def gap(
     mechanism: Annotated[str, typer.Option("--mechanism", "-m", help="R or L.")] = "R",
     confidence: ConfidenceOption = 0.95,
     accounting: Annotated[str, typer.Option("--accounting", help="exact or paper.")] = "exact",
-    fractions: Annotated[
-        str | None, typer.Option("--fractions", help="Group fractions 'f1,f2,...' (default equal).")
-    ] = None,
+    fractions: FractionsOption = None,
     scale: Annotated[
         str, typer.Option("--scale", help="signed ([-1, 1] values) or rate ([0, 1] rates).")
     ] = "signed",
@@ -316,7 +317,7 @@ def entropy(
         typer.Option("--probabilities", help="Expected proportions 'p1,...,pm' (default uniform)."),
     ] = None,
     confidence: ConfidenceOption = 0.95,
-    fd_step: Annotated[float, typer.Option("--fd-step", help="Finite-difference step D.")] = 0.05,
+    fd_step: FdStepOption = 0.05,
     json_flag: JsonOption = False,
 ) -> None:
     """Encoding size for FED-H's entropy interval of the given width (no DP: clients do not matter)."""
