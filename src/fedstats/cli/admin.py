@@ -352,24 +352,11 @@ def _request_command(
     summary: str,
     retries: int = 0,
 ) -> None:
-    """Add the command ``name``: one request about its one argument, the answer shown with ``show``.
+    """Add the command ``name`` (help ``summary``) to ``app``: one request about its one argument.
 
-    Parameters
-    ----------
-    app : typer.Typer
-        The group the command joins.
-    name : str
-        The command's name.
-    argument : tuple
-        The argument's Python name and annotation (``("run_id", RunId)``).
-    request : tuple
-        The method and the path, in which ``{}`` stands for the argument.
-    show : callable
-        Draws the answer (without ``--json``).
-    summary : str
-        The command's help.
-    retries : int, optional
-        Retries of a lost request (only where repeating it is harmless).
+    ``argument`` is the argument's Python name and annotation (``("run_id", RunId)``), ``request`` the
+    method and the path, ``{}`` standing for the argument; ``show`` draws the answer (without ``--json``);
+    ``retries`` retries a lost request (only where repeating it is harmless).
     """
     arg, annotation = argument
     method, path = request
