@@ -18,7 +18,7 @@ from typer.core import TyperCommand
 
 from fedstats.cli._commands import COMMANDS as _COMMANDS
 from fedstats.cli._commands import SUMMARIES as _SUMMARIES
-from fedstats.cli._common import TYPER_SETTINGS, CliState, FedstatsGroup
+from fedstats.cli._common import TYPER_SETTINGS, CliState, FedstatsGroup, SeedOption
 
 __all__ = ["LazyGroup", "app"]
 
@@ -86,12 +86,7 @@ def _version(ctx: typer.Context, value: bool) -> None:
 @app.callback()
 def _global(
     ctx: typer.Context,
-    seed: Annotated[
-        int | None,
-        typer.Option(
-            "--seed", min=0, help="Seed for a reproducible run (marked 'not for release')."
-        ),
-    ] = None,
+    seed: SeedOption = None,
     json_flag: Annotated[
         bool, typer.Option("--json", is_eager=True, help="Print one JSON object on stdout.")
     ] = False,

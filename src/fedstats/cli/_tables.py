@@ -68,18 +68,12 @@ SecureOption = Annotated[
     ),
 ]
 BitsOption = Annotated[int, typer.Option("--bits", help="Field 2^bits of the sums: 16, 32 or 64.")]
-SplitOption = Annotated[
-    str | None, typer.Option("--split", help="Split of a registered dataset (e.g. train, test).")
-]
 CountColumnOption = Annotated[
     str | None,
     typer.Option(
         "--count-column",
         help="Column of non-negative integer counts: each row stands for that many records.",
     ),
-]
-ConfidenceOption = Annotated[
-    float, typer.Option("--confidence", help="Level of the confidence interval.")
 ]
 
 

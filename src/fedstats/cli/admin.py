@@ -13,6 +13,7 @@ a lost answer with it: one task, one run, one reservation.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import ssl
@@ -337,6 +338,44 @@ def _read_json(path: Path, option: str) -> Any:
         raise ParameterError(option, str(path), f"a readable JSON file ({exc})") from None
 
 
+def _token_view(console: Console, p: dict[str, Any]) -> None:
+    """Print an operator's new token alone (so that it can be piped)."""
+    console.print(p["token"])
+
+
+def _request_command(
+    app: typer.Typer,
+    name: str,
+    argument: tuple[str, Any],
+    request: tuple[str, str],
+    show: Callable[[Console, dict[str, Any]], None],
+    summary: str,
+    retries: int = 0,
+) -> None:
+    """Add the command ``name`` (help ``summary``) to ``app``: one request about its one argument.
+
+    ``argument`` is the argument's Python name and annotation (``("run_id", RunId)``), ``request`` the
+    method and the path, ``{}`` standing for the argument; ``show`` draws the answer (without ``--json``);
+    ``retries`` retries a lost request (only where repeating it is harmless).
+    """
+    arg, annotation = argument
+    method, path = request
+
+    def command(ctx: typer.Context, json_flag: bool = False, **value: str) -> None:
+        _call(ctx, json_flag, show, method, path.format(value[arg]), retries=retries)
+
+    p = inspect.Parameter
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            p("ctx", p.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+            p(arg, p.POSITIONAL_OR_KEYWORD, annotation=annotation),
+            p("json_flag", p.POSITIONAL_OR_KEYWORD, default=False, annotation=JsonOption),
+        ]
+    )
+    command.__doc__ = summary
+    app.command(name)(command)
+
+
 # -- budgets
 @budgets_app.command("set")
 def budget_set(
@@ -504,21 +543,14 @@ def task_list(
     )  # fmt: skip
 
 
-@tasks_app.command("show")
-def task_show(
-    ctx: typer.Context,
-    task_id: TaskId,
-    json_flag: JsonOption = False,
-) -> None:
-    """A task's configuration and signed envelope."""
-    _call(
-        ctx,
-        json_flag,
-        lambda console, p: _kv_view(console, {"task_id": p["task_id"], **_task_summary(p)}),
-        "GET",
-        f"/v1/admin/tasks/{task_id}",
-        retries=2,
-    )
+def _task_view(console: Console, p: dict[str, Any]) -> None:
+    _kv_view(console, {"task_id": p["task_id"], **_task_summary(p)})
+
+
+_request_command(
+    tasks_app, "show", ("task_id", TaskId), ("GET", "/v1/admin/tasks/{}"), _task_view,
+    "A task's configuration and signed envelope.", retries=2,
+)  # fmt: skip
 
 
 # -- runs
@@ -578,24 +610,14 @@ def run_list(
     _list(ctx, json_flag, "runs", params, _RUN_COLUMNS)
 
 
-@runs_app.command("show")
-def run_show(
-    ctx: typer.Context,
-    run_id: RunId,
-    json_flag: JsonOption = False,
-) -> None:
-    """A run's status, rounds and result."""
-    _call(ctx, json_flag, _run_view, "GET", f"/v1/admin/runs/{run_id}", retries=2)
-
-
-@runs_app.command("cancel")
-def run_cancel(
-    ctx: typer.Context,
-    run_id: RunId,
-    json_flag: JsonOption = False,
-) -> None:
-    """Cancel a live run (its reservation is released if no round's sum was used, else spent)."""
-    _call(ctx, json_flag, _run_view, "POST", f"/v1/admin/runs/{run_id}/cancel")
+_request_command(
+    runs_app, "show", ("run_id", RunId), ("GET", "/v1/admin/runs/{}"), _run_view,
+    "A run's status, rounds and result.", retries=2,
+)  # fmt: skip
+_request_command(
+    runs_app, "cancel", ("run_id", RunId), ("POST", "/v1/admin/runs/{}/cancel"), _run_view,
+    "Cancel a live run (its reservation is released if no round's sum was used, else spent).",
+)  # fmt: skip
 
 
 @runs_app.command("wait")
@@ -675,14 +697,10 @@ def device_list(
     _list(ctx, json_flag, "devices", params, columns, ("client_id",))
 
 
-@devices_app.command("revoke")
-def device_revoke(
-    ctx: typer.Context,
-    client_id: ClientId,
-    json_flag: JsonOption = False,
-) -> None:
-    """Revoke a device: its signed requests are refused (403) from now on."""
-    _call(ctx, json_flag, _kv_view, "POST", f"/v1/admin/devices/{client_id}/revoke", retries=2)
+_request_command(
+    devices_app, "revoke", ("client_id", ClientId), ("POST", "/v1/admin/devices/{}/revoke"),
+    _kv_view, "Revoke a device: its signed requests are refused (403) from now on.", retries=2,
+)  # fmt: skip
 
 
 @devices_app.command("reinstate")
@@ -729,30 +747,19 @@ def operator_add(
     json_flag: JsonOption = False,
 ) -> None:
     """Create an operator; its bearer token is printed once (give it to them over a safe channel)."""
-    _call(
-        ctx,
-        json_flag,
-        lambda console, p: console.print(p["token"]),
-        "POST",
-        "/v1/admin/operators",
-        {"name": name},
-    )
+    _call(ctx, json_flag, _token_view, "POST", "/v1/admin/operators", {"name": name})
 
 
-@operators_app.command("remove")
-def operator_remove(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The operator to remove (not yourself).")],
-    json_flag: JsonOption = False,
-) -> None:
-    """Remove an operator: its token stops working at once."""
-    _call(
-        ctx,
-        json_flag,
-        lambda console, p: console.print(f"operator {p['name']!r} removed"),
-        "DELETE",
-        f"/v1/admin/operators/{name}",
-    )
+def _removed_view(console: Console, p: dict[str, Any]) -> None:
+    console.print(f"operator {p['name']!r} removed")
+
+
+_request_command(
+    operators_app, "remove",
+    ("name", Annotated[str, typer.Argument(help="The operator to remove (not yourself).")]),
+    ("DELETE", "/v1/admin/operators/{}"), _removed_view,
+    "Remove an operator: its token stops working at once.",
+)  # fmt: skip
 
 
 @operators_app.command("rotate")
@@ -762,13 +769,7 @@ def operator_rotate(
     json_flag: JsonOption = False,
 ) -> None:
     """Issue a new token for an operator (printed once); its old token stops working at once."""
-    _call(
-        ctx,
-        json_flag,
-        lambda console, p: console.print(p["token"]),
-        "POST",
-        f"/v1/admin/operators/{name}/rotate",
-    )
+    _call(ctx, json_flag, _token_view, "POST", f"/v1/admin/operators/{name}/rotate")
     print(f"the previous token of operator {name!r} no longer works", file=sys.stderr)
 
 

@@ -13,6 +13,7 @@ noise, with ``p_value_mc_error`` and ``null_replicates``), ``p_value_paper``, ``
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,31 +22,31 @@ import typer
 from fedstats.analyses.chi2.config import FedChi2Config
 from fedstats.cli import _tables as _t
 from fedstats.cli._common import (
-    BackendOption,
     CliState,
     DataDirOption,
     JsonOption,
-    SchedulerOption,
     SeedOption,
-    ShardSizeOption,
-    WorkersOption,
     check_applies,
     check_route_options,
-    engine_session,
     print_rows,
     release,
     release_line,
     state_from,
 )
-from fedstats.cli._options import LevelOption
+from fedstats.cli._options import (
+    ConfidenceOption,
+    DataArgument,
+    EngineOptions,
+    LevelOption,
+    SplitOption,
+    route_options,
+)
 from fedstats.cli._tables import (
     BitsOption,
     ClientColumnOption,
     ClientsOption,
-    ConfidenceOption,
     CountColumnOption,
     SecureOption,
-    SplitOption,
 )
 from fedstats.errors import ParameterError
 
@@ -55,9 +56,10 @@ if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich nor pand
 __all__ = ["register"]
 
 
+@route_options
 def chi2(
     ctx: typer.Context,
-    data: Annotated[str, typer.Argument(help="Dataset name (e.g. adult) or a CSV/Parquet file.")],
+    data: DataArgument,
     x: Annotated[str, typer.Option("--x", help="Column of the table's rows.")],
     y: Annotated[str, typer.Option("--y", help="Column of the table's columns.")],
     client_column: ClientColumnOption = None,
@@ -83,10 +85,7 @@ def chi2(
     count_column: CountColumnOption = None,
     split: SplitOption = None,
     secure: SecureOption = None,
-    backend: BackendOption = "auto",
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    shard_size: ShardSizeOption = 1 << 20,
+    engine_options: EngineOptions = EngineOptions("auto"),
     epsilon: Annotated[
         float | None,
         typer.Option(
@@ -147,7 +146,7 @@ def chi2(
     tables = _t.tables(
         df, (x, y), np.zeros_like(assign) if big else assign, 1 if big else n, weights
     )
-    route = _t.route(secure, backend, n)
+    route = _t.route(secure, engine_options.backend, n)
     if big:  # the linearity shortcut computes the sums in closed form: no route runs
         _check_no_route(ctx, n, cells)
     else:
@@ -162,10 +161,8 @@ def chi2(
         common["labels"] = (_labels(df, x), _labels(df, y))
     elif not big and dropout:
         raise ParameterError("--dropout", dropout, "0 with --test g")
-    engine_options = {"workers": workers, "scheduler": scheduler, "shard_size": shard_size}
-    res = _run(
-        state, "simulate" if big else test, tables, n, route, engine_options, dropout, common
-    )
+    engine_options = replace(engine_options, backend=route)
+    res = _run(state, "simulate" if big else test, tables, n, engine_options, dropout, common)
     if big:
         route = "simulation (linearity shortcut)"
     payload = _payload(res, data, x, y, list(tables.shape[1:]), route, epsilon)
@@ -184,12 +181,11 @@ def _run(
     how: str,
     tables: Any,
     n: int,
-    route: str,
-    engine_options: dict[str, Any],
+    engine_options: EngineOptions,
     dropout: float,
     options: dict[str, Any],
 ) -> Any:
-    """Run the test: ``how`` is ``chi2`` or ``g`` through the engine on ``route``, or ``simulate``.
+    """Run the test: ``how`` is ``chi2`` or ``g`` through the engine, or ``simulate``.
 
     ``simulate`` is FED-chi^2's linearity shortcut on the summed table (``tables`` holds one client's,
     the global table), with the survivors drawn as from ``n`` clients holding i.i.d. rows.
@@ -202,7 +198,7 @@ def _run(
         return simulate_fed_chi2(
             tables.sum(axis=0), n, dropout=dropout, randomness=randomness, split="iid", **options
         )
-    with engine_session(state, backend=route, **engine_options) as engine:
+    with engine_options.session(state) as engine:
         if how == "chi2":
             return fed_chi2(
                 tables, dropout=dropout, engine=engine, randomness=randomness, **options

@@ -9,34 +9,36 @@ Every client holds the histogram of its rows of ``--column``; the clients are ch
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fedstats.cli import _tables as _t
 from fedstats.cli._common import (
-    BackendOption,
     DataDirOption,
     JsonOption,
-    SchedulerOption,
     SeedOption,
-    ShardSizeOption,
-    WorkersOption,
     check_route_options,
-    engine_session,
     print_rows,
     release,
     release_line,
     state_from,
 )
+from fedstats.cli._options import (
+    ConfidenceOption,
+    DataArgument,
+    EngineOptions,
+    FdStepOption,
+    SplitOption,
+    route_options,
+)
 from fedstats.cli._tables import (
     BitsOption,
     ClientColumnOption,
     ClientsOption,
-    ConfidenceOption,
     CountColumnOption,
     SecureOption,
-    SplitOption,
 )
 from fedstats.errors import DataError, ParameterError
 
@@ -49,18 +51,17 @@ MIN_FD_STEP = 1e-6
 """Smallest ``--fd-step``: at 1e-8 the FED-H difference quotient is already dominated by rounding."""
 
 
+@route_options
 def entropy(
     ctx: typer.Context,
-    data: Annotated[str, typer.Argument(help="Dataset name (e.g. adult) or a CSV/Parquet file.")],
+    data: DataArgument,
     column: Annotated[str, typer.Option("--column", help="Categorical column.")],
     client_column: ClientColumnOption = None,
     clients: ClientsOption = None,
     encoding_size: Annotated[
         int, typer.Option("--encoding-size", help="l of each of the two projections (>= 2).")
     ] = 1000,
-    fd_step: Annotated[
-        float, typer.Option("--fd-step", help="Finite-difference step D in (0, 0.5].")
-    ] = 0.05,
+    fd_step: FdStepOption = 0.05,
     coupling: Annotated[
         str, typer.Option("--coupling", help="coupled (default, one seed) or independent.")
     ] = "coupled",
@@ -69,10 +70,7 @@ def entropy(
     count_column: CountColumnOption = None,
     split: SplitOption = None,
     secure: SecureOption = None,
-    backend: BackendOption = "auto",
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    shard_size: ShardSizeOption = 1 << 20,
+    engine_options: EngineOptions = EngineOptions("auto"),
     json_flag: JsonOption = False,
     seed: SeedOption = None,
     data_dir: DataDirOption = None,
@@ -99,10 +97,9 @@ def entropy(
     if m < 2:
         raise DataError(f"column {column!r} has a single category: its entropy is 0")
     _t.check_projection_memory(encoding_size, m, n, projections=2)  # f_+ and f_-
-    route = _t.route(secure, backend, n)
+    route = _t.route(secure, engine_options.backend, n)
     check_route_options(ctx, route)
-    engine_options = {"workers": workers, "scheduler": scheduler, "shard_size": shard_size}
-    with engine_session(state, backend=route, **engine_options) as engine:
+    with replace(engine_options, backend=route).session(state) as engine:
         res = fed_entropy(
             hist,
             encoding_size=encoding_size,

@@ -18,22 +18,17 @@ from fedstats._validation import check_real
 from fedstats.analyses.performance_gap.config import PerformanceGapConfig
 from fedstats.cli._common import (
     AllowLongOption,
-    BackendOption,
     JsonOption,
-    SchedulerOption,
     SeedOption,
-    ShardSizeOption,
-    WorkersOption,
     check_distinct_columns,
     check_route_options,
     emit,
-    engine_session,
     fmt_value,
     release,
     state_from,
     warn_duration,
 )
-from fedstats.cli._options import IntervalLevelOption
+from fedstats.cli._options import ConfidenceOption, EngineOptions, FractionsOption, route_options
 from fedstats.errors import DataError, ParameterError
 
 if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, scipy nor the analysis
@@ -59,6 +54,7 @@ AccountingOption = Annotated[
 ]
 
 
+@route_options
 def gap(
     ctx: typer.Context,
     data: Annotated[Path, typer.Argument(help="Table (CSV/Parquet), one row per client.")],
@@ -103,11 +99,8 @@ def gap(
             "--estimate-sizes.",
         ),
     ] = False,
-    confidence: IntervalLevelOption = 0.95,
-    backend: BackendOption = "serial",
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    shard_size: ShardSizeOption = 1 << 20,
+    confidence: ConfidenceOption = 0.95,
+    engine_options: EngineOptions = EngineOptions("serial"),
     allow_long: AllowLongOption = False,
     json_flag: JsonOption = False,
     seed: SeedOption = None,
@@ -121,7 +114,7 @@ def gap(
         )
     estimate_sizes = not known_sizes
     check_distinct_columns({"--group-column": group_column, "--value-column": value_column})
-    check_route_options(ctx, backend)
+    check_route_options(ctx, engine_options.backend)
     # checked before the duration estimate and the data scan of a long run
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     groups, values = _read_groups(data, group_column, value_column)
@@ -150,18 +143,17 @@ def gap(
         estimate_sizes=estimate_sizes,
         confidence=confidence,
     )
-    route = {"backend": backend, "workers": workers, "scheduler": scheduler}
     if clients is not None and clients > 0:
         warn_duration(
             state,
             clients,
-            backend=backend,
-            workers=workers,
+            backend=engine_options.backend,
+            workers=engine_options.workers,
             probe=functools.partial(_probe, run),
             key=f"gap {mechanism}",
             allow_long=allow_long,
         )
-    with engine_session(state, shard_size=shard_size, **route) as engine:
+    with engine_options.session(state) as engine:
         result = run(n_clients=clients, engine=engine)
     payload = result.to_dict()
     payload = {
@@ -290,10 +282,7 @@ def gap_plan(
             help="signed: alpha in [-1, 1] value units (paper's Table 1); rate: rate units.",
         ),
     ] = "signed",
-    fractions: Annotated[
-        str | None,
-        typer.Option("--fractions", help="Group fractions 'f1,f2,...' (default two equal groups)."),
-    ] = None,
+    fractions: FractionsOption = None,
     json_flag: JsonOption = False,
 ) -> None:
     """Deprecated: use 'fedstats plan gap --alpha'. Smallest epsilon that bounds the gap's error by alpha.

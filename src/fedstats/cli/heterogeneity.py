@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fedstats.analyses.heterogeneity.config import HeterogeneityConfig
 from fedstats.cli._common import (
-    BackendOption,
     JsonOption,
-    SchedulerOption,
     SeedOption,
-    ShardSizeOption,
-    WorkersOption,
     check_applies,
     emit,
-    engine_session,
     fmt_value,
     report_warnings,
     state_from,
 )
+from fedstats.cli._options import EngineOptions, route_options
 from fedstats.errors import ParameterError
 
 if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, pandas nor the analysis
@@ -33,7 +30,7 @@ _DEFAULT = HeterogeneityConfig  # the options' defaults are the config's (one de
 def _route_options(
     backend: str, *, dropout: float, workers: int | None, scheduler: str | None
 ) -> dict[str, Any]:
-    """Return the route options that apply to ``backend``; refuse the ones it would ignore.
+    """Return the secure route's dropout option (none off it); refuse the route options ``backend`` would ignore.
 
     Raises
     ------
@@ -46,17 +43,14 @@ def _route_options(
         if backend != "secure":
             raise ParameterError("dropout", dropout, "0 unless --backend secure (or --secure)")
         options["dropout"] = dropout
-    if workers is not None:
-        if backend not in ("process", "dask"):
-            raise ParameterError("workers", workers, "unset unless --backend process or dask")
-        options["workers"] = workers
-    if scheduler is not None:
-        if backend != "dask":
-            raise ParameterError("scheduler", scheduler, "unset unless --backend dask")
-        options["scheduler"] = scheduler
+    if workers is not None and backend not in ("process", "dask"):
+        raise ParameterError("workers", workers, "unset unless --backend process or dask")
+    if scheduler is not None and backend != "dask":
+        raise ParameterError("scheduler", scheduler, "unset unless --backend dask")
     return options
 
 
+@route_options
 def heterogeneity_command(
     ctx: typer.Context,
     data: Annotated[
@@ -148,10 +142,7 @@ def heterogeneity_command(
     ] = None,
     json_flag: JsonOption = False,
     seed: SeedOption = None,
-    backend: BackendOption = "serial",
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    shard_size: ShardSizeOption = 1 << 20,
+    engine_options: EngineOptions = EngineOptions("serial"),
 ) -> None:
     """Measure statistical heterogeneity of clients' image vectors with differential privacy."""
     from fedstats.analyses.heterogeneity.api import (
@@ -162,14 +153,8 @@ def heterogeneity_command(
 
     state = state_from(ctx, json_flag=json_flag, seed=seed)
     _check_privacy_options(ctx, no_privacy, epsilon, delta, secure, noise)
-    backend, noise, route_options = _route(
-        ctx,
-        backend,
-        secure=secure,
-        noise=noise,
-        dropout=dropout,
-        workers=workers,
-        scheduler=scheduler,
+    engine_options, noise, route_options = _route(
+        ctx, engine_options, secure=secure, noise=noise, dropout=dropout
     )
     config = HeterogeneityConfig(  # validated here, before any data is read
         statistic=statistic,
@@ -190,7 +175,7 @@ def heterogeneity_command(
     randomness = state.randomness
     x, name = _load_sample(data, pixel_max, label_ratio, sample_fraction, randomness)
     ledger = PrivacyLedger(epsilon_budget=epsilon, delta_budget=delta) if epsilon else None
-    with engine_session(state, backend=backend, shard_size=shard_size, **route_options) as engine:
+    with engine_options.session(state, **route_options) as engine:
         # the API's block size: the same seed and options give the Python API's result
         engine.block_size = heterogeneity_block_size(int(x.shape[1]))
         res = heterogeneity_from_config(
@@ -200,7 +185,7 @@ def heterogeneity_command(
         "dataset": name,
         "label_ratio": label_ratio,
         "dim": int(x.shape[1]),
-        "backend": backend,
+        "backend": engine_options.backend,
         **res.to_dict(),
         "ledger": ledger.as_dict() if ledger is not None else None,
         "seed": state.seed,
@@ -210,28 +195,24 @@ def heterogeneity_command(
 
 
 def _route(
-    ctx: typer.Context,
-    backend: str,
-    *,
-    secure: bool,
-    noise: str,
-    dropout: float,
-    workers: int | None,
-    scheduler: str | None,
-) -> tuple[str, str, dict[str, Any]]:
-    """The route, the noise and the route's options; ``--secure`` implies distributed noise."""
+    ctx: typer.Context, engine_options: EngineOptions, *, secure: bool, noise: str, dropout: float
+) -> tuple[EngineOptions, str, dict[str, Any]]:
+    """The route, the noise and the secure route's options; ``--secure`` implies distributed noise."""
+    backend = engine_options.backend
     if secure:
         noise = "distributed"
         if backend == "serial":
             backend = "secure"
-    route_options = _route_options(backend, dropout=dropout, workers=workers, scheduler=scheduler)
+    route_options = _route_options(
+        backend, dropout=dropout, workers=engine_options.workers, scheduler=engine_options.scheduler
+    )
     check_applies(
         ctx,
         "shard_size",
         backend in ("serial", "process", "dask"),
         f"unset with the {backend} route (only serial, process and dask work in shards)",
     )
-    return backend, noise, route_options
+    return replace(engine_options, backend=backend), noise, route_options
 
 
 def _check_privacy_options(

@@ -20,18 +20,13 @@ import typer
 
 from fedstats.cli._common import (
     AllowLongOption,
-    BackendOption,
     CliState,
     DataDirOption,
     JsonOption,
-    SchedulerOption,
     SeedOption,
-    ShardSizeOption,
-    WorkersOption,
     add_warning,
     check_applies,
     check_route_options,
-    engine_session,
     flag_for,
     print_rows,
     release,
@@ -39,7 +34,17 @@ from fedstats.cli._common import (
     state_from,
     warn_duration,
 )
-from fedstats.cli._options import LowOption
+from fedstats.cli._options import (
+    ConfidenceOption,
+    DataArgument,
+    EngineOptions,
+    LowOption,
+    MeanFractionOption,
+    ResolutionOption,
+    SplitOption,
+    drop_option,
+    route_options,
+)
 from fedstats.errors import DataError, ParameterError
 
 if (
@@ -166,7 +171,7 @@ def _run(
     split: str | None,
     options: dict[str, Any],
     confidence: float,
-    route: dict[str, Any],
+    route: EngineOptions,
     allow_long: bool,
     json_flag: bool,
     seed: int | None,
@@ -201,15 +206,15 @@ def _run(
         warn_duration(
             state,
             clients,
-            backend=route["backend"],
-            workers=route["workers"],
+            backend=route.backend,
+            workers=route.workers,
             probe=functools.partial(
                 _probe, run, functools.partial(ResampledPopulation, {column: values}), enc
             ),
             key=f"{kind} {method}",
             allow_long=allow_long,
         )
-    with engine_session(state, **route) as engine:
+    with route.session(state) as engine:
         shuffle = not isinstance(pop, Population)
         try:
             result: Any = run(pop, enc, engine=engine, confidence=confidence, shuffle=shuffle)
@@ -247,7 +252,7 @@ def _check_options(
     ctx: typer.Context,
     method: str | None,
     options: dict[str, Any],
-    route: dict[str, Any],
+    route: EngineOptions,
     confidence: float,
     epsilon: float | None,
     no_privacy: bool,
@@ -265,7 +270,7 @@ def _check_options(
     if method not in METHODS:
         raise ParameterError("--protocol", method, "one of " + ", ".join(METHODS))
     check_protocol_options(ctx, method, options_of(method), options)
-    check_route_options(ctx, route["backend"])
+    check_route_options(ctx, route.backend)
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     if epsilon is not None and not epsilon > 0:
         raise ParameterError("--epsilon", epsilon, "a real number > 0")
@@ -317,10 +322,6 @@ def _render(payload: dict[str, Any], kind: str, epsilon: float | None, console: 
     print_rows(console, title, rows, release_line(payload))
 
 
-DataArg = Annotated[
-    str,
-    typer.Argument(help="A dataset name (e.g. adult, census-income-kdd) or a CSV/Parquet file."),
-]
 ColumnOpt = Annotated[
     str, typer.Option("--column", "-c", help="Numeric column (one value per client).")
 ]
@@ -365,17 +366,11 @@ HighOpt = Annotated[
         help="Declared upper bound (default with --bit-depth: low + (2^b - 1) resolution).",
     ),
 ]
-ResolutionOpt = Annotated[
-    float, typer.Option("--resolution", help="Fixed-point step (1 for integers).")
-]
 OutOfRangeOpt = Annotated[
     str, typer.Option("--out-of-range", help="clip (and count) or refuse values outside the range.")
 ]
 ClientsOpt = Annotated[
     int | None, typer.Option("--clients", "-n", help="Simulate N clients resampled from the rows.")
-]
-SplitOpt = Annotated[
-    str | None, typer.Option("--split", help="Dataset split (e.g. train, test, all).")
 ]
 AllocationOpt = Annotated[
     str | None,
@@ -406,118 +401,69 @@ SquashOpt = Annotated[
         "--squash-threshold", help="Bit squashing threshold in units of the DP noise (e.g. 0.15)."
     ),
 ]
-ConfidenceOpt = Annotated[float, typer.Option("--confidence", help="Level of the interval.")]
 
 
-def mean(
-    ctx: typer.Context,
-    data: DataArg,
-    column: ColumnOpt,
-    method: ProtocolOpt = None,
-    epsilon: EpsilonOpt = None,
-    no_privacy: NoPrivacyOpt = False,
-    bit_depth: BitsOpt = None,
-    bits_per_client: BitsPerClientOpt = None,
-    low: LowOption = 0.0,
-    high: HighOpt = None,
-    resolution: ResolutionOpt = 1.0,
-    out_of_range: OutOfRangeOpt = "clip",
-    clients: ClientsOpt = None,
-    split: SplitOpt = None,
-    allocation: AllocationOpt = None,
-    round1_fraction: Round1Opt = None,
-    estimator: EstimatorOpt = None,
-    alpha: AlphaOpt = None,
-    squash_threshold: SquashOpt = None,
-    confidence: ConfidenceOpt = 0.95,
-    backend: BackendOption = "serial",
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    shard_size: ShardSizeOption = 1 << 20,
-    allow_long: AllowLongOption = False,
-    json_flag: JsonOption = False,
-    seed: SeedOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
-    """Estimate the mean of a column by bit pushing (or a baseline), with CI and bits disclosed."""
-    options = {
-        "bits_per_client": bits_per_client,
-        "allocation": allocation,
-        "round1_fraction": round1_fraction,
-        "estimator": estimator,
-        "alpha": alpha,
-        "squash_threshold": squash_threshold,
-    }
-    route = {
-        "backend": backend,
-        "workers": workers,
-        "scheduler": scheduler,
-        "shard_size": shard_size,
-    }
-    _run(
-        "mean", ctx, data=data, column=column, method=method, epsilon=epsilon, no_privacy=no_privacy,
-        bit_depth=bit_depth,
-        low=low, high=high, resolution=resolution, out_of_range=out_of_range, clients=clients,
-        split=split, options=options, confidence=confidence, route=route, allow_long=allow_long,
-        json_flag=json_flag, seed=seed, data_dir=data_dir,
-    )  # fmt: skip
+def _command(kind: str, summary: str) -> Callable[..., None]:
+    """The ``mean`` or ``variance`` command (the same options; only ``variance`` has ``--mean-fraction``)."""
+
+    @route_options
+    def command(
+        ctx: typer.Context,
+        data: DataArgument,
+        column: ColumnOpt,
+        method: ProtocolOpt = None,
+        epsilon: EpsilonOpt = None,
+        no_privacy: NoPrivacyOpt = False,
+        bit_depth: BitsOpt = None,
+        bits_per_client: BitsPerClientOpt = None,
+        low: LowOption = 0.0,
+        high: HighOpt = None,
+        resolution: ResolutionOption = 1.0,
+        out_of_range: OutOfRangeOpt = "clip",
+        clients: ClientsOpt = None,
+        split: SplitOption = None,
+        allocation: AllocationOpt = None,
+        round1_fraction: Round1Opt = None,
+        estimator: EstimatorOpt = None,
+        alpha: AlphaOpt = None,
+        squash_threshold: SquashOpt = None,
+        mean_fraction: MeanFractionOption = 0.2,
+        confidence: ConfidenceOption = 0.95,
+        engine_options: EngineOptions = EngineOptions("serial"),
+        allow_long: AllowLongOption = False,
+        json_flag: JsonOption = False,
+        seed: SeedOption = None,
+        data_dir: DataDirOption = None,
+    ) -> None:
+        options = {
+            "bits_per_client": bits_per_client,
+            "allocation": allocation,
+            "round1_fraction": round1_fraction,
+            "estimator": estimator,
+            "alpha": alpha,
+            "squash_threshold": squash_threshold,
+        }
+        if kind == "variance":
+            options["mean_fraction"] = mean_fraction
+        _run(
+            kind, ctx, data=data, column=column, method=method, epsilon=epsilon,
+            no_privacy=no_privacy, bit_depth=bit_depth, low=low, high=high, resolution=resolution,
+            out_of_range=out_of_range, clients=clients, split=split, options=options,
+            confidence=confidence, route=engine_options, allow_long=allow_long,
+            json_flag=json_flag, seed=seed, data_dir=data_dir,
+        )  # fmt: skip
+
+    command.__doc__ = summary
+    return command if kind == "variance" else drop_option(command, "mean_fraction")
 
 
-def variance(
-    ctx: typer.Context,
-    data: DataArg,
-    column: ColumnOpt,
-    method: ProtocolOpt = None,
-    epsilon: EpsilonOpt = None,
-    no_privacy: NoPrivacyOpt = False,
-    bit_depth: BitsOpt = None,
-    bits_per_client: BitsPerClientOpt = None,
-    low: LowOption = 0.0,
-    high: HighOpt = None,
-    resolution: ResolutionOpt = 1.0,
-    out_of_range: OutOfRangeOpt = "clip",
-    clients: ClientsOpt = None,
-    split: SplitOpt = None,
-    allocation: AllocationOpt = None,
-    round1_fraction: Round1Opt = None,
-    estimator: EstimatorOpt = None,
-    alpha: AlphaOpt = None,
-    squash_threshold: SquashOpt = None,
-    mean_fraction: Annotated[
-        float, typer.Option("--mean-fraction", help="Share of clients estimating the mean first.")
-    ] = 0.2,
-    confidence: ConfidenceOpt = 0.95,
-    backend: BackendOption = "serial",
-    workers: WorkersOption = None,
-    scheduler: SchedulerOption = None,
-    shard_size: ShardSizeOption = 1 << 20,
-    allow_long: AllowLongOption = False,
-    json_flag: JsonOption = False,
-    seed: SeedOption = None,
-    data_dir: DataDirOption = None,
-) -> None:
-    """Estimate the variance of a column: a mean stage, then bit pushing of (x - mean)^2."""
-    options = {
-        "bits_per_client": bits_per_client,
-        "allocation": allocation,
-        "round1_fraction": round1_fraction,
-        "estimator": estimator,
-        "alpha": alpha,
-        "squash_threshold": squash_threshold,
-        "mean_fraction": mean_fraction,
-    }
-    route = {
-        "backend": backend,
-        "workers": workers,
-        "scheduler": scheduler,
-        "shard_size": shard_size,
-    }
-    _run(
-        "variance", ctx, data=data, column=column, method=method, epsilon=epsilon,
-        no_privacy=no_privacy, bit_depth=bit_depth, low=low, high=high, resolution=resolution, out_of_range=out_of_range,
-        clients=clients, split=split, options=options, confidence=confidence, route=route,
-        allow_long=allow_long, json_flag=json_flag, seed=seed, data_dir=data_dir,
-    )  # fmt: skip
+mean = _command(
+    "mean",
+    "Estimate the mean of a column by bit pushing (or a baseline), with CI and bits disclosed.",
+)
+variance = _command(
+    "variance", "Estimate the variance of a column: a mean stage, then bit pushing of (x - mean)^2."
+)
 
 
 def register(app: typer.Typer) -> None:

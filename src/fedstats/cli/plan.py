@@ -17,6 +17,7 @@ Give ``--clients`` or ``--epsilon`` and the planner solves for the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -29,7 +30,16 @@ from fedstats.cli._common import (
     fmt_value,
     state_from,
 )
-from fedstats.cli._options import IntervalLevelOption, LevelOption, LowOption
+from fedstats.cli._options import (
+    ConfidenceOption,
+    FdStepOption,
+    FractionsOption,
+    LevelOption,
+    LowOption,
+    MeanFractionOption,
+    ResolutionOption,
+    drop_option,
+)
 from fedstats.errors import ParameterError
 
 if TYPE_CHECKING:
@@ -98,7 +108,6 @@ MethodOption = Annotated[
     ),
 ]
 HighOption = Annotated[float, typer.Option("--high", help="Declared upper bound of the values.")]
-ResolutionOption = Annotated[float, typer.Option("--resolution", help="Fixed-point step (> 0).")]
 BitDepthOption = Annotated[
     int | None,
     typer.Option("--bit-depth", help="Bits of the codes (default: what the range needs)."),
@@ -109,101 +118,59 @@ BitsPerClientOption = Annotated[
 ]
 
 
-def _bit_pushing_plan(
-    ctx: typer.Context,
-    statistic: str,
-    width: float,
-    clients: int | None,
-    epsilon: float | None,
-    method: str | None,
-    json_flag: bool,
-    **options: Any,
-) -> None:
-    """Plan bit pushing's ``statistic`` (``mean`` or ``variance``) and print the plan.
+def _bit_pushing_command(statistic: str, summary: str) -> Callable[..., None]:
+    """The ``plan mean`` or ``plan variance`` command: it plans bit pushing's ``statistic``, prints it.
 
-    Parameters
-    ----------
-    ctx : typer.Context
-        The command's context.
-    statistic : {"mean", "variance"}
-        Which planner: :func:`~fedstats.analyses.bitpushing.planning.plan_mean` or ``plan_variance``.
-    width : float
-        ``--width``, in the statistic's units.
-    clients, epsilon : int or float, optional
-        ``--clients`` and ``--epsilon``: exactly one is given, the planner solves for the other.
-    method : str, optional
-        ``--method``; ``None`` is the library's default method.
-    json_flag : bool
-        ``--json``.
-    **options
-        The planner's other keywords (``low``, ``high``, ``confidence``, ...), as the options gave them.
-
-    Raises
-    ------
-    ParameterError
-        If not exactly one of ``--clients``/``--epsilon`` is given, or as the planner.
+    Both have the same options, but only ``variance`` has ``--mean-fraction``. Exactly one of ``--clients``/``--epsilon`` is given, the planner
+    (:func:`~fedstats.analyses.bitpushing.planning.plan_mean` or ``plan_variance``) solves for the other
+    (a :class:`~fedstats.errors.ParameterError` otherwise, or as the planner); ``--method`` unset is the
+    library's default method.
     """
-    from fedstats.analyses.bitpushing import planning
 
-    _one_unknown(clients, epsilon)
-    planner = planning.plan_mean if statistic == "mean" else planning.plan_variance
-    plan = planner(
-        width,
-        n_clients=clients,
-        epsilon=epsilon,
-        method=method or planning.DEFAULT_METHOD,
-        **options,
+    def command(
+        ctx: typer.Context,
+        width: WidthOption,
+        low: LowOption,
+        high: HighOption,
+        clients: ClientsOption = None,
+        epsilon: EpsilonOption = None,
+        confidence: ConfidenceOption = 0.95,
+        resolution: ResolutionOption = 1.0,
+        bit_depth: BitDepthOption = None,
+        method: MethodOption = None,
+        bits_per_client: BitsPerClientOption = 1,
+        mean_fraction: MeanFractionOption = 0.2,
+        json_flag: JsonOption = False,
+    ) -> None:
+        from fedstats.analyses.bitpushing import planning
+
+        _one_unknown(clients, epsilon)
+        options: dict[str, Any] = {"low": low, "high": high, "confidence": confidence}
+        options |= {"resolution": resolution, "bit_depth": bit_depth}
+        options["bits_per_client"] = bits_per_client
+        if statistic == "variance":
+            options["mean_fraction"] = mean_fraction
+        planner = planning.plan_mean if statistic == "mean" else planning.plan_variance
+        method = method or planning.DEFAULT_METHOD
+        plan = planner(width, n_clients=clients, epsilon=epsilon, method=method, **options)
+        _emit(ctx, plan, json_flag)
+
+    command.__doc__ = summary
+    return command if statistic == "variance" else drop_option(command, "mean_fraction")
+
+
+mean = plan_app.command("mean")(
+    _bit_pushing_command(
+        "mean",
+        "Clients or epsilon for a bit-pushing mean's interval of the given width (bit means at 1/2).",
     )
-    _emit(ctx, plan, json_flag)
-
-
-@plan_app.command("mean")
-def mean(
-    ctx: typer.Context,
-    width: WidthOption,
-    low: LowOption,
-    high: HighOption,
-    clients: ClientsOption = None,
-    epsilon: EpsilonOption = None,
-    confidence: IntervalLevelOption = 0.95,
-    resolution: ResolutionOption = 1.0,
-    bit_depth: BitDepthOption = None,
-    method: MethodOption = None,
-    bits_per_client: BitsPerClientOption = 1,
-    json_flag: JsonOption = False,
-) -> None:
-    """Clients or epsilon for a bit-pushing mean's interval of the given width (bit means at 1/2)."""
-    _bit_pushing_plan(
-        ctx, "mean", width, clients, epsilon, method, json_flag,
-        low=low, high=high, confidence=confidence, resolution=resolution, bit_depth=bit_depth,
-        bits_per_client=bits_per_client,
-    )  # fmt: skip
-
-
-@plan_app.command("variance")
-def variance(
-    ctx: typer.Context,
-    width: WidthOption,
-    low: LowOption,
-    high: HighOption,
-    clients: ClientsOption = None,
-    epsilon: EpsilonOption = None,
-    confidence: IntervalLevelOption = 0.95,
-    resolution: ResolutionOption = 1.0,
-    bit_depth: BitDepthOption = None,
-    method: MethodOption = None,
-    bits_per_client: BitsPerClientOption = 1,
-    mean_fraction: Annotated[
-        float, typer.Option("--mean-fraction", help="Share of the clients in the mean stage.")
-    ] = 0.2,
-    json_flag: JsonOption = False,
-) -> None:
-    """Clients or epsilon for a bit-pushing variance's interval of the given width (squared units)."""
-    _bit_pushing_plan(
-        ctx, "variance", width, clients, epsilon, method, json_flag,
-        low=low, high=high, confidence=confidence, resolution=resolution, bit_depth=bit_depth,
-        bits_per_client=bits_per_client, mean_fraction=mean_fraction,
-    )  # fmt: skip
+)
+variance = plan_app.command("variance")(
+    _bit_pushing_command(
+        "variance",
+        "Clients or epsilon for a bit-pushing variance's interval of the given width (squared units).",
+    )
+)
 
 
 @plan_app.command("gap")
@@ -215,11 +182,9 @@ def gap(
     clients: ClientsOption = None,
     epsilon: EpsilonOption = None,
     mechanism: Annotated[str, typer.Option("--mechanism", "-m", help="R or L.")] = "R",
-    confidence: IntervalLevelOption = 0.95,
+    confidence: ConfidenceOption = 0.95,
     accounting: Annotated[str, typer.Option("--accounting", help="exact or paper.")] = "exact",
-    fractions: Annotated[
-        str | None, typer.Option("--fractions", help="Group fractions 'f1,f2,...' (default equal).")
-    ] = None,
+    fractions: FractionsOption = None,
     scale: Annotated[
         str, typer.Option("--scale", help="signed ([-1, 1] values) or rate ([0, 1] rates).")
     ] = "signed",
@@ -351,8 +316,8 @@ def entropy(
         str | None,
         typer.Option("--probabilities", help="Expected proportions 'p1,...,pm' (default uniform)."),
     ] = None,
-    confidence: IntervalLevelOption = 0.95,
-    fd_step: Annotated[float, typer.Option("--fd-step", help="Finite-difference step D.")] = 0.05,
+    confidence: ConfidenceOption = 0.95,
+    fd_step: FdStepOption = 0.05,
     json_flag: JsonOption = False,
 ) -> None:
     """Encoding size for FED-H's entropy interval of the given width (no DP: clients do not matter)."""
@@ -382,7 +347,7 @@ def heterogeneity(
         str, typer.Option("--noise", help="central, distributed or aggregators.")
     ] = "central",
     accounting: Annotated[str, typer.Option("--accounting", help="basic or zcdp.")] = "basic",
-    confidence: IntervalLevelOption = 0.95,
+    confidence: ConfidenceOption = 0.95,
     json_flag: JsonOption = False,
 ) -> None:
     """Clients or epsilon for the heterogeneity dispersion's interval of the given width."""

@@ -74,14 +74,17 @@ def _command(rep: Reproduction) -> Any:
             },
         )
 
-    P = inspect.Parameter
+    def option(name: str, default: Any, annotation: Any) -> inspect.Parameter:
+        return inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+        )
+
     params = [
-        P("ctx", P.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        P(
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        option(
             "out",
-            P.KEYWORD_ONLY,
-            default=None,
-            annotation=Annotated[
+            None,
+            Annotated[
                 str | None,
                 typer.Option(
                     "--out",
@@ -90,19 +93,15 @@ def _command(rep: Reproduction) -> Any:
                 ),
             ],
         ),
-        P(
+        option(
             "quick",
-            P.KEYWORD_ONLY,
-            default=False,
-            annotation=Annotated[
-                bool, typer.Option("--quick", help="Small version (about a minute).")
-            ],
+            False,
+            Annotated[bool, typer.Option("--quick", help="Small version (about a minute).")],
         ),
-        P(
+        option(
             "update_committed",
-            P.KEYWORD_ONLY,
-            default=False,
-            annotation=Annotated[
+            False,
+            Annotated[
                 bool,
                 typer.Option(
                     "--update-committed",
@@ -112,27 +111,11 @@ def _command(rep: Reproduction) -> Any:
         ),
     ]
     if rep.reps:
-        params.append(
-            P(
-                "reps",
-                P.KEYWORD_ONLY,
-                default=None,
-                annotation=Annotated[
-                    int | None, typer.Option("--reps", min=2, help="Repetitions per point.")
-                ],
-            )
-        )
+        reps = typer.Option("--reps", min=2, help="Repetitions per point.")
+        params.append(option("reps", None, Annotated[int | None, reps]))
     if rep.workers:
-        params.append(
-            P(
-                "workers",
-                P.KEYWORD_ONLY,
-                default=None,
-                annotation=Annotated[
-                    int | None, typer.Option("--workers", min=1, help="Processes running cells.")
-                ],
-            )
-        )
+        workers = typer.Option("--workers", min=1, help="Processes running cells.")
+        params.append(option("workers", None, Annotated[int | None, workers]))
     for opt in rep.options:
         flag = "--" + opt.name.replace("_", "-")
         ann: Any = Annotated[
@@ -141,11 +124,11 @@ def _command(rep: Reproduction) -> Any:
             if opt.kind is int
             else typer.Option(flag, help=opt.help),
         ]
-        params.append(P(opt.name, P.KEYWORD_ONLY, default=opt.default, annotation=ann))
+        params.append(option(opt.name, opt.default, ann))
     params += [
-        P("data_dir", P.KEYWORD_ONLY, default=None, annotation=DataDirOption),
-        P("json_flag", P.KEYWORD_ONLY, default=False, annotation=JsonOption),
-        P("seed", P.KEYWORD_ONLY, default=None, annotation=SeedOption),
+        option("data_dir", None, DataDirOption),
+        option("json_flag", False, JsonOption),
+        option("seed", None, SeedOption),
     ]
 
     def wrapper(ctx: typer.Context, **kw: Any) -> None:

@@ -21,7 +21,6 @@ from fedstats._validation import check_choice
 from fedstats.datasets._catalog import dataset_info
 from fedstats.datasets._lookup import dataset_file
 from fedstats.datasets.archives import (
-    ACTIVITY_COLUMNS,
     DataDir,
     load_activity,
     load_digits,
@@ -36,23 +35,17 @@ if TYPE_CHECKING:  # imported where a table is read
     import pandas as pd
 
 __all__ = [
-    "ACTIVITY_COLUMNS",
     "ADULT_COLUMNS",
     "ADULT_NUMERIC_COLUMNS",
     "CENSUS_KDD_COLUMNS",
     "LYMPHOGRAPHY_COLUMNS",
     "MUSHROOM_COLUMNS",
-    "load_activity",
     "load_adult",
     "load_adult_column",
     "load_census_kdd",
     "load_dataset",
-    "load_digits",
-    "load_fashion_mnist_labels",
-    "load_gtsrb",
     "load_lymphography",
     "load_mushroom",
-    "load_reuters",
 ]
 
 ADULT_COLUMNS: tuple[str, ...] = (

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from fedstats.datasets import load_activity
-from fedstats.datasets.loaders import ACTIVITY_COLUMNS
+from fedstats.datasets.archives import ACTIVITY_COLUMNS
 from fedstats.errors import DataError
 
 __all__ = ["ActivityPerformance", "activity_performance", "select_clients"]

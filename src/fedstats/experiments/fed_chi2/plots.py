@@ -68,6 +68,17 @@ def write_plots(out: Path, doc: dict[str, Any], title: Callable[[str], str] = st
     return written
 
 
+def _finish(
+    fig: Any, ax: Any, labels: tuple[str, str], save: Callable[[Any, str], None], name: str
+) -> None:
+    """Label a one-panel figure's axes (x, y), add its legend, lay it out and save it as ``name``."""
+    ax.set_xlabel(labels[0])
+    ax.set_ylabel(labels[1])
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save(fig, name)
+
+
 def _plot_fig1(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
     """Figure 1: multiplicative error and power of FED-chi^2 against ``l``, one panel a table, per dropout and decoder."""
     st = doc["config"]
@@ -152,11 +163,7 @@ def _plot_fig2(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) 
             label="generating the whole l x m projection",
         )
         ax.set_yscale("log")
-        ax.set_xlabel("m (table m x m), l = 50")
-        ax.set_ylabel("milliseconds")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        save(fig, "fig2_encoding.png")
+        _finish(fig, ax, ("m (table m x m), l = 50", "milliseconds"), save, "fig2_encoding.png")
 
 
 def _plot_fig5(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
@@ -180,12 +187,9 @@ def _plot_fig5(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) 
             )
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("encoding size l")
-        ax.set_ylabel("additive error |H_hat - H| (nats)")
         ax.set_title(f"FED-H, m_x = {st['fedh_m']:,}", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        save(fig, "fig5_fedh.png")
+        labels = ("encoding size l", "additive error |H_hat - H| (nats)")
+        _finish(fig, ax, labels, save, "fig5_fedh.png")
 
 
 def _plot_fig8(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
@@ -207,11 +211,8 @@ def _plot_fig8(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) 
                 color=_DEC_COLORS[dec],
             )
         ax.axhline(PAPER["fs_overlap"], color="k", ls="--", lw=1, label="paper, l = 50")
-        ax.set_xlabel("encoding size l")
-        ax.set_ylabel("overlap with exact selection")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        save(fig, "fig8_overlap.png")
+        labels = ("encoding size l", "overlap with exact selection")
+        _finish(fig, ax, labels, save, "fig8_overlap.png")
 
 
 def _plot_fig4(plt: Any, doc: dict[str, Any], save: Callable[[Any, str], None]) -> None:
