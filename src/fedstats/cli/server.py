@@ -611,7 +611,7 @@ def _settle_heap() -> None:
     """
     import gc
 
-    import scipy.stats  # noqa: F401  (with scipy.special; the decoders import them lazily, at a release)
+    import scipy.special  # noqa: F401  (what a FED-chi^2 or FED-H release needs: fedstats._numeric)
 
     gc.collect()
     gc.freeze()

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedstats._numeric import chi2_isf, chi2_ppf, norm_ppf
 from fedstats._validation import check_open_unit, check_real
 from fedstats.errors import DataError, ParameterError
 
@@ -143,9 +144,7 @@ def _mean_log_quantiles(alpha: float, ell: int, confidence: float) -> tuple[floa
     k1, k2, k3, k4 = _log_abs_cumulants(alpha)
     g1 = k3 / k2**1.5 / math.sqrt(ell)
     g2 = k4 / k2**2 / ell
-    import scipy.stats  # lazily: scipy.stats costs more than the rest of the import
-
-    z = float(scipy.stats.norm.ppf(0.5 + confidence / 2))
+    z = float(norm_ppf(0.5 + confidence / 2))
     out = []
     for zp in (-z, z):
         w = (
@@ -289,10 +288,8 @@ def mean_of_squares_estimator(
     ell = int(arr.size)
     ss = float(np.dot(arr, arr))
     tail = (1.0 - conf) / 2
-    import scipy.stats  # lazily, as above
-
-    q_lo = float(scipy.stats.chi2.ppf(tail, ell))
-    q_hi = float(scipy.stats.chi2.isf(tail, ell))
+    q_lo = float(chi2_ppf(tail, ell))
+    q_hi = float(chi2_isf(tail, ell))
     return FrequencyMomentEstimate(
         ss / (2 * ell),
         (ss / (2 * q_hi), ss / (2 * q_lo)),

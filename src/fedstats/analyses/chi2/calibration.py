@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats._numeric import chi2_isf, chi2_pdf, chi2_ppf, chi2_sf, norm_sf
 from fedstats._validation import check_choice, check_int, check_real
 from fedstats.errors import DataError, ParameterError
 from fedstats.randomness import RandomSource
@@ -70,10 +71,8 @@ def sketch_noise_quantiles(encoding_size: int, decoder: str, points: int = 2000)
     decoder = check_choice("decoder", decoder, DECODERS)
     points = check_int("points", points, low=10)
     if decoder == "mean-of-squares":
-        import scipy.stats  # lazily (import cost)
-
         u = (np.arange(points) + 0.5) / points
-        return np.asarray(scipy.stats.chi2.ppf(u, ell) / ell)
+        return np.asarray(chi2_ppf(u, ell) / ell)
     return _geometric_noise(ell, points)
 
 
@@ -112,10 +111,8 @@ def noise_averaged_p_value(statistic: Any, dof: int, noise_quantiles: Any) -> An
     if pos.any():
         lo, hi = np.log(flat[pos].min()), np.log(flat[pos].max())
         grid = np.exp(np.linspace(lo, hi, 2000)) if hi > lo else np.exp(np.array([lo]))
-        import scipy.stats  # lazily (import cost)
-
         g = np.asarray(noise_quantiles, dtype=np.float64)[None, :]
-        p_grid = scipy.stats.chi2.sf(grid[:, None] / g, dof).mean(axis=1)
+        p_grid = chi2_sf(grid[:, None] / g, dof).mean(axis=1)
         out[pos] = np.interp(np.log(flat[pos]), np.log(grid), p_grid)
     res = out.reshape(x.shape)
     return float(res) if res.ndim == 0 else res
@@ -150,19 +147,17 @@ def normal_averaged_p_value(statistic: float, dof: int, noise_sd: float) -> floa
     ParameterError
         ``dof < 1`` or a negative or non-finite ``noise_sd``.
     """
-    import scipy.stats  # lazily (import cost)
-
     check_int("dof", dof, low=1)
     check_real("noise_sd", noise_sd, low=0.0)
     if noise_sd == 0.0:
-        return float(scipy.stats.chi2.sf(max(statistic, 0.0), dof))
+        return float(chi2_sf(max(statistic, 0.0), dof))
     import scipy.integrate  # lazily (import cost)
 
     def integrand(s: float) -> float:
-        return float(scipy.stats.chi2.pdf(s, dof) * scipy.stats.norm.sf((statistic - s) / noise_sd))
+        return float(chi2_pdf(s, dof) * norm_sf((statistic - s) / noise_sd))
 
     # split where the mass is (the density's bulk and the point where Phi turns): quad's error bound holds
-    bulk = float(scipy.stats.chi2.isf(1e-12, dof))
+    bulk = float(chi2_isf(1e-12, dof))
     cuts = sorted({0.0, min(max(statistic, 0.0), bulk), bulk})
     total = sum(
         scipy.integrate.quad(integrand, a, b, limit=200, epsabs=1e-14)[0]
@@ -214,15 +209,13 @@ def sketched_p_value(
     g = sketch_noise_quantiles(encoding_size, decoder)
     if tau == 0.0:
         return noise_averaged_p_value(statistic, dof, g)
-    import scipy.stats  # lazily (import cost)
-
     x = np.asarray(statistic, dtype=np.float64)
     flat = x.ravel()
     out = np.ones(flat.size)
     for a in range(0, flat.size, 256):
         xs = flat[a : a + 256]
         shifted = np.maximum((xs[:, None] + tau) / g[None, :] - tau, 0.0)
-        p = scipy.stats.chi2.sf(shifted, dof).mean(axis=1)
+        p = chi2_sf(shifted, dof).mean(axis=1)
         out[a : a + 256] = np.where(xs > 0, p, 1.0)
     res = out.reshape(x.shape)
     return float(res) if res.ndim == 0 else res

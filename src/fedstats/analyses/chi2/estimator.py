@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats._numeric import chi2_isf, chi2_sf
 from fedstats._validation import check_choice, check_int, check_open_unit
 from fedstats.analyses.chi2.calibration import (
     DECODERS,
@@ -528,12 +529,10 @@ def finish(
     -------
     Chi2Result
     """
-    import scipy.stats  # lazily (import cost)
-
     m_x, m_y, ell, bits = sketch.m_x, sketch.m_y, sketch.ell, sketch.bits
     tau = float(noise_offset)
     stat = max(0.0, est.estimate - tau)
-    crit = float(scipy.stats.chi2.isf(level, dof))
+    crit = float(chi2_isf(level, dof))
     lo, hi = (max(0.0, c - tau) for c in est.ci)
     raw = est.estimate - tau
     if null is not None and wide is not None:
@@ -545,7 +544,7 @@ def finish(
     # the estimate before it is clipped at 0 (post-processing): the unbiased one under DP, what bias is
     # measured on (the validation report reads it)
     details["unclipped_estimate"] = float(raw)
-    paper = float(scipy.stats.chi2.sf(stat, dof))
+    paper = float(chi2_sf(stat, dof))
     mc_error, method = 0.0, "sketch"
     if test != "chi2":
         method = "chi2-normal-error" if noise_sd > 0 else "chi2"
@@ -587,7 +586,7 @@ def finish(
         p_value_mc_error=mc_error,
         null_replicates=null.replicates if null is not None else 0,
         p_value_method=method,
-        p_value_ci=(float(scipy.stats.chi2.sf(hi, dof)), float(scipy.stats.chi2.sf(lo, dof))),
+        p_value_ci=(float(chi2_sf(hi, dof)), float(chi2_sf(lo, dof))),
         dof=dof,
         level=level,
         critical_value=crit,
@@ -606,9 +605,7 @@ def finish(
 
 def attach_truth(res: Chi2Result, exact: float, dof: int) -> Chi2Result:
     """Record the exact statistic of a simulation: ``truth``, its p-value and the multiplicative error."""
-    import scipy.stats  # lazily (import cost)
-
     res.truth = exact
-    res.exact_p_value = float(scipy.stats.chi2.sf(exact, dof))
+    res.exact_p_value = float(chi2_sf(exact, dof))
     res.multiplicative_error = abs(res.statistic - exact) / exact if exact > 0 else math.inf
     return res

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats._numeric import norm_ppf
 from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
@@ -255,9 +256,7 @@ def decode_entropy(
         sd = math.sqrt(max(var, 0.0))
     else:
         sd = math.inf
-    import scipy.stats  # lazily (import cost)
-
-    z = float(scipy.stats.norm.ppf(0.5 + conf / 2))
+    z = float(norm_ppf(0.5 + conf / 2))
     bias = finite_difference_bias_bound(m, d)
     ci = (h - z * sd - bias, h + z * sd)
     return h, ci, sd, (fp.estimate, fm.estimate), bias
