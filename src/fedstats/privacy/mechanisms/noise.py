@@ -193,6 +193,7 @@ class LaplaceMechanism(_GridNoise):
     """
 
     _noise_name = "discrete Laplace noise"
+    _PARAMETERS = ("epsilon", "sensitivity", "resolution_bits", "dimension")
 
     def __init__(
         self,
@@ -215,14 +216,6 @@ class LaplaceMechanism(_GridNoise):
             # rounded up, so the noise's exact epsilon integer_sensitivity / integer_scale is <= epsilon
             self.integer_scale = _ratio_up(self.integer_sensitivity, self.epsilon)
         self.scale = self.sensitivity / self.epsilon
-
-    def _parameters(self) -> dict[str, Any]:
-        return {
-            "epsilon": self.epsilon,
-            "sensitivity": self.sensitivity,
-            "resolution_bits": self.resolution_bits,
-            "dimension": self.dimension,
-        }
 
     def _float_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
         return np.asarray(rng.laplace(0.0, self.scale, size=shape))
@@ -304,6 +297,7 @@ class GaussianMechanism(_GridNoise):
     """
 
     _noise_name = "discrete Gaussian noise"
+    _PARAMETERS = ("epsilon", "delta", "sensitivity", "analytic", "resolution_bits", "dimension")
 
     def __init__(
         self,
@@ -380,16 +374,6 @@ class GaussianMechanism(_GridNoise):
                     allow_large_epsilon=allow_large_epsilon,
                 )
             self.sigma = self.integer_sigma * self.grid
-
-    def _parameters(self) -> dict[str, Any]:
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "sensitivity": self.sensitivity,
-            "analytic": self.analytic,
-            "resolution_bits": self.resolution_bits,
-            "dimension": self.dimension,
-        }
 
     def _float_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
         return self.sigma * np.asarray(rng.standard_normal(size=shape))
