@@ -99,6 +99,15 @@ class Circuit(ABC):
         return pow(num_shares, p - 2, p)
 
 
+def _check_max_measurement(field: type[Field], max_measurement: int) -> int:
+    """``max_measurement`` if it is at least 1 and its range-checked encoding fits below the modulus."""
+    if max_measurement < 1 or 2 ** max_measurement.bit_length() >= field.MODULUS:
+        raise ParameterError(
+            "max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)"
+        )
+    return max_measurement
+
+
 def _range_checked_weights(max_measurement: int) -> list[int]:
     """Weights of the bits of ``encode_range_checked_int`` (§7.4.2): 1, 2, ..., 2^(b-2), last."""
     bits = max_measurement.bit_length()
@@ -201,12 +210,8 @@ class Sum(Circuit):
     _PARAMS = ("max_measurement",)
 
     def __init__(self, field: type[Field], max_measurement: int) -> None:
-        if max_measurement < 1 or 2 ** max_measurement.bit_length() >= field.MODULUS:
-            raise ParameterError(
-                "max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)"
-            )
         self.field = field
-        self.max_measurement = max_measurement
+        self.max_measurement = _check_max_measurement(field, max_measurement)
         self.bits = max_measurement.bit_length()
         self.MEAS_LEN = self.bits
         self.EVAL_OUTPUT_LEN = self.bits
@@ -310,12 +315,8 @@ class SumVec(_RangeCheckCircuit):
     ) -> None:
         if length < 1:
             raise ParameterError("length", length, "an integer >= 1")
-        if max_measurement < 1 or 2 ** max_measurement.bit_length() >= field.MODULUS:
-            raise ParameterError(
-                "max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)"
-            )
         self.length = length
-        self.max_measurement = max_measurement
+        self.max_measurement = _check_max_measurement(field, max_measurement)
         self.bits = max_measurement.bit_length()
         self._setup_range_check(field, length * self.bits, chunk_length)
         self.OUTPUT_LEN = length
