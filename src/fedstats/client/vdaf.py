@@ -280,13 +280,17 @@ def collect(
     DataError
         If an aggregator refuses, or the two aggregated different batches.
     """
-    answers = []
-    for c in (leader, helper):
-        r = c.post(f"/v1/vdaf/tasks/{task.task_id}/collect")
-        if r.status_code != 200:
-            raise DataError(f"collection refused: {r.status_code} {r.text[:300]}")
-        answers.append(r.json())
+    path = f"/v1/vdaf/tasks/{task.task_id}/collect"
+    answers = [_operator_post(c, path, "collection") for c in (leader, helper)]
     return unshard(task, answers[0], answers[1])
+
+
+def _operator_post(client: httpx.Client, path: str, what: str, body: Any = None) -> Any:
+    """POST ``body`` (JSON, if any) with the operator's client: the answer, or DataError naming ``what``."""
+    r = client.post(path, json=body)
+    if r.status_code != 200:
+        raise DataError(f"{what} refused: {r.status_code} {r.text[:300]}")
+    return r.json()
 
 
 @dataclass(frozen=True)
@@ -376,12 +380,8 @@ def open_round(
     DataError
         If an aggregator refuses, or the two announce different rounds.
     """
-    got = []
-    for c in (leader, helper):
-        r = c.post(f"/v1/vdaf/tasks/{task_id}/rounds", json={"round": index, "history": history})
-        if r.status_code != 200:
-            raise DataError(f"round {index} refused: {r.status_code} {r.text[:300]}")
-        got.append(r.json())
+    path, body = f"/v1/vdaf/tasks/{task_id}/rounds", {"round": index, "history": history}
+    got = [_operator_post(c, path, f"round {index}", body) for c in (leader, helper)]
     if got[0] != got[1]:
         raise DataError(f"the aggregators announce different rounds {index}")
     out: dict[str, Any] = got[0]
@@ -441,9 +441,7 @@ def collect_signed(
         if announced.get("task_id") != derived.task_id:
             raise DataError(f"the aggregators announce another round {index}")
         on_round(index, announced)
-        r = leader.post(f"/v1/vdaf/tasks/{derived.task_id}/aggregate", json={})
-        if r.status_code != 200:
-            raise DataError(f"aggregation refused: {r.status_code} {r.text[:300]}")
+        _operator_post(leader, f"/v1/vdaf/tasks/{derived.task_id}/aggregate", "aggregation", {})
         prio3 = Prio3Task(
             derived.task_id,
             derived.spec,

@@ -10,14 +10,27 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Self, TypeVar
+from dataclasses import dataclass, fields
+from functools import partial
+from operator import attrgetter
+from typing import Any, Self, TypeVar, get_type_hints
 
 from fedstats.errors import DataError
 
 __all__ = [
+    "OPAQUE16",
+    "OPAQUE32",
+    "U8",
+    "U16",
+    "U64",
+    "Field",
     "Message",
     "Reader",
+    "Struct",
     "decode_all",
+    "fixed",
+    "fixed_bytes",
+    "nested",
     "opaque16",
     "opaque32",
     "u8",
@@ -26,6 +39,9 @@ __all__ = [
     "u64",
     "vec16",
     "vec32",
+    "vector16",
+    "vector32",
+    "wrapped32",
 ]
 
 T = TypeVar("T")
@@ -174,6 +190,10 @@ class Message(ABC):
     class): a truncated, overlong or malformed message raises :class:`~fedstats.errors.DataError`.
     """
 
+    @abstractmethod
+    def encode(self) -> bytes:
+        """Encode (each message defines it)."""
+
     @classmethod
     @abstractmethod
     def read(cls, r: Reader) -> Self:
@@ -183,3 +203,125 @@ class Message(ABC):
     def decode(cls, data: bytes) -> Self:
         """Decode strictly (DataError on truncated, overlong or malformed input)."""
         return decode_all(data, cls.__name__, cls.read)
+
+
+@dataclass(frozen=True)
+class Field:
+    """How one field of a :class:`Struct` travels.
+
+    ``encoder(name)`` is the function that encodes the field called ``name`` (its errors name the field),
+    ``take(reader)`` decodes it.
+    """
+
+    encoder: Callable[[str], Callable[[Any], bytes]]
+    take: Callable[[Reader], Any]
+
+
+def _plain(put: Callable[[Any], bytes], take: Callable[[Reader], Any]) -> Field:
+    return Field(lambda _: put, take)
+
+
+U8 = _plain(u8, Reader.u8)
+"""``uint8``."""
+U16 = _plain(u16, Reader.u16)
+"""``uint16``."""
+U64 = _plain(u64, Reader.u64)
+"""``uint64`` (DAP's ``Time`` and report counts)."""
+OPAQUE16 = _plain(opaque16, Reader.opaque16)
+"""``opaque<0..2^16-1>``."""
+OPAQUE32 = _plain(opaque32, Reader.opaque32)
+"""``opaque<0..2^32-1>``."""
+
+
+def fixed_bytes(name: str, value: bytes, size: int) -> bytes:
+    """Encode ``opaque name[size]``: ``value`` itself, which must be exactly ``size`` bytes.
+
+    Raises
+    ------
+    DataError
+        Naming ``name``, if ``value`` is not ``size`` bytes.
+    """
+    if not isinstance(value, bytes) or len(value) != size:
+        raise DataError(f"{name} must be {size} bytes, got {value!r:.60}")
+    return value
+
+
+def fixed(size: int) -> Field:
+    """``opaque[size]``: exactly ``size`` bytes (an id, a checksum), :func:`fixed_bytes`."""
+    return Field(lambda name: partial(fixed_bytes, name, size=size), lambda r: r.take(size))
+
+
+def vector16(item: type[Message]) -> Field:
+    """``item items<0..2^16-1>``, held as a tuple."""
+    return _plain(lambda v: vec16([x.encode() for x in v]), lambda r: tuple(r.vec16(item.read)))
+
+
+def vector32(item: type[Message]) -> Field:
+    """``item items<0..2^32-1>``, held as a tuple."""
+    return _plain(lambda v: vec32([x.encode() for x in v]), lambda r: tuple(r.vec32(item.read)))
+
+
+def wrapped32(item: type[Message]) -> Field:
+    """One ``item`` inside ``opaque<0..2^32-1>``; its encoding must fill the opaque exactly."""
+    return _plain(
+        lambda v: opaque32(v.encode()), lambda r: decode_all(r.opaque32(), r.what, item.read)
+    )
+
+
+def nested(item: type[Message]) -> Field:
+    """One ``item``, as it encodes itself (what a field typed with a message class gets by default)."""
+    return _plain(item.encode, item.read)
+
+
+class Struct(Message):
+    """A message encoded as its dataclass fields in order, with nothing between them.
+
+    Each field is annotated with its :class:`Field` (``time: Annotated[int, U64]``); a field whose type is
+    itself a :class:`Message` is encoded by that message (``metadata: ReportMetadata``).
+    """
+
+    def encode(self) -> bytes:
+        """Encode the fields in order (RFC 8446 §3: a ``struct`` is its members one after another)."""
+        lay = _layout(type(self))
+        return b"".join([put(v) for put, v in zip(lay.puts, lay.values(self), strict=True)])
+
+    @classmethod
+    def read(cls, r: Reader) -> Self:
+        """Decode the fields in order from a reader."""
+        return cls(*[take(r) for take in _layout(cls).takes])
+
+
+@dataclass(frozen=True)
+class _Layout:
+    values: Callable[[Struct], tuple[Any, ...]]
+    puts: tuple[Callable[[Any], bytes], ...]
+    takes: tuple[Callable[[Reader], Any], ...]
+
+
+_LAYOUTS: dict[type[Struct], _Layout] = {}
+
+
+def _layout(cls: type[Struct]) -> _Layout:
+    """The codec of each field of ``cls``, worked out on first use (the annotations name later classes)."""
+    lay = _LAYOUTS.get(cls)
+    if lay is None:
+        hints = get_type_hints(cls, include_extras=True)
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        codecs = [_field_of(hints[n]) for n in names]
+        get = attrgetter(*names)
+        lay = _Layout(
+            get if len(names) > 1 else lambda m: (get(m),),
+            tuple(c.encoder(n) for n, c in zip(names, codecs, strict=True)),
+            tuple(c.take for c in codecs),
+        )
+        _LAYOUTS[cls] = lay
+    return lay
+
+
+def _field_of(hint: Any) -> Field:
+    meta = getattr(hint, "__metadata__", ())
+    if meta and isinstance(meta[0], Field):
+        return meta[0]
+    if isinstance(hint, type) and issubclass(hint, Message):
+        return nested(hint)
+    raise TypeError(f"a Struct field needs a Field annotation or a Message type, got {hint!r}")

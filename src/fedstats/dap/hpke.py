@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, hmac
@@ -36,7 +37,7 @@ from cryptography.hazmat.primitives.serialization import (
     PublicFormat,
 )
 
-from fedstats.dap.codec import Message, Reader, opaque16, opaque32, u8, u16, vec16
+from fedstats.dap.codec import OPAQUE16, OPAQUE32, U8, U16, Struct, u8, u16, vector16
 from fedstats.errors import DataError, SecurityError
 
 __all__ = [
@@ -199,29 +200,14 @@ def setup_base_r(enc: bytes, sk_r: bytes, info: bytes) -> HpkeContext:
 
 
 @dataclass(frozen=True)
-class HpkeConfig(Message):
+class HpkeConfig(Struct):
     """An HPKE configuration (DAP-09 §4.5.1): ``config_id``, algorithm ids and the public key."""
 
-    id: int
-    kem_id: int
-    kdf_id: int
-    aead_id: int
-    public_key: bytes
-
-    def encode(self) -> bytes:
-        """Encode as ``HpkeConfig``."""
-        return (
-            u8(self.id)
-            + u16(self.kem_id)
-            + u16(self.kdf_id)
-            + u16(self.aead_id)
-            + opaque16(self.public_key)
-        )
-
-    @classmethod
-    def read(cls, r: Reader) -> HpkeConfig:
-        """Decode from a reader."""
-        return cls(r.u8(), r.u16(), r.u16(), r.u16(), r.opaque16())
+    id: Annotated[int, U8]
+    kem_id: Annotated[int, U16]
+    kdf_id: Annotated[int, U16]
+    aead_id: Annotated[int, U16]
+    public_key: Annotated[bytes, OPAQUE16]
 
     @property
     def supported(self) -> bool:
@@ -234,38 +220,20 @@ class HpkeConfig(Message):
 
 
 @dataclass(frozen=True)
-class HpkeConfigList(Message):
+class HpkeConfigList(Struct):
     """``HpkeConfigList`` (DAP-09 §4.5.1), media type ``application/dap-hpke-config-list``."""
 
     MEDIA_TYPE = "application/dap-hpke-config-list"
-    configs: tuple[HpkeConfig, ...]
-
-    def encode(self) -> bytes:
-        """Encode as ``HpkeConfig configs<0..2^16-1>``."""
-        return vec16(c.encode() for c in self.configs)
-
-    @classmethod
-    def read(cls, r: Reader) -> HpkeConfigList:
-        """Decode from a reader."""
-        return cls(tuple(r.vec16(HpkeConfig.read)))
+    configs: Annotated[tuple[HpkeConfig, ...], vector16(HpkeConfig)]
 
 
 @dataclass(frozen=True)
-class HpkeCiphertext(Message):
+class HpkeCiphertext(Struct):
     """``HpkeCiphertext`` (DAP-09 §4.1): config id, encapsulated key and AEAD payload."""
 
-    config_id: int
-    enc: bytes
-    payload: bytes
-
-    def encode(self) -> bytes:
-        """Encode as ``u8 config_id; opaque enc<0..2^16-1>; opaque payload<0..2^32-1>``."""
-        return u8(self.config_id) + opaque16(self.enc) + opaque32(self.payload)
-
-    @classmethod
-    def read(cls, r: Reader) -> HpkeCiphertext:
-        """Decode from a reader."""
-        return cls(r.u8(), r.opaque16(), r.opaque32())
+    config_id: Annotated[int, U8]
+    enc: Annotated[bytes, OPAQUE16]
+    payload: Annotated[bytes, OPAQUE32]
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,25 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Annotated, ClassVar, Self
 
-from fedstats.dap.codec import Message, Reader, decode_all, opaque16, opaque32, u8, u16, u64, vec16
+from fedstats.dap.codec import (
+    OPAQUE16,
+    OPAQUE32,
+    U16,
+    U64,
+    Field,
+    Message,
+    Reader,
+    Struct,
+    decode_all,
+    fixed,
+    fixed_bytes,
+    nested,
+    opaque16,
+    u8,
+    vector16,
+)
 from fedstats.dap.hpke import HpkeCiphertext
 from fedstats.errors import DataError
 
@@ -26,7 +42,24 @@ CHECKSUM_LEN = 32
 JOB_ID_LEN = 16
 
 
-class Role(enum.IntEnum):
+class _ByteEnum(enum.IntEnum):
+    """A DAP enum that travels as one byte."""
+
+    def encode(self) -> bytes:
+        """One byte."""
+        return u8(self.value)
+
+    @classmethod
+    def read(cls, r: Reader) -> Self:
+        """Decode one byte; DataError on an unknown value."""
+        code = r.u8()
+        try:
+            return cls(code)
+        except ValueError:
+            raise DataError(f"{r.what}: unknown {cls.__name__} value {code}") from None
+
+
+class Role(_ByteEnum):
     """``Role`` (DAP-09 §4.1): the sender and recipient bytes of the HPKE info strings."""
 
     COLLECTOR = 0
@@ -34,17 +67,8 @@ class Role(enum.IntEnum):
     LEADER = 2
     HELPER = 3
 
-    def encode(self) -> bytes:
-        """One byte."""
-        return u8(self.value)
 
-    @classmethod
-    def read(cls, r: Reader) -> Role:
-        """Decode one byte; DataError on an unknown role."""
-        return _enum(cls, r.u8(), r)
-
-
-class PrepareError(enum.IntEnum):
+class PrepareError(_ByteEnum):
     """``PrepareError`` (DAP-09 §4.5.1.3): why an aggregator rejected one report."""
 
     BATCH_COLLECTED = 0
@@ -57,31 +81,6 @@ class PrepareError(enum.IntEnum):
     TASK_EXPIRED = 7
     INVALID_MESSAGE = 8
     REPORT_TOO_EARLY = 9
-
-    def encode(self) -> bytes:
-        """One byte."""
-        return u8(self.value)
-
-    @classmethod
-    def read(cls, r: Reader) -> PrepareError:
-        """Decode one byte; DataError on an unknown value."""
-        return _enum(cls, r.u8(), r)
-
-
-E = TypeVar("E", bound=enum.IntEnum)
-
-
-def _enum(cls: type[E], value: int, r: Reader) -> E:
-    try:
-        return cls(value)
-    except ValueError:
-        raise DataError(f"{r.what}: unknown {cls.__name__} value {value}") from None
-
-
-def _fixed(name: str, value: bytes, size: int) -> bytes:
-    if not isinstance(value, bytes) or len(value) != size:
-        raise DataError(f"{name} must be {size} bytes, got {value!r:.60}")
-    return value
 
 
 def _query_type(r: Reader) -> int:
@@ -110,11 +109,11 @@ def read_url(r: Reader) -> str:
 
 
 @dataclass(frozen=True)
-class Interval(Message):
+class Interval(Struct):
     """``Interval`` (DAP-09 §4.1): ``start`` and ``duration`` in seconds since the epoch, as u64."""
 
-    start: int
-    duration: int
+    start: Annotated[int, U64]
+    duration: Annotated[int, U64]
 
     def __post_init__(self) -> None:
         if not (
@@ -126,69 +125,33 @@ class Interval(Message):
                 f"Interval(start={self.start}, duration={self.duration}) overflows a u64 time"
             )
 
-    def encode(self) -> bytes:
-        """Encode as two u64."""
-        return u64(self.start) + u64(self.duration)
-
-    @classmethod
-    def read(cls, r: Reader) -> Interval:
-        """Decode two u64."""
-        return cls(r.u64(), r.u64())
-
     def contains(self, time: int) -> bool:
         """True if ``start <= time < start + duration``."""
         return self.start <= time < self.start + self.duration
 
 
 @dataclass(frozen=True)
-class Extension(Message):
+class Extension(Struct):
     """``Extension`` (DAP-09 §4.4.2): a u16 type and opaque data (unknown types are kept, not refused)."""
 
-    extension_type: int
-    extension_data: bytes
-
-    def encode(self) -> bytes:
-        """Encode as ``u16 type; opaque data<0..2^16-1>``."""
-        return u16(self.extension_type) + opaque16(self.extension_data)
-
-    @classmethod
-    def read(cls, r: Reader) -> Extension:
-        """Decode from a reader."""
-        return cls(r.u16(), r.opaque16())
+    extension_type: Annotated[int, U16]
+    extension_data: Annotated[bytes, OPAQUE16]
 
 
 @dataclass(frozen=True)
-class ReportMetadata(Message):
+class ReportMetadata(Struct):
     """``ReportMetadata`` (DAP-09 §4.4.2): the 16-byte report id and the client's timestamp."""
 
-    report_id: bytes
-    time: int
-
-    def encode(self) -> bytes:
-        """Encode as ``ReportID id; Time time``."""
-        return _fixed("report_id", self.report_id, REPORT_ID_LEN) + u64(self.time)
-
-    @classmethod
-    def read(cls, r: Reader) -> ReportMetadata:
-        """Decode from a reader."""
-        return cls(r.take(REPORT_ID_LEN), r.u64())
+    report_id: Annotated[bytes, fixed(REPORT_ID_LEN)]
+    time: Annotated[int, U64]
 
 
 @dataclass(frozen=True)
-class PlaintextInputShare:
+class PlaintextInputShare(Struct):
     """``PlaintextInputShare`` (DAP-09 §4.4.2): extensions and the VDAF input share, before sealing."""
 
-    extensions: tuple[Extension, ...]
-    payload: bytes
-
-    def encode(self) -> bytes:
-        """Encode as ``Extension extensions<0..2^16-1>; opaque payload<0..2^32-1>``."""
-        return vec16(e.encode() for e in self.extensions) + opaque32(self.payload)
-
-    @classmethod
-    def read(cls, r: Reader) -> PlaintextInputShare:
-        """Decode from a reader."""
-        return cls(tuple(r.vec16(Extension.read)), r.opaque32())
+    extensions: Annotated[tuple[Extension, ...], vector16(Extension)]
+    payload: Annotated[bytes, OPAQUE32]
 
     @classmethod
     def decode(cls, data: bytes) -> PlaintextInputShare:
@@ -201,52 +164,23 @@ class PlaintextInputShare:
 
 
 @dataclass(frozen=True)
-class Report(Message):
+class Report(Struct):
     """``Report`` (DAP-09 §4.4.2), media type ``application/dap-report``: what a client uploads."""
 
     MEDIA_TYPE = "application/dap-report"
     metadata: ReportMetadata
-    public_share: bytes
+    public_share: Annotated[bytes, OPAQUE32]
     leader_encrypted_input_share: HpkeCiphertext
     helper_encrypted_input_share: HpkeCiphertext
 
-    def encode(self) -> bytes:
-        """Encode as metadata, ``opaque public_share<0..2^32-1>`` and the two ciphertexts."""
-        return (
-            self.metadata.encode()
-            + opaque32(self.public_share)
-            + self.leader_encrypted_input_share.encode()
-            + self.helper_encrypted_input_share.encode()
-        )
-
-    @classmethod
-    def read(cls, r: Reader) -> Report:
-        """Decode from a reader."""
-        return cls(
-            ReportMetadata.read(r), r.opaque32(), HpkeCiphertext.read(r), HpkeCiphertext.read(r)
-        )
-
 
 @dataclass(frozen=True)
-class InputShareAad(Message):
+class InputShareAad(Struct):
     """``InputShareAad`` (DAP-09 §4.4.2): the associated data that binds an input share to its report."""
 
-    task_id: bytes
+    task_id: Annotated[bytes, fixed(TASK_ID_LEN)]
     metadata: ReportMetadata
-    public_share: bytes
-
-    def encode(self) -> bytes:
-        """Encode as ``TaskID; ReportMetadata; opaque public_share<0..2^32-1>``."""
-        return (
-            _fixed("task_id", self.task_id, TASK_ID_LEN)
-            + self.metadata.encode()
-            + opaque32(self.public_share)
-        )
-
-    @classmethod
-    def read(cls, r: Reader) -> InputShareAad:
-        """Decode from a reader."""
-        return cls(r.take(TASK_ID_LEN), ReportMetadata.read(r), r.opaque32())
+    public_share: Annotated[bytes, OPAQUE32]
 
 
 @dataclass(frozen=True)
@@ -259,7 +193,7 @@ class FixedSizeQuery(Message):
         """``by_batch_id`` (0) with the id, or ``current_batch`` (1)."""
         if self.batch_id is None:
             return u8(1)
-        return u8(0) + _fixed("batch_id", self.batch_id, BATCH_ID_LEN)
+        return u8(0) + fixed_bytes("batch_id", self.batch_id, BATCH_ID_LEN)
 
     @classmethod
     def read(cls, r: Reader) -> FixedSizeQuery:
@@ -273,37 +207,56 @@ class FixedSizeQuery(Message):
 
 
 @dataclass(frozen=True)
-class Query(Message):
-    """``Query`` (DAP-09 §4.2.1): a batch interval (time-interval) or a :class:`FixedSizeQuery`."""
+class _IntervalOrFixed(Message):
+    """A query type byte, then the batch interval (time-interval) or the fixed-size body.
 
+    A subclass is a dataclass of three fields: ``query_type``, ``batch_interval`` and the fixed-size body,
+    which :attr:`_FIXED` names with its codec; :attr:`_KIND` is what error messages call the message.
+    """
+
+    _KIND: ClassVar[str]
+    _FIXED: ClassVar[tuple[str, Field]]
     query_type: int
-    batch_interval: Interval | None = None
-    fixed_size_query: FixedSizeQuery | None = None
+    batch_interval: Interval | None
 
     def __post_init__(self) -> None:
+        name = self._FIXED[0]
         ti = self.query_type == QUERY_TIME_INTERVAL
         if (
             self.query_type not in _QUERY_TYPES
             or ti != (self.batch_interval is not None)
-            or ti == (self.fixed_size_query is not None)
+            or ti == (getattr(self, name) is not None)
         ):
             raise DataError(
-                "Query: a time-interval query carries batch_interval, a fixed-size one fixed_size_query"
+                f"{type(self).__name__}: a time-interval {self._KIND} carries batch_interval, "
+                f"a fixed-size one {name}"
             )
 
     def encode(self) -> bytes:
-        """The query type byte, then its body."""
-        body = self.batch_interval if self.batch_interval is not None else self.fixed_size_query
-        assert body is not None
-        return u8(self.query_type) + body.encode()
+        """The query type byte, then the interval or the fixed-size body."""
+        if self.batch_interval is not None:
+            return u8(self.query_type) + self.batch_interval.encode()
+        name, body = self._FIXED
+        return u8(self.query_type) + body.encoder(name)(getattr(self, name))
 
     @classmethod
-    def read(cls, r: Reader) -> Query:
+    def read(cls, r: Reader) -> Self:
         """Decode from a reader."""
         qt = _query_type(r)
         if qt == QUERY_TIME_INTERVAL:
-            return cls(qt, batch_interval=Interval.read(r))
-        return cls(qt, fixed_size_query=FixedSizeQuery.read(r))
+            return cls(qt, Interval.read(r))
+        return cls(qt, None, cls._FIXED[1].take(r))  # type: ignore[call-arg]
+
+
+@dataclass(frozen=True)
+class Query(_IntervalOrFixed):
+    """``Query`` (DAP-09 §4.2.1): a batch interval (time-interval) or a :class:`FixedSizeQuery`."""
+
+    _KIND = "query"
+    _FIXED = ("fixed_size_query", nested(FixedSizeQuery))
+    query_type: int
+    batch_interval: Interval | None = None
+    fixed_size_query: FixedSizeQuery | None = None
 
 
 @dataclass(frozen=True)
@@ -325,7 +278,7 @@ class PartialBatchSelector(Message):
         """The query type byte, then the batch id for fixed-size."""
         if self.batch_id is None:
             return u8(self.query_type)
-        return u8(self.query_type) + _fixed("batch_id", self.batch_id, BATCH_ID_LEN)
+        return u8(self.query_type) + fixed_bytes("batch_id", self.batch_id, BATCH_ID_LEN)
 
     @classmethod
     def read(cls, r: Reader) -> PartialBatchSelector:
@@ -335,35 +288,11 @@ class PartialBatchSelector(Message):
 
 
 @dataclass(frozen=True)
-class BatchSelector(Message):
+class BatchSelector(_IntervalOrFixed):
     """``BatchSelector`` (DAP-09 §4.6.1): the batch interval (time-interval) or the batch id (fixed-size)."""
 
+    _KIND = "selector"
+    _FIXED = ("batch_id", fixed(BATCH_ID_LEN))
     query_type: int
     batch_interval: Interval | None = None
     batch_id: bytes | None = None
-
-    def __post_init__(self) -> None:
-        ti = self.query_type == QUERY_TIME_INTERVAL
-        if (
-            self.query_type not in _QUERY_TYPES
-            or ti != (self.batch_interval is not None)
-            or ti == (self.batch_id is not None)
-        ):
-            raise DataError(
-                "BatchSelector: a time-interval selector carries batch_interval, a fixed-size one batch_id"
-            )
-
-    def encode(self) -> bytes:
-        """The query type byte, then the interval or the batch id."""
-        if self.batch_interval is not None:
-            return u8(self.query_type) + self.batch_interval.encode()
-        assert self.batch_id is not None
-        return u8(self.query_type) + _fixed("batch_id", self.batch_id, BATCH_ID_LEN)
-
-    @classmethod
-    def read(cls, r: Reader) -> BatchSelector:
-        """Decode from a reader."""
-        qt = _query_type(r)
-        if qt == QUERY_TIME_INTERVAL:
-            return cls(qt, batch_interval=Interval.read(r))
-        return cls(qt, batch_id=r.take(BATCH_ID_LEN))

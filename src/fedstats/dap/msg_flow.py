@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
-from fedstats.dap.codec import Message, Reader, decode_all, opaque32, u8, u16, u64, vec32
+from fedstats.dap.codec import (
+    OPAQUE32,
+    U16,
+    U64,
+    Message,
+    Reader,
+    Struct,
+    fixed,
+    fixed_bytes,
+    opaque32,
+    u8,
+    vector32,
+    wrapped32,
+)
 from fedstats.dap.hpke import HpkeCiphertext
 from fedstats.dap.msg_common import (
     CHECKSUM_LEN,
@@ -16,104 +30,47 @@ from fedstats.dap.msg_common import (
     PrepareError,
     Query,
     ReportMetadata,
-    _fixed,
 )
 from fedstats.errors import DataError
 
 
 @dataclass(frozen=True)
-class CollectionReq(Message):
+class CollectionReq(Struct):
     """``CollectionReq`` (DAP-09 §4.6.1), media type ``application/dap-collect-req``."""
 
     MEDIA_TYPE = "application/dap-collect-req"
     query: Query
-    aggregation_parameter: bytes = b""
-
-    def encode(self) -> bytes:
-        """Encode as ``Query; opaque agg_param<0..2^32-1>``."""
-        return self.query.encode() + opaque32(self.aggregation_parameter)
-
-    @classmethod
-    def read(cls, r: Reader) -> CollectionReq:
-        """Decode from a reader."""
-        return cls(Query.read(r), r.opaque32())
+    aggregation_parameter: Annotated[bytes, OPAQUE32] = b""
 
 
 @dataclass(frozen=True)
-class Collection(Message):
+class Collection(Struct):
     """``Collection`` (DAP-09 §4.6.1), media type ``application/dap-collection``: the collector's result."""
 
     MEDIA_TYPE = "application/dap-collection"
     partial_batch_selector: PartialBatchSelector
-    report_count: int
+    report_count: Annotated[int, U64]
     interval: Interval
     leader_encrypted_agg_share: HpkeCiphertext
     helper_encrypted_agg_share: HpkeCiphertext
 
-    def encode(self) -> bytes:
-        """Encode in field order (u64 report count)."""
-        return (
-            self.partial_batch_selector.encode()
-            + u64(self.report_count)
-            + self.interval.encode()
-            + self.leader_encrypted_agg_share.encode()
-            + self.helper_encrypted_agg_share.encode()
-        )
-
-    @classmethod
-    def read(cls, r: Reader) -> Collection:
-        """Decode from a reader."""
-        return cls(
-            PartialBatchSelector.read(r),
-            r.u64(),
-            Interval.read(r),
-            HpkeCiphertext.read(r),
-            HpkeCiphertext.read(r),
-        )
-
 
 @dataclass(frozen=True)
-class AggregateShareAad(Message):
+class AggregateShareAad(Struct):
     """``AggregateShareAad`` (DAP-09 §4.6.4): associated data of a sealed aggregate share."""
 
-    task_id: bytes
-    aggregation_parameter: bytes
+    task_id: Annotated[bytes, fixed(TASK_ID_LEN)]
+    aggregation_parameter: Annotated[bytes, OPAQUE32]
     batch_selector: BatchSelector
-
-    def encode(self) -> bytes:
-        """Encode as ``TaskID; opaque agg_param<0..2^32-1>; BatchSelector``."""
-        return (
-            _fixed("task_id", self.task_id, TASK_ID_LEN)
-            + opaque32(self.aggregation_parameter)
-            + self.batch_selector.encode()
-        )
-
-    @classmethod
-    def read(cls, r: Reader) -> AggregateShareAad:
-        """Decode from a reader."""
-        return cls(r.take(TASK_ID_LEN), r.opaque32(), BatchSelector.read(r))
 
 
 @dataclass(frozen=True)
-class ReportShare(Message):
+class ReportShare(Struct):
     """``ReportShare`` (DAP-09 §4.5.1.1): one aggregator's part of a report."""
 
     metadata: ReportMetadata
-    public_share: bytes
+    public_share: Annotated[bytes, OPAQUE32]
     encrypted_input_share: HpkeCiphertext
-
-    def encode(self) -> bytes:
-        """Encode in field order."""
-        return (
-            self.metadata.encode()
-            + opaque32(self.public_share)
-            + self.encrypted_input_share.encode()
-        )
-
-    @classmethod
-    def read(cls, r: Reader) -> ReportShare:
-        """Decode from a reader."""
-        return cls(ReportMetadata.read(r), r.opaque32(), HpkeCiphertext.read(r))
 
 
 @dataclass(frozen=True)
@@ -157,25 +114,16 @@ class PingPongMessage(Message):
         raise DataError(f"{r.what}: unknown ping-pong message type {kind}")
 
 
-def _read_ping_pong(r: Reader) -> PingPongMessage:
-    return decode_all(r.opaque32(), r.what, PingPongMessage.read)
+_PING_PONG = wrapped32(PingPongMessage)
+"""A ping-pong message inside ``opaque message<0..2^32-1>``."""
 
 
 @dataclass(frozen=True)
-class PrepareInit(Message):
+class PrepareInit(Struct):
     """``PrepareInit`` (DAP-09 §4.5.1.1): a report share and the leader's first ping-pong message."""
 
     report_share: ReportShare
-    message: PingPongMessage
-
-    def encode(self) -> bytes:
-        """Encode as ``ReportShare; opaque message<0..2^32-1>``."""
-        return self.report_share.encode() + opaque32(self.message.encode())
-
-    @classmethod
-    def read(cls, r: Reader) -> PrepareInit:
-        """Decode from a reader."""
-        return cls(ReportShare.read(r), _read_ping_pong(r))
+    message: Annotated[PingPongMessage, _PING_PONG]
 
 
 @dataclass(frozen=True)
@@ -204,7 +152,7 @@ class PrepareResp(Message):
 
     def encode(self) -> bytes:
         """Encode as ``ReportID; PrepareStepResult``."""
-        out = _fixed("report_id", self.report_id, REPORT_ID_LEN) + u8(self.result)
+        out = fixed_bytes("report_id", self.report_id, REPORT_ID_LEN) + u8(self.result)
         if self.message is not None:
             out += opaque32(self.message.encode())
         if self.error is not None:
@@ -216,7 +164,7 @@ class PrepareResp(Message):
         """Decode from a reader."""
         rid, result = r.take(REPORT_ID_LEN), r.u8()
         if result == cls.CONTINUE:
-            return cls(rid, result, message=_read_ping_pong(r))
+            return cls(rid, result, message=_PING_PONG.take(r))
         if result == cls.FINISHED:
             return cls(rid, result)
         if result == cls.REJECT:
@@ -225,82 +173,42 @@ class PrepareResp(Message):
 
 
 @dataclass(frozen=True)
-class PrepareContinue(Message):
+class PrepareContinue(Struct):
     """``PrepareContinue`` (DAP-09 §4.5.2.1): the leader's next ping-pong message for one report."""
 
-    report_id: bytes
-    message: PingPongMessage
-
-    def encode(self) -> bytes:
-        """Encode as ``ReportID; opaque message<0..2^32-1>``."""
-        return _fixed("report_id", self.report_id, REPORT_ID_LEN) + opaque32(self.message.encode())
-
-    @classmethod
-    def read(cls, r: Reader) -> PrepareContinue:
-        """Decode from a reader."""
-        return cls(r.take(REPORT_ID_LEN), _read_ping_pong(r))
+    report_id: Annotated[bytes, fixed(REPORT_ID_LEN)]
+    message: Annotated[PingPongMessage, _PING_PONG]
 
 
 @dataclass(frozen=True)
-class AggregationJobInitReq(Message):
+class AggregationJobInitReq(Struct):
     """``AggregationJobInitReq`` (DAP-09 §4.5.1.1), media type ``application/dap-aggregation-job-init-req``."""
 
     MEDIA_TYPE = "application/dap-aggregation-job-init-req"
-    aggregation_parameter: bytes
+    aggregation_parameter: Annotated[bytes, OPAQUE32]
     partial_batch_selector: PartialBatchSelector
-    prepare_inits: tuple[PrepareInit, ...]
-
-    def encode(self) -> bytes:
-        """Encode as ``opaque agg_param<0..2^32-1>; PartialBatchSelector; PrepareInit inits<0..2^32-1>``."""
-        return (
-            opaque32(self.aggregation_parameter)
-            + self.partial_batch_selector.encode()
-            + vec32(p.encode() for p in self.prepare_inits)
-        )
-
-    @classmethod
-    def read(cls, r: Reader) -> AggregationJobInitReq:
-        """Decode from a reader."""
-        return cls(r.opaque32(), PartialBatchSelector.read(r), tuple(r.vec32(PrepareInit.read)))
+    prepare_inits: Annotated[tuple[PrepareInit, ...], vector32(PrepareInit)]
 
 
 @dataclass(frozen=True)
-class AggregationJobContinueReq(Message):
+class AggregationJobContinueReq(Struct):
     """``AggregationJobContinueReq`` (DAP-09 §4.5.2.1), ``application/dap-aggregation-job-continue-req``."""
 
     MEDIA_TYPE = "application/dap-aggregation-job-continue-req"
-    step: int
-    prepare_continues: tuple[PrepareContinue, ...]
-
-    def encode(self) -> bytes:
-        """Encode as ``u16 step; PrepareContinue continues<0..2^32-1>``."""
-        return u16(self.step) + vec32(p.encode() for p in self.prepare_continues)
-
-    @classmethod
-    def read(cls, r: Reader) -> AggregationJobContinueReq:
-        """Decode from a reader."""
-        return cls(r.u16(), tuple(r.vec32(PrepareContinue.read)))
+    step: Annotated[int, U16]
+    prepare_continues: Annotated[tuple[PrepareContinue, ...], vector32(PrepareContinue)]
 
 
 @dataclass(frozen=True)
-class AggregationJobResp(Message):
+class AggregationJobResp(Struct):
     """``AggregationJobResp`` (DAP-09 §4.5.1.2), media type ``application/dap-aggregation-job-resp``."""
 
     MEDIA_TYPE = "application/dap-aggregation-job-resp"
-    prepare_resps: tuple[PrepareResp, ...]
-
-    def encode(self) -> bytes:
-        """Encode as ``PrepareResp resps<0..2^32-1>``."""
-        return vec32(p.encode() for p in self.prepare_resps)
-
-    @classmethod
-    def read(cls, r: Reader) -> AggregationJobResp:
-        """Decode from a reader."""
-        return cls(tuple(r.vec32(PrepareResp.read)))
+    prepare_resps: Annotated[tuple[PrepareResp, ...], vector32(PrepareResp)]
 
 
 @dataclass(frozen=True)
-class AggregateShareReq(Message):
+class AggregateShareReq(Struct):
     """``AggregateShareReq`` (DAP-09 §4.6.3), media type ``application/dap-aggregate-share-req``.
 
     ``checksum`` is the XOR of the SHA-256 of every report id in the batch (32 bytes).
@@ -308,37 +216,14 @@ class AggregateShareReq(Message):
 
     MEDIA_TYPE = "application/dap-aggregate-share-req"
     batch_selector: BatchSelector
-    aggregation_parameter: bytes
-    report_count: int
-    checksum: bytes
-
-    def encode(self) -> bytes:
-        """Encode in field order (u64 report count, 32-byte checksum)."""
-        return (
-            self.batch_selector.encode()
-            + opaque32(self.aggregation_parameter)
-            + u64(self.report_count)
-            + _fixed("checksum", self.checksum, CHECKSUM_LEN)
-        )
-
-    @classmethod
-    def read(cls, r: Reader) -> AggregateShareReq:
-        """Decode from a reader."""
-        return cls(BatchSelector.read(r), r.opaque32(), r.u64(), r.take(CHECKSUM_LEN))
+    aggregation_parameter: Annotated[bytes, OPAQUE32]
+    report_count: Annotated[int, U64]
+    checksum: Annotated[bytes, fixed(CHECKSUM_LEN)]
 
 
 @dataclass(frozen=True)
-class AggregateShare(Message):
+class AggregateShare(Struct):
     """``AggregateShare`` (DAP-09 §4.6.3), media type ``application/dap-aggregate-share``."""
 
     MEDIA_TYPE = "application/dap-aggregate-share"
     encrypted_aggregate_share: HpkeCiphertext
-
-    def encode(self) -> bytes:
-        """Encode the ciphertext."""
-        return self.encrypted_aggregate_share.encode()
-
-    @classmethod
-    def read(cls, r: Reader) -> AggregateShare:
-        """Decode from a reader."""
-        return cls(HpkeCiphertext.read(r))

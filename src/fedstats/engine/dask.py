@@ -22,6 +22,7 @@ import os
 import signal
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -116,7 +117,31 @@ def _start_local_cluster(local_cluster: Any, workers: int, memory_limit: str) ->
             os.environ[_TRIM_VAR] = saved
 
 
-class DaskBackend:
+class _WorkerBackend(ABC):
+    """What the backends that hold workers share: ``with`` closes them, and they send what serial sends.
+
+    Leaving the ``with`` block calls :meth:`close`, with ``abandon=True`` when the block ended in an error
+    or Ctrl-C (running work is then discarded, not waited for).
+    """
+
+    @abstractmethod
+    def close(self, *, abandon: bool = False) -> None:
+        """Release the workers (``abandon``: the run failed, its work will not be used)."""
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(abandon=exc_type is not None)
+
+    def bits_per_entry(self, job: RoundJob) -> int:
+        """Same wire size as the serial route (the route changes where sums are computed, not what)."""
+        return _plain_bits(job)
+
+
+class DaskBackend(_WorkerBackend):
     """Compute rounds on a Dask cluster (``dask.distributed``).
 
     Parameters
@@ -194,20 +219,15 @@ class DaskBackend:
                 raise
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is not None and self._cluster is not None:
-            # the run failed or was interrupted (its error is reported by the caller): the scheduler's
-            # complaints about the comms closing under it (CRITICAL tracebacks) would only bury it
-            logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
-        self.close()
+    def close(self, *, abandon: bool = False) -> None:
+        """Close the client and shut down a cluster this backend started.
 
-    def close(self) -> None:
-        """Close the client and shut down a cluster this backend started."""
+        With ``abandon`` (the ``with`` block ended in an error or Ctrl-C, which the caller reports) the
+        scheduler's complaints about the comms closing under it (CRITICAL tracebacks) are silenced: they
+        would only bury the error.
+        """
+        if abandon and self._cluster is not None:
+            logging.getLogger("distributed").setLevel(logging.CRITICAL + 1)
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -271,12 +291,8 @@ class DaskBackend:
         progress.finish(task)
         return RoundSum(total, job.n_clients)
 
-    def bits_per_entry(self, job: RoundJob) -> int:
-        """Same wire size as the serial route (the route changes where sums are computed, not what)."""
-        return _plain_bits(job)
 
-
-class ProcessPoolBackend:
+class ProcessPoolBackend(_WorkerBackend):
     """Compute rounds in a pool of worker processes on this machine.
 
     Parameters
@@ -312,14 +328,6 @@ class ProcessPoolBackend:
     def __enter__(self) -> ProcessPoolBackend:
         self._pool = ProcessPoolExecutor(max_workers=self.workers)
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close(abandon=exc_type is not None)
 
     def close(self, *, abandon: bool = False) -> None:
         """Shut the pool down, cancelling queued shards.
@@ -398,10 +406,6 @@ class ProcessPoolBackend:
                     f"{len(pending)} shard(s) unfinished (max_retries={self.max_retries})"
                 )
         return total, failures
-
-    def bits_per_entry(self, job: RoundJob) -> int:
-        """Same wire size as the serial route."""
-        return _plain_bits(job)
 
 
 def _dask_factory(

@@ -8,6 +8,7 @@ whatever the physical shard size, backend or worker that asks for it, and is nev
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -106,7 +107,49 @@ def _check_columns(columns: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return cols
 
 
-class InMemoryPopulation:
+class _FixedPopulation(ABC):
+    """A population whose clients are fixed: its blocks and histograms draw no randomness.
+
+    A subclass gives the rows of clients ``[start, stop)`` (:meth:`_rows`) and their distinct inputs
+    with counts (:meth:`_distinct`).
+    """
+
+    _n: int
+
+    @property
+    def n_clients(self) -> int:
+        """Number of clients."""
+        return self._n
+
+    def block(
+        self,
+        block_index: int,  # noqa: ARG002 - the Population protocol's signature
+        block_size: int,  # noqa: ARG002 - the Population protocol's signature
+        start: int,
+        stop: int,
+        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
+    ) -> ClientBatch:
+        """Data of clients ``[start, stop)``."""
+        return ClientBatch(self._rows(start, stop), start, self._n)
+
+    def histogram(
+        self,
+        start: int,
+        stop: int,
+        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
+    ) -> InputHistogram:
+        """Distinct inputs of clients ``[start, stop)`` and their counts (exact)."""
+        cols, counts = self._distinct(start, stop)
+        return InputHistogram(cols, counts, self._n)
+
+    @abstractmethod
+    def _rows(self, start: int, stop: int) -> dict[str, np.ndarray]: ...
+
+    @abstractmethod
+    def _distinct(self, start: int, stop: int) -> tuple[dict[str, np.ndarray], np.ndarray]: ...
+
+
+class InMemoryPopulation(_FixedPopulation):
     """Clients whose data is held in memory: one row (or one table) per client.
 
     Parameters
@@ -157,38 +200,18 @@ class InMemoryPopulation:
         return cls({"table": arr})
 
     @property
-    def n_clients(self) -> int:
-        """Number of clients."""
-        return self._n
-
-    @property
     def columns(self) -> Mapping[str, np.ndarray]:
         """The columns (read-only view of the arrays)."""
         return self._columns
 
-    def block(
-        self,
-        block_index: int,  # noqa: ARG002 - the Population protocol's signature
-        block_size: int,  # noqa: ARG002 - the Population protocol's signature
-        start: int,
-        stop: int,
-        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
-    ) -> ClientBatch:
-        """Slice of clients ``[start, stop)``."""
-        return ClientBatch({k: v[start:stop] for k, v in self._columns.items()}, start, self._n)
+    def _rows(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        return {k: v[start:stop] for k, v in self._columns.items()}
 
-    def histogram(
-        self,
-        start: int,
-        stop: int,
-        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
-    ) -> InputHistogram:
-        """Distinct inputs of clients ``[start, stop)`` and their counts (exact)."""
-        cols, counts = distinct_rows({k: v[start:stop] for k, v in self._columns.items()})
-        return InputHistogram(cols, counts, self._n)
+    def _distinct(self, start: int, stop: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        return distinct_rows(self._rows(start, stop))
 
 
-class HistogramPopulation:
+class HistogramPopulation(_FixedPopulation):
     """A population given by its distinct inputs and how many clients hold each (10^12 clients, no memory).
 
     Client ``i`` holds input ``j`` for ``cum[j] <= i < cum[j + 1]``, ``cum`` the cumulative counts: a fixed
@@ -226,35 +249,17 @@ class HistogramPopulation:
         self._cum = np.concatenate([[0], np.cumsum(self._counts)]).astype(np.int64)
         self._n = int(self._cum[-1])
 
-    @property
-    def n_clients(self) -> int:
-        """Number of clients."""
-        return self._n
-
-    def block(
-        self,
-        block_index: int,  # noqa: ARG002 - the Population protocol's signature
-        block_size: int,  # noqa: ARG002 - the Population protocol's signature
-        start: int,
-        stop: int,
-        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
-    ) -> ClientBatch:
-        """Clients ``[start, stop)``: the inputs at their positions in the fixed layout."""
+    def _rows(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        # the inputs at the clients' positions in the fixed layout
         idx = np.searchsorted(self._cum, np.arange(start, stop, dtype=np.int64), side="right") - 1
-        return ClientBatch({k: v[idx] for k, v in self._columns.items()}, start, self._n)
+        return {k: v[idx] for k, v in self._columns.items()}
 
-    def histogram(
-        self,
-        start: int,
-        stop: int,
-        randomness: RandomSource,  # noqa: ARG002 - the Population protocol's signature
-    ) -> InputHistogram:
-        """Distinct inputs of clients ``[start, stop)`` and their counts (exact)."""
+    def _distinct(self, start: int, stop: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
         lo = np.clip(self._cum[:-1], start, stop)
         hi = np.clip(self._cum[1:], start, stop)
         counts = hi - lo
         keep = counts > 0
-        return InputHistogram({k: v[keep] for k, v in self._columns.items()}, counts[keep], self._n)
+        return {k: v[keep] for k, v in self._columns.items()}, counts[keep]
 
 
 GeneratorFn = Callable[[int, int, Mapping[str, Any], RNG], Mapping[str, np.ndarray]]

@@ -89,6 +89,14 @@ __all__ = [
 ]
 
 _TOL = 1e-12
+_BUDGET_CHECKS = {
+    "epsilon_budget": functools.partial(
+        check_real, "epsilon_budget", low=0.0, high=math.inf, low_open=True
+    ),
+    "delta_budget": functools.partial(
+        check_real, "delta_budget", low=0.0, high=1.0, high_open=True
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -361,17 +369,22 @@ class PrivacyLedger:
     def _target(self, delta_budget: float | None) -> float:
         return self.delta_target if delta_budget is None else min(self.delta_target, delta_budget)
 
-    def _check_budgets(
-        self, eps_budget: float | None, delta_budget: float | None, name: str
-    ) -> None:
-        """Refuse budgets below what is spent (composed at the target those budgets give)."""
+    def _set_budget(self, name: str, value: float | None) -> None:
+        """Set ``epsilon_budget`` or ``delta_budget`` (``name``) to ``value``, checked.
+
+        A budget below what is spent (composed at the target the new budgets give) is refused.
+        """
+        value = None if value is None else _BUDGET_CHECKS[name](value)
+        budgets = {"epsilon_budget": self._epsilon_budget, "delta_budget": self._delta_budget}
+        budgets[name] = value
+        eps_budget, delta_budget = budgets["epsilon_budget"], budgets["delta_budget"]
         spent = self._spent(self._target(delta_budget))
-        value = eps_budget if name == "epsilon_budget" else delta_budget
         if eps_budget is not None and spent.epsilon > eps_budget * (1 + _TOL):
             what = f"below the epsilon already spent ({spent.epsilon:.6g})"
         elif delta_budget is not None and spent.delta > delta_budget * (1 + _TOL) + 1e-300:
             what = f"below the delta already spent ({spent.delta:.6g})"
         else:
+            setattr(self, "_" + name, value)
             return
         shown = "None" if value is None else f"{value:.6g}"
         raise BudgetExceededError(
@@ -385,13 +398,7 @@ class PrivacyLedger:
 
     @epsilon_budget.setter
     def epsilon_budget(self, value: float | None) -> None:
-        v = (
-            None
-            if value is None
-            else check_real("epsilon_budget", value, low=0.0, high=math.inf, low_open=True)
-        )
-        self._check_budgets(v, self._delta_budget, "epsilon_budget")
-        self._epsilon_budget = v
+        self._set_budget("epsilon_budget", value)
 
     @property
     def delta_budget(self) -> float | None:
@@ -400,13 +407,7 @@ class PrivacyLedger:
 
     @delta_budget.setter
     def delta_budget(self, value: float | None) -> None:
-        v = (
-            None
-            if value is None
-            else check_real("delta_budget", value, low=0.0, high=1.0, high_open=True)
-        )
-        self._check_budgets(self._epsilon_budget, v, "delta_budget")
-        self._delta_budget = v
+        self._set_budget("delta_budget", value)
 
     @contextmanager
     def atomic(self) -> Iterator[PrivacyLedger]:

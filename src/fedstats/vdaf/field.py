@@ -77,8 +77,8 @@ class Field(ABC):
     ENCODED_SIZE: ClassVar[int]
     GEN_ORDER: ClassVar[int]
     NAME: ClassVar[str]
-    _GEN_BASE: ClassVar[int]
-    _GEN_EXP: ClassVar[int]
+    _GEN_BASE: ClassVar[int] = 7
+    """Both fields' generators are powers of 7 (§6.1.4)."""
 
     # --- construction and conversion -------------------------------------------------------------
     @classmethod
@@ -189,7 +189,7 @@ class Field(ABC):
     @classmethod
     def generator(cls) -> int:
         """The generator of the subgroup of order ``GEN_ORDER`` (§6.1.2), as an int."""
-        return pow(cls._GEN_BASE, cls._GEN_EXP, cls.MODULUS)
+        return pow(cls._GEN_BASE, (cls.MODULUS - 1) // cls.GEN_ORDER, cls.MODULUS)
 
     @classmethod
     def root(cls, n: int) -> int:
@@ -257,9 +257,7 @@ class Field64(Field):
     ENCODED_SIZE = 8
     GEN_ORDER = 2**32
     NAME = "Field64"
-    _GEN_BASE = 7
-    _GEN_EXP = 4294967295
-    _P = np.uint64(2**32 * 4294967295 + 1)
+    _P = np.uint64(MODULUS)
     _EPS = np.uint64(2**32 - 1)  # 2^64 mod p
 
     @classmethod
@@ -386,11 +384,9 @@ class Field128(Field):
     ENCODED_SIZE = 16
     GEN_ORDER = 2**66
     NAME = "Field128"
-    _GEN_BASE = 7
-    _GEN_EXP = 4611686018427387897
     DTYPE = _F128
-    _P_HI = np.uint64((2**66 * 4611686018427387897 + 1) >> 64)
-    _P_LO = np.uint64((2**66 * 4611686018427387897 + 1) & (2**64 - 1))
+    _P_HI = np.uint64(MODULUS >> 64)
+    _P_LO = np.uint64(MODULUS & (2**64 - 1))
     _K_HI = np.uint64(27)  # K = 2^128 - p = 28 * 2^64 - 1 = 27 * 2^64 + (2^64 - 1)
     _K_LO = np.uint64(2**64 - 1)
 

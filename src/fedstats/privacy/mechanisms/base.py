@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -25,6 +25,8 @@ class Mechanism(ABC):
 
     #: True when outputs cannot leak through floating-point artefacts (finite set or exact grid).
     floating_point_safe: bool = True
+    #: The attributes that define the mechanism, in the order :meth:`explain` and ``repr`` show them.
+    _PARAMETERS: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def randomize(self, values: ArrayLike, rng: RNG) -> np.ndarray:
@@ -63,7 +65,7 @@ class Mechanism(ABC):
         }
 
     def _parameters(self) -> dict[str, Any]:
-        return {}
+        return {name: getattr(self, name) for name in self._PARAMETERS}
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self._parameters().items())

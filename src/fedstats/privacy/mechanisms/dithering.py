@@ -45,6 +45,8 @@ class SubtractiveDithering(Mechanism):
         If a parameter is invalid.
     """
 
+    _PARAMETERS = ("bit_depth", "low", "high")
+
     def __init__(self, *, bit_depth: int = 1, low: float = 0.0, high: float = 1.0) -> None:
         self.bit_depth = check_int("bit_depth", bit_depth, low=1, high=32)
         self.low = check_real("low", low)
@@ -52,9 +54,6 @@ class SubtractiveDithering(Mechanism):
         if not self.high > self.low:
             raise ParameterError("high", high, f"a value above low={low!r}")
         self.levels = 2**self.bit_depth - 1
-
-    def _parameters(self) -> dict[str, Any]:
-        return {"bit_depth": self.bit_depth, "low": self.low, "high": self.high}
 
     @property
     def release_grid(self) -> str:

@@ -69,13 +69,12 @@ class Harmony(Mechanism):
     For one-dimensional data this is the same distribution as Duchi et al.'s mechanism.
     """
 
+    _PARAMETERS = ("epsilon",)
+
     def __init__(self, *, epsilon: float) -> None:
         self.epsilon = _check_epsilon(epsilon)
         self.c = (math.exp(self.epsilon) + 1.0) / math.expm1(self.epsilon)
         self._slope = math.expm1(self.epsilon) / (2.0 * (math.exp(self.epsilon) + 1.0))
-
-    def _parameters(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
 
     @property
     def release_grid(self) -> str:
@@ -183,6 +182,8 @@ class PiecewiseMechanism(Mechanism):
     density takes only the two values p and p / e^eps, so this is exact).
     """
 
+    _PARAMETERS = ("epsilon", "resolution_bits")
+
     def __init__(self, *, epsilon: float, resolution_bits: int | None = None) -> None:
         self.epsilon = _check_epsilon(epsilon)
         self.resolution_bits = (
@@ -199,9 +200,6 @@ class PiecewiseMechanism(Mechanism):
         # density inside [l, r] and outside
         self._log_p_high = math.log((math.exp(self.epsilon) - h) / (2.0 * h + 2.0))
         self._log_p_low = self._log_p_high - self.epsilon
-
-    def _parameters(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "resolution_bits": self.resolution_bits}
 
     @property
     def release_grid(self) -> str:

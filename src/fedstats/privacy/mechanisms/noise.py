@@ -193,6 +193,7 @@ class LaplaceMechanism(_GridNoise):
     """
 
     _noise_name = "discrete Laplace noise"
+    _PARAMETERS = ("epsilon", "sensitivity", "resolution_bits", "dimension")
 
     def __init__(
         self,
@@ -215,14 +216,6 @@ class LaplaceMechanism(_GridNoise):
             # rounded up, so the noise's exact epsilon integer_sensitivity / integer_scale is <= epsilon
             self.integer_scale = _ratio_up(self.integer_sensitivity, self.epsilon)
         self.scale = self.sensitivity / self.epsilon
-
-    def _parameters(self) -> dict[str, Any]:
-        return {
-            "epsilon": self.epsilon,
-            "sensitivity": self.sensitivity,
-            "resolution_bits": self.resolution_bits,
-            "dimension": self.dimension,
-        }
 
     def _float_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
         return np.asarray(rng.laplace(0.0, self.scale, size=shape))
@@ -304,6 +297,7 @@ class GaussianMechanism(_GridNoise):
     """
 
     _noise_name = "discrete Gaussian noise"
+    _PARAMETERS = ("epsilon", "delta", "sensitivity", "analytic", "resolution_bits", "dimension")
 
     def __init__(
         self,
@@ -339,57 +333,37 @@ class GaussianMechanism(_GridNoise):
         self.analytic = bool(analytic)
         self.resolution_bits = _check_resolution(resolution_bits)
         self.floating_point_safe = self.resolution_bits is not None
-        if self.resolution_bits is None:
-            if self.analytic:
-                self.sigma = analytic_gaussian_sigma(
-                    epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity
-                )
-            else:
-                self.sigma = classical_gaussian_sigma(
-                    epsilon=self.epsilon,
-                    delta=self.delta,
-                    sensitivity=self.sensitivity,
-                    allow_large_epsilon=allow_large_epsilon,
-                )
+        if self.resolution_bits is not None:
+            self.grid = grid_spacing(self.sensitivity, self.resolution_bits)
+            self.integer_sensitivity = (
+                self.sensitivity / self.grid + math.sqrt(self.dimension)
+                if self.dimension > 1
+                else math.ceil(self.sensitivity / self.grid)
+            )
+        if not self.analytic:
+            sens = self.sensitivity if self.resolution_bits is None else self.integer_sensitivity
+            sigma = classical_gaussian_sigma(
+                epsilon=self.epsilon,
+                delta=self.delta,
+                sensitivity=float(sens),
+                allow_large_epsilon=allow_large_epsilon,
+            )
+        elif self.resolution_bits is None:
+            sigma = analytic_gaussian_sigma(
+                epsilon=self.epsilon, delta=self.delta, sensitivity=self.sensitivity
+            )
         elif self.dimension > 1:
-            self.grid = grid_spacing(self.sensitivity, self.resolution_bits)
-            self.integer_sensitivity = self.sensitivity / self.grid + math.sqrt(self.dimension)
-            if self.analytic:
-                rho = approx_dp_to_zcdp(epsilon=self.epsilon, delta=self.delta)
-                self.integer_sigma = self.integer_sensitivity / math.sqrt(2.0 * rho)
-            else:
-                self.integer_sigma = classical_gaussian_sigma(
-                    epsilon=self.epsilon,
-                    delta=self.delta,
-                    sensitivity=self.integer_sensitivity,
-                    allow_large_epsilon=allow_large_epsilon,
-                )
-            self.sigma = self.integer_sigma * self.grid
+            rho = approx_dp_to_zcdp(epsilon=self.epsilon, delta=self.delta)
+            sigma = self.integer_sensitivity / math.sqrt(2.0 * rho)
         else:
-            self.grid = grid_spacing(self.sensitivity, self.resolution_bits)
-            self.integer_sensitivity = math.ceil(self.sensitivity / self.grid)
-            if self.analytic:
-                self.integer_sigma = discrete_gaussian_sigma(
-                    epsilon=self.epsilon, delta=self.delta, sensitivity=self.integer_sensitivity
-                )
-            else:
-                self.integer_sigma = classical_gaussian_sigma(
-                    epsilon=self.epsilon,
-                    delta=self.delta,
-                    sensitivity=float(self.integer_sensitivity),
-                    allow_large_epsilon=allow_large_epsilon,
-                )
-            self.sigma = self.integer_sigma * self.grid
-
-    def _parameters(self) -> dict[str, Any]:
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "sensitivity": self.sensitivity,
-            "analytic": self.analytic,
-            "resolution_bits": self.resolution_bits,
-            "dimension": self.dimension,
-        }
+            sigma = discrete_gaussian_sigma(
+                epsilon=self.epsilon, delta=self.delta, sensitivity=int(self.integer_sensitivity)
+            )
+        if self.resolution_bits is None:
+            self.sigma = sigma
+        else:
+            self.integer_sigma = sigma
+            self.sigma = sigma * self.grid
 
     def _float_noise(self, shape: tuple[int, ...], rng: RNG) -> np.ndarray:
         return self.sigma * np.asarray(rng.standard_normal(size=shape))

@@ -63,13 +63,12 @@ class RandomizedResponse(Mechanism):
     True
     """
 
+    _PARAMETERS = ("epsilon",)
+
     def __init__(self, *, epsilon: float) -> None:
         self.epsilon = _check_epsilon(epsilon)
         # expit computed stably: p = 1 / (1 + e^-eps)
         self.keep_probability = 1.0 / (1.0 + math.exp(-self.epsilon))
-
-    def _parameters(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
 
     @property
     def release_grid(self) -> str:
@@ -158,6 +157,8 @@ class GeneralizedRandomizedResponse(Mechanism):
     symmetry). Outputs are integers (finite set).
     """
 
+    _PARAMETERS = ("epsilon", "k")
+
     def __init__(self, *, epsilon: float, k: int) -> None:
         self.epsilon = _check_epsilon(epsilon)
         self.k = check_int("k", k, low=2, high=2**62)
@@ -166,9 +167,6 @@ class GeneralizedRandomizedResponse(Mechanism):
         self._log_q = self._log_p - self.epsilon
         self.keep_probability = math.exp(self._log_p)
         self.other_probability = math.exp(self._log_q)
-
-    def _parameters(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "k": self.k}
 
     @property
     def release_grid(self) -> str:

@@ -14,7 +14,7 @@ call at once, and ``combine`` turns the ``(n, calls)`` gadget outputs into the `
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +51,8 @@ class Circuit(ABC):
     EVAL_OUTPUT_LEN: int
     gadget: Gadget
     calls: int
+    _PARAMS: ClassVar[tuple[str, ...]] = ()
+    """The attributes :meth:`params` reports, in the draft's order."""
 
     @abstractmethod
     def encode(self, measurements: Any) -> FieldArray:
@@ -89,12 +91,21 @@ class Circuit(ABC):
 
     def params(self) -> dict[str, int]:
         """The circuit's parameters, named as in the draft's test vectors."""
-        return {}
+        return {name: getattr(self, name) for name in self._PARAMS}
 
     # helpers
     def _shares_inv(self, num_shares: int) -> int:
         p = self.field.MODULUS
         return pow(num_shares, p - 2, p)
+
+
+def _check_max_measurement(field: type[Field], max_measurement: int) -> int:
+    """``max_measurement`` if it is at least 1 and its range-checked encoding fits below the modulus."""
+    if max_measurement < 1 or 2 ** max_measurement.bit_length() >= field.MODULUS:
+        raise ParameterError(
+            "max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)"
+        )
+    return max_measurement
 
 
 def _range_checked_weights(max_measurement: int) -> list[int]:
@@ -196,14 +207,11 @@ class Sum(Circuit):
 
     JOINT_RAND_LEN = 0
     OUTPUT_LEN = 1
+    _PARAMS = ("max_measurement",)
 
     def __init__(self, field: type[Field], max_measurement: int) -> None:
-        if max_measurement < 1 or 2 ** max_measurement.bit_length() >= field.MODULUS:
-            raise ParameterError(
-                "max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)"
-            )
         self.field = field
-        self.max_measurement = max_measurement
+        self.max_measurement = _check_max_measurement(field, max_measurement)
         self.bits = max_measurement.bit_length()
         self.MEAS_LEN = self.bits
         self.EVAL_OUTPUT_LEN = self.bits
@@ -236,10 +244,6 @@ class Sum(Circuit):
     def decode(self, agg: FieldArray, num_measurements: int) -> int:
         """The sum."""
         return int(self.field.to_ints(agg)[0])
-
-    def params(self) -> dict[str, int]:
-        """``max_measurement``."""
-        return {"max_measurement": self.max_measurement}
 
 
 class _RangeCheckCircuit(Circuit):
@@ -284,9 +288,9 @@ class _RangeCheckCircuit(Circuit):
     def _range_check(self, gadget_out: FieldArray) -> FieldArray:
         return self.field.sum(gadget_out, axis=1)
 
-    def params(self) -> dict[str, int]:
-        """``chunk_length`` and the circuit's size parameters."""
-        return {"chunk_length": self.chunk_length}
+    def decode(self, agg: FieldArray, num_measurements: int) -> list[int]:
+        """The sum of each position of the output vector (counts for Histogram and MultihotCountVec)."""
+        return [int(v) for v in self.field.to_ints(agg)]
 
 
 class SumVec(_RangeCheckCircuit):
@@ -304,18 +308,15 @@ class SumVec(_RangeCheckCircuit):
     """
 
     EVAL_OUTPUT_LEN = 1
+    _PARAMS = ("length", "max_measurement", "chunk_length")
 
     def __init__(
         self, field: type[Field], length: int, max_measurement: int, chunk_length: int
     ) -> None:
         if length < 1:
             raise ParameterError("length", length, "an integer >= 1")
-        if max_measurement < 1 or 2 ** max_measurement.bit_length() >= field.MODULUS:
-            raise ParameterError(
-                "max_measurement", max_measurement, f"an integer in [1, {field.NAME} range)"
-            )
         self.length = length
-        self.max_measurement = max_measurement
+        self.max_measurement = _check_max_measurement(field, max_measurement)
         self.bits = max_measurement.bit_length()
         self._setup_range_check(field, length * self.bits, chunk_length)
         self.OUTPUT_LEN = length
@@ -339,18 +340,6 @@ class SumVec(_RangeCheckCircuit):
         n = meas.shape[0]
         return self.field.dot(meas.reshape(n, self.length, self.bits), self._weights, axis=-1)
 
-    def decode(self, agg: FieldArray, num_measurements: int) -> list[int]:
-        """The vector sum."""
-        return [int(v) for v in self.field.to_ints(agg)]
-
-    def params(self) -> dict[str, int]:
-        """``length``, ``max_measurement``, ``chunk_length``."""
-        return {
-            "length": self.length,
-            "max_measurement": self.max_measurement,
-            "chunk_length": self.chunk_length,
-        }
-
 
 class Histogram(_RangeCheckCircuit):
     """Prio3Histogram's circuit (§7.4.4): a one-hot vector of ``length`` buckets.
@@ -365,6 +354,7 @@ class Histogram(_RangeCheckCircuit):
     """
 
     EVAL_OUTPUT_LEN = 2
+    _PARAMS = ("length", "chunk_length")
 
     def __init__(self, field: type[Field], length: int, chunk_length: int) -> None:
         if length < 1:
@@ -394,14 +384,6 @@ class Histogram(_RangeCheckCircuit):
         """The one-hot vector itself."""
         return meas
 
-    def decode(self, agg: FieldArray, num_measurements: int) -> list[int]:
-        """Bucket counts."""
-        return [int(v) for v in self.field.to_ints(agg)]
-
-    def params(self) -> dict[str, int]:
-        """``length``, ``chunk_length``."""
-        return {"length": self.length, "chunk_length": self.chunk_length}
-
 
 class MultihotCountVec(_RangeCheckCircuit):
     """Prio3MultihotCountVec's circuit (§7.4.5): a 0/1 vector with at most ``max_weight`` ones.
@@ -421,6 +403,7 @@ class MultihotCountVec(_RangeCheckCircuit):
     """
 
     EVAL_OUTPUT_LEN = 2
+    _PARAMS = ("length", "max_weight", "chunk_length")
 
     def __init__(self, field: type[Field], length: int, max_weight: int, chunk_length: int) -> None:
         if length < 1 or length >= field.MODULUS:
@@ -456,15 +439,3 @@ class MultihotCountVec(_RangeCheckCircuit):
     def truncate(self, meas: FieldArray) -> FieldArray:
         """The 0/1 vector."""
         return meas[:, : self.length]
-
-    def decode(self, agg: FieldArray, num_measurements: int) -> list[int]:
-        """Per-position counts."""
-        return [int(v) for v in self.field.to_ints(agg)]
-
-    def params(self) -> dict[str, int]:
-        """``length``, ``max_weight``, ``chunk_length``."""
-        return {
-            "length": self.length,
-            "max_weight": self.max_weight,
-            "chunk_length": self.chunk_length,
-        }
