@@ -12,7 +12,7 @@ cohort are not on a per-report path.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +38,7 @@ from fedstats.service.store.rows import (
     RunSummary,
     TaskSummary,
 )
+from fedstats.service.store.writes import RowWrites
 
 __all__ = [
     "AuditEntry",
@@ -111,7 +112,7 @@ def client_values(row: ClientRow, enrolled_at: float) -> dict[str, Any]:
     }
 
 
-class CoreQueries(ABC):
+class CoreQueries(RowWrites):
     """The core path's queries, one method per statement or set-based group of statements."""
 
     # -- devices and signed requests
@@ -119,9 +120,9 @@ class CoreQueries(ABC):
     def client(self, client_id: str) -> ClientRow | None:
         """The enrolled device ``client_id``, or None."""
 
-    @abstractmethod
     def add_client(self, row: ClientRow, enrolled_at: float) -> None:
         """Enroll a device."""
+        self._add_row("clients", client_values(row, enrolled_at))
 
     @abstractmethod
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
@@ -139,9 +140,11 @@ class CoreQueries(ABC):
     def authorities(self) -> dict[str, str]:
         """The trusted enrollment authorities: fingerprint -> public key (hex)."""
 
-    @abstractmethod
     def add_authority(self, fingerprint: str, public_key: str) -> bool:
         """Trust an authority; False if it was trusted already."""
+        return self._add_row(
+            "authorities", {"id": fingerprint, "public_key": public_key}, ignore=True
+        )
 
     @abstractmethod
     def operator_of(self, token_hash: str) -> str | None:
@@ -151,9 +154,11 @@ class CoreQueries(ABC):
     def operator_exists(self, name: str) -> bool:
         """Whether an operator of that name exists."""
 
-    @abstractmethod
     def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
         """Create an operator."""
+        self._add_row(
+            "operators", {"name": name, "token_hash": token_hash, "created_at": created_at}
+        )
 
     # -- tasks
     @abstractmethod
@@ -169,7 +174,6 @@ class CoreQueries(ABC):
     def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
         """``(slot_start, slot_count)`` of a device in a run (primary-key lookup), or None."""
 
-    @abstractmethod
     def add_member(
         self,
         run_id: str,
@@ -180,6 +184,17 @@ class CoreQueries(ABC):
         commitment: str | None,
     ) -> None:
         """Add a device to a run's cohort."""
+        self._add_row(
+            "run_members",
+            {
+                "run_id": run_id,
+                "client_id": client_id,
+                "slot_start": slot_start,
+                "slot_count": slot_count,
+                "joined_at": joined_at,
+                "commitment": commitment,
+            },
+        )
 
     @abstractmethod
     def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
@@ -189,7 +204,6 @@ class CoreQueries(ABC):
     def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
         """The digest of a device's stored report in a round, or None."""
 
-    @abstractmethod
     def add_report(
         self,
         run_id: str,
@@ -201,6 +215,18 @@ class CoreQueries(ABC):
         received_at: float,
     ) -> None:
         """Store a report."""
+        self._add_row(
+            "reports",
+            {
+                "run_id": run_id,
+                "round_index": index,
+                "client_id": client_id,
+                "vector": vector,
+                "count": count,
+                "digest": digest,
+                "received_at": received_at,
+            },
+        )
 
     def put_report(self, item: PutReport, received_at: float) -> tuple[bool, bool]:
         """Record a request's nonce and store a report if the round and membership are as expected.
@@ -533,11 +559,18 @@ class CoreQueries(ABC):
         """Delete the idempotency keys created before ``before`` (unix seconds); return how many."""
 
     # -- refusals and server secrets (issue 42)
-    @abstractmethod
     def add_refusal(
         self, run_id: str, client_id: str, reason: str, message: str, now: float
     ) -> bool:
         """Record a device's refusal of a run; False if it refused the run already (nothing written)."""
+        values = {
+            "run_id": run_id,
+            "client_id": client_id,
+            "reason": reason,
+            "message": message,
+            "refused_at": now,
+        }
+        return self._add_row("refusals", values, ignore=True)
 
     @abstractmethod
     def refusals_of(self, run_id: str) -> list[RefusalRow]:

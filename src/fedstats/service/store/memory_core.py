@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fedstats.service.store.core import CoreQueries, client_row, client_values, round_row
+from fedstats.service.store.core import CoreQueries, client_row, round_row
 from fedstats.service.store.memory_refusals import MemoryRefusalQueries
 from fedstats.service.store.memory_tables import (
     _LIVE,
@@ -57,10 +57,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         c = self._t("clients").get(client_id)
         return None if c is None else client_row(c)
 
-    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
-        """See :meth:`CoreQueries.add_client`."""
-        self._insert("clients", row.id, client_values(row, enrolled_at))
-
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
         """See :meth:`CoreQueries.set_client_certificate`."""
         self._set("clients", client_id, {"certificate": certificate})
@@ -89,12 +85,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         """See :meth:`CoreQueries.authorities`."""
         return {str(a.id): str(a.public_key) for a in self._t("authorities").values()}
 
-    def add_authority(self, fingerprint: str, public_key: str) -> bool:
-        """See :meth:`CoreQueries.add_authority`."""
-        return self._insert(
-            "authorities", fingerprint, {"id": fingerprint, "public_key": public_key}, ignore=True
-        )
-
     def operator_of(self, token_hash: str) -> str | None:
         """See :meth:`CoreQueries.operator_of`."""
         for o in self._t("operators").values():
@@ -106,17 +96,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         """See :meth:`CoreQueries.operator_exists`."""
         return name in self._t("operators")
 
-    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
-        """See :meth:`CoreQueries.add_operator`."""
-        if self.operator_of(token_hash) is not None:  # token_hash is UNIQUE
-            raise _duplicate("operators.token_hash", token_hash[:8])
-        self._insert(
-            "operators",
-            name,
-            {"name": name, "token_hash": token_hash, "created_at": created_at},
-        )
-
-    # -- tasks
     def task_json(self, task_id: str) -> str | None:
         """See :meth:`CoreQueries.task_json`."""
         t = self._t("tasks").get(task_id)
@@ -136,31 +115,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         m = self._t("run_members").get((run_id, client_id))
         return None if m is None else (int(m.slot_start), int(m.slot_count))
 
-    def add_member(
-        self,
-        run_id: str,
-        client_id: str,
-        slot_start: int,
-        slot_count: int,
-        joined_at: float,
-        commitment: str | None,
-    ) -> None:
-        """See :meth:`CoreQueries.add_member`."""
-        if run_id not in self._t("runs"):
-            raise _missing_parent("run_members.run_id", run_id)
-        self._insert(
-            "run_members",
-            (run_id, client_id),
-            {
-                "run_id": run_id,
-                "client_id": client_id,
-                "slot_start": slot_start,
-                "slot_count": slot_count,
-                "joined_at": joined_at,
-                "commitment": commitment,
-            },
-        )
-
     def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
         """See :meth:`CoreQueries.round_for_report` (transactions are serialized: no lock needed)."""
         r = self._t("rounds").get((run_id, index))
@@ -170,33 +124,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         """See :meth:`CoreQueries.report_digest`."""
         p = self._t("reports").get((run_id, index, client_id))
         return None if p is None else str(p.digest)
-
-    def add_report(
-        self,
-        run_id: str,
-        index: int,
-        client_id: str,
-        vector: str,
-        count: int,
-        digest: str,
-        received_at: float,
-    ) -> None:
-        """See :meth:`CoreQueries.add_report`."""
-        if run_id not in self._t("runs"):
-            raise _missing_parent("reports.run_id", run_id)
-        self._insert(
-            "reports",
-            (run_id, index, client_id),
-            {
-                "run_id": run_id,
-                "round_index": index,
-                "client_id": client_id,
-                "vector": vector,
-                "count": count,
-                "digest": digest,
-                "received_at": received_at,
-            },
-        )
 
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs` (one entry per open round, as the outer join)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedstats.service.store.memory_tables import MemoryTables, Row, _missing_parent
+from fedstats.service.store.memory_tables import MemoryTables, Row
 from fedstats.service.store.secure import (
     EnrolledRow,
     MemberRow,
@@ -104,13 +104,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         r = self._t("rounds").get((run_id, index))
         return None if r is None else int(r.dim)
 
-    def add_secure_session(self, row: SecureSessionRow) -> None:
-        """See :meth:`SecureQueries.add_secure_session`."""
-        if row.run_id not in self._t("runs"):
-            raise _missing_parent("secure_sessions.run_id", row.run_id)
-        key = (row.run_id, row.round_index, row.number)
-        self._insert("secure_sessions", key, {f: getattr(row, f) for f in _SESSION_FIELDS})
-
     def secure_sessions(self, run_id: str, index: int) -> list[SecureSessionRow]:
         """See :meth:`SecureQueries.secure_sessions`."""
         got = [
@@ -168,26 +161,8 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         """See :meth:`SecureQueries.add_down_messages`."""
         for i, data, digest in messages:
             self._add_message(
-                message_row(run_id, index, number, stage, "down", i, bytes(data), digest, now)
+                message_row(run_id, index, number, stage, "down", i, data, digest, now)
             )
-
-    def add_up_message(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        client_index: int,
-        payload: bytes,
-        digest: str,
-        now: float,
-    ) -> None:
-        """See :meth:`SecureQueries.add_up_message`."""
-        self._add_message(
-            message_row(
-                run_id, index, number, stage, "up", client_index, bytes(payload), digest, now
-            )
-        )
 
     def add_up_message_once(
         self,

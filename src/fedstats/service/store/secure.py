@@ -14,7 +14,7 @@ n = 200).
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
@@ -31,6 +31,7 @@ from fedstats.service.store.secure_rows import (
     UpMessage,
 )
 from fedstats.service.store.sql_secure_batch import put_up_messages_pg
+from fedstats.service.store.sql_writes import SqlRowWrites
 from fedstats.service.store.tables import (
     Client,
     RoundRecord,
@@ -40,6 +41,7 @@ from fedstats.service.store.tables import (
     SecureSession,
     SecureWithholder,
 )
+from fedstats.service.store.writes import RowWrites
 
 __all__ = [
     "BATCH_BYTES",
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 
-class SecureQueries(ABC):
+class SecureQueries(RowWrites):
     """The secure path's queries (sessions, their message journal, members' seed contributions)."""
 
     @abstractmethod
@@ -107,9 +109,9 @@ class SecureQueries(ABC):
     def round_dim(self, run_id: str, index: int) -> int | None:
         """The vector length of a journaled round, or None if there is no such round."""
 
-    @abstractmethod
     def add_secure_session(self, row: SecureSessionRow) -> None:
         """Insert a secure session."""
+        self._add_row("secure_sessions", dict(row.__dict__))
 
     @abstractmethod
     def secure_sessions(self, run_id: str, index: int) -> list[SecureSessionRow]:
@@ -147,7 +149,6 @@ class SecureQueries(ABC):
     ) -> None:
         """Journal a stage's messages to the devices, ``(client_index, payload, digest)`` each (one insert)."""
 
-    @abstractmethod
     def add_up_message(
         self,
         run_id: str,
@@ -160,6 +161,8 @@ class SecureQueries(ABC):
         now: float,
     ) -> None:
         """Journal one device's stage message."""
+        values = message_row(run_id, index, number, stage, "up", client_index, payload, digest, now)
+        self._add_row("secure_messages", values)
 
     @abstractmethod
     def add_up_message_once(
@@ -363,7 +366,7 @@ def message_row(
         "stage": stage,
         "direction": direction,
         "client_index": int(client_index),
-        "payload": payload,
+        "payload": bytes(payload),
         "digest": digest,
         "created_at": now,
     }
@@ -417,7 +420,7 @@ def _session(r: Any) -> SecureSessionRow:
     )
 
 
-class SqlSecureQueries(SecureQueries):
+class SqlSecureQueries(SqlRowWrites, SecureQueries):
     """:class:`SecureQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
     conn: Connection
@@ -476,25 +479,9 @@ class SqlSecureQueries(SecureQueries):
         return None if got is None else int(got)
 
     def add_secure_session(self, row: SecureSessionRow) -> None:
-        """See :meth:`SecureQueries.add_secure_session`."""
+        """See :meth:`SecureQueries.add_secure_session` (and forget the open sessions read)."""
         self.__dict__.pop("_open_memo", None)
-        self.conn.execute(
-            insert(_SESSIONS).values(
-                run_id=row.run_id,
-                round_index=row.round_index,
-                number=row.number,
-                members=row.members,
-                params=row.params,
-                session=row.session,
-                stage=row.stage,
-                deadline=row.deadline,
-                status=row.status,
-                total=row.total,
-                n_records=row.n_records,
-                included=row.included,
-                error=row.error,
-            )
-        )
+        super().add_secure_session(row)
 
     def secure_sessions(self, run_id: str, index: int) -> list[SecureSessionRow]:
         """See :meth:`SecureQueries.secure_sessions`."""
@@ -569,23 +556,6 @@ class SqlSecureQueries(SecureQueries):
         # of the largest statement it sent (a stage's messages are O(n k) bytes, ~11 MB at n = 1,000)
         for part in _by_size(rows):
             self.conn.execute(_INSERT_MESSAGE, part)
-
-    def add_up_message(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        client_index: int,
-        payload: bytes,
-        digest: str,
-        now: float,
-    ) -> None:
-        """See :meth:`SecureQueries.add_up_message`."""
-        self.conn.execute(
-            _INSERT_MESSAGE,
-            message_row(run_id, index, number, stage, "up", client_index, payload, digest, now),
-        )
 
     def add_up_message_once(
         self,

@@ -12,7 +12,7 @@ from sqlalchemy import (
     update,
 )
 
-from fedstats.service.store.core import client_row, client_values
+from fedstats.service.store.core import client_row
 from fedstats.service.store.rows import (
     ClientRow,
     PopulationCount,
@@ -54,10 +54,6 @@ class SqlDeviceQueries(SqlBase):
         row = self._run(_Q_CLIENT, {"client_id": client_id}).first()
         return None if row is None else client_row(row)
 
-    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
-        """See :meth:`CoreQueries.add_client`."""
-        self._exec(_CLIENTS.insert().values(**client_values(row, enrolled_at)))
-
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
         """See :meth:`CoreQueries.set_client_certificate`."""
         c = _CLIENTS.c
@@ -76,10 +72,6 @@ class SqlDeviceQueries(SqlBase):
         """See :meth:`CoreQueries.authorities`."""
         return {i: k for i, k in self._run(_Q_AUTHORITIES, {}).all()}
 
-    def add_authority(self, fingerprint: str, public_key: str) -> bool:
-        """See :meth:`CoreQueries.add_authority`."""
-        return self._insert_ignore(_AUTHORITIES, id=fingerprint, public_key=public_key) == 1
-
     def operator_of(self, token_hash: str) -> str | None:
         """See :meth:`CoreQueries.operator_of`."""
         o = _OPERATORS.c
@@ -90,12 +82,6 @@ class SqlDeviceQueries(SqlBase):
         """See :meth:`CoreQueries.operator_exists`."""
         o = _OPERATORS.c
         return self._exec(select(o.name).where(o.name == name)).first() is not None
-
-    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
-        """See :meth:`CoreQueries.add_operator`."""
-        self._exec(
-            _OPERATORS.insert().values(name=name, token_hash=token_hash, created_at=created_at)
-        )
 
     @staticmethod
     def _device(row: Any) -> dict[str, Any]:

@@ -269,27 +269,6 @@ class SqlRunQueries(SqlBase):
         row = self._run(_Q_MEMBER, {"run_id": run_id, "client_id": client_id}).first()
         return None if row is None else (int(row[0]), int(row[1]))
 
-    def add_member(
-        self,
-        run_id: str,
-        client_id: str,
-        slot_start: int,
-        slot_count: int,
-        joined_at: float,
-        commitment: str | None,
-    ) -> None:
-        """See :meth:`CoreQueries.add_member`."""
-        self._exec(
-            _MEMBERS.insert().values(
-                run_id=run_id,
-                client_id=client_id,
-                slot_start=slot_start,
-                slot_count=slot_count,
-                joined_at=joined_at,
-                commitment=commitment,
-            )
-        )
-
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs`."""
         return self._live(self._run(_Q_LIVE_RUNS, {"client_id": client_id}).all())

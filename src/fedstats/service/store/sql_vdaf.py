@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from fedstats.service.store.sql_writes import SqlRowWrites
 from fedstats.service.store.vdaf import (
     ReportCount,
     VdafJob,
@@ -19,6 +20,7 @@ from fedstats.service.store.vdaf import (
     VdafShareRow,
     VdafSignedRow,
     VdafTaskRow,
+    pending_report,
     vdaf_jobs,
     vdaf_reports,
     vdaf_signed,
@@ -56,7 +58,7 @@ def _job(r: Any) -> VdafJob:
     )
 
 
-class SqlVdafQueries(VdafQueries):
+class SqlVdafQueries(SqlRowWrites, VdafQueries):
     """:class:`VdafQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
     conn: Connection
@@ -99,10 +101,6 @@ class SqlVdafQueries(VdafQueries):
             announcement=r["announcement"],
             dap=r["dap"],
         )
-
-    def add_vdaf_task(self, row: VdafTaskRow) -> None:
-        """See :meth:`VdafQueries.add_vdaf_task`."""
-        self.conn.execute(insert(vdaf_tasks).values(**row.__dict__))
 
     def set_vdaf_totals(
         self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
@@ -155,30 +153,6 @@ class SqlVdafQueries(VdafQueries):
         ).first()
         return None if r is None else self._share(r)
 
-    def add_vdaf_report(
-        self,
-        task_id: str,
-        report_id: str,
-        client_id: str,
-        public_share: bytes,
-        input_share: bytes,
-        received_at: float,
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_report`."""
-        self.conn.execute(
-            insert(vdaf_reports).values(
-                task_id=task_id,
-                report_id=report_id,
-                client_id=client_id,
-                public_share=public_share,
-                input_share=input_share,
-                received_at=received_at,
-                job_id=None,
-                status="pending",
-                reason=None,
-            )
-        )
-
     def vdaf_reports_of_many(
         self, task_id: str, report_ids: Sequence[str], client_ids: Sequence[str]
     ) -> list[VdafShareRow]:
@@ -202,17 +176,7 @@ class SqlVdafQueries(VdafQueries):
         self.conn.execute(
             insert(vdaf_reports),
             [
-                {
-                    "task_id": task_id,
-                    "report_id": rid,
-                    "client_id": cid,
-                    "public_share": public,
-                    "input_share": share,
-                    "received_at": received_at,
-                    "job_id": None,
-                    "status": "pending",
-                    "reason": None,
-                }
+                pending_report(task_id, rid, cid, public, share) | {"received_at": received_at}
                 for rid, cid, public, share in reports
             ],
         )
@@ -300,10 +264,6 @@ class SqlVdafQueries(VdafQueries):
         r = self.conn.execute(q).mappings().first()
         return None if r is None else signed_row(r)
 
-    def add_vdaf_signed(self, row: VdafSignedRow) -> None:
-        """See :meth:`VdafQueries.add_vdaf_signed`."""
-        self.conn.execute(insert(vdaf_signed).values(**row.__dict__))
-
     def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
         """See :meth:`VdafQueries.set_vdaf_signed_status`."""
         self.conn.execute(update(vdaf_signed).where(_S.id == signed_id).values(status=status))
@@ -334,31 +294,6 @@ class SqlVdafQueries(VdafQueries):
             insert(vdaf_slots).values(signed_id=signed_id, client_id=client_id, slot=slot)
         )
         return slot
-
-    def add_vdaf_job(
-        self,
-        task_id: str,
-        job_id: str,
-        report_ids: Sequence[str],
-        created_at: float,
-        *,
-        lease_owner: str | None = None,
-        lease_until: float | None = None,
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_job`."""
-        self.conn.execute(
-            insert(vdaf_jobs).values(
-                task_id=task_id,
-                job_id=job_id,
-                status="running",
-                report_ids=json.dumps(list(report_ids)),
-                response=None,
-                created_at=created_at,
-                lease_owner=lease_owner,
-                lease_until=lease_until,
-                lease_epoch=1 if lease_owner is not None else 0,
-            )
-        )
 
     def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:
         """See :meth:`VdafQueries.finish_vdaf_job`."""

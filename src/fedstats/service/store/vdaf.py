@@ -45,7 +45,8 @@ plain values and frozen dataclasses (:class:`VdafTaskRow`, :class:`VdafShareRow`
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+import json
+from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from fedstats.service.store.writes import RowWrites
+
 __all__ = [
     "VDAF_METADATA",
     "ReportCount",
@@ -73,6 +76,7 @@ __all__ = [
     "VdafShareRow",
     "VdafSignedRow",
     "VdafTaskRow",
+    "pending_report",
     "vdaf_jobs",
     "vdaf_reports",
     "vdaf_signed",
@@ -343,7 +347,23 @@ class VdafJob:
     lease_epoch: int
 
 
-class VdafQueries(ABC):
+def pending_report(
+    task_id: str, report_id: str, client_id: str, public_share: bytes, input_share: bytes
+) -> dict[str, Any]:
+    """The ``vdaf_reports`` columns of a report share no job took yet (all but ``received_at``)."""
+    return {
+        "task_id": task_id,
+        "report_id": report_id,
+        "client_id": client_id,
+        "public_share": bytes(public_share),
+        "input_share": bytes(input_share),
+        "job_id": None,
+        "status": "pending",
+        "reason": None,
+    }
+
+
+class VdafQueries(RowWrites):
     """The two-aggregator mode's queries (one aggregator's tables)."""
 
     @abstractmethod
@@ -356,9 +376,9 @@ class VdafQueries(ABC):
         many holders at once, none while another holds it for update; SQLite serializes writers anyway).
         """
 
-    @abstractmethod
     def add_vdaf_task(self, row: VdafTaskRow) -> None:
         """Insert a new task."""
+        self._add_row("vdaf_tasks", dict(row.__dict__))
 
     @abstractmethod
     def set_vdaf_totals(
@@ -382,7 +402,6 @@ class VdafQueries(ABC):
     def vdaf_report_of(self, task_id: str, report_id: str, client_id: str) -> VdafShareRow | None:
         """The task's report with this id or from this device (either; one at most by the rules), or None."""
 
-    @abstractmethod
     def add_vdaf_report(
         self,
         task_id: str,
@@ -393,6 +412,8 @@ class VdafQueries(ABC):
         received_at: float,
     ) -> None:
         """Insert a pending report share."""
+        values = pending_report(task_id, report_id, client_id, public_share, input_share)
+        self._add_row("vdaf_reports", values | {"received_at": received_at})
 
     @abstractmethod
     def vdaf_reports_of_many(
@@ -442,9 +463,9 @@ class VdafQueries(ABC):
     def vdaf_signed(self, signed_id: str, *, lock: bool = False) -> VdafSignedRow | None:
         """The signed task, or None; ``lock`` takes its row lock."""
 
-    @abstractmethod
     def add_vdaf_signed(self, row: VdafSignedRow) -> None:
         """Insert a signed task."""
+        self._add_row("vdaf_signed", dict(row.__dict__))
 
     @abstractmethod
     def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
@@ -462,7 +483,6 @@ class VdafQueries(ABC):
     def add_vdaf_slot(self, signed_id: str, client_id: str) -> int:
         """Give the device the next free slot (0, 1, ...; the caller holds the signed task's lock)."""
 
-    @abstractmethod
     def add_vdaf_job(
         self,
         task_id: str,
@@ -474,6 +494,18 @@ class VdafQueries(ABC):
         lease_until: float | None = None,
     ) -> None:
         """Insert a running job (with its first lease, epoch 1, when an owner is given)."""
+        values = {
+            "task_id": task_id,
+            "job_id": job_id,
+            "status": "running",
+            "report_ids": json.dumps(list(report_ids)),
+            "response": None,
+            "created_at": created_at,
+            "lease_owner": lease_owner,
+            "lease_until": lease_until,
+            "lease_epoch": 1 if lease_owner is not None else 0,
+        }
+        self._add_row("vdaf_jobs", values)
 
     @abstractmethod
     def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:

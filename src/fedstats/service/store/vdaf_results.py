@@ -18,13 +18,15 @@ on Python containers.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Column, Connection, Float, String, Table, Text, insert, select
+from sqlalchemy import Column, Connection, Float, String, Table, Text, select
 
+from fedstats.service.store.sql_writes import SqlRowWrites
 from fedstats.service.store.vdaf import VDAF_METADATA, VdafSignedRow, vdaf_signed
+from fedstats.service.store.writes import RowWrites
 
 __all__ = [
     "SqlVdafResultQueries",
@@ -66,16 +68,16 @@ class VdafResultRow:
     created_at: float
 
 
-class VdafResultQueries(ABC):
+class VdafResultQueries(RowWrites):
     """The signed Prio3 tasks listed, and their released results (see the module)."""
 
     @abstractmethod
     def vdaf_signed_list(self, population: str | None = None) -> list[VdafSignedRow]:
         """Every signed Prio3 task (of ``population`` if given), newest first, then by id."""
 
-    @abstractmethod
     def add_vdaf_result(self, row: VdafResultRow) -> None:
         """Store a task's released result (a second one for the task: ``IntegrityError``)."""
+        self._add_row("vdaf_results", dict(row.__dict__))
 
     @abstractmethod
     def vdaf_result(self, signed_id: str) -> VdafResultRow | None:
@@ -100,7 +102,7 @@ def signed_row(r: Any) -> VdafSignedRow:
     )
 
 
-class SqlVdafResultQueries(VdafResultQueries):
+class SqlVdafResultQueries(SqlRowWrites, VdafResultQueries):
     """:class:`VdafResultQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
     conn: Connection
@@ -112,10 +114,6 @@ class SqlVdafResultQueries(VdafResultQueries):
         if population is not None:
             q = q.where(s.population == population)
         return [signed_row(r) for r in self.conn.execute(q).mappings().all()]
-
-    def add_vdaf_result(self, row: VdafResultRow) -> None:
-        """See :meth:`VdafResultQueries.add_vdaf_result`."""
-        self.conn.execute(insert(vdaf_results).values(**row.__dict__))
 
     def vdaf_result(self, signed_id: str) -> VdafResultRow | None:
         """See :meth:`VdafResultQueries.vdaf_result`."""
