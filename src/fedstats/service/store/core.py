@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from fedstats.service.store.rows import (
@@ -506,11 +507,12 @@ class CoreQueries(RowWrites):
         """Store a task; False if one with that id exists (nothing written)."""
 
     # -- the ledger and the audit log
-    @abstractmethod
     def add_audit(
         self, ts: float, actor: str, action: str, run_id: str | None, detail: str
     ) -> None:
         """Append an audit record."""
+        values = {"ts": ts, "actor": actor, "action": action, "run_id": run_id, "detail": detail}
+        self._add_row("audit", values)
 
     @abstractmethod
     def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:
@@ -524,9 +526,9 @@ class CoreQueries(RowWrites):
     def charges_on(self, scope: str, name: str) -> list[ChargeRow]:
         """The reserved and spent charges on a population's or analyst's budget, in order."""
 
-    @abstractmethod
     def add_charge(self, charge: ChargeRow, now: float) -> None:
         """Insert a run's charge."""
+        self._add_row("ledger", asdict(charge) | {"created_at": now, "updated_at": now})
 
     @abstractmethod
     def charge_of(self, run_id: str) -> ChargeRow | None:

@@ -533,14 +533,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         return self._insert("tasks", task_id, values, ignore=True)
 
     # -- the ledger and the audit log
-    def add_audit(
-        self, ts: float, actor: str, action: str, run_id: str | None, detail: str
-    ) -> None:
-        """See :meth:`CoreQueries.add_audit`."""
-        i = self._next_id("audit")
-        values = {"id": i, "ts": ts, "actor": actor, "action": action, "run_id": run_id}
-        self._insert("audit", i, values | {"detail": detail})
-
     def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:  # noqa: ARG002
         """See :meth:`CoreQueries.budget`."""
         b = self._t("budgets").get((scope, name))
@@ -562,27 +554,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             if c.run_id == run_id:
                 return int(i)
         return None
-
-    def add_charge(self, charge: ChargeRow, now: float) -> None:
-        """See :meth:`CoreQueries.add_charge`."""
-        if self._charge_key(charge.run_id) is not None:  # uq_ledger_run
-            raise _duplicate("ledger.run_id", charge.run_id)
-        i = self._next_id("ledger")
-        values = {
-            "id": i,
-            "run_id": charge.run_id,
-            "population": charge.population,
-            "analyst": charge.analyst,
-            "epsilon": charge.epsilon,
-            "delta": charge.delta,
-            "rho": charge.rho,
-            "status": charge.status,
-            "label": charge.label,
-            "mechanisms": charge.mechanisms,
-            "created_at": now,
-            "updated_at": now,
-        }
-        self._insert("ledger", i, values)
 
     def charge_of(self, run_id: str) -> ChargeRow | None:
         """See :meth:`CoreQueries.charge_of`."""

@@ -20,7 +20,6 @@ from fedstats.service.store.secure import (
     SessionStage,
     StageActivity,
     UpMessage,
-    message_row,
 )
 
 __all__ = ["MemorySecureQueries"]
@@ -56,13 +55,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
     ) -> Row | None:
         key = (run_id, index, number, stage, direction, client_index)
         return self._t("secure_messages").get(key)
-
-    def _add_message(self, values: dict[str, Any]) -> None:
-        key = tuple(
-            values[k]
-            for k in ("run_id", "round_index", "number", "stage", "direction", "client_index")
-        )
-        self._insert("secure_messages", key, values)
 
     def members_in_order(self, run_id: str) -> list[MemberRow]:
         """See :meth:`SecureQueries.members_in_order`."""
@@ -148,39 +140,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         """See :meth:`SecureQueries.session_stage`."""
         s = self._t("secure_sessions").get((run_id, index, number))
         return None if s is None else SessionStage(str(s.status), int(s.stage))
-
-    def add_down_messages(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        messages: list[tuple[int, bytes, str]],
-        now: float,
-    ) -> None:
-        """See :meth:`SecureQueries.add_down_messages`."""
-        for i, data, digest in messages:
-            self._add_message(
-                message_row(run_id, index, number, stage, "down", i, data, digest, now)
-            )
-
-    def add_up_message_once(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        client_index: int,
-        payload: bytes,
-        digest: str,
-        now: float,
-    ) -> str | None:
-        """See :meth:`SecureQueries.add_up_message_once`."""
-        stored = self._message(run_id, index, number, stage, "up", client_index)
-        if stored is not None:
-            return str(stored.digest)
-        self.add_up_message(run_id, index, number, stage, client_index, payload, digest, now)
-        return None
 
     def count_messages(
         self, run_id: str, index: int, number: int, stage: int, direction: str

@@ -178,8 +178,8 @@ class MemoryTables(RowWrites):
     def _add_row(self, table: str, values: dict[str, Any], *, ignore: bool = False) -> bool:
         """See :meth:`~fedstats.service.store.writes.RowWrites._add_row`.
 
-        The row is keyed by its primary key's values; its foreign keys and unique columns are checked as
-        the databases check them.
+        The row is keyed by its primary key's values (an autoincrement key, not given, by the table's
+        counter); its foreign keys and unique columns are checked as the databases check them.
         """
         keys = _KEYS[table]
         for col, parent in keys.parents:
@@ -194,6 +194,8 @@ class MemoryTables(RowWrites):
                 if ignore:
                     return False
                 raise _duplicate(f"{table} {cols}", want)
+        if table in self.data.counters and keys.primary[0] not in values:  # autoincrement
+            values = {keys.primary[0]: self._next_id(table), **values}
         key = tuple(values[c] for c in keys.primary)
         return self._insert(table, key[0] if len(key) == 1 else key, values, ignore=ignore)
 

@@ -19,18 +19,11 @@ from fedstats.service.store.vdaf import (
     VdafShareRow,
     VdafSignedRow,
     VdafTaskRow,
+    row_of,
 )
 from fedstats.service.store.vdaf_results import VdafResultQueries, VdafResultRow
 
 __all__ = ["MemoryVdafQueries"]
-
-_TASK_FIELDS = tuple(VdafTaskRow.__dataclass_fields__)
-_SIGNED_FIELDS = tuple(VdafSignedRow.__dataclass_fields__)
-
-
-def _task(r: Row) -> VdafTaskRow:
-    values = r.__dict__
-    return VdafTaskRow(**{f: values[f] for f in _TASK_FIELDS})
 
 
 def _share(r: Row) -> VdafShareRow:
@@ -65,7 +58,7 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
     ) -> VdafTaskRow | None:
         """See :meth:`VdafQueries.vdaf_task`."""
         r = self._t("vdaf_tasks").get(task_id)
-        return None if r is None else _task(r)
+        return None if r is None else row_of(VdafTaskRow, r.__dict__)
 
     def set_vdaf_totals(
         self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
@@ -107,13 +100,6 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
             for r in self._reports_of(task_id)
             if r.report_id in rids or r.client_id in cids
         ]
-
-    def add_vdaf_reports(
-        self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_reports`."""
-        for rid, cid, public, share in reports:
-            self.add_vdaf_report(task_id, rid, cid, public, share, received_at)
 
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
         """See :meth:`VdafQueries.vdaf_shares`."""
@@ -183,8 +169,7 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
         r = self._t("vdaf_signed").get(signed_id)
         if r is None:
             return None
-        values = r.__dict__
-        return VdafSignedRow(**{f: values[f] for f in _SIGNED_FIELDS})
+        return row_of(VdafSignedRow, r.__dict__)
 
     def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
         """See :meth:`VdafQueries.set_vdaf_signed_status`."""
@@ -194,7 +179,7 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
         """See :meth:`VdafQueries.vdaf_rounds_of`."""
         rows = [r for r in self._t("vdaf_tasks").values() if r.signed_id == signed_id]
         rows.sort(key=lambda r: (r.round_index is None, r.round_index or 0))
-        return [_task(r) for r in rows]
+        return [row_of(VdafTaskRow, r.__dict__) for r in rows]
 
     def vdaf_slot(self, signed_id: str, client_id: str) -> int | None:
         """See :meth:`VdafQueries.vdaf_slot`."""
@@ -233,7 +218,7 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
             if population is None or r.population == population
         ]
         rows.sort(key=lambda r: (-float(r.created_at), str(r.id)))
-        return [VdafSignedRow(**{f: r.__dict__[f] for f in _SIGNED_FIELDS}) for r in rows]
+        return [row_of(VdafSignedRow, r.__dict__) for r in rows]
 
     def vdaf_result(self, signed_id: str) -> VdafResultRow | None:
         """See :meth:`VdafResultQueries.vdaf_result`."""

@@ -17,8 +17,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from fedstats.service.store.rows import PutUp
 from fedstats.service.store.secure_rows import (
@@ -30,17 +29,10 @@ from fedstats.service.store.secure_rows import (
     StageActivity,
     UpMessage,
 )
+from fedstats.service.store.sql_base import _CLIENTS, _MEMBERS, _ROUNDS, _RUNS, _table
 from fedstats.service.store.sql_secure_batch import put_up_messages_pg
 from fedstats.service.store.sql_writes import SqlRowWrites
-from fedstats.service.store.tables import (
-    Client,
-    RoundRecord,
-    Run,
-    RunMember,
-    SecureMessage,
-    SecureSession,
-    SecureWithholder,
-)
+from fedstats.service.store.tables import SecureMessage, SecureSession, SecureWithholder
 from fedstats.service.store.writes import RowWrites
 
 __all__ = [
@@ -137,7 +129,6 @@ class SecureQueries(RowWrites):
     ) -> SessionStage | None:
         """A session's status and stage (locked ``FOR SHARE`` with ``shared``), or None."""
 
-    @abstractmethod
     def add_down_messages(
         self,
         run_id: str,
@@ -147,7 +138,17 @@ class SecureQueries(RowWrites):
         messages: list[tuple[int, bytes, str]],
         now: float,
     ) -> None:
-        """Journal a stage's messages to the devices, ``(client_index, payload, digest)`` each (one insert)."""
+        """Journal a stage's messages to the devices, ``(client_index, payload, digest)`` each.
+
+        In statements of about :data:`BATCH_BYTES`: the driver's connection keeps its buffers at the size
+        of the largest statement it sent (a stage's messages are O(n k) bytes, ~11 MB at n = 1,000).
+        """
+        rows = [
+            message_row(run_id, index, number, stage, "down", i, data, digest, now)
+            for i, data, digest in messages
+        ]
+        for part in _by_size(rows):
+            self._add_rows("secure_messages", part)
 
     def add_up_message(
         self,
@@ -164,7 +165,6 @@ class SecureQueries(RowWrites):
         values = message_row(run_id, index, number, stage, "up", client_index, payload, digest, now)
         self._add_row("secure_messages", values)
 
-    @abstractmethod
     def add_up_message_once(
         self,
         run_id: str,
@@ -181,6 +181,10 @@ class SecureQueries(RowWrites):
         Returns None if inserted, else the stored message's digest: one statement on the common path
         (``INSERT ... ON CONFLICT DO NOTHING RETURNING``), a second only for a repeat.
         """
+        values = message_row(run_id, index, number, stage, "up", client_index, payload, digest, now)
+        if self._add_row("secure_messages", values, ignore=True):
+            return None
+        return self.my_messages(run_id, index, number, stage, client_index)["up"]
 
     def put_up_messages(self, items: list[PutUp], now: float) -> list[tuple[bool, bool]]:
         """Record each message's nonce and journal it if its session is open at its stage (bulk).
@@ -266,20 +270,12 @@ class SecureQueries(RowWrites):
         """``direction -> digest`` of one device's messages at a stage (both directions)."""
 
 
-def _table(cls: Any) -> Table:
-    return cast(Table, cls.__table__)
-
-
-_MEMBERS = _table(RunMember)
 _SESSIONS = _table(SecureSession)
 _MESSAGES = _table(SecureMessage)
-_CLIENTS = _table(Client)
-_ROUNDS = _table(RoundRecord)
 _WITHHOLDERS = _table(SecureWithholder)
 
 _M = _MESSAGES.c
 _S = _SESSIONS.c
-_RUNS = _table(Run)
 
 _SESSION_KEY = (
     _S.run_id == bindparam("run_id"),
@@ -372,14 +368,6 @@ def message_row(
     }
 
 
-_INSERT_MESSAGE = insert(_MESSAGES)
-_INSERT_MESSAGE_ONCE = {
-    name: dialect.insert(_MESSAGES).on_conflict_do_nothing().returning(_M.client_index)
-    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
-}
-_UP_DIGEST = select(_M.digest).where(
-    *_MESSAGE_KEY, _M.direction == "up", _M.client_index == bindparam("client_index")
-)
 _SESSION_ROW = select(*_SESSIONS.c).where(*_SESSION_KEY)
 _SESSION_ROW_LOCKED = _SESSION_ROW.with_for_update()
 _MEMBER_COLUMNS = (
@@ -535,52 +523,6 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
             {"run_id": run_id, "round_index": index, "number": number},
         ).one_or_none()
         return None if got is None else SessionStage(str(got[0]), int(got[1]))
-
-    def add_down_messages(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        messages: list[tuple[int, bytes, str]],
-        now: float,
-    ) -> None:
-        """See :meth:`SecureQueries.add_down_messages`."""
-        if not messages:
-            return
-        rows = [
-            message_row(run_id, index, number, stage, "down", i, data, digest, now)
-            for i, data, digest in messages
-        ]
-        # in statements of about BATCH_BYTES: the driver's connection keeps its buffers at the size
-        # of the largest statement it sent (a stage's messages are O(n k) bytes, ~11 MB at n = 1,000)
-        for part in _by_size(rows):
-            self.conn.execute(_INSERT_MESSAGE, part)
-
-    def add_up_message_once(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        client_index: int,
-        payload: bytes,
-        digest: str,
-        now: float,
-    ) -> str | None:
-        """See :meth:`SecureQueries.add_up_message_once`."""
-        conn = self.conn
-        key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
-        row = {**key, "direction": "up", "client_index": client_index}
-        got = conn.execute(
-            _INSERT_MESSAGE_ONCE[conn.dialect.name],
-            {**row, "payload": payload, "digest": digest, "created_at": now},
-        ).first()
-        if got is not None:
-            return None
-        return str(
-            self.conn.execute(_UP_DIGEST, {**key, "client_index": client_index}).scalar_one()
-        )
 
     def put_up_messages(self, items: list[PutUp], now: float) -> list[tuple[bool, bool]]:
         """See :meth:`SecureQueries.put_up_messages` (PostgreSQL: one statement for the batch)."""

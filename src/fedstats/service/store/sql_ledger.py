@@ -75,14 +75,6 @@ class SqlLedgerQueries(SqlBase):
         rows = self._exec(stmt.limit(limit)).all()
         return [AuditEntry(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
-    def add_audit(
-        self, ts: float, actor: str, action: str, run_id: str | None, detail: str
-    ) -> None:
-        """See :meth:`CoreQueries.add_audit`."""
-        self._exec(
-            _AUDIT.insert().values(ts=ts, actor=actor, action=action, run_id=run_id, detail=detail)
-        )
-
     def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:
         """See :meth:`CoreQueries.budget`."""
         b = _BUDGETS.c
@@ -118,24 +110,6 @@ class SqlLedgerQueries(SqlBase):
             .order_by(c.id)
         ).all()
         return [ChargeRow(*r) for r in rows]
-
-    def add_charge(self, charge: ChargeRow, now: float) -> None:
-        """See :meth:`CoreQueries.add_charge`."""
-        self._exec(
-            _CHARGES.insert().values(
-                run_id=charge.run_id,
-                population=charge.population,
-                analyst=charge.analyst,
-                epsilon=charge.epsilon,
-                delta=charge.delta,
-                rho=charge.rho,
-                status=charge.status,
-                label=charge.label,
-                mechanisms=charge.mechanisms,
-                created_at=now,
-                updated_at=now,
-            )
-        )
 
     def charge_of(self, run_id: str) -> ChargeRow | None:
         """See :meth:`CoreQueries.charge_of`."""

@@ -20,14 +20,13 @@ from fedstats.service.store.vdaf import (
     VdafShareRow,
     VdafSignedRow,
     VdafTaskRow,
-    pending_report,
+    row_of,
     vdaf_jobs,
     vdaf_reports,
     vdaf_signed,
     vdaf_slots,
     vdaf_tasks,
 )
-from fedstats.service.store.vdaf_results import signed_row
 
 __all__ = ["SqlVdafQueries"]
 
@@ -37,10 +36,6 @@ _R = vdaf_reports.c
 _J = vdaf_jobs.c
 _S = vdaf_signed.c
 _L = vdaf_slots.c
-
-
-def _opt_bytes(v: Any) -> bytes | None:
-    return None if v is None else bytes(v)
 
 
 _JOB_COLUMNS = (_J.job_id, _J.report_ids, _J.response, _J.status, _J.lease_owner, _J.lease_epoch)
@@ -75,32 +70,7 @@ class SqlVdafQueries(SqlRowWrites, VdafQueries):
         r = self.conn.execute(q).mappings().first()
         if r is None:
             return None
-        return self._task(r)
-
-    def _task(self, r: Any) -> VdafTaskRow:
-        return VdafTaskRow(
-            id=str(r["id"]),
-            role=str(r["role"]),
-            vdaf=str(r["vdaf"]),
-            ctx=bytes(r["ctx"]),
-            verify_key=bytes(r["verify_key"]),
-            peer_url=str(r["peer_url"]),
-            peer_token=r["peer_token"],
-            peer_token_hash=r["peer_token_hash"],
-            population=str(r["population"]),
-            min_batch_size=int(r["min_batch_size"]),
-            noise=r["noise"],
-            status=str(r["status"]),
-            agg_share=_opt_bytes(r["agg_share"]),
-            accepted=int(r["accepted"]),
-            rejected=int(r["rejected"]),
-            collection=r["collection"],
-            created_at=float(r["created_at"]),
-            signed_id=r["signed_id"],
-            round_index=None if r["round_index"] is None else int(r["round_index"]),
-            announcement=r["announcement"],
-            dap=r["dap"],
-        )
+        return row_of(VdafTaskRow, r)
 
     def set_vdaf_totals(
         self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
@@ -166,20 +136,6 @@ class SqlVdafQueries(SqlRowWrites, VdafQueries):
             )
         ).all()
         return [self._share(r) for r in rows]
-
-    def add_vdaf_reports(
-        self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_reports` (one ``executemany``)."""
-        if not reports:
-            return
-        self.conn.execute(
-            insert(vdaf_reports),
-            [
-                pending_report(task_id, rid, cid, public, share) | {"received_at": received_at}
-                for rid, cid, public, share in reports
-            ],
-        )
 
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
         """See :meth:`VdafQueries.vdaf_shares`."""
@@ -262,7 +218,7 @@ class SqlVdafQueries(SqlRowWrites, VdafQueries):
         if lock:
             q = q.with_for_update()
         r = self.conn.execute(q).mappings().first()
-        return None if r is None else signed_row(r)
+        return None if r is None else row_of(VdafSignedRow, r)
 
     def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
         """See :meth:`VdafQueries.set_vdaf_signed_status`."""
@@ -277,7 +233,7 @@ class SqlVdafQueries(SqlRowWrites, VdafQueries):
             .mappings()
             .all()
         )
-        return [self._task(r) for r in rows]
+        return [row_of(VdafTaskRow, r) for r in rows]
 
     def vdaf_slot(self, signed_id: str, client_id: str) -> int | None:
         """See :meth:`VdafQueries.vdaf_slot`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Table, insert
@@ -27,6 +28,13 @@ _INSERT: dict[str, Any] = {}
 _INSERT_IGNORE: dict[tuple[str, str], Any] = {}
 
 
+def _insert(table: str) -> Any:
+    stmt = _INSERT.get(table)
+    if stmt is None:
+        stmt = _INSERT[table] = insert(_table(table))
+    return stmt
+
+
 def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> int:
     """``INSERT ... ON CONFLICT DO NOTHING`` of one row of ``table``; the number of rows inserted (0 or 1)."""
     dialect = conn.dialect.name
@@ -49,8 +57,10 @@ class SqlRowWrites(RowWrites):
         """See :meth:`RowWrites._add_row`."""
         if ignore:
             return insert_ignore(self.conn, _table(table), values) == 1
-        stmt = _INSERT.get(table)
-        if stmt is None:
-            stmt = _INSERT[table] = insert(_table(table))
-        self.conn.execute(stmt, values)
+        self.conn.execute(_insert(table), values)
         return True
+
+    def _add_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """See :meth:`RowWrites._add_rows` (one ``executemany``)."""
+        if rows:
+            self.conn.execute(_insert(table), list(rows))

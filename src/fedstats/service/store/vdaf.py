@@ -47,9 +47,10 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -77,6 +78,7 @@ __all__ = [
     "VdafSignedRow",
     "VdafTaskRow",
     "pending_report",
+    "row_of",
     "vdaf_jobs",
     "vdaf_reports",
     "vdaf_signed",
@@ -86,6 +88,20 @@ __all__ = [
 
 VDAF_METADATA = MetaData()
 
+_RowT = TypeVar("_RowT")
+
+
+def _peer_columns() -> list[Column[Any]]:
+    """The columns a task and a signed task share: the VDAF verify key, the peer and its token, the population."""
+    return [
+        Column("verify_key", LargeBinary, nullable=False),
+        Column("peer_url", Text, nullable=False),
+        Column("peer_token", Text, nullable=True),
+        Column("peer_token_hash", String(64), nullable=True),
+        Column("population", String(128), nullable=False),
+    ]
+
+
 vdaf_tasks = Table(
     "vdaf_tasks",
     VDAF_METADATA,
@@ -93,11 +109,7 @@ vdaf_tasks = Table(
     Column("role", String(8), nullable=False),
     Column("vdaf", Text, nullable=False),
     Column("ctx", LargeBinary, nullable=False),
-    Column("verify_key", LargeBinary, nullable=False),
-    Column("peer_url", Text, nullable=False),
-    Column("peer_token", Text, nullable=True),
-    Column("peer_token_hash", String(64), nullable=True),
-    Column("population", String(128), nullable=False),
+    *_peer_columns(),
     Column("min_batch_size", Integer, nullable=False),
     Column("noise", Text, nullable=True),
     Column("status", String(16), nullable=False),
@@ -118,11 +130,7 @@ vdaf_signed = Table(
     Column("id", String(64), primary_key=True),
     Column("role", String(8), nullable=False),
     Column("envelope", Text, nullable=False),
-    Column("verify_key", LargeBinary, nullable=False),
-    Column("peer_url", Text, nullable=False),
-    Column("peer_token", Text, nullable=True),
-    Column("peer_token_hash", String(64), nullable=True),
-    Column("population", String(128), nullable=False),
+    *_peer_columns(),
     Column("status", String(16), nullable=False),
     Column("charge_id", String(36), nullable=True),
     Column("created_by", String(128), nullable=False),
@@ -347,6 +355,26 @@ class VdafJob:
     lease_epoch: int
 
 
+@cache
+def _fields(cls: type) -> tuple[tuple[str, bool], ...]:
+    """A row dataclass's field names, each with whether it holds bytes (``bytes`` or ``bytes | None``)."""
+    return tuple((f.name, "bytes" in str(f.type)) for f in fields(cls))
+
+
+def row_of(cls: Callable[..., _RowT], r: Mapping[Any, Any]) -> _RowT:
+    """The row dataclass ``cls`` (:class:`VdafTaskRow`, :class:`VdafSignedRow`) of a stored row's columns.
+
+    The memory and SQL stores read rows alike: each field from the column of its name, byte columns as
+    :class:`bytes` (a driver may answer a memoryview).
+    """
+    return cls(
+        **{
+            name: r[name] if not binary or r[name] is None else bytes(r[name])
+            for name, binary in _fields(cast(type, cls))
+        }
+    )
+
+
 def pending_report(
     task_id: str, report_id: str, client_id: str, public_share: bytes, input_share: bytes
 ) -> dict[str, Any]:
@@ -421,11 +449,15 @@ class VdafQueries(RowWrites):
     ) -> list[VdafShareRow]:
         """The task's reports whose id is among ``report_ids`` or whose device among ``client_ids``."""
 
-    @abstractmethod
     def add_vdaf_reports(
         self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
     ) -> None:
         """Insert pending report shares ``(report_id, client_id, public_share, input_share)`` at once."""
+        rows = [
+            pending_report(task_id, rid, cid, public, share) | {"received_at": received_at}
+            for rid, cid, public, share in reports
+        ]
+        self._add_rows("vdaf_reports", rows)
 
     @abstractmethod
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:

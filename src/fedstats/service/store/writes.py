@@ -11,6 +11,7 @@ hands them to :meth:`RowWrites._add_row`, which each store implements once
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["RowWrites"]
@@ -27,3 +28,8 @@ class RowWrites(ABC):
         ``ignore`` writes nothing and answers False (``INSERT ... ON CONFLICT DO NOTHING``); a missing
         parent row raises :class:`~sqlalchemy.exc.IntegrityError` in either case. True when inserted.
         """
+
+    def _add_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert rows of ``table`` as :meth:`_add_row` does (the SQL stores: one ``executemany``)."""
+        for values in rows:
+            self._add_row(table, values)
