@@ -24,7 +24,6 @@ import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from fedstats.service.domain import driver, idempotency
@@ -88,7 +87,6 @@ class Publisher:
         self.changes.bump(populations)
 
 
-@dataclass(eq=False)
 class Background:
     """The app's background work (module docstring), as its lifespan (:meth:`lifespan`).
 
@@ -106,20 +104,30 @@ class Background:
         Run the driver's loop (False: only the watcher).
     """
 
-    store: Store
-    settings: ServerSettings
-    runner: driver.Driver
-    changes: Changes
-    wakeup: Wakeup
-    offload: Offload
-    _: KW_ONLY
-    run_driver: bool = True
+    def __init__(
+        self,
+        store: Store,
+        settings: ServerSettings,
+        runner: driver.Driver,
+        changes: Changes,
+        wakeup: Wakeup,
+        offload: Offload,
+        *,
+        run_driver: bool = True,
+    ) -> None:
+        self.store = store
+        self.cfg = settings
+        self.runner = runner
+        self.changes = changes
+        self.wakeup = wakeup
+        self.offload = offload
+        self.run_driver = run_driver
 
     def purge(self) -> None:
         """Delete the kept nonces and idempotency keys that can no longer be needed."""
         with self.store.transaction() as tx:
-            tx.purge_nonces(time.time() - 2 * self.settings.replay_window)
-        idempotency.purge(self.store, self.settings.idempotency_retention)
+            tx.purge_nonces(time.time() - 2 * self.cfg.replay_window)
+        idempotency.purge(self.store, self.cfg.idempotency_retention)
 
     async def _drive(self, stop: asyncio.Event) -> None:
         purged = 0.0
@@ -139,7 +147,7 @@ class Background:
                 log.exception("driver tick failed")
             # a transition may enable the next one (check-in closed: open round 0), so pass again
             if not moved:
-                await self.wakeup.wait(self.settings.tick)
+                await self.wakeup.wait(self.cfg.tick)
 
     def _watch(self, app: Any, halt: threading.Event) -> None:
         # a thread of its own, not a task: an event loop saturated by requests would delay the reads,
@@ -155,7 +163,7 @@ class Background:
                 app.state.device_auth.observe(devices, began)
             except Exception:  # the store unreachable for a while: keep watching
                 log.exception("cannot read the state version")
-            if halt.wait(self.settings.recheck):
+            if halt.wait(self.cfg.recheck):
                 return
 
     @contextlib.asynccontextmanager
