@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypeVar
 
 from fedstats.service.store.rows import (
     AuditEntry,
@@ -68,6 +68,8 @@ __all__ = [
     "round_row",
 ]
 
+_K = TypeVar("_K")
+
 
 def round_row(r: Any) -> RoundRow:
     """A stored round (a row whose attributes are the ``rounds`` table's columns) as a :class:`RoundRow`."""
@@ -111,6 +113,11 @@ def client_values(row: ClientRow, enrolled_at: float) -> dict[str, Any]:
         "enrolled_at": enrolled_at,
         "certificate": row.certificate,
     }
+
+
+def _given(filters: dict[_K, str | None]) -> dict[_K, str]:
+    """The filters that are set (not None)."""
+    return {k: v for k, v in filters.items() if v is not None}
 
 
 class CoreQueries(RowWrites):
@@ -438,7 +445,6 @@ class CoreQueries(RowWrites):
         """The newest audit records of ``actions``, newest first."""
 
     # -- the operator API (reads and device/operator changes)
-    @abstractmethod
     def page_tasks(
         self,
         limit: int,
@@ -452,8 +458,15 @@ class CoreQueries(RowWrites):
         Filtered in the query by the ``analysis`` and ``privacy.population`` of their configuration
         (a signed envelope's task, or a legacy unsigned row).
         """
+        where = {("analysis",): analysis, ("privacy", "population"): population}
+        return self._tasks_page(limit, offset, _given(where))
 
     @abstractmethod
+    def _tasks_page(
+        self, limit: int, offset: int, where: dict[tuple[str, ...], str]
+    ) -> tuple[list[TaskSummary], int]:
+        """:meth:`page_tasks` with its filters as ``path in the task's configuration -> value``."""
+
     def page_runs(
         self,
         limit: int,
@@ -464,6 +477,14 @@ class CoreQueries(RowWrites):
         analyst: str | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         """One page of runs, newest first (with the filters), and the number of matching runs."""
+        where = {"status": status, "task_id": task_id, "analyst": analyst}
+        return self._runs_page(limit, offset, _given(where))
+
+    @abstractmethod
+    def _runs_page(
+        self, limit: int, offset: int, where: dict[str, str]
+    ) -> tuple[list[dict[str, Any]], int]:
+        """:meth:`page_runs` with its filters as ``runs column -> value``."""
 
     @abstractmethod
     def page_budgets(
@@ -502,9 +523,15 @@ class CoreQueries(RowWrites):
         """The oldest ``limit`` audit records (of one run), oldest first."""
 
     # -- tasks (write)
-    @abstractmethod
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
         """Store a task; False if one with that id exists (nothing written)."""
+        values = {
+            "id": task_id,
+            "config": config,
+            "created_by": created_by,
+            "created_at": created_at,
+        }
+        return self._add_row("tasks", values, ignore=True)
 
     # -- the ledger and the audit log
     def add_audit(

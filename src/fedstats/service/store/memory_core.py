@@ -390,13 +390,8 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         return [self._audit_entry(a) for a in rows]
 
     # -- the operator API
-    def page_tasks(
-        self,
-        limit: int,
-        offset: int,
-        *,
-        analysis: str | None = None,
-        population: str | None = None,
+    def _tasks_page(
+        self, limit: int, offset: int, where: dict[tuple[str, ...], str]
     ) -> tuple[list[TaskSummary], int]:
         """See :meth:`CoreQueries.page_tasks`."""
 
@@ -410,29 +405,20 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         rows = [
             t
             for t in self._t("tasks").values()
-            if (analysis is None or field(t.config, "analysis") == analysis)
-            and (population is None or field(t.config, "privacy", "population") == population)
+            if all(field(t.config, *path) == value for path, value in where.items())
         ]
         rows.sort(key=lambda t: (-float(t.created_at), t.id))
         page, total = self._page(rows, limit, offset)
         return [TaskSummary(str(t.id), str(t.created_by), float(t.created_at)) for t in page], total
 
-    def page_runs(
-        self,
-        limit: int,
-        offset: int,
-        *,
-        status: str | None = None,
-        task_id: str | None = None,
-        analyst: str | None = None,
+    def _runs_page(
+        self, limit: int, offset: int, where: dict[str, str]
     ) -> tuple[list[dict[str, Any]], int]:
         """See :meth:`CoreQueries.page_runs`."""
         rows = [
             r
             for r in self._t("runs").values()
-            if (status is None or r.status == status)
-            and (task_id is None or r.task_id == task_id)
-            and (analyst is None or r.analyst == analyst)
+            if all(getattr(r, column) == value for column, value in where.items())
         ]
         rows.sort(key=lambda r: (-float(r.created_at), r.id))
         page, total = self._page(rows, limit, offset)
@@ -520,17 +506,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         """See :meth:`CoreQueries.audit_log`."""
         rows = [a for a in self._audit() if run_id is None or a.run_id == run_id][:limit]
         return [self._audit_entry(a) for a in rows]
-
-    # -- tasks (write)
-    def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
-        """See :meth:`CoreQueries.add_task`."""
-        values = {
-            "id": task_id,
-            "config": config,
-            "created_by": created_by,
-            "created_at": created_at,
-        }
-        return self._insert("tasks", task_id, values, ignore=True)
 
     # -- the ledger and the audit log
     def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:  # noqa: ARG002
