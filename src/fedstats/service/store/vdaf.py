@@ -70,6 +70,7 @@ from sqlalchemy import (
 from fedstats.service.store.writes import RowWrites
 
 __all__ = [
+    "PEER_FIELDS",
     "VDAF_METADATA",
     "ReportCount",
     "VdafJob",
@@ -89,6 +90,15 @@ __all__ = [
 VDAF_METADATA = MetaData()
 
 _RowT = TypeVar("_RowT")
+
+
+PEER_FIELDS = ("verify_key", "peer_url", "peer_token", "peer_token_hash", "population")
+"""The columns a Prio3 task and a signed Prio3 task share (:func:`_peer_columns`)."""
+
+
+def _fields_of(row: Any, names: Sequence[str]) -> dict[str, Any]:
+    """``name -> row.name`` for each of ``names``, in that order."""
+    return {k: getattr(row, k) for k in names}
 
 
 def _peer_columns() -> list[Column[Any]]:
@@ -237,25 +247,8 @@ class VdafTaskRow:
 
     def parameters(self) -> dict[str, Any]:
         """The columns an operator sets at creation (compared when a task is created again)."""
-        return {
-            k: getattr(self, k)
-            for k in (
-                "id",
-                "role",
-                "vdaf",
-                "ctx",
-                "verify_key",
-                "peer_url",
-                "peer_token",
-                "peer_token_hash",
-                "population",
-                "min_batch_size",
-                "noise",
-                "signed_id",
-                "round_index",
-                "announcement",
-            )
-        }
+        own = ("min_batch_size", "noise", "signed_id", "round_index", "announcement")
+        return _fields_of(self, ("id", "role", "vdaf", "ctx", *PEER_FIELDS, *own))
 
 
 @dataclass(frozen=True)
@@ -287,19 +280,11 @@ class VdafSignedRow:
 
     def parameters(self) -> dict[str, Any]:
         """The columns the operator sets at creation (compared when it is created again)."""
-        return {
-            k: getattr(self, k)
-            for k in (
-                "id",
-                "role",
-                "envelope",
-                "verify_key",
-                "peer_url",
-                "peer_token",
-                "peer_token_hash",
-                "population",
-            )
-        }
+        return _fields_of(self, ("id", "role", "envelope", *PEER_FIELDS))
+
+    def peer(self) -> dict[str, Any]:
+        """Its :data:`PEER_FIELDS` by name: what each round's task takes from it."""
+        return _fields_of(self, PEER_FIELDS)
 
 
 @dataclass(frozen=True)
