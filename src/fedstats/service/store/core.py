@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import Any
 
 from fedstats.service.store.rows import (
     AuditEntry,
@@ -65,10 +65,9 @@ __all__ = [
     "TaskSummary",
     "client_row",
     "client_values",
+    "device_view",
     "round_row",
 ]
-
-_K = TypeVar("_K")
 
 
 def round_row(r: Any) -> RoundRow:
@@ -102,6 +101,20 @@ def client_row(c: Any) -> ClientRow:
     )
 
 
+def device_view(c: Any) -> dict[str, Any]:
+    """A stored device (a row of the ``clients`` table's columns) as the operator API lists it."""
+    return {
+        "client_id": c.id,
+        "population": c.population,
+        "authority": c.authority,
+        "public_key": c.public_key,
+        "not_after": c.not_after,
+        "enrolled_at": c.enrolled_at,
+        "revoked_at": c.revoked_at,
+        "status": "revoked" if c.revoked_at is not None else "active",
+    }
+
+
 def client_values(row: ClientRow, enrolled_at: float) -> dict[str, Any]:
     """The ``clients`` columns of a device enrolled at ``enrolled_at``."""
     return {
@@ -115,7 +128,7 @@ def client_values(row: ClientRow, enrolled_at: float) -> dict[str, Any]:
     }
 
 
-def _given(filters: dict[_K, str | None]) -> dict[_K, str]:
+def _given(filters: dict[Any, str | None]) -> dict[Any, str]:
     """The filters that are set (not None)."""
     return {k: v for k, v in filters.items() if v is not None}
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fedstats.service.store.core import CoreQueries, client_row, round_row
+from fedstats.service.store.core import CoreQueries, client_row, device_view, round_row
 from fedstats.service.store.memory_refusals import MemoryRefusalQueries
 from fedstats.service.store.memory_tables import (
     _LIVE,
@@ -443,19 +443,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         page, total = self._page(self._budgets(scope), limit, offset)
         return list(page), total
 
-    @staticmethod
-    def _device(c: Row) -> dict[str, Any]:
-        return {
-            "client_id": c.id,
-            "population": c.population,
-            "authority": c.authority,
-            "public_key": c.public_key,
-            "not_after": c.not_after,
-            "enrolled_at": c.enrolled_at,
-            "revoked_at": c.revoked_at,
-            "status": "revoked" if c.revoked_at is not None else "active",
-        }
-
     def page_devices(
         self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
     ) -> tuple[list[dict[str, Any]], int]:
@@ -468,12 +455,12 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             and (status != "revoked" or c.revoked_at is not None)
         ]
         page, total = self._page(rows, limit, offset)
-        return [self._device(c) for c in page], total
+        return [device_view(c) for c in page], total
 
     def device_for_update(self, client_id: str) -> dict[str, Any] | None:
         """See :meth:`CoreQueries.device_for_update`."""
         c = self._t("clients").get(client_id)
-        return None if c is None else self._device(c)
+        return None if c is None else device_view(c)
 
     def update_client(self, client_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_client`."""

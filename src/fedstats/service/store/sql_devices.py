@@ -12,7 +12,7 @@ from sqlalchemy import (
     update,
 )
 
-from fedstats.service.store.core import client_row
+from fedstats.service.store.core import client_row, device_view
 from fedstats.service.store.rows import (
     ClientRow,
     PopulationCount,
@@ -83,20 +83,6 @@ class SqlDeviceQueries(SqlBase):
         o = _OPERATORS.c
         return self._exec(select(o.name).where(o.name == name)).first() is not None
 
-    @staticmethod
-    def _device(row: Any) -> dict[str, Any]:
-        cid, population, authority, key, not_after, enrolled_at, revoked_at = row
-        return {
-            "client_id": cid,
-            "population": population,
-            "authority": authority,
-            "public_key": key,
-            "not_after": not_after,
-            "enrolled_at": enrolled_at,
-            "revoked_at": revoked_at,
-            "status": "revoked" if revoked_at is not None else "active",
-        }
-
     def page_devices(
         self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
     ) -> tuple[list[dict[str, Any]], int]:
@@ -111,7 +97,7 @@ class SqlDeviceQueries(SqlBase):
         elif status == "revoked":
             stmt = stmt.where(c.revoked_at.is_not(None))
         rows, total = self._page(stmt, limit, offset)
-        return [self._device(row) for row in rows], total
+        return [device_view(row) for row in rows], total
 
     def device_for_update(self, client_id: str) -> dict[str, Any] | None:
         """See :meth:`CoreQueries.device_for_update`."""
@@ -120,7 +106,7 @@ class SqlDeviceQueries(SqlBase):
         row = self._exec(
             select(*cols, c.revoked_at).where(c.id == client_id).with_for_update()
         ).first()
-        return None if row is None else self._device(row)
+        return None if row is None else device_view(row)
 
     def update_client(self, client_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_client`."""
