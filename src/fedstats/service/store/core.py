@@ -583,14 +583,25 @@ class CoreQueries(RowWrites):
     def idempotent_answer(self, actor: str, key: str) -> IdempotentAnswer | None:
         """The stored request and answer of ``(actor, key)``, or None."""
 
-    @abstractmethod
     def claim_key(
         self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
     ) -> bool:
         """Claim ``(actor, key)`` for a request; False if it was claimed already (nothing written).
 
-        A concurrent claim of the same key waits for the first claimer's transaction to end.
+        A concurrent claim of the same key waits for the first claimer's transaction to end (the
+        memory store's transactions are serialized: there a claim never waits).
         """
+        values = {
+            "actor": actor,
+            "key": key,
+            "method": method,
+            "path": path,
+            "request_hash": request_hash,
+            "status_code": 0,
+            "response": "",
+            "created_at": now,
+        }
+        return self._add_row("idempotency_keys", values, ignore=True)
 
     @abstractmethod
     def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:

@@ -536,22 +536,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             return None
         return IdempotentAnswer(k.method, k.path, k.request_hash, k.status_code, k.response)
 
-    def claim_key(
-        self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
-    ) -> bool:
-        """See :meth:`CoreQueries.claim_key` (transactions are serialized: a claim never waits)."""
-        values = {
-            "actor": actor,
-            "key": key,
-            "method": method,
-            "path": path,
-            "request_hash": request_hash,
-            "status_code": 0,
-            "response": "",
-            "created_at": now,
-        }
-        return self._insert("idempotency_keys", (actor, key), values, ignore=True)
-
     def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
         """See :meth:`CoreQueries.store_answer`."""
         values = {"status_code": status_code, "response": response}

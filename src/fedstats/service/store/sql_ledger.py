@@ -147,23 +147,6 @@ class SqlLedgerQueries(SqlBase):
         ).first()
         return None if row is None else IdempotentAnswer(*row)
 
-    def claim_key(
-        self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
-    ) -> bool:
-        """See :meth:`CoreQueries.claim_key`."""
-        got = self._insert_ignore(
-            _IDEMPOTENCY,
-            actor=actor,
-            key=key,
-            method=method,
-            path=path,
-            request_hash=request_hash,
-            status_code=0,
-            response="",
-            created_at=now,
-        )
-        return got == 1
-
     def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
         """See :meth:`CoreQueries.store_answer`."""
         k = _IDEMPOTENCY.c
