@@ -11,12 +11,11 @@ import copy
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import Table, UniqueConstraint
+from sqlalchemy import UniqueConstraint
 from sqlalchemy.exc import IntegrityError
 
 from fedstats.service.store.rows import RunRow
-from fedstats.service.store.tables import Base
-from fedstats.service.store.vdaf import VDAF_METADATA
+from fedstats.service.store.tables import table_named
 from fedstats.service.store.vdaf_results import vdaf_results
 from fedstats.service.store.writes import RowWrites
 
@@ -40,16 +39,10 @@ class Row:
         return f"Row({self.__dict__!r})"
 
 
-def _table(name: str) -> Table:
-    """The table ``name`` of :mod:`.tables` or of the Prio3 tables (:data:`.vdaf.VDAF_METADATA`)."""
-    tables = Base.metadata.tables
-    return tables[name] if name in tables else VDAF_METADATA.tables[name]
-
-
 def _columns(table: str) -> dict[str, Any]:
     """Column name -> its Python-side scalar default (None if none) of a table (:mod:`.tables`, Prio3's)."""
     out: dict[str, Any] = {}
-    for col in _table(table).columns:
+    for col in table_named(table).columns:
         default = col.default
         arg = getattr(default, "arg", None) if default is not None else None
         out[col.name] = arg if isinstance(arg, (int, float, str)) else None
@@ -97,7 +90,7 @@ class _Keys:
 
 
 def _keys(table: str) -> _Keys:
-    t = _table(table)
+    t = table_named(table)
     return _Keys(
         tuple(c.name for c in t.primary_key.columns),
         tuple((fk.parent.name, fk.column.table.name) for fk in t.foreign_keys),

@@ -8,17 +8,10 @@ from typing import Any
 from sqlalchemy import Connection, Table, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from fedstats.service.store.tables import Base
-from fedstats.service.store.vdaf import VDAF_METADATA
+from fedstats.service.store.tables import table_named
 from fedstats.service.store.writes import RowWrites
 
 __all__ = ["SqlRowWrites", "insert_ignore"]
-
-
-def _table(name: str) -> Table:
-    """The table ``name`` of :mod:`.tables` or of the Prio3 tables (:data:`.vdaf.VDAF_METADATA`)."""
-    tables = Base.metadata.tables
-    return tables[name] if name in tables else VDAF_METADATA.tables[name]
 
 
 # INSERT of every column the parameters name, by table name (built once: the compiled form is cached)
@@ -31,7 +24,7 @@ _INSERT_IGNORE: dict[tuple[str, str], Any] = {}
 def _insert(table: str) -> Any:
     stmt = _INSERT.get(table)
     if stmt is None:
-        stmt = _INSERT[table] = insert(_table(table))
+        stmt = _INSERT[table] = insert(table_named(table))
     return stmt
 
 
@@ -56,7 +49,7 @@ class SqlRowWrites(RowWrites):
     def _add_row(self, table: str, values: dict[str, Any], *, ignore: bool = False) -> bool:
         """See :meth:`RowWrites._add_row`."""
         if ignore:
-            return insert_ignore(self.conn, _table(table), values) == 1
+            return insert_ignore(self.conn, table_named(table), values) == 1
         self.conn.execute(_insert(table), values)
         return True
 
