@@ -145,9 +145,9 @@ class CoreQueries(RowWrites):
         """Enroll a device."""
         self._add_row("clients", client_values(row, enrolled_at))
 
-    @abstractmethod
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
         """Keep the certificate of a device enrolled before certificates were kept."""
+        self._set("clients", client_id, {"certificate": certificate})
 
     @abstractmethod
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
@@ -603,9 +603,11 @@ class CoreQueries(RowWrites):
         }
         return self._add_row("idempotency_keys", values, ignore=True)
 
-    @abstractmethod
     def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
         """Store the answer of a claimed key."""
+        self._set(
+            "idempotency_keys", (actor, key), {"status_code": status_code, "response": response}
+        )
 
     @abstractmethod
     def purge_idempotency_keys(self, before: float) -> int:

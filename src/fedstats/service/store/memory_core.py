@@ -57,10 +57,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         c = self._t("clients").get(client_id)
         return None if c is None else client_row(c)
 
-    def set_client_certificate(self, client_id: str, certificate: str) -> None:
-        """See :meth:`CoreQueries.set_client_certificate`."""
-        self._set("clients", client_id, {"certificate": certificate})
-
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
         """See :meth:`CoreQueries.use_nonce`."""
         key = (client_id, nonce)
@@ -535,11 +531,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         if k is None:
             return None
         return IdempotentAnswer(k.method, k.path, k.request_hash, k.status_code, k.response)
-
-    def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
-        """See :meth:`CoreQueries.store_answer`."""
-        values = {"status_code": status_code, "response": response}
-        self._set("idempotency_keys", (actor, key), values)
 
     def purge_idempotency_keys(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_idempotency_keys`."""

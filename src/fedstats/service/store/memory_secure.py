@@ -74,14 +74,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
             if rid == run_id and m.reveal is None
         )
 
-    def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
-        """See :meth:`SecureQueries.set_reveal`."""
-        self._set("run_members", (run_id, client_id), {"reveal": reveal})
-
-    def start_secure_run(self, run_id: str, public_seed: str) -> None:
-        """See :meth:`SecureQueries.start_secure_run`."""
-        self._set("runs", run_id, {"public_seed": public_seed, "status": "running"})
-
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """See :meth:`SecureQueries.enrolled` (a missing device raises :class:`KeyError`)."""
         clients = self._t("clients")

@@ -60,21 +60,6 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
         r = self._t("vdaf_tasks").get(task_id)
         return None if r is None else row_of(VdafTaskRow, r.__dict__)
 
-    def set_vdaf_totals(
-        self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
-    ) -> None:
-        """See :meth:`VdafQueries.set_vdaf_totals`."""
-        values = {"agg_share": agg_share, "accepted": accepted, "rejected": rejected}
-        self._set("vdaf_tasks", task_id, values)
-
-    def set_vdaf_collected(self, task_id: str, collection: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_collected`."""
-        self._set("vdaf_tasks", task_id, {"status": "collected", "collection": collection})
-
-    def set_vdaf_dap(self, task_id: str, dap: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_dap`."""
-        self._set("vdaf_tasks", task_id, {"dap": dap})
-
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""
         counts: dict[tuple[str, str | None], int] = {}
@@ -170,10 +155,6 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
         if r is None:
             return None
         return row_of(VdafSignedRow, r.__dict__)
-
-    def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_signed_status`."""
-        self._set("vdaf_signed", signed_id, {"status": status})
 
     def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
         """See :meth:`VdafQueries.vdaf_rounds_of`."""

@@ -29,7 +29,7 @@ from fedstats.service.store.secure_rows import (
     StageActivity,
     UpMessage,
 )
-from fedstats.service.store.sql_base import _CLIENTS, _MEMBERS, _ROUNDS, _RUNS, _table
+from fedstats.service.store.sql_base import _CLIENTS, _MEMBERS, _ROUNDS, _table
 from fedstats.service.store.sql_secure_batch import put_up_messages_pg
 from fedstats.service.store.sql_writes import SqlRowWrites
 from fedstats.service.store.tables import SecureMessage, SecureSession, SecureWithholder
@@ -67,13 +67,13 @@ class SecureQueries(RowWrites):
     def unrevealed(self, run_id: str) -> int:
         """How many of a run's members have not revealed their seed contribution (one count, no rows)."""
 
-    @abstractmethod
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """Store a member's revealed seed contribution (hex)."""
+        self._set("run_members", (run_id, client_id), {"reveal": reveal})
 
-    @abstractmethod
     def start_secure_run(self, run_id: str, public_seed: str) -> None:
         """Fix a seeding run's public seed and set it ``running``."""
+        self._set("runs", run_id, {"public_seed": public_seed, "status": "running"})
 
     @abstractmethod
     def add_withholders(self, task_id: str, run_id: str, client_ids: list[str], at: float) -> None:
@@ -432,22 +432,6 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
     def unrevealed(self, run_id: str) -> int:
         """See :meth:`SecureQueries.unrevealed`."""
         return int(self.conn.execute(_UNREVEALED, {"run_id": run_id}).scalar_one())
-
-    def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
-        """See :meth:`SecureQueries.set_reveal`."""
-        self.conn.execute(
-            update(_MEMBERS)
-            .where(_MEMBERS.c.run_id == run_id, _MEMBERS.c.client_id == client_id)
-            .values(reveal=reveal)
-        )
-
-    def start_secure_run(self, run_id: str, public_seed: str) -> None:
-        """See :meth:`SecureQueries.start_secure_run`."""
-        self.conn.execute(
-            update(_RUNS)
-            .where(_RUNS.c.id == run_id)
-            .values(public_seed=public_seed, status="running")
-        )
 
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """See :meth:`SecureQueries.enrolled`."""

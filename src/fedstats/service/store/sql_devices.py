@@ -54,11 +54,6 @@ class SqlDeviceQueries(SqlBase):
         row = self._run(_Q_CLIENT, {"client_id": client_id}).first()
         return None if row is None else client_row(row)
 
-    def set_client_certificate(self, client_id: str, certificate: str) -> None:
-        """See :meth:`CoreQueries.set_client_certificate`."""
-        c = _CLIENTS.c
-        self._exec(update(_CLIENTS).where(c.id == client_id).values(certificate=certificate))
-
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
         """See :meth:`CoreQueries.use_nonce`."""
         return self._insert_ignore(_NONCES, client_id=client_id, nonce=nonce, ts=ts) == 1

@@ -147,15 +147,6 @@ class SqlLedgerQueries(SqlBase):
         ).first()
         return None if row is None else IdempotentAnswer(*row)
 
-    def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
-        """See :meth:`CoreQueries.store_answer`."""
-        k = _IDEMPOTENCY.c
-        self._exec(
-            update(_IDEMPOTENCY)
-            .where(k.actor == actor, k.key == key)
-            .values(status_code=status_code, response=response)
-        )
-
     def purge_idempotency_keys(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_idempotency_keys`."""
         got = self._exec(delete(_IDEMPOTENCY).where(_IDEMPOTENCY.c.created_at < before))

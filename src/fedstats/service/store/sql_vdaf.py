@@ -72,28 +72,6 @@ class SqlVdafQueries(SqlRowWrites, VdafQueries):
             return None
         return row_of(VdafTaskRow, r)
 
-    def set_vdaf_totals(
-        self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
-    ) -> None:
-        """See :meth:`VdafQueries.set_vdaf_totals`."""
-        self.conn.execute(
-            update(vdaf_tasks)
-            .where(_T.id == task_id)
-            .values(agg_share=agg_share, accepted=accepted, rejected=rejected)
-        )
-
-    def set_vdaf_collected(self, task_id: str, collection: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_collected`."""
-        self.conn.execute(
-            update(vdaf_tasks)
-            .where(_T.id == task_id)
-            .values(status="collected", collection=collection)
-        )
-
-    def set_vdaf_dap(self, task_id: str, dap: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_dap`."""
-        self.conn.execute(update(vdaf_tasks).where(_T.id == task_id).values(dap=dap))
-
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""
         rows = self.conn.execute(
@@ -219,10 +197,6 @@ class SqlVdafQueries(SqlRowWrites, VdafQueries):
             q = q.with_for_update()
         r = self.conn.execute(q).mappings().first()
         return None if r is None else row_of(VdafSignedRow, r)
-
-    def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_signed_status`."""
-        self.conn.execute(update(vdaf_signed).where(_S.id == signed_id).values(status=status))
 
     def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
         """See :meth:`VdafQueries.vdaf_rounds_of`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, insert
+from sqlalchemy import Connection, Table, insert, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from fedstats.service.store.tables import table_named
@@ -57,3 +57,11 @@ class SqlRowWrites(RowWrites):
         """See :meth:`RowWrites._add_rows` (one ``executemany``)."""
         if rows:
             self.conn.execute(_insert(table), list(rows))
+
+    def _set(self, table: str, key: Any, values: dict[str, Any]) -> bool:
+        """See :meth:`RowWrites._set`."""
+        t = table_named(table)
+        keys = key if isinstance(key, tuple) else (key,)
+        where = (c == k for c, k in zip(t.primary_key.columns, keys, strict=True))
+        got = self.conn.execute(update(t).where(*where).values(**values))
+        return int(getattr(got, "rowcount", 0) or 0) == 1

@@ -393,19 +393,20 @@ class VdafQueries(RowWrites):
         """Insert a new task."""
         self._add_row("vdaf_tasks", dict(row.__dict__))
 
-    @abstractmethod
     def set_vdaf_totals(
         self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
     ) -> None:
         """Set the task's aggregate share and its counts of accepted and rejected reports."""
+        values = {"agg_share": agg_share, "accepted": accepted, "rejected": rejected}
+        self._set("vdaf_tasks", task_id, values)
 
-    @abstractmethod
     def set_vdaf_collected(self, task_id: str, collection: str) -> None:
         """Freeze the task (status ``collected``) with its collection's answer (JSON)."""
+        self._set("vdaf_tasks", task_id, {"status": "collected", "collection": collection})
 
-    @abstractmethod
     def set_vdaf_dap(self, task_id: str, dap: str) -> None:
         """Set a DAP task's parameters and state (JSON; the caller holds the task's lock)."""
+        self._set("vdaf_tasks", task_id, {"dap": dap})
 
     @abstractmethod
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
@@ -484,9 +485,9 @@ class VdafQueries(RowWrites):
         """Insert a signed task."""
         self._add_row("vdaf_signed", dict(row.__dict__))
 
-    @abstractmethod
     def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
         """Set a signed task's status (``open``, ``abandoned``)."""
+        self._set("vdaf_signed", signed_id, {"status": status})
 
     @abstractmethod
     def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:

@@ -29,6 +29,13 @@ class RowWrites(ABC):
         parent row raises :class:`~sqlalchemy.exc.IntegrityError` in either case. True when inserted.
         """
 
+    @abstractmethod
+    def _set(self, table: str, key: Any, values: dict[str, Any]) -> bool:
+        """``UPDATE table SET values WHERE <primary key> = key``; False if there is no such row.
+
+        ``key``: the primary key's value, or the tuple of its columns' values in the table's order.
+        """
+
     def _add_rows(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
         """Insert rows of ``table`` as :meth:`_add_row` does (the SQL stores: one ``executemany``)."""
         for values in rows:
