@@ -55,18 +55,7 @@ class Upload:
 
     def run(self, store: Store) -> Uploaded:
         """``upload_report`` of this upload on ``store``."""
-        return upload_report(
-            store,
-            self.task_id,
-            client_id=self.client_id,
-            population=self.population,
-            report_id=self.report_id,
-            public_share=self.public_share,
-            input_share=self.input_share,
-            leader_receipt=self.leader_receipt,
-            nonce=self.nonce,
-            confirm=self.confirm,
-        )
+        return upload_report(store, **vars(self))
 
 
 def _put(

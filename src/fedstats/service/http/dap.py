@@ -121,6 +121,18 @@ def _media(request: Request, want: str) -> Response | None:
     return None
 
 
+async def _message(
+    task_text: str,
+    request: Request,
+    media: str,
+    work: Callable[[bytes, bytes, str | None], Response],
+) -> Response:
+    """A peer's message of type ``media`` to a task: ``work(task_id, body, bearer token)`` in :func:`_guard`."""
+    bad = _media(request, media)
+    body, token = await request.body(), _token(request)
+    return bad or await _guard(task_text, lambda tid: work(tid, body, token))
+
+
 @dataclass(frozen=True)
 class DapContext:
     """What the DAP routes of one app share (``app.state.dap``, set by :func:`add_dap_routes`).
@@ -189,15 +201,13 @@ async def upload(task_id: str, request: Request, dap: Dap) -> Response:
 @router.put("/tasks/{task_id}/aggregation_jobs/{job_id}")
 async def aggregation_job(task_id: str, job_id: str, request: Request, dap: Dap) -> Response:
     """The helper's side of an aggregation job (DAP-09 aggregation protocol; the leader's bearer token)."""
-    bad = _media(request, m.AggregationJobInitReq.MEDIA_TYPE)
-    body, token = await request.body(), _token(request)
 
-    def work(tid: bytes) -> Response:
+    def work(tid: bytes, body: bytes, token: str | None) -> Response:
         jid = b64decode(job_id, "aggregation-job-id", 16)
         out = domain.helper_init(dap.store, tid, jid, body, token)
         return Response(out, status_code=200, media_type=m.AggregationJobResp.MEDIA_TYPE)
 
-    return bad or await _guard(task_id, work)
+    return await _message(task_id, request, m.AggregationJobInitReq.MEDIA_TYPE, work)
 
 
 @router.post("/tasks/{task_id}/aggregate_shares")
@@ -206,28 +216,24 @@ async def aggregate_share(task_id: str, request: Request, dap: Dap) -> Response:
 
     Refused unless the leader's report count and checksum equal the helper's.
     """
-    bad = _media(request, m.AggregateShareReq.MEDIA_TYPE)
-    body, token = await request.body(), _token(request)
 
-    def work(tid: bytes) -> Response:
+    def work(tid: bytes, body: bytes, token: str | None) -> Response:
         out = domain.helper_aggregate_share(dap.store, tid, body, token)
         return Response(out, media_type=m.AggregateShare.MEDIA_TYPE)
 
-    return bad or await _guard(task_id, work)
+    return await _message(task_id, request, m.AggregateShareReq.MEDIA_TYPE, work)
 
 
 @router.put("/tasks/{task_id}/collection_jobs/{job_id}")
 async def create_collection(task_id: str, job_id: str, request: Request, dap: Dap) -> Response:
     """A collector's collection job on the leader (DAP-09 collection protocol; 201)."""
-    bad = _media(request, m.CollectionReq.MEDIA_TYPE)
-    body, token = await request.body(), _token(request)
 
-    def work(tid: bytes) -> Response:
+    def work(tid: bytes, body: bytes, token: str | None) -> Response:
         jid = b64decode(job_id, "collection-job-id", 16)
         dap_leader.create_collection(dap.store, tid, jid, body, token)
         return Response(status_code=201)
 
-    return bad or await _guard(task_id, work)
+    return await _message(task_id, request, m.CollectionReq.MEDIA_TYPE, work)
 
 
 @router.post("/tasks/{task_id}/collection_jobs/{job_id}")

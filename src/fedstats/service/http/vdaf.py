@@ -240,6 +240,12 @@ class VdafContext:
     wake: Changes
     owner: str
 
+    async def change(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """``fn(*args, **kwargs)`` (a change of signed tasks) off the event loop, then wake the work polls."""
+        out: dict[str, Any] = await run(fn, *args, **kwargs)
+        self.wake.bump()
+        return out
+
 
 def vdaf_context(request: Request) -> VdafContext:
     """The app's :class:`VdafContext` (``app.state.vdaf``)."""
@@ -314,7 +320,7 @@ async def create(request: Request, store: StoreDep, actor: Operator, vdaf: Vdaf)
         vk = bytes.fromhex(str(d.get("verify_key", "")))
     except ValueError:
         raise HTTPException(422, "verify_key must be hex") from None
-    out: dict[str, Any] = await run(
+    return await vdaf.change(
         domain.create_signed,
         store,
         d.get("envelope"),
@@ -323,8 +329,6 @@ async def create(request: Request, store: StoreDep, actor: Operator, vdaf: Vdaf)
         peer_token=d.get("peer_token"),
         actor=actor,
     )
-    vdaf.wake.bump()
-    return out
 
 
 @router.post("/{task_id}/rounds", openapi_extra=ROUND_BODY)
@@ -333,19 +337,13 @@ async def open_round(
 ) -> dict[str, Any]:
     """Open the signed task's next round, derived from the task and the public sums (operator)."""
     d = _json(await request.body())
-    out: dict[str, Any] = await run(
-        domain.open_round, store, task_id, d.get("round"), d.get("history")
-    )
-    vdaf.wake.bump()
-    return out
+    return await vdaf.change(domain.open_round, store, task_id, d.get("round"), d.get("history"))
 
 
 @router.post("/{task_id}/abandon")
 async def abandon(task_id: str, store: StoreDep, actor: Operator, vdaf: Vdaf) -> dict[str, Any]:
     """Abandon a signed task before any collection: its reservation is released (operator)."""
-    out: dict[str, Any] = await run(domain.abandon_signed, store, task_id, actor)
-    vdaf.wake.bump()
-    return out
+    return await vdaf.change(domain.abandon_signed, store, task_id, actor)
 
 
 @router.post("/{task_id}/join", openapi_extra=JOIN_BODY, **DEVICE)
@@ -522,7 +520,7 @@ async def job(task_id: str, request: Request, store: StoreDep, token: PeerToken)
 @router.post("/{task_id}/collect")
 async def collect(task_id: str, store: StoreDep, _op: Operator, vdaf: Vdaf) -> dict[str, Any]:
     """Freeze the task and return this aggregator's noised aggregate share (operator, collector)."""
-    out: dict[str, Any] = await run(
+    return await vdaf.change(
         domain.aggregate_and_collect,
         store,
         task_id,
@@ -531,8 +529,6 @@ async def collect(task_id: str, store: StoreDep, _op: Operator, vdaf: Vdaf) -> d
         batch_size=vdaf.batch_size,
         owner=vdaf.owner,
     )
-    vdaf.wake.bump()
-    return out
 
 
 @router.get("")
@@ -564,9 +560,7 @@ async def result(
 @router.post("/{task_id}/close")
 async def close(task_id: str, store: StoreDep, actor: Operator, vdaf: Vdaf) -> dict[str, Any]:
     """Close a signed task after its last collection: devices stop answering it (operator)."""
-    out: dict[str, Any] = await run(vdaf_admin.close_signed, store, task_id, actor)
-    vdaf.wake.bump()
-    return out
+    return await vdaf.change(vdaf_admin.close_signed, store, task_id, actor)
 
 
 @work_router.get("/v1/vdaf/work", **DEVICE)

@@ -12,8 +12,9 @@ cohort are not on a per-report path.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from fedstats.service.store.rows import (
@@ -38,6 +39,7 @@ from fedstats.service.store.rows import (
     RunSummary,
     TaskSummary,
 )
+from fedstats.service.store.writes import RowWrites
 
 __all__ = [
     "AuditEntry",
@@ -63,6 +65,7 @@ __all__ = [
     "TaskSummary",
     "client_row",
     "client_values",
+    "device_view",
     "round_row",
 ]
 
@@ -98,6 +101,20 @@ def client_row(c: Any) -> ClientRow:
     )
 
 
+def device_view(c: Any) -> dict[str, Any]:
+    """A stored device (a row of the ``clients`` table's columns) as the operator API lists it."""
+    return {
+        "client_id": c.id,
+        "population": c.population,
+        "authority": c.authority,
+        "public_key": c.public_key,
+        "not_after": c.not_after,
+        "enrolled_at": c.enrolled_at,
+        "revoked_at": c.revoked_at,
+        "status": "revoked" if c.revoked_at is not None else "active",
+    }
+
+
 def client_values(row: ClientRow, enrolled_at: float) -> dict[str, Any]:
     """The ``clients`` columns of a device enrolled at ``enrolled_at``."""
     return {
@@ -111,7 +128,12 @@ def client_values(row: ClientRow, enrolled_at: float) -> dict[str, Any]:
     }
 
 
-class CoreQueries(ABC):
+def _given(filters: dict[Any, str | None]) -> dict[Any, str]:
+    """The filters that are set (not None)."""
+    return {k: v for k, v in filters.items() if v is not None}
+
+
+class CoreQueries(RowWrites):
     """The core path's queries, one method per statement or set-based group of statements."""
 
     # -- devices and signed requests
@@ -119,13 +141,13 @@ class CoreQueries(ABC):
     def client(self, client_id: str) -> ClientRow | None:
         """The enrolled device ``client_id``, or None."""
 
-    @abstractmethod
     def add_client(self, row: ClientRow, enrolled_at: float) -> None:
         """Enroll a device."""
+        self._add_row("clients", client_values(row, enrolled_at))
 
-    @abstractmethod
     def set_client_certificate(self, client_id: str, certificate: str) -> None:
         """Keep the certificate of a device enrolled before certificates were kept."""
+        self._set("clients", client_id, {"certificate": certificate})
 
     @abstractmethod
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
@@ -139,9 +161,11 @@ class CoreQueries(ABC):
     def authorities(self) -> dict[str, str]:
         """The trusted enrollment authorities: fingerprint -> public key (hex)."""
 
-    @abstractmethod
     def add_authority(self, fingerprint: str, public_key: str) -> bool:
         """Trust an authority; False if it was trusted already."""
+        return self._add_row(
+            "authorities", {"id": fingerprint, "public_key": public_key}, ignore=True
+        )
 
     @abstractmethod
     def operator_of(self, token_hash: str) -> str | None:
@@ -151,9 +175,11 @@ class CoreQueries(ABC):
     def operator_exists(self, name: str) -> bool:
         """Whether an operator of that name exists."""
 
-    @abstractmethod
     def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
         """Create an operator."""
+        self._add_row(
+            "operators", {"name": name, "token_hash": token_hash, "created_at": created_at}
+        )
 
     # -- tasks
     @abstractmethod
@@ -169,7 +195,6 @@ class CoreQueries(ABC):
     def member(self, run_id: str, client_id: str) -> tuple[int, int] | None:
         """``(slot_start, slot_count)`` of a device in a run (primary-key lookup), or None."""
 
-    @abstractmethod
     def add_member(
         self,
         run_id: str,
@@ -180,6 +205,17 @@ class CoreQueries(ABC):
         commitment: str | None,
     ) -> None:
         """Add a device to a run's cohort."""
+        self._add_row(
+            "run_members",
+            {
+                "run_id": run_id,
+                "client_id": client_id,
+                "slot_start": slot_start,
+                "slot_count": slot_count,
+                "joined_at": joined_at,
+                "commitment": commitment,
+            },
+        )
 
     @abstractmethod
     def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
@@ -189,7 +225,6 @@ class CoreQueries(ABC):
     def report_digest(self, run_id: str, index: int, client_id: str) -> str | None:
         """The digest of a device's stored report in a round, or None."""
 
-    @abstractmethod
     def add_report(
         self,
         run_id: str,
@@ -201,6 +236,18 @@ class CoreQueries(ABC):
         received_at: float,
     ) -> None:
         """Store a report."""
+        self._add_row(
+            "reports",
+            {
+                "run_id": run_id,
+                "round_index": index,
+                "client_id": client_id,
+                "vector": vector,
+                "count": count,
+                "digest": digest,
+                "received_at": received_at,
+            },
+        )
 
     def put_report(self, item: PutReport, received_at: float) -> tuple[bool, bool]:
         """Record a request's nonce and store a report if the round and membership are as expected.
@@ -411,7 +458,6 @@ class CoreQueries(ABC):
         """The newest audit records of ``actions``, newest first."""
 
     # -- the operator API (reads and device/operator changes)
-    @abstractmethod
     def page_tasks(
         self,
         limit: int,
@@ -425,8 +471,15 @@ class CoreQueries(ABC):
         Filtered in the query by the ``analysis`` and ``privacy.population`` of their configuration
         (a signed envelope's task, or a legacy unsigned row).
         """
+        where = {("analysis",): analysis, ("privacy", "population"): population}
+        return self._tasks_page(limit, offset, _given(where))
 
     @abstractmethod
+    def _tasks_page(
+        self, limit: int, offset: int, where: dict[tuple[str, ...], str]
+    ) -> tuple[list[TaskSummary], int]:
+        """:meth:`page_tasks` with its filters as ``path in the task's configuration -> value``."""
+
     def page_runs(
         self,
         limit: int,
@@ -437,6 +490,14 @@ class CoreQueries(ABC):
         analyst: str | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         """One page of runs, newest first (with the filters), and the number of matching runs."""
+        where = {"status": status, "task_id": task_id, "analyst": analyst}
+        return self._runs_page(limit, offset, _given(where))
+
+    @abstractmethod
+    def _runs_page(
+        self, limit: int, offset: int, where: dict[str, str]
+    ) -> tuple[list[dict[str, Any]], int]:
+        """:meth:`page_runs` with its filters as ``runs column -> value``."""
 
     @abstractmethod
     def page_budgets(
@@ -475,16 +536,23 @@ class CoreQueries(ABC):
         """The oldest ``limit`` audit records (of one run), oldest first."""
 
     # -- tasks (write)
-    @abstractmethod
     def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
         """Store a task; False if one with that id exists (nothing written)."""
+        values = {
+            "id": task_id,
+            "config": config,
+            "created_by": created_by,
+            "created_at": created_at,
+        }
+        return self._add_row("tasks", values, ignore=True)
 
     # -- the ledger and the audit log
-    @abstractmethod
     def add_audit(
         self, ts: float, actor: str, action: str, run_id: str | None, detail: str
     ) -> None:
         """Append an audit record."""
+        values = {"ts": ts, "actor": actor, "action": action, "run_id": run_id, "detail": detail}
+        self._add_row("audit", values)
 
     @abstractmethod
     def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:
@@ -498,9 +566,9 @@ class CoreQueries(ABC):
     def charges_on(self, scope: str, name: str) -> list[ChargeRow]:
         """The reserved and spent charges on a population's or analyst's budget, in order."""
 
-    @abstractmethod
     def add_charge(self, charge: ChargeRow, now: float) -> None:
         """Insert a run's charge."""
+        self._add_row("ledger", asdict(charge) | {"created_at": now, "updated_at": now})
 
     @abstractmethod
     def charge_of(self, run_id: str) -> ChargeRow | None:
@@ -515,29 +583,49 @@ class CoreQueries(ABC):
     def idempotent_answer(self, actor: str, key: str) -> IdempotentAnswer | None:
         """The stored request and answer of ``(actor, key)``, or None."""
 
-    @abstractmethod
     def claim_key(
         self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
     ) -> bool:
         """Claim ``(actor, key)`` for a request; False if it was claimed already (nothing written).
 
-        A concurrent claim of the same key waits for the first claimer's transaction to end.
+        A concurrent claim of the same key waits for the first claimer's transaction to end (the
+        memory store's transactions are serialized: there a claim never waits).
         """
+        values = {
+            "actor": actor,
+            "key": key,
+            "method": method,
+            "path": path,
+            "request_hash": request_hash,
+            "status_code": 0,
+            "response": "",
+            "created_at": now,
+        }
+        return self._add_row("idempotency_keys", values, ignore=True)
 
-    @abstractmethod
     def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
         """Store the answer of a claimed key."""
+        self._set(
+            "idempotency_keys", (actor, key), {"status_code": status_code, "response": response}
+        )
 
     @abstractmethod
     def purge_idempotency_keys(self, before: float) -> int:
         """Delete the idempotency keys created before ``before`` (unix seconds); return how many."""
 
     # -- refusals and server secrets (issue 42)
-    @abstractmethod
     def add_refusal(
         self, run_id: str, client_id: str, reason: str, message: str, now: float
     ) -> bool:
         """Record a device's refusal of a run; False if it refused the run already (nothing written)."""
+        values = {
+            "run_id": run_id,
+            "client_id": client_id,
+            "reason": reason,
+            "message": message,
+            "refused_at": now,
+        }
+        return self._add_row("refusals", values, ignore=True)
 
     @abstractmethod
     def refusals_of(self, run_id: str) -> list[RefusalRow]:

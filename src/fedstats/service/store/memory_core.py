@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fedstats.service.store.core import CoreQueries, client_row, client_values, round_row
+from fedstats.service.store.core import CoreQueries, client_row, device_view, round_row
 from fedstats.service.store.memory_refusals import MemoryRefusalQueries
 from fedstats.service.store.memory_tables import (
     _LIVE,
@@ -57,14 +57,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         c = self._t("clients").get(client_id)
         return None if c is None else client_row(c)
 
-    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
-        """See :meth:`CoreQueries.add_client`."""
-        self._insert("clients", row.id, client_values(row, enrolled_at))
-
-    def set_client_certificate(self, client_id: str, certificate: str) -> None:
-        """See :meth:`CoreQueries.set_client_certificate`."""
-        self._set("clients", client_id, {"certificate": certificate})
-
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
         """See :meth:`CoreQueries.use_nonce`."""
         key = (client_id, nonce)
@@ -89,12 +81,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         """See :meth:`CoreQueries.authorities`."""
         return {str(a.id): str(a.public_key) for a in self._t("authorities").values()}
 
-    def add_authority(self, fingerprint: str, public_key: str) -> bool:
-        """See :meth:`CoreQueries.add_authority`."""
-        return self._insert(
-            "authorities", fingerprint, {"id": fingerprint, "public_key": public_key}, ignore=True
-        )
-
     def operator_of(self, token_hash: str) -> str | None:
         """See :meth:`CoreQueries.operator_of`."""
         for o in self._t("operators").values():
@@ -106,17 +92,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         """See :meth:`CoreQueries.operator_exists`."""
         return name in self._t("operators")
 
-    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
-        """See :meth:`CoreQueries.add_operator`."""
-        if self.operator_of(token_hash) is not None:  # token_hash is UNIQUE
-            raise _duplicate("operators.token_hash", token_hash[:8])
-        self._insert(
-            "operators",
-            name,
-            {"name": name, "token_hash": token_hash, "created_at": created_at},
-        )
-
-    # -- tasks
     def task_json(self, task_id: str) -> str | None:
         """See :meth:`CoreQueries.task_json`."""
         t = self._t("tasks").get(task_id)
@@ -136,31 +111,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         m = self._t("run_members").get((run_id, client_id))
         return None if m is None else (int(m.slot_start), int(m.slot_count))
 
-    def add_member(
-        self,
-        run_id: str,
-        client_id: str,
-        slot_start: int,
-        slot_count: int,
-        joined_at: float,
-        commitment: str | None,
-    ) -> None:
-        """See :meth:`CoreQueries.add_member`."""
-        if run_id not in self._t("runs"):
-            raise _missing_parent("run_members.run_id", run_id)
-        self._insert(
-            "run_members",
-            (run_id, client_id),
-            {
-                "run_id": run_id,
-                "client_id": client_id,
-                "slot_start": slot_start,
-                "slot_count": slot_count,
-                "joined_at": joined_at,
-                "commitment": commitment,
-            },
-        )
-
     def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
         """See :meth:`CoreQueries.round_for_report` (transactions are serialized: no lock needed)."""
         r = self._t("rounds").get((run_id, index))
@@ -170,33 +120,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         """See :meth:`CoreQueries.report_digest`."""
         p = self._t("reports").get((run_id, index, client_id))
         return None if p is None else str(p.digest)
-
-    def add_report(
-        self,
-        run_id: str,
-        index: int,
-        client_id: str,
-        vector: str,
-        count: int,
-        digest: str,
-        received_at: float,
-    ) -> None:
-        """See :meth:`CoreQueries.add_report`."""
-        if run_id not in self._t("runs"):
-            raise _missing_parent("reports.run_id", run_id)
-        self._insert(
-            "reports",
-            (run_id, index, client_id),
-            {
-                "run_id": run_id,
-                "round_index": index,
-                "client_id": client_id,
-                "vector": vector,
-                "count": count,
-                "digest": digest,
-                "received_at": received_at,
-            },
-        )
 
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs` (one entry per open round, as the outer join)."""
@@ -463,13 +386,8 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         return [self._audit_entry(a) for a in rows]
 
     # -- the operator API
-    def page_tasks(
-        self,
-        limit: int,
-        offset: int,
-        *,
-        analysis: str | None = None,
-        population: str | None = None,
+    def _tasks_page(
+        self, limit: int, offset: int, where: dict[tuple[str, ...], str]
     ) -> tuple[list[TaskSummary], int]:
         """See :meth:`CoreQueries.page_tasks`."""
 
@@ -483,29 +401,20 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         rows = [
             t
             for t in self._t("tasks").values()
-            if (analysis is None or field(t.config, "analysis") == analysis)
-            and (population is None or field(t.config, "privacy", "population") == population)
+            if all(field(t.config, *path) == value for path, value in where.items())
         ]
         rows.sort(key=lambda t: (-float(t.created_at), t.id))
         page, total = self._page(rows, limit, offset)
         return [TaskSummary(str(t.id), str(t.created_by), float(t.created_at)) for t in page], total
 
-    def page_runs(
-        self,
-        limit: int,
-        offset: int,
-        *,
-        status: str | None = None,
-        task_id: str | None = None,
-        analyst: str | None = None,
+    def _runs_page(
+        self, limit: int, offset: int, where: dict[str, str]
     ) -> tuple[list[dict[str, Any]], int]:
         """See :meth:`CoreQueries.page_runs`."""
         rows = [
             r
             for r in self._t("runs").values()
-            if (status is None or r.status == status)
-            and (task_id is None or r.task_id == task_id)
-            and (analyst is None or r.analyst == analyst)
+            if all(getattr(r, column) == value for column, value in where.items())
         ]
         rows.sort(key=lambda r: (-float(r.created_at), r.id))
         page, total = self._page(rows, limit, offset)
@@ -530,19 +439,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         page, total = self._page(self._budgets(scope), limit, offset)
         return list(page), total
 
-    @staticmethod
-    def _device(c: Row) -> dict[str, Any]:
-        return {
-            "client_id": c.id,
-            "population": c.population,
-            "authority": c.authority,
-            "public_key": c.public_key,
-            "not_after": c.not_after,
-            "enrolled_at": c.enrolled_at,
-            "revoked_at": c.revoked_at,
-            "status": "revoked" if c.revoked_at is not None else "active",
-        }
-
     def page_devices(
         self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
     ) -> tuple[list[dict[str, Any]], int]:
@@ -555,12 +451,12 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             and (status != "revoked" or c.revoked_at is not None)
         ]
         page, total = self._page(rows, limit, offset)
-        return [self._device(c) for c in page], total
+        return [device_view(c) for c in page], total
 
     def device_for_update(self, client_id: str) -> dict[str, Any] | None:
         """See :meth:`CoreQueries.device_for_update`."""
         c = self._t("clients").get(client_id)
-        return None if c is None else self._device(c)
+        return None if c is None else device_view(c)
 
     def update_client(self, client_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_client`."""
@@ -594,26 +490,7 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         rows = [a for a in self._audit() if run_id is None or a.run_id == run_id][:limit]
         return [self._audit_entry(a) for a in rows]
 
-    # -- tasks (write)
-    def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
-        """See :meth:`CoreQueries.add_task`."""
-        values = {
-            "id": task_id,
-            "config": config,
-            "created_by": created_by,
-            "created_at": created_at,
-        }
-        return self._insert("tasks", task_id, values, ignore=True)
-
     # -- the ledger and the audit log
-    def add_audit(
-        self, ts: float, actor: str, action: str, run_id: str | None, detail: str
-    ) -> None:
-        """See :meth:`CoreQueries.add_audit`."""
-        i = self._next_id("audit")
-        values = {"id": i, "ts": ts, "actor": actor, "action": action, "run_id": run_id}
-        self._insert("audit", i, values | {"detail": detail})
-
     def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:  # noqa: ARG002
         """See :meth:`CoreQueries.budget`."""
         b = self._t("budgets").get((scope, name))
@@ -636,27 +513,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
                 return int(i)
         return None
 
-    def add_charge(self, charge: ChargeRow, now: float) -> None:
-        """See :meth:`CoreQueries.add_charge`."""
-        if self._charge_key(charge.run_id) is not None:  # uq_ledger_run
-            raise _duplicate("ledger.run_id", charge.run_id)
-        i = self._next_id("ledger")
-        values = {
-            "id": i,
-            "run_id": charge.run_id,
-            "population": charge.population,
-            "analyst": charge.analyst,
-            "epsilon": charge.epsilon,
-            "delta": charge.delta,
-            "rho": charge.rho,
-            "status": charge.status,
-            "label": charge.label,
-            "mechanisms": charge.mechanisms,
-            "created_at": now,
-            "updated_at": now,
-        }
-        self._insert("ledger", i, values)
-
     def charge_of(self, run_id: str) -> ChargeRow | None:
         """See :meth:`CoreQueries.charge_of`."""
         i = self._charge_key(run_id)
@@ -675,27 +531,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         if k is None:
             return None
         return IdempotentAnswer(k.method, k.path, k.request_hash, k.status_code, k.response)
-
-    def claim_key(
-        self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
-    ) -> bool:
-        """See :meth:`CoreQueries.claim_key` (transactions are serialized: a claim never waits)."""
-        values = {
-            "actor": actor,
-            "key": key,
-            "method": method,
-            "path": path,
-            "request_hash": request_hash,
-            "status_code": 0,
-            "response": "",
-            "created_at": now,
-        }
-        return self._insert("idempotency_keys", (actor, key), values, ignore=True)
-
-    def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
-        """See :meth:`CoreQueries.store_answer`."""
-        values = {"status_code": status_code, "response": response}
-        self._set("idempotency_keys", (actor, key), values)
 
     def purge_idempotency_keys(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_idempotency_keys`."""

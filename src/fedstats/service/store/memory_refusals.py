@@ -4,27 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fedstats.service.store.memory_tables import MemoryTables, _missing_parent
+from fedstats.service.store.memory_tables import MemoryTables
 from fedstats.service.store.rows import RefusalRow
 
 
 class MemoryRefusalQueries(MemoryTables):
     """The refusal and server-secret queries of :class:`~fedstats.service.store.core.CoreQueries` in memory."""
-
-    def add_refusal(
-        self, run_id: str, client_id: str, reason: str, message: str, now: float
-    ) -> bool:
-        """See :meth:`CoreQueries.add_refusal`."""
-        if run_id not in self._t("runs"):
-            raise _missing_parent("refusals", (run_id, client_id))
-        values = {
-            "run_id": run_id,
-            "client_id": client_id,
-            "reason": reason,
-            "message": message,
-            "refused_at": now,
-        }
-        return self._insert("refusals", (run_id, client_id), values, ignore=True)
 
     def refusals_of(self, run_id: str) -> list[RefusalRow]:
         """See :meth:`CoreQueries.refusals_of`."""

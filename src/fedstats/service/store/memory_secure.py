@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedstats.service.store.memory_tables import MemoryTables, Row, _missing_parent
+from fedstats.service.store.memory_tables import MemoryTables, Row
 from fedstats.service.store.secure import (
     EnrolledRow,
     MemberRow,
@@ -20,7 +20,6 @@ from fedstats.service.store.secure import (
     SessionStage,
     StageActivity,
     UpMessage,
-    message_row,
 )
 
 __all__ = ["MemorySecureQueries"]
@@ -57,13 +56,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         key = (run_id, index, number, stage, direction, client_index)
         return self._t("secure_messages").get(key)
 
-    def _add_message(self, values: dict[str, Any]) -> None:
-        key = tuple(
-            values[k]
-            for k in ("run_id", "round_index", "number", "stage", "direction", "client_index")
-        )
-        self._insert("secure_messages", key, values)
-
     def members_in_order(self, run_id: str) -> list[MemberRow]:
         """See :meth:`SecureQueries.members_in_order`."""
         got = [m for (rid, _c), m in self._t("run_members").items() if rid == run_id]
@@ -82,14 +74,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
             if rid == run_id and m.reveal is None
         )
 
-    def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
-        """See :meth:`SecureQueries.set_reveal`."""
-        self._set("run_members", (run_id, client_id), {"reveal": reveal})
-
-    def start_secure_run(self, run_id: str, public_seed: str) -> None:
-        """See :meth:`SecureQueries.start_secure_run`."""
-        self._set("runs", run_id, {"public_seed": public_seed, "status": "running"})
-
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """See :meth:`SecureQueries.enrolled` (a missing device raises :class:`KeyError`)."""
         clients = self._t("clients")
@@ -103,13 +87,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         """See :meth:`SecureQueries.round_dim`."""
         r = self._t("rounds").get((run_id, index))
         return None if r is None else int(r.dim)
-
-    def add_secure_session(self, row: SecureSessionRow) -> None:
-        """See :meth:`SecureQueries.add_secure_session`."""
-        if row.run_id not in self._t("runs"):
-            raise _missing_parent("secure_sessions.run_id", row.run_id)
-        key = (row.run_id, row.round_index, row.number)
-        self._insert("secure_sessions", key, {f: getattr(row, f) for f in _SESSION_FIELDS})
 
     def secure_sessions(self, run_id: str, index: int) -> list[SecureSessionRow]:
         """See :meth:`SecureQueries.secure_sessions`."""
@@ -155,57 +132,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         """See :meth:`SecureQueries.session_stage`."""
         s = self._t("secure_sessions").get((run_id, index, number))
         return None if s is None else SessionStage(str(s.status), int(s.stage))
-
-    def add_down_messages(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        messages: list[tuple[int, bytes, str]],
-        now: float,
-    ) -> None:
-        """See :meth:`SecureQueries.add_down_messages`."""
-        for i, data, digest in messages:
-            self._add_message(
-                message_row(run_id, index, number, stage, "down", i, bytes(data), digest, now)
-            )
-
-    def add_up_message(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        client_index: int,
-        payload: bytes,
-        digest: str,
-        now: float,
-    ) -> None:
-        """See :meth:`SecureQueries.add_up_message`."""
-        self._add_message(
-            message_row(
-                run_id, index, number, stage, "up", client_index, bytes(payload), digest, now
-            )
-        )
-
-    def add_up_message_once(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        client_index: int,
-        payload: bytes,
-        digest: str,
-        now: float,
-    ) -> str | None:
-        """See :meth:`SecureQueries.add_up_message_once`."""
-        stored = self._message(run_id, index, number, stage, "up", client_index)
-        if stored is not None:
-            return str(stored.digest)
-        self.add_up_message(run_id, index, number, stage, client_index, payload, digest, now)
-        return None
 
     def count_messages(
         self, run_id: str, index: int, number: int, stage: int, direction: str

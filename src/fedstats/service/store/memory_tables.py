@@ -8,15 +8,16 @@ raise (a duplicate key, a missing parent row).
 from __future__ import annotations
 
 import copy
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
+from sqlalchemy import UniqueConstraint
 from sqlalchemy.exc import IntegrityError
 
 from fedstats.service.store.rows import RunRow
-from fedstats.service.store.tables import Base
-from fedstats.service.store.vdaf import VDAF_METADATA
+from fedstats.service.store.tables import table_named
 from fedstats.service.store.vdaf_results import vdaf_results
+from fedstats.service.store.writes import RowWrites
 
 __all__ = ["MemoryTables", "Row"]
 
@@ -41,8 +42,7 @@ class Row:
 def _columns(table: str) -> dict[str, Any]:
     """Column name -> its Python-side scalar default (None if none) of a table (:mod:`.tables`, Prio3's)."""
     out: dict[str, Any] = {}
-    tables = Base.metadata.tables
-    for col in (tables[table] if table in tables else VDAF_METADATA.tables[table]).columns:
+    for col in table_named(table).columns:
         default = col.default
         arg = getattr(default, "arg", None) if default is not None else None
         out[col.name] = arg if isinstance(arg, (int, float, str)) else None
@@ -80,6 +80,31 @@ _COLUMNS = {
 }
 
 
+@dataclass(frozen=True)
+class _Keys:
+    """What :meth:`MemoryTables._add_row` checks of a table: its primary key, parents and unique columns."""
+
+    primary: tuple[str, ...]
+    parents: tuple[tuple[str, str], ...]  # (column, parent table) of each foreign key
+    unique: tuple[tuple[str, ...], ...]
+
+
+def _keys(table: str) -> _Keys:
+    t = table_named(table)
+    return _Keys(
+        tuple(c.name for c in t.primary_key.columns),
+        tuple((fk.parent.name, fk.column.table.name) for fk in t.foreign_keys),
+        tuple(
+            tuple(c.name for c in u.columns)
+            for u in t.constraints
+            if isinstance(u, UniqueConstraint)
+        ),
+    )
+
+
+_KEYS = {name: _keys(name) for name in _COLUMNS}
+
+
 def _duplicate(table: str, key: Any) -> IntegrityError:
     msg = f"UNIQUE constraint failed: {table} {key!r}"
     return IntegrityError(msg, None, Exception(msg))
@@ -100,7 +125,7 @@ class _Data:
         self.devices_version = 0
 
 
-class MemoryTables:
+class MemoryTables(RowWrites):
     """Row access on in-memory tables (``self.data``) with an undo log (``self._undo``).
 
     Every write goes through :meth:`_insert`, :meth:`_set` or :meth:`_touch`, which record the row's
@@ -142,6 +167,30 @@ class MemoryTables:
         self._save(table, key)
         rows[key] = Row(**(cols | values))
         return True
+
+    def _add_row(self, table: str, values: dict[str, Any], *, ignore: bool = False) -> bool:
+        """See :meth:`~fedstats.service.store.writes.RowWrites._add_row`.
+
+        The row is keyed by its primary key's values (an autoincrement key, not given, by the table's
+        counter); its foreign keys and unique columns are checked as the databases check them.
+        """
+        keys = _KEYS[table]
+        for col, parent in keys.parents:
+            if values.get(col) not in self.data.tables[parent]:
+                raise _missing_parent(f"{table}.{col}", values.get(col))
+        rows = self.data.tables[table]
+        for cols in keys.unique:
+            want = tuple(values.get(c) for c in cols)
+            if None not in want and any(
+                tuple(getattr(r, c) for c in cols) == want for r in rows.values()
+            ):
+                if ignore:
+                    return False
+                raise _duplicate(f"{table} {cols}", want)
+        if table in self.data.counters and keys.primary[0] not in values:  # autoincrement
+            values = {keys.primary[0]: self._next_id(table), **values}
+        key = tuple(values[c] for c in keys.primary)
+        return self._insert(table, key[0] if len(key) == 1 else key, values, ignore=ignore)
 
     def _set(self, table: str, key: Any, values: dict[str, Any]) -> bool:
         """``UPDATE ... WHERE <primary key>``; False if there is no such row."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from fedstats.service.store.memory_tables import MemoryTables, Row, _duplicate
+from fedstats.service.store.memory_tables import MemoryTables, Row
 from fedstats.service.store.vdaf import (
     ReportCount,
     VdafJob,
@@ -19,18 +19,11 @@ from fedstats.service.store.vdaf import (
     VdafShareRow,
     VdafSignedRow,
     VdafTaskRow,
+    row_of,
 )
 from fedstats.service.store.vdaf_results import VdafResultQueries, VdafResultRow
 
 __all__ = ["MemoryVdafQueries"]
-
-_TASK_FIELDS = tuple(VdafTaskRow.__dataclass_fields__)
-_SIGNED_FIELDS = tuple(VdafSignedRow.__dataclass_fields__)
-
-
-def _task(r: Row) -> VdafTaskRow:
-    values = r.__dict__
-    return VdafTaskRow(**{f: values[f] for f in _TASK_FIELDS})
 
 
 def _share(r: Row) -> VdafShareRow:
@@ -65,26 +58,7 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
     ) -> VdafTaskRow | None:
         """See :meth:`VdafQueries.vdaf_task`."""
         r = self._t("vdaf_tasks").get(task_id)
-        return None if r is None else _task(r)
-
-    def add_vdaf_task(self, row: VdafTaskRow) -> None:
-        """See :meth:`VdafQueries.add_vdaf_task`."""
-        self._insert("vdaf_tasks", row.id, {f: getattr(row, f) for f in _TASK_FIELDS})
-
-    def set_vdaf_totals(
-        self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
-    ) -> None:
-        """See :meth:`VdafQueries.set_vdaf_totals`."""
-        values = {"agg_share": agg_share, "accepted": accepted, "rejected": rejected}
-        self._set("vdaf_tasks", task_id, values)
-
-    def set_vdaf_collected(self, task_id: str, collection: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_collected`."""
-        self._set("vdaf_tasks", task_id, {"status": "collected", "collection": collection})
-
-    def set_vdaf_dap(self, task_id: str, dap: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_dap`."""
-        self._set("vdaf_tasks", task_id, {"dap": dap})
+        return None if r is None else row_of(VdafTaskRow, r.__dict__)
 
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""
@@ -101,31 +75,6 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
                 return _share(r)
         return None
 
-    def add_vdaf_report(
-        self,
-        task_id: str,
-        report_id: str,
-        client_id: str,
-        public_share: bytes,
-        input_share: bytes,
-        received_at: float,
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_report`."""
-        if any(r.client_id == client_id for r in self._reports_of(task_id)):
-            raise _duplicate("vdaf_reports (task_id, client_id)", (task_id, client_id))
-        values = {
-            "task_id": task_id,
-            "report_id": report_id,
-            "client_id": client_id,
-            "public_share": bytes(public_share),
-            "input_share": bytes(input_share),
-            "received_at": received_at,
-            "job_id": None,
-            "status": "pending",
-            "reason": None,
-        }
-        self._insert("vdaf_reports", (task_id, report_id), values)
-
     def vdaf_reports_of_many(
         self, task_id: str, report_ids: Sequence[str], client_ids: Sequence[str]
     ) -> list[VdafShareRow]:
@@ -136,13 +85,6 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
             for r in self._reports_of(task_id)
             if r.report_id in rids or r.client_id in cids
         ]
-
-    def add_vdaf_reports(
-        self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_reports`."""
-        for rid, cid, public, share in reports:
-            self.add_vdaf_report(task_id, rid, cid, public, share, received_at)
 
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
         """See :meth:`VdafQueries.vdaf_shares`."""
@@ -212,22 +154,13 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
         r = self._t("vdaf_signed").get(signed_id)
         if r is None:
             return None
-        values = r.__dict__
-        return VdafSignedRow(**{f: values[f] for f in _SIGNED_FIELDS})
-
-    def add_vdaf_signed(self, row: VdafSignedRow) -> None:
-        """See :meth:`VdafQueries.add_vdaf_signed`."""
-        self._insert("vdaf_signed", row.id, {f: getattr(row, f) for f in _SIGNED_FIELDS})
-
-    def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_signed_status`."""
-        self._set("vdaf_signed", signed_id, {"status": status})
+        return row_of(VdafSignedRow, r.__dict__)
 
     def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
         """See :meth:`VdafQueries.vdaf_rounds_of`."""
         rows = [r for r in self._t("vdaf_tasks").values() if r.signed_id == signed_id]
         rows.sort(key=lambda r: (r.round_index is None, r.round_index or 0))
-        return [_task(r) for r in rows]
+        return [row_of(VdafTaskRow, r.__dict__) for r in rows]
 
     def vdaf_slot(self, signed_id: str, client_id: str) -> int | None:
         """See :meth:`VdafQueries.vdaf_slot`."""
@@ -241,30 +174,6 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
         values = {"signed_id": signed_id, "client_id": client_id, "slot": slot}
         self._insert("vdaf_slots", (signed_id, client_id), values)
         return slot
-
-    def add_vdaf_job(
-        self,
-        task_id: str,
-        job_id: str,
-        report_ids: Sequence[str],
-        created_at: float,
-        *,
-        lease_owner: str | None = None,
-        lease_until: float | None = None,
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_job`."""
-        values = {
-            "task_id": task_id,
-            "job_id": job_id,
-            "status": "running",
-            "report_ids": json.dumps(list(report_ids)),
-            "response": None,
-            "created_at": created_at,
-            "lease_owner": lease_owner,
-            "lease_until": lease_until,
-            "lease_epoch": 1 if lease_owner is not None else 0,
-        }
-        self._insert("vdaf_jobs", (task_id, job_id), values)
 
     def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:
         """See :meth:`VdafQueries.finish_vdaf_job`."""
@@ -290,11 +199,7 @@ class MemoryVdafQueries(MemoryTables, VdafQueries, VdafResultQueries):
             if population is None or r.population == population
         ]
         rows.sort(key=lambda r: (-float(r.created_at), str(r.id)))
-        return [VdafSignedRow(**{f: r.__dict__[f] for f in _SIGNED_FIELDS}) for r in rows]
-
-    def add_vdaf_result(self, row: VdafResultRow) -> None:
-        """See :meth:`VdafResultQueries.add_vdaf_result`."""
-        self._insert("vdaf_results", row.signed_id, dict(row.__dict__))
+        return [row_of(VdafSignedRow, r.__dict__) for r in rows]
 
     def vdaf_result(self, signed_id: str) -> VdafResultRow | None:
         """See :meth:`VdafResultQueries.vdaf_result`."""

@@ -14,11 +14,10 @@ n = 200).
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from fedstats.service.store.rows import PutUp
 from fedstats.service.store.secure_rows import (
@@ -30,16 +29,11 @@ from fedstats.service.store.secure_rows import (
     StageActivity,
     UpMessage,
 )
+from fedstats.service.store.sql_base import _CLIENTS, _MEMBERS, _ROUNDS, _table
 from fedstats.service.store.sql_secure_batch import put_up_messages_pg
-from fedstats.service.store.tables import (
-    Client,
-    RoundRecord,
-    Run,
-    RunMember,
-    SecureMessage,
-    SecureSession,
-    SecureWithholder,
-)
+from fedstats.service.store.sql_writes import SqlRowWrites
+from fedstats.service.store.tables import SecureMessage, SecureSession, SecureWithholder
+from fedstats.service.store.writes import RowWrites
 
 __all__ = [
     "BATCH_BYTES",
@@ -58,7 +52,7 @@ __all__ = [
 ]
 
 
-class SecureQueries(ABC):
+class SecureQueries(RowWrites):
     """The secure path's queries (sessions, their message journal, members' seed contributions)."""
 
     @abstractmethod
@@ -73,13 +67,13 @@ class SecureQueries(ABC):
     def unrevealed(self, run_id: str) -> int:
         """How many of a run's members have not revealed their seed contribution (one count, no rows)."""
 
-    @abstractmethod
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """Store a member's revealed seed contribution (hex)."""
+        self._set("run_members", (run_id, client_id), {"reveal": reveal})
 
-    @abstractmethod
     def start_secure_run(self, run_id: str, public_seed: str) -> None:
         """Fix a seeding run's public seed and set it ``running``."""
+        self._set("runs", run_id, {"public_seed": public_seed, "status": "running"})
 
     @abstractmethod
     def add_withholders(self, task_id: str, run_id: str, client_ids: list[str], at: float) -> None:
@@ -107,9 +101,9 @@ class SecureQueries(ABC):
     def round_dim(self, run_id: str, index: int) -> int | None:
         """The vector length of a journaled round, or None if there is no such round."""
 
-    @abstractmethod
     def add_secure_session(self, row: SecureSessionRow) -> None:
         """Insert a secure session."""
+        self._add_row("secure_sessions", dict(row.__dict__))
 
     @abstractmethod
     def secure_sessions(self, run_id: str, index: int) -> list[SecureSessionRow]:
@@ -135,7 +129,6 @@ class SecureQueries(ABC):
     ) -> SessionStage | None:
         """A session's status and stage (locked ``FOR SHARE`` with ``shared``), or None."""
 
-    @abstractmethod
     def add_down_messages(
         self,
         run_id: str,
@@ -145,9 +138,18 @@ class SecureQueries(ABC):
         messages: list[tuple[int, bytes, str]],
         now: float,
     ) -> None:
-        """Journal a stage's messages to the devices, ``(client_index, payload, digest)`` each (one insert)."""
+        """Journal a stage's messages to the devices, ``(client_index, payload, digest)`` each.
 
-    @abstractmethod
+        In statements of about :data:`BATCH_BYTES`: the driver's connection keeps its buffers at the size
+        of the largest statement it sent (a stage's messages are O(n k) bytes, ~11 MB at n = 1,000).
+        """
+        rows = [
+            message_row(run_id, index, number, stage, "down", i, data, digest, now)
+            for i, data, digest in messages
+        ]
+        for part in _by_size(rows):
+            self._add_rows("secure_messages", part)
+
     def add_up_message(
         self,
         run_id: str,
@@ -160,8 +162,9 @@ class SecureQueries(ABC):
         now: float,
     ) -> None:
         """Journal one device's stage message."""
+        values = message_row(run_id, index, number, stage, "up", client_index, payload, digest, now)
+        self._add_row("secure_messages", values)
 
-    @abstractmethod
     def add_up_message_once(
         self,
         run_id: str,
@@ -178,6 +181,10 @@ class SecureQueries(ABC):
         Returns None if inserted, else the stored message's digest: one statement on the common path
         (``INSERT ... ON CONFLICT DO NOTHING RETURNING``), a second only for a repeat.
         """
+        values = message_row(run_id, index, number, stage, "up", client_index, payload, digest, now)
+        if self._add_row("secure_messages", values, ignore=True):
+            return None
+        return self.my_messages(run_id, index, number, stage, client_index)["up"]
 
     def put_up_messages(self, items: list[PutUp], now: float) -> list[tuple[bool, bool]]:
         """Record each message's nonce and journal it if its session is open at its stage (bulk).
@@ -263,20 +270,12 @@ class SecureQueries(ABC):
         """``direction -> digest`` of one device's messages at a stage (both directions)."""
 
 
-def _table(cls: Any) -> Table:
-    return cast(Table, cls.__table__)
-
-
-_MEMBERS = _table(RunMember)
 _SESSIONS = _table(SecureSession)
 _MESSAGES = _table(SecureMessage)
-_CLIENTS = _table(Client)
-_ROUNDS = _table(RoundRecord)
 _WITHHOLDERS = _table(SecureWithholder)
 
 _M = _MESSAGES.c
 _S = _SESSIONS.c
-_RUNS = _table(Run)
 
 _SESSION_KEY = (
     _S.run_id == bindparam("run_id"),
@@ -363,20 +362,12 @@ def message_row(
         "stage": stage,
         "direction": direction,
         "client_index": int(client_index),
-        "payload": payload,
+        "payload": bytes(payload),
         "digest": digest,
         "created_at": now,
     }
 
 
-_INSERT_MESSAGE = insert(_MESSAGES)
-_INSERT_MESSAGE_ONCE = {
-    name: dialect.insert(_MESSAGES).on_conflict_do_nothing().returning(_M.client_index)
-    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
-}
-_UP_DIGEST = select(_M.digest).where(
-    *_MESSAGE_KEY, _M.direction == "up", _M.client_index == bindparam("client_index")
-)
 _SESSION_ROW = select(*_SESSIONS.c).where(*_SESSION_KEY)
 _SESSION_ROW_LOCKED = _SESSION_ROW.with_for_update()
 _MEMBER_COLUMNS = (
@@ -417,7 +408,7 @@ def _session(r: Any) -> SecureSessionRow:
     )
 
 
-class SqlSecureQueries(SecureQueries):
+class SqlSecureQueries(SqlRowWrites, SecureQueries):
     """:class:`SecureQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
     conn: Connection
@@ -442,22 +433,6 @@ class SqlSecureQueries(SecureQueries):
         """See :meth:`SecureQueries.unrevealed`."""
         return int(self.conn.execute(_UNREVEALED, {"run_id": run_id}).scalar_one())
 
-    def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
-        """See :meth:`SecureQueries.set_reveal`."""
-        self.conn.execute(
-            update(_MEMBERS)
-            .where(_MEMBERS.c.run_id == run_id, _MEMBERS.c.client_id == client_id)
-            .values(reveal=reveal)
-        )
-
-    def start_secure_run(self, run_id: str, public_seed: str) -> None:
-        """See :meth:`SecureQueries.start_secure_run`."""
-        self.conn.execute(
-            update(_RUNS)
-            .where(_RUNS.c.id == run_id)
-            .values(public_seed=public_seed, status="running")
-        )
-
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """See :meth:`SecureQueries.enrolled`."""
         c = _CLIENTS.c
@@ -476,25 +451,9 @@ class SqlSecureQueries(SecureQueries):
         return None if got is None else int(got)
 
     def add_secure_session(self, row: SecureSessionRow) -> None:
-        """See :meth:`SecureQueries.add_secure_session`."""
+        """See :meth:`SecureQueries.add_secure_session` (and forget the open sessions read)."""
         self.__dict__.pop("_open_memo", None)
-        self.conn.execute(
-            insert(_SESSIONS).values(
-                run_id=row.run_id,
-                round_index=row.round_index,
-                number=row.number,
-                members=row.members,
-                params=row.params,
-                session=row.session,
-                stage=row.stage,
-                deadline=row.deadline,
-                status=row.status,
-                total=row.total,
-                n_records=row.n_records,
-                included=row.included,
-                error=row.error,
-            )
-        )
+        super().add_secure_session(row)
 
     def secure_sessions(self, run_id: str, index: int) -> list[SecureSessionRow]:
         """See :meth:`SecureQueries.secure_sessions`."""
@@ -548,69 +507,6 @@ class SqlSecureQueries(SecureQueries):
             {"run_id": run_id, "round_index": index, "number": number},
         ).one_or_none()
         return None if got is None else SessionStage(str(got[0]), int(got[1]))
-
-    def add_down_messages(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        messages: list[tuple[int, bytes, str]],
-        now: float,
-    ) -> None:
-        """See :meth:`SecureQueries.add_down_messages`."""
-        if not messages:
-            return
-        rows = [
-            message_row(run_id, index, number, stage, "down", i, data, digest, now)
-            for i, data, digest in messages
-        ]
-        # in statements of about BATCH_BYTES: the driver's connection keeps its buffers at the size
-        # of the largest statement it sent (a stage's messages are O(n k) bytes, ~11 MB at n = 1,000)
-        for part in _by_size(rows):
-            self.conn.execute(_INSERT_MESSAGE, part)
-
-    def add_up_message(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        client_index: int,
-        payload: bytes,
-        digest: str,
-        now: float,
-    ) -> None:
-        """See :meth:`SecureQueries.add_up_message`."""
-        self.conn.execute(
-            _INSERT_MESSAGE,
-            message_row(run_id, index, number, stage, "up", client_index, payload, digest, now),
-        )
-
-    def add_up_message_once(
-        self,
-        run_id: str,
-        index: int,
-        number: int,
-        stage: int,
-        client_index: int,
-        payload: bytes,
-        digest: str,
-        now: float,
-    ) -> str | None:
-        """See :meth:`SecureQueries.add_up_message_once`."""
-        conn = self.conn
-        key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
-        row = {**key, "direction": "up", "client_index": client_index}
-        got = conn.execute(
-            _INSERT_MESSAGE_ONCE[conn.dialect.name],
-            {**row, "payload": payload, "digest": digest, "created_at": now},
-        ).first()
-        if got is not None:
-            return None
-        return str(
-            self.conn.execute(_UP_DIGEST, {**key, "client_index": client_index}).scalar_one()
-        )
 
     def put_up_messages(self, items: list[PutUp], now: float) -> list[tuple[bool, bool]]:
         """See :meth:`SecureQueries.put_up_messages` (PostgreSQL: one statement for the batch)."""

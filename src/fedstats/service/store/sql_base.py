@@ -15,9 +15,9 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from fedstats.service.store.core import CoreQueries
+from fedstats.service.store.sql_writes import SqlRowWrites, insert_ignore
 from fedstats.service.store.tables import (
     Audit,
     Authority,
@@ -102,10 +102,6 @@ _ROUND_COLUMNS = (
 )
 
 
-# INSERT ... ON CONFLICT DO NOTHING RETURNING the key, by (table name, dialect name)
-_INSERT_IGNORE: dict[tuple[str, str], Any] = {}
-
-
 def _status_in(*statuses: str) -> Any:
     """``runs.status`` among ``statuses``, as plain bound comparisons.
 
@@ -115,7 +111,7 @@ def _status_in(*statuses: str) -> Any:
     return or_(*(_RUNS.c.status == s for s in statuses))
 
 
-class SqlBase(CoreQueries):
+class SqlBase(SqlRowWrites, CoreQueries):
     """The transaction's connection (``self.conn``) and the helpers of the SQL query mixins."""
 
     conn: Connection
@@ -130,16 +126,7 @@ class SqlBase(CoreQueries):
 
     def _insert_ignore(self, table: Any, **values: Any) -> int:
         """``INSERT ... ON CONFLICT DO NOTHING``; the number of rows inserted (0 or 1)."""
-        conn = self.conn
-        dialect = conn.dialect.name
-        stmt = _INSERT_IGNORE.get((table.name, dialect))
-        if stmt is None:
-            ins = (postgresql if dialect == "postgresql" else sqlite).insert(table)
-            # RETURNING rather than rowcount (which psycopg reports as -1 here); the values are bound
-            # at execution (the columns given by the parameters' keys)
-            stmt = ins.on_conflict_do_nothing().returning(*table.primary_key.columns)
-            _INSERT_IGNORE[(table.name, dialect)] = stmt
-        return len(conn.execute(stmt, values).all())
+        return insert_ignore(self.conn, table, values)
 
     def _page(self, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
         total = self._exec(select(func.count()).select_from(stmt.subquery())).scalar_one()

@@ -12,7 +12,7 @@ from sqlalchemy import (
     update,
 )
 
-from fedstats.service.store.core import client_row, client_values
+from fedstats.service.store.core import client_row, device_view
 from fedstats.service.store.rows import (
     ClientRow,
     PopulationCount,
@@ -54,15 +54,6 @@ class SqlDeviceQueries(SqlBase):
         row = self._run(_Q_CLIENT, {"client_id": client_id}).first()
         return None if row is None else client_row(row)
 
-    def add_client(self, row: ClientRow, enrolled_at: float) -> None:
-        """See :meth:`CoreQueries.add_client`."""
-        self._exec(_CLIENTS.insert().values(**client_values(row, enrolled_at)))
-
-    def set_client_certificate(self, client_id: str, certificate: str) -> None:
-        """See :meth:`CoreQueries.set_client_certificate`."""
-        c = _CLIENTS.c
-        self._exec(update(_CLIENTS).where(c.id == client_id).values(certificate=certificate))
-
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
         """See :meth:`CoreQueries.use_nonce`."""
         return self._insert_ignore(_NONCES, client_id=client_id, nonce=nonce, ts=ts) == 1
@@ -76,10 +67,6 @@ class SqlDeviceQueries(SqlBase):
         """See :meth:`CoreQueries.authorities`."""
         return {i: k for i, k in self._run(_Q_AUTHORITIES, {}).all()}
 
-    def add_authority(self, fingerprint: str, public_key: str) -> bool:
-        """See :meth:`CoreQueries.add_authority`."""
-        return self._insert_ignore(_AUTHORITIES, id=fingerprint, public_key=public_key) == 1
-
     def operator_of(self, token_hash: str) -> str | None:
         """See :meth:`CoreQueries.operator_of`."""
         o = _OPERATORS.c
@@ -90,26 +77,6 @@ class SqlDeviceQueries(SqlBase):
         """See :meth:`CoreQueries.operator_exists`."""
         o = _OPERATORS.c
         return self._exec(select(o.name).where(o.name == name)).first() is not None
-
-    def add_operator(self, name: str, token_hash: str, created_at: float) -> None:
-        """See :meth:`CoreQueries.add_operator`."""
-        self._exec(
-            _OPERATORS.insert().values(name=name, token_hash=token_hash, created_at=created_at)
-        )
-
-    @staticmethod
-    def _device(row: Any) -> dict[str, Any]:
-        cid, population, authority, key, not_after, enrolled_at, revoked_at = row
-        return {
-            "client_id": cid,
-            "population": population,
-            "authority": authority,
-            "public_key": key,
-            "not_after": not_after,
-            "enrolled_at": enrolled_at,
-            "revoked_at": revoked_at,
-            "status": "revoked" if revoked_at is not None else "active",
-        }
 
     def page_devices(
         self, limit: int, offset: int, *, population: str | None = None, status: str | None = None
@@ -125,7 +92,7 @@ class SqlDeviceQueries(SqlBase):
         elif status == "revoked":
             stmt = stmt.where(c.revoked_at.is_not(None))
         rows, total = self._page(stmt, limit, offset)
-        return [self._device(row) for row in rows], total
+        return [device_view(row) for row in rows], total
 
     def device_for_update(self, client_id: str) -> dict[str, Any] | None:
         """See :meth:`CoreQueries.device_for_update`."""
@@ -134,7 +101,7 @@ class SqlDeviceQueries(SqlBase):
         row = self._exec(
             select(*cols, c.revoked_at).where(c.id == client_id).with_for_update()
         ).first()
-        return None if row is None else self._device(row)
+        return None if row is None else device_view(row)
 
     def update_client(self, client_id: str, **values: Any) -> None:
         """See :meth:`CoreQueries.update_client`."""

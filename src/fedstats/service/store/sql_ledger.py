@@ -75,14 +75,6 @@ class SqlLedgerQueries(SqlBase):
         rows = self._exec(stmt.limit(limit)).all()
         return [AuditEntry(float(t), str(w), str(x), r, str(d)) for t, w, x, r, d in rows]
 
-    def add_audit(
-        self, ts: float, actor: str, action: str, run_id: str | None, detail: str
-    ) -> None:
-        """See :meth:`CoreQueries.add_audit`."""
-        self._exec(
-            _AUDIT.insert().values(ts=ts, actor=actor, action=action, run_id=run_id, detail=detail)
-        )
-
     def budget(self, scope: str, name: str, *, lock: bool = False) -> BudgetRow | None:
         """See :meth:`CoreQueries.budget`."""
         b = _BUDGETS.c
@@ -119,24 +111,6 @@ class SqlLedgerQueries(SqlBase):
         ).all()
         return [ChargeRow(*r) for r in rows]
 
-    def add_charge(self, charge: ChargeRow, now: float) -> None:
-        """See :meth:`CoreQueries.add_charge`."""
-        self._exec(
-            _CHARGES.insert().values(
-                run_id=charge.run_id,
-                population=charge.population,
-                analyst=charge.analyst,
-                epsilon=charge.epsilon,
-                delta=charge.delta,
-                rho=charge.rho,
-                status=charge.status,
-                label=charge.label,
-                mechanisms=charge.mechanisms,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-
     def charge_of(self, run_id: str) -> ChargeRow | None:
         """See :meth:`CoreQueries.charge_of`."""
         row = self._exec(
@@ -172,32 +146,6 @@ class SqlLedgerQueries(SqlBase):
             )
         ).first()
         return None if row is None else IdempotentAnswer(*row)
-
-    def claim_key(
-        self, actor: str, key: str, method: str, path: str, request_hash: str, now: float
-    ) -> bool:
-        """See :meth:`CoreQueries.claim_key`."""
-        got = self._insert_ignore(
-            _IDEMPOTENCY,
-            actor=actor,
-            key=key,
-            method=method,
-            path=path,
-            request_hash=request_hash,
-            status_code=0,
-            response="",
-            created_at=now,
-        )
-        return got == 1
-
-    def store_answer(self, actor: str, key: str, status_code: int, response: str) -> None:
-        """See :meth:`CoreQueries.store_answer`."""
-        k = _IDEMPOTENCY.c
-        self._exec(
-            update(_IDEMPOTENCY)
-            .where(k.actor == actor, k.key == key)
-            .values(status_code=status_code, response=response)
-        )
 
     def purge_idempotency_keys(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_idempotency_keys`."""

@@ -17,21 +17,6 @@ _SECRETS = _table(ServerSecret)
 class SqlRefusalQueries(SqlBase):
     """The refusal and server-secret queries of :class:`~fedstats.service.store.core.CoreQueries` in SQL."""
 
-    def add_refusal(
-        self, run_id: str, client_id: str, reason: str, message: str, now: float
-    ) -> bool:
-        """See :meth:`CoreQueries.add_refusal`."""
-        return bool(
-            self._insert_ignore(
-                _REFUSALS,
-                run_id=run_id,
-                client_id=client_id,
-                reason=reason,
-                message=message,
-                refused_at=now,
-            )
-        )
-
     def refusals_of(self, run_id: str) -> list[RefusalRow]:
         """See :meth:`CoreQueries.refusals_of`."""
         r = _REFUSALS.c

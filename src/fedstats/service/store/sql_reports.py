@@ -38,9 +38,6 @@ _Q_REPORT_DIGEST = select(_REPORTS.c.digest).where(
 )
 
 
-_Q_ADD_REPORT = _REPORTS.insert()
-
-
 # A device's upload (CoreQueries.put_report) as driver SQL, built once: no statement object, no compile,
 # no cache key. The report is inserted only while its round is open with the digest the device's
 # report was checked against, and the device holds the slots it was checked with.
@@ -194,30 +191,6 @@ class SqlReportQueries(SqlBase):
             _Q_REPORT_DIGEST, {"run_id": run_id, "index": index, "client_id": client_id}
         ).scalar()
         return None if got is None else str(got)
-
-    def add_report(
-        self,
-        run_id: str,
-        index: int,
-        client_id: str,
-        vector: str,
-        count: int,
-        digest: str,
-        received_at: float,
-    ) -> None:
-        """See :meth:`CoreQueries.add_report`."""
-        self._run(
-            _Q_ADD_REPORT,
-            {
-                "run_id": run_id,
-                "round_index": index,
-                "client_id": client_id,
-                "vector": vector,
-                "count": count,
-                "digest": digest,
-                "received_at": received_at,
-            },
-        )
 
     def put_report(self, item: PutReport, received_at: float) -> tuple[bool, bool]:
         """See :meth:`CoreQueries.put_report`."""

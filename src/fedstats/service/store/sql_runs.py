@@ -232,30 +232,14 @@ class SqlRunQueries(SqlBase):
         got = self._exec(select(t.config).where(t.id == task_id)).scalar()
         return None if got is None else str(got)
 
-    def add_task(self, task_id: str, config: str, created_by: str, created_at: float) -> bool:
-        """See :meth:`CoreQueries.add_task`."""
-        return (
-            self._insert_ignore(
-                _TASKS, id=task_id, config=config, created_by=created_by, created_at=created_at
-            )
-            == 1
-        )
-
-    def page_tasks(
-        self,
-        limit: int,
-        offset: int,
-        *,
-        analysis: str | None = None,
-        population: str | None = None,
+    def _tasks_page(
+        self, limit: int, offset: int, where: dict[tuple[str, ...], str]
     ) -> tuple[list[TaskSummary], int]:
         """See :meth:`CoreQueries.page_tasks`."""
         t, dialect = _TASKS.c, self.conn.dialect.name
         stmt = select(t.id, t.created_by, t.created_at).order_by(t.created_at.desc(), t.id)
-        if analysis is not None:
-            stmt = stmt.where(_config_field(("analysis",), dialect) == analysis)
-        if population is not None:
-            stmt = stmt.where(_config_field(("privacy", "population"), dialect) == population)
+        for path, value in where.items():
+            stmt = stmt.where(_config_field(path, dialect) == value)
         rows, total = self._page(stmt, limit, offset)
         return [TaskSummary(str(i), str(b), float(a)) for i, b, a in rows], total
 
@@ -268,27 +252,6 @@ class SqlRunQueries(SqlBase):
         """See :meth:`CoreQueries.member`."""
         row = self._run(_Q_MEMBER, {"run_id": run_id, "client_id": client_id}).first()
         return None if row is None else (int(row[0]), int(row[1]))
-
-    def add_member(
-        self,
-        run_id: str,
-        client_id: str,
-        slot_start: int,
-        slot_count: int,
-        joined_at: float,
-        commitment: str | None,
-    ) -> None:
-        """See :meth:`CoreQueries.add_member`."""
-        self._exec(
-            _MEMBERS.insert().values(
-                run_id=run_id,
-                client_id=client_id,
-                slot_start=slot_start,
-                slot_count=slot_count,
-                joined_at=joined_at,
-                commitment=commitment,
-            )
-        )
 
     def live_runs(self, client_id: str) -> list[LiveRun]:
         """See :meth:`CoreQueries.live_runs`."""
@@ -520,26 +483,16 @@ class SqlRunQueries(SqlBase):
         ).all()
         return [RunSummary(str(i), str(t), float(c), f) for i, t, c, f in rows]
 
-    def page_runs(
-        self,
-        limit: int,
-        offset: int,
-        *,
-        status: str | None = None,
-        task_id: str | None = None,
-        analyst: str | None = None,
+    def _runs_page(
+        self, limit: int, offset: int, where: dict[str, str]
     ) -> tuple[list[dict[str, Any]], int]:
         """See :meth:`CoreQueries.page_runs`."""
         r = _RUNS.c
         stmt = select(
             r.id, r.task_id, r.analyst, r.status, r.created_at, r.finished_at, r.n_clients, r.error
         ).order_by(r.created_at.desc(), r.id)
-        if status is not None:
-            stmt = stmt.where(r.status == status)
-        if task_id is not None:
-            stmt = stmt.where(r.task_id == task_id)
-        if analyst is not None:
-            stmt = stmt.where(r.analyst == analyst)
+        for column, value in where.items():
+            stmt = stmt.where(r[column] == value)
         rows, total = self._page(stmt, limit, offset)
         keys = ("run_id", "task_id", "analyst", "status", "created_at", "finished_at")
         return [dict(zip((*keys, "n_clients", "error"), row, strict=True)) for row in rows], total

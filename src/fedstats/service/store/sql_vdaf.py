@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from fedstats.service.store.sql_writes import SqlRowWrites
 from fedstats.service.store.vdaf import (
     ReportCount,
     VdafJob,
@@ -19,13 +20,13 @@ from fedstats.service.store.vdaf import (
     VdafShareRow,
     VdafSignedRow,
     VdafTaskRow,
+    row_of,
     vdaf_jobs,
     vdaf_reports,
     vdaf_signed,
     vdaf_slots,
     vdaf_tasks,
 )
-from fedstats.service.store.vdaf_results import signed_row
 
 __all__ = ["SqlVdafQueries"]
 
@@ -35,10 +36,6 @@ _R = vdaf_reports.c
 _J = vdaf_jobs.c
 _S = vdaf_signed.c
 _L = vdaf_slots.c
-
-
-def _opt_bytes(v: Any) -> bytes | None:
-    return None if v is None else bytes(v)
 
 
 _JOB_COLUMNS = (_J.job_id, _J.report_ids, _J.response, _J.status, _J.lease_owner, _J.lease_epoch)
@@ -56,7 +53,7 @@ def _job(r: Any) -> VdafJob:
     )
 
 
-class SqlVdafQueries(VdafQueries):
+class SqlVdafQueries(SqlRowWrites, VdafQueries):
     """:class:`VdafQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
     conn: Connection
@@ -73,58 +70,7 @@ class SqlVdafQueries(VdafQueries):
         r = self.conn.execute(q).mappings().first()
         if r is None:
             return None
-        return self._task(r)
-
-    def _task(self, r: Any) -> VdafTaskRow:
-        return VdafTaskRow(
-            id=str(r["id"]),
-            role=str(r["role"]),
-            vdaf=str(r["vdaf"]),
-            ctx=bytes(r["ctx"]),
-            verify_key=bytes(r["verify_key"]),
-            peer_url=str(r["peer_url"]),
-            peer_token=r["peer_token"],
-            peer_token_hash=r["peer_token_hash"],
-            population=str(r["population"]),
-            min_batch_size=int(r["min_batch_size"]),
-            noise=r["noise"],
-            status=str(r["status"]),
-            agg_share=_opt_bytes(r["agg_share"]),
-            accepted=int(r["accepted"]),
-            rejected=int(r["rejected"]),
-            collection=r["collection"],
-            created_at=float(r["created_at"]),
-            signed_id=r["signed_id"],
-            round_index=None if r["round_index"] is None else int(r["round_index"]),
-            announcement=r["announcement"],
-            dap=r["dap"],
-        )
-
-    def add_vdaf_task(self, row: VdafTaskRow) -> None:
-        """See :meth:`VdafQueries.add_vdaf_task`."""
-        self.conn.execute(insert(vdaf_tasks).values(**row.__dict__))
-
-    def set_vdaf_totals(
-        self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
-    ) -> None:
-        """See :meth:`VdafQueries.set_vdaf_totals`."""
-        self.conn.execute(
-            update(vdaf_tasks)
-            .where(_T.id == task_id)
-            .values(agg_share=agg_share, accepted=accepted, rejected=rejected)
-        )
-
-    def set_vdaf_collected(self, task_id: str, collection: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_collected`."""
-        self.conn.execute(
-            update(vdaf_tasks)
-            .where(_T.id == task_id)
-            .values(status="collected", collection=collection)
-        )
-
-    def set_vdaf_dap(self, task_id: str, dap: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_dap`."""
-        self.conn.execute(update(vdaf_tasks).where(_T.id == task_id).values(dap=dap))
+        return row_of(VdafTaskRow, r)
 
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
         """See :meth:`VdafQueries.vdaf_report_counts`."""
@@ -155,30 +101,6 @@ class SqlVdafQueries(VdafQueries):
         ).first()
         return None if r is None else self._share(r)
 
-    def add_vdaf_report(
-        self,
-        task_id: str,
-        report_id: str,
-        client_id: str,
-        public_share: bytes,
-        input_share: bytes,
-        received_at: float,
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_report`."""
-        self.conn.execute(
-            insert(vdaf_reports).values(
-                task_id=task_id,
-                report_id=report_id,
-                client_id=client_id,
-                public_share=public_share,
-                input_share=input_share,
-                received_at=received_at,
-                job_id=None,
-                status="pending",
-                reason=None,
-            )
-        )
-
     def vdaf_reports_of_many(
         self, task_id: str, report_ids: Sequence[str], client_ids: Sequence[str]
     ) -> list[VdafShareRow]:
@@ -192,30 +114,6 @@ class SqlVdafQueries(VdafQueries):
             )
         ).all()
         return [self._share(r) for r in rows]
-
-    def add_vdaf_reports(
-        self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_reports` (one ``executemany``)."""
-        if not reports:
-            return
-        self.conn.execute(
-            insert(vdaf_reports),
-            [
-                {
-                    "task_id": task_id,
-                    "report_id": rid,
-                    "client_id": cid,
-                    "public_share": public,
-                    "input_share": share,
-                    "received_at": received_at,
-                    "job_id": None,
-                    "status": "pending",
-                    "reason": None,
-                }
-                for rid, cid, public, share in reports
-            ],
-        )
 
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
         """See :meth:`VdafQueries.vdaf_shares`."""
@@ -298,15 +196,7 @@ class SqlVdafQueries(VdafQueries):
         if lock:
             q = q.with_for_update()
         r = self.conn.execute(q).mappings().first()
-        return None if r is None else signed_row(r)
-
-    def add_vdaf_signed(self, row: VdafSignedRow) -> None:
-        """See :meth:`VdafQueries.add_vdaf_signed`."""
-        self.conn.execute(insert(vdaf_signed).values(**row.__dict__))
-
-    def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
-        """See :meth:`VdafQueries.set_vdaf_signed_status`."""
-        self.conn.execute(update(vdaf_signed).where(_S.id == signed_id).values(status=status))
+        return None if r is None else row_of(VdafSignedRow, r)
 
     def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
         """See :meth:`VdafQueries.vdaf_rounds_of`."""
@@ -317,7 +207,7 @@ class SqlVdafQueries(VdafQueries):
             .mappings()
             .all()
         )
-        return [self._task(r) for r in rows]
+        return [row_of(VdafTaskRow, r) for r in rows]
 
     def vdaf_slot(self, signed_id: str, client_id: str) -> int | None:
         """See :meth:`VdafQueries.vdaf_slot`."""
@@ -334,31 +224,6 @@ class SqlVdafQueries(VdafQueries):
             insert(vdaf_slots).values(signed_id=signed_id, client_id=client_id, slot=slot)
         )
         return slot
-
-    def add_vdaf_job(
-        self,
-        task_id: str,
-        job_id: str,
-        report_ids: Sequence[str],
-        created_at: float,
-        *,
-        lease_owner: str | None = None,
-        lease_until: float | None = None,
-    ) -> None:
-        """See :meth:`VdafQueries.add_vdaf_job`."""
-        self.conn.execute(
-            insert(vdaf_jobs).values(
-                task_id=task_id,
-                job_id=job_id,
-                status="running",
-                report_ids=json.dumps(list(report_ids)),
-                response=None,
-                created_at=created_at,
-                lease_owner=lease_owner,
-                lease_until=lease_until,
-                lease_epoch=1 if lease_owner is not None else 0,
-            )
-        )
 
     def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:
         """See :meth:`VdafQueries.finish_vdaf_job`."""

@@ -50,10 +50,13 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from fedstats.service.store.vdaf import VDAF_METADATA
 
 __all__ = [
     "Audit",
@@ -75,6 +78,7 @@ __all__ = [
     "ServerSecret",
     "StateVersion",
     "Task",
+    "table_named",
 ]
 
 
@@ -339,3 +343,9 @@ class Audit(Base):
     action: Mapped[str] = mapped_column(String(32))
     run_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     detail: Mapped[str] = mapped_column(Text)
+
+
+def table_named(name: str) -> Table:
+    """The table ``name`` of the schema: a model's table above, or a Prio3 table (:data:`.vdaf.VDAF_METADATA`)."""
+    tables = Base.metadata.tables
+    return tables[name] if name in tables else VDAF_METADATA.tables[name]

@@ -45,10 +45,12 @@ plain values and frozen dataclasses (:class:`VdafTaskRow`, :class:`VdafShareRow`
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import json
+from abc import abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -65,7 +67,10 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
+from fedstats.service.store.writes import RowWrites
+
 __all__ = [
+    "PEER_FIELDS",
     "VDAF_METADATA",
     "ReportCount",
     "VdafJob",
@@ -73,6 +78,8 @@ __all__ = [
     "VdafShareRow",
     "VdafSignedRow",
     "VdafTaskRow",
+    "pending_report",
+    "row_of",
     "vdaf_jobs",
     "vdaf_reports",
     "vdaf_signed",
@@ -82,6 +89,29 @@ __all__ = [
 
 VDAF_METADATA = MetaData()
 
+_RowT = TypeVar("_RowT")
+
+
+PEER_FIELDS = ("verify_key", "peer_url", "peer_token", "peer_token_hash", "population")
+"""The columns a Prio3 task and a signed Prio3 task share (:func:`_peer_columns`)."""
+
+
+def _fields_of(row: Any, names: Sequence[str]) -> dict[str, Any]:
+    """``name -> row.name`` for each of ``names``, in that order."""
+    return {k: getattr(row, k) for k in names}
+
+
+def _peer_columns() -> list[Column[Any]]:
+    """The columns a task and a signed task share: the VDAF verify key, the peer and its token, the population."""
+    return [
+        Column("verify_key", LargeBinary, nullable=False),
+        Column("peer_url", Text, nullable=False),
+        Column("peer_token", Text, nullable=True),
+        Column("peer_token_hash", String(64), nullable=True),
+        Column("population", String(128), nullable=False),
+    ]
+
+
 vdaf_tasks = Table(
     "vdaf_tasks",
     VDAF_METADATA,
@@ -89,11 +119,7 @@ vdaf_tasks = Table(
     Column("role", String(8), nullable=False),
     Column("vdaf", Text, nullable=False),
     Column("ctx", LargeBinary, nullable=False),
-    Column("verify_key", LargeBinary, nullable=False),
-    Column("peer_url", Text, nullable=False),
-    Column("peer_token", Text, nullable=True),
-    Column("peer_token_hash", String(64), nullable=True),
-    Column("population", String(128), nullable=False),
+    *_peer_columns(),
     Column("min_batch_size", Integer, nullable=False),
     Column("noise", Text, nullable=True),
     Column("status", String(16), nullable=False),
@@ -114,11 +140,7 @@ vdaf_signed = Table(
     Column("id", String(64), primary_key=True),
     Column("role", String(8), nullable=False),
     Column("envelope", Text, nullable=False),
-    Column("verify_key", LargeBinary, nullable=False),
-    Column("peer_url", Text, nullable=False),
-    Column("peer_token", Text, nullable=True),
-    Column("peer_token_hash", String(64), nullable=True),
-    Column("population", String(128), nullable=False),
+    *_peer_columns(),
     Column("status", String(16), nullable=False),
     Column("charge_id", String(36), nullable=True),
     Column("created_by", String(128), nullable=False),
@@ -225,25 +247,8 @@ class VdafTaskRow:
 
     def parameters(self) -> dict[str, Any]:
         """The columns an operator sets at creation (compared when a task is created again)."""
-        return {
-            k: getattr(self, k)
-            for k in (
-                "id",
-                "role",
-                "vdaf",
-                "ctx",
-                "verify_key",
-                "peer_url",
-                "peer_token",
-                "peer_token_hash",
-                "population",
-                "min_batch_size",
-                "noise",
-                "signed_id",
-                "round_index",
-                "announcement",
-            )
-        }
+        own = ("min_batch_size", "noise", "signed_id", "round_index", "announcement")
+        return _fields_of(self, ("id", "role", "vdaf", "ctx", *PEER_FIELDS, *own))
 
 
 @dataclass(frozen=True)
@@ -275,19 +280,11 @@ class VdafSignedRow:
 
     def parameters(self) -> dict[str, Any]:
         """The columns the operator sets at creation (compared when it is created again)."""
-        return {
-            k: getattr(self, k)
-            for k in (
-                "id",
-                "role",
-                "envelope",
-                "verify_key",
-                "peer_url",
-                "peer_token",
-                "peer_token_hash",
-                "population",
-            )
-        }
+        return _fields_of(self, ("id", "role", "envelope", *PEER_FIELDS))
+
+    def peer(self) -> dict[str, Any]:
+        """Its :data:`PEER_FIELDS` by name: what each round's task takes from it."""
+        return _fields_of(self, PEER_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -343,7 +340,43 @@ class VdafJob:
     lease_epoch: int
 
 
-class VdafQueries(ABC):
+@cache
+def _fields(cls: type) -> tuple[tuple[str, bool], ...]:
+    """A row dataclass's field names, each with whether it holds bytes (``bytes`` or ``bytes | None``)."""
+    return tuple((f.name, "bytes" in str(f.type)) for f in fields(cls))
+
+
+def row_of(cls: Callable[..., _RowT], r: Mapping[Any, Any]) -> _RowT:
+    """The row dataclass ``cls`` (:class:`VdafTaskRow`, :class:`VdafSignedRow`) of a stored row's columns.
+
+    The memory and SQL stores read rows alike: each field from the column of its name, byte columns as
+    :class:`bytes` (a driver may answer a memoryview).
+    """
+    return cls(
+        **{
+            name: r[name] if not binary or r[name] is None else bytes(r[name])
+            for name, binary in _fields(cast(type, cls))
+        }
+    )
+
+
+def pending_report(
+    task_id: str, report_id: str, client_id: str, public_share: bytes, input_share: bytes
+) -> dict[str, Any]:
+    """The ``vdaf_reports`` columns of a report share no job took yet (all but ``received_at``)."""
+    return {
+        "task_id": task_id,
+        "report_id": report_id,
+        "client_id": client_id,
+        "public_share": bytes(public_share),
+        "input_share": bytes(input_share),
+        "job_id": None,
+        "status": "pending",
+        "reason": None,
+    }
+
+
+class VdafQueries(RowWrites):
     """The two-aggregator mode's queries (one aggregator's tables)."""
 
     @abstractmethod
@@ -356,23 +389,24 @@ class VdafQueries(ABC):
         many holders at once, none while another holds it for update; SQLite serializes writers anyway).
         """
 
-    @abstractmethod
     def add_vdaf_task(self, row: VdafTaskRow) -> None:
         """Insert a new task."""
+        self._add_row("vdaf_tasks", dict(row.__dict__))
 
-    @abstractmethod
     def set_vdaf_totals(
         self, task_id: str, *, agg_share: bytes | None, accepted: int, rejected: int
     ) -> None:
         """Set the task's aggregate share and its counts of accepted and rejected reports."""
+        values = {"agg_share": agg_share, "accepted": accepted, "rejected": rejected}
+        self._set("vdaf_tasks", task_id, values)
 
-    @abstractmethod
     def set_vdaf_collected(self, task_id: str, collection: str) -> None:
         """Freeze the task (status ``collected``) with its collection's answer (JSON)."""
+        self._set("vdaf_tasks", task_id, {"status": "collected", "collection": collection})
 
-    @abstractmethod
     def set_vdaf_dap(self, task_id: str, dap: str) -> None:
         """Set a DAP task's parameters and state (JSON; the caller holds the task's lock)."""
+        self._set("vdaf_tasks", task_id, {"dap": dap})
 
     @abstractmethod
     def vdaf_report_counts(self, task_id: str) -> list[ReportCount]:
@@ -382,7 +416,6 @@ class VdafQueries(ABC):
     def vdaf_report_of(self, task_id: str, report_id: str, client_id: str) -> VdafShareRow | None:
         """The task's report with this id or from this device (either; one at most by the rules), or None."""
 
-    @abstractmethod
     def add_vdaf_report(
         self,
         task_id: str,
@@ -393,6 +426,8 @@ class VdafQueries(ABC):
         received_at: float,
     ) -> None:
         """Insert a pending report share."""
+        values = pending_report(task_id, report_id, client_id, public_share, input_share)
+        self._add_row("vdaf_reports", values | {"received_at": received_at})
 
     @abstractmethod
     def vdaf_reports_of_many(
@@ -400,11 +435,15 @@ class VdafQueries(ABC):
     ) -> list[VdafShareRow]:
         """The task's reports whose id is among ``report_ids`` or whose device among ``client_ids``."""
 
-    @abstractmethod
     def add_vdaf_reports(
         self, task_id: str, reports: Sequence[tuple[str, str, bytes, bytes]], received_at: float
     ) -> None:
         """Insert pending report shares ``(report_id, client_id, public_share, input_share)`` at once."""
+        rows = [
+            pending_report(task_id, rid, cid, public, share) | {"received_at": received_at}
+            for rid, cid, public, share in reports
+        ]
+        self._add_rows("vdaf_reports", rows)
 
     @abstractmethod
     def vdaf_shares(self, task_id: str, report_ids: Sequence[str]) -> dict[str, VdafShareRow]:
@@ -442,13 +481,13 @@ class VdafQueries(ABC):
     def vdaf_signed(self, signed_id: str, *, lock: bool = False) -> VdafSignedRow | None:
         """The signed task, or None; ``lock`` takes its row lock."""
 
-    @abstractmethod
     def add_vdaf_signed(self, row: VdafSignedRow) -> None:
         """Insert a signed task."""
+        self._add_row("vdaf_signed", dict(row.__dict__))
 
-    @abstractmethod
     def set_vdaf_signed_status(self, signed_id: str, status: str) -> None:
         """Set a signed task's status (``open``, ``abandoned``)."""
+        self._set("vdaf_signed", signed_id, {"status": status})
 
     @abstractmethod
     def vdaf_rounds_of(self, signed_id: str) -> list[VdafTaskRow]:
@@ -462,7 +501,6 @@ class VdafQueries(ABC):
     def add_vdaf_slot(self, signed_id: str, client_id: str) -> int:
         """Give the device the next free slot (0, 1, ...; the caller holds the signed task's lock)."""
 
-    @abstractmethod
     def add_vdaf_job(
         self,
         task_id: str,
@@ -474,6 +512,18 @@ class VdafQueries(ABC):
         lease_until: float | None = None,
     ) -> None:
         """Insert a running job (with its first lease, epoch 1, when an owner is given)."""
+        values = {
+            "task_id": task_id,
+            "job_id": job_id,
+            "status": "running",
+            "report_ids": json.dumps(list(report_ids)),
+            "response": None,
+            "created_at": created_at,
+            "lease_owner": lease_owner,
+            "lease_until": lease_until,
+            "lease_epoch": 1 if lease_owner is not None else 0,
+        }
+        self._add_row("vdaf_jobs", values)
 
     @abstractmethod
     def finish_vdaf_job(self, task_id: str, job_id: str, response: str | None) -> bool:

@@ -18,19 +18,19 @@ on Python containers.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import Column, Connection, Float, String, Table, Text, insert, select
+from sqlalchemy import Column, Connection, Float, String, Table, Text, select
 
-from fedstats.service.store.vdaf import VDAF_METADATA, VdafSignedRow, vdaf_signed
+from fedstats.service.store.sql_writes import SqlRowWrites
+from fedstats.service.store.vdaf import VDAF_METADATA, VdafSignedRow, row_of, vdaf_signed
+from fedstats.service.store.writes import RowWrites
 
 __all__ = [
     "SqlVdafResultQueries",
     "VdafResultQueries",
     "VdafResultRow",
-    "signed_row",
     "vdaf_results",
 ]
 
@@ -66,41 +66,23 @@ class VdafResultRow:
     created_at: float
 
 
-class VdafResultQueries(ABC):
+class VdafResultQueries(RowWrites):
     """The signed Prio3 tasks listed, and their released results (see the module)."""
 
     @abstractmethod
     def vdaf_signed_list(self, population: str | None = None) -> list[VdafSignedRow]:
         """Every signed Prio3 task (of ``population`` if given), newest first, then by id."""
 
-    @abstractmethod
     def add_vdaf_result(self, row: VdafResultRow) -> None:
         """Store a task's released result (a second one for the task: ``IntegrityError``)."""
+        self._add_row("vdaf_results", dict(row.__dict__))
 
     @abstractmethod
     def vdaf_result(self, signed_id: str) -> VdafResultRow | None:
         """The task's released result, or None."""
 
 
-def signed_row(r: Any) -> VdafSignedRow:
-    """A :class:`~fedstats.service.store.vdaf.VdafSignedRow` of a ``vdaf_signed`` mapping row."""
-    return VdafSignedRow(
-        id=str(r["id"]),
-        role=str(r["role"]),
-        envelope=str(r["envelope"]),
-        verify_key=bytes(r["verify_key"]),
-        peer_url=str(r["peer_url"]),
-        peer_token=r["peer_token"],
-        peer_token_hash=r["peer_token_hash"],
-        population=str(r["population"]),
-        status=str(r["status"]),
-        charge_id=r["charge_id"],
-        created_by=str(r["created_by"]),
-        created_at=float(r["created_at"]),
-    )
-
-
-class SqlVdafResultQueries(VdafResultQueries):
+class SqlVdafResultQueries(SqlRowWrites, VdafResultQueries):
     """:class:`VdafResultQueries` on SQLAlchemy (``self.conn``: the transaction's connection)."""
 
     conn: Connection
@@ -111,11 +93,7 @@ class SqlVdafResultQueries(VdafResultQueries):
         q = select(vdaf_signed).order_by(s.created_at.desc(), s.id)
         if population is not None:
             q = q.where(s.population == population)
-        return [signed_row(r) for r in self.conn.execute(q).mappings().all()]
-
-    def add_vdaf_result(self, row: VdafResultRow) -> None:
-        """See :meth:`VdafResultQueries.add_vdaf_result`."""
-        self.conn.execute(insert(vdaf_results).values(**row.__dict__))
+        return [row_of(VdafSignedRow, r) for r in self.conn.execute(q).mappings().all()]
 
     def vdaf_result(self, signed_id: str) -> VdafResultRow | None:
         """See :meth:`VdafResultQueries.vdaf_result`."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fedstats.service.store.migrations.ops import add_columns, drop_columns
+
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
@@ -17,13 +19,13 @@ depends_on = None
 
 def upgrade() -> None:
     """Apply."""
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("public_seed", sa.String(length=64), nullable=True))
-    with op.batch_alter_table("run_members", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("commitment", sa.String(length=64), nullable=True))
-        batch_op.add_column(sa.Column("reveal", sa.String(length=64), nullable=True))
-    with op.batch_alter_table("clients", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("certificate", sa.Text(), nullable=True))
+    add_columns("runs", sa.Column("public_seed", sa.String(length=64), nullable=True))
+    add_columns(
+        "run_members",
+        sa.Column("commitment", sa.String(length=64), nullable=True),
+        sa.Column("reveal", sa.String(length=64), nullable=True),
+    )
+    add_columns("clients", sa.Column("certificate", sa.Text(), nullable=True))
     op.create_table(
         "secure_sessions",
         sa.Column("run_id", sa.String(length=36), nullable=False),
@@ -63,10 +65,6 @@ def downgrade() -> None:
     """Revert."""
     op.drop_table("secure_messages")
     op.drop_table("secure_sessions")
-    with op.batch_alter_table("clients", schema=None) as batch_op:
-        batch_op.drop_column("certificate")
-    with op.batch_alter_table("run_members", schema=None) as batch_op:
-        batch_op.drop_column("reveal")
-        batch_op.drop_column("commitment")
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.drop_column("public_seed")
+    drop_columns("clients", "certificate")
+    drop_columns("run_members", "reveal", "commitment")
+    drop_columns("runs", "public_seed")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fedstats.service.store.migrations.ops import add_columns, drop_columns
+
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
@@ -17,16 +19,13 @@ depends_on = None
 
 def upgrade() -> None:
     """Apply."""
-    with op.batch_alter_table("runs") as batch:
-        # the fencing token: incremented by every claim of the run's lease
-        batch.add_column(
-            sa.Column("lease_epoch", sa.BigInteger(), nullable=False, server_default="0")
-        )
-    with op.batch_alter_table("clients") as batch:
-        batch.add_column(sa.Column("revoked_at", sa.Float(), nullable=True))
-    with op.batch_alter_table("reports") as batch:
-        # why a stored report was left out of its round's sum (None: included)
-        batch.add_column(sa.Column("excluded", sa.Text(), nullable=True))
+    # the fencing token: incremented by every claim of the run's lease
+    add_columns(
+        "runs", sa.Column("lease_epoch", sa.BigInteger(), nullable=False, server_default="0")
+    )
+    add_columns("clients", sa.Column("revoked_at", sa.Float(), nullable=True))
+    # why a stored report was left out of its round's sum (None: included)
+    add_columns("reports", sa.Column("excluded", sa.Text(), nullable=True))
     op.create_table(
         "idempotency_keys",
         sa.Column("actor", sa.String(128), nullable=False),
@@ -44,9 +43,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     """Revert."""
     op.drop_table("idempotency_keys")
-    with op.batch_alter_table("reports") as batch:
-        batch.drop_column("excluded")
-    with op.batch_alter_table("clients") as batch:
-        batch.drop_column("revoked_at")
-    with op.batch_alter_table("runs") as batch:
-        batch.drop_column("lease_epoch")
+    drop_columns("reports", "excluded")
+    drop_columns("clients", "revoked_at")
+    drop_columns("runs", "lease_epoch")

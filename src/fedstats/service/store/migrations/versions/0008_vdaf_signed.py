@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from fedstats.service.store.migrations.ops import add_columns, drop_columns
+
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
@@ -40,29 +42,25 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("signed_id", "client_id", name="pk_vdaf_slots"),
         sa.UniqueConstraint("signed_id", "slot", name="uq_vdaf_slots_slot"),
     )
-    with op.batch_alter_table("vdaf_tasks") as batch:
-        # a round of a signed task: the signed task, the round's index and what was announced
-        batch.add_column(sa.Column("signed_id", sa.String(64), nullable=True))
-        batch.add_column(sa.Column("round_index", sa.Integer(), nullable=True))
-        batch.add_column(sa.Column("announcement", sa.Text(), nullable=True))
-    with op.batch_alter_table("vdaf_jobs") as batch:
-        # the job's lease: which leader process runs it, until when, and its fencing token
-        batch.add_column(sa.Column("lease_owner", sa.String(64), nullable=True))
-        batch.add_column(sa.Column("lease_until", sa.Float(), nullable=True))
-        batch.add_column(
-            sa.Column("lease_epoch", sa.BigInteger(), nullable=False, server_default="0")
-        )
+    # a round of a signed task: the signed task, the round's index and what was announced
+    add_columns(
+        "vdaf_tasks",
+        sa.Column("signed_id", sa.String(64), nullable=True),
+        sa.Column("round_index", sa.Integer(), nullable=True),
+        sa.Column("announcement", sa.Text(), nullable=True),
+    )
+    # the job's lease: which leader process runs it, until when, and its fencing token
+    add_columns(
+        "vdaf_jobs",
+        sa.Column("lease_owner", sa.String(64), nullable=True),
+        sa.Column("lease_until", sa.Float(), nullable=True),
+        sa.Column("lease_epoch", sa.BigInteger(), nullable=False, server_default="0"),
+    )
 
 
 def downgrade() -> None:
     """Revert."""
-    with op.batch_alter_table("vdaf_jobs") as batch:
-        batch.drop_column("lease_epoch")
-        batch.drop_column("lease_until")
-        batch.drop_column("lease_owner")
-    with op.batch_alter_table("vdaf_tasks") as batch:
-        batch.drop_column("announcement")
-        batch.drop_column("round_index")
-        batch.drop_column("signed_id")
+    drop_columns("vdaf_jobs", "lease_epoch", "lease_until", "lease_owner")
+    drop_columns("vdaf_tasks", "announcement", "round_index", "signed_id")
     op.drop_table("vdaf_slots")
     op.drop_table("vdaf_signed")

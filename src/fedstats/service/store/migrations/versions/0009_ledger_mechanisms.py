@@ -10,7 +10,8 @@ Revises: 0008
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from fedstats.service.store.migrations.ops import add_columns, drop_columns
 
 revision = "0009"
 down_revision = "0008"
@@ -20,11 +21,9 @@ depends_on = None
 
 def upgrade() -> None:
     """Apply."""
-    with op.batch_alter_table("ledger") as batch:
-        batch.add_column(sa.Column("mechanisms", sa.Text(), nullable=True))
+    add_columns("ledger", sa.Column("mechanisms", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
     """Revert."""
-    with op.batch_alter_table("ledger") as batch:
-        batch.drop_column("mechanisms")
+    drop_columns("ledger", "mechanisms")

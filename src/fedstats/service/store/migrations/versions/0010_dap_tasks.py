@@ -9,7 +9,8 @@ Revises: 0009
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from fedstats.service.store.migrations.ops import add_columns, drop_columns
 
 revision = "0010"
 down_revision = "0009"
@@ -19,11 +20,9 @@ depends_on = None
 
 def upgrade() -> None:
     """Apply."""
-    with op.batch_alter_table("vdaf_tasks") as batch:
-        batch.add_column(sa.Column("dap", sa.Text(), nullable=True))
+    add_columns("vdaf_tasks", sa.Column("dap", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
     """Revert."""
-    with op.batch_alter_table("vdaf_tasks") as batch:
-        batch.drop_column("dap")
+    drop_columns("vdaf_tasks", "dap")
