@@ -91,6 +91,13 @@ class _Keys:
 
 def _keys(table: str) -> _Keys:
     t = table_named(table)
+    # _add_row looks a parent up by its one-column primary key, and a NULL key has none
+    for fk in t.foreign_keys:
+        if fk.parent.nullable or not fk.column.primary_key or len(fk.column.table.primary_key) != 1:
+            raise TypeError(
+                f"{table}.{fk.parent.name}: the memory state checks only NOT NULL foreign keys to a "
+                "one-column primary key"
+            )
     return _Keys(
         tuple(c.name for c in t.primary_key.columns),
         tuple((fk.parent.name, fk.column.table.name) for fk in t.foreign_keys),
