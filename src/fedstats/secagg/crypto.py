@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import struct
 import threading
@@ -171,31 +170,13 @@ def derive_key(shared: bytes, *, session: bytes, label: bytes, low: int, high: i
     info = label + struct.pack("<II", low, high)
     # RFC 5869 with L = 32 = HashLen: PRK = HMAC(salt, IKM), OKM = T(1) = HMAC(PRK, info || 0x01).
     # The same bytes as cryptography's HKDF (a test checks it), without building an object per key:
-    # every client derives about 2k of these per session, all under the same salt, whose two padded
-    # HMAC blocks are hashed once (:func:`_salted`) and copied.
-    inner, outer = _salted(session)  # an empty salt is HMAC's zero key, as in RFC 5869
-    h = inner.copy()
-    h.update(shared)
-    o = outer.copy()
-    o.update(h.digest())
-    return hmac_sha256(o.digest(), info + b"\x01")
+    # every client derives about 2k of these per session.
+    prk = hmac_sha256(session, shared)  # an empty salt is HMAC's zero key, as in RFC 5869
+    return hmac_sha256(prk, info + b"\x01")
 
 
 _TRANS_36 = bytes(x ^ 0x36 for x in range(256))
 _TRANS_5C = bytes(x ^ 0x5C for x in range(256))
-
-
-@functools.lru_cache(maxsize=256)
-def _salted(salt: bytes) -> tuple[Any, Any]:
-    """SHA-256 states after HMAC's inner and outer padded key blocks of ``salt`` (copied, never updated).
-
-    Only for HKDF salts (session transcripts: public, and the same for every key of a session): a
-    device derives its ``2k`` pair keys under one salt, so the two key blocks are hashed once, not
-    ``2k`` times. Secret keys are never cached here (:func:`hmac_sha256` takes them).
-    """
-    key = hashlib.sha256(salt).digest() if len(salt) > 64 else salt
-    key = key.ljust(64, b"\x00")
-    return hashlib.sha256(key.translate(_TRANS_36)), hashlib.sha256(key.translate(_TRANS_5C))
 
 
 def hmac_sha256(key: bytes, msg: bytes) -> bytes:
