@@ -265,3 +265,27 @@ def test_small_sessions_need_all_but_the_allowed_dropouts_as_colluders() -> None
         assert isolation_probability(p.n, p.k, p.t, p.min_survivors, attackers) == 0.0
         assert session_colluders(p) == p.min_survivors - 1
     assert session_parameters(COMPLETE_UP_TO + 1).k < COMPLETE_UP_TO
+
+
+def test_threads_asking_for_the_same_session_size_search_once() -> None:
+    """Devices of one process reaching a session's setup together share one parameter search."""
+    import threading
+
+    from fedstats.secagg import collusion
+
+    n = 777  # a size no other test asks for
+    before = collusion._session_parameters.cache_info().misses
+    start = threading.Barrier(8)
+    got: list[object] = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(session_parameters(n))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and all(p is got[0] for p in got)
+    assert collusion._session_parameters.cache_info().misses == before + 1

@@ -277,7 +277,7 @@ def test_cached_permutation_is_read_only_and_consistent() -> None:
 @settings(max_examples=50, deadline=None)
 @given(
     shared=st.binary(min_size=32, max_size=32),
-    session=st.binary(max_size=48),
+    session=st.binary(max_size=100),
     label=st.binary(max_size=40),
     low=st.integers(0, 2**32 - 1),
     high=st.integers(0, 2**32 - 1),

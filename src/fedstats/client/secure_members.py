@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,10 @@ class PackedMembers:
     def ids(self) -> list[str]:
         """The members' client ids, in list order."""
         o, blob = self._offsets.tolist(), self._ids
-        return [blob[o[i] : o[i + 1]].decode() for i in range(len(o) - 1)]
+        if blob.isascii():  # one decode; its characters are its bytes, so the offsets cut it alike
+            text = blob.decode("ascii")
+            return [text[a:b] for a, b in pairwise(o)]
+        return [blob[a:b].decode() for a, b in pairwise(o)]
 
     def entries(self) -> list[seeding.Entry]:
         """The commitment list as :func:`fedstats.wire.seeding.entries_of` parsed it."""

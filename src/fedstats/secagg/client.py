@@ -593,7 +593,7 @@ class _Identities:
     __slots__ = ("_blob",)
 
     def __init__(self, identities: tuple[bytes, ...]) -> None:
-        if any(len(key) != 32 for key in identities):
+        if set(map(len, identities)) - {32}:  # every key 32 bytes (the lengths counted in C)
             raise SecurityError("a roster identity key must be 32 bytes")
         self._blob = b"".join(identities)
 

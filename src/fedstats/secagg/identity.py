@@ -146,7 +146,8 @@ class SessionRoster:
             raise DataError(f"session roster lists {count} clients, at most {max_clients} expected")
         if len(view) != pos + 32 * count + SIGNATURE_BYTES:
             raise DataError("session roster has the wrong length for its client count")
-        ids = tuple(bytes(view[pos + 32 * i : pos + 32 * (i + 1)]) for i in range(count))
+        raw = bytes(view[pos : pos + 32 * count])  # one copy, then cut into the 32-byte keys
+        ids = tuple(raw[i : i + 32] for i in range(0, 32 * count, 32))
         sig = bytes(view[pos + 32 * count :])
         return cls(task_id, session, ids, sig)
 
