@@ -16,7 +16,9 @@ survivor set).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -152,3 +154,20 @@ def assert_learns_only_one_signed_set(responses: Iterable[Message | None], t: in
     seeds, keys = reveals(responses)
     assert not set(seeds) & set(keys), f"inconsistent reveals for {sorted(set(seeds) & set(keys))}"
     assert not [v for v in seeds if seeds[v] >= t and keys.get(v, 0) >= t]
+
+
+def call_together(fn: Callable[[int], Any], n: int, threads: int = 8) -> list[Any]:
+    """``fn(n)`` from ``threads`` threads released at once (a barrier): what each call returned."""
+    start = threading.Barrier(threads)
+    got: list[Any] = []
+
+    def ask() -> None:
+        start.wait()
+        got.append(fn(n))
+
+    workers = [threading.Thread(target=ask) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return got

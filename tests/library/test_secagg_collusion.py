@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare, hypergeom
 
 from fedstats.errors import ParameterError, ProtocolAbortError
+from fedstats.secagg import collusion
 from fedstats.secagg.collusion import (
     COMPLETE_UP_TO,
     MIN_COLLUDER_FRACTION,
@@ -43,7 +44,7 @@ from fedstats.secagg.messages import (
     UnmaskResponse,
 )
 from fedstats.secagg.shamir import reconstruct_secret
-from secagg_harness import Deployment, reveals
+from secagg_harness import Deployment, call_together, reveals
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "secagg.md"
 
@@ -269,23 +270,8 @@ def test_small_sessions_need_all_but_the_allowed_dropouts_as_colluders() -> None
 
 def test_threads_asking_for_the_same_session_size_search_once() -> None:
     """Devices of one process reaching a session's setup together share one parameter search."""
-    import threading
-
-    from fedstats.secagg import collusion
-
     n = 777  # a size no other test asks for
     before = collusion._session_parameters.cache_info().misses
-    start = threading.Barrier(8)
-    got: list[object] = []
-
-    def ask() -> None:
-        start.wait()
-        got.append(session_parameters(n))
-
-    threads = [threading.Thread(target=ask) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    got = call_together(session_parameters, n)
     assert len(got) == 8 and all(p is got[0] for p in got)
     assert collusion._session_parameters.cache_info().misses == before + 1

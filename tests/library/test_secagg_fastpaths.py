@@ -46,7 +46,7 @@ from fedstats.secagg.messages import (
     decode,
 )
 from fedstats.secagg.shamir import SHARE_BYTES
-from secagg_harness import Deployment
+from secagg_harness import Deployment, call_together
 
 _IDENTITY = ClientIdentity()
 
@@ -238,25 +238,13 @@ def test_shamir_coefficients_from_one_entropy_read_are_field_elements(
 def test_threads_asking_for_the_same_parameters_together_search_once() -> None:
     """``find_parameters`` is remembered, and threads that ask at once wait for the one search (a wave of
     simulated devices joining a session used to run it each)."""
-    import threading
 
     from fedstats.secagg import find_parameters
     from fedstats.secagg.params import _find_parameters
 
     n = 997  # not asked for elsewhere in the tests
     _find_parameters.cache_clear()
-    start = threading.Barrier(8)
-    got = []
-
-    def ask() -> None:
-        start.wait()
-        got.append(find_parameters(n))
-
-    threads = [threading.Thread(target=ask) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    got = call_together(find_parameters, n)
     assert len(got) == 8 and len(set(got)) == 1
     assert _find_parameters.cache_info().misses == 1
 
