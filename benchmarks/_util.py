@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import resource
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -51,6 +52,13 @@ def numpy_raw_bernoulli_seconds(
     return time.perf_counter() - t0
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def write_results(name: str, data: dict[str, Any]) -> Path:
     """Write ``benchmarks/results/<name>.json`` atomically with machine metadata."""
     payload = {
@@ -68,20 +76,20 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     return path
 
 
-def loaded_server_argv(db: str, port: int, certs: Mapping[str, Any]) -> list[str]:
-    """``fedstats server`` arguments of a benchmark's server: ``db`` on ``port`` with TLS, the per-device
-    rate limit out of the way (10^6 requests/s, burst 10^6) and 10,000 connections per peer (every
-    load-generator process connects from 127.0.0.1)."""
+def loaded_server_argv(db: str, port: int, certs: Mapping[str, Any] | None) -> list[str]:
+    """``fedstats server`` arguments of a benchmark's server: ``db`` on ``port`` with TLS (plain HTTP if
+    ``certs`` is None), the per-device rate limit out of the way (10^6 requests/s, burst 10^6) and 10,000
+    connections per peer (every load-generator process connects from 127.0.0.1)."""
+    tls = (
+        [] if certs is None else ["--tls-cert", str(certs["cert"]), "--tls-key", str(certs["key"])]
+    )
     return [
         "server",
         "--db",
         db,
         "--port",
         str(port),
-        "--tls-cert",
-        str(certs["cert"]),
-        "--tls-key",
-        str(certs["key"]),
+        *tls,
         "--rate",
         "1000000",
         "--burst",

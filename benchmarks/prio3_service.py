@@ -46,7 +46,6 @@ import multiprocessing as mp
 import os
 import secrets
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -63,7 +62,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _util import loaded_server_argv, write_results
+from _util import free_port, loaded_server_argv, write_results
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 POPULATION = "bench"
@@ -95,12 +94,6 @@ for _ in range(n):
     cpu += time.process_time() - c0
 print(json.dumps({"reports": n, "shard_cpu_s": cpu / n}))
 """
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cpu(pid: int) -> float:
@@ -389,7 +382,7 @@ def run_case(
             )
         )
         devices.append((f"d{i}", auth.private_key_hex(k), values[i]))
-    ports = [_port(), _port()]
+    ports = [free_port(), free_port()]
     urls = [f"https://127.0.0.1:{p}" for p in ports]
     task_id, verify_key, peer_token = (
         secrets.token_hex(32),

@@ -32,7 +32,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from _util import loaded_server_argv, write_results
+from _util import free_port, loaded_server_argv, write_results
 from fedstats import wire
 from fedstats.cli.server import KEEP_ALIVE_SECONDS
 from fedstats.engine.rounds import ClientBatch, Round
@@ -57,12 +56,6 @@ from fedstats.wire import auth
 from fedstats.wire.registry import resolve_encoder
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _metric(text: str, name: str) -> float:
@@ -280,7 +273,7 @@ def bench_fedstats(
             authority, client_id=f"b{i}", public_key=auth.public_key_hex(k), population="bench"
         )
         clients.append((f"b{i}", auth.private_key_hex(k), cert.as_dict(), float(values[i])))
-    ports = [_port() for _ in range(n_servers)]
+    ports = [free_port() for _ in range(n_servers)]
     urls = [f"https://127.0.0.1:{p}" for p in ports]
     env = dict(os.environ)
     env.pop("FEDSTATS_BENCH_PROFILE", None)
@@ -403,7 +396,7 @@ def bench_minimal(
         k = Ed25519PrivateKey.generate()
         # a request key as fedstats's devices hold (the minimal app ignores it): the same client work
         clients.append((f"b{i}", auth.private_key_hex(k), {}, float(v), (f"0.{i:032x}", "00" * 32)))
-    port = _port()
+    port = free_port()
     url = f"https://127.0.0.1:{port}"
     env = dict(os.environ, MINIMAL_DB=db, MINIMAL_WORK=str(root / "work.json"))
     server = subprocess.Popen(

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import os
 import resource
-import socket
 import ssl
 import subprocess
 import sys
@@ -27,15 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _util import loaded_server_argv, write_results
+from _util import free_port, loaded_server_argv, write_results
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rss_kib(pid: int) -> int:
@@ -73,15 +66,9 @@ async def _open(n: int, port: int, body: int, context: ssl.SSLContext | None) ->
 
 def measure(n: int, body: int, tls: bool, certs: dict[str, Path], workdir: Path) -> dict[str, Any]:
     """One row: the server's RSS before and with ``n`` open connections."""
-    port = _free_port()
-    argv = loaded_server_argv(f"sqlite:///{workdir / f'conn-{port}.db'}", port, certs)
-    if not tls:
-        argv = [
-            a
-            for i, a in enumerate(argv)
-            if a not in ("--tls-cert", "--tls-key")
-            and argv[i - 1] not in ("--tls-cert", "--tls-key")
-        ]
+    port = free_port()
+    db = f"sqlite:///{workdir / f'conn-{port}.db'}"
+    argv = loaded_server_argv(db, port, certs if tls else None)
     argv += ["--max-connections", str(4 * n + 100)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
     log = workdir / f"server-{port}.log"

@@ -132,7 +132,7 @@ import httpx
 import numpy as np
 
 import fedstats
-from _util import write_results
+from _util import free_port, write_results
 from fedstats.wire.seeding import STAGES
 
 HERE = Path(__file__).resolve().parent
@@ -274,14 +274,6 @@ def pg_schema() -> Iterator[str]:
             c.execute(f"DROP SCHEMA {name} CASCADE")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (all its threads), from ``/proc/<pid>/stat``."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -342,7 +334,7 @@ class Server:
         store = open_store(db)
         self.token = add_operator(store, "bench")
         store.close()
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.log = root / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
