@@ -11,9 +11,9 @@ The distribution functions (:func:`norm_ppf`, :func:`norm_sf`, :func:`chi2_sf`, 
 :func:`chi2_ppf`, :func:`chi2_pdf`) call the :mod:`scipy.special` kernels that :mod:`scipy.stats` itself
 calls for these distributions, so their values are scipy.stats' to the bit
 (``tests/library/test_numeric_distributions.py`` checks them on grids), without importing
-:mod:`scipy.stats`: it adds about 78 MiB to a process and 0.3 s to its start, against 27 MiB for
-:mod:`scipy.special`. A server that releases FED-chi^2 or FED-H results therefore never loads it (issue
-40: the server's memory).
+:mod:`scipy.stats`, which loads several hundred modules more than :mod:`scipy.special`. A server that
+releases FED-chi^2 or FED-H results therefore never loads it (issue 40: the server's memory; the server's
+resident memory at start is in ``benchmarks/results/service_connections.json``, ``rss_before_mib``).
 """
 
 from __future__ import annotations
