@@ -45,14 +45,17 @@ privacy-preserving machine learning. CCS 2017, Sec. 4.3.
 
 from __future__ import annotations
 
-import functools
 import math
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fedstats._validation import check_int, check_real
-from fedstats.secagg.params import SecAggParameters, degree_parameters, find_parameters
+from fedstats.secagg.params import (
+    SearchedOnce,
+    SecAggParameters,
+    degree_parameters,
+    find_parameters,
+)
 
 __all__ = [
     "COMPLETE_UP_TO",
@@ -377,19 +380,10 @@ def session_parameters(n: int) -> SecAggParameters:
         If ``n`` is below 2.
     """
     n = check_int("n", n, low=2)
-    with (
-        _SEARCHING
-    ):  # one search per n: threads asking together wait for the first, then hit the cache
-        return _session_parameters(n)
+    return _session_parameters(n)
 
 
-_SEARCHING = threading.Lock()
-"""Held around :func:`_session_parameters`: an ``lru_cache`` alone lets every thread that asks while the
-first one searches search too (the 250 simulated devices of a benchmark process reaching a session's
-setup together made 244 searches of the same ``n``)."""
-
-
-@functools.lru_cache(maxsize=256)
+@SearchedOnce
 def _session_parameters(n: int) -> SecAggParameters:
     if n <= 3:
         return find_parameters(n)

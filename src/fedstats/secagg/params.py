@@ -25,8 +25,9 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -308,14 +309,49 @@ def find_parameters(
     sigma = check_real("sigma", sigma, low=1.0, high=256.0)
     eta = check_real("eta", eta, low=1.0, high=256.0)
     check_choice("threat_model", threat_model, THREAT_MODELS)
-    with _FINDING:  # one search per argument set: threads asking together wait for the first
-        return _find_parameters(n, gamma, delta, sigma, eta, threat_model)
+    return _find_parameters(n, gamma, delta, sigma, eta, threat_model)
 
 
-_FINDING = threading.Lock()
+R = TypeVar("R")
 
 
-@functools.lru_cache(maxsize=256)
+class SearchedOnce(Generic[R]):
+    """A pure search remembered per argument set, and made once even when threads ask together.
+
+    :func:`functools.lru_cache` alone lets every thread that asks while the first one computes compute
+    too (the 250 simulated devices of a benchmark process reaching a session's setup together made 244
+    searches of the same ``n``); a lock held around the cached call makes the others wait for the first
+    and then read the cache. Used by :func:`find_parameters` and
+    :func:`fedstats.secagg.collusion.session_parameters`.
+
+    Parameters
+    ----------
+    fn : callable
+        The search, a pure function of hashable positional arguments.
+    maxsize : int, default 256
+        Argument sets remembered (least recently used dropped first).
+    """
+
+    def __init__(self, fn: Callable[..., R], maxsize: int = 256) -> None:
+        self._cached = functools.lru_cache(maxsize=maxsize)(fn)
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any) -> R:
+        """``fn(*args)``, from the cache after its first call with these arguments."""
+        with self._lock:
+            return self._cached(*args)
+
+    def cache_info(self) -> Any:
+        """The cache's hits and misses (:meth:`functools.lru_cache` ``cache_info``)."""
+        return self._cached.cache_info()
+
+    def cache_clear(self) -> None:
+        """Forget every remembered result."""
+        self._cached.cache_clear()
+
+
+@SearchedOnce
 def _find_parameters(
     n: int, gamma: float, delta: float, sigma: float, eta: float, threat_model: str
 ) -> SecAggParameters:
