@@ -140,6 +140,18 @@ def check_int(name: str, value: Any, *, low: int | None = None, high: int | None
 def check_bool(name: str, value: Any) -> bool:
     """Return ``value`` if it is a bool (``True``/``False``, not 0/1).
 
+    Parameters
+    ----------
+    name : str
+        The parameter's name, as the caller passed it (named in the error).
+    value : object
+        The value given.
+
+    Returns
+    -------
+    bool
+        ``value``.
+
     Raises
     ------
     ParameterError

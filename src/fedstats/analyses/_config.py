@@ -68,6 +68,11 @@ def check_public_seed(public_seed: Any) -> bytes:
 def check_columns(**columns: Any) -> None:
     """Refuse a column name that is not a non-empty string (named).
 
+    Parameters
+    ----------
+    **columns : str
+        Option name -> the column name given for it (e.g. ``x="age"``).
+
     Raises
     ------
     ParameterError
@@ -272,13 +277,11 @@ class AnalysisConfig(ABC):
 
 
 class ExactSumsConfig(AnalysisConfig):
-    """Mixin of the configs of analyses that release exact sums over secure aggregation (no DP).
+    """Base of the configs of analyses that release exact sums over secure aggregation (no DP).
 
-    ``PRIVACY`` is ``"none"`` (a task's ``privacy.epsilon`` must be null) and :meth:`privacy_loss` is
-    :data:`NOT_PRIVATE`.
+    ``PRIVACY`` keeps :class:`AnalysisConfig`'s ``"none"`` (a task's ``privacy.epsilon`` must be null) and
+    :meth:`privacy_loss` is :data:`NOT_PRIVATE`.
     """
-
-    PRIVACY: ClassVar[str] = "none"
 
     def privacy_loss(self) -> PrivacyLoss:
         """Not private: exact sums are released (infinite epsilon, delta 1)."""

@@ -17,7 +17,7 @@ from fedstats._validation import (
     check_open_unit,
     check_real,
 )
-from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, plan_randomness
+from fedstats.analyses._config import NOT_PRIVATE, AnalysisConfig, check_columns, plan_randomness
 from fedstats.analyses.bitpushing.encoding import BitEncoding
 from fedstats.analyses.bitpushing.methods import make_stage, stage_mechanisms
 from fedstats.analyses.bitpushing.protocol import (
@@ -86,8 +86,7 @@ class BitPushingMeanConfig(AnalysisConfig):
 
     def __post_init__(self) -> None:
         """Validate every option (see the class docstring)."""
-        if not isinstance(self.column, str) or not self.column:
-            raise ParameterError("column", self.column, "a non-empty column name")
+        check_columns(column=self.column)
         check_choice("method", self.method, _METHODS)
         for name in ("low", "high", "resolution", "round1_fraction"):
             object.__setattr__(self, name, check_real(name, getattr(self, name)))

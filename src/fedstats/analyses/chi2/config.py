@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the plan's types only: the protocol is imported when a plan
     from fedstats.analyses.chi2.estimator import Chi2Result
     from fedstats.engine.core import ProtocolGenerator
 
-__all__ = ["FedChi2Config", "TableTestConfig", "check_columns", "check_task_shape"]
+__all__ = ["FedChi2Config", "TableTestConfig", "check_task_shape"]
 
 MAX_CATEGORIES = 10_000
 """Largest number of categories of one variable in a task."""

@@ -52,7 +52,6 @@ __all__ = [
     "kept_cells",
     "projection_norms",
     "projection_plan",
-    "row_norms_and_offset",
 ]
 
 _NORM_CHUNK = 1 << 16
@@ -350,6 +349,23 @@ def projection_plan(
     :func:`~fedstats.analyses.chi2.null.round2_plan` with them; the other parameters are
     :func:`~fedstats.analyses.chi2.null.round2_plan`'s (``ell`` is ``proj.encoding_size``).
 
+    Parameters
+    ----------
+    privacy : Chi2Privacy or None
+        The run's DP parameters; None for the exact (non-private) plan.
+    proj : StableProjection
+        The public ``l x m`` projection (``m = m_x m_y``).
+    vbar : numpy.ndarray
+        float64, shape ``(m,)``, > 0: expected counts over the kept cells (from the released marginals).
+    n_clients, max_cell, bits : int
+        Clients of round 1, the declared ``max_cell`` and the field width in bits.
+    total_bound : float
+        Bound on the table's total (the marginals' total plus, with privacy, headroom for their noise).
+    min_dim : int
+        ``min(kept rows, kept columns)``.
+    exact : bool, default True
+        As :func:`~fedstats.analyses.chi2.null.round2_plan`.
+
     Returns
     -------
     (Round2Plan, float, numpy.ndarray)
@@ -370,25 +386,6 @@ def projection_plan(
         exact=exact,
     )
     return plan, row_norm, p_sq
-
-
-def row_norms_and_offset(proj: StableProjection, sq: np.ndarray) -> tuple[float, np.ndarray]:
-    """``max_k ||P_k||_2`` and ``P sq`` (the first two values of :func:`projection_norms`).
-
-    Parameters
-    ----------
-    proj : StableProjection
-        The public ``l x m`` projection.
-    sq : numpy.ndarray
-        float64 vector of length ``m`` (``sqrt(vbar)``, or zeros for the row norms alone).
-
-    Returns
-    -------
-    (float, numpy.ndarray)
-        The largest row norm and ``P sq`` (shape ``(l,)``).
-    """
-    row_norm, off, _ = projection_norms(proj, sq)
-    return row_norm, off
 
 
 def client_bound(vbar: np.ndarray, max_cell: int, n: int, row_norm: float) -> float:
@@ -414,7 +411,7 @@ def decode(
     return geometric_mean_estimator(e, 2.0, confidence=confidence, resolution=resolution)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sketch:
     """What round 2 sends and how the server decodes it: the fields of a result's cost and decoding.
 
@@ -428,6 +425,8 @@ class Sketch:
         Field width and fixed-point fraction bits (the communication cost is
         ``ceil((m_x + m_y) bits / 8) + ceil(l bits / 8)`` bytes per client).
     decoder : str
+        The decoder of round 2's sum: ``"mean-of-squares"`` or ``"geometric"`` (FED-chi^2), ``"fed-h"``
+        (FED-H's G-test).
     """
 
     m_x: int
@@ -455,7 +454,25 @@ def finish_encoding(
 
     ``e`` is on the fixed-point grid ``2**-sketch.frac_bits`` (the geometric decoder's resolution); with
     ``null`` the encoding is also decoded at ``1 - (1 - confidence) / 2`` for the interval
-    (:func:`finish`'s ``wide``). The other parameters are :func:`finish`'s.
+    (:func:`finish`'s ``wide``).
+
+    Parameters
+    ----------
+    e : numpy.ndarray
+        float64, shape ``(l,)``: the aggregated round-2 encoding, in value units.
+    sketch : Sketch
+        The round's shape, cost and decoder.
+    confidence : float
+        Level of the estimate's interval, in (0, 1).
+    null : NullSample or None
+        The simulated null of a DP release (its shift and critical value), or None.
+    dof, level, n_clients, n_dropped, details, noise_offset
+        As :func:`finish`.
+
+    Returns
+    -------
+    Chi2Result
+        The statistic, its interval and p-value, with the run's cost.
     """
     step = 1.0 / 2.0**sketch.frac_bits
     wide = None

@@ -333,7 +333,7 @@ def _multinomial(rng: RNG, total: int, p: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NullSetting:
     """The run's release as :func:`simulate_null` replays it (public values only).
 

@@ -210,7 +210,7 @@ def fed_chi2_protocol(
     e = fp.decode(total)
     res = finish_encoding(
         e,
-        Sketch(m_x, m_y, ell, b, plan.frac_bits, dec),
+        Sketch(m_x=m_x, m_y=m_y, ell=ell, bits=b, frac_bits=plan.frac_bits, decoder=dec),
         confidence=conf,
         null=null,
         dof=(rel.rows.size - 1) * (rel.cols.size - 1),
@@ -347,7 +347,14 @@ def _null(
 ) -> NullSample:
     """The released statistic's null (and power) distribution, simulated through both rounds' noise."""
     setting = NullSetting(
-        (rel.vx.size, rel.vy.size), privacy, proj, decoder, rel.n, s2.n_clients, rel.max_cell, bits
+        shape=(rel.vx.size, rel.vy.size),
+        privacy=privacy,
+        projection=proj,
+        decoder=decoder,
+        n_clients=rel.n,
+        n_survivors=s2.n_clients,
+        max_cell=rel.max_cell,
+        bits=bits,
     )
     return simulate_null(
         rel.marg,

@@ -198,7 +198,16 @@ def simulate_fed_chi2(
     if privacy is not None:
         null = simulate_null(
             np.concatenate([vx, vy]),
-            NullSetting((m_x, m_y), privacy, proj, dec, n, n - k_drop, mc, b),
+            NullSetting(
+                shape=(m_x, m_y),
+                privacy=privacy,
+                projection=proj,
+                decoder=dec,
+                n_clients=n,
+                n_survivors=n - k_drop,
+                max_cell=mc,
+                bits=b,
+            ),
             tau=tau,
             replicates=null_replicates,
             rng=null_rng,
@@ -206,7 +215,7 @@ def simulate_fed_chi2(
     dof = int((rows.size - 1) * (cols.size - 1))
     res = finish_encoding(
         q / scale,
-        Sketch(m_x, m_y, ell, b, plan.frac_bits, dec),
+        Sketch(m_x=m_x, m_y=m_y, ell=ell, bits=b, frac_bits=plan.frac_bits, decoder=dec),
         confidence=conf,
         null=null,
         dof=dof,

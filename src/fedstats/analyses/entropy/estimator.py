@@ -462,7 +462,14 @@ def g_result(
     noise_sd = 2 * table_total * (ent.standard_error or 0.0)
     res = finish(
         est,
-        Sketch(m_x, m_y, 2 * ent.encoding_size, ent.bits, ent.frac_bits, "fed-h"),
+        Sketch(
+            m_x=m_x,
+            m_y=m_y,
+            ell=2 * ent.encoding_size,
+            bits=ent.bits,
+            frac_bits=ent.frac_bits,
+            decoder="fed-h",
+        ),
         dof=dof,
         level=level,
         n_clients=ent.n_clients,
