@@ -7,7 +7,7 @@ its total, and bisection returns the end of the bracket on which the caller's co
 side: a noise scale that is private, a budget that is not exceeded), never a midpoint that might not
 satisfy it.
 
-The distribution functions (:func:`norm_ppf`, :func:`norm_sf`, :func:`chi2_sf`, :func:`chi2_isf`,
+The distribution functions (:func:`norm_ppf`, :func:`two_sided_z`, :func:`norm_sf`, :func:`chi2_sf`, :func:`chi2_isf`,
 :func:`chi2_ppf`, :func:`chi2_pdf`) call the :mod:`scipy.special` kernels that :mod:`scipy.stats` itself
 calls for these distributions, so their values are scipy.stats' to the bit
 (``tests/library/test_numeric_distributions.py`` checks them on grids), without importing
@@ -40,6 +40,7 @@ __all__ = [
     "norm_ppf",
     "norm_sf",
     "round_to_integers",
+    "two_sided_z",
 ]
 
 
@@ -183,6 +184,39 @@ def bisect_safe(
         else:
             bad = mid
     return good
+
+
+_Z_TABLE: dict[float, float] = {
+    0.8: 1.2815515655446004,
+    0.9: 1.6448536269514722,
+    0.95: 1.959963984540054,
+    0.98: 2.3263478740408408,
+    0.99: 2.5758293035489004,
+    0.999: 3.2905267314919255,
+}
+"""``ndtri(0.5 + confidence / 2)`` for the usual levels, as scipy computes it (tests/library/test_bitpushing.py
+checks the table against scipy): an interval at these levels imports no scipy."""
+
+
+def two_sided_z(confidence: float) -> float:
+    """The two-sided standard normal quantile ``z`` with ``P(|Z| <= z) = confidence``.
+
+    ``ndtri(0.5 + confidence / 2)`` (:func:`norm_ppf`), read from :data:`_Z_TABLE` at the usual levels.
+
+    Parameters
+    ----------
+    confidence : float
+        Level of the interval, in (0, 1) (checked by the caller).
+
+    Returns
+    -------
+    float
+        ``z`` > 0 (1.959963984540054 at 0.95).
+    """
+    z = _Z_TABLE.get(confidence)
+    if z is not None:
+        return z
+    return float(norm_ppf(0.5 + confidence / 2.0))
 
 
 def norm_ppf(q: Any) -> Any:

@@ -423,7 +423,8 @@ def test_squashing_removes_vacuous_bits_under_dp() -> None:
 def test_the_normal_quantile_table_is_scipys_ndtri_to_the_bit() -> None:
     from scipy.special import ndtri
 
-    from fedstats.analyses.bitpushing.protocol import _Z_TABLE, _z
+    from fedstats._numeric import _Z_TABLE
+    from fedstats._numeric import two_sided_z as _z
 
     assert _Z_TABLE
     for confidence, z in _Z_TABLE.items():

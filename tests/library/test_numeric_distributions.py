@@ -41,15 +41,16 @@ def test_broadcasting_over_degrees_of_freedom_as_scipy_stats() -> None:
     np.testing.assert_array_equal(_numeric.chi2_sf(grid, dof), scipy.stats.chi2.sf(grid, dof))
 
 
-def test_a_fed_chi2_and_fed_h_release_does_not_import_scipy_stats() -> None:
+def test_fed_chi2_fed_h_and_g_test_releases_do_not_import_scipy_stats() -> None:
     code = (
         "import sys, numpy as np\n"
-        "from fedstats import fed_chi2, fed_entropy\n"
+        "from fedstats import fed_chi2, fed_entropy, fed_g_test\n"
         "from fedstats.randomness import RandomSource\n"
         "rng = np.random.default_rng(1)\n"
         "tables = rng.integers(0, 5, size=(30, 3, 4))\n"
         "fed_chi2(tables, epsilon=2.0, delta=1e-6, randomness=RandomSource(seed=1))\n"
         "fed_entropy(tables.sum(axis=2), randomness=RandomSource(seed=2))\n"
+        "fed_g_test(tables, randomness=RandomSource(seed=3))\n"
         "print('scipy.stats' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedstats._numeric import chi2_isf, chi2_ppf, norm_ppf
+from fedstats._numeric import chi2_isf, chi2_ppf, two_sided_z
 from fedstats._validation import check_open_unit, check_real
 from fedstats.errors import DataError, ParameterError
 
@@ -144,7 +144,7 @@ def _mean_log_quantiles(alpha: float, ell: int, confidence: float) -> tuple[floa
     k1, k2, k3, k4 = _log_abs_cumulants(alpha)
     g1 = k3 / k2**1.5 / math.sqrt(ell)
     g2 = k4 / k2**2 / ell
-    z = float(norm_ppf(0.5 + confidence / 2))
+    z = two_sided_z(confidence)
     out = []
     for zp in (-z, z):
         w = (

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats._numeric import two_sided_z
 from fedstats._validation import (
     check_choice,
     check_int,
@@ -64,12 +65,6 @@ _METHODS = ("adaptive", "weighted", "basic")
 DEFAULT_METHOD: str = BitPushingMeanConfig.method
 """The method planned when none is named: the library's default (``BitPushingMeanConfig.method``)."""
 _MIN_REPORTS = 16  # adaptive_stage's default min_reports
-
-
-def _z(confidence: float) -> float:
-    from scipy.special import ndtri  # lazily (import cost)
-
-    return float(ndtri(0.5 + confidence / 2.0))
 
 
 def _bit_means(spec: CodeSpec, values: Any) -> np.ndarray:
@@ -227,7 +222,7 @@ def _plan(
 ) -> Plan:
     """Solve for the unknown of ``n_clients``/``epsilon`` with ``predict(n, epsilon=eps, **model)``."""
     solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)
-    z = _z(confidence)
+    z = two_sided_z(confidence)
 
     def w_at(n: int, eps: float) -> float:
         try:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from fedstats._numeric import two_sided_z
 from fedstats._validation import (
     check_choice,
     check_int,
@@ -184,28 +185,6 @@ class VarianceEstimate(BitPushingResult):
     mean: float = 0.0
 
 
-_Z_TABLE: dict[float, float] = {
-    0.8: 1.2815515655446004,
-    0.9: 1.6448536269514722,
-    0.95: 1.959963984540054,
-    0.98: 2.3263478740408408,
-    0.99: 2.5758293035489004,
-    0.999: 3.2905267314919255,
-}
-"""``ndtri(0.5 + confidence / 2)`` for the usual levels, as scipy computes it (tests/library/test_bitpushing.py
-checks the table against scipy): a run at these levels does not import ``scipy.special`` (0.1 s)."""
-
-
-def _z(confidence: float) -> float:
-    """The two-sided normal quantile of ``confidence``: scipy's ``ndtri``, from :data:`_Z_TABLE` if there."""
-    z = _Z_TABLE.get(confidence)
-    if z is not None:
-        return z
-    from scipy.special import ndtri  # the normal quantile (what scipy.stats.norm.ppf calls), lazily
-
-    return float(ndtri(0.5 + confidence / 2.0))
-
-
 def clip_to_space(
     estimate: float, standard_error: float, z: float, space: tuple[float, float]
 ) -> tuple[float, tuple[float, float]]:
@@ -278,7 +257,7 @@ def _common(
     ``details["clipped_estimate"]`` / ``["clipped_ci"]`` (``docs/bitpushing.md``, "Released = judged").
     """
     se = math.sqrt(max(variance, 0.0))
-    z = _z(confidence)
+    z = two_sided_z(confidence)
     clipped, clipped_ci = clip_to_space(estimate, se, z, space)
     return {
         "analysis": analysis,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats._numeric import norm_ppf
+from fedstats._numeric import two_sided_z
 from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses.chi2.estimator import (
     Chi2Result,
@@ -256,7 +256,7 @@ def decode_entropy(
         sd = math.sqrt(max(var, 0.0))
     else:
         sd = math.inf
-    z = float(norm_ppf(0.5 + conf / 2))
+    z = two_sided_z(conf)
     bias = finite_difference_bias_bound(m, d)
     ci = (h - z * sd - bias, h + z * sd)
     return h, ci, sd, (fp.estimate, fm.estimate), bias

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats._numeric import two_sided_z
 from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses._planning import Plan
 from fedstats.analyses.entropy.estimator import (
@@ -118,9 +119,7 @@ def plan_entropy(
     ]
     sd0 = math.sqrt(sum(variances) / PILOT_RUNS)
     bias = finite_difference_bias_bound(k, d)
-    from scipy.special import ndtri  # lazily (import cost)
-
-    z = float(ndtri(0.5 + conf / 2.0))
+    z = two_sided_z(conf)
     goal = f"{100 * conf:g}% interval width <= {w:g} nats"
     inputs = {
         "m": k,

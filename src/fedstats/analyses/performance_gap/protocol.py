@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats._numeric import two_sided_z
 from fedstats._validation import check_choice, check_int, check_open_unit, check_real
 from fedstats.analyses.performance_gap.client import (
     aggregate_gap_report,
@@ -469,9 +470,7 @@ def estimate_gap(
     K = float(sums.n_clients)
     c = mech.value_gain
     unit = 0.5 if scale == "rate" else 1.0
-    from scipy.special import ndtri  # the normal quantile (what scipy.stats.norm.ppf calls), lazily
-
-    z = float(ndtri((1 + confidence) / 2))
+    z = two_sided_z(confidence)
     i, j = pair
     if sizes is None:
         a, ao = mech.a, mech.a_other
