@@ -17,7 +17,7 @@ from sqlalchemy import (
 )
 
 from fedstats.service.store.core import CoreQueries
-from fedstats.service.store.sql_writes import SqlRowWrites, insert_ignore
+from fedstats.service.store.sql_writes import SqlRowWrites
 from fedstats.service.store.tables import (
     Audit,
     Authority,
@@ -123,10 +123,6 @@ class SqlBase(SqlRowWrites, CoreQueries):
     def _run(self, stmt: Any, params: dict[str, Any]) -> Any:
         """Execute a prebuilt Core statement on the transaction's connection (no ORM layer)."""
         return self.conn.execute(stmt, params)
-
-    def _insert_ignore(self, table: Any, **values: Any) -> int:
-        """``INSERT ... ON CONFLICT DO NOTHING``; the number of rows inserted (0 or 1)."""
-        return insert_ignore(self.conn, table, values)
 
     def _page(self, stmt: Any, limit: int, offset: int) -> tuple[list[Any], int]:
         total = self._exec(select(func.count()).select_from(stmt.subquery())).scalar_one()

@@ -56,7 +56,8 @@ class SqlDeviceQueries(SqlBase):
 
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
         """See :meth:`CoreQueries.use_nonce`."""
-        return self._insert_ignore(_NONCES, client_id=client_id, nonce=nonce, ts=ts) == 1
+        values = {"client_id": client_id, "nonce": nonce, "ts": ts}
+        return self._add_row(_NONCES.name, values, ignore=True)
 
     def purge_nonces(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_nonces`."""
@@ -107,7 +108,7 @@ class SqlDeviceQueries(SqlBase):
         """See :meth:`CoreQueries.update_client`."""
         self._exec(update(_CLIENTS).where(_CLIENTS.c.id == client_id).values(**values))
         # the devices' counter: row DEVICES_VERSION of state_version, created at its first change
-        self._insert_ignore(_VERSION, id=DEVICES_VERSION, version=0)
+        self._add_row(_VERSION.name, {"id": DEVICES_VERSION, "version": 0}, ignore=True)
         v = _VERSION.c
         self._exec(update(_VERSION).where(v.id == DEVICES_VERSION).values(version=v.version + 1))
 

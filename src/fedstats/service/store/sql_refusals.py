@@ -41,6 +41,7 @@ class SqlRefusalQueries(SqlBase):
 
     def server_secret(self, name: str, candidate: bytes, now: float) -> bytes:
         """See :meth:`CoreQueries.server_secret`."""
-        self._insert_ignore(_SECRETS, name=name, value=candidate, created_at=now)
+        values = {"name": name, "value": candidate, "created_at": now}
+        self._add_row(_SECRETS.name, values, ignore=True)
         value = self._exec(select(_SECRETS.c.value).where(_SECRETS.c.name == name)).scalar_one()
         return bytes(value)

@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from fedstats.service.store.tables import table_named
 from fedstats.service.store.writes import RowWrites
 
-__all__ = ["SqlRowWrites", "insert_ignore"]
+__all__ = ["SqlRowWrites"]
 
 
 # INSERT of every column the parameters name, by table name (built once: the compiled form is cached)
@@ -28,7 +28,7 @@ def _insert(table: str) -> Any:
     return stmt
 
 
-def insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> int:
+def _insert_ignore(conn: Connection, table: Table, values: dict[str, Any]) -> int:
     """``INSERT ... ON CONFLICT DO NOTHING`` of one row of ``table``; the number of rows inserted (0 or 1)."""
     dialect = conn.dialect.name
     stmt = _INSERT_IGNORE.get((table.name, dialect))
@@ -49,7 +49,7 @@ class SqlRowWrites(RowWrites):
     def _add_row(self, table: str, values: dict[str, Any], *, ignore: bool = False) -> bool:
         """See :meth:`RowWrites._add_row`."""
         if ignore:
-            return insert_ignore(self.conn, table_named(table), values) == 1
+            return _insert_ignore(self.conn, table_named(table), values) == 1
         self.conn.execute(_insert(table), values)
         return True
 
