@@ -59,6 +59,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def proc_status_kib(pid: int, key: str) -> int:
+    """A ``kB`` field (``VmHWM``, ``VmRSS``) of ``/proc/<pid>/status``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
 def write_results(name: str, data: dict[str, Any]) -> Path:
     """Write ``benchmarks/results/<name>.json`` atomically with machine metadata."""
     payload = {

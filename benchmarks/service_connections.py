@@ -4,8 +4,10 @@ Issue 40 asks for at most 300 MiB of server memory in a whole secure run at n = 
 keeps one connection open through the run (long polls, and a TLS handshake saved per request). This
 measures what one open connection holds in the server process: ``fedstats server`` (SQLite, the same
 arguments as the secure-run benchmark's) is started once per row, its RSS read from ``/proc`` before and
-after ``--connections`` clients each open one connection, send one request (``GET /healthz``, or a
-``POST`` of ``--body`` bytes, about a device's share upload at n = 1,000) and keep the connection open.
+after ``--connections`` clients each open one connection, send one request and keep the connection open.
+The request is ``GET /healthz``, or a ``POST`` of ``--body`` bytes (the size of a device's share upload at
+n = 1,000) to ``/healthz``: the route answers 405 without reading the body, but its bytes have come
+through the connection's TLS and HTTP layers, which is what this measures, not an upload's handling.
 The difference divided by the connections is the row's KiB per connection.
 
 Run: ``python benchmarks/service_connections.py [--connections 1000] [--body 30000]`` (writes
@@ -26,16 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _util import free_port, loaded_server_argv, write_results
+from _util import free_port, loaded_server_argv, proc_status_kib, write_results
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
 
 
 async def _open(n: int, port: int, body: int, context: ssl.SSLContext | None) -> list[Any]:
@@ -86,13 +81,13 @@ def measure(n: int, body: int, tls: bool, certs: dict[str, Path], workdir: Path)
                 raise RuntimeError(f"the server did not start: {log.read_text()[-500:]}")
             time.sleep(0.2)
         time.sleep(1.0)
-        before = _rss_kib(proc.pid)
+        before = proc_status_kib(proc.pid, "VmRSS")
         context = ssl.create_default_context(cafile=str(certs["ca"])) if tls else None
 
         async def hold() -> int:
             kept = await _open(n, port, body, context)
             await asyncio.sleep(2.0)  # the server settles (its heap trimmer runs every few seconds)
-            with_open = _rss_kib(proc.pid)
+            with_open = proc_status_kib(proc.pid, "VmRSS")
             for writer in kept:
                 writer.close()
             return with_open

@@ -132,7 +132,7 @@ import httpx
 import numpy as np
 
 import fedstats
-from _util import free_port, write_results
+from _util import free_port, proc_status_kib, write_results
 from fedstats.wire.seeding import STAGES
 
 HERE = Path(__file__).resolve().parent
@@ -278,14 +278,6 @@ def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (all its threads), from ``/proc/<pid>/stat``."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def proc_status_kib(pid: int, key: str) -> int:
-    """A ``kB`` field (``VmHWM``, ``VmRSS``) of ``/proc/<pid>/status``."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise KeyError(key)
 
 
 def reset_peak_rss(pid: int) -> bool:

@@ -121,7 +121,8 @@ BitsPerClientOption = Annotated[
 def _bit_pushing_command(statistic: str, summary: str) -> Callable[..., None]:
     """The ``plan mean`` or ``plan variance`` command: it plans bit pushing's ``statistic``, prints it.
 
-    Both have the same options, but only ``variance`` has ``--mean-fraction``. Exactly one of ``--clients``/``--epsilon`` is given, the planner
+    Both have the same options, but only ``variance`` has ``--mean-fraction``. Exactly one of
+    ``--clients``/``--epsilon`` is given; the planner
     (:func:`~fedstats.analyses.bitpushing.planning.plan_mean` or ``plan_variance``) solves for the other
     (a :class:`~fedstats.errors.ParameterError` otherwise, or as the planner); ``--method`` unset is the
     library's default method.
