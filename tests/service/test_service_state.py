@@ -252,6 +252,18 @@ class TestStateParity:
             ]
             assert [a.ts for a in tx.audit_log("run-1", 2)] == [1.0, 2.0]
 
+    def test_an_operator_token_is_held_by_one_operator(self, state: Store) -> None:
+        with state.transaction() as tx:
+            tx.add_operator("alice", "a" * 64, 1.0)
+            tx.add_operator("bob", "b" * 64, 1.0)
+            assert tx.set_operator_token("alice", "c" * 64)
+            assert tx.set_operator_token("alice", "c" * 64)  # its own hash again
+            assert not tx.set_operator_token("carol", "d" * 64)
+        with pytest.raises(IntegrityError), state.transaction() as tx:
+            tx.set_operator_token("bob", "c" * 64)
+        with state.transaction(read_only=True) as tx:
+            assert tx.operator_of("c" * 64) == "alice" and tx.operator_of("b" * 64) == "bob"
+
     def test_refusals_and_server_secrets(self, state: Store) -> None:
         with state.transaction() as tx:
             _task_and_run(tx)

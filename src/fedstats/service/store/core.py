@@ -523,9 +523,12 @@ class CoreQueries(RowWrites):
     def page_operators(self, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """One page of operators (name, created_at) by name, and their number."""
 
-    @abstractmethod
     def set_operator_token(self, name: str, token_hash: str) -> bool:
-        """Replace an operator's token hash; False if there is no such operator."""
+        """Replace an operator's token hash; False if there is no such operator.
+
+        A hash another operator holds raises :class:`sqlalchemy.exc.IntegrityError` (unique column).
+        """
+        return self._set("operators", name, {"token_hash": token_hash})
 
     @abstractmethod
     def remove_operator(self, name: str) -> bool:

@@ -18,7 +18,6 @@ from fedstats.service.store.memory_tables import (
     _RUN_FIELDS,
     MemoryTables,
     Row,
-    _duplicate,
     _missing_parent,
 )
 from fedstats.service.store.rows import (
@@ -468,13 +467,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
         rows = [o for _k, o in sorted(self._t("operators").items())]
         page, total = self._page(rows, limit, offset)
         return [{"name": o.name, "created_at": o.created_at} for o in page], total
-
-    def set_operator_token(self, name: str, token_hash: str) -> bool:
-        """See :meth:`CoreQueries.set_operator_token`."""
-        holder = self.operator_of(token_hash)
-        if holder is not None and holder != name and name in self._t("operators"):
-            raise _duplicate("operators.token_hash", token_hash[:8])
-        return self._set("operators", name, {"token_hash": token_hash})
 
     def remove_operator(self, name: str) -> bool:
         """See :meth:`CoreQueries.remove_operator`."""

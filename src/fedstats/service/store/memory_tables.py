@@ -200,13 +200,28 @@ class MemoryTables(RowWrites):
         return self._insert(table, key[0] if len(key) == 1 else key, values, ignore=ignore)
 
     def _set(self, table: str, key: Any, values: dict[str, Any]) -> bool:
-        """``UPDATE ... WHERE <primary key>``; False if there is no such row."""
+        """``UPDATE ... WHERE <primary key>``; False if there is no such row.
+
+        The unique columns the update changes are checked as :meth:`_add_row` checks them.
+        """
         unknown = set(values) - set(_COLUMNS[table])
         if unknown:
             raise TypeError(f"unknown column(s) of {table}: {sorted(unknown)}")
-        row = self._touch(table, key)
-        if row is None:
+        rows = self.data.tables[table]
+        current = rows.get(key)
+        if current is None:
             return False
+        for cols in _KEYS[table].unique:
+            if not values.keys() & set(cols):
+                continue
+            want = tuple(values.get(c, getattr(current, c)) for c in cols)
+            if None not in want and any(
+                r is not current and tuple(getattr(r, c) for c in cols) == want
+                for r in rows.values()
+            ):
+                raise _duplicate(f"{table} {cols}", want)
+        row = self._touch(table, key)
+        assert row is current
         row.__dict__.update(values)
         return True
 

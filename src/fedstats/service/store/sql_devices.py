@@ -118,14 +118,6 @@ class SqlDeviceQueries(SqlBase):
         rows, total = self._page(select(o.name, o.created_at).order_by(o.name), limit, offset)
         return [{"name": n, "created_at": c} for n, c in rows], total
 
-    def set_operator_token(self, name: str, token_hash: str) -> bool:
-        """See :meth:`CoreQueries.set_operator_token`."""
-        o = _OPERATORS.c
-        got = self._exec(
-            update(_OPERATORS).where(o.name == name).values(token_hash=token_hash).returning(o.name)
-        ).all()
-        return bool(got)
-
     def remove_operator(self, name: str) -> bool:
         """See :meth:`CoreQueries.remove_operator`."""
         o = _OPERATORS.c
