@@ -361,13 +361,13 @@ class CoreQueries(RowWrites):
         and the change it guards see the same lease (:meth:`update_run` writes the change).
         """
 
-    @abstractmethod
     def add_run(self, **values: Any) -> None:
-        """Insert a run (the ``runs`` columns as keywords)."""
+        """Insert a run (the ``runs`` columns as keywords; its task must exist)."""
+        self._add_row("runs", values)
 
-    @abstractmethod
     def update_run(self, run_id: str, **values: Any) -> None:
         """Set columns of a run."""
+        self._set("runs", run_id, values)
 
     @abstractmethod
     def any_closed_round(self, run_id: str) -> bool:
@@ -412,9 +412,9 @@ class CoreQueries(RowWrites):
     def add_round(self, **values: Any) -> RoundRow:
         """Insert a round (the ``rounds`` columns as keywords); return it."""
 
-    @abstractmethod
     def update_round(self, run_id: str, index: int, **values: Any) -> None:
         """Set columns of a round (``status``; at its close ``total`` and ``n_clients``)."""
+        self._set("rounds", (run_id, index), values)
 
     @abstractmethod
     def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:

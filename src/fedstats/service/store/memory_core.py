@@ -190,16 +190,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             **{f: values[f] for f in _RUN_FIELDS[:-1]}, lease_epoch=int(r.lease_epoch or 0)
         )
 
-    def add_run(self, **values: Any) -> None:
-        """See :meth:`CoreQueries.add_run`."""
-        if values.get("task_id") not in self._t("tasks"):
-            raise _missing_parent("runs.task_id", values.get("task_id"))
-        self._insert("runs", values["id"], values)
-
-    def update_run(self, run_id: str, **values: Any) -> None:
-        """See :meth:`CoreQueries.update_run`."""
-        self._set("runs", run_id, values)
-
     def any_closed_round(self, run_id: str) -> bool:
         """See :meth:`CoreQueries.any_closed_round`."""
         return any(r.status == "closed" for r in self._rounds_of(run_id))
@@ -267,10 +257,6 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             raise _missing_parent("rounds.run_id", run_id)
         self._insert("rounds", (run_id, index), values)
         return round_row(self._t("rounds")[(run_id, index)])
-
-    def update_round(self, run_id: str, index: int, **values: Any) -> None:
-        """See :meth:`CoreQueries.update_round`."""
-        self._set("rounds", (run_id, index), values)
 
     def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
         """See :meth:`CoreQueries.round_counts`."""

@@ -344,14 +344,6 @@ class SqlRunQueries(SqlBase):
             got = self._run(_Q_RUN, {"run_id": run_id}).first()
         return None if got is None else _run_row(got)
 
-    def add_run(self, **values: Any) -> None:
-        """See :meth:`CoreQueries.add_run`."""
-        self._exec(_RUNS.insert().values(**values))
-
-    def update_run(self, run_id: str, **values: Any) -> None:
-        """See :meth:`CoreQueries.update_run`."""
-        self._exec(update(_RUNS).where(_RUNS.c.id == run_id).values(**values))
-
     def any_closed_round(self, run_id: str) -> bool:
         """See :meth:`CoreQueries.any_closed_round`."""
         r = _ROUNDS.c
@@ -427,11 +419,6 @@ class SqlRunQueries(SqlBase):
         """See :meth:`CoreQueries.add_round`."""
         self._exec(_ROUNDS.insert().values(**values))
         return RoundRow(**{f: values[f] for f in _ROUND_FIELDS})
-
-    def update_round(self, run_id: str, index: int, **values: Any) -> None:
-        """See :meth:`CoreQueries.update_round`."""
-        r = _ROUNDS.c
-        self._exec(update(_ROUNDS).where(r.run_id == run_id, r.index == index).values(**values))
 
     def round_counts(self, run_id: str, index: int, lo: int, hi: int) -> tuple[int, int]:
         """See :meth:`CoreQueries.round_counts`."""
