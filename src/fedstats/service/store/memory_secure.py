@@ -189,12 +189,6 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
                 out[direction] = str(m.digest)
         return out
 
-    def add_withholders(self, task_id: str, run_id: str, client_ids: list[str], at: float) -> None:
-        """See :meth:`SecureQueries.add_withholders`."""
-        for c in dict.fromkeys(client_ids):
-            values = {"task_id": task_id, "client_id": c, "run_id": run_id, "at": at}
-            self._insert("secure_withholders", (task_id, c, run_id), values, ignore=True)
-
     def withholders(self, run_id: str) -> list[str]:
         """See :meth:`SecureQueries.withholders`."""
         return sorted(c for (_t, c, rid) in self._t("secure_withholders") if rid == run_id)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any, cast
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from fedstats.service.store.rows import PutUp
 from fedstats.service.store.secure_rows import (
@@ -75,9 +75,15 @@ class SecureQueries(RowWrites):
         """Fix a seeding run's public seed and set it ``running``."""
         self._set("runs", run_id, {"public_seed": public_seed, "status": "running"})
 
-    @abstractmethod
     def add_withholders(self, task_id: str, run_id: str, client_ids: list[str], at: float) -> None:
         """Record members of a run that did not reveal (idempotent per task, client and run)."""
+        known = set(self.withholders(run_id))
+        rows = [
+            {"task_id": task_id, "client_id": c, "run_id": run_id, "at": at}
+            for c in dict.fromkeys(client_ids)
+            if c not in known
+        ]
+        self._add_rows("secure_withholders", rows)
 
     @abstractmethod
     def withholders(self, run_id: str) -> list[str]:
@@ -606,17 +612,6 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
         key = {"run_id": run_id, "round_index": index, "number": number, "stage": stage}
         rows = self.conn.execute(_MINE, {**key, "client_index": client_index}).all()
         return {str(d): str(g) for d, g in rows}
-
-    def add_withholders(self, task_id: str, run_id: str, client_ids: list[str], at: float) -> None:
-        """See :meth:`SecureQueries.add_withholders`."""
-        known = set(self.withholders(run_id))
-        rows = [
-            {"task_id": task_id, "client_id": c, "run_id": run_id, "at": at}
-            for c in dict.fromkeys(client_ids)
-            if c not in known
-        ]
-        if rows:
-            self.conn.execute(insert(_WITHHOLDERS), rows)
 
     def withholders(self, run_id: str) -> list[str]:
         """See :meth:`SecureQueries.withholders`."""
