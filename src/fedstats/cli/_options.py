@@ -79,7 +79,19 @@ PopulationFilterOption = Annotated[
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """The route options of a command: the engine's backend and how it runs (``--backend`` ...)."""
+    """The route options of a command: the engine's backend and how it runs (``--backend`` ...).
+
+    Attributes
+    ----------
+    backend : str
+        ``--backend``: the engine route (serial, process, dask, aggregate, secure).
+    workers : int or None
+        ``--workers`` (process and dask routes).
+    scheduler : str or None
+        ``--scheduler`` (dask route).
+    shard_size : int
+        ``--shard-size``: clients per shard, >= 1 (routes that work in shards).
+    """
 
     backend: str
     workers: int | None = None
@@ -139,6 +151,18 @@ def drop_option(command: Callable[..., None], name: str) -> Callable[..., None]:
     """The command without its option ``name`` (which then takes the Python default when it runs).
 
     For two commands that differ by one option (``mean`` and ``variance``'s ``--mean-fraction``).
+
+    Parameters
+    ----------
+    command : callable
+        A typer command function.
+    name : str
+        The Python name of one of its parameters that has a default.
+
+    Returns
+    -------
+    callable
+        The command as typer sees it, without that option; calling it calls ``command``.
     """
     signature = inspect.signature(command, eval_str=True)
     kept = [param for param in signature.parameters.values() if param.name != name]

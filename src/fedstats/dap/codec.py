@@ -236,6 +236,20 @@ OPAQUE32 = _plain(opaque32, Reader.opaque32)
 def fixed_bytes(name: str, value: bytes, size: int) -> bytes:
     """Encode ``opaque name[size]``: ``value`` itself, which must be exactly ``size`` bytes.
 
+    Parameters
+    ----------
+    name : str
+        The field's name (in the error).
+    value : bytes
+        The field's value.
+    size : int
+        Its required length in bytes.
+
+    Returns
+    -------
+    bytes
+        ``value``.
+
     Raises
     ------
     DataError
@@ -247,29 +261,85 @@ def fixed_bytes(name: str, value: bytes, size: int) -> bytes:
 
 
 def fixed(size: int) -> Field:
-    """``opaque[size]``: exactly ``size`` bytes (an id, a checksum), :func:`fixed_bytes`."""
+    """``opaque[size]``: exactly ``size`` bytes (an id, a checksum), :func:`fixed_bytes`.
+
+    Parameters
+    ----------
+    size : int
+        The field's length in bytes, >= 1 (encoding another length raises
+        :class:`~fedstats.errors.DataError` naming the field).
+
+    Returns
+    -------
+    Field
+        The codec of a :class:`Struct` field annotated with it.
+    """
     return Field(lambda name: partial(fixed_bytes, name, size=size), lambda r: r.take(size))
 
 
 def vector16(item: type[Message]) -> Field:
-    """``item items<0..2^16-1>``, held as a tuple."""
+    """``item items<0..2^16-1>``, held as a tuple.
+
+    Parameters
+    ----------
+    item : type
+        The :class:`Message` class of the items.
+
+    Returns
+    -------
+    Field
+        The codec of a :class:`Struct` field annotated with it.
+    """
     return _plain(lambda v: vec16([x.encode() for x in v]), lambda r: tuple(r.vec16(item.read)))
 
 
 def vector32(item: type[Message]) -> Field:
-    """``item items<0..2^32-1>``, held as a tuple."""
+    """``item items<0..2^32-1>``, held as a tuple.
+
+    Parameters
+    ----------
+    item : type
+        The :class:`Message` class of the items.
+
+    Returns
+    -------
+    Field
+        The codec of a :class:`Struct` field annotated with it.
+    """
     return _plain(lambda v: vec32([x.encode() for x in v]), lambda r: tuple(r.vec32(item.read)))
 
 
 def wrapped32(item: type[Message]) -> Field:
-    """One ``item`` inside ``opaque<0..2^32-1>``; its encoding must fill the opaque exactly."""
+    """One ``item`` inside ``opaque<0..2^32-1>``; its encoding must fill the opaque exactly.
+
+    Parameters
+    ----------
+    item : type
+        The :class:`Message` class held.
+
+    Returns
+    -------
+    Field
+        The codec of a :class:`Struct` field annotated with it.
+    """
     return _plain(
         lambda v: opaque32(v.encode()), lambda r: decode_all(r.opaque32(), r.what, item.read)
     )
 
 
 def nested(item: type[Message]) -> Field:
-    """One ``item``, as it encodes itself (what a field typed with a message class gets by default)."""
+    """One ``item``, as it encodes itself (what a field typed with a message class gets by default).
+
+    Parameters
+    ----------
+    item : type
+        The :class:`Message` class held.
+
+    Returns
+    -------
+    Field
+        The codec of a :class:`Struct` field annotated with it.
+    """
     return _plain(item.encode, item.read)
 
 

@@ -346,6 +346,21 @@ class Audit(Base):
 
 
 def table_named(name: str) -> Table:
-    """The table ``name`` of the schema: a model's table above, or a Prio3 table (:data:`.vdaf.VDAF_METADATA`)."""
+    """The table ``name`` of the schema: a model's table above, or a Prio3 table (:data:`.vdaf.VDAF_METADATA`).
+
+    Parameters
+    ----------
+    name : str
+        A table's name (``"runs"``, ``"vdaf_reports"``...).
+
+    Returns
+    -------
+    sqlalchemy.Table
+
+    Raises
+    ------
+    KeyError
+        If the schema has no table of that name.
+    """
     tables = Base.metadata.tables
     return tables[name] if name in tables else VDAF_METADATA.tables[name]

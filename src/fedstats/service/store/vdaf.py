@@ -351,6 +351,24 @@ def row_of(cls: Callable[..., _RowT], r: Mapping[Any, Any]) -> _RowT:
 
     The memory and SQL stores read rows alike: each field from the column of its name, byte columns as
     :class:`bytes` (a driver may answer a memoryview).
+
+    Parameters
+    ----------
+    cls : type
+        :class:`VdafTaskRow` or :class:`VdafSignedRow`.
+    r : Mapping
+        The stored row's columns by name (a SQL row's ``_mapping`` or a memory row's ``__dict__``); every
+        field of ``cls`` must be there.
+
+    Returns
+    -------
+    VdafTaskRow or VdafSignedRow
+        A new row; its byte fields are :class:`bytes` or None.
+
+    Raises
+    ------
+    KeyError
+        If a field of ``cls`` is not a column of ``r``.
     """
     return cls(
         **{
@@ -363,7 +381,20 @@ def row_of(cls: Callable[..., _RowT], r: Mapping[Any, Any]) -> _RowT:
 def pending_report(
     task_id: str, report_id: str, client_id: str, public_share: bytes, input_share: bytes
 ) -> dict[str, Any]:
-    """The ``vdaf_reports`` columns of a report share no job took yet (all but ``received_at``)."""
+    """The ``vdaf_reports`` columns of a report share no job took yet (all but ``received_at``).
+
+    Parameters
+    ----------
+    task_id, report_id, client_id : str
+        The Prio3 task, the report (its 16-byte id in hex) and the uploading device.
+    public_share, input_share : bytes
+        The report's public share and this aggregator's input share, as uploaded (any bytes-like).
+
+    Returns
+    -------
+    dict
+        Column name -> value: status ``"pending"``, no job and no reason.
+    """
     return {
         "task_id": task_id,
         "report_id": report_id,

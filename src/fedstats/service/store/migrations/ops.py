@@ -16,14 +16,30 @@ __all__ = ["add_columns", "drop_columns"]
 
 
 def add_columns(table: str, *columns: sa.Column[Any]) -> None:
-    """Add ``columns`` to ``table``, in this order (one batch operation)."""
+    """Add ``columns`` to ``table``, in this order (one batch operation).
+
+    Parameters
+    ----------
+    table : str
+        The table's name.
+    *columns : sqlalchemy.Column
+        The new columns, as the revision declares them (name, type, nullability, default).
+    """
     with op.batch_alter_table(table) as batch:
         for column in columns:
             batch.add_column(column)
 
 
 def drop_columns(table: str, *names: str) -> None:
-    """Drop the columns ``names`` of ``table``, in this order (one batch operation)."""
+    """Drop the columns ``names`` of ``table``, in this order (one batch operation).
+
+    Parameters
+    ----------
+    table : str
+        The table's name.
+    *names : str
+        The columns to drop; each must exist.
+    """
     with op.batch_alter_table(table) as batch:
         for name in names:
             batch.drop_column(name)
