@@ -296,15 +296,7 @@ def vector16(item: type[Message]) -> Field:
 def vector32(item: type[Message]) -> Field:
     """``item items<0..2^32-1>``, held as a tuple.
 
-    Parameters
-    ----------
-    item : type
-        The :class:`Message` class of the items.
-
-    Returns
-    -------
-    Field
-        The codec of a :class:`Struct` field annotated with it.
+    :func:`vector16` with a 32-bit length: the same parameter and return.
     """
     return _plain(lambda v: vec32([x.encode() for x in v]), lambda r: tuple(r.vec32(item.read)))
 
