@@ -166,3 +166,37 @@ def test_clock_skew_errors_name_the_clock() -> None:
     unknown = ssl.SSLCertVerificationError(1, "CERTIFICATE_VERIFY_FAILED: self-signed")
     assert "pass the server's CA with --ca" in _connect_failure(unknown, "https://h")[0]
     assert "unknown host" in _connect_failure(socket.gaierror("nope"), "https://h")[0]
+
+
+@pytest.mark.parametrize(
+    ("first", "retried"), [(408, True), (503, True), (400, False), (409, False)]
+)
+def test_a_request_is_sent_again_after_a_408_and_not_after_a_client_error(
+    tmp_path: Path, first: int, retried: bool
+) -> None:
+    # 408: the server timed the request's headers out (a device short of CPU, as the n = 5,000 benchmark's
+    # device threads were); RFC 9110 15.5.9 lets the client repeat it. A 400 or 409 is final.
+    import httpx
+
+    from fedstats.client import _HTTPError
+
+    init_authority(tmp_path / "authority")
+    ident = issue_identity(tmp_path / "authority", "dev-1", "default", tmp_path / "dev-1.json")
+    dev = Device("http://127.0.0.1:9", ident, {"value": np.zeros(1)})
+    seen: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(len(seen))
+        return httpx.Response(first if len(seen) == 1 else 200, json={"detail": "x"})
+
+    dev._http = httpx.Client(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(answer))
+    try:
+        if retried:
+            assert dev._send("POST", "/v1/client/work", b"", keyed=False).status_code == 200
+            assert len(seen) == 2
+        else:
+            with pytest.raises(_HTTPError) as err:
+                dev._send("POST", "/v1/client/work", b"", keyed=False)
+            assert err.value.status == first and len(seen) == 1
+    finally:
+        dev.close()

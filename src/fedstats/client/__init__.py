@@ -108,6 +108,9 @@ KEEP_ALIVE_SECONDS = 55.0
 
 REGISTER_PATH = "/v1/client/register"
 REQUEST_KEY_PATH = "/v1/client/request-key"
+# statuses a request is sent again after (with backoff): the server timed its headers out, throttled it,
+# or its gateway or the server was overloaded or restarting
+_RETRIED = frozenset({408, 429, 502, 503, 504})
 
 
 class Device(SecureRuns, Derivation, Refusals):
@@ -255,7 +258,7 @@ class Device(SecureRuns, Derivation, Refusals):
         retries: int = 6,
         keyed: bool = True,
     ) -> httpx.Response:
-        """Send a signed request, retrying transport errors and 429/5xx with backoff; return a < 400 answer.
+        """Send a signed request, retrying transport errors, 408, 429 and 502-504 with backoff; return a < 400 answer.
 
         With ``keyed`` (default) the request is authenticated with the device's request key when it has a
         valid one (:meth:`_refresh_request_key`), else signed with its Ed25519 key; a request whose key
@@ -319,9 +322,11 @@ class Device(SecureRuns, Derivation, Refusals):
                         retries=retries - attempt,
                         keyed=False,
                     )
-                # a request queued past the replay window (an overloaded server) is signed anew
+                # a request queued past the replay window (an overloaded server) is signed anew; 408:
+                # the server timed the headers out (RFC 9110 15.5.9: the request may be repeated), as
+                # when a device short of CPU is slow to write them
                 stale = r.status_code == 401 and "replay window" in text
-                if (r.status_code not in (429, 502, 503, 504) and not stale) or attempt == retries:
+                if (r.status_code not in _RETRIED and not stale) or attempt == retries:
                     raise _HTTPError(r.status_code, r.text if limit is None else text)
                 self.log(f"retry {path} after HTTP {r.status_code}")
             time.sleep(delay * (0.5 + self.randomness.generator("backoff").random()))
