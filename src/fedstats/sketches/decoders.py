@@ -44,6 +44,7 @@ import numpy as np
 from fedstats._numeric import chi2_isf, chi2_ppf, two_sided_z
 from fedstats._validation import check_open_unit, check_real
 from fedstats.errors import DataError, ParameterError
+from fedstats.sketches.stable import check_alpha
 
 __all__ = [
     "FrequencyMomentEstimate",
@@ -105,7 +106,7 @@ def log_abs_stable_mean(alpha: float) -> float:
     ParameterError
         If ``alpha`` is outside (0, 2].
     """
-    a = check_real("alpha", alpha, low=0.0, high=2.0, low_open=True)
+    a = check_alpha(alpha)
     return _EULER * (1.0 / a - 1.0)
 
 
@@ -117,7 +118,7 @@ def log_abs_stable_variance(alpha: float) -> float:
     ParameterError
         If ``alpha`` is outside (0, 2].
     """
-    a = check_real("alpha", alpha, low=0.0, high=2.0, low_open=True)
+    a = check_alpha(alpha)
     return math.pi**2 * (1.0 / a**2 + 0.5) / 6.0
 
 
@@ -235,7 +236,7 @@ def geometric_mean_estimator(
     estimate 0.
     """
     arr = _check_encoding(e)
-    a = check_real("alpha", alpha, low=0.0, high=2.0, low_open=True)
+    a = check_alpha(alpha)
     conf = check_open_unit("confidence", confidence)
     res = check_real("resolution", resolution, low=0.0)
     ell = int(arr.size)

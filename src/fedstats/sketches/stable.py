@@ -48,6 +48,7 @@ from fedstats.randomness import RNG, SPLITMIX64_GAMMA, splitmix64
 __all__ = [
     "MAX_DENSE_ENTRIES",
     "StableProjection",
+    "check_alpha",
     "cms_transform",
     "coupled_columns",
     "project_coupled",
@@ -61,7 +62,24 @@ _TWO_POW_53 = float(2**53)
 _COLUMN_CHUNK_ENTRIES = 1 << 19  # entries of P generated per chunk when streaming (~40 MB peak)
 
 
-def _check_alpha(alpha: float) -> float:
+def check_alpha(alpha: float) -> float:
+    """Check a stability index: symmetric alpha-stable laws exist for ``alpha`` in (0, 2].
+
+    Parameters
+    ----------
+    alpha : float
+        The stability index.
+
+    Returns
+    -------
+    float
+        ``alpha``, as a float.
+
+    Raises
+    ------
+    ParameterError
+        If ``alpha`` is outside (0, 2].
+    """
     return check_real("alpha", alpha, low=0.0, high=2.0, low_open=True)
 
 
@@ -92,7 +110,7 @@ def cms_transform(alpha: float, v: np.ndarray, w: np.ndarray) -> np.ndarray:
     Chambers, Mallows and Stuck (JASA 1976), symmetric case (beta = 0), evaluated in log space for the
     powers so that small alpha does not overflow in intermediate products.
     """
-    a = _check_alpha(alpha)
+    a = check_alpha(alpha)
     if a == 2.0:
         out: np.ndarray = 2.0 * np.sin(v) * np.sqrt(w)
         return out
@@ -132,7 +150,7 @@ def sample_symmetric_stable(alpha: float, size: int | tuple[int, ...], rng: RNG)
     Chambers-Mallows-Stuck (1976); matches ``scipy.stats.levy_stable(alpha, 0)`` (S1 parametrisation,
     which coincides with S0 when beta = 0). Pang et al. 2023, Definition 2 with beta = 0 and F = 1.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
     u = np.asarray(rng.random(shape), dtype=np.float64)
     # map [0, 1) to the open interval: (u - 1/2) * pi is in [-pi/2, pi/2); nudge the left end inside
@@ -181,7 +199,7 @@ def coupled_columns(
     """
     s = check_int("projection_seed", seed, low=0, high=2**256 - 1)
     ell = check_int("encoding_size", encoding_size, low=1)
-    al = [_check_alpha(a) for a in alphas]
+    al = [check_alpha(a) for a in alphas]
     j = np.asarray(columns, dtype=np.int64).ravel()
     if j.size and int(j.min()) < 0:
         raise ParameterError("columns", int(j.min()), "non-negative column indices")
@@ -290,7 +308,7 @@ class StableProjection:
     def __init__(self, seed: int, encoding_size: int, alpha: float) -> None:
         self.seed = check_int("projection_seed", seed, low=0, high=2**256 - 1)
         self.encoding_size = check_int("encoding_size", encoding_size, low=1)
-        self.alpha = _check_alpha(alpha)
+        self.alpha = check_alpha(alpha)
 
     def __repr__(self) -> str:
         return (
