@@ -13,6 +13,7 @@ from fedstats.cli._common import (
     JsonOption,
     SeedOption,
     check_applies,
+    check_route_options,
     emit,
     fmt_value,
     report_warnings,
@@ -27,27 +28,19 @@ if TYPE_CHECKING:  # imported where used: ``--help`` loads neither rich, pandas 
 _DEFAULT = HeterogeneityConfig  # the options' defaults are the config's (one default per option)
 
 
-def _route_options(
-    backend: str, *, dropout: float, workers: int | None, scheduler: str | None
-) -> dict[str, Any]:
-    """Return the secure route's dropout option (none off it); refuse the route options ``backend`` would ignore.
+def _route_options(backend: str, *, dropout: float) -> dict[str, Any]:
+    """Return the secure route's dropout option (none off it).
 
     Raises
     ------
     ParameterError
-        ``dropout`` > 0 off the secure route, ``workers`` off the process/dask routes, ``scheduler`` off
-        the dask route.
+        ``dropout`` > 0 off the secure route.
     """
-    options: dict[str, Any] = {}
-    if dropout:
-        if backend != "secure":
-            raise ParameterError("dropout", dropout, "0 unless --backend secure (or --secure)")
-        options["dropout"] = dropout
-    if workers is not None and backend not in ("process", "dask"):
-        raise ParameterError("workers", workers, "unset unless --backend process or dask")
-    if scheduler is not None and backend != "dask":
-        raise ParameterError("scheduler", scheduler, "unset unless --backend dask")
-    return options
+    if not dropout:
+        return {}
+    if backend != "secure":
+        raise ParameterError("dropout", dropout, "0 unless --backend secure (or --secure)")
+    return {"dropout": dropout}
 
 
 @route_options
@@ -203,15 +196,8 @@ def _route(
         noise = "distributed"
         if backend == "serial":
             backend = "secure"
-    route_options = _route_options(
-        backend, dropout=dropout, workers=engine_options.workers, scheduler=engine_options.scheduler
-    )
-    check_applies(
-        ctx,
-        "shard_size",
-        backend in ("serial", "process", "dask"),
-        f"unset with the {backend} route (only serial, process and dask work in shards)",
-    )
+    route_options = _route_options(backend, dropout=dropout)
+    check_route_options(ctx, backend)
     return replace(engine_options, backend=backend), noise, route_options
 
 
