@@ -38,7 +38,21 @@ def _geometric_noise(encoding_size: int, points: int) -> np.ndarray:
     rng = RandomSource(0).public("fed-chi2", "geometric-noise", encoding_size)
     z = np.asarray(rng.standard_normal((_CALIBRATION_DRAWS, encoding_size)))
     g = np.sort(batch_decode(math.sqrt(2.0) * z, "geometric"))
-    return np.asarray(np.quantile(g, (np.arange(points) + 0.5) / points))
+    return _frozen(np.quantile(g, (np.arange(points) + 0.5) / points))
+
+
+@functools.lru_cache(maxsize=64)
+def _mean_of_squares_noise(encoding_size: int, points: int) -> np.ndarray:
+    # G = chi2_l / l exactly: its quantile midpoints in closed form (a release asks for them three times,
+    # at the estimate and at both interval ends)
+    return _frozen(chi2_ppf((np.arange(points) + 0.5) / points, encoding_size) / encoding_size)
+
+
+def _frozen(values: Any) -> np.ndarray:
+    """A read-only float64 copy: the cached quantiles are shared by every caller."""
+    out = np.array(values, dtype=np.float64)
+    out.flags.writeable = False
+    return out
 
 
 def sketch_noise_quantiles(encoding_size: int, decoder: str, points: int = 2000) -> np.ndarray:
@@ -60,7 +74,7 @@ def sketch_noise_quantiles(encoding_size: int, decoder: str, points: int = 2000)
     Returns
     -------
     numpy.ndarray
-        float64, shape ``(points,)``, increasing.
+        float64, shape ``(points,)``, increasing; read-only (cached per ``(l, decoder, points)``).
 
     Raises
     ------
@@ -71,8 +85,7 @@ def sketch_noise_quantiles(encoding_size: int, decoder: str, points: int = 2000)
     decoder = check_choice("decoder", decoder, DECODERS)
     points = check_int("points", points, low=10)
     if decoder == "mean-of-squares":
-        u = (np.arange(points) + 0.5) / points
-        return np.asarray(chi2_ppf(u, ell) / ell)
+        return _mean_of_squares_noise(ell, points)
     return _geometric_noise(ell, points)
 
 
