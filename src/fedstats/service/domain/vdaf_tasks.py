@@ -199,6 +199,12 @@ def task_row(tx: State, task_id: str, *, lock: bool = False, share: bool = False
     return row
 
 
+def _check_peer_token(token: Any) -> None:
+    """Refuse an aggregator-to-aggregator bearer token that is not 32 to 512 printable characters."""
+    if not isinstance(token, str) or not 32 <= len(token) <= 512 or not token.isprintable():
+        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+
+
 def create_task(
     store: Store,
     *,
@@ -272,12 +278,7 @@ def create_task(
         raise ParameterError(
             "peer_url", peer_url, "an https:// URL (printable, <= 2048 characters)"
         )
-    if (
-        not isinstance(peer_token, str)
-        or not 32 <= len(peer_token) <= 512
-        or not peer_token.isprintable()
-    ):
-        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+    _check_peer_token(peer_token)
     if (
         not isinstance(population, str)
         or not 1 <= len(population) <= 128
@@ -444,12 +445,7 @@ def create_signed(
         raise ParameterError("role", role, "'leader' or 'helper'")
     if not isinstance(verify_key, bytes) or len(verify_key) != 32:
         raise ParameterError("verify_key", "not 32 bytes", "32 bytes")
-    if (
-        not isinstance(peer_token, str)
-        or not 32 <= len(peer_token) <= 512
-        or not peer_token.isprintable()
-    ):
-        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+    _check_peer_token(peer_token)
     with store.transaction() as tx:
         task = verify_task(envelope, tx.authorities())
         if task.get("prio3") is None:
