@@ -352,7 +352,7 @@ def run_case(
     from fedstats.service.domain.operators import add_operator, trust_authority
     from fedstats.service.http.tls import make_dev_certificates
     from fedstats.service.store import open_store
-    from fedstats.service.store.core import ClientRow
+    from fedstats.service.store.rows import ClientRow
     from fedstats.wire import auth
 
     spec, high, _ = VARIANTS[name]

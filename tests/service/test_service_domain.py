@@ -31,8 +31,9 @@ from fedstats.service.domain.driver import Driver
 from fedstats.service.domain.operators import trust_authority
 from fedstats.service.http.schemas import SignedTaskIn
 from fedstats.service.store import Store, open_store
-from fedstats.service.store.core import ClientRow, CoreQueries, PutReport
+from fedstats.service.store.core import CoreQueries
 from fedstats.service.store.memory import MemoryCoreQueries, MemoryStore, MemoryTx
+from fedstats.service.store.rows import ClientRow, PutReport
 from fedstats.wire.enrollment import init_authority, issue_analyst
 from fedstats.wire.registry import plan_for, resolve_encoder
 from fedstats.wire.tasks import sign_task

@@ -304,15 +304,7 @@ def vector32(item: type[Message]) -> Field:
 def wrapped32(item: type[Message]) -> Field:
     """One ``item`` inside ``opaque<0..2^32-1>``; its encoding must fill the opaque exactly.
 
-    Parameters
-    ----------
-    item : type
-        The :class:`Message` class held.
-
-    Returns
-    -------
-    Field
-        The codec of a :class:`Struct` field annotated with it.
+    :func:`nested` inside a 32-bit length: the same parameter and return.
     """
     return _plain(
         lambda v: opaque32(v.encode()), lambda r: decode_all(r.opaque32(), r.what, item.read)

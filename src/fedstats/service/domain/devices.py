@@ -14,7 +14,7 @@ from typing import Any
 from fedstats.errors import SecurityError
 from fedstats.service.domain import ledger, tasks
 from fedstats.service.store import State
-from fedstats.service.store.core import ClientRow
+from fedstats.service.store.rows import ClientRow
 from fedstats.wire import auth
 
 __all__ = ["enroll_device", "reinstate_device", "revoke_device"]

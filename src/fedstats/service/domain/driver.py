@@ -31,7 +31,7 @@ from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.runs import load_run, new_public_seed
 from fedstats.service.domain.tasks import task_config
 from fedstats.service.store import State, Store, StoreUnavailable
-from fedstats.service.store.core import ReportRow, RoundRow, RunLease, RunRow
+from fedstats.service.store.rows import ReportRow, RoundRow, RunLease, RunRow
 from fedstats.wire.registry import encoder_name, lookup, plan_for
 
 __all__ = ["Driver", "excluded_metrics"]

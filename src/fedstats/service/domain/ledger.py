@@ -31,7 +31,7 @@ from fedstats.errors import BudgetExceededError
 from fedstats.privacy.analysis.loss import MechanismSpec, PrivacyLoss
 from fedstats.privacy.ledger import DEFAULT_DELTA_TARGET, PrivacyLedger, mechanisms_of
 from fedstats.service.store import State
-from fedstats.service.store.core import BudgetRow, ChargeRow
+from fedstats.service.store.rows import BudgetRow, ChargeRow
 
 __all__ = [
     "Charge",

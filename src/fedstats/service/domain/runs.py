@@ -59,7 +59,7 @@ from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
 from fedstats.service.store import State
-from fedstats.service.store.core import FinishedRun, LiveRun, PutReport, RoundRow, RunRow
+from fedstats.service.store.rows import FinishedRun, LiveRun, PutReport, RoundRow, RunRow
 from fedstats.wire.registry import privacy_loss_for
 from fedstats.wire.tasks import check_task_current
 

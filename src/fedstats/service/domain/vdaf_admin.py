@@ -24,7 +24,8 @@ from typing import Any
 from fedstats import wire
 from fedstats.errors import ParameterError
 from fedstats.service.domain import ledger
-from fedstats.service.domain.tasks import ConflictError, NotFoundError
+from fedstats.service.domain.tasks import ConflictError
+from fedstats.service.domain.vdaf_tasks import signed_row
 from fedstats.service.store import State, Store
 from fedstats.service.store.vdaf import VdafSignedRow, VdafTaskRow
 from fedstats.service.store.vdaf_results import VdafResultRow
@@ -41,15 +42,6 @@ __all__ = [
 
 MAX_RESULT_BYTES = 1 << 20
 """Largest released result (its JSON) the leader keeps for a task."""
-_HEX = frozenset("0123456789abcdef")
-
-
-def _row(tx: State, signed_id: str, *, lock: bool = False) -> VdafSignedRow:
-    ok = isinstance(signed_id, str) and len(signed_id) == 64 and set(signed_id) <= _HEX
-    row = tx.vdaf_signed(signed_id, lock=lock) if ok else None
-    if row is None:
-        raise NotFoundError(f"no signed Prio3 task {signed_id!r}")
-    return row
 
 
 def _batch(tx: State, r: VdafTaskRow) -> dict[str, Any]:
@@ -130,7 +122,7 @@ def signed_summary(store: Store, signed_id: str) -> dict[str, Any]:
         If there is no such task.
     """
     with store.transaction(read_only=True) as tx:
-        return _summary(tx, _row(tx, signed_id))
+        return _summary(tx, signed_row(tx, signed_id))
 
 
 def store_result(store: Store, signed_id: str, result: Any, actor: str) -> dict[str, Any]:
@@ -164,7 +156,7 @@ def store_result(store: Store, signed_id: str, result: Any, actor: str) -> dict[
     if len(text) > MAX_RESULT_BYTES:
         raise ParameterError("result", f"{len(text)} bytes", f"at most {MAX_RESULT_BYTES} bytes")
     with store.transaction() as tx:
-        row = _row(tx, signed_id, lock=True)
+        row = signed_row(tx, signed_id, lock=True)
         if row.role != "leader":
             raise ConflictError("results are kept on the task's leader")
         if not any(r.status == "collected" for r in tx.vdaf_rounds_of(signed_id)):
@@ -198,7 +190,7 @@ def close_signed(store: Store, signed_id: str, actor: str) -> dict[str, Any]:
         If it was abandoned, no round was collected, or a round is still open (collect it first).
     """
     with store.transaction() as tx:
-        row = _row(tx, signed_id, lock=True)
+        row = signed_row(tx, signed_id, lock=True)
         if row.status == "closed":
             return _summary(tx, row)
         if row.status != "open":
@@ -212,7 +204,7 @@ def close_signed(store: Store, signed_id: str, actor: str) -> dict[str, Any]:
             raise ConflictError(f"round {rounds[-1].round_index} is still open: collect it first")
         tx.set_vdaf_signed_status(signed_id, "closed")
         ledger.audit(tx, actor, "close-prio3-task", row.charge_id, task_id=signed_id)
-        return _summary(tx, _row(tx, signed_id))
+        return _summary(tx, signed_row(tx, signed_id))
 
 
 def device_work(store: Store, population: str) -> tuple[str, bytes]:

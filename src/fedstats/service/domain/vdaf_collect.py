@@ -12,7 +12,7 @@ from typing import Any
 from fedstats.service.domain import ledger
 from fedstats.service.domain.tasks import ConflictError
 from fedstats.service.domain.vdaf_jobs import run_leader_jobs
-from fedstats.service.domain.vdaf_tasks import Noise, _signed_row, task_row, vdaf_from_spec
+from fedstats.service.domain.vdaf_tasks import Noise, signed_row, task_row, vdaf_from_spec
 from fedstats.service.store import Store
 
 __all__ = ["UnaggregatedError", "collect"]
@@ -63,7 +63,7 @@ def collect(store: Store, task_id: str, rng: Any) -> dict[str, Any]:
         if row.collection is not None:
             done: dict[str, Any] = json.loads(row.collection)
             return done
-        signed = None if row.signed_id is None else _signed_row(tx, row.signed_id, lock=True)
+        signed = None if row.signed_id is None else signed_row(tx, row.signed_id, lock=True)
         if signed is not None and signed.status != "open":
             raise ConflictError(f"Prio3 task {signed.id} is {signed.status}")
         unfinished = tx.count_vdaf_jobs(task_id, "running")

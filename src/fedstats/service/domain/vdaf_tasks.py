@@ -50,6 +50,7 @@ __all__ = [
     "join_signed",
     "open_round",
     "signed_info",
+    "signed_row",
     "task_info",
     "task_row",
     "vdaf_from_spec",
@@ -198,6 +199,12 @@ def task_row(tx: State, task_id: str, *, lock: bool = False, share: bool = False
     return row
 
 
+def _check_peer_token(token: Any) -> None:
+    """Refuse an aggregator-to-aggregator bearer token that is not 32 to 512 printable characters."""
+    if not isinstance(token, str) or not 32 <= len(token) <= 512 or not token.isprintable():
+        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+
+
 def create_task(
     store: Store,
     *,
@@ -271,12 +278,7 @@ def create_task(
         raise ParameterError(
             "peer_url", peer_url, "an https:// URL (printable, <= 2048 characters)"
         )
-    if (
-        not isinstance(peer_token, str)
-        or not 32 <= len(peer_token) <= 512
-        or not peer_token.isprintable()
-    ):
-        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+    _check_peer_token(peer_token)
     if (
         not isinstance(population, str)
         or not 1 <= len(population) <= 128
@@ -356,7 +358,28 @@ def charge_id(signed_id: str) -> str:
     return "prio3-" + signed_id[:30]
 
 
-def _signed_row(tx: State, signed_id: str, *, lock: bool = False) -> VdafSignedRow:
+def signed_row(tx: State, signed_id: str, *, lock: bool = False) -> VdafSignedRow:
+    """The signed Prio3 task ``signed_id`` in the open transaction ``tx``.
+
+    Parameters
+    ----------
+    tx : State
+        An open transaction.
+    signed_id : str
+        The signed task's id (64 hex digits); a malformed id is not looked up.
+    lock : bool, optional
+        Whether to take its row lock (until the transaction ends).
+
+    Returns
+    -------
+    VdafSignedRow
+        Its row.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such task.
+    """
     ok = isinstance(signed_id, str) and len(signed_id) == 64 and set(signed_id) <= _HEX_DIGITS
     row = tx.vdaf_signed(signed_id, lock=lock) if ok else None
     if row is None:
@@ -422,12 +445,7 @@ def create_signed(
         raise ParameterError("role", role, "'leader' or 'helper'")
     if not isinstance(verify_key, bytes) or len(verify_key) != 32:
         raise ParameterError("verify_key", "not 32 bytes", "32 bytes")
-    if (
-        not isinstance(peer_token, str)
-        or not 32 <= len(peer_token) <= 512
-        or not peer_token.isprintable()
-    ):
-        raise ParameterError("peer_token", "not that", "32 to 512 printable characters")
+    _check_peer_token(peer_token)
     with store.transaction() as tx:
         task = verify_task(envelope, tx.authorities())
         if task.get("prio3") is None:
@@ -488,7 +506,7 @@ def signed_info(store: Store, signed_id: str) -> dict[str, Any]:
 
 
 def _signed_info(tx: State, signed_id: str) -> dict[str, Any]:
-    row = _signed_row(tx, signed_id)
+    row = signed_row(tx, signed_id)
     charge = tx.charge_of(row.charge_id) if row.charge_id is not None else None
     return {
         "task_id": row.id,
@@ -540,7 +558,7 @@ def open_round(store: Store, signed_id: str, index: int, history: Any) -> dict[s
     from fedstats.analyses._prio3_tasks import aggregator_noise, derive_round
 
     with store.transaction() as tx:
-        row = _signed_row(tx, signed_id, lock=True)
+        row = signed_row(tx, signed_id, lock=True)
         if row.status != "open":
             raise ConflictError(f"Prio3 task {signed_id} is {row.status}")
         rounds = tx.vdaf_rounds_of(signed_id)
@@ -611,7 +629,7 @@ def join_signed(
     with store.transaction() as tx:
         if confirm is not None:
             confirm(tx)
-        row = _signed_row(tx, signed_id, lock=True)
+        row = signed_row(tx, signed_id, lock=True)
         if row.population != population:
             raise SecurityError("this task is for another population")
         if nonce is not None and not tx.use_nonce(*nonce):
@@ -648,7 +666,7 @@ def abandon_signed(store: Store, signed_id: str, actor: str) -> dict[str, Any]:
         If a round was collected here already (its release used the charge: it stays spent).
     """
     with store.transaction() as tx:
-        row = _signed_row(tx, signed_id, lock=True)
+        row = signed_row(tx, signed_id, lock=True)
         if any(r.status == "collected" for r in tx.vdaf_rounds_of(signed_id)):
             raise ConflictError(
                 f"a round of Prio3 task {signed_id} was collected: its charge stays"

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, hmac
 
 from fedstats.errors import ParameterError, SecurityError
 from fedstats.service.domain.tasks import ConflictError
-from fedstats.service.domain.vdaf_tasks import _hex, _signed_row, task_row, vdaf_from_spec
+from fedstats.service.domain.vdaf_tasks import _hex, signed_row, task_row, vdaf_from_spec
 from fedstats.service.store import State, Store
 from fedstats.service.store.vdaf import VdafTaskRow
 
@@ -183,7 +183,7 @@ def _check_round_member(tx: State, task: VdafTaskRow, client_id: str) -> None:
 
     On the leader a device's slot must lie in the round's client range.
     """
-    signed = _signed_row(tx, str(task.signed_id))
+    signed = signed_row(tx, str(task.signed_id))
     if signed.status != "open":
         raise ConflictError(f"Prio3 task {signed.id} is {signed.status}")
     if task.role != "leader":

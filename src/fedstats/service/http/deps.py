@@ -27,7 +27,7 @@ from fastapi import Depends, HTTPException, Request
 from fedstats.errors import ParameterError, SecurityError
 from fedstats.service.http.edge import charge_refused, charge_verified, request_headers
 from fedstats.service.store import Store
-from fedstats.service.store.core import ClientRow
+from fedstats.service.store.rows import ClientRow
 from fedstats.wire import auth
 
 __all__ = ["DeviceAuth", "NonceUse", "Signed", "SignedRequest", "signed_request", "use_nonce"]

@@ -70,7 +70,7 @@ from fedstats.service.http.schemas import (
 )
 from fedstats.service.http.secure import SecureRoutes, add_secure_routes
 from fedstats.service.store import State, Store
-from fedstats.service.store.core import ClientRow
+from fedstats.service.store.rows import ClientRow
 from fedstats.wire import auth
 
 __all__ = ["add_client_routes", "request_key_secret", "router"]

@@ -41,33 +41,7 @@ from fedstats.service.store.rows import (
 )
 from fedstats.service.store.writes import RowWrites
 
-__all__ = [
-    "AuditEntry",
-    "BudgetRow",
-    "ChargeRow",
-    "ClientRow",
-    "ClosedRound",
-    "Cohort",
-    "CoreQueries",
-    "FinishedRun",
-    "IdempotentAnswer",
-    "LiveRun",
-    "PopulationCount",
-    "PutReport",
-    "RefusalRow",
-    "ReportRow",
-    "RoundRow",
-    "RoundSummary",
-    "RoundTotal",
-    "RunLease",
-    "RunRow",
-    "RunSummary",
-    "TaskSummary",
-    "client_row",
-    "client_values",
-    "device_view",
-    "round_row",
-]
+__all__ = ["CoreQueries", "client_row", "client_values", "device_view", "round_row"]
 
 
 def round_row(r: Any) -> RoundRow:
