@@ -42,11 +42,14 @@ class PackedMembers:
         self._ids = b"".join(encoded)
         self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=self._offsets[1:])
-        self._commitments: bytes | None = b"".join(bytes.fromhex(e[1]) for e in entries)
+        commitments = seeding.hex_column([e[1] for e in entries])  # one decode of the column
+        self._commitments: bytes | None = b"".join(
+            commitments or (bytes.fromhex(e[1]) for e in entries)
+        )
         self._slots = np.array([(int(e[2]), int(e[3])) for e in entries], dtype=np.int64).reshape(
             -1, 2
         )
-        self._keys = b"".join(bytes.fromhex(k) for k in keys)
+        self._keys = b"".join(seeding.hex_column(keys) or (bytes.fromhex(k) for k in keys))
 
     def __len__(self) -> int:
         return int(self._offsets.size - 1)
@@ -77,6 +80,17 @@ class PackedMembers:
             (cid, start, count)
             for cid, (start, count) in zip(self.ids(), self._slots.tolist(), strict=True)
         ]
+
+    def holds(self, client_id: str, slot_start: int, slot_count: int) -> bool:
+        """Whether the list has the member ``client_id`` with these slots (no per-member objects built)."""
+        needle, o = client_id.encode(), self._offsets
+        at = self._ids.find(needle)
+        while at >= 0:
+            i = int(np.searchsorted(o, at))
+            if i < len(self) and o[i] == at and o[i + 1] - at == len(needle):
+                return bool(self._slots[i].tolist() == [int(slot_start), int(slot_count)])
+            at = self._ids.find(needle, at + 1)
+        return False
 
     def slot_total(self) -> int:
         """The sum of the members' slot counts (the run's ``n_clients``)."""
