@@ -166,6 +166,12 @@ class SecureState:
     uncertified : dict
         ``(round, session) -> (verifier, roster, checked positions, round)`` of a joined session whose
         members' certificates are not checked yet (:meth:`SecureRuns._certify`, before the shares).
+    partitions : dict
+        ``(client range lo, hi, max_session, min_session_size) -> (session number, member positions)``:
+        the session this device derived itself into for a round of that range (the positions, in roster
+        order, index the commitment list): the next round with the same participants derives the same
+        sessions from the same verified cohort and seed (:func:`fedstats.wire.seeding.sessions_of` orders
+        them by the seed alone), so it is not partitioned again.
     """
 
     contribution: bytes
@@ -186,6 +192,9 @@ class SecureState:
     withheld: frozenset[str] = frozenset()
     listed: Any = None
     uncertified: dict[tuple[int, int], Any] = field(default_factory=dict)
+    partitions: dict[tuple[int, int, int, int], tuple[int, np.ndarray]] = field(
+        default_factory=dict
+    )
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
