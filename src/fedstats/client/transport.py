@@ -47,7 +47,7 @@ class DeviceHTTP(httpx.Client):
         self._device_cookies = ResponseCookies()
         super().__init__(**kwargs)
 
-    @property  # type: ignore[override]
+    @property
     def cookies(self) -> httpx.Cookies:
         """The client's cookies (:class:`ResponseCookies`)."""
         return self._device_cookies
