@@ -42,14 +42,13 @@ class PackedMembers:
         self._ids = b"".join(encoded)
         self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=self._offsets[1:])
-        commitments = seeding.hex_column([e[1] for e in entries])  # one decode of the column
-        self._commitments: bytes | None = b"".join(
-            commitments or (bytes.fromhex(e[1]) for e in entries)
+        commitments = [e[1] for e in entries]  # each column decoded in one call
+        self._commitments: bytes | None = seeding.hex_bytes(commitments) or b"".join(
+            bytes.fromhex(c) for c in commitments
         )
-        self._slots = np.array([(int(e[2]), int(e[3])) for e in entries], dtype=np.int64).reshape(
-            -1, 2
-        )
-        self._keys = b"".join(seeding.hex_column(keys) or (bytes.fromhex(k) for k in keys))
+        starts = np.array([int(e[2]) for e in entries], dtype=np.int64)
+        self._slots = np.stack([starts, np.array([int(e[3]) for e in entries], np.int64)], 1)
+        self._keys = seeding.hex_bytes(keys) or b"".join(bytes.fromhex(k) for k in keys)
 
     def __len__(self) -> int:
         return int(self._offsets.size - 1)
@@ -66,9 +65,9 @@ class PackedMembers:
         """The commitment list as :func:`fedstats.wire.seeding.entries_of` parsed it."""
         if self._commitments is None:
             raise SecurityError("the device no longer holds the run's commitments")
-        c = self._commitments
+        c = self._commitments.hex()  # one encoding of the column, cut per member
         return [
-            (cid, c[32 * i : 32 * i + 32].hex(), start, count)
+            (cid, c[64 * i : 64 * i + 64], start, count)
             for i, (cid, (start, count)) in enumerate(
                 zip(self.ids(), self._slots.tolist(), strict=True)
             )

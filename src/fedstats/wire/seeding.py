@@ -63,6 +63,7 @@ __all__ = [
     "commitment",
     "commitments_digest",
     "entries_of",
+    "hex_bytes",
     "hex_column",
     "keys_of",
     "projection_seed",
@@ -177,8 +178,8 @@ def commitments_digest(
     return h.hexdigest()
 
 
-def hex_column(texts: Sequence[str], width: int = 32) -> list[bytes] | None:
-    """Each hex string of ``texts`` decoded, in one ``bytes.fromhex`` call; None unless each is ``width`` bytes.
+def hex_bytes(texts: Sequence[str], width: int = 32) -> bytes | None:
+    """The hex strings ``texts`` decoded and joined, in one ``bytes.fromhex`` call.
 
     Parameters
     ----------
@@ -189,9 +190,9 @@ def hex_column(texts: Sequence[str], width: int = 32) -> list[bytes] | None:
 
     Returns
     -------
-    list of bytes or None
-        The decoded values, or None if some string is not ``2 * width`` characters or holds whitespace (decode
-        those one by one).
+    bytes or None
+        ``b"".join(bytes.fromhex(t) for t in texts)``, or None if some string is not ``2 * width``
+        characters or holds whitespace (decode those one by one).
 
     Raises
     ------
@@ -201,7 +202,31 @@ def hex_column(texts: Sequence[str], width: int = 32) -> list[bytes] | None:
     if any(len(t) != 2 * width for t in texts):
         return None
     raw = bytes.fromhex("".join(texts))  # each string's digits pair up as they would alone
-    if len(raw) != width * len(texts):
+    return raw if len(raw) == width * len(texts) else None
+
+
+def hex_column(texts: Sequence[str], width: int = 32) -> list[bytes] | None:
+    """Each hex string of ``texts`` decoded (:func:`hex_bytes`, cut into ``width``-byte values).
+
+    Parameters
+    ----------
+    texts : sequence of str
+        Hex strings.
+    width : int, default 32
+        The byte length every string must decode to.
+
+    Returns
+    -------
+    list of bytes or None
+        The decoded values, or None as :func:`hex_bytes`.
+
+    Raises
+    ------
+    ValueError
+        As :func:`hex_bytes`.
+    """
+    raw = hex_bytes(texts, width)
+    if raw is None:
         return None
     return [raw[width * i : width * i + width] for i in range(len(texts))]
 
@@ -262,7 +287,7 @@ def entries_of(transcript: Mapping[str, Any], *, max_members: int | None = None)
         out = [(str(m[0]), str(m[1]), m[3], m[4]) for m in rows]
         if any(len(c) != 64 for _, c, _, _ in out):
             raise ValueError("commitment length")
-        if hex_column([c for _, c, _, _ in out]) is None:  # 64 characters with whitespace in
+        if hex_bytes([c for _, c, _, _ in out]) is None:  # 64 characters with whitespace in
             for _, c, _, _ in out:
                 bytes.fromhex(c)
         for _, _, start, count in out:
@@ -294,7 +319,7 @@ def keys_of(transcript: Mapping[str, Any]) -> list[str]:
         keys = [str(m[5]).lower() for m in transcript["members"]]
         if any(len(k) != 64 for k in keys):
             raise ValueError("key length")
-        if hex_column(keys) is None:  # 64 characters with whitespace in
+        if hex_bytes(keys) is None:  # 64 characters with whitespace in
             for k in keys:
                 bytes.fromhex(k)
     except (KeyError, TypeError, ValueError, IndexError):
