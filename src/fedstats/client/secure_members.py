@@ -43,12 +43,12 @@ class PackedMembers:
         self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=self._offsets[1:])
         commitments = [e[1] for e in entries]  # each column decoded in one call
-        self._commitments: bytes | None = seeding.hex_bytes(commitments) or b"".join(
+        self._commitments: bytes | None = _hex_bytes(commitments) or b"".join(
             bytes.fromhex(c) for c in commitments
         )
         starts = np.array([int(e[2]) for e in entries], dtype=np.int64)
         self._slots = np.stack([starts, np.array([int(e[3]) for e in entries], np.int64)], 1)
-        self._keys = seeding.hex_bytes(keys) or b"".join(bytes.fromhex(k) for k in keys)
+        self._keys = _hex_bytes(keys) or b"".join(bytes.fromhex(k) for k in keys)
 
     def __len__(self) -> int:
         return int(self._offsets.size - 1)
@@ -208,3 +208,15 @@ class SecureState:
         if not self.verified or self.members is None:
             return None
         return self.members.cohort()
+
+
+def _hex_bytes(texts: Sequence[str]) -> bytes | None:
+    """``b"".join(bytes.fromhex(t) for t in texts)`` in one call, if each is 32 bytes of plain hex, else None.
+
+    None when some string is not 64 characters or holds whitespace (``bytes.fromhex`` skips it): the
+    caller decodes those one by one, as before. A character that is not hex raises ``ValueError``.
+    """
+    if any(len(t) != 64 for t in texts):
+        return None
+    raw = bytes.fromhex("".join(texts))  # each string's digits pair up as they would alone
+    return raw if len(raw) == 32 * len(texts) else None

@@ -63,8 +63,6 @@ __all__ = [
     "commitment",
     "commitments_digest",
     "entries_of",
-    "hex_bytes",
-    "hex_column",
     "keys_of",
     "projection_seed",
     "run_seed",
@@ -161,74 +159,16 @@ def commitments_digest(
         raise SecurityError("the run's roster must list one identity key per member")
     h = hashlib.sha256((_LIST if keys is None else _ROSTER_LIST) + _field(run_id))
     h.update(struct.pack("<I", len(entries)))
-    commitments = hex_column([e[1] for e in entries])
-    raw: list[bytes] = []
-    if keys is not None:
-        raw = hex_column(keys) or [bytes.fromhex(k) for k in keys]
-        if any(len(key) != 32 for key in raw):
-            raise SecurityError("a roster identity key must be 32 bytes")
     parts = []  # hashed in one update: the same bytes as one update per member
-    slots = struct.Struct("<QQ").pack
     for j, (cid, c, start, count) in enumerate(entries):
-        commit = bytes.fromhex(c) if commitments is None else commitments[j]
-        parts.append(_field(cid) + commit + slots(int(start), int(count)))
+        parts.append(_field(cid) + bytes.fromhex(c) + struct.pack("<QQ", int(start), int(count)))
         if keys is not None:
-            parts.append(raw[j])
+            key = bytes.fromhex(keys[j])
+            if len(key) != 32:
+                raise SecurityError("a roster identity key must be 32 bytes")
+            parts.append(key)
     h.update(b"".join(parts))
     return h.hexdigest()
-
-
-def hex_bytes(texts: Sequence[str], width: int = 32) -> bytes | None:
-    """The hex strings ``texts`` decoded and joined, in one ``bytes.fromhex`` call.
-
-    Parameters
-    ----------
-    texts : sequence of str
-        Hex strings (``bytes.fromhex`` syntax: ASCII whitespace between digit pairs is skipped).
-    width : int, default 32
-        The byte length every string must decode to.
-
-    Returns
-    -------
-    bytes or None
-        ``b"".join(bytes.fromhex(t) for t in texts)``, or None if some string is not ``2 * width``
-        characters or holds whitespace (decode those one by one).
-
-    Raises
-    ------
-    ValueError
-        If a string holds a character that is not a hex digit or whitespace (as ``bytes.fromhex``).
-    """
-    if any(len(t) != 2 * width for t in texts):
-        return None
-    raw = bytes.fromhex("".join(texts))  # each string's digits pair up as they would alone
-    return raw if len(raw) == width * len(texts) else None
-
-
-def hex_column(texts: Sequence[str], width: int = 32) -> list[bytes] | None:
-    """Each hex string of ``texts`` decoded (:func:`hex_bytes`, cut into ``width``-byte values).
-
-    Parameters
-    ----------
-    texts : sequence of str
-        Hex strings.
-    width : int, default 32
-        The byte length every string must decode to.
-
-    Returns
-    -------
-    list of bytes or None
-        The decoded values, or None as :func:`hex_bytes`.
-
-    Raises
-    ------
-    ValueError
-        As :func:`hex_bytes`.
-    """
-    raw = hex_bytes(texts, width)
-    if raw is None:
-        return None
-    return [raw[width * i : width * i + width] for i in range(len(texts))]
 
 
 def check_cohort(entries: Sequence[Entry] | Sequence[Slots]) -> int:
@@ -284,20 +224,20 @@ def entries_of(transcript: Mapping[str, Any], *, max_members: int | None = None)
         rows = transcript["members"]
         if max_members is not None and len(rows) > max_members:
             raise SecurityError(f"the cohort lists {len(rows)} members, more than {max_members}")
-        out = [(str(m[0]), str(m[1]), m[3], m[4]) for m in rows]
-        if any(len(c) != 64 for _, c, _, _ in out):
-            raise ValueError("commitment length")
-        if hex_bytes([c for _, c, _, _ in out]) is None:  # 64 characters with whitespace in
-            for _, c, _, _ in out:
-                bytes.fromhex(c)
-        for _, _, start, count in out:
-            if type(start) is not int or type(count) is not int:  # the rare case: check as before
-                if (
-                    not (isinstance(start, int) and isinstance(count, int))
-                    or isinstance(start, bool)
-                    or isinstance(count, bool)
-                ):
-                    raise TypeError("slots")
+        out = []
+        for m in rows:
+            c = str(m[1])
+            if len(c) != 64:
+                raise ValueError(c)
+            bytes.fromhex(c)
+            start, count = m[3], m[4]
+            if (
+                not (isinstance(start, int) and isinstance(count, int))
+                or isinstance(start, bool)
+                or isinstance(count, bool)
+            ):
+                raise TypeError("slots")
+            out.append((str(m[0]), c, start, count))
     except (KeyError, TypeError, ValueError, IndexError):
         raise SecurityError("malformed seed transcript") from None
     check_cohort(out)
@@ -319,9 +259,8 @@ def keys_of(transcript: Mapping[str, Any]) -> list[str]:
         keys = [str(m[5]).lower() for m in transcript["members"]]
         if any(len(k) != 64 for k in keys):
             raise ValueError("key length")
-        if hex_bytes(keys) is None:  # 64 characters with whitespace in
-            for k in keys:
-                bytes.fromhex(k)
+        for k in keys:
+            bytes.fromhex(k)
     except (KeyError, TypeError, ValueError, IndexError):
         raise SecurityError(
             "the seed transcript lacks the run's roster (a key per member)"
