@@ -73,6 +73,7 @@ from fedstats.client.policy import LocalBudget, Policy, RefusedTask, is_exact
 from fedstats.client.polling import PollClock
 from fedstats.client.refusals import RESTARTED, Refusals, Rejoined, refusal_code
 from fedstats.client.secure import VERIFIED_CERTIFICATES, SecureRuns, SecureState
+from fedstats.client.transport import DeviceHTTP
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.errors import (
     BudgetExceededError,
@@ -178,7 +179,7 @@ class Device(SecureRuns, Derivation, Refusals):
         self.randomness = randomness or RandomSource()
         self.log = log or (lambda _line: None)
         self._timeout = float(timeout)
-        self._http = httpx.Client(
+        self._http = DeviceHTTP(
             base_url=server.rstrip("/"),
             verify=verify,
             timeout=timeout,

@@ -150,15 +150,12 @@ class Derivation:
             )
         state = self.secure.get(rid)
         if task.get("secure_aggregation") is not None:
-            cohort = getattr(
-                state, "cohort", None
-            )  # the verified cohort, once the seed is verified
-            if cohort is not None:
-                if n != sum(int(c[2]) for c in cohort):
+            # the verified cohort, once the seed is verified (its packed list: no per-member rows)
+            members = state.members if state is not None and state.verified else None
+            if members is not None:
+                if n != members.slot_total():
                     raise SecurityError("the cohort size is not the verified cohort's")
-                if (self.client_id, start, count) not in [
-                    (str(c[0]), int(c[1]), int(c[2])) for c in cohort
-                ]:
+                if not members.holds(self.client_id, start, count):
                     raise SecurityError(
                         "this device's slots are not its slots in the verified cohort"
                     )

@@ -590,16 +590,23 @@ class SecureRuns:
             raise SecurityError("the round names other records of this device than its slots")
         if int(rnd["n_clients"]) != n_clients:
             raise SecurityError("the round's n_clients is not the verified cohort's")
-        joining = [c for c in state.members.cohort() if c[0] not in state.withheld]
-        sessions = seeding.sessions_of(joining, seed, index, (lo, hi), max_session, minimum)
-        derived = [k for k, members in enumerate(sessions) if self.client_id in members]
-        if not derived:
-            raise SecurityError(f"this device is in no session of round {index} it derives")
-        members = sessions[derived[0]]
-        if number != derived[0]:
+        ids = state.members.ids()
+        key = (lo, hi, max_session, minimum)
+        got = state.partitions.get(key)
+        if got is None:  # a round with the same participants (and options) has the same sessions
+            joining = [c for c in state.members.cohort() if c[0] not in state.withheld]
+            sessions = seeding.sessions_of(joining, seed, index, (lo, hi), max_session, minimum)
+            derived = [k for k, members in enumerate(sessions) if self.client_id in members]
+            if not derived:
+                raise SecurityError(f"this device is in no session of round {index} it derives")
+            position = {c: j for j, c in enumerate(ids)}
+            got = (derived[0], np.array([position[c] for c in sessions[derived[0]]], np.int32))
+            state.partitions[key] = got
+        members = [ids[j] for j in got[1].tolist()]
+        if number != got[0]:
             raise SecurityError(
                 f"the server lists this device in session {number} of round {index}; it derives "
-                f"session {derived[0]}"
+                f"session {got[0]}"
             )
         i = members.index(self.client_id)
         if (int(info["n"]), int(info["index"])) != (len(members), i):

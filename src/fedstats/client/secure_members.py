@@ -42,11 +42,13 @@ class PackedMembers:
         self._ids = b"".join(encoded)
         self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in encoded], out=self._offsets[1:])
-        self._commitments: bytes | None = b"".join(bytes.fromhex(e[1]) for e in entries)
-        self._slots = np.array([(int(e[2]), int(e[3])) for e in entries], dtype=np.int64).reshape(
-            -1, 2
+        commitments = [e[1] for e in entries]  # each column decoded in one call
+        self._commitments: bytes | None = _hex_bytes(commitments) or b"".join(
+            bytes.fromhex(c) for c in commitments
         )
-        self._keys = b"".join(bytes.fromhex(k) for k in keys)
+        starts = np.array([int(e[2]) for e in entries], dtype=np.int64)
+        self._slots = np.stack([starts, np.array([int(e[3]) for e in entries], np.int64)], 1)
+        self._keys = _hex_bytes(keys) or b"".join(bytes.fromhex(k) for k in keys)
 
     def __len__(self) -> int:
         return int(self._offsets.size - 1)
@@ -63,9 +65,9 @@ class PackedMembers:
         """The commitment list as :func:`fedstats.wire.seeding.entries_of` parsed it."""
         if self._commitments is None:
             raise SecurityError("the device no longer holds the run's commitments")
-        c = self._commitments
+        c = self._commitments.hex()  # one encoding of the column, cut per member
         return [
-            (cid, c[32 * i : 32 * i + 32].hex(), start, count)
+            (cid, c[64 * i : 64 * i + 64], start, count)
             for i, (cid, (start, count)) in enumerate(
                 zip(self.ids(), self._slots.tolist(), strict=True)
             )
@@ -77,6 +79,17 @@ class PackedMembers:
             (cid, start, count)
             for cid, (start, count) in zip(self.ids(), self._slots.tolist(), strict=True)
         ]
+
+    def holds(self, client_id: str, slot_start: int, slot_count: int) -> bool:
+        """Whether the list has the member ``client_id`` with these slots (no per-member objects built)."""
+        needle, o = client_id.encode(), self._offsets
+        at = self._ids.find(needle)
+        while at >= 0:
+            i = int(np.searchsorted(o, at))
+            if i < len(self) and o[i] == at and o[i + 1] - at == len(needle):
+                return bool(self._slots[i].tolist() == [int(slot_start), int(slot_count)])
+            at = self._ids.find(needle, at + 1)
+        return False
 
     def slot_total(self) -> int:
         """The sum of the members' slot counts (the run's ``n_clients``)."""
@@ -152,6 +165,12 @@ class SecureState:
     uncertified : dict
         ``(round, session) -> (verifier, roster, checked positions, round)`` of a joined session whose
         members' certificates are not checked yet (:meth:`SecureRuns._certify`, before the shares).
+    partitions : dict
+        ``(client range lo, hi, max_session, min_session_size) -> (session number, member positions)``:
+        the session this device derived itself into for a round of that range (the positions, in roster
+        order, index the commitment list): the next round with the same participants derives the same
+        sessions from the same verified cohort and seed (:func:`fedstats.wire.seeding.sessions_of` orders
+        them by the seed alone), so it is not partitioned again.
     """
 
     contribution: bytes
@@ -172,6 +191,9 @@ class SecureState:
     withheld: frozenset[str] = frozenset()
     listed: Any = None
     uncertified: dict[tuple[int, int], Any] = field(default_factory=dict)
+    partitions: dict[tuple[int, int, int, int], tuple[int, np.ndarray]] = field(
+        default_factory=dict
+    )
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
@@ -186,3 +208,15 @@ class SecureState:
         if not self.verified or self.members is None:
             return None
         return self.members.cohort()
+
+
+def _hex_bytes(texts: Sequence[str]) -> bytes | None:
+    """``b"".join(bytes.fromhex(t) for t in texts)`` in one call, if each is 32 bytes of plain hex, else None.
+
+    None when some string is not 64 characters or holds whitespace (``bytes.fromhex`` skips it): the
+    caller decodes those one by one, as before. A character that is not hex raises ``ValueError``.
+    """
+    if any(len(t) != 64 for t in texts):
+        return None
+    raw = bytes.fromhex("".join(texts))  # each string's digits pair up as they would alone
+    return raw if len(raw) == 32 * len(texts) else None
