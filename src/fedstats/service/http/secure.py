@@ -27,10 +27,11 @@ import contextlib
 import functools
 import hashlib
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar, cast
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
@@ -42,6 +43,7 @@ from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.http.batching import TransactionBatcher
 from fedstats.service.http.deps import NonceUse
 from fedstats.service.http.edge import StrictRoute
+from fedstats.service.http.fastpath import Handler, direct_route, index_of
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
 from fedstats.service.http.secure_batch import StageBatcher, StageUp
 from fedstats.service.store import State, Store
@@ -415,6 +417,55 @@ NEXT_WORK = "fedstats-next-work"
 """A last stage's header asking for the device's next work list in the held acknowledgement (``1``)."""
 STAGE_PATH = BASE + "/rounds/{index}/secure/{number}/{stage}"
 
+# the query parameters a direct route (:func:`~.fastpath.direct_route`) parses itself, each in its plain
+# form (a device's ``wait=25``, ``members=3,17``); anything else goes to FastAPI's parsing and its errors
+_PLAIN_VALUES = {
+    b"wait": re.compile(rb"[0-9]{1,6}(?:\.[0-9]{1,6})?"),
+    b"members": re.compile(rb"[0-9]{1,6}(?:(?:,|%2[cC])[0-9]{1,6}){0,4095}"),
+}
+
+
+def _plain_query(scope: Any, names: tuple[bytes, ...]) -> dict[bytes, str] | None:
+    """The query's parameters among ``names``, each once and plain (see above), else None (FastAPI's)."""
+    query: bytes = scope.get("query_string") or b""
+    got: dict[bytes, str] = {}
+    if not query:
+        return got
+    for part in query.split(b"&"):
+        name, eq, value = part.partition(b"=")
+        if not eq or name not in names or name in got:
+            return None
+        if _PLAIN_VALUES[name].fullmatch(value) is None:
+            return None
+        got[name] = value.replace(b"%2C", b",").replace(b"%2c", b",").decode("ascii")
+    return got
+
+
+def _plain_path(params: dict[str, Any], indices: tuple[str, ...]) -> list[int] | None:
+    """The path's indices (``index``, ``number``, ``stage``) if the path is plain, else None."""
+    if not 0 < len(params.get("run_id", "")) <= 128:
+        return None
+    got = [index_of(params.get(name, "")) for name in indices]
+    return None if None in got else cast(list[int], got)
+
+
+_STAGE_INDICES = ("index", "number", "stage")
+_UP_QUERY = (b"wait", b"members")
+
+
+def _plain_up(scope: Any, params: dict[str, Any]) -> bool:
+    return _plain_path(params, _STAGE_INDICES) is not None and (
+        _plain_query(scope, _UP_QUERY) is not None
+    )
+
+
+def _plain_wait(scope: Any, params: dict[str, Any]) -> bool:
+    """A reveal's or a stage message's request (path and ``wait``) that a direct route parses itself."""
+    indices = _STAGE_INDICES if "stage" in params else ()
+    return _plain_path(params, indices) is not None and (
+        _plain_query(scope, (b"wait",)) is not None
+    )
+
 
 @router.get(BASE + "/seed", **DEVICE)
 async def seed(
@@ -435,7 +486,6 @@ async def seed(
     return Response(body, media_type="application/json")
 
 
-@router.post(BASE + "/reveal", openapi_extra=REVEAL_BODY, **DEVICE)
 async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float = 0.0) -> Response:
     """Record the device's reveal; with ``wait``, also answer with the reveals once the seed is fixed.
 
@@ -468,6 +518,26 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
         if got is not None:
             ack += b',"revealed":' + got
     return Response(ack + b"}", media_type="application/json")
+
+
+async def _reveal_direct(request: Request, slow: Handler) -> Response:
+    """:func:`reveal` without FastAPI's parameter models (anything but a plain ``wait`` goes ``slow``)."""
+    query = _plain_query(request.scope, (b"wait",))
+    params = request.path_params
+    if query is None or _plain_path(params, ()) is None:
+        return await slow(request)
+    ctx: SecureRoutes = request.app.state.secure
+    return await reveal(params["run_id"], request, ctx, float(query.get(b"wait", 0.0)))
+
+
+router.add_api_route(
+    BASE + "/reveal",
+    reveal,
+    methods=["POST"],
+    route_class_override=direct_route(_reveal_direct, _plain_wait),
+    openapi_extra=REVEAL_BODY,
+    **DEVICE,
+)
 
 
 @router.get(BASE + "/rounds/{index}/secure/{number}/certificates", **DEVICE)
@@ -507,7 +577,6 @@ async def certificates(
     return Response(body, media_type="application/json", headers={"ETag": tag})
 
 
-@router.get(STAGE_PATH, **DEVICE)
 async def down(
     run_id: IdPath,
     index: IndexPath,
@@ -532,7 +601,28 @@ async def down(
     return Response(data, media_type="application/octet-stream")
 
 
-@router.post(STAGE_PATH, openapi_extra=STAGE_BODY, **DEVICE)
+async def _down_direct(request: Request, slow: Handler) -> Response:
+    """:func:`down` without FastAPI's parameter models (a malformed path or query goes ``slow``)."""
+    query = _plain_query(request.scope, (b"wait",))
+    params = request.path_params
+    got = _plain_path(params, _STAGE_INDICES)
+    if query is None or got is None:
+        return await slow(request)
+    ctx: SecureRoutes = request.app.state.secure
+    index, number, stage = got
+    wait = float(query.get(b"wait", 0.0))
+    return await down(params["run_id"], index, number, stage, request, ctx, wait)
+
+
+router.add_api_route(
+    STAGE_PATH,
+    down,
+    methods=["GET"],
+    route_class_override=direct_route(_down_direct, _plain_wait),
+    **DEVICE,
+)
+
+
 async def up(
     run_id: IdPath,
     index: IndexPath,
@@ -614,6 +704,34 @@ async def up(
             ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
             return Response(ack + b',"certificates":' + certs + b"}", media_type="application/json")
     return JSONResponse({"accepted": True, "duplicate": not new})
+
+
+async def _up_direct(request: Request, slow: Handler) -> Response:
+    """:func:`up` without FastAPI's parameter models (a malformed path or query goes ``slow``).
+
+    A device sends ten stage messages per run, most of its requests: FastAPI's dependency resolution and
+    parameter models cost about as much server CPU as the rest of such a request.
+    """
+    query = _plain_query(request.scope, _UP_QUERY)
+    params = request.path_params
+    got = _plain_path(params, _STAGE_INDICES)
+    if query is None or got is None:
+        return await slow(request)
+    ctx: SecureRoutes = request.app.state.secure
+    index, number, stage = got
+    wait = float(query.get(b"wait", 0.0))
+    members = query.get(b"members")
+    return await up(params["run_id"], index, number, stage, request, ctx, wait, members)
+
+
+router.add_api_route(
+    STAGE_PATH,
+    up,
+    methods=["POST"],
+    route_class_override=direct_route(_up_direct, _plain_up),
+    openapi_extra=STAGE_BODY,
+    **DEVICE,
+)
 
 
 def add_secure_routes(app: FastAPI, routes: SecureRoutes) -> None:
