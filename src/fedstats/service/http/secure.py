@@ -469,6 +469,17 @@ _STAGE_INDICES = ("index", "number", "stage")
 _UP_QUERY = (b"wait", b"members")
 
 
+def _plain_stage(
+    request: Request, names: tuple[bytes, ...]
+) -> tuple[str, list[int], dict[bytes, str], SecureRoutes] | None:
+    """A plain stage request's run, ``[index, number, stage]``, query and routes; else None."""
+    query = _plain_query(request.scope, names)
+    got = _plain_path(request.path_params, _STAGE_INDICES)
+    if query is None or got is None:
+        return None
+    return request.path_params["run_id"], got, query, request.app.state.secure
+
+
 def _plain_up(scope: Any, params: dict[str, Any]) -> bool:
     return _plain_path(params, _STAGE_INDICES) is not None and (
         _plain_query(scope, _UP_QUERY) is not None
@@ -619,15 +630,11 @@ async def down(
 
 async def _down_direct(request: Request, slow: Handler) -> Response:
     """:func:`down` without FastAPI's parameter models (a malformed path or query goes ``slow``)."""
-    query = _plain_query(request.scope, (b"wait",))
-    params = request.path_params
-    got = _plain_path(params, _STAGE_INDICES)
-    if query is None or got is None:
+    got = _plain_stage(request, (b"wait",))
+    if got is None:
         return await slow(request)
-    ctx: SecureRoutes = request.app.state.secure
-    index, number, stage = got
-    wait = float(query.get(b"wait", 0.0))
-    return await down(params["run_id"], index, number, stage, request, ctx, wait)
+    run_id, (index, number, stage), query, ctx = got
+    return await down(run_id, index, number, stage, request, ctx, float(query.get(b"wait", 0)))
 
 
 router.add_api_route(
@@ -728,16 +735,12 @@ async def _up_direct(request: Request, slow: Handler) -> Response:
     A device sends ten stage messages per run, most of its requests: FastAPI's dependency resolution and
     parameter models cost about as much server CPU as the rest of such a request.
     """
-    query = _plain_query(request.scope, _UP_QUERY)
-    params = request.path_params
-    got = _plain_path(params, _STAGE_INDICES)
-    if query is None or got is None:
+    got = _plain_stage(request, _UP_QUERY)
+    if got is None:
         return await slow(request)
-    ctx: SecureRoutes = request.app.state.secure
-    index, number, stage = got
-    wait = float(query.get(b"wait", 0.0))
-    members = query.get(b"members")
-    return await up(params["run_id"], index, number, stage, request, ctx, wait, members)
+    run_id, (index, number, stage), query, ctx = got
+    wait = float(query.get(b"wait", 0))
+    return await up(run_id, index, number, stage, request, ctx, wait, query.get(b"members"))
 
 
 router.add_api_route(
