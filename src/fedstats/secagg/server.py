@@ -28,6 +28,7 @@ from collections.abc import Callable
 from enum import Enum
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedstats.errors import (
     DataError,
@@ -499,8 +500,9 @@ class SecAggServer:
             public = self._keys[i][0]
             sk, bad = robust_reconstruct(key_shares[i], threshold=t, check=_key_check(public))
             cheaters |= {x - 1 for x in bad}
+            key = X25519PrivateKey.from_private_bytes(sk)  # once, not once per live neighbour
             for j in live:
-                seed = pair_key(sk, self._keys[j][0], session=tr, label=LABEL_MASK, me=i, peer=j)
+                seed = pair_key(key, self._keys[j][0], session=tr, label=LABEL_MASK, me=i, peer=j)
                 masks.append((seed, -mask_sign(j, i)))  # remove what j added
         acc = self._acc.copy()
         add_masks(acc, masks, scratch=mask_scratch())

@@ -390,6 +390,19 @@ _MEMBER_ROW = select(*_MEMBER_COLUMNS).where(
 _UNREVEALED = select(func.count()).where(
     _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.reveal.is_(None)
 )
+_SET_REVEAL = (
+    update(_MEMBERS)
+    .where(_MEMBERS.c.run_id == bindparam("m_run"), _MEMBERS.c.client_id == bindparam("m_client"))
+    .values(reveal=bindparam("m_reveal"))
+)
+_IS_WITHHOLDER = (
+    select(_WITHHOLDERS.c.run_id)
+    .where(
+        _WITHHOLDERS.c.task_id == bindparam("task_id"),
+        _WITHHOLDERS.c.client_id == bindparam("client_id"),
+    )
+    .limit(1)
+)
 
 
 def _member(r: Any) -> MemberRow:
@@ -438,6 +451,10 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
     def unrevealed(self, run_id: str) -> int:
         """See :meth:`SecureQueries.unrevealed`."""
         return int(self.conn.execute(_UNREVEALED, {"run_id": run_id}).scalar_one())
+
+    def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
+        """See :meth:`SecureQueries.set_reveal` (one statement built once: every member reveals)."""
+        self.conn.execute(_SET_REVEAL, {"m_run": run_id, "m_client": client_id, "m_reveal": reveal})
 
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """See :meth:`SecureQueries.enrolled`."""
@@ -623,8 +640,7 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
 
     def is_withholder(self, task_id: str, client_id: str) -> bool:
         """See :meth:`SecureQueries.is_withholder`."""
-        w = _WITHHOLDERS.c
         got = self.conn.execute(
-            select(w.run_id).where(w.task_id == task_id, w.client_id == client_id).limit(1)
+            _IS_WITHHOLDER, {"task_id": task_id, "client_id": client_id}
         ).first()
         return got is not None
