@@ -271,7 +271,8 @@ class Store:
 
     def __init__(self, url: str, timeouts: Timeouts | None = None) -> None:
         self.url = url
-        self.engine = make_engine(url, timeouts)
+        self.timeouts = timeouts or Timeouts()
+        self.engine = make_engine(url, self.timeouts)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
         self.is_sqlite = url.startswith("sqlite")
 
@@ -283,7 +284,9 @@ class Store:
         return self.sessions()
 
     @contextmanager
-    def transaction(self, *, read_only: bool = False, snapshot: bool = True) -> Iterator[Tx]:
+    def transaction(
+        self, *, read_only: bool = False, snapshot: bool = True, idle_seconds: float | None = None
+    ) -> Iterator[Tx]:
         """One transaction: yields a :class:`Tx`; commits at the end, rolls back on an exception.
 
         Parameters
@@ -295,6 +298,13 @@ class Store:
             With ``read_only``: False runs each statement on its own (no ``BEGIN``, no ``COMMIT``:
             each sees the database as of its own start), for reads that need not be mutually
             consistent, such as a device's poll (default True: one snapshot).
+        idle_seconds : float, optional
+            On PostgreSQL, how long this transaction may compute between two statements, in seconds:
+            its ``idle_in_transaction_session_timeout`` (``SET LOCAL``), raised from the store's
+            :attr:`Timeouts.idle_in_transaction` (never lowered, never disabled). For a transaction
+            that computes while it holds its rows, such as the run driver closing a secure stage at
+            n = 5,000 (the unmasking); the default limit still ends a process that stopped or hung.
+            Ignored on SQLite (no such timeout) and with ``snapshot`` False.
         """
         with self.engine.connect() as conn:
             if read_only and not snapshot:
@@ -305,6 +315,12 @@ class Store:
             elif read_only and self.is_sqlite:
                 conn.execution_options(fedstats_read_only=True)
             with conn.begin():
+                default = self.timeouts.idle_in_transaction
+                if idle_seconds is not None and not self.is_sqlite and 0 < default < idle_seconds:
+                    ms = int(
+                        min(float(idle_seconds), 86400.0) * 1000
+                    )  # an int: no SQL from the caller
+                    conn.exec_driver_sql(f"SET LOCAL idle_in_transaction_session_timeout = {ms}")
                 yield Tx(conn)
 
     def writable(self) -> str | None:

@@ -99,6 +99,7 @@ class MemoryStore:
         *,
         read_only: bool = False,
         snapshot: bool = True,  # noqa: ARG002 (one snapshot always)
+        idle_seconds: float | None = None,  # noqa: ARG002 (no idle timeout to raise)
     ) -> Iterator[MemoryTx]:
         """One transaction: yields a :class:`MemoryTx`; commits at the end, rolls back on an exception.
 
@@ -112,6 +113,9 @@ class MemoryStore:
         snapshot : bool
             Accepted as by :meth:`fedstats.service.store.Store.transaction` (a memory transaction is
             always one snapshot).
+        idle_seconds : float, optional
+            Accepted as by :meth:`fedstats.service.store.Store.transaction` (a memory transaction has
+            no idle timeout).
 
         Raises
         ------
