@@ -31,6 +31,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from fastapi import HTTPException
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
@@ -42,6 +43,7 @@ from fedstats.service.domain import vdaf as domain
 from fedstats.service.domain.operators import add_operator, trust_authority
 from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.limits import ConnectionGuard
+from fedstats.service.http.secure import _positions
 from fedstats.service.http.vdaf import add_vdaf_routes, helper_transport
 from fedstats.service.store import open_store
 from fedstats.wire import auth
@@ -322,3 +324,13 @@ def test_an_unreachable_prio3_helper_is_a_503_with_retry_after(
             assert info["status"] == "open", info
     finally:
         store.close()
+
+
+def test_secure_members_are_ascii_positions_or_a_422() -> None:
+    # ?members= of a key advertisement or a certificate request: str.isdigit took "²", which int()
+    # refused, so that query was a 500
+    assert _positions("") == [] and _positions("3,17,0") == [3, 17, 0]
+    for bad in ("1,²", "١", "1,,2", "+1", "1234567", "1,1"):
+        with pytest.raises(HTTPException) as err:
+            _positions(bad)
+        assert err.value.status_code == 422, bad

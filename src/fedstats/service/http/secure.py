@@ -773,10 +773,8 @@ _POSITIONS = re.compile(r"[0-9]{1,6}(?:,[0-9]{1,6})*")
 def _positions(text: str) -> list[int]:
     """Parse ``?members=``: comma-separated distinct roster positions (at most 4096)."""
     parts = text.split(",") if text else []
-    plain = not text or _POSITIONS.fullmatch(text) is not None  # else the check by part
-    if len(parts) > _MAX_POSITIONS or not (
-        plain or all(p.isdigit() and len(p) <= 6 for p in parts)
-    ):
+    # ASCII digits only: str.isdigit also takes "²", which int() refuses (that was a 500)
+    if len(parts) > _MAX_POSITIONS or not (not text or _POSITIONS.fullmatch(text)):
         raise HTTPException(422, "members must be at most 4096 comma-separated positions")
     got = list(map(int, parts))
     if len(set(got)) != len(got):
