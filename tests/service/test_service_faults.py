@@ -610,3 +610,21 @@ def test_a_transaction_may_be_given_a_longer_idle_limit_never_a_shorter_one(
     off = make_store("postgresql", Timeouts(lock=5.0, statement=30.0, idle_in_transaction=0.0))
     with off.transaction(idle_seconds=600.0) as tx:  # 0 (no limit) stays no limit
         assert tx.conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "0"
+
+
+def test_a_transaction_ended_by_the_idle_limit_is_the_store_unavailable_and_the_next_one_runs(
+    make_store: Callable[..., Store],
+) -> None:
+    # PostgreSQL ends a transaction idle past idle_in_transaction_session_timeout with SQLSTATE 25P03,
+    # which psycopg raises as an InternalError: the run driver treated it as a broken run and aborted
+    # it; it is the store being unavailable (nothing committed, connection gone), which the driver
+    # retries from the journal, and the pool must hand out a live connection afterwards
+    store = make_store("postgresql", Timeouts(lock=5.0, statement=30.0, idle_in_transaction=0.5))
+    with pytest.raises(OperationalError) as err:
+        with store.transaction() as tx:
+            tx.conn.exec_driver_sql("SELECT 1")
+            time.sleep(1.5)
+            tx.conn.exec_driver_sql("SELECT 1")
+    assert getattr(err.value.orig, "sqlstate", None) == "25P03"
+    with store.transaction() as tx:
+        assert tx.conn.exec_driver_sql("SELECT 2").scalar() == 2

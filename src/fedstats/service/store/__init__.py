@@ -124,6 +124,10 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
+# SQLSTATEs of a PostgreSQL session the server ended on its own (the connection is closed): an idle
+# transaction's timeout (25P03) is not an OperationalError to psycopg, unlike the shutdowns (57P0x)
+_PG_SESSION_ENDED = frozenset({"25P03"})
+
 # SQLite errors after which a connection must be reopened (not "database is locked": that is a wait)
 _SQLITE_BROKEN = (
     "readonly",
@@ -215,18 +219,29 @@ def make_engine(url: str, timeouts: Timeouts | None = None) -> Engine:
         raise ParameterError("db", url, "a sqlite:///FILE or postgresql+psycopg://... URL")
 
     @event.listens_for(engine, "handle_error")
-    def _on_error(ctx: ExceptionContext) -> None:
+    def _on_error(ctx: ExceptionContext) -> OperationalError | None:
+        if engine.url.get_backend_name() != "sqlite":
+            # PostgreSQL ended the session (idle_in_transaction_session_timeout: SQLSTATE class 25,
+            # which psycopg maps to InternalError): nothing of the transaction committed and the
+            # connection is gone, so it is the store being unavailable (retried by its callers), not a
+            # fault of the statement
+            if getattr(ctx.original_exception, "sqlstate", None) not in _PG_SESSION_ENDED:
+                return None
+            ctx.is_disconnect = True
+            ctx.invalidate_pool_on_disconnect = False
+            return OperationalError(
+                ctx.statement, ctx.parameters, ctx.original_exception, connection_invalidated=True
+            )
         # a failed write on SQLite (read-only file, full disk, I/O error) can leave the connection unable
         # to write even after the cause is gone: drop every pooled connection, reopen on the next use
-        if engine.url.get_backend_name() != "sqlite":
-            return
         if type(ctx.original_exception).__name__ != "OperationalError":
-            return
+            return None
         msg = str(ctx.original_exception).lower()
         if any(m in msg for m in _SQLITE_BROKEN):
             log.warning('{"event": "store_reopen", "error": %s}', json.dumps(msg[:200]))
             ctx.invalidate_pool_on_disconnect = True
             ctx.is_disconnect = True
+        return None
 
     return engine
 
