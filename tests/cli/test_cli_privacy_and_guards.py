@@ -229,7 +229,7 @@ def test_an_invalid_confidence_is_refused_before_a_long_run() -> None:
     assert res.exit_code == 2 and res.stderr.startswith("error: --confidence"), res.stderr
 
 
-# beside the 100-process Adult test the dask teardown once outlasted the 60 s bound: never side by side
+# beside the 100-process Adult test (now 70) the dask teardown once outlasted the 60 s bound: never side by side
 @pytest.mark.xdist_group("machine-load")
 # dask's case is slow (a scheduler and two workers start, 5-19 s): make test runs it, test-fast the other
 @pytest.mark.parametrize("backend", [pytest.param("dask", marks=pytest.mark.slow), "process"])

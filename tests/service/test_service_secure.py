@@ -1113,7 +1113,7 @@ def test_devices_stopping_before_each_stage_leave_an_exact_sum_or_abort_the_run(
             secure_aggregation={"max_session": N_DEV},
             privacy={"epsilon": None, "population": population},
             # a stage waits this long for the stopped devices (once per run: the test's length). 4 s
-            # unscaled was too short for a live device's first stage while the 100-process Adult test
+            # unscaled was too short for a live device's first stage while the 100-process Adult test (now 70)
             # loaded the CI machine; the Adult test no longer runs beside this one (one xdist group),
             # the device's first-stage imports are warm (_warm) and the deadline is scaled by the load.
             # Measured at a load average of 5-7 on 2 cores: every live device answered every stage of
