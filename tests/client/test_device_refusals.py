@@ -200,3 +200,25 @@ def test_a_request_is_sent_again_after_a_408_and_not_after_a_client_error(
             assert err.value.status == first and len(seen) == 1
     finally:
         dev.close()
+
+
+def test_the_devices_of_a_process_share_one_tls_context_per_ca_file(tmp_path: Path) -> None:
+    # a context loads its CA store (about 20 ms of CPU): the devices a process hosts or simulates that
+    # trust the same file share one; an edited file is loaded again, and a file that is no PEM is refused
+    import certifi
+
+    from fedstats.client.checks import ca_context, default_context
+    from fedstats.errors import ParameterError
+
+    pem = tmp_path / "ca.pem"
+    pem.write_bytes(Path(certifi.where()).read_bytes())
+    first = ca_context(pem)
+    assert ca_context(str(pem)) is first and ca_context(tmp_path / "." / "ca.pem") is first
+    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname
+    pem.write_bytes(pem.read_bytes() + b"\n")  # edited: another size
+    assert ca_context(pem) is not first
+    assert default_context() is default_context()
+    assert default_context().verify_mode == ssl.CERT_REQUIRED
+    (tmp_path / "no.pem").write_text("not a certificate")
+    with pytest.raises(ParameterError, match="ca"):
+        ca_context(tmp_path / "no.pem")

@@ -61,6 +61,7 @@ from fedstats.client.checks import (
     ca_context,
     check_private_file,
     check_server_url,
+    default_context,
 )
 from fedstats.client.checks import (
     _connect_failure as _connect_failure,
@@ -165,7 +166,7 @@ class Device(SecureRuns, Derivation, Refusals):
         self._cert = ident["certificate"]
         if not isinstance(identity, Mapping):
             _check_key_matches(self._key, self._cert, identity)
-        verify = True if ca is None else ca_context(ca)
+        verify = default_context() if ca is None else ca_context(ca)
         # a request key (auth.open_request_key): (key id, 32-byte key, expires), opened after the device
         # is enrolled; until then, and whenever the server no longer accepts it, requests are signed
         self._request_key: tuple[str, bytes, float] | None = None
