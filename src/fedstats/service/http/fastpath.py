@@ -139,6 +139,8 @@ class WorkCache:
         self._polled: dict[str, dict[str, float]] = {}
         # client id -> its requests held elsewhere (a secure stage, a check-in): not read ahead
         self._away: dict[str, int] = {}
+        # client id -> when it last sent a secure stage message (monotonic): see :meth:`staged`
+        self._staged: dict[str, float] = {}
 
     @contextlib.contextmanager
     def away(self, client_id: str) -> Iterator[None]:
@@ -156,6 +158,18 @@ class WorkCache:
             if left > 0:
                 self._away[client_id] = left
 
+    def staged(self, client_id: str) -> None:
+        """The device sent a secure stage message: it is in a session, not polling, until it polls again.
+
+        Its next step comes from its session's stage requests (each answered with the next stage's
+        message, or held for it), not from its work list: a list read ahead for it at a state change
+        of its population (each stage that opens or closes is one) would be discarded at the next one,
+        unread. :meth:`unanswered` leaves it out until its next poll (:meth:`polled`).
+        """
+        if len(self._staged) > 200_000:
+            self._staged.clear()
+        self._staged[client_id] = time.monotonic()
+
     def key(self, client_id: str, population: str) -> tuple[Any, ...]:
         """What an entry of ``client_id`` must match to be valid now."""
         return (*self.changes.generation(population), self._writes.get(client_id, 0))
@@ -172,15 +186,19 @@ class WorkCache:
         """Devices of ``population`` to read ahead: no valid entry now, a poll in the last ``seconds``.
 
         Not those that polled since ``before`` (monotonic; their next poll reads its own list), nor
-        those held elsewhere (:meth:`away`). Most recent first.
+        those held elsewhere (:meth:`away`), nor those in a secure session since their last poll
+        (:meth:`staged`). Most recent first.
         """
         now = time.monotonic()
         gen = self.changes.generation(population)
+        staged = self._staged
         out = []
         for cid, at in reversed(self._polled.get(population, {}).items()):
             if now - at > seconds:
                 break
             if at >= before or cid in self._away:  # it polled since, or waits elsewhere
+                continue
+            if staged.get(cid, -1.0) > at:  # in a session: its stage requests say what is next
                 continue
             got = self._entries.get(cid)
             key = (*gen, self._writes.get(cid, 0))  # self.key without the lock per device
