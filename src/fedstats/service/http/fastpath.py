@@ -646,9 +646,12 @@ def json_body(body: bytes) -> Any:
 
 
 def work_json(tx: State, client_id: str, population: str, device_runs: Any = None) -> bytes:
-    """A device's work list (:func:`fedstats.service.domain.runs.client_work`) as compact JSON bytes."""
-    got = runs.client_work(tx, client_id, population, device_runs)
-    return json.dumps(got, separators=(",", ":")).encode()
+    """A device's work list (:func:`fedstats.service.domain.runs.client_work`) as compact JSON bytes.
+
+    :func:`fedstats.service.domain.runs.client_work_json`: the parts every device of a round shares are
+    encoded once.
+    """
+    return runs.client_work_json(tx, client_id, population, device_runs)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
