@@ -159,12 +159,9 @@ class WorkCache:
                 self._away[client_id] = left
 
     def staged(self, client_id: str) -> None:
-        """The device sent a secure stage message: it is in a session, not polling, until it polls again.
+        """The device sent a secure stage message: its session's requests, not its list, say what is next.
 
-        Its next step comes from its session's stage requests (each answered with the next stage's
-        message, or held for it), not from its work list: a list read ahead for it at a state change
-        of its population (each stage that opens or closes is one) would be discarded at the next one,
-        unread. :meth:`unanswered` leaves it out until its next poll (:meth:`polled`).
+        :meth:`unanswered` leaves it out until it polls again (a list read ahead would go unread).
         """
         if len(self._staged) > 200_000:
             self._staged.clear()
@@ -191,8 +188,7 @@ class WorkCache:
         """
         now = time.monotonic()
         gen = self.changes.generation(population)
-        staged = self._staged
-        out = []
+        staged, out = self._staged, []
         for cid, at in reversed(self._polled.get(population, {}).items()):
             if now - at > seconds:
                 break
@@ -646,11 +642,7 @@ def json_body(body: bytes) -> Any:
 
 
 def work_json(tx: State, client_id: str, population: str, device_runs: Any = None) -> bytes:
-    """A device's work list (:func:`fedstats.service.domain.runs.client_work`) as compact JSON bytes.
-
-    :func:`fedstats.service.domain.runs.client_work_json`: the parts every device of a round shares are
-    encoded once.
-    """
+    """A device's work list as compact JSON bytes (:func:`fedstats.service.domain.runs.client_work_json`)."""
     return runs.client_work_json(tx, client_id, population, device_runs)
 
 
