@@ -296,7 +296,7 @@ def client_work_json(
         head = _ENCODED.get(key)
         if head is None:
             head = _compact(static)[:-1]  # without its closing brace
-            if len(_ENCODED) > 1024:
+            if len(_ENCODED) > _ENCODED_KEPT:
                 _ENCODED.clear()
             _ENCODED[key] = head
         entries.append(head + b"," + _compact(mine)[1:] if mine else head + b"}")
@@ -305,7 +305,7 @@ def client_work_json(
         got = _ENCODED.get(key)
         if got is None:
             got = _compact(offer)
-            if len(_ENCODED) > 1024:
+            if len(_ENCODED) > _ENCODED_KEPT:
                 _ENCODED.clear()
             _ENCODED[key] = got
         encoded_offers.append(got)
@@ -329,6 +329,7 @@ def _compact(value: Any) -> bytes:
 # encoded parts of work lists (see client_work_json): an offer by ("offer", run, task), the common part
 # of a round entry by every value it is made of (all fixed once the round is journaled)
 _ENCODED: dict[tuple[Any, ...], bytes] = {}
+_ENCODED_KEPT = 256  # a live round's part is ~20 kB at most (FED-chi^2's projection): a few MB
 
 
 def _work_parts(
