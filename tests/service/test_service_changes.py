@@ -146,3 +146,23 @@ async def _changed_before() -> int:
 
 def test_a_held_request_looks_at_once_when_a_change_came_since() -> None:
     assert asyncio.run(_changed_before()) == 1
+
+
+def test_a_device_in_a_secure_session_is_not_read_ahead_until_it_polls_again() -> None:
+    """``WorkCache.unanswered``: a device that sent a stage message after its last poll gets its next
+    step from its session's stage requests, so a state change does not read its work list ahead (it
+    would be discarded, unread, at the next stage); once it polls again it is read ahead as before."""
+    from fedstats.service.http.fastpath import WorkCache
+
+    cache = WorkCache(Changes(), 60.0)
+    before = time.monotonic()
+    for cid in ("a", "b", "c"):
+        cache.polled(cid, "default")
+    assert sorted(cache.unanswered("default", 600.0, before + 10.0)) == ["a", "b", "c"]
+    cache.staged("b")  # b is in a session now
+    with cache.away("c"):  # c is held in a stage request
+        assert cache.unanswered("default", 600.0, before + 10.0) == ["a"]
+    assert sorted(cache.unanswered("default", 600.0, before + 10.0)) == ["a", "c"]
+    cache.polled("b", "default")  # b polls again (e.g. held for its next work list)
+    assert sorted(cache.unanswered("default", 600.0, time.monotonic() + 10.0)) == ["a", "b", "c"]
+    assert cache.unanswered("other", 600.0, before + 10.0) == []

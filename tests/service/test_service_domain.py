@@ -262,6 +262,11 @@ def test_reports_are_idempotent_and_a_conflicting_one_is_refused(
     drv.tick()  # opens round 0
     with memory.transaction(read_only=True) as tx:
         (item,) = runs.client_work(tx, "dev-0", "default")["rounds"]
+        # the JSON a poll answers (its shared parts encoded once) is the same list, for every device
+        for cid in ("dev-0", "dev-1", "dev-0"):
+            got = json.loads(runs.client_work_json(tx, cid, "default"))
+            assert got == runs.client_work(tx, cid, "default"), cid
+        assert json.loads(runs.client_work_json(tx, "dev-1", "default"))["rounds"][0] != item
     vector, count = _report(item, "dev-0")
     with memory.transaction() as tx:
         assert runs.submit_report(tx, rid, 0, "dev-0", vector, count) is True
@@ -565,6 +570,14 @@ def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
         "work-before",
         lambda tx: Unordered(
             o["run_id"] for o in runs.client_work(tx, "dev-x", "default")["offers"]
+        ),
+    )
+    assert step(  # the offers as a poll answers them (each encoded once) are the same list
+        "work-json-before",
+        lambda tx: (
+            json.loads(runs.client_work_json(tx, "dev-x", "default"))
+            == runs.client_work(tx, "dev-x", "default")
+            and len(runs.client_work(tx, "dev-x", "default")["offers"]) > 0
         ),
     )
     step("checked-in", lambda tx: tx.checked_in_by_population(), read_only=True)

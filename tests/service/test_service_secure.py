@@ -441,6 +441,62 @@ def test_a_stage_message_in_flight_or_just_arrived_keeps_its_stage_from_closing_
     assert dom.TRAFFIC.state((row.run_id, 1, 0, 3)) == (0, None)  # another stage is untouched
 
 
+def test_the_quiet_check_reads_the_members_records_only_once_the_stage_is_quiet() -> None:
+    """With a distributed-noise floor the quiet check needs the answering members' records (every
+    member's slots and the stage's messages, O(n) rows): read only when the stage would close without
+    the floor, not at every driver pass while it still waits; then the floor decides."""
+    import dataclasses as dc
+
+    from fedstats.service.domain import secure as dom
+    from fedstats.service.store.rows import RoundRow
+    from fedstats.service.store.secure import SecureSessionRow
+
+    params = dc.asdict(find_parameters(20))  # min_survivors 18
+    now = time.time()
+    members = [f"m{i}" for i in range(20)]
+    row = SecureSessionRow(
+        run_id=f"quiet-floor-{now}",
+        round_index=0,
+        number=0,
+        members=json.dumps(members),
+        params=json.dumps(params),
+        session="00",
+        stage=2,
+        deadline=now + 50.0,  # opened 50 s ago (stage_seconds 100)
+        status="open",
+    )
+    rec = RoundRow(row.run_id, 0, "r", "e", "{}", "p", 1, 1, 0, 20, "open", now + 50.0)
+
+    class Reads:
+        def __init__(self, answering: list[int]) -> None:
+            self.answering = answering
+            self.reads = 0
+
+        def member_slots(self, run_id: str) -> dict[str, tuple[int, int]]:
+            self.reads += 1
+            return {cid: (i, 1) for i, cid in enumerate(members)}
+
+        def up_indices(self, run_id: str, index: int, number: int, stage: int) -> list[int]:
+            self.reads += 1
+            return self.answering
+
+    run = type("Run", (), {"id": row.run_id})()
+
+    def quiet(tx: Reads, newest: float, answered: int = 19) -> bool:
+        activity = (answered, 20, newest)
+        return dom._quiet(tx, run, rec, row, activity, time.time(), 100.0, 3.0, 0.95)  # type: ignore[arg-type]
+
+    waiting = Reads(list(range(19)))
+    assert not quiet(waiting, time.time())  # an answer just came: not quiet, nothing read
+    assert not quiet(waiting, now - 10.0, answered=17)  # below the quorum: nothing read
+    assert waiting.reads == 0
+    assert quiet(waiting, now - 10.0)  # quiet, and 19 of 20 records >= ceil(0.95 * 20)
+    assert waiting.reads == 2
+    short = Reads(list(range(18)))  # 18 records < 19: the floor keeps the stage open
+    assert not quiet(short, now - 10.0, answered=18)
+    assert short.reads == 2
+
+
 def test_quiet_seconds_is_an_optional_task_setting_that_changes_no_other_task_id() -> None:
     from fedstats.wire.tasks import task_id
 

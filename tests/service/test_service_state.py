@@ -147,6 +147,7 @@ def _stage_messages_written_in_bulk(state: Store) -> None:
             UpMessage(2, b"old"),
         ]
         assert tx.up_activity("run-1", 1, 0, 1) == StageActivity(3, 130.0)
+        assert tx.up_indices("run-1", 1, 0, 1) == [0, 1, 2]
         assert tx.count_messages("run-1", 1, 0, 2, "up") == 0
         assert tx.count_messages("run-1", 1, 1, 1, "up") == 0
         assert not tx.use_nonce("dev-1", "n4", 1.0)  # recorded: the caller rolls such a batch back
@@ -337,6 +338,8 @@ class TestStateParity:
             assert tx.up_messages("run-1", 0, 0, 0) == [UpMessage(0, b"u0"), UpMessage(1, b"u1")]
             assert tx.up_activity("run-1", 0, 0, 0) == StageActivity(2, 122.0)
             assert tx.up_activity("run-1", 0, 0, 1) == StageActivity(0, None)
+            assert tx.up_indices("run-1", 0, 0, 0) == [0, 1]  # up messages only, no payload
+            assert tx.up_indices("run-1", 0, 0, 1) == []
             assert tx.count_messages("run-1", 0, 0, 0, "down") == 2
             assert tx.down_digests("run-1", 0, 0, 0) == {0: "d0", 1: "d1"}
             assert tx.down_payloads("run-1", 0, 0, 0) == {0: b"m0", 1: b"m1"}

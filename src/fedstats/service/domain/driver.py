@@ -572,12 +572,15 @@ class Driver:
                     quiet_seconds=None if quiet is None else float(quiet),
                     floor=0.0 if quiet is None else secure.reporting_floor(cfg),
                 )
-                need = _required(cfg, _n_devices(s, run.id), rec)
-                if isinstance(got, tuple) and got[1] < need:
-                    got = (
-                        f"round {rec.index} ({rec.name}): {got[1]} record(s) in the secure sum, "
-                        f"fewer than the {need} required"
-                    )
+                # the cohort's size (an aggregate over its n members) only once a sum is ready, not
+                # at every pass while the stage waits for its messages
+                if isinstance(got, tuple):
+                    need = _required(cfg, _n_devices(s, run.id), rec)
+                    if got[1] < need:
+                        got = (
+                            f"round {rec.index} ({rec.name}): {got[1]} record(s) in the secure "
+                            f"sum, fewer than the {need} required"
+                        )
             else:
                 got = self._close_plain(s, run, rec, cfg)
                 live.expected, live.seen = self._counted

@@ -69,6 +69,7 @@ __all__ = [
     "cancel_run",
     "checkin",
     "client_work",
+    "client_work_json",
     "create_run",
     "load_run",
     "put_uploads",
@@ -265,8 +266,91 @@ def client_work(
     :meth:`~fedstats.service.store.core.CoreQueries.device_runs` as already read in this transaction
     (for a batch of polls, :meth:`~fedstats.service.store.core.CoreQueries.device_runs_many`).
     """
-    offers: list[dict[str, Any]] = []
-    rounds: list[dict[str, Any]] = []
+    offers, reveals, rounds, finished = _work_parts(tx, client_id, population, device_runs)
+    return {
+        "offers": [o for _, o in offers],
+        "reveals": reveals,
+        "rounds": [static | mine for _, static, mine in rounds],
+        "finished": finished,
+    }
+
+
+def client_work_json(
+    tx: State,
+    client_id: str,
+    population: str,
+    device_runs: tuple[list[LiveRun], list[FinishedRun]] | None = None,
+) -> bytes:
+    """:func:`client_work` as compact JSON (``separators=(",", ":")``), what a work poll answers.
+
+    The same list, encoded from parts made once per process: an offer, and the fields of a round
+    entry that are the same for every device of the round (its public parameters, the plan's
+    history, ~20 kB in FED-chi^2's second round), are encoded once per run and round, not once per
+    device and poll (a device's list is read several times per run, and every device's at each state
+    change of its population); only the device's own fields (its records, slot and secure stage) are
+    encoded per list.
+    """
+    offers, reveals, rounds, finished = _work_parts(tx, client_id, population, device_runs)
+    entries = []
+    for key, static, mine in rounds:
+        head = _ENCODED.get(key)
+        if head is None:
+            head = _compact(static)[:-1]  # without its closing brace
+            if len(_ENCODED) > _ENCODED_KEPT:
+                _ENCODED.clear()
+            _ENCODED[key] = head
+        entries.append(head + b"," + _compact(mine)[1:] if mine else head + b"}")
+    encoded_offers = []
+    for key, offer in offers:
+        got = _ENCODED.get(key)
+        if got is None:
+            got = _compact(offer)
+            if len(_ENCODED) > _ENCODED_KEPT:
+                _ENCODED.clear()
+            _ENCODED[key] = got
+        encoded_offers.append(got)
+    return (
+        b'{"offers":['
+        + b",".join(encoded_offers)
+        + b'],"reveals":'
+        + _compact(reveals)
+        + b',"rounds":['
+        + b",".join(entries)
+        + b'],"finished":'
+        + _compact(finished)
+        + b"}"
+    )
+
+
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+# encoded parts of work lists (see client_work_json): an offer by ("offer", run, task), the common part
+# of a round entry by every value it is made of (all fixed once the round is journaled)
+_ENCODED: dict[tuple[Any, ...], bytes] = {}
+_ENCODED_KEPT = 256  # a live round's part is ~20 kB at most (FED-chi^2's projection): a few MB
+
+
+def _work_parts(
+    tx: State,
+    client_id: str,
+    population: str,
+    device_runs: tuple[list[LiveRun], list[FinishedRun]] | None,
+) -> tuple[
+    list[tuple[tuple[Any, ...], dict[str, Any]]],
+    list[dict[str, Any]],
+    list[tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]],
+    list[dict[str, Any]],
+]:
+    """:func:`client_work`'s offers and round entries in parts, each with a key naming its content.
+
+    An offer is ``(key, offer)``; a round entry ``(key, common, mine)``: ``common`` holds the fields
+    every device of the round gets (named by ``key``, fixed once the round is journaled and the run's
+    cohort and seed are), ``mine`` the device's own.
+    """
+    offers: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    rounds: list[tuple[tuple[Any, ...], dict[str, Any], dict[str, Any]]] = []
     reveals: list[dict[str, Any]] = []
     live_runs, finished_runs = tx.device_runs(client_id) if device_runs is None else device_runs
     for live in live_runs:
@@ -279,12 +363,15 @@ def client_work(
                 (run_id, "checkin"), live.checkin_deadline
             ):
                 offers.append(
-                    {
-                        "run_id": run_id,
-                        "task_id": task_id,
-                        "task": wire.encode(cfg),
-                        "envelope": task_envelope(tx, task_id),
-                    }
+                    (
+                        ("offer", run_id, task_id),
+                        {
+                            "run_id": run_id,
+                            "task_id": task_id,
+                            "task": wire.encode(cfg),
+                            "envelope": task_envelope(tx, task_id),
+                        },
+                    )
                 )
             continue
         if live.slot_start is None or live.slot_count is None:
@@ -307,31 +394,44 @@ def client_work(
             continue
         else:
             _seen(rec, client_id, (live.slot_start, live.slot_count))
-        rounds.append(
-            {
-                "run_id": run_id,
-                "task_id": task_id,
-                "analysis": cfg["analysis"],
-                "version": cfg["version"],
-                "privacy": cfg["privacy"],
-                "round": rec.index,
-                "name": rec.name,
-                "encode": rec.encode,
-                "params": _params_of(rec),
-                "dim": rec.dim,
-                "bound": rec.bound,
-                "client_range": [rec.lo, rec.hi],
-                "records": [a, b],
-                "slot_start": live.slot_start,
-                "n_clients": live.n_clients,
-                "public_seed": live.public_seed,
-                "history": _history(tx, run_id, rec.index),
-                "deadline": rec.deadline,
-                "secure": secure_stage,
-            }
+        key = (
+            "round",
+            run_id,
+            task_id,
+            rec.index,
+            rec.name,
+            rec.encode,
+            rec.params_digest,
+            rec.dim,
+            rec.bound,
+            rec.lo,
+            rec.hi,
+            rec.deadline,
+            live.n_clients,
+            live.public_seed,
         )
+        common = {
+            "run_id": run_id,
+            "task_id": task_id,
+            "analysis": cfg["analysis"],
+            "version": cfg["version"],
+            "privacy": cfg["privacy"],
+            "round": rec.index,
+            "name": rec.name,
+            "encode": rec.encode,
+            "params": _params_of(rec),
+            "dim": rec.dim,
+            "bound": rec.bound,
+            "client_range": [rec.lo, rec.hi],
+            "n_clients": live.n_clients,
+            "public_seed": live.public_seed,
+            "history": _history(tx, run_id, rec.index),
+            "deadline": rec.deadline,
+        }
+        mine = {"records": [a, b], "slot_start": live.slot_start, "secure": secure_stage}
+        rounds.append((key, common, mine))
     finished = [{"run_id": f.run_id, "status": f.status} for f in finished_runs]
-    return {"offers": offers, "reveals": reveals, "rounds": rounds, "finished": finished}
+    return offers, reveals, rounds, finished
 
 
 # a round's public parameters never change once journaled: parsed once per round, not per poll

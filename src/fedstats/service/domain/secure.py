@@ -596,25 +596,29 @@ def _quiet(
         return False  # a message is being checked or stored: not quiet
     if seen is not None:
         newest = seen if newest is None else max(newest, seen)
-    kw: dict[str, Any] = {}
-    if floor > 0:
-        records = _member_records(tx.member_slots(run.id), json.loads(row.members), rec.lo, rec.hi)
-        ups = _ups(tx, row, row.stage)
-        kw = {
-            "answered_records": sum(records[m.client_index] for m in ups),
-            "session_records": sum(records),
-            "floor": floor,
-        }
-    return quiet_close(
-        answered=answered,
-        addressed=addressed,
-        min_survivors=parameters_of(row).min_survivors,
+    common: dict[str, Any] = {
+        "answered": answered,
+        "addressed": addressed,
+        "min_survivors": parameters_of(row).min_survivors,
         # every stage's deadline is its opening plus stage_seconds
-        opened=row.deadline - stage_seconds,
-        newest=newest,
-        now=now,
-        quiet_seconds=quiet_seconds,
-        **kw,
+        "opened": row.deadline - stage_seconds,
+        "newest": newest,
+        "now": now,
+        "quiet_seconds": quiet_seconds,
+    }
+    if floor <= 0:
+        return quiet_close(**common)
+    # the floor needs the answering members' records (every member's slots and the stage's messages:
+    # O(n) rows): read only when the stage would close without it, not at every pass while it waits
+    if not quiet_close(**common):
+        return False
+    records = _member_records(tx.member_slots(run.id), json.loads(row.members), rec.lo, rec.hi)
+    answering = tx.up_indices(row.run_id, row.round_index, row.number, row.stage)
+    return quiet_close(
+        **common,
+        answered_records=sum(records[i] for i in answering),
+        session_records=sum(records),
+        floor=floor,
     )
 
 

@@ -407,6 +407,7 @@ def add_client_routes(
         offload=offload,
         next_work=next_work,
         away=path.cache.away,
+        staged=path.cache.staged,
     )
     add_secure_routes(app, secure_routes)
     return path.cache

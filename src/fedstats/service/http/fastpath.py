@@ -139,6 +139,8 @@ class WorkCache:
         self._polled: dict[str, dict[str, float]] = {}
         # client id -> its requests held elsewhere (a secure stage, a check-in): not read ahead
         self._away: dict[str, int] = {}
+        # client id -> when it last sent a secure stage message (monotonic): see :meth:`staged`
+        self._staged: dict[str, float] = {}
 
     @contextlib.contextmanager
     def away(self, client_id: str) -> Iterator[None]:
@@ -156,6 +158,15 @@ class WorkCache:
             if left > 0:
                 self._away[client_id] = left
 
+    def staged(self, client_id: str) -> None:
+        """The device sent a secure stage message: its session's requests, not its list, say what is next.
+
+        :meth:`unanswered` leaves it out until it polls again (a list read ahead would go unread).
+        """
+        if len(self._staged) > 200_000:
+            self._staged.clear()
+        self._staged[client_id] = time.monotonic()
+
     def key(self, client_id: str, population: str) -> tuple[Any, ...]:
         """What an entry of ``client_id`` must match to be valid now."""
         return (*self.changes.generation(population), self._writes.get(client_id, 0))
@@ -172,15 +183,18 @@ class WorkCache:
         """Devices of ``population`` to read ahead: no valid entry now, a poll in the last ``seconds``.
 
         Not those that polled since ``before`` (monotonic; their next poll reads its own list), nor
-        those held elsewhere (:meth:`away`). Most recent first.
+        those held elsewhere (:meth:`away`), nor those in a secure session since their last poll
+        (:meth:`staged`). Most recent first.
         """
         now = time.monotonic()
         gen = self.changes.generation(population)
-        out = []
+        staged, out = self._staged, []
         for cid, at in reversed(self._polled.get(population, {}).items()):
             if now - at > seconds:
                 break
             if at >= before or cid in self._away:  # it polled since, or waits elsewhere
+                continue
+            if staged.get(cid, -1.0) > at:  # in a session: its stage requests say what is next
                 continue
             got = self._entries.get(cid)
             key = (*gen, self._writes.get(cid, 0))  # self.key without the lock per device
@@ -628,9 +642,8 @@ def json_body(body: bytes) -> Any:
 
 
 def work_json(tx: State, client_id: str, population: str, device_runs: Any = None) -> bytes:
-    """A device's work list (:func:`fedstats.service.domain.runs.client_work`) as compact JSON bytes."""
-    got = runs.client_work(tx, client_id, population, device_runs)
-    return json.dumps(got, separators=(",", ":")).encode()
+    """A device's work list as compact JSON bytes (:func:`fedstats.service.domain.runs.client_work_json`)."""
+    return runs.client_work_json(tx, client_id, population, device_runs)
 
 
 Handler = Callable[[Request], Awaitable[Response]]

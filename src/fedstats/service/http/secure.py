@@ -114,6 +114,9 @@ class SecureRoutes:
     away : callable, optional
         ``away(client_id)``: a context in which the device is held here, not polling its work list
         (:meth:`fedstats.service.http.fastpath.WorkCache.away`: its list is not read ahead).
+    staged : callable, optional
+        ``staged(client_id)``: called once a device's stage message is stored (it is in a session
+        until it polls again: :meth:`fedstats.service.http.fastpath.WorkCache.staged`).
     """
 
     def __init__(
@@ -131,6 +134,7 @@ class SecureRoutes:
         offload: Offloading,
         next_work: NextWork | None = None,
         away: Callable[[str], AbstractContextManager[None]] | None = None,
+        staged: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.signed = signed
@@ -144,6 +148,7 @@ class SecureRoutes:
         self.offload = offload
         self.next_work = next_work
         self.away = away or (lambda _cid: contextlib.nullcontext())
+        self.staged = staged or (lambda _cid: None)
         # immutable answers, serialized once (off the event loop): a session's certificates, and a seed
         # transcript once the seed is fixed; every device of a 1000-device session asks for them
         self.cache: dict[tuple[str, ...], bytes] = {}
@@ -402,6 +407,7 @@ class SecureRoutes:
                     StageUp(nonce, run_id, index, number, stage, cid, body)
                 )
         self.wakeup.set()
+        self.staged(cid)
         self.counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
         return cid, new, at_stage, population, before
 

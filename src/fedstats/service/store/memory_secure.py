@@ -151,6 +151,12 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
             for m in self._messages(run_id, index, number, stage, "up")
         ]
 
+    def up_indices(self, run_id: str, index: int, number: int, stage: int) -> list[int]:
+        """See :meth:`SecureQueries.up_indices`."""
+        return sorted(
+            int(m.client_index) for m in self._messages(run_id, index, number, stage, "up")
+        )
+
     def down_digests(self, run_id: str, index: int, number: int, stage: int) -> dict[int, str]:
         """See :meth:`SecureQueries.down_digests`."""
         return {

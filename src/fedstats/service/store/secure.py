@@ -250,6 +250,10 @@ class SecureQueries(RowWrites):
         """The devices' messages of a stage, by client index."""
 
     @abstractmethod
+    def up_indices(self, run_id: str, index: int, number: int, stage: int) -> list[int]:
+        """The client indices of the devices' messages of a stage (key columns, no payload)."""
+
+    @abstractmethod
     def down_digests(self, run_id: str, index: int, number: int, stage: int) -> dict[int, str]:
         """``client_index -> digest`` of the server's messages of a stage."""
 
@@ -584,6 +588,21 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
             if len(page) < rows:
                 return out
             after = int(page[-1][0])
+
+    def up_indices(self, run_id: str, index: int, number: int, stage: int) -> list[int]:
+        """See :meth:`SecureQueries.up_indices`."""
+        rows = self.conn.execute(
+            select(_M.client_index)
+            .where(
+                _M.run_id == run_id,
+                _M.round_index == index,
+                _M.number == number,
+                _M.stage == stage,
+                _M.direction == "up",
+            )
+            .order_by(_M.client_index)
+        ).all()
+        return [int(i) for (i,) in rows]
 
     def down_digests(self, run_id: str, index: int, number: int, stage: int) -> dict[int, str]:
         """See :meth:`SecureQueries.down_digests`."""
