@@ -88,7 +88,7 @@ from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import ParameterError
 from fedstats.privacy.analysis.discrete_gaussian import discrete_gaussian_sigma
 from fedstats.privacy.analysis.zcdp import zcdp_to_approx_dp
-from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
+from fedstats.privacy.mechanisms.aggregator_noise import AggregatorNoise
 from fedstats.progress import NullProgress, Progress
 from fedstats.randomness import RandomSource
 from fedstats.vdaf import (
@@ -276,43 +276,6 @@ def histogram_validity(length: int) -> Validity:
         return idx
 
     return Validity(vdaf, to_index, _as_sum, f"Histogram(length={length})")
-
-
-@dataclass(frozen=True)
-class AggregatorNoise:
-    """Each aggregator's DP noise on a round's aggregate share (the full scale each; see the module).
-
-    Attributes
-    ----------
-    mechanism : {"discrete_gaussian", "discrete_laplace"}
-    parameter : float
-        ``sigma2`` of :func:`~fedstats.privacy.mechanisms.samplers.sample_discrete_gaussian` or ``scale``
-        of :func:`~fedstats.privacy.mechanisms.samplers.sample_discrete_laplace`, > 0.
-    """
-
-    mechanism: str
-    parameter: float
-
-    def __post_init__(self) -> None:
-        if self.mechanism not in ("discrete_gaussian", "discrete_laplace"):
-            raise ParameterError(
-                "mechanism", self.mechanism, "'discrete_gaussian' or 'discrete_laplace'"
-            )
-        check_real("parameter", self.parameter, low=0.0, high=2.0**84, low_open=True)
-
-    def sample(self, size: int, rng: Any) -> np.ndarray:
-        """``(size,)`` int64 noise drawn from ``rng``."""
-        if self.mechanism == "discrete_gaussian":
-            return sample_discrete_gaussian(float(self.parameter), size, rng)
-        return sample_discrete_laplace(float(self.parameter), size, rng)
-
-    @property
-    def variance_bound(self) -> float:
-        """An upper bound on one aggregator's noise variance per entry (sigma2; Laplace: its variance)."""
-        if self.mechanism == "discrete_gaussian":
-            return float(self.parameter)
-        t = float(self.parameter)
-        return 2.0 * math.exp(-1.0 / t) / (1.0 - math.exp(-1.0 / t)) ** 2
 
 
 def calibrate_discrete_gaussian(

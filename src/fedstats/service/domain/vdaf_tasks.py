@@ -21,7 +21,7 @@ import numpy as np
 
 from fedstats import wire
 from fedstats.errors import ParameterError, SecurityError
-from fedstats.privacy.mechanisms.samplers import sample_discrete_gaussian, sample_discrete_laplace
+from fedstats.privacy.mechanisms.aggregator_noise import AggregatorNoise
 from fedstats.service.domain import ledger
 from fedstats.service.domain.tasks import ConflictError, NotFoundError
 from fedstats.service.store import State, Store
@@ -119,8 +119,12 @@ def _prio3(kind: str, args: tuple[tuple[str, int], ...]) -> Prio3:
 
 
 @dataclass(frozen=True)
-class Noise:
+class Noise(AggregatorNoise):
     """An aggregator's share of DP noise, added to its aggregate share at collection.
+
+    The route's :class:`~fedstats.privacy.mechanisms.aggregator_noise.AggregatorNoise` as a task's JSON
+    gives it: checked against the samplers' own limits, errors naming ``noise.mechanism`` and
+    ``noise.parameter``.
 
     Each aggregator draws ``OUTPUT_LEN`` independent integers from the mechanism and adds them (mod p) to
     its aggregate share. Calibrate the parameter so that one aggregator's noise alone gives the release its
@@ -136,9 +140,6 @@ class Noise:
         (0, 2^41]) of :mod:`fedstats.privacy.mechanisms.samplers`.
     """
 
-    mechanism: str
-    parameter: float
-
     def __post_init__(self) -> None:
         if self.mechanism not in ("discrete_gaussian", "discrete_laplace"):
             raise ParameterError(
@@ -148,12 +149,6 @@ class Noise:
         p = self.parameter
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= high:
             raise ParameterError("noise.parameter", p, f"a number in (0, {high:g}]")
-
-    def sample(self, size: int, rng: Any) -> np.ndarray:
-        """``size`` integers ``(size,)`` int64 from the mechanism, drawn from ``rng`` (a generator)."""
-        if self.mechanism == "discrete_gaussian":
-            return sample_discrete_gaussian(float(self.parameter), size, rng)
-        return sample_discrete_laplace(float(self.parameter), size, rng)
 
     def to_json(self) -> dict[str, Any]:
         """``{"mechanism": ..., "parameter": ...}``."""
