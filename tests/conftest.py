@@ -82,7 +82,7 @@ def production(
 
 
 # Tests that take tens of seconds on their own (``--durations``, 2-core machine): handed out first, so that
-# none of them starts last and leaves the other worker idle at the end. Substrings of node ids.
+# none of them starts last and leaves the other workers idle at the end. Substrings of node ids.
 SLOW_FIRST = (
     "test_service_malicious.py::",
     "test_deploy_walkthrough.py::test_the_walkthrough_runs_on_",
@@ -100,7 +100,7 @@ SLOW_FIRST = (
 # runs: a service test beside it (its own server and client processes, deadlines, process start-ups) took
 # up to 6 times as long (test_two_servers_one_killed_mid_run_the_other_takes_over[postgresql]: 142 s beside
 # it, 24 s not), and its deadlines ran short. So it runs first in its group, i.e. at the start of the
-# suite, and the other worker meanwhile runs BESIDE_LEAD: in-process, CPU-bound tests (no server, no
+# suite, and the other workers meanwhile run BESIDE_LEAD: in-process, CPU-bound tests (no server, no
 # subprocess, no deadline or timing assertion), slowed just as much (test_rerun_reuses_the_cells...: 127 s
 # beside it, 19 s not) but with nothing that can time out. Substrings of node ids.
 LEAD = "test_service_secure_adult.py::test_fed_chi2_on_adult_with_70_client_processes"
@@ -146,7 +146,7 @@ def _slow_rank(item: pytest.Item) -> int:
 
 LAYERS = ("library", "wire", "cli", "service", "client", "e2e")
 # the layers (marks) whose tests run in the pytest process: no server or device process, no real deadline.
-# They are handed out right after BESIDE_LEAD, so that the other worker spends the 70-process Adult test's
+# They are handed out right after BESIDE_LEAD, so that the other workers spend the 70-process Adult test's
 # time on them and the tests that wait on deadlines come after it (one of them, SIGKILLing its server in
 # each round, took 132 s beside it and 18-25 s alone)
 IN_PROCESS = ("library", "wire", "memory_state")
@@ -182,8 +182,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``--no-loadscope-reorder`` (``make test``) the groups and tests are handed out in this order: the
     group of :data:`LEAD` (the ``machine-load`` group, the 70-process Adult test and the tests whose
     deadlines must not run beside it, starts at once, :data:`LEAD` first, and overlaps the rest of the
-    suite on the other worker instead of trailing it), then the tests of :data:`BESIDE_LEAD` (the other
-    worker's first tests: they run beside :data:`LEAD`), then the ungrouped tests of the
+    suite on the other workers instead of trailing it), then the tests of :data:`BESIDE_LEAD` (the other
+    workers' first tests: they run beside :data:`LEAD`), then the ungrouped tests of the
     :data:`IN_PROCESS` layers, then the other marked groups, then the module groups, then the other tests,
     each part with the tests of :data:`SLOW_FIRST` first (stable order otherwise).
 
