@@ -137,6 +137,11 @@ def default_context() -> ssl.SSLContext:
 
     ``httpx.Client(verify=True)`` builds it again for every client: about 20 ms of CPU and the whole CA
     store in memory per device, for the devices a process simulates or hosts.
+
+    Returns
+    -------
+    ssl.SSLContext
+        The same object on every call in this process (verifying certificates and host names).
     """
     return httpx.create_ssl_context()
 

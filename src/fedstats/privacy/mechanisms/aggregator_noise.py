@@ -45,7 +45,21 @@ class AggregatorNoise:
         check_real("parameter", self.parameter, low=0.0, high=2.0**84, low_open=True)
 
     def sample(self, size: int, rng: Any) -> np.ndarray:
-        """``(size,)`` int64 noise drawn from ``rng``."""
+        """One aggregator's noise for an aggregate share of ``size`` entries.
+
+        Parameters
+        ----------
+        size : int
+            Entries, >= 0.
+        rng : numpy.random.Generator
+            The aggregator's randomness.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(size,)`` int64, the exact discrete Gaussian or Laplace samples of
+            :mod:`fedstats.privacy.mechanisms.samplers` (Canonne, Kamath and Steinke 2020).
+        """
         if self.mechanism == "discrete_gaussian":
             return sample_discrete_gaussian(float(self.parameter), size, rng)
         return sample_discrete_laplace(float(self.parameter), size, rng)

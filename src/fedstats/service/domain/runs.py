@@ -289,26 +289,24 @@ def client_work_json(
     device and poll (a device's list is read several times per run, and every device's at each state
     change of its population); only the device's own fields (its records, slot and secure stage) are
     encoded per list.
+
+    Parameters
+    ----------
+    tx, client_id, population, device_runs
+        As :func:`client_work`.
+
+    Returns
+    -------
+    bytes
+        UTF-8 JSON whose parsed value equals :func:`client_work`'s (the keys of a round entry in
+        another order).
     """
     offers, reveals, rounds, finished = _work_parts(tx, client_id, population, device_runs)
     entries = []
     for key, static, mine in rounds:
-        head = _ENCODED.get(key)
-        if head is None:
-            head = _compact(static)[:-1]  # without its closing brace
-            if len(_ENCODED) > _ENCODED_KEPT:
-                _ENCODED.clear()
-            _ENCODED[key] = head
+        head = _encoded(key, static)[:-1]  # without its closing brace
         entries.append(head + b"," + _compact(mine)[1:] if mine else head + b"}")
-    encoded_offers = []
-    for key, offer in offers:
-        got = _ENCODED.get(key)
-        if got is None:
-            got = _compact(offer)
-            if len(_ENCODED) > _ENCODED_KEPT:
-                _ENCODED.clear()
-            _ENCODED[key] = got
-        encoded_offers.append(got)
+    encoded_offers = [_encoded(key, offer) for key, offer in offers]
     return (
         b'{"offers":['
         + b",".join(encoded_offers)
@@ -324,6 +322,17 @@ def client_work_json(
 
 def _compact(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _encoded(key: tuple[Any, ...], value: Any) -> bytes:
+    """``_compact(value)``, kept under ``key`` (which names ``value``'s whole content) in this process."""
+    got = _ENCODED.get(key)
+    if got is None:
+        got = _compact(value)
+        if len(_ENCODED) > _ENCODED_KEPT:
+            _ENCODED.clear()
+        _ENCODED[key] = got
+    return got
 
 
 # encoded parts of work lists (see client_work_json): an offer by ("offer", run, task), the common part
