@@ -581,12 +581,14 @@ def _script(store: Store, root: Path) -> list[tuple[str, Any]]:
         ),
     )
     step("checked-in", lambda tx: tx.checked_in_by_population(), read_only=True)
+    step("unclaimed-before", lambda tx: tx.unclaimed_runs(time.time()), read_only=True)
     step("populations", lambda tx: Unordered(tx.population_counts()), read_only=True)
     drv = Driver(store, lease_seconds=30.0, owner="server-a")
     for k in range(2):
         log.append((f"tick-{k}", drv.tick()))  # the driver opens its own transactions
         step(f"live-{k}", lambda tx: Unordered(tx.live_runs("dev-0")), read_only=True)
     step("held", lambda tx: Unordered(tx.held_runs("server-a")), read_only=True)
+    step("unclaimed-after", lambda tx: tx.unclaimed_runs(time.time()), read_only=True)
     with store.transaction(read_only=True) as tx:
         (item,) = runs.client_work(tx, "dev-0", "default")["rounds"]
     log.append(("work", {k: v for k, v in item.items() if k != "deadline"}))

@@ -333,6 +333,30 @@ def test_holder_paused_inside_a_write_transaction_is_taken_over(
     assert [x for _i, x in before["audit"]].count("spend") == 1
 
 
+def test_a_run_the_claim_skipped_is_claimed_at_the_next_pass(
+    make_store: Callable[..., Store], tmp_path: Path
+) -> None:
+    """A run whose row a check-in holds locked when the driver claims is claimed at the next pass.
+
+    The claim skips locked rows (``SKIP LOCKED``); with an hour between claims, a skipped run used to
+    wait that hour: a loaded CI run's round did not open in 120 s.
+    """
+    store = make_store("postgresql")
+    rid = _setup_run(store, tmp_path, BITPUSHING)
+    drv = Driver(make_store("postgresql"), lease_seconds=14400.0, recheck=3600.0, owner="server-a")
+    with store.transaction() as tx:
+        runs.load_run(tx, rid, lock=True)  # the row lock a device's check-in takes
+        drv.tick()  # another connection: skips the locked run, does not wait
+    assert _snapshot(store, rid)["owner"] is None
+    drv.tick()
+    view = _snapshot(store, rid)
+    assert view["owner"] == "server-a" and view["epoch"] == 1, view
+    deadline = time.monotonic() + 30
+    while not _snapshot(store, rid)["rounds"]:  # and advanced: the check-in closes, round 0 opens
+        assert time.monotonic() < deadline, "the run was not advanced"
+        drv.tick()
+
+
 @pytest.mark.parametrize("kind", _db_urls())
 def test_malformed_report_is_excluded_and_the_run_completes(
     make_store: Callable[..., Store], tmp_path: Path, kind: str

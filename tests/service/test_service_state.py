@@ -170,9 +170,12 @@ class TestStateParity:
             assert isinstance(run, RunRow) and run.lease_epoch == 0 and run.status == "checkin"
             assert tx.cohort("run-1") == Cohort(devices=2, records=3)
             assert tx.run("nope") is None
+            assert tx.unclaimed_runs(150.0) == 1
             leases = tx.claim_runs("srv", 150.0, 160.0)
             assert leases == [RunLease("run-1", None, None, 0)]
             tx.update_run("run-1", lease_owner="srv", lease_until=180.0, lease_epoch=1)
+            assert tx.unclaimed_runs(150.0) == 0
+            assert tx.unclaimed_runs(181.0) == 1  # the lease ended
             tx.update_run("run-1", status="running", n_clients=3, public_seed="00" * 32)
         with state.transaction() as tx:
             assert tx.held_runs("srv") == [RunLease("run-1", "srv", 180.0, 1)]

@@ -219,8 +219,9 @@ class Driver:
     def _claim(self) -> list[str]:
         """Claim free or expired leases, renew ours past half their time; return the runs we hold.
 
-        At most every ``min(lease_seconds / 4, recheck)`` seconds (or after :meth:`poke`); in between,
-        the runs held at the last claim.
+        At most every ``min(lease_seconds / 4, recheck)`` seconds (or after :meth:`poke`, or at the pass
+        after a claim that left a live run free: its row was locked then); in between, the runs held at
+        the last claim.
         """
         if time.monotonic() - self._claimed_at < self._claim_every:
             return [rid for rid in self._held if rid in self._epochs]
@@ -230,6 +231,10 @@ class Driver:
             for lease in tx.claim_runs(self.owner, now, now + self.lease_seconds / 2):
                 self._take(tx, lease, now)
             held = tx.held_runs(self.owner)
+            # a free run the claim skipped (its row locked by a check-in at that moment, SKIP LOCKED)
+            # is claimed at the next pass, not a whole claim interval later
+            if tx.unclaimed_runs(now):
+                self._claimed_at = -float("inf")
         # a run under our name but not under the epoch we claimed (a restart under the same server_id,
         # or a claim lost and regained): claim it anew, with a new epoch, before writing anything
         stale = [h.run_id for h in held if self._epochs.get(h.run_id) != h.lease_epoch]

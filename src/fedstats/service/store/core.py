@@ -375,6 +375,14 @@ class CoreQueries(RowWrites):
         """The leases of the live runs leased to ``owner``."""
 
     @abstractmethod
+    def unclaimed_runs(self, now: float) -> int:
+        """How many live runs have a free lease or one that ended before ``now``; never waits for a lock.
+
+        Asked after :meth:`claim_runs` in the same transaction, these are the runs that claim skipped
+        (locked by another transaction, e.g. a device's check-in) or that were created since.
+        """
+
+    @abstractmethod
     def closed_rounds(self, run_id: str) -> list[ClosedRound]:
         """A run's closed rounds as journaled, in order."""
 

@@ -237,6 +237,15 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             if r.status in _LIVE and r.lease_owner == owner
         ]
 
+    def unclaimed_runs(self, now: float) -> int:
+        """See :meth:`CoreQueries.unclaimed_runs`."""
+        return sum(
+            1
+            for r in self._t("runs").values()
+            if r.status in _LIVE
+            and (r.lease_owner is None or (r.lease_until is not None and r.lease_until < now))
+        )
+
     def closed_rounds(self, run_id: str) -> list[ClosedRound]:
         """See :meth:`CoreQueries.closed_rounds`."""
         return [

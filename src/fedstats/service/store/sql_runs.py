@@ -400,6 +400,20 @@ class SqlRunQueries(SqlBase):
         ).all()
         return [RunLease(str(i), o, u, int(e or 0)) for i, o, u, e in rows]
 
+    def unclaimed_runs(self, now: float) -> int:
+        """See :meth:`CoreQueries.unclaimed_runs` (a plain read: PostgreSQL does not wait for locks)."""
+        r = _RUNS.c
+        return int(
+            self._exec(
+                select(func.count())
+                .select_from(_RUNS)
+                .where(
+                    r.status.in_(("checkin", "seeding", "running")),
+                    or_(r.lease_owner.is_(None), r.lease_until < now),
+                )
+            ).scalar_one()
+        )
+
     def closed_rounds(self, run_id: str) -> list[ClosedRound]:
         """See :meth:`CoreQueries.closed_rounds`."""
         r = _ROUNDS.c
