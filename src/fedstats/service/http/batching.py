@@ -101,7 +101,7 @@ class Batcher(ABC, Generic[In, Out]):
             Per position its answer, or the error it raised alone.
         """
         out: list[Out | BaseException | None] = [None] * count
-        for _ in range(3):
+        for _ in range(3):  # each retry drops at least one item; a third means contention
             todo = [i for i in range(count) if i not in exact]
             if not todo:
                 break
@@ -109,7 +109,7 @@ class Batcher(ABC, Generic[In, Out]):
                 with self.store.transaction() as tx:
                     got = bulk(tx, todo)
                     redo = {i for i in todo if i not in got}
-                    if redo:
+                    if redo:  # roll back: their nonces must not stay used by this batch
                         raise _Redo(redo)
                 self.batches += 1
                 for i, answer in got.items():
