@@ -137,14 +137,12 @@ def encode_spread(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np
 
     Parameters
     ----------
-    batch : ClientBatch
-        Column ``params["column"]`` holds the ``(n, d)`` vectors in [0, 1].
+    batch, rng
+        As for :func:`encode_centre`.
     params : Mapping
         ``blocks`` (subset of ``["dispersion", "q"]``), the released centres ``mu`` / ``mu_w`` (lists of
         length d), ``p``, ``sens_dispersion``, ``sens_q``, ``min_variance`` and the keys of
         :func:`add_noise_share`.
-    rng : RNG
-        The clients' private randomness.
 
     Returns
     -------
