@@ -249,6 +249,7 @@ def check_centre_reports(
     Returns
     -------
     Verdicts
+        Each record's first failure: ``value_out_of_range``, then ``weight_mismatch``.
     """
     del starts  # the output set does not depend on the record
     dim = vectors.shape[1]
@@ -290,16 +291,15 @@ def check_spread_reports(
 
     Parameters
     ----------
-    vectors : numpy.ndarray
-        int64 ``(n, dim)``, one column per block.
-    counts, starts
-        As :func:`check_centre_reports`.
+    vectors, counts, starts
+        As :func:`check_centre_reports` (``vectors`` has one column per block).
     params : Mapping
         The round's parameters (:func:`encode_spread`, :func:`add_noise_share`).
 
     Returns
     -------
     Verdicts
+        Each record's ``value_out_of_range`` failure, if any.
     """
     del starts  # the output set does not depend on the record
     high = []
