@@ -109,7 +109,9 @@ class _TableOptions(TypedDict, total=False):
     noise: bool
 
 
-def synthetic_global_table(kind: str, n_clients: int, **options: Unpack[_TableOptions]) -> np.ndarray:
+def synthetic_global_table(
+    kind: str, n_clients: int, **options: Unpack[_TableOptions]
+) -> np.ndarray:
     """Sum over clients :func:`synthetic_client_tables` (same arguments), shape ``(m_x, m_y)``."""
     tables = synthetic_client_tables(kind, n_clients, **options)
     return np.asarray(tables.sum(axis=0), dtype=np.int64)
