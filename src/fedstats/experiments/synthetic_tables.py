@@ -90,7 +90,7 @@ def synthetic_client_tables(
     Raises
     ------
     ParameterError
-        If ``kind`` is unknown or a size is not a positive integer.
+        If ``kind`` is unknown or ``n_clients``, ``m_x`` or ``m_y`` is not a positive integer.
     """
     kind = check_choice("kind", kind, GENERATORS)
     n = check_int("n_clients", n_clients, low=1)
@@ -150,7 +150,7 @@ def synthetic_global_histogram(
     Raises
     ------
     ParameterError
-        If ``kind`` is unknown or a size is not a positive integer.
+        If ``kind`` is unknown or ``n_clients`` or ``m`` is not a positive integer.
     """
     kind = check_choice("kind", kind, GENERATORS)
     n = check_int("n_clients", n_clients, low=1)
