@@ -18,7 +18,7 @@ from typing import Any
 from fedstats.errors import ParameterError
 from fedstats.results import to_jsonable
 
-__all__ = ["Plan", "check_one_unknown", "smallest_int", "smallest_real"]
+__all__ = ["Plan", "check_one_unknown", "smallest_int", "smallest_real", "solve_width"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +130,60 @@ def smallest_real(
         else:
             lo = mid
     return math.exp(hi)
+
+
+def solve_width(
+    analysis: str,
+    width_at: Callable[[int, float], float],
+    width: float,
+    goal: str,
+    inputs: dict[str, Any],
+    n_clients: int | None,
+    epsilon: float | None,
+    limits: tuple[int, float],
+    notes: tuple[str, Callable[[], str]],
+) -> Plan:
+    """The smallest clients (or epsilon) whose predicted interval is at most ``width`` wide.
+
+    Solves for whichever of ``n_clients`` / ``epsilon`` is None, the other fixed (and recorded in
+    ``inputs``): clients by :func:`smallest_int` in ``[2, limits[0]]``, epsilon by :func:`smallest_real`
+    in ``[1e-3, limits[1]]`` to a relative 1e-4.
+
+    Parameters
+    ----------
+    analysis : str
+        :attr:`Plan.analysis`.
+    width_at : callable
+        ``width_at(n, epsilon)``: the predicted width at ``n`` clients and budget ``epsilon``, falling in
+        both (``inf`` where the run cannot be made).
+    width : float
+        The target width, > 0.
+    goal : str
+        :attr:`Plan.target`.
+    inputs : dict
+        The plan's fixed inputs; the given one of ``n_clients`` / ``epsilon`` is added.
+    n_clients, epsilon : int or float or None
+        Exactly one None (:func:`check_one_unknown`).
+    limits : (int, float)
+        The largest clients and epsilon searched.
+    notes : (str, callable)
+        The note when no number of clients reaches the width, and a function giving the note when no
+        epsilon does (called only then).
+
+    Returns
+    -------
+    Plan
+        ``value`` None, with the note, when the width is out of reach.
+    """
+    if n_clients is None:
+        assert epsilon is not None
+        inputs["epsilon"] = epsilon
+        found = smallest_int(lambda n: width_at(n, epsilon) <= width, 2, limits[0])
+        if found is None:
+            return Plan(analysis, "n_clients", None, goal, None, inputs, notes[0])
+        return Plan(analysis, "n_clients", found, goal, width_at(found, epsilon), inputs)
+    inputs["n_clients"] = n_clients
+    eps = smallest_real(lambda e: width_at(n_clients, e) <= width, 1e-3, limits[1], rtol=1e-4)
+    if eps is None:
+        return Plan(analysis, "epsilon", None, goal, None, inputs, notes[1]())
+    return Plan(analysis, "epsilon", eps, goal, width_at(n_clients, eps), inputs)

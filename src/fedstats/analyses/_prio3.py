@@ -293,8 +293,8 @@ def calibrate_discrete_gaussian(
     Parameters
     ----------
     epsilon, delta : float
-        The (epsilon, delta)-DP target: epsilon in (0, inf), delta in (0, 1)
-        (:func:`~fedstats._validation.check_epsilon_delta`).
+        The (epsilon, delta)-DP target of the released sum, met with one honest aggregator's noise alone:
+        epsilon in (0, inf), delta in (0, 1) (:func:`~fedstats._validation.check_epsilon_delta`).
     l2_sensitivity : float
         L2 norm of the largest change of the sum when one client's data changes, > 0.
     dim : int

@@ -31,7 +31,7 @@ True
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import scipy.special
@@ -41,6 +41,7 @@ from fedstats.errors import DataError, ParameterError
 
 __all__ = [
     "OnlineSaffron",
+    "SaffronOptions",
     "SaffronResult",
     "discovery_counts",
     "false_discovery_proportion",
@@ -149,7 +150,8 @@ class OnlineSaffron:
     Raises
     ------
     ParameterError
-        If a parameter is outside its range.
+        If ``alpha`` or ``lambda_`` is not in (0, 1), ``w0`` not in (0, alpha], ``gamma_exponent <= 1``,
+        ``gamma_normalization`` unknown or ``gamma_terms < 1``.
 
     Notes
     -----
@@ -237,24 +239,27 @@ class OnlineSaffron:
         return bool(reject)
 
 
-def saffron(
-    p_values: Any,
-    *,
-    alpha: float = 0.05,
-    w0: float = 0.0125,
-    lambda_: float = 0.5,
-    gamma_exponent: float = 1.6,
-    gamma_normalization: str = "paper",
-    gamma_terms: int = PAPER_GAMMA_TERMS,
-) -> SaffronResult:
+class SaffronOptions(TypedDict, total=False):
+    """The keyword options of :class:`OnlineSaffron` (their ranges and defaults are documented there)."""
+
+    alpha: float
+    w0: float
+    lambda_: float
+    gamma_exponent: float
+    gamma_normalization: str
+    gamma_terms: int
+
+
+def saffron(p_values: Any, **options: Unpack[SaffronOptions]) -> SaffronResult:
     """Run SAFFRON on a whole stream of p-values, in order.
 
     Parameters
     ----------
     p_values : array_like of float, shape (n,)
         The p-values in arrival order, each in [0, 1].
-    alpha, w0, lambda_, gamma_exponent, gamma_normalization, gamma_terms
-        As in :class:`OnlineSaffron` (defaults: Pang et al. 2023, App. C).
+    **options
+        ``alpha``, ``w0``, ``lambda_``, ``gamma_exponent``, ``gamma_normalization``, ``gamma_terms``
+        (keyword only), as in :class:`OnlineSaffron` (defaults: Pang et al. 2023, App. C).
 
     Returns
     -------
@@ -280,14 +285,7 @@ def saffron(
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(f"p_values[{i}] = {p[i]!r} is outside [0, 1]")
-    proc = OnlineSaffron(
-        alpha=alpha,
-        w0=w0,
-        lambda_=lambda_,
-        gamma_exponent=gamma_exponent,
-        gamma_normalization=gamma_normalization,
-        gamma_terms=gamma_terms,
-    )
+    proc = OnlineSaffron(**options)
     n = p.size
     levels = np.empty(n)
     rejected = np.zeros(n, dtype=bool)

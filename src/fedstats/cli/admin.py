@@ -351,18 +351,24 @@ def _request_command(
     show: Callable[[Console, dict[str, Any]], None],
     summary: str,
     retries: int = 0,
+    *,
+    in_body: bool = False,
 ) -> None:
     """Add the command ``name`` (help ``summary``) to ``app``: one request about its one argument.
 
     ``argument`` is the argument's Python name and annotation (``("run_id", RunId)``), ``request`` the
-    method and the path, ``{}`` standing for the argument; ``show`` draws the answer (without ``--json``);
-    ``retries`` retries a lost request (only where repeating it is harmless).
+    method and the path, ``{}`` standing for the argument (with ``in_body``, the argument is sent as the
+    JSON body ``{name: value}`` instead); ``show`` draws the answer (without ``--json``); ``retries``
+    retries a lost request (only where repeating it is harmless).
     """
     arg, annotation = argument
     method, path = request
 
     def command(ctx: typer.Context, json_flag: bool = False, **value: str) -> None:
-        _call(ctx, json_flag, show, method, path.format(value[arg]), retries=retries)
+        if in_body:
+            _call(ctx, json_flag, show, method, path, {arg: value[arg]}, retries=retries)
+        else:
+            _call(ctx, json_flag, show, method, path.format(value[arg]), retries=retries)
 
     p = inspect.Parameter
     command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -740,14 +746,12 @@ def operator_list(
     _list(ctx, json_flag, "operators", params, ["name", "created_at"], ("name",))
 
 
-@operators_app.command("add")
-def operator_add(
-    ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The new operator's name.")],
-    json_flag: JsonOption = False,
-) -> None:
-    """Create an operator; its bearer token is printed once (give it to them over a safe channel)."""
-    _call(ctx, json_flag, _token_view, "POST", "/v1/admin/operators", {"name": name})
+_request_command(
+    operators_app, "add", ("name", Annotated[str, typer.Argument(help="The new operator's name.")]),
+    ("POST", "/v1/admin/operators"), _token_view,
+    "Create an operator; its bearer token is printed once (give it to them over a safe channel).",
+    in_body=True,
+)  # fmt: skip
 
 
 def _removed_view(console: Console, p: dict[str, Any]) -> None:

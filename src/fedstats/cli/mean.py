@@ -262,6 +262,7 @@ def _check_options(
     Checked before the duration estimate and the data scan of a long run.
     """
     from fedstats._validation import check_real
+    from fedstats.analyses.bitpushing.api import check_privacy_choice
     from fedstats.analyses.bitpushing.config import BitPushingMeanConfig
     from fedstats.analyses.bitpushing.methods import METHODS, options_of
 
@@ -274,15 +275,7 @@ def _check_options(
     check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     if epsilon is not None and not epsilon > 0:
         raise ParameterError("--epsilon", epsilon, "a real number > 0")
-    if epsilon is None and not no_privacy:
-        raise ParameterError(
-            "--epsilon",
-            None,
-            "a privacy choice: --epsilon E (local DP, E > 0), or --no-privacy to release a "
-            "non-private estimate",
-        )
-    if epsilon is not None and no_privacy:
-        raise ParameterError("--no-privacy", True, "either --epsilon E or --no-privacy, not both")
+    check_privacy_choice(epsilon, no_privacy, cli=True)
     if options.get("alpha") is not None and not 0.0 <= options["alpha"] <= 8.0:
         raise ParameterError(
             "--weight-exponent",

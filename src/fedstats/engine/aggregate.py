@@ -25,38 +25,18 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.engine import samplers
 from fedstats.engine.backends import RoundJob
 from fedstats.engine.populations import HistogramSource
 from fedstats.engine.rounds import InputHistogram, RoundSum
 from fedstats.engine.routes import register_backend
-from fedstats.engine.samplers import (
-    PER_CLIENT,
-    binomial,
-    discrete_laplace_sum,
-    gaussian_sum,
-    laplace_sum,
-    multinomial,
-    randomized_response_sum,
-    simulation_generator,
-    split_cohort,
-    split_inputs,
-)
+from fedstats.engine.samplers import *  # noqa: F403  (re-exported: see the module notes)
+from fedstats.engine.samplers import PER_CLIENT
 from fedstats.errors import DataError, ParameterError
 from fedstats.progress import NullProgress, Progress
 
-__all__ = [
-    "ROUTE_NOTE",
-    "AggregateBackend",
-    "binomial",
-    "discrete_laplace_sum",
-    "gaussian_sum",
-    "laplace_sum",
-    "multinomial",
-    "randomized_response_sum",
-    "simulation_generator",
-    "split_cohort",
-    "split_inputs",
-]
+__all__ = ["ROUTE_NOTE", "AggregateBackend"]
+__all__ += samplers.__all__
 
 ROUTE_NOTE = (
     "aggregate route: each round's sum is drawn from its closed form per distinct input; results are "

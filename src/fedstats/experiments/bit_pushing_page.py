@@ -219,7 +219,8 @@ def tables(doc: dict[str, Any]) -> list[dict[str, Any]]:
     Parameters
     ----------
     doc : dict
-        The reproduction's document.
+        The reproduction's document; its ``figures`` (series by figure key, then by curve label),
+        ``datasets`` and ``figure2_dataset`` are read.
 
     Returns
     -------

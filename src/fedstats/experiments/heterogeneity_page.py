@@ -109,7 +109,8 @@ def findings(doc: dict[str, Any]) -> dict[str, Any]:
     Parameters
     ----------
     doc : dict
-        The reproduction's document.
+        The reproduction's document; only its ``tables`` are read (cells keyed
+        ``"{dataset}|{design}|{delta}|{analytic or classical}|{distributed or central}"``).
 
     Returns
     -------

@@ -24,6 +24,8 @@ cut-point method).
 
 from __future__ import annotations
 
+from typing import Required, TypedDict, Unpack
+
 import numpy as np
 
 from fedstats._validation import check_choice, check_int
@@ -88,7 +90,7 @@ def synthetic_client_tables(
     Raises
     ------
     ParameterError
-        If ``kind`` is unknown or a size is not a positive integer.
+        If ``kind`` is unknown or ``n_clients``, ``m_x`` or ``m_y`` is not a positive integer.
     """
     kind = check_choice("kind", kind, GENERATORS)
     n = check_int("n_clients", n_clients, low=1)
@@ -98,17 +100,20 @@ def synthetic_client_tables(
     return _cells(kind, n, m_x, m_y, 0, gen, noise)
 
 
+class _TableOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`synthetic_client_tables` (defaults there)."""
+
+    m_x: int
+    m_y: int
+    rng: Required[RNG | RandomSource]
+    noise: bool
+
+
 def synthetic_global_table(
-    kind: str,
-    n_clients: int,
-    *,
-    m_x: int = 20,
-    m_y: int = 20,
-    rng: RNG | RandomSource,
-    noise: bool = True,
+    kind: str, n_clients: int, **options: Unpack[_TableOptions]
 ) -> np.ndarray:
     """Sum over clients :func:`synthetic_client_tables` (same arguments), shape ``(m_x, m_y)``."""
-    tables = synthetic_client_tables(kind, n_clients, m_x=m_x, m_y=m_y, rng=rng, noise=noise)
+    tables = synthetic_client_tables(kind, n_clients, **options)
     return np.asarray(tables.sum(axis=0), dtype=np.int64)
 
 
@@ -145,7 +150,7 @@ def synthetic_global_histogram(
     Raises
     ------
     ParameterError
-        If ``kind`` is unknown or a size is not a positive integer.
+        If ``kind`` is unknown or ``n_clients`` or ``m`` is not a positive integer.
     """
     kind = check_choice("kind", kind, GENERATORS)
     n = check_int("n_clients", n_clients, low=1)

@@ -15,16 +15,10 @@ See ``docs/vdaf.md``.
 
 from __future__ import annotations
 
+from fedstats.vdaf import variants
 from fedstats.vdaf.field import Field, Field64, Field128
 from fedstats.vdaf.prio3 import InputShares, Prio3, ShardBatch, VerifierShares, VerifyState
-from fedstats.vdaf.variants import (
-    Prio3Count,
-    Prio3Histogram,
-    Prio3MultihotCountVec,
-    Prio3Sum,
-    Prio3SumVec,
-    Prio3SumVecWithMultiproof,
-)
+from fedstats.vdaf.variants import *  # noqa: F403  (re-exported: every Prio3 variant)
 
 __all__ = [
     "Field",
@@ -32,13 +26,8 @@ __all__ = [
     "Field128",
     "InputShares",
     "Prio3",
-    "Prio3Count",
-    "Prio3Histogram",
-    "Prio3MultihotCountVec",
-    "Prio3Sum",
-    "Prio3SumVec",
-    "Prio3SumVecWithMultiproof",
     "ShardBatch",
     "VerifierShares",
     "VerifyState",
 ]
+__all__ += variants.__all__

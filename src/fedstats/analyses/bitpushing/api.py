@@ -248,8 +248,10 @@ def _scan(
     return tr
 
 
-def check_privacy_choice(epsilon: float | None, no_privacy: bool) -> None:
-    """Require an explicit privacy choice, as the CLI does: ``epsilon=E`` or ``no_privacy=True``.
+def check_privacy_choice(epsilon: float | None, no_privacy: bool, *, cli: bool = False) -> None:
+    """Require an explicit privacy choice: ``epsilon=E`` or ``no_privacy=True``.
+
+    On the command line the choice is ``--epsilon E`` or ``--no-privacy`` (``cli=True`` says so).
 
     Parameters
     ----------
@@ -257,21 +259,25 @@ def check_privacy_choice(epsilon: float | None, no_privacy: bool) -> None:
         Local DP epsilon per client.
     no_privacy : bool
         The explicit choice of a non-private estimate.
+    cli : bool
+        Word the errors with the command line's options instead of the keyword arguments; default False.
 
     Raises
     ------
     ParameterError
-        Naming ``epsilon`` if neither or both are given.
+        Naming ``epsilon`` if neither is given, and ``epsilon`` (``--no-privacy`` on the command line) if
+        both are.
     """
+    eps, off = ("--epsilon E", "--no-privacy") if cli else ("epsilon=E", "no_privacy=True")
     if epsilon is None and not no_privacy:
         raise ParameterError(
-            "epsilon",
+            "--epsilon" if cli else "epsilon",
             None,
-            "a privacy choice: epsilon=E (local DP, E > 0), or no_privacy=True to release a "
-            "non-private estimate",
+            f"a privacy choice: {eps} (local DP, E > 0), or {off} to release a non-private estimate",
         )
     if epsilon is not None and no_privacy:
-        raise ParameterError("epsilon", epsilon, "either epsilon=E or no_privacy=True, not both")
+        name, value = ("--no-privacy", True) if cli else ("epsilon", epsilon)
+        raise ParameterError(name, value, f"either {eps} or {off}, not both")
 
 
 def _start(

@@ -625,6 +625,8 @@ def adaptive_stage(
     Returns
     -------
     ProtocolGenerator[StageEstimate]
+        Both rounds: the code mean (by ``estimator``), its variance, and the rounds' sampling vectors and
+        cohorts in the details.
 
     Raises
     ------

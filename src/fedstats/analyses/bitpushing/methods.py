@@ -79,6 +79,8 @@ def make_stage(method: str, **options: Any) -> Stage:
     Returns
     -------
     Stage
+        The stage function of ``method`` (:func:`~fedstats.analyses.bitpushing.protocol.bit_pushing_stage`
+        or :func:`~fedstats.analyses.mean_baselines.protocol.baseline_stage`), its options bound.
 
     Raises
     ------

@@ -39,7 +39,7 @@ from fedstats._validation import (
     check_open_unit,
     check_real,
 )
-from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int, smallest_real
+from fedstats.analyses._planning import Plan, check_one_unknown, solve_width
 from fedstats.analyses.bitpushing.allocation import (
     lemma1_variance,
     rr_noise_variance,
@@ -65,6 +65,7 @@ _METHODS = ("adaptive", "weighted", "basic")
 DEFAULT_METHOD: str = BitPushingMeanConfig.method
 """The method planned when none is named: the library's default (``BitPushingMeanConfig.method``)."""
 _MIN_REPORTS = 16  # adaptive_stage's default min_reports
+_LIMITS = (10**12, 700.0)  # the most clients and the largest epsilon a plan searches
 
 
 def _bit_means(spec: CodeSpec, values: Any) -> np.ndarray:
@@ -221,7 +222,7 @@ def _plan(
     space: float,
 ) -> Plan:
     """Solve for the unknown of ``n_clients``/``epsilon`` with ``predict(n, epsilon=eps, **model)``."""
-    solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)
+    check_one_unknown(n_clients=n_clients, epsilon=epsilon)
     z = two_sided_z(confidence)
 
     def w_at(n: int, eps: float) -> float:
@@ -241,23 +242,14 @@ def _plan(
         "width": width,
         "range_width": space,
     }
-    if solve == "n_clients":
-        assert epsilon is not None
-        found = smallest_int(lambda n: w_at(n, epsilon) <= width, 2, 10**12)
-        inputs["epsilon"] = epsilon
-        if found is None:
-            return Plan(
-                statistic, "n_clients", None, goal, None, inputs, "not within 10^12 clients"
-            )
-        return Plan(statistic, "n_clients", found, goal, w_at(found, epsilon), inputs)
-    assert n_clients is not None
-    inputs["n_clients"] = n_clients
-    eps = smallest_real(lambda e: w_at(n_clients, e) <= width, 1e-3, 700.0, rtol=1e-4)
-    if eps is None:
+
+    def epsilon_note() -> str:
+        assert n_clients is not None
         floor = w_at(n_clients, 700.0)
-        note = f"no epsilon up to 700 reaches it (width at epsilon 700: {floor:.4g}; add clients)"
-        return Plan(statistic, "epsilon", None, goal, None, inputs, note)
-    return Plan(statistic, "epsilon", eps, goal, w_at(n_clients, eps), inputs)
+        return f"no epsilon up to 700 reaches it (width at epsilon 700: {floor:.4g}; add clients)"
+
+    notes = ("not within 10^12 clients", epsilon_note)
+    return solve_width(statistic, w_at, width, goal, inputs, n_clients, epsilon, _LIMITS, notes)
 
 
 def _check_common(
@@ -346,6 +338,8 @@ def plan_mean(
     Returns
     -------
     Plan
+        ``value``: the clients or epsilon found (None, with a ``note``, when out of reach);
+        ``achieved``: the interval width there.
 
     Raises
     ------
@@ -399,11 +393,12 @@ def plan_variance(
     Returns
     -------
     Plan
+        As :func:`plan_mean`.
 
     Raises
     ------
     ParameterError
-        Naming the parameter out of range.
+        Naming the parameter out of range, or when not exactly one of ``n_clients``/``epsilon`` is unset.
     """
     w, lo, hi, conf = _check_common(width, low, high, n_clients, epsilon, confidence, method)
     check_open_unit("mean_fraction", mean_fraction)

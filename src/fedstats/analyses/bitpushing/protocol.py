@@ -115,6 +115,7 @@ def bit_pushing_stage(method: str, **options: Any) -> Stage:
     Returns
     -------
     Stage
+        The variant's stage function with its options bound (checked here, before any round).
 
     Raises
     ------

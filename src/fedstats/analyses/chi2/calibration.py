@@ -210,7 +210,7 @@ def sketched_p_value(
     Returns
     -------
     float or numpy.ndarray
-        Same shape as ``statistic``, in [0, 1].
+        Same shape as ``statistic``, in [0, 1]; 1 where the statistic is not positive.
 
     Raises
     ------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -23,7 +23,13 @@ from fedstats.analyses.chi2.calibration import (
     normal_averaged_p_value,
     sketched_p_value,
 )
-from fedstats.analyses.chi2.null import NullSample, Round2Plan, round2_plan, shifted_interval
+from fedstats.analyses.chi2.null import (
+    NullSample,
+    Round2Inputs,
+    Round2Plan,
+    round2_plan,
+    shifted_interval,
+)
 from fedstats.analyses.chi2.privacy import Chi2Privacy
 from fedstats.errors import DataError, ParameterError
 from fedstats.results import AnalysisResult
@@ -335,13 +341,7 @@ def projection_plan(
     privacy: Chi2Privacy | None,
     proj: StableProjection,
     vbar: np.ndarray,
-    *,
-    n_clients: int,
-    max_cell: int,
-    bits: int,
-    total_bound: float,
-    min_dim: int,
-    exact: bool = True,
+    **inputs: Unpack[Round2Inputs],
 ) -> tuple[Round2Plan, float, np.ndarray]:
     """Round 2's public plan from the projection's norms over ``sqrt(vbar)`` (protocol, fast path, planner).
 
@@ -357,14 +357,10 @@ def projection_plan(
         The public ``l x m`` projection (``m = m_x m_y``).
     vbar : numpy.ndarray
         float64, shape ``(m,)``, > 0: expected counts over the kept cells (from the released marginals).
-    n_clients, max_cell, bits : int
-        Clients of round 1, the declared ``max_cell`` and the field width in bits.
-    total_bound : float
-        Bound on the table's total (the marginals' total plus, with privacy, headroom for their noise).
-    min_dim : int
-        ``min(kept rows, kept columns)``.
-    exact : bool, default True
-        As :func:`~fedstats.analyses.chi2.null.round2_plan`.
+    **inputs
+        ``n_clients``, ``max_cell``, ``bits``, ``total_bound``, ``min_dim`` and optionally ``exact``
+        (keyword only; :class:`~fedstats.analyses.chi2.null.Round2Inputs`), as
+        :func:`~fedstats.analyses.chi2.null.round2_plan`.
 
     Returns
     -------
@@ -377,13 +373,8 @@ def projection_plan(
         vbar=vbar,
         row_norm=row_norm,
         column_norm=column_norm,
-        n_clients=n_clients,
-        max_cell=max_cell,
-        bits=bits,
         ell=proj.encoding_size,
-        total_bound=total_bound,
-        min_dim=min_dim,
-        exact=exact,
+        **inputs,
     )
     return plan, row_norm, p_sq
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_NULL_REPLICATES",
     "NullSample",
     "NullSetting",
+    "Round2Inputs",
     "Round2Plan",
     "headroom",
     "mc_p_value",
@@ -94,6 +95,17 @@ class Round2Plan:
     sigma: float
     step: float
     tau: float
+
+
+class Round2Inputs(TypedDict):
+    """The public inputs of :func:`round2_plan` besides the projection's norms and size (meanings there)."""
+
+    n_clients: int
+    max_cell: int
+    bits: int
+    total_bound: float
+    min_dim: int
+    exact: NotRequired[bool]
 
 
 def round2_plan(

@@ -203,8 +203,8 @@ def plan_chi2_privacy(
     Parameters
     ----------
     epsilon, delta : float
-        The (epsilon, delta)-DP target: epsilon in (0, inf), delta in (0, 1)
-        (:func:`~fedstats._validation.check_epsilon_delta`).
+        The whole run's (epsilon, delta)-DP budget, both rounds together: epsilon in (0, inf), delta in
+        (0, 1) (:func:`~fedstats._validation.check_epsilon_delta`).
     max_records : int
         Declared largest total count of one client's table, >= 1.
     round1_fraction : float

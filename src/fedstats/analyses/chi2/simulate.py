@@ -31,6 +31,7 @@ from fedstats.analyses.chi2.estimator import (
 from fedstats.analyses.chi2.null import (
     DEFAULT_NULL_REPLICATES,
     NullSetting,
+    Round2Inputs,
     Round2Plan,
     privacy_details,
     release_marginals,
@@ -301,7 +302,7 @@ def _plan(
     With DP the noise is set by the public norms (``c = max_j ||P_j|| / sqrt(vbar_j)``), as in the
     protocol; without DP and with the projection drawn in distribution, a bound on them replaces them.
     """
-    public: dict[str, Any] = {
+    public: Round2Inputs = {
         "n_clients": n,
         "max_cell": max_cell,
         "bits": bits,

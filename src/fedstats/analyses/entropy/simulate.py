@@ -8,7 +8,7 @@ the summed histogram); a public seed replaces the agreement; at 64 bits the fixe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -121,33 +121,44 @@ def simulate_fed_entropy(
     return res
 
 
+class _FedHOptions(TypedDict, total=False):
+    """The options :func:`simulate_fed_g_test` passes on to :func:`simulate_fed_entropy` (defaults there)."""
+
+    encoding_size: int
+    fd_step: float
+    coupling: str
+    randomness: RandomSource | RNG | None
+    confidence: float
+
+
 def simulate_fed_g_test(
-    global_table: Any,
-    *,
-    encoding_size: int = 1000,
-    fd_step: float = DEFAULT_FD_STEP,
-    coupling: str = "coupled",
-    randomness: RandomSource | RNG | None = None,
-    level: float = 0.05,
-    confidence: float = 0.95,
+    global_table: Any, *, level: float = 0.05, **fed_h: Unpack[_FedHOptions]
 ) -> Chi2Result:
     """Run the G-test from FED-H on the joint table plus exact marginal entropies (fast path).
 
     ``G = 2 |v| (H_X + H_Y - H_XY)`` with ``H_XY`` from :func:`simulate_fed_entropy`; ``dof`` is
     ``(m_x - 1)(m_y - 1)``. Same shortcuts as :func:`simulate_fed_entropy`.
+
+    Parameters
+    ----------
+    global_table : array_like of int, shape (m_x, m_y)
+        The summed table; empty rows and columns are left out.
+    level : float
+        Significance level of the decision, in (0, 1) (default 0.05).
+    **fed_h
+        ``encoding_size``, ``fd_step``, ``coupling``, ``randomness``, ``confidence`` (keyword only): as in
+        :func:`simulate_fed_entropy`, with its defaults.
+
+    Returns
+    -------
+    Chi2Result
+        ``test="g-test"``, with the exact G of the table as its truth.
     """
     t = check_tables(np.asarray(global_table)[None], "global_table")[0]
     rows, cols = kept_cells(t.sum(axis=1), t.sum(axis=0), True)
     k = t[np.ix_(rows, cols)]
     lev = check_open_unit("level", level)
-    ent = simulate_fed_entropy(
-        k.ravel(),
-        encoding_size=encoding_size,
-        fd_step=fd_step,
-        coupling=coupling,
-        randomness=randomness,
-        confidence=confidence,
-    )
+    ent = simulate_fed_entropy(k.ravel(), **fed_h)
     truth, dof = g_statistic(k)
     return g_result(
         ent,

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from fedstats._lazy import lazy_exports
 
-if (
-    TYPE_CHECKING
-):  # the names below load lazily (PEP 562), so a device importing .client loads only it
+# for type checkers: at run time the names below load lazily (PEP 562), so a device importing .client
+# loads only it
+if TYPE_CHECKING:
     from fedstats.analyses.exact.api import chi_square, federated_mean
     from fedstats.analyses.exact.client import encode_table, encode_value
     from fedstats.analyses.exact.protocol import (

@@ -130,10 +130,8 @@ def aggregate_table(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -
     ----------
     hist : InputHistogram
         Distinct tables and their counts.
-    params : Mapping
-        As for :func:`encode_table`.
-    rng : RNG
-        Unused (deterministic).
+    params, rng
+        As for :func:`encode_table` (``rng`` is unused).
 
     Returns
     -------
@@ -149,12 +147,8 @@ def aggregate_value(hist: InputHistogram, params: Mapping[str, Any], rng: RNG) -
 
     Parameters
     ----------
-    hist : InputHistogram
-        Distinct values and their counts.
-    params : Mapping
-        As for :func:`encode_value`.
-    rng : RNG
-        Unused (deterministic).
+    hist, params, rng
+        As for :func:`aggregate_table`, with distinct values and :func:`encode_value`'s parameters.
 
     Returns
     -------

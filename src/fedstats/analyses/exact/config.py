@@ -32,7 +32,8 @@ class ExactMeanConfig(ExactSumsConfig):
     Raises
     ------
     ParameterError
-        If an option is out of range (named).
+        Naming ``clip`` (not positive and finite), ``frac_bits`` (outside [0, 52]) or ``column`` (not a
+        non-empty string).
     """
 
     clip: float

@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING
 
 from fedstats._lazy import lazy_exports
 
-if (
-    TYPE_CHECKING
-):  # the names below load lazily (PEP 562), so a device importing .client loads only it
+# for type checkers: at run time the names below load lazily (PEP 562), so a device importing .client
+# loads only it
+if TYPE_CHECKING:
     from fedstats.analyses.heterogeneity.accuracy import (
         clipped_centre_sq_error,
         dispersion_excess,

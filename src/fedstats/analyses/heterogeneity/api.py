@@ -148,18 +148,15 @@ def heterogeneity_from_config(
 
     Parameters
     ----------
-    x : array_like, shape (n_clients, d)
-        One vector per client, entries in [0, 1]; ``n_clients >= 2``; ``d`` must equal ``config.dim``
-        when that is set.
+    x, engine, randomness, ledger
+        As :func:`heterogeneity`; the vectors' length ``d`` must equal ``config.dim`` when that is set.
     config : HeterogeneityConfig
         Every option; ``epsilon=None`` means exact sums (no noise).
-    engine, randomness, ledger
-        As :func:`heterogeneity`.
 
     Returns
     -------
     HeterogeneityResult
-        With ``truth`` filled in on every statistic.
+        As :func:`heterogeneity`.
 
     Raises
     ------

@@ -181,11 +181,12 @@ def split_budget(
     Returns
     -------
     ((epsilon_1, delta_1), (epsilon_2, delta_2))
+        Round 1's ``round1_fraction`` of each, and round 2's remainder.
 
     Raises
     ------
     ParameterError
-        If a parameter is outside its range.
+        If ``epsilon`` is not positive, or ``delta`` or ``round1_fraction`` is outside (0, 1).
     """
     e, dl = check_epsilon_delta(epsilon, delta)
     f = check_open_unit("round1_fraction", round1_fraction)
@@ -203,10 +204,12 @@ def gaussian_sigma(mechanism: str, *, epsilon: float, delta: float, sensitivity:
         for epsilon < 1; larger epsilons are accepted to reproduce paper 000 (eps up to 5) and emit a
         :class:`~fedstats.privacy.analysis.gaussian.PrivacyWarning`.
     epsilon, delta, sensitivity : float
+        The target (epsilon > 0, delta in (0, 1)) and the L2 sensitivity (> 0) of one client's report.
 
     Returns
     -------
     float
+        The noise standard deviation, in the units of the sensitivity.
 
     Raises
     ------

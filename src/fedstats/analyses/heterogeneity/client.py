@@ -137,14 +137,12 @@ def encode_spread(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np
 
     Parameters
     ----------
-    batch : ClientBatch
-        Column ``params["column"]`` holds the ``(n, d)`` vectors in [0, 1].
+    batch, rng
+        As for :func:`encode_centre`.
     params : Mapping
         ``blocks`` (subset of ``["dispersion", "q"]``), the released centres ``mu`` / ``mu_w`` (lists of
         length d), ``p``, ``sens_dispersion``, ``sens_q``, ``min_variance`` and the keys of
         :func:`add_noise_share`.
-    rng : RNG
-        The clients' private randomness.
 
     Returns
     -------
@@ -251,6 +249,7 @@ def check_centre_reports(
     Returns
     -------
     Verdicts
+        Each record's first failure: ``value_out_of_range``, then ``weight_mismatch``.
     """
     del starts  # the output set does not depend on the record
     dim = vectors.shape[1]
@@ -292,16 +291,15 @@ def check_spread_reports(
 
     Parameters
     ----------
-    vectors : numpy.ndarray
-        int64 ``(n, dim)``, one column per block.
-    counts, starts
-        As :func:`check_centre_reports`.
+    vectors, counts, starts
+        As :func:`check_centre_reports` (``vectors`` has one column per block).
     params : Mapping
         The round's parameters (:func:`encode_spread`, :func:`add_noise_share`).
 
     Returns
     -------
     Verdicts
+        Each record's ``value_out_of_range`` failure, if any.
     """
     del starts  # the output set does not depend on the record
     high = []

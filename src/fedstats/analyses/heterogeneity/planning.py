@@ -22,13 +22,15 @@ from typing import Any
 import numpy as np
 
 from fedstats._validation import check_int, check_real
-from fedstats.analyses._planning import Plan, check_one_unknown, smallest_int, smallest_real
+from fedstats.analyses._planning import Plan, check_one_unknown, solve_width
 from fedstats.analyses.heterogeneity.accuracy import dispersion_interval
 from fedstats.analyses.heterogeneity.config import HeterogeneityConfig, plan_rounds
 from fedstats.analyses.heterogeneity.protocol import effective_sigma
 from fedstats.errors import FedstatsError, ParameterError
 
 __all__ = ["dispersion_width", "plan_heterogeneity"]
+
+_LIMITS = (10**9, 1e3)  # the most clients and the largest epsilon a plan searches
 
 
 def dispersion_width(
@@ -99,6 +101,8 @@ def plan_heterogeneity(
     Returns
     -------
     Plan
+        The clients or epsilon found (None, with a ``note``, when out of reach) and the dispersion
+        interval width there.
 
     Raises
     ------
@@ -107,7 +111,7 @@ def plan_heterogeneity(
     """
     w = check_real("width", width, low=0.0, low_open=True)
     d = check_int("dim", dim, low=1, high=10**7)
-    solve = check_one_unknown(n_clients=n_clients, epsilon=epsilon)
+    check_one_unknown(n_clients=n_clients, epsilon=epsilon)
     if n_clients is not None:
         check_int("n_clients", n_clients, low=2)
     if options.get("statistic", "all") not in ("all", "dispersion"):
@@ -132,24 +136,7 @@ def plan_heterogeneity(
         "accounting": base.accounting,
         "confidence": base.confidence,
     }
-    if solve == "n_clients":
-        assert epsilon is not None
-        inputs["epsilon"] = epsilon
-        found = smallest_int(lambda n: width_at(n, epsilon) <= w, 2, 10**9)
-        if found is None:
-            return Plan("heterogeneity", "n_clients", None, goal, None, inputs, "not within 10^9")
-        return Plan("heterogeneity", "n_clients", found, goal, width_at(found, epsilon), inputs)
-    assert n_clients is not None
-    inputs["n_clients"] = n_clients
-    eps = smallest_real(lambda e: width_at(n_clients, e) <= w, 1e-3, 1e3, rtol=1e-4)
-    if eps is None:
-        return Plan(
-            "heterogeneity",
-            "epsilon",
-            None,
-            goal,
-            None,
-            inputs,
-            "no epsilon up to 1000 reaches it (add clients)",
-        )
-    return Plan("heterogeneity", "epsilon", eps, goal, width_at(n_clients, eps), inputs)
+    notes = ("not within 10^9", lambda: "no epsilon up to 1000 reaches it (add clients)")
+    return solve_width(
+        "heterogeneity", width_at, w, goal, inputs, n_clients, epsilon, _LIMITS, notes
+    )

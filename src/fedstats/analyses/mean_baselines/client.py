@@ -143,8 +143,8 @@ def encode_ldp(batch: ClientBatch, params: Mapping[str, Any], rng: RNG) -> np.nd
 
     Parameters
     ----------
-    batch : ClientBatch
-        The clients.
+    batch
+        As for :func:`encode_dithering`.
     params : Mapping
         The code description plus ``mechanism``, ``epsilon``, ``frac_bits`` and ``clip`` (largest report
         magnitude in units of ``t``).

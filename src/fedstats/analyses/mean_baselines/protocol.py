@@ -140,6 +140,8 @@ def dithering_stage(
     Returns
     -------
     ProtocolGenerator[StageEstimate]
+        One round: the code mean from the dithered messages (debiased for randomized response) and
+        its variance.
 
     Raises
     ------
@@ -222,6 +224,8 @@ def ldp_stage(
     Returns
     -------
     ProtocolGenerator[StageEstimate]
+        One round: the code mean from the clients' unbiased reports and its variance (worst case over
+        ``t``).
 
     Raises
     ------
@@ -283,6 +287,8 @@ def baseline_stage(method: str, **options: Any) -> Stage:
     Returns
     -------
     Stage
+        :func:`dithering_stage` or :func:`ldp_stage` with the options bound (checked here, before any
+        round).
 
     Raises
     ------

@@ -320,10 +320,8 @@ def outcome_probabilities(
 
     Parameters
     ----------
-    groups : numpy.ndarray of int, shape (k,)
-        Groups in ``{0, ..., d-1}``.
-    values : numpy.ndarray of float, shape (k,)
-        Values in ``[-1, 1]``.
+    groups, values : numpy.ndarray, shape (k,)
+        ``k`` inputs, as for :func:`perturb`.
     params : Mapping
         The round's public parameters (``mechanism="R"``).
 

@@ -300,6 +300,8 @@ def plan_gap(
     Returns
     -------
     Plan
+        The clients or epsilon found (None, with a ``note``, when out of reach) and the gap interval
+        width there.
 
     Raises
     ------

@@ -107,7 +107,8 @@ def reinstate_device(
     Returns
     -------
     dict
-        The device's row as the operator API shows it (``status`` ``"active"``).
+        The device's row as the operator API shows it (``status`` ``"active"``); re-keyed, with the
+        new key, population, authority, expiry and enrollment time.
 
     Raises
     ------

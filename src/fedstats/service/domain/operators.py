@@ -100,49 +100,20 @@ def remove(tx: State, name: str, *, actor: str) -> None:
 
 
 def add_operator(store: Store, name: str) -> str:
-    """:func:`add` in a transaction of its own: create an operator, return its bearer token.
+    """:func:`add` in a transaction of its own on ``store`` (the server's opened store), not audited.
 
-    Parameters
-    ----------
-    store : Store
-        The server's opened store.
-    name : str
-        The new operator's name, an identifier (:data:`fedstats._validation.IDENTIFIER_RULE`).
-
-    Returns
-    -------
-    str
-        The bearer token (URL-safe text; stored only hashed, shown once).
-
-    Raises
-    ------
-    ParameterError
-        If ``name`` is not an identifier, or an operator of that name exists (its token is
-        replaced only by :func:`rotate_operator`, never silently).
+    Parameters, returns and raises as :func:`add`: ``name`` is the new operator's, the answer its bearer
+    token (URL-safe text; stored only hashed, shown once).
     """
     with store.transaction() as tx:
         return add(tx, name)
 
 
 def rotate_operator(store: Store, name: str) -> str:
-    """:func:`rotate` in a transaction of its own: a new bearer token for ``name``; the old one stops.
+    """:func:`rotate` in a transaction of its own on ``store`` (the server's opened store), not audited.
 
-    Parameters
-    ----------
-    store : Store
-        The server's opened store.
-    name : str
-        An existing operator.
-
-    Returns
-    -------
-    str
-        The new bearer token (shown once).
-
-    Raises
-    ------
-    NotFoundError
-        If there is no such operator.
+    Parameters, returns and raises as :func:`rotate`: ``name`` is an existing operator, the answer its
+    new bearer token (shown once); the old one stops working.
     """
     with store.transaction() as tx:
         return rotate(tx, name)

@@ -472,22 +472,8 @@ def probe_stage(tx: State, run_id: str, index: int, number: int, stage: int) -> 
 def stage_pending(tx: State, run_id: str, index: int, number: int, stage: int) -> bool:
     """Whether a session is still open and has not reached ``stage`` yet (its messages may still come).
 
-    Parameters
-    ----------
-    tx : State
-        An open store transaction.
-    run_id : str
-    index : int
-        The round.
-    number : int
-        The session within the round.
-    stage : int
-        Index into :data:`fedstats.wire.seeding.STAGES`.
-
-    Returns
-    -------
-    bool
-        False also when there is no such session.
+    ``tx`` and the session (``run_id``, round ``index``, ``number``) as in :func:`certificates`;
+    ``stage`` indexes :data:`fedstats.wire.seeding.STAGES`. False also when there is no such session.
     """
     got = tx.session_stage(run_id, index, number)
     return got is not None and got.status == "open" and got.stage < stage

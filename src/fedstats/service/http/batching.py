@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-from fedstats.service.store import Store
+from fedstats.service.store import State, Store
 
 __all__ = ["Batcher", "TransactionBatcher", "Work"]
 
@@ -67,6 +67,69 @@ class Batcher(ABC, Generic[In, Out]):
     def write(self, items: list[In]) -> list[Out | BaseException]:
         """Process ``items`` (blocking, on a store thread); per item its outcome or its error."""
 
+    def write_bulk(
+        self,
+        count: int,
+        exact: set[int],
+        bulk: Callable[[State, list[int]], dict[int, Out | BaseException]],
+        alone: Callable[[State, int], Out],
+    ) -> list[Out | BaseException | None]:
+        """Write items set-based in one transaction; those the bulk write cannot decide, each alone.
+
+        The items not in ``exact`` are written together by ``bulk(tx, todo)``, which answers the
+        positions of ``todo`` it decided. If it left some undecided, the transaction is rolled back
+        (their nonces must not stay used by this batch) and the batch is written again without them;
+        each retry drops at least one item, and a third means contention: every item left goes alone.
+        If the batch fails as a whole, every item of it goes alone, with its own error. An item goes
+        alone by ``alone(tx, i)`` in a transaction of its own, so its answer (or error) is the one it
+        would get outside a batch.
+
+        Parameters
+        ----------
+        count : int
+            How many items, >= 0 (positions ``0 .. count - 1``).
+        exact : set of int
+            The positions that must go alone from the start (the set is updated).
+        bulk : callable
+            ``bulk(tx, todo) -> {position: answer}`` in the batch's transaction.
+        alone : callable
+            ``alone(tx, position) -> answer`` in a transaction of its own.
+
+        Returns
+        -------
+        list
+            Per position its answer, or the error it raised alone.
+        """
+        out: list[Out | BaseException | None] = [None] * count
+        for _ in range(3):  # each retry drops at least one item; a third means contention
+            todo = [i for i in range(count) if i not in exact]
+            if not todo:
+                break
+            try:
+                with self.store.transaction() as tx:
+                    got = bulk(tx, todo)
+                    redo = {i for i in todo if i not in got}
+                    if redo:  # roll back: their nonces must not stay used by this batch
+                        raise _Redo(redo)
+                self.batches += 1
+                for i, answer in got.items():
+                    out[i] = answer
+                break
+            except _Redo as again:
+                exact |= again.exact
+            except Exception:  # the batch failed as a whole: every item alone, with its own error
+                exact |= set(todo)
+                break
+        else:
+            exact |= {i for i in range(count) if i not in exact}
+        for i in sorted(exact):
+            try:
+                with self.store.transaction() as tx:
+                    out[i] = alone(tx, i)
+            except Exception as exc:
+                out[i] = exc
+        return out
+
     async def _drain(self) -> None:
         try:
             while self._pending:
@@ -91,6 +154,14 @@ class Batcher(ABC, Generic[In, Out]):
                         fut.set_result(got)
         finally:
             self._running -= 1
+
+
+class _Redo(Exception):
+    """A batch must be written again without some items (see :meth:`Batcher.write_bulk`)."""
+
+    def __init__(self, exact: set[int]) -> None:
+        super().__init__()
+        self.exact = exact
 
 
 Work = Callable[[Any], Any]

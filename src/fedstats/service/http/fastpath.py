@@ -259,14 +259,6 @@ class WorkCache:
         return tag
 
 
-class _Redo(Exception):
-    """A batch must be written again without some uploads (see :meth:`UploadBatcher.write`)."""
-
-    def __init__(self, exact: set[int]) -> None:
-        super().__init__()
-        self.exact = exact
-
-
 class UploadBatcher(Batcher[runs.Upload, "bool | None"]):
     """Group commit of device report uploads: the uploads that arrive together share one transaction.
 
@@ -287,44 +279,22 @@ class UploadBatcher(Batcher[runs.Upload, "bool | None"]):
 
     def write(self, uploads: list[runs.Upload]) -> list[bool | BaseException | None]:
         """Write ``uploads`` (blocking, on a store thread); per upload its answer or its error."""
-        out: list[bool | BaseException | None] = [None] * len(uploads)
         screened = runs.screen_uploads(uploads)
-        exact = {i for i, got in enumerate(screened) if got is None}
-        for _ in range(
-            3
-        ):  # each retry drops at least one upload; a third means contention: go exact
-            todo = [i for i in range(len(uploads)) if i not in exact]
-            if not todo:
-                break
-            try:
-                with self.store.transaction() as tx:
-                    got = runs.put_uploads(
-                        tx, [uploads[i] for i in todo], [screened[i] for i in todo]
-                    )
-                    redo = {i for i, r in zip(todo, got, strict=True) if r == runs.EXACT}
-                    if redo:  # roll back: those uploads' nonces must not be used by this batch
-                        raise _Redo(redo)
-                self.batches += 1
-                for i, r in zip(todo, got, strict=True):
-                    out[i] = cast(bool | None, r)
-                break
-            except _Redo as again:
-                exact |= again.exact
-            except Exception:  # the batch failed as a whole: every upload alone, with its own error
-                exact |= set(todo)
-                break
-        else:
-            exact |= {i for i in range(len(uploads)) if i not in exact}
-        for i in sorted(exact):
+
+        def bulk(tx: State, todo: list[int]) -> dict[int, bool | BaseException | None]:
+            got = runs.put_uploads(tx, [uploads[i] for i in todo], [screened[i] for i in todo])
+            return {
+                i: cast(bool | None, r) for i, r in zip(todo, got, strict=True) if r != runs.EXACT
+            }
+
+        def alone(tx: State, i: int) -> bool | None:
             u = uploads[i]
-            try:
-                with self.store.transaction() as tx:
-                    out[i] = runs.upload_report(
-                        tx, u.nonce, u.run_id, u.index, u.client_id, u.vector, u.count
-                    )
-            except Exception as exc:
-                out[i] = exc
-        return out
+            return runs.upload_report(
+                tx, u.nonce, u.run_id, u.index, u.client_id, u.vector, u.count
+            )
+
+        exact = {i for i, got in enumerate(screened) if got is None}
+        return self.write_bulk(len(uploads), exact, bulk, alone)
 
 
 class PollBatcher(Batcher[tuple[SignedRequest, tuple[Any, ...]], tuple[str, bytes]]):

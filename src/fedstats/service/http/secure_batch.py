@@ -20,6 +20,7 @@ from fastapi import HTTPException
 from fedstats.service.domain import secure_devices
 from fedstats.service.http.batching import Batcher
 from fedstats.service.http.deps import NonceUse, use_nonce
+from fedstats.service.store import State
 from fedstats.service.store.rows import PutUp
 
 __all__ = ["StageBatcher", "StageUp"]
@@ -36,14 +37,6 @@ class StageUp:
     stage: int
     client_id: str
     data: bytes
-
-
-class _Redo(Exception):
-    """The batch must be written again without some messages (see :meth:`StageBatcher.write`)."""
-
-    def __init__(self, exact: set[int]) -> None:
-        super().__init__()
-        self.exact = exact
 
 
 class StageBatcher(Batcher[StageUp, tuple[bool, bool]]):
@@ -82,7 +75,6 @@ class StageBatcher(Batcher[StageUp, tuple[bool, bool]]):
 
     def write(self, items: list[StageUp]) -> list[tuple[bool, bool] | BaseException]:
         """Write ``items`` (blocking, on a store thread); per item its answer or its error."""
-        out: list[tuple[bool, bool] | BaseException | None] = [None] * len(items)
         self.prime(items)
         screened = [
             secure_devices.screen_up(u.run_id, u.index, u.number, u.stage, u.client_id, u.data)
@@ -97,10 +89,8 @@ class StageBatcher(Batcher[StageUp, tuple[bool, bool]]):
             if vouched is None or any(k in seen for k in keys):
                 exact.add(i)
             seen.update(keys)
-        for _ in range(3):  # each retry drops at least one message; a third means contention
-            todo = [i for i in range(len(items)) if i not in exact]
-            if not todo:
-                break
+
+        def bulk(tx: State, todo: list[int]) -> dict[int, tuple[bool, bool] | BaseException]:
             puts = []
             for i in todo:
                 u, (ci, digest) = items[i], cast(tuple[int, str], screened[i])
@@ -118,39 +108,24 @@ class StageBatcher(Batcher[StageUp, tuple[bool, bool]]):
                         digest,
                     )
                 )
-            try:
-                with self.store.transaction() as tx:
-                    got = tx.put_up_messages(puts, time.time())
-                    redo = {
-                        i for i, (fresh, put) in zip(todo, got, strict=True) if fresh and not put
-                    }
-                    if redo:  # roll back: those messages' nonces must not stay used
-                        raise _Redo(redo)
-                self.batches += 1
-                for i, (fresh, _) in zip(todo, got, strict=True):
-                    out[i] = (
-                        (True, True)
-                        if fresh
-                        else HTTPException(401, "replayed request (nonce already used)")
-                    )
-                break
-            except _Redo as again:
-                exact |= again.exact
-            except (
-                Exception
-            ):  # the batch failed as a whole: every message alone, with its own error
-                exact |= set(todo)
-                break
-        else:
-            exact |= {i for i in range(len(items)) if i not in exact}
-        for i in sorted(exact):
+            got = tx.put_up_messages(puts, time.time())
+            answers: dict[int, tuple[bool, bool] | BaseException] = {}
+            for i, (fresh, put) in zip(todo, got, strict=True):
+                if fresh and not put:  # not stored (its session moved on, or one is there): alone
+                    continue
+                answers[i] = (
+                    (True, True)
+                    if fresh
+                    else HTTPException(401, "replayed request (nonce already used)")
+                )
+            return answers
+
+        def alone(tx: State, i: int) -> tuple[bool, bool]:
             u = items[i]
-            try:
-                with self.store.transaction() as tx:
-                    use_nonce(tx, u.nonce)
-                    out[i] = secure_devices.submit_up_at(
-                        tx, u.run_id, u.index, u.number, u.stage, u.client_id, u.data
-                    )
-            except Exception as exc:
-                out[i] = exc
+            use_nonce(tx, u.nonce)
+            return secure_devices.submit_up_at(
+                tx, u.run_id, u.index, u.number, u.stage, u.client_id, u.data
+            )
+
+        out = self.write_bulk(len(items), exact, bulk, alone)
         return [o if o is not None else RuntimeError("not written") for o in out]
