@@ -60,10 +60,17 @@ PYTEST  := env -u PYTHONDONTWRITEBYTECODE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS
 # --durations: the 30 slowest tests in every run's log (CI's included), where the 12-minute limit is spent.
 # Three workers on two cores: many service tests wait (on deadlines, leases, servers starting), and a third
 # worker runs tests meanwhile (same tree, back to back on this machine: 473 s with -n 3, 535 s with -n 2);
-# the tests that must not run beside the heaviest share one worker (the machine-load group, conftest.py)
-test: lint docs-check
+# the tests that must not run beside the heaviest share one worker (the machine-load group, conftest.py).
+# The linters and the strict docs build (about 50 s of CPU, a minute of wall time before) run beside the
+# tests: the tests leave about an eighth of the two cores idle while they wait (829 s of CPU in 473 s), which
+# the checks fill. Their output is printed after the tests'; a failure of either fails make test.
+test: install
 	$(COMPILE)
-	$(PYTEST) -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=30 --doctest-modules src/fedstats tests
+	@log=$$(mktemp); ( $(MAKE) --no-print-directory lint docs-check > "$$log" 2>&1 ) & checks=$$!; \
+	$(PYTEST) -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=30 --doctest-modules src/fedstats tests; \
+	rc=$$?; wait $$checks; crc=$$?; cat "$$log"; rm -f "$$log"; \
+	if [ $$crc -ne 0 ]; then echo "make test: make lint or make docs-check failed (above)"; fi; \
+	[ $$rc -eq 0 ] && [ $$crc -eq 0 ]
 
 # the fast lane: the library, the CLI, the wire layer and the service on the in-process memory state, without
 # the tests marked slow (no server process, no database; the layer marks come from tests/conftest.py)
