@@ -187,7 +187,12 @@ if mem_out:
     import ctypes, gc, json as _json, time as _time, tracemalloc
     from collections import Counter
     _frames = int(os.environ.get("FEDSTATS_BENCH_MEMTRACE_FRAMES", "0"))
-    if _frames:
+    if _frames and os.environ.get("FEDSTATS_BENCH_MEMTRACE_FROM_RUN"):
+        # traced from the run's creation on (SIGUSR2 from the benchmark), not through the devices'
+        # registration, which tracemalloc slows several times
+        import signal as _signal
+        _signal.signal(_signal.SIGUSR2, lambda *_: tracemalloc.start(_frames))
+    elif _frames:
         tracemalloc.start(_frames)
     class _MallInfo2(ctypes.Structure):
         _fields_ = [(f, ctypes.c_size_t) for f in (
@@ -202,6 +207,21 @@ if mem_out:
             if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "Threads"):
                 got[k] = int(line.split()[1])
         return got
+    def _maps():
+        # resident KiB by kind of mapping: glibc's main heap, its other arenas (64 MiB heaps), other
+        # anonymous memory (pymalloc's arenas, large mmapped blocks, thread stacks), mapped files
+        got = {"rss_heap": 0, "rss_arenas": 0, "rss_anon": 0, "rss_files": 0}
+        kind = "rss_anon"
+        for line in open("/proc/self/smaps"):
+            head = line.split(None, 6)
+            if "-" in head[0] and len(head) >= 5:
+                lo = int(head[0].split("-")[0], 16)
+                name = head[5].strip() if len(head) > 5 else ""
+                kind = ("rss_heap" if name == "[heap]" else "rss_files" if name.startswith("/")
+                        else "rss_arenas" if not name and lo % (1 << 26) == 0 else "rss_anon")
+            elif head[0] == "Rss:":
+                got[kind] += int(head[1])
+        return got
     def _mem_loop():
         best, i = 0, 0
         with open(mem_out + ".log", "a") as log:
@@ -211,13 +231,17 @@ if mem_out:
                 entry = {"t": _time.time(), **_status(),
                          "heap_in_use": mi.uordblks, "heap_free": mi.fordblks, "heap_arena": mi.arena,
                          "mmapped": mi.hblkhd, "mmapped_blocks": mi.hblks,
-                         "fds": len(os.listdir("/proc/self/fd"))}
+                         "fds": len(os.listdir("/proc/self/fd")), **_maps()}
+                if os.environ.get("FEDSTATS_BENCH_MEMTRACE_TRIM"):
+                    # how much of the resident memory the allocator could give back now (malloc_trim)
+                    _libc.malloc_trim(0)
+                    entry["rss_after_trim"] = _status()["VmRSS"]
                 if i % 10 == 0:
                     entry["types"] = Counter(type(o).__name__ for o in gc.get_objects()).most_common(20)
                     entry["thread_names"] = Counter(
                         t.name.rstrip("0123456789_") for t in threading.enumerate()).most_common()
                 i += 1
-                if _frames:
+                if _frames and tracemalloc.is_tracing():
                     cur, peak = tracemalloc.get_traced_memory()
                     entry.update(traced=cur, traced_peak=peak)
                     if cur > best:
@@ -1151,6 +1175,8 @@ def bench_fedstats(
         )
         rss_before = proc_status_kib(pid, "VmRSS")
         result["server_peak_rss_reset_before_run"] = reset_peak_rss(pid)
+        if os.environ.get("FEDSTATS_BENCH_MEMTRACE_FROM_RUN"):
+            os.kill(pid, signal.SIGUSR2)  # the server's tracemalloc starts (memory diagnosis)
         from fedstats.wire.enrollment import issue_analyst
         from fedstats.wire.tasks import sign_task
 

@@ -10,24 +10,34 @@
 * **Bounded statements** (:mod:`fedstats.service.store.secure`): a stage's messages are read in keyset
   pages and written in parts of about ``BATCH_BYTES``, every message once and in order.
 * **The allocator** (:mod:`fedstats.service.http.heap`): trimming answers, a bad arena count is refused.
+* **A held stage message without its body** (:func:`~fedstats.service.http.deps.release_body`): once
+  journaled, the request (held for the next stage's message) no longer references the uploaded bytes.
+* **A closing stage's messages let go** (:func:`~fedstats.service.domain.secure_devices.forget_stage`,
+  ``secure._store_down``): the closing stage's cached messages before the next stage's are computed,
+  and each next-stage message object once serialized.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi.testclient import TestClient
 
 from fedstats.errors import ParameterError
-from fedstats.service.domain import secure_devices
+from fedstats.service.domain import secure, secure_devices
+from fedstats.service.domain.changes import Changes, Wakeup
 from fedstats.service.http import heap
+from fedstats.service.http.deps import release_body
 from fedstats.service.http.edge import BODY_PIECE, EdgeMiddleware, send_in_pieces
+from fedstats.service.http.secure import SecureRoutes
 from fedstats.service.store import open_store
 from fedstats.service.store import secure as store_secure
 
@@ -109,7 +119,9 @@ def test_published_stage_messages_are_served_from_memory_until_their_session_end
 def test_the_allocator_can_be_trimmed_and_its_arenas_limited() -> None:
     assert isinstance(heap.trim(), bool)
     trimmer = heap.Trimmer(3600.0)
+    assert trimmer.due() is True
     assert trimmer() is True
+    assert trimmer.due() is False
     assert trimmer() is False  # within the interval: not again
     with pytest.raises(ParameterError, match="count"):
         heap.limit_arenas(0)
@@ -143,3 +155,117 @@ def test_a_stages_messages_are_read_and_written_in_bounded_statements(
     rows = [{"payload": b"z" * n} for n in (600, 600, 300, 2000, 10)]
     parts = store_secure._by_size(rows, limit=1000)
     assert [[len(r["payload"]) for r in p] for p in parts] == [[600], [600, 300], [2000], [10]]
+
+
+def _posted(body: bytes) -> Request:
+    """A POST request whose body is ``body`` (not read yet)."""
+    sent = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return sent.pop(0) if sent else {"type": "http.disconnect"}
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+    return Request(scope, receive)
+
+
+def test_a_released_request_no_longer_holds_its_body() -> None:
+    async def go() -> None:
+        request = _posted(b"s" * 20_000)
+        body = await request.body()
+        assert any(v is body for v in vars(request).values())  # Starlette keeps it once read
+        release_body(request)
+        assert not any(v is body for v in vars(request).values())
+        with pytest.raises(RuntimeError):  # it cannot be read again
+            await request.body()
+
+    asyncio.run(go())
+
+
+def test_a_journaled_stage_message_is_not_kept_by_its_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``store_up`` lets the request drop its body once stored: a held request does not keep it."""
+    stored: list[bytes] = []
+
+    def submit(
+        tx: Any, run: str, index: int, number: int, stage: int, cid: str, body: bytes
+    ) -> Any:
+        stored.append(body)
+        return True, True
+
+    monkeypatch.setattr(secure_devices, "submit_up_at", submit)
+
+    class _Store:
+        @contextlib.contextmanager
+        def transaction(self, **_: Any) -> Iterator[object]:
+            yield object()
+
+    async def signed(request: Request) -> tuple[str, bytes, Any]:
+        return "dev-1", await request.body(), None  # no nonce: written by itself (not batched)
+
+    async def offload(fn: Any) -> Any:
+        return fn()
+
+    async def population_of(cid: str) -> str:
+        return "default"
+
+    async def go() -> None:
+        routes = SecureRoutes(
+            _Store(),  # type: ignore[arg-type]
+            signed,
+            lambda tx, nonce: None,
+            lambda body: None,
+            defaultdict(float),
+            Wakeup(),
+            changes=Changes(),
+            population_of=population_of,
+            max_wait=30.0,
+            offload=offload,
+        )
+        request = _posted(b"u" * 14_500)
+        got = await routes.store_up("run-1", 0, 0, 1, request, 5.0)
+        assert got[:3] == ("dev-1", True, True)
+        assert stored == [b"u" * 14_500]
+        assert not any(v is stored[0] for v in vars(request).values())
+
+    asyncio.run(go())
+
+
+def test_a_closing_stage_s_messages_are_let_go() -> None:
+    run = "memtest-close"
+    try:
+        secure_devices.publish_downs([((run, 0, 0, 1), {0: b"to-a"}), ((run, 0, 1, 1), {0: b"x"})])
+        secure_devices.forget_stage((run, 0, 0, 1))
+        assert (run, 0, 0, 1) not in secure_devices._DOWNS
+        assert (run, 0, 1, 1) in secure_devices._DOWNS  # another session's stage is kept
+    finally:
+        secure_devices.forget_run(run)
+
+
+def test_a_stage_s_messages_are_journaled_and_let_go_one_by_one() -> None:
+    """``_store_down`` empties the messages it was given as it serializes them (not held twice)."""
+
+    class _Message:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def to_bytes(self) -> bytes:
+            return self.data
+
+    written: list[Any] = []
+
+    class _Tx:
+        def add_down_messages(self, *args: Any) -> None:
+            written.append(args)
+
+    class _Row:
+        run_id, round_index, number = "r", 0, 0
+
+    out: dict[int, Any] = {i: _Message(bytes([i]) * 10) for i in (2, 0, 1)}
+    cache = secure.SessionCache()
+    secure._store_down(_Tx(), _Row(), 2, out, cache)  # type: ignore[arg-type]
+    assert out == {}
+    (args,) = written
+    assert args[:4] == ("r", 0, 0, 2)
+    assert [(i, d) for i, d, _ in args[4]] == [(i, bytes([i]) * 10) for i in (2, 0, 1)]
+    assert cache.take_journaled() == [(("r", 0, 0, 2), {i: bytes([i]) * 10 for i in (2, 0, 1)})]

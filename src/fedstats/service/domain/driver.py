@@ -147,7 +147,7 @@ class Driver:
             raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
         self.store = store
         self._live: dict[str, _Live] = {}
-        self._sessions = secure.SessionCache()
+        self._sessions = secure.SessionCache(closing=secure_devices.forget_stage)
         self._lock = threading.Lock()
         self._crash_hook = crash_hook
         self._on_change = on_change

@@ -51,7 +51,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,8 +237,10 @@ def _store_down(
     if not out:
         return
     messages = []
-    for i, msg in out.items():
-        data = _sent(stage, msg).to_bytes()
+    # each message is let go once serialized (``out`` is emptied): the stage's messages are not held
+    # twice, as objects and as bytes (at the share stage, n messages of k ciphertexts each)
+    for i in list(out):
+        data = _sent(stage, out.pop(i)).to_bytes()
         messages.append((int(i), data, digest_of(data)))
     tx.add_down_messages(row.run_id, row.round_index, row.number, stage, messages, time.time())
     cache.journaled.append(
@@ -336,9 +338,19 @@ class _Live:
 
 
 class SessionCache:
-    """The live :class:`SecAggServer` of each session this process advances (rebuilt by replay if absent)."""
+    """The live :class:`SecAggServer` of each session this process advances (rebuilt by replay if absent).
 
-    def __init__(self) -> None:
+    Parameters
+    ----------
+    closing : callable, optional
+        ``closing((run_id, round_index, number, stage))`` is called when a session's stage closes, before
+        the next stage's messages are computed: what this process keeps of the closing stage's
+        messages for the devices' requests may be let go then (a device that still asks for one is
+        answered from the store), not held beside the next stage's.
+    """
+
+    def __init__(self, closing: Callable[[tuple[str, int, int, int]], None] | None = None) -> None:
+        self.closing = closing
         self._live: dict[tuple[str, int, int], _Live] = {}
         self.advanced: list[tuple[str, int, int]] = []
         """``(run_id, round_index, new_stage)`` of each session moved on since the caller last cleared it
@@ -675,11 +687,15 @@ def advance_sessions(
         if row.status != "open":
             continue
         key = (row.run_id, row.round_index, row.number)
-        ups = _ups(tx, row, row.stage)
         live = cache.get(row)
         if live is None:
             live = _rebuild(tx, run, row, rec.dim)
-        _feed(live, ups)
+        # the stage's messages as read (n of them, O(n k) or O(n L) bytes) are parsed into the live
+        # server and let go before it computes the next stage's messages, and so are the closing
+        # stage's messages to the devices this process kept to serve them
+        _feed(live, _ups(tx, row, row.stage))
+        if cache.closing is not None:
+            cache.closing((*key, row.stage))
         try:
             out = live.server.advance()
         except ProtocolAbortError as exc:

@@ -37,6 +37,7 @@ __all__ = [
     "down_message",
     "forget_run",
     "forget_sessions",
+    "forget_stage",
     "held_down",
     "known_member",
     "member_of",
@@ -299,6 +300,16 @@ def _keep_downs(key: tuple[str, int, int, int], downs: dict[int, bytes]) -> None
         with contextlib.suppress(StopIteration, KeyError):
             _DOWNS.pop(next(iter(list(_DOWNS))))
     _DOWNS[key] = downs
+
+
+def forget_stage(key: tuple[str, int, int, int]) -> None:
+    """Let go of the messages of a session's stage that is closing: ``(run_id, round, number, stage)``.
+
+    Called by the run driver (:class:`fedstats.service.domain.secure.SessionCache`) before it computes
+    the next stage's messages, so that the closing stage's (n messages, the key broadcasts O(n k) bytes)
+    are not held beside them; a device that still asks for one is answered from the store.
+    """
+    _DOWNS.pop(key, None)
 
 
 def forget_sessions(sessions: list[tuple[str, int, int]]) -> None:

@@ -30,7 +30,15 @@ from fedstats.service.store import Store
 from fedstats.service.store.rows import ClientRow
 from fedstats.wire import auth
 
-__all__ = ["DeviceAuth", "NonceUse", "Signed", "SignedRequest", "signed_request", "use_nonce"]
+__all__ = [
+    "DeviceAuth",
+    "NonceUse",
+    "Signed",
+    "SignedRequest",
+    "release_body",
+    "signed_request",
+    "use_nonce",
+]
 
 T = TypeVar("T")
 
@@ -84,6 +92,22 @@ class SignedRequest:
     population: str
     stale: bool = False
     keyed: bool = False
+
+
+def release_body(request: Request) -> None:
+    """Let ``request`` drop its body, read and used (Starlette's ``Request`` keeps it once read).
+
+    A request held after its body was stored (a secure stage message held for the next stage's message,
+    up to its long-poll wait) would otherwise keep the body alive for as long as it is held: at
+    n = 1,000, every device's share upload (about 14.5 kB) through the share stage, 14 MB. The body
+    cannot be read again afterwards (Starlette: the stream was consumed).
+
+    Parameters
+    ----------
+    request : Request
+        A request whose body was read (``await request.body()``) and is no longer needed.
+    """
+    vars(request).pop("_body", None)
 
 
 def use_nonce(tx: Any, nonce: NonceUse | None) -> None:

@@ -104,6 +104,10 @@ class Trimmer:
         self.interval = float(interval)
         self._last = -float("inf")
 
+    def due(self) -> bool:
+        """Whether ``interval`` seconds have passed since the last trim (the next call would trim)."""
+        return time.monotonic() - self._last >= self.interval
+
     def __call__(self) -> bool:
         """Trim unless the last trim was less than ``interval`` seconds ago; whether it trimmed."""
         now = time.monotonic()

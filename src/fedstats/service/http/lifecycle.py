@@ -41,9 +41,10 @@ PURGE_SECONDS = 30.0
 """Expired nonces and idempotency keys are deleted at most this often (seconds)."""
 
 TRIM_SECONDS = 5.0
-"""After a driver pass that changed a run, the allocator's free memory is returned to the operating
-system (:func:`fedstats.service.http.heap.trim`), at most this often (seconds): a trim costs about
-10-30 ms of CPU on a 300 MiB heap, and the pages it returns are faulted in again when reused."""
+"""The allocator's free memory is returned to the operating system
+(:func:`fedstats.service.http.heap.trim`) after a driver pass that changed a run, and between two such
+passes, at most this often (seconds): a trim costs about 10-30 ms of CPU on a 300 MiB heap, and the
+pages it returns are faulted in again when reused."""
 
 
 def fault_hook(crash_after: str | None) -> Callable[[str, str, int], None]:
@@ -136,9 +137,10 @@ class Background:
             moved = False
             try:
                 moved = await asyncio.to_thread(self.runner.tick)
-                if moved:
+                if moved or trimmer.due():
                     # a state change freed its transient buffers (a secure stage's messages, their
-                    # statements): give the free pages back, so the process's memory follows its use
+                    # statements), and so do the requests between two (a stage's uploads, once
+                    # journaled): give the free pages back, so the process's memory follows its use
                     await asyncio.to_thread(trimmer)
                 if time.monotonic() - purged > PURGE_SECONDS:
                     await asyncio.to_thread(self.purge)

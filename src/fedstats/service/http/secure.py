@@ -44,7 +44,7 @@ from fedstats.service.domain import runs, secure, secure_devices
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
 from fedstats.service.http.batching import TransactionBatcher
-from fedstats.service.http.deps import NonceUse
+from fedstats.service.http.deps import NonceUse, release_body
 from fedstats.service.http.edge import StrictRoute
 from fedstats.service.http.fastpath import Handler, direct_route, index_of
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
@@ -406,6 +406,8 @@ class SecureRoutes:
                 new, at_stage = await self.stages(
                     StageUp(nonce, run_id, index, number, stage, cid, body)
                 )
+        # journaled: the request may now be held (for the next stage's message) without its body
+        release_body(request)
         self.wakeup.set()
         self.staged(cid)
         self.counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
