@@ -254,11 +254,30 @@ if mem_out:
                 log.write(_json.dumps(entry) + "\\n")
                 log.flush()
     threading.Thread(target=_mem_loop, name="memtrace", daemon=True).start()
+gc_out = os.environ.get("FEDSTATS_BENCH_GCTIME")
+if gc_out:
+    # the collector's own CPU (off unless asked): the thread time of every collection, summed per
+    # generation, written to ``path`` as JSON when the server exits (docs/deploy.md, "Start-up")
+    import gc, json as _gjson, time as _gtime
+    _gc_at = threading.local()
+    _gc_seconds = {0: 0.0, 1: 0.0, 2: 0.0}
+    def _gc_timer(phase, info):
+        if phase == "start":
+            _gc_at.t = _gtime.thread_time()
+        elif getattr(_gc_at, "t", None) is not None:
+            _gc_seconds[info["generation"]] += _gtime.thread_time() - _gc_at.t
+            _gc_at.t = None
+    gc.callbacks.append(_gc_timer)
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # written in the finally below
 from fedstats.cli.app import main
 sys.argv[0] = "fedstats"
 try:
     main()
 finally:
+    if gc_out:
+        with open(gc_out, "w") as _f:
+            _gjson.dump({"seconds_by_generation": _gc_seconds, "thresholds": gc.get_threshold()}, _f)
     if out:
         stats = None
         for p in list(profs):
