@@ -617,9 +617,9 @@ def _settle_heap() -> None:
     The collector then runs less often (:data:`_GC_THRESHOLDS`): with the default thresholds
     (700, 10, 10) the objects of requests held while a thousand others are served (their scopes,
     coroutines, futures) outlive a few hundred allocations and are promoted to the older generations,
-    so each device cost more collection work the larger its session (in a secure run of
-    ``benchmarks/service_secagg.py`` at n = 1,000, 10.5% of the server's samples against 7.6% at
-    n = 200). Garbage without cycles is freed at once whatever the thresholds; cyclic garbage waits
+    so each device cost more collection work the larger its session (the collector's thread time over
+    an n = 1,000 secure run of ``benchmarks/service_secagg.py --scale``, ``FEDSTATS_BENCH_GCTIME``:
+    6.3 s with the defaults, 2.0 s with these). Garbage without cycles is freed at once whatever the thresholds; cyclic garbage waits
     for the next collection of its generation.
     """
     import gc
