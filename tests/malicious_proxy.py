@@ -72,7 +72,7 @@ CARRIERS = (
 # the JSON answers the proxy reads, by request: the top-level keys each may have (a key outside these
 # would be a carrier the proxy has no rewrite for); ``"list"``: a JSON list
 _JSON_KEYS: dict[str, frozenset[str] | str] = {
-    "GET /healthz": frozenset({"status", "detail"}),  # the device's probe of the server
+    "GET /livez": frozenset({"status"}),  # the device's probe of the server
     "POST /v1/client/register": frozenset({"client_id", "population"}),
     "POST /v1/client/request-key": frozenset({"key_id", "key", "expires"}),
     "POST checkin": frozenset({"slot_start", "slot_count", "transcript"}),

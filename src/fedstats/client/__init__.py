@@ -720,10 +720,14 @@ class Device(SecureRuns, Derivation, Refusals):
     def _probe(
         self, t0: float, poll: float, connect_timeout: float, max_seconds: float | None
     ) -> None:
-        """Reach the server once (``GET /healthz``, unsigned); raise :class:`ConnectionFailed` if not."""
+        """Reach the server once (``GET /livez``, unsigned); raise :class:`ConnectionFailed` if not.
+
+        ``/livez`` answers without touching the server's store (``/healthz`` probes it with a write):
+        this probe asks only whether the server is reachable and its TLS holds.
+        """
         while True:
             try:
-                self._http.get("/healthz")
+                self._http.get("/livez")
             except httpx.TransportError as exc:
                 reason, permanent = _connect_failure(exc, str(self._http.base_url))
                 waited = time.monotonic() - t0

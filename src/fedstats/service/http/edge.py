@@ -566,7 +566,7 @@ class EdgeMiddleware:
         rate: float,
         burst: float,
         counters: MutableMapping[str, float],
-        exempt: tuple[str, ...] = ("/healthz", "/readyz", "/metrics"),
+        exempt: tuple[str, ...] = ("/livez", "/healthz", "/readyz", "/metrics"),
         access_log: bool = True,
     ) -> None:
         self.app = app

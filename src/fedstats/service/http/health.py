@@ -1,4 +1,8 @@
-"""Health endpoints: ``/healthz`` (liveness) and ``/readyz`` (readiness), both probing the store's writes.
+"""Health endpoints: ``/livez`` (the process answers), ``/healthz`` and ``/readyz`` (the store can write).
+
+``/livez`` touches nothing but the HTTP stack: it is what a device asks before its first signed request
+(:meth:`fedstats.client.Device.run`: is the server reachable, does TLS hold), once per device start, so
+that a population starting at once does not cost the store one write per device.
 
 A server whose database cannot be written (a read-only file system, a full disk, a lost PostgreSQL) would
 accept requests it cannot store; both endpoints then answer 503 with the reason, so a load balancer or an
@@ -27,7 +31,7 @@ log = logging.getLogger("fedstats.service")
 
 
 def add_health_routes(app: FastAPI, store: Store) -> None:
-    """Mount ``GET /healthz`` and ``GET /readyz`` on ``app``, and answer store failures with 503.
+    """Mount ``GET /livez``, ``GET /healthz`` and ``GET /readyz`` on ``app``; answer store failures with 503.
 
     Parameters
     ----------
@@ -56,6 +60,11 @@ def add_health_routes(app: FastAPI, store: Store) -> None:
                 {"status": "unavailable", "detail": f"the store cannot write: {why}"},
                 status_code=503,
             )
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/livez", tags=["ops"])
+    def livez() -> JSONResponse:
+        """Liveness of the process alone: 200 whenever it answers HTTP (the store is not asked)."""
         return JSONResponse({"status": "ok"})
 
     @app.get("/healthz", tags=["ops"], responses={503: {"description": "the store cannot write"}})
