@@ -46,6 +46,7 @@ from fedstats.errors import SecurityError
 from fedstats.service.domain import devices, runs
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.http import refusals
+from fedstats.service.http.batching import Work
 from fedstats.service.http.context import Devices
 from fedstats.service.http.deps import Signed, SignedRequest, use_nonce
 from fedstats.service.http.edge import StrictRoute, request_headers
@@ -229,14 +230,14 @@ async def checkin(
     commitment = data.get("commitment")
     before = path.changes.generation(req.population)  # check-in was open then (if it succeeds)
 
-    def go(tx: State) -> dict[str, Any]:
-        use_nonce(tx, req.nonce)
+    def go(tx: State, held: dict[Any, Any]) -> dict[str, Any]:
         path.auth.confirm(tx, req)
         return runs.checkin(
-            tx, run_id, req.client_id, records, commitment, population=req.population
+            tx, run_id, req.client_id, records, commitment, population=req.population, held=held
         )
 
-    out = dict(await path.checkins(go))  # with the check-ins that arrive meanwhile: one transaction
+    # with the check-ins that arrive meanwhile: one transaction (the nonce recorded first)
+    out = dict(await path.checkins(Work(req.nonce, go)))
     path.wakeup.set()  # the cohort may be complete: let the driver close check-in now
     body = json.dumps(out).encode()
     if wait > 0 and commitment is not None:
