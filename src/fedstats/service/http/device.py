@@ -119,9 +119,12 @@ async def register(request: Request, path: Devices) -> dict[str, Any]:
     )
 
     def store_client() -> None:
+        version = path.auth.version  # the devices' counter before the row is read (DeviceAuth)
         with store.transaction() as tx:
             use_nonce(tx, got.nonce)
-            devices.enroll_device(tx, row, time.time())
+            enrolled = devices.enroll_device(tx, row, time.time())
+        # the row as committed: the device's next request is checked without reading it again
+        path.auth.remember(enrolled, version)
 
     await path.offload(store_client)
     return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
