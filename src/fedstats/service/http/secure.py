@@ -300,7 +300,12 @@ class SecureRoutes:
 
         async def attempt() -> bytes | None:
             got = self.cache.get(("reveals", run_id))
-            return got if got is not None else await self.offload(look)
+            if got is not None:
+                return got
+            # every held reveal wakes at the seed's change: one look for all those woken by the same
+            # change (a look begun before it is not shared with them: it may have read the run before)
+            generation = self.changes.generation(population)
+            return await self.shared(("reveals", run_id, *map(str, generation)), look)
 
         return await self.changes.hold(population, min(wait, self.max_wait), attempt, since=since)
 
