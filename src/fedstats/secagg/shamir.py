@@ -155,14 +155,24 @@ def _lagrange_at_zero(xs: tuple[int, ...]) -> tuple[int, ...]:
     dens = [d % p for d in _denominators(xs)]
     # Montgomery batch inversion: one pow(., -1, p) for all denominators; the running inverse carries
     # the common numerator, so l_j(0) = num / d_j is one product
+    # (the products below are < p^2: reduced by two Mersenne folds, :func:`_fold` inlined)
     prefix = [1] * (len(dens) + 1)
     for j, d in enumerate(dens):
-        prefix[j + 1] = _fold(prefix[j] * d)
+        v = prefix[j] * d
+        v = (v & p) + (v >> 521)
+        v = (v & p) + (v >> 521)
+        prefix[j + 1] = v - p if v >= p else v
     inv_all = _fold(pow(prefix[-1], -1, p) * num)  # num / (d_0 ... d_{t-1})
     coeffs = [0] * len(dens)
     for j in range(len(dens) - 1, -1, -1):
-        coeffs[j] = _fold(inv_all * prefix[j])
-        inv_all = _fold(inv_all * dens[j])
+        v = inv_all * prefix[j]
+        v = (v & p) + (v >> 521)
+        v = (v & p) + (v >> 521)
+        coeffs[j] = v - p if v >= p else v
+        v = inv_all * dens[j]
+        v = (v & p) + (v >> 521)
+        v = (v & p) + (v >> 521)
+        inv_all = v - p if v >= p else v
     return tuple(coeffs)
 
 
