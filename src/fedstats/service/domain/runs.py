@@ -186,10 +186,9 @@ def load_run(tx: State, run_id: str, *, lock: bool = False) -> RunRow:
 def locked_run(tx: State, run_id: str, held: dict[Any, Any] | None) -> RunRow:
     """:func:`load_run` locked, read once per transaction for work that does not write the run row.
 
-    ``held`` is shared by the requests of one transaction (a :class:`~fedstats.service.http.batching.
-    TransactionBatcher` batch: check-ins, reveals): the row read and locked by the first is the row
-    every later one would read, as no other transaction can change it until this one ends and none of
-    them changes it. None: read as :func:`load_run` does.
+    ``held`` is shared by the requests of one transaction (a batch of check-ins or reveals): the row the
+    first read and locked is the one every later one would read (no other transaction can change it
+    until this one ends, and none of them does). None: read as :func:`load_run` does.
 
     Raises
     ------

@@ -241,8 +241,7 @@ class SecureRoutes:
                     secure_devices.certificates(tx, run_id, index, number, cid, indices)
                 ).encode()
 
-        # the session's devices all ask as its stage 1 opens: the first one's read fills the cache,
-        # the others wait for it (not one hand-off to a store thread each), then answer from it
+        # a session's devices all ask as its stage 1 opens: they wait for one read to fill the cache
         with contextlib.suppress(Exception):  # its error is its own: the others ask alone below
             await self.shared(("certificates", run_id, str(index), str(number)), some)
         fast = secure_devices.cached_certificates_json(run_id, index, number, cid, indices)
@@ -309,8 +308,7 @@ class SecureRoutes:
             got = self.cache.get(("reveals", run_id))
             if got is not None:
                 return got
-            # every held reveal wakes at the seed's change: one look for all those woken by the same
-            # change (a look begun before it is not shared with them: it may have read the run before)
+            # one look for the reveals woken by the same change (not one begun before it)
             generation = self.changes.generation(population)
             return await self.shared(("reveals", run_id, *map(str, generation)), look)
 
