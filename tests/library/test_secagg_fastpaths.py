@@ -235,6 +235,31 @@ def test_shamir_coefficients_from_one_entropy_read_are_field_elements(
     assert got_back == secret
 
 
+@given(
+    st.sets(st.integers(1, 2**40), min_size=1, max_size=70)
+    | st.sets(st.integers(1, 1000), min_size=50, max_size=91)
+    | st.sets(st.integers(2**61, 2**64), min_size=1, max_size=5)
+)
+@settings(max_examples=60, deadline=None)
+def test_lagrange_coefficients_at_zero_match_the_field_fractions(xs: set[int]) -> None:
+    """The grouped int64 products and Mersenne folds give ``prod_{m != j} x_m / (x_m - x_j)`` mod p."""
+    from fractions import Fraction
+
+    from fedstats.secagg import shamir
+
+    p = shamir.FIELD_PRIME
+    ordered = tuple(sorted(xs))
+    got = shamir._lagrange_at_zero(ordered)
+    for j, xj in enumerate(ordered):
+        exact = Fraction(1)
+        for m, xm in enumerate(ordered):
+            if m != j:
+                exact *= Fraction(xm, xm - xj)
+        want = exact.numerator % p * pow(exact.denominator % p, -1, p) % p
+        assert got[j] == want
+    assert shamir._fold((p - 1) * (p - 1)) == (p - 1) * (p - 1) % p
+
+
 def test_threads_asking_for_the_same_parameters_together_search_once() -> None:
     """``find_parameters`` is remembered, and threads that ask at once wait for the one search (a wave of
     simulated devices joining a session used to run it each)."""

@@ -128,6 +128,11 @@ def test_devices_report_with_request_keys_and_the_server_verifies_no_signature(
         # a key does not open another: opening one takes the device's signature
         r = http.post("/v1/client/request-key", headers=_keyed(d, "POST", "/v1/client/request-key"))
         assert r.status_code == 401 and "signed with the device key" in r.text
+        # a signed request for a key is single-use too (its nonce is group-committed)
+        signed = auth.sign_request(d._key, d.client_id, "POST", "/v1/client/request-key", b"")
+        assert http.post("/v1/client/request-key", headers=signed).status_code == 200
+        r = http.post("/v1/client/request-key", headers=signed)
+        assert r.status_code == 401 and "replayed" in r.text, r.text
         # registration takes the signature too (the key of the certificate presented)
         body = json.dumps({"certificate": d._cert}).encode()
         keyed = _keyed(d, "POST", "/v1/client/register", body)

@@ -729,3 +729,80 @@ def test_same_answers_on_every_store(
     assert got["view"]["status"] == "done"
     assert got["report-conflict"][0] == "error" and got["checkin-full"][0] == "error"
     assert got["run-2"][0] == "error" and got["run-3"] != got["run-2"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
+def test_check_ins_batched_in_one_transaction_answer_as_each_alone(
+    make_store: Callable[[str], Store], tmp_path: Path, kind: str
+) -> None:
+    """:class:`TransactionBatcher`: the batch's nonces in one write, the run row and cohort read once.
+
+    Check-ins written together get the slots they would get one by one; a nonce used before, or one
+    sent twice in the batch, sends the batch's requests alone (the replay refused 401, the others
+    written once); a request whose work fails gets its own error.
+    """
+    from fastapi import HTTPException
+
+    from fedstats.service.domain.tasks import ConflictError
+    from fedstats.service.http.batching import TransactionBatcher, Work
+    from fedstats.service.http.deps import NonceUse
+
+    C = 12  # the cohort size
+    store = make_store(kind)
+    analyst = _analyst(tmp_path, store)
+    with store.transaction() as tx:
+        ledger.set_budget(tx, "population", "default", epsilon=3, delta=1e-3, actor="t")
+        ledger.set_budget(tx, "analyst", "alice", epsilon=10, delta=1e-3, actor="t")
+        tid, _ = tasks.create_task(
+            tx, _envelope(analyst, "batched", cohort_size=C, min_clients=C - 2), "alice"
+        )
+        rid = runs.create_run(tx, tid, "alice")
+    batcher = TransactionBatcher(store, None)
+    helds: list[dict[Any, Any]] = []
+
+    def checkin(cid: str, nonce: str, records: int = 1) -> Work:
+        def go(tx: Any, held: dict[Any, Any]) -> Any:
+            helds.append(held)
+            return runs.checkin(tx, rid, cid, records, population="default", held=held)
+
+        return Work(NonceUse(cid, nonce, time.time()), go)
+
+    got = batcher.write([checkin(f"dev-{i}", f"n{i}") for i in range(4)])
+    assert got == [{"slot_start": i, "slot_count": 1} for i in range(4)]
+    assert batcher.batches == 1 and all(h is helds[0] for h in helds)  # one transaction, one memo
+    # a nonce of the first batch again (a replay) and one nonce twice: every request alone
+    helds.clear()
+    got = batcher.write(
+        [
+            checkin("dev-4", "n4"),
+            checkin("dev-0", "n0"),
+            checkin("dev-5", "n5"),
+            checkin("dev-5", "n5"),
+        ]
+    )
+    assert got[0] == {"slot_start": 4, "slot_count": 1} and got[2] == {
+        "slot_start": 5,
+        "slot_count": 1,
+    }
+    assert isinstance(got[1], HTTPException) and got[1].status_code == 401
+    assert isinstance(got[3], HTTPException) and got[3].status_code == 401  # the copy: a replay
+    assert batcher.batches == 1 and len({id(h) for h in helds}) == len(helds)  # alone: a memo each
+    # a device of another population fails alone; the others of its batch are written once
+    bad = Work(
+        NonceUse("dev-7", "n7", time.time()),
+        lambda tx, held: runs.checkin(tx, rid, "dev-7", 1, population="elsewhere", held=held),
+    )
+    got = batcher.write([checkin("dev-8", "n8"), bad, checkin("dev-9", "n9")])
+    assert got[0] == {"slot_start": 6, "slot_count": 1} and got[2] == {
+        "slot_start": 7,
+        "slot_count": 1,
+    }
+    assert isinstance(got[1], SecurityError)
+    # the cohort read once per batch is still the cohort: full at N devices, in a batch too
+    got = batcher.write([checkin(f"dev-{i}", f"m{i}") for i in range(10, 10 + C - 7)])
+    assert [g["slot_start"] for g in got[: C - 8]] == list(range(8, C))
+    assert isinstance(got[-1], ConflictError) and "full cohort" in str(got[-1])
+    with store.transaction() as tx:
+        assert (tx.cohort(rid).devices, tx.cohort(rid).records) == (C, C)
+        assert not tx.use_nonce("dev-0", "n0", time.time())  # the batches' nonces are recorded
+        assert tx.use_nonce("dev-7", "n7", time.time())  # the failed request's is not

@@ -347,6 +347,17 @@ def test_cached_device_rows_are_trusted_while_no_device_changed_and_a_revocation
                 reads.append(statement)
 
         event.listen(store.engine, "before_cursor_execute", seen)
+        # a device registered now: its row as committed is cached, its first request reads no row
+        ident = issue_identity(
+            tmp_path / "authority", "dev-new", "default", tmp_path / "ids" / "dev-new.json"
+        )
+        fresh = Device("https://127.0.0.1", ident, {"value": [0.5]}, randomness=RandomSource(99))
+        fresh._http = http
+        fresh.register()
+        assert reads, "registration reads the device's row (enroll_device)"
+        reads.clear()
+        assert fresh._send("GET", "/v1/client/work", b"").status_code == 200
+        assert reads == [], reads
         time.sleep(1.0)  # every cached row is now older than REREAD
         for d in devices:
             assert d._send("GET", "/v1/client/work", b"").status_code == 200

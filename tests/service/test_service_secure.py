@@ -373,6 +373,73 @@ def test_a_session_s_certificates_are_served_as_the_json_of_the_asked_list() -> 
         sd._MEMBERS.pop(key, None)
 
 
+def test_devices_asking_for_uncached_certificates_together_share_one_store_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The session's devices ask for their members' certificates together (as stage 1 opens): one
+    hand-off to a store thread fills the cache for all of them, each answered its own list; a device
+    that is not a member still gets its own error."""
+    import asyncio
+
+    from fedstats.service.domain import secure_devices as sd
+    from fedstats.service.domain.changes import Changes, Wakeup
+    from fedstats.service.http.secure import SecureRoutes
+
+    key = ("run-shared", 0, 0)
+    certs = [{"body": {"client_id": f"m{i}"}, "signature": f"{i:02x}"} for i in range(6)]
+    reads: list[str] = []
+
+    def certificates(
+        _tx: Any, run_id: str, index: int, number: int, cid: str, indices: list[int]
+    ) -> list[Any]:
+        reads.append(cid)
+        if cid not in {f"m{i}" for i in range(6)}:
+            raise SecurityError("not a member of this session")
+        sd._MEMBERS[key] = {f"m{i}": i for i in range(6)}
+        sd._CERTIFICATES[key] = certs
+        return [certs[j] for j in indices]
+
+    monkeypatch.setattr(sd, "certificates", certificates)
+    handoffs: list[Any] = []
+
+    async def offload(fn: Any, *args: Any) -> Any:
+        handoffs.append(fn)
+        await asyncio.sleep(0.01)  # the others arrive meanwhile
+        return fn(*args)
+
+    async def nothing(*_a: Any) -> Any:
+        raise AssertionError("not called")
+
+    routes = SecureRoutes(
+        open_store("memory://"),
+        nothing,
+        nothing,
+        json.loads,
+        {},
+        Wakeup(),
+        changes=Changes(),
+        population_of=nothing,
+        max_wait=1.0,
+        offload=offload,
+    )
+
+    async def ask_all() -> list[Any]:
+        asks = [routes.member_certificates(*key, f"m{i}", [(i + 1) % 6, i]) for i in range(6)]
+        asks.append(routes.member_certificates(*key, "stranger", [0]))
+        return await asyncio.gather(*asks, return_exceptions=True)
+
+    try:
+        got = asyncio.run(ask_all())
+        for i in range(6):
+            assert json.loads(got[i]) == [certs[(i + 1) % 6], certs[i]]
+        assert isinstance(got[6], SecurityError)
+        # one shared read for the six members, and the stranger's own (its error is its own)
+        assert reads == ["m0", "stranger"] and len(handoffs) == 2, (reads, handoffs)
+    finally:
+        for cache in (sd._CERTIFICATES, sd._MEMBERS, sd._CERTIFICATE_JSON):
+            cache.pop(key, None)
+
+
 def test_the_quiet_rule_closes_only_a_quiet_stage_whose_quorum_answered() -> None:
     """``quiet_close``: quorum (``min_survivors``), the distributed-noise floor in records, and the quiet
     period since the last answer (or the opening) must all hold; off without ``quiet_seconds``."""

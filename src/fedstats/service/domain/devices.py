@@ -6,6 +6,7 @@ enrollment rows; the HTTP layer drops the changed device's entry after the commi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -20,10 +21,15 @@ from fedstats.wire import auth
 __all__ = ["enroll_device", "reinstate_device", "revoke_device"]
 
 
-def enroll_device(tx: State, row: ClientRow, now: float) -> None:
+def enroll_device(tx: State, row: ClientRow, now: float) -> ClientRow:
     """Enroll a device under its verified certificate (``row``); again is a no-op.
 
     A device enrolled before certificates were kept gets its certificate stored.
+
+    Returns
+    -------
+    ClientRow
+        The device's row as the transaction leaves it (``row`` for a new device, else the enrolled one).
 
     Raises
     ------
@@ -37,9 +43,12 @@ def enroll_device(tx: State, row: ClientRow, now: float) -> None:
         raise SecurityError("a different key is enrolled under this client id")
     if c is None:
         tx.add_client(row, now)
-    elif c.certificate is None:  # enrolled before certificates were kept
+        return row
+    if c.certificate is None:  # enrolled before certificates were kept
         assert row.certificate is not None
         tx.set_client_certificate(row.id, row.certificate)
+        return dataclasses.replace(c, certificate=row.certificate)
+    return c
 
 
 def _load(tx: State, client_id: str) -> dict[str, Any]:

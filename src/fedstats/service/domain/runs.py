@@ -59,7 +59,7 @@ from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.secure_devices import secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
 from fedstats.service.store import State
-from fedstats.service.store.rows import FinishedRun, LiveRun, PutReport, RoundRow, RunRow
+from fedstats.service.store.rows import Cohort, FinishedRun, LiveRun, PutReport, RoundRow, RunRow
 from fedstats.wire.registry import privacy_loss_for
 from fedstats.wire.tasks import check_task_current
 
@@ -72,6 +72,7 @@ __all__ = [
     "client_work_json",
     "create_run",
     "load_run",
+    "locked_run",
     "put_uploads",
     "run_view",
     "screen_uploads",
@@ -182,6 +183,26 @@ def load_run(tx: State, run_id: str, *, lock: bool = False) -> RunRow:
     return run
 
 
+def locked_run(tx: State, run_id: str, held: dict[Any, Any] | None) -> RunRow:
+    """:func:`load_run` locked, read once per transaction for work that does not write the run row.
+
+    ``held`` is shared by the requests of one transaction (a batch of check-ins or reveals): the row the
+    first read and locked is the one every later one would read (no other transaction can change it
+    until this one ends, and none of them does). None: read as :func:`load_run` does.
+
+    Raises
+    ------
+    NotFoundError
+        If there is no such run.
+    """
+    if held is None:
+        return load_run(tx, run_id, lock=True)
+    run = held.get(("run", run_id))
+    if run is None:
+        run = held[("run", run_id)] = load_run(tx, run_id, lock=True)
+    return cast(RunRow, run)
+
+
 def checkin(
     tx: State,
     run_id: str,
@@ -190,6 +211,7 @@ def checkin(
     commitment: str | None = None,
     *,
     population: str | None = None,
+    held: dict[Any, Any] | None = None,
 ) -> dict[str, int]:
     """Add a device to a run's cohort; idempotent (a second check-in returns the same slots).
 
@@ -197,6 +219,8 @@ def checkin(
     task and refused otherwise. The run row is locked (check-ins of one run are serialized, so slots
     never overlap); the cohort so far is read as one aggregate row. ``population``: the device's
     (from its certificate); given, a run of another population is refused before anything else.
+    ``held``: shared by the check-ins of one transaction (:func:`locked_run`); the run row and the
+    cohort are read by the first and kept (only check-ins add members, under the run's lock).
 
     Raises
     ------
@@ -210,7 +234,7 @@ def checkin(
     """
     if records < 1:
         raise ParameterError("records", records, "an integer >= 1")
-    run = load_run(tx, run_id, lock=True)
+    run = locked_run(tx, run_id, held)
     cfg = task_config(tx, run.task_id)
     if population is not None and cfg["privacy"]["population"] != population:
         raise SecurityError("this run is for another population")
@@ -235,12 +259,16 @@ def checkin(
             )
     elif commitment is not None:
         raise ParameterError("commitment", commitment, "none (the task is not secure)")
-    cohort = tx.cohort(run_id)
+    cohort = held.get(("cohort", run_id)) if held is not None else None
+    if cohort is None:
+        cohort = tx.cohort(run_id)
     devices, used = cohort.devices, cohort.records
     if devices >= int(cfg["cohort_size"]):  # cohort_size counts devices
         raise ConflictError(f"run {run_id} has a full cohort ({devices} devices)")
     count = min(int(records), int(cfg.get("max_records_per_client", 1)))
     tx.add_member(run_id, client_id, used, count, time.time(), commitment)
+    if held is not None:
+        held[("cohort", run_id)] = Cohort(devices + 1, used + count)
     return {"slot_start": used, "slot_count": count}
 
 

@@ -647,7 +647,7 @@ def cached_certificates_json(
     out = _CERTIFICATES.get(key)
     if cached_certificates(run_id, index, number, client_id, []) is None or out is None:
         return None
-    if any(not 0 <= j < len(out) for j in indices):
+    if indices and (min(indices) < 0 or max(indices) >= len(out)):
         return None
     encoded = _CERTIFICATE_JSON.get(key)
     if encoded is None or len(encoded) != len(out):
@@ -655,7 +655,7 @@ def cached_certificates_json(
         if len(_CERTIFICATE_JSON) > 64:
             _CERTIFICATE_JSON.clear()
         _CERTIFICATE_JSON[key] = encoded
-    return b"[" + b", ".join(encoded[j] for j in indices) + b"]"
+    return b"[" + b", ".join(list(map(encoded.__getitem__, indices))) + b"]"
 
 
 def certificates(

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from fedstats.service.http.deps import NonceUse, use_nonce
 from fedstats.service.store import State, Store
 
 __all__ = ["Batcher", "TransactionBatcher", "Work"]
@@ -164,8 +166,26 @@ class _Redo(Exception):
         self.exact = exact
 
 
-Work = Callable[[Any], Any]
-"""A request's store work: ``fn(tx)`` in an open transaction, returning the request's answer."""
+class _Replayed(Exception):
+    """A batch's nonce was used before: its requests go alone (the replay is refused there)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """A request's store work in a :class:`TransactionBatcher`: its nonce, then ``fn(tx, held)``.
+
+    Attributes
+    ----------
+    nonce : NonceUse or None
+        The request's nonce, recorded in the transaction before ``fn`` runs (a replay is refused 401 and
+        nothing of the request is written).
+    fn : callable
+        ``fn(tx, held) -> answer`` in the open transaction; ``held`` is a dict the requests of one
+        transaction share (:func:`fedstats.service.domain.runs.locked_run`), empty for a request alone.
+    """
+
+    nonce: NonceUse | None
+    fn: Callable[[Any, dict[Any, Any]], Any]
 
 
 class TransactionBatcher(Batcher[Work, Any]):
@@ -173,9 +193,11 @@ class TransactionBatcher(Batcher[Work, Any]):
 
     For requests whose work is a few statements behind a lock they all take (a run's check-ins and
     reveals lock the run row): one transaction, one lock, one commit and one hand-off to a store thread
-    for the batch instead of one each. Each request is answered only once its transaction committed. If
-    any request's work raises, the transaction is rolled back and every request of the batch is run
-    alone in a transaction of its own, so each gets the answer (or the error) it would get alone.
+    for the batch instead of one each; their nonces are recorded first, in one statement
+    (:meth:`~fedstats.service.store.core.CoreQueries.use_nonces`). Each request is answered only once
+    its transaction committed. If a nonce was used before or any request's work raises, the transaction
+    is rolled back and every request of the batch is run alone in a transaction of its own, so each gets
+    the answer (or the error) it would get alone.
     """
 
     LOCK_BATCH = 32
@@ -187,19 +209,27 @@ class TransactionBatcher(Batcher[Work, Any]):
 
     def write(self, items: list[Work]) -> list[Any]:
         """Run ``items`` (blocking, on a store thread); per item its answer or its error."""
-        if len(items) > 1:
+        nonces = [
+            (w.nonce.client_id, w.nonce.nonce, w.nonce.ts) for w in items if w.nonce is not None
+        ]
+        # two requests with one nonce: one of them is a replay, found alone below
+        if len(items) > 1 and len({(c, n) for c, n, _ in nonces}) == len(nonces):
             try:
                 with self.store.transaction() as tx:
-                    got = [fn(tx) for fn in items]
+                    if not tx.use_nonces(nonces):
+                        raise _Replayed  # a replay among them: each alone below
+                    held: dict[Any, Any] = {}
+                    got = [w.fn(tx, held) for w in items]
                 self.batches += 1
                 return got
             except Exception:  # each one alone below, with its own error
                 pass
         out: list[Any] = []
-        for fn in items:
+        for w in items:
             try:
                 with self.store.transaction() as tx:
-                    out.append(fn(tx))
+                    use_nonce(tx, w.nonce)
+                    out.append(w.fn(tx, {}))
             except Exception as exc:
                 out.append(exc)
         return out

@@ -16,6 +16,7 @@ the same enrolled-device row (revocation, expiry and key changes apply as to sig
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -45,6 +46,9 @@ T = TypeVar("T")
 REREAD = 5.0  # seconds an enrolled device's cached row (key, revocation) is trusted without a check
 
 
+_URL_SPECIAL = re.compile(r"[?#\\\t\r\n]")
+
+
 def _url_path(request: Request) -> str:
     r"""``request.url.path`` (the path a device signs) without building the URL when it is plain.
 
@@ -52,7 +56,7 @@ def _url_path(request: Request) -> str:
     line breaks; a path with none of them is its own ``url.path``.
     """
     path = str(request.scope["path"])
-    if any(c in path for c in "?#\\\t\r\n"):
+    if _URL_SPECIAL.search(path):
         return request.url.path
     return path
 

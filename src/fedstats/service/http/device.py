@@ -46,6 +46,7 @@ from fedstats.errors import SecurityError
 from fedstats.service.domain import devices, runs
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.http import refusals
+from fedstats.service.http.batching import Work
 from fedstats.service.http.context import Devices
 from fedstats.service.http.deps import Signed, SignedRequest, use_nonce
 from fedstats.service.http.edge import StrictRoute, request_headers
@@ -118,9 +119,12 @@ async def register(request: Request, path: Devices) -> dict[str, Any]:
     )
 
     def store_client() -> None:
+        version = path.auth.version  # the devices' counter before the row is read (DeviceAuth)
         with store.transaction() as tx:
             use_nonce(tx, got.nonce)
-            devices.enroll_device(tx, row, time.time())
+            enrolled = devices.enroll_device(tx, row, time.time())
+        # the row as committed: the device's next request is checked without reading it again
+        path.auth.remember(enrolled, version)
 
     await path.offload(store_client)
     return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
@@ -139,7 +143,8 @@ async def request_key(req: Signed, path: Devices) -> dict[str, Any]:
         raise HTTPException(
             401, "request key: a request key is opened by a request signed with the device key"
         )
-    await path.offload(_signed_write, path, req, None)  # the nonce: a replayed request opens no key
+    # the nonce (a replayed request opens no key), group-committed with the requests that arrive with it
+    await path.writes(Work(req.nonce, lambda tx, _held: path.auth.confirm(tx, req)))
     return path.auth.open_key(req.client_id)
 
 
@@ -229,14 +234,14 @@ async def checkin(
     commitment = data.get("commitment")
     before = path.changes.generation(req.population)  # check-in was open then (if it succeeds)
 
-    def go(tx: State) -> dict[str, Any]:
-        use_nonce(tx, req.nonce)
+    def go(tx: State, held: dict[Any, Any]) -> dict[str, Any]:
         path.auth.confirm(tx, req)
         return runs.checkin(
-            tx, run_id, req.client_id, records, commitment, population=req.population
+            tx, run_id, req.client_id, records, commitment, population=req.population, held=held
         )
 
-    out = dict(await path.checkins(go))  # with the check-ins that arrive meanwhile: one transaction
+    # with the check-ins that arrive meanwhile: one transaction (the nonce recorded first)
+    out = dict(await path.checkins(Work(req.nonce, go)))
     path.wakeup.set()  # the cohort may be complete: let the driver close check-in now
     body = json.dumps(out).encode()
     if wait > 0 and commitment is not None:

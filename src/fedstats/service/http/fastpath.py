@@ -518,6 +518,9 @@ class DevicePath:
     polls : PollBatcher
     checkins : TransactionBatcher
         The check-ins of a run lock its row: those that arrive together share one transaction.
+    writes : TransactionBatcher
+        Signed writes whose effect is their nonce (a request key's): those that arrive together share
+        one transaction (a run's devices open their keys together as it starts).
     """
 
     store: Store
@@ -531,6 +534,7 @@ class DevicePath:
     uploads: UploadBatcher
     polls: PollBatcher
     checkins: TransactionBatcher
+    writes: TransactionBatcher
 
     @classmethod
     def build(
@@ -555,6 +559,7 @@ class DevicePath:
         uploads = UploadBatcher(store, offload)
         polls = PollBatcher(store, offload, device, cache)
         checkins = TransactionBatcher(store, offload)
+        writes = TransactionBatcher(store, offload)
         return cls(
             store,
             settings,
@@ -567,6 +572,7 @@ class DevicePath:
             uploads,
             polls,
             checkins,
+            writes,
         )
 
 

@@ -43,7 +43,7 @@ from fedstats.errors import FedstatsError
 from fedstats.service.domain import runs, secure, secure_devices
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
-from fedstats.service.http.batching import TransactionBatcher
+from fedstats.service.http.batching import TransactionBatcher, Work
 from fedstats.service.http.deps import NonceUse, release_body
 from fedstats.service.http.edge import StrictRoute
 from fedstats.service.http.fastpath import Handler, direct_route, index_of
@@ -241,6 +241,12 @@ class SecureRoutes:
                     secure_devices.certificates(tx, run_id, index, number, cid, indices)
                 ).encode()
 
+        # a session's devices all ask as its stage 1 opens: they wait for one read to fill the cache
+        with contextlib.suppress(Exception):  # its error is its own: the others ask alone below
+            await self.shared(("certificates", run_id, str(index), str(number)), some)
+        fast = secure_devices.cached_certificates_json(run_id, index, number, cid, indices)
+        if fast is not None:
+            return fast
         return await self.offload(some)
 
     async def held_commitments(
@@ -300,7 +306,11 @@ class SecureRoutes:
 
         async def attempt() -> bytes | None:
             got = self.cache.get(("reveals", run_id))
-            return got if got is not None else await self.offload(look)
+            if got is not None:
+                return got
+            # one look for the reveals woken by the same change (not one begun before it)
+            generation = self.changes.generation(population)
+            return await self.shared(("reveals", run_id, *map(str, generation)), look)
 
         return await self.changes.hold(population, min(wait, self.max_wait), attempt, since=since)
 
@@ -539,12 +549,12 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
     population = await ctx.population_of(cid) if wait > 0 else ""
     before = ctx.changes.generation(population)  # the seed was not fixed then (see below)
 
-    def go(tx: State) -> bool:
-        ctx.use_nonce(tx, nonce)
-        run = runs.load_run(tx, run_id, lock=True)
+    def go(tx: State, held: dict[Any, Any]) -> bool:
+        run = runs.locked_run(tx, run_id, held)  # record_reveal does not write the run row
         return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
 
-    new = bool(await ctx.together(go))  # with the reveals that arrive meanwhile: one transaction
+    # with the reveals that arrive meanwhile: one transaction (the nonce recorded first)
+    new = bool(await ctx.together(Work(nonce, go)))
     ctx.wakeup.set()
     ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
     if wait > 0:

@@ -127,6 +127,17 @@ class CoreQueries(RowWrites):
     def use_nonce(self, client_id: str, nonce: str, ts: float) -> bool:
         """Record a signed request's nonce; False if it was already used (a replay; nothing written)."""
 
+    def use_nonces(self, nonces: Sequence[tuple[str, str, float]]) -> bool:
+        """Record distinct ``(client_id, nonce, ts)`` nonces at once; False if any was already used.
+
+        On False the caller rolls the transaction back: which nonces were recorded is unspecified. The
+        default records them one by one (:meth:`use_nonce`); PostgreSQL in one statement.
+        """
+        fresh = True
+        for client_id, nonce, ts in nonces:
+            fresh = self.use_nonce(client_id, nonce, ts) and fresh
+        return fresh
+
     @abstractmethod
     def purge_nonces(self, before: float) -> int:
         """Delete the nonces older than ``before``; return how many."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -41,6 +42,13 @@ _Q_CLIENT = select(
 ).where(_CLIENTS.c.id == bindparam("client_id"))
 
 
+# a batch's nonces in one statement (PostgreSQL): every column bound as one array; a nonce already
+# used is not returned (nor is a second copy within the batch)
+_USE_NONCES_PG = """INSERT INTO nonces (client_id, nonce, ts)
+SELECT * FROM unnest(%(client_id)s::varchar[], %(nonce)s::varchar[], %(ts)s::float8[])
+ON CONFLICT DO NOTHING RETURNING 1"""
+
+
 _Q_AUTHORITIES = select(_AUTHORITIES.c.id, _AUTHORITIES.c.public_key)
 
 
@@ -58,6 +66,17 @@ class SqlDeviceQueries(SqlBase):
         """See :meth:`CoreQueries.use_nonce`."""
         values = {"client_id": client_id, "nonce": nonce, "ts": ts}
         return self._add_row(_NONCES.name, values, ignore=True)
+
+    def use_nonces(self, nonces: Sequence[tuple[str, str, float]]) -> bool:
+        """See :meth:`CoreQueries.use_nonces` (one statement on PostgreSQL)."""
+        if len(nonces) < 2 or self.conn.dialect.name != "postgresql":
+            return super().use_nonces(nonces)
+        params = {
+            "client_id": [c for c, _, _ in nonces],
+            "nonce": [n for _, n, _ in nonces],
+            "ts": [float(t) for _, _, t in nonces],
+        }
+        return len(self.conn.exec_driver_sql(_USE_NONCES_PG, params).all()) == len(nonces)
 
     def purge_nonces(self, before: float) -> int:
         """See :meth:`CoreQueries.purge_nonces`."""
