@@ -120,9 +120,7 @@ def test_hkdf_outputs_are_the_pinned_bytes() -> None:
     shared, session = bytes(range(32)), bytes(range(32, 64))
     got = crypto.derive_key(shared, session=session, label=crypto.LABEL_MASK, low=3, high=900)
     assert got.hex() == "2d0cbb98f4b3b28d8bd4b3652a18d8fae39bafe416a86148ed5ee9f3f92c7496"
-    got = crypto.derive_key(
-        shared, session=b"", label=crypto.LABEL_SHARE_ENCRYPTION, low=0, high=1
-    )
+    got = crypto.derive_key(shared, session=b"", label=crypto.LABEL_SHARE_ENCRYPTION, low=0, high=1)
     assert got.hex() == "22bd6c98220e5485433769c5882095eb1a460d8f6f6814ecb49c020af3393194"
     got = crypto.self_mask_seed(shared, 5, bytes(32))
     assert got.hex() == "908be144cebe5319b4cf84039e303bb57b61c458a221c327df21707830ab9747"
@@ -131,3 +129,37 @@ def test_hkdf_outputs_are_the_pinned_bytes() -> None:
     prk = hmac.digest(salt, shared, "sha256")
     want = hmac.digest(prk, info + b"\x01", "sha256")
     assert crypto.derive_key(shared, session=salt, label=crypto.LABEL_MASK, low=1, high=1) == want
+
+
+def test_session_order_is_hmac_of_the_seed() -> None:
+    # sessions_of orders the participants by HMAC-SHA256(seed, domain || client id)
+    seed = hashlib.sha256(b"seed").digest()
+    cohort = [(IDS[i], i, 1) for i in range(N)]
+    seeding._ORDER_TAGS.clear()
+    sessions = seeding.sessions_of(cohort, seed, 0, (0, N), 16, 2)
+
+    def tag(cid: str) -> bytes:
+        raw = cid.encode()
+        msg = b"fedstats/service/session-order/v1\x00" + len(raw).to_bytes(2, "little") + raw
+        return hmac.digest(seed, msg, "sha256")
+
+    assert [c for s in sessions for c in s] == sorted(IDS, key=tag)
+    assert [len(s) for s in sessions] == [13, 14, 13]  # round(i * 40 / 3) edges
+    long_key = bytes(range(100))  # the pads of a key longer than a block
+    assert seeding._hmac_with(seeding._hmac_pads(long_key), b"m") == hmac.digest(
+        long_key, b"m", "sha256"
+    )
+
+
+def test_request_nonces_are_fresh_hex() -> None:
+    from fedstats.wire import auth
+
+    nonces = [auth.request_nonce() for _ in range(600)]  # more than one 4 KiB draw
+    assert len(set(nonces)) == len(nonces)
+    assert all(len(n) == 32 and int(n, 16) >= 0 for n in nonces)
+    headers = auth.sign_request_with_key("k", bytes(range(32)), "dev", "POST", "/p", b"body")
+    payload = auth.signing_payload(
+        "POST", "/p", headers[auth.HEADER_TIMESTAMP], headers[auth.HEADER_NONCE], b"body"
+    )
+    want = hmac.digest(bytes(range(32)), payload, "sha256").hex()
+    assert headers[auth.HEADER_SIGNATURE] == want
