@@ -750,8 +750,7 @@ class SecureRuns:
         if vector is None:  # each round is encoded (and charged) once
             vector = self._encode(rnd)
             state.encoded[index] = vector
-        values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
-        state.sessions[(index, number)].provide_input(values)
+        state.sessions[(index, number)].provide_input(_ring_values(vector))
 
     def _member_certificates(
         self, run_id: str, index: int, number: int, checked: Sequence[int]
@@ -781,6 +780,18 @@ class SecureRuns:
                 f"member(s); this device asked for {len(checked)}"
             )
         return certs
+
+
+def _ring_values(vector: Sequence[int]) -> np.ndarray:
+    """A report's integers mod ``2**BITS`` as ``uint64`` (two's complement for negatives).
+
+    One conversion when they all fit in ``int64`` (numpy then infers ``int64``, whose bits are the
+    residue), else each reduced in Python.
+    """
+    arr = np.asarray(vector)
+    if arr.ndim == 1 and arr.dtype == np.int64 and seeding.BITS == 64:
+        return arr.view(np.uint64)
+    return np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
 
 
 def _cohort_cap(state: SecureState) -> int | None:
