@@ -258,9 +258,9 @@ def mask_scratch() -> bytearray:
     Returns
     -------
     bytearray
-        ``2**20 + 15`` bytes: the keystreams of one group of masks and 15 spare bytes.
+        ``2**18 + 15`` bytes: one keystream step (or a group of shorter ones) and 15 spare bytes.
     """
-    return bytearray(_GROUP_BYTES + 15)
+    return bytearray(max(_CHUNK, _GROUP_BYTES) + 15)
 
 
 def seed_commitment(session: bytes, client: int, seed: bytes) -> bytes:
@@ -354,8 +354,9 @@ def check_bits(bits: int) -> type[np.unsignedinteger]:
 
 _CHUNK = 1 << 18
 """Bytes of keystream per step when adding a mask: small enough to stay in cache while it is added."""
-_GROUP_BYTES = 1 << 20
-"""Bytes of keystream (of several masks, one block each) summed with one reduction in :func:`add_masks`."""
+_GROUP_BYTES = 1 << 16
+"""Bytes of keystream (of several masks' blocks) summed with one reduction in :func:`add_masks`: small
+enough to stay in cache (a device's L = 1,000 masks of 8 KB: 8 a group)."""
 
 
 _CTR_ZERO = modes.CTR(bytes(16))  # an immutable value: one object for every mask
@@ -443,12 +444,13 @@ def add_masks(
 
     The same result as one :func:`add_mask` per mask, computed block by block: for each block of ``acc``
     (at most 256 KiB), the keystreams of a group of masks of one sign are written side by side into a
-    buffer of at most 1 MiB (one AES-CTR context per mask, advanced block by block) and summed into the
+    buffer of at most 64 KiB (one AES-CTR context per mask, advanced block by block) and summed into the
     block with one reduction, so ``acc`` is read and written once from memory, not once per mask, and a
     short vector takes a few numpy calls rather than one per mask (numpy releases the GIL around every
-    operation on more than 500 elements: a device's 2k masks of a 1,000-element vector were 2k contended
-    re-acquisitions in a process simulating many devices). Sums wrap mod 2^b in ``acc.dtype``, in any
-    order.
+    operation on more than 500 elements: a device's 2k masks of a 1,000-element vector were 2k
+    re-acquisitions, contended in a process simulating many devices; now ``2k / 8``). A block longer
+    than a group's buffer takes its masks one at a time, as before. Sums wrap mod 2^b in
+    ``acc.dtype``, in any order.
 
     Parameters
     ----------
@@ -487,11 +489,14 @@ def add_masks(
                 # row r of the buffer; the 15 spare bytes update_into asks for run into row r + 1,
                 # written afterwards (the buffer holds 15 more after the last row)
                 update_into(z, buf[r * block_bytes : r * block_bytes + width * item + 15])
-            np.add.reduce(view[: len(streams), :width], axis=0, dtype=dtype, out=out)
+            if len(streams) > 1:
+                src = np.add.reduce(view[: len(streams), :width], axis=0, dtype=dtype, out=out)
+            else:  # a long vector's block: one keystream at a time, added as it is
+                src = view[0, :width]
             if sign > 0:
-                np.add(block, out, out=block)
+                np.add(block, src, out=block)
             else:
-                np.subtract(block, out, out=block)
+                np.subtract(block, src, out=block)
 
 
 _SIGNATURE_BYTES = 64
