@@ -157,6 +157,8 @@ def test_request_nonces_are_fresh_hex() -> None:
     nonces = [auth.request_nonce() for _ in range(600)]  # more than one 4 KiB draw
     assert len(set(nonces)) == len(nonces)
     assert all(len(n) == 32 and int(n, 16) >= 0 for n in nonces)
+    auth._forget_nonces()  # what a forked child runs: the pool is emptied, a fresh lock
+    assert not auth._nonces and auth.request_nonce() not in nonces
     headers = auth.sign_request_with_key("k", bytes(range(32)), "dev", "POST", "/p", b"body")
     payload = auth.signing_payload(
         "POST", "/p", headers[auth.HEADER_TIMESTAMP], headers[auth.HEADER_NONCE], b"body"

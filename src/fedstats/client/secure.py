@@ -783,11 +783,7 @@ class SecureRuns:
 
 
 def _ring_values(vector: Sequence[int]) -> np.ndarray:
-    """A report's integers mod ``2**BITS`` as ``uint64`` (two's complement for negatives).
-
-    One conversion when they all fit in ``int64`` (numpy then infers ``int64``, whose bits are the
-    residue), else each reduced in Python.
-    """
+    """A report's integers mod ``2**BITS`` as ``uint64``: viewed at once if numpy infers ``int64``."""
     arr = np.asarray(vector)
     if arr.ndim == 1 and arr.dtype == np.int64 and seeding.BITS == 64:
         return arr.view(np.uint64)

@@ -331,7 +331,16 @@ _NONCE_BYTES = 16
 _NONCE_POOL = 4096
 _nonces = bytearray()
 _nonce_lock = threading.Lock()
-os.register_at_fork(after_in_child=_nonces.clear)  # a forked child never reuses its parent's
+
+
+def _forget_nonces() -> None:
+    """In a forked child: never hand out the parent's pooled bytes (and a lock no thread holds)."""
+    global _nonce_lock
+    _nonce_lock = threading.Lock()
+    _nonces.clear()
+
+
+os.register_at_fork(after_in_child=_forget_nonces)
 
 
 def request_nonce() -> str:
