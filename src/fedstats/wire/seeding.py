@@ -111,7 +111,9 @@ def _hex_column(texts: Sequence[str]) -> bytes | None:
     character was a hex digit, so each string decodes alone to exactly its 32 bytes. Callers then take
     the per-member path, whose verdict (and error) is the one they always gave.
     """
-    if any(len(t) != 64 for t in texts):
+    if not texts:
+        return b""
+    if set(map(len, texts)) != {64}:  # the lengths taken in C
         return None
     try:
         raw = bytes.fromhex("".join(texts))
