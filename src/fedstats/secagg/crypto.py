@@ -253,14 +253,14 @@ def mask_sign(me: int, peer: int) -> int:
 
 
 def mask_scratch() -> bytearray:
-    """A buffer for :func:`add_mask` and :func:`add_masks` to reuse across calls.
+    """A buffer for :func:`add_mask` to reuse across calls.
 
     Returns
     -------
     bytearray
-        ``2**18 + 15`` bytes: one keystream step (or a group of shorter ones) and 15 spare bytes.
+        ``2**18 + 15`` bytes: one keystream step and 15 spare bytes.
     """
-    return bytearray(max(_CHUNK, _GROUP_BYTES) + 15)
+    return bytearray(_CHUNK + 15)
 
 
 def seed_commitment(session: bytes, client: int, seed: bytes) -> bytes:
@@ -354,9 +354,6 @@ def check_bits(bits: int) -> type[np.unsignedinteger]:
 
 _CHUNK = 1 << 18
 """Bytes of keystream per step when adding a mask: small enough to stay in cache while it is added."""
-_GROUP_BYTES = 1 << 16
-"""Bytes of keystream (of several masks' blocks) summed with one reduction in :func:`add_masks`: small
-enough to stay in cache (a device's L = 1,000 masks of 8 KB: 8 a group)."""
 
 
 _CTR_ZERO = modes.CTR(bytes(16))  # an immutable value: one object for every mask
@@ -432,7 +429,7 @@ def add_mask(acc: np.ndarray, seed: bytes, *, sign: int, scratch: bytearray | No
     sign : int
         +1 or -1.
     scratch : bytearray, optional
-        Buffer reused across calls (:func:`mask_scratch`).
+        Buffer of at least 256 KiB + 15 bytes reused across calls.
     """
     add_masks(acc, [(seed, sign)], scratch=scratch)
 
@@ -442,15 +439,10 @@ def add_masks(
 ) -> None:
     """``acc += sum(sign * F(seed) for seed, sign in masks)`` in place, mod 2^b.
 
-    The same result as one :func:`add_mask` per mask, computed block by block: for each block of ``acc``
-    (at most 256 KiB), the keystreams of a group of masks of one sign are written side by side into a
-    buffer of at most 64 KiB (one AES-CTR context per mask, advanced block by block) and summed into the
-    block with one reduction, so ``acc`` is read and written once from memory, not once per mask, and a
-    short vector takes a few numpy calls rather than one per mask (numpy releases the GIL around every
-    operation on more than 500 elements: a device's 2k masks of a 1,000-element vector were 2k
-    re-acquisitions, contended in a process simulating many devices; now ``2k / 8``). A block longer
-    than a group's buffer takes its masks one at a time, as before. Sums wrap mod 2^b in
-    ``acc.dtype``, in any order.
+    The same result as one :func:`add_mask` per mask, computed block by block: each 256 KiB block of
+    ``acc`` receives every mask's keystream for that block while it stays in cache (one AES-CTR context
+    per mask, advanced block by block), so ``acc`` is read and written once from memory, not once per
+    mask.
 
     Parameters
     ----------
@@ -459,44 +451,26 @@ def add_masks(
     masks : sequence of (bytes, int)
         ``(32-byte seed, sign)`` pairs, sign +1 or -1.
     scratch : bytearray, optional
-        Buffer reused across calls (:func:`mask_scratch`); a smaller one is replaced by a new one.
+        Buffer of at least 256 KiB + 15 bytes reused across calls.
     """
-    if not masks or acc.size == 0:
+    if not masks:
         return
-    dtype = acc.dtype
-    item = dtype.itemsize
+    if scratch is None or len(scratch) < _CHUNK + 15:
+        scratch = bytearray(_CHUNK + 15)
+    item = acc.dtype.itemsize
+    step = _CHUNK // item
+    view = np.frombuffer(scratch, dtype=np.uint8, count=_CHUNK).view(acc.dtype)
+    zeros = memoryview(_zeros(_CHUNK))
+    streams = [
+        (_cipher(seed).update_into, np.add if sign > 0 else np.subtract) for seed, sign in masks
+    ]
     n = acc.size
-    step = min(_CHUNK // item, n)  # elements per block
-    block_bytes = step * item
-    rows = max(1, min(len(masks), _GROUP_BYTES // block_bytes))  # keystreams summed at once
-    if scratch is None or len(scratch) < rows * block_bytes + 15:
-        scratch = bytearray(rows * block_bytes + 15)
-    buf = memoryview(scratch)
-    view = np.frombuffer(scratch, dtype=np.uint8, count=rows * block_bytes).view(dtype)
-    view = view.reshape(rows, step)
-    zeros = memoryview(_zeros(block_bytes))
-    groups = []  # (keystream writers, sign) of at most `rows` masks of one sign
-    for sign in (+1, -1):
-        streams = [_cipher(seed).update_into for seed, sg in masks if (sg > 0) == (sign > 0)]
-        groups += [(streams[g : g + rows], sign) for g in range(0, len(streams), rows)]
-    total = np.empty(step, dtype=dtype)
     for s in range(0, n, step):
         e = min(n, s + step)
-        width, block = e - s, acc[s:e]
-        z, out = zeros[: width * item], total[:width]
-        for streams, sign in groups:
-            for r, update_into in enumerate(streams):
-                # row r of the buffer; the 15 spare bytes update_into asks for run into row r + 1,
-                # written afterwards (the buffer holds 15 more after the last row)
-                update_into(z, buf[r * block_bytes : r * block_bytes + width * item + 15])
-            if len(streams) > 1:
-                src = np.add.reduce(view[: len(streams), :width], axis=0, dtype=dtype, out=out)
-            else:  # a long vector's block: one keystream at a time, added as it is
-                src = view[0, :width]
-            if sign > 0:
-                np.add(block, src, out=block)
-            else:
-                np.subtract(block, src, out=block)
+        block, key, z = acc[s:e], view[: e - s], zeros[: (e - s) * item]
+        for update_into, op in streams:
+            update_into(z, scratch)
+            op(block, key, out=block)
 
 
 _SIGNATURE_BYTES = 64

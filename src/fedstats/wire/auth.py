@@ -30,9 +30,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import os
 import secrets
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,7 +62,6 @@ __all__ = [
     "private_key_from_hex",
     "public_key_from_hex",
     "public_key_hex",
-    "request_nonce",
     "sign_request",
     "sign_request_with_key",
     "signing_payload",
@@ -327,60 +324,6 @@ def verify_signature(public_hex: str, message: bytes, signature_hex: str) -> Non
         raise SecurityError("bad signature") from None
 
 
-_NONCE_BYTES = 16
-_NONCE_POOL = 4096
-_nonces = bytearray()
-_nonce_lock = threading.Lock()
-
-
-def _forget_nonces() -> None:
-    """In a forked child: never hand out the parent's pooled bytes (and a lock no thread holds)."""
-    global _nonce_lock
-    _nonce_lock = threading.Lock()
-    _nonces.clear()
-
-
-os.register_at_fork(after_in_child=_forget_nonces)
-
-
-def request_nonce() -> str:
-    """A fresh request nonce: 16 bytes (32 hex digits) from the OS CSPRNG, as ``secrets.token_hex(16)``.
-
-    The bytes are read from ``os.urandom`` 4 KiB at a time and each is handed out once (a process-wide
-    pool, under a lock; emptied in a forked child), rather than one system call per request: the call
-    releases the GIL, and a process simulating many devices then pays a contended re-acquisition per
-    request. The nonces are as unpredictable and as unique as before.
-
-    Returns
-    -------
-    str
-        32 lower-case hex digits.
-    """
-    with _nonce_lock:
-        if len(_nonces) < _NONCE_BYTES:
-            _nonces[:] = os.urandom(_NONCE_POOL)
-        raw = bytes(_nonces[-_NONCE_BYTES:])
-        del _nonces[-_NONCE_BYTES:]
-    return raw.hex()
-
-
-_TRANS_36 = bytes(x ^ 0x36 for x in range(256))
-_TRANS_5C = bytes(x ^ 0x5C for x in range(256))
-
-
-def _hmac_sha256(key: bytes, msg: bytes) -> bytes:
-    """``hmac.digest(key, msg, "sha256")`` from two :func:`hashlib.sha256` calls (RFC 2104).
-
-    For a short message (a request's signing payload) these keep the GIL, where ``hmac.digest`` releases
-    and re-takes it (see :func:`fedstats.secagg.crypto.hmac_sha256`).
-    """
-    if len(key) > 64:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(64, b"\x00")
-    inner = hashlib.sha256(key.translate(_TRANS_36) + msg).digest()
-    return hashlib.sha256(key.translate(_TRANS_5C) + inner).digest()
-
-
 def signing_payload(method: str, path: str, timestamp: str, nonce: str, body: bytes) -> bytes:
     """The bytes a client signs for one request (see the module docstring)."""
     h = hashlib.sha256(body).hexdigest()
@@ -392,7 +335,7 @@ def sign_request(
 ) -> dict[str, str]:
     """Headers of a signed request: client id, timestamp, fresh nonce and signature."""
     ts = str(int(time.time()))
-    nonce = request_nonce()
+    nonce = secrets.token_hex(16)
     sig = key.sign(signing_payload(method, path, ts, nonce, body)).hex()
     return {
         HEADER_CLIENT: client_id,
@@ -455,8 +398,8 @@ def sign_request_with_key(
         HMAC-SHA256 (64 hex digits) of :func:`signing_payload` under ``key``.
     """
     ts = str(int(time.time()))
-    nonce = request_nonce()
-    mac = _hmac_sha256(key, signing_payload(method, path, ts, nonce, body)).hex()
+    nonce = secrets.token_hex(16)
+    mac = hmac.digest(key, signing_payload(method, path, ts, nonce, body), "sha256").hex()
     return {
         HEADER_CLIENT: client_id,
         HEADER_TIMESTAMP: ts,
