@@ -10,6 +10,7 @@ re-exports these names.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import hmac
 import time
 from collections.abc import Mapping, Sequence
@@ -101,10 +102,7 @@ class CertificateRosterVerifier:
         if members is not None:
             positions = range(len(members)) if self.indices is None else self.indices
             self.members = {j: str(members[j]) for j in positions if 0 <= j < len(members)}
-        # the last roster that passed: its serialized bytes (compared whole, not hashed: SHA-256 of
-        # n * 32 bytes releases the GIL, contended in a process of many devices) and the object
-        self._passed: bytes | None = None
-        self._passed_roster: SessionRoster | None = None
+        self._passed: bytes | None = None  # digest of the last roster that passed
 
     def supply(self, certificates: Sequence[Mapping[str, Any]]) -> None:
         """Give the checked members' certificates (deferred at construction).
@@ -117,7 +115,7 @@ class CertificateRosterVerifier:
             If a certificate is malformed.
         """
         self.certificates = [auth.Certificate.from_dict(c) for c in certificates]
-        self._passed = self._passed_roster = None
+        self._passed = None
 
     @property
     def certified(self) -> bool:
@@ -130,14 +128,11 @@ class CertificateRosterVerifier:
         A roster equal to one this verifier already passed passes again at once (the device checks it
         before reading its data, its secure-aggregation client again when it reads the setup message).
         """
-        if roster is self._passed_roster:  # the very object that passed (a frozen dataclass)
-            return
-        data = roster.to_bytes()
-        if self._passed is not None and hmac.compare_digest(self._passed, data):
-            self._passed_roster = roster
+        digest = _roster_digest(roster)
+        if self._passed is not None and hmac.compare_digest(self._passed, digest):
             return
         self._check(roster)
-        self._passed, self._passed_roster = data, roster
+        self._passed = digest
 
     def _check(self, roster: SessionRoster) -> None:
         if not hmac.compare_digest(roster.session, self.session):
@@ -187,6 +182,11 @@ class CertificateRosterVerifier:
             ids.add(str(cert.body["client_id"]))
         if len(ids) != len(indices):
             raise SecurityError("the roster lists one device twice")
+
+
+def _roster_digest(roster: SessionRoster) -> bytes:
+    """SHA-256 of a roster's every field (what a verifier remembers of the last roster it passed)."""
+    return hashlib.sha256(roster.to_bytes()).digest()
 
 
 def body_bytes(body: Mapping[str, Any]) -> bytes:

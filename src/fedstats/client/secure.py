@@ -750,7 +750,8 @@ class SecureRuns:
         if vector is None:  # each round is encoded (and charged) once
             vector = self._encode(rnd)
             state.encoded[index] = vector
-        state.sessions[(index, number)].provide_input(_ring_values(vector))
+        values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
+        state.sessions[(index, number)].provide_input(values)
 
     def _member_certificates(
         self, run_id: str, index: int, number: int, checked: Sequence[int]
@@ -780,14 +781,6 @@ class SecureRuns:
                 f"member(s); this device asked for {len(checked)}"
             )
         return certs
-
-
-def _ring_values(vector: Sequence[int]) -> np.ndarray:
-    """A report's integers mod ``2**BITS`` as ``uint64``: viewed at once if numpy infers ``int64``."""
-    arr = np.asarray(vector)
-    if arr.ndim == 1 and arr.dtype == np.int64 and seeding.BITS == 64:
-        return arr.view(np.uint64)
-    return np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
 
 
 def _cohort_cap(state: SecureState) -> int | None:

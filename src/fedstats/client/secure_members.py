@@ -33,7 +33,7 @@ class PackedMembers:
         Each member's identity key (hex), in list order (:func:`fedstats.wire.seeding.keys_of`).
     """
 
-    __slots__ = ("_commitments", "_ids", "_keys", "_offsets", "_slots", "_total")
+    __slots__ = ("_commitments", "_ids", "_keys", "_offsets", "_slots")
 
     def __init__(self, entries: Sequence[seeding.Entry], keys: Sequence[str]) -> None:
         if len(entries) != len(keys):
@@ -49,7 +49,6 @@ class PackedMembers:
         starts = np.array([int(e[2]) for e in entries], dtype=np.int64)
         self._slots = np.stack([starts, np.array([int(e[3]) for e in entries], np.int64)], 1)
         self._keys = _hex_bytes(keys) or b"".join(bytes.fromhex(k) for k in keys)
-        self._total = int(self._slots[:, 1].sum())  # asked for every round: summed once
 
     def __len__(self) -> int:
         return int(self._offsets.size - 1)
@@ -94,7 +93,7 @@ class PackedMembers:
 
     def slot_total(self) -> int:
         """The sum of the members' slot counts (the run's ``n_clients``)."""
-        return self._total
+        return int(self._slots[:, 1].sum())
 
     def key_map(self) -> dict[str, bytes]:
         """``client_id -> identity key`` (32 bytes) of every member."""

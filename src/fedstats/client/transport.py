@@ -21,9 +21,6 @@ __all__ = ["DeviceHTTP", "ResponseCookies"]
 _URLS: dict[tuple[str, str, tuple[tuple[str, str], ...]], httpx.URL] = {}
 """``(base URL, path, params) -> merged URL``, shared by the devices of the process (bounded)."""
 _MAX_URLS = 4096
-_MAX_CACHED_QUERY = 64
-"""Longest query (characters of its values) whose URL is remembered: the ``?wait=`` and ``?part=`` of
-the shared targets, not the member lists a device names once per session."""
 
 
 class ResponseCookies(httpx.Cookies):
@@ -71,10 +68,6 @@ class DeviceHTTP(httpx.Client):
         ):
             return super().build_request(method, url, **kwargs)
         query = tuple(params.items()) if params else ()
-        if sum(len(v) for _, v in query) > _MAX_CACHED_QUERY:
-            # a one-off target (a session's member list): built once, as httpx builds it, and not
-            # remembered (it would only push the shared targets out of the bounded cache)
-            return super().build_request(method, url, **kwargs)
         key = (str(self.base_url), url, query)
         merged = _URLS.get(key)
         if merged is None:

@@ -103,25 +103,6 @@ def _field(text: str) -> bytes:
     return struct.pack("<H", len(raw)) + raw
 
 
-def _hex_column(texts: Sequence[str]) -> bytes | None:
-    """``b"".join(bytes.fromhex(t) for t in texts)`` in one call if each is 64 hex digits, else None.
-
-    None when some string is not 64 characters, holds a non-hex character or whitespace (which
-    ``bytes.fromhex`` skips): 64 characters per string and 32 bytes per string out means every
-    character was a hex digit, so each string decodes alone to exactly its 32 bytes. Callers then take
-    the per-member path, whose verdict (and error) is the one they always gave.
-    """
-    if not texts:
-        return b""
-    if set(map(len, texts)) != {64}:  # the lengths taken in C
-        return None
-    try:
-        raw = bytes.fromhex("".join(texts))
-    except (TypeError, ValueError):
-        return None
-    return raw if len(raw) == 32 * len(texts) else None
-
-
 def commitment(run_id: str, client_id: str, value: bytes) -> str:
     """Compute a device's commitment ``SHA-256(domain || run || client || r)`` (hex).
 
@@ -243,23 +224,20 @@ def entries_of(transcript: Mapping[str, Any], *, max_members: int | None = None)
         rows = transcript["members"]
         if max_members is not None and len(rows) > max_members:
             raise SecurityError(f"the cohort lists {len(rows)} members, more than {max_members}")
-        out = [(str(m[0]), str(m[1]), m[3], m[4]) for m in rows]
-        # the commitments' hex checked in one call (the same verdict as one bytes.fromhex per member,
-        # see _hex_column), the slots' types in one pass; a row that fails is refused as before
-        if _hex_column([e[1] for e in out]) is None:
-            for e in out:
-                if len(e[1]) != 64:
-                    raise ValueError(e[1])
-                bytes.fromhex(e[1])
-        if not all(type(e[2]) is int and type(e[3]) is int for e in out):
-            for e in out:
-                start, count = e[2], e[3]
-                if (
-                    not (isinstance(start, int) and isinstance(count, int))
-                    or isinstance(start, bool)
-                    or isinstance(count, bool)
-                ):
-                    raise TypeError("slots")
+        out = []
+        for m in rows:
+            c = str(m[1])
+            if len(c) != 64:
+                raise ValueError(c)
+            bytes.fromhex(c)
+            start, count = m[3], m[4]
+            if (
+                not (isinstance(start, int) and isinstance(count, int))
+                or isinstance(start, bool)
+                or isinstance(count, bool)
+            ):
+                raise TypeError("slots")
+            out.append((str(m[0]), c, start, count))
     except (KeyError, TypeError, ValueError, IndexError):
         raise SecurityError("malformed seed transcript") from None
     check_cohort(out)
@@ -279,11 +257,10 @@ def keys_of(transcript: Mapping[str, Any]) -> list[str]:
     """
     try:
         keys = [str(m[5]).lower() for m in transcript["members"]]
-        if _hex_column(keys) is None:  # the one-call check failed: find the culprit, as before
-            if any(len(k) != 64 for k in keys):
-                raise ValueError("key length")
-            for k in keys:
-                bytes.fromhex(k)
+        if any(len(k) != 64 for k in keys):
+            raise ValueError("key length")
+        for k in keys:
+            bytes.fromhex(k)
     except (KeyError, TypeError, ValueError, IndexError):
         raise SecurityError(
             "the seed transcript lacks the run's roster (a key per member)"
@@ -450,16 +427,13 @@ def sessions_of(
     # keyed by the seed alone, not the round: the same participants form the same sessions in every
     # round, so sums of differently cut groups over rounds cannot be subtracted from each other
     tags = _order_tags(bytes(seed))
-    pads: tuple[Any, Any] | None = None
     keyed = []
     for cid, start, count in cohort:
         if int(start) < hi and int(start) + int(count) > lo:
             c = str(cid)
             tag = tags.get(c)
             if tag is None:
-                if pads is None:
-                    pads = _hmac_pads(bytes(seed))
-                tag = tags[c] = _hmac_with(pads, _ORDER + _field(c))
+                tag = tags[c] = hmac.digest(seed, _ORDER + _field(c), "sha256")
             keyed.append((tag, c))
     keyed.sort()
     order = [cid for _, cid in keyed]
@@ -478,36 +452,6 @@ def sessions_of(
 # member in every round by the server and by each device (the simulated devices of one process share it)
 _ORDER_TAGS: dict[bytes, dict[str, bytes]] = {}
 _ORDER_SEEDS_KEPT = 8
-
-
-_TRANS_36 = bytes(x ^ 0x36 for x in range(256))
-_TRANS_5C = bytes(x ^ 0x5C for x in range(256))
-
-
-def _hmac_pads(key: bytes) -> tuple[Any, Any]:
-    """HMAC-SHA256's inner and outer hash states after the padded ``key`` (RFC 2104).
-
-    For :func:`_hmac_with`: a seed's ``n`` order tags share them.
-    """
-    if len(key) > 64:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(64, b"\x00")
-    return hashlib.sha256(key.translate(_TRANS_36)), hashlib.sha256(key.translate(_TRANS_5C))
-
-
-def _hmac_with(pads: tuple[Any, Any], msg: bytes) -> bytes:
-    """``hmac.digest(key, msg, "sha256")`` from the key's :func:`_hmac_pads`.
-
-    The same bytes, without setting up an HMAC per message; and for these short messages
-    :mod:`hashlib` keeps the GIL where ``hmac.digest`` releases and re-takes it per call (contended
-    when a process simulates many devices).
-    """
-    inner = pads[0].copy()
-    inner.update(msg)
-    outer = pads[1].copy()
-    outer.update(inner.digest())
-    tag: bytes = outer.digest()
-    return tag
 
 
 def _order_tags(seed: bytes) -> dict[str, bytes]:
