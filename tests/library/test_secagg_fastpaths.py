@@ -360,7 +360,7 @@ def test_bulk_tables_are_the_generic_wire_format(
 @given(
     bits=st.sampled_from([16, 32, 64]),
     length=st.sampled_from([0, 1, 7, 65_536, 131_072 + 3, 300_001]),
-    signs=st.lists(st.sampled_from([1, -1]), max_size=5),
+    signs=st.lists(st.sampled_from([1, -1]), max_size=9),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_add_masks_equals_one_add_mask_per_mask(
@@ -378,7 +378,36 @@ def test_add_masks_equals_one_add_mask_per_mask(
         acc_one = acc.copy()
         add_masks(acc_one, [(key, s)])
         assert np.array_equal(acc_one, acc + mask if s > 0 else acc - mask)
+    direct = acc.copy()  # and the masks' expansions added and subtracted one by one
+    for key, s in masks:
+        direct = (
+            direct + expand_mask(key, length, bits)
+            if s > 0
+            else direct - expand_mask(key, length, bits)
+        )
     add_masks(acc, masks)
+    assert np.array_equal(acc, want)
+    assert np.array_equal(acc, direct)
+
+
+@pytest.mark.parametrize(
+    ("bits", "length", "count"), [(64, 1000, 181), (16, 70_000, 40), (32, 1, 3)]
+)
+def test_many_masks_summed_in_groups_equal_their_expansions(
+    bits: int, length: int, count: int
+) -> None:
+    # a device's masks of a short vector are summed a group at a time (more masks than one group, too)
+    rng = np.random.default_rng(length)
+    acc = rng.integers(0, 2**bits, size=length, dtype=np.dtype(f"uint{bits}"))
+    masks = [(rng.bytes(32), 1 if rng.random() < 0.5 else -1) for _ in range(count)]
+    want = acc.copy()
+    for key, s in masks:
+        want = (
+            want + expand_mask(key, length, bits)
+            if s > 0
+            else want - expand_mask(key, length, bits)
+        )
+    add_masks(acc, masks, scratch=bytearray(100))  # too small: replaced
     assert np.array_equal(acc, want)
 
 
