@@ -41,10 +41,10 @@ PURGE_SECONDS = 30.0
 """Expired nonces and idempotency keys are deleted at most this often (seconds)."""
 
 TRIM_SECONDS = 5.0
-"""The allocator's free memory is returned to the operating system
-(:func:`fedstats.service.http.heap.trim`) after a driver pass that changed a run, and between two such
-passes, at most this often (seconds): a trim costs about 10-30 ms of CPU on a 300 MiB heap, and the
-pages it returns are faulted in again when reused."""
+"""The run driver's loop returns the allocator's free memory to the operating system
+(:func:`fedstats.service.http.heap.trim`) once every this many seconds (whether its passes changed a
+run or not): a trim's CPU grows with the heap's size, and the pages it returns are faulted in again
+when reused."""
 
 
 def fault_hook(crash_after: str | None) -> Callable[[str, str, int], None]:
@@ -137,8 +137,8 @@ class Background:
             moved = False
             try:
                 moved = await asyncio.to_thread(self.runner.tick)
-                if moved or trimmer.due():
-                    # a state change freed its transient buffers (a secure stage's messages, their
+                if trimmer.due():
+                    # state changes free their transient buffers (a secure stage's messages, their
                     # statements), and so do the requests between two (a stage's uploads, once
                     # journaled): give the free pages back, so the process's memory follows its use
                     await asyncio.to_thread(trimmer)
