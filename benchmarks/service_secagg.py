@@ -270,6 +270,12 @@ if gc_out:
     gc.callbacks.append(_gc_timer)
     import signal
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # written in the finally below
+gc_thresholds = os.environ.get("FEDSTATS_BENCH_GC_THRESHOLDS")
+if gc_thresholds:
+    # the collector's thresholds the server sets after start-up, replaced for a comparison (e.g. Python's
+    # defaults: FEDSTATS_BENCH_GC_THRESHOLDS=700,10,10); the JSON of FEDSTATS_BENCH_GCTIME names them
+    import fedstats.cli.server as _server
+    _server._GC_THRESHOLDS = tuple(int(v) for v in gc_thresholds.split(","))
 from fedstats.cli.app import main
 sys.argv[0] = "fedstats"
 try:

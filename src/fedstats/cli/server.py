@@ -617,10 +617,11 @@ def _settle_heap() -> None:
     The collector then runs less often (:data:`_GC_THRESHOLDS`): with the default thresholds
     (700, 10, 10) the objects of requests held while a thousand others are served (their scopes,
     coroutines, futures) outlive a few hundred allocations and are promoted to the older generations,
-    so each device cost more collection work the larger its session (the collector's thread time over
-    an n = 1,000 secure run of ``benchmarks/service_secagg.py --scale``, ``FEDSTATS_BENCH_GCTIME``:
-    6.3 s with the defaults, 2.0 s with these). Garbage without cycles is freed at once whatever the thresholds; cyclic garbage waits
-    for the next collection of its generation.
+    so each device cost more collection work the larger its session. The collector's thread time over
+    an n = 1,000 secure run was 3.3 s with the defaults and 1.3 s with these (``docs/deploy.md``,
+    "Start-up", gives the commands: ``benchmarks/service_secagg.py --scale`` with
+    ``FEDSTATS_BENCH_GCTIME`` and ``FEDSTATS_BENCH_GC_THRESHOLDS``). Garbage without cycles is freed at
+    once whatever the thresholds; cyclic garbage waits for the next collection of its generation.
     """
     import gc
 
