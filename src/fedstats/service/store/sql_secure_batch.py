@@ -15,11 +15,11 @@ __all__ = ["put_up_messages_pg"]
 
 
 # every column bound as one array, the payloads' in psycopg's binary format (``%(payload)b``: a bytea
-# array in the text format is hex-encoded, then escaped again as array elements, about 8 ms of CPU per
-# 32 payloads of 14.5 kB against 0.2 ms); each row's answer matched back by its position. The sessions
-# the batch writes to are share-locked while open at the message's stage (the driver closing a stage
-# takes the row FOR UPDATE, so it waits for these messages); a message is inserted only if its nonce
-# was new and its session open at its stage, once (ON CONFLICT: a stored message stays)
+# array in the text format is hex-encoded, then escaped again as array elements); each row's answer
+# matched back by its position. The sessions the batch writes to are share-locked while open at the
+# message's stage (the driver closing a stage takes the row FOR UPDATE, so it waits for these
+# messages); a message is inserted only if its nonce was new and its session open at its stage, once
+# (ON CONFLICT: a stored message stays)
 _PUT_UPS_PG = """WITH u AS (
     SELECT * FROM unnest(
         %(client_id)s::varchar[], %(nonce)s::varchar[], %(ts)s::float8[], %(run_id)s::varchar[],
