@@ -8,7 +8,7 @@ Usage::
         [--flower-transport] [--flower-transport-timeout SECONDS]
         [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS]
         [--quiet-seconds SECONDS] [--profile]
-        [--profile-devices] [--note TEXT]
+        [--profile-devices] [--tls-proxy] [--note TEXT]
 
 The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
 
@@ -34,6 +34,14 @@ writes ``benchmarks/results/service_secagg_scale.json``, whose ``scale`` key (:f
 exponent of the server's CPU in ``n``. Every simulated device connects from 127.0.0.1, so the server is
 started with ``--max-connections-per-peer 2n + 64`` (its default cap of 256 per address is for one
 address, not a population behind it).
+
+With ``--tls-proxy`` TLS ends in an nginx in front of the server (``benchmarks/_tls_proxy.py``; the
+deployment ``docs/deploy.md`` describes under "Production TLS", *A terminating proxy*): the server
+speaks plain HTTP on loopback, every device connects to nginx, and nginx's CPU and peak RSS over the run
+are reported beside the server's (``tls_proxy_cpu_ms_per_device``, ``tls_proxy_rss_mib``)::
+
+    python benchmarks/service_secagg.py --scale --clients 1000 --no-flower --tls-proxy --timeout 900 \
+        --output service_secagg_scale_tls_proxy
 
 ``--encoding-size`` sets FED-chi^2's second round's vector length; ``--dropout`` makes that fraction of the
 devices (fixed seed) stop answering at secure stage ``--drop-stage`` (default 2, the masked input: the
@@ -132,6 +140,7 @@ import httpx
 import numpy as np
 
 import fedstats
+from _tls_proxy import NginxProxy
 from _util import free_port, proc_status_kib, write_results
 from fedstats.wire.seeding import STAGES
 
@@ -375,6 +384,7 @@ class Server:
         profile: Path | None = None,
         peer_connections: int = 256,
         header_timeout: float = 10.0,
+        tls_proxy: bool = False,
     ) -> None:
         from fedstats.service.domain.operators import add_operator
         from fedstats.service.http.tls import make_dev_certificates
@@ -392,6 +402,14 @@ class Server:
         store.close()
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
+        # with ``tls_proxy`` the server speaks plain HTTP on loopback and nginx terminates TLS in front
+        # of it (docs/deploy.md, "Production TLS"): devices and the operator use the proxy's URL
+        self.proxy: NginxProxy | None = None
+        if tls_proxy:
+            self.proxy = NginxProxy(
+                root / "proxy", free_port(), self.port, self.certs["cert"], self.certs["key"]
+            )
+            self.url = f"https://127.0.0.1:{self.proxy.port}"
         self.log = root / "server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -413,10 +431,11 @@ class Server:
             self.db,
             "--port",
             str(self.port),
-            "--tls-cert",
-            str(self.certs["cert"]),
-            "--tls-key",
-            str(self.certs["key"]),
+            *(
+                ["--tls-cert", str(self.certs["cert"]), "--tls-key", str(self.certs["key"])]
+                if self.proxy is None
+                else []
+            ),
             "--authority",
             str(self.root / "authority" / "authority.pub"),
             "--tick",
@@ -437,6 +456,8 @@ class Server:
             stderr=open(self.log, "ab"),
             start_new_session=True,
         )
+        if self.proxy is not None:
+            self.proxy.start()
         deadline = time.monotonic() + 180
         with self.admin() as a:
             while time.monotonic() < deadline:
@@ -451,7 +472,9 @@ class Server:
         raise RuntimeError("server did not start within 180 s")
 
     def stop(self) -> None:
-        """SIGTERM the server (SIGKILL after 20 s, 120 s when profiled)."""
+        """SIGTERM the server (SIGKILL after 20 s, 120 s when profiled); stop the TLS proxy."""
+        if self.proxy is not None:
+            self.proxy.stop()
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
@@ -1107,6 +1130,7 @@ def bench_fedstats(
     quiet_seconds: float | None = None,
     preregister: bool = False,
     checkin_seconds: float | None = None,
+    tls_proxy: bool = False,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
 
@@ -1120,7 +1144,9 @@ def bench_fedstats(
     first worker process; ``quiet_seconds`` is the task's ``secure_aggregation.quiet_seconds`` (a stage
     whose quorum answered closes after that long without a message; None: at its deadline); with
     ``preregister`` the devices register (enrollment, once per device) before the run is created, and
-    the server's CPU for it is reported apart (``registration_server_cpu_seconds``).
+    the server's CPU for it is reported apart (``registration_server_cpu_seconds``); with ``tls_proxy``
+    an nginx terminates TLS in front of a plain-HTTP server (:class:`_tls_proxy.NginxProxy`), and its CPU
+    and peak RSS over the run are reported beside the server's (``tls_proxy``).
     """
     from fedstats.wire.enrollment import issue_identity
 
@@ -1132,6 +1158,7 @@ def bench_fedstats(
         profile,
         peer_connections=2 * n + 64,
         header_timeout=header_timeout_for(n),
+        tls_proxy=tls_proxy,
     )
     idents = [
         issue_identity(root / "authority", f"dev{i}", "default", root / "ids" / f"dev{i}.json")
@@ -1162,6 +1189,7 @@ def bench_fedstats(
         "checkin_deadline_seconds": checkin_seconds or timeout,
         "stage_quiet_seconds": quiet_seconds,
         "devices_profiled": device_profile is not None,
+        "tls_terminated_by": "nginx in front of a plain-HTTP server" if tls_proxy else "the server",
         **_HARNESS,
     }
     sampler: CpuSampler | None = None
@@ -1200,6 +1228,10 @@ def bench_fedstats(
         )
         rss_before = proc_status_kib(pid, "VmRSS")
         result["server_peak_rss_reset_before_run"] = reset_peak_rss(pid)
+        proxy = server.proxy
+        proxy_rss_before = proxy.rss_kib() if proxy is not None else 0
+        if proxy is not None:
+            proxy.reset_peak()
         if os.environ.get("FEDSTATS_BENCH_MEMTRACE_FROM_RUN"):
             os.kill(pid, signal.SIGUSR2)  # the server's tracemalloc starts (memory diagnosis)
         from fedstats.wire.enrollment import issue_analyst
@@ -1212,6 +1244,7 @@ def bench_fedstats(
             sampler = CpuSampler(pid, [int(w.pid) for w in workers])
             sampler.start()
             cpu0 = proc_cpu_seconds(pid)
+            proxy_cpu0 = proxy.cpu_seconds() if proxy is not None else 0.0
             t0 = time.perf_counter()
             r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
             r.raise_for_status()
@@ -1223,6 +1256,13 @@ def bench_fedstats(
             status = _wait_run(db, run_id, timeout)
             wall = time.perf_counter() - t0
             cpu_run = proc_cpu_seconds(pid) - cpu0
+            if proxy is not None:
+                result["tls_proxy"] = {
+                    "cpu_seconds": proxy.cpu_seconds() - proxy_cpu0,
+                    "rss_before_run_mib": proxy_rss_before / 1024,
+                    "peak_rss_mib": proxy.peak_rss_kib() / 1024,
+                    "processes": len(proxy.pids()),
+                }
             sampler.stop()
             hwm = proc_status_kib(pid, "VmHWM")
             result.update(  # kept even if the run did not finish
@@ -1483,7 +1523,8 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ``server_rss_mib`` (peak resident memory of the server process during the run), and Flower SecAgg+ on
     the same machine where it was run (``server_cpu_ms_per_device``, ``wall_s``, ``bytes_per_device``).
     ``server_cpu_exponent``: the slope of ``log(server CPU)`` on ``log(n)`` over the completed runs
-    (1: linear in ``n``, i.e. constant per device).
+    (1: linear in ``n``, i.e. constant per device). A run with ``--tls-proxy`` adds
+    ``tls_proxy_cpu_ms_per_device`` and ``tls_proxy_rss_mib`` (nginx's master and workers, RSS summed).
     """
     out_rows = []
     for row in rows:
@@ -1512,6 +1553,11 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "load_average_after": row.get("load_average_after"),
             "completed": done,
         }
+        proxy = ours.get("tls_proxy")
+        if proxy is not None:  # --tls-proxy: TLS ended in nginx, whose cost is reported beside
+            entry["tls_terminated_by"] = ours.get("tls_terminated_by")
+            entry["tls_proxy_cpu_ms_per_device"] = 1000.0 * proxy["cpu_seconds"] / n
+            entry["tls_proxy_rss_mib"] = proxy["peak_rss_mib"]
         fl = row.get("flower")
         if fl is None:
             entry["flower"] = row.get("flower_not_run")
@@ -1676,6 +1722,13 @@ def _arguments() -> argparse.Namespace:
         "--note", default=None, help="a note stored with the results (e.g. why a deadline)"
     )
     ap.add_argument(
+        "--tls-proxy",
+        action="store_true",
+        help="terminate TLS in an nginx in front of a plain-HTTP server on loopback (docs/deploy.md, "
+        "'Production TLS'); its CPU and peak RSS are reported beside the server's. Needs nginx "
+        "(apt-get install -y nginx-light)",
+    )
+    ap.add_argument(
         "--keep-others",
         action="store_true",
         help="keep the configurations of other n from the existing results file (each row records "
@@ -1792,6 +1845,7 @@ def _fedstats_run(n: int, args: argparse.Namespace, kind: str, poll: float) -> d
                 args.quiet_seconds or None,
                 args.preregister,
                 args.checkin_seconds,
+                args.tls_proxy,
             )
         if "error" in ours and ours.get("status") != "done":
             keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
