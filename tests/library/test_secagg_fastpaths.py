@@ -261,6 +261,24 @@ def test_lagrange_coefficients_at_zero_match_the_field_fractions(xs: set[int]) -
     assert shamir._fold((p - 1) * (p - 1)) == (p - 1) * (p - 1) % p
 
 
+@given(
+    st.lists(
+        st.lists(st.integers(-3, 1200), min_size=0, max_size=60).map(tuple), min_size=0, max_size=8
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_lagrange_bases_of_many_secrets_are_each_ones(xss: list[tuple[int, ...]]) -> None:
+    # one inversion for all the tuples gives each tuple's own basis; tuples that are not distinct
+    # positive abscissae are left out (their reconstruction raises or computes on its own)
+    from fedstats.secagg import shamir
+
+    got = shamir.lagrange_bases(xss)
+    valid = {xs for xs in xss if xs and len(set(xs)) == len(xs) and min(xs) > 0}
+    assert set(got) == valid
+    for xs in valid:
+        assert got[xs] == shamir._lagrange_at_zero(xs)
+
+
 def test_threads_asking_for_the_same_parameters_together_search_once() -> None:
     """``find_parameters`` is remembered, and threads that ask at once wait for the one search (a wave of
     simulated devices joining a session used to run it each)."""

@@ -73,7 +73,7 @@ from fedstats.secagg.messages import (
     survivor_statement,
 )
 from fedstats.secagg.params import SecAggParameters
-from fedstats.secagg.shamir import robust_reconstruct
+from fedstats.secagg.shamir import FIELD_PRIME, lagrange_bases, robust_reconstruct
 
 __all__ = ["SecAggServer", "ServerState", "semi_honest_session"]
 
@@ -512,12 +512,21 @@ class SecAggServer:
                 seed_shares[i].append((j + 1, s))
             for i, s in resp.key_shares.items():
                 key_shares[i].append((j + 1, s))
+        # the Lagrange bases of the shares every secret will be reconstructed from first (the t valid
+        # shares of the lowest client ids, as robust_reconstruct takes them), with one inversion for all
+        bases = lagrange_bases(
+            tuple(sorted(x for x, y in shares if 0 <= y < FIELD_PRIME)[:t])
+            for shares in (*seed_shares.values(), *key_shares.values())
+        )
         cheaters: set[int] = set()
         tr = self._transcript
         masks: list[tuple[bytes, int]] = []  # every secret is reconstructed and checked first
         for i in sorted(self.masked):
             seed, bad = robust_reconstruct(
-                seed_shares[i], threshold=t, check=_seed_check(tr, i, self._commitments[i])
+                seed_shares[i],
+                threshold=t,
+                check=_seed_check(tr, i, self._commitments[i]),
+                bases=bases,
             )
             cheaters |= {x - 1 for x in bad}
             masks.append((self_mask_seed(tr, i, seed), -1))
@@ -526,7 +535,9 @@ class SecAggServer:
             if not live:
                 continue
             public = self._keys[i][0]
-            sk, bad = robust_reconstruct(key_shares[i], threshold=t, check=_key_check(public))
+            sk, bad = robust_reconstruct(
+                key_shares[i], threshold=t, check=_key_check(public), bases=bases
+            )
             cheaters |= {x - 1 for x in bad}
             key = X25519PrivateKey.from_private_bytes(sk)  # once, not once per live neighbour
             for j in live:
