@@ -44,6 +44,7 @@ from fedstats.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
     decode,
+    decode_signed,
 )
 from fedstats.secagg.shamir import SHARE_BYTES
 from secagg_harness import Deployment, call_together
@@ -260,6 +261,24 @@ def test_lagrange_coefficients_at_zero_match_the_field_fractions(xs: set[int]) -
     assert shamir._fold((p - 1) * (p - 1)) == (p - 1) * (p - 1) % p
 
 
+@given(
+    st.lists(
+        st.lists(st.integers(-3, 1200), min_size=0, max_size=60).map(tuple), min_size=0, max_size=8
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_lagrange_bases_of_many_secrets_are_each_ones(xss: list[tuple[int, ...]]) -> None:
+    # one inversion for all the tuples gives each tuple's own basis; tuples that are not distinct
+    # positive abscissae are left out (their reconstruction raises or computes on its own)
+    from fedstats.secagg import shamir
+
+    got = shamir.lagrange_bases(xss)
+    valid = {xs for xs in xss if xs and len(set(xs)) == len(xs) and min(xs) > 0}
+    assert set(got) == valid
+    for xs in valid:
+        assert got[xs] == shamir._lagrange_at_zero(xs)
+
+
 def test_threads_asking_for_the_same_parameters_together_search_once() -> None:
     """``find_parameters`` is remembered, and threads that ask at once wait for the one search (a wave of
     simulated devices joining a session used to run it each)."""
@@ -455,3 +474,83 @@ def test_client_input_given_late_once_and_in_time() -> None:
         dep.clients[1].provide_input(dep.x[1])
     reply = dep.send(0, out[0])
     assert reply is not None and reply.__class__.__name__ == "MaskedInput"
+
+
+def _signed_wire(tag: int, head: bytes, tables: list[list[tuple[int, bytes]]], sig: bytes) -> bytes:
+    """A client message's bytes written by hand: header, fields, tables in the order given, signature."""
+    out = [b"FSA2", bytes([2, tag]), bytes(32), head]
+    for entries in tables:
+        out.append(len(entries).to_bytes(4, "little"))
+        out += [i.to_bytes(4, "little") + v for i, v in entries]
+    return b"".join([*out, bytes([len(sig)]), sig])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cts=st.dictionaries(
+        st.integers(0, 2**32 - 1),
+        st.binary(min_size=CIPHERTEXT_BYTES, max_size=CIPHERTEXT_BYTES),
+        max_size=6,
+    ),
+    shares=st.lists(
+        st.dictionaries(
+            st.integers(0, 2**32 - 1),
+            st.binary(min_size=SHARE_BYTES, max_size=SHARE_BYTES),
+            max_size=6,
+        ),
+        min_size=2,
+        max_size=2,
+    ),
+    sig=st.sampled_from([b"", bytes(range(64))]),
+    order=st.randoms(use_true_random=False),
+)
+def test_signed_bytes_cut_from_the_wire_are_the_serialized_ones(
+    cts: dict[int, bytes], shares: list[dict[int, bytes]], sig: bytes, order: Any
+) -> None:
+    # decode_signed's second answer, when it gives one, is signed_bytes() of the parsed message: it
+    # gives one exactly when every table is in index order (else a re-serialization would differ)
+    def shuffled(entries: dict[int, bytes]) -> list[tuple[int, bytes]]:
+        items = list(entries.items())
+        order.shuffle(items)
+        return items
+
+    head = (7).to_bytes(4, "little")
+    cases = [
+        (4, head + bytes(range(32)), [shuffled(cts)]),
+        (10, head, [shuffled(s) for s in shares]),
+        (2, head + bytes(range(32)) + bytes(range(1, 33)), []),  # AdvertiseKeys: no table
+    ]
+    for tag, fields, tables in cases:
+        data = _signed_wire(tag, fields, tables, sig)
+        msg, signed = decode_signed(data)
+        in_order = all([i for i, _ in t] == sorted(i for i, _ in t) for t in tables)
+        assert (signed is not None) == in_order
+        if signed is not None:
+            assert signed == msg.signed_bytes()  # type: ignore[union-attr]
+            assert msg.to_bytes() == data
+        else:
+            assert msg.to_bytes() != data
+        assert decode(data) == msg
+
+
+def test_unmask_requests_name_the_signers_two_hops_away() -> None:
+    # the server's neighbour arrays give the sets of the public graph (computed apart here): each
+    # request carries the consistency signatures of the signers within two hops of its receiver
+    dep = Deployment(30, 16, 10, min_survivors=25)
+    out = dep.honest_until("masked_input")
+    gone, unsigned = {3, 11}, 5
+    for stage_drop in (gone, {unsigned}):
+        for i, m in out.items():
+            reply = None if i in stage_drop else dep.send(i, m)
+            if reply is not None:
+                dep.server.receive_bytes(reply.to_bytes())  # type: ignore[attr-defined]
+        out = dep.server.advance()
+    signed = set(range(30)) - gone - {unsigned}
+    assert set(out) == signed
+    for j, req in out.items():
+        assert isinstance(req, UnmaskRequest)
+        two_hop = set().union(*(dep.nbrs[m] for m in dep.nbrs[j])) & signed - {j}
+        assert set(req.signatures) == two_hop
+    total = dep.finish_honestly(out)
+    want = dep.x[sorted(set(range(30)) - gone)].sum(axis=0) % 2**32
+    np.testing.assert_array_equal(total, want.astype(np.uint32))

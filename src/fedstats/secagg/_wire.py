@@ -34,11 +34,17 @@ __all__ = [
 
 
 class Reader:
-    """The bytes of a message after its header, read from the front; each read is checked."""
+    """The bytes of a message after its header, read from the front; each read is checked.
+
+    ``in_order`` stays True while every table read had its indices in increasing order: the message's
+    bytes are then exactly what serializing the parsed message gives (tables are written in index order,
+    every other field has one encoding).
+    """
 
     def __init__(self, view: memoryview) -> None:
         self.view = view
         self.pos = 0
+        self.in_order = True
 
     def left(self) -> int:
         """Bytes not read yet."""
@@ -157,10 +163,14 @@ def table(value: Codec, duplicate: str) -> Codec:
 
     def read(r: Reader, fields_read: dict[str, Any]) -> dict[int, Any]:
         out: dict[int, Any] = {}
+        last = -1
         for _ in range(r.count(4 + value.size)):
             idx = r.u32()
             if idx in out:
                 raise DataError(duplicate.format(idx))
+            if idx < last:
+                r.in_order = False
+            last = idx
             out[idx] = value.read(r, fields_read)
         return out
 

@@ -32,7 +32,9 @@ message                    direction         stage                content
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import operator
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,6 +77,7 @@ __all__ = [
     "UnmaskRequest",
     "UnmaskResponse",
     "decode",
+    "decode_signed",
     "max_message_bytes",
     "survivor_statement",
 ]
@@ -120,18 +123,26 @@ def _read_vector(r: Reader, fields_read: dict[str, Any]) -> np.ndarray:
     return np.frombuffer(r.take(size * width), dtype=f"<u{width}")
 
 
+@functools.lru_cache(maxsize=4)
 def _pack_set(n: int, members: tuple[int, ...]) -> bytes:
+    # cached: the server sends one set to every survivor, and they all sign its statement
     bits = np.zeros(n, dtype=bool)
     bits[np.asarray(members, dtype=np.int64)] = True
     return np.packbits(bits, bitorder="little").tobytes()
 
 
-def _put_bitmap(parts: list[bytes], members: tuple[int, ...], msg: Any) -> None:
-    # numpy, not a Python loop: every client of a session receives the n-client set
+@functools.lru_cache(maxsize=4)
+def _checked_set(n: int, members: tuple[int, ...]) -> bytes:
     idx = np.asarray(members, dtype=np.int64).reshape(-1)
-    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= msg.n):
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
         raise DataError("survivor outside [0, n)")
-    parts.append(_pack_set(msg.n, members))
+    return _pack_set(n, members)
+
+
+def _put_bitmap(parts: list[bytes], members: tuple[int, ...], msg: Any) -> None:
+    # numpy, not a Python loop: every client of a session receives the n-client set (one bitmap for
+    # all of them: the same tuple, cached)
+    parts.append(_checked_set(msg.n, members))
 
 
 def _read_bitmap(r: Reader, fields_read: dict[str, Any]) -> tuple[int, ...]:
@@ -170,6 +181,12 @@ def _duplicate(indices: list[int], duplicate: str) -> DataError:
     return DataError(duplicate.format(idx))
 
 
+def _note_order(r: Reader, indices: list[int]) -> None:
+    """Mark ``r`` out of order (:attr:`~fedstats.secagg._wire.Reader.in_order`) unless ``indices`` increase."""
+    if any(map(operator.ge, indices, indices[1:])):
+        r.in_order = False
+
+
 def _bulk_table(
     size: int,
     duplicate: str,
@@ -200,6 +217,7 @@ def _bulk_table(
         out = dict(pairs)
         if len(out) != count:
             raise _duplicate([i for i, _ in pairs], duplicate)
+        _note_order(r, list(out))
         if decode_value is not None:
             return {i: decode_value(v) for i, v in out.items()}
         return out
@@ -217,16 +235,16 @@ def _keys_table(duplicate: str) -> Codec:
     layouts = {n: struct.Struct(f"<I32s32sB{n}s") for n in (0, SIGNATURE_BYTES)}
 
     def write(parts: list[bytes], entries: dict[int, tuple[bytes, bytes, bytes]], m: Any) -> None:
-        sizes = {len(sig) for _, _, sig in entries.values()}
-        keys_ok = all(len(a) == 32 and len(b) == 32 for a, b, _ in entries.values())
-        if len(sizes) != 1 or not keys_ok or next(iter(sizes)) not in layouts:
+        shapes = {(len(a), len(b), len(sig)) for a, b, sig in entries.values()}
+        shape = shapes.pop() if len(shapes) == 1 else None
+        if shape is None or shape[:2] != (32, 32) or shape[2] not in layouts:
             generic.write(parts, entries, m)  # raises the precise error, or writes a mixed table
             return
-        size = next(iter(sizes))
+        size = shape[2]
         pack = layouts[size].pack
         put_u32(parts, len(entries))
         parts.append(
-            b"".join([pack(i, *entries[i][:2], size, entries[i][2]) for i in sorted(entries)])
+            b"".join([pack(i, a, b, size, sig) for i, (a, b, sig) in sorted(entries.items())])
         )
 
     def read(r: Reader, fields_read: dict[str, Any]) -> dict[int, tuple[bytes, bytes, bytes]]:
@@ -243,6 +261,7 @@ def _keys_table(duplicate: str) -> Codec:
                     out = {i: (a, b, sig) for i, a, b, _, sig in rows}
                     if len(out) != count:
                         raise _duplicate([row_[0] for row_ in rows], duplicate)
+                    _note_order(r, list(out))
                     return out
         r.pos = start
         result: dict[int, tuple[bytes, bytes, bytes]] = generic.read(r, fields_read)
@@ -288,6 +307,11 @@ class _Message:
     @classmethod
     def from_bytes(cls, data: bytes) -> Self:
         """Deserialize; raises DataError on malformed input."""
+        return cls._parse(data)[0]
+
+    @classmethod
+    def _parse(cls, data: bytes) -> tuple[Self, bool]:
+        """The message, and whether ``data`` is exactly its serialization (its tables in index order)."""
         view = memoryview(data)
         if len(data) < HEADER_BYTES or bytes(view[:4]) != _MAGIC or data[5] != cls.TAG:
             raise DataError("not a fedstats secure-aggregation message of the expected stage")
@@ -299,7 +323,7 @@ class _Message:
             values[name] = codec.read(r, values)
         r.done()
         make: Callable[..., Self] = cls
-        return make(bytes(view[6:HEADER_BYTES]), **values)
+        return make(bytes(view[6:HEADER_BYTES]), **values), r.in_order
 
 
 class _Signed(_Message):
@@ -557,6 +581,10 @@ def decode(
     DataError
         If the bytes are not a well-formed message of the expected type and size.
     """
+    return _class_of(data, expect, max_bytes).from_bytes(data)
+
+
+def _class_of(data: bytes, expect: type[Message] | None, max_bytes: int | None) -> type[Message]:
     if max_bytes is not None and len(data) > max_bytes:
         raise DataError(
             f"secure-aggregation message of {len(data)} bytes exceeds the limit {max_bytes}"
@@ -566,4 +594,27 @@ def decode(
     cls = _TYPES[data[5]]
     if expect is not None and cls is not expect:
         raise DataError(f"expected a {expect.__name__} message, got {cls.__name__}")
-    return cls.from_bytes(data)
+    return cls
+
+
+def decode_signed(
+    data: bytes, *, expect: type[Message] | None = None, max_bytes: int | None = None
+) -> tuple[Message, bytes | None]:
+    """:func:`decode`, and the bytes the message's signature covers when they can be cut from ``data``.
+
+    When ``data`` is exactly the serialization of the message it parses to (its tables in index order:
+    every other field has one encoding), a signed client message's ``signed_bytes()`` is ``data``
+    without the trailing signature field: returned as such, instead of serializing the message again.
+    The second item is None for a :class:`MaskedInput` (it signs a digest of its vector), for messages
+    without a signature field, and for tables out of order: then call ``signed_bytes()``.
+
+    Raises
+    ------
+    DataError
+        As :func:`decode`.
+    """
+    cls = _class_of(data, expect, max_bytes)
+    msg, in_order = cls._parse(data)
+    if not in_order or cls is MaskedInput or not isinstance(msg, _Signed):
+        return msg, None
+    return msg, bytes(memoryview(data)[: len(data) - 1 - len(msg.signature)])

@@ -68,12 +68,12 @@ from fedstats.secagg.messages import (
     SurvivorSet,
     UnmaskRequest,
     UnmaskResponse,
-    decode,
+    decode_signed,
     max_message_bytes,
     survivor_statement,
 )
 from fedstats.secagg.params import SecAggParameters
-from fedstats.secagg.shamir import robust_reconstruct
+from fedstats.secagg.shamir import FIELD_PRIME, lagrange_bases, robust_reconstruct
 
 __all__ = ["SecAggServer", "ServerState", "semi_honest_session"]
 
@@ -190,7 +190,10 @@ class SecAggServer:
             self.session = semi_honest_session(self.round_id)
             self.neighbors = random_harary_graph(params.n, params.k, rng)
             self._transcript = b""
-        self._nbr = [frozenset(int(v) for v in row) for row in self.neighbors]
+        # the graph stays one (n, k) array with sorted rows (not n sets of k ints: 10 MiB at n = 1,000,
+        # k = 90); a stage's live neighbours of a client are its row filtered by a boolean mask
+        nobody = np.zeros(params.n, dtype=bool)  # replaced (never changed) as the stages close
+        self._advertised = self._shared = self._masked_at = nobody
         self.state = ServerState.SETUP
         self._keys: dict[int, tuple[bytes, bytes, bytes]] = {}
         self._all_keys: set[bytes] = set()
@@ -251,8 +254,8 @@ class SecAggServer:
             The session has aborted.
         """
         expect = self._expect()
-        msg = decode(data, expect=expect, max_bytes=self.limit(expect))
-        self.receive(msg)  # type: ignore[arg-type]
+        msg, signed = decode_signed(data, expect=expect, max_bytes=self.limit(expect))
+        self._receive(msg, signed)  # type: ignore[arg-type]
 
     def _expect(self) -> type[Message]:
         if self.state is ServerState.ABORTED:
@@ -275,6 +278,10 @@ class SecAggServer:
         ProtocolAbortError
             The session has aborted.
         """
+        self._receive(message, None)
+
+    def _receive(self, message: ClientMessage, signed: bytes | None) -> None:
+        """:meth:`receive`; ``signed``: the bytes the message's signature covers, if already known."""
         expected = self._expect()
         if not isinstance(message, expected):
             raise SecurityError(f"unexpected {type(message).__name__} in state {self.state.value}")
@@ -285,11 +292,10 @@ class SecAggServer:
             raise SecurityError(f"message from client {sender}, who was not invited")
         if self.malicious:
             assert self.roster is not None
-            data = (
-                self._statement()
-                if isinstance(message, ConsistencySignature)
-                else message.signed_bytes()
-            )
+            if isinstance(message, ConsistencySignature):
+                data = self._statement()
+            else:
+                data = signed if signed is not None else message.signed_bytes()
             check = self._cache.verify if self._cache is not None else verify_signature
             if not check(self.roster.identities[sender], message.signature, data):
                 raise SecurityError(
@@ -305,6 +311,17 @@ class SecAggServer:
             self._receive_signature(message)
         else:
             self._receive_unmask(message)
+
+    def _member_mask(self, clients: set[int]) -> np.ndarray:
+        """``clients`` as a boolean array of length ``n``."""
+        mask = np.zeros(self.params.n, dtype=bool)
+        mask[np.fromiter(clients, dtype=np.int64, count=len(clients))] = True
+        return mask
+
+    def _live(self, i: int, mask: np.ndarray) -> list[int]:
+        """The neighbours of ``i`` in ``mask``, in increasing order."""
+        row = self.neighbors[i]
+        return row[mask[row]].tolist()  # type: ignore[no-any-return]
 
     def _statement(self) -> bytes:
         """The survivor statement the clients sign (fixed once ``S`` is; computed once, not per signer)."""
@@ -331,7 +348,7 @@ class SecAggServer:
         i = m.sender
         if i not in self.advertised or i in self._commitments:
             raise SecurityError(f"unexpected or duplicate shares from client {i}")
-        if set(m.ciphertexts) != self._nbr[i] & self.advertised:
+        if set(m.ciphertexts) != set(self._live(i, self._advertised)):
             raise SecurityError(f"client {i} did not send one share to each live neighbour")
         self._commitments[i] = m.seed_commitment
         self._cts[i] = dict(m.ciphertexts)
@@ -361,7 +378,7 @@ class SecAggServer:
         if req is None or j in self._responses:
             raise SecurityError(f"unexpected or duplicate unmasking response from client {j}")
         if self.malicious:
-            held = set(self._nbr[j] & self.shared)
+            held = set(self._live(j, self._shared))
             want_seeds, want_keys = held & self.masked, held - self.masked
         else:
             want_seeds, want_keys = set(req.survivors), set(req.dropped)
@@ -402,6 +419,7 @@ class SecAggServer:
             raise ProtocolAbortError("the session has aborted")
         if self.state is ServerState.ADVERTISE:
             self.advertised = set(self._keys)
+            self._advertised = self._member_mask(self.advertised)
             self._check_quorum(len(self.advertised), "key advertisement")
             if not self.malicious:
                 self._transcript = session_id(
@@ -413,22 +431,24 @@ class SecAggServer:
                     self.session,
                     i,
                     self._transcript,
-                    {j: self._keys[j] for j in sorted(self._nbr[i] & self.advertised)},
+                    {j: self._keys[j] for j in self._live(i, self._advertised)},
                 )
                 for i in sorted(self.advertised)
             }
         if self.state is ServerState.SHARE:
             self.shared = set(self._commitments)
+            self._shared = self._member_mask(self.shared)
             self._check_quorum(len(self.shared), "share distribution")
             self.state = ServerState.MASKED_INPUT
             out: dict[int, Message] = {}
             for j in sorted(self.shared):
-                cts = {i: self._cts[i][j] for i in sorted(self._nbr[j] & self.shared)}
+                cts = {i: self._cts[i][j] for i in self._live(j, self._shared)}
                 out[j] = ShareBroadcast(self.session, j, cts)
             self._cts.clear()
             return out
         if self.state is ServerState.MASKED_INPUT:
             self.masked = set(self._masked)
+            self._masked_at = self._member_mask(self.masked)
             self._survivor_statement = None
             self._check_quorum(len(self.masked), "masked input")
             if self.malicious:
@@ -459,17 +479,25 @@ class SecAggServer:
     def _unmask_requests(self, askers: set[int]) -> dict[int, Message]:
         self.state = ServerState.UNMASK
         if self.malicious:
+            signed = self._member_mask(self.signed)
+            two_hop = np.empty(self.params.n, dtype=bool)
             for j in sorted(askers):
-                two_hop: set[int] = set().union(*(self._nbr[m] for m in self._nbr[j]))
-                two_hop &= self.signed
-                sigs = {s: self._signatures[s] for s in sorted(two_hop) if s != j}
+                # the signers among the neighbours' neighbours, but j
+                two_hop[:] = False
+                two_hop[self.neighbors[self.neighbors[j]]] = True
+                two_hop &= signed
+                two_hop[j] = False
+                sigs = {s: self._signatures[s] for s in np.flatnonzero(two_hop).tolist()}
                 self._requests[j] = UnmaskRequest(self.session, j, signatures=sigs)
         else:
-            dropped = self.shared - self.masked
             for j in sorted(askers):
-                nb = self._nbr[j] & self.shared
+                nb = self._live(j, self._shared)
+                alive = self._masked_at[nb].tolist()
                 self._requests[j] = UnmaskRequest(
-                    self.session, j, tuple(sorted(nb & self.masked)), tuple(sorted(nb & dropped))
+                    self.session,
+                    j,
+                    tuple(c for c, a in zip(nb, alive, strict=True) if a),
+                    tuple(c for c, a in zip(nb, alive, strict=True) if not a),
                 )
         return dict(self._requests)
 
@@ -484,21 +512,32 @@ class SecAggServer:
                 seed_shares[i].append((j + 1, s))
             for i, s in resp.key_shares.items():
                 key_shares[i].append((j + 1, s))
+        # the Lagrange bases of the shares every secret will be reconstructed from first (the t valid
+        # shares of the lowest client ids, as robust_reconstruct takes them), with one inversion for all
+        bases = lagrange_bases(
+            tuple(sorted(x for x, y in shares if 0 <= y < FIELD_PRIME)[:t])
+            for shares in (*seed_shares.values(), *key_shares.values())
+        )
         cheaters: set[int] = set()
         tr = self._transcript
         masks: list[tuple[bytes, int]] = []  # every secret is reconstructed and checked first
         for i in sorted(self.masked):
             seed, bad = robust_reconstruct(
-                seed_shares[i], threshold=t, check=_seed_check(tr, i, self._commitments[i])
+                seed_shares[i],
+                threshold=t,
+                check=_seed_check(tr, i, self._commitments[i]),
+                bases=bases,
             )
             cheaters |= {x - 1 for x in bad}
             masks.append((self_mask_seed(tr, i, seed), -1))
         for i in sorted(key_shares):
-            live = sorted(self._nbr[i] & self.masked)
+            live = self._live(i, self._masked_at)
             if not live:
                 continue
             public = self._keys[i][0]
-            sk, bad = robust_reconstruct(key_shares[i], threshold=t, check=_key_check(public))
+            sk, bad = robust_reconstruct(
+                key_shares[i], threshold=t, check=_key_check(public), bases=bases
+            )
             cheaters |= {x - 1 for x in bad}
             key = X25519PrivateKey.from_private_bytes(sk)  # once, not once per live neighbour
             for j in live:

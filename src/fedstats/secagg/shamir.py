@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ __all__ = [
     "FIELD_PRIME",
     "SECRET_BYTES",
     "SHARE_BYTES",
+    "lagrange_bases",
     "reconstruct_secret",
     "robust_reconstruct",
     "split_secret",
@@ -143,18 +144,10 @@ def _denominators(xs: tuple[int, ...]) -> list[int]:
     return [math.prod(r) for r in rows]
 
 
-@functools.lru_cache(maxsize=64)
-def _lagrange_at_zero(xs: tuple[int, ...]) -> tuple[int, ...]:
-    """Lagrange basis values ``l_j(0) = prod_{m != j} x_m / (x_m - x_j)`` modulo p.
-
-    Cached by abscissae: reconstructions from the same senders (a complete graph, or a session's
-    survivors) share them.
-    """
+def _prefix_products(xs: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """The denominators of :func:`_lagrange_at_zero` modulo p and their prefix products ``[1, d_0, ...]``."""
     p = FIELD_PRIME
-    num = math.prod(xs) % p
     dens = [d % p for d in _denominators(xs)]
-    # Montgomery batch inversion: one pow(., -1, p) for all denominators; the running inverse carries
-    # the common numerator, so l_j(0) = num / d_j is one product
     # (the products below are < p^2: reduced by two Mersenne folds, :func:`_fold` inlined)
     prefix = [1] * (len(dens) + 1)
     for j, d in enumerate(dens):
@@ -162,7 +155,72 @@ def _lagrange_at_zero(xs: tuple[int, ...]) -> tuple[int, ...]:
         v = (v & p) + (v >> 521)
         v = (v & p) + (v >> 521)
         prefix[j + 1] = v - p if v >= p else v
-    inv_all = _fold(pow(prefix[-1], -1, p) * num)  # num / (d_0 ... d_{t-1})
+    return dens, prefix
+
+
+@functools.lru_cache(maxsize=64)
+def _lagrange_at_zero(xs: tuple[int, ...]) -> tuple[int, ...]:
+    """Lagrange basis values ``l_j(0) = prod_{m != j} x_m / (x_m - x_j)`` modulo p.
+
+    Cached by abscissae: reconstructions from the same senders (a complete graph, or a session's
+    survivors) share them.
+    """
+    # Montgomery batch inversion: one pow(., -1, p) for all denominators; the running inverse carries
+    # the common numerator, so l_j(0) = num / d_j is one product
+    dens, prefix = _prefix_products(xs)
+    return _basis(xs, dens, prefix, pow(prefix[-1], -1, FIELD_PRIME))
+
+
+def lagrange_bases(xss: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """:func:`_lagrange_at_zero` of many abscissae tuples, with one modular inversion for all of them.
+
+    For the server's unmasking: each secret is shared among the client's own neighbours, so no two
+    secrets of a sparse graph share abscissae, and this saves the one inversion per secret that the
+    cache cannot (Montgomery's trick across the secrets' products of denominators).
+
+    Parameters
+    ----------
+    xss : iterable of tuple of int
+        Abscissae tuples; those that are not distinct integers in ``[1, 2^32)`` are left out (a
+        reconstruction from them computes its own, or raises, as before).
+
+    Returns
+    -------
+    dict
+        Abscissae tuple -> its Lagrange basis values at 0 modulo p (pass it to
+        :func:`robust_reconstruct`).
+    """
+    p = FIELD_PRIME
+    todo = [
+        xs
+        for xs in dict.fromkeys(xss)
+        if xs and len(set(xs)) == len(xs) and min(xs) > 0 and max(xs) < 1 << 32
+    ]
+    if not todo:
+        return {}
+    parts = [_prefix_products(xs) for xs in todo]
+    products = [prefix[-1] for _, prefix in parts]
+    # Montgomery's trick again, over the secrets: inverse of every product from one pow
+    running = [1] * (len(products) + 1)
+    for i, v in enumerate(products):
+        running[i + 1] = _fold(running[i] * v)
+    inv = pow(running[-1], -1, p)
+    inverses = [0] * len(products)
+    for i in range(len(products) - 1, -1, -1):
+        inverses[i] = _fold(inv * running[i])
+        inv = _fold(inv * products[i])
+    return {
+        xs: _basis(xs, dens, prefix, inverse)
+        for xs, (dens, prefix), inverse in zip(todo, parts, inverses, strict=True)
+    }
+
+
+def _basis(
+    xs: tuple[int, ...], dens: list[int], prefix: list[int], inverse: int
+) -> tuple[int, ...]:
+    """Lagrange basis values at 0 from the denominators, their prefix products and the last's inverse."""
+    p = FIELD_PRIME
+    inv_all = _fold(inverse * (math.prod(xs) % p))  # num / (d_0 ... d_{t-1})
     coeffs = [0] * len(dens)
     for j in range(len(dens) - 1, -1, -1):
         v = inv_all * prefix[j]
@@ -176,7 +234,12 @@ def _lagrange_at_zero(xs: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(coeffs)
 
 
-def reconstruct_secret(shares: Sequence[tuple[int, int]], *, threshold: int) -> bytes:
+def reconstruct_secret(
+    shares: Sequence[tuple[int, int]],
+    *,
+    threshold: int,
+    bases: Mapping[tuple[int, ...], tuple[int, ...]] | None = None,
+) -> bytes:
     """Recover a 32-byte secret from exactly ``threshold`` shares (the first ``threshold`` given).
 
     Parameters
@@ -186,6 +249,8 @@ def reconstruct_secret(shares: Sequence[tuple[int, int]], *, threshold: int) -> 
         ``threshold`` are used (Bell et al. 2020, Alg. 2 step 8: the shares from the lowest client ids).
     threshold : int
         ``t``, the polynomial degree plus one.
+    bases : mapping, optional
+        Lagrange basis values already computed (:func:`lagrange_bases`), by abscissae.
 
     Returns
     -------
@@ -212,7 +277,10 @@ def reconstruct_secret(shares: Sequence[tuple[int, int]], *, threshold: int) -> 
         raise ParameterError("shares", xs, "distinct positive abscissae")
     if any(not 0 <= y < FIELD_PRIME for _, y in used):
         raise ParameterError("shares", "<share value>", "field elements in [0, 2**521 - 1)")
-    lam = _lagrange_at_zero(tuple(xs))
+    key = tuple(xs)
+    lam = bases.get(key) if bases is not None else None
+    if lam is None:
+        lam = _lagrange_at_zero(key)
     s = sum(li * y for li, (_, y) in zip(lam, used, strict=True)) % FIELD_PRIME
     if s >= 1 << (8 * SECRET_BYTES):
         # Wrong or inconsistent shares give a random field element, almost never < 2^256.
@@ -291,7 +359,11 @@ def _berlekamp_welch(points: Sequence[tuple[int, int]], threshold: int) -> list[
 
 
 def robust_reconstruct(
-    shares: Sequence[tuple[int, int]], *, threshold: int, check: Callable[[bytes], bool]
+    shares: Sequence[tuple[int, int]],
+    *,
+    threshold: int,
+    check: Callable[[bytes], bool],
+    bases: Mapping[tuple[int, ...], tuple[int, ...]] | None = None,
 ) -> tuple[bytes, set[int]]:
     """Reconstruct a secret despite wrong shares, and name the abscissae of the wrong ones.
 
@@ -309,6 +381,8 @@ def robust_reconstruct(
         ``t``.
     check : callable
         ``check(secret) -> bool``: True for the genuine secret.
+    bases : mapping, optional
+        As in :func:`reconstruct_secret`.
 
     Returns
     -------
@@ -329,7 +403,7 @@ def robust_reconstruct(
             f"only {len(valid)} valid shares available, {threshold} needed to reconstruct a secret"
         )
     try:
-        secret = reconstruct_secret(valid, threshold=threshold)
+        secret = reconstruct_secret(valid, threshold=threshold, bases=bases)
         if check(secret):
             return secret, bad
     except SecurityError:
