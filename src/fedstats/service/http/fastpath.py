@@ -745,7 +745,7 @@ class DirectRoutes:
             # skipped before its ``matches`` (the path is the route path when no root path is set)
             path = None if scope.get("root_path") else scope["path"]
             for route in self.routes:
-                if method not in route.methods or (
+                if (route.methods and method not in route.methods) or (
                     path is not None and route.path_regex.match(path) is None
                 ):
                     continue
