@@ -17,13 +17,16 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
+from fedstats._validation import control_character
 from fedstats.errors import SecurityError
 from fedstats.service.domain.operators import add_operator, trust_authority
+from fedstats.service.http import edge
 from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.edge import MAX_DEPTH, BadJSON, JsonLogFormatter, strict_loads
 from fedstats.service.http.schemas import MAX_INDEX
@@ -137,6 +140,30 @@ def test_strict_loads() -> None:
     ]:
         with pytest.raises(BadJSON, match=re.escape(where)):
             strict_loads(bad if isinstance(bad, bytes) else bad.encode())
+
+
+def test_a_query_is_parsed_for_control_characters_unless_it_cannot_decode_to_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every ``%`` escape, alone or after a device's ``%2C`` list, is refused exactly when it decodes to a
+    control character; the list itself (printable escapes only) is not parsed at all."""
+
+    def refused(query: bytes) -> bool:
+        scope = {"path": "/v1/client/work", "query_string": query, "headers": []}
+        return edge.control_field(scope) is not None
+
+    def decodes_to_control(query: bytes) -> bool:
+        pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+        return any(control_character(name) or control_character(value) for name, value in pairs)
+
+    for prefix in (b"m=%", b"m=1%2C2%2C%", b"m=%%2C", b"m=%2C%2"):
+        for a in range(256):
+            for b in (0x00, 0x30, 0x43, 0x46, 0x66, 0x7F, 0x85, 0xFF):
+                query = prefix + bytes([a, b])
+                assert refused(query) is decodes_to_control(query), query
+    members = b"wait=25&members=" + b"%2C".join(str(i).encode() for i in range(900))
+    monkeypatch.setattr(edge, "parse_qsl", None)  # parsing it would raise: it is not parsed
+    assert not refused(members) and not refused(b"wait=1&x=%20%7E%41+")
 
 
 def test_a_non_json_content_type_says_how_to_send_json(server: Server) -> None:

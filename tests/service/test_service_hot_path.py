@@ -274,8 +274,9 @@ def test_a_batch_whose_transaction_fails_is_written_upload_by_upload(
 def test_direct_routes_answer_as_the_router_would(
     tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The poll and the upload, taken straight to their handlers, answer errors exactly as the app's
-    router and exception middleware do (the same status and body), and log their route's template."""
+    """The poll, the upload and the request for a request key, taken straight to their handlers, answer
+    errors exactly as the app's router and exception middleware do (the same status and body), and log
+    their route's template."""
     from fedstats.service.http.fastpath import DirectRoutes
 
     with _round(tmp_path, url) as (http, _app, devices, works, run_id, _admin):
@@ -298,6 +299,8 @@ def test_direct_routes_answer_as_the_router_would(
             ("POST", path, json.dumps({"vector": [1], "count": True}).encode(), None),  # 422
             ("GET", "/v1/client/work?wait=-1", b"", None),
             ("GET", "/v1/client/work?wait=abc", b"", None),
+            ("POST", "/v1/client/request-key", b"", {}),  # unsigned: 401
+            ("POST", "/v1/client/request-key", b"", {**good, auth.HEADER_CLIENT: "nobody"}),
         ]
 
         def answers() -> list[tuple[int, Any]]:
@@ -319,7 +322,7 @@ def test_direct_routes_answer_as_the_router_would(
 
         monkeypatch.setattr(ExceptionMiddleware, "__call__", counted)
         direct = answers()
-        assert [c for c, _ in direct] == [401, 401, 404, 404, 422, 422, 422, 422], direct
+        assert [c for c, _ in direct] == [401, 401, 404, 404, 422, 422, 422, 422, 401, 401], direct
         # only the three FastAPI must parse (a non-canonical index, a malformed wait) crossed the
         # app's inner layers; the others went straight to their handler
         assert len(crossed) == 3, crossed

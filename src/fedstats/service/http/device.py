@@ -17,7 +17,8 @@ and the work cache: :class:`~.fastpath.DevicePath`) comes through the
 :data:`~fedstats.service.http.context.Devices` dependency, or, on the poll's and the upload's direct
 routes, from the app's state (:func:`~.fastpath.devices_of`).
 
-**The fast path's gain, measured.** The poll and the upload are direct routes (:func:`~.fastpath.direct_route`
+**The fast path's gain, measured.** The poll and the upload (and the request for a request key, which has
+no parameter to parse) are direct routes (:func:`~.fastpath.direct_route`
 and :class:`~.fastpath.DirectRoutes`, on FastAPI's and Starlette's public interfaces): a well-formed
 request is answered without FastAPI's dependency resolution and parameter models. ``python
 benchmarks/service.py --db sqlite --clients 1000 --procs 1 --concurrency 1 --skip-minimal`` (one request
@@ -130,7 +131,6 @@ async def register(request: Request, path: Devices) -> dict[str, Any]:
     return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
 
-@router.post("/v1/client/request-key", **DEVICE)
 async def request_key(req: Signed, path: Devices) -> dict[str, Any]:
     """A request key for this device (:func:`fedstats.wire.auth.open_request_key`).
 
@@ -146,6 +146,21 @@ async def request_key(req: Signed, path: Devices) -> dict[str, Any]:
     # the nonce (a replayed request opens no key), group-committed with the requests that arrive with it
     await path.writes(Work(req.nonce, lambda tx, _held: path.auth.confirm(tx, req)))
     return path.auth.open_key(req.client_id)
+
+
+async def _request_key_direct(request: Request, _slow: Handler) -> Response:
+    """:func:`request_key` without FastAPI's dependency resolution (it has no parameter to parse)."""
+    path = devices_of(request)
+    return JSONResponse(await request_key(await path.auth(request), path))
+
+
+router.add_api_route(
+    "/v1/client/request-key",
+    request_key,
+    methods=["POST"],
+    route_class_override=direct_route(_request_key_direct, lambda _scope, _params: True),
+    **DEVICE,
+)
 
 
 def _signed_write(

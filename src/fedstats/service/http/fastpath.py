@@ -740,7 +740,15 @@ class DirectRoutes:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Answer a direct route's request through its handler; pass anything else on."""
         if scope["type"] == "http":
+            method = scope["method"]
+            # a route of another method, or whose pattern the path does not match, cannot match FULL:
+            # skipped before its ``matches`` (the path is the route path when no root path is set)
+            path = None if scope.get("root_path") else scope["path"]
             for route in self.routes:
+                if (route.methods and method not in route.methods) or (
+                    path is not None and route.path_regex.match(path) is None
+                ):
+                    continue
                 match, child = route.matches(scope)
                 if match is not Match.FULL:
                     continue
