@@ -52,11 +52,11 @@ from typing import Any, Final, cast
 
 from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
-from fedstats.service.domain import ledger
+from fedstats.service.domain import ledger, secure_devices
 from fedstats.service.domain.clock import DEADLINES
 from fedstats.service.domain.refusals import refusal_view
 from fedstats.service.domain.reports import report_problems
-from fedstats.service.domain.secure_devices import secure_work
+from fedstats.service.domain.secure_devices import batch_member, batch_withholder, secure_work
 from fedstats.service.domain.tasks import ConflictError, NotFoundError, task_config, task_envelope
 from fedstats.service.store import State
 from fedstats.service.store.rows import Cohort, FinishedRun, LiveRun, PutReport, RoundRow, RunRow
@@ -219,8 +219,9 @@ def checkin(
     task and refused otherwise. The run row is locked (check-ins of one run are serialized, so slots
     never overlap); the cohort so far is read as one aggregate row. ``population``: the device's
     (from its certificate); given, a run of another population is refused before anything else.
-    ``held``: shared by the check-ins of one transaction (:func:`locked_run`); the run row and the
-    cohort are read by the first and kept (only check-ins add members, under the run's lock).
+    ``held``: shared by the check-ins of one transaction (:func:`locked_run`); the run row, the
+    cohort, and the batch's devices' member rows and withholder status are read by the first and
+    kept (only check-ins add members, under the run's lock).
 
     Raises
     ------
@@ -238,9 +239,9 @@ def checkin(
     cfg = task_config(tx, run.task_id)
     if population is not None and cfg["privacy"]["population"] != population:
         raise SecurityError("this run is for another population")
-    m = tx.member(run_id, client_id)
+    m = batch_member(tx, run_id, client_id, held)  # the batch's devices read at once
     if m is not None:
-        return {"slot_start": m[0], "slot_count": m[1]}
+        return {"slot_start": m.slot_start, "slot_count": m.slot_count}
     if run.status != "checkin" or DEADLINES.passed((run_id, "checkin"), run.checkin_deadline):
         raise ConflictError(f"run {run_id} is not accepting check-ins")
     if cfg.get("secure_aggregation") is not None:
@@ -250,9 +251,7 @@ def checkin(
             bytes.fromhex(commitment)
         except ValueError:
             raise ParameterError("commitment", commitment, "64 hex digits") from None
-        if tx.is_withholder(
-            run.task_id, client_id
-        ):  # an abort (or a dropped reveal) costs its cause
+        if batch_withholder(tx, run.task_id, client_id, held):  # an abort costs its cause
             raise ConflictError(
                 "this device did not reveal its seed contribution in an earlier run of this task: it "
                 "is excluded from the task's later cohorts"
@@ -269,6 +268,7 @@ def checkin(
     tx.add_member(run_id, client_id, used, count, time.time(), commitment)
     if held is not None:
         held[("cohort", run_id)] = Cohort(devices + 1, used + count)
+        secure_devices.note_member(held, run_id, client_id, (used, count), commitment, None)
     return {"slot_start": used, "slot_count": count}
 
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from fedstats.service.domain.secure_devices import BATCH_CLIENTS
 from fedstats.service.http.deps import NonceUse, use_nonce
 from fedstats.service.store import State, Store
 
@@ -181,7 +182,9 @@ class Work:
         nothing of the request is written).
     fn : callable
         ``fn(tx, held) -> answer`` in the open transaction; ``held`` is a dict the requests of one
-        transaction share (:func:`fedstats.service.domain.runs.locked_run`), empty for a request alone.
+        transaction share (:func:`fedstats.service.domain.runs.locked_run`), empty for a request alone
+        and, for a batch, starting with the set of its requests' client ids
+        (:data:`~fedstats.service.domain.secure_devices.BATCH_CLIENTS`).
     """
 
     nonce: NonceUse | None
@@ -218,7 +221,8 @@ class TransactionBatcher(Batcher[Work, Any]):
                 with self.store.transaction() as tx:
                     if not tx.use_nonces(nonces):
                         raise _Replayed  # a replay among them: each alone below
-                    held: dict[Any, Any] = {}
+                    # the batch's devices: their rows are read once for all (BATCH_CLIENTS)
+                    held: dict[Any, Any] = {BATCH_CLIENTS: {c for c, _, _ in nonces}}
                     got = [w.fn(tx, held) for w in items]
                 self.batches += 1
                 return got

@@ -64,6 +64,10 @@ class SecureQueries(RowWrites):
         """One member of a run, or None."""
 
     @abstractmethod
+    def member_rows(self, run_id: str, client_ids: list[str]) -> dict[str, MemberRow]:
+        """The members of a run among ``client_ids``, by client id (one query; the others are not)."""
+
+    @abstractmethod
     def unrevealed(self, run_id: str) -> int:
         """How many of a run's members have not revealed their seed contribution (one count, no rows)."""
 
@@ -92,6 +96,10 @@ class SecureQueries(RowWrites):
     @abstractmethod
     def is_withholder(self, task_id: str, client_id: str) -> bool:
         """Whether a device withheld its reveal in any run of a task (it joins none of its later runs)."""
+
+    @abstractmethod
+    def withholders_among(self, task_id: str, client_ids: list[str]) -> set[str]:
+        """The devices among ``client_ids`` that :meth:`is_withholder` names for a task (one query)."""
 
     @abstractmethod
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
@@ -391,6 +399,10 @@ _MEMBER_COLUMNS = (
 _MEMBER_ROW = select(*_MEMBER_COLUMNS).where(
     _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.client_id == bindparam("client_id")
 )
+_MEMBER_ROWS = select(*_MEMBER_COLUMNS).where(
+    _MEMBERS.c.run_id == bindparam("run_id"),
+    _MEMBERS.c.client_id.in_(bindparam("client_ids", expanding=True)),
+)
 _UNREVEALED = select(func.count()).where(
     _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.reveal.is_(None)
 )
@@ -406,6 +418,14 @@ _IS_WITHHOLDER = (
         _WITHHOLDERS.c.client_id == bindparam("client_id"),
     )
     .limit(1)
+)
+_WITHHOLDERS_AMONG = (
+    select(_WITHHOLDERS.c.client_id)
+    .where(
+        _WITHHOLDERS.c.task_id == bindparam("task_id"),
+        _WITHHOLDERS.c.client_id.in_(bindparam("client_ids", expanding=True)),
+    )
+    .distinct()
 )
 
 
@@ -451,6 +471,13 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
             _MEMBER_ROW, {"run_id": run_id, "client_id": client_id}
         ).one_or_none()
         return None if got is None else _member(got)
+
+    def member_rows(self, run_id: str, client_ids: list[str]) -> dict[str, MemberRow]:
+        """See :meth:`SecureQueries.member_rows`."""
+        rows = self.conn.execute(
+            _MEMBER_ROWS, {"run_id": run_id, "client_ids": list(client_ids)}
+        ).all()
+        return {str(r[0]): _member(r) for r in rows}
 
     def unrevealed(self, run_id: str) -> int:
         """See :meth:`SecureQueries.unrevealed`."""
@@ -663,3 +690,10 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
             _IS_WITHHOLDER, {"task_id": task_id, "client_id": client_id}
         ).first()
         return got is not None
+
+    def withholders_among(self, task_id: str, client_ids: list[str]) -> set[str]:
+        """See :meth:`SecureQueries.withholders_among`."""
+        rows = self.conn.execute(
+            _WITHHOLDERS_AMONG, {"task_id": task_id, "client_ids": list(client_ids)}
+        ).all()
+        return {str(r[0]) for r in rows}
