@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.secagg.messages import max_message_bytes
+from fedstats.service.domain.batched import batch_member, note_member, write_later
 from fedstats.service.domain.secure import (
     BITS,
     STAGES,
@@ -30,9 +30,6 @@ from fedstats.service.store.secure import MemberRow, SecureSessionRow
 from fedstats.wire import seeding
 
 __all__ = [
-    "BATCH_CLIENTS",
-    "batch_member",
-    "batch_withholder",
     "cached_certificates",
     "cached_certificates_json",
     "cached_down",
@@ -45,7 +42,6 @@ __all__ = [
     "held_down",
     "known_member",
     "member_of",
-    "note_member",
     "prime_stage",
     "probe_stage",
     "publish_downs",
@@ -74,66 +70,6 @@ def member_of(tx: State, run_id: str, client_id: str) -> MemberRow:
     if m is None:
         raise SecurityError("this client is not in the run's cohort")
     return m
-
-
-BATCH_CLIENTS: Final = "batch_clients"
-"""The key of a transaction's ``held`` (:func:`~.runs.locked_run`) naming a batch's devices (a set of ids):
-the first of a run's check-ins or reveals in one transaction that needs a member row (or withholder
-status) reads all of theirs at once (:func:`batch_member`, :func:`batch_withholder`)."""
-
-
-def _of_batch(
-    held: dict[Any, Any] | None,
-    key: tuple[str, ...],
-    client_id: str,
-    read: Callable[[list[str]], Any],
-) -> Any:
-    """``read(ids)`` of the batch's devices, read once per transaction; None if ``client_id`` is not one."""
-    if held is None or client_id not in held.get(BATCH_CLIENTS, ()):
-        return None
-    got = held.get(key)
-    if got is None:
-        got = held[key] = read(sorted(held[BATCH_CLIENTS]))
-    return got
-
-
-def batch_member(
-    tx: State, run_id: str, client_id: str, held: dict[Any, Any] | None
-) -> MemberRow | None:
-    """The device's member row in a run (None: not a member), as the batch's first read found it.
-
-    ``held`` is the transaction's (:data:`BATCH_CLIENTS`); a request that changes the row in the
-    transaction states it with :func:`note_member` (a repeat later in the batch finds it). Without a
-    batch: one primary-key read.
-    """
-    rows = _of_batch(
-        held, ("member_rows", run_id), client_id, lambda ids: tx.member_rows(run_id, ids)
-    )
-    return tx.member_row(run_id, client_id) if rows is None else rows.get(client_id)
-
-
-def note_member(
-    held: dict[Any, Any] | None,
-    run_id: str,
-    client_id: str,
-    slots: tuple[int, int],
-    commitment: str | None,
-    reveal: str | None,
-) -> None:
-    """A member row just written in the transaction, kept for :func:`batch_member` (if it read any)."""
-    rows = None if held is None else held.get(("member_rows", run_id))
-    if rows is not None:
-        rows[client_id] = MemberRow(client_id, slots[0], slots[1], commitment, reveal)
-
-
-def batch_withholder(tx: State, task_id: str, client_id: str, held: dict[Any, Any] | None) -> bool:
-    """Whether the device withheld a reveal in a run of the task (:meth:`~.State.is_withholder`).
-
-    Read once for the batch's devices (:data:`BATCH_CLIENTS`: no request of a batch adds withholders).
-    """
-    key = ("withholders", task_id)
-    among = _of_batch(held, key, client_id, lambda ids: tx.withholders_among(task_id, ids))
-    return tx.is_withholder(task_id, client_id) if among is None else client_id in among
 
 
 # a seeding run's commitment list and its digest: fixed once check-in closed, read once per process
@@ -235,8 +171,8 @@ def record_reveal(
 ) -> bool:
     """Store a member's reveal; return False for an identical repeat.
 
-    ``held``: shared by the reveals of one transaction (:data:`BATCH_CLIENTS`): the member rows of
-    its devices are read once, by the first.
+    ``held``: shared by the reveals of one transaction (:mod:`.batched`): the member rows of its
+    devices are read once, by the first, and the reveals written together.
 
     Raises
     ------
@@ -262,7 +198,8 @@ def record_reveal(
         raise SecurityError("the revealed value does not open this client's commitment")
     if _commitment_list(tx, run)[1] != seen_digest:
         raise SecurityError("the commitment list this client saw is not the run's")
-    tx.set_reveal(run.id, client_id, value_hex)
+    if not write_later(held, "reveals", (run.id, client_id, value_hex), tx.set_reveals):
+        tx.set_reveal(run.id, client_id, value_hex)
     note_member(held, run.id, client_id, (m.slot_start, m.slot_count), m.commitment, value_hex)
     return True
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from fedstats.service.domain.secure_devices import BATCH_CLIENTS
+from fedstats.service.domain.batched import BATCH_CLIENTS, write_batch
 from fedstats.service.http.deps import NonceUse, use_nonce
 from fedstats.service.store import State, Store
 
@@ -184,7 +184,7 @@ class Work:
         ``fn(tx, held) -> answer`` in the open transaction; ``held`` is a dict the requests of one
         transaction share (:func:`fedstats.service.domain.runs.locked_run`), empty for a request alone
         and, for a batch, starting with the set of its requests' client ids
-        (:data:`~fedstats.service.domain.secure_devices.BATCH_CLIENTS`).
+        (:mod:`fedstats.service.domain.batched`).
     """
 
     nonce: NonceUse | None
@@ -224,6 +224,7 @@ class TransactionBatcher(Batcher[Work, Any]):
                     # the batch's devices: their rows are read once for all (BATCH_CLIENTS)
                     held: dict[Any, Any] = {BATCH_CLIENTS: {c for c, _, _ in nonces}}
                     got = [w.fn(tx, held) for w in items]
+                    write_batch(held)  # the rows they queued, each kind in one statement
                 self.batches += 1
                 return got
             except Exception:  # each one alone below, with its own error

@@ -15,6 +15,7 @@ n = 200).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import Connection, bindparam, func, select, update
@@ -74,6 +75,11 @@ class SecureQueries(RowWrites):
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """Store a member's revealed seed contribution (hex)."""
         self._set("run_members", (run_id, client_id), {"reveal": reveal})
+
+    def set_reveals(self, reveals: Sequence[tuple[str, str, str]]) -> None:
+        """:meth:`set_reveal` of each ``(run_id, client_id, reveal)`` (the SQL stores: one statement)."""
+        for run_id, client_id, reveal in reveals:
+            self.set_reveal(run_id, client_id, reveal)
 
     def start_secure_run(self, run_id: str, public_seed: str) -> None:
         """Fix a seeding run's public seed and set it ``running``."""
@@ -486,6 +492,12 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """See :meth:`SecureQueries.set_reveal` (one statement built once: every member reveals)."""
         self.conn.execute(_SET_REVEAL, {"m_run": run_id, "m_client": client_id, "m_reveal": reveal})
+
+    def set_reveals(self, reveals: Sequence[tuple[str, str, str]]) -> None:
+        """See :meth:`SecureQueries.set_reveals` (one ``executemany``)."""
+        if reveals:
+            rows = [{"m_run": r, "m_client": c, "m_reveal": v} for r, c, v in reveals]
+            self.conn.execute(_SET_REVEAL, rows)
 
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """See :meth:`SecureQueries.enrolled`."""
