@@ -274,7 +274,7 @@ def test_a_batch_whose_transaction_fails_is_written_upload_by_upload(
 def test_direct_routes_answer_as_the_router_would(
     tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The poll, the upload and the request for a request key, taken straight to their handlers, answer
+    """The poll, the upload, the check-in and the request key, taken straight to their handlers, answer
     errors exactly as the app's router and exception middleware do (the same status and body), and log
     their route's template."""
     from fedstats.service.http.fastpath import DirectRoutes
@@ -299,7 +299,13 @@ def test_direct_routes_answer_as_the_router_would(
             ("POST", path, json.dumps({"vector": [1], "count": True}).encode(), None),  # 422
             ("GET", "/v1/client/work?wait=-1", b"", None),
             ("GET", "/v1/client/work?wait=abc", b"", None),
-            ("POST", "/v1/client/request-key", b"", {}),  # unsigned: 401
+            # the check-in and the request key (direct routes too): a member's slots again, a bad
+            # record count, a malformed wait (FastAPI's parsing), an unsigned key request, one from
+            # an unknown device
+            ("POST", f"/v1/client/runs/{run_id}/checkin", b'{"records": 1}', None),
+            ("POST", f"/v1/client/runs/{run_id}/checkin?wait=1", b'{"records": 0}', None),
+            ("POST", f"/v1/client/runs/{run_id}/checkin?wait=abc", b'{"records": 1}', None),
+            ("POST", "/v1/client/request-key", b"", {}),
             ("POST", "/v1/client/request-key", b"", {**good, auth.HEADER_CLIENT: "nobody"}),
         ]
 
@@ -322,17 +328,19 @@ def test_direct_routes_answer_as_the_router_would(
 
         monkeypatch.setattr(ExceptionMiddleware, "__call__", counted)
         direct = answers()
-        assert [c for c, _ in direct] == [401, 401, 404, 404, 422, 422, 422, 422, 401, 401], direct
-        # only the three FastAPI must parse (a non-canonical index, a malformed wait) crossed the
+        codes = [401, 401, 404, 404, 422, 422, 422, 422, 200, 422, 422, 401, 401]
+        assert [c for c, _ in direct] == codes, direct
+        assert direct[8][1] == {"slot_start": 0, "slot_count": 1}
+        # only the four FastAPI must parse (a non-canonical index, a malformed wait) crossed the
         # app's inner layers; the others went straight to their handler
-        assert len(crossed) == 3, crossed
+        assert len(crossed) == 4, crossed
 
         async def through(self: Any, scope: Any, receive: Any, send: Any) -> None:
             await self.app(scope, receive, send)
 
         monkeypatch.setattr(DirectRoutes, "__call__", through)
         assert answers() == direct
-        assert len(crossed) == 3 + len(cases)
+        assert len(crossed) == 4 + len(cases)
 
 
 def test_cached_device_rows_are_trusted_while_no_device_changed_and_a_revocation_elsewhere_arrives(

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from service_helpers import store_url
 
 from fedstats.service.store import SCHEMA_HEAD, open_store, schema_revision, upgrade
+from service_helpers import store_url
 
 
 def test_the_schema_head_constant_is_alembics_head() -> None:

@@ -52,7 +52,7 @@ from typing import Any, Final, cast
 
 from fedstats import wire
 from fedstats.errors import DataError, ParameterError, SecurityError
-from fedstats.service.domain import ledger
+from fedstats.service.domain import batched, ledger
 from fedstats.service.domain.clock import DEADLINES
 from fedstats.service.domain.refusals import refusal_view
 from fedstats.service.domain.reports import report_problems
@@ -219,8 +219,9 @@ def checkin(
     task and refused otherwise. The run row is locked (check-ins of one run are serialized, so slots
     never overlap); the cohort so far is read as one aggregate row. ``population``: the device's
     (from its certificate); given, a run of another population is refused before anything else.
-    ``held``: shared by the check-ins of one transaction (:func:`locked_run`); the run row and the
-    cohort are read by the first and kept (only check-ins add members, under the run's lock).
+    ``held``: shared by the check-ins of one transaction (:func:`locked_run`); the run row, the
+    cohort, and the batch's devices' member rows and withholder status are read by the first and
+    kept (only check-ins add members, under the run's lock).
 
     Raises
     ------
@@ -238,9 +239,9 @@ def checkin(
     cfg = task_config(tx, run.task_id)
     if population is not None and cfg["privacy"]["population"] != population:
         raise SecurityError("this run is for another population")
-    m = tx.member(run_id, client_id)
+    m = batched.batch_member(tx, run_id, client_id, held)  # the batch's devices read at once
     if m is not None:
-        return {"slot_start": m[0], "slot_count": m[1]}
+        return {"slot_start": m.slot_start, "slot_count": m.slot_count}
     if run.status != "checkin" or DEADLINES.passed((run_id, "checkin"), run.checkin_deadline):
         raise ConflictError(f"run {run_id} is not accepting check-ins")
     if cfg.get("secure_aggregation") is not None:
@@ -250,9 +251,7 @@ def checkin(
             bytes.fromhex(commitment)
         except ValueError:
             raise ParameterError("commitment", commitment, "64 hex digits") from None
-        if tx.is_withholder(
-            run.task_id, client_id
-        ):  # an abort (or a dropped reveal) costs its cause
+        if batched.batch_withholder(tx, run.task_id, client_id, held):  # an abort costs its cause
             raise ConflictError(
                 "this device did not reveal its seed contribution in an earlier run of this task: it "
                 "is excluded from the task's later cohorts"
@@ -266,9 +265,12 @@ def checkin(
     if devices >= int(cfg["cohort_size"]):  # cohort_size counts devices
         raise ConflictError(f"run {run_id} has a full cohort ({devices} devices)")
     count = min(int(records), int(cfg.get("max_records_per_client", 1)))
-    tx.add_member(run_id, client_id, used, count, time.time(), commitment)
+    row = (run_id, client_id, used, count, time.time(), commitment)
+    if not batched.write_later(held, "members", row, tx.add_members):
+        tx.add_member(*row)
     if held is not None:
         held[("cohort", run_id)] = Cohort(devices + 1, used + count)
+        batched.note_member(held, run_id, client_id, (used, count), commitment, None)
     return {"slot_start": used, "slot_count": count}
 
 
@@ -311,12 +313,10 @@ def client_work_json(
 ) -> bytes:
     """:func:`client_work` as compact JSON (``separators=(",", ":")``), what a work poll answers.
 
-    The same list, encoded from parts made once per process: an offer, and the fields of a round
-    entry that are the same for every device of the round (its public parameters, the plan's
-    history, ~20 kB in FED-chi^2's second round), are encoded once per run and round, not once per
-    device and poll (a device's list is read several times per run, and every device's at each state
-    change of its population); only the device's own fields (its records, slot and secure stage) are
-    encoded per list.
+    The same list, from parts encoded once per process: an offer (made once per run too), and the
+    fields of a round entry every device of the round gets (its public parameters, the plan's history,
+    ~20 kB in FED-chi^2's second round), not once per device and poll; only the device's own fields
+    (its records, slot and secure stage) are encoded per list.
 
     Parameters
     ----------
@@ -399,17 +399,7 @@ def _work_parts(
             if live.slot_start is None and not DEADLINES.passed(
                 (run_id, "checkin"), live.checkin_deadline
             ):
-                offers.append(
-                    (
-                        ("offer", run_id, task_id),
-                        {
-                            "run_id": run_id,
-                            "task_id": task_id,
-                            "task": wire.encode(cfg),
-                            "envelope": task_envelope(tx, task_id),
-                        },
-                    )
-                )
+                offers.append((("offer", run_id, task_id), _offer(tx, run_id, task_id, cfg)))
             continue
         if live.slot_start is None or live.slot_count is None:
             continue
@@ -471,6 +461,21 @@ def _work_parts(
     return offers, reveals, rounds, finished
 
 
+# an offer never changes (its run's task is fixed): made once per run, not at each device's poll
+_OFFERS: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _offer(tx: State, run_id: str, task_id: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    got = _OFFERS.get((run_id, task_id))
+    if got is None:
+        envelope = task_envelope(tx, task_id)
+        got = {"run_id": run_id, "task_id": task_id, "task": wire.encode(cfg), "envelope": envelope}
+        if len(_OFFERS) > 256:
+            _OFFERS.clear()
+        _OFFERS[(run_id, task_id)] = got
+    return got
+
+
 # a round's public parameters never change once journaled: parsed once per round, not per poll
 _PARAMS: dict[tuple[str, int, str], Any] = {}
 
@@ -498,13 +503,8 @@ def _history(tx: State, run_id: str, index: int) -> list[Any]:
     key = (run_id, index)
     got = _HISTORY.get(key)
     if got is None:
-        if index == 0:
-            got = []
-        else:
-            got = [
-                {"total": json.loads(r.total), "n_clients": r.n_clients}
-                for r in tx.closed_totals(run_id, index)
-            ]
+        totals = tx.closed_totals(run_id, index) if index else []
+        got = [{"total": json.loads(r.total), "n_clients": r.n_clients} for r in totals]
         if len(_HISTORY) > 1024:
             _HISTORY.clear()
         _HISTORY[key] = got

@@ -13,6 +13,7 @@ from typing import Any
 
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.secagg.messages import max_message_bytes
+from fedstats.service.domain.batched import batch_member, note_member, write_later
 from fedstats.service.domain.secure import (
     BITS,
     STAGES,
@@ -160,8 +161,18 @@ def seed_reveals(tx: State, run: RunRow) -> dict[str, Any]:
     }
 
 
-def record_reveal(tx: State, run: RunRow, client_id: str, value_hex: str, seen_digest: str) -> bool:
+def record_reveal(
+    tx: State,
+    run: RunRow,
+    client_id: str,
+    value_hex: str,
+    seen_digest: str,
+    held: dict[Any, Any] | None = None,
+) -> bool:
     """Store a member's reveal; return False for an identical repeat.
+
+    ``held``: shared by the reveals of one transaction (:mod:`.batched`): the member rows of its
+    devices are read once, by the first, and the reveals written together.
 
     Raises
     ------
@@ -170,7 +181,9 @@ def record_reveal(tx: State, run: RunRow, client_id: str, value_hex: str, seen_d
     SecurityError
         Not a member, the value does not open the commitment, or the device saw another commitment list.
     """
-    m = member_of(tx, run.id, client_id)
+    m = batch_member(tx, run.id, client_id, held)
+    if m is None:
+        raise SecurityError("this client is not in the run's cohort")
     if m.reveal is not None:
         if m.reveal == value_hex:
             return False
@@ -185,7 +198,9 @@ def record_reveal(tx: State, run: RunRow, client_id: str, value_hex: str, seen_d
         raise SecurityError("the revealed value does not open this client's commitment")
     if _commitment_list(tx, run)[1] != seen_digest:
         raise SecurityError("the commitment list this client saw is not the run's")
-    tx.set_reveal(run.id, client_id, value_hex)
+    if not write_later(held, "reveals", (run.id, client_id, value_hex), tx.set_reveals):
+        tx.set_reveal(run.id, client_id, value_hex)
+    note_member(held, run.id, client_id, (m.slot_start, m.slot_count), m.commitment, value_hex)
     return True
 
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from fedstats.service.domain.batched import BATCH_CLIENTS, write_batch
 from fedstats.service.http.deps import NonceUse, use_nonce
 from fedstats.service.store import State, Store
 
@@ -181,7 +182,9 @@ class Work:
         nothing of the request is written).
     fn : callable
         ``fn(tx, held) -> answer`` in the open transaction; ``held`` is a dict the requests of one
-        transaction share (:func:`fedstats.service.domain.runs.locked_run`), empty for a request alone.
+        transaction share (:func:`fedstats.service.domain.runs.locked_run`), empty for a request alone
+        and, for a batch, starting with the set of its requests' client ids
+        (:mod:`fedstats.service.domain.batched`).
     """
 
     nonce: NonceUse | None
@@ -218,8 +221,10 @@ class TransactionBatcher(Batcher[Work, Any]):
                 with self.store.transaction() as tx:
                     if not tx.use_nonces(nonces):
                         raise _Replayed  # a replay among them: each alone below
-                    held: dict[Any, Any] = {}
+                    # the batch's devices: their rows are read once for all (BATCH_CLIENTS)
+                    held: dict[Any, Any] = {BATCH_CLIENTS: {c for c, _, _ in nonces}}
                     got = [w.fn(tx, held) for w in items]
+                    write_batch(held)  # the rows they queued, each kind in one statement
                 self.batches += 1
                 return got
             except Exception:  # each one alone below, with its own error

@@ -17,8 +17,8 @@ and the work cache: :class:`~.fastpath.DevicePath`) comes through the
 :data:`~fedstats.service.http.context.Devices` dependency, or, on the poll's and the upload's direct
 routes, from the app's state (:func:`~.fastpath.devices_of`).
 
-**The fast path's gain, measured.** The poll and the upload (and the request for a request key, which has
-no parameter to parse) are direct routes (:func:`~.fastpath.direct_route`
+**The fast path's gain, measured.** The poll and the upload (and the check-in and the request key,
+which every device of a run sends together as it starts) are direct routes (:func:`~.fastpath.direct_route`
 and :class:`~.fastpath.DirectRoutes`, on FastAPI's and Starlette's public interfaces): a well-formed
 request is answered without FastAPI's dependency resolution and parameter models. ``python
 benchmarks/service.py --db sqlite --clients 1000 --procs 1 --concurrency 1 --skip-minimal`` (one request
@@ -131,14 +131,8 @@ async def register(request: Request, path: Devices) -> dict[str, Any]:
     return {"client_id": cert.body["client_id"], "population": cert.body["population"]}
 
 
-async def request_key(req: Signed, path: Devices) -> dict[str, Any]:
-    """A request key for this device (:func:`fedstats.wire.auth.open_request_key`).
-
-    The request must be signed with the device's Ed25519 key (a request key does not open another).
-    The answer ``{"key_id", "key", "expires"}`` lets the device authenticate its next requests, until
-    ``expires`` (Unix seconds), with an HMAC instead of a signature; the key is valid on this server
-    process only.
-    """
+async def _request_key(path: DevicePath, req: SignedRequest) -> dict[str, Any]:
+    """Open a request key for the verified device (see :func:`request_key`)."""
     if req.keyed:
         raise HTTPException(
             401, "request key: a request key is opened by a request signed with the device key"
@@ -149,9 +143,20 @@ async def request_key(req: Signed, path: Devices) -> dict[str, Any]:
 
 
 async def _request_key_direct(request: Request, _slow: Handler) -> Response:
-    """:func:`request_key` without FastAPI's dependency resolution (it has no parameter to parse)."""
+    """:func:`request_key` without FastAPI's dependency resolution (it has no parameters to parse)."""
     path = devices_of(request)
-    return JSONResponse(await request_key(await path.auth(request), path))
+    return JSONResponse(await _request_key(path, await path.auth(request)))
+
+
+async def request_key(req: Signed, path: Devices) -> dict[str, Any]:
+    """A request key for this device (:func:`fedstats.wire.auth.open_request_key`).
+
+    The request must be signed with the device's Ed25519 key (a request key does not open another).
+    The answer ``{"key_id", "key", "expires"}`` lets the device authenticate its next requests, until
+    ``expires`` (Unix seconds), with an HMAC instead of a signature; the key is valid on this server
+    process only.
+    """
+    return await _request_key(path, req)
 
 
 router.add_api_route(
@@ -229,18 +234,10 @@ router.add_api_route(
 )
 
 
-@router.post("/v1/client/runs/{run_id}/checkin", openapi_extra=CHECKIN_BODY, **DEVICE)
-async def checkin(
-    run_id: IdPath, req: Signed, path: Devices, request: Request, wait: float = 0.0
+async def _checkin(
+    path: DevicePath, run_id: str, req: SignedRequest, request: Request, wait: float
 ) -> Response:
-    """Check in to a run: the device's record count (1..10^9) and its optional commitment.
-
-    The answer is ``{"slot_start", "slot_count"}``. With ``wait`` > 0 a secure check-in (with a
-    commitment) is held until the run's check-in closes, up to ``wait`` seconds (at most
-    ``max_wait``), and then also carries ``"transcript"``: the commitment list ``GET .../seed``
-    answers while the run is seeding, which the device reveals against (no work poll and no
-    request for the list in between).
-    """
+    """Check the device in (see :func:`checkin`); the answer."""
     check_wait(wait)
     data = json_body(req.body)
     records = data.get("records") if isinstance(data, dict) else None
@@ -266,6 +263,46 @@ async def checkin(
         if got is not None:
             body = body[:-1] + b',"transcript":' + got + b"}"
     return Response(body, media_type="application/json")
+
+
+async def _checkin_direct(request: Request, slow: Handler) -> Response:
+    """:func:`checkin` without FastAPI's parameter models (anything but a plain ``wait`` goes ``slow``)."""
+    run_id = request.path_params.get("run_id", "")
+    query = request.scope.get("query_string", b"")
+    m = WAIT_PARAM.fullmatch(query) if query else None
+    if (query and m is None) or not 0 < len(run_id) <= 128:  # FastAPI's parsing and its errors
+        return await slow(request)
+    path = devices_of(request)
+    req = await path.auth(request)
+    return await _checkin(path, run_id, req, request, 0.0 if m is None else float(m[1]))
+
+
+def _plain_checkin(scope: Any, params: dict[str, str]) -> bool:
+    return _plain_wait(scope, params) and 0 < len(params.get("run_id", "")) <= 128
+
+
+async def checkin(
+    run_id: IdPath, req: Signed, path: Devices, request: Request, wait: float = 0.0
+) -> Response:
+    """Check in to a run: the device's record count (1..10^9) and its optional commitment.
+
+    The answer is ``{"slot_start", "slot_count"}``. With ``wait`` > 0 a secure check-in (with a
+    commitment) is held until the run's check-in closes, up to ``wait`` seconds (at most
+    ``max_wait``), and then also carries ``"transcript"``: the commitment list ``GET .../seed``
+    answers while the run is seeding, which the device reveals against (no work poll and no
+    request for the list in between).
+    """
+    return await _checkin(path, run_id, req, request, wait)
+
+
+router.add_api_route(
+    "/v1/client/runs/{run_id}/checkin",
+    checkin,
+    methods=["POST"],
+    route_class_override=direct_route(_checkin_direct, _plain_checkin),
+    openapi_extra=CHECKIN_BODY,
+    **DEVICE,
+)
 
 
 async def _report(

@@ -551,7 +551,7 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
 
     def go(tx: State, held: dict[Any, Any]) -> bool:
         run = runs.locked_run(tx, run_id, held)  # record_reveal does not write the run row
-        return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"])
+        return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"], held)
 
     # with the reveals that arrive meanwhile: one transaction (the nonce recorded first)
     new = bool(await ctx.together(Work(nonce, go)))

@@ -202,6 +202,11 @@ class CoreQueries(RowWrites):
             },
         )
 
+    def add_members(self, rows: Sequence[tuple[str, str, int, int, float, str | None]]) -> None:
+        """:meth:`add_member` of each row (its arguments in order; the SQL stores: one statement)."""
+        names = ("run_id", "client_id", "slot_start", "slot_count", "joined_at", "commitment")
+        self._add_rows("run_members", [dict(zip(names, r, strict=True)) for r in rows])
+
     @abstractmethod
     def round_for_report(self, run_id: str, index: int) -> RoundRow | None:
         """Round ``index`` of a run, share-locked (closing it waits for the reports being written)."""

@@ -66,6 +66,12 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
         m = self._t("run_members").get((run_id, client_id))
         return None if m is None else _member(m)
 
+    def member_rows(self, run_id: str, client_ids: list[str]) -> dict[str, MemberRow]:
+        """See :meth:`SecureQueries.member_rows`."""
+        members = self._t("run_members")
+        got = {c: members.get((run_id, c)) for c in client_ids}
+        return {c: _member(m) for c, m in got.items() if m is not None}
+
     def unrevealed(self, run_id: str) -> int:
         """See :meth:`SecureQueries.unrevealed`."""
         return sum(
@@ -202,3 +208,8 @@ class MemorySecureQueries(MemoryTables, SecureQueries):
     def is_withholder(self, task_id: str, client_id: str) -> bool:
         """See :meth:`SecureQueries.is_withholder`."""
         return any(t == task_id and c == client_id for (t, c, _r) in self._t("secure_withholders"))
+
+    def withholders_among(self, task_id: str, client_ids: list[str]) -> set[str]:
+        """See :meth:`SecureQueries.withholders_among`."""
+        ids = set(client_ids)
+        return {c for (t, c, _r) in self._t("secure_withholders") if t == task_id and c in ids}

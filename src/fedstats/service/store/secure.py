@@ -15,6 +15,7 @@ n = 200).
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from typing import Any, cast
 
 from sqlalchemy import Connection, bindparam, func, select, update
@@ -64,12 +65,21 @@ class SecureQueries(RowWrites):
         """One member of a run, or None."""
 
     @abstractmethod
+    def member_rows(self, run_id: str, client_ids: list[str]) -> dict[str, MemberRow]:
+        """The members of a run among ``client_ids``, by client id (one query; the others are not)."""
+
+    @abstractmethod
     def unrevealed(self, run_id: str) -> int:
         """How many of a run's members have not revealed their seed contribution (one count, no rows)."""
 
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """Store a member's revealed seed contribution (hex)."""
         self._set("run_members", (run_id, client_id), {"reveal": reveal})
+
+    def set_reveals(self, reveals: Sequence[tuple[str, str, str]]) -> None:
+        """:meth:`set_reveal` of each ``(run_id, client_id, reveal)`` (the SQL stores: one statement)."""
+        for run_id, client_id, reveal in reveals:
+            self.set_reveal(run_id, client_id, reveal)
 
     def start_secure_run(self, run_id: str, public_seed: str) -> None:
         """Fix a seeding run's public seed and set it ``running``."""
@@ -92,6 +102,10 @@ class SecureQueries(RowWrites):
     @abstractmethod
     def is_withholder(self, task_id: str, client_id: str) -> bool:
         """Whether a device withheld its reveal in any run of a task (it joins none of its later runs)."""
+
+    @abstractmethod
+    def withholders_among(self, task_id: str, client_ids: list[str]) -> set[str]:
+        """The devices among ``client_ids`` that :meth:`is_withholder` names for a task (one query)."""
 
     @abstractmethod
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
@@ -391,6 +405,10 @@ _MEMBER_COLUMNS = (
 _MEMBER_ROW = select(*_MEMBER_COLUMNS).where(
     _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.client_id == bindparam("client_id")
 )
+_MEMBER_ROWS = select(*_MEMBER_COLUMNS).where(
+    _MEMBERS.c.run_id == bindparam("run_id"),
+    _MEMBERS.c.client_id.in_(bindparam("client_ids", expanding=True)),
+)
 _UNREVEALED = select(func.count()).where(
     _MEMBERS.c.run_id == bindparam("run_id"), _MEMBERS.c.reveal.is_(None)
 )
@@ -406,6 +424,14 @@ _IS_WITHHOLDER = (
         _WITHHOLDERS.c.client_id == bindparam("client_id"),
     )
     .limit(1)
+)
+_WITHHOLDERS_AMONG = (
+    select(_WITHHOLDERS.c.client_id)
+    .where(
+        _WITHHOLDERS.c.task_id == bindparam("task_id"),
+        _WITHHOLDERS.c.client_id.in_(bindparam("client_ids", expanding=True)),
+    )
+    .distinct()
 )
 
 
@@ -452,6 +478,13 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
         ).one_or_none()
         return None if got is None else _member(got)
 
+    def member_rows(self, run_id: str, client_ids: list[str]) -> dict[str, MemberRow]:
+        """See :meth:`SecureQueries.member_rows`."""
+        rows = self.conn.execute(
+            _MEMBER_ROWS, {"run_id": run_id, "client_ids": list(client_ids)}
+        ).all()
+        return {str(r[0]): _member(r) for r in rows}
+
     def unrevealed(self, run_id: str) -> int:
         """See :meth:`SecureQueries.unrevealed`."""
         return int(self.conn.execute(_UNREVEALED, {"run_id": run_id}).scalar_one())
@@ -459,6 +492,12 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
     def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
         """See :meth:`SecureQueries.set_reveal` (one statement built once: every member reveals)."""
         self.conn.execute(_SET_REVEAL, {"m_run": run_id, "m_client": client_id, "m_reveal": reveal})
+
+    def set_reveals(self, reveals: Sequence[tuple[str, str, str]]) -> None:
+        """See :meth:`SecureQueries.set_reveals` (one ``executemany``)."""
+        if reveals:
+            rows = [{"m_run": r, "m_client": c, "m_reveal": v} for r, c, v in reveals]
+            self.conn.execute(_SET_REVEAL, rows)
 
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:
         """See :meth:`SecureQueries.enrolled`."""
@@ -663,3 +702,10 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
             _IS_WITHHOLDER, {"task_id": task_id, "client_id": client_id}
         ).first()
         return got is not None
+
+    def withholders_among(self, task_id: str, client_ids: list[str]) -> set[str]:
+        """See :meth:`SecureQueries.withholders_among`."""
+        rows = self.conn.execute(
+            _WITHHOLDERS_AMONG, {"task_id": task_id, "client_ids": list(client_ids)}
+        ).all()
+        return {str(r[0]) for r in rows}
