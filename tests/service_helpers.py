@@ -67,6 +67,25 @@ def store_url(kind: str, sqlite_file: Path) -> Iterator[str]:
 
 
 @contextmanager
+def fresh_store(kind: str, tmp_path: Path) -> Iterator[Any]:
+    """A fresh, migrated store of ``kind`` ("memory", "sqlite" or "postgresql": a schema of its own, dropped
+    afterwards), closed afterwards; a PostgreSQL that cannot be reached skips the test (fails it in CI)."""
+    if kind == "memory":
+        st = open_store("memory://")
+        try:
+            yield st
+        finally:
+            st.close()
+        return
+    with store_url(kind, tmp_path / "store.db") as url:
+        st = open_store(url)
+        try:
+            yield st
+        finally:
+            st.close()
+
+
+@contextmanager
 def pg_schema() -> Iterator[str]:
     """A fresh PostgreSQL schema, dropped afterwards; yields a URL whose search_path is that schema."""
     import psycopg

@@ -21,27 +21,17 @@ from fedstats.service.domain import runs, secure_devices
 from fedstats.service.domain.tasks import ConflictError
 from fedstats.service.http.batching import TransactionBatcher, Work
 from fedstats.service.http.deps import NonceUse
-from fedstats.service.store import Store, open_store
+from fedstats.service.store import Store
 from fedstats.service.store.rows import ClientRow
 from fedstats.wire import seeding
-from service_helpers import pg_reachable, pg_schema
+from service_helpers import fresh_store
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A fresh, empty store of each kind (PostgreSQL in a schema of its own; skipped if away)."""
-    if request.param == "postgresql":
-        why = pg_reachable()
-        if why is not None:
-            pytest.skip(why)
-        with pg_schema() as url:
-            st = open_store(url)
-            yield st
-            st.close()
-        return
-    st = open_store("memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 's.db'}")
-    yield st
-    st.close()
+    with fresh_store(request.param, tmp_path) as st:
+        yield st
 
 
 class Counting:

@@ -53,7 +53,7 @@ from fedstats.service.store.vdaf_results import VdafResultRow
 from fedstats.wire.enrollment import init_authority, issue_analyst, issue_identity
 from fedstats.wire.registry import resolve_encoder
 from fedstats.wire.tasks import sign_task
-from service_helpers import pg_reachable, pg_schema
+from service_helpers import fresh_store
 
 KINDS = ["memory", "sqlite", "postgresql"]
 
@@ -61,19 +61,8 @@ KINDS = ["memory", "sqlite", "postgresql"]
 @pytest.fixture(params=KINDS)
 def state(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """A fresh, empty store of each kind (PostgreSQL in a schema of its own; skipped if away)."""
-    kind = request.param
-    if kind == "postgresql":
-        why = pg_reachable()
-        if why is not None:
-            pytest.skip(why)
-        with pg_schema() as url:
-            st = open_store(url)
-            yield st
-            st.close()
-        return
-    st = open_store("memory://" if kind == "memory" else f"sqlite:///{tmp_path / 'state.db'}")
-    yield st
-    st.close()
+    with fresh_store(request.param, tmp_path) as st:
+        yield st
 
 
 def _task_and_run(tx: Any, run_id: str = "run-1", **over: Any) -> None:
