@@ -265,7 +265,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """Apply the shipped Alembic migrations up to ``revision`` (default: the newest).
 
     A database already at :data:`SCHEMA_HEAD` is left as it is without importing Alembic: a server process
-    that never migrates does not keep Alembic's modules (about 12 MiB of resident memory).
+    that never migrates does not keep Alembic's modules in memory.
     """
     if revision == "head" and schema_revision(engine) == SCHEMA_HEAD:
         return
