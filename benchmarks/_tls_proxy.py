@@ -16,7 +16,13 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+from _util import proc_cpu_seconds, proc_status_kib, reset_peak_rss
+
+T = TypeVar("T")
 
 _CONF = """\
 worker_processes {workers};
@@ -136,41 +142,29 @@ class NginxProxy:
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds of the master and its workers."""
-        total = 0.0
-        for pid in self.pids():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return total
+        return sum(self._each(proc_cpu_seconds, 0.0))
 
-    def _status_kib(self, key: str) -> int:
-        total = 0
+    def _each(self, read: Callable[[int], T], gone: T) -> list[T]:
+        """``read(pid)`` of each of its processes (``gone`` for one that ended meanwhile)."""
+        out = []
         for pid in self.pids():
             try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith(key + ":"):
-                        total += int(line.split()[1])
-            except OSError:
-                continue
-        return total
+                out.append(read(pid))
+            except (OSError, KeyError):
+                out.append(gone)
+        return out
 
     def rss_kib(self) -> int:
         """Resident memory of the master and its workers, KiB (summed)."""
-        return self._status_kib("VmRSS")
+        return sum(self._each(lambda pid: proc_status_kib(pid, "VmRSS"), 0))
 
     def peak_rss_kib(self) -> int:
         """Peak resident memory (``VmHWM``) of the master and its workers, KiB (summed)."""
-        return self._status_kib("VmHWM")
+        return sum(self._each(lambda pid: proc_status_kib(pid, "VmHWM"), 0))
 
     def reset_peak(self) -> None:
         """Reset each process's ``VmHWM`` to its current RSS (``clear_refs`` 5)."""
-        for pid in self.pids():
-            try:
-                Path(f"/proc/{pid}/clear_refs").write_text("5")
-            except OSError:
-                pass
+        self._each(reset_peak_rss, False)
 
     def stop(self) -> None:
         """Stop nginx (SIGQUIT, then SIGKILL after 10 s)."""

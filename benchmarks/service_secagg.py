@@ -141,7 +141,7 @@ import numpy as np
 
 import fedstats
 from _tls_proxy import NginxProxy
-from _util import free_port, proc_status_kib, write_results
+from _util import free_port, proc_cpu_seconds, proc_status_kib, reset_peak_rss, write_results
 from fedstats.wire.seeding import STAGES
 
 HERE = Path(__file__).resolve().parent
@@ -343,21 +343,6 @@ def pg_schema() -> Iterator[str]:
     finally:
         with psycopg.connect(PG_CONNINFO, autocommit=True) as c:
             c.execute(f"DROP SCHEMA {name} CASCADE")
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads), from ``/proc/<pid>/stat``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def reset_peak_rss(pid: int) -> bool:
-    """Reset ``VmHWM`` of ``pid`` to its current RSS (``clear_refs`` 5); False if not allowed."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 class Server:
