@@ -58,15 +58,19 @@ __all__ = [
 ]
 
 
-def member_of(tx: State, run_id: str, client_id: str) -> MemberRow:
+def member_of(
+    tx: State, run_id: str, client_id: str, held: dict[Any, Any] | None = None
+) -> MemberRow:
     """The device's membership row in a run.
+
+    ``held``: a batch's shared dict (:mod:`.batched`): the rows of all its devices are read once.
 
     Raises
     ------
     SecurityError
         If the device is not in the run's cohort.
     """
-    m = tx.member_row(run_id, client_id)
+    m = batch_member(tx, run_id, client_id, held)
     if m is None:
         raise SecurityError("this client is not in the run's cohort")
     return m
@@ -181,9 +185,7 @@ def record_reveal(
     SecurityError
         Not a member, the value does not open the commitment, or the device saw another commitment list.
     """
-    m = batch_member(tx, run.id, client_id, held)
-    if m is None:
-        raise SecurityError("this client is not in the run's cohort")
+    m = member_of(tx, run.id, client_id, held)
     if m.reveal is not None:
         if m.reveal == value_hex:
             return False

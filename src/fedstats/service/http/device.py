@@ -267,17 +267,17 @@ async def _checkin(
 
 async def _checkin_direct(request: Request, slow: Handler) -> Response:
     """:func:`checkin` without FastAPI's parameter models (anything but a plain ``wait`` goes ``slow``)."""
-    run_id = request.path_params.get("run_id", "")
-    query = request.scope.get("query_string", b"")
-    m = WAIT_PARAM.fullmatch(query) if query else None
-    if (query and m is None) or not 0 < len(run_id) <= 128:  # FastAPI's parsing and its errors
+    if not _plain_checkin(request.scope, request.path_params):  # FastAPI's parsing and its errors
         return await slow(request)
+    m = WAIT_PARAM.fullmatch(request.scope.get("query_string") or b"")
     path = devices_of(request)
     req = await path.auth(request)
+    run_id = request.path_params["run_id"]
     return await _checkin(path, run_id, req, request, 0.0 if m is None else float(m[1]))
 
 
 def _plain_checkin(scope: Any, params: dict[str, str]) -> bool:
+    """A check-in whose run id and query (at most one plain ``wait``) the direct route parses itself."""
     return _plain_wait(scope, params) and 0 < len(params.get("run_id", "")) <= 128
 
 
