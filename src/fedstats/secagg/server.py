@@ -190,8 +190,8 @@ class SecAggServer:
             self.session = semi_honest_session(self.round_id)
             self.neighbors = random_harary_graph(params.n, params.k, rng)
             self._transcript = b""
-        # the graph stays one (n, k) array with sorted rows (not n sets of k ints: 10 MiB at n = 1,000,
-        # k = 90); a stage's live neighbours of a client are its row filtered by a boolean mask
+        # the graph stays one (n, k) array with sorted rows (not n Python sets of k ints); a stage's
+        # live neighbours of a client are its row filtered by a boolean mask
         nobody = np.zeros(params.n, dtype=bool)  # replaced (never changed) as the stages close
         self._advertised = self._shared = self._masked_at = nobody
         self.state = ServerState.SETUP
