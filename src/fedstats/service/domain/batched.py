@@ -42,8 +42,22 @@ def write_later(
 ) -> bool:
     """Queue ``row`` for ``write(rows)`` with the batch's other rows of ``kind``, before it commits.
 
-    False (nothing queued: the caller writes it now) without a batch (:data:`BATCH_CLIENTS`); else the
-    batcher calls :func:`write_batch` once every request of the transaction ran.
+    Parameters
+    ----------
+    held : dict or None
+        The transaction's shared dict (:data:`BATCH_CLIENTS` names a batch's devices).
+    kind : str
+        The rows' kind (``"members"``, ``"reveals"``): one ``write`` per kind.
+    row : tuple
+        The arguments of one row, as ``write`` takes them in its list.
+    write : callable
+        ``write(rows)``, the store's bulk write (one statement on the SQL stores).
+
+    Returns
+    -------
+    bool
+        True if queued (the batcher calls :func:`write_batch` once every request of the transaction
+        ran); False without a batch: nothing queued, the caller writes the row now.
     """
     if held is None or BATCH_CLIENTS not in held:
         return False
@@ -76,11 +90,22 @@ def _of_batch(
 def batch_member(
     tx: State, run_id: str, client_id: str, held: dict[Any, Any] | None
 ) -> MemberRow | None:
-    """The device's member row in a run (None: not a member), as the batch's first read found it.
+    """The device's member row in a run, as the batch's first read found it.
 
-    ``held`` is the transaction's (:data:`BATCH_CLIENTS`); a request that changes the row in the
-    transaction states it with :func:`note_member` (a repeat later in the batch finds it). Without a
-    batch: one primary-key read.
+    Parameters
+    ----------
+    tx : State
+        The open transaction.
+    run_id, client_id : str
+        The run and the device.
+    held : dict or None
+        The transaction's shared dict (:data:`BATCH_CLIENTS`); a request that changes the row in the
+        transaction states it with :func:`note_member` (a repeat later in the batch finds it).
+
+    Returns
+    -------
+    MemberRow or None
+        The row; None if the device is not a member. Without a batch: one primary-key read.
     """
     rows = _of_batch(
         held, ("member_rows", run_id), client_id, lambda ids: tx.member_rows(run_id, ids)
@@ -96,7 +121,19 @@ def note_member(
     commitment: str | None,
     reveal: str | None,
 ) -> None:
-    """A member row just written in the transaction, kept for :func:`batch_member` (if it read any)."""
+    """Keep a member row just written in the transaction for :func:`batch_member` (if it read any).
+
+    Parameters
+    ----------
+    held : dict or None
+        The transaction's shared dict.
+    run_id, client_id : str
+        The run and the device.
+    slots : (int, int)
+        ``(slot_start, slot_count)``.
+    commitment, reveal : str or None
+        The row's commitment and reveal (hex), as written.
+    """
     rows = None if held is None else held.get(("member_rows", run_id))
     if rows is not None:
         rows[client_id] = MemberRow(client_id, slots[0], slots[1], commitment, reveal)
@@ -105,7 +142,19 @@ def note_member(
 def batch_withholder(tx: State, task_id: str, client_id: str, held: dict[Any, Any] | None) -> bool:
     """Whether the device withheld a reveal in a run of the task (:meth:`~.State.is_withholder`).
 
-    Read once for the batch's devices (:data:`BATCH_CLIENTS`: no request of a batch adds withholders).
+    Parameters
+    ----------
+    tx : State
+        The open transaction.
+    task_id, client_id : str
+        The task and the device.
+    held : dict or None
+        The transaction's shared dict: with a batch (:data:`BATCH_CLIENTS`), read once for all its
+        devices (no request of a batch adds withholders); else one query.
+
+    Returns
+    -------
+    bool
     """
     key = ("withholders", task_id)
     among = _of_batch(held, key, client_id, lambda ids: tx.withholders_among(task_id, ids))

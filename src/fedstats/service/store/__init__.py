@@ -251,7 +251,20 @@ SCHEMA_HEAD = "0013"
 
 
 def schema_revision(engine: Engine) -> str | None:
-    """The database's Alembic revision (``alembic_version``), or None if it has none (a new database)."""
+    """The database's Alembic revision, read from ``alembic_version`` without importing Alembic.
+
+    Parameters
+    ----------
+    engine : Engine
+        The store's engine (SQLite or PostgreSQL).
+
+    Returns
+    -------
+    str or None
+        The revision id (``"0013"``), or None if the database has no ``alembic_version`` table or row (a
+        new database, or one this process cannot read: :func:`upgrade` then runs Alembic, which reports
+        the error).
+    """
     try:
         # a plain BEGIN on SQLite (no write lock: the ``begin`` listener of :func:`_sqlite_engine`)
         with engine.connect().execution_options(fedstats_read_only=True) as conn:
