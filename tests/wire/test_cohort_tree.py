@@ -482,7 +482,7 @@ def test_sessions_are_the_same_in_every_round_and_refuse_small_ones() -> None:
     with pytest.raises(ParameterError):
         ct.member_at(seed, 0, 10, 5, 2, 2, 0)
     with pytest.raises(ParameterError):
-        ct.member_at(seed, 0, 10, 5, 2, 0, 5)
+        ct.member_at(seed, 0, 10, 5, 2, 0, roster_index=5)
 
 
 def test_the_bounds_are_seedings() -> None:
@@ -564,3 +564,38 @@ def test_malformed_encodings_are_data_errors() -> None:
     nodes = ct.MultiProof(mp.positions, mp.leaves, mp.nodes * 20).to_bytes()
     with pytest.raises(DataError):  # more nodes than 2 leaves of a 300-leaf tree can need
         ct.MultiProof.from_bytes(nodes, max_leaves=300)
+
+
+def test_any_changed_byte_of_an_encoded_proof_is_refused() -> None:
+    """Every byte of a leaf proof, a multiproof and a range proof on the wire, flipped: the message no
+    longer parses (DataError) or no longer verifies (SecurityError)."""
+    tree = _tree(40, seed=6)
+    head, total = tree.head, tree.head.total_slots
+    a, b = tree.slot_start(9), tree.slot_start(30)
+    cases = [
+        (
+            tree.leaf_proof(17).to_bytes(),
+            ct.LeafProof.from_bytes,
+            lambda p: ct.verify_leaf(head, p.position, p.leaf, p.path),  # a moved position too
+        ),
+        (
+            tree.multiproof([0, 5, 6, 39]).to_bytes(),
+            ct.MultiProof.from_bytes,
+            lambda p: ct.verify_multi(head, p, [0, 5, 6, 39]),
+        ),
+        (
+            tree.range_proof(a, b).to_bytes(),
+            ct.RangeProof.from_bytes,
+            lambda p: ct.verify_range(head, a, b, p),
+        ),
+    ]
+    assert total > b
+    for raw, parse, verify in cases:
+        verify(parse(raw, max_leaves=40))
+        for i in range(len(raw)):
+            try:
+                got = parse(_flip(raw, i), max_leaves=40)
+            except DataError:
+                continue
+            with pytest.raises(SecurityError):
+                verify(got)

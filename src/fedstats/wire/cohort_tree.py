@@ -1,10 +1,9 @@
 """A secure run's cohort as a Merkle sum tree: seeding in O(k log n) bytes per device (both sides).
 
 Today each device downloads every member's ``(client_id, commitment, slots, key)`` and reveal
-(:mod:`fedstats.wire.seeding`; 230 kB at n = 1,000, 1.2 MB at n = 5,000). These are the blocks of
-``docs/deploy.md``'s design ("Per-device cost at scale", "Next steps", item 1, the *seed committee*): a
-device handles its own leaf, its ``k`` neighbours', a few audited leaves and a committee of ``kappa = 40``,
-each with an inclusion proof. The protocol does not use them yet.
+(:mod:`fedstats.wire.seeding`; 230 kB at n = 1,000). These are the blocks of ``docs/deploy.md``'s design
+("Per-device cost at scale", "Next steps", item 1, *seed committee*): a device checks its own leaf, its
+``k`` neighbours', 16 audited ones and a committee's by inclusion proofs. Not used by the protocol yet.
 
 **The head.** The server builds a :class:`CohortTree` (RFC 9162's shape, :mod:`fedstats.wire.merkle`)
 over the members' :class:`Leaf` in slot order; every node carries ``(hash, slots)``, and an inner node
@@ -30,11 +29,10 @@ hashes its children's hashes *and* slots, so the root fixes each member's place 
    range ``[a, b)`` are the positions ``[p_lo, p_hi)``, proven by the leaves holding slots ``a`` and
    ``b - 1``: slot order is position order and every member holds a slot.
 4. *Its session* (:func:`session_of`, :func:`member_at`): a Feistel permutation keyed by the seed and
-   ``(p_lo, p_hi)`` orders the participants (the same participants form the same sessions in every
-   round, as :func:`fedstats.wire.seeding.sessions_of` promises), cut as
-   :func:`fedstats.wire.seeding.session_bounds` cuts; a device finds its session, roster index and size
-   in ``O(1)`` hashes, and any roster index's position by the inverse, so it fetches exactly its
-   neighbours' leaves (one multiproof with the audited ones) and refuses others.
+   ``(p_lo, p_hi)`` orders the participants (the same sessions in every round with the same ones, as in
+   :func:`fedstats.wire.seeding.sessions_of`), cut by :func:`fedstats.wire.seeding.session_bounds`; a
+   device finds its session, roster index and size in ``O(1)`` hashes, and a roster index's position by
+   the inverse, so it fetches exactly its neighbours' leaves (with the audited ones) and refuses others.
 5. *Its session's roster* (:func:`session_roster_digest`): the secure aggregation it feeds (Bell et al.,
    CCS 2020; :func:`fedstats.secagg.crypto.roster_transcript`) binds a digest of the head and the
    session's coordinates instead of all its members' keys.
@@ -124,11 +122,6 @@ def _is_int(x: object) -> bool:
 def _inner(left: Node, right: Node) -> bytes:
     """``SHA-256(0x01 || left.hash || u64 left.slots || right.hash || u64 right.slots)``."""
     return hashlib.sha256(b"\x01" + _INNER.pack(left[0], left[1], right[0], right[1])).digest()
-
-
-def _depth(n: int) -> int:
-    """``ceil(log2 n)``: the longest inclusion proof in a tree of ``n`` leaves."""
-    return (n - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -288,6 +281,7 @@ class _Reader:
 
     def __init__(self, view: memoryview, max_leaves: int) -> None:
         self.view, self.at, self.max_leaves = view, 0, max_leaves
+        self.depth = (max_leaves - 1).bit_length()  # the longest proof: ceil(log2 max_leaves)
 
     def take(self, k: int) -> bytes:
         if self.at + k > len(self.view):
@@ -305,8 +299,7 @@ class _Reader:
         return p
 
     def node(self) -> Node:
-        h = self.take(HASH_BYTES)
-        return h, int.from_bytes(self.take(8), "little")
+        return self.take(HASH_BYTES), int.from_bytes(self.take(8), "little")  # in this order
 
     def leaf(self) -> Leaf:
         (size,) = struct.unpack("<H", self.take(2))
@@ -319,7 +312,7 @@ class _Reader:
 
     def leaf_proof(self) -> LeafProof:
         position, leaf, m = self.position(), self.leaf(), self.take(1)[0]
-        if m > _depth(self.max_leaves):
+        if m > self.depth:
             raise DataError(f"a proof of {m} nodes for a tree of at most {self.max_leaves} leaves")
         return LeafProof(position, leaf, tuple(self.node() for _ in range(m)))
 
@@ -332,7 +325,7 @@ class _Reader:
             raise DataError("a multiproof's positions are not strictly increasing")
         leaves = tuple(self.leaf() for _ in range(count))
         m = self.u32()
-        if m > count * _depth(self.max_leaves):
+        if m > count * self.depth:
             raise DataError(f"a multiproof of {count} leaves with {m} nodes")
         return MultiProof(positions, leaves, tuple(self.node() for _ in range(m)))
 
@@ -425,7 +418,7 @@ class CohortTree:
 def _sibling(p: object, room: int) -> Node:
     """A proof's node, checked: a 32-byte hash and ``1 <= slots <= room`` (SecurityError otherwise)."""
     if not isinstance(p, tuple) or len(p) != 2 or not isinstance(p[0], bytes):
-        raise SecurityError("an inclusion proof's node is not (hash, slots)")
+        raise SecurityError("the proof has a node too many or too few, or not (hash, slots)")
     if len(p[0]) != HASH_BYTES or not _is_int(p[1]) or not 1 <= p[1] <= room:
         raise SecurityError("an inclusion proof's node does not fit the tree (hash or slots)")
     return p[0], p[1]
@@ -555,7 +548,7 @@ def committee_positions(head: TreeHead, kappa: int = KAPPA) -> list[int]:
     while len(chosen) < kappa:
         block = hmac.digest(key, _COMMITTEE + struct.pack("<Q", counter), "sha256")
         words = [w % n for w in struct.unpack("<4Q", block) if w < limit]
-        chosen.update(w for w in words if len(chosen) < kappa)  # a word's turn: in order, once
+        chosen.update(w for w in words if len(chosen) < kappa)  # stop at kappa, mid-block too
         counter += 1
     return sorted(chosen)
 
@@ -580,7 +573,9 @@ def reveal_statement(run_id: str, head: TreeHead, position: int, value: bytes) -
     return _REVEAL + _run_field(run_id) + head.digest() + struct.pack("<I", position) + value
 
 
-def committee_seed(run_id: str, head: TreeHead, values: Sequence[bytes], kappa: int = 40) -> bytes:
+def committee_seed(
+    run_id: str, head: TreeHead, values: Sequence[bytes], kappa: int = KAPPA
+) -> bytes:
     """The run's 32-byte seed: ``SHA-256(label || u16-prefixed run id || head digest || values)``.
 
     ``values``: the committee's in position order (:func:`committee_positions`), each checked by the
@@ -734,20 +729,26 @@ def session_of(
 
 
 def member_at(
-    seed: bytes, p_lo: int, p_hi: int, max_session: int, min_session: int, number: int, index: int
+    seed: bytes,
+    p_lo: int,
+    p_hi: int,
+    max_session: int,
+    min_session_size: int,
+    number: int,
+    roster_index: int,
 ) -> int:
-    """The position at roster index ``index`` of session ``number``: :func:`session_of` inverted.
+    """The position at ``roster_index`` of session ``number``: :func:`session_of` inverted.
 
-    Other arguments as in :func:`session_of` (``min_session``: its ``min_session_size``); raises as it
-    does, and ParameterError for a ``number`` or ``index`` outside the round's sessions.
+    Other arguments as in :func:`session_of`; raises as it does, and ParameterError for a ``number`` or
+    ``roster_index`` outside the round's sessions.
     """
-    pi, bounds = _cut(seed, p_lo, p_hi, max_session, min_session)
+    pi, bounds = _cut(seed, p_lo, p_hi, max_session, min_session_size)
     if not _is_int(number) or not 0 <= number < len(bounds):
         raise ParameterError("number", number, f"a session in [0, {len(bounds)})")
     a, b = bounds[number]
-    if not _is_int(index) or not 0 <= index < b - a:
-        raise ParameterError("index", index, f"a roster index in [0, {b - a})")
-    return p_lo + pi.inverse(a + index)
+    if not _is_int(roster_index) or not 0 <= roster_index < b - a:
+        raise ParameterError("roster_index", roster_index, f"an index in [0, {b - a})")
+    return p_lo + pi.inverse(a + roster_index)
 
 
 def sessions_of_positions(
