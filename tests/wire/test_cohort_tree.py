@@ -185,8 +185,8 @@ def test_slots_that_overflow_or_exceed_the_total_are_refused() -> None:
         ct.CohortTree([])
 
 
-def test_a_two_leaf_proof_cannot_hide_a_gap_or_overlap() -> None:
-    """Leaves proven against one head hold disjoint, ordered slot ranges covering [0, total)."""
+def test_proven_slot_ranges_partition_the_slots_in_position_order() -> None:
+    """The leaves proven against one head hold disjoint, ordered slot ranges covering [0, total)."""
     tree = _tree(50, seed=11, max_count=9)
     spans = sorted(
         (ct.verify_leaf(tree.head, p, tree.leaf(p), tree.proof(p)), tree.leaf(p).slot_count, p)
@@ -474,9 +474,11 @@ def test_sessions_are_the_same_in_every_round_and_refuse_small_ones() -> None:
         ct.member_at(seed, 0, 3, 10, 4, 0, 0)
     with pytest.raises(ProtocolAbortError):
         ct.sessions_of_positions(seed, 5, 5, 10, 2)
-    for bad in ((1,), (2, 1.5)):
+    for max_session, min_size in ((1, 2), (2, 1), (True, 2)):
         with pytest.raises(ParameterError):
-            ct.sessions_of_positions(seed, 0, 10, *(bad if len(bad) == 2 else (*bad, 2)))  # type: ignore[arg-type]
+            ct.sessions_of_positions(seed, 0, 10, max_session, min_size)
+    with pytest.raises(ParameterError):
+        ct.sessions_of_positions(seed[:31], 0, 10, 5, 2)
     with pytest.raises(ParameterError):
         ct.session_of(seed, 0, 10, 10, 2, 10)
     with pytest.raises(ParameterError):
