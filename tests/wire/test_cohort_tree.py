@@ -344,7 +344,7 @@ def test_the_committee_is_roughly_uniform(n: int) -> None:
     """Each position's count over H heads is Binomial(H, kappa / n); the statistic
     ``sum (O - E)^2 / (H p (1 - p))`` has mean n (the committee's draws without replacement make the
     cells' covariances cancel in expectation) and standard error about sqrt(2 n); 6 of them tolerated."""
-    heads, kappa = 20_000 * 40 // n + 200, 40
+    heads, kappa = 3000, 40
     rng = random.Random(n)
     counts = np.zeros(n)
     for _ in range(heads):
