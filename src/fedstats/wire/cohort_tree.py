@@ -1,0 +1,800 @@
+"""A secure run's cohort as a Merkle sum tree: seeding in O(k log n) bytes per device (both sides).
+
+Today each device downloads every member's ``(client_id, commitment, slots, key)`` and reveal
+(:mod:`fedstats.wire.seeding`; 230 kB at n = 1,000). These are the blocks of ``docs/deploy.md``'s design
+("Per-device cost at scale", "Next steps", item 1, *seed committee*): a device checks its own leaf, its
+``k`` neighbours', 16 audited ones and a committee's by inclusion proofs. Not used by the protocol yet.
+
+**The head.** The server builds a :class:`CohortTree` (RFC 9162's shape, :mod:`fedstats.wire.merkle`)
+over the members' :class:`Leaf` in slot order; every node carries ``(hash, slots)``, and an inner node
+hashes its children's hashes *and* slots, so the root fixes each member's place in the slot order. The
+:class:`TreeHead` ``(n, total_slots, root)``'s digest replaces the list digest of
+:func:`fedstats.wire.seeding.commitments_digest`: every party binds it.
+
+**What a device checks, and why.**
+
+1. *Its own leaf, before it reveals* (:func:`verify_leaf`): the leaf at its position is its own client
+   id, commitment, key and slot count, and the proven ``slot_start`` (the slots of the subtrees left of
+   its path) is the one it was given at check-in. It reveals its value signed over
+   :func:`reveal_statement`, which names the head, so a reveal cannot be moved into another tree.
+2. *The seed* (:func:`committee_positions`, :func:`committee_seed`): only a committee's reveals enter it
+   (a device cannot check that a hash of *all* reveals used the committed ones). The committee is
+   ``min(n, 40)`` positions drawn from the head's digest, fixed before the server learns it. A device
+   fetches their leaves in one :class:`MultiProof` with each one's certificate, value and signature, and
+   checks that the value opens the leaf's commitment (:func:`fedstats.wire.seeding.commitment`) and is
+   signed by the leaf's key over this head: else a server could build a victim's tree after the honest
+   members revealed, trying trees until the victim's neighbours are colluders. Each tree tried gives an
+   all-colluder committee with probability ``<= (c / n)^kappa``; a withholding member aborts the run.
+3. *The round's participants* (:func:`verify_range`): the members whose slots meet the round's client
+   range ``[a, b)`` are the positions ``[p_lo, p_hi)``, proven by the leaves holding slots ``a`` and
+   ``b - 1``: slot order is position order and every member holds a slot.
+4. *Its session* (:func:`session_of`, :func:`member_at`): a Feistel permutation keyed by the seed and
+   ``(p_lo, p_hi)`` orders the participants (the same sessions in every round with the same ones, as in
+   :func:`fedstats.wire.seeding.sessions_of`), cut by :func:`fedstats.wire.seeding.session_bounds`; a
+   device finds its session, roster index and size in ``O(1)`` hashes, and a roster index's position by
+   the inverse, so it fetches exactly its neighbours' leaves (with the audited ones) and refuses others.
+5. *Its session's roster* (:func:`session_roster_digest`): the secure aggregation it feeds (Bell et al.,
+   CCS 2020; :func:`fedstats.secagg.crypto.roster_transcript`) binds a digest of the head and the
+   session's coordinates instead of all its members' keys.
+
+Equivocation is caught as today: devices shown different heads derive different seeds and session ids
+and refuse each other's advertisements before sending a share. **Every leaf holds a slot** (the tree and
+the verifiers refuse 0, as :func:`fedstats.wire.seeding.check_cohort` does): a leaf without slots would
+sit between participants yet meet no client range, and they would no longer be a position range.
+
+**The sums cannot be forged.** A node's slots are hashed into its parent and a verifier recomputes the
+slots along its path from the leaf up, so any two leaves that verify against one head hold disjoint slot
+ranges in position order within ``[0, total_slots)`` (where their paths meet, one lies in the left child
+whose slots both hashed). A server that writes a wrong sum, or a head naming another ``n`` over the same
+root (``n`` is bound by each path's shape, as in RFC 9162), only makes some leaves unprovable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import hmac
+import itertools
+import math
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
+
+import numpy as np
+
+from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
+from fedstats.wire.merkle import HASH_BYTES
+
+__all__ = [
+    "KAPPA",
+    "ROUNDS",
+    "CohortTree",
+    "Leaf",
+    "LeafProof",
+    "MultiProof",
+    "RangeProof",
+    "Seat",
+    "SessionPermutation",
+    "TreeHead",
+    "committee_positions",
+    "committee_seed",
+    "member_at",
+    "reveal_statement",
+    "session_of",
+    "session_roster_digest",
+    "sessions_of_positions",
+    "verify_leaf",
+    "verify_multi",
+    "verify_range",
+]
+
+KAPPA = 40
+"""Default size of the seed committee (``docs/deploy.md``, "Next steps", item 1)."""
+ROUNDS = 8
+"""Feistel rounds of :class:`SessionPermutation` (at least 6, Patarin's bound for a strong PRP)."""
+VALUE_BYTES = 32
+"""Bytes of a seed contribution (:data:`fedstats.wire.seeding.CONTRIBUTION_BYTES`)."""
+
+Node = tuple[bytes, int]
+"""One node of a proof: ``(hash, slots)``, 32 bytes and the slots below it."""
+
+_LEAF = b"fedstats/wire/cohort-leaf/v1\x00"
+_HEAD = b"fedstats/wire/cohort-head/v1\x00"
+_COMMITTEE = b"fedstats/wire/seed-committee/v1\x00"
+_REVEAL = b"fedstats/wire/committee-reveal/v1\x00"
+_SEED = b"fedstats/wire/committee-seed/v1\x00"
+_PRP_KEY = b"fedstats/wire/session-prp-key/v1\x00"
+_PRP_ROUND = b"fedstats/wire/session-prp-round/v1\x00"
+_ROSTER = b"fedstats/wire/session-roster/v1\x00"
+_TAG_HEAD, _TAG_LEAF, _TAG_MULTI, _TAG_RANGE = b"\x01", b"\x02", b"\x03", b"\x04"
+_U64 = 1 << 64
+_INNER = struct.Struct("<32sQ32sQ")
+_LEAF_TAIL = struct.Struct("<32s32sQ")
+_T = TypeVar("_T")
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _inner(left: Node, right: Node) -> bytes:
+    """``SHA-256(0x01 || left.hash || u64 left.slots || right.hash || u64 right.slots)``."""
+    return hashlib.sha256(b"\x01" + _INNER.pack(left[0], left[1], right[0], right[1])).digest()
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One member of a run's cohort, a leaf of its :class:`CohortTree`.
+
+    ``client_id``: at most 65,535 bytes of UTF-8; ``commitment``: its seed commitment
+    (:func:`fedstats.wire.seeding.commitment`) and ``key``: its raw Ed25519 identity key, 32 bytes each;
+    ``slot_count``: its slots (records) in ``[0, 2**64)`` (trees and verifiers need ``>= 1``).
+    ParameterError otherwise.
+    """
+
+    client_id: str
+    commitment: bytes
+    key: bytes
+    slot_count: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.client_id, str) or len(self.client_id.encode()) > 0xFFFF:
+            raise ParameterError("client_id", self.client_id, "a str of at most 65535 UTF-8 bytes")
+        for name, v in (("commitment", self.commitment), ("key", self.key)):
+            if not isinstance(v, bytes) or len(v) != 32:
+                raise ParameterError(name, v, "32 bytes")
+        if not _is_int(self.slot_count) or not 0 <= self.slot_count < _U64:
+            raise ParameterError("slot_count", self.slot_count, "an integer in [0, 2**64)")
+
+    def to_bytes(self) -> bytes:
+        """``u16-length-prefixed utf-8 client_id || commitment || key || u64 slot_count``."""
+        raw = self.client_id.encode()
+        tail = _LEAF_TAIL.pack(self.commitment, self.key, self.slot_count)
+        return struct.pack("<H", len(raw)) + raw + tail
+
+    def hash(self) -> bytes:
+        """The leaf's hash, ``SHA-256(0x00 || label || to_bytes())``."""
+        return hashlib.sha256(b"\x00" + _LEAF + self.to_bytes()).digest()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Leaf:
+        """Parse :meth:`to_bytes`' output, every length checked (DataError if malformed)."""
+        return _decode(data, b"", 1, _Reader.leaf)
+
+
+@dataclass(frozen=True)
+class TreeHead:
+    """What every party binds: a cohort tree's leaf count, total slots and root.
+
+    ``n`` in ``[1, 2**32)``, ``total_slots`` in ``[n, 2**64)``, ``root`` 32 bytes (else ParameterError).
+    """
+
+    n: int
+    total_slots: int
+    root: bytes
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.n) or not 1 <= self.n < 1 << 32:
+            raise ParameterError("n", self.n, "an integer in [1, 2**32)")
+        if not _is_int(self.total_slots) or not self.n <= self.total_slots < _U64:
+            raise ParameterError("total_slots", self.total_slots, "an integer in [n, 2**64)")
+        if not isinstance(self.root, bytes) or len(self.root) != HASH_BYTES:
+            raise ParameterError("root", self.root, "32 bytes")
+
+    def digest(self) -> bytes:
+        """``SHA-256(label || u32 n || u64 total_slots || root)``: the 32 bytes every party binds."""
+        return hashlib.sha256(_HEAD + self.to_bytes()[1:]).digest()
+
+    def to_bytes(self) -> bytes:
+        """A tag byte, ``u32 n``, ``u64 total_slots``, the root: 45 bytes (a message of its own)."""
+        return _TAG_HEAD + struct.pack("<IQ", self.n, self.total_slots) + self.root
+
+
+@dataclass(frozen=True)
+class LeafProof:
+    """One leaf at ``position`` with its ``path``: the siblings' ``(hash, slots)`` from the leaf up."""
+
+    position: int
+    leaf: Leaf
+    path: tuple[Node, ...]
+
+    def to_bytes(self) -> bytes:
+        """A tag byte, ``u32 position``, the leaf, ``u8`` path length, 40 bytes per node."""
+        return _TAG_LEAF + _leaf_proof_body(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, max_leaves: int) -> LeafProof:
+        """Parse :meth:`to_bytes`' output for a tree of at most ``max_leaves`` leaves (else DataError)."""
+        return _decode(data, _TAG_LEAF, max_leaves, _Reader.leaf_proof)
+
+
+@dataclass(frozen=True)
+class MultiProof:
+    """Leaves at strictly increasing ``positions`` with one proof: each node they need, once.
+
+    Canonical order: from the leaves up, each level's known nodes in increasing index give their
+    sibling unless it is known too or missing (an unpaired last node is carried up).
+    """
+
+    positions: tuple[int, ...]
+    leaves: tuple[Leaf, ...]
+    nodes: tuple[Node, ...]
+
+    def to_bytes(self) -> bytes:
+        """A tag byte, ``u32`` count, the ``u32`` positions, the leaves, ``u32`` node count, the nodes."""
+        count = len(self.positions)
+        parts = [_TAG_MULTI, struct.pack(f"<I{count}I", count, *self.positions)]
+        parts += [leaf.to_bytes() for leaf in self.leaves]
+        parts.append(struct.pack("<I", len(self.nodes)))
+        return b"".join(parts + [struct.pack("<32sQ", *v) for v in self.nodes])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, max_leaves: int) -> MultiProof:
+        """Parse :meth:`to_bytes`' output for a tree of at most ``max_leaves`` leaves (else DataError)."""
+        return _decode(data, _TAG_MULTI, max_leaves, _Reader.multi)
+
+
+@dataclass(frozen=True)
+class RangeProof:
+    """A round's boundary leaves: ``first`` holds slot ``a``, ``last`` slot ``b - 1`` (maybe the same)."""
+
+    first: LeafProof
+    last: LeafProof
+
+    def to_bytes(self) -> bytes:
+        """A tag byte, then each boundary's :meth:`LeafProof.to_bytes` without its tag."""
+        return _TAG_RANGE + _leaf_proof_body(self.first) + _leaf_proof_body(self.last)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, max_leaves: int) -> RangeProof:
+        """Parse :meth:`to_bytes`' output for a tree of at most ``max_leaves`` leaves (else DataError)."""
+        return _decode(data, _TAG_RANGE, max_leaves, lambda r: cls(r.leaf_proof(), r.leaf_proof()))
+
+
+def _leaf_proof_body(p: LeafProof) -> bytes:
+    head = struct.pack("<I", p.position) + p.leaf.to_bytes() + struct.pack("<B", len(p.path))
+    return head + b"".join(struct.pack("<32sQ", *v) for v in p.path)
+
+
+def _decode(data: bytes, tag: bytes, max_leaves: int, read: Callable[[_Reader], _T]) -> _T:
+    """One message read whole: its tag, ``read``'s fields, no byte left (DataError otherwise)."""
+    if not _is_int(max_leaves) or not 1 <= max_leaves < 1 << 32:
+        raise ParameterError("max_leaves", max_leaves, "an integer in [1, 2**32)")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise DataError(f"expected bytes, got {type(data).__name__}")
+    r = _Reader(memoryview(data).cast("B"), max_leaves)
+    if r.take(len(tag)) != tag:
+        raise DataError("not the cohort-tree message expected (wrong tag)")
+    try:
+        got = read(r)
+    except ParameterError as e:  # a field out of range
+        raise DataError(f"malformed cohort-tree message: {e}") from None
+    if r.at != len(r.view):
+        raise DataError(f"{len(r.view) - r.at} bytes after a cohort-tree message")
+    return got
+
+
+class _Reader:
+    """Reads a wire encoding's fields, checking every length before it reads (DataError otherwise)."""
+
+    def __init__(self, view: memoryview, max_leaves: int) -> None:
+        self.view, self.at, self.max_leaves = view, 0, max_leaves
+        self.depth = (max_leaves - 1).bit_length()  # the longest proof: ceil(log2 max_leaves)
+
+    def take(self, k: int) -> bytes:
+        if self.at + k > len(self.view):
+            raise DataError(f"truncated cohort-tree message ({len(self.view)} bytes)")
+        self.at += k
+        return bytes(self.view[self.at - k : self.at])
+
+    def u32(self) -> int:
+        return int.from_bytes(self.take(4), "little")
+
+    def position(self) -> int:
+        p = self.u32()
+        if p >= self.max_leaves:
+            raise DataError(f"position {p} of a tree of at most {self.max_leaves} leaves")
+        return p
+
+    def node(self) -> Node:
+        return self.take(HASH_BYTES), int.from_bytes(self.take(8), "little")  # in this order
+
+    def leaf(self) -> Leaf:
+        (size,) = struct.unpack("<H", self.take(2))
+        try:
+            cid = self.take(size).decode()
+        except UnicodeDecodeError:
+            raise DataError("a leaf's client id is not UTF-8") from None
+        commitment, key, count = _LEAF_TAIL.unpack(self.take(_LEAF_TAIL.size))
+        return Leaf(cid, commitment, key, int(count))
+
+    def leaf_proof(self) -> LeafProof:
+        position, leaf, m = self.position(), self.leaf(), self.take(1)[0]
+        if m > self.depth:
+            raise DataError(f"a proof of {m} nodes for a tree of at most {self.max_leaves} leaves")
+        return LeafProof(position, leaf, tuple(self.node() for _ in range(m)))
+
+    def multi(self) -> MultiProof:
+        count = self.u32()
+        if not 1 <= count <= self.max_leaves:
+            raise DataError(f"a multiproof of {count} leaves (at most {self.max_leaves})")
+        positions = tuple(self.position() for _ in range(count))
+        if any(q <= p for p, q in itertools.pairwise(positions)):
+            raise DataError("a multiproof's positions are not strictly increasing")
+        leaves = tuple(self.leaf() for _ in range(count))
+        m = self.u32()
+        if m > count * self.depth:
+            raise DataError(f"a multiproof of {count} leaves with {m} nodes")
+        return MultiProof(positions, leaves, tuple(self.node() for _ in range(m)))
+
+
+class CohortTree:
+    """The server's Merkle sum tree over a run's cohort; every proof in ``O(log n)`` lookups.
+
+    Built bottom-up in ``2 n - 1`` hashes as :class:`fedstats.wire.merkle.MerkleTree` (RFC 9162's
+    shape), every level kept. ``leaves``: the members in slot order, at least one, each holding
+    ``slot_count >= 1`` slots (ParameterError otherwise or if they reach ``2**64``).
+    """
+
+    def __init__(self, leaves: Sequence[Leaf]) -> None:
+        self._leaves = tuple(leaves)
+        if not self._leaves or len(self._leaves) >= 1 << 32:
+            raise ParameterError("leaves", len(self._leaves), "between 1 and 2**32 - 1 leaves")
+        for j, leaf in enumerate(self._leaves):
+            if not isinstance(leaf, Leaf) or leaf.slot_count < 1:
+                raise ParameterError(f"leaves[{j}]", leaf, "a Leaf with slot_count >= 1")
+        slots = [leaf.slot_count for leaf in self._leaves]
+        self._starts = list(itertools.accumulate(slots, initial=0))
+        if self._starts[-1] >= _U64:
+            raise ParameterError("leaves", self._starts[-1], "slots in all below 2**64")
+        hashes = [leaf.hash() for leaf in self._leaves]
+        self._hashes, self._slots = [hashes], [slots]
+        sha, pack = hashlib.sha256, _INNER.pack
+        while len(hashes) > 1:
+            h, s, pairs = hashes, slots, range(0, len(hashes) - 1, 2)
+            hashes = [sha(b"\x01" + pack(h[i], s[i], h[i + 1], s[i + 1])).digest() for i in pairs]
+            slots = [s[i] + s[i + 1] for i in pairs]
+            if len(h) % 2:
+                hashes.append(h[-1])
+                slots.append(s[-1])
+            self._hashes.append(hashes)
+            self._slots.append(slots)
+        self.head = TreeHead(len(self._leaves), self._starts[-1], hashes[0])
+
+    def _check(self, position: int, name: str = "position") -> int:
+        if not _is_int(position) or not 0 <= position < len(self._leaves):
+            raise ParameterError(name, position, f"an integer in [0, {len(self._leaves)})")
+        return position
+
+    def leaf(self, position: int) -> Leaf:
+        """The leaf at ``position`` (ParameterError outside ``[0, n)``)."""
+        return self._leaves[self._check(position)]
+
+    def slot_start(self, position: int) -> int:
+        """The first slot of the leaf at ``position`` (ParameterError outside ``[0, n)``)."""
+        return self._starts[self._check(position)]
+
+    def proof(self, position: int) -> tuple[Node, ...]:
+        """Leaf ``position``'s inclusion proof: ``ceil(log2 n)`` siblings at most (ParameterError)."""
+        i, out = self._check(position), []
+        for hashes, slots in zip(self._hashes[:-1], self._slots[:-1], strict=True):
+            if i ^ 1 < len(hashes):  # else the node is carried up unpaired
+                out.append((hashes[i ^ 1], slots[i ^ 1]))
+            i >>= 1
+        return tuple(out)
+
+    def leaf_proof(self, position: int) -> LeafProof:
+        """The leaf at ``position`` with its :meth:`proof`."""
+        return LeafProof(position, self.leaf(position), self.proof(position))
+
+    def multiproof(self, positions: Iterable[int]) -> MultiProof:
+        """One proof of the leaves at ``positions`` (any order, repeats ignored; ParameterError if none)."""
+        known = sorted({self._check(p, "positions") for p in positions})
+        if not known:
+            raise ParameterError("positions", known, "at least one position")
+        out, nodes = tuple(known), []
+        for hashes, slots in zip(self._hashes[:-1], self._slots[:-1], strict=True):
+            have = set(known)
+            given = [i ^ 1 for i in known if i ^ 1 < len(hashes) and i ^ 1 not in have]
+            nodes += [(hashes[j], slots[j]) for j in given]
+            known = sorted({i >> 1 for i in known})
+        return MultiProof(out, tuple(self._leaves[p] for p in out), tuple(nodes))
+
+    def positions_of(self, a: int, b: int) -> tuple[int, int]:
+        """The positions ``[p_lo, p_hi)`` whose slots meet ``[a, b)`` (ParameterError if empty)."""
+        total = self.head.total_slots
+        if not (_is_int(a) and _is_int(b)) or not 0 <= a < b <= total:
+            raise ParameterError("(a, b)", (a, b), f"a non-empty client range within [0, {total})")
+        return bisect.bisect_right(self._starts, a) - 1, bisect.bisect_right(self._starts, b - 1)
+
+    def range_proof(self, a: int, b: int) -> RangeProof:
+        """The boundary leaves of client range ``[a, b)`` (:func:`verify_range`; as positions_of)."""
+        lo, hi = self.positions_of(a, b)
+        return RangeProof(self.leaf_proof(lo), self.leaf_proof(hi - 1))
+
+
+def _sibling(p: object, room: int) -> Node:
+    """A proof's node, checked: a 32-byte hash and ``1 <= slots <= room`` (SecurityError otherwise)."""
+    if not isinstance(p, tuple) or len(p) != 2 or not isinstance(p[0], bytes):
+        raise SecurityError("the proof has a node too many or too few, or not (hash, slots)")
+    if len(p[0]) != HASH_BYTES or not _is_int(p[1]) or not 1 <= p[1] <= room:
+        raise SecurityError("an inclusion proof's node does not fit the tree (hash or slots)")
+    return p[0], p[1]
+
+
+def verify_leaf(head: TreeHead, position: int, leaf: Leaf, proof: Sequence[Node]) -> int:
+    """Check that ``leaf`` is leaf ``position`` of the tree of ``head``; return its ``slot_start``.
+
+    RFC 9162 2.1.3.2's algorithm with each node's slots carried up: a sibling met on the left adds its
+    slots to ``slot_start``; every sum is checked against ``head.total_slots``. ``proof``: the siblings'
+    ``(hash, slots)`` from the leaf up (:meth:`CohortTree.proof`). The leaf holds the slots
+    ``[slot_start, slot_start + leaf.slot_count)``.
+
+    Raises
+    ------
+    SecurityError
+        If the proof does not lead from this leaf at this position to the head's root and total, has
+        the wrong length for ``head.n``, or a slot count is zero or exceeds ``total_slots``.
+    """
+    total = head.total_slots
+    if not _is_int(position) or not 0 <= position < head.n:
+        raise SecurityError(f"leaf {position!r} is not a position of a tree of {head.n} leaves")
+    if not 1 <= leaf.slot_count <= total:
+        raise SecurityError(f"leaf {position} holds {leaf.slot_count} slots, not in [1, {total}]")
+    fn, sn, start = position, head.n - 1, 0
+    node: Node = (leaf.hash(), leaf.slot_count)
+    for p in proof:
+        p = _sibling(p if sn else None, total - node[1])  # sn == 0: the proof is too long
+        if fn & 1 or fn == sn:
+            node, start = (_inner(p, node), p[1] + node[1]), start + p[1]
+            while not fn & 1 and fn != 0:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            node = (_inner(node, p), node[1] + p[1])
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0 or node[1] != total or not hmac.compare_digest(node[0], head.root):
+        raise SecurityError(f"leaf {position} is not in the committed tree of {head.n} leaves")
+    return start
+
+
+def verify_multi(
+    head: TreeHead, proof: MultiProof, positions: Iterable[int] | None = None
+) -> list[int]:
+    """Check every leaf of a :class:`MultiProof` against ``head``; return their ``slot_start`` in order.
+
+    The nodes above the leaves are recomputed level by level from the leaves and the proof's nodes
+    (consumed in canonical order, each once); each leaf's first slot is then read top-down. If
+    ``positions`` (the ones asked for, repeats ignored) is given, the proof must cover exactly these.
+    SecurityError if the positions are not the ones asked for, not strictly increasing within
+    ``[0, n)`` or not one leaf each, there are too few or too many nodes, a slot count is zero or
+    exceeds ``total_slots``, or the proof does not lead to the head's root and total.
+    """
+    total, pos = head.total_slots, list(proof.positions)
+    if positions is not None and pos != sorted(set(positions)):
+        raise SecurityError("the multiproof does not cover the positions asked for")
+    if not pos or len(proof.leaves) != len(pos) or pos != sorted(set(pos)):
+        raise SecurityError("a multiproof needs one leaf per position, positions increasing")
+    if not all(_is_int(p) for p in pos) or not 0 <= pos[0] <= pos[-1] < head.n:
+        raise SecurityError(f"a multiproof's positions are not positions of {head.n} leaves")
+    known: dict[int, Node] = {}
+    for p, leaf in zip(pos, proof.leaves, strict=True):
+        if not 1 <= leaf.slot_count <= total:
+            raise SecurityError(f"leaf {p} holds {leaf.slot_count} slots, not in [1, {total}]")
+        known[p] = (leaf.hash(), leaf.slot_count)
+    nodes, seen, size = iter(proof.nodes), [], head.n
+    while size > 1:
+        level, up = dict(known), {}
+        for i in sorted(known):
+            if i >> 1 in up:
+                continue
+            if i ^ 1 >= size:
+                up[i >> 1] = known[i]
+                continue
+            if i ^ 1 not in level:
+                level[i ^ 1] = _sibling(next(nodes, None), total)
+            left, right = level[i & ~1], level[i | 1]
+            if left[1] + right[1] > total:
+                raise SecurityError(f"the multiproof's slots exceed the tree's {total}")
+            up[i >> 1] = (_inner(left, right), left[1] + right[1])
+        seen.append(level)
+        known, size = up, (size + 1) // 2
+    if next(nodes, None) is not None:
+        raise SecurityError("the multiproof has nodes it does not need")
+    if known[0][1] != total or not hmac.compare_digest(known[0][0], head.root):
+        raise SecurityError(f"the multiproof's leaves are not in the committed tree of {head.n}")
+    starts = {0: 0}
+    for level in reversed(seen):
+        starts = {i: starts[i >> 1] + (level[i - 1][1] if i & 1 else 0) for i in level}
+    return [starts[p] for p in pos]
+
+
+def verify_range(head: TreeHead, a: int, b: int, proof: RangeProof) -> tuple[int, int]:
+    """A device's check of a round's participants: the positions ``[p_lo, p_hi)`` meeting ``[a, b)``.
+
+    ``a, b``: the round's client range, derived by the device from the task. The first boundary leaf
+    must hold slot ``a``, the last slot ``b - 1``: as every leaf holds a slot and verified leaves hold
+    disjoint slots in position order, the positions between them are exactly the members whose slots
+    meet the range (for ``a = 0`` position 0, for ``b = total_slots`` the last).
+    ParameterError if the range is empty or negative (``a >= b`` or ``a < 0``); SecurityError if it
+    exceeds ``total_slots``, a boundary proof fails or a boundary leaf lacks its slot.
+    """
+    if not (_is_int(a) and _is_int(b)) or not 0 <= a < b:
+        raise ParameterError("(a, b)", (a, b), "a non-empty client range, 0 <= a < b")
+    if b > head.total_slots:
+        raise SecurityError(f"the client range [{a}, {b}) exceeds the cohort's {head.total_slots}")
+    for part, slot in ((proof.first, a), (proof.last, b - 1)):
+        start = verify_leaf(head, part.position, part.leaf, part.path)
+        if not start <= slot < start + part.leaf.slot_count:
+            raise SecurityError(f"the boundary leaf {part.position} does not hold slot {slot}")
+    return proof.first.position, proof.last.position + 1
+
+
+def committee_positions(head: TreeHead, kappa: int = KAPPA) -> list[int]:
+    """The seed committee: ``min(n, kappa)`` distinct positions drawn from the head's digest, sorted.
+
+    The little-endian u64 words of ``HMAC-SHA256(digest, label || u64 counter)`` (counter 0, 1, ...)
+    below the largest multiple of ``n`` under ``2**64`` are taken mod ``n`` (no modulo bias), repeats
+    skipped; all positions when ``n <= kappa``. ``kappa``: the committee's size, an integer >= 1 (else
+    ParameterError). Returns sorted positions in ``[0, n)``.
+    """
+    if not _is_int(kappa) or kappa < 1:
+        raise ParameterError("kappa", kappa, "an integer >= 1")
+    n = head.n
+    if n <= kappa:
+        return list(range(n))
+    key, limit, counter, chosen = head.digest(), _U64 - _U64 % n, 0, set[int]()
+    while len(chosen) < kappa:
+        block = hmac.digest(key, _COMMITTEE + struct.pack("<Q", counter), "sha256")
+        words = [w % n for w in struct.unpack("<4Q", block) if w < limit]
+        chosen.update(w for w in words if len(chosen) < kappa)  # stop at kappa, mid-block too
+        counter += 1
+    return sorted(chosen)
+
+
+def _run_field(run_id: str) -> bytes:
+    raw = run_id.encode() if isinstance(run_id, str) else b""
+    if not raw or len(raw) > 0xFFFF:
+        raise ParameterError("run_id", run_id, "a non-empty str of at most 65535 UTF-8 bytes")
+    return struct.pack("<H", len(raw)) + raw
+
+
+def reveal_statement(run_id: str, head: TreeHead, position: int, value: bytes) -> bytes:
+    """What a committee member signs with its identity key to reveal ``value`` over this head.
+
+    ``label || u16-prefixed run id || head digest || u32 position || value`` (32 bytes), the head the
+    one it verified its leaf against (ParameterError for a bad ``run_id``, ``position`` or ``value``).
+    """
+    if not _is_int(position) or not 0 <= position < head.n:
+        raise ParameterError("position", position, f"an integer in [0, {head.n})")
+    if not isinstance(value, bytes) or len(value) != VALUE_BYTES:
+        raise ParameterError("value", value, f"{VALUE_BYTES} bytes")
+    return _REVEAL + _run_field(run_id) + head.digest() + struct.pack("<I", position) + value
+
+
+def committee_seed(
+    run_id: str, head: TreeHead, values: Sequence[bytes], kappa: int = KAPPA
+) -> bytes:
+    """The run's 32-byte seed: ``SHA-256(label || u16-prefixed run id || head digest || values)``.
+
+    ``values``: the committee's in position order (:func:`committee_positions`), each checked by the
+    caller (it opens its leaf's commitment, signed by the leaf's key over :func:`reveal_statement`).
+    SecurityError unless one 32-byte value per member; ParameterError for a bad ``kappa`` or ``run_id``.
+    """
+    if not _is_int(kappa) or kappa < 1:
+        raise ParameterError("kappa", kappa, "an integer >= 1")
+    if len(values) != min(head.n, kappa):
+        raise SecurityError(
+            f"the seed needs {min(head.n, kappa)} committee values, not {len(values)}"
+        )
+    if any(not isinstance(v, bytes) or len(v) != VALUE_BYTES for v in values):
+        raise SecurityError(f"a committee value must be {VALUE_BYTES} bytes")
+    return hashlib.sha256(_SEED + _run_field(run_id) + head.digest() + b"".join(values)).digest()
+
+
+class SessionPermutation:
+    """A pseudorandom permutation of ``[0, d)`` keyed by the run seed and the participants' positions.
+
+    A Feistel network of :data:`ROUNDS` rounds over the smallest even ``w >= 2`` bits with ``2**w >= d``,
+    cycle-walked into ``[0, d)`` (Black & Rogaway 2002; ``2**w < 4 d``: under 4 walks expected). Round
+    ``r``: ``(L, R) -> (R, L xor F_r(R))``, ``F_r(x)`` the first 8 bytes (little-endian, masked to
+    ``w / 2`` bits) of ``HMAC-SHA256(HMAC-SHA256(seed, label || u64 p_lo || u64 p_hi), label || u8 r ||
+    u64 x)``. ``seed``: 32 bytes; ``d = p_hi - p_lo >= 1`` (ParameterError otherwise).
+    """
+
+    __slots__ = ("_half", "_key", "_mask", "_memo", "_tables", "d")
+
+    def __init__(self, seed: bytes, p_lo: int, p_hi: int) -> None:
+        if not isinstance(seed, bytes) or len(seed) != 32:
+            raise ParameterError("seed", seed, "32 bytes")
+        if not (_is_int(p_lo) and _is_int(p_hi)) or not 0 <= p_lo < p_hi < _U64:
+            raise ParameterError("(p_lo, p_hi)", (p_lo, p_hi), "positions with 0 <= p_lo < p_hi")
+        self.d = p_hi - p_lo
+        self._half = (max(2, (self.d - 1).bit_length()) + 1) // 2
+        self._mask = (1 << self._half) - 1
+        self._key = hmac.digest(seed, _PRP_KEY + struct.pack("<QQ", p_lo, p_hi), "sha256")
+        self._memo: dict[int, int] = {}
+        self._tables: np.ndarray | None = None
+
+    def _f(self, r: int, x: int) -> int:
+        got = self._memo.get(slot := (r << self._half) | x)
+        if got is None:
+            mac = hmac.digest(self._key, _PRP_ROUND + struct.pack("<BQ", r, x), "sha256")
+            got = self._memo[slot] = int.from_bytes(mac[:8], "little") & self._mask
+        return got
+
+    def _walk(self, x: int, name: str, rounds: Sequence[int], inverse: bool) -> int:
+        if not _is_int(x) or not 0 <= x < self.d:
+            raise ParameterError(name, x, f"an integer in [0, {self.d})")
+        while True:
+            left, right = x >> self._half, x & self._mask
+            for r in rounds:
+                if inverse:
+                    left, right = right ^ self._f(r, left), left
+                else:
+                    left, right = right, left ^ self._f(r, right)
+            x = (left << self._half) | right
+            if x < self.d:
+                return x
+
+    def forward(self, x: int) -> int:
+        """``pi(x)`` for ``x`` in ``[0, d)`` (ParameterError otherwise)."""
+        return self._walk(x, "x", range(ROUNDS), False)
+
+    def inverse(self, y: int) -> int:
+        """``pi^-1(y)`` for ``y`` in ``[0, d)`` (ParameterError otherwise)."""
+        return self._walk(y, "y", range(ROUNDS - 1, -1, -1), True)
+
+    def forward_all(self) -> np.ndarray:
+        """``pi(x)`` for every ``x`` in ``[0, d)``, shape ``(d,)``, int64: the server's batch form.
+
+        Each round value is computed once (``ROUNDS * 2**(w / 2) < 16 sqrt(d) + 16`` HMACs).
+        """
+        if self._tables is None:
+            size = 1 << self._half
+            values = [[self._f(r, x) for x in range(size)] for r in range(ROUNDS)]
+            self._tables = np.array(values, dtype=np.uint64)
+        h, m, d = np.uint64(self._half), np.uint64(self._mask), np.uint64(self.d)
+        y, todo = np.arange(self.d, dtype=np.uint64), np.arange(self.d)
+        while todo.size:
+            v = y[todo]
+            left, right = v >> h, v & m
+            for r in range(ROUNDS):
+                left, right = right, left ^ self._tables[r][right]
+            y[todo] = v = (left << h) | right
+            todo = todo[v >= d]
+        return y.astype(np.int64)
+
+
+_permutation = functools.lru_cache(maxsize=16)(SessionPermutation)  # a round's calls share its memo
+
+
+def _bounds(d: int, max_session: int) -> list[tuple[int, int]]:
+    """:func:`fedstats.wire.seeding.session_bounds`, repeated (this module imports no wire sibling)."""
+    k = max(1, math.ceil(d / max_session))
+    edges = [round(i * d / k) for i in range(k + 1)]
+    return [(edges[i], edges[i + 1]) for i in range(k)]
+
+
+class Seat(NamedTuple):
+    """A participant's session ``number``, ``roster_index``, the session's ``size`` and ``bounds``."""
+
+    number: int
+    roster_index: int
+    size: int
+    bounds: tuple[int, int]
+
+
+def _cut(
+    seed: bytes, p_lo: int, p_hi: int, max_session: int, min_session_size: int
+) -> tuple[SessionPermutation, list[tuple[int, int]]]:
+    """The round's permutation and its sessions' bounds, refusing a session below the minimum."""
+    for name, v in (("max_session", max_session), ("min_session_size", min_session_size)):
+        if not _is_int(v) or v < 2:
+            raise ParameterError(name, v, "an integer >= 2")
+    if not isinstance(seed, bytes):
+        raise ParameterError("seed", seed, "32 bytes")
+    if _is_int(p_lo) and _is_int(p_hi) and 0 <= p_lo == p_hi:
+        raise ProtocolAbortError("a round without participants makes no secure session")
+    pi = _permutation(seed, p_lo, p_hi)
+    bounds = _bounds(pi.d, max_session)
+    smallest = min(b - a for a, b in bounds)
+    if smallest < min_session_size:
+        msg = f"{pi.d} participant(s) make a session of {smallest} < min_session_size"
+        raise ProtocolAbortError(f"{msg}={min_session_size}")
+    return pi, bounds
+
+
+def session_of(
+    seed: bytes, p_lo: int, p_hi: int, max_session: int, min_session_size: int, position: int
+) -> Seat:
+    """A device's session, roster index and session size, from its position alone.
+
+    The participants ``[p_lo, p_hi)`` (:func:`verify_range`) are permuted by
+    :class:`SessionPermutation` keyed by the run's verified ``seed`` and cut as
+    :func:`fedstats.wire.seeding.session_bounds` cuts (the task's ``max_session``; sessions below
+    ``min_session_size`` refused): session ``s`` holds the permuted indices ``[a_s, b_s)``, and
+    ``position`` (in ``[p_lo, p_hi)``) has roster index ``pi(position - p_lo) - a_s``.
+    ParameterError if an argument is out of range (``position`` not a participant's, a limit below 2);
+    ProtocolAbortError if there are no participants or a session would be below ``min_session_size``.
+    """
+    pi, bounds = _cut(seed, p_lo, p_hi, max_session, min_session_size)
+    if not _is_int(position) or not p_lo <= position < p_hi:
+        raise ParameterError("position", position, f"a participant's position in [{p_lo}, {p_hi})")
+    j = pi.forward(position - p_lo)
+    number = bisect.bisect_right([a for a, _ in bounds], j) - 1
+    a, b = bounds[number]
+    return Seat(number, j - a, b - a, (a, b))
+
+
+def member_at(
+    seed: bytes,
+    p_lo: int,
+    p_hi: int,
+    max_session: int,
+    min_session_size: int,
+    number: int,
+    roster_index: int,
+) -> int:
+    """The position at ``roster_index`` of session ``number``: :func:`session_of` inverted.
+
+    Other arguments as in :func:`session_of`; raises as it does, and ParameterError for a ``number`` or
+    ``roster_index`` outside the round's sessions.
+    """
+    pi, bounds = _cut(seed, p_lo, p_hi, max_session, min_session_size)
+    if not _is_int(number) or not 0 <= number < len(bounds):
+        raise ParameterError("number", number, f"a session in [0, {len(bounds)})")
+    a, b = bounds[number]
+    if not _is_int(roster_index) or not 0 <= roster_index < b - a:
+        raise ParameterError("roster_index", roster_index, f"an index in [0, {b - a})")
+    return p_lo + pi.inverse(a + roster_index)
+
+
+def sessions_of_positions(
+    seed: bytes, p_lo: int, p_hi: int, max_session: int, min_session_size: int
+) -> list[list[int]]:
+    """Every session of the round as positions in roster order (the server's form, in batch).
+
+    Arguments and errors as in :func:`session_of`; ``[s][i]`` is session ``s``'s roster index ``i``.
+    """
+    pi, bounds = _cut(seed, p_lo, p_hi, max_session, min_session_size)
+    order = np.empty(pi.d, dtype=np.int64)
+    order[pi.forward_all()] = np.arange(p_lo, p_hi, dtype=np.int64)
+    return [order[a:b].tolist() for a, b in bounds]
+
+
+def session_roster_digest(
+    task_id: bytes,
+    session_id: bytes,
+    head: TreeHead,
+    p_lo: int,
+    p_hi: int,
+    max_session: int,
+    number: int,
+    size: int,
+) -> bytes:
+    """The 32-byte digest of a session's roster, without listing its members' keys.
+
+    ``SHA-256(label || u8-prefixed task id || session id || head digest || u64 p_lo || u64 p_hi ||
+    u32 max_session || u32 number || u32 size)``, to replace the all-keys roster digest that
+    :func:`fedstats.secagg.crypto.roster_transcript` binds. It determines the roster: the head fixes each
+    position's leaf (and key) and the committee whose committed values make the seed, which the session
+    id binds (:func:`fedstats.wire.seeding.session_id`); the seed and the other fields fix the members
+    and their order (:func:`member_at`). ParameterError for an argument out of range.
+    """
+    if not isinstance(task_id, bytes) or not 1 <= len(task_id) <= 64:
+        raise ParameterError("task_id", task_id, "1 to 64 bytes")
+    if not isinstance(session_id, bytes) or len(session_id) != 32:
+        raise ParameterError("session_id", session_id, "32 bytes")
+    if not (_is_int(p_lo) and _is_int(p_hi)) or not 0 <= p_lo < p_hi <= head.n:
+        raise ParameterError("(p_lo, p_hi)", (p_lo, p_hi), f"0 <= p_lo < p_hi <= {head.n}")
+    top = (1 << 32) - 1
+    for name, v, lo, hi in (("max_session", max_session, 2, top), ("number", number, 0, top)):
+        if not _is_int(v) or not lo <= v <= hi:
+            raise ParameterError(name, v, f"an integer in [{lo}, {hi}]")
+    if not _is_int(size) or not 2 <= size <= max_session:
+        raise ParameterError("size", size, f"an integer in [2, {max_session}]")
+    fields = struct.pack("<QQIII", p_lo, p_hi, max_session, number, size)
+    prefix = _ROSTER + struct.pack("<B", len(task_id)) + task_id
+    return hashlib.sha256(prefix + session_id + head.digest() + fields).digest()
