@@ -200,6 +200,31 @@ class SecAggClient:
         self._values = self._modular(values)
         self._has_input = True
 
+    def hold_keys(self, keys: dict[int, bytes]) -> None:
+        """Hold more identity keys of the session's bound roster (malicious model).
+
+        A bound roster (:class:`~fedstats.secagg.identity.SessionRoster`) gives a client only some
+        keys; the caller adds those it checked against the roster's binding since the setup message,
+        e.g. the consistency signers the server names (their cohort tree leaves verified). A key is
+        trusted as given: checking it against the binding is the caller's part.
+
+        Parameters
+        ----------
+        keys : dict of int -> bytes
+            Roster position in ``[0, n)`` -> the member's 32-byte Ed25519 key.
+
+        Raises
+        ------
+        SecurityError
+            Before the setup message, for a listed roster, for a position outside ``[0, n)``, a key
+            not of 32 bytes, or a position that already holds another key.
+        """
+        if self._identities is None:
+            raise SecurityError(f"client {self.index} holds no roster yet")
+        if any(not 0 <= int(j) < self.config.n for j in keys):
+            raise SecurityError(f"a roster position outside [0, {self.config.n})")
+        self._identities.hold({int(j): bytes(key) for j, key in keys.items()})
+
     # ------------------------------------------------------------------------------------------
     def expected(self) -> type[Message] | None:
         """The message type the client accepts next (None once done or aborted)."""
@@ -335,7 +360,7 @@ class SecAggClient:
                 raise SecurityError("the session roster does not match the task or the session")
             if roster.identities[self.index] != c.identity.public:
                 raise SecurityError(f"the roster does not list client {self.index}'s identity key")
-            self._identities = _Identities(roster.identities)  # not n bytes objects
+            self._identities = _Identities(roster.identities, bound=roster.bound)
             own = public_neighbors(c.n, c.k, roster.session, [self.index])[self.index]
             self._nbrs = public_neighbors(c.n, c.k, roster.session, [self.index, *own])
             self._transcript = transcript
@@ -536,6 +561,7 @@ class SecAggClient:
             raise SecurityError(
                 "a malicious-model client decides from the signed survivor set only"
             )
+        identities = self._identities
         listed = self._survivors.tolist()
         survivors = set(listed)
         statement = survivor_statement(self._session, self.config.n, tuple(listed))
@@ -546,10 +572,11 @@ class SecAggClient:
         # neighbourhoods go first so that few signatures are checked. Set operations, not Python
         # loops over k^2 pairs.
         signers = (survivors & msg.signatures.keys()) - {self.index}
+        if identities.bound:  # a signer whose key this client does not hold does not count
+            signers = {m for m in signers if identities.holds(m)}
         coverage = Counter(chain.from_iterable(self._nbrs[j] & signers for j in self._held))
         valid = {self.index}
         checked: set[int] = set()
-        identities = self._identities
         for j in sorted(self._held):
             count = len(self._nbrs[j] & valid)
             if count < threshold:
@@ -588,16 +615,58 @@ class SecAggClient:
 
 
 class _Identities:
-    """A roster's identity keys in one bytes object (32 bytes each): ``ids[j]`` is client ``j``'s key."""
+    """A roster's identity keys: ``ids[j]`` is client ``j``'s key.
 
-    __slots__ = ("_blob",)
+    A listed roster's keys are packed in one bytes object (32 bytes each, not ``n`` bytes objects); a
+    bound roster's are the held ones only (``{position: key}``), and asking for another raises.
+    """
 
-    def __init__(self, identities: tuple[bytes, ...]) -> None:
+    __slots__ = ("_blob", "_held")
+
+    def __init__(self, identities: tuple[bytes, ...], *, bound: bool = False) -> None:
+        self._held: dict[int, bytes] | None = None
+        self._blob = b""
+        if bound:
+            self._held = {j: key for j, key in enumerate(identities) if key}
+            if set(map(len, self._held.values())) - {32}:
+                raise SecurityError("a roster identity key must be 32 bytes")
+            return
         if set(map(len, identities)) - {32}:  # every key 32 bytes (the lengths counted in C)
             raise SecurityError("a roster identity key must be 32 bytes")
         self._blob = b"".join(identities)
 
+    @property
+    def bound(self) -> bool:
+        """Whether only some keys are held (a bound roster)."""
+        return self._held is not None
+
+    def holds(self, j: int) -> bool:
+        """Whether client ``j``'s key is held (always, for a listed roster's clients)."""
+        if self._held is None:
+            return 0 <= j < len(self._blob) // 32
+        return j in self._held
+
+    def hold(self, keys: dict[int, bytes]) -> None:
+        """Hold more keys of a bound roster (checked by the caller against its binding)."""
+        if self._held is None:
+            raise SecurityError("a listed roster's keys are fixed by its signature")
+        held = set(self._held.values())
+        for j, key in keys.items():
+            if len(key) != 32:
+                raise SecurityError("a roster identity key must be 32 bytes")
+            if self._held.get(j, key) != key:
+                raise SecurityError(f"roster position {j} already holds another key")
+            if key in held and self._held.get(j) != key:
+                raise SecurityError("a roster lists one identity key at two positions")
+            held.add(key)
+        self._held.update(keys)
+
     def __getitem__(self, j: int) -> bytes:
+        if self._held is not None:
+            key = self._held.get(j)
+            if key is None:
+                raise SecurityError(f"this client holds no checked identity key of client {j}")
+            return key
         if not 0 <= j < len(self._blob) // 32:
             raise IndexError(j)
         return self._blob[32 * j : 32 * j + 32]

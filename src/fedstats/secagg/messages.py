@@ -541,7 +541,9 @@ def max_message_bytes(cls: type[Message], *, n: int, k: int, length: int, bits: 
     """
     h, sig = HEADER_BYTES + 16, SIGNATURE_BYTES + 1
     if cls is SetupMessage:
-        return h + 7 * 4 + 1 + 4 + 4 * k + 4 + 4 + 1 + 64 + 32 + 4 + 32 * n + SIGNATURE_BYTES
+        # a listed roster holds 32 bytes per client; a bound one a binding and 4 + 32 per held key
+        roster = max(4 + 32 * n, 4 + 32 + 4 + 36 * n) + SIGNATURE_BYTES
+        return h + 7 * 4 + 1 + 4 + 4 * k + 4 + 4 + 1 + 64 + 32 + roster
     if cls is AdvertiseKeys:
         return h + 4 + 64 + sig
     if cls is KeyBroadcast:

@@ -176,8 +176,10 @@ class SecAggServer:
         self.bits = int(bits)
         self.malicious = params.threat_model == "malicious"
         if self.malicious:
-            if roster is None or roster.n != params.n:
-                raise ParameterError("roster", roster, f"a signed roster of {params.n} clients")
+            if roster is None or roster.n != params.n or not all(roster.identities):
+                raise ParameterError(
+                    "roster", roster, f"a signed roster of {params.n} clients with every key"
+                )
             self.roster: SessionRoster | None = roster
             self.session = roster.session
             self.neighbors = public_harary_graph(params.n, params.k, roster.session)
