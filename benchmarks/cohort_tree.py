@@ -29,6 +29,7 @@ from typing import Any
 
 from _util import write_results
 from fedstats.secagg.identity import ClientIdentity, verify_signature
+from fedstats.wire import cohort_sessions as cs
 from fedstats.wire import cohort_tree as ct
 from fedstats.wire import seeding
 
@@ -73,8 +74,8 @@ def _row(n: int, repeat: int) -> dict[str, Any]:
     build = _cpu(lambda: ct.CohortTree(leaves), repeat)
     tree = ct.CohortTree(leaves)
     head = tree.head
-    committee = ct.committee_positions(head)
-    sigs = [ids[p].sign(ct.reveal_statement(run, head, p, values[p])) for p in committee]
+    committee = cs.committee_positions(head)
+    sigs = [ids[p].sign(cs.reveal_statement(run, head, p, values[p])) for p in committee]
     me = rng.randrange(n)
     k = K.get(n, 120)
     others = rng.sample([p for p in range(n) if p != me], min(n - 1, k + AUDITED))
@@ -100,24 +101,24 @@ def _row(n: int, repeat: int) -> dict[str, Any]:
 
     def verify_committee() -> bytes:
         got = ct.MultiProof.from_bytes(cmulti.to_bytes(), max_leaves=n)
-        ct.verify_multi(head, got, ct.committee_positions(head))
+        ct.verify_multi(head, got, cs.committee_positions(head))
         vals = []
         for p, leaf, sig in zip(got.positions, got.leaves, sigs, strict=True):
             if seeding.commitment(run, leaf.client_id, values[p]) != leaf.commitment.hex():
                 raise AssertionError("commitment")
-            if not verify_signature(leaf.key, sig, ct.reveal_statement(run, head, p, values[p])):
+            if not verify_signature(leaf.key, sig, cs.reveal_statement(run, head, p, values[p])):
                 raise AssertionError("signature")
             vals.append(values[p])
-        return ct.committee_seed(run, head, vals)
+        return cs.committee_seed(run, head, vals)
 
     verify_committee()
     max_session = min(n, 1000)
 
     def derive_session() -> None:
         s = os.urandom(32)  # cold: a new permutation
-        seat = ct.session_of(s, 0, n, max_session, 2, me)
+        seat = cs.session_of(s, 0, n, max_session, 2, me)
         for i in range(min(k, seat.size)):
-            ct.member_at(s, 0, n, max_session, 2, seat.number, i)
+            cs.member_at(s, 0, n, max_session, 2, seat.number, i)
 
     cpu = {
         "own_leaf": _cpu(verify_own, repeat),
@@ -130,7 +131,7 @@ def _row(n: int, repeat: int) -> dict[str, Any]:
         "range": _cpu(lambda: ct.verify_range(head, 0, head.total_slots, rp), repeat),
         "session_of_and_k_member_at": _cpu(derive_session, repeat),
         "server_sessions_of_positions_cold": _cpu(
-            lambda: ct.sessions_of_positions(os.urandom(32), 0, n, max_session, 2), repeat
+            lambda: cs.sessions_of_positions(os.urandom(32), 0, n, max_session, 2), repeat
         ),
     }
     today = _today_bytes(n)

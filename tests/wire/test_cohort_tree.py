@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
+from fedstats.wire import cohort_sessions as cs
 from fedstats.wire import cohort_tree as ct
 from fedstats.wire import seeding
 from fedstats.wire.merkle import MerkleTree, verify_inclusion
@@ -321,22 +322,22 @@ def test_the_committee_is_distinct_sorted_deterministic_and_depends_on_the_head(
     rng = random.Random(1)
     for n in (1, 2, 39, 40):
         head = ct.TreeHead(n, n, rng.randbytes(32))
-        assert ct.committee_positions(head) == list(range(n))
+        assert cs.committee_positions(head) == list(range(n))
     seen = set()
     for n in (41, 100, 1000, 100_000):
         head = ct.TreeHead(n, n + 5, rng.randbytes(32))
-        c = ct.committee_positions(head)
+        c = cs.committee_positions(head)
         assert len(c) == 40 == len(set(c)) and c == sorted(c) and 0 <= c[0] and c[-1] < n
-        assert ct.committee_positions(head) == c
-        assert ct.committee_positions(ct.TreeHead(n, n + 6, head.root)) != c
-        assert ct.committee_positions(ct.TreeHead(n, n + 5, _flip(head.root, 3))) != c
+        assert cs.committee_positions(head) == c
+        assert cs.committee_positions(ct.TreeHead(n, n + 6, head.root)) != c
+        assert cs.committee_positions(ct.TreeHead(n, n + 5, _flip(head.root, 3))) != c
         seen.add(tuple(c))
-    assert ct.committee_positions(ct.TreeHead(10, 10, bytes(32)), kappa=3) == sorted(
-        ct.committee_positions(ct.TreeHead(10, 10, bytes(32)), kappa=3)
+    assert cs.committee_positions(ct.TreeHead(10, 10, bytes(32)), kappa=3) == sorted(
+        cs.committee_positions(ct.TreeHead(10, 10, bytes(32)), kappa=3)
     )
-    assert len(ct.committee_positions(ct.TreeHead(10, 10, bytes(32)), kappa=9)) == 9
+    assert len(cs.committee_positions(ct.TreeHead(10, 10, bytes(32)), kappa=9)) == 9
     with pytest.raises(ParameterError):
-        ct.committee_positions(ct.TreeHead(10, 10, bytes(32)), kappa=0)
+        cs.committee_positions(ct.TreeHead(10, 10, bytes(32)), kappa=0)
 
 
 @pytest.mark.parametrize("n", [41, 100, 997])
@@ -348,7 +349,7 @@ def test_the_committee_is_roughly_uniform(n: int) -> None:
     rng = random.Random(n)
     counts = np.zeros(n)
     for _ in range(heads):
-        counts[ct.committee_positions(ct.TreeHead(n, n, rng.randbytes(32)), kappa)] += 1
+        counts[cs.committee_positions(ct.TreeHead(n, n, rng.randbytes(32)), kappa)] += 1
     p = kappa / n
     stat = float(((counts - heads * p) ** 2).sum() / (heads * p * (1 - p)))
     assert abs(stat - n) < 6 * math.sqrt(2 * n), stat
@@ -371,27 +372,27 @@ def test_a_biased_committee_would_fail_the_uniformity_statistic() -> None:
 def test_reveal_statement_and_committee_seed() -> None:
     head = _tree(100, seed=9).head
     values = [bytes([j]) * 32 for j in range(40)]
-    s = ct.reveal_statement("run-1", head, 17, values[0])
+    s = cs.reveal_statement("run-1", head, 17, values[0])
     assert s.endswith(head.digest() + struct.pack("<I", 17) + values[0])
-    assert s != ct.reveal_statement("run-2", head, 17, values[0])
-    assert s != ct.reveal_statement("run-1", head, 18, values[0])
-    assert s != ct.reveal_statement("run-1", _tree(100, seed=10).head, 17, values[0])
+    assert s != cs.reveal_statement("run-2", head, 17, values[0])
+    assert s != cs.reveal_statement("run-1", head, 18, values[0])
+    assert s != cs.reveal_statement("run-1", _tree(100, seed=10).head, 17, values[0])
     with pytest.raises(ParameterError):
-        ct.reveal_statement("run-1", head, 100, values[0])
+        cs.reveal_statement("run-1", head, 100, values[0])
     with pytest.raises(ParameterError):
-        ct.reveal_statement("run-1", head, 1, b"short")
-    seed = ct.committee_seed("run-1", head, values)
-    assert len(seed) == 32 and seed == ct.committee_seed("run-1", head, list(values))
-    assert seed != ct.committee_seed("run-1", head, values[::-1])
-    assert seed != ct.committee_seed("run-2", head, values)
-    assert seed != ct.committee_seed("run-1", _tree(100, seed=10).head, values)
+        cs.reveal_statement("run-1", head, 1, b"short")
+    seed = cs.committee_seed("run-1", head, values)
+    assert len(seed) == 32 and seed == cs.committee_seed("run-1", head, list(values))
+    assert seed != cs.committee_seed("run-1", head, values[::-1])
+    assert seed != cs.committee_seed("run-2", head, values)
+    assert seed != cs.committee_seed("run-1", _tree(100, seed=10).head, values)
     for bad in (values[:-1], [*values, values[0]], [*values[:-1], b"\x00" * 31]):
         with pytest.raises(SecurityError):
-            ct.committee_seed("run-1", head, bad)
+            cs.committee_seed("run-1", head, bad)
     small = _tree(5).head
-    assert len(ct.committee_seed("r", small, values[:5])) == 32
+    assert len(cs.committee_seed("r", small, values[:5])) == 32
     with pytest.raises(SecurityError):
-        ct.committee_seed("r", small, values[:6])
+        cs.committee_seed("r", small, values[:6])
 
 
 # --- the session permutation and sessions ---
@@ -400,7 +401,7 @@ def test_reveal_statement_and_committee_seed() -> None:
 def test_the_permutation_is_a_bijection_for_every_d_up_to_3000() -> None:
     seed = hashlib.sha256(b"prp").digest()
     for d in range(1, 3001):
-        pi = ct.SessionPermutation(seed, 7, 7 + d)
+        pi = cs.SessionPermutation(seed, 7, 7 + d)
         image = pi.forward_all()
         assert sorted(image.tolist()) == list(range(d)), d
         for x in (0, d // 2, d - 1):
@@ -412,7 +413,7 @@ def test_the_permutation_is_a_bijection_for_every_d_up_to_3000() -> None:
 @given(d=st.integers(1, 200_000), seed=st.binary(min_size=32, max_size=32), data=st.data())
 def test_forward_and_inverse_are_inverse(d: int, seed: bytes, data: st.DataObject) -> None:
     p_lo = data.draw(st.integers(0, 10**6))
-    pi = ct.SessionPermutation(seed, p_lo, p_lo + d)
+    pi = cs.SessionPermutation(seed, p_lo, p_lo + d)
     xs = data.draw(st.lists(st.integers(0, d - 1), min_size=1, max_size=20))
     for x in xs:
         y = pi.forward(x)
@@ -425,19 +426,19 @@ def test_forward_and_inverse_are_inverse(d: int, seed: bytes, data: st.DataObjec
 
 def test_the_permutation_depends_on_seed_and_participants_and_looks_random() -> None:
     seed = bytes(32)
-    base = ct.SessionPermutation(seed, 0, 1000).forward_all()
+    base = cs.SessionPermutation(seed, 0, 1000).forward_all()
     assert not np.array_equal(base, np.arange(1000))
     assert not np.array_equal(
-        base, ct.SessionPermutation(b"\x01" + bytes(31), 0, 1000).forward_all()
+        base, cs.SessionPermutation(b"\x01" + bytes(31), 0, 1000).forward_all()
     )
-    assert not np.array_equal(base, ct.SessionPermutation(seed, 1, 1001).forward_all())
+    assert not np.array_equal(base, cs.SessionPermutation(seed, 1, 1001).forward_all())
     assert abs(float(np.corrcoef(base, np.arange(1000))[0, 1])) < 0.15  # 4.7 standard errors
     with pytest.raises(ParameterError):
-        ct.SessionPermutation(b"short", 0, 10)
+        cs.SessionPermutation(b"short", 0, 10)
     with pytest.raises(ParameterError):
-        ct.SessionPermutation(seed, 5, 5)
+        cs.SessionPermutation(seed, 5, 5)
     with pytest.raises(ParameterError):
-        ct.SessionPermutation(seed, 0, 10).forward(10)
+        cs.SessionPermutation(seed, 0, 10).forward(10)
 
 
 @pytest.mark.parametrize(
@@ -448,56 +449,50 @@ def test_session_of_and_member_at_agree_with_the_server(
     p_lo: int, p_hi: int, max_session: int, min_size: int
 ) -> None:
     seed = hashlib.sha256(f"{p_lo}/{p_hi}".encode()).digest()
-    sessions = ct.sessions_of_positions(seed, p_lo, p_hi, max_session, min_size)
+    sessions = cs.sessions_of_positions(seed, p_lo, p_hi, max_session, min_size)
     d = p_hi - p_lo
     assert sorted(p for s in sessions for p in s) == list(range(p_lo, p_hi))
     bounds = seeding.session_bounds(d, max_session)
     assert [len(s) for s in sessions] == [b - a for a, b in bounds]
     for number, members in enumerate(sessions):
         for index, p in enumerate(members):
-            seat = ct.session_of(seed, p_lo, p_hi, max_session, min_size, p)
+            seat = cs.session_of(seed, p_lo, p_hi, max_session, min_size, p)
             assert seat == (number, index, len(members), bounds[number])
-            assert ct.member_at(seed, p_lo, p_hi, max_session, min_size, number, index) == p
+            assert cs.member_at(seed, p_lo, p_hi, max_session, min_size, number, index) == p
 
 
 def test_sessions_are_the_same_in_every_round_and_refuse_small_ones() -> None:
     seed = bytes(range(32))
-    a = ct.sessions_of_positions(seed, 10, 400, 100, 20)
-    assert a == ct.sessions_of_positions(seed, 10, 400, 100, 20)
-    assert a != ct.sessions_of_positions(seed, 11, 400, 100, 20)
+    a = cs.sessions_of_positions(seed, 10, 400, 100, 20)
+    assert a == cs.sessions_of_positions(seed, 10, 400, 100, 20)
+    assert a != cs.sessions_of_positions(seed, 11, 400, 100, 20)
     with pytest.raises(ProtocolAbortError):
-        ct.sessions_of_positions(seed, 0, 101, 100, 51)  # 2 sessions of 50 and 51
-    assert [len(s) for s in ct.sessions_of_positions(seed, 0, 101, 100, 50)] == [50, 51]
+        cs.sessions_of_positions(seed, 0, 101, 100, 51)  # 2 sessions of 50 and 51
+    assert [len(s) for s in cs.sessions_of_positions(seed, 0, 101, 100, 50)] == [50, 51]
     with pytest.raises(ProtocolAbortError):
-        ct.session_of(seed, 0, 3, 10, 4, 1)
+        cs.session_of(seed, 0, 3, 10, 4, 1)
     with pytest.raises(ProtocolAbortError):
-        ct.member_at(seed, 0, 3, 10, 4, 0, 0)
+        cs.member_at(seed, 0, 3, 10, 4, 0, 0)
     with pytest.raises(ProtocolAbortError):
-        ct.sessions_of_positions(seed, 5, 5, 10, 2)
+        cs.sessions_of_positions(seed, 5, 5, 10, 2)
     for max_session, min_size in ((1, 2), (2, 1), (True, 2)):
         with pytest.raises(ParameterError):
-            ct.sessions_of_positions(seed, 0, 10, max_session, min_size)
+            cs.sessions_of_positions(seed, 0, 10, max_session, min_size)
     with pytest.raises(ParameterError):
-        ct.sessions_of_positions(seed[:31], 0, 10, 5, 2)
+        cs.sessions_of_positions(seed[:31], 0, 10, 5, 2)
     with pytest.raises(ParameterError):
-        ct.session_of(seed, 0, 10, 10, 2, 10)
+        cs.session_of(seed, 0, 10, 10, 2, 10)
     with pytest.raises(ParameterError):
-        ct.member_at(seed, 0, 10, 5, 2, 2, 0)
+        cs.member_at(seed, 0, 10, 5, 2, 2, 0)
     with pytest.raises(ParameterError):
-        ct.member_at(seed, 0, 10, 5, 2, 0, roster_index=5)
-
-
-def test_the_bounds_are_seedings() -> None:
-    for d in range(1, 400):
-        for m in (2, 3, 7, 64, 100):
-            assert ct._bounds(d, m) == seeding.session_bounds(d, m)
+        cs.member_at(seed, 0, 10, 5, 2, 0, roster_index=5)
 
 
 def test_session_roster_digest_binds_every_field() -> None:
     head = _tree(50).head
     args = (b"task", bytes(32), head, 3, 40, 20, 1, 19)
-    d = ct.session_roster_digest(*args)
-    assert len(d) == 32 and d == ct.session_roster_digest(*args)
+    d = cs.session_roster_digest(*args)
+    assert len(d) == 32 and d == cs.session_roster_digest(*args)
     changed = [
         (b"tasl", *args[1:]),
         (args[0], b"\x01" + bytes(31), *args[2:]),
@@ -508,10 +503,10 @@ def test_session_roster_digest_binds_every_field() -> None:
         (*args[:6], 0, args[7]),
         (*args[:7], 18),
     ]
-    assert len({ct.session_roster_digest(*c) for c in changed} | {d}) == len(changed) + 1
+    assert len({cs.session_roster_digest(*c) for c in changed} | {d}) == len(changed) + 1
     for bad in ((b"", *args[1:]), (*args[:3], 40, 40, *args[5:]), (*args[:7], 21), (*args[:7], 1)):
         with pytest.raises(ParameterError):
-            ct.session_roster_digest(*bad)
+            cs.session_roster_digest(*bad)
 
 
 # --- the wire ---
