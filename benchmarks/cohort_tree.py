@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from _util import write_results
+from _util import best_of, write_results
 from fedstats.secagg.identity import ClientIdentity, verify_signature
 from fedstats.wire import cohort_sessions as cs
 from fedstats.wire import cohort_tree as ct
@@ -40,12 +40,7 @@ AUDITED = 16
 
 def _cpu(fn: Callable[[], Any], repeat: int) -> float:
     """Least CPU seconds of ``repeat`` calls."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return best
+    return best_of(fn, repeat, time.process_time)
 
 
 def _today_bytes(n: int) -> int:
