@@ -12,7 +12,7 @@ n)`` clients dropping before their masked input), and every client message it se
 fresh :class:`~fedstats.secagg.server.SecAggServer` (no verification cache: it checks every signature,
 as the service's does) is fed the recorded messages stage by stage, as the run driver of the service
 closes a stage (:func:`fedstats.service.domain.secure.advance_sessions`): ``receive_bytes`` of each
-upload (parse, checks, signature), ``advance`` (the protocol's close), then the next stage's messages
+upload with its sender as the service journals it (parse, checks, the signatures other devices read), ``advance`` (the protocol's close), then the next stage's messages
 serialized as journaled (``_sent(...).to_bytes()`` and its SHA-256 digest, as ``_store_down``). Each
 part is timed with ``time.process_time``; the smallest of ``--reps`` replays is reported per stage, and
 the replayed sum must equal the session's. The store (reading the uploads, inserting the messages) is
@@ -37,7 +37,7 @@ from _util import write_results
 from fedstats.secagg import run_secure_aggregation
 from fedstats.secagg.collusion import session_parameters
 from fedstats.secagg.identity import SessionRoster
-from fedstats.secagg.messages import SetupMessage, decode
+from fedstats.secagg.messages import AdvertiseKeys, SetupMessage, decode
 from fedstats.secagg.server import SecAggServer
 from fedstats.service.domain.secure import BITS, _sent, digest_of
 
@@ -78,6 +78,10 @@ def record(n: int, length: int, dropout: float) -> dict[str, Any]:
     }
 
 
+def _sender(message: Any) -> int:
+    return int(message.client if isinstance(message, AdvertiseKeys) else message.sender)
+
+
 def replay(session: dict[str, Any], length: int) -> dict[str, dict[str, float]]:
     """CPU seconds of each stage close: feeding the uploads, the protocol's close, serializing."""
     server = SecAggServer(
@@ -90,11 +94,13 @@ def replay(session: dict[str, Any], length: int) -> dict[str, dict[str, float]]:
     for i in list(out):
         digest_of(_sent(0, out.pop(i)).to_bytes())
     tags = sorted(session["ups"])
+    # each upload's sender, as the service journals it with the device's authenticated index
+    senders = {tag: [_sender(decode(data)) for data in session["ups"][tag]] for tag in tags}
     times: dict[str, dict[str, float]] = {}
     for stage, (name, tag) in enumerate(zip(CLOSES, tags, strict=True)):
         c0 = time.process_time()
-        for data in session["ups"][tag]:
-            server.receive_bytes(data)
+        for data, sender in zip(session["ups"][tag], senders[tag], strict=True):
+            server.receive_bytes(data, sender=sender)
         c1 = time.process_time()
         out = dict(server.advance())
         c2 = time.process_time()

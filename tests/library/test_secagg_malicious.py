@@ -442,6 +442,29 @@ def test_replayed_and_forged_client_messages_refused() -> None:
     assert "another session" in str(b.errors[2])
 
 
+def test_an_authenticated_sender_must_be_the_named_one_and_others_read_signatures_stay_checked() -> None:
+    d = Deployment(8, 4, 3, corrupt=(1,), seed=3)
+    ad = d.send(0, d.honest_until("setup")[0])  # an advertisement: its neighbours read it
+    assert isinstance(ad, AdvertiseKeys)
+    bad = dataclasses.replace(ad, signature=bytes(64))
+    with pytest.raises(SecurityError, match="not signed"):  # checked even with the sender vouched
+        d.server.receive_bytes(bad.to_bytes(), sender=0)
+    with pytest.raises(SecurityError, match="as authenticated"):
+        d.server.receive_bytes(ad.to_bytes(), sender=2)  # client 2 cannot send client 0's
+    d = Deployment(8, 4, 3, corrupt=(1,), seed=3)
+    # a server-read message (the masked input) with the sender authenticated: the name must match,
+    # the signature is not read again
+    out = d.honest_until("masked_input")
+    msg = d.send(0, out[0])
+    assert isinstance(msg, MaskedInput)
+    unsigned = dataclasses.replace(msg, signature=bytes(64))
+    with pytest.raises(SecurityError, match="as authenticated"):
+        d.server.receive_bytes(unsigned.to_bytes(), sender=1)
+    with pytest.raises(SecurityError, match="not signed"):  # no transport vouched: checked
+        d.server.receive_bytes(unsigned.to_bytes())
+    d.server.receive_bytes(unsigned.to_bytes(), sender=0)
+
+
 # -- attack 5: fail-open unmasking, bad shares ------------------------------------------------------
 
 

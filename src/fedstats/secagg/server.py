@@ -75,7 +75,7 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters
 from fedstats.secagg.shamir import FIELD_PRIME, lagrange_bases, robust_reconstruct
 
-__all__ = ["SecAggServer", "ServerState", "semi_honest_session"]
+__all__ = ["SERVER_READ", "SecAggServer", "ServerState", "semi_honest_session"]
 
 ClientMessage = (
     AdvertiseKeys | EncryptedShares | MaskedInput | ConsistencySignature | UnmaskResponse
@@ -102,6 +102,11 @@ _EXPECTED: dict[ServerState, type[Message]] = {
     ServerState.CONSISTENCY: ConsistencySignature,
     ServerState.UNMASK: UnmaskResponse,
 }
+
+SERVER_READ = (EncryptedShares, MaskedInput, UnmaskResponse)
+"""The client messages whose signature no other client reads: a server given the sender as its transport
+authenticated it (:meth:`SecAggServer.receive_bytes`) does not check their signature again. (The shares
+reach their receivers under authenticated encryption keyed by the sender's signed advertisement.)"""
 
 
 def semi_honest_session(round_id: bytes) -> bytes:
@@ -245,19 +250,33 @@ class SecAggServer:
         p = self.params
         return max_message_bytes(cls, n=p.n, k=p.k, length=self.length, bits=self.bits)
 
-    def receive_bytes(self, data: bytes) -> None:
+    def receive_bytes(self, data: bytes, *, sender: int | None = None) -> None:
         """Accept one serialized client message (the transport API); the size limit is checked first.
+
+        Parameters
+        ----------
+        data : bytes
+            The serialized message.
+        sender : int, optional
+            The sender's index as the transport authenticated it (the service: the device's signed
+            request, journaled with its index). The message must name it. The signature of a message
+            that only the server reads (:data:`SERVER_READ`: the encrypted shares, also bound to
+            their sender by their authenticated encryption, the masked input, the unmasking answer)
+            is then not checked again (malicious model); key advertisements and consistency
+            signatures, which other clients read, are checked either way. None: every signature is
+            checked (the in-process driver, whose messages no transport authenticated).
 
         Raises
         ------
         SecurityError, DataError
-            As :meth:`receive`, or a malformed or oversized message (refused; the session goes on).
+            As :meth:`receive`, or a malformed or oversized message, or one that names another
+            sender than ``sender`` (refused; the session goes on).
         ProtocolAbortError
             The session has aborted.
         """
         expect = self._expect()
         msg, signed = decode_signed(data, expect=expect, max_bytes=self.limit(expect))
-        self._receive(msg, signed)  # type: ignore[arg-type]
+        self._receive(msg, signed, sender)  # type: ignore[arg-type]
 
     def _expect(self) -> type[Message]:
         if self.state is ServerState.ABORTED:
@@ -282,8 +301,14 @@ class SecAggServer:
         """
         self._receive(message, None)
 
-    def _receive(self, message: ClientMessage, signed: bytes | None) -> None:
-        """:meth:`receive`; ``signed``: the bytes the message's signature covers, if already known."""
+    def _receive(
+        self, message: ClientMessage, signed: bytes | None, authenticated: int | None = None
+    ) -> None:
+        """:meth:`receive`, given what the caller already knows.
+
+        ``signed``: the bytes the message's signature covers; ``authenticated``: the sender the
+        transport authenticated (:meth:`receive_bytes`).
+        """
         expected = self._expect()
         if not isinstance(message, expected):
             raise SecurityError(f"unexpected {type(message).__name__} in state {self.state.value}")
@@ -292,7 +317,11 @@ class SecAggServer:
         sender = message.client if isinstance(message, AdvertiseKeys) else message.sender
         if not 0 <= sender < self.params.n:
             raise SecurityError(f"message from client {sender}, who was not invited")
-        if self.malicious:
+        if authenticated is not None and sender != authenticated:
+            raise SecurityError(
+                f"message naming client {sender} from client {authenticated}, as authenticated"
+            )
+        if self.malicious and not (authenticated is not None and isinstance(message, SERVER_READ)):
             assert self.roster is not None
             if isinstance(message, ConsistencySignature):
                 data = self._statement()
