@@ -372,6 +372,70 @@ def test_json_log_formatter() -> None:
     assert out["message"] == "plain text" and "ValueError: bad" in out["traceback"]
 
 
+def test_log_stamps_and_records_are_those_of_the_standard_path() -> None:
+    """:func:`utc_stamp` writes what ``datetime`` writes (rounding at the millisecond and second
+    boundaries included); :func:`log_line` makes the record ``Logger.log`` makes (the caller's file,
+    line and function), and the formatter's line is the same whichever made it."""
+    import datetime as dt
+
+    import numpy as np
+
+    from fedstats.service.http.logline import JsonLine, log_line, utc_stamp
+
+    def reference(t: float) -> str:
+        text = dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")
+        return text.replace("+00:00", "Z")
+
+    rng = np.random.default_rng(40)
+    base = 1_796_000_000.0  # 2026
+    stamps = [base + float(x) for x in rng.uniform(0, 10**6, 2000)]
+    stamps += [base + k + f for k in range(3) for f in (0.0, 0.0004995, 0.0005, 0.9994999, 0.9995)]
+    stamps += [
+        base + 0.9999994,
+        base + 0.9999995,
+        base + 0.9999996,
+        base + 1.0 - 2e-7,
+        0.0,
+        59.9999999,
+    ]
+    stamps += [float(np.nextafter(base + 1.0, 0.0)), 1e9 + 0.123456, 4102444799.9999996]
+    assert [utc_stamp(t) for t in stamps] == [reference(t) for t in stamps]
+    assert [utc_stamp(t) for t in reversed(stamps)] == [reference(t) for t in reversed(stamps)]
+
+    logger = logging.getLogger("fedstats.test_log_line")
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep = Keep()
+    logger.addHandler(keep)
+    logger.setLevel(logging.INFO)
+    try:
+        line = JsonLine({"event": "request", "path": "/livez", "status": 200})
+
+        def both() -> None:
+            logger.log(logging.INFO, line)
+            log_line(logger, logging.INFO, line)
+
+        both()
+        logger.setLevel(logging.WARNING)  # a filtered logger: the caller checks isEnabledFor
+        logger.log(logging.INFO, line)
+    finally:
+        logger.removeHandler(keep)
+    standard, fast = seen
+    for field in ("name", "levelno", "pathname", "filename", "module", "funcName", "msg", "args"):
+        assert getattr(fast, field) == getattr(standard, field), field
+    assert fast.lineno == standard.lineno + 1 and fast.funcName == "both"
+    fmt = JsonLogFormatter()
+    fast.created, fast.msecs = standard.created, standard.msecs
+    assert fmt.format(fast) == fmt.format(standard)
+    out = json.loads(fmt.format(standard))
+    assert list(out) == ["ts", "level", "logger", "event", "path", "status"]
+    assert out["ts"] == reference(standard.created)
+
+
 def test_the_server_says_where_it_listens_and_logs_json(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(

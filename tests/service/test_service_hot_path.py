@@ -343,6 +343,54 @@ def test_direct_routes_answer_as_the_router_would(
         assert len(crossed) == 4 + len(cases)
 
 
+def test_livez_is_answered_on_the_event_loop_as_declared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``GET /livez`` (every device's probe before its first signed request) answers 200 ``{"status":
+    "ok"}`` as JSON, is declared in ``/openapi.json`` as a plain ``GET`` of the ``ops`` tag, is logged
+    under its path, and from its second request on goes straight to its handler: neither through the
+    app's inner layers nor through FastAPI's thread pool (a ``def`` endpoint's hop to another thread)."""
+    import logging
+
+    import fastapi.routing
+    from starlette.middleware.exceptions import ExceptionMiddleware
+
+    app = create_app(open_store(f"sqlite:///{tmp_path / 'livez.db'}"), run_driver=False)
+    crossed: list[str] = []
+    pooled: list[Any] = []
+    inner = ExceptionMiddleware.__call__
+    pool = fastapi.routing.run_in_threadpool
+
+    async def counted(self: Any, scope: Any, receive: Any, send: Any) -> None:
+        crossed.append(scope.get("path", scope["type"]))
+        await inner(self, scope, receive, send)
+
+    async def in_pool(func: Any, *args: Any, **kwargs: Any) -> Any:
+        pooled.append(func)
+        return await pool(func, *args, **kwargs)
+
+    monkeypatch.setattr(ExceptionMiddleware, "__call__", counted)
+    monkeypatch.setattr(fastapi.routing, "run_in_threadpool", in_pool)
+    with TestClient(app) as http, caplog.at_level(logging.INFO, logger="fedstats.service"):
+        got = [http.get("/livez") for _ in range(3)]
+        spec = http.get("/openapi.json").json()
+    for r in got:
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        assert r.headers["content-type"] == "application/json"
+    # the first request found the route through the router (and registered it as direct); the others
+    # did not cross the inner layers; none ran on the thread pool
+    assert crossed.count("/livez") == 1, crossed
+    assert pooled == []
+    logged = [json.loads(r.getMessage()) for r in caplog.records if '"request"' in r.getMessage()]
+    lines = [x for x in logged if x.get("event") == "request" and x["path"] == "/livez"]
+    assert [(x["method"], x["status"]) for x in lines] == [("GET", 200)] * 3, logged
+    op = spec["paths"]["/livez"]
+    assert list(op) == ["get"] and op["get"]["tags"] == ["ops"]
+    assert op["get"]["summary"] == "Livez" and op["get"]["operationId"] == "livez_livez_get"
+    assert op["get"]["description"].startswith("Liveness of the process alone")
+    assert "200" in op["get"]["responses"]
+
+
 def test_cached_device_rows_are_trusted_while_no_device_changed_and_a_revocation_elsewhere_arrives(
     tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

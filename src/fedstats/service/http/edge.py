@@ -54,6 +54,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fedstats._validation import CONTROL_RULE, IDENTIFIER_RULE, control_character, is_identifier
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError, UnavailableError
 from fedstats.service.domain import tasks
+from fedstats.service.http.logline import JsonLine, JsonLogFormatter, log_line
 from fedstats.wire.encoding import DuplicateKeyError, unique_keys
 
 __all__ = [
@@ -714,7 +715,7 @@ class EdgeMiddleware:
         }
         if error_id is not None:
             record["error_id"] = error_id
-        log.log(level, JsonLine(record))
+        log_line(log, level, JsonLine(record))  # log.log(level, ...), without its stack walk
 
 
 def _template(scope: Scope) -> str:
@@ -734,60 +735,6 @@ def metrics_lines(counters: MutableMapping[str, float]) -> list[str]:
         if key.startswith("http_responses_total"):
             lines.append(f"fedstats_{key} {v:g}")
     return lines
-
-
-class JsonLine(dict[str, Any]):
-    """A structured log message: its fields, rendered as a JSON object by ``str()``.
-
-    :class:`JsonLogFormatter` merges the fields into the line without parsing text back; any other
-    formatter prints the JSON text (``record.getMessage()``).
-    """
-
-    def __str__(self) -> str:
-        return json.dumps(self)
-
-
-# json.dumps(obj, default=str), with its encoder made once
-_ENCODE = json.JSONEncoder(default=str).encode
-
-
-class JsonLogFormatter(logging.Formatter):
-    """Log records as one JSON object per line: ``ts`` (ISO 8601, UTC), ``level``, ``logger``, fields.
-
-    A message that is itself a JSON object (the server's structured events) is merged into the line;
-    any other message goes in ``message``; an exception's traceback in ``traceback``.
-    """
-
-    def format(self, record: logging.LogRecord) -> str:
-        """One JSON line for ``record``."""
-        out: dict[str, Any] = {
-            "ts": _dt.datetime.fromtimestamp(record.created, _dt.UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-        }
-        if isinstance(record.msg, JsonLine) and not record.args:
-            for k, v in record.msg.items():
-                if k not in out:
-                    out[k] = v
-            if record.exc_info:
-                out["traceback"] = self.formatException(record.exc_info)
-            return _ENCODE(out)
-        msg = record.getMessage()
-        parsed: Any = None
-        if msg.startswith("{"):
-            try:
-                parsed = json.loads(msg)
-            except ValueError:
-                parsed = None
-        if isinstance(parsed, dict):
-            out.update({k: v for k, v in parsed.items() if k not in out})
-        else:
-            out["message"] = msg
-        if record.exc_info:
-            out["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
 
 
 def iso_now() -> str:

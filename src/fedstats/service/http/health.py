@@ -2,7 +2,10 @@
 
 ``/livez`` touches nothing but the HTTP stack: it is what a device asks before its first signed request
 (:meth:`fedstats.client.Device.run`: is the server reachable, does TLS hold), once per device start, so
-that a population starting at once does not cost the store one write per device.
+that a population starting at once does not cost the store one write per device. It is a direct route
+(:func:`~fedstats.service.http.fastpath.direct_route`): answered on the event loop, without FastAPI's
+dependency resolution or a hop to its thread pool (a plain ``def`` endpoint ran there, about a tenth of the
+server's CPU while a thousand devices checked in).
 
 A server whose database cannot be written (a read-only file system, a full disk, a lost PostgreSQL) would
 accept requests it cannot store; both endpoints then answer 503 with the reason, so a load balancer or an
@@ -21,13 +24,27 @@ import json
 import logging
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
+from fedstats.service.http.fastpath import Handler, direct_route
 from fedstats.service.store import Store, StoreUnavailable
 
 __all__ = ["add_health_routes"]
 
 log = logging.getLogger("fedstats.service")
+
+_ALIVE = JSONResponse({"status": "ok"}).body
+"""The body of ``/livez``'s answer, rendered once (``{"status":"ok"}``)."""
+
+
+async def _livez_direct(_request: Request, _slow: Handler) -> Response:
+    """``/livez``'s answer, without FastAPI's layers (nothing of the request is read)."""
+    return Response(_ALIVE, media_type="application/json")
+
+
+async def livez() -> JSONResponse:
+    """Liveness of the process alone: 200 whenever it answers HTTP (the store is not asked)."""
+    return JSONResponse({"status": "ok"})
 
 
 def add_health_routes(app: FastAPI, store: Store) -> None:
@@ -62,10 +79,13 @@ def add_health_routes(app: FastAPI, store: Store) -> None:
             )
         return JSONResponse({"status": "ok"})
 
-    @app.get("/livez", tags=["ops"])
-    def livez() -> JSONResponse:
-        """Liveness of the process alone: 200 whenever it answers HTTP (the store is not asked)."""
-        return JSONResponse({"status": "ok"})
+    app.router.add_api_route(  # as ``@app.get("/livez", tags=["ops"])``, answered by ``_livez_direct``
+        "/livez",
+        livez,
+        methods=["GET"],
+        tags=["ops"],
+        route_class_override=direct_route(_livez_direct, lambda _scope, _params: True),
+    )
 
     @app.get("/healthz", tags=["ops"], responses={503: {"description": "the store cannot write"}})
     def healthz() -> JSONResponse:
