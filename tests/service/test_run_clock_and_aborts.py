@@ -164,39 +164,3 @@ def test_a_refusal_is_checked_at_the_edge(memory: MemoryStore, tmp_path: Path) -
         with pytest.raises(runs.NotFoundError):
             refusals.record_refusal(tx, rid, "dev-1", "another population", "other", "x")
     assert _view(memory, rid)["refusals"]["by_reason"] == {"other": 1}
-
-
-def test_a_pass_over_a_waiting_round_does_not_look_again_at_whether_it_opened(
-    memory: MemoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once the driver has found round 0 journaled (its row's digest compared), a pass over the waiting
-    round is three transactions (the lease claim, as ``recheck`` is 0 here; the run's state; the attempt
-    to close), not four: whether the round opened is not asked again. The round still closes with every report, then round 1's pass opens
-    and looks again."""
-    rid = _started(memory, tmp_path, "passes")
-    devices = [f"dev-{i}" for i in range(N)]
-    drv = Driver(memory, owner="server-a", recheck=0.0)  # every pass looks at the run
-    _check_in(memory, rid, devices)
-    drv.tick()  # check-in closes
-    drv.tick()  # round 0 opens
-    assert [r["status"] for r in _view(memory, rid)["rounds"]] == ["open"]
-    opened = memory.transaction
-    counted: list[bool] = []
-
-    def transaction(*args: Any, **kwargs: Any) -> Any:
-        counted.append(bool(kwargs.get("read_only")))
-        return opened(*args, **kwargs)
-
-    monkeypatch.setattr(memory, "transaction", transaction)
-    per_pass = []
-    for _ in range(3):
-        counted.clear()
-        drv.tick()
-        per_pass.append(len([ro for ro in counted if not ro]))
-    assert _view(memory, rid)["status"] == "running"
-    assert per_pass == [3, 3, 3], per_pass  # 4 each before: the opening transaction every pass
-    _answer_round(memory, rid, devices, drv)
-    drv.tick()
-    view = _view(memory, rid)
-    assert view["rounds"][0]["status"] == "closed", view
-    assert view["rounds"][0]["records_summed"] == N, view

@@ -57,11 +57,6 @@ class _Live:
     # the pending round's journaled fields (its parameters' canonical JSON and digest), computed once:
     # every pass over a live round compares them with the journal
     fields: dict[str, Any] | None = None
-    # the index of the round this process found journaled as the pending round (its row's digest
-    # compared): the pass that opens it need not look again (a round's row and a task never change);
-    # and the run's task configuration, read then
-    journaled: int = -1
-    cfg: dict[str, Any] | None = None
 
 
 def _sum_reports(vectors: list[list[int]], dim: int) -> np.ndarray:
@@ -515,11 +510,48 @@ class Driver:
 
     def _step(self, run_id: str, live: _Live) -> _Live | None:
         """Open, or try to close, the live round; return the state to continue with, or None to stop."""
-        if live.journaled != live.index or live.cfg is None:
-            if not self._open(run_id, live):
+        with self.store.transaction() as s:
+            run = load_run(s, run_id, lock=True)
+            if not self._holds(run):
                 return None
-        cfg, abort = live.cfg, None
-        assert cfg is not None
+            cfg = task_config(s, run.task_id)
+            assert run.n_clients is not None
+            rec = s.round_row(run_id, live.index)
+            if live.fields is None:
+                live.fields = _round_fields(live.pending, run.n_clients)
+            f = live.fields
+            opened, abort = False, None
+            if rec is None:
+                now = time.time()
+                rec = s.add_round(
+                    run_id=run_id,
+                    index=live.index,
+                    status="open",
+                    opened_at=now,
+                    # measured on the monotonic clock in this process (clock.DEADLINES)
+                    deadline=DEADLINES.set(
+                        (run_id, "round", live.index), float(cfg["deadlines"]["round"])
+                    ),
+                    **f,
+                )
+                opened = True
+                if secure.is_secure(cfg):
+                    try:
+                        secure.open_sessions(s, run, rec, cfg, self._sessions)
+                    except FedstatsError as exc:
+                        s.update_round(run_id, live.index, status="aborted")
+                        abort = f"round {live.index} ({rec.name}): {exc}"
+            elif rec.params_digest != f["params_digest"]:
+                raise SecurityError(f"replay of round {live.index} diverged from the journal")
+        # committed: this process's devices are served the stage-0 messages just journaled
+        secure_devices.publish_downs(self._sessions.take_journaled())
+        if abort is not None:
+            self._abort(run_id, abort)
+            return None
+        if opened:
+            self._changed.add(run_id)
+            self._hook("opened", run_id, live.index)
+            return None
         # closing a secure stage computes while the run's row is held (the unmasking grows with the
         # session and its dropouts: over 30 s at n = 5,000 on a loaded machine), so it may take as long
         # as a stage may last; a plain round computes nothing here and keeps the store's limit
@@ -597,57 +629,6 @@ class Driver:
         live.fields = None
         live.expected = None  # the next round: not looked at yet
         return live
-
-    def _open(self, run_id: str, live: _Live) -> bool:
-        """Open the live round, or check its journaled digest, in one transaction.
-
-        Returns whether the pass goes on to try to close it (not when it just opened, was aborted or
-        the lease is not held).
-        """
-        with self.store.transaction() as s:
-            run = load_run(s, run_id, lock=True)
-            if not self._holds(run):
-                return False
-            cfg = task_config(s, run.task_id)
-            assert run.n_clients is not None
-            rec = s.round_row(run_id, live.index)
-            if live.fields is None:
-                live.fields = _round_fields(live.pending, run.n_clients)
-            f = live.fields
-            opened, abort = False, None
-            if rec is None:
-                now = time.time()
-                rec = s.add_round(
-                    run_id=run_id,
-                    index=live.index,
-                    status="open",
-                    opened_at=now,
-                    # measured on the monotonic clock in this process (clock.DEADLINES)
-                    deadline=DEADLINES.set(
-                        (run_id, "round", live.index), float(cfg["deadlines"]["round"])
-                    ),
-                    **f,
-                )
-                opened = True
-                if secure.is_secure(cfg):
-                    try:
-                        secure.open_sessions(s, run, rec, cfg, self._sessions)
-                    except FedstatsError as exc:
-                        s.update_round(run_id, live.index, status="aborted")
-                        abort = f"round {live.index} ({rec.name}): {exc}"
-            elif rec.params_digest != f["params_digest"]:
-                raise SecurityError(f"replay of round {live.index} diverged from the journal")
-        # committed: this process's devices are served the stage-0 messages just journaled
-        secure_devices.publish_downs(self._sessions.take_journaled())
-        if abort is not None:
-            self._abort(run_id, abort)
-            return False
-        live.journaled, live.cfg = live.index, cfg
-        if opened:
-            self._changed.add(run_id)
-            self._hook("opened", run_id, live.index)
-            return False
-        return True
 
     def _close_plain(
         self, s: State, run: RunRow, rec: RoundRow, cfg: Mapping[str, Any]
