@@ -442,7 +442,7 @@ def test_replayed_and_forged_client_messages_refused() -> None:
     assert "another session" in str(b.errors[2])
 
 
-def test_an_authenticated_sender_must_be_the_named_one_and_others_read_signatures_stay_checked() -> None:
+def test_an_authenticated_sender_must_match_and_relayed_signatures_stay_checked() -> None:
     d = Deployment(8, 4, 3, corrupt=(1,), seed=3)
     ad = d.send(0, d.honest_until("setup")[0])  # an advertisement: its neighbours read it
     assert isinstance(ad, AdvertiseKeys)
