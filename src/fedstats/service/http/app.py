@@ -24,7 +24,6 @@ from fedstats.service.domain import driver
 from fedstats.service.domain.changes import Changes, Wakeup
 from fedstats.service.http import admin, device, metrics
 from fedstats.service.http import edge as http
-from fedstats.service.http.dap import add_dap_routes
 from fedstats.service.http.dashboard import add_dashboard, process_state
 from fedstats.service.http.fastpath import DeviceWrites, DirectRoutes, Offload
 from fedstats.service.http.health import add_health_routes
@@ -123,6 +122,8 @@ def create_app(
 
         add_vdaf_routes(app, store, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size)
     if cfg.dap:  # DAP-09 for Prio3 tasks (binary messages; docs/vdaf.md, "DAP")
+        from fedstats.service.http.dap import add_dap_routes  # httpx, fedstats.dap: ~10 MiB
+
         add_dap_routes(
             app,
             store,
