@@ -122,7 +122,7 @@ def create_app(
 
         add_vdaf_routes(app, store, peer_ca=cfg.vdaf_peer_ca, batch_size=cfg.vdaf_batch_size)
     if cfg.dap:  # DAP-09 for Prio3 tasks (binary messages; docs/vdaf.md, "DAP")
-        from fedstats.service.http.dap import add_dap_routes  # httpx, fedstats.dap: ~10 MiB
+        from fedstats.service.http.dap import add_dap_routes  # httpx, fedstats.dap: only with --dap
 
         add_dap_routes(
             app,
