@@ -4,8 +4,7 @@
 (:meth:`fedstats.client.Device.run`: is the server reachable, does TLS hold), once per device start, so
 that a population starting at once does not cost the store one write per device. It is a direct route
 (:func:`~fedstats.service.http.fastpath.direct_route`): answered on the event loop, without FastAPI's
-dependency resolution or a hop to its thread pool (a plain ``def`` endpoint ran there, about a tenth of the
-server's CPU while a thousand devices checked in).
+dependency resolution or a hop to its thread pool (where a plain ``def`` endpoint runs).
 
 A server whose database cannot be written (a read-only file system, a full disk, a lost PostgreSQL) would
 accept requests it cannot store; both endpoints then answer 503 with the reason, so a load balancer or an
