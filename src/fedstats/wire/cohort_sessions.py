@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedstats.errors import ParameterError, ProtocolAbortError, SecurityError
-from fedstats.wire.cohort_tree import TreeHead, _is_int
+from fedstats.wire.cohort_tree import _U64, TreeHead, _is_int
 from fedstats.wire.seeding import session_bounds
 
 __all__ = [
@@ -53,7 +53,6 @@ _SEED = b"fedstats/wire/committee-seed/v1\x00"
 _PRP_KEY = b"fedstats/wire/session-prp-key/v1\x00"
 _PRP_ROUND = b"fedstats/wire/session-prp-round/v1\x00"
 _ROSTER = b"fedstats/wire/session-roster/v1\x00"
-_U64 = 1 << 64
 
 
 def committee_positions(head: TreeHead, kappa: int = KAPPA) -> list[int]:
