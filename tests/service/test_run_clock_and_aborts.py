@@ -133,7 +133,7 @@ def test_a_secure_seeding_abort_releases_too(
     monkeypatch.setattr(
         secure,
         "close_seeding",
-        lambda s, run, deadline, cfg=None: "no member revealed its contribution",
+        lambda s, run, deadline, cfg=None, gate=None: "no member revealed its contribution",
     )
     _check_in(memory, rid, [f"dev-{i}" for i in range(N)])
     drv = Driver(memory, owner="server-a")

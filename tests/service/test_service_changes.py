@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fedstats.errors import ParameterError
-from fedstats.service.domain.changes import Changes
+from fedstats.service.domain.changes import ArrivalGate, Changes, Wakeup
 from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.http.fastpath import Offload
 from fedstats.service.store import open_store
@@ -166,3 +166,41 @@ def test_a_device_in_a_secure_session_is_not_read_ahead_until_it_polls_again() -
     cache.polled("b", "default")  # b polls again (e.g. held for its next work list)
     assert sorted(cache.unanswered("default", 600.0, time.monotonic() + 10.0)) == ["a", "b", "c"]
     assert cache.unanswered("other", 600.0, before + 10.0) == []
+
+
+def test_the_arrival_gate_is_due_at_the_last_message_the_driver_still_needed() -> None:
+    gate = ArrivalGate()
+    key = ("stage", "run-1", 0, 2, 3)
+    assert gate.note(key)  # not looked at yet: due
+    gate.begin()  # a pass begins: that arrival is in the count it reads
+    gate.looked(key, 3)  # ... and the stage still needs 3
+    assert not gate.note(key) and not gate.note(key)
+    gate.begin()
+    assert gate.note(key)  # the third since the look, though after the next pass began
+    gate.looked(key, 1)  # that pass counted only 2 of them: the third is still pending
+    assert gate.note(key)  # a duplicate or a fourth: due (early, never late)
+    other = ("stage", "run-1", 0, 2, 4)
+    gate.begin()
+    gate.looked(other, 2)
+    assert not gate.note(other)
+    gate.forget("run-1")  # the run ended or moved away: everything is due again
+    assert gate.note(other) and gate.note(("checkin", "run-1"))
+
+
+def test_a_wakeup_sets_its_event_only_for_an_arrival_that_may_close() -> None:
+    async def go() -> None:
+        gate = ArrivalGate()
+        wakeup = Wakeup(gate)
+        wakeup.bind()
+        gate.begin()
+        gate.looked(("reveal", "r"), 2)
+        wakeup.arrived(("reveal", "r"))
+        began = time.monotonic()
+        await wakeup.wait(0.2)  # not set: waits its timeout
+        assert time.monotonic() - began >= 0.15
+        wakeup.arrived(("reveal", "r"))
+        began = time.monotonic()
+        await wakeup.wait(5.0)  # set by the last reveal
+        assert time.monotonic() - began < 1.0
+
+    asyncio.run(go())

@@ -11,7 +11,8 @@ Two signals make that cheap and prompt:
   population, which then recompute their work (other populations' devices sleep on);
 * :class:`Wakeup` is set by the handlers of device messages (check-in, reveal, report, stage message), so
   the driver closes a round or a stage as soon as its last message is in rather than at its next timed
-  pass.
+  pass; its :class:`ArrivalGate` (shared with the driver) wakes the driver only when a message may be the
+  last one of what it waits for, not at every message (each pass reads the run under its row lock).
 
 Across server processes on one database (scale-out), every transition also increments the one-row
 ``state_version`` counter (:func:`record_change`); each process reads it every ``ServerSettings.recheck``
@@ -32,7 +33,15 @@ from typing import TypeVar
 from fedstats.errors import ParameterError
 from fedstats.service.store import Store
 
-__all__ = ["Changes", "Wakeup", "check_wait", "read_version", "record_change"]
+__all__ = [
+    "ArrivalGate",
+    "ArrivalKey",
+    "Changes",
+    "Wakeup",
+    "check_wait",
+    "read_version",
+    "record_change",
+]
 
 T = TypeVar("T")
 
@@ -204,11 +213,73 @@ def check_wait(wait: float) -> None:
         raise ParameterError("wait", wait, "a number of seconds in [0, 3600]")
 
 
-class Wakeup:
-    """A coalescing wake-up for the run driver's loop: many :meth:`set` calls make one early pass."""
+ArrivalKey = tuple[str | int, ...]
+"""What an arrival counts toward: ``("checkin", run_id)`` (a check-in or a refused offer),
+``("reveal", run_id)`` (a seed reveal) or ``("stage", run_id, round_index, session, stage)`` (a secure
+stage message)."""
+
+
+class ArrivalGate:
+    """Whether a device's message may complete what the run driver waits for: one pass per close, not per message.
+
+    At each look at something that waits for messages (the check-in, the seeding, a secure session's
+    stage), the driver records how many more it needs (:meth:`looked`); each message handler notes its
+    arrival (:meth:`note`), which says whether that many have arrived since, i.e. whether a pass may close
+    it now. A key the driver has not looked at is always due. Closes by deadline or by quiet
+    (``quiet_seconds``), and messages taken by other server processes, are seen at the driver's timed
+    passes (``ServerSettings.tick``).
+
+    Thread use: :meth:`note` on the event loop, the rest in the driver's thread, one pass at a time; not
+    locked, since a lost increment only delays a close to the next timed pass. Arrivals counted twice (a
+    message stored after :meth:`begin` and before the look's count, or a duplicate) only wake a pass early.
+    """
 
     def __init__(self) -> None:
+        self._left: dict[ArrivalKey, int] = {}  # key -> messages still needed at the last look
+        self._arrived: dict[ArrivalKey, int] = {}  # key -> arrivals noted since that look
+        self._before: dict[ArrivalKey, int] = {}  # arrivals noted when the current pass began
+
+    def note(self, key: ArrivalKey) -> bool:
+        """Note one arrival toward ``key``; return whether a driver pass may now close it."""
+        n = self._arrived.get(key, 0) + 1
+        self._arrived[key] = n
+        left = self._left.get(key)
+        return left is None or n >= left
+
+    def begin(self) -> None:
+        """Mark the start of a driver pass: arrivals noted until now are in the counts it reads."""
+        self._before = dict(self._arrived)
+
+    def looked(self, key: ArrivalKey, left: int) -> None:
+        """Record that the current pass read ``key``'s count and still needs ``left`` messages (>= 1)."""
+        self._left[key] = left
+        self._arrived[key] = self._arrived.get(key, 0) - self._before.pop(key, 0)
+
+    def forget(self, run_id: str) -> None:
+        """Drop what is known of ``run_id`` (it ended, or another process holds it)."""
+        for d in (self._left, self._arrived, self._before):
+            for key in [k for k in d if k[1] == run_id]:
+                del d[key]
+
+
+class Wakeup:
+    """A coalescing wake-up for the run driver's loop: many :meth:`set` calls make one early pass.
+
+    Parameters
+    ----------
+    gate : ArrivalGate, optional
+        Shared with the driver: :meth:`arrived` then wakes it only when a message may complete what it
+        waits for (default: a gate of its own, which wakes it at every message).
+    """
+
+    def __init__(self, gate: ArrivalGate | None = None) -> None:
         self._event: asyncio.Event | None = None
+        self.gate = ArrivalGate() if gate is None else gate
+
+    def arrived(self, key: ArrivalKey) -> None:
+        """A device's message toward ``key`` was stored: wake the driver if it may now close ``key``."""
+        if self.gate.note(key):
+            self.set()
 
     def bind(self) -> None:
         """Create the event on the running loop (called once, at startup)."""

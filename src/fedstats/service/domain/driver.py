@@ -26,6 +26,7 @@ from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.results import AnalysisResult, to_jsonable
 from fedstats.service.domain import ledger, refusals, secure, secure_devices
+from fedstats.service.domain.changes import ArrivalGate
 from fedstats.service.domain.clock import DEADLINES
 from fedstats.service.domain.reports import report_problems
 from fedstats.service.domain.runs import load_run, new_public_seed
@@ -131,6 +132,12 @@ class Driver:
         of populations whose runs changed (only their devices' work lists can differ), or None if any
         may have. The server wakes those long-polling devices with it
         (:class:`fedstats.service.domain.changes.Changes`).
+    recheck : float
+        How often a waiting plain round is looked at without a report noted here, in seconds (default 1).
+    gate : ArrivalGate, optional
+        Told at each pass what the check-in, the seeding and each secure stage still wait for, so that the
+        message handlers wake the driver only when one may close (shared with the server's
+        :class:`~fedstats.service.domain.changes.Wakeup`; default a gate of its own).
     """
 
     def __init__(
@@ -142,12 +149,14 @@ class Driver:
         owner: str | None = None,
         on_change: Callable[[set[str] | None], None] | None = None,
         recheck: float = 1.0,
+        gate: ArrivalGate | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
         self.store = store
         self._live: dict[str, _Live] = {}
-        self._sessions = secure.SessionCache(closing=secure_devices.forget_stage)
+        self.gate = ArrivalGate() if gate is None else gate
+        self._sessions = secure.SessionCache(closing=secure_devices.forget_stage, gate=self.gate)
         self._lock = threading.Lock()
         self._crash_hook = crash_hook
         self._on_change = on_change
@@ -173,6 +182,7 @@ class Driver:
             "dropouts": 0,
             "leases_claimed": 0,
             "fenced_writes": 0,
+            "driver_passes": 0,
         }
         self.excluded: dict[str, float] = {}  # reason -> reports excluded from a sum for it
         self._counted = (0, 0)  # (devices expected, reports in) at the last look at a plain round
@@ -275,6 +285,7 @@ class Driver:
 
     def _forget(self, run_id: str) -> None:
         self._live.pop(run_id, None)
+        self.gate.forget(run_id)
         self._sessions.drop(run_id)
         # this process's caches of the run for the devices' requests (a later one reads the store)
         secure_devices.forget_run(run_id)
@@ -315,6 +326,8 @@ class Driver:
         """
         with self._lock:
             self._changed = set()
+            self.metrics["driver_passes"] += 1
+            self.gate.begin()  # the arrivals noted so far are in the counts this pass reads
             ids = self._claim()
             for rid in ids:
                 live = self._live.get(rid)
@@ -447,7 +460,7 @@ class Driver:
                 deadline = run.checkin_deadline + float(cfg["deadlines"]["round"])
                 # on this process's monotonic clock, as of the wall clock now (module clock)
                 deadline = DEADLINES.as_wall((run.id, "seeding"), deadline)
-                seeded = secure.close_seeding(s, run, deadline, cfg)
+                seeded = secure.close_seeding(s, run, deadline, cfg, gate=self.gate)
                 if isinstance(seeded, str):
                     self._abort_in(s, run, seeded)
                 if not isinstance(seeded, RunRow):
@@ -478,9 +491,9 @@ class Driver:
         devices, used = cohort.devices, cohort.records
         # devices that refused the offer answered too: with them the cohort may be complete early
         refused = s.refusal_counts([run.id]).get(run.id, 0)
-        if devices + refused < int(cfg["cohort_size"]) and not DEADLINES.passed(
-            (run.id, "checkin"), run.checkin_deadline
-        ):
+        left = int(cfg["cohort_size"]) - devices - refused
+        if left > 0 and not DEADLINES.passed((run.id, "checkin"), run.checkin_deadline):
+            self.gate.looked(("checkin", run.id), left)  # the handlers wake a pass at the last one
             return
         if devices < int(cfg["min_clients"]):
             reason = (

@@ -72,6 +72,7 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
+from fedstats.service.domain.changes import ArrivalGate
 from fedstats.service.store import State
 from fedstats.service.store.rows import RoundRow, RunRow
 from fedstats.service.store.secure import EnrolledRow, MemberRow, SecureSessionRow, UpMessage
@@ -147,7 +148,11 @@ def continues_without(cfg: dict[str, Any], revealed: int) -> str | None:
 
 
 def close_seeding(
-    tx: State, run: RunRow, deadline: float, cfg: dict[str, Any] | None = None
+    tx: State,
+    run: RunRow,
+    deadline: float,
+    cfg: dict[str, Any] | None = None,
+    gate: ArrivalGate | None = None,
 ) -> RunRow | str | None:
     """Fix the run's seed once every member revealed, or at ``deadline`` without the withholders.
 
@@ -156,7 +161,8 @@ def close_seeding(
     the transcript by their empty reveal, excluded from the later cohorts of the task,
     :meth:`~fedstats.service.store.secure.SecureQueries.add_withholders`), and the run continues without
     them when :func:`continues_without` allows (their slots stay in the cohort; they are in no session,
-    like dropouts), else aborts. Without ``cfg`` any withholder aborts.
+    like dropouts), else aborts. Without ``cfg`` any withholder aborts. While it waits, ``gate`` (the
+    driver's :class:`~fedstats.service.domain.changes.ArrivalGate`) is told how many reveals are missing.
 
     Returns
     -------
@@ -164,7 +170,10 @@ def close_seeding(
         The run as now stored (its seed fixed, status ``running``); the reason to abort it; None while
         waiting for reveals.
     """
-    if time.time() <= deadline and tx.unrevealed(run.id):
+    left = tx.unrevealed(run.id) if time.time() <= deadline else 0
+    if left:
+        if gate is not None:  # the reveal handlers wake a pass at the last one
+            gate.looked(("reveal", run.id), left)
         return None  # one count per driver pass while the reveals come in, not n rows each
     rows = ordered_members(tx, run.id)
     missing = [m.client_id for m in rows if m.reveal is None]
@@ -347,10 +356,18 @@ class SessionCache:
         the next stage's messages are computed: what this process keeps of the closing stage's
         messages for the devices' requests may be let go then (a device that still asks for one is
         answered from the store), not held beside the next stage's.
+    gate : ArrivalGate, optional
+        The driver's (:class:`~fedstats.service.domain.changes.ArrivalGate`): :func:`advance_sessions` tells
+        it how many messages each waiting stage still needs.
     """
 
-    def __init__(self, closing: Callable[[tuple[str, int, int, int]], None] | None = None) -> None:
+    def __init__(
+        self,
+        closing: Callable[[tuple[str, int, int, int]], None] | None = None,
+        gate: ArrivalGate | None = None,
+    ) -> None:
         self.closing = closing
+        self.gate = gate
         self._live: dict[tuple[str, int, int], _Live] = {}
         self.advanced: list[tuple[str, int, int]] = []
         """``(run_id, round_index, new_stage)`` of each session moved on since the caller last cleared it
@@ -682,6 +699,9 @@ def advance_sessions(
                 quiet_seconds,
                 floor,
             ):
+                if cache.gate is not None:  # the stage handlers wake a pass at the last message
+                    arrivals = ("stage", row.run_id, row.round_index, row.number, row.stage)
+                    cache.gate.looked(arrivals, addressed - answered)
                 continue  # still waiting: counted in SQL, no payload read
         locked = tx.secure_session(row.run_id, row.round_index, row.number, lock=True)
         assert locked is not None  # sessions are never deleted

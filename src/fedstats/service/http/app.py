@@ -21,7 +21,7 @@ from fastapi import FastAPI
 
 from fedstats.errors import ParameterError
 from fedstats.service.domain import driver
-from fedstats.service.domain.changes import Changes, Wakeup
+from fedstats.service.domain.changes import ArrivalGate, Changes, Wakeup
 from fedstats.service.http import admin, device, metrics
 from fedstats.service.http import edge as http
 from fedstats.service.http.dashboard import add_dashboard, process_state
@@ -74,7 +74,8 @@ def create_app(
         )
     offload = Offload(cfg.store_threads)  # device requests' store work
     changes = Changes()  # the driver's state transitions: wake long-polling devices
-    wakeup = Wakeup()  # devices' messages: wake the driver
+    gate = ArrivalGate()  # what the driver waits for: the devices' messages wake it at the last one
+    wakeup = Wakeup(gate)  # devices' messages: wake the driver
     changed = Publisher(store, changes)
     runner = changed.runner = driver.Driver(
         store,
@@ -83,6 +84,7 @@ def create_app(
         owner=cfg.server_id,
         on_change=changed,
         recheck=cfg.recheck,
+        gate=gate,
     )
     background = Background(store, cfg, runner, changes, wakeup, offload, run_driver=run_driver)
 

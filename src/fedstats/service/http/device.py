@@ -254,7 +254,7 @@ async def _checkin(
 
     # with the check-ins that arrive meanwhile: one transaction (the nonce recorded first)
     out = dict(await path.checkins(Work(req.nonce, go)))
-    path.wakeup.set()  # the cohort may be complete: let the driver close check-in now
+    path.wakeup.arrived(("checkin", run_id))  # if the cohort may be complete: close check-in now
     body = json.dumps(out).encode()
     if wait > 0 and commitment is not None:
         secure: SecureRoutes = request.app.state.secure

@@ -58,5 +58,7 @@ async def refuse(run_id: IdPath, req: Signed, path: Devices) -> dict[str, Any]:
 
     recorded = bool(await path.offload(go))
     if recorded:
-        path.wakeup.set()  # every device may have answered now: let the driver close check-in
+        path.wakeup.arrived(
+            ("checkin", run_id)
+        )  # if every device may have answered: close check-in
     return {"recorded": recorded}

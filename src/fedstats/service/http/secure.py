@@ -98,7 +98,7 @@ class SecureRoutes:
     counters : dict
         The server's metrics counters.
     wakeup : Wakeup
-        Set after each committed reveal or stage message: the driver may close the seeding or the stage.
+        Told of each committed reveal or stage message: wakes the driver if it may close what it waits for.
     changes : Changes
         The run driver's state transitions, which wake a held request for a stage message.
     population_of : callable
@@ -418,7 +418,7 @@ class SecureRoutes:
                 )
         # journaled: the request may now be held (for the next stage's message) without its body
         release_body(request)
-        self.wakeup.set()
+        self.wakeup.arrived(("stage", run_id, index, number, stage))  # a pass if it may be the last
         self.staged(cid)
         self.counters["secure_messages_accepted" if new else "secure_messages_duplicate"] += 1
         return cid, new, at_stage, population, before
@@ -555,7 +555,7 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
 
     # with the reveals that arrive meanwhile: one transaction (the nonce recorded first)
     new = bool(await ctx.together(Work(nonce, go)))
-    ctx.wakeup.set()
+    ctx.wakeup.arrived(("reveal", run_id))  # a driver pass if it may be the last reveal
     ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
     if wait > 0:
         # a new reveal was stored while the run was seeding: its seed was not fixed at `before`
