@@ -141,7 +141,14 @@ import numpy as np
 
 import fedstats
 from _tls_proxy import NginxProxy
-from _util import free_port, proc_cpu_seconds, proc_status_kib, reset_peak_rss, write_results
+from _util import (
+    free_port,
+    proc_cpu_seconds,
+    proc_status_kib,
+    reset_peak_rss,
+    warm_guest_memory,
+    write_results,
+)
 from fedstats.wire.seeding import STAGES
 
 HERE = Path(__file__).resolve().parent
@@ -1226,6 +1233,7 @@ def bench_fedstats(
         with server.admin() as a:
             r = a.post("/v1/admin/tasks", json=sign_task(task, analyst))
             r.raise_for_status()
+            passes0 = _driver_passes(a)
             sampler = CpuSampler(pid, [int(w.pid) for w in workers])
             sampler.start()
             cpu0 = proc_cpu_seconds(pid)
@@ -1250,6 +1258,9 @@ def bench_fedstats(
                 }
             sampler.stop()
             hwm = proc_status_kib(pid, "VmHWM")
+            passes = _driver_passes(a)
+            if passes is not None and passes0 is not None:
+                result["driver_passes"] = passes - passes0
             result.update(  # kept even if the run did not finish
                 wall_seconds=wall,
                 server_cpu_seconds=cpu_run,
@@ -1273,6 +1284,18 @@ def bench_fedstats(
             sampler.stop()
         _stop_all(workers, go)
         server.stop()
+
+
+def _driver_passes(admin: httpx.Client) -> int | None:
+    """The server's run-driver passes so far (``fedstats_driver_passes_total`` of ``/metrics``), if it counts."""
+    try:
+        text = admin.get("/metrics", timeout=60).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("fedstats_driver_passes_total "):
+            return int(float(line.split()[1]))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1605,6 +1628,11 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=1200.0, help="per configuration, seconds")
     ap.add_argument("--no-flower", action="store_true", help="skip the Flower comparison")
     ap.add_argument(
+        "--no-warm-memory",
+        action="store_true",
+        help="do not touch 70%% of the available memory before the runs (_util.warm_guest_memory)",
+    )
+    ap.add_argument(
         "--flower-timeout",
         type=float,
         default=900.0,
@@ -1858,9 +1886,13 @@ def main() -> None:
     )
     if kind == "postgresql" and pg is not None:
         raise SystemExit(pg)
+    machine = _machine()
+    if not args.no_warm_memory:  # a fresh virtual machine's first touches are slow (the docstring)
+        machine["memory_warm_up"] = warm_guest_memory()
+        print(f"memory warm-up: {json.dumps(machine['memory_warm_up'])}", flush=True)
     doc: dict[str, Any] = {
         "command": " ".join(["python", "benchmarks/service_secagg.py", *sys.argv[1:]]),
-        "machine_details": _machine(),
+        "machine_details": machine,
         "load_average_before": list(os.getloadavg()),
         "store": kind,
         "store_note": None if kind == "postgresql" else pg,
