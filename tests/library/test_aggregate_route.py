@@ -3,7 +3,8 @@
 Each aggregate form is compared with the per-client encoder by a two-sample test on the distribution of
 the round's sum: means (Welch z) and variances (log variance ratio) at alpha = 1e-4 (|z| < 3.89), with
 enough runs (R = 45,000 per side) that a 5% variance error gives |z| ~ 5.2 and is caught (bit pushing's
-form, one call per run: 10,000 to 20,000 runs, a 7-10% variance error).
+form, one call per run: 6,000 to 12,500 runs beside four times as many per-client runs, a 7-10% variance
+error).
 """
 
 from __future__ import annotations
@@ -198,12 +199,18 @@ def test_bit_pushing_aggregate_form_matches_its_encoder(
     from fedstats.analyses.bitpushing.stages import CodeSpec
 
     spec = CodeSpec("x", 0.0, 15.0, "clip", 0.0, 1.5, 10, 4, None)  # randomized rounding: 1.5 units
-    # one aggregate_bits call per run (about 1.2 ms each; 105,000 calls were this file's 184 s of the
-    # suite): the default (exact, one bit) gets 20,000 runs, where a 7% error in a bit's variance gives
-    # |z| ~ 5 (Bonferroni bound 4.69) and a mean off by 0.05 SD |z| ~ 5; the other three 10,000
-    # (a 10% variance error, a 0.07 SD mean error). A wrong form (a missing randomized-response flip,
-    # the allocation's counts or a slot class drawn wrongly) moves a bit's variance by far more
-    n, runs = 60, 20000 if (allocation, bits_per_client) == ("exact", 1) else 10000
+    # one aggregate_bits call per run (about 1 ms each; 105,000 calls were this file's 184 s of the
+    # suite), the per-client encoder vectorized (about 20 ms per 1,000 runs): so four times as many
+    # per-client runs as aggregate ones. The two-sample z statistics' variances go as 1 / R_agg + 1 / R_per,
+    # the same as with 20,000 (10,000) runs on each side: (12,500, 50,000) for the default (exact, one
+    # bit), where a 7% error in a bit's variance gives |z| ~ 5 (Bonferroni bound 4.69) and a mean off by
+    # 0.05 SD |z| ~ 5; (6,000, 30,000) for the other three (a 10% variance error, a 0.07 SD mean
+    # error). A wrong form (a missing randomized-response flip, the allocation's counts or a slot class
+    # drawn wrongly) moves a bit's variance by far more
+    n = 60
+    runs, per_runs = (
+        (12500, 50000) if (allocation, bits_per_client) == ("exact", 1) else (6000, 30000)
+    )
     rnd = next(
         bit_round(
             "r",
@@ -219,12 +226,16 @@ def test_bit_pushing_aggregate_form_matches_its_encoder(
     values = np.array([0.0, 4.0, 9.5, 15.0])
     probs = np.array([0.1, 0.4, 0.3, 0.2])
     rs = RandomSource(13)
-    g = rs.generator("data")
-    data = values[np.asarray(g.choice(values.size, size=(runs, n), p=probs))]
-    # exact allocation: the public permutation of positions repeats in every block of n clients
-    big = ClientBatch({"x": data.ravel()}, 0, runs * n)
-    per = encode_bits(big, rnd.params, rs.generator("per")).astype(np.int64)
-    per_sums = per.reshape(runs, n, -1).sum(axis=1)
+    g, p = rs.generator("data"), rs.generator("per")
+    # exact allocation: the public permutation of positions repeats in every block of n clients; in
+    # chunks of 10,000 runs (at most about 80 MB at once), each starting at a block
+    chunk, sums = 10000, []
+    for start in range(0, per_runs, chunk):
+        m = min(chunk, per_runs - start)
+        x = values[np.asarray(g.choice(values.size, size=m * n, p=probs))]
+        per = encode_bits(ClientBatch({"x": x}, start * n, per_runs * n), rnd.params, p)
+        sums.append(per.astype(np.int64).reshape(m, n, -1).sum(axis=1))
+    per_sums = np.concatenate(sums)
     a = rs.generator("agg")
     counts = np.asarray(rs.generator("cohorts").multinomial(n, probs, size=runs))
     agg_sums = np.array(

@@ -151,6 +151,25 @@ def test_chi2_power_grows_with_the_effect() -> None:
     assert low < 0.5 < high
 
 
+def test_chi2_power_is_remembered_with_the_value_it_computes() -> None:
+    """power() remembers its simulation (a fixed public seed): the same value as computed afresh, for
+    Python and numpy arguments alike; invalid arguments still refuse."""
+    from fedstats.analyses.chi2.planning import _power
+
+    for w, n, k, ell, dec, lev, t in [
+        (0.2, 1000.0, 1, 50, "mean-of-squares", 0.05, 0.0),
+        (0.1, 5000.0, 4, 10, "geometric", 0.01, 3.5),
+    ]:
+        fresh = _power.__wrapped__(w, n, k, ell, dec, lev, t)  # the simulation, not remembered
+        kw = {"encoding_size": ell, "tau": t, "level": lev, "decoder": dec}
+        assert power(w, n_records=n, dof=k, **kw) == fresh
+        hits = _power.cache_info().hits
+        again = power(np.float64(w), n_records=np.float64(n), dof=np.int64(k), **kw)
+        assert again == fresh and _power.cache_info().hits == hits + 1
+    with pytest.raises(ParameterError):
+        power(0.0, n_records=1000, dof=1)
+
+
 # --- warnings ---------------------------------------------------------------------------------------
 
 

@@ -369,6 +369,24 @@ def test_vector_gaussian_grid_path_accounts_for_snapping() -> None:
         g.randomize(np.zeros((3, d + 1)), rng)
 
 
+def test_the_zcdp_calibration_is_remembered_with_the_value_it_computes() -> None:
+    """approx_dp_to_zcdp remembers its bisection (a pure function of the validated floats): the same
+    value as computed afresh, for Python and numpy floats alike; invalid budgets still refuse."""
+    from fedstats.privacy.analysis import approx_dp_to_zcdp
+    from fedstats.privacy.analysis.zcdp import _approx_dp_to_zcdp
+
+    for eps, delta in ((4.0, 1e-5), (2.0, 1e-5), (0.3, 1e-9), (1e-3, 0.5)):
+        fresh = _approx_dp_to_zcdp.__wrapped__(eps, delta)  # the bisection itself, not remembered
+        hits = _approx_dp_to_zcdp.cache_info().hits
+        assert approx_dp_to_zcdp(epsilon=eps, delta=delta) == fresh
+        assert approx_dp_to_zcdp(epsilon=np.float64(eps), delta=np.float64(delta)) == fresh
+        assert _approx_dp_to_zcdp.cache_info().hits >= hits + 1  # the second call was remembered
+        assert zcdp_to_approx_dp(rho=fresh, delta=delta) <= eps
+    for bad in ({"epsilon": 0.0, "delta": 1e-5}, {"epsilon": 1.0, "delta": 1.0}):
+        with pytest.raises(ParameterError):
+            approx_dp_to_zcdp(**bad)
+
+
 def test_grid_release_depends_only_on_the_snapped_integer() -> None:
     """Mironov 2012: on the grid path two inputs with the same grid point give bit-identical releases."""
     for mech in (

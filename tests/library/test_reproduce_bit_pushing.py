@@ -24,7 +24,7 @@ def test_nrmse_and_its_standard_error() -> None:
 
 
 @pytest.mark.slow
-def test_reproduce_quick(tmp_path: Path) -> None:
+def test_reproduce_quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "bp"
     res = runner.invoke(
         app, ["-q", "reproduce", "bit-pushing", "--quick", "--out", str(out), "--json"]
@@ -42,9 +42,18 @@ def test_reproduce_quick(tmp_path: Path) -> None:
     assert all(p["nrmse"] < 0.05 for p in figs["1a"]["adaptive"])
     page = (out / "bit-pushing-quick.md").read_text()
     assert "The paper's statements against our numbers" in page and "![fig1a.png]" in page
-    # a rerun resumes from the checkpoint (every cell already done)
+    # a rerun resumes from the checkpoint (every cell already done) and gives the same figures; it
+    # draws no plots (the first run's are checked above): they were half of this test's time, and the
+    # cells are the rerun's point
+    import fedstats.experiments.bit_pushing as bit_pushing
+
+    monkeypatch.setattr(bit_pushing, "_plots", lambda *a, **k: [])
     res2 = runner.invoke(
         app, ["-q", "reproduce", "bit-pushing", "--quick", "--out", str(out), "--json"]
     )
     assert res2.exit_code == 0
     assert json.loads(res2.stdout)["seconds"] < payload["seconds"] + 5
+    again = json.loads((out / "bit-pushing-quick.json").read_text())
+    total = doc["cells"]["total"]
+    assert total > 0 and again["cells"] == {"total": total, "from_checkpoint": total}
+    assert again["figures"] == doc["figures"]

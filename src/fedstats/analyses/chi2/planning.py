@@ -26,6 +26,7 @@ epsilon, so :func:`plan_chi2` searches either by bisection.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -213,6 +214,14 @@ def power(
     k = check_int("dof", dof, low=1)
     ell, dec, _, _, lev = check_options(encoding_size, decoder, 64, 0.95, level)
     t = check_real("tau", tau, low=0.0)
+    return _power(w, n_rec, k, int(ell), str(dec), lev, t)
+
+
+# a pure function of the validated values (a fixed public seed), asked again for the same inputs (the
+# usefulness warning of every release of the same table, a planner's search): remembered, the same value
+@functools.lru_cache(maxsize=4096)
+def _power(w: float, n_rec: float, k: int, ell: int, dec: str, lev: float, t: float) -> float:
+    """:func:`power` of validated arguments."""
     rng = RandomSource(seed=_PLAN_SEED).generator("plan", "chi2")
     assert isinstance(rng, np.random.Generator)  # a seeded source gives numpy's generator
     s0 = rng.chisquare(k, _DRAWS)
