@@ -143,10 +143,11 @@ import fedstats
 from _tls_proxy import NginxProxy
 from _util import (
     free_port,
+    memory_touch_rate,
     proc_cpu_seconds,
+    proc_page_faults,
     proc_status_kib,
     reset_peak_rss,
-    warm_guest_memory,
     write_results,
 )
 from fedstats.wire.seeding import STAGES
@@ -1237,6 +1238,7 @@ def bench_fedstats(
             sampler = CpuSampler(pid, [int(w.pid) for w in workers])
             sampler.start()
             cpu0 = proc_cpu_seconds(pid)
+            faults0 = proc_page_faults(pid)
             proxy_cpu0 = proxy.cpu_seconds() if proxy is not None else 0.0
             t0 = time.perf_counter()
             r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
@@ -1249,6 +1251,11 @@ def bench_fedstats(
             status = _wait_run(db, run_id, timeout)
             wall = time.perf_counter() - t0
             cpu_run = proc_cpu_seconds(pid) - cpu0
+            faults = proc_page_faults(pid)
+            result["server_page_faults"] = {  # each costs more in a VM (_util.warm_guest_memory)
+                "minor": faults[0] - faults0[0],
+                "major": faults[1] - faults0[1],
+            }
             if proxy is not None:
                 result["tls_proxy"] = {
                     "cpu_seconds": proxy.cpu_seconds() - proxy_cpu0,
@@ -1628,11 +1635,6 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=1200.0, help="per configuration, seconds")
     ap.add_argument("--no-flower", action="store_true", help="skip the Flower comparison")
     ap.add_argument(
-        "--no-warm-memory",
-        action="store_true",
-        help="do not touch 70%% of the available memory before the runs (_util.warm_guest_memory)",
-    )
-    ap.add_argument(
         "--flower-timeout",
         type=float,
         default=900.0,
@@ -1887,9 +1889,7 @@ def main() -> None:
     if kind == "postgresql" and pg is not None:
         raise SystemExit(pg)
     machine = _machine()
-    if not args.no_warm_memory:  # a fresh virtual machine's first touches are slow (the docstring)
-        machine["memory_warm_up"] = warm_guest_memory()
-        print(f"memory warm-up: {json.dumps(machine['memory_warm_up'])}", flush=True)
+    machine["memory_first_touch"] = memory_touch_rate()  # page faults are dear here (its docstring)
     doc: dict[str, Any] = {
         "command": " ".join(["python", "benchmarks/service_secagg.py", *sys.argv[1:]]),
         "machine_details": machine,
