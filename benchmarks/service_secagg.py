@@ -1540,6 +1540,8 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ``server_cpu_exponent``: the slope of ``log(server CPU)`` on ``log(n)`` over the completed runs
     (1: linear in ``n``, i.e. constant per device). A run with ``--tls-proxy`` adds
     ``tls_proxy_cpu_ms_per_device`` and ``tls_proxy_rss_mib`` (nginx's master and workers, RSS summed).
+    With ``--repeat`` the row is the run of median server CPU and ``server_cpu_ms_per_device_runs`` lists
+    every run's.
     """
     out_rows = []
     for row in rows:
@@ -1568,6 +1570,11 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "load_average_after": row.get("load_average_after"),
             "completed": done,
         }
+        repeats = row.get("fedstats_repeats")
+        if repeats:  # --repeat: the row is the median run; every run's CPU beside it
+            entry["server_cpu_ms_per_device_runs"] = [
+                1000.0 * float(r["server_cpu_seconds"] or 0.0) / n for r in repeats
+            ]
         proxy = ours.get("tls_proxy")
         if proxy is not None:  # --tls-proxy: TLS ended in nginx, whose cost is reported beside
             entry["tls_terminated_by"] = ours.get("tls_terminated_by")
@@ -1717,6 +1724,14 @@ def _arguments() -> argparse.Namespace:
         "is created; the server's CPU for it is reported apart (registration_server_cpu_seconds)",
     )
     ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="whole runs per n (default 1): the row is the run of median server CPU, every run's figures "
+        "are kept beside it (fedstats_repeats; scale: server_cpu_ms_per_device_runs). Whole runs on "
+        "this machine vary by up to 1.7x (docs/deploy.md, 'How much one row says')",
+    )
+    ap.add_argument(
         "--scale",
         action="store_true",
         help="issue 40's scale table: n = 200 1000 5000 (unless --clients), PostgreSQL, L = 1000, 10%% "
@@ -1812,6 +1827,54 @@ def _flower_row(row: dict[str, Any], ours: dict[str, Any], args: argparse.Namesp
             f"error {ft.get('error')}",
             flush=True,
         )
+
+
+REPEAT_KEYS = (
+    "status",
+    "server_cpu_seconds",
+    "wall_seconds",
+    "server_peak_rss_mib",
+    "client_cpu_seconds_total",
+    "driver_passes",
+    "server_page_faults",
+)
+"""The figures of each of ``--repeat`` runs kept beside the median one (``fedstats_repeats``)."""
+
+
+def _median_run(
+    n: int, args: argparse.Namespace, kind: str, poll: float, row: dict[str, Any]
+) -> dict[str, Any]:
+    """``--repeat`` runs of :func:`_fedstats_run` at ``n``: the one of median server CPU (the lower of the
+    two middle ones for an even count) becomes ``row["fedstats"]``; with more than one run, every run's
+    :data:`REPEAT_KEYS`, time and protocol replay CPU go to ``row["fedstats_repeats"]``."""
+    runs = []
+    for i in range(max(1, args.repeat)):
+        began = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        got = _fedstats_run(n, args, kind, poll)
+        runs.append((began, got))
+        if args.repeat > 1:
+            print(
+                f"n={n} run {i + 1}/{args.repeat}: server CPU "
+                f"{got.get('server_cpu_seconds', 0):.2f} s, status {got.get('status')}",
+                flush=True,
+            )
+    done = [r for r in runs if r[1].get("status") == "done"] or runs
+    done.sort(key=lambda r: float(r[1].get("server_cpu_seconds", 0.0)))
+    ours = done[(len(done) - 1) // 2][1]
+    row["fedstats"] = ours
+    if len(runs) > 1:
+        row["fedstats_repeats"] = [
+            {
+                "time": began,
+                **{k: got.get(k) for k in REPEAT_KEYS},
+                "protocol_replay_cpu_seconds": sum(
+                    float(r.get("cpu_seconds", 0.0)) for r in got.get("protocol_replay") or []
+                ),
+                "median": got is ours,
+            }
+            for began, got in runs
+        ]
+    return ours
 
 
 def _fedstats_run(n: int, args: argparse.Namespace, kind: str, poll: float) -> dict[str, Any]:
@@ -1957,8 +2020,7 @@ def main() -> None:
 
         p = find_parameters(n)
         row["k"], row["t"] = p.k, p.t
-        ours = _fedstats_run(n, args, kind, poll)
-        row["fedstats"] = ours
+        ours = _median_run(n, args, kind, poll, row)
         print(
             f"n={n} fedstats: status {ours.get('status')} wall {ours.get('wall_seconds', 0):.1f} s, "
             f"server CPU {ours.get('server_cpu_seconds', 0):.1f} s, "
