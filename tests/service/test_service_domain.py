@@ -127,7 +127,7 @@ def _answer_round(
                 got = runs.submit_report(tx, run_id, item["round"], cid, vector, count)
             out.append(got)
             if got and drv is not None:
-                drv.note_report(run_id, item["round"])
+                drv.gate.note(("round", run_id, item["round"]))  # as the report handler does
     return out
 
 

@@ -215,15 +215,15 @@ def check_wait(wait: float) -> None:
 
 ArrivalKey = tuple[str | int, ...]
 """What an arrival counts toward: ``("checkin", run_id)`` (a check-in or a refused offer),
-``("reveal", run_id)`` (a seed reveal) or ``("stage", run_id, round_index, session, stage)`` (a secure
-stage message)."""
+``("reveal", run_id)`` (a seed reveal), ``("round", run_id, round_index)`` (a plain round's report) or
+``("stage", run_id, round_index, session, stage)`` (a secure stage message)."""
 
 
 class ArrivalGate:
     """Whether a device's message may complete what the run driver waits for: one pass per close, not per message.
 
-    At each look at something that waits for messages (the check-in, the seeding, a secure session's
-    stage), the driver records how many more it needs (:meth:`looked`); each message handler notes its
+    At each look at something that waits for messages (the check-in, the seeding, a plain round, a
+    secure session's stage), the driver records how many more it needs (:meth:`looked`); each message handler notes its
     arrival (:meth:`note`), which says whether that many have arrived since, i.e. whether a pass may close
     it now. A key the driver has not looked at is always due. Closes by deadline or by quiet
     (``quiet_seconds``), and messages taken by other server processes, are seen at the driver's timed
@@ -240,11 +240,14 @@ class ArrivalGate:
         self._before: dict[ArrivalKey, int] = {}  # arrivals noted when the current pass began
 
     def note(self, key: ArrivalKey) -> bool:
-        """Note one arrival toward ``key``; return whether a driver pass may now close it."""
-        n = self._arrived.get(key, 0) + 1
-        self._arrived[key] = n
+        """Note one arrival toward ``key``; return whether a driver pass may now close it (:meth:`due`)."""
+        self._arrived[key] = self._arrived.get(key, 0) + 1
+        return self.due(key)
+
+    def due(self, key: ArrivalKey) -> bool:
+        """Whether as many arrivals toward ``key`` were noted since the last look as it still needed."""
         left = self._left.get(key)
-        return left is None or n >= left
+        return left is None or self._arrived.get(key, 0) >= left
 
     def begin(self) -> None:
         """Mark the start of a driver pass: arrivals noted until now are in the counts it reads."""

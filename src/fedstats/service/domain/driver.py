@@ -49,10 +49,9 @@ class _Live:
     gen: Generator[Round, RoundSum, Any]
     index: int
     pending: Round
-    # a plain round waiting for reports, as of the last look at the database: the devices expected,
-    # the reports seen, the round's deadline and when (monotonic) that look was (None: not looked yet)
-    expected: int | None = None
-    seen: int = 0
+    # a plain round that still waited for reports at the last look at the database (the reports it
+    # needed are the gate's), the round's deadline and when (monotonic) that look was
+    waiting: bool = False
     deadline: float = 0.0
     checked: float = 0.0
     # the pending round's journaled fields (its parameters' canonical JSON and digest), computed once:
@@ -173,7 +172,6 @@ class Driver:
         self._claim_every = min(self.lease_seconds / 4, self.recheck)
         self._claimed_at = -float("inf")
         self._held: list[str] = []
-        self._reports: dict[tuple[str, int], int] = {}  # reports this process accepted since a look
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"[:64]
         self.metrics: dict[str, float] = {
             "rounds_closed": 0,
@@ -185,42 +183,21 @@ class Driver:
             "driver_passes": 0,
         }
         self.excluded: dict[str, float] = {}  # reason -> reports excluded from a sum for it
-        self._counted = (0, 0)  # (devices expected, reports in) at the last look at a plain round
 
     def poke(self) -> None:
         """Claim leases at the next pass (a run was created or cancelled)."""
         self._claimed_at = -float("inf")
 
-    def note_report(self, run_id: str, index: int) -> bool:
-        """Note a report of round ``index`` of ``run_id`` committed by this process.
-
-        Not locked: a lost increment only delays the round's close to the next look.
-
-        Returns
-        -------
-        bool
-            Whether a pass may now close the round (wake the driver): False while the round, as
-            counted at the last look plus the reports noted since, still waits for reports (its
-            deadline and reports taken by other processes are seen at the timed passes).
-        """
-        key = (run_id, index)
-        n = self._reports.get(key, 0) + 1
-        self._reports[key] = n
-        live = self._live.get(run_id)
-        if live is None or live.expected is None or live.index != index:
-            return True
-        return live.seen + n >= live.expected
-
     def _due(self, run_id: str, live: _Live) -> bool:
         """Whether a pass must look at the run in the database (False: it certainly waits still)."""
-        if live.expected is None:
+        if not live.waiting:
             return True
         if (
             DEADLINES.passed((run_id, "round", live.index), live.deadline)
             or time.monotonic() - live.checked >= self.recheck
         ):
             return True
-        return live.seen + self._reports.get((run_id, live.index), 0) >= live.expected
+        return self.gate.due(("round", run_id, live.index))  # enough reports noted since the look
 
     def _hook(self, event: str, run_id: str, index: int) -> None:
         if self._crash_hook is not None:
@@ -601,9 +578,8 @@ class Driver:
                         )
             else:
                 got = self._close_plain(s, run, rec, cfg)
-                live.expected, live.seen = self._counted
+                live.waiting = got is None
                 live.deadline, live.checked = float(rec.deadline), time.monotonic()
-                self._reports.pop((run_id, live.index), None)
             if isinstance(got, str):
                 s.update_round(run_id, live.index, status="aborted")
                 abort = got
@@ -640,7 +616,7 @@ class Driver:
         live.index += 1
         live.pending = rnd
         live.fields = None
-        live.expected = None  # the next round: not looked at yet
+        live.waiting = False  # the next round: not looked at yet
         return live
 
     def _close_plain(
@@ -653,8 +629,9 @@ class Driver:
         assert run.n_clients is not None
         # counts in SQL first: a pass over a round that is still waiting reads no rows
         n_expected, n_got = s.round_counts(run.id, rec.index, rec.lo, rec.hi)
-        self._counted = (n_expected, n_got)
         if n_got < n_expected and not DEADLINES.passed((run.id, "round", rec.index), rec.deadline):
+            # the report handlers wake a pass at the last one; the timed passes skip the store till then
+            self.gate.looked(("round", run.id, rec.index), n_expected - n_got)
             return None
         reports = s.round_reports(run.id, rec.index)
         members = s.member_slots(run.id)

@@ -328,8 +328,8 @@ async def _report(
 
         new = bool(await path.offload(_signed_write, path, req, submit))
     # the driver is woken only when the round may be complete (not at every report)
-    if new and request.app.state.driver.note_report(run_id, index):
-        path.wakeup.set()
+    if new:
+        path.wakeup.arrived(("round", run_id, index))
     # the device's next poll is answered from the cache, without the database
     path.cache.after_report(cid, req.population, run_id, index)
     request.scope["fedstats.work_cached"] = True  # DeviceWrites: the entry is already fresh

@@ -58,7 +58,6 @@ async def refuse(run_id: IdPath, req: Signed, path: Devices) -> dict[str, Any]:
 
     recorded = bool(await path.offload(go))
     if recorded:
-        path.wakeup.arrived(
-            ("checkin", run_id)
-        )  # if every device may have answered: close check-in
+        # every device may have answered now: the driver may close check-in
+        path.wakeup.arrived(("checkin", run_id))
     return {"recorded": recorded}
