@@ -24,9 +24,9 @@ def memory_touch_rate(gib: float = 1.0) -> dict[str, float]:
     """How fast this process's new memory is touched for the first time, GiB/s (a machine descriptor).
 
     On this project's machines (virtual machines) the host backs guest memory only when the guest
-    touches it, and takes back within seconds what the guest frees: 2 GiB allocated and written took
-    6.2 s, again at once 0.23 s, again after 5 s 7.7 s and after 20 s 9.6 s (2026-11-30, load about 8).
-    Every page a process takes from the kernel therefore costs it about 10-20 microseconds of CPU here,
+    touches it, and takes back within seconds what the guest frees (``benchmarks/memory_touch.py``: 2 GiB
+    allocated and written took 4.6 s, again at once 0.23 s, after 5 s 2.9 s and after 20 s 5.0 s).
+    Every page a process takes from the kernel therefore costs it about 9 microseconds of CPU here,
     on any machine of this kind and however long it has run: page faults count in a server's CPU
     (``server_page_faults`` of ``benchmarks/service_secagg.py``). The rate varies with the host's load,
     so it is recorded beside each benchmark's results.
