@@ -40,6 +40,11 @@ def memory_touch_rate(gib: float = 1.0) -> dict[str, float]:
     -------
     dict
         ``gib``, ``seconds`` and ``gib_per_second``.
+
+    Raises
+    ------
+    ValueError
+        If ``gib`` is outside (0, 16].
     """
     if not 0 < gib <= 16:
         raise ValueError("gib must be in (0, 16]")

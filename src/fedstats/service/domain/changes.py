@@ -240,12 +240,32 @@ class ArrivalGate:
         self._before: dict[ArrivalKey, int] = {}  # arrivals noted when the current pass began
 
     def note(self, key: ArrivalKey) -> bool:
-        """Note one arrival toward ``key``; return whether a driver pass may now close it (:meth:`due`)."""
+        """Note one arrival toward ``key``; return whether a driver pass may now close it (:meth:`due`).
+
+        Parameters
+        ----------
+        key : ArrivalKey
+            What the arrival counts toward (:data:`ArrivalKey`).
+
+        Returns
+        -------
+        bool
+        """
         self._arrived[key] = self._arrived.get(key, 0) + 1
         return self.due(key)
 
     def due(self, key: ArrivalKey) -> bool:
-        """Whether as many arrivals toward ``key`` were noted since the last look as it still needed."""
+        """Whether as many arrivals toward ``key`` were noted since the last look as it still needed.
+
+        Parameters
+        ----------
+        key : ArrivalKey
+
+        Returns
+        -------
+        bool
+            True also for a key the driver has not looked at.
+        """
         left = self._left.get(key)
         return left is None or self._arrived.get(key, 0) >= left
 
@@ -254,7 +274,14 @@ class ArrivalGate:
         self._before = dict(self._arrived)
 
     def looked(self, key: ArrivalKey, left: int) -> None:
-        """Record that the current pass read ``key``'s count and still needs ``left`` messages (>= 1)."""
+        """Record that the current pass read ``key``'s count and still needs ``left`` messages.
+
+        Parameters
+        ----------
+        key : ArrivalKey
+        left : int
+            Messages still needed, >= 1 (the caller closes what needs none).
+        """
         self._left[key] = left
         self._arrived[key] = self._arrived.get(key, 0) - self._before.pop(key, 0)
 

@@ -32,7 +32,6 @@ is counted and logged here (``docs/service-errors.md``):
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import math
@@ -54,7 +53,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fedstats._validation import CONTROL_RULE, IDENTIFIER_RULE, control_character, is_identifier
 from fedstats.errors import BudgetExceededError, FedstatsError, SecurityError, UnavailableError
 from fedstats.service.domain import tasks
-from fedstats.service.http.logline import JsonLine, JsonLogFormatter, log_line
+from fedstats.service.http.logline import JsonLine, JsonLogFormatter, log_line, utc_stamp
 from fedstats.wire.encoding import DuplicateKeyError, unique_keys
 
 __all__ = [
@@ -512,10 +511,6 @@ class _TooLarge(HTTPException):
         super().__init__(413, f"request body larger than {limit} bytes")
 
 
-def _iso_now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 BODY_PIECE = 16 * 1024
 """Largest piece of a response body handed to the server's transport at once, bytes (one TLS record)."""
 
@@ -738,5 +733,5 @@ def metrics_lines(counters: MutableMapping[str, float]) -> list[str]:
 
 
 def iso_now() -> str:
-    """The current time, ISO 8601 in UTC with milliseconds (``2026-11-26T14:00:00.000Z``)."""
-    return _iso_now()
+    """The current time, ISO 8601 in UTC with milliseconds (``2026-11-26T14:00:00.000Z``; :func:`utc_stamp`)."""
+    return utc_stamp(time.time())
