@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.errors import ParameterError, SecurityError
+from fedstats.secagg.graph import public_neighbors
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import SetupMessage
 from fedstats.wire import auth
@@ -29,6 +30,7 @@ __all__ = [
     "body_bytes",
     "checked_members",
     "committed_roster",
+    "two_hop",
     "with_committed_roster",
 ]
 
@@ -242,8 +244,6 @@ def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng:
     ParameterError
         If ``audit`` is negative (``n``, ``k`` and ``index`` are checked by the graph).
     """
-    from fedstats.secagg.graph import public_neighbors
-
     if int(audit) < 0:
         raise ParameterError("audit", audit, "an integer >= 0")
     neighbours = public_neighbors(n, k, session, [index])[index]
@@ -251,6 +251,20 @@ def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng:
     count = min(int(audit), others.size)
     extra = rng.choice(others, size=count, replace=False) if count else np.empty(0, np.int64)
     return sorted({*neighbours, *(int(j) for j in extra)})
+
+
+def two_hop(n: int, k: int, session: bytes, index: int) -> list[int]:
+    """The roster indices two hops from ``index`` that are neither it nor its neighbours, sorted.
+
+    The consistency signers a device counts for a neighbour ``j`` are ``j``'s neighbours
+    (:meth:`fedstats.secagg.SecAggClient.signature_threshold`), so it holds the keys of its two-hop
+    neighbourhood. The graph is the public Harary graph of the session id
+    (:func:`fedstats.secagg.graph.public_neighbors`; O(n log n) once per session).
+    """
+    near = public_neighbors(n, k, session, [index])[index]
+    rows = public_neighbors(n, k, session, sorted(near))
+    far = set().union(*rows.values()) - near - {index}
+    return sorted(far)
 
 
 def committed_roster(
