@@ -378,6 +378,7 @@ class Server:
         peer_connections: int = 256,
         header_timeout: float = 10.0,
         tls_proxy: bool = False,
+        cohort_tree_above: int | None = None,
     ) -> None:
         from fedstats.service.domain.operators import add_operator
         from fedstats.service.http.tls import make_dev_certificates
@@ -388,6 +389,7 @@ class Server:
         self.profile = profile
         self.peer_connections = peer_connections
         self.header_timeout = header_timeout
+        self.cohort_tree_above = cohort_tree_above
         self.certs = make_dev_certificates(root / "tls", ["127.0.0.1"])
         init_authority(root / "authority")
         store = open_store(db)
@@ -441,6 +443,11 @@ class Server:
             str(self.peer_connections),
             "--header-timeout",
             str(self.header_timeout),
+            *(
+                []
+                if self.cohort_tree_above is None
+                else ["--cohort-tree-above", str(self.cohort_tree_above)]
+            ),
         ]
         self.proc = subprocess.Popen(
             cmd,
@@ -772,6 +779,9 @@ def _journal(db: str, run_id: str) -> dict[str, Any]:
             out: dict[str, Any] = {
                 "status": run.status,
                 "error": run.error,
+                # how the run was seeded: by its cohort tree (O(k log n) bytes per device) or by the
+                # O(n) commitment list (cohorts up to the server's --cohort-tree-above)
+                "seeding_form": "list" if run.cohort_head is None else "tree",
                 "n_sessions_per_round": len(sessions) // max(1, len(recs)),
                 "included": [len(json.loads(r.included or "[]")) for r in sessions],
             }
@@ -1124,6 +1134,7 @@ def bench_fedstats(
     preregister: bool = False,
     checkin_seconds: float | None = None,
     tls_proxy: bool = False,
+    cohort_tree_above: int | None = None,
 ) -> dict[str, Any]:
     """Run one fed-chi2 secure run with ``n`` devices; return the measurements.
 
@@ -1152,6 +1163,7 @@ def bench_fedstats(
         peer_connections=2 * n + 64,
         header_timeout=header_timeout_for(n),
         tls_proxy=tls_proxy,
+        cohort_tree_above=cohort_tree_above,
     )
     idents = [
         issue_identity(root / "authority", f"dev{i}", "default", root / "ids" / f"dev{i}.json")
@@ -1569,6 +1581,7 @@ def scale_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "load_average_before": row.get("load_average_before"),
             "load_average_after": row.get("load_average_after"),
             "completed": done,
+            "seeding_form": (ours.get("journal") or {}).get("seeding_form"),
         }
         repeats = row.get("fedstats_repeats")
         if repeats:  # --repeat: the row is the median run; every run's CPU beside it
@@ -1629,6 +1642,13 @@ def _arguments() -> argparse.Namespace:
         type=float,
         default=20.0,
         help="long polling: the server holds a device's poll up to this long (0: plain polling)",
+    )
+    ap.add_argument(
+        "--cohort-tree-above",
+        type=int,
+        default=None,
+        help="fedstats server --cohort-tree-above: cohorts above it seed by their cohort tree "
+        "(default: the server's, 64); a number above n measures the O(n) commitment list instead",
     )
     ap.add_argument(
         "--tick", type=float, default=1.0, help="server run-driver's longest pause, seconds"
@@ -1924,6 +1944,7 @@ def _fedstats_run(n: int, args: argparse.Namespace, kind: str, poll: float) -> d
                 args.preregister,
                 args.checkin_seconds,
                 args.tls_proxy,
+                args.cohort_tree_above,
             )
         if "error" in ours and ours.get("status") != "done":
             keep = HERE / "results" / "tmp" / f"service_secagg_n{n}.log"
