@@ -49,6 +49,7 @@ from fedstats.wire.cohort_sessions import (
 from fedstats.wire.cohort_tree import CohortTree, Leaf
 from fedstats.wire.tree_seeding import (
     committee_answer,
+    committee_answer_bytes,
     leaf_answer,
     leaves_answer,
     range_answer,
@@ -153,6 +154,7 @@ class Fake:
         self.seat: tuple[int, int, int] | None = None
         self.server: SecAggServer | None = None
         self.slot_shift = 0  # added to the slot start the check-in gives
+        self.fixed = False  # whether GET .../seed answers with the seed fixed (and the committee)
 
     def round(self) -> dict[str, Any]:
         """Round 0 over the participants' slots, as the server lists it (its partition)."""
@@ -207,6 +209,8 @@ class Fake:
             content = json.dumps({**slots, "tree": self.tree_answer}).encode()
         elif path.endswith("/seed") and params.get("part") == "committee":
             content = json.dumps(self.committee).encode()
+        elif path.endswith("/seed") and self.fixed:
+            content = json.dumps({**self.committee, "tree": self.tree_answer}).encode()
         elif path.endswith("/seed"):
             content = json.dumps(
                 {"status": "seeding", "seed": None, "tree": self.tree_answer}
@@ -587,3 +591,34 @@ def test_named_members_bounds_the_answer_by_what_it_names() -> None:
     assert len(honest) <= limit
     listed = named_members((None, None, [1, 2, 3], None))
     assert listed == ({"members": "1,2,3"}, 3 * 4096)
+
+
+def test_a_late_device_takes_the_committee_from_the_seed_answer_and_fetches_its_leaves() -> None:
+    """The seed was fixed before the device asked: ``GET .../seed`` carries the tree and the committee
+    (one request, no reveal); without a carried leaves object it asks ``GET .../certificates``."""
+    world = _world(True)
+    dev, fake, state, read = _device(world)
+    fake.fixed = True
+    dev._reveal(RID)
+    assert state.verified and state.seed == world.seed()
+    assert fake.paths() == [("GET", "/seed", {})]
+    rnd = fake.round()
+    client, setup = dev._join_session(rnd, state, None)
+    client.handle_bytes(setup)
+    assert not read
+    number = fake.seat[0]  # type: ignore[index]
+    dev._certify(RID, 0, number, state, None)
+    method, path, params = fake.paths()[-1]
+    assert (method, path) == ("GET", f"/rounds/0/secure/{number}/certificates")
+    assert set(params) == {"members", "also"} and read == [rnd]
+
+
+@pytest.mark.parametrize("in_committee", [True, False])
+def test_an_oversized_committee_answer_is_not_read(in_committee: bool) -> None:
+    """The committee answer is read up to its bound from the task's cohort size, then refused."""
+    world = _world(in_committee)
+    dev, fake, state, read = _device(world)
+    fake.committee["padding"] = "0" * committee_answer_bytes(int(TASK["cohort_size"]))
+    with pytest.raises(SecurityError, match="oversized"):
+        dev._reveal(RID, wait=1.0)
+    assert not state.verified and not read

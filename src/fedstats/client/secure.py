@@ -74,6 +74,10 @@ budget), when:
 * the session id is not the one the run's seed gives (no grinding of the communication graph);
 * any message fails the checks of :class:`fedstats.secagg.SecAggClient` (wrong session, forged keys or
   signatures, too small a survivor set, an unmasking request that would reveal both of a device's masks).
+
+A run whose server sends the *tree form* (its cohort tree's head and the device's own leaf instead of the
+list, for cohorts above the server's ``cohort_tree_above``) is seeded by a committee and joined with a
+bound roster: :mod:`fedstats.client.secure_tree`, which the hooks here dispatch to.
 """
 
 from __future__ import annotations
@@ -279,7 +283,10 @@ class SecureRuns(TreeRuns):
         state.revealed = state.listed = None  # used once: one that fails is fetched, not reused
         if got is None:
             params = {"part": "reveals"} if listed is not None else None
-            r = self._send("GET", path, b"", limit=seed_answer_bytes(cap), params=params)
+            limit = None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES
+            if listed is None:  # before revealing: maybe the tree form (with its committee)
+                limit = seed_answer_bytes(cap)
+            r = self._send("GET", path, b"", limit=limit, params=params)
             try:
                 got = r.json()
             except ValueError:

@@ -646,7 +646,9 @@ class TreeRuns:
         leaves = verify_leaves(state.head, answer, [pending.positions[j] for j in named])
         checked = [leaves[pending.positions[j]] for j in pending.checked]
         pending.verifier.certify(checked, answer.get("certificates"))
-        client = state.sessions[(index, number)]
+        client = state.sessions.get((index, number))
+        if client is None:  # the session was left meanwhile
+            raise SecurityError(f"this device left session {number} of round {index}")
         client.hold_keys({j: leaves[pending.positions[j]].key for j in named})
         del state.uncertified[(index, number)]
         self._give_input(state, index, number, pending.rnd)
