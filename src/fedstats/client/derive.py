@@ -159,6 +159,9 @@ class Derivation:
                     raise SecurityError(
                         "this device's slots are not its slots in the verified cohort"
                     )
+            head = getattr(state, "head", None)  # a tree run: its head's slot total, once checked
+            if head is not None and n != head.total_slots:
+                raise SecurityError("the cohort size is not the cohort tree's slot total")
             if state is not None and state.seed is not None and state.seed.hex() != seed:
                 raise SecurityError("the round's public seed is not the run's verified seed")
         derived = self._replay(rid, acc, index, n, seed, rnd["history"])

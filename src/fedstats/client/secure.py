@@ -74,6 +74,10 @@ budget), when:
 * the session id is not the one the run's seed gives (no grinding of the communication graph);
 * any message fails the checks of :class:`fedstats.secagg.SecAggClient` (wrong session, forged keys or
   signatures, too small a survivor set, an unmasking request that would reveal both of a device's masks).
+
+A run whose server sends the *tree form* (its cohort tree's head and the device's own leaf instead of the
+list, for cohorts above the server's ``cohort_tree_above``) is seeded by a committee and joined with a
+bound roster: :mod:`fedstats.client.secure_tree`, which the hooks here dispatch to.
 """
 
 from __future__ import annotations
@@ -95,23 +99,30 @@ from fedstats.client.roster import (
     committed_roster,
     with_committed_roster,
 )
-from fedstats.client.secure_members import PackedMembers, SecureState
+from fedstats.client.secure_members import (
+    AUDIT_MEMBERS,
+    SIGNATURES,
+    VERIFIED_CERTIFICATES,
+    PackedMembers,
+    SecureState,
+    cohort_cap,
+)
+from fedstats.client.secure_tree import ACK_BYTES as _ACK_BYTES
+from fedstats.client.secure_tree import DOWN_MESSAGES as _DOWN_MESSAGES
+from fedstats.client.secure_tree import (
+    TRANSCRIPT_BYTES,
+    TreePending,
+    TreeRuns,
+    named_members,
+    seed_answer_bytes,
+)
 from fedstats.errors import FedstatsError, SecurityError
 from fedstats.secagg.collusion import (
     meets_colluder_fraction,
     session_colluders,
     session_parameters,
 )
-from fedstats.secagg.crypto import VerificationCache
-from fedstats.secagg.messages import (
-    KeyBroadcast,
-    SetupMessage,
-    ShareBroadcast,
-    SurvivorSet,
-    UnmaskRequest,
-    decode,
-    max_message_bytes,
-)
+from fedstats.secagg.messages import SetupMessage, decode, max_message_bytes
 from fedstats.wire import seeding
 from fedstats.wire.tasks import min_session_size
 
@@ -130,34 +141,14 @@ __all__ = [
 ]
 
 
-VERIFIED_CERTIFICATES: set[tuple[str, str, bytes]] = set()
-"""Certificates whose authority signature was checked in this process, ``(authority key, signature,
-canonical body)``: every :class:`fedstats.client.Device` of the process shares it (bounded: cleared at
-100,000). A device process holds one device, for which this is its own memory across rounds; devices
-simulated together (benchmarks, tests) check each certificate once per process rather than once per
-device that asks. Sound because the key is the whole verified content and the check is a deterministic
-function of it with nothing secret (as :class:`fedstats.secagg.crypto.VerificationCache`); expiry,
-population, keys and roster positions are checked on every use."""
-SIGNATURES = VerificationCache(rosters=False, max_entries=200_000)
-"""Ed25519 results of the secure-aggregation messages (neighbours' signed keys, consistency signatures)
-checked in this process, keyed by the exact ``(public key, signature, message)``: shared by the
-:class:`~fedstats.secagg.SecAggClient` of every device of the process (see
-:data:`VERIFIED_CERTIFICATES` for why that is sound); each roster is still checked by its own device."""
-
-AUDIT_MEMBERS = 16
-"""How many members besides its neighbours a device checks the certificate of (chosen at random by it)."""
 CERTIFICATE_BYTES = 4096
 """The most bytes of certificate list a device reads per member whose certificate it asked for."""
-TRANSCRIPT_BYTES = 512
-"""The most bytes of seed transcript a device reads per possible member (the task's cohort size)."""
-_DOWN_MESSAGES = (SetupMessage, KeyBroadcast, ShareBroadcast, SurvivorSet, UnmaskRequest)
-_ACK_BYTES = 4096  # a JSON acknowledgement
 CERTIFICATES_HEADER = "fedstats-certificates"
 """An answer carrying certificates before the stage message: the length of their JSON, bytes."""
 _WORK_KEYS = ("offers", "rounds")  # what a work list must hold to be handled
 
 
-class SecureRuns:
+class SecureRuns(TreeRuns):
     """The secure-run part of :class:`fedstats.client.Device`.
 
     A mixin: it uses the device's signed transport (``_request``), identity, policy, check-in slots
@@ -193,7 +184,7 @@ class SecureRuns:
         request for the list in between. Without it (check-in still open after ``wait``) the work
         list's reveal item leads to the reveal later. Returns the check-in's slots.
         """
-        cap = _cohort_cap(state)
+        cap = cohort_cap(state)
         r = self._send(
             "POST",
             f"/v1/client/runs/{run_id}/checkin",
@@ -205,6 +196,8 @@ class SecureRuns:
         )
         got = r.json()
         state.listed = got.pop("transcript", None) if isinstance(got, dict) else None
+        if state.listed is None and isinstance(got, dict) and "tree" in got:  # the tree form
+            state.listed = {"tree": got.pop("tree")}
         slots = {"slot_start": int(got["slot_start"]), "slot_count": int(got["slot_count"])}
         self.joined[run_id] = slots
         if state.listed is not None:
@@ -228,8 +221,12 @@ class SecureRuns:
         slots = self.joined.get(run_id)
         if slots is None:
             raise SecurityError("this device holds no check-in slots for the run")
+        if state.head is not None:  # a tree run whose own leaf this device checked (secure_tree)
+            return self._tree_reveal(run_id, state, None, wait)
         tr = self._transcript(run_id, state)
-        entries = seeding.entries_of(tr, max_members=_cohort_cap(state))
+        if isinstance(tr, dict) and "tree" in tr:  # the server sends the tree form (secure_tree)
+            return self._tree_reveal(run_id, state, tr, wait)
+        entries = seeding.entries_of(tr, max_members=cohort_cap(state))
         keys = seeding.keys_of(tr)
         start, count = int(slots["slot_start"]), int(slots["slot_count"])
         seeding.check_own_entry(
@@ -248,7 +245,7 @@ class SecureRuns:
         state.seen = seeding.commitments_digest(run_id, entries, keys)
         state.members = PackedMembers(entries, keys)  # not the parsed rows: O(1) objects per run
         del tr, entries, keys
-        cap = _cohort_cap(state)
+        cap = cohort_cap(state)
         body = json.dumps({"value": state.contribution.hex(), "seen": state.seen}).encode()
         r = self._send(
             "POST",
@@ -280,13 +277,15 @@ class SecureRuns:
             If the answer is oversized, not JSON, or (reveals) not one reveal per listed member.
         """
         path = f"/v1/client/runs/{run_id}/seed"
-        cap = _cohort_cap(state)
+        cap = cohort_cap(state)
         listed = state.members if state.seen is not None else None
         got = state.revealed if listed is not None else state.listed
         state.revealed = state.listed = None  # used once: one that fails is fetched, not reused
         if got is None:
             params = {"part": "reveals"} if listed is not None else None
             limit = None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES
+            if listed is None:  # before revealing: maybe the tree form (with its committee)
+                limit = seed_answer_bytes(cap)
             r = self._send("GET", path, b"", limit=limit, params=params)
             try:
                 got = r.json()
@@ -326,6 +325,8 @@ class SecureRuns:
         """The run's seed, verified from its published transcript (once), and the cohort with it."""
         if state.seed is not None and state.verified:
             return state.seed
+        if state.head is not None:  # a tree run: the seed committee (secure_tree)
+            return self._tree_seed(run_id, state)
         if state.seen is None:
             raise SecurityError("this device did not reveal: it cannot check the run seed")
         tr = self._transcript(run_id, state)
@@ -350,7 +351,7 @@ class SecureRuns:
                 tr,
                 seen_digest=state.seen,
                 own_value=state.contribution,
-                max_members=_cohort_cap(state),
+                max_members=cohort_cap(state),
                 roster=True,
             )
             entries, reveals = seeding.entries_of(tr), [m[2] for m in tr["members"]]
@@ -472,8 +473,9 @@ class SecureRuns:
         params: dict[str, str] = {"wait": f"{wait:.3f}"} if wait > 0 else {}
         pending = state.uncertified.get((index, number))
         if pending is not None:  # the answer (stage 1, or the acknowledgement) carries these
-            params["members"] = ",".join(str(j) for j in pending[2])
-            limit += CERTIFICATE_BYTES * max(1, len(pending[2]))
+            named, more = named_members(pending)
+            params.update(named)
+            limit += more
         try:
             r = self._send(
                 "POST",
@@ -632,6 +634,8 @@ class SecureRuns:
         from fedstats.secagg import ClientConfig, SecAggClient
         from fedstats.secagg.identity import ClientIdentity
 
+        if state.head is not None:  # a tree run: a bound roster (secure_tree)
+            return self._tree_join(rnd, state, down)
         run_id, index = str(rnd["run_id"]), int(rnd["round"])
         number = int(rnd["secure"]["session"])
         seed = self._verified_seed(run_id, state)
@@ -735,6 +739,8 @@ class SecureRuns:
         got = state.uncertified.get((index, number))
         if got is None:
             return
+        if isinstance(got, TreePending):  # a tree run: leaves and certificates (secure_tree)
+            return self._tree_certify(run_id, index, number, state, got, certs)
         verifier, roster, checked, rnd = got
         if certs is None:
             certs = self._member_certificates(run_id, index, number, checked)
@@ -746,12 +752,7 @@ class SecureRuns:
         verifier.supply(certs)
         verifier.verify(roster)
         del state.uncertified[(index, number)]
-        vector = state.encoded.get(index)
-        if vector is None:  # each round is encoded (and charged) once
-            vector = self._encode(rnd)
-            state.encoded[index] = vector
-        values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
-        state.sessions[(index, number)].provide_input(values)
+        self._give_input(state, index, number, rnd)  # each round is encoded (and charged) once
 
     def _member_certificates(
         self, run_id: str, index: int, number: int, checked: Sequence[int]
@@ -781,10 +782,3 @@ class SecureRuns:
                 f"member(s); this device asked for {len(checked)}"
             )
         return certs
-
-
-def _cohort_cap(state: SecureState) -> int | None:
-    """The most members a run's cohort can have: its task's cohort size (each holds >= 1 slot)."""
-    if state.task is None:
-        return None
-    return int(state.task.get("cohort_size") or 0) or None

@@ -10,9 +10,35 @@ from typing import Any
 import numpy as np
 
 from fedstats.errors import SecurityError
+from fedstats.secagg.crypto import VerificationCache
 from fedstats.wire import seeding
+from fedstats.wire.cohort_tree import TreeHead
 
-__all__ = ["PackedMembers", "SecureState"]
+__all__ = [
+    "AUDIT_MEMBERS",
+    "SIGNATURES",
+    "VERIFIED_CERTIFICATES",
+    "PackedMembers",
+    "SecureState",
+    "cohort_cap",
+]
+
+VERIFIED_CERTIFICATES: set[tuple[str, str, bytes]] = set()
+"""Certificates whose authority signature was checked in this process, ``(authority key, signature,
+canonical body)``: every :class:`fedstats.client.Device` of the process shares it (bounded: cleared at
+100,000). A device process holds one device, for which this is its own memory across rounds; devices
+simulated together (benchmarks, tests) check each certificate once per process rather than once per
+device that asks. Sound because the key is the whole verified content and the check is a deterministic
+function of it with nothing secret (as :class:`fedstats.secagg.crypto.VerificationCache`); expiry,
+population, keys and roster positions are checked on every use."""
+SIGNATURES = VerificationCache(rosters=False, max_entries=200_000)
+"""Ed25519 results of the secure-aggregation messages (neighbours' signed keys, consistency signatures)
+checked in this process, keyed by the exact ``(public key, signature, message)``: shared by the
+:class:`~fedstats.secagg.SecAggClient` of every device of the process (see
+:data:`VERIFIED_CERTIFICATES` for why that is sound); each roster is still checked by its own device."""
+
+AUDIT_MEMBERS = 16
+"""How many members besides its neighbours a device checks the certificate of (chosen at random by it)."""
 
 
 class PackedMembers:
@@ -165,6 +191,12 @@ class SecureState:
     uncertified : dict
         ``(round, session) -> (verifier, roster, checked positions, round)`` of a joined session whose
         members' certificates are not checked yet (:meth:`SecureRuns._certify`, before the shares).
+    head : TreeHead or None
+        A tree-seeded run's cohort tree head, as the device checked its own leaf against it
+        (:func:`fedstats.wire.tree_seeding.check_own_leaf`; :mod:`fedstats.client.secure_tree`); None
+        for a run seeded by the commitment list.
+    position : int or None
+        The device's position in that tree (its leaf's index in slot order).
     partitions : dict
         ``(client range lo, hi, max_session, min_session_size) -> (session number, member positions)``:
         the session this device derived itself into for a round of that range (the positions, in roster
@@ -194,6 +226,8 @@ class SecureState:
     partitions: dict[tuple[int, int, int, int], tuple[int, np.ndarray]] = field(
         default_factory=dict
     )
+    head: TreeHead | None = None
+    position: int | None = None
 
     def commitment(self, run_id: str, client_id: str) -> str:
         """The commitment sent at check-in."""
@@ -208,6 +242,13 @@ class SecureState:
         if not self.verified or self.members is None:
             return None
         return self.members.cohort()
+
+
+def cohort_cap(state: SecureState) -> int | None:
+    """The most members a run's cohort can have: its task's cohort size (each holds >= 1 slot)."""
+    if state.task is None:
+        return None
+    return int(state.task.get("cohort_size") or 0) or None
 
 
 def _hex_bytes(texts: Sequence[str]) -> bytes | None:
