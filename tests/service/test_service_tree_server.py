@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 
 from fedstats.cli.server import cohort_tree_option
 from fedstats.errors import DataError, ParameterError, SecurityError
-from fedstats.service.domain import secure, secure_tree
+from fedstats.service.domain import secure, secure_devices, secure_tree
 from fedstats.service.domain.driver import Driver
 from fedstats.service.domain.tasks import ConflictError, task_config
 from fedstats.service.http.app import ServerSettings, create_app
@@ -499,3 +499,36 @@ def test_the_cli_option_reads_a_count_none_or_the_default() -> None:
     for bad in ("0", "-3", "many", ""):
         with pytest.raises(ParameterError):
             cohort_tree_option(bad)
+
+
+def test_a_tree_run_s_sessions_open_with_bound_rosters_and_replay(store: Store) -> None:
+    """open_sessions on a tree run: the partition's sessions, setup messages sent without roster, and a
+    replay of each session from its journal (rebuilt with the same bound roster) agrees."""
+    run, row, tree = _seeded(store, 30)
+    rec = cast(RoundRow, types.SimpleNamespace(index=1, lo=3, hi=run.total - 2, dim=3, bound=10))
+    cache = secure.SessionCache()
+    with store.transaction() as tx:
+        cfg = task_config(tx, run.task_id)
+        want = secure.partition(tx, row, rec, cfg)
+        secure.open_sessions(tx, row, rec, cfg, cache)
+    with store.transaction(read_only=True) as tx:
+        rows = tx.secure_sessions(run.id, 1)
+        assert [json.loads(r.members) for r in rows] == want
+        for r in rows:
+            assert (
+                r.session
+                == seeding.session_id(bytes.fromhex(str(row.public_seed)), 1, r.number).hex()
+            )
+            live = secure._rebuild(tx, row, r, 3)  # raises if the journal's setup diverged
+            assert live.stage == 0
+            downs = tx.down_digests(run.id, 1, r.number, 0)
+            assert sorted(downs) == list(range(len(json.loads(r.members))))
+        # each member's stage-0 work item carries the round's range proof (a part of the cohort)
+        for r in rows:
+            for j, cid in enumerate(json.loads(r.members)):
+                work = cast(dict[str, Any], secure_devices.secure_work(tx, run.id, rec, cid))
+                assert (work["session"], work["index"], work["stage"]) == (r.number, j, 0)
+                assert work["range_proof"] == range_answer(tree, rec.lo, rec.hi)
+                assert participants(tree.head, rec.lo, rec.hi, work["range_proof"]) == (
+                    tree.positions_of(rec.lo, rec.hi)
+                )
