@@ -21,6 +21,10 @@ about half the server's CPU per such request at n = 500; anything else takes Fas
 ``POST /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the device's stage message
                                                               (``?wait=``: answered with the next one)
 ============================================================  =====================================
+
+A run seeded by its cohort tree (``runs.cohort_head``) answers in the tree form of
+:mod:`.secure_tree`: ``?part=committee`` (``&wait=``), signed reveals, and ``members``/``also``
+answered by the leaves answer.
 """
 
 from __future__ import annotations
