@@ -385,11 +385,14 @@ class Http:
             create_app(store, ServerSettings(), run_driver=False), raise_server_exceptions=False
         )
 
-    def request(self, method: str, i: int, path: str, body: Any = None, key: Any = None) -> Any:
-        data = b"" if body is None else json.dumps(body).encode()
+    def request(
+        self, method: str, i: int, path: str, body: Any = None, raw: bytes | None = None
+    ) -> Any:
+        data = raw if raw is not None else b"" if body is None else json.dumps(body).encode()
         path = f"/v1/client/runs/{self.run.id}{path}"
-        signer = self.run.keys[i] if key is None else key
-        headers = auth.sign_request(signer, self.run.ids[i], method, path.split("?")[0], data)
+        headers = auth.sign_request(
+            self.run.keys[i], self.run.ids[i], method, path.split("?")[0], data
+        )
         headers["content-type"] = "application/json"
         return self.http.request(method, path, content=data, headers=headers)
 
@@ -532,3 +535,41 @@ def test_a_tree_run_s_sessions_open_with_bound_rosters_and_replay(store: Store) 
                 assert participants(tree.head, rec.lo, rec.hi, work["range_proof"]) == (
                     tree.positions_of(rec.lo, rec.hi)
                 )
+
+
+def test_a_stage_0_message_with_members_and_also_is_answered_with_the_leaves(store: Store) -> None:
+    """POST stage 0 ``?members=&also=`` on a tree run: the acknowledgement's ``"certificates"`` is the
+    leaves answer (one multiproof of the named leaves, the certificates of ``members``)."""
+    run, row, tree = _seeded(store, 30)
+    with store.transaction() as tx:
+        rec = tx.add_round(
+            run_id=run.id,
+            index=0,
+            status="open",
+            opened_at=time.time(),
+            deadline=time.time() + 60,
+            name="r",
+            encode="identity",
+            params="{}",
+            params_digest="0" * 64,
+            dim=3,
+            bound=10,
+            lo=0,
+            hi=run.total,
+        )
+        secure.open_sessions(tx, row, rec, task_config(tx, run.task_id), secure.SessionCache())
+        members = json.loads(tx.secure_sessions(run.id, 0)[0].members)
+    api = Http(store, run)
+    me = run.ids.index(members[0])
+    got = api.request("POST", me, "/rounds/0/secure/0/0?members=2,1&also=3", raw=b"\x01" * 40)
+    assert got.status_code == 200, got.text
+    ack = got.json()
+    assert ack["accepted"] is True and ack["duplicate"] is False
+    answer = ack["certificates"]
+    named = [run.ids.index(members[j]) for j in (2, 1, 3)]
+    leaves = verify_leaves(tree.head, answer, sorted(named))
+    assert [c["body"]["client_id"] for c in answer["certificates"]] == [members[2], members[1]]
+    assert all(leaves[p].key == _raw(run.keys[p]) for p in named)
+    # also= at a later stage: 422 before anything is stored
+    got = api.request("POST", me, "/rounds/0/secure/0/1?also=3", raw=b"\x01" * 40)
+    assert got.status_code == 422, got.text
