@@ -521,7 +521,9 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
     The acknowledgement is ``{"accepted": true, "duplicate": bool}``. With ``wait`` > 0 it is held
     until the run's seed is fixed (every member revealed), up to ``wait`` seconds (at most
     ``max_wait``), and then also carries ``"revealed"``: what ``GET .../seed?part=reveals`` answers
-    (the seed and every reveal in list order), one request fewer per device.
+    (the seed and every reveal in list order), one request fewer per device. In a tree run only the
+    seed committee reveals, with ``"signature"`` (:func:`fedstats.wire.tree_seeding.signed_reveal`;
+    409 off the committee), and ``"revealed"`` is what ``GET .../seed?part=committee`` answers.
     """
     cid, body, nonce = await ctx.signed(request)
     check_wait(wait)
