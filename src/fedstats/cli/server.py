@@ -172,6 +172,14 @@ DapInteropOption = Annotated[
         "/internal/test endpoints for one role: aggregator, client or collector.",
     ),
 ]
+CohortTreeAboveOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cohort-tree-above",
+        help="Secure runs whose check-in closes with more devices than this seed by their cohort tree "
+        "(a committee of at most 40 members reveals; O(k log n) per device); 'none': never. Default 64.",
+    ),
+]
 MaxConnectionsOption = Annotated[
     int | None,
     typer.Option(
@@ -243,6 +251,7 @@ def serve(
     max_connections_per_peer: MaxConnectionsPerPeerOption = _DEFAULT.max_connections_per_peer,
     header_timeout: HeaderTimeoutOption = _DEFAULT.header_timeout,
     request_key_secret: RequestKeySecretOption = None,
+    cohort_tree_above: CohortTreeAboveOption = None,
     crash_after: CrashAfterOption = None,
 ) -> None:
     """Serve the admin and client APIs over HTTPS (--tls-cert/--tls-key); plain HTTP on loopback only."""
@@ -255,6 +264,7 @@ def serve(
 
         read_pem_certificates(vdaf_peer_ca, "--vdaf-peer-ca")
     key_secret = None if request_key_secret is None else read_key_secret(request_key_secret)
+    tree_above = cohort_tree_option(cohort_tree_above)
     if tls_cert is None:
         if not is_loopback(host) and not insecure_http:
             raise ParameterError(
@@ -313,6 +323,7 @@ def serve(
             max_connections_per_peer=max_connections_per_peer,
             header_timeout=header_timeout,
             request_key_secret=key_secret,
+            cohort_tree_above=tree_above,
         ),
         crash_after=crash_after,
     )
@@ -527,6 +538,27 @@ def _loop_impl() -> str:
 def _http_impl() -> str:
     """The HTTP/1.1 parser of uvicorn: ``httptools`` where it is installed, else h11."""
     return "httptools" if _importable("httptools") else "h11"
+
+
+def cohort_tree_option(text: str | None) -> int | None:
+    """``--cohort-tree-above``: absent -> the settings' default (64), ``none`` -> None, else an int >= 1.
+
+    Raises
+    ------
+    ParameterError
+        For anything else.
+    """
+    if text is None:
+        return _DEFAULT.cohort_tree_above
+    if text.strip().lower() == "none":
+        return None
+    try:
+        got = int(text)
+    except ValueError:
+        got = 0
+    if got < 1:
+        raise ParameterError("--cohort-tree-above", text, "an integer >= 1 or 'none'")
+    return got
 
 
 def is_loopback(host: str) -> bool:

@@ -25,7 +25,7 @@ from fedstats.analyses.usefulness import attach_warnings
 from fedstats.engine.rounds import Round, RoundSum
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.results import AnalysisResult, to_jsonable
-from fedstats.service.domain import ledger, refusals, secure, secure_devices
+from fedstats.service.domain import ledger, refusals, secure, secure_devices, secure_tree
 from fedstats.service.domain.changes import ArrivalGate
 from fedstats.service.domain.clock import DEADLINES
 from fedstats.service.domain.reports import report_problems
@@ -137,6 +137,9 @@ class Driver:
         Told at each pass what the check-in, the seeding and each secure stage still wait for, so that the
         message handlers wake the driver only when one may close (shared with the server's
         :class:`~fedstats.service.domain.changes.Wakeup`; default a gate of its own).
+    cohort_tree_above : int or None
+        A secure run whose check-in closes with more devices than this seeds by its cohort tree
+        (:mod:`.secure_tree`; default 64); None: never.
     """
 
     def __init__(
@@ -149,6 +152,7 @@ class Driver:
         on_change: Callable[[set[str] | None], None] | None = None,
         recheck: float = 1.0,
         gate: ArrivalGate | None = None,
+        cohort_tree_above: int | None = 64,
     ) -> None:
         if not lease_seconds > 0:
             raise ParameterError("lease_seconds", lease_seconds, "a number of seconds > 0")
@@ -165,6 +169,8 @@ class Driver:
             str, int
         ] = {}  # run id -> the lease epoch (fencing token) this process claimed
         self.lease_seconds = float(lease_seconds)
+        # secure runs of more devices seed by their cohort tree (secure_tree); None: never
+        self.cohort_tree_above = cohort_tree_above
         # a pass claims leases at most this often (unless poked: a run was created), and looks at a
         # waiting plain round at least this often even if this process saw no report for it (another
         # process may have taken them)
@@ -483,6 +489,13 @@ class Driver:
         status = "seeding" if secure.is_secure(cfg) else "running"
         if status == "running" and not run.public_seed:  # a run created before plain seeds
             s.update_run(run.id, status=status, n_clients=used, public_seed=new_public_seed())
+        elif (
+            status == "seeding"
+            and self.cohort_tree_above is not None
+            and (devices > self.cohort_tree_above)
+        ):  # seeded by its cohort tree's committee: the head stored with the status
+            head = secure_tree.build_tree(s, run.id).head.to_bytes().hex()
+            s.update_run(run.id, status=status, n_clients=used, cohort_head=head)
         else:
             s.update_run(run.id, status=status, n_clients=used)
         self._changed.add(run.id)

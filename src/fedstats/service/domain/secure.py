@@ -72,6 +72,7 @@ from fedstats.secagg.messages import (
 from fedstats.secagg.params import SecAggParameters
 from fedstats.secagg.quantize import check_overflow
 from fedstats.secagg.server import SecAggServer
+from fedstats.service.domain import secure_tree
 from fedstats.service.domain.changes import ArrivalGate
 from fedstats.service.store import State
 from fedstats.service.store.rows import RoundRow, RunRow
@@ -170,6 +171,8 @@ def close_seeding(
         The run as now stored (its seed fixed, status ``running``); the reason to abort it; None while
         waiting for reveals.
     """
+    if run.cohort_head is not None:  # a tree run: its committee reveals
+        return secure_tree.close_seeding(tx, run, deadline, gate)
     left = tx.unrevealed(run.id) if time.time() <= deadline else 0
     if left:
         if gate is not None:  # the reveal handlers wake a pass at the last one
@@ -205,6 +208,8 @@ def close_seeding(
 
 
 def _roster(tx: State, run: RunRow, index: int, number: int, members: list[str]) -> SessionRoster:
+    if run.cohort_head is not None:  # a tree run's roster is bound (secure_tree.bound_roster)
+        return secure_tree.bound_roster(tx, run, index, number, members)
     keys = [bytes.fromhex(c.public_key) for c in enrolled_rows(tx, members)]
     sid = seeding.session_id(bytes.fromhex(str(run.public_seed)), index, number)
     return SessionRoster(seeding.task_id_bytes(run.id), sid, tuple(keys), _EMPTY_SIGNATURE)
@@ -272,6 +277,8 @@ def partition(tx: State, run: RunRow, rec: RoundRow, cfg: dict[str, Any]) -> lis
     ProtocolAbortError
         If a session would be smaller than the task's ``min_session_size``.
     """
+    if run.cohort_head is not None:  # a tree run: sessions from positions
+        return secure_tree.partition(tx, run, rec, cfg)
     opts = cfg["secure_aggregation"]
     max_session = int(opts["max_session"])
     # the withholders (no reveal in a seeded run) hold their slots but join no session

@@ -13,6 +13,7 @@ from typing import Any
 
 from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.secagg.messages import max_message_bytes
+from fedstats.service.domain import secure_tree
 from fedstats.service.domain.batched import batch_member, note_member, write_later
 from fedstats.service.domain.secure import (
     BITS,
@@ -354,6 +355,7 @@ def forget_run(run_id: str) -> None:
     """
     _COMMITMENTS.pop(run_id, None)
     _COHORTS.pop(run_id, None)
+    secure_tree.forget(run_id)
     keys = {k[:3] for cache in (_DOWNS, _LIMITS) for k in list(cache) if k[0] == run_id}
     keys |= {
         k
@@ -409,6 +411,9 @@ def secure_work(tx: State, run_id: str, rec: RoundRow, client_id: str) -> dict[s
         if stage == 0:
             # the setup message (a few dozen bytes) rides along: the device need not ask for it
             work["message"] = downs[i].hex()
+            proof = secure_tree.range_proof(tx, run_id, rec)  # a tree run's round over part of it
+            if proof is not None:
+                work["range_proof"] = proof
         return work
     return None
 

@@ -85,6 +85,7 @@ def create_app(
         on_change=changed,
         recheck=cfg.recheck,
         gate=gate,
+        cohort_tree_above=cfg.cohort_tree_above,
     )
     background = Background(store, cfg, runner, changes, wakeup, offload, run_driver=run_driver)
 

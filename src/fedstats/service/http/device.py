@@ -71,6 +71,7 @@ from fedstats.service.http.schemas import (
     IndexPath,
 )
 from fedstats.service.http.secure import SecureRoutes, add_secure_routes
+from fedstats.service.http.secure_tree import TREE_MARK, checkin_leaf
 from fedstats.service.store import State, Store
 from fedstats.service.store.rows import ClientRow
 from fedstats.wire import auth
@@ -260,7 +261,10 @@ async def _checkin(
         secure: SecureRoutes = request.app.state.secure
         with path.cache.away(req.client_id):  # it reveals next, without a work poll
             got = await secure.held_commitments(run_id, req.population, wait, before)
-        if got is not None:
+        if got == TREE_MARK:  # a tree run: the device's own leaf (http.secure_tree)
+            leaf = await checkin_leaf(secure, run_id, req.client_id)
+            body = body[:-1] + b',"tree":' + leaf + b"}"
+        elif got is not None:
             body = body[:-1] + b',"transcript":' + got + b"}"
     return Response(body, media_type="application/json")
 
@@ -290,7 +294,8 @@ async def checkin(
     commitment) is held until the run's check-in closes, up to ``wait`` seconds (at most
     ``max_wait``), and then also carries ``"transcript"``: the commitment list ``GET .../seed``
     answers while the run is seeding, which the device reveals against (no work poll and no
-    request for the list in between).
+    request for the list in between); for a run seeded by its cohort tree, ``"tree"`` instead: the
+    head and the device's leaf proof (:func:`fedstats.wire.tree_seeding.leaf_answer`).
     """
     return await _checkin(path, run_id, req, request, wait)
 

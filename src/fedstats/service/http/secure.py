@@ -21,6 +21,10 @@ about half the server's CPU per such request at n = 500; anything else takes Fas
 ``POST /v1/client/runs/{run}/rounds/{r}/secure/{k}/{stage}``  the device's stage message
                                                               (``?wait=``: answered with the next one)
 ============================================================  =====================================
+
+A run seeded by its cohort tree (``runs.cohort_head``) answers in the tree form of
+:mod:`.secure_tree`: ``?part=committee`` (``&wait=``), signed reveals, and ``members``/``also``
+answered by the leaves answer.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -40,15 +43,18 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from fedstats.errors import FedstatsError
-from fedstats.service.domain import runs, secure, secure_devices
+from fedstats.service.domain import runs, secure, secure_devices, secure_tree
 from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.domain.tasks import NotFoundError
+from fedstats.service.http import secure_tree as tree_http
 from fedstats.service.http.batching import TransactionBatcher, Work
 from fedstats.service.http.deps import NonceUse, release_body
 from fedstats.service.http.edge import StrictRoute
 from fedstats.service.http.fastpath import Handler, direct_route, index_of
 from fedstats.service.http.schemas import DEVICE, REVEAL_BODY, STAGE_BODY, IdPath, IndexPath
 from fedstats.service.http.secure_batch import StageBatcher, StageUp
+from fedstats.service.http.secure_query import plain_query as _plain_query
+from fedstats.service.http.secure_query import positions as _positions
 from fedstats.service.store import State, Store
 from fedstats.wire import seeding
 
@@ -206,6 +212,8 @@ class SecureRoutes:
         """The seed transcript (or its reveals) as ``GET .../seed`` answers it (a store thread's work)."""
         with self.store.transaction(read_only=True) as s:
             run = runs.load_run(s, run_id)
+            if run.cohort_head is not None:  # a tree run: its member's leaf (secure_tree)
+                return json.dumps(secure_tree.seed_json(s, run, cid, None)).encode()
             secure_devices.member_of(s, run_id, cid)
             if part == "reveals" and run.public_seed is not None:
                 return self.cached(("reveals", run_id), lambda: secure_devices.seed_reveals(s, run))
@@ -270,6 +278,8 @@ class SecureRoutes:
                     return None
                 if run.status != "seeding" or run.public_seed is not None:
                     return b""
+                if run.cohort_head is not None:  # a tree run: each device gets its own leaf
+                    return tree_http.TREE_MARK
                 return self.cached(
                     ("commitments", run_id), lambda: secure_devices.seed_transcript(tx, run)
                 )
@@ -443,37 +453,6 @@ NEXT_WORK = "fedstats-next-work"
 """A last stage's header asking for the device's next work list in the held acknowledgement (``1``)."""
 STAGE_PATH = BASE + "/rounds/{index}/secure/{number}/{stage}"
 
-# the query parameters a direct route (:func:`~.fastpath.direct_route`) parses itself, each in its plain
-# form (a device's ``wait=25``, ``members=3,17``); anything else goes to FastAPI's parsing and its errors
-# (``members`` after ``%2C`` -> ``,``; how many positions is checked by the endpoint, as on FastAPI's way)
-_PLAIN_VALUES = {
-    b"wait": re.compile(rb"[0-9]{1,6}(?:\.[0-9]{1,6})?"),
-    b"members": re.compile(rb"[0-9]{1,6}(?:,[0-9]{1,6})*"),
-}
-_PARSED = "fedstats.secure_query"  # the scope's key of the query parsed by ``_plain_query``
-
-
-def _plain_query(scope: Any, names: tuple[bytes, ...]) -> dict[bytes, str] | None:
-    """The query's parameters among ``names``, each once and plain (see above), else None (FastAPI's).
-
-    Parsed once per request (kept in the scope: the route's check and its handler both ask).
-    """
-    parsed = scope.get(_PARSED)
-    if parsed is not None and parsed[0] == names:
-        return cast(dict[bytes, str] | None, parsed[1])
-    query: bytes = scope.get("query_string") or b""
-    got: dict[bytes, str] = {}
-    plain = True
-    for part in query.split(b"&") if query else ():
-        name, eq, value = part.partition(b"=")
-        value = value.replace(b"%2C", b",").replace(b"%2c", b",")
-        if not eq or name not in names or name in got or not _PLAIN_VALUES[name].fullmatch(value):
-            plain = False
-            break
-        got[name] = value.decode("ascii")
-    scope[_PARSED] = (names, got if plain else None)
-    return got if plain else None
-
 
 def _plain_path(params: dict[str, Any], indices: tuple[str, ...]) -> list[int] | None:
     """The path's indices (``index``, ``number``, ``stage``) if the path is plain, else None."""
@@ -484,7 +463,7 @@ def _plain_path(params: dict[str, Any], indices: tuple[str, ...]) -> list[int] |
 
 
 _STAGE_INDICES = ("index", "number", "stage")
-_UP_QUERY = (b"wait", b"members")
+_UP_QUERY = (b"wait", b"members", b"also")
 
 
 def _plain_stage(
@@ -514,16 +493,21 @@ def _plain_wait(scope: Any, params: dict[str, Any]) -> bool:
 
 @router.get(BASE + "/seed", **DEVICE)
 async def seed(
-    run_id: IdPath, request: Request, ctx: SecureDep, part: str | None = None
+    run_id: IdPath, request: Request, ctx: SecureDep, part: str | None = None, wait: float = 0.0
 ) -> Response:
     """The seed transcript; ``?part=reveals``: only the seed and the reveals in list order.
 
     A device that revealed holds the commitment list (ids, commitments, slots, keys) it saw; once
-    the seed is fixed it needs only the reveals beside it (a third of the bytes).
+    the seed is fixed it needs only the reveals beside it (a third of the bytes). A run seeded by its
+    cohort tree answers as :mod:`.secure_tree` says (``?part=committee[&wait=]``: its committee).
     """
     cid, _, _ = await ctx.signed(request)
-    if part not in (None, "reveals"):
-        raise HTTPException(422, "part must be 'reveals' or absent")
+    if part not in (None, "reveals", secure_tree.COMMITTEE):
+        raise HTTPException(422, "part must be 'reveals', 'committee' or absent")
+    check_wait(wait)
+    if part == secure_tree.COMMITTEE or secure_tree.known_tree(run_id):
+        got = await tree_http.seed(ctx, run_id, cid, part, wait)
+        return Response(got, media_type="application/json")
     fast = ctx.cache.get(("reveals", run_id)) if part == "reveals" else None
     if fast is not None and secure_devices.cached_member(run_id, cid):
         return Response(fast, media_type="application/json")  # fixed: no transaction
@@ -537,7 +521,9 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
     The acknowledgement is ``{"accepted": true, "duplicate": bool}``. With ``wait`` > 0 it is held
     until the run's seed is fixed (every member revealed), up to ``wait`` seconds (at most
     ``max_wait``), and then also carries ``"revealed"``: what ``GET .../seed?part=reveals`` answers
-    (the seed and every reveal in list order), one request fewer per device.
+    (the seed and every reveal in list order), one request fewer per device. In a tree run only the
+    seed committee reveals, with ``"signature"`` (:func:`fedstats.wire.tree_seeding.signed_reveal`;
+    409 off the committee), and ``"revealed"`` is what ``GET .../seed?part=committee`` answers.
     """
     cid, body, nonce = await ctx.signed(request)
     check_wait(wait)
@@ -549,17 +535,24 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
     population = await ctx.population_of(cid) if wait > 0 else ""
     before = ctx.changes.generation(population)  # the seed was not fixed then (see below)
 
-    def go(tx: State, held: dict[Any, Any]) -> bool:
+    def go(tx: State, held: dict[Any, Any]) -> tuple[bool, bool]:
         run = runs.locked_run(tx, run_id, held)  # record_reveal does not write the run row
-        return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"], held)
+        if run.cohort_head is not None:  # a tree run: only its committee reveals, signed
+            return secure_tree.record_reveal(tx, run, cid, data, held), True
+        return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"], held), False
 
     # with the reveals that arrive meanwhile: one transaction (the nonce recorded first)
-    new = bool(await ctx.together(Work(nonce, go)))
+    new, tree = await ctx.together(Work(nonce, go))
     ctx.wakeup.arrived(("reveal", run_id))  # a driver pass if it may be the last reveal
     ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
     if wait > 0:
         # a new reveal was stored while the run was seeding: its seed was not fixed at `before`
-        got = await ctx.held_reveals(run_id, population, wait, before if new else None)
+        since = before if new else None
+        got = await (
+            tree_http.held_committee(ctx, run_id, population, wait, since)
+            if tree
+            else ctx.held_reveals(run_id, population, wait, since)
+        )
         if got is not None:
             ack += b',"revealed":' + got
     return Response(ack + b"}", media_type="application/json")
@@ -593,17 +586,20 @@ async def certificates(
     request: Request,
     ctx: SecureDep,
     members: str | None = None,
+    also: str | None = None,
 ) -> Response:
     """The certificates of the session's members: all (ETag), or ``?members=3,17,...`` only.
 
     A device asks for its neighbours' and a few audited members' (positions in roster order), so
-    a session of ``n`` costs ``n (k + a)`` certificates served, not ``n^2``.
+    a session of ``n`` costs ``n (k + a)`` certificates served, not ``n^2``. In a tree run
+    ``members`` (and ``also``) are answered by the leaves answer (:mod:`.secure_tree`).
     """
     cid, _, _ = await ctx.signed(request)
     store = ctx.store
     indices = None if members is None else _positions(members)
     if indices is not None:
-        got = await ctx.member_certificates(run_id, index, number, cid, indices)
+        more = None if also is None else _positions(also)
+        got = await tree_http.checked(ctx, run_id, index, number, cid, indices, more)
         return Response(got, media_type="application/json")
 
     def go() -> bytes:
@@ -673,6 +669,7 @@ async def up(
     ctx: SecureDep,
     wait: float = 0.0,
     members: str | None = None,
+    also: str | None = None,
 ) -> Response:
     """Journal the device's stage message; with ``wait``, answer with its next stage's message.
 
@@ -696,7 +693,8 @@ async def up(
     checks them before it sends its shares, its first secret (:mod:`fedstats.client.secure`).
     """
     indices = None if members is None else _positions(members)  # 422 before anything is stored
-    if indices is not None and stage != 0:
+    more = None if also is None else _positions(also)  # a tree run's two-hop keys (secure_tree)
+    if (indices is not None or more is not None) and stage != 0:
         raise HTTPException(422, "members is asked for with the stage-0 message only")
     cid, new, at_stage, population, before = await ctx.store_up(
         run_id, index, number, stage, request, wait
@@ -714,7 +712,7 @@ async def up(
             headers = {"Fedstats-Duplicate": "true" if not new else "false"}
             if indices is not None:
                 try:
-                    certs = await ctx.member_certificates(run_id, index, number, cid, indices)
+                    certs = await tree_http.checked(ctx, run_id, index, number, cid, indices, more)
                 except (FedstatsError, HTTPException):  # e.g. a bad position: the device asks
                     certs = None
                 if certs is not None:
@@ -738,7 +736,7 @@ async def up(
                 )
     if indices is not None:  # the certificates asked for, with the acknowledgement (also unheld)
         try:
-            certs = await ctx.member_certificates(run_id, index, number, cid, indices)
+            certs = await tree_http.checked(ctx, run_id, index, number, cid, indices, more)
         except (FedstatsError, HTTPException):
             certs = None
         if certs is not None:
@@ -758,7 +756,8 @@ async def _up_direct(request: Request, slow: Handler) -> Response:
         return await slow(request)
     run_id, (index, number, stage), query, ctx = got
     wait = float(query.get(b"wait", 0))
-    return await up(run_id, index, number, stage, request, ctx, wait, query.get(b"members"))
+    members, also = query.get(b"members"), query.get(b"also")
+    return await up(run_id, index, number, stage, request, ctx, wait, members, also)
 
 
 router.add_api_route(
@@ -780,21 +779,3 @@ def add_secure_routes(app: FastAPI, routes: SecureRoutes) -> None:
     app.state.secure = routes
     app.state.stage_batcher = routes.stages
     app.include_router(router)
-
-
-_MAX_POSITIONS = 4096
-
-
-_POSITIONS = re.compile(r"[0-9]{1,6}(?:,[0-9]{1,6})*")
-
-
-def _positions(text: str) -> list[int]:
-    """Parse ``?members=``: comma-separated distinct roster positions (at most 4096)."""
-    parts = text.split(",") if text else []
-    # ASCII digits only: str.isdigit also takes "²", which int() refuses (that was a 500)
-    if len(parts) > _MAX_POSITIONS or not (not text or _POSITIONS.fullmatch(text)):
-        raise HTTPException(422, "members must be at most 4096 comma-separated positions")
-    got = list(map(int, parts))
-    if len(set(got)) != len(got):
-        raise HTTPException(422, "members must be distinct positions")
-    return got

@@ -87,6 +87,12 @@ class ServerSettings:
         other's keys. Default None: the secret kept in the state (drawn once, 32 random bytes, by the
         first process that needed it: :func:`fedstats.service.http.device.request_key_secret`), so
         every process on the database accepts a key, across restarts.
+    cohort_tree_above : int or None
+        A secure run whose check-in closes with more devices than this seeds by its cohort tree
+        (:mod:`fedstats.service.domain.secure_tree`: a committee of ``min(n, 40)`` members reveals, each
+        device checks ``O(k log n)`` bytes; ``docs/deploy.md``, "Next steps", item 1); at most this many,
+        by the commitment list every member checks (:mod:`fedstats.wire.seeding`). Default 64; None:
+        never. The run's form is stored when its check-in closes.
     """
 
     max_body: int = 1 << 20
@@ -111,3 +117,4 @@ class ServerSettings:
     max_connections_per_peer: int = 256
     header_timeout: float = 10.0
     request_key_secret: bytes | None = None
+    cohort_tree_above: int | None = 64

@@ -246,7 +246,7 @@ def make_engine(url: str, timeouts: Timeouts | None = None) -> Engine:
     return engine
 
 
-SCHEMA_HEAD = "0013"
+SCHEMA_HEAD = "0014"
 """The newest shipped migration's revision (``migrations/versions``; a test checks it is Alembic's head)."""
 
 
@@ -261,7 +261,7 @@ def schema_revision(engine: Engine) -> str | None:
     Returns
     -------
     str or None
-        The revision id (``"0013"``), or None if the database has no ``alembic_version`` table or row (a
+        The revision id (``"0014"``), or None if the database has no ``alembic_version`` table or row (a
         new database, or one this process cannot read: :func:`upgrade` then runs Alembic, which reports
         the error).
     """

@@ -187,7 +187,8 @@ class MemoryCoreQueries(MemoryRefusalQueries, MemoryTables, CoreQueries):
             return None
         values = r.__dict__
         return RunRow(
-            **{f: values[f] for f in _RUN_FIELDS[:-1]}, lease_epoch=int(r.lease_epoch or 0)
+            **{f: values[f] for f in _RUN_FIELDS if f != "lease_epoch"},
+            lease_epoch=int(r.lease_epoch or 0),
         )
 
     def any_closed_round(self, run_id: str) -> bool:

@@ -28,7 +28,14 @@ _SESSION_FIELDS = tuple(SecureSessionRow.__dataclass_fields__)
 
 
 def _member(m: Row) -> MemberRow:
-    return MemberRow(str(m.client_id), int(m.slot_start), int(m.slot_count), m.commitment, m.reveal)
+    return MemberRow(
+        str(m.client_id),
+        int(m.slot_start),
+        int(m.slot_count),
+        m.commitment,
+        m.reveal,
+        m.__dict__.get("reveal_signature"),
+    )
 
 
 def _session(r: Row) -> SecureSessionRow:

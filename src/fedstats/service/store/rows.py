@@ -164,6 +164,9 @@ class RunRow:
         The run's public seed (hex).
     lease_epoch : int
         The fencing token: every claim of the lease increments it.
+    cohort_head : str or None
+        A tree-seeded secure run's cohort tree head (hex of
+        :meth:`fedstats.wire.cohort_tree.TreeHead.to_bytes`, 90 digits); None for any other run.
     """
 
     id: str
@@ -181,6 +184,7 @@ class RunRow:
     lease_until: float | None
     public_seed: str | None
     lease_epoch: int
+    cohort_head: str | None = None
 
 
 @dataclass(frozen=True)

@@ -72,14 +72,18 @@ class SecureQueries(RowWrites):
     def unrevealed(self, run_id: str) -> int:
         """How many of a run's members have not revealed their seed contribution (one count, no rows)."""
 
-    def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
-        """Store a member's revealed seed contribution (hex)."""
-        self._set("run_members", (run_id, client_id), {"reveal": reveal})
+    def set_reveal(
+        self, run_id: str, client_id: str, reveal: str, signature: str | None = None
+    ) -> None:
+        """Store a member's revealed seed contribution (hex), and a committee member's signature (hex)."""
+        self._set(
+            "run_members", (run_id, client_id), {"reveal": reveal, "reveal_signature": signature}
+        )
 
-    def set_reveals(self, reveals: Sequence[tuple[str, str, str]]) -> None:
-        """:meth:`set_reveal` of each ``(run_id, client_id, reveal)`` (the SQL stores: one statement)."""
-        for run_id, client_id, reveal in reveals:
-            self.set_reveal(run_id, client_id, reveal)
+    def set_reveals(self, reveals: Sequence[tuple[str, ...]]) -> None:
+        """:meth:`set_reveal` of each ``(run_id, client_id, reveal[, signature])`` (SQL: one statement)."""
+        for run_id, client_id, reveal, *signature in reveals:
+            self.set_reveal(run_id, client_id, reveal, signature[0] if signature else None)
 
     def start_secure_run(self, run_id: str, public_seed: str) -> None:
         """Fix a seeding run's public seed and set it ``running``."""
@@ -400,6 +404,7 @@ _MEMBER_COLUMNS = (
     _MEMBERS.c.slot_count,
     _MEMBERS.c.commitment,
     _MEMBERS.c.reveal,
+    _MEMBERS.c.reveal_signature,
 )
 
 _MEMBER_ROW = select(*_MEMBER_COLUMNS).where(
@@ -415,7 +420,7 @@ _UNREVEALED = select(func.count()).where(
 _SET_REVEAL = (
     update(_MEMBERS)
     .where(_MEMBERS.c.run_id == bindparam("m_run"), _MEMBERS.c.client_id == bindparam("m_client"))
-    .values(reveal=bindparam("m_reveal"))
+    .values(reveal=bindparam("m_reveal"), reveal_signature=bindparam("m_signature"))
 )
 _IS_WITHHOLDER = (
     select(_WITHHOLDERS.c.run_id)
@@ -436,7 +441,7 @@ _WITHHOLDERS_AMONG = (
 
 
 def _member(r: Any) -> MemberRow:
-    return MemberRow(str(r[0]), int(r[1]), int(r[2]), r[3], r[4])
+    return MemberRow(str(r[0]), int(r[1]), int(r[2]), r[3], r[4], r[5])
 
 
 def _session(r: Any) -> SecureSessionRow:
@@ -489,14 +494,22 @@ class SqlSecureQueries(SqlRowWrites, SecureQueries):
         """See :meth:`SecureQueries.unrevealed`."""
         return int(self.conn.execute(_UNREVEALED, {"run_id": run_id}).scalar_one())
 
-    def set_reveal(self, run_id: str, client_id: str, reveal: str) -> None:
+    def set_reveal(
+        self, run_id: str, client_id: str, reveal: str, signature: str | None = None
+    ) -> None:
         """See :meth:`SecureQueries.set_reveal` (one statement built once: every member reveals)."""
-        self.conn.execute(_SET_REVEAL, {"m_run": run_id, "m_client": client_id, "m_reveal": reveal})
+        self.conn.execute(
+            _SET_REVEAL,
+            {"m_run": run_id, "m_client": client_id, "m_reveal": reveal, "m_signature": signature},
+        )
 
-    def set_reveals(self, reveals: Sequence[tuple[str, str, str]]) -> None:
+    def set_reveals(self, reveals: Sequence[tuple[str, ...]]) -> None:
         """See :meth:`SecureQueries.set_reveals` (one ``executemany``)."""
         if reveals:
-            rows = [{"m_run": r, "m_client": c, "m_reveal": v} for r, c, v in reveals]
+            rows = [
+                {"m_run": r, "m_client": c, "m_reveal": v, "m_signature": sig[0] if sig else None}
+                for r, c, v, *sig in reveals
+            ]
             self.conn.execute(_SET_REVEAL, rows)
 
     def enrolled(self, client_ids: list[str]) -> list[EnrolledRow]:

@@ -31,6 +31,8 @@ class MemberRow:
         Its slots ``[slot_start, slot_start + slot_count)``.
     commitment, reveal : str or None
         The seed commitment sent at check-in and the value revealed (hex); None before.
+    reveal_signature : str or None
+        A tree run's committee member's signature over its reveal (hex); None otherwise.
     """
 
     client_id: str
@@ -38,6 +40,7 @@ class MemberRow:
     slot_count: int
     commitment: str | None
     reveal: str | None
+    reveal_signature: str | None = None
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,8 @@ class Run(Base):
     public_seed: Mapped[str | None] = mapped_column(String(64), nullable=True)
     # the fencing token: every claim of the lease increments it; a write checks it (migration 0005)
     lease_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # a tree-seeded secure run's cohort tree head (hex of TreeHead.to_bytes(), migration 0014)
+    cohort_head: Mapped[str | None] = mapped_column(String(90), nullable=True)
 
 
 class RunMember(Base):
@@ -133,6 +135,8 @@ class RunMember(Base):
     # secure tasks: the commitment sent at check-in and the value revealed once check-in closed (hex)
     commitment: Mapped[str | None] = mapped_column(String(64), nullable=True)
     reveal: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # a tree run's committee member: its Ed25519 signature over its reveal (hex, migration 0014)
+    reveal_signature: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class RoundRecord(Base):

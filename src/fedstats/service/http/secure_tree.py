@@ -1,0 +1,141 @@
+"""The answers of the secure-run routes for a tree-seeded run (:mod:`fedstats.service.domain.secure_tree`).
+
+:mod:`.secure` and :mod:`.device` call in here where a run is a tree run (``runs.cohort_head`` set);
+every answer's content is :mod:`fedstats.wire.tree_seeding`'s:
+
+* held check-in: ``{"slot_start", "slot_count", "tree": leaf_answer}`` (:func:`checkin_leaf`);
+* ``GET .../seed``: ``{"status", "seed", "tree"}`` (+ ``"committee"`` once the seed is fixed);
+  ``?part=committee[&wait=W]``: ``{"status", "seed", "committee"}`` once fixed (the same bytes for
+  every member), before that ``{"status", "seed": null}`` (:func:`seed`);
+* ``POST .../reveal?wait=``: the acknowledgement's ``"revealed"`` is the ``part=committee`` answer
+  (:func:`held_committee`);
+* the stage-0 message's and ``GET .../certificates``' ``members=``/``also=``: the
+  :func:`~fedstats.wire.tree_seeding.leaves_answer` object instead of the certificate list
+  (:func:`checked`). A list run takes its usual (cached) path; a run this process has not seen yet
+  costs one look at the store first.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import TYPE_CHECKING
+
+from fastapi import HTTPException
+
+from fedstats.service.domain import runs, secure_devices, secure_tree
+
+if TYPE_CHECKING:
+    from fedstats.service.http.secure import SecureRoutes
+
+__all__ = ["TREE_MARK", "checked", "checkin_leaf", "held_committee", "seed"]
+
+TREE_MARK = b"\x00tree"
+"""What :meth:`~.secure.SecureRoutes.held_commitments` answers for a tree run (its devices get their leaf)."""
+
+
+def _leaf(ctx: SecureRoutes, run_id: str, cid: str) -> bytes:
+    with ctx.store.transaction(read_only=True) as tx:
+        run = runs.load_run(tx, run_id)
+        return json.dumps(secure_tree.leaf_json(tx, run, cid)).encode()
+
+
+async def checkin_leaf(ctx: SecureRoutes, run_id: str, cid: str) -> bytes:
+    """The JSON of the member's ``"tree"`` object (head and leaf proof) for its held check-in's answer."""
+    return await ctx.offload(functools.partial(_leaf, ctx, run_id, cid))
+
+
+def _committee(ctx: SecureRoutes, run_id: str, cid: str | None) -> bytes | None:
+    """The ``part=committee`` answer once the seed is fixed (cached), else None; 422 on a list run."""
+    got = ctx.cache.get(("committee", run_id))
+    if got is not None and (cid is None or secure_tree.cached_member(run_id, cid)):
+        return got
+    with ctx.store.transaction(read_only=True) as tx:
+        run = runs.load_run(tx, run_id)
+        if run.cohort_head is None:
+            raise HTTPException(422, "part=committee is for a run seeded by its cohort tree")
+        if cid is not None:
+            secure_tree.position_of(tx, run, cid)  # members only (SecurityError: 403)
+        if run.public_seed is None:
+            return None
+        return ctx.cached(
+            ("committee", run_id),
+            lambda: secure_tree.seed_json(tx, run, "", secure_tree.COMMITTEE, member=False),
+        )
+
+
+async def held_committee(
+    ctx: SecureRoutes, run_id: str, population: str, wait: float, since: tuple[int, int] | None
+) -> bytes | None:
+    """The ``part=committee`` answer once the run's seed is fixed, held up to ``wait`` seconds."""
+
+    async def attempt() -> bytes | None:
+        got = ctx.cache.get(("committee", run_id))
+        if got is not None:
+            return got
+        generation = ctx.changes.generation(population)  # one look per change for all held
+        look = functools.partial(_committee, ctx, run_id, None)
+        return await ctx.shared(("committee", run_id, *map(str, generation)), look)
+
+    return await ctx.changes.hold(population, min(wait, ctx.max_wait), attempt, since=since)
+
+
+def _seed(ctx: SecureRoutes, run_id: str, cid: str) -> bytes:
+    with ctx.store.transaction(read_only=True) as tx:
+        run = runs.load_run(tx, run_id)
+        return json.dumps(secure_tree.seed_json(tx, run, cid, None)).encode()
+
+
+async def seed(ctx: SecureRoutes, run_id: str, cid: str, part: str | None, wait: float) -> bytes:
+    """``GET .../seed`` of a tree run (``part``: None or ``committee``; ``wait`` for the committee)."""
+    if part != secure_tree.COMMITTEE:
+        return await ctx.offload(functools.partial(_seed, ctx, run_id, cid))
+    got = await ctx.offload(functools.partial(_committee, ctx, run_id, cid))
+    if got is None and wait > 0:
+        population = await ctx.population_of(cid)
+        got = await held_committee(ctx, run_id, population, wait, None)
+    if got is None:
+        return b'{"status":"seeding","seed":null}'
+    return got
+
+
+def _neighbourhood(
+    ctx: SecureRoutes,
+    run_id: str,
+    index: int,
+    number: int,
+    cid: str,
+    members: list[int],
+    also: list[int],
+) -> bytes | None:
+    with ctx.store.transaction(read_only=True) as tx:
+        if secure_tree.tree_or_none(tx, run_id) is None:
+            return None
+        run = runs.load_run(tx, run_id)
+        certs = secure_devices.certificates(tx, run_id, index, number, cid, members)
+        answer = secure_tree.neighbourhood(tx, run, index, number, members, also, certs)
+        return json.dumps(answer).encode()
+
+
+async def checked(
+    ctx: SecureRoutes,
+    run_id: str,
+    index: int,
+    number: int,
+    cid: str,
+    members: list[int],
+    also: list[int] | None,
+) -> bytes:
+    """What a device's ``members=`` (and ``also=``) ask: a tree run's leaves answer, else the certificates.
+
+    Raises
+    ------
+    NotFoundError, SecurityError, ParameterError
+        As :func:`fedstats.service.domain.secure_devices.certificates`.
+    """
+    if secure_tree.known_tree(run_id) is not False:
+        look = functools.partial(_neighbourhood, ctx, run_id, index, number, cid, members)
+        got = await ctx.offload(functools.partial(look, also or []))
+        if got is not None:
+            return got
+    return await ctx.member_certificates(run_id, index, number, cid, members)
