@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedstats.service.store import open_store
 from service_helpers import Deployment, wait_run
 from test_service_secure import (
     _check_exact,
@@ -35,9 +36,6 @@ N_PROCS = 70
 # fault tests, Ctrl-C on the parallel routes; `make test` passes --dist loadgroup): in CI, a dropout run
 # beside it missed its 12 s deadlines
 pytestmark = pytest.mark.xdist_group("machine-load")
-# 70 devices are above the server's default cohort_tree_above (64): the run seeds by its commitment list
-# (the list form) until the devices take the tree form (TREE_SPEC, the device half)
-SERVER_ARGS = ("--cohort-tree-above", "none")
 
 
 def test_fed_chi2_on_adult_with_70_client_processes(production: Deployment, tmp_path: Path) -> None:
@@ -91,6 +89,16 @@ def test_fed_chi2_on_adult_with_70_client_processes(production: Deployment, tmp_
             except subprocess.TimeoutExpired:
                 p.kill()
     assert view["status"] == "done", view["error"]
+    # 70 devices are above the server's default cohort_tree_above (64): the run seeded by its cohort
+    # tree (fedstats.wire.tree_seeding), each real client process verifying only its own leaf, the
+    # committee's and its neighbourhood's
+    store = open_store(production.db)
+    try:
+        with store.transaction(read_only=True) as tx:
+            run = tx.run(run_id)
+            assert run is not None and run.cohort_head is not None
+    finally:
+        store.close()
     rounds = journal_and_reports(
         production, run_id, {f"adult-{i}": (p, 500 + i) for i, p in enumerate(shards)}
     )
