@@ -487,6 +487,21 @@ def test_the_seed_reveal_and_certificate_routes_answer_a_tree_run_s_shapes(store
     leaves = verify_leaves(head, got.json(), sorted(run.ids.index(members[j]) for j in (1, 2, 3)))
     assert [c["body"]["client_id"] for c in got.json()["certificates"]] == members[1:3]
     assert {leaf.client_id for leaf in leaves.values()} == set(members[1:4])
+    # asked again (and by another member), the answer comes from memory, byte for byte the store's
+    other = run.ids.index(members[1])
+    again = api.request("GET", other, "/rounds/0/secure/0/certificates?members=1,2&also=3")
+    assert again.status_code == 200 and again.content == got.content
+    certs = secure_devices.cached_certificates_json(run.id, 0, 0, members[1], [1, 2])
+    assert certs is not None
+    fast = secure_tree.cached_neighbourhood(run.id, 0, 0, [1, 2], [3], certs)
+    assert fast == got.content
+    with store.transaction(read_only=True) as tx:
+        slow = secure_tree.neighbourhood(tx, seeded, 0, 0, [1, 2], [3], json.loads(certs))
+    assert fast == json.dumps(slow).encode()
+    # a device outside the session is refused, from memory or not
+    outsider = next(i for i, c in enumerate(run.ids) if c not in members)
+    got = api.request("GET", outsider, "/rounds/0/secure/0/certificates?members=1,2&also=3")
+    assert got.status_code == 403, got.text
     # part=committee on a list run: 422
     plain = Run(store, 4, "list-")
     plain.close_checkin(None)

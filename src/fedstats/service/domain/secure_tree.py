@@ -53,7 +53,9 @@ __all__ = [
     "COMMITTEE",
     "bound_roster",
     "build_tree",
+    "cached_leaf_json",
     "cached_member",
+    "cached_neighbourhood",
     "close_seeding",
     "committee",
     "committee_json",
@@ -137,6 +139,18 @@ def cached_member(run_id: str, client_id: str) -> bool:
     """Whether this process knows ``client_id`` to be a member of tree run ``run_id`` (from memory)."""
     got = _TREES.get(run_id)
     return got is not None and client_id in got[1]
+
+
+def cached_leaf_json(run_id: str, client_id: str) -> bytes | None:
+    """JSON of the member's ``"tree"`` object from this process's memory alone, or None (ask the store).
+
+    None also when ``client_id`` is not a member (:func:`leaf_json` then raises the error).
+    """
+    got = _TREES.get(run_id)
+    position = None if got is None else got[1].get(client_id)
+    if got is None or position is None:
+        return None
+    return json.dumps(leaf_answer(got[0], position)).encode()
 
 
 def known_tree(run_id: str) -> bool | None:
@@ -452,6 +466,32 @@ def neighbourhood(
     if not named or any(not 0 <= j < len(positions) for j in named):
         raise ParameterError("members", named, f"roster indices in [0, {len(positions)})")
     return leaves_answer(tree_of(tx, run), [positions[j] for j in named], certificates)
+
+
+def cached_neighbourhood(
+    run_id: str,
+    index: int,
+    number: int,
+    checked: Sequence[int],
+    also: Sequence[int],
+    certificates: bytes,
+) -> bytes | None:
+    """:func:`neighbourhood`'s JSON from this process's memory alone, or None (ask the store).
+
+    ``certificates``: the JSON list of ``checked``'s certificates, as
+    :func:`fedstats.service.domain.secure_devices.cached_certificates_json` gives it (the caller's
+    check that the device is a member of the session). The bytes are ``json.dumps`` of
+    :func:`neighbourhood`'s answer: every device of a session asks at its advertisement, in every
+    round, so neither a transaction nor the certificates' encoding is repeated per device.
+    """
+    got, positions = _TREES.get(run_id), _SESSIONS.get((run_id, index, number))
+    named = [*checked, *also]
+    if got is None or positions is None or not named:
+        return None
+    if any(not 0 <= j < len(positions) for j in named):
+        return None
+    proof = got[0].multiproof([positions[j] for j in named]).to_bytes().hex().encode()
+    return b'{"leaves": "' + proof + b'", "certificates": ' + certificates + b"}"
 
 
 def forget(run_id: str) -> None:
