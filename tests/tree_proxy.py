@@ -16,6 +16,7 @@ the attack names. It holds no device's key. :data:`ATTACKS`:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fedstats.wire.cohort_tree import LeafProof
+from fedstats.wire.tree_seeding import proof_text
 from proxy_base import ForwardingProxy, fedstats_headers
 
 __all__ = ["ATTACKS", "TreeProxy"]
@@ -36,11 +38,11 @@ _CUT = "fedstats-certificates"
 
 
 def _longer_leaf(tree: dict[str, Any]) -> None:
-    raw = bytes.fromhex(tree["leaf"])
+    raw = base64.b64decode(tree["leaf"])
     proof = LeafProof.from_bytes(raw, max_leaves=1 << 31)
     leaf = proof.leaf
     bumped = type(leaf)(leaf.client_id, leaf.commitment, leaf.key, leaf.slot_count + 1)
-    tree["leaf"] = LeafProof(proof.position, bumped, proof.path).to_bytes().hex()
+    tree["leaf"] = proof_text(LeafProof(proof.position, bumped, proof.path).to_bytes())
 
 
 class TreeProxy(ForwardingProxy):
@@ -149,9 +151,9 @@ class TreeProxy(ForwardingProxy):
                 obj["seed"] = os.urandom(32).hex()
                 changed = True
         if attack == "neighbour_leaves" and isinstance(obj.get("leaves"), str):
-            raw = bytearray(bytes.fromhex(obj["leaves"]))
+            raw = bytearray(base64.b64decode(obj["leaves"]))
             raw[-1] ^= 1
-            obj["leaves"] = raw.hex()
+            obj["leaves"] = proof_text(bytes(raw))
             changed = True
         if attack == "range_proof" and "range_proof" in obj:
             del obj["range_proof"]

@@ -3,6 +3,7 @@ message and refuses every altered one."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 
@@ -13,6 +14,7 @@ from fedstats.errors import SecurityError
 from fedstats.wire import seeding, tree_seeding
 from fedstats.wire.cohort_sessions import committee_positions, committee_seed
 from fedstats.wire.cohort_tree import CohortTree, Leaf
+from fedstats.wire.tree_seeding import proof_text
 
 RUN = "run-1"
 
@@ -72,10 +74,20 @@ def test_a_leaf_that_is_not_the_devices_own_is_refused() -> None:
         _own(tree, keys, values, 5, slot_start=tree.slot_start(5) + 1)
     with pytest.raises(SecurityError, match="allows"):
         _own(tree, keys, values, 5, max_members=19)
-    raw = bytearray(bytes.fromhex(good["leaf"]))
+    raw = bytearray(base64.b64decode(good["leaf"]))
     raw[-3] ^= 1  # a node of the path
     with pytest.raises(SecurityError):
-        _own(tree, keys, values, 5, answer={"head": good["head"], "leaf": raw.hex()})
+        _own(tree, keys, values, 5, answer={"head": good["head"], "leaf": proof_text(bytes(raw))})
+    with pytest.raises(SecurityError, match="base64"):  # hex, or base64 without its padding
+        _own(tree, keys, values, 5, answer={"head": good["head"], "leaf": raw.hex() + "!"})
+    with pytest.raises(SecurityError, match="base64"):
+        _own(
+            tree,
+            keys,
+            values,
+            5,
+            answer={"head": good["head"], "leaf": good["leaf"].rstrip("=") + "A"},
+        )
     for bad in ({}, {"head": good["head"]}, {"head": "zz", "leaf": good["leaf"]}, None, []):
         with pytest.raises(SecurityError):
             _own(tree, keys, values, 5, answer=bad)
@@ -126,12 +138,12 @@ def test_an_altered_committee_is_refused() -> None:
         "signature": answer | {"signatures": [answer["signatures"][1], *answer["signatures"][1:]]},
         "certificate": answer | {"certificates": answer["certificates"][::-1]},
         "short": answer | {"values": answer["values"][:-1]},
-        "proof": answer | {"proof": other.multiproof(positions).to_bytes().hex()},
+        "proof": answer | {"proof": proof_text(other.multiproof(positions).to_bytes())},
         "positions": answer
         | {
-            "proof": tree.multiproof([*positions[:-1], 99 if positions[-1] != 99 else 98])
-            .to_bytes()
-            .hex()
+            "proof": proof_text(
+                tree.multiproof([*positions[:-1], 99 if positions[-1] != 99 else 98]).to_bytes()
+            )
         },
     }
     for name, bad in cases.items():

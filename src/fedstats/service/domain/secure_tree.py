@@ -45,6 +45,7 @@ from fedstats.wire.tree_seeding import (
     committee_answer,
     leaf_answer,
     leaves_answer,
+    proof_text,
     range_answer,
     session_binding,
 )
@@ -490,7 +491,7 @@ def cached_neighbourhood(
         return None
     if any(not 0 <= j < len(positions) for j in named):
         return None
-    proof = got[0].multiproof([positions[j] for j in named]).to_bytes().hex().encode()
+    proof = proof_text(got[0].multiproof([positions[j] for j in named]).to_bytes()).encode()
     return b'{"leaves": "' + proof + b'", "certificates": ' + certificates + b"}"
 
 
