@@ -11,8 +11,9 @@ own keys, HTTP connections and state. What is checked, besides bit-exact sums:
   (:func:`fedstats.wire.cohort_sessions.session_of`), in rounds over the whole cohort and over part of it
   (bit pushing's client ranges, proven by range proofs);
 * in a sparse session (``k < n - 1``) the devices hold only their neighbourhood's keys, proven by leaves;
-* a committee member that withholds its reveal aborts the run, is named and excluded from the task's
-  next run.
+* a committee member that withholds its reveal aborts the run and is named (recorded as a withholder,
+  which excludes it from the task's later runs), and every honest device counts the abort against its
+  ``Policy.max_aborted_runs``.
 """
 
 from __future__ import annotations
@@ -154,7 +155,9 @@ def test_a_committee_member_that_withholds_aborts_the_run_and_is_named(
         budget=LocalBudget(None, epsilon=100.0),
         randomness=RandomSource(99),
     )
-    task = _task(12, deadlines={"checkin": scaled(20.0), "round": scaled(20.0)})
+    # the seeding deadline is check-in's plus a round's: the withholder aborts the run after it (as
+    # secure_grinding's deadlines)
+    task = _task(12, deadlines={"checkin": scaled(4.0), "round": scaled(5.0)})
     withholder.withhold = frozenset({str(task["label"])})
     run_id = _start(deployment, task)
     devices = [*honest, withholder]
@@ -167,6 +170,9 @@ def test_a_committee_member_that_withholds_aborts_the_run_and_is_named(
         d.close()
     assert view["status"] == "aborted", view
     assert withholder.client_id in view["error"], view["error"]
+    # every honest device counts the abort against Policy.max_aborted_runs (2): after two such runs
+    # of the task it stops joining it, so aborting cannot grind the seed
+    assert [d.budget.aborted_runs(view["task_id"]) for d in honest] == [1] * len(honest)
     stored = _stored(deployment, run_id)
     assert stored["seed"] is None and stored["head"] is not None
     store = open_store(deployment.db)
