@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from fedstats.cli.app import app
 from fedstats.cli.client import client_app
-from fedstats.cli.server import server_app
+from fedstats.cli.server import cohort_tree_option, server_app
 from fedstats.client import Device, LocalBudget, Policy
 from fedstats.service.http.settings import ServerSettings
 from fedstats.wire.tasks import default_min_session_size, min_session_size, normalize_task
@@ -34,8 +34,11 @@ def _options(app: typer.Typer) -> dict[str, Any]:
 def test_every_server_setting_is_an_option_with_the_settings_default() -> None:
     options = _options(server_app)
     exposed = [f for f in dataclasses.fields(ServerSettings) if f.name in options]
-    assert len(exposed) == 20, [f.name for f in exposed]
+    assert len(exposed) == 21, [f.name for f in exposed]
     for f in exposed:
+        if f.name == "cohort_tree_above":  # text (a count or "none"); absent: the settings' default
+            assert cohort_tree_option(options[f.name]) == f.default
+            continue
         expected = None if f.name in _OTHER_FORM else f.default
         assert options[f.name] == expected, f.name
 
