@@ -48,21 +48,10 @@ class DeviatingProxy(ForwardingProxy):
             return [p for m, p in self.requests if m == "POST" and p.startswith(prefix)]
 
     async def _forward(self, request: Request) -> Response:
-        body = await request.body()
-        drop = ("host", "content-length", "if-none-match")  # every work list is answered in full
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in drop}
         path = request.url.path
         with self._lock:
             self.requests.append((request.method, path))
-        assert self._client is not None  # set by the app's lifespan
-        r = await self._client.request(
-            request.method,
-            path,
-            params=request.query_params,
-            content=body,
-            headers=headers,
-            timeout=60,
-        )
+        r = await self._upstream(request, drop=("if-none-match",))  # every work list in full
         content = r.content
         media = r.headers.get("content-type", "")
         if r.status_code == 200 and self.rewrite is not None and "json" in media:

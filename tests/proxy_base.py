@@ -83,6 +83,24 @@ class ForwardingProxy:
             finally:
                 self._client = None
 
+    async def _upstream(self, request: Request, drop: Sequence[str] = ()) -> httpx.Response:
+        """``request`` forwarded upstream as it came (its signed headers, body and query), answered.
+
+        ``drop``: more request headers (lower case) not to forward.
+        """
+        body = await request.body()
+        skip = {"host", "content-length", *drop}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in skip}
+        assert self._client is not None  # set by the app's lifespan
+        return await self._client.request(
+            request.method,
+            request.url.path,
+            params=request.query_params,
+            content=body,
+            headers=headers,
+            timeout=60,
+        )
+
     async def _forward(self, request: Request) -> Response:
-        """Forward ``request`` upstream (through ``self._client``) and answer what the subclass decides."""
+        """Forward ``request`` upstream (:meth:`_upstream`) and answer what the subclass decides."""
         raise NotImplementedError

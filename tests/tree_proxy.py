@@ -62,19 +62,7 @@ class TreeProxy(ForwardingProxy):
         self.delivered: Counter[str] = Counter()
 
     async def _forward(self, request: Request) -> Response:
-        body = await request.body()
-        headers = {
-            k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")
-        }
-        assert self._client is not None
-        r = await self._client.request(
-            request.method,
-            request.url.path,
-            params=request.query_params,
-            content=body,
-            headers=headers,
-            timeout=60,
-        )
+        r = await self._upstream(request)
         content, kept = r.content, fedstats_headers(r.headers)
         if r.status_code == 200:
             content = self._rewrite(

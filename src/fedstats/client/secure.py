@@ -83,7 +83,6 @@ bound roster: :mod:`fedstats.client.secure_tree`, which the hooks here dispatch 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -108,7 +107,6 @@ from fedstats.client.secure_members import (
     cohort_cap,
 )
 from fedstats.client.secure_tree import ACK_BYTES as _ACK_BYTES
-from fedstats.client.secure_tree import DOWN_MESSAGES as _DOWN_MESSAGES
 from fedstats.client.secure_tree import (
     TRANSCRIPT_BYTES,
     TreePending,
@@ -118,11 +116,8 @@ from fedstats.client.secure_tree import (
 )
 from fedstats.errors import FedstatsError, SecurityError
 from fedstats.secagg.collusion import (
-    meets_colluder_fraction,
-    session_colluders,
     session_parameters,
 )
-from fedstats.secagg.messages import SetupMessage, decode, max_message_bytes
 from fedstats.wire import seeding
 from fedstats.wire.tasks import min_session_size
 
@@ -631,8 +626,7 @@ class SecureRuns(TreeRuns):
         Returns the device's :class:`~fedstats.secagg.SecAggClient` and the server's setup message.
         Nothing of the device's data is read before every check passed.
         """
-        from fedstats.secagg import ClientConfig, SecAggClient
-        from fedstats.secagg.identity import ClientIdentity
+        from fedstats.secagg import SecAggClient
 
         if state.head is not None:  # a tree run: a bound roster (secure_tree)
             return self._tree_join(rnd, state, down)
@@ -641,39 +635,14 @@ class SecureRuns(TreeRuns):
         seed = self._verified_seed(run_id, state)
         members, i = self._derive_session(rnd, state, seed)
         n = len(members)
-        # n is derived: the parameters and every size limit follow from it, never from the server
-        params = session_parameters(n)
-        fraction = float(
-            getattr(self.policy, "min_colluder_fraction", Policy.min_colluder_fraction)
-        )
-        if state.withheld and params.k < n - 1:
+        if state.withheld and session_parameters(n).k < n - 1:
             raise SecurityError(
                 f"the run went on without {len(state.withheld)} withholder(s) and this session's graph "
-                f"is sparse (k={params.k} of {n - 1}): a server that drops reveals could grind it"
+                f"is sparse (k={session_parameters(n).k} of {n - 1}): a server that drops reveals "
+                "could grind it"
             )
-        if not meets_colluder_fraction(params, fraction):
-            raise SecurityError(
-                f"a secure session of {n} (k={params.k}, t={params.t}) is isolated by "
-                f"{session_colluders(params)} colluders; this device's policy min_colluder_fraction="
-                f"{fraction:.3g} needs at least {math.ceil(fraction * n - 1e-9)}"
-            )
-        length = int(rnd["dim"])
-        limit = max(
-            max_message_bytes(cls, n=n, k=params.k, length=length, bits=seeding.BITS)
-            for cls in _DOWN_MESSAGES
-        )
-        state.limits[(index, number)] = limit
-        if down is None:  # the roster first: it is fixed before the device names whom it checks
-            down = self._send(
-                "GET",
-                f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/0",
-                b"",
-                limit=limit,
-            ).content
-        setup = decode(down, expect=SetupMessage, max_bytes=limit)
-        assert isinstance(setup, SetupMessage)
-        if (setup.client, setup.n) != (i, n):
-            raise SecurityError("the setup message is not for this device's derived index and size")
+        params = self._session_parameters(n)
+        setup = self._setup_message(state, rnd, params, i, down)
         session = seeding.session_id(seed, index, number)
         assert state.members is not None
         roster = committed_roster(
@@ -700,21 +669,9 @@ class SecureRuns(TreeRuns):
             members=members,
             indices=checked,
         )
-        config = ClientConfig.from_parameters(
-            params,
-            bits=seeding.BITS,
-            length=length,
-            identity=ClientIdentity(self._key),
-            verifier=verifier,
-            task_id=seeding.task_id_bytes(run_id),
+        config = self._client_config(
+            params, int(rnd["dim"]), verifier, seeding.task_id_bytes(run_id), setup
         )
-        got = (setup.k, setup.t, setup.bits, setup.length, setup.min_survivors, setup.threat_model)
-        want = (config.k, config.t, config.bits, length, config.min_survivors, config.threat_model)
-        if got != want:  # checked again by the client; here before the data is read
-            raise SecurityError(
-                f"the server's session parameters (k, t, bits, length, min_survivors, threat model) "
-                f"= {got}; this device's for n={n} are {want}"
-            )
         verifier.verify(roster)  # its structure: the certificates before any share (_certify)
         state.rounds[index] = number  # one session per round: any other is refused from now on
         client = SecAggClient(i, None, config, cache=SIGNATURES)  # the data after _certify

@@ -46,7 +46,7 @@ from fedstats.client.policy import Policy
 from fedstats.client.roster import body_bytes, checked_members, two_hop, with_committed_roster
 from fedstats.client.secure_members import AUDIT_MEMBERS, SIGNATURES, SecureState, cohort_cap
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
-from fedstats.secagg import ClientConfig, SecAggClient
+from fedstats.secagg import ClientConfig, SecAggClient, SecAggParameters
 from fedstats.secagg.collusion import (
     meets_colluder_fraction,
     session_colluders,
@@ -519,6 +519,101 @@ class TreeRuns:
             )
         return seat, p_lo, p_hi, max_session, minimum
 
+    # -- what both forms' joins share (the list form's is :meth:`SecureRuns._join_session`)
+    def _session_parameters(self, n: int) -> SecAggParameters:
+        """The parameters of a derived session of ``n``, refused below the policy's colluder fraction.
+
+        ``n`` is derived by the device: the parameters and every size limit follow from it, never
+        from the server.
+
+        Raises
+        ------
+        SecurityError
+            If fewer than ``Policy.min_colluder_fraction`` of the session could isolate one member.
+        """
+        params = session_parameters(n)
+        fraction = float(
+            getattr(self.policy, "min_colluder_fraction", Policy.min_colluder_fraction)
+        )
+        if not meets_colluder_fraction(params, fraction):
+            raise SecurityError(
+                f"a secure session of {n} (k={params.k}, t={params.t}) is isolated by "
+                f"{session_colluders(params)} colluders; this device's policy min_colluder_fraction="
+                f"{fraction:.3g} needs at least {math.ceil(fraction * n - 1e-9)}"
+            )
+        return params
+
+    def _setup_message(
+        self,
+        state: SecureState,
+        rnd: Mapping[str, Any],
+        params: SecAggParameters,
+        i: int,
+        down: bytes | None,
+    ) -> SetupMessage:
+        """The session's setup message (``down``, else fetched), read within the derived session's limit.
+
+        Keeps the limit of every message of the session (``state.limits``).
+
+        Raises
+        ------
+        SecurityError, DataError
+            If it is oversized, malformed, or not for this device's derived index and size.
+        """
+        run_id, index, number = str(rnd["run_id"]), int(rnd["round"]), int(rnd["secure"]["session"])
+        limit = max(
+            max_message_bytes(
+                cls, n=params.n, k=params.k, length=int(rnd["dim"]), bits=seeding.BITS
+            )
+            for cls in DOWN_MESSAGES
+        )
+        state.limits[(index, number)] = limit
+        if down is None:  # the roster first: it is fixed before the device names whom it checks
+            down = self._send(
+                "GET",
+                f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/0",
+                b"",
+                limit=limit,
+            ).content
+        setup = decode(down, expect=SetupMessage, max_bytes=limit)
+        assert isinstance(setup, SetupMessage)
+        if (setup.client, setup.n) != (i, params.n):
+            raise SecurityError("the setup message is not for this device's derived index and size")
+        return setup
+
+    def _client_config(
+        self,
+        params: SecAggParameters,
+        length: int,
+        verifier: Any,
+        task_id: bytes,
+        setup: SetupMessage,
+    ) -> ClientConfig:
+        """The device's client configuration, and the server's setup parameters checked against it.
+
+        Raises
+        ------
+        SecurityError
+            If the setup message's (k, t, bits, length, min_survivors, threat model) are not the
+            device's for the derived ``n`` (checked again by the client; here before the data is read).
+        """
+        config = ClientConfig.from_parameters(
+            params,
+            bits=seeding.BITS,
+            length=length,
+            identity=ClientIdentity(self._key),
+            verifier=verifier,
+            task_id=task_id,
+        )
+        got = (setup.k, setup.t, setup.bits, setup.length, setup.min_survivors, setup.threat_model)
+        want = (config.k, config.t, config.bits, length, config.min_survivors, config.threat_model)
+        if got != want:
+            raise SecurityError(
+                f"the server's session parameters (k, t, bits, length, min_survivors, threat model) "
+                f"= {got}; this device's for n={params.n} are {want}"
+            )
+        return config
+
     def _tree_join(
         self, rnd: Mapping[str, Any], state: SecureState, down: bytes | None
     ) -> tuple[Any, bytes]:
@@ -531,33 +626,9 @@ class TreeRuns:
         seed = self._tree_seed(run_id, state)
         seat, p_lo, p_hi, max_session, minimum = self._tree_seat(rnd, state, seed)
         n, i, number = seat.size, seat.roster_index, seat.number
-        params = session_parameters(n)  # n is derived: parameters and limits follow from it
-        fraction = float(
-            getattr(self.policy, "min_colluder_fraction", Policy.min_colluder_fraction)
-        )
-        if not meets_colluder_fraction(params, fraction):
-            raise SecurityError(
-                f"a secure session of {n} (k={params.k}, t={params.t}) is isolated by "
-                f"{session_colluders(params)} colluders; this device's policy min_colluder_fraction="
-                f"{fraction:.3g} needs at least {math.ceil(fraction * n - 1e-9)}"
-            )
-        length = int(rnd["dim"])
-        limit = max(
-            max_message_bytes(cls, n=n, k=params.k, length=length, bits=seeding.BITS)
-            for cls in DOWN_MESSAGES
-        )
-        state.limits[(index, number)] = limit
-        if down is None:
-            down = self._send(
-                "GET",
-                f"/v1/client/runs/{run_id}/rounds/{index}/secure/{number}/0",
-                b"",
-                limit=limit,
-            ).content
-        setup = decode(down, expect=SetupMessage, max_bytes=limit)
-        assert isinstance(setup, SetupMessage) and state.head is not None
-        if (setup.client, setup.n) != (i, n):
-            raise SecurityError("the setup message is not for this device's derived index and size")
+        params = self._session_parameters(n)
+        setup = self._setup_message(state, rnd, params, i, down)
+        assert state.head is not None
         task_id, session = seeding.task_id_bytes(run_id), seeding.session_id(seed, index, number)
         args = (run_id, seed, state.head, index, number, p_lo, p_hi, max_session, n)
         own = self._key.public_key().public_bytes_raw()
@@ -582,21 +653,7 @@ class TreeRuns:
             key=own,
             verified=self.verified_certificates,
         )
-        config = ClientConfig.from_parameters(
-            params,
-            bits=seeding.BITS,
-            length=length,
-            identity=ClientIdentity(self._key),
-            verifier=verifier,
-            task_id=task_id,
-        )
-        got = (setup.k, setup.t, setup.bits, setup.length, setup.min_survivors, setup.threat_model)
-        want = (config.k, config.t, config.bits, length, config.min_survivors, config.threat_model)
-        if got != want:  # checked again by the client; here before the data is read
-            raise SecurityError(
-                f"the server's session parameters (k, t, bits, length, min_survivors, threat model) "
-                f"= {got}; this device's for n={n} are {want}"
-            )
+        config = self._client_config(params, int(rnd["dim"]), verifier, task_id, setup)
         verifier.verify(roster)
         state.rounds[index] = number  # one session per round: any other is refused from now on
         client = SecAggClient(i, None, config, cache=SIGNATURES)  # the data after _tree_certify
