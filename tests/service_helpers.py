@@ -8,6 +8,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -315,3 +316,43 @@ def wait_run(admin: httpx.Client, run_id: str, timeout: float = 60.0) -> dict[st
             return dict(r.json())
         time.sleep(0.1)
     raise TimeoutError(f"run {run_id} did not finish")
+
+
+def run_polled(
+    dep: Deployment, devices: Sequence[Any], runs: dict[str, str], seconds: float
+) -> dict[str, dict[str, Any]]:
+    """Run ``devices`` (in threads) until every run of ``runs`` (name -> run id) ended; their views.
+
+    The devices poll (every 0.2 s, no long polling): a held request in one run (up to ``wait`` s,
+    chained over a session's stages) delayed a device's reading of its other runs past their
+    deadlines on a loaded machine, and a run then aborted before any member read the attacked
+    session; polled, a device reads every listed run's stage within one loop of short requests. Each
+    device stops once it saw every run end (or after ``seconds``); they are closed before returning.
+    """
+    wanted = set(runs.values())
+    threads = [
+        threading.Thread(
+            target=d.run,
+            kwargs={
+                "poll": 0.2,
+                "wait": 0.0,
+                "max_seconds": seconds,
+                "until": lambda dev: wanted <= set(getattr(dev, "finished", set())),
+            },
+            daemon=True,
+        )
+        for d in devices
+    ]
+    for t in threads:
+        t.start()
+    views = {}
+    try:
+        with dep.admin() as a:
+            for name, run_id in runs.items():
+                views[name] = wait_run(a, run_id, timeout=seconds)
+    finally:
+        for t in threads:
+            t.join(60)
+        for d in devices:
+            d.close()
+    return views

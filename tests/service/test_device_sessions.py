@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from fedstats.errors import ParameterError, ProtocolAbortError, SecurityError
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import LedgerCharge, SecureMessage, SecureSession
 from fedstats.wire import seeding
-from service_helpers import Deployment, pg_reachable, pg_schema, wait_run
+from service_helpers import Deployment, pg_reachable, pg_schema, run_polled
 from test_service_secure import DEVICE_LOG, _devices
 
 pytestmark = pytest.mark.xdist_group("machine-load")
@@ -262,36 +261,9 @@ def test_devices_refuse_every_session_they_do_not_derive(deviating: DeviatingDep
             r = a.post("/v1/admin/runs", json={"task_id": task_id})
             assert r.status_code == 201, r.text
             runs[attack] = str(r.json()["run_id"])
-    wanted = set(runs.values())
-    # no long polling: a device answers its runs one after another, and a held request in one run (up to
-    # `wait` s, chained over a session's stages) delayed its reading of the others past their deadline on a
-    # loaded machine (CI, twice): the run then aborted before any member read the attacked session. Polled,
-    # a device reads every listed run's stage within one loop of short requests.
-    threads = [
-        threading.Thread(
-            target=d.run,
-            kwargs={
-                "poll": 0.2,
-                "wait": 0.0,
-                "max_seconds": 300.0,
-                "until": lambda dev: wanted <= set(getattr(dev, "finished", set())),
-            },
-            daemon=True,
-        )
-        for d in devices
-    ]
-    for t in threads:
-        t.start()
-    views = {}
-    try:
-        with deviating.admin() as a:
-            for attack, run_id in runs.items():
-                views[attack] = wait_run(a, run_id, timeout=300)
-    finally:
-        for t in threads:
-            t.join(60)
-        for d in devices:
-            d.close()
+    # polled (service_helpers.run_polled says why: this test's runs aborted on a loaded CI machine when
+    # the devices long-polled)
+    views = run_polled(deviating, devices, runs, 300.0)
     log = "\n".join(line for line in DEVICE_LOG if f" {tag}-" in line)
 
     def left(dev: Any, run_id: str) -> list[str]:

@@ -12,7 +12,6 @@ run aborts without a result and without a ledger charge.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
@@ -24,7 +23,7 @@ from fedstats.client import Device, LocalBudget, Policy
 from fedstats.randomness import RandomSource
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import LedgerCharge, RunMember, SecureMessage, SecureSession
-from service_helpers import Deployment, wait_run
+from service_helpers import Deployment, run_polled
 from tree_proxy import ATTACKS, TreeProxy
 
 SERVER_ARGS = ("--cohort-tree-above", "3")
@@ -102,32 +101,7 @@ def test_every_rewrite_of_the_tree_data_is_refused(production: Deployment) -> No
                 runs[attack] = str(r.json()["run_id"])
                 if attack != "honest":
                     proxy.attacks[runs[attack]] = attack
-        wanted = set(runs.values())
-        threads = [
-            threading.Thread(
-                target=d.run,
-                kwargs={
-                    "poll": 0.2,
-                    "wait": 0.0,  # polled: a held request in one run must not delay the others
-                    "max_seconds": 240.0,
-                    "until": lambda dev: wanted <= set(getattr(dev, "finished", set())),
-                },
-                daemon=True,
-            )
-            for d in devices
-        ]
-        for t in threads:
-            t.start()
-        views = {}
-        try:
-            with production.admin() as a:
-                for attack, run_id in runs.items():
-                    views[attack] = wait_run(a, run_id, timeout=240)
-        finally:
-            for t in threads:
-                t.join(60)
-            for d in devices:
-                d.close()
+        views = run_polled(production, devices, runs, 240.0)
     log = "\n".join(LOG)
     assert views["honest"]["status"] == "done", (views["honest"], log[-4000:])
     store = open_store(production.db)
