@@ -40,6 +40,7 @@ from fedstats.wire.cohort_sessions import (
 )
 from fedstats.wire.tree_seeding import (
     check_own_leaf,
+    leaf_answer,
     participants,
     range_answer,
     session_binding,
@@ -588,3 +589,85 @@ def test_a_stage_0_message_with_members_and_also_is_answered_with_the_leaves(sto
     # also= at a later stage: 422 before anything is stored
     got = api.request("POST", me, "/rounds/0/secure/0/1?also=3", raw=b"\x01" * 40)
     assert got.status_code == 422, got.text
+
+
+def test_a_session_s_devices_asking_together_share_one_store_read(store: Store) -> None:
+    """A session's held advertisements wake together as stage 1 opens, and the held check-ins as
+    check-in closes: one hand-off to a store thread fills the caches for all of them (as the list
+    form's certificates, ``member_certificates``), each answered its own bytes; a device outside the
+    session still gets its own error."""
+    import asyncio
+
+    from fedstats.service.domain.changes import Changes, Wakeup
+    from fedstats.service.http import secure_tree as tree_http
+    from fedstats.service.http.secure import SecureRoutes
+
+    run, row, tree = _seeded(store, 20)
+    rec = cast(RoundRow, types.SimpleNamespace(index=0, lo=0, hi=run.total))
+    with store.transaction() as tx:
+        members = secure.partition(tx, row, rec, task_config(tx, run.task_id))[0]
+        tx.add_secure_session(
+            SecureSessionRow(
+                run_id=run.id,
+                round_index=0,
+                number=0,
+                members=json.dumps(members),
+                params="{}",
+                session=seeding.session_id(bytes.fromhex(str(row.public_seed)), 0, 0).hex(),
+                stage=0,
+                deadline=time.time() + 60,
+                status="open",
+            )
+        )
+    secure_tree.forget(run.id)  # a process that has seen nothing of the run yet
+    secure_devices.forget_run(run.id)
+    handoffs: list[Any] = []
+
+    async def offload(fn: Any, *args: Any) -> Any:
+        handoffs.append(fn)
+        await asyncio.sleep(0.01)  # the others arrive meanwhile
+        return fn(*args)
+
+    async def nothing(*_a: Any) -> Any:
+        raise AssertionError("not called")
+
+    routes = SecureRoutes(
+        store,
+        nothing,
+        nothing,
+        json.loads,
+        {},
+        Wakeup(),
+        changes=Changes(),
+        population_of=nothing,
+        max_wait=1.0,
+        offload=offload,
+    )
+    outsider = next(c for c in run.ids if c not in members)
+
+    async def leaves() -> list[Any]:
+        asks = [tree_http.checkin_leaf(routes, run.id, c) for c in run.ids]
+        return await asyncio.gather(*asks)
+
+    got = asyncio.run(leaves())
+    assert [json.loads(g) for g in got] == [leaf_answer(tree, p) for p in range(len(run.ids))]
+    assert len(handoffs) == 1, handoffs  # one read of the tree for every held check-in
+    handoffs.clear()
+
+    async def neighbourhoods() -> list[Any]:
+        asks = [
+            tree_http.checked(routes, run.id, 0, 0, c, [(i + 1) % len(members)], [(i + 2) % 5])
+            for i, c in enumerate(members)
+        ]
+        asks.append(tree_http.checked(routes, run.id, 0, 0, outsider, [0], [1]))
+        return await asyncio.gather(*asks, return_exceptions=True)
+
+    got = asyncio.run(neighbourhoods())
+    for i, answer in enumerate(got[:-1]):
+        named = sorted(
+            {run.ids.index(members[(i + 1) % len(members)]), run.ids.index(members[(i + 2) % 5])}
+        )
+        assert sorted(verify_leaves(tree.head, json.loads(answer), named)) == named
+    assert isinstance(got[-1], SecurityError), got[-1]
+    # one shared read for the members, and the outsider's own (its error is its own)
+    assert len(handoffs) == 2, handoffs

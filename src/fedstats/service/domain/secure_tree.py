@@ -69,6 +69,7 @@ __all__ = [
     "range_proof",
     "record_reveal",
     "seed_json",
+    "session_positions",
     "tree_of",
     "tree_or_none",
 ]
@@ -429,7 +430,14 @@ def range_proof(tx: State, run_id: str, rec: RoundRow) -> str | None:
     return range_answer(tree, rec.lo, rec.hi)
 
 
-def _session_positions(tx: State, run: RunRow, index: int, number: int) -> list[int]:
+def session_positions(tx: State, run: RunRow, index: int, number: int) -> list[int]:
+    """The tree positions of session ``number`` of round ``index``, in roster order (cached per process).
+
+    Raises
+    ------
+    NotFoundError
+        If the session does not exist.
+    """
     key = (run.id, index, number)
     got = _SESSIONS.get(key)
     if got is None:
@@ -462,7 +470,7 @@ def neighbourhood(
     ParameterError
         An index outside the session's roster, or none named.
     """
-    positions = _session_positions(tx, run, index, number)
+    positions = session_positions(tx, run, index, number)
     named = [*checked, *also]
     if not named or any(not 0 <= j < len(positions) for j in named):
         raise ParameterError("members", named, f"roster indices in [0, {len(positions)})")

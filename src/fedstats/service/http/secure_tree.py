@@ -17,6 +17,7 @@ every answer's content is :mod:`fedstats.wire.tree_seeding`'s:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from typing import TYPE_CHECKING
@@ -47,9 +48,19 @@ async def checkin_leaf(ctx: SecureRoutes, run_id: str, cid: str) -> bytes:
     at once when check-in closes): one transaction per process, not per device.
     """
     fast = secure_tree.cached_leaf_json(run_id, cid)
+    if fast is None:  # the held check-ins wake together as check-in closes: one read of the tree
+        with contextlib.suppress(Exception):  # its error is its own: the others ask alone below
+            await ctx.shared(("tree", run_id), functools.partial(_tree, ctx, run_id))
+        fast = secure_tree.cached_leaf_json(run_id, cid)
     if fast is not None:
         return fast
     return await ctx.offload(functools.partial(_leaf, ctx, run_id, cid))
+
+
+def _tree(ctx: SecureRoutes, run_id: str) -> None:
+    """Load the run's tree into this process's memory (:func:`~.domain.secure_tree.tree_of`)."""
+    with ctx.store.transaction(read_only=True) as tx:
+        secure_tree.tree_of(tx, runs.load_run(tx, run_id))
 
 
 def _committee(ctx: SecureRoutes, run_id: str, cid: str | None) -> bytes | None:
@@ -124,6 +135,24 @@ def _neighbourhood(
         return json.dumps(answer).encode()
 
 
+def _from_memory(
+    run_id: str, index: int, number: int, cid: str, members: list[int], also: list[int]
+) -> bytes | None:
+    """The neighbourhood answer from this process's memory (None: a cache is cold, or not a member)."""
+    certs = secure_devices.cached_certificates_json(run_id, index, number, cid, members)
+    if certs is None:
+        return None
+    return secure_tree.cached_neighbourhood(run_id, index, number, members, also, certs)
+
+
+def _prime(ctx: SecureRoutes, run_id: str, index: int, number: int, cid: str) -> None:
+    """Fill the caches a session's neighbourhood answers come from (one read for its devices)."""
+    with ctx.store.transaction(read_only=True) as tx:
+        run = runs.load_run(tx, run_id)
+        secure_devices.certificates(tx, run_id, index, number, cid, [])
+        secure_tree.session_positions(tx, run, index, number)
+
+
 async def checked(
     ctx: SecureRoutes,
     run_id: str,
@@ -141,13 +170,16 @@ async def checked(
         As :func:`fedstats.service.domain.secure_devices.certificates`.
     """
     if secure_tree.known_tree(run_id):  # from memory once the session's answers were made once
-        certs = secure_devices.cached_certificates_json(run_id, index, number, cid, members)
-        if certs is not None:
-            fast = secure_tree.cached_neighbourhood(
-                run_id, index, number, members, also or [], certs
-            )
-            if fast is not None:
-                return fast
+        fast = _from_memory(run_id, index, number, cid, members, also or [])
+        if fast is None:
+            # a session's devices all ask as its stage 1 opens (their held advertisements wake
+            # together): they wait for one read to fill the caches, as member_certificates does
+            prime = functools.partial(_prime, ctx, run_id, index, number, cid)
+            with contextlib.suppress(Exception):  # its error is its own: the others ask alone below
+                await ctx.shared(("neighbourhood", run_id, str(index), str(number)), prime)
+            fast = _from_memory(run_id, index, number, cid, members, also or [])
+        if fast is not None:
+            return fast
     if secure_tree.known_tree(run_id) is not False:
         look = functools.partial(_neighbourhood, ctx, run_id, index, number, cid, members)
         got = await ctx.offload(functools.partial(look, also or []))
