@@ -10,7 +10,8 @@ proofs and as one multiproof, of the committee (40 leaves in one multiproof, the
 the reveals as JSON, as ``benchmarks/device_seeding.py`` builds them); and the device's CPU to verify
 each (``time.process_time``, best of ``--repeat``), the committee's 40 Ed25519 signatures included, and
 ``session_of`` plus ``k`` ``member_at`` calls; and the server's ``sessions_of_positions`` (both cold: a
-new seed each time). Every device figure includes parsing the bytes.
+new seed each time) and its neighbourhood answer per device and round (``2k + 16`` leaves in one
+multiproof, encoded: ``multiproof().to_bytes()`` against ``multiproof_bytes``). Every device figure includes parsing the bytes.
 
 Run: ``python benchmarks/cohort_tree.py [--members 1000 5000 20000] [--repeat 5]`` (writes
 ``benchmarks/results/cohort_tree.json``).
@@ -129,6 +130,15 @@ def _row(n: int, repeat: int) -> dict[str, Any]:
             lambda: cs.sessions_of_positions(os.urandom(32), 0, n, max_session, 2), repeat
         ),
     }
+    # the server's neighbourhood answer per device and round: 2k + 16 leaves (neighbours, audited,
+    # two-hop) in one multiproof, encoded; as built first and from the leaves' kept encodings
+    cover = rng.sample(range(n), min(n, 2 * k + AUDITED))
+    server = {
+        "neighbourhood_multiproof_then_encoded": _cpu(
+            lambda: tree.multiproof(cover).to_bytes(), repeat
+        ),
+        "neighbourhood_multiproof_bytes": _cpu(lambda: tree.multiproof_bytes(cover), repeat),
+    }
     today = _today_bytes(n)
     new_total = len(own) + len(multi_bytes) + committee_bytes + len(rp.to_bytes())
     return {
@@ -146,6 +156,7 @@ def _row(n: int, repeat: int) -> dict[str, Any]:
         },
         "multiproof_saving": round(1 - len(multi_bytes) / sum(map(len, separate)), 3),
         "device_cpu_ms": {k_: round(1000 * v, 3) for k_, v in cpu.items()},
+        "server_cpu_ms": {k_: round(1000 * v, 3) for k_, v in server.items()},
     }
 
 

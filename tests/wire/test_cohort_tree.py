@@ -256,6 +256,24 @@ def test_a_multiproof_verifies_exactly_what_separate_proofs_verify(
             ct.verify_multi(tree.head, mp, want[1:] if len(want) > 1 else [(want[0] + 1) % n])
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300), data=st.data())
+def test_the_servers_multiproof_bytes_are_the_multiproofs_encoding(
+    n: int, data: st.DataObject
+) -> None:
+    """``multiproof_bytes`` (the leaves' kept encodings) is byte for byte ``multiproof().to_bytes()``,
+    and refuses what ``multiproof`` refuses."""
+    tree = _tree(n, seed=n + 1)
+    positions = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=60))
+    assert tree.multiproof_bytes(positions) == tree.multiproof(positions).to_bytes()
+    assert tree.multiproof_bytes(iter(positions)) == tree.multiproof(positions).to_bytes()
+    for bad in ([], [n], [-1], [0, n + 3], [True], [1.0]):
+        with pytest.raises(ParameterError):
+            tree.multiproof(bad)
+        with pytest.raises(ParameterError):
+            tree.multiproof_bytes(bad)
+
+
 def test_a_multiproof_of_moved_positions_is_refused() -> None:
     tree = _tree(100, seed=5)
     mp = tree.multiproof([3, 40, 77])

@@ -299,7 +299,7 @@ def committee_answer(
     if missing:
         raise ParameterError("reveals", missing, "a reveal and a certificate per committee member")
     return {
-        "proof": proof_text(tree.multiproof(positions).to_bytes()),
+        "proof": proof_text(tree.multiproof_bytes(positions)),
         "certificates": [certificates[p] for p in positions],
         "values": [reveals[p][0].hex() for p in positions],
         "signatures": [reveals[p][1].hex() for p in positions],
@@ -438,7 +438,7 @@ def leaves_answer(
     ``also``); ``certificates``: those of the ``members``, in the order named.
     """
     return {
-        "leaves": proof_text(tree.multiproof(positions).to_bytes()),
+        "leaves": proof_text(tree.multiproof_bytes(positions)),
         "certificates": list(certificates),
     }
 

@@ -499,7 +499,7 @@ def cached_neighbourhood(
         return None
     if any(not 0 <= j < len(positions) for j in named):
         return None
-    proof = proof_text(got[0].multiproof([positions[j] for j in named]).to_bytes()).encode()
+    proof = proof_text(got[0].multiproof_bytes([positions[j] for j in named])).encode()
     return b'{"leaves": "' + proof + b'", "certificates": ' + certificates + b"}"
 
 
