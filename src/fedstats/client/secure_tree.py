@@ -1,4 +1,4 @@
-"""A device's side of a secure run seeded by its cohort tree (``docs/deploy.md``, "Next steps", item 1).
+"""A device's side of a secure run seeded by its cohort tree (``docs/deploy.md``, "Secure aggregation").
 
 For a run whose cohort is above the server's ``cohort_tree_above``, the server sends the tree form
 instead of the commitment list (:mod:`fedstats.wire.tree_seeding` encodes and checks every message; a

@@ -95,8 +95,8 @@ class SessionRoster:
     * *listed* (``binding`` empty, the default): every client's key is in it, and the signature and
       :meth:`digest` cover every key;
     * *bound* (``binding`` 32 bytes): a commitment fixes the members, e.g. a cohort Merkle tree's
-      session digest (:func:`fedstats.wire.cohort_tree.session_roster_digest`, ``docs/deploy.md``,
-      "Next steps", item 1); the signature and :meth:`digest` cover the task id, the session id, ``n``
+      session digest (:func:`fedstats.wire.cohort_sessions.session_roster_digest`,
+      :mod:`fedstats.wire.tree_seeding`); the signature and :meth:`digest` cover the task id, the session id, ``n``
       and the binding, not the keys, so every holder computes the same transcript whatever keys it
       holds. Its holder keeps only the keys it checked against the binding (``b""`` for the others):
       a client then refuses a message that needs a key it does not hold and does not count a signer

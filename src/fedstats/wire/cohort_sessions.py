@@ -5,8 +5,8 @@ proofs and the protocol's description): the committee whose reveals make the run
 (:func:`committee_positions`, :func:`reveal_statement`, :func:`committee_seed`), the permutation that
 orders a round's participants into sessions (:class:`SessionPermutation`, :func:`session_of`,
 :func:`member_at`, :func:`sessions_of_positions`), and the digest of a session's roster that names no
-key (:func:`session_roster_digest`). The protocol does not use them yet (``docs/deploy.md``,
-"Per-device cost at scale", "Next steps", item 1).
+key (:func:`session_roster_digest`). Tree-seeded runs use them (:mod:`fedstats.wire.tree_seeding`;
+``docs/deploy.md``, "Secure aggregation over the network").
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 KAPPA = 40
-"""Default size of the seed committee (``docs/deploy.md``, "Next steps", item 1)."""
+"""Default size of the seed committee (:mod:`fedstats.wire.tree_seeding`)."""
 ROUNDS = 8
 """Feistel rounds of :class:`SessionPermutation` (at least 6, Patarin's bound for a strong PRP)."""
 VALUE_BYTES = 32
@@ -61,7 +61,7 @@ def committee_positions(head: TreeHead, kappa: int = KAPPA) -> list[int]:
     The little-endian u64 words of ``HMAC-SHA256(digest, label || u64 counter)`` (counter 0, 1, ...)
     below the largest multiple of ``n`` under ``2**64`` are taken mod ``n`` (no modulo bias), repeats
     skipped; all positions when ``n <= kappa``. The server fixes the head before it can know the
-    committee (``docs/deploy.md``, "Next steps", item 1, *a seed committee*).
+    committee (:mod:`fedstats.wire.tree_seeding`, *seed committee*).
 
     Parameters
     ----------

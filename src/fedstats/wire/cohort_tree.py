@@ -1,9 +1,10 @@
 """A secure run's cohort as a Merkle sum tree: seeding in O(k log n) bytes per device (both sides).
 
-Today each device downloads every member's ``(client_id, commitment, slots, key)`` and reveal
-(:mod:`fedstats.wire.seeding`; 230 kB at n = 1,000). These are the blocks of ``docs/deploy.md``'s design
-("Per-device cost at scale", "Next steps", item 1, *seed committee*): a device checks its own leaf, its
-``k`` neighbours', 16 audited ones and a committee's by inclusion proofs. Not used by the protocol yet.
+In a run seeded by its commitment list each device downloads every member's ``(client_id, commitment,
+slots, key)`` and reveal (:mod:`fedstats.wire.seeding`; 230 kB at n = 1,000). A run seeded by its cohort
+tree (:mod:`fedstats.wire.tree_seeding`, the protocol; ``docs/deploy.md``, "Secure aggregation over the
+network") uses these blocks instead: a device checks its own leaf, its ``k`` neighbours', 16 audited
+ones, its two-hop neighbours' and a committee's by inclusion proofs.
 
 **The head.** The server builds a :class:`CohortTree` (RFC 9162's shape, :mod:`fedstats.wire.merkle`)
 over the members' :class:`Leaf` in slot order; every node carries ``(hash, slots)``, and an inner node

@@ -1,9 +1,9 @@
 """Merkle trees of RFC 9162 (Certificate Transparency 2.0, section 2.1): roots and inclusion proofs.
 
-The building block of O(k log n) seeding (``docs/deploy.md``, "Per-device cost at scale", step 1): the
+The building block of O(k log n) seeding (:mod:`fedstats.wire.cohort_tree`, whose sum tree has its shape): the
 server commits to a run's cohort by one root, and a device checks the few members it needs (its own entry,
 its neighbours', a seed committee's, the members it audits) by inclusion proofs of ``ceil(log2 n)`` hashes
-each, instead of downloading and hashing the whole list. The protocol does not use it yet.
+each, instead of downloading and hashing the whole list.
 
 The hash is SHA-256 with the RFC's domain separation: a leaf is ``SHA-256(0x00 || leaf)``, an inner node
 ``SHA-256(0x01 || left || right)``, a tree of ``n > 1`` leaves splits at the largest power of two below

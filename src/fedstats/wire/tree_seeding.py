@@ -1,6 +1,6 @@
 """A secure run seeded by its cohort tree: what the server sends and what a device checks (both sides).
 
-The protocol of ``docs/deploy.md`` ("Per-device cost at scale", "Next steps", item 1) on the blocks of
+The protocol of ``docs/deploy.md`` ("Secure aggregation over the network") on the blocks of
 :mod:`fedstats.wire.cohort_tree` and :mod:`fedstats.wire.cohort_sessions`, for a run whose cohort is
 above the server's ``cohort_tree_above`` (the run's stored head says which form it takes; a device
 accepts either, both being sound). Every message is JSON with hex fields; each function here is one

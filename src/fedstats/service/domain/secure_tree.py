@@ -2,7 +2,7 @@
 
 A secure run whose check-in closed with more devices than the server's ``cohort_tree_above`` stores its
 cohort tree's head (``runs.cohort_head``) and seeds by a committee of ``min(n, 40)`` members
-(``docs/deploy.md``, "Next steps", item 1; the messages are :mod:`fedstats.wire.tree_seeding`'s, both
+(``docs/deploy.md``, "Secure aggregation over the network"; the messages are :mod:`fedstats.wire.tree_seeding`'s, both
 sides' one definition). Every function here is for a *tree run* (``run.cohort_head is not None``); the
 list form of :mod:`.secure` and :mod:`.secure_devices` is unchanged for the others, which call in here
 where a run is a tree run.

@@ -90,7 +90,7 @@ class ServerSettings:
     cohort_tree_above : int or None
         A secure run whose check-in closes with more devices than this seeds by its cohort tree
         (:mod:`fedstats.service.domain.secure_tree`: a committee of ``min(n, 40)`` members reveals, each
-        device checks ``O(k log n)`` bytes; ``docs/deploy.md``, "Next steps", item 1); at most this many,
+        device checks ``O(k log n)`` bytes; ``docs/deploy.md``, "Secure aggregation over the network"); at most this many,
         by the commitment list every member checks (:mod:`fedstats.wire.seeding`). Default 64; None:
         never. The run's form is stored when its check-in closes.
     """

@@ -2,7 +2,7 @@
 
 ``runs.cohort_head``: hex of the run's :class:`fedstats.wire.cohort_tree.TreeHead` (45 bytes), set when a
 secure run's check-in closes with more devices than the server's ``cohort_tree_above``; a run with it
-seeds by its cohort tree's committee (``docs/deploy.md``, "Next steps", item 1). ``run_members.
+seeds by its cohort tree's committee (``docs/deploy.md``, "Secure aggregation over the network"). ``run_members.
 reveal_signature``: a committee member's Ed25519 signature over its reveal (hex, 64 bytes).
 
 Revision ID: 0014
