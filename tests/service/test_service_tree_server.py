@@ -671,3 +671,6 @@ def test_a_session_s_devices_asking_together_share_one_store_read(store: Store) 
     assert isinstance(got[-1], SecurityError), got[-1]
     # one shared read for the members, and the outsider's own (its error is its own)
     assert len(handoffs) == 2, handoffs
+    # asked again (a device's next round, or a late one): from memory, no hand-off at all
+    again = asyncio.run(tree_http.checked(routes, run.id, 0, 0, members[0], [1], [2]))
+    assert json.loads(again)["certificates"] and len(handoffs) == 2, handoffs
