@@ -140,8 +140,12 @@ def test_a_sparse_tree_session_with_a_committee_of_40(production: Deployment) ->
 
 
 def test_a_committee_member_that_withholds_aborts_the_run_and_is_named(
-    deployment: Deployment,
+    production: Deployment,
 ) -> None:
+    """On the production store only: it waits out the seeding deadline (about 27 s per store in the
+    suite), and the store's part (the withholder recorded, the abort) is tested on the memory state,
+    SQLite and PostgreSQL in ``test_service_tree_server.py``."""
+    deployment = production
     data = _data()
     # eleven honest devices and one that withholds its reveal: with 12 members all are on the committee
     honest = _devices(deployment, "treewh", {k: v[:220] for k, v in data.items()}, 11)
