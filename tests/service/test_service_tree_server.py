@@ -305,6 +305,27 @@ def _seeded(store: Store, n: int) -> tuple[Run, RunRow, Any]:
     return run, seeded, tree
 
 
+def _first_session(store: Store, run: Run, row: RunRow) -> list[str]:
+    """Open round 0's first session over the whole cohort (as the driver stores it); its members."""
+    rec = cast(RoundRow, types.SimpleNamespace(index=0, lo=0, hi=run.total))
+    with store.transaction() as tx:
+        members = secure.partition(tx, row, rec, task_config(tx, run.task_id))[0]
+        tx.add_secure_session(
+            SecureSessionRow(
+                run_id=run.id,
+                round_index=0,
+                number=0,
+                members=json.dumps(members),
+                params="{}",
+                session=seeding.session_id(bytes.fromhex(str(row.public_seed)), 0, 0).hex(),
+                stage=0,
+                deadline=time.time() + 60,
+                status="open",
+            )
+        )
+    return members
+
+
 @pytest.mark.parametrize("part", ["whole", "part"])
 def test_the_tree_partition_is_what_each_device_derives_from_its_position(
     store: Store, part: str
@@ -342,22 +363,7 @@ def test_the_tree_partition_is_what_each_device_derives_from_its_position(
 def test_a_device_s_neighbourhood_answer_proves_the_leaves_it_named(store: Store) -> None:
     """``members``/``also`` roster indices: one multiproof of their leaves, the checked ones' certificates."""
     run, row, tree = _seeded(store, 20)
-    rec = cast(RoundRow, types.SimpleNamespace(index=0, lo=0, hi=run.total))
-    with store.transaction() as tx:
-        members = secure.partition(tx, row, rec, task_config(tx, run.task_id))[0]
-        tx.add_secure_session(
-            SecureSessionRow(
-                run_id=run.id,
-                round_index=0,
-                number=0,
-                members=json.dumps(members),
-                params="{}",
-                session=seeding.session_id(bytes.fromhex(str(row.public_seed)), 0, 0).hex(),
-                stage=0,
-                deadline=time.time() + 60,
-                status="open",
-            )
-        )
+    members = _first_session(store, run, row)
     checked, also = [2, 0], [1, 4]
     certs = [{"c": j} for j in checked]
     with store.transaction(read_only=True) as tx:
@@ -466,22 +472,7 @@ def test_the_seed_reveal_and_certificate_routes_answer_a_tree_run_s_shapes(store
     assert got.status_code == 200, got.text
     assert got.json()["duplicate"] is True and got.json()["revealed"] == answer
     # the stage-0 neighbourhood: GET certificates?members=&also= answers the leaves answer
-    rec = cast(RoundRow, types.SimpleNamespace(index=0, lo=0, hi=run.total))
-    with store.transaction() as tx:
-        members = secure.partition(tx, seeded, rec, task_config(tx, run.task_id))[0]
-        tx.add_secure_session(
-            SecureSessionRow(
-                run_id=run.id,
-                round_index=0,
-                number=0,
-                members=json.dumps(members),
-                params="{}",
-                session=seeding.session_id(bytes.fromhex(want), 0, 0).hex(),
-                stage=0,
-                deadline=time.time() + 60,
-                status="open",
-            )
-        )
+    members = _first_session(store, run, seeded)
     me = run.ids.index(members[0])
     got = api.request("GET", me, "/rounds/0/secure/0/certificates?members=1,2&also=3")
     assert got.status_code == 200, got.text
@@ -603,22 +594,7 @@ def test_a_session_s_devices_asking_together_share_one_store_read(store: Store) 
     from fedstats.service.http.secure import SecureRoutes
 
     run, row, tree = _seeded(store, 20)
-    rec = cast(RoundRow, types.SimpleNamespace(index=0, lo=0, hi=run.total))
-    with store.transaction() as tx:
-        members = secure.partition(tx, row, rec, task_config(tx, run.task_id))[0]
-        tx.add_secure_session(
-            SecureSessionRow(
-                run_id=run.id,
-                round_index=0,
-                number=0,
-                members=json.dumps(members),
-                params="{}",
-                session=seeding.session_id(bytes.fromhex(str(row.public_seed)), 0, 0).hex(),
-                stage=0,
-                deadline=time.time() + 60,
-                status="open",
-            )
-        )
+    members = _first_session(store, run, row)
     secure_tree.forget(run.id)  # a process that has seen nothing of the run yet
     secure_devices.forget_run(run.id)
     handoffs: list[Any] = []
