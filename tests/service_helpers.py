@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -356,3 +357,37 @@ def run_polled(
         for d in devices:
             d.close()
     return views
+
+
+def counted_routes(store: Any) -> tuple[Any, list[Any]]:
+    """A :class:`~fedstats.service.http.secure.SecureRoutes` over ``store`` whose store hand-offs are
+    counted (each waits 10 ms, so that requests asked together arrive meanwhile); its other
+    dependencies refuse to be called. Returns the routes and the list of hand-offs."""
+    import asyncio
+
+    from fedstats.service.domain.changes import Changes, Wakeup
+    from fedstats.service.http.secure import SecureRoutes
+
+    handoffs: list[Any] = []
+
+    async def offload(fn: Any, *args: Any) -> Any:
+        handoffs.append(fn)
+        await asyncio.sleep(0.01)  # the others arrive meanwhile
+        return fn(*args)
+
+    async def nothing(*_a: Any) -> Any:
+        raise AssertionError("not called")
+
+    routes = SecureRoutes(
+        store,
+        nothing,
+        nothing,
+        json.loads,
+        {},
+        Wakeup(),
+        changes=Changes(),
+        population_of=nothing,
+        max_wait=1.0,
+        offload=offload,
+    )
+    return routes, handoffs

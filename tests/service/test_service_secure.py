@@ -56,6 +56,7 @@ from fedstats.wire.registry import plan_for, resolve_encoder
 from fedstats.wire.tasks import normalize_task
 from service_helpers import (
     Deployment,
+    counted_routes,
     free_port,
     wait_run,
 )
@@ -382,8 +383,6 @@ def test_devices_asking_for_uncached_certificates_together_share_one_store_read(
     import asyncio
 
     from fedstats.service.domain import secure_devices as sd
-    from fedstats.service.domain.changes import Changes, Wakeup
-    from fedstats.service.http.secure import SecureRoutes
 
     key = ("run-shared", 0, 0)
     certs = [{"body": {"client_id": f"m{i}"}, "signature": f"{i:02x}"} for i in range(6)]
@@ -400,28 +399,7 @@ def test_devices_asking_for_uncached_certificates_together_share_one_store_read(
         return [certs[j] for j in indices]
 
     monkeypatch.setattr(sd, "certificates", certificates)
-    handoffs: list[Any] = []
-
-    async def offload(fn: Any, *args: Any) -> Any:
-        handoffs.append(fn)
-        await asyncio.sleep(0.01)  # the others arrive meanwhile
-        return fn(*args)
-
-    async def nothing(*_a: Any) -> Any:
-        raise AssertionError("not called")
-
-    routes = SecureRoutes(
-        open_store("memory://"),
-        nothing,
-        nothing,
-        json.loads,
-        {},
-        Wakeup(),
-        changes=Changes(),
-        population_of=nothing,
-        max_wait=1.0,
-        offload=offload,
-    )
+    routes, handoffs = counted_routes(open_store("memory://"))
 
     async def ask_all() -> list[Any]:
         asks = [routes.member_certificates(*key, f"m{i}", [(i + 1) % 6, i]) for i in range(6)]

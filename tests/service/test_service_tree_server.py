@@ -48,7 +48,7 @@ from fedstats.wire.tree_seeding import (
     verify_committee,
     verify_leaves,
 )
-from service_helpers import fresh_store
+from service_helpers import counted_routes, fresh_store
 
 MAX_SESSION, MIN_SESSION = 8, 3
 
@@ -589,36 +589,13 @@ def test_a_session_s_devices_asking_together_share_one_store_read(store: Store) 
     session still gets its own error."""
     import asyncio
 
-    from fedstats.service.domain.changes import Changes, Wakeup
     from fedstats.service.http import secure_tree as tree_http
-    from fedstats.service.http.secure import SecureRoutes
 
     run, row, tree = _seeded(store, 20)
     members = _first_session(store, run, row)
     secure_tree.forget(run.id)  # a process that has seen nothing of the run yet
     secure_devices.forget_run(run.id)
-    handoffs: list[Any] = []
-
-    async def offload(fn: Any, *args: Any) -> Any:
-        handoffs.append(fn)
-        await asyncio.sleep(0.01)  # the others arrive meanwhile
-        return fn(*args)
-
-    async def nothing(*_a: Any) -> Any:
-        raise AssertionError("not called")
-
-    routes = SecureRoutes(
-        store,
-        nothing,
-        nothing,
-        json.loads,
-        {},
-        Wakeup(),
-        changes=Changes(),
-        population_of=nothing,
-        max_wait=1.0,
-        offload=offload,
-    )
+    routes, handoffs = counted_routes(store)
     outsider = next(c for c in run.ids if c not in members)
 
     async def leaves() -> list[Any]:

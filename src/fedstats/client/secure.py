@@ -119,7 +119,6 @@ from fedstats.secagg.collusion import (
     session_parameters,
 )
 from fedstats.wire import seeding
-from fedstats.wire.tasks import min_session_size
 
 __all__ = [
     "AUDIT_MEMBERS",
@@ -564,18 +563,7 @@ class SecureRuns(TreeRuns):
         index = int(rnd["round"])
         info = rnd["secure"]
         number = int(info["session"])
-        if state.task is None or state.task.get("secure_aggregation") is None:
-            raise SecurityError(
-                "a secure round of a run whose secure task this device did not accept"
-            )
-        if index in state.rounds:
-            raise SecurityError(
-                f"this device already joined session {state.rounds[index]} of round {index}: it joins "
-                "at most one session per round"
-            )
-        opts = state.task["secure_aggregation"]
-        max_session = int(opts["max_session"])
-        minimum = min_session_size(opts)
+        max_session, minimum = self._session_limits(state, index)
         floor = int(getattr(self.policy, "min_session_size", Policy.min_session_size))
         assert state.members is not None and state.verified and state.slots is not None
         lo, hi = (int(x) for x in rnd["client_range"])

@@ -478,17 +478,7 @@ class TreeRuns:
         index, info = int(rnd["round"]), rnd["secure"]
         head, position, slots = state.head, state.position, state.slots
         assert head is not None and position is not None and slots is not None
-        if state.task is None or state.task.get("secure_aggregation") is None:
-            raise SecurityError(
-                "a secure round of a run whose secure task this device did not accept"
-            )
-        if index in state.rounds:
-            raise SecurityError(
-                f"this device already joined session {state.rounds[index]} of round {index}: it joins "
-                "at most one session per round"
-            )
-        opts = state.task["secure_aggregation"]
-        max_session, minimum = int(opts["max_session"]), min_session_size(opts)
+        max_session, minimum = self._session_limits(state, index)
         lo, hi = (int(x) for x in rnd["client_range"])
         start, count = slots
         a = max(start, lo)
@@ -520,6 +510,27 @@ class TreeRuns:
         return seat, p_lo, p_hi, max_session, minimum
 
     # -- what both forms' joins share (the list form's is :meth:`SecureRuns._join_session`)
+    def _session_limits(self, state: SecureState, index: int) -> tuple[int, int]:
+        """The task's ``(max_session, min_session_size)`` for a secure round the device may join.
+
+        Raises
+        ------
+        SecurityError
+            If the device did not accept a secure task for the run, or already joined a session of
+            round ``index`` (it joins at most one per round).
+        """
+        if state.task is None or state.task.get("secure_aggregation") is None:
+            raise SecurityError(
+                "a secure round of a run whose secure task this device did not accept"
+            )
+        if index in state.rounds:
+            raise SecurityError(
+                f"this device already joined session {state.rounds[index]} of round {index}: it joins "
+                "at most one session per round"
+            )
+        opts = state.task["secure_aggregation"]
+        return int(opts["max_session"]), min_session_size(opts)
+
     def _session_parameters(self, n: int) -> SecAggParameters:
         """The parameters of a derived session of ``n``, refused below the policy's colluder fraction.
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
@@ -47,14 +48,35 @@ async def checkin_leaf(ctx: SecureRoutes, run_id: str, cid: str) -> bytes:
     From this process's memory once it holds the run's tree (every member's held check-in is answered
     at once when check-in closes): one transaction per process, not per device.
     """
-    fast = secure_tree.cached_leaf_json(run_id, cid)
-    if fast is None:  # the held check-ins wake together as check-in closes: one read of the tree
-        with contextlib.suppress(Exception):  # its error is its own: the others ask alone below
-            await ctx.shared(("tree", run_id), functools.partial(_tree, ctx, run_id))
-        fast = secure_tree.cached_leaf_json(run_id, cid)
+    # the held check-ins wake together as check-in closes: one read of the tree for all of them
+    fast = await _warmed(
+        ctx,
+        ("tree", run_id),
+        functools.partial(_tree, ctx, run_id),
+        functools.partial(secure_tree.cached_leaf_json, run_id, cid),
+    )
     if fast is not None:
         return fast
     return await ctx.offload(functools.partial(_leaf, ctx, run_id, cid))
+
+
+async def _warmed(
+    ctx: SecureRoutes,
+    key: tuple[str, ...],
+    prime: Callable[[], None],
+    from_memory: Callable[[], bytes | None],
+) -> bytes | None:
+    """``from_memory()``, after one shared store read (``prime``, keyed by ``key``) if it was cold.
+
+    The requests that arrive together wait for the same read (:meth:`SecureRoutes.shared`); its error
+    is its own: None then, and each caller asks the store alone.
+    """
+    got = from_memory()
+    if got is None:
+        with contextlib.suppress(Exception):
+            await ctx.shared(key, prime)
+        got = from_memory()
+    return got
 
 
 def _tree(ctx: SecureRoutes, run_id: str) -> None:
@@ -170,14 +192,14 @@ async def checked(
         As :func:`fedstats.service.domain.secure_devices.certificates`.
     """
     if secure_tree.known_tree(run_id):  # from memory once the session's answers were made once
-        fast = _from_memory(run_id, index, number, cid, members, also or [])
-        if fast is None:
-            # a session's devices all ask as its stage 1 opens (their held advertisements wake
-            # together): they wait for one read to fill the caches, as member_certificates does
-            prime = functools.partial(_prime, ctx, run_id, index, number, cid)
-            with contextlib.suppress(Exception):  # its error is its own: the others ask alone below
-                await ctx.shared(("neighbourhood", run_id, str(index), str(number)), prime)
-            fast = _from_memory(run_id, index, number, cid, members, also or [])
+        # a session's devices all ask as its stage 1 opens (their held advertisements wake
+        # together): they wait for one read to fill the caches, as member_certificates does
+        fast = await _warmed(
+            ctx,
+            ("neighbourhood", run_id, str(index), str(number)),
+            functools.partial(_prime, ctx, run_id, index, number, cid),
+            functools.partial(_from_memory, run_id, index, number, cid, members, also or []),
+        )
         if fast is not None:
             return fast
     if secure_tree.known_tree(run_id) is not False:
