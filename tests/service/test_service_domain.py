@@ -294,6 +294,26 @@ def _started(store: Store, root: Path, label: str) -> str:
         return runs.create_run(tx, tid, "alice")
 
 
+def test_one_task_id_in_two_stores_keeps_each_stores_envelope(tmp_path: Path) -> None:
+    """One configuration signed by two analysts of two authorities has one id (``NOT_AFTER`` pins the
+    second it ends), stored in two stores of one process: each store offers its own envelope, the one its
+    devices' pinned authority verifies. Before the fix the process cached the first envelope by id, and
+    the second store's devices refused the task ("certificate issued by an untrusted authority")."""
+    first, second = open_store("memory://"), open_store("memory://")
+    envelopes = []
+    for name, store in (("a", first), ("b", second)):
+        envelope = _envelope(_analyst(tmp_path / name, store), "one id")
+        envelopes.append(envelope)
+        with store.transaction() as tx:
+            tid, _ = tasks.create_task(tx, envelope, "alice")
+            assert tasks.task_envelope(tx, tid) == envelope
+    for store, envelope in zip((first, second), envelopes, strict=True):
+        with store.transaction(read_only=True) as tx:
+            assert tasks.task_envelope(tx, tid) == envelope
+            assert tasks.task_config(tx, tid) == envelope["task"]
+    assert envelopes[0]["certificate"] != envelopes[1]["certificate"]
+
+
 def test_concurrent_checkins_get_disjoint_slots(memory: MemoryStore, tmp_path: Path) -> None:
     """Transactions are serialized: of 2N concurrent check-ins N get distinct slots, N are refused."""
     rid = _started(memory, tmp_path, "concurrent")

@@ -3,7 +3,7 @@
 :func:`fedstats.wire.tasks.normalize_task` checks a configuration and fills in its defaults (the result is
 what gets hashed and signed); :func:`create_task` verifies an analyst's signed envelope against the trusted
 authorities and stores it once; :func:`task_config` reads the task back and :func:`task_envelope` the
-envelope devices are offered (cached: tasks never change). The server never signs a task: it holds no
+envelope devices are offered (the configuration cached: it is what its id hashes). The server never signs a task: it holds no
 analyst key, so it can relay a task but not create or alter one.
 
 The ``tasks.config`` column holds the canonical JSON of the envelope (rows written before tasks were signed
@@ -91,39 +91,44 @@ def task_config(tx: State, task_id: str) -> dict[str, Any]:
     NotFoundError
         If there is no such task.
     """
-    return _load(tx, task_id)[0]
+    cached = _TASK_CACHE.get(task_id)
+    if cached is not None:
+        return cached
+    got = _read(tx, task_id)[0]
+    if len(_TASK_CACHE) > 10000:
+        _TASK_CACHE.clear()
+    _TASK_CACHE[task_id] = got
+    return got
 
 
 def task_envelope(tx: State, task_id: str) -> dict[str, Any] | None:
     """The signed envelope of a stored task, as the analyst posted it (None for an unsigned legacy row).
+
+    Read from ``tx`` at every call (a run's offer keeps it): the same configuration signed by two
+    analysts has one id, so a process holding two stores may hold two envelopes of one id.
 
     Raises
     ------
     NotFoundError
         If there is no such task.
     """
-    return _load(tx, task_id)[1]
+    return _read(tx, task_id)[1]
 
 
-def _load(tx: State, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    cached = _TASK_CACHE.get(tid)
-    if cached is not None:  # tasks are immutable: a parsed configuration stays valid
-        return cached
+def _read(tx: State, tid: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``(configuration, envelope)`` of a stored task (envelope None for an unsigned legacy row)."""
     config = tx.task_json(tid)
     if config is None:
         raise NotFoundError(f"no task {tid!r}")
     data: dict[str, Any] = wire.loads(config)
     if set(data) == {"task", "certificate", "signature"}:
-        got: tuple[dict[str, Any], dict[str, Any] | None] = (dict(data["task"]), data)
-    else:  # a task stored before tasks were signed
-        got = (data, None)
-    if len(_TASK_CACHE) > 10000:
-        _TASK_CACHE.clear()
-    _TASK_CACHE[tid] = got
-    return got
+        return dict(data["task"]), data
+    return data, None  # a task stored before tasks were signed
 
 
-_TASK_CACHE: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {}
+# configurations by id, for every store of the process: the id hashes the configuration, so one id is one
+# configuration wherever it is stored (its envelope is not cached: see task_envelope)
+_TASK_CACHE: dict[str, dict[str, Any]] = {}
 
 
 def page_tasks(
