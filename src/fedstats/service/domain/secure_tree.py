@@ -1,20 +1,25 @@
-"""Tree-seeded secure runs, the server's side: the cohort tree, the seed committee, sessions and rosters.
+"""Tree-seeded secure runs, the server's side: the tree, the seed committee, sessions and rosters.
 
-A secure run whose check-in closed with more devices than the server's ``cohort_tree_above`` stores its
-cohort tree's head (``runs.cohort_head``) and seeds by a committee of ``min(n, 40)`` members
-(``docs/deploy.md``, "Secure aggregation over the network"; the messages are :mod:`fedstats.wire.tree_seeding`'s, both
-sides' one definition). Every function here is for a *tree run* (``run.cohort_head is not None``); the
-list form of :mod:`.secure` and :mod:`.secure_devices` is unchanged for the others, which call in here
-where a run is a tree run.
+A secure run whose check-in closed with more devices than the server's ``cohort_tree_above`` stores
+its cohort tree's head (``runs.cohort_head``) and seeds by a committee of ``min(n, 40)`` members
+(``docs/deploy.md``, "Secure aggregation over the network", *In a large cohort, the cohort tree*;
+the messages are :mod:`fedstats.wire.tree_seeding`'s, both sides' one definition). Every function
+here is for a *tree run* (``run.cohort_head is not None``); the list form of :mod:`.secure` and
+:mod:`.secure_devices` is unchanged for the others, which call in here where a run is a tree run.
 
-* The tree (:func:`tree_of`): the members in slot order, each leaf its client id, commitment, enrolled
-  key and slot count; built once per process per run and checked against the stored head.
+* The tree (:func:`tree_of`): the members in slot order, each leaf its client id, commitment,
+  enrolled key and slot count; built once per process per run and checked against the stored head.
 * The committee (:func:`record_reveal`, :func:`close_seeding`, :func:`committee_json`): only its
-  members reveal, each with a signature over the head; a member that did not reveal by the deadline is a
+  members reveal, each signing over the head; a member that did not reveal by the deadline is a
   withholder and the run aborts (the committee picks the seed: no run goes on without one of it).
-* Rounds (:func:`partition`, :func:`bound_roster`, :func:`range_proof`, :func:`neighbourhood`): sessions
-  from positions (:func:`fedstats.wire.cohort_sessions.sessions_of_positions`), each roster bound by
-  :func:`fedstats.wire.tree_seeding.session_binding`.
+* Rounds (:func:`partition`, :func:`bound_roster`, :func:`range_proof`, :func:`neighbourhood`):
+  sessions from positions (:func:`fedstats.wire.cohort_sessions.sessions_of_positions`), each
+  roster bound by :func:`fedstats.wire.tree_seeding.session_binding`.
+
+Parameters named alike mean alike: ``tx`` is an open transaction (not read where this process's
+memory answers), ``run`` a tree run's row, ``run_id`` and ``client_id`` the run and the device,
+``index`` and ``number`` a round and its session. A function that reads the run's tree may raise
+:func:`tree_of`'s errors, listed there only.
 """
 
 from __future__ import annotations
@@ -81,22 +86,38 @@ _EMPTY_SIGNATURE = b"\x00" * SIGNATURE_BYTES
 
 # run id -> (its tree, client id -> position): fixed once the run is seeding (its cohort is)
 _TREES: dict[str, tuple[CohortTree, dict[str, int]]] = {}
-# run id -> None: a run known to be no tree run (its check-in closed without a head)
+# run ids known to be no tree run (their check-in closed without a head)
 _LISTS: set[str] = set()
 # run id -> the committee answer (fixed once the seed is)
 _COMMITTEES: dict[str, dict[str, Any]] = {}
-# (run id, round) -> (p_lo, p_hi); (run id, round, session) -> the session's positions in roster order
+# (run id, round) -> (p_lo, p_hi)
 _RANGES: dict[tuple[str, int], tuple[int, int]] = {}
+# (run id, round, session) -> the session's positions in roster order
 _SESSIONS: dict[tuple[str, int, int], list[int]] = {}
 
 
 def build_tree(tx: State, run_id: str) -> CohortTree:
     """The cohort tree of a run's members as stored now (slot order; one leaf per member).
 
+    The driver builds it as check-in closes, to store its head; :func:`tree_of` rebuilds, checks it.
+
+    Parameters
+    ----------
+    tx : State
+    run_id : str
+
+    Returns
+    -------
+    CohortTree
+        One leaf ``(client id, commitment, enrolled identity key, slot count)`` per member.
+
     Raises
     ------
     ParameterError
-        If a member has no commitment (not a secure check-in) or the tree cannot be built.
+        If a member has no commitment (not a secure check-in) or the tree cannot be built (no
+        member, or one without slots).
+    KeyError
+        If a member is not an enrolled device (:meth:`State.enrolled`).
     """
     rows = tx.members_in_order(run_id)
     keys = tx.enrolled([m.client_id for m in rows])
@@ -118,10 +139,23 @@ def build_tree(tx: State, run_id: str) -> CohortTree:
 def tree_of(tx: State, run: RunRow) -> CohortTree:
     """A tree run's cohort tree: built once per process, checked against the stored head.
 
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+        The run's row.
+
+    Returns
+    -------
+    CohortTree
+        From memory after the first call (the cache is cleared past 16 runs; :func:`forget`).
+
     Raises
     ------
     SecurityError
         If the run is not a tree run, or its members no longer give the stored head.
+    ParameterError, KeyError
+        As :func:`build_tree`, when the tree is built.
     """
     got = _TREES.get(run.id)
     if got is None:
@@ -138,15 +172,34 @@ def tree_of(tx: State, run: RunRow) -> CohortTree:
 
 
 def cached_member(run_id: str, client_id: str) -> bool:
-    """Whether this process knows ``client_id`` to be a member of tree run ``run_id`` (from memory)."""
+    """Whether this process's memory shows ``client_id`` to be a member of tree run ``run_id``.
+
+    Parameters
+    ----------
+    run_id, client_id : str
+
+    Returns
+    -------
+    bool
+        True if this process holds the run's tree with a leaf of ``client_id``. False is no
+        answer: the tree may not be in memory; the caller asks the store (:func:`position_of`).
+    """
     got = _TREES.get(run_id)
     return got is not None and client_id in got[1]
 
 
 def cached_leaf_json(run_id: str, client_id: str) -> bytes | None:
-    """JSON of the member's ``"tree"`` object from this process's memory alone, or None (ask the store).
+    """The JSON of a member's ``"tree"`` object from this process's memory alone, or None.
 
-    None also when ``client_id`` is not a member (:func:`leaf_json` then raises the error).
+    Parameters
+    ----------
+    run_id, client_id : str
+
+    Returns
+    -------
+    bytes or None
+        ``json.dumps`` of :func:`leaf_json`'s answer, UTF-8. None if this process does not hold the
+        run's tree or it has no leaf of ``client_id`` (the store's :func:`leaf_json` then decides).
     """
     got = _TREES.get(run_id)
     position = None if got is None else got[1].get(client_id)
@@ -156,14 +209,43 @@ def cached_leaf_json(run_id: str, client_id: str) -> bytes | None:
 
 
 def known_tree(run_id: str) -> bool | None:
-    """Whether this process knows ``run_id`` to be a tree run (True), no tree run (False), or not (None)."""
+    """What this process knows of ``run_id``'s form, from memory alone (no transaction).
+
+    Parameters
+    ----------
+    run_id : str
+
+    Returns
+    -------
+    bool or None
+        True: it holds the run's tree. False: :func:`tree_or_none` found a list run whose check-in
+        had closed. None: neither (not looked at in this process yet, dropped when a cache was
+        full, or released by :func:`forget`); the caller asks the store.
+    """
     if run_id in _TREES:
         return True
     return False if run_id in _LISTS else None
 
 
 def tree_or_none(tx: State, run_id: str) -> CohortTree | None:
-    """The run's tree if it is a tree run, else None (remembered once its check-in closed)."""
+    """The run's tree if it is a tree run, else None (remembered once its check-in closed).
+
+    Parameters
+    ----------
+    tx : State
+    run_id : str
+
+    Returns
+    -------
+    CohortTree or None
+        The tree (:func:`tree_of`); None for a run without a stored head: a list run, or one still
+        in check-in. A list run past check-in is remembered (:func:`known_tree` is then False).
+
+    Raises
+    ------
+    NotFoundError
+        If there is no run ``run_id`` (looked up only when this process knows nothing of it).
+    """
     if run_id in _LISTS:
         return None
     got = _TREES.get(run_id)
@@ -182,7 +264,24 @@ def tree_or_none(tx: State, run_id: str) -> CohortTree | None:
 
 
 def position_of(tx: State, run: RunRow, client_id: str) -> int:
-    """A member's position in the run's tree (SecurityError if it is not a member)."""
+    """A member's position in the run's tree.
+
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+    client_id : str
+
+    Returns
+    -------
+    int
+        Its leaf's index in slot order, in ``[0, n)``.
+
+    Raises
+    ------
+    SecurityError
+        If ``client_id`` is not a member (the routes answer 403).
+    """
     tree_of(tx, run)
     got = _TREES[run.id][1].get(client_id)
     if got is None:
@@ -191,12 +290,42 @@ def position_of(tx: State, run: RunRow, client_id: str) -> int:
 
 
 def committee(tx: State, run: RunRow) -> list[int]:
-    """The run's seed committee: its positions (:func:`~fedstats.wire.cohort_sessions.committee_positions`)."""
+    """The run's seed committee: ``min(n, 40)`` positions drawn from its head's digest.
+
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+
+    Returns
+    -------
+    list of int
+        Distinct positions in ``[0, n)``, increasing
+        (:func:`~fedstats.wire.cohort_sessions.committee_positions`).
+    """
     return committee_positions(tree_of(tx, run).head)
 
 
 def leaf_json(tx: State, run: RunRow, client_id: str) -> dict[str, str]:
-    """The member's ``"tree"`` object: the head and its leaf proof (:func:`~.tree_seeding.leaf_answer`)."""
+    """A member's ``"tree"`` object, which it checks at check-in: the head and its leaf proof.
+
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+    client_id : str
+
+    Returns
+    -------
+    dict of str to str
+        :func:`fedstats.wire.tree_seeding.leaf_answer`: ``"head"``, 90 hex digits; ``"leaf"``, the
+        base64 leaf proof.
+
+    Raises
+    ------
+    SecurityError
+        If ``client_id`` is not a member.
+    """
     return leaf_answer(tree_of(tx, run), position_of(tx, run, client_id))
 
 
@@ -219,16 +348,32 @@ def record_reveal(
 ) -> bool:
     """Store a committee member's signed reveal; return False for an identical repeat.
 
-    ``data``: the body ``{"value", "seen", "signature"}`` (:func:`fedstats.wire.tree_seeding.signed_reveal`);
-    ``held`` as in :func:`fedstats.service.domain.secure_devices.record_reveal`.
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+    client_id : str
+    data : dict
+        The body ``{"value", "seen", "signature"}``, hex
+        (:func:`fedstats.wire.tree_seeding.signed_reveal`).
+    held : dict, optional
+        Shared by one transaction's reveals (:mod:`.batched`; as in
+        :func:`fedstats.service.domain.secure_devices.record_reveal`).
+
+    Returns
+    -------
+    bool
+        True if the reveal was checked and stored; False if the device had revealed this value
+        already (a repeat: its ``seen`` and signature are not checked again).
 
     Raises
     ------
     ConflictError
-        The run is not collecting reveals, the device is not on the committee, or it revealed another value.
+        The run is not collecting reveals, the device is not on the committee, or it revealed
+        another value.
     SecurityError
-        Not a member, ``seen`` is not the head's digest, the value does not open the leaf's commitment,
-        or the signature is not the leaf key's (:func:`fedstats.wire.tree_seeding.check_reveal`).
+        Not a member, ``seen`` is not the head's digest, or the value or signature does not check
+        against the leaf (:func:`fedstats.wire.tree_seeding.check_reveal`).
     DataError
         A field is missing or not hex.
     """
@@ -262,14 +407,24 @@ def close_seeding(
     """Fix a tree run's seed once its whole committee revealed; abort it at ``deadline`` otherwise.
 
     The committee's members that did not reveal by then are recorded as withholders
-    (:meth:`~fedstats.service.store.secure.SecureQueries.add_withholders`) and the run aborts: the
-    committee picks the seed, and no run goes on without one of its members. The seed is
-    :func:`~fedstats.wire.cohort_sessions.committee_seed` of the values in committee order.
+    (:meth:`~fedstats.service.store.secure.SecureQueries.add_withholders`) and the run aborts; the
+    seed is :func:`~fedstats.wire.cohort_sessions.committee_seed` of the values in committee order.
+
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+        The tree run's row, as loaded (and locked) in ``tx``.
+    deadline : float
+        Unix time, seconds: reveals are awaited until then.
+    gate : ArrivalGate, optional
+        The driver's gate, told how many reveals are missing while it waits.
 
     Returns
     -------
     RunRow or str or None
-        As :func:`fedstats.service.domain.secure.close_seeding`.
+        As :func:`fedstats.service.domain.secure.close_seeding`: the run as now stored (its seed
+        fixed, status ``running``); the reason to abort it; None while waiting for reveals.
     """
     tree = tree_of(tx, run)
     positions = committee_positions(tree.head)
@@ -295,14 +450,23 @@ def close_seeding(
 
 
 def committee_json(tx: State, run: RunRow) -> dict[str, Any]:
-    """The ``"committee"`` object every member checks (:func:`~.tree_seeding.committee_answer`; cached).
+    """The ``"committee"`` object every member checks, built once per process per run.
 
-    Only for a run whose seed is fixed.
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+
+    Returns
+    -------
+    dict
+        :func:`fedstats.wire.tree_seeding.committee_answer` of the stored reveals and
+        certificates: the same dict at every call (the cache is cleared past 16 runs).
 
     Raises
     ------
     ParameterError
-        If a committee member has no reveal or no stored certificate.
+        If a committee member has no stored reveal or certificate (call it once the seed is fixed).
     """
     got = _COMMITTEES.get(run.id)
     if got is None:
@@ -332,15 +496,28 @@ def seed_json(
 ) -> dict[str, Any]:
     """``GET .../seed`` of a tree run for a member (``part``: None or :data:`COMMITTEE`).
 
-    Without ``part``: ``{"status", "seed", "tree"}`` and, once the seed is fixed, ``"committee"``.
-    With ``part=committee``: ``{"status", "seed", "committee"}`` once the seed is fixed, else
-    ``{"status", "seed": None}`` (the same for every member: ``member=False`` skips the check that
-    ``client_id`` is one, for an answer the caller checked or shares).
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+    client_id : str
+    part : str or None
+    member : bool, default True
+        Check that ``client_id`` is a member (False: the caller did, or shares the committee).
+
+    Returns
+    -------
+    dict
+        Without ``part``: ``{"status", "seed", "tree"}`` (:func:`leaf_json`) and, once the seed is
+        fixed, ``"committee"`` (:func:`committee_json`). With ``part=committee``: ``{"status",
+        "seed", "committee"}`` once the seed is fixed, else ``{"status", "seed": None}``.
 
     Raises
     ------
     SecurityError
-        If ``client_id`` is not a member.
+        If ``client_id`` is not a member (without ``part`` always checked).
+    ParameterError
+        As :func:`committee_json`.
     """
     if member:
         position_of(tx, run, client_id)
@@ -352,7 +529,7 @@ def seed_json(
     return out
 
 
-# -- rounds -----------------------------------------------------------------------------------------
+# -- rounds ---------------------------------------------------------------------------------------
 
 
 def _range(
@@ -382,13 +559,29 @@ def partition(tx: State, run: RunRow, rec: RoundRow, cfg: dict[str, Any]) -> lis
     """The members of each session of a tree run's secure round, in roster order.
 
     Positions ``[p_lo, p_hi)`` of the round's client range, cut by
-    :func:`~fedstats.wire.cohort_sessions.sessions_of_positions` (each device derives its own seat by
-    :func:`~fedstats.wire.cohort_sessions.session_of`). No withholder is left out: a tree run has none.
+    :func:`~fedstats.wire.cohort_sessions.sessions_of_positions` (each device derives its seat by
+    :func:`~fedstats.wire.cohort_sessions.session_of`); no withholder is left out (there is none).
+
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+    rec : RoundRow
+        The secure round: its ``index`` and client range ``[lo, hi)``.
+    cfg : dict
+        The task's configuration (its ``secure_aggregation`` limits).
+
+    Returns
+    -------
+    list of list of str
+        ``[s][i]``: the client id at roster index ``i`` of session ``s``.
 
     Raises
     ------
     ProtocolAbortError
         If a session would be smaller than the task's ``min_session_size``.
+    ParameterError
+        If the round's client range is empty or beyond the cohort's slots.
     """
     tree = tree_of(tx, run)
     p_lo, p_hi = _range(tx, run, rec.index, rec.lo, rec.hi)
@@ -405,9 +598,29 @@ def bound_roster(
 ) -> SessionRoster:
     """A tree run's session roster for the server: every member's key, bound by the session binding.
 
-    ``members``: the session's client ids in roster order (:func:`partition`). The binding is
-    :func:`~fedstats.wire.tree_seeding.session_binding` (with the task's ``max_session``), as each
-    device computes it.
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+    index, number : int
+    members : sequence of str
+        The session's client ids in roster order (:func:`partition`).
+
+    Returns
+    -------
+    SessionRoster
+        The run's task id, the session id, every member's key in roster order, a zero signature
+        and the binding :func:`~fedstats.wire.tree_seeding.session_binding` (with the task's
+        ``max_session``), as each device computes it.
+
+    Raises
+    ------
+    NotFoundError
+        If the run's task is not stored, or round ``index`` when its range is not in memory.
+    SecurityError
+        If a client id is not a member.
+    ParameterError
+        If ``members`` is not of a session's size, ``[2, max_session]``.
     """
     tree = tree_of(tx, run)
     max_session = _limits(task_config(tx, run.task_id))[0]
@@ -423,7 +636,28 @@ def bound_roster(
 
 
 def range_proof(tx: State, run_id: str, rec: RoundRow) -> str | None:
-    """A tree run's stage-0 ``"range_proof"`` (hex) of round ``rec``, or None (whole cohort, or no tree)."""
+    """A tree run's stage-0 ``"range_proof"`` of round ``rec``, or None (whole cohort, or no tree).
+
+    Parameters
+    ----------
+    tx : State
+    run_id : str
+    rec : RoundRow
+        The round: its client range ``[lo, hi)``.
+
+    Returns
+    -------
+    str or None
+        The base64 range proof (:func:`fedstats.wire.tree_seeding.range_answer`); None for a run
+        without a stored head (a list run) or a round over the whole cohort.
+
+    Raises
+    ------
+    NotFoundError
+        As :func:`tree_or_none`.
+    ParameterError
+        If the round's client range is empty or beyond the cohort's slots.
+    """
     tree = tree_or_none(tx, run_id)
     if tree is None:
         return None
@@ -431,12 +665,25 @@ def range_proof(tx: State, run_id: str, rec: RoundRow) -> str | None:
 
 
 def session_positions(tx: State, run: RunRow, index: int, number: int) -> list[int]:
-    """The tree positions of session ``number`` of round ``index``, in roster order (cached per process).
+    """The tree positions of session ``number`` of round ``index`` in roster order (cached).
+
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+    index, number : int
+
+    Returns
+    -------
+    list of int
+        Each stored member's position in ``[0, n)``, in roster order (the cached list itself).
 
     Raises
     ------
     NotFoundError
         If the session does not exist.
+    SecurityError
+        If a stored member is not in the run's tree.
     """
     key = (run.id, index, number)
     got = _SESSIONS.get(key)
@@ -462,13 +709,28 @@ def neighbourhood(
 ) -> dict[str, Any]:
     """The answer to a device's neighbourhood (:func:`~fedstats.wire.tree_seeding.leaves_answer`).
 
-    ``checked`` and ``also``: roster indices of the session (the device named them); ``certificates``:
-    those of ``checked``, in that order (the caller checked the device is a member).
+    Parameters
+    ----------
+    tx : State
+    run : RunRow
+    index, number : int
+    checked, also : sequence of int
+        Roster indices of the session the device named: ``members=`` (certificates checked) and
+        ``also=`` (keys only).
+    certificates : sequence of dict
+        Those of ``checked``, in that order (the caller checked the device is a member).
+
+    Returns
+    -------
+    dict
+        ``{"leaves", "certificates"}`` for the named indices' positions.
 
     Raises
     ------
     ParameterError
         An index outside the session's roster, or none named.
+    NotFoundError, SecurityError
+        As :func:`session_positions`.
     """
     positions = session_positions(tx, run, index, number)
     named = [*checked, *also]
@@ -487,11 +749,25 @@ def cached_neighbourhood(
 ) -> bytes | None:
     """:func:`neighbourhood`'s JSON from this process's memory alone, or None (ask the store).
 
-    ``certificates``: the JSON list of ``checked``'s certificates, as
-    :func:`fedstats.service.domain.secure_devices.cached_certificates_json` gives it (the caller's
-    check that the device is a member of the session). The bytes are ``json.dumps`` of
-    :func:`neighbourhood`'s answer: every device of a session asks at its advertisement, in every
-    round, so neither a transaction nor the certificates' encoding is repeated per device.
+    Every device of a session asks, every round: no transaction, no certificate encoding per device.
+
+    Parameters
+    ----------
+    run_id : str
+    index, number : int
+    checked, also : sequence of int
+        As in :func:`neighbourhood`.
+    certificates : bytes
+        The JSON list of ``checked``'s certificates, as
+        :func:`fedstats.service.domain.secure_devices.cached_certificates_json` gives it (the
+        caller's check that the device is a member of the session).
+
+    Returns
+    -------
+    bytes or None
+        ``json.dumps`` of :func:`neighbourhood`'s answer. None if this process does not hold the
+        run's tree or the session's positions, nothing is named, or an index is outside the roster
+        (the store's path then raises ParameterError).
     """
     got, positions = _TREES.get(run_id), _SESSIONS.get((run_id, index, number))
     named = [*checked, *also]
@@ -504,7 +780,15 @@ def cached_neighbourhood(
 
 
 def forget(run_id: str) -> None:
-    """Release what this process keeps of a tree run (its tree, committee, ranges and sessions)."""
+    """Release what this process keeps of a run (its tree, committee, ranges and sessions).
+
+    :func:`fedstats.service.domain.secure_devices.forget_run` calls it for a run that is over or
+    whose lease this process gave up; later calls read the store again (:func:`known_tree` is None).
+
+    Parameters
+    ----------
+    run_id : str
+    """
     _TREES.pop(run_id, None)
     _LISTS.discard(run_id)
     _COMMITTEES.pop(run_id, None)
