@@ -267,7 +267,7 @@ def test_the_servers_multiproof_bytes_are_the_multiproofs_encoding(
     positions = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=60))
     assert tree.multiproof_bytes(positions) == tree.multiproof(positions).to_bytes()
     assert tree.multiproof_bytes(iter(positions)) == tree.multiproof(positions).to_bytes()
-    for bad in ([], [n], [-1], [0, n + 3], [True], [1.0]):
+    for bad in ([], [n], [-1], [0, n + 3], [True], [1.0], [0, "1"], [0, np.int64(1)]):
         with pytest.raises(ParameterError):
             tree.multiproof(bad)
         with pytest.raises(ParameterError):

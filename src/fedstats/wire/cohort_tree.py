@@ -341,6 +341,11 @@ class CohortTree:
             self._hashes.append(hashes)
             self._slots.append(slots)
         self.head = TreeHead(len(self._leaves), self._starts[-1], hashes[0])
+        # every node below the root encoded as a proof carries it (``_NODE``), for multiproof_bytes
+        self._packed = [
+            list(map(_NODE.pack, h, s))
+            for h, s in zip(self._hashes[:-1], self._slots[:-1], strict=True)
+        ]
 
     def _check(self, position: int, name: str = "position") -> int:
         if not _is_int(position) or not 0 <= position < len(self._leaves):
@@ -388,17 +393,20 @@ class CohortTree:
         building the :class:`MultiProof` and encoding each leaf again cost most of the answer.
         ParameterError as :meth:`multiproof`.
         """
-        known = sorted(set(positions))
+        unique = set(positions)
         n = len(self._leaves)
-        if not known or not all(_is_int(p) for p in known) or not 0 <= known[0] <= known[-1] < n:
-            bad = next((p for p in known if not (_is_int(p) and 0 <= p < n)), known)
+        # the common case checked in C: plain ints (a subclass such as an IntEnum takes _is_int's test)
+        plain = set(map(type, unique)) == {int} or all(map(_is_int, unique))
+        if not unique or not plain or not 0 <= min(unique) <= max(unique) < n:
+            bad = next((p for p in unique if not (_is_int(p) and 0 <= p < n)), [])  # [] if none
             raise ParameterError("positions", bad, f"at least one integer in [0, {n})")
-        out, nodes = known, []
-        for hashes, slots in zip(self._hashes[:-1], self._slots[:-1], strict=True):
+        known = sorted(unique)
+        out, nodes = known, list[bytes]()
+        for packed in self._packed:
             have = set(known)
-            size = len(hashes)
+            size = len(packed)
             given = [i ^ 1 for i in known if i ^ 1 < size and i ^ 1 not in have]
-            nodes += [_NODE.pack(hashes[j], slots[j]) for j in given]
+            nodes += map(packed.__getitem__, given)
             known = sorted({i >> 1 for i in known})
         count = len(out)
         head = _TAG_MULTI + struct.pack(f"<I{count}I", count, *out)

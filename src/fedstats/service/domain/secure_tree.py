@@ -773,9 +773,9 @@ def cached_neighbourhood(
     named = [*checked, *also]
     if got is None or positions is None or not named:
         return None
-    if any(not 0 <= j < len(positions) for j in named):
+    if min(named) < 0 or max(named) >= len(positions):  # parsed ints (secure_query)
         return None
-    proof = proof_text(got[0].multiproof_bytes([positions[j] for j in named])).encode()
+    proof = proof_text(got[0].multiproof_bytes(map(positions.__getitem__, named))).encode()
     return b'{"leaves": "' + proof + b'", "certificates": ' + certificates + b"}"
 
 
