@@ -1239,6 +1239,10 @@ def bench_fedstats(
             proxy.reset_peak()
         if os.environ.get("FEDSTATS_BENCH_MEMTRACE_FROM_RUN"):
             os.kill(pid, signal.SIGUSR2)  # the server's tracemalloc starts (memory diagnosis)
+        if server.profile is not None:
+            # the profile starts afresh: the server's start-up and the devices' registration (its
+            # imports compile every module when bytecode is not written) are not in it
+            os.kill(pid, signal.SIGUSR1)
         from fedstats.wire.enrollment import issue_analyst
         from fedstats.wire.tasks import sign_task
 
