@@ -398,7 +398,7 @@ class CohortTree:
         # the common case checked in C: plain ints (a subclass such as an IntEnum takes _is_int's test)
         plain = set(map(type, unique)) == {int} or all(map(_is_int, unique))
         if not unique or not plain or not 0 <= min(unique) <= max(unique) < n:
-            bad = next((p for p in unique if not (_is_int(p) and 0 <= p < n)), [])  # [] if none
+            bad: object = next((p for p in unique if not (_is_int(p) and 0 <= p < n)), [])
             raise ParameterError("positions", bad, f"at least one integer in [0, {n})")
         known = sorted(unique)
         out, nodes = known, list[bytes]()
