@@ -3,7 +3,8 @@
 Devices talk to :class:`TreeProxy` as if it were the server. It forwards every request unchanged (the
 devices' signatures verify upstream) and, for the runs it is told to attack, rewrites the tree-seeding data
 (:mod:`fedstats.wire.tree_seeding`) wherever an answer carries it: it walks every JSON answer (a check-in's,
-a reveal's, ``GET .../seed``'s, a work list, a stage's acknowledgement and the work list that carries, the
+a reveal's, ``GET .../seed``'s, a work list, a stage's acknowledgement or the committee answer and the work
+list either carries, the
 certificates a key advertisement's answer carries before the next stage message) and changes each object
 the attack names. It holds no device's key. :data:`ATTACKS`:
 

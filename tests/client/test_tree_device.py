@@ -48,6 +48,7 @@ from fedstats.wire.cohort_sessions import (
 )
 from fedstats.wire.cohort_tree import CohortTree, Leaf
 from fedstats.wire.tree_seeding import (
+    CARRIED_WORK_BYTES,
     committee_answer,
     committee_answer_bytes,
     leaf_answer,
@@ -155,6 +156,7 @@ class Fake:
         self.server: SecAggServer | None = None
         self.slot_shift = 0  # added to the slot start the check-in gives
         self.fixed = False  # whether GET .../seed answers with the seed fixed (and the committee)
+        self.work: dict[str, Any] | None = None  # a work list the held committee answer carries
 
     def round(self) -> dict[str, Any]:
         """Round 0 over the participants' slots, as the server lists it (its partition)."""
@@ -201,14 +203,18 @@ class Fake:
     def send(self, method: str, path: str, body: bytes, **kw: Any) -> httpx.Response:
         params = {k: str(v) for k, v in (kw.get("params") or {}).items()}
         self.requests.append((method, path, params, body))
-        kind, content = "application/json", b""
+        kind, content, extra = "application/json", b"", {}
         if path.endswith("/checkin"):
             w = self.w
             start = w.tree.slot_start(w.position) + self.slot_shift
             slots = {"slot_start": start, "slot_count": w.slots[w.position]}
             content = json.dumps({**slots, "tree": self.tree_answer}).encode()
         elif path.endswith("/seed") and params.get("part") == "committee":
-            content = json.dumps(self.committee).encode()
+            answer = dict(self.committee)
+            asked = (kw.get("headers") or {}).get("Fedstats-Next-Work") == "1"
+            if self.work is not None and asked:
+                answer["work"], extra = self.work, {"etag": '"w1"'}
+            content = json.dumps(answer).encode()
         elif path.endswith("/seed") and self.fixed:
             content = json.dumps({**self.committee, "tree": self.tree_answer}).encode()
         elif path.endswith("/seed"):
@@ -231,7 +237,7 @@ class Fake:
         limit = kw.get("limit")
         if limit is not None and len(content) > limit:
             raise SecurityError(f"the answer to {path} is oversized")
-        return httpx.Response(200, content=content, headers={"content-type": kind})
+        return httpx.Response(200, content=content, headers={"content-type": kind, **extra})
 
     def paths(self) -> list[tuple[str, str, dict[str, str]]]:
         return [(m, p.removeprefix(f"/v1/client/runs/{RID}"), q) for m, p, q, _ in self.requests]
@@ -613,12 +619,32 @@ def test_a_late_device_takes_the_committee_from_the_seed_answer_and_fetches_its_
     assert set(params) == {"members", "also"} and read == [rnd]
 
 
+def test_the_held_committee_answer_carries_the_next_work_list() -> None:
+    """A device off the committee asks for the committee held, with ``Fedstats-Next-Work: 1``; the
+    work list the answer carries (the first round, which opens as the seed is fixed) and its ETag are
+    kept as the next poll's answer (:meth:`Device.step` then sends no work poll). Without it in the
+    answer nothing is kept."""
+    for carried in (True, False):
+        world = _world(False)
+        dev, fake, state, _ = _device(world)
+        work = {"offers": [], "rounds": [fake.round()], "reveals": [], "finished": []}
+        fake.work = work if carried else None
+        body = {"records": 1, "commitment": state.commitment(RID, dev.client_id)}
+        dev._secure_checkin(RID, body, state, wait=1.0)
+        assert state.verified and RID not in dev.refused
+        method, path, params, _ = fake.requests[1]
+        assert (method, path.rsplit("/", 1)[-1], params.get("part")) == ("GET", "seed", "committee")
+        assert dev._carried == ((work, '"w1"') if carried else None)
+
+
 @pytest.mark.parametrize("in_committee", [True, False])
 def test_an_oversized_committee_answer_is_not_read(in_committee: bool) -> None:
-    """The committee answer is read up to its bound from the task's cohort size, then refused."""
+    """The committee answer is read up to its bound from the task's cohort size, then refused (held,
+    a non-member's bound also allows the work list it may carry, ``CARRIED_WORK_BYTES``)."""
     world = _world(in_committee)
     dev, fake, state, read = _device(world)
-    fake.committee["padding"] = "0" * committee_answer_bytes(int(TASK["cohort_size"]))
+    bound = committee_answer_bytes(int(TASK["cohort_size"])) + CARRIED_WORK_BYTES
+    fake.committee["padding"] = "0" * bound
     with pytest.raises(SecurityError, match="oversized"):
         dev._reveal(RID, wait=1.0)
     assert not state.verified and not read

@@ -80,6 +80,19 @@ def _stored(dep: Deployment, run_id: str) -> dict[str, Any]:
         store.close()
 
 
+def _recorded(device: Any) -> list[tuple[str, str]]:
+    """Record the device's requests as ``(method, last path segment)``, in order (unchanged)."""
+    sent: list[tuple[str, str]] = []
+    send = device._send
+
+    def recording(method: str, path: str, *args: Any, **kw: Any) -> Any:
+        sent.append((method, path.split("?")[0].rsplit("/", 1)[-1]))
+        return send(method, path, *args, **kw)
+
+    device._send = recording
+    return sent
+
+
 def _check_tree_run(stored: dict[str, Any], run_id: str) -> None:
     """Only the committee revealed, signed; the seed is the committee's."""
     assert stored["head"] is not None, "the run did not take the tree form"
@@ -122,6 +135,7 @@ def test_a_sparse_tree_session_with_a_committee_of_40(production: Deployment) ->
     devices = _devices(production, "tree70", data, n)
     task = _task(n, secure_aggregation={"max_session": n, "min_session_size": 5})
     task["deadlines"] = {"checkin": scaled(60.0), "round": scaled(60.0)}
+    sent = {d.client_id: _recorded(d) for d in devices}
     run_id = _start(production, task)
     threads = _drive(devices, run_id, seconds=240.0)
     try:
@@ -135,6 +149,12 @@ def test_a_sparse_tree_session_with_a_committee_of_40(production: Deployment) ->
     stored = _stored(production, run_id)
     _check_tree_run(stored, run_id)
     assert sum(1 for _, reveal, _ in stored["members"] if reveal) == 40
+    # the 30 off the committee asked for it held, with their next work list: round 0 came with the
+    # committee, and no work poll followed it
+    asked = [seq for seq in sent.values() if ("GET", "seed") in seq]
+    assert len(asked) == n - 40
+    after = [seq[len(seq) - seq[::-1].index(("GET", "seed"))] for seq in asked]
+    assert ("GET", "work") not in after, after
     for d in devices:
         d.close()
 

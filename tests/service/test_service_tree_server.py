@@ -27,6 +27,7 @@ from fedstats.errors import DataError, ParameterError, SecurityError
 from fedstats.service.domain import secure, secure_devices, secure_tree
 from fedstats.service.domain.driver import Driver
 from fedstats.service.domain.tasks import ConflictError, task_config
+from fedstats.service.http import secure_tree as tree_http
 from fedstats.service.http.app import ServerSettings, create_app
 from fedstats.service.store import Store
 from fedstats.service.store.rows import ClientRow, RoundRow, RunRow
@@ -627,3 +628,33 @@ def test_a_session_s_devices_asking_together_share_one_store_read(store: Store) 
     # asked again (a device's next round, or a late one): from memory, no hand-off at all
     again = asyncio.run(tree_http.checked(routes, run.id, 0, 0, members[0], [1], [2]))
     assert json.loads(again)["certificates"] and len(handoffs) == 2, handoffs
+
+
+def test_the_held_committee_answer_carries_the_next_work_list_when_asked(store: Store) -> None:
+    """``GET .../seed?part=committee&wait=`` with ``Fedstats-Next-Work: 1``, once the seed is fixed and
+    the device has something to do (here another run's offer; in a run, its first round): the committee
+    answer, byte for byte, with ``"work"`` (the device's work list) and its ``ETag``. Without the header,
+    or when the list is longer than ``CARRIED_WORK_BYTES``, the committee alone."""
+    run, _, tree = _seeded(store, 45)
+    other = Run(store, 2, "other-")  # checking in: an offer to run's members
+    api = Http(store, run)
+    outside = min(set(range(45)) - set(committee_positions(tree.head)))
+    plain = api.request("GET", outside, "/seed?part=committee&wait=1")
+    assert plain.status_code == 200 and "work" not in plain.json() and "etag" not in plain.headers
+
+    def asked() -> Any:
+        path = f"/v1/client/runs/{run.id}/seed"
+        headers = auth.sign_request(run.keys[outside], run.ids[outside], "GET", path, b"")
+        headers["Fedstats-Next-Work"] = "1"
+        return api.http.get(path + "?part=committee&wait=1", headers=headers)
+
+    got = asked()
+    assert got.status_code == 200, got.text
+    body = got.json()
+    work = body.pop("work")
+    assert json.dumps(body).encode() == plain.content  # the committee answer, unchanged
+    assert [o["run_id"] for o in work["offers"]] == [other.id] and got.headers["etag"]
+    with pytest.MonkeyPatch.context() as mp:  # a list longer than the bound: not carried
+        mp.setattr(tree_http, "CARRIED_WORK_BYTES", 10)
+        got = asked()
+    assert got.status_code == 200 and got.content == plain.content

@@ -67,6 +67,7 @@ from fedstats.wire.cohort_sessions import Seat, committee_positions, member_at, 
 from fedstats.wire.cohort_tree import Leaf
 from fedstats.wire.tasks import min_session_size
 from fedstats.wire.tree_seeding import (
+    CARRIED_WORK_BYTES,
     CERTIFICATE_BYTES,
     TREE,
     check_own_leaf,
@@ -328,6 +329,7 @@ class TreeRuns:
     _key: Ed25519PrivateKey
     _timeout: float
     _send: Callable[..., Any]
+    _carry_work: Callable[[Any], None]
     _encode: Callable[[Mapping[str, Any]], list[int]]
 
     # -- 1. check-in and 2. the seed committee
@@ -391,14 +393,17 @@ class TreeRuns:
                 timeout=timeout,
             )
         else:
+            # held: the answer may also carry the next work list (the first round), within its bound
             r = self._send(
                 "GET",
                 f"/v1/client/runs/{run_id}/seed",
                 b"",
-                limit=limit,
+                limit=limit + CARRIED_WORK_BYTES if held else limit,
                 params={"part": "committee", **held},
+                headers={"Fedstats-Next-Work": "1"} if held else None,
                 timeout=timeout,
             )
+            self._carry_work(r)
         try:
             got = r.json()
         except ValueError:

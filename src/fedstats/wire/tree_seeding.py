@@ -70,6 +70,7 @@ from fedstats.wire.cohort_tree import (
 )
 
 __all__ = [
+    "CARRIED_WORK_BYTES",
     "CERTIFICATE_BYTES",
     "HEAD_BYTES",
     "TREE",
@@ -97,6 +98,12 @@ HEAD_BYTES = 45
 """Bytes of :meth:`TreeHead.to_bytes`."""
 CERTIFICATE_BYTES = 4096
 """The most bytes of JSON certificate a device reads per member whose certificate it asked for."""
+CARRIED_WORK_BYTES = 64 * 1024
+"""The most bytes of a work list the held committee answer carries (``Fedstats-Next-Work: 1``).
+
+A device reads that answer up to :func:`committee_answer_bytes` plus this; a server whose work list
+for the device is longer answers with the committee alone, and the device polls its work list.
+"""
 _SIGNATURE_BYTES = 64
 # a leaf's encoding with its client id counted as 256 bytes; an enrolled id is 1 to 128 characters
 # (fedstats._validation.IDENTIFIER_RULE), up to 512 bytes of UTF-8: a longer one uses the bounds'

@@ -499,15 +499,17 @@ async def seed(
 
     A device that revealed holds the commitment list (ids, commitments, slots, keys) it saw; once
     the seed is fixed it needs only the reveals beside it (a third of the bytes). A run seeded by its
-    cohort tree answers as :mod:`.secure_tree` says (``?part=committee[&wait=]``: its committee).
+    cohort tree answers as :mod:`.secure_tree` says (``?part=committee[&wait=]``: its committee, with
+    ``Fedstats-Next-Work: 1`` also the device's next work list and its ``ETag``).
     """
     cid, _, _ = await ctx.signed(request)
     if part not in (None, "reveals", secure_tree.COMMITTEE):
         raise HTTPException(422, "part must be 'reveals', 'committee' or absent")
     check_wait(wait)
     if part == secure_tree.COMMITTEE or secure_tree.known_tree(run_id):
-        got = await tree_http.seed(ctx, run_id, cid, part, wait)
-        return Response(got, media_type="application/json")
+        carry = request.headers.get(NEXT_WORK) == "1"
+        got, tag = await tree_http.seed(ctx, run_id, cid, part, wait, carry)
+        return Response(got, media_type="application/json", headers={"ETag": tag} if tag else None)
     fast = ctx.cache.get(("reveals", run_id)) if part == "reveals" else None
     if fast is not None and secure_devices.cached_member(run_id, cid):
         return Response(fast, media_type="application/json")  # fixed: no transaction

@@ -6,7 +6,8 @@ every answer's content is :mod:`fedstats.wire.tree_seeding`'s:
 * held check-in: ``{"slot_start", "slot_count", "tree": leaf_answer}`` (:func:`checkin_leaf`);
 * ``GET .../seed``: ``{"status", "seed", "tree"}`` (+ ``"committee"`` once the seed is fixed);
   ``?part=committee[&wait=W]``: ``{"status", "seed", "committee"}`` once fixed (the same bytes for
-  every member), before that ``{"status", "seed": null}`` (:func:`seed`);
+  every member), before that ``{"status", "seed": null}`` (:func:`seed`); with
+  ``Fedstats-Next-Work: 1`` the committee answer also carries the device's next work list (``"work"``);
 * ``POST .../reveal?wait=``: the acknowledgement's ``"revealed"`` is the ``part=committee`` answer
   (:func:`held_committee`);
 * the stage-0 message's and ``GET .../certificates``' ``members=``/``also=``: the
@@ -20,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
 
 from fedstats.service.domain import runs, secure_devices, secure_tree
+from fedstats.wire.tree_seeding import CARRIED_WORK_BYTES
 
 if TYPE_CHECKING:
     from fedstats.service.http.secure import SecureRoutes
@@ -126,17 +129,49 @@ def _seed(ctx: SecureRoutes, run_id: str, cid: str) -> bytes:
         return json.dumps(secure_tree.seed_json(tx, run, cid, None)).encode()
 
 
-async def seed(ctx: SecureRoutes, run_id: str, cid: str, part: str | None, wait: float) -> bytes:
-    """``GET .../seed`` of a tree run (``part``: None or ``committee``; ``wait`` for the committee)."""
+async def seed(
+    ctx: SecureRoutes,
+    run_id: str,
+    cid: str,
+    part: str | None,
+    wait: float,
+    next_work: bool = False,
+) -> tuple[bytes, str | None]:
+    """``GET .../seed`` of a tree run: the answer and the ETag of a work list it carries, or None.
+
+    Parameters
+    ----------
+    ctx : SecureRoutes
+    run_id, cid : str
+        The run and the asking device (verified by the caller).
+    part : str or None
+        None (the seed and the device's leaf) or ``"committee"``.
+    wait : float
+        Seconds, >= 0: how long the committee answer may be held until the seed is fixed.
+    next_work : bool
+        The device asked for its next work list with the committee (``Fedstats-Next-Work: 1``): once
+        the seed is fixed, the answer is held further, within the same ``wait``, until the device's
+        work list gives it something to do (the first round opens in the driver pass that fixes the
+        seed), and carries it as ``"work"``, as a held last stage does: one work poll fewer per device
+        and run. Without it, when ``wait`` runs out first, or when the work list is longer than
+        :data:`~fedstats.wire.tree_seeding.CARRIED_WORK_BYTES`, the answer is the committee alone.
+    """
     if part != secure_tree.COMMITTEE:
-        return await ctx.offload(functools.partial(_seed, ctx, run_id, cid))
+        return await ctx.offload(functools.partial(_seed, ctx, run_id, cid)), None
+    end = time.monotonic() + min(wait, ctx.max_wait)
     got = await ctx.offload(functools.partial(_committee, ctx, run_id, cid))
+    population = await ctx.population_of(cid) if wait > 0 else ""
     if got is None and wait > 0:
-        population = await ctx.population_of(cid)
         got = await held_committee(ctx, run_id, population, wait, None)
     if got is None:
-        return b'{"status":"seeding","seed":null}'
-    return got
+        return b'{"status":"seeding","seed":null}', None
+    left = end - time.monotonic()
+    if next_work and ctx.next_work is not None and left > 0 and got.endswith(b"}"):
+        carried = await ctx.next_work(cid, population, run_id, left)
+        if carried is not None and len(carried[1]) <= CARRIED_WORK_BYTES:  # else the device polls
+            tag, work = carried
+            return got[:-1] + b',"work":' + work + b"}", tag
+    return got, None
 
 
 def _neighbourhood(
