@@ -113,7 +113,9 @@ _WORK_KEYS = {  # a work list's keys, and its entries'
     ),
     "secure": frozenset({"session", "stage", "stage_name", "index", "n", "deadline", "message"}),
 }
-_HEADERS = frozenset({"fedstats-duplicate", _CUT})  # the server's own headers a device reads
+# the server's own headers a device reads; a request key (a work poll's fedstats-request-key) is no
+# protocol input: a false one only makes the device's next request refused and signed again
+_HEADERS = frozenset({"fedstats-duplicate", "fedstats-request-key", _CUT})
 
 
 def _setup(body: bytes, change: Callable[[SetupMessage], SetupMessage]) -> bytes:

@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedstats.client import Device
 from fedstats.errors import SecurityError
 from fedstats.wire import auth
 from fedstats.wire.enrollment import issue_identity
@@ -150,6 +152,66 @@ def test_devices_report_with_request_keys_and_the_server_verifies_no_signature(
         assert r.status_code == 200, r.text
         r = http.get(path, headers=_keyed(other, "GET", path))
         assert r.status_code == 403, r.text
+
+
+class _Recorded:
+    """The test client as a device's transport: each request's method and path recorded; with
+    ``strip``, answers lose the request key header (a server that does not open one in a poll)."""
+
+    def __init__(self, http: Any, strip: bool = False) -> None:
+        self.http, self.strip, self.sent = http, strip, []
+
+    def request(self, method: str, url: str, **kw: Any) -> Any:
+        self.sent.append((method, url))
+        r = self.http.request(method, url, **kw)
+        if self.strip:
+            r.headers.pop(auth.HEADER_OPEN_KEY, None)
+        return r
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.http, name)
+
+
+@PRODUCTION
+def test_a_work_poll_opens_the_request_key_in_its_answer(tmp_path: Path, db_url: str) -> None:
+    """A device's first work poll asks for its request key in the answer (``Fedstats-Request-Key: 1``)
+    instead of a request of its own; the poll's nonce is recorded (replayed, it is refused and opens no
+    key); a keyed poll, or one that does not ask, opens none; from a server that answers no key the
+    device opens it by ``POST /v1/client/request-key`` at once, as before."""
+    with _round(tmp_path, db_url) as (http, _app, _devices, _works, _run_id, _admin):
+        for strip in (False, True):
+            ident = issue_identity(
+                tmp_path / "authority", f"new-{strip}", "default", tmp_path / f"new-{strip}.json"
+            )
+            d = Device("https://127.0.0.1", ident, {"value": np.zeros(1)})
+            d._http = transport = _Recorded(http, strip)  # type: ignore[assignment]
+            d.register()
+            d.step()
+            assert d._request_key is not None
+            opened = [] if not strip else [("POST", "/v1/client/request-key")]
+            assert transport.sent == [
+                ("POST", "/v1/client/register"),
+                ("GET", "/v1/client/work"),
+                *opened,
+            ]
+            assert auth.HEADER_KEY_ID in d._send("GET", "/v1/client/work", b"").request.headers
+        path = "/v1/client/work"
+        signed = auth.sign_request(d._key, d.client_id, "GET", path, b"")
+        asking = signed | {auth.HEADER_OPEN_KEY: "1"}
+        r = http.get(path, headers=asking)
+        assert r.status_code == 200 and r.headers["cache-control"] == "no-store", r.text
+        got = json.loads(r.headers[auth.HEADER_OPEN_KEY])
+        mine = auth.sign_request_with_key(
+            got["key_id"], bytes.fromhex(got["key"]), d.client_id, "GET", path, b""
+        )
+        assert http.get(path, headers=mine).status_code == 200  # the key authenticates
+        r = http.get(path, headers=asking)  # replayed: refused, no key
+        assert (
+            r.status_code == 401 and "replayed" in r.text and auth.HEADER_OPEN_KEY not in r.headers
+        )
+        for headers in (mine | {auth.HEADER_OPEN_KEY: "1"}, signed):  # keyed; not asking
+            r = http.get(path, headers=headers)
+            assert r.status_code == 200 and auth.HEADER_OPEN_KEY not in r.headers
 
 
 @PRODUCTION

@@ -109,6 +109,7 @@ KEEP_ALIVE_SECONDS = 55.0
 # what a work list says of a round besides the fields Device._derive checks: not part of its cache key
 
 REGISTER_PATH = "/v1/client/register"
+WORK_PATH = "/v1/client/work"
 REQUEST_KEY_PATH = "/v1/client/request-key"
 # statuses a request is sent again after (with backoff): the server timed its headers out, throttled it,
 # or its gateway or the server was overloaded or restarting
@@ -275,8 +276,9 @@ class Device(SecureRuns, Derivation, Refusals):
             If the answer is longer than ``limit``.
         """
         delay = 0.2
-        if keyed and path != REGISTER_PATH:
-            self._refresh_request_key()
+        # a work poll asks for the request key in its answer (auth.HEADER_OPEN_KEY), no request apart
+        inline = keyed and method == "GET" and path == WORK_PATH
+        ask = keyed and path != REGISTER_PATH and self._refresh_request_key(inline)
         for attempt in range(retries + 1):
             key = self._request_key if keyed else None
             if key is not None:
@@ -287,6 +289,8 @@ class Device(SecureRuns, Derivation, Refusals):
                 signed = auth.sign_request(self._key, self.client_id, method, path, body)
             if content_type is not None:
                 signed["content-type"] = content_type
+            if ask and key is None:
+                signed[auth.HEADER_OPEN_KEY] = "1"
             signed.update(headers or {})
             wait = timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT
             try:
@@ -302,6 +306,8 @@ class Device(SecureRuns, Derivation, Refusals):
                 self.log(f"retry {path} after {type(exc).__name__}")
             else:
                 if r.status_code < 400:
+                    if ask and key is None:
+                        self._take_request_key(r)
                     return r
                 text = r.content[:300].decode(errors="replace")
                 if key is not None and r.status_code == 401 and "request key" in text:
@@ -335,33 +341,65 @@ class Device(SecureRuns, Derivation, Refusals):
             delay = min(delay * 2.0, 5.0)
         raise AssertionError("unreachable")
 
-    def _refresh_request_key(self) -> None:
+    def _refresh_request_key(self, inline: bool = False) -> bool:
         """Open a request key (``POST /v1/client/request-key``, signed) if none is valid for 2 more minutes.
 
         After a failed attempt, none for a minute: a server that refuses (an older server, a device not
         yet enrolled) leaves the requests signed, as they always may be. A key the server refuses within a
         minute of opening it is not replaced before that minute is over (:meth:`_send`).
+
+        With ``inline`` (the request about to be sent is a work poll) no request is sent: True says
+        that the poll is to ask for the key in its answer (:meth:`_take_request_key`).
         """
         key = self._request_key
         if key is not None and key[2] - 120.0 > time.time():
-            return
+            return False
         self._request_key = None
         now = time.monotonic()
         if now < self._next_key_try:
-            return
+            return False
         self._next_key_try = now + 60.0
+        if inline:
+            return True
         try:
-            got = self._send("POST", REQUEST_KEY_PATH, b"", retries=0, keyed=False).json()
-            raw = bytes.fromhex(str(got["key"]))
-            if len(raw) != 32:
-                raise ValueError("a request key is 32 bytes")
-            self._request_key = (str(got["key_id"]), raw, float(got["expires"]))
-            self._key_opened_at = now
-            self._next_key_try = 0.0  # a successor is opened as soon as this one nears its expiry
+            self._keep_request_key(
+                self._send("POST", REQUEST_KEY_PATH, b"", retries=0, keyed=False).json(), now
+            )
         except (FedstatsError, httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             self.log(
                 f"no request key ({type(exc).__name__}: {str(exc)[:80]}); requests stay signed"
             )
+        return False
+
+    def _keep_request_key(self, got: Any, opened_at: float) -> None:
+        """Keep the key ``{"key_id", "key", "expires"}`` opened at monotonic time ``opened_at``.
+
+        Raises
+        ------
+        ValueError, KeyError, TypeError
+            If ``got`` is not such a key (32 bytes in hex).
+        """
+        raw = bytes.fromhex(str(got["key"]))
+        if len(raw) != 32:
+            raise ValueError("a request key is 32 bytes")
+        self._request_key = (str(got["key_id"]), raw, float(got["expires"]))
+        self._key_opened_at = opened_at
+        self._next_key_try = 0.0  # a successor is opened as soon as this one nears its expiry
+
+    def _take_request_key(self, r: httpx.Response) -> None:
+        """Keep the request key a work poll's answer carries; without one, open it by its own request.
+
+        A server that answers none (an older one) gets ``POST /v1/client/request-key`` at once, as
+        before: the device pays the request it would have paid.
+        """
+        text = r.headers.get(auth.HEADER_OPEN_KEY)
+        try:
+            if text is None:
+                raise KeyError("no key in the answer")
+            self._keep_request_key(json.loads(text), time.monotonic())
+        except (ValueError, KeyError, TypeError):
+            self._next_key_try = 0.0
+            self._refresh_request_key()
 
     def _read_capped(
         self,
@@ -418,7 +456,7 @@ class Device(SecureRuns, Derivation, Refusals):
         headers = {"If-None-Match": self._etag} if self._etag else None
         r = self._send(
             "GET",
-            "/v1/client/work",
+            WORK_PATH,
             b"",
             params={"wait": f"{max(0.0, wait):.3f}"},
             headers=headers,

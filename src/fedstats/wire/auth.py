@@ -47,6 +47,7 @@ __all__ = [
     "HEADER_CLIENT",
     "HEADER_KEY_ID",
     "HEADER_NONCE",
+    "HEADER_OPEN_KEY",
     "HEADER_SIGNATURE",
     "HEADER_TIMESTAMP",
     "REQUEST_KEY_SECONDS",
@@ -75,6 +76,10 @@ HEADER_TIMESTAMP = "x-fedstats-timestamp"
 HEADER_NONCE = "x-fedstats-nonce"
 HEADER_SIGNATURE = "x-fedstats-signature"
 HEADER_KEY_ID = "x-fedstats-key-id"
+HEADER_OPEN_KEY = "fedstats-request-key"
+"""A work poll signed with the device key may ask (``1``) for a request key in its answer: the server
+records the poll's nonce (a replayed poll opens no key) and answers the key in this header, the JSON of
+:func:`open_request_key`, as ``POST /v1/client/request-key`` would, one request fewer per device."""
 
 REQUEST_KEY_SECONDS = 3600
 """Life of a request key (:func:`open_request_key`), seconds."""

@@ -32,6 +32,7 @@ handlers behind the router: 1.88 and 1.98 ms in 2 runs).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -49,7 +50,7 @@ from fedstats.service.domain.changes import Changes, Wakeup, check_wait
 from fedstats.service.http import refusals
 from fedstats.service.http.batching import Work
 from fedstats.service.http.context import Devices
-from fedstats.service.http.deps import Signed, SignedRequest, use_nonce
+from fedstats.service.http.deps import NonceUse, Signed, SignedRequest, use_nonce
 from fedstats.service.http.edge import StrictRoute, request_headers
 from fedstats.service.http.fastpath import (
     WAIT_PARAM,
@@ -183,7 +184,14 @@ async def _work(path: DevicePath, req: SignedRequest, request: Request, wait: fl
     """The device's work list (JSON, with an ``ETag``), long-polled (see :func:`work`)."""
     cid, population, cache = req.client_id, req.population, path.cache
     check_wait(wait)
-    known = request_headers(request.scope).get("if-none-match")
+    headers = request_headers(request.scope)
+    known = headers.get("if-none-match")
+    key = None
+    if not req.keyed and headers.get(auth.HEADER_OPEN_KEY) == "1":
+        # a request key asked for in the answer (auth.HEADER_OPEN_KEY), opened before the poll is
+        # held as POST .../request-key opens it: this poll is then single-use (its nonce recorded)
+        use = NonceUse(cid, headers[auth.HEADER_NONCE], float(headers[auth.HEADER_TIMESTAMP]))
+        key = await _request_key(path, dataclasses.replace(req, nonce=use))
     if req.stale:  # a cached answer needs a confirmed device row: read the list fresh once
         cache.touch(cid)
     cache.polled(cid, population)
@@ -195,7 +203,11 @@ async def _work(path: DevicePath, req: SignedRequest, request: Request, wait: fl
         return Response(body, media_type="application/json", headers={"ETag": tag})
 
     got = await path.changes.hold(population, min(wait, path.settings.max_wait), differs)
-    return got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
+    answer = got if got is not None else Response(status_code=304, headers={"ETag": str(known)})
+    if key is not None:
+        answer.headers[auth.HEADER_OPEN_KEY] = json.dumps(key, separators=(",", ":"))
+        answer.headers["Cache-Control"] = "no-store"
+    return answer
 
 
 async def _work_direct(request: Request, slow: Handler) -> Response:
@@ -221,7 +233,10 @@ async def work(req: Signed, request: Request, path: Devices, wait: float = 0.0) 
 
     With ``If-None-Match`` naming the list the device already has, the request is held up to ``wait``
     seconds (at most ``max_wait``) until the list differs; if it still does not, the answer is 304.
-    A list still valid in the cache (:class:`WorkCache`) is answered without the database.
+    A list still valid in the cache (:class:`WorkCache`) is answered without the database. A poll
+    signed with the device key and sent with ``Fedstats-Request-Key: 1`` is also answered a request
+    key, in that header (:data:`fedstats.wire.auth.HEADER_OPEN_KEY`): its nonce is recorded, as a
+    ``POST /v1/client/request-key`` is, so a replayed poll is refused (401).
     """
     return await _work(path, req, request, wait)
 
