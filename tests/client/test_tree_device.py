@@ -157,6 +157,7 @@ class Fake:
         self.slot_shift = 0  # added to the slot start the check-in gives
         self.fixed = False  # whether GET .../seed answers with the seed fixed (and the committee)
         self.work: dict[str, Any] | None = None  # a work list the held committee answer carries
+        self.checkin_carries = False  # the held check-in carries the committee and the work list
 
     def round(self) -> dict[str, Any]:
         """Round 0 over the participants' slots, as the server lists it (its partition)."""
@@ -207,7 +208,11 @@ class Fake:
         if path.endswith("/checkin"):
             w = self.w
             start = w.tree.slot_start(w.position) + self.slot_shift
-            slots = {"slot_start": start, "slot_count": w.slots[w.position]}
+            slots: dict[str, Any] = {"slot_start": start, "slot_count": w.slots[w.position]}
+            asked = (kw.get("headers") or {}).get("Fedstats-Next-Work") == "1"
+            if self.checkin_carries and asked:  # off the committee: it and the first round too
+                slots |= {"revealed": self.committee, "work": self.work}
+                extra = {"etag": '"w1"'}
             content = json.dumps({**slots, "tree": self.tree_answer}).encode()
         elif path.endswith("/seed") and params.get("part") == "committee":
             answer = dict(self.committee)
@@ -617,6 +622,30 @@ def test_a_late_device_takes_the_committee_from_the_seed_answer_and_fetches_its_
     method, path, params = fake.paths()[-1]
     assert (method, path) == ("GET", f"/rounds/0/secure/{number}/certificates")
     assert set(params) == {"members", "also"} and read == [rnd]
+
+
+def test_a_held_check_in_that_carries_the_committee_and_the_first_round() -> None:
+    """Off the committee, a device's held check-in (``Fedstats-Next-Work: 1``) may be answered with
+    its leaf, the committee answer (``"revealed"``) and its next work list: it checks its leaf, then
+    the committee, as if fetched, and keeps the list as its next poll's answer; no other request."""
+    world = _world(False)
+    dev, fake, state, _ = _device(world)
+    work = {"offers": [], "rounds": [fake.round()], "reveals": [], "finished": []}
+    fake.work, fake.checkin_carries = work, True
+    body = {"records": 1, "commitment": state.commitment(RID, dev.client_id)}
+    dev._secure_checkin(RID, body, state, wait=1.0)
+    assert state.verified and state.seed == world.seed() and RID not in dev.refused
+    assert [(m, p) for m, p, _ in fake.paths()] == [("POST", "/checkin")]
+    assert dev._carried == (work, '"w1"')
+    # a committee answer that does not verify, carried so, is refused as a fetched one is
+    world = _world(False)
+    dev, fake, state, _ = _device(world)
+    fake.work, fake.checkin_carries = work, True
+    fake.committee["seed"] = "00" * 32
+    dev._secure_checkin(
+        RID, body | {"commitment": state.commitment(RID, dev.client_id)}, state, 1.0
+    )
+    assert not state.verified and RID in dev.refused
 
 
 def test_the_held_committee_answer_carries_the_next_work_list() -> None:

@@ -80,14 +80,17 @@ def _stored(dep: Deployment, run_id: str) -> dict[str, Any]:
         store.close()
 
 
-def _recorded(device: Any) -> list[tuple[str, str]]:
-    """Record the device's requests as ``(method, last path segment)``, in order (unchanged)."""
-    sent: list[tuple[str, str]] = []
+def _recorded(device: Any) -> list[tuple[str, str, bool]]:
+    """Record the device's requests as ``(method, last path segment, whether the answer carried the
+    committee)``, in order (the device unchanged)."""
+    sent: list[tuple[str, str, bool]] = []
     send = device._send
 
     def recording(method: str, path: str, *args: Any, **kw: Any) -> Any:
-        sent.append((method, path.split("?")[0].rsplit("/", 1)[-1]))
-        return send(method, path, *args, **kw)
+        r = send(method, path, *args, **kw)
+        segment = path.split("?")[0].rsplit("/", 1)[-1]
+        sent.append((method, segment, segment == "checkin" and b'"revealed"' in r.content))
+        return r
 
     device._send = recording
     return sent
@@ -149,12 +152,21 @@ def test_a_sparse_tree_session_with_a_committee_of_40(production: Deployment) ->
     stored = _stored(production, run_id)
     _check_tree_run(stored, run_id)
     assert sum(1 for _, reveal, _ in stored["members"] if reveal) == 40
-    # the 30 off the committee asked for it held, with their next work list: round 0 came with the
-    # committee, and no work poll followed it
-    asked = [seq for seq in sent.values() if ("GET", "seed") in seq]
-    assert len(asked) == n - 40
-    after = [seq[len(seq) - seq[::-1].index(("GET", "seed"))] for seq in asked]
-    assert ("GET", "work") not in after, after
+    # off the committee, a device whose held check-in lasted until the seed was fixed got the
+    # committee and its first round with it: its next request is its first stage message (no
+    # committee request, no work poll); one whose wait ran out first asks for the committee held,
+    # and the first round comes with that answer instead
+    on = {cid for cid, reveal, _ in stored["members"] if reveal}
+    off = [seq for cid, seq in sent.items() if cid not in on]
+    carried = [seq for seq in off if any(c for _, _, c in seq)]
+    for seq in off:
+        if seq in carried:  # the request after the check-in that carried the committee
+            i = next(j for j, c in enumerate(seq) if c[2])
+            assert seq[i + 1][:2] == ("POST", "0"), seq
+        else:  # the request after its last committee request
+            j = len(seq) - [c[:2] for c in seq][::-1].index(("GET", "seed"))
+            assert seq[j][:2] != ("GET", "work"), seq
+    assert len(off) == n - 40 and carried, (len(off), len(carried))
     for d in devices:
         d.close()
 

@@ -658,3 +658,38 @@ def test_the_held_committee_answer_carries_the_next_work_list_when_asked(store: 
         mp.setattr(tree_http, "CARRIED_WORK_BYTES", 10)
         got = asked()
     assert got.status_code == 200 and got.content == plain.content
+
+
+def test_a_held_check_in_asking_for_more_holds_only_members_off_the_committee(
+    store: Store,
+) -> None:
+    """While the run is seeding, a held check-in with ``Fedstats-Next-Work: 1`` is answered its leaf at
+    once for a committee member (it must reveal: holding it for the seed would stall the run), and
+    for a member off the committee held up to ``wait`` for the committee, then its leaf alone when the
+    seed is not fixed by then (the device asks for the committee as before). That the committee and
+    the first round come with it once fixed is tested end to end
+    (``test_service_tree_seeding.test_a_sparse_tree_session_with_a_committee_of_40``)."""
+    run = Run(store, 45)
+    row = run.close_checkin(10)
+    with store.transaction(read_only=True) as tx:
+        committee = committee_positions(secure_tree.tree_of(tx, row).head)
+    api = Http(store, run)
+    outside = min(set(range(45)) - set(committee))
+
+    def checkin(i: int) -> tuple[dict[str, Any], float]:
+        with store.transaction(read_only=True) as tx:
+            m = cast(Any, tx.member_row(run.id, run.ids[i]))
+        body = json.dumps({"records": m.slot_count, "commitment": m.commitment}).encode()
+        path = f"/v1/client/runs/{run.id}/checkin"
+        headers = auth.sign_request(run.keys[i], run.ids[i], "POST", path, body)
+        headers |= {"content-type": "application/json", "Fedstats-Next-Work": "1"}
+        began = time.monotonic()
+        r = api.http.post(path + "?wait=2", content=body, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json(), time.monotonic() - began
+
+    member, member_s = checkin(committee[0])
+    off, off_s = checkin(outside)
+    assert "tree" in member and "tree" in off
+    assert not {"revealed", "work"} & (set(member) | set(off))
+    assert member_s < 1.5 <= off_s, (member_s, off_s)

@@ -119,6 +119,7 @@ from fedstats.secagg.collusion import (
     session_parameters,
 )
 from fedstats.wire import seeding
+from fedstats.wire.tree_seeding import CARRIED_WORK_BYTES
 
 __all__ = [
     "AUDIT_MEMBERS",
@@ -176,22 +177,31 @@ class SecureRuns(TreeRuns):
         The check-in's answer (``POST .../checkin?wait=``) carries the commitment list once the run
         is seeding: the device checks it and reveals at once (:meth:`_reveal`), with no work poll or
         request for the list in between. Without it (check-in still open after ``wait``) the work
-        list's reveal item leads to the reveal later. Returns the check-in's slots.
+        list's reveal item leads to the reveal later. In a tree run the answer carries the device's
+        leaf; off the seed committee (asked by ``Fedstats-Next-Work: 1``) also the committee answer
+        (``"revealed"``, checked as if fetched) and its first round's work list once the seed is fixed
+        within ``wait``, which it handles as its next poll's answer. Returns the check-in's slots.
         """
         cap = cohort_cap(state)
+        most = seed_answer_bytes(cap)  # the list's transcript, or the leaf and the committee
         r = self._send(
             "POST",
             f"/v1/client/runs/{run_id}/checkin",
             json.dumps(body).encode(),
-            limit=None if cap is None else TRANSCRIPT_BYTES * cap + _ACK_BYTES,
+            limit=None if most is None else most + CARRIED_WORK_BYTES,
             content_type="application/json",
             params={"wait": f"{wait:.3f}"},
+            # off a tree run's committee: its committee and first round come with the answer
+            headers={"Fedstats-Next-Work": "1"},
             timeout=self._timeout + wait,
         )
         got = r.json()
         state.listed = got.pop("transcript", None) if isinstance(got, dict) else None
         if state.listed is None and isinstance(got, dict) and "tree" in got:  # the tree form
-            state.listed = {"tree": got.pop("tree")}
+            revealed = got.pop("revealed", None)  # the committee answer, checked as fetched
+            more = revealed if isinstance(revealed, Mapping) else {}
+            state.listed = {**more, "tree": got.pop("tree")}
+            self._carry_work(r)
         slots = {"slot_start": int(got["slot_start"]), "slot_count": int(got["slot_count"])}
         self.joined[run_id] = slots
         if state.listed is not None:

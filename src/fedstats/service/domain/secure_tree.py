@@ -16,10 +16,9 @@ here is for a *tree run* (``run.cohort_head is not None``); the list form of :mo
   sessions from positions (:func:`fedstats.wire.cohort_sessions.sessions_of_positions`), each
   roster bound by :func:`fedstats.wire.tree_seeding.session_binding`.
 
-Parameters named alike mean alike: ``tx`` is an open transaction (not read where this process's
-memory answers), ``run`` a tree run's row, ``run_id`` and ``client_id`` the run and the device,
-``index`` and ``number`` a round and its session. A function that reads the run's tree may raise
-:func:`tree_of`'s errors, listed there only.
+Parameters named alike mean alike: ``tx`` an open transaction (not read where this process's memory
+answers), ``run`` a tree run's row, ``run_id``/``client_id`` the run and the device, ``index``/``number``
+a round and its session. A function that reads the tree may raise :func:`tree_of`'s errors (listed there).
 """
 
 from __future__ import annotations
@@ -86,12 +85,9 @@ _EMPTY_SIGNATURE = b"\x00" * SIGNATURE_BYTES
 
 # run id -> (its tree, client id -> position): fixed once the run is seeding (its cohort is)
 _TREES: dict[str, tuple[CohortTree, dict[str, int]]] = {}
-# run ids known to be no tree run (their check-in closed without a head)
-_LISTS: set[str] = set()
-# run id -> the committee answer (fixed once the seed is)
-_COMMITTEES: dict[str, dict[str, Any]] = {}
-# (run id, round) -> (p_lo, p_hi)
-_RANGES: dict[tuple[str, int], tuple[int, int]] = {}
+_LISTS: set[str] = set()  # run ids known to be no tree run (check-in closed without a head)
+_COMMITTEES: dict[str, dict[str, Any]] = {}  # run id -> the committee answer (fixed with the seed)
+_RANGES: dict[tuple[str, int], tuple[int, int]] = {}  # (run id, round) -> (p_lo, p_hi)
 # (run id, round, session) -> the session's positions in roster order
 _SESSIONS: dict[tuple[str, int, int], list[int]] = {}
 
@@ -171,21 +167,26 @@ def tree_of(tx: State, run: RunRow) -> CohortTree:
     return got[0]
 
 
-def cached_member(run_id: str, client_id: str) -> bool:
+def cached_member(run_id: str, client_id: str, *, off_committee: bool = False) -> bool:
     """Whether this process's memory shows ``client_id`` to be a member of tree run ``run_id``.
 
     Parameters
     ----------
     run_id, client_id : str
+    off_committee : bool
+        Also that the member is off the seed committee (it reveals nothing).
 
     Returns
     -------
     bool
-        True if this process holds the run's tree with a leaf of ``client_id``. False is no
-        answer: the tree may not be in memory; the caller asks the store (:func:`position_of`).
+        True if this process holds the run's tree with a leaf of ``client_id`` (with
+        ``off_committee``, not at a :func:`~fedstats.wire.cohort_sessions.committee_positions`).
+        False is no answer: the tree may not be in memory; the caller asks the store.
     """
     got = _TREES.get(run_id)
-    return got is not None and client_id in got[1]
+    if got is None or client_id not in got[1]:
+        return False
+    return not off_committee or got[1][client_id] not in committee_positions(got[0].head)
 
 
 def cached_leaf_json(run_id: str, client_id: str) -> bytes | None:

@@ -2,9 +2,9 @@
 
 :func:`fedstats.wire.tasks.normalize_task` checks a configuration and fills in its defaults (the result is
 what gets hashed and signed); :func:`create_task` verifies an analyst's signed envelope against the trusted
-authorities and stores it once; :func:`task_config` reads the task back and :func:`task_envelope` the
-envelope devices are offered (the configuration cached: it is what its id hashes). The server never signs a task: it holds no
-analyst key, so it can relay a task but not create or alter one.
+authorities and stores it once; :func:`task_config` reads the task back (cached: the id hashes it) and
+:func:`task_envelope` the envelope devices are offered. The server never signs a task: it holds no analyst
+key, so it can relay a task but not create or alter one.
 
 The ``tasks.config`` column holds the canonical JSON of the envelope (rows written before tasks were signed
 hold the bare task; such tasks have no envelope, and devices refuse them).

@@ -71,8 +71,8 @@ from fedstats.service.http.schemas import (
     IdPath,
     IndexPath,
 )
-from fedstats.service.http.secure import SecureRoutes, add_secure_routes
-from fedstats.service.http.secure_tree import TREE_MARK, checkin_leaf
+from fedstats.service.http.secure import NEXT_WORK, SecureRoutes, add_secure_routes
+from fedstats.service.http.secure_tree import TREE_MARK, checkin_committee, checkin_leaf
 from fedstats.service.store import State, Store
 from fedstats.service.store.rows import ClientRow
 from fedstats.wire import auth
@@ -272,16 +272,28 @@ async def _checkin(
     out = dict(await path.checkins(Work(req.nonce, go)))
     path.wakeup.arrived(("checkin", run_id))  # if the cohort may be complete: close check-in now
     body = json.dumps(out).encode()
+    tag = None
     if wait > 0 and commitment is not None:
         secure: SecureRoutes = request.app.state.secure
+        end = time.monotonic() + min(wait, path.settings.max_wait)
         with path.cache.away(req.client_id):  # it reveals next, without a work poll
             got = await secure.held_commitments(run_id, req.population, wait, before)
-        if got == TREE_MARK:  # a tree run: the device's own leaf (http.secure_tree)
-            leaf = await checkin_leaf(secure, run_id, req.client_id)
-            body = body[:-1] + b',"tree":' + leaf + b"}"
-        elif got is not None:
-            body = body[:-1] + b',"transcript":' + got + b"}"
-    return Response(body, media_type="application/json")
+            if got == TREE_MARK:  # a tree run: the device's own leaf (http.secure_tree)
+                leaf = await checkin_leaf(secure, run_id, req.client_id)
+                body = body[:-1] + b',"tree":' + leaf + b"}"
+                carried = None
+                if request_headers(request.scope).get(NEXT_WORK) == "1":  # off the committee
+                    carried = await checkin_committee(
+                        secure, run_id, req.client_id, req.population, end
+                    )
+                if carried is not None:  # its committee, and its first round if in time
+                    body = body[:-1] + b',"revealed":' + carried[0] + b"}"
+                    if carried[1] is not None:
+                        tag = carried[1][0]
+                        body = body[:-1] + b',"work":' + carried[1][1] + b"}"
+            elif got is not None:
+                body = body[:-1] + b',"transcript":' + got + b"}"
+    return Response(body, media_type="application/json", headers={"ETag": tag} if tag else None)
 
 
 async def _checkin_direct(request: Request, slow: Handler) -> Response:

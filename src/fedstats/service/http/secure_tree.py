@@ -3,7 +3,9 @@
 :mod:`.secure` and :mod:`.device` call in here where a run is a tree run (``runs.cohort_head`` set);
 every answer's content is :mod:`fedstats.wire.tree_seeding`'s:
 
-* held check-in: ``{"slot_start", "slot_count", "tree": leaf_answer}`` (:func:`checkin_leaf`);
+* held check-in: ``{"slot_start", "slot_count", "tree": leaf_answer}`` (:func:`checkin_leaf`); with
+  ``Fedstats-Next-Work: 1``, a member off the committee's also ``"revealed"`` (the ``part=committee``
+  answer) and ``"work"`` once the seed is fixed (:func:`checkin_committee`);
 * ``GET .../seed``: ``{"status", "seed", "tree"}`` (+ ``"committee"`` once the seed is fixed);
   ``?part=committee[&wait=W]``: ``{"status", "seed", "committee"}`` once fixed (the same bytes for
   every member), before that ``{"status", "seed": null}`` (:func:`seed`); with
@@ -33,7 +35,7 @@ from fedstats.wire.tree_seeding import CARRIED_WORK_BYTES
 if TYPE_CHECKING:
     from fedstats.service.http.secure import SecureRoutes
 
-__all__ = ["TREE_MARK", "checked", "checkin_leaf", "held_committee", "seed"]
+__all__ = ["TREE_MARK", "checked", "checkin_committee", "checkin_leaf", "held_committee", "seed"]
 
 TREE_MARK = b"\x00tree"
 """What :meth:`~.secure.SecureRoutes.held_commitments` answers for a tree run (its devices get their leaf)."""
@@ -165,13 +167,51 @@ async def seed(
         got = await held_committee(ctx, run_id, population, wait, None)
     if got is None:
         return b'{"status":"seeding","seed":null}', None
+    if not next_work:
+        return got, None
+    work = await _next_work(ctx, run_id, cid, population, end)
+    if work is None or not got.endswith(b"}"):
+        return got, None
+    return got[:-1] + b',"work":' + work[1] + b"}", work[0]
+
+
+async def _next_work(
+    ctx: SecureRoutes, run_id: str, cid: str, population: str, end: float
+) -> tuple[str, bytes] | None:
+    """``(ETag, work list)`` once the device has something to do, held until ``end`` (monotonic).
+
+    None if not in time, or longer than :data:`~fedstats.wire.tree_seeding.CARRIED_WORK_BYTES`.
+    """
     left = end - time.monotonic()
-    if next_work and ctx.next_work is not None and left > 0 and got.endswith(b"}"):
-        carried = await ctx.next_work(cid, population, run_id, left)
-        if carried is not None and len(carried[1]) <= CARRIED_WORK_BYTES:  # else the device polls
-            tag, work = carried
-            return got[:-1] + b',"work":' + work + b"}", tag
-    return got, None
+    if ctx.next_work is None or left <= 0:
+        return None
+    got = await ctx.next_work(cid, population, run_id, left)
+    return got if got is not None and len(got[1]) <= CARRIED_WORK_BYTES else None
+
+
+async def checkin_committee(
+    ctx: SecureRoutes, run_id: str, cid: str, population: str, end: float
+) -> tuple[bytes, tuple[str, bytes] | None] | None:
+    """What the held check-in of a member off the committee carries besides its leaf, if it asked.
+
+    A member off the seed committee reveals nothing: once it has its leaf it only waits for the
+    committee (``GET .../seed?part=committee``) and then its first round (a work poll). Its
+    check-in's answer, held until ``end`` (monotonic seconds), carries both instead.
+
+    Returns
+    -------
+    (bytes, (str, bytes) or None) or None
+        The ``part=committee`` answer and, if it came in time, ``(ETag, work list)``. None for a
+        committee member (it needs its leaf at once, to reveal), a run whose tree this process does
+        not hold, or a seed not fixed by ``end``: the device then asks as before.
+    """
+    left = end - time.monotonic()
+    if left <= 0 or not secure_tree.cached_member(run_id, cid, off_committee=True):
+        return None
+    got = await held_committee(ctx, run_id, population, left, None)
+    if got is None:
+        return None
+    return got, await _next_work(ctx, run_id, cid, population, end)
 
 
 def _neighbourhood(
