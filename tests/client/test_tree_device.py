@@ -228,6 +228,8 @@ class Fake:
             ).encode()
         elif path.endswith("/reveal"):
             answer = {"accepted": True, "duplicate": False, "revealed": self.committee}
+            if self.work is not None and (kw.get("headers") or {}).get("Fedstats-Next-Work") == "1":
+                answer["work"], extra = self.work, {"etag": '"w1"'}
             content = json.dumps(answer).encode()
         elif re.search(r"/secure/\d+/0$", path) and method == "GET":
             kind, content = "application/octet-stream", self.setup
@@ -648,13 +650,14 @@ def test_a_held_check_in_that_carries_the_committee_and_the_first_round() -> Non
     assert not state.verified and RID in dev.refused
 
 
-def test_the_held_committee_answer_carries_the_next_work_list() -> None:
-    """A device off the committee asks for the committee held, with ``Fedstats-Next-Work: 1``; the
-    work list the answer carries (the first round, which opens as the seed is fixed) and its ETag are
-    kept as the next poll's answer (:meth:`Device.step` then sends no work poll). Without it in the
-    answer nothing is kept."""
+@pytest.mark.parametrize("in_committee", [True, False])
+def test_the_held_committee_answer_carries_the_next_work_list(in_committee: bool) -> None:
+    """A device asks for the committee held (off the committee) or reveals held (on it), with
+    ``Fedstats-Next-Work: 1``; the work list the answer carries (the first round, which opens as the
+    seed is fixed) and its ETag are kept as the next poll's answer (:meth:`Device.step` then sends no
+    work poll). Without it in the answer nothing is kept."""
     for carried in (True, False):
-        world = _world(False)
+        world = _world(in_committee)
         dev, fake, state, _ = _device(world)
         work = {"offers": [], "rounds": [fake.round()], "reveals": [], "finished": []}
         fake.work = work if carried else None
@@ -662,14 +665,15 @@ def test_the_held_committee_answer_carries_the_next_work_list() -> None:
         dev._secure_checkin(RID, body, state, wait=1.0)
         assert state.verified and RID not in dev.refused
         method, path, params, _ = fake.requests[1]
-        assert (method, path.rsplit("/", 1)[-1], params.get("part")) == ("GET", "seed", "committee")
+        want = ("POST", "reveal", None) if in_committee else ("GET", "seed", "committee")
+        assert (method, path.rsplit("/", 1)[-1], params.get("part")) == want
         assert dev._carried == ((work, '"w1"') if carried else None)
 
 
 @pytest.mark.parametrize("in_committee", [True, False])
 def test_an_oversized_committee_answer_is_not_read(in_committee: bool) -> None:
     """The committee answer is read up to its bound from the task's cohort size, then refused (held,
-    a non-member's bound also allows the work list it may carry, ``CARRIED_WORK_BYTES``)."""
+    the bound also allows the work list it may carry, ``CARRIED_WORK_BYTES``)."""
     world = _world(in_committee)
     dev, fake, state, read = _device(world)
     bound = committee_answer_bytes(int(TASK["cohort_size"])) + CARRIED_WORK_BYTES

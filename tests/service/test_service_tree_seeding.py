@@ -167,6 +167,11 @@ def test_a_sparse_tree_session_with_a_committee_of_40(production: Deployment) ->
             j = len(seq) - [c[:2] for c in seq][::-1].index(("GET", "seed"))
             assert seq[j][:2] != ("GET", "work"), seq
     assert len(off) == n - 40 and carried, (len(off), len(carried))
+    # the committee's held reveals carried the first round too
+    for cid in on:
+        seq = [c[:2] for c in sent[cid]]
+        j = len(seq) - seq[::-1].index(("POST", "reveal"))
+        assert seq[j] != ("GET", "work"), seq
     for d in devices:
         d.close()
 

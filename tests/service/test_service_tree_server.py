@@ -634,7 +634,8 @@ def test_the_held_committee_answer_carries_the_next_work_list_when_asked(store: 
     """``GET .../seed?part=committee&wait=`` with ``Fedstats-Next-Work: 1``, once the seed is fixed and
     the device has something to do (here another run's offer; in a run, its first round): the committee
     answer, byte for byte, with ``"work"`` (the device's work list) and its ``ETag``. Without the header,
-    or when the list is longer than ``CARRIED_WORK_BYTES``, the committee alone."""
+    or when the list is longer than ``CARRIED_WORK_BYTES``, the committee alone. A committee member's
+    held reveal likewise."""
     run, _, tree = _seeded(store, 45)
     other = Run(store, 2, "other-")  # checking in: an offer to run's members
     api = Http(store, run)
@@ -658,6 +659,22 @@ def test_the_held_committee_answer_carries_the_next_work_list_when_asked(store: 
         mp.setattr(tree_http, "CARRIED_WORK_BYTES", 10)
         got = asked()
     assert got.status_code == 200 and got.content == plain.content
+    # a committee member's held reveal (here repeated) carries it too, when asked
+    p = committee_positions(tree.head)[0]
+    body = json.dumps(signed_reveal(run.id, tree.head, p, run.values[p], run.keys[p].sign)).encode()
+    for header in (True, False):
+        path = f"/v1/client/runs/{run.id}/reveal"
+        headers = auth.sign_request(run.keys[p], run.ids[p], "POST", path, body)
+        headers |= {"content-type": "application/json"}
+        if header:
+            headers["Fedstats-Next-Work"] = "1"
+        got = api.http.post(path + "?wait=1", content=body, headers=headers)
+        assert got.status_code == 200, got.text
+        ack = got.json()
+        assert json.dumps(ack["revealed"]).encode() == plain.content
+        assert ("work" in ack) == header == ("etag" in got.headers)
+        if header:
+            assert [o["run_id"] for o in ack["work"]["offers"]] == [other.id]
 
 
 def test_a_held_check_in_asking_for_more_holds_only_members_off_the_committee(

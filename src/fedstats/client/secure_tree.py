@@ -381,29 +381,30 @@ class TreeRuns:
         limit = committee_answer_bytes(cohort_cap(state) or head.n) + ACK_BYTES
         held = {"wait": f"{wait:.3f}"} if wait > 0 else {}
         timeout = self._timeout + wait if wait > 0 else None
+        # held, the answer may also carry the next work list (the first round), within its bound
+        more = {"limit": limit + CARRIED_WORK_BYTES, "headers": {"Fedstats-Next-Work": "1"}}
+        asks: dict[str, Any] = more if held else {"limit": limit}
         if position in committee_positions(head):
             body = signed_reveal(run_id, head, position, state.contribution, self._key.sign)
             r = self._send(
                 "POST",
                 f"/v1/client/runs/{run_id}/reveal",
                 json.dumps(body).encode(),
-                limit=limit,
                 content_type="application/json",
                 params=held or None,
                 timeout=timeout,
+                **asks,
             )
         else:
-            # held: the answer may also carry the next work list (the first round), within its bound
             r = self._send(
                 "GET",
                 f"/v1/client/runs/{run_id}/seed",
                 b"",
-                limit=limit + CARRIED_WORK_BYTES if held else limit,
                 params={"part": "committee", **held},
-                headers={"Fedstats-Next-Work": "1"} if held else None,
                 timeout=timeout,
+                **asks,
             )
-            self._carry_work(r)
+        self._carry_work(r)
         try:
             got = r.json()
         except ValueError:

@@ -525,7 +525,8 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
     ``max_wait``), and then also carries ``"revealed"``: what ``GET .../seed?part=reveals`` answers
     (the seed and every reveal in list order), one request fewer per device. In a tree run only the
     seed committee reveals, with ``"signature"`` (:func:`fedstats.wire.tree_seeding.signed_reveal`;
-    409 off the committee), and ``"revealed"`` is what ``GET .../seed?part=committee`` answers.
+    409 off the committee), and ``"revealed"`` is what ``GET .../seed?part=committee`` answers; with
+    ``Fedstats-Next-Work: 1`` the acknowledgement also carries the member's next work list.
     """
     cid, body, nonce = await ctx.signed(request)
     check_wait(wait)
@@ -544,9 +545,10 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
         return secure_devices.record_reveal(tx, run, cid, data["value"], data["seen"], held), False
 
     # with the reveals that arrive meanwhile: one transaction (the nonce recorded first)
+    end = time.monotonic() + min(wait, ctx.max_wait)
     new, tree = await ctx.together(Work(nonce, go))
     ctx.wakeup.arrived(("reveal", run_id))  # a driver pass if it may be the last reveal
-    ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
+    ack, tag = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true"), None
     if wait > 0:
         # a new reveal was stored while the run was seeding: its seed was not fixed at `before`
         since = before if new else None
@@ -557,7 +559,13 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
         )
         if got is not None:
             ack += b',"revealed":' + got
-    return Response(ack + b"}", media_type="application/json")
+        if got is not None and tree and request.headers.get(NEXT_WORK) == "1":  # the first round
+            work = await tree_http.next_work(ctx, run_id, cid, population, end)
+            if work is not None:
+                ack, tag = ack + b',"work":' + work[1], work[0]
+    return Response(
+        ack + b"}", media_type="application/json", headers={"ETag": tag} if tag else None
+    )
 
 
 async def _reveal_direct(request: Request, slow: Handler) -> Response:

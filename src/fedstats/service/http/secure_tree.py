@@ -11,7 +11,7 @@ every answer's content is :mod:`fedstats.wire.tree_seeding`'s:
   every member), before that ``{"status", "seed": null}`` (:func:`seed`); with
   ``Fedstats-Next-Work: 1`` the committee answer also carries the device's next work list (``"work"``);
 * ``POST .../reveal?wait=``: the acknowledgement's ``"revealed"`` is the ``part=committee`` answer
-  (:func:`held_committee`);
+  (:func:`held_committee`), with ``Fedstats-Next-Work: 1`` also ``"work"`` (:func:`next_work`);
 * the stage-0 message's and ``GET .../certificates``' ``members=``/``also=``: the
   :func:`~fedstats.wire.tree_seeding.leaves_answer` object instead of the certificate list
   (:func:`checked`). A list run takes its usual (cached) path; a run this process has not seen yet
@@ -35,7 +35,15 @@ from fedstats.wire.tree_seeding import CARRIED_WORK_BYTES
 if TYPE_CHECKING:
     from fedstats.service.http.secure import SecureRoutes
 
-__all__ = ["TREE_MARK", "checked", "checkin_committee", "checkin_leaf", "held_committee", "seed"]
+__all__ = [
+    "TREE_MARK",
+    "checked",
+    "checkin_committee",
+    "checkin_leaf",
+    "held_committee",
+    "next_work",
+    "seed",
+]
 
 TREE_MARK = b"\x00tree"
 """What :meth:`~.secure.SecureRoutes.held_commitments` answers for a tree run (its devices get their leaf)."""
@@ -137,7 +145,7 @@ async def seed(
     cid: str,
     part: str | None,
     wait: float,
-    next_work: bool = False,
+    carry_work: bool = False,
 ) -> tuple[bytes, str | None]:
     """``GET .../seed`` of a tree run: the answer and the ETag of a work list it carries, or None.
 
@@ -150,7 +158,7 @@ async def seed(
         None (the seed and the device's leaf) or ``"committee"``.
     wait : float
         Seconds, >= 0: how long the committee answer may be held until the seed is fixed.
-    next_work : bool
+    carry_work : bool
         The device asked for its next work list with the committee (``Fedstats-Next-Work: 1``): once
         the seed is fixed, the answer is held further, within the same ``wait``, until the device's
         work list gives it something to do (the first round opens in the driver pass that fixes the
@@ -167,15 +175,15 @@ async def seed(
         got = await held_committee(ctx, run_id, population, wait, None)
     if got is None:
         return b'{"status":"seeding","seed":null}', None
-    if not next_work:
+    if not carry_work:
         return got, None
-    work = await _next_work(ctx, run_id, cid, population, end)
+    work = await next_work(ctx, run_id, cid, population, end)
     if work is None or not got.endswith(b"}"):
         return got, None
     return got[:-1] + b',"work":' + work[1] + b"}", work[0]
 
 
-async def _next_work(
+async def next_work(
     ctx: SecureRoutes, run_id: str, cid: str, population: str, end: float
 ) -> tuple[str, bytes] | None:
     """``(ETag, work list)`` once the device has something to do, held until ``end`` (monotonic).
@@ -211,7 +219,7 @@ async def checkin_committee(
     got = await held_committee(ctx, run_id, population, left, None)
     if got is None:
         return None
-    return got, await _next_work(ctx, run_id, cid, population, end)
+    return got, await next_work(ctx, run_id, cid, population, end)
 
 
 def _neighbourhood(
