@@ -325,7 +325,7 @@ class CohortTree:
         if self._starts[-1] >= _U64:
             raise ParameterError("leaves", self._starts[-1], "slots in all below 2**64")
         # each leaf's encoding, kept: its hash is taken over it, and every proof the server serves
-        # carries it again (a neighbourhood's multiproof holds about 200 leaves, per device and round)
+        # carries it again (a neighbourhood's multiproof, per device and round)
         self._encoded = [leaf.to_bytes() for leaf in self._leaves]
         sha = hashlib.sha256
         hashes = [sha(b"\x00" + _LEAF + data).digest() for data in self._encoded]
@@ -378,20 +378,47 @@ class CohortTree:
         known = sorted({self._check(p, "positions") for p in positions})
         if not known:
             raise ParameterError("positions", known, "at least one position")
-        out, nodes = tuple(known), []
-        for hashes, slots in zip(self._hashes[:-1], self._slots[:-1], strict=True):
-            have = set(known)
-            given = [i ^ 1 for i in known if i ^ 1 < len(hashes) and i ^ 1 not in have]
-            nodes += [(hashes[j], slots[j]) for j in given]
+        nodes = [
+            (self._hashes[level][j], self._slots[level][j])
+            for level, given in enumerate(self._siblings(known))
+            for j in given
+        ]
+        return MultiProof(tuple(known), tuple(self._leaves[p] for p in known), tuple(nodes))
+
+    def _siblings(self, known: list[int]) -> list[list[int]]:
+        """Per level below the root, the indices of the nodes a multiproof of ``known`` carries.
+
+        ``known``: the positions, sorted and distinct. A node is carried when its sibling is needed
+        and cannot be computed from the leaves (canonical order: level by level, left to right).
+        """
+        out = []
+        for hashes in self._hashes[:-1]:
+            have, size = set(known), len(hashes)
+            out.append([i ^ 1 for i in known if i ^ 1 < size and i ^ 1 not in have])
             known = sorted({i >> 1 for i in known})
-        return MultiProof(out, tuple(self._leaves[p] for p in out), tuple(nodes))
+        return out
 
     def multiproof_bytes(self, positions: Iterable[int]) -> bytes:
-        """``self.multiproof(positions).to_bytes()``, from the leaves' encodings kept at construction.
+        """``self.multiproof(positions).to_bytes()``, from encodings kept at construction.
 
-        The server's form: it serves one per device and round (about 200 leaves at n = 1,000), where
-        building the :class:`MultiProof` and encoding each leaf again cost most of the answer.
-        ParameterError as :meth:`multiproof`.
+        The server's form of the proof it serves per device and round (a neighbourhood's leaves:
+        ``k`` neighbours, 16 audited members, the two-hop neighbours), where building the
+        :class:`MultiProof` and encoding each leaf and node again cost most of the answer.
+
+        Parameters
+        ----------
+        positions : iterable of int
+            Leaf positions in ``[0, n)``, any order, repeats ignored; at least one.
+
+        Returns
+        -------
+        bytes
+            :meth:`MultiProof.to_bytes` of the multiproof of those positions, byte for byte.
+
+        Raises
+        ------
+        ParameterError
+            If there is no position, or one is not an integer (a bool is refused) in ``[0, n)``.
         """
         unique = set(positions)
         n = len(self._leaves)
@@ -401,16 +428,14 @@ class CohortTree:
             bad: object = next((p for p in unique if not (_is_int(p) and 0 <= p < n)), [])
             raise ParameterError("positions", bad, f"at least one integer in [0, {n})")
         known = sorted(unique)
-        out, nodes = known, list[bytes]()
-        for packed in self._packed:
-            have = set(known)
-            size = len(packed)
-            given = [i ^ 1 for i in known if i ^ 1 < size and i ^ 1 not in have]
-            nodes += map(packed.__getitem__, given)
-            known = sorted({i >> 1 for i in known})
-        count = len(out)
-        head = _TAG_MULTI + struct.pack(f"<I{count}I", count, *out)
-        leaves = b"".join([self._encoded[p] for p in out])
+        nodes = [
+            b
+            for packed, given in zip(self._packed, self._siblings(known), strict=True)
+            for b in map(packed.__getitem__, given)
+        ]
+        count = len(known)
+        head = _TAG_MULTI + struct.pack(f"<I{count}I", count, *known)
+        leaves = b"".join([self._encoded[p] for p in known])
         return head + leaves + struct.pack("<I", len(nodes)) + b"".join(nodes)
 
     def positions_of(self, a: int, b: int) -> tuple[int, int]:
