@@ -72,7 +72,12 @@ from fedstats.service.http.schemas import (
     IndexPath,
 )
 from fedstats.service.http.secure import NEXT_WORK, SecureRoutes, add_secure_routes
-from fedstats.service.http.secure_tree import TREE_MARK, checkin_committee, checkin_leaf
+from fedstats.service.http.secure_tree import (
+    TREE_MARK,
+    checkin_committee,
+    checkin_leaf,
+    with_work,
+)
 from fedstats.service.store import State, Store
 from fedstats.service.store.rows import ClientRow
 from fedstats.wire import auth
@@ -271,8 +276,7 @@ async def _checkin(
     # with the check-ins that arrive meanwhile: one transaction (the nonce recorded first)
     out = dict(await path.checkins(Work(req.nonce, go)))
     path.wakeup.arrived(("checkin", run_id))  # if the cohort may be complete: close check-in now
-    body = json.dumps(out).encode()
-    tag = None
+    body, work = json.dumps(out).encode(), None
     if wait > 0 and commitment is not None:
         secure: SecureRoutes = request.app.state.secure
         end = time.monotonic() + min(wait, path.settings.max_wait)
@@ -288,12 +292,10 @@ async def _checkin(
                     )
                 if carried is not None:  # its committee, and its first round if in time
                     body = body[:-1] + b',"revealed":' + carried[0] + b"}"
-                    if carried[1] is not None:
-                        tag = carried[1][0]
-                        body = body[:-1] + b',"work":' + carried[1][1] + b"}"
+                    work = carried[1]
             elif got is not None:
                 body = body[:-1] + b',"transcript":' + got + b"}"
-    return Response(body, media_type="application/json", headers={"ETag": tag} if tag else None)
+    return with_work(body, work)
 
 
 async def _checkin_direct(request: Request, slow: Handler) -> Response:

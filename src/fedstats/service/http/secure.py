@@ -508,8 +508,7 @@ async def seed(
     check_wait(wait)
     if part == secure_tree.COMMITTEE or secure_tree.known_tree(run_id):
         carry = request.headers.get(NEXT_WORK) == "1"
-        got, tag = await tree_http.seed(ctx, run_id, cid, part, wait, carry)
-        return Response(got, media_type="application/json", headers={"ETag": tag} if tag else None)
+        return await tree_http.seed(ctx, run_id, cid, part, wait, carry)
     fast = ctx.cache.get(("reveals", run_id)) if part == "reveals" else None
     if fast is not None and secure_devices.cached_member(run_id, cid):
         return Response(fast, media_type="application/json")  # fixed: no transaction
@@ -548,7 +547,7 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
     end = time.monotonic() + min(wait, ctx.max_wait)
     new, tree = await ctx.together(Work(nonce, go))
     ctx.wakeup.arrived(("reveal", run_id))  # a driver pass if it may be the last reveal
-    ack, tag = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true"), None
+    ack, work = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true"), None
     if wait > 0:
         # a new reveal was stored while the run was seeding: its seed was not fixed at `before`
         since = before if new else None
@@ -561,11 +560,7 @@ async def reveal(run_id: IdPath, request: Request, ctx: SecureDep, wait: float =
             ack += b',"revealed":' + got
         if got is not None and tree and request.headers.get(NEXT_WORK) == "1":  # the first round
             work = await tree_http.next_work(ctx, run_id, cid, population, end)
-            if work is not None:
-                ack, tag = ack + b',"work":' + work[1], work[0]
-    return Response(
-        ack + b"}", media_type="application/json", headers={"ETag": tag} if tag else None
-    )
+    return tree_http.with_work(ack + b"}", work)
 
 
 async def _reveal_direct(request: Request, slow: Handler) -> Response:
@@ -737,13 +732,8 @@ async def up(
         if ctx.next_work is not None and request.headers.get(NEXT_WORK) == "1" and left > 0:
             got = await ctx.next_work(cid, population, run_id, left)
             if got is not None:  # the device's next work list, which it need not poll for
-                tag, work = got
                 ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
-                return Response(
-                    ack + b',"work":' + work + b"}",
-                    media_type="application/json",
-                    headers={"ETag": tag},
-                )
+                return tree_http.with_work(ack + b"}", got)
     if indices is not None:  # the certificates asked for, with the acknowledgement (also unheld)
         try:
             certs = await tree_http.checked(ctx, run_id, index, number, cid, indices, more)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fastapi import HTTPException
+from fastapi.responses import Response
 
 from fedstats.service.domain import runs, secure_devices, secure_tree
 from fedstats.wire.tree_seeding import CARRIED_WORK_BYTES
@@ -43,6 +44,7 @@ __all__ = [
     "held_committee",
     "next_work",
     "seed",
+    "with_work",
 ]
 
 TREE_MARK = b"\x00tree"
@@ -139,6 +141,28 @@ def _seed(ctx: SecureRoutes, run_id: str, cid: str) -> bytes:
         return json.dumps(secure_tree.seed_json(tx, run, cid, None)).encode()
 
 
+def with_work(body: bytes, work: tuple[str, bytes] | None) -> Response:
+    """A JSON answer: ``body`` (a JSON object) carrying the device's next work list, if any.
+
+    Parameters
+    ----------
+    body : bytes
+        The answer's JSON object, encoded.
+    work : (str, bytes) or None
+        ``(ETag, work list)`` (:func:`next_work`, or the app's ``next_work``), or None.
+
+    Returns
+    -------
+    Response
+        ``body`` with ``"work"`` added and the list's ``ETag`` in the header (the device handles the
+        list as its next poll's answer); ``body`` alone without a list.
+    """
+    if work is None:
+        return Response(body, media_type="application/json")
+    carried = body[:-1] + b',"work":' + work[1] + b"}"
+    return Response(carried, media_type="application/json", headers={"ETag": work[0]})
+
+
 async def seed(
     ctx: SecureRoutes,
     run_id: str,
@@ -146,8 +170,8 @@ async def seed(
     part: str | None,
     wait: float,
     carry_work: bool = False,
-) -> tuple[bytes, str | None]:
-    """``GET .../seed`` of a tree run: the answer and the ETag of a work list it carries, or None.
+) -> Response:
+    """``GET .../seed`` of a tree run (:func:`with_work`'s answer).
 
     Parameters
     ----------
@@ -167,20 +191,16 @@ async def seed(
         :data:`~fedstats.wire.tree_seeding.CARRIED_WORK_BYTES`, the answer is the committee alone.
     """
     if part != secure_tree.COMMITTEE:
-        return await ctx.offload(functools.partial(_seed, ctx, run_id, cid)), None
+        return with_work(await ctx.offload(functools.partial(_seed, ctx, run_id, cid)), None)
     end = time.monotonic() + min(wait, ctx.max_wait)
     got = await ctx.offload(functools.partial(_committee, ctx, run_id, cid))
     population = await ctx.population_of(cid) if wait > 0 else ""
     if got is None and wait > 0:
         got = await held_committee(ctx, run_id, population, wait, None)
     if got is None:
-        return b'{"status":"seeding","seed":null}', None
-    if not carry_work:
-        return got, None
-    work = await next_work(ctx, run_id, cid, population, end)
-    if work is None or not got.endswith(b"}"):
-        return got, None
-    return got[:-1] + b',"work":' + work[1] + b"}", work[0]
+        return with_work(b'{"status":"seeding","seed":null}', None)
+    work = await next_work(ctx, run_id, cid, population, end) if carry_work else None
+    return with_work(got, work)
 
 
 async def next_work(
