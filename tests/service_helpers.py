@@ -319,6 +319,26 @@ def wait_run(admin: httpx.Client, run_id: str, timeout: float = 60.0) -> dict[st
     raise TimeoutError(f"run {run_id} did not finish")
 
 
+def run_devices(
+    devices: Sequence[Any], poll: float, wait: float, seconds: float, until: Callable[[Any], bool]
+) -> list[threading.Thread]:
+    """Start each device's :meth:`~fedstats.client.Device.run` in a daemon thread; the threads.
+
+    ``poll``, ``wait`` and ``until`` as :meth:`Device.run` takes them; ``seconds`` its ``max_seconds``.
+    """
+    threads = [
+        threading.Thread(
+            target=d.run,
+            kwargs={"poll": poll, "wait": wait, "max_seconds": seconds, "until": until},
+            daemon=True,
+        )
+        for d in devices
+    ]
+    for t in threads:
+        t.start()
+    return threads
+
+
 def run_polled(
     dep: Deployment, devices: Sequence[Any], runs: dict[str, str], seconds: float
 ) -> dict[str, dict[str, Any]]:
@@ -331,21 +351,9 @@ def run_polled(
     device stops once it saw every run end (or after ``seconds``); they are closed before returning.
     """
     wanted = set(runs.values())
-    threads = [
-        threading.Thread(
-            target=d.run,
-            kwargs={
-                "poll": 0.2,
-                "wait": 0.0,
-                "max_seconds": seconds,
-                "until": lambda dev: wanted <= set(getattr(dev, "finished", set())),
-            },
-            daemon=True,
-        )
-        for d in devices
-    ]
-    for t in threads:
-        t.start()
+    threads = run_devices(
+        devices, 0.2, 0.0, seconds, lambda dev: wanted <= set(getattr(dev, "finished", set()))
+    )
     views = {}
     try:
         with dep.admin() as a:

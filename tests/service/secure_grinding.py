@@ -35,7 +35,7 @@ from fedstats.randomness import RandomSource
 from fedstats.secagg.collusion import isolation_probability, neighbours_to_isolate
 from fedstats.secagg.params import SecAggParameters
 from fedstats.service.store import open_store
-from service_helpers import Deployment, wait_run
+from service_helpers import Deployment, run_devices, wait_run
 
 BP = {"column": "value", "low": -1.0, "high": 1.0, "resolution": 1 / 64, "method": "weighted"}
 LOG: list[str] = []
@@ -132,22 +132,7 @@ def _register(devices: list[Any]) -> None:
 
 
 def _drive(devices: list[Any], stop: threading.Event) -> list[threading.Thread]:
-    threads = [
-        threading.Thread(
-            target=d.run,
-            kwargs={
-                "poll": 0.1,
-                "wait": 2.0,
-                "max_seconds": 120.0,
-                "until": lambda _d: stop.is_set(),
-            },
-            daemon=True,
-        )
-        for d in devices
-    ]
-    for t in threads:
-        t.start()
-    return threads
+    return run_devices(devices, 0.1, 2.0, 120.0, lambda _d: stop.is_set())
 
 
 def _until(check: Any, seconds: float = 60.0) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import time
 from typing import Any
 
@@ -23,7 +22,7 @@ from fedstats.privacy.ledger import PrivacyLedger
 from fedstats.randomness import RandomSource
 from fedstats.wire.registry import ANALYSES, privacy_loss_for
 from fedstats.wire.tasks import normalize_task
-from service_helpers import Deployment, wait_run
+from service_helpers import Deployment, run_devices, wait_run
 
 N_DEVICES = 3
 N = 90  # records
@@ -162,21 +161,9 @@ def test_device_budget_server_ledger_and_privacy_loss_agree(
         r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
         assert r.status_code == 201, r.text
         run_id = str(r.json()["run_id"])
-        threads = [
-            threading.Thread(
-                target=d.run,
-                kwargs={
-                    "poll": 0.1,
-                    "wait": 5.0,
-                    "max_seconds": 120.0,
-                    "until": lambda dev: run_id in getattr(dev, "finished", set()),
-                },
-                daemon=True,
-            )
-            for d in devices
-        ]
-        for t in threads:
-            t.start()
+        threads = run_devices(
+            devices, 0.1, 5.0, 120.0, lambda dev: run_id in getattr(dev, "finished", set())
+        )
         view = wait_run(a, run_id, 150)
         for t in threads:
             t.join(30)

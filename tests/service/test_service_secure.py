@@ -58,6 +58,7 @@ from service_helpers import (
     Deployment,
     counted_routes,
     free_port,
+    run_devices,
     wait_run,
 )
 
@@ -689,17 +690,7 @@ def _drive(
     def done(dev: Any) -> bool:
         return run_id in getattr(dev, "finished", set())
 
-    threads = [
-        threading.Thread(
-            target=d.run,
-            kwargs={"poll": 0.1, "wait": wait, "max_seconds": scaled(seconds), "until": done},
-            daemon=True,
-        )
-        for d in devices
-    ]
-    for t in threads:
-        t.start()
-    return threads
+    return run_devices(devices, 0.1, wait, scaled(seconds), done)
 
 
 def _finished(dep: Deployment, run_id: str, threads: list[threading.Thread]) -> dict[str, Any]:

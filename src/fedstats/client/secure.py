@@ -633,11 +633,11 @@ class SecureRuns(TreeRuns):
         seed = self._verified_seed(run_id, state)
         members, i = self._derive_session(rnd, state, seed)
         n = len(members)
-        if state.withheld and session_parameters(n).k < n - 1:
+        k = session_parameters(n).k
+        if state.withheld and k < n - 1:
             raise SecurityError(
                 f"the run went on without {len(state.withheld)} withholder(s) and this session's graph "
-                f"is sparse (k={session_parameters(n).k} of {n - 1}): a server that drops reveals "
-                "could grind it"
+                f"is sparse (k={k} of {n - 1}): a server that drops reveals could grind it"
             )
         params = self._session_parameters(n)
         setup = self._setup_message(state, rnd, params, i, down)
