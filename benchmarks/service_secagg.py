@@ -1966,6 +1966,9 @@ def main() -> None:
     """Run the configurations; print one line each; write ``results/service_secagg.json``."""
     args = _arguments()
     clients = args.clients or ([100] if args.quick else [100, 1000])
+    # a SIGTERM (kill, pkill) exits through the finally blocks, which stop the server (its own
+    # session: it would outlive this process) and the device worker processes
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     import secagg as peer
 
