@@ -13,8 +13,8 @@ each (``time.process_time``, best of ``--repeat``), the committee's 40 Ed25519 s
 new seed each time) and its neighbourhood answer per device and round (``2k + 16`` leaves in one
 multiproof, encoded: ``multiproof().to_bytes()`` against ``multiproof_bytes``). Every device figure includes parsing the bytes.
 
-Run: ``python benchmarks/cohort_tree.py [--members 1000 5000 20000] [--repeat 5]`` (writes
-``benchmarks/results/cohort_tree.json``).
+Run: ``python benchmarks/cohort_tree.py [--members 1000 5000 20000] [--repeat 5] [--output cohort_tree]``
+(writes ``benchmarks/results/<output>.json``).
 """
 
 from __future__ import annotations
@@ -164,6 +164,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", type=int, nargs="+", default=[1000, 5000, 20000])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--output", default="cohort_tree", help="results file name (no .json)")
     args = ap.parse_args()
     rows = []
     for n in args.members:
@@ -174,11 +175,13 @@ def main() -> None:
             f" (today {r['bytes']['today_list_and_reveals']}), cpu {r['device_cpu_ms']}"
         )
     path = write_results(
-        "cohort_tree",
+        args.output,
         {
             "command": "python benchmarks/cohort_tree.py --members "
             + " ".join(map(str, args.members))
-            + f" --repeat {args.repeat}",
+            + f" --repeat {args.repeat}"
+            + ("" if args.output == "cohort_tree" else f" --output {args.output}"),
+            "fedstats_sources": os.path.dirname(ct.__file__),
             "load_average": os.getloadavg(),
             "what": "O(k log n) seeding's blocks: server build (CPU ms), per-device bytes and CPU ms",
             "rows": rows,
