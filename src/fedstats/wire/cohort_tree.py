@@ -53,9 +53,11 @@ root (``n`` is bound by each path's shape, as in RFC 9162), only makes some leav
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import hmac
 import itertools
+import operator
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -90,13 +92,24 @@ _NODE = struct.Struct("<32sQ")
 _T = TypeVar("_T")
 
 
+_INNER_TAGGED = struct.Struct("<B32sQ32sQ")  # _INNER with the 0x01 prefix, packed at once
+_U16 = struct.Struct("<H")
+_LEAF_PREFIX = b"\x00" + _LEAF
+
+
 def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An int that is not a bool (an int subclass such as an IntEnum is one)."""
+    return type(x) is int or (isinstance(x, int) and not isinstance(x, bool))
+
+
+def _all_int(xs: Sequence[object]) -> bool:
+    """``all(map(_is_int, xs))``, the common case (plain ints) checked in C."""
+    return set(map(type, xs)) <= {int} or all(map(_is_int, xs))
 
 
 def _inner(left: Node, right: Node) -> bytes:
     """``SHA-256(0x01 || left.hash || u64 left.slots || right.hash || u64 right.slots)``."""
-    return hashlib.sha256(b"\x01" + _INNER.pack(left[0], left[1], right[0], right[1])).digest()
+    return hashlib.sha256(_INNER_TAGGED.pack(1, left[0], left[1], right[0], right[1])).digest()
 
 
 @dataclass(frozen=True)
@@ -123,20 +136,43 @@ class Leaf:
         if not _is_int(self.slot_count) or not 0 <= self.slot_count < _U64:
             raise ParameterError("slot_count", self.slot_count, "an integer in [0, 2**64)")
 
+    @functools.cached_property
+    def _encoding(self) -> bytes:  # kept (the fields are frozen); the reader sets the bytes it read
+        raw, tail = self.client_id.encode(), (self.commitment, self.key, self.slot_count)
+        return _U16.pack(len(raw)) + raw + _LEAF_TAIL.pack(*tail)
+
     def to_bytes(self) -> bytes:
         """``u16-length-prefixed utf-8 client_id || commitment || key || u64 slot_count``."""
-        raw = self.client_id.encode()
-        tail = _LEAF_TAIL.pack(self.commitment, self.key, self.slot_count)
-        return struct.pack("<H", len(raw)) + raw + tail
+        return self._encoding
 
     def hash(self) -> bytes:
         """The leaf's hash, ``SHA-256(0x00 || label || to_bytes())``."""
-        return hashlib.sha256(b"\x00" + _LEAF + self.to_bytes()).digest()
+        return hashlib.sha256(_LEAF_PREFIX + self._encoding).digest()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Leaf:
         """Parse :meth:`to_bytes`' output, every length checked (DataError if malformed)."""
         return _decode(data, b"", 1, _Reader.leaf)
+
+
+def _parsed_leaf(
+    client_id: str, commitment: bytes, key: bytes, slot_count: int, encoding: bytes
+) -> Leaf:
+    """A :class:`Leaf` of fields :class:`_Reader` has read, without :meth:`Leaf.__post_init__`.
+
+    Its checks hold by construction: a str decoded from at most 65,535 bytes, two 32-byte strings
+    and a u64 (``struct``'s ``32s`` and ``Q``); ``encoding`` is the bytes they were read from, its
+    :meth:`Leaf.to_bytes`. Everything else builds leaves through the checks.
+    """
+    leaf = object.__new__(Leaf)
+    leaf.__dict__.update(
+        client_id=client_id,
+        commitment=commitment,
+        key=key,
+        slot_count=slot_count,
+        _encoding=encoding,
+    )
+    return leaf
 
 
 @dataclass(frozen=True)
@@ -252,15 +288,22 @@ def _decode(data: bytes, tag: bytes, max_leaves: int, read: Callable[[_Reader], 
 
 
 class _Reader:
-    """Reads a wire encoding's fields, checking every length before it reads (DataError otherwise)."""
+    """Reads a wire encoding's fields, checking every length before it reads (DataError otherwise).
+
+    Fixed-size fields are read with ``struct``'s ``unpack_from`` straight from the view; a run of
+    positions or nodes at once, in the order (and with the errors) of reading them one by one.
+    """
 
     def __init__(self, view: memoryview, max_leaves: int) -> None:
         self.view, self.at, self.max_leaves = view, 0, max_leaves
         self.depth = (max_leaves - 1).bit_length()  # the longest proof: ceil(log2 max_leaves)
 
+    def _truncated(self) -> DataError:
+        return DataError(f"truncated cohort-tree message ({len(self.view)} bytes)")
+
     def take(self, k: int) -> bytes:
         if self.at + k > len(self.view):
-            raise DataError(f"truncated cohort-tree message ({len(self.view)} bytes)")
+            raise self._truncated()
         self.at += k
         return bytes(self.view[self.at - k : self.at])
 
@@ -273,36 +316,64 @@ class _Reader:
             raise DataError(f"position {p} of a tree of at most {self.max_leaves} leaves")
         return p
 
-    def node(self) -> Node:
-        return self.take(HASH_BYTES), int.from_bytes(self.take(8), "little")  # in this order
+    def positions(self, count: int) -> tuple[int, ...]:
+        """``count`` positions: those present checked first, then the length (as one by one)."""
+        present = min(count, (len(self.view) - self.at) // 4)
+        got = struct.unpack_from(f"<{present}I", self.view, self.at)
+        if present and max(got) >= self.max_leaves:
+            p = next(p for p in got if p >= self.max_leaves)
+            raise DataError(f"position {p} of a tree of at most {self.max_leaves} leaves")
+        if present < count:
+            raise self._truncated()
+        self.at += 4 * count
+        return got
+
+    def nodes(self, m: int) -> tuple[Node, ...]:
+        """``m`` nodes, each ``(32-byte hash, u64 slots)``."""
+        end = self.at + _NODE.size * m
+        if end > len(self.view):
+            raise self._truncated()
+        got = tuple(_NODE.iter_unpack(self.view[self.at : end]))
+        self.at = end
+        return got
 
     def leaf(self) -> Leaf:
-        (size,) = struct.unpack("<H", self.take(2))
+        view, at = self.view, self.at
+        if at + 2 > len(view):
+            raise self._truncated()
+        (size,) = _U16.unpack_from(view, at)
+        at += 2
+        if at + size > len(view):
+            raise self._truncated()
         try:
-            cid = self.take(size).decode()
+            cid = str(view[at : at + size], "utf-8")
         except UnicodeDecodeError:
             raise DataError("a leaf's client id is not UTF-8") from None
-        commitment, key, count = _LEAF_TAIL.unpack(self.take(_LEAF_TAIL.size))
-        return Leaf(cid, commitment, key, int(count))
+        at += size
+        if at + _LEAF_TAIL.size > len(view):
+            raise self._truncated()
+        commitment, key, count = _LEAF_TAIL.unpack_from(view, at)
+        start, self.at = self.at, at + _LEAF_TAIL.size
+        return _parsed_leaf(cid, commitment, key, count, bytes(view[start : self.at]))
 
     def leaf_proof(self) -> LeafProof:
         position, leaf, m = self.position(), self.leaf(), self.take(1)[0]
         if m > self.depth:
             raise DataError(f"a proof of {m} nodes for a tree of at most {self.max_leaves} leaves")
-        return LeafProof(position, leaf, tuple(self.node() for _ in range(m)))
+        return LeafProof(position, leaf, self.nodes(m))
 
     def multi(self) -> MultiProof:
         count = self.u32()
         if not 1 <= count <= self.max_leaves:
             raise DataError(f"a multiproof of {count} leaves (at most {self.max_leaves})")
-        positions = tuple(self.position() for _ in range(count))
-        if any(q <= p for p, q in itertools.pairwise(positions)):
+        positions = self.positions(count)
+        if not all(map(operator.lt, positions, positions[1:])):
             raise DataError("a multiproof's positions are not strictly increasing")
         leaves = tuple(self.leaf() for _ in range(count))
         m = self.u32()
         if m > count * self.depth:
             raise DataError(f"a multiproof of {count} leaves with {m} nodes")
-        return MultiProof(positions, leaves, tuple(self.node() for _ in range(m)))
+        return MultiProof(positions, leaves, self.nodes(m))
 
 
 class CohortTree:
@@ -529,38 +600,94 @@ def verify_multi(
         raise SecurityError("the multiproof does not cover the positions asked for")
     if not pos or len(proof.leaves) != len(pos) or pos != sorted(set(pos)):
         raise SecurityError("a multiproof needs one leaf per position, positions increasing")
-    if not all(_is_int(p) for p in pos) or not 0 <= pos[0] <= pos[-1] < head.n:
+    if not _all_int(pos) or not 0 <= pos[0] <= pos[-1] < head.n:
         raise SecurityError(f"a multiproof's positions are not positions of {head.n} leaves")
-    known: dict[int, Node] = {}
+    # the known nodes of a level, in increasing index: indices, hashes and slots
+    hashes, slots = [], []
     for p, leaf in zip(pos, proof.leaves, strict=True):
         if not 1 <= leaf.slot_count <= total:
             raise SecurityError(f"leaf {p} holds {leaf.slot_count} slots, not in [1, {total}]")
-        known[p] = (leaf.hash(), leaf.slot_count)
-    nodes, seen, size = iter(proof.nodes), [], head.n
+        hashes.append(leaf.hash())
+        slots.append(leaf.slot_count)
+    nodes = tuple(proof.nodes)
+    good = _well_formed(nodes, total)  # nodes[good] is the first that _sibling refuses, if any
+    index, size, taken = pos, head.n, 0
+    # per level, each known node's parent (its index in the level above's list) and the slots left
+    # of it under that parent (its left sibling's when it is a right child), for the top-down pass
+    parents: list[tuple[list[int], list[int]]] = []
     while size > 1:
-        level, up = dict(known), {}
-        for i in sorted(known):
-            if i >> 1 in up:
+        up_index: list[int] = []
+        up_hashes: list[bytes] = []
+        up_slots: list[int] = []
+        parent: list[int] = []
+        left_of: list[int] = []
+        j, count, last = 0, len(index), size - 1
+        while j < count:
+            i, q = index[j], len(up_index)
+            if i & 1:  # a right child whose left sibling is the proof's next node (else paired)
+                if taken == good:
+                    _sibling(nodes[taken] if taken < len(nodes) else None, total)  # raises
+                (lh, ls), rh, rs = nodes[taken], hashes[j], slots[j]
+                taken, j = taken + 1, j + 1
+                parent.append(q)
+                left_of.append(ls)
+            elif j + 1 < count and index[j + 1] == i + 1:  # both children known
+                lh, ls, rh, rs = hashes[j], slots[j], hashes[j + 1], slots[j + 1]
+                j += 2
+                parent += (q, q)
+                left_of += (0, ls)
+            elif i == last:  # the unpaired last node, carried up
+                up_index.append(i >> 1)
+                up_hashes.append(hashes[j])
+                up_slots.append(slots[j])
+                parent.append(q)
+                left_of.append(0)
+                j += 1
                 continue
-            if i ^ 1 >= size:
-                up[i >> 1] = known[i]
-                continue
-            if i ^ 1 not in level:
-                level[i ^ 1] = _sibling(next(nodes, None), total)
-            left, right = level[i & ~1], level[i | 1]
-            if left[1] + right[1] > total:
+            else:  # a left child whose right sibling is the proof's next node
+                if taken == good:
+                    _sibling(nodes[taken] if taken < len(nodes) else None, total)  # raises
+                lh, ls, (rh, rs) = hashes[j], slots[j], nodes[taken]
+                taken, j = taken + 1, j + 1
+                parent.append(q)
+                left_of.append(0)
+            if ls + rs > total:
                 raise SecurityError(f"the multiproof's slots exceed the tree's {total}")
-            up[i >> 1] = (_inner(left, right), left[1] + right[1])
-        seen.append(level)
-        known, size = up, (size + 1) // 2
-    if next(nodes, None) is not None:
+            up_index.append(i >> 1)
+            up_hashes.append(hashlib.sha256(_INNER_TAGGED.pack(1, lh, ls, rh, rs)).digest())
+            up_slots.append(ls + rs)
+        parents.append((parent, left_of))
+        index, hashes, slots, size = up_index, up_hashes, up_slots, (size + 1) // 2
+    if taken < len(nodes):
         raise SecurityError("the multiproof has nodes it does not need")
-    if known[0][1] != total or not hmac.compare_digest(known[0][0], head.root):
+    if slots[0] != total or not hmac.compare_digest(hashes[0], head.root):
         raise SecurityError(f"the multiproof's leaves are not in the committed tree of {head.n}")
-    starts = {0: 0}
-    for level in reversed(seen):
-        starts = {i: starts[i >> 1] + (level[i - 1][1] if i & 1 else 0) for i in level}
-    return [starts[p] for p in pos]
+    starts = [0]
+    for parent, left_of in reversed(parents):
+        starts = [starts[q] + s for q, s in zip(parent, left_of, strict=True)]
+    return starts
+
+
+def _well_formed(nodes: tuple[object, ...], total: int) -> int:
+    """The index of the first node :func:`_sibling` refuses with room ``total``; ``len(nodes)`` if none.
+
+    The common case (every node a plain ``(32 bytes, int in [1, total])`` tuple) is checked in C.
+    """
+    if set(map(type, nodes)) <= {tuple} and set(map(len, nodes)) <= {2}:  # type: ignore[arg-type]
+        hashes, slots = zip(*nodes, strict=True) if nodes else ((), ())
+        if (
+            set(map(type, hashes)) <= {bytes}
+            and set(map(len, hashes)) <= {HASH_BYTES}
+            and set(map(type, slots)) <= {int}
+            and (not slots or 1 <= min(slots) <= max(slots) <= total)
+        ):
+            return len(nodes)
+    for j, p in enumerate(nodes):
+        try:
+            _sibling(p, total)
+        except SecurityError:
+            return j
+    return len(nodes)
 
 
 def verify_range(head: TreeHead, a: int, b: int, proof: RangeProof) -> tuple[int, int]:
