@@ -2,8 +2,9 @@
 
 ``fedstats.wire.cohort_tree``'s reader (``struct.unpack_from``, leaves built without re-running their
 checks, nodes read at once) and ``verify_multi`` (lists instead of dicts, the nodes' form checked at
-once) are compared with the reference implementations below, copied from the code before the
-change: the same results, the same refusals with the same error types and messages (one
+once), and ``fedstats.wire.cohort_sessions``' permutation (HMAC from kept pad states, walks in batch,
+``members_at``) are compared with the reference implementations below, copied from the code before
+the change: the same results, the same refusals with the same error types and messages (one
 difference: ``verify_multi`` now refuses a trailing ``None`` node, which the reference ignored).
 Pinned values were computed with the reference code.
 """
@@ -24,7 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedstats.errors import DataError, ParameterError, SecurityError
+from fedstats.errors import DataError, ParameterError, ProtocolAbortError, SecurityError
+from fedstats.wire import cohort_sessions as cs
 from fedstats.wire import cohort_tree as ct
 
 # --- the reference code (as before the fast paths) ---
@@ -152,6 +154,32 @@ def _ref_verify_multi(head: ct.TreeHead, proof: Any, positions: Any = None) -> l
     for level in reversed(seen):
         starts = {i: starts[i >> 1] + (level[i - 1][1] if i & 1 else 0) for i in level}
     return [starts[p] for p in pos]
+
+
+def _ref_forward(seed: bytes, p_lo: int, p_hi: int, x: int, inverse: bool = False) -> int:
+    """The session permutation from its definition (``hmac.digest`` per round value)."""
+    d = p_hi - p_lo
+    half = (max(2, (d - 1).bit_length()) + 1) // 2
+    mask = (1 << half) - 1
+    key = hmac.digest(
+        seed, b"fedstats/wire/session-prp-key/v1\x00" + struct.pack("<QQ", p_lo, p_hi), "sha256"
+    )
+
+    def f(r: int, v: int) -> int:
+        label = b"fedstats/wire/session-prp-round/v1\x00"
+        mac = hmac.digest(key, label + struct.pack("<BQ", r, v), "sha256")
+        return int.from_bytes(mac[:8], "little") & mask
+
+    while True:
+        left, right = x >> half, x & mask
+        for r in range(7, -1, -1) if inverse else range(8):
+            if inverse:
+                left, right = right ^ f(r, left), left
+            else:
+                left, right = right, left ^ f(r, right)
+        x = (left << half) | right
+        if x < d:
+            return x
 
 
 def _outcome(fn: Callable[[], Any]) -> Any:
@@ -349,3 +377,94 @@ def test_pinned_tree_and_multiproof() -> None:
     )
     read = ct.MultiProof.from_bytes(raw, max_leaves=300)
     assert ct.verify_multi(tree.head, read) == [0, 9, 150, 289, 588]
+
+
+# --- the session permutation and members_at ---
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.binary(min_size=32, max_size=32),
+    p_lo=st.integers(0, 2**40),
+    d=st.integers(1, 3000),
+    data=st.data(),
+)
+def test_the_permutation_is_its_definition(
+    seed: bytes, p_lo: int, d: int, data: st.DataObject
+) -> None:
+    pi = cs.SessionPermutation(seed, p_lo, p_lo + d)
+    xs = data.draw(st.lists(st.integers(0, d - 1), min_size=1, max_size=10))
+    for x in xs:
+        assert pi.forward(x) == _ref_forward(seed, p_lo, p_lo + d, x)
+        assert pi.inverse(x) == _ref_forward(seed, p_lo, p_lo + d, x, inverse=True)
+    if d <= 600:
+        image = pi.forward_all()
+        assert [int(image[x]) for x in xs] == [_ref_forward(seed, p_lo, p_lo + d, x) for x in xs]
+
+
+def test_pinned_permutations_and_members() -> None:
+    seed = bytes(range(32))
+    pinned = {
+        (3, 1003): "ffcafb92ea6306f151a3589088a4a0e1d721352fb01e8d62f77792557807f0f7",
+        (0, 5000): "26e73550e0cde87e7f74d4c9749a8a8446a12e1172367ddb6a2be1bc13c37086",
+        (10, 17): "750c5e1d23cbd33860436381095f1438f3872861c79386950f6f2e08c9137433",
+    }
+    for (lo, hi), digest in pinned.items():
+        image = cs.SessionPermutation(seed, lo, hi).forward_all()
+        assert hashlib.sha256(image.astype("<i8").tobytes()).hexdigest() == digest
+    want = [4190, 4163, 2144, 1779]
+    assert [cs.member_at(seed, 0, 5000, 1000, 2, 3, j) for j in (0, 1, 499, 999)] == want
+    assert cs.members_at(seed, 0, 5000, 1000, 2, 3, (0, 1, 499, 999)) == want
+    assert cs.session_of(seed, 0, 5000, 1000, 2, 1234) == (0, 405, 1000, (0, 1000))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.binary(min_size=32, max_size=32),
+    p_lo=st.integers(0, 10**6),
+    d=st.integers(2, 4000),
+    max_session=st.integers(2, 1500),
+    data=st.data(),
+)
+def test_members_at_is_member_at_of_each_index(
+    seed: bytes, p_lo: int, d: int, max_session: int, data: st.DataObject
+) -> None:
+    p_hi = p_lo + d
+    try:
+        bounds = cs._cut(seed, p_lo, p_hi, max_session, 2)[1]
+    except ProtocolAbortError:  # a session of one: none to place
+        return
+    number = data.draw(st.integers(0, len(bounds) - 1))
+    a, b = bounds[number]
+    if b - a < 2:
+        return
+    indices = data.draw(st.lists(st.integers(0, b - a - 1), max_size=50))
+    got = cs.members_at(seed, p_lo, p_hi, max_session, 2, number, iter(indices))
+    cs._permutation.cache_clear()  # cold again: the same positions
+    each = [cs.member_at(seed, p_lo, p_hi, max_session, 2, number, j) for j in indices]
+    assert got == each
+    for j, p in zip(indices, got, strict=True):
+        assert cs.session_of(seed, p_lo, p_hi, max_session, 2, p) == (number, j, b - a, (a, b))
+        assert p == p_lo + _ref_forward(seed, p_lo, p_hi, a + j, inverse=True)
+
+
+def test_members_at_refuses_what_member_at_refuses() -> None:
+    seed = bytes(32)
+    for bad in (10, -1, True, 1.0, "1", np.int64(1), None):
+        with pytest.raises(ParameterError) as single:
+            cs.member_at(seed, 0, 10, 10, 2, 0, bad)  # type: ignore[arg-type]
+        with pytest.raises(ParameterError) as many:
+            cs.members_at(seed, 0, 10, 10, 2, 0, [0, 3, bad, 12])  # type: ignore[list-item]
+        assert str(many.value) == str(single.value)
+    with pytest.raises(ParameterError, match="number"):
+        cs.members_at(seed, 0, 10, 5, 2, 2, [0])
+    assert cs.members_at(seed, 0, 10, 10, 2, 0, []) == []
+
+
+def test_a_bool_never_finds_a_cached_permutation_of_its_int() -> None:
+    seed = bytes(range(32))
+    cs.session_of(seed, 1, 9, 8, 2, 3)
+    with pytest.raises(ParameterError):
+        cs.session_of(seed, True, 9, 8, 2, 3)  # type: ignore[arg-type]
+    with pytest.raises(ParameterError):
+        cs.member_at(seed, True, 9, 8, 2, 0, 0)  # type: ignore[arg-type]

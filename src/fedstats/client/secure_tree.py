@@ -63,7 +63,7 @@ from fedstats.secagg.messages import (
     max_message_bytes,
 )
 from fedstats.wire import auth, seeding
-from fedstats.wire.cohort_sessions import Seat, committee_positions, member_at, session_of
+from fedstats.wire.cohort_sessions import Seat, committee_positions, members_at, session_of
 from fedstats.wire.cohort_tree import Leaf
 from fedstats.wire.tasks import min_session_size
 from fedstats.wire.tree_seeding import (
@@ -654,9 +654,9 @@ class TreeRuns:
         rng = self.randomness.generator("roster-audit", run_id, index)
         checked = checked_members(n, params.k, session, i, AUDIT_MEMBERS, rng)
         also = sorted(set(two_hop(n, params.k, session, i)) - set(checked))
-        positions = {
-            j: member_at(seed, p_lo, p_hi, max_session, minimum, number, j) for j in checked + also
-        }
+        named = checked + also
+        at = members_at(seed, p_lo, p_hi, max_session, minimum, number, named)
+        positions = dict(zip(named, at, strict=True))
         assert state.task is not None
         verifier = TreeRosterVerifier(
             str(self.authority_public_key),

@@ -4,9 +4,9 @@ The second half of O(k log n) seeding's blocks (:mod:`fedstats.wire.cohort_tree`
 proofs and the protocol's description): the committee whose reveals make the run's seed
 (:func:`committee_positions`, :func:`reveal_statement`, :func:`committee_seed`), the permutation that
 orders a round's participants into sessions (:class:`SessionPermutation`, :func:`session_of`,
-:func:`member_at`, :func:`sessions_of_positions`), and the digest of a session's roster that names no
-key (:func:`session_roster_digest`). Tree-seeded runs use them (:mod:`fedstats.wire.tree_seeding`;
-``docs/deploy.md``, "Secure aggregation over the network").
+:func:`member_at`, :func:`members_at`, :func:`sessions_of_positions`), and the digest of a session's
+roster that names no key (:func:`session_roster_digest`). Tree-seeded runs use them
+(:mod:`fedstats.wire.tree_seeding`; ``docs/deploy.md``, "Secure aggregation over the network").
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import functools
 import hashlib
 import hmac
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from fedstats.errors import ParameterError, ProtocolAbortError, SecurityError
-from fedstats.wire.cohort_tree import _U64, TreeHead, _is_int
+from fedstats.wire.cohort_tree import _U64, TreeHead, _all_int, _is_int
 from fedstats.wire.seeding import session_bounds
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "committee_positions",
     "committee_seed",
     "member_at",
+    "members_at",
     "reveal_statement",
     "session_of",
     "session_roster_digest",
@@ -53,6 +54,8 @@ _SEED = b"fedstats/wire/committee-seed/v1\x00"
 _PRP_KEY = b"fedstats/wire/session-prp-key/v1\x00"
 _PRP_ROUND = b"fedstats/wire/session-prp-round/v1\x00"
 _ROSTER = b"fedstats/wire/session-roster/v1\x00"
+_FORWARD, _BACKWARD = tuple(range(ROUNDS)), tuple(range(ROUNDS - 1, -1, -1))
+_ROUND_INPUT = struct.Struct("<BQ")
 
 
 def committee_positions(head: TreeHead, kappa: int = KAPPA) -> list[int]:
@@ -195,7 +198,7 @@ class SessionPermutation:
         For a seed of another length or an empty or negative range.
     """
 
-    __slots__ = ("_half", "_key", "_mask", "_memo", "_tables", "d")
+    __slots__ = ("_half", "_inner", "_key", "_mask", "_memo", "_outer", "_tables", "d")
 
     def __init__(self, seed: bytes, p_lo: int, p_hi: int) -> None:
         if not isinstance(seed, bytes) or len(seed) != 32:
@@ -206,37 +209,57 @@ class SessionPermutation:
         self._half = (max(2, (self.d - 1).bit_length()) + 1) // 2
         self._mask = (1 << self._half) - 1
         self._key = hmac.digest(seed, _PRP_KEY + struct.pack("<QQ", p_lo, p_hi), "sha256")
+        # HMAC-SHA256 under _key (RFC 2104; the key is one block or less, zero-padded) with its two
+        # padded-key blocks, and the inner one's label, hashed once: each round value then costs the
+        # two hashes' last blocks, not hmac.digest's whole computation
+        block = self._key.ljust(64, b"\x00")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block) + _PRP_ROUND)
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
         self._memo: dict[int, int] = {}
         self._tables: np.ndarray | None = None
 
     def _f(self, r: int, x: int) -> int:
         got = self._memo.get(slot := (r << self._half) | x)
         if got is None:
-            mac = hmac.digest(self._key, _PRP_ROUND + struct.pack("<BQ", r, x), "sha256")
-            got = self._memo[slot] = int.from_bytes(mac[:8], "little") & self._mask
+            inner, outer = self._inner.copy(), self._outer.copy()
+            inner.update(_ROUND_INPUT.pack(r, x))
+            outer.update(inner.digest())
+            got = self._memo[slot] = int.from_bytes(outer.digest()[:8], "little") & self._mask
         return got
 
-    def _walk(self, x: int, name: str, rounds: Sequence[int], inverse: bool) -> int:
+    def _walk(self, xs: Sequence[int], inverse: bool) -> list[int]:
+        """``pi`` (or ``pi^-1``) of each of ``xs``, integers in ``[0, d)`` checked by the caller."""
+        half, mask, d, memo, f = self._half, self._mask, self.d, self._memo, self._f
+        out = []
+        for x in xs:
+            while True:
+                left, right = x >> half, x & mask
+                if inverse:
+                    for r in _BACKWARD:
+                        v = memo.get((r << half) | left)
+                        left, right = right ^ (f(r, left) if v is None else v), left
+                else:
+                    for r in _FORWARD:
+                        v = memo.get((r << half) | right)
+                        left, right = right, left ^ (f(r, right) if v is None else v)
+                x = (left << half) | right
+                if x < d:
+                    break
+            out.append(x)
+        return out
+
+    def _checked(self, x: int, name: str) -> list[int]:
         if not _is_int(x) or not 0 <= x < self.d:
             raise ParameterError(name, x, f"an integer in [0, {self.d})")
-        while True:
-            left, right = x >> self._half, x & self._mask
-            for r in rounds:
-                if inverse:
-                    left, right = right ^ self._f(r, left), left
-                else:
-                    left, right = right, left ^ self._f(r, right)
-            x = (left << self._half) | right
-            if x < self.d:
-                return x
+        return [x]
 
     def forward(self, x: int) -> int:
         """``pi(x)`` for ``x`` in ``[0, d)`` (ParameterError otherwise)."""
-        return self._walk(x, "x", range(ROUNDS), False)
+        return self._walk(self._checked(x, "x"), False)[0]
 
     def inverse(self, y: int) -> int:
         """``pi^-1(y)`` for ``y`` in ``[0, d)`` (ParameterError otherwise)."""
-        return self._walk(y, "y", range(ROUNDS - 1, -1, -1), True)
+        return self._walk(self._checked(y, "y"), True)[0]
 
     def forward_all(self) -> np.ndarray:
         """``pi(x)`` for every ``x`` in ``[0, d)``, shape ``(d,)``, int64: the server's batch form.
@@ -259,7 +282,15 @@ class SessionPermutation:
         return y.astype(np.int64)
 
 
-_permutation = functools.lru_cache(maxsize=16)(SessionPermutation)  # a round's calls share its memo
+# a round's calls share its memo; typed, so that a bool or an int subclass never finds a plain int's
+_permutation = functools.lru_cache(maxsize=16, typed=True)(SessionPermutation)
+
+
+@functools.lru_cache(maxsize=64)
+def _bounds(d: int, max_session: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    """:func:`fedstats.wire.seeding.session_bounds` of checked integers, and its smallest session."""
+    bounds = tuple(session_bounds(d, max_session))
+    return bounds, min(b - a for a, b in bounds)
 
 
 class Seat(NamedTuple):
@@ -273,7 +304,7 @@ class Seat(NamedTuple):
 
 def _cut(
     seed: bytes, p_lo: int, p_hi: int, max_session: int, min_session_size: int
-) -> tuple[SessionPermutation, list[tuple[int, int]]]:
+) -> tuple[SessionPermutation, Sequence[tuple[int, int]]]:
     """The round's permutation and its sessions' bounds, refusing a session below the minimum."""
     for name, v in (("max_session", max_session), ("min_session_size", min_session_size)):
         if not _is_int(v) or v < 2:
@@ -283,8 +314,7 @@ def _cut(
     if _is_int(p_lo) and _is_int(p_hi) and 0 <= p_lo == p_hi:
         raise ProtocolAbortError("a round without participants makes no secure session")
     pi = _permutation(seed, p_lo, p_hi)
-    bounds = session_bounds(pi.d, max_session)
-    smallest = min(b - a for a, b in bounds)
+    bounds, smallest = _bounds(pi.d, int(max_session))
     if smallest < min_session_size:
         msg = f"{pi.d} participant(s) make a session of {smallest} < min_session_size"
         raise ProtocolAbortError(f"{msg}={min_session_size}")
@@ -365,13 +395,50 @@ def member_at(
         As :func:`session_of`, and ParameterError for a ``number`` or ``roster_index`` outside the
         round's sessions.
     """
+    got = members_at(seed, p_lo, p_hi, max_session, min_session_size, number, (roster_index,))
+    return got[0]
+
+
+def members_at(
+    seed: bytes,
+    p_lo: int,
+    p_hi: int,
+    max_session: int,
+    min_session_size: int,
+    number: int,
+    roster_indices: Iterable[int],
+) -> list[int]:
+    """The positions at several roster indices of session ``number``: :func:`member_at` of each.
+
+    A device's form: it places its checked members and two-hop neighbours at once (one session's
+    checks and bounds, each permutation round value computed once).
+
+    Parameters
+    ----------
+    seed, p_lo, p_hi, max_session, min_session_size, number
+        As in :func:`member_at`.
+    roster_indices : iterable of int
+        Indices of that session's roster, each in ``[0, size)``; any order, repeats allowed.
+
+    Returns
+    -------
+    list of int
+        ``member_at(..., number, j)`` for each ``j`` of ``roster_indices``, in their order.
+
+    Raises
+    ------
+    ParameterError, ProtocolAbortError
+        As :func:`member_at` (its ``roster_index`` error names the first index out of range).
+    """
     pi, bounds = _cut(seed, p_lo, p_hi, max_session, min_session_size)
     if not _is_int(number) or not 0 <= number < len(bounds):
         raise ParameterError("number", number, f"a session in [0, {len(bounds)})")
     a, b = bounds[number]
-    if not _is_int(roster_index) or not 0 <= roster_index < b - a:
-        raise ParameterError("roster_index", roster_index, f"an index in [0, {b - a})")
-    return p_lo + pi.inverse(a + roster_index)
+    indices = list(roster_indices)
+    if not _all_int(indices) or (indices and not 0 <= min(indices) <= max(indices) < b - a):
+        bad = next(j for j in indices if not (_is_int(j) and 0 <= j < b - a))
+        raise ParameterError("roster_index", bad, f"an index in [0, {b - a})")
+    return [p_lo + y for y in pi._walk([a + j for j in indices], True)]
 
 
 def sessions_of_positions(
