@@ -53,7 +53,6 @@ root (``n`` is bound by each path's shape, as in RFC 9162), only makes some leav
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
 import hmac
 import itertools
@@ -136,23 +135,25 @@ class Leaf:
         if not _is_int(self.slot_count) or not 0 <= self.slot_count < _U64:
             raise ParameterError("slot_count", self.slot_count, "an integer in [0, 2**64)")
 
-    @functools.cached_property
-    def _encoding(self) -> bytes:  # kept (the fields are frozen); the reader sets the bytes it read
-        raw, tail = self.client_id.encode(), (self.commitment, self.key, self.slot_count)
-        return _U16.pack(len(raw)) + raw + _LEAF_TAIL.pack(*tail)
-
     def to_bytes(self) -> bytes:
         """``u16-length-prefixed utf-8 client_id || commitment || key || u64 slot_count``."""
-        return self._encoding
+        read = self.__dict__.get("_read")  # the bytes a leaf read from the wire was read from
+        return _encode(self) if read is None else read
 
     def hash(self) -> bytes:
         """The leaf's hash, ``SHA-256(0x00 || label || to_bytes())``."""
-        return hashlib.sha256(_LEAF_PREFIX + self._encoding).digest()
+        return hashlib.sha256(_LEAF_PREFIX + self.to_bytes()).digest()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Leaf:
         """Parse :meth:`to_bytes`' output, every length checked (DataError if malformed)."""
         return _decode(data, b"", 1, _Reader.leaf)
+
+
+def _encode(leaf: Leaf) -> bytes:
+    """:meth:`Leaf.to_bytes` from the fields."""
+    raw = leaf.client_id.encode()
+    return _U16.pack(len(raw)) + raw + _LEAF_TAIL.pack(leaf.commitment, leaf.key, leaf.slot_count)
 
 
 def _parsed_leaf(
@@ -161,8 +162,9 @@ def _parsed_leaf(
     """A :class:`Leaf` of fields :class:`_Reader` has read, without :meth:`Leaf.__post_init__`.
 
     Its checks hold by construction: a str decoded from at most 65,535 bytes, two 32-byte strings
-    and a u64 (``struct``'s ``32s`` and ``Q``); ``encoding`` is the bytes they were read from, its
-    :meth:`Leaf.to_bytes`. Everything else builds leaves through the checks.
+    and a u64 (``struct``'s ``32s`` and ``Q``). ``encoding``, the bytes they were read from, is kept
+    as its :meth:`Leaf.to_bytes` (strict UTF-8 makes it the encoding of the fields; a frozen leaf's
+    fields do not change). Everything else builds leaves through the checks.
     """
     leaf = object.__new__(Leaf)
     leaf.__dict__.update(
@@ -170,7 +172,7 @@ def _parsed_leaf(
         commitment=commitment,
         key=key,
         slot_count=slot_count,
-        _encoding=encoding,
+        _read=encoding,
     )
     return leaf
 
@@ -397,7 +399,7 @@ class CohortTree:
             raise ParameterError("leaves", self._starts[-1], "slots in all below 2**64")
         # each leaf's encoding, kept: its hash is taken over it, and every proof the server serves
         # carries it again (a neighbourhood's multiproof, per device and round)
-        self._encoded = [leaf.to_bytes() for leaf in self._leaves]
+        self._encoded = list(map(_encode, self._leaves))
         sha = hashlib.sha256
         hashes = [sha(b"\x00" + _LEAF + data).digest() for data in self._encoded]
         self._hashes, self._slots = [hashes], [slots]
