@@ -402,6 +402,30 @@ def test_the_permutation_is_its_definition(
         assert [int(image[x]) for x in xs] == [_ref_forward(seed, p_lo, p_lo + d, x) for x in xs]
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.binary(min_size=32, max_size=32),
+    d=st.integers(1, 5000),
+    inverse=st.booleans(),
+    data=st.data(),
+)
+def test_the_table_walk_is_the_python_walk(
+    seed: bytes, d: int, inverse: bool, data: st.DataObject
+) -> None:
+    """A batch of at least ``2**(w / 2)`` points walks in numpy over the whole table; fewer walk in
+    Python over the values they meet: the same images."""
+    size = 1 << cs.SessionPermutation(seed, 0, d)._half
+    xs = data.draw(st.lists(st.integers(0, d - 1), min_size=size, max_size=size + 40))
+    table = cs.SessionPermutation(seed, 0, d)
+    got = table._walk(xs, inverse)
+    assert table._tables is not None and all(type(v) is int for v in got)
+    one = cs.SessionPermutation(seed, 0, d)
+    assert got == [one._walk([x], inverse)[0] for x in xs]
+    assert one._tables is None  # each of those took the Python walk
+    step = one.inverse if inverse else one.forward
+    assert got == [step(x) for x in xs]
+
+
 def test_pinned_permutations_and_members() -> None:
     seed = bytes(range(32))
     pinned = {

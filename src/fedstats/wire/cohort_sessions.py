@@ -228,7 +228,15 @@ class SessionPermutation:
         return got
 
     def _walk(self, xs: Sequence[int], inverse: bool) -> list[int]:
-        """``pi`` (or ``pi^-1``) of each of ``xs``, integers in ``[0, d)`` checked by the caller."""
+        """``pi`` (or ``pi^-1``) of each of ``xs``, integers in ``[0, d)`` checked by the caller.
+
+        A batch that would compute most round values anyway (at least ``2**(w / 2)`` points, about
+        63 % of each round's values) takes the whole table and walks in numpy; a few points walk
+        in Python and compute only the values they meet.
+        """
+        if self._tables is not None or len(xs) >= 1 << self._half:
+            got: list[int] = self._walk_table(np.array(xs, dtype=np.uint64), inverse).tolist()
+            return got
         half, mask, d, memo, f = self._half, self._mask, self.d, self._memo, self._f
         out = []
         for x in xs:
@@ -248,6 +256,28 @@ class SessionPermutation:
             out.append(x)
         return out
 
+    def _walk_table(self, xs: np.ndarray, inverse: bool) -> np.ndarray:
+        """:meth:`_walk` of a uint64 array in numpy, every round value computed once (kept)."""
+        if self._tables is None:
+            size = 1 << self._half
+            values = [[self._f(r, x) for x in range(size)] for r in range(ROUNDS)]
+            self._tables = np.array(values, dtype=np.uint64)
+        tables = self._tables
+        h, m, d = np.uint64(self._half), np.uint64(self._mask), np.uint64(self.d)
+        y, todo = xs.copy(), np.arange(xs.size)
+        while todo.size:
+            v = y[todo]
+            left, right = v >> h, v & m
+            if inverse:
+                for r in _BACKWARD:
+                    left, right = right ^ tables[r][left], left
+            else:
+                for r in _FORWARD:
+                    left, right = right, left ^ tables[r][right]
+            y[todo] = v = (left << h) | right
+            todo = todo[v >= d]
+        return y
+
     def _checked(self, x: int, name: str) -> list[int]:
         if not _is_int(x) or not 0 <= x < self.d:
             raise ParameterError(name, x, f"an integer in [0, {self.d})")
@@ -266,20 +296,7 @@ class SessionPermutation:
 
         Each round value is computed once (``ROUNDS * 2**(w / 2) < 16 sqrt(d) + 16`` HMACs).
         """
-        if self._tables is None:
-            size = 1 << self._half
-            values = [[self._f(r, x) for x in range(size)] for r in range(ROUNDS)]
-            self._tables = np.array(values, dtype=np.uint64)
-        h, m, d = np.uint64(self._half), np.uint64(self._mask), np.uint64(self.d)
-        y, todo = np.arange(self.d, dtype=np.uint64), np.arange(self.d)
-        while todo.size:
-            v = y[todo]
-            left, right = v >> h, v & m
-            for r in range(ROUNDS):
-                left, right = right, left ^ self._tables[r][right]
-            y[todo] = v = (left << h) | right
-            todo = todo[v >= d]
-        return y.astype(np.int64)
+        return self._walk_table(np.arange(self.d, dtype=np.uint64), False).astype(np.int64)
 
 
 # a round's calls share its memo; typed, so that a bool or an int subclass never finds a plain int's
