@@ -55,6 +55,72 @@ def memory_touch_rate(gib: float = 1.0) -> dict[str, float]:
     return {"gib": gib, "seconds": seconds, "gib_per_second": gib / max(seconds, 1e-9)}
 
 
+def cpu_yardstick(repeat: int = 5) -> dict[str, float]:
+    """One thread's speed at the work a secure run's server does most (a machine descriptor).
+
+    The project's machines differ from session to session (an AMD EPYC at stop 57, an Intel Xeon at
+    2.1 GHz at stop 58, whose server CPU per device was 1.3 times the EPYC's for the same code), so a
+    CPU figure is only comparable with this recorded beside it. Each value is the fastest of
+    ``repeat`` timings of one thread's CPU (``time.thread_time``).
+
+    Parameters
+    ----------
+    repeat : int
+        Timings per value, >= 1.
+
+    Returns
+    -------
+    dict
+        ``python_ms``: a fixed pure-Python workload (dict, tuple and integer operations, 200,000
+        steps), ms; ``ed25519_verify_us``, ``x25519_exchange_us``: one ``cryptography`` call, µs;
+        ``sha256_mib_ms``: SHA-256 of 1 MiB, ms.
+
+    Raises
+    ------
+    ValueError
+        If ``repeat`` < 1.
+    """
+    import hashlib
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    if repeat < 1:
+        raise ValueError("repeat must be >= 1")
+
+    def fastest(work: Callable[[], object], per: int) -> float:
+        best = float("inf")
+        for _ in range(repeat):
+            began = time.thread_time()
+            work()
+            best = min(best, time.thread_time() - began)
+        return best / per
+
+    def python_work() -> int:
+        table: dict[int, tuple[int, int]] = dict.fromkeys(range(1024), (0, 0))
+        acc = 0
+        for i in range(200_000):
+            table[i & 1023] = (i, acc)
+            acc = (acc * 31 + table[(i * 7) & 1023][0]) & 0xFFFFFFFF
+        return acc
+
+    signer = Ed25519PrivateKey.generate()
+    public, message = signer.public_key(), b"m" * 200
+    signature = signer.sign(message)
+    mine, theirs = X25519PrivateKey.generate(), X25519PrivateKey.generate().public_key()
+    mib = b"\x5a" * 2**20
+    return {
+        "python_ms": fastest(python_work, 1) * 1e3,
+        "ed25519_verify_us": fastest(
+            lambda: [public.verify(signature, message) for _ in range(200)], 200
+        )
+        * 1e6,
+        "x25519_exchange_us": fastest(lambda: [mine.exchange(theirs) for _ in range(200)], 200)
+        * 1e6,
+        "sha256_mib_ms": fastest(lambda: hashlib.sha256(mib).digest(), 1) * 1e3,
+    }
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far, in MiB (Linux ru_maxrss is in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

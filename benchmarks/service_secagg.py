@@ -142,6 +142,7 @@ import numpy as np
 import fedstats
 from _tls_proxy import NginxProxy
 from _util import (
+    cpu_yardstick,
     free_port,
     memory_touch_rate,
     proc_cpu_seconds,
@@ -1981,6 +1982,7 @@ def main() -> None:
         raise SystemExit(pg)
     machine = _machine()
     machine["memory_first_touch"] = memory_touch_rate()  # page faults are dear here (its docstring)
+    machine["cpu_yardstick"] = cpu_yardstick()  # machines differ between sessions (its docstring)
     doc: dict[str, Any] = {
         "command": " ".join(["python", "benchmarks/service_secagg.py", *sys.argv[1:]]),
         "machine_details": machine,
