@@ -121,6 +121,39 @@ def cpu_yardstick(repeat: int = 5) -> dict[str, float]:
     }
 
 
+def random_cohort(n: int) -> tuple[Any, str, list[Any], list[bytes], list[Any]]:
+    """A tree run's cohort of ``n`` members, drawn from ``random.Random(n)`` (the cohort-tree benchmarks').
+
+    Parameters
+    ----------
+    n : int
+        Members, >= 1.
+
+    Returns
+    -------
+    tuple
+        ``(rng, run, identities, values, leaves)``: the ``random.Random`` after the draws (the caller
+        draws on from it), the run id, each member's ``ClientIdentity``, its 32-byte committed value and
+        its ``fedstats.wire.cohort_tree.Leaf`` (1-3 slots), in position order.
+    """
+    import random
+    import uuid
+
+    from fedstats.secagg.identity import ClientIdentity
+    from fedstats.wire import cohort_tree, seeding
+
+    rng = random.Random(n)
+    run = "run-" + uuid.uuid4().hex
+    ids = [ClientIdentity() for _ in range(n)]
+    values = [rng.randbytes(32) for _ in range(n)]
+    leaves = []
+    for i in range(n):
+        cid = str(uuid.UUID(int=rng.getrandbits(128)))
+        com = bytes.fromhex(seeding.commitment(run, cid, values[i]))
+        leaves.append(cohort_tree.Leaf(cid, com, ids[i].public, rng.randint(1, 3)))
+    return rng, run, ids, values, leaves
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far, in MiB (Linux ru_maxrss is in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from _util import best_of, write_results
-from fedstats.secagg.identity import ClientIdentity, verify_signature
+from _util import best_of, random_cohort, write_results
+from fedstats.secagg.identity import verify_signature
 from fedstats.wire import cohort_sessions as cs
 from fedstats.wire import cohort_tree as ct
 from fedstats.wire import seeding
@@ -58,15 +57,7 @@ def _today_bytes(n: int) -> int:
 
 
 def _row(n: int, repeat: int) -> dict[str, Any]:
-    rng = random.Random(n)
-    run = "run-" + uuid.uuid4().hex
-    ids = [ClientIdentity() for _ in range(n)]
-    values = [rng.randbytes(32) for _ in range(n)]
-    leaves = []
-    for i in range(n):
-        cid = str(uuid.UUID(int=rng.getrandbits(128)))
-        com = bytes.fromhex(seeding.commitment(run, cid, values[i]))
-        leaves.append(ct.Leaf(cid, com, ids[i].public, rng.randint(1, 3)))
+    rng, run, ids, values, leaves = random_cohort(n)
     build = _cpu(lambda: ct.CohortTree(leaves), repeat)
     tree = ct.CohortTree(leaves)
     head = tree.head

@@ -24,20 +24,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from _util import best_of, write_results
+from _util import best_of, random_cohort, write_results
 from fedstats.client.roster import checked_members, two_hop
 from fedstats.client.secure_members import AUDIT_MEMBERS
 from fedstats.secagg import graph as secagg_graph
 from fedstats.secagg.collusion import session_parameters
-from fedstats.secagg.identity import ClientIdentity
 from fedstats.wire import cohort_sessions as cs
 from fedstats.wire import cohort_tree as ct
 from fedstats.wire import seeding
@@ -68,15 +65,7 @@ def _positions(seed: bytes, n: int, seat: cs.Seat, indices: list[int]) -> list[i
 
 
 def _row(n: int, repeat: int) -> dict[str, Any]:
-    rng = random.Random(n)
-    run = "run-" + uuid.uuid4().hex
-    ids = [ClientIdentity() for _ in range(n)]
-    values = [rng.randbytes(32) for _ in range(n)]
-    leaves = []
-    for i in range(n):
-        cid = str(uuid.UUID(int=rng.getrandbits(128)))
-        com = bytes.fromhex(seeding.commitment(run, cid, values[i]))
-        leaves.append(ct.Leaf(cid, com, ids[i].public, rng.randint(1, 3)))
+    rng, run, ids, values, leaves = random_cohort(n)
     tree = ct.CohortTree(leaves)
     head, me = tree.head, rng.randrange(n)
     committee = cs.committee_positions(head)
