@@ -85,16 +85,25 @@ def committee_positions(head: TreeHead, kappa: int = KAPPA) -> list[int]:
     """
     if not _is_int(kappa) or kappa < 1:
         raise ParameterError("kappa", kappa, "an integer >= 1")
-    n = head.n
+    return list(_committee(head.digest(), head.n, int(kappa)))
+
+
+@functools.lru_cache(maxsize=64)
+def _committee(key: bytes, n: int, kappa: int) -> tuple[int, ...]:
+    """:func:`committee_positions` of a head's digest and leaf count, kept.
+
+    A run's server asks at every member's check-in and reveal, a device at its check-in and its
+    committee's checks.
+    """
     if n <= kappa:
-        return list(range(n))
-    key, limit, counter, chosen = head.digest(), _U64 - _U64 % n, 0, set[int]()
+        return tuple(range(n))
+    limit, counter, chosen = _U64 - _U64 % n, 0, set[int]()
     while len(chosen) < kappa:
         block = hmac.digest(key, _COMMITTEE + struct.pack("<Q", counter), "sha256")
         words = [w % n for w in struct.unpack("<4Q", block) if w < limit]
         chosen.update(w for w in words if len(chosen) < kappa)  # stop at kappa, mid-block too
         counter += 1
-    return sorted(chosen)
+    return tuple(sorted(chosen))
 
 
 def _run_field(run_id: str) -> bytes:
