@@ -728,10 +728,9 @@ async def up(
         end = time.monotonic() + min(wait, ctx.max_wait)
         with ctx.away(cid):
             await ctx.session_over(run_id, index, number, stage, population, wait, since)
-        left = end - time.monotonic()
-        if ctx.next_work is not None and request.headers.get(NEXT_WORK) == "1" and left > 0:
-            got = await ctx.next_work(cid, population, run_id, left)
-            if got is not None:  # the device's next work list, which it need not poll for
+        if request.headers.get(NEXT_WORK) == "1":  # its next work list, not to poll for
+            got = await tree_http.next_work(ctx, run_id, cid, population, end, bounded=False)
+            if got is not None:
                 ack = b'{"accepted":true,"duplicate":' + (b"false" if new else b"true")
                 return tree_http.with_work(ack + b"}", got)
     if indices is not None:  # the certificates asked for, with the acknowledgement (also unheld)

@@ -204,17 +204,41 @@ async def seed(
 
 
 async def next_work(
-    ctx: SecureRoutes, run_id: str, cid: str, population: str, end: float
+    ctx: SecureRoutes,
+    run_id: str,
+    cid: str,
+    population: str,
+    end: float,
+    *,
+    bounded: bool = True,
 ) -> tuple[str, bytes] | None:
-    """``(ETag, work list)`` once the device has something to do, held until ``end`` (monotonic).
+    """The device's next work list for an answer to carry, once it has something to do.
 
-    None if not in time, or longer than :data:`~fedstats.wire.tree_seeding.CARRIED_WORK_BYTES`.
+    Parameters
+    ----------
+    ctx : SecureRoutes
+        The routes' context; its ``next_work`` gives the device's next work list that gives it
+        something to do, held up to the time left (None there: no list is carried).
+    run_id, cid, population : str
+        The run the answer is about, the device and its population.
+    end : float
+        ``time.monotonic()`` deadline, seconds: the wait is held at most until then.
+    bounded : bool, default True
+        Carry at most :data:`~fedstats.wire.tree_seeding.CARRIED_WORK_BYTES` bytes of list (what the
+        device's read limit allows for a committee answer, a reveal's or a check-in's); False: any
+        length (a held last stage's answer, which the device reads like a poll's).
+
+    Returns
+    -------
+    (str, bytes) or None
+        ``(ETag, work list JSON)``; None if nothing came by ``end`` or, bounded, the list is longer
+        than the bound (the device then polls for it).
     """
     left = end - time.monotonic()
     if ctx.next_work is None or left <= 0:
         return None
     got = await ctx.next_work(cid, population, run_id, left)
-    return got if got is not None and len(got[1]) <= CARRIED_WORK_BYTES else None
+    return got if got is not None and (not bounded or len(got[1]) <= CARRIED_WORK_BYTES) else None
 
 
 async def checkin_committee(
@@ -225,6 +249,15 @@ async def checkin_committee(
     A member off the seed committee reveals nothing: once it has its leaf it only waits for the
     committee (``GET .../seed?part=committee``) and then its first round (a work poll). Its
     check-in's answer, held until ``end`` (monotonic seconds), carries both instead.
+
+    Parameters
+    ----------
+    ctx : SecureRoutes
+        The routes' context.
+    run_id, cid, population : str
+        The tree run, the checking-in device and its population.
+    end : float
+        ``time.monotonic()`` deadline, seconds (the check-in's ``wait``, capped by ``max_wait``).
 
     Returns
     -------
