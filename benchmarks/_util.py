@@ -59,8 +59,9 @@ def cpu_yardstick(repeat: int = 5) -> dict[str, float]:
     """One thread's speed at the work a secure run's server does most (a machine descriptor).
 
     The project's machines differ from session to session (an AMD EPYC at stop 57, an Intel Xeon at
-    2.1 GHz at stop 58, whose server CPU per device was 1.3 times the EPYC's for the same code), so a
-    CPU figure is only comparable with this recorded beside it. Each value is the fastest of
+    2.1 GHz at stop 58, where stop 57's code took 20.5-21.9 ms of server CPU per device at n = 1,000,
+    ``benchmarks/results/s58ab_base_*.json``, against 15.3 ms on the EPYC), so a CPU figure is only
+    comparable with this recorded beside it. Each value is the fastest of
     ``repeat`` timings of one thread's CPU (``time.thread_time``).
 
     Parameters

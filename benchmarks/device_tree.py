@@ -48,20 +48,32 @@ def _cpu_ms(fn: Callable[[], Any], repeat: int) -> float:
     return round(1000 * best_of(fn, repeat, time.process_time), 3)
 
 
-def _cold() -> None:
-    """Clear the per-process caches of the session permutation and the session graph."""
-    for module in (cs, secagg_graph):
+def clear_caches(*modules: Any) -> None:
+    """Clear every ``functools`` cache at the top level of ``modules`` (a cold device's first round)."""
+    for module in modules:
         for v in list(vars(module).values()):
             if callable(getattr(v, "cache_clear", None)):
                 v.cache_clear()
 
 
-def _positions(seed: bytes, n: int, seat: cs.Seat, indices: list[int]) -> list[int]:
-    """The tree positions of roster ``indices`` as this checkout's device derives them."""
-    many = getattr(cs, "members_at", None)
+def positions(sessions: Any, seed: bytes, n: int, number: int, indices: list[int]) -> list[int]:
+    """The tree positions of session ``number``'s roster ``indices`` (one round over ``[0, n)``).
+
+    ``sessions`` is a checkout's ``fedstats.wire.cohort_sessions``: ``members_at`` where it has it,
+    else ``member_at`` per index (a checkout from before it), so two checkouts compare.
+    """
+    many = getattr(sessions, "members_at", None)
     if many is not None:
-        return list(many(seed, 0, n, n, 2, seat.number, indices))
-    return [cs.member_at(seed, 0, n, n, 2, seat.number, j) for j in indices]
+        return list(many(seed, 0, n, n, 2, number, indices))
+    return [sessions.member_at(seed, 0, n, n, 2, number, j) for j in indices]
+
+
+def _cold() -> None:
+    clear_caches(cs, secagg_graph)
+
+
+def _positions(seed: bytes, n: int, seat: cs.Seat, indices: list[int]) -> list[int]:
+    return positions(cs, seed, n, seat.number, indices)
 
 
 def _row(n: int, repeat: int) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from _util import write_results
+from device_tree import clear_caches, positions
 
 _MODULES = {
     "ct": "wire.cohort_tree",
@@ -67,18 +68,12 @@ def _load(package: str) -> dict[str, Any]:
 
 
 def _cold(v: dict[str, Any]) -> None:
-    for module in (v["cs"], v["graph"]):
-        for obj in list(vars(module).values()):
-            if callable(getattr(obj, "cache_clear", None)):
-                obj.cache_clear()
+    clear_caches(v["cs"], v["graph"])
 
 
 def _positions(v: dict[str, Any], seed: bytes, n: int, me: int, indices: list[int]) -> list[int]:
     seat = v["cs"].session_of(seed, 0, n, n, 2, me)
-    many = getattr(v["cs"], "members_at", None)
-    if many is not None:
-        return list(many(seed, 0, n, n, 2, seat.number, indices))
-    return [v["cs"].member_at(seed, 0, n, n, 2, seat.number, j) for j in indices]
+    return positions(v["cs"], seed, n, seat.number, indices)
 
 
 def _row(n: int, repeat: int, versions: dict[str, dict[str, Any]]) -> dict[str, Any]:
