@@ -8,7 +8,7 @@ Usage::
         [--flower-transport] [--flower-transport-timeout SECONDS]
         [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS]
         [--quiet-seconds SECONDS] [--profile]
-        [--profile-devices] [--tls-proxy] [--note TEXT]
+        [--profile-devices] [--device-timers] [--tls-proxy] [--note TEXT]
 
 The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
 
@@ -50,7 +50,9 @@ stage closes at its deadline (``--stage-seconds``, the task's round deadline) or
 quorum answered, after ``--quiet-seconds`` without a message (the task's
 ``secure_aggregation.quiet_seconds``, default 5 here; 0: deadline only); ``--profile`` runs the
 server under cProfile in every thread and records its top functions (the CPU is then not comparable);
-``--profile-devices`` does the same for the devices of the first worker process.
+``--profile-devices`` does the same for the devices of the first worker process; ``--device-timers``
+times the devices' main steps by their threads' CPU clocks instead (a few wrapped functions, not every
+call: the shares are not distorted as cProfile's are; ``device_timers`` in the results, per device).
 
 For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
 
@@ -139,6 +141,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+import _device_timers
 import fedstats
 from _tls_proxy import NginxProxy
 from _util import (
@@ -614,6 +617,9 @@ def _worker(
     # kernel than in Python (an aborted run: stime 66 s, utime 43 s per worker, the share stage stalled).
     # A real device is one process; the interval is the simulation's, not the SDK's.
     sys.setswitchinterval(DEVICE_SWITCH_INTERVAL)
+    timed = bool(os.environ.get(_device_timers.ENV))
+    if timed:  # --device-timers
+        _device_timers.install()
     find_parameters(len(idents))  # warm the imports the first stage needs (scipy)
     devices = []
     shared: set[tuple[str, bytes]] = set()
@@ -702,7 +708,10 @@ def _worker(
             }
         )
         d.close()
-    out.put(("result", wid, {"cpu_seconds": cpu, "devices": per_device, "errors": errors[:20]}))
+    got = {"cpu_seconds": cpu, "devices": per_device, "errors": errors[:20]}
+    if timed:
+        got["timers"] = _device_timers.snapshot()
+    out.put(("result", wid, got))
 
 
 def _dropping(answer: Any, stage: int) -> Any:
@@ -1103,6 +1112,10 @@ def _collect(
         devices_finished=sum(d["finished"] for d in devices),
         bytes_per_client=_device_traffic(devices),
     )
+    if any("timers" in w for w in per_worker):
+        result["device_timers"] = _device_timers.merge(
+            (w["timers"] for w in per_worker if "timers" in w), len(devices)
+        )
     result["request_sequence_of_one_device"] = next(
         (d["sequence"] for d in devices if d.get("sequence")), None
     )
@@ -1730,6 +1743,12 @@ def _arguments() -> argparse.Namespace:
         "results/tmp/<output>_n<n>_devices.prof and the top functions into the results",
     )
     ap.add_argument(
+        "--device-timers",
+        action="store_true",
+        help="time the devices' main steps by each thread's CPU clock (benchmarks/_device_timers.py) "
+        "and put them per device into the results (device_timers)",
+    )
+    ap.add_argument(
         "--share-certificate-checks",
         action="store_true",
         help="no longer changes anything: every Device of a process shares its verified certificates "
@@ -1970,6 +1989,8 @@ def main() -> None:
     # a SIGTERM (kill, pkill) exits through the finally blocks, which stop the server (its own
     # session: it would outlive this process) and the device worker processes
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.device_timers:  # read by the device worker processes, which inherit the environment
+        os.environ[_device_timers.ENV] = "1"
 
     import secagg as peer
 
