@@ -8,7 +8,7 @@ Usage::
         [--flower-transport] [--flower-transport-timeout SECONDS]
         [--encoding-size L] [--dropout FRACTION] [--drop-stage S] [--stage-seconds SECONDS]
         [--quiet-seconds SECONDS] [--profile]
-        [--profile-devices] [--device-timers] [--tls-proxy] [--note TEXT]
+        [--profile-devices] [--device-timers] [--server-threads] [--tls-proxy] [--note TEXT]
 
 The secure-round target of issue 28 (n = 1,000, L = 1,000, 10% dropout)::
 
@@ -52,7 +52,9 @@ quorum answered, after ``--quiet-seconds`` without a message (the task's
 server under cProfile in every thread and records its top functions (the CPU is then not comparable);
 ``--profile-devices`` does the same for the devices of the first worker process; ``--device-timers``
 times the devices' main steps by their threads' CPU clocks instead (a few wrapped functions, not every
-call: the shares are not distorted as cProfile's are; ``device_timers`` in the results, per device).
+call: the shares are not distorted as cProfile's are; ``device_timers`` in the results, per device);
+``--server-threads`` reads the server's threads' CPU clocks when the run is created and when it ended
+(``server_thread_cpu_seconds``: the event loop's thread, the store threads, the run driver's).
 
 For each ``n`` in ``--clients`` (``--quick``: 100 only), in the same invocation:
 
@@ -275,6 +277,27 @@ if mem_out:
                 log.write(_json.dumps(entry) + "\\n")
                 log.flush()
     threading.Thread(target=_mem_loop, name="memtrace", daemon=True).start()
+tcpu_out = os.environ.get("FEDSTATS_BENCH_THREAD_CPU")
+if tcpu_out:
+    # the CPU of each of the server's threads by name (the event loop's MainThread, fedstats-store, the
+    # driver's), read from their CPU clocks at each signal SIGRTMIN+1 (the benchmark sends one when the
+    # run is created and one when it ended); the list of readings is rewritten to ``path`` each time
+    import json as _tjson, signal as _tsig, time as _ttime
+    _tsnaps = []
+    def _tsnap(*_):
+        got = {"process": sum(os.times()[:2])}
+        for t in threading.enumerate():
+            try:
+                spent = _ttime.clock_gettime(_ttime.pthread_getcpuclockid(t.ident))
+            except (OSError, TypeError, ValueError, OverflowError):
+                continue
+            name = t.name.rstrip("0123456789_-")
+            got[name] = got.get(name, 0.0) + spent
+        _tsnaps.append(got)
+        with open(tcpu_out + ".tmp", "w") as _f:
+            _tjson.dump(_tsnaps, _f)
+        os.replace(tcpu_out + ".tmp", tcpu_out)
+    _tsig.signal(_tsig.SIGRTMIN + 1, _tsnap)
 gc_out = os.environ.get("FEDSTATS_BENCH_GCTIME")
 if gc_out:
     # the collector's own CPU (off unless asked): the thread time of every collection, summed per
@@ -1253,6 +1276,7 @@ def bench_fedstats(
             proxy.reset_peak()
         if os.environ.get("FEDSTATS_BENCH_MEMTRACE_FROM_RUN"):
             os.kill(pid, signal.SIGUSR2)  # the server's tracemalloc starts (memory diagnosis)
+        _thread_cpu_mark(pid, 1)
         if server.profile is not None:
             # the profile starts afresh: the server's start-up and the devices' registration (its
             # imports compile every module when bytecode is not written) are not in it
@@ -1281,6 +1305,9 @@ def bench_fedstats(
             status = _wait_run(db, run_id, timeout)
             wall = time.perf_counter() - t0
             cpu_run = proc_cpu_seconds(pid) - cpu0
+            threads = _thread_cpu_mark(pid, 2)
+            if threads is not None:
+                result["server_thread_cpu_seconds"] = threads
             faults = proc_page_faults(pid)
             result["server_page_faults"] = {  # each costs more in a VM (_util.warm_guest_memory)
                 "minor": faults[0] - faults0[0],
@@ -1321,6 +1348,37 @@ def bench_fedstats(
             sampler.stop()
         _stop_all(workers, go)
         server.stop()
+
+
+def _thread_cpu_mark(pid: int, count: int) -> dict[str, float] | None:
+    """With ``--server-threads``: ask the server to read its threads' CPU clocks (reading ``count``); after
+    the second, the CPU seconds of each thread name between the two readings (None otherwise).
+
+    A thread that ended between the readings is missing from the second (its CPU is in ``process`` only;
+    ``unnamed`` is the rest of the process's CPU, which such threads and the kernel's work for the
+    process make up).
+    """
+    path = os.environ.get("FEDSTATS_BENCH_THREAD_CPU")
+    if not path:
+        return None
+    if count == 1:
+        Path(path).unlink(missing_ok=True)
+    os.kill(pid, signal.SIGRTMIN + 1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            snaps = json.loads(Path(path).read_text())
+            if len(snaps) >= count:
+                break
+        time.sleep(0.1)
+    else:
+        return None
+    if count < 2:
+        return None
+    start, end = snaps[0], snaps[1]
+    got = {k: round(v - start.get(k, 0.0), 3) for k, v in end.items()}
+    got["unnamed"] = round(got["process"] - sum(v for k, v in got.items() if k != "process"), 3)
+    return got
 
 
 def _driver_passes(admin: httpx.Client) -> int | None:
@@ -1749,6 +1807,12 @@ def _arguments() -> argparse.Namespace:
         "and put them per device into the results (device_timers)",
     )
     ap.add_argument(
+        "--server-threads",
+        action="store_true",
+        help="read the CPU clock of each server thread when the run is created and when it ended "
+        "(server_thread_cpu_seconds in the results: the event loop, the store threads, the driver)",
+    )
+    ap.add_argument(
         "--share-certificate-checks",
         action="store_true",
         help="no longer changes anything: every Device of a process shares its verified certificates "
@@ -1991,6 +2055,10 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.device_timers:  # read by the device worker processes, which inherit the environment
         os.environ[_device_timers.ENV] = "1"
+    if args.server_threads:  # read by the server process (its bootstrap, _SERVER_MAIN)
+        os.environ["FEDSTATS_BENCH_THREAD_CPU"] = str(
+            Path(tempfile.gettempdir()) / f"fedstats-bench-threads-{os.getpid()}.json"
+        )
 
     import secagg as peer
 
