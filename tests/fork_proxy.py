@@ -12,21 +12,29 @@ sees every leaf and every committee reveal pass through, and with them builds a 
   head);
 * ``stated_n``: the real root and slot total under another leaf count ``n'`` (at most the task's
   cohort size) for which the victim's unchanged leaf proof still verifies (RFC 9162's path shape
-  agrees for ``n`` and ``n'`` at its position). The victim is the first device with such a position.
+  agrees for ``n`` and ``n'`` at its position). The victim is the first device with such a position;
+* ``off_committee`` (``n > 40``): the victim is the member off the real head's seed committee; its
+  leaf answer is held until the proxy has every leaf, and it is shown the real leaves with those on
+  either side of it shuffled (its position and first slot kept) until it is off the forked head's
+  committee too. It reveals nothing, and the forked committee's members are the real one's.
 
-The victim's reveal (signed over the head it was shown) is not forwarded: the proxy answers it
-itself, as a server keeping the forked view would, with the committee of the tree it built (the
-fork, or for ``stated_n`` the real tree): the multiproof of its committee's leaves from that tree,
-their enrolled certificates (given to the proxy: a server holds them), the values and signatures the
-members revealed (the victim's own where it sits) and the seed those values give. Everything in it is
+The victim's reveal (signed over the head it was shown; none off the forked committee) is not
+forwarded: the proxy answers it, and the victim's ``GET .../seed?part=committee``, itself, as a
+server keeping the forked view would, with the committee of the tree it built (the fork, or for
+``stated_n`` the real tree): the multiproof of its committee's leaves from that tree, their enrolled
+certificates (given to the proxy: a server holds them), the values and signatures the members
+revealed (the victim's own where it sits) and the seed those values give. Everything in it is
 genuine except that no member but the victim signed the head the victim was shown.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import random
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +49,7 @@ from proxy_base import ForwardingProxy, fedstats_headers
 
 __all__ = ["FORKS", "ForkProxy", "ForkedRun"]
 
-FORKS = ("reordered", "stated_n")
+FORKS = ("reordered", "stated_n", "off_committee")
 _RUN = re.compile(r"^/v1/client/runs/([^/]+)/(reveal|seed|checkin)$")
 _CLIENT = "x-fedstats-client"
 
@@ -52,8 +60,8 @@ class ForkedRun:
 
     ``kind``: one of :data:`FORKS`; ``cap``: the task's cohort size (``stated_n``'s largest ``n'``).
     ``real``: the run's head; ``leaves``: position -> leaf, from the answers that passed; ``shown``:
-    the devices given the real head; ``victim``, ``head`` (the head shown to it) and ``tree`` (whose
-    committee it is answered). ``reveals``: client id -> ``(value, seen, signature)`` as revealed
+    the devices given the real head; ``victim``, its ``position``, ``head`` (the head shown to it)
+    and ``tree`` (whose committee it is answered). ``reveals``: client id -> ``(value, seen, signature)`` as revealed
     (the victim's intercepted). ``served``: answers the victim got from the proxy (``"tree"`` with
     the forked head, ``"committee"``).
     """
@@ -76,6 +84,29 @@ def _reveal(body: bytes) -> tuple[bytes, bytes, bytes]:
     data = json.loads(body)
     value, seen, signature = (bytes.fromhex(data[k]) for k in ("value", "seen", "signature"))
     return value, seen, signature
+
+
+def _leaf_of(body: bytes) -> tuple[TreeHead, LeafProof] | None:
+    """The real head and the device's leaf proof in an answer carrying ``"tree"``, or None."""
+    data = json.loads(body)
+    tree = data.get("tree") if isinstance(data, dict) else None
+    if not isinstance(tree, dict):
+        return None
+    real = parse_head(bytes.fromhex(tree["head"]))
+    return real, LeafProof.from_bytes(base64.b64decode(tree["leaf"]), max_leaves=real.n)
+
+
+def _off_committee(leaves: list[Leaf], p: int) -> CohortTree:
+    """The real leaves, each side of ``p`` shuffled until ``p`` is off the tree's committee."""
+    rng = random.Random(p)
+    before, after = leaves[:p], leaves[p + 1 :]
+    for _ in range(10_000):  # each try succeeds with odds about 1 / 41 at n = 41
+        rng.shuffle(before)
+        rng.shuffle(after)
+        tree = CohortTree([*before, leaves[p], *after])
+        if p not in committee_positions(tree.head):
+            return tree
+    raise AssertionError("no reordering puts the victim off the committee")
 
 
 def _reordered(leaves: list[Leaf], p: int) -> CohortTree:
@@ -150,6 +181,8 @@ class ForkProxy(ForwardingProxy):
             if request.method == "POST" and m.group(2) == "reveal":  # an honest member's reveal
                 run.reveals[client] = _reveal(await request.body())
             elif r.headers.get("content-type", "").startswith("application/json"):
+                if run.kind == "off_committee":
+                    await self._every_leaf(run, content)
                 content = self._tree(run, client, content)
         return Response(
             content,
@@ -158,14 +191,24 @@ class ForkProxy(ForwardingProxy):
             headers=kept,
         )
 
+    async def _every_leaf(self, run: ForkedRun, body: bytes) -> None:
+        """Hold the answer of the member off the real committee until every leaf passed (30 s)."""
+        got = _leaf_of(body)
+        if got is None or got[1].position in committee_positions(got[0]):
+            return
+        run.leaves[got[1].position] = got[1].leaf
+        end = time.monotonic() + 30
+        while len(run.leaves) < got[0].n and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+
     def _tree(self, run: ForkedRun, client: str, body: bytes) -> bytes:
         """Note the leaf in an answer carrying ``"tree"``; give the victim its forked head instead."""
-        data = json.loads(body)
-        tree = data.get("tree") if isinstance(data, dict) else None
-        if not isinstance(tree, dict):
+        got = _leaf_of(body)
+        if got is None:
             return body
-        real = parse_head(bytes.fromhex(tree["head"]))
-        proof = LeafProof.from_bytes(base64.b64decode(tree["leaf"]), max_leaves=real.n)
+        real, proof = got
+        data = json.loads(body)
+        tree = data["tree"]
         run.real = real
         run.leaves[proof.position] = proof.leaf
         if run.victim is None and client not in run.shown:
@@ -174,7 +217,7 @@ class ForkProxy(ForwardingProxy):
             run.shown.add(client)
             return body
         assert run.head is not None
-        if run.kind == "reordered":
+        if run.kind != "stated_n":
             assert run.tree is not None and run.position is not None
             data["tree"] = leaf_answer(run.tree, run.position)
         else:
@@ -188,17 +231,19 @@ class ForkProxy(ForwardingProxy):
         """Make ``client`` the victim if the fork can be built for it now (see the module)."""
         real = run.real
         assert real is not None
-        if run.kind == "reordered":
+        if run.kind != "stated_n":
             if len(run.leaves) < real.n:  # the victim completes the set of leaves
                 return
-            leaves = [run.leaves[p] for p in range(real.n)]
+            p = proof.position
+            if run.kind == "off_committee" and p in committee_positions(real):
+                return
+            leaves = [run.leaves[q] for q in range(real.n)]
             assert CohortTree(leaves).head == real, "the leaves seen are not the run's tree"
-            run.tree = _reordered(leaves, proof.position)
+            fork = _reordered if run.kind == "reordered" else _off_committee
+            run.tree = fork(leaves, p)
             run.head = run.tree.head
             assert run.head != real
-            assert run.tree.slot_start(proof.position) == CohortTree(leaves).slot_start(
-                proof.position
-            )
+            assert run.tree.slot_start(p) == CohortTree(leaves).slot_start(p)  # its slots kept
         else:
             head = _other_n(real, proof, run.cap)
             if head is None:
