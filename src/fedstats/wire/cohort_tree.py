@@ -38,8 +38,11 @@ hashes its children's hashes *and* slots, so the root fixes each member's place 
    CCS 2020; :func:`fedstats.secagg.crypto.roster_transcript`) binds a digest of the head and the
    session's coordinates instead of all its members' keys.
 
-Equivocation is caught as today: devices shown different heads derive different seeds and session ids
-and refuse each other's advertisements before sending a share. **Every leaf holds a slot** (the tree and
+Equivocation is caught at the committee: a device shown another head than the others passes its own-leaf
+check, but the reveals it is given were signed over the real head (item 2), so it refuses before any
+round (``tests/service/test_service_tree_equivocation.py``). Devices that all pass under different heads
+(each head's whole committee signed it) derive different seeds and session ids and refuse each other's
+advertisements before sending a share. **Every leaf holds a slot** (the tree and
 the verifiers refuse 0, as :func:`fedstats.wire.seeding.check_cohort` does): a leaf without slots would
 sit between participants yet meet no client range, and they would no longer be a position range.
 
