@@ -191,11 +191,22 @@ def _roster_digest(roster: SessionRoster) -> bytes:
     return hashlib.sha256(roster.to_bytes()).digest()
 
 
+_BODIES: dict[tuple[tuple[str, str | int], ...], bytes] = {}
+"""``tuple(body.items()) -> canonical bytes`` of the certificate bodies serialized in this process."""
+_MAX_BODIES = 8192
+_STR_INT = frozenset({str, int})
+
+
 def body_bytes(body: Mapping[str, Any]) -> bytes:
     """:func:`fedstats.wire.encoding.canonical_bytes` of a certificate body (the key it is verified under).
 
-    A device's certificate body is a flat object of strings and numbers, which ``canonical_bytes``
-    serializes without the generic encoder's walk.
+    A device's certificate body is a flat object of strings and integers, which ``canonical_bytes``
+    serializes without the generic encoder's walk. Such a body (string keys, values of exactly
+    ``str`` or ``int``) is serialized once per process and remembered by its items (bounded: cleared
+    at 8,192 bodies): a device checks its neighbours' certificates at every round, and the devices
+    simulated in one process check the same members' ones. Equal items of these types have equal
+    canonical bytes (a ``bool`` or ``float`` value, equal to an ``int`` but serialized otherwise, is
+    never remembered), and another key order is another entry with the same bytes.
 
     Parameters
     ----------
@@ -211,7 +222,18 @@ def body_bytes(body: Mapping[str, Any]) -> bytes:
     DataError
         As :func:`~fedstats.wire.encoding.canonical_bytes`, for a body it cannot encode.
     """
-    return canonical_bytes(body if type(body) is dict else dict(body))
+    if type(body) is not dict:
+        body = dict(body)
+    if not (set(map(type, body.values())) <= _STR_INT and set(map(type, body)) <= {str}):
+        return canonical_bytes(body)
+    key = tuple(body.items())
+    got = _BODIES.get(key)
+    if got is None:
+        got = canonical_bytes(body)
+        if len(_BODIES) >= _MAX_BODIES:
+            _BODIES.clear()
+        _BODIES[key] = got
+    return got
 
 
 def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng: Any) -> list[int]:
