@@ -1,23 +1,31 @@
 """The device's shortcuts outside the protocol give what the code they replaced gave.
 
 Each is compared with the expression it replaced, copied here: certificate bodies' canonical bytes
-remembered per process (and a body that only looks equal is not taken for a verified one).
+remembered per process (and a body that only looks equal is not taken for a verified one), the
+two-hop neighbourhood and the audited members from the ring, a tree run's bound roster, the
+colluder check's tail probabilities remembered.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedstats.client import roster
-from fedstats.client.roster import body_bytes
-from fedstats.client.secure_tree import check_certificate
+from fedstats.client.roster import body_bytes, checked_members, two_hop
+from fedstats.client.secure_tree import bound_roster, check_certificate
 from fedstats.errors import DataError, SecurityError
+from fedstats.randomness import RandomSource
+from fedstats.secagg.collusion import session_parameters
+from fedstats.secagg.graph import public_neighbors, public_two_hop, valid_degree
+from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.wire import auth
 from fedstats.wire.cohort_tree import Leaf
 from fedstats.wire.encoding import canonical_bytes
@@ -96,3 +104,81 @@ def test_a_certificate_equal_but_for_a_value_s_type_is_checked_again_and_refused
             cert, leaf, authority=a, population="default", verified=verified, now=n + 1.0
         )
     assert len(verified) == 1
+
+
+# -- the session graph and the audit ------------------------------------------------------------
+
+
+def _two_hop_reference(n: int, k: int, session: bytes, index: int) -> list[int]:
+    near = public_neighbors(n, k, session, [index])[index]
+    rows = public_neighbors(n, k, session, sorted(near))
+    return sorted(set().union(*rows.values()) - near - {index})
+
+
+def _checked_reference(
+    n: int, k: int, session: bytes, index: int, audit: int, rng: Any
+) -> list[int]:
+    neighbours = public_neighbors(n, k, session, [index])[index]
+    others = np.array(sorted(set(range(n)) - neighbours - {index}), dtype=np.int64)
+    count = min(int(audit), others.size)
+    extra = rng.choice(others, size=count, replace=False) if count else np.empty(0, np.int64)
+    return sorted({*neighbours, *(int(j) for j in extra)})
+
+
+@st.composite
+def _graphs(draw: st.DrawFn) -> tuple[int, int, bytes, int]:
+    n = draw(st.integers(min_value=3, max_value=400))
+    k = draw(st.sampled_from([k for k in range(2, n) if valid_degree(n, k)]))
+    seed = hashlib.sha256(draw(st.binary(max_size=8))).digest()
+    return n, k, seed, draw(st.integers(min_value=0, max_value=n - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_graphs())
+def test_two_hop_from_the_ring_is_the_union_of_the_neighbours_rows(
+    g: tuple[int, int, bytes, int],
+) -> None:
+    n, k, seed, index = g
+    assert two_hop(n, k, seed, index) == _two_hop_reference(n, k, seed, index)
+    assert public_two_hop(n, k, seed, index) == frozenset(_two_hop_reference(n, k, seed, index))
+
+
+def test_two_hop_refuses_a_client_outside_the_session() -> None:
+    from fedstats.errors import ParameterError
+
+    with pytest.raises(ParameterError):
+        public_two_hop(10, 4, bytes(32), 10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_graphs(), st.integers(min_value=0, max_value=40), st.integers(0, 2**32))
+def test_checked_members_draw_what_they_drew(
+    g: tuple[int, int, bytes, int], audit: int, seed: int
+) -> None:
+    n, k, session, index = g
+    for source in (RandomSource(seed), RandomSource(_master=seed.to_bytes(32, "little"))):
+        got = checked_members(n, k, session, index, audit, source.generator("a"))
+        want = _checked_reference(n, k, session, index, audit, source.generator("a"))
+        assert got == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 300), st.data())
+def test_a_bound_roster_holds_only_the_device_s_key(n: int, data: st.DataObject) -> None:
+    index = data.draw(st.integers(0, n - 1))
+    key, binding = hashlib.sha256(b"k").digest(), hashlib.sha256(b"b").digest()
+    got = bound_roster(bytes(32), bytes(range(32)), n, index, key, binding)
+    keys = tuple(key if j == index else b"" for j in range(n))
+    assert got == SessionRoster(bytes(32), bytes(range(32)), keys, bytes(SIGNATURE_BYTES), binding)
+
+
+def test_remembered_tail_probabilities_are_the_computed_ones() -> None:
+    from fedstats.secagg import collusion
+
+    for n in (10, 65, 200, 1000):
+        p = session_parameters(n)
+        need = collusion.neighbours_to_isolate(p.n, p.k, p.t, p.min_survivors)
+        for colluders in (0, need, n // 3, n - 1):
+            args = (need, n - 1, colluders, p.k)
+            assert collusion._sf(*args) == collusion._sf.__wrapped__(*args)
+            assert collusion._sf(*args) == collusion._sf.__wrapped__(*args)  # remembered

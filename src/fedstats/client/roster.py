@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.errors import ParameterError, SecurityError
-from fedstats.secagg.graph import public_neighbors
+from fedstats.secagg.graph import public_neighbors, public_two_hop
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import SetupMessage
 from fedstats.wire import auth
@@ -269,7 +269,12 @@ def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng:
     if int(audit) < 0:
         raise ParameterError("audit", audit, "an integer >= 0")
     neighbours = public_neighbors(n, k, session, [index])[index]
-    others = np.array(sorted(set(range(n)) - neighbours - {index}), dtype=np.int64)
+    # the positions that are neither neighbours nor ``index``, increasing (as a sorted set difference)
+    rest = np.ones(n, dtype=bool)
+    rest[list(neighbours)] = False
+    if 0 <= index < n:
+        rest[index] = False
+    others = np.flatnonzero(rest).astype(np.int64)
     count = min(int(audit), others.size)
     extra = rng.choice(others, size=count, replace=False) if count else np.empty(0, np.int64)
     return sorted({*neighbours, *(int(j) for j in extra)})
@@ -281,12 +286,9 @@ def two_hop(n: int, k: int, session: bytes, index: int) -> list[int]:
     The consistency signers a device counts for a neighbour ``j`` are ``j``'s neighbours
     (:meth:`fedstats.secagg.SecAggClient.signature_threshold`), so it holds the keys of its two-hop
     neighbourhood. The graph is the public Harary graph of the session id
-    (:func:`fedstats.secagg.graph.public_neighbors`; O(n log n) once per session).
+    (:func:`fedstats.secagg.graph.public_two_hop`: O(n log n) once per session, then O(k)).
     """
-    near = public_neighbors(n, k, session, [index])[index]
-    rows = public_neighbors(n, k, session, sorted(near))
-    far = set().union(*rows.values()) - near - {index}
-    return sorted(far)
+    return sorted(public_two_hop(n, k, session, index))
 
 
 def committed_roster(

@@ -182,8 +182,10 @@ def bound_roster(
     The server's roster holds every member's key under the same binding; the transcripts agree
     (:meth:`~fedstats.secagg.identity.SessionRoster.digest` covers the binding, not the keys).
     """
-    keys = tuple(bytes(key) if j == index else b"" for j in range(n))
-    return SessionRoster(task_id, session, keys, bytes(SIGNATURE_BYTES), binding)
+    keys = [b""] * n
+    if 0 <= index < n:
+        keys[index] = bytes(key)
+    return SessionRoster(task_id, session, tuple(keys), bytes(SIGNATURE_BYTES), binding)
 
 
 class TreeRosterVerifier:
