@@ -2,8 +2,8 @@
 
 Each is compared with the expression it replaced, copied here: certificate bodies' canonical bytes
 remembered per process (and a body that only looks equal is not taken for a verified one), the
-two-hop neighbourhood and the audited members from the ring, a tree run's bound roster, the
-colluder check's tail probabilities remembered.
+two-hop neighbourhood and the audited members from the ring, a tree run's bound roster, a report
+summed in ``int64`` and a session's input read as ``int64`` bits.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedstats.client import roster
+from fedstats.client.data import column_sums
 from fedstats.client.roster import body_bytes, checked_members, two_hop
+from fedstats.client.secure_members import ring_input
 from fedstats.client.secure_tree import bound_roster, check_certificate
 from fedstats.errors import DataError, SecurityError
 from fedstats.randomness import RandomSource
@@ -170,6 +172,69 @@ def test_a_bound_roster_holds_only_the_device_s_key(n: int, data: st.DataObject)
     got = bound_roster(bytes(32), bytes(range(32)), n, index, key, binding)
     keys = tuple(key if j == index else b"" for j in range(n))
     assert got == SessionRoster(bytes(32), bytes(range(32)), keys, bytes(SIGNATURE_BYTES), binding)
+
+
+# -- reports and inputs ---------------------------------------------------------------------------
+
+
+def _sums_reference(reports: Any) -> list[int]:
+    return [int(x) for x in reports.sum(axis=0, dtype=object)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 12),
+    st.integers(0, 6),
+    st.sampled_from([np.int64, np.int8, np.uint64, np.int32]),
+    st.integers(1, 64),
+    st.integers(0, 2**32),
+)
+def test_column_sums_are_the_exact_sums(
+    rows: int, dim: int, dtype: Any, bits: int, seed: int
+) -> None:
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -(2 ** (bits - 1))), min(info.max, 2 ** (bits - 1))
+    rng = np.random.default_rng(seed)
+    reports = rng.integers(lo, hi, size=(rows, dim), dtype=dtype, endpoint=True)
+    got = column_sums(reports)
+    assert got == _sums_reference(reports) and all(type(x) is int for x in got)
+
+
+def test_column_sums_of_extreme_and_non_integer_reports() -> None:
+    top = np.iinfo(np.int64)
+    cases = [
+        np.array([[top.max, top.max], [1, top.min]], dtype=np.int64),  # int64 sums would overflow
+        np.array([[top.min], [top.min]], dtype=np.int64),
+        np.array([[2**64 - 1], [2**64 - 1]], dtype=np.uint64),
+        np.array([[True, False], [True, True]]),
+        np.array([[0.5, 2.0], [1.25, -3.0]]),
+        np.array([[2**80, -1]], dtype=object),
+    ]
+    for reports in cases:
+        assert column_sums(reports) == _sums_reference(reports)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(-(2**70), 2**70),
+            st.sampled_from([2**63, 2**64 - 1, 2**64, -(2**63) - 1]),
+        ),
+        max_size=40,
+    )
+)
+def test_ring_input_is_each_entry_mod_two_to_the_64(vector: list[int]) -> None:
+    want = np.array([int(x) % (1 << 64) for x in vector], dtype=np.uint64)
+    got = ring_input(vector)
+    assert got.dtype == np.uint64 and got.tolist() == want.tolist()
+
+
+def test_ring_input_of_other_integers() -> None:
+    for vector in ([np.int64(-3), 5], [True, 2], [np.uint64(2**64 - 1)], []):
+        want = np.array([int(x) % (1 << 64) for x in vector], dtype=np.uint64)
+        assert ring_input(vector).tolist() == want.tolist()
 
 
 def test_remembered_tail_probabilities_are_the_computed_ones() -> None:

@@ -66,7 +66,7 @@ from fedstats.client.checks import (
 from fedstats.client.checks import (
     _connect_failure as _connect_failure,
 )
-from fedstats.client.data import DeviceData, check_data, load_data
+from fedstats.client.data import DeviceData, check_data, column_sums, load_data
 from fedstats.client.data import _integer_csv as _integer_csv
 from fedstats.client.derive import Derivation, _Accepted, _Replay
 from fedstats.client.derive import _received_digest as _received_digest
@@ -680,8 +680,7 @@ class Device(SecureRuns, Derivation, Refusals):
         cols = {k: v[first : first + (b - a)] for k, v in columns.items()}
         batch = ClientBatch(cols, start=a, total=int(rnd["n_clients"]))
         rng = self.randomness.generator(run_id, int(rnd["round"]))
-        reports = spec.encode_checked(batch, rng)
-        return [int(x) for x in reports.sum(axis=0, dtype=object)]
+        return column_sums(spec.encode_checked(batch, rng))
 
     def run(
         self,
