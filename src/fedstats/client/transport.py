@@ -6,7 +6,11 @@ the same ``?wait=`` value), and the devices simulated in one process send the sa
 the query parameters): about a third of the cost of building a request, which was a sixth of a
 simulated device's CPU in a secure run (benchmarks/service_secagg.py). :class:`DeviceHTTP` keeps the
 merged :class:`httpx.URL` of each ``(base URL, path, params)`` it built (an immutable value) and builds
-later requests from it; what goes on the wire is unchanged.
+later requests from it; what goes on the wire is unchanged. A long query (a session's key
+advertisement names its checked and two-hop members, ``members=...&also=...``, once) is not
+remembered: the request is built from the path's remembered URL with the query merged by ``httpx``,
+once, instead of a whole request built for its URL and then another, and the URLs the device does
+send again stay remembered.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ __all__ = ["DeviceHTTP", "ResponseCookies"]
 _URLS: dict[tuple[str, str, tuple[tuple[str, str], ...]], httpx.URL] = {}
 """``(base URL, path, params) -> merged URL``, shared by the devices of the process (bounded)."""
 _MAX_URLS = 4096
+_MAX_QUERY = 256
+"""Characters of a query's values above which it is not remembered: a one-off (a member list)."""
 
 
 class ResponseCookies(httpx.Cookies):
@@ -68,12 +74,23 @@ class DeviceHTTP(httpx.Client):
         ):
             return super().build_request(method, url, **kwargs)
         query = tuple(params.items()) if params else ()
-        key = (str(self.base_url), url, query)
+        merged = _URLS.get((str(self.base_url), url, query))
+        if merged is None:
+            if params and sum(map(len, params.values())) > _MAX_QUERY:
+                # a one-off query (a session's member list): the path's URL is remembered, not the
+                # query, which httpx merges in as it does (a remembered URL is httpx's own)
+                return super().build_request(method, self._merged(url, ()), **kwargs)
+            merged = self._merged(url, query)
+        kwargs["params"] = None
+        return super().build_request(method, merged, **kwargs)
+
+    def _merged(self, path: str, query: tuple[tuple[str, str], ...]) -> httpx.URL:
+        """The URL ``httpx`` builds for ``path`` and ``query`` on this client, remembered."""
+        key = (str(self.base_url), path, query)
         merged = _URLS.get(key)
         if merged is None:
-            merged = super().build_request(method, url, params=params).url
+            merged = super().build_request("GET", path, params=dict(query) or None).url
             if len(_URLS) >= _MAX_URLS:
                 _URLS.clear()
             _URLS[key] = merged
-        kwargs["params"] = None
-        return super().build_request(method, merged, **kwargs)
+        return merged
