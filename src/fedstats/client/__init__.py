@@ -74,7 +74,7 @@ from fedstats.client.policy import LocalBudget, Policy, RefusedTask, is_exact
 from fedstats.client.polling import PollClock
 from fedstats.client.refusals import RESTARTED, Refusals, Rejoined, refusal_code
 from fedstats.client.secure import VERIFIED_CERTIFICATES, SecureRuns, SecureState
-from fedstats.client.transport import DeviceHTTP
+from fedstats.client.transport import DeviceHTTP, read_capped
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.errors import (
     BudgetExceededError,
@@ -411,26 +411,8 @@ class Device(SecureRuns, Derivation, Refusals):
         timeout: Any,
         limit: int,
     ) -> httpx.Response:
-        """One streamed exchange reading at most ``limit`` bytes of the answer (see :meth:`_send`)."""
-        with self._http.stream(
-            method, path, content=body, headers=headers, params=params, timeout=timeout
-        ) as r:
-            declared = r.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
-                raise SecurityError(
-                    f"the server's answer to {path} ({declared} bytes) exceeds the "
-                    f"{limit} bytes this device reads for it"
-                )
-            parts, got = [], 0
-            for chunk in r.iter_bytes():
-                got += len(chunk)
-                if got > limit:
-                    raise SecurityError(
-                        f"the server's answer to {path} exceeds the {limit} bytes this "
-                        "device reads for it"
-                    )
-                parts.append(chunk)
-            return httpx.Response(r.status_code, headers=r.headers, content=b"".join(parts))
+        """One exchange reading at most ``limit`` bytes of the answer (see :meth:`_send`)."""
+        return read_capped(self._http, method, path, body, headers, params, timeout, limit)
 
     def register(self) -> None:
         """Present the enrollment certificate to the server (idempotent)."""

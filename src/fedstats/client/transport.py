@@ -20,7 +20,9 @@ from typing import Any
 
 import httpx
 
-__all__ = ["DeviceHTTP", "ResponseCookies"]
+from fedstats.errors import SecurityError
+
+__all__ = ["DeviceHTTP", "ResponseCookies", "read_capped"]
 
 _URLS: dict[tuple[str, str, tuple[tuple[str, str], ...]], httpx.URL] = {}
 """``(base URL, path, params) -> merged URL``, shared by the devices of the process (bounded)."""
@@ -94,3 +96,80 @@ class DeviceHTTP(httpx.Client):
                 _URLS.clear()
             _URLS[key] = merged
         return merged
+
+
+def read_capped(
+    client: httpx.Client,
+    method: str,
+    path: str,
+    content: bytes,
+    headers: Mapping[str, str],
+    params: Mapping[str, Any] | None,
+    timeout: Any,
+    limit: int,
+) -> httpx.Response:
+    """Send a request and read at most ``limit`` bytes of its answer (a device's bounded read).
+
+    The answer is streamed: one that declares a longer ``Content-Length`` is refused before its body
+    is read, one without (chunked) is read up to ``limit`` and refused at the first chunk beyond it,
+    the rest unread. One that declares at most ``limit`` bytes without a ``Content-Encoding`` is
+    read as it is (HTTP/1.1 framing makes its body exactly the declared bytes; checked again after
+    reading) and returned itself, not copied into a new response; a declared encoding is decoded
+    while counting, as an undeclared length is.
+
+    Parameters
+    ----------
+    client : httpx.Client
+        The device's client (:class:`DeviceHTTP`).
+    method, path : str
+        The request's method and path (relative to the client's base URL).
+    content : bytes
+        The request body.
+    headers : mapping
+        The request's headers (signed).
+    params : mapping or None
+        Its query parameters.
+    timeout : float or httpx.USE_CLIENT_DEFAULT
+        Its timeout, seconds.
+    limit : int
+        The most bytes of (decoded) answer read, >= 0.
+
+    Returns
+    -------
+    httpx.Response
+        The answer, read (at most ``limit`` bytes of content).
+
+    Raises
+    ------
+    SecurityError
+        If the answer is longer than ``limit``, declared or not.
+    httpx.HTTPError
+        As :meth:`httpx.Client.send`.
+    """
+    with client.stream(
+        method, path, content=content, headers=headers, params=params, timeout=timeout
+    ) as r:
+        declared = r.headers.get("content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > limit:
+                raise SecurityError(
+                    f"the server's answer to {path} ({declared} bytes) exceeds the "
+                    f"{limit} bytes this device reads for it"
+                )
+            if "content-encoding" not in r.headers:
+                if len(r.read()) > limit:  # not on HTTP/1.1: the body is the declared bytes
+                    raise _longer(path, limit)
+                return r
+        parts, got = [], 0
+        for chunk in r.iter_bytes():
+            got += len(chunk)
+            if got > limit:
+                raise _longer(path, limit)
+            parts.append(chunk)
+        return httpx.Response(r.status_code, headers=r.headers, content=b"".join(parts))
+
+
+def _longer(path: str, limit: int) -> SecurityError:
+    return SecurityError(
+        f"the server's answer to {path} exceeds the {limit} bytes this device reads for it"
+    )
