@@ -53,7 +53,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from _util import write_results
-from tree_ab import _baseline
+from tree_ab import baseline_package
 
 RID = "run-paths-1"
 POP = "default"
@@ -467,7 +467,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         packages = {"this": "fedstats"}
         if args.base is not None:
-            packages = {"base": _baseline(args.base, Path(tmp)), **packages}
+            packages = {"base": baseline_package(args.base, Path(tmp)), **packages}
         versions = {name: Paths(load(pkg), cohort) for name, pkg in packages.items()}
         got = measure(versions, args.repeat)
     if args.base is not None:
