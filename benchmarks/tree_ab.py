@@ -49,7 +49,7 @@ _MODULES = {
 }
 
 
-def _baseline(src: Path, into: Path) -> str:
+def baseline_package(src: Path, into: Path) -> str:
     """Copy ``src/fedstats`` to ``into/fedstats_baseline`` with its imports renamed; its name."""
     shutil.copytree(
         src / "fedstats", into / "fedstats_baseline", ignore=shutil.ignore_patterns("__pycache__")
@@ -168,7 +168,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         versions = {
-            "baseline": _load(_baseline(args.baseline, Path(tmp))),
+            "baseline": _load(baseline_package(args.baseline, Path(tmp))),
             "this": _load("fedstats"),
         }
         rows = []

@@ -315,6 +315,7 @@ def test_verify_multi_gives_the_reference_result_or_error(n: int, data: st.DataO
     read = ct.MultiProof.from_bytes(mp.to_bytes(), max_leaves=n)
     want = _ref_verify_multi(head, mp, positions)
     assert ct.verify_multi(head, mp, positions) == want == ct.verify_multi(head, read, positions)
+    assert ct.verify_multi(head, read, positions, starts=False) == []
     cases: list[Any] = []
     nodes = list(mp.nodes)
     for _ in range(8):
@@ -349,6 +350,11 @@ def test_verify_multi_gives_the_reference_result_or_error(n: int, data: st.DataO
             for asked in (None, positions):
                 got = _outcome(lambda p=proof, h=h, a=asked: ct.verify_multi(h, p, a))
                 assert got == _outcome(lambda p=proof, h=h, a=asked: _ref_verify_multi(h, p, a))
+                # without the slot starts: the same refusal (or acceptance), nothing returned
+                bare = _outcome(
+                    lambda p=proof, h=h, a=asked: ct.verify_multi(h, p, a, starts=False)
+                )
+                assert bare == (("ok", []) if got[0] == "ok" else got)
 
 
 def test_a_trailing_none_node_is_refused_now() -> None:

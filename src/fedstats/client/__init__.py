@@ -66,7 +66,7 @@ from fedstats.client.checks import (
 from fedstats.client.checks import (
     _connect_failure as _connect_failure,
 )
-from fedstats.client.data import DeviceData, check_data, load_data
+from fedstats.client.data import DeviceData, check_data, column_sums, load_data
 from fedstats.client.data import _integer_csv as _integer_csv
 from fedstats.client.derive import Derivation, _Accepted, _Replay
 from fedstats.client.derive import _received_digest as _received_digest
@@ -74,7 +74,7 @@ from fedstats.client.policy import LocalBudget, Policy, RefusedTask, is_exact
 from fedstats.client.polling import PollClock
 from fedstats.client.refusals import RESTARTED, Refusals, Rejoined, refusal_code
 from fedstats.client.secure import VERIFIED_CERTIFICATES, SecureRuns, SecureState
-from fedstats.client.transport import DeviceHTTP
+from fedstats.client.transport import DeviceHTTP, read_capped
 from fedstats.engine.rounds import ClientBatch, Round
 from fedstats.errors import (
     BudgetExceededError,
@@ -411,26 +411,8 @@ class Device(SecureRuns, Derivation, Refusals):
         timeout: Any,
         limit: int,
     ) -> httpx.Response:
-        """One streamed exchange reading at most ``limit`` bytes of the answer (see :meth:`_send`)."""
-        with self._http.stream(
-            method, path, content=body, headers=headers, params=params, timeout=timeout
-        ) as r:
-            declared = r.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
-                raise SecurityError(
-                    f"the server's answer to {path} ({declared} bytes) exceeds the "
-                    f"{limit} bytes this device reads for it"
-                )
-            parts, got = [], 0
-            for chunk in r.iter_bytes():
-                got += len(chunk)
-                if got > limit:
-                    raise SecurityError(
-                        f"the server's answer to {path} exceeds the {limit} bytes this "
-                        "device reads for it"
-                    )
-                parts.append(chunk)
-            return httpx.Response(r.status_code, headers=r.headers, content=b"".join(parts))
+        """One exchange reading at most ``limit`` bytes of the answer (see :meth:`_send`)."""
+        return read_capped(self._http, method, path, body, headers, params, timeout, limit)
 
     def register(self) -> None:
         """Present the enrollment certificate to the server (idempotent)."""
@@ -680,8 +662,7 @@ class Device(SecureRuns, Derivation, Refusals):
         cols = {k: v[first : first + (b - a)] for k, v in columns.items()}
         batch = ClientBatch(cols, start=a, total=int(rnd["n_clients"]))
         rng = self.randomness.generator(run_id, int(rnd["round"]))
-        reports = spec.encode_checked(batch, rng)
-        return [int(x) for x in reports.sum(axis=0, dtype=object)]
+        return column_sums(spec.encode_checked(batch, rng))
 
     def run(
         self,

@@ -28,7 +28,7 @@ from fedstats.engine.rounds import ClientBatch
 from fedstats.errors import DataError
 from fedstats.wire.registry import plan_for
 
-__all__ = ["DeviceData", "check_data", "load_data"]
+__all__ = ["DeviceData", "check_data", "column_sums", "load_data"]
 
 _VECTOR = re.compile(r"^(.+)\[(\d+)\]$")
 _DECIMAL = re.compile(r"-?[0-9]{1,18}")  # a decimal integer that fits int64 (at most 18 digits)
@@ -234,3 +234,31 @@ def check_data(
             f"the data's columns ({', '.join(sorted(columns))[:120]}) do not fit the task's "
             f"first round {rnd.name!r}: {type(exc).__name__}: {exc}"
         ) from None
+
+
+def column_sums(reports: np.ndarray) -> list[int]:
+    """The exact column sums of a device's reports, as Python integers (its summed report).
+
+    ``[int(x) for x in reports.sum(axis=0, dtype=object)]``: summed as Python integers, so no sum
+    can overflow. Integer reports whose rows cannot overflow ``int64`` together (the largest
+    magnitude times the rows below ``2**63``, as every round's bounded reports of a device's few
+    records are) are summed in ``int64`` at once instead, the same integers.
+
+    Parameters
+    ----------
+    reports : numpy.ndarray
+        Shape ``(records, dim)``: one report per record (:meth:`fedstats.engine.rounds.Round.encode_checked`).
+
+    Returns
+    -------
+    list of int
+        ``dim`` column sums.
+    """
+    if isinstance(reports, np.ndarray) and reports.ndim == 2 and reports.dtype.kind in "iu":
+        if reports.size == 0:
+            return [0] * reports.shape[1]
+        top = max(int(reports.max()), -int(reports.min()))
+        if top * reports.shape[0] < 2**63:
+            sums: list[int] = reports.sum(axis=0, dtype=np.int64).tolist()  # Python ints
+            return sums
+    return [int(x) for x in reports.sum(axis=0, dtype=object)]

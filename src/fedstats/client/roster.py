@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.errors import ParameterError, SecurityError
-from fedstats.secagg.graph import public_neighbors
+from fedstats.secagg.graph import public_neighbors, public_two_hop
 from fedstats.secagg.identity import SIGNATURE_BYTES, SessionRoster
 from fedstats.secagg.messages import SetupMessage
 from fedstats.wire import auth
@@ -191,11 +191,22 @@ def _roster_digest(roster: SessionRoster) -> bytes:
     return hashlib.sha256(roster.to_bytes()).digest()
 
 
+_BODIES: dict[tuple[tuple[str, str | int], ...], bytes] = {}
+"""``tuple(body.items()) -> canonical bytes`` of the certificate bodies serialized in this process."""
+_MAX_BODIES = 8192
+_STR_INT = frozenset({str, int})
+
+
 def body_bytes(body: Mapping[str, Any]) -> bytes:
     """:func:`fedstats.wire.encoding.canonical_bytes` of a certificate body (the key it is verified under).
 
-    A device's certificate body is a flat object of strings and numbers, which ``canonical_bytes``
-    serializes without the generic encoder's walk.
+    A device's certificate body is a flat object of strings and integers, which ``canonical_bytes``
+    serializes without the generic encoder's walk. Such a body (string keys, values of exactly
+    ``str`` or ``int``) is serialized once per process and remembered by its items (bounded: cleared
+    at 8,192 bodies): a device checks its neighbours' certificates at every round, and the devices
+    simulated in one process check the same members' ones. Equal items of these types have equal
+    canonical bytes (a ``bool`` or ``float`` value, equal to an ``int`` but serialized otherwise, is
+    never remembered), and another key order is another entry with the same bytes.
 
     Parameters
     ----------
@@ -211,7 +222,18 @@ def body_bytes(body: Mapping[str, Any]) -> bytes:
     DataError
         As :func:`~fedstats.wire.encoding.canonical_bytes`, for a body it cannot encode.
     """
-    return canonical_bytes(body if type(body) is dict else dict(body))
+    if type(body) is not dict:
+        body = dict(body)
+    if not (set(map(type, body.values())) <= _STR_INT and set(map(type, body)) <= {str}):
+        return canonical_bytes(body)
+    key = tuple(body.items())
+    got = _BODIES.get(key)
+    if got is None:
+        got = canonical_bytes(body)
+        if len(_BODIES) >= _MAX_BODIES:
+            _BODIES.clear()
+        _BODIES[key] = got
+    return got
 
 
 def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng: Any) -> list[int]:
@@ -247,7 +269,12 @@ def checked_members(n: int, k: int, session: bytes, index: int, audit: int, rng:
     if int(audit) < 0:
         raise ParameterError("audit", audit, "an integer >= 0")
     neighbours = public_neighbors(n, k, session, [index])[index]
-    others = np.array(sorted(set(range(n)) - neighbours - {index}), dtype=np.int64)
+    # the positions that are neither neighbours nor ``index``, increasing (as a sorted set difference)
+    rest = np.ones(n, dtype=bool)
+    rest[list(neighbours)] = False
+    if 0 <= index < n:
+        rest[index] = False
+    others = np.flatnonzero(rest).astype(np.int64)
     count = min(int(audit), others.size)
     extra = rng.choice(others, size=count, replace=False) if count else np.empty(0, np.int64)
     return sorted({*neighbours, *(int(j) for j in extra)})
@@ -259,12 +286,9 @@ def two_hop(n: int, k: int, session: bytes, index: int) -> list[int]:
     The consistency signers a device counts for a neighbour ``j`` are ``j``'s neighbours
     (:meth:`fedstats.secagg.SecAggClient.signature_threshold`), so it holds the keys of its two-hop
     neighbourhood. The graph is the public Harary graph of the session id
-    (:func:`fedstats.secagg.graph.public_neighbors`; O(n log n) once per session).
+    (:func:`fedstats.secagg.graph.public_two_hop`: O(n log n) once per session, then O(k)).
     """
-    near = public_neighbors(n, k, session, [index])[index]
-    rows = public_neighbors(n, k, session, sorted(near))
-    far = set().union(*rows.values()) - near - {index}
-    return sorted(far)
+    return sorted(public_two_hop(n, k, session, index))
 
 
 def committed_roster(

@@ -21,6 +21,7 @@ __all__ = [
     "PackedMembers",
     "SecureState",
     "cohort_cap",
+    "ring_input",
 ]
 
 VERIFIED_CERTIFICATES: set[tuple[str, str, bytes]] = set()
@@ -261,3 +262,28 @@ def _hex_bytes(texts: Sequence[str]) -> bytes | None:
         return None
     raw = bytes.fromhex("".join(texts))  # each string's digits pair up as they would alone
     return raw if len(raw) == 32 * len(texts) else None
+
+
+def ring_input(vector: Sequence[int]) -> np.ndarray:
+    """A summed report as a secure session's input: each entry mod ``2**BITS``, as ``uint64``.
+
+    ``np.array([int(x) % 2**64 for x in vector], dtype=np.uint64)``
+    (:data:`fedstats.wire.seeding.BITS` is 64): for Python integers that all fit ``int64`` (every
+    summed report of bounded entries) that is their two's-complement bits, read at once.
+
+    Parameters
+    ----------
+    vector : sequence of int
+        The summed report (:meth:`fedstats.client.Device._encode`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint64``, ``len(vector)`` entries.
+    """
+    if seeding.BITS == 64 and set(map(type, vector)) <= {int}:
+        try:
+            return np.array(vector, dtype=np.int64).view(np.uint64)
+        except OverflowError:  # an entry outside int64: reduced one by one
+            pass
+    return np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)

@@ -39,12 +39,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fedstats.client.policy import Policy
 from fedstats.client.roster import body_bytes, checked_members, two_hop, with_committed_roster
-from fedstats.client.secure_members import AUDIT_MEMBERS, SIGNATURES, SecureState, cohort_cap
+from fedstats.client.secure_members import (
+    AUDIT_MEMBERS,
+    SIGNATURES,
+    SecureState,
+    cohort_cap,
+    ring_input,
+)
 from fedstats.errors import FedstatsError, ParameterError, SecurityError
 from fedstats.secagg import ClientConfig, SecAggClient, SecAggParameters
 from fedstats.secagg.collusion import (
@@ -182,8 +187,10 @@ def bound_roster(
     The server's roster holds every member's key under the same binding; the transcripts agree
     (:meth:`~fedstats.secagg.identity.SessionRoster.digest` covers the binding, not the keys).
     """
-    keys = tuple(bytes(key) if j == index else b"" for j in range(n))
-    return SessionRoster(task_id, session, keys, bytes(SIGNATURE_BYTES), binding)
+    keys = [b""] * n
+    if 0 <= index < n:
+        keys[index] = bytes(key)
+    return SessionRoster(task_id, session, tuple(keys), bytes(SIGNATURE_BYTES), binding)
 
 
 class TreeRosterVerifier:
@@ -735,5 +742,4 @@ class TreeRuns:
         if vector is None:
             vector = self._encode(rnd)
             state.encoded[index] = vector
-        values = np.array([int(x) % (1 << seeding.BITS) for x in vector], dtype=np.uint64)
-        state.sessions[(index, number)].provide_input(values)
+        state.sessions[(index, number)].provide_input(ring_input(vector))

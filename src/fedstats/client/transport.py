@@ -6,7 +6,11 @@ the same ``?wait=`` value), and the devices simulated in one process send the sa
 the query parameters): about a third of the cost of building a request, which was a sixth of a
 simulated device's CPU in a secure run (benchmarks/service_secagg.py). :class:`DeviceHTTP` keeps the
 merged :class:`httpx.URL` of each ``(base URL, path, params)`` it built (an immutable value) and builds
-later requests from it; what goes on the wire is unchanged.
+later requests from it; what goes on the wire is unchanged. A long query (a session's key
+advertisement names its checked and two-hop members, ``members=...&also=...``, once) is not
+remembered: the request is built from the path's remembered URL with the query merged by ``httpx``,
+once, instead of a whole request built for its URL and then another, and the URLs the device does
+send again stay remembered.
 """
 
 from __future__ import annotations
@@ -16,11 +20,15 @@ from typing import Any
 
 import httpx
 
-__all__ = ["DeviceHTTP", "ResponseCookies"]
+from fedstats.errors import SecurityError
+
+__all__ = ["DeviceHTTP", "ResponseCookies", "read_capped"]
 
 _URLS: dict[tuple[str, str, tuple[tuple[str, str], ...]], httpx.URL] = {}
 """``(base URL, path, params) -> merged URL``, shared by the devices of the process (bounded)."""
 _MAX_URLS = 4096
+_MAX_QUERY = 256
+"""Characters of a query's values above which it is not remembered: a one-off (a member list)."""
 
 
 class ResponseCookies(httpx.Cookies):
@@ -68,12 +76,100 @@ class DeviceHTTP(httpx.Client):
         ):
             return super().build_request(method, url, **kwargs)
         query = tuple(params.items()) if params else ()
-        key = (str(self.base_url), url, query)
+        merged = _URLS.get((str(self.base_url), url, query))
+        if merged is None:
+            if params and sum(map(len, params.values())) > _MAX_QUERY:
+                # a one-off query (a session's member list): the path's URL is remembered, not the
+                # query, which httpx merges in as it does (a remembered URL is httpx's own)
+                return super().build_request(method, self._merged(url, ()), **kwargs)
+            merged = self._merged(url, query)
+        kwargs["params"] = None
+        return super().build_request(method, merged, **kwargs)
+
+    def _merged(self, path: str, query: tuple[tuple[str, str], ...]) -> httpx.URL:
+        """The URL ``httpx`` builds for ``path`` and ``query`` on this client, remembered."""
+        key = (str(self.base_url), path, query)
         merged = _URLS.get(key)
         if merged is None:
-            merged = super().build_request(method, url, params=params).url
+            merged = super().build_request("GET", path, params=dict(query) or None).url
             if len(_URLS) >= _MAX_URLS:
                 _URLS.clear()
             _URLS[key] = merged
-        kwargs["params"] = None
-        return super().build_request(method, merged, **kwargs)
+        return merged
+
+
+def read_capped(
+    client: httpx.Client,
+    method: str,
+    path: str,
+    content: bytes,
+    headers: Mapping[str, str],
+    params: Mapping[str, Any] | None,
+    timeout: Any,
+    limit: int,
+) -> httpx.Response:
+    """Send a request and read at most ``limit`` bytes of its answer (a device's bounded read).
+
+    The answer is streamed: one that declares a longer ``Content-Length`` is refused before its body
+    is read, one without (chunked) is read up to ``limit`` and refused at the first chunk beyond it,
+    the rest unread. One that declares at most ``limit`` bytes without a ``Content-Encoding`` is
+    read as it is (HTTP/1.1 framing makes its body exactly the declared bytes; checked again after
+    reading) and returned itself, not copied into a new response; a declared encoding is decoded
+    while counting, as an undeclared length is.
+
+    Parameters
+    ----------
+    client : httpx.Client
+        The device's client (:class:`DeviceHTTP`).
+    method, path : str
+        The request's method and path (relative to the client's base URL).
+    content : bytes
+        The request body.
+    headers : mapping
+        The request's headers (signed).
+    params : mapping or None
+        Its query parameters.
+    timeout : float or httpx.USE_CLIENT_DEFAULT
+        Its timeout, seconds.
+    limit : int
+        The most bytes of (decoded) answer read, >= 0.
+
+    Returns
+    -------
+    httpx.Response
+        The answer, read (at most ``limit`` bytes of content).
+
+    Raises
+    ------
+    SecurityError
+        If the answer is longer than ``limit``, declared or not.
+    httpx.HTTPError
+        As :meth:`httpx.Client.send`.
+    """
+    with client.stream(
+        method, path, content=content, headers=headers, params=params, timeout=timeout
+    ) as r:
+        declared = r.headers.get("content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > limit:
+                raise SecurityError(
+                    f"the server's answer to {path} ({declared} bytes) exceeds the "
+                    f"{limit} bytes this device reads for it"
+                )
+            if "content-encoding" not in r.headers:
+                if len(r.read()) > limit:  # not on HTTP/1.1: the body is the declared bytes
+                    raise _longer(path, limit)
+                return r
+        parts, got = [], 0
+        for chunk in r.iter_bytes():
+            got += len(chunk)
+            if got > limit:
+                raise _longer(path, limit)
+            parts.append(chunk)
+        return httpx.Response(r.status_code, headers=r.headers, content=b"".join(parts))
+
+
+def _longer(path: str, limit: int) -> SecurityError:
+    return SecurityError(
+        f"the server's answer to {path} exceeds the {limit} bytes this device reads for it"
+    )

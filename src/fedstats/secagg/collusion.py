@@ -45,6 +45,7 @@ privacy-preserving machine learning. CCS 2017, Sec. 4.3.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,11 +91,14 @@ per run, at least, in every session :func:`session_parameters` chooses; a device
 :attr:`fedstats.client.Policy.min_colluder_fraction`."""
 
 
+@functools.lru_cache(maxsize=1024)
 def _sf(need: int, others: int, colluders: int, k: int) -> float:
     """``P(X >= need)`` for ``X ~ Hypergeometric(others, colluders, k)``, exactly (integer binomials).
 
     Not ``scipy.stats``: devices compute it before every session, and importing it costs a device
-    about 1.5 s of CPU (as :func:`fedstats.secagg.params._log2_sf`).
+    about 1.5 s of CPU (as :func:`fedstats.secagg.params._log2_sf`). A pure function of four
+    integers, remembered (each round's session of the same size asks the same one, and so does every
+    device simulated in one process).
     """
     top = min(k, colluders)
     if need > top:

@@ -25,6 +25,7 @@ __all__ = [
     "harary_neighbors",
     "public_harary_graph",
     "public_neighbors",
+    "public_two_hop",
     "random_harary_graph",
     "valid_degree",
 ]
@@ -183,3 +184,40 @@ def _cached_rows(n: int, k: int, seed: bytes) -> dict[int, frozenset[int]]:
     # asked for, not n of them.
     del n, k, seed  # only the cache key
     return {}
+
+
+def public_two_hop(n: int, k: int, seed: bytes, client: int) -> frozenset[int]:
+    """The clients two hops from ``client`` in :func:`public_harary_graph`, less it and its neighbours.
+
+    On the ring the neighbours of position ``p`` are ``p +- 1 .. k/2``, so the neighbours' neighbours
+    are ``p +- 0 .. k`` (mod ``n``): those beyond ``k/2`` places, less any that wrap onto ``p`` or a
+    neighbour, are the union of the neighbours' rows less ``client`` and its neighbours, found in
+    O(k) instead of the union's O(k^2). Empty for the complete graph.
+
+    Parameters
+    ----------
+    n, k, seed
+        As in :func:`public_harary_graph`.
+    client : int
+        A client in ``[0, n)``.
+
+    Returns
+    -------
+    frozenset of int
+        ``union(public_neighbors(..., N(client))) - N(client) - {client}``, ``N(client)`` its row.
+
+    Raises
+    ------
+    ParameterError
+        If ``n`` or ``k`` is invalid (:func:`check_degree`) or ``client`` is not in ``[0, n)``.
+    """
+    n, _ = _ring(n, k)
+    client = check_int("client", client, low=0, high=n - 1)
+    near = public_neighbors(n, k, seed, [client])[client]
+    if k == n - 1:
+        return frozenset()
+    pi, pos = _cached_permutation(n, bytes(seed))
+    h = k // 2
+    steps = np.arange(h + 1, 2 * h + 1, dtype=np.int64)
+    ring = np.concatenate([pos[client] + steps, pos[client] - steps]) % n
+    return frozenset(pi[ring].tolist()) - near - {client}

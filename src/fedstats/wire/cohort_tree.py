@@ -343,23 +343,31 @@ class _Reader:
         return got
 
     def leaf(self) -> Leaf:
-        view, at = self.view, self.at
-        if at + 2 > len(view):
-            raise self._truncated()
-        (size,) = _U16.unpack_from(view, at)
-        at += 2
-        if at + size > len(view):
-            raise self._truncated()
-        try:
-            cid = str(view[at : at + size], "utf-8")
-        except UnicodeDecodeError:
-            raise DataError("a leaf's client id is not UTF-8") from None
-        at += size
-        if at + _LEAF_TAIL.size > len(view):
-            raise self._truncated()
-        commitment, key, count = _LEAF_TAIL.unpack_from(view, at)
-        start, self.at = self.at, at + _LEAF_TAIL.size
-        return _parsed_leaf(cid, commitment, key, count, bytes(view[start : self.at]))
+        return self.leaves(1)[0]
+
+    def leaves(self, count: int) -> tuple[Leaf, ...]:
+        """``count`` leaves one after the other (a multiproof's: one loop, the fields' locals kept)."""
+        view, at, end, got = self.view, self.at, len(self.view), []
+        u16, tail, tail_size = _U16.unpack_from, _LEAF_TAIL.unpack_from, _LEAF_TAIL.size
+        for _ in range(count):
+            if at + 2 > end:
+                raise self._truncated()
+            (size,) = u16(view, at)
+            start, at = at, at + 2
+            if at + size > end:
+                raise self._truncated()
+            try:
+                cid = str(view[at : at + size], "utf-8")
+            except UnicodeDecodeError:
+                raise DataError("a leaf's client id is not UTF-8") from None
+            at += size
+            if at + tail_size > end:
+                raise self._truncated()
+            commitment, key, slots = tail(view, at)
+            at += tail_size
+            got.append(_parsed_leaf(cid, commitment, key, slots, bytes(view[start:at])))
+        self.at = at
+        return tuple(got)
 
     def leaf_proof(self) -> LeafProof:
         position, leaf, m = self.position(), self.leaf(), self.take(1)[0]
@@ -374,7 +382,7 @@ class _Reader:
         positions = self.positions(count)
         if not all(map(operator.lt, positions, positions[1:])):
             raise DataError("a multiproof's positions are not strictly increasing")
-        leaves = tuple(self.leaf() for _ in range(count))
+        leaves = self.leaves(count)
         m = self.u32()
         if m > count * self.depth:
             raise DataError(f"a multiproof of {count} leaves with {m} nodes")
@@ -572,7 +580,11 @@ def verify_leaf(head: TreeHead, position: int, leaf: Leaf, proof: Sequence[Node]
 
 
 def verify_multi(
-    head: TreeHead, proof: MultiProof, positions: Iterable[int] | None = None
+    head: TreeHead,
+    proof: MultiProof,
+    positions: Iterable[int] | None = None,
+    *,
+    starts: bool = True,
 ) -> list[int]:
     """Check every leaf of a :class:`MultiProof` against ``head``; return their ``slot_start`` in order.
 
@@ -587,11 +599,14 @@ def verify_multi(
         The server's leaves and nodes (:meth:`CohortTree.multiproof`).
     positions : iterable of int, optional
         The positions the device asked for (repeats ignored): the proof must cover exactly these.
+    starts : bool, default True
+        Whether to read the leaves' ``slot_start`` (False: the same checks, and an empty list, for a
+        caller that needs the leaves only, as :func:`fedstats.wire.tree_seeding.verify_leaves`).
 
     Returns
     -------
     list of int
-        Each leaf's ``slot_start``, in increasing position order.
+        Each leaf's ``slot_start``, in increasing position order (empty with ``starts=False``).
 
     Raises
     ------
@@ -617,6 +632,7 @@ def verify_multi(
     nodes = tuple(proof.nodes)
     good = _well_formed(nodes, total)  # nodes[good] is the first that _sibling refuses, if any
     index, size, taken = pos, head.n, 0
+    pack, sha256 = _INNER_TAGGED.pack, hashlib.sha256
     # per level, each known node's parent (its index in the level above's list) and the slots left
     # of it under that parent (its left sibling's when it is a right child), for the top-down pass
     parents: list[tuple[list[int], list[int]]] = []
@@ -628,38 +644,43 @@ def verify_multi(
         left_of: list[int] = []
         j, count, last = 0, len(index), size - 1
         while j < count:
-            i, q = index[j], len(up_index)
+            i = index[j]
             if i & 1:  # a right child whose left sibling is the proof's next node (else paired)
                 if taken == good:
                     _sibling(nodes[taken] if taken < len(nodes) else None, total)  # raises
                 (lh, ls), rh, rs = nodes[taken], hashes[j], slots[j]
-                taken, j = taken + 1, j + 1
-                parent.append(q)
-                left_of.append(ls)
+                taken += 1
+                if starts:
+                    parent.append(len(up_index))
+                    left_of.append(ls)
             elif j + 1 < count and index[j + 1] == i + 1:  # both children known
                 lh, ls, rh, rs = hashes[j], slots[j], hashes[j + 1], slots[j + 1]
-                j += 2
-                parent += (q, q)
-                left_of += (0, ls)
+                j += 1
+                if starts:
+                    parent += (len(up_index), len(up_index))
+                    left_of += (0, ls)
             elif i == last:  # the unpaired last node, carried up
+                if starts:
+                    parent.append(len(up_index))
+                    left_of.append(0)
                 up_index.append(i >> 1)
                 up_hashes.append(hashes[j])
                 up_slots.append(slots[j])
-                parent.append(q)
-                left_of.append(0)
                 j += 1
                 continue
             else:  # a left child whose right sibling is the proof's next node
                 if taken == good:
                     _sibling(nodes[taken] if taken < len(nodes) else None, total)  # raises
                 lh, ls, (rh, rs) = hashes[j], slots[j], nodes[taken]
-                taken, j = taken + 1, j + 1
-                parent.append(q)
-                left_of.append(0)
+                taken += 1
+                if starts:
+                    parent.append(len(up_index))
+                    left_of.append(0)
+            j += 1
             if ls + rs > total:
                 raise SecurityError(f"the multiproof's slots exceed the tree's {total}")
             up_index.append(i >> 1)
-            up_hashes.append(hashlib.sha256(_INNER_TAGGED.pack(1, lh, ls, rh, rs)).digest())
+            up_hashes.append(sha256(pack(1, lh, ls, rh, rs)).digest())
             up_slots.append(ls + rs)
         parents.append((parent, left_of))
         index, hashes, slots, size = up_index, up_hashes, up_slots, (size + 1) // 2
@@ -667,10 +688,12 @@ def verify_multi(
         raise SecurityError("the multiproof has nodes it does not need")
     if slots[0] != total or not hmac.compare_digest(hashes[0], head.root):
         raise SecurityError(f"the multiproof's leaves are not in the committed tree of {head.n}")
-    starts = [0]
+    if not starts:
+        return []
+    out = [0]
     for parent, left_of in reversed(parents):
-        starts = [starts[q] + s for q, s in zip(parent, left_of, strict=True)]
-    return starts
+        out = [out[q] + s for q, s in zip(parent, left_of, strict=True)]
+    return out
 
 
 def _well_formed(nodes: tuple[object, ...], total: int) -> int:

@@ -772,5 +772,5 @@ def verify_leaves(head: TreeHead, answer: Any, positions: Sequence[int]) -> dict
         proof = MultiProof.from_bytes(_proof(answer, "leaves"), max_leaves=head.n)
     except DataError as exc:
         raise SecurityError(f"malformed neighbourhood proof: {exc}") from None
-    verify_multi(head, proof, positions)
+    verify_multi(head, proof, positions, starts=False)
     return dict(zip(proof.positions, proof.leaves, strict=True))
