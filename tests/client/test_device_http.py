@@ -204,3 +204,29 @@ def test_a_compressed_answer_is_counted_decoded() -> None:
             read_capped(client, "GET", "/v1/client/work", b"", {}, None, 5.0, 1000)
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_compressed_answer_within_the_cap_is_returned_decoded(declared: bool) -> None:
+    # a proxy that compresses: the answer the device gets is the decoded body, no longer marked as
+    # encoded (an httpx.Response built from decoded bytes under Content-Encoding fails to read them)
+    body = b'{"work": []}' + b" " * 500
+    packed = gzip.compress(body)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {"content-encoding": "gzip", "content-type": "application/json"}
+        if declared:
+            headers["content-length"] = str(len(packed))
+        return httpx.Response(200, headers=headers, stream=httpx.ByteStream(packed))
+
+    client = DeviceHTTP(base_url="https://device.test", transport=httpx.MockTransport(answer))
+    try:
+        got = read_capped(client, "GET", "/v1/client/work", b"", {}, None, 5.0, 1000)
+        assert got.content == body
+        assert got.json() == {"work": []}
+        assert "content-encoding" not in got.headers
+        assert got.headers["content-type"] == "application/json"
+        with pytest.raises(SecurityError, match="exceeds the 100 bytes"):
+            read_capped(client, "GET", "/v1/client/work", b"", {}, None, 5.0, 100)
+    finally:
+        client.close()

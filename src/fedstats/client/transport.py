@@ -137,7 +137,9 @@ def read_capped(
     Returns
     -------
     httpx.Response
-        The answer, read (at most ``limit`` bytes of content).
+        The answer, read (at most ``limit`` bytes of content); one read by chunks carries its
+        decoded content, without the ``Content-Encoding``, ``Content-Length`` and
+        ``Transfer-Encoding`` headers that described the bytes on the wire.
 
     Raises
     ------
@@ -166,7 +168,12 @@ def read_capped(
             if got > limit:
                 raise _longer(path, limit)
             parts.append(chunk)
-        return httpx.Response(r.status_code, headers=r.headers, content=b"".join(parts))
+        # the content is decoded: its framing and encoding headers no longer describe it
+        kept = [(k, v) for k, v in r.headers.multi_items() if k.lower() not in _FRAMING]
+        return httpx.Response(r.status_code, headers=kept, content=b"".join(parts))
+
+
+_FRAMING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 
 def _longer(path: str, limit: int) -> SecurityError:
