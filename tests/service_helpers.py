@@ -339,6 +339,43 @@ def run_devices(
     return threads
 
 
+def attacked_devices(
+    url: str,
+    idents: Sequence[dict[str, Any]],
+    ca: Path,
+    *,
+    records: int,
+    seed: int,
+    randomness: int,
+    aborts: int,
+    log: list[str],
+) -> list[Any]:
+    """Unmodified devices for an attack on a secure run: ``records`` values in ``[-1, 1)`` each.
+
+    Their policy admits 2-member sessions and any colluder fraction (a small test cohort) and
+    ``aborts`` aborted runs; each logs into ``log`` with the time and its client id; the values are
+    drawn with ``default_rng(seed)``, device ``i``'s randomness is ``RandomSource(randomness + i)``.
+    """
+    from fedstats.client import Device, LocalBudget, Policy
+    from fedstats.randomness import RandomSource
+
+    rng = np.random.default_rng(seed)
+    policy = Policy(min_session_size=2, min_colluder_fraction=0.0, max_aborted_runs=aborts)
+    return [
+        Device(
+            url,
+            ident,
+            {"value": rng.uniform(-1, 1, records)},
+            ca=ca,
+            policy=policy,
+            budget=LocalBudget(None, epsilon=1e3),
+            randomness=RandomSource(randomness + i),
+            log=lambda line, c=ident["client_id"]: log.append(f"{time.time():.2f} {c}: {line}"),
+        )
+        for i, ident in enumerate(idents)
+    ]
+
+
 def run_polled(
     dep: Deployment, devices: Sequence[Any], runs: dict[str, str], seconds: float
 ) -> dict[str, dict[str, Any]]:

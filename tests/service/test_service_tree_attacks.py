@@ -15,15 +15,13 @@ import json
 import time
 from typing import Any
 
-import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from fedstats.client import Device, LocalBudget, Policy
-from fedstats.randomness import RandomSource
+from fedstats.client import Device
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import LedgerCharge, RunMember, SecureMessage, SecureSession
-from service_helpers import Deployment, run_polled
+from service_helpers import Deployment, attacked_devices, run_polled
 from tree_proxy import ATTACKS, TreeProxy
 
 SERVER_ARGS = ("--cohort-tree-above", "3")
@@ -60,27 +58,17 @@ def _task(label: str) -> dict[str, Any]:
 
 
 def _devices(dep: Deployment, url: str) -> list[Device]:
-    rng = np.random.default_rng(11)
-    out = []
-    for i in range(N_DEV):
-        ident = json.loads(dep.identity(f"treeatk-{i}", "default").read_text())
-        out.append(
-            Device(
-                url,
-                ident,
-                {"value": rng.uniform(-1, 1, RECORDS)},
-                ca=dep.certs["ca"],
-                policy=Policy(
-                    min_session_size=2,
-                    min_colluder_fraction=0.0,
-                    max_aborted_runs=len(ATTACKS) + 1,
-                ),
-                budget=LocalBudget(None, epsilon=1e3),
-                randomness=RandomSource(50 + i),
-                log=lambda line, c=f"treeatk-{i}": LOG.append(f"{time.time():.2f} {c}: {line}"),
-            )
-        )
-    return out
+    idents = [json.loads(dep.identity(f"treeatk-{i}", "default").read_text()) for i in range(N_DEV)]
+    return attacked_devices(
+        url,
+        idents,
+        dep.certs["ca"],
+        records=RECORDS,
+        seed=11,
+        randomness=50,
+        aborts=len(ATTACKS) + 1,
+        log=LOG,
+    )
 
 
 def test_every_rewrite_of_the_tree_data_is_refused(production: Deployment) -> None:

@@ -30,14 +30,12 @@ import json
 import time
 from typing import Any
 
-import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import func, select
 
 from deadlines import scaled
-from fedstats.client import Device, LocalBudget, Policy
-from fedstats.randomness import RandomSource
+from fedstats.client import Device
 from fedstats.service.store import open_store
 from fedstats.service.store.tables import (
     LedgerCharge,
@@ -48,7 +46,7 @@ from fedstats.service.store.tables import (
 )
 from fedstats.wire.cohort_sessions import committee_positions, reveal_statement
 from fork_proxy import ForkProxy
-from service_helpers import Deployment, run_polled
+from service_helpers import Deployment, attacked_devices, run_polled
 
 SERVER_ARGS = ("--cohort-tree-above", "3")
 pytestmark = pytest.mark.xdist_group("machine-load")
@@ -88,24 +86,16 @@ def _identities(dep: Deployment, prefix: str, n: int) -> list[dict[str, Any]]:
 
 
 def _devices(url: str, idents: list[dict[str, Any]], dep: Deployment) -> list[Device]:
-    rng = np.random.default_rng(13)
-    out = []
-    for i, ident in enumerate(idents):
-        out.append(
-            Device(
-                url,
-                ident,
-                {"value": rng.uniform(-1, 1, RECORDS)},
-                ca=dep.certs["ca"],
-                policy=Policy(
-                    min_session_size=2, min_colluder_fraction=0.0, max_aborted_runs=len(KINDS) + 1
-                ),
-                budget=LocalBudget(None, epsilon=1e3),
-                randomness=RandomSource(70 + i),
-                log=lambda line, c=ident["client_id"]: LOG.append(f"{time.time():.2f} {c}: {line}"),
-            )
-        )
-    return out
+    return attacked_devices(
+        url,
+        idents,
+        dep.certs["ca"],
+        records=RECORDS,
+        seed=13,
+        randomness=70,
+        aborts=len(KINDS) + 1,
+        log=LOG,
+    )
 
 
 def _start(dep: Deployment, kinds: dict[str, tuple[int, float, float]]) -> dict[str, str]:
