@@ -46,6 +46,17 @@ _BASES = ["https://device.test:8443/api", "https://127.0.0.1:8443", "http://[::1
 _PATHS = ["/v1/client/runs/r1/rounds/0/secure/0/0", "/v1/client/work", "v1/client/runs/x%20y/seed"]
 
 
+_CLIENTS: dict[str, tuple[DeviceHTTP, httpx.Client]] = {}
+
+
+def _clients(base: str) -> tuple[DeviceHTTP, httpx.Client]:
+    """A device client and a plain one on ``base``, made once (each makes an SSL context: ~40 ms)."""
+    got = _CLIENTS.get(base)
+    if got is None:
+        got = _CLIENTS[base] = (DeviceHTTP(base_url=base), httpx.Client(base_url=base))
+    return got
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.sampled_from(_BASES),
@@ -71,18 +82,12 @@ def test_a_one_off_query_builds_httpx_s_own_request(
         params["also"] = ",".join(map(str, also))
     if other:
         params["x"] = other
-    ours, plain = DeviceHTTP(base_url=base), httpx.Client(base_url=base)
-    try:
-        for _ in range(2):
-            got = ours.build_request("POST", path, params=params, content=b"m", headers={"a": "b"})
-            want = plain.build_request(
-                "POST", path, params=params, content=b"m", headers={"a": "b"}
-            )
-            assert str(got.url) == str(want.url) and got.url.raw_path == want.url.raw_path
-            assert got.headers.raw == want.headers.raw and got.read() == want.read()
-    finally:
-        ours.close()
-        plain.close()
+    ours, plain = _clients(base)
+    for _ in range(2):
+        got = ours.build_request("POST", path, params=params, content=b"m", headers={"a": "b"})
+        want = plain.build_request("POST", path, params=params, content=b"m", headers={"a": "b"})
+        assert str(got.url) == str(want.url) and got.url.raw_path == want.url.raw_path
+        assert got.headers.raw == want.headers.raw and got.read() == want.read()
 
 
 def test_one_off_queries_are_not_remembered_and_the_urls_stay_bounded(

@@ -67,7 +67,12 @@ N_OFF = 41  # one member off the committee of min(n, 40)
 LOG: list[str] = []
 
 
-def _task(label: str, cohort: int, checkin: float, round_: float) -> dict[str, Any]:
+def _task(
+    label: str, cohort: int, checkin: float, round_: float, quiet: float | None = None
+) -> dict[str, Any]:
+    secure: dict[str, Any] = {"max_session": max(cohort, N_DEV), "min_session_size": 2}
+    if quiet is not None:  # a stage without a device closes this long after its last message
+        secure["quiet_seconds"] = quiet
     return {
         "analysis": "bitpushing-mean",
         "params": BP,
@@ -76,7 +81,7 @@ def _task(label: str, cohort: int, checkin: float, round_: float) -> dict[str, A
         "min_clients": N_DEV // 2,
         "max_records_per_client": RECORDS,
         "deadlines": {"checkin": scaled(checkin), "round": scaled(round_)},
-        "secure_aggregation": {"max_session": max(cohort, N_DEV), "min_session_size": 2},
+        "secure_aggregation": secure,
         "label": label,
     }
 
@@ -98,15 +103,19 @@ def _devices(url: str, idents: list[dict[str, Any]], dep: Deployment) -> list[De
     )
 
 
-def _start(dep: Deployment, kinds: dict[str, tuple[int, float, float]]) -> dict[str, str]:
-    """A run of its own task per kind (``kind -> (cohort size, check-in, round deadline)``)."""
+def _start(
+    dep: Deployment, kinds: dict[str, tuple[int, float, float]], quiet: float | None = None
+) -> dict[str, str]:
+    """A run of its own task per kind (``kind -> (cohort size, check-in, round deadline)``), its
+    stages closing ``quiet`` seconds after their last message once enough answered (None: at the
+    deadline)."""
     runs = {}
     with dep.admin() as a:
         for scope, name in (("population", "default"), ("analyst", "alice")):
             r = a.put(f"/v1/admin/budgets/{scope}/{name}", json={"epsilon": 1e4, "delta": 1e-3})
             assert r.status_code == 200, r.text
         for kind, (cohort, checkin, round_) in kinds.items():
-            task = _task(f"tree fork {kind} {time.time()}", cohort, checkin, round_)
+            task = _task(f"tree fork {kind} {time.time()}", cohort, checkin, round_, quiet)
             r = a.post("/v1/admin/tasks", json=dep.sign(task))
             assert r.status_code in (200, 201), r.text
             r = a.post("/v1/admin/runs", json={"task_id": r.json()["task_id"]})
@@ -222,7 +231,8 @@ def test_a_victim_off_the_committee_is_left_out_and_the_run_completes(
     certificates = {ident["client_id"]: ident["certificate"] for ident in idents}
     with ForkProxy(production.url, production.certs["ca"], certificates) as proxy:
         devices = _devices(proxy.url, idents, production)
-        runs = _start(production, {"off_committee": (N_OFF, 20.0, 8.0)})
+        # the victim's session waits for it at no stage: its stages close 1 s after their last message
+        runs = _start(production, {"off_committee": (N_OFF, 20.0, 8.0)}, quiet=1.0)
         run_id = runs["off_committee"]
         proxy.fork(run_id, "off_committee", N_OFF)
         views = run_polled(production, devices, runs, scaled(180.0))
