@@ -32,7 +32,8 @@ both run in this process, each step's timings alternated between them, so a busy
 machine slows both alike.
 
 Run: ``python benchmarks/device_paths.py [--members 1000] [--repeat 41] [--base /tmp/base/src]
-[--output device_paths]`` (writes ``benchmarks/results/<output>.json`` with ``--output``).
+[--output device_paths]`` (writes ``benchmarks/results/<output>.json``, by default
+``device_paths.json``, as ``make bench`` runs it).
 """
 
 from __future__ import annotations
@@ -461,7 +462,7 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=41)
     ap.add_argument("--base", type=Path, default=None, help="another checkout's src directory")
-    ap.add_argument("--output", default=None)
+    ap.add_argument("--output", default="device_paths", help="results name ('' to write nothing)")
     args = ap.parse_args()
     cohort = Cohort(args.members)
     with tempfile.TemporaryDirectory() as tmp:
