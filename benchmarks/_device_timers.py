@@ -77,7 +77,19 @@ def _timed(fn: Any, label: str) -> Any:
 
 
 def install(targets: Iterable[tuple[str, str, str]] = TARGETS) -> list[str]:
-    """Wrap each target that exists (a renamed one is skipped); return the labels wrapped."""
+    """Wrap each target with a thread-CPU timer, in this process.
+
+    Parameters
+    ----------
+    targets : iterable of (str, str, str)
+        ``(module, class or "", attribute)`` (default :data:`TARGETS`); one that does not exist (a
+        renamed function) is skipped.
+
+    Returns
+    -------
+    list of str
+        The labels wrapped (``Class.method`` or ``module.function``).
+    """
     protocol = importlib.import_module("fedstats.secagg.client")
     done = []
     for module_name, owner_name, attr in targets:
@@ -96,14 +108,32 @@ def install(targets: Iterable[tuple[str, str, str]] = TARGETS) -> list[str]:
 
 
 def snapshot() -> dict[str, dict[str, float]]:
-    """This process's totals so far: ``label -> {"seconds", "calls"}``."""
+    """This process's totals so far.
+
+    Returns
+    -------
+    dict
+        ``label -> {"seconds": thread CPU seconds (float, >= 0), "calls": count (int)}``.
+    """
     with _LOCK:
         return {k: {"seconds": _SECONDS[k], "calls": _CALLS[k]} for k in _SECONDS}
 
 
 def merge(snapshots: Iterable[Mapping[str, Mapping[str, float]]], devices: int) -> dict[str, Any]:
-    """The workers' snapshots summed, per device: ``label -> ms_per_device, calls_per_device, us_per_call``,
-    dearest first."""
+    """The workers' snapshots summed and divided by the devices.
+
+    Parameters
+    ----------
+    snapshots : iterable of mapping
+        :func:`snapshot` of each worker process.
+    devices : int
+        The devices of all the workers (a value below 1 counts as 1).
+
+    Returns
+    -------
+    dict
+        ``label -> {"ms_per_device", "calls_per_device", "us_per_call"}``, dearest first.
+    """
     seconds: dict[str, float] = {}
     calls: dict[str, float] = {}
     for snap in snapshots:

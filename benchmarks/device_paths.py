@@ -18,8 +18,8 @@ records a device), without a server:
   stage message (a target sent before) and of the advertisement with its unique
   ``members=...&also=...`` query (named as the device of the first step names them);
 * ``send_stage`` and ``send_advertisement``: ``Device._send`` of those requests read up to a limit
-  (``_read_capped``), answered by ``httpx.MockTransport`` (httpx's own work, no socket) with 35 bytes
-  and with a 100 kB body.
+  (``fedstats.client.transport.read_capped``), answered by ``httpx.MockTransport`` (httpx's own
+  work, no socket) with 35 bytes and with a 100 kB body.
 
 ``per_run`` adds what one device does in a run: two rounds' join, carried certificates and input, the
 40 committee members' ``check_certificate``, both rounds' encoding and 13 requests (two of them

@@ -86,6 +86,7 @@ def measure(loop: str, connections: int, body: int, cert: Path, key: Path) -> di
         # the upload's size is its first line's last word (the server reads it there)
         upload = b"UPLOAD %d\r\n\r\n" % body
         upload += b"x" * max(0, body - len(upload))
+        row: dict[str, Any] = {"loop": loop, "connections": connections, "body_bytes": body}
 
         async def run() -> list[Any]:
             kept: list[Any] = []
@@ -103,7 +104,6 @@ def measure(loop: str, connections: int, body: int, cert: Path, key: Path) -> di
             row["rss_with_connections_mib"] = proc_status_kib(proc.pid, "VmRSS") / 1024
             return kept
 
-        row: dict[str, Any] = {"loop": loop, "connections": connections, "body_bytes": body}
         asyncio.run(run())
         row["rss_before_mib"] = before / 1024
         row["kib_per_connection"] = round(

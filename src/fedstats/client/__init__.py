@@ -299,7 +299,7 @@ class Device(SecureRuns, Derivation, Refusals):
                         method, path, content=body, headers=signed, params=params, timeout=wait
                     )
                 else:
-                    r = self._read_capped(method, path, body, signed, params, wait, limit)
+                    r = read_capped(self._http, method, path, body, signed, params, wait, limit)
             except httpx.TransportError as exc:
                 if attempt == retries:
                     raise
@@ -400,19 +400,6 @@ class Device(SecureRuns, Derivation, Refusals):
         except (ValueError, KeyError, TypeError):
             self._next_key_try = 0.0
             self._refresh_request_key()
-
-    def _read_capped(
-        self,
-        method: str,
-        path: str,
-        body: bytes,
-        headers: Mapping[str, str],
-        params: Mapping[str, Any] | None,
-        timeout: Any,
-        limit: int,
-    ) -> httpx.Response:
-        """One exchange reading at most ``limit`` bytes of the answer (see :meth:`_send`)."""
-        return read_capped(self._http, method, path, body, headers, params, timeout, limit)
 
     def register(self) -> None:
         """Present the enrollment certificate to the server (idempotent)."""
